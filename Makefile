@@ -1,0 +1,64 @@
+# Tessera: the two commands are `make run` (the app) and `make test`; see README.md.
+# Everything here wraps CMake + Ninja; scripts/install-deps.sh brings the Debian packages.
+
+BUILD_DIR      ?= build
+ASAN_BUILD_DIR ?= build-asan
+BUILD_TYPE     ?= Release
+JOBS           ?= $(shell nproc)
+
+CCACHE := $(shell command -v ccache 2>/dev/null)
+ifneq ($(CCACHE),)
+  LAUNCHER := -DCMAKE_CXX_COMPILER_LAUNCHER=$(CCACHE)
+  # Clones in other folders (CI) hit the same cache.
+  export CCACHE_BASEDIR := $(CURDIR)
+  export CCACHE_NOHASHDIR := true
+endif
+
+CMAKE_FLAGS := -G Ninja -DCMAKE_BUILD_TYPE=$(BUILD_TYPE) $(LAUNCHER) $(EXTRA_CMAKE_FLAGS)
+DEPS_STAMP  := $(BUILD_DIR)/.deps-installed
+
+.PHONY: all deps build test test-asan format check-format tidy clean
+
+all: build
+
+# Runs the idempotent installer once per build folder (and again when it changes).
+$(DEPS_STAMP): scripts/install-deps.sh
+	./scripts/install-deps.sh
+	@mkdir -p $(BUILD_DIR) && touch $@
+
+deps:
+	./scripts/install-deps.sh
+
+$(BUILD_DIR)/build.ninja: $(DEPS_STAMP) CMakeLists.txt
+	cmake -S . -B $(BUILD_DIR) $(CMAKE_FLAGS)
+
+build: $(BUILD_DIR)/build.ninja
+	cmake --build $(BUILD_DIR) -j $(JOBS)
+
+# Builds with warnings as errors, runs every test, then the format check.
+test: $(DEPS_STAMP)
+	cmake -S . -B $(BUILD_DIR) $(CMAKE_FLAGS) -DTESSERA_WERROR=ON
+	cmake --build $(BUILD_DIR) -j $(JOBS)
+	ctest --test-dir $(BUILD_DIR) --output-on-failure -j $(JOBS)
+	./scripts/check-format.sh
+
+# AddressSanitizer + UndefinedBehaviorSanitizer over the core and net tests (LibTorch is not
+# built with sanitizers, so compute and the GUI are left out of this build).
+test-asan: $(DEPS_STAMP)
+	cmake -S . -B $(ASAN_BUILD_DIR) -G Ninja -DCMAKE_BUILD_TYPE=Debug $(LAUNCHER) \
+	    -DTESSERA_SANITIZE=ON -DTESSERA_WERROR=ON -DTESSERA_WITH_TORCH=OFF -DTESSERA_WITH_GUI=OFF
+	cmake --build $(ASAN_BUILD_DIR) -j $(JOBS)
+	ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
+	    ctest --test-dir $(ASAN_BUILD_DIR) --output-on-failure -j $(JOBS)
+
+format:
+	./scripts/check-format.sh --fix
+
+check-format:
+	./scripts/check-format.sh
+
+tidy: build
+	run-clang-tidy -p $(BUILD_DIR) -quiet '(core|compute|net|ui|app)/'
+
+clean:
+	rm -rf $(BUILD_DIR) $(ASAN_BUILD_DIR)

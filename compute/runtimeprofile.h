@@ -1,0 +1,23 @@
+#pragma once
+
+#include <QString>
+
+namespace tessera::compute {
+
+// What decides whether two machines compute bit-identical weights: the LibTorch version, the BLAS
+// library actually loaded, the thread count and the CPU kernels LibTorch dispatches to.
+// Checkpoint hashes are comparable only between equal profiles.
+struct RuntimeProfile {
+    QString libtorchVersion; // "1.13.0"
+    QString blas; // the shared object that provides sgemm_, e.g. "openblas-openmp"
+    int threads = 1;
+    QString cpuCapability; // "default", "avx2", "avx512"
+
+    // "libtorch=1.13.0;blas=openblas-openmp;threads=1;cpu=avx2"
+    QString toString() const;
+    bool operator==(const RuntimeProfile&) const = default;
+};
+
+RuntimeProfile currentRuntimeProfile(int threads);
+
+} // namespace tessera::compute

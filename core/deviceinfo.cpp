@@ -1,0 +1,88 @@
+#include "deviceinfo.h"
+
+#include "jsonreader.h"
+
+#include <QJsonArray>
+
+namespace tessera::core {
+
+QString DeviceInfo::kindName(Kind kind)
+{
+    switch (kind) {
+    case Kind::Cpu:
+        return QStringLiteral("cpu");
+    case Kind::Cuda:
+        return QStringLiteral("cuda");
+    case Kind::OpenCl:
+        return QStringLiteral("opencl");
+    }
+    return {};
+}
+
+Result<DeviceInfo::Kind> DeviceInfo::kindFromName(QStringView name)
+{
+    for (auto kind : { Kind::Cpu, Kind::Cuda, Kind::OpenCl }) {
+        if (kindName(kind) == name)
+            return kind;
+    }
+    return Error { {}, QStringLiteral("'%1' is not a device kind (cpu, cuda, opencl)").arg(name.toString()) };
+}
+
+Result<DeviceInfo> DeviceInfo::fromJson(const QJsonObject& json)
+{
+    JsonReader reader(json);
+    reader.allowOnly({ QStringLiteral("kind"), QStringLiteral("index"), QStringLiteral("name"), QStringLiteral("vendor"),
+        QStringLiteral("memoryBytes"), QStringLiteral("cores"), QStringLiteral("features"), QStringLiteral("computeCapability"),
+        QStringLiteral("pciBusId"), QStringLiteral("driverVersion"), QStringLiteral("usable"),
+        QStringLiteral("unusableReason") });
+    DeviceInfo device;
+    const QString kind = reader.string(u"kind");
+    if (reader.ok()) {
+        auto parsed = kindFromName(kind);
+        if (parsed)
+            device.kind = *parsed;
+        else
+            reader.fail(u"kind", parsed.error().message);
+    }
+    device.index = static_cast<int>(reader.integer(u"index", 0, 1024));
+    device.name = reader.string(u"name");
+    device.vendor = reader.string(u"vendor", Presence::Optional);
+    device.memoryBytes = reader.integer(u"memoryBytes", 0, std::int64_t(1) << 52, Presence::Optional);
+    device.cores = static_cast<int>(reader.integer(u"cores", 0, 1 << 20, Presence::Optional));
+    device.features = reader.stringList(u"features", Presence::Optional);
+    device.computeCapability = reader.string(u"computeCapability", Presence::Optional);
+    device.pciBusId = reader.string(u"pciBusId", Presence::Optional);
+    device.driverVersion = reader.string(u"driverVersion", Presence::Optional);
+    device.usable = reader.boolean(u"usable");
+    device.unusableReason = reader.string(u"unusableReason", Presence::Optional);
+    if (reader.ok() && !device.usable && device.unusableReason.isEmpty())
+        reader.fail(u"unusableReason", QStringLiteral("an unusable device must say why"));
+    if (!reader.ok())
+        return reader.status().error();
+    return device;
+}
+
+QJsonObject DeviceInfo::toJson() const
+{
+    QJsonObject json {
+        { QStringLiteral("kind"), kindName(kind) },
+        { QStringLiteral("index"), index },
+        { QStringLiteral("name"), name },
+        { QStringLiteral("memoryBytes"), static_cast<qint64>(memoryBytes) },
+        { QStringLiteral("cores"), cores },
+        { QStringLiteral("features"), QJsonArray::fromStringList(features) },
+        { QStringLiteral("usable"), usable },
+    };
+    auto insertIfSet = [&json](const char* key, const QString& value) {
+        if (!value.isEmpty())
+            json.insert(QLatin1String(key), value);
+    };
+    insertIfSet("vendor", vendor);
+    insertIfSet("computeCapability", computeCapability);
+    insertIfSet("pciBusId", pciBusId);
+    insertIfSet("driverVersion", driverVersion);
+    insertIfSet("unusableReason", unusableReason);
+    return json;
+}
+
+} // namespace tessera::core

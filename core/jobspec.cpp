@@ -1,0 +1,380 @@
+#include "jobspec.h"
+
+#include "jsonreader.h"
+
+#include <QJsonArray>
+
+#include <limits>
+
+namespace tessera::core {
+
+namespace {
+
+constexpr std::int64_t FashionMnistTrainSamples = 60000;
+constexpr std::int64_t MaxLayerWidth = 65536;
+constexpr qsizetype MaxHiddenLayers = 8;
+constexpr double MaxLearningRate = 100.0;
+
+QJsonArray toJsonArray(const QList<std::int64_t>& values)
+{
+    QJsonArray array;
+    for (auto value : values)
+        array.append(static_cast<qint64>(value));
+    return array;
+}
+
+} // namespace
+
+ModelSpec readModelSpec(JsonReader reader)
+{
+    ModelSpec model;
+    if (reader.has(u"torchscript")) {
+        reader.allowOnly({ QStringLiteral("torchscript") });
+        model.source = ModelSpec::Source::TorchScript;
+        auto script = reader.object(u"torchscript");
+        script.allowOnly({ QStringLiteral("file"), QStringLiteral("sha256") });
+        model.scriptFile = script.string(u"file", Presence::Optional);
+        model.scriptSha256 = script.digest(u"sha256", Presence::Optional);
+        if (script.ok() && model.scriptFile.isEmpty() && model.scriptSha256.isNull())
+            script.fail(
+                u"file", QStringLiteral("a TorchScript model needs a file to upload or the sha256 of one already uploaded"));
+        return model;
+    }
+
+    model.source = ModelSpec::Source::Zoo;
+    model.zoo = reader.string(u"zoo");
+    if (reader.ok() && !ModelSpec::zooNames().contains(model.zoo)) {
+        reader.fail(u"zoo",
+            QStringLiteral("'%1' is not a zoo model (choose one of: %2), or give \"torchscript\" instead")
+                .arg(model.zoo, ModelSpec::zooNames().join(QStringLiteral(", "))));
+        return model;
+    }
+    if (model.zoo == u"cnn") {
+        reader.allowOnly(
+            { QStringLiteral("zoo"), QStringLiteral("channels"), QStringLiteral("hidden"), QStringLiteral("dropout") });
+        model.channels = reader.integerList(u"channels", 1, 1024, 2, Presence::Optional);
+        if (model.channels.isEmpty())
+            model.channels = { 16, 32 };
+        else if (model.channels.size() != 2)
+            reader.fail(u"channels", QStringLiteral("must list the output channels of exactly 2 conv blocks"));
+        model.hidden = reader.integerList(u"hidden", 1, MaxLayerWidth, 1, Presence::Optional);
+        if (model.hidden.isEmpty())
+            model.hidden = { 128 };
+    } else {
+        reader.allowOnly({ QStringLiteral("zoo"), QStringLiteral("hidden"), QStringLiteral("dropout") });
+        model.hidden = reader.integerList(u"hidden", 1, MaxLayerWidth, MaxHiddenLayers, Presence::Optional);
+        if (!reader.has(u"hidden"))
+            model.hidden = { 256, 128 };
+    }
+    model.dropout = reader.number(u"dropout", 0.0, 0.95, Presence::Optional, 0.0);
+    return model;
+}
+
+QJsonObject modelSpecToJson(const ModelSpec& model)
+{
+    QJsonObject json;
+    if (model.source == ModelSpec::Source::TorchScript) {
+        QJsonObject script;
+        if (!model.scriptFile.isEmpty())
+            script.insert(QStringLiteral("file"), model.scriptFile);
+        if (!model.scriptSha256.isNull())
+            script.insert(QStringLiteral("sha256"), model.scriptSha256.toHex());
+        json.insert(QStringLiteral("torchscript"), script);
+        return json;
+    }
+    json.insert(QStringLiteral("zoo"), model.zoo);
+    if (model.zoo == u"cnn")
+        json.insert(QStringLiteral("channels"), toJsonArray(model.channels));
+    json.insert(QStringLiteral("hidden"), toJsonArray(model.hidden));
+    json.insert(QStringLiteral("dropout"), model.dropout);
+    return json;
+}
+
+DatasetSpec readDatasetSpec(JsonReader reader)
+{
+    DatasetSpec dataset;
+    if (reader.has(u"tensors")) {
+        reader.allowOnly({ QStringLiteral("tensors") });
+        dataset.source = DatasetSpec::Source::Tensors;
+        auto tensors = reader.object(u"tensors");
+        tensors.allowOnly({ QStringLiteral("trainFile"), QStringLiteral("trainSha256"), QStringLiteral("testFile"),
+            QStringLiteral("testSha256"), QStringLiteral("trainSamples") });
+        dataset.trainFile = tensors.string(u"trainFile", Presence::Optional);
+        dataset.trainSha256 = tensors.digest(u"trainSha256", Presence::Optional);
+        dataset.testFile = tensors.string(u"testFile", Presence::Optional);
+        dataset.testSha256 = tensors.digest(u"testSha256", Presence::Optional);
+        dataset.trainSamples = tensors.integer(u"trainSamples", 1, std::int64_t(1) << 40);
+        if (tensors.ok() && dataset.trainFile.isEmpty() && dataset.trainSha256.isNull())
+            tensors.fail(
+                u"trainFile", QStringLiteral("a tensor dataset needs a file to upload or the sha256 of one already uploaded"));
+        return dataset;
+    }
+    reader.allowOnly({ QStringLiteral("builtin") });
+    dataset.source = DatasetSpec::Source::Builtin;
+    dataset.builtin = reader.string(u"builtin");
+    if (reader.ok() && !DatasetSpec::builtinNames().contains(dataset.builtin))
+        reader.fail(u"builtin",
+            QStringLiteral("'%1' is not a built-in dataset (choose one of: %2), or give \"tensors\" instead")
+                .arg(dataset.builtin, DatasetSpec::builtinNames().join(QStringLiteral(", "))));
+    return dataset;
+}
+
+QJsonObject datasetSpecToJson(const DatasetSpec& dataset)
+{
+    QJsonObject json;
+    if (dataset.source == DatasetSpec::Source::Builtin) {
+        json.insert(QStringLiteral("builtin"), dataset.builtin);
+        return json;
+    }
+    QJsonObject tensors;
+    if (!dataset.trainFile.isEmpty())
+        tensors.insert(QStringLiteral("trainFile"), dataset.trainFile);
+    if (!dataset.trainSha256.isNull())
+        tensors.insert(QStringLiteral("trainSha256"), dataset.trainSha256.toHex());
+    if (!dataset.testFile.isEmpty())
+        tensors.insert(QStringLiteral("testFile"), dataset.testFile);
+    if (!dataset.testSha256.isNull())
+        tensors.insert(QStringLiteral("testSha256"), dataset.testSha256.toHex());
+    tensors.insert(QStringLiteral("trainSamples"), static_cast<qint64>(dataset.trainSamples));
+    json.insert(QStringLiteral("tensors"), tensors);
+    return json;
+}
+
+OptimizerSpec readOptimizerSpec(JsonReader reader)
+{
+    OptimizerSpec optimizer;
+    const QString kind = reader.string(u"kind");
+    if (kind == u"sgd") {
+        reader.allowOnly({ QStringLiteral("kind"), QStringLiteral("lr"), QStringLiteral("momentum"), QStringLiteral("nesterov"),
+            QStringLiteral("weightDecay") });
+        optimizer.kind = OptimizerSpec::Kind::Sgd;
+        optimizer.momentum = reader.number(u"momentum", 0.0, 0.999, Presence::Optional, 0.0);
+        optimizer.nesterov = reader.boolean(u"nesterov", Presence::Optional, false);
+        if (optimizer.nesterov && optimizer.momentum == 0.0)
+            reader.fail(u"nesterov", QStringLiteral("Nesterov momentum needs a momentum above 0"));
+    } else if (kind == u"adam") {
+        reader.allowOnly({ QStringLiteral("kind"), QStringLiteral("lr"), QStringLiteral("beta1"), QStringLiteral("beta2"),
+            QStringLiteral("eps"), QStringLiteral("weightDecay") });
+        optimizer.kind = OptimizerSpec::Kind::Adam;
+        optimizer.beta1 = reader.number(u"beta1", 0.0, 0.9999, Presence::Optional, 0.9);
+        optimizer.beta2 = reader.number(u"beta2", 0.0, 0.999999, Presence::Optional, 0.999);
+        optimizer.eps = reader.number(u"eps", 1e-12, 1.0, Presence::Optional, 1e-8);
+    } else if (reader.ok()) {
+        reader.fail(u"kind", QStringLiteral("'%1' is not an optimizer (choose sgd or adam)").arg(kind));
+    }
+    optimizer.lr = reader.number(u"lr", 0.0, MaxLearningRate);
+    if (reader.ok() && optimizer.lr <= 0.0)
+        reader.fail(u"lr", QStringLiteral("the learning rate must be above 0"));
+    optimizer.weightDecay = reader.number(u"weightDecay", 0.0, 1.0, Presence::Optional, 0.0);
+    return optimizer;
+}
+
+QJsonObject optimizerSpecToJson(const OptimizerSpec& optimizer)
+{
+    QJsonObject json;
+    json.insert(QStringLiteral("lr"), optimizer.lr);
+    json.insert(QStringLiteral("weightDecay"), optimizer.weightDecay);
+    if (optimizer.kind == OptimizerSpec::Kind::Sgd) {
+        json.insert(QStringLiteral("kind"), QStringLiteral("sgd"));
+        json.insert(QStringLiteral("momentum"), optimizer.momentum);
+        json.insert(QStringLiteral("nesterov"), optimizer.nesterov);
+    } else {
+        json.insert(QStringLiteral("kind"), QStringLiteral("adam"));
+        json.insert(QStringLiteral("beta1"), optimizer.beta1);
+        json.insert(QStringLiteral("beta2"), optimizer.beta2);
+        json.insert(QStringLiteral("eps"), optimizer.eps);
+    }
+    return json;
+}
+
+TrainingSpec readTrainingSpec(JsonReader reader)
+{
+    reader.allowOnly({ QStringLiteral("rounds"), QStringLiteral("shardsPerRound"), QStringLiteral("localSteps"),
+        QStringLiteral("batchSize"), QStringLiteral("seed"), QStringLiteral("threads"), QStringLiteral("checkpointInterval") });
+    TrainingSpec training;
+    training.rounds = reader.integer(u"rounds", 1, 100000);
+    training.shardsPerRound = reader.integer(u"shardsPerRound", 1, 4096);
+    training.localSteps = reader.integer(u"localSteps", 1, 1000000);
+    training.batchSize = reader.integer(u"batchSize", 1, 65536);
+    training.seed = reader.integer(u"seed", 0, (std::int64_t(1) << 53), Presence::Optional, 0);
+    training.threads = reader.integer(u"threads", 1, 256, Presence::Optional, 1);
+    training.checkpointInterval = reader.integer(
+        u"checkpointInterval", 1, 1000000, Presence::Optional, std::max<std::int64_t>(1, training.localSteps / 10));
+    return training;
+}
+
+QJsonObject trainingSpecToJson(const TrainingSpec& training)
+{
+    return QJsonObject {
+        { QStringLiteral("rounds"), static_cast<qint64>(training.rounds) },
+        { QStringLiteral("shardsPerRound"), static_cast<qint64>(training.shardsPerRound) },
+        { QStringLiteral("localSteps"), static_cast<qint64>(training.localSteps) },
+        { QStringLiteral("batchSize"), static_cast<qint64>(training.batchSize) },
+        { QStringLiteral("seed"), static_cast<qint64>(training.seed) },
+        { QStringLiteral("threads"), static_cast<qint64>(training.threads) },
+        { QStringLiteral("checkpointInterval"), static_cast<qint64>(training.checkpointInterval) },
+    };
+}
+
+AggregationSpec readAggregationSpec(JsonReader reader)
+{
+    reader.allowOnly({ QStringLiteral("method"), QStringLiteral("outerLr"), QStringLiteral("outerMomentum") });
+    AggregationSpec aggregation;
+    const QString method = reader.string(u"method", Presence::Optional, QStringLiteral("fedavg"));
+    if (method == u"fedavg")
+        aggregation.method = AggregationSpec::Method::FedAvg;
+    else if (method == u"nesterov")
+        aggregation.method = AggregationSpec::Method::Nesterov;
+    else
+        reader.fail(u"method", QStringLiteral("'%1' is not an aggregation method (choose fedavg or nesterov)").arg(method));
+    aggregation.outerLr = reader.number(u"outerLr", 0.0, 10.0, Presence::Optional, 1.0);
+    if (reader.ok() && aggregation.outerLr <= 0.0)
+        reader.fail(u"outerLr", QStringLiteral("the outer learning rate must be above 0"));
+    aggregation.outerMomentum = reader.number(u"outerMomentum", 0.0, 0.999, Presence::Optional, 0.9);
+    return aggregation;
+}
+
+QJsonObject aggregationSpecToJson(const AggregationSpec& aggregation)
+{
+    return QJsonObject {
+        { QStringLiteral("method"),
+            aggregation.method == AggregationSpec::Method::FedAvg ? QStringLiteral("fedavg") : QStringLiteral("nesterov") },
+        { QStringLiteral("outerLr"), aggregation.outerLr },
+        { QStringLiteral("outerMomentum"), aggregation.outerMomentum },
+    };
+}
+
+QStringList ModelSpec::zooNames()
+{
+    return { QStringLiteral("mlp"), QStringLiteral("cnn") };
+}
+
+QStringList DatasetSpec::builtinNames()
+{
+    return { QStringLiteral("fashion-mnist") };
+}
+
+std::int64_t DatasetSpec::trainSampleCount() const
+{
+    if (source == Source::Builtin && builtin == u"fashion-mnist")
+        return FashionMnistTrainSamples;
+    return trainSamples;
+}
+
+std::int64_t JobSpec::samplesPerShard() const
+{
+    return training.shardsPerRound > 0 ? dataset.trainSampleCount() / training.shardsPerRound : 0;
+}
+
+Result<JobSpec> JobSpec::fromJsonText(const QByteArray& text)
+{
+    auto json = parseJsonObject(text);
+    if (!json)
+        return json.error();
+    return fromJson(*json);
+}
+
+Result<JobSpec> JobSpec::fromJson(const QJsonObject& json)
+{
+    JsonReader reader(json);
+    reader.allowOnly({ QStringLiteral("version"), QStringLiteral("name"), QStringLiteral("model"), QStringLiteral("dataset"),
+        QStringLiteral("optimizer"), QStringLiteral("training"), QStringLiteral("aggregation"), QStringLiteral("budget"),
+        QStringLiteral("verification") });
+    const auto version = reader.integer(u"version", 1, std::numeric_limits<int>::max(), Presence::Optional, FormatVersion);
+    if (reader.ok() && version > FormatVersion)
+        reader.fail(u"version",
+            QStringLiteral("this job file is format %1; this Tessera reads up to format %2").arg(version).arg(FormatVersion));
+
+    JobSpec spec;
+    spec.name = reader.string(u"name");
+    spec.model = readModelSpec(reader.object(u"model"));
+    spec.dataset = readDatasetSpec(reader.object(u"dataset"));
+    spec.optimizer = readOptimizerSpec(reader.object(u"optimizer"));
+    spec.training = readTrainingSpec(reader.object(u"training"));
+    spec.aggregation = readAggregationSpec(reader.object(u"aggregation", Presence::Optional));
+
+    const QString budget = reader.string(u"budget");
+    if (reader.ok()) {
+        auto credits = Credits::parse(budget);
+        if (!credits)
+            reader.fail(u"budget", credits.error().message);
+        else
+            spec.budget = *credits;
+    }
+    auto verification = reader.object(u"verification", Presence::Optional);
+    verification.allowOnly({ QStringLiteral("rate") });
+    spec.verificationRate = verification.number(u"rate", 0.0, 1.0, Presence::Optional, 0.1);
+
+    if (!reader.ok())
+        return reader.status().error();
+    if (auto status = spec.validate(); !status)
+        return status.error();
+    return spec;
+}
+
+QJsonObject JobSpec::toJson() const
+{
+    return QJsonObject {
+        { QStringLiteral("version"), FormatVersion },
+        { QStringLiteral("name"), name },
+        { QStringLiteral("model"), modelSpecToJson(model) },
+        { QStringLiteral("dataset"), datasetSpecToJson(dataset) },
+        { QStringLiteral("optimizer"), optimizerSpecToJson(optimizer) },
+        { QStringLiteral("training"), trainingSpecToJson(training) },
+        { QStringLiteral("aggregation"), aggregationSpecToJson(aggregation) },
+        { QStringLiteral("budget"), budget.toString() },
+        { QStringLiteral("verification"), QJsonObject { { QStringLiteral("rate"), verificationRate } } },
+    };
+}
+
+Status JobSpec::validate() const
+{
+    auto fail = [](const char* field, const QString& message) { return Error { QString::fromLatin1(field), message }; };
+
+    if (name.trimmed().isEmpty())
+        return fail("name", QStringLiteral("give the job a name"));
+    if (name.size() > 200)
+        return fail("name", QStringLiteral("at most 200 characters"));
+    if (model.source == ModelSpec::Source::Zoo && !ModelSpec::zooNames().contains(model.zoo))
+        return fail("model.zoo", QStringLiteral("'%1' is not a zoo model").arg(model.zoo));
+    if (training.rounds < 1)
+        return fail("training.rounds", QStringLiteral("a job needs at least 1 round"));
+    if (training.shardsPerRound < 1)
+        return fail("training.shardsPerRound", QStringLiteral("a round needs at least 1 shard"));
+    if (training.localSteps < 1)
+        return fail("training.localSteps", QStringLiteral("a shard needs at least 1 local step"));
+    if (training.batchSize < 1)
+        return fail("training.batchSize", QStringLiteral("the batch size must be at least 1"));
+    if (training.threads < 1)
+        return fail("training.threads", QStringLiteral("a shard needs at least 1 thread"));
+    if (!(optimizer.lr > 0.0))
+        return fail("optimizer.lr", QStringLiteral("the learning rate must be above 0"));
+    if (optimizer.weightDecay < 0.0)
+        return fail("optimizer.weightDecay", QStringLiteral("weight decay cannot be negative"));
+    if (training.checkpointInterval < 1 || training.checkpointInterval > training.localSteps)
+        return fail("training.checkpointInterval",
+            QStringLiteral("must be between 1 and localSteps (%1), not %2")
+                .arg(training.localSteps)
+                .arg(training.checkpointInterval));
+
+    const auto samples = dataset.trainSampleCount();
+    if (samples < 1)
+        return fail("dataset", QStringLiteral("the dataset has no training samples"));
+    if (training.shardsPerRound > samples)
+        return fail("training.shardsPerRound",
+            QStringLiteral("%1 shards cannot split %2 training samples").arg(training.shardsPerRound).arg(samples));
+    if (training.batchSize > samplesPerShard())
+        return fail("training.batchSize",
+            QStringLiteral("a batch of %1 is larger than a shard's %2 samples (%3 training samples / %4 shards per round)")
+                .arg(training.batchSize)
+                .arg(samplesPerShard())
+                .arg(samples)
+                .arg(training.shardsPerRound));
+    if (!(budget.micro() > 0))
+        return fail("budget", QStringLiteral("the budget must be above 0 credits, not %1").arg(budget.toString()));
+    if (!(verificationRate >= 0.0 && verificationRate <= 1.0))
+        return fail("verification.rate", QStringLiteral("must be between 0 and 1"));
+    return {};
+}
+
+} // namespace tessera::core

@@ -1,0 +1,55 @@
+#include "nodeinfo.h"
+
+#include "jsonreader.h"
+
+#include <QJsonArray>
+
+namespace tessera::core {
+
+Result<NodeInfo> NodeInfo::fromJson(const QJsonObject& json)
+{
+    JsonReader reader(json);
+    reader.allowOnly(
+        { QStringLiteral("nodeId"), QStringLiteral("name"), QStringLiteral("softwareVersion"), QStringLiteral("runtimeProfile"),
+            QStringLiteral("devices"), QStringLiteral("benchmarkSamplesPerSecond"), QStringLiteral("maxThreads") });
+    NodeInfo node;
+    node.nodeId = reader.string(u"nodeId");
+    node.name = reader.string(u"name", Presence::Optional);
+    node.softwareVersion = reader.string(u"softwareVersion");
+    node.runtimeProfile = reader.string(u"runtimeProfile");
+    node.benchmarkSamplesPerSecond = reader.number(u"benchmarkSamplesPerSecond", 0.0, 1e12, Presence::Optional);
+    node.maxThreads = static_cast<int>(reader.integer(u"maxThreads", 1, 4096));
+    if (node.name.size() > 100)
+        reader.fail(u"name", QStringLiteral("at most 100 characters"));
+    const auto deviceReaders = reader.objectList(u"devices", MaxDevices);
+    for (qsizetype i = 0; i < deviceReaders.size() && reader.ok(); ++i) {
+        auto device = DeviceInfo::fromJson(json.value(QStringLiteral("devices")).toArray().at(i).toObject());
+        if (!device) {
+            const auto& error = device.error();
+            reader.fail(QStringLiteral("devices[%1].%2").arg(i).arg(error.field), error.message);
+            break;
+        }
+        node.devices.append(*device);
+    }
+    if (!reader.ok())
+        return reader.status().error();
+    return node;
+}
+
+QJsonObject NodeInfo::toJson() const
+{
+    QJsonArray deviceArray;
+    for (const auto& device : devices)
+        deviceArray.append(device.toJson());
+    return QJsonObject {
+        { QStringLiteral("nodeId"), nodeId },
+        { QStringLiteral("name"), name },
+        { QStringLiteral("softwareVersion"), softwareVersion },
+        { QStringLiteral("runtimeProfile"), runtimeProfile },
+        { QStringLiteral("devices"), deviceArray },
+        { QStringLiteral("benchmarkSamplesPerSecond"), benchmarkSamplesPerSecond },
+        { QStringLiteral("maxThreads"), maxThreads },
+    };
+}
+
+} // namespace tessera::core

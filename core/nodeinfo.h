@@ -1,0 +1,30 @@
+#pragma once
+
+#include "deviceinfo.h"
+#include "error.h"
+
+#include <QJsonObject>
+#include <QList>
+#include <QString>
+
+namespace tessera::core {
+
+// What a node tells a broker about itself when it registers.
+struct NodeInfo {
+    QString nodeId; // the node's public key (hex): its identity
+    QString name; // chosen by the owner, shown in the broker's tables
+    QString softwareVersion;
+    QString runtimeProfile; // LibTorch version, BLAS, threads, CPU capability
+    QList<DeviceInfo> devices;
+    double benchmarkSamplesPerSecond = 0.0; // zoo mlp reference throughput
+    int maxThreads = 1;
+
+    static constexpr qsizetype MaxDevices = 64;
+
+    static Result<NodeInfo> fromJson(const QJsonObject& json);
+    QJsonObject toJson() const;
+
+    bool operator==(const NodeInfo&) const = default;
+};
+
+} // namespace tessera::core

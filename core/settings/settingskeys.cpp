@@ -1,0 +1,153 @@
+#include "settingskeys.h"
+
+namespace tessera::core::settings {
+
+namespace {
+
+Key boolKey(const QString& name, bool fallback, const char* doc)
+{
+    return Key { name, Type::Bool, fallback, 0, 0, {}, {}, {}, QString::fromUtf8(doc) };
+}
+
+Key intKey(const QString& name, std::int64_t fallback, std::int64_t min, std::int64_t max, const char* doc)
+{
+    return Key { name, Type::Int, QVariant::fromValue<qint64>(fallback), min, max, {}, {}, {}, QString::fromUtf8(doc) };
+}
+
+Key stringKey(const QString& name, const QString& fallback, const char* pattern, const char* patternText, const char* doc)
+{
+    return Key { name, Type::String, fallback, 0, 0, {}, QString::fromUtf8(pattern), QString::fromUtf8(patternText),
+        QString::fromUtf8(doc) };
+}
+
+Key pathKey(const QString& name, const char* doc)
+{
+    return stringKey(name, QString(), "", "a path", doc);
+}
+
+Key listKey(const QString& name, const char* pattern, const char* patternText, const char* doc)
+{
+    return Key { name, Type::StringList, QStringList(), 0, 0, {}, QString::fromUtf8(pattern), QString::fromUtf8(patternText),
+        QString::fromUtf8(doc) };
+}
+
+Key choiceKey(const QString& name, const QString& fallback, const QStringList& choices, const char* doc)
+{
+    return Key { name, Type::Choice, fallback, 0, 0, choices, {}, {}, QString::fromUtf8(doc) };
+}
+
+// An endpoint, optionally followed by '#' and the broker's Z85 public key (40 characters).
+constexpr const char* BrokerAddressPattern = R"(tcp://[^\s#]+:\d{1,5}(#[0-9A-Za-z.\-:+=^!/*?&<>()\[\]{}@%$]{40})?)";
+constexpr const char* SchedulePattern
+    = R"(((([01]\d|2[0-3]):[0-5]\d-([01]\d|2[0-3]):[0-5]\d)(,([01]\d|2[0-3]):[0-5]\d-([01]\d|2[0-3]):[0-5]\d)*)?)";
+
+QList<Key> makeKeys()
+{
+    using namespace names;
+    return {
+        intKey(MetaVersion, CurrentVersion, 0, 1000,
+            "Layout version of this file; Tessera migrates older files and writes the current version back."),
+        stringKey(
+            NodeName, QString(), R"([^\n]{0,100})", "up to 100 characters", "Name shown to brokers; empty uses the host name."),
+        listKey(NodeBrokers, BrokerAddressPattern, "tcp://host:port, optionally #key (Z85, 40 characters)",
+            "Brokers to contribute to, as tcp://host:port#brokerkey; empty: the app starts an embedded local broker."),
+        pathKey(NodeKeyFile, "The node's keypair file; empty: node.key in the data directory."),
+        pathKey(NodeDataDirectory, "Database and blob cache of the node; empty: ~/.local/share/Tessera."),
+        boolKey(ComputeContribute, false, "Contribute compute as soon as the app starts."),
+        intKey(ComputeMaxThreads, 0, 0, 1024, "Most CPU threads the compute thread may use; 0: all cores."),
+        intKey(ComputeCpuPercent, 100, 10, 100, "Duty cycle of the compute thread in percent of wall time."),
+        intKey(ComputeMaxMemoryMiB, 4096, 256, 1048576, "Largest memory footprint of a shard the node accepts."),
+        boolKey(ComputeRunOnlyWhenIdle, false, "Contribute only while the desktop session is idle."),
+        intKey(ComputeIdleMinutes, 5, 1, 240, "Minutes without input before the session counts as idle."),
+        boolKey(ComputePauseOnBattery, true, "Pause while the machine runs on battery."),
+        stringKey(ComputeSchedule, QString(), SchedulePattern, "HH:MM-HH:MM, comma-separated",
+            "Hours to contribute, as 22:00-07:00,12:00-13:00; empty: any time."),
+        listKey(ComputeDisabledDevices, R"((cpu|cuda|opencl):\d+)", "kind:index", "Devices not to train on, as cuda:0."),
+        intKey(CacheMaxSizeMiB, 2048, 64, 1048576, "Size limit of the node's blob cache (least recently used go first)."),
+        pathKey(DataFashionMnistDirectory, "Folder with the Fashion-MNIST .gz files; empty: /usr/share/datasets/fashion-mnist."),
+        intKey(NetworkHeartbeatIntervalMs, 1000, 250, 10000, "Interval between heartbeats to and from brokers."),
+        stringKey(BrokerBind, QStringLiteral("tcp://127.0.0.1:5555"), R"(tcp://[^\s]+:\d{1,5})", "tcp://address:port",
+            "Endpoint the broker listens on; tcp://0.0.0.0:PORT accepts other machines."),
+        pathKey(BrokerDataDirectory, "Database and blob store of the broker; empty: ~/.local/share/Tessera/broker."),
+        pathKey(BrokerKeyFile, "The broker's keypair; when set, every connection is encrypted with CURVE."),
+        listKey(BrokerAllowList, R"([0-9A-Za-z.\-:+=^!/*?&<>()\[\]{}@%$]{40})", "Z85 public keys (40 characters)",
+            "Node public keys allowed to connect (Z85); empty: anyone who has the broker's key."),
+        boolKey(BrokerFaucet, false, "Mint credits for new accounts (local and demo brokers only)."),
+        boolKey(AppStartAtLogin, false, "Start the app when the desktop session starts (XDG autostart)."),
+        boolKey(AppNotifications, true, "Show desktop notifications for verification, payments and disputes."),
+        choiceKey(LogLevel, QStringLiteral("info"),
+            { QStringLiteral("debug"), QStringLiteral("info"), QStringLiteral("warning"), QStringLiteral("error") },
+            "Least severe message written to the log."),
+    };
+}
+
+} // namespace
+
+QString Key::typeName() const
+{
+    switch (type) {
+    case Type::Bool:
+        return QStringLiteral("bool");
+    case Type::Int:
+        return QStringLiteral("int");
+    case Type::String:
+        return QStringLiteral("string");
+    case Type::StringList:
+        return QStringLiteral("list");
+    case Type::Choice:
+        return QStringLiteral("choice");
+    }
+    return {};
+}
+
+QString Key::rangeText() const
+{
+    switch (type) {
+    case Type::Bool:
+        return QStringLiteral("true, false");
+    case Type::Int:
+        return QStringLiteral("%1 to %2").arg(min).arg(max);
+    case Type::Choice:
+        return choices.join(QStringLiteral(", "));
+    case Type::String:
+    case Type::StringList:
+        return patternText.isEmpty() ? QStringLiteral("any") : patternText;
+    }
+    return {};
+}
+
+const QList<Key>& keys()
+{
+    static const QList<Key> table = makeKeys();
+    return table;
+}
+
+const Key* findKey(QStringView name)
+{
+    for (const auto& key : keys()) {
+        if (key.name == name)
+            return &key;
+    }
+    return nullptr;
+}
+
+QString markdownTable()
+{
+    QString table = QStringLiteral("| key | type | default | valid | what it does |\n|---|---|---|---|---|\n");
+    for (const auto& key : keys()) {
+        QString fallback;
+        if (key.type == Type::StringList)
+            fallback = key.defaultValue.toStringList().join(QStringLiteral(", "));
+        else if (key.type == Type::Bool)
+            fallback = key.defaultValue.toBool() ? QStringLiteral("true") : QStringLiteral("false");
+        else
+            fallback = key.defaultValue.toString();
+        table += QStringLiteral("| `%1` | %2 | %3 | %4 | %5 |\n")
+                     .arg(key.name, key.typeName(),
+                         fallback.isEmpty() ? QStringLiteral("(empty)") : QStringLiteral("`%1`").arg(fallback), key.rangeText(),
+                         key.doc);
+    }
+    return table;
+}
+
+} // namespace tessera::core::settings

@@ -1,0 +1,68 @@
+#pragma once
+
+#include <QList>
+#include <QString>
+#include <QStringList>
+#include <QVariant>
+
+#include <cstdint>
+
+namespace tessera::core::settings {
+
+enum class Type { Bool, Int, String, StringList, Choice };
+
+// One setting: declared once here, read by the desktop app, the headless node, the broker and
+// docs/SETTINGS.md (a test checks that the document and this table agree).
+struct Key {
+    QString name; // "Compute/MaxThreads": INI group and key
+    Type type = Type::String;
+    QVariant defaultValue;
+    std::int64_t min = 0; // Int
+    std::int64_t max = 0; // Int
+    QStringList choices; // Choice
+    QString pattern; // String, StringList: each value must match this regular expression in full
+    QString patternText; // the pattern in words, for people and docs
+    QString doc; // one line for people
+
+    QString typeName() const;
+    QString rangeText() const; // "0 to 1024", "debug, info, ...", "HH:MM-HH:MM, ..."
+};
+
+// The layout version written as Meta/Version; older files are migrated up to it.
+constexpr int CurrentVersion = 1;
+
+const QList<Key>& keys();
+const Key* findKey(QStringView name);
+
+// The table of docs/SETTINGS.md, generated from keys().
+QString markdownTable();
+
+namespace names {
+inline const QString MetaVersion = QStringLiteral("Meta/Version");
+inline const QString NodeName = QStringLiteral("Node/Name");
+inline const QString NodeBrokers = QStringLiteral("Node/Brokers");
+inline const QString NodeKeyFile = QStringLiteral("Node/KeyFile");
+inline const QString NodeDataDirectory = QStringLiteral("Node/DataDirectory");
+inline const QString ComputeContribute = QStringLiteral("Compute/Contribute");
+inline const QString ComputeMaxThreads = QStringLiteral("Compute/MaxThreads");
+inline const QString ComputeCpuPercent = QStringLiteral("Compute/CpuPercent");
+inline const QString ComputeMaxMemoryMiB = QStringLiteral("Compute/MaxMemoryMiB");
+inline const QString ComputeRunOnlyWhenIdle = QStringLiteral("Compute/RunOnlyWhenIdle");
+inline const QString ComputeIdleMinutes = QStringLiteral("Compute/IdleMinutes");
+inline const QString ComputePauseOnBattery = QStringLiteral("Compute/PauseOnBattery");
+inline const QString ComputeSchedule = QStringLiteral("Compute/Schedule");
+inline const QString ComputeDisabledDevices = QStringLiteral("Compute/DisabledDevices");
+inline const QString CacheMaxSizeMiB = QStringLiteral("Cache/MaxSizeMiB");
+inline const QString DataFashionMnistDirectory = QStringLiteral("Data/FashionMnistDirectory");
+inline const QString NetworkHeartbeatIntervalMs = QStringLiteral("Network/HeartbeatIntervalMs");
+inline const QString BrokerBind = QStringLiteral("Broker/Bind");
+inline const QString BrokerDataDirectory = QStringLiteral("Broker/DataDirectory");
+inline const QString BrokerKeyFile = QStringLiteral("Broker/KeyFile");
+inline const QString BrokerAllowList = QStringLiteral("Broker/AllowList");
+inline const QString BrokerFaucet = QStringLiteral("Broker/Faucet");
+inline const QString AppStartAtLogin = QStringLiteral("App/StartAtLogin");
+inline const QString AppNotifications = QStringLiteral("App/Notifications");
+inline const QString LogLevel = QStringLiteral("Log/Level");
+} // namespace names
+
+} // namespace tessera::core::settings

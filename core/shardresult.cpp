@@ -1,0 +1,92 @@
+#include "shardresult.h"
+
+#include "jsonreader.h"
+
+#include <QJsonArray>
+
+namespace tessera::core {
+
+Digest Commitment::chainRootOf(const QList<Digest>& chain)
+{
+    Sha256 hasher;
+    for (const auto& digest : chain)
+        hasher.addData(digest.toRaw());
+    return hasher.result();
+}
+
+Commitment ShardResult::commitment() const
+{
+    return { finalHash, Commitment::chainRootOf(checkpointHashes) };
+}
+
+Result<ShardResult> ShardResult::fromJson(const QJsonObject& json)
+{
+    JsonReader reader(json);
+    reader.allowOnly({ QStringLiteral("jobId"), QStringLiteral("round"), QStringLiteral("shard"), QStringLiteral("outcome"),
+        QStringLiteral("failure"), QStringLiteral("finalHash"), QStringLiteral("checkpointHashes"),
+        QStringLiteral("weightsSha256"), QStringLiteral("losses"), QStringLiteral("samplesProcessed"),
+        QStringLiteral("wallTimeMs"), QStringLiteral("runtimeProfile") });
+    constexpr std::int64_t MaxIndex = std::int64_t(1) << 40;
+    ShardResult result;
+    result.jobId = reader.string(u"jobId");
+    result.round = reader.integer(u"round", 0, MaxIndex);
+    result.shard = reader.integer(u"shard", 0, MaxIndex);
+    const QString outcome = reader.string(u"outcome");
+    if (outcome == u"completed")
+        result.outcome = Outcome::Completed;
+    else if (outcome == u"failed")
+        result.outcome = Outcome::Failed;
+    else if (reader.ok())
+        reader.fail(u"outcome", QStringLiteral("must be \"completed\" or \"failed\", not '%1'").arg(outcome));
+
+    if (result.outcome == Outcome::Failed) {
+        result.failure = reader.string(u"failure");
+        if (reader.ok() && result.failure.isEmpty())
+            reader.fail(u"failure", QStringLiteral("a failed result must say why"));
+    } else {
+        result.finalHash = reader.digest(u"finalHash");
+        result.checkpointHashes = reader.digestList(u"checkpointHashes", MaxCheckpoints);
+        result.weightsSha256 = reader.digest(u"weightsSha256");
+        if (reader.ok() && result.checkpointHashes.isEmpty())
+            reader.fail(u"checkpointHashes", QStringLiteral("needs at least the hash at step 0"));
+        if (reader.ok() && result.checkpointHashes.last() != result.finalHash)
+            reader.fail(u"checkpointHashes", QStringLiteral("the last checkpoint must be the final weights"));
+    }
+    result.losses = reader.numberList(u"losses", MaxLosses, Presence::Optional);
+    result.samplesProcessed = reader.integer(u"samplesProcessed", 0, std::int64_t(1) << 50, Presence::Optional);
+    result.wallTimeMs = reader.integer(u"wallTimeMs", 0, std::int64_t(1) << 50, Presence::Optional);
+    result.runtimeProfile = reader.string(u"runtimeProfile", Presence::Optional);
+    if (!reader.ok())
+        return reader.status().error();
+    return result;
+}
+
+QJsonObject ShardResult::toJson() const
+{
+    QJsonObject json {
+        { QStringLiteral("jobId"), jobId },
+        { QStringLiteral("round"), static_cast<qint64>(round) },
+        { QStringLiteral("shard"), static_cast<qint64>(shard) },
+        { QStringLiteral("outcome"), outcome == Outcome::Completed ? QStringLiteral("completed") : QStringLiteral("failed") },
+        { QStringLiteral("samplesProcessed"), static_cast<qint64>(samplesProcessed) },
+        { QStringLiteral("wallTimeMs"), static_cast<qint64>(wallTimeMs) },
+        { QStringLiteral("runtimeProfile"), runtimeProfile },
+    };
+    if (outcome == Outcome::Failed) {
+        json.insert(QStringLiteral("failure"), failure);
+    } else {
+        json.insert(QStringLiteral("finalHash"), finalHash.toHex());
+        QJsonArray chain;
+        for (const auto& digest : checkpointHashes)
+            chain.append(digest.toHex());
+        json.insert(QStringLiteral("checkpointHashes"), chain);
+        json.insert(QStringLiteral("weightsSha256"), weightsSha256.toHex());
+    }
+    QJsonArray lossArray;
+    for (double loss : losses)
+        lossArray.append(loss);
+    json.insert(QStringLiteral("losses"), lossArray);
+    return json;
+}
+
+} // namespace tessera::core

@@ -1,0 +1,51 @@
+#pragma once
+
+#include "error.h"
+#include "hash.h"
+
+#include <QJsonObject>
+#include <QList>
+#include <QString>
+
+#include <cstdint>
+
+namespace tessera::core {
+
+// What a node commits to before it reveals its weights: the hash of its final weights and the
+// root of its checkpoint hash chain. Disputes bisect over the chain (docs/PROTOCOL.md).
+struct Commitment {
+    Digest finalHash;
+    Digest chainRoot;
+
+    // SHA-256 over the raw chain digests in order.
+    static Digest chainRootOf(const QList<Digest>& chain);
+    bool operator==(const Commitment&) const = default;
+};
+
+struct ShardResult {
+    enum class Outcome { Completed, Failed };
+
+    QString jobId;
+    std::int64_t round = 0;
+    std::int64_t shard = 0;
+    Outcome outcome = Outcome::Completed;
+    QString failure; // why, when Failed: shown to the node's owner and the job owner
+    Digest finalHash; // SHA-256 of the canonical bytes of the final weights
+    QList<Digest> checkpointHashes; // at step 0, c, 2c, ..., H
+    Digest weightsSha256; // the weights blob in the content-addressed store
+    QList<double> losses; // training loss of each step
+    std::int64_t samplesProcessed = 0;
+    std::int64_t wallTimeMs = 0;
+    QString runtimeProfile; // hashes are comparable only between equal profiles
+
+    static constexpr qsizetype MaxCheckpoints = 100001;
+    static constexpr qsizetype MaxLosses = 1000000;
+
+    Commitment commitment() const;
+    static Result<ShardResult> fromJson(const QJsonObject& json);
+    QJsonObject toJson() const;
+
+    bool operator==(const ShardResult&) const = default;
+};
+
+} // namespace tessera::core

@@ -1,0 +1,83 @@
+#include "shardtask.h"
+
+#include "jsonreader.h"
+
+namespace tessera::core {
+
+std::int64_t ShardTask::checkpointCount() const
+{
+    if (checkpointInterval < 1)
+        return 0;
+    // step 0, every multiple of c below H, and H itself
+    return 1 + (localSteps + checkpointInterval - 1) / checkpointInterval;
+}
+
+Result<ShardTask> ShardTask::fromJson(const QJsonObject& json)
+{
+    JsonReader reader(json);
+    reader.allowOnly({ QStringLiteral("jobId"), QStringLiteral("round"), QStringLiteral("shard"), QStringLiteral("sampleBegin"),
+        QStringLiteral("sampleEnd"), QStringLiteral("localSteps"), QStringLiteral("batchSize"), QStringLiteral("seed"),
+        QStringLiteral("threads"), QStringLiteral("checkpointInterval"), QStringLiteral("model"), QStringLiteral("dataset"),
+        QStringLiteral("optimizer"), QStringLiteral("startWeights") });
+    constexpr std::int64_t MaxIndex = std::int64_t(1) << 40;
+    ShardTask task;
+    task.jobId = reader.string(u"jobId");
+    task.round = reader.integer(u"round", 0, MaxIndex);
+    task.shard = reader.integer(u"shard", 0, MaxIndex);
+    task.sampleBegin = reader.integer(u"sampleBegin", 0, MaxIndex);
+    task.sampleEnd = reader.integer(u"sampleEnd", 0, MaxIndex);
+    task.localSteps = reader.integer(u"localSteps", 1, 1000000);
+    task.batchSize = reader.integer(u"batchSize", 1, 65536);
+    task.seed = reader.integer(u"seed", 0, std::int64_t(1) << 53);
+    task.threads = reader.integer(u"threads", 1, 256);
+    task.checkpointInterval = reader.integer(u"checkpointInterval", 1, 1000000);
+    task.model = readModelSpec(reader.object(u"model"));
+    task.dataset = readDatasetSpec(reader.object(u"dataset"));
+    task.optimizer = readOptimizerSpec(reader.object(u"optimizer"));
+    task.startWeights = reader.digest(u"startWeights", Presence::Optional);
+    if (!reader.ok())
+        return reader.status().error();
+    if (auto status = task.validate(); !status)
+        return status.error();
+    return task;
+}
+
+QJsonObject ShardTask::toJson() const
+{
+    QJsonObject json {
+        { QStringLiteral("jobId"), jobId },
+        { QStringLiteral("round"), static_cast<qint64>(round) },
+        { QStringLiteral("shard"), static_cast<qint64>(shard) },
+        { QStringLiteral("sampleBegin"), static_cast<qint64>(sampleBegin) },
+        { QStringLiteral("sampleEnd"), static_cast<qint64>(sampleEnd) },
+        { QStringLiteral("localSteps"), static_cast<qint64>(localSteps) },
+        { QStringLiteral("batchSize"), static_cast<qint64>(batchSize) },
+        { QStringLiteral("seed"), static_cast<qint64>(seed) },
+        { QStringLiteral("threads"), static_cast<qint64>(threads) },
+        { QStringLiteral("checkpointInterval"), static_cast<qint64>(checkpointInterval) },
+        { QStringLiteral("model"), modelSpecToJson(model) },
+        { QStringLiteral("dataset"), datasetSpecToJson(dataset) },
+        { QStringLiteral("optimizer"), optimizerSpecToJson(optimizer) },
+    };
+    if (!startWeights.isNull())
+        json.insert(QStringLiteral("startWeights"), startWeights.toHex());
+    return json;
+}
+
+Status ShardTask::validate() const
+{
+    if (jobId.isEmpty())
+        return Error { QStringLiteral("jobId"), QStringLiteral("is required") };
+    if (sampleEnd <= sampleBegin)
+        return Error { QStringLiteral("sampleEnd"),
+            QStringLiteral("the sample range [%1, %2) is empty").arg(sampleBegin).arg(sampleEnd) };
+    if (batchSize > sampleEnd - sampleBegin)
+        return Error { QStringLiteral("batchSize"),
+            QStringLiteral("a batch of %1 is larger than the shard's %2 samples").arg(batchSize).arg(sampleEnd - sampleBegin) };
+    if (checkpointInterval > localSteps)
+        return Error { QStringLiteral("checkpointInterval"),
+            QStringLiteral("must be at most localSteps (%1), not %2").arg(localSteps).arg(checkpointInterval) };
+    return {};
+}
+
+} // namespace tessera::core

@@ -1,0 +1,42 @@
+#pragma once
+
+#include "error.h"
+#include "hash.h"
+#include "jobspec.h"
+
+#include <QJsonObject>
+#include <QString>
+
+#include <cstdint>
+
+namespace tessera::core {
+
+// One unit of work: H local optimizer steps of a job's model, starting from the round's global
+// weights, over a slice of the round's seeded permutation of the training set. Everything that
+// determines the result bit for bit is in here (model, data, optimizer, seed, thread count).
+struct ShardTask {
+    QString jobId;
+    std::int64_t round = 0;
+    std::int64_t shard = 0;
+    std::int64_t sampleBegin = 0; // [sampleBegin, sampleEnd) of the round's permutation
+    std::int64_t sampleEnd = 0;
+    std::int64_t localSteps = 1;
+    std::int64_t batchSize = 1;
+    std::int64_t seed = 0;
+    std::int64_t threads = 1;
+    std::int64_t checkpointInterval = 1;
+    ModelSpec model;
+    DatasetSpec dataset;
+    OptimizerSpec optimizer;
+    Digest startWeights; // W_r; null for round 0 of a zoo model (seeded init)
+
+    static Result<ShardTask> fromJson(const QJsonObject& json);
+    QJsonObject toJson() const;
+    Status validate() const;
+    // Checkpoints at step 0, c, 2c, ..., H: the length of a valid hash chain.
+    std::int64_t checkpointCount() const;
+
+    bool operator==(const ShardTask&) const = default;
+};
+
+} // namespace tessera::core

@@ -1,0 +1,138 @@
+#pragma once
+
+#include "../error.h"
+
+#include <QByteArray>
+#include <QList>
+#include <QString>
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <thread>
+
+struct sqlite3;
+struct sqlite3_stmt;
+
+namespace tessera::core::storage {
+
+// Why a database call failed, for callers that react differently (retry when busy, stop when full).
+enum class ErrorKind { Busy, Full, Corrupt, ReadOnly, CannotOpen, Constraint, Misuse, Other };
+
+struct DatabaseError {
+    ErrorKind kind = ErrorKind::Other;
+    int sqliteCode = 0;
+    QString message;
+
+    Error toError() const { return Error { QStringLiteral("database"), message }; }
+};
+
+template<typename T> using DbResult = Result<T, DatabaseError>;
+using DbStatus = BasicStatus<DatabaseError>;
+
+// A numbered schema change, applied once, in order, in its own transaction.
+struct Migration {
+    int version = 0;
+    QString name;
+    QString sql;
+};
+
+// Reads migrations from files named NNNN_name.sql in a folder (a Qt resource folder works too).
+DbResult<QList<Migration>> loadMigrations(const QString& directory);
+
+class Database;
+
+// A prepared statement. Bind parameters by 1-based index, step through rows, read columns.
+class Statement {
+public:
+    Statement(Statement&& other) noexcept;
+    Statement& operator=(Statement&& other) noexcept;
+    ~Statement();
+
+    Statement& bind(int index, std::int64_t value);
+    Statement& bind(int index, double value);
+    Statement& bind(int index, const QString& value);
+    Statement& bind(int index, const QByteArray& blob);
+    Statement& bindNull(int index);
+
+    // true: a row is ready; false: done. Errors come back as DatabaseError.
+    DbResult<bool> step();
+    // Runs to completion, ignoring rows.
+    DbStatus run();
+    void reset();
+
+    std::int64_t columnInt(int index) const;
+    double columnDouble(int index) const;
+    QString columnText(int index) const;
+    QByteArray columnBlob(int index) const;
+    bool columnIsNull(int index) const;
+
+private:
+    friend class Database;
+    Statement(Database* database, sqlite3_stmt* statement);
+
+    Database* m_database = nullptr;
+    sqlite3_stmt* m_statement = nullptr;
+};
+
+// A transaction that rolls back unless commit() is called: leaving a scope early (an error, a
+// return) can never half-apply a change.
+class Transaction {
+public:
+    Transaction(Transaction&& other) noexcept;
+    Transaction& operator=(Transaction&&) = delete;
+    ~Transaction();
+
+    DbStatus commit();
+
+private:
+    friend class Database;
+    explicit Transaction(Database* database);
+    Database* m_database = nullptr;
+};
+
+struct DatabaseOptions {
+    int busyTimeoutMs = 5000;
+    // FULL by default: the ledger must survive a power cut, not just a crash.
+    enum class Synchronous { Normal, Full } synchronous = Synchronous::Full;
+};
+
+// One SQLite connection, in WAL mode, owned by one thread: open a Database per thread.
+class Database {
+public:
+    static DbResult<std::unique_ptr<Database>> open(const QString& path, DatabaseOptions options = {});
+    ~Database();
+    Database(const Database&) = delete;
+    Database& operator=(const Database&) = delete;
+
+    QString path() const { return m_path; }
+
+    DbStatus execute(const QString& sql);
+    DbResult<Statement> prepare(const QString& sql);
+    DbResult<Transaction> begin();
+
+    // Applies the migrations above the current schema_version in order, each in a transaction;
+    // a failing one leaves the schema at the version before it.
+    DbStatus migrate(const QList<Migration>& migrations);
+    DbResult<int> schemaVersion();
+    DbResult<QString> journalMode();
+
+    std::int64_t lastInsertRowId() const;
+    int changes() const;
+
+    // Builds a DatabaseError from the connection's last error.
+    DatabaseError lastError(int code, const QString& context) const;
+
+private:
+    Database(QString path, sqlite3* handle);
+    void assertOwningThread() const;
+
+    friend class Statement;
+    friend class Transaction;
+
+    QString m_path;
+    sqlite3* m_handle = nullptr;
+    std::thread::id m_owner;
+};
+
+} // namespace tessera::core::storage

@@ -1,0 +1,60 @@
+#!/usr/bin/env bash
+# Installs every Debian 12 package that Tessera's build, tests, demo and benchmarks need.
+# Idempotent: installs only what is missing, so a second run costs one dpkg query.
+set -euo pipefail
+
+packages=(
+    # toolchain
+    build-essential cmake ninja-build ccache pkg-config clang clang-format clang-tidy
+    # Qt 6 (Core, Gui, Widgets, Sql, Network, Test, Concurrent; Charts needs the OpenGL dev files)
+    qt6-base-dev qt6-base-dev-tools libqt6sql6-sqlite qt6-charts-dev libqt6opengl6-dev qt6-svg-dev
+    libgl-dev
+    # storage, networking, keys
+    libsqlite3-dev libzmq3-dev cppzmq-dev libsodium-dev
+    # LibTorch on OpenMP OpenBLAS (the pthread variant or the reference BLAS train ~9x slower)
+    libtorch-dev libopenblas0-openmp
+    # data and the independent PyTorch peer used by tests (Debian's /usr/bin/python3)
+    dataset-fashion-mnist python3-torch python3-zmq python3-numpy
+    # GUI tests and screenshots
+    xvfb xauth trayer imagemagick
+)
+
+missing=()
+for p in "${packages[@]}"; do
+    if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed'; then
+        missing+=("$p")
+    fi
+done
+
+# A pthread OpenBLAS next to the OpenMP one makes LibTorch's thread count unpredictable.
+conflicting=()
+if dpkg-query -W -f='${Status}' libopenblas0-pthread 2>/dev/null | grep -q 'install ok installed'; then
+    conflicting+=(libopenblas0-pthread-)
+fi
+
+if [ ${#missing[@]} -eq 0 ] && [ ${#conflicting[@]} -eq 0 ]; then
+    echo "install-deps: all ${#packages[@]} packages present"
+    exit 0
+fi
+
+sudo=()
+if [ "$(id -u)" -ne 0 ]; then
+    sudo=(sudo)
+fi
+
+apt_options=(-o DPkg::Lock::Timeout=600 -y -q --no-install-recommends)
+export DEBIAN_FRONTEND=noninteractive
+
+echo "install-deps: installing ${missing[*]} ${conflicting[*]}"
+"${sudo[@]}" apt-get -o DPkg::Lock::Timeout=600 update -q
+"${sudo[@]}" apt-get install "${apt_options[@]}" "${missing[@]}" "${conflicting[@]}"
+
+# Point the BLAS and LAPACK alternatives at OpenBLAS (OpenMP) even if the reference BLAS came in too.
+arch=$(dpkg-architecture -qDEB_HOST_MULTIARCH 2>/dev/null || echo x86_64-linux-gnu)
+for lib in libblas.so.3 liblapack.so.3; do
+    target=/usr/lib/$arch/openblas-openmp/$lib
+    if [ -e "$target" ]; then
+        "${sudo[@]}" update-alternatives --set "$lib-$arch" "$target" >/dev/null
+    fi
+done
+echo "install-deps: done"

@@ -1,0 +1,45 @@
+#include <core/hash.h>
+
+#include <QTest>
+
+using tessera::core::Digest;
+using tessera::core::Sha256;
+
+class HashTest : public QObject {
+    Q_OBJECT
+
+private Q_SLOTS:
+    void matchesKnownVectors()
+    {
+        // FIPS 180-2 test vectors.
+        QCOMPARE(
+            Digest::ofBytes("abc").toHex(), QStringLiteral("ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"));
+        QCOMPARE(Digest::ofBytes("").toHex(), QStringLiteral("e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"));
+    }
+
+    void incrementalEqualsOneShot()
+    {
+        QByteArray data(100'000, '\0');
+        for (int i = 0; i < data.size(); ++i)
+            data[i] = char(i * 31 + 7);
+        Sha256 hasher;
+        for (qsizetype offset = 0; offset < data.size(); offset += 4096)
+            hasher.addData(QByteArrayView(data).sliced(offset, std::min<qsizetype>(4096, data.size() - offset)));
+        QCOMPARE(hasher.result(), Digest::ofBytes(data));
+    }
+
+    void hexRoundTripAndErrors()
+    {
+        const auto digest = Digest::ofBytes("tessera");
+        QCOMPARE(*Digest::fromHex(digest.toHex()), digest);
+        QCOMPARE(*Digest::fromHex(digest.toHex().toUpper()), digest);
+        QVERIFY(!Digest::fromHex(u"abc").ok());
+        QVERIFY(Digest::fromHex(QString(64, u'g')).error().message.contains(QStringLiteral("hex digit")));
+        QVERIFY(!Digest::fromRaw(QByteArray(31, 'x')).ok());
+        QVERIFY(Digest().isNull());
+        QVERIFY(!digest.isNull());
+    }
+};
+
+QTEST_GUILESS_MAIN(HashTest)
+#include "tst_hash.moc"

@@ -1,0 +1,208 @@
+#include <core/jobspec.h>
+
+#include <QFile>
+#include <QJsonDocument>
+#include <QTest>
+
+using namespace tessera::core;
+
+namespace {
+
+QJsonObject minimalJob()
+{
+    return QJsonDocument::fromJson(R"({
+        "name": "t",
+        "model": { "zoo": "mlp" },
+        "dataset": { "builtin": "fashion-mnist" },
+        "optimizer": { "kind": "sgd", "lr": 0.1 },
+        "training": { "rounds": 2, "shardsPerRound": 3, "localSteps": 20, "batchSize": 32 },
+        "budget": "10"
+    })")
+        .object();
+}
+
+// Sets a value at a dotted path ("training.batchSize"), creating objects on the way.
+void setPath(QJsonObject& object, QStringView path, const QJsonValue& value)
+{
+    const auto dot = path.indexOf(u'.');
+    if (dot < 0) {
+        if (value.isUndefined())
+            object.remove(path.toString());
+        else
+            object.insert(path.toString(), value);
+        return;
+    }
+    const QString head = path.left(dot).toString();
+    QJsonObject child = object.value(head).toObject();
+    setPath(child, path.mid(dot + 1), value);
+    object.insert(head, child);
+}
+
+QByteArray readFile(const QString& path)
+{
+    QFile file(path);
+    if (!file.open(QIODevice::ReadOnly))
+        qFatal("cannot read %s", qPrintable(path));
+    return file.readAll();
+}
+
+} // namespace
+
+class JobSpecTest : public QObject {
+    Q_OBJECT
+
+private Q_SLOTS:
+    void examplesAreValid_data()
+    {
+        QTest::addColumn<QString>("file");
+        QTest::newRow("mlp") << QStringLiteral("fashion-mnist-mlp.json");
+        QTest::newRow("cnn") << QStringLiteral("fashion-mnist-cnn.json");
+    }
+    void examplesAreValid()
+    {
+        QFETCH(QString, file);
+        const auto spec = JobSpec::fromJsonText(readFile(QStringLiteral(TESSERA_SOURCE_DIR "/examples/jobs/") + file));
+        QVERIFY2(spec.ok(), qPrintable(spec.ok() ? QString() : spec.error().toString()));
+        QVERIFY(spec->validate().ok());
+    }
+
+    void defaultsAreFilledIn()
+    {
+        const auto spec = JobSpec::fromJson(minimalJob());
+        QVERIFY2(spec.ok(), qPrintable(spec.ok() ? QString() : spec.error().toString()));
+        QCOMPARE(spec->model.hidden, (QList<std::int64_t> { 256, 128 }));
+        QCOMPARE(spec->training.threads, 1);
+        QCOMPARE(spec->training.checkpointInterval, 2); // localSteps / 10
+        QCOMPARE(spec->aggregation.method, AggregationSpec::Method::FedAvg);
+        QCOMPARE(spec->budget, *Credits::fromCredits(10));
+        QCOMPARE(spec->samplesPerShard(), 20000);
+    }
+
+    void roundTripsThroughJson()
+    {
+        for (const auto& name : { "fashion-mnist-mlp.json", "fashion-mnist-cnn.json" }) {
+            const auto spec
+                = JobSpec::fromJsonText(readFile(QStringLiteral(TESSERA_SOURCE_DIR "/examples/jobs/") + QLatin1String(name)));
+            QVERIFY(spec.ok());
+            const auto again = JobSpec::fromJson(spec->toJson());
+            QVERIFY2(again.ok(), qPrintable(again.ok() ? QString() : again.error().toString()));
+            QCOMPARE(*again, *spec);
+        }
+
+        // A TorchScript model on an uploaded tensor dataset.
+        JobSpec spec = *JobSpec::fromJson(minimalJob());
+        spec.model = ModelSpec {};
+        spec.model.source = ModelSpec::Source::TorchScript;
+        spec.model.scriptSha256 = Digest::ofBytes("model");
+        spec.dataset = DatasetSpec {};
+        spec.dataset.source = DatasetSpec::Source::Tensors;
+        spec.dataset.trainSha256 = Digest::ofBytes("train");
+        spec.dataset.testSha256 = Digest::ofBytes("test");
+        spec.dataset.trainSamples = 5000;
+        spec.optimizer.kind = OptimizerSpec::Kind::Adam;
+        spec.optimizer.lr = 0.001;
+        spec.budget = Credits::fromMicro(1);
+        const auto again = JobSpec::fromJson(spec.toJson());
+        QVERIFY2(again.ok(), qPrintable(again.ok() ? QString() : again.error().toString()));
+        QCOMPARE(*again, spec);
+    }
+
+    void rejectsWhatCannotRun_data()
+    {
+        QTest::addColumn<QString>("path");
+        QTest::addColumn<QJsonValue>("value");
+        QTest::addColumn<QString>("field");
+        QTest::addColumn<QString>("words");
+
+        QTest::newRow("zero shards") << "training.shardsPerRound" << QJsonValue(0) << "training.shardsPerRound"
+                                     << "between 1";
+        QTest::newRow("negative lr") << "optimizer.lr" << QJsonValue(-0.1) << "optimizer.lr"
+                                     << "between 0";
+        QTest::newRow("zero lr") << "optimizer.lr" << QJsonValue(0) << "optimizer.lr"
+                                 << "above 0";
+        QTest::newRow("batch larger than a shard") << "training.batchSize" << QJsonValue(30000) << "training.batchSize"
+                                                   << "larger than a shard's 20000 samples";
+        QTest::newRow("fractional steps") << "training.localSteps" << QJsonValue(2.5) << "training.localSteps"
+                                          << "whole number";
+        QTest::newRow("string rounds") << "training.rounds" << QJsonValue(QStringLiteral("3")) << "training.rounds"
+                                       << "not a string";
+        QTest::newRow("missing rounds") << "training.rounds" << QJsonValue(QJsonValue::Undefined) << "training.rounds"
+                                        << "required";
+        QTest::newRow("unknown model") << "model.zoo" << QJsonValue(QStringLiteral("resnet")) << "model.zoo"
+                                       << "not a zoo model";
+        QTest::newRow("unknown dataset") << "dataset.builtin" << QJsonValue(QStringLiteral("cifar")) << "dataset.builtin"
+                                         << "not a built-in dataset";
+        QTest::newRow("typo") << "optimizer.learningRate" << QJsonValue(0.1) << "optimizer.learningRate"
+                              << "not a known field";
+        QTest::newRow("unknown optimizer") << "optimizer.kind" << QJsonValue(QStringLiteral("lbfgs")) << "optimizer.kind"
+                                           << "sgd or adam";
+        QTest::newRow("checkpoint beyond steps")
+            << "training.checkpointInterval" << QJsonValue(21) << "training.checkpointInterval"
+            << "between 1 and localSteps";
+        QTest::newRow("budget float") << "budget" << QJsonValue(10.5) << "budget"
+                                      << "must be a string";
+        QTest::newRow("budget zero") << "budget" << QJsonValue(QStringLiteral("0")) << "budget"
+                                     << "above 0";
+        QTest::newRow("budget precision") << "budget" << QJsonValue(QStringLiteral("0.0000001")) << "budget"
+                                          << "6 decimal places";
+        QTest::newRow("verification rate") << "verification.rate" << QJsonValue(1.5) << "verification.rate"
+                                           << "between 0 and 1";
+        QTest::newRow("bad hidden width") << "model.hidden" << QJsonValue(QJsonArray { 64, 0 }) << "model.hidden[1]"
+                                          << "between 1";
+        QTest::newRow("threads") << "training.threads" << QJsonValue(0) << "training.threads"
+                                 << "between 1";
+        QTest::newRow("newer format") << "version" << QJsonValue(99) << "version"
+                                      << "reads up to format 1";
+        QTest::newRow("empty name") << "name" << QJsonValue(QStringLiteral("  ")) << "name"
+                                    << "give the job a name";
+        QTest::newRow("nesterov without momentum") << "optimizer.nesterov" << QJsonValue(true) << "optimizer.nesterov"
+                                                   << "momentum";
+        QTest::newRow("script without file or hash")
+            << "model.torchscript" << QJsonValue(QJsonObject {}) << "model.torchscript.file"
+            << "needs a file";
+        QTest::newRow("bad digest") << "model.torchscript.sha256" << QJsonValue(QStringLiteral("abc"))
+                                    << "model.torchscript.sha256"
+                                    << "64 hex digits";
+    }
+    void rejectsWhatCannotRun()
+    {
+        QFETCH(QString, path);
+        QFETCH(QJsonValue, value);
+        QFETCH(QString, field);
+        QFETCH(QString, words);
+
+        QJsonObject json = minimalJob();
+        if (path.startsWith(u"model.torchscript"))
+            json.insert(QStringLiteral("model"), QJsonObject {});
+        setPath(json, path, value);
+        const auto spec = JobSpec::fromJson(json);
+        QVERIFY2(!spec.ok(), "an invalid job was accepted");
+        QCOMPARE(spec.error().field, field);
+        QVERIFY2(spec.error().message.contains(words), qPrintable(spec.error().toString()));
+    }
+
+    void reportsJsonSyntaxErrorsWithPosition()
+    {
+        const auto spec = JobSpec::fromJsonText("{\n  \"name\": \"x\",\n  oops\n}");
+        QVERIFY(!spec.ok());
+        QVERIFY2(spec.error().message.contains(QStringLiteral("line 3")), qPrintable(spec.error().message));
+        QVERIFY(!JobSpec::fromJsonText("[1, 2]").ok());
+    }
+
+    void tensorDatasetSizeBoundsTheBatch()
+    {
+        QJsonObject json = minimalJob();
+        json.insert(QStringLiteral("dataset"),
+            QJsonObject { { QStringLiteral("tensors"),
+                QJsonObject {
+                    { QStringLiteral("trainFile"), QStringLiteral("data.pt") }, { QStringLiteral("trainSamples"), 90 } } } });
+        const auto spec = JobSpec::fromJson(json);
+        QVERIFY(!spec.ok());
+        QCOMPARE(spec.error().field, QStringLiteral("training.batchSize"));
+        QVERIFY2(
+            spec.error().message.contains(QStringLiteral("90 training samples / 3 shards")), qPrintable(spec.error().message));
+    }
+};
+
+QTEST_GUILESS_MAIN(JobSpecTest)
+#include "tst_jobspec.moc"
