@@ -35,12 +35,14 @@ $(BUILD_DIR)/build.ninja: $(DEPS_STAMP) CMakeLists.txt
 build: $(BUILD_DIR)/build.ninja
 	cmake --build $(BUILD_DIR) -j $(JOBS)
 
-# Builds with warnings as errors, runs every test, then the format check.
+# Builds with warnings as errors, runs every test (the layering check is one of them), the
+# format check, and the core and net tests again under the sanitizers.
 test: $(DEPS_STAMP)
 	cmake -S . -B $(BUILD_DIR) $(CMAKE_FLAGS) -DTESSERA_WERROR=ON
 	cmake --build $(BUILD_DIR) -j $(JOBS)
 	ctest --test-dir $(BUILD_DIR) --output-on-failure -j $(JOBS)
 	./scripts/check-format.sh
+	$(MAKE) --no-print-directory test-asan
 
 # AddressSanitizer + UndefinedBehaviorSanitizer over the core and net tests (LibTorch is not
 # built with sanitizers, so compute and the GUI are left out of this build).
