@@ -1,0 +1,254 @@
+#include "nodecommands.h"
+
+#include <compute/environment.h>
+#include <compute/localjob.h>
+#include <compute/shardrun.h>
+#include <compute/weights.h>
+#include <core/jobspec.h>
+#include <core/settings/settings.h>
+
+#include <QCommandLineParser>
+#include <QDir>
+#include <QFile>
+#include <QFileInfo>
+#include <QJsonArray>
+#include <QJsonDocument>
+#include <QSaveFile>
+#include <QTextStream>
+
+#include <cstdio>
+#include <unistd.h>
+
+namespace tessera::app {
+
+namespace {
+
+QTextStream& out()
+{
+    static QTextStream stream(stdout);
+    return stream;
+}
+
+QTextStream& err()
+{
+    static QTextStream stream(stderr);
+    return stream;
+}
+
+int fail(const QString& message)
+{
+    err() << "tessera-node: " << message << Qt::endl;
+    return 1;
+}
+
+const char* Usage = R"(Usage: tessera-node [--config FILE] COMMAND [ARGS]
+
+Commands:
+  train-local JOB.json [--out DIR]     train a whole job on this machine (all rounds and shards,
+                                       aggregated as a broker would); writes DIR/model.pt
+                                       (torch.load), DIR/model.torchscript.pt (torch.jit.load,
+                                       zoo models) and DIR/report.json
+  train-shard TASK.json --weights FILE --out DIR
+                                       train one shard task (as a verifier re-executes it);
+                                       writes DIR/result.json and DIR/weights.pt
+
+Options:
+  --config FILE    settings file (default ~/.config/Tessera/tessera.ini)
+  --version        print the version
+  --help           print this help
+)";
+
+bool writeFile(const QString& path, const QByteArray& bytes)
+{
+    QSaveFile file(path);
+    if (!file.open(QIODevice::WriteOnly))
+        return false;
+    file.write(bytes);
+    return file.commit();
+}
+
+std::optional<QByteArray> readFile(const QString& path)
+{
+    QFile file(path);
+    if (!file.open(QIODevice::ReadOnly))
+        return std::nullopt;
+    return file.readAll();
+}
+
+compute::ComputeEnvironment environmentFrom(const core::settings::Settings& settings)
+{
+    compute::ComputeEnvironment environment;
+    environment.fashionMnistDirectory = settings.stringValue(core::settings::names::DataFashionMnistDirectory);
+    return environment;
+}
+
+// Files named in a job are relative to the job file.
+void resolvePaths(core::JobSpec& spec, const QDir& base)
+{
+    auto resolve = [&](QString& path) {
+        if (!path.isEmpty() && QFileInfo(path).isRelative())
+            path = base.absoluteFilePath(path);
+    };
+    resolve(spec.model.scriptFile);
+    resolve(spec.dataset.trainFile);
+    resolve(spec.dataset.testFile);
+}
+
+int trainLocal(const QStringList& args, const compute::ComputeEnvironment& environment)
+{
+    QCommandLineParser parser;
+    parser.addPositionalArgument(QStringLiteral("job"), QStringLiteral("job file"));
+    parser.addOption(
+        { QStringLiteral("out"), QStringLiteral("output folder"), QStringLiteral("DIR"), QStringLiteral("tessera-out") });
+    if (!parser.parse(args) || parser.positionalArguments().size() != 1)
+        return fail(QStringLiteral("usage: tessera-node train-local JOB.json [--out DIR]"));
+    const QString jobPath = parser.positionalArguments().first();
+    const auto text = readFile(jobPath);
+    if (!text)
+        return fail(QStringLiteral("cannot read %1").arg(jobPath));
+    auto spec = core::JobSpec::fromJsonText(*text);
+    if (!spec)
+        return fail(QStringLiteral("%1: %2").arg(jobPath, spec.error().toString()));
+    resolvePaths(*spec, QFileInfo(jobPath).absoluteDir());
+
+    const QString outDir = parser.value(QStringLiteral("out"));
+    if (!QDir().mkpath(outDir))
+        return fail(QStringLiteral("cannot create %1").arg(outDir));
+
+    const bool tty = isatty(fileno(stderr));
+    const auto& training = spec->training;
+    out() << "Training \"" << spec->name << "\" on this machine: " << training.rounds << " rounds x " << training.shardsPerRound
+          << " shards x " << training.localSteps << " steps of " << training.batchSize << " samples, " << training.threads
+          << " thread(s)" << Qt::endl;
+
+    compute::LocalJobObserver observer;
+    observer.stepFinished = [&](const core::ShardTask& task, std::int64_t step) {
+        if (tty && (step % 10 == 0 || step == task.localSteps))
+            err() << "\r  round " << task.round + 1 << "/" << training.rounds << "  shard " << task.shard + 1 << "/"
+                  << training.shardsPerRound << "  step " << step << "/" << task.localSteps << "   " << Qt::flush;
+    };
+    observer.roundFinished = [&](const compute::RoundReport& report) {
+        if (tty)
+            err() << "\r" << QString(60, u' ') << "\r" << Qt::flush;
+        out() << QStringLiteral("round %1/%2  test accuracy %3%  test loss %4  train loss %5  (%6 s)")
+                     .arg(report.round + 1)
+                     .arg(training.rounds)
+                     .arg(report.evaluation.accuracy * 100.0, 0, 'f', 2)
+                     .arg(report.evaluation.loss, 0, 'f', 4)
+                     .arg(report.meanTrainLoss, 0, 'f', 4)
+                     .arg(double(report.wallTimeMs) / 1000.0, 0, 'f', 1)
+              << Qt::endl;
+    };
+    auto output = compute::runJobLocally(*spec, environment, observer);
+    if (!output)
+        return fail(output.error().toString());
+
+    const QString weightsPath = QDir(outDir).filePath(QStringLiteral("model.pt"));
+    if (!writeFile(weightsPath, output->finalWeights.bytes))
+        return fail(QStringLiteral("cannot write %1").arg(weightsPath));
+    QString scriptPath;
+    if (spec->model.source == core::ModelSpec::Source::Zoo) {
+        scriptPath = QDir(outDir).filePath(QStringLiteral("model.torchscript.pt"));
+        if (auto status = compute::exportTorchScript(spec->model, output->finalWeights.bytes, scriptPath); !status)
+            return fail(status.error().toString());
+    }
+    QJsonArray rounds;
+    for (const auto& report : output->rounds) {
+        rounds.append(QJsonObject {
+            { QStringLiteral("round"), static_cast<qint64>(report.round) },
+            { QStringLiteral("testAccuracy"), report.evaluation.accuracy },
+            { QStringLiteral("testLoss"), report.evaluation.loss },
+            { QStringLiteral("trainLoss"), report.meanTrainLoss },
+            { QStringLiteral("wallTimeMs"), static_cast<qint64>(report.wallTimeMs) },
+            { QStringLiteral("weightsHash"), report.weightsHash.toHex() },
+        });
+    }
+    const QJsonObject report {
+        { QStringLiteral("job"), spec->toJson() },
+        { QStringLiteral("rounds"), rounds },
+        { QStringLiteral("finalWeightsHash"), output->finalWeights.canonicalHash.toHex() },
+        { QStringLiteral("finalWeightsSha256"), core::Digest::ofBytes(output->finalWeights.bytes).toHex() },
+    };
+    writeFile(QDir(outDir).filePath(QStringLiteral("report.json")), QJsonDocument(report).toJson());
+    out() << "final weights " << output->finalWeights.canonicalHash.toHex() << Qt::endl;
+    out() << "wrote " << weightsPath;
+    if (!scriptPath.isEmpty())
+        out() << ", " << scriptPath;
+    out() << " and " << QDir(outDir).filePath(QStringLiteral("report.json")) << Qt::endl;
+    return 0;
+}
+
+int trainShard(const QStringList& args, const compute::ComputeEnvironment& environment)
+{
+    QCommandLineParser parser;
+    parser.addPositionalArgument(QStringLiteral("task"), QStringLiteral("shard task file"));
+    parser.addOption({ QStringLiteral("weights"), QStringLiteral("start weights"), QStringLiteral("FILE") });
+    parser.addOption({ QStringLiteral("out"), QStringLiteral("output folder"), QStringLiteral("DIR") });
+    if (!parser.parse(args) || parser.positionalArguments().size() != 1 || !parser.isSet(QStringLiteral("weights"))
+        || !parser.isSet(QStringLiteral("out")))
+        return fail(QStringLiteral("usage: tessera-node train-shard TASK.json --weights FILE --out DIR"));
+    const auto taskText = readFile(parser.positionalArguments().first());
+    if (!taskText)
+        return fail(QStringLiteral("cannot read %1").arg(parser.positionalArguments().first()));
+    const auto json = QJsonDocument::fromJson(*taskText).object();
+    auto task = core::ShardTask::fromJson(json);
+    if (!task)
+        return fail(task.error().toString());
+    const auto weights = readFile(parser.value(QStringLiteral("weights")));
+    if (!weights)
+        return fail(QStringLiteral("cannot read %1").arg(parser.value(QStringLiteral("weights"))));
+    const QString outDir = parser.value(QStringLiteral("out"));
+    QDir().mkpath(outDir);
+    const auto output = compute::runShard(*task, *weights, environment);
+    writeFile(QDir(outDir).filePath(QStringLiteral("result.json")), QJsonDocument(output.result.toJson()).toJson());
+    if (output.result.outcome == core::ShardResult::Outcome::Failed)
+        return fail(output.result.failure);
+    writeFile(QDir(outDir).filePath(QStringLiteral("weights.pt")), output.weights);
+    out() << output.result.finalHash.toHex() << Qt::endl;
+    return 0;
+}
+
+} // namespace
+
+int runNodeCommand(const QStringList& arguments)
+{
+    QStringList args = arguments;
+    QString configPath = core::settings::Settings::defaultFilePath();
+    // Global options come before the command.
+    while (args.size() > 1 && args[1].startsWith(u'-')) {
+        const QString option = args.takeAt(1);
+        if (option == u"--version" || option == u"-v") {
+            out() << "tessera-node " << TESSERA_VERSION << Qt::endl;
+            return 0;
+        }
+        if (option == u"--help" || option == u"-h") {
+            out() << Usage;
+            return 0;
+        }
+        if (option == u"--config" && args.size() > 1) {
+            configPath = args.takeAt(1);
+            continue;
+        }
+        return fail(QStringLiteral("unknown option %1\n%2").arg(option, QString::fromUtf8(Usage)));
+    }
+    if (args.size() < 2) {
+        err() << Usage;
+        return 2;
+    }
+
+    core::settings::Settings settings(configPath);
+    for (const auto& problem : settings.load())
+        err() << "tessera-node: " << configPath << ": " << problem.toString() << Qt::endl;
+    const auto environment = environmentFrom(settings);
+
+    const QString command = args[1];
+    QStringList rest = args;
+    rest.removeAt(1);
+    if (command == u"train-local")
+        return trainLocal(rest, environment);
+    if (command == u"train-shard")
+        return trainShard(rest, environment);
+    return fail(QStringLiteral("unknown command '%1'\n%2").arg(command, QString::fromUtf8(Usage)));
+}
+
+} // namespace tessera::app

@@ -1,0 +1,39 @@
+#include "batches.h"
+
+namespace tessera::compute::detail {
+
+using core::SeedPurpose;
+
+BatchPlan::BatchPlan(const core::ShardTask& task, std::int64_t datasetSize)
+    : m_task(task)
+{
+    const auto roundOrder = core::seededPermutation(datasetSize,
+        core::deriveSeed(std::uint64_t(task.seed), { std::uint64_t(SeedPurpose::RoundPermutation), std::uint64_t(task.round) }));
+    m_slice = roundOrder.mid(task.sampleBegin, task.sampleEnd - task.sampleBegin);
+}
+
+const QList<std::int64_t>& BatchPlan::passOrder(std::int64_t pass)
+{
+    if (pass != m_cachedPass) {
+        m_passOrder = core::seededPermutation(m_slice.size(),
+            core::deriveSeed(std::uint64_t(m_task.seed),
+                { std::uint64_t(SeedPurpose::ShardPass), std::uint64_t(m_task.round), std::uint64_t(m_task.shard),
+                    std::uint64_t(pass) }));
+        m_cachedPass = pass;
+    }
+    return m_passOrder;
+}
+
+std::vector<std::int64_t> BatchPlan::indicesOfStep(std::int64_t step)
+{
+    std::vector<std::int64_t> indices;
+    indices.reserve(std::size_t(m_task.batchSize));
+    const std::int64_t length = m_slice.size();
+    for (std::int64_t position = step * m_task.batchSize; position < (step + 1) * m_task.batchSize; ++position) {
+        const auto& order = passOrder(position / length);
+        indices.push_back(m_slice[order[position % length]]);
+    }
+    return indices;
+}
+
+} // namespace tessera::compute::detail

@@ -1,0 +1,239 @@
+#include "datasets.h"
+
+#include "tensors.h"
+
+#include <torch/serialize.h>
+#include <torch/torch.h>
+
+#include <QFile>
+#include <QFileInfo>
+#include <QHash>
+
+#include <zlib.h>
+
+#include <mutex>
+
+namespace tessera::compute::detail {
+
+std::vector<std::int64_t> Dataset::sampleShape() const
+{
+    const auto sizes = x.sizes();
+    return std::vector<std::int64_t>(sizes.begin() + 1, sizes.end());
+}
+
+namespace {
+
+constexpr std::int64_t MaxIdxBytes = std::int64_t(1) << 30;
+
+core::Result<QByteArray> readGzip(const QString& path)
+{
+    if (!QFileInfo::exists(path))
+        return core::Error { {}, QStringLiteral("%1 does not exist").arg(path) };
+    gzFile file = gzopen(QFile::encodeName(path).constData(), "rb");
+    if (!file)
+        return core::Error { {}, QStringLiteral("cannot open %1").arg(path) };
+    QByteArray bytes;
+    char buffer[1 << 16];
+    for (;;) {
+        const int read = gzread(file, buffer, sizeof buffer);
+        if (read < 0) {
+            int code = 0;
+            const QString message = QString::fromUtf8(gzerror(file, &code));
+            gzclose(file);
+            return core::Error { {}, QStringLiteral("%1 is not a valid gzip file: %2").arg(path, message) };
+        }
+        if (read == 0)
+            break;
+        bytes.append(buffer, read);
+        if (bytes.size() > MaxIdxBytes) {
+            gzclose(file);
+            return core::Error { {}, QStringLiteral("%1 is larger than any Fashion-MNIST file").arg(path) };
+        }
+    }
+    gzclose(file);
+    return bytes;
+}
+
+std::uint32_t bigEndian32(const QByteArray& bytes, qsizetype offset)
+{
+    const auto* p = reinterpret_cast<const unsigned char*>(bytes.constData() + offset);
+    return (std::uint32_t(p[0]) << 24) | (std::uint32_t(p[1]) << 16) | (std::uint32_t(p[2]) << 8) | std::uint32_t(p[3]);
+}
+
+// IDX: big-endian magic (0x00000803 images, 0x00000801 labels), then the sizes, then uint8 data.
+core::Result<at::Tensor> readIdx(const QString& path, int dimensions)
+{
+    auto bytes = readGzip(path);
+    if (!bytes)
+        return bytes.error();
+    const qsizetype header = 4 + 4 * dimensions;
+    if (bytes->size() < header)
+        return core::Error { {}, QStringLiteral("%1 is too short for an IDX file").arg(path) };
+    const std::uint32_t magic = bigEndian32(*bytes, 0);
+    if (magic != 0x800u + std::uint32_t(dimensions))
+        return core::Error { {},
+            QStringLiteral("%1 is not an IDX file of %2 dimensions (magic %3)").arg(path).arg(dimensions).arg(magic, 0, 16) };
+    std::vector<std::int64_t> sizes;
+    std::int64_t count = 1;
+    for (int i = 0; i < dimensions; ++i) {
+        sizes.push_back(bigEndian32(*bytes, 4 + 4 * i));
+        count *= sizes.back();
+    }
+    if (bytes->size() - header != count)
+        return core::Error { {},
+            QStringLiteral("%1 holds %2 bytes of data where its header promises %3")
+                .arg(path)
+                .arg(bytes->size() - header)
+                .arg(count) };
+    auto tensor = torch::from_blob(bytes->data() + header, sizes, torch::kUInt8).clone();
+    return tensor;
+}
+
+core::Result<std::shared_ptr<const Dataset>> loadIdxPair(const QString& directory, const QString& prefix)
+{
+    auto images = readIdx(directory + u'/' + prefix + QStringLiteral("-images-idx3-ubyte.gz"), 3);
+    if (!images)
+        return images.error();
+    auto labels = readIdx(directory + u'/' + prefix + QStringLiteral("-labels-idx1-ubyte.gz"), 1);
+    if (!labels)
+        return labels.error();
+    if (images->size(0) != labels->size(0))
+        return core::Error { {},
+            QStringLiteral("%1: %2 images but %3 labels").arg(prefix).arg(images->size(0)).arg(labels->size(0)) };
+    if (labels->max().item<int>() >= 10)
+        return core::Error { {}, QStringLiteral("%1: a label is outside the 10 Fashion-MNIST classes").arg(prefix) };
+    auto dataset = std::make_shared<Dataset>();
+    constexpr double Mean = 0.2860;
+    constexpr double Std = 0.3530;
+    dataset->x = ((images->to(torch::kFloat32) / 255.0 - Mean) / Std).unsqueeze(1).contiguous();
+    dataset->y = labels->to(torch::kInt64).contiguous();
+    dataset->classes = 10;
+    return std::shared_ptr<const Dataset>(dataset);
+}
+
+std::mutex cacheMutex;
+QHash<QString, DatasetSplits>& cache()
+{
+    static QHash<QString, DatasetSplits> splits;
+    return splits;
+}
+
+} // namespace
+
+core::Result<DatasetSplits> loadFashionMnist(const QString& directory)
+{
+    const std::lock_guard lock(cacheMutex);
+    const QString key = QStringLiteral("fashion-mnist:") + directory;
+    if (auto it = cache().constFind(key); it != cache().constEnd())
+        return *it;
+    if (!QFileInfo(directory).isDir())
+        return core::Error { QStringLiteral("dataset"),
+            QStringLiteral("Fashion-MNIST is not in %1: install the Debian package dataset-fashion-mnist, "
+                           "or set Data/FashionMnistDirectory to the folder with its .gz files")
+                .arg(directory) };
+    auto train = loadIdxPair(directory, QStringLiteral("train"));
+    if (!train)
+        return core::Error { QStringLiteral("dataset"), train.error().message };
+    auto test = loadIdxPair(directory, QStringLiteral("t10k"));
+    if (!test)
+        return core::Error { QStringLiteral("dataset"), test.error().message };
+    DatasetSplits splits { *train, *test };
+    cache().insert(key, splits);
+    return splits;
+}
+
+core::Result<std::shared_ptr<const Dataset>> loadTensorFile(const QString& path, std::int64_t classes)
+{
+    QFile file(path);
+    if (!file.open(QIODevice::ReadOnly))
+        return core::Error { QStringLiteral("dataset"), QStringLiteral("cannot read %1").arg(path) };
+    const QByteArray bytes = file.readAll();
+    auto loaded = guarded(QStringLiteral("%1 is not a file written by torch.save({\"x\": X, \"y\": Y})").arg(path),
+        [&]() -> std::shared_ptr<const Dataset> {
+            const std::vector<char> data(bytes.begin(), bytes.end());
+            const c10::IValue value = torch::pickle_load(data);
+            if (!value.isGenericDict())
+                throw std::runtime_error("the file holds no dict");
+            const auto dict = value.toGenericDict();
+            if (!dict.contains("x") || !dict.contains("y") || !dict.at("x").isTensor() || !dict.at("y").isTensor())
+                throw std::runtime_error("the dict needs tensors under \"x\" and \"y\"");
+            auto x = dict.at("x").toTensor();
+            auto y = dict.at("y").toTensor();
+            if (x.dim() < 2)
+                throw std::runtime_error("x must have a sample dimension and at least one feature dimension");
+            if (y.dim() != 1 || y.size(0) != x.size(0))
+                throw std::runtime_error("y must be one label per sample of x");
+            if (!x.is_floating_point())
+                throw std::runtime_error("x must hold floating-point values");
+            if (y.is_floating_point() || y.scalar_type() == torch::kBool)
+                throw std::runtime_error("y must hold integer class labels");
+            if (y.size(0) == 0)
+                throw std::runtime_error("the file holds no samples");
+            if (y.min().item<std::int64_t>() < 0)
+                throw std::runtime_error("class labels must not be negative");
+            auto dataset = std::make_shared<Dataset>();
+            dataset->x = x.to(torch::kFloat32).contiguous();
+            dataset->y = y.to(torch::kInt64).contiguous();
+            dataset->classes = std::max<std::int64_t>(classes, dataset->y.max().item<std::int64_t>() + 1);
+            return dataset;
+        });
+    if (!loaded)
+        return core::Error { QStringLiteral("dataset"), loaded.error().message };
+    return *loaded;
+}
+
+core::Result<DatasetSplits> loadDataset(const core::DatasetSpec& spec, const ComputeEnvironment& environment)
+{
+    if (spec.source == core::DatasetSpec::Source::Builtin) {
+        if (spec.builtin != u"fashion-mnist")
+            return core::Error { QStringLiteral("dataset.builtin"),
+                QStringLiteral("unknown built-in dataset '%1'").arg(spec.builtin) };
+        return loadFashionMnist(environment.fashionMnistDirectoryOrDefault());
+    }
+
+    auto locate = [&](const core::Digest& digest, const QString& file) -> std::optional<QString> {
+        if (!digest.isNull() && environment.blobPath) {
+            if (auto path = environment.blobPath(digest))
+                return path;
+        }
+        if (!file.isEmpty() && QFileInfo::exists(file))
+            return file;
+        return std::nullopt;
+    };
+    const auto trainPath = locate(spec.trainSha256, spec.trainFile);
+    if (!trainPath)
+        return core::Error { QStringLiteral("dataset.tensors.trainFile"),
+            QStringLiteral("the training tensors (%1) are not on this machine")
+                .arg(spec.trainFile.isEmpty() ? spec.trainSha256.toHex() : spec.trainFile) };
+
+    const std::lock_guard lock(cacheMutex);
+    const QString key = QStringLiteral("tensors:") + *trainPath + u'|' + spec.testFile + spec.testSha256.toHex();
+    if (auto it = cache().constFind(key); it != cache().constEnd())
+        return *it;
+    auto train = loadTensorFile(*trainPath);
+    if (!train)
+        return train.error();
+    if ((*train)->size() != spec.trainSamples)
+        return core::Error {
+            QStringLiteral("dataset.tensors.trainSamples"),
+            QStringLiteral("the job says %1 training samples but the file holds %2").arg(spec.trainSamples).arg((*train)->size())
+        };
+    DatasetSplits splits { *train, nullptr };
+    if (!spec.testFile.isEmpty() || !spec.testSha256.isNull()) {
+        const auto testPath = locate(spec.testSha256, spec.testFile);
+        if (!testPath)
+            return core::Error { QStringLiteral("dataset.tensors.testFile"),
+                QStringLiteral("the test tensors are not on this machine") };
+        auto test = loadTensorFile(*testPath, (*train)->classes);
+        if (!test)
+            return test.error();
+        if ((*test)->sampleShape() != (*train)->sampleShape())
+            return core::Error { QStringLiteral("dataset.tensors.testFile"),
+                QStringLiteral("test samples have another shape than training samples") };
+        splits.test = *test;
+    }
+    cache().insert(key, splits);
+    return splits;
+}
+
+} // namespace tessera::compute::detail

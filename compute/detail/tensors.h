@@ -1,0 +1,55 @@
+#pragma once
+
+// Private to compute/: includes torch.
+
+#include <core/error.h>
+#include <core/hash.h>
+
+#include <ATen/core/Tensor.h>
+
+#include <QByteArray>
+
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace tessera::compute::detail {
+
+// Named tensors sorted by name: the canonical order of weights everywhere in Tessera.
+using NamedTensors = std::vector<std::pair<std::string, at::Tensor>>;
+
+void sortByName(NamedTensors& tensors);
+
+// SHA-256 of the canonical bytes (docs/PROTOCOL.md, "Canonical weights"): for each tensor in name
+// order, its UTF-8 name, a NUL, a dtype byte, the dimension count and sizes as little-endian int64,
+// then its elements as little-endian bytes, contiguous.
+core::Digest canonicalHash(const NamedTensors& tensors);
+
+// A dict of tensors in PyTorch's pickle format (torch.load reads it; torch.save writes what reads back).
+QByteArray pickleTensors(const NamedTensors& tensors);
+core::Result<NamedTensors> unpickleTensors(const QByteArray& bytes, const QString& what);
+
+// Deep copies (detached, contiguous), so that later training does not change them.
+NamedTensors cloneTensors(const NamedTensors& tensors);
+
+// Runs f, turning a LibTorch exception into an Error with context.
+template<typename F> auto guarded(const QString& context, F&& f) -> core::Result<decltype(f())>;
+
+QString describeException(const std::exception& error);
+
+} // namespace tessera::compute::detail
+
+#include <c10/util/Exception.h>
+
+namespace tessera::compute::detail {
+
+template<typename F> auto guarded(const QString& context, F&& f) -> core::Result<decltype(f())>
+{
+    try {
+        return f();
+    } catch (const std::exception& error) {
+        return core::Error { {}, context + QStringLiteral(": ") + describeException(error) };
+    }
+}
+
+} // namespace tessera::compute::detail

@@ -1,0 +1,15 @@
+#include "environment.h"
+
+namespace tessera::compute {
+
+QString ComputeEnvironment::defaultFashionMnistDirectory()
+{
+    return QStringLiteral("/usr/share/datasets/fashion-mnist");
+}
+
+QString ComputeEnvironment::fashionMnistDirectoryOrDefault() const
+{
+    return fashionMnistDirectory.isEmpty() ? defaultFashionMnistDirectory() : fashionMnistDirectory;
+}
+
+} // namespace tessera::compute

@@ -1,0 +1,24 @@
+#pragma once
+
+#include <core/hash.h>
+
+#include <QString>
+
+#include <functional>
+#include <optional>
+
+namespace tessera::compute {
+
+// Where the compute engine finds what a job refers to. Plain data, so that the node, the broker and
+// the tests can each say where things are without the engine knowing about networks or settings.
+struct ComputeEnvironment {
+    // Folder with the four Fashion-MNIST .gz files; empty: /usr/share/datasets/fashion-mnist.
+    QString fashionMnistDirectory;
+    // The file that holds a blob (a TorchScript model, a tensor dataset) with this SHA-256, if any.
+    std::function<std::optional<QString>(const core::Digest&)> blobPath;
+
+    static QString defaultFashionMnistDirectory();
+    QString fashionMnistDirectoryOrDefault() const;
+};
+
+} // namespace tessera::compute

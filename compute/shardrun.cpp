@@ -1,0 +1,299 @@
+#include "shardrun.h"
+
+#include "detail/batches.h"
+#include "detail/datasets.h"
+#include "detail/models.h"
+#include "detail/optimizer.h"
+#include "detail/tensors.h"
+#include "runtimeprofile.h"
+
+#include <core/seeds.h>
+
+#include <torch/torch.h>
+
+#include <QElapsedTimer>
+#include <QJsonDocument>
+
+#include <cmath>
+
+namespace tessera::compute {
+
+using namespace detail;
+
+struct ShardRun::Private {
+    core::ShardTask task;
+    ComputeEnvironment environment;
+    DatasetSplits data;
+    std::unique_ptr<Model> model;
+    std::unique_ptr<Optimizer> optimizer;
+    std::unique_ptr<BatchPlan> plan;
+    std::int64_t step = 0;
+    QList<double> losses;
+    QList<core::Digest> chain;
+    std::int64_t previousElapsedMs = 0; // before a suspend
+    QElapsedTimer timer;
+    bool broken = false;
+};
+
+namespace {
+
+// Pins what decides the bits: the shard's own thread count, on this (the compute) thread.
+void pinRuntime(const core::ShardTask& task)
+{
+    if (at::get_num_threads() != task.threads)
+        at::set_num_threads(int(task.threads));
+}
+
+core::Digest taskDigest(const core::ShardTask& task)
+{
+    return core::Digest::ofBytes(QJsonDocument(task.toJson()).toJson(QJsonDocument::Compact));
+}
+
+// Builds everything but the weights: data, model, batch plan.
+core::Result<std::unique_ptr<ShardRun::Private>> prepare(const core::ShardTask& task, const ComputeEnvironment& environment)
+{
+    if (auto status = task.validate(); !status)
+        return status.error();
+    pinRuntime(task);
+    auto data = loadDataset(task.dataset, environment);
+    if (!data)
+        return data.error();
+    const auto size = data->train->size();
+    if (task.sampleEnd > size)
+        return core::Error { QStringLiteral("sampleEnd"),
+            QStringLiteral("the shard reads samples up to %1 but the dataset has %2").arg(task.sampleEnd).arg(size) };
+
+    auto d = std::make_unique<ShardRun::Private>();
+    d->task = task;
+    d->environment = environment;
+    d->data = *data;
+    auto model = buildModel(task.model, data->train->sampleShape(), data->train->classes,
+        core::deriveSeed(std::uint64_t(task.seed), { std::uint64_t(core::SeedPurpose::Initialisation) }), environment);
+    if (!model)
+        return model.error();
+    d->model = std::move(*model);
+    d->optimizer = std::make_unique<Optimizer>(task.optimizer, d->model->parameters());
+    d->plan = std::make_unique<BatchPlan>(task, size);
+    return d;
+}
+
+NamedTensors withPrefix(const std::string& prefix, const NamedTensors& tensors)
+{
+    NamedTensors prefixed;
+    for (const auto& [name, tensor] : tensors)
+        prefixed.emplace_back(prefix + name, tensor);
+    return prefixed;
+}
+
+NamedTensors stripPrefix(const std::string& prefix, const NamedTensors& tensors)
+{
+    NamedTensors stripped;
+    for (const auto& [name, tensor] : tensors) {
+        if (name.rfind(prefix, 0) == 0)
+            stripped.emplace_back(name.substr(prefix.size()), tensor);
+    }
+    return stripped;
+}
+
+} // namespace
+
+ShardRun::ShardRun(std::unique_ptr<Private> d)
+    : d(std::move(d))
+{ }
+
+ShardRun::~ShardRun() = default;
+
+core::Result<std::unique_ptr<ShardRun>> ShardRun::start(
+    const core::ShardTask& task, const QByteArray& startWeights, const ComputeEnvironment& environment)
+{
+    auto prepared = prepare(task, environment);
+    if (!prepared)
+        return prepared.error();
+    auto d = std::move(*prepared);
+    auto weights = unpickleTensors(startWeights, QStringLiteral("the start weights are not a dict of tensors"));
+    if (!weights)
+        return core::Error { QStringLiteral("startWeights"), weights.error().message };
+    if (!task.startWeights.isNull() && canonicalHash(*weights) != task.startWeights)
+        return core::Error { QStringLiteral("startWeights"),
+            QStringLiteral("the start weights do not hash to the task's startWeights") };
+    if (auto status = d->model->loadState(*weights); !status)
+        return status.error();
+    d->chain.append(canonicalHash(d->model->state()));
+    d->timer.start();
+    return std::unique_ptr<ShardRun>(new ShardRun(std::move(d)));
+}
+
+core::Result<std::unique_ptr<ShardRun>> ShardRun::resume(
+    const core::ShardTask& task, const QByteArray& suspended, const ComputeEnvironment& environment)
+{
+    auto prepared = prepare(task, environment);
+    if (!prepared)
+        return prepared.error();
+    auto d = std::move(*prepared);
+    auto saved = unpickleTensors(suspended, QStringLiteral("the saved shard state is damaged"));
+    if (!saved)
+        return saved.error();
+    const auto meta = stripPrefix("meta/", *saved);
+    auto find = [&](const std::string& name) -> at::Tensor {
+        for (const auto& [key, tensor] : meta) {
+            if (key == name)
+                return tensor;
+        }
+        return {};
+    };
+    const auto savedTask = find("task"), step = find("step"), losses = find("losses"), chain = find("chain"),
+               elapsed = find("elapsed_ms");
+    if (!savedTask.defined() || !step.defined() || !losses.defined() || !chain.defined() || !elapsed.defined())
+        return core::Error { QStringLiteral("state"), QStringLiteral("the saved shard state is incomplete") };
+    const auto expected = taskDigest(task).toRaw();
+    if (savedTask.numel() != expected.size()
+        || QByteArray(static_cast<const char*>(savedTask.data_ptr()), expected.size()) != expected)
+        return core::Error { QStringLiteral("state"), QStringLiteral("the saved state belongs to another shard") };
+    if (auto status = d->model->loadState(stripPrefix("model/", *saved)); !status)
+        return status.error();
+    if (auto status = d->optimizer->loadState(stripPrefix("optimizer/", *saved)); !status)
+        return status.error();
+    d->step = step.item<std::int64_t>();
+    const auto lossValues = losses.contiguous();
+    for (std::int64_t i = 0; i < lossValues.numel(); ++i)
+        d->losses.append(lossValues.data_ptr<double>()[i]);
+    const auto chainBytes = chain.contiguous();
+    for (std::int64_t i = 0; i < chainBytes.size(0); ++i)
+        d->chain.append(
+            *core::Digest::fromRaw(QByteArrayView(reinterpret_cast<const char*>(chainBytes[i].data_ptr<std::uint8_t>()), 32)));
+    d->previousElapsedMs = elapsed.item<std::int64_t>();
+    if (d->step < 0 || d->step > task.localSteps || d->losses.size() != d->step)
+        return core::Error { QStringLiteral("state"), QStringLiteral("the saved shard state is inconsistent") };
+    d->timer.start();
+    return std::unique_ptr<ShardRun>(new ShardRun(std::move(d)));
+}
+
+const core::ShardTask& ShardRun::task() const
+{
+    return d->task;
+}
+
+std::int64_t ShardRun::completedSteps() const
+{
+    return d->step;
+}
+
+bool ShardRun::finished() const
+{
+    return d->step >= d->task.localSteps;
+}
+
+double ShardRun::lastLoss() const
+{
+    return d->losses.isEmpty() ? std::nan("") : d->losses.last();
+}
+
+core::Status ShardRun::step()
+{
+    if (d->broken)
+        return core::Error { {}, QStringLiteral("the shard already failed") };
+    if (finished())
+        return core::Error { {}, QStringLiteral("the shard has no steps left") };
+    pinRuntime(d->task);
+    const auto& task = d->task;
+    auto outcome = guarded(QStringLiteral("step %1").arg(d->step + 1), [&]() -> double {
+        const auto indices = d->plan->indicesOfStep(d->step);
+        const auto index
+            = torch::from_blob(const_cast<std::int64_t*>(indices.data()), { std::int64_t(indices.size()) }, torch::kInt64);
+        const auto x = d->data.train->x.index_select(0, index);
+        const auto y = d->data.train->y.index_select(0, index);
+        torch::manual_seed(core::deriveSeed(std::uint64_t(task.seed),
+            { std::uint64_t(core::SeedPurpose::Step), std::uint64_t(task.round), std::uint64_t(task.shard),
+                std::uint64_t(d->step) }));
+        d->model->setTraining(true);
+        d->optimizer->zeroGrad();
+        const auto logits = d->model->forward(x);
+        if (logits.dim() != 2 || logits.size(0) != x.size(0))
+            throw std::runtime_error("the model must return class scores shaped [batch, classes]");
+        const auto loss = torch::cross_entropy_loss(logits, y);
+        const double value = loss.item<double>();
+        if (!std::isfinite(value))
+            throw std::runtime_error("the loss became NaN or infinite (is the learning rate too high?)");
+        loss.backward();
+        d->optimizer->step();
+        return value;
+    });
+    if (!outcome) {
+        d->broken = true;
+        return outcome.error();
+    }
+    d->losses.append(*outcome);
+    ++d->step;
+    if (d->step % task.checkpointInterval == 0 || d->step == task.localSteps)
+        d->chain.append(canonicalHash(d->model->state()));
+    return {};
+}
+
+QByteArray ShardRun::suspend() const
+{
+    NamedTensors state = withPrefix("model/", cloneTensors(d->model->state()));
+    for (auto& entry : withPrefix("optimizer/", cloneTensors(d->optimizer->state())))
+        state.push_back(std::move(entry));
+    const auto task = taskDigest(d->task).toRaw();
+    state.emplace_back(
+        "meta/task", torch::from_blob(const_cast<char*>(task.constData()), { task.size() }, torch::kUInt8).clone());
+    state.emplace_back("meta/step", torch::tensor(d->step, torch::kInt64));
+    state.emplace_back("meta/losses", torch::tensor(std::vector<double>(d->losses.begin(), d->losses.end()), torch::kFloat64));
+    auto chain = torch::empty({ std::int64_t(d->chain.size()), 32 }, torch::kUInt8);
+    for (qsizetype i = 0; i < d->chain.size(); ++i)
+        std::memcpy(chain[i].data_ptr<std::uint8_t>(), d->chain[i].toRaw().constData(), 32);
+    state.emplace_back("meta/chain", chain);
+    state.emplace_back(
+        "meta/elapsed_ms", torch::tensor(static_cast<std::int64_t>(d->previousElapsedMs + d->timer.elapsed()), torch::kInt64));
+    sortByName(state);
+    return pickleTensors(state);
+}
+
+ShardOutput ShardRun::finish()
+{
+    ShardOutput output;
+    auto& result = output.result;
+    result.jobId = d->task.jobId;
+    result.round = d->task.round;
+    result.shard = d->task.shard;
+    result.runtimeProfile = currentRuntimeProfile(int(d->task.threads)).toString();
+    result.wallTimeMs = d->previousElapsedMs + d->timer.elapsed();
+    if (!finished()) {
+        result.outcome = core::ShardResult::Outcome::Failed;
+        result.failure = QStringLiteral("the shard stopped after %1 of %2 steps").arg(d->step).arg(d->task.localSteps);
+        return output;
+    }
+    output.weights = pickleTensors(d->model->state());
+    result.finalHash = d->chain.last();
+    result.checkpointHashes = d->chain;
+    result.weightsSha256 = core::Digest::ofBytes(output.weights);
+    result.losses = d->losses;
+    result.samplesProcessed = d->task.localSteps * d->task.batchSize;
+    return output;
+}
+
+core::ShardResult failedResult(const core::ShardTask& task, const QString& why)
+{
+    core::ShardResult result;
+    result.jobId = task.jobId;
+    result.round = task.round;
+    result.shard = task.shard;
+    result.outcome = core::ShardResult::Outcome::Failed;
+    result.failure = why;
+    result.runtimeProfile = currentRuntimeProfile(int(task.threads)).toString();
+    return result;
+}
+
+ShardOutput runShard(const core::ShardTask& task, const QByteArray& startWeights, const ComputeEnvironment& environment)
+{
+    auto run = ShardRun::start(task, startWeights, environment);
+    if (!run)
+        return { failedResult(task, run.error().toString()), {} };
+    while (!(*run)->finished()) {
+        if (auto status = (*run)->step(); !status)
+            return { failedResult(task, status.error().toString()), {} };
+    }
+    return (*run)->finish();
+}
+
+} // namespace tessera::compute

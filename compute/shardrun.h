@@ -1,0 +1,63 @@
+#pragma once
+
+#include "environment.h"
+
+#include <core/error.h>
+#include <core/shardresult.h>
+#include <core/shardtask.h>
+
+#include <QByteArray>
+
+#include <memory>
+
+namespace tessera::compute {
+
+// What a finished shard hands back: the result (hashes, losses, profile) and the final weights as a
+// dict of tensors in PyTorch's pickle format (torch.load reads it).
+struct ShardOutput {
+    core::ShardResult result;
+    QByteArray weights;
+};
+
+// One shard in training, advanced a step at a time, so that the compute thread can pause, cancel
+// or throttle between steps. Everything a step does is fixed by the task: its batch comes from the
+// seeded permutations, its dropout from the step's seed, its arithmetic from the task's thread count.
+//
+// Not thread-safe: create, step and finish a run on one thread (the compute thread).
+class ShardRun {
+public:
+    // startWeights: the round's global weights (a pickled dict of tensors) whose canonical hash
+    // must equal task.startWeights.
+    static core::Result<std::unique_ptr<ShardRun>> start(
+        const core::ShardTask& task, const QByteArray& startWeights, const ComputeEnvironment& environment);
+    // Continues a run from suspend()'s bytes; ends bit for bit where an uninterrupted run would.
+    static core::Result<std::unique_ptr<ShardRun>> resume(
+        const core::ShardTask& task, const QByteArray& suspended, const ComputeEnvironment& environment);
+    ~ShardRun();
+
+    const core::ShardTask& task() const;
+    std::int64_t completedSteps() const;
+    bool finished() const;
+    double lastLoss() const;
+
+    // One optimizer step. An error (NaN loss, a model that does not fit the data) ends the run.
+    core::Status step();
+    // Weights, optimizer state, progress and checkpoint chain so far (a pickled dict of tensors).
+    QByteArray suspend() const;
+    // After the last step: the result and the final weights.
+    ShardOutput finish();
+
+    struct Private; // opaque: holds the torch objects
+
+private:
+    explicit ShardRun(std::unique_ptr<Private> d);
+    std::unique_ptr<Private> d;
+};
+
+// Runs every step; a failure becomes a ShardResult with outcome Failed and the reason.
+ShardOutput runShard(const core::ShardTask& task, const QByteArray& startWeights, const ComputeEnvironment& environment);
+
+// A failed result for a task, with the reason.
+core::ShardResult failedResult(const core::ShardTask& task, const QString& why);
+
+} // namespace tessera::compute

@@ -1,0 +1,170 @@
+#include "weights.h"
+
+#include "detail/datasets.h"
+#include "detail/models.h"
+#include "detail/tensors.h"
+
+#include <core/seeds.h>
+
+#include <torch/torch.h>
+
+#include <algorithm>
+
+namespace tessera::compute {
+
+using namespace detail;
+
+core::Result<Weights> initialWeights(const core::JobSpec& spec, const ComputeEnvironment& environment)
+{
+    auto data = loadDataset(spec.dataset, environment);
+    if (!data)
+        return data.error();
+    auto model = buildModel(spec.model, data->train->sampleShape(), data->train->classes,
+        core::deriveSeed(std::uint64_t(spec.training.seed), { std::uint64_t(core::SeedPurpose::Initialisation) }), environment);
+    if (!model)
+        return model.error();
+    const auto state = (*model)->state();
+    return Weights { pickleTensors(state), canonicalHash(state) };
+}
+
+core::Result<core::Digest> canonicalHashOf(const QByteArray& weights)
+{
+    auto tensors = unpickleTensors(weights, QStringLiteral("not a dict of tensors"));
+    if (!tensors)
+        return tensors.error();
+    return canonicalHash(*tensors);
+}
+
+core::Result<Evaluation> evaluate(
+    const core::JobSpec& spec, const QByteArray& weights, const ComputeEnvironment& environment, int threads)
+{
+    auto data = loadDataset(spec.dataset, environment);
+    if (!data)
+        return data.error();
+    const auto& split = data->test ? data->test : data->train;
+    auto model = buildModel(spec.model, data->train->sampleShape(), data->train->classes, 0, environment);
+    if (!model)
+        return model.error();
+    auto tensors = unpickleTensors(weights, QStringLiteral("the weights are not a dict of tensors"));
+    if (!tensors)
+        return tensors.error();
+    if (auto status = (*model)->loadState(*tensors); !status)
+        return status.error();
+
+    at::set_num_threads(threads);
+    return guarded(QStringLiteral("evaluating"), [&] {
+        torch::NoGradGuard noGrad;
+        (*model)->setTraining(false);
+        constexpr std::int64_t Batch = 1000;
+        double lossSum = 0.0;
+        std::int64_t correct = 0;
+        const std::int64_t total = split->size();
+        for (std::int64_t begin = 0; begin < total; begin += Batch) {
+            const std::int64_t end = std::min(total, begin + Batch);
+            const auto x = split->x.slice(0, begin, end);
+            const auto y = split->y.slice(0, begin, end);
+            const auto logits = (*model)->forward(x);
+            lossSum += torch::cross_entropy_loss(logits, y, {}, at::Reduction::Sum).item<double>();
+            correct += logits.argmax(1).eq(y).sum().item<std::int64_t>();
+        }
+        return Evaluation { lossSum / double(total), double(correct) / double(total), total };
+    });
+}
+
+core::Status exportTorchScript(const core::ModelSpec& model, const QByteArray& weights, const QString& path)
+{
+    auto tensors = unpickleTensors(weights, QStringLiteral("the weights are not a dict of tensors"));
+    if (!tensors)
+        return tensors.error();
+    auto module = zooToTorchScript(model, *tensors);
+    if (!module)
+        return module.error();
+    auto saved = guarded(QStringLiteral("writing %1").arg(path), [&] {
+        module->save(path.toStdString());
+        return true;
+    });
+    if (!saved)
+        return saved.error();
+    return {};
+}
+
+core::Result<AggregationOutput> aggregate(
+    const core::AggregationSpec& spec, const QByteArray& global, QList<ShardUpdate> updates, const QByteArray& outerState)
+{
+    if (updates.isEmpty())
+        return core::Error { QStringLiteral("updates"), QStringLiteral("a round needs at least one shard result") };
+    std::sort(updates.begin(), updates.end(), [](const ShardUpdate& a, const ShardUpdate& b) { return a.shard < b.shard; });
+
+    auto base = unpickleTensors(global, QStringLiteral("the global weights are not a dict of tensors"));
+    if (!base)
+        return base.error();
+    std::int64_t totalSamples = 0;
+    std::vector<NamedTensors> shards;
+    for (const auto& update : updates) {
+        if (update.samples <= 0)
+            return core::Error { QStringLiteral("updates"), QStringLiteral("shard %1 has no samples").arg(update.shard) };
+        totalSamples += update.samples;
+        auto tensors
+            = unpickleTensors(update.weights, QStringLiteral("shard %1's weights are not a dict of tensors").arg(update.shard));
+        if (!tensors)
+            return tensors.error();
+        if (tensors->size() != base->size())
+            return core::Error { QStringLiteral("updates"),
+                QStringLiteral("shard %1's weights do not fit the model").arg(update.shard) };
+        for (std::size_t i = 0; i < base->size(); ++i) {
+            if ((*tensors)[i].first != (*base)[i].first || (*tensors)[i].second.sizes() != (*base)[i].second.sizes())
+                return core::Error { QStringLiteral("updates"),
+                    QStringLiteral("shard %1's weights do not fit the model").arg(update.shard) };
+        }
+        shards.push_back(std::move(*tensors));
+    }
+
+    NamedTensors momentum;
+    if (spec.method == core::AggregationSpec::Method::Nesterov && !outerState.isEmpty()) {
+        auto state = unpickleTensors(outerState, QStringLiteral("the outer optimizer state is damaged"));
+        if (!state)
+            return state.error();
+        momentum = std::move(*state);
+    }
+
+    return guarded(QStringLiteral("aggregating"), [&] {
+        torch::NoGradGuard noGrad;
+        NamedTensors next;
+        NamedTensors nextMomentum;
+        for (std::size_t i = 0; i < base->size(); ++i) {
+            const auto& [name, w] = (*base)[i];
+            if (!w.is_floating_point()) { // integer buffers (counters) are taken from the first shard
+                next.emplace_back(name, shards.front()[i].second.clone());
+                continue;
+            }
+            // Outer gradient g = W - mean(W_i) = sum_i (n_i / N) * (W - W_i), in shard order.
+            auto gradient = torch::zeros_like(w);
+            for (std::size_t s = 0; s < shards.size(); ++s) {
+                const double share = double(updates[qsizetype(s)].samples) / double(totalSamples);
+                gradient.add_(w - shards[s][i].second, share);
+            }
+            at::Tensor step = gradient;
+            if (spec.method == core::AggregationSpec::Method::Nesterov) {
+                at::Tensor buffer;
+                for (const auto& [key, tensor] : momentum) {
+                    if (key == name)
+                        buffer = tensor.clone();
+                }
+                if (!buffer.defined())
+                    buffer = gradient.clone();
+                else
+                    buffer.mul_(spec.outerMomentum).add_(gradient);
+                step = gradient.add(buffer, spec.outerMomentum);
+                nextMomentum.emplace_back(name, buffer);
+            }
+            next.emplace_back(name, w - step * spec.outerLr);
+        }
+        AggregationOutput output;
+        output.weights = Weights { pickleTensors(next), canonicalHash(next) };
+        if (spec.method == core::AggregationSpec::Method::Nesterov)
+            output.outerState = pickleTensors(nextMomentum);
+        return output;
+    });
+}
+
+} // namespace tessera::compute

@@ -1,0 +1,60 @@
+#pragma once
+
+#include "environment.h"
+
+#include <core/error.h>
+#include <core/hash.h>
+#include <core/jobspec.h>
+
+#include <QByteArray>
+#include <QList>
+#include <QString>
+
+namespace tessera::compute {
+
+// Model weights as they travel: a dict of tensors in PyTorch's pickle format (torch.load reads it),
+// and the canonical hash that names them in tasks, results and disputes.
+struct Weights {
+    QByteArray bytes;
+    core::Digest canonicalHash;
+};
+
+// W_0 of a job: a zoo model initialised from the job's seed, or the weights in a TorchScript file.
+core::Result<Weights> initialWeights(const core::JobSpec& spec, const ComputeEnvironment& environment);
+
+// The canonical hash of pickled weights (docs/PROTOCOL.md, "Canonical weights").
+core::Result<core::Digest> canonicalHashOf(const QByteArray& weights);
+
+struct Evaluation {
+    double loss = 0.0; // mean cross-entropy
+    double accuracy = 0.0; // share of correct top-1 predictions
+    std::int64_t samples = 0;
+};
+
+// Loss and accuracy of the weights on the dataset's test split (or its training split when it has
+// none), on `threads` threads.
+core::Result<Evaluation> evaluate(
+    const core::JobSpec& spec, const QByteArray& weights, const ComputeEnvironment& environment, int threads);
+
+// A TorchScript file that computes the zoo model with these weights (torch.jit.load reads it).
+core::Status exportTorchScript(const core::ModelSpec& model, const QByteArray& weights, const QString& path);
+
+// One shard's contribution to a round.
+struct ShardUpdate {
+    std::int64_t shard = 0;
+    std::int64_t samples = 0; // the weight of this shard in the mean
+    QByteArray weights; // the shard's final weights
+};
+
+struct AggregationOutput {
+    Weights weights; // W_{r+1}
+    QByteArray outerState; // Nesterov momentum, to pass to the next round (empty for FedAvg)
+};
+
+// W_{r+1} = W_r - outerLr * step(g), where g = W_r - sum_i(n_i * W_i) / sum_i(n_i) is the outer
+// gradient (the negated weighted mean of the shard deltas), summed in shard order in float32.
+// FedAvg: step(g) = g. Nesterov (DiLoCo): m = mu * m + g; step(g) = g + mu * m.
+core::Result<AggregationOutput> aggregate(
+    const core::AggregationSpec& spec, const QByteArray& global, QList<ShardUpdate> updates, const QByteArray& outerState);
+
+} // namespace tessera::compute
