@@ -206,18 +206,21 @@ core::Result<DatasetSplits> loadDataset(const core::DatasetSpec& spec, const Com
             QStringLiteral("the training tensors (%1) are not on this machine")
                 .arg(spec.trainFile.isEmpty() ? spec.trainSha256.toHex() : spec.trainFile) };
 
+    auto checkCount = [&](const DatasetSplits& splits) -> core::Result<DatasetSplits> {
+        if (splits.train->size() != spec.trainSamples)
+            return core::Error { QStringLiteral("dataset.tensors.trainSamples"),
+                QStringLiteral("the job says %1 training samples but the file holds %2")
+                    .arg(spec.trainSamples)
+                    .arg(splits.train->size()) };
+        return splits;
+    };
     const std::lock_guard lock(cacheMutex);
     const QString key = QStringLiteral("tensors:") + *trainPath + u'|' + spec.testFile + spec.testSha256.toHex();
     if (auto it = cache().constFind(key); it != cache().constEnd())
-        return *it;
+        return checkCount(*it);
     auto train = loadTensorFile(*trainPath);
     if (!train)
         return train.error();
-    if ((*train)->size() != spec.trainSamples)
-        return core::Error {
-            QStringLiteral("dataset.tensors.trainSamples"),
-            QStringLiteral("the job says %1 training samples but the file holds %2").arg(spec.trainSamples).arg((*train)->size())
-        };
     DatasetSplits splits { *train, nullptr };
     if (!spec.testFile.isEmpty() || !spec.testSha256.isNull()) {
         const auto testPath = locate(spec.testSha256, spec.testFile);
@@ -230,10 +233,13 @@ core::Result<DatasetSplits> loadDataset(const core::DatasetSpec& spec, const Com
         if ((*test)->sampleShape() != (*train)->sampleShape())
             return core::Error { QStringLiteral("dataset.tensors.testFile"),
                 QStringLiteral("test samples have another shape than training samples") };
+        if ((*test)->classes > (*train)->classes)
+            return core::Error { QStringLiteral("dataset.tensors.testFile"),
+                QStringLiteral("the test labels name classes that the training labels never use") };
         splits.test = *test;
     }
     cache().insert(key, splits);
-    return splits;
+    return checkCount(splits);
 }
 
 } // namespace tessera::compute::detail

@@ -1,0 +1,508 @@
+// The compute engine against itself (determinism, pause and resume), against PyTorch (optimizer
+// updates, TorchScript and tensor files made by Python) and against bad input.
+
+#include <compute/detail/batches.h>
+#include <compute/detail/datasets.h>
+#include <compute/detail/tensors.h>
+#include <compute/localjob.h>
+#include <compute/runtimeprofile.h>
+#include <compute/shardrun.h>
+#include <compute/weights.h>
+#include <core/decomposition.h>
+
+#include <torch/serialize.h>
+#include <torch/torch.h>
+
+#include <QFile>
+#include <QProcess>
+#include <QSet>
+#include <QTemporaryDir>
+#include <QTest>
+
+using namespace tessera;
+using compute::ComputeEnvironment;
+using compute::detail::NamedTensors;
+
+namespace {
+
+const QString Python = QStringLiteral("/usr/bin/python3");
+
+core::JobSpec smallJob()
+{
+    core::JobSpec spec;
+    spec.name = QStringLiteral("small");
+    spec.model.zoo = QStringLiteral("mlp");
+    spec.model.hidden = { 32 };
+    spec.dataset.builtin = QStringLiteral("fashion-mnist");
+    spec.optimizer.lr = 0.05;
+    spec.optimizer.momentum = 0.9;
+    spec.training.rounds = 1;
+    spec.training.shardsPerRound = 3;
+    spec.training.localSteps = 20;
+    spec.training.batchSize = 32;
+    spec.training.seed = 11;
+    spec.training.threads = 1;
+    spec.training.checkpointInterval = 5;
+    spec.budget = core::Credits::fromMicro(1);
+    return spec;
+}
+
+struct Prepared {
+    compute::Weights start;
+    QList<core::ShardTask> tasks;
+};
+
+Prepared prepare(const core::JobSpec& spec, const ComputeEnvironment& environment = {})
+{
+    auto start = compute::initialWeights(spec, environment);
+    if (!start)
+        qFatal("initialWeights: %s", qPrintable(start.error().toString()));
+    return { *start, core::decomposeRound(QStringLiteral("job"), spec, 0, start->canonicalHash) };
+}
+
+bool runPython(const QStringList& arguments, QString* output = nullptr)
+{
+    QProcess process;
+    process.setProcessChannelMode(QProcess::MergedChannels);
+    process.start(Python, arguments);
+    if (!process.waitForFinished(300'000)) {
+        qWarning("python did not finish");
+        return false;
+    }
+    const QString text = QString::fromUtf8(process.readAll());
+    if (output)
+        *output = text;
+    if (process.exitStatus() != QProcess::NormalExit || process.exitCode() != 0) {
+        qWarning("python failed: %s", qPrintable(text));
+        return false;
+    }
+    return true;
+}
+
+QString scriptPath(const char* name)
+{
+    return QStringLiteral(TESSERA_SOURCE_DIR "/tests/compute/python/") + QLatin1String(name);
+}
+
+NamedTensors unpickle(const QByteArray& bytes)
+{
+    auto tensors = compute::detail::unpickleTensors(bytes, QStringLiteral("test"));
+    if (!tensors)
+        qFatal("%s", qPrintable(tensors.error().toString()));
+    return *tensors;
+}
+
+// Concatenation that sidesteps GCC 12's false -Wrestrict on `"literal" + std::string`.
+std::string key(std::string prefix, const std::string& name)
+{
+    prefix.append(name);
+    return prefix;
+}
+
+QByteArray readAll(const QString& path)
+{
+    QFile file(path);
+    if (!file.open(QIODevice::ReadOnly))
+        qFatal("cannot read %s", qPrintable(path));
+    return file.readAll();
+}
+
+} // namespace
+
+class ComputeTest : public QObject {
+    Q_OBJECT
+
+private:
+    QTemporaryDir m_fixtures;
+
+private Q_SLOTS:
+    void initTestCase()
+    {
+        QVERIFY(m_fixtures.isValid());
+        QVERIFY2(runPython({ scriptPath("make_fixtures.py"), m_fixtures.path() }), "could not make the PyTorch fixtures");
+    }
+
+    void sameTaskTwiceGivesTheSameBits()
+    {
+        const auto prepared = prepare(smallJob());
+        const auto first = compute::runShard(prepared.tasks[1], prepared.start.bytes, {});
+        const auto second = compute::runShard(prepared.tasks[1], prepared.start.bytes, {});
+        QCOMPARE(first.result.outcome, core::ShardResult::Outcome::Completed);
+        QCOMPARE(first.result.finalHash, second.result.finalHash);
+        QCOMPARE(first.result.checkpointHashes, second.result.checkpointHashes);
+        QCOMPARE(first.result.losses, second.result.losses);
+        QCOMPARE(first.weights, second.weights);
+        QCOMPARE(*compute::canonicalHashOf(first.weights), first.result.finalHash);
+        QCOMPARE(first.result.weightsSha256, core::Digest::ofBytes(first.weights));
+    }
+
+    void checkpointChainHasOneHashPerInterval()
+    {
+        auto spec = smallJob();
+        spec.training.localSteps = 22;
+        const auto prepared = prepare(spec);
+        const auto output = compute::runShard(prepared.tasks[0], prepared.start.bytes, {});
+        QCOMPARE(output.result.checkpointHashes.size(), 6); // steps 0, 5, 10, 15, 20, 22
+        QCOMPARE(output.result.checkpointHashes.size(), prepared.tasks[0].checkpointCount());
+        QCOMPARE(output.result.checkpointHashes.first(), prepared.start.canonicalHash);
+        QCOMPARE(output.result.checkpointHashes.last(), output.result.finalHash);
+        QCOMPARE(QSet<core::Digest>(output.result.checkpointHashes.begin(), output.result.checkpointHashes.end()).size(), 6);
+        QCOMPARE(output.result.losses.size(), 22);
+        QCOMPARE(output.result.samplesProcessed, 22 * 32);
+    }
+
+    void shardsOfARoundReadDifferentData()
+    {
+        const auto prepared = prepare(smallJob());
+        const auto a = compute::runShard(prepared.tasks[0], prepared.start.bytes, {});
+        const auto b = compute::runShard(prepared.tasks[1], prepared.start.bytes, {});
+        QVERIFY(a.result.finalHash != b.result.finalHash);
+        QCOMPARE(a.result.checkpointHashes.first(), b.result.checkpointHashes.first());
+    }
+
+    void batchesWalkTheSliceOncePerPass()
+    {
+        core::ShardTask task;
+        task.jobId = QStringLiteral("j");
+        task.seed = 5;
+        task.round = 2;
+        task.shard = 1;
+        task.sampleBegin = 100;
+        task.sampleEnd = 200;
+        task.batchSize = 30;
+        task.localSteps = 10;
+        compute::detail::BatchPlan plan(task, 1000);
+        const auto roundOrder = core::seededPermutation(1000, core::deriveSeed(5, { 1, 2 }));
+        const QSet<std::int64_t> slice(roundOrder.begin() + 100, roundOrder.begin() + 200);
+        std::vector<std::int64_t> stream;
+        for (int step = 0; step < 7; ++step) {
+            const auto batch = plan.indicesOfStep(step);
+            QCOMPARE(batch.size(), std::size_t(30));
+            stream.insert(stream.end(), batch.begin(), batch.end());
+        }
+        for (int pass = 0; pass < 2; ++pass) {
+            const QSet<std::int64_t> seen(stream.begin() + pass * 100, stream.begin() + (pass + 1) * 100);
+            QCOMPARE(seen, slice); // every sample of the slice once per pass
+        }
+        QVERIFY(!std::equal(stream.begin(), stream.begin() + 100, stream.begin() + 100)); // passes are reshuffled
+    }
+
+    void threadCountIsInTheProfile()
+    {
+        auto spec = smallJob();
+        spec.training.localSteps = 2;
+        spec.training.checkpointInterval = 1;
+        const auto one = prepare(spec);
+        spec.training.threads = 2;
+        const auto two = prepare(spec);
+        const auto a = compute::runShard(one.tasks[0], one.start.bytes, {});
+        const auto b = compute::runShard(two.tasks[0], two.start.bytes, {});
+        QVERIFY(a.result.runtimeProfile.contains(QStringLiteral("threads=1")));
+        QVERIFY(b.result.runtimeProfile.contains(QStringLiteral("threads=2")));
+        QVERIFY(a.result.runtimeProfile != b.result.runtimeProfile);
+    }
+
+    void pausedAndResumedShardEndsBitForBitTheSame_data()
+    {
+        QTest::addColumn<int>("pauseAfter");
+        QTest::newRow("before the first step") << 0;
+        QTest::newRow("between checkpoints") << 7;
+        QTest::newRow("on a checkpoint") << 10;
+        QTest::newRow("before the last step") << 19;
+    }
+    void pausedAndResumedShardEndsBitForBitTheSame()
+    {
+        QFETCH(int, pauseAfter);
+        auto spec = smallJob();
+        spec.model.dropout = 0.3; // dropout draws from the step's seed: resume must not disturb it
+        spec.optimizer.kind = core::OptimizerSpec::Kind::Adam;
+        spec.optimizer.lr = 0.001;
+        const auto prepared = prepare(spec);
+        const auto& task = prepared.tasks[2];
+        const auto straight = compute::runShard(task, prepared.start.bytes, {});
+
+        QByteArray saved;
+        {
+            auto run = compute::ShardRun::start(task, prepared.start.bytes, {});
+            QVERIFY(run.ok());
+            for (int i = 0; i < pauseAfter; ++i)
+                QVERIFY((*run)->step().ok());
+            saved = (*run)->suspend();
+        } // the run is gone, as after a restart of the app
+        auto resumed = compute::ShardRun::resume(task, saved, {});
+        QVERIFY2(resumed.ok(), qPrintable(resumed.ok() ? QString() : resumed.error().toString()));
+        QCOMPARE((*resumed)->completedSteps(), pauseAfter);
+        while (!(*resumed)->finished())
+            QVERIFY((*resumed)->step().ok());
+        const auto output = (*resumed)->finish();
+        QCOMPARE(output.result.finalHash, straight.result.finalHash);
+        QCOMPARE(output.result.checkpointHashes, straight.result.checkpointHashes);
+        QCOMPARE(output.result.losses, straight.result.losses);
+    }
+
+    void resumeRefusesTheStateOfAnotherShard()
+    {
+        const auto prepared = prepare(smallJob());
+        auto run = compute::ShardRun::start(prepared.tasks[0], prepared.start.bytes, {});
+        QVERIFY((*run)->step().ok());
+        const auto saved = (*run)->suspend();
+        const auto other = compute::ShardRun::resume(prepared.tasks[1], saved, {});
+        QVERIFY(!other.ok());
+        QVERIFY(other.error().message.contains(QStringLiteral("another shard")));
+        QVERIFY(!compute::ShardRun::resume(prepared.tasks[0], QByteArray("garbage"), {}).ok());
+    }
+
+    void optimizerMatchesPyTorch_data()
+    {
+        QTest::addColumn<int>("kind");
+        QTest::addColumn<double>("momentum");
+        QTest::addColumn<bool>("nesterov");
+        QTest::addColumn<double>("weightDecay");
+        QTest::newRow("sgd") << int(core::OptimizerSpec::Kind::Sgd) << 0.0 << false << 0.0;
+        QTest::newRow("sgd momentum") << int(core::OptimizerSpec::Kind::Sgd) << 0.9 << false << 0.0;
+        QTest::newRow("sgd nesterov weight decay") << int(core::OptimizerSpec::Kind::Sgd) << 0.8 << true << 0.01;
+        QTest::newRow("adam") << int(core::OptimizerSpec::Kind::Adam) << 0.0 << false << 0.0;
+        QTest::newRow("adam weight decay") << int(core::OptimizerSpec::Kind::Adam) << 0.0 << false << 0.01;
+    }
+    void optimizerMatchesPyTorch()
+    {
+        QFETCH(int, kind);
+        QFETCH(double, momentum);
+        QFETCH(bool, nesterov);
+        QFETCH(double, weightDecay);
+        auto spec = smallJob();
+        spec.training.localSteps = 6;
+        spec.training.checkpointInterval = 6;
+        spec.optimizer.kind = core::OptimizerSpec::Kind(kind);
+        spec.optimizer.lr = kind == int(core::OptimizerSpec::Kind::Adam) ? 0.002 : 0.05;
+        spec.optimizer.momentum = momentum;
+        spec.optimizer.nesterov = nesterov;
+        spec.optimizer.weightDecay = weightDecay;
+        const auto prepared = prepare(spec);
+        const auto& task = prepared.tasks[0];
+        const auto output = compute::runShard(task, prepared.start.bytes, {});
+        QCOMPARE(output.result.outcome, core::ShardResult::Outcome::Completed);
+
+        // The same batches and start weights, for PyTorch's own optimizers.
+        const auto data = compute::detail::loadFashionMnist(ComputeEnvironment {}.fashionMnistDirectoryOrDefault());
+        QVERIFY(data.ok());
+        compute::detail::BatchPlan plan(task, data->train->size());
+        c10::Dict<std::string, at::Tensor> caseDict;
+        for (const auto& [name, tensor] : unpickle(prepared.start.bytes))
+            caseDict.insert(key("w/", name), tensor);
+        for (int step = 0; step < spec.training.localSteps; ++step) {
+            const auto indices = plan.indicesOfStep(step);
+            const auto index = torch::tensor(indices, torch::kInt64);
+            caseDict.insert(key("x", std::to_string(step)), data->train->x.index_select(0, index));
+            caseDict.insert(key("y", std::to_string(step)), data->train->y.index_select(0, index));
+        }
+        const auto& o = spec.optimizer;
+        const std::pair<const char*, double> settings[] = { { "adam", kind == int(core::OptimizerSpec::Kind::Adam) ? 1.0 : 0.0 },
+            { "lr", o.lr }, { "momentum", o.momentum }, { "nesterov", o.nesterov ? 1.0 : 0.0 }, { "weight_decay", o.weightDecay },
+            { "beta1", o.beta1 }, { "beta2", o.beta2 }, { "eps", o.eps } };
+        for (const auto& [name, value] : settings)
+            caseDict.insert(key("opt/", name), torch::tensor(value, torch::kFloat64));
+        const auto bytes = torch::pickle_save(c10::IValue(caseDict));
+        QTemporaryDir dir;
+        QFile caseFile(dir.filePath(QStringLiteral("case.pt")));
+        QVERIFY(caseFile.open(QIODevice::WriteOnly));
+        caseFile.write(bytes.data(), qint64(bytes.size()));
+        caseFile.close();
+        QVERIFY(runPython({ scriptPath("reference_optimizer.py"), caseFile.fileName(), dir.filePath(QStringLiteral("out.pt")) }));
+
+        const auto reference = unpickle(readAll(dir.filePath(QStringLiteral("out.pt"))));
+        const auto ours = unpickle(output.weights);
+        QCOMPARE(reference.size(), ours.size());
+        const auto start = unpickle(prepared.start.bytes);
+        for (std::size_t i = 0; i < ours.size(); ++i) {
+            QCOMPARE(ours[i].first, reference[i].first);
+            const double moved = (ours[i].second - start[i].second).abs().max().item<double>();
+            const double difference = (ours[i].second - reference[i].second).abs().max().item<double>();
+            QVERIFY2(moved > 1e-4, "the weights did not train");
+            QVERIFY2(difference < 1e-5 + 1e-3 * moved,
+                qPrintable(QStringLiteral("%1 differs from PyTorch by %2 (it moved %3)")
+                               .arg(QString::fromStdString(ours[i].first))
+                               .arg(difference)
+                               .arg(moved)));
+        }
+    }
+
+    void aggregationMatchesHandComputedValues()
+    {
+        auto blob = [](float a, float b) { return compute::detail::pickleTensors({ { "w", torch::tensor({ a, b }) } }); };
+        auto values = [&](const QByteArray& bytes) {
+            const auto t = unpickle(bytes).front().second;
+            return std::pair { t[0].item<float>(), t[1].item<float>() };
+        };
+        const auto global = blob(1, 2);
+        // Shard 7 (3 samples) is listed first: aggregation orders by shard id, weights by samples.
+        const QList<compute::ShardUpdate> updates { { 7, 3, blob(1, 6) }, { 2, 1, blob(3, 2) } };
+        // Weighted mean: (1*[3,2] + 3*[1,6]) / 4 = [1.5, 5].
+        core::AggregationSpec fedAvg;
+        auto out = compute::aggregate(fedAvg, global, updates, {});
+        QVERIFY(out.ok());
+        QCOMPARE(values(out->weights.bytes), (std::pair { 1.5f, 5.0f }));
+        QVERIFY(out->outerState.isEmpty());
+
+        fedAvg.outerLr = 0.5; // W - 0.5 * (W - mean) = [1.25, 3.5]
+        QCOMPARE(values(compute::aggregate(fedAvg, global, updates, {})->weights.bytes), (std::pair { 1.25f, 3.5f }));
+
+        // Nesterov, mu = 0.9, lr = 1: g = W - mean = [-0.5, -3]; m = g; W' = W - (g + 0.9 m) = [1.95, 7.7].
+        core::AggregationSpec nesterov { core::AggregationSpec::Method::Nesterov, 1.0, 0.9 };
+        auto first = compute::aggregate(nesterov, global, updates, {});
+        QVERIFY(first.ok());
+        const auto [a, b] = values(first->weights.bytes);
+        QVERIFY(qAbs(a - 1.95f) < 1e-6f && qAbs(b - 7.7f) < 1e-5f);
+        // Round 2 from W = [1.95, 7.7] with one shard at [2.95, 7.7]: g = [-1, 0]; m = 0.9*[-0.5,-3] + g = [-1.45, -2.7];
+        // W' = W - (g + 0.9 m) = [1.95 + 1 + 1.305, 7.7 + 2.43] = [4.255, 10.13].
+        auto second = compute::aggregate(nesterov, first->weights.bytes, { { 0, 10, blob(2.95f, 7.7f) } }, first->outerState);
+        QVERIFY(second.ok());
+        const auto [c, d] = values(second->weights.bytes);
+        QVERIFY2(qAbs(c - 4.255f) < 1e-5f && qAbs(d - 10.13f) < 1e-5f, qPrintable(QStringLiteral("%1 %2").arg(c).arg(d)));
+
+        QVERIFY(!compute::aggregate(fedAvg, global, {}, {}).ok());
+        const auto misfit = compute::detail::pickleTensors({ { "w", torch::tensor({ 1.0f, 2.0f, 3.0f }) } });
+        QVERIFY(!compute::aggregate(fedAvg, global, { { 0, 1, misfit } }, {}).ok());
+        QVERIFY(!compute::aggregate(fedAvg, global, { { 0, 1, QByteArray("junk") } }, {}).ok());
+    }
+
+    void trainsATorchScriptModelFromPyTorch()
+    {
+        auto spec = smallJob();
+        spec.model = core::ModelSpec {};
+        spec.model.source = core::ModelSpec::Source::TorchScript;
+        spec.model.scriptFile = m_fixtures.filePath(QStringLiteral("scripted.pt"));
+        spec.training.localSteps = 40;
+        spec.training.checkpointInterval = 10;
+        const auto prepared = prepare(spec);
+        const auto output = compute::runShard(prepared.tasks[0], prepared.start.bytes, {});
+        QVERIFY2(output.result.outcome == core::ShardResult::Outcome::Completed, qPrintable(output.result.failure));
+        const auto& losses = output.result.losses;
+        const double early = std::accumulate(losses.begin(), losses.begin() + 5, 0.0) / 5;
+        const double late = std::accumulate(losses.end() - 5, losses.end(), 0.0) / 5;
+        QVERIFY2(late < early * 0.8, qPrintable(QStringLiteral("loss %1 -> %2").arg(early).arg(late)));
+        const auto names = unpickle(output.weights);
+        QCOMPARE(names.front().first, std::string("head.bias"));
+        QCOMPARE(compute::runShard(prepared.tasks[0], prepared.start.bytes, {}).result.finalHash, output.result.finalHash);
+    }
+
+    void trainsOnATensorFileFromPyTorch()
+    {
+        auto spec = smallJob();
+        spec.dataset = core::DatasetSpec {};
+        spec.dataset.source = core::DatasetSpec::Source::Tensors;
+        spec.dataset.trainFile = m_fixtures.filePath(QStringLiteral("tensors.pt"));
+        spec.dataset.testFile = m_fixtures.filePath(QStringLiteral("tensors_test.pt"));
+        spec.dataset.trainSamples = 600;
+        spec.model.hidden = { 16 };
+        spec.training.rounds = 3;
+        spec.training.shardsPerRound = 2;
+        spec.training.localSteps = 30;
+        spec.training.checkpointInterval = 10;
+        QVERIFY(spec.validate().ok());
+        const auto output = compute::runJobLocally(spec, {});
+        QVERIFY2(output.ok(), qPrintable(output.ok() ? QString() : output.error().toString()));
+        QCOMPARE(output->rounds.size(), 3);
+        QCOMPARE(output->rounds.last().evaluation.samples, 200);
+        QVERIFY2(output->rounds.last().evaluation.accuracy > 0.9,
+            qPrintable(QString::number(output->rounds.last().evaluation.accuracy)));
+        // The same job again ends on the same bits.
+        QCOMPARE(compute::runJobLocally(spec, {})->finalWeights.canonicalHash, output->finalWeights.canonicalHash);
+
+        spec.dataset.trainSamples = 601;
+        const auto wrongCount = compute::runJobLocally(spec, {});
+        QVERIFY(!wrongCount.ok());
+        QVERIFY2(wrongCount.error().message.contains(QStringLiteral("holds 600")), qPrintable(wrongCount.error().toString()));
+    }
+
+    void badInputFailsTheShardWithAClearMessage_data()
+    {
+        QTest::addColumn<QString>("problem");
+        QTest::addColumn<QString>("words");
+        QTest::newRow("corrupt TorchScript") << "corrupt-script"
+                                             << "not a TorchScript model";
+        QTest::newRow("input shape mismatch") << "wrong-input"
+                                              << "step 1";
+        QTest::newRow("model without parameters") << "no-params"
+                                                  << "no parameters";
+        QTest::newRow("missing dataset") << "missing-dataset"
+                                         << "dataset-fashion-mnist";
+        QTest::newRow("NaN loss") << "nan"
+                                  << "NaN";
+        QTest::newRow("start weights of another model") << "wrong-weights"
+                                                        << "do not hash";
+        QTest::newRow("damaged start weights") << "damaged-weights"
+                                               << "not a dict of tensors";
+        QTest::newRow("tensor file without y") << "bad-tensors"
+                                               << "\"y\"";
+    }
+    void badInputFailsTheShardWithAClearMessage()
+    {
+        QFETCH(QString, problem);
+        QFETCH(QString, words);
+        auto spec = smallJob();
+        ComputeEnvironment environment;
+        auto prepared = prepare(spec);
+        auto task = prepared.tasks[0];
+        QByteArray weights = prepared.start.bytes;
+
+        if (problem == u"corrupt-script" || problem == u"wrong-input" || problem == u"no-params") {
+            QString file = m_fixtures.filePath(
+                problem == u"wrong-input" ? QStringLiteral("wrong_input.pt") : QStringLiteral("no_params.pt"));
+            if (problem == u"corrupt-script") {
+                file = m_fixtures.filePath(QStringLiteral("corrupt.pt"));
+                QFile corrupt(file);
+                QVERIFY(corrupt.open(QIODevice::WriteOnly));
+                QByteArray bytes = readAll(m_fixtures.filePath(QStringLiteral("scripted.pt")));
+                for (qsizetype i = 100; i < bytes.size(); i += 7)
+                    bytes[i] = char(bytes[i] ^ 0x5a);
+                corrupt.write(bytes);
+            }
+            task.model = core::ModelSpec {};
+            task.model.source = core::ModelSpec::Source::TorchScript;
+            task.model.scriptFile = file;
+            task.startWeights = {};
+            if (problem == u"wrong-input")
+                weights = compute::detail::pickleTensors(
+                    { { "fc.bias", torch::zeros({ 10 }) }, { "fc.weight", torch::zeros({ 10, 100 }) } });
+        } else if (problem == u"missing-dataset") {
+            environment.fashionMnistDirectory = QStringLiteral("/nonexistent/fashion-mnist");
+        } else if (problem == u"nan") {
+            task.optimizer.lr = 100.0;
+            task.optimizer.momentum = 0.99;
+            task.localSteps = 20;
+        } else if (problem == u"wrong-weights") {
+            task.startWeights = core::Digest::ofBytes("another model");
+        } else if (problem == u"damaged-weights") {
+            weights = weights.left(weights.size() / 2);
+            task.startWeights = {};
+        } else if (problem == u"bad-tensors") {
+            c10::Dict<std::string, at::Tensor> onlyX;
+            onlyX.insert("x", torch::zeros({ 10, 3 }));
+            const auto bytes = torch::pickle_save(c10::IValue(onlyX));
+            QFile file(m_fixtures.filePath(QStringLiteral("only_x.pt")));
+            QVERIFY(file.open(QIODevice::WriteOnly));
+            file.write(bytes.data(), qint64(bytes.size()));
+            file.close();
+            task.dataset = core::DatasetSpec {};
+            task.dataset.source = core::DatasetSpec::Source::Tensors;
+            task.dataset.trainFile = file.fileName();
+            task.dataset.trainSamples = 10;
+            task.sampleBegin = 0;
+            task.sampleEnd = 10;
+            task.batchSize = 5;
+        }
+
+        const auto output = compute::runShard(task, weights, environment);
+        QCOMPARE(output.result.outcome, core::ShardResult::Outcome::Failed);
+        QVERIFY2(output.result.failure.contains(words), qPrintable(output.result.failure));
+        QVERIFY(output.weights.isEmpty());
+
+        // The engine keeps serving: a good shard right after trains normally.
+        const auto good = compute::runShard(prepared.tasks[1], prepared.start.bytes, {});
+        QCOMPARE(good.result.outcome, core::ShardResult::Outcome::Completed);
+    }
+};
+
+QTEST_GUILESS_MAIN(ComputeTest)
+#include "tst_compute.moc"
