@@ -22,7 +22,7 @@ struct Weights {
 // W_0 of a job: a zoo model initialised from the job's seed, or the weights in a TorchScript file.
 core::Result<Weights> initialWeights(const core::JobSpec& spec, const ComputeEnvironment& environment);
 
-// The canonical hash of pickled weights (docs/PROTOCOL.md, "Canonical weights").
+// The canonical hash of pickled weights (docs/DETERMINISM.md, "Canonical weights").
 core::Result<core::Digest> canonicalHashOf(const QByteArray& weights);
 
 struct Evaluation {

@@ -10,7 +10,7 @@ namespace tessera::core {
 // Every random choice of a job (data order, initialisation, dropout) comes from a seed derived from
 // (job seed, round, shard, step), so that any machine can re-execute any piece of any shard.
 // The generator is SplitMix64: tiny, fast, and fully specified, so a third-party node in another
-// language reproduces the same data order from docs/PROTOCOL.md alone.
+// language reproduces the same data order from docs/DETERMINISM.md alone.
 class SplitMix64 {
 public:
     explicit SplitMix64(std::uint64_t seed)

@@ -10,7 +10,7 @@
 
 namespace tessera::compute::detail {
 
-// The sample indices of every step of a shard (docs/PROTOCOL.md, "Data order"):
+// The sample indices of every step of a shard (docs/DETERMINISM.md, "Data order"):
 // the round permutation P = perm(N, derive(seed, RoundPermutation, round)); the shard's slice is
 // P[begin, end) of length L; the shard reads its slice in passes, pass k in the order
 // perm(L, derive(seed, ShardPass, round, shard, k)); step s takes positions [s*B, (s+1)*B) of

@@ -20,7 +20,7 @@ using NamedTensors = std::vector<std::pair<std::string, at::Tensor>>;
 
 void sortByName(NamedTensors& tensors);
 
-// SHA-256 of the canonical bytes (docs/PROTOCOL.md, "Canonical weights"): for each tensor in name
+// SHA-256 of the canonical bytes (docs/DETERMINISM.md, "Canonical weights"): for each tensor in name
 // order, its UTF-8 name, a NUL, a dtype byte, the dimension count and sizes as little-endian int64,
 // then its elements as little-endian bytes, contiguous.
 core::Digest canonicalHash(const NamedTensors& tensors);
