@@ -5,6 +5,7 @@
 
 #include <QJsonObject>
 #include <QList>
+#include <QMetaType>
 #include <QString>
 
 #include <cstdint>
@@ -49,3 +50,5 @@ struct ShardResult {
 };
 
 } // namespace tessera::core
+
+Q_DECLARE_METATYPE(tessera::core::ShardResult)

@@ -5,6 +5,7 @@
 #include "jobspec.h"
 
 #include <QJsonObject>
+#include <QMetaType>
 #include <QString>
 
 #include <cstdint>
@@ -40,3 +41,5 @@ struct ShardTask {
 };
 
 } // namespace tessera::core
+
+Q_DECLARE_METATYPE(tessera::core::ShardTask)

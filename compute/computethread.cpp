@@ -1,0 +1,282 @@
+#include "computethread.h"
+
+#include <QElapsedTimer>
+#include <QMutex>
+#include <QThread>
+#include <QWaitCondition>
+
+#include <deque>
+#include <exception>
+
+namespace tessera::compute {
+
+namespace {
+
+struct QueuedShard {
+    core::ShardTask task;
+    QByteArray weights; // start weights, or
+    QByteArray suspended; // the state of a paused shard
+};
+
+// Emitting progress for every step of a small model would flood the GUI's event queue.
+constexpr std::int64_t ProgressIntervalMs = 100;
+
+} // namespace
+
+struct ComputeThread::Private {
+    ComputeThread* q = nullptr;
+    ComputeEnvironment environment;
+
+    mutable QMutex mutex;
+    QWaitCondition wake;
+    std::deque<QueuedShard> queue;
+    bool pauseRequested = false;
+    bool pauseAfterCurrent = false;
+    bool stopRequested = false;
+    QString cancelledJob;
+    int cpuPercent = 100;
+    int maxThreads = 1 << 16;
+    State state = State::Idle;
+
+    std::unique_ptr<QThread> thread;
+
+    void setState(State next)
+    {
+        {
+            QMutexLocker lock(&mutex);
+            if (state == next)
+                return;
+            state = next;
+        }
+        Q_EMIT q->stateChanged(next);
+    }
+
+    void loop();
+    void runShard(QueuedShard item);
+};
+
+ComputeThread::ComputeThread(ComputeEnvironment environment, QObject* parent)
+    : QObject(parent)
+    , d(std::make_unique<Private>())
+{
+    qRegisterMetaType<ShardProgress>();
+    qRegisterMetaType<ShardOutput>();
+    qRegisterMetaType<core::ShardTask>();
+    d->q = this;
+    d->environment = std::move(environment);
+    d->thread.reset(QThread::create([this] { d->loop(); }));
+    d->thread->setObjectName(QStringLiteral("tessera-compute"));
+    d->thread->start(QThread::LowPriority);
+}
+
+ComputeThread::~ComputeThread()
+{
+    {
+        QMutexLocker lock(&d->mutex);
+        d->stopRequested = true;
+        d->wake.wakeAll();
+    }
+    d->thread->wait();
+}
+
+void ComputeThread::submit(const core::ShardTask& task, const QByteArray& startWeights)
+{
+    QMutexLocker lock(&d->mutex);
+    d->queue.push_back({ task, startWeights, {} });
+    d->wake.wakeAll();
+}
+
+void ComputeThread::submitSuspended(const core::ShardTask& task, const QByteArray& suspendedState)
+{
+    QMutexLocker lock(&d->mutex);
+    d->queue.push_back({ task, {}, suspendedState });
+    d->wake.wakeAll();
+}
+
+void ComputeThread::pause()
+{
+    QMutexLocker lock(&d->mutex);
+    d->pauseRequested = true;
+    d->wake.wakeAll();
+}
+
+void ComputeThread::finishCurrentThenPause()
+{
+    QMutexLocker lock(&d->mutex);
+    d->pauseAfterCurrent = true;
+    d->wake.wakeAll();
+}
+
+void ComputeThread::resume()
+{
+    QMutexLocker lock(&d->mutex);
+    d->pauseRequested = false;
+    d->pauseAfterCurrent = false;
+    d->wake.wakeAll();
+}
+
+void ComputeThread::cancelJob(const QString& jobId)
+{
+    QMutexLocker lock(&d->mutex);
+    d->cancelledJob = jobId;
+    std::erase_if(d->queue, [&](const QueuedShard& item) { return item.task.jobId == jobId; });
+    d->wake.wakeAll();
+}
+
+void ComputeThread::setCpuPercent(int percent)
+{
+    QMutexLocker lock(&d->mutex);
+    d->cpuPercent = std::clamp(percent, 10, 100);
+    d->wake.wakeAll();
+}
+
+void ComputeThread::setMaxThreads(int threads)
+{
+    QMutexLocker lock(&d->mutex);
+    d->maxThreads = std::max(1, threads);
+}
+
+ComputeThread::State ComputeThread::state() const
+{
+    QMutexLocker lock(&d->mutex);
+    return d->state;
+}
+
+int ComputeThread::queuedCount() const
+{
+    QMutexLocker lock(&d->mutex);
+    return int(d->queue.size());
+}
+
+void ComputeThread::Private::loop()
+{
+    for (;;) {
+        QueuedShard item;
+        {
+            QMutexLocker lock(&mutex);
+            while (!stopRequested && (queue.empty() || pauseRequested || pauseAfterCurrent)) {
+                const State waiting = (pauseRequested || pauseAfterCurrent) ? State::Paused : State::Idle;
+                if (state != waiting) {
+                    lock.unlock();
+                    setState(waiting);
+                    lock.relock();
+                    continue;
+                }
+                wake.wait(&mutex);
+            }
+            if (stopRequested)
+                break;
+            item = std::move(queue.front());
+            queue.pop_front();
+            cancelledJob.clear();
+        }
+        setState(State::Working);
+        const core::ShardTask task = item.task;
+        try {
+            runShard(std::move(item));
+        } catch (const std::exception& error) {
+            // ShardRun reports errors as values; this is the last line of defence for the thread.
+            Q_EMIT q->shardFinished(
+                { failedResult(task, QStringLiteral("internal error: %1").arg(QString::fromUtf8(error.what()))), {} });
+        } catch (...) {
+            Q_EMIT q->shardFinished({ failedResult(task, QStringLiteral("internal error")), {} });
+        }
+    }
+    setState(State::Stopped);
+}
+
+void ComputeThread::Private::runShard(QueuedShard item)
+{
+    const auto& task = item.task;
+    {
+        QMutexLocker lock(&mutex);
+        if (task.threads > maxThreads) {
+            lock.unlock();
+            Q_EMIT q->shardFinished(
+                { failedResult(task,
+                      QStringLiteral("the shard needs %1 threads but this node allows %2 (Compute/MaxThreads)")
+                          .arg(task.threads)
+                          .arg(maxThreads)),
+                    {} });
+            return;
+        }
+    }
+    auto started = item.suspended.isEmpty() ? ShardRun::start(task, item.weights, environment)
+                                            : ShardRun::resume(task, item.suspended, environment);
+    if (!started) {
+        Q_EMIT q->shardFinished({ failedResult(task, started.error().toString()), {} });
+        return;
+    }
+    auto run = std::move(*started);
+
+    QElapsedTimer sinceProgress;
+    sinceProgress.start();
+    std::int64_t busyNs = 0;
+    std::int64_t throttledNs = 0;
+    const std::int64_t firstStep = run->completedSteps();
+
+    while (!run->finished()) {
+        {
+            QMutexLocker lock(&mutex);
+            if (stopRequested || pauseRequested) {
+                const bool stopping = stopRequested;
+                lock.unlock();
+                const QByteArray state = run->suspend();
+                if (!stopping) {
+                    QMutexLocker relock(&mutex);
+                    queue.push_front({ task, {}, state }); // resume() continues it first
+                }
+                Q_EMIT q->shardPaused(task, state);
+                return;
+            }
+            if (cancelledJob == task.jobId) {
+                lock.unlock();
+                Q_EMIT q->shardCancelled(task);
+                return;
+            }
+        }
+
+        QElapsedTimer stepTimer;
+        stepTimer.start();
+        if (auto status = run->step(); !status) {
+            Q_EMIT q->shardFinished({ failedResult(task, status.error().toString()), {} });
+            return;
+        }
+        const std::int64_t stepNs = stepTimer.nsecsElapsed();
+        busyNs += stepNs;
+
+        if (sinceProgress.elapsed() >= ProgressIntervalMs || run->finished()) {
+            sinceProgress.restart();
+            const auto done = run->completedSteps();
+            const double seconds = std::max<double>(double(busyNs + throttledNs) / 1e9, 1e-6);
+            const double stepsPerSecond = double(done - firstStep) / seconds;
+            Q_EMIT q->progress(ShardProgress { task.jobId, task.round, task.shard, done, task.localSteps, run->lastLoss(),
+                stepsPerSecond * double(task.batchSize),
+                stepsPerSecond > 0 ? std::int64_t(double(task.localSteps - done) / stepsPerSecond * 1000.0) : 0,
+                busyNs / 1'000'000, throttledNs / 1'000'000 });
+        }
+
+        // Duty cycle: after computing for t, rest t * (100 - p) / p, waking early for pause or cancel.
+        QMutexLocker lock(&mutex);
+        if (cpuPercent < 100 && !run->finished()) {
+            const QDeadlineTimer deadline(std::chrono::nanoseconds(stepNs * (100 - cpuPercent) / cpuPercent));
+            QElapsedTimer restTimer;
+            restTimer.start();
+            while (!deadline.hasExpired() && !stopRequested && !pauseRequested && cancelledJob != task.jobId)
+                wake.wait(&mutex, deadline);
+            throttledNs += restTimer.nsecsElapsed();
+        }
+    }
+
+    auto output = run->finish();
+    bool pauseNow = false;
+    {
+        QMutexLocker lock(&mutex);
+        pauseNow = pauseAfterCurrent;
+    }
+    Q_EMIT q->shardFinished(output);
+    if (pauseNow)
+        setState(State::Paused);
+}
+
+} // namespace tessera::compute

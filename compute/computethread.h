@@ -1,0 +1,82 @@
+#pragma once
+
+#include "environment.h"
+#include "shardrun.h"
+
+#include <core/shardresult.h>
+#include <core/shardtask.h>
+
+#include <QByteArray>
+#include <QMetaType>
+#include <QObject>
+#include <QString>
+
+#include <memory>
+
+namespace tessera::compute {
+
+// Where a shard is, for progress bars and the tray tooltip.
+struct ShardProgress {
+    QString jobId;
+    std::int64_t round = 0;
+    std::int64_t shard = 0;
+    std::int64_t step = 0;
+    std::int64_t steps = 0;
+    double loss = 0.0;
+    double samplesPerSecond = 0.0;
+    std::int64_t etaMs = 0;
+    std::int64_t busyMs = 0; // time spent computing this shard so far
+    std::int64_t throttledMs = 0; // time spent idle to honour the CPU limit
+};
+
+// The compute thread: owns every torch object, runs one shard at a time from a queue, and between
+// two steps honours pause, cancel and the CPU duty cycle. Its methods are thread-safe and return at
+// once; what happens is reported by signals (queued to receivers in other threads).
+class ComputeThread : public QObject {
+    Q_OBJECT
+
+public:
+    enum class State { Idle, Working, Paused, Stopped };
+    Q_ENUM(State)
+
+    explicit ComputeThread(ComputeEnvironment environment, QObject* parent = nullptr);
+    ~ComputeThread() override; // stops the thread at the next step boundary and joins it
+
+    void submit(const core::ShardTask& task, const QByteArray& startWeights);
+    // A shard paused earlier (perhaps by another run of the app), from the state paused() gave.
+    void submitSuspended(const core::ShardTask& task, const QByteArray& suspendedState);
+
+    // At the next step boundary: save the shard's state (paused() carries it) and wait.
+    void pause();
+    // Let the current shard finish, then pause before the next.
+    void finishCurrentThenPause();
+    void resume();
+    // Drop the running shard at the next step boundary (cancelled() is emitted) and every queued
+    // shard of the same job.
+    void cancelJob(const QString& jobId);
+
+    // Share of wall time the thread may compute, 10 to 100 percent.
+    void setCpuPercent(int percent);
+    // Most threads a shard may use here; a shard that needs more fails (its thread count is fixed
+    // by its job, for reproducibility, so it cannot be lowered).
+    void setMaxThreads(int threads);
+
+    State state() const;
+    int queuedCount() const;
+
+Q_SIGNALS:
+    void stateChanged(tessera::compute::ComputeThread::State state);
+    void progress(const tessera::compute::ShardProgress& progress);
+    void shardFinished(const tessera::compute::ShardOutput& output); // completed or failed
+    void shardPaused(const tessera::core::ShardTask& task, const QByteArray& suspendedState);
+    void shardCancelled(const tessera::core::ShardTask& task);
+
+private:
+    struct Private;
+    std::unique_ptr<Private> d;
+};
+
+} // namespace tessera::compute
+
+Q_DECLARE_METATYPE(tessera::compute::ShardProgress)
+Q_DECLARE_METATYPE(tessera::compute::ShardOutput)

@@ -1,0 +1,234 @@
+// The compute thread: queue, pause and resume (also across a restart), cancel, finish-then-pause,
+// thread limit, CPU duty cycle, and failures that leave it serving.
+
+#include <compute/computethread.h>
+#include <compute/weights.h>
+#include <core/decomposition.h>
+
+#include <QSignalSpy>
+#include <QTest>
+
+using namespace tessera;
+using compute::ComputeThread;
+using compute::ShardOutput;
+
+namespace {
+
+core::JobSpec job(std::int64_t steps)
+{
+    core::JobSpec spec;
+    spec.name = QStringLiteral("thread test");
+    spec.model.zoo = QStringLiteral("mlp");
+    spec.model.hidden = { 128 };
+    spec.model.dropout = 0.2;
+    spec.dataset.builtin = QStringLiteral("fashion-mnist");
+    spec.optimizer.lr = 0.05;
+    spec.optimizer.momentum = 0.9;
+    spec.training.shardsPerRound = 4;
+    spec.training.localSteps = steps;
+    spec.training.batchSize = 64;
+    spec.training.seed = 21;
+    spec.training.checkpointInterval = 10;
+    spec.budget = core::Credits::fromMicro(1);
+    return spec;
+}
+
+struct Fixture {
+    compute::Weights start;
+    QList<core::ShardTask> tasks;
+};
+
+Fixture fixture(std::int64_t steps)
+{
+    const auto spec = job(steps);
+    auto start = compute::initialWeights(spec, {});
+    if (!start)
+        qFatal("%s", qPrintable(start.error().toString()));
+    return { *start, core::decomposeRound(QStringLiteral("job-a"), spec, 0, start->canonicalHash) };
+}
+
+ShardOutput outputOf(const QSignalSpy& spy, int index)
+{
+    return spy.at(index).at(0).value<ShardOutput>();
+}
+
+bool waitForState(ComputeThread& thread, ComputeThread::State state)
+{
+    return QTest::qWaitFor([&] { return thread.state() == state; }, 120'000);
+}
+
+} // namespace
+
+class ComputeThreadTest : public QObject {
+    Q_OBJECT
+
+private Q_SLOTS:
+    void runsQueuedShardsInOrder()
+    {
+        const auto f = fixture(20);
+        ComputeThread thread({});
+        QSignalSpy finished(&thread, &ComputeThread::shardFinished);
+        QSignalSpy progress(&thread, &ComputeThread::progress);
+        thread.submit(f.tasks[0], f.start.bytes);
+        thread.submit(f.tasks[1], f.start.bytes);
+        QVERIFY(QTest::qWaitFor([&] { return finished.count() == 2; }, 120'000));
+        QCOMPARE(outputOf(finished, 0).result.shard, 0);
+        QCOMPARE(outputOf(finished, 1).result.shard, 1);
+        QCOMPARE(outputOf(finished, 0).result.finalHash, compute::runShard(f.tasks[0], f.start.bytes, {}).result.finalHash);
+        QVERIFY(progress.count() >= 2); // at least the last step of each shard
+        const auto last = progress.last().at(0).value<compute::ShardProgress>();
+        QCOMPARE(last.step, 20);
+        QCOMPARE(last.steps, 20);
+        QVERIFY(last.samplesPerSecond > 0);
+        QVERIFY(waitForState(thread, ComputeThread::State::Idle));
+    }
+
+    void pausedShardResumesToTheSameBits()
+    {
+        const auto f = fixture(200);
+        const auto straight = compute::runShard(f.tasks[2], f.start.bytes, {});
+        ComputeThread thread({});
+        QSignalSpy finished(&thread, &ComputeThread::shardFinished);
+        QSignalSpy paused(&thread, &ComputeThread::shardPaused);
+        QSignalSpy progress(&thread, &ComputeThread::progress);
+        thread.submit(f.tasks[2], f.start.bytes);
+        QVERIFY(QTest::qWaitFor([&] { return progress.count() > 0; }, 120'000));
+        thread.pause();
+        QVERIFY(QTest::qWaitFor([&] { return paused.count() == 1; }, 120'000));
+        QVERIFY(waitForState(thread, ComputeThread::State::Paused));
+        QCOMPARE(finished.count(), 0);
+        QCOMPARE(thread.queuedCount(), 1); // the suspended shard waits at the front
+        thread.resume();
+        QVERIFY(QTest::qWaitFor([&] { return finished.count() == 1; }, 120'000));
+        QCOMPARE(outputOf(finished, 0).result.finalHash, straight.result.finalHash);
+        QCOMPARE(outputOf(finished, 0).result.checkpointHashes, straight.result.checkpointHashes);
+    }
+
+    void pausedShardSurvivesARestart()
+    {
+        const auto f = fixture(200);
+        const auto straight = compute::runShard(f.tasks[3], f.start.bytes, {});
+        QByteArray saved;
+        {
+            ComputeThread first({});
+            QSignalSpy paused(&first, &ComputeThread::shardPaused);
+            QSignalSpy progress(&first, &ComputeThread::progress);
+            first.submit(f.tasks[3], f.start.bytes);
+            QVERIFY(QTest::qWaitFor([&] { return progress.count() > 0; }, 120'000));
+            first.pause();
+            QVERIFY(QTest::qWaitFor([&] { return paused.count() == 1; }, 120'000));
+            saved = paused.at(0).at(1).toByteArray();
+        }
+        ComputeThread second({});
+        QSignalSpy finished(&second, &ComputeThread::shardFinished);
+        second.submitSuspended(f.tasks[3], saved);
+        QVERIFY(QTest::qWaitFor([&] { return finished.count() == 1; }, 120'000));
+        QCOMPARE(outputOf(finished, 0).result.finalHash, straight.result.finalHash);
+    }
+
+    void stoppingMidShardHandsOverItsState()
+    {
+        const auto f = fixture(500);
+        QList<QByteArray> states;
+        {
+            ComputeThread thread({});
+            QSignalSpy progress(&thread, &ComputeThread::progress);
+            connect(
+                &thread, &ComputeThread::shardPaused, this,
+                [&](const core::ShardTask&, const QByteArray& state) { states.append(state); }, Qt::DirectConnection);
+            thread.submit(f.tasks[0], f.start.bytes);
+            QVERIFY(QTest::qWaitFor([&] { return progress.count() > 0; }, 120'000));
+        }
+        QCOMPARE(states.size(), 1);
+        QVERIFY(!states.first().isEmpty());
+    }
+
+    void cancelDropsTheJobAndGoesOn()
+    {
+        const auto f = fixture(400);
+        auto other = fixture(10).tasks[0];
+        other.jobId = QStringLiteral("job-b");
+        ComputeThread thread({});
+        QSignalSpy finished(&thread, &ComputeThread::shardFinished);
+        QSignalSpy cancelled(&thread, &ComputeThread::shardCancelled);
+        QSignalSpy progress(&thread, &ComputeThread::progress);
+        thread.submit(f.tasks[0], f.start.bytes);
+        thread.submit(f.tasks[1], f.start.bytes);
+        thread.submit(other, fixture(10).start.bytes);
+        QVERIFY(QTest::qWaitFor([&] { return progress.count() > 0; }, 120'000));
+        thread.cancelJob(QStringLiteral("job-a"));
+        QVERIFY(QTest::qWaitFor([&] { return finished.count() == 1; }, 120'000));
+        QCOMPARE(cancelled.count(), 1);
+        QCOMPARE(outputOf(finished, 0).result.jobId, QStringLiteral("job-b"));
+    }
+
+    void finishCurrentThenPause()
+    {
+        const auto f = fixture(100);
+        ComputeThread thread({});
+        QSignalSpy finished(&thread, &ComputeThread::shardFinished);
+        QSignalSpy progress(&thread, &ComputeThread::progress);
+        thread.submit(f.tasks[0], f.start.bytes);
+        thread.submit(f.tasks[1], f.start.bytes);
+        QVERIFY(QTest::qWaitFor([&] { return progress.count() > 0; }, 120'000));
+        thread.finishCurrentThenPause();
+        QVERIFY(QTest::qWaitFor([&] { return finished.count() == 1; }, 120'000));
+        QVERIFY(waitForState(thread, ComputeThread::State::Paused));
+        QCOMPARE(outputOf(finished, 0).result.outcome, core::ShardResult::Outcome::Completed);
+        QCOMPARE(thread.queuedCount(), 1);
+        thread.resume();
+        QVERIFY(QTest::qWaitFor([&] { return finished.count() == 2; }, 120'000));
+    }
+
+    void failuresLeaveTheThreadServing()
+    {
+        const auto f = fixture(10);
+        auto missingData = f.tasks[0];
+        compute::ComputeEnvironment nowhere;
+        nowhere.fashionMnistDirectory = QStringLiteral("/nonexistent");
+        auto nan = f.tasks[1];
+        nan.optimizer.lr = 100.0;
+        nan.optimizer.momentum = 0.99;
+        auto tooManyThreads = f.tasks[2];
+        tooManyThreads.threads = 2;
+
+        ComputeThread broken(nowhere);
+        QSignalSpy brokenFinished(&broken, &ComputeThread::shardFinished);
+        broken.submit(missingData, f.start.bytes);
+        QVERIFY(QTest::qWaitFor([&] { return brokenFinished.count() == 1; }, 120'000));
+        QVERIFY(outputOf(brokenFinished, 0).result.failure.contains(QStringLiteral("dataset-fashion-mnist")));
+
+        ComputeThread thread({});
+        thread.setMaxThreads(1);
+        QSignalSpy finished(&thread, &ComputeThread::shardFinished);
+        thread.submit(nan, f.start.bytes);
+        thread.submit(tooManyThreads, f.start.bytes);
+        thread.submit(f.tasks[3], QByteArray("not weights"));
+        thread.submit(f.tasks[3], f.start.bytes);
+        QVERIFY(QTest::qWaitFor([&] { return finished.count() == 4; }, 120'000));
+        QVERIFY(outputOf(finished, 0).result.failure.contains(QStringLiteral("NaN")));
+        QVERIFY(outputOf(finished, 1).result.failure.contains(QStringLiteral("Compute/MaxThreads")));
+        QCOMPARE(outputOf(finished, 2).result.outcome, core::ShardResult::Outcome::Failed);
+        QCOMPARE(outputOf(finished, 3).result.outcome, core::ShardResult::Outcome::Completed);
+    }
+
+    void dutyCycleRestsAsLongAsItWorksAtHalf()
+    {
+        const auto f = fixture(150);
+        ComputeThread thread({});
+        thread.setCpuPercent(50);
+        QSignalSpy progress(&thread, &ComputeThread::progress);
+        QSignalSpy finished(&thread, &ComputeThread::shardFinished);
+        thread.submit(f.tasks[0], f.start.bytes);
+        QVERIFY(QTest::qWaitFor([&] { return finished.count() == 1; }, 120'000));
+        const auto last = progress.last().at(0).value<compute::ShardProgress>();
+        QVERIFY(last.busyMs > 0);
+        // It rests t after each step of t (the rest can only run long, when the machine is busy).
+        const double ratio = double(last.throttledMs) / double(last.busyMs);
+        QVERIFY2(ratio > 0.85 && ratio < 3.0,
+            qPrintable(QStringLiteral("rested %1 ms for %2 ms of work").arg(last.throttledMs).arg(last.busyMs)));
+    }
+};
+
+QTEST_GUILESS_MAIN(ComputeThreadTest)
+#include "tst_computethread.moc"
