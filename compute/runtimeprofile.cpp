@@ -1,6 +1,7 @@
 #include "runtimeprofile.h"
 
 #include <ATen/Version.h>
+#include <torch/cuda.h>
 #include <torch/version.h>
 
 #include <QDir>
@@ -57,6 +58,14 @@ RuntimeProfile currentRuntimeProfile(int threads)
         threads,
         cpuCapabilityName(),
     };
+}
+
+TorchCapabilities torchCapabilities()
+{
+    TorchCapabilities capabilities;
+    capabilities.cuda = torch::cuda::is_available();
+    capabilities.cudaDevices = capabilities.cuda ? int(torch::cuda::device_count()) : 0;
+    return capabilities;
 }
 
 } // namespace tessera::compute

@@ -2,6 +2,8 @@
 
 #include <QString>
 
+#include "devices/devices.h"
+
 namespace tessera::compute {
 
 // What decides whether two machines compute bit-identical weights: the LibTorch version, the BLAS
@@ -19,5 +21,8 @@ struct RuntimeProfile {
 };
 
 RuntimeProfile currentRuntimeProfile(int threads);
+
+// Whether this LibTorch can train on CUDA, and on how many devices.
+TorchCapabilities torchCapabilities();
 
 } // namespace tessera::compute

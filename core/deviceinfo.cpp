@@ -33,8 +33,8 @@ Result<DeviceInfo> DeviceInfo::fromJson(const QJsonObject& json)
     JsonReader reader(json);
     reader.allowOnly({ QStringLiteral("kind"), QStringLiteral("index"), QStringLiteral("name"), QStringLiteral("vendor"),
         QStringLiteral("memoryBytes"), QStringLiteral("cores"), QStringLiteral("features"), QStringLiteral("computeCapability"),
-        QStringLiteral("pciBusId"), QStringLiteral("driverVersion"), QStringLiteral("usable"),
-        QStringLiteral("unusableReason") });
+        QStringLiteral("pciBusId"), QStringLiteral("driverVersion"), QStringLiteral("temperatureCelsius"),
+        QStringLiteral("powerWatts"), QStringLiteral("usable"), QStringLiteral("unusableReason") });
     DeviceInfo device;
     const QString kind = reader.string(u"kind");
     if (reader.ok()) {
@@ -53,6 +53,8 @@ Result<DeviceInfo> DeviceInfo::fromJson(const QJsonObject& json)
     device.computeCapability = reader.string(u"computeCapability", Presence::Optional);
     device.pciBusId = reader.string(u"pciBusId", Presence::Optional);
     device.driverVersion = reader.string(u"driverVersion", Presence::Optional);
+    device.temperatureCelsius = int(reader.integer(u"temperatureCelsius", -1, 1000, Presence::Optional, -1));
+    device.powerWatts = int(reader.integer(u"powerWatts", -1, 100000, Presence::Optional, -1));
     device.usable = reader.boolean(u"usable");
     device.unusableReason = reader.string(u"unusableReason", Presence::Optional);
     if (reader.ok() && !device.usable && device.unusableReason.isEmpty())
@@ -77,6 +79,10 @@ QJsonObject DeviceInfo::toJson() const
         if (!value.isEmpty())
             json.insert(QLatin1String(key), value);
     };
+    if (temperatureCelsius >= 0)
+        json.insert(QStringLiteral("temperatureCelsius"), temperatureCelsius);
+    if (powerWatts >= 0)
+        json.insert(QStringLiteral("powerWatts"), powerWatts);
     insertIfSet("vendor", vendor);
     insertIfSet("computeCapability", computeCapability);
     insertIfSet("pciBusId", pciBusId);

@@ -24,6 +24,8 @@ struct DeviceInfo {
     QString computeCapability; // CUDA "8.6"
     QString pciBusId; // "0000:01:00.0"
     QString driverVersion;
+    int temperatureCelsius = -1; // -1: unknown
+    int powerWatts = -1; // -1: unknown
     bool usable = false;
     QString unusableReason; // empty when usable
 

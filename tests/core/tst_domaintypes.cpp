@@ -60,6 +60,8 @@ DeviceInfo sampleGpu()
     device.computeCapability = QStringLiteral("8.6");
     device.pciBusId = QStringLiteral("0000:01:00.0");
     device.driverVersion = QStringLiteral("535.104");
+    device.temperatureCelsius = 61;
+    device.powerWatts = 170;
     device.usable = false;
     device.unusableReason = QStringLiteral("this LibTorch build has no CUDA");
     return device;
