@@ -1,9 +1,13 @@
 #include "nodecommands.h"
 
+#include <compute/benchmark.h>
+#include <compute/devices/devices.h>
 #include <compute/environment.h>
 #include <compute/localjob.h>
+#include <compute/runtimeprofile.h>
 #include <compute/shardrun.h>
 #include <compute/weights.h>
+#include <core/benchmark.h>
 #include <core/jobspec.h>
 #include <core/settings/settings.h>
 
@@ -14,7 +18,9 @@
 #include <QJsonArray>
 #include <QJsonDocument>
 #include <QSaveFile>
+#include <QStandardPaths>
 #include <QTextStream>
+#include <QThread>
 
 #include <cstdio>
 #include <unistd.h>
@@ -44,6 +50,12 @@ int fail(const QString& message)
 const char* Usage = R"(Usage: tessera-node [--config FILE] COMMAND [ARGS]
 
 Commands:
+  devices [--json]                     list this machine's devices and whether Tessera can train
+                                       on each (and if not, why)
+  benchmark [--json] [--threads N] [--max-repetitions N] [--last]
+                                       measure training throughput (zoo mlp and cnn, samples/s)
+                                       and matmul GFLOPS, repeated until they vary by at most 5%;
+                                       stored in the node database; --last shows the stored one
   train-local JOB.json [--out DIR]     train a whole job on this machine (all rounds and shards,
                                        aggregated as a broker would); writes DIR/model.pt
                                        (torch.load), DIR/model.torchscript.pt (torch.jit.load,
@@ -92,6 +104,122 @@ void resolvePaths(core::JobSpec& spec, const QDir& base)
     resolve(spec.model.scriptFile);
     resolve(spec.dataset.trainFile);
     resolve(spec.dataset.testFile);
+}
+
+QString dataDirectory(const core::settings::Settings& settings)
+{
+    const QString configured = settings.stringValue(core::settings::names::NodeDataDirectory);
+    return configured.isEmpty()
+        ? QStandardPaths::writableLocation(QStandardPaths::GenericDataLocation) + QStringLiteral("/Tessera")
+        : configured;
+}
+
+QString describeMemory(std::int64_t bytes)
+{
+    return bytes > 0 ? QStringLiteral("%1 GiB").arg(double(bytes) / double(1LL << 30), 0, 'f', 1) : QStringLiteral("?");
+}
+
+int devices(const QStringList& args)
+{
+    QCommandLineParser parser;
+    parser.addOption({ QStringLiteral("json"), QStringLiteral("print JSON") });
+    if (!parser.parse(args))
+        return fail(parser.errorText());
+    const auto report = compute::detectDevices(compute::defaultProbeProgram(), compute::torchCapabilities());
+    if (parser.isSet(QStringLiteral("json"))) {
+        QJsonArray list;
+        for (const auto& device : report.devices)
+            list.append(device.toJson());
+        out() << QJsonDocument(QJsonObject { { QStringLiteral("devices"), list },
+                                   { QStringLiteral("warnings"), QJsonArray::fromStringList(report.warnings) } })
+                     .toJson();
+        return 0;
+    }
+    for (const auto& device : report.devices) {
+        out() << core::DeviceInfo::kindName(device.kind) << ":" << device.index << "  " << device.name << "\n";
+        out() << "    memory " << describeMemory(device.memoryBytes) << ", " << device.cores
+              << (device.kind == core::DeviceInfo::Kind::Cpu ? " logical cores" : " compute units");
+        if (!device.features.isEmpty())
+            out() << ", " << device.features.join(u' ');
+        if (!device.computeCapability.isEmpty())
+            out() << ", compute capability " << device.computeCapability;
+        if (!device.driverVersion.isEmpty())
+            out() << ", driver " << device.driverVersion;
+        out() << "\n    usable: " << (device.usable ? QStringLiteral("yes") : QStringLiteral("no, ") + device.unusableReason)
+              << "\n";
+    }
+    for (const auto& warning : report.warnings)
+        out() << "warning: " << warning << "\n";
+    out() << Qt::flush;
+    return 0;
+}
+
+void printBenchmark(const core::BenchmarkRecord& record)
+{
+    out() << record.device << "  (" << record.runtimeProfile << ", " << record.measuredAt.toString(Qt::ISODate) << ")\n";
+    for (const auto& m : record.measurements)
+        out() << QStringLiteral("  %1 %2 %3  (cv %4%, %5 repetitions)\n")
+                     .arg(m.name, -7)
+                     .arg(m.value, 10, 'f', 1)
+                     .arg(m.unit, -10)
+                     .arg(m.cv * 100.0, 0, 'f', 1)
+                     .arg(m.repetitions);
+    out() << Qt::flush;
+}
+
+int benchmark(const QStringList& args, const core::settings::Settings& settings)
+{
+    QCommandLineParser parser;
+    parser.addOption({ QStringLiteral("json"), QStringLiteral("print JSON") });
+    parser.addOption({ QStringLiteral("last"), QStringLiteral("show the stored result") });
+    parser.addOption({ QStringLiteral("threads"), QStringLiteral("threads"), QStringLiteral("N") });
+    parser.addOption({ QStringLiteral("max-repetitions"), QStringLiteral("repetitions"), QStringLiteral("N") });
+    if (!parser.parse(args))
+        return fail(parser.errorText());
+    const QString directory = dataDirectory(settings);
+    if (!QDir().mkpath(directory))
+        return fail(QStringLiteral("cannot create %1").arg(directory));
+    auto store = core::BenchmarkStore::open(QDir(directory).filePath(QStringLiteral("node.sqlite")));
+    if (!store)
+        return fail(store.error().toString());
+
+    const bool json = parser.isSet(QStringLiteral("json"));
+    core::BenchmarkRecord record;
+    if (parser.isSet(QStringLiteral("last"))) {
+        auto last = (*store)->latest(QStringLiteral("cpu:0 ") + compute::detectCpu().name);
+        if (!last)
+            return fail(last.error().toString());
+        if (!last->has_value())
+            return fail(QStringLiteral("no benchmark stored yet; run tessera-node benchmark"));
+        record = **last;
+    } else {
+        compute::BenchmarkOptions options;
+        const auto maxThreads = settings.intValue(core::settings::names::ComputeMaxThreads);
+        options.threads = parser.isSet(QStringLiteral("threads"))
+            ? parser.value(QStringLiteral("threads")).toInt()
+            : int(maxThreads > 0 ? maxThreads : QThread::idealThreadCount());
+        if (options.threads < 1 || options.threads > 1024)
+            return fail(QStringLiteral("--threads must be from 1 to 1024"));
+        if (parser.isSet(QStringLiteral("max-repetitions"))) {
+            options.maxRepetitions = std::max(1, parser.value(QStringLiteral("max-repetitions")).toInt());
+            options.minRepetitions = std::min(options.minRepetitions, options.maxRepetitions);
+        }
+        const bool tty = isatty(fileno(stderr));
+        options.progress = [&](const QString& name, int repetition) {
+            if (tty)
+                err() << "\r  " << name << " repetition " << repetition << "    " << Qt::flush;
+        };
+        record = compute::runBenchmark(options);
+        if (tty)
+            err() << "\r" << QString(40, u' ') << "\r" << Qt::flush;
+        if (auto status = (*store)->save(record); !status)
+            return fail(status.error().toString());
+    }
+    if (json)
+        out() << QJsonDocument(record.toJson()).toJson() << Qt::flush;
+    else
+        printBenchmark(record);
+    return 0;
 }
 
 int trainLocal(const QStringList& args, const compute::ComputeEnvironment& environment)
@@ -244,6 +372,10 @@ int runNodeCommand(const QStringList& arguments)
     const QString command = args[1];
     QStringList rest = args;
     rest.removeAt(1);
+    if (command == u"devices")
+        return devices(rest);
+    if (command == u"benchmark")
+        return benchmark(rest, settings);
     if (command == u"train-local")
         return trainLocal(rest, environment);
     if (command == u"train-shard")

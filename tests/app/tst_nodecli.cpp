@@ -2,6 +2,7 @@
 
 #include <compute/weights.h>
 #include <core/decomposition.h>
+#include <core/deviceinfo.h>
 #include <core/jobspec.h>
 #include <core/shardresult.h>
 
@@ -71,6 +72,48 @@ private Q_SLOTS:
         const auto unknown = node({ QStringLiteral("frobnicate") }, config());
         QCOMPARE(unknown.exitCode, 1);
         QVERIFY(unknown.output.contains(QStringLiteral("unknown command")));
+    }
+
+    void initTestCase()
+    {
+        QVERIFY(writeFile(
+            config(), QStringLiteral("[Node]\nDataDirectory=%1\n").arg(m_dir.filePath(QStringLiteral("data"))).toUtf8()));
+    }
+
+    void listsDevices()
+    {
+        const auto text = node({ QStringLiteral("devices") }, config());
+        QCOMPARE(text.exitCode, 0);
+        QVERIFY2(text.output.contains(QStringLiteral("cpu:0")) && text.output.contains(QStringLiteral("usable: yes")),
+            qPrintable(text.output));
+        const auto json = node({ QStringLiteral("devices"), QStringLiteral("--json") }, config());
+        QCOMPARE(json.exitCode, 0);
+        const auto devices = QJsonDocument::fromJson(json.output.toUtf8()).object().value(QStringLiteral("devices")).toArray();
+        QVERIFY(!devices.isEmpty());
+        const auto cpu = core::DeviceInfo::fromJson(devices.first().toObject());
+        QVERIFY(cpu.ok());
+        QCOMPARE(cpu->kind, core::DeviceInfo::Kind::Cpu);
+        QVERIFY(cpu->usable);
+    }
+
+    void benchmarksAndKeepsTheResult()
+    {
+        const auto measured = node({ QStringLiteral("benchmark"), QStringLiteral("--json"), QStringLiteral("--threads"),
+                                       QStringLiteral("1"), QStringLiteral("--max-repetitions"), QStringLiteral("3") },
+            config());
+        QVERIFY2(measured.exitCode == 0, qPrintable(measured.output));
+        const auto record = QJsonDocument::fromJson(measured.output.toUtf8()).object();
+        const auto measurements = record.value(QStringLiteral("measurements")).toArray();
+        QCOMPARE(measurements.size(), 3);
+        for (const auto& m : measurements) {
+            QVERIFY(m.toObject().value(QStringLiteral("value")).toDouble() > 0);
+            QVERIFY(m.toObject().value(QStringLiteral("repetitions")).toInt() <= 3);
+        }
+        QVERIFY(record.value(QStringLiteral("runtimeProfile")).toString().contains(QStringLiteral("threads=1")));
+        // Stored in the node database: --last reads it back without measuring.
+        const auto last = node({ QStringLiteral("benchmark"), QStringLiteral("--last"), QStringLiteral("--json") }, config());
+        QCOMPARE(last.exitCode, 0);
+        QCOMPARE(QJsonDocument::fromJson(last.output.toUtf8()).object(), record);
     }
 
     void sameShardInTwoProcessesGivesTheSameBits()
