@@ -56,8 +56,12 @@ MlpImpl::MlpImpl(std::int64_t inputs, const QList<std::int64_t>& hidden, std::in
 at::Tensor MlpImpl::forward(at::Tensor x)
 {
     x = x.flatten(1);
-    for (std::size_t i = 0; i + 1 < layers.size(); ++i)
-        x = dropout(torch::relu(layers[i](x)));
+    const bool drop = dropout->options.p() > 0.0;
+    for (std::size_t i = 0; i + 1 < layers.size(); ++i) {
+        x = torch::relu(layers[i](x));
+        if (drop)
+            x = dropout(x);
+    }
     return layers.back()(x);
 }
 
@@ -75,7 +79,9 @@ at::Tensor CnnImpl::forward(at::Tensor x)
 {
     x = torch::max_pool2d(torch::relu(conv1(x)), 2);
     x = torch::max_pool2d(torch::relu(conv2(x)), 2);
-    x = dropout(torch::relu(fc0(x.flatten(1))));
+    x = torch::relu(fc0(x.flatten(1)));
+    if (dropout->options.p() > 0.0)
+        x = dropout(x);
     return fc1(x);
 }
 

@@ -118,7 +118,8 @@ QList<Problem> Settings::load()
     if (file.status() == QSettings::FormatError)
         m_problems.append({ m_filePath, {}, QStringLiteral("the file is not valid INI; every setting is at its default") });
 
-    if (QFileInfo::exists(m_filePath)) {
+    // Only a regular file is read as settings and upgraded in place (never /dev/null or a fifo).
+    if (QFileInfo(m_filePath).isFile()) {
         bool versionOk = false;
         const int version = file.value(names::MetaVersion, 0).toInt(&versionOk);
         if (!versionOk) {

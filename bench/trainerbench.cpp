@@ -1,0 +1,149 @@
+// make bench: the shard trainer against a bare LibTorch training loop on the same model, data and
+// thread count, measured in the same run. The trainer adds seeded batch planning, checkpoint
+// hashing and its own optimizer; the ratio says what that costs (goal: at least 0.97).
+
+#include <compute/detail/datasets.h>
+#include <compute/shardrun.h>
+#include <compute/weights.h>
+#include <core/decomposition.h>
+
+#include <torch/torch.h>
+
+#include <QCoreApplication>
+#include <QElapsedTimer>
+
+#include <algorithm>
+#include <cstdio>
+
+using namespace tessera;
+
+namespace {
+
+struct Case {
+    const char* name;
+    core::ModelSpec model;
+    std::int64_t steps;
+};
+
+double median(std::vector<double> values)
+{
+    std::sort(values.begin(), values.end());
+    return values[values.size() / 2];
+}
+
+// The loop a LibTorch user writes by hand (pytorch/examples cpp/mnist): random batches by
+// index_select, forward, cross-entropy, backward, torch::optim::SGD.
+double bareLoop(const core::JobSpec& spec, const compute::detail::Dataset& data, std::int64_t steps)
+{
+    torch::manual_seed(1);
+    torch::nn::Sequential net;
+    if (spec.model.zoo == u"mlp") {
+        net->push_back(torch::nn::Flatten());
+        net->push_back(torch::nn::Linear(784, 256));
+        net->push_back(torch::nn::Functional(torch::relu));
+        net->push_back(torch::nn::Linear(256, 128));
+        net->push_back(torch::nn::Functional(torch::relu));
+        net->push_back(torch::nn::Linear(128, 10));
+    } else {
+        net->push_back(torch::nn::Conv2d(torch::nn::Conv2dOptions(1, 16, 3).padding(1)));
+        net->push_back(torch::nn::Functional(torch::relu));
+        net->push_back(torch::nn::MaxPool2d(2));
+        net->push_back(torch::nn::Conv2d(torch::nn::Conv2dOptions(16, 32, 3).padding(1)));
+        net->push_back(torch::nn::Functional(torch::relu));
+        net->push_back(torch::nn::MaxPool2d(2));
+        net->push_back(torch::nn::Flatten());
+        net->push_back(torch::nn::Linear(32 * 7 * 7, 128));
+        net->push_back(torch::nn::Functional(torch::relu));
+        net->push_back(torch::nn::Linear(128, 10));
+    }
+    torch::optim::SGD optimizer(net->parameters(), torch::optim::SGDOptions(spec.optimizer.lr).momentum(spec.optimizer.momentum));
+    QElapsedTimer timer;
+    timer.start();
+    for (std::int64_t step = 0; step < steps; ++step) {
+        const auto index = torch::randint(0, data.size(), { spec.training.batchSize }, torch::kInt64);
+        const auto x = data.x.index_select(0, index);
+        const auto y = data.y.index_select(0, index);
+        optimizer.zero_grad();
+        const auto loss = torch::cross_entropy_loss(net->forward(x), y);
+        loss.backward();
+        optimizer.step();
+        (void)loss.item<double>();
+    }
+    return double(steps * spec.training.batchSize) / (double(timer.nsecsElapsed()) / 1e9);
+}
+
+double trainer(const core::ShardTask& task, const QByteArray& weights)
+{
+    auto run = compute::ShardRun::start(task, weights, {});
+    if (!run)
+        qFatal("%s", qPrintable(run.error().toString()));
+    QElapsedTimer timer;
+    timer.start();
+    while (!(*run)->finished()) {
+        if (!(*run)->step())
+            qFatal("step failed");
+    }
+    const double seconds = double(timer.nsecsElapsed()) / 1e9;
+    (void)(*run)->finish();
+    return double(task.localSteps * task.batchSize) / seconds;
+}
+
+} // namespace
+
+int main(int argc, char* argv[])
+{
+    QCoreApplication app(argc, argv);
+    const int threads = 1;
+    at::set_num_threads(threads);
+    const auto data = compute::detail::loadFashionMnist(compute::ComputeEnvironment {}.fashionMnistDirectoryOrDefault());
+    if (!data)
+        qFatal("%s", qPrintable(data.error().toString()));
+
+    core::ModelSpec mlp;
+    mlp.zoo = QStringLiteral("mlp");
+    mlp.hidden = { 256, 128 };
+    core::ModelSpec cnn;
+    cnn.zoo = QStringLiteral("cnn");
+    cnn.channels = { 16, 32 };
+    cnn.hidden = { 128 };
+
+    std::printf(
+        "Shard trainer vs bare LibTorch loop (Fashion-MNIST, batch 64, SGD momentum 0.9, %d thread, 10 checkpoints a shard)\n",
+        threads);
+    bool met = true;
+    for (const Case& c : { Case { "mlp", mlp, 500 }, Case { "cnn", cnn, 100 } }) {
+        core::JobSpec spec;
+        spec.name = QStringLiteral("bench");
+        spec.model = c.model;
+        spec.dataset.builtin = QStringLiteral("fashion-mnist");
+        spec.optimizer.lr = 0.01;
+        spec.optimizer.momentum = 0.9;
+        spec.training.shardsPerRound = 1;
+        spec.training.localSteps = c.steps;
+        spec.training.batchSize = 64;
+        spec.training.threads = threads;
+        spec.training.checkpointInterval = c.steps / 10; // the default for a job: ten checkpoints a shard
+        const auto start = compute::initialWeights(spec, {});
+        if (!start)
+            qFatal("%s", qPrintable(start.error().toString()));
+        const auto task = core::decomposeRound(QStringLiteral("bench"), spec, 0, start->canonicalHash).first();
+        auto unhashed = task; // the same shard with only the final checkpoint, to show what hashing costs
+        unhashed.checkpointInterval = unhashed.localSteps;
+
+        bareLoop(spec, *data->train, c.steps / 4); // warm-up
+        trainer(task, start->bytes);
+        std::vector<double> bare, ours, oursUnhashed;
+        for (int repetition = 0; repetition < 7; ++repetition) { // interleaved, so drift hits all alike
+            bare.push_back(bareLoop(spec, *data->train, c.steps));
+            ours.push_back(trainer(task, start->bytes));
+            oursUnhashed.push_back(trainer(unhashed, start->bytes));
+        }
+        const double ratio = median(ours) / median(bare);
+        met = met && ratio >= 0.97;
+        std::printf("  %-4s trainer %9.0f samples/s   bare loop %9.0f samples/s   ratio %.3f (goal >= 0.97);"
+                    " without intermediate checkpoints %.3f\n",
+            c.name, median(ours), median(bare), ratio, median(oursUnhashed) / median(bare));
+    }
+    std::printf("%s\n", met ? "goal met" : "goal NOT met");
+    return 0;
+}
