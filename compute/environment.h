@@ -16,6 +16,10 @@ struct ComputeEnvironment {
     QString fashionMnistDirectory;
     // The file that holds a blob (a TorchScript model, a tensor dataset) with this SHA-256, if any.
     std::function<std::optional<QString>(const core::Digest&)> blobPath;
+    // Where to train: "cpu", "cuda" or "cuda:N"; empty: the first CUDA device when this LibTorch
+    // has CUDA, else the CPU. Results are comparable only between equal devices (the runtime
+    // profile names it).
+    QString device;
 
     static QString defaultFashionMnistDirectory();
     QString fashionMnistDirectoryOrDefault() const;

@@ -47,16 +47,20 @@ QString cpuCapabilityName()
 
 QString RuntimeProfile::toString() const
 {
-    return QStringLiteral("libtorch=%1;blas=%2;threads=%3;cpu=%4").arg(libtorchVersion, blas).arg(threads).arg(cpuCapability);
+    return QStringLiteral("libtorch=%1;blas=%2;threads=%3;cpu=%4;device=%5")
+        .arg(libtorchVersion, blas)
+        .arg(threads)
+        .arg(cpuCapability, device);
 }
 
-RuntimeProfile currentRuntimeProfile(int threads)
+RuntimeProfile currentRuntimeProfile(int threads, const QString& device)
 {
     return RuntimeProfile {
         QString::fromLatin1(TORCH_VERSION),
         loadedBlas(),
         threads,
         cpuCapabilityName(),
+        device,
     };
 }
 

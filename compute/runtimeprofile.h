@@ -14,13 +14,14 @@ struct RuntimeProfile {
     QString blas; // the shared object that provides sgemm_, e.g. "openblas-openmp"
     int threads = 1;
     QString cpuCapability; // "default", "avx2", "avx512"
+    QString device = QStringLiteral("cpu"); // or "cuda:sm<compute capability>"
 
-    // "libtorch=1.13.0;blas=openblas-openmp;threads=1;cpu=avx2"
+    // "libtorch=1.13.0;blas=openblas-openmp;threads=1;cpu=avx2;device=cpu"
     QString toString() const;
     bool operator==(const RuntimeProfile&) const = default;
 };
 
-RuntimeProfile currentRuntimeProfile(int threads);
+RuntimeProfile currentRuntimeProfile(int threads, const QString& device = QStringLiteral("cpu"));
 
 // Whether this LibTorch can train on CUDA, and on how many devices.
 TorchCapabilities torchCapabilities();

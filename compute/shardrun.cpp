@@ -27,6 +27,7 @@ struct ShardRun::Private {
     std::unique_ptr<Model> model;
     std::unique_ptr<Optimizer> optimizer;
     std::unique_ptr<BatchPlan> plan;
+    c10::Device device { c10::kCPU };
     std::int64_t step = 0;
     QList<double> losses;
     QList<core::Digest> chain;
@@ -71,7 +72,12 @@ core::Result<std::unique_ptr<ShardRun::Private>> prepare(const core::ShardTask& 
         core::deriveSeed(std::uint64_t(task.seed), { std::uint64_t(core::SeedPurpose::Initialisation) }), environment);
     if (!model)
         return model.error();
+    auto device = resolveDevice(environment.device);
+    if (!device)
+        return device.error();
+    d->device = *device;
     d->model = std::move(*model);
+    d->model->to(d->device); // before the optimizer takes the parameters
     d->optimizer = std::make_unique<Optimizer>(task.optimizer, d->model->parameters());
     d->plan = std::make_unique<BatchPlan>(task, size);
     return d;
@@ -200,8 +206,8 @@ core::Status ShardRun::step()
         const auto indices = d->plan->indicesOfStep(d->step);
         const auto index
             = torch::from_blob(const_cast<std::int64_t*>(indices.data()), { std::int64_t(indices.size()) }, torch::kInt64);
-        const auto x = d->data.train->x.index_select(0, index);
-        const auto y = d->data.train->y.index_select(0, index);
+        const auto x = d->data.train->x.index_select(0, index).to(d->device);
+        const auto y = d->data.train->y.index_select(0, index).to(d->device);
         torch::manual_seed(core::deriveSeed(std::uint64_t(task.seed),
             { std::uint64_t(core::SeedPurpose::Step), std::uint64_t(task.round), std::uint64_t(task.shard),
                 std::uint64_t(d->step) }));
@@ -256,7 +262,7 @@ ShardOutput ShardRun::finish()
     result.jobId = d->task.jobId;
     result.round = d->task.round;
     result.shard = d->task.shard;
-    result.runtimeProfile = currentRuntimeProfile(int(d->task.threads)).toString();
+    result.runtimeProfile = currentRuntimeProfile(int(d->task.threads), deviceProfileName(d->device)).toString();
     result.wallTimeMs = d->previousElapsedMs + d->timer.elapsed();
     if (!finished()) {
         result.outcome = core::ShardResult::Outcome::Failed;

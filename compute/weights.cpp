@@ -51,6 +51,10 @@ core::Result<Evaluation> evaluate(
     if (auto status = (*model)->loadState(*tensors); !status)
         return status.error();
 
+    auto device = resolveDevice(environment.device);
+    if (!device)
+        return device.error();
+    (*model)->to(*device);
     at::set_num_threads(threads);
     return guarded(QStringLiteral("evaluating"), [&] {
         torch::NoGradGuard noGrad;
@@ -61,8 +65,8 @@ core::Result<Evaluation> evaluate(
         const std::int64_t total = split->size();
         for (std::int64_t begin = 0; begin < total; begin += Batch) {
             const std::int64_t end = std::min(total, begin + Batch);
-            const auto x = split->x.slice(0, begin, end);
-            const auto y = split->y.slice(0, begin, end);
+            const auto x = split->x.slice(0, begin, end).to(*device);
+            const auto y = split->y.slice(0, begin, end).to(*device);
             const auto logits = (*model)->forward(x);
             lossSum += torch::cross_entropy_loss(logits, y, {}, at::Reduction::Sum).item<double>();
             correct += logits.argmax(1).eq(y).sum().item<std::int64_t>();

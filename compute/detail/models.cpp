@@ -1,6 +1,9 @@
 #include "models.h"
 
+#include <torch/cuda.h>
 #include <torch/torch.h>
+
+#include <QRegularExpression>
 
 #include <QFile>
 #include <QFileInfo>
@@ -105,6 +108,7 @@ public:
     NamedTensors parameters() override { return namedOf(m_net->named_parameters()); }
     NamedTensors buffers() override { return namedOf(m_net->named_buffers()); }
     void setTraining(bool training) override { m_net->train(training); }
+    void to(const c10::Device& device) override { m_net->to(device); }
 
 private:
     Net m_net;
@@ -139,6 +143,7 @@ public:
         return tensors;
     }
     void setTraining(bool training) override { m_module.train(training); }
+    void to(const c10::Device& device) override { m_module.to(device); }
 
 private:
     torch::jit::Module m_module;
@@ -203,6 +208,34 @@ core::Result<std::unique_ptr<Model>> buildModel(const core::ModelSpec& spec, con
             Cnn(sampleShape[0], sampleShape[1], sampleShape[2], spec.channels, spec.hidden[0], classes, spec.dropout)));
     }
     return core::Error { QStringLiteral("model.zoo"), QStringLiteral("unknown zoo model '%1'").arg(spec.zoo) };
+}
+
+core::Result<c10::Device> resolveDevice(const QString& name)
+{
+    const bool cuda = torch::cuda::is_available();
+    if (name.isEmpty())
+        return cuda ? c10::Device(c10::kCUDA, 0) : c10::Device(c10::kCPU);
+    if (name == u"cpu")
+        return c10::Device(c10::kCPU);
+    static const QRegularExpression cudaName(QStringLiteral("^cuda(?::(\\d+))?$"));
+    const auto match = cudaName.match(name);
+    if (!match.hasMatch())
+        return core::Error { QStringLiteral("device"), QStringLiteral("'%1' is not a device (cpu, cuda or cuda:N)").arg(name) };
+    if (!cuda)
+        return core::Error { QStringLiteral("device"),
+            QStringLiteral("this LibTorch build has no CUDA; train on the CPU or build Tessera with a CUDA LibTorch") };
+    const int index = match.captured(1).isEmpty() ? 0 : match.captured(1).toInt();
+    if (index >= int(torch::cuda::device_count()))
+        return core::Error { QStringLiteral("device"), QStringLiteral("there is no CUDA device %1").arg(index) };
+    return c10::Device(c10::kCUDA, c10::DeviceIndex(index));
+}
+
+QString deviceProfileName(const c10::Device& device)
+{
+    if (!device.is_cuda())
+        return QStringLiteral("cpu");
+    // The device's name stands in for its kernels, as the CPU capability does on the CPU.
+    return QStringLiteral("cuda:%1").arg(device.index());
 }
 
 core::Result<torch::jit::Module> zooToTorchScript(const core::ModelSpec& spec, const NamedTensors& state)

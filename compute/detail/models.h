@@ -28,6 +28,7 @@ public:
     virtual NamedTensors parameters() = 0;
     virtual NamedTensors buffers() = 0;
     virtual void setTraining(bool training) = 0;
+    virtual void to(const c10::Device& device) = 0;
 
     // Parameters and buffers together, name-sorted: the model's state, as hashed and shipped.
     NamedTensors state();
@@ -64,6 +65,11 @@ core::Result<std::unique_ptr<Model>> buildModel(const core::ModelSpec& spec, con
 
 // A TorchScript module that computes the same function as a zoo model with these weights
 // (inference only), for job owners who want to run the trained model without Tessera.
+// The device a ComputeEnvironment names ("", "cpu", "cuda", "cuda:N"), checked against this LibTorch.
+core::Result<c10::Device> resolveDevice(const QString& name);
+// How the runtime profile names a device: "cpu", or "cuda:sm" and its compute capability.
+QString deviceProfileName(const c10::Device& device);
+
 core::Result<torch::jit::Module> zooToTorchScript(const core::ModelSpec& spec, const NamedTensors& state);
 
 } // namespace tessera::compute::detail

@@ -100,8 +100,8 @@ core::Status Optimizer::loadState(const NamedTensors& state)
                 return core::Error { QStringLiteral("optimizer"),
                     QStringLiteral("saved optimizer state does not fit the model") };
         }
-        m_first[i] = first.defined() ? first.clone() : at::Tensor();
-        m_second[i] = second.defined() ? second.clone() : at::Tensor();
+        m_first[i] = first.defined() ? first.to(parameter.device()).clone() : at::Tensor();
+        m_second[i] = second.defined() ? second.to(parameter.device()).clone() : at::Tensor();
     }
     const auto steps = find("adam_step");
     m_steps = steps.defined() ? steps.item<std::int64_t>() : 0;

@@ -435,6 +435,10 @@ private Q_SLOTS:
                                                << "not a dict of tensors";
         QTest::newRow("tensor file without y") << "bad-tensors"
                                                << "\"y\"";
+        QTest::newRow("CUDA on a CPU-only LibTorch") << "cuda"
+                                                     << "this LibTorch build has no CUDA";
+        QTest::newRow("unknown device") << "tpu"
+                                        << "not a device";
     }
     void badInputFailsTheShardWithAClearMessage()
     {
@@ -465,6 +469,8 @@ private Q_SLOTS:
             if (problem == u"wrong-input")
                 weights = compute::detail::pickleTensors(
                     { { "fc.bias", torch::zeros({ 10 }) }, { "fc.weight", torch::zeros({ 10, 100 }) } });
+        } else if (problem == u"cuda" || problem == u"tpu") {
+            environment.device = problem == u"cuda" ? QStringLiteral("cuda:0") : QStringLiteral("tpu");
         } else if (problem == u"missing-dataset") {
             environment.fashionMnistDirectory = QStringLiteral("/nonexistent/fashion-mnist");
         } else if (problem == u"nan") {

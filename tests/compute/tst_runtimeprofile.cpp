@@ -17,7 +17,7 @@ private Q_SLOTS:
             qPrintable(profile.libtorchVersion));
         QCOMPARE(profile.threads, 2);
         QVERIFY(!profile.cpuCapability.isEmpty());
-        QVERIFY2(QRegularExpression(QStringLiteral("^libtorch=[^;]+;blas=[^;]+;threads=2;cpu=[a-z0-9]+$"))
+        QVERIFY2(QRegularExpression(QStringLiteral("^libtorch=[^;]+;blas=[^;]+;threads=2;cpu=[a-z0-9]+;device=cpu$"))
                      .match(profile.toString())
                      .hasMatch(),
             qPrintable(profile.toString()));

@@ -44,7 +44,7 @@ ShardResult sampleResult()
     result.losses = { 2.31, 1.2, 0.75 };
     result.samplesProcessed = 6400;
     result.wallTimeMs = 1234;
-    result.runtimeProfile = QStringLiteral("libtorch=1.13.0;blas=openblas-openmp;threads=2;cpu=avx2");
+    result.runtimeProfile = QStringLiteral("libtorch=1.13.0;blas=openblas-openmp;threads=2;cpu=avx2;device=cpu");
     return result;
 }
 
@@ -172,7 +172,7 @@ private Q_SLOTS:
         node.nodeId = QStringLiteral("a1b2");
         node.name = QStringLiteral("garage box");
         node.softwareVersion = QStringLiteral("0.1.0");
-        node.runtimeProfile = QStringLiteral("libtorch=1.13.0;blas=openblas-openmp;threads=2;cpu=avx2");
+        node.runtimeProfile = QStringLiteral("libtorch=1.13.0;blas=openblas-openmp;threads=2;cpu=avx2;device=cpu");
         DeviceInfo cpu;
         cpu.name = QStringLiteral("AMD Ryzen 5");
         cpu.cores = 12;
