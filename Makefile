@@ -17,7 +17,7 @@ endif
 CMAKE_FLAGS := -G Ninja -DCMAKE_BUILD_TYPE=$(BUILD_TYPE) $(LAUNCHER) $(EXTRA_CMAKE_FLAGS)
 DEPS_STAMP  := $(BUILD_DIR)/.deps-installed
 
-.PHONY: all deps build test test-asan bench format check-format tidy clean
+.PHONY: all deps build test test-asan bench train-local format check-format tidy clean
 
 all: build
 
@@ -52,6 +52,10 @@ test-asan: $(DEPS_STAMP)
 	cmake --build $(ASAN_BUILD_DIR) -j $(JOBS)
 	ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
 	    ctest --test-dir $(ASAN_BUILD_DIR) --output-on-failure -j $(JOBS)
+
+# Trains the example Fashion-MNIST job on this machine (the single-machine baseline).
+train-local: build
+	$(BUILD_DIR)/app/tessera-node train-local examples/jobs/fashion-mnist-mlp.json --out $(BUILD_DIR)/train-local
 
 # Ratios against baselines measured in the same run; the numbers go in docs/PERFORMANCE.md.
 bench: build

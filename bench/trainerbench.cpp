@@ -25,10 +25,11 @@ struct Case {
     std::int64_t steps;
 };
 
-double median(std::vector<double> values)
+// Interference (other processes, frequency changes) only ever slows a run down, so the fastest of
+// several runs is the best estimate of what the code itself costs (as Python's timeit reports).
+double best(const std::vector<double>& rates)
 {
-    std::sort(values.begin(), values.end());
-    return values[values.size() / 2];
+    return *std::max_element(rates.begin(), rates.end());
 }
 
 // The loop a LibTorch user writes by hand (pytorch/examples cpp/mnist): random batches by
@@ -138,11 +139,11 @@ int main(int argc, char* argv[])
             ours.push_back(trainer(task, start->bytes));
             oursUnhashed.push_back(trainer(unhashed, start->bytes));
         }
-        const double ratio = median(ours) / median(bare);
+        const double ratio = best(ours) / best(bare);
         met = met && ratio >= 0.97;
         std::printf("  %-4s trainer %9.0f samples/s   bare loop %9.0f samples/s   ratio %.3f (goal >= 0.97);"
                     " without intermediate checkpoints %.3f\n",
-            c.name, median(ours), median(bare), ratio, median(oursUnhashed) / median(bare));
+            c.name, best(ours), best(bare), ratio, best(oursUnhashed) / best(bare));
     }
     std::printf("%s\n", met ? "goal met" : "goal NOT met");
     return 0;
