@@ -1,0 +1,45 @@
+#include "brokermath.h"
+
+#include "weights.h"
+
+namespace tessera::compute {
+
+BrokerMath::BrokerMath(ComputeEnvironment environment)
+    : m_environment(std::move(environment))
+{
+}
+
+core::Result<BrokerMath::Weights> BrokerMath::initialWeights(const core::JobSpec& spec)
+{
+    auto weights = compute::initialWeights(spec, m_environment);
+    if (!weights)
+        return weights.error();
+    return Weights { weights->bytes, weights->canonicalHash };
+}
+
+core::Result<core::Digest> BrokerMath::canonicalHash(const QByteArray& weights)
+{
+    return canonicalHashOf(weights);
+}
+
+core::Result<BrokerMath::Aggregated> BrokerMath::aggregate(const core::AggregationSpec& spec, const QByteArray& global,
+    const QList<Update>& updates, const QByteArray& outerState)
+{
+    QList<ShardUpdate> shardUpdates;
+    for (const auto& update : updates)
+        shardUpdates.append({ update.shard, update.samples, update.weights });
+    auto output = compute::aggregate(spec, global, shardUpdates, outerState);
+    if (!output)
+        return output.error();
+    return Aggregated { { output->weights.bytes, output->weights.canonicalHash }, output->outerState };
+}
+
+core::Result<BrokerMath::Evaluation> BrokerMath::evaluate(const core::JobSpec& spec, const QByteArray& weights)
+{
+    auto evaluation = compute::evaluate(spec, weights, m_environment, int(spec.training.threads));
+    if (!evaluation)
+        return evaluation.error();
+    return Evaluation { evaluation->loss, evaluation->accuracy };
+}
+
+} // namespace tessera::compute

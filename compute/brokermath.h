@@ -1,0 +1,25 @@
+#pragma once
+
+#include "environment.h"
+
+#include <core/broker/trainingmath.h>
+
+namespace tessera::compute {
+
+// The broker's training arithmetic on LibTorch: initial weights, canonical hashes, aggregation and
+// evaluation, exactly as tessera-node train-local does them.
+class BrokerMath final : public core::broker::TrainingMath {
+public:
+    explicit BrokerMath(ComputeEnvironment environment);
+
+    core::Result<Weights> initialWeights(const core::JobSpec& spec) override;
+    core::Result<core::Digest> canonicalHash(const QByteArray& weights) override;
+    core::Result<Aggregated> aggregate(const core::AggregationSpec& spec, const QByteArray& global, const QList<Update>& updates,
+        const QByteArray& outerState) override;
+    core::Result<Evaluation> evaluate(const core::JobSpec& spec, const QByteArray& weights) override;
+
+private:
+    ComputeEnvironment m_environment;
+};
+
+} // namespace tessera::compute

@@ -1,0 +1,219 @@
+#include "blobstore.h"
+
+#include <QDir>
+#include <QDirIterator>
+#include <QFile>
+#include <QFileInfo>
+#include <QSaveFile>
+
+#include <algorithm>
+
+namespace tessera::core {
+
+BlobStore::BlobStore(QString directory, std::int64_t limit)
+    : m_directory(std::move(directory))
+    , m_limit(limit)
+{
+}
+
+Result<std::unique_ptr<BlobStore>> BlobStore::open(const QString& directory, std::int64_t sizeLimit)
+{
+    if (!QDir().mkpath(directory))
+        return Error { QStringLiteral("blobs"), QStringLiteral("cannot create the folder %1").arg(directory) };
+    std::unique_ptr<BlobStore> store(new BlobStore(directory, sizeLimit));
+    // Rebuild the index from the files; the oldest modification time is the least recently used.
+    QList<std::pair<QDateTime, Digest>> byAge;
+    QDirIterator it(directory, QDir::Files, QDirIterator::Subdirectories);
+    while (it.hasNext()) {
+        const QFileInfo info(it.next());
+        if (info.fileName().endsWith(u".part")) {
+            QFile::remove(info.filePath()); // an upload a crash interrupted
+            continue;
+        }
+        auto digest = Digest::fromHex(info.fileName());
+        if (!digest)
+            continue;
+        store->m_entries.insert(*digest, { info.size(), 0 });
+        store->m_total += info.size();
+        byAge.append({ info.lastModified(), *digest });
+    }
+    std::sort(byAge.begin(), byAge.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
+    for (const auto& [time, digest] : byAge)
+        store->m_entries[digest].lastUsed = ++store->m_clock;
+    store->evict();
+    return store;
+}
+
+QString BlobStore::fileOf(const Digest& digest) const
+{
+    const QString hex = digest.toHex();
+    return m_directory + u'/' + hex.left(2) + u'/' + hex;
+}
+
+bool BlobStore::contains(const Digest& digest) const
+{
+    return m_entries.contains(digest);
+}
+
+std::optional<std::int64_t> BlobStore::sizeOf(const Digest& digest) const
+{
+    const auto it = m_entries.constFind(digest);
+    if (it == m_entries.constEnd())
+        return std::nullopt;
+    return it->size;
+}
+
+void BlobStore::touch(const Digest& digest)
+{
+    auto it = m_entries.find(digest);
+    if (it == m_entries.end())
+        return;
+    it->lastUsed = ++m_clock;
+    QFile file(fileOf(digest));
+    if (file.open(QIODevice::ReadWrite))
+        file.setFileTime(QDateTime::currentDateTimeUtc(), QFileDevice::FileModificationTime);
+}
+
+std::optional<QString> BlobStore::path(const Digest& digest)
+{
+    if (!contains(digest))
+        return std::nullopt;
+    touch(digest);
+    return fileOf(digest);
+}
+
+Result<QByteArray> BlobStore::read(const Digest& digest)
+{
+    const auto size = sizeOf(digest);
+    if (!size)
+        return Error { QStringLiteral("blob"), QStringLiteral("no blob %1").arg(digest.toHex()) };
+    return readRange(digest, 0, *size);
+}
+
+Result<QByteArray> BlobStore::readRange(const Digest& digest, std::int64_t offset, std::int64_t length)
+{
+    const auto size = sizeOf(digest);
+    if (!size)
+        return Error { QStringLiteral("blob"), QStringLiteral("no blob %1").arg(digest.toHex()) };
+    if (offset < 0 || length < 0 || offset > *size)
+        return Error { QStringLiteral("offset"), QStringLiteral("the range is outside the blob's %1 bytes").arg(*size) };
+    QFile file(fileOf(digest));
+    if (!file.open(QIODevice::ReadOnly) || !file.seek(offset))
+        return Error { QStringLiteral("blob"), QStringLiteral("cannot read %1").arg(file.fileName()) };
+    touch(digest);
+    return file.read(std::min(length, *size - offset));
+}
+
+Result<Digest> BlobStore::put(const QByteArray& bytes)
+{
+    const Digest digest = Digest::ofBytes(bytes);
+    if (contains(digest)) {
+        touch(digest);
+        return digest;
+    }
+    const QString target = fileOf(digest);
+    QDir().mkpath(QFileInfo(target).absolutePath());
+    QSaveFile file(target);
+    if (!file.open(QIODevice::WriteOnly) || file.write(bytes) != bytes.size() || !file.commit())
+        return Error { QStringLiteral("blob"), QStringLiteral("cannot write %1 (is the disk full?)").arg(target) };
+    m_entries.insert(digest, { bytes.size(), ++m_clock });
+    m_total += bytes.size();
+    evict();
+    return digest;
+}
+
+std::int64_t BlobStore::uploadedBytes(const Digest& digest) const
+{
+    if (contains(digest))
+        return *sizeOf(digest);
+    return m_uploads.value(digest).received;
+}
+
+Result<BlobStore::UploadState> BlobStore::putRange(const Digest& digest, std::int64_t offset, std::int64_t totalSize,
+    const QByteArray& bytes)
+{
+    if (contains(digest))
+        return UploadState::Complete; // someone uploaded it already: nothing to do
+    if (totalSize <= 0 || totalSize > MaxBlobBytes)
+        return Error { QStringLiteral("size"), QStringLiteral("a blob has 1 byte to 1 GiB, not %1").arg(totalSize) };
+    auto it = m_uploads.find(digest);
+    if (it == m_uploads.end()) {
+        if (offset != 0)
+            return Error { QStringLiteral("offset"), QStringLiteral("an upload starts at offset 0") };
+        const QString temp = fileOf(digest) + QStringLiteral(".part");
+        QDir().mkpath(QFileInfo(temp).absolutePath());
+        QFile::remove(temp);
+        it = m_uploads.insert(digest, { temp, 0, totalSize });
+    }
+    if (it->total != totalSize)
+        return Error { QStringLiteral("size"), QStringLiteral("the upload said %1 bytes before, now %2").arg(it->total).arg(totalSize) };
+    if (offset != it->received)
+        return Error { QStringLiteral("offset"), QStringLiteral("expected the range at %1, got %2").arg(it->received).arg(offset) };
+    if (offset + bytes.size() > totalSize)
+        return Error { QStringLiteral("size"), QStringLiteral("the ranges run past the blob's %1 bytes").arg(totalSize) };
+    QFile part(it->tempPath);
+    if (!part.open(QIODevice::WriteOnly | QIODevice::Append) || part.write(bytes) != bytes.size()) {
+        m_uploads.erase(it);
+        QFile::remove(part.fileName());
+        return Error { QStringLiteral("blob"), QStringLiteral("cannot write %1 (is the disk full?)").arg(part.fileName()) };
+    }
+    part.close();
+    it->received += bytes.size();
+    if (it->received < totalSize)
+        return UploadState::Incomplete;
+
+    const Upload upload = *it;
+    m_uploads.erase(it);
+    QFile whole(upload.tempPath);
+    Sha256 hasher;
+    if (whole.open(QIODevice::ReadOnly)) {
+        while (!whole.atEnd())
+            hasher.addData(whole.read(1 << 20));
+        whole.close();
+    }
+    if (hasher.result() != digest) {
+        QFile::remove(upload.tempPath);
+        return Error { QStringLiteral("sha256"), QStringLiteral("the uploaded bytes do not hash to %1; nothing was stored").arg(digest.toHex()) };
+    }
+    if (!QFile::rename(upload.tempPath, fileOf(digest))) {
+        QFile::remove(upload.tempPath);
+        return Error { QStringLiteral("blob"), QStringLiteral("cannot store %1").arg(fileOf(digest)) };
+    }
+    m_entries.insert(digest, { totalSize, ++m_clock });
+    m_total += totalSize;
+    evict();
+    return UploadState::Complete;
+}
+
+void BlobStore::pin(const Digest& digest)
+{
+    ++m_pins[digest];
+}
+
+void BlobStore::unpin(const Digest& digest)
+{
+    auto it = m_pins.find(digest);
+    if (it != m_pins.end() && --*it <= 0)
+        m_pins.erase(it);
+    evict();
+}
+
+void BlobStore::evict()
+{
+    if (m_limit <= 0)
+        return;
+    while (m_total > m_limit) {
+        auto oldest = m_entries.end();
+        for (auto it = m_entries.begin(); it != m_entries.end(); ++it) {
+            if (!m_pins.contains(it.key()) && (oldest == m_entries.end() || it->lastUsed < oldest->lastUsed))
+                oldest = it;
+        }
+        if (oldest == m_entries.end())
+            return; // everything left is in use
+        QFile::remove(fileOf(oldest.key()));
+        m_total -= oldest->size;
+        m_entries.erase(oldest);
+    }
+}
+
+} // namespace tessera::core

@@ -1,0 +1,73 @@
+#pragma once
+
+#include "error.h"
+#include "hash.h"
+
+#include <QByteArray>
+#include <QHash>
+#include <QString>
+
+#include <cstdint>
+#include <optional>
+
+namespace tessera::core {
+
+// Content-addressed files: blob <sha256> lives at DIR/<first two hex digits>/<sha256>. The broker
+// keeps every blob its jobs need; a node's cache has a size limit and drops the least recently
+// used blobs first. Writes are atomic (a temporary file renamed into place) and every blob is
+// checked against its name before it is stored, so a crash or a lying peer never leaves a wrong
+// file under a right name.
+//
+// Not thread-safe: one owner thread.
+class BlobStore {
+public:
+    // sizeLimit 0: no limit.
+    static Result<std::unique_ptr<BlobStore>> open(const QString& directory, std::int64_t sizeLimit = 0);
+
+    bool contains(const Digest& digest) const;
+    std::optional<std::int64_t> sizeOf(const Digest& digest) const;
+    // The file of a blob, marked as just used.
+    std::optional<QString> path(const Digest& digest);
+    Result<QByteArray> read(const Digest& digest);
+    Result<QByteArray> readRange(const Digest& digest, std::int64_t offset, std::int64_t length);
+    // Stores bytes under their own SHA-256 and returns it.
+    Result<Digest> put(const QByteArray& bytes);
+
+    // Chunked upload: ranges must arrive in order; the last one checks the SHA-256.
+    enum class UploadState { Incomplete, Complete };
+    Result<UploadState> putRange(const Digest& digest, std::int64_t offset, std::int64_t totalSize, const QByteArray& bytes);
+    std::int64_t uploadedBytes(const Digest& digest) const;
+
+    std::int64_t totalSize() const { return m_total; }
+    std::int64_t sizeLimit() const { return m_limit; }
+    // Blobs that eviction must not remove (in use by a running shard).
+    void pin(const Digest& digest);
+    void unpin(const Digest& digest);
+
+    static constexpr std::int64_t MaxBlobBytes = std::int64_t(1) << 30;
+
+private:
+    BlobStore(QString directory, std::int64_t limit);
+    QString fileOf(const Digest& digest) const;
+    void touch(const Digest& digest);
+    void evict();
+
+    struct Entry {
+        std::int64_t size = 0;
+        std::int64_t lastUsed = 0;
+    };
+    struct Upload {
+        QString tempPath;
+        std::int64_t received = 0;
+        std::int64_t total = 0;
+    };
+    QString m_directory;
+    std::int64_t m_limit = 0;
+    std::int64_t m_total = 0;
+    std::int64_t m_clock = 0;
+    QHash<Digest, Entry> m_entries;
+    QHash<Digest, Upload> m_uploads;
+    QHash<Digest, int> m_pins;
+};
+
+} // namespace tessera::core

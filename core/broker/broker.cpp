@@ -1,0 +1,589 @@
+#include "broker.h"
+
+#include "../decomposition.h"
+
+#include <QDateTime>
+#include <QDir>
+#include <QJsonArray>
+#include <QJsonDocument>
+#include <QRandomGenerator>
+
+#include <algorithm>
+
+namespace tessera::core::broker {
+
+using storage::Database;
+using storage::Statement;
+
+std::int64_t SystemClock::nowMs() const
+{
+    return QDateTime::currentMSecsSinceEpoch();
+}
+
+namespace {
+
+void bindOne(Statement& statement, int index, std::int64_t value)
+{
+    statement.bind(index, value);
+}
+void bindOne(Statement& statement, int index, double value)
+{
+    statement.bind(index, value);
+}
+void bindOne(Statement& statement, int index, const QString& value)
+{
+    statement.bind(index, value);
+}
+
+// Prepares sql and binds the arguments in order.
+template<typename... Args>
+Result<Statement> query(Database& db, const QString& sql, const Args&... args)
+{
+    auto statement = db.prepare(sql);
+    if (!statement)
+        return statement.error().toError();
+    int index = 0;
+    (bindOne(*statement, ++index, args), ...);
+    return std::move(statement).value();
+}
+
+template<typename... Args>
+Status execute(Database& db, const QString& sql, const Args&... args)
+{
+    auto statement = query(db, sql, args...);
+    if (!statement)
+        return statement.error();
+    if (auto status = statement->run(); !status)
+        return status.error().toError();
+    return {};
+}
+
+QString toJsonText(const QJsonObject& object)
+{
+    return QString::fromUtf8(QJsonDocument(object).toJson(QJsonDocument::Compact));
+}
+
+QJsonObject fromJsonText(const QString& text)
+{
+    return QJsonDocument::fromJson(text.toUtf8()).object();
+}
+
+QString newId()
+{
+    const auto a = QRandomGenerator::system()->generate64();
+    return QStringLiteral("%1").arg(a, 16, 16, QLatin1Char('0'));
+}
+
+} // namespace
+
+QJsonObject JobStatus::toJson() const
+{
+    QJsonArray rounds;
+    for (const auto& r : history) {
+        rounds.append(QJsonObject {
+            { QStringLiteral("round"), static_cast<qint64>(r.round) },
+            { QStringLiteral("testLoss"), r.testLoss },
+            { QStringLiteral("testAccuracy"), r.testAccuracy },
+            { QStringLiteral("trainLoss"), r.trainLoss },
+            { QStringLiteral("weightsHash"), r.weightsHash.toHex() },
+        });
+    }
+    QJsonObject json {
+        { QStringLiteral("jobId"), id },
+        { QStringLiteral("name"), name },
+        { QStringLiteral("state"), state },
+        { QStringLiteral("round"), static_cast<qint64>(round) },
+        { QStringLiteral("rounds"), static_cast<qint64>(this->rounds) },
+        { QStringLiteral("history"), rounds },
+        { QStringLiteral("weightsHash"), weightsHash.toHex() },
+        { QStringLiteral("weightsSha256"), weightsBlob.toHex() },
+    };
+    if (!failure.isEmpty())
+        json.insert(QStringLiteral("failure"), failure);
+    return json;
+}
+
+Broker::Broker(std::unique_ptr<Database> database, std::unique_ptr<BlobStore> blobs, TrainingMath& math, const Clock& clock, Options options)
+    : m_db(std::move(database))
+    , m_blobs(std::move(blobs))
+    , m_math(math)
+    , m_clock(clock)
+    , m_options(options)
+{
+}
+
+Result<std::unique_ptr<Broker>> Broker::open(const QString& dataDirectory, TrainingMath& math, const Clock& clock, Options options)
+{
+    if (!QDir().mkpath(dataDirectory))
+        return Error { QStringLiteral("data"), QStringLiteral("cannot create %1").arg(dataDirectory) };
+    auto database = Database::open(QDir(dataDirectory).filePath(QStringLiteral("broker.sqlite")));
+    if (!database)
+        return database.error().toError();
+    auto migrations = storage::loadMigrations(QStringLiteral(":/migrations/broker"));
+    if (!migrations)
+        return migrations.error().toError();
+    if (auto status = (*database)->migrate(*migrations); !status)
+        return status.error().toError();
+    auto blobs = BlobStore::open(QDir(dataDirectory).filePath(QStringLiteral("blobs")));
+    if (!blobs)
+        return blobs.error();
+    std::unique_ptr<Broker> broker(new Broker(std::move(*database), std::move(*blobs), math, clock, options));
+    if (auto status = broker->recover(); !status)
+        return status.error();
+    return broker;
+}
+
+Status Broker::recover()
+{
+    // Whatever was in flight when the broker stopped is handed out again; a node that still
+    // answers one of these is still heard (the first valid result of a shard wins).
+    return execute(*m_db, QStringLiteral("UPDATE assignments SET state = 'expired' WHERE state = 'active'"));
+}
+
+double Broker::expectedSamplesPerSecond(const NodeInfo& node)
+{
+    // A node that has not benchmarked is assumed slow, so that its deadline is generous.
+    return node.benchmarkSamplesPerSecond > 0 ? node.benchmarkSamplesPerSecond : 1000.0;
+}
+
+Result<JobSpec> Broker::specOf(const QString& jobId)
+{
+    auto statement = query(*m_db, QStringLiteral("SELECT spec FROM jobs WHERE id = ?"), jobId);
+    if (!statement)
+        return statement.error();
+    auto row = statement->step();
+    if (!row)
+        return row.error().toError();
+    if (!*row)
+        return Error { QStringLiteral("jobId"), QStringLiteral("no job %1").arg(jobId) };
+    return JobSpec::fromJson(fromJsonText(statement->columnText(0)));
+}
+
+Result<QString> Broker::submit(const JobSpec& spec)
+{
+    if (auto status = spec.validate(); !status)
+        return status.error();
+    if (spec.model.source == ModelSpec::Source::TorchScript && !m_blobs->contains(spec.model.scriptSha256))
+        return Error { QStringLiteral("model.torchscript.sha256"), QStringLiteral("upload the TorchScript file before submitting") };
+    if (spec.dataset.source == DatasetSpec::Source::Tensors) {
+        if (!m_blobs->contains(spec.dataset.trainSha256))
+            return Error { QStringLiteral("dataset.tensors.trainSha256"), QStringLiteral("upload the training tensors before submitting") };
+        if (!spec.dataset.testSha256.isNull() && !m_blobs->contains(spec.dataset.testSha256))
+            return Error { QStringLiteral("dataset.tensors.testSha256"), QStringLiteral("upload the test tensors before submitting") };
+    }
+    auto initial = m_math.initialWeights(spec);
+    if (!initial)
+        return initial.error();
+    auto blob = m_blobs->put(initial->bytes);
+    if (!blob)
+        return blob.error();
+    const QString id = newId();
+    auto status = execute(*m_db,
+        QStringLiteral("INSERT INTO jobs (id, spec, state, round, weights_hash, weights_blob, created_at) VALUES (?, ?, 'running', 0, ?, ?, ?)"),
+        id, toJsonText(spec.toJson()), initial->canonicalHash.toHex(), blob->toHex(), m_clock.nowMs());
+    if (!status)
+        return status.error();
+    return id;
+}
+
+Result<JobStatus> Broker::status(const QString& jobId)
+{
+    auto job = query(*m_db, QStringLiteral("SELECT spec, state, round, weights_hash, weights_blob, failure FROM jobs WHERE id = ?"), jobId);
+    if (!job)
+        return job.error();
+    auto row = job->step();
+    if (!row)
+        return row.error().toError();
+    if (!*row)
+        return Error { QStringLiteral("jobId"), QStringLiteral("no job %1").arg(jobId) };
+    const auto spec = JobSpec::fromJson(fromJsonText(job->columnText(0)));
+    JobStatus status;
+    status.id = jobId;
+    status.name = spec ? spec->name : QString();
+    status.rounds = spec ? spec->training.rounds : 0;
+    status.state = job->columnText(1);
+    status.round = job->columnInt(2);
+    status.weightsHash = Digest::fromHex(job->columnText(3)).ok() ? *Digest::fromHex(job->columnText(3)) : Digest {};
+    status.weightsBlob = Digest::fromHex(job->columnText(4)).ok() ? *Digest::fromHex(job->columnText(4)) : Digest {};
+    status.failure = job->columnIsNull(5) ? QString() : job->columnText(5);
+
+    auto rounds = query(*m_db,
+        QStringLiteral("SELECT round, test_loss, test_accuracy, train_loss, weights_hash, weights_blob FROM rounds WHERE job = ? ORDER BY round"),
+        jobId);
+    if (!rounds)
+        return rounds.error();
+    for (;;) {
+        auto next = rounds->step();
+        if (!next)
+            return next.error().toError();
+        if (!*next)
+            break;
+        RoundRecord record;
+        record.round = rounds->columnInt(0);
+        record.testLoss = rounds->columnDouble(1);
+        record.testAccuracy = rounds->columnDouble(2);
+        record.trainLoss = rounds->columnDouble(3);
+        record.weightsHash = *Digest::fromHex(rounds->columnText(4));
+        record.weightsBlob = *Digest::fromHex(rounds->columnText(5));
+        status.history.append(record);
+    }
+    return status;
+}
+
+Result<QList<JobStatus>> Broker::list()
+{
+    auto ids = query(*m_db, QStringLiteral("SELECT id FROM jobs ORDER BY created_at, id"));
+    if (!ids)
+        return ids.error();
+    QStringList all;
+    for (;;) {
+        auto next = ids->step();
+        if (!next)
+            return next.error().toError();
+        if (!*next)
+            break;
+        all.append(ids->columnText(0));
+    }
+    QList<JobStatus> jobs;
+    for (const auto& id : all) {
+        auto job = status(id);
+        if (!job)
+            return job.error();
+        jobs.append(*job);
+    }
+    return jobs;
+}
+
+Status Broker::cancel(const QString& jobId)
+{
+    auto job = status(jobId);
+    if (!job)
+        return job.error();
+    if (job->state != u"running")
+        return Error { QStringLiteral("jobId"), QStringLiteral("the job is already %1").arg(job->state) };
+    return execute(*m_db, QStringLiteral("UPDATE jobs SET state = 'cancelled' WHERE id = ?"), jobId);
+}
+
+Status Broker::registerNode(const NodeInfo& node)
+{
+    const auto now = m_clock.nowMs();
+    auto status = execute(*m_db,
+        QStringLiteral("INSERT INTO nodes (id, info, first_seen, last_seen) VALUES (?, ?, ?, ?) "
+                       "ON CONFLICT(id) DO UPDATE SET info = excluded.info, last_seen = excluded.last_seen"),
+        node.nodeId, toJsonText(node.toJson()), now, now);
+    if (!status)
+        return status;
+    m_nodes.insert(node.nodeId, node);
+    return {};
+}
+
+void Broker::nodeLost(const QString& nodeId)
+{
+    m_nodes.remove(nodeId);
+    (void)execute(*m_db, QStringLiteral("UPDATE assignments SET state = 'expired' WHERE node = ? AND state = 'active'"), nodeId);
+}
+
+bool Broker::hasWork()
+{
+    auto jobs = query(*m_db, QStringLiteral("SELECT 1 FROM jobs WHERE state = 'running' LIMIT 1"));
+    if (!jobs)
+        return false;
+    auto row = jobs->step();
+    return row.ok() && *row;
+}
+
+Result<std::optional<Assignment>> Broker::assign(const QString& nodeId)
+{
+    const auto nodeIt = m_nodes.constFind(nodeId);
+    if (nodeIt == m_nodes.constEnd())
+        return Error { QStringLiteral("node"), QStringLiteral("the node has not registered") };
+    const NodeInfo& node = *nodeIt;
+    const auto now = m_clock.nowMs();
+
+    auto jobs = query(*m_db, QStringLiteral("SELECT id, spec, round, weights_hash, weights_blob FROM jobs WHERE state = 'running' ORDER BY created_at, id"));
+    if (!jobs)
+        return jobs.error();
+    struct Candidate {
+        QString jobId;
+        JobSpec spec;
+        std::int64_t round;
+        Digest weightsHash;
+        Digest weightsBlob;
+    };
+    QList<Candidate> candidates;
+    for (;;) {
+        auto next = jobs->step();
+        if (!next)
+            return next.error().toError();
+        if (!*next)
+            break;
+        auto spec = JobSpec::fromJson(fromJsonText(jobs->columnText(1)));
+        if (!spec)
+            continue;
+        candidates.append({ jobs->columnText(0), *spec, jobs->columnInt(2), *Digest::fromHex(jobs->columnText(3)),
+            *Digest::fromHex(jobs->columnText(4)) });
+    }
+
+    for (const auto& job : candidates) {
+        if (job.spec.training.threads > node.maxThreads)
+            continue;
+        // Shards of the current round without an accepted result, least recently handed out first:
+        // never handed out, then those whose every assignment expired or failed, then stragglers.
+        const auto tasks = decomposeRound(job.jobId, job.spec, job.round, job.weightsHash);
+        std::optional<std::int64_t> chosen;
+        std::int64_t chosenScore = 0;
+        for (const auto& task : tasks) {
+            auto done = query(*m_db, QStringLiteral("SELECT 1 FROM shard_results WHERE job = ? AND round = ? AND shard = ?"), job.jobId,
+                job.round, task.shard);
+            if (!done)
+                return done.error();
+            auto doneRow = done->step();
+            if (!doneRow)
+                return doneRow.error().toError();
+            if (*doneRow)
+                continue;
+            auto live = query(*m_db,
+                QStringLiteral("SELECT COUNT(*), COALESCE(MIN(deadline), 0), COALESCE(SUM(node = ?), 0) FROM assignments "
+                               "WHERE job = ? AND round = ? AND shard = ? AND state = 'active'"),
+                nodeId, job.jobId, job.round, task.shard);
+            if (!live)
+                return live.error();
+            auto liveRow = live->step();
+            if (!liveRow)
+                return liveRow.error().toError();
+            const auto active = live->columnInt(0);
+            const auto earliestDeadline = live->columnInt(1);
+            const auto mine = live->columnInt(2);
+            if (mine > 0)
+                continue; // this node already has it
+            std::int64_t score;
+            if (active == 0)
+                score = 2; // free
+            else if (earliestDeadline < now)
+                score = 1; // a straggler's: re-issue
+            else
+                continue; // someone is on it, in time
+            if (!chosen || score > chosenScore) {
+                chosen = task.shard;
+                chosenScore = score;
+                if (score == 2)
+                    break;
+            }
+        }
+        if (!chosen)
+            continue;
+        const auto& task = tasks[*chosen];
+        const double seconds = double(task.localSteps * task.batchSize) / expectedSamplesPerSecond(node) * double(task.threads);
+        const auto deadline = now + std::max<std::int64_t>(m_options.minDeadlineMs, std::int64_t(seconds * 1000.0 * m_options.deadlineSlack));
+        Assignment assignment { newId(), task, job.weightsBlob, deadline };
+        auto status = execute(*m_db,
+            QStringLiteral("INSERT INTO assignments (id, job, round, shard, node, issued_at, deadline, state) VALUES (?, ?, ?, ?, ?, ?, ?, 'active')"),
+            assignment.id, job.jobId, job.round, task.shard, nodeId, now, deadline);
+        if (!status)
+            return status.error();
+        return std::optional<Assignment>(assignment);
+    }
+    return std::optional<Assignment> {};
+}
+
+Result<Verdict> Broker::acceptResult(const QString& nodeId, const QString& assignmentId, const ShardResult& result)
+{
+    auto found = query(*m_db, QStringLiteral("SELECT job, round, shard, node, state FROM assignments WHERE id = ?"), assignmentId);
+    if (!found)
+        return found.error();
+    auto row = found->step();
+    if (!row)
+        return row.error().toError();
+    if (!*row)
+        return Error { QStringLiteral("assignment"), QStringLiteral("no assignment %1").arg(assignmentId) };
+    const QString jobId = found->columnText(0);
+    const auto round = found->columnInt(1);
+    const auto shard = found->columnInt(2);
+    const QString owner = found->columnText(3);
+    const QString state = found->columnText(4);
+    if (owner != nodeId)
+        return Error { QStringLiteral("assignment"), QStringLiteral("the assignment belongs to another node") };
+    if (result.jobId != jobId || result.round != round || result.shard != shard)
+        return Error { QStringLiteral("result"), QStringLiteral("the result is for another shard than its assignment") };
+    if (state == u"answered" || state == u"failed")
+        return Verdict::Stale;
+
+    auto job = query(*m_db, QStringLiteral("SELECT state, round, weights_hash FROM jobs WHERE id = ?"), jobId);
+    if (!job)
+        return job.error();
+    auto jobRow = job->step();
+    if (!jobRow)
+        return jobRow.error().toError();
+    if (!*jobRow || job->columnText(0) != u"running" || job->columnInt(1) != round)
+        return Verdict::Stale;
+    const auto startHash = *Digest::fromHex(job->columnText(2));
+    auto already = query(*m_db, QStringLiteral("SELECT 1 FROM shard_results WHERE job = ? AND round = ? AND shard = ?"), jobId, round, shard);
+    if (!already)
+        return already.error();
+    auto alreadyRow = already->step();
+    if (!alreadyRow)
+        return alreadyRow.error().toError();
+    if (*alreadyRow) {
+        (void)execute(*m_db, QStringLiteral("UPDATE assignments SET state = 'answered' WHERE id = ?"), assignmentId);
+        return Verdict::Stale;
+    }
+
+    auto spec = specOf(jobId);
+    if (!spec)
+        return spec.error();
+
+    if (result.outcome == ShardResult::Outcome::Failed) {
+        auto transaction = m_db->begin();
+        if (!transaction)
+            return transaction.error().toError();
+        (void)execute(*m_db, QStringLiteral("UPDATE assignments SET state = 'failed' WHERE id = ?"), assignmentId);
+        (void)execute(*m_db, QStringLiteral("UPDATE nodes SET shards_failed = shards_failed + 1 WHERE id = ?"), nodeId);
+        if (auto status = transaction->commit(); !status)
+            return status.error().toError();
+        auto failures = query(*m_db, QStringLiteral("SELECT COUNT(*) FROM assignments WHERE job = ? AND round = ? AND shard = ? AND state = 'failed'"),
+            jobId, round, shard);
+        if (failures && failures->step().ok() && failures->columnInt(0) >= m_options.maxShardFailures)
+            (void)failJob(jobId, QStringLiteral("round %1, shard %2 failed %3 times; last: %4").arg(round).arg(shard).arg(failures->columnInt(0)).arg(result.failure));
+        return Verdict::Failed;
+    }
+
+    // Check the result against what the broker knows before counting it.
+    const auto tasks = decomposeRound(jobId, *spec, round, startHash);
+    const auto& task = tasks[shard];
+    if (result.checkpointHashes.size() != task.checkpointCount())
+        return Error { QStringLiteral("checkpointHashes"),
+            QStringLiteral("a shard of %1 steps with checkpoints every %2 has %3 hashes, not %4")
+                .arg(task.localSteps).arg(task.checkpointInterval).arg(task.checkpointCount()).arg(result.checkpointHashes.size()) };
+    if (result.checkpointHashes.first() != startHash)
+        return Error { QStringLiteral("checkpointHashes"), QStringLiteral("the chain does not start at the round's weights") };
+    auto weights = m_blobs->read(result.weightsSha256);
+    if (!weights)
+        return Error { QStringLiteral("weightsSha256"), QStringLiteral("upload the weights (PUT) before the result") };
+    auto hash = m_math.canonicalHash(*weights);
+    if (!hash)
+        return Error { QStringLiteral("weightsSha256"), hash.error().message };
+    if (*hash != result.finalHash)
+        return Error { QStringLiteral("finalHash"), QStringLiteral("the uploaded weights do not hash to the result's finalHash") };
+
+    auto transaction = m_db->begin();
+    if (!transaction)
+        return transaction.error().toError();
+    for (const auto& status : {
+             execute(*m_db, QStringLiteral("INSERT INTO shard_results (job, round, shard, node, result) VALUES (?, ?, ?, ?, ?)"), jobId, round,
+                 shard, nodeId, toJsonText(result.toJson())),
+             execute(*m_db, QStringLiteral("UPDATE assignments SET state = 'answered' WHERE id = ?"), assignmentId),
+             execute(*m_db, QStringLiteral("UPDATE nodes SET shards_done = shards_done + 1, last_seen = ? WHERE id = ?"), m_clock.nowMs(), nodeId),
+         }) {
+        if (!status)
+            return status.error();
+    }
+    if (auto status = transaction->commit(); !status)
+        return status.error().toError();
+    if (auto status = finishRoundIfComplete(jobId, *spec, round); !status)
+        return status.error();
+    return Verdict::Accepted;
+}
+
+Status Broker::finishRoundIfComplete(const QString& jobId, const JobSpec& spec, std::int64_t round)
+{
+    auto results = query(*m_db, QStringLiteral("SELECT shard, result FROM shard_results WHERE job = ? AND round = ? ORDER BY shard"), jobId, round);
+    if (!results)
+        return results.error();
+    QList<ShardResult> accepted;
+    for (;;) {
+        auto next = results->step();
+        if (!next)
+            return next.error().toError();
+        if (!*next)
+            break;
+        auto result = ShardResult::fromJson(fromJsonText(results->columnText(1)));
+        if (!result)
+            return result.error();
+        accepted.append(*result);
+    }
+    if (accepted.size() < spec.training.shardsPerRound)
+        return {};
+
+    auto job = query(*m_db, QStringLiteral("SELECT weights_blob, outer_state_blob FROM jobs WHERE id = ?"), jobId);
+    if (!job)
+        return job.error();
+    if (auto row = job->step(); !row || !*row)
+        return Error { QStringLiteral("job"), QStringLiteral("the job vanished") };
+    auto global = m_blobs->read(*Digest::fromHex(job->columnText(0)));
+    if (!global)
+        return global.error();
+    QByteArray outerState;
+    if (!job->columnIsNull(1)) {
+        auto outer = m_blobs->read(*Digest::fromHex(job->columnText(1)));
+        if (!outer)
+            return outer.error();
+        outerState = *outer;
+    }
+
+    const auto tasks = decomposeRound(jobId, spec, round, {});
+    QList<TrainingMath::Update> updates;
+    double lossSum = 0.0;
+    std::int64_t lossCount = 0;
+    for (const auto& result : accepted) {
+        auto weights = m_blobs->read(result.weightsSha256);
+        if (!weights)
+            return weights.error();
+        const auto& task = tasks[result.shard];
+        updates.append({ result.shard, task.sampleEnd - task.sampleBegin, *weights });
+        for (double loss : result.losses)
+            lossSum += loss;
+        lossCount += result.losses.size();
+    }
+    auto aggregated = m_math.aggregate(spec.aggregation, *global, updates, outerState);
+    if (!aggregated)
+        return failJob(jobId, QStringLiteral("round %1 could not be aggregated: %2").arg(round).arg(aggregated.error().message));
+    auto evaluation = m_math.evaluate(spec, aggregated->weights.bytes);
+    if (!evaluation)
+        return failJob(jobId, QStringLiteral("round %1 could not be evaluated: %2").arg(round).arg(evaluation.error().message));
+    auto blob = m_blobs->put(aggregated->weights.bytes);
+    if (!blob)
+        return blob.error();
+    QString outerBlob;
+    if (!aggregated->outerState.isEmpty()) {
+        auto stored = m_blobs->put(aggregated->outerState);
+        if (!stored)
+            return stored.error();
+        outerBlob = stored->toHex();
+    }
+
+    const bool last = round + 1 >= spec.training.rounds;
+    auto transaction = m_db->begin();
+    if (!transaction)
+        return transaction.error().toError();
+    auto record = execute(*m_db,
+        QStringLiteral("INSERT INTO rounds (job, round, test_loss, test_accuracy, train_loss, weights_hash, weights_blob, finished_at) "
+                       "VALUES (?, ?, ?, ?, ?, ?, ?, ?)"),
+        jobId, round, evaluation->loss, evaluation->accuracy, lossCount ? lossSum / double(lossCount) : 0.0,
+        aggregated->weights.canonicalHash.toHex(), blob->toHex(), m_clock.nowMs());
+    if (!record)
+        return record;
+    Status advance = outerBlob.isEmpty()
+        ? execute(*m_db, QStringLiteral("UPDATE jobs SET round = ?, weights_hash = ?, weights_blob = ?, state = ? WHERE id = ?"), round + 1,
+            aggregated->weights.canonicalHash.toHex(), blob->toHex(), last ? QStringLiteral("finished") : QStringLiteral("running"), jobId)
+        : execute(*m_db,
+            QStringLiteral("UPDATE jobs SET round = ?, weights_hash = ?, weights_blob = ?, state = ?, outer_state_blob = ? WHERE id = ?"),
+            round + 1, aggregated->weights.canonicalHash.toHex(), blob->toHex(), last ? QStringLiteral("finished") : QStringLiteral("running"),
+            outerBlob, jobId);
+    if (!advance)
+        return advance;
+    // Assignments of the finished round that are still out are moot now.
+    if (auto status = execute(*m_db, QStringLiteral("UPDATE assignments SET state = 'expired' WHERE job = ? AND round = ? AND state = 'active'"),
+            jobId, round);
+        !status)
+        return status;
+    if (auto status = transaction->commit(); !status)
+        return status.error().toError();
+    return {};
+}
+
+Status Broker::failJob(const QString& jobId, const QString& why)
+{
+    return execute(*m_db, QStringLiteral("UPDATE jobs SET state = 'failed', failure = ? WHERE id = ?"), why, jobId);
+}
+
+} // namespace tessera::core::broker

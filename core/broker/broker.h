@@ -1,0 +1,111 @@
+#pragma once
+
+#include "../blobstore.h"
+#include "../error.h"
+#include "../jobspec.h"
+#include "../nodeinfo.h"
+#include "../shardresult.h"
+#include "../shardtask.h"
+#include "../storage/database.h"
+#include "trainingmath.h"
+
+#include <QJsonObject>
+#include <QList>
+#include <QString>
+
+#include <memory>
+#include <optional>
+
+namespace tessera::core::broker {
+
+// A shard handed to a node.
+struct Assignment {
+    QString id;
+    ShardTask task;
+    Digest startWeightsBlob;
+    std::int64_t deadlineMs = 0; // absolute, on the broker's clock
+};
+
+struct RoundRecord {
+    std::int64_t round = 0;
+    double testLoss = 0.0;
+    double testAccuracy = 0.0;
+    double trainLoss = 0.0;
+    Digest weightsHash;
+    Digest weightsBlob;
+};
+
+struct JobStatus {
+    QString id;
+    QString name;
+    QString state; // running, finished, cancelled, failed
+    std::int64_t round = 0;
+    std::int64_t rounds = 0;
+    QList<RoundRecord> history;
+    Digest weightsHash;
+    Digest weightsBlob;
+    QString failure;
+
+    QJsonObject toJson() const;
+};
+
+enum class Verdict { Accepted, Stale, Failed };
+
+// The broker's brain: jobs, rounds, shards, assignments, results and nodes, kept in SQLite so that a
+// kill -9 loses nothing but the shards in flight (re-issued on restart). Single-threaded: the
+// broker's network loop owns it. It knows nothing of sockets; net/ turns messages into calls.
+class Broker {
+public:
+    struct Options {
+        std::int64_t minDeadlineMs = 30'000;  // a shard's deadline is at least this
+        double deadlineSlack = 4.0;            // times the node's expected time
+        int maxShardFailures = 5;              // failed results of one shard before the job fails
+    };
+
+    static Result<std::unique_ptr<Broker>> open(const QString& dataDirectory, TrainingMath& math, const Clock& clock, Options options);
+    static Result<std::unique_ptr<Broker>> open(const QString& dataDirectory, TrainingMath& math, const Clock& clock)
+    {
+        return open(dataDirectory, math, clock, Options {});
+    }
+
+    BlobStore& blobs() { return *m_blobs; }
+
+    // Job owners.
+    Result<QString> submit(const JobSpec& spec);
+    Result<JobStatus> status(const QString& jobId);
+    Result<QList<JobStatus>> list();
+    Status cancel(const QString& jobId);
+
+    // Nodes.
+    Status registerNode(const NodeInfo& node);
+    // The node is gone: its shards are handed to others.
+    void nodeLost(const QString& nodeId);
+    // The next shard for this node, if there is work it can do.
+    Result<std::optional<Assignment>> assign(const QString& nodeId);
+    // A node's answer. Accepted: counted (and the round aggregated if it was the last shard);
+    // Stale: the shard was already answered; Failed: recorded, the shard goes to another node.
+    // An error means the result is invalid (wrong hashes, missing weights) and was not counted.
+    Result<Verdict> acceptResult(const QString& nodeId, const QString& assignmentId, const ShardResult& result);
+    // Whether any running job has a shard waiting for a node (to wake waiting nodes).
+    bool hasWork();
+
+    // Samples per second this broker expects of a node, from its benchmark.
+    static double expectedSamplesPerSecond(const NodeInfo& node);
+
+private:
+    Broker(std::unique_ptr<storage::Database> database, std::unique_ptr<BlobStore> blobs, TrainingMath& math, const Clock& clock,
+        Options options);
+    Status recover();
+    Result<JobSpec> specOf(const QString& jobId);
+    Status finishRoundIfComplete(const QString& jobId, const JobSpec& spec, std::int64_t round);
+    Status failJob(const QString& jobId, const QString& why);
+
+    std::unique_ptr<storage::Database> m_db;
+    std::unique_ptr<BlobStore> m_blobs;
+    TrainingMath& m_math;
+    const Clock& m_clock;
+    Options m_options;
+    QHash<QString, NodeInfo> m_nodes; // registered in this run
+};
+
+} // namespace tessera::core::broker

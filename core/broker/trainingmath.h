@@ -1,0 +1,55 @@
+#pragma once
+
+#include "../error.h"
+#include "../hash.h"
+#include "../jobspec.h"
+
+#include <QByteArray>
+#include <QList>
+
+namespace tessera::core::broker {
+
+// The arithmetic of training that the broker needs (it lives in compute/, with LibTorch): the
+// broker itself sees only bytes and digests. app/ hands a compute-backed implementation in.
+class TrainingMath {
+public:
+    struct Weights {
+        QByteArray bytes;
+        Digest canonicalHash;
+    };
+    struct Update {
+        std::int64_t shard = 0;
+        std::int64_t samples = 0;
+        QByteArray weights;
+    };
+    struct Aggregated {
+        Weights weights;
+        QByteArray outerState;
+    };
+    struct Evaluation {
+        double loss = 0.0;
+        double accuracy = 0.0;
+    };
+
+    virtual ~TrainingMath() = default;
+    virtual Result<Weights> initialWeights(const JobSpec& spec) = 0;
+    virtual Result<Digest> canonicalHash(const QByteArray& weights) = 0;
+    virtual Result<Aggregated> aggregate(const AggregationSpec& spec, const QByteArray& global, const QList<Update>& updates,
+        const QByteArray& outerState)
+        = 0;
+    virtual Result<Evaluation> evaluate(const JobSpec& spec, const QByteArray& weights) = 0;
+};
+
+// Time, injected so that tests decide when deadlines pass.
+class Clock {
+public:
+    virtual ~Clock() = default;
+    virtual std::int64_t nowMs() const = 0;
+};
+
+class SystemClock final : public Clock {
+public:
+    std::int64_t nowMs() const override;
+};
+
+} // namespace tessera::core::broker

@@ -1,0 +1,82 @@
+#pragma once
+
+#include <core/error.h>
+
+#include <QByteArray>
+#include <QJsonObject>
+#include <QList>
+#include <QString>
+
+#include <cstdint>
+
+namespace tessera::net {
+
+// docs/PROTOCOL.md, as code. Encoding and decoding are pure functions over frames, so they are
+// tested against golden bytes without sockets, and decoding never throws: bad frames come back as
+// a ProtocolError that the broker turns into an ERROR reply.
+
+inline constexpr char ProtocolId[] = "TESSERA/1";
+inline constexpr qsizetype MaxHeaderBytes = 64 * 1024;
+inline constexpr qsizetype MaxChunkBytes = 1024 * 1024;
+inline constexpr qsizetype MaxMessageBytes = 2 * 1024 * 1024;
+inline constexpr int MaxCreditChunks = 8;
+
+enum class Command : std::uint8_t {
+    Register = 0x01,
+    Welcome = 0x02,
+    Heartbeat = 0x03,
+    Ready = 0x04,
+    Task = 0x05,
+    Result = 0x06,
+    Ok = 0x07,
+    Error = 0x08,
+    Bye = 0x09,
+    Get = 0x10,
+    Chunk = 0x11,
+    Put = 0x12,
+    Submit = 0x20,
+    Status = 0x21,
+    List = 0x22,
+    Cancel = 0x23,
+};
+
+QString commandName(Command command);
+
+// The error codes of docs/PROTOCOL.md.
+namespace errors {
+inline const QString BadMessage = QStringLiteral("bad-message");
+inline const QString BadVersion = QStringLiteral("bad-version");
+inline const QString UnknownCommand = QStringLiteral("unknown-command");
+inline const QString TooLarge = QStringLiteral("too-large");
+inline const QString Invalid = QStringLiteral("invalid");
+inline const QString UnknownJob = QStringLiteral("unknown-job");
+inline const QString UnknownBlob = QStringLiteral("unknown-blob");
+inline const QString HashMismatch = QStringLiteral("hash-mismatch");
+inline const QString NotRegistered = QStringLiteral("not-registered");
+inline const QString Stale = QStringLiteral("stale");
+inline const QString Internal = QStringLiteral("internal");
+} // namespace errors
+
+struct Message {
+    Command command = Command::Heartbeat;
+    QJsonObject header;
+    QByteArray payload; // blob bytes of CHUNK and PUT; empty otherwise
+
+    bool operator==(const Message&) const = default;
+};
+
+struct ProtocolError {
+    QString code;    // one of errors::
+    QString message;
+    int command = -1; // the command byte, when it could be read
+};
+
+// Frames of a message as a DEALER sends it (a ROUTER adds the routing id in front).
+QList<QByteArray> encode(const Message& message);
+core::Result<Message, ProtocolError> decode(const QList<QByteArray>& frames);
+
+// Builders for the replies everyone sends.
+Message errorMessage(const QString& code, const QString& text, int re = -1, const QJsonValue& id = {});
+Message okMessage(const QJsonValue& id, QJsonObject fields = {});
+
+} // namespace tessera::net
