@@ -37,7 +37,7 @@ Key choiceKey(const QString& name, const QString& fallback, const QStringList& c
 }
 
 // An endpoint, optionally followed by '#' and the broker's Z85 public key (40 characters).
-constexpr const char* BrokerAddressPattern = R"(tcp://[^\s#]+:\d{1,5}(#[0-9A-Za-z.\-:+=^!/*?&<>()\[\]{}@%$]{40})?)";
+constexpr const char* BrokerAddressPattern = R"(tcp://[^\s#]+:\d{1,5}(#[0-9A-Za-z.\-:+=^!/*?&<>()\[\]{}@%$#]{40})?)";
 constexpr const char* SchedulePattern
     = R"(((([01]\d|2[0-3]):[0-5]\d-([01]\d|2[0-3]):[0-5]\d)(,([01]\d|2[0-3]):[0-5]\d-([01]\d|2[0-3]):[0-5]\d)*)?)";
 
@@ -70,7 +70,7 @@ QList<Key> makeKeys()
             "Endpoint the broker listens on; tcp://0.0.0.0:PORT accepts other machines."),
         pathKey(BrokerDataDirectory, "Database and blob store of the broker; empty: ~/.local/share/Tessera/broker."),
         pathKey(BrokerKeyFile, "The broker's keypair; when set, every connection is encrypted with CURVE."),
-        listKey(BrokerAllowList, R"([0-9A-Za-z.\-:+=^!/*?&<>()\[\]{}@%$]{40})", "Z85 public keys (40 characters)",
+        listKey(BrokerAllowList, R"([0-9A-Za-z.\-:+=^!/*?&<>()\[\]{}@%$#]{40})", "Z85 public keys (40 characters)",
             "Node public keys allowed to connect (Z85); empty: anyone who has the broker's key."),
         boolKey(BrokerFaucet, false, "Mint credits for new accounts (local and demo brokers only)."),
         boolKey(AppStartAtLogin, false, "Start the app when the desktop session starts (XDG autostart)."),

@@ -1,0 +1,466 @@
+#include "brokerserver.h"
+
+#include <core/jobspec.h>
+
+#include <QDateTime>
+#include <QJsonArray>
+#include <QLoggingCategory>
+
+#include <zmq.hpp>
+#include <zmq_addon.hpp>
+
+#include <algorithm>
+
+Q_LOGGING_CATEGORY(lcBroker, "tessera.broker")
+
+namespace tessera::net {
+
+namespace {
+
+std::int64_t nowMs()
+{
+    return QDateTime::currentMSecsSinceEpoch();
+}
+
+QByteArray toBytes(const zmq::message_t& message)
+{
+    return QByteArray(static_cast<const char*>(message.data()), qsizetype(message.size()));
+}
+
+QString shortId(const QString& id)
+{
+    return id.left(12);
+}
+
+} // namespace
+
+struct BrokerServer::Private {
+    struct Peer {
+        QString nodeId;          // empty until REGISTER (job owners' clients never register)
+        bool waiting = false;    // sent READY and has no task yet
+        double score = 0.0;
+        std::int64_t lastSeen = 0;
+        std::int64_t lastSent = 0;
+    };
+
+    core::broker::Broker& broker;
+    BrokerServerOptions options;
+    zmq::context_t context;
+    zmq::socket_t router { context, zmq::socket_type::router };
+    std::unique_ptr<zmq::socket_t> zap;
+    QString endpoint;
+    QHash<QByteArray, Peer> peers;
+    Counters counters;
+
+    Private(core::broker::Broker& b, BrokerServerOptions o)
+        : broker(b)
+        , options(std::move(o))
+    {
+    }
+
+    void send(const QByteArray& routingId, const Message& message)
+    {
+        auto frames = encode(message);
+        router.send(zmq::buffer(routingId.constData(), std::size_t(routingId.size())), zmq::send_flags::sndmore);
+        for (qsizetype i = 0; i < frames.size(); ++i)
+            router.send(zmq::buffer(frames[i].constData(), std::size_t(frames[i].size())),
+                i + 1 < frames.size() ? zmq::send_flags::sndmore : zmq::send_flags::none);
+        if (auto it = peers.find(routingId); it != peers.end())
+            it->lastSent = nowMs();
+    }
+
+    void sendError(const QByteArray& routingId, const QString& code, const QString& text, int re, const QJsonValue& id)
+    {
+        ++counters.errors;
+        qCWarning(lcBroker).noquote() << "refused a message:" << code << text;
+        send(routingId, errorMessage(code, text, re, id));
+    }
+
+    void handleZap();
+    void handle(const QByteArray& routingId, const QList<QByteArray>& frames, const QString& userId);
+    void dispatchWork();
+    void keepAlive();
+};
+
+BrokerServer::BrokerServer(core::broker::Broker& broker, BrokerServerOptions options)
+    : d(std::make_unique<Private>(broker, std::move(options)))
+{
+}
+
+BrokerServer::~BrokerServer() = default;
+
+core::Status BrokerServer::bind()
+{
+    try {
+        d->router.set(zmq::sockopt::maxmsgsize, std::int64_t(MaxMessageBytes) * 2); // hard limit; above MaxMessageBytes: an ERROR
+        d->router.set(zmq::sockopt::router_mandatory, 0);
+        d->router.set(zmq::sockopt::linger, 0);
+        if (d->options.keys) {
+            // The ZAP handler must exist before a CURVE socket binds.
+            d->zap = std::make_unique<zmq::socket_t>(d->context, zmq::socket_type::router);
+            d->zap->set(zmq::sockopt::linger, 0);
+            d->zap->bind("inproc://zeromq.zap.01");
+            d->router.set(zmq::sockopt::curve_server, 1);
+            d->router.set(zmq::sockopt::curve_secretkey, d->options.keys->secretKey.toStdString());
+            d->router.set(zmq::sockopt::zap_domain, std::string("tessera"));
+        }
+        d->router.bind(d->options.bind.toStdString());
+        d->endpoint = QString::fromStdString(d->router.get(zmq::sockopt::last_endpoint));
+    } catch (const zmq::error_t& error) {
+        return core::Error { QStringLiteral("bind"), QStringLiteral("cannot listen on %1: %2").arg(d->options.bind, QString::fromUtf8(error.what())) };
+    }
+    return {};
+}
+
+QString BrokerServer::address() const
+{
+    return d->options.keys ? d->endpoint + u'#' + d->options.keys->publicKey : d->endpoint;
+}
+
+BrokerServer::Counters BrokerServer::counters() const
+{
+    return d->counters;
+}
+
+void BrokerServer::run(const std::atomic<bool>& stop)
+{
+    std::int64_t nextKeepAlive = nowMs() + d->options.heartbeatMs;
+    while (!stop.load()) {
+        std::vector<zmq::pollitem_t> items { { d->router.handle(), 0, ZMQ_POLLIN, 0 } };
+        if (d->zap)
+            items.push_back({ d->zap->handle(), 0, ZMQ_POLLIN, 0 });
+        const auto timeout = std::clamp<std::int64_t>(nextKeepAlive - nowMs(), 0, d->options.heartbeatMs);
+        try {
+            zmq::poll(items.data(), items.size(), std::chrono::milliseconds(timeout));
+        } catch (const zmq::error_t& error) {
+            if (error.num() == EINTR)
+                continue;
+            throw;
+        }
+        if (d->zap && (items[1].revents & ZMQ_POLLIN))
+            d->handleZap();
+        if (items[0].revents & ZMQ_POLLIN) {
+            // Drain what is there, then look after heartbeats.
+            for (int i = 0; i < 1000; ++i) {
+                std::vector<zmq::message_t> parts;
+                const auto received = zmq::recv_multipart(d->router, std::back_inserter(parts), zmq::recv_flags::dontwait);
+                if (!received)
+                    break;
+                QString userId;
+                if (parts.size() > 1) {
+                    try {
+                        userId = QString::fromLatin1(parts[1].gets("User-Id"));
+                    } catch (const zmq::error_t&) {
+                    }
+                }
+                QList<QByteArray> frames;
+                for (std::size_t p = 1; p < parts.size(); ++p)
+                    frames.append(toBytes(parts[p]));
+                d->handle(toBytes(parts[0]), frames, userId);
+            }
+        }
+        if (nowMs() >= nextKeepAlive) {
+            d->keepAlive();
+            d->dispatchWork();
+            nextKeepAlive = nowMs() + d->options.heartbeatMs;
+        }
+    }
+    for (auto it = d->peers.constBegin(); it != d->peers.constEnd(); ++it) {
+        if (!it->nodeId.isEmpty())
+            d->send(it.key(), { Command::Bye, {}, {} });
+    }
+}
+
+void BrokerServer::Private::handleZap()
+{
+    std::vector<zmq::message_t> request;
+    if (!zmq::recv_multipart(*zap, std::back_inserter(request), zmq::recv_flags::dontwait))
+        return;
+    // [routing id, empty, version, request id, domain, address, identity, mechanism, credentials...]
+    if (request.size() < 8)
+        return;
+    const std::string mechanism = request[7].to_string();
+    QString status = QStringLiteral("200");
+    QString statusText = QStringLiteral("OK");
+    QString userId;
+    if (mechanism != "CURVE" || request.size() < 9 || request[8].size() != 32) {
+        status = QStringLiteral("400");
+        statusText = QStringLiteral("this broker accepts CURVE connections only");
+    } else {
+        char z85[41] = {};
+        zmq_z85_encode(z85, static_cast<const std::uint8_t*>(request[8].data()), 32);
+        userId = QString::fromLatin1(z85);
+        if (!options.allowList.isEmpty() && !options.allowList.contains(userId)) {
+            status = QStringLiteral("400");
+            statusText = QStringLiteral("this key is not on the broker's allow list");
+        }
+    }
+    if (status != u"200")
+        qCWarning(lcBroker).noquote() << "refused a connection:" << statusText;
+    const std::string statusBytes = status.toStdString(), textBytes = statusText.toStdString(), userBytes = userId.toStdString();
+    const std::array<zmq::const_buffer, 8> reply {
+        zmq::buffer(request[0].data(), request[0].size()),
+        zmq::const_buffer(),
+        zmq::str_buffer("1.0"),
+        zmq::buffer(request[3].data(), request[3].size()),
+        zmq::buffer(statusBytes),
+        zmq::buffer(textBytes),
+        zmq::buffer(userBytes),
+        zmq::const_buffer(),
+    };
+    zmq::send_multipart(*zap, reply);
+}
+
+void BrokerServer::Private::keepAlive()
+{
+    const auto now = nowMs();
+    QList<QByteArray> gone;
+    for (auto it = peers.begin(); it != peers.end(); ++it) {
+        const bool node = !it->nodeId.isEmpty();
+        const std::int64_t silence = now - it->lastSeen;
+        if (node && silence > std::int64_t(options.heartbeatMs) * options.liveness) {
+            qCInfo(lcBroker).noquote() << "node" << shortId(it->nodeId) << "went silent; its shards go to others";
+            broker.nodeLost(it->nodeId);
+            gone.append(it.key());
+        } else if (!node && silence > 60'000) {
+            gone.append(it.key()); // a client that went away
+        } else if (node && now - it->lastSent >= options.heartbeatMs) {
+            send(it.key(), { Command::Heartbeat, {}, {} });
+        }
+    }
+    for (const auto& id : gone)
+        peers.remove(id);
+}
+
+void BrokerServer::Private::dispatchWork()
+{
+    QList<QByteArray> waiting;
+    for (auto it = peers.constBegin(); it != peers.constEnd(); ++it) {
+        if (it->waiting)
+            waiting.append(it.key());
+    }
+    if (waiting.isEmpty() || !broker.hasWork())
+        return;
+    // The fastest nodes first: the last shards of a round should not wait on the slowest.
+    std::sort(waiting.begin(), waiting.end(), [&](const QByteArray& a, const QByteArray& b) { return peers[a].score > peers[b].score; });
+    for (const auto& id : waiting) {
+        auto& peer = peers[id];
+        auto assignment = broker.assign(peer.nodeId);
+        if (!assignment) {
+            qCWarning(lcBroker).noquote() << "cannot assign work:" << assignment.error().toString();
+            return;
+        }
+        if (!assignment->has_value())
+            continue;
+        const auto& a = **assignment;
+        peer.waiting = false;
+        ++counters.tasksSent;
+        send(id, { Command::Task,
+                     QJsonObject {
+                         { QStringLiteral("assignment"), a.id },
+                         { QStringLiteral("deadlineMs"), static_cast<qint64>(a.deadlineMs - nowMs()) },
+                         { QStringLiteral("task"), a.task.toJson() },
+                         { QStringLiteral("startWeightsBlob"), a.startWeightsBlob.toHex() },
+                     },
+                     {} });
+    }
+}
+
+void BrokerServer::Private::handle(const QByteArray& routingId, const QList<QByteArray>& frames, const QString& userId)
+{
+    ++counters.messages;
+    auto& peer = peers[routingId];
+    peer.lastSeen = nowMs();
+    auto decoded = decode(frames);
+    if (!decoded) {
+        sendError(routingId, decoded.error().code, decoded.error().message, decoded.error().command, {});
+        return;
+    }
+    const Message& message = *decoded;
+    const auto id = message.header.value(QStringLiteral("id"));
+    const int re = int(message.command);
+    auto invalid = [&](const core::Error& error) { sendError(routingId, errors::Invalid, error.toString(), re, id); };
+    auto requireNode = [&]() {
+        if (peer.nodeId.isEmpty()) {
+            sendError(routingId, errors::NotRegistered, QStringLiteral("send REGISTER first"), re, id);
+            return false;
+        }
+        return true;
+    };
+
+    switch (message.command) {
+    case Command::Register: {
+        auto node = core::NodeInfo::fromJson(message.header.value(QStringLiteral("node")).toObject());
+        if (!node) {
+            sendError(routingId, errors::Invalid, QStringLiteral("node.") + node.error().toString(), re, id);
+            return;
+        }
+        // With CURVE, a node is who its key says it is, whatever it claims.
+        if (!userId.isEmpty())
+            node->nodeId = userId;
+        if (node->nodeId.isEmpty()) {
+            sendError(routingId, errors::Invalid, QStringLiteral("node.nodeId: is required"), re, id);
+            return;
+        }
+        for (auto it = peers.begin(); it != peers.end();) {
+            if (it.key() != routingId && it->nodeId == node->nodeId)
+                it = peers.erase(it); // the same node on a new connection: forget the old one
+            else
+                ++it;
+        }
+        auto& self = peers[routingId];
+        if (auto status = broker.registerNode(*node); !status) {
+            sendError(routingId, errors::Internal, status.error().toString(), re, id);
+            return;
+        }
+        self.nodeId = node->nodeId;
+        self.score = core::broker::Broker::expectedSamplesPerSecond(*node);
+        qCInfo(lcBroker).noquote() << "node" << shortId(node->nodeId) << "registered:" << node->name << node->runtimeProfile;
+        QJsonObject welcome { { QStringLiteral("nodeId"), node->nodeId }, { QStringLiteral("heartbeatMs"), options.heartbeatMs },
+            { QStringLiteral("brokerVersion"), QStringLiteral("1") } };
+        if (!id.isUndefined())
+            welcome.insert(QStringLiteral("id"), id);
+        send(routingId, { Command::Welcome, welcome, {} });
+        return;
+    }
+    case Command::Heartbeat:
+        return;
+    case Command::Bye:
+        if (!peer.nodeId.isEmpty())
+            broker.nodeLost(peer.nodeId);
+        peers.remove(routingId);
+        return;
+    case Command::Ready:
+        if (!requireNode())
+            return;
+        peer.waiting = true;
+        dispatchWork();
+        return;
+    case Command::Result: {
+        if (!requireNode())
+            return;
+        const QString assignment = message.header.value(QStringLiteral("assignment")).toString();
+        auto result = core::ShardResult::fromJson(message.header.value(QStringLiteral("result")).toObject());
+        if (assignment.isEmpty() || !result) {
+            sendError(routingId, errors::Invalid,
+                assignment.isEmpty() ? QStringLiteral("assignment: is required") : QStringLiteral("result.") + result.error().toString(), re, id);
+            return;
+        }
+        auto verdict = broker.acceptResult(peer.nodeId, assignment, *result);
+        if (!verdict) {
+            invalid(verdict.error());
+            return;
+        }
+        if (*verdict == core::broker::Verdict::Stale) {
+            sendError(routingId, errors::Stale, QStringLiteral("the shard was already answered; this result is not counted"), re, id);
+            return;
+        }
+        send(routingId, okMessage(id, { { QStringLiteral("verdict"), *verdict == core::broker::Verdict::Accepted ? QStringLiteral("accepted")
+                                                                                                                 : QStringLiteral("failed") } }));
+        dispatchWork();
+        return;
+    }
+    case Command::Get: {
+        auto digest = core::Digest::fromHex(message.header.value(QStringLiteral("sha256")).toString());
+        const auto offset = message.header.value(QStringLiteral("offset")).toInteger(-1);
+        const auto length = message.header.value(QStringLiteral("length")).toInteger(-1);
+        if (!digest || offset < 0 || length < 0 || length > MaxChunkBytes) {
+            sendError(routingId, errors::Invalid, QStringLiteral("GET needs sha256, offset and length (at most 1 MiB)"), re, id);
+            return;
+        }
+        const auto size = broker.blobs().sizeOf(*digest);
+        if (!size) {
+            sendError(routingId, errors::UnknownBlob, QStringLiteral("no blob %1").arg(digest->toHex()), re, id);
+            return;
+        }
+        auto bytes = broker.blobs().readRange(*digest, offset, length);
+        if (!bytes) {
+            invalid(bytes.error());
+            return;
+        }
+        QJsonObject header { { QStringLiteral("sha256"), digest->toHex() }, { QStringLiteral("offset"), offset },
+            { QStringLiteral("size"), static_cast<qint64>(*size) } };
+        if (!id.isUndefined())
+            header.insert(QStringLiteral("id"), id);
+        send(routingId, { Command::Chunk, header, *bytes });
+        return;
+    }
+    case Command::Put: {
+        auto digest = core::Digest::fromHex(message.header.value(QStringLiteral("sha256")).toString());
+        const auto offset = message.header.value(QStringLiteral("offset")).toInteger(-1);
+        const auto size = message.header.value(QStringLiteral("size")).toInteger(-1);
+        if (!digest || offset < 0 || size < 0) {
+            sendError(routingId, errors::Invalid, QStringLiteral("PUT needs sha256, offset and size"), re, id);
+            return;
+        }
+        auto state = broker.blobs().putRange(*digest, offset, size, message.payload);
+        if (!state) {
+            sendError(routingId, state.error().field == u"sha256" ? errors::HashMismatch : errors::Invalid, state.error().toString(), re, id);
+            return;
+        }
+        send(routingId, okMessage(id, { { QStringLiteral("sha256"), digest->toHex() },
+                                          { QStringLiteral("received"), static_cast<qint64>(broker.blobs().uploadedBytes(*digest)) },
+                                          { QStringLiteral("complete"), *state == core::BlobStore::UploadState::Complete } }));
+        return;
+    }
+    case Command::Submit: {
+        auto spec = core::JobSpec::fromJson(message.header.value(QStringLiteral("job")).toObject());
+        if (!spec) {
+            sendError(routingId, errors::Invalid, QStringLiteral("job.") + spec.error().toString(), re, id);
+            return;
+        }
+        auto jobId = broker.submit(*spec);
+        if (!jobId) {
+            sendError(routingId, errors::Invalid, QStringLiteral("job.") + jobId.error().toString(), re, id);
+            return;
+        }
+        qCInfo(lcBroker).noquote() << "job" << *jobId << "submitted:" << spec->name;
+        send(routingId, okMessage(id, { { QStringLiteral("jobId"), *jobId } }));
+        dispatchWork();
+        return;
+    }
+    case Command::Status: {
+        auto status = broker.status(message.header.value(QStringLiteral("jobId")).toString());
+        if (!status) {
+            sendError(routingId, errors::UnknownJob, status.error().toString(), re, id);
+            return;
+        }
+        send(routingId, okMessage(id, { { QStringLiteral("job"), status->toJson() } }));
+        return;
+    }
+    case Command::List: {
+        auto jobs = broker.list();
+        if (!jobs) {
+            sendError(routingId, errors::Internal, jobs.error().toString(), re, id);
+            return;
+        }
+        QJsonArray list;
+        for (const auto& job : *jobs)
+            list.append(job.toJson());
+        send(routingId, okMessage(id, { { QStringLiteral("jobs"), list } }));
+        return;
+    }
+    case Command::Cancel: {
+        const QString jobId = message.header.value(QStringLiteral("jobId")).toString();
+        if (auto exists = broker.status(jobId); !exists) {
+            sendError(routingId, errors::UnknownJob, exists.error().toString(), re, id);
+            return;
+        }
+        if (auto status = broker.cancel(jobId); !status) {
+            invalid(status.error());
+            return;
+        }
+        send(routingId, okMessage(id));
+        return;
+    }
+    case Command::Welcome:
+    case Command::Task:
+    case Command::Ok:
+    case Command::Error:
+    case Command::Chunk:
+        sendError(routingId, errors::BadMessage, QStringLiteral("%1 is not a request a broker answers").arg(commandName(message.command)), re, id);
+        return;
+    }
+}
+
+} // namespace tessera::net

@@ -1,0 +1,55 @@
+#pragma once
+
+#include "curvekeys.h"
+#include "protocol.h"
+
+#include <core/broker/broker.h>
+
+#include <QByteArray>
+#include <QHash>
+#include <QString>
+#include <QStringList>
+
+#include <atomic>
+#include <memory>
+#include <optional>
+
+namespace tessera::net {
+
+struct BrokerServerOptions {
+    QString bind = QStringLiteral("tcp://127.0.0.1:5555");
+    std::optional<CurveKeys> keys;   // with keys, only CURVE clients that know the public key connect
+    QStringList allowList;           // Z85 client keys; empty: any client with the broker's key
+    int heartbeatMs = 1000;
+    int liveness = 3;                // heartbeats a node may miss before it counts as gone
+};
+
+// The broker's network loop: one ROUTER socket (and, with CURVE, the ZAP handler), owned by the
+// thread that calls run(). Every message is decoded and validated before it reaches the Broker;
+// bad input gets an ERROR reply and is logged, and the loop goes on.
+class BrokerServer {
+public:
+    BrokerServer(core::broker::Broker& broker, BrokerServerOptions options);
+    ~BrokerServer();
+    BrokerServer(const BrokerServer&) = delete;
+    BrokerServer& operator=(const BrokerServer&) = delete;
+
+    core::Status bind();
+    // The address nodes connect to: the bound endpoint, plus "#KEY" with CURVE.
+    QString address() const;
+    // Serves until stop becomes true (checked at least every heartbeat interval).
+    void run(const std::atomic<bool>& stop);
+
+    struct Counters {
+        std::int64_t messages = 0;
+        std::int64_t errors = 0;
+        std::int64_t tasksSent = 0;
+    };
+    Counters counters() const;
+
+private:
+    struct Private;
+    std::unique_ptr<Private> d;
+};
+
+} // namespace tessera::net
