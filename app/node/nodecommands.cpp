@@ -1,5 +1,7 @@
 #include "nodecommands.h"
 
+#include "computeexecutor.h"
+
 #include <compute/benchmark.h>
 #include <compute/devices/devices.h>
 #include <compute/environment.h>
@@ -10,6 +12,8 @@
 #include <core/benchmark.h>
 #include <core/jobspec.h>
 #include <core/settings/settings.h>
+#include <net/curvekeys.h>
+#include <net/nodeclient.h>
 
 #include <QCommandLineParser>
 #include <QDir>
@@ -20,7 +24,12 @@
 #include <QSaveFile>
 #include <QStandardPaths>
 #include <QTextStream>
+#include <QSysInfo>
 #include <QThread>
+
+#include <atomic>
+#include <csignal>
+#include <thread>
 
 #include <cstdio>
 #include <unistd.h>
@@ -50,6 +59,9 @@ int fail(const QString& message)
 const char* Usage = R"(Usage: tessera-node [--config FILE] COMMAND [ARGS]
 
 Commands:
+  run [--broker ADDRESS]...            contribute: train shards for brokers (tcp://host:port, with
+                                       #KEY for CURVE); without --broker, those of Node/Brokers.
+                                       SIGTERM finishes and reports the shard in training first
   devices [--json]                     list this machine's devices and whether Tessera can train
                                        on each (and if not, why)
   benchmark [--json] [--threads N] [--max-repetitions N] [--last]
@@ -222,6 +234,103 @@ int benchmark(const QStringList& args, const core::settings::Settings& settings)
     return 0;
 }
 
+std::atomic<bool> stopRequested { false };
+std::atomic<bool> abandonRequested { false };
+
+void onSignal(int)
+{
+    // The first signal finishes the shard in training; a second one leaves at once.
+    if (stopRequested.exchange(true))
+        abandonRequested.store(true);
+}
+
+int runNode(const QStringList& args, const core::settings::Settings& settings, compute::ComputeEnvironment environment)
+{
+    namespace names = core::settings::names;
+    QCommandLineParser parser;
+    parser.addOption({ QStringLiteral("broker"), QStringLiteral("broker address"), QStringLiteral("ADDRESS") });
+    if (!parser.parse(args))
+        return fail(parser.errorText());
+    QStringList addresses = parser.values(QStringLiteral("broker"));
+    if (addresses.isEmpty())
+        addresses = settings.listValue(names::NodeBrokers);
+    if (addresses.isEmpty())
+        return fail(QStringLiteral("no broker: give --broker tcp://host:port or set Node/Brokers"));
+    QList<net::BrokerAddress> brokers;
+    for (const auto& address : addresses) {
+        auto parsed = net::BrokerAddress::parse(address);
+        if (!parsed)
+            return fail(parsed.error().toString());
+        brokers.append(*parsed);
+    }
+
+    const QString directory = dataDirectory(settings);
+    if (!QDir().mkpath(directory))
+        return fail(QStringLiteral("cannot create %1").arg(directory));
+    QString keyFile = settings.stringValue(names::NodeKeyFile);
+    if (keyFile.isEmpty())
+        keyFile = QDir(directory).filePath(QStringLiteral("node.key"));
+    auto keys = net::CurveKeys::loadOrCreate(keyFile);
+    if (!keys)
+        return fail(keys.error().toString());
+
+    core::NodeInfo node;
+    node.nodeId = keys->publicKey;
+    node.name = settings.stringValue(names::NodeName).isEmpty() ? QSysInfo::machineHostName() : settings.stringValue(names::NodeName);
+    node.softwareVersion = QStringLiteral(TESSERA_VERSION);
+    node.runtimeProfile = compute::currentRuntimeProfile(1).toString();
+    const auto report = compute::detectDevices(compute::defaultProbeProgram(), compute::torchCapabilities());
+    node.devices = report.devices;
+    for (const auto& warning : report.warnings)
+        err() << "tessera-node: " << warning << Qt::endl;
+    const auto maxThreads = settings.intValue(names::ComputeMaxThreads);
+    node.maxThreads = int(maxThreads > 0 ? maxThreads : QThread::idealThreadCount());
+    if (auto store = core::BenchmarkStore::open(QDir(directory).filePath(QStringLiteral("node.sqlite")))) {
+        if (auto last = (*store)->latest(QStringLiteral("cpu:0 ") + compute::detectCpu().name); last && last->has_value()) {
+            if (auto mlp = (*last)->measurement(u"mlp"))
+                node.benchmarkSamplesPerSecond = mlp->value;
+        }
+    }
+
+    ComputeExecutor executor(environment);
+    executor.thread().setMaxThreads(node.maxThreads);
+    executor.thread().setCpuPercent(int(settings.intValue(names::ComputeCpuPercent)));
+
+    std::signal(SIGINT, onSignal);
+    std::signal(SIGTERM, onSignal);
+    out() << "tessera-node " << TESSERA_VERSION << " contributing to " << addresses.join(QStringLiteral(", ")) << " as "
+          << node.nodeId << Qt::endl;
+
+    // One session, cache and thread per broker: a node can serve several brokers at once.
+    std::vector<std::unique_ptr<core::BlobStore>> caches;
+    std::vector<std::unique_ptr<net::NodeClient>> clients;
+    std::vector<std::thread> threads;
+    const auto cacheLimit = settings.intValue(names::CacheMaxSizeMiB) * 1024 * 1024 / std::max<qsizetype>(1, brokers.size());
+    for (qsizetype i = 0; i < brokers.size(); ++i) {
+        const QString cacheDir = QDir(directory).filePath(
+            QStringLiteral("cache/") + core::Digest::ofBytes(brokers[i].endpoint.toUtf8()).toHex().left(16));
+        auto cache = core::BlobStore::open(cacheDir, cacheLimit);
+        if (!cache)
+            return fail(cache.error().toString());
+        net::NodeClientOptions options;
+        options.broker = brokers[i];
+        options.keys = *keys;
+        options.node = node;
+        options.heartbeatMs = int(settings.intValue(names::NetworkHeartbeatIntervalMs));
+        caches.push_back(std::move(*cache));
+        clients.push_back(std::make_unique<net::NodeClient>(options, executor, *caches.back(), QString::number(i)));
+    }
+    for (auto& client : clients)
+        threads.emplace_back([&client] { client->run(stopRequested, abandonRequested); });
+    for (auto& thread : threads)
+        thread.join();
+    int results = 0;
+    for (const auto& client : clients)
+        results += client->counters().results;
+    out() << "tessera-node: stopped after reporting " << results << " shard(s)" << Qt::endl;
+    return 0;
+}
+
 int trainLocal(const QStringList& args, const compute::ComputeEnvironment& environment)
 {
     QCommandLineParser parser;
@@ -372,6 +481,8 @@ int runNodeCommand(const QStringList& arguments)
     const QString command = args[1];
     QStringList rest = args;
     rest.removeAt(1);
+    if (command == u"run")
+        return runNode(rest, settings, environment);
     if (command == u"devices")
         return devices(rest);
     if (command == u"benchmark")

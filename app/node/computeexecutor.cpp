@@ -1,0 +1,64 @@
+#include "computeexecutor.h"
+
+namespace tessera::app {
+
+ComputeExecutor::ComputeExecutor(compute::ComputeEnvironment environment)
+{
+    // Blobs are found through the paths the clients pass with each task.
+    environment.blobPath = [this](const core::Digest& digest) -> std::optional<QString> {
+        QMutexLocker lock(&m_mutex);
+        const auto it = m_blobPaths.constFind(digest);
+        return it == m_blobPaths.constEnd() ? std::nullopt : std::optional<QString>(*it);
+    };
+    m_thread = std::make_unique<compute::ComputeThread>(std::move(environment));
+    QObject::connect(
+        m_thread.get(), &compute::ComputeThread::shardFinished, m_thread.get(),
+        [this](const compute::ShardOutput& output) {
+            QMutexLocker lock(&m_mutex);
+            const auto pending = m_pending.take(
+                QStringLiteral("%1/%2/%3").arg(output.result.jobId).arg(output.result.round).arg(output.result.shard));
+            m_finished.append({ pending.tag, pending.assignment, output.result, output.weights });
+        },
+        Qt::DirectConnection);
+}
+
+ComputeExecutor::~ComputeExecutor() = default;
+
+QString ComputeExecutor::keyOf(const core::ShardTask& task)
+{
+    return QStringLiteral("%1/%2/%3").arg(task.jobId).arg(task.round).arg(task.shard);
+}
+
+void ComputeExecutor::start(const QString& tag, const QString& assignment, const core::ShardTask& task, const QByteArray& startWeights,
+    const QHash<core::Digest, QString>& blobPaths)
+{
+    {
+        QMutexLocker lock(&m_mutex);
+        m_pending.insert(keyOf(task), { tag, assignment });
+        m_blobPaths.insert(blobPaths);
+    }
+    m_thread->submit(task, startWeights);
+}
+
+QList<net::ShardExecutor::Finished> ComputeExecutor::takeFinished(const QString& tag)
+{
+    QMutexLocker lock(&m_mutex);
+    QList<Finished> mine;
+    for (auto it = m_finished.begin(); it != m_finished.end();) {
+        if (it->tag == tag) {
+            mine.append(std::move(*it));
+            it = m_finished.erase(it);
+        } else {
+            ++it;
+        }
+    }
+    return mine;
+}
+
+bool ComputeExecutor::idle() const
+{
+    QMutexLocker lock(&m_mutex);
+    return m_pending.isEmpty();
+}
+
+} // namespace tessera::app

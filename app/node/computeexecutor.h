@@ -1,0 +1,40 @@
+#pragma once
+
+#include <compute/computethread.h>
+#include <net/nodeclient.h>
+
+#include <QHash>
+#include <QMutex>
+
+#include <memory>
+
+namespace tessera::app {
+
+// Hands shards that NodeClients receive to the compute thread, and their results back.
+class ComputeExecutor final : public net::ShardExecutor {
+public:
+    explicit ComputeExecutor(compute::ComputeEnvironment environment);
+    ~ComputeExecutor() override;
+
+    void start(const QString& tag, const QString& assignment, const core::ShardTask& task, const QByteArray& startWeights,
+        const QHash<core::Digest, QString>& blobPaths) override;
+    QList<Finished> takeFinished(const QString& tag) override;
+    bool idle() const override;
+
+    compute::ComputeThread& thread() { return *m_thread; }
+
+private:
+    struct Pending {
+        QString tag;
+        QString assignment;
+    };
+    static QString keyOf(const core::ShardTask& task);
+
+    mutable QMutex m_mutex;
+    QHash<QString, Pending> m_pending;     // by job/round/shard
+    QList<Finished> m_finished;
+    QHash<core::Digest, QString> m_blobPaths;
+    std::unique_ptr<compute::ComputeThread> m_thread;
+};
+
+} // namespace tessera::app

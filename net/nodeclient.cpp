@@ -1,0 +1,423 @@
+#include "nodeclient.h"
+
+#include "protocol.h"
+
+#include <QDateTime>
+#include <QLoggingCategory>
+#include <QThread>
+
+#include <zmq.hpp>
+#include <zmq_addon.hpp>
+
+#include <deque>
+
+Q_LOGGING_CATEGORY(lcNode, "tessera.node")
+
+namespace tessera::net {
+
+namespace {
+
+std::int64_t nowMs()
+{
+    return QDateTime::currentMSecsSinceEpoch();
+}
+
+// A blob being fetched in ranges, with at most MaxCreditChunks requests unanswered.
+struct Download {
+    explicit Download(core::Digest d = {})
+        : digest(d)
+    {
+    }
+    core::Digest digest;
+    std::int64_t size = -1;      // unknown until the first CHUNK
+    std::int64_t requested = 0;  // bytes asked for
+    std::int64_t received = 0;
+    int inFlight = 0;
+    QByteArray bytes;
+};
+
+// A blob being uploaded in ranges, with at most MaxCreditChunks unacknowledged.
+struct Upload {
+    core::Digest digest;
+    QByteArray bytes;
+    std::int64_t sent = 0;
+    int inFlight = 0;
+    bool complete = false;
+};
+
+struct CurrentTask {
+    QString assignment;
+    core::ShardTask task;
+    core::Digest startWeightsBlob;
+    bool started = false;        // handed to the executor
+};
+
+} // namespace
+
+struct NodeClient::Private {
+    NodeClientOptions options;
+    ShardExecutor& executor;
+    core::BlobStore& cache;
+    QString tag;
+    Counters counters;
+
+    zmq::context_t context;
+    std::unique_ptr<zmq::socket_t> socket;
+    bool registered = false;
+    bool readySent = false;
+    std::int64_t lastReceived = 0;
+    std::int64_t lastSent = 0;
+    int backoffMs = 0;
+
+    std::optional<CurrentTask> current;
+    QHash<core::Digest, Download> downloads;
+    std::deque<ShardExecutor::Finished> outbox; // finished shards not yet reported
+    std::optional<Upload> upload;
+    bool resultSent = false;
+
+    Private(NodeClientOptions o, ShardExecutor& e, core::BlobStore& c, QString t)
+        : options(std::move(o))
+        , executor(e)
+        , cache(c)
+        , tag(std::move(t))
+    {
+    }
+
+    void connect()
+    {
+        socket = std::make_unique<zmq::socket_t>(context, zmq::socket_type::dealer);
+        socket->set(zmq::sockopt::linger, 0);
+        if (!options.broker.serverKey.isEmpty()) {
+            const auto keys = options.keys ? *options.keys : CurveKeys::generate();
+            socket->set(zmq::sockopt::curve_serverkey, options.broker.serverKey.toStdString());
+            socket->set(zmq::sockopt::curve_publickey, keys.publicKey.toStdString());
+            socket->set(zmq::sockopt::curve_secretkey, keys.secretKey.toStdString());
+        }
+        socket->connect(options.broker.endpoint.toStdString());
+        registered = false;
+        readySent = false;
+        downloads.clear();
+        upload.reset();
+        resultSent = false;
+        lastReceived = nowMs();
+        send({ Command::Register, QJsonObject { { QStringLiteral("node"), options.node.toJson() } }, {} });
+    }
+
+    void send(const Message& message)
+    {
+        const auto frames = encode(message);
+        for (qsizetype i = 0; i < frames.size(); ++i)
+            socket->send(zmq::buffer(frames[i].constData(), std::size_t(frames[i].size())),
+                i + 1 < frames.size() ? zmq::send_flags::sndmore : zmq::send_flags::none);
+        lastSent = nowMs();
+    }
+
+    // Asks for the next ranges of every download, as far as the credit allows.
+    void pumpDownloads()
+    {
+        for (auto& download : downloads) {
+            while (download.inFlight < MaxCreditChunks && (download.size < 0 ? download.inFlight == 0 : download.requested < download.size)) {
+                const std::int64_t length = download.size < 0 ? MaxChunkBytes : std::min<std::int64_t>(MaxChunkBytes, download.size - download.requested);
+                send({ Command::Get,
+                    QJsonObject { { QStringLiteral("sha256"), download.digest.toHex() },
+                        { QStringLiteral("offset"), static_cast<qint64>(download.requested) },
+                        { QStringLiteral("length"), static_cast<qint64>(length) } },
+                    {} });
+                download.requested += length;
+                ++download.inFlight;
+            }
+        }
+    }
+
+    void pumpUpload()
+    {
+        if (!upload)
+            return;
+        while (upload->inFlight < MaxCreditChunks && upload->sent < upload->bytes.size()) {
+            const std::int64_t length = std::min<std::int64_t>(MaxChunkBytes, upload->bytes.size() - upload->sent);
+            send({ Command::Put,
+                QJsonObject { { QStringLiteral("sha256"), upload->digest.toHex() }, { QStringLiteral("offset"), static_cast<qint64>(upload->sent) },
+                    { QStringLiteral("size"), static_cast<qint64>(upload->bytes.size()) } },
+                upload->bytes.mid(upload->sent, length) });
+            upload->sent += length;
+            ++upload->inFlight;
+        }
+    }
+
+    QList<core::Digest> blobsOf(const core::ShardTask& task, const core::Digest& weights) const
+    {
+        QList<core::Digest> needed { weights };
+        if (task.model.source == core::ModelSpec::Source::TorchScript)
+            needed.append(task.model.scriptSha256);
+        if (task.dataset.source == core::DatasetSpec::Source::Tensors) {
+            needed.append(task.dataset.trainSha256);
+            if (!task.dataset.testSha256.isNull())
+                needed.append(task.dataset.testSha256);
+        }
+        return needed;
+    }
+
+    void maybeStartTask()
+    {
+        if (!current || current->started || !downloads.isEmpty())
+            return;
+        QHash<core::Digest, QString> paths;
+        for (const auto& digest : blobsOf(current->task, current->startWeightsBlob)) {
+            auto path = cache.path(digest);
+            if (!path) { // evicted meanwhile: fetch again
+                downloads.insert(digest, Download(digest));
+                pumpDownloads();
+                return;
+            }
+            paths.insert(digest, *path);
+        }
+        auto weights = cache.read(current->startWeightsBlob);
+        if (!weights) {
+            qCWarning(lcNode).noquote() << weights.error().toString();
+            return;
+        }
+        for (const auto& digest : paths.keys())
+            cache.pin(digest);
+        current->started = true;
+        executor.start(tag, current->assignment, current->task, *weights, paths);
+    }
+
+    void reportNext()
+    {
+        if (outbox.empty() || !registered || upload || resultSent)
+            return;
+        const auto& finished = outbox.front();
+        if (finished.result.outcome == core::ShardResult::Outcome::Completed && !cache.contains(finished.result.weightsSha256)
+            && !finished.weights.isEmpty()) {
+            upload = Upload { finished.result.weightsSha256, finished.weights };
+            pumpUpload();
+            return;
+        }
+        send({ Command::Result,
+            QJsonObject { { QStringLiteral("assignment"), finished.assignment }, { QStringLiteral("result"), finished.result.toJson() } }, {} });
+        resultSent = true;
+    }
+
+    void resultAnswered()
+    {
+        if (!outbox.empty()) {
+            outbox.pop_front();
+            ++counters.results;
+        }
+        resultSent = false;
+        upload.reset();
+    }
+
+    void handle(const Message& message);
+};
+
+NodeClient::NodeClient(NodeClientOptions options, ShardExecutor& executor, core::BlobStore& cache, QString tag)
+    : d(std::make_unique<Private>(std::move(options), executor, cache, std::move(tag)))
+{
+}
+
+NodeClient::~NodeClient() = default;
+
+NodeClient::Counters NodeClient::counters() const
+{
+    return d->counters;
+}
+
+void NodeClient::Private::handle(const Message& message)
+{
+    const auto& h = message.header;
+    switch (message.command) {
+    case Command::Welcome:
+        registered = true;
+        readySent = false;
+        backoffMs = 0;
+        ++counters.registrations;
+        qCInfo(lcNode).noquote() << "registered with" << options.broker.endpoint;
+        // A task whose blobs were still coming when the connection broke starts its downloads again.
+        if (current && !current->started) {
+            for (const auto& digest : blobsOf(current->task, current->startWeightsBlob)) {
+                if (!cache.contains(digest))
+                    downloads.insert(digest, Download(digest));
+            }
+            pumpDownloads();
+            maybeStartTask();
+        }
+        return;
+    case Command::Heartbeat:
+        return;
+    case Command::Bye:
+        registered = false;
+        return;
+    case Command::Task: {
+        readySent = false;
+        auto task = core::ShardTask::fromJson(h.value(QStringLiteral("task")).toObject());
+        auto weights = core::Digest::fromHex(h.value(QStringLiteral("startWeightsBlob")).toString());
+        if (!task || !weights || current) {
+            qCWarning(lcNode).noquote() << "ignored a task:" << (task ? QStringLiteral("busy or bad weights") : task.error().toString());
+            return;
+        }
+        ++counters.tasks;
+        current = CurrentTask { h.value(QStringLiteral("assignment")).toString(), *task, *weights, false };
+        for (const auto& digest : blobsOf(*task, *weights)) {
+            if (!cache.contains(digest))
+                downloads.insert(digest, Download(digest));
+        }
+        pumpDownloads();
+        maybeStartTask();
+        return;
+    }
+    case Command::Chunk: {
+        auto digest = core::Digest::fromHex(h.value(QStringLiteral("sha256")).toString());
+        if (!digest || !downloads.contains(*digest))
+            return;
+        auto& download = downloads[*digest];
+        --download.inFlight;
+        const auto offset = h.value(QStringLiteral("offset")).toInteger(-1);
+        const auto size = h.value(QStringLiteral("size")).toInteger(-1);
+        if (offset != download.received || size < 0 || size > core::BlobStore::MaxBlobBytes) {
+            qCWarning(lcNode).noquote() << "a blob arrived out of order; fetching it again";
+            downloads[*digest] = Download(*digest);
+            pumpDownloads();
+            return;
+        }
+        download.size = size;
+        download.bytes.append(message.payload);
+        download.received += message.payload.size();
+        if (download.received >= download.size) {
+            const QByteArray bytes = download.bytes;
+            downloads.remove(*digest);
+            if (core::Digest::ofBytes(bytes) != *digest) {
+                qCWarning(lcNode).noquote() << "blob" << digest->toHex().left(12) << "does not match its hash; fetching it again";
+                downloads.insert(*digest, Download(*digest));
+            } else if (auto stored = cache.put(bytes); !stored) {
+                qCWarning(lcNode).noquote() << stored.error().toString();
+            } else {
+                ++counters.blobsFetched;
+                counters.bytesFetched += bytes.size();
+            }
+        }
+        pumpDownloads();
+        maybeStartTask();
+        return;
+    }
+    case Command::Ok:
+        if (upload && h.contains(QStringLiteral("received"))) {
+            --upload->inFlight;
+            if (h.value(QStringLiteral("complete")).toBool()) {
+                cache.put(upload->bytes); // keep our own copy: a verifier may ask for it
+                upload.reset();
+                reportNext();
+            } else {
+                pumpUpload();
+            }
+            return;
+        }
+        if (resultSent)
+            resultAnswered();
+        return;
+    case Command::Error: {
+        const QString code = h.value(QStringLiteral("code")).toString();
+        const int re = h.value(QStringLiteral("re")).toInt(-1);
+        qCWarning(lcNode).noquote() << "broker says" << code << h.value(QStringLiteral("message")).toString();
+        if (re == int(Command::Result) || (re == int(Command::Put) && upload)) {
+            resultAnswered(); // the broker will not count this result; the next one can go
+        } else if (re == int(Command::Get) && current) {
+            // A blob the task needs is gone from the broker: give the task up.
+            core::ShardResult failed;
+            failed.jobId = current->task.jobId;
+            failed.round = current->task.round;
+            failed.shard = current->task.shard;
+            failed.outcome = core::ShardResult::Outcome::Failed;
+            failed.failure = QStringLiteral("a blob the shard needs is not on the broker");
+            outbox.push_back({ tag, current->assignment, failed, {} });
+            current.reset();
+            downloads.clear();
+        } else if (code == errors::NotRegistered) {
+            registered = false;
+            send({ Command::Register, QJsonObject { { QStringLiteral("node"), options.node.toJson() } }, {} });
+        }
+        return;
+    }
+    default:
+        return;
+    }
+}
+
+void NodeClient::run(const std::atomic<bool>& stop, const std::atomic<bool>& abandon)
+{
+    d->connect();
+    std::int64_t reconnectAt = 0;
+    bool stopping = false;
+    std::int64_t stoppingSince = 0;
+    for (;;) {
+        if (stop.load() && !stopping) {
+            stopping = true;
+            stoppingSince = nowMs();
+            qCInfo(lcNode).noquote() << (d->current && d->current->started && !abandon.load() ? "finishing the shard in training before stopping"
+                                                                                                : "stopping");
+        }
+        // Finished shards come back from the executor (the compute thread).
+        for (auto& finished : d->executor.takeFinished(d->tag)) {
+            if (d->current && finished.assignment == d->current->assignment) {
+                for (const auto& digest : d->blobsOf(d->current->task, d->current->startWeightsBlob))
+                    d->cache.unpin(digest);
+                d->current.reset();
+            }
+            d->outbox.push_back(std::move(finished));
+        }
+        const bool shardOut = d->current && d->current->started;
+        // Stopping waits for the shard in training, then up to 10 s to report what finished.
+        const bool reportTimedOut = !shardOut && nowMs() - stoppingSince > 10'000;
+        if (stopping && (abandon.load() || (!shardOut && d->outbox.empty()) || reportTimedOut)) {
+            if (d->socket && d->registered)
+                d->send({ Command::Bye, {}, {} });
+            return;
+        }
+        const auto now = nowMs();
+        if (!d->socket) {
+            if (now >= reconnectAt) {
+                d->connect();
+                reconnectAt = 0;
+            } else {
+                QThread::msleep(std::uint32_t(std::min<std::int64_t>(50, reconnectAt - now)));
+                continue;
+            }
+        }
+        d->reportNext();
+        if (d->registered && !stopping && !d->current && !d->readySent && d->outbox.empty() && d->executor.idle()) {
+            d->send({ Command::Ready, QJsonObject { { QStringLiteral("slots"), 1 } }, {} });
+            d->readySent = true;
+        }
+        if (now - d->lastSent >= d->options.heartbeatMs)
+            d->send({ Command::Heartbeat, {}, {} });
+
+        zmq::pollitem_t item { d->socket->handle(), 0, ZMQ_POLLIN, 0 };
+        zmq::poll(&item, 1, std::chrono::milliseconds(50));
+        if (item.revents & ZMQ_POLLIN) {
+            for (int i = 0; i < 100; ++i) {
+                std::vector<zmq::message_t> parts;
+                if (!zmq::recv_multipart(*d->socket, std::back_inserter(parts), zmq::recv_flags::dontwait))
+                    break;
+                d->lastReceived = nowMs();
+                QList<QByteArray> frames;
+                for (const auto& part : parts)
+                    frames.append(QByteArray(static_cast<const char*>(part.data()), qsizetype(part.size())));
+                auto message = decode(frames);
+                if (message)
+                    d->handle(*message);
+                else
+                    qCWarning(lcNode).noquote() << "ignored a message from the broker:" << message.error().message;
+            }
+        }
+        if (nowMs() - d->lastReceived > std::int64_t(d->options.heartbeatMs) * d->options.liveness) {
+            d->backoffMs = d->backoffMs == 0 ? d->options.initialBackoffMs : std::min(d->backoffMs * 2, d->options.maxBackoffMs);
+            qCWarning(lcNode).noquote() << "the broker at" << d->options.broker.endpoint << "went silent; reconnecting in" << d->backoffMs
+                                        << "ms";
+            d->socket.reset();
+            d->registered = false;
+            reconnectAt = nowMs() + d->backoffMs;
+        }
+    }
+}
+
+} // namespace tessera::net

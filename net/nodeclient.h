@@ -1,0 +1,79 @@
+#pragma once
+
+#include "curvekeys.h"
+
+#include <core/blobstore.h>
+#include <core/nodeinfo.h>
+#include <core/shardresult.h>
+#include <core/shardtask.h>
+
+#include <QHash>
+#include <QList>
+#include <QString>
+
+#include <atomic>
+#include <memory>
+#include <optional>
+
+namespace tessera::net {
+
+// What trains the shards a NodeClient receives (the compute thread, wired in app/). The client
+// calls start() from its own thread and collects finished shards with takeFinished().
+class ShardExecutor {
+public:
+    struct Finished {
+        QString tag;            // the client that started it
+        QString assignment;
+        core::ShardResult result;
+        QByteArray weights;     // empty when the shard failed
+    };
+
+    virtual ~ShardExecutor() = default;
+    // blobPaths: where the task's model and data blobs are on disk, by sha256.
+    virtual void start(const QString& tag, const QString& assignment, const core::ShardTask& task, const QByteArray& startWeights,
+        const QHash<core::Digest, QString>& blobPaths)
+        = 0;
+    virtual QList<Finished> takeFinished(const QString& tag) = 0; // thread-safe
+    virtual bool idle() const = 0;                                // thread-safe
+};
+
+struct NodeClientOptions {
+    BrokerAddress broker;
+    std::optional<CurveKeys> keys;   // the node's own keypair (its identity under CURVE)
+    core::NodeInfo node;
+    int heartbeatMs = 1000;
+    int liveness = 3;
+    int initialBackoffMs = 1000;
+    int maxBackoffMs = 32000;
+};
+
+// One node's session with one broker (Paranoid Pirate): registers, heartbeats, asks for work,
+// fetches the blobs a task needs (cached on disk, never twice while cached), hands the task to
+// the executor, uploads the weights and reports the result; reconnects with a doubling backoff
+// when the broker goes silent, and registers again. Owns its socket; run() on one thread.
+class NodeClient {
+public:
+    NodeClient(NodeClientOptions options, ShardExecutor& executor, core::BlobStore& cache, QString tag);
+    ~NodeClient();
+    NodeClient(const NodeClient&) = delete;
+    NodeClient& operator=(const NodeClient&) = delete;
+
+    // Serves until stop is set. A shard in training when stop comes is finished and reported first
+    // (as for SIGTERM), unless abandon is set too.
+    void run(const std::atomic<bool>& stop, const std::atomic<bool>& abandon);
+
+    struct Counters {
+        int registrations = 0;
+        int tasks = 0;
+        int results = 0;
+        int blobsFetched = 0;
+        std::int64_t bytesFetched = 0;
+    };
+    Counters counters() const;
+
+private:
+    struct Private;
+    std::unique_ptr<Private> d;
+};
+
+} // namespace tessera::net
