@@ -6,8 +6,7 @@ namespace tessera::compute {
 
 BrokerMath::BrokerMath(ComputeEnvironment environment)
     : m_environment(std::move(environment))
-{
-}
+{ }
 
 core::Result<BrokerMath::Weights> BrokerMath::initialWeights(const core::JobSpec& spec)
 {
@@ -22,8 +21,8 @@ core::Result<core::Digest> BrokerMath::canonicalHash(const QByteArray& weights)
     return canonicalHashOf(weights);
 }
 
-core::Result<BrokerMath::Aggregated> BrokerMath::aggregate(const core::AggregationSpec& spec, const QByteArray& global,
-    const QList<Update>& updates, const QByteArray& outerState)
+core::Result<BrokerMath::Aggregated> BrokerMath::aggregate(
+    const core::AggregationSpec& spec, const QByteArray& global, const QList<Update>& updates, const QByteArray& outerState)
 {
     QList<ShardUpdate> shardUpdates;
     for (const auto& update : updates)

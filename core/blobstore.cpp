@@ -13,8 +13,7 @@ namespace tessera::core {
 BlobStore::BlobStore(QString directory, std::int64_t limit)
     : m_directory(std::move(directory))
     , m_limit(limit)
-{
-}
+{ }
 
 Result<std::unique_ptr<BlobStore>> BlobStore::open(const QString& directory, std::int64_t sizeLimit)
 {
@@ -129,8 +128,8 @@ std::int64_t BlobStore::uploadedBytes(const Digest& digest) const
     return m_uploads.value(digest).received;
 }
 
-Result<BlobStore::UploadState> BlobStore::putRange(const Digest& digest, std::int64_t offset, std::int64_t totalSize,
-    const QByteArray& bytes)
+Result<BlobStore::UploadState> BlobStore::putRange(
+    const Digest& digest, std::int64_t offset, std::int64_t totalSize, const QByteArray& bytes)
 {
     if (contains(digest))
         return UploadState::Complete; // someone uploaded it already: nothing to do
@@ -146,9 +145,11 @@ Result<BlobStore::UploadState> BlobStore::putRange(const Digest& digest, std::in
         it = m_uploads.insert(digest, { temp, 0, totalSize });
     }
     if (it->total != totalSize)
-        return Error { QStringLiteral("size"), QStringLiteral("the upload said %1 bytes before, now %2").arg(it->total).arg(totalSize) };
+        return Error { QStringLiteral("size"),
+            QStringLiteral("the upload said %1 bytes before, now %2").arg(it->total).arg(totalSize) };
     if (offset != it->received)
-        return Error { QStringLiteral("offset"), QStringLiteral("expected the range at %1, got %2").arg(it->received).arg(offset) };
+        return Error { QStringLiteral("offset"),
+            QStringLiteral("expected the range at %1, got %2").arg(it->received).arg(offset) };
     if (offset + bytes.size() > totalSize)
         return Error { QStringLiteral("size"), QStringLiteral("the ranges run past the blob's %1 bytes").arg(totalSize) };
     QFile part(it->tempPath);
@@ -173,7 +174,8 @@ Result<BlobStore::UploadState> BlobStore::putRange(const Digest& digest, std::in
     }
     if (hasher.result() != digest) {
         QFile::remove(upload.tempPath);
-        return Error { QStringLiteral("sha256"), QStringLiteral("the uploaded bytes do not hash to %1; nothing was stored").arg(digest.toHex()) };
+        return Error { QStringLiteral("sha256"),
+            QStringLiteral("the uploaded bytes do not hash to %1; nothing was stored").arg(digest.toHex()) };
     }
     if (!QFile::rename(upload.tempPath, fileOf(digest))) {
         QFile::remove(upload.tempPath);

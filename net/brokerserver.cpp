@@ -36,8 +36,8 @@ QString shortId(const QString& id)
 
 struct BrokerServer::Private {
     struct Peer {
-        QString nodeId;          // empty until REGISTER (job owners' clients never register)
-        bool waiting = false;    // sent READY and has no task yet
+        QString nodeId; // empty until REGISTER (job owners' clients never register)
+        bool waiting = false; // sent READY and has no task yet
         double score = 0.0;
         std::int64_t lastSeen = 0;
         std::int64_t lastSent = 0;
@@ -55,8 +55,7 @@ struct BrokerServer::Private {
     Private(core::broker::Broker& b, BrokerServerOptions o)
         : broker(b)
         , options(std::move(o))
-    {
-    }
+    { }
 
     void send(const QByteArray& routingId, const Message& message)
     {
@@ -84,8 +83,7 @@ struct BrokerServer::Private {
 
 BrokerServer::BrokerServer(core::broker::Broker& broker, BrokerServerOptions options)
     : d(std::make_unique<Private>(broker, std::move(options)))
-{
-}
+{ }
 
 BrokerServer::~BrokerServer() = default;
 
@@ -107,7 +105,8 @@ core::Status BrokerServer::bind()
         d->router.bind(d->options.bind.toStdString());
         d->endpoint = QString::fromStdString(d->router.get(zmq::sockopt::last_endpoint));
     } catch (const zmq::error_t& error) {
-        return core::Error { QStringLiteral("bind"), QStringLiteral("cannot listen on %1: %2").arg(d->options.bind, QString::fromUtf8(error.what())) };
+        return core::Error { QStringLiteral("bind"),
+            QStringLiteral("cannot listen on %1: %2").arg(d->options.bind, QString::fromUtf8(error.what())) };
     }
     return {};
 }
@@ -150,8 +149,7 @@ void BrokerServer::run(const std::atomic<bool>& stop)
                 if (parts.size() > 1) {
                     try {
                         userId = QString::fromLatin1(parts[1].gets("User-Id"));
-                    } catch (const zmq::error_t&) {
-                    }
+                    } catch (const zmq::error_t&) { }
                 }
                 QList<QByteArray> frames;
                 for (std::size_t p = 1; p < parts.size(); ++p)
@@ -242,7 +240,8 @@ void BrokerServer::Private::dispatchWork()
     if (waiting.isEmpty() || !broker.hasWork())
         return;
     // The fastest nodes first: the last shards of a round should not wait on the slowest.
-    std::sort(waiting.begin(), waiting.end(), [&](const QByteArray& a, const QByteArray& b) { return peers[a].score > peers[b].score; });
+    std::sort(waiting.begin(), waiting.end(),
+        [&](const QByteArray& a, const QByteArray& b) { return peers[a].score > peers[b].score; });
     for (const auto& id : waiting) {
         auto& peer = peers[id];
         auto assignment = broker.assign(peer.nodeId);
@@ -255,14 +254,15 @@ void BrokerServer::Private::dispatchWork()
         const auto& a = **assignment;
         peer.waiting = false;
         ++counters.tasksSent;
-        send(id, { Command::Task,
-                     QJsonObject {
-                         { QStringLiteral("assignment"), a.id },
-                         { QStringLiteral("deadlineMs"), static_cast<qint64>(a.deadlineMs - nowMs()) },
-                         { QStringLiteral("task"), a.task.toJson() },
-                         { QStringLiteral("startWeightsBlob"), a.startWeightsBlob.toHex() },
-                     },
-                     {} });
+        send(id,
+            { Command::Task,
+                QJsonObject {
+                    { QStringLiteral("assignment"), a.id },
+                    { QStringLiteral("deadlineMs"), static_cast<qint64>(a.deadlineMs - nowMs()) },
+                    { QStringLiteral("task"), a.task.toJson() },
+                    { QStringLiteral("startWeightsBlob"), a.startWeightsBlob.toHex() },
+                },
+                {} });
     }
 }
 
@@ -343,7 +343,9 @@ void BrokerServer::Private::handle(const QByteArray& routingId, const QList<QByt
         auto result = core::ShardResult::fromJson(message.header.value(QStringLiteral("result")).toObject());
         if (assignment.isEmpty() || !result) {
             sendError(routingId, errors::Invalid,
-                assignment.isEmpty() ? QStringLiteral("assignment: is required") : QStringLiteral("result.") + result.error().toString(), re, id);
+                assignment.isEmpty() ? QStringLiteral("assignment: is required")
+                                     : QStringLiteral("result.") + result.error().toString(),
+                re, id);
             return;
         }
         auto verdict = broker.acceptResult(peer.nodeId, assignment, *result);
@@ -352,11 +354,14 @@ void BrokerServer::Private::handle(const QByteArray& routingId, const QList<QByt
             return;
         }
         if (*verdict == core::broker::Verdict::Stale) {
-            sendError(routingId, errors::Stale, QStringLiteral("the shard was already answered; this result is not counted"), re, id);
+            sendError(
+                routingId, errors::Stale, QStringLiteral("the shard was already answered; this result is not counted"), re, id);
             return;
         }
-        send(routingId, okMessage(id, { { QStringLiteral("verdict"), *verdict == core::broker::Verdict::Accepted ? QStringLiteral("accepted")
-                                                                                                                 : QStringLiteral("failed") } }));
+        send(routingId,
+            okMessage(id,
+                { { QStringLiteral("verdict"),
+                    *verdict == core::broker::Verdict::Accepted ? QStringLiteral("accepted") : QStringLiteral("failed") } }));
         dispatchWork();
         return;
     }
@@ -395,12 +400,15 @@ void BrokerServer::Private::handle(const QByteArray& routingId, const QList<QByt
         }
         auto state = broker.blobs().putRange(*digest, offset, size, message.payload);
         if (!state) {
-            sendError(routingId, state.error().field == u"sha256" ? errors::HashMismatch : errors::Invalid, state.error().toString(), re, id);
+            sendError(routingId, state.error().field == u"sha256" ? errors::HashMismatch : errors::Invalid,
+                state.error().toString(), re, id);
             return;
         }
-        send(routingId, okMessage(id, { { QStringLiteral("sha256"), digest->toHex() },
-                                          { QStringLiteral("received"), static_cast<qint64>(broker.blobs().uploadedBytes(*digest)) },
-                                          { QStringLiteral("complete"), *state == core::BlobStore::UploadState::Complete } }));
+        send(routingId,
+            okMessage(id,
+                { { QStringLiteral("sha256"), digest->toHex() },
+                    { QStringLiteral("received"), static_cast<qint64>(broker.blobs().uploadedBytes(*digest)) },
+                    { QStringLiteral("complete"), *state == core::BlobStore::UploadState::Complete } }));
         return;
     }
     case Command::Submit: {
@@ -458,7 +466,8 @@ void BrokerServer::Private::handle(const QByteArray& routingId, const QList<QByt
     case Command::Ok:
     case Command::Error:
     case Command::Chunk:
-        sendError(routingId, errors::BadMessage, QStringLiteral("%1 is not a request a broker answers").arg(commandName(message.command)), re, id);
+        sendError(routingId, errors::BadMessage,
+            QStringLiteral("%1 is not a request a broker answers").arg(commandName(message.command)), re, id);
         return;
     }
 }

@@ -18,10 +18,10 @@ namespace tessera::net {
 
 struct BrokerServerOptions {
     QString bind = QStringLiteral("tcp://127.0.0.1:5555");
-    std::optional<CurveKeys> keys;   // with keys, only CURVE clients that know the public key connect
-    QStringList allowList;           // Z85 client keys; empty: any client with the broker's key
+    std::optional<CurveKeys> keys; // with keys, only CURVE clients that know the public key connect
+    QStringList allowList; // Z85 client keys; empty: any client with the broker's key
     int heartbeatMs = 1000;
-    int liveness = 3;                // heartbeats a node may miss before it counts as gone
+    int liveness = 3; // heartbeats a node may miss before it counts as gone
 };
 
 // The broker's network loop: one ROUTER socket (and, with CURVE, the ZAP handler), owned by the

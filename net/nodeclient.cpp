@@ -26,11 +26,10 @@ std::int64_t nowMs()
 struct Download {
     explicit Download(core::Digest d = {})
         : digest(d)
-    {
-    }
+    { }
     core::Digest digest;
-    std::int64_t size = -1;      // unknown until the first CHUNK
-    std::int64_t requested = 0;  // bytes asked for
+    std::int64_t size = -1; // unknown until the first CHUNK
+    std::int64_t requested = 0; // bytes asked for
     std::int64_t received = 0;
     int inFlight = 0;
     QByteArray bytes;
@@ -49,7 +48,7 @@ struct CurrentTask {
     QString assignment;
     core::ShardTask task;
     core::Digest startWeightsBlob;
-    bool started = false;        // handed to the executor
+    bool started = false; // handed to the executor
 };
 
 } // namespace
@@ -80,8 +79,7 @@ struct NodeClient::Private {
         , executor(e)
         , cache(c)
         , tag(std::move(t))
-    {
-    }
+    { }
 
     void connect()
     {
@@ -116,8 +114,11 @@ struct NodeClient::Private {
     void pumpDownloads()
     {
         for (auto& download : downloads) {
-            while (download.inFlight < MaxCreditChunks && (download.size < 0 ? download.inFlight == 0 : download.requested < download.size)) {
-                const std::int64_t length = download.size < 0 ? MaxChunkBytes : std::min<std::int64_t>(MaxChunkBytes, download.size - download.requested);
+            while (download.inFlight < MaxCreditChunks
+                && (download.size < 0 ? download.inFlight == 0 : download.requested < download.size)) {
+                const std::int64_t length = download.size < 0
+                    ? MaxChunkBytes
+                    : std::min<std::int64_t>(MaxChunkBytes, download.size - download.requested);
                 send({ Command::Get,
                     QJsonObject { { QStringLiteral("sha256"), download.digest.toHex() },
                         { QStringLiteral("offset"), static_cast<qint64>(download.requested) },
@@ -136,7 +137,8 @@ struct NodeClient::Private {
         while (upload->inFlight < MaxCreditChunks && upload->sent < upload->bytes.size()) {
             const std::int64_t length = std::min<std::int64_t>(MaxChunkBytes, upload->bytes.size() - upload->sent);
             send({ Command::Put,
-                QJsonObject { { QStringLiteral("sha256"), upload->digest.toHex() }, { QStringLiteral("offset"), static_cast<qint64>(upload->sent) },
+                QJsonObject { { QStringLiteral("sha256"), upload->digest.toHex() },
+                    { QStringLiteral("offset"), static_cast<qint64>(upload->sent) },
                     { QStringLiteral("size"), static_cast<qint64>(upload->bytes.size()) } },
                 upload->bytes.mid(upload->sent, length) });
             upload->sent += length;
@@ -194,7 +196,9 @@ struct NodeClient::Private {
             return;
         }
         send({ Command::Result,
-            QJsonObject { { QStringLiteral("assignment"), finished.assignment }, { QStringLiteral("result"), finished.result.toJson() } }, {} });
+            QJsonObject {
+                { QStringLiteral("assignment"), finished.assignment }, { QStringLiteral("result"), finished.result.toJson() } },
+            {} });
         resultSent = true;
     }
 
@@ -213,8 +217,7 @@ struct NodeClient::Private {
 
 NodeClient::NodeClient(NodeClientOptions options, ShardExecutor& executor, core::BlobStore& cache, QString tag)
     : d(std::make_unique<Private>(std::move(options), executor, cache, std::move(tag)))
-{
-}
+{ }
 
 NodeClient::~NodeClient() = default;
 
@@ -253,7 +256,8 @@ void NodeClient::Private::handle(const Message& message)
         auto task = core::ShardTask::fromJson(h.value(QStringLiteral("task")).toObject());
         auto weights = core::Digest::fromHex(h.value(QStringLiteral("startWeightsBlob")).toString());
         if (!task || !weights || current) {
-            qCWarning(lcNode).noquote() << "ignored a task:" << (task ? QStringLiteral("busy or bad weights") : task.error().toString());
+            qCWarning(lcNode).noquote() << "ignored a task:"
+                                        << (task ? QStringLiteral("busy or bad weights") : task.error().toString());
             return;
         }
         ++counters.tasks;
@@ -353,8 +357,9 @@ void NodeClient::run(const std::atomic<bool>& stop, const std::atomic<bool>& aba
         if (stop.load() && !stopping) {
             stopping = true;
             stoppingSince = nowMs();
-            qCInfo(lcNode).noquote() << (d->current && d->current->started && !abandon.load() ? "finishing the shard in training before stopping"
-                                                                                                : "stopping");
+            qCInfo(lcNode).noquote() << (d->current && d->current->started && !abandon.load()
+                    ? "finishing the shard in training before stopping"
+                    : "stopping");
         }
         // Finished shards come back from the executor (the compute thread).
         for (auto& finished : d->executor.takeFinished(d->tag)) {
@@ -411,8 +416,8 @@ void NodeClient::run(const std::atomic<bool>& stop, const std::atomic<bool>& aba
         }
         if (nowMs() - d->lastReceived > std::int64_t(d->options.heartbeatMs) * d->options.liveness) {
             d->backoffMs = d->backoffMs == 0 ? d->options.initialBackoffMs : std::min(d->backoffMs * 2, d->options.maxBackoffMs);
-            qCWarning(lcNode).noquote() << "the broker at" << d->options.broker.endpoint << "went silent; reconnecting in" << d->backoffMs
-                                        << "ms";
+            qCWarning(lcNode).noquote() << "the broker at" << d->options.broker.endpoint << "went silent; reconnecting in"
+                                        << d->backoffMs << "ms";
             d->socket.reset();
             d->registered = false;
             reconnectAt = nowMs() + d->backoffMs;

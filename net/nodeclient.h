@@ -22,10 +22,10 @@ namespace tessera::net {
 class ShardExecutor {
 public:
     struct Finished {
-        QString tag;            // the client that started it
+        QString tag; // the client that started it
         QString assignment;
         core::ShardResult result;
-        QByteArray weights;     // empty when the shard failed
+        QByteArray weights; // empty when the shard failed
     };
 
     virtual ~ShardExecutor() = default;
@@ -34,12 +34,12 @@ public:
         const QHash<core::Digest, QString>& blobPaths)
         = 0;
     virtual QList<Finished> takeFinished(const QString& tag) = 0; // thread-safe
-    virtual bool idle() const = 0;                                // thread-safe
+    virtual bool idle() const = 0; // thread-safe
 };
 
 struct NodeClientOptions {
     BrokerAddress broker;
-    std::optional<CurveKeys> keys;   // the node's own keypair (its identity under CURVE)
+    std::optional<CurveKeys> keys; // the node's own keypair (its identity under CURVE)
     core::NodeInfo node;
     int heartbeatMs = 1000;
     int liveness = 3;

@@ -8,22 +8,38 @@ namespace tessera::net {
 QString commandName(Command command)
 {
     switch (command) {
-    case Command::Register: return QStringLiteral("REGISTER");
-    case Command::Welcome: return QStringLiteral("WELCOME");
-    case Command::Heartbeat: return QStringLiteral("HEARTBEAT");
-    case Command::Ready: return QStringLiteral("READY");
-    case Command::Task: return QStringLiteral("TASK");
-    case Command::Result: return QStringLiteral("RESULT");
-    case Command::Ok: return QStringLiteral("OK");
-    case Command::Error: return QStringLiteral("ERROR");
-    case Command::Bye: return QStringLiteral("BYE");
-    case Command::Get: return QStringLiteral("GET");
-    case Command::Chunk: return QStringLiteral("CHUNK");
-    case Command::Put: return QStringLiteral("PUT");
-    case Command::Submit: return QStringLiteral("SUBMIT");
-    case Command::Status: return QStringLiteral("STATUS");
-    case Command::List: return QStringLiteral("LIST");
-    case Command::Cancel: return QStringLiteral("CANCEL");
+    case Command::Register:
+        return QStringLiteral("REGISTER");
+    case Command::Welcome:
+        return QStringLiteral("WELCOME");
+    case Command::Heartbeat:
+        return QStringLiteral("HEARTBEAT");
+    case Command::Ready:
+        return QStringLiteral("READY");
+    case Command::Task:
+        return QStringLiteral("TASK");
+    case Command::Result:
+        return QStringLiteral("RESULT");
+    case Command::Ok:
+        return QStringLiteral("OK");
+    case Command::Error:
+        return QStringLiteral("ERROR");
+    case Command::Bye:
+        return QStringLiteral("BYE");
+    case Command::Get:
+        return QStringLiteral("GET");
+    case Command::Chunk:
+        return QStringLiteral("CHUNK");
+    case Command::Put:
+        return QStringLiteral("PUT");
+    case Command::Submit:
+        return QStringLiteral("SUBMIT");
+    case Command::Status:
+        return QStringLiteral("STATUS");
+    case Command::List:
+        return QStringLiteral("LIST");
+    case Command::Cancel:
+        return QStringLiteral("CANCEL");
     }
     return QStringLiteral("0x%1").arg(int(command), 2, 16, QLatin1Char('0'));
 }
@@ -48,7 +64,8 @@ bool isKnown(std::uint8_t byte)
     case Command::Submit:
     case Command::Status:
     case Command::List:
-    case Command::Cancel: return true;
+    case Command::Cancel:
+        return true;
     }
     return false;
 }
@@ -78,20 +95,24 @@ core::Result<Message, ProtocolError> decode(const QList<QByteArray>& frames)
     for (const auto& frame : frames)
         total += frame.size();
     if (total > MaxMessageBytes)
-        return ProtocolError { errors::TooLarge, QStringLiteral("the message has %1 bytes; the limit is %2").arg(total).arg(MaxMessageBytes) };
+        return ProtocolError { errors::TooLarge,
+            QStringLiteral("the message has %1 bytes; the limit is %2").arg(total).arg(MaxMessageBytes) };
     if (frames.size() < 3)
-        return ProtocolError { errors::BadMessage, QStringLiteral("a message has at least 3 frames, this one %1").arg(frames.size()) };
+        return ProtocolError { errors::BadMessage,
+            QStringLiteral("a message has at least 3 frames, this one %1").arg(frames.size()) };
     if (frames[0] != ProtocolId) {
         if (frames[0].startsWith("TESSERA/"))
             return ProtocolError { errors::BadVersion,
-                QStringLiteral("this broker speaks %1, not %2").arg(QLatin1String(ProtocolId), QString::fromLatin1(frames[0].left(32))) };
+                QStringLiteral("this broker speaks %1, not %2")
+                    .arg(QLatin1String(ProtocolId), QString::fromLatin1(frames[0].left(32))) };
         return ProtocolError { errors::BadMessage, QStringLiteral("the first frame must be %1").arg(QLatin1String(ProtocolId)) };
     }
     if (frames[1].size() != 1)
         return ProtocolError { errors::BadMessage, QStringLiteral("the command frame must be 1 byte") };
     const auto byte = std::uint8_t(frames[1][0]);
     if (!isKnown(byte))
-        return ProtocolError { errors::UnknownCommand, QStringLiteral("unknown command 0x%1").arg(int(byte), 2, 16, QLatin1Char('0')), int(byte) };
+        return ProtocolError { errors::UnknownCommand,
+            QStringLiteral("unknown command 0x%1").arg(int(byte), 2, 16, QLatin1Char('0')), int(byte) };
     const auto command = Command(byte);
     if (frames[2].size() > MaxHeaderBytes)
         return ProtocolError { errors::TooLarge, QStringLiteral("the header is over %1 bytes").arg(MaxHeaderBytes), int(byte) };
@@ -104,10 +125,12 @@ core::Result<Message, ProtocolError> decode(const QList<QByteArray>& frames)
     const qsizetype expectedFrames = carriesPayload(command) ? 4 : 3;
     if (frames.size() != expectedFrames)
         return ProtocolError { errors::BadMessage,
-            QStringLiteral("%1 has %2 frames, not %3").arg(commandName(command)).arg(expectedFrames).arg(frames.size()), int(byte) };
+            QStringLiteral("%1 has %2 frames, not %3").arg(commandName(command)).arg(expectedFrames).arg(frames.size()),
+            int(byte) };
     if (carriesPayload(command)) {
         if (frames[3].size() > MaxChunkBytes)
-            return ProtocolError { errors::TooLarge, QStringLiteral("a chunk is at most %1 bytes").arg(MaxChunkBytes), int(byte) };
+            return ProtocolError { errors::TooLarge, QStringLiteral("a chunk is at most %1 bytes").arg(MaxChunkBytes),
+                int(byte) };
         message.payload = frames[3];
     }
     return message;

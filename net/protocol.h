@@ -66,7 +66,7 @@ struct Message {
 };
 
 struct ProtocolError {
-    QString code;    // one of errors::
+    QString code; // one of errors::
     QString message;
     int command = -1; // the command byte, when it could be read
 };

@@ -42,13 +42,16 @@ int main(int argc, char* argv[])
     namespace names = core::settings::names;
 
     QCommandLineParser parser;
-    parser.setApplicationDescription(QStringLiteral("Tessera job broker: owns jobs, schedules shards on nodes, aggregates rounds."));
+    parser.setApplicationDescription(
+        QStringLiteral("Tessera job broker: owns jobs, schedules shards on nodes, aggregates rounds."));
     parser.addHelpOption();
     parser.addVersionOption();
-    parser.addOption({ QStringLiteral("data"), QStringLiteral("folder for the database and blobs (Broker/DataDirectory)"), QStringLiteral("DIR") });
-    parser.addOption({ QStringLiteral("bind"), QStringLiteral("endpoint to listen on (Broker/Bind)"), QStringLiteral("ENDPOINT") });
-    parser.addOption({ QStringLiteral("keys"), QStringLiteral("keypair file; created if missing; turns CURVE on (Broker/KeyFile)"),
-        QStringLiteral("FILE") });
+    parser.addOption({ QStringLiteral("data"), QStringLiteral("folder for the database and blobs (Broker/DataDirectory)"),
+        QStringLiteral("DIR") });
+    parser.addOption(
+        { QStringLiteral("bind"), QStringLiteral("endpoint to listen on (Broker/Bind)"), QStringLiteral("ENDPOINT") });
+    parser.addOption({ QStringLiteral("keys"),
+        QStringLiteral("keypair file; created if missing; turns CURVE on (Broker/KeyFile)"), QStringLiteral("FILE") });
     parser.addOption({ QStringLiteral("config"), QStringLiteral("settings file"), QStringLiteral("FILE") });
     parser.process(app);
 
@@ -64,10 +67,12 @@ int main(int argc, char* argv[])
         dataDirectory = QStandardPaths::writableLocation(QStandardPaths::GenericDataLocation) + QStringLiteral("/Tessera/broker");
 
     net::BrokerServerOptions options;
-    options.bind = parser.isSet(QStringLiteral("bind")) ? parser.value(QStringLiteral("bind")) : settings.stringValue(names::BrokerBind);
+    options.bind
+        = parser.isSet(QStringLiteral("bind")) ? parser.value(QStringLiteral("bind")) : settings.stringValue(names::BrokerBind);
     options.heartbeatMs = int(settings.intValue(names::NetworkHeartbeatIntervalMs));
     options.allowList = settings.listValue(names::BrokerAllowList);
-    const QString keyFile = parser.isSet(QStringLiteral("keys")) ? parser.value(QStringLiteral("keys")) : settings.stringValue(names::BrokerKeyFile);
+    const QString keyFile = parser.isSet(QStringLiteral("keys")) ? parser.value(QStringLiteral("keys"))
+                                                                 : settings.stringValue(names::BrokerKeyFile);
     if (!keyFile.isEmpty()) {
         auto keys = net::CurveKeys::loadOrCreate(keyFile);
         if (!keys)
@@ -93,8 +98,8 @@ int main(int argc, char* argv[])
         return fail(status.error().toString());
     std::signal(SIGINT, requestStop);
     std::signal(SIGTERM, requestStop);
-    QTextStream(stdout) << "tessera-broker " << TESSERA_VERSION << " listening at " << server.address() << " (data in " << dataDirectory
-                        << ")" << Qt::endl;
+    QTextStream(stdout) << "tessera-broker " << TESSERA_VERSION << " listening at " << server.address() << " (data in "
+                        << dataDirectory << ")" << Qt::endl;
     server.run(stopRequested);
     QTextStream(stdout) << "tessera-broker: stopped" << Qt::endl;
     return 0;

@@ -29,8 +29,8 @@ QString ComputeExecutor::keyOf(const core::ShardTask& task)
     return QStringLiteral("%1/%2/%3").arg(task.jobId).arg(task.round).arg(task.shard);
 }
 
-void ComputeExecutor::start(const QString& tag, const QString& assignment, const core::ShardTask& task, const QByteArray& startWeights,
-    const QHash<core::Digest, QString>& blobPaths)
+void ComputeExecutor::start(const QString& tag, const QString& assignment, const core::ShardTask& task,
+    const QByteArray& startWeights, const QHash<core::Digest, QString>& blobPaths)
 {
     {
         QMutexLocker lock(&m_mutex);

@@ -31,7 +31,7 @@ private:
     static QString keyOf(const core::ShardTask& task);
 
     mutable QMutex m_mutex;
-    QHash<QString, Pending> m_pending;     // by job/round/shard
+    QHash<QString, Pending> m_pending; // by job/round/shard
     QList<Finished> m_finished;
     QHash<core::Digest, QString> m_blobPaths;
     std::unique_ptr<compute::ComputeThread> m_thread;

@@ -23,8 +23,8 @@
 #include <QJsonDocument>
 #include <QSaveFile>
 #include <QStandardPaths>
-#include <QTextStream>
 #include <QSysInfo>
+#include <QTextStream>
 #include <QThread>
 
 #include <atomic>
@@ -276,7 +276,8 @@ int runNode(const QStringList& args, const core::settings::Settings& settings, c
 
     core::NodeInfo node;
     node.nodeId = keys->publicKey;
-    node.name = settings.stringValue(names::NodeName).isEmpty() ? QSysInfo::machineHostName() : settings.stringValue(names::NodeName);
+    node.name
+        = settings.stringValue(names::NodeName).isEmpty() ? QSysInfo::machineHostName() : settings.stringValue(names::NodeName);
     node.softwareVersion = QStringLiteral(TESSERA_VERSION);
     node.runtimeProfile = compute::currentRuntimeProfile(1).toString();
     const auto report = compute::detectDevices(compute::defaultProbeProgram(), compute::torchCapabilities());

@@ -36,8 +36,7 @@ void bindOne(Statement& statement, int index, const QString& value)
 }
 
 // Prepares sql and binds the arguments in order.
-template<typename... Args>
-Result<Statement> query(Database& db, const QString& sql, const Args&... args)
+template<typename... Args> Result<Statement> query(Database& db, const QString& sql, const Args&... args)
 {
     auto statement = db.prepare(sql);
     if (!statement)
@@ -47,8 +46,7 @@ Result<Statement> query(Database& db, const QString& sql, const Args&... args)
     return std::move(statement).value();
 }
 
-template<typename... Args>
-Status execute(Database& db, const QString& sql, const Args&... args)
+template<typename... Args> Status execute(Database& db, const QString& sql, const Args&... args)
 {
     auto statement = query(db, sql, args...);
     if (!statement)
@@ -103,16 +101,17 @@ QJsonObject JobStatus::toJson() const
     return json;
 }
 
-Broker::Broker(std::unique_ptr<Database> database, std::unique_ptr<BlobStore> blobs, TrainingMath& math, const Clock& clock, Options options)
+Broker::Broker(
+    std::unique_ptr<Database> database, std::unique_ptr<BlobStore> blobs, TrainingMath& math, const Clock& clock, Options options)
     : m_db(std::move(database))
     , m_blobs(std::move(blobs))
     , m_math(math)
     , m_clock(clock)
     , m_options(options)
-{
-}
+{ }
 
-Result<std::unique_ptr<Broker>> Broker::open(const QString& dataDirectory, TrainingMath& math, const Clock& clock, Options options)
+Result<std::unique_ptr<Broker>> Broker::open(
+    const QString& dataDirectory, TrainingMath& math, const Clock& clock, Options options)
 {
     if (!QDir().mkpath(dataDirectory))
         return Error { QStringLiteral("data"), QStringLiteral("cannot create %1").arg(dataDirectory) };
@@ -164,12 +163,15 @@ Result<QString> Broker::submit(const JobSpec& spec)
     if (auto status = spec.validate(); !status)
         return status.error();
     if (spec.model.source == ModelSpec::Source::TorchScript && !m_blobs->contains(spec.model.scriptSha256))
-        return Error { QStringLiteral("model.torchscript.sha256"), QStringLiteral("upload the TorchScript file before submitting") };
+        return Error { QStringLiteral("model.torchscript.sha256"),
+            QStringLiteral("upload the TorchScript file before submitting") };
     if (spec.dataset.source == DatasetSpec::Source::Tensors) {
         if (!m_blobs->contains(spec.dataset.trainSha256))
-            return Error { QStringLiteral("dataset.tensors.trainSha256"), QStringLiteral("upload the training tensors before submitting") };
+            return Error { QStringLiteral("dataset.tensors.trainSha256"),
+                QStringLiteral("upload the training tensors before submitting") };
         if (!spec.dataset.testSha256.isNull() && !m_blobs->contains(spec.dataset.testSha256))
-            return Error { QStringLiteral("dataset.tensors.testSha256"), QStringLiteral("upload the test tensors before submitting") };
+            return Error { QStringLiteral("dataset.tensors.testSha256"),
+                QStringLiteral("upload the test tensors before submitting") };
     }
     auto initial = m_math.initialWeights(spec);
     if (!initial)
@@ -179,7 +181,8 @@ Result<QString> Broker::submit(const JobSpec& spec)
         return blob.error();
     const QString id = newId();
     auto status = execute(*m_db,
-        QStringLiteral("INSERT INTO jobs (id, spec, state, round, weights_hash, weights_blob, created_at) VALUES (?, ?, 'running', 0, ?, ?, ?)"),
+        QStringLiteral("INSERT INTO jobs (id, spec, state, round, weights_hash, weights_blob, created_at) VALUES (?, ?, "
+                       "'running', 0, ?, ?, ?)"),
         id, toJsonText(spec.toJson()), initial->canonicalHash.toHex(), blob->toHex(), m_clock.nowMs());
     if (!status)
         return status.error();
@@ -188,7 +191,8 @@ Result<QString> Broker::submit(const JobSpec& spec)
 
 Result<JobStatus> Broker::status(const QString& jobId)
 {
-    auto job = query(*m_db, QStringLiteral("SELECT spec, state, round, weights_hash, weights_blob, failure FROM jobs WHERE id = ?"), jobId);
+    auto job = query(
+        *m_db, QStringLiteral("SELECT spec, state, round, weights_hash, weights_blob, failure FROM jobs WHERE id = ?"), jobId);
     if (!job)
         return job.error();
     auto row = job->step();
@@ -208,7 +212,8 @@ Result<JobStatus> Broker::status(const QString& jobId)
     status.failure = job->columnIsNull(5) ? QString() : job->columnText(5);
 
     auto rounds = query(*m_db,
-        QStringLiteral("SELECT round, test_loss, test_accuracy, train_loss, weights_hash, weights_blob FROM rounds WHERE job = ? ORDER BY round"),
+        QStringLiteral("SELECT round, test_loss, test_accuracy, train_loss, weights_hash, weights_blob FROM rounds WHERE job = ? "
+                       "ORDER BY round"),
         jobId);
     if (!rounds)
         return rounds.error();
@@ -300,7 +305,9 @@ Result<std::optional<Assignment>> Broker::assign(const QString& nodeId)
     const NodeInfo& node = *nodeIt;
     const auto now = m_clock.nowMs();
 
-    auto jobs = query(*m_db, QStringLiteral("SELECT id, spec, round, weights_hash, weights_blob FROM jobs WHERE state = 'running' ORDER BY created_at, id"));
+    auto jobs = query(*m_db,
+        QStringLiteral(
+            "SELECT id, spec, round, weights_hash, weights_blob FROM jobs WHERE state = 'running' ORDER BY created_at, id"));
     if (!jobs)
         return jobs.error();
     struct Candidate {
@@ -333,8 +340,8 @@ Result<std::optional<Assignment>> Broker::assign(const QString& nodeId)
         std::optional<std::int64_t> chosen;
         std::int64_t chosenScore = 0;
         for (const auto& task : tasks) {
-            auto done = query(*m_db, QStringLiteral("SELECT 1 FROM shard_results WHERE job = ? AND round = ? AND shard = ?"), job.jobId,
-                job.round, task.shard);
+            auto done = query(*m_db, QStringLiteral("SELECT 1 FROM shard_results WHERE job = ? AND round = ? AND shard = ?"),
+                job.jobId, job.round, task.shard);
             if (!done)
                 return done.error();
             auto doneRow = done->step();
@@ -374,10 +381,12 @@ Result<std::optional<Assignment>> Broker::assign(const QString& nodeId)
             continue;
         const auto& task = tasks[*chosen];
         const double seconds = double(task.localSteps * task.batchSize) / expectedSamplesPerSecond(node) * double(task.threads);
-        const auto deadline = now + std::max<std::int64_t>(m_options.minDeadlineMs, std::int64_t(seconds * 1000.0 * m_options.deadlineSlack));
+        const auto deadline
+            = now + std::max<std::int64_t>(m_options.minDeadlineMs, std::int64_t(seconds * 1000.0 * m_options.deadlineSlack));
         Assignment assignment { newId(), task, job.weightsBlob, deadline };
         auto status = execute(*m_db,
-            QStringLiteral("INSERT INTO assignments (id, job, round, shard, node, issued_at, deadline, state) VALUES (?, ?, ?, ?, ?, ?, ?, 'active')"),
+            QStringLiteral("INSERT INTO assignments (id, job, round, shard, node, issued_at, deadline, state) VALUES (?, ?, ?, "
+                           "?, ?, ?, ?, 'active')"),
             assignment.id, job.jobId, job.round, task.shard, nodeId, now, deadline);
         if (!status)
             return status.error();
@@ -388,7 +397,8 @@ Result<std::optional<Assignment>> Broker::assign(const QString& nodeId)
 
 Result<Verdict> Broker::acceptResult(const QString& nodeId, const QString& assignmentId, const ShardResult& result)
 {
-    auto found = query(*m_db, QStringLiteral("SELECT job, round, shard, node, state FROM assignments WHERE id = ?"), assignmentId);
+    auto found
+        = query(*m_db, QStringLiteral("SELECT job, round, shard, node, state FROM assignments WHERE id = ?"), assignmentId);
     if (!found)
         return found.error();
     auto row = found->step();
@@ -417,7 +427,8 @@ Result<Verdict> Broker::acceptResult(const QString& nodeId, const QString& assig
     if (!*jobRow || job->columnText(0) != u"running" || job->columnInt(1) != round)
         return Verdict::Stale;
     const auto startHash = *Digest::fromHex(job->columnText(2));
-    auto already = query(*m_db, QStringLiteral("SELECT 1 FROM shard_results WHERE job = ? AND round = ? AND shard = ?"), jobId, round, shard);
+    auto already = query(
+        *m_db, QStringLiteral("SELECT 1 FROM shard_results WHERE job = ? AND round = ? AND shard = ?"), jobId, round, shard);
     if (!already)
         return already.error();
     auto alreadyRow = already->step();
@@ -440,10 +451,16 @@ Result<Verdict> Broker::acceptResult(const QString& nodeId, const QString& assig
         (void)execute(*m_db, QStringLiteral("UPDATE nodes SET shards_failed = shards_failed + 1 WHERE id = ?"), nodeId);
         if (auto status = transaction->commit(); !status)
             return status.error().toError();
-        auto failures = query(*m_db, QStringLiteral("SELECT COUNT(*) FROM assignments WHERE job = ? AND round = ? AND shard = ? AND state = 'failed'"),
+        auto failures = query(*m_db,
+            QStringLiteral("SELECT COUNT(*) FROM assignments WHERE job = ? AND round = ? AND shard = ? AND state = 'failed'"),
             jobId, round, shard);
         if (failures && failures->step().ok() && failures->columnInt(0) >= m_options.maxShardFailures)
-            (void)failJob(jobId, QStringLiteral("round %1, shard %2 failed %3 times; last: %4").arg(round).arg(shard).arg(failures->columnInt(0)).arg(result.failure));
+            (void)failJob(jobId,
+                QStringLiteral("round %1, shard %2 failed %3 times; last: %4")
+                    .arg(round)
+                    .arg(shard)
+                    .arg(failures->columnInt(0))
+                    .arg(result.failure));
         return Verdict::Failed;
     }
 
@@ -453,7 +470,10 @@ Result<Verdict> Broker::acceptResult(const QString& nodeId, const QString& assig
     if (result.checkpointHashes.size() != task.checkpointCount())
         return Error { QStringLiteral("checkpointHashes"),
             QStringLiteral("a shard of %1 steps with checkpoints every %2 has %3 hashes, not %4")
-                .arg(task.localSteps).arg(task.checkpointInterval).arg(task.checkpointCount()).arg(result.checkpointHashes.size()) };
+                .arg(task.localSteps)
+                .arg(task.checkpointInterval)
+                .arg(task.checkpointCount())
+                .arg(result.checkpointHashes.size()) };
     if (result.checkpointHashes.first() != startHash)
         return Error { QStringLiteral("checkpointHashes"), QStringLiteral("the chain does not start at the round's weights") };
     auto weights = m_blobs->read(result.weightsSha256);
@@ -463,16 +483,18 @@ Result<Verdict> Broker::acceptResult(const QString& nodeId, const QString& assig
     if (!hash)
         return Error { QStringLiteral("weightsSha256"), hash.error().message };
     if (*hash != result.finalHash)
-        return Error { QStringLiteral("finalHash"), QStringLiteral("the uploaded weights do not hash to the result's finalHash") };
+        return Error { QStringLiteral("finalHash"),
+            QStringLiteral("the uploaded weights do not hash to the result's finalHash") };
 
     auto transaction = m_db->begin();
     if (!transaction)
         return transaction.error().toError();
     for (const auto& status : {
-             execute(*m_db, QStringLiteral("INSERT INTO shard_results (job, round, shard, node, result) VALUES (?, ?, ?, ?, ?)"), jobId, round,
-                 shard, nodeId, toJsonText(result.toJson())),
+             execute(*m_db, QStringLiteral("INSERT INTO shard_results (job, round, shard, node, result) VALUES (?, ?, ?, ?, ?)"),
+                 jobId, round, shard, nodeId, toJsonText(result.toJson())),
              execute(*m_db, QStringLiteral("UPDATE assignments SET state = 'answered' WHERE id = ?"), assignmentId),
-             execute(*m_db, QStringLiteral("UPDATE nodes SET shards_done = shards_done + 1, last_seen = ? WHERE id = ?"), m_clock.nowMs(), nodeId),
+             execute(*m_db, QStringLiteral("UPDATE nodes SET shards_done = shards_done + 1, last_seen = ? WHERE id = ?"),
+                 m_clock.nowMs(), nodeId),
          }) {
         if (!status)
             return status.error();
@@ -486,7 +508,8 @@ Result<Verdict> Broker::acceptResult(const QString& nodeId, const QString& assig
 
 Status Broker::finishRoundIfComplete(const QString& jobId, const JobSpec& spec, std::int64_t round)
 {
-    auto results = query(*m_db, QStringLiteral("SELECT shard, result FROM shard_results WHERE job = ? AND round = ? ORDER BY shard"), jobId, round);
+    auto results = query(*m_db,
+        QStringLiteral("SELECT shard, result FROM shard_results WHERE job = ? AND round = ? ORDER BY shard"), jobId, round);
     if (!results)
         return results.error();
     QList<ShardResult> accepted;
@@ -556,24 +579,28 @@ Status Broker::finishRoundIfComplete(const QString& jobId, const JobSpec& spec, 
     if (!transaction)
         return transaction.error().toError();
     auto record = execute(*m_db,
-        QStringLiteral("INSERT INTO rounds (job, round, test_loss, test_accuracy, train_loss, weights_hash, weights_blob, finished_at) "
-                       "VALUES (?, ?, ?, ?, ?, ?, ?, ?)"),
+        QStringLiteral(
+            "INSERT INTO rounds (job, round, test_loss, test_accuracy, train_loss, weights_hash, weights_blob, finished_at) "
+            "VALUES (?, ?, ?, ?, ?, ?, ?, ?)"),
         jobId, round, evaluation->loss, evaluation->accuracy, lossCount ? lossSum / double(lossCount) : 0.0,
         aggregated->weights.canonicalHash.toHex(), blob->toHex(), m_clock.nowMs());
     if (!record)
         return record;
     Status advance = outerBlob.isEmpty()
-        ? execute(*m_db, QStringLiteral("UPDATE jobs SET round = ?, weights_hash = ?, weights_blob = ?, state = ? WHERE id = ?"), round + 1,
-            aggregated->weights.canonicalHash.toHex(), blob->toHex(), last ? QStringLiteral("finished") : QStringLiteral("running"), jobId)
+        ? execute(*m_db, QStringLiteral("UPDATE jobs SET round = ?, weights_hash = ?, weights_blob = ?, state = ? WHERE id = ?"),
+            round + 1, aggregated->weights.canonicalHash.toHex(), blob->toHex(),
+            last ? QStringLiteral("finished") : QStringLiteral("running"), jobId)
         : execute(*m_db,
-            QStringLiteral("UPDATE jobs SET round = ?, weights_hash = ?, weights_blob = ?, state = ?, outer_state_blob = ? WHERE id = ?"),
-            round + 1, aggregated->weights.canonicalHash.toHex(), blob->toHex(), last ? QStringLiteral("finished") : QStringLiteral("running"),
-            outerBlob, jobId);
+            QStringLiteral(
+                "UPDATE jobs SET round = ?, weights_hash = ?, weights_blob = ?, state = ?, outer_state_blob = ? WHERE id = ?"),
+            round + 1, aggregated->weights.canonicalHash.toHex(), blob->toHex(),
+            last ? QStringLiteral("finished") : QStringLiteral("running"), outerBlob, jobId);
     if (!advance)
         return advance;
     // Assignments of the finished round that are still out are moot now.
-    if (auto status = execute(*m_db, QStringLiteral("UPDATE assignments SET state = 'expired' WHERE job = ? AND round = ? AND state = 'active'"),
-            jobId, round);
+    if (auto status = execute(*m_db,
+            QStringLiteral("UPDATE assignments SET state = 'expired' WHERE job = ? AND round = ? AND state = 'active'"), jobId,
+            round);
         !status)
         return status;
     if (auto status = transaction->commit(); !status)

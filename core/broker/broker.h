@@ -57,12 +57,13 @@ enum class Verdict { Accepted, Stale, Failed };
 class Broker {
 public:
     struct Options {
-        std::int64_t minDeadlineMs = 30'000;  // a shard's deadline is at least this
-        double deadlineSlack = 4.0;            // times the node's expected time
-        int maxShardFailures = 5;              // failed results of one shard before the job fails
+        std::int64_t minDeadlineMs = 30'000; // a shard's deadline is at least this
+        double deadlineSlack = 4.0; // times the node's expected time
+        int maxShardFailures = 5; // failed results of one shard before the job fails
     };
 
-    static Result<std::unique_ptr<Broker>> open(const QString& dataDirectory, TrainingMath& math, const Clock& clock, Options options);
+    static Result<std::unique_ptr<Broker>> open(
+        const QString& dataDirectory, TrainingMath& math, const Clock& clock, Options options);
     static Result<std::unique_ptr<Broker>> open(const QString& dataDirectory, TrainingMath& math, const Clock& clock)
     {
         return open(dataDirectory, math, clock, Options {});

@@ -34,8 +34,8 @@ public:
     virtual ~TrainingMath() = default;
     virtual Result<Weights> initialWeights(const JobSpec& spec) = 0;
     virtual Result<Digest> canonicalHash(const QByteArray& weights) = 0;
-    virtual Result<Aggregated> aggregate(const AggregationSpec& spec, const QByteArray& global, const QList<Update>& updates,
-        const QByteArray& outerState)
+    virtual Result<Aggregated> aggregate(
+        const AggregationSpec& spec, const QByteArray& global, const QList<Update>& updates, const QByteArray& outerState)
         = 0;
     virtual Result<Evaluation> evaluate(const JobSpec& spec, const QByteArray& weights) = 0;
 };

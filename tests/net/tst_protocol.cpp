@@ -29,7 +29,8 @@ private Q_SLOTS:
 
     void decodesWhatItEncodes()
     {
-        const Message put { Command::Put, QJsonObject { { QStringLiteral("sha256"), QStringLiteral("ab") }, { QStringLiteral("size"), 3 } },
+        const Message put { Command::Put,
+            QJsonObject { { QStringLiteral("sha256"), QStringLiteral("ab") }, { QStringLiteral("size"), 3 } },
             QByteArray("xyz") };
         const auto decoded = decode(encode(put));
         QVERIFY(decoded.ok());
@@ -51,18 +52,25 @@ private Q_SLOTS:
                                         << errors::BadMessage;
         QTest::newRow("other version") << QList<QByteArray> { QByteArray("TESSERA/2"), QByteArray("\x03", 1), QByteArray("{}") }
                                        << errors::BadVersion;
-        QTest::newRow("long command") << QList<QByteArray> { id, QByteArray("\x03\x03", 2), QByteArray("{}") } << errors::BadMessage;
-        QTest::newRow("unknown command") << QList<QByteArray> { id, QByteArray("\x7f", 1), QByteArray("{}") } << errors::UnknownCommand;
-        QTest::newRow("header not json") << QList<QByteArray> { id, QByteArray("\x03", 1), QByteArray("{oops") } << errors::BadMessage;
-        QTest::newRow("header an array") << QList<QByteArray> { id, QByteArray("\x03", 1), QByteArray("[1]") } << errors::BadMessage;
+        QTest::newRow("long command") << QList<QByteArray> { id, QByteArray("\x03\x03", 2), QByteArray("{}") }
+                                      << errors::BadMessage;
+        QTest::newRow("unknown command") << QList<QByteArray> { id, QByteArray("\x7f", 1), QByteArray("{}") }
+                                         << errors::UnknownCommand;
+        QTest::newRow("header not json") << QList<QByteArray> { id, QByteArray("\x03", 1), QByteArray("{oops") }
+                                         << errors::BadMessage;
+        QTest::newRow("header an array") << QList<QByteArray> { id, QByteArray("\x03", 1), QByteArray("[1]") }
+                                         << errors::BadMessage;
         QTest::newRow("header too large") << QList<QByteArray> { id, QByteArray("\x03", 1), QByteArray(MaxHeaderBytes + 1, ' ') }
                                           << errors::TooLarge;
-        QTest::newRow("put without payload") << QList<QByteArray> { id, QByteArray("\x12", 1), QByteArray("{}") } << errors::BadMessage;
+        QTest::newRow("put without payload")
+            << QList<QByteArray> { id, QByteArray("\x12", 1), QByteArray("{}") } << errors::BadMessage;
         QTest::newRow("payload on ready") << QList<QByteArray> { id, QByteArray("\x04", 1), QByteArray("{}"), QByteArray("x") }
                                           << errors::BadMessage;
-        QTest::newRow("chunk too large") << QList<QByteArray> { id, QByteArray("\x12", 1), QByteArray("{}"), QByteArray(MaxChunkBytes + 1, 'x') }
+        QTest::newRow("chunk too large") << QList<QByteArray> { id, QByteArray("\x12", 1), QByteArray("{}"),
+            QByteArray(MaxChunkBytes + 1, 'x') }
                                          << errors::TooLarge;
-        QTest::newRow("message too large") << QList<QByteArray> { id, QByteArray("\x12", 1), QByteArray("{}"), QByteArray(MaxMessageBytes, 'x') }
+        QTest::newRow("message too large") << QList<QByteArray> { id, QByteArray("\x12", 1), QByteArray("{}"),
+            QByteArray(MaxMessageBytes, 'x') }
                                            << errors::TooLarge;
     }
     void refusesBadFrames()

@@ -1,0 +1,247 @@
+// tessera-job: the job owner's command line. Wiring only: the protocol lives in net/BrokerClient.
+
+#include <core/jobspec.h>
+#include <core/settings/settings.h>
+#include <net/brokerclient.h>
+
+#include <QCommandLineParser>
+#include <QCoreApplication>
+#include <QDir>
+#include <QFile>
+#include <QFileInfo>
+#include <QJsonArray>
+#include <QJsonDocument>
+#include <QSaveFile>
+#include <QTextStream>
+#include <QThread>
+
+using namespace tessera;
+
+namespace {
+
+QTextStream& out()
+{
+    static QTextStream stream(stdout);
+    return stream;
+}
+
+int fail(const QString& message)
+{
+    QTextStream(stderr) << "tessera-job: " << message << Qt::endl;
+    return 1;
+}
+
+const char* Usage = R"(Usage: tessera-job [--broker ADDRESS] [--config FILE] COMMAND [ARGS]
+
+Commands:
+  submit JOB.json        upload the files the job names (TorchScript model, tensor files) and submit it;
+                         prints the job id
+  status [ID]            one job's progress, or every job's
+  wait ID [--json]       follow a job to its end, printing each round's test accuracy
+  fetch ID -o FILE       save the newest global weights (torch.load reads them)
+  list                   every job on the broker
+  cancel ID              stop a job
+
+The broker is --broker, else the first of Node/Brokers in the settings, else tcp://127.0.0.1:5555.
+)";
+
+QString describe(const QJsonObject& job)
+{
+    const auto history = job.value(QStringLiteral("history")).toArray();
+    QString text = QStringLiteral("%1  %2  %3  round %4/%5")
+                       .arg(job.value(QStringLiteral("jobId")).toString(), job.value(QStringLiteral("state")).toString(),
+                           job.value(QStringLiteral("name")).toString())
+                       .arg(job.value(QStringLiteral("round")).toInteger())
+                       .arg(job.value(QStringLiteral("rounds")).toInteger());
+    if (!history.isEmpty())
+        text += QStringLiteral("  test accuracy %1%")
+                    .arg(history.last().toObject().value(QStringLiteral("testAccuracy")).toDouble() * 100.0, 0, 'f', 2);
+    if (job.contains(QStringLiteral("failure")))
+        text += QStringLiteral("  (%1)").arg(job.value(QStringLiteral("failure")).toString());
+    return text;
+}
+
+int submit(net::BrokerClient& client, const QString& path)
+{
+    QFile file(path);
+    if (!file.open(QIODevice::ReadOnly))
+        return fail(QStringLiteral("cannot read %1").arg(path));
+    auto spec = core::JobSpec::fromJsonText(file.readAll());
+    if (!spec)
+        return fail(QStringLiteral("%1: %2").arg(path, spec.error().toString()));
+    const QDir base = QFileInfo(path).absoluteDir();
+    // Files travel as blobs; the job names them by their SHA-256.
+    auto uploadFile = [&](QString& name, core::Digest& digest) -> core::Status {
+        if (name.isEmpty())
+            return {};
+        QFile blob(base.absoluteFilePath(name));
+        if (!blob.open(QIODevice::ReadOnly))
+            return core::Error { name, QStringLiteral("cannot read the file") };
+        if (blob.size() > (qint64(1) << 30))
+            return core::Error { name, QStringLiteral("files of more than 1 GiB are not accepted") };
+        out() << "uploading " << name << " (" << blob.size() << " bytes)" << Qt::endl;
+        auto uploaded = client.upload(blob.readAll());
+        if (!uploaded)
+            return uploaded.error();
+        digest = *uploaded;
+        name.clear();
+        return {};
+    };
+    for (auto status : { uploadFile(spec->model.scriptFile, spec->model.scriptSha256),
+             uploadFile(spec->dataset.trainFile, spec->dataset.trainSha256),
+             uploadFile(spec->dataset.testFile, spec->dataset.testSha256) }) {
+        if (!status)
+            return fail(status.error().toString());
+    }
+    auto reply = client.request(net::Command::Submit, { { QStringLiteral("job"), spec->toJson() } });
+    if (!reply)
+        return fail(reply.error().message);
+    out() << reply->value(QStringLiteral("jobId")).toString() << Qt::endl;
+    return 0;
+}
+
+int wait(net::BrokerClient& client, const QString& jobId, bool json)
+{
+    qint64 shown = 0;
+    for (;;) {
+        auto reply = client.request(net::Command::Status, { { QStringLiteral("jobId"), jobId } });
+        if (!reply)
+            return fail(reply.error().message);
+        const auto job = reply->value(QStringLiteral("job")).toObject();
+        const auto history = job.value(QStringLiteral("history")).toArray();
+        for (; shown < history.size(); ++shown) {
+            const auto round = history.at(shown).toObject();
+            if (!json)
+                out() << QStringLiteral("round %1/%2  test accuracy %3%  test loss %4  train loss %5")
+                             .arg(round.value(QStringLiteral("round")).toInteger() + 1)
+                             .arg(job.value(QStringLiteral("rounds")).toInteger())
+                             .arg(round.value(QStringLiteral("testAccuracy")).toDouble() * 100.0, 0, 'f', 2)
+                             .arg(round.value(QStringLiteral("testLoss")).toDouble(), 0, 'f', 4)
+                             .arg(round.value(QStringLiteral("trainLoss")).toDouble(), 0, 'f', 4)
+                      << Qt::endl;
+        }
+        const QString state = job.value(QStringLiteral("state")).toString();
+        if (state != u"running") {
+            if (json)
+                out() << QJsonDocument(job).toJson();
+            else
+                out() << describe(job) << Qt::endl;
+            return state == u"finished" ? 0 : 1;
+        }
+        QThread::msleep(500);
+    }
+}
+
+int fetch(net::BrokerClient& client, const QString& jobId, const QString& path)
+{
+    auto reply = client.request(net::Command::Status, { { QStringLiteral("jobId"), jobId } });
+    if (!reply)
+        return fail(reply.error().message);
+    auto digest
+        = core::Digest::fromHex(reply->value(QStringLiteral("job")).toObject().value(QStringLiteral("weightsSha256")).toString());
+    if (!digest)
+        return fail(QStringLiteral("the broker named no weights"));
+    auto bytes = client.download(*digest);
+    if (!bytes)
+        return fail(bytes.error().message);
+    QSaveFile file(path);
+    if (!file.open(QIODevice::WriteOnly) || file.write(*bytes) != bytes->size() || !file.commit())
+        return fail(QStringLiteral("cannot write %1").arg(path));
+    out() << "wrote " << path << " (" << bytes->size() << " bytes; torch.load reads it)" << Qt::endl;
+    return 0;
+}
+
+} // namespace
+
+int main(int argc, char* argv[])
+{
+    QCoreApplication app(argc, argv);
+    QCoreApplication::setApplicationName(QStringLiteral("tessera-job"));
+    QStringList args = app.arguments();
+    QString brokerAddress;
+    QString configPath = core::settings::Settings::defaultFilePath();
+    while (args.size() > 1 && args[1].startsWith(u'-')) {
+        const QString option = args.takeAt(1);
+        if (option == u"--version") {
+            out() << "tessera-job " << TESSERA_VERSION << Qt::endl;
+            return 0;
+        }
+        if (option == u"--help" || option == u"-h") {
+            out() << Usage;
+            return 0;
+        }
+        if ((option == u"--broker" || option == u"--config") && args.size() > 1) {
+            (option == u"--broker" ? brokerAddress : configPath) = args.takeAt(1);
+            continue;
+        }
+        return fail(QStringLiteral("unknown option %1").arg(option));
+    }
+    if (args.size() < 2) {
+        QTextStream(stderr) << Usage;
+        return 2;
+    }
+    core::settings::Settings settings(configPath);
+    settings.load();
+    if (brokerAddress.isEmpty()) {
+        const auto brokers = settings.listValue(core::settings::names::NodeBrokers);
+        brokerAddress = brokers.isEmpty() ? QStringLiteral("tcp://127.0.0.1:5555") : brokers.first();
+    }
+    auto address = net::BrokerAddress::parse(brokerAddress);
+    if (!address)
+        return fail(address.error().toString());
+    net::BrokerClient client(*address, std::nullopt);
+
+    const QString command = args[1];
+    QCommandLineParser parser;
+    parser.addPositionalArgument(QStringLiteral("arguments"), {});
+    parser.addOption({ QStringLiteral("json"), QStringLiteral("JSON output") });
+    parser.addOption(
+        { { QStringLiteral("o"), QStringLiteral("output") }, QStringLiteral("output file"), QStringLiteral("FILE") });
+    QStringList rest = args;
+    rest.removeAt(1);
+    if (!parser.parse(rest))
+        return fail(parser.errorText());
+    const auto positional = parser.positionalArguments();
+
+    if (command == u"submit" && positional.size() == 1)
+        return submit(client, positional[0]);
+    if (command == u"wait" && positional.size() == 1)
+        return wait(client, positional[0], parser.isSet(QStringLiteral("json")));
+    if (command == u"fetch" && positional.size() == 1 && parser.isSet(QStringLiteral("output")))
+        return fetch(client, positional[0], parser.value(QStringLiteral("output")));
+    if (command == u"cancel" && positional.size() == 1) {
+        auto reply = client.request(net::Command::Cancel, { { QStringLiteral("jobId"), positional[0] } });
+        if (!reply)
+            return fail(reply.error().message);
+        out() << "cancelled " << positional[0] << Qt::endl;
+        return 0;
+    }
+    if ((command == u"status" && positional.size() == 1)) {
+        auto reply = client.request(net::Command::Status, { { QStringLiteral("jobId"), positional[0] } });
+        if (!reply)
+            return fail(reply.error().message);
+        const auto job = reply->value(QStringLiteral("job")).toObject();
+        if (parser.isSet(QStringLiteral("json")))
+            out() << QJsonDocument(job).toJson();
+        else
+            out() << describe(job) << Qt::endl;
+        return 0;
+    }
+    if ((command == u"list" || command == u"status") && positional.isEmpty()) {
+        auto reply = client.request(net::Command::List, {});
+        if (!reply)
+            return fail(reply.error().message);
+        const auto jobs = reply->value(QStringLiteral("jobs")).toArray();
+        if (parser.isSet(QStringLiteral("json")))
+            out() << QJsonDocument(jobs).toJson();
+        for (const auto& job : jobs) {
+            if (!parser.isSet(QStringLiteral("json")))
+                out() << describe(job.toObject()) << Qt::endl;
+        }
+        if (jobs.isEmpty() && !parser.isSet(QStringLiteral("json")))
+            out() << "no jobs" << Qt::endl;
+        return 0;
+    }
+    QTextStream(stderr) << Usage;
+    return 2;
+}

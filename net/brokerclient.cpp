@@ -1,0 +1,158 @@
+#include "brokerclient.h"
+
+#include <zmq.hpp>
+#include <zmq_addon.hpp>
+
+namespace tessera::net {
+
+struct BrokerClient::Private {
+    BrokerAddress broker;
+    int timeoutMs;
+    zmq::context_t context;
+    zmq::socket_t socket { context, zmq::socket_type::dealer };
+    qint64 nextId = 1;
+};
+
+BrokerClient::BrokerClient(BrokerAddress broker, std::optional<CurveKeys> keys, int timeoutMs)
+    : d(std::make_unique<Private>())
+{
+    d->broker = std::move(broker);
+    d->timeoutMs = timeoutMs;
+    d->socket.set(zmq::sockopt::linger, 0);
+    if (!d->broker.serverKey.isEmpty()) {
+        const auto own = keys ? *keys : CurveKeys::generate();
+        d->socket.set(zmq::sockopt::curve_serverkey, d->broker.serverKey.toStdString());
+        d->socket.set(zmq::sockopt::curve_publickey, own.publicKey.toStdString());
+        d->socket.set(zmq::sockopt::curve_secretkey, own.secretKey.toStdString());
+    }
+    d->socket.connect(d->broker.endpoint.toStdString());
+}
+
+BrokerClient::~BrokerClient() = default;
+
+void BrokerClient::send(const Message& message)
+{
+    const auto frames = encode(message);
+    for (qsizetype i = 0; i < frames.size(); ++i)
+        d->socket.send(zmq::buffer(frames[i].constData(), std::size_t(frames[i].size())),
+            i + 1 < frames.size() ? zmq::send_flags::sndmore : zmq::send_flags::none);
+}
+
+core::Result<Message> BrokerClient::receive()
+{
+    for (;;) {
+        zmq::pollitem_t item { d->socket.handle(), 0, ZMQ_POLLIN, 0 };
+        zmq::poll(&item, 1, std::chrono::milliseconds(d->timeoutMs));
+        if (!(item.revents & ZMQ_POLLIN))
+            return core::Error { QStringLiteral("broker"),
+                QStringLiteral("no answer from %1 within %2 s (is it running, and is the key right?)")
+                    .arg(d->broker.endpoint)
+                    .arg(d->timeoutMs / 1000) };
+        std::vector<zmq::message_t> parts;
+        (void)zmq::recv_multipart(d->socket, std::back_inserter(parts));
+        QList<QByteArray> frames;
+        for (const auto& part : parts)
+            frames.append(QByteArray(static_cast<const char*>(part.data()), qsizetype(part.size())));
+        auto message = decode(frames);
+        if (!message)
+            return core::Error { QStringLiteral("broker"),
+                QStringLiteral("the broker sent something unreadable: %1").arg(message.error().message) };
+        if (message->command == Command::Heartbeat)
+            continue;
+        return *message;
+    }
+}
+
+core::Result<QJsonObject> BrokerClient::request(Command command, QJsonObject header)
+{
+    const qint64 id = d->nextId++;
+    header.insert(QStringLiteral("id"), id);
+    send({ command, header, {} });
+    for (;;) {
+        auto reply = receive();
+        if (!reply)
+            return reply.error();
+        if (reply->header.value(QStringLiteral("id")).toInteger(-1) != id)
+            continue; // a late answer to an earlier request
+        if (reply->command == Command::Error)
+            return core::Error { reply->header.value(QStringLiteral("code")).toString(),
+                reply->header.value(QStringLiteral("message")).toString() };
+        return reply->header;
+    }
+}
+
+core::Result<core::Digest> BrokerClient::upload(
+    const QByteArray& bytes, const std::function<void(std::int64_t, std::int64_t)>& progress)
+{
+    const auto digest = core::Digest::ofBytes(bytes);
+    std::int64_t sent = 0;
+    int inFlight = 0;
+    bool complete = false;
+    while (!complete) {
+        while (inFlight < MaxCreditChunks && sent < bytes.size()) {
+            const auto length = std::min<std::int64_t>(MaxChunkBytes, bytes.size() - sent);
+            send({ Command::Put,
+                QJsonObject { { QStringLiteral("sha256"), digest.toHex() },
+                    { QStringLiteral("offset"), static_cast<qint64>(sent) },
+                    { QStringLiteral("size"), static_cast<qint64>(bytes.size()) } },
+                bytes.mid(sent, length) });
+            sent += length;
+            ++inFlight;
+        }
+        auto reply = receive();
+        if (!reply)
+            return reply.error();
+        if (reply->command == Command::Error)
+            return core::Error { reply->header.value(QStringLiteral("code")).toString(),
+                reply->header.value(QStringLiteral("message")).toString() };
+        --inFlight;
+        complete = reply->header.value(QStringLiteral("complete")).toBool();
+        if (progress)
+            progress(reply->header.value(QStringLiteral("received")).toInteger(), bytes.size());
+    }
+    return digest;
+}
+
+core::Result<QByteArray> BrokerClient::download(
+    const core::Digest& digest, const std::function<void(std::int64_t, std::int64_t)>& progress)
+{
+    QByteArray bytes;
+    std::int64_t size = -1;
+    std::int64_t requested = 0;
+    int inFlight = 0;
+    auto ask = [&](std::int64_t length) {
+        send({ Command::Get,
+            QJsonObject { { QStringLiteral("sha256"), digest.toHex() },
+                { QStringLiteral("offset"), static_cast<qint64>(requested) },
+                { QStringLiteral("length"), static_cast<qint64>(length) } },
+            {} });
+        requested += length;
+        ++inFlight;
+    };
+    ask(MaxChunkBytes);
+    while (size < 0 || bytes.size() < size) {
+        auto reply = receive();
+        if (!reply)
+            return reply.error();
+        if (reply->command == Command::Error)
+            return core::Error { reply->header.value(QStringLiteral("code")).toString(),
+                reply->header.value(QStringLiteral("message")).toString() };
+        if (reply->command != Command::Chunk)
+            continue;
+        --inFlight;
+        if (reply->header.value(QStringLiteral("offset")).toInteger(-1) != bytes.size())
+            return core::Error { QStringLiteral("broker"), QStringLiteral("blob ranges arrived out of order") };
+        size = reply->header.value(QStringLiteral("size")).toInteger(-1);
+        bytes.append(reply->payload);
+        if (progress)
+            progress(bytes.size(), size);
+        while (inFlight < MaxCreditChunks && requested < size)
+            ask(std::min<std::int64_t>(MaxChunkBytes, size - requested));
+    }
+    if (core::Digest::ofBytes(bytes) != digest)
+        return core::Error { QStringLiteral("sha256"),
+            QStringLiteral("the downloaded bytes do not hash to %1").arg(digest.toHex()) };
+    return bytes;
+}
+
+} // namespace tessera::net

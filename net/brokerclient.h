@@ -1,0 +1,42 @@
+#pragma once
+
+#include "curvekeys.h"
+#include "protocol.h"
+
+#include <core/error.h>
+#include <core/hash.h>
+
+#include <QJsonObject>
+
+#include <functional>
+#include <memory>
+#include <optional>
+
+namespace tessera::net {
+
+// A job owner's connection to a broker: blocking requests with a timeout, and blob transfer with
+// credit-based flow control. For tessera-job and the app's submit panel; one thread at a time.
+class BrokerClient {
+public:
+    BrokerClient(BrokerAddress broker, std::optional<CurveKeys> keys, int timeoutMs = 15000);
+    ~BrokerClient();
+    BrokerClient(const BrokerClient&) = delete;
+    BrokerClient& operator=(const BrokerClient&) = delete;
+
+    // Sends a request and waits for its OK; an ERROR reply or a timeout comes back as an Error.
+    core::Result<QJsonObject> request(Command command, QJsonObject header);
+
+    core::Result<core::Digest> upload(
+        const QByteArray& bytes, const std::function<void(std::int64_t, std::int64_t)>& progress = {});
+    core::Result<QByteArray> download(
+        const core::Digest& digest, const std::function<void(std::int64_t, std::int64_t)>& progress = {});
+
+private:
+    core::Result<Message> receive();
+    void send(const Message& message);
+
+    struct Private;
+    std::unique_ptr<Private> d;
+};
+
+} // namespace tessera::net
