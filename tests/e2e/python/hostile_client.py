@@ -1,0 +1,59 @@
+"""A hostile client, written from docs/PROTOCOL.md alone: sends the broker what it must refuse and
+checks each answer, then checks that the broker still serves and stored nothing.
+
+Usage: hostile_client.py ENDPOINT
+"""
+import hashlib
+import json
+import sys
+
+import zmq
+
+endpoint = sys.argv[1]
+context = zmq.Context()
+socket = context.socket(zmq.DEALER)
+socket.setsockopt(zmq.RCVTIMEO, 10000)
+socket.setsockopt(zmq.LINGER, 0)
+socket.connect(endpoint)
+
+
+def exchange(frames):
+    socket.send_multipart(frames)
+    reply = socket.recv_multipart()
+    assert reply[0] == b"TESSERA/1", reply
+    return reply[1], json.loads(reply[2])
+
+
+def expect_error(frames, code):
+    command, header = exchange(frames)
+    assert command == b"\x08", (command, header)
+    assert header["code"] == code, (code, header)
+    print("refused as %s: %s" % (code, header["message"]))
+
+
+def request(command, header):
+    return [b"TESSERA/1", bytes([command]), json.dumps(header).encode()]
+
+
+expect_error([b"garbage"], "bad-message")
+expect_error([b"TESSERA/2", b"\x22", b"{}"], "bad-version")
+expect_error([b"TESSERA/1", b"\x7e", b"{}"], "unknown-command")
+expect_error([b"TESSERA/1", b"\x22", b"{not json"], "bad-message")
+expect_error([b"TESSERA/1", b"\x12", b"{}", b"x" * (3 * 1024 * 1024)], "too-large")
+expect_error(request(0x21, {"jobId": "no-such-job"}), "unknown-job")
+expect_error(request(0x23, {"jobId": "no-such-job"}), "unknown-job")
+expect_error(request(0x20, {"job": {"name": "x"}}), "invalid")
+expect_error(request(0x04, {}), "not-registered")
+expect_error(request(0x06, {"assignment": "a", "result": {}}), "not-registered")
+
+# A blob whose bytes do not match its name is refused and not kept.
+claimed = hashlib.sha256(b"the real bytes").hexdigest()
+socket.send_multipart(request(0x12, {"sha256": claimed, "offset": 0, "size": 9}) + [b"bad bytes"])
+command, header = socket.recv_multipart()[1:3]
+assert command == b"\x08" and json.loads(header)["code"] == "hash-mismatch", (command, header)
+expect_error(request(0x10, {"sha256": claimed, "offset": 0, "length": 9}), "unknown-blob")
+
+# ... and the broker goes on serving.
+command, header = exchange(request(0x22, {"id": 42}))
+assert command == b"\x07" and header["id"] == 42, (command, header)
+print("the broker still serves")

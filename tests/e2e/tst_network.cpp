@@ -1,0 +1,266 @@
+// End to end over real processes on 127.0.0.1: tessera-broker, tessera-node run, tessera-job and
+// independent Python peers. The networked result must equal tessera-node train-local bit for bit,
+// also when a node or the broker is killed with SIGKILL halfway.
+
+#include <QDir>
+#include <QFile>
+#include <QJsonArray>
+#include <QJsonDocument>
+#include <QJsonObject>
+#include <QProcess>
+#include <QRandomGenerator>
+#include <QTemporaryDir>
+#include <QTest>
+
+#include <memory>
+
+#include <csignal>
+
+namespace {
+
+const QString Bin = QStringLiteral(TESSERA_BIN_DIR);
+const QString Job = QStringLiteral(TESSERA_SOURCE_DIR "/examples/jobs/fashion-mnist-mlp.json");
+const QString Python = QStringLiteral("/usr/bin/python3");
+
+struct Run {
+    int exitCode = -1;
+    QString output;
+};
+
+Run run(const QString& program, const QStringList& arguments, int timeoutMs = 300'000)
+{
+    QProcess process;
+    process.setProcessChannelMode(QProcess::MergedChannels);
+    process.start(program, arguments);
+    if (!process.waitForFinished(timeoutMs)) {
+        process.kill();
+        process.waitForFinished();
+        return { -1, QStringLiteral("timed out: ") + QString::fromUtf8(process.readAll()) };
+    }
+    return { process.exitStatus() == QProcess::NormalExit ? process.exitCode() : -2, QString::fromUtf8(process.readAll()) };
+}
+
+int freePort()
+{
+    return 20000 + int(QRandomGenerator::global()->bounded(20000));
+}
+
+// A broker and nodes in a scratch folder, stopped (SIGKILL) when the cluster goes out of scope.
+class Cluster {
+public:
+    Cluster()
+        : m_port(freePort())
+    { }
+    ~Cluster()
+    {
+        for (auto& process : m_processes) {
+            process->kill();
+            process->waitForFinished(5000);
+        }
+    }
+
+    QString endpoint() const { return QStringLiteral("tcp://127.0.0.1:%1").arg(m_port); }
+    QString path(const QString& name) const { return m_dir.filePath(name); }
+
+    QProcess* startBroker(const QStringList& extra = {})
+    {
+        writeFile(path(QStringLiteral("broker.ini")),
+            QStringLiteral("[Broker]\nDataDirectory=%1\n").arg(path(QStringLiteral("broker"))));
+        m_broker = start(Bin + QStringLiteral("/tessera-broker"),
+            QStringList { QStringLiteral("--config"), path(QStringLiteral("broker.ini")), QStringLiteral("--bind"), endpoint() }
+                + extra,
+            QStringLiteral("broker"));
+        return m_broker;
+    }
+
+    QProcess* startNode(int index, const QString& address = {})
+    {
+        const QString ini = path(QStringLiteral("node%1.ini").arg(index));
+        writeFile(ini,
+            QStringLiteral("[Node]\nDataDirectory=%1\nName=node-%2\n").arg(path(QStringLiteral("node%1").arg(index))).arg(index));
+        auto* node = start(Bin + QStringLiteral("/tessera-node"),
+            { QStringLiteral("--config"), ini, QStringLiteral("run"), QStringLiteral("--broker"),
+                address.isEmpty() ? endpoint() : address },
+            QStringLiteral("node%1").arg(index));
+        return node;
+    }
+
+    Run job(const QStringList& arguments, int timeoutMs = 300'000)
+    {
+        return run(Bin + QStringLiteral("/tessera-job"),
+            QStringList { QStringLiteral("--config"), QStringLiteral("/dev/null"), QStringLiteral("--broker"), endpoint() }
+                + arguments,
+            timeoutMs);
+    }
+
+    QString submit()
+    {
+        const auto submitted = job({ QStringLiteral("submit"), Job });
+        if (submitted.exitCode != 0)
+            qWarning("%s", qPrintable(submitted.output));
+        return submitted.output.trimmed().split(u'\n').last();
+    }
+
+    QJsonObject status(const QString& jobId)
+    {
+        const auto reply = job({ QStringLiteral("status"), jobId, QStringLiteral("--json") }, 20'000);
+        return QJsonDocument::fromJson(reply.output.toUtf8()).object();
+    }
+
+    // Waits until the job has aggregated at least `round` rounds.
+    bool waitForRound(const QString& jobId, int round)
+    {
+        return QTest::qWaitFor([&] { return status(jobId).value(QStringLiteral("round")).toInt() >= round; }, 240'000);
+    }
+
+    QJsonObject waitForEnd(const QString& jobId)
+    {
+        const auto finished = job({ QStringLiteral("wait"), jobId, QStringLiteral("--json") });
+        const auto lastBrace = finished.output.indexOf(u'{');
+        return QJsonDocument::fromJson(finished.output.mid(lastBrace).toUtf8()).object();
+    }
+
+    QProcess* broker() const { return m_broker; }
+
+    static void writeFile(const QString& path, const QString& text)
+    {
+        QFile file(path);
+        if (file.open(QIODevice::WriteOnly))
+            file.write(text.toUtf8());
+    }
+
+private:
+    QProcess* start(const QString& program, const QStringList& arguments, const QString& log)
+    {
+        auto process = std::make_unique<QProcess>();
+        process->setProcessChannelMode(QProcess::MergedChannels);
+        process->setStandardOutputFile(path(log + QStringLiteral(".log")), QIODevice::Append);
+        process->start(program, arguments);
+        process->waitForStarted();
+        m_processes.push_back(std::move(process));
+        return m_processes.back().get();
+    }
+
+    QTemporaryDir m_dir;
+    int m_port;
+    QProcess* m_broker = nullptr;
+    std::vector<std::unique_ptr<QProcess>> m_processes;
+};
+
+} // namespace
+
+class NetworkTest : public QObject {
+    Q_OBJECT
+
+private:
+    QString m_baseline; // canonical hash of train-local's final weights
+    QTemporaryDir m_dir;
+
+private Q_SLOTS:
+    void initTestCase()
+    {
+        const auto local = run(Bin + QStringLiteral("/tessera-node"),
+            { QStringLiteral("--config"), QStringLiteral("/dev/null"), QStringLiteral("train-local"), Job,
+                QStringLiteral("--out"), m_dir.path() });
+        QVERIFY2(local.exitCode == 0, qPrintable(local.output));
+        QFile report(m_dir.filePath(QStringLiteral("report.json")));
+        QVERIFY(report.open(QIODevice::ReadOnly));
+        m_baseline = QJsonDocument::fromJson(report.readAll()).object().value(QStringLiteral("finalWeightsHash")).toString();
+        QCOMPARE(m_baseline.size(), 64);
+    }
+
+    void threeNodesTrainToTheSameBitsAsOneMachine()
+    {
+        Cluster cluster;
+        cluster.startBroker();
+        for (int i = 1; i <= 3; ++i)
+            cluster.startNode(i);
+        const QString jobId = cluster.submit();
+        QVERIFY(!jobId.isEmpty());
+        const auto job = cluster.waitForEnd(jobId);
+        QCOMPARE(job.value(QStringLiteral("state")).toString(), QStringLiteral("finished"));
+        const auto history = job.value(QStringLiteral("history")).toArray();
+        QCOMPARE(history.size(), 15);
+        const double accuracy = history.last().toObject().value(QStringLiteral("testAccuracy")).toDouble();
+        qInfo("broker + 3 nodes: test accuracy %.2f%%", accuracy * 100.0);
+        QVERIFY(accuracy >= 0.85);
+        QCOMPARE(job.value(QStringLiteral("weightsHash")).toString(), m_baseline);
+
+        // The job owner fetches the weights and PyTorch loads them.
+        const QString model = cluster.path(QStringLiteral("model.pt"));
+        const auto fetched = cluster.job({ QStringLiteral("fetch"), jobId, QStringLiteral("-o"), model });
+        QVERIFY2(fetched.exitCode == 0, qPrintable(fetched.output));
+        const auto loaded = run(Python,
+            { QStringLiteral("-c"),
+                QStringLiteral("import torch; w = torch.load('%1'); print(sorted(w)); assert w['fc0.weight'].shape == (256, 784)")
+                    .arg(model) });
+        QVERIFY2(loaded.exitCode == 0, qPrintable(loaded.output));
+    }
+
+    void aNodeKilledMidRoundChangesNothing()
+    {
+        Cluster cluster;
+        cluster.startBroker();
+        QProcess* victim = cluster.startNode(1);
+        cluster.startNode(2);
+        cluster.startNode(3);
+        const QString jobId = cluster.submit();
+        QVERIFY(cluster.waitForRound(jobId, 3));
+        ::kill(pid_t(victim->processId()), SIGKILL);
+        const auto job = cluster.waitForEnd(jobId);
+        QCOMPARE(job.value(QStringLiteral("state")).toString(), QStringLiteral("finished"));
+        QCOMPARE(job.value(QStringLiteral("weightsHash")).toString(), m_baseline);
+    }
+
+    void aBrokerKilledMidJobGoesOnAfterARestart()
+    {
+        Cluster cluster;
+        QProcess* broker = cluster.startBroker();
+        cluster.startNode(1);
+        cluster.startNode(2);
+        const QString jobId = cluster.submit();
+        QVERIFY(cluster.waitForRound(jobId, 4));
+        ::kill(pid_t(broker->processId()), SIGKILL);
+        broker->waitForFinished();
+        QTest::qWait(1500);
+        cluster.startBroker(); // the same data folder and port; the nodes find it again
+        const auto job = cluster.waitForEnd(jobId);
+        QCOMPARE(job.value(QStringLiteral("state")).toString(), QStringLiteral("finished"));
+        QCOMPARE(job.value(QStringLiteral("weightsHash")).toString(), m_baseline);
+    }
+
+    void hostileInputGetsErrorsAndTheBrokerServesOn()
+    {
+        Cluster cluster;
+        cluster.startBroker();
+        QTest::qWait(500);
+        const auto hostile
+            = run(Python, { QStringLiteral(TESSERA_SOURCE_DIR "/tests/e2e/python/hostile_client.py"), cluster.endpoint() });
+        QVERIFY2(hostile.exitCode == 0, qPrintable(hostile.output));
+        QVERIFY(hostile.output.contains(QStringLiteral("the broker still serves")));
+        QCOMPARE(cluster.broker()->state(), QProcess::Running);
+    }
+
+    void curveRefusesPlaintextAndWrongKeys()
+    {
+        Cluster cluster;
+        const QString keys = cluster.path(QStringLiteral("broker.key"));
+        cluster.startBroker({ QStringLiteral("--keys"), keys });
+        QVERIFY(QTest::qWaitFor([&] { return QFile::exists(keys); }, 10'000));
+        QTest::qWait(300);
+        QFile keyFile(keys);
+        QVERIFY(keyFile.open(QIODevice::ReadOnly));
+        const QString publicKey = QString::fromLatin1(keyFile.readLine()).trimmed().section(u' ', 1);
+        const auto client = run(
+            Python, { QStringLiteral(TESSERA_SOURCE_DIR "/tests/e2e/python/curve_client.py"), cluster.endpoint(), publicKey });
+        QVERIFY2(client.exitCode == 0, qPrintable(client.output));
+        // tessera-job over CURVE, with the key in the address.
+        const auto listed = run(Bin + QStringLiteral("/tessera-job"),
+            { QStringLiteral("--config"), QStringLiteral("/dev/null"), QStringLiteral("--broker"),
+                cluster.endpoint() + u'#' + publicKey, QStringLiteral("list") });
+        QVERIFY2(listed.exitCode == 0 && listed.output.contains(QStringLiteral("no jobs")), qPrintable(listed.output));
+    }
+};
+
+QTEST_GUILESS_MAIN(NetworkTest)
+#include "tst_network.moc"
