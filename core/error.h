@@ -50,6 +50,7 @@ public:
     }
     const T& operator*() const& { return value(); }
     T& operator*() & { return value(); }
+    T&& operator*() && { return std::move(*this).value(); }
     const T* operator->() const { return &value(); }
     T* operator->() { return &value(); }
 

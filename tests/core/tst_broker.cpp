@@ -1,0 +1,242 @@
+// The broker's state machine with a fake clock and stand-in arithmetic (a fake is fine here: the
+// real arithmetic is tested in tests/compute and end to end in tests/e2e).
+
+#include <core/broker/broker.h>
+
+#include <QTemporaryDir>
+#include <QTest>
+
+using namespace tessera::core;
+using namespace tessera::core::broker;
+
+namespace {
+
+class FakeClock final : public Clock {
+public:
+    std::int64_t now = 1'000'000;
+    std::int64_t nowMs() const override { return now; }
+};
+
+// Weights are plain bytes whose "canonical hash" is their SHA-256; aggregation concatenates the
+// shards' weights in the order it is given them, so the test can see that order.
+class FakeMath final : public TrainingMath {
+public:
+    QList<QList<std::int64_t>> aggregationOrders;
+
+    Result<Weights> initialWeights(const JobSpec&) override { return Weights { "w0", Digest::ofBytes("w0") }; }
+    Result<Digest> canonicalHash(const QByteArray& weights) override { return Digest::ofBytes(weights); }
+    Result<Aggregated> aggregate(
+        const AggregationSpec&, const QByteArray& global, const QList<Update>& updates, const QByteArray&) override
+    {
+        QByteArray next = global + "|";
+        QList<std::int64_t> order;
+        for (const auto& update : updates) {
+            next += update.weights;
+            order.append(update.shard);
+        }
+        aggregationOrders.append(order);
+        return Aggregated { { next, Digest::ofBytes(next) }, {} };
+    }
+    Result<Evaluation> evaluate(const JobSpec&, const QByteArray&) override { return Evaluation { 0.5, 0.9 }; }
+};
+
+JobSpec job(std::int64_t rounds = 2, std::int64_t shards = 3)
+{
+    JobSpec spec;
+    spec.name = QStringLiteral("broker test");
+    spec.model.zoo = QStringLiteral("mlp");
+    spec.dataset.builtin = QStringLiteral("fashion-mnist");
+    spec.training.rounds = rounds;
+    spec.training.shardsPerRound = shards;
+    spec.training.localSteps = 10;
+    spec.training.checkpointInterval = 5;
+    spec.budget = Credits::fromMicro(1);
+    return spec;
+}
+
+NodeInfo node(const QString& id, int threads = 4)
+{
+    NodeInfo info;
+    info.nodeId = id;
+    info.softwareVersion = QStringLiteral("test");
+    info.runtimeProfile = QStringLiteral("p");
+    info.maxThreads = threads;
+    info.benchmarkSamplesPerSecond = 1000;
+    return info;
+}
+
+// What an honest node would answer for an assignment, with its weights uploaded.
+ShardResult answer(Broker& broker, const Assignment& assignment, const QByteArray& weights)
+{
+    ShardResult result;
+    result.jobId = assignment.task.jobId;
+    result.round = assignment.task.round;
+    result.shard = assignment.task.shard;
+    result.weightsSha256 = *broker.blobs().put(weights);
+    result.finalHash = Digest::ofBytes(weights);
+    result.checkpointHashes = { assignment.task.startWeights, Digest::ofBytes("mid"), result.finalHash };
+    result.losses = { 1.0, 0.5 };
+    return result;
+}
+
+} // namespace
+
+class BrokerTest : public QObject {
+    Q_OBJECT
+
+private:
+    QTemporaryDir m_dir;
+    FakeClock m_clock;
+    FakeMath m_math;
+
+    std::unique_ptr<Broker> open(const QString& name = QStringLiteral("b"))
+    {
+        Broker::Options options;
+        options.minDeadlineMs = 10'000;
+        options.maxShardFailures = 2;
+        auto broker = Broker::open(m_dir.filePath(name), m_math, m_clock, options);
+        if (!broker)
+            qFatal("%s", qPrintable(broker.error().toString()));
+        return std::move(broker).value();
+    }
+
+private Q_SLOTS:
+    void roundsAdvanceWhenEveryShardIsIn()
+    {
+        auto broker = open(QStringLiteral("rounds"));
+        const auto jobId = *broker->submit(job(2, 3));
+        QVERIFY(broker->registerNode(node(QStringLiteral("a"))).ok());
+        QVERIFY(broker->registerNode(node(QStringLiteral("b"))).ok());
+
+        for (int round = 0; round < 2; ++round) {
+            QList<Assignment> out;
+            for (const auto* id : { "a", "b", "a" })
+                out.append(**broker->assign(QString::fromLatin1(id)));
+            QVERIFY(!broker->assign(QStringLiteral("b"))->has_value()); // all three are out, in time
+            QCOMPARE(out[0].task.round, round);
+            // Results arrive out of order; aggregation still goes by shard.
+            for (int i : { 2, 0, 1 })
+                QCOMPARE(*broker->acceptResult(QString::fromLatin1(i == 1 ? "b" : "a"), out[i].id,
+                             answer(*broker, out[i], QByteArray::number(round) + QByteArray::number(out[i].task.shard))),
+                    Verdict::Accepted);
+        }
+        QCOMPARE(m_math.aggregationOrders.last(), (QList<std::int64_t> { 0, 1, 2 }));
+        const auto status = *broker->status(jobId);
+        QCOMPARE(status.state, QStringLiteral("finished"));
+        QCOMPARE(status.history.size(), 2);
+        QCOMPARE(status.history[1].testAccuracy, 0.9);
+        QCOMPARE(status.history[0].trainLoss, 0.75);
+        QCOMPARE(*broker->blobs().read(status.weightsBlob), QByteArray("w0|000102|101112"));
+        QVERIFY(!broker->assign(QStringLiteral("a"))->has_value());
+    }
+
+    void stragglersAreReissuedAndTheFirstValidResultWins()
+    {
+        auto broker = open(QStringLiteral("stragglers"));
+        (void)*broker->submit(job(1, 1));
+        QVERIFY(broker->registerNode(node(QStringLiteral("slow"))).ok());
+        QVERIFY(broker->registerNode(node(QStringLiteral("fast"))).ok());
+        const auto first = **broker->assign(QStringLiteral("slow"));
+        QVERIFY(!broker->assign(QStringLiteral("fast"))->has_value());
+        m_clock.now = first.deadlineMs + 1; // the slow node misses its deadline
+        const auto second = **broker->assign(QStringLiteral("fast"));
+        QCOMPARE(second.task.shard, first.task.shard);
+        QVERIFY(second.id != first.id);
+        QCOMPARE(*broker->acceptResult(QStringLiteral("fast"), second.id, answer(*broker, second, "fast")), Verdict::Accepted);
+        // The straggler's late answer is not counted twice.
+        QCOMPARE(*broker->acceptResult(QStringLiteral("slow"), first.id, answer(*broker, first, "slow")), Verdict::Stale);
+        QCOMPARE(*broker->acceptResult(QStringLiteral("fast"), second.id, answer(*broker, second, "fast")), Verdict::Stale);
+    }
+
+    void invalidResultsAreNotCounted()
+    {
+        auto broker = open(QStringLiteral("invalid"));
+        (void)*broker->submit(job(1, 1));
+        QVERIFY(broker->registerNode(node(QStringLiteral("a"))).ok());
+        QVERIFY(broker->registerNode(node(QStringLiteral("b"))).ok());
+        const auto assignment = **broker->assign(QStringLiteral("a"));
+
+        auto lie = answer(*broker, assignment, "w");
+        lie.finalHash = Digest::ofBytes("not the weights");
+        lie.checkpointHashes.last() = lie.finalHash;
+        QCOMPARE(broker->acceptResult(QStringLiteral("a"), assignment.id, lie).error().field, QStringLiteral("finalHash"));
+        auto shortChain = answer(*broker, assignment, "w");
+        shortChain.checkpointHashes.removeAt(1);
+        QCOMPARE(broker->acceptResult(QStringLiteral("a"), assignment.id, shortChain).error().field,
+            QStringLiteral("checkpointHashes"));
+        auto noWeights = answer(*broker, assignment, "w");
+        noWeights.weightsSha256 = Digest::ofBytes("never uploaded");
+        QCOMPARE(
+            broker->acceptResult(QStringLiteral("a"), assignment.id, noWeights).error().field, QStringLiteral("weightsSha256"));
+        QVERIFY(!broker->acceptResult(QStringLiteral("b"), assignment.id, answer(*broker, assignment, "w")).ok()); // not b's
+        QVERIFY(!broker->acceptResult(QStringLiteral("a"), QStringLiteral("nonsense"), answer(*broker, assignment, "w")).ok());
+        // After all that, the honest answer still counts.
+        QCOMPARE(*broker->acceptResult(QStringLiteral("a"), assignment.id, answer(*broker, assignment, "w")), Verdict::Accepted);
+    }
+
+    void failedShardsGoElsewhereAndEndTheJobAfterTooMany()
+    {
+        auto broker = open(QStringLiteral("failures"));
+        const auto jobId = *broker->submit(job(1, 1));
+        QVERIFY(broker->registerNode(node(QStringLiteral("a"))).ok());
+        QVERIFY(broker->registerNode(node(QStringLiteral("b"))).ok());
+        for (const auto* id : { "a", "b" }) {
+            const auto assignment = **broker->assign(QString::fromLatin1(id));
+            ShardResult failed;
+            failed.jobId = assignment.task.jobId;
+            failed.round = assignment.task.round;
+            failed.shard = assignment.task.shard;
+            failed.outcome = ShardResult::Outcome::Failed;
+            failed.failure = QStringLiteral("loss became NaN");
+            QCOMPARE(*broker->acceptResult(QString::fromLatin1(id), assignment.id, failed), Verdict::Failed);
+        }
+        const auto status = *broker->status(jobId);
+        QCOMPARE(status.state, QStringLiteral("failed"));
+        QVERIFY(status.failure.contains(QStringLiteral("NaN")));
+        QVERIFY(!broker->assign(QStringLiteral("a"))->has_value());
+    }
+
+    void shardsOfALostNodeAndOfACrashedBrokerAreReissued()
+    {
+        {
+            auto broker = open(QStringLiteral("recovery"));
+            (void)*broker->submit(job(1, 2));
+            QVERIFY(broker->registerNode(node(QStringLiteral("a"))).ok());
+            QVERIFY(broker->registerNode(node(QStringLiteral("b"))).ok());
+            const auto lost = **broker->assign(QStringLiteral("a"));
+            broker->nodeLost(QStringLiteral("a"));
+            QCOMPARE((**broker->assign(QStringLiteral("b"))).task.shard, lost.task.shard); // at once, no deadline to wait for
+            (void)**broker->assign(QStringLiteral("b"));
+        } // the broker dies with both shards out
+        auto broker = open(QStringLiteral("recovery"));
+        QVERIFY(broker->registerNode(node(QStringLiteral("c"))).ok());
+        QVERIFY(broker->assign(QStringLiteral("c"))->has_value());
+        QVERIFY(broker->assign(QStringLiteral("c"))->has_value());
+    }
+
+    void nodesGetOnlyWhatTheyCanRun()
+    {
+        auto broker = open(QStringLiteral("threads"));
+        auto spec = job(1, 1);
+        spec.training.threads = 8;
+        (void)*broker->submit(spec);
+        QVERIFY(broker->registerNode(node(QStringLiteral("small"), 2)).ok());
+        QVERIFY(!broker->assign(QStringLiteral("small"))->has_value());
+        QVERIFY(!broker->assign(QStringLiteral("unregistered")).ok());
+    }
+
+    void cancelledJobsHandOutNothing()
+    {
+        auto broker = open(QStringLiteral("cancel"));
+        const auto jobId = *broker->submit(job());
+        QVERIFY(broker->cancel(jobId).ok());
+        QVERIFY(!broker->cancel(jobId).ok());
+        QVERIFY(!broker->cancel(QStringLiteral("nope")).ok());
+        QVERIFY(broker->registerNode(node(QStringLiteral("a"))).ok());
+        QVERIFY(!broker->assign(QStringLiteral("a"))->has_value());
+        QCOMPARE(broker->list()->size(), 1);
+    }
+};
+
+QTEST_GUILESS_MAIN(BrokerTest)
+#include "tst_broker.moc"
