@@ -73,16 +73,21 @@ public:
         return m_broker;
     }
 
-    QProcess* startNode(int index, const QString& address = {})
+    QProcess* startNode(int index, const QStringList& brokers = {})
     {
         const QString ini = path(QStringLiteral("node%1.ini").arg(index));
         writeFile(ini,
             QStringLiteral("[Node]\nDataDirectory=%1\nName=node-%2\n").arg(path(QStringLiteral("node%1").arg(index))).arg(index));
-        auto* node = start(Bin + QStringLiteral("/tessera-node"),
-            { QStringLiteral("--config"), ini, QStringLiteral("run"), QStringLiteral("--broker"),
-                address.isEmpty() ? endpoint() : address },
-            QStringLiteral("node%1").arg(index));
-        return node;
+        QStringList arguments { QStringLiteral("--config"), ini, QStringLiteral("run") };
+        for (const auto& broker : brokers.isEmpty() ? QStringList { endpoint() } : brokers)
+            arguments << QStringLiteral("--broker") << broker;
+        return start(Bin + QStringLiteral("/tessera-node"), arguments, QStringLiteral("node%1").arg(index));
+    }
+
+    QString log(const QString& name) const
+    {
+        QFile file(path(name + QStringLiteral(".log")));
+        return file.open(QIODevice::ReadOnly) ? QString::fromUtf8(file.readAll()) : QString();
     }
 
     Run job(const QStringList& arguments, int timeoutMs = 300'000)
@@ -93,9 +98,9 @@ public:
             timeoutMs);
     }
 
-    QString submit()
+    QString submit(const QString& jobFile = Job)
     {
-        const auto submitted = job({ QStringLiteral("submit"), Job });
+        const auto submitted = job({ QStringLiteral("submit"), jobFile });
         if (submitted.exitCode != 0)
             qWarning("%s", qPrintable(submitted.output));
         return submitted.output.trimmed().split(u'\n').last();
@@ -227,6 +232,40 @@ private Q_SLOTS:
         const auto job = cluster.waitForEnd(jobId);
         QCOMPARE(job.value(QStringLiteral("state")).toString(), QStringLiteral("finished"));
         QCOMPARE(job.value(QStringLiteral("weightsHash")).toString(), m_baseline);
+    }
+
+    void sigtermLetsTheShardInTrainingFinish()
+    {
+        Cluster cluster;
+        cluster.startBroker();
+        QProcess* node = cluster.startNode(1);
+        const QString jobId = cluster.submit();
+        QVERIFY(cluster.waitForRound(jobId, 1));
+        QTest::qWait(200); // well inside a shard of round 2
+        ::kill(pid_t(node->processId()), SIGTERM);
+        QVERIFY(node->waitForFinished(120'000));
+        QCOMPARE(node->exitStatus(), QProcess::NormalExit);
+        QCOMPARE(node->exitCode(), 0);
+        const QString log = cluster.log(QStringLiteral("node1"));
+        QVERIFY2(log.contains(QStringLiteral("stopped after reporting")), qPrintable(log));
+        QVERIFY2(!log.contains(QStringLiteral("stopped after reporting 0 ")), qPrintable(log));
+    }
+
+    void oneNodeServesTwoBrokers()
+    {
+        const QString small = m_dir.filePath(QStringLiteral("small.json"));
+        Cluster::writeFile(small, QStringLiteral(R"({"name": "small", "model": {"zoo": "mlp", "hidden": [32]},
+            "dataset": {"builtin": "fashion-mnist"}, "optimizer": {"kind": "sgd", "lr": 0.05},
+            "training": {"rounds": 2, "shardsPerRound": 2, "localSteps": 20, "batchSize": 32, "seed": 5}, "budget": "1"})"));
+        Cluster first;
+        Cluster second;
+        first.startBroker();
+        second.startBroker();
+        first.startNode(1, { first.endpoint(), second.endpoint() });
+        const QString a = first.submit(small);
+        const QString b = second.submit(small);
+        QCOMPARE(first.waitForEnd(a).value(QStringLiteral("state")).toString(), QStringLiteral("finished"));
+        QCOMPARE(second.waitForEnd(b).value(QStringLiteral("state")).toString(), QStringLiteral("finished"));
     }
 
     void hostileInputGetsErrorsAndTheBrokerServesOn()
