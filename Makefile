@@ -64,6 +64,7 @@ demo: build
 # Ratios against baselines measured in the same run; the numbers go in docs/PERFORMANCE.md.
 bench: build
 	$(BUILD_DIR)/bench/tessera-bench-trainer
+	$(BUILD_DIR)/bench/tessera-bench-broker
 	$(BUILD_DIR)/app/tessera-node --config $(BUILD_DIR)/bench.ini benchmark
 
 format:

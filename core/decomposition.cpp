@@ -2,29 +2,34 @@
 
 namespace tessera::core {
 
+ShardTask decomposeShard(
+    const QString& jobId, const JobSpec& spec, std::int64_t round, std::int64_t shard, const Digest& startWeights)
+{
+    const std::int64_t samples = spec.dataset.trainSampleCount();
+    const std::int64_t shards = spec.training.shardsPerRound;
+    ShardTask task;
+    task.jobId = jobId;
+    task.round = round;
+    task.shard = shard;
+    task.sampleBegin = shard * samples / shards;
+    task.sampleEnd = (shard + 1) * samples / shards;
+    task.localSteps = spec.training.localSteps;
+    task.batchSize = spec.training.batchSize;
+    task.seed = spec.training.seed;
+    task.threads = spec.training.threads;
+    task.checkpointInterval = spec.training.checkpointInterval;
+    task.model = spec.model;
+    task.dataset = spec.dataset;
+    task.optimizer = spec.optimizer;
+    task.startWeights = startWeights;
+    return task;
+}
+
 QList<ShardTask> decomposeRound(const QString& jobId, const JobSpec& spec, std::int64_t round, const Digest& startWeights)
 {
     QList<ShardTask> tasks;
-    const std::int64_t samples = spec.dataset.trainSampleCount();
-    const std::int64_t shards = spec.training.shardsPerRound;
-    for (std::int64_t shard = 0; shard < shards; ++shard) {
-        ShardTask task;
-        task.jobId = jobId;
-        task.round = round;
-        task.shard = shard;
-        task.sampleBegin = shard * samples / shards;
-        task.sampleEnd = (shard + 1) * samples / shards;
-        task.localSteps = spec.training.localSteps;
-        task.batchSize = spec.training.batchSize;
-        task.seed = spec.training.seed;
-        task.threads = spec.training.threads;
-        task.checkpointInterval = spec.training.checkpointInterval;
-        task.model = spec.model;
-        task.dataset = spec.dataset;
-        task.optimizer = spec.optimizer;
-        task.startWeights = startWeights;
-        tasks.append(task);
-    }
+    for (std::int64_t shard = 0; shard < spec.training.shardsPerRound; ++shard)
+        tasks.append(decomposeShard(jobId, spec, round, shard, startWeights));
     return tasks;
 }
 

@@ -14,5 +14,8 @@ namespace tessera::core {
 // the job's local steps, from the round's global weights. The broker and `tessera-node
 // train-local` decompose the same way, which is why their results are bitwise equal.
 QList<ShardTask> decomposeRound(const QString& jobId, const JobSpec& spec, std::int64_t round, const Digest& startWeights);
+// One shard of decomposeRound(), without building the others.
+ShardTask decomposeShard(
+    const QString& jobId, const JobSpec& spec, std::int64_t round, std::int64_t shard, const Digest& startWeights);
 
 } // namespace tessera::core

@@ -115,7 +115,11 @@ Result<std::unique_ptr<Broker>> Broker::open(
 {
     if (!QDir().mkpath(dataDirectory))
         return Error { QStringLiteral("data"), QStringLiteral("cannot create %1").arg(dataDirectory) };
-    auto database = Database::open(QDir(dataDirectory).filePath(QStringLiteral("broker.sqlite")));
+    // NORMAL in WAL mode survives any crash of the broker (kill -9 included) without loss; a power
+    // cut may lose the last commits, which only re-runs shards. FULL would cost an fsync for every
+    // assignment handed out.
+    auto database = Database::open(QDir(dataDirectory).filePath(QStringLiteral("broker.sqlite")),
+        storage::DatabaseOptions { 5000, storage::DatabaseOptions::Synchronous::Normal });
     if (!database)
         return database.error().toError();
     auto migrations = storage::loadMigrations(QStringLiteral(":/migrations/broker"));
@@ -136,7 +140,9 @@ Status Broker::recover()
 {
     // Whatever was in flight when the broker stopped is handed out again; a node that still
     // answers one of these is still heard (the first valid result of a shard wins).
-    return execute(*m_db, QStringLiteral("UPDATE assignments SET state = 'expired' WHERE state = 'active'"));
+    if (auto status = execute(*m_db, QStringLiteral("UPDATE assignments SET state = 'expired' WHERE state = 'active'")); !status)
+        return status;
+    return loadRunning();
 }
 
 double Broker::expectedSamplesPerSecond(const NodeInfo& node)
@@ -186,6 +192,13 @@ Result<QString> Broker::submit(const JobSpec& spec)
         id, toJsonText(spec.toJson()), initial->canonicalHash.toHex(), blob->toHex(), m_clock.nowMs());
     if (!status)
         return status.error();
+    RoundState state;
+    state.jobId = id;
+    state.spec = spec;
+    state.weightsHash = initial->canonicalHash;
+    state.weightsBlob = *blob;
+    state.done.assign(std::size_t(spec.training.shardsPerRound), false);
+    m_running.push_back(std::move(state));
     return id;
 }
 
@@ -266,7 +279,10 @@ Status Broker::cancel(const QString& jobId)
         return job.error();
     if (job->state != u"running")
         return Error { QStringLiteral("jobId"), QStringLiteral("the job is already %1").arg(job->state) };
-    return execute(*m_db, QStringLiteral("UPDATE jobs SET state = 'cancelled' WHERE id = ?"), jobId);
+    auto cancelled = execute(*m_db, QStringLiteral("UPDATE jobs SET state = 'cancelled' WHERE id = ?"), jobId);
+    if (cancelled)
+        std::erase_if(m_running, [&](const RoundState& state) { return state.jobId == jobId; });
+    return cancelled;
 }
 
 Status Broker::registerNode(const NodeInfo& node)
@@ -286,15 +302,20 @@ void Broker::nodeLost(const QString& nodeId)
 {
     m_nodes.remove(nodeId);
     (void)execute(*m_db, QStringLiteral("UPDATE assignments SET state = 'expired' WHERE node = ? AND state = 'active'"), nodeId);
+    for (auto& state : m_running) {
+        QStringList theirs;
+        for (auto it = state.active.constBegin(); it != state.active.constEnd(); ++it) {
+            if (it->node == nodeId)
+                theirs.append(it.key());
+        }
+        for (const auto& id : theirs)
+            release(state, id);
+    }
 }
 
 bool Broker::hasWork()
 {
-    auto jobs = query(*m_db, QStringLiteral("SELECT 1 FROM jobs WHERE state = 'running' LIMIT 1"));
-    if (!jobs)
-        return false;
-    auto row = jobs->step();
-    return row.ok() && *row;
+    return !m_running.empty();
 }
 
 Result<std::optional<Assignment>> Broker::assign(const QString& nodeId)
@@ -305,19 +326,99 @@ Result<std::optional<Assignment>> Broker::assign(const QString& nodeId)
     const NodeInfo& node = *nodeIt;
     const auto now = m_clock.nowMs();
 
+    for (auto& state : m_running) {
+        if (state.spec.training.threads > node.maxThreads)
+            continue;
+        const std::int64_t shards = std::int64_t(state.done.size());
+        auto heldBy = [&](std::int64_t shard, bool inTimeOnly) {
+            for (const auto& active : std::as_const(state.active)) {
+                if (active.shard == shard && (!inTimeOnly || active.deadline >= now))
+                    return active.node;
+            }
+            return QString();
+        };
+        std::optional<std::int64_t> chosen;
+        // First the shards whose every assignment failed or was lost, then the ones never handed
+        // out, then (only when every shard is out) the one whose deadline passed longest ago.
+        while (!chosen && !state.reissue.empty()) {
+            const auto shard = state.reissue.front();
+            state.reissue.pop_front();
+            if (!state.done[std::size_t(shard)] && heldBy(shard, false).isEmpty())
+                chosen = shard;
+        }
+        while (!chosen && state.cursor < shards) {
+            const auto shard = state.cursor++;
+            if (!state.done[std::size_t(shard)])
+                chosen = shard;
+        }
+        if (!chosen) {
+            std::int64_t oldest = now;
+            for (const auto& active : std::as_const(state.active)) {
+                if (active.deadline < oldest && !state.done[std::size_t(active.shard)] && active.node != nodeId
+                    && heldBy(active.shard, true).isEmpty()) {
+                    bool mine = false;
+                    for (const auto& other : std::as_const(state.active))
+                        mine = mine || (other.shard == active.shard && other.node == nodeId);
+                    if (!mine) {
+                        oldest = active.deadline;
+                        chosen = active.shard;
+                    }
+                }
+            }
+        }
+        if (!chosen)
+            continue;
+
+        ShardTask task = decomposeShard(state.jobId, state.spec, state.round, *chosen, state.weightsHash);
+        const double seconds = double(task.localSteps * task.batchSize) / expectedSamplesPerSecond(node) * double(task.threads);
+        const auto deadline
+            = now + std::max<std::int64_t>(m_options.minDeadlineMs, std::int64_t(seconds * 1000.0 * m_options.deadlineSlack));
+        Assignment assignment { newId(), std::move(task), state.weightsBlob, deadline };
+        auto status = execute(*m_db,
+            QStringLiteral("INSERT INTO assignments (id, job, round, shard, node, issued_at, deadline, state) VALUES (?, ?, ?, "
+                           "?, ?, ?, ?, 'active')"),
+            assignment.id, state.jobId, state.round, *chosen, nodeId, now, deadline);
+        if (!status)
+            return status.error();
+        state.active.insert(assignment.id, { *chosen, nodeId, deadline });
+        return std::optional<Assignment>(assignment);
+    }
+    return std::optional<Assignment> {};
+}
+
+Broker::RoundState* Broker::runningState(const QString& jobId)
+{
+    for (auto& state : m_running) {
+        if (state.jobId == jobId)
+            return &state;
+    }
+    return nullptr;
+}
+
+void Broker::release(RoundState& state, const QString& assignmentId)
+{
+    const auto it = state.active.find(assignmentId);
+    if (it == state.active.end())
+        return;
+    const auto shard = it->shard;
+    state.active.erase(it);
+    if (state.done[std::size_t(shard)])
+        return;
+    for (const auto& active : std::as_const(state.active)) {
+        if (active.shard == shard)
+            return; // someone else still has it
+    }
+    state.reissue.push_back(shard);
+}
+
+Status Broker::loadRunning()
+{
+    m_running.clear();
     auto jobs = query(*m_db,
         QStringLiteral(
             "SELECT id, spec, round, weights_hash, weights_blob FROM jobs WHERE state = 'running' ORDER BY created_at, id"));
     if (!jobs)
         return jobs.error();
-    struct Candidate {
-        QString jobId;
-        JobSpec spec;
-        std::int64_t round;
-        Digest weightsHash;
-        Digest weightsBlob;
-    };
-    QList<Candidate> candidates;
     for (;;) {
         auto next = jobs->step();
         if (!next)
@@ -327,72 +428,32 @@ Result<std::optional<Assignment>> Broker::assign(const QString& nodeId)
         auto spec = JobSpec::fromJson(fromJsonText(jobs->columnText(1)));
         if (!spec)
             continue;
-        candidates.append({ jobs->columnText(0), *spec, jobs->columnInt(2), *Digest::fromHex(jobs->columnText(3)),
-            *Digest::fromHex(jobs->columnText(4)) });
+        RoundState state;
+        state.jobId = jobs->columnText(0);
+        state.spec = *spec;
+        state.round = jobs->columnInt(2);
+        state.weightsHash = *Digest::fromHex(jobs->columnText(3));
+        state.weightsBlob = *Digest::fromHex(jobs->columnText(4));
+        state.done.assign(std::size_t(spec->training.shardsPerRound), false);
+        m_running.push_back(std::move(state));
     }
-
-    for (const auto& job : candidates) {
-        if (job.spec.training.threads > node.maxThreads)
-            continue;
-        // Shards of the current round without an accepted result, least recently handed out first:
-        // never handed out, then those whose every assignment expired or failed, then stragglers.
-        const auto tasks = decomposeRound(job.jobId, job.spec, job.round, job.weightsHash);
-        std::optional<std::int64_t> chosen;
-        std::int64_t chosenScore = 0;
-        for (const auto& task : tasks) {
-            auto done = query(*m_db, QStringLiteral("SELECT 1 FROM shard_results WHERE job = ? AND round = ? AND shard = ?"),
-                job.jobId, job.round, task.shard);
-            if (!done)
-                return done.error();
-            auto doneRow = done->step();
-            if (!doneRow)
-                return doneRow.error().toError();
-            if (*doneRow)
-                continue;
-            auto live = query(*m_db,
-                QStringLiteral("SELECT COUNT(*), COALESCE(MIN(deadline), 0), COALESCE(SUM(node = ?), 0) FROM assignments "
-                               "WHERE job = ? AND round = ? AND shard = ? AND state = 'active'"),
-                nodeId, job.jobId, job.round, task.shard);
-            if (!live)
-                return live.error();
-            auto liveRow = live->step();
-            if (!liveRow)
-                return liveRow.error().toError();
-            const auto active = live->columnInt(0);
-            const auto earliestDeadline = live->columnInt(1);
-            const auto mine = live->columnInt(2);
-            if (mine > 0)
-                continue; // this node already has it
-            std::int64_t score;
-            if (active == 0)
-                score = 2; // free
-            else if (earliestDeadline < now)
-                score = 1; // a straggler's: re-issue
-            else
-                continue; // someone is on it, in time
-            if (!chosen || score > chosenScore) {
-                chosen = task.shard;
-                chosenScore = score;
-                if (score == 2)
-                    break;
-            }
+    for (auto& state : m_running) {
+        auto done = query(
+            *m_db, QStringLiteral("SELECT shard FROM shard_results WHERE job = ? AND round = ?"), state.jobId, state.round);
+        if (!done)
+            return done.error();
+        for (;;) {
+            auto next = done->step();
+            if (!next)
+                return next.error().toError();
+            if (!*next)
+                break;
+            const auto shard = done->columnInt(0);
+            if (shard >= 0 && shard < std::int64_t(state.done.size()))
+                state.done[std::size_t(shard)] = true;
         }
-        if (!chosen)
-            continue;
-        const auto& task = tasks[*chosen];
-        const double seconds = double(task.localSteps * task.batchSize) / expectedSamplesPerSecond(node) * double(task.threads);
-        const auto deadline
-            = now + std::max<std::int64_t>(m_options.minDeadlineMs, std::int64_t(seconds * 1000.0 * m_options.deadlineSlack));
-        Assignment assignment { newId(), task, job.weightsBlob, deadline };
-        auto status = execute(*m_db,
-            QStringLiteral("INSERT INTO assignments (id, job, round, shard, node, issued_at, deadline, state) VALUES (?, ?, ?, "
-                           "?, ?, ?, ?, 'active')"),
-            assignment.id, job.jobId, job.round, task.shard, nodeId, now, deadline);
-        if (!status)
-            return status.error();
-        return std::optional<Assignment>(assignment);
     }
-    return std::optional<Assignment> {};
+    return {};
 }
 
 Result<Verdict> Broker::acceptResult(const QString& nodeId, const QString& assignmentId, const ShardResult& result)
@@ -436,6 +497,8 @@ Result<Verdict> Broker::acceptResult(const QString& nodeId, const QString& assig
         return alreadyRow.error().toError();
     if (*alreadyRow) {
         (void)execute(*m_db, QStringLiteral("UPDATE assignments SET state = 'answered' WHERE id = ?"), assignmentId);
+        if (auto* running = runningState(jobId))
+            running->active.remove(assignmentId);
         return Verdict::Stale;
     }
 
@@ -451,6 +514,8 @@ Result<Verdict> Broker::acceptResult(const QString& nodeId, const QString& assig
         (void)execute(*m_db, QStringLiteral("UPDATE nodes SET shards_failed = shards_failed + 1 WHERE id = ?"), nodeId);
         if (auto status = transaction->commit(); !status)
             return status.error().toError();
+        if (auto* running = runningState(jobId))
+            release(*running, assignmentId);
         auto failures = query(*m_db,
             QStringLiteral("SELECT COUNT(*) FROM assignments WHERE job = ? AND round = ? AND shard = ? AND state = 'failed'"),
             jobId, round, shard);
@@ -465,8 +530,7 @@ Result<Verdict> Broker::acceptResult(const QString& nodeId, const QString& assig
     }
 
     // Check the result against what the broker knows before counting it.
-    const auto tasks = decomposeRound(jobId, *spec, round, startHash);
-    const auto& task = tasks[shard];
+    const auto task = decomposeShard(jobId, *spec, round, shard, startHash);
     if (result.checkpointHashes.size() != task.checkpointCount())
         return Error { QStringLiteral("checkpointHashes"),
             QStringLiteral("a shard of %1 steps with checkpoints every %2 has %3 hashes, not %4")
@@ -501,6 +565,10 @@ Result<Verdict> Broker::acceptResult(const QString& nodeId, const QString& assig
     }
     if (auto status = transaction->commit(); !status)
         return status.error().toError();
+    if (auto* running = runningState(jobId)) {
+        running->done[std::size_t(shard)] = true;
+        running->active.remove(assignmentId);
+    }
     if (auto status = finishRoundIfComplete(jobId, *spec, round); !status)
         return status.error();
     return Verdict::Accepted;
@@ -605,11 +673,23 @@ Status Broker::finishRoundIfComplete(const QString& jobId, const JobSpec& spec, 
         return status;
     if (auto status = transaction->commit(); !status)
         return status.error().toError();
+    if (last) {
+        std::erase_if(m_running, [&](const RoundState& state) { return state.jobId == jobId; });
+    } else if (auto* running = runningState(jobId)) {
+        running->round = round + 1;
+        running->weightsHash = aggregated->weights.canonicalHash;
+        running->weightsBlob = *blob;
+        running->done.assign(running->done.size(), false);
+        running->active.clear();
+        running->cursor = 0;
+        running->reissue.clear();
+    }
     return {};
 }
 
 Status Broker::failJob(const QString& jobId, const QString& why)
 {
+    std::erase_if(m_running, [&](const RoundState& state) { return state.jobId == jobId; });
     return execute(*m_db, QStringLiteral("UPDATE jobs SET state = 'failed', failure = ? WHERE id = ?"), why, jobId);
 }
 

@@ -13,8 +13,10 @@
 #include <QList>
 #include <QString>
 
+#include <deque>
 #include <memory>
 #include <optional>
+#include <vector>
 
 namespace tessera::core::broker {
 
@@ -96,7 +98,29 @@ public:
 private:
     Broker(std::unique_ptr<storage::Database> database, std::unique_ptr<BlobStore> blobs, TrainingMath& math, const Clock& clock,
         Options options);
+    // What assign() needs of a running job's current round, kept in memory so that handing out a
+    // shard costs one INSERT however many shards a round has.
+    struct RoundState {
+        QString jobId;
+        JobSpec spec;
+        std::int64_t round = 0;
+        Digest weightsHash;
+        Digest weightsBlob;
+        std::vector<bool> done;
+        struct Active {
+            std::int64_t shard = 0;
+            QString node;
+            std::int64_t deadline = 0;
+        };
+        QHash<QString, Active> active; // by assignment id
+        std::int64_t cursor = 0; // shards below it were handed out at least once
+        std::deque<std::int64_t> reissue; // shards left with no active assignment
+    };
+
     Status recover();
+    Status loadRunning();
+    RoundState* runningState(const QString& jobId);
+    void release(RoundState& state, const QString& assignmentId);
     Result<JobSpec> specOf(const QString& jobId);
     Status finishRoundIfComplete(const QString& jobId, const JobSpec& spec, std::int64_t round);
     Status failJob(const QString& jobId, const QString& why);
@@ -107,6 +131,7 @@ private:
     const Clock& m_clock;
     Options m_options;
     QHash<QString, NodeInfo> m_nodes; // registered in this run
+    std::vector<RoundState> m_running; // in submission order
 };
 
 } // namespace tessera::core::broker
