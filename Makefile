@@ -65,6 +65,7 @@ demo: build
 bench: build
 	$(BUILD_DIR)/bench/tessera-bench-trainer
 	$(BUILD_DIR)/bench/tessera-bench-broker
+	$(BUILD_DIR)/bench/tessera-bench-network
 	$(BUILD_DIR)/app/tessera-node --config $(BUILD_DIR)/bench.ini benchmark
 
 format:

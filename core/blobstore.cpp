@@ -67,7 +67,12 @@ void BlobStore::touch(const Digest& digest)
     auto it = m_entries.find(digest);
     if (it == m_entries.end())
         return;
+    // The file's time carries the order across restarts; once a second per blob is plenty.
+    const auto now = QDateTime::currentSecsSinceEpoch();
     it->lastUsed = ++m_clock;
+    if (it->touchedAt == now)
+        return;
+    it->touchedAt = now;
     QFile file(fileOf(digest));
     if (file.open(QIODevice::ReadWrite))
         file.setFileTime(QDateTime::currentDateTimeUtc(), QFileDevice::FileModificationTime);

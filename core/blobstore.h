@@ -55,6 +55,7 @@ private:
     struct Entry {
         std::int64_t size = 0;
         std::int64_t lastUsed = 0;
+        std::int64_t touchedAt = 0; // when the file's time was last set, in seconds
     };
     struct Upload {
         QString tempPath;

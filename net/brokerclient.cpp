@@ -117,6 +117,7 @@ core::Result<QByteArray> BrokerClient::download(
     const core::Digest& digest, const std::function<void(std::int64_t, std::int64_t)>& progress)
 {
     QByteArray bytes;
+    core::Sha256 hasher; // as the ranges arrive, so that checking overlaps the transfer
     std::int64_t size = -1;
     std::int64_t requested = 0;
     int inFlight = 0;
@@ -131,6 +132,8 @@ core::Result<QByteArray> BrokerClient::download(
     };
     ask(MaxChunkBytes);
     while (size < 0 || bytes.size() < size) {
+        if (size > 0 && bytes.capacity() < size)
+            bytes.reserve(size);
         auto reply = receive();
         if (!reply)
             return reply.error();
@@ -143,13 +146,14 @@ core::Result<QByteArray> BrokerClient::download(
         if (reply->header.value(QStringLiteral("offset")).toInteger(-1) != bytes.size())
             return core::Error { QStringLiteral("broker"), QStringLiteral("blob ranges arrived out of order") };
         size = reply->header.value(QStringLiteral("size")).toInteger(-1);
+        hasher.addData(reply->payload);
         bytes.append(reply->payload);
         if (progress)
             progress(bytes.size(), size);
         while (inFlight < MaxCreditChunks && requested < size)
             ask(std::min<std::int64_t>(MaxChunkBytes, size - requested));
     }
-    if (core::Digest::ofBytes(bytes) != digest)
+    if (hasher.result() != digest)
         return core::Error { QStringLiteral("sha256"),
             QStringLiteral("the downloaded bytes do not hash to %1").arg(digest.toHex()) };
     return bytes;

@@ -61,9 +61,18 @@ struct BrokerServer::Private {
     {
         auto frames = encode(message);
         router.send(zmq::buffer(routingId.constData(), std::size_t(routingId.size())), zmq::send_flags::sndmore);
-        for (qsizetype i = 0; i < frames.size(); ++i)
-            router.send(zmq::buffer(frames[i].constData(), std::size_t(frames[i].size())),
-                i + 1 < frames.size() ? zmq::send_flags::sndmore : zmq::send_flags::none);
+        for (qsizetype i = 0; i < frames.size(); ++i) {
+            const auto flags = i + 1 < frames.size() ? zmq::send_flags::sndmore : zmq::send_flags::none;
+            if (frames[i].size() < 4096) {
+                router.send(zmq::buffer(frames[i].constData(), std::size_t(frames[i].size())), flags);
+                continue;
+            }
+            // Large frames (blob chunks) go without a copy: the message keeps the bytes alive.
+            auto* held = new QByteArray(frames[i]);
+            zmq::message_t frame(
+                held->data(), std::size_t(held->size()), [](void*, void* hint) { delete static_cast<QByteArray*>(hint); }, held);
+            router.send(frame, flags);
+        }
         if (auto it = peers.find(routingId); it != peers.end())
             it->lastSent = nowMs();
     }
@@ -315,7 +324,7 @@ void BrokerServer::Private::handle(const QByteArray& routingId, const QList<QByt
         }
         self.nodeId = node->nodeId;
         self.score = core::broker::Broker::expectedSamplesPerSecond(*node);
-        qCInfo(lcBroker).noquote() << "node" << shortId(node->nodeId) << "registered:" << node->name << node->runtimeProfile;
+        qCDebug(lcBroker).noquote() << "node" << shortId(node->nodeId) << "registered:" << node->name << node->runtimeProfile;
         QJsonObject welcome { { QStringLiteral("nodeId"), node->nodeId }, { QStringLiteral("heartbeatMs"), options.heartbeatMs },
             { QStringLiteral("brokerVersion"), QStringLiteral("1") } };
         if (!id.isUndefined())

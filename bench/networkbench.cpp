@@ -1,0 +1,342 @@
+// make bench, network part. Each number is a ratio against a baseline measured in the same run:
+//  - blob transfer (chunked GET with credit-based flow control, from the broker's blob store, with
+//    the SHA-256 check) against raw ZeroMQ moving the same chunks from memory, plain and CURVE
+//    (goal: at least 0.8 of each);
+//  - bytes on the wire per round against exchanging gradients and weights at every step;
+//  - broker CPU for 10,000 nodes heartbeating at 1 Hz, as a share of one core (goal: at most 30%).
+
+#include <compute/brokermath.h>
+#include <core/broker/broker.h>
+#include <core/jobspec.h>
+#include <core/shardresult.h>
+#include <net/brokerclient.h>
+#include <net/brokerserver.h>
+#include <net/protocol.h>
+
+#include <QCoreApplication>
+#include <QElapsedTimer>
+#include <QFile>
+#include <QProcess>
+#include <QRandomGenerator>
+#include <QTemporaryDir>
+
+#include <zmq.hpp>
+#include <zmq_addon.hpp>
+
+#include <sys/resource.h>
+
+#include <atomic>
+#include <cstdio>
+#include <thread>
+
+using namespace tessera;
+
+namespace {
+
+constexpr std::int64_t BlobBytes = 64LL << 20;
+
+int port()
+{
+    return 20000 + int(QRandomGenerator::global()->bounded(20000));
+}
+
+double seconds(const QElapsedTimer& timer)
+{
+    return double(timer.nsecsElapsed()) / 1e9;
+}
+
+// Raw ZeroMQ: a ROUTER answering each request with a 1 MiB chunk from memory; a DEALER pulling
+// BlobBytes with MaxCreditChunks requests in flight, as the blob protocol does.
+double rawRate(const std::optional<net::CurveKeys>& keys)
+{
+    zmq::context_t context;
+    const std::string endpoint = "tcp://127.0.0.1:" + std::to_string(port());
+    std::atomic<bool> stop { false };
+    const std::string chunk(std::size_t(net::MaxChunkBytes), 'x');
+    zmq::socket_t server(context, zmq::socket_type::router);
+    if (keys) {
+        server.set(zmq::sockopt::curve_server, 1);
+        server.set(zmq::sockopt::curve_secretkey, keys->secretKey.toStdString());
+    }
+    server.bind(endpoint);
+    std::thread serving([&] {
+        while (!stop) {
+            zmq::pollitem_t item { server.handle(), 0, ZMQ_POLLIN, 0 };
+            zmq::poll(&item, 1, std::chrono::milliseconds(50));
+            std::vector<zmq::message_t> request;
+            while (zmq::recv_multipart(server, std::back_inserter(request), zmq::recv_flags::dontwait)) {
+                server.send(request[0], zmq::send_flags::sndmore);
+                server.send(zmq::buffer(chunk), zmq::send_flags::none);
+                request.clear();
+            }
+        }
+    });
+    zmq::socket_t client(context, zmq::socket_type::dealer);
+    if (keys) {
+        const auto own = net::CurveKeys::generate();
+        client.set(zmq::sockopt::curve_serverkey, keys->publicKey.toStdString());
+        client.set(zmq::sockopt::curve_publickey, own.publicKey.toStdString());
+        client.set(zmq::sockopt::curve_secretkey, own.secretKey.toStdString());
+    }
+    client.connect(endpoint);
+    QElapsedTimer timer;
+    timer.start();
+    std::int64_t requested = 0, received = 0;
+    int inFlight = 0;
+    while (received < BlobBytes) {
+        while (inFlight < net::MaxCreditChunks && requested < BlobBytes) {
+            client.send(zmq::str_buffer("get"), zmq::send_flags::none);
+            requested += net::MaxChunkBytes;
+            ++inFlight;
+        }
+        zmq::message_t reply;
+        (void)client.recv(reply);
+        received += std::int64_t(reply.size());
+        --inFlight;
+    }
+    const double rate = double(BlobBytes) / seconds(timer);
+    stop = true;
+    serving.join();
+    return rate;
+}
+
+struct Server {
+    QTemporaryDir dir;
+    compute::BrokerMath math { {} };
+    core::broker::SystemClock clock;
+    std::unique_ptr<core::broker::Broker> broker;
+    std::unique_ptr<net::BrokerServer> server;
+    std::atomic<bool> stop { false };
+    std::thread thread;
+    double cpuSeconds = 0.0;
+
+    explicit Server(std::optional<net::CurveKeys> keys)
+    {
+        broker = std::move(core::broker::Broker::open(dir.filePath(QStringLiteral("broker")), math, clock)).value();
+        net::BrokerServerOptions options;
+        options.bind = QStringLiteral("tcp://127.0.0.1:%1").arg(port());
+        options.keys = std::move(keys);
+        options.liveness = 30; // a loaded simulator may be late with heartbeats; keep the nodes
+        server = std::make_unique<net::BrokerServer>(*broker, options);
+        if (!server->bind())
+            qFatal("cannot bind");
+    }
+    void start()
+    {
+        thread = std::thread([this] {
+            rusage before {}, after {};
+            getrusage(RUSAGE_THREAD, &before);
+            server->run(stop);
+            getrusage(RUSAGE_THREAD, &after);
+            auto cpu = [](const rusage& u) {
+                return double(u.ru_utime.tv_sec + u.ru_stime.tv_sec) + double(u.ru_utime.tv_usec + u.ru_stime.tv_usec) / 1e6;
+            };
+            cpuSeconds = cpu(after) - cpu(before);
+        });
+    }
+    void finish()
+    {
+        stop = true;
+        thread.join();
+    }
+};
+
+double blobRate(const std::optional<net::CurveKeys>& keys)
+{
+    Server server(keys);
+    QByteArray blob(BlobBytes, Qt::Uninitialized);
+    for (qsizetype i = 0; i < blob.size(); i += 4096)
+        blob[i] = char(QRandomGenerator::global()->generate());
+    const auto digest = *server.broker->blobs().put(blob);
+    server.start();
+    auto address = *net::BrokerAddress::parse(server.server->address());
+    net::BrokerClient client(address, std::nullopt);
+    QElapsedTimer timer;
+    timer.start();
+    auto bytes = client.download(digest);
+    const double rate = double(BlobBytes) / seconds(timer);
+    server.finish();
+    if (!bytes)
+        qFatal("%s", qPrintable(bytes.error().toString()));
+    return rate;
+}
+
+void bytesPerRound()
+{
+    QFile file(QStringLiteral(TESSERA_SOURCE_DIR "/examples/jobs/fashion-mnist-mlp.json"));
+    if (!file.open(QIODevice::ReadOnly))
+        qFatal("no example job");
+    const auto spec = *core::JobSpec::fromJsonText(file.readAll());
+    compute::BrokerMath math({});
+    const auto weights = *math.initialWeights(spec);
+    const std::int64_t w = weights.bytes.size();
+    std::int64_t parameters = 784 * 256 + 256 + 256 * 128 + 128 + 128 * 10 + 10;
+
+    // One shard's messages, encoded for real: TASK, the GETs and CHUNKs of the start weights, the
+    // PUTs of the result's weights and their OKs, and the RESULT.
+    core::ShardTask task;
+    task.jobId = QStringLiteral("0123456789abcdef");
+    task.sampleEnd = 20000;
+    task.localSteps = spec.training.localSteps;
+    task.batchSize = spec.training.batchSize;
+    task.checkpointInterval = spec.training.checkpointInterval;
+    task.model = spec.model;
+    task.dataset = spec.dataset;
+    task.optimizer = spec.optimizer;
+    task.startWeights = weights.canonicalHash;
+    core::ShardResult result;
+    result.jobId = task.jobId;
+    result.finalHash = weights.canonicalHash;
+    result.checkpointHashes = QList<core::Digest>(task.checkpointCount(), weights.canonicalHash);
+    result.weightsSha256 = weights.canonicalHash;
+    result.losses = QList<double>(task.localSteps, 0.123456789);
+    result.runtimeProfile = QStringLiteral("libtorch=1.13.0;blas=openblas-openmp;threads=1;cpu=avx2;device=cpu");
+    auto size = [](const net::Message& m) {
+        std::int64_t total = 0;
+        for (const auto& frame : net::encode(m))
+            total += frame.size();
+        return total;
+    };
+    const std::int64_t chunks = (w + net::MaxChunkBytes - 1) / net::MaxChunkBytes;
+    const QJsonObject blobHeader { { QStringLiteral("sha256"), weights.canonicalHash.toHex() }, { QStringLiteral("offset"), 0 },
+        { QStringLiteral("size"), static_cast<qint64>(w) } };
+    std::int64_t perShard = size({ net::Command::Task,
+                                QJsonObject { { QStringLiteral("assignment"), QStringLiteral("0123456789abcdef") },
+                                    { QStringLiteral("task"), task.toJson() },
+                                    { QStringLiteral("startWeightsBlob"), weights.canonicalHash.toHex() },
+                                    { QStringLiteral("deadlineMs"), 30000 } },
+                                {} })
+        + chunks * size({ net::Command::Get, blobHeader, {} }) + chunks * size({ net::Command::Chunk, blobHeader, {} }) + w
+        + chunks * size({ net::Command::Put, blobHeader, {} }) + w
+        + chunks * size(net::okMessage(1, { { QStringLiteral("received"), 1 } }))
+        + size({ net::Command::Result,
+            QJsonObject { { QStringLiteral("assignment"), QStringLiteral("0123456789abcdef") },
+                { QStringLiteral("result"), result.toJson() } },
+            {} })
+        + size(net::okMessage(1, { { QStringLiteral("verdict"), QStringLiteral("accepted") } }));
+    const std::int64_t perRound = perShard * spec.training.shardsPerRound;
+    // Data-parallel SGD that synchronises every step: each worker sends its gradient and receives
+    // the new weights, as float32, at each of the round's steps.
+    const std::int64_t perStep = 2 * 4 * parameters * spec.training.localSteps * spec.training.shardsPerRound;
+    std::printf("Bytes on the wire per round (%s: %lld shards x %lld steps, weights %lld bytes)\n", qPrintable(spec.name),
+        static_cast<long long>(spec.training.shardsPerRound), static_cast<long long>(spec.training.localSteps),
+        static_cast<long long>(w));
+    std::printf("  Tessera %lld bytes   per-step exchange %lld bytes   ratio %.4f\n", static_cast<long long>(perRound),
+        static_cast<long long>(perStep), double(perRound) / double(perStep));
+}
+
+// A simulator process: `nodes` DEALER sockets that register, then each send a heartbeat a second
+// for windowSeconds. Several of them share the load (one process cannot hold 10,000 connections
+// under a 20,000 file descriptor limit: each socket also needs a wake-up descriptor).
+int simulate(int nodes, const std::string& endpoint, int windowSeconds, int first)
+{
+    rlimit limit {};
+    getrlimit(RLIMIT_NOFILE, &limit);
+    limit.rlim_cur = limit.rlim_max;
+    setrlimit(RLIMIT_NOFILE, &limit);
+    zmq::context_t context(1);
+    context.set(zmq::ctxopt::max_sockets, nodes + 100);
+    std::vector<zmq::socket_t> sockets;
+    sockets.reserve(std::size_t(nodes));
+    auto sendFrames = [](zmq::socket_t& socket, const QList<QByteArray>& frames) {
+        for (qsizetype f = 0; f < frames.size(); ++f)
+            (void)socket.send(zmq::buffer(frames[f].constData(), std::size_t(frames[f].size())),
+                f + 1 < frames.size() ? zmq::send_flags::sndmore : zmq::send_flags::dontwait);
+    };
+    for (int i = 0; i < nodes; ++i) {
+        sockets.emplace_back(context, zmq::socket_type::dealer);
+        sockets.back().set(zmq::sockopt::linger, 0);
+        sockets.back().set(zmq::sockopt::rcvhwm, 0);
+        sockets.back().connect(endpoint);
+        core::NodeInfo node;
+        node.nodeId = QStringLiteral("sim-%1").arg(first + i);
+        node.softwareVersion = QStringLiteral("bench");
+        node.runtimeProfile = QStringLiteral("p");
+        node.maxThreads = 1;
+        sendFrames(sockets.back(),
+            net::encode({ net::Command::Register, QJsonObject { { QStringLiteral("node"), node.toJson() } }, {} }));
+    }
+    std::this_thread::sleep_for(std::chrono::seconds(3));
+    const auto heartbeat = net::encode({ net::Command::Heartbeat, {}, {} });
+    QElapsedTimer window;
+    window.start();
+    while (seconds(window) < windowSeconds) {
+        QElapsedTimer second;
+        second.start();
+        for (auto& socket : sockets)
+            sendFrames(socket, heartbeat);
+        const auto rest = 1000 - second.elapsed();
+        if (rest > 0)
+            std::this_thread::sleep_for(std::chrono::milliseconds(rest));
+    }
+    return 0;
+}
+
+void heartbeatLoad(int nodes, int windowSeconds)
+{
+    rlimit limit {};
+    getrlimit(RLIMIT_NOFILE, &limit);
+    limit.rlim_cur = limit.rlim_max;
+    setrlimit(RLIMIT_NOFILE, &limit);
+    if (limit.rlim_cur < rlim_t(nodes + 100)) {
+        std::printf("Broker load: skipped, the file descriptor limit (%llu) is too low for %d nodes\n",
+            static_cast<unsigned long long>(limit.rlim_cur), nodes);
+        return;
+    }
+    Server server(std::nullopt);
+    server.start();
+    constexpr int Simulators = 2;
+    std::vector<std::unique_ptr<QProcess>> simulators;
+    for (int i = 0; i < Simulators; ++i) {
+        auto process = std::make_unique<QProcess>();
+        process->setProcessChannelMode(QProcess::ForwardedErrorChannel);
+        process->start(QCoreApplication::applicationFilePath(),
+            { QStringLiteral("--simulate"), QString::number(nodes / Simulators), server.server->address(),
+                QString::number(windowSeconds + 2), QString::number(i * (nodes / Simulators)) });
+        simulators.push_back(std::move(process));
+    }
+    std::this_thread::sleep_for(std::chrono::seconds(4)); // every node has registered
+    // Measure the broker's thread over the heartbeat window only (its CPU time is read when run()
+    // returns), so restart it.
+    server.finish();
+    const double registrationCpu = server.cpuSeconds;
+    server.stop = false;
+    const auto before = server.server->counters().messages;
+    server.start();
+    QElapsedTimer window;
+    window.start();
+    std::this_thread::sleep_for(std::chrono::seconds(windowSeconds));
+    const double wall = seconds(window);
+    server.finish();
+    for (auto& process : simulators)
+        process->waitForFinished(60'000);
+    const double share = server.cpuSeconds / wall;
+    const auto received = server.server->counters().messages - before;
+    std::printf("Broker load: %d nodes heartbeating at 1 Hz (and the broker heartbeating back), over %.0f s: %lld messages in\n",
+        nodes, wall, static_cast<long long>(received));
+    std::printf(
+        "  broker thread CPU %.2f s = %.1f%% of one core   (goal <= 30%%, %s; registering the %d nodes took %.2f s of CPU)\n",
+        server.cpuSeconds, share * 100.0, share <= 0.30 ? "met" : "NOT met", nodes, registrationCpu);
+}
+
+} // namespace
+
+int main(int argc, char* argv[])
+{
+    QCoreApplication app(argc, argv);
+    const auto arguments = app.arguments();
+    if (arguments.size() == 6 && arguments[1] == u"--simulate")
+        return simulate(arguments[2].toInt(), arguments[3].toStdString(), arguments[4].toInt(), arguments[5].toInt());
+    const auto keys = net::CurveKeys::generate();
+    std::printf("Blob transfer, %lld MiB over TCP on 127.0.0.1, 1 MiB chunks, %d in flight\n",
+        static_cast<long long>(BlobBytes >> 20), net::MaxCreditChunks);
+    for (const bool curve : { false, true }) {
+        const double raw = rawRate(curve ? std::optional(keys) : std::nullopt);
+        const double blob = blobRate(curve ? std::optional(keys) : std::nullopt);
+        std::printf("  %-9s blob GET %7.0f MB/s   raw ZeroMQ %7.0f MB/s   ratio %.3f (goal >= 0.8)\n",
+            curve ? "CURVE" : "plaintext", blob / 1e6, raw / 1e6, blob / raw);
+    }
+    bytesPerRound();
+    heartbeatLoad(10000, 10);
+    return 0;
+}
