@@ -299,6 +299,53 @@ private Q_SLOTS:
                 cluster.endpoint() + u'#' + publicKey, QStringLiteral("list") });
         QVERIFY2(listed.exitCode == 0 && listed.output.contains(QStringLiteral("no jobs")), qPrintable(listed.output));
     }
+
+    void allowListAdmitsOnlyListedKeys()
+    {
+        Cluster cluster;
+        const QString keys = cluster.path(QStringLiteral("broker.key"));
+        // The broker admits one node key; tessera-job (a fresh key each run) is not on the list.
+        const QString nodeKeys = cluster.path(QStringLiteral("node1/node.key"));
+        QDir().mkpath(cluster.path(QStringLiteral("node1")));
+        const auto created = run(Python,
+            { QStringLiteral("-c"),
+                QStringLiteral("import zmq; p, s = zmq.curve_keypair(); open('%1', 'w').write('public %s\\nsecret %s\\n' % "
+                               "(p.decode(), s.decode()))")
+                    .arg(nodeKeys) });
+        QVERIFY2(created.exitCode == 0, qPrintable(created.output));
+        QFile nodeKeyFile(nodeKeys);
+        QVERIFY(nodeKeyFile.open(QIODevice::ReadOnly));
+        const QString nodeKey = QString::fromLatin1(nodeKeyFile.readLine()).trimmed().section(u' ', 1);
+        Cluster::writeFile(cluster.path(QStringLiteral("broker.ini")), QString());
+        cluster.startBroker({ QStringLiteral("--keys"), keys });
+        QVERIFY(QTest::qWaitFor([&] { return QFile::exists(keys); }, 10'000));
+        cluster.broker()->kill(); // restart it with the allow list in its settings
+        cluster.broker()->waitForFinished();
+        QFile brokerKeyFile(keys);
+        QVERIFY(brokerKeyFile.open(QIODevice::ReadOnly));
+        const QString brokerKey = QString::fromLatin1(brokerKeyFile.readLine()).trimmed().section(u' ', 1);
+        const QString ini = cluster.path(QStringLiteral("allow.ini"));
+        Cluster::writeFile(ini,
+            QStringLiteral("[Broker]\nDataDirectory=%1\nKeyFile=%2\nAllowList=\"%3\"\n")
+                .arg(cluster.path(QStringLiteral("broker")), keys, nodeKey));
+        QProcess broker;
+        broker.start(Bin + QStringLiteral("/tessera-broker"),
+            { QStringLiteral("--config"), ini, QStringLiteral("--bind"), cluster.endpoint() });
+        QVERIFY(broker.waitForStarted());
+        QTest::qWait(500);
+        const QString address = cluster.endpoint() + u'#' + brokerKey;
+        const auto refused = run(Bin + QStringLiteral("/tessera-job"),
+            { QStringLiteral("--config"), QStringLiteral("/dev/null"), QStringLiteral("--broker"), address,
+                QStringLiteral("list") },
+            60'000);
+        QVERIFY2(refused.exitCode != 0 && refused.output.contains(QStringLiteral("no answer")), qPrintable(refused.output));
+        // The listed node registers and works.
+        cluster.startNode(1, { address });
+        QVERIFY(QTest::qWaitFor(
+            [&] { return cluster.log(QStringLiteral("node1")).contains(QStringLiteral("registered with")); }, 30'000));
+        broker.kill();
+        broker.waitForFinished();
+    }
 };
 
 QTEST_GUILESS_MAIN(NetworkTest)
