@@ -66,6 +66,7 @@ bench: build
 	$(BUILD_DIR)/bench/tessera-bench-trainer
 	$(BUILD_DIR)/bench/tessera-bench-broker
 	$(BUILD_DIR)/bench/tessera-bench-network
+	$(BUILD_DIR)/bench/tessera-bench-verification
 	$(BUILD_DIR)/app/tessera-node --config $(BUILD_DIR)/bench.ini benchmark
 
 format:
