@@ -13,7 +13,10 @@ core::Result<BrokerMath::Weights> BrokerMath::initialWeights(const core::JobSpec
     auto weights = compute::initialWeights(spec, m_environment);
     if (!weights)
         return weights.error();
-    return Weights { weights->bytes, weights->canonicalHash };
+    auto parameters = elementCount(weights->bytes);
+    if (!parameters)
+        return parameters.error();
+    return Weights { weights->bytes, weights->canonicalHash, *parameters };
 }
 
 core::Result<core::Digest> BrokerMath::canonicalHash(const QByteArray& weights)

@@ -27,6 +27,17 @@ core::Result<Weights> initialWeights(const core::JobSpec& spec, const ComputeEnv
     return Weights { pickleTensors(state), canonicalHash(state) };
 }
 
+core::Result<std::int64_t> elementCount(const QByteArray& weights)
+{
+    auto tensors = unpickleTensors(weights, QStringLiteral("not a dict of tensors"));
+    if (!tensors)
+        return tensors.error();
+    std::int64_t count = 0;
+    for (const auto& [name, tensor] : *tensors)
+        count += tensor.numel();
+    return count;
+}
+
 core::Result<core::Digest> canonicalHashOf(const QByteArray& weights)
 {
     auto tensors = unpickleTensors(weights, QStringLiteral("not a dict of tensors"));

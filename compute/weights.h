@@ -22,6 +22,9 @@ struct Weights {
 // W_0 of a job: a zoo model initialised from the job's seed, or the weights in a TorchScript file.
 core::Result<Weights> initialWeights(const core::JobSpec& spec, const ComputeEnvironment& environment);
 
+// How many numbers the weights hold.
+core::Result<std::int64_t> elementCount(const QByteArray& weights);
+
 // The canonical hash of pickled weights (docs/DETERMINISM.md, "Canonical weights").
 core::Result<core::Digest> canonicalHashOf(const QByteArray& weights);
 

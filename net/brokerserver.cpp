@@ -255,8 +255,9 @@ void BrokerServer::Private::dispatchWork()
         auto& peer = peers[id];
         auto assignment = broker.assign(peer.nodeId);
         if (!assignment) {
-            qCWarning(lcBroker).noquote() << "cannot assign work:" << assignment.error().toString();
-            return;
+            qCWarning(lcBroker).noquote() << "no work for node" << shortId(peer.nodeId) << ":" << assignment.error().toString();
+            peer.waiting = false; // until it asks again (after re-registering, or bonding stake)
+            continue;
         }
         if (!assignment->has_value())
             continue;
@@ -426,7 +427,10 @@ void BrokerServer::Private::handle(const QByteArray& routingId, const QList<QByt
             sendError(routingId, errors::Invalid, QStringLiteral("job.") + spec.error().toString(), re, id);
             return;
         }
-        auto jobId = broker.submit(*spec);
+        // The owner is who the CURVE key says; without CURVE (a local broker) whoever the client names.
+        const QString owner
+            = !userId.isEmpty() ? userId : message.header.value(QStringLiteral("owner")).toString(QStringLiteral("local"));
+        auto jobId = broker.submit(*spec, owner);
         if (!jobId) {
             sendError(routingId, errors::Invalid, QStringLiteral("job.") + jobId.error().toString(), re, id);
             return;
@@ -468,6 +472,42 @@ void BrokerServer::Private::handle(const QByteArray& routingId, const QList<QByt
             return;
         }
         send(routingId, okMessage(id));
+        return;
+    }
+    case Command::Quote: {
+        auto spec = core::JobSpec::fromJson(message.header.value(QStringLiteral("job")).toObject());
+        if (!spec) {
+            sendError(routingId, errors::Invalid, QStringLiteral("job.") + spec.error().toString(), re, id);
+            return;
+        }
+        auto quote = broker.quoteFor(*spec);
+        if (!quote) {
+            sendError(routingId, errors::Invalid, QStringLiteral("job.") + quote.error().toString(), re, id);
+            return;
+        }
+        send(routingId, okMessage(id, { { QStringLiteral("quote"), quote->toJson() } }));
+        return;
+    }
+    case Command::Balance: {
+        const QString who
+            = !userId.isEmpty() ? userId : message.header.value(QStringLiteral("account")).toString(QStringLiteral("local"));
+        auto account = broker.account(who);
+        if (!account) {
+            sendError(routingId, errors::Internal, account.error().toString(), re, id);
+            return;
+        }
+        send(routingId, okMessage(id, *account));
+        return;
+    }
+    case Command::Ledger: {
+        const auto invariants = broker.ledger().checkInvariants();
+        auto minted = broker.ledger().balance(core::ledger::accounts::Mint);
+        send(routingId,
+            okMessage(id,
+                { { QStringLiteral("consistent"), invariants.ok() },
+                    { QStringLiteral("problem"), invariants.ok() ? QString() : invariants.error().message },
+                    { QStringLiteral("minted"),
+                        minted ? minted->checkedMultiply(-1).value_or(core::Credits {}).toString() : QString() } }));
         return;
     }
     case Command::Welcome:

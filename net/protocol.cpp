@@ -40,6 +40,12 @@ QString commandName(Command command)
         return QStringLiteral("LIST");
     case Command::Cancel:
         return QStringLiteral("CANCEL");
+    case Command::Quote:
+        return QStringLiteral("QUOTE");
+    case Command::Balance:
+        return QStringLiteral("BALANCE");
+    case Command::Ledger:
+        return QStringLiteral("LEDGER");
     }
     return QStringLiteral("0x%1").arg(int(command), 2, 16, QLatin1Char('0'));
 }
@@ -65,6 +71,9 @@ bool isKnown(std::uint8_t byte)
     case Command::Status:
     case Command::List:
     case Command::Cancel:
+    case Command::Quote:
+    case Command::Balance:
+    case Command::Ledger:
         return true;
     }
     return false;

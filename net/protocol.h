@@ -38,6 +38,9 @@ enum class Command : std::uint8_t {
     Status = 0x21,
     List = 0x22,
     Cancel = 0x23,
+    Quote = 0x24,
+    Balance = 0x25,
+    Ledger = 0x26,
 };
 
 QString commandName(Command command);

@@ -17,7 +17,8 @@ cleanup() {
 }
 trap cleanup EXIT INT TERM
 
-printf '[Broker]\nDataDirectory=%s/broker\n' "$work" > "$work/broker.ini"
+# A local broker: its faucet funds the job owner and bonds the nodes' stake.
+printf '[Broker]\nDataDirectory=%s/broker\nFaucet=true\n' "$work" > "$work/broker.ini"
 "$bin/tessera-broker" --config "$work/broker.ini" --bind "$broker" > "$work/broker.log" 2>&1 &
 pids+=($!)
 for n in 1 2; do
@@ -31,5 +32,11 @@ id=$("$bin/tessera-job" --config /dev/null --broker "$broker" submit "$job" | ta
 echo "Submitted $job as job $id"
 "$bin/tessera-job" --config /dev/null --broker "$broker" wait "$id"
 "$bin/tessera-job" --config /dev/null --broker "$broker" fetch "$id" -o "$work/model.pt"
+"$bin/tessera-job" --config /dev/null --broker "$broker" ledger
+for n in 1 2; do
+    key=$(sed -n 's/^public //p' "$work/node$n/node.key")
+    earned=$("$bin/tessera-job" --config /dev/null --broker "$broker" balance "$key" | sed 's/.*: \([0-9.]* credits, [0-9.]* bonded\)$/\1/')
+    echo "demo-node-$n earned: $earned"
+done
 echo "The trained weights are in $work/model.pt:"
 echo "  /usr/bin/python3 -c \"import torch; print({k: tuple(v.shape) for k, v in torch.load('$work/model.pt').items()})\""

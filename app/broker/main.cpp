@@ -85,7 +85,11 @@ int main(int argc, char* argv[])
     environment.device = QStringLiteral("cpu"); // the broker aggregates and evaluates on the CPU
     compute::BrokerMath math(environment);
     core::broker::SystemClock clock;
-    auto broker = core::broker::Broker::open(dataDirectory, math, clock);
+    core::broker::Broker::Options brokerOptions;
+    brokerOptions.faucet = settings.boolValue(names::BrokerFaucet);
+    brokerOptions.pricePerUnit = core::Credits::fromMicro(settings.intValue(names::BrokerPricePerUnitMicro));
+    brokerOptions.minStake = core::Credits::fromMicro(settings.intValue(names::BrokerMinStakeMicro));
+    auto broker = core::broker::Broker::open(dataDirectory, math, clock, brokerOptions);
     if (!broker)
         return fail(broker.error().toString());
     // TorchScript models and tensor datasets that jobs name are blobs in the broker's own store.

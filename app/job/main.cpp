@@ -34,13 +34,16 @@ int fail(const QString& message)
 const char* Usage = R"(Usage: tessera-job [--broker ADDRESS] [--config FILE] COMMAND [ARGS]
 
 Commands:
-  submit JOB.json        upload the files the job names (TorchScript model, tensor files) and submit it;
-                         prints the job id
+  submit JOB.json [--estimate]
+                         upload the files the job names (TorchScript model, tensor files) and submit it;
+                         prints the job id. --estimate prints the broker's quote instead and submits nothing
   status [ID]            one job's progress, or every job's
   wait ID [--json]       follow a job to its end, printing each round's test accuracy
   fetch ID -o FILE       save the newest global weights (torch.load reads them)
   list                   every job on the broker
-  cancel ID              stop a job
+  cancel ID              stop a job (its unspent budget goes back)
+  balance [ACCOUNT]      credits held and bonded (yours under CURVE; ACCOUNT on a local broker)
+  ledger                 whether the broker's books balance, and how much was ever minted
 
 The broker is --broker, else the first of Node/Brokers in the settings, else tcp://127.0.0.1:5555.
 )";
@@ -61,7 +64,26 @@ QString describe(const QJsonObject& job)
     return text;
 }
 
-int submit(net::BrokerClient& client, const QString& path)
+int estimate(net::BrokerClient& client, const core::JobSpec& spec)
+{
+    auto reply = client.request(net::Command::Quote, { { QStringLiteral("job"), spec.toJson() } });
+    if (!reply)
+        return fail(reply.error().message);
+    const auto quote = reply->value(QStringLiteral("quote")).toObject();
+    out() << QStringLiteral("%1 shards of %2 work units (1 GFLOP of training each) at %3 credits a unit\n")
+                 .arg(quote.value(QStringLiteral("shards")).toInteger())
+                 .arg(quote.value(QStringLiteral("unitsPerShard")).toInteger())
+                 .arg(quote.value(QStringLiteral("pricePerUnit")).toString());
+    out() << "  training      " << quote.value(QStringLiteral("training")).toString() << " credits ("
+          << quote.value(QStringLiteral("pricePerShard")).toString() << " a shard)\n";
+    out() << "  verification  " << quote.value(QStringLiteral("verification")).toString()
+          << " credits (expected re-executions)\n";
+    out() << "  total         " << quote.value(QStringLiteral("total")).toString() << " credits; the job's budget is "
+          << spec.budget.toString() << Qt::endl;
+    return 0;
+}
+
+int submit(net::BrokerClient& client, const QString& path, bool onlyEstimate)
 {
     QFile file(path);
     if (!file.open(QIODevice::ReadOnly))
@@ -70,6 +92,9 @@ int submit(net::BrokerClient& client, const QString& path)
     if (!spec)
         return fail(QStringLiteral("%1: %2").arg(path, spec.error().toString()));
     const QDir base = QFileInfo(path).absoluteDir();
+    if (onlyEstimate && spec->model.source == core::ModelSpec::Source::Zoo
+        && spec->dataset.source == core::DatasetSpec::Source::Builtin)
+        return estimate(client, *spec);
     // Files travel as blobs; the job names them by their SHA-256.
     auto uploadFile = [&](QString& name, core::Digest& digest) -> core::Status {
         if (name.isEmpty())
@@ -93,6 +118,8 @@ int submit(net::BrokerClient& client, const QString& path)
         if (!status)
             return fail(status.error().toString());
     }
+    if (onlyEstimate)
+        return estimate(client, *spec);
     auto reply = client.request(net::Command::Submit, { { QStringLiteral("job"), spec->toJson() } });
     if (!reply)
         return fail(reply.error().message);
@@ -195,6 +222,7 @@ int main(int argc, char* argv[])
     QCommandLineParser parser;
     parser.addPositionalArgument(QStringLiteral("arguments"), {});
     parser.addOption({ QStringLiteral("json"), QStringLiteral("JSON output") });
+    parser.addOption({ QStringLiteral("estimate"), QStringLiteral("print the quote, submit nothing") });
     parser.addOption(
         { { QStringLiteral("o"), QStringLiteral("output") }, QStringLiteral("output file"), QStringLiteral("FILE") });
     QStringList rest = args;
@@ -204,7 +232,31 @@ int main(int argc, char* argv[])
     const auto positional = parser.positionalArguments();
 
     if (command == u"submit" && positional.size() == 1)
-        return submit(client, positional[0]);
+        return submit(client, positional[0], parser.isSet(QStringLiteral("estimate")));
+    if (command == u"balance" && positional.size() <= 1) {
+        QJsonObject header;
+        if (!positional.isEmpty())
+            header.insert(QStringLiteral("account"), positional[0]);
+        auto reply = client.request(net::Command::Balance, header);
+        if (!reply)
+            return fail(reply.error().message);
+        out() << reply->value(QStringLiteral("account")).toString() << ": " << reply->value(QStringLiteral("balance")).toString()
+              << " credits, " << reply->value(QStringLiteral("stake")).toString() << " bonded" << Qt::endl;
+        return 0;
+    }
+    if (command == u"ledger" && positional.isEmpty()) {
+        auto reply = client.request(net::Command::Ledger, {});
+        if (!reply)
+            return fail(reply.error().message);
+        if (parser.isSet(QStringLiteral("json")))
+            out() << QJsonDocument(*reply).toJson();
+        else if (reply->value(QStringLiteral("consistent")).toBool())
+            out() << "the books balance; " << reply->value(QStringLiteral("minted")).toString() << " credits minted in all"
+                  << Qt::endl;
+        else
+            out() << "THE BOOKS DO NOT BALANCE: " << reply->value(QStringLiteral("problem")).toString() << Qt::endl;
+        return reply->value(QStringLiteral("consistent")).toBool() ? 0 : 1;
+    }
     if (command == u"wait" && positional.size() == 1)
         return wait(client, positional[0], parser.isSet(QStringLiteral("json")));
     if (command == u"fetch" && positional.size() == 1 && parser.isSet(QStringLiteral("output")))

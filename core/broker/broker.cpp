@@ -98,6 +98,9 @@ QJsonObject JobStatus::toJson() const
     };
     if (!failure.isEmpty())
         json.insert(QStringLiteral("failure"), failure);
+    json.insert(QStringLiteral("owner"), owner);
+    json.insert(QStringLiteral("escrow"), escrow.toString());
+    json.insert(QStringLiteral("pricePerShard"), pricePerShard.toString());
     return json;
 }
 
@@ -108,7 +111,9 @@ Broker::Broker(
     , m_math(math)
     , m_clock(clock)
     , m_options(options)
-{ }
+{
+    m_ledger = std::make_unique<ledger::Ledger>(*m_db);
+}
 
 Result<std::unique_ptr<Broker>> Broker::open(
     const QString& dataDirectory, TrainingMath& math, const Clock& clock, Options options)
@@ -164,7 +169,17 @@ Result<JobSpec> Broker::specOf(const QString& jobId)
     return JobSpec::fromJson(fromJsonText(statement->columnText(0)));
 }
 
-Result<QString> Broker::submit(const JobSpec& spec)
+Result<Quote> Broker::quoteFor(const JobSpec& spec)
+{
+    if (auto status = spec.validate(); !status)
+        return status.error();
+    auto initial = m_math.initialWeights(spec);
+    if (!initial)
+        return initial.error();
+    return quote(spec, initial->parameters, m_options.pricePerUnit);
+}
+
+Result<QString> Broker::submit(const JobSpec& spec, const QString& owner)
 {
     if (auto status = spec.validate(); !status)
         return status.error();
@@ -182,16 +197,49 @@ Result<QString> Broker::submit(const JobSpec& spec)
     auto initial = m_math.initialWeights(spec);
     if (!initial)
         return initial.error();
+    auto price = quote(spec, initial->parameters, m_options.pricePerUnit);
+    if (!price)
+        return price.error();
+    if (spec.budget < price->training)
+        return Error { QStringLiteral("budget"),
+            QStringLiteral("%1 credits do not pay for the training, which costs %2 (%3 with the expected verification); "
+                           "tessera-job submit --estimate shows the quote")
+                .arg(spec.budget.toString(), price->training.toString(), price->total.toString()) };
     auto blob = m_blobs->put(initial->bytes);
     if (!blob)
         return blob.error();
     const QString id = newId();
+    const auto now = m_clock.nowMs();
+    auto transaction = m_db->begin();
+    if (!transaction)
+        return transaction.error().toError();
     auto status = execute(*m_db,
-        QStringLiteral("INSERT INTO jobs (id, spec, state, round, weights_hash, weights_blob, created_at) VALUES (?, ?, "
-                       "'running', 0, ?, ?, ?)"),
-        id, toJsonText(spec.toJson()), initial->canonicalHash.toHex(), blob->toHex(), m_clock.nowMs());
+        QStringLiteral(
+            "INSERT INTO jobs (id, spec, state, round, weights_hash, weights_blob, created_at, owner, price_per_shard) "
+            "VALUES (?, ?, 'running', 0, ?, ?, ?, ?, ?)"),
+        id, toJsonText(spec.toJson()), initial->canonicalHash.toHex(), blob->toHex(), now, owner, price->pricePerShard.micro());
     if (!status)
         return status.error();
+    const QString ownerAccount = ledger::accounts::balance(owner);
+    if (m_options.faucet) {
+        auto held = m_ledger->balance(ownerAccount);
+        if (!held)
+            return held.error();
+        if (*held < spec.budget) {
+            auto minted
+                = m_ledger->mint(ownerAccount, *spec.budget.checkedSubtract(*held), QStringLiteral("faucet:job:") + id, now);
+            if (!minted)
+                return minted.error();
+        }
+    }
+    auto escrowed = m_ledger->transfer(ownerAccount, ledger::accounts::escrow(id), spec.budget, QStringLiteral("escrow:") + id,
+        QStringLiteral("budget of job %1").arg(id), now);
+    if (!escrowed)
+        return Error { QStringLiteral("budget"),
+            QStringLiteral("the budget cannot be escrowed: %1").arg(escrowed.error().message) };
+    if (auto committed = transaction->commit(); !committed)
+        return committed.error().toError();
+
     RoundState state;
     state.jobId = id;
     state.spec = spec;
@@ -202,10 +250,44 @@ Result<QString> Broker::submit(const JobSpec& spec)
     return id;
 }
 
+Result<QJsonObject> Broker::account(const QString& id)
+{
+    auto held = m_ledger->balance(ledger::accounts::balance(id));
+    if (!held)
+        return held.error();
+    auto staked = m_ledger->balance(ledger::accounts::stake(id));
+    if (!staked)
+        return staked.error();
+    return QJsonObject { { QStringLiteral("account"), id }, { QStringLiteral("balance"), held->toString() },
+        { QStringLiteral("stake"), staked->toString() } };
+}
+
+Status Broker::refund(const QString& jobId)
+{
+    auto job = query(*m_db, QStringLiteral("SELECT owner FROM jobs WHERE id = ?"), jobId);
+    if (!job)
+        return job.error();
+    if (auto row = job->step(); !row || !*row)
+        return Error { QStringLiteral("jobId"), QStringLiteral("no job %1").arg(jobId) };
+    const QString owner = job->columnText(0);
+    auto left = m_ledger->balance(ledger::accounts::escrow(jobId));
+    if (!left)
+        return left.error();
+    if (left->micro() <= 0)
+        return {};
+    auto moved = m_ledger->transfer(ledger::accounts::escrow(jobId), ledger::accounts::balance(owner), *left,
+        QStringLiteral("refund:") + jobId, QStringLiteral("unspent budget of job %1").arg(jobId), m_clock.nowMs());
+    if (!moved)
+        return moved.error();
+    return {};
+}
+
 Result<JobStatus> Broker::status(const QString& jobId)
 {
-    auto job = query(
-        *m_db, QStringLiteral("SELECT spec, state, round, weights_hash, weights_blob, failure FROM jobs WHERE id = ?"), jobId);
+    auto job = query(*m_db,
+        QStringLiteral(
+            "SELECT spec, state, round, weights_hash, weights_blob, failure, owner, price_per_shard FROM jobs WHERE id = ?"),
+        jobId);
     if (!job)
         return job.error();
     auto row = job->step();
@@ -223,6 +305,10 @@ Result<JobStatus> Broker::status(const QString& jobId)
     status.weightsHash = Digest::fromHex(job->columnText(3)).ok() ? *Digest::fromHex(job->columnText(3)) : Digest {};
     status.weightsBlob = Digest::fromHex(job->columnText(4)).ok() ? *Digest::fromHex(job->columnText(4)) : Digest {};
     status.failure = job->columnIsNull(5) ? QString() : job->columnText(5);
+    status.owner = job->columnText(6);
+    status.pricePerShard = Credits::fromMicro(job->columnInt(7));
+    if (auto escrow = m_ledger->balance(ledger::accounts::escrow(jobId)))
+        status.escrow = *escrow;
 
     auto rounds = query(*m_db,
         QStringLiteral("SELECT round, test_loss, test_accuracy, train_loss, weights_hash, weights_blob FROM rounds WHERE job = ? "
@@ -279,10 +365,17 @@ Status Broker::cancel(const QString& jobId)
         return job.error();
     if (job->state != u"running")
         return Error { QStringLiteral("jobId"), QStringLiteral("the job is already %1").arg(job->state) };
-    auto cancelled = execute(*m_db, QStringLiteral("UPDATE jobs SET state = 'cancelled' WHERE id = ?"), jobId);
-    if (cancelled)
-        std::erase_if(m_running, [&](const RoundState& state) { return state.jobId == jobId; });
-    return cancelled;
+    auto transaction = m_db->begin();
+    if (!transaction)
+        return transaction.error().toError();
+    if (auto cancelled = execute(*m_db, QStringLiteral("UPDATE jobs SET state = 'cancelled' WHERE id = ?"), jobId); !cancelled)
+        return cancelled;
+    if (auto refunded = refund(jobId); !refunded)
+        return refunded;
+    if (auto committed = transaction->commit(); !committed)
+        return committed.error().toError();
+    std::erase_if(m_running, [&](const RoundState& state) { return state.jobId == jobId; });
+    return {};
 }
 
 Status Broker::registerNode(const NodeInfo& node)
@@ -294,6 +387,18 @@ Status Broker::registerNode(const NodeInfo& node)
         node.nodeId, toJsonText(node.toJson()), now, now);
     if (!status)
         return status;
+    if (m_options.faucet && m_options.minStake.micro() > 0) {
+        // On a local or demo broker, new nodes get their stake bonded for them.
+        auto staked = m_ledger->balance(ledger::accounts::stake(node.nodeId));
+        if (!staked)
+            return staked.error();
+        if (*staked < m_options.minStake) {
+            auto minted = m_ledger->mint(ledger::accounts::stake(node.nodeId), *m_options.minStake.checkedSubtract(*staked),
+                QStringLiteral("faucet:stake:%1:%2").arg(node.nodeId).arg(now), now);
+            if (!minted)
+                return minted.error();
+        }
+    }
     m_nodes.insert(node.nodeId, node);
     return {};
 }
@@ -325,6 +430,15 @@ Result<std::optional<Assignment>> Broker::assign(const QString& nodeId)
         return Error { QStringLiteral("node"), QStringLiteral("the node has not registered") };
     const NodeInfo& node = *nodeIt;
     const auto now = m_clock.nowMs();
+    if (m_options.minStake.micro() > 0) {
+        auto staked = m_ledger->balance(ledger::accounts::stake(nodeId));
+        if (!staked)
+            return staked.error();
+        if (*staked < m_options.minStake)
+            return Error { QStringLiteral("stake"),
+                QStringLiteral("the node has %1 credits bonded; taking work needs %2")
+                    .arg(staked->toString(), m_options.minStake.toString()) };
+    }
 
     for (auto& state : m_running) {
         if (state.spec.training.threads > node.maxThreads)
@@ -550,9 +664,31 @@ Result<Verdict> Broker::acceptResult(const QString& nodeId, const QString& assig
         return Error { QStringLiteral("finalHash"),
             QStringLiteral("the uploaded weights do not hash to the result's finalHash") };
 
+    auto price = query(*m_db, QStringLiteral("SELECT price_per_shard FROM jobs WHERE id = ?"), jobId);
+    if (!price)
+        return price.error();
+    if (auto priceRow = price->step(); !priceRow || !*priceRow)
+        return Error { QStringLiteral("job"), QStringLiteral("the job vanished") };
+    const auto pay = Credits::fromMicro(price->columnInt(0));
+    auto escrow = m_ledger->balance(ledger::accounts::escrow(jobId));
+    if (!escrow)
+        return escrow.error();
+    if (*escrow < pay) {
+        (void)failJob(jobId,
+            QStringLiteral("the budget is spent (%1 credits left, a shard pays %2)").arg(escrow->toString(), pay.toString()));
+        return Verdict::Stale;
+    }
+
     auto transaction = m_db->begin();
     if (!transaction)
         return transaction.error().toError();
+    if (pay.micro() > 0) {
+        auto paid = m_ledger->transfer(ledger::accounts::escrow(jobId), ledger::accounts::balance(nodeId), pay,
+            QStringLiteral("pay:%1/%2/%3").arg(jobId).arg(round).arg(shard),
+            QStringLiteral("shard %1 of round %2").arg(shard).arg(round), m_clock.nowMs());
+        if (!paid)
+            return paid.error();
+    }
     for (const auto& status : {
              execute(*m_db, QStringLiteral("INSERT INTO shard_results (job, round, shard, node, result) VALUES (?, ?, ?, ?, ?)"),
                  jobId, round, shard, nodeId, toJsonText(result.toJson())),
@@ -671,6 +807,10 @@ Status Broker::finishRoundIfComplete(const QString& jobId, const JobSpec& spec, 
             round);
         !status)
         return status;
+    if (last) {
+        if (auto refunded = refund(jobId); !refunded)
+            return refunded;
+    }
     if (auto status = transaction->commit(); !status)
         return status.error().toError();
     if (last) {
@@ -690,7 +830,10 @@ Status Broker::finishRoundIfComplete(const QString& jobId, const JobSpec& spec, 
 Status Broker::failJob(const QString& jobId, const QString& why)
 {
     std::erase_if(m_running, [&](const RoundState& state) { return state.jobId == jobId; });
-    return execute(*m_db, QStringLiteral("UPDATE jobs SET state = 'failed', failure = ? WHERE id = ?"), why, jobId);
+    if (auto status = execute(*m_db, QStringLiteral("UPDATE jobs SET state = 'failed', failure = ? WHERE id = ?"), why, jobId);
+        !status)
+        return status;
+    return refund(jobId);
 }
 
 } // namespace tessera::core::broker

@@ -3,7 +3,9 @@
 #include "../blobstore.h"
 #include "../error.h"
 #include "../jobspec.h"
+#include "../ledger/ledger.h"
 #include "../nodeinfo.h"
+#include "../pricing.h"
 #include "../shardresult.h"
 #include "../shardtask.h"
 #include "../storage/database.h"
@@ -47,6 +49,9 @@ struct JobStatus {
     Digest weightsHash;
     Digest weightsBlob;
     QString failure;
+    QString owner;
+    Credits escrow; // budget not yet spent
+    Credits pricePerShard;
 
     QJsonObject toJson() const;
 };
@@ -62,6 +67,9 @@ public:
         std::int64_t minDeadlineMs = 30'000; // a shard's deadline is at least this
         double deadlineSlack = 4.0; // times the node's expected time
         int maxShardFailures = 5; // failed results of one shard before the job fails
+        Credits pricePerUnit = Credits::fromMicro(100'000); // per GFLOP of training
+        Credits minStake = Credits::fromMicro(10'000'000); // a node bonds this much to take work
+        bool faucet = false; // mint what owners and nodes lack (local and demo brokers only)
     };
 
     static Result<std::unique_ptr<Broker>> open(
@@ -73,8 +81,9 @@ public:
 
     BlobStore& blobs() { return *m_blobs; }
 
-    // Job owners.
-    Result<QString> submit(const JobSpec& spec);
+    // Job owners. The budget moves from the owner's balance into the job's escrow.
+    Result<QString> submit(const JobSpec& spec, const QString& owner = QStringLiteral("local"));
+    Result<Quote> quoteFor(const JobSpec& spec);
     Result<JobStatus> status(const QString& jobId);
     Result<QList<JobStatus>> list();
     Status cancel(const QString& jobId);
@@ -91,6 +100,10 @@ public:
     Result<Verdict> acceptResult(const QString& nodeId, const QString& assignmentId, const ShardResult& result);
     // Whether any running job has a shard waiting for a node (to wake waiting nodes).
     bool hasWork();
+
+    ledger::Ledger& ledger() { return *m_ledger; }
+    // An owner's or node's money: balance and stake.
+    Result<QJsonObject> account(const QString& id);
 
     // Samples per second this broker expects of a node, from its benchmark.
     static double expectedSamplesPerSecond(const NodeInfo& node);
@@ -124,9 +137,11 @@ private:
     Result<JobSpec> specOf(const QString& jobId);
     Status finishRoundIfComplete(const QString& jobId, const JobSpec& spec, std::int64_t round);
     Status failJob(const QString& jobId, const QString& why);
+    Status refund(const QString& jobId);
 
     std::unique_ptr<storage::Database> m_db;
     std::unique_ptr<BlobStore> m_blobs;
+    std::unique_ptr<ledger::Ledger> m_ledger;
     TrainingMath& m_math;
     const Clock& m_clock;
     Options m_options;

@@ -16,6 +16,7 @@ public:
     struct Weights {
         QByteArray bytes;
         Digest canonicalHash;
+        std::int64_t parameters = 0; // number of elements, for pricing models the broker cannot analyse
     };
     struct Update {
         std::int64_t shard = 0;

@@ -50,7 +50,7 @@ JobSpec job(std::int64_t rounds = 2, std::int64_t shards = 3)
     spec.training.shardsPerRound = shards;
     spec.training.localSteps = 10;
     spec.training.checkpointInterval = 5;
-    spec.budget = Credits::fromMicro(1);
+    spec.budget = *Credits::fromCredits(100);
     return spec;
 }
 
@@ -89,11 +89,12 @@ private:
     FakeClock m_clock;
     FakeMath m_math;
 
-    std::unique_ptr<Broker> open(const QString& name = QStringLiteral("b"))
+    std::unique_ptr<Broker> open(const QString& name = QStringLiteral("b"), bool faucet = true)
     {
         Broker::Options options;
         options.minDeadlineMs = 10'000;
         options.maxShardFailures = 2;
+        options.faucet = faucet;
         auto broker = Broker::open(m_dir.filePath(name), m_math, m_clock, options);
         if (!broker)
             qFatal("%s", qPrintable(broker.error().toString()));
@@ -223,6 +224,56 @@ private Q_SLOTS:
         QVERIFY(broker->registerNode(node(QStringLiteral("small"), 2)).ok());
         QVERIFY(!broker->assign(QStringLiteral("small"))->has_value());
         QVERIFY(!broker->assign(QStringLiteral("unregistered")).ok());
+    }
+
+    void moneyMovesWithTheWork()
+    {
+        auto broker = open(QStringLiteral("money"));
+        const auto jobId = *broker->submit(job(1, 2), QStringLiteral("owner"));
+        auto status = *broker->status(jobId);
+        QCOMPARE(status.escrow, *Credits::fromCredits(100));
+        QCOMPARE(status.pricePerShard, Credits::fromMicro(100'000)); // 1 work unit at 0.1 credit
+        QVERIFY(broker->registerNode(node(QStringLiteral("a"))).ok());
+        QCOMPARE((*broker->account(QStringLiteral("a"))).value(QStringLiteral("stake")).toString(), QStringLiteral("10"));
+        const auto first = **broker->assign(QStringLiteral("a"));
+        const auto second = **broker->assign(QStringLiteral("a"));
+        QCOMPARE(*broker->acceptResult(QStringLiteral("a"), first.id, answer(*broker, first, "x")), Verdict::Accepted);
+        QCOMPARE(*broker->ledger().balance(ledger::accounts::balance(QStringLiteral("a"))), Credits::fromMicro(100'000));
+        // A retried or duplicated answer pays nothing more.
+        QCOMPARE(*broker->acceptResult(QStringLiteral("a"), first.id, answer(*broker, first, "x")), Verdict::Stale);
+        QCOMPARE(*broker->ledger().balance(ledger::accounts::balance(QStringLiteral("a"))), Credits::fromMicro(100'000));
+        QCOMPARE(*broker->acceptResult(QStringLiteral("a"), second.id, answer(*broker, second, "y")), Verdict::Accepted);
+        // The job is done: the unspent budget went back to its owner.
+        status = *broker->status(jobId);
+        QCOMPARE(status.state, QStringLiteral("finished"));
+        QCOMPARE(status.escrow, Credits {});
+        QCOMPARE(*broker->ledger().balance(ledger::accounts::balance(QStringLiteral("owner"))), Credits::fromMicro(99'800'000));
+        QVERIFY(broker->ledger().checkInvariants().ok());
+    }
+
+    void budgetsAndStakeAreEnforced()
+    {
+        auto broker = open(QStringLiteral("strict"), false);
+        auto cheap = job(1, 1);
+        cheap.budget = Credits::fromMicro(1);
+        const auto tooCheap = broker->submit(cheap);
+        QVERIFY(!tooCheap.ok());
+        QVERIFY2(tooCheap.error().message.contains(QStringLiteral("do not pay for the training")),
+            qPrintable(tooCheap.error().message));
+        const auto broke = broker->submit(job(1, 1), QStringLiteral("nobody")); // no faucet, no balance
+        QVERIFY(!broke.ok());
+        QCOMPARE(broke.error().field, QStringLiteral("budget"));
+        (void)broker->ledger().mint(
+            ledger::accounts::balance(QStringLiteral("payer")), *Credits::fromCredits(100), QStringLiteral("buy"), 1);
+        const auto jobId = broker->submit(job(1, 1), QStringLiteral("payer"));
+        QVERIFY(jobId.ok());
+        QVERIFY(broker->registerNode(node(QStringLiteral("unstaked"))).ok());
+        const auto refused = broker->assign(QStringLiteral("unstaked"));
+        QVERIFY(!refused.ok());
+        QCOMPARE(refused.error().field, QStringLiteral("stake"));
+        QVERIFY(broker->cancel(*jobId).ok());
+        QCOMPARE(*broker->ledger().balance(ledger::accounts::balance(QStringLiteral("payer"))), *Credits::fromCredits(100));
+        QVERIFY(broker->ledger().checkInvariants().ok());
     }
 
     void cancelledJobsHandOutNothing()

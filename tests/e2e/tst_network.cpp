@@ -64,8 +64,9 @@ public:
 
     QProcess* startBroker(const QStringList& extra = {})
     {
+        // A local broker's faucet funds the job owner and bonds each node's stake.
         writeFile(path(QStringLiteral("broker.ini")),
-            QStringLiteral("[Broker]\nDataDirectory=%1\n").arg(path(QStringLiteral("broker"))));
+            QStringLiteral("[Broker]\nDataDirectory=%1\nFaucet=true\n").arg(path(QStringLiteral("broker"))));
         m_broker = start(Bin + QStringLiteral("/tessera-broker"),
             QStringList { QStringLiteral("--config"), path(QStringLiteral("broker.ini")), QStringLiteral("--bind"), endpoint() }
                 + extra,
@@ -126,6 +127,15 @@ public:
     }
 
     QProcess* broker() const { return m_broker; }
+
+    // The books balance: the sum of all accounts is zero and none is negative.
+    bool ledgerConsistent()
+    {
+        const auto ledger = job({ QStringLiteral("ledger") }, 20'000);
+        if (ledger.exitCode != 0)
+            qWarning("%s", qPrintable(ledger.output));
+        return ledger.exitCode == 0;
+    }
 
     static void writeFile(const QString& path, const QString& text)
     {
@@ -190,6 +200,14 @@ private Q_SLOTS:
         qInfo("broker + 3 nodes: test accuracy %.2f%%", accuracy * 100.0);
         QVERIFY(accuracy >= 0.85);
         QCOMPARE(job.value(QStringLiteral("weightsHash")).toString(), m_baseline);
+        // 45 shards paid at 0.9 credits each, the rest of the 50-credit budget back to its owner.
+        QCOMPARE(job.value(QStringLiteral("escrow")).toString(), QStringLiteral("0"));
+        QVERIFY(cluster.ledgerConsistent());
+        const auto owner = cluster.job({ QStringLiteral("balance"), QStringLiteral("local") });
+        QVERIFY2(owner.output.contains(QStringLiteral("local: 9.5 credits")), qPrintable(owner.output));
+        const auto quote = cluster.job({ QStringLiteral("submit"), Job, QStringLiteral("--estimate") });
+        QVERIFY2(
+            quote.exitCode == 0 && quote.output.contains(QStringLiteral("training      40.5 credits")), qPrintable(quote.output));
 
         // The job owner fetches the weights and PyTorch loads them.
         const QString model = cluster.path(QStringLiteral("model.pt"));
@@ -215,6 +233,7 @@ private Q_SLOTS:
         const auto job = cluster.waitForEnd(jobId);
         QCOMPARE(job.value(QStringLiteral("state")).toString(), QStringLiteral("finished"));
         QCOMPARE(job.value(QStringLiteral("weightsHash")).toString(), m_baseline);
+        QVERIFY(cluster.ledgerConsistent());
     }
 
     void aBrokerKilledMidJobGoesOnAfterARestart()
@@ -232,6 +251,11 @@ private Q_SLOTS:
         const auto job = cluster.waitForEnd(jobId);
         QCOMPARE(job.value(QStringLiteral("state")).toString(), QStringLiteral("finished"));
         QCOMPARE(job.value(QStringLiteral("weightsHash")).toString(), m_baseline);
+        // Every shard paid exactly once, across the crash: 50 - 45 x 0.9 back to the owner.
+        QCOMPARE(job.value(QStringLiteral("escrow")).toString(), QStringLiteral("0"));
+        QVERIFY(cluster.ledgerConsistent());
+        const auto owner = cluster.job({ QStringLiteral("balance"), QStringLiteral("local") });
+        QVERIFY2(owner.output.contains(QStringLiteral("local: 9.5 credits")), qPrintable(owner.output));
     }
 
     void sigtermLetsTheShardInTrainingFinish()

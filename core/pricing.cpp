@@ -1,0 +1,73 @@
+#include "pricing.h"
+
+#include <cmath>
+
+namespace tessera::core {
+
+QJsonObject Quote::toJson() const
+{
+    return QJsonObject {
+        { QStringLiteral("flopsPerSample"), flopsPerSample },
+        { QStringLiteral("unitsPerShard"), static_cast<qint64>(unitsPerShard) },
+        { QStringLiteral("shards"), static_cast<qint64>(shards) },
+        { QStringLiteral("pricePerUnit"), pricePerUnit.toString() },
+        { QStringLiteral("pricePerShard"), pricePerShard.toString() },
+        { QStringLiteral("training"), training.toString() },
+        { QStringLiteral("verification"), verification.toString() },
+        { QStringLiteral("total"), total.toString() },
+    };
+}
+
+double trainingFlopsPerSample(const JobSpec& spec, std::int64_t parameterCount)
+{
+    const bool fashion = spec.dataset.source == DatasetSpec::Source::Builtin;
+    if (spec.model.source == ModelSpec::Source::Zoo && fashion) {
+        constexpr double Height = 28, Width = 28, Channels = 1, Classes = 10;
+        double forward = 0.0;
+        if (spec.model.zoo == u"mlp") {
+            double width = Height * Width * Channels;
+            for (auto hidden : spec.model.hidden) {
+                forward += 2.0 * width * double(hidden);
+                width = double(hidden);
+            }
+            forward += 2.0 * width * Classes;
+        } else if (spec.model.zoo == u"cnn" && spec.model.channels.size() == 2 && spec.model.hidden.size() == 1) {
+            const double c1 = double(spec.model.channels[0]), c2 = double(spec.model.channels[1]),
+                         hidden = double(spec.model.hidden[0]);
+            forward += 2.0 * Channels * 9.0 * c1 * Height * Width;
+            forward += 2.0 * c1 * 9.0 * c2 * (Height / 2) * (Width / 2);
+            forward += 2.0 * c2 * std::floor(Height / 4) * std::floor(Width / 4) * hidden;
+            forward += 2.0 * hidden * Classes;
+        }
+        if (forward > 0.0)
+            return 3.0 * forward;
+    }
+    return 6.0 * double(parameterCount);
+}
+
+Result<Quote> quote(const JobSpec& spec, std::int64_t parameterCount, Credits pricePerUnit)
+{
+    Quote q;
+    q.flopsPerSample = trainingFlopsPerSample(spec, parameterCount);
+    const double samples = double(spec.training.localSteps) * double(spec.training.batchSize);
+    q.unitsPerShard = std::max<std::int64_t>(1, std::llround(q.flopsPerSample * samples / 1e9));
+    q.shards = spec.training.rounds * spec.training.shardsPerRound;
+    q.pricePerUnit = pricePerUnit;
+    const auto perShard = pricePerUnit.checkedMultiply(q.unitsPerShard);
+    const auto training = perShard ? perShard->checkedMultiply(q.shards) : std::nullopt;
+    if (!training)
+        return Error { QStringLiteral("budget"), QStringLiteral("the job is too large to price") };
+    q.pricePerShard = *perShard;
+    q.training = *training;
+    // Verifiers are paid the shard price for each re-execution; expect at least the job's rate.
+    const auto rate = std::llround(std::max(spec.verificationRate, 0.05) * 1'000'000.0);
+    const auto verification = training->checkedScale(rate, 1'000'000);
+    const auto total = verification ? training->checkedAdd(*verification) : std::nullopt;
+    if (!total)
+        return Error { QStringLiteral("budget"), QStringLiteral("the job is too large to price") };
+    q.verification = *verification;
+    q.total = *total;
+    return q;
+}
+
+} // namespace tessera::core

@@ -1,0 +1,31 @@
+#pragma once
+
+#include "credits.h"
+#include "error.h"
+#include "jobspec.h"
+
+namespace tessera::core {
+
+// What a job costs. Work is measured in work units of 1 GFLOP of training (forward and backward,
+// taken as 3 forward passes); a shard's units are its model's FLOPs per sample times the samples
+// it trains on (local steps x batch size).
+struct Quote {
+    double flopsPerSample = 0.0; // training FLOPs per sample
+    std::int64_t unitsPerShard = 0;
+    std::int64_t shards = 0; // rounds x shards per round
+    Credits pricePerUnit;
+    Credits pricePerShard; // what a provider is paid for an accepted shard
+    Credits training; // every shard once
+    Credits verification; // the expected re-executions (at least the job's verification rate)
+    Credits total;
+
+    QJsonObject toJson() const;
+};
+
+// Training FLOPs per sample: exact for zoo models on Fashion-MNIST; otherwise 6 x parameters.
+double trainingFlopsPerSample(const JobSpec& spec, std::int64_t parameterCount);
+
+// The quote for a job at a price; an error if the numbers overflow.
+Result<Quote> quote(const JobSpec& spec, std::int64_t parameterCount, Credits pricePerUnit);
+
+} // namespace tessera::core
