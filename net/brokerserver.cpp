@@ -510,6 +510,15 @@ void BrokerServer::Private::handle(const QByteArray& routingId, const QList<QByt
                         minted ? minted->checkedMultiply(-1).value_or(core::Credits {}).toString() : QString() } }));
         return;
     }
+    case Command::Receipt: {
+        auto receipt = broker.receipt(message.header.value(QStringLiteral("cause")).toString());
+        if (!receipt) {
+            invalid(receipt.error());
+            return;
+        }
+        send(routingId, okMessage(id, { { QStringLiteral("receipt"), *receipt } }));
+        return;
+    }
     case Command::Welcome:
     case Command::Task:
     case Command::Ok:

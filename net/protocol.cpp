@@ -46,6 +46,8 @@ QString commandName(Command command)
         return QStringLiteral("BALANCE");
     case Command::Ledger:
         return QStringLiteral("LEDGER");
+    case Command::Receipt:
+        return QStringLiteral("RECEIPT");
     }
     return QStringLiteral("0x%1").arg(int(command), 2, 16, QLatin1Char('0'));
 }
@@ -74,6 +76,7 @@ bool isKnown(std::uint8_t byte)
     case Command::Quote:
     case Command::Balance:
     case Command::Ledger:
+    case Command::Receipt:
         return true;
     }
     return false;

@@ -41,6 +41,7 @@ enum class Command : std::uint8_t {
     Quote = 0x24,
     Balance = 0x25,
     Ledger = 0x26,
+    Receipt = 0x27,
 };
 
 QString commandName(Command command);

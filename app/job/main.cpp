@@ -2,6 +2,7 @@
 
 #include <core/jobspec.h>
 #include <core/settings/settings.h>
+#include <core/signing.h>
 #include <net/brokerclient.h>
 
 #include <QCommandLineParser>
@@ -44,6 +45,11 @@ Commands:
   cancel ID              stop a job (its unspent budget goes back)
   balance [ACCOUNT]      credits held and bonded (yours under CURVE; ACCOUNT on a local broker)
   ledger                 whether the broker's books balance, and how much was ever minted
+  receipt CAUSE -o FILE  the broker's signed receipt for a payment (causes: escrow:JOB, pay:JOB/ROUND/SHARD,
+                         refund:JOB)
+  verify-receipt FILE [--signer KEY]
+                         check a receipt offline: its signature, and (with --signer) that the broker whose
+                         base64 signing key you know signed it
 
 The broker is --broker, else the first of Node/Brokers in the settings, else tcp://127.0.0.1:5555.
 )";
@@ -178,6 +184,31 @@ int fetch(net::BrokerClient& client, const QString& jobId, const QString& path)
     return 0;
 }
 
+int verifyReceipt(const QStringList& args)
+{
+    QCommandLineParser parser;
+    parser.addPositionalArgument(QStringLiteral("file"), {});
+    parser.addOption({ QStringLiteral("signer"), QStringLiteral("the broker's signing key (base64)"), QStringLiteral("KEY") });
+    if (!parser.parse(QStringList { QStringLiteral("verify-receipt") } + args) || parser.positionalArguments().size() != 1)
+        return fail(QStringLiteral("usage: tessera-job verify-receipt FILE [--signer KEY]"));
+    QFile file(parser.positionalArguments().first());
+    if (!file.open(QIODevice::ReadOnly))
+        return fail(QStringLiteral("cannot read %1").arg(file.fileName()));
+    const auto receipt = QJsonDocument::fromJson(file.readAll()).object();
+    if (receipt.value(QStringLiteral("kind")).toString() != u"tessera-receipt")
+        return fail(QStringLiteral("%1 is not a Tessera receipt").arg(file.fileName()));
+    if (auto status = core::verifyDocument(receipt); !status)
+        return fail(QStringLiteral("INVALID receipt: %1").arg(status.error().message));
+    const QString signer = receipt.value(QStringLiteral("signer")).toString();
+    if (parser.isSet(QStringLiteral("signer")) && parser.value(QStringLiteral("signer")) != signer)
+        return fail(QStringLiteral("INVALID receipt: signed by %1, not by the broker you named").arg(signer));
+    out() << "valid receipt: " << receipt.value(QStringLiteral("amount")).toString() << " credits from "
+          << receipt.value(QStringLiteral("debit")).toString() << " to " << receipt.value(QStringLiteral("credit")).toString()
+          << " for " << receipt.value(QStringLiteral("cause")).toString() << " at "
+          << receipt.value(QStringLiteral("at")).toString() << ", signed by broker " << signer << Qt::endl;
+    return 0;
+}
+
 } // namespace
 
 int main(int argc, char* argv[])
@@ -207,6 +238,8 @@ int main(int argc, char* argv[])
         QTextStream(stderr) << Usage;
         return 2;
     }
+    if (args.size() >= 3 && args[1] == u"verify-receipt")
+        return verifyReceipt(args.mid(2));
     core::settings::Settings settings(configPath);
     settings.load();
     if (brokerAddress.isEmpty()) {
@@ -242,6 +275,19 @@ int main(int argc, char* argv[])
             return fail(reply.error().message);
         out() << reply->value(QStringLiteral("account")).toString() << ": " << reply->value(QStringLiteral("balance")).toString()
               << " credits, " << reply->value(QStringLiteral("stake")).toString() << " bonded" << Qt::endl;
+        return 0;
+    }
+    if (command == u"receipt" && positional.size() == 1 && parser.isSet(QStringLiteral("output"))) {
+        auto reply = client.request(net::Command::Receipt, { { QStringLiteral("cause"), positional[0] } });
+        if (!reply)
+            return fail(reply.error().message);
+        QSaveFile file(parser.value(QStringLiteral("output")));
+        if (!file.open(QIODevice::WriteOnly))
+            return fail(QStringLiteral("cannot write %1").arg(file.fileName()));
+        file.write(QJsonDocument(reply->value(QStringLiteral("receipt")).toObject()).toJson());
+        if (!file.commit())
+            return fail(QStringLiteral("cannot write %1").arg(file.fileName()));
+        out() << "wrote " << file.fileName() << Qt::endl;
         return 0;
     }
     if (command == u"ledger" && positional.isEmpty()) {

@@ -7,6 +7,7 @@
 #include <QJsonArray>
 #include <QJsonDocument>
 #include <QRandomGenerator>
+#include <QTimeZone>
 
 #include <algorithm>
 
@@ -135,7 +136,11 @@ Result<std::unique_ptr<Broker>> Broker::open(
     auto blobs = BlobStore::open(QDir(dataDirectory).filePath(QStringLiteral("blobs")));
     if (!blobs)
         return blobs.error();
+    auto signing = SigningKeys::loadOrCreate(QDir(dataDirectory).filePath(QStringLiteral("broker.sign")));
+    if (!signing)
+        return signing.error();
     std::unique_ptr<Broker> broker(new Broker(std::move(*database), std::move(*blobs), math, clock, options));
+    broker->m_signing = *signing;
     if (auto status = broker->recover(); !status)
         return status.error();
     return broker;
@@ -260,6 +265,29 @@ Result<QJsonObject> Broker::account(const QString& id)
         return staked.error();
     return QJsonObject { { QStringLiteral("account"), id }, { QStringLiteral("balance"), held->toString() },
         { QStringLiteral("stake"), staked->toString() } };
+}
+
+Result<QJsonObject> Broker::receipt(const QString& cause)
+{
+    auto transfer = m_ledger->transferByCause(cause);
+    if (!transfer)
+        return transfer.error();
+    if (!transfer->has_value())
+        return Error { QStringLiteral("cause"), QStringLiteral("no transfer has the cause '%1'").arg(cause) };
+    const auto& t = **transfer;
+    return signDocument(
+        QJsonObject {
+            { QStringLiteral("kind"), QStringLiteral("tessera-receipt") },
+            { QStringLiteral("version"), 1 },
+            { QStringLiteral("transfer"), static_cast<qint64>(t.id) },
+            { QStringLiteral("debit"), t.debit },
+            { QStringLiteral("credit"), t.credit },
+            { QStringLiteral("amount"), t.amount.toString() },
+            { QStringLiteral("cause"), t.cause },
+            { QStringLiteral("memo"), t.memo },
+            { QStringLiteral("at"), QDateTime::fromMSecsSinceEpoch(t.at, QTimeZone::utc()).toString(Qt::ISODateWithMs) },
+        },
+        m_signing);
 }
 
 Status Broker::refund(const QString& jobId)

@@ -8,6 +8,7 @@
 #include "../pricing.h"
 #include "../shardresult.h"
 #include "../shardtask.h"
+#include "../signing.h"
 #include "../storage/database.h"
 #include "trainingmath.h"
 
@@ -102,6 +103,9 @@ public:
     bool hasWork();
 
     ledger::Ledger& ledger() { return *m_ledger; }
+    // The broker's signed receipt for the transfer with this cause (verifyDocument checks it).
+    Result<QJsonObject> receipt(const QString& cause);
+    QByteArray signingKey() const { return m_signing.publicKey; }
     // An owner's or node's money: balance and stake.
     Result<QJsonObject> account(const QString& id);
 
@@ -142,6 +146,7 @@ private:
     std::unique_ptr<storage::Database> m_db;
     std::unique_ptr<BlobStore> m_blobs;
     std::unique_ptr<ledger::Ledger> m_ledger;
+    SigningKeys m_signing;
     TrainingMath& m_math;
     const Clock& m_clock;
     Options m_options;

@@ -27,6 +27,23 @@ Result<bool> Ledger::hasCause(const QString& cause)
     return *row;
 }
 
+Result<std::optional<Transfer>> Ledger::transferByCause(const QString& cause)
+{
+    auto statement
+        = m_db.prepare(QStringLiteral("SELECT id, debit, credit, amount, cause, memo, at FROM ledger_transfers WHERE cause = ?"));
+    if (!statement)
+        return databaseError(statement.error());
+    statement->bind(1, cause);
+    auto row = statement->step();
+    if (!row)
+        return databaseError(row.error());
+    if (!*row)
+        return std::optional<Transfer> {};
+    return std::optional<Transfer>(Transfer { statement->columnInt(0), statement->columnText(1), statement->columnText(2),
+        Credits::fromMicro(statement->columnInt(3)), statement->columnText(4), statement->columnText(5),
+        statement->columnInt(6) });
+}
+
 Result<Credits> Ledger::balance(const QString& account)
 {
     auto statement = m_db.prepare(QStringLiteral("SELECT balance FROM ledger_accounts WHERE name = ?"));

@@ -60,6 +60,7 @@ public:
     Result<Credits> balance(const QString& account);
     Result<QList<Transfer>> history(const QString& account);
     Result<bool> hasCause(const QString& cause);
+    Result<std::optional<Transfer>> transferByCause(const QString& cause);
 
     // Sum of all balances is zero; no account but the mint is negative; each cached balance equals
     // its transfers. An error says which rule broke.

@@ -2,6 +2,7 @@
 // real arithmetic is tested in tests/compute and end to end in tests/e2e).
 
 #include <core/broker/broker.h>
+#include <core/signing.h>
 
 #include <QTemporaryDir>
 #include <QTest>
@@ -249,6 +250,16 @@ private Q_SLOTS:
         QCOMPARE(status.escrow, Credits {});
         QCOMPARE(*broker->ledger().balance(ledger::accounts::balance(QStringLiteral("owner"))), Credits::fromMicro(99'800'000));
         QVERIFY(broker->ledger().checkInvariants().ok());
+
+        // Each payment has a receipt the broker signed; a changed one does not verify.
+        auto receipt = *broker->receipt(QStringLiteral("pay:%1/0/%2").arg(jobId).arg(first.task.shard));
+        QVERIFY(verifyDocument(receipt).ok());
+        QCOMPARE(receipt.value(QStringLiteral("amount")).toString(), QStringLiteral("0.1"));
+        QCOMPARE(receipt.value(QStringLiteral("credit")).toString(), QStringLiteral("balance:a"));
+        QCOMPARE(QByteArray::fromBase64(receipt.value(QStringLiteral("signer")).toString().toLatin1()), broker->signingKey());
+        receipt.insert(QStringLiteral("amount"), QStringLiteral("100"));
+        QVERIFY(!verifyDocument(receipt).ok());
+        QVERIFY(!broker->receipt(QStringLiteral("pay:nothing")).ok());
     }
 
     void budgetsAndStakeAreEnforced()

@@ -205,6 +205,24 @@ private Q_SLOTS:
         QVERIFY(cluster.ledgerConsistent());
         const auto owner = cluster.job({ QStringLiteral("balance"), QStringLiteral("local") });
         QVERIFY2(owner.output.contains(QStringLiteral("local: 9.5 credits")), qPrintable(owner.output));
+        // The owner's escrow has a signed receipt that checks offline, and a doctored copy does not.
+        const QString receipt = cluster.path(QStringLiteral("escrow.receipt"));
+        QCOMPARE(
+            cluster.job({ QStringLiteral("receipt"), QStringLiteral("escrow:") + jobId, QStringLiteral("-o"), receipt }).exitCode,
+            0);
+        const auto verified = run(Bin + QStringLiteral("/tessera-job"), { QStringLiteral("verify-receipt"), receipt });
+        QVERIFY2(verified.exitCode == 0 && verified.output.contains(QStringLiteral("valid receipt: 50 credits")),
+            qPrintable(verified.output));
+        const auto independent
+            = run(Python, { QStringLiteral(TESSERA_SOURCE_DIR "/tests/e2e/python/verify_receipt.py"), receipt });
+        QVERIFY2(independent.exitCode == 0, qPrintable(independent.output));
+        QFile receiptFile(receipt);
+        QVERIFY(receiptFile.open(QIODevice::ReadOnly));
+        const QByteArray doctored = receiptFile.readAll().replace("\"50\"", "\"5\"");
+        receiptFile.close();
+        Cluster::writeFile(receipt, QString::fromUtf8(doctored));
+        const auto forged = run(Bin + QStringLiteral("/tessera-job"), { QStringLiteral("verify-receipt"), receipt });
+        QVERIFY2(forged.exitCode != 0 && forged.output.contains(QStringLiteral("INVALID")), qPrintable(forged.output));
         const auto quote = cluster.job({ QStringLiteral("submit"), Job, QStringLiteral("--estimate") });
         QVERIFY2(
             quote.exitCode == 0 && quote.output.contains(QStringLiteral("training      40.5 credits")), qPrintable(quote.output));
