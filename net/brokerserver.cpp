@@ -324,7 +324,7 @@ void BrokerServer::Private::handle(const QByteArray& routingId, const QList<QByt
             return;
         }
         self.nodeId = node->nodeId;
-        self.score = core::broker::Broker::expectedSamplesPerSecond(*node);
+        self.score = broker.schedulingScore(node->nodeId);
         qCDebug(lcBroker).noquote() << "node" << shortId(node->nodeId) << "registered:" << node->name << node->runtimeProfile;
         QJsonObject welcome { { QStringLiteral("nodeId"), node->nodeId }, { QStringLiteral("heartbeatMs"), options.heartbeatMs },
             { QStringLiteral("brokerVersion"), QStringLiteral("1") } };
@@ -368,6 +368,7 @@ void BrokerServer::Private::handle(const QByteArray& routingId, const QList<QByt
                 routingId, errors::Stale, QStringLiteral("the shard was already answered; this result is not counted"), re, id);
             return;
         }
+        peer.score = broker.schedulingScore(peer.nodeId);
         send(routingId,
             okMessage(id,
                 { { QStringLiteral("verdict"),
@@ -508,6 +509,18 @@ void BrokerServer::Private::handle(const QByteArray& routingId, const QList<QByt
                     { QStringLiteral("problem"), invariants.ok() ? QString() : invariants.error().message },
                     { QStringLiteral("minted"),
                         minted ? minted->checkedMultiply(-1).value_or(core::Credits {}).toString() : QString() } }));
+        return;
+    }
+    case Command::Nodes: {
+        auto nodes = broker.nodes();
+        if (!nodes) {
+            sendError(routingId, errors::Internal, nodes.error().toString(), re, id);
+            return;
+        }
+        QJsonArray list;
+        for (const auto& node : *nodes)
+            list.append(node);
+        send(routingId, okMessage(id, { { QStringLiteral("nodes"), list } }));
         return;
     }
     case Command::Receipt: {

@@ -48,6 +48,8 @@ QString commandName(Command command)
         return QStringLiteral("LEDGER");
     case Command::Receipt:
         return QStringLiteral("RECEIPT");
+    case Command::Nodes:
+        return QStringLiteral("NODES");
     }
     return QStringLiteral("0x%1").arg(int(command), 2, 16, QLatin1Char('0'));
 }
@@ -77,6 +79,7 @@ bool isKnown(std::uint8_t byte)
     case Command::Balance:
     case Command::Ledger:
     case Command::Receipt:
+    case Command::Nodes:
         return true;
     }
     return false;

@@ -42,6 +42,7 @@ enum class Command : std::uint8_t {
     Balance = 0x25,
     Ledger = 0x26,
     Receipt = 0x27,
+    Nodes = 0x28,
 };
 
 QString commandName(Command command);

@@ -45,6 +45,7 @@ Commands:
   cancel ID              stop a job (its unspent budget goes back)
   balance [ACCOUNT]      credits held and bonded (yours under CURVE; ACCOUNT on a local broker)
   ledger                 whether the broker's books balance, and how much was ever minted
+  nodes                  the nodes the broker knows, with their record (shards done and failed)
   receipt CAUSE -o FILE  the broker's signed receipt for a payment (causes: escrow:JOB, pay:JOB/ROUND/SHARD,
                          refund:JOB)
   verify-receipt FILE [--signer KEY]
@@ -288,6 +289,31 @@ int main(int argc, char* argv[])
         if (!file.commit())
             return fail(QStringLiteral("cannot write %1").arg(file.fileName()));
         out() << "wrote " << file.fileName() << Qt::endl;
+        return 0;
+    }
+    if (command == u"nodes" && positional.isEmpty()) {
+        auto reply = client.request(net::Command::Nodes, {});
+        if (!reply)
+            return fail(reply.error().message);
+        const auto nodes = reply->value(QStringLiteral("nodes")).toArray();
+        if (parser.isSet(QStringLiteral("json")))
+            out() << QJsonDocument(nodes).toJson();
+        for (const auto& value : nodes) {
+            const auto node = value.toObject();
+            if (!parser.isSet(QStringLiteral("json")))
+                out() << QStringLiteral("%1  %2  %3  done %4  failed %5  %6 samples/s  last seen %7")
+                             .arg(node.value(QStringLiteral("nodeId")).toString().left(12),
+                                 node.value(QStringLiteral("name")).toString(),
+                                 node.value(QStringLiteral("online")).toBool() ? QStringLiteral("online")
+                                                                               : QStringLiteral("offline"))
+                             .arg(node.value(QStringLiteral("shardsDone")).toInteger())
+                             .arg(node.value(QStringLiteral("shardsFailed")).toInteger())
+                             .arg(node.value(QStringLiteral("benchmarkSamplesPerSecond")).toDouble(), 0, 'f', 0)
+                             .arg(node.value(QStringLiteral("lastSeen")).toString())
+                      << Qt::endl;
+        }
+        if (nodes.isEmpty() && !parser.isSet(QStringLiteral("json")))
+            out() << "no nodes" << Qt::endl;
         return 0;
     }
     if (command == u"ledger" && positional.isEmpty()) {

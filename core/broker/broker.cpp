@@ -290,6 +290,53 @@ Result<QJsonObject> Broker::receipt(const QString& cause)
         m_signing);
 }
 
+Result<QList<QJsonObject>> Broker::nodes()
+{
+    auto rows = query(*m_db,
+        QStringLiteral("SELECT id, info, first_seen, last_seen, shards_done, shards_failed FROM nodes ORDER BY first_seen, id"));
+    if (!rows)
+        return rows.error();
+    QList<QJsonObject> list;
+    for (;;) {
+        auto next = rows->step();
+        if (!next)
+            return next.error().toError();
+        if (!*next)
+            break;
+        const auto info = fromJsonText(rows->columnText(1));
+        const QString id = rows->columnText(0);
+        list.append(QJsonObject {
+            { QStringLiteral("nodeId"), id },
+            { QStringLiteral("name"), info.value(QStringLiteral("name")) },
+            { QStringLiteral("runtimeProfile"), info.value(QStringLiteral("runtimeProfile")) },
+            { QStringLiteral("benchmarkSamplesPerSecond"), info.value(QStringLiteral("benchmarkSamplesPerSecond")) },
+            { QStringLiteral("online"), m_nodes.contains(id) },
+            { QStringLiteral("firstSeen"),
+                QDateTime::fromMSecsSinceEpoch(rows->columnInt(2), QTimeZone::utc()).toString(Qt::ISODate) },
+            { QStringLiteral("lastSeen"),
+                QDateTime::fromMSecsSinceEpoch(rows->columnInt(3), QTimeZone::utc()).toString(Qt::ISODate) },
+            { QStringLiteral("shardsDone"), static_cast<qint64>(rows->columnInt(4)) },
+            { QStringLiteral("shardsFailed"), static_cast<qint64>(rows->columnInt(5)) },
+        });
+    }
+    return list;
+}
+
+double Broker::schedulingScore(const QString& nodeId)
+{
+    const auto node = m_nodes.constFind(nodeId);
+    const double throughput = node == m_nodes.constEnd() ? 0.0 : expectedSamplesPerSecond(*node);
+    auto record = query(*m_db, QStringLiteral("SELECT shards_done, shards_failed FROM nodes WHERE id = ?"), nodeId);
+    if (!record)
+        return throughput;
+    auto row = record->step();
+    if (!row || !*row)
+        return throughput;
+    const double done = double(record->columnInt(0));
+    const double failed = double(record->columnInt(1));
+    return throughput * (done + 1.0) / (done + failed + 1.0);
+}
+
 Status Broker::refund(const QString& jobId)
 {
     auto job = query(*m_db, QStringLiteral("SELECT owner FROM jobs WHERE id = ?"), jobId);

@@ -109,6 +109,12 @@ public:
     // An owner's or node's money: balance and stake.
     Result<QJsonObject> account(const QString& id);
 
+    // Every node the broker has seen, with its record: shards done and failed, first and last seen.
+    Result<QList<QJsonObject>> nodes();
+    // How the scheduler ranks a node: its benchmark throughput times its record,
+    // (done + 1) / (done + failed + 1), so that nodes that fail lose work to nodes that deliver.
+    double schedulingScore(const QString& nodeId);
+
     // Samples per second this broker expects of a node, from its benchmark.
     static double expectedSamplesPerSecond(const NodeInfo& node);
 

@@ -195,6 +195,11 @@ private Q_SLOTS:
         const auto status = *broker->status(jobId);
         QCOMPARE(status.state, QStringLiteral("failed"));
         QVERIFY(status.failure.contains(QStringLiteral("NaN")));
+        // Their record follows them: a node that failed ranks below its benchmark.
+        QVERIFY(broker->schedulingScore(QStringLiteral("a")) < Broker::expectedSamplesPerSecond(node(QStringLiteral("a"))));
+        const auto known = *broker->nodes();
+        QCOMPARE(known.size(), 2);
+        QCOMPARE(known[0].value(QStringLiteral("shardsFailed")).toInt(), 1);
         QVERIFY(!broker->assign(QStringLiteral("a"))->has_value());
     }
 

@@ -205,6 +205,15 @@ private Q_SLOTS:
         QVERIFY(cluster.ledgerConsistent());
         const auto owner = cluster.job({ QStringLiteral("balance"), QStringLiteral("local") });
         QVERIFY2(owner.output.contains(QStringLiteral("local: 9.5 credits")), qPrintable(owner.output));
+        // Each node's record: together they delivered the 45 shards.
+        const auto nodes
+            = QJsonDocument::fromJson(cluster.job({ QStringLiteral("nodes"), QStringLiteral("--json") }).output.toUtf8()).array();
+        QCOMPARE(nodes.size(), 3);
+        int delivered = 0;
+        for (const auto& node : nodes)
+            delivered += node.toObject().value(QStringLiteral("shardsDone")).toInt();
+        QCOMPARE(delivered, 45);
+
         // The owner's escrow has a signed receipt that checks offline, and a doctored copy does not.
         const QString receipt = cluster.path(QStringLiteral("escrow.receipt"));
         QCOMPARE(
