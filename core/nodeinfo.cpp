@@ -9,9 +9,9 @@ namespace tessera::core {
 Result<NodeInfo> NodeInfo::fromJson(const QJsonObject& json)
 {
     JsonReader reader(json);
-    reader.allowOnly(
-        { QStringLiteral("nodeId"), QStringLiteral("name"), QStringLiteral("softwareVersion"), QStringLiteral("runtimeProfile"),
-            QStringLiteral("devices"), QStringLiteral("benchmarkSamplesPerSecond"), QStringLiteral("maxThreads") });
+    reader.allowOnly({ QStringLiteral("nodeId"), QStringLiteral("name"), QStringLiteral("softwareVersion"),
+        QStringLiteral("runtimeProfile"), QStringLiteral("devices"), QStringLiteral("benchmarkSamplesPerSecond"),
+        QStringLiteral("maxThreads"), QStringLiteral("signingKey") });
     NodeInfo node;
     node.nodeId = reader.string(u"nodeId");
     node.name = reader.string(u"name", Presence::Optional);
@@ -19,6 +19,7 @@ Result<NodeInfo> NodeInfo::fromJson(const QJsonObject& json)
     node.runtimeProfile = reader.string(u"runtimeProfile");
     node.benchmarkSamplesPerSecond = reader.number(u"benchmarkSamplesPerSecond", 0.0, 1e12, Presence::Optional);
     node.maxThreads = static_cast<int>(reader.integer(u"maxThreads", 1, 4096));
+    node.signingKey = reader.string(u"signingKey", Presence::Optional);
     if (node.name.size() > 100)
         reader.fail(u"name", QStringLiteral("at most 100 characters"));
     const auto deviceReaders = reader.objectList(u"devices", MaxDevices);
@@ -49,6 +50,7 @@ QJsonObject NodeInfo::toJson() const
         { QStringLiteral("devices"), deviceArray },
         { QStringLiteral("benchmarkSamplesPerSecond"), benchmarkSamplesPerSecond },
         { QStringLiteral("maxThreads"), maxThreads },
+        { QStringLiteral("signingKey"), signingKey },
     };
 }
 

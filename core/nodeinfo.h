@@ -18,6 +18,7 @@ struct NodeInfo {
     QList<DeviceInfo> devices;
     double benchmarkSamplesPerSecond = 0.0; // zoo mlp reference throughput
     int maxThreads = 1;
+    QString signingKey; // Ed25519 public key (base64): signs the node's commitments
 
     static constexpr qsizetype MaxDevices = 64;
 

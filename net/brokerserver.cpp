@@ -511,6 +511,16 @@ void BrokerServer::Private::handle(const QByteArray& routingId, const QList<QByt
                         minted ? minted->checkedMultiply(-1).value_or(core::Credits {}).toString() : QString() } }));
         return;
     }
+    case Command::Commit: {
+        if (!requireNode())
+            return;
+        if (auto status = broker.commit(peer.nodeId, message.header.value(QStringLiteral("commitment")).toObject()); !status) {
+            invalid(status.error());
+            return;
+        }
+        send(routingId, okMessage(id, { { QStringLiteral("committed"), true } }));
+        return;
+    }
     case Command::Nodes: {
         auto nodes = broker.nodes();
         if (!nodes) {

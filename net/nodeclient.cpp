@@ -72,6 +72,8 @@ struct NodeClient::Private {
     QHash<core::Digest, Download> downloads;
     std::deque<ShardExecutor::Finished> outbox; // finished shards not yet reported
     std::optional<Upload> upload;
+    bool commitSent = false;
+    bool committed = false;
     bool resultSent = false;
 
     Private(NodeClientOptions o, ShardExecutor& e, core::BlobStore& c, QString t)
@@ -96,6 +98,8 @@ struct NodeClient::Private {
         readySent = false;
         downloads.clear();
         upload.reset();
+        commitSent = false;
+        committed = false;
         resultSent = false;
         lastReceived = nowMs();
         send({ Command::Register, QJsonObject { { QStringLiteral("node"), options.node.toJson() } }, {} });
@@ -186,9 +190,26 @@ struct NodeClient::Private {
 
     void reportNext()
     {
-        if (outbox.empty() || !registered || upload || resultSent)
+        if (outbox.empty() || !registered || upload || resultSent || (commitSent && !committed))
             return;
         const auto& finished = outbox.front();
+        // Commit, then reveal: the signed hashes go first, the weights and the result after.
+        if (finished.result.outcome == core::ShardResult::Outcome::Completed && !committed) {
+            const auto commitment = finished.result.commitment();
+            const auto document = core::signDocument(
+                QJsonObject {
+                    { QStringLiteral("assignment"), finished.assignment },
+                    { QStringLiteral("jobId"), finished.result.jobId },
+                    { QStringLiteral("round"), static_cast<qint64>(finished.result.round) },
+                    { QStringLiteral("shard"), static_cast<qint64>(finished.result.shard) },
+                    { QStringLiteral("finalHash"), commitment.finalHash.toHex() },
+                    { QStringLiteral("chainRoot"), commitment.chainRoot.toHex() },
+                },
+                options.signing);
+            send({ Command::Commit, QJsonObject { { QStringLiteral("commitment"), document } }, {} });
+            commitSent = true;
+            return;
+        }
         if (finished.result.outcome == core::ShardResult::Outcome::Completed && !cache.contains(finished.result.weightsSha256)
             && !finished.weights.isEmpty()) {
             upload = Upload { finished.result.weightsSha256, finished.weights };
@@ -209,6 +230,8 @@ struct NodeClient::Private {
             ++counters.results;
         }
         resultSent = false;
+        commitSent = false;
+        committed = false;
         upload.reset();
     }
 
@@ -305,6 +328,11 @@ void NodeClient::Private::handle(const Message& message)
         return;
     }
     case Command::Ok:
+        if (commitSent && !committed && h.value(QStringLiteral("committed")).toBool()) {
+            committed = true;
+            reportNext();
+            return;
+        }
         if (upload && h.contains(QStringLiteral("received"))) {
             --upload->inFlight;
             if (h.value(QStringLiteral("complete")).toBool()) {
@@ -323,7 +351,7 @@ void NodeClient::Private::handle(const Message& message)
         const QString code = h.value(QStringLiteral("code")).toString();
         const int re = h.value(QStringLiteral("re")).toInt(-1);
         qCWarning(lcNode).noquote() << "broker says" << code << h.value(QStringLiteral("message")).toString();
-        if (re == int(Command::Result) || (re == int(Command::Put) && upload)) {
+        if (re == int(Command::Result) || re == int(Command::Commit) || (re == int(Command::Put) && upload)) {
             resultAnswered(); // the broker will not count this result; the next one can go
         } else if (re == int(Command::Get) && current) {
             // A blob the task needs is gone from the broker: give the task up.

@@ -6,6 +6,7 @@
 #include <core/nodeinfo.h>
 #include <core/shardresult.h>
 #include <core/shardtask.h>
+#include <core/signing.h>
 
 #include <QHash>
 #include <QList>
@@ -40,6 +41,7 @@ public:
 struct NodeClientOptions {
     BrokerAddress broker;
     std::optional<CurveKeys> keys; // the node's own keypair (its identity under CURVE)
+    core::SigningKeys signing; // signs commitments; its public key is options.node.signingKey
     core::NodeInfo node;
     int heartbeatMs = 1000;
     int liveness = 3;

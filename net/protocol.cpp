@@ -50,6 +50,8 @@ QString commandName(Command command)
         return QStringLiteral("RECEIPT");
     case Command::Nodes:
         return QStringLiteral("NODES");
+    case Command::Commit:
+        return QStringLiteral("COMMIT");
     }
     return QStringLiteral("0x%1").arg(int(command), 2, 16, QLatin1Char('0'));
 }
@@ -80,6 +82,7 @@ bool isKnown(std::uint8_t byte)
     case Command::Ledger:
     case Command::Receipt:
     case Command::Nodes:
+    case Command::Commit:
         return true;
     }
     return false;

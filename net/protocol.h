@@ -43,6 +43,7 @@ enum class Command : std::uint8_t {
     Ledger = 0x26,
     Receipt = 0x27,
     Nodes = 0x28,
+    Commit = 0x29,
 };
 
 QString commandName(Command command);

@@ -274,8 +274,13 @@ int runNode(const QStringList& args, const core::settings::Settings& settings, c
     if (!keys)
         return fail(keys.error().toString());
 
+    auto signing = core::SigningKeys::loadOrCreate(QDir(directory).filePath(QStringLiteral("node.sign")));
+    if (!signing)
+        return fail(signing.error().toString());
+
     core::NodeInfo node;
     node.nodeId = keys->publicKey;
+    node.signingKey = QString::fromLatin1(signing->publicKey.toBase64());
     node.name
         = settings.stringValue(names::NodeName).isEmpty() ? QSysInfo::machineHostName() : settings.stringValue(names::NodeName);
     node.softwareVersion = QStringLiteral(TESSERA_VERSION);
@@ -316,6 +321,7 @@ int runNode(const QStringList& args, const core::settings::Settings& settings, c
         net::NodeClientOptions options;
         options.broker = brokers[i];
         options.keys = *keys;
+        options.signing = *signing;
         options.node = node;
         options.heartbeatMs = int(settings.intValue(names::NetworkHeartbeatIntervalMs));
         caches.push_back(std::move(*cache));

@@ -1,6 +1,7 @@
 #include "broker.h"
 
 #include "../decomposition.h"
+#include "../jsonreader.h"
 
 #include <QDateTime>
 #include <QDir>
@@ -645,6 +646,35 @@ Status Broker::loadRunning()
     return {};
 }
 
+Status Broker::commit(const QString& nodeId, const QJsonObject& signedCommitment)
+{
+    const auto node = m_nodes.constFind(nodeId);
+    if (node == m_nodes.constEnd())
+        return Error { QStringLiteral("node"), QStringLiteral("the node has not registered") };
+    if (signedCommitment.value(QStringLiteral("signer")).toString() != node->signingKey || node->signingKey.isEmpty())
+        return Error { QStringLiteral("commitment.signer"),
+            QStringLiteral("the commitment is not signed with the node's registered key") };
+    if (auto status = verifyDocument(signedCommitment); !status)
+        return Error { QStringLiteral("commitment.") + status.error().field, status.error().message };
+    JsonReader reader(signedCommitment, QStringLiteral("commitment"));
+    const QString assignment = reader.string(u"assignment");
+    const auto finalHash = reader.digest(u"finalHash");
+    const auto chainRoot = reader.digest(u"chainRoot");
+    if (!reader.ok())
+        return reader.status().error();
+    auto owner = query(*m_db, QStringLiteral("SELECT node FROM assignments WHERE id = ?"), assignment);
+    if (!owner)
+        return owner.error();
+    if (auto row = owner->step(); !row || !*row || owner->columnText(0) != nodeId)
+        return Error { QStringLiteral("commitment.assignment"), QStringLiteral("no such assignment for this node") };
+    // The first commitment binds: a node cannot change its answer after seeing anything.
+    return execute(*m_db,
+        QStringLiteral(
+            "INSERT INTO commitments (assignment, node, final_hash, chain_root, document, at) VALUES (?, ?, ?, ?, ?, ?) "
+            "ON CONFLICT(assignment) DO NOTHING"),
+        assignment, nodeId, finalHash.toHex(), chainRoot.toHex(), toJsonText(signedCommitment), m_clock.nowMs());
+}
+
 Result<Verdict> Broker::acceptResult(const QString& nodeId, const QString& assignmentId, const ShardResult& result)
 {
     auto found
@@ -717,6 +747,20 @@ Result<Verdict> Broker::acceptResult(const QString& nodeId, const QString& assig
                     .arg(result.failure));
         return Verdict::Failed;
     }
+
+    // Reveal: the result must be what the node committed to.
+    auto committed
+        = query(*m_db, QStringLiteral("SELECT final_hash, chain_root FROM commitments WHERE assignment = ?"), assignmentId);
+    if (!committed)
+        return committed.error();
+    auto committedRow = committed->step();
+    if (!committedRow)
+        return committedRow.error().toError();
+    if (!*committedRow)
+        return Error { QStringLiteral("commitment"), QStringLiteral("send the signed commitment (COMMIT) before the result") };
+    const auto commitment = result.commitment();
+    if (committed->columnText(0) != commitment.finalHash.toHex() || committed->columnText(1) != commitment.chainRoot.toHex())
+        return Error { QStringLiteral("commitment"), QStringLiteral("the result does not match the node's commitment") };
 
     // Check the result against what the broker knows before counting it.
     const auto task = decomposeShard(jobId, *spec, round, shard, startHash);

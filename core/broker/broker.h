@@ -95,6 +95,9 @@ public:
     void nodeLost(const QString& nodeId);
     // The next shard for this node, if there is work it can do.
     Result<std::optional<Assignment>> assign(const QString& nodeId);
+    // Commit, then reveal: the node's signed commitment to its result (signDocument over
+    // assignment, jobId, round, shard, finalHash, chainRoot), checked against its signing key.
+    Status commit(const QString& nodeId, const QJsonObject& signedCommitment);
     // A node's answer. Accepted: counted (and the round aggregated if it was the last shard);
     // Stale: the shard was already answered; Failed: recorded, the shard goes to another node.
     // An error means the result is invalid (wrong hashes, missing weights) and was not counted.

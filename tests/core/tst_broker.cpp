@@ -4,6 +4,8 @@
 #include <core/broker/broker.h>
 #include <core/signing.h>
 
+#include <QHash>
+
 #include <QTemporaryDir>
 #include <QTest>
 
@@ -55,9 +57,18 @@ JobSpec job(std::int64_t rounds = 2, std::int64_t shards = 3)
     return spec;
 }
 
+SigningKeys& keysOf(const QString& nodeId)
+{
+    static QHash<QString, SigningKeys> keys;
+    if (!keys.contains(nodeId))
+        keys.insert(nodeId, SigningKeys::generate());
+    return keys[nodeId];
+}
+
 NodeInfo node(const QString& id, int threads = 4)
 {
     NodeInfo info;
+    info.signingKey = QString::fromLatin1(keysOf(id).publicKey.toBase64());
     info.nodeId = id;
     info.softwareVersion = QStringLiteral("test");
     info.runtimeProfile = QStringLiteral("p");
@@ -78,6 +89,23 @@ ShardResult answer(Broker& broker, const Assignment& assignment, const QByteArra
     result.checkpointHashes = { assignment.task.startWeights, Digest::ofBytes("mid"), result.finalHash };
     result.losses = { 1.0, 0.5 };
     return result;
+}
+
+// What a node does with a finished shard: commit to it (signed), then reveal it.
+Result<Verdict> deliver(Broker& broker, const QString& nodeId, const QString& assignmentId, const ShardResult& result)
+{
+    if (result.outcome == ShardResult::Outcome::Completed) {
+        const auto commitment = result.commitment();
+        const auto document
+            = signDocument({ { QStringLiteral("assignment"), assignmentId }, { QStringLiteral("jobId"), result.jobId },
+                               { QStringLiteral("round"), static_cast<qint64>(result.round) },
+                               { QStringLiteral("shard"), static_cast<qint64>(result.shard) },
+                               { QStringLiteral("finalHash"), commitment.finalHash.toHex() },
+                               { QStringLiteral("chainRoot"), commitment.chainRoot.toHex() } },
+                keysOf(nodeId));
+        (void)broker.commit(nodeId, document); // refusals show up as the result's error
+    }
+    return broker.acceptResult(nodeId, assignmentId, result);
 }
 
 } // namespace
@@ -118,7 +146,7 @@ private Q_SLOTS:
             QCOMPARE(out[0].task.round, round);
             // Results arrive out of order; aggregation still goes by shard.
             for (int i : { 2, 0, 1 })
-                QCOMPARE(*broker->acceptResult(QString::fromLatin1(i == 1 ? "b" : "a"), out[i].id,
+                QCOMPARE(*deliver(*broker, QString::fromLatin1(i == 1 ? "b" : "a"), out[i].id,
                              answer(*broker, out[i], QByteArray::number(round) + QByteArray::number(out[i].task.shard))),
                     Verdict::Accepted);
         }
@@ -144,36 +172,37 @@ private Q_SLOTS:
         const auto second = **broker->assign(QStringLiteral("fast"));
         QCOMPARE(second.task.shard, first.task.shard);
         QVERIFY(second.id != first.id);
-        QCOMPARE(*broker->acceptResult(QStringLiteral("fast"), second.id, answer(*broker, second, "fast")), Verdict::Accepted);
+        QCOMPARE(*deliver(*broker, QStringLiteral("fast"), second.id, answer(*broker, second, "fast")), Verdict::Accepted);
         // The straggler's late answer is not counted twice.
-        QCOMPARE(*broker->acceptResult(QStringLiteral("slow"), first.id, answer(*broker, first, "slow")), Verdict::Stale);
-        QCOMPARE(*broker->acceptResult(QStringLiteral("fast"), second.id, answer(*broker, second, "fast")), Verdict::Stale);
+        QCOMPARE(*deliver(*broker, QStringLiteral("slow"), first.id, answer(*broker, first, "slow")), Verdict::Stale);
+        QCOMPARE(*deliver(*broker, QStringLiteral("fast"), second.id, answer(*broker, second, "fast")), Verdict::Stale);
     }
 
     void invalidResultsAreNotCounted()
     {
         auto broker = open(QStringLiteral("invalid"));
-        (void)*broker->submit(job(1, 1));
+        (void)*broker->submit(job(1, 4));
         QVERIFY(broker->registerNode(node(QStringLiteral("a"))).ok());
         QVERIFY(broker->registerNode(node(QStringLiteral("b"))).ok());
-        const auto assignment = **broker->assign(QStringLiteral("a"));
+        // A node's first commitment binds it, so each kind of bad result gets its own assignment.
+        QList<Assignment> out;
+        for (int i = 0; i < 4; ++i)
+            out.append(**broker->assign(QStringLiteral("a")));
 
-        auto lie = answer(*broker, assignment, "w");
+        auto lie = answer(*broker, out[0], "w");
         lie.finalHash = Digest::ofBytes("not the weights");
         lie.checkpointHashes.last() = lie.finalHash;
-        QCOMPARE(broker->acceptResult(QStringLiteral("a"), assignment.id, lie).error().field, QStringLiteral("finalHash"));
-        auto shortChain = answer(*broker, assignment, "w");
+        QCOMPARE(deliver(*broker, QStringLiteral("a"), out[0].id, lie).error().field, QStringLiteral("finalHash"));
+        auto shortChain = answer(*broker, out[1], "w");
         shortChain.checkpointHashes.removeAt(1);
-        QCOMPARE(broker->acceptResult(QStringLiteral("a"), assignment.id, shortChain).error().field,
-            QStringLiteral("checkpointHashes"));
-        auto noWeights = answer(*broker, assignment, "w");
+        QCOMPARE(deliver(*broker, QStringLiteral("a"), out[1].id, shortChain).error().field, QStringLiteral("checkpointHashes"));
+        auto noWeights = answer(*broker, out[2], "w");
         noWeights.weightsSha256 = Digest::ofBytes("never uploaded");
-        QCOMPARE(
-            broker->acceptResult(QStringLiteral("a"), assignment.id, noWeights).error().field, QStringLiteral("weightsSha256"));
-        QVERIFY(!broker->acceptResult(QStringLiteral("b"), assignment.id, answer(*broker, assignment, "w")).ok()); // not b's
-        QVERIFY(!broker->acceptResult(QStringLiteral("a"), QStringLiteral("nonsense"), answer(*broker, assignment, "w")).ok());
-        // After all that, the honest answer still counts.
-        QCOMPARE(*broker->acceptResult(QStringLiteral("a"), assignment.id, answer(*broker, assignment, "w")), Verdict::Accepted);
+        QCOMPARE(deliver(*broker, QStringLiteral("a"), out[2].id, noWeights).error().field, QStringLiteral("weightsSha256"));
+        QVERIFY(!deliver(*broker, QStringLiteral("b"), out[3].id, answer(*broker, out[3], "w")).ok()); // not b's
+        QVERIFY(!deliver(*broker, QStringLiteral("a"), QStringLiteral("nonsense"), answer(*broker, out[3], "w")).ok());
+        // After all that, an honest answer still counts.
+        QCOMPARE(*deliver(*broker, QStringLiteral("a"), out[3].id, answer(*broker, out[3], "w")), Verdict::Accepted);
     }
 
     void failedShardsGoElsewhereAndEndTheJobAfterTooMany()
@@ -190,7 +219,7 @@ private Q_SLOTS:
             failed.shard = assignment.task.shard;
             failed.outcome = ShardResult::Outcome::Failed;
             failed.failure = QStringLiteral("loss became NaN");
-            QCOMPARE(*broker->acceptResult(QString::fromLatin1(id), assignment.id, failed), Verdict::Failed);
+            QCOMPARE(*deliver(*broker, QString::fromLatin1(id), assignment.id, failed), Verdict::Failed);
         }
         const auto status = *broker->status(jobId);
         QCOMPARE(status.state, QStringLiteral("failed"));
@@ -243,12 +272,12 @@ private Q_SLOTS:
         QCOMPARE((*broker->account(QStringLiteral("a"))).value(QStringLiteral("stake")).toString(), QStringLiteral("10"));
         const auto first = **broker->assign(QStringLiteral("a"));
         const auto second = **broker->assign(QStringLiteral("a"));
-        QCOMPARE(*broker->acceptResult(QStringLiteral("a"), first.id, answer(*broker, first, "x")), Verdict::Accepted);
+        QCOMPARE(*deliver(*broker, QStringLiteral("a"), first.id, answer(*broker, first, "x")), Verdict::Accepted);
         QCOMPARE(*broker->ledger().balance(ledger::accounts::balance(QStringLiteral("a"))), Credits::fromMicro(100'000));
         // A retried or duplicated answer pays nothing more.
-        QCOMPARE(*broker->acceptResult(QStringLiteral("a"), first.id, answer(*broker, first, "x")), Verdict::Stale);
+        QCOMPARE(*deliver(*broker, QStringLiteral("a"), first.id, answer(*broker, first, "x")), Verdict::Stale);
         QCOMPARE(*broker->ledger().balance(ledger::accounts::balance(QStringLiteral("a"))), Credits::fromMicro(100'000));
-        QCOMPARE(*broker->acceptResult(QStringLiteral("a"), second.id, answer(*broker, second, "y")), Verdict::Accepted);
+        QCOMPARE(*deliver(*broker, QStringLiteral("a"), second.id, answer(*broker, second, "y")), Verdict::Accepted);
         // The job is done: the unspent budget went back to its owner.
         status = *broker->status(jobId);
         QCOMPARE(status.state, QStringLiteral("finished"));
@@ -290,6 +319,32 @@ private Q_SLOTS:
         QVERIFY(broker->cancel(*jobId).ok());
         QCOMPARE(*broker->ledger().balance(ledger::accounts::balance(QStringLiteral("payer"))), *Credits::fromCredits(100));
         QVERIFY(broker->ledger().checkInvariants().ok());
+    }
+
+    void resultsMustMatchASignedCommitment()
+    {
+        auto broker = open(QStringLiteral("commitments"));
+        (void)*broker->submit(job(1, 1));
+        QVERIFY(broker->registerNode(node(QStringLiteral("a"))).ok());
+        const auto assignment = **broker->assign(QStringLiteral("a"));
+        const auto result = answer(*broker, assignment, "w");
+        // No commitment: refused.
+        QCOMPARE(broker->acceptResult(QStringLiteral("a"), assignment.id, result).error().field, QStringLiteral("commitment"));
+        // A commitment signed by another key: refused.
+        const auto commitment = result.commitment();
+        QJsonObject fields { { QStringLiteral("assignment"), assignment.id },
+            { QStringLiteral("finalHash"), commitment.finalHash.toHex() },
+            { QStringLiteral("chainRoot"), commitment.chainRoot.toHex() } };
+        QVERIFY(!broker->commit(QStringLiteral("a"), signDocument(fields, SigningKeys::generate())).ok());
+        // A commitment to other hashes binds the node: the real result no longer matches it.
+        auto other = fields;
+        other.insert(QStringLiteral("finalHash"), Digest::ofBytes("something else").toHex());
+        QVERIFY(broker->commit(QStringLiteral("a"), signDocument(other, keysOf(QStringLiteral("a")))).ok());
+        QVERIFY(broker->commit(QStringLiteral("a"), signDocument(fields, keysOf(QStringLiteral("a"))))
+                    .ok()); // ignored: the first binds
+        const auto refused = broker->acceptResult(QStringLiteral("a"), assignment.id, result);
+        QVERIFY(!refused.ok());
+        QVERIFY(refused.error().message.contains(QStringLiteral("does not match the node's commitment")));
     }
 
     void cancelledJobsHandOutNothing()
