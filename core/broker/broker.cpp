@@ -15,6 +15,8 @@
 namespace tessera::core::broker {
 
 using storage::Database;
+using storage::execute;
+using storage::query;
 using storage::Statement;
 
 std::int64_t SystemClock::nowMs() const
@@ -23,40 +25,6 @@ std::int64_t SystemClock::nowMs() const
 }
 
 namespace {
-
-void bindOne(Statement& statement, int index, std::int64_t value)
-{
-    statement.bind(index, value);
-}
-void bindOne(Statement& statement, int index, double value)
-{
-    statement.bind(index, value);
-}
-void bindOne(Statement& statement, int index, const QString& value)
-{
-    statement.bind(index, value);
-}
-
-// Prepares sql and binds the arguments in order.
-template<typename... Args> Result<Statement> query(Database& db, const QString& sql, const Args&... args)
-{
-    auto statement = db.prepare(sql);
-    if (!statement)
-        return statement.error().toError();
-    int index = 0;
-    (bindOne(*statement, ++index, args), ...);
-    return std::move(statement).value();
-}
-
-template<typename... Args> Status execute(Database& db, const QString& sql, const Args&... args)
-{
-    auto statement = query(db, sql, args...);
-    if (!statement)
-        return statement.error();
-    if (auto status = statement->run(); !status)
-        return status.error().toError();
-    return {};
-}
 
 QString toJsonText(const QJsonObject& object)
 {

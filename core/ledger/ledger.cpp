@@ -17,26 +17,21 @@ Error databaseError(const storage::DatabaseError& error)
 
 Result<bool> Ledger::hasCause(const QString& cause)
 {
-    auto statement = m_db.prepare(QStringLiteral("SELECT 1 FROM ledger_transfers WHERE cause = ?"));
+    auto statement = storage::query(m_db, QStringLiteral("SELECT 1 FROM ledger_transfers WHERE cause = ?"), cause);
     if (!statement)
-        return databaseError(statement.error());
-    statement->bind(1, cause);
-    auto row = statement->step();
-    if (!row)
-        return databaseError(row.error());
-    return *row;
+        return statement.error();
+    return storage::fetch(*statement);
 }
 
 Result<std::optional<Transfer>> Ledger::transferByCause(const QString& cause)
 {
-    auto statement
-        = m_db.prepare(QStringLiteral("SELECT id, debit, credit, amount, cause, memo, at FROM ledger_transfers WHERE cause = ?"));
+    auto statement = storage::query(
+        m_db, QStringLiteral("SELECT id, debit, credit, amount, cause, memo, at FROM ledger_transfers WHERE cause = ?"), cause);
     if (!statement)
-        return databaseError(statement.error());
-    statement->bind(1, cause);
-    auto row = statement->step();
+        return statement.error();
+    auto row = storage::fetch(*statement);
     if (!row)
-        return databaseError(row.error());
+        return row.error();
     if (!*row)
         return std::optional<Transfer> {};
     return std::optional<Transfer>(Transfer { statement->columnInt(0), statement->columnText(1), statement->columnText(2),
@@ -46,13 +41,12 @@ Result<std::optional<Transfer>> Ledger::transferByCause(const QString& cause)
 
 Result<Credits> Ledger::balance(const QString& account)
 {
-    auto statement = m_db.prepare(QStringLiteral("SELECT balance FROM ledger_accounts WHERE name = ?"));
+    auto statement = storage::query(m_db, QStringLiteral("SELECT balance FROM ledger_accounts WHERE name = ?"), account);
     if (!statement)
-        return databaseError(statement.error());
-    statement->bind(1, account);
-    auto row = statement->step();
+        return statement.error();
+    auto row = storage::fetch(*statement);
     if (!row)
-        return databaseError(row.error());
+        return row.error();
     return *row ? Credits::fromMicro(statement->columnInt(0)) : Credits {};
 }
 

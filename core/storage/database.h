@@ -135,4 +135,36 @@ private:
     std::thread::id m_owner;
 };
 
+// Prepares sql and binds the arguments in order (int64, double, QString, QByteArray): the short
+// form that stores use for one-off statements.
+template<typename... Args> Result<Statement> query(Database& database, const QString& sql, const Args&... args)
+{
+    auto statement = database.prepare(sql);
+    if (!statement)
+        return statement.error().toError();
+    int index = 0;
+    (statement->bind(++index, args), ...);
+    return std::move(statement).value();
+}
+
+// Runs a statement made by query() to completion.
+template<typename... Args> Status execute(Database& database, const QString& sql, const Args&... args)
+{
+    auto statement = query(database, sql, args...);
+    if (!statement)
+        return statement.error();
+    if (auto status = statement->run(); !status)
+        return status.error().toError();
+    return {};
+}
+
+// Steps a statement made by query() once: true when it produced a row.
+inline Result<bool> fetch(Statement& statement)
+{
+    auto row = statement.step();
+    if (!row)
+        return row.error().toError();
+    return *row;
+}
+
 } // namespace tessera::core::storage
