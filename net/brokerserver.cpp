@@ -369,10 +369,13 @@ void BrokerServer::Private::handle(const QByteArray& routingId, const QList<QByt
             return;
         }
         peer.score = broker.schedulingScore(peer.nodeId);
-        send(routingId,
-            okMessage(id,
-                { { QStringLiteral("verdict"),
-                    *verdict == core::broker::Verdict::Accepted ? QStringLiteral("accepted") : QStringLiteral("failed") } }));
+        QJsonObject answer { { QStringLiteral("verdict"),
+            *verdict == core::broker::Verdict::Accepted ? QStringLiteral("accepted") : QStringLiteral("failed") } };
+        if (*verdict == core::broker::Verdict::Accepted) {
+            if (auto job = broker.status(result->jobId))
+                answer.insert(QStringLiteral("paid"), job->pricePerShard.toString());
+        }
+        send(routingId, okMessage(id, answer));
         dispatchWork();
         return;
     }

@@ -68,6 +68,7 @@ struct NodeClient::Private {
     std::int64_t lastSent = 0;
     int backoffMs = 0;
 
+    std::unique_ptr<core::ResultLog> log;
     std::optional<CurrentTask> current;
     QHash<core::Digest, Download> downloads;
     std::deque<ShardExecutor::Finished> outbox; // finished shards not yet reported
@@ -223,6 +224,13 @@ struct NodeClient::Private {
         resultSent = true;
     }
 
+    // Records where the result at the front of the outbox stands.
+    void logFront(const QString& state, const QString& paid = {}, const QString& detail = {})
+    {
+        if (log && !outbox.empty())
+            (void)log->advance(outbox.front().assignment, state, paid, detail);
+    }
+
     void resultAnswered()
     {
         if (!outbox.empty()) {
@@ -330,6 +338,7 @@ void NodeClient::Private::handle(const Message& message)
     case Command::Ok:
         if (commitSent && !committed && h.value(QStringLiteral("committed")).toBool()) {
             committed = true;
+            logFront(QStringLiteral("committed"));
             reportNext();
             return;
         }
@@ -344,14 +353,20 @@ void NodeClient::Private::handle(const Message& message)
             }
             return;
         }
-        if (resultSent)
+        if (resultSent) {
+            const QString paid = h.value(QStringLiteral("paid")).toString();
+            if (h.value(QStringLiteral("verdict")).toString() == u"accepted")
+                logFront(paid.isEmpty() || paid == u"0" ? QStringLiteral("accepted") : QStringLiteral("paid"), paid);
             resultAnswered();
+        }
         return;
     case Command::Error: {
         const QString code = h.value(QStringLiteral("code")).toString();
         const int re = h.value(QStringLiteral("re")).toInt(-1);
         qCWarning(lcNode).noquote() << "broker says" << code << h.value(QStringLiteral("message")).toString();
         if (re == int(Command::Result) || re == int(Command::Commit) || (re == int(Command::Put) && upload)) {
+            logFront(code == errors::Stale ? QStringLiteral("stale") : QStringLiteral("refused"), {},
+                h.value(QStringLiteral("message")).toString());
             resultAnswered(); // the broker will not count this result; the next one can go
         } else if (re == int(Command::Get) && current) {
             // A blob the task needs is gone from the broker: give the task up.
@@ -377,6 +392,13 @@ void NodeClient::Private::handle(const Message& message)
 
 void NodeClient::run(const std::atomic<bool>& stop, const std::atomic<bool>& abandon)
 {
+    if (!d->options.resultLogPath.isEmpty()) {
+        auto log = core::ResultLog::open(d->options.resultLogPath);
+        if (log)
+            d->log = std::move(*log);
+        else
+            qCWarning(lcNode).noquote() << "results will not be kept:" << log.error().toString();
+    }
     d->connect();
     std::int64_t reconnectAt = 0;
     bool stopping = false;
@@ -396,6 +418,8 @@ void NodeClient::run(const std::atomic<bool>& stop, const std::atomic<bool>& aba
                     d->cache.unpin(digest);
                 d->current.reset();
             }
+            if (d->log)
+                (void)d->log->computed(finished.assignment, d->options.broker.endpoint, finished.result);
             d->outbox.push_back(std::move(finished));
         }
         const bool shardOut = d->current && d->current->started;

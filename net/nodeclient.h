@@ -4,6 +4,7 @@
 
 #include <core/blobstore.h>
 #include <core/nodeinfo.h>
+#include <core/resultlog.h>
 #include <core/shardresult.h>
 #include <core/shardtask.h>
 #include <core/signing.h>
@@ -42,6 +43,7 @@ struct NodeClientOptions {
     BrokerAddress broker;
     std::optional<CurveKeys> keys; // the node's own keypair (its identity under CURVE)
     core::SigningKeys signing; // signs commitments; its public key is options.node.signingKey
+    QString resultLogPath; // node.sqlite, where each result's lifecycle is kept; empty: none
     core::NodeInfo node;
     int heartbeatMs = 1000;
     int liveness = 3;

@@ -62,6 +62,8 @@ Commands:
   run [--broker ADDRESS]...            contribute: train shards for brokers (tcp://host:port, with
                                        #KEY for CURVE); without --broker, those of Node/Brokers.
                                        SIGTERM finishes and reports the shard in training first
+  results [--json]                     the shards this node trained and what became of each
+                                       (computed, committed, paid, failed, stale, refused)
   devices [--json]                     list this machine's devices and whether Tessera can train
                                        on each (and if not, why)
   benchmark [--json] [--threads N] [--max-repetitions N] [--last]
@@ -234,6 +236,44 @@ int benchmark(const QStringList& args, const core::settings::Settings& settings)
     return 0;
 }
 
+int results(const QStringList& args, const core::settings::Settings& settings)
+{
+    QCommandLineParser parser;
+    parser.addOption({ QStringLiteral("json"), QStringLiteral("print JSON") });
+    if (!parser.parse(args))
+        return fail(parser.errorText());
+    auto log = core::ResultLog::open(QDir(dataDirectory(settings)).filePath(QStringLiteral("node.sqlite")));
+    if (!log)
+        return fail(log.error().toString());
+    auto list = (*log)->list();
+    if (!list)
+        return fail(list.error().toString());
+    if (parser.isSet(QStringLiteral("json"))) {
+        QJsonArray array;
+        for (const auto& entry : *list)
+            array.append(entry);
+        out() << QJsonDocument(array).toJson() << Qt::flush;
+        return 0;
+    }
+    for (const auto& entry : *list)
+        out() << QStringLiteral("%1  job %2 round %3 shard %4  %5%6%7")
+                     .arg(entry.value(QStringLiteral("assignment")).toString(), entry.value(QStringLiteral("jobId")).toString())
+                     .arg(entry.value(QStringLiteral("round")).toInteger())
+                     .arg(entry.value(QStringLiteral("shard")).toInteger())
+                     .arg(entry.value(QStringLiteral("state")).toString(),
+                         entry.value(QStringLiteral("state")).toString() == u"paid"
+                             ? QStringLiteral(" %1 credits").arg(entry.value(QStringLiteral("paid")).toString())
+                             : QString(),
+                         entry.value(QStringLiteral("detail")).toString().isEmpty()
+                             ? QString()
+                             : QStringLiteral(" (%1)").arg(entry.value(QStringLiteral("detail")).toString()))
+              << "\n";
+    if (list->isEmpty())
+        out() << "no results yet\n";
+    out() << Qt::flush;
+    return 0;
+}
+
 std::atomic<bool> stopRequested { false };
 std::atomic<bool> abandonRequested { false };
 
@@ -322,6 +362,7 @@ int runNode(const QStringList& args, const core::settings::Settings& settings, c
         options.broker = brokers[i];
         options.keys = *keys;
         options.signing = *signing;
+        options.resultLogPath = QDir(directory).filePath(QStringLiteral("node.sqlite"));
         options.node = node;
         options.heartbeatMs = int(settings.intValue(names::NetworkHeartbeatIntervalMs));
         caches.push_back(std::move(*cache));
@@ -492,6 +533,8 @@ int runNodeCommand(const QStringList& arguments)
         return runNode(rest, settings, environment);
     if (command == u"devices")
         return devices(rest);
+    if (command == u"results")
+        return results(rest, settings);
     if (command == u"benchmark")
         return benchmark(rest, settings);
     if (command == u"train-local")

@@ -214,6 +214,26 @@ private Q_SLOTS:
             delivered += node.toObject().value(QStringLiteral("shardsDone")).toInt();
         QCOMPARE(delivered, 45);
 
+        // Each node keeps the lifecycle of its results: computed, committed, paid.
+        const auto results = run(Bin + QStringLiteral("/tessera-node"),
+            { QStringLiteral("--config"), cluster.path(QStringLiteral("node1.ini")), QStringLiteral("results"),
+                QStringLiteral("--json") });
+        const auto lifecycle = QJsonDocument::fromJson(results.output.toUtf8()).array();
+        QVERIFY2(!lifecycle.isEmpty(), qPrintable(results.output));
+        int paid = 0;
+        for (const auto& value : lifecycle) {
+            const auto entry = value.toObject();
+            if (entry.value(QStringLiteral("state")).toString() != u"paid")
+                continue;
+            ++paid;
+            QCOMPARE(entry.value(QStringLiteral("paid")).toString(), QStringLiteral("0.9"));
+            const auto steps = entry.value(QStringLiteral("history")).toArray();
+            QCOMPARE(steps.size(), 3);
+            QCOMPARE(steps[0].toObject().value(QStringLiteral("state")).toString(), QStringLiteral("computed"));
+            QCOMPARE(steps[1].toObject().value(QStringLiteral("state")).toString(), QStringLiteral("committed"));
+        }
+        QVERIFY(paid > 0);
+
         // The owner's escrow has a signed receipt that checks offline, and a doctored copy does not.
         const QString receipt = cluster.path(QStringLiteral("escrow.receipt"));
         QCOMPARE(

@@ -1,0 +1,94 @@
+#include "resultlog.h"
+
+#include <QDateTime>
+#include <QJsonArray>
+#include <QJsonDocument>
+
+namespace tessera::core {
+
+namespace {
+
+QString entry(const QString& state, std::int64_t at)
+{
+    return QString::fromUtf8(
+        QJsonDocument(QJsonObject { { QStringLiteral("state"), state }, { QStringLiteral("at"), static_cast<qint64>(at) } })
+            .toJson(QJsonDocument::Compact));
+}
+
+} // namespace
+
+ResultLog::ResultLog(std::unique_ptr<storage::Database> database)
+    : m_db(std::move(database))
+{ }
+
+Result<std::unique_ptr<ResultLog>> ResultLog::open(const QString& path)
+{
+    auto database = storage::Database::open(path);
+    if (!database)
+        return database.error().toError();
+    auto migrations = storage::loadMigrations(QStringLiteral(":/migrations/node"));
+    if (!migrations)
+        return migrations.error().toError();
+    if (auto status = (*database)->migrate(*migrations); !status)
+        return status.error().toError();
+    return std::unique_ptr<ResultLog>(new ResultLog(std::move(*database)));
+}
+
+Status ResultLog::computed(const QString& assignment, const QString& broker, const ShardResult& result)
+{
+    const auto now = QDateTime::currentMSecsSinceEpoch();
+    const QString state
+        = result.outcome == ShardResult::Outcome::Completed ? QStringLiteral("computed") : QStringLiteral("failed");
+    return storage::execute(*m_db,
+        QStringLiteral(
+            "INSERT INTO results (assignment, broker, job, round, shard, state, final_hash, detail, history, updated_at) "
+            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, json_array(json(?)), ?) ON CONFLICT(assignment) DO NOTHING"),
+        assignment, broker, result.jobId, result.round, result.shard, state,
+        result.outcome == ShardResult::Outcome::Completed ? result.finalHash.toHex() : QString(), result.failure,
+        entry(state, now), static_cast<std::int64_t>(now));
+}
+
+Status ResultLog::advance(const QString& assignment, const QString& state, const QString& paid, const QString& detail)
+{
+    const auto now = QDateTime::currentMSecsSinceEpoch();
+    return storage::execute(*m_db,
+        QStringLiteral(
+            "UPDATE results SET state = ?, paid = CASE WHEN ? = '' THEN paid ELSE ? END, "
+            "detail = CASE WHEN ? = '' THEN detail ELSE ? END, history = json_insert(history, '$[#]', json(?)), updated_at = ? "
+            "WHERE assignment = ?"),
+        state, paid, paid, detail, detail, entry(state, now), static_cast<std::int64_t>(now), assignment);
+}
+
+Result<QList<QJsonObject>> ResultLog::list(int limit)
+{
+    auto rows = storage::query(*m_db,
+        QStringLiteral(
+            "SELECT assignment, broker, job, round, shard, state, final_hash, paid, detail, history, updated_at FROM results "
+            "ORDER BY updated_at DESC LIMIT ?"),
+        static_cast<std::int64_t>(limit));
+    if (!rows)
+        return rows.error();
+    QList<QJsonObject> list;
+    for (;;) {
+        auto row = storage::fetch(*rows);
+        if (!row)
+            return row.error();
+        if (!*row)
+            break;
+        list.append(QJsonObject {
+            { QStringLiteral("assignment"), rows->columnText(0) },
+            { QStringLiteral("broker"), rows->columnText(1) },
+            { QStringLiteral("jobId"), rows->columnText(2) },
+            { QStringLiteral("round"), static_cast<qint64>(rows->columnInt(3)) },
+            { QStringLiteral("shard"), static_cast<qint64>(rows->columnInt(4)) },
+            { QStringLiteral("state"), rows->columnText(5) },
+            { QStringLiteral("finalHash"), rows->columnText(6) },
+            { QStringLiteral("paid"), rows->columnText(7) },
+            { QStringLiteral("detail"), rows->columnText(8) },
+            { QStringLiteral("history"), QJsonDocument::fromJson(rows->columnText(9).toUtf8()).array() },
+        });
+    }
+    return list;
+}
+
+} // namespace tessera::core
