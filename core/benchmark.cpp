@@ -57,14 +57,9 @@ BenchmarkStore::BenchmarkStore(std::unique_ptr<storage::Database> database)
 
 Result<std::unique_ptr<BenchmarkStore>> BenchmarkStore::open(const QString& path)
 {
-    auto database = storage::Database::open(path);
+    auto database = storage::openMigrated(path, QStringLiteral(":/migrations/node"));
     if (!database)
-        return database.error().toError();
-    auto migrations = storage::loadMigrations(QStringLiteral(":/migrations/node"));
-    if (!migrations)
-        return migrations.error().toError();
-    if (auto status = (*database)->migrate(*migrations); !status)
-        return status.error().toError();
+        return database.error();
     return std::unique_ptr<BenchmarkStore>(new BenchmarkStore(std::move(*database)));
 }
 

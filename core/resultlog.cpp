@@ -23,14 +23,9 @@ ResultLog::ResultLog(std::unique_ptr<storage::Database> database)
 
 Result<std::unique_ptr<ResultLog>> ResultLog::open(const QString& path)
 {
-    auto database = storage::Database::open(path);
+    auto database = storage::openMigrated(path, QStringLiteral(":/migrations/node"));
     if (!database)
-        return database.error().toError();
-    auto migrations = storage::loadMigrations(QStringLiteral(":/migrations/node"));
-    if (!migrations)
-        return migrations.error().toError();
-    if (auto status = (*database)->migrate(*migrations); !status)
-        return status.error().toError();
+        return database.error();
     return std::unique_ptr<ResultLog>(new ResultLog(std::move(*database)));
 }
 

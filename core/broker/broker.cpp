@@ -93,15 +93,10 @@ Result<std::unique_ptr<Broker>> Broker::open(
     // NORMAL in WAL mode survives any crash of the broker (kill -9 included) without loss; a power
     // cut may lose the last commits, which only re-runs shards. FULL would cost an fsync for every
     // assignment handed out.
-    auto database = Database::open(QDir(dataDirectory).filePath(QStringLiteral("broker.sqlite")),
-        storage::DatabaseOptions { 5000, storage::DatabaseOptions::Synchronous::Normal });
+    auto database = storage::openMigrated(QDir(dataDirectory).filePath(QStringLiteral("broker.sqlite")),
+        QStringLiteral(":/migrations/broker"), storage::DatabaseOptions { 5000, storage::DatabaseOptions::Synchronous::Normal });
     if (!database)
-        return database.error().toError();
-    auto migrations = storage::loadMigrations(QStringLiteral(":/migrations/broker"));
-    if (!migrations)
-        return migrations.error().toError();
-    if (auto status = (*database)->migrate(*migrations); !status)
-        return status.error().toError();
+        return database.error();
     auto blobs = BlobStore::open(QDir(dataDirectory).filePath(QStringLiteral("blobs")));
     if (!blobs)
         return blobs.error();

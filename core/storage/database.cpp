@@ -390,6 +390,19 @@ DbStatus Database::migrate(const QList<Migration>& migrations)
     return {};
 }
 
+Result<std::unique_ptr<Database>> openMigrated(const QString& path, const QString& migrationsDirectory, DatabaseOptions options)
+{
+    auto database = Database::open(path, options);
+    if (!database)
+        return database.error().toError();
+    auto migrations = loadMigrations(migrationsDirectory);
+    if (!migrations)
+        return migrations.error().toError();
+    if (auto status = (*database)->migrate(*migrations); !status)
+        return status.error().toError();
+    return std::move(database).value();
+}
+
 std::int64_t Database::lastInsertRowId() const
 {
     return sqlite3_last_insert_rowid(m_handle);

@@ -135,6 +135,10 @@ private:
     std::thread::id m_owner;
 };
 
+// Opens the database at path and brings its schema up to date with the migrations in a folder
+// (":/migrations/node", ":/migrations/broker"): what every store does first.
+Result<std::unique_ptr<Database>> openMigrated(const QString& path, const QString& migrations, DatabaseOptions options = {});
+
 // Prepares sql and binds the arguments in order (int64, double, QString, QByteArray): the short
 // form that stores use for one-off statements.
 template<typename... Args> Result<Statement> query(Database& database, const QString& sql, const Args&... args)

@@ -13,24 +13,14 @@
 #include <QTemporaryDir>
 #include <QTest>
 
+#include <support/processrun.h>
+
 using namespace tessera;
 
 namespace {
 
-struct Run {
-    int exitCode = -1;
-    QString output;
-};
-
-Run run(const QString& program, const QStringList& arguments, int timeoutMs = 600'000)
-{
-    QProcess process;
-    process.setProcessChannelMode(QProcess::MergedChannels);
-    process.start(program, arguments);
-    if (!process.waitForFinished(timeoutMs))
-        return { -1, QStringLiteral("timed out") };
-    return { process.exitStatus() == QProcess::NormalExit ? process.exitCode() : -2, QString::fromUtf8(process.readAll()) };
-}
+using tests::Run;
+using tests::run;
 
 Run node(const QStringList& arguments, const QString& config)
 {

@@ -12,6 +12,8 @@
 #include <QTemporaryDir>
 #include <QTest>
 
+#include <support/processrun.h>
+
 #include <memory>
 
 #include <csignal>
@@ -22,23 +24,8 @@ const QString Bin = QStringLiteral(TESSERA_BIN_DIR);
 const QString Job = QStringLiteral(TESSERA_SOURCE_DIR "/examples/jobs/fashion-mnist-mlp.json");
 const QString Python = QStringLiteral("/usr/bin/python3");
 
-struct Run {
-    int exitCode = -1;
-    QString output;
-};
-
-Run run(const QString& program, const QStringList& arguments, int timeoutMs = 300'000)
-{
-    QProcess process;
-    process.setProcessChannelMode(QProcess::MergedChannels);
-    process.start(program, arguments);
-    if (!process.waitForFinished(timeoutMs)) {
-        process.kill();
-        process.waitForFinished();
-        return { -1, QStringLiteral("timed out: ") + QString::fromUtf8(process.readAll()) };
-    }
-    return { process.exitStatus() == QProcess::NormalExit ? process.exitCode() : -2, QString::fromUtf8(process.readAll()) };
-}
+using tessera::tests::Run;
+using tessera::tests::run;
 
 int freePort()
 {
