@@ -1,5 +1,6 @@
 #include "brokermath.h"
 
+#include "shardrun.h"
 #include "weights.h"
 
 namespace tessera::compute {
@@ -42,6 +43,20 @@ core::Result<BrokerMath::Evaluation> BrokerMath::evaluate(const core::JobSpec& s
     if (!evaluation)
         return evaluation.error();
     return Evaluation { evaluation->loss, evaluation->accuracy };
+}
+
+core::Result<BrokerMath::Replay> BrokerMath::replay(
+    const core::ShardTask& task, std::int64_t from, const QByteArray& state, const core::Digest& expected, std::int64_t to)
+{
+    auto replayed = replayShard(task, from, state, expected, to, m_environment);
+    if (!replayed)
+        return replayed.error();
+    return Replay { replayed->checkpoints, replayed->weightsHash, replayed->weights, replayed->runtimeProfile };
+}
+
+core::Result<double> BrokerMath::distance(const QByteArray& a, const QByteArray& b)
+{
+    return relativeDistance(a, b);
 }
 
 } // namespace tessera::compute

@@ -17,6 +17,9 @@ public:
     core::Result<Aggregated> aggregate(const core::AggregationSpec& spec, const QByteArray& global, const QList<Update>& updates,
         const QByteArray& outerState) override;
     core::Result<Evaluation> evaluate(const core::JobSpec& spec, const QByteArray& weights) override;
+    core::Result<Replay> replay(const core::ShardTask& task, std::int64_t from, const QByteArray& state,
+        const core::Digest& expected, std::int64_t to) override;
+    core::Result<double> distance(const QByteArray& a, const QByteArray& b) override;
 
 private:
     ComputeEnvironment m_environment;

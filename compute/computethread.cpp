@@ -177,9 +177,9 @@ void ComputeThread::Private::loop()
         } catch (const std::exception& error) {
             // ShardRun reports errors as values; this is the last line of defence for the thread.
             Q_EMIT q->shardFinished(
-                { failedResult(task, QStringLiteral("internal error: %1").arg(QString::fromUtf8(error.what()))), {} });
+                { failedResult(task, QStringLiteral("internal error: %1").arg(QString::fromUtf8(error.what()))), {}, {} });
         } catch (...) {
-            Q_EMIT q->shardFinished({ failedResult(task, QStringLiteral("internal error")), {} });
+            Q_EMIT q->shardFinished({ failedResult(task, QStringLiteral("internal error")), {}, {} });
         }
     }
     setState(State::Stopped);
@@ -204,7 +204,7 @@ void ComputeThread::Private::runShard(QueuedShard item)
     auto started = item.suspended.isEmpty() ? ShardRun::start(task, item.weights, environment)
                                             : ShardRun::resume(task, item.suspended, environment);
     if (!started) {
-        Q_EMIT q->shardFinished({ failedResult(task, started.error().toString()), {} });
+        Q_EMIT q->shardFinished({ failedResult(task, started.error().toString()), {}, {} });
         return;
     }
     auto run = std::move(*started);
@@ -239,7 +239,7 @@ void ComputeThread::Private::runShard(QueuedShard item)
         QElapsedTimer stepTimer;
         stepTimer.start();
         if (auto status = run->step(); !status) {
-            Q_EMIT q->shardFinished({ failedResult(task, status.error().toString()), {} });
+            Q_EMIT q->shardFinished({ failedResult(task, status.error().toString()), {}, {} });
             return;
         }
         const std::int64_t stepNs = stepTimer.nsecsElapsed();

@@ -31,6 +31,8 @@ struct ShardRun::Private {
     std::int64_t step = 0;
     QList<double> losses;
     QList<core::Digest> chain;
+    QList<QByteArray> checkpointStates; // suspend() at checkpoints 1..n-2, for disputes
+    bool keepCheckpointStates = true;
     std::int64_t previousElapsedMs = 0; // before a suspend
     QElapsedTimer timer;
     bool broken = false;
@@ -101,6 +103,20 @@ NamedTensors stripPrefix(const std::string& prefix, const NamedTensors& tensors)
     return stripped;
 }
 
+// What a checkpoint of the chain hashes: at step 0 the round's weights (so that the chain starts at
+// the task's startWeights), after that the whole training state, weights and optimizer state, so
+// that a referee who restores a checkpoint agreed by both sides of a dispute restores all of it.
+core::Digest checkpointHash(const ShardRun::Private& d)
+{
+    if (d.step == 0)
+        return canonicalHash(d.model->state());
+    NamedTensors state = withPrefix("model/", d.model->state());
+    for (auto& entry : withPrefix("optimizer/", d.optimizer->state()))
+        state.push_back(std::move(entry));
+    sortByName(state);
+    return canonicalHash(state);
+}
+
 } // namespace
 
 ShardRun::ShardRun(std::unique_ptr<Private> d)
@@ -124,7 +140,7 @@ core::Result<std::unique_ptr<ShardRun>> ShardRun::start(
             QStringLiteral("the start weights do not hash to the task's startWeights") };
     if (auto status = d->model->loadState(*weights); !status)
         return status.error();
-    d->chain.append(canonicalHash(d->model->state()));
+    d->chain.append(checkpointHash(*d));
     d->timer.start();
     return std::unique_ptr<ShardRun>(new ShardRun(std::move(d)));
 }
@@ -230,8 +246,11 @@ core::Status ShardRun::step()
     }
     d->losses.append(*outcome);
     ++d->step;
-    if (d->step % task.checkpointInterval == 0 || d->step == task.localSteps)
-        d->chain.append(canonicalHash(d->model->state()));
+    if (d->step % task.checkpointInterval == 0 || d->step == task.localSteps) {
+        d->chain.append(checkpointHash(*d));
+        if (d->keepCheckpointStates && d->step < task.localSteps)
+            d->checkpointStates.append(suspend());
+    }
     return {};
 }
 
@@ -270,8 +289,9 @@ ShardOutput ShardRun::finish()
         return output;
     }
     output.weights = pickleTensors(d->model->state());
-    result.finalHash = d->chain.last();
+    result.finalHash = canonicalHash(d->model->state());
     result.checkpointHashes = d->chain;
+    output.checkpoints = d->checkpointStates;
     result.weightsSha256 = core::Digest::ofBytes(output.weights);
     result.losses = d->losses;
     result.samplesProcessed = d->task.localSteps * d->task.batchSize;
@@ -294,12 +314,43 @@ ShardOutput runShard(const core::ShardTask& task, const QByteArray& startWeights
 {
     auto run = ShardRun::start(task, startWeights, environment);
     if (!run)
-        return { failedResult(task, run.error().toString()), {} };
+        return { failedResult(task, run.error().toString()), {}, {} };
     while (!(*run)->finished()) {
         if (auto status = (*run)->step(); !status)
-            return { failedResult(task, status.error().toString()), {} };
+            return { failedResult(task, status.error().toString()), {}, {} };
     }
     return (*run)->finish();
+}
+
+core::Result<Replay> replayShard(const core::ShardTask& task, std::int64_t from, const QByteArray& state,
+    const core::Digest& expected, std::int64_t to, const ComputeEnvironment& environment)
+{
+    const auto count = task.checkpointCount();
+    if (from < 0 || to <= from || to >= count)
+        return core::Error { QStringLiteral("checkpoint"),
+            QStringLiteral("cannot replay from checkpoint %1 to %2 of a shard with %3").arg(from).arg(to).arg(count) };
+    auto stepOf = [&](std::int64_t k) { return std::min(k * task.checkpointInterval, task.localSteps); };
+    auto run = from == 0 ? ShardRun::start(task, state, environment) : ShardRun::resume(task, state, environment);
+    if (!run)
+        return core::Error { QStringLiteral("state"), run.error().message };
+    auto& d = *(*run)->d;
+    d.keepCheckpointStates = false;
+    if (d.step != stepOf(from))
+        return core::Error { QStringLiteral("state"),
+            QStringLiteral("the state is at step %1, not at checkpoint %2 (step %3)").arg(d.step).arg(from).arg(stepOf(from)) };
+    if (checkpointHash(d) != expected)
+        return core::Error { QStringLiteral("state"), QStringLiteral("the state does not hash to the agreed checkpoint") };
+    d.chain = { expected };
+    while (d.step < stepOf(to)) {
+        if (auto status = (*run)->step(); !status)
+            return status.error();
+    }
+    Replay replay;
+    replay.checkpoints = d.chain.mid(1);
+    replay.weights = pickleTensors(d.model->state());
+    replay.weightsHash = canonicalHash(d.model->state());
+    replay.runtimeProfile = currentRuntimeProfile(int(task.threads), deviceProfileName(d.device)).toString();
+    return replay;
 }
 
 } // namespace tessera::compute

@@ -17,7 +17,25 @@ namespace tessera::compute {
 struct ShardOutput {
     core::ShardResult result;
     QByteArray weights;
+    // The training state (suspend() bytes) at each interior checkpoint 1..n-2, which a node keeps
+    // until its result is settled: in a dispute the referee asks for the last checkpoint both sides
+    // agree on. Empty for a failed shard, and for the checkpoints before a suspend.
+    QList<QByteArray> checkpoints;
 };
+
+// The referee's arithmetic. Re-executes a shard from checkpoint `from` to checkpoint `to`
+// (checkpoint k is at step min(k c, H)) and returns the hashes of checkpoints from+1..to, and the
+// weights at `to`. At from == 0, `state` is the round's weights; after that it is a checkpoint state
+// (ShardOutput::checkpoints) that must be at that checkpoint and hash to `expected`, the hash both
+// sides of the dispute agree on; an error names what is wrong with it.
+struct Replay {
+    QList<core::Digest> checkpoints;
+    QByteArray weights;
+    core::Digest weightsHash;
+    QString runtimeProfile;
+};
+core::Result<Replay> replayShard(const core::ShardTask& task, std::int64_t from, const QByteArray& state,
+    const core::Digest& expected, std::int64_t to, const ComputeEnvironment& environment);
 
 // One shard in training, advanced a step at a time, so that the compute thread can pause, cancel
 // or throttle between steps. Everything a step does is fixed by the task: its batch comes from the
@@ -48,6 +66,8 @@ public:
     ShardOutput finish();
 
     struct Private; // opaque: holds the torch objects
+    friend core::Result<Replay> replayShard(const core::ShardTask&, std::int64_t, const QByteArray&, const core::Digest&,
+        std::int64_t, const ComputeEnvironment&);
 
 private:
     explicit ShardRun(std::unique_ptr<Private> d);
@@ -56,6 +76,7 @@ private:
 
 // Runs every step; a failure becomes a ShardResult with outcome Failed and the reason.
 ShardOutput runShard(const core::ShardTask& task, const QByteArray& startWeights, const ComputeEnvironment& environment);
+
 
 // A failed result for a task, with the reason.
 core::ShardResult failedResult(const core::ShardTask& task, const QString& why);

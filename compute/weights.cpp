@@ -38,6 +38,32 @@ core::Result<std::int64_t> elementCount(const QByteArray& weights)
     return count;
 }
 
+core::Result<double> relativeDistance(const QByteArray& a, const QByteArray& b)
+{
+    auto first = unpickleTensors(a, QStringLiteral("not a dict of tensors"));
+    if (!first)
+        return first.error();
+    auto second = unpickleTensors(b, QStringLiteral("not a dict of tensors"));
+    if (!second)
+        return second.error();
+    sortByName(*first);
+    sortByName(*second);
+    if (first->size() != second->size())
+        return core::Error { QStringLiteral("weights"), QStringLiteral("the two results hold different tensors") };
+    double difference = 0.0, norm = 0.0;
+    for (std::size_t i = 0; i < first->size(); ++i) {
+        const auto& [nameA, x] = (*first)[i];
+        const auto& [nameB, y] = (*second)[i];
+        if (nameA != nameB || x.sizes() != y.sizes())
+            return core::Error { QStringLiteral("weights"),
+                QStringLiteral("the two results differ in tensor %1").arg(QString::fromStdString(nameA)) };
+        const auto x64 = x.to(torch::kFloat64), y64 = y.to(torch::kFloat64);
+        difference += (x64 - y64).pow(2).sum().item<double>();
+        norm += y64.pow(2).sum().item<double>();
+    }
+    return norm > 0.0 ? std::sqrt(difference / norm) : std::sqrt(difference);
+}
+
 core::Result<core::Digest> canonicalHashOf(const QByteArray& weights)
 {
     auto tensors = unpickleTensors(weights, QStringLiteral("not a dict of tensors"));

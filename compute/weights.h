@@ -25,6 +25,11 @@ core::Result<Weights> initialWeights(const core::JobSpec& spec, const ComputeEnv
 // How many numbers the weights hold.
 core::Result<std::int64_t> elementCount(const QByteArray& weights);
 
+// ||a - b|| / ||b|| over all tensors (Euclidean, in float64): how far apart two results of the
+// same shard are when they come from different runtime profiles. An error when the names or
+// shapes differ.
+core::Result<double> relativeDistance(const QByteArray& a, const QByteArray& b);
+
 // The canonical hash of pickled weights (docs/DETERMINISM.md, "Canonical weights").
 core::Result<core::Digest> canonicalHashOf(const QByteArray& weights);
 

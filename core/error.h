@@ -48,6 +48,7 @@ public:
         assert(ok());
         return std::get<T>(std::move(m_state));
     }
+    T value_or(T fallback) const { return ok() ? value() : std::move(fallback); }
     const T& operator*() const& { return value(); }
     T& operator*() & { return value(); }
     T&& operator*() && { return std::move(*this).value(); }

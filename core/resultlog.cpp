@@ -29,18 +29,42 @@ Result<std::unique_ptr<ResultLog>> ResultLog::open(const QString& path)
     return std::unique_ptr<ResultLog>(new ResultLog(std::move(*database)));
 }
 
-Status ResultLog::computed(const QString& assignment, const QString& broker, const ShardResult& result)
+Status ResultLog::computed(
+    const QString& assignment, const QString& broker, const ShardResult& result, const QList<Digest>& checkpoints)
 {
+    QJsonArray kept;
+    for (const auto& digest : checkpoints)
+        kept.append(digest.toHex());
     const auto now = QDateTime::currentMSecsSinceEpoch();
     const QString state
         = result.outcome == ShardResult::Outcome::Completed ? QStringLiteral("computed") : QStringLiteral("failed");
     return storage::execute(*m_db,
         QStringLiteral(
-            "INSERT INTO results (assignment, broker, job, round, shard, state, final_hash, detail, history, updated_at) "
-            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, json_array(json(?)), ?) ON CONFLICT(assignment) DO NOTHING"),
+            "INSERT INTO results (assignment, broker, job, round, shard, state, final_hash, detail, history, updated_at, "
+            "checkpoints) VALUES (?, ?, ?, ?, ?, ?, ?, ?, json_array(json(?)), ?, ?) ON CONFLICT(assignment) DO NOTHING"),
         assignment, broker, result.jobId, result.round, result.shard, state,
         result.outcome == ShardResult::Outcome::Completed ? result.finalHash.toHex() : QString(), result.failure,
-        entry(state, now), static_cast<std::int64_t>(now));
+        entry(state, now), static_cast<std::int64_t>(now),
+        QString::fromUtf8(QJsonDocument(kept).toJson(QJsonDocument::Compact)));
+}
+
+Result<std::optional<Digest>> ResultLog::checkpoint(const QString& assignment, std::int64_t k)
+{
+    auto row = storage::query(*m_db, QStringLiteral("SELECT checkpoints FROM results WHERE assignment = ?"), assignment);
+    if (!row)
+        return row.error();
+    auto found = storage::fetch(*row);
+    if (!found)
+        return found.error();
+    if (!*found)
+        return std::optional<Digest> {};
+    const auto kept = QJsonDocument::fromJson(row->columnText(0).toUtf8()).array();
+    if (k < 1 || k > kept.size())
+        return std::optional<Digest> {};
+    auto digest = Digest::fromHex(kept.at(k - 1).toString());
+    if (!digest)
+        return std::optional<Digest> {};
+    return std::optional<Digest>(*digest);
 }
 
 Status ResultLog::advance(const QString& assignment, const QString& state, const QString& paid, const QString& detail)

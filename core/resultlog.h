@@ -9,6 +9,7 @@
 #include <QString>
 
 #include <memory>
+#include <optional>
 
 namespace tessera::core {
 
@@ -18,7 +19,11 @@ class ResultLog {
 public:
     static Result<std::unique_ptr<ResultLog>> open(const QString& path);
 
-    Status computed(const QString& assignment, const QString& broker, const ShardResult& result);
+    // checkpoints: the cache blobs of the training state at checkpoints 1..n-2, kept for disputes.
+    Status computed(
+        const QString& assignment, const QString& broker, const ShardResult& result, const QList<Digest>& checkpoints = {});
+    // The blob of the state at checkpoint k (1..n-2) of a result, if the node kept it.
+    Result<std::optional<Digest>> checkpoint(const QString& assignment, std::int64_t k);
     // state: committed, accepted, failed, stale or refused; paid: credits earned (accepted only).
     Status advance(const QString& assignment, const QString& state, const QString& paid = {}, const QString& detail = {});
     Result<QList<QJsonObject>> list(int limit = 1000);

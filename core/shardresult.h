@@ -32,7 +32,7 @@ struct ShardResult {
     Outcome outcome = Outcome::Completed;
     QString failure; // why, when Failed: shown to the node's owner and the job owner
     Digest finalHash; // SHA-256 of the canonical bytes of the final weights
-    QList<Digest> checkpointHashes; // at step 0, c, 2c, ..., H
+    QList<Digest> checkpointHashes; // at step 0 (the round's weights), c, 2c, ..., H (training states)
     Digest weightsSha256; // the weights blob in the content-addressed store
     QList<double> losses; // training loss of each step
     std::int64_t samplesProcessed = 0;

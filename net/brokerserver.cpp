@@ -88,6 +88,21 @@ struct BrokerServer::Private {
     void handle(const QByteArray& routingId, const QList<QByteArray>& frames, const QString& userId);
     void dispatchWork();
     void keepAlive();
+    // Sends what the broker has to tell nodes (dispute checkpoint requests, verdicts) to those
+    // connected; a node that is away misses its verdicts (its dispute then times out).
+    void sendNotices()
+    {
+        for (auto& notice : broker.takeNotices()) {
+            for (auto it = peers.constBegin(); it != peers.constEnd(); ++it) {
+                if (it->nodeId != notice.nodeId)
+                    continue;
+                send(it.key(),
+                    { notice.kind == core::broker::Notice::Kind::CheckpointRequest ? Command::Checkpoint : Command::Verdict,
+                        notice.body, {} });
+                break;
+            }
+        }
+    }
 };
 
 BrokerServer::BrokerServer(core::broker::Broker& broker, BrokerServerOptions options)
@@ -165,9 +180,12 @@ void BrokerServer::run(const std::atomic<bool>& stop)
                     frames.append(toBytes(parts[p]));
                 d->handle(toBytes(parts[0]), frames, userId);
             }
+            d->sendNotices();
         }
         if (nowMs() >= nextKeepAlive) {
             d->keepAlive();
+            d->broker.tick();
+            d->sendNotices();
             d->dispatchWork();
             nextKeepAlive = nowMs() + d->options.heartbeatMs;
         }
@@ -369,8 +387,10 @@ void BrokerServer::Private::handle(const QByteArray& routingId, const QList<QByt
             return;
         }
         peer.score = broker.schedulingScore(peer.nodeId);
-        QJsonObject answer { { QStringLiteral("verdict"),
-            *verdict == core::broker::Verdict::Accepted ? QStringLiteral("accepted") : QStringLiteral("failed") } };
+        const QString said = *verdict == core::broker::Verdict::Accepted ? QStringLiteral("accepted")
+            : *verdict == core::broker::Verdict::Held                    ? QStringLiteral("sampled")
+                                                                         : QStringLiteral("failed");
+        QJsonObject answer { { QStringLiteral("verdict"), said } };
         if (*verdict == core::broker::Verdict::Accepted) {
             if (auto job = broker.status(result->jobId))
                 answer.insert(QStringLiteral("paid"), job->pricePerShard.toString());
@@ -545,11 +565,57 @@ void BrokerServer::Private::handle(const QByteArray& routingId, const QList<QByt
         send(routingId, okMessage(id, { { QStringLiteral("receipt"), *receipt } }));
         return;
     }
+    case Command::Checkpoint: {
+        if (!requireNode())
+            return;
+        const QString verification = message.header.value(QStringLiteral("verification")).toString();
+        const QString sha = message.header.value(QStringLiteral("sha256")).toString();
+        core::Digest blob;
+        if (!sha.isEmpty()) {
+            auto digest = core::Digest::fromHex(sha);
+            if (!digest) {
+                invalid(core::Error { QStringLiteral("sha256"), digest.error().message });
+                return;
+            }
+            blob = *digest;
+        }
+        if (auto status = broker.checkpointDelivered(peer.nodeId, verification, blob); !status) {
+            invalid(status.error());
+            return;
+        }
+        send(routingId, okMessage(id));
+        sendNotices();
+        dispatchWork();
+        return;
+    }
+    case Command::Stake: {
+        auto account = broker.stake(message.header.value(QStringLiteral("request")).toObject());
+        if (!account) {
+            invalid(account.error());
+            return;
+        }
+        send(routingId, okMessage(id, *account));
+        dispatchWork();
+        return;
+    }
+    case Command::Verifications: {
+        auto checks = broker.verifications(message.header.value(QStringLiteral("jobId")).toString());
+        if (!checks) {
+            sendError(routingId, errors::Internal, checks.error().toString(), re, id);
+            return;
+        }
+        QJsonArray list;
+        for (const auto& check : *checks)
+            list.append(check);
+        send(routingId, okMessage(id, { { QStringLiteral("verifications"), list } }));
+        return;
+    }
     case Command::Welcome:
     case Command::Task:
     case Command::Ok:
     case Command::Error:
     case Command::Chunk:
+    case Command::Verdict:
         sendError(routingId, errors::BadMessage,
             QStringLiteral("%1 is not a request a broker answers").arg(commandName(message.command)), re, id);
         return;

@@ -42,6 +42,14 @@ struct Upload {
     std::int64_t sent = 0;
     int inFlight = 0;
     bool complete = false;
+    QString verification; // a checkpoint state for this dispute; empty for a result's weights
+};
+
+// A dispute asked for the training state at a checkpoint of one of this node's results.
+struct CheckpointAsk {
+    QString verification;
+    QString assignment;
+    std::int64_t checkpoint = 0;
 };
 
 struct CurrentTask {
@@ -73,6 +81,7 @@ struct NodeClient::Private {
     QHash<core::Digest, Download> downloads;
     std::deque<ShardExecutor::Finished> outbox; // finished shards not yet reported
     std::optional<Upload> upload;
+    std::deque<CheckpointAsk> asks;
     bool commitSent = false;
     bool committed = false;
     bool resultSent = false;
@@ -213,7 +222,7 @@ struct NodeClient::Private {
         }
         if (finished.result.outcome == core::ShardResult::Outcome::Completed && !cache.contains(finished.result.weightsSha256)
             && !finished.weights.isEmpty()) {
-            upload = Upload { finished.result.weightsSha256, finished.weights };
+            upload = Upload { finished.result.weightsSha256, finished.weights, 0, 0, false, {} };
             pumpUpload();
             return;
         }
@@ -222,6 +231,37 @@ struct NodeClient::Private {
                 { QStringLiteral("assignment"), finished.assignment }, { QStringLiteral("result"), finished.result.toJson() } },
             {} });
         resultSent = true;
+    }
+
+    // Answers disputes' requests for checkpoint states, one upload at a time, between results.
+    void pumpAsks()
+    {
+        while (!asks.empty() && !upload && registered) {
+            const auto ask = asks.front();
+            asks.pop_front();
+            std::optional<core::Digest> digest;
+            if (log) {
+                if (auto kept = log->checkpoint(ask.assignment, ask.checkpoint))
+                    digest = *kept;
+            }
+            std::optional<QByteArray> bytes;
+            if (digest) {
+                if (auto read = cache.read(*digest))
+                    bytes = *read;
+            }
+            if (!bytes) {
+                qCWarning(lcNode).noquote() << "a dispute asks for checkpoint" << ask.checkpoint << "of" << ask.assignment
+                                            << "and this node did not keep it";
+                send({ Command::Checkpoint,
+                    QJsonObject { { QStringLiteral("id"), QStringLiteral("checkpoint:") + ask.verification },
+                        { QStringLiteral("verification"), ask.verification } },
+                    {} });
+                continue;
+            }
+            qCInfo(lcNode).noquote() << "sending checkpoint" << ask.checkpoint << "of" << ask.assignment << "to the referee";
+            upload = Upload { *digest, *bytes, 0, 0, false, ask.verification };
+            pumpUpload();
+        }
     }
 
     // Records where the result at the front of the outbox stands.
@@ -279,6 +319,22 @@ void NodeClient::Private::handle(const Message& message)
         return;
     case Command::Heartbeat:
         return;
+    case Command::Checkpoint:
+        asks.push_back({ h.value(QStringLiteral("verification")).toString(), h.value(QStringLiteral("assignment")).toString(),
+            h.value(QStringLiteral("checkpoint")).toInteger() });
+        pumpAsks();
+        return;
+    case Command::Verdict: {
+        const QString state = h.value(QStringLiteral("state")).toString();
+        qCInfo(lcNode).noquote() << "result" << h.value(QStringLiteral("assignment")).toString() << state
+                                 << h.value(QStringLiteral("paid")).toString() << h.value(QStringLiteral("detail")).toString();
+        if (log)
+            (void)log->advance(h.value(QStringLiteral("assignment")).toString(), state,
+                h.value(QStringLiteral("paid")).toString(), h.value(QStringLiteral("detail")).toString());
+        if (state == u"slashed")
+            ++counters.slashed;
+        return;
+    }
     case Command::Bye:
         registered = false;
         return;
@@ -336,6 +392,8 @@ void NodeClient::Private::handle(const Message& message)
         return;
     }
     case Command::Ok:
+        if (h.value(QStringLiteral("id")).toString().startsWith(u"checkpoint:"))
+            return; // the referee has the checkpoint
         if (commitSent && !committed && h.value(QStringLiteral("committed")).toBool()) {
             committed = true;
             logFront(QStringLiteral("committed"));
@@ -345,8 +403,20 @@ void NodeClient::Private::handle(const Message& message)
         if (upload && h.contains(QStringLiteral("received"))) {
             --upload->inFlight;
             if (h.value(QStringLiteral("complete")).toBool()) {
+                if (!upload->verification.isEmpty()) {
+                    send({ Command::Checkpoint,
+                        QJsonObject { { QStringLiteral("id"), QStringLiteral("checkpoint:") + upload->verification },
+                            { QStringLiteral("verification"), upload->verification },
+                            { QStringLiteral("sha256"), upload->digest.toHex() } },
+                        {} });
+                    upload.reset();
+                    pumpAsks();
+                    reportNext();
+                    return;
+                }
                 cache.put(upload->bytes); // keep our own copy: a verifier may ask for it
                 upload.reset();
+                pumpAsks();
                 reportNext();
             } else {
                 pumpUpload();
@@ -355,14 +425,21 @@ void NodeClient::Private::handle(const Message& message)
         }
         if (resultSent) {
             const QString paid = h.value(QStringLiteral("paid")).toString();
-            if (h.value(QStringLiteral("verdict")).toString() == u"accepted")
+            const QString verdict = h.value(QStringLiteral("verdict")).toString();
+            if (verdict == u"accepted")
                 logFront(paid.isEmpty() || paid == u"0" ? QStringLiteral("accepted") : QStringLiteral("paid"), paid);
+            else if (verdict == u"sampled")
+                logFront(QStringLiteral("sampled"), {}, QStringLiteral("another node re-executes it; paid once it agrees"));
             resultAnswered();
         }
         return;
     case Command::Error: {
         const QString code = h.value(QStringLiteral("code")).toString();
         const int re = h.value(QStringLiteral("re")).toInt(-1);
+        if (re == int(Command::Checkpoint)) {
+            qCWarning(lcNode).noquote() << "the referee refused a checkpoint:" << h.value(QStringLiteral("message")).toString();
+            return;
+        }
         qCWarning(lcNode).noquote() << "broker says" << code << h.value(QStringLiteral("message")).toString();
         if (re == int(Command::Result) || re == int(Command::Commit) || (re == int(Command::Put) && upload)) {
             logFront(code == errors::Stale ? QStringLiteral("stale") : QStringLiteral("refused"), {},
@@ -376,7 +453,7 @@ void NodeClient::Private::handle(const Message& message)
             failed.shard = current->task.shard;
             failed.outcome = core::ShardResult::Outcome::Failed;
             failed.failure = QStringLiteral("a blob the shard needs is not on the broker");
-            outbox.push_back({ tag, current->assignment, failed, {} });
+            outbox.push_back({ tag, current->assignment, failed, {}, {} });
             current.reset();
             downloads.clear();
         } else if (code == errors::NotRegistered) {
@@ -418,8 +495,14 @@ void NodeClient::run(const std::atomic<bool>& stop, const std::atomic<bool>& aba
                     d->cache.unpin(digest);
                 d->current.reset();
             }
+            QList<core::Digest> kept;
+            for (const auto& state : finished.checkpoints) {
+                if (auto stored = d->cache.put(state))
+                    kept.append(*stored);
+            }
+            finished.checkpoints.clear();
             if (d->log)
-                (void)d->log->computed(finished.assignment, d->options.broker.endpoint, finished.result);
+                (void)d->log->computed(finished.assignment, d->options.broker.endpoint, finished.result, kept);
             d->outbox.push_back(std::move(finished));
         }
         const bool shardOut = d->current && d->current->started;

@@ -28,6 +28,7 @@ public:
         QString assignment;
         core::ShardResult result;
         QByteArray weights; // empty when the shard failed
+        QList<QByteArray> checkpoints; // training states at checkpoints 1..n-2, for disputes
     };
 
     virtual ~ShardExecutor() = default;
@@ -72,6 +73,7 @@ public:
         int results = 0;
         int blobsFetched = 0;
         std::int64_t bytesFetched = 0;
+        int slashed = 0; // verdicts that slashed this node
     };
     Counters counters() const;
 

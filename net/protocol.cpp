@@ -52,6 +52,14 @@ QString commandName(Command command)
         return QStringLiteral("NODES");
     case Command::Commit:
         return QStringLiteral("COMMIT");
+    case Command::Checkpoint:
+        return QStringLiteral("CHECKPOINT");
+    case Command::Verdict:
+        return QStringLiteral("VERDICT");
+    case Command::Stake:
+        return QStringLiteral("STAKE");
+    case Command::Verifications:
+        return QStringLiteral("VERIFICATIONS");
     }
     return QStringLiteral("0x%1").arg(int(command), 2, 16, QLatin1Char('0'));
 }
@@ -83,6 +91,10 @@ bool isKnown(std::uint8_t byte)
     case Command::Receipt:
     case Command::Nodes:
     case Command::Commit:
+    case Command::Checkpoint:
+    case Command::Verdict:
+    case Command::Stake:
+    case Command::Verifications:
         return true;
     }
     return false;

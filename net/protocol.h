@@ -44,6 +44,10 @@ enum class Command : std::uint8_t {
     Receipt = 0x27,
     Nodes = 0x28,
     Commit = 0x29,
+    Checkpoint = 0x2A, // broker -> node: a dispute asks for a checkpoint state; node -> broker: here it is
+    Verdict = 0x2B, // broker -> node: what became of a result
+    Stake = 0x2C, // bond or unbond stake (a request signed with the node's key)
+    Verifications = 0x2D, // the checks of a job, or of all jobs
 };
 
 QString commandName(Command command);

@@ -17,7 +17,7 @@ ComputeExecutor::ComputeExecutor(compute::ComputeEnvironment environment)
             QMutexLocker lock(&m_mutex);
             const auto pending = m_pending.take(
                 QStringLiteral("%1/%2/%3").arg(output.result.jobId).arg(output.result.round).arg(output.result.shard));
-            m_finished.append({ pending.tag, pending.assignment, output.result, output.weights });
+            m_finished.append({ pending.tag, pending.assignment, output.result, output.weights, output.checkpoints });
         },
         Qt::DirectConnection);
 }

@@ -7,10 +7,13 @@
 #include <QDir>
 #include <QJsonArray>
 #include <QJsonDocument>
+#include <QLoggingCategory>
 #include <QRandomGenerator>
 #include <QTimeZone>
 
 #include <algorithm>
+
+Q_LOGGING_CATEGORY(lcBrokerCore, "tessera.broker.core")
 
 namespace tessera::core::broker {
 
@@ -105,6 +108,10 @@ Result<std::unique_ptr<Broker>> Broker::open(
         return signing.error();
     std::unique_ptr<Broker> broker(new Broker(std::move(*database), std::move(*blobs), math, clock, options));
     broker->m_signing = *signing;
+    if (options.randomSeed != 0)
+        broker->m_random.seed(quint32(options.randomSeed ^ (options.randomSeed >> 32)));
+    else
+        broker->m_random.seed(QRandomGenerator::system()->generate());
     if (auto status = broker->recover(); !status)
         return status.error();
     return broker;
@@ -115,6 +122,35 @@ Status Broker::recover()
     // Whatever was in flight when the broker stopped is handed out again; a node that still
     // answers one of these is still heard (the first valid result of a shard wins).
     if (auto status = execute(*m_db, QStringLiteral("UPDATE assignments SET state = 'expired' WHERE state = 'active'")); !status)
+        return status;
+    // Re-executions in flight start over; disputes ask for their checkpoint again, with a new deadline.
+    if (auto status = execute(*m_db,
+            QStringLiteral("UPDATE verifications SET state = CASE kind WHEN 'canary' THEN 'cancelled' ELSE 'waiting' END, "
+                           "verifier = NULL, verifier_assignment = NULL WHERE state = 'running'"));
+        !status)
+        return status;
+    auto disputed = query(*m_db,
+        QStringLiteral("SELECT id, asked, checkpoint, COALESCE(accused, ''), COALESCE(accused_assignment, ''), "
+                       "COALESCE(verifier, ''), COALESCE(verifier_assignment, '') FROM verifications WHERE state = 'disputed'"));
+    if (!disputed)
+        return disputed.error();
+    for (;;) {
+        auto next = storage::fetch(*disputed);
+        if (!next)
+            return next.error();
+        if (!*next)
+            break;
+        const auto asked = QJsonDocument::fromJson(disputed->columnText(1).toUtf8()).array();
+        for (const auto& node : asked) {
+            const QString assignment = node.toString() == disputed->columnText(3) ? disputed->columnText(4) : disputed->columnText(6);
+            notify(Notice::Kind::CheckpointRequest, node.toString(),
+                { { QStringLiteral("verification"), disputed->columnText(0) }, { QStringLiteral("assignment"), assignment },
+                    { QStringLiteral("checkpoint"), static_cast<qint64>(disputed->columnInt(2) - 1) } });
+        }
+    }
+    if (auto status = execute(*m_db, QStringLiteral("UPDATE verifications SET deadline = ? WHERE state = 'disputed'"),
+            m_clock.nowMs() + m_options.disputeTimeoutMs);
+        !status)
         return status;
     return loadRunning();
 }
@@ -257,7 +293,8 @@ Result<QJsonObject> Broker::receipt(const QString& cause)
 Result<QList<QJsonObject>> Broker::nodes()
 {
     auto rows = query(*m_db,
-        QStringLiteral("SELECT id, info, first_seen, last_seen, shards_done, shards_failed FROM nodes ORDER BY first_seen, id"));
+        QStringLiteral("SELECT id, info, first_seen, last_seen, shards_done, shards_failed, verified, disputes_lost, timeouts, "
+                       "slashed, streak FROM nodes ORDER BY first_seen, id"));
     if (!rows)
         return rows.error();
     QList<QJsonObject> list;
@@ -281,6 +318,13 @@ Result<QList<QJsonObject>> Broker::nodes()
                 QDateTime::fromMSecsSinceEpoch(rows->columnInt(3), QTimeZone::utc()).toString(Qt::ISODate) },
             { QStringLiteral("shardsDone"), static_cast<qint64>(rows->columnInt(4)) },
             { QStringLiteral("shardsFailed"), static_cast<qint64>(rows->columnInt(5)) },
+            { QStringLiteral("verified"), static_cast<qint64>(rows->columnInt(6)) },
+            { QStringLiteral("disputesLost"), static_cast<qint64>(rows->columnInt(7)) },
+            { QStringLiteral("timeouts"), static_cast<qint64>(rows->columnInt(8)) },
+            { QStringLiteral("slashed"), Credits::fromMicro(rows->columnInt(9)).toString() },
+            { QStringLiteral("streak"), static_cast<qint64>(rows->columnInt(10)) },
+            { QStringLiteral("stake"), m_ledger->balance(ledger::accounts::stake(id)).value_or(Credits {}).toString() },
+            { QStringLiteral("balance"), m_ledger->balance(ledger::accounts::balance(id)).value_or(Credits {}).toString() },
         });
     }
     return list;
@@ -290,14 +334,16 @@ double Broker::schedulingScore(const QString& nodeId)
 {
     const auto node = m_nodes.constFind(nodeId);
     const double throughput = node == m_nodes.constEnd() ? 0.0 : expectedSamplesPerSecond(*node);
-    auto record = query(*m_db, QStringLiteral("SELECT shards_done, shards_failed FROM nodes WHERE id = ?"), nodeId);
+    auto record = query(
+        *m_db, QStringLiteral("SELECT shards_done, shards_failed, disputes_lost, timeouts FROM nodes WHERE id = ?"), nodeId);
     if (!record)
         return throughput;
     auto row = record->step();
     if (!row || !*row)
         return throughput;
     const double done = double(record->columnInt(0));
-    const double failed = double(record->columnInt(1));
+    // A lost dispute weighs like ten failures, a timeout in a dispute like one.
+    const double failed = double(record->columnInt(1)) + 10.0 * double(record->columnInt(2)) + double(record->columnInt(3));
     return throughput * (done + 1.0) / (done + failed + 1.0);
 }
 
@@ -309,6 +355,8 @@ Status Broker::refund(const QString& jobId)
     if (auto row = job->step(); !row || !*row)
         return Error { QStringLiteral("jobId"), QStringLiteral("no job %1").arg(jobId) };
     const QString owner = job->columnText(0);
+    if (auto settled = settleJobChecks(jobId); !settled)
+        return settled;
     auto left = m_ledger->balance(ledger::accounts::escrow(jobId));
     if (!left)
         return left.error();
@@ -446,6 +494,10 @@ void Broker::nodeLost(const QString& nodeId)
 {
     m_nodes.remove(nodeId);
     (void)execute(*m_db, QStringLiteral("UPDATE assignments SET state = 'expired' WHERE node = ? AND state = 'active'"), nodeId);
+    (void)execute(*m_db,
+        QStringLiteral("UPDATE verifications SET state = CASE kind WHEN 'canary' THEN 'cancelled' ELSE 'waiting' END, "
+                       "verifier = NULL, verifier_assignment = NULL WHERE verifier = ? AND state = 'running'"),
+        nodeId);
     for (auto& state : m_running) {
         QStringList theirs;
         for (auto it = state.active.constBegin(); it != state.active.constEnd(); ++it) {
@@ -478,6 +530,13 @@ Result<std::optional<Assignment>> Broker::assign(const QString& nodeId)
                 QStringLiteral("the node has %1 credits bonded; taking work needs %2")
                     .arg(staked->toString(), m_options.minStake.toString()) };
     }
+
+    // Re-executions first: a round waits for the checks of its sampled shards.
+    auto check = assignCheck(node);
+    if (!check)
+        return check.error();
+    if (check->has_value())
+        return check;
 
     for (auto& state : m_running) {
         if (state.spec.training.threads > node.maxThreads)
@@ -625,11 +684,26 @@ Status Broker::commit(const QString& nodeId, const QJsonObject& signedCommitment
     const auto chainRoot = reader.digest(u"chainRoot");
     if (!reader.ok())
         return reader.status().error();
-    auto owner = query(*m_db, QStringLiteral("SELECT node FROM assignments WHERE id = ?"), assignment);
+    auto owner = query(*m_db, QStringLiteral("SELECT node, job, round, shard FROM assignments WHERE id = ?"), assignment);
     if (!owner)
         return owner.error();
     if (auto row = owner->step(); !row || !*row || owner->columnText(0) != nodeId)
         return Error { QStringLiteral("commitment.assignment"), QStringLiteral("no such assignment for this node") };
+    // A signed commitment to another job, round or shard than the one handed out (a stale round's
+    // result passed off as new) is a lie the node put its name to.
+    if (signedCommitment.value(QStringLiteral("jobId")).toString() != owner->columnText(1)
+        || signedCommitment.value(QStringLiteral("round")).toInteger(-1) != owner->columnInt(2)
+        || signedCommitment.value(QStringLiteral("shard")).toInteger(-1) != owner->columnInt(3)) {
+        const Error error { QStringLiteral("commitment"),
+            QStringLiteral("the commitment is for round %1, shard %2, but the assignment is round %3, shard %4")
+                .arg(signedCommitment.value(QStringLiteral("round")).toInteger(-1))
+                .arg(signedCommitment.value(QStringLiteral("shard")).toInteger(-1))
+                .arg(owner->columnInt(2))
+                .arg(owner->columnInt(3)) };
+        if (auto status = recordResultError(nodeId, assignment, error); !status)
+            qCWarning(lcBrokerCore).noquote() << status.error().toString();
+        return error;
+    }
     // The first commitment binds: a node cannot change its answer after seeing anything.
     return execute(*m_db,
         QStringLiteral(
@@ -640,8 +714,9 @@ Status Broker::commit(const QString& nodeId, const QJsonObject& signedCommitment
 
 Result<Verdict> Broker::acceptResult(const QString& nodeId, const QString& assignmentId, const ShardResult& result)
 {
-    auto found
-        = query(*m_db, QStringLiteral("SELECT job, round, shard, node, state FROM assignments WHERE id = ?"), assignmentId);
+    auto found = query(*m_db,
+        QStringLiteral("SELECT job, round, shard, node, state, kind, COALESCE(verification, '') FROM assignments WHERE id = ?"),
+        assignmentId);
     if (!found)
         return found.error();
     auto row = found->step();
@@ -660,6 +735,8 @@ Result<Verdict> Broker::acceptResult(const QString& nodeId, const QString& assig
         return Error { QStringLiteral("result"), QStringLiteral("the result is for another shard than its assignment") };
     if (state == u"answered" || state == u"failed")
         return Verdict::Stale;
+    if (found->columnText(5) != u"train")
+        return acceptCheck(nodeId, assignmentId, found->columnText(6), result);
 
     auto job = query(*m_db, QStringLiteral("SELECT state, round, weights_hash FROM jobs WHERE id = ?"), jobId);
     if (!job)
@@ -711,72 +788,56 @@ Result<Verdict> Broker::acceptResult(const QString& nodeId, const QString& assig
         return Verdict::Failed;
     }
 
-    // Reveal: the result must be what the node committed to.
-    auto committed
-        = query(*m_db, QStringLiteral("SELECT final_hash, chain_root FROM commitments WHERE assignment = ?"), assignmentId);
-    if (!committed)
-        return committed.error();
-    auto committedRow = committed->step();
-    if (!committedRow)
-        return committedRow.error().toError();
-    if (!*committedRow)
-        return Error { QStringLiteral("commitment"), QStringLiteral("send the signed commitment (COMMIT) before the result") };
-    const auto commitment = result.commitment();
-    if (committed->columnText(0) != commitment.finalHash.toHex() || committed->columnText(1) != commitment.chainRoot.toHex())
-        return Error { QStringLiteral("commitment"), QStringLiteral("the result does not match the node's commitment") };
-
-    // Check the result against what the broker knows before counting it.
     const auto task = decomposeShard(jobId, *spec, round, shard, startHash);
-    if (result.checkpointHashes.size() != task.checkpointCount())
-        return Error { QStringLiteral("checkpointHashes"),
-            QStringLiteral("a shard of %1 steps with checkpoints every %2 has %3 hashes, not %4")
-                .arg(task.localSteps)
-                .arg(task.checkpointInterval)
-                .arg(task.checkpointCount())
-                .arg(result.checkpointHashes.size()) };
-    if (result.checkpointHashes.first() != startHash)
-        return Error { QStringLiteral("checkpointHashes"), QStringLiteral("the chain does not start at the round's weights") };
-    auto weights = m_blobs->read(result.weightsSha256);
-    if (!weights)
-        return Error { QStringLiteral("weightsSha256"), QStringLiteral("upload the weights (PUT) before the result") };
-    auto hash = m_math.canonicalHash(*weights);
-    if (!hash)
-        return Error { QStringLiteral("weightsSha256"), hash.error().message };
-    if (*hash != result.finalHash)
-        return Error { QStringLiteral("finalHash"),
-            QStringLiteral("the uploaded weights do not hash to the result's finalHash") };
+    if (auto revealed = checkReveal(nodeId, assignmentId, task, result); !revealed)
+        return revealed.error();
+    auto sampled = drawSample(nodeId, *spec);
+    if (!sampled)
+        return sampled.error();
 
-    auto price = query(*m_db, QStringLiteral("SELECT price_per_shard FROM jobs WHERE id = ?"), jobId);
-    if (!price)
-        return price.error();
-    if (auto priceRow = price->step(); !priceRow || !*priceRow)
-        return Error { QStringLiteral("job"), QStringLiteral("the job vanished") };
-    const auto pay = Credits::fromMicro(price->columnInt(0));
+    const auto pay = *sampled ? Credits {} : priceOf(jobId);
     auto escrow = m_ledger->balance(ledger::accounts::escrow(jobId));
     if (!escrow)
         return escrow.error();
-    if (*escrow < pay) {
+    if (*escrow < priceOf(jobId)) {
         (void)failJob(jobId,
-            QStringLiteral("the budget is spent (%1 credits left, a shard pays %2)").arg(escrow->toString(), pay.toString()));
+            QStringLiteral("the budget is spent (%1 credits left, a shard pays %2)")
+                .arg(escrow->toString(), priceOf(jobId).toString()));
         return Verdict::Stale;
     }
 
+    const auto now = m_clock.nowMs();
     auto transaction = m_db->begin();
     if (!transaction)
         return transaction.error().toError();
     if (pay.micro() > 0) {
         auto paid = m_ledger->transfer(ledger::accounts::escrow(jobId), ledger::accounts::balance(nodeId), pay,
             QStringLiteral("pay:%1/%2/%3").arg(jobId).arg(round).arg(shard),
-            QStringLiteral("shard %1 of round %2").arg(shard).arg(round), m_clock.nowMs());
+            QStringLiteral("shard %1 of round %2").arg(shard).arg(round), now);
         if (!paid)
             return paid.error();
     }
     for (const auto& status : {
-             execute(*m_db, QStringLiteral("INSERT INTO shard_results (job, round, shard, node, result) VALUES (?, ?, ?, ?, ?)"),
-                 jobId, round, shard, nodeId, toJsonText(result.toJson())),
+             execute(*m_db,
+                 QStringLiteral(
+                     "INSERT INTO shard_results (job, round, shard, node, result, state, assignment) VALUES (?, ?, ?, ?, ?, ?, ?)"),
+                 jobId, round, shard, nodeId, toJsonText(result.toJson()),
+                 *sampled ? QStringLiteral("sampled") : QStringLiteral("accepted"), assignmentId),
              execute(*m_db, QStringLiteral("UPDATE assignments SET state = 'answered' WHERE id = ?"), assignmentId),
-             execute(*m_db, QStringLiteral("UPDATE nodes SET shards_done = shards_done + 1, last_seen = ? WHERE id = ?"),
-                 m_clock.nowMs(), nodeId),
+             execute(*m_db,
+                 *sampled ? QStringLiteral("UPDATE nodes SET shards_done = shards_done + 1, last_seen = ? WHERE id = ?")
+                          : QStringLiteral("UPDATE nodes SET shards_done = shards_done + 1, streak = streak + 1, last_seen = ? "
+                                           "WHERE id = ?"),
+                 now, nodeId),
+             // A sampled result waits for another node to re-execute it (or the broker, in time).
+             *sampled ? execute(*m_db,
+                            QStringLiteral("INSERT INTO verifications (id, kind, job, round, shard, start_hash, start_blob, "
+                                           "accused, accused_assignment, accused_result, state, created_at) "
+                                           "VALUES (?, 'sample', ?, ?, ?, ?, ?, ?, ?, ?, 'waiting', ?)"),
+                            QStringLiteral("v") + newId(), jobId, round, shard, startHash.toHex(),
+                            runningState(jobId) ? runningState(jobId)->weightsBlob.toHex() : QString(), nodeId, assignmentId,
+                            toJsonText(result.toJson()), now)
+                      : Status {},
          }) {
         if (!status)
             return status.error();
@@ -787,15 +848,57 @@ Result<Verdict> Broker::acceptResult(const QString& nodeId, const QString& assig
         running->done[std::size_t(shard)] = true;
         running->active.remove(assignmentId);
     }
+    if (*sampled)
+        return Verdict::Held;
     if (auto status = finishRoundIfComplete(jobId, *spec, round); !status)
         return status.error();
     return Verdict::Accepted;
 }
 
+Status Broker::checkReveal(const QString& nodeId, const QString& assignmentId, const ShardTask& task, const ShardResult& result)
+{
+    auto committed
+        = query(*m_db, QStringLiteral("SELECT final_hash, chain_root FROM commitments WHERE assignment = ?"), assignmentId);
+    if (!committed)
+        return committed.error();
+    auto committedRow = storage::fetch(*committed);
+    if (!committedRow)
+        return committedRow.error();
+    if (!*committedRow)
+        return Error { QStringLiteral("commitment"), QStringLiteral("send the signed commitment (COMMIT) before the result") };
+    // From here on the node has signed its answer: what contradicts the shard it was given is a lie.
+    auto lie = [&](Error error) -> Status {
+        if (auto status = recordResultError(nodeId, assignmentId, error); !status)
+            qCWarning(lcBrokerCore).noquote() << status.error().toString();
+        return error;
+    };
+    const auto commitment = result.commitment();
+    if (committed->columnText(0) != commitment.finalHash.toHex() || committed->columnText(1) != commitment.chainRoot.toHex())
+        return lie(Error { QStringLiteral("commitment"), QStringLiteral("the result does not match the node's commitment") });
+    if (result.checkpointHashes.size() != task.checkpointCount())
+        return lie(Error { QStringLiteral("checkpointHashes"),
+            QStringLiteral("a shard of %1 steps with checkpoints every %2 has %3 hashes, not %4")
+                .arg(task.localSteps)
+                .arg(task.checkpointInterval)
+                .arg(task.checkpointCount())
+                .arg(result.checkpointHashes.size()) });
+    if (result.checkpointHashes.first() != task.startWeights)
+        return lie(Error { QStringLiteral("checkpointHashes"), QStringLiteral("the chain does not start at the round's weights") });
+    auto weights = m_blobs->read(result.weightsSha256);
+    if (!weights)
+        return Error { QStringLiteral("weightsSha256"), QStringLiteral("upload the weights (PUT) before the result") };
+    auto hash = m_math.canonicalHash(*weights);
+    if (!hash)
+        return lie(Error { QStringLiteral("weightsSha256"), hash.error().message });
+    if (*hash != result.finalHash)
+        return lie(Error { QStringLiteral("finalHash"), QStringLiteral("the uploaded weights do not hash to the result's finalHash") });
+    return {};
+}
+
 Status Broker::finishRoundIfComplete(const QString& jobId, const JobSpec& spec, std::int64_t round)
 {
     auto results = query(*m_db,
-        QStringLiteral("SELECT shard, result FROM shard_results WHERE job = ? AND round = ? ORDER BY shard"), jobId, round);
+        QStringLiteral("SELECT shard, result, state FROM shard_results WHERE job = ? AND round = ? ORDER BY shard"), jobId, round);
     if (!results)
         return results.error();
     QList<ShardResult> accepted;
@@ -805,6 +908,8 @@ Status Broker::finishRoundIfComplete(const QString& jobId, const JobSpec& spec, 
             return next.error().toError();
         if (!*next)
             break;
+        if (results->columnText(2) == u"sampled")
+            return {}; // a sampled result is aggregated once its check confirms it
         auto result = ShardResult::fromJson(fromJsonText(results->columnText(1)));
         if (!result)
             return result.error();

@@ -10,9 +10,11 @@
 #include "../shardtask.h"
 #include "../signing.h"
 #include "../storage/database.h"
+#include "../verification/verification.h"
 #include "trainingmath.h"
 
 #include <QJsonObject>
+#include <QRandomGenerator>
 #include <QList>
 #include <QString>
 
@@ -57,7 +59,19 @@ struct JobStatus {
     QJsonObject toJson() const;
 };
 
-enum class Verdict { Accepted, Stale, Failed };
+// Accepted: counted and paid; Held: counted, paid once a re-execution confirms it (a sampled
+// result, or a verifier's re-execution); Stale: the shard was already answered; Failed: recorded,
+// the shard goes to another node.
+enum class Verdict { Accepted, Held, Stale, Failed };
+
+// Something the broker has to tell a node that did not ask: a dispute needs the training state at a
+// checkpoint (CHECKPOINT), or what became of a result (VERDICT). docs/PROTOCOL.md.
+struct Notice {
+    enum class Kind { CheckpointRequest, Verdict };
+    Kind kind = Kind::Verdict;
+    QString nodeId;
+    QJsonObject body;
+};
 
 // The broker's brain: jobs, rounds, shards, assignments, results and nodes, kept in SQLite so that a
 // kill -9 loses nothing but the shards in flight (re-issued on restart). Single-threaded: the
@@ -71,6 +85,14 @@ public:
         Credits pricePerUnit = Credits::fromMicro(100'000); // per GFLOP of training
         Credits minStake = Credits::fromMicro(10'000'000); // a node bonds this much to take work
         bool faucet = false; // mint what owners and nodes lack (local and demo brokers only)
+        verification::SamplingPolicy sampling; // how often a node's results are re-executed
+        double canaryRate = 0.0; // share of handed-out work that re-checks an already verified shard
+        double slashFraction = 0.5; // of its stake, a node loses per lost dispute or proven lie
+        std::int64_t disputeTimeoutMs = 60'000; // to deliver a checkpoint state in a dispute
+        std::int64_t selfVerifyAfterMs = 120'000; // a sample no other node can check: the broker re-executes it
+        std::int64_t unbondingDelayMs = 24LL * 3600 * 1000; // unbonded stake stays slashable this long
+        double crossProfileTolerance = 1e-3; // relative L2 distance, results of different runtime profiles
+        std::uint64_t randomSeed = 0; // 0: sample draws from the system's random source
     };
 
     static Result<std::unique_ptr<Broker>> open(
@@ -105,6 +127,22 @@ public:
     // Whether any running job has a shard waiting for a node (to wake waiting nodes).
     bool hasWork();
 
+    // Disputes. The node's training state at the checkpoint a dispute asked for has arrived as a
+    // blob (a null digest: the node says it does not have it); the broker replays the one interval.
+    Status checkpointDelivered(const QString& nodeId, const QString& verificationId, const Digest& blob);
+    // Deadlines of disputes and re-executions, samples nobody can check, unbonded stake that is
+    // due: called about once a second by the network loop.
+    void tick();
+    // What to send to nodes since the last call.
+    std::vector<Notice> takeNotices();
+    // Every check of a job (or of all jobs) with its state and outcome, newest first.
+    Result<QList<QJsonObject>> verifications(const QString& jobId = {}, int limit = 1000);
+
+    // Stake: a request signed with the node's registered key to bond credits from its balance or to
+    // unbond them (they stay slashable for Options::unbondingDelayMs, then return to the balance).
+    // {"kind": "tessera-stake", "node": id, "action": "bond"|"unbond", "amount": "12.5", "nonce": n}
+    Result<QJsonObject> stake(const QJsonObject& signedRequest);
+
     ledger::Ledger& ledger() { return *m_ledger; }
     // The broker's signed receipt for the transfer with this cause (verifyDocument checks it).
     Result<QJsonObject> receipt(const QString& cause);
@@ -112,14 +150,18 @@ public:
     // An owner's or node's money: balance and stake.
     Result<QJsonObject> account(const QString& id);
 
-    // Every node the broker has seen, with its record: shards done and failed, first and last seen.
+    // Every node the broker has seen, with its record: shards done and failed, verified, disputes lost,
+    // timeouts, stake slashed, first and last seen.
     Result<QList<QJsonObject>> nodes();
     // How the scheduler ranks a node: its benchmark throughput times its record,
-    // (done + 1) / (done + failed + 1), so that nodes that fail lose work to nodes that deliver.
+    // (done + 1) / (done + failed + 10 x disputes lost + dispute timeouts + 1), so that nodes that fail
+    // or cheat lose work to nodes that deliver.
     double schedulingScore(const QString& nodeId);
 
     // Samples per second this broker expects of a node, from its benchmark.
     static double expectedSamplesPerSecond(const NodeInfo& node);
+
+    struct Check; // a row of `verifications` (brokerverification.cpp)
 
 private:
     Broker(std::unique_ptr<storage::Database> database, std::unique_ptr<BlobStore> blobs, TrainingMath& math, const Clock& clock,
@@ -152,6 +194,27 @@ private:
     Status failJob(const QString& jobId, const QString& why);
     Status refund(const QString& jobId);
 
+    // Verification (brokerverification.cpp).
+    
+    Result<bool> drawSample(const QString& nodeId, const JobSpec& spec);
+    Result<std::optional<Assignment>> assignCheck(const NodeInfo& node);
+    Result<Verdict> acceptCheck(
+        const QString& nodeId, const QString& assignmentId, const QString& verificationId, const ShardResult& result);
+    Result<ShardTask> taskOf(const Check& check);
+    Status compare(Check& check);
+    Status refereeInterval(Check& check, const QByteArray& state);
+    enum class Loser { None, Accused, Verifier, Both };
+    Status settle(Check& check, Loser loser, const QString& why, bool punish = true);
+    // Commit, then reveal: the result matches the node's commitment and the shard it was given; a
+    // node that committed and then revealed something impossible is slashed.
+    Status checkReveal(const QString& nodeId, const QString& assignmentId, const ShardTask& task, const ShardResult& result);
+    Status slash(const QString& nodeId, const QString& jobId, const QString& honest, const QString& cause, const QString& why);
+    Status recordResultError(const QString& nodeId, const QString& assignmentId, const Error& error);
+    Status selfVerify(Check& check);
+    Status settleJobChecks(const QString& jobId);
+    void notify(Notice::Kind kind, const QString& nodeId, QJsonObject body);
+    Credits priceOf(const QString& jobId);
+
     std::unique_ptr<storage::Database> m_db;
     std::unique_ptr<BlobStore> m_blobs;
     std::unique_ptr<ledger::Ledger> m_ledger;
@@ -161,6 +224,8 @@ private:
     Options m_options;
     QHash<QString, NodeInfo> m_nodes; // registered in this run
     std::vector<RoundState> m_running; // in submission order
+    std::vector<Notice> m_notices;
+    QRandomGenerator m_random;
 };
 
 } // namespace tessera::core::broker

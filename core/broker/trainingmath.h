@@ -3,6 +3,7 @@
 #include "../error.h"
 #include "../hash.h"
 #include "../jobspec.h"
+#include "../shardtask.h"
 
 #include <QByteArray>
 #include <QList>
@@ -31,6 +32,13 @@ public:
         double loss = 0.0;
         double accuracy = 0.0;
     };
+    // The referee's re-execution of checkpoints from+1..to of a shard (compute::replayShard).
+    struct Replay {
+        QList<Digest> checkpoints;
+        Digest weightsHash; // of the weights at `to`
+        QByteArray weights;
+        QString runtimeProfile;
+    };
 
     virtual ~TrainingMath() = default;
     virtual Result<Weights> initialWeights(const JobSpec& spec) = 0;
@@ -39,6 +47,13 @@ public:
         const AggregationSpec& spec, const QByteArray& global, const QList<Update>& updates, const QByteArray& outerState)
         = 0;
     virtual Result<Evaluation> evaluate(const JobSpec& spec, const QByteArray& weights) = 0;
+    // From checkpoint `from` (state: the round's weights at 0, else a node's checkpoint state that
+    // must hash to `expected`) to checkpoint `to`.
+    virtual Result<Replay> replay(
+        const ShardTask& task, std::int64_t from, const QByteArray& state, const Digest& expected, std::int64_t to)
+        = 0;
+    // ||a - b|| / ||b|| over all tensors: results of different runtime profiles are compared with it.
+    virtual Result<double> distance(const QByteArray& a, const QByteArray& b) = 0;
 };
 
 // Time, injected so that tests decide when deadlines pass.

@@ -10,6 +10,8 @@ double samplingProbability(const NodeRecord& record, const SamplingPolicy& polic
 {
     if (record.streak < policy.warmup)
         return 1.0;
+    if (record.streak <= 0)
+        return policy.floor; // no warm-up at all
     return std::max(policy.floor, double(policy.warmup) / double(record.streak));
 }
 

@@ -41,6 +41,30 @@ public:
         return Aggregated { { next, Digest::ofBytes(next) }, {} };
     }
     Result<Evaluation> evaluate(const JobSpec&, const QByteArray&) override { return Evaluation { 0.5, 0.9 }; }
+
+    // The honest arithmetic of a shard, as stand-in bytes: the state at checkpoint k is
+    // "s:<round>:<shard>:<k>", the final weights "w:<round>:<shard>".
+    static QByteArray state(const ShardTask& task, std::int64_t k)
+    {
+        return QStringLiteral("s:%1:%2:%3").arg(task.round).arg(task.shard).arg(k).toUtf8();
+    }
+    static QByteArray weights(const ShardTask& task) { return QStringLiteral("w:%1:%2").arg(task.round).arg(task.shard).toUtf8(); }
+    int replays = 0;
+    Result<Replay> replay(const ShardTask& task, std::int64_t from, const QByteArray& start, const Digest& expected,
+        std::int64_t to) override
+    {
+        ++replays;
+        if (Digest::ofBytes(start) != expected || (from > 0 && start != state(task, from)))
+            return Error { QStringLiteral("state"), QStringLiteral("the state does not hash to the agreed checkpoint") };
+        Replay replay;
+        for (auto k = from + 1; k <= to; ++k)
+            replay.checkpoints.append(Digest::ofBytes(state(task, k)));
+        replay.weights = weights(task);
+        replay.weightsHash = Digest::ofBytes(replay.weights);
+        replay.runtimeProfile = QStringLiteral("p");
+        return replay;
+    }
+    Result<double> distance(const QByteArray& a, const QByteArray& b) override { return a == b ? 0.0 : 1.0; }
 };
 
 JobSpec job(std::int64_t rounds = 2, std::int64_t shards = 3)
@@ -54,6 +78,7 @@ JobSpec job(std::int64_t rounds = 2, std::int64_t shards = 3)
     spec.training.localSteps = 10;
     spec.training.checkpointInterval = 5;
     spec.budget = *Credits::fromCredits(100);
+    spec.verificationRate = 0.0;
     return spec;
 }
 
@@ -91,6 +116,27 @@ ShardResult answer(Broker& broker, const Assignment& assignment, const QByteArra
     return result;
 }
 
+// An honest node's answer (FakeMath's arithmetic). With `lieFrom` >= 1 the chain is honest up to
+// checkpoint lieFrom - 1 and made up after it, and so are the weights.
+ShardResult honest(Broker& broker, const Assignment& assignment, std::int64_t lieFrom = -1)
+{
+    const auto& task = assignment.task;
+    ShardResult result;
+    result.jobId = task.jobId;
+    result.round = task.round;
+    result.shard = task.shard;
+    result.runtimeProfile = QStringLiteral("p");
+    result.checkpointHashes = { task.startWeights };
+    for (std::int64_t k = 1; k < task.checkpointCount(); ++k)
+        result.checkpointHashes.append(Digest::ofBytes(
+            lieFrom >= 1 && k >= lieFrom ? QByteArray("made up ") + QByteArray::number(k) : FakeMath::state(task, k)));
+    const QByteArray weights = lieFrom >= 1 ? QByteArray("made-up weights") : FakeMath::weights(task);
+    result.weightsSha256 = *broker.blobs().put(weights);
+    result.finalHash = Digest::ofBytes(weights);
+    result.losses = { 1.0 };
+    return result;
+}
+
 // What a node does with a finished shard: commit to it (signed), then reveal it.
 Result<Verdict> deliver(Broker& broker, const QString& nodeId, const QString& assignmentId, const ShardResult& result)
 {
@@ -114,16 +160,35 @@ class BrokerTest : public QObject {
     Q_OBJECT
 
 private:
-    QTemporaryDir m_dir;
+    QTemporaryDir m_dir { QStringLiteral("/tmp/tst_broker_XXXXXX") };
     FakeClock m_clock;
     FakeMath m_math;
 
+    // Sampling is off here; the verification tests below turn it on.
     std::unique_ptr<Broker> open(const QString& name = QStringLiteral("b"), bool faucet = true)
     {
         Broker::Options options;
+        options.sampling = { 0, 0.0 };
+        options.faucet = faucet;
+        return open(name, options);
+    }
+
+    static Broker::Options verifyingOptions()
+    {
+        Broker::Options options;
+        options.faucet = true;
+        options.selfVerifyAfterMs = -1;
+        options.disputeTimeoutMs = 5000;
+        options.randomSeed = 7;
+        return options;
+    }
+
+    std::unique_ptr<Broker> openVerifying(const QString& name) { return open(name, verifyingOptions()); }
+
+    std::unique_ptr<Broker> open(const QString& name, Broker::Options options)
+    {
         options.minDeadlineMs = 10'000;
         options.maxShardFailures = 2;
-        options.faucet = faucet;
         auto broker = Broker::open(m_dir.filePath(name), m_math, m_clock, options);
         if (!broker)
             qFatal("%s", qPrintable(broker.error().toString()));
@@ -332,7 +397,9 @@ private Q_SLOTS:
         QCOMPARE(broker->acceptResult(QStringLiteral("a"), assignment.id, result).error().field, QStringLiteral("commitment"));
         // A commitment signed by another key: refused.
         const auto commitment = result.commitment();
-        QJsonObject fields { { QStringLiteral("assignment"), assignment.id },
+        QJsonObject fields { { QStringLiteral("assignment"), assignment.id }, { QStringLiteral("jobId"), assignment.task.jobId },
+            { QStringLiteral("round"), static_cast<qint64>(assignment.task.round) },
+            { QStringLiteral("shard"), static_cast<qint64>(assignment.task.shard) },
             { QStringLiteral("finalHash"), commitment.finalHash.toHex() },
             { QStringLiteral("chainRoot"), commitment.chainRoot.toHex() } };
         QVERIFY(!broker->commit(QStringLiteral("a"), signDocument(fields, SigningKeys::generate())).ok());
@@ -345,6 +412,304 @@ private Q_SLOTS:
         const auto refused = broker->acceptResult(QStringLiteral("a"), assignment.id, result);
         QVERIFY(!refused.ok());
         QVERIFY(refused.error().message.contains(QStringLiteral("does not match the node's commitment")));
+    }
+
+    // --- Verification: sampling, re-execution, disputes, slashing, stake -------------------------
+
+    void sampledResultsWaitForTheirCheckThenPay()
+    {
+        auto broker = openVerifying(QStringLiteral("verify"));
+        const auto jobId = *broker->submit(job(1, 2));
+        for (const auto* id : { "a", "b" })
+            QVERIFY(broker->registerNode(node(QString::fromLatin1(id))).ok());
+        const auto a1 = **broker->assign(QStringLiteral("a"));
+        // A new node's results are all sampled: counted, not paid yet.
+        QCOMPARE(*deliver(*broker, QStringLiteral("a"), a1.id, honest(*broker, a1)), Verdict::Held);
+        QVERIFY(!*broker->ledger().hasCause(QStringLiteral("pay:%1/0/0").arg(jobId)));
+        // The checked node gets other work, never its own check; another node gets the check.
+        const auto a2 = **broker->assign(QStringLiteral("a"));
+        QCOMPARE(a2.task.shard, 1);
+        auto assigned = broker->assign(QStringLiteral("b"));
+        QVERIFY2(assigned.ok() && assigned->has_value(), qPrintable(assigned.ok() ? QStringLiteral("none") : assigned.error().toString()));
+        const auto b1 = **assigned;
+        QCOMPARE(b1.task.shard, 0);
+        QCOMPARE(b1.task.startWeights, a1.task.startWeights);
+        QCOMPARE(*deliver(*broker, QStringLiteral("b"), b1.id, honest(*broker, b1)), Verdict::Held);
+        QVERIFY(*broker->ledger().hasCause(QStringLiteral("pay:%1/0/0").arg(jobId)));
+        auto checks = *broker->verifications(jobId);
+        QCOMPARE(checks.size(), 1);
+        QCOMPARE(checks[0].value(QStringLiteral("state")).toString(), QStringLiteral("verified"));
+        QCOMPARE(checks[0].value(QStringLiteral("outcome")).toString(), QStringLiteral("none"));
+        QVERIFY(*broker->ledger().hasCause(QStringLiteral("verify:") + checks[0].value(QStringLiteral("id")).toString()));
+        QCOMPARE(broker->status(jobId)->state, QStringLiteral("running")); // shard 1 is still being checked
+
+        QCOMPARE(*deliver(*broker, QStringLiteral("a"), a2.id, honest(*broker, a2)), Verdict::Held);
+        const auto b2 = **broker->assign(QStringLiteral("b"));
+        QCOMPARE(b2.task.shard, 1);
+        QCOMPARE(*deliver(*broker, QStringLiteral("b"), b2.id, honest(*broker, b2)), Verdict::Held);
+        QCOMPARE(broker->status(jobId)->state, QStringLiteral("finished"));
+        const auto nodes = *broker->nodes();
+        QCOMPARE(nodes[0].value(QStringLiteral("verified")).toInteger(), 2);
+        QCOMPARE(nodes[1].value(QStringLiteral("verified")).toInteger(), 2);
+        QCOMPARE(nodes[0].value(QStringLiteral("slashed")).toString(), QStringLiteral("0"));
+        bool told = false;
+        for (const auto& notice : broker->takeNotices())
+            told = told || (notice.nodeId == u"a" && notice.body.value(QStringLiteral("state")).toString() == u"paid");
+        QVERIFY(told);
+        QVERIFY(broker->ledger().checkInvariants().ok());
+    }
+
+    void aCheatCaughtAtTheFirstCheckpointIsSlashed()
+    {
+        auto broker = openVerifying(QStringLiteral("cheat1"));
+        const auto jobId = *broker->submit(job(1, 1), QStringLiteral("owner"));
+        for (const auto* id : { "a", "b" })
+            QVERIFY(broker->registerNode(node(QString::fromLatin1(id))).ok());
+        const auto a1 = **broker->assign(QStringLiteral("a"));
+        QCOMPARE(*deliver(*broker, QStringLiteral("a"), a1.id, honest(*broker, a1, 1)), Verdict::Held);
+        const auto b1 = **broker->assign(QStringLiteral("b"));
+        QCOMPARE(*deliver(*broker, QStringLiteral("b"), b1.id, honest(*broker, b1)), Verdict::Held);
+        // Checkpoint 1 differs: the referee re-executed from the round's weights, without asking anyone.
+        QCOMPARE(m_math.replays > 0, true);
+        const auto check = broker->verifications(jobId)->first();
+        QCOMPARE(check.value(QStringLiteral("state")).toString(), QStringLiteral("rejected"));
+        QCOMPARE(check.value(QStringLiteral("outcome")).toString(), QStringLiteral("accused"));
+        QCOMPARE(check.value(QStringLiteral("checkpoint")).toInteger(), 1);
+        // Half of a's 10 credits of stake: 2.5 to b, 2.5 to the owner; b is also paid for the check.
+        QCOMPARE(broker->account(QStringLiteral("a"))->value(QStringLiteral("stake")).toString(), QStringLiteral("5"));
+        QCOMPARE(broker->ledger().balance(QStringLiteral("balance:owner"))->toString(), QStringLiteral("2.5"));
+        QVERIFY(*broker->ledger().balance(QStringLiteral("balance:b")) > Credits::fromMicro(2'500'000));
+        QVERIFY(!*broker->ledger().hasCause(QStringLiteral("pay:%1/0/0").arg(jobId)));
+        // The cheat cannot take work any more; the shard is trained again by someone else.
+        QVERIFY(!broker->assign(QStringLiteral("a")).ok());
+        const auto again = **broker->assign(QStringLiteral("b"));
+        QCOMPARE(again.task.shard, 0);
+        const auto nodes = *broker->nodes();
+        QCOMPARE(nodes[0].value(QStringLiteral("disputesLost")).toInteger(), 1);
+        QCOMPARE(nodes[0].value(QStringLiteral("slashed")).toString(), QStringLiteral("5"));
+        QCOMPARE(nodes[1].value(QStringLiteral("disputesLost")).toInteger(), 0);
+        QVERIFY(broker->schedulingScore(QStringLiteral("a")) < broker->schedulingScore(QStringLiteral("b")));
+        QVERIFY(broker->receipt(QStringLiteral("slash:%1:a:honest").arg(check.value(QStringLiteral("id")).toString())).ok());
+        QVERIFY(broker->ledger().checkInvariants().ok());
+    }
+
+    // A dispute in the middle of the chain: both sides are asked for the checkpoint they agree on.
+    void aMidChainDisputeRefereesOneInterval()
+    {
+        auto broker = openVerifying(QStringLiteral("cheat2"));
+        auto spec = job(1, 1);
+        spec.training.localSteps = 15; // checkpoints at 0, 5, 10, 15
+        const auto jobId = *broker->submit(spec);
+        for (const auto* id : { "a", "b" })
+            QVERIFY(broker->registerNode(node(QString::fromLatin1(id))).ok());
+        const auto a1 = **broker->assign(QStringLiteral("a"));
+        QCOMPARE(*deliver(*broker, QStringLiteral("a"), a1.id, honest(*broker, a1, 2)), Verdict::Held);
+        const auto b1 = **broker->assign(QStringLiteral("b"));
+        (void)broker->takeNotices();
+        QCOMPARE(*deliver(*broker, QStringLiteral("b"), b1.id, honest(*broker, b1)), Verdict::Held);
+        auto check = broker->verifications(jobId)->first();
+        const QString checkId = check.value(QStringLiteral("id")).toString();
+        QCOMPARE(check.value(QStringLiteral("state")).toString(), QStringLiteral("disputed"));
+        QCOMPARE(check.value(QStringLiteral("checkpoint")).toInteger(), 2);
+        QStringList asked;
+        for (const auto& notice : broker->takeNotices()) {
+            if (notice.kind == Notice::Kind::CheckpointRequest) {
+                asked.append(notice.nodeId);
+                QCOMPARE(notice.body.value(QStringLiteral("checkpoint")).toInteger(), 1);
+                QCOMPARE(notice.body.value(QStringLiteral("verification")).toString(), checkId);
+            }
+        }
+        asked.sort();
+        QCOMPARE(asked, QStringList({ QStringLiteral("a"), QStringLiteral("b") }));
+        // A state that does not hash to the agreed checkpoint does not count; a node not asked is refused.
+        QVERIFY(broker->registerNode(node(QStringLiteral("c"))).ok());
+        QVERIFY(!broker->checkpointDelivered(QStringLiteral("c"), checkId, *broker->blobs().put("x")).ok());
+        QVERIFY(broker->checkpointDelivered(QStringLiteral("a"), checkId, *broker->blobs().put("not the state")).ok());
+        QCOMPARE(broker->verifications(jobId)->first().value(QStringLiteral("state")).toString(), QStringLiteral("disputed"));
+        const auto replays = m_math.replays;
+        QVERIFY(broker->checkpointDelivered(QStringLiteral("b"), checkId, *broker->blobs().put(FakeMath::state(b1.task, 1))).ok());
+        QCOMPARE(m_math.replays, replays + 1);
+        check = broker->verifications(jobId)->first();
+        QCOMPARE(check.value(QStringLiteral("outcome")).toString(), QStringLiteral("accused"));
+        const auto nodes = *broker->nodes();
+        QCOMPARE(nodes[0].value(QStringLiteral("timeouts")).toInteger(), 1);
+        QCOMPARE(nodes[0].value(QStringLiteral("disputesLost")).toInteger(), 1);
+        QVERIFY(broker->ledger().checkInvariants().ok());
+    }
+
+    void aDisputeNobodyAnswersIsLostByBoth()
+    {
+        Broker::Options options = verifyingOptions();
+        auto broker = open(QStringLiteral("timeout"), options);
+        auto spec = job(1, 1);
+        spec.training.localSteps = 15;
+        const auto jobId = *broker->submit(spec);
+        for (const auto* id : { "a", "b" })
+            QVERIFY(broker->registerNode(node(QString::fromLatin1(id))).ok());
+        const auto a1 = **broker->assign(QStringLiteral("a"));
+        QCOMPARE(*deliver(*broker, QStringLiteral("a"), a1.id, honest(*broker, a1, 2)), Verdict::Held);
+        const auto b1 = **broker->assign(QStringLiteral("b"));
+        QCOMPARE(*deliver(*broker, QStringLiteral("b"), b1.id, honest(*broker, b1)), Verdict::Held);
+        broker->tick();
+        QCOMPARE(broker->verifications(jobId)->first().value(QStringLiteral("state")).toString(), QStringLiteral("disputed"));
+        m_clock.now += options.disputeTimeoutMs + 1;
+        broker->tick();
+        const auto check = broker->verifications(jobId)->first();
+        QCOMPARE(check.value(QStringLiteral("outcome")).toString(), QStringLiteral("both"));
+        QCOMPARE(broker->account(QStringLiteral("a"))->value(QStringLiteral("stake")).toString(), QStringLiteral("5"));
+        QCOMPARE(broker->account(QStringLiteral("b"))->value(QStringLiteral("stake")).toString(), QStringLiteral("5"));
+        QVERIFY(broker->ledger().checkInvariants().ok());
+    }
+
+    void aLyingVerifierIsSlashedAndTheCheckedNodePaid()
+    {
+        auto broker = openVerifying(QStringLiteral("liar"));
+        const auto jobId = *broker->submit(job(1, 1));
+        for (const auto* id : { "a", "b" })
+            QVERIFY(broker->registerNode(node(QString::fromLatin1(id))).ok());
+        const auto a1 = **broker->assign(QStringLiteral("a"));
+        QCOMPARE(*deliver(*broker, QStringLiteral("a"), a1.id, honest(*broker, a1)), Verdict::Held);
+        const auto b1 = **broker->assign(QStringLiteral("b"));
+        QCOMPARE(*deliver(*broker, QStringLiteral("b"), b1.id, honest(*broker, b1, 1)), Verdict::Held);
+        QCOMPARE(broker->verifications(jobId)->first().value(QStringLiteral("outcome")).toString(), QStringLiteral("verifier"));
+        QVERIFY(*broker->ledger().hasCause(QStringLiteral("pay:%1/0/0").arg(jobId)));
+        QCOMPARE(broker->account(QStringLiteral("b"))->value(QStringLiteral("stake")).toString(), QStringLiteral("5"));
+        QCOMPARE(broker->account(QStringLiteral("a"))->value(QStringLiteral("stake")).toString(), QStringLiteral("10"));
+        QCOMPARE(broker->status(jobId)->state, QStringLiteral("finished"));
+        QVERIFY(broker->ledger().checkInvariants().ok());
+    }
+
+    void signedLiesAreSlashed()
+    {
+        auto broker = openVerifying(QStringLiteral("lies"));
+        (void)*broker->submit(job(1, 2));
+        QVERIFY(broker->registerNode(node(QStringLiteral("a"))).ok());
+        QVERIFY(broker->registerNode(node(QStringLiteral("b"))).ok());
+        // A commitment that names another round than the assignment's (a stale result passed off as new).
+        const auto a1 = **broker->assign(QStringLiteral("a"));
+        auto stale = honest(*broker, a1);
+        stale.round = a1.task.round + 1;
+        QVERIFY(!deliver(*broker, QStringLiteral("a"), a1.id, stale).ok());
+        QCOMPARE(broker->account(QStringLiteral("a"))->value(QStringLiteral("stake")).toString(), QStringLiteral("5"));
+        // A chain that does not start at the round's weights, under a valid commitment.
+        const auto b1 = **broker->assign(QStringLiteral("b"));
+        auto elsewhere = honest(*broker, b1);
+        elsewhere.checkpointHashes.first() = Digest::ofBytes("old weights");
+        QVERIFY(!deliver(*broker, QStringLiteral("b"), b1.id, elsewhere).ok());
+        QCOMPARE(broker->account(QStringLiteral("b"))->value(QStringLiteral("stake")).toString(), QStringLiteral("5"));
+        QVERIFY(broker->ledger().checkInvariants().ok());
+    }
+
+    void stakeBondsAndUnbondsAfterADelay()
+    {
+        auto options = verifyingOptions();
+        options.faucet = false;
+        options.unbondingDelayMs = 60'000;
+        auto broker = open(QStringLiteral("stake"), options);
+        QVERIFY(broker->registerNode(node(QStringLiteral("a"))).ok());
+        QVERIFY(broker->ledger().mint(QStringLiteral("balance:a"), *Credits::fromCredits(30), QStringLiteral("grant"), 0).ok());
+        auto request = [&](const QString& action, const QString& amount, const QString& nonce, const SigningKeys& keys) {
+            return broker->stake(signDocument({ { QStringLiteral("kind"), QStringLiteral("tessera-stake") },
+                                                  { QStringLiteral("node"), QStringLiteral("a") },
+                                                  { QStringLiteral("action"), action }, { QStringLiteral("amount"), amount },
+                                                  { QStringLiteral("nonce"), nonce } },
+                keys));
+        };
+        const auto& keys = keysOf(QStringLiteral("a"));
+        QVERIFY(!broker->assign(QStringLiteral("a")).ok()); // nothing bonded
+        QVERIFY(!request(QStringLiteral("bond"), QStringLiteral("20"), QStringLiteral("1"), SigningKeys::generate()).ok());
+        QVERIFY(!request(QStringLiteral("bond"), QStringLiteral("31"), QStringLiteral("1"), keys).ok());
+        QVERIFY(!request(QStringLiteral("give"), QStringLiteral("1"), QStringLiteral("1"), keys).ok());
+        auto bonded = request(QStringLiteral("bond"), QStringLiteral("20"), QStringLiteral("1"), keys);
+        QVERIFY2(bonded.ok(), qPrintable(bonded.ok() ? QString() : bonded.error().toString()));
+        QCOMPARE(bonded->value(QStringLiteral("stake")).toString(), QStringLiteral("20"));
+        QVERIFY(request(QStringLiteral("bond"), QStringLiteral("20"), QStringLiteral("1"), keys).ok()); // a replay: no effect
+        QCOMPARE(broker->account(QStringLiteral("a"))->value(QStringLiteral("balance")).toString(), QStringLiteral("10"));
+        QVERIFY(broker->assign(QStringLiteral("a")).ok());
+        auto unbonded = request(QStringLiteral("unbond"), QStringLiteral("15"), QStringLiteral("2"), keys);
+        QVERIFY(unbonded.ok());
+        QCOMPARE(unbonded->value(QStringLiteral("unbonding")).toString(), QStringLiteral("15"));
+        broker->tick();
+        QCOMPARE(broker->account(QStringLiteral("a"))->value(QStringLiteral("balance")).toString(), QStringLiteral("10"));
+        m_clock.now += 60'001;
+        broker->tick();
+        broker->tick();
+        QCOMPARE(broker->account(QStringLiteral("a"))->value(QStringLiteral("balance")).toString(), QStringLiteral("25"));
+        QCOMPARE(broker->account(QStringLiteral("a"))->value(QStringLiteral("stake")).toString(), QStringLiteral("5"));
+        QVERIFY(broker->ledger().checkInvariants().ok());
+    }
+
+    void aSampleNobodyCanCheckIsReExecutedByTheBroker()
+    {
+        auto options = verifyingOptions();
+        options.selfVerifyAfterMs = 1000;
+        auto broker = open(QStringLiteral("self"), options);
+        const auto jobId = *broker->submit(job(1, 1));
+        QVERIFY(broker->registerNode(node(QStringLiteral("a"))).ok());
+        const auto a1 = **broker->assign(QStringLiteral("a"));
+        QCOMPARE(*deliver(*broker, QStringLiteral("a"), a1.id, honest(*broker, a1)), Verdict::Held);
+        QVERIFY(!broker->assign(QStringLiteral("a"))->has_value()); // its own check is not for it
+        broker->tick();
+        QCOMPARE(broker->status(jobId)->state, QStringLiteral("running"));
+        m_clock.now += 1001;
+        broker->tick();
+        QCOMPARE(broker->status(jobId)->state, QStringLiteral("finished"));
+        QVERIFY(*broker->ledger().hasCause(QStringLiteral("pay:%1/0/0").arg(jobId)));
+        QVERIFY(broker->ledger().checkInvariants().ok());
+    }
+
+    void canariesRecheckKnownAnswers()
+    {
+        auto options = verifyingOptions();
+        options.canaryRate = 1.0;
+        auto broker = open(QStringLiteral("canary"), options);
+        const auto jobId = *broker->submit(job(1, 2));
+        for (const auto* id : { "a", "b", "c" })
+            QVERIFY(broker->registerNode(node(QString::fromLatin1(id))).ok());
+        const auto a1 = **broker->assign(QStringLiteral("a"));
+        QCOMPARE(*deliver(*broker, QStringLiteral("a"), a1.id, honest(*broker, a1)), Verdict::Held);
+        const auto b1 = **broker->assign(QStringLiteral("b"));
+        QCOMPARE(*deliver(*broker, QStringLiteral("b"), b1.id, honest(*broker, b1)), Verdict::Held);
+        // c is handed shard 0 again, as if it were new, and gets it wrong.
+        const auto c1 = **broker->assign(QStringLiteral("c"));
+        QCOMPARE(c1.task.shard, 0);
+        QCOMPARE(*deliver(*broker, QStringLiteral("c"), c1.id, honest(*broker, c1, 1)), Verdict::Held);
+        const auto canary = broker->verifications(jobId)->first();
+        QCOMPARE(canary.value(QStringLiteral("kind")).toString(), QStringLiteral("canary"));
+        QCOMPARE(canary.value(QStringLiteral("outcome")).toString(), QStringLiteral("verifier"));
+        QCOMPARE(broker->account(QStringLiteral("c"))->value(QStringLiteral("stake")).toString(), QStringLiteral("5"));
+        QVERIFY(broker->ledger().checkInvariants().ok());
+    }
+
+    void aRestartKeepsADisputeGoing()
+    {
+        auto spec = job(1, 1);
+        spec.training.localSteps = 15;
+        QString jobId, checkId;
+        ShardTask task;
+        {
+            auto broker = openVerifying(QStringLiteral("restart"));
+            jobId = *broker->submit(spec);
+            for (const auto* id : { "a", "b" })
+                QVERIFY(broker->registerNode(node(QString::fromLatin1(id))).ok());
+            const auto a1 = **broker->assign(QStringLiteral("a"));
+            QCOMPARE(*deliver(*broker, QStringLiteral("a"), a1.id, honest(*broker, a1, 2)), Verdict::Held);
+            const auto b1 = **broker->assign(QStringLiteral("b"));
+            QCOMPARE(*deliver(*broker, QStringLiteral("b"), b1.id, honest(*broker, b1)), Verdict::Held);
+            checkId = broker->verifications(jobId)->first().value(QStringLiteral("id")).toString();
+            task = b1.task;
+        }
+        auto broker = openVerifying(QStringLiteral("restart"));
+        int requests = 0;
+        for (const auto& notice : broker->takeNotices())
+            requests += notice.kind == Notice::Kind::CheckpointRequest ? 1 : 0;
+        QCOMPARE(requests, 2);
+        for (const auto* id : { "a", "b" })
+            QVERIFY(broker->registerNode(node(QString::fromLatin1(id))).ok());
+        QVERIFY(broker->checkpointDelivered(QStringLiteral("b"), checkId, *broker->blobs().put(FakeMath::state(task, 1))).ok());
+        QCOMPARE(broker->verifications(jobId)->first().value(QStringLiteral("outcome")).toString(), QStringLiteral("accused"));
+        QVERIFY(!broker->checkpointDelivered(QStringLiteral("a"), checkId, *broker->blobs().put("late")).ok());
+        QVERIFY(broker->ledger().checkInvariants().ok());
     }
 
     void cancelledJobsHandOutNothing()

@@ -123,8 +123,10 @@ private Q_SLOTS:
 
     void shardResultRejectsInconsistentChains()
     {
+        // The chain starts at the round's weights; its later entries hash whole training states, so its
+        // last entry is not the final weights' hash, but it cannot be empty.
         auto json = sampleResult().toJson();
-        json.insert(QStringLiteral("finalHash"), Digest::ofBytes("other").toHex());
+        json.insert(QStringLiteral("checkpointHashes"), QJsonArray {});
         const auto result = ShardResult::fromJson(json);
         QVERIFY(!result.ok());
         QCOMPARE(result.error().field, QStringLiteral("checkpointHashes"));
