@@ -197,7 +197,7 @@ void ComputeThread::Private::runShard(QueuedShard item)
                       QStringLiteral("the shard needs %1 threads but this node allows %2 (Compute/MaxThreads)")
                           .arg(task.threads)
                           .arg(maxThreads)),
-                    {} });
+                    {}, {} });
             return;
         }
     }

@@ -66,8 +66,8 @@ public:
     ShardOutput finish();
 
     struct Private; // opaque: holds the torch objects
-    friend core::Result<Replay> replayShard(const core::ShardTask&, std::int64_t, const QByteArray&, const core::Digest&,
-        std::int64_t, const ComputeEnvironment&);
+    friend core::Result<Replay> replayShard(
+        const core::ShardTask&, std::int64_t, const QByteArray&, const core::Digest&, std::int64_t, const ComputeEnvironment&);
 
 private:
     explicit ShardRun(std::unique_ptr<Private> d);
@@ -76,7 +76,6 @@ private:
 
 // Runs every step; a failure becomes a ShardResult with outcome Failed and the reason.
 ShardOutput runShard(const core::ShardTask& task, const QByteArray& startWeights, const ComputeEnvironment& environment);
-
 
 // A failed result for a task, with the reason.
 core::ShardResult failedResult(const core::ShardTask& task, const QString& why);

@@ -44,8 +44,7 @@ Status ResultLog::computed(
             "checkpoints) VALUES (?, ?, ?, ?, ?, ?, ?, ?, json_array(json(?)), ?, ?) ON CONFLICT(assignment) DO NOTHING"),
         assignment, broker, result.jobId, result.round, result.shard, state,
         result.outcome == ShardResult::Outcome::Completed ? result.finalHash.toHex() : QString(), result.failure,
-        entry(state, now), static_cast<std::int64_t>(now),
-        QString::fromUtf8(QJsonDocument(kept).toJson(QJsonDocument::Compact)));
+        entry(state, now), static_cast<std::int64_t>(now), QString::fromUtf8(QJsonDocument(kept).toJson(QJsonDocument::Compact)));
 }
 
 Result<std::optional<Digest>> ResultLog::checkpoint(const QString& assignment, std::int64_t k)

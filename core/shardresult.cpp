@@ -49,7 +49,6 @@ Result<ShardResult> ShardResult::fromJson(const QJsonObject& json)
         result.weightsSha256 = reader.digest(u"weightsSha256");
         if (reader.ok() && result.checkpointHashes.isEmpty())
             reader.fail(u"checkpointHashes", QStringLiteral("needs at least the hash at step 0"));
-        
     }
     result.losses = reader.numberList(u"losses", MaxLosses, Presence::Optional);
     result.samplesProcessed = reader.integer(u"samplesProcessed", 0, std::int64_t(1) << 50, Presence::Optional);

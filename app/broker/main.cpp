@@ -89,6 +89,13 @@ int main(int argc, char* argv[])
     brokerOptions.faucet = settings.boolValue(names::BrokerFaucet);
     brokerOptions.pricePerUnit = core::Credits::fromMicro(settings.intValue(names::BrokerPricePerUnitMicro));
     brokerOptions.minStake = core::Credits::fromMicro(settings.intValue(names::BrokerMinStakeMicro));
+    brokerOptions.sampling.warmup = settings.intValue(names::BrokerSamplingWarmup);
+    brokerOptions.sampling.floor = double(settings.intValue(names::BrokerSamplingFloorPercent)) / 100.0;
+    brokerOptions.canaryRate = double(settings.intValue(names::BrokerCanaryPercent)) / 100.0;
+    brokerOptions.slashFraction = double(settings.intValue(names::BrokerSlashPercent)) / 100.0;
+    brokerOptions.disputeTimeoutMs = settings.intValue(names::BrokerDisputeTimeoutSeconds) * 1000;
+    brokerOptions.selfVerifyAfterMs = settings.intValue(names::BrokerSelfVerifyAfterSeconds) * 1000;
+    brokerOptions.unbondingDelayMs = settings.intValue(names::BrokerUnbondingDelaySeconds) * 1000;
     auto broker = core::broker::Broker::open(dataDirectory, math, clock, brokerOptions);
     if (!broker)
         return fail(broker.error().toString());

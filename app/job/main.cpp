@@ -45,9 +45,11 @@ Commands:
   cancel ID              stop a job (its unspent budget goes back)
   balance [ACCOUNT]      credits held and bonded (yours under CURVE; ACCOUNT on a local broker)
   ledger                 whether the broker's books balance, and how much was ever minted
-  nodes                  the nodes the broker knows, with their record (shards done and failed)
+  nodes                  the nodes the broker knows, with their record: shards done and failed, results
+                         verified, disputes lost, dispute timeouts, stake and what was slashed
+  verifications [ID]     the checks of a job (or of all jobs): re-executions, canaries, disputes, outcomes
   receipt CAUSE -o FILE  the broker's signed receipt for a payment (causes: escrow:JOB, pay:JOB/ROUND/SHARD,
-                         refund:JOB)
+                         verify:CHECK, slash:CHECK:NODE:honest|owner, refund:JOB)
   verify-receipt FILE [--signer KEY]
                          check a receipt offline: its signature, and (with --signer) that the broker whose
                          base64 signing key you know signed it
@@ -301,7 +303,8 @@ int main(int argc, char* argv[])
         for (const auto& value : nodes) {
             const auto node = value.toObject();
             if (!parser.isSet(QStringLiteral("json")))
-                out() << QStringLiteral("%1  %2  %3  done %4  failed %5  %6 samples/s  last seen %7")
+                out() << QStringLiteral("%1  %2  %3  done %4  failed %5  verified %8  disputes lost %9  timeouts %10  "
+                                        "stake %11  slashed %12  %6 samples/s  last seen %7")
                              .arg(node.value(QStringLiteral("nodeId")).toString().left(12),
                                  node.value(QStringLiteral("name")).toString(),
                                  node.value(QStringLiteral("online")).toBool() ? QStringLiteral("online")
@@ -310,10 +313,42 @@ int main(int argc, char* argv[])
                              .arg(node.value(QStringLiteral("shardsFailed")).toInteger())
                              .arg(node.value(QStringLiteral("benchmarkSamplesPerSecond")).toDouble(), 0, 'f', 0)
                              .arg(node.value(QStringLiteral("lastSeen")).toString())
+                             .arg(node.value(QStringLiteral("verified")).toInteger())
+                             .arg(node.value(QStringLiteral("disputesLost")).toInteger())
+                             .arg(node.value(QStringLiteral("timeouts")).toInteger())
+                             .arg(
+                                 node.value(QStringLiteral("stake")).toString(), node.value(QStringLiteral("slashed")).toString())
                       << Qt::endl;
         }
         if (nodes.isEmpty() && !parser.isSet(QStringLiteral("json")))
             out() << "no nodes" << Qt::endl;
+        return 0;
+    }
+    if (command == u"verifications" && positional.size() <= 1) {
+        auto reply = client.request(
+            net::Command::Verifications, { { QStringLiteral("jobId"), positional.isEmpty() ? QString() : positional[0] } });
+        if (!reply)
+            return fail(reply.error().message);
+        const auto checks = reply->value(QStringLiteral("verifications")).toArray();
+        if (parser.isSet(QStringLiteral("json"))) {
+            out() << QJsonDocument(checks).toJson();
+            return 0;
+        }
+        for (const auto& value : checks) {
+            const auto check = value.toObject();
+            out() << QStringLiteral("%1  %2  job %3 round %4 shard %5  checked %6 by %7  %8  lost: %9  %10")
+                         .arg(check.value(QStringLiteral("id")).toString(), check.value(QStringLiteral("kind")).toString(),
+                             check.value(QStringLiteral("jobId")).toString())
+                         .arg(check.value(QStringLiteral("round")).toInteger())
+                         .arg(check.value(QStringLiteral("shard")).toInteger())
+                         .arg(check.value(QStringLiteral("checked")).toString().left(12),
+                             check.value(QStringLiteral("verifier")).toString().left(12),
+                             check.value(QStringLiteral("state")).toString(), check.value(QStringLiteral("outcome")).toString(),
+                             check.value(QStringLiteral("detail")).toString())
+                  << Qt::endl;
+        }
+        if (checks.isEmpty())
+            out() << "no checks" << Qt::endl;
         return 0;
     }
     if (command == u"ledger" && positional.isEmpty()) {

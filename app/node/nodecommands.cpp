@@ -12,10 +12,13 @@
 #include <core/benchmark.h>
 #include <core/jobspec.h>
 #include <core/settings/settings.h>
+#include <core/signing.h>
+#include <net/brokerclient.h>
 #include <net/curvekeys.h>
 #include <net/nodeclient.h>
 
 #include <QCommandLineParser>
+#include <QDateTime>
 #include <QDir>
 #include <QFile>
 #include <QFileInfo>
@@ -63,7 +66,12 @@ Commands:
                                        #KEY for CURVE); without --broker, those of Node/Brokers.
                                        SIGTERM finishes and reports the shard in training first
   results [--json]                     the shards this node trained and what became of each
-                                       (computed, committed, paid, failed, stale, refused)
+                                       (computed, committed, sampled, accepted, verified,
+                                       disputed, slashed, rejected, paid, failed, stale, refused)
+  stake bond|unbond AMOUNT [--broker ADDRESS]
+                                       bond credits from this node's balance as stake (a broker
+                                       gives work only to nodes with enough bonded), or unbond
+                                       them: they stay slashable for the broker's unbonding delay
   devices [--json]                     list this machine's devices and whether Tessera can train
                                        on each (and if not, why)
   benchmark [--json] [--threads N] [--max-repetitions N] [--last]
@@ -493,6 +501,54 @@ int trainShard(const QStringList& args, const compute::ComputeEnvironment& envir
     return 0;
 }
 
+// Bonds or unbonds stake: a request signed with the node's key, so that only the node moves it.
+int stake(const QStringList& args, core::settings::Settings& settings)
+{
+    QCommandLineParser parser;
+    parser.addOption({ QStringLiteral("broker"), QStringLiteral("broker address"), QStringLiteral("ADDRESS") });
+    if (!parser.parse(args))
+        return fail(parser.errorText());
+    const auto positional = parser.positionalArguments();
+    if (positional.size() != 3 || (positional[1] != u"bond" && positional[1] != u"unbond"))
+        return fail(QStringLiteral("usage: tessera-node stake bond|unbond AMOUNT [--broker ADDRESS]"));
+    auto amount = core::Credits::parse(positional[2]);
+    if (!amount || amount->micro() <= 0)
+        return fail(QStringLiteral("AMOUNT must be a positive number of credits, like 12.5"));
+    QString address = parser.value(QStringLiteral("broker"));
+    if (address.isEmpty() && !settings.listValue(core::settings::names::NodeBrokers).isEmpty())
+        address = settings.listValue(core::settings::names::NodeBrokers).first();
+    auto broker = net::BrokerAddress::parse(address.isEmpty() ? QStringLiteral("tcp://127.0.0.1:5555") : address);
+    if (!broker)
+        return fail(broker.error().toString());
+    const QString directory = dataDirectory(settings);
+    QString keyFile = settings.stringValue(core::settings::names::NodeKeyFile);
+    if (keyFile.isEmpty())
+        keyFile = QDir(directory).filePath(QStringLiteral("node.key"));
+    auto keys = net::CurveKeys::loadOrCreate(keyFile);
+    if (!keys)
+        return fail(keys.error().toString());
+    auto signing = core::SigningKeys::loadOrCreate(QDir(directory).filePath(QStringLiteral("node.sign")));
+    if (!signing)
+        return fail(signing.error().toString());
+    const auto request = core::signDocument(
+        QJsonObject {
+            { QStringLiteral("kind"), QStringLiteral("tessera-stake") },
+            { QStringLiteral("node"), keys->publicKey },
+            { QStringLiteral("action"), positional[1] },
+            { QStringLiteral("amount"), amount->toString() },
+            { QStringLiteral("nonce"), QString::number(QDateTime::currentMSecsSinceEpoch()) },
+        },
+        *signing);
+    net::BrokerClient client(*broker, broker->serverKey.isEmpty() ? std::nullopt : std::optional<net::CurveKeys>(*keys));
+    auto reply = client.request(net::Command::Stake, { { QStringLiteral("request"), request } });
+    if (!reply)
+        return fail(reply.error().message);
+    out() << "balance " << reply->value(QStringLiteral("balance")).toString() << ", stake "
+          << reply->value(QStringLiteral("stake")).toString() << ", unbonding "
+          << reply->value(QStringLiteral("unbonding")).toString() << Qt::endl;
+    return 0;
+}
+
 } // namespace
 
 int runNodeCommand(const QStringList& arguments)
@@ -541,6 +597,8 @@ int runNodeCommand(const QStringList& arguments)
         return trainLocal(rest, environment);
     if (command == u"train-shard")
         return trainShard(rest, environment);
+    if (command == u"stake")
+        return stake(rest, settings);
     return fail(QStringLiteral("unknown command '%1'\n%2").arg(command, QString::fromUtf8(Usage)));
 }
 

@@ -142,7 +142,8 @@ Status Broker::recover()
             break;
         const auto asked = QJsonDocument::fromJson(disputed->columnText(1).toUtf8()).array();
         for (const auto& node : asked) {
-            const QString assignment = node.toString() == disputed->columnText(3) ? disputed->columnText(4) : disputed->columnText(6);
+            const QString assignment
+                = node.toString() == disputed->columnText(3) ? disputed->columnText(4) : disputed->columnText(6);
             notify(Notice::Kind::CheckpointRequest, node.toString(),
                 { { QStringLiteral("verification"), disputed->columnText(0) }, { QStringLiteral("assignment"), assignment },
                     { QStringLiteral("checkpoint"), static_cast<qint64>(disputed->columnInt(2) - 1) } });
@@ -819,8 +820,8 @@ Result<Verdict> Broker::acceptResult(const QString& nodeId, const QString& assig
     }
     for (const auto& status : {
              execute(*m_db,
-                 QStringLiteral(
-                     "INSERT INTO shard_results (job, round, shard, node, result, state, assignment) VALUES (?, ?, ?, ?, ?, ?, ?)"),
+                 QStringLiteral("INSERT INTO shard_results (job, round, shard, node, result, state, assignment) VALUES (?, ?, ?, "
+                                "?, ?, ?, ?)"),
                  jobId, round, shard, nodeId, toJsonText(result.toJson()),
                  *sampled ? QStringLiteral("sampled") : QStringLiteral("accepted"), assignmentId),
              execute(*m_db, QStringLiteral("UPDATE assignments SET state = 'answered' WHERE id = ?"), assignmentId),
@@ -831,12 +832,12 @@ Result<Verdict> Broker::acceptResult(const QString& nodeId, const QString& assig
                  now, nodeId),
              // A sampled result waits for another node to re-execute it (or the broker, in time).
              *sampled ? execute(*m_db,
-                            QStringLiteral("INSERT INTO verifications (id, kind, job, round, shard, start_hash, start_blob, "
-                                           "accused, accused_assignment, accused_result, state, created_at) "
-                                           "VALUES (?, 'sample', ?, ?, ?, ?, ?, ?, ?, ?, 'waiting', ?)"),
-                            QStringLiteral("v") + newId(), jobId, round, shard, startHash.toHex(),
-                            runningState(jobId) ? runningState(jobId)->weightsBlob.toHex() : QString(), nodeId, assignmentId,
-                            toJsonText(result.toJson()), now)
+                 QStringLiteral("INSERT INTO verifications (id, kind, job, round, shard, start_hash, start_blob, "
+                                "accused, accused_assignment, accused_result, state, created_at) "
+                                "VALUES (?, 'sample', ?, ?, ?, ?, ?, ?, ?, ?, 'waiting', ?)"),
+                 QStringLiteral("v") + newId(), jobId, round, shard, startHash.toHex(),
+                 runningState(jobId) ? runningState(jobId)->weightsBlob.toHex() : QString(), nodeId, assignmentId,
+                 toJsonText(result.toJson()), now)
                       : Status {},
          }) {
         if (!status)
@@ -883,7 +884,8 @@ Status Broker::checkReveal(const QString& nodeId, const QString& assignmentId, c
                 .arg(task.checkpointCount())
                 .arg(result.checkpointHashes.size()) });
     if (result.checkpointHashes.first() != task.startWeights)
-        return lie(Error { QStringLiteral("checkpointHashes"), QStringLiteral("the chain does not start at the round's weights") });
+        return lie(
+            Error { QStringLiteral("checkpointHashes"), QStringLiteral("the chain does not start at the round's weights") });
     auto weights = m_blobs->read(result.weightsSha256);
     if (!weights)
         return Error { QStringLiteral("weightsSha256"), QStringLiteral("upload the weights (PUT) before the result") };
@@ -891,14 +893,16 @@ Status Broker::checkReveal(const QString& nodeId, const QString& assignmentId, c
     if (!hash)
         return lie(Error { QStringLiteral("weightsSha256"), hash.error().message });
     if (*hash != result.finalHash)
-        return lie(Error { QStringLiteral("finalHash"), QStringLiteral("the uploaded weights do not hash to the result's finalHash") });
+        return lie(
+            Error { QStringLiteral("finalHash"), QStringLiteral("the uploaded weights do not hash to the result's finalHash") });
     return {};
 }
 
 Status Broker::finishRoundIfComplete(const QString& jobId, const JobSpec& spec, std::int64_t round)
 {
     auto results = query(*m_db,
-        QStringLiteral("SELECT shard, result, state FROM shard_results WHERE job = ? AND round = ? ORDER BY shard"), jobId, round);
+        QStringLiteral("SELECT shard, result, state FROM shard_results WHERE job = ? AND round = ? ORDER BY shard"), jobId,
+        round);
     if (!results)
         return results.error();
     QList<ShardResult> accepted;

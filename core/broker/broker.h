@@ -14,8 +14,8 @@
 #include "trainingmath.h"
 
 #include <QJsonObject>
-#include <QRandomGenerator>
 #include <QList>
+#include <QRandomGenerator>
 #include <QString>
 
 #include <deque>
@@ -195,7 +195,7 @@ private:
     Status refund(const QString& jobId);
 
     // Verification (brokerverification.cpp).
-    
+
     Result<bool> drawSample(const QString& nodeId, const JobSpec& spec);
     Result<std::optional<Assignment>> assignCheck(const NodeInfo& node);
     Result<Verdict> acceptCheck(

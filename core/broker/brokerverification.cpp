@@ -307,8 +307,8 @@ Status Broker::recordResultError(const QString& nodeId, const QString& assignmen
     auto transaction = m_db->begin();
     if (!transaction)
         return transaction.error().toError();
-    if (auto status
-        = execute(*m_db, QStringLiteral("UPDATE assignments SET state = 'failed' WHERE id = ? AND state = 'active'"), assignmentId);
+    if (auto status = execute(
+            *m_db, QStringLiteral("UPDATE assignments SET state = 'failed' WHERE id = ? AND state = 'active'"), assignmentId);
         !status)
         return status;
     if (auto status = slash(nodeId, jobId, {}, QStringLiteral("slash:%1").arg(assignmentId), error.toString()); !status)
@@ -355,14 +355,14 @@ Status Broker::slash(const QString& nodeId, const QString& jobId, const QString&
         const auto toOwner = Credits::fromMicro(amount.micro() - toHonest.micro());
         const QString suffix = account.startsWith(u"stake:") ? QString() : QStringLiteral(":unbonding");
         if (toHonest.micro() > 0) {
-            auto paid = m_ledger->transfer(account, ledger::accounts::balance(honest), toHonest, cause + suffix + QStringLiteral(":honest"),
-                QStringLiteral("slashed %1: %2").arg(nodeId.left(12), why), now);
+            auto paid = m_ledger->transfer(account, ledger::accounts::balance(honest), toHonest,
+                cause + suffix + QStringLiteral(":honest"), QStringLiteral("slashed %1: %2").arg(nodeId.left(12), why), now);
             if (!paid)
                 return paid.error();
         }
         if (toOwner.micro() > 0) {
-            auto paid = m_ledger->transfer(account, ledger::accounts::balance(ownerId), toOwner, cause + suffix + QStringLiteral(":owner"),
-                QStringLiteral("slashed %1: %2").arg(nodeId.left(12), why), now);
+            auto paid = m_ledger->transfer(account, ledger::accounts::balance(ownerId), toOwner,
+                cause + suffix + QStringLiteral(":owner"), QStringLiteral("slashed %1: %2").arg(nodeId.left(12), why), now);
             if (!paid)
                 return paid.error();
         }
@@ -372,8 +372,7 @@ Status Broker::slash(const QString& nodeId, const QString& jobId, const QString&
     qCWarning(lcVerification).noquote() << "slashed node" << nodeId.left(12) << Credits::fromMicro(total).toString()
                                         << "credits:" << why;
     return execute(*m_db,
-        QStringLiteral(
-            "UPDATE nodes SET slashed = slashed + ?, disputes_lost = disputes_lost + 1, streak = 0 WHERE id = ?"),
+        QStringLiteral("UPDATE nodes SET slashed = slashed + ?, disputes_lost = disputes_lost + 1, streak = 0 WHERE id = ?"),
         total, nodeId);
 }
 
@@ -463,8 +462,8 @@ Status Broker::compare(Check& check)
     check.checkpoint = j;
     qCInfo(lcVerification).noquote() << "dispute" << check.id << "over" << check.jobId << "round" << check.round << "shard"
                                      << check.shard << "at checkpoint" << j;
-    for (const auto& [node, assignment] : { std::pair { check.accused, check.accusedAssignment },
-             std::pair { check.verifier, check.verifierAssignment } })
+    for (const auto& [node, assignment] :
+        { std::pair { check.accused, check.accusedAssignment }, std::pair { check.verifier, check.verifierAssignment } })
         notify(Notice::Kind::Verdict, node,
             { { QStringLiteral("assignment"), assignment }, { QStringLiteral("state"), QStringLiteral("disputed") },
                 { QStringLiteral("detail"), QStringLiteral("checkpoint %1 differs").arg(j) } });
@@ -478,8 +477,8 @@ Status Broker::compare(Check& check)
     check.state = QStringLiteral("disputed");
     check.deadline = m_clock.nowMs() + m_options.disputeTimeoutMs;
     check.asked.clear();
-    for (const auto& [node, assignment] : { std::pair { check.accused, check.accusedAssignment },
-             std::pair { check.verifier, check.verifierAssignment } }) {
+    for (const auto& [node, assignment] :
+        { std::pair { check.accused, check.accusedAssignment }, std::pair { check.verifier, check.verifierAssignment } }) {
         if (node.isEmpty())
             continue;
         check.asked.append(node);
@@ -606,7 +605,8 @@ Status Broker::settle(Check& check, Loser loser, const QString& why, bool punish
         reissue = true;
         if (punish) {
             const QString honest = loser == Loser::Accused ? check.verifier : QString();
-            if (auto status = slash(check.accused, check.jobId, honest, QStringLiteral("slash:%1:%2").arg(check.id, check.accused), why);
+            if (auto status
+                = slash(check.accused, check.jobId, honest, QStringLiteral("slash:%1:%2").arg(check.id, check.accused), why);
                 !status)
                 return status;
         }
@@ -673,8 +673,8 @@ Status Broker::selfVerify(Check& check)
         return start.error();
     auto replay = m_math.replay(*task, 0, *start, check.startHash, task->checkpointCount() - 1);
     if (!replay)
-        return settle(check, Loser::Accused, QStringLiteral("the broker could not re-execute it: %1").arg(replay.error().message),
-            false);
+        return settle(
+            check, Loser::Accused, QStringLiteral("the broker could not re-execute it: %1").arg(replay.error().message), false);
     const auto& a = check.accusedResult;
     if (replay->runtimeProfile == a.runtimeProfile) {
         QList<Digest> chain { check.startHash };
@@ -706,8 +706,8 @@ void Broker::tick()
             for (const auto& node : (*check)->asked)
                 (void)execute(*m_db, QStringLiteral("UPDATE nodes SET timeouts = timeouts + 1 WHERE id = ?"), node);
             const bool both = (*check)->asked.size() > 1 || (*check)->asked.isEmpty();
-            const Loser loser = (*check)->accused.isEmpty() ? Loser::Verifier
-                : both                                      ? Loser::Both
+            const Loser loser = (*check)->accused.isEmpty()    ? Loser::Verifier
+                : both                                         ? Loser::Both
                 : (*check)->asked.first() == (*check)->accused ? Loser::Accused
                                                                : Loser::Verifier;
             if (auto status = settle(**check, loser, QStringLiteral("the checkpoint state did not come in time")); !status)
@@ -716,7 +716,8 @@ void Broker::tick()
     }
     // Re-executions past their deadline go back to the queue.
     if (auto late = query(*m_db,
-            QStringLiteral("SELECT id, verification FROM assignments WHERE kind <> 'train' AND state = 'active' AND deadline < ?"),
+            QStringLiteral(
+                "SELECT id, verification FROM assignments WHERE kind <> 'train' AND state = 'active' AND deadline < ?"),
             now)) {
         QList<std::pair<QString, QString>> expired;
         while (auto next = fetch(*late)) {
@@ -779,8 +780,8 @@ Status Broker::settleJobChecks(const QString& jobId)
     // Inside the caller's transaction: the job ended (finished, cancelled, failed). Checks still
     // open are called off; a sampled result nobody proved wrong is paid.
     const auto price = priceOf(jobId);
-    auto open = query(*m_db,
-        QStringLiteral("SELECT round, shard, node FROM shard_results WHERE job = ? AND state = 'sampled'"), jobId);
+    auto open
+        = query(*m_db, QStringLiteral("SELECT round, shard, node FROM shard_results WHERE job = ? AND state = 'sampled'"), jobId);
     if (!open)
         return open.error();
     QList<std::tuple<std::int64_t, std::int64_t, QString>> unpaid;
@@ -802,8 +803,8 @@ Status Broker::settleJobChecks(const QString& jobId)
                 return paid.error();
         }
     }
-    if (auto status = execute(*m_db,
-            QStringLiteral("UPDATE shard_results SET state = 'accepted' WHERE job = ? AND state = 'sampled'"), jobId);
+    if (auto status = execute(
+            *m_db, QStringLiteral("UPDATE shard_results SET state = 'accepted' WHERE job = ? AND state = 'sampled'"), jobId);
         !status)
         return status;
     return execute(*m_db,
@@ -829,7 +830,8 @@ Result<QList<QJsonObject>> Broker::verifications(const QString& jobId, int limit
         if (!*next)
             return list;
         QJsonObject row { { QStringLiteral("id"), rows->columnText(0) }, { QStringLiteral("kind"), rows->columnText(1) },
-            { QStringLiteral("jobId"), rows->columnText(2) }, { QStringLiteral("round"), static_cast<qint64>(rows->columnInt(3)) },
+            { QStringLiteral("jobId"), rows->columnText(2) },
+            { QStringLiteral("round"), static_cast<qint64>(rows->columnInt(3)) },
             { QStringLiteral("shard"), static_cast<qint64>(rows->columnInt(4)) },
             { QStringLiteral("checked"), rows->columnText(5) }, { QStringLiteral("verifier"), rows->columnText(6) },
             { QStringLiteral("state"), rows->columnText(7) }, { QStringLiteral("outcome"), rows->columnText(9) },
@@ -867,7 +869,8 @@ Result<QJsonObject> Broker::stake(const QJsonObject& signedRequest)
         return infoRow.error();
     if (!*infoRow)
         return Error { QStringLiteral("request.node"), QStringLiteral("no node %1 has registered here").arg(nodeId) };
-    const auto signingKey = QJsonDocument::fromJson(info->columnText(0).toUtf8()).object().value(QStringLiteral("signingKey")).toString();
+    const auto signingKey
+        = QJsonDocument::fromJson(info->columnText(0).toUtf8()).object().value(QStringLiteral("signingKey")).toString();
     if (signingKey.isEmpty() || signedRequest.value(QStringLiteral("signer")).toString() != signingKey)
         return Error { QStringLiteral("request.signer"), QStringLiteral("the request is not signed with the node's key") };
 

@@ -145,10 +145,53 @@ private Q_SLOTS:
         QCOMPARE(output.result.checkpointHashes.size(), 6); // steps 0, 5, 10, 15, 20, 22
         QCOMPARE(output.result.checkpointHashes.size(), prepared.tasks[0].checkpointCount());
         QCOMPARE(output.result.checkpointHashes.first(), prepared.start.canonicalHash);
-        QCOMPARE(output.result.checkpointHashes.last(), output.result.finalHash);
+        // Later checkpoints hash the whole training state (weights and momentum), not the weights alone.
+        QVERIFY(output.result.checkpointHashes.last() != output.result.finalHash);
+        QCOMPARE(output.checkpoints.size(), 4); // the states at checkpoints 1..4, kept for disputes
         QCOMPARE(QSet<core::Digest>(output.result.checkpointHashes.begin(), output.result.checkpointHashes.end()).size(), 6);
         QCOMPARE(output.result.losses.size(), 22);
         QCOMPARE(output.result.samplesProcessed, 22 * 32);
+    }
+
+    // The referee's arithmetic: from a kept checkpoint state it re-executes one interval and gets
+    // the next checkpoint of the chain; a state that is not the agreed one is refused.
+    void aRefereeReplaysOneIntervalFromAKeptCheckpoint()
+    {
+        auto spec = smallJob();
+        spec.training.localSteps = 22;
+        const auto prepared = prepare(spec);
+        const auto& task = prepared.tasks[0];
+        const auto output = compute::runShard(task, prepared.start.bytes, {});
+        const auto& chain = output.result.checkpointHashes;
+
+        auto interval = compute::replayShard(task, 2, output.checkpoints[1], chain[2], 3, {});
+        QVERIFY2(interval.ok(), qPrintable(interval.ok() ? QString() : interval.error().toString()));
+        QCOMPARE(interval->checkpoints, QList<core::Digest>({ chain[3] }));
+
+        auto whole = compute::replayShard(task, 0, prepared.start.bytes, chain[0], 5, {});
+        QVERIFY(whole.ok());
+        QCOMPARE(whole->checkpoints, chain.mid(1));
+        QCOMPARE(whole->weightsHash, output.result.finalHash);
+        QCOMPARE(whole->weights, output.weights);
+
+        // The state of another checkpoint, or one that does not hash to the agreed checkpoint.
+        QVERIFY(!compute::replayShard(task, 2, output.checkpoints[0], chain[2], 3, {}).ok());
+        QVERIFY(!compute::replayShard(task, 2, output.checkpoints[1], chain[1], 3, {}).ok());
+        QVERIFY(!compute::replayShard(task, 2, QByteArray("not a state"), chain[2], 3, {}).ok());
+        // Right weights, doctored momentum: the checkpoint covers the optimizer state too.
+        auto state = *compute::detail::unpickleTensors(output.checkpoints[1], {});
+        bool doctored = false;
+        for (auto& [name, tensor] : state) {
+            if (name.rfind("optimizer/", 0) == 0 && !doctored) {
+                tensor = tensor.clone().mul_(2.0);
+                doctored = true;
+            }
+        }
+        QVERIFY(doctored);
+        const auto forged = compute::detail::pickleTensors(state);
+        const auto refused = compute::replayShard(task, 2, forged, chain[2], 3, {});
+        QVERIFY(!refused.ok());
+        QVERIFY(refused.error().message.contains(QStringLiteral("agreed checkpoint")));
     }
 
     void shardsOfARoundReadDifferentData()

@@ -48,10 +48,13 @@ public:
     {
         return QStringLiteral("s:%1:%2:%3").arg(task.round).arg(task.shard).arg(k).toUtf8();
     }
-    static QByteArray weights(const ShardTask& task) { return QStringLiteral("w:%1:%2").arg(task.round).arg(task.shard).toUtf8(); }
+    static QByteArray weights(const ShardTask& task)
+    {
+        return QStringLiteral("w:%1:%2").arg(task.round).arg(task.shard).toUtf8();
+    }
     int replays = 0;
-    Result<Replay> replay(const ShardTask& task, std::int64_t from, const QByteArray& start, const Digest& expected,
-        std::int64_t to) override
+    Result<Replay> replay(
+        const ShardTask& task, std::int64_t from, const QByteArray& start, const Digest& expected, std::int64_t to) override
     {
         ++replays;
         if (Digest::ofBytes(start) != expected || (from > 0 && start != state(task, from)))
@@ -430,7 +433,8 @@ private Q_SLOTS:
         const auto a2 = **broker->assign(QStringLiteral("a"));
         QCOMPARE(a2.task.shard, 1);
         auto assigned = broker->assign(QStringLiteral("b"));
-        QVERIFY2(assigned.ok() && assigned->has_value(), qPrintable(assigned.ok() ? QStringLiteral("none") : assigned.error().toString()));
+        QVERIFY2(assigned.ok() && assigned->has_value(),
+            qPrintable(assigned.ok() ? QStringLiteral("none") : assigned.error().toString()));
         const auto b1 = **assigned;
         QCOMPARE(b1.task.shard, 0);
         QCOMPARE(b1.task.startWeights, a1.task.startWeights);
@@ -527,7 +531,8 @@ private Q_SLOTS:
         QVERIFY(broker->checkpointDelivered(QStringLiteral("a"), checkId, *broker->blobs().put("not the state")).ok());
         QCOMPARE(broker->verifications(jobId)->first().value(QStringLiteral("state")).toString(), QStringLiteral("disputed"));
         const auto replays = m_math.replays;
-        QVERIFY(broker->checkpointDelivered(QStringLiteral("b"), checkId, *broker->blobs().put(FakeMath::state(b1.task, 1))).ok());
+        QVERIFY(
+            broker->checkpointDelivered(QStringLiteral("b"), checkId, *broker->blobs().put(FakeMath::state(b1.task, 1))).ok());
         QCOMPARE(m_math.replays, replays + 1);
         check = broker->verifications(jobId)->first();
         QCOMPARE(check.value(QStringLiteral("outcome")).toString(), QStringLiteral("accused"));
@@ -609,11 +614,11 @@ private Q_SLOTS:
         QVERIFY(broker->registerNode(node(QStringLiteral("a"))).ok());
         QVERIFY(broker->ledger().mint(QStringLiteral("balance:a"), *Credits::fromCredits(30), QStringLiteral("grant"), 0).ok());
         auto request = [&](const QString& action, const QString& amount, const QString& nonce, const SigningKeys& keys) {
-            return broker->stake(signDocument({ { QStringLiteral("kind"), QStringLiteral("tessera-stake") },
-                                                  { QStringLiteral("node"), QStringLiteral("a") },
-                                                  { QStringLiteral("action"), action }, { QStringLiteral("amount"), amount },
-                                                  { QStringLiteral("nonce"), nonce } },
-                keys));
+            return broker->stake(
+                signDocument({ { QStringLiteral("kind"), QStringLiteral("tessera-stake") },
+                                 { QStringLiteral("node"), QStringLiteral("a") }, { QStringLiteral("action"), action },
+                                 { QStringLiteral("amount"), amount }, { QStringLiteral("nonce"), nonce } },
+                    keys));
         };
         const auto& keys = keysOf(QStringLiteral("a"));
         QVERIFY(!broker->assign(QStringLiteral("a")).ok()); // nothing bonded

@@ -9,6 +9,7 @@
 #include <QJsonObject>
 #include <QProcess>
 #include <QRandomGenerator>
+#include <QSet>
 #include <QTemporaryDir>
 #include <QTest>
 
@@ -49,11 +50,13 @@ public:
     QString endpoint() const { return QStringLiteral("tcp://127.0.0.1:%1").arg(m_port); }
     QString path(const QString& name) const { return m_dir.filePath(name); }
 
-    QProcess* startBroker(const QStringList& extra = {})
+    QProcess* startBroker(const QStringList& extra = {}, const QString& settings = {})
     {
-        // A local broker's faucet funds the job owner and bonds each node's stake.
+        // A local broker's faucet funds the job owner and bonds each node's stake. No canaries:
+        // the tests count payments.
         writeFile(path(QStringLiteral("broker.ini")),
-            QStringLiteral("[Broker]\nDataDirectory=%1\nFaucet=true\n").arg(path(QStringLiteral("broker"))));
+            QStringLiteral("[Broker]\nDataDirectory=%1\nFaucet=true\nCanaryPercent=0\n%2")
+                .arg(path(QStringLiteral("broker")), settings));
         m_broker = start(Bin + QStringLiteral("/tessera-broker"),
             QStringList { QStringLiteral("--config"), path(QStringLiteral("broker.ini")), QStringLiteral("--bind"), endpoint() }
                 + extra,
@@ -70,6 +73,14 @@ public:
         for (const auto& broker : brokers.isEmpty() ? QStringList { endpoint() } : brokers)
             arguments << QStringLiteral("--broker") << broker;
         return start(Bin + QStringLiteral("/tessera-node"), arguments, QStringLiteral("node%1").arg(index));
+    }
+
+    QProcess* startCheater(const QString& mode)
+    {
+        return start(QStringLiteral(TESSERA_CHEATER),
+            { QStringLiteral("--broker"), endpoint(), QStringLiteral("--data"), path(QStringLiteral("cheater-") + mode),
+                QStringLiteral("--mode"), mode },
+            QStringLiteral("cheater-") + mode);
     }
 
     QString log(const QString& name) const
@@ -124,6 +135,29 @@ public:
         return ledger.exitCode == 0;
     }
 
+    // Micro-credits held by an account, from tessera-job balance.
+    std::int64_t balanceOf(const QString& account)
+    {
+        const auto reply = job({ QStringLiteral("balance"), account }, 20'000);
+        const auto text = reply.output.section(u':', 1).section(u' ', 1, 1);
+        bool ok = false;
+        const double credits = text.toDouble(&ok);
+        return ok ? std::llround(credits * 1e6) : -1;
+    }
+
+    QJsonArray nodes()
+    {
+        return QJsonDocument::fromJson(job({ QStringLiteral("nodes"), QStringLiteral("--json") }, 20'000).output.toUtf8())
+            .array();
+    }
+
+    QJsonArray checks(const QString& jobId)
+    {
+        return QJsonDocument::fromJson(
+            job({ QStringLiteral("verifications"), jobId, QStringLiteral("--json") }, 20'000).output.toUtf8())
+            .array();
+    }
+
     static void writeFile(const QString& path, const QString& text)
     {
         QFile file(path);
@@ -171,6 +205,37 @@ private Q_SLOTS:
         QCOMPARE(m_baseline.size(), 64);
     }
 
+    // The 100-credit budget of the example job went to its 45 shards and to the re-execution of each
+    // sampled one, at 0.9 credits each, exactly once; the rest back to the owner.
+    static void everyPaymentOnce(Cluster& cluster, const QString& jobId)
+    {
+        int verified = 0;
+        QSet<QString> shards;
+        for (const auto& value : cluster.checks(jobId)) {
+            const auto check = value.toObject();
+            if (check.value(QStringLiteral("state")).toString() != u"verified"
+                || check.value(QStringLiteral("verifier")).toString().isEmpty())
+                continue;
+            ++verified;
+            const QString shard = QStringLiteral("%1/%2/%3")
+                                      .arg(check.value(QStringLiteral("kind")).toString())
+                                      .arg(check.value(QStringLiteral("round")).toInteger())
+                                      .arg(check.value(QStringLiteral("shard")).toInteger());
+            if (shards.contains(shard))
+                qWarning("checked twice: %s", qPrintable(QString::fromUtf8(QJsonDocument(check).toJson(QJsonDocument::Compact))));
+            shards.insert(shard);
+        }
+        std::int64_t earned = 0;
+        for (const auto& node : cluster.nodes()) {
+            const auto balance = node.toObject().value(QStringLiteral("balance")).toString().toDouble();
+            earned += std::llround(balance * 1e6);
+        }
+        qInfo("45 shards, %d re-executed and verified; nodes earned %.1f credits", verified, double(earned) / 1e6);
+        QVERIFY(verified > 0);
+        QCOMPARE(earned, std::int64_t(45 + verified) * 900'000);
+        QCOMPARE(cluster.balanceOf(QStringLiteral("local")), 100'000'000 - earned);
+    }
+
     void threeNodesTrainToTheSameBitsAsOneMachine()
     {
         Cluster cluster;
@@ -187,11 +252,9 @@ private Q_SLOTS:
         qInfo("broker + 3 nodes: test accuracy %.2f%%", accuracy * 100.0);
         QVERIFY(accuracy >= 0.85);
         QCOMPARE(job.value(QStringLiteral("weightsHash")).toString(), m_baseline);
-        // 45 shards paid at 0.9 credits each, the rest of the 50-credit budget back to its owner.
         QCOMPARE(job.value(QStringLiteral("escrow")).toString(), QStringLiteral("0"));
         QVERIFY(cluster.ledgerConsistent());
-        const auto owner = cluster.job({ QStringLiteral("balance"), QStringLiteral("local") });
-        QVERIFY2(owner.output.contains(QStringLiteral("local: 9.5 credits")), qPrintable(owner.output));
+        everyPaymentOnce(cluster, jobId);
         // Each node's record: together they delivered the 45 shards.
         const auto nodes
             = QJsonDocument::fromJson(cluster.job({ QStringLiteral("nodes"), QStringLiteral("--json") }).output.toUtf8()).array();
@@ -201,7 +264,8 @@ private Q_SLOTS:
             delivered += node.toObject().value(QStringLiteral("shardsDone")).toInt();
         QCOMPARE(delivered, 45);
 
-        // Each node keeps the lifecycle of its results: computed, committed, paid.
+        // Each node keeps the lifecycle of its results: computed, committed, then paid, or sampled,
+        // verified and paid.
         const auto results = run(Bin + QStringLiteral("/tessera-node"),
             { QStringLiteral("--config"), cluster.path(QStringLiteral("node1.ini")), QStringLiteral("results"),
                 QStringLiteral("--json") });
@@ -215,7 +279,11 @@ private Q_SLOTS:
             ++paid;
             QCOMPARE(entry.value(QStringLiteral("paid")).toString(), QStringLiteral("0.9"));
             const auto steps = entry.value(QStringLiteral("history")).toArray();
-            QCOMPARE(steps.size(), 3);
+            QVERIFY(steps.size() == 3 || steps.size() == 5);
+            if (steps.size() == 5) {
+                QCOMPARE(steps[2].toObject().value(QStringLiteral("state")).toString(), QStringLiteral("sampled"));
+                QCOMPARE(steps[3].toObject().value(QStringLiteral("state")).toString(), QStringLiteral("verified"));
+            }
             QCOMPARE(steps[0].toObject().value(QStringLiteral("state")).toString(), QStringLiteral("computed"));
             QCOMPARE(steps[1].toObject().value(QStringLiteral("state")).toString(), QStringLiteral("committed"));
         }
@@ -227,14 +295,14 @@ private Q_SLOTS:
             cluster.job({ QStringLiteral("receipt"), QStringLiteral("escrow:") + jobId, QStringLiteral("-o"), receipt }).exitCode,
             0);
         const auto verified = run(Bin + QStringLiteral("/tessera-job"), { QStringLiteral("verify-receipt"), receipt });
-        QVERIFY2(verified.exitCode == 0 && verified.output.contains(QStringLiteral("valid receipt: 50 credits")),
+        QVERIFY2(verified.exitCode == 0 && verified.output.contains(QStringLiteral("valid receipt: 100 credits")),
             qPrintable(verified.output));
         const auto independent
             = run(Python, { QStringLiteral(TESSERA_SOURCE_DIR "/tests/e2e/python/verify_receipt.py"), receipt });
         QVERIFY2(independent.exitCode == 0, qPrintable(independent.output));
         QFile receiptFile(receipt);
         QVERIFY(receiptFile.open(QIODevice::ReadOnly));
-        const QByteArray doctored = receiptFile.readAll().replace("\"50\"", "\"5\"");
+        const QByteArray doctored = receiptFile.readAll().replace("\"100\"", "\"10\"");
         receiptFile.close();
         Cluster::writeFile(receipt, QString::fromUtf8(doctored));
         const auto forged = run(Bin + QStringLiteral("/tessera-job"), { QStringLiteral("verify-receipt"), receipt });
@@ -252,6 +320,94 @@ private Q_SLOTS:
                 QStringLiteral("import torch; w = torch.load('%1'); print(sorted(w)); assert w['fc0.weight'].shape == (256, 784)")
                     .arg(model) });
         QVERIFY2(loaded.exitCode == 0, qPrintable(loaded.output));
+    }
+
+    // Five nodes that cheat, each in its own way, and two honest ones on one job: every cheat is
+    // caught by re-execution and slashed, the honest nodes are paid and never slashed, the job's
+    // final weights are those of an honest run on one machine, and the books balance, also after a
+    // kill -9 of the broker.
+    void cheatersAreCaughtAndSlashedWhileHonestNodesArePaid()
+    {
+        const QString jobFile = m_dir.filePath(QStringLiteral("cheat-job.json"));
+        Cluster::writeFile(jobFile, QStringLiteral(R"({
+    "version": 1, "name": "verification e2e",
+    "model": { "zoo": "mlp", "hidden": [64] },
+    "dataset": { "builtin": "fashion-mnist" },
+    "optimizer": { "kind": "sgd", "lr": 0.05, "momentum": 0.9 },
+    "training": { "rounds": 4, "shardsPerRound": 4, "localSteps": 40, "batchSize": 32, "seed": 7, "threads": 1,
+                  "checkpointInterval": 10 },
+    "aggregation": { "method": "fedavg" },
+    "budget": "1000",
+    "verification": { "rate": 0.1 }
+})"));
+        const QString localDir = m_dir.filePath(QStringLiteral("cheat-local"));
+        const auto local = run(Bin + QStringLiteral("/tessera-node"),
+            { QStringLiteral("--config"), QStringLiteral("/dev/null"), QStringLiteral("train-local"), jobFile,
+                QStringLiteral("--out"), localDir });
+        QVERIFY2(local.exitCode == 0, qPrintable(local.output));
+        QFile report(QDir(localDir).filePath(QStringLiteral("report.json")));
+        QVERIFY(report.open(QIODevice::ReadOnly));
+        const QString honestHash
+            = QJsonDocument::fromJson(report.readAll()).object().value(QStringLiteral("finalWeightsHash")).toString();
+
+        Cluster cluster;
+        cluster.startBroker({}, QStringLiteral("DisputeTimeoutSeconds=20\nSelfVerifyAfterSeconds=600\n"));
+        const QStringList modes { QStringLiteral("random"), QStringLiteral("fewer-steps"), QStringLiteral("copy"),
+            QStringLiteral("stale"), QStringLiteral("wrong-data") };
+        for (const auto& mode : modes)
+            cluster.startCheater(mode);
+        cluster.startNode(1);
+        cluster.startNode(2);
+        const QString jobId = cluster.submit(jobFile);
+        QVERIFY(!jobId.isEmpty());
+        const auto job = cluster.waitForEnd(jobId);
+        QCOMPARE(job.value(QStringLiteral("state")).toString(), QStringLiteral("finished"));
+        QCOMPARE(job.value(QStringLiteral("weightsHash")).toString(), honestHash);
+
+        QHash<QString, QJsonObject> byName;
+        for (const auto& value : cluster.nodes())
+            byName.insert(value.toObject().value(QStringLiteral("name")).toString(), value.toObject());
+        for (const auto& mode : modes) {
+            const auto cheater = byName.value(QStringLiteral("cheater-") + mode);
+            qInfo("cheater %s: done %lld, disputes lost %lld, timeouts %lld, slashed %s", qPrintable(mode),
+                cheater.value(QStringLiteral("shardsDone")).toInteger(),
+                cheater.value(QStringLiteral("disputesLost")).toInteger(), cheater.value(QStringLiteral("timeouts")).toInteger(),
+                qPrintable(cheater.value(QStringLiteral("slashed")).toString()));
+            QVERIFY2(cheater.value(QStringLiteral("disputesLost")).toInteger() >= 1, qPrintable(mode));
+            QVERIFY2(cheater.value(QStringLiteral("slashed")).toString() != u"0", qPrintable(mode));
+        }
+        for (const auto* name : { "node-1", "node-2" }) {
+            const auto honest = byName.value(QString::fromLatin1(name));
+            qInfo("%s: done %lld, verified %lld, balance %s", name, honest.value(QStringLiteral("shardsDone")).toInteger(),
+                honest.value(QStringLiteral("verified")).toInteger(),
+                qPrintable(honest.value(QStringLiteral("balance")).toString()));
+            QCOMPARE(honest.value(QStringLiteral("disputesLost")).toInteger(), 0);
+            QCOMPARE(honest.value(QStringLiteral("slashed")).toString(), QStringLiteral("0"));
+            QVERIFY(honest.value(QStringLiteral("verified")).toInteger() > 0);
+            QVERIFY(honest.value(QStringLiteral("balance")).toString().toDouble() > 0.0);
+        }
+        int disputes = 0;
+        for (const auto& check : cluster.checks(jobId))
+            disputes += check.toObject().value(QStringLiteral("outcome")).toString() != u"none" ? 1 : 0;
+        qInfo("%d checks lost by someone", disputes);
+        QVERIFY(cluster.ledgerConsistent());
+
+        // A slashed node's results say so; an honest node's results went through verification.
+        const auto results = run(Bin + QStringLiteral("/tessera-node"),
+            { QStringLiteral("--config"), cluster.path(QStringLiteral("node1.ini")), QStringLiteral("results"),
+                QStringLiteral("--json") });
+        QVERIFY(results.output.contains(QStringLiteral("\"verified\"")));
+
+        // kill -9 and restart: nothing is paid twice, the books still balance.
+        const auto before = cluster.nodes();
+        ::kill(pid_t(cluster.broker()->processId()), SIGKILL);
+        cluster.broker()->waitForFinished();
+        cluster.startBroker({}, QStringLiteral("DisputeTimeoutSeconds=20\nSelfVerifyAfterSeconds=600\n"));
+        QVERIFY(QTest::qWaitFor([&] { return cluster.ledgerConsistent(); }, 20'000));
+        const auto after = cluster.nodes();
+        QCOMPARE(after.size(), before.size());
+        for (qsizetype i = 0; i < after.size(); ++i)
+            QCOMPARE(after[i].toObject().value(QStringLiteral("balance")), before[i].toObject().value(QStringLiteral("balance")));
     }
 
     void aNodeKilledMidRoundChangesNothing()
@@ -285,11 +441,10 @@ private Q_SLOTS:
         const auto job = cluster.waitForEnd(jobId);
         QCOMPARE(job.value(QStringLiteral("state")).toString(), QStringLiteral("finished"));
         QCOMPARE(job.value(QStringLiteral("weightsHash")).toString(), m_baseline);
-        // Every shard paid exactly once, across the crash: 50 - 45 x 0.9 back to the owner.
+        // Every shard and every check paid exactly once, across the crash.
         QCOMPARE(job.value(QStringLiteral("escrow")).toString(), QStringLiteral("0"));
         QVERIFY(cluster.ledgerConsistent());
-        const auto owner = cluster.job({ QStringLiteral("balance"), QStringLiteral("local") });
-        QVERIFY2(owner.output.contains(QStringLiteral("local: 9.5 credits")), qPrintable(owner.output));
+        everyPaymentOnce(cluster, jobId);
     }
 
     void sigtermLetsTheShardInTrainingFinish()
@@ -317,8 +472,9 @@ private Q_SLOTS:
             "training": {"rounds": 2, "shardsPerRound": 2, "localSteps": 20, "batchSize": 32, "seed": 5}, "budget": "1"})"));
         Cluster first;
         Cluster second;
-        first.startBroker();
-        second.startBroker();
+        // With one node nobody else can re-execute its sampled results: the brokers do, after a second.
+        first.startBroker({}, QStringLiteral("SelfVerifyAfterSeconds=1\n"));
+        second.startBroker({}, QStringLiteral("SelfVerifyAfterSeconds=1\n"));
         first.startNode(1, { first.endpoint(), second.endpoint() });
         const QString a = first.submit(small);
         const QString b = second.submit(small);
