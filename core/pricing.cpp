@@ -15,6 +15,7 @@ QJsonObject Quote::toJson() const
         { QStringLiteral("training"), training.toString() },
         { QStringLiteral("verification"), verification.toString() },
         { QStringLiteral("total"), total.toString() },
+        { QStringLiteral("worstCase"), worstCase.toString() },
     };
 }
 
@@ -67,6 +68,7 @@ Result<Quote> quote(const JobSpec& spec, std::int64_t parameterCount, Credits pr
         return Error { QStringLiteral("budget"), QStringLiteral("the job is too large to price") };
     q.verification = *verification;
     q.total = *total;
+    q.worstCase = training->checkedMultiply(2).value_or(*total);
     return q;
 }
 

@@ -18,6 +18,7 @@ struct Quote {
     Credits training; // every shard once
     Credits verification; // the expected re-executions (at least the job's verification rate)
     Credits total;
+    Credits worstCase; // every shard re-executed once, as while the nodes are new
 
     QJsonObject toJson() const;
 };

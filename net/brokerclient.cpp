@@ -1,5 +1,8 @@
 #include "brokerclient.h"
 
+#include <QDir>
+#include <QFile>
+
 #include <zmq.hpp>
 #include <zmq_addon.hpp>
 
@@ -157,6 +160,36 @@ core::Result<QByteArray> BrokerClient::download(
         return core::Error { QStringLiteral("sha256"),
             QStringLiteral("the downloaded bytes do not hash to %1").arg(digest.toHex()) };
     return bytes;
+}
+
+core::Status BrokerClient::uploadJobFiles(
+    core::JobSpec& spec, const QString& baseDirectory, const std::function<void(const QString&, std::int64_t)>& report)
+{
+    const QDir base(baseDirectory);
+    auto uploadFile = [&](QString& name, core::Digest& digest) -> core::Status {
+        if (name.isEmpty())
+            return {};
+        QFile blob(base.absoluteFilePath(name));
+        if (!blob.open(QIODevice::ReadOnly))
+            return core::Error { name, QStringLiteral("cannot read the file") };
+        if (blob.size() > (qint64(1) << 30))
+            return core::Error { name, QStringLiteral("files of more than 1 GiB are not accepted") };
+        if (report)
+            report(name, blob.size());
+        auto uploaded = upload(blob.readAll());
+        if (!uploaded)
+            return uploaded.error();
+        digest = *uploaded;
+        name.clear();
+        return {};
+    };
+    for (auto status : { uploadFile(spec.model.scriptFile, spec.model.scriptSha256),
+             uploadFile(spec.dataset.trainFile, spec.dataset.trainSha256),
+             uploadFile(spec.dataset.testFile, spec.dataset.testSha256) }) {
+        if (!status)
+            return status;
+    }
+    return {};
 }
 
 } // namespace tessera::net

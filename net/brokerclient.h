@@ -5,6 +5,7 @@
 
 #include <core/error.h>
 #include <core/hash.h>
+#include <core/jobspec.h>
 
 #include <QJsonObject>
 
@@ -30,6 +31,12 @@ public:
         const QByteArray& bytes, const std::function<void(std::int64_t, std::int64_t)>& progress = {});
     core::Result<QByteArray> download(
         const core::Digest& digest, const std::function<void(std::int64_t, std::int64_t)>& progress = {});
+
+    // Uploads the files a job names (its TorchScript model and tensor files; relative paths are
+    // relative to baseDirectory) and names them by their SHA-256 instead, as SUBMIT expects.
+    // report(file, bytes) is told of each upload.
+    core::Status uploadJobFiles(core::JobSpec& spec, const QString& baseDirectory,
+        const std::function<void(const QString&, std::int64_t)>& report = {});
 
 private:
     core::Result<Message> receive();

@@ -88,7 +88,9 @@ int estimate(net::BrokerClient& client, const core::JobSpec& spec)
     out() << "  verification  " << quote.value(QStringLiteral("verification")).toString()
           << " credits (expected re-executions)\n";
     out() << "  total         " << quote.value(QStringLiteral("total")).toString() << " credits; the job's budget is "
-          << spec.budget.toString() << Qt::endl;
+          << spec.budget.toString() << "\n";
+    out() << "  worst case    " << quote.value(QStringLiteral("worstCase")).toString()
+          << " credits (every shard re-executed, as while the nodes are new)" << Qt::endl;
     return 0;
 }
 
@@ -105,28 +107,10 @@ int submit(net::BrokerClient& client, const QString& path, bool onlyEstimate)
         && spec->dataset.source == core::DatasetSpec::Source::Builtin)
         return estimate(client, *spec);
     // Files travel as blobs; the job names them by their SHA-256.
-    auto uploadFile = [&](QString& name, core::Digest& digest) -> core::Status {
-        if (name.isEmpty())
-            return {};
-        QFile blob(base.absoluteFilePath(name));
-        if (!blob.open(QIODevice::ReadOnly))
-            return core::Error { name, QStringLiteral("cannot read the file") };
-        if (blob.size() > (qint64(1) << 30))
-            return core::Error { name, QStringLiteral("files of more than 1 GiB are not accepted") };
-        out() << "uploading " << name << " (" << blob.size() << " bytes)" << Qt::endl;
-        auto uploaded = client.upload(blob.readAll());
-        if (!uploaded)
-            return uploaded.error();
-        digest = *uploaded;
-        name.clear();
-        return {};
-    };
-    for (auto status : { uploadFile(spec->model.scriptFile, spec->model.scriptSha256),
-             uploadFile(spec->dataset.trainFile, spec->dataset.trainSha256),
-             uploadFile(spec->dataset.testFile, spec->dataset.testSha256) }) {
-        if (!status)
-            return fail(status.error().toString());
-    }
+    if (auto uploaded = client.uploadJobFiles(*spec, base.absolutePath(),
+            [](const QString& name, std::int64_t bytes) { out() << "uploading " << name << " (" << bytes << " bytes)" << Qt::endl; });
+        !uploaded)
+        return fail(uploaded.error().toString());
     if (onlyEstimate)
         return estimate(client, *spec);
     auto reply = client.request(net::Command::Submit, { { QStringLiteral("job"), spec->toJson() } });
