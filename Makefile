@@ -17,7 +17,7 @@ endif
 CMAKE_FLAGS := -G Ninja -DCMAKE_BUILD_TYPE=$(BUILD_TYPE) $(LAUNCHER) $(EXTRA_CMAKE_FLAGS)
 DEPS_STAMP  := $(BUILD_DIR)/.deps-installed
 
-.PHONY: all deps build test test-asan bench train-local demo format check-format tidy clean
+.PHONY: all deps build test test-asan bench train-local demo run screenshots format check-format tidy clean
 
 all: build
 
@@ -56,6 +56,15 @@ test-asan: $(DEPS_STAMP)
 # Trains the example Fashion-MNIST job on this machine (the single-machine baseline).
 train-local: build
 	$(BUILD_DIR)/app/tessera-node train-local examples/jobs/fashion-mnist-mlp.json --out $(BUILD_DIR)/train-local
+
+# The desktop app: a tray icon and its dashboard; with no broker configured it starts a local one.
+run: build
+	$(BUILD_DIR)/app/tessera --show
+
+# Every tab of the dashboard, with live data, as PNG files (docs/screenshots/).
+screenshots: build
+	$(BUILD_DIR)/app/tessera --screenshot docs/screenshots --screenshot-after 60 \
+		--config $(BUILD_DIR)/screenshots.ini
 
 # A broker and two nodes on this machine train the example job over ZeroMQ, then stop.
 demo: build

@@ -7,6 +7,7 @@
 
 #include <QJsonObject>
 #include <QList>
+#include <QMetaType>
 #include <QString>
 
 #include <cstdint>
@@ -126,3 +127,5 @@ AggregationSpec readAggregationSpec(JsonReader reader);
 QJsonObject aggregationSpecToJson(const AggregationSpec& aggregation);
 
 } // namespace tessera::core
+
+Q_DECLARE_METATYPE(tessera::core::JobSpec)

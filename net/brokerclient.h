@@ -35,8 +35,8 @@ public:
     // Uploads the files a job names (its TorchScript model and tensor files; relative paths are
     // relative to baseDirectory) and names them by their SHA-256 instead, as SUBMIT expects.
     // report(file, bytes) is told of each upload.
-    core::Status uploadJobFiles(core::JobSpec& spec, const QString& baseDirectory,
-        const std::function<void(const QString&, std::int64_t)>& report = {});
+    core::Status uploadJobFiles(
+        core::JobSpec& spec, const QString& baseDirectory, const std::function<void(const QString&, std::int64_t)>& report = {});
 
 private:
     core::Result<Message> receive();

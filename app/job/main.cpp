@@ -108,7 +108,9 @@ int submit(net::BrokerClient& client, const QString& path, bool onlyEstimate)
         return estimate(client, *spec);
     // Files travel as blobs; the job names them by their SHA-256.
     if (auto uploaded = client.uploadJobFiles(*spec, base.absolutePath(),
-            [](const QString& name, std::int64_t bytes) { out() << "uploading " << name << " (" << bytes << " bytes)" << Qt::endl; });
+            [](const QString& name, std::int64_t bytes) {
+                out() << "uploading " << name << " (" << bytes << " bytes)" << Qt::endl;
+            });
         !uploaded)
         return fail(uploaded.error().toString());
     if (onlyEstimate)

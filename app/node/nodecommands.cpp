@@ -1,6 +1,7 @@
 #include "nodecommands.h"
 
-#include "computeexecutor.h"
+#include "../common/computeexecutor.h"
+#include "../common/nodesetup.h"
 
 #include <compute/benchmark.h>
 #include <compute/devices/devices.h>
@@ -109,13 +110,6 @@ std::optional<QByteArray> readFile(const QString& path)
     return file.readAll();
 }
 
-compute::ComputeEnvironment environmentFrom(const core::settings::Settings& settings)
-{
-    compute::ComputeEnvironment environment;
-    environment.fashionMnistDirectory = settings.stringValue(core::settings::names::DataFashionMnistDirectory);
-    return environment;
-}
-
 // Files named in a job are relative to the job file.
 void resolvePaths(core::JobSpec& spec, const QDir& base)
 {
@@ -126,14 +120,6 @@ void resolvePaths(core::JobSpec& spec, const QDir& base)
     resolve(spec.model.scriptFile);
     resolve(spec.dataset.trainFile);
     resolve(spec.dataset.testFile);
-}
-
-QString dataDirectory(const core::settings::Settings& settings)
-{
-    const QString configured = settings.stringValue(core::settings::names::NodeDataDirectory);
-    return configured.isEmpty()
-        ? QStandardPaths::writableLocation(QStandardPaths::GenericDataLocation) + QStringLiteral("/Tessera")
-        : configured;
 }
 
 QString describeMemory(std::int64_t bytes)
@@ -313,38 +299,14 @@ int runNode(const QStringList& args, const core::settings::Settings& settings, c
     }
 
     const QString directory = dataDirectory(settings);
-    if (!QDir().mkpath(directory))
-        return fail(QStringLiteral("cannot create %1").arg(directory));
-    QString keyFile = settings.stringValue(names::NodeKeyFile);
-    if (keyFile.isEmpty())
-        keyFile = QDir(directory).filePath(QStringLiteral("node.key"));
-    auto keys = net::CurveKeys::loadOrCreate(keyFile);
-    if (!keys)
-        return fail(keys.error().toString());
-
-    auto signing = core::SigningKeys::loadOrCreate(QDir(directory).filePath(QStringLiteral("node.sign")));
-    if (!signing)
-        return fail(signing.error().toString());
-
-    core::NodeInfo node;
-    node.nodeId = keys->publicKey;
-    node.signingKey = QString::fromLatin1(signing->publicKey.toBase64());
-    node.name
-        = settings.stringValue(names::NodeName).isEmpty() ? QSysInfo::machineHostName() : settings.stringValue(names::NodeName);
-    node.softwareVersion = QStringLiteral(TESSERA_VERSION);
-    node.runtimeProfile = compute::currentRuntimeProfile(1).toString();
-    const auto report = compute::detectDevices(compute::defaultProbeProgram(), compute::torchCapabilities());
-    node.devices = report.devices;
-    for (const auto& warning : report.warnings)
+    auto identity = loadNodeIdentity(settings, QStringLiteral(TESSERA_VERSION));
+    if (!identity)
+        return fail(identity.error().toString());
+    for (const auto& warning : identity->warnings)
         err() << "tessera-node: " << warning << Qt::endl;
-    const auto maxThreads = settings.intValue(names::ComputeMaxThreads);
-    node.maxThreads = int(maxThreads > 0 ? maxThreads : QThread::idealThreadCount());
-    if (auto store = core::BenchmarkStore::open(QDir(directory).filePath(QStringLiteral("node.sqlite")))) {
-        if (auto last = (*store)->latest(QStringLiteral("cpu:0 ") + compute::detectCpu().name); last && last->has_value()) {
-            if (auto mlp = (*last)->measurement(u"mlp"))
-                node.benchmarkSamplesPerSecond = mlp->value;
-        }
-    }
+    const auto& node = identity->info;
+    const auto& keys = identity->keys;
+    const auto& signing = identity->signing;
 
     ComputeExecutor executor(environment);
     executor.thread().setMaxThreads(node.maxThreads);
@@ -368,8 +330,8 @@ int runNode(const QStringList& args, const core::settings::Settings& settings, c
             return fail(cache.error().toString());
         net::NodeClientOptions options;
         options.broker = brokers[i];
-        options.keys = *keys;
-        options.signing = *signing;
+        options.keys = keys;
+        options.signing = signing;
         options.resultLogPath = QDir(directory).filePath(QStringLiteral("node.sqlite"));
         options.node = node;
         options.heartbeatMs = int(settings.intValue(names::NetworkHeartbeatIntervalMs));

@@ -1,5 +1,7 @@
 #include "computeexecutor.h"
 
+#include <QSet>
+
 namespace tessera::app {
 
 ComputeExecutor::ComputeExecutor(compute::ComputeEnvironment environment)
@@ -53,6 +55,21 @@ QList<net::ShardExecutor::Finished> ComputeExecutor::takeFinished(const QString&
         }
     }
     return mine;
+}
+
+void ComputeExecutor::cancelAll()
+{
+    QSet<QString> jobs;
+    {
+        QMutexLocker lock(&m_mutex);
+        for (auto it = m_pending.constBegin(); it != m_pending.constEnd(); ++it)
+            jobs.insert(it.key().section(u'/', 0, 0));
+        m_pending.clear();
+        m_finished.clear();
+    }
+    for (const auto& job : jobs)
+        m_thread->cancelJob(job);
+    m_thread->resume();
 }
 
 bool ComputeExecutor::idle() const

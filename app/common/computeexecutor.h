@@ -20,6 +20,8 @@ public:
         const QHash<core::Digest, QString>& blobPaths) override;
     QList<Finished> takeFinished(const QString& tag) override;
     bool idle() const override;
+    // Drops every shard handed to the compute thread and forgets them (contributing switched off).
+    void cancelAll();
 
     compute::ComputeThread& thread() { return *m_thread; }
 

@@ -1,0 +1,68 @@
+#include "nodesetup.h"
+
+#include <compute/devices/devices.h>
+#include <compute/runtimeprofile.h>
+#include <core/benchmark.h>
+
+#include <QDir>
+#include <QStandardPaths>
+#include <QSysInfo>
+#include <QThread>
+
+namespace tessera::app {
+
+namespace names = core::settings::names;
+
+compute::ComputeEnvironment environmentFrom(const core::settings::Settings& settings)
+{
+    compute::ComputeEnvironment environment;
+    environment.fashionMnistDirectory = settings.stringValue(names::DataFashionMnistDirectory);
+    return environment;
+}
+
+QString dataDirectory(const core::settings::Settings& settings)
+{
+    const QString configured = settings.stringValue(names::NodeDataDirectory);
+    return configured.isEmpty()
+        ? QStandardPaths::writableLocation(QStandardPaths::GenericDataLocation) + QStringLiteral("/Tessera")
+        : configured;
+}
+
+core::Result<NodeIdentity> loadNodeIdentity(const core::settings::Settings& settings, const QString& softwareVersion)
+{
+    const QString directory = dataDirectory(settings);
+    if (!QDir().mkpath(directory))
+        return core::Error { names::NodeDataDirectory, QStringLiteral("cannot create %1").arg(directory) };
+    QString keyFile = settings.stringValue(names::NodeKeyFile);
+    if (keyFile.isEmpty())
+        keyFile = QDir(directory).filePath(QStringLiteral("node.key"));
+    auto keys = net::CurveKeys::loadOrCreate(keyFile);
+    if (!keys)
+        return keys.error();
+    auto signing = core::SigningKeys::loadOrCreate(QDir(directory).filePath(QStringLiteral("node.sign")));
+    if (!signing)
+        return signing.error();
+
+    NodeIdentity identity { *keys, *signing, {}, {} };
+    auto& node = identity.info;
+    node.nodeId = keys->publicKey;
+    node.signingKey = QString::fromLatin1(signing->publicKey.toBase64());
+    node.name
+        = settings.stringValue(names::NodeName).isEmpty() ? QSysInfo::machineHostName() : settings.stringValue(names::NodeName);
+    node.softwareVersion = softwareVersion;
+    node.runtimeProfile = compute::currentRuntimeProfile(1).toString();
+    const auto report = compute::detectDevices(compute::defaultProbeProgram(), compute::torchCapabilities());
+    node.devices = report.devices;
+    identity.warnings = report.warnings;
+    const auto maxThreads = settings.intValue(names::ComputeMaxThreads);
+    node.maxThreads = int(maxThreads > 0 ? maxThreads : QThread::idealThreadCount());
+    if (auto store = core::BenchmarkStore::open(QDir(directory).filePath(QStringLiteral("node.sqlite")))) {
+        if (auto last = (*store)->latest(QStringLiteral("cpu:0 ") + compute::detectCpu().name); last && last->has_value()) {
+            if (auto mlp = (*last)->measurement(u"mlp"))
+                node.benchmarkSamplesPerSecond = mlp->value;
+        }
+    }
+    return identity;
+}
+
+} // namespace tessera::app

@@ -1,0 +1,31 @@
+#pragma once
+
+#include <compute/environment.h>
+#include <core/error.h>
+#include <core/nodeinfo.h>
+#include <core/settings/settings.h>
+#include <core/signing.h>
+#include <net/curvekeys.h>
+
+#include <QString>
+#include <QStringList>
+
+namespace tessera::app {
+
+// What the headless node and the desktop app set up the same way from the settings.
+compute::ComputeEnvironment environmentFrom(const core::settings::Settings& settings);
+// Node/DataDirectory, or ~/.local/share/Tessera.
+QString dataDirectory(const core::settings::Settings& settings);
+
+// The node's identity and description: its CURVE keypair (its id), its Ed25519 signing key, and
+// the NodeInfo it registers with (devices, benchmark, thread limit). Warnings from device
+// detection are returned for the caller to show.
+struct NodeIdentity {
+    net::CurveKeys keys;
+    core::SigningKeys signing;
+    core::NodeInfo info;
+    QStringList warnings;
+};
+core::Result<NodeIdentity> loadNodeIdentity(const core::settings::Settings& settings, const QString& softwareVersion);
+
+} // namespace tessera::app

@@ -1,0 +1,661 @@
+#include "desktopapp.h"
+
+#include "idle.h"
+
+#include <compute/benchmark.h>
+#include <core/benchmark.h>
+#include <net/brokerclient.h>
+#include <ui/widgets/settingsdialog.h>
+#include <ui/widgets/submitpanel.h>
+
+#include <QApplication>
+#include <QDir>
+#include <QFile>
+#include <QFileDialog>
+#include <QFutureWatcher>
+#include <QJsonArray>
+#include <QLoggingCategory>
+#include <QPointer>
+#include <QSaveFile>
+#include <QStandardPaths>
+#include <QThread>
+#include <QtConcurrent/QtConcurrentRun>
+
+Q_LOGGING_CATEGORY(lcDesktop, "tessera.desktop")
+
+namespace tessera::app {
+
+namespace names = core::settings::names;
+
+namespace {
+
+// A short request to a broker: the window never waits long on the network.
+core::Result<QJsonObject> ask(const net::BrokerAddress& broker, const std::optional<net::CurveKeys>& keys, net::Command command,
+    QJsonObject header, int timeoutMs = 1500)
+{
+    net::BrokerClient client(broker, keys, timeoutMs);
+    return client.request(command, std::move(header));
+}
+
+bool insideSchedule(const QStringList& windows, const QTime& now)
+{
+    if (windows.isEmpty())
+        return true;
+    for (const auto& window : windows) {
+        const auto from = QTime::fromString(window.section(u'-', 0, 0).trimmed(), QStringLiteral("HH:mm"));
+        const auto to = QTime::fromString(window.section(u'-', 1, 1).trimmed(), QStringLiteral("HH:mm"));
+        if (!from.isValid() || !to.isValid())
+            continue;
+        if (from <= to ? (now >= from && now < to) : (now >= from || now < to))
+            return true;
+    }
+    return false;
+}
+
+} // namespace
+
+DesktopApp::DesktopApp(Options options, QObject* parent)
+    : QObject(parent)
+    , m_options(std::move(options))
+{
+    qRegisterMetaType<compute::ShardProgress>();
+}
+
+DesktopApp::~DesktopApp()
+{
+    m_tick.stop();
+    if (m_contributor)
+        m_contributor->stop(false);
+    m_contributor.reset();
+    m_embedded.stop();
+}
+
+QList<net::BrokerAddress> DesktopApp::brokers() const
+{
+    QList<net::BrokerAddress> list;
+    if (m_embedded.running())
+        list.append(*net::BrokerAddress::parse(m_embedded.address()));
+    for (const auto& text : m_settings->listValue(names::NodeBrokers)) {
+        if (auto address = net::BrokerAddress::parse(text))
+            list.append(*address);
+    }
+    return list;
+}
+
+QString DesktopApp::brokerAddress() const
+{
+    const auto list = brokers();
+    return list.isEmpty() ? QString() : list.first().toString();
+}
+
+core::Status DesktopApp::start()
+{
+    m_settings = std::make_unique<core::settings::Settings>(m_options.configPath);
+    const auto problems = m_settings->load();
+    m_dataDirectory = dataDirectory(*m_settings);
+    m_dashboard = std::make_unique<ui::Dashboard>();
+    m_tray = std::make_unique<ui::Tray>();
+    for (const auto& problem : problems)
+        m_dashboard->log().append(
+            QDateTime::currentDateTime(), QStringLiteral("warning"), QStringLiteral("settings"), problem.toString());
+
+    auto identity = loadNodeIdentity(*m_settings, QStringLiteral(TESSERA_VERSION));
+    if (!identity) {
+        m_contribution.setError(identity.error().toString());
+        return identity.error();
+    }
+    m_identity = *identity;
+    for (const auto& warning : m_identity->warnings)
+        m_dashboard->log().append(QDateTime::currentDateTime(), QStringLiteral("warning"), QStringLiteral("devices"), warning);
+    auto log = core::ResultLog::open(QDir(m_dataDirectory).filePath(QStringLiteral("node.sqlite")));
+    if (!log)
+        return log.error();
+    m_results = std::move(*log);
+
+    // No broker configured: one on this computer, so that a new user sees real work at once.
+    if (m_settings->listValue(names::NodeBrokers).isEmpty()) {
+        EmbeddedBroker::Options embedded;
+        embedded.dataDirectory = QDir(m_dataDirectory).filePath(QStringLiteral("local-broker"));
+        embedded.environment = environmentFrom(*m_settings);
+        embedded.broker.faucet = true;
+        embedded.broker.canaryRate = 0.0;
+        embedded.broker.selfVerifyAfterMs = 2000; // alone, the broker re-executes the samples itself
+        embedded.broker.disputeTimeoutMs = 30'000;
+        auto started = m_embedded.start(embedded);
+        if (!started)
+            return started.error();
+        m_dashboard->log().append(QDateTime::currentDateTime(), QStringLiteral("info"), QStringLiteral("broker"),
+            QStringLiteral("local broker listening on %1").arg(*started));
+    }
+    m_contributor = std::make_unique<Contributor>(environmentFrom(*m_settings));
+    auto& thread = m_contributor->executor().thread();
+    connect(
+        &thread, &compute::ComputeThread::progress, this,
+        [this](const compute::ShardProgress& progress) {
+            m_progress = progress;
+            m_contribution.setTraining(true);
+        },
+        Qt::QueuedConnection);
+    connect(
+        &thread, &compute::ComputeThread::shardFinished, this,
+        [this](const compute::ShardOutput& output) {
+            m_progress.reset();
+            m_contribution.setTraining(false);
+            m_dashboard->log().append(QDateTime::currentDateTime(), QStringLiteral("info"), QStringLiteral("compute"),
+                QStringLiteral("shard %1 of round %2 of %3: %4")
+                    .arg(output.result.shard)
+                    .arg(output.result.round)
+                    .arg(output.result.jobId,
+                        output.result.outcome == core::ShardResult::Outcome::Completed ? QStringLiteral("trained")
+                                                                                       : output.result.failure));
+        },
+        Qt::QueuedConnection);
+
+    // The dashboard's requests.
+    auto& dashboard = *m_dashboard;
+    connect(&dashboard, &ui::Dashboard::startContributing, this, &DesktopApp::startContributing);
+    connect(&dashboard, &ui::Dashboard::runBenchmark, this, &DesktopApp::runBenchmark);
+    connect(&dashboard, &ui::Dashboard::limitsChanged, this, [this](int threads, int cpu) {
+        (void)m_settings->set(names::ComputeMaxThreads, threads);
+        (void)m_settings->set(names::ComputeCpuPercent, cpu);
+        (void)m_settings->save();
+    });
+    connect(&dashboard, &ui::Dashboard::openSettings, this, [this] {
+        ui::SettingsDialog dialog(*m_settings, m_dashboard.get());
+        if (dialog.exec() == QDialog::Accepted)
+            applySettings();
+    });
+    connect(&dashboard, &ui::Dashboard::cancelJob, this, [this](const QString& jobId) {
+        if (auto first = brokers(); !first.isEmpty()) {
+            auto reply = ask(first.first(), {}, net::Command::Cancel, { { QStringLiteral("jobId"), jobId } });
+            m_dashboard->log().append(QDateTime::currentDateTime(), reply ? QStringLiteral("info") : QStringLiteral("error"),
+                QStringLiteral("jobs"), reply ? QStringLiteral("cancelled %1").arg(jobId) : reply.error().message);
+        }
+    });
+    connect(&dashboard, &ui::Dashboard::saveModel, this, [this](const QString& jobId) {
+        const auto path = QFileDialog::getSaveFileName(m_dashboard.get(), tr("Save the trained model"),
+            QDir::home().filePath(jobId + QStringLiteral(".pt")), tr("PyTorch weights (*.pt)"));
+        if (path.isEmpty())
+            return;
+        const auto saved = saveModel(jobId, path);
+        m_dashboard->log().append(QDateTime::currentDateTime(), saved ? QStringLiteral("info") : QStringLiteral("error"),
+            QStringLiteral("jobs"), saved ? QStringLiteral("saved %1").arg(path) : saved.error().toString());
+    });
+    connect(&dashboard, &ui::Dashboard::jobSelected, this, [this](const QString&) { refresh(); });
+    connect(&dashboard.devices(), &ui::DevicesModel::enabledChanged, this, [this](const QString& device, bool enabled) {
+        auto disabled = m_settings->listValue(names::ComputeDisabledDevices);
+        disabled.removeAll(device);
+        if (!enabled)
+            disabled.append(device);
+        (void)m_settings->set(names::ComputeDisabledDevices, disabled);
+        (void)m_settings->save();
+    });
+    auto& panel = dashboard.submitPanel();
+    panel.setEstimator([this](const core::JobSpec& spec) -> core::Result<core::Quote> {
+        const auto list = brokers();
+        if (list.isEmpty())
+            return core::Error { QStringLiteral("broker"), QStringLiteral("no broker") };
+        auto reply = ask(list.first(), {}, net::Command::Quote, { { QStringLiteral("job"), spec.toJson() } });
+        if (!reply)
+            return core::Error { QStringLiteral("broker"), reply.error().message };
+        const auto quote = reply->value(QStringLiteral("quote")).toObject();
+        core::Quote q;
+        q.shards = quote.value(QStringLiteral("shards")).toInteger();
+        q.unitsPerShard = quote.value(QStringLiteral("unitsPerShard")).toInteger();
+        for (auto [field, target] : { std::pair { "pricePerShard", &q.pricePerShard }, std::pair { "training", &q.training },
+                 std::pair { "verification", &q.verification }, std::pair { "total", &q.total },
+                 std::pair { "worstCase", &q.worstCase }, std::pair { "pricePerUnit", &q.pricePerUnit } }) {
+            if (auto value = core::Credits::parse(quote.value(QString::fromLatin1(field)).toString()))
+                *target = *value;
+        }
+        return q;
+    });
+    connect(&panel, &ui::SubmitPanel::submitRequested, this, [this](const core::JobSpec& spec) {
+        auto submitted = submit(spec);
+        m_dashboard->log().append(QDateTime::currentDateTime(), submitted ? QStringLiteral("info") : QStringLiteral("error"),
+            QStringLiteral("jobs"), submitted ? QStringLiteral("submitted %1").arg(*submitted) : submitted.error().toString());
+        refresh();
+    });
+
+    // The tray's requests.
+    connect(m_tray.get(), &ui::Tray::openDashboard, this, [this] {
+        m_dashboard->show();
+        m_dashboard->raise();
+        m_dashboard->activateWindow();
+    });
+    connect(m_tray.get(), &ui::Tray::contributeToggled, this, [this](bool on) {
+        if (on)
+            startContributing();
+        else
+            stopContributing();
+    });
+    connect(m_tray.get(), &ui::Tray::snoozeHour, this, [this] { snoozeFor(3600); });
+    connect(m_tray.get(), &ui::Tray::snoozeUntilIdle, this, &DesktopApp::snoozeUntilIdle);
+    connect(m_tray.get(), &ui::Tray::devicePaused, this, [this](const QString& device, bool paused) {
+        if (paused)
+            m_pausedDevices.insert(device);
+        else
+            m_pausedDevices.remove(device);
+        updateState();
+    });
+    connect(m_tray.get(), &ui::Tray::quit, this, &DesktopApp::quitRequested);
+
+    // Settings edited in the file while the app runs are picked up.
+    m_watcher.addPath(m_settings->filePath());
+    connect(&m_watcher, &QFileSystemWatcher::fileChanged, this, [this](const QString& path) {
+        QTimer::singleShot(200, this, [this, path] {
+            if (!m_watcher.files().contains(path) && QFile::exists(path))
+                m_watcher.addPath(path); // replaced by an atomic save
+            for (const auto& problem : m_settings->load())
+                m_dashboard->log().append(
+                    QDateTime::currentDateTime(), QStringLiteral("warning"), QStringLiteral("settings"), problem.toString());
+            applySettings();
+        });
+    });
+
+    QList<std::pair<QString, QString>> devices;
+    for (const auto& device : m_identity->info.devices) {
+        if (device.usable)
+            devices.append({ ui::DevicesModel::deviceId(device), device.name });
+    }
+    m_tray->setDevices(devices, {});
+    applySettings();
+    const bool wasContributing = m_settings->boolValue(names::ComputeContribute);
+    m_dashboard->showFirstRun(!wasContributing);
+    if (ui::Tray::available())
+        m_tray->show();
+    if (!ui::Tray::available() || m_options.forceWindow || !wasContributing)
+        m_dashboard->show();
+    if (wasContributing)
+        startContributing();
+    connect(&m_tick, &QTimer::timeout, this, &DesktopApp::refresh);
+    m_tick.start(1000);
+    refresh();
+    return {};
+}
+
+void DesktopApp::applySettings()
+{
+    core::Contribution::Rules rules;
+    rules.runOnlyWhenIdle = m_settings->boolValue(names::ComputeRunOnlyWhenIdle);
+    rules.idleSeconds = m_settings->intValue(names::ComputeIdleMinutes) * 60;
+    rules.pauseOnBattery = m_settings->boolValue(names::ComputePauseOnBattery);
+    m_contribution.setRules(rules);
+    if (m_contributor) {
+        auto& thread = m_contributor->executor().thread();
+        const auto maxThreads = m_settings->intValue(names::ComputeMaxThreads);
+        thread.setMaxThreads(int(maxThreads > 0 ? maxThreads : QThread::idealThreadCount()));
+        thread.setCpuPercent(int(m_settings->intValue(names::ComputeCpuPercent)));
+        m_dashboard->setLimits(int(maxThreads > 0 ? maxThreads : QThread::idealThreadCount()), QThread::idealThreadCount(),
+            int(m_settings->intValue(names::ComputeCpuPercent)));
+    }
+    writeAutostart(m_settings->boolValue(names::AppStartAtLogin));
+    QSet<QString> disabled;
+    for (const auto& device : m_settings->listValue(names::ComputeDisabledDevices))
+        disabled.insert(device);
+    if (m_identity) {
+        QHash<QString, ui::DevicesModel::Benchmark> benchmarks;
+        if (auto store = core::BenchmarkStore::open(QDir(m_dataDirectory).filePath(QStringLiteral("node.sqlite")))) {
+            for (const auto& device : m_identity->info.devices) {
+                if (device.kind != core::DeviceInfo::Kind::Cpu)
+                    continue;
+                if (auto last = (*store)->latest(QStringLiteral("cpu:0 ") + device.name); last && last->has_value()) {
+                    ui::DevicesModel::Benchmark b;
+                    if (auto m = (*last)->measurement(u"mlp"))
+                        b.mlpSamplesPerSecond = m->value;
+                    if (auto m = (*last)->measurement(u"cnn"))
+                        b.cnnSamplesPerSecond = m->value;
+                    if (auto m = (*last)->measurement(u"matmul"))
+                        b.gflops = m->value;
+                    benchmarks.insert(ui::DevicesModel::deviceId(device), b);
+                }
+            }
+        }
+        m_dashboard->devices().setDevices(m_identity->info.devices, benchmarks, disabled);
+    }
+    if (m_contributor && m_contributor->running()) {
+        QStringList now;
+        for (const auto& broker : brokers())
+            now.append(broker.toString());
+        if (now != m_sessionBrokers)
+            restartSessions();
+    }
+}
+
+void DesktopApp::writeAutostart(bool on)
+{
+    const QString path
+        = QStandardPaths::writableLocation(QStandardPaths::ConfigLocation) + QStringLiteral("/autostart/tessera.desktop");
+    if (!on) {
+        QFile::remove(path);
+        return;
+    }
+    QDir().mkpath(QFileInfo(path).absolutePath());
+    QFile file(path);
+    if (file.open(QIODevice::WriteOnly))
+        file.write(QStringLiteral("[Desktop Entry]\nType=Application\nName=Tessera\nComment=Contribute compute to Tessera\n"
+                                  "Exec=%1\nIcon=tessera\nX-GNOME-Autostart-enabled=true\n")
+                       .arg(QCoreApplication::applicationFilePath())
+                       .toUtf8());
+}
+
+void DesktopApp::restartSessions()
+{
+    if (!m_identity || !m_contributor)
+        return;
+    m_sessionBrokers.clear();
+    for (const auto& broker : brokers())
+        m_sessionBrokers.append(broker.toString());
+    auto status = m_contributor->start(brokers(), m_identity->info, m_identity->keys, m_identity->signing, m_dataDirectory,
+        int(m_settings->intValue(names::NetworkHeartbeatIntervalMs)), m_settings->intValue(names::CacheMaxSizeMiB) * 1024 * 1024);
+    if (!status)
+        m_contribution.setError(status.error().toString());
+}
+
+void DesktopApp::startContributing()
+{
+    m_dashboard->showFirstRun(false);
+    m_contribution.setContributing(true);
+    m_tray->setContributing(true);
+    if (!m_settings->boolValue(names::ComputeContribute)) {
+        (void)m_settings->set(names::ComputeContribute, true);
+        (void)m_settings->save();
+    }
+    if (!m_contributor->running())
+        restartSessions();
+    updateState();
+}
+
+void DesktopApp::stopContributing()
+{
+    m_contribution.setContributing(false);
+    m_tray->setContributing(false);
+    (void)m_settings->set(names::ComputeContribute, false);
+    (void)m_settings->save();
+    // A paused shard would never finish: drop it; a running one is finished and reported.
+    m_contributor->stop(!m_computePaused);
+    updateState();
+}
+
+void DesktopApp::snoozeFor(std::int64_t seconds)
+{
+    m_contribution.snoozeUntil(QDateTime::currentDateTime().addSecs(seconds));
+    updateState();
+}
+
+void DesktopApp::snoozeUntilIdle()
+{
+    m_contribution.snoozeUntilIdle();
+    updateState();
+}
+
+void DesktopApp::updateState()
+{
+    core::Contribution::Inputs inputs;
+    const auto idle = userIdleSeconds();
+    inputs.userIdleSeconds = idle.value_or(0);
+    inputs.onBattery = onBattery();
+    inputs.insideSchedule
+        = insideSchedule(m_settings->stringValue(names::ComputeSchedule).split(u',', Qt::SkipEmptyParts), QTime::currentTime());
+    m_contribution.setConnected(m_brokerReachable);
+    m_contribution.update(inputs, QDateTime::currentDateTime());
+    // Pausing every usable device from the tray pauses the compute thread.
+    bool allPaused = false;
+    if (m_identity) {
+        int usable = 0, paused = 0;
+        for (const auto& device : m_identity->info.devices) {
+            if (!device.usable)
+                continue;
+            ++usable;
+            paused += m_pausedDevices.contains(ui::DevicesModel::deviceId(device)) ? 1 : 0;
+        }
+        allPaused = usable > 0 && paused == usable;
+    }
+    const bool compute = m_contribution.mayCompute() && !allPaused;
+    if (m_contributor && compute == m_computePaused) {
+        if (compute)
+            m_contributor->executor().thread().resume();
+        else
+            m_contributor->executor().thread().pause();
+        m_computePaused = !compute;
+    }
+    const auto state = m_contribution.state();
+    QString tooltip = QStringLiteral("Tessera: %1").arg(core::Contribution::name(state));
+    if (!m_contribution.reason().isEmpty())
+        tooltip += QStringLiteral(" (%1)").arg(m_contribution.reason());
+    if (allPaused && state != core::Contribution::State::Off)
+        tooltip += QStringLiteral(" (all devices paused)");
+    m_tray->setState(allPaused && state != core::Contribution::State::Off ? core::Contribution::State::Paused : state, tooltip);
+}
+
+void DesktopApp::notifyTransitions(const QList<QJsonObject>& results)
+{
+    const bool first = m_lastStates.isEmpty();
+    for (const auto& result : results) {
+        const QString assignment = result.value(QStringLiteral("assignment")).toString();
+        const QString state = result.value(QStringLiteral("state")).toString();
+        const QString before = m_lastStates.value(assignment);
+        m_lastStates.insert(assignment, state);
+        if (first || before == state)
+            continue;
+        const QString what = QStringLiteral("shard %1 of round %2")
+                                 .arg(result.value(QStringLiteral("shard")).toInteger())
+                                 .arg(result.value(QStringLiteral("round")).toInteger());
+        if (state == u"verified" || state == u"disputed" || state == u"slashed" || state == u"paid") {
+            m_dashboard->log().append(QDateTime::currentDateTime(),
+                state == u"slashed" ? QStringLiteral("warning") : QStringLiteral("info"), QStringLiteral("verification"),
+                QStringLiteral("%1: %2 %3").arg(what, state, result.value(QStringLiteral("paid")).toString()));
+            if (m_settings->boolValue(names::AppNotifications)) {
+                const QString title = state == u"paid"
+                    ? tr("Paid %1 credits").arg(result.value(QStringLiteral("paid")).toString())
+                    : state == u"verified" ? tr("Result verified")
+                    : state == u"disputed" ? tr("Result disputed")
+                                           : tr("Stake slashed");
+                m_tray->notify(title, what);
+            }
+        }
+    }
+}
+
+void DesktopApp::refresh()
+{
+    ++m_ticks;
+    // The node's own results.
+    if (m_results) {
+        if (auto results = m_results->list(500)) {
+            m_dashboard->results().setResults(*results);
+            notifyTransitions(*results);
+            QList<ui::Earning> earnings;
+            QList<ui::StakeEventsModel::Event> events;
+            double today = 0.0;
+            const auto midnight = QDateTime(QDate::currentDate(), QTime(0, 0));
+            for (const auto& result : *results) {
+                for (const auto& step : result.value(QStringLiteral("history")).toArray()) {
+                    const auto entry = step.toObject();
+                    const auto at = QDateTime::fromMSecsSinceEpoch(entry.value(QStringLiteral("at")).toInteger());
+                    const QString state = entry.value(QStringLiteral("state")).toString();
+                    if (state == u"paid") {
+                        const double credits = result.value(QStringLiteral("paid")).toString().toDouble();
+                        earnings.append({ at, credits });
+                        if (at >= midnight)
+                            today += credits;
+                    } else if (state == u"slashed") {
+                        events.append({ result.value(QStringLiteral("assignment")).toString(), at, QStringLiteral("slashed"),
+                            QString(), result.value(QStringLiteral("detail")).toString() });
+                    }
+                }
+            }
+            m_dashboard->setEarnings(earnings, QDateTime::currentDateTime());
+            m_dashboard->stakeEvents().setEvents(events);
+            ui::Overview overview;
+            overview.earnedToday = QStringLiteral("%1 credits").arg(today, 0, 'f', 2);
+            // The first broker: balance, stake and the user's jobs.
+            const auto list = brokers();
+            QStringList names;
+            for (const auto& broker : list)
+                names.append(m_embedded.running() && broker.endpoint == m_embedded.address()
+                        ? QStringLiteral("%1 (local, on this computer)").arg(broker.endpoint)
+                        : broker.endpoint);
+            overview.brokers = names.join(QStringLiteral(", "));
+            if (!list.isEmpty() && m_identity && (m_ticks % 2 == 1 || m_ticks < 3)) {
+                auto account
+                    = ask(list.first(), {}, net::Command::Balance, { { QStringLiteral("account"), m_identity->info.nodeId } });
+                const bool reachable = account.ok();
+                if (reachable != m_brokerReachable && m_ticks > 1) {
+                    m_tray->notify(reachable ? tr("Broker back") : tr("Broker lost"), list.first().endpoint);
+                    m_dashboard->log().append(QDateTime::currentDateTime(),
+                        reachable ? QStringLiteral("info") : QStringLiteral("warning"), QStringLiteral("network"),
+                        reachable ? QStringLiteral("broker back") : QStringLiteral("broker lost"));
+                }
+                m_brokerReachable = reachable;
+                if (account)
+                    m_account = *account;
+                if (auto jobs = ask(list.first(), {}, net::Command::List, {})) {
+                    QList<QJsonObject> rows;
+                    for (const auto& job : jobs->value(QStringLiteral("jobs")).toArray())
+                        rows.append(job.toObject());
+                    m_dashboard->jobs().setJobs(rows);
+                    const QString selected = m_dashboard->selectedJob();
+                    for (const auto& job : rows) {
+                        if (job.value(QStringLiteral("jobId")).toString() != selected)
+                            continue;
+                        QList<ui::RoundPoint> points;
+                        for (const auto& round : job.value(QStringLiteral("history")).toArray()) {
+                            const auto r = round.toObject();
+                            points.append({ int(r.value(QStringLiteral("round")).toInteger()),
+                                r.value(QStringLiteral("testAccuracy")).toDouble(),
+                                r.value(QStringLiteral("testLoss")).toDouble() });
+                        }
+                        m_dashboard->setJobRounds(selected, points);
+                    }
+                }
+            }
+            if (!m_account.isEmpty()) {
+                overview.balance = m_account.value(QStringLiteral("balance")).toString() + QStringLiteral(" credits");
+                overview.stake = m_account.value(QStringLiteral("stake")).toString() + QStringLiteral(" credits");
+                overview.atRisk = m_progress.has_value()
+                    ? tr("%1 credits (half of the stake, if this shard's result were proven false)")
+                          .arg(m_account.value(QStringLiteral("stake")).toString().toDouble() / 2.0, 0, 'f', 2)
+                    : tr("none while no shard is training");
+            }
+            updateState();
+            overview.state = core::Contribution::name(m_contribution.state());
+            overview.reason = m_contribution.reason();
+            if (m_progress) {
+                overview.shard = tr("job %1, round %2, shard %3: step %4 of %5")
+                                     .arg(m_progress->jobId)
+                                     .arg(m_progress->round + 1)
+                                     .arg(m_progress->shard + 1)
+                                     .arg(m_progress->step)
+                                     .arg(m_progress->steps);
+                overview.speed = tr("%1 samples/s, %2 s left, loss %3")
+                                     .arg(m_progress->samplesPerSecond, 0, 'f', 0)
+                                     .arg(double(m_progress->etaMs) / 1000.0, 0, 'f', 1)
+                                     .arg(m_progress->loss, 0, 'f', 3);
+                overview.pauseCost = tr("nothing: the shard stops after step %1 and resumes there (if its deadline passes "
+                                        "first, another node gets it and these %1 steps are not paid)")
+                                         .arg(m_progress->step);
+            } else {
+                overview.shard = tr("none");
+                overview.pauseCost = tr("nothing: no shard is training");
+            }
+            m_dashboard->setOverview(overview);
+        }
+    }
+}
+
+core::Result<QString> DesktopApp::submit(core::JobSpec spec)
+{
+    const auto list = brokers();
+    if (list.isEmpty())
+        return core::Error { QStringLiteral("broker"), QStringLiteral("no broker to submit to") };
+    net::BrokerClient client(list.first(), {}, 30'000);
+    if (auto uploaded = client.uploadJobFiles(spec, QDir::currentPath()); !uploaded)
+        return uploaded.error();
+    auto reply = client.request(net::Command::Submit, { { QStringLiteral("job"), spec.toJson() } });
+    if (!reply)
+        return core::Error { QStringLiteral("broker"), reply.error().message };
+    return reply->value(QStringLiteral("jobId")).toString();
+}
+
+core::Status DesktopApp::saveModel(const QString& jobId, const QString& path)
+{
+    const auto list = brokers();
+    if (list.isEmpty())
+        return core::Error { QStringLiteral("broker"), QStringLiteral("no broker") };
+    net::BrokerClient client(list.first(), {}, 30'000);
+    auto status = client.request(net::Command::Status, { { QStringLiteral("jobId"), jobId } });
+    if (!status)
+        return core::Error { QStringLiteral("jobId"), status.error().message };
+    auto digest = core::Digest::fromHex(
+        status->value(QStringLiteral("job")).toObject().value(QStringLiteral("weightsSha256")).toString());
+    if (!digest)
+        return digest.error();
+    auto bytes = client.download(*digest);
+    if (!bytes)
+        return bytes.error();
+    QSaveFile file(path);
+    if (!file.open(QIODevice::WriteOnly) || file.write(*bytes) != bytes->size() || !file.commit())
+        return core::Error { QStringLiteral("path"), QStringLiteral("cannot write %1").arg(path) };
+    return {};
+}
+
+void DesktopApp::runBenchmark()
+{
+    m_dashboard->setBenchmarkProgress(0, tr("measuring…"));
+    const QString database = QDir(m_dataDirectory).filePath(QStringLiteral("node.sqlite"));
+    // The benchmark runs on a worker thread; its own torch work never touches the compute thread's.
+    auto* watcher = new QFutureWatcher<QString>(this);
+    connect(watcher, &QFutureWatcher<QString>::finished, this, [this, watcher] {
+        m_dashboard->setBenchmarkProgress(-1, watcher->result());
+        watcher->deleteLater();
+        applySettings();
+    });
+    const auto maxThreads = m_settings->intValue(names::ComputeMaxThreads);
+    const int threads = int(maxThreads > 0 ? maxThreads : QThread::idealThreadCount());
+    QPointer<ui::Dashboard> dashboard = m_dashboard.get();
+    watcher->setFuture(QtConcurrent::run([threads, database, dashboard]() -> QString {
+        compute::BenchmarkOptions options;
+        options.threads = threads;
+        options.maxRepetitions = 15;
+        int done = 0;
+        options.progress = [&done, dashboard](const QString& name, int repetition) {
+            ++done;
+            QMetaObject::invokeMethod(dashboard, [dashboard, name, repetition, done] {
+                if (dashboard)
+                    dashboard->setBenchmarkProgress(
+                        std::min(95, done * 2), QStringLiteral("%1, repetition %2").arg(name).arg(repetition));
+            });
+        };
+        const auto record = compute::runBenchmark(options);
+        auto store = core::BenchmarkStore::open(database);
+        if (!store)
+            return store.error().toString();
+        if (auto saved = (*store)->save(record); !saved)
+            return saved.error().toString();
+        QStringList parts;
+        for (const auto* name : { "mlp", "cnn", "matmul" }) {
+            if (auto m = record.measurement(QString::fromLatin1(name)))
+                parts.append(QStringLiteral("%1 %2").arg(QString::fromLatin1(name)).arg(m->value, 0, 'f', 0));
+        }
+        return QStringLiteral("measured: ") + parts.join(QStringLiteral(", "));
+    }));
+}
+
+core::Status DesktopApp::screenshot(const QString& directory)
+{
+    if (!QDir().mkpath(directory))
+        return core::Error { QStringLiteral("screenshot"), QStringLiteral("cannot create %1").arg(directory) };
+    refresh();
+    m_dashboard->resize(1100, 760);
+    for (const auto& name : m_dashboard->tabNames()) {
+        m_dashboard->showTab(name);
+        QCoreApplication::processEvents();
+        const QString file = QDir(directory).filePath(name.toLower() + QStringLiteral(".png"));
+        if (!m_dashboard->grab().save(file))
+            return core::Error { QStringLiteral("screenshot"), QStringLiteral("cannot write %1").arg(file) };
+    }
+    return {};
+}
+
+} // namespace tessera::app

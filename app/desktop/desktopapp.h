@@ -1,0 +1,95 @@
+#pragma once
+
+#include "contributor.h"
+#include "embeddedbroker.h"
+
+#include "../common/nodesetup.h"
+
+#include <compute/computethread.h>
+#include <core/contribution.h>
+#include <core/resultlog.h>
+#include <core/settings/settings.h>
+#include <ui/widgets/dashboard.h>
+#include <ui/widgets/tray.h>
+
+#include <QFileSystemWatcher>
+#include <QJsonObject>
+#include <QObject>
+#include <QTimer>
+
+#include <memory>
+#include <optional>
+
+namespace tessera::app {
+
+// The desktop app's wiring: settings, the embedded broker, the node sessions and compute thread,
+// the contribute / snooze / pause state, and the dashboard and tray that show it all. Every second
+// it reads the node's result log and asks its brokers for balances and jobs, and pushes plain
+// rows to the dashboard's models.
+class DesktopApp final : public QObject {
+    Q_OBJECT
+
+public:
+    struct Options {
+        QString configPath;
+        bool forceWindow = false; // show the dashboard even when a tray exists
+    };
+
+    explicit DesktopApp(Options options, QObject* parent = nullptr);
+    ~DesktopApp() override;
+
+    // Loads settings, detects devices, starts the embedded broker when no broker is configured,
+    // and resumes contributing if it was on. An error is something the user must fix.
+    core::Status start();
+    void startContributing();
+    void stopContributing();
+    void snoozeFor(std::int64_t seconds);
+    void snoozeUntilIdle();
+    // Submits a job from the panel to the first broker (the embedded one when there is one).
+    core::Result<QString> submit(core::JobSpec spec);
+    // Saves a job's newest weights (torch.load reads them).
+    core::Status saveModel(const QString& jobId, const QString& path);
+    // Renders every tab to DIR/<tab>.png.
+    core::Status screenshot(const QString& directory);
+
+    ui::Dashboard& dashboard() { return *m_dashboard; }
+    core::Contribution& contribution() { return m_contribution; }
+    QString brokerAddress() const; // the first broker
+    // Runs one refresh now (the timer does it every second).
+    void refresh();
+
+Q_SIGNALS:
+    void quitRequested();
+
+private:
+    void applySettings();
+    void restartSessions();
+    void updateState();
+    void notifyTransitions(const QList<QJsonObject>& results);
+    QList<net::BrokerAddress> brokers() const;
+    void writeAutostart(bool on);
+    void runBenchmark();
+
+    Options m_options;
+    std::unique_ptr<core::settings::Settings> m_settings;
+    QFileSystemWatcher m_watcher;
+    QString m_dataDirectory;
+    std::optional<NodeIdentity> m_identity;
+    EmbeddedBroker m_embedded;
+    std::unique_ptr<Contributor> m_contributor;
+    std::unique_ptr<core::ResultLog> m_results;
+    core::Contribution m_contribution;
+    std::unique_ptr<ui::Dashboard> m_dashboard;
+    std::unique_ptr<ui::Tray> m_tray;
+    QTimer m_tick;
+    std::optional<compute::ShardProgress> m_progress;
+    QHash<QString, QString> m_lastStates; // assignment -> state, for notifications
+    bool m_brokerReachable = true;
+    bool m_computePaused = false;
+    QSet<QString> m_pausedDevices;
+    QStringList m_sessionBrokers; // the brokers the running sessions serve
+    QJsonObject m_account; // the node's balance and stake at the first broker, last asked
+    int m_ticks = 0;
+};
+
+} // namespace tessera::app

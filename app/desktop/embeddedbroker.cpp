@@ -1,0 +1,62 @@
+#include "embeddedbroker.h"
+
+#include <compute/brokermath.h>
+#include <net/brokerserver.h>
+
+#include <future>
+
+namespace tessera::app {
+
+EmbeddedBroker::~EmbeddedBroker()
+{
+    stop();
+}
+
+core::Result<QString> EmbeddedBroker::start(Options options)
+{
+    stop();
+    m_stop = false;
+    std::promise<core::Result<QString>> ready;
+    auto address = ready.get_future();
+    m_thread = std::thread([this, options = std::move(options), &ready]() mutable {
+        // Everything the broker owns (SQLite, sockets) lives and dies on this thread.
+        compute::BrokerMath math(options.environment);
+        core::broker::SystemClock clock;
+        auto broker = core::broker::Broker::open(options.dataDirectory, math, clock, options.broker);
+        if (!broker) {
+            ready.set_value(broker.error());
+            return;
+        }
+        core::BlobStore* blobs = &(*broker)->blobs();
+        auto environment = options.environment;
+        environment.blobPath = [blobs](const core::Digest& digest) { return blobs->path(digest); };
+        math = compute::BrokerMath(environment);
+        net::BrokerServerOptions serverOptions;
+        serverOptions.bind = QStringLiteral("tcp://127.0.0.1:*");
+        serverOptions.heartbeatMs = options.heartbeatMs;
+        net::BrokerServer server(**broker, serverOptions);
+        if (auto bound = server.bind(); !bound) {
+            ready.set_value(bound.error());
+            return;
+        }
+        ready.set_value(server.address());
+        server.run(m_stop);
+    });
+    auto result = address.get();
+    if (!result) {
+        m_thread.join();
+        return result.error();
+    }
+    m_address = *result;
+    return result;
+}
+
+void EmbeddedBroker::stop()
+{
+    if (!m_thread.joinable())
+        return;
+    m_stop = true;
+    m_thread.join();
+}
+
+} // namespace tessera::app

@@ -1,0 +1,132 @@
+// tessera: the desktop app. See README.md ("The desktop app") and docs/APP.md.
+
+#include "desktopapp.h"
+
+#include <core/settings/settings.h>
+#include <ui/widgets/submitpanel.h>
+
+#include <QApplication>
+#include <QCommandLineParser>
+#include <QDir>
+#include <QLocalServer>
+#include <QLocalSocket>
+#include <QLockFile>
+#include <QStandardPaths>
+#include <QTimer>
+
+#include <cstdio>
+
+using namespace tessera;
+
+namespace {
+
+QString instanceName()
+{
+    return QStringLiteral("tessera-%1").arg(QString::fromLocal8Bit(qgetenv("USER")));
+}
+
+} // namespace
+
+int main(int argc, char* argv[])
+{
+    // --screenshot renders without a display.
+    for (int i = 1; i < argc; ++i) {
+        if (QByteArray(argv[i]) == "--screenshot" && qEnvironmentVariableIsEmpty("QT_QPA_PLATFORM"))
+            qputenv("QT_QPA_PLATFORM", "offscreen");
+    }
+    QApplication application(argc, argv);
+    QApplication::setApplicationName(QStringLiteral("Tessera"));
+    QApplication::setOrganizationName(QStringLiteral("Tessera"));
+    QApplication::setApplicationVersion(QStringLiteral(TESSERA_VERSION));
+    QApplication::setQuitOnLastWindowClosed(false);
+    application.setWindowIcon(ui::Tray::iconFor(core::Contribution::State::Working));
+
+    QCommandLineParser parser;
+    parser.setApplicationDescription(QStringLiteral(
+        "Tessera: contribute this computer's idle time to training machine-learning models, and submit your own jobs."));
+    parser.addHelpOption();
+    parser.addVersionOption();
+    parser.addOption({ QStringLiteral("config"), QStringLiteral("settings file (default ~/.config/Tessera/tessera.ini)"),
+        QStringLiteral("FILE"), core::settings::Settings::defaultFilePath() });
+    parser.addOption({ QStringLiteral("screenshot"),
+        QStringLiteral("render every tab of the dashboard to DIR/<tab>.png (offscreen) with live data, then quit"),
+        QStringLiteral("DIR") });
+    parser.addOption({ QStringLiteral("screenshot-after"),
+        QStringLiteral("seconds to run (contributing, with a small demo job) before the screenshots (default 0)"),
+        QStringLiteral("SECONDS"), QStringLiteral("0") });
+    parser.addOption({ QStringLiteral("show"), QStringLiteral("open the dashboard even when the tray is available") });
+    parser.process(application);
+    const bool screenshots = parser.isSet(QStringLiteral("screenshot"));
+
+    // One instance per user: a second start raises the first one's window.
+    const QString runtime = QStandardPaths::writableLocation(QStandardPaths::RuntimeLocation);
+    QDir().mkpath(runtime);
+    QLockFile lock(QDir(runtime).filePath(QStringLiteral("tessera.lock")));
+    lock.setStaleLockTime(0);
+    if (!screenshots && !lock.tryLock(100)) {
+        QLocalSocket socket;
+        socket.connectToServer(instanceName());
+        if (socket.waitForConnected(1000)) {
+            socket.write("show\n");
+            socket.waitForBytesWritten(1000);
+            std::fprintf(stderr, "tessera is already running; its window was raised\n");
+            return 0;
+        }
+        std::fprintf(stderr, "tessera: another instance holds %s\n", qPrintable(lock.fileName()));
+        return 1;
+    }
+
+    app::DesktopApp desktop({ parser.value(QStringLiteral("config")), parser.isSet(QStringLiteral("show")) || screenshots });
+    if (auto started = desktop.start(); !started) {
+        std::fprintf(stderr, "tessera: %s\n", qPrintable(started.error().toString()));
+        if (screenshots)
+            return 1;
+    }
+    QObject::connect(&desktop, &app::DesktopApp::quitRequested, &application, &QApplication::quit);
+
+    QLocalServer server;
+    if (!screenshots) {
+        QLocalServer::removeServer(instanceName());
+        server.listen(instanceName());
+        QObject::connect(&server, &QLocalServer::newConnection, &desktop, [&] {
+            while (auto* socket = server.nextPendingConnection()) {
+                QObject::connect(socket, &QLocalSocket::readyRead, socket, [socket, &desktop] {
+                    socket->readAll();
+                    desktop.dashboard().show();
+                    desktop.dashboard().raise();
+                    desktop.dashboard().activateWindow();
+                    socket->deleteLater();
+                });
+            }
+        });
+    }
+
+    if (screenshots) {
+        const QString directory = parser.value(QStringLiteral("screenshot"));
+        const int seconds = parser.value(QStringLiteral("screenshot-after")).toInt();
+        if (seconds > 0) {
+            // Live data: contribute, and submit a small job from the panel.
+            desktop.startContributing();
+            auto& panel = desktop.dashboard().submitPanel();
+            if (auto spec = panel.spec()) {
+                auto small = *spec;
+                small.name = QStringLiteral("screenshot demo");
+                small.training.rounds = 3;
+                small.training.localSteps = 40;
+                small.training.checkpointInterval = 10;
+                small.budget = *core::Credits::fromCredits(20);
+                (void)desktop.submit(small);
+            }
+        }
+        QTimer::singleShot(seconds * 1000, &application, [&] {
+            desktop.refresh();
+            const auto status = desktop.screenshot(directory);
+            if (!status)
+                std::fprintf(stderr, "tessera: %s\n", qPrintable(status.error().toString()));
+            else
+                std::printf("wrote the dashboard's tabs to %s\n", qPrintable(directory));
+            application.exit(status ? 0 : 1);
+        });
+    }
+    return application.exec();
+}

@@ -1,0 +1,105 @@
+#include "contribution.h"
+
+namespace tessera::core {
+
+void Contribution::setContributing(bool on)
+{
+    m_contributing = on;
+    if (!on)
+        endSnooze();
+}
+
+void Contribution::snoozeUntil(const QDateTime& until)
+{
+    m_snoozeUntil = until;
+    m_snoozedUntilIdle = false;
+}
+
+void Contribution::snoozeUntilIdle()
+{
+    m_snoozeUntil.reset();
+    m_snoozedUntilIdle = true;
+}
+
+void Contribution::endSnooze()
+{
+    m_snoozeUntil.reset();
+    m_snoozedUntilIdle = false;
+}
+
+void Contribution::update(const Inputs& inputs, const QDateTime& now)
+{
+    const bool idle = inputs.userIdleSeconds >= m_rules.idleSeconds;
+    if (m_snoozeUntil && now >= *m_snoozeUntil)
+        endSnooze();
+    if (m_snoozedUntilIdle && idle)
+        endSnooze();
+    m_pausedBecause.clear();
+    if (m_rules.runOnlyWhenIdle && !idle)
+        m_pausedBecause = QStringLiteral("the computer is in use (Compute/RunOnlyWhenIdle)");
+    else if (m_rules.pauseOnBattery && inputs.onBattery)
+        m_pausedBecause = QStringLiteral("on battery (Compute/PauseOnBattery)");
+    else if (!inputs.insideSchedule)
+        m_pausedBecause = QStringLiteral("outside the schedule (Compute/Schedule)");
+}
+
+Contribution::State Contribution::state() const
+{
+    if (!m_error.isEmpty())
+        return State::Error;
+    if (!m_contributing)
+        return State::Off;
+    if (m_snoozeUntil || m_snoozedUntilIdle)
+        return State::Snoozed;
+    if (!m_pausedBecause.isEmpty())
+        return State::Paused;
+    if (!m_connected)
+        return State::Offline;
+    return m_training ? State::Working : State::Waiting;
+}
+
+bool Contribution::mayCompute() const
+{
+    const auto now = state();
+    return now == State::Working || now == State::Waiting || now == State::Offline;
+}
+
+QString Contribution::reason() const
+{
+    switch (state()) {
+    case State::Error:
+        return m_error;
+    case State::Paused:
+        return m_pausedBecause;
+    case State::Snoozed:
+        return m_snoozeUntil ? QStringLiteral("snoozed until %1").arg(m_snoozeUntil->toString(QStringLiteral("HH:mm")))
+                             : QStringLiteral("snoozed until the computer is idle");
+    case State::Offline:
+        return QStringLiteral("no broker answers");
+    default:
+        return {};
+    }
+}
+
+QString Contribution::name(State state)
+{
+    switch (state) {
+    case State::Off:
+        return QStringLiteral("idle");
+    case State::Working:
+        return QStringLiteral("working");
+    case State::Waiting:
+        return QStringLiteral("waiting for work");
+    case State::Paused:
+        return QStringLiteral("paused");
+    case State::Snoozed:
+        return QStringLiteral("snoozed");
+    case State::Offline:
+        return QStringLiteral("offline");
+    case State::Error:
+        return QStringLiteral("error");
+    }
+    return {};
+}
+
+} // namespace tessera::core

@@ -1,0 +1,148 @@
+// The dashboard's table models: consistent for Qt's model tester, and a refresh emits only the
+// cells that changed.
+
+#include <ui/models/tablemodels.h>
+
+#include <QAbstractItemModelTester>
+#include <QJsonArray>
+#include <QSignalSpy>
+#include <QTest>
+
+using namespace tessera;
+using namespace tessera::ui;
+
+namespace {
+
+QJsonObject result(const QString& assignment, const QString& state, const QString& paid = QStringLiteral("0"))
+{
+    return { { QStringLiteral("assignment"), assignment }, { QStringLiteral("jobId"), QStringLiteral("job") },
+        { QStringLiteral("round"), 1 }, { QStringLiteral("shard"), 2 }, { QStringLiteral("state"), state },
+        { QStringLiteral("paid"), paid },
+        { QStringLiteral("history"),
+            QJsonArray { QJsonObject { { QStringLiteral("state"), QStringLiteral("computed") }, { QStringLiteral("at"), 1000 } },
+                QJsonObject { { QStringLiteral("state"), state }, { QStringLiteral("at"), 2000 } } } } };
+}
+
+core::DeviceInfo device(int index, bool usable)
+{
+    core::DeviceInfo info;
+    info.kind = index == 0 ? core::DeviceInfo::Kind::Cpu : core::DeviceInfo::Kind::Cuda;
+    info.index = index;
+    info.name = QStringLiteral("device %1").arg(index);
+    info.usable = usable;
+    info.unusableReason = usable ? QString() : QStringLiteral("no CUDA in this LibTorch");
+    return info;
+}
+
+} // namespace
+
+class ModelsTest : public QObject {
+    Q_OBJECT
+
+private Q_SLOTS:
+    void resultsEmitOnlyChangedCells()
+    {
+        ResultsModel model;
+        QAbstractItemModelTester tester(&model, QAbstractItemModelTester::FailureReportingMode::QtTest);
+        model.setResults(
+            { result(QStringLiteral("a"), QStringLiteral("sampled")), result(QStringLiteral("b"), QStringLiteral("paid")) });
+        QCOMPARE(model.rowCount(), 2);
+        QCOMPARE(model.data(model.index(0, int(ResultsModel::Column::State))).toString(), QStringLiteral("sampled"));
+        QCOMPARE(model.data(model.index(0, int(ResultsModel::Column::History))).toString(), QStringLiteral("computed → sampled"));
+
+        QSignalSpy changed(&model, &QAbstractItemModel::dataChanged);
+        QSignalSpy inserted(&model, &QAbstractItemModel::rowsInserted);
+        QSignalSpy reset(&model, &QAbstractItemModel::modelReset);
+        // The same rows: nothing is emitted.
+        model.setResults(
+            { result(QStringLiteral("a"), QStringLiteral("sampled")), result(QStringLiteral("b"), QStringLiteral("paid")) });
+        QCOMPARE(changed.count(), 0);
+        // a was verified and paid: its state, paid and lifecycle cells change, and nothing else.
+        model.setResults({ result(QStringLiteral("a"), QStringLiteral("paid"), QStringLiteral("0.9")),
+            result(QStringLiteral("b"), QStringLiteral("paid")) });
+        QCOMPARE(model.lastChangedCells(), 3);
+        QCOMPARE(changed.count(), 3);
+        for (const auto& signal : changed) {
+            const auto index = signal[0].value<QModelIndex>();
+            QCOMPARE(index.row(), 0);
+            QVERIFY(index.column() == int(ResultsModel::Column::State) || index.column() == int(ResultsModel::Column::Paid)
+                || index.column() == int(ResultsModel::Column::History));
+        }
+        // A new result on top is one inserted row, not a reset.
+        model.setResults({ result(QStringLiteral("c"), QStringLiteral("computed")),
+            result(QStringLiteral("a"), QStringLiteral("paid"), QStringLiteral("0.9")),
+            result(QStringLiteral("b"), QStringLiteral("paid")) });
+        QCOMPARE(inserted.count(), 1);
+        QCOMPARE(reset.count(), 0);
+        QCOMPARE(model.rowAt(0).key, QStringLiteral("c"));
+        // One gone, another reordered: still consistent.
+        model.setResults(
+            { result(QStringLiteral("b"), QStringLiteral("paid")), result(QStringLiteral("c"), QStringLiteral("computed")) });
+        QCOMPARE(model.rowCount(), 2);
+        QCOMPARE(model.indexOfKey(QStringLiteral("a")), -1);
+    }
+
+    void devicesCanBeLeftOut()
+    {
+        DevicesModel model;
+        QAbstractItemModelTester tester(&model, QAbstractItemModelTester::FailureReportingMode::QtTest);
+        QHash<QString, DevicesModel::Benchmark> benchmarks { { QStringLiteral("cpu:0"), { 23599.0, 3467.0, 32.3 } } };
+        model.setDevices({ device(0, true), device(1, false) }, benchmarks, {});
+        QCOMPARE(model.rowCount(), 2);
+        const auto enabled = model.index(0, int(DevicesModel::Column::Enabled));
+        QCOMPARE(model.data(enabled, Qt::CheckStateRole).toInt(), int(Qt::Checked));
+        QVERIFY(model.data(model.index(0, int(DevicesModel::Column::Benchmark))).toString().contains(QStringLiteral("23,599")));
+        QCOMPARE(model.data(model.index(1, int(DevicesModel::Column::Usable))).toString(), QStringLiteral("no"));
+        QCOMPARE(
+            model.data(model.index(1, int(DevicesModel::Column::Why))).toString(), QStringLiteral("no CUDA in this LibTorch"));
+        QSignalSpy toggled(&model, &DevicesModel::enabledChanged);
+        QVERIFY(model.setData(enabled, Qt::Unchecked, Qt::CheckStateRole));
+        QCOMPARE(toggled.count(), 1);
+        QCOMPARE(toggled[0][0].toString(), QStringLiteral("cpu:0"));
+        QCOMPARE(toggled[0][1].toBool(), false);
+        QCOMPARE(model.data(enabled, Qt::CheckStateRole).toInt(), int(Qt::Unchecked));
+        // An unusable device cannot be switched on.
+        QVERIFY(!(model.flags(model.index(1, int(DevicesModel::Column::Enabled))) & Qt::ItemIsUserCheckable));
+        QVERIFY(!model.setData(model.index(1, int(DevicesModel::Column::Enabled)), Qt::Checked, Qt::CheckStateRole));
+    }
+
+    void jobsShowProgressAndAccuracy()
+    {
+        JobsModel model;
+        QAbstractItemModelTester tester(&model, QAbstractItemModelTester::FailureReportingMode::QtTest);
+        const QJsonObject job { { QStringLiteral("jobId"), QStringLiteral("j1") },
+            { QStringLiteral("name"), QStringLiteral("MLP") }, { QStringLiteral("state"), QStringLiteral("running") },
+            { QStringLiteral("round"), 2 }, { QStringLiteral("rounds"), 15 }, { QStringLiteral("escrow"), QStringLiteral("80") },
+            { QStringLiteral("history"), QJsonArray { QJsonObject { { QStringLiteral("testAccuracy"), 0.8123 } } } } };
+        model.setJobs({ job });
+        QCOMPARE(model.data(model.index(0, int(JobsModel::Column::Progress))).toString(), QStringLiteral("2 / 15 rounds"));
+        QCOMPARE(model.data(model.index(0, int(JobsModel::Column::Accuracy))).toString(), QStringLiteral("81.23%"));
+        auto later = job;
+        later.insert(QStringLiteral("round"), 3);
+        model.setJobs({ later });
+        QCOMPARE(model.lastChangedCells(), 1);
+    }
+
+    void logKeepsItsNewestEntries()
+    {
+        LogModel model(nullptr, 3);
+        QAbstractItemModelTester tester(&model, QAbstractItemModelTester::FailureReportingMode::QtTest);
+        for (int i = 0; i < 5; ++i)
+            model.append(QDateTime::currentDateTime(), QStringLiteral("info"), QStringLiteral("test"), QString::number(i));
+        QCOMPARE(model.rowCount(), 3);
+        QCOMPARE(model.data(model.index(0, int(LogModel::Column::Message))).toString(), QStringLiteral("2"));
+        QCOMPARE(model.data(model.index(2, int(LogModel::Column::Message))).toString(), QStringLiteral("4"));
+    }
+
+    void stakeEvents()
+    {
+        StakeEventsModel model;
+        QAbstractItemModelTester tester(&model, QAbstractItemModelTester::FailureReportingMode::QtTest);
+        model.setEvents({ { QStringLiteral("x"), QDateTime::currentDateTime(), QStringLiteral("slashed"), QStringLiteral("5"),
+            QStringLiteral("the referee re-executed checkpoint 1") } });
+        QCOMPARE(model.data(model.index(0, int(StakeEventsModel::Column::Event))).toString(), QStringLiteral("slashed"));
+    }
+};
+
+QTEST_MAIN(ModelsTest)
+#include "tst_models.moc"

@@ -1,0 +1,96 @@
+// The submit panel: it validates the job as the broker will, prices it, and submits only a valid one.
+
+#include <ui/widgets/submitpanel.h>
+
+#include <QComboBox>
+#include <QLineEdit>
+#include <QPushButton>
+#include <QSignalSpy>
+#include <QSpinBox>
+#include <QTest>
+
+using namespace tessera;
+using tessera::ui::SubmitPanel;
+
+class SubmitPanelTest : public QObject {
+    Q_OBJECT
+
+    // A stand-in for the broker's quote: 0.5 credits a shard.
+    static core::Result<core::Quote> quote(const core::JobSpec& spec)
+    {
+        core::Quote q;
+        q.shards = spec.training.rounds * spec.training.shardsPerRound;
+        q.pricePerShard = core::Credits::fromMicro(500'000);
+        q.training = *q.pricePerShard.checkedMultiply(q.shards);
+        q.verification = *q.training.checkedScale(1, 10);
+        q.total = *q.training.checkedAdd(q.verification);
+        q.worstCase = *q.training.checkedMultiply(2);
+        return q;
+    }
+
+private Q_SLOTS:
+    void theDefaultsAreAValidJob()
+    {
+        SubmitPanel panel;
+        auto spec = panel.spec();
+        QVERIFY2(spec.ok(), qPrintable(spec.ok() ? QString() : spec.error().toString()));
+        QCOMPARE(spec->model.zoo, QStringLiteral("mlp"));
+        QCOMPARE(spec->model.hidden, QList<std::int64_t>({ 256, 128 }));
+        QCOMPARE(spec->training.rounds, 15);
+        QVERIFY(panel.errorText().isEmpty());
+    }
+
+    void mistakesAreNamedAndNotSubmitted()
+    {
+        SubmitPanel panel;
+        QSignalSpy submitted(&panel, &SubmitPanel::submitRequested);
+        qobject_cast<QLineEdit*>(panel.field(QStringLiteral("name")))->setText(QString());
+        QVERIFY(panel.errorText().startsWith(QStringLiteral("name")));
+        QVERIFY(!panel.submitButton()->isEnabled());
+        qobject_cast<QLineEdit*>(panel.field(QStringLiteral("name")))->setText(QStringLiteral("job"));
+        qobject_cast<QLineEdit*>(panel.field(QStringLiteral("hidden")))->setText(QStringLiteral("256, lots"));
+        QVERIFY(panel.errorText().startsWith(QStringLiteral("model.hidden")));
+        qobject_cast<QLineEdit*>(panel.field(QStringLiteral("hidden")))->setText(QStringLiteral("64"));
+        qobject_cast<QLineEdit*>(panel.field(QStringLiteral("budget")))->setText(QStringLiteral("-3"));
+        QVERIFY(panel.errorText().startsWith(QStringLiteral("budget")));
+        qobject_cast<QLineEdit*>(panel.field(QStringLiteral("budget")))->setText(QStringLiteral("10"));
+        // A batch larger than a shard's samples (60,000 / 3 shards).
+        qobject_cast<QSpinBox*>(panel.field(QStringLiteral("batch")))->setValue(30'000);
+        QVERIFY2(panel.errorText().contains(QStringLiteral("batchSize")), qPrintable(panel.errorText()));
+        qobject_cast<QSpinBox*>(panel.field(QStringLiteral("batch")))->setValue(32);
+        // A TorchScript model needs its file.
+        auto* model = qobject_cast<QComboBox*>(panel.field(QStringLiteral("model")));
+        model->setCurrentIndex(model->findData(QStringLiteral("torchscript")));
+        QVERIFY2(panel.errorText().contains(QStringLiteral("torchscript")), qPrintable(panel.errorText()));
+        QTest::mouseClick(panel.submitButton(), Qt::LeftButton);
+        QCOMPARE(submitted.count(), 0);
+    }
+
+    void theEstimateFollowsTheForm()
+    {
+        SubmitPanel panel;
+        panel.setEstimator(&quote);
+        // 15 rounds x 3 shards at 0.5: 22.5 credits of training, 45 in the worst case.
+        QVERIFY2(panel.estimateText().contains(QStringLiteral("training 22.5")), qPrintable(panel.estimateText()));
+        QVERIFY(panel.estimateText().contains(QStringLiteral("worst case 45")));
+        qobject_cast<QSpinBox*>(panel.field(QStringLiteral("rounds")))->setValue(2);
+        QVERIFY2(panel.estimateText().contains(QStringLiteral("training 3,")), qPrintable(panel.estimateText()));
+        // A budget below the training cannot be submitted.
+        qobject_cast<QLineEdit*>(panel.field(QStringLiteral("budget")))->setText(QStringLiteral("2"));
+        QVERIFY(panel.estimateText().contains(QStringLiteral("does not cover")));
+        QVERIFY(!panel.submitButton()->isEnabled());
+        qobject_cast<QLineEdit*>(panel.field(QStringLiteral("budget")))->setText(QStringLiteral("4"));
+        QVERIFY(panel.estimateText().contains(QStringLiteral("may run out")));
+        QVERIFY(panel.submitButton()->isEnabled());
+
+        QSignalSpy submitted(&panel, &SubmitPanel::submitRequested);
+        QTest::mouseClick(panel.submitButton(), Qt::LeftButton);
+        QCOMPARE(submitted.count(), 1);
+        const auto spec = submitted[0][0].value<core::JobSpec>();
+        QCOMPARE(spec.training.rounds, 2);
+        QCOMPARE(spec.budget.toString(), QStringLiteral("4"));
+    }
+};
+
+QTEST_MAIN(SubmitPanelTest)
+#include "tst_submitpanel.moc"

@@ -1,0 +1,408 @@
+#include "dashboard.h"
+
+#include "submitpanel.h"
+
+#include <QBarCategoryAxis>
+#include <QBarSeries>
+#include <QBarSet>
+#include <QChart>
+#include <QChartView>
+#include <QDateTimeAxis>
+#include <QFormLayout>
+#include <QGroupBox>
+#include <QHBoxLayout>
+#include <QHeaderView>
+#include <QLabel>
+#include <QLineEdit>
+#include <QLineSeries>
+#include <QProgressBar>
+#include <QPushButton>
+#include <QSortFilterProxyModel>
+#include <QSpinBox>
+#include <QSplitter>
+#include <QStackedWidget>
+#include <QTabWidget>
+#include <QTableView>
+#include <QVBoxLayout>
+#include <QValueAxis>
+
+namespace tessera::ui {
+
+namespace {
+
+QTableView* table(QAbstractItemModel* model)
+{
+    auto* view = new QTableView;
+    view->setModel(model);
+    view->setSelectionBehavior(QAbstractItemView::SelectRows);
+    view->setAlternatingRowColors(true);
+    view->verticalHeader()->hide();
+    view->horizontalHeader()->setStretchLastSection(true);
+    view->horizontalHeader()->setSectionResizeMode(QHeaderView::ResizeToContents);
+    return view;
+}
+
+QChartView* chartView(const QString& title)
+{
+    auto* chart = new QChart;
+    chart->setTitle(title);
+    chart->legend()->hide();
+    auto* view = new QChartView(chart);
+    view->setRenderHint(QPainter::Antialiasing);
+    view->setMinimumHeight(220);
+    return view;
+}
+
+} // namespace
+
+Dashboard::Dashboard(QWidget* parent)
+    : QMainWindow(parent)
+    , m_results(new ResultsModel(this))
+    , m_devices(new DevicesModel(this))
+    , m_jobs(new JobsModel(this))
+    , m_log(new LogModel(this))
+    , m_stakeEvents(new StakeEventsModel(this))
+    , m_logFilter(new QSortFilterProxyModel(this))
+{
+    setWindowTitle(tr("Tessera"));
+    resize(1000, 700);
+    m_logFilter->setSourceModel(m_log);
+    m_logFilter->setFilterKeyColumn(-1);
+    m_logFilter->setFilterCaseSensitivity(Qt::CaseInsensitive);
+    m_tabs = new QTabWidget;
+    m_tabs->addTab(buildOverview(), tr("Overview"));
+    m_tabs->addTab(buildDevices(), tr("Devices"));
+    m_tabs->addTab(buildEarnings(), tr("Earnings"));
+    m_tabs->addTab(buildVerification(), tr("Verification"));
+    m_tabs->addTab(buildJobs(), tr("Jobs"));
+    m_tabs->addTab(buildLog(), tr("Log"));
+    m_stack = new QStackedWidget;
+    m_stack->addWidget(buildFirstRun());
+    m_stack->addWidget(m_tabs);
+    setCentralWidget(m_stack);
+}
+
+QWidget* Dashboard::buildFirstRun()
+{
+    auto* page = new QWidget;
+    auto* layout = new QVBoxLayout(page);
+    auto* title = new QLabel(tr("<h1>Welcome to Tessera</h1>"));
+    auto* text = new QLabel(tr("Tessera trains other people's machine-learning models on this computer while you do not "
+                               "need it, checks its work against other computers', and pays you credits for what it "
+                               "verifiably did. With no broker set up, it starts a local one on this computer, so you "
+                               "can see it work right away; add a network's broker in Settings to join it."));
+    text->setWordWrap(true);
+    m_start = new QPushButton(tr("Start contributing"));
+    m_start->setObjectName(QStringLiteral("startContributing"));
+    m_start->setMinimumHeight(48);
+    connect(m_start, &QPushButton::clicked, this, [this] {
+        showFirstRun(false);
+        Q_EMIT startContributing();
+    });
+    layout->addStretch();
+    layout->addWidget(title, 0, Qt::AlignHCenter);
+    layout->addWidget(text);
+    layout->addWidget(m_start, 0, Qt::AlignHCenter);
+    layout->addStretch();
+    return page;
+}
+
+QWidget* Dashboard::buildOverview()
+{
+    auto* page = new QWidget;
+    auto* form = new QFormLayout(page);
+    const QList<std::pair<QString, QString>> rows { { QStringLiteral("state"), tr("State") },
+        { QStringLiteral("reason"), tr("Because") }, { QStringLiteral("shard"), tr("Current shard") },
+        { QStringLiteral("speed"), tr("Speed") }, { QStringLiteral("pauseCost"), tr("A pause now") },
+        { QStringLiteral("balance"), tr("Balance") }, { QStringLiteral("earnedToday"), tr("Earned today") },
+        { QStringLiteral("stake"), tr("Stake bonded") }, { QStringLiteral("atRisk"), tr("Stake at risk") },
+        { QStringLiteral("brokers"), tr("Brokers") } };
+    for (const auto& [key, label] : rows) {
+        auto* value = new QLabel;
+        value->setTextInteractionFlags(Qt::TextSelectableByMouse);
+        value->setWordWrap(true);
+        m_overview.insert(key, value);
+        form->addRow(label, value);
+    }
+    auto* settings = new QPushButton(tr("Settings…"));
+    connect(settings, &QPushButton::clicked, this, &Dashboard::openSettings);
+    form->addRow(QString(), settings);
+    return page;
+}
+
+QWidget* Dashboard::buildDevices()
+{
+    auto* page = new QWidget;
+    auto* layout = new QVBoxLayout(page);
+    layout->addWidget(table(m_devices));
+    auto* limits = new QHBoxLayout;
+    m_threads = new QSpinBox;
+    m_threads->setRange(1, 256);
+    m_cpuPercent = new QSpinBox;
+    m_cpuPercent->setRange(1, 100);
+    m_cpuPercent->setSuffix(QStringLiteral(" %"));
+    limits->addWidget(new QLabel(tr("Threads")));
+    limits->addWidget(m_threads);
+    limits->addWidget(new QLabel(tr("CPU limit")));
+    limits->addWidget(m_cpuPercent);
+    limits->addStretch();
+    layout->addLayout(limits);
+    auto emitLimits = [this] { Q_EMIT limitsChanged(m_threads->value(), m_cpuPercent->value()); };
+    connect(m_threads, &QSpinBox::editingFinished, this, emitLimits);
+    connect(m_cpuPercent, &QSpinBox::editingFinished, this, emitLimits);
+    auto* benchmark = new QHBoxLayout;
+    m_benchmarkButton = new QPushButton(tr("Run benchmark"));
+    m_benchmarkProgress = new QProgressBar;
+    m_benchmarkText = new QLabel;
+    benchmark->addWidget(m_benchmarkButton);
+    benchmark->addWidget(m_benchmarkProgress);
+    benchmark->addWidget(m_benchmarkText, 1);
+    layout->addLayout(benchmark);
+    connect(m_benchmarkButton, &QPushButton::clicked, this, &Dashboard::runBenchmark);
+    setBenchmarkProgress(-1, {});
+    return page;
+}
+
+QWidget* Dashboard::buildEarnings()
+{
+    auto* page = new QWidget;
+    auto* layout = new QVBoxLayout(page);
+    m_earningsChart = chartView(tr("Credits earned per hour, last 24 hours"));
+    m_balanceChart = chartView(tr("Balance over time"));
+    {
+        auto* chart = m_earningsChart->chart();
+        m_hourly = new QBarSet(tr("credits"));
+        for (int i = 0; i < 24; ++i)
+            *m_hourly << 0.0;
+        auto* bars = new QBarSeries;
+        bars->append(m_hourly);
+        chart->addSeries(bars);
+        m_hours = new QBarCategoryAxis;
+        m_hourlyAxis = new QValueAxis;
+        m_hourlyAxis->setLabelFormat(QStringLiteral("%.2f"));
+        chart->addAxis(m_hours, Qt::AlignBottom);
+        chart->addAxis(m_hourlyAxis, Qt::AlignLeft);
+        bars->attachAxis(m_hours);
+        bars->attachAxis(m_hourlyAxis);
+    }
+    {
+        auto* chart = m_balanceChart->chart();
+        m_balance = new QLineSeries;
+        chart->addSeries(m_balance);
+        m_balanceTime = new QDateTimeAxis;
+        m_balanceTime->setFormat(QStringLiteral("dd.MM HH:mm"));
+        m_balanceAxis = new QValueAxis;
+        chart->addAxis(m_balanceTime, Qt::AlignBottom);
+        chart->addAxis(m_balanceAxis, Qt::AlignLeft);
+        m_balance->attachAxis(m_balanceTime);
+        m_balance->attachAxis(m_balanceAxis);
+    }
+    layout->addWidget(m_earningsChart);
+    layout->addWidget(m_balanceChart);
+    auto* stake = new QGroupBox(tr("Stake and slashes"));
+    auto* stakeLayout = new QVBoxLayout(stake);
+    stakeLayout->addWidget(table(m_stakeEvents));
+    layout->addWidget(stake);
+    setEarnings({}, QDateTime::currentDateTime());
+    return page;
+}
+
+QWidget* Dashboard::buildVerification()
+{
+    auto* page = new QWidget;
+    auto* layout = new QVBoxLayout(page);
+    auto* text = new QLabel(tr("Every result this computer produced or re-executed for another, and what became of it: "
+                               "computed → committed → sampled → verified (or disputed, slashed) → paid."));
+    text->setWordWrap(true);
+    layout->addWidget(text);
+    layout->addWidget(table(m_results));
+    return page;
+}
+
+QWidget* Dashboard::buildJobs()
+{
+    auto* page = new QSplitter(Qt::Horizontal);
+    m_submit = new SubmitPanel;
+    page->addWidget(m_submit);
+    auto* right = new QWidget;
+    auto* layout = new QVBoxLayout(right);
+    m_jobsView = table(m_jobs);
+    layout->addWidget(m_jobsView);
+    auto* buttons = new QHBoxLayout;
+    auto* cancel = new QPushButton(tr("Cancel job"));
+    auto* save = new QPushButton(tr("Save trained model…"));
+    buttons->addWidget(cancel);
+    buttons->addWidget(save);
+    buttons->addStretch();
+    layout->addLayout(buttons);
+    m_jobChart = chartView(tr("Test accuracy per round"));
+    {
+        auto* chart = m_jobChart->chart();
+        m_accuracy = new QLineSeries;
+        m_accuracy->setPointsVisible(true);
+        chart->addSeries(m_accuracy);
+        m_rounds = new QValueAxis;
+        m_rounds->setLabelFormat(QStringLiteral("%d"));
+        m_rounds->setTitleText(tr("round"));
+        auto* percent = new QValueAxis;
+        percent->setRange(0, 100);
+        percent->setTitleText(tr("test accuracy, %"));
+        chart->addAxis(m_rounds, Qt::AlignBottom);
+        chart->addAxis(percent, Qt::AlignLeft);
+        m_accuracy->attachAxis(m_rounds);
+        m_accuracy->attachAxis(percent);
+    }
+    layout->addWidget(m_jobChart);
+    page->addWidget(right);
+    connect(cancel, &QPushButton::clicked, this, [this] {
+        if (!selectedJob().isEmpty())
+            Q_EMIT cancelJob(selectedJob());
+    });
+    connect(save, &QPushButton::clicked, this, [this] {
+        if (!selectedJob().isEmpty())
+            Q_EMIT saveModel(selectedJob());
+    });
+    connect(m_jobsView->selectionModel(), &QItemSelectionModel::selectionChanged, this,
+        [this] { Q_EMIT jobSelected(selectedJob()); });
+    return page;
+}
+
+QWidget* Dashboard::buildLog()
+{
+    auto* page = new QWidget;
+    auto* layout = new QVBoxLayout(page);
+    auto* filter = new QLineEdit;
+    filter->setPlaceholderText(tr("Filter (level, source or text)"));
+    filter->setClearButtonEnabled(true);
+    connect(filter, &QLineEdit::textChanged, m_logFilter, &QSortFilterProxyModel::setFilterFixedString);
+    layout->addWidget(filter);
+    layout->addWidget(table(m_logFilter));
+    return page;
+}
+
+QString Dashboard::selectedJob() const
+{
+    const auto rows = m_jobsView->selectionModel()->selectedRows();
+    if (!rows.isEmpty())
+        return m_jobs->rowAt(rows.first().row()).key;
+    return m_jobs->rowCount() > 0 ? m_jobs->rowAt(0).key : QString();
+}
+
+void Dashboard::setOverview(const Overview& overview)
+{
+    const QHash<QString, QString> values { { QStringLiteral("state"), overview.state },
+        { QStringLiteral("reason"), overview.reason }, { QStringLiteral("shard"), overview.shard },
+        { QStringLiteral("speed"), overview.speed }, { QStringLiteral("pauseCost"), overview.pauseCost },
+        { QStringLiteral("balance"), overview.balance }, { QStringLiteral("earnedToday"), overview.earnedToday },
+        { QStringLiteral("stake"), overview.stake }, { QStringLiteral("atRisk"), overview.atRisk },
+        { QStringLiteral("brokers"), overview.brokers } };
+    for (auto it = values.constBegin(); it != values.constEnd(); ++it) {
+        if (auto* label = m_overview.value(it.key()); label && label->text() != it.value())
+            label->setText(it.value());
+    }
+}
+
+QString Dashboard::overviewText() const
+{
+    QStringList lines;
+    for (auto it = m_overview.constBegin(); it != m_overview.constEnd(); ++it)
+        lines.append(it.key() + QStringLiteral(": ") + it.value()->text());
+    lines.sort();
+    return lines.join(u'\n');
+}
+
+void Dashboard::setEarnings(const QList<Earning>& earnings, const QDateTime& now)
+{
+    // Per hour over the last 24 hours.
+    QList<double> hours(24, 0.0);
+    m_chartedEarnings = 0.0;
+    for (const auto& earning : earnings) {
+        const auto age = earning.at.secsTo(now) / 3600;
+        if (age >= 0 && age < 24 && earning.credits > 0) {
+            hours[23 - int(age)] += earning.credits;
+            m_chartedEarnings += earning.credits;
+        }
+    }
+    QStringList labels;
+    double top = 0.0;
+    for (int i = 0; i < 24; ++i) {
+        m_hourly->replace(i, hours[i]);
+        top = std::max(top, hours[i]);
+        labels.append(now.addSecs(-3600LL * (23 - i)).toString(QStringLiteral("HH")));
+    }
+    m_hours->setCategories(labels);
+    m_hourlyAxis->setRange(0, top > 0 ? top * 1.1 : 1.0);
+
+    // Balance: the running sum of payments and slashes.
+    double balance = 0.0, high = 0.0, low = 0.0;
+    QDateTime first = now.addSecs(-3600), last = now;
+    auto sorted = earnings;
+    std::sort(sorted.begin(), sorted.end(), [](const Earning& a, const Earning& b) { return a.at < b.at; });
+    if (!sorted.isEmpty())
+        first = std::min(first, sorted.first().at);
+    QList<QPointF> points { { double(first.toMSecsSinceEpoch()), 0.0 } };
+    for (const auto& earning : sorted) {
+        points.append({ double(earning.at.toMSecsSinceEpoch()), balance }); // a step, not a slope
+        balance += earning.credits;
+        high = std::max(high, balance);
+        low = std::min(low, balance);
+        points.append({ double(earning.at.toMSecsSinceEpoch()), balance });
+    }
+    points.append({ double(last.toMSecsSinceEpoch()), balance });
+    m_balance->replace(points);
+    m_balanceTime->setRange(first, last);
+    m_balanceAxis->setRange(low, high > low ? high * 1.1 : low + 1.0);
+}
+
+void Dashboard::setJobRounds(const QString& jobId, const QList<RoundPoint>& rounds)
+{
+    m_jobChart->chart()->setTitle(tr("Test accuracy per round: %1").arg(jobId));
+    QList<QPointF> points;
+    int lastRound = 1;
+    for (const auto& point : rounds) {
+        points.append({ double(point.round + 1), point.testAccuracy * 100.0 });
+        lastRound = std::max(lastRound, point.round + 1);
+    }
+    m_accuracy->replace(points);
+    m_rounds->setRange(0, lastRound);
+    m_rounds->setTickCount(std::min(lastRound, 10) + 1);
+}
+
+void Dashboard::setBenchmarkProgress(int percent, const QString& text)
+{
+    m_benchmarkProgress->setVisible(percent >= 0);
+    m_benchmarkProgress->setValue(std::max(percent, 0));
+    m_benchmarkButton->setEnabled(percent < 0);
+    m_benchmarkText->setText(text);
+}
+
+void Dashboard::setLimits(int threads, int maxThreads, int cpuPercent)
+{
+    m_threads->setMaximum(std::max(1, maxThreads));
+    m_threads->setValue(threads);
+    m_cpuPercent->setValue(cpuPercent);
+}
+
+void Dashboard::showFirstRun(bool firstRun)
+{
+    m_stack->setCurrentIndex(firstRun ? 0 : 1);
+}
+
+QStringList Dashboard::tabNames() const
+{
+    QStringList names;
+    for (int i = 0; i < m_tabs->count(); ++i)
+        names.append(m_tabs->tabText(i));
+    return names;
+}
+
+void Dashboard::showTab(const QString& name)
+{
+    showFirstRun(false);
+    for (int i = 0; i < m_tabs->count(); ++i) {
+        if (m_tabs->tabText(i) == name)
+            m_tabs->setCurrentIndex(i);
+    }
+}
+
+} // namespace tessera::ui

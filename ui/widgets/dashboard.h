@@ -1,0 +1,137 @@
+#pragma once
+
+#include "../models/tablemodels.h"
+
+#include <QDateTime>
+#include <QMainWindow>
+
+class QBarCategoryAxis;
+class QBarSet;
+class QChartView;
+class QDateTimeAxis;
+class QLineSeries;
+class QValueAxis;
+class QLabel;
+class QProgressBar;
+class QPushButton;
+class QSortFilterProxyModel;
+class QSpinBox;
+class QStackedWidget;
+class QTabWidget;
+class QTableView;
+
+namespace tessera::ui {
+
+class SubmitPanel;
+
+// What the Overview tab shows; the app fills it on each tick.
+struct Overview {
+    QString state; // "working", "snoozed", ...
+    QString reason; // why paused, snoozed, offline or in error
+    QString shard; // "Fashion-MNIST MLP, round 3, shard 1: step 40 of 100"
+    QString speed; // "23,400 samples/s, 2 s left"
+    QString pauseCost; // what a pause would cost now
+    QString balance; // credits
+    QString earnedToday;
+    QString stake; // bonded
+    QString atRisk; // stake that a lost dispute could take now
+    QString brokers; // "local broker (embedded)", or the addresses
+};
+
+// A payment or a slash, for the Earnings charts.
+struct Earning {
+    QDateTime at;
+    double credits = 0.0; // negative for a slash
+};
+
+// One round of a job, for the Jobs tab's chart.
+struct RoundPoint {
+    int round = 0;
+    double testAccuracy = 0.0;
+    double testLoss = 0.0;
+};
+
+// The dashboard: one window, tabs for Overview, Devices, Earnings, Verification, Jobs (the submit
+// panel) and Log. It shows what the app hands it and says what the user asked for through
+// signals; it decides nothing.
+class Dashboard final : public QMainWindow {
+    Q_OBJECT
+
+public:
+    explicit Dashboard(QWidget* parent = nullptr);
+
+    ResultsModel& results() { return *m_results; }
+    DevicesModel& devices() { return *m_devices; }
+    JobsModel& jobs() { return *m_jobs; }
+    LogModel& log() { return *m_log; }
+    StakeEventsModel& stakeEvents() { return *m_stakeEvents; }
+    SubmitPanel& submitPanel() { return *m_submit; }
+
+    void setOverview(const Overview& overview);
+    void setEarnings(const QList<Earning>& earnings, const QDateTime& now);
+    void setJobRounds(const QString& jobId, const QList<RoundPoint>& rounds);
+    void setBenchmarkProgress(int percent, const QString& text); // percent < 0: not running
+    void setLimits(int threads, int maxThreads, int cpuPercent);
+    // The first-run screen until the user starts contributing (or has before).
+    void showFirstRun(bool firstRun);
+    QString selectedJob() const;
+
+    // The tabs, by name, for --screenshot and tests.
+    QStringList tabNames() const;
+    void showTab(const QString& name);
+    QPushButton* startButton() const { return m_start; }
+    QChartView* earningsChart() const { return m_earningsChart; }
+    double chartedEarnings() const { return m_chartedEarnings; }
+    QString overviewText() const;
+
+Q_SIGNALS:
+    void startContributing();
+    void runBenchmark();
+    void limitsChanged(int threads, int cpuPercent);
+    void cancelJob(const QString& jobId);
+    void saveModel(const QString& jobId);
+    void jobSelected(const QString& jobId);
+    void openSettings();
+
+private:
+    QWidget* buildOverview();
+    QWidget* buildDevices();
+    QWidget* buildEarnings();
+    QWidget* buildVerification();
+    QWidget* buildJobs();
+    QWidget* buildLog();
+    QWidget* buildFirstRun();
+
+    ResultsModel* m_results;
+    DevicesModel* m_devices;
+    JobsModel* m_jobs;
+    LogModel* m_log;
+    StakeEventsModel* m_stakeEvents;
+    QSortFilterProxyModel* m_logFilter;
+    SubmitPanel* m_submit = nullptr;
+    QStackedWidget* m_stack = nullptr;
+    QTabWidget* m_tabs = nullptr;
+    QPushButton* m_start = nullptr;
+    QHash<QString, QLabel*> m_overview;
+    QProgressBar* m_benchmarkProgress = nullptr;
+    QLabel* m_benchmarkText = nullptr;
+    QPushButton* m_benchmarkButton = nullptr;
+    QSpinBox* m_threads = nullptr;
+    QSpinBox* m_cpuPercent = nullptr;
+    QChartView* m_earningsChart = nullptr;
+    QChartView* m_balanceChart = nullptr;
+    QChartView* m_jobChart = nullptr;
+    QTableView* m_jobsView = nullptr;
+    double m_chartedEarnings = 0.0;
+    // The charts' series and axes, made once; each refresh replaces their points.
+    QBarSet* m_hourly = nullptr;
+    QBarCategoryAxis* m_hours = nullptr;
+    QValueAxis* m_hourlyAxis = nullptr;
+    QLineSeries* m_balance = nullptr;
+    QDateTimeAxis* m_balanceTime = nullptr;
+    QValueAxis* m_balanceAxis = nullptr;
+    QLineSeries* m_accuracy = nullptr;
+    QValueAxis* m_rounds = nullptr;
+};
+
+} // namespace tessera::ui

@@ -1,0 +1,256 @@
+#include "submitpanel.h"
+
+#include <QComboBox>
+#include <QDoubleSpinBox>
+#include <QFileDialog>
+#include <QFormLayout>
+#include <QHBoxLayout>
+#include <QJsonArray>
+#include <QLabel>
+#include <QLineEdit>
+#include <QPushButton>
+#include <QSpinBox>
+#include <QVBoxLayout>
+
+namespace tessera::ui {
+
+namespace {
+
+QSpinBox* spin(int min, int max, int value)
+{
+    auto* box = new QSpinBox;
+    box->setRange(min, max);
+    box->setValue(value);
+    return box;
+}
+
+QDoubleSpinBox* number(double min, double max, double value, int decimals)
+{
+    auto* box = new QDoubleSpinBox;
+    box->setDecimals(decimals);
+    box->setRange(min, max);
+    box->setValue(value);
+    box->setSingleStep(std::pow(10.0, -decimals + 1));
+    return box;
+}
+
+} // namespace
+
+SubmitPanel::SubmitPanel(QWidget* parent)
+    : QWidget(parent)
+    , m_name(new QLineEdit(QStringLiteral("Fashion-MNIST MLP")))
+    , m_model(new QComboBox)
+    , m_hidden(new QLineEdit(QStringLiteral("256, 128")))
+    , m_scriptFile(new QLineEdit)
+    , m_dataset(new QComboBox)
+    , m_trainFile(new QLineEdit)
+    , m_trainSamples(spin(1, 100'000'000, 60'000))
+    , m_optimizer(new QComboBox)
+    , m_lr(number(0.000001, 100.0, 0.05, 6))
+    , m_momentum(number(0.0, 0.999, 0.9, 3))
+    , m_rounds(spin(1, 100'000, 15))
+    , m_shards(spin(1, 4096, 3))
+    , m_steps(spin(1, 1'000'000, 100))
+    , m_batch(spin(1, 100'000, 64))
+    , m_seed(spin(0, 2'000'000'000, 42))
+    , m_aggregation(new QComboBox)
+    , m_budget(new QLineEdit(QStringLiteral("100")))
+    , m_verification(number(0.0, 1.0, 0.1, 2))
+    , m_estimate(new QLabel)
+    , m_error(new QLabel)
+    , m_submit(new QPushButton(tr("Submit job")))
+{
+    m_model->addItem(tr("Zoo: multilayer perceptron"), QStringLiteral("mlp"));
+    m_model->addItem(tr("Zoo: convolutional network"), QStringLiteral("cnn"));
+    m_model->addItem(tr("TorchScript file"), QStringLiteral("torchscript"));
+    m_dataset->addItem(tr("Fashion-MNIST (built in)"), QStringLiteral("fashion-mnist"));
+    m_dataset->addItem(tr("Tensor file (torch.save)"), QStringLiteral("tensors"));
+    m_optimizer->addItem(QStringLiteral("SGD"), QStringLiteral("sgd"));
+    m_optimizer->addItem(QStringLiteral("Adam"), QStringLiteral("adam"));
+    m_aggregation->addItem(QStringLiteral("FedAvg"), QStringLiteral("fedavg"));
+    m_aggregation->addItem(QStringLiteral("Nesterov (DiLoCo)"), QStringLiteral("nesterov"));
+    m_error->setWordWrap(true);
+    m_error->setStyleSheet(QStringLiteral("color: #b00020"));
+    m_estimate->setWordWrap(true);
+
+    auto fileRow = [this](QLineEdit* edit, const QString& filter) {
+        auto* row = new QWidget;
+        auto* layout = new QHBoxLayout(row);
+        layout->setContentsMargins(0, 0, 0, 0);
+        auto* browse = new QPushButton(tr("Browse…"));
+        layout->addWidget(edit);
+        layout->addWidget(browse);
+        connect(browse, &QPushButton::clicked, this, [this, edit, filter] {
+            const auto file = QFileDialog::getOpenFileName(this, tr("Choose a file"), {}, filter);
+            if (!file.isEmpty())
+                edit->setText(file);
+        });
+        return row;
+    };
+
+    auto* form = new QFormLayout;
+    form->addRow(tr("Name"), m_name);
+    form->addRow(tr("Model"), m_model);
+    form->addRow(tr("Hidden layers"), m_hidden);
+    form->addRow(tr("TorchScript file"), fileRow(m_scriptFile, tr("TorchScript (*.pt *.pth)")));
+    form->addRow(tr("Dataset"), m_dataset);
+    form->addRow(tr("Training tensors"), fileRow(m_trainFile, tr("Tensors (*.pt)")));
+    form->addRow(tr("Training samples"), m_trainSamples);
+    form->addRow(tr("Optimizer"), m_optimizer);
+    form->addRow(tr("Learning rate"), m_lr);
+    form->addRow(tr("Momentum"), m_momentum);
+    form->addRow(tr("Rounds"), m_rounds);
+    form->addRow(tr("Shards per round"), m_shards);
+    form->addRow(tr("Local steps per shard"), m_steps);
+    form->addRow(tr("Batch size"), m_batch);
+    form->addRow(tr("Seed"), m_seed);
+    form->addRow(tr("Aggregation"), m_aggregation);
+    form->addRow(tr("Budget (credits)"), m_budget);
+    form->addRow(tr("Verification rate"), m_verification);
+
+    auto* layout = new QVBoxLayout(this);
+    layout->addLayout(form);
+    layout->addWidget(m_estimate);
+    layout->addWidget(m_error);
+    layout->addWidget(m_submit);
+
+    m_fields = { { QStringLiteral("name"), m_name }, { QStringLiteral("model"), m_model }, { QStringLiteral("hidden"), m_hidden },
+        { QStringLiteral("scriptFile"), m_scriptFile }, { QStringLiteral("dataset"), m_dataset },
+        { QStringLiteral("trainFile"), m_trainFile }, { QStringLiteral("trainSamples"), m_trainSamples },
+        { QStringLiteral("optimizer"), m_optimizer }, { QStringLiteral("lr"), m_lr }, { QStringLiteral("momentum"), m_momentum },
+        { QStringLiteral("rounds"), m_rounds }, { QStringLiteral("shards"), m_shards }, { QStringLiteral("steps"), m_steps },
+        { QStringLiteral("batch"), m_batch }, { QStringLiteral("seed"), m_seed },
+        { QStringLiteral("aggregation"), m_aggregation }, { QStringLiteral("budget"), m_budget },
+        { QStringLiteral("verification"), m_verification } };
+    for (auto* edit : { m_name, m_hidden, m_scriptFile, m_trainFile, m_budget })
+        connect(edit, &QLineEdit::textChanged, this, &SubmitPanel::refresh);
+    for (auto* box : { m_model, m_dataset, m_optimizer, m_aggregation })
+        connect(box, &QComboBox::currentIndexChanged, this, &SubmitPanel::refresh);
+    for (auto* box : { m_trainSamples, m_rounds, m_shards, m_steps, m_batch, m_seed })
+        connect(box, &QSpinBox::valueChanged, this, &SubmitPanel::refresh);
+    for (auto* box : { m_lr, m_momentum, m_verification })
+        connect(box, &QDoubleSpinBox::valueChanged, this, &SubmitPanel::refresh);
+    connect(m_submit, &QPushButton::clicked, this, [this] {
+        auto job = spec();
+        if (job)
+            Q_EMIT submitRequested(*job);
+        else
+            refresh();
+    });
+    refresh();
+}
+
+void SubmitPanel::setEstimator(Estimator estimator)
+{
+    m_estimator = std::move(estimator);
+    refresh();
+}
+
+QWidget* SubmitPanel::field(const QString& name) const
+{
+    return m_fields.value(name);
+}
+
+core::Result<core::JobSpec> SubmitPanel::spec() const
+{
+    const QString model = m_model->currentData().toString();
+    QJsonObject modelJson;
+    if (model == u"torchscript") {
+        modelJson.insert(
+            QStringLiteral("torchscript"), QJsonObject { { QStringLiteral("file"), m_scriptFile->text().trimmed() } });
+    } else {
+        QJsonArray hidden;
+        for (const auto& part : m_hidden->text().split(u',', Qt::SkipEmptyParts)) {
+            bool ok = false;
+            const int width = part.trimmed().toInt(&ok);
+            if (!ok)
+                return core::Error { QStringLiteral("model.hidden"), QStringLiteral("write layer widths as numbers: 256, 128") };
+            hidden.append(width);
+        }
+        modelJson = { { QStringLiteral("zoo"), model }, { QStringLiteral("hidden"), hidden } };
+    }
+    QJsonObject datasetJson;
+    if (m_dataset->currentData().toString() == u"tensors")
+        datasetJson.insert(QStringLiteral("tensors"),
+            QJsonObject { { QStringLiteral("trainFile"), m_trainFile->text().trimmed() },
+                { QStringLiteral("trainSamples"), m_trainSamples->value() } });
+    else
+        datasetJson.insert(QStringLiteral("builtin"), QStringLiteral("fashion-mnist"));
+    QJsonObject optimizer { { QStringLiteral("kind"), m_optimizer->currentData().toString() },
+        { QStringLiteral("lr"), m_lr->value() } };
+    if (m_optimizer->currentData().toString() == u"sgd")
+        optimizer.insert(QStringLiteral("momentum"), m_momentum->value());
+    const QJsonObject job {
+        { QStringLiteral("version"), 1 },
+        { QStringLiteral("name"), m_name->text().trimmed() },
+        { QStringLiteral("model"), modelJson },
+        { QStringLiteral("dataset"), datasetJson },
+        { QStringLiteral("optimizer"), optimizer },
+        { QStringLiteral("training"),
+            QJsonObject { { QStringLiteral("rounds"), m_rounds->value() },
+                { QStringLiteral("shardsPerRound"), m_shards->value() }, { QStringLiteral("localSteps"), m_steps->value() },
+                { QStringLiteral("batchSize"), m_batch->value() }, { QStringLiteral("seed"), m_seed->value() } } },
+        { QStringLiteral("aggregation"), QJsonObject { { QStringLiteral("method"), m_aggregation->currentData().toString() } } },
+        { QStringLiteral("budget"), m_budget->text().trimmed() },
+        { QStringLiteral("verification"), QJsonObject { { QStringLiteral("rate"), m_verification->value() } } },
+    };
+    auto spec = core::JobSpec::fromJson(job);
+    if (!spec)
+        return spec.error();
+    if (auto valid = spec->validate(); !valid)
+        return valid.error();
+    return spec;
+}
+
+QString SubmitPanel::estimateText() const
+{
+    return m_estimate->text();
+}
+
+QString SubmitPanel::errorText() const
+{
+    return m_error->text();
+}
+
+void SubmitPanel::refresh()
+{
+    const bool zoo = m_model->currentData().toString() != u"torchscript";
+    const bool tensors = m_dataset->currentData().toString() == u"tensors";
+    m_hidden->setEnabled(zoo);
+    m_scriptFile->parentWidget()->setEnabled(!zoo);
+    m_trainFile->parentWidget()->setEnabled(tensors);
+    m_trainSamples->setEnabled(tensors);
+    m_momentum->setEnabled(m_optimizer->currentData().toString() == u"sgd");
+
+    auto job = spec();
+    if (!job) {
+        m_error->setText(job.error().toString());
+        m_estimate->clear();
+        m_submit->setEnabled(false);
+        return;
+    }
+    m_error->clear();
+    m_submit->setEnabled(true);
+    if (!m_estimator) {
+        m_estimate->setText(tr("No broker to price the job yet."));
+        return;
+    }
+    auto quote = m_estimator(*job);
+    if (!quote) {
+        m_estimate->setText(tr("Cannot price the job: %1").arg(quote.error().toString()));
+        return;
+    }
+    QString text = tr("%1 shards at %2 credits: training %3, verification %4 (expected), total %5, worst case %6 credits.")
+                       .arg(quote->shards)
+                       .arg(quote->pricePerShard.toString(), quote->training.toString(), quote->verification.toString(),
+                           quote->total.toString(), quote->worstCase.toString());
+    if (job->budget < quote->training) {
+        text += tr(" The budget does not cover the training.");
+        m_submit->setEnabled(false);
+    } else if (job->budget < quote->worstCase) {
+        text += tr(" The budget may run out while the network's nodes are new.");
+    }
+    m_estimate->setText(text);
+}
+
+} // namespace tessera::ui

@@ -1,0 +1,77 @@
+#pragma once
+
+#include <core/error.h>
+#include <core/jobspec.h>
+#include <core/pricing.h>
+
+#include <QWidget>
+
+#include <functional>
+
+class QCheckBox;
+class QComboBox;
+class QDoubleSpinBox;
+class QLabel;
+class QLineEdit;
+class QPushButton;
+class QSpinBox;
+
+namespace tessera::ui {
+
+// The job submit panel: a zoo model or a TorchScript file, the built-in dataset or tensor files,
+// hyper-parameters, rounds / shards / steps, budget with the cost estimate, verification level.
+// It builds a core::JobSpec and validates it as the broker will (errors name the field); what it
+// costs comes from the estimator the app hands in (the broker's quote). It submits nothing
+// itself: submitRequested() carries a valid spec.
+class SubmitPanel final : public QWidget {
+    Q_OBJECT
+
+public:
+    using Estimator = std::function<core::Result<core::Quote>(const core::JobSpec&)>;
+
+    explicit SubmitPanel(QWidget* parent = nullptr);
+    void setEstimator(Estimator estimator);
+
+    // The job the form describes, or the first thing wrong with it.
+    core::Result<core::JobSpec> spec() const;
+    // The estimate shown now ("" until a valid job has been priced), and the error shown.
+    QString estimateText() const;
+    QString errorText() const;
+    QPushButton* submitButton() const { return m_submit; }
+
+    // For tests and the screenshot mode: the form's fields by name.
+    QWidget* field(const QString& name) const;
+
+public Q_SLOTS:
+    void refresh(); // validates and re-prices; called on every edit
+
+Q_SIGNALS:
+    void submitRequested(const tessera::core::JobSpec& spec);
+
+private:
+    Estimator m_estimator;
+    QLineEdit* m_name;
+    QComboBox* m_model;
+    QLineEdit* m_hidden;
+    QLineEdit* m_scriptFile;
+    QComboBox* m_dataset;
+    QLineEdit* m_trainFile;
+    QSpinBox* m_trainSamples;
+    QComboBox* m_optimizer;
+    QDoubleSpinBox* m_lr;
+    QDoubleSpinBox* m_momentum;
+    QSpinBox* m_rounds;
+    QSpinBox* m_shards;
+    QSpinBox* m_steps;
+    QSpinBox* m_batch;
+    QSpinBox* m_seed;
+    QComboBox* m_aggregation;
+    QLineEdit* m_budget;
+    QDoubleSpinBox* m_verification;
+    QLabel* m_estimate;
+    QLabel* m_error;
+    QPushButton* m_submit;
+    QHash<QString, QWidget*> m_fields;
+};
+
+} // namespace tessera::ui
