@@ -14,10 +14,11 @@ ifneq ($(CCACHE),)
   export CCACHE_NOHASHDIR := true
 endif
 
-CMAKE_FLAGS := -G Ninja -DCMAKE_BUILD_TYPE=$(BUILD_TYPE) $(LAUNCHER) $(EXTRA_CMAKE_FLAGS)
+# Installed under /usr (make package), so the binaries look for their helper in /usr/libexec/tessera.
+CMAKE_FLAGS := -G Ninja -DCMAKE_BUILD_TYPE=$(BUILD_TYPE) -DCMAKE_INSTALL_PREFIX=/usr $(LAUNCHER) $(EXTRA_CMAKE_FLAGS)
 DEPS_STAMP  := $(BUILD_DIR)/.deps-installed
 
-.PHONY: all deps build test test-asan bench train-local demo run screenshots format check-format tidy clean
+.PHONY: all deps build test test-asan test-package package bench train-local demo run screenshots format check-format tidy clean
 
 all: build
 
@@ -42,7 +43,17 @@ test: $(DEPS_STAMP)
 	cmake --build $(BUILD_DIR) -j $(JOBS)
 	ctest --test-dir $(BUILD_DIR) --output-on-failure -j $(JOBS)
 	./scripts/check-format.sh
+	$(MAKE) --no-print-directory test-package
 	$(MAKE) --no-print-directory test-asan
+
+# tessera_<version>_amd64.deb in the build folder (installer/).
+package: build
+	cd $(BUILD_DIR) && cpack -G DEB
+
+# Builds the package, checks it (contents, lintian), installs it on this machine, runs what it
+# installed, verifies its systemd units and purges it, leaving nothing behind.
+test-package: package
+	./tests/installer/test-package.sh $(BUILD_DIR)
 
 # AddressSanitizer + UndefinedBehaviorSanitizer over the core and net tests (LibTorch is not
 # built with sanitizers, so compute and the GUI are left out of this build).
@@ -77,6 +88,7 @@ bench: build
 	$(BUILD_DIR)/bench/tessera-bench-network
 	$(BUILD_DIR)/bench/tessera-bench-verification
 	$(BUILD_DIR)/app/tessera-node --config $(BUILD_DIR)/bench.ini benchmark
+	./bench/appbench.sh $(BUILD_DIR)
 
 format:
 	./scripts/check-format.sh --fix

@@ -16,10 +16,17 @@ using namespace detail;
 
 core::Result<Weights> initialWeights(const core::JobSpec& spec, const ComputeEnvironment& environment)
 {
-    auto data = loadDataset(spec.dataset, environment);
-    if (!data)
-        return data.error();
-    auto model = buildModel(spec.model, data->train->sampleShape(), data->train->classes,
+    // The built-in dataset's shape is known: pricing a job (the broker's QUOTE) need not load 188 MB.
+    std::vector<std::int64_t> shape { 1, 28, 28 };
+    std::int64_t classes = 10;
+    if (spec.dataset.source != core::DatasetSpec::Source::Builtin) {
+        auto data = loadDataset(spec.dataset, environment);
+        if (!data)
+            return data.error();
+        shape = data->train->sampleShape();
+        classes = data->train->classes;
+    }
+    auto model = buildModel(spec.model, shape, classes,
         core::deriveSeed(std::uint64_t(spec.training.seed), { std::uint64_t(core::SeedPurpose::Initialisation) }), environment);
     if (!model)
         return model.error();

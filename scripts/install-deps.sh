@@ -17,6 +17,8 @@ packages=(
     dataset-fashion-mnist python3-torch python3-zmq python3-numpy python3-nacl
     # GUI tests and screenshots
     xvfb xauth trayer imagemagick
+    # packaging (make package) and its test: icons, man pages, lintian
+    librsvg2-bin help2man lintian desktop-file-utils appstream
 )
 
 missing=()

@@ -29,14 +29,6 @@ namespace names = core::settings::names;
 
 namespace {
 
-// A short request to a broker: the window never waits long on the network.
-core::Result<QJsonObject> ask(const net::BrokerAddress& broker, const std::optional<net::CurveKeys>& keys, net::Command command,
-    QJsonObject header, int timeoutMs = 1500)
-{
-    net::BrokerClient client(broker, keys, timeoutMs);
-    return client.request(command, std::move(header));
-}
-
 bool insideSchedule(const QStringList& windows, const QTime& now)
 {
     if (windows.isEmpty())
@@ -127,30 +119,6 @@ core::Status DesktopApp::start()
         m_dashboard->log().append(QDateTime::currentDateTime(), QStringLiteral("info"), QStringLiteral("broker"),
             QStringLiteral("local broker listening on %1").arg(*started));
     }
-    m_contributor = std::make_unique<Contributor>(environmentFrom(*m_settings));
-    auto& thread = m_contributor->executor().thread();
-    connect(
-        &thread, &compute::ComputeThread::progress, this,
-        [this](const compute::ShardProgress& progress) {
-            m_progress = progress;
-            m_contribution.setTraining(true);
-        },
-        Qt::QueuedConnection);
-    connect(
-        &thread, &compute::ComputeThread::shardFinished, this,
-        [this](const compute::ShardOutput& output) {
-            m_progress.reset();
-            m_contribution.setTraining(false);
-            m_dashboard->log().append(QDateTime::currentDateTime(), QStringLiteral("info"), QStringLiteral("compute"),
-                QStringLiteral("shard %1 of round %2 of %3: %4")
-                    .arg(output.result.shard)
-                    .arg(output.result.round)
-                    .arg(output.result.jobId,
-                        output.result.outcome == core::ShardResult::Outcome::Completed ? QStringLiteral("trained")
-                                                                                       : output.result.failure));
-        },
-        Qt::QueuedConnection);
-
     // The dashboard's requests.
     auto& dashboard = *m_dashboard;
     connect(&dashboard, &ui::Dashboard::startContributing, this, &DesktopApp::startContributing);
@@ -167,7 +135,7 @@ core::Status DesktopApp::start()
     });
     connect(&dashboard, &ui::Dashboard::cancelJob, this, [this](const QString& jobId) {
         if (auto first = brokers(); !first.isEmpty()) {
-            auto reply = ask(first.first(), {}, net::Command::Cancel, { { QStringLiteral("jobId"), jobId } });
+            auto reply = askBroker(net::Command::Cancel, { { QStringLiteral("jobId"), jobId } });
             m_dashboard->log().append(QDateTime::currentDateTime(), reply ? QStringLiteral("info") : QStringLiteral("error"),
                 QStringLiteral("jobs"), reply ? QStringLiteral("cancelled %1").arg(jobId) : reply.error().message);
         }
@@ -195,7 +163,7 @@ core::Status DesktopApp::start()
         const auto list = brokers();
         if (list.isEmpty())
             return core::Error { QStringLiteral("broker"), QStringLiteral("no broker") };
-        auto reply = ask(list.first(), {}, net::Command::Quote, { { QStringLiteral("job"), spec.toJson() } });
+        auto reply = askBroker(net::Command::Quote, { { QStringLiteral("job"), spec.toJson() } });
         if (!reply)
             return core::Error { QStringLiteral("broker"), reply.error().message };
         const auto quote = reply->value(QStringLiteral("quote")).toObject();
@@ -281,13 +249,13 @@ void DesktopApp::applySettings()
     rules.idleSeconds = m_settings->intValue(names::ComputeIdleMinutes) * 60;
     rules.pauseOnBattery = m_settings->boolValue(names::ComputePauseOnBattery);
     m_contribution.setRules(rules);
+    const auto maxThreads = m_settings->intValue(names::ComputeMaxThreads);
+    const int threads = int(maxThreads > 0 ? maxThreads : QThread::idealThreadCount());
+    m_dashboard->setLimits(threads, QThread::idealThreadCount(), int(m_settings->intValue(names::ComputeCpuPercent)));
     if (m_contributor) {
         auto& thread = m_contributor->executor().thread();
-        const auto maxThreads = m_settings->intValue(names::ComputeMaxThreads);
-        thread.setMaxThreads(int(maxThreads > 0 ? maxThreads : QThread::idealThreadCount()));
+        thread.setMaxThreads(threads);
         thread.setCpuPercent(int(m_settings->intValue(names::ComputeCpuPercent)));
-        m_dashboard->setLimits(int(maxThreads > 0 ? maxThreads : QThread::idealThreadCount()), QThread::idealThreadCount(),
-            int(m_settings->intValue(names::ComputeCpuPercent)));
     }
     writeAutostart(m_settings->boolValue(names::AppStartAtLogin));
     QSet<QString> disabled;
@@ -331,6 +299,13 @@ void DesktopApp::writeAutostart(bool on)
         return;
     }
     QDir().mkpath(QFileInfo(path).absolutePath());
+    // The packaged entry (installer/), or one written for a build from source.
+    const QString packaged = QCoreApplication::applicationDirPath() + QStringLiteral("/../share/tessera/tessera.desktop");
+    if (QFile::exists(packaged)) {
+        QFile::remove(path);
+        if (QFile::copy(packaged, path))
+            return;
+    }
     QFile file(path);
     if (file.open(QIODevice::WriteOnly))
         file.write(QStringLiteral("[Desktop Entry]\nType=Application\nName=Tessera\nComment=Contribute compute to Tessera\n"
@@ -339,10 +314,43 @@ void DesktopApp::writeAutostart(bool on)
                        .toUtf8());
 }
 
+void DesktopApp::ensureContributor()
+{
+    // The compute thread starts when there is something to compute, not with the app.
+    if (m_contributor)
+        return;
+    m_contributor = std::make_unique<Contributor>(environmentFrom(*m_settings));
+    auto& thread = m_contributor->executor().thread();
+    connect(
+        &thread, &compute::ComputeThread::progress, this,
+        [this](const compute::ShardProgress& progress) {
+            m_progress = progress;
+            m_contribution.setTraining(true);
+        },
+        Qt::QueuedConnection);
+    connect(
+        &thread, &compute::ComputeThread::shardFinished, this,
+        [this](const compute::ShardOutput& output) {
+            m_progress.reset();
+            m_contribution.setTraining(false);
+            m_dashboard->log().append(QDateTime::currentDateTime(), QStringLiteral("info"), QStringLiteral("compute"),
+                QStringLiteral("shard %1 of round %2 of %3: %4")
+                    .arg(output.result.shard)
+                    .arg(output.result.round)
+                    .arg(output.result.jobId,
+                        output.result.outcome == core::ShardResult::Outcome::Completed ? QStringLiteral("trained")
+                                                                                       : output.result.failure));
+        },
+        Qt::QueuedConnection);
+
+    applySettings();
+}
+
 void DesktopApp::restartSessions()
 {
-    if (!m_identity || !m_contributor)
+    if (!m_identity)
         return;
+    ensureContributor();
     m_sessionBrokers.clear();
     for (const auto& broker : brokers())
         m_sessionBrokers.append(broker.toString());
@@ -361,7 +369,7 @@ void DesktopApp::startContributing()
         (void)m_settings->set(names::ComputeContribute, true);
         (void)m_settings->save();
     }
-    if (!m_contributor->running())
+    if (!m_contributor || !m_contributor->running())
         restartSessions();
     updateState();
 }
@@ -373,7 +381,8 @@ void DesktopApp::stopContributing()
     (void)m_settings->set(names::ComputeContribute, false);
     (void)m_settings->save();
     // A paused shard would never finish: drop it; a running one is finished and reported.
-    m_contributor->stop(!m_computePaused);
+    if (m_contributor)
+        m_contributor->stop(!m_computePaused);
     updateState();
 }
 
@@ -460,6 +469,11 @@ void DesktopApp::notifyTransitions(const QList<QJsonObject>& results)
 void DesktopApp::refresh()
 {
     ++m_ticks;
+    // In the tray only, the state is what matters: the tables and charts refresh every 5 s.
+    if (!m_dashboard->isVisible() && m_ticks % 5 != 0) {
+        updateState();
+        return;
+    }
     // The node's own results.
     if (m_results) {
         if (auto results = m_results->list(500)) {
@@ -498,8 +512,7 @@ void DesktopApp::refresh()
                         : broker.endpoint);
             overview.brokers = names.join(QStringLiteral(", "));
             if (!list.isEmpty() && m_identity && (m_ticks % 2 == 1 || m_ticks < 3)) {
-                auto account
-                    = ask(list.first(), {}, net::Command::Balance, { { QStringLiteral("account"), m_identity->info.nodeId } });
+                auto account = askBroker(net::Command::Balance, { { QStringLiteral("account"), m_identity->info.nodeId } });
                 const bool reachable = account.ok();
                 if (reachable != m_brokerReachable && m_ticks > 1) {
                     m_tray->notify(reachable ? tr("Broker back") : tr("Broker lost"), list.first().endpoint);
@@ -510,7 +523,7 @@ void DesktopApp::refresh()
                 m_brokerReachable = reachable;
                 if (account)
                     m_account = *account;
-                if (auto jobs = ask(list.first(), {}, net::Command::List, {})) {
+                if (auto jobs = askBroker(net::Command::List, {})) {
                     QList<QJsonObject> rows;
                     for (const auto& job : jobs->value(QStringLiteral("jobs")).toArray())
                         rows.append(job.toObject());
@@ -562,6 +575,21 @@ void DesktopApp::refresh()
             m_dashboard->setOverview(overview);
         }
     }
+}
+
+core::Result<QJsonObject> DesktopApp::askBroker(net::Command command, QJsonObject header)
+{
+    const auto list = brokers();
+    if (list.isEmpty())
+        return core::Error { QStringLiteral("broker"), QStringLiteral("no broker") };
+    if (!m_client || m_clientBroker != list.first().toString()) {
+        m_client = std::make_unique<net::BrokerClient>(list.first(), std::nullopt, 1500);
+        m_clientBroker = list.first().toString();
+    }
+    auto reply = m_client->request(command, std::move(header));
+    if (!reply && reply.error().field == u"broker")
+        m_client.reset(); // a fresh connection next time
+    return reply;
 }
 
 core::Result<QString> DesktopApp::submit(core::JobSpec spec)

@@ -3,6 +3,8 @@
 #include "contributor.h"
 #include "embeddedbroker.h"
 
+#include <net/brokerclient.h>
+
 #include "../common/nodesetup.h"
 
 #include <compute/computethread.h>
@@ -63,12 +65,15 @@ Q_SIGNALS:
 
 private:
     void applySettings();
+    void ensureContributor();
     void restartSessions();
     void updateState();
     void notifyTransitions(const QList<QJsonObject>& results);
     QList<net::BrokerAddress> brokers() const;
     void writeAutostart(bool on);
     void runBenchmark();
+    // A request to the first broker over one kept connection, with a short timeout.
+    core::Result<QJsonObject> askBroker(net::Command command, QJsonObject header);
 
     Options m_options;
     std::unique_ptr<core::settings::Settings> m_settings;
@@ -89,6 +94,8 @@ private:
     QSet<QString> m_pausedDevices;
     QStringList m_sessionBrokers; // the brokers the running sessions serve
     QJsonObject m_account; // the node's balance and stake at the first broker, last asked
+    std::unique_ptr<net::BrokerClient> m_client;
+    QString m_clientBroker;
     int m_ticks = 0;
 };
 

@@ -61,6 +61,9 @@ public:
             QStringList { QStringLiteral("--config"), path(QStringLiteral("broker.ini")), QStringLiteral("--bind"), endpoint() }
                 + extra,
             QStringLiteral("broker"));
+        // A plaintext broker answers before the test goes on (a loaded machine starts it slowly).
+        if (extra.isEmpty() && !QTest::qWaitFor([&] { return job({ QStringLiteral("list") }, 5'000).exitCode == 0; }, 60'000))
+            qWarning("the broker did not answer within 60 s: %s", qPrintable(log(QStringLiteral("broker"))));
         return m_broker;
     }
 
@@ -207,7 +210,7 @@ private Q_SLOTS:
 
     // The 100-credit budget of the example job went to its 45 shards and to the re-execution of each
     // sampled one, at 0.9 credits each, exactly once; the rest back to the owner.
-    static void everyPaymentOnce(Cluster& cluster, const QString& jobId)
+    static void everyPaymentOnce(Cluster& cluster, const QString& jobId, bool everyShardChecked)
     {
         int verified = 0;
         QSet<QString> shards;
@@ -231,7 +234,8 @@ private Q_SLOTS:
             earned += std::llround(balance * 1e6);
         }
         qInfo("45 shards, %d re-executed and verified; nodes earned %.1f credits", verified, double(earned) / 1e6);
-        QVERIFY(verified > 0);
+        if (everyShardChecked)
+            QVERIFY2(verified >= 30, "new nodes: nearly every shard is re-executed (all while their streak is under 25)");
         QCOMPARE(earned, std::int64_t(45 + verified) * 900'000);
         QCOMPARE(cluster.balanceOf(QStringLiteral("local")), 100'000'000 - earned);
     }
@@ -254,7 +258,7 @@ private Q_SLOTS:
         QCOMPARE(job.value(QStringLiteral("weightsHash")).toString(), m_baseline);
         QCOMPARE(job.value(QStringLiteral("escrow")).toString(), QStringLiteral("0"));
         QVERIFY(cluster.ledgerConsistent());
-        everyPaymentOnce(cluster, jobId);
+        everyPaymentOnce(cluster, jobId, true);
         // Each node's record: together they delivered the 45 shards.
         const auto nodes
             = QJsonDocument::fromJson(cluster.job({ QStringLiteral("nodes"), QStringLiteral("--json") }).output.toUtf8()).array();
@@ -413,7 +417,9 @@ private Q_SLOTS:
     void aNodeKilledMidRoundChangesNothing()
     {
         Cluster cluster;
-        cluster.startBroker();
+        cluster.startBroker(
+            {}, QStringLiteral("SamplingWarmup=0\nSamplingFloorPercent=0\n")); // only the job's 10% is re-executed: the first
+                                                                               // test checks every shard
         QProcess* victim = cluster.startNode(1);
         cluster.startNode(2);
         cluster.startNode(3);
@@ -429,7 +435,7 @@ private Q_SLOTS:
     void aBrokerKilledMidJobGoesOnAfterARestart()
     {
         Cluster cluster;
-        QProcess* broker = cluster.startBroker();
+        QProcess* broker = cluster.startBroker({}, QStringLiteral("SamplingWarmup=0\nSamplingFloorPercent=0\n"));
         cluster.startNode(1);
         cluster.startNode(2);
         const QString jobId = cluster.submit();
@@ -437,14 +443,16 @@ private Q_SLOTS:
         ::kill(pid_t(broker->processId()), SIGKILL);
         broker->waitForFinished();
         QTest::qWait(1500);
-        cluster.startBroker(); // the same data folder and port; the nodes find it again
+        cluster.startBroker({},
+            QStringLiteral(
+                "SamplingWarmup=0\nSamplingFloorPercent=0\n")); // the same data folder and port; the nodes find it again
         const auto job = cluster.waitForEnd(jobId);
         QCOMPARE(job.value(QStringLiteral("state")).toString(), QStringLiteral("finished"));
         QCOMPARE(job.value(QStringLiteral("weightsHash")).toString(), m_baseline);
         // Every shard and every check paid exactly once, across the crash.
         QCOMPARE(job.value(QStringLiteral("escrow")).toString(), QStringLiteral("0"));
         QVERIFY(cluster.ledgerConsistent());
-        everyPaymentOnce(cluster, jobId);
+        everyPaymentOnce(cluster, jobId, false);
     }
 
     void sigtermLetsTheShardInTrainingFinish()
