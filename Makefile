@@ -3,6 +3,8 @@
 
 BUILD_DIR      ?= build
 ASAN_BUILD_DIR ?= build-asan
+FUZZ_BUILD_DIR ?= build-fuzz
+FUZZ_SECONDS   ?= 60
 BUILD_TYPE     ?= Release
 JOBS           ?= $(shell nproc)
 
@@ -18,7 +20,7 @@ endif
 CMAKE_FLAGS := -G Ninja -DCMAKE_BUILD_TYPE=$(BUILD_TYPE) -DCMAKE_INSTALL_PREFIX=/usr $(LAUNCHER) $(EXTRA_CMAKE_FLAGS)
 DEPS_STAMP  := $(BUILD_DIR)/.deps-installed
 
-.PHONY: all deps build test test-asan test-package package bench train-local demo run screenshots format check-format tidy clean
+.PHONY: all deps build test test-asan test-package package fuzz bench train-local demo run screenshots format check-format tidy clean
 
 all: build
 
@@ -45,6 +47,14 @@ test: $(DEPS_STAMP)
 	./scripts/check-format.sh
 	$(MAKE) --no-print-directory test-package
 	$(MAKE) --no-print-directory test-asan
+	$(MAKE) --no-print-directory fuzz FUZZ_SECONDS=10
+
+# The libFuzzer targets (fuzz/), built with clang and the sanitizers, each run FUZZ_SECONDS.
+fuzz: $(DEPS_STAMP)
+	CC=clang CXX=clang++ cmake -S . -B $(FUZZ_BUILD_DIR) -G Ninja -DCMAKE_BUILD_TYPE=Release $(LAUNCHER) \
+	    -DTESSERA_FUZZ=ON -DTESSERA_WITH_TORCH=OFF -DTESSERA_WITH_GUI=OFF -DTESSERA_BUILD_TESTS=OFF
+	cmake --build $(FUZZ_BUILD_DIR) -j $(JOBS) --target fuzz_decoder fuzz_jobspec fuzz_settings fuzz_blobchunks
+	./scripts/fuzz.sh $(FUZZ_BUILD_DIR) $(FUZZ_SECONDS)
 
 # tessera_<version>_amd64.deb in the build folder (installer/).
 package: build

@@ -15,6 +15,13 @@ target_compile_definitions(tessera_options INTERFACE
     QT_NO_FOREACH
     QT_NO_KEYWORDS)
 
+if(TESSERA_FUZZ)
+    # Coverage for libFuzzer everywhere, and the sanitizers that turn bugs into crashes.
+    target_compile_options(tessera_options INTERFACE
+        -fsanitize=fuzzer-no-link,address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer)
+    target_link_options(tessera_options INTERFACE -fsanitize=address,undefined)
+endif()
+
 if(TESSERA_SANITIZE)
     target_compile_options(tessera_options INTERFACE
         -fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer)

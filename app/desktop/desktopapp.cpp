@@ -416,7 +416,8 @@ void DesktopApp::updateState()
             if (!device.usable)
                 continue;
             ++usable;
-            paused += m_pausedDevices.contains(ui::DevicesModel::deviceId(device)) ? 1 : 0;
+            const QString id = ui::DevicesModel::deviceId(device);
+            paused += m_pausedDevices.contains(id) || m_settings->listValue(names::ComputeDisabledDevices).contains(id) ? 1 : 0;
         }
         allPaused = usable > 0 && paused == usable;
     }

@@ -579,7 +579,20 @@ Status Broker::settle(Check& check, Loser loser, const QString& why, bool punish
     if (!transaction)
         return transaction.error().toError();
     bool reissue = false;
-    if (sample && !accusedLost) {
+    // The referee checked one checkpoint: a verifier that lied there loses, but the checked result
+    // is not proven right by it (a cheater checked by a cheater may be wrong further on). It goes
+    // to another verifier.
+    const bool recheck = sample && loser == Loser::Verifier;
+    if (recheck) {
+        if (auto status = execute(*m_db,
+                QStringLiteral("INSERT INTO verifications (id, kind, job, round, shard, start_hash, start_blob, accused, "
+                               "accused_assignment, accused_result, state, created_at) "
+                               "SELECT ?, kind, job, round, shard, start_hash, start_blob, accused, accused_assignment, "
+                               "accused_result, 'waiting', ? FROM verifications WHERE id = ?"),
+                newCheckId(), now, check.id);
+            !status)
+            return status;
+    } else if (sample && !accusedLost) {
         auto paid = pay(check.accused, QStringLiteral("pay:%1/%2/%3").arg(check.jobId).arg(check.round).arg(check.shard),
             QStringLiteral("shard %1 of round %2, verified").arg(check.shard).arg(check.round));
         if (!paid)
@@ -637,14 +650,18 @@ Status Broker::settle(Check& check, Loser loser, const QString& why, bool punish
     if (auto status = execute(*m_db,
             QStringLiteral("UPDATE verifications SET state = ?, outcome = ?, detail = ?, decided_at = ?, verifier_result = "
                            "COALESCE(NULLIF(?, ''), verifier_result), checkpoint = NULLIF(?, -1) WHERE id = ?"),
-            accusedLost && sample ? QStringLiteral("rejected") : QStringLiteral("verified"),
+            recheck                     ? QStringLiteral("closed")
+                : accusedLost && sample ? QStringLiteral("rejected")
+                                        : QStringLiteral("verified"),
             QString::fromLatin1(Losers[int(loser)]), why, now,
             check.verifierResult ? jsonText(check.verifierResult->toJson()) : QString(), check.checkpoint, check.id);
         !status)
         return status;
     if (auto committed = transaction->commit(); !committed)
         return committed.error().toError();
-    check.state = accusedLost && sample ? QStringLiteral("rejected") : QStringLiteral("verified");
+    check.state = recheck       ? QStringLiteral("closed")
+        : accusedLost && sample ? QStringLiteral("rejected")
+                                : QStringLiteral("verified");
     qCInfo(lcVerification).noquote() << "check" << check.id << "of" << check.jobId << "round" << check.round << "shard"
                                      << check.shard << ":" << check.state << "(" << Losers[int(loser)] << "lost )" << why;
 
@@ -658,6 +675,8 @@ Status Broker::settle(Check& check, Loser loser, const QString& why, bool punish
         running->reissue.push_back(check.shard);
         return {};
     }
+    if (recheck)
+        return {};
     return finishRoundIfComplete(check.jobId, *spec, check.round);
 }
 

@@ -566,21 +566,63 @@ private Q_SLOTS:
         QVERIFY(broker->ledger().checkInvariants().ok());
     }
 
-    void aLyingVerifierIsSlashedAndTheCheckedNodePaid()
+    // The referee checks one checkpoint: a verifier that lied there loses, but that does not prove
+    // the checked result right further on, so it goes to another verifier before it is paid.
+    void aLyingVerifierIsSlashedAndTheResultCheckedAgain()
     {
         auto broker = openVerifying(QStringLiteral("liar"));
         const auto jobId = *broker->submit(job(1, 1));
-        for (const auto* id : { "a", "b" })
+        for (const auto* id : { "a", "b", "c" })
             QVERIFY(broker->registerNode(node(QString::fromLatin1(id))).ok());
         const auto a1 = **broker->assign(QStringLiteral("a"));
         QCOMPARE(*deliver(*broker, QStringLiteral("a"), a1.id, honest(*broker, a1)), Verdict::Held);
         const auto b1 = **broker->assign(QStringLiteral("b"));
         QCOMPARE(*deliver(*broker, QStringLiteral("b"), b1.id, honest(*broker, b1, 1)), Verdict::Held);
-        QCOMPARE(broker->verifications(jobId)->first().value(QStringLiteral("outcome")).toString(), QStringLiteral("verifier"));
-        QVERIFY(*broker->ledger().hasCause(QStringLiteral("pay:%1/0/0").arg(jobId)));
+        QCOMPARE(broker->verifications(jobId)->at(1).value(QStringLiteral("outcome")).toString(), QStringLiteral("verifier"));
+        QCOMPARE(broker->verifications(jobId)->first().value(QStringLiteral("state")).toString(), QStringLiteral("waiting"));
         QCOMPARE(broker->account(QStringLiteral("b"))->value(QStringLiteral("stake")).toString(), QStringLiteral("5"));
         QCOMPARE(broker->account(QStringLiteral("a"))->value(QStringLiteral("stake")).toString(), QStringLiteral("10"));
+        QVERIFY(!*broker->ledger().hasCause(QStringLiteral("pay:%1/0/0").arg(jobId)));
+        QCOMPARE(broker->status(jobId)->state, QStringLiteral("running"));
+        // Another node checks it again; now it is verified and paid.
+        QVERIFY(!broker->assign(QStringLiteral("a"))->has_value());
+        const auto c1 = **broker->assign(QStringLiteral("c"));
+        QCOMPARE(c1.task.shard, 0);
+        QCOMPARE(*deliver(*broker, QStringLiteral("c"), c1.id, honest(*broker, c1)), Verdict::Held);
+        QVERIFY(*broker->ledger().hasCause(QStringLiteral("pay:%1/0/0").arg(jobId)));
         QCOMPARE(broker->status(jobId)->state, QStringLiteral("finished"));
+        QVERIFY(broker->ledger().checkInvariants().ok());
+    }
+
+    // Two cheaters: the checked one is honest up to checkpoint 1 and lies after it, its verifier lies
+    // from checkpoint 1. The referee sides with the checked one at checkpoint 1, and yet its result is
+    // not accepted: an honest re-check exposes it.
+    void aCheatCheckedByACheatIsNotAcceptedOnThatAlone()
+    {
+        auto broker = openVerifying(QStringLiteral("twocheats"));
+        auto spec = job(1, 1);
+        spec.training.localSteps = 15;
+        const auto jobId = *broker->submit(spec);
+        for (const auto* id : { "a", "b", "c" })
+            QVERIFY(broker->registerNode(node(QString::fromLatin1(id))).ok());
+        const auto a1 = **broker->assign(QStringLiteral("a"));
+        QCOMPARE(*deliver(*broker, QStringLiteral("a"), a1.id, honest(*broker, a1, 2)), Verdict::Held);
+        const auto b1 = **broker->assign(QStringLiteral("b"));
+        QCOMPARE(*deliver(*broker, QStringLiteral("b"), b1.id, honest(*broker, b1, 1)), Verdict::Held);
+        QCOMPARE(broker->verifications(jobId)->at(1).value(QStringLiteral("outcome")).toString(), QStringLiteral("verifier"));
+        QCOMPARE(broker->verifications(jobId)->first().value(QStringLiteral("state")).toString(), QStringLiteral("waiting"));
+        const auto c1 = **broker->assign(QStringLiteral("c"));
+        QCOMPARE(*deliver(*broker, QStringLiteral("c"), c1.id, honest(*broker, c1)), Verdict::Held);
+        // a lied at checkpoint 2: c's check disputes it there, and c sends the state at checkpoint 1.
+        const auto check = broker->verifications(jobId)->first();
+        QCOMPARE(check.value(QStringLiteral("checkpoint")).toInteger(), 2);
+        QVERIFY(broker
+                    ->checkpointDelivered(QStringLiteral("c"), check.value(QStringLiteral("id")).toString(),
+                        *broker->blobs().put(FakeMath::state(c1.task, 1)))
+                    .ok());
+        QCOMPARE(broker->verifications(jobId)->first().value(QStringLiteral("outcome")).toString(), QStringLiteral("accused"));
+        QVERIFY(!*broker->ledger().hasCause(QStringLiteral("pay:%1/0/0").arg(jobId)));
+        QCOMPARE(broker->account(QStringLiteral("a"))->value(QStringLiteral("stake")).toString(), QStringLiteral("5"));
         QVERIFY(broker->ledger().checkInvariants().ok());
     }
 

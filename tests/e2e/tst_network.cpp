@@ -38,7 +38,10 @@ class Cluster {
 public:
     Cluster()
         : m_port(freePort())
-    { }
+    {
+        // TESSERA_KEEP_TEST_DIRS=1 keeps each cluster's folder (logs, databases) for a post-mortem.
+        m_dir.setAutoRemove(qEnvironmentVariableIsEmpty("TESSERA_KEEP_TEST_DIRS"));
+    }
     ~Cluster()
     {
         for (auto& process : m_processes) {

@@ -31,7 +31,7 @@ CREATE TABLE verifications (
     verifier TEXT,                      -- who re-executes; NULL while waiting
     verifier_assignment TEXT,
     verifier_result TEXT,
-    state TEXT NOT NULL,                -- waiting, running, disputed, verified, rejected, cancelled
+    state TEXT NOT NULL,                -- waiting, running, disputed, verified, rejected, closed, cancelled
     checkpoint INTEGER,                 -- in a dispute: the first checkpoint where the chains differ
     deadline INTEGER,                   -- in a dispute: for the checkpoint state
     asked TEXT NOT NULL DEFAULT '[]',   -- in a dispute: the nodes asked for the state, as JSON
