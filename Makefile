@@ -20,7 +20,7 @@ endif
 CMAKE_FLAGS := -G Ninja -DCMAKE_BUILD_TYPE=$(BUILD_TYPE) -DCMAKE_INSTALL_PREFIX=/usr $(LAUNCHER) $(EXTRA_CMAKE_FLAGS)
 DEPS_STAMP  := $(BUILD_DIR)/.deps-installed
 
-.PHONY: all deps build test test-asan test-package package fuzz bench train-local demo run screenshots format check-format tidy clean
+.PHONY: all deps build test test-asan test-package package fuzz chaos bench train-local demo run screenshots format check-format tidy clean
 
 all: build
 
@@ -55,6 +55,11 @@ fuzz: $(DEPS_STAMP)
 	    -DTESSERA_FUZZ=ON -DTESSERA_WITH_TORCH=OFF -DTESSERA_WITH_GUI=OFF -DTESSERA_BUILD_TESTS=OFF
 	cmake --build $(FUZZ_BUILD_DIR) -j $(JOBS) --target fuzz_decoder fuzz_jobspec fuzz_settings fuzz_blobchunks
 	./scripts/fuzz.sh $(FUZZ_BUILD_DIR) $(FUZZ_SECONDS)
+
+# A job on a broker and three nodes through 20 random kill -9s (scripts/chaos.sh); a short run
+# of it is a test.
+chaos: build
+	./scripts/chaos.sh $(BUILD_DIR) 20
 
 # tessera_<version>_amd64.deb in the build folder (installer/).
 package: build

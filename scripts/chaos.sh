@@ -22,10 +22,12 @@ cleanup() {
 trap cleanup EXIT
 log() { echo "chaos: $*"; }
 
-cat > "$scratch/job.json" <<'JOB'
+# Long enough that every kill lands while it trains.
+rounds=$((kills / 2 + 6))
+cat > "$scratch/job.json" <<JOB
 { "name": "chaos", "model": { "zoo": "mlp", "hidden": [64] }, "dataset": { "builtin": "fashion-mnist" },
   "optimizer": { "kind": "sgd", "lr": 0.05, "momentum": 0.9 },
-  "training": { "rounds": 8, "shardsPerRound": 3, "localSteps": 60, "batchSize": 32, "seed": 3, "checkpointInterval": 10 },
+  "training": { "rounds": $rounds, "shardsPerRound": 3, "localSteps": 60, "batchSize": 32, "seed": 3, "checkpointInterval": 10 },
   "budget": "500", "verification": { "rate": 0.2 } }
 JOB
 "$bin/tessera-node" --config /dev/null train-local "$scratch/job.json" --out "$scratch/local" >/dev/null
@@ -41,6 +43,7 @@ start() {
        "$bin/tessera-node" --config "$scratch/$1.ini" run --broker "$endpoint" >>"$scratch/$1.log" 2>&1 & ;;
     esac
     pids[$1]=$!
+    disown "${pids[$1]}"
 }
 job() { "$bin/tessera-job" --config /dev/null --broker "$endpoint" "$@"; }
 
@@ -56,7 +59,7 @@ for ((k = 1; k <= kills; k++)); do
     victim=${victims[$((RANDOM % 4))]}
     state=$(job status "$jobId" --json 2>/dev/null | "$py" -c "import json,sys; j=json.load(sys.stdin); print(j['state'], j['round'])" 2>/dev/null || echo "? ?")
     kill -9 "${pids[$victim]}" 2>/dev/null || true
-    wait "${pids[$victim]}" 2>/dev/null || true
+    while kill -0 "${pids[$victim]}" 2>/dev/null; do sleep 0.05; done
     log "kill $k/$kills: $victim (job: $state)"
     sleep "0.$((2 + RANDOM % 8))"
     start "$victim"
@@ -71,20 +74,21 @@ state=$(job status "$jobId" --json | "$py" -c "import json,sys; print(json.load(
 [ "$final" = "$baseline" ] || { log "FAILED: final weights $final differ from the undisturbed run $baseline"; exit 1; }
 log "final weights equal the undisturbed run bit for bit"
 job ledger || { log "FAILED: the ledger's invariants do not hold"; exit 1; }
-# One payment per shard (24) and per check that a node re-executed, each at the same price.
+# One payment per shard and per check that a node re-executed, each at the same price.
 job nodes --json > "$scratch/nodes.json"
 job verifications "$jobId" --json > "$scratch/checks.json"
 job status "$jobId" --json > "$scratch/status.json"
-"$py" - "$scratch/nodes.json" "$scratch/checks.json" "$scratch/status.json" <<'PY'
+"$py" - "$scratch/nodes.json" "$scratch/checks.json" "$scratch/status.json" "$((rounds * 3))" <<'PY'
 import json, sys
 from decimal import Decimal
 nodes = json.load(open(sys.argv[1])); checks = json.load(open(sys.argv[2])); job = json.load(open(sys.argv[3]))
+shards = int(sys.argv[4])
 price = Decimal(job["pricePerShard"])
 paid_checks = sum(1 for c in checks if c["state"] == "verified" and c["verifier"])
 earned = sum(Decimal(n["balance"]) for n in nodes)
 slashed = sum(Decimal(n["slashed"]) for n in nodes)
-expected = price * (24 + paid_checks)
-print(f"chaos: nodes earned {earned} credits = {24 + paid_checks} payments x {price} ({paid_checks} checks); slashed {slashed}")
+expected = price * (shards + paid_checks)
+print(f"chaos: nodes earned {earned} credits = {shards + paid_checks} payments x {price} ({shards} shards, {paid_checks} checks); slashed {slashed}")
 if slashed != 0 or earned != expected:
     print("chaos: FAILED: a payment twice, a payment missing, or an honest node slashed"); sys.exit(1)
 PY
