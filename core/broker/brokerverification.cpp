@@ -140,15 +140,7 @@ Result<QList<QString>> ids(storage::Database& db, const QString& sql, std::int64
     auto rows = query(db, sql, value);
     if (!rows)
         return rows.error();
-    QList<QString> list;
-    for (;;) {
-        auto next = fetch(*rows);
-        if (!next)
-            return next.error();
-        if (!*next)
-            return list;
-        list.append(rows->columnText(0));
-    }
+    return storage::collect(*rows, [](storage::Statement& row) { return row.columnText(0); });
 }
 
 } // namespace
@@ -235,16 +227,12 @@ Result<std::optional<Assignment>> Broker::assignCheck(const NodeInfo& node)
         auto rows = query(*m_db, sql.arg(CheckColumns), node.nodeId, node.nodeId);
         if (!rows)
             return rows.error();
-        QList<Check> list;
-        for (;;) {
-            auto next = fetch(*rows);
-            if (!next)
-                return next.error();
-            if (!*next)
-                return list;
-            if (auto check = Check::fromRow(*rows); check && compatible(*check) && runningState(check->jobId))
-                list.append(*check);
-        }
+        return storage::collect(*rows, [&](storage::Statement& row) -> std::optional<Check> {
+            auto check = Check::fromRow(row);
+            if (check && compatible(*check) && runningState(check->jobId))
+                return *check;
+            return std::nullopt;
+        });
     };
 
     // Samples waiting for a re-execution, oldest first, by anyone but the node checked.
@@ -738,13 +726,10 @@ void Broker::tick()
             QStringLiteral(
                 "SELECT id, verification FROM assignments WHERE kind <> 'train' AND state = 'active' AND deadline < ?"),
             now)) {
-        QList<std::pair<QString, QString>> expired;
-        while (auto next = fetch(*late)) {
-            if (!*next)
-                break;
-            expired.append({ late->columnText(0), late->columnText(1) });
-        }
-        for (const auto& [assignment, verification] : expired) {
+        const auto expired = storage::collect(*late, [](storage::Statement& row) {
+            return std::pair { row.columnText(0), row.columnText(1) };
+        });
+        for (const auto& [assignment, verification] : expired.value_or({})) {
             (void)execute(*m_db, QStringLiteral("UPDATE assignments SET state = 'expired' WHERE id = ?"), assignment);
             (void)execute(*m_db,
                 QStringLiteral("UPDATE verifications SET state = CASE kind WHEN 'canary' THEN 'cancelled' ELSE 'waiting' END, "
@@ -769,13 +754,10 @@ void Broker::tick()
     // Unbonded stake that has waited long enough returns to the node's balance.
     if (auto due = query(*m_db,
             QStringLiteral("SELECT id, node, amount FROM unbonding WHERE released = 0 AND release_at <= ? ORDER BY id"), now)) {
-        QList<std::tuple<std::int64_t, QString, std::int64_t>> rows;
-        while (auto next = fetch(*due)) {
-            if (!*next)
-                break;
-            rows.append({ due->columnInt(0), due->columnText(1), due->columnInt(2) });
-        }
-        for (const auto& [id, node, amount] : rows) {
+        const auto rows = storage::collect(*due, [](storage::Statement& row) {
+            return std::tuple { row.columnInt(0), row.columnText(1), row.columnInt(2) };
+        });
+        for (const auto& [id, node, amount] : rows.value_or({})) {
             auto transaction = m_db->begin();
             if (!transaction)
                 return;
@@ -803,13 +785,12 @@ Status Broker::settleJobChecks(const QString& jobId)
         = query(*m_db, QStringLiteral("SELECT round, shard, node FROM shard_results WHERE job = ? AND state = 'sampled'"), jobId);
     if (!open)
         return open.error();
-    QList<std::tuple<std::int64_t, std::int64_t, QString>> unpaid;
-    while (auto next = fetch(*open)) {
-        if (!*next)
-            break;
-        unpaid.append({ open->columnInt(0), open->columnInt(1), open->columnText(2) });
-    }
-    for (const auto& [round, shard, node] : unpaid) {
+    const auto unpaid = storage::collect(*open, [](storage::Statement& row) {
+        return std::tuple { row.columnInt(0), row.columnInt(1), row.columnText(2) };
+    });
+    if (!unpaid)
+        return unpaid.error();
+    for (const auto& [round, shard, node] : *unpaid) {
         auto escrow = m_ledger->balance(ledger::accounts::escrow(jobId));
         if (!escrow)
             return escrow.error();
@@ -841,24 +822,16 @@ Result<QList<QJsonObject>> Broker::verifications(const QString& jobId, int limit
         jobId, jobId, std::int64_t(limit));
     if (!rows)
         return rows.error();
-    QList<QJsonObject> list;
-    for (;;) {
-        auto next = fetch(*rows);
-        if (!next)
-            return next.error();
-        if (!*next)
-            return list;
-        QJsonObject row { { QStringLiteral("id"), rows->columnText(0) }, { QStringLiteral("kind"), rows->columnText(1) },
-            { QStringLiteral("jobId"), rows->columnText(2) },
-            { QStringLiteral("round"), static_cast<qint64>(rows->columnInt(3)) },
-            { QStringLiteral("shard"), static_cast<qint64>(rows->columnInt(4)) },
-            { QStringLiteral("checked"), rows->columnText(5) }, { QStringLiteral("verifier"), rows->columnText(6) },
-            { QStringLiteral("state"), rows->columnText(7) }, { QStringLiteral("outcome"), rows->columnText(9) },
-            { QStringLiteral("detail"), rows->columnText(10) } };
-        if (rows->columnInt(8) >= 0)
-            row.insert(QStringLiteral("checkpoint"), static_cast<qint64>(rows->columnInt(8)));
-        list.append(row);
-    }
+    return storage::collect(*rows, [](storage::Statement& r) {
+        QJsonObject row { { QStringLiteral("id"), r.columnText(0) }, { QStringLiteral("kind"), r.columnText(1) },
+            { QStringLiteral("jobId"), r.columnText(2) }, { QStringLiteral("round"), static_cast<qint64>(r.columnInt(3)) },
+            { QStringLiteral("shard"), static_cast<qint64>(r.columnInt(4)) }, { QStringLiteral("checked"), r.columnText(5) },
+            { QStringLiteral("verifier"), r.columnText(6) }, { QStringLiteral("state"), r.columnText(7) },
+            { QStringLiteral("outcome"), r.columnText(9) }, { QStringLiteral("detail"), r.columnText(10) } };
+        if (r.columnInt(8) >= 0)
+            row.insert(QStringLiteral("checkpoint"), static_cast<qint64>(r.columnInt(8)));
+        return row;
+    });
 }
 
 Result<QJsonObject> Broker::stake(const QJsonObject& signedRequest)

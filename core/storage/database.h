@@ -10,11 +10,15 @@
 #include <memory>
 #include <optional>
 #include <thread>
+#include <type_traits>
 
 struct sqlite3;
 struct sqlite3_stmt;
 
 namespace tessera::core::storage {
+
+template<typename T> struct IsOptional : std::false_type { };
+template<typename T> struct IsOptional<std::optional<T>> : std::true_type { };
 
 // Why a database call failed, for callers that react differently (retry when busy, stop when full).
 enum class ErrorKind { Busy, Full, Corrupt, ReadOnly, CannotOpen, Constraint, Misuse, Other };
@@ -169,6 +173,28 @@ inline Result<bool> fetch(Statement& statement)
     if (!row)
         return row.error().toError();
     return *row;
+}
+
+// Steps a statement to its end and returns what read(statement) makes of each row; a row that
+// read turns into std::nullopt is skipped.
+template<typename Read> auto collect(Statement& statement, Read read)
+{
+    using Value = std::invoke_result_t<Read, Statement&>;
+    using Item = typename std::conditional_t<IsOptional<Value>::value, Value, std::optional<Value>>::value_type;
+    Result<QList<Item>> list = QList<Item> {};
+    for (;;) {
+        auto next = fetch(statement);
+        if (!next)
+            return Result<QList<Item>>(next.error());
+        if (!*next)
+            return list;
+        if constexpr (IsOptional<Value>::value) {
+            if (auto item = read(statement))
+                list->append(std::move(*item));
+        } else {
+            list->append(read(statement));
+        }
+    }
 }
 
 } // namespace tessera::core::storage
