@@ -4,7 +4,7 @@ add_library(Tessera::options ALIAS tessera_options)
 
 target_compile_features(tessera_options INTERFACE cxx_std_20)
 target_compile_options(tessera_options INTERFACE
-    -Wall -Wextra -Wpedantic -Wsuggest-override -Wnon-virtual-dtor -Wshadow=local
+    -Wall -Wextra -Wpedantic -Wsuggest-override -Wnon-virtual-dtor $<$<CXX_COMPILER_ID:GNU>:-Wshadow=local>
     $<$<BOOL:${TESSERA_WERROR}>:-Werror>)
 target_compile_definitions(tessera_options INTERFACE
     QT_NO_CAST_FROM_ASCII

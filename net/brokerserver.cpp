@@ -41,6 +41,9 @@ struct BrokerServer::Private {
         double score = 0.0;
         std::int64_t lastSeen = 0;
         std::int64_t lastSent = 0;
+        double tokens = -1.0; // the rate limit's bucket; < 0 until the first message
+        std::int64_t lastRefill = 0;
+        std::int64_t floodingSince = 0; // 0: not over the limit
     };
 
     core::broker::Broker& broker;
@@ -50,6 +53,7 @@ struct BrokerServer::Private {
     std::unique_ptr<zmq::socket_t> zap;
     QString endpoint;
     QHash<QByteArray, Peer> peers;
+    QHash<QByteArray, std::int64_t> banned; // routing id -> until (ms)
     Counters counters;
 
     Private(core::broker::Broker& b, BrokerServerOptions o)
@@ -297,8 +301,46 @@ void BrokerServer::Private::dispatchWork()
 void BrokerServer::Private::handle(const QByteArray& routingId, const QList<QByteArray>& frames, const QString& userId)
 {
     ++counters.messages;
+    const auto now = nowMs();
+    if (auto ban = banned.find(routingId); ban != banned.end()) {
+        if (now < *ban)
+            return; // dropped for flooding: not even an answer
+        banned.erase(ban);
+    }
     auto& peer = peers[routingId];
-    peer.lastSeen = nowMs();
+    peer.lastSeen = now;
+    // A token bucket per peer: a flood is refused, and a long one gets the peer dropped.
+    if (options.maxRequestsPerSecond > 0) {
+        const double burst = 2.0 * options.maxRequestsPerSecond;
+        if (peer.tokens < 0) {
+            peer.tokens = burst;
+            peer.lastRefill = now;
+        }
+        peer.tokens = std::min(burst, peer.tokens + double(now - peer.lastRefill) * options.maxRequestsPerSecond / 1000.0);
+        peer.lastRefill = now;
+        if (peer.tokens < 1.0) {
+            if (peer.floodingSince == 0)
+                peer.floodingSince = now;
+            if (now - peer.floodingSince > 5'000) {
+                qCWarning(lcBroker).noquote()
+                    << "dropped a peer that sent more than" << options.maxRequestsPerSecond << "messages a second for 5 s"
+                    << (peer.nodeId.isEmpty() ? QString() : shortId(peer.nodeId));
+                if (!peer.nodeId.isEmpty())
+                    broker.nodeLost(peer.nodeId);
+                peers.remove(routingId);
+                banned.insert(routingId, now + 60'000);
+                ++counters.errors;
+                return;
+            }
+            ++counters.errors;
+            send(routingId,
+                errorMessage(errors::TooManyRequests,
+                    QStringLiteral("more than %1 messages a second; slow down").arg(options.maxRequestsPerSecond), -1, {}));
+            return;
+        }
+        peer.tokens -= 1.0;
+        peer.floodingSince = 0;
+    }
     auto decoded = decode(frames);
     if (!decoded) {
         sendError(routingId, decoded.error().code, decoded.error().message, decoded.error().command, {});

@@ -22,6 +22,10 @@ struct BrokerServerOptions {
     QStringList allowList; // Z85 client keys; empty: any client with the broker's key
     int heartbeatMs = 1000;
     int liveness = 3; // heartbeats a node may miss before it counts as gone
+    // Messages a peer may send per second (a burst of twice as many is allowed). Beyond it each
+    // message is answered too-many-requests; a peer that keeps it up for 5 s is dropped and its
+    // messages ignored for a minute. 0: no limit.
+    int maxRequestsPerSecond = 500;
 };
 
 // The broker's network loop: one ROUTER socket (and, with CURVE, the ZAP handler), owned by the

@@ -65,6 +65,7 @@ inline const QString HashMismatch = QStringLiteral("hash-mismatch");
 inline const QString NotRegistered = QStringLiteral("not-registered");
 inline const QString Stale = QStringLiteral("stale");
 inline const QString Internal = QStringLiteral("internal");
+inline const QString TooManyRequests = QStringLiteral("too-many-requests");
 } // namespace errors
 
 struct Message {

@@ -71,6 +71,7 @@ int main(int argc, char* argv[])
         = parser.isSet(QStringLiteral("bind")) ? parser.value(QStringLiteral("bind")) : settings.stringValue(names::BrokerBind);
     options.heartbeatMs = int(settings.intValue(names::NetworkHeartbeatIntervalMs));
     options.allowList = settings.listValue(names::BrokerAllowList);
+    options.maxRequestsPerSecond = int(settings.intValue(names::BrokerMaxRequestsPerSecond));
     const QString keyFile = parser.isSet(QStringLiteral("keys")) ? parser.value(QStringLiteral("keys"))
                                                                  : settings.stringValue(names::BrokerKeyFile);
     if (!keyFile.isEmpty()) {
@@ -96,6 +97,7 @@ int main(int argc, char* argv[])
     brokerOptions.disputeTimeoutMs = settings.intValue(names::BrokerDisputeTimeoutSeconds) * 1000;
     brokerOptions.selfVerifyAfterMs = settings.intValue(names::BrokerSelfVerifyAfterSeconds) * 1000;
     brokerOptions.unbondingDelayMs = settings.intValue(names::BrokerUnbondingDelaySeconds) * 1000;
+    brokerOptions.maxRunningJobsPerOwner = settings.intValue(names::BrokerMaxJobsPerOwner);
     auto broker = core::broker::Broker::open(dataDirectory, math, clock, brokerOptions);
     if (!broker)
         return fail(broker.error().toString());

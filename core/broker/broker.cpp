@@ -200,6 +200,14 @@ Result<QString> Broker::submit(const JobSpec& spec, const QString& owner)
             return Error { QStringLiteral("dataset.tensors.testSha256"),
                 QStringLiteral("upload the test tensors before submitting") };
     }
+    auto running = query(*m_db, QStringLiteral("SELECT COUNT(*) FROM jobs WHERE owner = ? AND state = 'running'"), owner);
+    if (!running)
+        return running.error();
+    if (auto row = storage::fetch(*running); row && *row && running->columnInt(0) >= m_options.maxRunningJobsPerOwner)
+        return Error { QStringLiteral("job"),
+            QStringLiteral("%1 already has %2 running jobs, the most one owner may have here (Broker/MaxJobsPerOwner)")
+                .arg(owner)
+                .arg(running->columnInt(0)) };
     auto initial = m_math.initialWeights(spec);
     if (!initial)
         return initial.error();

@@ -93,6 +93,7 @@ public:
         std::int64_t unbondingDelayMs = 24LL * 3600 * 1000; // unbonded stake stays slashable this long
         double crossProfileTolerance = 1e-3; // relative L2 distance, results of different runtime profiles
         std::uint64_t randomSeed = 0; // 0: sample draws from the system's random source
+        std::int64_t maxRunningJobsPerOwner = 20; // more running jobs of one owner are refused
     };
 
     static Result<std::unique_ptr<Broker>> open(

@@ -759,6 +759,24 @@ private Q_SLOTS:
         QVERIFY(broker->ledger().checkInvariants().ok());
     }
 
+    void runningJobsPerOwnerAreLimited()
+    {
+        auto options = verifyingOptions();
+        options.maxRunningJobsPerOwner = 2;
+        auto broker = open(QStringLiteral("perowner"), options);
+        const auto first = broker->submit(job(), QStringLiteral("alice"));
+        QVERIFY(first.ok());
+        QVERIFY(broker->submit(job(), QStringLiteral("alice")).ok());
+        const auto third = broker->submit(job(), QStringLiteral("alice"));
+        QVERIFY(!third.ok());
+        QCOMPARE(third.error().field, QStringLiteral("job"));
+        QVERIFY(third.error().message.contains(QStringLiteral("MaxJobsPerOwner")));
+        QVERIFY(broker->submit(job(), QStringLiteral("bob")).ok());
+        QVERIFY(broker->cancel(*first).ok());
+        QVERIFY(broker->submit(job(), QStringLiteral("alice")).ok());
+        QVERIFY(broker->ledger().checkInvariants().ok());
+    }
+
     void cancelledJobsHandOutNothing()
     {
         auto broker = open(QStringLiteral("cancel"));

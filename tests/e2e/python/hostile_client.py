@@ -53,6 +53,30 @@ command, header = socket.recv_multipart()[1:3]
 assert command == b"\x08" and json.loads(header)["code"] == "hash-mismatch", (command, header)
 expect_error(request(0x10, {"sha256": claimed, "offset": 0, "length": 9}), "unknown-blob")
 
+# A flood: far more than the broker's 500 messages a second are refused as too-many-requests
+# (and the rest answered), without hurting anyone else.
+flood = context.socket(zmq.DEALER)
+flood.setsockopt(zmq.RCVTIMEO, 3000)
+flood.setsockopt(zmq.LINGER, 0)
+flood.setsockopt(zmq.SNDHWM, 100000)
+flood.setsockopt(zmq.RCVHWM, 100000)
+flood.connect(endpoint)
+for i in range(3000):
+    flood.send_multipart(request(0x22, {"id": i}))
+refused = answered = 0
+try:
+    while refused + answered < 3000:
+        reply = flood.recv_multipart()
+        if reply[1] == b"\x08" and json.loads(reply[2])["code"] == "too-many-requests":
+            refused += 1
+        else:
+            answered += 1
+except zmq.Again:
+    pass
+flood.close()
+assert refused > 0 and answered > 0, (refused, answered)
+print("a flood of 3000: %d answered, %d refused as too-many-requests" % (answered, refused))
+
 # ... and the broker goes on serving.
 command, header = exchange(request(0x22, {"id": 42}))
 assert command == b"\x07" and header["id"] == 42, (command, header)
