@@ -411,13 +411,14 @@ void DesktopApp::updateState()
     // Pausing every usable device from the tray pauses the compute thread.
     bool allPaused = false;
     if (m_identity) {
+        const auto disabled = m_settings->listValue(names::ComputeDisabledDevices);
         int usable = 0, paused = 0;
         for (const auto& device : m_identity->info.devices) {
             if (!device.usable)
                 continue;
             ++usable;
             const QString id = ui::DevicesModel::deviceId(device);
-            paused += m_pausedDevices.contains(id) || m_settings->listValue(names::ComputeDisabledDevices).contains(id) ? 1 : 0;
+            paused += m_pausedDevices.contains(id) || disabled.contains(id) ? 1 : 0;
         }
         allPaused = usable > 0 && paused == usable;
     }

@@ -124,10 +124,7 @@ Status Broker::recover()
     if (auto status = execute(*m_db, QStringLiteral("UPDATE assignments SET state = 'expired' WHERE state = 'active'")); !status)
         return status;
     // Re-executions in flight start over; disputes ask for their checkpoint again, with a new deadline.
-    if (auto status = execute(*m_db,
-            QStringLiteral("UPDATE verifications SET state = CASE kind WHEN 'canary' THEN 'cancelled' ELSE 'waiting' END, "
-                           "verifier = NULL, verifier_assignment = NULL WHERE state = 'running'"));
-        !status)
+    if (auto status = requeueChecks({}, {}); !status)
         return status;
     auto disputed = query(*m_db,
         QStringLiteral("SELECT id, asked, checkpoint, COALESCE(accused, ''), COALESCE(accused_assignment, ''), "
@@ -503,10 +500,7 @@ void Broker::nodeLost(const QString& nodeId)
 {
     m_nodes.remove(nodeId);
     (void)execute(*m_db, QStringLiteral("UPDATE assignments SET state = 'expired' WHERE node = ? AND state = 'active'"), nodeId);
-    (void)execute(*m_db,
-        QStringLiteral("UPDATE verifications SET state = CASE kind WHEN 'canary' THEN 'cancelled' ELSE 'waiting' END, "
-                       "verifier = NULL, verifier_assignment = NULL WHERE verifier = ? AND state = 'running'"),
-        nodeId);
+    (void)requeueChecks(QStringLiteral("verifier"), nodeId);
     for (auto& state : m_running) {
         QStringList theirs;
         for (auto it = state.active.constBegin(); it != state.active.constEnd(); ++it) {
@@ -804,18 +798,19 @@ Result<Verdict> Broker::acceptResult(const QString& nodeId, const QString& assig
     if (!sampled)
         return sampled.error();
 
-    const auto pay = *sampled ? Credits {} : priceOf(jobId);
+    const auto price = priceOf(jobId);
+    const auto pay = *sampled ? Credits {} : price;
     auto escrow = m_ledger->balance(ledger::accounts::escrow(jobId));
     if (!escrow)
         return escrow.error();
-    if (*escrow < priceOf(jobId)) {
+    if (*escrow < price) {
         (void)failJob(jobId,
-            QStringLiteral("the budget is spent (%1 credits left, a shard pays %2)")
-                .arg(escrow->toString(), priceOf(jobId).toString()));
+            QStringLiteral("the budget is spent (%1 credits left, a shard pays %2)").arg(escrow->toString(), price.toString()));
         return Verdict::Stale;
     }
 
     const auto now = m_clock.nowMs();
+    auto* running = runningState(jobId);
     auto transaction = m_db->begin();
     if (!transaction)
         return transaction.error().toError();
@@ -844,8 +839,7 @@ Result<Verdict> Broker::acceptResult(const QString& nodeId, const QString& assig
                                 "accused, accused_assignment, accused_result, state, created_at) "
                                 "VALUES (?, 'sample', ?, ?, ?, ?, ?, ?, ?, ?, 'waiting', ?)"),
                  QStringLiteral("v") + newId(), jobId, round, shard, startHash.toHex(),
-                 runningState(jobId) ? runningState(jobId)->weightsBlob.toHex() : QString(), nodeId, assignmentId,
-                 toJsonText(result.toJson()), now)
+                 running ? running->weightsBlob.toHex() : QString(), nodeId, assignmentId, toJsonText(result.toJson()), now)
                       : Status {},
          }) {
         if (!status)
@@ -853,7 +847,7 @@ Result<Verdict> Broker::acceptResult(const QString& nodeId, const QString& assig
     }
     if (auto status = transaction->commit(); !status)
         return status.error().toError();
-    if (auto* running = runningState(jobId)) {
+    if (running) {
         running->done[std::size_t(shard)] = true;
         running->active.remove(assignmentId);
     }

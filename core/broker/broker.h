@@ -214,6 +214,7 @@ private:
     Status selfVerify(Check& check);
     Status settleJobChecks(const QString& jobId);
     void notify(Notice::Kind kind, const QString& nodeId, QJsonObject body);
+    Status requeueChecks(const QString& column, const QString& value);
     Credits priceOf(const QString& jobId);
 
     std::unique_ptr<storage::Database> m_db;

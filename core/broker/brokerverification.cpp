@@ -145,6 +145,17 @@ Result<QList<QString>> ids(storage::Database& db, const QString& sql, std::int64
 
 } // namespace
 
+Status Broker::requeueChecks(const QString& column, const QString& value)
+{
+    // Re-executions whose node went, lied or ran out of time go back to the queue; a canary is
+    // dropped (another will come). column: verifier, verifier_assignment or id; empty: all of them.
+    const QString sql = QStringLiteral("UPDATE verifications SET state = CASE kind WHEN 'canary' THEN 'cancelled' ELSE "
+                                       "'waiting' END, verifier = NULL, verifier_assignment = NULL WHERE state = 'running'");
+    if (column.isEmpty())
+        return execute(*m_db, sql);
+    return execute(*m_db, sql + QStringLiteral(" AND %1 = ?").arg(column), value);
+}
+
 void Broker::notify(Notice::Kind kind, const QString& nodeId, QJsonObject body)
 {
     if (!nodeId.isEmpty())
@@ -285,13 +296,12 @@ Status Broker::recordResultError(const QString& nodeId, const QString& assignmen
 {
     // The node signed a commitment and then revealed something that contradicts the shard it was
     // given: no honest node does that, so it is slashed like a lost dispute.
-    auto found = query(*m_db, QStringLiteral("SELECT job, round, shard FROM assignments WHERE id = ?"), assignmentId);
+    auto found = query(*m_db, QStringLiteral("SELECT job FROM assignments WHERE id = ?"), assignmentId);
     if (!found)
         return found.error();
     if (auto row = fetch(*found); !row || !*row)
         return {};
     const QString jobId = found->columnText(0);
-    const auto shard = found->columnInt(2);
     auto transaction = m_db->begin();
     if (!transaction)
         return transaction.error().toError();
@@ -305,12 +315,8 @@ Status Broker::recordResultError(const QString& nodeId, const QString& assignmen
         return committed.error().toError();
     if (auto* running = runningState(jobId); running && running->active.contains(assignmentId))
         release(*running, assignmentId);
-    (void)shard;
     // A verifier that lied leaves the sample to someone else.
-    (void)execute(*m_db,
-        QStringLiteral("UPDATE verifications SET state = CASE kind WHEN 'canary' THEN 'cancelled' ELSE 'waiting' END, "
-                       "verifier = NULL, verifier_assignment = NULL WHERE verifier_assignment = ? AND state = 'running'"),
-        assignmentId);
+    (void)requeueChecks(QStringLiteral("verifier_assignment"), assignmentId);
     notify(Notice::Kind::Verdict, nodeId,
         { { QStringLiteral("assignment"), assignmentId }, { QStringLiteral("state"), QStringLiteral("slashed") },
             { QStringLiteral("detail"), error.toString() } });
@@ -731,10 +737,7 @@ void Broker::tick()
         });
         for (const auto& [assignment, verification] : expired.value_or({})) {
             (void)execute(*m_db, QStringLiteral("UPDATE assignments SET state = 'expired' WHERE id = ?"), assignment);
-            (void)execute(*m_db,
-                QStringLiteral("UPDATE verifications SET state = CASE kind WHEN 'canary' THEN 'cancelled' ELSE 'waiting' END, "
-                               "verifier = NULL, verifier_assignment = NULL WHERE id = ? AND state = 'running'"),
-                verification);
+            (void)requeueChecks(QStringLiteral("id"), verification);
         }
     }
     // Samples nobody could check: the broker re-executes them.
