@@ -5,10 +5,30 @@
 #include <QFile>
 #include <QFileInfo>
 #include <QSaveFile>
+#include <QStorageInfo>
 
 #include <algorithm>
 
 namespace tessera::core {
+
+namespace {
+
+// A write that failed (its partial file already removed): a disk without room for the `needed`
+// bytes is named (and flagged, so that the broker answers disk-full); any other failure keeps the
+// system's reason.
+Error writeFailed(const QString& path, const QFileDevice& file, qint64 needed)
+{
+    const QStorageInfo storage(QFileInfo(path).absolutePath());
+    if (storage.isValid() && storage.bytesAvailable() < needed)
+        return Error { QStringLiteral("blob"),
+            QStringLiteral("the disk is full: %1 MiB free, %2 MiB needed; nothing was kept")
+                .arg(double(storage.bytesAvailable()) / (1 << 20), 0, 'f', 1)
+                .arg(double(needed) / (1 << 20), 0, 'f', 1),
+            true };
+    return Error { QStringLiteral("blob"), QStringLiteral("cannot write %1: %2").arg(path, file.errorString()) };
+}
+
+} // namespace
 
 BlobStore::BlobStore(QString directory, std::int64_t limit)
     : m_directory(std::move(directory))
@@ -119,7 +139,7 @@ Result<Digest> BlobStore::put(const QByteArray& bytes)
     QDir().mkpath(QFileInfo(target).absolutePath());
     QSaveFile file(target);
     if (!file.open(QIODevice::WriteOnly) || file.write(bytes) != bytes.size() || !file.commit())
-        return Error { QStringLiteral("blob"), QStringLiteral("cannot write %1 (is the disk full?)").arg(target) };
+        return writeFailed(target, file, bytes.size());
     m_entries.insert(digest, { bytes.size(), ++m_clock });
     m_total += bytes.size();
     evict();
@@ -158,10 +178,12 @@ Result<BlobStore::UploadState> BlobStore::putRange(
     if (offset + bytes.size() > totalSize)
         return Error { QStringLiteral("size"), QStringLiteral("the ranges run past the blob's %1 bytes").arg(totalSize) };
     QFile part(it->tempPath);
-    if (!part.open(QIODevice::WriteOnly | QIODevice::Append) || part.write(bytes) != bytes.size()) {
+    // flush(): a chunk that only reached Qt's buffer is not written yet.
+    if (!part.open(QIODevice::WriteOnly | QIODevice::Append) || part.write(bytes) != bytes.size() || !part.flush()) {
         m_uploads.erase(it);
+        part.close();
         QFile::remove(part.fileName());
-        return Error { QStringLiteral("blob"), QStringLiteral("cannot write %1 (is the disk full?)").arg(part.fileName()) };
+        return writeFailed(part.fileName(), part, totalSize); // the whole blob, sent again, would not fit
     }
     part.close();
     it->received += bytes.size();

@@ -14,6 +14,9 @@ namespace tessera::core {
 struct Error {
     QString field;
     QString message;
+    // The disk (or the database's quota) had no room: nothing was written. The broker answers
+    // "disk-full" instead of blaming the request.
+    bool diskFull = false;
 
     QString toString() const { return field.isEmpty() ? message : field + QStringLiteral(": ") + message; }
     bool operator==(const Error&) const = default;

@@ -349,7 +349,18 @@ void BrokerServer::Private::handle(const QByteArray& routingId, const QList<QByt
     const Message& message = *decoded;
     const auto id = message.header.value(QStringLiteral("id"));
     const int re = int(message.command);
-    auto invalid = [&](const core::Error& error) { sendError(routingId, errors::Invalid, error.toString(), re, id); };
+    // A full disk is the broker's trouble, not the request's: the peer hears disk-full (without the
+    // broker's paths), the operator reads the whole error in the log.
+    auto refuse = [&](const QString& code, const core::Error& error, const QString& prefix = {}) {
+        if (error.diskFull) {
+            qCWarning(lcBroker).noquote() << commandName(message.command) << "refused:" << error.toString();
+            sendError(routingId, errors::DiskFull,
+                QStringLiteral("the broker's disk is full; nothing was stored (try again later)"), re, id);
+            return;
+        }
+        sendError(routingId, code, prefix + error.toString(), re, id);
+    };
+    auto invalid = [&](const core::Error& error) { refuse(errors::Invalid, error); };
     auto requireNode = [&]() {
         if (peer.nodeId.isEmpty()) {
             sendError(routingId, errors::NotRegistered, QStringLiteral("send REGISTER first"), re, id);
@@ -380,7 +391,7 @@ void BrokerServer::Private::handle(const QByteArray& routingId, const QList<QByt
         }
         auto& self = peers[routingId];
         if (auto status = broker.registerNode(*node); !status) {
-            sendError(routingId, errors::Internal, status.error().toString(), re, id);
+            refuse(errors::Internal, status.error());
             return;
         }
         self.nodeId = node->nodeId;
@@ -476,8 +487,7 @@ void BrokerServer::Private::handle(const QByteArray& routingId, const QList<QByt
         }
         auto state = broker.blobs().putRange(*digest, offset, size, message.payload);
         if (!state) {
-            sendError(routingId, state.error().field == u"sha256" ? errors::HashMismatch : errors::Invalid,
-                state.error().toString(), re, id);
+            refuse(state.error().field == u"sha256" ? errors::HashMismatch : errors::Invalid, state.error());
             return;
         }
         send(routingId,
@@ -498,7 +508,7 @@ void BrokerServer::Private::handle(const QByteArray& routingId, const QList<QByt
             = !userId.isEmpty() ? userId : message.header.value(QStringLiteral("owner")).toString(QStringLiteral("local"));
         auto jobId = broker.submit(*spec, owner);
         if (!jobId) {
-            sendError(routingId, errors::Invalid, QStringLiteral("job.") + jobId.error().toString(), re, id);
+            refuse(errors::Invalid, jobId.error(), QStringLiteral("job."));
             return;
         }
         qCInfo(lcBroker).noquote() << "job" << *jobId << "submitted:" << spec->name;

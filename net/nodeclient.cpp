@@ -22,6 +22,9 @@ std::int64_t nowMs()
     return QDateTime::currentMSecsSinceEpoch();
 }
 
+// How long a node whose disk could not keep a task's blobs waits before it asks for work again.
+constexpr std::int64_t DiskFullPauseMs = 15'000;
+
 // A blob being fetched in ranges, with at most MaxCreditChunks requests unanswered.
 struct Download {
     explicit Download(core::Digest d = {})
@@ -85,6 +88,7 @@ struct NodeClient::Private {
     bool commitSent = false;
     bool committed = false;
     bool resultSent = false;
+    std::int64_t diskFullUntil = 0; // no READY before this: the last task's blobs did not fit
 
     Private(NodeClientOptions o, ShardExecutor& e, core::BlobStore& c, QString t)
         : options(std::move(o))
@@ -171,6 +175,22 @@ struct NodeClient::Private {
                 needed.append(task.dataset.testSha256);
         }
         return needed;
+    }
+
+    // Reports the current task as failed (before it started training), for another node to take.
+    void giveUp(const QString& why)
+    {
+        if (!current || current->started)
+            return;
+        core::ShardResult failed;
+        failed.jobId = current->task.jobId;
+        failed.round = current->task.round;
+        failed.shard = current->task.shard;
+        failed.outcome = core::ShardResult::Outcome::Failed;
+        failed.failure = why;
+        outbox.push_back({ tag, current->assignment, failed, {}, {} });
+        current.reset();
+        downloads.clear();
     }
 
     void maybeStartTask()
@@ -381,7 +401,15 @@ void NodeClient::Private::handle(const Message& message)
                 qCWarning(lcNode).noquote() << "blob" << digest->toHex().left(12) << "does not match its hash; fetching it again";
                 downloads.insert(*digest, Download(*digest));
             } else if (auto stored = cache.put(bytes); !stored) {
+                // Fetching it again would not help: the shard goes back to the broker for someone
+                // else, and a full disk gets some time before this node asks for work again.
                 qCWarning(lcNode).noquote() << stored.error().toString();
+                if (stored.error().diskFull) {
+                    diskFullUntil = nowMs() + DiskFullPauseMs;
+                    qCWarning(lcNode).noquote()
+                        << "the disk is full: giving the shard back; no new work for" << DiskFullPauseMs / 1000 << "s";
+                }
+                giveUp(QStringLiteral("the node could not keep a blob the shard needs: ") + stored.error().message);
             } else {
                 ++counters.blobsFetched;
                 counters.bytesFetched += bytes.size();
@@ -446,16 +474,7 @@ void NodeClient::Private::handle(const Message& message)
                 h.value(QStringLiteral("message")).toString());
             resultAnswered(); // the broker will not count this result; the next one can go
         } else if (re == int(Command::Get) && current) {
-            // A blob the task needs is gone from the broker: give the task up.
-            core::ShardResult failed;
-            failed.jobId = current->task.jobId;
-            failed.round = current->task.round;
-            failed.shard = current->task.shard;
-            failed.outcome = core::ShardResult::Outcome::Failed;
-            failed.failure = QStringLiteral("a blob the shard needs is not on the broker");
-            outbox.push_back({ tag, current->assignment, failed, {}, {} });
-            current.reset();
-            downloads.clear();
+            giveUp(QStringLiteral("a blob the shard needs is not on the broker"));
         } else if (code == errors::NotRegistered) {
             registered = false;
             send({ Command::Register, QJsonObject { { QStringLiteral("node"), options.node.toJson() } }, {} });
@@ -524,7 +543,8 @@ void NodeClient::run(const std::atomic<bool>& stop, const std::atomic<bool>& aba
             }
         }
         d->reportNext();
-        if (d->registered && !stopping && !d->current && !d->readySent && d->outbox.empty() && d->executor.idle()) {
+        if (d->registered && !stopping && !d->current && !d->readySent && d->outbox.empty() && d->executor.idle()
+            && now >= d->diskFullUntil) {
             d->send({ Command::Ready, QJsonObject { { QStringLiteral("slots"), 1 } }, {} });
             d->readySent = true;
         }

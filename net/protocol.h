@@ -66,6 +66,7 @@ inline const QString NotRegistered = QStringLiteral("not-registered");
 inline const QString Stale = QStringLiteral("stale");
 inline const QString Internal = QStringLiteral("internal");
 inline const QString TooManyRequests = QStringLiteral("too-many-requests");
+inline const QString DiskFull = QStringLiteral("disk-full");
 } // namespace errors
 
 struct Message {

@@ -28,7 +28,7 @@ struct DatabaseError {
     int sqliteCode = 0;
     QString message;
 
-    Error toError() const { return Error { QStringLiteral("database"), message }; }
+    Error toError() const { return Error { QStringLiteral("database"), message, kind == ErrorKind::Full }; }
 };
 
 template<typename T> using DbResult = Result<T, DatabaseError>;
