@@ -1,5 +1,7 @@
 #include "models.h"
 
+#include "scriptguard.h"
+
 #include <torch/cuda.h>
 #include <torch/torch.h>
 
@@ -180,6 +182,8 @@ core::Result<std::unique_ptr<Model>> buildModel(const core::ModelSpec& spec, con
         if (!file.open(QIODevice::ReadOnly))
             return core::Error { QStringLiteral("model.torchscript"), QStringLiteral("cannot read %1").arg(*path) };
         const QByteArray bytes = file.readAll();
+        if (auto allowed = checkScriptArchive(bytes); !allowed)
+            return allowed.error();
         auto module = guarded(QStringLiteral("%1 is not a TorchScript model saved by PyTorch").arg(*path), [&] {
             std::istringstream stream(std::string(bytes.constData(), static_cast<std::size_t>(bytes.size())));
             return torch::jit::load(stream, torch::kCPU);

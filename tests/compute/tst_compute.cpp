@@ -13,6 +13,7 @@
 #include <torch/serialize.h>
 #include <torch/torch.h>
 
+#include <QDir>
 #include <QFile>
 #include <QProcess>
 #include <QSet>
@@ -456,6 +457,49 @@ private Q_SLOTS:
         const auto wrongCount = compute::runJobLocally(spec, {});
         QVERIFY(!wrongCount.ok());
         QVERIFY2(wrongCount.error().message.contains(QStringLiteral("holds 600")), qPrintable(wrongCount.error().toString()));
+    }
+
+    // Model and data files from job owners are programs and pickles: the ones that would reach
+    // outside their tensors are refused before any of their code runs (docs/SECURITY.md).
+    void refusesHostileModelAndTensorFiles_data()
+    {
+        QTest::addColumn<QString>("file");
+        QTest::addColumn<QString>("words");
+        QTest::newRow("reads and writes files in forward()") << "reads_files.pt"
+                                                             << "'from_file'";
+        QTest::newRow("writes a file while it loads") << "writes_on_load.pt"
+                                                      << "'save'";
+        QTest::newRow("starts threads") << "forks.pt"
+                                        << "'fork'";
+        QTest::newRow("a pickle that calls os.system") << "system.pt"
+                                                       << "system";
+    }
+    void refusesHostileModelAndTensorFiles()
+    {
+        QFETCH(QString, file);
+        QFETCH(QString, words);
+        auto spec = smallJob();
+        auto prepared = prepare(spec);
+        auto task = prepared.tasks[0];
+        if (file.startsWith(u"system")) {
+            task.dataset = core::DatasetSpec {};
+            task.dataset.source = core::DatasetSpec::Source::Tensors;
+            task.dataset.trainFile = m_fixtures.filePath(file);
+            task.dataset.trainSamples = 4;
+            task.sampleBegin = 0;
+            task.sampleEnd = 4;
+            task.batchSize = 2;
+        } else {
+            task.model = core::ModelSpec {};
+            task.model.source = core::ModelSpec::Source::TorchScript;
+            task.model.scriptFile = m_fixtures.filePath(file);
+            task.startWeights = {};
+        }
+        const auto output = compute::runShard(task, prepared.start.bytes, {});
+        QCOMPARE(output.result.outcome, core::ShardResult::Outcome::Failed);
+        QVERIFY2(output.result.failure.contains(words), qPrintable(output.result.failure));
+        const auto touched = QDir(m_fixtures.path()).entryList({ QStringLiteral("touched-*") });
+        QVERIFY2(touched.isEmpty(), qPrintable(touched.join(u' ')));
     }
 
     void badInputFailsTheShardWithAClearMessage_data()
