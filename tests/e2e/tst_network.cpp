@@ -501,8 +501,10 @@ private Q_SLOTS:
         const auto hostile
             = run(Python, { QStringLiteral(TESSERA_SOURCE_DIR "/tests/e2e/python/hostile_client.py"), cluster.endpoint() });
         QVERIFY2(hostile.exitCode == 0, qPrintable(hostile.output));
+        QVERIFY(hostile.output.contains(QStringLiteral("the peer was dropped")));
         QVERIFY(hostile.output.contains(QStringLiteral("the broker still serves")));
         QCOMPARE(cluster.broker()->state(), QProcess::Running);
+        QVERIFY(cluster.log(QStringLiteral("broker")).contains(QStringLiteral("dropped a peer")));
     }
 
     void curveRefusesPlaintextAndWrongKeys()
