@@ -96,14 +96,11 @@ screenshots: build
 demo: build
 	./scripts/demo.sh $(BUILD_DIR)
 
-# Ratios against baselines measured in the same run; the numbers go in docs/PERFORMANCE.md.
+# Every benchmark, each a ratio against a baseline measured in the same run, and the example job's
+# accuracy on one machine and on a broker with three nodes; writes docs/PERFORMANCE.md and
+# docs/accuracy-per-round.svg (bench/run.sh, bench/report.py). About 10 minutes.
 bench: build
-	$(BUILD_DIR)/bench/tessera-bench-trainer
-	$(BUILD_DIR)/bench/tessera-bench-broker
-	$(BUILD_DIR)/bench/tessera-bench-network
-	$(BUILD_DIR)/bench/tessera-bench-verification
-	$(BUILD_DIR)/app/tessera-node --config $(BUILD_DIR)/bench.ini benchmark
-	./bench/appbench.sh $(BUILD_DIR)
+	./bench/run.sh $(BUILD_DIR)
 
 format:
 	./scripts/check-format.sh --fix

@@ -1,6 +1,8 @@
 // make bench: how fast the broker hands out shards (goal: 5,000 assignments a second), against the
 // plain SQLite inserts the same database can do, measured in the same run.
 
+#include "record.h"
+
 #include <compute/brokermath.h>
 #include <core/broker/broker.h>
 #include <core/storage/database.h>
@@ -73,5 +75,8 @@ int main(int argc, char* argv[])
     std::printf("Broker scheduling: %d shards handed to %d nodes\n", assigned, Nodes);
     std::printf("  assignments %9.0f /s   plain SQLite inserts %9.0f /s   ratio %.3f   (goal: 5,000 assignments/s, %s)\n",
         assignRate, insertRate, assignRate / insertRate, assignRate >= 5000 ? "met" : "NOT met");
+    bench::record("broker.assignmentsPerSecond", assignRate);
+    bench::record("broker.insertsPerSecond", insertRate);
+    bench::record("broker.ratio", assignRate / insertRate);
     return 0;
 }

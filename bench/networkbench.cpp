@@ -5,6 +5,8 @@
 //  - bytes on the wire per round against exchanging gradients and weights at every step;
 //  - broker CPU for 10,000 nodes heartbeating at 1 Hz, as a share of one core (goal: at most 30%).
 
+#include "record.h"
+
 #include <compute/brokermath.h>
 #include <core/broker/broker.h>
 #include <core/jobspec.h>
@@ -223,6 +225,9 @@ void bytesPerRound()
         static_cast<long long>(w));
     std::printf("  Tessera %lld bytes   per-step exchange %lld bytes   ratio %.4f\n", static_cast<long long>(perRound),
         static_cast<long long>(perStep), double(perRound) / double(perStep));
+    bench::record("network.bytesPerRound", double(perRound));
+    bench::record("network.bytesPerStepExchange", double(perStep));
+    bench::record("network.weightsBytes", double(w));
 }
 
 // A simulator process: `nodes` DEALER sockets that register, then each send a heartbeat a second
@@ -317,6 +322,10 @@ void heartbeatLoad(int nodes, int windowSeconds)
     std::printf(
         "  broker thread CPU %.2f s = %.1f%% of one core   (goal <= 30%%, %s; registering the %d nodes took %.2f s of CPU)\n",
         server.cpuSeconds, share * 100.0, share <= 0.30 ? "met" : "NOT met", nodes, registrationCpu);
+    bench::record("load.nodes", nodes);
+    bench::record("load.messages", double(received));
+    bench::record("load.cpuSeconds", server.cpuSeconds);
+    bench::record("load.share", share);
 }
 
 } // namespace
@@ -335,6 +344,8 @@ int main(int argc, char* argv[])
         const double blob = blobRate(curve ? std::optional(keys) : std::nullopt);
         std::printf("  %-9s blob GET %7.0f MB/s   raw ZeroMQ %7.0f MB/s   ratio %.3f (goal >= 0.8)\n",
             curve ? "CURVE" : "plaintext", blob / 1e6, raw / 1e6, blob / raw);
+        bench::record(curve ? "blob.curve.blob" : "blob.plain.blob", blob);
+        bench::record(curve ? "blob.curve.raw" : "blob.plain.raw", raw);
     }
     bytesPerRound();
     heartbeatLoad(10000, 10);

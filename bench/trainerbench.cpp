@@ -2,6 +2,8 @@
 // thread count, measured in the same run. The trainer adds seeded batch planning, checkpoint
 // hashing and its own optimizer; the ratio says what that costs (goal: at least 0.97).
 
+#include "record.h"
+
 #include <compute/detail/datasets.h>
 #include <compute/shardrun.h>
 #include <compute/weights.h>
@@ -144,6 +146,11 @@ int main(int argc, char* argv[])
         std::printf("  %-4s trainer %9.0f samples/s   bare loop %9.0f samples/s   ratio %.3f (goal >= 0.97);"
                     " without intermediate checkpoints %.3f\n",
             c.name, best(ours), best(bare), ratio, best(oursUnhashed) / best(bare));
+        const std::string key = std::string("trainer.") + c.name;
+        bench::record((key + ".trainer").c_str(), best(ours));
+        bench::record((key + ".bare").c_str(), best(bare));
+        bench::record((key + ".ratio").c_str(), ratio);
+        bench::record((key + ".ratioUnhashed").c_str(), best(oursUnhashed) / best(bare));
     }
     std::printf("%s\n", met ? "goal met" : "goal NOT met");
     return 0;

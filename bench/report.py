@@ -1,0 +1,188 @@
+"""Writes docs/PERFORMANCE.md (and the accuracy plot) from what bench/run.sh measured.
+
+Usage: report.py RESULTS_DIR TEMPLATE OUTPUT_MD OUTPUT_SVG
+
+RESULTS_DIR holds records.txt ("key value" lines appended by the benchmarks, bench/record.h),
+devices-1.json and devices-2.json (tessera-node benchmark --json), local/report.json (train-local)
+and verified/ and unverified/ (job.json from tessera-job wait --json, checks.json). The template
+holds the text; each {{key}} or {{key:format}} in it is replaced by a figure (Python's format
+spec), and every figure the template names must exist: a missing one stops the report, so that an
+old number is never left standing.
+"""
+import json
+import os
+import platform
+import re
+import sys
+from datetime import date
+
+
+def load_json(path):
+    text = open(path).read()
+    starts = [i for i in (text.find("{"), text.find("[")) if i >= 0]
+    return json.loads(text[min(starts):])
+
+
+def met(value, goal, at_least=True):
+    return "met" if (value >= goal if at_least else value <= goal) else "**not met**"
+
+
+def figures(results):
+    f = {}
+    for line in open(os.path.join(results, "records.txt")):
+        parts = line.split()
+        if len(parts) == 2:
+            f[parts[0]] = float(parts[1])
+
+    # Derived figures and verdicts.
+    for model in ("mlp", "cnn"):
+        if "trainer.%s.ratio" % model in f:
+            f["trainer.%s.verdict" % model] = met(f["trainer.%s.ratio" % model], 0.97)
+    if "broker.assignmentsPerSecond" in f:
+        f["broker.verdict"] = met(f["broker.assignmentsPerSecond"], 5000)
+    for link in ("plain", "curve"):
+        if "blob.%s.blob" % link in f:
+            f["blob.%s.ratio" % link] = f["blob.%s.blob" % link] / f["blob.%s.raw" % link]
+            f["blob.%s.verdict" % link] = met(f["blob.%s.ratio" % link], 0.8)
+            f["blob.%s.blobMB" % link] = f["blob.%s.blob" % link] / 1e6
+            f["blob.%s.rawMB" % link] = f["blob.%s.raw" % link] / 1e6
+    if "network.bytesPerRound" in f:
+        f["network.ratio"] = f["network.bytesPerRound"] / f["network.bytesPerStepExchange"]
+    if "load.share" in f:
+        f["load.percent"] = f["load.share"] * 100
+        f["load.verdict"] = met(f["load.share"], 0.30, at_least=False)
+    if "verification.steadyOverhead" in f:
+        f["verification.steadyVerdict"] = met(f["verification.steadyOverhead"], 0.10, at_least=False)
+        f["verification.caughtNewVerdict"] = met(f["verification.caughtNew"], 0.99)
+        for key in ("caughtNew", "caughtAfter100", "caughtAfter1000"):
+            f["verification.%sPercent" % key] = f["verification." + key] * 100
+    if "app.start" in f:
+        f["app.startRatio"] = f["app.start"] / f["app.versionStart"]
+        f["app.startVerdict"] = met(f["app.start"], 1.0, at_least=False)
+        f["app.rssRatio"] = f["app.rssMB"] / 200
+        f["app.rssVerdict"] = met(f["app.rssMB"], 200, at_least=False)
+        f["app.cpuVerdict"] = met(f["app.cpuPercent"], 0.5, at_least=False)
+
+    for threads in (1, 2):
+        path = os.path.join(results, "devices-%d.json" % threads)
+        if os.path.exists(path):
+            device = load_json(path)
+            for m in device["measurements"]:
+                f["device.%d.%s" % (threads, m["name"])] = m["value"]
+                f["device.%d.%s.cv" % (threads, m["name"])] = m["cv"] * 100
+            f["device.name"] = device["device"].split(" ", 1)[-1]
+            f["device.profile"] = device["runtimeProfile"]
+
+    curves = {}
+    local = os.path.join(results, "local", "report.json")
+    if os.path.exists(local):
+        report = load_json(local)
+        curves["local"] = [r["testAccuracy"] for r in report["rounds"]]
+        f["local.accuracy"] = curves["local"][-1] * 100
+        f["local.rounds"] = len(curves["local"])
+        f["local.hash"] = report["finalWeightsHash"][:16]
+    for run in ("verified", "unverified"):
+        path = os.path.join(results, run, "job.json")
+        if not os.path.exists(path):
+            continue
+        job = load_json(path)
+        curves[run] = [r["testAccuracy"] for r in job["history"]]
+        f["net.%s.accuracy" % run] = curves[run][-1] * 100
+        f["net.%s.hash" % run] = job.get("weightsHash", "")[:16]
+        f["net.%s.same" % run] = "the same bits" if job.get("weightsHash", "")[:16] == f.get("local.hash") \
+            else "**different bits**"
+        if "local" in curves:
+            f["net.%s.accuracyRatio" % run] = curves[run][-1] / curves["local"][-1]
+        checks = load_json(os.path.join(results, run, "checks.json")) if os.path.exists(
+            os.path.join(results, run, "checks.json")) else []
+        f["net.%s.checks" % run] = len(checks)
+        f["net.%s.disputes" % run] = sum(1 for c in checks if c.get("outcome") not in (None, "none"))
+        f["net.%s.shards" % run] = job.get("rounds", 0) * job.get("shardsPerRound", 0)
+    if "net.verified.wall" in f and "net.unverified.wall" in f:
+        f["net.verificationOverhead"] = f["net.verified.wall"] / f["net.unverified.wall"]
+    if "net.unverified.wall" in f and "local.wall" in f:
+        f["net.unverifiedVsLocal"] = f["net.unverified.wall"] / f["local.wall"]
+    f["date"] = date.today().isoformat()
+    return f, curves
+
+
+def render(template, f):
+    missing = []
+
+    def replace(match):
+        key, _, spec = match.group(1).partition(":")
+        if key not in f:
+            missing.append(key)
+            return match.group(0)
+        value = f[key]
+        return format(value, spec) if spec else str(value)
+
+    text = re.sub(r"\{\{([^{}]+)\}\}", replace, template)
+    if missing:
+        sys.exit("report: no figure for %s (did a benchmark fail?)" % ", ".join(sorted(set(missing))))
+    return text
+
+
+def svg(curves):
+    """Test accuracy per round as an SVG line chart, no dependencies."""
+    width, height, left, right, top, bottom = 640, 360, 60, 20, 30, 50
+    rounds = max(len(c) for c in curves.values())
+    values = [v for c in curves.values() for v in c]
+    low = max(0.0, (min(values) * 100 // 10) * 10 / 100)
+    high = 1.0 if max(values) > 0.9 else (max(values) * 100 // 10 + 1) * 10 / 100
+
+    def x(i):
+        return left + (width - left - right) * (i / max(1, rounds - 1))
+
+    def y(v):
+        return top + (height - top - bottom) * (1 - (v - low) / (high - low))
+
+    out = ['<svg xmlns="http://www.w3.org/2000/svg" width="%d" height="%d" viewBox="0 0 %d %d" '
+           'font-family="sans-serif" font-size="12">' % (width, height, width, height),
+           '<rect width="100%" height="100%" fill="white"/>',
+           '<text x="%d" y="18" font-size="14">Fashion-MNIST MLP: test accuracy per round</text>' % left]
+    step = 0.05 if high - low <= 0.3 else 0.1
+    v = low
+    while v <= high + 1e-9:
+        out.append('<line x1="%d" x2="%d" y1="%.1f" y2="%.1f" stroke="#ddd"/>' % (left, width - right, y(v), y(v)))
+        out.append('<text x="%d" y="%.1f" text-anchor="end">%d%%</text>' % (left - 6, y(v) + 4, round(v * 100)))
+        v += step
+    for i in range(rounds):
+        out.append('<text x="%.1f" y="%d" text-anchor="middle">%d</text>' % (x(i), height - bottom + 16, i + 1))
+    out.append('<text x="%d" y="%d" text-anchor="middle">round</text>' % ((left + width - right) / 2, height - 12))
+    styles = {
+        "local": ("#1f77b4", "", "one machine (train-local)"),
+        "verified": ("#d62728", "6 4", "broker + 3 nodes"),
+        "unverified": ("#2ca02c", "2 3", "broker + 3 nodes, no re-execution"),
+    }
+    legend_y = top + 10
+    for name, curve in curves.items():
+        color, dash, label = styles[name]
+        points = " ".join("%.1f,%.1f" % (x(i), y(v)) for i, v in enumerate(curve))
+        out.append('<polyline fill="none" stroke="%s" stroke-width="2" %s points="%s"/>' % (
+            color, 'stroke-dasharray="%s"' % dash if dash else "", points))
+        out.append('<line x1="%d" x2="%d" y1="%d" y2="%d" stroke="%s" stroke-width="2" %s/>' % (
+            width - right - 250, width - right - 220, legend_y + 120, legend_y + 120, color,
+            'stroke-dasharray="%s"' % dash if dash else ""))
+        out.append('<text x="%d" y="%d">%s</text>' % (width - right - 214, legend_y + 124, label))
+        legend_y += 18
+    out.append("</svg>")
+    return "\n".join(out) + "\n"
+
+
+def main():
+    results, template, output, plot = sys.argv[1:5]
+    f, curves = figures(results)
+    f["machine"] = "%s, %d cores, Linux %s" % (f.get("device.name", platform.processor()), os.cpu_count(),
+                                               platform.release())
+    text = render(open(template).read(), f)
+    with open(output, "w") as md:
+        md.write(text)
+    if curves:
+        with open(plot, "w") as image:
+            image.write(svg(curves))
+    print("report: wrote %s%s" % (output, " and " + plot if curves else ""))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,78 @@
+"""bench/report.py on made-up results: every figure of the template is filled, the verdicts follow
+the goals, the plot has one line per run, and a missing figure stops the report instead of leaving
+a placeholder (or an old number) standing.
+
+Usage: test_bench_report.py SOURCE_DIR
+"""
+import json
+import os
+import subprocess
+import sys
+import tempfile
+
+src = sys.argv[1]
+report = os.path.join(src, "bench", "report.py")
+template = os.path.join(src, "bench", "PERFORMANCE.md.in")
+
+records = {
+    "trainer.mlp.trainer": 23350, "trainer.mlp.bare": 23888, "trainer.mlp.ratio": 0.977,
+    "trainer.mlp.ratioUnhashed": 1.003, "trainer.cnn.trainer": 4483, "trainer.cnn.bare": 4595,
+    "trainer.cnn.ratio": 0.96, "trainer.cnn.ratioUnhashed": 1.012,
+    "broker.assignmentsPerSecond": 20576, "broker.insertsPerSecond": 42439, "broker.ratio": 0.485,
+    "blob.plain.blob": 643e6, "blob.plain.raw": 2718e6, "blob.curve.blob": 373e6, "blob.curve.raw": 319e6,
+    "network.bytesPerRound": 5664219, "network.bytesPerStepExchange": 564350400, "network.weightsBytes": 942359,
+    "load.nodes": 10000, "load.messages": 110269, "load.cpuSeconds": 1.3, "load.share": 0.13,
+    "verification.honestShards": 100000, "verification.honestSlashed": 0, "verification.steadyOverhead": 0.05,
+    "verification.lifetimeOverhead": 0.087, "verification.caughtNew": 0.9995,
+    "verification.caughtAfter100": 0.8875, "verification.caughtAfter1000": 0.389,
+    "app.start": 0.72, "app.versionStart": 0.66, "app.rssMB": 193, "app.cpuPercent": 0.3,
+    "local.wall": 25.0, "net.verified.wall": 160.0, "net.unverified.wall": 70.0,
+}
+
+
+def device(threads):
+    return {"device": "cpu:0 Test CPU", "runtimeProfile": "libtorch=1.13.0;threads=%d" % threads,
+            "measurements": [{"name": n, "value": v * threads, "cv": 0.03, "unit": "u"}
+                             for n, v in (("mlp", 20000), ("cnn", 3000), ("matmul", 30))]}
+
+
+accuracy = [0.7 + 0.01 * r for r in range(15)]
+with tempfile.TemporaryDirectory() as out:
+    with open(os.path.join(out, "records.txt"), "w") as f:
+        for key, value in records.items():
+            f.write("%s %r\n" % (key, float(value)))
+    for threads in (1, 2):
+        json.dump(device(threads), open(os.path.join(out, "devices-%d.json" % threads), "w"))
+    os.makedirs(os.path.join(out, "local"))
+    json.dump({"finalWeightsHash": "ab" * 32, "rounds": [{"testAccuracy": a} for a in accuracy]},
+              open(os.path.join(out, "local", "report.json"), "w"))
+    for run, checks, bits in (("verified", 45, "ab"), ("unverified", 0, "cd")):
+        os.makedirs(os.path.join(out, run))
+        with open(os.path.join(out, run, "job.json"), "w") as f:
+            f.write("round 15/15 ...\n")  # whatever tessera-job printed before the JSON
+            json.dump({"rounds": 15, "shardsPerRound": 3, "weightsHash": bits * 32,
+                       "history": [{"testAccuracy": a} for a in accuracy]}, f)
+        json.dump([{"outcome": "none"}] * checks, open(os.path.join(out, run, "checks.json"), "w"))
+
+    md, svg = os.path.join(out, "PERFORMANCE.md"), os.path.join(out, "plot.svg")
+    run = subprocess.run([sys.executable, report, out, template, md, svg], capture_output=True, text=True)
+    assert run.returncode == 0, run.stderr
+    text = open(md).read()
+    assert "{{" not in text, [line for line in text.splitlines() if "{{" in line]
+    assert "| mlp 784-256-128-10, 500 steps | 23,350 samples/s | 23,888 samples/s | **0.977** | met |" in text, text
+    assert "**0.960** | **not met**" in text  # cnn below 0.97
+    assert "**2.29x**" in text  # 160 s / 70 s
+    assert "| broker + 3 nodes | 84.00% | 1.0000 | the same bits |" in text
+    assert "| broker + 3 nodes, no re-execution | 84.00% | 1.0000 | **different bits** |" in text
+    assert "45 checks for 45 shards" in text
+    plot = open(svg).read()
+    assert plot.count("<polyline") == 3 and plot.startswith("<svg"), plot[:200]
+
+    # A benchmark that did not run: the report says which figure is missing and writes nothing.
+    lines = [l for l in open(os.path.join(out, "records.txt")) if not l.startswith("load.")]
+    open(os.path.join(out, "records.txt"), "w").writelines(lines)
+    os.remove(md)
+    run = subprocess.run([sys.executable, report, out, template, md, svg], capture_output=True, text=True)
+    assert run.returncode != 0 and "load.cpuSeconds" in run.stderr, run.stderr
+    assert not os.path.exists(md)
+print("bench report: every figure filled, verdicts follow the goals, missing figures refused")
