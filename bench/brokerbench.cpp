@@ -21,7 +21,10 @@ int main(int argc, char* argv[])
     QTemporaryDir dir;
     compute::BrokerMath math({});
     core::broker::SystemClock clock;
-    auto broker = core::broker::Broker::open(dir.filePath(QStringLiteral("broker")), math, clock);
+    // A faucet funds the owner's escrow and bonds each node's stake, as on a local broker.
+    core::broker::Broker::Options options;
+    options.faucet = true;
+    auto broker = core::broker::Broker::open(dir.filePath(QStringLiteral("broker")), math, clock, options);
     if (!broker)
         qFatal("%s", qPrintable(broker.error().toString()));
 
@@ -34,9 +37,9 @@ int main(int argc, char* argv[])
     spec.training.localSteps = 10;
     spec.training.batchSize = 8;
     spec.training.checkpointInterval = 5;
-    spec.budget = core::Credits::fromMicro(1);
-    if (!(*broker)->submit(spec))
-        qFatal("submit failed");
+    spec.budget = core::Credits::fromMicro(1'000'000'000); // 1,000 credits: more than its 4,096 shards cost
+    if (auto submitted = (*broker)->submit(spec, QStringLiteral("bench")); !submitted)
+        qFatal("submit failed: %s", qPrintable(submitted.error().toString()));
     constexpr int Nodes = 1000;
     for (int i = 0; i < Nodes; ++i) {
         core::NodeInfo node;
@@ -44,7 +47,8 @@ int main(int argc, char* argv[])
         node.softwareVersion = QStringLiteral("bench");
         node.runtimeProfile = QStringLiteral("p");
         node.maxThreads = 2;
-        (void)(*broker)->registerNode(node);
+        if (auto registered = (*broker)->registerNode(node); !registered)
+            qFatal("register failed: %s", qPrintable(registered.error().toString()));
     }
 
     QElapsedTimer timer;
