@@ -51,14 +51,18 @@ record local.wall "$(since "$t0")"
 # The example job on a broker and three new nodes over TCP on 127.0.0.1. NAME, extra broker
 # settings, job file.
 network() {
-    local name=$1 settings=$2 jobFile=$3 dir="$out/$1" port=$((30000 + RANDOM % 20000))
+    local name=$1 settings=$2 jobFile=$3 dir="$out/$1" port
+    port=$("$py" -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
     local endpoint="tcp://127.0.0.1:$port"
     mkdir -p "$dir"
     printf '[Broker]\nDataDirectory=%s/broker\nFaucet=true\n%s\n' "$dir" "$settings" > "$dir/broker.ini"
     "$bin/tessera-broker" --config "$dir/broker.ini" --bind "$endpoint" > "$dir/broker.log" 2>&1 &
     pids+=($!)
     local jobCmd=("$bin/tessera-job" --config /dev/null --broker "$endpoint")
-    until "${jobCmd[@]}" list > /dev/null 2>&1; do sleep 0.2; done
+    until "${jobCmd[@]}" list > /dev/null 2>&1; do
+        kill -0 "${pids[-1]}" 2>/dev/null || { cat "$dir/broker.log"; exit 1; }
+        sleep 0.2
+    done
     for n in 1 2 3; do
         printf '[Node]\nDataDirectory=%s/node%s\nName=bench-node-%s\n' "$dir" "$n" "$n" > "$dir/node$n.ini"
         "$bin/tessera-node" --config "$dir/node$n.ini" run --broker "$endpoint" > "$dir/node$n.log" 2>&1 &

@@ -12,7 +12,7 @@ RANDOM=$seed
 bin="$build/app"
 py=/usr/bin/python3
 scratch=$(mktemp -d)
-port=$((30000 + RANDOM % 20000))
+port=$(/usr/bin/python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])') # free now (a random one can be taken)
 endpoint="tcp://127.0.0.1:$port"
 declare -A pids
 cleanup() {
@@ -48,7 +48,10 @@ start() {
 job() { "$bin/tessera-job" --config /dev/null --broker "$endpoint" "$@"; }
 
 start broker
-until job list >/dev/null 2>&1; do sleep 0.2; done
+until job list >/dev/null 2>&1; do
+    kill -0 "${pids[broker]}" 2>/dev/null || { log "FAILED: the broker did not start"; cat "$scratch/broker.log"; exit 1; }
+    sleep 0.2
+done
 for n in node1 node2 node3; do start "$n"; done
 jobId=$(job submit "$scratch/job.json" | tail -1)
 log "job $jobId submitted; $kills kills to come"

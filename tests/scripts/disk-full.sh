@@ -21,7 +21,7 @@ fi
 bin="$build/app"
 py=/usr/bin/python3
 scratch=$(mktemp -d)
-port=$((30000 + RANDOM % 20000))
+port=$(/usr/bin/python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])') # free now (a random one can be taken)
 endpoint="tcp://127.0.0.1:$port"
 declare -A pids
 cleanup() {
@@ -55,7 +55,7 @@ printf '[Broker]\nDataDirectory=%s/broker/data\nFaucet=true\nCanaryPercent=0\nSa
 printf '[Node]\nDataDirectory=%s/node/data\nName=node\n' "$scratch" > "$scratch/node.ini"
 "$bin/tessera-broker" --config "$scratch/broker.ini" --bind "$endpoint" >>"$scratch/broker.log" 2>&1 &
 pids[broker]=$!
-until job list >/dev/null 2>&1; do sleep 0.2; done
+until job list >/dev/null 2>&1; do kill -0 "${pids[broker]}" 2>/dev/null || fail "the broker did not start"; sleep 0.2; done
 balance() { job balance owner --json 2>/dev/null || job balance 2>&1; }
 
 # 1. A model file larger than the broker's disk: the upload is refused, the partial blob removed.
