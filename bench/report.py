@@ -81,6 +81,8 @@ def figures(results):
         f["local.accuracy"] = curves["local"][-1] * 100
         f["local.rounds"] = len(curves["local"])
         f["local.hash"] = report["finalWeightsHash"][:16]
+        training = report["job"]["training"]
+        f["local.shards"] = training["rounds"] * training["shardsPerRound"]
     for run in ("verified", "unverified"):
         path = os.path.join(results, run, "job.json")
         if not os.path.exists(path):
@@ -96,8 +98,11 @@ def figures(results):
         checks = load_json(os.path.join(results, run, "checks.json")) if os.path.exists(
             os.path.join(results, run, "checks.json")) else []
         f["net.%s.checks" % run] = len(checks)
+        f["net.%s.samples" % run] = sum(1 for c in checks if c.get("kind") == "sample")
+        f["net.%s.canaries" % run] = sum(1 for c in checks if c.get("kind") == "canary")
         f["net.%s.disputes" % run] = sum(1 for c in checks if c.get("outcome") not in (None, "none"))
-        f["net.%s.shards" % run] = job.get("rounds", 0) * job.get("shardsPerRound", 0)
+        if "local.shards" in f:
+            f["net.%s.shards" % run] = f["local.shards"]
     if "net.verified.wall" in f and "net.unverified.wall" in f:
         f["net.verificationOverhead"] = f["net.verified.wall"] / f["net.unverified.wall"]
     if "net.unverified.wall" in f and "local.wall" in f:
@@ -155,16 +160,16 @@ def svg(curves):
         "verified": ("#d62728", "6 4", "broker + 3 nodes"),
         "unverified": ("#2ca02c", "2 3", "broker + 3 nodes, no re-execution"),
     }
-    legend_y = top + 10
+    legend_y = height - bottom - 18 * len(curves) - 4  # lower right: accuracy curves rise to the upper right
     for name, curve in curves.items():
         color, dash, label = styles[name]
         points = " ".join("%.1f,%.1f" % (x(i), y(v)) for i, v in enumerate(curve))
         out.append('<polyline fill="none" stroke="%s" stroke-width="2" %s points="%s"/>' % (
             color, 'stroke-dasharray="%s"' % dash if dash else "", points))
         out.append('<line x1="%d" x2="%d" y1="%d" y2="%d" stroke="%s" stroke-width="2" %s/>' % (
-            width - right - 250, width - right - 220, legend_y + 120, legend_y + 120, color,
+            width - right - 250, width - right - 220, legend_y, legend_y, color,
             'stroke-dasharray="%s"' % dash if dash else ""))
-        out.append('<text x="%d" y="%d">%s</text>' % (width - right - 214, legend_y + 124, label))
+        out.append('<text x="%d" y="%d">%s</text>' % (width - right - 214, legend_y + 4, label))
         legend_y += 18
     out.append("</svg>")
     return "\n".join(out) + "\n"

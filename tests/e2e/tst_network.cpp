@@ -519,7 +519,8 @@ private Q_SLOTS:
         const QString publicKey = QString::fromLatin1(keyFile.readLine()).trimmed().section(u' ', 1);
         const auto client = run(
             Python, { QStringLiteral(TESSERA_SOURCE_DIR "/tests/e2e/python/curve_client.py"), cluster.endpoint(), publicKey });
-        QVERIFY2(client.exitCode == 0, qPrintable(client.output + QStringLiteral("\nbroker log:\n") + cluster.log(QStringLiteral("broker"))));
+        QVERIFY2(client.exitCode == 0,
+            qPrintable(client.output + QStringLiteral("\nbroker log:\n") + cluster.log(QStringLiteral("broker"))));
         // tessera-job over CURVE, with the key in the address.
         const auto listed = run(Bin + QStringLiteral("/tessera-job"),
             { QStringLiteral("--config"), QStringLiteral("/dev/null"), QStringLiteral("--broker"),

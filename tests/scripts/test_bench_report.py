@@ -44,7 +44,8 @@ with tempfile.TemporaryDirectory() as out:
     for threads in (1, 2):
         json.dump(device(threads), open(os.path.join(out, "devices-%d.json" % threads), "w"))
     os.makedirs(os.path.join(out, "local"))
-    json.dump({"finalWeightsHash": "ab" * 32, "rounds": [{"testAccuracy": a} for a in accuracy]},
+    json.dump({"finalWeightsHash": "ab" * 32, "rounds": [{"testAccuracy": a} for a in accuracy],
+               "job": {"training": {"rounds": 15, "shardsPerRound": 3}}},
               open(os.path.join(out, "local", "report.json"), "w"))
     for run, checks, bits in (("verified", 45, "ab"), ("unverified", 0, "cd")):
         os.makedirs(os.path.join(out, run))
@@ -52,19 +53,21 @@ with tempfile.TemporaryDirectory() as out:
             f.write("round 15/15 ...\n")  # whatever tessera-job printed before the JSON
             json.dump({"rounds": 15, "shardsPerRound": 3, "weightsHash": bits * 32,
                        "history": [{"testAccuracy": a} for a in accuracy]}, f)
-        json.dump([{"outcome": "none"}] * checks, open(os.path.join(out, run, "checks.json"), "w"))
+        json.dump([{"outcome": "none", "kind": "sample"}] * checks + [{"outcome": "none", "kind": "canary"}],
+                  open(os.path.join(out, run, "checks.json"), "w"))
 
     md, svg = os.path.join(out, "PERFORMANCE.md"), os.path.join(out, "plot.svg")
     run = subprocess.run([sys.executable, report, out, template, md, svg], capture_output=True, text=True)
     assert run.returncode == 0, run.stderr
     text = open(md).read()
+    flat = " ".join(text.split())  # the template wraps its lines anywhere
     assert "{{" not in text, [line for line in text.splitlines() if "{{" in line]
     assert "| mlp 784-256-128-10, 500 steps | 23,350 samples/s | 23,888 samples/s | **0.977** | met |" in text, text
     assert "**0.960** | **not met**" in text  # cnn below 0.97
-    assert "**2.29x**" in text  # 160 s / 70 s
+    assert "**2.29x**" in flat  # 160 s / 70 s
     assert "| broker + 3 nodes | 84.00% | 1.0000 | the same bits |" in text
     assert "| broker + 3 nodes, no re-execution | 84.00% | 1.0000 | **different bits** |" in text
-    assert "45 checks for 45 shards" in text
+    assert "(shards: 45; re-executions of sampled results: 45; canaries: 1; disputes: 0)" in flat, flat
     plot = open(svg).read()
     assert plot.count("<polyline") == 3 and plot.startswith("<svg"), plot[:200]
 
