@@ -6,7 +6,6 @@
 #include <caffe2/serialize/inline_container.h>
 
 #include <QRegularExpression>
-#include <QSet>
 
 namespace tessera::compute::detail {
 
