@@ -36,8 +36,8 @@ Status ResultLog::computed(
     for (const auto& digest : checkpoints)
         kept.append(digest.toHex());
     const auto now = QDateTime::currentMSecsSinceEpoch();
-    const QString state
-        = result.outcome == ShardResult::Outcome::Completed ? QStringLiteral("computed") : QStringLiteral("failed");
+    const QString state = result.outcome == ShardResult::Outcome::Completed ? QStringLiteral("computed")
+                                                                            : ShardResult::outcomeName(result.outcome);
     return storage::execute(*m_db,
         QStringLiteral(
             "INSERT INTO results (assignment, broker, job, round, shard, state, final_hash, detail, history, updated_at, "

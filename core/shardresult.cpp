@@ -36,13 +36,15 @@ Result<ShardResult> ShardResult::fromJson(const QJsonObject& json)
         result.outcome = Outcome::Completed;
     else if (outcome == u"failed")
         result.outcome = Outcome::Failed;
+    else if (outcome == u"returned")
+        result.outcome = Outcome::Returned;
     else if (reader.ok())
-        reader.fail(u"outcome", QStringLiteral("must be \"completed\" or \"failed\", not '%1'").arg(outcome));
+        reader.fail(u"outcome", QStringLiteral("must be \"completed\", \"failed\" or \"returned\", not '%1'").arg(outcome));
 
-    if (result.outcome == Outcome::Failed) {
+    if (result.outcome != Outcome::Completed) {
         result.failure = reader.string(u"failure");
         if (reader.ok() && result.failure.isEmpty())
-            reader.fail(u"failure", QStringLiteral("a failed result must say why"));
+            reader.fail(u"failure", QStringLiteral("a failed or returned result must say why"));
     } else {
         result.finalHash = reader.digest(u"finalHash");
         result.checkpointHashes = reader.digestList(u"checkpointHashes", MaxCheckpoints);
@@ -59,18 +61,31 @@ Result<ShardResult> ShardResult::fromJson(const QJsonObject& json)
     return result;
 }
 
+QString ShardResult::outcomeName(Outcome outcome)
+{
+    switch (outcome) {
+    case Outcome::Completed:
+        return QStringLiteral("completed");
+    case Outcome::Failed:
+        return QStringLiteral("failed");
+    case Outcome::Returned:
+        return QStringLiteral("returned");
+    }
+    return {};
+}
+
 QJsonObject ShardResult::toJson() const
 {
     QJsonObject json {
         { QStringLiteral("jobId"), jobId },
         { QStringLiteral("round"), static_cast<qint64>(round) },
         { QStringLiteral("shard"), static_cast<qint64>(shard) },
-        { QStringLiteral("outcome"), outcome == Outcome::Completed ? QStringLiteral("completed") : QStringLiteral("failed") },
+        { QStringLiteral("outcome"), outcomeName(outcome) },
         { QStringLiteral("samplesProcessed"), static_cast<qint64>(samplesProcessed) },
         { QStringLiteral("wallTimeMs"), static_cast<qint64>(wallTimeMs) },
         { QStringLiteral("runtimeProfile"), runtimeProfile },
     };
-    if (outcome == Outcome::Failed) {
+    if (outcome != Outcome::Completed) {
         json.insert(QStringLiteral("failure"), failure);
     } else {
         json.insert(QStringLiteral("finalHash"), finalHash.toHex());

@@ -24,13 +24,16 @@ struct Commitment {
 };
 
 struct ShardResult {
-    enum class Outcome { Completed, Failed };
+    // Failed: the shard could not be trained (counted against the shard: a job whose shard fails
+    // 5 times fails). Returned: the node gives the shard back for a reason of its own, such as a
+    // full disk; it goes to another node and counts against nobody.
+    enum class Outcome { Completed, Failed, Returned };
 
     QString jobId;
     std::int64_t round = 0;
     std::int64_t shard = 0;
     Outcome outcome = Outcome::Completed;
-    QString failure; // why, when Failed: shown to the node's owner and the job owner
+    QString failure; // why, when Failed or Returned: shown to the node's owner and the job owner
     Digest finalHash; // SHA-256 of the canonical bytes of the final weights
     QList<Digest> checkpointHashes; // at step 0 (the round's weights), c, 2c, ..., H (training states)
     Digest weightsSha256; // the weights blob in the content-addressed store
@@ -44,6 +47,7 @@ struct ShardResult {
 
     Commitment commitment() const;
     static Result<ShardResult> fromJson(const QJsonObject& json);
+    static QString outcomeName(Outcome outcome); // as on the wire: completed, failed, returned
     QJsonObject toJson() const;
 
     bool operator==(const ShardResult&) const = default;

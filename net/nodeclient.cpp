@@ -177,8 +177,9 @@ struct NodeClient::Private {
         return needed;
     }
 
-    // Reports the current task as failed (before it started training), for another node to take.
-    void giveUp(const QString& why)
+    // Reports the current task (before it started training) as failed, or as returned when the
+    // trouble is this node's own (a full disk), for another node to take.
+    void giveUp(const QString& why, core::ShardResult::Outcome outcome = core::ShardResult::Outcome::Failed)
     {
         if (!current || current->started)
             return;
@@ -186,7 +187,7 @@ struct NodeClient::Private {
         failed.jobId = current->task.jobId;
         failed.round = current->task.round;
         failed.shard = current->task.shard;
-        failed.outcome = core::ShardResult::Outcome::Failed;
+        failed.outcome = outcome;
         failed.failure = why;
         outbox.push_back({ tag, current->assignment, failed, {}, {} });
         current.reset();
@@ -409,7 +410,8 @@ void NodeClient::Private::handle(const Message& message)
                     qCWarning(lcNode).noquote()
                         << "the disk is full: giving the shard back; no new work for" << DiskFullPauseMs / 1000 << "s";
                 }
-                giveUp(QStringLiteral("the node could not keep a blob the shard needs: ") + stored.error().message);
+                giveUp(QStringLiteral("the node could not keep a blob the shard needs: ") + stored.error().message,
+                    core::ShardResult::Outcome::Returned);
             } else {
                 ++counters.blobsFetched;
                 counters.bytesFetched += bytes.size();
@@ -514,10 +516,29 @@ void NodeClient::run(const std::atomic<bool>& stop, const std::atomic<bool>& aba
                     d->cache.unpin(digest);
                 d->current.reset();
             }
+            // A result is only worth reporting if its checkpoint states are kept: without them the
+            // node could not answer a dispute and would lose its stake. It gives the shard back.
             QList<core::Digest> kept;
             for (const auto& state : finished.checkpoints) {
-                if (auto stored = d->cache.put(state))
+                auto stored = d->cache.put(state);
+                if (stored) {
                     kept.append(*stored);
+                    continue;
+                }
+                qCWarning(lcNode).noquote() << stored.error().toString();
+                if (stored.error().diskFull)
+                    d->diskFullUntil = nowMs() + DiskFullPauseMs;
+                if (finished.result.outcome == core::ShardResult::Outcome::Completed) {
+                    core::ShardResult returned;
+                    returned.jobId = finished.result.jobId;
+                    returned.round = finished.result.round;
+                    returned.shard = finished.result.shard;
+                    returned.outcome = core::ShardResult::Outcome::Returned;
+                    returned.failure
+                        = QStringLiteral("the node could not keep its checkpoints for a dispute: ") + stored.error().message;
+                    finished.result = returned;
+                }
+                break;
             }
             finished.checkpoints.clear();
             if (d->log)

@@ -768,6 +768,14 @@ Result<Verdict> Broker::acceptResult(const QString& nodeId, const QString& assig
     if (!spec)
         return spec.error();
 
+    if (result.outcome == ShardResult::Outcome::Returned) {
+        // Given back (the node's disk is full, say): the shard goes to another node, and neither
+        // the shard's failure count nor the node's record changes.
+        (void)execute(*m_db, QStringLiteral("UPDATE assignments SET state = 'returned' WHERE id = ?"), assignmentId);
+        if (auto* running = runningState(jobId))
+            release(*running, assignmentId);
+        return Verdict::Failed;
+    }
     if (result.outcome == ShardResult::Outcome::Failed) {
         auto transaction = m_db->begin();
         if (!transaction)

@@ -384,12 +384,16 @@ Result<Verdict> Broker::acceptCheck(
     if (result.jobId != check.jobId || result.round != check.round || result.shard != check.shard)
         return Error { QStringLiteral("result"), QStringLiteral("the result is for another shard than its assignment") };
 
-    if (result.outcome == ShardResult::Outcome::Failed) {
+    if (result.outcome != ShardResult::Outcome::Completed) {
+        // Failed or given back: the check waits for another verifier (a canary is dropped).
+        const bool returned = result.outcome == ShardResult::Outcome::Returned;
         auto transaction = m_db->begin();
         if (!transaction)
             return transaction.error().toError();
-        (void)execute(*m_db, QStringLiteral("UPDATE assignments SET state = 'failed' WHERE id = ?"), assignmentId);
-        (void)execute(*m_db, QStringLiteral("UPDATE nodes SET shards_failed = shards_failed + 1 WHERE id = ?"), nodeId);
+        (void)execute(*m_db, QStringLiteral("UPDATE assignments SET state = ? WHERE id = ?"),
+            returned ? QStringLiteral("returned") : QStringLiteral("failed"), assignmentId);
+        if (!returned)
+            (void)execute(*m_db, QStringLiteral("UPDATE nodes SET shards_failed = shards_failed + 1 WHERE id = ?"), nodeId);
         check.verifier.clear();
         check.verifierAssignment.clear();
         check.state = check.kind == u"canary" ? QStringLiteral("cancelled") : QStringLiteral("waiting");

@@ -300,6 +300,49 @@ private Q_SLOTS:
         QVERIFY(!broker->assign(QStringLiteral("a"))->has_value());
     }
 
+    // A node whose disk is full gives its shard back: the shard goes to another node, and neither
+    // the shard's failure count (2 here) nor the node's record changes.
+    void returnedShardsGoElsewhereAndCountAgainstNobody()
+    {
+        auto broker = open(QStringLiteral("returned"));
+        const auto jobId = *broker->submit(job(1, 1));
+        QVERIFY(broker->registerNode(node(QStringLiteral("a"))).ok());
+        QVERIFY(broker->registerNode(node(QStringLiteral("b"))).ok());
+        for (int i = 0; i < 3; ++i) {
+            const auto assignment = **broker->assign(QStringLiteral("a"));
+            ShardResult returned;
+            returned.jobId = assignment.task.jobId;
+            returned.round = assignment.task.round;
+            returned.shard = assignment.task.shard;
+            returned.outcome = ShardResult::Outcome::Returned;
+            returned.failure = QStringLiteral("the disk is full");
+            QCOMPARE(*deliver(*broker, QStringLiteral("a"), assignment.id, returned), Verdict::Failed);
+            const auto status = *broker->status(jobId);
+            QCOMPARE(status.state, QStringLiteral("running"));
+        }
+        const auto assignment = **broker->assign(QStringLiteral("b"));
+        QCOMPARE(*deliver(*broker, QStringLiteral("b"), assignment.id, answer(*broker, assignment, "b")), Verdict::Accepted);
+        const auto status = *broker->status(jobId);
+        QCOMPARE(status.state, QStringLiteral("finished"));
+        const auto known = *broker->nodes();
+        QCOMPARE(known.size(), 2);
+        for (const auto& record : known)
+            QCOMPARE(record.value(QStringLiteral("shardsFailed")).toInt(), 0);
+        // On the wire it is its own outcome, and it must say why.
+        ShardResult returned;
+        returned.jobId = jobId;
+        returned.outcome = ShardResult::Outcome::Returned;
+        returned.failure = QStringLiteral("the disk is full");
+        const auto json = returned.toJson();
+        QCOMPARE(json.value(QStringLiteral("outcome")).toString(), QStringLiteral("returned"));
+        const auto parsed = ShardResult::fromJson(json);
+        QVERIFY(parsed.ok());
+        QCOMPARE(parsed->outcome, ShardResult::Outcome::Returned);
+        auto silent = json;
+        silent.remove(QStringLiteral("failure"));
+        QVERIFY(!ShardResult::fromJson(silent).ok());
+    }
+
     void shardsOfALostNodeAndOfACrashedBrokerAreReissued()
     {
         {

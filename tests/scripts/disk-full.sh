@@ -104,6 +104,9 @@ final=$(job wait "$jobId" --json | "$py" -c "import json,sys; t=sys.stdin.read()
     || fail "the job did not finish"
 [ "$final" = "$baseline" ] || fail "final weights $final differ from the undisturbed run $baseline"
 job ledger >/dev/null || fail "the ledger's invariants do not hold"
+# The shard the node gave back is held against nobody.
+failed=$(job nodes --json | "$py" -c "import json,sys; print(sum(n['shardsFailed'] for n in json.load(sys.stdin)))")
+[ "$failed" = 0 ] || fail "a shard given back on a full disk counted as failed ($failed)"
 kill "${pids[broker]}" "${pids[node]}"; wait "${pids[broker]}" "${pids[node]}" 2>/dev/null || true
 for db in "$scratch/broker/data/broker.sqlite" "$scratch/node/data/node.sqlite"; do
     [ "$(sqlite3 "$db" 'PRAGMA integrity_check')" = ok ] || fail "$db is corrupt"
