@@ -52,7 +52,7 @@ record local.wall "$(since "$t0")"
 # settings, job file.
 network() {
     local name=$1 settings=$2 jobFile=$3 dir="$out/$1" port
-    port=$("$py" -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+    port=$("$py" "$src/scripts/free_port.py")
     local endpoint="tcp://127.0.0.1:$port"
     mkdir -p "$dir"
     printf '[Broker]\nDataDirectory=%s/broker\nFaucet=true\n%s\n' "$dir" "$settings" > "$dir/broker.ini"

@@ -12,7 +12,7 @@ RANDOM=$seed
 bin="$build/app"
 py=/usr/bin/python3
 scratch=$(mktemp -d)
-port=$(/usr/bin/python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])') # free now (a random one can be taken)
+port=$(/usr/bin/python3 "$(dirname "$0")/free_port.py")
 endpoint="tcp://127.0.0.1:$port"
 declare -A pids
 cleanup() {

@@ -7,7 +7,7 @@ build=${1:-build}
 job=${2:-examples/jobs/fashion-mnist-mlp.json}
 bin=$build/app
 work=$(mktemp -d "${TMPDIR:-/tmp}/tessera-demo.XXXXXX")
-port=$(/usr/bin/python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])') # free now (a random one can be taken)
+port=$(/usr/bin/python3 "$(dirname "$0")/free_port.py")
 broker="tcp://127.0.0.1:$port"
 pids=()
 

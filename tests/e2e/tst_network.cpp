@@ -19,6 +19,11 @@
 
 #include <csignal>
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
 namespace {
 
 const QString Bin = QStringLiteral(TESSERA_BIN_DIR);
@@ -28,9 +33,24 @@ const QString Python = QStringLiteral("/usr/bin/python3");
 using tessera::tests::Run;
 using tessera::tests::run;
 
+// A port free now and below the kernel's ephemeral range (32768 and up here), so that no outgoing
+// connection of this test or of one running beside it (make test runs two at once) takes it before
+// the broker binds it. scripts/free_port.py does the same for the scripts.
 int freePort()
 {
-    return 20000 + int(QRandomGenerator::global()->bounded(20000));
+    for (int attempt = 0; attempt < 500; ++attempt) {
+        const int port = 20000 + int(QRandomGenerator::global()->bounded(12000));
+        const int probe = ::socket(AF_INET, SOCK_STREAM, 0);
+        sockaddr_in address {};
+        address.sin_family = AF_INET;
+        address.sin_port = htons(std::uint16_t(port));
+        address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+        const bool free = ::bind(probe, reinterpret_cast<const sockaddr*>(&address), sizeof address) == 0;
+        ::close(probe);
+        if (free)
+            return port;
+    }
+    qFatal("no free port between 20000 and 32000");
 }
 
 // A broker and nodes in a scratch folder, stopped (SIGKILL) when the cluster goes out of scope.
