@@ -24,6 +24,7 @@ std::vector<std::int64_t> Dataset::sampleShape() const
 namespace {
 
 constexpr std::int64_t MaxIdxBytes = std::int64_t(1) << 30;
+constexpr std::int64_t MaxTensorFileBytes = std::int64_t(1) << 30; // as a blob (core::BlobStore::MaxBlobBytes)
 
 core::Result<QByteArray> readGzip(const QString& path)
 {
@@ -147,6 +148,9 @@ core::Result<std::shared_ptr<const Dataset>> loadTensorFile(const QString& path,
     QFile file(path);
     if (!file.open(QIODevice::ReadOnly))
         return core::Error { QStringLiteral("dataset"), QStringLiteral("cannot read %1").arg(path) };
+    if (file.size() > MaxTensorFileBytes)
+        return core::Error { QStringLiteral("dataset"),
+            QStringLiteral("%1 is larger than 1 GiB, the most a job's file may be").arg(path) };
     const QByteArray bytes = file.readAll();
     auto loaded = guarded(QStringLiteral("%1 is not a file written by torch.save({\"x\": X, \"y\": Y})").arg(path),
         [&]() -> std::shared_ptr<const Dataset> {

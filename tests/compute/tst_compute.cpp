@@ -473,6 +473,10 @@ private Q_SLOTS:
                                         << "'fork'";
         QTest::newRow("a pickle that calls os.system") << "system.pt"
                                                        << "system";
+        QTest::newRow("a model file over 1 GiB") << "huge.pt"
+                                                 << "larger than 1 GiB";
+        QTest::newRow("a tensor file over 1 GiB") << "system-huge.pt"
+                                                  << "larger than 1 GiB";
     }
     void refusesHostileModelAndTensorFiles()
     {
@@ -481,6 +485,10 @@ private Q_SLOTS:
         auto spec = smallJob();
         auto prepared = prepare(spec);
         auto task = prepared.tasks[0];
+        if (file.contains(u"huge")) { // sparse: the size is there, the bytes are not
+            QFile huge(m_fixtures.filePath(file));
+            QVERIFY(huge.open(QIODevice::WriteOnly) && huge.resize((qint64(1) << 30) + 1));
+        }
         if (file.startsWith(u"system")) {
             task.dataset = core::DatasetSpec {};
             task.dataset.source = core::DatasetSpec::Source::Tensors;
