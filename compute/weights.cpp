@@ -17,8 +17,8 @@ using namespace detail;
 core::Result<Weights> initialWeights(const core::JobSpec& spec, const ComputeEnvironment& environment)
 {
     // The built-in dataset's shape is known: pricing a job (the broker's QUOTE) need not load 188 MB.
-    std::vector<std::int64_t> shape { 1, 28, 28 };
-    std::int64_t classes = 10;
+    std::vector<std::int64_t> shape = FashionMnistSampleShape;
+    std::int64_t classes = FashionMnistClasses;
     if (spec.dataset.source != core::DatasetSpec::Source::Builtin) {
         auto data = loadDataset(spec.dataset, environment);
         if (!data)

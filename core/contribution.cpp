@@ -102,4 +102,20 @@ QString Contribution::name(State state)
     return {};
 }
 
+bool Contribution::insideSchedule(const QString& schedule, const QTime& now)
+{
+    const auto windows = schedule.split(u',', Qt::SkipEmptyParts);
+    if (windows.isEmpty())
+        return true;
+    for (const auto& window : windows) {
+        const auto from = QTime::fromString(window.section(u'-', 0, 0).trimmed(), QStringLiteral("HH:mm"));
+        const auto to = QTime::fromString(window.section(u'-', 1, 1).trimmed(), QStringLiteral("HH:mm"));
+        if (!from.isValid() || !to.isValid())
+            continue;
+        if (from <= to ? (now >= from && now < to) : (now >= from || now < to))
+            return true;
+    }
+    return false;
+}
+
 } // namespace tessera::core

@@ -60,6 +60,9 @@ public:
     QString reason() const;
 
     static QString name(State state);
+    // Whether `now` falls in one of Compute/Schedule's windows ("HH:mm-HH:mm", comma-separated; a
+    // window may cross midnight). No windows: always.
+    static bool insideSchedule(const QString& schedule, const QTime& now);
 
 private:
     Rules m_rules;

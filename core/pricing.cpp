@@ -19,6 +19,21 @@ QJsonObject Quote::toJson() const
     };
 }
 
+Quote Quote::fromJson(const QJsonObject& json)
+{
+    Quote q;
+    q.flopsPerSample = json.value(QStringLiteral("flopsPerSample")).toDouble();
+    q.unitsPerShard = json.value(QStringLiteral("unitsPerShard")).toInteger();
+    q.shards = json.value(QStringLiteral("shards")).toInteger();
+    for (auto [field, target] : { std::pair { "pricePerUnit", &q.pricePerUnit }, std::pair { "pricePerShard", &q.pricePerShard },
+             std::pair { "training", &q.training }, std::pair { "verification", &q.verification },
+             std::pair { "total", &q.total }, std::pair { "worstCase", &q.worstCase } }) {
+        if (auto value = Credits::parse(json.value(QString::fromLatin1(field)).toString()))
+            *target = *value;
+    }
+    return q;
+}
+
 double trainingFlopsPerSample(const JobSpec& spec, std::int64_t parameterCount)
 {
     const bool fashion = spec.dataset.source == DatasetSpec::Source::Builtin;

@@ -21,6 +21,8 @@ struct Quote {
     Credits worstCase; // every shard re-executed once, as while the nodes are new
 
     QJsonObject toJson() const;
+    // What toJson wrote (a broker's QUOTE); a field that is missing or unreadable stays zero.
+    static Quote fromJson(const QJsonObject& json);
 };
 
 // Training FLOPs per sample: exact for zoo models on Fashion-MNIST; otherwise 6 x parameters.

@@ -116,6 +116,18 @@ core::Result<core::Digest> BrokerClient::upload(
     return digest;
 }
 
+core::Result<QByteArray> BrokerClient::jobWeights(const QString& jobId)
+{
+    auto reply = request(Command::Status, { { QStringLiteral("jobId"), jobId } });
+    if (!reply)
+        return reply.error();
+    auto digest
+        = core::Digest::fromHex(reply->value(QStringLiteral("job")).toObject().value(QStringLiteral("weightsSha256")).toString());
+    if (!digest)
+        return core::Error { QStringLiteral("jobId"), QStringLiteral("the broker named no weights for job %1").arg(jobId) };
+    return download(*digest);
+}
+
 core::Result<QByteArray> BrokerClient::download(
     const core::Digest& digest, const std::function<void(std::int64_t, std::int64_t)>& progress)
 {

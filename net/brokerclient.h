@@ -31,6 +31,8 @@ public:
         const QByteArray& bytes, const std::function<void(std::int64_t, std::int64_t)>& progress = {});
     core::Result<QByteArray> download(
         const core::Digest& digest, const std::function<void(std::int64_t, std::int64_t)>& progress = {});
+    // A job's newest global weights (what torch.load reads), as the broker's STATUS names them.
+    core::Result<QByteArray> jobWeights(const QString& jobId);
 
     // Uploads the files a job names (its TorchScript model and tensor files; relative paths are
     // relative to baseDirectory) and names them by their SHA-256 instead, as SUBMIT expects.

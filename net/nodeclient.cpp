@@ -25,6 +25,19 @@ std::int64_t nowMs()
 // How long a node whose disk could not keep a task's blobs waits before it asks for work again.
 constexpr std::int64_t DiskFullPauseMs = 15'000;
 
+// A result without training: the shard failed, or the node gives it back (Returned).
+core::ShardResult untrained(
+    const QString& jobId, std::int64_t round, std::int64_t shard, core::ShardResult::Outcome outcome, const QString& why)
+{
+    core::ShardResult result;
+    result.jobId = jobId;
+    result.round = round;
+    result.shard = shard;
+    result.outcome = outcome;
+    result.failure = why;
+    return result;
+}
+
 // A blob being fetched in ranges, with at most MaxCreditChunks requests unanswered.
 struct Download {
     explicit Download(core::Digest d = {})
@@ -183,15 +196,22 @@ struct NodeClient::Private {
     {
         if (!current || current->started)
             return;
-        core::ShardResult failed;
-        failed.jobId = current->task.jobId;
-        failed.round = current->task.round;
-        failed.shard = current->task.shard;
-        failed.outcome = outcome;
-        failed.failure = why;
-        outbox.push_back({ tag, current->assignment, failed, {}, {} });
+        const auto& task = current->task;
+        outbox.push_back({ tag, current->assignment, untrained(task.jobId, task.round, task.shard, outcome, why), {}, {} });
         current.reset();
         downloads.clear();
+    }
+
+    // The blob cache could not keep something: said in the log; a full disk also holds off new
+    // work for a while (the caller gives its shard back).
+    void cannotKeep(const core::Error& error)
+    {
+        qCWarning(lcNode).noquote() << error.toString();
+        if (!error.diskFull)
+            return;
+        diskFullUntil = nowMs() + DiskFullPauseMs;
+        qCWarning(lcNode).noquote() << "the disk is full: giving the shard back; no new work for" << DiskFullPauseMs / 1000
+                                    << "s";
     }
 
     void maybeStartTask()
@@ -402,14 +422,8 @@ void NodeClient::Private::handle(const Message& message)
                 qCWarning(lcNode).noquote() << "blob" << digest->toHex().left(12) << "does not match its hash; fetching it again";
                 downloads.insert(*digest, Download(*digest));
             } else if (auto stored = cache.put(bytes); !stored) {
-                // Fetching it again would not help: the shard goes back to the broker for someone
-                // else, and a full disk gets some time before this node asks for work again.
-                qCWarning(lcNode).noquote() << stored.error().toString();
-                if (stored.error().diskFull) {
-                    diskFullUntil = nowMs() + DiskFullPauseMs;
-                    qCWarning(lcNode).noquote()
-                        << "the disk is full: giving the shard back; no new work for" << DiskFullPauseMs / 1000 << "s";
-                }
+                // Fetching it again would not help: the shard goes back to the broker for someone else.
+                cannotKeep(stored.error());
                 giveUp(QStringLiteral("the node could not keep a blob the shard needs: ") + stored.error().message,
                     core::ShardResult::Outcome::Returned);
             } else {
@@ -525,19 +539,11 @@ void NodeClient::run(const std::atomic<bool>& stop, const std::atomic<bool>& aba
                     kept.append(*stored);
                     continue;
                 }
-                qCWarning(lcNode).noquote() << stored.error().toString();
-                if (stored.error().diskFull)
-                    d->diskFullUntil = nowMs() + DiskFullPauseMs;
-                if (finished.result.outcome == core::ShardResult::Outcome::Completed) {
-                    core::ShardResult returned;
-                    returned.jobId = finished.result.jobId;
-                    returned.round = finished.result.round;
-                    returned.shard = finished.result.shard;
-                    returned.outcome = core::ShardResult::Outcome::Returned;
-                    returned.failure
-                        = QStringLiteral("the node could not keep its checkpoints for a dispute: ") + stored.error().message;
-                    finished.result = returned;
-                }
+                d->cannotKeep(stored.error());
+                if (finished.result.outcome == core::ShardResult::Outcome::Completed)
+                    finished.result = untrained(finished.result.jobId, finished.result.round, finished.result.shard,
+                        core::ShardResult::Outcome::Returned,
+                        QStringLiteral("the node could not keep its checkpoints for a dispute: ") + stored.error().message);
                 break;
             }
             finished.checkpoints.clear();

@@ -28,6 +28,12 @@ QString dataDirectory(const core::settings::Settings& settings)
         : configured;
 }
 
+int computeThreads(const core::settings::Settings& settings)
+{
+    const auto maxThreads = settings.intValue(names::ComputeMaxThreads);
+    return int(maxThreads > 0 ? maxThreads : QThread::idealThreadCount());
+}
+
 core::Result<NodeIdentity> loadNodeIdentity(const core::settings::Settings& settings, const QString& softwareVersion)
 {
     const QString directory = dataDirectory(settings);
@@ -54,8 +60,7 @@ core::Result<NodeIdentity> loadNodeIdentity(const core::settings::Settings& sett
     const auto report = compute::detectDevices(compute::defaultProbeProgram(), compute::torchCapabilities());
     node.devices = report.devices;
     identity.warnings = report.warnings;
-    const auto maxThreads = settings.intValue(names::ComputeMaxThreads);
-    node.maxThreads = int(maxThreads > 0 ? maxThreads : QThread::idealThreadCount());
+    node.maxThreads = computeThreads(settings);
     if (auto store = core::BenchmarkStore::open(QDir(directory).filePath(QStringLiteral("node.sqlite")))) {
         if (auto last = (*store)->latest(QStringLiteral("cpu:0 ") + compute::detectCpu().name); last && last->has_value()) {
             if (auto mlp = (*last)->measurement(u"mlp"))

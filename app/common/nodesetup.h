@@ -16,6 +16,8 @@ namespace tessera::app {
 compute::ComputeEnvironment environmentFrom(const core::settings::Settings& settings);
 // Node/DataDirectory, or ~/.local/share/Tessera.
 QString dataDirectory(const core::settings::Settings& settings);
+// Compute/MaxThreads, or every core when it is 0.
+int computeThreads(const core::settings::Settings& settings);
 
 // The node's identity and description: its CURVE keypair (its id), its Ed25519 signing key, and
 // the NodeInfo it registers with (devices, benchmark, thread limit). Warnings from device

@@ -27,25 +27,6 @@ namespace tessera::app {
 
 namespace names = core::settings::names;
 
-namespace {
-
-bool insideSchedule(const QStringList& windows, const QTime& now)
-{
-    if (windows.isEmpty())
-        return true;
-    for (const auto& window : windows) {
-        const auto from = QTime::fromString(window.section(u'-', 0, 0).trimmed(), QStringLiteral("HH:mm"));
-        const auto to = QTime::fromString(window.section(u'-', 1, 1).trimmed(), QStringLiteral("HH:mm"));
-        if (!from.isValid() || !to.isValid())
-            continue;
-        if (from <= to ? (now >= from && now < to) : (now >= from || now < to))
-            return true;
-    }
-    return false;
-}
-
-} // namespace
-
 DesktopApp::DesktopApp(Options options, QObject* parent)
     : QObject(parent)
     , m_options(std::move(options))
@@ -88,8 +69,7 @@ core::Status DesktopApp::start()
     m_dashboard = std::make_unique<ui::Dashboard>();
     m_tray = std::make_unique<ui::Tray>();
     for (const auto& problem : problems)
-        m_dashboard->log().append(
-            QDateTime::currentDateTime(), QStringLiteral("warning"), QStringLiteral("settings"), problem.toString());
+        note(QStringLiteral("warning"), QStringLiteral("settings"), problem.toString());
 
     auto identity = loadNodeIdentity(*m_settings, QStringLiteral(TESSERA_VERSION));
     if (!identity) {
@@ -98,7 +78,7 @@ core::Status DesktopApp::start()
     }
     m_identity = *identity;
     for (const auto& warning : m_identity->warnings)
-        m_dashboard->log().append(QDateTime::currentDateTime(), QStringLiteral("warning"), QStringLiteral("devices"), warning);
+        note(QStringLiteral("warning"), QStringLiteral("devices"), warning);
     auto log = core::ResultLog::open(QDir(m_dataDirectory).filePath(QStringLiteral("node.sqlite")));
     if (!log)
         return log.error();
@@ -116,8 +96,7 @@ core::Status DesktopApp::start()
         auto started = m_embedded.start(embedded);
         if (!started)
             return started.error();
-        m_dashboard->log().append(QDateTime::currentDateTime(), QStringLiteral("info"), QStringLiteral("broker"),
-            QStringLiteral("local broker listening on %1").arg(*started));
+        note(QStringLiteral("info"), QStringLiteral("broker"), QStringLiteral("local broker listening on %1").arg(*started));
     }
     // The dashboard's requests.
     auto& dashboard = *m_dashboard;
@@ -136,8 +115,8 @@ core::Status DesktopApp::start()
     connect(&dashboard, &ui::Dashboard::cancelJob, this, [this](const QString& jobId) {
         if (auto first = brokers(); !first.isEmpty()) {
             auto reply = askBroker(net::Command::Cancel, { { QStringLiteral("jobId"), jobId } });
-            m_dashboard->log().append(QDateTime::currentDateTime(), reply ? QStringLiteral("info") : QStringLiteral("error"),
-                QStringLiteral("jobs"), reply ? QStringLiteral("cancelled %1").arg(jobId) : reply.error().message);
+            note(reply ? QStringLiteral("info") : QStringLiteral("error"), QStringLiteral("jobs"),
+                reply ? QStringLiteral("cancelled %1").arg(jobId) : reply.error().message);
         }
     });
     connect(&dashboard, &ui::Dashboard::saveModel, this, [this](const QString& jobId) {
@@ -146,8 +125,8 @@ core::Status DesktopApp::start()
         if (path.isEmpty())
             return;
         const auto saved = saveModel(jobId, path);
-        m_dashboard->log().append(QDateTime::currentDateTime(), saved ? QStringLiteral("info") : QStringLiteral("error"),
-            QStringLiteral("jobs"), saved ? QStringLiteral("saved %1").arg(path) : saved.error().toString());
+        note(saved ? QStringLiteral("info") : QStringLiteral("error"), QStringLiteral("jobs"),
+            saved ? QStringLiteral("saved %1").arg(path) : saved.error().toString());
     });
     connect(&dashboard, &ui::Dashboard::jobSelected, this, [this](const QString&) { refresh(); });
     connect(&dashboard.devices(), &ui::DevicesModel::enabledChanged, this, [this](const QString& device, bool enabled) {
@@ -160,28 +139,15 @@ core::Status DesktopApp::start()
     });
     auto& panel = dashboard.submitPanel();
     panel.setEstimator([this](const core::JobSpec& spec) -> core::Result<core::Quote> {
-        const auto list = brokers();
-        if (list.isEmpty())
-            return core::Error { QStringLiteral("broker"), QStringLiteral("no broker") };
         auto reply = askBroker(net::Command::Quote, { { QStringLiteral("job"), spec.toJson() } });
         if (!reply)
             return core::Error { QStringLiteral("broker"), reply.error().message };
-        const auto quote = reply->value(QStringLiteral("quote")).toObject();
-        core::Quote q;
-        q.shards = quote.value(QStringLiteral("shards")).toInteger();
-        q.unitsPerShard = quote.value(QStringLiteral("unitsPerShard")).toInteger();
-        for (auto [field, target] : { std::pair { "pricePerShard", &q.pricePerShard }, std::pair { "training", &q.training },
-                 std::pair { "verification", &q.verification }, std::pair { "total", &q.total },
-                 std::pair { "worstCase", &q.worstCase }, std::pair { "pricePerUnit", &q.pricePerUnit } }) {
-            if (auto value = core::Credits::parse(quote.value(QString::fromLatin1(field)).toString()))
-                *target = *value;
-        }
-        return q;
+        return core::Quote::fromJson(reply->value(QStringLiteral("quote")).toObject());
     });
     connect(&panel, &ui::SubmitPanel::submitRequested, this, [this](const core::JobSpec& spec) {
         auto submitted = submit(spec);
-        m_dashboard->log().append(QDateTime::currentDateTime(), submitted ? QStringLiteral("info") : QStringLiteral("error"),
-            QStringLiteral("jobs"), submitted ? QStringLiteral("submitted %1").arg(*submitted) : submitted.error().toString());
+        note(submitted ? QStringLiteral("info") : QStringLiteral("error"), QStringLiteral("jobs"),
+            submitted ? QStringLiteral("submitted %1").arg(*submitted) : submitted.error().toString());
         refresh();
     });
 
@@ -215,8 +181,7 @@ core::Status DesktopApp::start()
             if (!m_watcher.files().contains(path) && QFile::exists(path))
                 m_watcher.addPath(path); // replaced by an atomic save
             for (const auto& problem : m_settings->load())
-                m_dashboard->log().append(
-                    QDateTime::currentDateTime(), QStringLiteral("warning"), QStringLiteral("settings"), problem.toString());
+                note(QStringLiteral("warning"), QStringLiteral("settings"), problem.toString());
             applySettings();
         });
     });
@@ -249,8 +214,7 @@ void DesktopApp::applySettings()
     rules.idleSeconds = m_settings->intValue(names::ComputeIdleMinutes) * 60;
     rules.pauseOnBattery = m_settings->boolValue(names::ComputePauseOnBattery);
     m_contribution.setRules(rules);
-    const auto maxThreads = m_settings->intValue(names::ComputeMaxThreads);
-    const int threads = int(maxThreads > 0 ? maxThreads : QThread::idealThreadCount());
+    const int threads = computeThreads(*m_settings);
     m_dashboard->setLimits(threads, QThread::idealThreadCount(), int(m_settings->intValue(names::ComputeCpuPercent)));
     if (m_contributor) {
         auto& thread = m_contributor->executor().thread();
@@ -333,7 +297,7 @@ void DesktopApp::ensureContributor()
         [this](const compute::ShardOutput& output) {
             m_progress.reset();
             m_contribution.setTraining(false);
-            m_dashboard->log().append(QDateTime::currentDateTime(), QStringLiteral("info"), QStringLiteral("compute"),
+            note(QStringLiteral("info"), QStringLiteral("compute"),
                 QStringLiteral("shard %1 of round %2 of %3: %4")
                     .arg(output.result.shard)
                     .arg(output.result.round)
@@ -351,10 +315,11 @@ void DesktopApp::restartSessions()
     if (!m_identity)
         return;
     ensureContributor();
+    const auto list = brokers();
     m_sessionBrokers.clear();
-    for (const auto& broker : brokers())
+    for (const auto& broker : list)
         m_sessionBrokers.append(broker.toString());
-    auto status = m_contributor->start(brokers(), m_identity->info, m_identity->keys, m_identity->signing, m_dataDirectory,
+    auto status = m_contributor->start(list, m_identity->info, m_identity->keys, m_identity->signing, m_dataDirectory,
         int(m_settings->intValue(names::NetworkHeartbeatIntervalMs)), m_settings->intValue(names::CacheMaxSizeMiB) * 1024 * 1024);
     if (!status)
         m_contribution.setError(status.error().toString());
@@ -405,7 +370,7 @@ void DesktopApp::updateState()
     inputs.userIdleSeconds = idle.value_or(0);
     inputs.onBattery = onBattery();
     inputs.insideSchedule
-        = insideSchedule(m_settings->stringValue(names::ComputeSchedule).split(u',', Qt::SkipEmptyParts), QTime::currentTime());
+        = core::Contribution::insideSchedule(m_settings->stringValue(names::ComputeSchedule), QTime::currentTime());
     m_contribution.setConnected(m_brokerReachable);
     m_contribution.update(inputs, QDateTime::currentDateTime());
     // Pausing every usable device from the tray pauses the compute thread.
@@ -453,8 +418,7 @@ void DesktopApp::notifyTransitions(const QList<QJsonObject>& results)
                                  .arg(result.value(QStringLiteral("shard")).toInteger())
                                  .arg(result.value(QStringLiteral("round")).toInteger());
         if (state == u"verified" || state == u"disputed" || state == u"slashed" || state == u"paid") {
-            m_dashboard->log().append(QDateTime::currentDateTime(),
-                state == u"slashed" ? QStringLiteral("warning") : QStringLiteral("info"), QStringLiteral("verification"),
+            note(state == u"slashed" ? QStringLiteral("warning") : QStringLiteral("info"), QStringLiteral("verification"),
                 QStringLiteral("%1: %2 %3").arg(what, state, result.value(QStringLiteral("paid")).toString()));
             if (m_settings->boolValue(names::AppNotifications)) {
                 const QString title = state == u"paid"
@@ -518,8 +482,7 @@ void DesktopApp::refresh()
                 const bool reachable = account.ok();
                 if (reachable != m_brokerReachable && m_ticks > 1) {
                     m_tray->notify(reachable ? tr("Broker back") : tr("Broker lost"), list.first().endpoint);
-                    m_dashboard->log().append(QDateTime::currentDateTime(),
-                        reachable ? QStringLiteral("info") : QStringLiteral("warning"), QStringLiteral("network"),
+                    note(reachable ? QStringLiteral("info") : QStringLiteral("warning"), QStringLiteral("network"),
                         reachable ? QStringLiteral("broker back") : QStringLiteral("broker lost"));
                 }
                 m_brokerReachable = reachable;
@@ -579,6 +542,11 @@ void DesktopApp::refresh()
     }
 }
 
+void DesktopApp::note(const QString& level, const QString& area, const QString& text)
+{
+    m_dashboard->log().append(QDateTime::currentDateTime(), level, area, text);
+}
+
 core::Result<QJsonObject> DesktopApp::askBroker(net::Command command, QJsonObject header)
 {
     const auto list = brokers();
@@ -614,14 +582,7 @@ core::Status DesktopApp::saveModel(const QString& jobId, const QString& path)
     if (list.isEmpty())
         return core::Error { QStringLiteral("broker"), QStringLiteral("no broker") };
     net::BrokerClient client(list.first(), {}, 30'000);
-    auto status = client.request(net::Command::Status, { { QStringLiteral("jobId"), jobId } });
-    if (!status)
-        return core::Error { QStringLiteral("jobId"), status.error().message };
-    auto digest = core::Digest::fromHex(
-        status->value(QStringLiteral("job")).toObject().value(QStringLiteral("weightsSha256")).toString());
-    if (!digest)
-        return digest.error();
-    auto bytes = client.download(*digest);
+    auto bytes = client.jobWeights(jobId);
     if (!bytes)
         return bytes.error();
     QSaveFile file(path);
@@ -641,8 +602,7 @@ void DesktopApp::runBenchmark()
         watcher->deleteLater();
         applySettings();
     });
-    const auto maxThreads = m_settings->intValue(names::ComputeMaxThreads);
-    const int threads = int(maxThreads > 0 ? maxThreads : QThread::idealThreadCount());
+    const int threads = computeThreads(*m_settings);
     QPointer<ui::Dashboard> dashboard = m_dashboard.get();
     watcher->setFuture(QtConcurrent::run([threads, database, dashboard]() -> QString {
         compute::BenchmarkOptions options;

@@ -72,6 +72,8 @@ private:
     QList<net::BrokerAddress> brokers() const;
     void writeAutostart(bool on);
     void runBenchmark();
+    // A line in the dashboard's log, stamped now.
+    void note(const QString& level, const QString& area, const QString& text);
     // A request to the first broker over one kept connection, with a short timeout.
     core::Result<QJsonObject> askBroker(net::Command command, QJsonObject header);
 

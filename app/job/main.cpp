@@ -156,14 +156,7 @@ int wait(net::BrokerClient& client, const QString& jobId, bool json)
 
 int fetch(net::BrokerClient& client, const QString& jobId, const QString& path)
 {
-    auto reply = client.request(net::Command::Status, { { QStringLiteral("jobId"), jobId } });
-    if (!reply)
-        return fail(reply.error().message);
-    auto digest
-        = core::Digest::fromHex(reply->value(QStringLiteral("job")).toObject().value(QStringLiteral("weightsSha256")).toString());
-    if (!digest)
-        return fail(QStringLiteral("the broker named no weights"));
-    auto bytes = client.download(*digest);
+    auto bytes = client.jobWeights(jobId);
     if (!bytes)
         return fail(bytes.error().message);
     QSaveFile file(path);

@@ -202,10 +202,8 @@ int benchmark(const QStringList& args, const core::settings::Settings& settings)
         record = **last;
     } else {
         compute::BenchmarkOptions options;
-        const auto maxThreads = settings.intValue(core::settings::names::ComputeMaxThreads);
-        options.threads = parser.isSet(QStringLiteral("threads"))
-            ? parser.value(QStringLiteral("threads")).toInt()
-            : int(maxThreads > 0 ? maxThreads : QThread::idealThreadCount());
+        options.threads = parser.isSet(QStringLiteral("threads")) ? parser.value(QStringLiteral("threads")).toInt()
+                                                                  : computeThreads(settings);
         if (options.threads < 1 || options.threads > 1024)
             return fail(QStringLiteral("--threads must be from 1 to 1024"));
         if (parser.isSet(QStringLiteral("max-repetitions"))) {

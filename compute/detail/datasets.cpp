@@ -101,14 +101,15 @@ core::Result<std::shared_ptr<const Dataset>> loadIdxPair(const QString& director
     if (images->size(0) != labels->size(0))
         return core::Error { {},
             QStringLiteral("%1: %2 images but %3 labels").arg(prefix).arg(images->size(0)).arg(labels->size(0)) };
-    if (labels->max().item<int>() >= 10)
-        return core::Error { {}, QStringLiteral("%1: a label is outside the 10 Fashion-MNIST classes").arg(prefix) };
+    if (labels->max().item<int>() >= FashionMnistClasses)
+        return core::Error { {},
+            QStringLiteral("%1: a label is outside the %2 Fashion-MNIST classes").arg(prefix).arg(FashionMnistClasses) };
     auto dataset = std::make_shared<Dataset>();
     constexpr double Mean = 0.2860;
     constexpr double Std = 0.3530;
     dataset->x = ((images->to(torch::kFloat32) / 255.0 - Mean) / Std).unsqueeze(1).contiguous();
     dataset->y = labels->to(torch::kInt64).contiguous();
-    dataset->classes = 10;
+    dataset->classes = FashionMnistClasses;
     return std::shared_ptr<const Dataset>(dataset);
 }
 

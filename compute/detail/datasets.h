@@ -10,6 +10,7 @@
 #include <ATen/core/Tensor.h>
 
 #include <memory>
+#include <vector>
 
 namespace tessera::compute::detail {
 
@@ -34,6 +35,9 @@ core::Result<DatasetSplits> loadDataset(const core::DatasetSpec& spec, const Com
 // Fashion-MNIST from its four gzip IDX files, scaled to [0, 1] and normalised with the training
 // set's mean and standard deviation (0.2860, 0.3530), shape [N, 1, 28, 28].
 core::Result<DatasetSplits> loadFashionMnist(const QString& directory);
+// Its sample shape and classes, known without loading it.
+inline const std::vector<std::int64_t> FashionMnistSampleShape { 1, 28, 28 };
+inline constexpr std::int64_t FashionMnistClasses = 10;
 
 // A file written by torch.save({"x": X, "y": Y}).
 core::Result<std::shared_ptr<const Dataset>> loadTensorFile(const QString& path, std::int64_t classes = 0);

@@ -645,21 +645,19 @@ Status Broker::settle(Check& check, Loser loser, const QString& why, bool punish
         }
     }
     static const char* const Losers[] = { "none", "accused", "verifier", "both" };
+    const QString decided = recheck ? QStringLiteral("closed")
+        : accusedLost && sample     ? QStringLiteral("rejected")
+                                    : QStringLiteral("verified");
     if (auto status = execute(*m_db,
             QStringLiteral("UPDATE verifications SET state = ?, outcome = ?, detail = ?, decided_at = ?, verifier_result = "
                            "COALESCE(NULLIF(?, ''), verifier_result), checkpoint = NULLIF(?, -1) WHERE id = ?"),
-            recheck                     ? QStringLiteral("closed")
-                : accusedLost && sample ? QStringLiteral("rejected")
-                                        : QStringLiteral("verified"),
-            QString::fromLatin1(Losers[int(loser)]), why, now,
+            decided, QString::fromLatin1(Losers[int(loser)]), why, now,
             check.verifierResult ? jsonText(check.verifierResult->toJson()) : QString(), check.checkpoint, check.id);
         !status)
         return status;
     if (auto committed = transaction->commit(); !committed)
         return committed.error().toError();
-    check.state = recheck       ? QStringLiteral("closed")
-        : accusedLost && sample ? QStringLiteral("rejected")
-                                : QStringLiteral("verified");
+    check.state = decided;
     qCInfo(lcVerification).noquote() << "check" << check.id << "of" << check.jobId << "round" << check.round << "shard"
                                      << check.shard << ":" << check.state << "(" << Losers[int(loser)] << "lost )" << why;
 

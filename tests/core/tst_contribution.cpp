@@ -104,6 +104,19 @@ private Q_SLOTS:
         QCOMPARE(c.state(), State::Offline);
         QCOMPARE(Contribution::name(State::Snoozed), QStringLiteral("snoozed"));
     }
+
+    void scheduleWindowsIncludingOnesAcrossMidnight()
+    {
+        const auto at = [](int h, int m) { return QTime(h, m); };
+        QVERIFY(Contribution::insideSchedule({}, at(3, 0))); // no schedule: always
+        const QString nights = QStringLiteral("22:00-06:00, 12:00-13:00");
+        QVERIFY(Contribution::insideSchedule(nights, at(23, 30)));
+        QVERIFY(Contribution::insideSchedule(nights, at(5, 59)));
+        QVERIFY(!Contribution::insideSchedule(nights, at(6, 0))); // the end is outside
+        QVERIFY(Contribution::insideSchedule(nights, at(12, 30)));
+        QVERIFY(!Contribution::insideSchedule(nights, at(15, 0)));
+        QVERIFY(!Contribution::insideSchedule(QStringLiteral("9-17"), at(12, 0))); // not HH:mm: no window
+    }
 };
 
 QTEST_GUILESS_MAIN(ContributionTest)

@@ -1,4 +1,5 @@
 #include <core/credits.h>
+#include <core/pricing.h>
 
 #include <QTest>
 
@@ -98,6 +99,25 @@ private Q_SLOTS:
         QCOMPARE(big.checkedScale(3, 3)->micro(), std::numeric_limits<qint64>::max());
         QVERIFY(!big.checkedScale(2, 1).has_value());
         QVERIFY(!credit.checkedScale(1, 0).has_value());
+    }
+
+    // A broker's QUOTE, read back by the desktop app's submit panel, keeps every amount exactly.
+    void quotesRoundTripThroughJson()
+    {
+        tessera::core::Quote quote;
+        quote.flopsPerSample = 1.5e6;
+        quote.unitsPerShard = 7;
+        quote.shards = 45;
+        quote.pricePerUnit = Credits::fromMicro(100'000);
+        quote.pricePerShard = Credits::fromMicro(700'001);
+        quote.training = Credits::fromMicro(31'500'045);
+        quote.verification = Credits::fromMicro(3'150'004);
+        quote.total = Credits::fromMicro(34'650'049);
+        quote.worstCase = Credits::fromMicro(63'000'090);
+        const auto back = tessera::core::Quote::fromJson(quote.toJson());
+        QCOMPARE(back.toJson(), quote.toJson());
+        QCOMPARE(back.worstCase.micro(), 63'000'090);
+        QCOMPARE(tessera::core::Quote::fromJson({}).total.micro(), 0);
     }
 };
 
