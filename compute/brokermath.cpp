@@ -9,6 +9,11 @@ BrokerMath::BrokerMath(ComputeEnvironment environment)
     : m_environment(std::move(environment))
 { }
 
+void BrokerMath::useBlobs(core::BlobStore& blobs)
+{
+    m_environment.blobPath = [&blobs](const core::Digest& digest) { return blobs.path(digest); };
+}
+
 core::Result<BrokerMath::Weights> BrokerMath::initialWeights(const core::JobSpec& spec)
 {
     auto weights = compute::initialWeights(spec, m_environment);

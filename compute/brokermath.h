@@ -2,6 +2,7 @@
 
 #include "environment.h"
 
+#include <core/blobstore.h>
 #include <core/broker/trainingmath.h>
 
 namespace tessera::compute {
@@ -11,6 +12,9 @@ namespace tessera::compute {
 class BrokerMath final : public core::broker::TrainingMath {
 public:
     explicit BrokerMath(ComputeEnvironment environment);
+    // The files jobs name (TorchScript models, tensor datasets) are blobs in this store: the
+    // broker's own, which exists only once the broker (that holds this math) is open.
+    void useBlobs(core::BlobStore& blobs);
 
     core::Result<Weights> initialWeights(const core::JobSpec& spec) override;
     core::Result<core::Digest> canonicalHash(const QByteArray& weights) override;

@@ -101,10 +101,7 @@ int main(int argc, char* argv[])
     auto broker = core::broker::Broker::open(dataDirectory, math, clock, brokerOptions);
     if (!broker)
         return fail(broker.error().toString());
-    // TorchScript models and tensor datasets that jobs name are blobs in the broker's own store.
-    core::BlobStore* blobs = &(*broker)->blobs();
-    environment.blobPath = [blobs](const core::Digest& digest) { return blobs->path(digest); };
-    math = compute::BrokerMath(environment);
+    math.useBlobs((*broker)->blobs());
 
     net::BrokerServer server(**broker, options);
     if (auto status = server.bind(); !status)

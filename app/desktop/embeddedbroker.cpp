@@ -27,10 +27,7 @@ core::Result<QString> EmbeddedBroker::start(Options options)
             ready.set_value(broker.error());
             return;
         }
-        core::BlobStore* blobs = &(*broker)->blobs();
-        auto environment = options.environment;
-        environment.blobPath = [blobs](const core::Digest& digest) { return blobs->path(digest); };
-        math = compute::BrokerMath(environment);
+        math.useBlobs((*broker)->blobs());
         net::BrokerServerOptions serverOptions;
         serverOptions.bind = QStringLiteral("tcp://127.0.0.1:*");
         serverOptions.heartbeatMs = options.heartbeatMs;

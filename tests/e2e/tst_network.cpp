@@ -513,6 +513,44 @@ private Q_SLOTS:
         QCOMPARE(second.waitForEnd(b).value(QStringLiteral("state")).toString(), QStringLiteral("finished"));
     }
 
+    // A job that brings its own files: a TorchScript model and tensor files made by PyTorch, uploaded
+    // by tessera-job, kept as blobs by the broker (which builds the first weights and evaluates
+    // from them) and fetched by the node.
+    void aTorchScriptJobOnTensorFilesTrainsThroughTheBroker()
+    {
+        const QString script = m_dir.filePath(QStringLiteral("make_files.py"));
+        Cluster::writeFile(script, QStringLiteral(R"(import sys, torch
+torch.manual_seed(0)
+class Net(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = torch.nn.Linear(20, 3)
+    def forward(self, x):
+        return self.fc(x)
+torch.jit.script(Net()).save(sys.argv[1] + "/net.pt")
+centers = torch.randn(3, 20) * 3
+for name, n in (("train.pt", 600), ("test.pt", 200)):
+    y = torch.randint(0, 3, (n,))
+    torch.save({"x": centers[y] + torch.randn(n, 20), "y": y}, sys.argv[1] + "/" + name)
+)"));
+        const auto made = run(Python, { script, m_dir.path() });
+        QVERIFY2(made.exitCode == 0, qPrintable(made.output));
+        const QString jobFile = m_dir.filePath(QStringLiteral("files.json"));
+        Cluster::writeFile(jobFile, QStringLiteral(R"({"name": "own files", "model": {"torchscript": {"file": "net.pt"}},
+            "dataset": {"tensors": {"trainFile": "train.pt", "testFile": "test.pt", "trainSamples": 600}},
+            "optimizer": {"kind": "sgd", "lr": 0.05},
+            "training": {"rounds": 2, "shardsPerRound": 2, "localSteps": 10, "batchSize": 16, "seed": 5}, "budget": "1"})"));
+        Cluster cluster;
+        cluster.startBroker({}, QStringLiteral("SelfVerifyAfterSeconds=1\n"));
+        cluster.startNode(1);
+        const auto end = cluster.waitForEnd(cluster.submit(jobFile));
+        QCOMPARE(end.value(QStringLiteral("state")).toString(), QStringLiteral("finished"));
+        const auto history = end.value(QStringLiteral("history")).toArray();
+        QCOMPARE(history.size(), 2);
+        QVERIFY2(history.last().toObject().value(QStringLiteral("testAccuracy")).toDouble() > 0.9,
+            qPrintable(QString::fromUtf8(QJsonDocument(end).toJson())));
+    }
+
     void hostileInputGetsErrorsAndTheBrokerServesOn()
     {
         Cluster cluster;

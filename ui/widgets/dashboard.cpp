@@ -42,6 +42,25 @@ QTableView* table(QAbstractItemModel* model)
     return view;
 }
 
+// The Overview tab's rows: a key (overviewText() and tests use it), a label, the field shown.
+struct OverviewRow {
+    const char* key;
+    const char* label;
+    QString Overview::*field;
+};
+constexpr OverviewRow OverviewRows[] = {
+    { "state", QT_TRANSLATE_NOOP("tessera::ui::Dashboard", "State"), &Overview::state },
+    { "reason", QT_TRANSLATE_NOOP("tessera::ui::Dashboard", "Because"), &Overview::reason },
+    { "shard", QT_TRANSLATE_NOOP("tessera::ui::Dashboard", "Current shard"), &Overview::shard },
+    { "speed", QT_TRANSLATE_NOOP("tessera::ui::Dashboard", "Speed"), &Overview::speed },
+    { "pauseCost", QT_TRANSLATE_NOOP("tessera::ui::Dashboard", "A pause now"), &Overview::pauseCost },
+    { "balance", QT_TRANSLATE_NOOP("tessera::ui::Dashboard", "Balance"), &Overview::balance },
+    { "earnedToday", QT_TRANSLATE_NOOP("tessera::ui::Dashboard", "Earned today"), &Overview::earnedToday },
+    { "stake", QT_TRANSLATE_NOOP("tessera::ui::Dashboard", "Stake bonded"), &Overview::stake },
+    { "atRisk", QT_TRANSLATE_NOOP("tessera::ui::Dashboard", "Stake at risk"), &Overview::atRisk },
+    { "brokers", QT_TRANSLATE_NOOP("tessera::ui::Dashboard", "Brokers"), &Overview::brokers },
+};
+
 QChartView* chartView(const QString& title)
 {
     auto* chart = new QChart;
@@ -111,18 +130,12 @@ QWidget* Dashboard::buildOverview()
 {
     auto* page = new QWidget;
     auto* form = new QFormLayout(page);
-    const QList<std::pair<QString, QString>> rows { { QStringLiteral("state"), tr("State") },
-        { QStringLiteral("reason"), tr("Because") }, { QStringLiteral("shard"), tr("Current shard") },
-        { QStringLiteral("speed"), tr("Speed") }, { QStringLiteral("pauseCost"), tr("A pause now") },
-        { QStringLiteral("balance"), tr("Balance") }, { QStringLiteral("earnedToday"), tr("Earned today") },
-        { QStringLiteral("stake"), tr("Stake bonded") }, { QStringLiteral("atRisk"), tr("Stake at risk") },
-        { QStringLiteral("brokers"), tr("Brokers") } };
-    for (const auto& [key, label] : rows) {
+    for (const auto& row : OverviewRows) {
         auto* value = new QLabel;
         value->setTextInteractionFlags(Qt::TextSelectableByMouse);
         value->setWordWrap(true);
-        m_overview.insert(key, value);
-        form->addRow(label, value);
+        m_overview.insert(QString::fromLatin1(row.key), value);
+        form->addRow(tr(row.label), value);
     }
     auto* settings = new QPushButton(tr("Settings…"));
     connect(settings, &QPushButton::clicked, this, &Dashboard::openSettings);
@@ -290,15 +303,10 @@ QString Dashboard::selectedJob() const
 
 void Dashboard::setOverview(const Overview& overview)
 {
-    const QHash<QString, QString> values { { QStringLiteral("state"), overview.state },
-        { QStringLiteral("reason"), overview.reason }, { QStringLiteral("shard"), overview.shard },
-        { QStringLiteral("speed"), overview.speed }, { QStringLiteral("pauseCost"), overview.pauseCost },
-        { QStringLiteral("balance"), overview.balance }, { QStringLiteral("earnedToday"), overview.earnedToday },
-        { QStringLiteral("stake"), overview.stake }, { QStringLiteral("atRisk"), overview.atRisk },
-        { QStringLiteral("brokers"), overview.brokers } };
-    for (auto it = values.constBegin(); it != values.constEnd(); ++it) {
-        if (auto* label = m_overview.value(it.key()); label && label->text() != it.value())
-            label->setText(it.value());
+    for (const auto& row : OverviewRows) {
+        const QString& text = overview.*row.field;
+        if (auto* label = m_overview.value(QString::fromLatin1(row.key)); label && label->text() != text)
+            label->setText(text);
     }
 }
 
