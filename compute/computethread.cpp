@@ -6,6 +6,7 @@
 #include <QWaitCondition>
 
 #include <deque>
+#include <optional>
 #include <exception>
 
 namespace tessera::compute {
@@ -37,6 +38,13 @@ struct ComputeThread::Private {
     int cpuPercent = 100;
     int maxThreads = 1 << 16;
     State state = State::Idle;
+    struct Hold {
+        QString jobId;
+        std::int64_t shard = 0;
+        std::int64_t step = 0;
+    };
+    std::optional<Hold> hold;
+    bool holdReleased = false;
 
     std::unique_ptr<QThread> thread;
 
@@ -53,6 +61,8 @@ struct ComputeThread::Private {
 
     void loop();
     void runShard(QueuedShard item);
+    // With the mutex held: waits at a hold placed on this step, if any, until something ends it.
+    void waitIfHeld(QMutexLocker<QMutex>& lock, const core::ShardTask& task, std::int64_t step);
 };
 
 ComputeThread::ComputeThread(ComputeEnvironment environment, QObject* parent)
@@ -107,6 +117,21 @@ void ComputeThread::finishCurrentThenPause()
     d->wake.wakeAll();
 }
 
+void ComputeThread::holdAt(const QString& jobId, std::int64_t shard, std::int64_t step)
+{
+    QMutexLocker lock(&d->mutex);
+    d->hold = Private::Hold { jobId, shard, step };
+    d->holdReleased = false;
+}
+
+void ComputeThread::releaseHold()
+{
+    QMutexLocker lock(&d->mutex);
+    d->hold.reset();
+    d->holdReleased = true;
+    d->wake.wakeAll();
+}
+
 void ComputeThread::resume()
 {
     QMutexLocker lock(&d->mutex);
@@ -146,6 +171,20 @@ int ComputeThread::queuedCount() const
 {
     QMutexLocker lock(&d->mutex);
     return int(d->queue.size());
+}
+
+void ComputeThread::Private::waitIfHeld(QMutexLocker<QMutex>& lock, const core::ShardTask& task, std::int64_t step)
+{
+    if (!hold || hold->jobId != task.jobId || hold->shard != task.shard || hold->step != step)
+        return;
+    hold.reset();
+    holdReleased = false;
+    lock.unlock();
+    Q_EMIT q->held(task, step);
+    lock.relock();
+    while (!holdReleased && !stopRequested && !pauseRequested && !pauseAfterCurrent && cancelledJob != task.jobId)
+        wake.wait(&mutex);
+    holdReleased = false;
 }
 
 void ComputeThread::Private::loop()
@@ -218,6 +257,7 @@ void ComputeThread::Private::runShard(QueuedShard item)
     while (!run->finished()) {
         {
             QMutexLocker lock(&mutex);
+            waitIfHeld(lock, task, run->completedSteps());
             if (stopRequested || pauseRequested) {
                 const bool stopping = stopRequested;
                 lock.unlock();

@@ -64,12 +64,20 @@ public:
     State state() const;
     int queuedCount() const;
 
+    // Test seam: hold the shard (jobId, shard) at the boundary before step `step` (0 is before the
+    // first) and emit held() there. The hold ends with releaseHold(), pause(),
+    // finishCurrentThenPause(), cancelJob(jobId) or destruction, whichever comes first; so a test can
+    // act on a shard that is known to be running, however fast the machine is. One hold at a time.
+    void holdAt(const QString& jobId, std::int64_t shard, std::int64_t step);
+    void releaseHold();
+
 Q_SIGNALS:
     void stateChanged(tessera::compute::ComputeThread::State state);
     void progress(const tessera::compute::ShardProgress& progress);
     void shardFinished(const tessera::compute::ShardOutput& output); // completed or failed
     void shardPaused(const tessera::core::ShardTask& task, const QByteArray& suspendedState);
     void shardCancelled(const tessera::core::ShardTask& task);
+    void held(const tessera::core::ShardTask& task, std::int64_t step); // emitted on the compute thread
 
 private:
     struct Private;

@@ -1,5 +1,7 @@
 // The compute thread: queue, pause and resume (also across a restart), cancel, finish-then-pause,
-// thread limit, CPU duty cycle, and failures that leave it serving.
+// thread limit, CPU duty cycle, and failures that leave it serving. A test that acts on a running
+// shard first holds it at a known step (ComputeThread::holdAt), so no case depends on how fast the
+// machine trains.
 
 #include <compute/computethread.h>
 #include <compute/weights.h>
@@ -57,6 +59,13 @@ bool waitForState(ComputeThread& thread, ComputeThread::State state)
     return QTest::qWaitFor([&] { return thread.state() == state; }, 120'000);
 }
 
+// Waits until the shard that holdAt() named is held at its step: it is running, and stays so until
+// the test acts.
+bool waitUntilHeld(const QSignalSpy& held)
+{
+    return QTest::qWaitFor([&] { return held.count() == 1; }, 120'000);
+}
+
 } // namespace
 
 class ComputeThreadTest : public QObject {
@@ -85,14 +94,15 @@ private Q_SLOTS:
 
     void pausedShardResumesToTheSameBits()
     {
-        const auto f = fixture(200);
+        const auto f = fixture(40);
         const auto straight = compute::runShard(f.tasks[2], f.start.bytes, {});
         ComputeThread thread({});
         QSignalSpy finished(&thread, &ComputeThread::shardFinished);
         QSignalSpy paused(&thread, &ComputeThread::shardPaused);
-        QSignalSpy progress(&thread, &ComputeThread::progress);
+        QSignalSpy held(&thread, &ComputeThread::held);
+        thread.holdAt(QStringLiteral("job-a"), 2, 15);
         thread.submit(f.tasks[2], f.start.bytes);
-        QVERIFY(QTest::qWaitFor([&] { return progress.count() > 0; }, 120'000));
+        QVERIFY(waitUntilHeld(held));
         thread.pause();
         QVERIFY(QTest::qWaitFor([&] { return paused.count() == 1; }, 120'000));
         QVERIFY(waitForState(thread, ComputeThread::State::Paused));
@@ -106,15 +116,16 @@ private Q_SLOTS:
 
     void pausedShardSurvivesARestart()
     {
-        const auto f = fixture(200);
+        const auto f = fixture(40);
         const auto straight = compute::runShard(f.tasks[3], f.start.bytes, {});
         QByteArray saved;
         {
             ComputeThread first({});
             QSignalSpy paused(&first, &ComputeThread::shardPaused);
-            QSignalSpy progress(&first, &ComputeThread::progress);
+            QSignalSpy held(&first, &ComputeThread::held);
+            first.holdAt(QStringLiteral("job-a"), 3, 25);
             first.submit(f.tasks[3], f.start.bytes);
-            QVERIFY(QTest::qWaitFor([&] { return progress.count() > 0; }, 120'000));
+            QVERIFY(waitUntilHeld(held));
             first.pause();
             QVERIFY(QTest::qWaitFor([&] { return paused.count() == 1; }, 120'000));
             saved = paused.at(0).at(1).toByteArray();
@@ -128,34 +139,36 @@ private Q_SLOTS:
 
     void stoppingMidShardHandsOverItsState()
     {
-        const auto f = fixture(500);
+        const auto f = fixture(40);
         QList<QByteArray> states;
         {
             ComputeThread thread({});
-            QSignalSpy progress(&thread, &ComputeThread::progress);
+            QSignalSpy held(&thread, &ComputeThread::held);
             connect(
                 &thread, &ComputeThread::shardPaused, this,
                 [&](const core::ShardTask&, const QByteArray& state) { states.append(state); }, Qt::DirectConnection);
+            thread.holdAt(QStringLiteral("job-a"), 0, 5);
             thread.submit(f.tasks[0], f.start.bytes);
-            QVERIFY(QTest::qWaitFor([&] { return progress.count() > 0; }, 120'000));
-        }
+            QVERIFY(waitUntilHeld(held));
+        } // the destructor stops the held shard at its step boundary
         QCOMPARE(states.size(), 1);
         QVERIFY(!states.first().isEmpty());
     }
 
     void cancelDropsTheJobAndGoesOn()
     {
-        const auto f = fixture(400);
+        const auto f = fixture(40);
         auto other = fixture(10).tasks[0];
         other.jobId = QStringLiteral("job-b");
         ComputeThread thread({});
         QSignalSpy finished(&thread, &ComputeThread::shardFinished);
         QSignalSpy cancelled(&thread, &ComputeThread::shardCancelled);
-        QSignalSpy progress(&thread, &ComputeThread::progress);
+        QSignalSpy held(&thread, &ComputeThread::held);
+        thread.holdAt(QStringLiteral("job-a"), 0, 5);
         thread.submit(f.tasks[0], f.start.bytes);
         thread.submit(f.tasks[1], f.start.bytes);
         thread.submit(other, fixture(10).start.bytes);
-        QVERIFY(QTest::qWaitFor([&] { return progress.count() > 0; }, 120'000));
+        QVERIFY(waitUntilHeld(held));
         thread.cancelJob(QStringLiteral("job-a"));
         QVERIFY(QTest::qWaitFor([&] { return finished.count() == 1; }, 120'000));
         QCOMPARE(cancelled.count(), 1);
@@ -164,20 +177,40 @@ private Q_SLOTS:
 
     void finishCurrentThenPause()
     {
-        const auto f = fixture(100);
+        const auto f = fixture(40);
         ComputeThread thread({});
         QSignalSpy finished(&thread, &ComputeThread::shardFinished);
-        QSignalSpy progress(&thread, &ComputeThread::progress);
+        QSignalSpy held(&thread, &ComputeThread::held);
+        thread.holdAt(QStringLiteral("job-a"), 0, 5);
         thread.submit(f.tasks[0], f.start.bytes);
         thread.submit(f.tasks[1], f.start.bytes);
-        QVERIFY(QTest::qWaitFor([&] { return progress.count() > 0; }, 120'000));
+        QVERIFY(waitUntilHeld(held));
         thread.finishCurrentThenPause();
         QVERIFY(QTest::qWaitFor([&] { return finished.count() == 1; }, 120'000));
         QVERIFY(waitForState(thread, ComputeThread::State::Paused));
+        QCOMPARE(outputOf(finished, 0).result.shard, 0);
         QCOMPARE(outputOf(finished, 0).result.outcome, core::ShardResult::Outcome::Completed);
         QCOMPARE(thread.queuedCount(), 1);
         thread.resume();
         QVERIFY(QTest::qWaitFor([&] { return finished.count() == 2; }, 120'000));
+        QCOMPARE(outputOf(finished, 1).result.shard, 1);
+    }
+
+    void aHoldEndsWhenReleased()
+    {
+        const auto f = fixture(20);
+        ComputeThread thread({});
+        QSignalSpy finished(&thread, &ComputeThread::shardFinished);
+        QSignalSpy held(&thread, &ComputeThread::held);
+        thread.holdAt(QStringLiteral("job-a"), 1, 0);
+        thread.submit(f.tasks[1], f.start.bytes);
+        QVERIFY(waitUntilHeld(held));
+        QCOMPARE(held.at(0).at(1).toLongLong(), 0);
+        QCOMPARE(thread.state(), ComputeThread::State::Working);
+        QCOMPARE(finished.count(), 0);
+        thread.releaseHold();
+        QVERIFY(QTest::qWaitFor([&] { return finished.count() == 1; }, 120'000));
+        QCOMPARE(outputOf(finished, 0).result.outcome, core::ShardResult::Outcome::Completed);
     }
 
     void failuresLeaveTheThreadServing()
@@ -223,9 +256,11 @@ private Q_SLOTS:
         QVERIFY(QTest::qWaitFor([&] { return finished.count() == 1; }, 120'000));
         const auto last = progress.last().at(0).value<compute::ShardProgress>();
         QVERIFY(last.busyMs > 0);
-        // It rests t after each step of t (the rest can only run long, when the machine is busy).
+        // It rests t after each step of t. A rest can only run long, by as much as the machine is busy
+        // (a loaded core wakes the thread late), so the upper bound is a loose guard against a rest
+        // that never ends, not a measure of the scheduler.
         const double ratio = double(last.throttledMs) / double(last.busyMs);
-        QVERIFY2(ratio > 0.85 && ratio < 3.0,
+        QVERIFY2(ratio > 0.85 && ratio < 20.0,
             qPrintable(QStringLiteral("rested %1 ms for %2 ms of work").arg(last.throttledMs).arg(last.busyMs)));
     }
 };
