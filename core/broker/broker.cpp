@@ -84,6 +84,7 @@ Broker::Broker(
     , m_math(math)
     , m_clock(clock)
     , m_options(options)
+    , m_openedAtMs(clock.nowMs())
 {
     m_ledger = std::make_unique<ledger::Ledger>(*m_db);
 }

@@ -90,6 +90,9 @@ public:
         double slashFraction = 0.5; // of its stake, a node loses per lost dispute or proven lie
         std::int64_t disputeTimeoutMs = 60'000; // to deliver a checkpoint state in a dispute
         std::int64_t selfVerifyAfterMs = 120'000; // a sample no other node can check: the broker re-executes it
+        // A sample that no connected node could check (none with its runtime profile, threads and
+        // stake) is re-executed by the broker after this grace instead (negative: never early).
+        std::int64_t selfVerifyAloneAfterMs = 5'000;
         std::int64_t unbondingDelayMs = 24LL * 3600 * 1000; // unbonded stake stays slashable this long
         double crossProfileTolerance = 1e-3; // relative L2 distance, results of different runtime profiles
         std::uint64_t randomSeed = 0; // 0: sample draws from the system's random source
@@ -212,6 +215,9 @@ private:
     Status slash(const QString& nodeId, const QString& jobId, const QString& honest, const QString& cause, const QString& why);
     Status recordResultError(const QString& nodeId, const QString& assignmentId, const Error& error);
     Status selfVerify(Check& check);
+    // Whether a node connected now could re-execute this check (another identity with its runtime
+    // profile, threads enough and stake enough).
+    bool anyVerifierOnline(const Check& check);
     Status settleJobChecks(const QString& jobId);
     void notify(Notice::Kind kind, const QString& nodeId, QJsonObject body);
     Status requeueChecks(const QString& column, const QString& value);
@@ -228,6 +234,7 @@ private:
     std::vector<RoundState> m_running; // in submission order
     std::vector<Notice> m_notices;
     QRandomGenerator m_random;
+    std::int64_t m_openedAtMs = 0; // nodes come back over the first seconds after a restart
 };
 
 } // namespace tessera::core::broker

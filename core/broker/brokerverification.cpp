@@ -709,6 +709,26 @@ Status Broker::selfVerify(Check& check)
         QStringLiteral("the broker re-executed it on another runtime profile and disagrees; trained again"), false);
 }
 
+bool Broker::anyVerifierOnline(const Check& check)
+{
+    auto spec = specOf(check.jobId);
+    if (!spec)
+        return true; // cannot tell: wait the full time
+    const auto profile = profileWithoutThreads(check.accusedResult.runtimeProfile);
+    for (const auto& node : std::as_const(m_nodes)) {
+        if (node.nodeId == check.accused || profileWithoutThreads(node.runtimeProfile) != profile
+            || node.maxThreads < spec->training.threads)
+            continue;
+        if (m_options.minStake.micro() > 0) {
+            auto staked = m_ledger->balance(ledger::accounts::stake(node.nodeId));
+            if (!staked || *staked < m_options.minStake)
+                continue;
+        }
+        return true;
+    }
+    return false;
+}
+
 void Broker::tick()
 {
     const auto now = m_clock.nowMs();
@@ -742,18 +762,29 @@ void Broker::tick()
             (void)requeueChecks(QStringLiteral("id"), verification);
         }
     }
-    // Samples nobody could check: the broker re-executes them.
+    // Samples nobody could check: the broker re-executes them, after Options::selfVerifyAfterMs, or
+    // sooner when no connected node could check them at all (a broker with a single node).
     if (m_options.selfVerifyAfterMs >= 0) {
-        if (auto stuck = ids(*m_db,
-                QStringLiteral("SELECT id FROM verifications WHERE state = 'waiting' AND kind = 'sample' AND created_at <= ?"),
-                now - m_options.selfVerifyAfterMs)) {
-            for (const auto& id : *stuck) {
-                auto check = loadCheck(*m_db, id);
-                if (!check || !*check || !runningState((*check)->jobId))
-                    continue;
-                if (auto status = selfVerify(**check); !status)
-                    qCWarning(lcVerification).noquote() << status.error().toString();
-            }
+        const bool early = m_options.selfVerifyAloneAfterMs >= 0 && now - m_openedAtMs >= m_options.selfVerifyAloneAfterMs;
+        const auto soonest = early ? std::min(m_options.selfVerifyAfterMs, m_options.selfVerifyAloneAfterMs)
+                                   : m_options.selfVerifyAfterMs;
+        auto rows = query(*m_db,
+            QStringLiteral("SELECT id, created_at FROM verifications WHERE state = 'waiting' AND kind = 'sample' AND "
+                           "created_at <= ?"),
+            now - soonest);
+        const auto stuck = rows ? storage::collect(*rows, [](storage::Statement& row) {
+            return std::pair { row.columnText(0), row.columnInt(1) };
+        })
+                                : Result<QList<std::pair<QString, std::int64_t>>>(rows.error());
+        for (const auto& [id, createdAt] : stuck.value_or({})) {
+            auto check = loadCheck(*m_db, id);
+            if (!check || !*check || !runningState((*check)->jobId))
+                continue;
+            const bool due = createdAt <= now - m_options.selfVerifyAfterMs;
+            if (!due && anyVerifierOnline(**check))
+                continue;
+            if (auto status = selfVerify(**check); !status)
+                qCWarning(lcVerification).noquote() << status.error().toString();
         }
     }
     // Unbonded stake that has waited long enough returns to the node's balance.

@@ -748,6 +748,59 @@ private Q_SLOTS:
         QVERIFY(broker->ledger().checkInvariants().ok());
     }
 
+    void aSampleNoConnectedNodeCouldCheckIsReExecutedSoon()
+    {
+        auto options = verifyingOptions();
+        options.selfVerifyAfterMs = 120'000;
+        options.selfVerifyAloneAfterMs = 5'000;
+        auto broker = open(QStringLiteral("alone"), options);
+        const auto jobId = *broker->submit(job(1, 2));
+        auto other = node(QStringLiteral("b"));
+        other.runtimeProfile = QStringLiteral("another profile");
+        QVERIFY(broker->registerNode(node(QStringLiteral("a"))).ok());
+        QVERIFY(broker->registerNode(other).ok());
+        QVERIFY(broker->registerNode(node(QStringLiteral("c"))).ok());
+        const auto a1 = **broker->assign(QStringLiteral("a"));
+        QCOMPARE(*deliver(*broker, QStringLiteral("a"), a1.id, honest(*broker, a1)), Verdict::Held);
+        m_clock.now += 5'000;
+        broker->tick();
+        // c has a's profile and could check the sample: it waits for c.
+        QCOMPARE(broker->verifications(jobId)->first().value(QStringLiteral("state")).toString(), QStringLiteral("waiting"));
+        // c leaves; b's profile differs, so nobody connected could check it: the broker does, at once.
+        broker->nodeLost(QStringLiteral("c"));
+        broker->tick();
+        QCOMPARE(broker->verifications(jobId)->first().value(QStringLiteral("state")).toString(), QStringLiteral("verified"));
+        QVERIFY(*broker->ledger().hasCause(QStringLiteral("pay:%1/0/%2").arg(jobId).arg(a1.task.shard)));
+        QVERIFY(broker->ledger().checkInvariants().ok());
+    }
+
+    void aBrokerJustStartedWaitsForItsNodesBeforeCheckingAlone()
+    {
+        auto options = verifyingOptions();
+        options.selfVerifyAfterMs = 120'000;
+        options.selfVerifyAloneAfterMs = 5'000;
+        QString jobId;
+        {
+            auto broker = open(QStringLiteral("restarted"), options);
+            jobId = *broker->submit(job(1, 1));
+            QVERIFY(broker->registerNode(node(QStringLiteral("a"))).ok());
+            const auto a1 = **broker->assign(QStringLiteral("a"));
+            QCOMPARE(*deliver(*broker, QStringLiteral("a"), a1.id, honest(*broker, a1)), Verdict::Held);
+            m_clock.now += 1'000;
+        }
+        m_clock.now += 60'000;
+        auto broker = open(QStringLiteral("restarted"), options);
+        broker->tick(); // no node is back yet, but the broker has just started: it waits
+        QCOMPARE(broker->status(jobId)->state, QStringLiteral("running"));
+        QVERIFY(broker->registerNode(node(QStringLiteral("c"))).ok());
+        m_clock.now += 5'000;
+        broker->tick(); // c could check it
+        QCOMPARE(broker->status(jobId)->state, QStringLiteral("running"));
+        broker->nodeLost(QStringLiteral("c"));
+        broker->tick();
+        QCOMPARE(broker->status(jobId)->state, QStringLiteral("finished"));
+    }
+
     void canariesRecheckKnownAnswers()
     {
         auto options = verifyingOptions();
