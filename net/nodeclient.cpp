@@ -236,6 +236,9 @@ struct NodeClient::Private {
         for (const auto& digest : paths.keys())
             cache.pin(digest);
         current->started = true;
+        const auto& task = current->task;
+        qCInfo(lcNode).noquote() << "training" << current->assignment << "(job" << task.jobId << "round" << task.round
+                                 << "shard" << task.shard << ")";
         executor.start(tag, current->assignment, current->task, *weights, paths);
     }
 

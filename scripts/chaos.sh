@@ -1,8 +1,12 @@
 #!/usr/bin/env bash
 # Chaos run: a job on a broker and three nodes while random nodes and the broker are killed with
-# SIGKILL at random moments and restarted (same data folders, same port). At the end the job's
-# final weights must equal an undisturbed single-machine run bit for bit, the ledger's invariants
-# must hold, and the nodes' earnings must equal one payment per shard and per check, no more.
+# SIGKILL and restarted (same data folders, same port). Kills follow the job's progress, not the
+# clock: kill k comes once the job has aggregated k rounds (after a random pause within the round).
+# A round takes about a second here, mostly messages and checks, little compute, so a faster CPU
+# barely shortens it; the job has 2 x kills + 4 rounds, room for the job to run twice as fast as the
+# kills come, so every kill lands while it trains; the run counts them and fails if one did not. At the end the job's final weights must equal an
+# undisturbed single-machine run bit for bit, the ledger's invariants must hold, and the nodes'
+# earnings must equal one payment per shard and per check, no more.
 # Usage: scripts/chaos.sh BUILD_DIR [KILLS] [SEED]
 set -euo pipefail
 build=$(cd "${1:-build}" && pwd)
@@ -22,8 +26,7 @@ cleanup() {
 trap cleanup EXIT
 log() { echo "chaos: $*"; }
 
-# Long enough that every kill lands while it trains.
-rounds=$((kills / 2 + 6))
+rounds=$((2 * kills + 4))
 cat > "$scratch/job.json" <<JOB
 { "name": "chaos", "model": { "zoo": "mlp", "hidden": [64] }, "dataset": { "builtin": "fashion-mnist" },
   "optimizer": { "kind": "sgd", "lr": 0.05, "momentum": 0.9 },
@@ -47,31 +50,59 @@ start() {
 }
 job() { "$bin/tessera-job" --config /dev/null --broker "$endpoint" "$@"; }
 
+# Waits until the broker answers; fails if it died or stays silent for 120 s.
+wait_for_broker() {
+    local deadline=$((SECONDS + 120))
+    until job list >/dev/null 2>&1; do
+        kill -0 "${pids[broker]}" 2>/dev/null || { log "FAILED: the broker died"; tail -20 "$scratch/broker.log"; exit 1; }
+        [ $SECONDS -lt $deadline ] || { log "FAILED: the broker did not answer for 120 s"; tail -20 "$scratch/broker.log"; exit 1; }
+        sleep 0.2
+    done
+}
+# "STATE ROUND" of the job, or "? ?" while the broker cannot say.
+job_state() {
+    job status "$jobId" --json 2>/dev/null | "$py" -c "import json,sys; j=json.load(sys.stdin); print(j['state'], j['round'])" \
+        2>/dev/null || echo "? ?"
+}
+
 start broker
-until job list >/dev/null 2>&1; do
-    kill -0 "${pids[broker]}" 2>/dev/null || { log "FAILED: the broker did not start"; cat "$scratch/broker.log"; exit 1; }
-    sleep 0.2
-done
+wait_for_broker
 for n in node1 node2 node3; do start "$n"; done
 jobId=$(job submit "$scratch/job.json" | tail -1)
-log "job $jobId submitted; $kills kills to come"
+log "job $jobId submitted ($rounds rounds); $kills kills to come"
 
 victims=(broker node1 node2 node3)
+landed=0
 for ((k = 1; k <= kills; k++)); do
-    sleep "$((1 + RANDOM % 3)).$((RANDOM % 10))"
+    # Kill k waits for round k (at most 5 minutes: a job that stops progressing is a failure too).
+    deadline=$((SECONDS + 300))
+    while :; do
+        read -r state round <<<"$(job_state)"
+        [ "$state" = "?" ] || [ "$state" = running ] || { log "FAILED: before kill $k the job is $state"; exit 1; }
+        [ "$state" = running ] && [ "$round" -ge "$k" ] && break
+        [ $SECONDS -lt $deadline ] || { log "FAILED: the job did not reach round $k in 5 minutes"; tail -20 "$scratch/broker.log"; exit 1; }
+        sleep 0.1
+    done
+    sleep "0.$((RANDOM % 5))" # somewhere in the round: training, checking or aggregating
     victim=${victims[$((RANDOM % 4))]}
-    state=$(job status "$jobId" --json 2>/dev/null | "$py" -c "import json,sys; j=json.load(sys.stdin); print(j['state'], j['round'])" 2>/dev/null || echo "? ?")
+    read -r state round <<<"$(job_state)"
     kill -9 "${pids[$victim]}" 2>/dev/null || true
     while kill -0 "${pids[$victim]}" 2>/dev/null; do sleep 0.05; done
-    log "kill $k/$kills: $victim (job: $state)"
-    sleep "0.$((2 + RANDOM % 8))"
+    if [ "$state" = running ] && [ "$round" -lt "$rounds" ]; then
+        landed=$((landed + 1))
+        log "kill $k/$kills: $victim while the job trains round $((round + 1))/$rounds"
+    else
+        log "kill $k/$kills: $victim, but the job is $state $round (it should still be training)"
+    fi
+    sleep "0.$((1 + RANDOM % 5))"
     start "$victim"
-    if [ "$victim" = broker ]; then until job list >/dev/null 2>&1; do sleep 0.2; done; fi
+    if [ "$victim" = broker ]; then wait_for_broker; fi
 done
+log "$landed of $kills kills landed while the job was training"
+[ "$landed" -eq "$kills" ] || { log "FAILED: only $landed of $kills kills landed while the job was training"; exit 1; }
 
 log "no more kills; waiting for the job to finish"
-final=$(job wait "$jobId" --json | "$py" -c "import json,sys; t=sys.stdin.read(); print(json.loads(t[t.index('{'):])['weightsHash'])" \
-    2>/dev/null || true)
+final=$(job wait "$jobId" --json | "$py" -c "import json,sys; print(json.load(sys.stdin)['weightsHash'])" 2>/dev/null || true)
 state=$(job status "$jobId" --json | "$py" -c "import json,sys; print(json.load(sys.stdin)['state'])")
 [ "$state" = finished ] || { log "FAILED: the job is $state"; exit 1; }
 [ "$final" = "$baseline" ] || { log "FAILED: final weights $final differ from the undisturbed run $baseline"; exit 1; }

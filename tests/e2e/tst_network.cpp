@@ -33,13 +33,21 @@ const QString Python = QStringLiteral("/usr/bin/python3");
 using tessera::tests::Run;
 using tessera::tests::run;
 
-// A port free now and below the kernel's ephemeral range (32768 and up here), so that no outgoing
-// connection of this test or of one running beside it (make test runs two at once) takes it before
-// the broker binds it. scripts/free_port.py does the same for the scripts.
+// A port free now and below the kernel's ephemeral range (ip_local_port_range; 32768 and up by
+// default), so that no outgoing connection of this test or of one running beside it (make test runs
+// two at once) takes it before the broker binds it. scripts/free_port.py does the same for the scripts.
 int freePort()
 {
+    int ephemeral = 32768;
+    QFile range(QStringLiteral("/proc/sys/net/ipv4/ip_local_port_range"));
+    if (range.open(QIODevice::ReadOnly)) {
+        bool ok = false;
+        const int low = QString::fromLatin1(range.readAll()).simplified().section(u' ', 0, 0).toInt(&ok);
+        if (ok && low > 21000)
+            ephemeral = low;
+    }
     for (int attempt = 0; attempt < 500; ++attempt) {
-        const int port = 20000 + int(QRandomGenerator::global()->bounded(12000));
+        const int port = 20000 + int(QRandomGenerator::global()->bounded(ephemeral - 20000));
         const int probe = ::socket(AF_INET, SOCK_STREAM, 0);
         sockaddr_in address {};
         address.sin_family = AF_INET;
@@ -50,7 +58,7 @@ int freePort()
         if (free)
             return port;
     }
-    qFatal("no free port between 20000 and 32000");
+    qFatal("no free port between 20000 and the kernel's ephemeral range");
 }
 
 // A broker and nodes in a scratch folder, stopped (SIGKILL) when the cluster goes out of scope.
@@ -448,6 +456,10 @@ private Q_SLOTS:
         cluster.startNode(3);
         const QString jobId = cluster.submit();
         QVERIFY(cluster.waitForRound(jobId, 3));
+        // Killed just after it starts a shard, so that shard has to go to another node.
+        const auto started = cluster.log(QStringLiteral("node1")).count(QStringLiteral("training "));
+        QVERIFY(QTest::qWaitFor(
+            [&] { return cluster.log(QStringLiteral("node1")).count(QStringLiteral("training ")) > started; }, 240'000));
         ::kill(pid_t(victim->processId()), SIGKILL);
         const auto job = cluster.waitForEnd(jobId);
         QCOMPARE(job.value(QStringLiteral("state")).toString(), QStringLiteral("finished"));
@@ -478,21 +490,32 @@ private Q_SLOTS:
         everyPaymentOnce(cluster, jobId, false);
     }
 
+    // SIGTERM while a shard trains: the node finishes it, reports it and stops. The shard is long and
+    // the signal comes once the node says it started it, so it lands mid-shard on any CPU; the node
+    // says so ("finishing the shard in training") only when it does.
     void sigtermLetsTheShardInTrainingFinish()
     {
+        const QString longShard = m_dir.filePath(QStringLiteral("long-shard.json"));
+        Cluster::writeFile(longShard, QStringLiteral(R"({"name": "one long shard", "model": {"zoo": "mlp"},
+            "dataset": {"builtin": "fashion-mnist"}, "optimizer": {"kind": "sgd", "lr": 0.05, "momentum": 0.9},
+            "training": {"rounds": 1, "shardsPerRound": 1, "localSteps": 1500, "batchSize": 64, "seed": 9,
+                         "checkpointInterval": 500}, "budget": "100"})"));
         Cluster cluster;
         cluster.startBroker();
         QProcess* node = cluster.startNode(1);
-        const QString jobId = cluster.submit();
-        QVERIFY(cluster.waitForRound(jobId, 1));
-        QTest::qWait(200); // well inside a shard of round 2
+        const QString jobId = cluster.submit(longShard);
+        QVERIFY(QTest::qWaitFor(
+            [&] { return cluster.log(QStringLiteral("node1")).contains(QStringLiteral("training ")); }, 120'000));
         ::kill(pid_t(node->processId()), SIGTERM);
         QVERIFY(node->waitForFinished(120'000));
         QCOMPARE(node->exitStatus(), QProcess::NormalExit);
         QCOMPARE(node->exitCode(), 0);
         const QString log = cluster.log(QStringLiteral("node1"));
-        QVERIFY2(log.contains(QStringLiteral("stopped after reporting")), qPrintable(log));
-        QVERIFY2(!log.contains(QStringLiteral("stopped after reporting 0 ")), qPrintable(log));
+        QVERIFY2(log.contains(QStringLiteral("finishing the shard in training before stopping")), qPrintable(log));
+        QVERIFY2(log.contains(QStringLiteral("stopped after reporting 1 shard(s)")), qPrintable(log));
+        // The broker has the result; alone, it checks it itself, and the job ends.
+        const auto end = cluster.waitForEnd(jobId);
+        QCOMPARE(end.value(QStringLiteral("state")).toString(), QStringLiteral("finished"));
     }
 
     void oneNodeServesTwoBrokers()
@@ -555,7 +578,6 @@ for name, n in (("train.pt", 600), ("test.pt", 200)):
     {
         Cluster cluster;
         cluster.startBroker();
-        QTest::qWait(500);
         const auto hostile
             = run(Python, { QStringLiteral(TESSERA_SOURCE_DIR "/tests/e2e/python/hostile_client.py"), cluster.endpoint() });
         QVERIFY2(hostile.exitCode == 0, qPrintable(hostile.output));
@@ -570,8 +592,7 @@ for name, n in (("train.pt", 600), ("test.pt", 200)):
         Cluster cluster;
         const QString keys = cluster.path(QStringLiteral("broker.key"));
         cluster.startBroker({ QStringLiteral("--keys"), keys });
-        QVERIFY(QTest::qWaitFor([&] { return QFile::exists(keys); }, 10'000));
-        QTest::qWait(300);
+        QVERIFY(QTest::qWaitFor([&] { return QFile::exists(keys); }, 60'000)); // written whole (QSaveFile)
         QFile keyFile(keys);
         QVERIFY(keyFile.open(QIODevice::ReadOnly));
         const QString publicKey = QString::fromLatin1(keyFile.readLine()).trimmed().section(u' ', 1);
@@ -604,7 +625,7 @@ for name, n in (("train.pt", 600), ("test.pt", 200)):
         const QString nodeKey = QString::fromLatin1(nodeKeyFile.readLine()).trimmed().section(u' ', 1);
         Cluster::writeFile(cluster.path(QStringLiteral("broker.ini")), QString());
         cluster.startBroker({ QStringLiteral("--keys"), keys });
-        QVERIFY(QTest::qWaitFor([&] { return QFile::exists(keys); }, 10'000));
+        QVERIFY(QTest::qWaitFor([&] { return QFile::exists(keys); }, 60'000));
         cluster.broker()->kill(); // restart it with the allow list in its settings
         cluster.broker()->waitForFinished();
         QFile brokerKeyFile(keys);
@@ -618,17 +639,17 @@ for name, n in (("train.pt", 600), ("test.pt", 200)):
         broker.start(Bin + QStringLiteral("/tessera-broker"),
             { QStringLiteral("--config"), ini, QStringLiteral("--bind"), cluster.endpoint() });
         QVERIFY(broker.waitForStarted());
-        QTest::qWait(500);
         const QString address = cluster.endpoint() + u'#' + brokerKey;
+        // The listed node registers and works: the broker is up and serving.
+        cluster.startNode(1, { address });
+        QVERIFY(QTest::qWaitFor(
+            [&] { return cluster.log(QStringLiteral("node1")).contains(QStringLiteral("registered with")); }, 120'000));
+        // So a client that is not listed is refused by a broker that serves, not by one still starting.
         const auto refused = run(Bin + QStringLiteral("/tessera-job"),
             { QStringLiteral("--config"), QStringLiteral("/dev/null"), QStringLiteral("--broker"), address,
                 QStringLiteral("list") },
             60'000);
         QVERIFY2(refused.exitCode != 0 && refused.output.contains(QStringLiteral("no answer")), qPrintable(refused.output));
-        // The listed node registers and works.
-        cluster.startNode(1, { address });
-        QVERIFY(QTest::qWaitFor(
-            [&] { return cluster.log(QStringLiteral("node1")).contains(QStringLiteral("registered with")); }, 30'000));
         broker.kill();
         broker.waitForFinished();
     }

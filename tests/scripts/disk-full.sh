@@ -89,18 +89,28 @@ rm -f "$scratch/broker/filler"
 mkdir -p "$scratch/node/data"
 "$bin/tessera-node" --config "$scratch/node.ini" run --broker "$endpoint" >>"$scratch/node.log" 2>&1 &
 pids[node]=$!
-sleep 2
+# Its keys and database are written before it registers; then its disk fills.
+deadline=$((SECONDS + 120))
+until grep -q "registered with" "$scratch/node.log"; do
+    kill -0 "${pids[node]}" 2>/dev/null || fail "the node did not start"
+    [ $SECONDS -lt $deadline ] || fail "the node did not register in 120 s"
+    sleep 0.2
+done
 fill "$scratch/node"
 jobId=$(job submit "$scratch/job.json" | tail -1) || fail "the job was refused once space was freed"
 log "job $jobId submitted to a node whose disk is full"
-for _ in $(seq 1 40); do grep -q "the disk is full" "$scratch/node.log" && break; sleep 0.5; done
+deadline=$((SECONDS + 120))
+until grep -q "the disk is full" "$scratch/node.log" || [ $SECONDS -ge $deadline ]; do
+    kill -0 "${pids[node]}" 2>/dev/null || fail "the node died on a full disk"
+    sleep 0.2
+done
 grep -q "the disk is full" "$scratch/node.log" || fail "the node's log never names its full disk"
 log "node: $(grep "the disk is full" "$scratch/node.log" | head -1)"
 kill -0 "${pids[node]}" || fail "the node died on a full disk"
 rm -f "$scratch/node/filler"
 
 # 4. Space again: the job finishes with the bits of the undisturbed run; nothing is corrupt.
-final=$(job wait "$jobId" --json | "$py" -c "import json,sys; t=sys.stdin.read(); print(json.loads(t[t.index('{'):])['weightsHash'])") \
+final=$(job wait "$jobId" --json | "$py" -c "import json,sys; print(json.load(sys.stdin)['weightsHash'])") \
     || fail "the job did not finish"
 [ "$final" = "$baseline" ] || fail "final weights $final differ from the undisturbed run $baseline"
 job ledger >/dev/null || fail "the ledger's invariants do not hold"
