@@ -3,7 +3,27 @@
 #include "shardrun.h"
 #include "weights.h"
 
+#include <exception>
+#include <new>
+
 namespace tessera::compute {
+
+namespace {
+
+// The broker's arithmetic runs on what strangers send: whatever LibTorch throws (a bad state, an
+// allocation that fails) becomes an error for that request, never the end of the broker.
+template<typename F> auto shielded(const char* what, F&& f) -> decltype(f())
+{
+    try {
+        return f();
+    } catch (const std::bad_alloc&) {
+        return core::Error { QString::fromLatin1(what), QStringLiteral("out of memory") };
+    } catch (const std::exception& error) {
+        return core::Error { QString::fromLatin1(what), QString::fromUtf8(error.what()).section(u'\n', 0, 0) };
+    }
+}
+
+} // namespace
 
 BrokerMath::BrokerMath(ComputeEnvironment environment)
     : m_environment(std::move(environment))
@@ -16,52 +36,60 @@ void BrokerMath::useBlobs(core::BlobStore& blobs)
 
 core::Result<BrokerMath::Weights> BrokerMath::initialWeights(const core::JobSpec& spec)
 {
-    auto weights = compute::initialWeights(spec, m_environment);
-    if (!weights)
-        return weights.error();
-    auto parameters = elementCount(weights->bytes);
-    if (!parameters)
-        return parameters.error();
-    return Weights { weights->bytes, weights->canonicalHash, *parameters };
+    return shielded("weights", [&]() -> core::Result<Weights> {
+        auto weights = compute::initialWeights(spec, m_environment);
+        if (!weights)
+            return weights.error();
+        auto parameters = elementCount(weights->bytes);
+        if (!parameters)
+            return parameters.error();
+        return Weights { weights->bytes, weights->canonicalHash, *parameters };
+    });
 }
 
 core::Result<core::Digest> BrokerMath::canonicalHash(const QByteArray& weights)
 {
-    return canonicalHashOf(weights);
+    return shielded("weights", [&]() -> core::Result<core::Digest> { return canonicalHashOf(weights); });
 }
 
 core::Result<BrokerMath::Aggregated> BrokerMath::aggregate(
     const core::AggregationSpec& spec, const QByteArray& global, const QList<Update>& updates, const QByteArray& outerState)
 {
-    QList<ShardUpdate> shardUpdates;
-    for (const auto& update : updates)
-        shardUpdates.append({ update.shard, update.samples, update.weights });
-    auto output = compute::aggregate(spec, global, shardUpdates, outerState);
-    if (!output)
-        return output.error();
-    return Aggregated { { output->weights.bytes, output->weights.canonicalHash }, output->outerState };
+    return shielded("aggregation", [&]() -> core::Result<Aggregated> {
+        QList<ShardUpdate> shardUpdates;
+        for (const auto& update : updates)
+            shardUpdates.append({ update.shard, update.samples, update.weights });
+        auto output = compute::aggregate(spec, global, shardUpdates, outerState);
+        if (!output)
+            return output.error();
+        return Aggregated { { output->weights.bytes, output->weights.canonicalHash }, output->outerState };
+    });
 }
 
 core::Result<BrokerMath::Evaluation> BrokerMath::evaluate(const core::JobSpec& spec, const QByteArray& weights)
 {
-    auto evaluation = compute::evaluate(spec, weights, m_environment, int(spec.training.threads));
-    if (!evaluation)
-        return evaluation.error();
-    return Evaluation { evaluation->loss, evaluation->accuracy };
+    return shielded("evaluation", [&]() -> core::Result<Evaluation> {
+        auto evaluation = compute::evaluate(spec, weights, m_environment, int(spec.training.threads));
+        if (!evaluation)
+            return evaluation.error();
+        return Evaluation { evaluation->loss, evaluation->accuracy };
+    });
 }
 
 core::Result<BrokerMath::Replay> BrokerMath::replay(
     const core::ShardTask& task, std::int64_t from, const QByteArray& state, const core::Digest& expected, std::int64_t to)
 {
-    auto replayed = replayShard(task, from, state, expected, to, m_environment);
-    if (!replayed)
-        return replayed.error();
-    return Replay { replayed->checkpoints, replayed->weightsHash, replayed->weights, replayed->runtimeProfile };
+    return shielded("state", [&]() -> core::Result<Replay> {
+        auto replayed = replayShard(task, from, state, expected, to, m_environment);
+        if (!replayed)
+            return replayed.error();
+        return Replay { replayed->checkpoints, replayed->weightsHash, replayed->weights, replayed->runtimeProfile };
+    });
 }
 
 core::Result<double> BrokerMath::distance(const QByteArray& a, const QByteArray& b)
 {
-    return relativeDistance(a, b);
+    return shielded("weights", [&]() -> core::Result<double> { return relativeDistance(a, b); });
 }
 
 } // namespace tessera::compute

@@ -6,8 +6,8 @@
 #include <QWaitCondition>
 
 #include <deque>
-#include <optional>
 #include <exception>
+#include <optional>
 
 namespace tessera::compute {
 

@@ -48,9 +48,7 @@ QString cpuCapabilityName()
 QString RuntimeProfile::toString() const
 {
     return QStringLiteral("libtorch=%1;blas=%2;threads=%3;cpu=%4;device=%5")
-        .arg(libtorchVersion, blas)
-        .arg(threads)
-        .arg(cpuCapability, device);
+        .arg(libtorchVersion, blas, QString::number(threads), cpuCapability, device);
 }
 
 RuntimeProfile currentRuntimeProfile(int threads, const QString& device)

@@ -163,29 +163,48 @@ core::Result<std::unique_ptr<ShardRun>> ShardRun::resume(
         }
         return {};
     };
+    // A state from a stranger (a dispute's checkpoint) is checked record by record before it is used:
+    // meta/task and meta/step are required; meta/losses, meta/chain and meta/elapsed_ms, which a
+    // node's own pause state carries, are optional (docs/DETERMINISM.md, "Training state").
     const auto savedTask = find("task"), step = find("step"), losses = find("losses"), chain = find("chain"),
                elapsed = find("elapsed_ms");
-    if (!savedTask.defined() || !step.defined() || !losses.defined() || !chain.defined() || !elapsed.defined())
-        return core::Error { QStringLiteral("state"), QStringLiteral("the saved shard state is incomplete") };
+    auto bad = [](const QString& what) { return core::Error { QStringLiteral("state"), what }; };
+    if (!savedTask.defined() || !step.defined())
+        return bad(QStringLiteral("the saved shard state is incomplete: it needs meta/task and meta/step"));
     const auto expected = taskDigest(task).toRaw();
-    if (savedTask.numel() != expected.size()
-        || QByteArray(static_cast<const char*>(savedTask.data_ptr()), expected.size()) != expected)
-        return core::Error { QStringLiteral("state"), QStringLiteral("the saved state belongs to another shard") };
+    if (savedTask.scalar_type() != at::kByte || savedTask.dim() != 1 || savedTask.numel() != expected.size())
+        return bad(QStringLiteral("meta/task must be the 32 bytes of the task's SHA-256 (uint8 [32])"));
+    if (QByteArray(static_cast<const char*>(savedTask.contiguous().data_ptr()), expected.size()) != expected)
+        return bad(QStringLiteral("the saved state belongs to another shard (meta/task)"));
+    if (step.scalar_type() != at::kLong || step.numel() != 1)
+        return bad(QStringLiteral("meta/step must be one int64"));
+    if (losses.defined() && (losses.scalar_type() != at::kDouble || losses.dim() != 1))
+        return bad(QStringLiteral("meta/losses must be float64 [step]"));
+    if (chain.defined() && (chain.scalar_type() != at::kByte || chain.dim() != 2 || chain.size(1) != 32))
+        return bad(QStringLiteral("meta/chain must be uint8 [checkpoints, 32]"));
+    if (elapsed.defined() && (elapsed.scalar_type() != at::kLong || elapsed.numel() != 1))
+        return bad(QStringLiteral("meta/elapsed_ms must be one int64"));
     if (auto status = d->model->loadState(stripPrefix("model/", *saved)); !status)
         return status.error();
     if (auto status = d->optimizer->loadState(stripPrefix("optimizer/", *saved)); !status)
         return status.error();
     d->step = step.item<std::int64_t>();
-    const auto lossValues = losses.contiguous();
-    for (std::int64_t i = 0; i < lossValues.numel(); ++i)
-        d->losses.append(lossValues.data_ptr<double>()[i]);
-    const auto chainBytes = chain.contiguous();
-    for (std::int64_t i = 0; i < chainBytes.size(0); ++i)
-        d->chain.append(
-            *core::Digest::fromRaw(QByteArrayView(reinterpret_cast<const char*>(chainBytes[i].data_ptr<std::uint8_t>()), 32)));
-    d->previousElapsedMs = elapsed.item<std::int64_t>();
-    if (d->step < 0 || d->step > task.localSteps || d->losses.size() != d->step)
-        return core::Error { QStringLiteral("state"), QStringLiteral("the saved shard state is inconsistent") };
+    if (d->step < 0 || d->step > task.localSteps)
+        return bad(QStringLiteral("meta/step is outside the shard"));
+    if (losses.defined()) {
+        const auto lossValues = losses.contiguous();
+        for (std::int64_t i = 0; i < lossValues.numel(); ++i)
+            d->losses.append(lossValues.data_ptr<double>()[i]);
+        if (d->losses.size() != d->step)
+            return bad(QStringLiteral("meta/losses has %1 losses for %2 steps").arg(d->losses.size()).arg(d->step));
+    }
+    if (chain.defined()) {
+        const auto chainBytes = chain.contiguous();
+        for (std::int64_t i = 0; i < chainBytes.size(0); ++i)
+            d->chain.append(*core::Digest::fromRaw(
+                QByteArrayView(reinterpret_cast<const char*>(chainBytes[i].data_ptr<std::uint8_t>()), 32)));
+    }
+    d->previousElapsedMs = elapsed.defined() ? elapsed.item<std::int64_t>() : 0;
     d->timer.start();
     return std::unique_ptr<ShardRun>(new ShardRun(std::move(d)));
 }

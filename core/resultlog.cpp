@@ -66,6 +66,57 @@ Result<std::optional<Digest>> ResultLog::checkpoint(const QString& assignment, s
     return std::optional<Digest>(*digest);
 }
 
+namespace {
+
+QList<Digest> digestsOf(const QString& json)
+{
+    QList<Digest> digests;
+    for (const auto& value : QJsonDocument::fromJson(json.toUtf8()).array()) {
+        if (auto digest = Digest::fromHex(value.toString()))
+            digests.append(*digest);
+    }
+    return digests;
+}
+
+} // namespace
+
+// A result the broker has not settled within a week never will be (a sample waits at most
+// Broker/SelfVerifyAfterSeconds, a dispute Broker/DisputeTimeoutSeconds): its states may go.
+constexpr std::int64_t UnsettledForMs = 7LL * 24 * 3600 * 1000;
+
+bool ResultLog::unsettled(const QString& state)
+{
+    return state == u"computed" || state == u"committed" || state == u"sampled" || state == u"disputed";
+}
+
+Result<QList<Digest>> ResultLog::checkpoints(const QString& assignment)
+{
+    auto rows = storage::query(*m_db, QStringLiteral("SELECT checkpoints FROM results WHERE assignment = ?"), assignment);
+    if (!rows)
+        return rows.error();
+    auto lists = storage::collect(*rows, [](storage::Statement& row) { return digestsOf(row.columnText(0)); });
+    if (!lists)
+        return lists.error();
+    return lists->isEmpty() ? QList<Digest> {} : lists->first();
+}
+
+Result<QList<Digest>> ResultLog::unsettledCheckpoints(const QString& broker)
+{
+    auto rows = storage::query(*m_db,
+        QStringLiteral("SELECT checkpoints FROM results WHERE broker = ? AND state IN ('computed', 'committed', 'sampled', "
+                       "'disputed') AND updated_at >= ?"),
+        broker, std::int64_t(QDateTime::currentMSecsSinceEpoch() - UnsettledForMs));
+    if (!rows)
+        return rows.error();
+    auto lists = storage::collect(*rows, [](storage::Statement& row) { return digestsOf(row.columnText(0)); });
+    if (!lists)
+        return lists.error();
+    QList<Digest> all;
+    for (const auto& list : *lists)
+        all.append(list);
+    return all;
+}
+
 Status ResultLog::advance(const QString& assignment, const QString& state, const QString& paid, const QString& detail)
 {
     const auto now = QDateTime::currentMSecsSinceEpoch();

@@ -24,6 +24,12 @@ public:
         const QString& assignment, const QString& broker, const ShardResult& result, const QList<Digest>& checkpoints = {});
     // The blob of the state at checkpoint k (1..n-2) of a result, if the node kept it.
     Result<std::optional<Digest>> checkpoint(const QString& assignment, std::int64_t k);
+    // The blobs of every kept checkpoint state of one result, and of every result from this broker
+    // that may still be disputed (computed, committed, sampled or disputed): a node keeps those.
+    Result<QList<Digest>> checkpoints(const QString& assignment);
+    Result<QList<Digest>> unsettledCheckpoints(const QString& broker);
+    // Whether a result in this state can still be disputed.
+    static bool unsettled(const QString& state);
     // state: committed, accepted, failed, stale or refused; paid: credits earned (accepted only).
     Status advance(const QString& assignment, const QString& state, const QString& paid = {}, const QString& detail = {});
     Result<QList<QJsonObject>> list(int limit = 1000);

@@ -19,6 +19,20 @@ Commitment ShardResult::commitment() const
     return { finalHash, Commitment::chainRootOf(checkpointHashes) };
 }
 
+QJsonObject ShardResult::commitmentDocument(const QString& assignment) const
+{
+    const auto hashes = commitment();
+    return {
+        { QStringLiteral("kind"), QLatin1String(CommitmentKind) },
+        { QStringLiteral("assignment"), assignment },
+        { QStringLiteral("jobId"), jobId },
+        { QStringLiteral("round"), static_cast<qint64>(round) },
+        { QStringLiteral("shard"), static_cast<qint64>(shard) },
+        { QStringLiteral("finalHash"), hashes.finalHash.toHex() },
+        { QStringLiteral("chainRoot"), hashes.chainRoot.toHex() },
+    };
+}
+
 Result<ShardResult> ShardResult::fromJson(const QJsonObject& json)
 {
     JsonReader reader(json);

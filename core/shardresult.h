@@ -46,6 +46,10 @@ struct ShardResult {
     static constexpr qsizetype MaxLosses = 1000000;
 
     Commitment commitment() const;
+    // The document a node signs before it reveals this result (docs/PROTOCOL.md, "Commitment"):
+    // kind tessera-commitment, assignment, jobId, round, shard, finalHash, chainRoot.
+    QJsonObject commitmentDocument(const QString& assignment) const;
+    static constexpr auto CommitmentKind = "tessera-commitment";
     static Result<ShardResult> fromJson(const QJsonObject& json);
     static QString outcomeName(Outcome outcome); // as on the wire: completed, failed, returned
     QJsonObject toJson() const;

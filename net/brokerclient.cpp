@@ -49,8 +49,7 @@ core::Result<Message> BrokerClient::receive()
         if (!(item.revents & ZMQ_POLLIN))
             return core::Error { QStringLiteral("broker"),
                 QStringLiteral("no answer from %1 within %2 s (is it running, and is the key right?)")
-                    .arg(d->broker.endpoint)
-                    .arg(d->timeoutMs / 1000) };
+                    .arg(d->broker.endpoint, QString::number(d->timeoutMs / 1000)) };
         std::vector<zmq::message_t> parts;
         (void)zmq::recv_multipart(d->socket, std::back_inserter(parts));
         QList<QByteArray> frames;

@@ -32,12 +32,16 @@ QString shortId(const QString& id)
     return id.left(12);
 }
 
+// A node the broker may not give work (too little stake bonded) is asked again this often.
+constexpr std::int64_t RefusedRetryMs = 10'000;
+
 } // namespace
 
 struct BrokerServer::Private {
     struct Peer {
         QString nodeId; // empty until REGISTER (job owners' clients never register)
         bool waiting = false; // sent READY and has no task yet
+        std::int64_t refusedUntil = 0; // the broker may not give it work (stake too low); asked again then
         double score = 0.0;
         std::int64_t lastSeen = 0;
         std::int64_t lastSent = 0;
@@ -276,14 +280,21 @@ void BrokerServer::Private::dispatchWork()
     // The fastest nodes first: the last shards of a round should not wait on the slowest.
     std::sort(waiting.begin(), waiting.end(),
         [&](const QByteArray& a, const QByteArray& b) { return peers[a].score > peers[b].score; });
+    const auto now = nowMs();
     for (const auto& id : waiting) {
         auto& peer = peers[id];
+        if (now < peer.refusedUntil)
+            continue;
         auto assignment = broker.assign(peer.nodeId);
         if (!assignment) {
+            // Told once why (the node logs it), asked again in a while or as soon as it bonds stake.
             qCWarning(lcBroker).noquote() << "no work for node" << shortId(peer.nodeId) << ":" << assignment.error().toString();
-            peer.waiting = false; // until it asks again (after re-registering, or bonding stake)
+            if (peer.refusedUntil == 0)
+                sendError(id, errors::Invalid, assignment.error().toString(), int(Command::Ready), {});
+            peer.refusedUntil = now + RefusedRetryMs;
             continue;
         }
+        peer.refusedUntil = 0;
         if (!assignment->has_value())
             continue;
         const auto& a = **assignment;
@@ -639,11 +650,12 @@ void BrokerServer::Private::handle(const QByteArray& routingId, const QList<QByt
             }
             blob = *digest;
         }
-        if (auto status = broker.checkpointDelivered(peer.nodeId, verification, blob); !status) {
+        // An unusable state is answered with an ERROR that says why; it may still have settled the
+        // dispute (nobody left to ask), so the verdicts go out either way.
+        if (auto status = broker.checkpointDelivered(peer.nodeId, verification, blob); !status)
             invalid(status.error());
-            return;
-        }
-        send(routingId, okMessage(id));
+        else
+            send(routingId, okMessage(id));
         sendNotices();
         dispatchWork();
         return;
@@ -655,6 +667,13 @@ void BrokerServer::Private::handle(const QByteArray& routingId, const QList<QByt
             return;
         }
         send(routingId, okMessage(id, *account));
+        // Bonded: a node that was refused work for its stake is asked again now.
+        const QString staker
+            = message.header.value(QStringLiteral("request")).toObject().value(QStringLiteral("node")).toString();
+        for (auto& other : peers) {
+            if (other.nodeId == staker)
+                other.refusedUntil = 0;
+        }
         dispatchWork();
         return;
     }

@@ -237,8 +237,8 @@ struct NodeClient::Private {
             cache.pin(digest);
         current->started = true;
         const auto& task = current->task;
-        qCInfo(lcNode).noquote() << "training" << current->assignment << "(job" << task.jobId << "round" << task.round
-                                 << "shard" << task.shard << ")";
+        qCInfo(lcNode).noquote() << "training" << current->assignment << "(job" << task.jobId << "round" << task.round << "shard"
+                                 << task.shard << ")";
         executor.start(tag, current->assignment, current->task, *weights, paths);
     }
 
@@ -249,17 +249,7 @@ struct NodeClient::Private {
         const auto& finished = outbox.front();
         // Commit, then reveal: the signed hashes go first, the weights and the result after.
         if (finished.result.outcome == core::ShardResult::Outcome::Completed && !committed) {
-            const auto commitment = finished.result.commitment();
-            const auto document = core::signDocument(
-                QJsonObject {
-                    { QStringLiteral("assignment"), finished.assignment },
-                    { QStringLiteral("jobId"), finished.result.jobId },
-                    { QStringLiteral("round"), static_cast<qint64>(finished.result.round) },
-                    { QStringLiteral("shard"), static_cast<qint64>(finished.result.shard) },
-                    { QStringLiteral("finalHash"), commitment.finalHash.toHex() },
-                    { QStringLiteral("chainRoot"), commitment.chainRoot.toHex() },
-                },
-                options.signing);
+            const auto document = core::signDocument(finished.result.commitmentDocument(finished.assignment), options.signing);
             send({ Command::Commit, QJsonObject { { QStringLiteral("commitment"), document } }, {} });
             commitSent = true;
             return;
@@ -311,8 +301,23 @@ struct NodeClient::Private {
     // Records where the result at the front of the outbox stands.
     void logFront(const QString& state, const QString& paid = {}, const QString& detail = {})
     {
-        if (log && !outbox.empty())
-            (void)log->advance(outbox.front().assignment, state, paid, detail);
+        if (!outbox.empty())
+            record(outbox.front().assignment, state, paid, detail);
+    }
+
+    // What became of a result, in the log; once it can no longer be disputed its checkpoint states
+    // may leave the cache (until then they are pinned: a dispute's loser is whoever cannot answer).
+    void record(const QString& assignment, const QString& state, const QString& paid = {}, const QString& detail = {})
+    {
+        if (!log)
+            return;
+        (void)log->advance(assignment, state, paid, detail);
+        if (core::ResultLog::unsettled(state))
+            return;
+        if (auto states = log->checkpoints(assignment)) {
+            for (const auto& digest : *states)
+                cache.unpin(digest);
+        }
     }
 
     void resultAnswered()
@@ -372,9 +377,8 @@ void NodeClient::Private::handle(const Message& message)
         const QString state = h.value(QStringLiteral("state")).toString();
         qCInfo(lcNode).noquote() << "result" << h.value(QStringLiteral("assignment")).toString() << state
                                  << h.value(QStringLiteral("paid")).toString() << h.value(QStringLiteral("detail")).toString();
-        if (log)
-            (void)log->advance(h.value(QStringLiteral("assignment")).toString(), state,
-                h.value(QStringLiteral("paid")).toString(), h.value(QStringLiteral("detail")).toString());
+        record(h.value(QStringLiteral("assignment")).toString(), state, h.value(QStringLiteral("paid")).toString(),
+            h.value(QStringLiteral("detail")).toString());
         if (state == u"slashed")
             ++counters.slashed;
         return;
@@ -514,6 +518,13 @@ void NodeClient::run(const std::atomic<bool>& stop, const std::atomic<bool>& aba
         else
             qCWarning(lcNode).noquote() << "results will not be kept:" << log.error().toString();
     }
+    // The states of results that may still be disputed stay in the cache, across restarts too.
+    if (d->log) {
+        if (auto unsettled = d->log->unsettledCheckpoints(d->options.broker.endpoint)) {
+            for (const auto& digest : *unsettled)
+                d->cache.pin(digest);
+        }
+    }
     d->connect();
     std::int64_t reconnectAt = 0;
     bool stopping = false;
@@ -539,10 +550,13 @@ void NodeClient::run(const std::atomic<bool>& stop, const std::atomic<bool>& aba
             for (const auto& state : finished.checkpoints) {
                 auto stored = d->cache.put(state);
                 if (stored) {
+                    d->cache.pin(*stored); // until the result is settled
                     kept.append(*stored);
                     continue;
                 }
                 d->cannotKeep(stored.error());
+                for (const auto& digest : kept)
+                    d->cache.unpin(digest);
                 if (finished.result.outcome == core::ShardResult::Outcome::Completed)
                     finished.result = untrained(finished.result.jobId, finished.result.round, finished.result.shard,
                         core::ShardResult::Outcome::Returned,

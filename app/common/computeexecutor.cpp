@@ -18,7 +18,8 @@ ComputeExecutor::ComputeExecutor(compute::ComputeEnvironment environment)
         [this](const compute::ShardOutput& output) {
             QMutexLocker lock(&m_mutex);
             const auto pending = m_pending.take(
-                QStringLiteral("%1/%2/%3").arg(output.result.jobId).arg(output.result.round).arg(output.result.shard));
+                QStringLiteral("%1/%2/%3")
+                    .arg(output.result.jobId, QString::number(output.result.round), QString::number(output.result.shard)));
             m_finished.append({ pending.tag, pending.assignment, output.result, output.weights, output.checkpoints });
         },
         Qt::DirectConnection);
@@ -28,7 +29,7 @@ ComputeExecutor::~ComputeExecutor() = default;
 
 QString ComputeExecutor::keyOf(const core::ShardTask& task)
 {
-    return QStringLiteral("%1/%2/%3").arg(task.jobId).arg(task.round).arg(task.shard);
+    return QStringLiteral("%1/%2/%3").arg(task.jobId, QString::number(task.round), QString::number(task.shard));
 }
 
 void ComputeExecutor::start(const QString& tag, const QString& assignment, const core::ShardTask& task,

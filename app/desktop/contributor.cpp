@@ -41,7 +41,7 @@ core::Status Contributor::start(const QList<net::BrokerAddress>& brokers, const 
         options.node = node;
         options.heartbeatMs = heartbeatMs;
         session->client = std::make_unique<net::NodeClient>(
-            options, m_executor, *session->cache, QStringLiteral("%1#%2").arg(broker.endpoint).arg(m_generation));
+            options, m_executor, *session->cache, QStringLiteral("%1#%2").arg(broker.endpoint, QString::number(m_generation)));
         m_sessions.push_back(std::move(session));
     }
     for (auto& session : m_sessions) {

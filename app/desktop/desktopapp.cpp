@@ -520,12 +520,10 @@ void DesktopApp::refresh()
             overview.state = core::Contribution::name(m_contribution.state());
             overview.reason = m_contribution.reason();
             if (m_progress) {
-                overview.shard = tr("job %1, round %2, shard %3: step %4 of %5")
-                                     .arg(m_progress->jobId)
-                                     .arg(m_progress->round + 1)
-                                     .arg(m_progress->shard + 1)
-                                     .arg(m_progress->step)
-                                     .arg(m_progress->steps);
+                overview.shard
+                    = tr("job %1, round %2, shard %3: step %4 of %5")
+                          .arg(m_progress->jobId, QString::number(m_progress->round + 1), QString::number(m_progress->shard + 1),
+                              QString::number(m_progress->step), QString::number(m_progress->steps));
                 overview.speed = tr("%1 samples/s, %2 s left, loss %3")
                                      .arg(m_progress->samplesPerSecond, 0, 'f', 0)
                                      .arg(double(m_progress->etaMs) / 1000.0, 0, 'f', 1)

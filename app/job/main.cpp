@@ -1,4 +1,5 @@
 // tessera-job: the job owner's command line. Wiring only: the protocol lives in net/BrokerClient.
+// One function per command, dispatched from one table (which also writes the help).
 
 #include <core/jobspec.h>
 #include <core/settings/settings.h>
@@ -16,6 +17,8 @@
 #include <QTextStream>
 #include <QThread>
 
+#include <functional>
+
 using namespace tessera;
 
 namespace {
@@ -32,120 +35,189 @@ int fail(const QString& message)
     return 1;
 }
 
-const char* Usage = R"(Usage: tessera-job [--broker ADDRESS] [--config FILE] COMMAND [ARGS]
-
-Commands:
-  submit JOB.json [--estimate]
-                         upload the files the job names (TorchScript model, tensor files) and submit it;
-                         prints the job id. --estimate prints the broker's quote instead and submits nothing
-  status [ID]            one job's progress, or every job's
-  wait ID [--json]       follow a job to its end, printing each round's test accuracy
-  fetch ID -o FILE       save the newest global weights (torch.load reads them)
-  list                   every job on the broker
-  cancel ID              stop a job (its unspent budget goes back)
-  balance [ACCOUNT]      credits held and bonded (yours under CURVE; ACCOUNT on a local broker)
-  ledger                 whether the broker's books balance, and how much was ever minted
-  nodes                  the nodes the broker knows, with their record: shards done and failed, results
-                         verified, disputes lost, dispute timeouts, stake and what was slashed
-  verifications [ID]     the checks of a job (or of all jobs): re-executions, canaries, disputes, outcomes
-  receipt CAUSE -o FILE  the broker's signed receipt for a payment (causes: escrow:JOB, pay:JOB/ROUND/SHARD,
-                         verify:CHECK, slash:CHECK:NODE:honest|owner, refund:JOB)
-  verify-receipt FILE [--signer KEY]
-                         check a receipt offline: its signature, and (with --signer) that the broker whose
-                         base64 signing key you know signed it
-
-The broker is --broker, else the first of Node/Brokers in the settings, else tcp://127.0.0.1:5555.
-)";
-
-QString describe(const QJsonObject& job)
+// Prints exactly one JSON document on stdout (what --json promises scripts).
+int printJson(const QJsonDocument& document)
 {
-    const auto history = job.value(QStringLiteral("history")).toArray();
-    QString text = QStringLiteral("%1  %2  %3  round %4/%5")
-                       .arg(job.value(QStringLiteral("jobId")).toString(), job.value(QStringLiteral("state")).toString(),
-                           job.value(QStringLiteral("name")).toString())
-                       .arg(job.value(QStringLiteral("round")).toInteger())
-                       .arg(job.value(QStringLiteral("rounds")).toInteger());
-    if (!history.isEmpty())
-        text += QStringLiteral("  test accuracy %1%")
-                    .arg(history.last().toObject().value(QStringLiteral("testAccuracy")).toDouble() * 100.0, 0, 'f', 2);
-    if (job.contains(QStringLiteral("failure")))
-        text += QStringLiteral("  (%1)").arg(job.value(QStringLiteral("failure")).toString());
-    return text;
-}
-
-int estimate(net::BrokerClient& client, const core::JobSpec& spec)
-{
-    auto reply = client.request(net::Command::Quote, { { QStringLiteral("job"), spec.toJson() } });
-    if (!reply)
-        return fail(reply.error().message);
-    const auto quote = reply->value(QStringLiteral("quote")).toObject();
-    out() << QStringLiteral("%1 shards of %2 work units (1 GFLOP of training each) at %3 credits a unit\n")
-                 .arg(quote.value(QStringLiteral("shards")).toInteger())
-                 .arg(quote.value(QStringLiteral("unitsPerShard")).toInteger())
-                 .arg(quote.value(QStringLiteral("pricePerUnit")).toString());
-    out() << "  training      " << quote.value(QStringLiteral("training")).toString() << " credits ("
-          << quote.value(QStringLiteral("pricePerShard")).toString() << " a shard)\n";
-    out() << "  verification  " << quote.value(QStringLiteral("verification")).toString()
-          << " credits (expected re-executions)\n";
-    out() << "  total         " << quote.value(QStringLiteral("total")).toString() << " credits; the job's budget is "
-          << spec.budget.toString() << "\n";
-    out() << "  worst case    " << quote.value(QStringLiteral("worstCase")).toString()
-          << " credits (every shard re-executed, as while the nodes are new)" << Qt::endl;
+    out() << document.toJson() << Qt::flush;
     return 0;
 }
 
-int submit(net::BrokerClient& client, const QString& path, bool onlyEstimate)
+// What a command is given: its parsed arguments and, on first use, a connection to the broker.
+struct Context {
+    QCommandLineParser& parser;
+    QString brokerAddress;
+    std::unique_ptr<net::BrokerClient> client;
+
+    bool json() const { return parser.isSet(QStringLiteral("json")); }
+    QStringList positional() const { return parser.positionalArguments(); }
+
+    core::Result<net::BrokerClient*> broker()
+    {
+        if (!client) {
+            auto address = net::BrokerAddress::parse(brokerAddress);
+            if (!address)
+                return address.error();
+            client = std::make_unique<net::BrokerClient>(*address, std::nullopt);
+        }
+        return client.get();
+    }
+
+    // One request; an error is printed and comes back as the exit status.
+    std::optional<QJsonObject> ask(net::Command command, const QJsonObject& header, int& status)
+    {
+        auto connection = broker();
+        if (!connection) {
+            status = fail(connection.error().toString());
+            return std::nullopt;
+        }
+        auto reply = (*connection)->request(command, header);
+        if (!reply) {
+            status = fail(reply.error().message);
+            return std::nullopt;
+        }
+        return *reply;
+    }
+};
+
+QString text(const QJsonObject& object, const char* key)
 {
+    return object.value(QLatin1String(key)).toString();
+}
+
+QString number(const QJsonObject& object, const char* key)
+{
+    return QString::number(object.value(QLatin1String(key)).toInteger());
+}
+
+QString percent(double fraction)
+{
+    return QString::number(fraction * 100.0, 'f', 2);
+}
+
+// One line of a job. All fields are substituted at once: a job's name or a failure that contains
+// "%1" stays as it is.
+QString describe(const QJsonObject& job)
+{
+    const auto history = job.value(QStringLiteral("history")).toArray();
+    QString line
+        = QStringLiteral("%1  %2  %3  round %4/%5")
+              .arg(text(job, "jobId"), text(job, "state"), text(job, "name"), number(job, "round"), number(job, "rounds"));
+    if (!history.isEmpty())
+        line += QStringLiteral("  test accuracy %1%")
+                    .arg(percent(history.last().toObject().value(QStringLiteral("testAccuracy")).toDouble()));
+    if (job.contains(QStringLiteral("failure")))
+        line += QStringLiteral("  (%1)").arg(text(job, "failure"));
+    return line;
+}
+
+int estimate(Context& context, const core::JobSpec& spec)
+{
+    int status = 0;
+    const auto reply = context.ask(net::Command::Quote, { { QStringLiteral("job"), spec.toJson() } }, status);
+    if (!reply)
+        return status;
+    const auto quote = reply->value(QStringLiteral("quote")).toObject();
+    if (context.json())
+        return printJson(QJsonDocument(quote));
+    out() << QStringLiteral("%1 shards of %2 work units (1 GFLOP of training each) at %3 credits a unit\n")
+                 .arg(number(quote, "shards"), number(quote, "unitsPerShard"), text(quote, "pricePerUnit"));
+    out() << "  training      " << text(quote, "training") << " credits (" << text(quote, "pricePerShard") << " a shard)\n";
+    out() << "  verification  " << text(quote, "verification") << " credits (expected re-executions)\n";
+    out() << "  total         " << text(quote, "total") << " credits; the job's budget is " << spec.budget.toString() << "\n";
+    out() << "  worst case    " << text(quote, "worstCase") << " credits (every shard re-executed, as while the nodes are new)"
+          << Qt::endl;
+    return 0;
+}
+
+int submit(Context& context)
+{
+    const QString path = context.positional().at(0);
     QFile file(path);
     if (!file.open(QIODevice::ReadOnly))
         return fail(QStringLiteral("cannot read %1").arg(path));
     auto spec = core::JobSpec::fromJsonText(file.readAll());
     if (!spec)
         return fail(QStringLiteral("%1: %2").arg(path, spec.error().toString()));
-    const QDir base = QFileInfo(path).absoluteDir();
+    const bool onlyEstimate = context.parser.isSet(QStringLiteral("estimate"));
     if (onlyEstimate && spec->model.source == core::ModelSpec::Source::Zoo
         && spec->dataset.source == core::DatasetSpec::Source::Builtin)
-        return estimate(client, *spec);
-    // Files travel as blobs; the job names them by their SHA-256.
-    if (auto uploaded = client.uploadJobFiles(*spec, base.absolutePath(),
-            [](const QString& name, std::int64_t bytes) {
-                out() << "uploading " << name << " (" << bytes << " bytes)" << Qt::endl;
-            });
+        return estimate(context, *spec);
+    auto connection = context.broker();
+    if (!connection)
+        return fail(connection.error().toString());
+    // Files travel as blobs; the job names them by their SHA-256. Progress goes to stderr, so that
+    // stdout holds only the job id (or the JSON).
+    if (auto uploaded = (*connection)
+                            ->uploadJobFiles(*spec, QFileInfo(path).absoluteDir().absolutePath(),
+                                [](const QString& name, std::int64_t bytes) {
+                                    QTextStream(stderr) << "uploading " << name << " (" << bytes << " bytes)" << Qt::endl;
+                                });
         !uploaded)
         return fail(uploaded.error().toString());
     if (onlyEstimate)
-        return estimate(client, *spec);
-    auto reply = client.request(net::Command::Submit, { { QStringLiteral("job"), spec->toJson() } });
+        return estimate(context, *spec);
+    int status = 0;
+    const auto reply = context.ask(net::Command::Submit, { { QStringLiteral("job"), spec->toJson() } }, status);
     if (!reply)
-        return fail(reply.error().message);
-    out() << reply->value(QStringLiteral("jobId")).toString() << Qt::endl;
+        return status;
+    if (context.json())
+        return printJson(QJsonDocument(QJsonObject { { QStringLiteral("jobId"), text(*reply, "jobId") } }));
+    out() << text(*reply, "jobId") << Qt::endl;
     return 0;
 }
 
-int wait(net::BrokerClient& client, const QString& jobId, bool json)
+int status(Context& context)
 {
+    int exit = 0;
+    if (context.positional().isEmpty()) {
+        const auto reply = context.ask(net::Command::List, {}, exit);
+        if (!reply)
+            return exit;
+        const auto jobs = reply->value(QStringLiteral("jobs")).toArray();
+        if (context.json())
+            return printJson(QJsonDocument(jobs));
+        for (const auto& job : jobs)
+            out() << describe(job.toObject()) << "\n";
+        if (jobs.isEmpty())
+            out() << "no jobs\n";
+        out() << Qt::flush;
+        return 0;
+    }
+    const auto reply = context.ask(net::Command::Status, { { QStringLiteral("jobId"), context.positional().at(0) } }, exit);
+    if (!reply)
+        return exit;
+    const auto job = reply->value(QStringLiteral("job")).toObject();
+    if (context.json())
+        return printJson(QJsonDocument(job));
+    out() << describe(job) << Qt::endl;
+    return 0;
+}
+
+int wait(Context& context)
+{
+    const QString jobId = context.positional().at(0);
     qint64 shown = 0;
     for (;;) {
-        auto reply = client.request(net::Command::Status, { { QStringLiteral("jobId"), jobId } });
+        int exit = 0;
+        const auto reply = context.ask(net::Command::Status, { { QStringLiteral("jobId"), jobId } }, exit);
         if (!reply)
-            return fail(reply.error().message);
+            return exit;
         const auto job = reply->value(QStringLiteral("job")).toObject();
         const auto history = job.value(QStringLiteral("history")).toArray();
         for (; shown < history.size(); ++shown) {
             const auto round = history.at(shown).toObject();
-            if (!json)
+            if (!context.json())
                 out() << QStringLiteral("round %1/%2  test accuracy %3%  test loss %4  train loss %5")
-                             .arg(round.value(QStringLiteral("round")).toInteger() + 1)
-                             .arg(job.value(QStringLiteral("rounds")).toInteger())
-                             .arg(round.value(QStringLiteral("testAccuracy")).toDouble() * 100.0, 0, 'f', 2)
-                             .arg(round.value(QStringLiteral("testLoss")).toDouble(), 0, 'f', 4)
-                             .arg(round.value(QStringLiteral("trainLoss")).toDouble(), 0, 'f', 4)
+                             .arg(QString::number(round.value(QStringLiteral("round")).toInteger() + 1), number(job, "rounds"),
+                                 percent(round.value(QStringLiteral("testAccuracy")).toDouble()),
+                                 QString::number(round.value(QStringLiteral("testLoss")).toDouble(), 'f', 4),
+                                 QString::number(round.value(QStringLiteral("trainLoss")).toDouble(), 'f', 4))
                       << Qt::endl;
         }
-        const QString state = job.value(QStringLiteral("state")).toString();
+        const QString state = text(job, "state");
         if (state != u"running") {
-            if (json)
-                out() << QJsonDocument(job).toJson();
+            if (context.json())
+                printJson(QJsonDocument(job));
             else
                 out() << describe(job) << Qt::endl;
             return state == u"finished" ? 0 : 1;
@@ -154,41 +226,247 @@ int wait(net::BrokerClient& client, const QString& jobId, bool json)
     }
 }
 
-int fetch(net::BrokerClient& client, const QString& jobId, const QString& path)
+int fetch(Context& context)
 {
-    auto bytes = client.jobWeights(jobId);
+    const QString path = context.parser.value(QStringLiteral("output"));
+    auto connection = context.broker();
+    if (!connection)
+        return fail(connection.error().toString());
+    auto bytes = (*connection)->jobWeights(context.positional().at(0));
     if (!bytes)
         return fail(bytes.error().message);
     QSaveFile file(path);
     if (!file.open(QIODevice::WriteOnly) || file.write(*bytes) != bytes->size() || !file.commit())
         return fail(QStringLiteral("cannot write %1").arg(path));
-    out() << "wrote " << path << " (" << bytes->size() << " bytes; torch.load reads it)" << Qt::endl;
+    if (context.json())
+        return printJson(
+            QJsonDocument(QJsonObject { { QStringLiteral("file"), path }, { QStringLiteral("bytes"), bytes->size() } }));
+    out() << "wrote " << path << " (" << bytes->size() << " bytes; torch.load reads them)" << Qt::endl;
     return 0;
 }
 
-int verifyReceipt(const QStringList& args)
+int cancel(Context& context)
 {
-    QCommandLineParser parser;
-    parser.addPositionalArgument(QStringLiteral("file"), {});
-    parser.addOption({ QStringLiteral("signer"), QStringLiteral("the broker's signing key (base64)"), QStringLiteral("KEY") });
-    if (!parser.parse(QStringList { QStringLiteral("verify-receipt") } + args) || parser.positionalArguments().size() != 1)
-        return fail(QStringLiteral("usage: tessera-job verify-receipt FILE [--signer KEY]"));
-    QFile file(parser.positionalArguments().first());
+    int exit = 0;
+    const QString jobId = context.positional().at(0);
+    const auto reply = context.ask(net::Command::Cancel, { { QStringLiteral("jobId"), jobId } }, exit);
+    if (!reply)
+        return exit;
+    if (context.json())
+        return printJson(QJsonDocument(QJsonObject { { QStringLiteral("cancelled"), jobId } }));
+    out() << "cancelled " << jobId << Qt::endl;
+    return 0;
+}
+
+int balance(Context& context)
+{
+    QJsonObject header;
+    if (!context.positional().isEmpty())
+        header.insert(QStringLiteral("account"), context.positional().at(0));
+    int exit = 0;
+    auto reply = context.ask(net::Command::Balance, header, exit);
+    if (!reply)
+        return exit;
+    reply->remove(QStringLiteral("id"));
+    if (context.json())
+        return printJson(QJsonDocument(*reply));
+    out() << text(*reply, "account") << ": " << text(*reply, "balance") << " credits, " << text(*reply, "stake") << " bonded"
+          << Qt::endl;
+    return 0;
+}
+
+int ledger(Context& context)
+{
+    int exit = 0;
+    auto reply = context.ask(net::Command::Ledger, {}, exit);
+    if (!reply)
+        return exit;
+    reply->remove(QStringLiteral("id"));
+    const bool consistent = reply->value(QStringLiteral("consistent")).toBool();
+    if (context.json())
+        printJson(QJsonDocument(*reply));
+    else if (consistent)
+        out() << "the books balance; " << text(*reply, "minted") << " credits minted in all" << Qt::endl;
+    else
+        out() << "THE BOOKS DO NOT BALANCE: " << text(*reply, "problem") << Qt::endl;
+    return consistent ? 0 : 1;
+}
+
+int nodes(Context& context)
+{
+    int exit = 0;
+    const auto reply = context.ask(net::Command::Nodes, {}, exit);
+    if (!reply)
+        return exit;
+    const auto list = reply->value(QStringLiteral("nodes")).toArray();
+    if (context.json())
+        return printJson(QJsonDocument(list));
+    for (const auto& value : list) {
+        const auto node = value.toObject();
+        out() << QStringLiteral("%1  %2  %3  done %4  failed %5  verified %6  disputes lost %7  timeouts %8  stake %9  "
+                                "slashed %10  %11 samples/s  last seen %12")
+                     .arg(text(node, "nodeId").left(12), text(node, "name"),
+                         node.value(QStringLiteral("online")).toBool() ? QStringLiteral("online") : QStringLiteral("offline"),
+                         number(node, "shardsDone"), number(node, "shardsFailed"), number(node, "verified"),
+                         number(node, "disputesLost"), number(node, "timeouts"), text(node, "stake"), text(node, "slashed"),
+                         QString::number(node.value(QStringLiteral("benchmarkSamplesPerSecond")).toDouble(), 'f', 0),
+                         text(node, "lastSeen"))
+              << "\n";
+    }
+    if (list.isEmpty())
+        out() << "no nodes\n";
+    out() << Qt::flush;
+    return 0;
+}
+
+int verifications(Context& context)
+{
+    int exit = 0;
+    const QString jobId = context.positional().isEmpty() ? QString() : context.positional().at(0);
+    const auto reply = context.ask(net::Command::Verifications, { { QStringLiteral("jobId"), jobId } }, exit);
+    if (!reply)
+        return exit;
+    const auto checks = reply->value(QStringLiteral("verifications")).toArray();
+    if (context.json())
+        return printJson(QJsonDocument(checks));
+    for (const auto& value : checks) {
+        const auto check = value.toObject();
+        out() << QStringLiteral("%1  %2  job %3 round %4 shard %5  checked %6 by %7  %8  lost: %9  %10")
+                     .arg(text(check, "id"), text(check, "kind"), text(check, "jobId"), number(check, "round"),
+                         number(check, "shard"), text(check, "checked").left(12), text(check, "verifier").left(12),
+                         text(check, "state"), text(check, "outcome"), text(check, "detail"))
+              << "\n";
+    }
+    if (checks.isEmpty())
+        out() << "no checks\n";
+    out() << Qt::flush;
+    return 0;
+}
+
+int receipt(Context& context)
+{
+    int exit = 0;
+    const auto reply = context.ask(net::Command::Receipt, { { QStringLiteral("cause"), context.positional().at(0) } }, exit);
+    if (!reply)
+        return exit;
+    QSaveFile file(context.parser.value(QStringLiteral("output")));
+    if (!file.open(QIODevice::WriteOnly))
+        return fail(QStringLiteral("cannot write %1").arg(file.fileName()));
+    file.write(QJsonDocument(reply->value(QStringLiteral("receipt")).toObject()).toJson());
+    if (!file.commit())
+        return fail(QStringLiteral("cannot write %1").arg(file.fileName()));
+    if (context.json())
+        return printJson(QJsonDocument(QJsonObject { { QStringLiteral("file"), file.fileName() } }));
+    out() << "wrote " << file.fileName() << Qt::endl;
+    return 0;
+}
+
+// Offline: needs no broker.
+int verifyReceipt(Context& context)
+{
+    QFile file(context.positional().at(0));
     if (!file.open(QIODevice::ReadOnly))
         return fail(QStringLiteral("cannot read %1").arg(file.fileName()));
     const auto receipt = QJsonDocument::fromJson(file.readAll()).object();
-    if (receipt.value(QStringLiteral("kind")).toString() != u"tessera-receipt")
+    if (text(receipt, "kind") != u"tessera-receipt")
         return fail(QStringLiteral("%1 is not a Tessera receipt").arg(file.fileName()));
     if (auto status = core::verifyDocument(receipt); !status)
         return fail(QStringLiteral("INVALID receipt: %1").arg(status.error().message));
-    const QString signer = receipt.value(QStringLiteral("signer")).toString();
-    if (parser.isSet(QStringLiteral("signer")) && parser.value(QStringLiteral("signer")) != signer)
+    const QString signer = text(receipt, "signer");
+    if (context.parser.isSet(QStringLiteral("signer")) && context.parser.value(QStringLiteral("signer")) != signer)
         return fail(QStringLiteral("INVALID receipt: signed by %1, not by the broker you named").arg(signer));
-    out() << "valid receipt: " << receipt.value(QStringLiteral("amount")).toString() << " credits from "
-          << receipt.value(QStringLiteral("debit")).toString() << " to " << receipt.value(QStringLiteral("credit")).toString()
-          << " for " << receipt.value(QStringLiteral("cause")).toString() << " at "
-          << receipt.value(QStringLiteral("at")).toString() << ", signed by broker " << signer << Qt::endl;
+    if (context.json())
+        return printJson(
+            QJsonDocument(QJsonObject { { QStringLiteral("valid"), true }, { QStringLiteral("receipt"), receipt } }));
+    out() << "valid receipt: " << text(receipt, "amount") << " credits from " << text(receipt, "debit") << " to "
+          << text(receipt, "credit") << " for " << text(receipt, "cause") << " at " << text(receipt, "at")
+          << ", signed by broker " << signer << Qt::endl;
     return 0;
+}
+
+struct CommandInfo {
+    QString name;
+    QString synopsis; // what follows the name
+    QString help;
+    int minArguments = 0;
+    int maxArguments = 0;
+    QStringList options; // of json, estimate, output, signer
+    QStringList requiredOptions;
+    std::function<int(Context&)> run;
+};
+
+const QList<CommandInfo>& commands()
+{
+    static const QList<CommandInfo> list {
+        { QStringLiteral("submit"), QStringLiteral("JOB.json [--estimate] [--json]"),
+            QStringLiteral("upload the files the job names (TorchScript model, tensor files) and submit it; prints the job "
+                           "id. --estimate prints the broker's quote instead and submits nothing"),
+            1, 1, { QStringLiteral("estimate"), QStringLiteral("json") }, {}, submit },
+        { QStringLiteral("status"), QStringLiteral("[ID] [--json]"), QStringLiteral("one job's progress, or every job's"), 0, 1,
+            { QStringLiteral("json") }, {}, status },
+        { QStringLiteral("wait"), QStringLiteral("ID [--json]"),
+            QStringLiteral("follow a job to its end, printing each round's test accuracy (--json: only the final status); "
+                           "exits 0 when it finished, 1 otherwise"),
+            1, 1, { QStringLiteral("json") }, {}, wait },
+        { QStringLiteral("fetch"), QStringLiteral("ID -o FILE [--json]"),
+            QStringLiteral("save the newest global weights (torch.load reads them)"), 1, 1,
+            { QStringLiteral("output"), QStringLiteral("json") }, { QStringLiteral("output") }, fetch },
+        { QStringLiteral("list"), QStringLiteral("[--json]"), QStringLiteral("every job on the broker"), 0, 0,
+            { QStringLiteral("json") }, {}, status },
+        { QStringLiteral("cancel"), QStringLiteral("ID [--json]"),
+            QStringLiteral("stop a job (its unspent budget goes back to its owner)"), 1, 1, { QStringLiteral("json") }, {},
+            cancel },
+        { QStringLiteral("balance"), QStringLiteral("[ACCOUNT] [--json]"),
+            QStringLiteral("credits held and bonded (yours under CURVE; ACCOUNT on a local broker)"), 0, 1,
+            { QStringLiteral("json") }, {}, balance },
+        { QStringLiteral("ledger"), QStringLiteral("[--json]"),
+            QStringLiteral("whether the broker's books balance, and how much was ever minted; exits 1 when they do not"), 0, 0,
+            { QStringLiteral("json") }, {}, ledger },
+        { QStringLiteral("nodes"), QStringLiteral("[--json]"),
+            QStringLiteral("the nodes the broker knows, with their record: shards done and failed, results verified, "
+                           "disputes lost, dispute timeouts, stake and what was slashed"),
+            0, 0, { QStringLiteral("json") }, {}, nodes },
+        { QStringLiteral("verifications"), QStringLiteral("[ID] [--json]"),
+            QStringLiteral("the checks of a job (or of all jobs): re-executions, canaries, disputes, outcomes"), 0, 1,
+            { QStringLiteral("json") }, {}, verifications },
+        { QStringLiteral("receipt"), QStringLiteral("CAUSE -o FILE [--json]"),
+            QStringLiteral("the broker's signed receipt for a payment (causes: escrow:JOB, pay:JOB/ROUND/SHARD, "
+                           "verify:CHECK, slash:CHECK:NODE:honest|owner, refund:JOB)"),
+            1, 1, { QStringLiteral("output"), QStringLiteral("json") }, { QStringLiteral("output") }, receipt },
+        { QStringLiteral("verify-receipt"), QStringLiteral("FILE [--signer KEY] [--json]"),
+            QStringLiteral("check a receipt offline: its signature, and (with --signer) that the broker whose base64 "
+                           "signing key you know signed it"),
+            1, 1, { QStringLiteral("signer"), QStringLiteral("json") }, {}, verifyReceipt },
+    };
+    return list;
+}
+
+QString usage()
+{
+    QString text = QStringLiteral("Usage: tessera-job [--broker ADDRESS] [--config FILE] COMMAND [ARGS]\n\nCommands:\n");
+    for (const auto& command : commands()) {
+        text += QStringLiteral("  %1 %2\n").arg(command.name, command.synopsis);
+        text += QStringLiteral("      %1\n").arg(command.help);
+    }
+    text += QStringLiteral(
+        "\nGlobal options (before the command):\n"
+        "  --broker ADDRESS  the broker: tcp://host:port, with #KEY for CURVE (default: the first of Node/Brokers in the\n"
+        "                    settings, else tcp://127.0.0.1:5555)\n"
+        "  --config FILE     settings file (default ~/.config/Tessera/tessera.ini)\n"
+        "  --version, --help\n"
+        "Every command takes --help. --json prints exactly one JSON document on stdout; messages go to stderr.\n");
+    return text;
+}
+
+QCommandLineOption optionNamed(const QString& name)
+{
+    if (name == u"json")
+        return { QStringLiteral("json"), QStringLiteral("print one JSON document") };
+    if (name == u"estimate")
+        return { QStringLiteral("estimate"), QStringLiteral("print the quote, submit nothing") };
+    if (name == u"output")
+        return { { QStringLiteral("o"), QStringLiteral("output") }, QStringLiteral("output file"), QStringLiteral("FILE") };
+    return { QStringLiteral("signer"), QStringLiteral("the broker's signing key (base64)"), QStringLiteral("KEY") };
 }
 
 } // namespace
@@ -200,186 +478,69 @@ int main(int argc, char* argv[])
     QStringList args = app.arguments();
     QString brokerAddress;
     QString configPath = core::settings::Settings::defaultFilePath();
+    // Global options come before the command.
     while (args.size() > 1 && args[1].startsWith(u'-')) {
         const QString option = args.takeAt(1);
-        if (option == u"--version") {
+        if (option == u"--version" || option == u"-v") {
             out() << "tessera-job " << TESSERA_VERSION << Qt::endl;
             return 0;
         }
         if (option == u"--help" || option == u"-h") {
-            out() << Usage;
+            out() << usage() << Qt::flush;
             return 0;
         }
         if ((option == u"--broker" || option == u"--config") && args.size() > 1) {
             (option == u"--broker" ? brokerAddress : configPath) = args.takeAt(1);
             continue;
         }
-        return fail(QStringLiteral("unknown option %1").arg(option));
+        return fail(QStringLiteral("unknown option %1 (global options go before the command; see --help)").arg(option));
     }
     if (args.size() < 2) {
-        QTextStream(stderr) << Usage;
+        QTextStream(stderr) << usage() << Qt::flush;
         return 2;
     }
-    if (args.size() >= 3 && args[1] == u"verify-receipt")
-        return verifyReceipt(args.mid(2));
-    core::settings::Settings settings(configPath);
-    settings.load();
+    const QString name = args[1];
+    const auto found
+        = std::find_if(commands().cbegin(), commands().cend(), [&](const CommandInfo& command) { return command.name == name; });
+    if (found == commands().cend()) {
+        QTextStream(stderr) << "tessera-job: unknown command '" << name << "'\n\n" << usage() << Qt::flush;
+        return 2;
+    }
+    const auto& command = *found;
+    const QString commandUsage
+        = QStringLiteral("Usage: tessera-job [GLOBAL OPTIONS] %1 %2\n  %3\n").arg(command.name, command.synopsis, command.help);
+
+    QCommandLineParser parser;
+    parser.addPositionalArgument(QStringLiteral("arguments"), {});
+    const QCommandLineOption help({ QStringLiteral("h"), QStringLiteral("help") }, QStringLiteral("this command's help"));
+    parser.addOption(help);
+    for (const auto& option : command.options)
+        parser.addOption(optionNamed(option));
+    QStringList rest = args;
+    rest.removeAt(1);
+    if (!parser.parse(rest)) {
+        QTextStream(stderr) << "tessera-job: " << parser.errorText() << "\n" << commandUsage << Qt::flush;
+        return 2;
+    }
+    if (parser.isSet(help)) {
+        out() << commandUsage << Qt::flush;
+        return 0;
+    }
+    const auto count = parser.positionalArguments().size();
+    bool missing = count < command.minArguments || count > command.maxArguments;
+    for (const auto& option : command.requiredOptions)
+        missing = missing || !parser.isSet(option);
+    if (missing) {
+        QTextStream(stderr) << commandUsage << Qt::flush;
+        return 2;
+    }
+
     if (brokerAddress.isEmpty()) {
+        core::settings::Settings settings(configPath);
+        settings.load();
         const auto brokers = settings.listValue(core::settings::names::NodeBrokers);
         brokerAddress = brokers.isEmpty() ? QStringLiteral("tcp://127.0.0.1:5555") : brokers.first();
     }
-    auto address = net::BrokerAddress::parse(brokerAddress);
-    if (!address)
-        return fail(address.error().toString());
-    net::BrokerClient client(*address, std::nullopt);
-
-    const QString command = args[1];
-    QCommandLineParser parser;
-    parser.addPositionalArgument(QStringLiteral("arguments"), {});
-    parser.addOption({ QStringLiteral("json"), QStringLiteral("JSON output") });
-    parser.addOption({ QStringLiteral("estimate"), QStringLiteral("print the quote, submit nothing") });
-    parser.addOption(
-        { { QStringLiteral("o"), QStringLiteral("output") }, QStringLiteral("output file"), QStringLiteral("FILE") });
-    QStringList rest = args;
-    rest.removeAt(1);
-    if (!parser.parse(rest))
-        return fail(parser.errorText());
-    const auto positional = parser.positionalArguments();
-
-    if (command == u"submit" && positional.size() == 1)
-        return submit(client, positional[0], parser.isSet(QStringLiteral("estimate")));
-    if (command == u"balance" && positional.size() <= 1) {
-        QJsonObject header;
-        if (!positional.isEmpty())
-            header.insert(QStringLiteral("account"), positional[0]);
-        auto reply = client.request(net::Command::Balance, header);
-        if (!reply)
-            return fail(reply.error().message);
-        out() << reply->value(QStringLiteral("account")).toString() << ": " << reply->value(QStringLiteral("balance")).toString()
-              << " credits, " << reply->value(QStringLiteral("stake")).toString() << " bonded" << Qt::endl;
-        return 0;
-    }
-    if (command == u"receipt" && positional.size() == 1 && parser.isSet(QStringLiteral("output"))) {
-        auto reply = client.request(net::Command::Receipt, { { QStringLiteral("cause"), positional[0] } });
-        if (!reply)
-            return fail(reply.error().message);
-        QSaveFile file(parser.value(QStringLiteral("output")));
-        if (!file.open(QIODevice::WriteOnly))
-            return fail(QStringLiteral("cannot write %1").arg(file.fileName()));
-        file.write(QJsonDocument(reply->value(QStringLiteral("receipt")).toObject()).toJson());
-        if (!file.commit())
-            return fail(QStringLiteral("cannot write %1").arg(file.fileName()));
-        out() << "wrote " << file.fileName() << Qt::endl;
-        return 0;
-    }
-    if (command == u"nodes" && positional.isEmpty()) {
-        auto reply = client.request(net::Command::Nodes, {});
-        if (!reply)
-            return fail(reply.error().message);
-        const auto nodes = reply->value(QStringLiteral("nodes")).toArray();
-        if (parser.isSet(QStringLiteral("json")))
-            out() << QJsonDocument(nodes).toJson();
-        for (const auto& value : nodes) {
-            const auto node = value.toObject();
-            if (!parser.isSet(QStringLiteral("json")))
-                out() << QStringLiteral("%1  %2  %3  done %4  failed %5  verified %8  disputes lost %9  timeouts %10  "
-                                        "stake %11  slashed %12  %6 samples/s  last seen %7")
-                             .arg(node.value(QStringLiteral("nodeId")).toString().left(12),
-                                 node.value(QStringLiteral("name")).toString(),
-                                 node.value(QStringLiteral("online")).toBool() ? QStringLiteral("online")
-                                                                               : QStringLiteral("offline"))
-                             .arg(node.value(QStringLiteral("shardsDone")).toInteger())
-                             .arg(node.value(QStringLiteral("shardsFailed")).toInteger())
-                             .arg(node.value(QStringLiteral("benchmarkSamplesPerSecond")).toDouble(), 0, 'f', 0)
-                             .arg(node.value(QStringLiteral("lastSeen")).toString())
-                             .arg(node.value(QStringLiteral("verified")).toInteger())
-                             .arg(node.value(QStringLiteral("disputesLost")).toInteger())
-                             .arg(node.value(QStringLiteral("timeouts")).toInteger())
-                             .arg(
-                                 node.value(QStringLiteral("stake")).toString(), node.value(QStringLiteral("slashed")).toString())
-                      << Qt::endl;
-        }
-        if (nodes.isEmpty() && !parser.isSet(QStringLiteral("json")))
-            out() << "no nodes" << Qt::endl;
-        return 0;
-    }
-    if (command == u"verifications" && positional.size() <= 1) {
-        auto reply = client.request(
-            net::Command::Verifications, { { QStringLiteral("jobId"), positional.isEmpty() ? QString() : positional[0] } });
-        if (!reply)
-            return fail(reply.error().message);
-        const auto checks = reply->value(QStringLiteral("verifications")).toArray();
-        if (parser.isSet(QStringLiteral("json"))) {
-            out() << QJsonDocument(checks).toJson();
-            return 0;
-        }
-        for (const auto& value : checks) {
-            const auto check = value.toObject();
-            out() << QStringLiteral("%1  %2  job %3 round %4 shard %5  checked %6 by %7  %8  lost: %9  %10")
-                         .arg(check.value(QStringLiteral("id")).toString(), check.value(QStringLiteral("kind")).toString(),
-                             check.value(QStringLiteral("jobId")).toString())
-                         .arg(check.value(QStringLiteral("round")).toInteger())
-                         .arg(check.value(QStringLiteral("shard")).toInteger())
-                         .arg(check.value(QStringLiteral("checked")).toString().left(12),
-                             check.value(QStringLiteral("verifier")).toString().left(12),
-                             check.value(QStringLiteral("state")).toString(), check.value(QStringLiteral("outcome")).toString(),
-                             check.value(QStringLiteral("detail")).toString())
-                  << Qt::endl;
-        }
-        if (checks.isEmpty())
-            out() << "no checks" << Qt::endl;
-        return 0;
-    }
-    if (command == u"ledger" && positional.isEmpty()) {
-        auto reply = client.request(net::Command::Ledger, {});
-        if (!reply)
-            return fail(reply.error().message);
-        if (parser.isSet(QStringLiteral("json")))
-            out() << QJsonDocument(*reply).toJson();
-        else if (reply->value(QStringLiteral("consistent")).toBool())
-            out() << "the books balance; " << reply->value(QStringLiteral("minted")).toString() << " credits minted in all"
-                  << Qt::endl;
-        else
-            out() << "THE BOOKS DO NOT BALANCE: " << reply->value(QStringLiteral("problem")).toString() << Qt::endl;
-        return reply->value(QStringLiteral("consistent")).toBool() ? 0 : 1;
-    }
-    if (command == u"wait" && positional.size() == 1)
-        return wait(client, positional[0], parser.isSet(QStringLiteral("json")));
-    if (command == u"fetch" && positional.size() == 1 && parser.isSet(QStringLiteral("output")))
-        return fetch(client, positional[0], parser.value(QStringLiteral("output")));
-    if (command == u"cancel" && positional.size() == 1) {
-        auto reply = client.request(net::Command::Cancel, { { QStringLiteral("jobId"), positional[0] } });
-        if (!reply)
-            return fail(reply.error().message);
-        out() << "cancelled " << positional[0] << Qt::endl;
-        return 0;
-    }
-    if ((command == u"status" && positional.size() == 1)) {
-        auto reply = client.request(net::Command::Status, { { QStringLiteral("jobId"), positional[0] } });
-        if (!reply)
-            return fail(reply.error().message);
-        const auto job = reply->value(QStringLiteral("job")).toObject();
-        if (parser.isSet(QStringLiteral("json")))
-            out() << QJsonDocument(job).toJson();
-        else
-            out() << describe(job) << Qt::endl;
-        return 0;
-    }
-    if ((command == u"list" || command == u"status") && positional.isEmpty()) {
-        auto reply = client.request(net::Command::List, {});
-        if (!reply)
-            return fail(reply.error().message);
-        const auto jobs = reply->value(QStringLiteral("jobs")).toArray();
-        if (parser.isSet(QStringLiteral("json")))
-            out() << QJsonDocument(jobs).toJson();
-        for (const auto& job : jobs) {
-            if (!parser.isSet(QStringLiteral("json")))
-                out() << describe(job.toObject()) << Qt::endl;
-        }
-        if (jobs.isEmpty() && !parser.isSet(QStringLiteral("json")))
-            out() << "no jobs" << Qt::endl;
-        return 0;
-    }
-    QTextStream(stderr) << Usage;
-    return 2;
+    Context context { parser, brokerAddress, {} };
+    return command.run(context);
 }

@@ -93,6 +93,27 @@ Options:
   --help           print this help
 )";
 
+// The lines of Usage that describe one command (its synopsis and the indented lines after it).
+QString commandHelp(const QString& command)
+{
+    const auto lines = QString::fromUtf8(Usage).split(u'\n');
+    QString help;
+    bool inside = false;
+    for (const auto& line : lines) {
+        if (line.startsWith(QStringLiteral("  ")) && !line.startsWith(QStringLiteral("   "))) {
+            inside = line.mid(2).section(u' ', 0, 0) == command;
+            if (inside)
+                help += line.mid(2) + u'\n';
+            continue;
+        }
+        if (inside && line.startsWith(QStringLiteral("   ")))
+            help += line + u'\n';
+        else
+            inside = false;
+    }
+    return help;
+}
+
 bool writeFile(const QString& path, const QByteArray& bytes)
 {
     QSaveFile file(path);
@@ -249,10 +270,10 @@ int results(const QStringList& args, const core::settings::Settings& settings)
     }
     for (const auto& entry : *list)
         out() << QStringLiteral("%1  job %2 round %3 shard %4  %5%6%7")
-                     .arg(entry.value(QStringLiteral("assignment")).toString(), entry.value(QStringLiteral("jobId")).toString())
-                     .arg(entry.value(QStringLiteral("round")).toInteger())
-                     .arg(entry.value(QStringLiteral("shard")).toInteger())
-                     .arg(entry.value(QStringLiteral("state")).toString(),
+                     .arg(entry.value(QStringLiteral("assignment")).toString(), entry.value(QStringLiteral("jobId")).toString(),
+                         QString::number(entry.value(QStringLiteral("round")).toInteger()),
+                         QString::number(entry.value(QStringLiteral("shard")).toInteger()),
+                         entry.value(QStringLiteral("state")).toString(),
                          entry.value(QStringLiteral("state")).toString() == u"paid"
                              ? QStringLiteral(" %1 credits").arg(entry.value(QStringLiteral("paid")).toString())
                              : QString(),
@@ -469,9 +490,10 @@ int stake(const QStringList& args, core::settings::Settings& settings)
     if (!parser.parse(args))
         return fail(parser.errorText());
     const auto positional = parser.positionalArguments();
-    if (positional.size() != 3 || (positional[1] != u"bond" && positional[1] != u"unbond"))
+    if (positional.size() != 2 || (positional[0] != u"bond" && positional[0] != u"unbond"))
         return fail(QStringLiteral("usage: tessera-node stake bond|unbond AMOUNT [--broker ADDRESS]"));
-    auto amount = core::Credits::parse(positional[2]);
+    const QString action = positional[0];
+    auto amount = core::Credits::parse(positional[1]);
     if (!amount || amount->micro() <= 0)
         return fail(QStringLiteral("AMOUNT must be a positive number of credits, like 12.5"));
     QString address = parser.value(QStringLiteral("broker"));
@@ -494,7 +516,7 @@ int stake(const QStringList& args, core::settings::Settings& settings)
         QJsonObject {
             { QStringLiteral("kind"), QStringLiteral("tessera-stake") },
             { QStringLiteral("node"), keys->publicKey },
-            { QStringLiteral("action"), positional[1] },
+            { QStringLiteral("action"), action },
             { QStringLiteral("amount"), amount->toString() },
             { QStringLiteral("nonce"), QString::number(QDateTime::currentMSecsSinceEpoch()) },
         },
@@ -545,6 +567,13 @@ int runNodeCommand(const QStringList& arguments)
     const QString command = args[1];
     QStringList rest = args;
     rest.removeAt(1);
+    if (rest.contains(QStringLiteral("--help")) || rest.contains(QStringLiteral("-h"))) {
+        const auto help = commandHelp(command);
+        if (help.isEmpty())
+            return fail(QStringLiteral("unknown command '%1'\n%2").arg(command, QString::fromUtf8(Usage)));
+        out() << "Usage: tessera-node [--config FILE] " << help << Qt::flush;
+        return 0;
+    }
     if (command == u"run")
         return runNode(rest, settings, environment);
     if (command == u"devices")

@@ -73,7 +73,8 @@ core::Result<at::Tensor> readIdx(const QString& path, int dimensions)
     const std::uint32_t magic = bigEndian32(*bytes, 0);
     if (magic != 0x800u + std::uint32_t(dimensions))
         return core::Error { {},
-            QStringLiteral("%1 is not an IDX file of %2 dimensions (magic %3)").arg(path).arg(dimensions).arg(magic, 0, 16) };
+            QStringLiteral("%1 is not an IDX file of %2 dimensions (magic %3)")
+                .arg(path, QString::number(dimensions), QString::number(magic, 16)) };
     std::vector<std::int64_t> sizes;
     std::int64_t count = 1;
     for (int i = 0; i < dimensions; ++i) {
@@ -83,9 +84,7 @@ core::Result<at::Tensor> readIdx(const QString& path, int dimensions)
     if (bytes->size() - header != count)
         return core::Error { {},
             QStringLiteral("%1 holds %2 bytes of data where its header promises %3")
-                .arg(path)
-                .arg(bytes->size() - header)
-                .arg(count) };
+                .arg(path, QString::number(bytes->size() - header), QString::number(count)) };
     auto tensor = torch::from_blob(bytes->data() + header, sizes, torch::kUInt8).clone();
     return tensor;
 }
@@ -100,10 +99,12 @@ core::Result<std::shared_ptr<const Dataset>> loadIdxPair(const QString& director
         return labels.error();
     if (images->size(0) != labels->size(0))
         return core::Error { {},
-            QStringLiteral("%1: %2 images but %3 labels").arg(prefix).arg(images->size(0)).arg(labels->size(0)) };
+            QStringLiteral("%1: %2 images but %3 labels")
+                .arg(prefix, QString::number(images->size(0)), QString::number(labels->size(0))) };
     if (labels->max().item<int>() >= FashionMnistClasses)
         return core::Error { {},
-            QStringLiteral("%1: a label is outside the %2 Fashion-MNIST classes").arg(prefix).arg(FashionMnistClasses) };
+            QStringLiteral("%1: a label is outside the %2 Fashion-MNIST classes")
+                .arg(prefix, QString::number(FashionMnistClasses)) };
     auto dataset = std::make_shared<Dataset>();
     constexpr double Mean = 0.2860;
     constexpr double Std = 0.3530;
@@ -153,17 +154,24 @@ core::Result<std::shared_ptr<const Dataset>> loadTensorFile(const QString& path,
         return core::Error { QStringLiteral("dataset"),
             QStringLiteral("%1 is larger than 1 GiB, the most a job's file may be").arg(path) };
     const QByteArray bytes = file.readAll();
+    auto tensors
+        = unpickleTensors(bytes, QStringLiteral("%1 is not a file written by torch.save({\"x\": X, \"y\": Y})").arg(path));
+    if (!tensors)
+        return core::Error { QStringLiteral("dataset"), tensors.error().message };
     auto loaded = guarded(QStringLiteral("%1 is not a file written by torch.save({\"x\": X, \"y\": Y})").arg(path),
         [&]() -> std::shared_ptr<const Dataset> {
-            const std::vector<char> data(bytes.begin(), bytes.end());
-            const c10::IValue value = torch::pickle_load(data);
-            if (!value.isGenericDict())
-                throw std::runtime_error("the file holds no dict");
-            const auto dict = value.toGenericDict();
-            if (!dict.contains("x") || !dict.contains("y") || !dict.at("x").isTensor() || !dict.at("y").isTensor())
+            std::optional<at::Tensor> xs;
+            std::optional<at::Tensor> ys;
+            for (const auto& [name, tensor] : *tensors) {
+                if (name == "x")
+                    xs = tensor;
+                else if (name == "y")
+                    ys = tensor;
+            }
+            if (!xs || !ys)
                 throw std::runtime_error("the dict needs tensors under \"x\" and \"y\"");
-            auto x = dict.at("x").toTensor();
-            auto y = dict.at("y").toTensor();
+            auto x = *xs;
+            auto y = *ys;
             if (x.dim() < 2)
                 throw std::runtime_error("x must have a sample dimension and at least one feature dimension");
             if (y.dim() != 1 || y.size(0) != x.size(0))

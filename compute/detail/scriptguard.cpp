@@ -64,9 +64,7 @@ core::Status checkScriptArchive(const QByteArray& archive)
             return core::Error { QStringLiteral("model.torchscript"),
                 QStringLiteral("refused: its code calls '%1' (%2, line %3), which %4; a model trained on other "
                                "people's computers may only compute on tensors")
-                    .arg(match.captured(), name)
-                    .arg(line)
-                    .arg(found.value()) };
+                    .arg(match.captured(), name, QString::number(line), found.value()) };
         }
     }
     return {};

@@ -1,10 +1,17 @@
 #include "tensors.h"
 
+#include <compute/pickle/tensorpickle.h>
+
+#include <caffe2/serialize/in_memory_adapter.h>
+#include <caffe2/serialize/inline_container.h>
+
 #include <torch/serialize.h>
 #include <torch/torch.h>
 
 #include <algorithm>
 #include <bit>
+#include <cstring>
+#include <map>
 
 namespace tessera::compute::detail {
 
@@ -73,22 +80,84 @@ QByteArray pickleTensors(const NamedTensors& tensors)
     return QByteArray(bytes.data(), static_cast<qsizetype>(bytes.size()));
 }
 
+namespace {
+
+at::ScalarType scalarType(pickle::DType type)
+{
+    switch (type) {
+    case pickle::DType::Float32:
+        return at::kFloat;
+    case pickle::DType::Float64:
+        return at::kDouble;
+    case pickle::DType::Float16:
+        return at::kHalf;
+    case pickle::DType::BFloat16:
+        return at::kBFloat16;
+    case pickle::DType::Int64:
+        return at::kLong;
+    case pickle::DType::Int32:
+        return at::kInt;
+    case pickle::DType::Int16:
+        return at::kShort;
+    case pickle::DType::Int8:
+        return at::kChar;
+    case pickle::DType::UInt8:
+        return at::kByte;
+    case pickle::DType::Bool:
+        return at::kBool;
+    }
+    return at::kFloat;
+}
+
+} // namespace
+
 core::Result<NamedTensors> unpickleTensors(const QByteArray& bytes, const QString& what)
 {
-    return guarded(what, [&]() -> NamedTensors {
-        const std::vector<char> data(bytes.begin(), bytes.end());
-        const c10::IValue value = torch::pickle_load(data);
-        if (!value.isGenericDict())
-            throw std::runtime_error("expected a dict of tensors (torch.save({name: tensor, ...}))");
+    // Not torch::pickle_load: LibTorch's unpickler turns an OrderedDict (what state_dict() returns)
+    // into None, and knows more callables than a file of tensors needs. pickle::readTensorMap reads
+    // exactly a mapping of names to tensors; the archive's records are read here.
+    auto read = guarded(what, [&]() -> core::Result<NamedTensors> {
+        caffe2::serialize::PyTorchStreamReader reader(
+            std::make_shared<caffe2::serialize::MemoryReadAdapter>(bytes.constData(), off_t(bytes.size())));
+        if (!reader.hasRecord("data.pkl"))
+            return core::Error { {}, QStringLiteral("%1: not a file written by torch.save (no data.pkl)").arg(what) };
+        const auto [program, programSize] = reader.getRecord("data.pkl");
+        auto refs = pickle::readTensorMap(QByteArrayView(static_cast<const char*>(program.get()), qsizetype(programSize)));
+        if (!refs)
+            return core::Error { {}, QStringLiteral("%1: %2").arg(what, refs.error().message) };
+        std::map<QString, at::Tensor> storages;
         NamedTensors tensors;
-        for (const auto& entry : value.toGenericDict()) {
-            if (!entry.key().isString() || !entry.value().isTensor())
-                throw std::runtime_error("expected a dict from names to tensors");
-            tensors.emplace_back(entry.key().toStringRef(), entry.value().toTensor());
+        for (const auto& ref : *refs) {
+            const auto type = scalarType(ref.dtype);
+            auto found = storages.find(ref.storageKey);
+            if (found == storages.end()) {
+                const std::string record = "data/" + ref.storageKey.toStdString();
+                if (!reader.hasRecord(record))
+                    return core::Error { {},
+                        QStringLiteral("%1: '%2' names storage %3, which the file does not hold")
+                            .arg(what, ref.name, ref.storageKey) };
+                auto [data, size] = reader.getRecord(record);
+                const auto needed = std::uint64_t(ref.storageNumel) * std::uint64_t(pickle::elementSize(ref.dtype));
+                if (size < needed)
+                    return core::Error { {},
+                        QStringLiteral("%1: storage %2 of '%3' holds %4 bytes, not %5")
+                            .arg(what, ref.storageKey, ref.name, QString::number(size), QString::number(needed)) };
+                auto storage = at::empty({ ref.storageNumel }, at::TensorOptions().dtype(type));
+                std::memcpy(storage.data_ptr(), data.get(), needed);
+                found = storages.emplace(ref.storageKey, storage).first;
+            }
+            if (found->second.scalar_type() != type)
+                return core::Error { {}, QStringLiteral("%1: storage %2 is read as two dtypes").arg(what, ref.storageKey) };
+            const std::vector<std::int64_t> sizes(ref.sizes.begin(), ref.sizes.end());
+            const std::vector<std::int64_t> strides(ref.strides.begin(), ref.strides.end());
+            tensors.emplace_back(ref.name.toStdString(), found->second.as_strided(sizes, strides, ref.offset).clone());
         }
         sortByName(tensors);
         return tensors;
     });
+    if (!read)
+        return read.error();
+    return *read;
 }
 
 NamedTensors cloneTensors(const NamedTensors& tensors)

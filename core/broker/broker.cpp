@@ -204,8 +204,7 @@ Result<QString> Broker::submit(const JobSpec& spec, const QString& owner)
     if (auto row = storage::fetch(*running); row && *row && running->columnInt(0) >= m_options.maxRunningJobsPerOwner)
         return Error { QStringLiteral("job"),
             QStringLiteral("%1 already has %2 running jobs, the most one owner may have here (Broker/MaxJobsPerOwner)")
-                .arg(owner)
-                .arg(running->columnInt(0)) };
+                .arg(owner, QString::number(running->columnInt(0))) };
     auto initial = m_math.initialWeights(spec);
     if (!initial)
         return initial.error();
@@ -488,7 +487,7 @@ Status Broker::registerNode(const NodeInfo& node)
             return staked.error();
         if (*staked < m_options.minStake) {
             auto minted = m_ledger->mint(ledger::accounts::stake(node.nodeId), *m_options.minStake.checkedSubtract(*staked),
-                QStringLiteral("faucet:stake:%1:%2").arg(node.nodeId).arg(now), now);
+                QStringLiteral("faucet:stake:%1:%2").arg(node.nodeId, QString::number(now)), now);
             if (!minted)
                 return minted.error();
         }
@@ -683,6 +682,11 @@ Status Broker::commit(const QString& nodeId, const QJsonObject& signedCommitment
     if (auto status = verifyDocument(signedCommitment); !status)
         return Error { QStringLiteral("commitment.") + status.error().field, status.error().message };
     JsonReader reader(signedCommitment, QStringLiteral("commitment"));
+    // The kind keeps a signature made for one purpose (a stake request, a receipt) from counting as
+    // another.
+    if (reader.string(u"kind") != QLatin1String(ShardResult::CommitmentKind))
+        return Error { QStringLiteral("commitment.kind"),
+            QStringLiteral("must be %1").arg(QLatin1String(ShardResult::CommitmentKind)) };
     const QString assignment = reader.string(u"assignment");
     const auto finalHash = reader.digest(u"finalHash");
     const auto chainRoot = reader.digest(u"chainRoot");
@@ -900,9 +904,15 @@ Status Broker::checkReveal(const QString& nodeId, const QString& assignmentId, c
     auto weights = m_blobs->read(result.weightsSha256);
     if (!weights)
         return Error { QStringLiteral("weightsSha256"), QStringLiteral("upload the weights (PUT) before the result") };
+    // The node committed to the weights' canonical hash, not to a file: weights the broker cannot
+    // read (another container, a format it does not know) prove nothing. Refused, not slashed; the
+    // node may upload them as a dict of tensors and send the result again.
     auto hash = m_math.canonicalHash(*weights);
     if (!hash)
-        return lie(Error { QStringLiteral("weightsSha256"), hash.error().message });
+        return Error { QStringLiteral("weightsSha256"),
+            QStringLiteral("the broker cannot read the uploaded weights (%1); upload a dict of tensors and send the "
+                           "result again")
+                .arg(hash.error().message) };
     if (*hash != result.finalHash)
         return lie(
             Error { QStringLiteral("finalHash"), QStringLiteral("the uploaded weights do not hash to the result's finalHash") });

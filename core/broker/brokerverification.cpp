@@ -531,14 +531,24 @@ Status Broker::checkpointDelivered(const QString& nodeId, const QString& verific
     } else {
         return {};
     }
-    // Nothing usable from this node: a timeout on its record; the other side may still answer.
+    // Nothing usable from this node: a timeout on its record, and it is asked no more. The referee
+    // needs one usable state; if none comes (from the other side, before the deadline), every side
+    // that was asked loses, this one included.
     qCInfo(lcVerification).noquote() << "dispute" << check.id << ": node" << nodeId.left(12) << "gave no checkpoint:" << problem;
     check.asked.removeAll(nodeId);
-    (void)execute(*m_db, QStringLiteral("UPDATE nodes SET timeouts = timeouts + 1 WHERE id = ?"), nodeId);
-    if (!check.asked.isEmpty())
-        return saveCheck(*m_db, check);
-    return settle(check, check.accused.isEmpty() ? Loser::Verifier : Loser::Both,
-        QStringLiteral("no side delivered the checkpoint state: a timeout counts as a loss"));
+    if (auto status = execute(*m_db, QStringLiteral("UPDATE nodes SET timeouts = timeouts + 1 WHERE id = ?"), nodeId); !status)
+        return status;
+    auto recorded = check.asked.isEmpty() ? settle(check, check.accused.isEmpty() ? Loser::Verifier : Loser::Both,
+                        QStringLiteral("no side delivered a usable checkpoint state: that counts as a loss"))
+                                          : saveCheck(*m_db, check);
+    if (!recorded)
+        return recorded;
+    if (blob.isNull())
+        return {}; // said honestly: acknowledged
+    return Error { QStringLiteral("state"),
+        QStringLiteral("the checkpoint state is unusable (%1); it counts as no answer, and a dispute without a usable state "
+                       "is lost by every side asked")
+            .arg(problem) };
 }
 
 Status Broker::settle(Check& check, Loser loser, const QString& why, bool punish)
@@ -740,11 +750,9 @@ void Broker::tick()
                 continue;
             for (const auto& node : (*check)->asked)
                 (void)execute(*m_db, QStringLiteral("UPDATE nodes SET timeouts = timeouts + 1 WHERE id = ?"), node);
-            const bool both = (*check)->asked.size() > 1 || (*check)->asked.isEmpty();
-            const Loser loser = (*check)->accused.isEmpty()    ? Loser::Verifier
-                : both                                         ? Loser::Both
-                : (*check)->asked.first() == (*check)->accused ? Loser::Accused
-                                                               : Loser::Verifier;
+            // No usable state came (one would have settled it): every side that was asked loses,
+            // also one that answered with a state the referee could not use.
+            const Loser loser = (*check)->accused.isEmpty() ? Loser::Verifier : Loser::Both;
             if (auto status = settle(**check, loser, QStringLiteral("the checkpoint state did not come in time")); !status)
                 qCWarning(lcVerification).noquote() << status.error().toString();
         }
@@ -766,15 +774,16 @@ void Broker::tick()
     // sooner when no connected node could check them at all (a broker with a single node).
     if (m_options.selfVerifyAfterMs >= 0) {
         const bool early = m_options.selfVerifyAloneAfterMs >= 0 && now - m_openedAtMs >= m_options.selfVerifyAloneAfterMs;
-        const auto soonest = early ? std::min(m_options.selfVerifyAfterMs, m_options.selfVerifyAloneAfterMs)
-                                   : m_options.selfVerifyAfterMs;
+        const auto soonest
+            = early ? std::min(m_options.selfVerifyAfterMs, m_options.selfVerifyAloneAfterMs) : m_options.selfVerifyAfterMs;
         auto rows = query(*m_db,
             QStringLiteral("SELECT id, created_at FROM verifications WHERE state = 'waiting' AND kind = 'sample' AND "
                            "created_at <= ?"),
             now - soonest);
-        const auto stuck = rows ? storage::collect(*rows, [](storage::Statement& row) {
-            return std::pair { row.columnText(0), row.columnInt(1) };
-        })
+        const auto stuck = rows ? storage::collect(*rows,
+                               [](storage::Statement& row) {
+                                   return std::pair { row.columnText(0), row.columnInt(1) };
+                               })
                                 : Result<QList<std::pair<QString, std::int64_t>>>(rows.error());
         for (const auto& [id, createdAt] : stuck.value_or({})) {
             auto check = loadCheck(*m_db, id);

@@ -78,9 +78,7 @@ DbResult<QList<Migration>> loadMigrations(const QString& directory)
         if (migrations[i].version != i + 1)
             return DatabaseError { ErrorKind::Other, 0,
                 QStringLiteral("migrations in %1 must be numbered 1, 2, 3, ... without gaps; found %2 at position %3")
-                    .arg(directory)
-                    .arg(migrations[i].version)
-                    .arg(i + 1) };
+                    .arg(directory, QString::number(migrations[i].version), QString::number(i + 1)) };
     }
     return migrations;
 }
@@ -363,9 +361,7 @@ DbStatus Database::migrate(const QList<Migration>& migrations)
     if (*current > latest)
         return DatabaseError { ErrorKind::Other, 0,
             QStringLiteral("%1: the schema is version %2, newer than this Tessera knows (%3); use a newer Tessera")
-                .arg(m_path)
-                .arg(*current)
-                .arg(latest) };
+                .arg(m_path, QString::number(*current), QString::number(latest)) };
 
     for (const auto& migration : migrations) {
         if (migration.version <= *current)

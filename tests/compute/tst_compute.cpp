@@ -15,6 +15,8 @@
 
 #include <QDir>
 #include <QFile>
+#include <QJsonDocument>
+#include <QJsonObject>
 #include <QProcess>
 #include <QSet>
 #include <QTemporaryDir>
@@ -461,6 +463,66 @@ private Q_SLOTS:
 
     // Model and data files from job owners are programs and pickles: the ones that would reach
     // outside their tensors are refused before any of their code runs (docs/SECURITY.md).
+    // Weights saved by PyTorch in any mapping of names to tensors read the same: a plain dict,
+    // state_dict()'s OrderedDict, nn.Parameters, protocol 4, views, every dtype. The expected hashes
+    // were computed in Python from docs/DETERMINISM.md alone.
+    void readsWeightsFromAnyPyTorchMapping()
+    {
+        const auto expected = QJsonDocument::fromJson(readAll(m_fixtures.filePath(QStringLiteral("weights.json")))).object();
+        QCOMPARE(expected.size(), 6);
+        for (auto it = expected.begin(); it != expected.end(); ++it) {
+            const auto hash = compute::canonicalHashOf(readAll(m_fixtures.filePath(it.key())));
+            QVERIFY2(hash, qPrintable(it.key() + QStringLiteral(": ") + (hash ? QString() : hash.error().toString())));
+            QVERIFY2(hash->toHex() == it.value().toString(), qPrintable(it.key()));
+        }
+        // A dataset saved as an OrderedDict is read too.
+        auto spec = smallJob();
+        auto prepared = prepare(spec);
+        auto task = prepared.tasks[0];
+        task.dataset = core::DatasetSpec {};
+        task.dataset.source = core::DatasetSpec::Source::Tensors;
+        task.dataset.trainFile = m_fixtures.filePath(QStringLiteral("tensors_ordered.pt"));
+        task.dataset.trainSamples = 8;
+        task.sampleBegin = 0;
+        task.sampleEnd = 8;
+        task.batchSize = 4;
+        task.model.hidden = { 8 };
+        task.startWeights = {};
+        spec.dataset = task.dataset;
+        spec.model = task.model;
+        auto start = compute::initialWeights(spec, {});
+        QVERIFY2(start, qPrintable(start ? QString() : start.error().toString()));
+        task.startWeights = start->canonicalHash;
+        const auto output = compute::runShard(task, start->bytes, {});
+        QVERIFY2(output.result.outcome == core::ShardResult::Outcome::Completed, qPrintable(output.result.failure));
+    }
+
+    void refusesWhatIsNotAMappingOfTensors_data()
+    {
+        QTest::addColumn<QString>("file");
+        QTest::addColumn<QString>("words");
+        QTest::newRow("a list") << "refused_list.pt"
+                                << "holds a list, not a dict of tensors";
+        QTest::newRow("a dict of dicts") << "refused_nested.pt"
+                                         << "'outer' is a dict, not a tensor";
+        QTest::newRow("a key that is not a name") << "refused_key.pt"
+                                                  << "a key is an int";
+        QTest::newRow("a sparse tensor") << "refused_sparse.pt"
+                                         << "_rebuild_sparse_tensor";
+        QTest::newRow("os.system") << "system.pt"
+                                   << "posix.system";
+        QTest::newRow("not an archive") << "weights.json"
+                                        << "zip archive";
+    }
+    void refusesWhatIsNotAMappingOfTensors()
+    {
+        QFETCH(QString, file);
+        QFETCH(QString, words);
+        const auto hash = compute::canonicalHashOf(readAll(m_fixtures.filePath(file)));
+        QVERIFY(!hash);
+        QVERIFY2(hash.error().message.contains(words), qPrintable(hash.error().toString()));
+    }
+
     void refusesHostileModelAndTensorFiles_data()
     {
         QTest::addColumn<QString>("file");

@@ -27,7 +27,14 @@ public:
     QList<QList<std::int64_t>> aggregationOrders;
 
     Result<Weights> initialWeights(const JobSpec&) override { return Weights { "w0", Digest::ofBytes("w0") }; }
-    Result<Digest> canonicalHash(const QByteArray& weights) override { return Digest::ofBytes(weights); }
+    // A file the broker cannot read ("unreadable..."), and the same weights in another container
+    // ("container:" + weights), which hashes as the weights do.
+    Result<Digest> canonicalHash(const QByteArray& weights) override
+    {
+        if (weights.startsWith("unreadable"))
+            return Error { QStringLiteral("weights"), QStringLiteral("not a dict of tensors") };
+        return Digest::ofBytes(weights.startsWith("container:") ? weights.mid(10) : weights);
+    }
     Result<Aggregated> aggregate(
         const AggregationSpec&, const QByteArray& global, const QList<Update>& updates, const QByteArray&) override
     {
@@ -144,14 +151,7 @@ ShardResult honest(Broker& broker, const Assignment& assignment, std::int64_t li
 Result<Verdict> deliver(Broker& broker, const QString& nodeId, const QString& assignmentId, const ShardResult& result)
 {
     if (result.outcome == ShardResult::Outcome::Completed) {
-        const auto commitment = result.commitment();
-        const auto document
-            = signDocument({ { QStringLiteral("assignment"), assignmentId }, { QStringLiteral("jobId"), result.jobId },
-                               { QStringLiteral("round"), static_cast<qint64>(result.round) },
-                               { QStringLiteral("shard"), static_cast<qint64>(result.shard) },
-                               { QStringLiteral("finalHash"), commitment.finalHash.toHex() },
-                               { QStringLiteral("chainRoot"), commitment.chainRoot.toHex() } },
-                keysOf(nodeId));
+        const auto document = signDocument(result.commitmentDocument(assignmentId), keysOf(nodeId));
         (void)broker.commit(nodeId, document); // refusals show up as the result's error
     }
     return broker.acceptResult(nodeId, assignmentId, result);
@@ -442,13 +442,20 @@ private Q_SLOTS:
         // No commitment: refused.
         QCOMPARE(broker->acceptResult(QStringLiteral("a"), assignment.id, result).error().field, QStringLiteral("commitment"));
         // A commitment signed by another key: refused.
-        const auto commitment = result.commitment();
-        QJsonObject fields { { QStringLiteral("assignment"), assignment.id }, { QStringLiteral("jobId"), assignment.task.jobId },
-            { QStringLiteral("round"), static_cast<qint64>(assignment.task.round) },
-            { QStringLiteral("shard"), static_cast<qint64>(assignment.task.shard) },
-            { QStringLiteral("finalHash"), commitment.finalHash.toHex() },
-            { QStringLiteral("chainRoot"), commitment.chainRoot.toHex() } };
+        const auto fields = result.commitmentDocument(assignment.id);
         QVERIFY(!broker->commit(QStringLiteral("a"), signDocument(fields, SigningKeys::generate())).ok());
+        // A document of another kind (or of none), signed by the node: refused, and it binds nothing.
+        for (const auto& kind : { QStringLiteral("tessera-stake"), QString() }) {
+            auto wrongKind = fields;
+            wrongKind.insert(QStringLiteral("finalHash"), Digest::ofBytes("something else").toHex());
+            if (kind.isEmpty())
+                wrongKind.remove(QStringLiteral("kind"));
+            else
+                wrongKind.insert(QStringLiteral("kind"), kind);
+            const auto refusedKind = broker->commit(QStringLiteral("a"), signDocument(wrongKind, keysOf(QStringLiteral("a"))));
+            QVERIFY(!refusedKind.ok());
+            QCOMPARE(refusedKind.error().field, QStringLiteral("commitment.kind"));
+        }
         // A commitment to other hashes binds the node: the real result no longer matches it.
         auto other = fields;
         other.insert(QStringLiteral("finalHash"), Digest::ofBytes("something else").toHex());
@@ -571,8 +578,17 @@ private Q_SLOTS:
         // A state that does not hash to the agreed checkpoint does not count; a node not asked is refused.
         QVERIFY(broker->registerNode(node(QStringLiteral("c"))).ok());
         QVERIFY(!broker->checkpointDelivered(QStringLiteral("c"), checkId, *broker->blobs().put("x")).ok());
-        QVERIFY(broker->checkpointDelivered(QStringLiteral("a"), checkId, *broker->blobs().put("not the state")).ok());
+        const auto junk = broker->checkpointDelivered(QStringLiteral("a"), checkId, *broker->blobs().put("not the state"));
+        QVERIFY(!junk.ok()); // answered with an ERROR that says why
+        QCOMPARE(junk.error().field, QStringLiteral("state"));
+        QVERIFY2(junk.error().message.contains(QStringLiteral("does not hash to the agreed checkpoint")),
+            qPrintable(junk.error().message));
         QCOMPARE(broker->verifications(jobId)->first().value(QStringLiteral("state")).toString(), QStringLiteral("disputed"));
+        // Asked once: a second answer is refused.
+        QCOMPARE(broker->checkpointDelivered(QStringLiteral("a"), checkId, *broker->blobs().put(FakeMath::state(a1.task, 1)))
+                     .error()
+                     .field,
+            QStringLiteral("verification"));
         const auto replays = m_math.replays;
         QVERIFY(
             broker->checkpointDelivered(QStringLiteral("b"), checkId, *broker->blobs().put(FakeMath::state(b1.task, 1))).ok());
@@ -607,6 +623,62 @@ private Q_SLOTS:
         QCOMPARE(broker->account(QStringLiteral("a"))->value(QStringLiteral("stake")).toString(), QStringLiteral("5"));
         QCOMPARE(broker->account(QStringLiteral("b"))->value(QStringLiteral("stake")).toString(), QStringLiteral("5"));
         QVERIFY(broker->ledger().checkInvariants().ok());
+    }
+
+    // The documented rule: the referee needs one usable state; without one by the deadline, every
+    // side that was asked loses, one that answered with an unusable state as much as a silent one.
+    void anUnusableStateAndSilenceLoseTogether()
+    {
+        Broker::Options options = verifyingOptions();
+        for (const bool junk : { true, false }) {
+            auto broker = open(junk ? QStringLiteral("junk") : QStringLiteral("not-kept"), options);
+            auto spec = job(1, 1);
+            spec.training.localSteps = 15;
+            const auto jobId = *broker->submit(spec);
+            for (const auto* id : { "a", "b" })
+                QVERIFY(broker->registerNode(node(QString::fromLatin1(id))).ok());
+            const auto a1 = **broker->assign(QStringLiteral("a"));
+            QCOMPARE(*deliver(*broker, QStringLiteral("a"), a1.id, honest(*broker, a1, 2)), Verdict::Held);
+            const auto b1 = **broker->assign(QStringLiteral("b"));
+            QCOMPARE(*deliver(*broker, QStringLiteral("b"), b1.id, honest(*broker, b1)), Verdict::Held);
+            const auto checkId = broker->verifications(jobId)->first().value(QStringLiteral("id")).toString();
+            // b, the honest side, sends junk (or says it kept nothing); a stays silent.
+            const auto answered
+                = broker->checkpointDelivered(QStringLiteral("b"), checkId, junk ? *broker->blobs().put("junk") : Digest {});
+            QCOMPARE(answered.ok(), !junk);
+            m_clock.now += options.disputeTimeoutMs + 1;
+            broker->tick();
+            const auto check = broker->verifications(jobId)->first();
+            QCOMPARE(check.value(QStringLiteral("outcome")).toString(), QStringLiteral("both"));
+            const auto nodes = *broker->nodes();
+            for (const auto& record : nodes) {
+                QCOMPARE(record.value(QStringLiteral("timeouts")).toInteger(), 1);
+                QCOMPARE(record.value(QStringLiteral("disputesLost")).toInteger(), 1);
+            }
+            QVERIFY(broker->ledger().checkInvariants().ok());
+        }
+    }
+
+    // Weights are committed to by their canonical hash, not their file: weights the broker cannot
+    // read are refused without a slash, and the same weights in a readable container are accepted.
+    void unreadableWeightsAreRefusedNotSlashed()
+    {
+        auto broker = open(QStringLiteral("unreadable"));
+        const auto jobId = *broker->submit(job(1, 1));
+        QVERIFY(broker->registerNode(node(QStringLiteral("a"))).ok());
+        const auto assignment = **broker->assign(QStringLiteral("a"));
+        auto result = answer(*broker, assignment, "w");
+        const auto readable = result.weightsSha256;
+        result.weightsSha256 = *broker->blobs().put("unreadable w");
+        const auto refused = deliver(*broker, QStringLiteral("a"), assignment.id, result);
+        QVERIFY(!refused);
+        QCOMPARE(refused.error().field, QStringLiteral("weightsSha256"));
+        QCOMPARE(broker->account(QStringLiteral("a"))->value(QStringLiteral("stake")).toString(), QStringLiteral("10"));
+        QCOMPARE(broker->nodes()->first().value(QStringLiteral("disputesLost")).toInteger(), 0);
+        result.weightsSha256 = *broker->blobs().put("container:w");
+        QCOMPARE(*broker->acceptResult(QStringLiteral("a"), assignment.id, result), Verdict::Accepted);
+        Q_UNUSED(readable);
+        QCOMPARE(broker->status(jobId)->state, QStringLiteral("finished"));
     }
 
     // The referee checks one checkpoint: a verifier that lied there loses, but that does not prove

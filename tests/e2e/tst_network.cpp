@@ -504,8 +504,8 @@ private Q_SLOTS:
         cluster.startBroker();
         QProcess* node = cluster.startNode(1);
         const QString jobId = cluster.submit(longShard);
-        QVERIFY(QTest::qWaitFor(
-            [&] { return cluster.log(QStringLiteral("node1")).contains(QStringLiteral("training ")); }, 120'000));
+        QVERIFY(
+            QTest::qWaitFor([&] { return cluster.log(QStringLiteral("node1")).contains(QStringLiteral("training ")); }, 120'000));
         ::kill(pid_t(node->processId()), SIGTERM);
         QVERIFY(node->waitForFinished(120'000));
         QCOMPARE(node->exitStatus(), QProcess::NormalExit);
@@ -516,6 +516,11 @@ private Q_SLOTS:
         // The broker has the result; alone, it checks it itself, and the job ends.
         const auto end = cluster.waitForEnd(jobId);
         QCOMPARE(end.value(QStringLiteral("state")).toString(), QStringLiteral("finished"));
+        // The node bonds some of what it earned (the faucet bonded its first 10 credits).
+        const auto bonded = run(Bin + QStringLiteral("/tessera-node"),
+            { QStringLiteral("--config"), cluster.path(QStringLiteral("node1.ini")), QStringLiteral("stake"),
+                QStringLiteral("bond"), QStringLiteral("1.5"), QStringLiteral("--broker"), cluster.endpoint() });
+        QVERIFY2(bonded.exitCode == 0 && bonded.output.contains(QStringLiteral("stake 11.5")), qPrintable(bonded.output));
     }
 
     void oneNodeServesTwoBrokers()

@@ -82,7 +82,8 @@ void DevicesModel::setDevices(
             device.usable ? QStringLiteral("yes") : QStringLiteral("no"), device.unusableReason,
             device.memoryBytes > 0 ? formatBytes(device.memoryBytes) : QString(),
             benchmark.isEmpty() ? QStringLiteral("not measured") : benchmark, !disabled.contains(id) && device.usable };
-        row.tips = { QStringLiteral("%1 %2, %3 cores").arg(device.vendor, device.features.join(u' ')).arg(device.cores) };
+        row.tips
+            = { QStringLiteral("%1 %2, %3 cores").arg(device.vendor, device.features.join(u' '), QString::number(device.cores)) };
         rows.append(row);
     }
     setRows(rows);

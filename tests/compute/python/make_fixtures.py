@@ -114,3 +114,64 @@ def blobs(n):
 
 torch.save(blobs(600), out + "/tensors.pt")
 torch.save(blobs(200), out + "/tensors_test.pt")
+
+# Weights as PyTorch users save them, in every container Tessera must read the same way, with their
+# canonical hashes computed here from docs/DETERMINISM.md ("Canonical weights") alone:
+#   weights_*.pt   a plain dict, state_dict() (an OrderedDict with _metadata, buffers included),
+#                  nn.Parameters, pickle protocol 4, views sharing a storage, every dtype
+#   weights.json   {file: canonical hash}
+#   refused_*.pt   files that are not a mapping of names to tensors
+import collections
+import hashlib
+import json
+import struct
+
+CODES = {torch.float32: 1, torch.float64: 2, torch.int64: 3, torch.int32: 4, torch.float16: 5,
+         torch.bfloat16: 6, torch.bool: 7, torch.uint8: 8}
+
+
+def canonical_hash(tensors):
+    digest = hashlib.sha256()
+    for name in sorted(tensors, key=lambda n: n.encode()):
+        t = tensors[name].detach().contiguous().cpu()
+        digest.update(name.encode() + b"\0" + bytes([CODES.get(t.dtype, 0)]) + struct.pack("<q", t.dim()))
+        for size in t.shape:
+            digest.update(struct.pack("<q", size))
+        raw = t.view(torch.int16) if t.dtype == torch.bfloat16 else t
+        digest.update(raw.numpy().tobytes())
+    return digest.hexdigest()
+
+
+class Net(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc0 = torch.nn.Linear(784, 16)
+        self.norm = torch.nn.BatchNorm1d(16)
+        self.fc1 = torch.nn.Linear(16, 10)
+
+
+net = Net()
+net.norm.running_mean.uniform_()
+state = net.state_dict()
+base = torch.randn(6, 5)
+weights = {
+    "weights_plain.pt": ({k: v.clone() for k, v in state.items()}, {}),
+    "weights_state_dict.pt": (state, {}),
+    "weights_parameters.pt": (dict(net.named_parameters()), {}),
+    "weights_protocol4.pt": (state, {"pickle_protocol": 4}),
+    "weights_views.pt": ({"whole": base, "column": base[:, 1], "transposed": base.t(), "tail": base[3:]}, {}),
+    "weights_dtypes.pt": ({"f64": torch.randn(3, dtype=torch.float64), "f16": torch.randn(3).half(),
+                           "bf16": torch.randn(3).bfloat16(), "i64": torch.arange(3), "i32": torch.arange(3).int(),
+                           "u8": torch.arange(3).to(torch.uint8), "b": torch.tensor([True, False]),
+                           "scalar": torch.tensor(7)}, {}),
+}
+hashes = {}
+for name, (tensors, options) in weights.items():
+    torch.save(tensors, out + "/" + name, **options)
+    hashes[name] = canonical_hash(tensors)
+json.dump(hashes, open(out + "/weights.json", "w"), indent=1)
+torch.save(collections.OrderedDict([("x", torch.randn(8, 20)), ("y", torch.randint(0, 3, (8,)))]), out + "/tensors_ordered.pt")
+torch.save([torch.zeros(2)], out + "/refused_list.pt")
+torch.save({"outer": {"inner": torch.zeros(2)}}, out + "/refused_nested.pt")
+torch.save({"weight": torch.zeros(2), 3: torch.zeros(2)}, out + "/refused_key.pt")
+torch.save({"weight": torch.zeros(2).to_sparse()}, out + "/refused_sparse.pt")
