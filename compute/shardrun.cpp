@@ -146,7 +146,7 @@ core::Result<std::unique_ptr<ShardRun>> ShardRun::start(
 }
 
 core::Result<std::unique_ptr<ShardRun>> ShardRun::resume(
-    const core::ShardTask& task, const QByteArray& suspended, const ComputeEnvironment& environment)
+    const core::ShardTask& task, const QByteArray& suspended, const ComputeEnvironment& environment, StateOrigin origin)
 {
     auto prepared = prepare(task, environment);
     if (!prepared)
@@ -163,19 +163,24 @@ core::Result<std::unique_ptr<ShardRun>> ShardRun::resume(
         }
         return {};
     };
-    // A state from a stranger (a dispute's checkpoint) is checked record by record before it is used:
-    // meta/task and meta/step are required; meta/losses, meta/chain and meta/elapsed_ms, which a
-    // node's own pause state carries, are optional (docs/DETERMINISM.md, "Training state").
-    const auto savedTask = find("task"), step = find("step"), losses = find("losses"), chain = find("chain"),
-               elapsed = find("elapsed_ms");
+    // A state is checked record by record before it is used. A stranger's (a dispute's checkpoint)
+    // needs only meta/step besides the model and the optimizer; the rest of meta/ is this node's own
+    // bookkeeping (docs/DETERMINISM.md, "Training state").
     auto bad = [](const QString& what) { return core::Error { QStringLiteral("state"), what }; };
-    if (!savedTask.defined() || !step.defined())
-        return bad(QStringLiteral("the saved shard state is incomplete: it needs meta/task and meta/step"));
-    const auto expected = taskDigest(task).toRaw();
-    if (savedTask.scalar_type() != at::kByte || savedTask.dim() != 1 || savedTask.numel() != expected.size())
-        return bad(QStringLiteral("meta/task must be the 32 bytes of the task's SHA-256 (uint8 [32])"));
-    if (QByteArray(static_cast<const char*>(savedTask.contiguous().data_ptr()), expected.size()) != expected)
-        return bad(QStringLiteral("the saved state belongs to another shard (meta/task)"));
+    const bool own = origin == StateOrigin::Own;
+    const auto step = find("step");
+    const auto savedTask = own ? find("task") : at::Tensor(), losses = own ? find("losses") : at::Tensor(),
+               chain = own ? find("chain") : at::Tensor(), elapsed = own ? find("elapsed_ms") : at::Tensor();
+    if (!step.defined() || (own && !savedTask.defined()))
+        return bad(own ? QStringLiteral("the saved shard state is incomplete: it needs meta/task and meta/step")
+                       : QStringLiteral("the state is incomplete: it needs meta/step"));
+    if (own) {
+        const auto expected = taskDigest(task).toRaw();
+        if (savedTask.scalar_type() != at::kByte || savedTask.dim() != 1 || savedTask.numel() != expected.size())
+            return bad(QStringLiteral("meta/task must be the 32 bytes of the task's SHA-256 (uint8 [32])"));
+        if (QByteArray(static_cast<const char*>(savedTask.contiguous().data_ptr()), expected.size()) != expected)
+            return bad(QStringLiteral("the saved state belongs to another shard (meta/task)"));
+    }
     if (step.scalar_type() != at::kLong || step.numel() != 1)
         return bad(QStringLiteral("meta/step must be one int64"));
     if (losses.defined() && (losses.scalar_type() != at::kDouble || losses.dim() != 1))
@@ -349,7 +354,8 @@ core::Result<Replay> replayShard(const core::ShardTask& task, std::int64_t from,
         return core::Error { QStringLiteral("checkpoint"),
             QStringLiteral("cannot replay from checkpoint %1 to %2 of a shard with %3").arg(from).arg(to).arg(count) };
     auto stepOf = [&](std::int64_t k) { return std::min(k * task.checkpointInterval, task.localSteps); };
-    auto run = from == 0 ? ShardRun::start(task, state, environment) : ShardRun::resume(task, state, environment);
+    auto run = from == 0 ? ShardRun::start(task, state, environment)
+                         : ShardRun::resume(task, state, environment, ShardRun::StateOrigin::Stranger);
     if (!run)
         return core::Error { QStringLiteral("state"), run.error().message };
     auto& d = *(*run)->d;

@@ -48,9 +48,14 @@ public:
     // must equal task.startWeights.
     static core::Result<std::unique_ptr<ShardRun>> start(
         const core::ShardTask& task, const QByteArray& startWeights, const ComputeEnvironment& environment);
+    // Whose training state resume() is given: this node's own suspend() (meta/task must name the
+    // task; the losses, chain and time so far continue), or another node's checkpoint state in a
+    // dispute, of which only the model, the optimizer and meta/step count (docs/DETERMINISM.md,
+    // "Training state"; its checkpoint hash is what ties it to the shard).
+    enum class StateOrigin { Own, Stranger };
     // Continues a run from suspend()'s bytes; ends bit for bit where an uninterrupted run would.
-    static core::Result<std::unique_ptr<ShardRun>> resume(
-        const core::ShardTask& task, const QByteArray& suspended, const ComputeEnvironment& environment);
+    static core::Result<std::unique_ptr<ShardRun>> resume(const core::ShardTask& task, const QByteArray& suspended,
+        const ComputeEnvironment& environment, StateOrigin origin = StateOrigin::Own);
     ~ShardRun();
 
     const core::ShardTask& task() const;

@@ -117,6 +117,15 @@ public:
             QStringLiteral("cheater-") + mode);
     }
 
+    // A node written in Python from the docs alone (tests/e2e/python/python_node.py).
+    QProcess* startPythonNode(const QString& name)
+    {
+        return start(Python,
+            { QStringLiteral(TESSERA_SOURCE_DIR "/tests/e2e/python/python_node.py"), endpoint(), QStringLiteral("--name"),
+                name },
+            name);
+    }
+
     QString log(const QString& name) const
     {
         QFile file(path(name + QStringLiteral(".log")));
@@ -521,6 +530,78 @@ private Q_SLOTS:
             { QStringLiteral("--config"), cluster.path(QStringLiteral("node1.ini")), QStringLiteral("stake"),
                 QStringLiteral("bond"), QStringLiteral("1.5"), QStringLiteral("--broker"), cluster.endpoint() });
         QVERIFY2(bonded.exitCode == 0 && bonded.output.contains(QStringLiteral("stake 11.5")), qPrintable(bonded.output));
+    }
+
+    // Independent peers from the docs alone: a node written in Python (pyzmq, PyTorch, PyNaCl) from
+    // PROTOCOL.md, DETERMINISM.md and JOBS.md trains beside a native node. Every result of a new node
+    // is re-executed by another, so each checks the other bit for bit; its weights are PyTorch's
+    // state_dict() (an OrderedDict), accepted as any dict; the job ends with train-local's bits.
+    // Then beside a cheater: the disputes ask it for its training states, it delivers them, and the
+    // referee sides with it.
+    void aNodeBuiltFromTheDocsTrainsBesideNativeNodes()
+    {
+        const QString jobFile = m_dir.filePath(QStringLiteral("python-job.json"));
+        Cluster::writeFile(jobFile, QStringLiteral(R"({"name": "docs node", "model": {"zoo": "mlp", "hidden": [64], "dropout": 0.1},
+            "dataset": {"builtin": "fashion-mnist"}, "optimizer": {"kind": "sgd", "lr": 0.05, "momentum": 0.9},
+            "training": {"rounds": 2, "shardsPerRound": 4, "localSteps": 30, "batchSize": 32, "seed": 11,
+                         "checkpointInterval": 10}, "budget": "100", "verification": {"rate": 0}})"));
+        const QString localDir = m_dir.filePath(QStringLiteral("python-local"));
+        const auto local = run(Bin + QStringLiteral("/tessera-node"),
+            { QStringLiteral("--config"), QStringLiteral("/dev/null"), QStringLiteral("train-local"), jobFile,
+                QStringLiteral("--out"), localDir });
+        QVERIFY2(local.exitCode == 0, qPrintable(local.output));
+        QFile report(QDir(localDir).filePath(QStringLiteral("report.json")));
+        QVERIFY(report.open(QIODevice::ReadOnly));
+        const QString baseline
+            = QJsonDocument::fromJson(report.readAll()).object().value(QStringLiteral("finalWeightsHash")).toString();
+
+        auto recordOf = [](Cluster& cluster, const QString& name) {
+            for (const auto& value : cluster.nodes()) {
+                if (value.toObject().value(QStringLiteral("name")).toString() == name)
+                    return value.toObject();
+            }
+            return QJsonObject {};
+        };
+        // The broker never checks a result itself here: the two nodes must check each other.
+        const QString settings = QStringLiteral("SelfVerifyAfterSeconds=600\n");
+        {
+            Cluster cluster;
+            cluster.startBroker({}, settings);
+            cluster.startNode(1);
+            cluster.startPythonNode(QStringLiteral("python"));
+            const auto end = cluster.waitForEnd(cluster.submit(jobFile));
+            QVERIFY2(end.value(QStringLiteral("state")).toString() == u"finished", qPrintable(cluster.log(QStringLiteral("python"))));
+            QCOMPARE(end.value(QStringLiteral("weightsHash")).toString(), baseline);
+            const auto python = recordOf(cluster, QStringLiteral("python"));
+            const auto native = recordOf(cluster, QStringLiteral("node-1"));
+            qInfo("python node: done %lld, verified %lld; native node: done %lld, verified %lld",
+                python.value(QStringLiteral("shardsDone")).toInteger(), python.value(QStringLiteral("verified")).toInteger(),
+                native.value(QStringLiteral("shardsDone")).toInteger(), native.value(QStringLiteral("verified")).toInteger());
+            QVERIFY2(python.value(QStringLiteral("verified")).toInteger() > 0, qPrintable(cluster.log(QStringLiteral("python"))));
+            QVERIFY(native.value(QStringLiteral("verified")).toInteger() > 0);
+            for (const auto& record : { python, native }) {
+                QCOMPARE(record.value(QStringLiteral("disputesLost")).toInteger(), 0);
+                QCOMPARE(record.value(QStringLiteral("slashed")).toString(), QStringLiteral("0"));
+            }
+            QVERIFY(cluster.ledgerConsistent());
+        }
+        {
+            Cluster cluster;
+            cluster.startBroker({}, QStringLiteral("DisputeTimeoutSeconds=60\n"));
+            cluster.startCheater(QStringLiteral("fewer-steps"));
+            cluster.startPythonNode(QStringLiteral("python"));
+            const auto end = cluster.waitForEnd(cluster.submit(jobFile));
+            const QString log = cluster.log(QStringLiteral("python"));
+            QVERIFY2(end.value(QStringLiteral("state")).toString() == u"finished", qPrintable(log));
+            QCOMPARE(end.value(QStringLiteral("weightsHash")).toString(), baseline);
+            const auto python = recordOf(cluster, QStringLiteral("python"));
+            const auto cheater = recordOf(cluster, QStringLiteral("cheater-fewer-steps"));
+            QVERIFY2(log.contains(QStringLiteral("sent checkpoint")), qPrintable(log));
+            QVERIFY(cheater.value(QStringLiteral("disputesLost")).toInteger() >= 1);
+            QCOMPARE(python.value(QStringLiteral("disputesLost")).toInteger(), 0);
+            QCOMPARE(python.value(QStringLiteral("slashed")).toString(), QStringLiteral("0"));
+            QVERIFY(cluster.ledgerConsistent());
+        }
     }
 
     void oneNodeServesTwoBrokers()
