@@ -62,6 +62,26 @@ private Q_SLOTS:
         const auto unknown = node({ QStringLiteral("frobnicate") }, config());
         QCOMPARE(unknown.exitCode, 1);
         QVERIFY(unknown.output.contains(QStringLiteral("unknown command")));
+        // Every program's --version is one line, ended; every command's --help is its own, exit 0.
+        for (const auto* program : { TESSERA_NODE, TESSERA_JOB, TESSERA_BROKER }) {
+            const auto printed = run(QString::fromUtf8(program), { QStringLiteral("--version") });
+            QCOMPARE(printed.exitCode, 0);
+            QVERIFY2(printed.output.endsWith(u'\n') && printed.output.count(u'\n') == 1, qPrintable(printed.output));
+        }
+        for (const auto* command : { "run", "results", "stake", "devices", "benchmark", "train-local", "train-shard" }) {
+            const auto commandHelp = node({ QString::fromLatin1(command), QStringLiteral("--help") }, config());
+            QVERIFY2(commandHelp.exitCode == 0 && commandHelp.output.contains(QString::fromLatin1(command)),
+                qPrintable(commandHelp.output));
+        }
+        for (const auto* command : { "submit", "status", "wait", "fetch", "list", "cancel", "balance", "ledger", "nodes",
+                 "verifications", "receipt", "verify-receipt" }) {
+            const auto jobHelp = run(QStringLiteral(TESSERA_JOB), { QString::fromLatin1(command), QStringLiteral("--help") });
+            QVERIFY2(jobHelp.exitCode == 0 && jobHelp.output.startsWith(QStringLiteral("Usage: tessera-job"))
+                    && jobHelp.output.contains(QString::fromLatin1(command)),
+                qPrintable(jobHelp.output));
+        }
+        const auto wrong = run(QStringLiteral(TESSERA_JOB), { QStringLiteral("fetch"), QStringLiteral("ID") }); // no -o
+        QCOMPARE(wrong.exitCode, 2);
     }
 
     void initTestCase()

@@ -121,8 +121,7 @@ public:
     QProcess* startPythonNode(const QString& name)
     {
         return start(Python,
-            { QStringLiteral(TESSERA_SOURCE_DIR "/tests/e2e/python/python_node.py"), endpoint(), QStringLiteral("--name"),
-                name },
+            { QStringLiteral(TESSERA_SOURCE_DIR "/tests/e2e/python/python_node.py"), endpoint(), QStringLiteral("--name"), name },
             name);
     }
 
@@ -541,7 +540,8 @@ private Q_SLOTS:
     void aNodeBuiltFromTheDocsTrainsBesideNativeNodes()
     {
         const QString jobFile = m_dir.filePath(QStringLiteral("python-job.json"));
-        Cluster::writeFile(jobFile, QStringLiteral(R"({"name": "docs node", "model": {"zoo": "mlp", "hidden": [64], "dropout": 0.1},
+        Cluster::writeFile(
+            jobFile, QStringLiteral(R"({"name": "docs node", "model": {"zoo": "mlp", "hidden": [64], "dropout": 0.1},
             "dataset": {"builtin": "fashion-mnist"}, "optimizer": {"kind": "sgd", "lr": 0.05, "momentum": 0.9},
             "training": {"rounds": 2, "shardsPerRound": 4, "localSteps": 30, "batchSize": 32, "seed": 11,
                          "checkpointInterval": 10}, "budget": "100", "verification": {"rate": 0}})"));
@@ -570,7 +570,8 @@ private Q_SLOTS:
             cluster.startNode(1);
             cluster.startPythonNode(QStringLiteral("python"));
             const auto end = cluster.waitForEnd(cluster.submit(jobFile));
-            QVERIFY2(end.value(QStringLiteral("state")).toString() == u"finished", qPrintable(cluster.log(QStringLiteral("python"))));
+            QVERIFY2(
+                end.value(QStringLiteral("state")).toString() == u"finished", qPrintable(cluster.log(QStringLiteral("python"))));
             QCOMPARE(end.value(QStringLiteral("weightsHash")).toString(), baseline);
             const auto python = recordOf(cluster, QStringLiteral("python"));
             const auto native = recordOf(cluster, QStringLiteral("node-1"));
@@ -671,6 +672,9 @@ for name, n in (("train.pt", 600), ("test.pt", 200)):
         QVERIFY(hostile.output.contains(QStringLiteral("the broker still serves")));
         QCOMPARE(cluster.broker()->state(), QProcess::Running);
         QVERIFY(cluster.log(QStringLiteral("broker")).contains(QStringLiteral("dropped a peer")));
+        // A node id and a name with "%1" in them are shown as they are, not substituted into.
+        const auto nodes = cluster.job({ QStringLiteral("nodes") });
+        QVERIFY2(nodes.output.contains(QStringLiteral("pct%1%2%3nod  name %1 %2  ")), qPrintable(nodes.output));
     }
 
     void curveRefusesPlaintextAndWrongKeys()

@@ -53,6 +53,19 @@ command, header = socket.recv_multipart()[1:3]
 assert command == b"\x08" and json.loads(header)["code"] == "hash-mismatch", (command, header)
 expect_error(request(0x10, {"sha256": claimed, "offset": 0, "length": 9}), "unknown-blob")
 
+# Ids and names that look like format strings are data: a node registers as "pct%1%2%3node" named
+# "name %1 %2" (plaintext ids are claims), and `tessera-job nodes` must show them as they are.
+registrar = context.socket(zmq.DEALER)
+registrar.setsockopt(zmq.RCVTIMEO, 10000)
+registrar.setsockopt(zmq.LINGER, 0)
+registrar.connect(endpoint)
+registrar.send_multipart(request(0x01, {"node": {"nodeId": "pct%1%2%3node", "name": "name %1 %2", "softwareVersion": "x",
+                                                 "runtimeProfile": "p", "devices": [], "maxThreads": 1}}))
+reply = registrar.recv_multipart()
+assert reply[1] == b"\x02", reply
+registrar.close()
+print("a node named with format characters registered")
+
 # A flood: far more than the broker's 500 messages a second are refused as too-many-requests
 # (and the rest answered), without hurting anyone else.
 flood = context.socket(zmq.DEALER)
