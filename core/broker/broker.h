@@ -91,7 +91,8 @@ public:
         std::int64_t disputeTimeoutMs = 60'000; // to deliver a checkpoint state in a dispute
         std::int64_t selfVerifyAfterMs = 120'000; // a sample no other node can check: the broker re-executes it
         // A sample that no connected node could check (none with its runtime profile, threads and
-        // stake) is re-executed by the broker after this grace instead (negative: never early).
+        // stake) is re-executed by the broker at once, once the broker has run this long (its nodes
+        // come back after a restart); negative: only after selfVerifyAfterMs.
         std::int64_t selfVerifyAloneAfterMs = 5'000;
         std::int64_t unbondingDelayMs = 24LL * 3600 * 1000; // unbonded stake stays slashable this long
         double crossProfileTolerance = 1e-3; // relative L2 distance, results of different runtime profiles

@@ -770,12 +770,11 @@ void Broker::tick()
             (void)requeueChecks(QStringLiteral("id"), verification);
         }
     }
-    // Samples nobody could check: the broker re-executes them, after Options::selfVerifyAfterMs, or
-    // sooner when no connected node could check them at all (a broker with a single node).
+    // Samples nobody could check: the broker re-executes them, after Options::selfVerifyAfterMs, or at
+    // once when no connected node could check them at all (a broker with a single node).
     if (m_options.selfVerifyAfterMs >= 0) {
         const bool early = m_options.selfVerifyAloneAfterMs >= 0 && now - m_openedAtMs >= m_options.selfVerifyAloneAfterMs;
-        const auto soonest
-            = early ? std::min(m_options.selfVerifyAfterMs, m_options.selfVerifyAloneAfterMs) : m_options.selfVerifyAfterMs;
+        const auto soonest = early ? 0 : m_options.selfVerifyAfterMs;
         auto rows = query(*m_db,
             QStringLiteral("SELECT id, created_at FROM verifications WHERE state = 'waiting' AND kind = 'sample' AND "
                            "created_at <= ?"),

@@ -85,8 +85,8 @@ QList<Key> makeKeys()
         intKey(BrokerDisputeTimeoutSeconds, 60, 1, 86'400,
             "Seconds a node has to send a checkpoint state in a dispute; a timeout counts as a loss."),
         intKey(BrokerSelfVerifyAfterSeconds, 120, 0, 604'800,
-            "Seconds a sampled result waits for a node to re-execute it before the broker does it itself (5 s when no "
-            "connected node could)."),
+            "Seconds a sampled result waits for a node to re-execute it before the broker does it itself (at once "
+            "when no connected node could)."),
         intKey(BrokerUnbondingDelaySeconds, 86'400, 0, 31'536'000,
             "Seconds unbonded stake stays slashable before it returns to the node's balance."),
         intKey(BrokerMaxJobsPerOwner, 20, 1, 1'000'000, "Running jobs one owner may have at once; more are refused."),

@@ -834,7 +834,7 @@ private Q_SLOTS:
         QVERIFY(broker->registerNode(node(QStringLiteral("c"))).ok());
         const auto a1 = **broker->assign(QStringLiteral("a"));
         QCOMPARE(*deliver(*broker, QStringLiteral("a"), a1.id, honest(*broker, a1)), Verdict::Held);
-        m_clock.now += 5'000;
+        m_clock.now += 60'000;
         broker->tick();
         // c has a's profile and could check the sample: it waits for c.
         QCOMPARE(broker->verifications(jobId)->first().value(QStringLiteral("state")).toString(), QStringLiteral("waiting"));
