@@ -58,7 +58,7 @@ network() {
     printf '[Broker]\nDataDirectory=%s/broker\nFaucet=true\n%s\n' "$dir" "$settings" > "$dir/broker.ini"
     "$bin/tessera-broker" --config "$dir/broker.ini" --bind "$endpoint" > "$dir/broker.log" 2>&1 &
     pids+=($!)
-    local jobCmd=("$bin/tessera-job" --config /dev/null --broker "$endpoint")
+    local jobCmd=("$bin/tessera-job" --config /dev/null --identity "$dir/owner.key" --broker "$endpoint")
     until "${jobCmd[@]}" list > /dev/null 2>&1; do
         kill -0 "${pids[-1]}" 2>/dev/null || { cat "$dir/broker.log"; exit 1; }
         sleep 0.2

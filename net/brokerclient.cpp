@@ -14,6 +14,7 @@ struct BrokerClient::Private {
     zmq::context_t context;
     zmq::socket_t socket { context, zmq::socket_type::dealer };
     qint64 nextId = 1;
+    QString plaintextAccount; // named as "owner" in every request to a plaintext broker
 };
 
 BrokerClient::BrokerClient(BrokerAddress broker, std::optional<CurveKeys> keys, int timeoutMs)
@@ -27,6 +28,8 @@ BrokerClient::BrokerClient(BrokerAddress broker, std::optional<CurveKeys> keys, 
         d->socket.set(zmq::sockopt::curve_serverkey, d->broker.serverKey.toStdString());
         d->socket.set(zmq::sockopt::curve_publickey, own.publicKey.toStdString());
         d->socket.set(zmq::sockopt::curve_secretkey, own.secretKey.toStdString());
+    } else if (keys) {
+        d->plaintextAccount = keys->publicKey;
     }
     d->socket.connect(d->broker.endpoint.toStdString());
 }
@@ -69,6 +72,8 @@ core::Result<QJsonObject> BrokerClient::request(Command command, QJsonObject hea
 {
     const qint64 id = d->nextId++;
     header.insert(QStringLiteral("id"), id);
+    if (!d->plaintextAccount.isEmpty() && !header.contains(QStringLiteral("owner")))
+        header.insert(QStringLiteral("owner"), d->plaintextAccount);
     send({ command, header, {} });
     for (;;) {
         auto reply = receive();
@@ -120,8 +125,12 @@ core::Result<QByteArray> BrokerClient::jobWeights(const QString& jobId)
     auto reply = request(Command::Status, { { QStringLiteral("jobId"), jobId } });
     if (!reply)
         return reply.error();
-    auto digest
-        = core::Digest::fromHex(reply->value(QStringLiteral("job")).toObject().value(QStringLiteral("weightsSha256")).toString());
+    const auto job = reply->value(QStringLiteral("job")).toObject();
+    // Another identity sees only a job's progress (docs/PROTOCOL.md, "Who may do what").
+    if (!job.contains(QStringLiteral("weightsSha256")))
+        return core::Error { QStringLiteral("forbidden"),
+            QStringLiteral("job %1 is not yours: only its owner may fetch its weights").arg(jobId) };
+    auto digest = core::Digest::fromHex(job.value(QStringLiteral("weightsSha256")).toString());
     if (!digest)
         return core::Error { QStringLiteral("jobId"), QStringLiteral("the broker named no weights for job %1").arg(jobId) };
     return download(*digest);

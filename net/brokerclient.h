@@ -19,6 +19,9 @@ namespace tessera::net {
 // credit-based flow control. For tessera-job and the app's submit panel; one thread at a time.
 class BrokerClient {
 public:
+    // keys: the caller's identity. Under CURVE (the address has #KEY) it connects with them (without,
+    // with a new key each time: nobody's account); to a plaintext broker it names their public key as
+    // the account it acts for ("owner" in every request).
     BrokerClient(BrokerAddress broker, std::optional<CurveKeys> keys, int timeoutMs = 15000);
     ~BrokerClient();
     BrokerClient(const BrokerClient&) = delete;

@@ -122,8 +122,25 @@ BrokerServer::BrokerServer(core::broker::Broker& broker, BrokerServerOptions opt
 
 BrokerServer::~BrokerServer() = default;
 
+namespace {
+
+bool isLoopback(const QString& endpoint)
+{
+    // tcp://HOST:PORT
+    const QString host = endpoint.mid(6).section(u':', 0, -2);
+    return host == u"localhost" || host.startsWith(u"127.") || host == u"[::1]" || host == u"::1";
+}
+
+} // namespace
+
 core::Status BrokerServer::bind()
 {
+    if (!d->options.keys && !d->options.insecurePlaintext && !isLoopback(d->options.bind))
+        return core::Error { QStringLiteral("bind"),
+            QStringLiteral("refusing to listen on %1 without CURVE: on a plaintext broker anyone who reaches it can "
+                           "claim any account and spend its credits. Give it a key file (--keys FILE, Broker/KeyFile), "
+                           "bind 127.0.0.1, or start it with --insecure-plaintext if this network is yours alone")
+                .arg(d->options.bind) };
     try {
         d->router.set(zmq::sockopt::maxmsgsize, std::int64_t(MaxMessageBytes) * 2); // hard limit; above MaxMessageBytes: an ERROR
         d->router.set(zmq::sockopt::router_mandatory, 0);
@@ -368,6 +385,13 @@ void BrokerServer::Private::handle(const QByteArray& routingId, const QList<QByt
     const Message& message = *decoded;
     const auto id = message.header.value(QStringLiteral("id"));
     const int re = int(message.command);
+    // Who asks (docs/PROTOCOL.md, "Who may do what"): under CURVE the client's key, the operator
+    // when the key is one of Broker/OperatorKeys; on a plaintext broker (loopback only) every caller
+    // is the operator, acting for the account it names ("owner").
+    const bool curve = !userId.isEmpty();
+    const QString caller = curve ? userId : message.header.value(QStringLiteral("owner")).toString(QStringLiteral("local"));
+    const bool operatorCaller = !curve || options.operatorKeys.contains(userId);
+    auto forbidden = [&](const QString& why) { sendError(routingId, errors::Forbidden, why, re, id); };
     // A full disk is the broker's trouble, not the request's: the peer hears disk-full (without the
     // broker's paths), the operator reads the whole error in the log.
     auto refuse = [&](const QString& code, const core::Error& error, const QString& prefix = {}) {
@@ -402,12 +426,20 @@ void BrokerServer::Private::handle(const QByteArray& routingId, const QList<QByt
             sendError(routingId, errors::Invalid, QStringLiteral("node.nodeId: is required"), re, id);
             return;
         }
+        // The same node on a new connection (it reconnected, or restarted): what was in flight on the
+        // old one is void, a TASK sent there may never have arrived, so its shards go back to the
+        // queue (and to it again, if nobody else takes them).
+        bool replaced = false;
         for (auto it = peers.begin(); it != peers.end();) {
-            if (it.key() != routingId && it->nodeId == node->nodeId)
-                it = peers.erase(it); // the same node on a new connection: forget the old one
-            else
+            if (it.key() != routingId && it->nodeId == node->nodeId) {
+                it = peers.erase(it);
+                replaced = true;
+            } else {
                 ++it;
+            }
         }
+        if (replaced)
+            broker.nodeLost(node->nodeId);
         auto& self = peers[routingId];
         if (auto status = broker.registerNode(*node); !status) {
             refuse(errors::Internal, status.error());
@@ -484,6 +516,12 @@ void BrokerServer::Private::handle(const QByteArray& routingId, const QList<QByt
             sendError(routingId, errors::UnknownBlob, QStringLiteral("no blob %1").arg(digest->toHex()), re, id);
             return;
         }
+        if (!operatorCaller && !broker.mayRead(caller, *digest).value_or(false)) {
+            forbidden(QStringLiteral("blob %1 is not yours to read: only its uploader, the owner of a job that uses it and "
+                                     "nodes given work that needs it may")
+                          .arg(digest->toHex()));
+            return;
+        }
         auto bytes = broker.blobs().readRange(*digest, offset, length);
         if (!bytes) {
             invalid(bytes.error());
@@ -509,6 +547,12 @@ void BrokerServer::Private::handle(const QByteArray& routingId, const QList<QByt
             refuse(state.error().field == u"sha256" ? errors::HashMismatch : errors::Invalid, state.error());
             return;
         }
+        if (*state == core::BlobStore::UploadState::Complete) {
+            if (auto granted = broker.allowRead(*digest, caller); !granted) {
+                refuse(errors::Internal, granted.error());
+                return;
+            }
+        }
         send(routingId,
             okMessage(id,
                 { { QStringLiteral("sha256"), digest->toHex() },
@@ -523,9 +567,17 @@ void BrokerServer::Private::handle(const QByteArray& routingId, const QList<QByt
             return;
         }
         // The owner is who the CURVE key says; without CURVE (a local broker) whoever the client names.
-        const QString owner
-            = !userId.isEmpty() ? userId : message.header.value(QStringLiteral("owner")).toString(QStringLiteral("local"));
-        auto jobId = broker.submit(*spec, owner);
+        // A job may name only files its owner may read: a file's hash is no key to it.
+        if (!operatorCaller) {
+            for (const auto& named : core::broker::blobsNamedBy(*spec)) {
+                if (!broker.mayRead(caller, named).value_or(false)) {
+                    forbidden(
+                        QStringLiteral("the job names blob %1, which is not yours: upload the file yourself").arg(named.toHex()));
+                    return;
+                }
+            }
+        }
+        auto jobId = broker.submit(*spec, caller);
         if (!jobId) {
             refuse(errors::Invalid, jobId.error(), QStringLiteral("job."));
             return;
@@ -541,7 +593,9 @@ void BrokerServer::Private::handle(const QByteArray& routingId, const QList<QByt
             sendError(routingId, errors::UnknownJob, status.error().toString(), re, id);
             return;
         }
-        send(routingId, okMessage(id, { { QStringLiteral("job"), status->toJson() } }));
+        // Another identity sees the job's progress only; its owner sees all of it.
+        const bool mine = operatorCaller || status->owner == caller;
+        send(routingId, okMessage(id, { { QStringLiteral("job"), mine ? status->toJson() : status->toPublicJson() } }));
         return;
     }
     case Command::List: {
@@ -552,14 +606,19 @@ void BrokerServer::Private::handle(const QByteArray& routingId, const QList<QByt
         }
         QJsonArray list;
         for (const auto& job : *jobs)
-            list.append(job.toJson());
+            list.append(operatorCaller || job.owner == caller ? job.toJson() : job.toPublicJson());
         send(routingId, okMessage(id, { { QStringLiteral("jobs"), list } }));
         return;
     }
     case Command::Cancel: {
         const QString jobId = message.header.value(QStringLiteral("jobId")).toString();
-        if (auto exists = broker.status(jobId); !exists) {
+        auto exists = broker.status(jobId);
+        if (!exists) {
             sendError(routingId, errors::UnknownJob, exists.error().toString(), re, id);
+            return;
+        }
+        if (!operatorCaller && exists->owner != caller) {
+            forbidden(QStringLiteral("job %1 is not yours to cancel").arg(jobId));
             return;
         }
         if (auto status = broker.cancel(jobId); !status) {
@@ -584,8 +643,11 @@ void BrokerServer::Private::handle(const QByteArray& routingId, const QList<QByt
         return;
     }
     case Command::Balance: {
-        const QString who
-            = !userId.isEmpty() ? userId : message.header.value(QStringLiteral("account")).toString(QStringLiteral("local"));
+        const QString who = message.header.value(QStringLiteral("account")).toString(caller);
+        if (!operatorCaller && who != caller) {
+            forbidden(QStringLiteral("the balance of %1 is for its holder to see").arg(who));
+            return;
+        }
         auto account = broker.account(who);
         if (!account) {
             sendError(routingId, errors::Internal, account.error().toString(), re, id);
@@ -621,14 +683,24 @@ void BrokerServer::Private::handle(const QByteArray& routingId, const QList<QByt
             sendError(routingId, errors::Internal, nodes.error().toString(), re, id);
             return;
         }
+        // Records, stakes and slashes are public; a balance is its holder's.
         QJsonArray list;
-        for (const auto& node : *nodes)
+        for (auto node : *nodes) {
+            if (!operatorCaller && node.value(QStringLiteral("nodeId")).toString() != caller)
+                node.remove(QStringLiteral("balance"));
             list.append(node);
+        }
         send(routingId, okMessage(id, { { QStringLiteral("nodes"), list } }));
         return;
     }
     case Command::Receipt: {
-        auto receipt = broker.receipt(message.header.value(QStringLiteral("cause")).toString());
+        const QString cause = message.header.value(QStringLiteral("cause")).toString();
+        if (!operatorCaller && broker.ledger().hasCause(cause).value_or(false)
+            && !broker.isPartyTo(caller, cause).value_or(false)) {
+            forbidden(QStringLiteral("the receipt for %1 is for the parties it names").arg(cause));
+            return;
+        }
+        auto receipt = broker.receipt(cause);
         if (!receipt) {
             invalid(receipt.error());
             return;

@@ -26,6 +26,12 @@ struct BrokerServerOptions {
     // message is answered too-many-requests; a peer that keeps it up for 5 s is dropped and its
     // messages ignored for a minute. 0: no limit.
     int maxRequestsPerSecond = 500;
+    // Z85 client keys that act as the operator under CURVE (see everything, any account). On a
+    // plaintext broker every caller is the operator: it is for this machine (loopback) only.
+    QStringList operatorKeys;
+    // A plaintext broker binds only loopback addresses unless this is set (--insecure-plaintext):
+    // without CURVE, anyone who reaches it can claim any account.
+    bool insecurePlaintext = false;
 };
 
 // The broker's network loop: one ROUTER socket (and, with CURVE, the ZAP handler), owned by the
@@ -38,6 +44,7 @@ public:
     BrokerServer(const BrokerServer&) = delete;
     BrokerServer& operator=(const BrokerServer&) = delete;
 
+    // Refuses a plaintext broker on an address other than loopback unless insecurePlaintext.
     core::Status bind();
     // The address nodes connect to: the bound endpoint, plus "#KEY" with CURVE.
     QString address() const;

@@ -390,13 +390,23 @@ void NodeClient::Private::handle(const Message& message)
         readySent = false;
         auto task = core::ShardTask::fromJson(h.value(QStringLiteral("task")).toObject());
         auto weights = core::Digest::fromHex(h.value(QStringLiteral("startWeightsBlob")).toString());
-        if (!task || !weights || current) {
-            qCWarning(lcNode).noquote() << "ignored a task:"
-                                        << (task ? QStringLiteral("busy or bad weights") : task.error().toString());
+        const QString assignment = h.value(QStringLiteral("assignment")).toString();
+        if (task && weights && current) {
+            // Busy with another shard (the broker sent this one to a session it then lost): given
+            // back at once, so that it does not wait for its deadline.
+            qCWarning(lcNode).noquote() << "gave back" << assignment << ": busy with" << current->assignment;
+            outbox.push_back({ tag, assignment,
+                untrained(task->jobId, task->round, task->shard, core::ShardResult::Outcome::Returned,
+                    QStringLiteral("the node is busy with another shard")),
+                {}, {} });
+            return;
+        }
+        if (!task || !weights) {
+            qCWarning(lcNode).noquote() << "ignored a task:" << (task ? QStringLiteral("bad weights") : task.error().toString());
             return;
         }
         ++counters.tasks;
-        current = CurrentTask { h.value(QStringLiteral("assignment")).toString(), *task, *weights, false };
+        current = CurrentTask { assignment, *task, *weights, false };
         for (const auto& digest : blobsOf(*task, *weights)) {
             if (!cache.contains(digest))
                 downloads.insert(digest, Download(digest));

@@ -67,6 +67,7 @@ inline const QString Stale = QStringLiteral("stale");
 inline const QString Internal = QStringLiteral("internal");
 inline const QString TooManyRequests = QStringLiteral("too-many-requests");
 inline const QString DiskFull = QStringLiteral("disk-full");
+inline const QString Forbidden = QStringLiteral("forbidden");
 } // namespace errors
 
 struct Message {

@@ -48,7 +48,7 @@ start() {
     pids[$1]=$!
     disown "${pids[$1]}"
 }
-job() { "$bin/tessera-job" --config /dev/null --broker "$endpoint" "$@"; }
+job() { "$bin/tessera-job" --config /dev/null --identity "$scratch/owner.key" --broker "$endpoint" "$@"; }
 
 # Waits until the broker answers; fails if it died or stays silent for 120 s.
 wait_for_broker() {

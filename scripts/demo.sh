@@ -28,14 +28,14 @@ for n in 1 2; do
 done
 echo "Broker at $broker and two nodes started (logs in $work)"
 
-id=$("$bin/tessera-job" --config /dev/null --broker "$broker" submit "$job" | tail -n 1)
+id=$("$bin/tessera-job" --config /dev/null --identity "$work/owner.key" --broker "$broker" submit "$job" | tail -n 1)
 echo "Submitted $job as job $id"
-"$bin/tessera-job" --config /dev/null --broker "$broker" wait "$id"
-"$bin/tessera-job" --config /dev/null --broker "$broker" fetch "$id" -o "$work/model.pt"
-"$bin/tessera-job" --config /dev/null --broker "$broker" ledger
+"$bin/tessera-job" --config /dev/null --identity "$work/owner.key" --broker "$broker" wait "$id"
+"$bin/tessera-job" --config /dev/null --identity "$work/owner.key" --broker "$broker" fetch "$id" -o "$work/model.pt"
+"$bin/tessera-job" --config /dev/null --identity "$work/owner.key" --broker "$broker" ledger
 for n in 1 2; do
     key=$(sed -n 's/^public //p' "$work/node$n/node.key")
-    earned=$("$bin/tessera-job" --config /dev/null --broker "$broker" balance "$key" | sed 's/.*: \([0-9.]* credits, [0-9.]* bonded\)$/\1/')
+    earned=$("$bin/tessera-job" --config /dev/null --identity "$work/owner.key" --broker "$broker" balance "$key" | sed 's/.*: \([0-9.]* credits, [0-9.]* bonded\)$/\1/')
     echo "demo-node-$n earned: $earned"
 done
 echo "The trained weights are in $work/model.pt:"

@@ -1,15 +1,18 @@
-// tessera-broker: the job broker daemon. Wiring only: settings, the compute-backed training math,
-// the Broker (core) and its network loop (net).
+// tessera-broker: the job broker daemon, and the operator's commands on its books. Wiring only:
+// settings, the compute-backed training math, the Broker (core) and its network loop (net).
 
 #include <compute/brokermath.h>
 #include <core/broker/broker.h>
+#include <core/broker/operator.h>
 #include <core/settings/settings.h>
 #include <net/brokerserver.h>
 #include <net/curvekeys.h>
 
 #include <QCommandLineParser>
 #include <QCoreApplication>
+#include <QDateTime>
 #include <QDir>
+#include <QJsonDocument>
 #include <QStandardPaths>
 #include <QTextStream>
 
@@ -29,6 +32,50 @@ int fail(const QString& message)
 {
     QTextStream(stderr) << "tessera-broker: " << message << Qt::endl;
     return 1;
+}
+
+// The operator's commands: they act on the broker's database, also while the broker runs.
+int operatorCommand(const QStringList& positional, const QString& dataDirectory, const QCommandLineParser& parser)
+{
+    using namespace tessera;
+    QTextStream out(stdout);
+    const QString command = positional.first();
+    const bool json = parser.isSet(QStringLiteral("json"));
+    if (command == u"credit" && positional.size() == 3) {
+        auto amount = core::Credits::parse(positional[2]);
+        if (!amount || amount->micro() <= 0)
+            return fail(QStringLiteral("AMOUNT must be a positive number of credits, like 250 or 12.5"));
+        auto credited = core::broker::creditAccount(
+            dataDirectory, positional[1], *amount, parser.value(QStringLiteral("memo")), QDateTime::currentMSecsSinceEpoch());
+        if (!credited)
+            return fail(credited.error().toString());
+        if (json)
+            out << QJsonDocument(
+                QJsonObject { { QStringLiteral("account"), positional[1] }, { QStringLiteral("credited"), amount->toString() },
+                    { QStringLiteral("cause"), credited->cause }, { QStringLiteral("balance"), credited->balance.toString() } })
+                       .toJson();
+        else
+            out << "credited " << amount->toString() << " credits to " << positional[1] << " (" << credited->cause
+                << "; its holder fetches the signed receipt with tessera-job receipt " << credited->cause << "); balance "
+                << credited->balance.toString() << Qt::endl;
+        return 0;
+    }
+    if (command == u"balance" && positional.size() == 2) {
+        auto account = core::broker::accountIn(dataDirectory, positional[1]);
+        if (!account)
+            return fail(account.error().toString());
+        if (json)
+            out << QJsonDocument(*account).toJson();
+        else
+            out << positional[1] << ": " << account->value(QStringLiteral("balance")).toString() << " credits, "
+                << account->value(QStringLiteral("stake")).toString() << " bonded, "
+                << account->value(QStringLiteral("unbonding")).toString() << " unbonding" << Qt::endl;
+        return 0;
+    }
+    QTextStream(stderr) << "usage: tessera-broker [--config FILE] [--data DIR] credit ACCOUNT AMOUNT [--memo TEXT] [--json]\n"
+                           "       tessera-broker [--config FILE] [--data DIR] balance ACCOUNT [--json]"
+                        << Qt::endl;
+    return 2;
 }
 
 } // namespace
@@ -53,6 +100,14 @@ int main(int argc, char* argv[])
     parser.addOption({ QStringLiteral("keys"),
         QStringLiteral("keypair file; created if missing; turns CURVE on (Broker/KeyFile)"), QStringLiteral("FILE") });
     parser.addOption({ QStringLiteral("config"), QStringLiteral("settings file"), QStringLiteral("FILE") });
+    parser.addOption({ QStringLiteral("insecure-plaintext"),
+        QStringLiteral("listen without CURVE on an address other than loopback (anyone who reaches it can claim any account)") });
+    parser.addOption({ QStringLiteral("memo"), QStringLiteral("credit: why (kept in the ledger)"), QStringLiteral("TEXT") });
+    parser.addOption({ QStringLiteral("json"), QStringLiteral("credit, balance: print one JSON document") });
+    parser.addPositionalArgument(QStringLiteral("command"),
+        QStringLiteral("nothing: run the broker; credit ACCOUNT AMOUNT: new credits for an account (the operator funds "
+                       "job owners); balance ACCOUNT: an account's credits"),
+        QStringLiteral("[credit ACCOUNT AMOUNT | balance ACCOUNT]"));
     parser.process(app);
 
     core::settings::Settings settings(parser.isSet(QStringLiteral("config")) ? parser.value(QStringLiteral("config"))
@@ -66,11 +121,16 @@ int main(int argc, char* argv[])
     if (dataDirectory.isEmpty())
         dataDirectory = QStandardPaths::writableLocation(QStandardPaths::GenericDataLocation) + QStringLiteral("/Tessera/broker");
 
+    if (!parser.positionalArguments().isEmpty())
+        return operatorCommand(parser.positionalArguments(), dataDirectory, parser);
+
     net::BrokerServerOptions options;
     options.bind
         = parser.isSet(QStringLiteral("bind")) ? parser.value(QStringLiteral("bind")) : settings.stringValue(names::BrokerBind);
     options.heartbeatMs = int(settings.intValue(names::NetworkHeartbeatIntervalMs));
     options.allowList = settings.listValue(names::BrokerAllowList);
+    options.operatorKeys = settings.listValue(names::BrokerOperatorKeys);
+    options.insecurePlaintext = parser.isSet(QStringLiteral("insecure-plaintext"));
     options.maxRequestsPerSecond = int(settings.intValue(names::BrokerMaxRequestsPerSecond));
     const QString keyFile = parser.isSet(QStringLiteral("keys")) ? parser.value(QStringLiteral("keys"))
                                                                  : settings.stringValue(names::BrokerKeyFile);
@@ -105,7 +165,12 @@ int main(int argc, char* argv[])
 
     net::BrokerServer server(**broker, options);
     if (auto status = server.bind(); !status)
-        return fail(status.error().toString());
+        return fail(status.error().message);
+    if (!options.keys)
+        QTextStream(stderr) << "tessera-broker: plaintext: every caller acts as the operator (any account, every job); "
+                            << (options.insecurePlaintext ? "--insecure-plaintext lets other machines in"
+                                                          : "only this machine can reach it")
+                            << Qt::endl;
     std::signal(SIGINT, requestStop);
     std::signal(SIGTERM, requestStop);
     QTextStream(stdout) << "tessera-broker " << TESSERA_VERSION << " listening at " << server.address() << " (data in "

@@ -3,6 +3,7 @@
 #include <compute/devices/devices.h>
 #include <compute/runtimeprofile.h>
 #include <core/benchmark.h>
+#include <net/identity.h>
 
 #include <QDir>
 #include <QStandardPaths>
@@ -39,15 +40,11 @@ core::Result<NodeIdentity> loadNodeIdentity(const core::settings::Settings& sett
     const QString directory = dataDirectory(settings);
     if (!QDir().mkpath(directory))
         return core::Error { names::NodeDataDirectory, QStringLiteral("cannot create %1").arg(directory) };
-    QString keyFile = settings.stringValue(names::NodeKeyFile);
-    if (keyFile.isEmpty())
-        keyFile = QDir(directory).filePath(QStringLiteral("node.key"));
-    auto keys = net::CurveKeys::loadOrCreate(keyFile);
-    if (!keys)
-        return keys.error();
-    auto signing = core::SigningKeys::loadOrCreate(QDir(directory).filePath(QStringLiteral("node.sign")));
-    if (!signing)
-        return signing.error();
+    auto me = net::Identity::loadOrCreate(net::Identity::defaultKeyFile(settings));
+    if (!me)
+        return me.error();
+    const auto* keys = &me->keys;
+    const auto* signing = &me->signing;
 
     NodeIdentity identity { *keys, *signing, {}, {} };
     auto& node = identity.info;

@@ -545,13 +545,20 @@ void DesktopApp::note(const QString& level, const QString& area, const QString& 
     m_dashboard->log().append(QDateTime::currentDateTime(), level, area, text);
 }
 
+// One identity for the node and the owner (net/identity.h): what this computer earns pays for the
+// jobs its user submits, on the local broker and on any other.
+std::optional<net::CurveKeys> DesktopApp::identityKeys() const
+{
+    return m_identity ? std::optional<net::CurveKeys>(m_identity->keys) : std::nullopt;
+}
+
 core::Result<QJsonObject> DesktopApp::askBroker(net::Command command, QJsonObject header)
 {
     const auto list = brokers();
     if (list.isEmpty())
         return core::Error { QStringLiteral("broker"), QStringLiteral("no broker") };
     if (!m_client || m_clientBroker != list.first().toString()) {
-        m_client = std::make_unique<net::BrokerClient>(list.first(), std::nullopt, 1500);
+        m_client = std::make_unique<net::BrokerClient>(list.first(), identityKeys(), 1500);
         m_clientBroker = list.first().toString();
     }
     auto reply = m_client->request(command, std::move(header));
@@ -565,7 +572,7 @@ core::Result<QString> DesktopApp::submit(core::JobSpec spec)
     const auto list = brokers();
     if (list.isEmpty())
         return core::Error { QStringLiteral("broker"), QStringLiteral("no broker to submit to") };
-    net::BrokerClient client(list.first(), {}, 30'000);
+    net::BrokerClient client(list.first(), identityKeys(), 30'000);
     if (auto uploaded = client.uploadJobFiles(spec, QDir::currentPath()); !uploaded)
         return uploaded.error();
     auto reply = client.request(net::Command::Submit, { { QStringLiteral("job"), spec.toJson() } });
@@ -579,7 +586,7 @@ core::Status DesktopApp::saveModel(const QString& jobId, const QString& path)
     const auto list = brokers();
     if (list.isEmpty())
         return core::Error { QStringLiteral("broker"), QStringLiteral("no broker") };
-    net::BrokerClient client(list.first(), {}, 30'000);
+    net::BrokerClient client(list.first(), identityKeys(), 30'000);
     auto bytes = client.jobWeights(jobId);
     if (!bytes)
         return bytes.error();

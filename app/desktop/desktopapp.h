@@ -75,6 +75,7 @@ private:
     // A line in the dashboard's log, stamped now.
     void note(const QString& level, const QString& area, const QString& text);
     // A request to the first broker over one kept connection, with a short timeout.
+    std::optional<net::CurveKeys> identityKeys() const;
     core::Result<QJsonObject> askBroker(net::Command command, QJsonObject header);
 
     Options m_options;

@@ -5,6 +5,7 @@
 #include <core/settings/settings.h>
 #include <core/signing.h>
 #include <net/brokerclient.h>
+#include <net/identity.h>
 
 #include <QCommandLineParser>
 #include <QCoreApplication>
@@ -42,14 +43,35 @@ int printJson(const QJsonDocument& document)
     return 0;
 }
 
-// What a command is given: its parsed arguments and, on first use, a connection to the broker.
+// What a command is given: its parsed arguments and, on first use, the owner's identity and a
+// connection to the broker made with it.
 struct Context {
     QCommandLineParser& parser;
     QString brokerAddress;
+    QString identityFile;
     std::unique_ptr<net::BrokerClient> client;
+    std::optional<net::Identity> me;
 
     bool json() const { return parser.isSet(QStringLiteral("json")); }
     QStringList positional() const { return parser.positionalArguments(); }
+
+    // The identity, created on first use (docs/BROKER.md, "Identity").
+    core::Result<net::Identity*> identity()
+    {
+        if (!me) {
+            const bool fresh = !QFile::exists(identityFile);
+            auto loaded = net::Identity::loadOrCreate(identityFile);
+            if (!loaded)
+                return loaded.error();
+            me = *loaded;
+            if (fresh)
+                QTextStream(stderr) << "tessera-job: created your identity " << identityFile
+                                    << ". It is your account on every broker: keep a copy (tessera-job identity export "
+                                       "FILE); a lost identity is lost credits."
+                                    << Qt::endl;
+        }
+        return &*me;
+    }
 
     core::Result<net::BrokerClient*> broker()
     {
@@ -57,7 +79,10 @@ struct Context {
             auto address = net::BrokerAddress::parse(brokerAddress);
             if (!address)
                 return address.error();
-            client = std::make_unique<net::BrokerClient>(*address, std::nullopt);
+            auto mine = identity();
+            if (!mine)
+                return mine.error();
+            client = std::make_unique<net::BrokerClient>(*address, (*mine)->keys);
         }
         return client.get();
     }
@@ -72,7 +97,7 @@ struct Context {
         }
         auto reply = (*connection)->request(command, header);
         if (!reply) {
-            status = fail(reply.error().message);
+            status = fail(reply.error().toString());
             return std::nullopt;
         }
         return *reply;
@@ -234,7 +259,7 @@ int fetch(Context& context)
         return fail(connection.error().toString());
     auto bytes = (*connection)->jobWeights(context.positional().at(0));
     if (!bytes)
-        return fail(bytes.error().message);
+        return fail(bytes.error().toString());
     QSaveFile file(path);
     if (!file.open(QIODevice::WriteOnly) || file.write(*bytes) != bytes->size() || !file.commit())
         return fail(QStringLiteral("cannot write %1").arg(path));
@@ -384,6 +409,62 @@ int verifyReceipt(Context& context)
     return 0;
 }
 
+int whoami(Context& context)
+{
+    auto mine = context.identity();
+    if (!mine)
+        return fail(mine.error().toString());
+    const auto& me = **mine;
+    if (context.json())
+        return printJson(QJsonDocument(QJsonObject { { QStringLiteral("account"), me.account() },
+            { QStringLiteral("keyFile"), me.keyFile }, { QStringLiteral("signingFile"), me.signingFile },
+            { QStringLiteral("signingKey"), QString::fromLatin1(me.signing.publicKey.toBase64()) } }));
+    out() << me.account() << "\n"
+          << "  your account on every broker (and your node's id), from " << me.keyFile << " and " << me.signingFile
+          << "\n  whoever holds these files holds its credits, and a lost identity is lost credits: keep a copy"
+             " (tessera-job identity export FILE)"
+          << Qt::endl;
+    return 0;
+}
+
+int identityCommand(Context& context)
+{
+    const auto positional = context.positional();
+    const QString action = positional.at(0);
+    const QString file = positional.size() > 1 ? positional.at(1) : QString();
+    if (action == u"export" && !file.isEmpty()) {
+        auto mine = context.identity();
+        if (!mine)
+            return fail(mine.error().toString());
+        if (auto status = (*mine)->exportTo(file); !status)
+            return fail(status.error().toString());
+        if (context.json())
+            return printJson(QJsonDocument(
+                QJsonObject { { QStringLiteral("account"), (*mine)->account() }, { QStringLiteral("file"), file } }));
+        out() << "wrote " << file << ", a backup of " << (*mine)->account()
+              << " (readable by you only; whoever holds it holds your credits)" << Qt::endl;
+        return 0;
+    }
+    if (action == u"import" && !file.isEmpty()) {
+        if (QFile::exists(context.identityFile) && !context.parser.isSet(QStringLiteral("force"))) {
+            auto current = net::Identity::load(context.identityFile);
+            return fail(QStringLiteral("%1 already holds identity %2; importing over it would lose that account's credits "
+                                       "unless you have a copy. Export it first, then import with --force")
+                            .arg(context.identityFile, current ? current->account() : QStringLiteral("(unreadable)")));
+        }
+        auto imported = net::Identity::importFrom(file, context.identityFile);
+        if (!imported)
+            return fail(imported.error().toString());
+        if (context.json())
+            return printJson(QJsonDocument(QJsonObject {
+                { QStringLiteral("account"), imported->account() }, { QStringLiteral("keyFile"), imported->keyFile } }));
+        out() << "your identity is now " << imported->account() << " (" << imported->keyFile << ")" << Qt::endl;
+        return 0;
+    }
+    QTextStream(stderr) << "usage: tessera-job identity export FILE | identity import FILE [--force]" << Qt::endl;
+    return 2;
+}
+
 struct CommandInfo {
     QString name;
     QString synopsis; // what follows the name
@@ -433,6 +514,14 @@ const QList<CommandInfo>& commands()
             QStringLiteral("the broker's signed receipt for a payment (causes: escrow:JOB, pay:JOB/ROUND/SHARD, "
                            "verify:CHECK, slash:CHECK:NODE:honest|owner, refund:JOB)"),
             1, 1, { QStringLiteral("output"), QStringLiteral("json") }, { QStringLiteral("output") }, receipt },
+        { QStringLiteral("whoami"), QStringLiteral("[--json]"),
+            QStringLiteral("your identity: the account you submit and pay with (created on first use, shared with the app "
+                           "and tessera-node on this machine)"),
+            0, 0, { QStringLiteral("json") }, {}, whoami },
+        { QStringLiteral("identity"), QStringLiteral("export FILE | import FILE [--force] [--json]"),
+            QStringLiteral("back up your identity to FILE, or make FILE (a backup) your identity; a lost identity is lost "
+                           "credits"),
+            2, 2, { QStringLiteral("force"), QStringLiteral("json") }, {}, identityCommand },
         { QStringLiteral("verify-receipt"), QStringLiteral("FILE [--signer KEY] [--json]"),
             QStringLiteral("check a receipt offline: its signature, and (with --signer) that the broker whose base64 "
                            "signing key you know signed it"),
@@ -453,6 +542,8 @@ QString usage()
         "  --broker ADDRESS  the broker: tcp://host:port, with #KEY for CURVE (default: the first of Node/Brokers in the\n"
         "                    settings, else tcp://127.0.0.1:5555)\n"
         "  --config FILE     settings file (default ~/.config/Tessera/tessera.ini)\n"
+        "  --identity FILE   your identity's key file (default: Node/KeyFile, else node.key in the data folder,\n"
+        "                    ~/.local/share/Tessera; created on first use)\n"
         "  --version, --help\n"
         "Every command takes --help. --json prints exactly one JSON document on stdout; messages go to stderr.\n");
     return text;
@@ -466,6 +557,8 @@ QCommandLineOption optionNamed(const QString& name)
         return { QStringLiteral("estimate"), QStringLiteral("print the quote, submit nothing") };
     if (name == u"output")
         return { { QStringLiteral("o"), QStringLiteral("output") }, QStringLiteral("output file"), QStringLiteral("FILE") };
+    if (name == u"force")
+        return { QStringLiteral("force"), QStringLiteral("replace the identity you have") };
     return { QStringLiteral("signer"), QStringLiteral("the broker's signing key (base64)"), QStringLiteral("KEY") };
 }
 
@@ -477,6 +570,7 @@ int main(int argc, char* argv[])
     QCoreApplication::setApplicationName(QStringLiteral("tessera-job"));
     QStringList args = app.arguments();
     QString brokerAddress;
+    QString identityFile;
     QString configPath = core::settings::Settings::defaultFilePath();
     // Global options come before the command.
     while (args.size() > 1 && args[1].startsWith(u'-')) {
@@ -489,8 +583,8 @@ int main(int argc, char* argv[])
             out() << usage() << Qt::flush;
             return 0;
         }
-        if ((option == u"--broker" || option == u"--config") && args.size() > 1) {
-            (option == u"--broker" ? brokerAddress : configPath) = args.takeAt(1);
+        if ((option == u"--broker" || option == u"--config" || option == u"--identity") && args.size() > 1) {
+            (option == u"--broker" ? brokerAddress : option == u"--config" ? configPath : identityFile) = args.takeAt(1);
             continue;
         }
         return fail(QStringLiteral("unknown option %1 (global options go before the command; see --help)").arg(option));
@@ -535,12 +629,14 @@ int main(int argc, char* argv[])
         return 2;
     }
 
+    core::settings::Settings settings(configPath);
+    settings.load();
     if (brokerAddress.isEmpty()) {
-        core::settings::Settings settings(configPath);
-        settings.load();
         const auto brokers = settings.listValue(core::settings::names::NodeBrokers);
         brokerAddress = brokers.isEmpty() ? QStringLiteral("tcp://127.0.0.1:5555") : brokers.first();
     }
-    Context context { parser, brokerAddress, {} };
+    if (identityFile.isEmpty())
+        identityFile = net::Identity::defaultKeyFile(settings);
+    Context context { parser, brokerAddress, identityFile, {}, {} };
     return command.run(context);
 }

@@ -16,6 +16,7 @@
 #include <core/signing.h>
 #include <net/brokerclient.h>
 #include <net/curvekeys.h>
+#include <net/identity.h>
 #include <net/nodeclient.h>
 
 #include <QCommandLineParser>
@@ -69,6 +70,7 @@ Commands:
   results [--json]                     the shards this node trained and what became of each
                                        (computed, committed, sampled, accepted, verified,
                                        disputed, slashed, rejected, paid, failed, stale, refused)
+  balance [--broker ADDRESS] [--json]  what this node holds on a broker: credits earned, and stake
   stake bond|unbond AMOUNT [--broker ADDRESS]
                                        bond credits from this node's balance as stake (a broker
                                        gives work only to nodes with enough bonded), or unbond
@@ -502,16 +504,11 @@ int stake(const QStringList& args, core::settings::Settings& settings)
     auto broker = net::BrokerAddress::parse(address.isEmpty() ? QStringLiteral("tcp://127.0.0.1:5555") : address);
     if (!broker)
         return fail(broker.error().toString());
-    const QString directory = dataDirectory(settings);
-    QString keyFile = settings.stringValue(core::settings::names::NodeKeyFile);
-    if (keyFile.isEmpty())
-        keyFile = QDir(directory).filePath(QStringLiteral("node.key"));
-    auto keys = net::CurveKeys::loadOrCreate(keyFile);
-    if (!keys)
-        return fail(keys.error().toString());
-    auto signing = core::SigningKeys::loadOrCreate(QDir(directory).filePath(QStringLiteral("node.sign")));
-    if (!signing)
-        return fail(signing.error().toString());
+    auto me = net::Identity::loadOrCreate(net::Identity::defaultKeyFile(settings));
+    if (!me)
+        return fail(me.error().toString());
+    const auto* keys = &me->keys;
+    const auto* signing = &me->signing;
     const auto request = core::signDocument(
         QJsonObject {
             { QStringLiteral("kind"), QStringLiteral("tessera-stake") },
@@ -521,13 +518,45 @@ int stake(const QStringList& args, core::settings::Settings& settings)
             { QStringLiteral("nonce"), QString::number(QDateTime::currentMSecsSinceEpoch()) },
         },
         *signing);
-    net::BrokerClient client(*broker, broker->serverKey.isEmpty() ? std::nullopt : std::optional<net::CurveKeys>(*keys));
+    net::BrokerClient client(*broker, *keys);
     auto reply = client.request(net::Command::Stake, { { QStringLiteral("request"), request } });
     if (!reply)
         return fail(reply.error().message);
     out() << "balance " << reply->value(QStringLiteral("balance")).toString() << ", stake "
           << reply->value(QStringLiteral("stake")).toString() << ", unbonding "
           << reply->value(QStringLiteral("unbonding")).toString() << Qt::endl;
+    return 0;
+}
+
+// What this node holds on a broker: its balance (what it earned), stake and unbonding stake. The
+// request goes with the node's identity, so under CURVE the broker answers for its account.
+int balance(const QStringList& args, const core::settings::Settings& settings)
+{
+    QCommandLineParser parser;
+    parser.addOption({ QStringLiteral("broker"), QStringLiteral("broker address"), QStringLiteral("ADDRESS") });
+    parser.addOption({ QStringLiteral("json"), QStringLiteral("print JSON") });
+    if (!parser.parse(args) || !parser.positionalArguments().isEmpty())
+        return fail(QStringLiteral("usage: tessera-node balance [--broker ADDRESS] [--json]"));
+    QString address = parser.value(QStringLiteral("broker"));
+    if (address.isEmpty() && !settings.listValue(core::settings::names::NodeBrokers).isEmpty())
+        address = settings.listValue(core::settings::names::NodeBrokers).first();
+    auto broker = net::BrokerAddress::parse(address.isEmpty() ? QStringLiteral("tcp://127.0.0.1:5555") : address);
+    if (!broker)
+        return fail(broker.error().toString());
+    auto me = net::Identity::loadOrCreate(net::Identity::defaultKeyFile(settings));
+    if (!me)
+        return fail(me.error().toString());
+    net::BrokerClient client(*broker, me->keys);
+    auto reply = client.request(net::Command::Balance, {});
+    if (!reply)
+        return fail(reply.error().message);
+    reply->remove(QStringLiteral("id"));
+    if (parser.isSet(QStringLiteral("json"))) {
+        out() << QJsonDocument(*reply).toJson() << Qt::flush;
+        return 0;
+    }
+    out() << reply->value(QStringLiteral("account")).toString() << ": " << reply->value(QStringLiteral("balance")).toString()
+          << " credits earned and held, " << reply->value(QStringLiteral("stake")).toString() << " bonded" << Qt::endl;
     return 0;
 }
 
@@ -588,6 +617,8 @@ int runNodeCommand(const QStringList& arguments)
         return trainShard(rest, environment);
     if (command == u"stake")
         return stake(rest, settings);
+    if (command == u"balance")
+        return balance(rest, settings);
     return fail(QStringLiteral("unknown command '%1'\n%2").arg(command, QString::fromUtf8(Usage)));
 }
 

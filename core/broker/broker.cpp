@@ -77,6 +77,29 @@ QJsonObject JobStatus::toJson() const
     return json;
 }
 
+QJsonObject JobStatus::toPublicJson() const
+{
+    return QJsonObject {
+        { QStringLiteral("jobId"), id },
+        { QStringLiteral("state"), state },
+        { QStringLiteral("round"), static_cast<qint64>(round) },
+        { QStringLiteral("rounds"), static_cast<qint64>(rounds) },
+    };
+}
+
+QList<Digest> blobsNamedBy(const JobSpec& spec)
+{
+    QList<Digest> blobs;
+    if (spec.model.source == ModelSpec::Source::TorchScript)
+        blobs.append(spec.model.scriptSha256);
+    if (spec.dataset.source == DatasetSpec::Source::Tensors) {
+        blobs.append(spec.dataset.trainSha256);
+        if (!spec.dataset.testSha256.isNull())
+            blobs.append(spec.dataset.testSha256);
+    }
+    return blobs;
+}
+
 Broker::Broker(
     std::unique_ptr<Database> database, std::unique_ptr<BlobStore> blobs, TrainingMath& math, const Clock& clock, Options options)
     : m_db(std::move(database))
@@ -231,6 +254,10 @@ Result<QString> Broker::submit(const JobSpec& spec, const QString& owner)
         id, toJsonText(spec.toJson()), initial->canonicalHash.toHex(), blob->toHex(), now, owner, price->pricePerShard.micro());
     if (!status)
         return status.error();
+    for (const auto& named : blobsNamedBy(spec) + QList<Digest> { *blob }) {
+        if (auto granted = allowRead(named, owner); !granted)
+            return granted.error();
+    }
     const QString ownerAccount = ledger::accounts::balance(owner);
     if (m_options.faucet) {
         auto held = m_ledger->balance(ownerAccount);
@@ -271,6 +298,53 @@ Result<QJsonObject> Broker::account(const QString& id)
         return staked.error();
     return QJsonObject { { QStringLiteral("account"), id }, { QStringLiteral("balance"), held->toString() },
         { QStringLiteral("stake"), staked->toString() } };
+}
+
+Status Broker::allowRead(const Digest& blob, const QString& principal)
+{
+    if (principal.isEmpty())
+        return {};
+    return execute(
+        *m_db, QStringLiteral("INSERT OR IGNORE INTO blob_readers (blob, principal) VALUES (?, ?)"), blob.toHex(), principal);
+}
+
+Result<bool> Broker::mayRead(const QString& principal, const Digest& blob)
+{
+    auto row
+        = query(*m_db, QStringLiteral("SELECT 1 FROM blob_readers WHERE blob = ? AND principal = ?"), blob.toHex(), principal);
+    if (!row)
+        return row.error();
+    auto found = fetch(*row);
+    if (!found)
+        return found.error();
+    return *found;
+}
+
+Result<bool> Broker::isPartyTo(const QString& principal, const QString& cause)
+{
+    auto transfer = m_ledger->transferByCause(cause);
+    if (!transfer)
+        return transfer.error();
+    if (!transfer->has_value())
+        return false;
+    for (const auto& account : { (*transfer)->debit, (*transfer)->credit }) {
+        for (const auto& own : { ledger::accounts::balance(principal), ledger::accounts::stake(principal),
+                 ledger::accounts::unbonding(principal) }) {
+            if (account == own)
+                return true;
+        }
+        if (account.startsWith(QStringLiteral("escrow:"))) {
+            auto owner = query(*m_db, QStringLiteral("SELECT 1 FROM jobs WHERE id = ? AND owner = ?"), account.mid(7), principal);
+            if (!owner)
+                return owner.error();
+            auto found = fetch(*owner);
+            if (!found)
+                return found.error();
+            if (*found)
+                return true;
+        }
+    }
+    return false;
 }
 
 Result<QJsonObject> Broker::receipt(const QString& cause)
@@ -595,6 +669,10 @@ Result<std::optional<Assignment>> Broker::assign(const QString& nodeId)
             assignment.id, state.jobId, state.round, *chosen, nodeId, now, deadline);
         if (!status)
             return status.error();
+        for (const auto& needed : blobsNamedBy(state.spec) + QList<Digest> { state.weightsBlob }) {
+            if (auto granted = allowRead(needed, nodeId); !granted)
+                return granted.error();
+        }
         state.active.insert(assignment.id, { *chosen, nodeId, deadline });
         return std::optional<Assignment>(assignment);
     }
@@ -1002,6 +1080,12 @@ Status Broker::finishRoundIfComplete(const QString& jobId, const JobSpec& spec, 
         aggregated->weights.canonicalHash.toHex(), blob->toHex(), m_clock.nowMs());
     if (!record)
         return record;
+    // The new weights are the owner's to fetch.
+    if (auto granted = execute(*m_db,
+            QStringLiteral("INSERT OR IGNORE INTO blob_readers (blob, principal) SELECT ?, owner FROM jobs WHERE id = ?"),
+            blob->toHex(), jobId);
+        !granted)
+        return granted;
     Status advance = outerBlob.isEmpty()
         ? execute(*m_db, QStringLiteral("UPDATE jobs SET round = ?, weights_hash = ?, weights_blob = ?, state = ? WHERE id = ?"),
             round + 1, aggregated->weights.canonicalHash.toHex(), blob->toHex(),

@@ -57,7 +57,12 @@ struct JobStatus {
     Credits pricePerShard;
 
     QJsonObject toJson() const;
+    // What anyone may see of a job that is not theirs: its id, state and progress.
+    QJsonObject toPublicJson() const;
 };
+
+// The blobs a job names: its TorchScript model and its tensor files.
+QList<Digest> blobsNamedBy(const JobSpec& spec);
 
 // Accepted: counted and paid; Held: counted, paid once a re-execution confirms it (a sampled
 // result, or a verifier's re-execution); Stale: the shard was already answered; Failed: recorded,
@@ -147,6 +152,15 @@ public:
     // unbond them (they stay slashable for Options::unbondingDelayMs, then return to the balance).
     // {"kind": "tessera-stake", "node": id, "action": "bond"|"unbond", "amount": "12.5", "nonce": n}
     Result<QJsonObject> stake(const QJsonObject& signedRequest);
+
+    // Who may read a blob (GET): its uploader, the owner of a job that names or made it, a node
+    // handed work that needs it (docs/PROTOCOL.md, "Who may do what"). submit(), assign() and the
+    // aggregation grant what they hand out; the network grants an upload to its uploader.
+    Status allowRead(const Digest& blob, const QString& principal);
+    Result<bool> mayRead(const QString& principal, const Digest& blob);
+    // Whether the transfer with this cause moved money of this principal's: its balance, stake or
+    // unbonding stake, or the escrow of one of its jobs (a receipt is for the parties it names).
+    Result<bool> isPartyTo(const QString& principal, const QString& cause);
 
     ledger::Ledger& ledger() { return *m_ledger; }
     // The broker's signed receipt for the transfer with this cause (verifyDocument checks it).

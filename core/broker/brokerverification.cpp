@@ -224,6 +224,12 @@ Result<std::optional<Assignment>> Broker::assignCheck(const NodeInfo& node)
             return status.error();
         if (auto status = saveCheck(*m_db, check); !status)
             return status.error();
+        if (auto spec = specOf(check.jobId)) {
+            for (const auto& needed : blobsNamedBy(*spec) + QList<Digest> { check.startBlob }) {
+                if (auto granted = allowRead(needed, node.nodeId); !granted)
+                    return granted.error();
+            }
+        }
         if (auto committed = transaction->commit(); !committed)
             return committed.error().toError();
         return std::optional<Assignment>(assignment);

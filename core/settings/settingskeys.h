@@ -59,6 +59,7 @@ inline const QString BrokerBind = QStringLiteral("Broker/Bind");
 inline const QString BrokerDataDirectory = QStringLiteral("Broker/DataDirectory");
 inline const QString BrokerKeyFile = QStringLiteral("Broker/KeyFile");
 inline const QString BrokerAllowList = QStringLiteral("Broker/AllowList");
+inline const QString BrokerOperatorKeys = QStringLiteral("Broker/OperatorKeys");
 inline const QString BrokerFaucet = QStringLiteral("Broker/Faucet");
 inline const QString BrokerPricePerUnitMicro = QStringLiteral("Broker/PricePerUnitMicro");
 inline const QString BrokerMinStakeMicro = QStringLiteral("Broker/MinStakeMicro");

@@ -98,7 +98,8 @@ private Q_SLOTS:
             qPrintable(text.output));
         const auto json = node({ QStringLiteral("devices"), QStringLiteral("--json") }, config());
         QCOMPARE(json.exitCode, 0);
-        const auto devices = QJsonDocument::fromJson(json.output.toUtf8()).object().value(QStringLiteral("devices")).toArray();
+        const auto devices
+            = QJsonDocument::fromJson(json.standardOutput.toUtf8()).object().value(QStringLiteral("devices")).toArray();
         QVERIFY(!devices.isEmpty());
         const auto cpu = core::DeviceInfo::fromJson(devices.first().toObject());
         QVERIFY(cpu.ok());
@@ -112,7 +113,7 @@ private Q_SLOTS:
                                        QStringLiteral("1"), QStringLiteral("--max-repetitions"), QStringLiteral("3") },
             config());
         QVERIFY2(measured.exitCode == 0, qPrintable(measured.output));
-        const auto record = QJsonDocument::fromJson(measured.output.toUtf8()).object();
+        const auto record = QJsonDocument::fromJson(measured.standardOutput.toUtf8()).object();
         const auto measurements = record.value(QStringLiteral("measurements")).toArray();
         QCOMPARE(measurements.size(), 3);
         for (const auto& m : measurements) {
@@ -123,7 +124,7 @@ private Q_SLOTS:
         // Stored in the node database: --last reads it back without measuring.
         const auto last = node({ QStringLiteral("benchmark"), QStringLiteral("--last"), QStringLiteral("--json") }, config());
         QCOMPARE(last.exitCode, 0);
-        QCOMPARE(QJsonDocument::fromJson(last.output.toUtf8()).object(), record);
+        QCOMPARE(QJsonDocument::fromJson(last.standardOutput.toUtf8()).object(), record);
     }
 
     void sameShardInTwoProcessesGivesTheSameBits()

@@ -4,6 +4,7 @@
 
 #include <QDir>
 #include <QFile>
+#include <QFileInfo>
 #include <QJsonArray>
 #include <QJsonDocument>
 #include <QJsonObject>
@@ -81,13 +82,16 @@ public:
     QString endpoint() const { return QStringLiteral("tcp://127.0.0.1:%1").arg(m_port); }
     QString path(const QString& name) const { return m_dir.filePath(name); }
 
-    QProcess* startBroker(const QStringList& extra = {}, const QString& settings = {})
+    enum class Money { Faucet, OperatorOnly };
+    QProcess* startBroker(const QStringList& extra = {}, const QString& settings = {}, Money money = Money::Faucet)
     {
-        // A local broker's faucet funds the job owner and bonds each node's stake. No canaries:
-        // the tests count payments.
+        // A local broker's faucet funds the job owner and bonds each node's stake (a real network's
+        // operator credits accounts by hand: Money::OperatorOnly). No canaries: the tests count
+        // payments.
         writeFile(path(QStringLiteral("broker.ini")),
-            QStringLiteral("[Broker]\nDataDirectory=%1\nFaucet=true\nCanaryPercent=0\n%2")
-                .arg(path(QStringLiteral("broker")), settings));
+            QStringLiteral("[Broker]\nDataDirectory=%1\nFaucet=%2\nCanaryPercent=0\n%3")
+                .arg(path(QStringLiteral("broker")), money == Money::Faucet ? QStringLiteral("true") : QStringLiteral("false"),
+                    settings));
         m_broker = start(Bin + QStringLiteral("/tessera-broker"),
             QStringList { QStringLiteral("--config"), path(QStringLiteral("broker.ini")), QStringLiteral("--bind"), endpoint() }
                 + extra,
@@ -131,12 +135,26 @@ public:
         return file.open(QIODevice::ReadOnly) ? QString::fromUtf8(file.readAll()) : QString();
     }
 
+    // tessera-job as the cluster's job owner (its identity in the cluster's folder), or as another
+    // identity, on this broker or another address of it (with #KEY under CURVE).
     Run job(const QStringList& arguments, int timeoutMs = 300'000)
     {
+        return jobAs(QStringLiteral("owner"), arguments, timeoutMs);
+    }
+    Run jobAs(const QString& identity, const QStringList& arguments, int timeoutMs = 300'000, const QString& address = {})
+    {
         return run(Bin + QStringLiteral("/tessera-job"),
-            QStringList { QStringLiteral("--config"), QStringLiteral("/dev/null"), QStringLiteral("--broker"), endpoint() }
+            QStringList { QStringLiteral("--config"), QStringLiteral("/dev/null"), QStringLiteral("--identity"),
+                path(identity + QStringLiteral(".key")), QStringLiteral("--broker"), address.isEmpty() ? endpoint() : address }
                 + arguments,
             timeoutMs);
+    }
+
+    // An identity's account (its public key), created on first use.
+    QString account(const QString& identity = QStringLiteral("owner"))
+    {
+        const auto me = jobAs(identity, { QStringLiteral("whoami"), QStringLiteral("--json") }, 20'000);
+        return QJsonDocument::fromJson(me.standardOutput.toUtf8()).object().value(QStringLiteral("account")).toString();
     }
 
     QString submit(const QString& jobFile = Job)
@@ -144,13 +162,13 @@ public:
         const auto submitted = job({ QStringLiteral("submit"), jobFile });
         if (submitted.exitCode != 0)
             qWarning("%s", qPrintable(submitted.output));
-        return submitted.output.trimmed().split(u'\n').last();
+        return submitted.standardOutput.trimmed();
     }
 
     QJsonObject status(const QString& jobId)
     {
         const auto reply = job({ QStringLiteral("status"), jobId, QStringLiteral("--json") }, 20'000);
-        return QJsonDocument::fromJson(reply.output.toUtf8()).object();
+        return QJsonDocument::fromJson(reply.standardOutput.toUtf8()).object();
     }
 
     // Waits until the job has aggregated at least `round` rounds.
@@ -162,11 +180,35 @@ public:
     QJsonObject waitForEnd(const QString& jobId)
     {
         const auto finished = job({ QStringLiteral("wait"), jobId, QStringLiteral("--json") });
-        const auto lastBrace = finished.output.indexOf(u'{');
-        return QJsonDocument::fromJson(finished.output.mid(lastBrace).toUtf8()).object();
+        return QJsonDocument::fromJson(finished.standardOutput.toUtf8()).object();
     }
 
     QProcess* broker() const { return m_broker; }
+
+    // The operator's tessera-broker commands on this broker's books (credit, balance).
+    Run brokerCommand(const QStringList& arguments)
+    {
+        return run(Bin + QStringLiteral("/tessera-broker"),
+            QStringList { QStringLiteral("--config"), path(QStringLiteral("broker.ini")) } + arguments, 60'000);
+    }
+
+    // The CURVE address of a broker started with --keys FILE: tcp://...#KEY.
+    QString curveAddress(const QString& keyFile) const
+    {
+        QFile file(keyFile);
+        if (!file.open(QIODevice::ReadOnly))
+            return {};
+        return endpoint() + u'#' + QString::fromLatin1(file.readLine()).trimmed().section(u' ', 1);
+    }
+
+    // A node's account: the public key of the identity in its data folder.
+    QString nodeAccount(int index) const
+    {
+        QFile file(path(QStringLiteral("node%1/node.key").arg(index)));
+        if (!file.open(QIODevice::ReadOnly))
+            return {};
+        return QString::fromLatin1(file.readLine()).trimmed().section(u' ', 1);
+    }
 
     // The books balance: the sum of all accounts is zero and none is negative.
     bool ledgerConsistent()
@@ -189,14 +231,14 @@ public:
 
     QJsonArray nodes()
     {
-        return QJsonDocument::fromJson(job({ QStringLiteral("nodes"), QStringLiteral("--json") }, 20'000).output.toUtf8())
+        return QJsonDocument::fromJson(job({ QStringLiteral("nodes"), QStringLiteral("--json") }, 20'000).standardOutput.toUtf8())
             .array();
     }
 
     QJsonArray checks(const QString& jobId)
     {
         return QJsonDocument::fromJson(
-            job({ QStringLiteral("verifications"), jobId, QStringLiteral("--json") }, 20'000).output.toUtf8())
+            job({ QStringLiteral("verifications"), jobId, QStringLiteral("--json") }, 20'000).standardOutput.toUtf8())
             .array();
     }
 
@@ -276,7 +318,7 @@ private Q_SLOTS:
         if (everyShardChecked)
             QVERIFY2(verified >= 30, "new nodes: nearly every shard is re-executed (all while their streak is under 25)");
         QCOMPARE(earned, std::int64_t(45 + verified) * 900'000);
-        QCOMPARE(cluster.balanceOf(QStringLiteral("local")), 100'000'000 - earned);
+        QCOMPARE(cluster.balanceOf(cluster.account()), 100'000'000 - earned);
     }
 
     void threeNodesTrainToTheSameBitsAsOneMachine()
@@ -300,7 +342,8 @@ private Q_SLOTS:
         everyPaymentOnce(cluster, jobId, true);
         // Each node's record: together they delivered the 45 shards.
         const auto nodes
-            = QJsonDocument::fromJson(cluster.job({ QStringLiteral("nodes"), QStringLiteral("--json") }).output.toUtf8()).array();
+            = QJsonDocument::fromJson(cluster.job({ QStringLiteral("nodes"), QStringLiteral("--json") }).standardOutput.toUtf8())
+                  .array();
         QCOMPARE(nodes.size(), 3);
         int delivered = 0;
         for (const auto& node : nodes)
@@ -312,7 +355,7 @@ private Q_SLOTS:
         const auto results = run(Bin + QStringLiteral("/tessera-node"),
             { QStringLiteral("--config"), cluster.path(QStringLiteral("node1.ini")), QStringLiteral("results"),
                 QStringLiteral("--json") });
-        const auto lifecycle = QJsonDocument::fromJson(results.output.toUtf8()).array();
+        const auto lifecycle = QJsonDocument::fromJson(results.standardOutput.toUtf8()).array();
         QVERIFY2(!lifecycle.isEmpty(), qPrintable(results.output));
         int paid = 0;
         for (const auto& value : lifecycle) {
@@ -605,6 +648,176 @@ private Q_SLOTS:
         }
     }
 
+    // A real network: CURVE, no faucet. The operator credits an owner and a node by hand (the
+    // broker running); the node bonds its stake; the owner, with the identity tessera-job keeps,
+    // submits, waits, fetches, cancels a second job and sees its refund, each command a separate
+    // invocation; another identity's cancel, fetch, balance and receipt of the owner's are refused.
+    void ownersHaveAnIdentityOnANetworkWithoutAFaucet()
+    {
+        const QString small = m_dir.filePath(QStringLiteral("owner-job.json"));
+        Cluster::writeFile(small, QStringLiteral(R"({"name": "owner's job", "model": {"zoo": "mlp", "hidden": [32]},
+            "dataset": {"builtin": "fashion-mnist"}, "optimizer": {"kind": "sgd", "lr": 0.05},
+            "training": {"rounds": 2, "shardsPerRound": 2, "localSteps": 20, "batchSize": 32, "seed": 5}, "budget": "5"})"));
+        Cluster cluster;
+        const QString keys = cluster.path(QStringLiteral("broker.key"));
+        cluster.startBroker({ QStringLiteral("--keys"), keys }, {}, Cluster::Money::OperatorOnly);
+        QVERIFY(QTest::qWaitFor([&] { return QFile::exists(keys); }, 60'000));
+        const QString address = cluster.curveAddress(keys);
+        QVERIFY(QTest::qWaitFor(
+            [&] { return cluster.jobAs(QStringLiteral("owner"), { QStringLiteral("list") }, 5'000, address).exitCode == 0; },
+            60'000));
+
+        // The owner's identity: created on first use, the same on every later run.
+        const QString owner = cluster.account();
+        QCOMPARE(owner.size(), 40);
+        QCOMPARE(cluster.account(), owner);
+        const auto who = cluster.jobAs(QStringLiteral("owner"), { QStringLiteral("whoami") });
+        QVERIFY2(who.output.contains(owner) && who.output.contains(QStringLiteral("lost identity is lost credits")),
+            qPrintable(who.output));
+        // Without money nothing can be submitted.
+        const auto broke = cluster.jobAs(QStringLiteral("owner"), { QStringLiteral("submit"), small }, 60'000, address);
+        QVERIFY2(broke.exitCode != 0, qPrintable(broke.output));
+
+        // The operator funds the owner and a node, while the broker runs.
+        const auto credited = cluster.brokerCommand(
+            { QStringLiteral("credit"), owner, QStringLiteral("50"), QStringLiteral("--memo"), QStringLiteral("invoice 17") });
+        QVERIFY2(credited.exitCode == 0 && credited.output.contains(QStringLiteral("credited 50 credits")),
+            qPrintable(credited.output));
+        const QString cause = credited.output.section(QStringLiteral("(credit:"), 1).section(u';', 0, 0);
+        cluster.startNode(1, { address });
+        QVERIFY(QTest::qWaitFor(
+            [&] { return cluster.log(QStringLiteral("node1")).contains(QStringLiteral("registered with")); }, 120'000));
+        QCOMPARE(cluster.brokerCommand({ QStringLiteral("credit"), cluster.nodeAccount(1), QStringLiteral("10") }).exitCode, 0);
+        const auto bonded = run(Bin + QStringLiteral("/tessera-node"),
+            { QStringLiteral("--config"), cluster.path(QStringLiteral("node1.ini")), QStringLiteral("stake"),
+                QStringLiteral("bond"), QStringLiteral("10"), QStringLiteral("--broker"), address });
+        QVERIFY2(bonded.exitCode == 0 && bonded.output.contains(QStringLiteral("stake 10")), qPrintable(bonded.output));
+
+        auto balance = [&](const QString& identity) {
+            const auto reply = cluster.jobAs(identity, { QStringLiteral("balance"), QStringLiteral("--json") }, 60'000, address);
+            return QJsonDocument::fromJson(reply.standardOutput.toUtf8()).object().value(QStringLiteral("balance")).toString();
+        };
+        QCOMPARE(balance(QStringLiteral("owner")), QStringLiteral("50"));
+        const auto receipt = cluster.jobAs(QStringLiteral("owner"),
+            { QStringLiteral("receipt"), QStringLiteral("credit:") + cause, QStringLiteral("-o"),
+                cluster.path(QStringLiteral("credit.json")) },
+            60'000, address);
+        QVERIFY2(receipt.exitCode == 0, qPrintable(receipt.output));
+
+        // Submit, wait, fetch: separate invocations, one account.
+        const auto submitted = cluster.jobAs(QStringLiteral("owner"), { QStringLiteral("submit"), small }, 60'000, address);
+        QVERIFY2(submitted.exitCode == 0, qPrintable(submitted.output));
+        const QString jobId = submitted.standardOutput.trimmed();
+        const auto waited = cluster.jobAs(QStringLiteral("owner"), { QStringLiteral("wait"), jobId }, 300'000, address);
+        QVERIFY2(waited.exitCode == 0, qPrintable(waited.output + cluster.log(QStringLiteral("node1"))));
+        const QString model = cluster.path(QStringLiteral("model.pt"));
+        QCOMPARE(
+            cluster
+                .jobAs(QStringLiteral("owner"), { QStringLiteral("fetch"), jobId, QStringLiteral("-o"), model }, 60'000, address)
+                .exitCode,
+            0);
+        QVERIFY(QFileInfo(model).size() > 0);
+        const QString afterFirst = balance(QStringLiteral("owner"));
+
+        // A second job, cancelled at once: its budget comes back.
+        const auto second = cluster.jobAs(QStringLiteral("owner"), { QStringLiteral("submit"), small }, 60'000, address);
+        const QString secondId = second.standardOutput.trimmed();
+        QCOMPARE(cluster.jobAs(QStringLiteral("owner"), { QStringLiteral("cancel"), secondId }, 60'000, address).exitCode, 0);
+        const QString refundFile = cluster.path(QStringLiteral("refund.json"));
+        QCOMPARE(cluster
+                     .jobAs(QStringLiteral("owner"),
+                         { QStringLiteral("receipt"), QStringLiteral("refund:") + secondId, QStringLiteral("-o"), refundFile },
+                         60'000, address)
+                     .exitCode,
+            0);
+        QFile refund(refundFile);
+        QVERIFY(refund.open(QIODevice::ReadOnly));
+        const double refunded
+            = QJsonDocument::fromJson(refund.readAll()).object().value(QStringLiteral("amount")).toString().toDouble();
+        const double spent = 5.0 - refunded; // what its shards, if any started, were paid
+        QCOMPARE(qRound64(balance(QStringLiteral("owner")).toDouble() * 1e6), qRound64((afterFirst.toDouble() - spent) * 1e6));
+        qInfo("owner: 50 credited, %s after the first job, %s refunded of the cancelled job's 5", qPrintable(afterFirst),
+            qPrintable(QString::number(refunded)));
+
+        // Another identity: refused, with the documented errors.
+        const auto cancel = cluster.jobAs(QStringLiteral("other"), { QStringLiteral("cancel"), jobId }, 60'000, address);
+        QVERIFY2(cancel.exitCode == 1 && cancel.output.contains(QStringLiteral("forbidden")), qPrintable(cancel.output));
+        const auto fetch = cluster.jobAs(QStringLiteral("other"),
+            { QStringLiteral("fetch"), jobId, QStringLiteral("-o"), cluster.path(QStringLiteral("stolen.pt")) }, 60'000, address);
+        QVERIFY2(fetch.exitCode == 1 && fetch.output.contains(QStringLiteral("not yours")), qPrintable(fetch.output));
+        const auto peek = cluster.jobAs(QStringLiteral("other"), { QStringLiteral("balance"), owner }, 60'000, address);
+        QVERIFY2(peek.exitCode == 1 && peek.output.contains(QStringLiteral("forbidden")), qPrintable(peek.output));
+        const auto escrow = cluster.jobAs(QStringLiteral("other"),
+            { QStringLiteral("receipt"), QStringLiteral("escrow:") + jobId, QStringLiteral("-o"),
+                cluster.path(QStringLiteral("x.json")) },
+            60'000, address);
+        QVERIFY2(escrow.exitCode == 1 && escrow.output.contains(QStringLiteral("forbidden")), qPrintable(escrow.output));
+        QCOMPARE(balance(QStringLiteral("other")), QStringLiteral("0"));
+        QVERIFY(cluster.jobAs(QStringLiteral("owner"), { QStringLiteral("ledger") }, 60'000, address).exitCode == 0);
+
+        // The node sees what it earned (its identity's account).
+        const auto earned = run(Bin + QStringLiteral("/tessera-node"),
+            { QStringLiteral("--config"), cluster.path(QStringLiteral("node1.ini")), QStringLiteral("balance"),
+                QStringLiteral("--broker"), address, QStringLiteral("--json") });
+        QVERIFY2(QJsonDocument::fromJson(earned.standardOutput.toUtf8())
+                     .object()
+                     .value(QStringLiteral("balance"))
+                     .toString()
+                     .toDouble()
+                > 0,
+            qPrintable(earned.output));
+    }
+
+    // Every command from each caller (the job's owner, another client, a node, the operator), as
+    // PROTOCOL.md's table says, against a real broker under CURVE (tests/e2e/python/authorization.py).
+    void whoMayDoWhatIsEnforcedUnderCurve()
+    {
+        Cluster cluster;
+        const QString operatorKey = cluster.account(QStringLiteral("operator"));
+        const QString keys = cluster.path(QStringLiteral("broker.key"));
+        cluster.startBroker({ QStringLiteral("--keys"), keys }, QStringLiteral("OperatorKeys=\"%1\"\n").arg(operatorKey),
+            Cluster::Money::OperatorOnly);
+        QVERIFY(QTest::qWaitFor([&] { return QFile::exists(keys); }, 60'000));
+        const QString address = cluster.curveAddress(keys);
+        QVERIFY(QTest::qWaitFor(
+            [&] { return cluster.jobAs(QStringLiteral("owner"), { QStringLiteral("list") }, 5'000, address).exitCode == 0; },
+            60'000));
+        QCOMPARE(cluster.brokerCommand({ QStringLiteral("credit"), cluster.account(), QStringLiteral("200") }).exitCode, 0);
+        (void)cluster.account(QStringLiteral("other"));
+        const auto submitted = cluster.jobAs(QStringLiteral("owner"), { QStringLiteral("submit"), Job }, 60'000, address);
+        QVERIFY2(submitted.exitCode == 0, qPrintable(submitted.output));
+        const auto table = run(Python,
+            { QStringLiteral(TESSERA_SOURCE_DIR "/tests/e2e/python/authorization.py"), cluster.endpoint(),
+                address.section(u'#', 1), cluster.path(QStringLiteral("owner.key")), cluster.path(QStringLiteral("other.key")),
+                cluster.path(QStringLiteral("operator.key")), submitted.standardOutput.trimmed() },
+            120'000);
+        qInfo("%s", qPrintable(table.output));
+        QVERIFY2(table.exitCode == 0, qPrintable(table.output + cluster.log(QStringLiteral("broker"))));
+    }
+
+    // Without CURVE a broker listens on loopback only, unless told --insecure-plaintext.
+    void aPlaintextBrokerStaysOnLoopback()
+    {
+        Cluster cluster;
+        Cluster::writeFile(cluster.path(QStringLiteral("broker.ini")),
+            QStringLiteral("[Broker]\nDataDirectory=%1\n").arg(cluster.path(QStringLiteral("broker"))));
+        const QString port = cluster.endpoint().section(u':', -1);
+        const QStringList open { QStringLiteral("--config"), cluster.path(QStringLiteral("broker.ini")), QStringLiteral("--bind"),
+            QStringLiteral("tcp://0.0.0.0:") + port };
+        const auto refused = run(Bin + QStringLiteral("/tessera-broker"), open, 60'000);
+        QVERIFY2(refused.exitCode != 0 && refused.output.contains(QStringLiteral("refusing to listen on tcp://0.0.0.0:"))
+                && refused.output.contains(QStringLiteral("--insecure-plaintext")),
+            qPrintable(refused.output));
+        QProcess insecure;
+        insecure.setProcessChannelMode(QProcess::MergedChannels);
+        insecure.start(Bin + QStringLiteral("/tessera-broker"), open + QStringList { QStringLiteral("--insecure-plaintext") });
+        QVERIFY(insecure.waitForStarted());
+        QVERIFY(QTest::qWaitFor([&] { return cluster.job({ QStringLiteral("list") }, 5'000).exitCode == 0; }, 60'000));
+        insecure.terminate();
+        QVERIFY(insecure.waitForFinished(30'000));
+        QVERIFY2(insecure.readAll().contains("every caller acts as the operator"), "no warning");
+    }
+
     void oneNodeServesTwoBrokers()
     {
         const QString small = m_dir.filePath(QStringLiteral("small.json"));
@@ -691,9 +904,8 @@ for name, n in (("train.pt", 600), ("test.pt", 200)):
         QVERIFY2(client.exitCode == 0,
             qPrintable(client.output + QStringLiteral("\nbroker log:\n") + cluster.log(QStringLiteral("broker"))));
         // tessera-job over CURVE, with the key in the address.
-        const auto listed = run(Bin + QStringLiteral("/tessera-job"),
-            { QStringLiteral("--config"), QStringLiteral("/dev/null"), QStringLiteral("--broker"),
-                cluster.endpoint() + u'#' + publicKey, QStringLiteral("list") });
+        const auto listed
+            = cluster.jobAs(QStringLiteral("owner"), { QStringLiteral("list") }, 60'000, cluster.endpoint() + u'#' + publicKey);
         QVERIFY2(listed.exitCode == 0 && listed.output.contains(QStringLiteral("no jobs")), qPrintable(listed.output));
     }
 
@@ -735,10 +947,7 @@ for name, n in (("train.pt", 600), ("test.pt", 200)):
         QVERIFY(QTest::qWaitFor(
             [&] { return cluster.log(QStringLiteral("node1")).contains(QStringLiteral("registered with")); }, 120'000));
         // So a client that is not listed is refused by a broker that serves, not by one still starting.
-        const auto refused = run(Bin + QStringLiteral("/tessera-job"),
-            { QStringLiteral("--config"), QStringLiteral("/dev/null"), QStringLiteral("--broker"), address,
-                QStringLiteral("list") },
-            60'000);
+        const auto refused = cluster.jobAs(QStringLiteral("owner"), { QStringLiteral("list") }, 60'000, address);
         QVERIFY2(refused.exitCode != 0 && refused.output.contains(QStringLiteral("no answer")), qPrintable(refused.output));
         broker.kill();
         broker.waitForFinished();

@@ -33,7 +33,7 @@ cleanup() {
 trap cleanup EXIT
 log() { echo "disk-full: $*"; }
 fail() { log "FAILED: $*"; for f in "$scratch"/*.log; do echo "--- $f"; tail -20 "$f"; done; exit 1; }
-job() { "$bin/tessera-job" --config /dev/null --broker "$endpoint" "$@"; }
+job() { "$bin/tessera-job" --config /dev/null --identity "$scratch/owner.key" --broker "$endpoint" "$@"; }
 fill() { dd if=/dev/zero of="$1/filler" bs=64k 2>/dev/null || true; sync; }
 free_kb() { df --output=avail -k "$1" | tail -1 | tr -d ' '; }
 
