@@ -484,6 +484,21 @@ int trainShard(const QStringList& args, const compute::ComputeEnvironment& envir
     return 0;
 }
 
+// A broker to talk to as this node (--broker, else the first of Node/Brokers, else the local one),
+// and the node's identity.
+core::Result<std::pair<net::BrokerAddress, net::Identity>> brokerSession(QString address, const core::settings::Settings& settings)
+{
+    if (address.isEmpty() && !settings.listValue(core::settings::names::NodeBrokers).isEmpty())
+        address = settings.listValue(core::settings::names::NodeBrokers).first();
+    auto broker = net::BrokerAddress::parse(address.isEmpty() ? QStringLiteral("tcp://127.0.0.1:5555") : address);
+    if (!broker)
+        return broker.error();
+    auto me = net::Identity::loadOrCreate(net::Identity::defaultKeyFile(settings));
+    if (!me)
+        return me.error();
+    return std::pair { *broker, *me };
+}
+
 // Bonds or unbonds stake: a request signed with the node's key, so that only the node moves it.
 int stake(const QStringList& args, core::settings::Settings& settings)
 {
@@ -498,17 +513,12 @@ int stake(const QStringList& args, core::settings::Settings& settings)
     auto amount = core::Credits::parse(positional[1]);
     if (!amount || amount->micro() <= 0)
         return fail(QStringLiteral("AMOUNT must be a positive number of credits, like 12.5"));
-    QString address = parser.value(QStringLiteral("broker"));
-    if (address.isEmpty() && !settings.listValue(core::settings::names::NodeBrokers).isEmpty())
-        address = settings.listValue(core::settings::names::NodeBrokers).first();
-    auto broker = net::BrokerAddress::parse(address.isEmpty() ? QStringLiteral("tcp://127.0.0.1:5555") : address);
-    if (!broker)
-        return fail(broker.error().toString());
-    auto me = net::Identity::loadOrCreate(net::Identity::defaultKeyFile(settings));
-    if (!me)
-        return fail(me.error().toString());
-    const auto* keys = &me->keys;
-    const auto* signing = &me->signing;
+    auto session = brokerSession(parser.value(QStringLiteral("broker")), settings);
+    if (!session)
+        return fail(session.error().toString());
+    auto& [broker, me] = *session;
+    const auto* keys = &me.keys;
+    const auto* signing = &me.signing;
     const auto request = core::signDocument(
         QJsonObject {
             { QStringLiteral("kind"), QStringLiteral("tessera-stake") },
@@ -518,7 +528,7 @@ int stake(const QStringList& args, core::settings::Settings& settings)
             { QStringLiteral("nonce"), QString::number(QDateTime::currentMSecsSinceEpoch()) },
         },
         *signing);
-    net::BrokerClient client(*broker, *keys);
+    net::BrokerClient client(broker, *keys);
     auto reply = client.request(net::Command::Stake, { { QStringLiteral("request"), request } });
     if (!reply)
         return fail(reply.error().message);
@@ -537,16 +547,11 @@ int balance(const QStringList& args, const core::settings::Settings& settings)
     parser.addOption({ QStringLiteral("json"), QStringLiteral("print JSON") });
     if (!parser.parse(args) || !parser.positionalArguments().isEmpty())
         return fail(QStringLiteral("usage: tessera-node balance [--broker ADDRESS] [--json]"));
-    QString address = parser.value(QStringLiteral("broker"));
-    if (address.isEmpty() && !settings.listValue(core::settings::names::NodeBrokers).isEmpty())
-        address = settings.listValue(core::settings::names::NodeBrokers).first();
-    auto broker = net::BrokerAddress::parse(address.isEmpty() ? QStringLiteral("tcp://127.0.0.1:5555") : address);
-    if (!broker)
-        return fail(broker.error().toString());
-    auto me = net::Identity::loadOrCreate(net::Identity::defaultKeyFile(settings));
-    if (!me)
-        return fail(me.error().toString());
-    net::BrokerClient client(*broker, me->keys);
+    auto session = brokerSession(parser.value(QStringLiteral("broker")), settings);
+    if (!session)
+        return fail(session.error().toString());
+    auto& [broker, me] = *session;
+    net::BrokerClient client(broker, me.keys);
     auto reply = client.request(net::Command::Balance, {});
     if (!reply)
         return fail(reply.error().message);
