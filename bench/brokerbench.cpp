@@ -20,7 +20,7 @@ int main(int argc, char* argv[])
     QCoreApplication app(argc, argv);
     QTemporaryDir dir;
     compute::BrokerMath math({});
-    core::broker::SystemClock clock;
+    core::SystemClock clock;
     // A faucet funds the owner's escrow and bonds each node's stake, as on a local broker.
     core::broker::Broker::Options options;
     options.faucet = true;

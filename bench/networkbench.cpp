@@ -105,7 +105,7 @@ double rawRate(const std::optional<net::CurveKeys>& keys)
 struct Server {
     QTemporaryDir dir;
     compute::BrokerMath math { {} };
-    core::broker::SystemClock clock;
+    core::SystemClock clock;
     std::unique_ptr<core::broker::Broker> broker;
     std::unique_ptr<net::BrokerServer> server;
     std::atomic<bool> stop { false };
@@ -119,7 +119,7 @@ struct Server {
         options.bind = QStringLiteral("tcp://127.0.0.1:%1").arg(port());
         options.keys = std::move(keys);
         options.liveness = 30; // a loaded simulator may be late with heartbeats; keep the nodes
-        server = std::make_unique<net::BrokerServer>(*broker, options);
+        server = std::make_unique<net::BrokerServer>(*broker, options, clock);
         if (!server->bind())
             qFatal("cannot bind");
     }

@@ -1,8 +1,8 @@
 #include "brokerserver.h"
 
-#include <core/jobspec.h>
+#include "messages.h"
+#include "ratelimiter.h"
 
-#include <QDateTime>
 #include <QJsonArray>
 #include <QLoggingCategory>
 
@@ -17,11 +17,6 @@ namespace tessera::net {
 
 namespace {
 
-std::int64_t nowMs()
-{
-    return QDateTime::currentMSecsSinceEpoch();
-}
-
 QByteArray toBytes(const zmq::message_t& message)
 {
     return QByteArray(static_cast<const char*>(message.data()), qsizetype(message.size()));
@@ -32,8 +27,18 @@ QString shortId(const QString& id)
     return id.left(12);
 }
 
+bool isLoopback(const QString& endpoint)
+{
+    // tcp://HOST:PORT
+    const QString host = endpoint.mid(6).section(u':', 0, -2);
+    return host == u"localhost" || host.startsWith(u"127.") || host == u"[::1]" || host == u"::1";
+}
+
 // A node the broker may not give work (too little stake bonded) is asked again this often.
 constexpr std::int64_t RefusedRetryMs = 10'000;
+// A peer dropped for flooding is ignored this long; a client that is silent this long is forgotten.
+constexpr std::int64_t BanMs = 60'000;
+constexpr std::int64_t ForgetClientMs = 60'000;
 
 } // namespace
 
@@ -45,28 +50,47 @@ struct BrokerServer::Private {
         double score = 0.0;
         std::int64_t lastSeen = 0;
         std::int64_t lastSent = 0;
-        double tokens = -1.0; // the rate limit's bucket; < 0 until the first message
-        std::int64_t lastRefill = 0;
-        // Since when the peer has been over the limit: refused at least once a second (a flood
-        // still gets a message through now and then, as the bucket refills; that does not end it).
-        std::int64_t floodingSince = 0;
-        std::int64_t lastRefused = 0;
+        RateLimiter limiter;
+    };
+
+    // One request as a handler sees it: who sent it and what, decoded, and who the caller is.
+    struct Request {
+        QByteArray routingId;
+        Peer& peer;
+        const Message& message;
+        QJsonValue id;
+        QString caller; // under CURVE the client's key; in plaintext the account it names
+        bool operatorCaller = false; // a key of Broker/OperatorKeys, or any plaintext caller
+        QString userId; // the CURVE key; empty in plaintext
+        int re() const { return int(message.command); }
+        const QJsonObject& header() const { return message.header; }
     };
 
     core::broker::Broker& broker;
     BrokerServerOptions options;
-    zmq::context_t context;
-    zmq::socket_t router { context, zmq::socket_type::router };
+    const core::Clock& clock;
+    std::unique_ptr<zmq::context_t> ownContext;
+    zmq::context_t& context;
+    zmq::socket_t router;
     std::unique_ptr<zmq::socket_t> zap;
     QString endpoint;
     QHash<QByteArray, Peer> peers;
     QHash<QByteArray, std::int64_t> banned; // routing id -> until (ms)
     Counters counters;
+    std::int64_t nextKeepAlive = 0;
 
-    Private(core::broker::Broker& b, BrokerServerOptions o)
+    Private(core::broker::Broker& b, BrokerServerOptions o, const core::Clock& c)
         : broker(b)
         , options(std::move(o))
+        , clock(c)
+        , ownContext(options.context ? nullptr : std::make_unique<zmq::context_t>())
+        , context(options.context ? *options.context : *ownContext)
+        , router(context, zmq::socket_type::router)
     { }
+
+    std::int64_t now() const { return clock.nowMs(); }
+
+    // --- sending ---------------------------------------------------------------------------------
 
     void send(const QByteArray& routingId, const Message& message)
     {
@@ -85,7 +109,7 @@ struct BrokerServer::Private {
             router.send(frame, flags);
         }
         if (auto it = peers.find(routingId); it != peers.end())
-            it->lastSent = nowMs();
+            it->lastSent = now();
     }
 
     void sendError(const QByteArray& routingId, const QString& code, const QString& text, int re, const QJsonValue& id)
@@ -95,47 +119,88 @@ struct BrokerServer::Private {
         send(routingId, errorMessage(code, text, re, id));
     }
 
+    void ok(const Request& r, const QJsonObject& fields = {}) { send(r.routingId, okMessage(r.id, fields)); }
+    void refuse(const Request& r, const QString& code, const QString& text) { sendError(r.routingId, code, text, r.re(), r.id); }
+    void forbidden(const Request& r, const QString& text) { refuse(r, errors::Forbidden, text); }
+    // A broker error as the peer should hear it: a full disk is the broker's trouble, not the
+    // request's (disk-full, without the broker's paths; the log has the whole error).
+    void refuse(const Request& r, const core::Error& error, const QString& code = errors::Invalid, const QString& prefix = {})
+    {
+        if (error.diskFull) {
+            qCWarning(lcBroker).noquote() << commandName(r.message.command) << "refused:" << error.toString();
+            refuse(r, errors::DiskFull, QStringLiteral("the broker's disk is full; nothing was stored (try again later)"));
+            return;
+        }
+        refuse(r, code, prefix + error.toString());
+    }
+    bool requireNode(const Request& r)
+    {
+        if (!r.peer.nodeId.isEmpty())
+            return true;
+        refuse(r, errors::NotRegistered, QStringLiteral("send REGISTER first"));
+        return false;
+    }
+    // Decodes a typed request; a wrong field is answered invalid and comes back empty.
+    template<typename Typed> std::optional<Typed> decoded(const Request& r)
+    {
+        auto typed = Typed::fromHeader(r.header());
+        if (!typed) {
+            refuse(r, errors::Invalid, typed.error().toString());
+            return std::nullopt;
+        }
+        return std::move(*typed);
+    }
+
+    // --- the loop --------------------------------------------------------------------------------
+
+    void receive();
     void handleZap();
+    // Admission: the ban list and the peer's rate limit. False: the message goes no further.
+    bool admit(const QByteArray& routingId, Peer& peer, const QList<QByteArray>& frames);
     void handle(const QByteArray& routingId, const QList<QByteArray>& frames, const QString& userId);
-    void dispatchWork();
+    void dispatch(Request& r);
     void keepAlive();
+    void dispatchWork();
     // Sends what the broker has to tell nodes (dispute checkpoint requests, verdicts) to those
     // connected; a node that is away misses its verdicts (its dispute then times out).
-    void sendNotices()
-    {
-        for (auto& notice : broker.takeNotices()) {
-            for (auto it = peers.constBegin(); it != peers.constEnd(); ++it) {
-                if (it->nodeId != notice.nodeId)
-                    continue;
-                send(it.key(),
-                    { notice.kind == core::broker::Notice::Kind::CheckpointRequest ? Command::Checkpoint : Command::Verdict,
-                        notice.body, {} });
-                break;
-            }
-        }
-    }
+    void sendNotices();
+
+    // --- node commands ---------------------------------------------------------------------------
+    void onRegister(Request& r);
+    void onBye(Request& r);
+    void onReady(Request& r);
+    void onResult(Request& r);
+    void onCommit(Request& r);
+    void onCheckpoint(Request& r);
+
+    // --- blob commands ---------------------------------------------------------------------------
+    void onGet(Request& r);
+    void onPut(Request& r);
+
+    // --- client commands -------------------------------------------------------------------------
+    void onSubmit(Request& r);
+    void onStatus(Request& r);
+    void onList(Request& r);
+    void onCancel(Request& r);
+    void onQuote(Request& r);
+    void onBalance(Request& r);
+    void onLedger(Request& r);
+    void onNodes(Request& r);
+    void onReceipt(Request& r);
+    void onStake(Request& r);
+    void onVerifications(Request& r);
 };
 
-BrokerServer::BrokerServer(core::broker::Broker& broker, BrokerServerOptions options)
-    : d(std::make_unique<Private>(broker, std::move(options)))
+BrokerServer::BrokerServer(core::broker::Broker& broker, BrokerServerOptions options, const core::Clock& clock)
+    : d(std::make_unique<Private>(broker, std::move(options), clock))
 { }
 
 BrokerServer::~BrokerServer() = default;
 
-namespace {
-
-bool isLoopback(const QString& endpoint)
-{
-    // tcp://HOST:PORT
-    const QString host = endpoint.mid(6).section(u':', 0, -2);
-    return host == u"localhost" || host.startsWith(u"127.") || host == u"[::1]" || host == u"::1";
-}
-
-} // namespace
-
 core::Status BrokerServer::bind()
 {
-    if (!d->options.keys && !d->options.insecurePlaintext && !isLoopback(d->options.bind))
+    if (!d->options.keys && !d->options.insecurePlaintext && !d->options.bind.startsWith(u"inproc://")
+        && !isLoopback(d->options.bind))
         return core::Error { QStringLiteral("bind"),
             QStringLiteral("refusing to listen on %1 without CURVE: on a plaintext broker anyone who reaches it can "
                            "claim any account and spend its credits. Give it a key file (--keys FILE, Broker/KeyFile), "
@@ -160,6 +225,7 @@ core::Status BrokerServer::bind()
         return core::Error { QStringLiteral("bind"),
             QStringLiteral("cannot listen on %1: %2").arg(d->options.bind, QString::fromUtf8(error.what())) };
     }
+    d->nextKeepAlive = d->now() + d->options.heartbeatMs;
     return {};
 }
 
@@ -175,52 +241,58 @@ BrokerServer::Counters BrokerServer::counters() const
 
 void BrokerServer::run(const std::atomic<bool>& stop)
 {
-    std::int64_t nextKeepAlive = nowMs() + d->options.heartbeatMs;
-    while (!stop.load()) {
-        std::vector<zmq::pollitem_t> items { { d->router.handle(), 0, ZMQ_POLLIN, 0 } };
-        if (d->zap)
-            items.push_back({ d->zap->handle(), 0, ZMQ_POLLIN, 0 });
-        const auto timeout = std::clamp<std::int64_t>(nextKeepAlive - nowMs(), 0, d->options.heartbeatMs);
-        try {
-            zmq::poll(items.data(), items.size(), std::chrono::milliseconds(timeout));
-        } catch (const zmq::error_t& error) {
-            if (error.num() == EINTR)
-                continue;
-            throw;
-        }
-        if (d->zap && (items[1].revents & ZMQ_POLLIN))
-            d->handleZap();
-        if (items[0].revents & ZMQ_POLLIN) {
-            // Drain what is there, then look after heartbeats.
-            for (int i = 0; i < 1000; ++i) {
-                std::vector<zmq::message_t> parts;
-                const auto received = zmq::recv_multipart(d->router, std::back_inserter(parts), zmq::recv_flags::dontwait);
-                if (!received)
-                    break;
-                QString userId;
-                if (parts.size() > 1) {
-                    try {
-                        userId = QString::fromLatin1(parts[1].gets("User-Id"));
-                    } catch (const zmq::error_t&) { }
-                }
-                QList<QByteArray> frames;
-                for (std::size_t p = 1; p < parts.size(); ++p)
-                    frames.append(toBytes(parts[p]));
-                d->handle(toBytes(parts[0]), frames, userId);
-            }
-            d->sendNotices();
-        }
-        if (nowMs() >= nextKeepAlive) {
-            d->keepAlive();
-            d->broker.tick();
-            d->sendNotices();
-            d->dispatchWork();
-            nextKeepAlive = nowMs() + d->options.heartbeatMs;
-        }
-    }
+    while (!stop.load())
+        pollOnce(int(std::clamp<std::int64_t>(d->nextKeepAlive - d->now(), 0, d->options.heartbeatMs)));
     for (auto it = d->peers.constBegin(); it != d->peers.constEnd(); ++it) {
         if (!it->nodeId.isEmpty())
             d->send(it.key(), { Command::Bye, {}, {} });
+    }
+}
+
+void BrokerServer::pollOnce(int maxWaitMs)
+{
+    std::vector<zmq::pollitem_t> items { { d->router.handle(), 0, ZMQ_POLLIN, 0 } };
+    if (d->zap)
+        items.push_back({ d->zap->handle(), 0, ZMQ_POLLIN, 0 });
+    try {
+        zmq::poll(items.data(), items.size(), std::chrono::milliseconds(std::max(0, maxWaitMs)));
+    } catch (const zmq::error_t& error) {
+        if (error.num() != EINTR)
+            throw;
+        return;
+    }
+    if (d->zap && (items[1].revents & ZMQ_POLLIN))
+        d->handleZap();
+    if (items[0].revents & ZMQ_POLLIN) {
+        d->receive();
+        d->sendNotices();
+    }
+    if (d->now() >= d->nextKeepAlive) {
+        d->keepAlive();
+        d->broker.tick();
+        d->sendNotices();
+        d->dispatchWork();
+        d->nextKeepAlive = d->now() + d->options.heartbeatMs;
+    }
+}
+
+void BrokerServer::Private::receive()
+{
+    // Drain what is there (a bounded number), then look after heartbeats.
+    for (int i = 0; i < 1000; ++i) {
+        std::vector<zmq::message_t> parts;
+        if (!zmq::recv_multipart(router, std::back_inserter(parts), zmq::recv_flags::dontwait))
+            break;
+        QString userId;
+        if (parts.size() > 1) {
+            try {
+                userId = QString::fromLatin1(parts[1].gets("User-Id"));
+            } catch (const zmq::error_t&) { }
+        }
+        QList<QByteArray> frames;
+        for (std::size_t p = 1; p < parts.size(); ++p)
+            frames.append(toBytes(parts[p]));
+        handle(toBytes(parts[0]), frames, userId);
     }
 }
 
@@ -264,20 +336,134 @@ void BrokerServer::Private::handleZap()
     zmq::send_multipart(*zap, reply);
 }
 
+bool BrokerServer::Private::admit(const QByteArray& routingId, Peer& peer, const QList<QByteArray>& frames)
+{
+    // A blob range (GET, PUT) counts a quarter: a download on a fast link is 1 MiB ranges as fast as
+    // the link carries them (about 600 a second on loopback here), not a flood.
+    const bool range = frames.size() > 1 && frames[1].size() == 1
+        && (quint8(frames[1][0]) == quint8(Command::Get) || quint8(frames[1][0]) == quint8(Command::Put));
+    switch (peer.limiter.admit(range ? 0.25 : 1.0, now())) {
+    case RateLimiter::Decision::Pass:
+        return true;
+    case RateLimiter::Decision::Refuse:
+        ++counters.errors;
+        send(routingId,
+            errorMessage(errors::TooManyRequests,
+                QStringLiteral("more than %1 messages a second; slow down").arg(options.maxRequestsPerSecond), -1, {}));
+        return false;
+    case RateLimiter::Decision::Drop:
+        qCWarning(lcBroker).noquote() << "dropped a peer that sent more than" << options.maxRequestsPerSecond
+                                      << "messages a second for 5 s" << shortId(peer.nodeId);
+        if (!peer.nodeId.isEmpty())
+            broker.nodeLost(peer.nodeId);
+        peers.remove(routingId);
+        banned.insert(routingId, now() + BanMs);
+        ++counters.errors;
+        ++counters.dropped;
+        return false;
+    }
+    return false;
+}
+
+void BrokerServer::Private::handle(const QByteArray& routingId, const QList<QByteArray>& frames, const QString& userId)
+{
+    ++counters.messages;
+    if (auto ban = banned.find(routingId); ban != banned.end()) {
+        if (now() < *ban)
+            return; // dropped for flooding: not even an answer
+        banned.erase(ban);
+    }
+    auto found = peers.find(routingId);
+    if (found == peers.end())
+        found = peers.insert(routingId, Peer { {}, false, 0, 0.0, 0, 0, RateLimiter(options.maxRequestsPerSecond) });
+    auto& peer = *found;
+    peer.lastSeen = now();
+    if (!admit(routingId, peer, frames))
+        return;
+    auto message = decode(frames);
+    if (!message) {
+        sendError(routingId, message.error().code, message.error().message, message.error().command, {});
+        return;
+    }
+    // Who asks (docs/PROTOCOL.md, "Who may do what"): under CURVE the client's key, the operator when
+    // the key is one of Broker/OperatorKeys; on a plaintext broker (loopback only) every caller is
+    // the operator, acting for the account it names ("owner").
+    const auto envelope = Envelope::of(message->header);
+    const bool curve = !userId.isEmpty();
+    Request request { routingId, peer, *message, envelope.id,
+        curve ? userId : (envelope.owner.isEmpty() ? QStringLiteral("local") : envelope.owner),
+        !curve || options.operatorKeys.contains(userId), userId };
+    dispatch(request);
+}
+
+void BrokerServer::Private::dispatch(Request& r)
+{
+    switch (r.message.command) {
+    case Command::Register:
+        return onRegister(r);
+    case Command::Heartbeat:
+        return;
+    case Command::Bye:
+        return onBye(r);
+    case Command::Ready:
+        return onReady(r);
+    case Command::Result:
+        return onResult(r);
+    case Command::Commit:
+        return onCommit(r);
+    case Command::Checkpoint:
+        return onCheckpoint(r);
+    case Command::Get:
+        return onGet(r);
+    case Command::Put:
+        return onPut(r);
+    case Command::Submit:
+        return onSubmit(r);
+    case Command::Status:
+        return onStatus(r);
+    case Command::List:
+        return onList(r);
+    case Command::Cancel:
+        return onCancel(r);
+    case Command::Quote:
+        return onQuote(r);
+    case Command::Balance:
+        return onBalance(r);
+    case Command::Ledger:
+        return onLedger(r);
+    case Command::Nodes:
+        return onNodes(r);
+    case Command::Receipt:
+        return onReceipt(r);
+    case Command::Stake:
+        return onStake(r);
+    case Command::Verifications:
+        return onVerifications(r);
+    case Command::Welcome:
+    case Command::Task:
+    case Command::Ok:
+    case Command::Error:
+    case Command::Chunk:
+    case Command::Verdict:
+        refuse(r, errors::BadMessage, QStringLiteral("%1 is not a request a broker answers").arg(commandName(r.message.command)));
+        return;
+    }
+}
+
 void BrokerServer::Private::keepAlive()
 {
-    const auto now = nowMs();
+    const auto t = now();
     QList<QByteArray> gone;
     for (auto it = peers.begin(); it != peers.end(); ++it) {
         const bool node = !it->nodeId.isEmpty();
-        const std::int64_t silence = now - it->lastSeen;
+        const std::int64_t silence = t - it->lastSeen;
         if (node && silence > std::int64_t(options.heartbeatMs) * options.liveness) {
             qCInfo(lcBroker).noquote() << "node" << shortId(it->nodeId) << "went silent; its shards go to others";
             broker.nodeLost(it->nodeId);
             gone.append(it.key());
-        } else if (!node && silence > 60'000) {
+        } else if (!node && silence > ForgetClientMs) {
             gone.append(it.key()); // a client that went away
-        } else if (node && now - it->lastSent >= options.heartbeatMs) {
+        } else if (node && t - it->lastSent >= options.heartbeatMs) {
             send(it.key(), { Command::Heartbeat, {}, {} });
         }
     }
@@ -297,10 +483,10 @@ void BrokerServer::Private::dispatchWork()
     // The fastest nodes first: the last shards of a round should not wait on the slowest.
     std::sort(waiting.begin(), waiting.end(),
         [&](const QByteArray& a, const QByteArray& b) { return peers[a].score > peers[b].score; });
-    const auto now = nowMs();
+    const auto t = now();
     for (const auto& id : waiting) {
         auto& peer = peers[id];
-        if (now < peer.refusedUntil)
+        if (t < peer.refusedUntil)
             continue;
         auto assignment = broker.assign(peer.nodeId);
         if (!assignment) {
@@ -308,7 +494,7 @@ void BrokerServer::Private::dispatchWork()
             qCWarning(lcBroker).noquote() << "no work for node" << shortId(peer.nodeId) << ":" << assignment.error().toString();
             if (peer.refusedUntil == 0)
                 sendError(id, errors::Invalid, assignment.error().toString(), int(Command::Ready), {});
-            peer.refusedUntil = now + RefusedRetryMs;
+            peer.refusedUntil = t + RefusedRetryMs;
             continue;
         }
         peer.refusedUntil = 0;
@@ -317,460 +503,383 @@ void BrokerServer::Private::dispatchWork()
         const auto& a = **assignment;
         peer.waiting = false;
         ++counters.tasksSent;
-        send(id,
-            { Command::Task,
-                QJsonObject {
-                    { QStringLiteral("assignment"), a.id },
-                    { QStringLiteral("deadlineMs"), static_cast<qint64>(a.deadlineMs - nowMs()) },
-                    { QStringLiteral("task"), a.task.toJson() },
-                    { QStringLiteral("startWeightsBlob"), a.startWeightsBlob.toHex() },
-                },
-                {} });
+        send(id, { Command::Task, TaskMessage { a.id, a.deadlineMs - t, a.task, a.startWeightsBlob }.toHeader(), {} });
     }
 }
 
-void BrokerServer::Private::handle(const QByteArray& routingId, const QList<QByteArray>& frames, const QString& userId)
+void BrokerServer::Private::sendNotices()
 {
-    ++counters.messages;
-    const auto now = nowMs();
-    if (auto ban = banned.find(routingId); ban != banned.end()) {
-        if (now < *ban)
-            return; // dropped for flooding: not even an answer
-        banned.erase(ban);
+    for (auto& notice : broker.takeNotices()) {
+        for (auto it = peers.constBegin(); it != peers.constEnd(); ++it) {
+            if (it->nodeId != notice.nodeId)
+                continue;
+            send(it.key(),
+                { notice.kind == core::broker::Notice::Kind::CheckpointRequest ? Command::Checkpoint : Command::Verdict,
+                    notice.body, {} });
+            break;
+        }
     }
-    auto& peer = peers[routingId];
-    peer.lastSeen = now;
-    // A token bucket per peer: a flood is refused, and a long one gets the peer dropped.
-    if (options.maxRequestsPerSecond > 0) {
-        const double burst = 2.0 * options.maxRequestsPerSecond;
-        if (peer.tokens < 0) {
-            peer.tokens = burst;
-            peer.lastRefill = now;
-        }
-        peer.tokens = std::min(burst, peer.tokens + double(now - peer.lastRefill) * options.maxRequestsPerSecond / 1000.0);
-        peer.lastRefill = now;
-        // A blob range (GET, PUT) counts a quarter: a download on a fast link is 1 MiB ranges as fast
-        // as the link carries them (about 600 a second on this machine's loopback), not a flood.
-        const bool range = frames.size() > 1 && frames[1].size() == 1
-            && (quint8(frames[1][0]) == quint8(Command::Get) || quint8(frames[1][0]) == quint8(Command::Put));
-        const double cost = range ? 0.25 : 1.0;
-        if (peer.tokens < cost) {
-            if (peer.floodingSince == 0 || now - peer.lastRefused > 1'000)
-                peer.floodingSince = now;
-            peer.lastRefused = now;
-            if (now - peer.floodingSince > 5'000) {
-                qCWarning(lcBroker).noquote()
-                    << "dropped a peer that sent more than" << options.maxRequestsPerSecond << "messages a second for 5 s"
-                    << (peer.nodeId.isEmpty() ? QString() : shortId(peer.nodeId));
-                if (!peer.nodeId.isEmpty())
-                    broker.nodeLost(peer.nodeId);
-                peers.remove(routingId);
-                banned.insert(routingId, now + 60'000);
-                ++counters.errors;
-                return;
-            }
-            ++counters.errors;
-            send(routingId,
-                errorMessage(errors::TooManyRequests,
-                    QStringLiteral("more than %1 messages a second; slow down").arg(options.maxRequestsPerSecond), -1, {}));
-            return;
-        }
-        peer.tokens -= cost;
-    }
-    auto decoded = decode(frames);
-    if (!decoded) {
-        sendError(routingId, decoded.error().code, decoded.error().message, decoded.error().command, {});
-        return;
-    }
-    const Message& message = *decoded;
-    const auto id = message.header.value(QStringLiteral("id"));
-    const int re = int(message.command);
-    // Who asks (docs/PROTOCOL.md, "Who may do what"): under CURVE the client's key, the operator
-    // when the key is one of Broker/OperatorKeys; on a plaintext broker (loopback only) every caller
-    // is the operator, acting for the account it names ("owner").
-    const bool curve = !userId.isEmpty();
-    const QString caller = curve ? userId : message.header.value(QStringLiteral("owner")).toString(QStringLiteral("local"));
-    const bool operatorCaller = !curve || options.operatorKeys.contains(userId);
-    auto forbidden = [&](const QString& why) { sendError(routingId, errors::Forbidden, why, re, id); };
-    // A full disk is the broker's trouble, not the request's: the peer hears disk-full (without the
-    // broker's paths), the operator reads the whole error in the log.
-    auto refuse = [&](const QString& code, const core::Error& error, const QString& prefix = {}) {
-        if (error.diskFull) {
-            qCWarning(lcBroker).noquote() << commandName(message.command) << "refused:" << error.toString();
-            sendError(routingId, errors::DiskFull,
-                QStringLiteral("the broker's disk is full; nothing was stored (try again later)"), re, id);
-            return;
-        }
-        sendError(routingId, code, prefix + error.toString(), re, id);
-    };
-    auto invalid = [&](const core::Error& error) { refuse(errors::Invalid, error); };
-    auto requireNode = [&]() {
-        if (peer.nodeId.isEmpty()) {
-            sendError(routingId, errors::NotRegistered, QStringLiteral("send REGISTER first"), re, id);
-            return false;
-        }
-        return true;
-    };
+}
 
-    switch (message.command) {
-    case Command::Register: {
-        auto node = core::NodeInfo::fromJson(message.header.value(QStringLiteral("node")).toObject());
-        if (!node) {
-            sendError(routingId, errors::Invalid, QStringLiteral("node.") + node.error().toString(), re, id);
-            return;
-        }
-        // With CURVE, a node is who its key says it is, whatever it claims.
-        if (!userId.isEmpty())
-            node->nodeId = userId;
-        if (node->nodeId.isEmpty()) {
-            sendError(routingId, errors::Invalid, QStringLiteral("node.nodeId: is required"), re, id);
-            return;
-        }
-        // The same node on a new connection (it reconnected, or restarted): what was in flight on the
-        // old one is void, a TASK sent there may never have arrived, so its shards go back to the
-        // queue (and to it again, if nobody else takes them).
-        bool replaced = false;
-        for (auto it = peers.begin(); it != peers.end();) {
-            if (it.key() != routingId && it->nodeId == node->nodeId) {
-                it = peers.erase(it);
-                replaced = true;
-            } else {
-                ++it;
-            }
-        }
-        if (replaced)
-            broker.nodeLost(node->nodeId);
-        auto& self = peers[routingId];
-        if (auto status = broker.registerNode(*node); !status) {
-            refuse(errors::Internal, status.error());
-            return;
-        }
-        self.nodeId = node->nodeId;
-        self.score = broker.schedulingScore(node->nodeId);
-        qCDebug(lcBroker).noquote() << "node" << shortId(node->nodeId) << "registered:" << node->name << node->runtimeProfile;
-        QJsonObject welcome { { QStringLiteral("nodeId"), node->nodeId }, { QStringLiteral("heartbeatMs"), options.heartbeatMs },
-            { QStringLiteral("brokerVersion"), QStringLiteral("1") } };
-        if (!id.isUndefined())
-            welcome.insert(QStringLiteral("id"), id);
-        send(routingId, { Command::Welcome, welcome, {} });
+// --- node commands -------------------------------------------------------------------------------
+
+void BrokerServer::Private::onRegister(Request& r)
+{
+    auto request = RegisterRequest::fromHeader(r.header());
+    if (!request) {
+        refuse(r, errors::Invalid, request.error().toString());
         return;
     }
-    case Command::Heartbeat:
-        return;
-    case Command::Bye:
-        if (!peer.nodeId.isEmpty())
-            broker.nodeLost(peer.nodeId);
-        peers.remove(routingId);
-        return;
-    case Command::Ready:
-        if (!requireNode())
-            return;
-        peer.waiting = true;
-        dispatchWork();
-        return;
-    case Command::Result: {
-        if (!requireNode())
-            return;
-        const QString assignment = message.header.value(QStringLiteral("assignment")).toString();
-        auto result = core::ShardResult::fromJson(message.header.value(QStringLiteral("result")).toObject());
-        if (assignment.isEmpty() || !result) {
-            sendError(routingId, errors::Invalid,
-                assignment.isEmpty() ? QStringLiteral("assignment: is required")
-                                     : QStringLiteral("result.") + result.error().toString(),
-                re, id);
-            return;
-        }
-        auto verdict = broker.acceptResult(peer.nodeId, assignment, *result);
-        if (!verdict) {
-            invalid(verdict.error());
-            return;
-        }
-        if (*verdict == core::broker::Verdict::Stale) {
-            sendError(
-                routingId, errors::Stale, QStringLiteral("the shard was already answered; this result is not counted"), re, id);
-            return;
-        }
-        peer.score = broker.schedulingScore(peer.nodeId);
-        const QString said = *verdict == core::broker::Verdict::Accepted ? QStringLiteral("accepted")
-            : *verdict == core::broker::Verdict::Held                    ? QStringLiteral("sampled")
-                                                                         : QStringLiteral("failed");
-        QJsonObject answer { { QStringLiteral("verdict"), said } };
-        if (*verdict == core::broker::Verdict::Accepted) {
-            if (auto job = broker.status(result->jobId))
-                answer.insert(QStringLiteral("paid"), job->pricePerShard.toString());
-        }
-        send(routingId, okMessage(id, answer));
-        dispatchWork();
+    auto& node = request->node;
+    // With CURVE, a node is who its key says it is, whatever it claims.
+    if (!r.userId.isEmpty())
+        node.nodeId = r.userId;
+    if (node.nodeId.isEmpty()) {
+        refuse(r, errors::Invalid, QStringLiteral("node.nodeId: is required"));
         return;
     }
-    case Command::Get: {
-        auto digest = core::Digest::fromHex(message.header.value(QStringLiteral("sha256")).toString());
-        const auto offset = message.header.value(QStringLiteral("offset")).toInteger(-1);
-        const auto length = message.header.value(QStringLiteral("length")).toInteger(-1);
-        if (!digest || offset < 0 || length < 0 || length > MaxChunkBytes) {
-            sendError(routingId, errors::Invalid, QStringLiteral("GET needs sha256, offset and length (at most 1 MiB)"), re, id);
-            return;
+    // The same node on a new connection (it reconnected, or restarted): what was in flight on the
+    // old one is void, a TASK sent there may never have arrived, so its shards go back to the queue
+    // (and to it again, if nobody else takes them).
+    bool replaced = false;
+    for (auto it = peers.begin(); it != peers.end();) {
+        if (it.key() != r.routingId && it->nodeId == node.nodeId) {
+            it = peers.erase(it);
+            replaced = true;
+        } else {
+            ++it;
         }
-        const auto size = broker.blobs().sizeOf(*digest);
-        if (!size) {
-            sendError(routingId, errors::UnknownBlob, QStringLiteral("no blob %1").arg(digest->toHex()), re, id);
-            return;
-        }
-        if (!operatorCaller && !broker.mayRead(caller, *digest).value_or(false)) {
-            forbidden(QStringLiteral("blob %1 is not yours to read: only its uploader, the owner of a job that uses it and "
-                                     "nodes given work that needs it may")
-                          .arg(digest->toHex()));
-            return;
-        }
-        auto bytes = broker.blobs().readRange(*digest, offset, length);
-        if (!bytes) {
-            invalid(bytes.error());
-            return;
-        }
-        QJsonObject header { { QStringLiteral("sha256"), digest->toHex() }, { QStringLiteral("offset"), offset },
-            { QStringLiteral("size"), static_cast<qint64>(*size) } };
-        if (!id.isUndefined())
-            header.insert(QStringLiteral("id"), id);
-        send(routingId, { Command::Chunk, header, *bytes });
+    }
+    if (replaced)
+        broker.nodeLost(node.nodeId);
+    if (auto status = broker.registerNode(node); !status) {
+        refuse(r, status.error(), errors::Internal);
         return;
     }
-    case Command::Put: {
-        auto digest = core::Digest::fromHex(message.header.value(QStringLiteral("sha256")).toString());
-        const auto offset = message.header.value(QStringLiteral("offset")).toInteger(-1);
-        const auto size = message.header.value(QStringLiteral("size")).toInteger(-1);
-        if (!digest || offset < 0 || size < 0) {
-            sendError(routingId, errors::Invalid, QStringLiteral("PUT needs sha256, offset and size"), re, id);
+    auto& self = peers[r.routingId];
+    self.nodeId = node.nodeId;
+    self.score = broker.schedulingScore(node.nodeId);
+    qCDebug(lcBroker).noquote() << "node" << shortId(node.nodeId) << "registered:" << node.name << node.runtimeProfile;
+    QJsonObject welcome = Welcome { node.nodeId, options.heartbeatMs, QStringLiteral("1") }.toHeader();
+    if (!r.id.isUndefined())
+        welcome.insert(fields::Id, r.id);
+    send(r.routingId, { Command::Welcome, welcome, {} });
+}
+
+void BrokerServer::Private::onBye(Request& r)
+{
+    if (!r.peer.nodeId.isEmpty())
+        broker.nodeLost(r.peer.nodeId);
+    peers.remove(r.routingId);
+}
+
+void BrokerServer::Private::onReady(Request& r)
+{
+    if (!requireNode(r) || !decoded<ReadyRequest>(r))
+        return;
+    r.peer.waiting = true;
+    dispatchWork();
+}
+
+void BrokerServer::Private::onResult(Request& r)
+{
+    if (!requireNode(r))
+        return;
+    auto request = decoded<ResultRequest>(r);
+    if (!request)
+        return;
+    const QString nodeId = r.peer.nodeId;
+    auto verdict = broker.acceptResult(nodeId, request->assignment, request->result);
+    if (!verdict) {
+        refuse(r, verdict.error());
+        return;
+    }
+    if (*verdict == core::broker::Verdict::Stale) {
+        refuse(r, errors::Stale, QStringLiteral("the shard was already answered; this result is not counted"));
+        return;
+    }
+    if (auto it = peers.find(r.routingId); it != peers.end())
+        it->score = broker.schedulingScore(nodeId);
+    ResultReply reply;
+    reply.verdict = *verdict == core::broker::Verdict::Accepted ? QStringLiteral("accepted")
+        : *verdict == core::broker::Verdict::Held               ? QStringLiteral("sampled")
+                                                                : QStringLiteral("failed");
+    if (*verdict == core::broker::Verdict::Accepted) {
+        if (auto job = broker.status(request->result.jobId))
+            reply.paid = job->pricePerShard.toString();
+    }
+    ok(r, reply.toHeader());
+    dispatchWork();
+}
+
+void BrokerServer::Private::onCommit(Request& r)
+{
+    if (!requireNode(r))
+        return;
+    auto request = decoded<CommitRequest>(r);
+    if (!request)
+        return;
+    if (auto status = broker.commit(r.peer.nodeId, request->commitment); !status) {
+        refuse(r, status.error());
+        return;
+    }
+    ok(r, CommitReply {}.toHeader());
+}
+
+void BrokerServer::Private::onCheckpoint(Request& r)
+{
+    if (!requireNode(r))
+        return;
+    auto answer = decoded<CheckpointAnswer>(r);
+    if (!answer)
+        return;
+    // An unusable state is answered with an ERROR that says why; it may still have settled the
+    // dispute (nobody left to ask), so the verdicts go out either way.
+    if (auto status = broker.checkpointDelivered(r.peer.nodeId, answer->verification, answer->sha256.value_or(core::Digest {}));
+        !status)
+        refuse(r, status.error());
+    else
+        ok(r);
+    sendNotices();
+    dispatchWork();
+}
+
+// --- blob commands -------------------------------------------------------------------------------
+
+void BrokerServer::Private::onGet(Request& r)
+{
+    auto request = decoded<GetRequest>(r);
+    if (!request)
+        return;
+    const auto size = broker.blobs().sizeOf(request->sha256);
+    if (!size) {
+        refuse(r, errors::UnknownBlob, QStringLiteral("no blob %1").arg(request->sha256.toHex()));
+        return;
+    }
+    if (!r.operatorCaller && !broker.mayRead(r.caller, request->sha256).value_or(false)) {
+        forbidden(r,
+            QStringLiteral("blob %1 is not yours to read: only its uploader, the owner of a job that uses it and nodes "
+                           "given work that needs it may")
+                .arg(request->sha256.toHex()));
+        return;
+    }
+    auto bytes = broker.blobs().readRange(request->sha256, request->offset, request->length);
+    if (!bytes) {
+        refuse(r, bytes.error());
+        return;
+    }
+    QJsonObject header = ChunkHeader { request->sha256, request->offset, *size }.toHeader();
+    if (!r.id.isUndefined())
+        header.insert(fields::Id, r.id);
+    send(r.routingId, { Command::Chunk, header, *bytes });
+}
+
+void BrokerServer::Private::onPut(Request& r)
+{
+    auto request = decoded<PutRequest>(r);
+    if (!request)
+        return;
+    auto state = broker.blobs().putRange(request->sha256, request->offset, request->size, r.message.payload);
+    if (!state) {
+        refuse(r, state.error(), state.error().field == u"sha256" ? errors::HashMismatch : errors::Invalid);
+        return;
+    }
+    const bool complete = *state == core::BlobStore::UploadState::Complete;
+    if (complete) {
+        if (auto granted = broker.allowRead(request->sha256, r.caller); !granted) {
+            refuse(r, granted.error(), errors::Internal);
             return;
         }
-        auto state = broker.blobs().putRange(*digest, offset, size, message.payload);
-        if (!state) {
-            refuse(state.error().field == u"sha256" ? errors::HashMismatch : errors::Invalid, state.error());
-            return;
-        }
-        if (*state == core::BlobStore::UploadState::Complete) {
-            if (auto granted = broker.allowRead(*digest, caller); !granted) {
-                refuse(errors::Internal, granted.error());
+    }
+    ok(r, PutReply { request->sha256, broker.blobs().uploadedBytes(request->sha256), complete }.toHeader());
+}
+
+// --- client commands -----------------------------------------------------------------------------
+
+void BrokerServer::Private::onSubmit(Request& r)
+{
+    auto request = decoded<SubmitRequest>(r);
+    if (!request)
+        return;
+    // A job may name only files its owner may read: a file's hash is no key to it.
+    if (!r.operatorCaller) {
+        for (const auto& named : core::broker::blobsNamedBy(request->job)) {
+            if (!broker.mayRead(r.caller, named).value_or(false)) {
+                forbidden(
+                    r, QStringLiteral("the job names blob %1, which is not yours: upload the file yourself").arg(named.toHex()));
                 return;
             }
         }
-        send(routingId,
-            okMessage(id,
-                { { QStringLiteral("sha256"), digest->toHex() },
-                    { QStringLiteral("received"), static_cast<qint64>(broker.blobs().uploadedBytes(*digest)) },
-                    { QStringLiteral("complete"), *state == core::BlobStore::UploadState::Complete } }));
+    }
+    auto jobId = broker.submit(request->job, r.caller);
+    if (!jobId) {
+        refuse(r, jobId.error(), errors::Invalid, QStringLiteral("job."));
         return;
     }
-    case Command::Submit: {
-        auto spec = core::JobSpec::fromJson(message.header.value(QStringLiteral("job")).toObject());
-        if (!spec) {
-            sendError(routingId, errors::Invalid, QStringLiteral("job.") + spec.error().toString(), re, id);
-            return;
-        }
-        // The owner is who the CURVE key says; without CURVE (a local broker) whoever the client names.
-        // A job may name only files its owner may read: a file's hash is no key to it.
-        if (!operatorCaller) {
-            for (const auto& named : core::broker::blobsNamedBy(*spec)) {
-                if (!broker.mayRead(caller, named).value_or(false)) {
-                    forbidden(
-                        QStringLiteral("the job names blob %1, which is not yours: upload the file yourself").arg(named.toHex()));
-                    return;
-                }
-            }
-        }
-        auto jobId = broker.submit(*spec, caller);
-        if (!jobId) {
-            refuse(errors::Invalid, jobId.error(), QStringLiteral("job."));
-            return;
-        }
-        qCInfo(lcBroker).noquote() << "job" << *jobId << "submitted:" << spec->name;
-        send(routingId, okMessage(id, { { QStringLiteral("jobId"), *jobId } }));
-        dispatchWork();
+    qCInfo(lcBroker).noquote() << "job" << *jobId << "submitted:" << request->job.name;
+    ok(r, SubmitReply { *jobId }.toHeader());
+    dispatchWork();
+}
+
+void BrokerServer::Private::onStatus(Request& r)
+{
+    auto request = decoded<JobRequest>(r);
+    if (!request)
+        return;
+    auto status = broker.status(request->jobId);
+    if (!status) {
+        refuse(r, errors::UnknownJob, status.error().toString());
         return;
     }
-    case Command::Status: {
-        auto status = broker.status(message.header.value(QStringLiteral("jobId")).toString());
-        if (!status) {
-            sendError(routingId, errors::UnknownJob, status.error().toString(), re, id);
-            return;
-        }
-        // Another identity sees the job's progress only; its owner sees all of it.
-        const bool mine = operatorCaller || status->owner == caller;
-        send(routingId, okMessage(id, { { QStringLiteral("job"), mine ? status->toJson() : status->toPublicJson() } }));
+    // Another identity sees the job's progress only; its owner sees all of it.
+    const bool mine = r.operatorCaller || status->owner == r.caller;
+    ok(r, { { fields::Job, mine ? status->toJson() : status->toPublicJson() } });
+}
+
+void BrokerServer::Private::onList(Request& r)
+{
+    auto jobs = broker.list();
+    if (!jobs) {
+        refuse(r, errors::Internal, jobs.error().toString());
         return;
     }
-    case Command::List: {
-        auto jobs = broker.list();
-        if (!jobs) {
-            sendError(routingId, errors::Internal, jobs.error().toString(), re, id);
-            return;
-        }
-        QJsonArray list;
-        for (const auto& job : *jobs)
-            list.append(operatorCaller || job.owner == caller ? job.toJson() : job.toPublicJson());
-        send(routingId, okMessage(id, { { QStringLiteral("jobs"), list } }));
+    QJsonArray list;
+    for (const auto& job : *jobs)
+        list.append(r.operatorCaller || job.owner == r.caller ? job.toJson() : job.toPublicJson());
+    ok(r, { { fields::Jobs, list } });
+}
+
+void BrokerServer::Private::onCancel(Request& r)
+{
+    auto request = decoded<JobRequest>(r);
+    if (!request)
+        return;
+    auto job = broker.status(request->jobId);
+    if (!job) {
+        refuse(r, errors::UnknownJob, job.error().toString());
         return;
     }
-    case Command::Cancel: {
-        const QString jobId = message.header.value(QStringLiteral("jobId")).toString();
-        auto exists = broker.status(jobId);
-        if (!exists) {
-            sendError(routingId, errors::UnknownJob, exists.error().toString(), re, id);
-            return;
-        }
-        if (!operatorCaller && exists->owner != caller) {
-            forbidden(QStringLiteral("job %1 is not yours to cancel").arg(jobId));
-            return;
-        }
-        if (auto status = broker.cancel(jobId); !status) {
-            invalid(status.error());
-            return;
-        }
-        send(routingId, okMessage(id));
+    if (!r.operatorCaller && job->owner != r.caller) {
+        forbidden(r, QStringLiteral("job %1 is not yours to cancel").arg(request->jobId));
         return;
     }
-    case Command::Quote: {
-        auto spec = core::JobSpec::fromJson(message.header.value(QStringLiteral("job")).toObject());
-        if (!spec) {
-            sendError(routingId, errors::Invalid, QStringLiteral("job.") + spec.error().toString(), re, id);
-            return;
-        }
-        auto quote = broker.quoteFor(*spec);
-        if (!quote) {
-            sendError(routingId, errors::Invalid, QStringLiteral("job.") + quote.error().toString(), re, id);
-            return;
-        }
-        send(routingId, okMessage(id, { { QStringLiteral("quote"), quote->toJson() } }));
+    if (auto status = broker.cancel(request->jobId); !status) {
+        refuse(r, status.error());
         return;
     }
-    case Command::Balance: {
-        const QString who = message.header.value(QStringLiteral("account")).toString(caller);
-        if (!operatorCaller && who != caller) {
-            forbidden(QStringLiteral("the balance of %1 is for its holder to see").arg(who));
-            return;
-        }
-        auto account = broker.account(who);
-        if (!account) {
-            sendError(routingId, errors::Internal, account.error().toString(), re, id);
-            return;
-        }
-        send(routingId, okMessage(id, *account));
+    ok(r);
+}
+
+void BrokerServer::Private::onQuote(Request& r)
+{
+    auto request = decoded<QuoteRequest>(r);
+    if (!request)
+        return;
+    auto quote = broker.quoteFor(request->job);
+    if (!quote) {
+        refuse(r, errors::Invalid, QStringLiteral("job.") + quote.error().toString());
         return;
     }
-    case Command::Ledger: {
-        const auto invariants = broker.ledger().checkInvariants();
-        auto minted = broker.ledger().balance(core::ledger::accounts::Mint);
-        send(routingId,
-            okMessage(id,
-                { { QStringLiteral("consistent"), invariants.ok() },
-                    { QStringLiteral("problem"), invariants.ok() ? QString() : invariants.error().message },
-                    { QStringLiteral("minted"),
-                        minted ? minted->checkedMultiply(-1).value_or(core::Credits {}).toString() : QString() } }));
+    ok(r, QuoteReply { *quote }.toHeader());
+}
+
+void BrokerServer::Private::onBalance(Request& r)
+{
+    auto request = decoded<BalanceRequest>(r);
+    if (!request)
+        return;
+    const QString who = request->account.isEmpty() ? r.caller : request->account;
+    if (!r.operatorCaller && who != r.caller) {
+        forbidden(r, QStringLiteral("the balance of %1 is for its holder to see").arg(who));
         return;
     }
-    case Command::Commit: {
-        if (!requireNode())
-            return;
-        if (auto status = broker.commit(peer.nodeId, message.header.value(QStringLiteral("commitment")).toObject()); !status) {
-            invalid(status.error());
-            return;
-        }
-        send(routingId, okMessage(id, { { QStringLiteral("committed"), true } }));
+    auto account = broker.account(who);
+    if (!account) {
+        refuse(r, errors::Internal, account.error().toString());
         return;
     }
-    case Command::Nodes: {
-        auto nodes = broker.nodes();
-        if (!nodes) {
-            sendError(routingId, errors::Internal, nodes.error().toString(), re, id);
-            return;
-        }
-        // Records, stakes and slashes are public; a balance is its holder's.
-        QJsonArray list;
-        for (auto node : *nodes) {
-            if (!operatorCaller && node.value(QStringLiteral("nodeId")).toString() != caller)
-                node.remove(QStringLiteral("balance"));
-            list.append(node);
-        }
-        send(routingId, okMessage(id, { { QStringLiteral("nodes"), list } }));
+    ok(r, *account);
+}
+
+void BrokerServer::Private::onLedger(Request& r)
+{
+    const auto invariants = broker.ledger().checkInvariants();
+    auto minted = broker.ledger().balance(core::ledger::accounts::Mint);
+    ok(r,
+        LedgerReply { invariants.ok(), invariants.ok() ? QString() : invariants.error().message,
+            minted ? minted->checkedMultiply(-1).value_or(core::Credits {}).toString() : QString() }
+            .toHeader());
+}
+
+void BrokerServer::Private::onNodes(Request& r)
+{
+    auto nodes = broker.nodes();
+    if (!nodes) {
+        refuse(r, errors::Internal, nodes.error().toString());
         return;
     }
-    case Command::Receipt: {
-        const QString cause = message.header.value(QStringLiteral("cause")).toString();
-        if (!operatorCaller && broker.ledger().hasCause(cause).value_or(false)
-            && !broker.isPartyTo(caller, cause).value_or(false)) {
-            forbidden(QStringLiteral("the receipt for %1 is for the parties it names").arg(cause));
-            return;
-        }
-        auto receipt = broker.receipt(cause);
-        if (!receipt) {
-            invalid(receipt.error());
-            return;
-        }
-        send(routingId, okMessage(id, { { QStringLiteral("receipt"), *receipt } }));
+    // Records, stakes and slashes are public; a balance is its holder's.
+    QJsonArray list;
+    for (auto node : *nodes) {
+        if (!r.operatorCaller && node.value(fields::NodeId).toString() != r.caller)
+            node.remove(QStringLiteral("balance"));
+        list.append(node);
+    }
+    ok(r, { { fields::Nodes, list } });
+}
+
+void BrokerServer::Private::onReceipt(Request& r)
+{
+    auto request = decoded<ReceiptRequest>(r);
+    if (!request)
+        return;
+    if (!r.operatorCaller && broker.ledger().hasCause(request->cause).value_or(false)
+        && !broker.isPartyTo(r.caller, request->cause).value_or(false)) {
+        forbidden(r, QStringLiteral("the receipt for %1 is for the parties it names").arg(request->cause));
         return;
     }
-    case Command::Checkpoint: {
-        if (!requireNode())
-            return;
-        const QString verification = message.header.value(QStringLiteral("verification")).toString();
-        const QString sha = message.header.value(QStringLiteral("sha256")).toString();
-        core::Digest blob;
-        if (!sha.isEmpty()) {
-            auto digest = core::Digest::fromHex(sha);
-            if (!digest) {
-                invalid(core::Error { QStringLiteral("sha256"), digest.error().message });
-                return;
-            }
-            blob = *digest;
-        }
-        // An unusable state is answered with an ERROR that says why; it may still have settled the
-        // dispute (nobody left to ask), so the verdicts go out either way.
-        if (auto status = broker.checkpointDelivered(peer.nodeId, verification, blob); !status)
-            invalid(status.error());
-        else
-            send(routingId, okMessage(id));
-        sendNotices();
-        dispatchWork();
+    auto receipt = broker.receipt(request->cause);
+    if (!receipt) {
+        refuse(r, receipt.error());
         return;
     }
-    case Command::Stake: {
-        auto account = broker.stake(message.header.value(QStringLiteral("request")).toObject());
-        if (!account) {
-            invalid(account.error());
-            return;
-        }
-        send(routingId, okMessage(id, *account));
-        // Bonded: a node that was refused work for its stake is asked again now.
-        const QString staker
-            = message.header.value(QStringLiteral("request")).toObject().value(QStringLiteral("node")).toString();
-        for (auto& other : peers) {
-            if (other.nodeId == staker)
-                other.refusedUntil = 0;
-        }
-        dispatchWork();
+    ok(r, { { fields::Receipt, *receipt } });
+}
+
+void BrokerServer::Private::onStake(Request& r)
+{
+    auto request = decoded<StakeRequest>(r);
+    if (!request)
+        return;
+    auto account = broker.stake(request->request);
+    if (!account) {
+        refuse(r, account.error());
         return;
     }
-    case Command::Verifications: {
-        auto checks = broker.verifications(message.header.value(QStringLiteral("jobId")).toString());
-        if (!checks) {
-            sendError(routingId, errors::Internal, checks.error().toString(), re, id);
-            return;
-        }
-        QJsonArray list;
-        for (const auto& check : *checks)
-            list.append(check);
-        send(routingId, okMessage(id, { { QStringLiteral("verifications"), list } }));
+    ok(r, *account);
+    // Bonded: a node that was refused work for its stake is asked again now.
+    const QString staker = request->request.value(QStringLiteral("node")).toString();
+    for (auto& other : peers) {
+        if (other.nodeId == staker)
+            other.refusedUntil = 0;
+    }
+    dispatchWork();
+}
+
+void BrokerServer::Private::onVerifications(Request& r)
+{
+    auto request = decoded<VerificationsRequest>(r);
+    if (!request)
+        return;
+    auto checks = broker.verifications(request->jobId);
+    if (!checks) {
+        refuse(r, errors::Internal, checks.error().toString());
         return;
     }
-    case Command::Welcome:
-    case Command::Task:
-    case Command::Ok:
-    case Command::Error:
-    case Command::Chunk:
-    case Command::Verdict:
-        sendError(routingId, errors::BadMessage,
-            QStringLiteral("%1 is not a request a broker answers").arg(commandName(message.command)), re, id);
-        return;
-    }
+    QJsonArray list;
+    for (const auto& check : *checks)
+        list.append(check);
+    ok(r, { { fields::Verifications, list } });
 }
 
 } // namespace tessera::net

@@ -4,6 +4,7 @@
 #include "protocol.h"
 
 #include <core/broker/broker.h>
+#include <core/clock.h>
 
 #include <QByteArray>
 #include <QHash>
@@ -13,6 +14,10 @@
 #include <atomic>
 #include <memory>
 #include <optional>
+
+namespace zmq {
+class context_t;
+}
 
 namespace tessera::net {
 
@@ -32,14 +37,18 @@ struct BrokerServerOptions {
     // A plaintext broker binds only loopback addresses unless this is set (--insecure-plaintext):
     // without CURVE, anyone who reaches it can claim any account.
     bool insecurePlaintext = false;
+    // The ZeroMQ context to bind in; null: one of its own. Tests share theirs to talk over inproc://.
+    zmq::context_t* context = nullptr;
 };
 
 // The broker's network loop: one ROUTER socket (and, with CURVE, the ZAP handler), owned by the
-// thread that calls run(). Every message is decoded and validated before it reaches the Broker;
-// bad input gets an ERROR reply and is logged, and the loop goes on.
+// thread that calls run() or pollOnce(). Every message passes the peer's rate limit, is decoded into
+// a typed request (net/messages.h), checked against who may do what, and handed to one small handler
+// per command; bad input gets an ERROR reply and is logged, and the loop goes on. Time comes from
+// the clock it is given (heartbeats, liveness, rate limits), so tests move it.
 class BrokerServer {
 public:
-    BrokerServer(core::broker::Broker& broker, BrokerServerOptions options);
+    BrokerServer(core::broker::Broker& broker, BrokerServerOptions options, const core::Clock& clock);
     ~BrokerServer();
     BrokerServer(const BrokerServer&) = delete;
     BrokerServer& operator=(const BrokerServer&) = delete;
@@ -48,13 +57,18 @@ public:
     core::Status bind();
     // The address nodes connect to: the bound endpoint, plus "#KEY" with CURVE.
     QString address() const;
-    // Serves until stop becomes true (checked at least every heartbeat interval).
+    // Serves until stop becomes true (checked at least every heartbeat interval), then says BYE.
     void run(const std::atomic<bool>& stop);
+    // One turn of the loop: waits at most maxWaitMs (real time) for messages, handles what came,
+    // and, when the clock says a heartbeat interval passed, keeps sessions alive, ticks the broker
+    // and hands out work.
+    void pollOnce(int maxWaitMs);
 
     struct Counters {
         std::int64_t messages = 0;
         std::int64_t errors = 0;
         std::int64_t tasksSent = 0;
+        std::int64_t dropped = 0; // peers dropped for flooding
     };
     Counters counters() const;
 

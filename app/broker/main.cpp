@@ -145,7 +145,7 @@ int main(int argc, char* argv[])
     environment.fashionMnistDirectory = settings.stringValue(names::DataFashionMnistDirectory);
     environment.device = QStringLiteral("cpu"); // the broker aggregates and evaluates on the CPU
     compute::BrokerMath math(environment);
-    core::broker::SystemClock clock;
+    core::SystemClock clock;
     core::broker::Broker::Options brokerOptions;
     brokerOptions.faucet = settings.boolValue(names::BrokerFaucet);
     brokerOptions.pricePerUnit = core::Credits::fromMicro(settings.intValue(names::BrokerPricePerUnitMicro));
@@ -163,7 +163,7 @@ int main(int argc, char* argv[])
         return fail(broker.error().toString());
     math.useBlobs((*broker)->blobs());
 
-    net::BrokerServer server(**broker, options);
+    net::BrokerServer server(**broker, options, clock);
     if (auto status = server.bind(); !status)
         return fail(status.error().message);
     if (!options.keys)

@@ -21,7 +21,7 @@ core::Result<QString> EmbeddedBroker::start(Options options)
     m_thread = std::thread([this, options = std::move(options), &ready]() mutable {
         // Everything the broker owns (SQLite, sockets) lives and dies on this thread.
         compute::BrokerMath math(options.environment);
-        core::broker::SystemClock clock;
+        core::SystemClock clock;
         auto broker = core::broker::Broker::open(options.dataDirectory, math, clock, options.broker);
         if (!broker) {
             ready.set_value(broker.error());
@@ -31,7 +31,7 @@ core::Result<QString> EmbeddedBroker::start(Options options)
         net::BrokerServerOptions serverOptions;
         serverOptions.bind = QStringLiteral("tcp://127.0.0.1:*");
         serverOptions.heartbeatMs = options.heartbeatMs;
-        net::BrokerServer server(**broker, serverOptions);
+        net::BrokerServer server(**broker, serverOptions, clock);
         if (auto bound = server.bind(); !bound) {
             ready.set_value(bound.error());
             return;

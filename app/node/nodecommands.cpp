@@ -486,7 +486,8 @@ int trainShard(const QStringList& args, const compute::ComputeEnvironment& envir
 
 // A broker to talk to as this node (--broker, else the first of Node/Brokers, else the local one),
 // and the node's identity.
-core::Result<std::pair<net::BrokerAddress, net::Identity>> brokerSession(QString address, const core::settings::Settings& settings)
+core::Result<std::pair<net::BrokerAddress, net::Identity>> brokerSession(
+    QString address, const core::settings::Settings& settings)
 {
     if (address.isEmpty() && !settings.listValue(core::settings::names::NodeBrokers).isEmpty())
         address = settings.listValue(core::settings::names::NodeBrokers).first();

@@ -22,11 +22,6 @@ using storage::execute;
 using storage::query;
 using storage::Statement;
 
-std::int64_t SystemClock::nowMs() const
-{
-    return QDateTime::currentMSecsSinceEpoch();
-}
-
 namespace {
 
 QString toJsonText(const QJsonObject& object)
@@ -46,46 +41,6 @@ QString newId()
 }
 
 } // namespace
-
-QJsonObject JobStatus::toJson() const
-{
-    QJsonArray rounds;
-    for (const auto& r : history) {
-        rounds.append(QJsonObject {
-            { QStringLiteral("round"), static_cast<qint64>(r.round) },
-            { QStringLiteral("testLoss"), r.testLoss },
-            { QStringLiteral("testAccuracy"), r.testAccuracy },
-            { QStringLiteral("trainLoss"), r.trainLoss },
-            { QStringLiteral("weightsHash"), r.weightsHash.toHex() },
-        });
-    }
-    QJsonObject json {
-        { QStringLiteral("jobId"), id },
-        { QStringLiteral("name"), name },
-        { QStringLiteral("state"), state },
-        { QStringLiteral("round"), static_cast<qint64>(round) },
-        { QStringLiteral("rounds"), static_cast<qint64>(this->rounds) },
-        { QStringLiteral("history"), rounds },
-        { QStringLiteral("weightsHash"), weightsHash.toHex() },
-        { QStringLiteral("weightsSha256"), weightsBlob.toHex() },
-    };
-    if (!failure.isEmpty())
-        json.insert(QStringLiteral("failure"), failure);
-    json.insert(QStringLiteral("owner"), owner);
-    json.insert(QStringLiteral("escrow"), escrow.toString());
-    json.insert(QStringLiteral("pricePerShard"), pricePerShard.toString());
-    return json;
-}
-
-QJsonObject JobStatus::toPublicJson() const
-{
-    return QJsonObject {
-        { QStringLiteral("jobId"), id },
-        { QStringLiteral("state"), state },
-        { QStringLiteral("round"), static_cast<qint64>(round) },
-        { QStringLiteral("rounds"), static_cast<qint64>(rounds) },
-    };
-}
 
 QList<Digest> blobsNamedBy(const JobSpec& spec)
 {
@@ -467,7 +422,7 @@ Result<JobStatus> Broker::status(const QString& jobId)
     status.id = jobId;
     status.name = spec ? spec->name : QString();
     status.rounds = spec ? spec->training.rounds : 0;
-    status.state = job->columnText(1);
+    status.state = jobStateFromName(job->columnText(1)).value_or(JobState::Failed);
     status.round = job->columnInt(2);
     status.weightsHash = Digest::fromHex(job->columnText(3)).ok() ? *Digest::fromHex(job->columnText(3)) : Digest {};
     status.weightsBlob = Digest::fromHex(job->columnText(4)).ok() ? *Digest::fromHex(job->columnText(4)) : Digest {};
@@ -530,8 +485,8 @@ Status Broker::cancel(const QString& jobId)
     auto job = status(jobId);
     if (!job)
         return job.error();
-    if (job->state != u"running")
-        return Error { QStringLiteral("jobId"), QStringLiteral("the job is already %1").arg(job->state) };
+    if (job->state != JobState::Running)
+        return Error { QStringLiteral("jobId"), QStringLiteral("the job is already %1").arg(jobStateName(job->state)) };
     auto transaction = m_db->begin();
     if (!transaction)
         return transaction.error().toError();

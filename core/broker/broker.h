@@ -11,6 +11,7 @@
 #include "../signing.h"
 #include "../storage/database.h"
 #include "../verification/verification.h"
+#include "records.h"
 #include "trainingmath.h"
 
 #include <QJsonObject>
@@ -31,34 +32,6 @@ struct Assignment {
     ShardTask task;
     Digest startWeightsBlob;
     std::int64_t deadlineMs = 0; // absolute, on the broker's clock
-};
-
-struct RoundRecord {
-    std::int64_t round = 0;
-    double testLoss = 0.0;
-    double testAccuracy = 0.0;
-    double trainLoss = 0.0;
-    Digest weightsHash;
-    Digest weightsBlob;
-};
-
-struct JobStatus {
-    QString id;
-    QString name;
-    QString state; // running, finished, cancelled, failed
-    std::int64_t round = 0;
-    std::int64_t rounds = 0;
-    QList<RoundRecord> history;
-    Digest weightsHash;
-    Digest weightsBlob;
-    QString failure;
-    QString owner;
-    Credits escrow; // budget not yet spent
-    Credits pricePerShard;
-
-    QJsonObject toJson() const;
-    // What anyone may see of a job that is not theirs: its id, state and progress.
-    QJsonObject toPublicJson() const;
 };
 
 // The blobs a job names: its TorchScript model and its tensor files.

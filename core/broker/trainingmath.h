@@ -1,5 +1,7 @@
 #pragma once
 
+#include "../clock.h"
+
 #include "../error.h"
 #include "../hash.h"
 #include "../jobspec.h"
@@ -56,16 +58,7 @@ public:
     virtual Result<double> distance(const QByteArray& a, const QByteArray& b) = 0;
 };
 
-// Time, injected so that tests decide when deadlines pass.
-class Clock {
-public:
-    virtual ~Clock() = default;
-    virtual std::int64_t nowMs() const = 0;
-};
-
-class SystemClock final : public Clock {
-public:
-    std::int64_t nowMs() const override;
-};
+using core::Clock;
+using core::SystemClock;
 
 } // namespace tessera::core::broker

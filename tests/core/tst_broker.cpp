@@ -220,7 +220,7 @@ private Q_SLOTS:
         }
         QCOMPARE(m_math.aggregationOrders.last(), (QList<std::int64_t> { 0, 1, 2 }));
         const auto status = *broker->status(jobId);
-        QCOMPARE(status.state, QStringLiteral("finished"));
+        QCOMPARE(status.state, JobState::Finished);
         QCOMPARE(status.history.size(), 2);
         QCOMPARE(status.history[1].testAccuracy, 0.9);
         QCOMPARE(status.history[0].trainLoss, 0.75);
@@ -290,7 +290,7 @@ private Q_SLOTS:
             QCOMPARE(*deliver(*broker, QString::fromLatin1(id), assignment.id, failed), Verdict::Failed);
         }
         const auto status = *broker->status(jobId);
-        QCOMPARE(status.state, QStringLiteral("failed"));
+        QCOMPARE(status.state, JobState::Failed);
         QVERIFY(status.failure.contains(QStringLiteral("NaN")));
         // Their record follows them: a node that failed ranks below its benchmark.
         QVERIFY(broker->schedulingScore(QStringLiteral("a")) < Broker::expectedSamplesPerSecond(node(QStringLiteral("a"))));
@@ -318,12 +318,12 @@ private Q_SLOTS:
             returned.failure = QStringLiteral("the disk is full");
             QCOMPARE(*deliver(*broker, QStringLiteral("a"), assignment.id, returned), Verdict::Failed);
             const auto status = *broker->status(jobId);
-            QCOMPARE(status.state, QStringLiteral("running"));
+            QCOMPARE(status.state, JobState::Running);
         }
         const auto assignment = **broker->assign(QStringLiteral("b"));
         QCOMPARE(*deliver(*broker, QStringLiteral("b"), assignment.id, answer(*broker, assignment, "b")), Verdict::Accepted);
         const auto status = *broker->status(jobId);
-        QCOMPARE(status.state, QStringLiteral("finished"));
+        QCOMPARE(status.state, JobState::Finished);
         const auto known = *broker->nodes();
         QCOMPARE(known.size(), 2);
         for (const auto& record : known)
@@ -391,7 +391,7 @@ private Q_SLOTS:
         QCOMPARE(*deliver(*broker, QStringLiteral("a"), second.id, answer(*broker, second, "y")), Verdict::Accepted);
         // The job is done: the unspent budget went back to its owner.
         status = *broker->status(jobId);
-        QCOMPARE(status.state, QStringLiteral("finished"));
+        QCOMPARE(status.state, JobState::Finished);
         QCOMPARE(status.escrow, Credits {});
         QCOMPARE(*broker->ledger().balance(ledger::accounts::balance(QStringLiteral("owner"))), Credits::fromMicro(99'800'000));
         QVERIFY(broker->ledger().checkInvariants().ok());
@@ -495,13 +495,13 @@ private Q_SLOTS:
         QCOMPARE(checks[0].value(QStringLiteral("state")).toString(), QStringLiteral("verified"));
         QCOMPARE(checks[0].value(QStringLiteral("outcome")).toString(), QStringLiteral("none"));
         QVERIFY(*broker->ledger().hasCause(QStringLiteral("verify:") + checks[0].value(QStringLiteral("id")).toString()));
-        QCOMPARE(broker->status(jobId)->state, QStringLiteral("running")); // shard 1 is still being checked
+        QCOMPARE(broker->status(jobId)->state, JobState::Running); // shard 1 is still being checked
 
         QCOMPARE(*deliver(*broker, QStringLiteral("a"), a2.id, honest(*broker, a2)), Verdict::Held);
         const auto b2 = **broker->assign(QStringLiteral("b"));
         QCOMPARE(b2.task.shard, 1);
         QCOMPARE(*deliver(*broker, QStringLiteral("b"), b2.id, honest(*broker, b2)), Verdict::Held);
-        QCOMPARE(broker->status(jobId)->state, QStringLiteral("finished"));
+        QCOMPARE(broker->status(jobId)->state, JobState::Finished);
         const auto nodes = *broker->nodes();
         QCOMPARE(nodes[0].value(QStringLiteral("verified")).toInteger(), 2);
         QCOMPARE(nodes[1].value(QStringLiteral("verified")).toInteger(), 2);
@@ -678,7 +678,7 @@ private Q_SLOTS:
         result.weightsSha256 = *broker->blobs().put("container:w");
         QCOMPARE(*broker->acceptResult(QStringLiteral("a"), assignment.id, result), Verdict::Accepted);
         Q_UNUSED(readable);
-        QCOMPARE(broker->status(jobId)->state, QStringLiteral("finished"));
+        QCOMPARE(broker->status(jobId)->state, JobState::Finished);
     }
 
     // The referee checks one checkpoint: a verifier that lied there loses, but that does not prove
@@ -698,14 +698,14 @@ private Q_SLOTS:
         QCOMPARE(broker->account(QStringLiteral("b"))->value(QStringLiteral("stake")).toString(), QStringLiteral("5"));
         QCOMPARE(broker->account(QStringLiteral("a"))->value(QStringLiteral("stake")).toString(), QStringLiteral("10"));
         QVERIFY(!*broker->ledger().hasCause(QStringLiteral("pay:%1/0/0").arg(jobId)));
-        QCOMPARE(broker->status(jobId)->state, QStringLiteral("running"));
+        QCOMPARE(broker->status(jobId)->state, JobState::Running);
         // Another node checks it again; now it is verified and paid.
         QVERIFY(!broker->assign(QStringLiteral("a"))->has_value());
         const auto c1 = **broker->assign(QStringLiteral("c"));
         QCOMPARE(c1.task.shard, 0);
         QCOMPARE(*deliver(*broker, QStringLiteral("c"), c1.id, honest(*broker, c1)), Verdict::Held);
         QVERIFY(*broker->ledger().hasCause(QStringLiteral("pay:%1/0/0").arg(jobId)));
-        QCOMPARE(broker->status(jobId)->state, QStringLiteral("finished"));
+        QCOMPARE(broker->status(jobId)->state, JobState::Finished);
         QVERIFY(broker->ledger().checkInvariants().ok());
     }
 
@@ -812,10 +812,10 @@ private Q_SLOTS:
         QCOMPARE(*deliver(*broker, QStringLiteral("a"), a1.id, honest(*broker, a1)), Verdict::Held);
         QVERIFY(!broker->assign(QStringLiteral("a"))->has_value()); // its own check is not for it
         broker->tick();
-        QCOMPARE(broker->status(jobId)->state, QStringLiteral("running"));
+        QCOMPARE(broker->status(jobId)->state, JobState::Running);
         m_clock.now += 1001;
         broker->tick();
-        QCOMPARE(broker->status(jobId)->state, QStringLiteral("finished"));
+        QCOMPARE(broker->status(jobId)->state, JobState::Finished);
         QVERIFY(*broker->ledger().hasCause(QStringLiteral("pay:%1/0/0").arg(jobId)));
         QVERIFY(broker->ledger().checkInvariants().ok());
     }
@@ -863,14 +863,14 @@ private Q_SLOTS:
         m_clock.now += 60'000;
         auto broker = open(QStringLiteral("restarted"), options);
         broker->tick(); // no node is back yet, but the broker has just started: it waits
-        QCOMPARE(broker->status(jobId)->state, QStringLiteral("running"));
+        QCOMPARE(broker->status(jobId)->state, JobState::Running);
         QVERIFY(broker->registerNode(node(QStringLiteral("c"))).ok());
         m_clock.now += 5'000;
         broker->tick(); // c could check it
-        QCOMPARE(broker->status(jobId)->state, QStringLiteral("running"));
+        QCOMPARE(broker->status(jobId)->state, JobState::Running);
         broker->nodeLost(QStringLiteral("c"));
         broker->tick();
-        QCOMPARE(broker->status(jobId)->state, QStringLiteral("finished"));
+        QCOMPARE(broker->status(jobId)->state, JobState::Finished);
     }
 
     void canariesRecheckKnownAnswers()

@@ -1,0 +1,107 @@
+#pragma once
+
+#include "../credits.h"
+#include "../error.h"
+#include "../hash.h"
+
+#include <QJsonObject>
+#include <QList>
+#include <QString>
+
+#include <cstdint>
+#include <optional>
+
+namespace tessera::core::broker {
+
+// What the broker tells about jobs, nodes, checks and accounts: typed records with one JSON form
+// each (docs/PROTOCOL.md, "JSON bodies"), read back with fromJson by tessera-job and the app.
+// fromJson is lenient: a field that is missing or unreadable keeps its default, so a client shows
+// what a broker sent even if the broker is newer.
+
+enum class JobState { Running, Finished, Cancelled, Failed };
+QString jobStateName(JobState state);
+std::optional<JobState> jobStateFromName(QStringView name);
+
+struct RoundRecord {
+    std::int64_t round = 0;
+    double testLoss = 0.0;
+    double testAccuracy = 0.0;
+    double trainLoss = 0.0;
+    Digest weightsHash;
+    Digest weightsBlob;
+};
+
+struct JobStatus {
+    QString id;
+    QString name;
+    JobState state = JobState::Running;
+    std::int64_t round = 0; // rounds aggregated so far
+    std::int64_t rounds = 0;
+    QList<RoundRecord> history;
+    Digest weightsHash;
+    Digest weightsBlob;
+    QString failure;
+    QString owner;
+    Credits escrow; // budget not yet spent
+    Credits pricePerShard;
+    bool full = true; // false: what another identity sees (id, state and progress only)
+
+    QJsonObject toJson() const;
+    // What anyone may see of a job that is not theirs: its id, state and progress.
+    QJsonObject toPublicJson() const;
+    static JobStatus fromJson(const QJsonObject& json);
+};
+
+// A node as the broker knows it: its record, stake and (for itself or the operator) balance.
+struct NodeRecord {
+    QString nodeId;
+    QString name;
+    QString runtimeProfile;
+    double benchmarkSamplesPerSecond = 0.0;
+    bool online = false;
+    QString firstSeen; // ISO 8601, UTC
+    QString lastSeen;
+    std::int64_t shardsDone = 0;
+    std::int64_t shardsFailed = 0;
+    std::int64_t verified = 0;
+    std::int64_t disputesLost = 0;
+    std::int64_t timeouts = 0;
+    std::int64_t streak = 0;
+    Credits slashed;
+    Credits stake;
+    std::optional<Credits> balance; // only the node's own, or the operator's view
+
+    QJsonObject toJson() const;
+    static NodeRecord fromJson(const QJsonObject& json);
+};
+
+// A check of a result (a sample or a canary) and how it ended.
+struct CheckRecord {
+    QString id;
+    QString kind; // sample, canary
+    QString jobId;
+    std::int64_t round = 0;
+    std::int64_t shard = 0;
+    QString checked; // the node whose result is checked (empty for a canary)
+    QString verifier;
+    QString state; // waiting, running, disputed, verified, rejected, closed, cancelled
+    std::int64_t checkpoint = -1; // in a dispute: the checkpoint the referee replays to
+    QString outcome; // who lost: none, accused, verifier, both
+    QString detail;
+
+    QJsonObject toJson() const;
+    static CheckRecord fromJson(const QJsonObject& json);
+};
+
+// An account's money: balance and stake, and (from the operator's books) unbonding stake.
+struct AccountRecord {
+    QString account;
+    Credits balance;
+    Credits stake;
+    std::optional<Credits> unbonding;
+
+    QJsonObject toJson() const;
+    static AccountRecord fromJson(const QJsonObject& json);
+};
+
+} // namespace tessera::core::broker

@@ -1,0 +1,477 @@
+#include "messages.h"
+
+#include <core/jsonreader.h>
+
+#include <QJsonArray>
+
+namespace tessera::net {
+
+using core::JsonReader;
+using core::Presence;
+
+namespace {
+
+// A field that must be a JSON object (a NodeInfo, a ShardTask, a signed document), read by its
+// own parser; its errors carry its name in front.
+core::Result<QJsonObject> objectField(const QJsonObject& header, const QString& key)
+{
+    const auto value = header.value(key);
+    if (!value.isObject())
+        return core::Error { key, QStringLiteral("is required (an object)") };
+    return value.toObject();
+}
+
+core::Error nested(const QString& key, const core::Error& error)
+{
+    return { error.field.isEmpty() ? key : key + u'.' + error.field, error.message };
+}
+
+// Two counts nobody sends a negative or absurd value of: offsets and sizes of blobs, deadlines.
+constexpr std::int64_t MaxCount = std::int64_t(1) << 50;
+
+} // namespace
+
+Envelope Envelope::of(const QJsonObject& header)
+{
+    return { header.value(fields::Id), header.value(fields::Owner).toString() };
+}
+
+QJsonObject RegisterRequest::toHeader() const
+{
+    return { { fields::Node, node.toJson() } };
+}
+
+core::Result<RegisterRequest> RegisterRequest::fromHeader(const QJsonObject& header)
+{
+    auto object = objectField(header, fields::Node);
+    if (!object)
+        return object.error();
+    auto node = core::NodeInfo::fromJson(*object);
+    if (!node)
+        return nested(fields::Node, node.error());
+    return RegisterRequest { *node };
+}
+
+QJsonObject Welcome::toHeader() const
+{
+    return { { fields::NodeId, nodeId }, { fields::HeartbeatMs, heartbeatMs }, { fields::BrokerVersion, brokerVersion } };
+}
+
+core::Result<Welcome> Welcome::fromHeader(const QJsonObject& header)
+{
+    JsonReader reader(header);
+    Welcome welcome;
+    welcome.nodeId = reader.string(fields::NodeId);
+    welcome.heartbeatMs = int(reader.integer(fields::HeartbeatMs, 1, 3'600'000, Presence::Optional, 1000));
+    welcome.brokerVersion = reader.string(fields::BrokerVersion, Presence::Optional);
+    if (!reader.ok())
+        return reader.status().error();
+    return welcome;
+}
+
+QJsonObject ReadyRequest::toHeader() const
+{
+    return { { fields::Slots, slots } };
+}
+
+core::Result<ReadyRequest> ReadyRequest::fromHeader(const QJsonObject& header)
+{
+    JsonReader reader(header);
+    ReadyRequest ready;
+    ready.slots = int(reader.integer(fields::Slots, 0, 1024, Presence::Optional, 1));
+    if (!reader.ok())
+        return reader.status().error();
+    return ready;
+}
+
+QJsonObject TaskMessage::toHeader() const
+{
+    return { { fields::Assignment, assignment }, { fields::DeadlineMs, static_cast<qint64>(deadlineMs) },
+        { fields::Task, task.toJson() }, { fields::StartWeightsBlob, startWeightsBlob.toHex() } };
+}
+
+core::Result<TaskMessage> TaskMessage::fromHeader(const QJsonObject& header)
+{
+    JsonReader reader(header);
+    TaskMessage message;
+    message.assignment = reader.string(fields::Assignment);
+    message.deadlineMs = reader.integer(fields::DeadlineMs, -MaxCount, MaxCount, Presence::Optional);
+    message.startWeightsBlob = reader.digest(fields::StartWeightsBlob);
+    if (!reader.ok())
+        return reader.status().error();
+    auto object = objectField(header, fields::Task);
+    if (!object)
+        return object.error();
+    auto task = core::ShardTask::fromJson(*object);
+    if (!task)
+        return nested(fields::Task, task.error());
+    message.task = *task;
+    return message;
+}
+
+QJsonObject ResultRequest::toHeader() const
+{
+    return { { fields::Assignment, assignment }, { fields::Result, result.toJson() } };
+}
+
+core::Result<ResultRequest> ResultRequest::fromHeader(const QJsonObject& header)
+{
+    JsonReader reader(header);
+    ResultRequest request;
+    request.assignment = reader.string(fields::Assignment);
+    if (!reader.ok())
+        return reader.status().error();
+    auto object = objectField(header, fields::Result);
+    if (!object)
+        return object.error();
+    auto result = core::ShardResult::fromJson(*object);
+    if (!result)
+        return nested(fields::Result, result.error());
+    request.result = *result;
+    return request;
+}
+
+QJsonObject ResultReply::toHeader() const
+{
+    QJsonObject header { { fields::Verdict, verdict } };
+    if (!paid.isEmpty())
+        header.insert(fields::Paid, paid);
+    return header;
+}
+
+core::Result<ResultReply> ResultReply::fromHeader(const QJsonObject& header)
+{
+    JsonReader reader(header);
+    ResultReply reply { reader.string(fields::Verdict), reader.string(fields::Paid, Presence::Optional) };
+    if (!reader.ok())
+        return reader.status().error();
+    return reply;
+}
+
+QJsonObject CommitRequest::toHeader() const
+{
+    return { { fields::Commitment, commitment } };
+}
+
+core::Result<CommitRequest> CommitRequest::fromHeader(const QJsonObject& header)
+{
+    auto object = objectField(header, fields::Commitment);
+    if (!object)
+        return object.error();
+    return CommitRequest { *object };
+}
+
+QJsonObject CommitReply::toHeader() const
+{
+    return { { fields::Committed, committed } };
+}
+
+core::Result<CommitReply> CommitReply::fromHeader(const QJsonObject& header)
+{
+    JsonReader reader(header);
+    CommitReply reply { reader.boolean(fields::Committed) };
+    if (!reader.ok())
+        return reader.status().error();
+    return reply;
+}
+
+QJsonObject CheckpointAsk::toHeader() const
+{
+    return { { fields::Verification, verification }, { fields::Assignment, assignment },
+        { fields::Checkpoint, static_cast<qint64>(checkpoint) } };
+}
+
+core::Result<CheckpointAsk> CheckpointAsk::fromHeader(const QJsonObject& header)
+{
+    JsonReader reader(header);
+    CheckpointAsk ask { reader.string(fields::Verification), reader.string(fields::Assignment),
+        reader.integer(fields::Checkpoint, 0, core::ShardResult::MaxCheckpoints) };
+    if (!reader.ok())
+        return reader.status().error();
+    return ask;
+}
+
+QJsonObject CheckpointAnswer::toHeader() const
+{
+    QJsonObject header { { fields::Verification, verification } };
+    if (sha256)
+        header.insert(fields::Sha256, sha256->toHex());
+    return header;
+}
+
+core::Result<CheckpointAnswer> CheckpointAnswer::fromHeader(const QJsonObject& header)
+{
+    JsonReader reader(header);
+    CheckpointAnswer answer;
+    answer.verification = reader.string(fields::Verification);
+    if (reader.has(fields::Sha256))
+        answer.sha256 = reader.digest(fields::Sha256);
+    if (!reader.ok())
+        return reader.status().error();
+    return answer;
+}
+
+QJsonObject VerdictMessage::toHeader() const
+{
+    QJsonObject header { { fields::Assignment, assignment }, { fields::State, state }, { fields::Detail, detail } };
+    if (!paid.isEmpty())
+        header.insert(fields::Paid, paid);
+    return header;
+}
+
+core::Result<VerdictMessage> VerdictMessage::fromHeader(const QJsonObject& header)
+{
+    JsonReader reader(header);
+    VerdictMessage verdict { reader.string(fields::Assignment), reader.string(fields::State),
+        reader.string(fields::Paid, Presence::Optional), reader.string(fields::Detail, Presence::Optional) };
+    if (!reader.ok())
+        return reader.status().error();
+    return verdict;
+}
+
+QJsonObject GetRequest::toHeader() const
+{
+    return { { fields::Sha256, sha256.toHex() }, { fields::Offset, static_cast<qint64>(offset) },
+        { fields::Length, static_cast<qint64>(length) } };
+}
+
+core::Result<GetRequest> GetRequest::fromHeader(const QJsonObject& header)
+{
+    JsonReader reader(header);
+    GetRequest request { reader.digest(fields::Sha256), reader.integer(fields::Offset, 0, MaxCount),
+        reader.integer(fields::Length, 0, MaxChunkBytes) };
+    if (!reader.ok())
+        return reader.status().error();
+    return request;
+}
+
+QJsonObject ChunkHeader::toHeader() const
+{
+    return { { fields::Sha256, sha256.toHex() }, { fields::Offset, static_cast<qint64>(offset) },
+        { fields::Size, static_cast<qint64>(size) } };
+}
+
+core::Result<ChunkHeader> ChunkHeader::fromHeader(const QJsonObject& header)
+{
+    JsonReader reader(header);
+    ChunkHeader chunk { reader.digest(fields::Sha256), reader.integer(fields::Offset, 0, MaxCount),
+        reader.integer(fields::Size, 0, MaxCount) };
+    if (!reader.ok())
+        return reader.status().error();
+    return chunk;
+}
+
+QJsonObject PutRequest::toHeader() const
+{
+    return { { fields::Sha256, sha256.toHex() }, { fields::Offset, static_cast<qint64>(offset) },
+        { fields::Size, static_cast<qint64>(size) } };
+}
+
+core::Result<PutRequest> PutRequest::fromHeader(const QJsonObject& header)
+{
+    JsonReader reader(header);
+    PutRequest request { reader.digest(fields::Sha256), reader.integer(fields::Offset, 0, MaxCount),
+        reader.integer(fields::Size, 0, MaxCount) };
+    if (!reader.ok())
+        return reader.status().error();
+    return request;
+}
+
+QJsonObject PutReply::toHeader() const
+{
+    return { { fields::Sha256, sha256.toHex() }, { fields::Received, static_cast<qint64>(received) },
+        { fields::Complete, complete } };
+}
+
+core::Result<PutReply> PutReply::fromHeader(const QJsonObject& header)
+{
+    JsonReader reader(header);
+    PutReply reply { reader.digest(fields::Sha256), reader.integer(fields::Received, 0, MaxCount),
+        reader.boolean(fields::Complete) };
+    if (!reader.ok())
+        return reader.status().error();
+    return reply;
+}
+
+QJsonObject SubmitRequest::toHeader() const
+{
+    return { { fields::Job, job.toJson() } };
+}
+
+core::Result<SubmitRequest> SubmitRequest::fromHeader(const QJsonObject& header)
+{
+    auto object = objectField(header, fields::Job);
+    if (!object)
+        return object.error();
+    auto spec = core::JobSpec::fromJson(*object);
+    if (!spec)
+        return nested(fields::Job, spec.error());
+    return SubmitRequest { *spec };
+}
+
+QJsonObject SubmitReply::toHeader() const
+{
+    return { { fields::JobId, jobId } };
+}
+
+core::Result<SubmitReply> SubmitReply::fromHeader(const QJsonObject& header)
+{
+    JsonReader reader(header);
+    SubmitReply reply { reader.string(fields::JobId) };
+    if (!reader.ok())
+        return reader.status().error();
+    return reply;
+}
+
+QJsonObject JobRequest::toHeader() const
+{
+    return { { fields::JobId, jobId } };
+}
+
+core::Result<JobRequest> JobRequest::fromHeader(const QJsonObject& header)
+{
+    JsonReader reader(header);
+    JobRequest request { reader.string(fields::JobId) };
+    if (!reader.ok())
+        return reader.status().error();
+    return request;
+}
+
+core::Result<StatusReply> StatusReply::fromHeader(const QJsonObject& header)
+{
+    auto object = objectField(header, fields::Job);
+    if (!object)
+        return object.error();
+    return StatusReply { core::broker::JobStatus::fromJson(*object) };
+}
+
+core::Result<ListReply> ListReply::fromHeader(const QJsonObject& header)
+{
+    if (!header.value(fields::Jobs).isArray())
+        return core::Error { fields::Jobs, QStringLiteral("is required (a list)") };
+    ListReply reply;
+    for (const auto& value : header.value(fields::Jobs).toArray())
+        reply.jobs.append(core::broker::JobStatus::fromJson(value.toObject()));
+    return reply;
+}
+
+QJsonObject QuoteRequest::toHeader() const
+{
+    return { { fields::Job, job.toJson() } };
+}
+
+core::Result<QuoteRequest> QuoteRequest::fromHeader(const QJsonObject& header)
+{
+    auto object = objectField(header, fields::Job);
+    if (!object)
+        return object.error();
+    auto spec = core::JobSpec::fromJson(*object);
+    if (!spec)
+        return nested(fields::Job, spec.error());
+    return QuoteRequest { *spec };
+}
+
+QJsonObject QuoteReply::toHeader() const
+{
+    return { { fields::Quote, quote.toJson() } };
+}
+
+core::Result<QuoteReply> QuoteReply::fromHeader(const QJsonObject& header)
+{
+    auto object = objectField(header, fields::Quote);
+    if (!object)
+        return object.error();
+    return QuoteReply { core::Quote::fromJson(*object) };
+}
+
+QJsonObject BalanceRequest::toHeader() const
+{
+    return account.isEmpty() ? QJsonObject {} : QJsonObject { { fields::Account, account } };
+}
+
+core::Result<BalanceRequest> BalanceRequest::fromHeader(const QJsonObject& header)
+{
+    JsonReader reader(header);
+    BalanceRequest request { reader.string(fields::Account, Presence::Optional) };
+    if (!reader.ok())
+        return reader.status().error();
+    return request;
+}
+
+QJsonObject LedgerReply::toHeader() const
+{
+    return { { fields::Consistent, consistent }, { fields::Problem, problem }, { fields::Minted, minted } };
+}
+
+core::Result<LedgerReply> LedgerReply::fromHeader(const QJsonObject& header)
+{
+    JsonReader reader(header);
+    LedgerReply reply { reader.boolean(fields::Consistent), reader.string(fields::Problem, Presence::Optional),
+        reader.string(fields::Minted, Presence::Optional) };
+    if (!reader.ok())
+        return reader.status().error();
+    return reply;
+}
+
+core::Result<NodesReply> NodesReply::fromHeader(const QJsonObject& header)
+{
+    if (!header.value(fields::Nodes).isArray())
+        return core::Error { fields::Nodes, QStringLiteral("is required (a list)") };
+    NodesReply reply;
+    for (const auto& value : header.value(fields::Nodes).toArray())
+        reply.nodes.append(core::broker::NodeRecord::fromJson(value.toObject()));
+    return reply;
+}
+
+QJsonObject ReceiptRequest::toHeader() const
+{
+    return { { fields::Cause, cause } };
+}
+
+core::Result<ReceiptRequest> ReceiptRequest::fromHeader(const QJsonObject& header)
+{
+    JsonReader reader(header);
+    ReceiptRequest request { reader.string(fields::Cause) };
+    if (!reader.ok())
+        return reader.status().error();
+    return request;
+}
+
+QJsonObject StakeRequest::toHeader() const
+{
+    return { { fields::Request, request } };
+}
+
+core::Result<StakeRequest> StakeRequest::fromHeader(const QJsonObject& header)
+{
+    auto object = objectField(header, fields::Request);
+    if (!object)
+        return object.error();
+    return StakeRequest { *object };
+}
+
+QJsonObject VerificationsRequest::toHeader() const
+{
+    return { { fields::JobId, jobId } };
+}
+
+core::Result<VerificationsRequest> VerificationsRequest::fromHeader(const QJsonObject& header)
+{
+    JsonReader reader(header);
+    VerificationsRequest request { reader.string(fields::JobId, Presence::Optional) };
+    if (!reader.ok())
+        return reader.status().error();
+    return request;
+}
+
+core::Result<VerificationsReply> VerificationsReply::fromHeader(const QJsonObject& header)
+{
+    if (!header.value(fields::Verifications).isArray())
+        return core::Error { fields::Verifications, QStringLiteral("is required (a list)") };
+    VerificationsReply reply;
+    for (const auto& value : header.value(fields::Verifications).toArray())
+        reply.checks.append(core::broker::CheckRecord::fromJson(value.toObject()));
+    return reply;
+}
+
+} // namespace tessera::net

@@ -1,0 +1,301 @@
+#pragma once
+
+#include "protocol.h"
+
+#include <core/broker/records.h>
+#include <core/error.h>
+#include <core/hash.h>
+#include <core/jobspec.h>
+#include <core/nodeinfo.h>
+#include <core/pricing.h>
+#include <core/shardresult.h>
+#include <core/shardtask.h>
+
+#include <QJsonObject>
+#include <QList>
+#include <QString>
+
+#include <optional>
+
+namespace tessera::net {
+
+// docs/PROTOCOL.md's table, one struct per request and reply, each field's name written once
+// (here). fromHeader() checks what it needs and says which field is wrong; toHeader() writes what
+// the table says. A request's `id` (and a plaintext caller's `owner`) travel beside these fields:
+// see Request below. Golden headers: tests/net/tst_messages.cpp.
+
+namespace fields {
+inline const QString Id = QStringLiteral("id");
+inline const QString Owner = QStringLiteral("owner");
+inline const QString Node = QStringLiteral("node");
+inline const QString NodeId = QStringLiteral("nodeId");
+inline const QString HeartbeatMs = QStringLiteral("heartbeatMs");
+inline const QString BrokerVersion = QStringLiteral("brokerVersion");
+inline const QString Slots = QStringLiteral("slots");
+inline const QString Assignment = QStringLiteral("assignment");
+inline const QString DeadlineMs = QStringLiteral("deadlineMs");
+inline const QString Task = QStringLiteral("task");
+inline const QString StartWeightsBlob = QStringLiteral("startWeightsBlob");
+inline const QString Result = QStringLiteral("result");
+inline const QString Verdict = QStringLiteral("verdict");
+inline const QString Paid = QStringLiteral("paid");
+inline const QString Code = QStringLiteral("code");
+inline const QString Message = QStringLiteral("message");
+inline const QString Re = QStringLiteral("re");
+inline const QString Sha256 = QStringLiteral("sha256");
+inline const QString Offset = QStringLiteral("offset");
+inline const QString Length = QStringLiteral("length");
+inline const QString Size = QStringLiteral("size");
+inline const QString Received = QStringLiteral("received");
+inline const QString Complete = QStringLiteral("complete");
+inline const QString Job = QStringLiteral("job");
+inline const QString JobId = QStringLiteral("jobId");
+inline const QString Jobs = QStringLiteral("jobs");
+inline const QString Quote = QStringLiteral("quote");
+inline const QString Account = QStringLiteral("account");
+inline const QString Consistent = QStringLiteral("consistent");
+inline const QString Problem = QStringLiteral("problem");
+inline const QString Minted = QStringLiteral("minted");
+inline const QString Cause = QStringLiteral("cause");
+inline const QString Receipt = QStringLiteral("receipt");
+inline const QString Nodes = QStringLiteral("nodes");
+inline const QString Commitment = QStringLiteral("commitment");
+inline const QString Committed = QStringLiteral("committed");
+inline const QString Verification = QStringLiteral("verification");
+inline const QString Verifications = QStringLiteral("verifications");
+inline const QString Checkpoint = QStringLiteral("checkpoint");
+inline const QString State = QStringLiteral("state");
+inline const QString Detail = QStringLiteral("detail");
+inline const QString Request = QStringLiteral("request");
+} // namespace fields
+
+// --- node ----------------------------------------------------------------------------------------
+
+struct RegisterRequest {
+    static constexpr Command command = Command::Register;
+    core::NodeInfo node;
+    QJsonObject toHeader() const;
+    static core::Result<RegisterRequest> fromHeader(const QJsonObject& header);
+};
+
+struct Welcome {
+    static constexpr Command command = Command::Welcome;
+    QString nodeId;
+    int heartbeatMs = 1000;
+    QString brokerVersion = QStringLiteral("1");
+    QJsonObject toHeader() const;
+    static core::Result<Welcome> fromHeader(const QJsonObject& header);
+};
+
+struct ReadyRequest {
+    static constexpr Command command = Command::Ready;
+    int slots = 1;
+    QJsonObject toHeader() const;
+    static core::Result<ReadyRequest> fromHeader(const QJsonObject& header);
+};
+
+struct TaskMessage {
+    static constexpr Command command = Command::Task;
+    QString assignment;
+    std::int64_t deadlineMs = 0; // from now
+    core::ShardTask task;
+    core::Digest startWeightsBlob;
+    QJsonObject toHeader() const;
+    static core::Result<TaskMessage> fromHeader(const QJsonObject& header);
+};
+
+struct ResultRequest {
+    static constexpr Command command = Command::Result;
+    QString assignment;
+    core::ShardResult result;
+    QJsonObject toHeader() const;
+    static core::Result<ResultRequest> fromHeader(const QJsonObject& header);
+};
+
+struct ResultReply {
+    QString verdict; // accepted, sampled, failed
+    QString paid; // credits, when accepted
+    QJsonObject toHeader() const;
+    static core::Result<ResultReply> fromHeader(const QJsonObject& header);
+};
+
+struct CommitRequest {
+    static constexpr Command command = Command::Commit;
+    QJsonObject commitment; // a signed document (ShardResult::commitmentDocument + signDocument)
+    QJsonObject toHeader() const;
+    static core::Result<CommitRequest> fromHeader(const QJsonObject& header);
+};
+
+struct CommitReply {
+    bool committed = true;
+    QJsonObject toHeader() const;
+    static core::Result<CommitReply> fromHeader(const QJsonObject& header);
+};
+
+// Broker -> node: a dispute needs the training state at a checkpoint of one of its results.
+struct CheckpointAsk {
+    static constexpr Command command = Command::Checkpoint;
+    QString verification;
+    QString assignment;
+    std::int64_t checkpoint = 0;
+    QJsonObject toHeader() const;
+    static core::Result<CheckpointAsk> fromHeader(const QJsonObject& header);
+};
+
+// Node -> broker: the state (uploaded first), or none.
+struct CheckpointAnswer {
+    static constexpr Command command = Command::Checkpoint;
+    QString verification;
+    std::optional<core::Digest> sha256;
+    QJsonObject toHeader() const;
+    static core::Result<CheckpointAnswer> fromHeader(const QJsonObject& header);
+};
+
+struct VerdictMessage {
+    static constexpr Command command = Command::Verdict;
+    QString assignment;
+    QString state; // disputed, verified, paid, slashed, rejected
+    QString paid;
+    QString detail;
+    QJsonObject toHeader() const;
+    static core::Result<VerdictMessage> fromHeader(const QJsonObject& header);
+};
+
+// --- blobs ---------------------------------------------------------------------------------------
+
+struct GetRequest {
+    static constexpr Command command = Command::Get;
+    core::Digest sha256;
+    std::int64_t offset = 0;
+    std::int64_t length = 0; // at most MaxChunkBytes
+    QJsonObject toHeader() const;
+    static core::Result<GetRequest> fromHeader(const QJsonObject& header);
+};
+
+// CHUNK's header; the bytes are the message's payload.
+struct ChunkHeader {
+    static constexpr Command command = Command::Chunk;
+    core::Digest sha256;
+    std::int64_t offset = 0;
+    std::int64_t size = 0; // of the whole blob
+    QJsonObject toHeader() const;
+    static core::Result<ChunkHeader> fromHeader(const QJsonObject& header);
+};
+
+// PUT's header; the bytes are the message's payload.
+struct PutRequest {
+    static constexpr Command command = Command::Put;
+    core::Digest sha256;
+    std::int64_t offset = 0;
+    std::int64_t size = 0; // of the whole blob
+    QJsonObject toHeader() const;
+    static core::Result<PutRequest> fromHeader(const QJsonObject& header);
+};
+
+struct PutReply {
+    core::Digest sha256;
+    std::int64_t received = 0;
+    bool complete = false;
+    QJsonObject toHeader() const;
+    static core::Result<PutReply> fromHeader(const QJsonObject& header);
+};
+
+// --- clients -------------------------------------------------------------------------------------
+
+struct SubmitRequest {
+    static constexpr Command command = Command::Submit;
+    core::JobSpec job;
+    QJsonObject toHeader() const;
+    static core::Result<SubmitRequest> fromHeader(const QJsonObject& header);
+};
+
+struct SubmitReply {
+    QString jobId;
+    QJsonObject toHeader() const;
+    static core::Result<SubmitReply> fromHeader(const QJsonObject& header);
+};
+
+// STATUS and CANCEL name a job.
+struct JobRequest {
+    QString jobId;
+    QJsonObject toHeader() const;
+    static core::Result<JobRequest> fromHeader(const QJsonObject& header);
+};
+
+struct StatusReply {
+    core::broker::JobStatus job;
+    static core::Result<StatusReply> fromHeader(const QJsonObject& header);
+};
+
+struct ListReply {
+    QList<core::broker::JobStatus> jobs;
+    static core::Result<ListReply> fromHeader(const QJsonObject& header);
+};
+
+struct QuoteRequest {
+    static constexpr Command command = Command::Quote;
+    core::JobSpec job;
+    QJsonObject toHeader() const;
+    static core::Result<QuoteRequest> fromHeader(const QJsonObject& header);
+};
+
+struct QuoteReply {
+    core::Quote quote;
+    QJsonObject toHeader() const;
+    static core::Result<QuoteReply> fromHeader(const QJsonObject& header);
+};
+
+struct BalanceRequest {
+    static constexpr Command command = Command::Balance;
+    QString account; // empty: the caller's own
+    QJsonObject toHeader() const;
+    static core::Result<BalanceRequest> fromHeader(const QJsonObject& header);
+};
+
+struct LedgerReply {
+    bool consistent = false;
+    QString problem;
+    QString minted;
+    QJsonObject toHeader() const;
+    static core::Result<LedgerReply> fromHeader(const QJsonObject& header);
+};
+
+struct NodesReply {
+    QList<core::broker::NodeRecord> nodes;
+    static core::Result<NodesReply> fromHeader(const QJsonObject& header);
+};
+
+struct ReceiptRequest {
+    static constexpr Command command = Command::Receipt;
+    QString cause;
+    QJsonObject toHeader() const;
+    static core::Result<ReceiptRequest> fromHeader(const QJsonObject& header);
+};
+
+struct StakeRequest {
+    static constexpr Command command = Command::Stake;
+    QJsonObject request; // signed with the node's key: kind tessera-stake, node, action, amount, nonce
+    QJsonObject toHeader() const;
+    static core::Result<StakeRequest> fromHeader(const QJsonObject& header);
+};
+
+struct VerificationsRequest {
+    static constexpr Command command = Command::Verifications;
+    QString jobId; // empty: every job's
+    QJsonObject toHeader() const;
+    static core::Result<VerificationsRequest> fromHeader(const QJsonObject& header);
+};
+
+struct VerificationsReply {
+    QList<core::broker::CheckRecord> checks;
+    static core::Result<VerificationsReply> fromHeader(const QJsonObject& header);
+};
+
+// Every header's request id (any JSON value) and a plaintext caller's account.
+struct Envelope {
+    QJsonValue id;
+    QString owner;
+    static Envelope of(const QJsonObject& header);
+};
+
+} // namespace tessera::net
