@@ -1,8 +1,9 @@
 #include "nodeclient.h"
 
+#include "messages.h"
 #include "protocol.h"
+#include "ratelimiter.h"
 
-#include <QDateTime>
 #include <QLoggingCategory>
 #include <QThread>
 
@@ -10,6 +11,7 @@
 #include <zmq_addon.hpp>
 
 #include <deque>
+#include <map>
 
 Q_LOGGING_CATEGORY(lcNode, "tessera.node")
 
@@ -17,13 +19,10 @@ namespace tessera::net {
 
 namespace {
 
-std::int64_t nowMs()
-{
-    return QDateTime::currentMSecsSinceEpoch();
-}
-
 // How long a node whose disk could not keep a task's blobs waits before it asks for work again.
 constexpr std::int64_t DiskFullPauseMs = 15'000;
+// How long a stopping node waits to report what finished before it leaves anyway.
+constexpr std::int64_t StopReportMs = 10'000;
 
 // A result without training: the shard failed, or the node gives it back (Returned).
 core::ShardResult untrained(
@@ -53,19 +52,13 @@ struct Download {
 
 // A blob being uploaded in ranges, with at most MaxCreditChunks unacknowledged.
 struct Upload {
+    enum class Purpose { Weights, CheckpointState };
+    Purpose purpose = Purpose::Weights;
     core::Digest digest;
     QByteArray bytes;
     std::int64_t sent = 0;
     int inFlight = 0;
-    bool complete = false;
-    QString verification; // a checkpoint state for this dispute; empty for a result's weights
-};
-
-// A dispute asked for the training state at a checkpoint of one of this node's results.
-struct CheckpointAsk {
-    QString verification;
-    QString assignment;
-    std::int64_t checkpoint = 0;
+    QString verification; // a checkpoint state's dispute
 };
 
 struct CurrentTask {
@@ -75,22 +68,39 @@ struct CurrentTask {
     bool started = false; // handed to the executor
 };
 
+// What a request that waits for its reply was for; the reply is matched by the request's id.
+struct Pending {
+    enum class Purpose { Register, Commit, Weights, CheckpointState, Result, CheckpointAnswer, Get };
+    Purpose purpose = Purpose::Register;
+    core::Digest digest; // Get, Weights, CheckpointState
+    QString verification; // CheckpointAnswer
+};
+
 } // namespace
 
 struct NodeClient::Private {
+    // Where the result at the front of the outbox is: commit, then reveal (weights, then result).
+    enum class Report { Idle, Committing, Uploading, Reporting };
+
     NodeClientOptions options;
     ShardExecutor& executor;
     core::BlobStore& cache;
     QString tag;
+    const core::Clock& clock;
     Counters counters;
 
-    zmq::context_t context;
+    std::unique_ptr<zmq::context_t> ownContext;
+    zmq::context_t& context;
     std::unique_ptr<zmq::socket_t> socket;
-    bool registered = false;
+    Session session = Session::Disconnected;
+    Report report = Report::Idle;
     bool readySent = false;
     std::int64_t lastReceived = 0;
     std::int64_t lastSent = 0;
-    int backoffMs = 0;
+    std::int64_t reconnectAt = 0;
+    Backoff backoff;
+    std::map<qint64, Pending> pending;
+    qint64 nextId = 1;
 
     std::unique_ptr<core::ResultLog> log;
     std::optional<CurrentTask> current;
@@ -98,17 +108,23 @@ struct NodeClient::Private {
     std::deque<ShardExecutor::Finished> outbox; // finished shards not yet reported
     std::optional<Upload> upload;
     std::deque<CheckpointAsk> asks;
-    bool commitSent = false;
-    bool committed = false;
-    bool resultSent = false;
     std::int64_t diskFullUntil = 0; // no READY before this: the last task's blobs did not fit
+    bool stopping = false; // asks for no more work
 
-    Private(NodeClientOptions o, ShardExecutor& e, core::BlobStore& c, QString t)
+    Private(NodeClientOptions o, ShardExecutor& e, core::BlobStore& c, QString t, const core::Clock& k)
         : options(std::move(o))
         , executor(e)
         , cache(c)
         , tag(std::move(t))
+        , clock(k)
+        , ownContext(options.context ? nullptr : std::make_unique<zmq::context_t>())
+        , context(options.context ? *options.context : *ownContext)
+        , backoff(options.initialBackoffMs, options.maxBackoffMs)
     { }
+
+    std::int64_t now() const { return clock.nowMs(); }
+
+    // --- the connection --------------------------------------------------------------------------
 
     void connect()
     {
@@ -121,25 +137,53 @@ struct NodeClient::Private {
             socket->set(zmq::sockopt::curve_secretkey, keys.secretKey.toStdString());
         }
         socket->connect(options.broker.endpoint.toStdString());
-        registered = false;
+        // Nothing of the last session carries over: its requests will never be answered.
+        pending.clear();
+        report = Report::Idle;
         readySent = false;
         downloads.clear();
         upload.reset();
-        commitSent = false;
-        committed = false;
-        resultSent = false;
-        lastReceived = nowMs();
-        send({ Command::Register, QJsonObject { { QStringLiteral("node"), options.node.toJson() } }, {} });
+        lastReceived = now();
+        registerNode();
     }
 
-    void send(const Message& message)
+    void registerNode()
     {
-        const auto frames = encode(message);
+        session = Session::Registering;
+        request(Command::Register, RegisterRequest { options.node }.toHeader(), {}, { Pending::Purpose::Register, {}, {} });
+    }
+
+    void disconnect()
+    {
+        socket.reset();
+        session = Session::Disconnected;
+        pending.clear();
+        ++counters.reconnects;
+        const int wait = backoff.next();
+        qCWarning(lcNode).noquote() << "the broker at" << options.broker.endpoint << "went silent; reconnecting in" << wait
+                                    << "ms";
+        reconnectAt = now() + wait;
+    }
+
+    void send(Command command, const QJsonObject& header, const QByteArray& payload = {})
+    {
+        const auto frames = encode({ command, header, payload });
         for (qsizetype i = 0; i < frames.size(); ++i)
             socket->send(zmq::buffer(frames[i].constData(), std::size_t(frames[i].size())),
                 i + 1 < frames.size() ? zmq::send_flags::sndmore : zmq::send_flags::none);
-        lastSent = nowMs();
+        lastSent = now();
     }
+
+    // A request whose reply matters: it gets an id, and the reply is matched by it.
+    void request(Command command, QJsonObject header, const QByteArray& payload, const Pending& purpose)
+    {
+        const qint64 id = nextId++;
+        header.insert(fields::Id, id);
+        pending[id] = purpose;
+        send(command, header, payload);
+    }
+
+    // --- blobs -----------------------------------------------------------------------------------
 
     // Asks for the next ranges of every download, as far as the credit allows.
     void pumpDownloads()
@@ -150,11 +194,8 @@ struct NodeClient::Private {
                 const std::int64_t length = download.size < 0
                     ? MaxChunkBytes
                     : std::min<std::int64_t>(MaxChunkBytes, download.size - download.requested);
-                send({ Command::Get,
-                    QJsonObject { { QStringLiteral("sha256"), download.digest.toHex() },
-                        { QStringLiteral("offset"), static_cast<qint64>(download.requested) },
-                        { QStringLiteral("length"), static_cast<qint64>(length) } },
-                    {} });
+                request(Command::Get, GetRequest { download.digest, download.requested, length }.toHeader(), {},
+                    { Pending::Purpose::Get, download.digest, {} });
                 download.requested += length;
                 ++download.inFlight;
             }
@@ -165,13 +206,12 @@ struct NodeClient::Private {
     {
         if (!upload)
             return;
+        const auto purpose
+            = upload->purpose == Upload::Purpose::Weights ? Pending::Purpose::Weights : Pending::Purpose::CheckpointState;
         while (upload->inFlight < MaxCreditChunks && upload->sent < upload->bytes.size()) {
             const std::int64_t length = std::min<std::int64_t>(MaxChunkBytes, upload->bytes.size() - upload->sent);
-            send({ Command::Put,
-                QJsonObject { { QStringLiteral("sha256"), upload->digest.toHex() },
-                    { QStringLiteral("offset"), static_cast<qint64>(upload->sent) },
-                    { QStringLiteral("size"), static_cast<qint64>(upload->bytes.size()) } },
-                upload->bytes.mid(upload->sent, length) });
+            request(Command::Put, PutRequest { upload->digest, upload->sent, upload->bytes.size() }.toHeader(),
+                upload->bytes.mid(upload->sent, length), { purpose, upload->digest, {} });
             upload->sent += length;
             ++upload->inFlight;
         }
@@ -188,6 +228,17 @@ struct NodeClient::Private {
                 needed.append(task.dataset.testSha256);
         }
         return needed;
+    }
+
+    void fetchMissing()
+    {
+        if (!current || current->started)
+            return;
+        for (const auto& digest : blobsOf(current->task, current->startWeightsBlob)) {
+            if (!cache.contains(digest) && !downloads.contains(digest))
+                downloads.insert(digest, Download(digest));
+        }
+        pumpDownloads();
     }
 
     // Reports the current task (before it started training) as failed, or as returned when the
@@ -209,7 +260,7 @@ struct NodeClient::Private {
         qCWarning(lcNode).noquote() << error.toString();
         if (!error.diskFull)
             return;
-        diskFullUntil = nowMs() + DiskFullPauseMs;
+        diskFullUntil = now() + DiskFullPauseMs;
         qCWarning(lcNode).noquote() << "the disk is full: giving the shard back; no new work for" << DiskFullPauseMs / 1000
                                     << "s";
     }
@@ -242,35 +293,57 @@ struct NodeClient::Private {
         executor.start(tag, current->assignment, current->task, *weights, paths);
     }
 
+    // --- results ---------------------------------------------------------------------------------
+
     void reportNext()
     {
-        if (outbox.empty() || !registered || upload || resultSent || (commitSent && !committed))
+        if (outbox.empty() || session != Session::Registered || upload || report != Report::Idle)
             return;
         const auto& finished = outbox.front();
         // Commit, then reveal: the signed hashes go first, the weights and the result after.
-        if (finished.result.outcome == core::ShardResult::Outcome::Completed && !committed) {
+        if (finished.result.outcome == core::ShardResult::Outcome::Completed) {
             const auto document = core::signDocument(finished.result.commitmentDocument(finished.assignment), options.signing);
-            send({ Command::Commit, QJsonObject { { QStringLiteral("commitment"), document } }, {} });
-            commitSent = true;
+            report = Report::Committing;
+            request(Command::Commit, CommitRequest { document }.toHeader(), {}, { Pending::Purpose::Commit, {}, {} });
             return;
         }
-        if (finished.result.outcome == core::ShardResult::Outcome::Completed && !cache.contains(finished.result.weightsSha256)
-            && !finished.weights.isEmpty()) {
-            upload = Upload { finished.result.weightsSha256, finished.weights, 0, 0, false, {} };
+        sendResult();
+    }
+
+    void reveal()
+    {
+        const auto& finished = outbox.front();
+        if (!cache.contains(finished.result.weightsSha256) && !finished.weights.isEmpty()) {
+            report = Report::Uploading;
+            upload = Upload { Upload::Purpose::Weights, finished.result.weightsSha256, finished.weights, 0, 0, {} };
             pumpUpload();
             return;
         }
-        send({ Command::Result,
-            QJsonObject {
-                { QStringLiteral("assignment"), finished.assignment }, { QStringLiteral("result"), finished.result.toJson() } },
-            {} });
-        resultSent = true;
+        sendResult();
+    }
+
+    void sendResult()
+    {
+        const auto& finished = outbox.front();
+        report = Report::Reporting;
+        request(Command::Result, ResultRequest { finished.assignment, finished.result }.toHeader(), {},
+            { Pending::Purpose::Result, {}, {} });
+    }
+
+    void resultAnswered()
+    {
+        if (!outbox.empty()) {
+            outbox.pop_front();
+            ++counters.results;
+        }
+        report = Report::Idle;
+        upload.reset();
     }
 
     // Answers disputes' requests for checkpoint states, one upload at a time, between results.
     void pumpAsks()
     {
-        while (!asks.empty() && !upload && registered) {
+        while (!asks.empty() && !upload && session == Session::Registered) {
             const auto ask = asks.front();
             asks.pop_front();
             std::optional<core::Digest> digest;
@@ -286,16 +359,19 @@ struct NodeClient::Private {
             if (!bytes) {
                 qCWarning(lcNode).noquote() << "a dispute asks for checkpoint" << ask.checkpoint << "of" << ask.assignment
                                             << "and this node did not keep it";
-                send({ Command::Checkpoint,
-                    QJsonObject { { QStringLiteral("id"), QStringLiteral("checkpoint:") + ask.verification },
-                        { QStringLiteral("verification"), ask.verification } },
-                    {} });
+                answerCheckpoint(ask.verification, std::nullopt);
                 continue;
             }
             qCInfo(lcNode).noquote() << "sending checkpoint" << ask.checkpoint << "of" << ask.assignment << "to the referee";
-            upload = Upload { *digest, *bytes, 0, 0, false, ask.verification };
+            upload = Upload { Upload::Purpose::CheckpointState, *digest, *bytes, 0, 0, ask.verification };
             pumpUpload();
         }
+    }
+
+    void answerCheckpoint(const QString& verification, std::optional<core::Digest> state)
+    {
+        request(Command::Checkpoint, CheckpointAnswer { verification, state }.toHeader(), {},
+            { Pending::Purpose::CheckpointAnswer, {}, verification });
     }
 
     // Records where the result at the front of the outbox stands.
@@ -320,206 +396,58 @@ struct NodeClient::Private {
         }
     }
 
-    void resultAnswered()
+    // Finished shards from the executor (the compute thread) go to the outbox. A result is worth
+    // reporting only if its checkpoint states are kept: without them the node could not answer a
+    // dispute and would lose its stake, so it gives the shard back instead.
+    void collectFinished()
     {
-        if (!outbox.empty()) {
-            outbox.pop_front();
-            ++counters.results;
+        for (auto& finished : executor.takeFinished(tag)) {
+            if (current && finished.assignment == current->assignment) {
+                for (const auto& digest : blobsOf(current->task, current->startWeightsBlob))
+                    cache.unpin(digest);
+                current.reset();
+            }
+            QList<core::Digest> kept;
+            for (const auto& state : finished.checkpoints) {
+                auto stored = cache.put(state);
+                if (stored) {
+                    cache.pin(*stored); // until the result is settled
+                    kept.append(*stored);
+                    continue;
+                }
+                cannotKeep(stored.error());
+                for (const auto& digest : kept)
+                    cache.unpin(digest);
+                if (finished.result.outcome == core::ShardResult::Outcome::Completed)
+                    finished.result = untrained(finished.result.jobId, finished.result.round, finished.result.shard,
+                        core::ShardResult::Outcome::Returned,
+                        QStringLiteral("the node could not keep its checkpoints for a dispute: ") + stored.error().message);
+                break;
+            }
+            finished.checkpoints.clear();
+            if (log)
+                (void)log->computed(finished.assignment, options.broker.endpoint, finished.result, kept);
+            outbox.push_back(std::move(finished));
         }
-        resultSent = false;
-        commitSent = false;
-        committed = false;
-        upload.reset();
     }
+
+    // --- messages --------------------------------------------------------------------------------
 
     void handle(const Message& message);
+    void handleReply(const Message& message, const Pending& purpose);
+    void onWelcome(const Message& message);
+    void onTask(const Message& message);
+    void onChunk(const Message& message, const core::Digest& digest);
+    void onOk(const Message& message, const Pending& purpose);
+    void onError(const Message& message, const Pending* purpose);
+    void onVerdict(const Message& message);
+    void receive();
+    void keepSession();
 };
 
-NodeClient::NodeClient(NodeClientOptions options, ShardExecutor& executor, core::BlobStore& cache, QString tag)
-    : d(std::make_unique<Private>(std::move(options), executor, cache, std::move(tag)))
-{ }
-
-NodeClient::~NodeClient() = default;
-
-NodeClient::Counters NodeClient::counters() const
-{
-    return d->counters;
-}
-
-void NodeClient::Private::handle(const Message& message)
-{
-    const auto& h = message.header;
-    switch (message.command) {
-    case Command::Welcome:
-        registered = true;
-        readySent = false;
-        backoffMs = 0;
-        ++counters.registrations;
-        qCInfo(lcNode).noquote() << "registered with" << options.broker.endpoint;
-        // A task whose blobs were still coming when the connection broke starts its downloads again.
-        if (current && !current->started) {
-            for (const auto& digest : blobsOf(current->task, current->startWeightsBlob)) {
-                if (!cache.contains(digest))
-                    downloads.insert(digest, Download(digest));
-            }
-            pumpDownloads();
-            maybeStartTask();
-        }
-        return;
-    case Command::Heartbeat:
-        return;
-    case Command::Checkpoint:
-        asks.push_back({ h.value(QStringLiteral("verification")).toString(), h.value(QStringLiteral("assignment")).toString(),
-            h.value(QStringLiteral("checkpoint")).toInteger() });
-        pumpAsks();
-        return;
-    case Command::Verdict: {
-        const QString state = h.value(QStringLiteral("state")).toString();
-        qCInfo(lcNode).noquote() << "result" << h.value(QStringLiteral("assignment")).toString() << state
-                                 << h.value(QStringLiteral("paid")).toString() << h.value(QStringLiteral("detail")).toString();
-        record(h.value(QStringLiteral("assignment")).toString(), state, h.value(QStringLiteral("paid")).toString(),
-            h.value(QStringLiteral("detail")).toString());
-        if (state == u"slashed")
-            ++counters.slashed;
-        return;
-    }
-    case Command::Bye:
-        registered = false;
-        return;
-    case Command::Task: {
-        readySent = false;
-        auto task = core::ShardTask::fromJson(h.value(QStringLiteral("task")).toObject());
-        auto weights = core::Digest::fromHex(h.value(QStringLiteral("startWeightsBlob")).toString());
-        const QString assignment = h.value(QStringLiteral("assignment")).toString();
-        if (task && weights && current) {
-            // Busy with another shard (the broker sent this one to a session it then lost): given
-            // back at once, so that it does not wait for its deadline.
-            qCWarning(lcNode).noquote() << "gave back" << assignment << ": busy with" << current->assignment;
-            outbox.push_back({ tag, assignment,
-                untrained(task->jobId, task->round, task->shard, core::ShardResult::Outcome::Returned,
-                    QStringLiteral("the node is busy with another shard")),
-                {}, {} });
-            return;
-        }
-        if (!task || !weights) {
-            qCWarning(lcNode).noquote() << "ignored a task:" << (task ? QStringLiteral("bad weights") : task.error().toString());
-            return;
-        }
-        ++counters.tasks;
-        current = CurrentTask { assignment, *task, *weights, false };
-        for (const auto& digest : blobsOf(*task, *weights)) {
-            if (!cache.contains(digest))
-                downloads.insert(digest, Download(digest));
-        }
-        pumpDownloads();
-        maybeStartTask();
-        return;
-    }
-    case Command::Chunk: {
-        auto digest = core::Digest::fromHex(h.value(QStringLiteral("sha256")).toString());
-        if (!digest || !downloads.contains(*digest))
-            return;
-        auto& download = downloads[*digest];
-        --download.inFlight;
-        const auto offset = h.value(QStringLiteral("offset")).toInteger(-1);
-        const auto size = h.value(QStringLiteral("size")).toInteger(-1);
-        if (offset != download.received || size < 0 || size > core::BlobStore::MaxBlobBytes) {
-            qCWarning(lcNode).noquote() << "a blob arrived out of order; fetching it again";
-            downloads[*digest] = Download(*digest);
-            pumpDownloads();
-            return;
-        }
-        download.size = size;
-        download.bytes.append(message.payload);
-        download.received += message.payload.size();
-        if (download.received >= download.size) {
-            const QByteArray bytes = download.bytes;
-            downloads.remove(*digest);
-            if (core::Digest::ofBytes(bytes) != *digest) {
-                qCWarning(lcNode).noquote() << "blob" << digest->toHex().left(12) << "does not match its hash; fetching it again";
-                downloads.insert(*digest, Download(*digest));
-            } else if (auto stored = cache.put(bytes); !stored) {
-                // Fetching it again would not help: the shard goes back to the broker for someone else.
-                cannotKeep(stored.error());
-                giveUp(QStringLiteral("the node could not keep a blob the shard needs: ") + stored.error().message,
-                    core::ShardResult::Outcome::Returned);
-            } else {
-                ++counters.blobsFetched;
-                counters.bytesFetched += bytes.size();
-            }
-        }
-        pumpDownloads();
-        maybeStartTask();
-        return;
-    }
-    case Command::Ok:
-        if (h.value(QStringLiteral("id")).toString().startsWith(u"checkpoint:"))
-            return; // the referee has the checkpoint
-        if (commitSent && !committed && h.value(QStringLiteral("committed")).toBool()) {
-            committed = true;
-            logFront(QStringLiteral("committed"));
-            reportNext();
-            return;
-        }
-        if (upload && h.contains(QStringLiteral("received"))) {
-            --upload->inFlight;
-            if (h.value(QStringLiteral("complete")).toBool()) {
-                if (!upload->verification.isEmpty()) {
-                    send({ Command::Checkpoint,
-                        QJsonObject { { QStringLiteral("id"), QStringLiteral("checkpoint:") + upload->verification },
-                            { QStringLiteral("verification"), upload->verification },
-                            { QStringLiteral("sha256"), upload->digest.toHex() } },
-                        {} });
-                    upload.reset();
-                    pumpAsks();
-                    reportNext();
-                    return;
-                }
-                cache.put(upload->bytes); // keep our own copy: a verifier may ask for it
-                upload.reset();
-                pumpAsks();
-                reportNext();
-            } else {
-                pumpUpload();
-            }
-            return;
-        }
-        if (resultSent) {
-            const QString paid = h.value(QStringLiteral("paid")).toString();
-            const QString verdict = h.value(QStringLiteral("verdict")).toString();
-            if (verdict == u"accepted")
-                logFront(paid.isEmpty() || paid == u"0" ? QStringLiteral("accepted") : QStringLiteral("paid"), paid);
-            else if (verdict == u"sampled")
-                logFront(QStringLiteral("sampled"), {}, QStringLiteral("another node re-executes it; paid once it agrees"));
-            resultAnswered();
-        }
-        return;
-    case Command::Error: {
-        const QString code = h.value(QStringLiteral("code")).toString();
-        const int re = h.value(QStringLiteral("re")).toInt(-1);
-        if (re == int(Command::Checkpoint)) {
-            qCWarning(lcNode).noquote() << "the referee refused a checkpoint:" << h.value(QStringLiteral("message")).toString();
-            return;
-        }
-        qCWarning(lcNode).noquote() << "broker says" << code << h.value(QStringLiteral("message")).toString();
-        if (re == int(Command::Result) || re == int(Command::Commit) || (re == int(Command::Put) && upload)) {
-            logFront(code == errors::Stale ? QStringLiteral("stale") : QStringLiteral("refused"), {},
-                h.value(QStringLiteral("message")).toString());
-            resultAnswered(); // the broker will not count this result; the next one can go
-        } else if (re == int(Command::Get) && current) {
-            giveUp(QStringLiteral("a blob the shard needs is not on the broker"));
-        } else if (code == errors::NotRegistered) {
-            registered = false;
-            send({ Command::Register, QJsonObject { { QStringLiteral("node"), options.node.toJson() } }, {} });
-        }
-        return;
-    }
-    default:
-        return;
-    }
-}
-
-void NodeClient::run(const std::atomic<bool>& stop, const std::atomic<bool>& abandon)
+NodeClient::NodeClient(
+    NodeClientOptions options, ShardExecutor& executor, core::BlobStore& cache, QString tag, const core::Clock& clock)
+    : d(std::make_unique<Private>(std::move(options), executor, cache, std::move(tag), clock))
 {
     if (!d->options.resultLogPath.isEmpty()) {
         auto log = core::ResultLog::open(d->options.resultLogPath);
@@ -535,102 +463,342 @@ void NodeClient::run(const std::atomic<bool>& stop, const std::atomic<bool>& aba
                 d->cache.pin(digest);
         }
     }
+}
+
+NodeClient::~NodeClient() = default;
+
+const core::Clock& NodeClient::systemClock()
+{
+    static const core::SystemClock clock;
+    return clock;
+}
+
+NodeClient::Counters NodeClient::counters() const
+{
+    return d->counters;
+}
+
+NodeClient::Session NodeClient::session() const
+{
+    return d->session;
+}
+
+int NodeClient::backoffMs() const
+{
+    return d->backoff.current();
+}
+
+void NodeClient::Private::handle(const Message& message)
+{
+    const auto id = message.header.value(fields::Id);
+    const bool reply = message.command == Command::Ok || message.command == Command::Error || message.command == Command::Chunk
+        || message.command == Command::Welcome;
+    if (reply && !id.isUndefined()) {
+        const auto found = pending.find(id.toInteger(-1));
+        if (found == pending.end()) {
+            // An answer to a request of an earlier session, or to none: nothing to match it to.
+            ++counters.ignoredReplies;
+            qCDebug(lcNode).noquote() << "ignored a reply to no request of this session:" << commandName(message.command);
+            return;
+        }
+        const Pending purpose = found->second;
+        pending.erase(found);
+        handleReply(message, purpose);
+        return;
+    }
+    switch (message.command) {
+    case Command::Heartbeat:
+        return;
+    case Command::Task:
+        return onTask(message);
+    case Command::Checkpoint:
+        if (auto ask = CheckpointAsk::fromHeader(message.header)) {
+            asks.push_back(*ask);
+            pumpAsks();
+        }
+        return;
+    case Command::Verdict:
+        return onVerdict(message);
+    case Command::Bye:
+        session = Session::Disconnected;
+        reconnectAt = now() + backoff.next();
+        socket.reset();
+        return;
+    case Command::Error:
+        return onError(message, nullptr); // about no request of ours (a READY the broker refuses)
+    default:
+        ++counters.ignoredReplies;
+        return;
+    }
+}
+
+void NodeClient::Private::handleReply(const Message& message, const Pending& purpose)
+{
+    if (message.command == Command::Error)
+        return onError(message, &purpose);
+    if (message.command == Command::Welcome && purpose.purpose == Pending::Purpose::Register)
+        return onWelcome(message);
+    if (message.command == Command::Chunk && purpose.purpose == Pending::Purpose::Get)
+        return onChunk(message, purpose.digest);
+    if (message.command == Command::Ok)
+        return onOk(message, purpose);
+    ++counters.ignoredReplies;
+}
+
+void NodeClient::Private::onWelcome(const Message&)
+{
+    session = Session::Registered;
+    readySent = false;
+    backoff.reset();
+    ++counters.registrations;
+    qCInfo(lcNode).noquote() << "registered with" << options.broker.endpoint;
+    // A task whose blobs were still coming when the connection broke starts its downloads again.
+    fetchMissing();
+    maybeStartTask();
+}
+
+void NodeClient::Private::onTask(const Message& message)
+{
+    readySent = false;
+    auto task = TaskMessage::fromHeader(message.header);
+    if (!task) {
+        qCWarning(lcNode).noquote() << "ignored a task:" << task.error().toString();
+        return;
+    }
+    if (current) {
+        // Busy with another shard (the broker sent this one to a session it then lost): given back at
+        // once, so that it does not wait for its deadline.
+        qCWarning(lcNode).noquote() << "gave back" << task->assignment << ": busy with" << current->assignment;
+        outbox.push_back({ tag, task->assignment,
+            untrained(task->task.jobId, task->task.round, task->task.shard, core::ShardResult::Outcome::Returned,
+                QStringLiteral("the node is busy with another shard")),
+            {}, {} });
+        return;
+    }
+    ++counters.tasks;
+    current = CurrentTask { task->assignment, task->task, task->startWeightsBlob, false };
+    fetchMissing();
+    maybeStartTask();
+}
+
+void NodeClient::Private::onChunk(const Message& message, const core::Digest& digest)
+{
+    auto chunk = ChunkHeader::fromHeader(message.header);
+    if (!downloads.contains(digest))
+        return;
+    auto& download = downloads[digest];
+    --download.inFlight;
+    if (!chunk || chunk->sha256 != digest || chunk->offset != download.received || chunk->size > core::BlobStore::MaxBlobBytes) {
+        qCWarning(lcNode).noquote() << "a blob arrived out of order; fetching it again";
+        downloads[digest] = Download(digest);
+        pumpDownloads();
+        return;
+    }
+    download.size = chunk->size;
+    download.bytes.append(message.payload);
+    download.received += message.payload.size();
+    if (download.received >= download.size) {
+        const QByteArray bytes = download.bytes;
+        downloads.remove(digest);
+        if (core::Digest::ofBytes(bytes) != digest) {
+            qCWarning(lcNode).noquote() << "blob" << digest.toHex().left(12) << "does not match its hash; fetching it again";
+            downloads.insert(digest, Download(digest));
+        } else if (auto stored = cache.put(bytes); !stored) {
+            // Fetching it again would not help: the shard goes back to the broker for someone else.
+            cannotKeep(stored.error());
+            giveUp(QStringLiteral("the node could not keep a blob the shard needs: ") + stored.error().message,
+                core::ShardResult::Outcome::Returned);
+        } else {
+            ++counters.blobsFetched;
+            counters.bytesFetched += bytes.size();
+        }
+    }
+    pumpDownloads();
+    maybeStartTask();
+}
+
+void NodeClient::Private::onOk(const Message& message, const Pending& purpose)
+{
+    switch (purpose.purpose) {
+    case Pending::Purpose::Commit:
+        if (report != Report::Committing || outbox.empty())
+            return;
+        logFront(QStringLiteral("committed"));
+        return reveal();
+    case Pending::Purpose::Weights:
+    case Pending::Purpose::CheckpointState: {
+        auto reply = PutReply::fromHeader(message.header);
+        if (!upload || upload->digest != purpose.digest)
+            return;
+        --upload->inFlight;
+        if (!reply || !reply->complete) {
+            pumpUpload();
+            return;
+        }
+        const auto done = *upload;
+        upload.reset();
+        if (done.purpose == Upload::Purpose::CheckpointState) {
+            answerCheckpoint(done.verification, done.digest);
+            pumpAsks();
+            reportNext();
+            return;
+        }
+        cache.put(done.bytes); // keep our own copy: a verifier may ask for it
+        pumpAsks();
+        if (report == Report::Uploading && !outbox.empty())
+            sendResult();
+        return;
+    }
+    case Pending::Purpose::Result: {
+        auto reply = ResultReply::fromHeader(message.header);
+        if (reply && reply->verdict == u"accepted")
+            logFront(
+                reply->paid.isEmpty() || reply->paid == u"0" ? QStringLiteral("accepted") : QStringLiteral("paid"), reply->paid);
+        else if (reply && reply->verdict == u"sampled")
+            logFront(QStringLiteral("sampled"), {}, QStringLiteral("another node re-executes it; paid once it agrees"));
+        return resultAnswered();
+    }
+    case Pending::Purpose::CheckpointAnswer:
+        return; // the referee has it (or knows there is none)
+    case Pending::Purpose::Register:
+    case Pending::Purpose::Get:
+        ++counters.ignoredReplies;
+        return;
+    }
+}
+
+void NodeClient::Private::onError(const Message& message, const Pending* purpose)
+{
+    const QString code = message.header.value(fields::Code).toString();
+    const QString text = message.header.value(fields::Message).toString();
+    if (code == errors::NotRegistered) {
+        registerNode();
+        return;
+    }
+    if (!purpose) {
+        qCWarning(lcNode).noquote() << "broker says" << code << text;
+        return;
+    }
+    switch (purpose->purpose) {
+    case Pending::Purpose::CheckpointAnswer:
+    case Pending::Purpose::CheckpointState:
+        qCWarning(lcNode).noquote() << "the referee refused a checkpoint:" << text;
+        if (purpose->purpose == Pending::Purpose::CheckpointState && upload && upload->digest == purpose->digest) {
+            upload.reset();
+            pumpAsks();
+            reportNext();
+        }
+        return;
+    case Pending::Purpose::Commit:
+    case Pending::Purpose::Weights:
+    case Pending::Purpose::Result:
+        qCWarning(lcNode).noquote() << "broker says" << code << text;
+        if (report == Report::Idle)
+            return;
+        logFront(code == errors::Stale ? QStringLiteral("stale") : QStringLiteral("refused"), {}, text);
+        return resultAnswered(); // the broker will not count this result; the next one can go
+    case Pending::Purpose::Get:
+        qCWarning(lcNode).noquote() << "broker says" << code << text;
+        return giveUp(QStringLiteral("a blob the shard needs is not on the broker"));
+    case Pending::Purpose::Register:
+        qCWarning(lcNode).noquote() << "the broker refused this node:" << code << text;
+        return;
+    }
+}
+
+void NodeClient::Private::onVerdict(const Message& message)
+{
+    auto verdict = VerdictMessage::fromHeader(message.header);
+    if (!verdict)
+        return;
+    qCInfo(lcNode).noquote() << "result" << verdict->assignment << verdict->state << verdict->paid << verdict->detail;
+    record(verdict->assignment, verdict->state, verdict->paid, verdict->detail);
+    if (verdict->state == u"slashed")
+        ++counters.slashed;
+}
+
+void NodeClient::Private::receive()
+{
+    zmq::pollitem_t item { socket->handle(), 0, ZMQ_POLLIN, 0 };
+    zmq::poll(&item, 1, std::chrono::milliseconds(0));
+    if (!(item.revents & ZMQ_POLLIN))
+        return;
+    for (int i = 0; i < 100 && socket; ++i) {
+        std::vector<zmq::message_t> parts;
+        if (!zmq::recv_multipart(*socket, std::back_inserter(parts), zmq::recv_flags::dontwait))
+            break;
+        lastReceived = now();
+        QList<QByteArray> frames;
+        for (const auto& part : parts)
+            frames.append(QByteArray(static_cast<const char*>(part.data()), qsizetype(part.size())));
+        auto message = decode(frames);
+        if (message)
+            handle(*message);
+        else
+            qCWarning(lcNode).noquote() << "ignored a message from the broker:" << message.error().message;
+    }
+}
+
+// Paranoid Pirate: heartbeats out when nothing else went, a reconnect after liveness intervals of
+// silence from the broker.
+void NodeClient::Private::keepSession()
+{
+    if (!socket)
+        return;
+    if (now() - lastSent >= options.heartbeatMs)
+        send(Command::Heartbeat, {});
+    if (now() - lastReceived > std::int64_t(options.heartbeatMs) * options.liveness)
+        disconnect();
+}
+
+void NodeClient::step(int maxWaitMs)
+{
+    d->collectFinished();
+    if (!d->socket) {
+        if (d->now() < d->reconnectAt) {
+            QThread::msleep(std::uint32_t(std::clamp<std::int64_t>(d->reconnectAt - d->now(), 0, maxWaitMs)));
+            return;
+        }
+        d->connect();
+    }
+    d->reportNext();
+    if (d->session == Session::Registered && !d->stopping && !d->current && !d->readySent && d->outbox.empty()
+        && d->executor.idle() && d->now() >= d->diskFullUntil) {
+        d->send(Command::Ready, ReadyRequest {}.toHeader());
+        d->readySent = true;
+    }
+    d->keepSession();
+    if (!d->socket)
+        return;
+    zmq::pollitem_t item { d->socket->handle(), 0, ZMQ_POLLIN, 0 };
+    zmq::poll(&item, 1, std::chrono::milliseconds(std::max(0, maxWaitMs)));
+    d->receive();
+}
+
+void NodeClient::run(const std::atomic<bool>& stop, const std::atomic<bool>& abandon)
+{
     d->connect();
-    std::int64_t reconnectAt = 0;
     bool stopping = false;
     std::int64_t stoppingSince = 0;
     for (;;) {
         if (stop.load() && !stopping) {
             stopping = true;
-            stoppingSince = nowMs();
+            stoppingSince = d->now();
             qCInfo(lcNode).noquote() << (d->current && d->current->started && !abandon.load()
                     ? "finishing the shard in training before stopping"
                     : "stopping");
         }
-        // Finished shards come back from the executor (the compute thread).
-        for (auto& finished : d->executor.takeFinished(d->tag)) {
-            if (d->current && finished.assignment == d->current->assignment) {
-                for (const auto& digest : d->blobsOf(d->current->task, d->current->startWeightsBlob))
-                    d->cache.unpin(digest);
-                d->current.reset();
-            }
-            // A result is only worth reporting if its checkpoint states are kept: without them the
-            // node could not answer a dispute and would lose its stake. It gives the shard back.
-            QList<core::Digest> kept;
-            for (const auto& state : finished.checkpoints) {
-                auto stored = d->cache.put(state);
-                if (stored) {
-                    d->cache.pin(*stored); // until the result is settled
-                    kept.append(*stored);
-                    continue;
-                }
-                d->cannotKeep(stored.error());
-                for (const auto& digest : kept)
-                    d->cache.unpin(digest);
-                if (finished.result.outcome == core::ShardResult::Outcome::Completed)
-                    finished.result = untrained(finished.result.jobId, finished.result.round, finished.result.shard,
-                        core::ShardResult::Outcome::Returned,
-                        QStringLiteral("the node could not keep its checkpoints for a dispute: ") + stored.error().message);
-                break;
-            }
-            finished.checkpoints.clear();
-            if (d->log)
-                (void)d->log->computed(finished.assignment, d->options.broker.endpoint, finished.result, kept);
-            d->outbox.push_back(std::move(finished));
-        }
+        d->collectFinished();
         const bool shardOut = d->current && d->current->started;
         // Stopping waits for the shard in training, then up to 10 s to report what finished.
-        const bool reportTimedOut = !shardOut && nowMs() - stoppingSince > 10'000;
+        const bool reportTimedOut = !shardOut && d->now() - stoppingSince > StopReportMs;
         if (stopping && (abandon.load() || (!shardOut && d->outbox.empty()) || reportTimedOut)) {
-            if (d->socket && d->registered)
-                d->send({ Command::Bye, {}, {} });
+            if (d->socket && d->session == Session::Registered)
+                d->send(Command::Bye, {});
             return;
         }
-        const auto now = nowMs();
-        if (!d->socket) {
-            if (now >= reconnectAt) {
-                d->connect();
-                reconnectAt = 0;
-            } else {
-                QThread::msleep(std::uint32_t(std::min<std::int64_t>(50, reconnectAt - now)));
-                continue;
-            }
-        }
-        d->reportNext();
-        if (d->registered && !stopping && !d->current && !d->readySent && d->outbox.empty() && d->executor.idle()
-            && now >= d->diskFullUntil) {
-            d->send({ Command::Ready, QJsonObject { { QStringLiteral("slots"), 1 } }, {} });
-            d->readySent = true;
-        }
-        if (now - d->lastSent >= d->options.heartbeatMs)
-            d->send({ Command::Heartbeat, {}, {} });
-
-        zmq::pollitem_t item { d->socket->handle(), 0, ZMQ_POLLIN, 0 };
-        zmq::poll(&item, 1, std::chrono::milliseconds(50));
-        if (item.revents & ZMQ_POLLIN) {
-            for (int i = 0; i < 100; ++i) {
-                std::vector<zmq::message_t> parts;
-                if (!zmq::recv_multipart(*d->socket, std::back_inserter(parts), zmq::recv_flags::dontwait))
-                    break;
-                d->lastReceived = nowMs();
-                QList<QByteArray> frames;
-                for (const auto& part : parts)
-                    frames.append(QByteArray(static_cast<const char*>(part.data()), qsizetype(part.size())));
-                auto message = decode(frames);
-                if (message)
-                    d->handle(*message);
-                else
-                    qCWarning(lcNode).noquote() << "ignored a message from the broker:" << message.error().message;
-            }
-        }
-        if (nowMs() - d->lastReceived > std::int64_t(d->options.heartbeatMs) * d->options.liveness) {
-            d->backoffMs = d->backoffMs == 0 ? d->options.initialBackoffMs : std::min(d->backoffMs * 2, d->options.maxBackoffMs);
-            qCWarning(lcNode).noquote() << "the broker at" << d->options.broker.endpoint << "went silent; reconnecting in"
-                                        << d->backoffMs << "ms";
-            d->socket.reset();
-            d->registered = false;
-            reconnectAt = nowMs() + d->backoffMs;
-        }
+        d->stopping = stopping;
+        step(50);
     }
 }
 

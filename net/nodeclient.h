@@ -3,6 +3,7 @@
 #include "curvekeys.h"
 
 #include <core/blobstore.h>
+#include <core/clock.h>
 #include <core/nodeinfo.h>
 #include <core/resultlog.h>
 #include <core/shardresult.h>
@@ -16,6 +17,10 @@
 #include <atomic>
 #include <memory>
 #include <optional>
+
+namespace zmq {
+class context_t;
+}
 
 namespace tessera::net {
 
@@ -50,15 +55,20 @@ struct NodeClientOptions {
     int liveness = 3;
     int initialBackoffMs = 1000;
     int maxBackoffMs = 32000;
+    // The ZeroMQ context to connect in; null: one of its own. Tests share theirs to use inproc://.
+    zmq::context_t* context = nullptr;
 };
 
 // One node's session with one broker (Paranoid Pirate): registers, heartbeats, asks for work,
 // fetches the blobs a task needs (cached on disk, never twice while cached), hands the task to
 // the executor, uploads the weights and reports the result; reconnects with a doubling backoff
-// when the broker goes silent, and registers again. Owns its socket; run() on one thread.
+// when the broker goes silent, and registers again. Every request it sends carries an id, and a
+// reply is matched to its request by that id alone (one with an id it did not send is ignored).
+// Owns its socket; run() or step() on one thread. Time comes from the clock it is given.
 class NodeClient {
 public:
-    NodeClient(NodeClientOptions options, ShardExecutor& executor, core::BlobStore& cache, QString tag);
+    NodeClient(NodeClientOptions options, ShardExecutor& executor, core::BlobStore& cache, QString tag,
+        const core::Clock& clock = systemClock());
     ~NodeClient();
     NodeClient(const NodeClient&) = delete;
     NodeClient& operator=(const NodeClient&) = delete;
@@ -66,6 +76,14 @@ public:
     // Serves until stop is set. A shard in training when stop comes is finished and reported first
     // (as for SIGTERM), unless abandon is set too.
     void run(const std::atomic<bool>& stop, const std::atomic<bool>& abandon);
+    // One turn: collects finished shards, reconnects when due, reports, asks for work, heartbeats,
+    // waits at most maxWaitMs (real time) for messages and handles them. run() is this in a loop.
+    void step(int maxWaitMs);
+
+    enum class Session { Disconnected, Registering, Registered };
+    Session session() const;
+    // The wait before the next reconnect (0 until the broker first went silent).
+    int backoffMs() const;
 
     struct Counters {
         int registrations = 0;
@@ -74,8 +92,12 @@ public:
         int blobsFetched = 0;
         std::int64_t bytesFetched = 0;
         int slashed = 0; // verdicts that slashed this node
+        int reconnects = 0;
+        int ignoredReplies = 0; // replies to no request of this session
     };
     Counters counters() const;
+
+    static const core::Clock& systemClock();
 
 private:
     struct Private;
