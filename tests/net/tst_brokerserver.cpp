@@ -1,0 +1,205 @@
+// The broker's session rules, in process: a real BrokerServer and Broker over inproc://, peers that
+// are plain sockets, and a clock that moves only when the test says so. Liveness, heartbeats, the
+// flood rules and re-issue are checked in milliseconds, without waiting for real time.
+
+#include "sessionpeer.h"
+
+#include <core/broker/broker.h>
+#include <net/brokerserver.h>
+#include <net/messages.h>
+
+#include <support/fakemath.h>
+
+#include <QTemporaryDir>
+#include <QTest>
+
+using namespace tessera;
+using net::Command;
+using tests::SessionPeer;
+
+namespace {
+
+core::JobSpec oneShardJob()
+{
+    core::JobSpec spec;
+    spec.name = QStringLiteral("session test");
+    spec.model.zoo = QStringLiteral("mlp");
+    spec.dataset.builtin = QStringLiteral("fashion-mnist");
+    spec.training.rounds = 1;
+    spec.training.shardsPerRound = 1;
+    spec.training.localSteps = 10;
+    spec.training.checkpointInterval = 5;
+    spec.budget = *core::Credits::fromCredits(100);
+    spec.verificationRate = 0.0;
+    return spec;
+}
+
+core::NodeInfo nodeInfo(const QString& id)
+{
+    core::NodeInfo info;
+    info.nodeId = id;
+    info.softwareVersion = QStringLiteral("test");
+    info.runtimeProfile = QStringLiteral("p");
+    info.maxThreads = 4;
+    info.benchmarkSamplesPerSecond = 1000;
+    return info;
+}
+
+} // namespace
+
+class BrokerServerTest : public QObject {
+    Q_OBJECT
+
+    QTemporaryDir m_dir;
+    core::ManualClock m_clock;
+    tests::FakeMath m_math;
+    zmq::context_t m_context;
+    std::unique_ptr<core::broker::Broker> m_broker;
+    std::unique_ptr<net::BrokerServer> m_server;
+    int m_serial = 0;
+
+    // A broker with a faucet and no sampling, listening on inproc://.
+    std::string start(int maxRequestsPerSecond = 500)
+    {
+        m_server.reset();
+        core::broker::Broker::Options options;
+        options.faucet = true;
+        options.sampling = { 0, 0.0 };
+        options.minDeadlineMs = 600'000; // only a lost node frees its shard here
+        m_broker = std::move(
+            core::broker::Broker::open(m_dir.filePath(QStringLiteral("b%1").arg(++m_serial)), m_math, m_clock, options))
+                       .value();
+        const std::string endpoint = "inproc://broker-" + std::to_string(m_serial);
+        net::BrokerServerOptions serverOptions;
+        serverOptions.bind = QString::fromStdString(endpoint);
+        serverOptions.context = &m_context;
+        serverOptions.maxRequestsPerSecond = maxRequestsPerSecond;
+        m_server = std::make_unique<net::BrokerServer>(*m_broker, serverOptions, m_clock);
+        if (!m_server->bind().ok())
+            qFatal("bind failed");
+        return endpoint;
+    }
+
+    auto pump()
+    {
+        return [this] { m_server->pollOnce(0); };
+    }
+
+    // Registers a node over its socket and waits for the WELCOME.
+    bool registerNode(SessionPeer& node, const QString& id)
+    {
+        node.send(Command::Register, net::RegisterRequest { nodeInfo(id) }.toHeader());
+        auto welcome = node.nextSkippingHeartbeats(pump());
+        return welcome && welcome->message.command == Command::Welcome;
+    }
+
+    // Moves the clock in heartbeat steps; `beat` is called at each (the peers that stay alive).
+    template<typename Beat> void advance(std::int64_t ms, Beat&& beat)
+    {
+        for (std::int64_t t = 0; t < ms; t += 500) {
+            m_clock.advance(500);
+            beat();
+            m_server->pollOnce(0);
+        }
+    }
+
+private Q_SLOTS:
+    void aNodeSilentForThreeHeartbeatsIsDroppedAndItsShardReissued()
+    {
+        const auto endpoint = start();
+        QVERIFY(m_broker->submit(oneShardJob()).ok());
+        SessionPeer a(m_context, zmq::socket_type::dealer, endpoint, false);
+        SessionPeer b(m_context, zmq::socket_type::dealer, endpoint, false);
+        QVERIFY(registerNode(a, QStringLiteral("a")));
+        a.send(Command::Ready, net::ReadyRequest {}.toHeader());
+        auto task = a.nextSkippingHeartbeats(pump());
+        QVERIFY(task && task->message.command == Command::Task);
+        const auto first = net::TaskMessage::fromHeader(task->message.header);
+        QVERIFY(first.ok());
+        QVERIFY(registerNode(b, QStringLiteral("b")));
+        b.send(Command::Ready, net::ReadyRequest {}.toHeader());
+        // b keeps beating, a says nothing: after 3 heartbeats a is gone and b gets a's shard.
+        advance(2'500, [&] { b.send(Command::Heartbeat); });
+        b.drain(pump());
+        QVERIFY2(m_broker->nodes()->first().value(QStringLiteral("online")).toBool(), "a is gone too early");
+        std::optional<tests::Received> reissued;
+        advance(2'000, [&] { b.send(Command::Heartbeat); });
+        for (int i = 0; i < 10 && !reissued; ++i) {
+            auto received = b.nextSkippingHeartbeats(pump(), 200);
+            if (received && received->message.command == Command::Task)
+                reissued = received;
+        }
+        QVERIFY2(reissued, "the lost node's shard was not handed to the other");
+        const auto second = net::TaskMessage::fromHeader(reissued->message.header);
+        QCOMPARE(second->task.shard, first->task.shard);
+        QVERIFY(second->assignment != first->assignment);
+        QVERIFY(!m_broker->nodes()->first().value(QStringLiteral("online")).toBool());
+    }
+
+    void anyMessageCountsAsAHeartbeat()
+    {
+        const auto endpoint = start();
+        SessionPeer a(m_context, zmq::socket_type::dealer, endpoint, false);
+        QVERIFY(registerNode(a, QStringLiteral("a")));
+        // Ten seconds of requests, never a HEARTBEAT: the node stays.
+        advance(10'000, [&] { a.send(Command::Ledger, { { net::fields::Id, 1 } }); });
+        a.drain(pump());
+        QVERIFY(m_broker->nodes()->first().value(QStringLiteral("online")).toBool());
+        // Silence: gone after three intervals (found at the next heartbeat after them).
+        advance(4'500, [] {});
+        QVERIFY(!m_broker->nodes()->first().value(QStringLiteral("online")).toBool());
+    }
+
+    void aFloodIsRefusedThenTheFlooderDropped()
+    {
+        const auto endpoint = start(10); // 10 a second, bursts of 20
+        SessionPeer flooder(m_context, zmq::socket_type::dealer, endpoint, false);
+        for (int i = 0; i < 40; ++i)
+            flooder.send(Command::List, { { net::fields::Id, i } });
+        int answered = 0, refused = 0;
+        while (auto received = flooder.next(pump(), 200)) {
+            if (received->message.command == Command::Error
+                && received->message.header.value(net::fields::Code).toString() == net::errors::TooManyRequests)
+                ++refused;
+            else
+                ++answered;
+        }
+        QCOMPARE(answered, 20);
+        QCOMPARE(refused, 20);
+        // Still over the limit, at least once a second, for more than 5 s: dropped.
+        advance(6'000, [&] {
+            for (int i = 0; i < 10; ++i)
+                flooder.send(Command::List);
+        });
+        flooder.drain(pump());
+        QCOMPARE(m_server->counters().dropped, 1);
+        flooder.send(Command::List, { { net::fields::Id, QStringLiteral("polite") } });
+        QVERIFY2(!flooder.next(pump(), 200), "a dropped peer was answered");
+        // Someone else is served.
+        SessionPeer polite(m_context, zmq::socket_type::dealer, endpoint, false);
+        polite.send(Command::List, { { net::fields::Id, 7 } });
+        auto answer = polite.next(pump());
+        QVERIFY(answer && answer->message.command == Command::Ok);
+        // The ban ends after a minute.
+        advance(61'000, [] {});
+        flooder.send(Command::List, { { net::fields::Id, 8 } });
+        auto later = flooder.next(pump());
+        QVERIFY(later && later->message.command == Command::Ok);
+    }
+
+    void requestsBeforeRegisteringAreRefused()
+    {
+        const auto endpoint = start();
+        SessionPeer stranger(m_context, zmq::socket_type::dealer, endpoint, false);
+        for (auto command : { Command::Ready, Command::Result, Command::Commit, Command::Checkpoint }) {
+            stranger.send(command, { { net::fields::Id, int(command) } });
+            auto answer = stranger.next(pump());
+            QVERIFY(answer && answer->message.command == Command::Error);
+            QCOMPARE(answer->message.header.value(net::fields::Code).toString(), net::errors::NotRegistered);
+            QCOMPARE(answer->message.header.value(net::fields::Id).toInt(), int(command));
+        }
+    }
+};
+
+QTEST_GUILESS_MAIN(BrokerServerTest)
+#include "tst_brokerserver.moc"

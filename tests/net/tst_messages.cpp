@@ -1,0 +1,105 @@
+// The typed messages of docs/PROTOCOL.md: each writes the header the table says (golden compact
+// JSON), reads back what it wrote, and names the field that is wrong in what it refuses.
+
+#include <net/messages.h>
+
+#include <QJsonDocument>
+#include <QTest>
+
+using namespace tessera;
+using namespace tessera::net;
+
+namespace {
+
+QByteArray compact(const QJsonObject& header)
+{
+    return QJsonDocument(header).toJson(QJsonDocument::Compact);
+}
+
+core::Digest digest(char c)
+{
+    return *core::Digest::fromHex(QString(64, QLatin1Char(c)));
+}
+
+} // namespace
+
+class MessagesTest : public QObject {
+    Q_OBJECT
+
+private Q_SLOTS:
+    void headersAreWhatTheTableSays()
+    {
+        QCOMPARE(compact(Welcome { QStringLiteral("n1"), 1000, QStringLiteral("1") }.toHeader()),
+            QByteArray(R"({"brokerVersion":"1","heartbeatMs":1000,"nodeId":"n1"})"));
+        QCOMPARE(compact(ReadyRequest {}.toHeader()), QByteArray(R"({"slots":1})"));
+        QCOMPARE(compact(GetRequest { digest('a'), 1048576, 4096 }.toHeader()),
+            QByteArray(R"({"length":4096,"offset":1048576,"sha256":")") + QByteArray(64, 'a') + "\"}");
+        QCOMPARE(compact(PutReply { digest('b'), 10, true }.toHeader()),
+            QByteArray(R"({"complete":true,"received":10,"sha256":")") + QByteArray(64, 'b') + "\"}");
+        QCOMPARE(compact(ResultReply { QStringLiteral("accepted"), QStringLiteral("0.9") }.toHeader()),
+            QByteArray(R"({"paid":"0.9","verdict":"accepted"})"));
+        QCOMPARE(compact(ResultReply { QStringLiteral("sampled"), {} }.toHeader()), QByteArray(R"({"verdict":"sampled"})"));
+        QCOMPARE(
+            compact(CheckpointAnswer { QStringLiteral("v1"), std::nullopt }.toHeader()), QByteArray(R"({"verification":"v1"})"));
+        QCOMPARE(compact(CheckpointAsk { QStringLiteral("v1"), QStringLiteral("a1"), 3 }.toHeader()),
+            QByteArray(R"({"assignment":"a1","checkpoint":3,"verification":"v1"})"));
+        QCOMPARE(compact(BalanceRequest {}.toHeader()), QByteArray("{}"));
+        QCOMPARE(compact(BalanceRequest { QStringLiteral("k") }.toHeader()), QByteArray(R"({"account":"k"})"));
+        QCOMPARE(compact(LedgerReply { true, {}, QStringLiteral("12.5") }.toHeader()),
+            QByteArray(R"({"consistent":true,"minted":"12.5","problem":""})"));
+        QCOMPARE(
+            compact(VerdictMessage { QStringLiteral("a1"), QStringLiteral("paid"), QStringLiteral("0.9"), QStringLiteral("ok") }
+                        .toHeader()),
+            QByteArray(R"({"assignment":"a1","detail":"ok","paid":"0.9","state":"paid"})"));
+    }
+
+    void whatIsWrittenReadsBack()
+    {
+        const PutRequest put { digest('c'), 2, 9 };
+        const auto read = PutRequest::fromHeader(put.toHeader());
+        QVERIFY(read.ok());
+        QCOMPARE(read->sha256, put.sha256);
+        QCOMPARE(read->offset, 2);
+        QCOMPARE(read->size, 9);
+        const CheckpointAnswer answer { QStringLiteral("v2"), digest('d') };
+        QCOMPARE(CheckpointAnswer::fromHeader(answer.toHeader())->sha256, answer.sha256);
+        const VerdictMessage verdict { QStringLiteral("a"), QStringLiteral("slashed"), {}, QStringLiteral("why") };
+        QCOMPARE(VerdictMessage::fromHeader(verdict.toHeader())->detail, QStringLiteral("why"));
+        core::broker::JobStatus job;
+        job.id = QStringLiteral("j");
+        job.state = core::broker::JobState::Cancelled;
+        job.rounds = 3;
+        job.weightsBlob = digest('e');
+        const auto status = StatusReply::fromHeader({ { fields::Job, job.toJson() } });
+        QVERIFY(status.ok());
+        QCOMPARE(status->job.state, core::broker::JobState::Cancelled);
+        QVERIFY(status->job.full);
+        QVERIFY(!StatusReply::fromHeader({ { fields::Job, job.toPublicJson() } })->job.full);
+    }
+
+    void refusalsNameTheField()
+    {
+        QCOMPARE(GetRequest::fromHeader({ { fields::Offset, 0 }, { fields::Length, 1 } }).error().field, fields::Sha256);
+        QCOMPARE(GetRequest::fromHeader(
+                     { { fields::Sha256, digest('a').toHex() }, { fields::Offset, 0 }, { fields::Length, 2 * 1024 * 1024 } })
+                     .error()
+                     .field,
+            fields::Length);
+        QCOMPARE(PutRequest::fromHeader({ { fields::Sha256, digest('a').toHex() }, { fields::Offset, -1 }, { fields::Size, 1 } })
+                     .error()
+                     .field,
+            fields::Offset);
+        QCOMPARE(ResultRequest::fromHeader({ { fields::Assignment, QStringLiteral("a") } }).error().field, fields::Result);
+        QVERIFY(ResultRequest::fromHeader({ { fields::Assignment, QStringLiteral("a") }, { fields::Result, QJsonObject {} } })
+                    .error()
+                    .field.startsWith(QStringLiteral("result.")));
+        QVERIFY(RegisterRequest::fromHeader({ { fields::Node, QJsonObject { { QStringLiteral("bogus"), 1 } } } })
+                    .error()
+                    .field.startsWith(QStringLiteral("node.")));
+        QCOMPARE(SubmitRequest::fromHeader({}).error().field, fields::Job);
+        QCOMPARE(ListReply::fromHeader({}).error().field, fields::Jobs);
+    }
+};
+
+QTEST_GUILESS_MAIN(MessagesTest)
+#include "tst_messages.moc"

@@ -1,0 +1,179 @@
+// A node's session rules, in process: a real NodeClient against a test that plays the broker on a
+// ROUTER socket over inproc://, with a clock that moves only when the test says so. Registration,
+// the reconnect backoff (1 s doubling to 32 s), what keeps a session alive, and replies matched by
+// id, in milliseconds.
+
+#include "sessionpeer.h"
+
+#include <core/blobstore.h>
+#include <net/messages.h>
+#include <net/nodeclient.h>
+
+#include <QTemporaryDir>
+#include <QTest>
+
+using namespace tessera;
+using net::Command;
+using tests::SessionPeer;
+
+namespace {
+
+// Trains nothing; these tests are about the session.
+class IdleExecutor final : public net::ShardExecutor {
+public:
+    void start(
+        const QString&, const QString&, const core::ShardTask&, const QByteArray&, const QHash<core::Digest, QString>&) override
+    { }
+    QList<Finished> takeFinished(const QString&) override { return {}; }
+    bool idle() const override { return true; }
+};
+
+} // namespace
+
+class NodeClientTest : public QObject {
+    Q_OBJECT
+
+    QTemporaryDir m_dir;
+    core::ManualClock m_clock;
+    zmq::context_t m_context;
+    IdleExecutor m_executor;
+    std::unique_ptr<core::BlobStore> m_cache;
+    int m_serial = 0;
+
+    struct Session {
+        std::unique_ptr<SessionPeer> broker;
+        std::unique_ptr<net::NodeClient> node;
+        auto pump()
+        {
+            return [this] { node->step(0); };
+        }
+    };
+
+    Session start()
+    {
+        if (!m_cache)
+            m_cache = std::move(core::BlobStore::open(m_dir.filePath(QStringLiteral("cache")), 1 << 20)).value();
+        const std::string endpoint = "inproc://fake-broker-" + std::to_string(++m_serial);
+        Session session;
+        session.broker = std::make_unique<SessionPeer>(m_context, zmq::socket_type::router, endpoint, true);
+        net::NodeClientOptions options;
+        options.broker = *net::BrokerAddress::parse(QStringLiteral("tcp://127.0.0.1:1"));
+        options.broker.endpoint = QString::fromStdString(endpoint);
+        options.node.nodeId = QStringLiteral("node");
+        options.node.softwareVersion = QStringLiteral("test");
+        options.node.runtimeProfile = QStringLiteral("p");
+        options.node.maxThreads = 1;
+        options.context = &m_context;
+        session.node = std::make_unique<net::NodeClient>(options, m_executor, *m_cache, QStringLiteral("t"), m_clock);
+        return session;
+    }
+
+    // The next REGISTER the fake broker hears.
+    static std::optional<tests::Received> nextRegister(Session& session)
+    {
+        auto received = session.broker->nextSkippingHeartbeats(session.pump());
+        if (!received || received->message.command != Command::Register)
+            return std::nullopt;
+        return received;
+    }
+
+    static void welcome(Session& session, const tests::Received& registration)
+    {
+        QJsonObject header = net::Welcome { QStringLiteral("node"), 1000, QStringLiteral("1") }.toHeader();
+        header.insert(net::fields::Id, registration.message.header.value(net::fields::Id));
+        session.broker->send(Command::Welcome, header, {}, registration.routingId);
+        for (int i = 0; i < 50 && session.node->session() != net::NodeClient::Session::Registered; ++i)
+            session.node->step(10);
+    }
+
+private Q_SLOTS:
+    void aSilentBrokerIsLeftWithABackoffThatDoublesTo32Seconds()
+    {
+        auto session = start();
+        QVERIFY(nextRegister(session));
+        QCOMPARE(session.node->session(), net::NodeClient::Session::Registering);
+        QList<int> waits;
+        for (int attempt = 0; attempt < 7; ++attempt) {
+            // No answer for three heartbeats: the node leaves, and comes back after its backoff.
+            m_clock.advance(3'001);
+            session.node->step(0);
+            QCOMPARE(session.node->session(), net::NodeClient::Session::Disconnected);
+            waits.append(session.node->backoffMs());
+            m_clock.advance(session.node->backoffMs() - 1);
+            session.node->step(0);
+            QCOMPARE(session.node->session(), net::NodeClient::Session::Disconnected); // not a moment too soon
+            m_clock.advance(1);
+            QVERIFY(nextRegister(session));
+        }
+        QCOMPARE(waits, (QList<int> { 1'000, 2'000, 4'000, 8'000, 16'000, 32'000, 32'000 }));
+        QCOMPARE(session.node->counters().reconnects, 7);
+    }
+
+    void aWelcomeEndsTheBackoff()
+    {
+        auto session = start();
+        QVERIFY(nextRegister(session));
+        m_clock.advance(3'001);
+        session.node->step(0);
+        m_clock.advance(session.node->backoffMs());
+        auto registration = nextRegister(session);
+        QVERIFY(registration);
+        welcome(session, *registration);
+        QCOMPARE(session.node->session(), net::NodeClient::Session::Registered);
+        QCOMPARE(session.node->backoffMs(), 0);
+        QCOMPARE(session.node->counters().registrations, 1);
+        // Registered and idle: it asks for work.
+        auto ready = session.broker->nextSkippingHeartbeats(session.pump());
+        QVERIFY(ready && ready->message.command == Command::Ready);
+    }
+
+    void anyMessageFromTheBrokerKeepsTheSessionAndSilenceEndsIt()
+    {
+        auto session = start();
+        auto registration = nextRegister(session);
+        QVERIFY(registration);
+        welcome(session, *registration);
+        // Ten seconds of verdicts about nothing, never a HEARTBEAT: the node stays.
+        for (int i = 0; i < 20; ++i) {
+            m_clock.advance(500);
+            session.broker->send(Command::Verdict,
+                net::VerdictMessage { QStringLiteral("x"), QStringLiteral("paid"), QStringLiteral("1"), {} }.toHeader(), {},
+                registration->routingId);
+            session.node->step(5);
+        }
+        QCOMPARE(session.node->session(), net::NodeClient::Session::Registered);
+        QCOMPARE(session.node->counters().reconnects, 0);
+        // It heartbeats while the broker talks, and leaves after three silent intervals.
+        session.broker->drain(session.pump());
+        m_clock.advance(3'001);
+        session.node->step(0);
+        QCOMPARE(session.node->session(), net::NodeClient::Session::Disconnected);
+    }
+
+    void aReplyWithAnIdItDidNotSendIsIgnored()
+    {
+        auto session = start();
+        auto registration = nextRegister(session);
+        QVERIFY(registration);
+        // A WELCOME for another registration does not register the node.
+        QJsonObject stranger = net::Welcome { QStringLiteral("node"), 1000, QStringLiteral("1") }.toHeader();
+        stranger.insert(net::fields::Id, 999'999);
+        session.broker->send(Command::Welcome, stranger, {}, registration->routingId);
+        session.broker->send(
+            Command::Ok, { { net::fields::Id, 424'242 }, { QStringLiteral("committed"), true } }, {}, registration->routingId);
+        session.broker->send(Command::Error,
+            { { net::fields::Id, 313'131 }, { net::fields::Code, net::errors::Stale },
+                { net::fields::Message, QStringLiteral("x") } },
+            {}, registration->routingId);
+        for (int i = 0; i < 20 && session.node->counters().ignoredReplies < 3; ++i)
+            session.node->step(10);
+        QCOMPARE(session.node->counters().ignoredReplies, 3);
+        QCOMPARE(session.node->session(), net::NodeClient::Session::Registering);
+        // The real one does.
+        welcome(session, *registration);
+        QCOMPARE(session.node->session(), net::NodeClient::Session::Registered);
+    }
+};
+
+QTEST_GUILESS_MAIN(NodeClientTest)
+#include "tst_nodeclient.moc"

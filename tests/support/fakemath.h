@@ -1,0 +1,72 @@
+#pragma once
+
+// Stand-in arithmetic for the broker's state machine (a fake is fine in a unit test: the real
+// arithmetic is tested in tests/compute and end to end in tests/e2e).
+
+#include <core/broker/trainingmath.h>
+
+#include <QList>
+
+namespace tessera::tests {
+
+using namespace tessera::core;
+using namespace tessera::core::broker;
+
+// Weights are plain bytes whose "canonical hash" is their SHA-256; aggregation concatenates the
+// shards' weights in the order it is given them, so the test can see that order.
+class FakeMath final : public TrainingMath {
+public:
+    QList<QList<std::int64_t>> aggregationOrders;
+
+    Result<Weights> initialWeights(const JobSpec&) override { return Weights { "w0", Digest::ofBytes("w0") }; }
+    // A file the broker cannot read ("unreadable..."), and the same weights in another container
+    // ("container:" + weights), which hashes as the weights do.
+    Result<Digest> canonicalHash(const QByteArray& weights) override
+    {
+        if (weights.startsWith("unreadable"))
+            return Error { QStringLiteral("weights"), QStringLiteral("not a dict of tensors") };
+        return Digest::ofBytes(weights.startsWith("container:") ? weights.mid(10) : weights);
+    }
+    Result<Aggregated> aggregate(
+        const AggregationSpec&, const QByteArray& global, const QList<Update>& updates, const QByteArray&) override
+    {
+        QByteArray next = global + "|";
+        QList<std::int64_t> order;
+        for (const auto& update : updates) {
+            next += update.weights;
+            order.append(update.shard);
+        }
+        aggregationOrders.append(order);
+        return Aggregated { { next, Digest::ofBytes(next) }, {} };
+    }
+    Result<Evaluation> evaluate(const JobSpec&, const QByteArray&) override { return Evaluation { 0.5, 0.9 }; }
+
+    // The honest arithmetic of a shard, as stand-in bytes: the state at checkpoint k is
+    // "s:<round>:<shard>:<k>", the final weights "w:<round>:<shard>".
+    static QByteArray state(const ShardTask& task, std::int64_t k)
+    {
+        return QStringLiteral("s:%1:%2:%3").arg(task.round).arg(task.shard).arg(k).toUtf8();
+    }
+    static QByteArray weights(const ShardTask& task)
+    {
+        return QStringLiteral("w:%1:%2").arg(task.round).arg(task.shard).toUtf8();
+    }
+    int replays = 0;
+    Result<Replay> replay(
+        const ShardTask& task, std::int64_t from, const QByteArray& start, const Digest& expected, std::int64_t to) override
+    {
+        ++replays;
+        if (Digest::ofBytes(start) != expected || (from > 0 && start != state(task, from)))
+            return Error { QStringLiteral("state"), QStringLiteral("the state does not hash to the agreed checkpoint") };
+        Replay replay;
+        for (auto k = from + 1; k <= to; ++k)
+            replay.checkpoints.append(Digest::ofBytes(state(task, k)));
+        replay.weights = weights(task);
+        replay.weightsHash = Digest::ofBytes(replay.weights);
+        replay.runtimeProfile = QStringLiteral("p");
+        return replay;
+    }
+    Result<double> distance(const QByteArray& a, const QByteArray& b) override { return a == b ? 0.0 : 1.0; }
+};
+
+} // namespace tessera::tests
