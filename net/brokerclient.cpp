@@ -1,5 +1,7 @@
 #include "brokerclient.h"
 
+#include "framing.h"
+
 #include <QDir>
 #include <QFile>
 
@@ -38,10 +40,7 @@ BrokerClient::~BrokerClient() = default;
 
 void BrokerClient::send(const Message& message)
 {
-    const auto frames = encode(message);
-    for (qsizetype i = 0; i < frames.size(); ++i)
-        d->socket.send(zmq::buffer(frames[i].constData(), std::size_t(frames[i].size())),
-            i + 1 < frames.size() ? zmq::send_flags::sndmore : zmq::send_flags::none);
+    detail::sendMessage(d->socket, message);
 }
 
 core::Result<Message> BrokerClient::receive()
@@ -53,12 +52,10 @@ core::Result<Message> BrokerClient::receive()
             return core::Error { QStringLiteral("broker"),
                 QStringLiteral("no answer from %1 within %2 s (is it running, and is the key right?)")
                     .arg(d->broker.endpoint, QString::number(d->timeoutMs / 1000)) };
-        std::vector<zmq::message_t> parts;
-        (void)zmq::recv_multipart(d->socket, std::back_inserter(parts));
-        QList<QByteArray> frames;
-        for (const auto& part : parts)
-            frames.append(QByteArray(static_cast<const char*>(part.data()), qsizetype(part.size())));
-        auto message = decode(frames);
+        auto received = detail::receiveFrames(d->socket);
+        if (!received)
+            continue;
+        auto message = decode(received->frames);
         if (!message)
             return core::Error { QStringLiteral("broker"),
                 QStringLiteral("the broker sent something unreadable: %1").arg(message.error().message) };

@@ -1,5 +1,6 @@
 #include "brokerserver.h"
 
+#include "framing.h"
 #include "messages.h"
 #include "ratelimiter.h"
 
@@ -16,11 +17,6 @@ Q_LOGGING_CATEGORY(lcBroker, "tessera.broker")
 namespace tessera::net {
 
 namespace {
-
-QByteArray toBytes(const zmq::message_t& message)
-{
-    return QByteArray(static_cast<const char*>(message.data()), qsizetype(message.size()));
-}
 
 QString shortId(const QString& id)
 {
@@ -94,20 +90,7 @@ struct BrokerServer::Private {
 
     void send(const QByteArray& routingId, const Message& message)
     {
-        auto frames = encode(message);
-        router.send(zmq::buffer(routingId.constData(), std::size_t(routingId.size())), zmq::send_flags::sndmore);
-        for (qsizetype i = 0; i < frames.size(); ++i) {
-            const auto flags = i + 1 < frames.size() ? zmq::send_flags::sndmore : zmq::send_flags::none;
-            if (frames[i].size() < 4096) {
-                router.send(zmq::buffer(frames[i].constData(), std::size_t(frames[i].size())), flags);
-                continue;
-            }
-            // Large frames (blob chunks) go without a copy: the message keeps the bytes alive.
-            auto* held = new QByteArray(frames[i]);
-            zmq::message_t frame(
-                held->data(), std::size_t(held->size()), [](void*, void* hint) { delete static_cast<QByteArray*>(hint); }, held);
-            router.send(frame, flags);
-        }
+        detail::sendMessage(router, message, routingId);
         if (auto it = peers.find(routingId); it != peers.end())
             it->lastSent = now();
     }
@@ -280,19 +263,13 @@ void BrokerServer::Private::receive()
 {
     // Drain what is there (a bounded number), then look after heartbeats.
     for (int i = 0; i < 1000; ++i) {
-        std::vector<zmq::message_t> parts;
-        if (!zmq::recv_multipart(router, std::back_inserter(parts), zmq::recv_flags::dontwait))
+        auto received = detail::receiveFrames(router);
+        if (!received)
             break;
-        QString userId;
-        if (parts.size() > 1) {
-            try {
-                userId = QString::fromLatin1(parts[1].gets("User-Id"));
-            } catch (const zmq::error_t&) { }
-        }
-        QList<QByteArray> frames;
-        for (std::size_t p = 1; p < parts.size(); ++p)
-            frames.append(toBytes(parts[p]));
-        handle(toBytes(parts[0]), frames, userId);
+        if (received->frames.isEmpty())
+            continue;
+        const QByteArray routingId = received->frames.takeFirst();
+        handle(routingId, received->frames, received->userId);
     }
 }
 

@@ -1,5 +1,6 @@
 #include "nodeclient.h"
 
+#include "framing.h"
 #include "messages.h"
 #include "protocol.h"
 #include "ratelimiter.h"
@@ -167,10 +168,7 @@ struct NodeClient::Private {
 
     void send(Command command, const QJsonObject& header, const QByteArray& payload = {})
     {
-        const auto frames = encode({ command, header, payload });
-        for (qsizetype i = 0; i < frames.size(); ++i)
-            socket->send(zmq::buffer(frames[i].constData(), std::size_t(frames[i].size())),
-                i + 1 < frames.size() ? zmq::send_flags::sndmore : zmq::send_flags::none);
+        detail::sendMessage(*socket, { command, header, payload });
         lastSent = now();
     }
 
@@ -724,14 +722,11 @@ void NodeClient::Private::receive()
     if (!(item.revents & ZMQ_POLLIN))
         return;
     for (int i = 0; i < 100 && socket; ++i) {
-        std::vector<zmq::message_t> parts;
-        if (!zmq::recv_multipart(*socket, std::back_inserter(parts), zmq::recv_flags::dontwait))
+        auto received = detail::receiveFrames(*socket);
+        if (!received)
             break;
         lastReceived = now();
-        QList<QByteArray> frames;
-        for (const auto& part : parts)
-            frames.append(QByteArray(static_cast<const char*>(part.data()), qsizetype(part.size())));
-        auto message = decode(frames);
+        auto message = decode(received->frames);
         if (message)
             handle(*message);
         else
