@@ -138,13 +138,19 @@ struct NodeClient::Private {
             socket->set(zmq::sockopt::curve_secretkey, keys.secretKey.toStdString());
         }
         socket->connect(options.broker.endpoint.toStdString());
-        // Nothing of the last session carries over: its requests will never be answered.
+        lastReceived = now();
+        newSession();
+    }
+
+    // Nothing of the last session carries over: its requests will never be answered. What the node
+    // holds (the shard in training, results not yet reported) goes to the next session.
+    void newSession()
+    {
         pending.clear();
         report = Report::Idle;
         readySent = false;
         downloads.clear();
         upload.reset();
-        lastReceived = now();
         registerNode();
     }
 
@@ -670,7 +676,10 @@ void NodeClient::Private::onError(const Message& message, const Pending* purpose
     const QString code = message.header.value(fields::Code).toString();
     const QString text = message.header.value(fields::Message).toString();
     if (code == errors::NotRegistered) {
-        registerNode();
+        // The broker does not know this session (it restarted): a new one on the same connection,
+        // unless one is already on its way.
+        if (session != Session::Registering)
+            newSession();
         return;
     }
     if (!purpose) {

@@ -28,6 +28,27 @@ public:
     bool idle() const override { return true; }
 };
 
+// Ends every shard at once, as failed: a result to report without any training.
+class FailingExecutor final : public net::ShardExecutor {
+public:
+    void start(const QString& tag, const QString& assignment, const core::ShardTask& task, const QByteArray&,
+        const QHash<core::Digest, QString>&) override
+    {
+        core::ShardResult result;
+        result.jobId = task.jobId;
+        result.round = task.round;
+        result.shard = task.shard;
+        result.outcome = core::ShardResult::Outcome::Failed;
+        result.failure = QStringLiteral("out of memory");
+        m_finished.append({ tag, assignment, result, {}, {} });
+    }
+    QList<Finished> takeFinished(const QString&) override { return std::exchange(m_finished, {}); }
+    bool idle() const override { return m_finished.isEmpty(); }
+
+private:
+    QList<Finished> m_finished;
+};
+
 } // namespace
 
 class NodeClientTest : public QObject {
@@ -36,7 +57,8 @@ class NodeClientTest : public QObject {
     QTemporaryDir m_dir;
     core::ManualClock m_clock;
     zmq::context_t m_context;
-    IdleExecutor m_executor;
+    IdleExecutor m_idle;
+    FailingExecutor m_failing;
     std::unique_ptr<core::BlobStore> m_cache;
     int m_serial = 0;
 
@@ -49,7 +71,7 @@ class NodeClientTest : public QObject {
         }
     };
 
-    Session start()
+    Session start(net::ShardExecutor* executor = nullptr)
     {
         if (!m_cache)
             m_cache = std::move(core::BlobStore::open(m_dir.filePath(QStringLiteral("cache")), 1 << 20)).value();
@@ -64,7 +86,8 @@ class NodeClientTest : public QObject {
         options.node.runtimeProfile = QStringLiteral("p");
         options.node.maxThreads = 1;
         options.context = &m_context;
-        session.node = std::make_unique<net::NodeClient>(options, m_executor, *m_cache, QStringLiteral("t"), m_clock);
+        session.node
+            = std::make_unique<net::NodeClient>(options, executor ? *executor : m_idle, *m_cache, QStringLiteral("t"), m_clock);
         return session;
     }
 
@@ -148,6 +171,55 @@ private Q_SLOTS:
         m_clock.advance(3'001);
         session.node->step(0);
         QCOMPARE(session.node->session(), net::NodeClient::Session::Disconnected);
+    }
+
+    // A broker that restarted knows no session: its "not-registered" to a result in flight starts a new
+    // session on the same connection, and the result goes again, once, in the new one.
+    void aResultInFlightWhenTheBrokerForgetsTheSessionGoesAgain()
+    {
+        auto session = start(&m_failing);
+        auto registration = nextRegister(session);
+        QVERIFY(registration);
+        welcome(session, *registration);
+        auto ready = session.broker->nextSkippingHeartbeats(session.pump());
+        QVERIFY(ready && ready->message.command == Command::Ready);
+        const auto weights = m_cache->put("start weights");
+        QVERIFY(weights);
+        net::TaskMessage task;
+        task.assignment = QStringLiteral("a1");
+        task.deadlineMs = 60'000;
+        task.task.jobId = QStringLiteral("job");
+        task.task.round = 3;
+        task.task.shard = 1;
+        task.task.sampleBegin = 0;
+        task.task.sampleEnd = 100;
+        task.task.localSteps = 10;
+        task.task.batchSize = 10;
+        task.task.threads = 1;
+        task.task.checkpointInterval = 5;
+        task.task.model.zoo = QStringLiteral("mlp");
+        task.task.dataset.builtin = QStringLiteral("fashion-mnist");
+        task.task.startWeights = *weights;
+        task.startWeightsBlob = *weights;
+        session.broker->send(Command::Task, task.toHeader(), {}, registration->routingId);
+        auto result = session.broker->nextSkippingHeartbeats(session.pump());
+        QVERIFY(result && result->message.command == Command::Result);
+        QCOMPARE(result->message.header.value(net::fields::Assignment).toString(), QStringLiteral("a1"));
+        // The broker restarts: a heartbeat, then the RESULT, meet a broker that knows no one.
+        QJsonObject forgotten { { net::fields::Code, net::errors::NotRegistered },
+            { net::fields::Message, QStringLiteral("send REGISTER first") } };
+        session.broker->send(Command::Error, forgotten, {}, registration->routingId);
+        forgotten.insert(net::fields::Id, result->message.header.value(net::fields::Id));
+        session.broker->send(Command::Error, forgotten, {}, registration->routingId);
+        auto again = nextRegister(session);
+        QVERIFY(again);
+        QCOMPARE(session.node->session(), net::NodeClient::Session::Registering);
+        QVERIFY(!session.broker->nextSkippingHeartbeats(session.pump(), 50)); // one registration, nothing else
+        welcome(session, *again);
+        auto resent = session.broker->nextSkippingHeartbeats(session.pump());
+        QVERIFY(resent && resent->message.command == Command::Result);
+        QCOMPARE(resent->message.header.value(net::fields::Assignment).toString(), QStringLiteral("a1"));
+        QCOMPARE(session.node->counters().registrations, 2);
     }
 
     void aReplyWithAnIdItDidNotSendIsIgnored()
