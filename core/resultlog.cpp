@@ -128,36 +128,44 @@ Status ResultLog::advance(const QString& assignment, const QString& state, const
         state, paid, paid, detail, detail, entry(state, now), static_cast<std::int64_t>(now), assignment);
 }
 
-Result<QList<QJsonObject>> ResultLog::list(int limit)
+QJsonObject ResultEntry::toJson() const
+{
+    QJsonArray steps;
+    for (const auto& step : history)
+        steps.append(
+            QJsonObject { { QStringLiteral("state"), step.state }, { QStringLiteral("at"), static_cast<qint64>(step.at) } });
+    return QJsonObject {
+        { QStringLiteral("assignment"), assignment },
+        { QStringLiteral("broker"), broker },
+        { QStringLiteral("jobId"), jobId },
+        { QStringLiteral("round"), static_cast<qint64>(round) },
+        { QStringLiteral("shard"), static_cast<qint64>(shard) },
+        { QStringLiteral("state"), state },
+        { QStringLiteral("finalHash"), finalHash },
+        { QStringLiteral("paid"), paid },
+        { QStringLiteral("detail"), detail },
+        { QStringLiteral("history"), steps },
+    };
+}
+
+Result<QList<ResultEntry>> ResultLog::list(int limit)
 {
     auto rows = storage::query(*m_db,
-        QStringLiteral(
-            "SELECT assignment, broker, job, round, shard, state, final_hash, paid, detail, history, updated_at FROM results "
-            "ORDER BY updated_at DESC LIMIT ?"),
+        QStringLiteral("SELECT assignment, broker, job, round, shard, state, final_hash, paid, detail, history FROM results "
+                       "ORDER BY updated_at DESC LIMIT ?"),
         static_cast<std::int64_t>(limit));
     if (!rows)
         return rows.error();
-    QList<QJsonObject> list;
-    for (;;) {
-        auto row = storage::fetch(*rows);
-        if (!row)
-            return row.error();
-        if (!*row)
-            break;
-        list.append(QJsonObject {
-            { QStringLiteral("assignment"), rows->columnText(0) },
-            { QStringLiteral("broker"), rows->columnText(1) },
-            { QStringLiteral("jobId"), rows->columnText(2) },
-            { QStringLiteral("round"), static_cast<qint64>(rows->columnInt(3)) },
-            { QStringLiteral("shard"), static_cast<qint64>(rows->columnInt(4)) },
-            { QStringLiteral("state"), rows->columnText(5) },
-            { QStringLiteral("finalHash"), rows->columnText(6) },
-            { QStringLiteral("paid"), rows->columnText(7) },
-            { QStringLiteral("detail"), rows->columnText(8) },
-            { QStringLiteral("history"), QJsonDocument::fromJson(rows->columnText(9).toUtf8()).array() },
-        });
-    }
-    return list;
+    return storage::collect(*rows, [](storage::Statement& row) {
+        ResultEntry entry { row.columnText(0), row.columnText(1), row.columnText(2), row.columnInt(3), row.columnInt(4),
+            row.columnText(5), row.columnText(6), row.columnText(7), row.columnText(8), {} };
+        for (const auto& value : QJsonDocument::fromJson(row.columnText(9).toUtf8()).array()) {
+            const auto step = value.toObject();
+            entry.history.append(
+                { step.value(QStringLiteral("state")).toString(), step.value(QStringLiteral("at")).toInteger() });
+        }
+        return entry;
+    });
 }
 
 } // namespace tessera::core

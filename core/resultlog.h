@@ -13,6 +13,26 @@
 
 namespace tessera::core {
 
+// One result this node produced or re-executed, and its lifecycle.
+struct ResultEntry {
+    struct Step {
+        QString state;
+        std::int64_t at = 0; // ms since the epoch
+    };
+    QString assignment;
+    QString broker;
+    QString jobId;
+    std::int64_t round = 0;
+    std::int64_t shard = 0;
+    QString state; // computed, committed, sampled, accepted, verified, disputed, slashed, rejected, paid, ...
+    QString finalHash;
+    QString paid; // credits
+    QString detail;
+    QList<Step> history;
+
+    QJsonObject toJson() const; // as tessera-node results --json prints it
+};
+
 // The lifecycle of a node's results, in its node.sqlite: computed, committed, then accepted (and
 // paid), failed, stale or refused. One connection per thread: open one log per NodeClient.
 class ResultLog {
@@ -32,7 +52,7 @@ public:
     static bool unsettled(const QString& state);
     // state: committed, accepted, failed, stale or refused; paid: credits earned (accepted only).
     Status advance(const QString& assignment, const QString& state, const QString& paid = {}, const QString& detail = {});
-    Result<QList<QJsonObject>> list(int limit = 1000);
+    Result<QList<ResultEntry>> list(int limit = 1000);
 
 private:
     explicit ResultLog(std::unique_ptr<storage::Database> database);

@@ -5,6 +5,7 @@
 #include <compute/benchmark.h>
 #include <core/benchmark.h>
 #include <net/brokerclient.h>
+#include <net/messages.h>
 #include <ui/widgets/settingsdialog.h>
 #include <ui/widgets/submitpanel.h>
 
@@ -404,28 +405,26 @@ void DesktopApp::updateState()
     m_tray->setState(allPaused && state != core::Contribution::State::Off ? core::Contribution::State::Paused : state, tooltip);
 }
 
-void DesktopApp::notifyTransitions(const QList<QJsonObject>& results)
+void DesktopApp::notifyTransitions(const QList<core::ResultEntry>& results)
 {
     const bool first = m_lastStates.isEmpty();
     for (const auto& result : results) {
-        const QString assignment = result.value(QStringLiteral("assignment")).toString();
-        const QString state = result.value(QStringLiteral("state")).toString();
+        const QString& assignment = result.assignment;
+        const QString& state = result.state;
         const QString before = m_lastStates.value(assignment);
         m_lastStates.insert(assignment, state);
         if (first || before == state)
             continue;
-        const QString what = QStringLiteral("shard %1 of round %2")
-                                 .arg(result.value(QStringLiteral("shard")).toInteger())
-                                 .arg(result.value(QStringLiteral("round")).toInteger());
+        const QString what
+            = QStringLiteral("shard %1 of round %2").arg(QString::number(result.shard), QString::number(result.round));
         if (state == u"verified" || state == u"disputed" || state == u"slashed" || state == u"paid") {
             note(state == u"slashed" ? QStringLiteral("warning") : QStringLiteral("info"), QStringLiteral("verification"),
-                QStringLiteral("%1: %2 %3").arg(what, state, result.value(QStringLiteral("paid")).toString()));
+                QStringLiteral("%1: %2 %3").arg(what, state, result.paid));
             if (m_settings->boolValue(names::AppNotifications)) {
-                const QString title = state == u"paid"
-                    ? tr("Paid %1 credits").arg(result.value(QStringLiteral("paid")).toString())
-                    : state == u"verified" ? tr("Result verified")
-                    : state == u"disputed" ? tr("Result disputed")
-                                           : tr("Stake slashed");
+                const QString title = state == u"paid" ? tr("Paid %1 credits").arg(result.paid)
+                    : state == u"verified"             ? tr("Result verified")
+                    : state == u"disputed"             ? tr("Result disputed")
+                                                       : tr("Stake slashed");
                 m_tray->notify(title, what);
             }
         }
@@ -450,18 +449,15 @@ void DesktopApp::refresh()
             double today = 0.0;
             const auto midnight = QDateTime(QDate::currentDate(), QTime(0, 0));
             for (const auto& result : *results) {
-                for (const auto& step : result.value(QStringLiteral("history")).toArray()) {
-                    const auto entry = step.toObject();
-                    const auto at = QDateTime::fromMSecsSinceEpoch(entry.value(QStringLiteral("at")).toInteger());
-                    const QString state = entry.value(QStringLiteral("state")).toString();
-                    if (state == u"paid") {
-                        const double credits = result.value(QStringLiteral("paid")).toString().toDouble();
+                for (const auto& step : result.history) {
+                    const auto at = QDateTime::fromMSecsSinceEpoch(step.at);
+                    if (step.state == u"paid") {
+                        const double credits = result.paid.toDouble();
                         earnings.append({ at, credits });
                         if (at >= midnight)
                             today += credits;
-                    } else if (state == u"slashed") {
-                        events.append({ result.value(QStringLiteral("assignment")).toString(), at, QStringLiteral("slashed"),
-                            QString(), result.value(QStringLiteral("detail")).toString() });
+                    } else if (step.state == u"slashed") {
+                        events.append({ result.assignment, at, QStringLiteral("slashed"), QString(), result.detail });
                     }
                 }
             }
@@ -488,23 +484,19 @@ void DesktopApp::refresh()
                 m_brokerReachable = reachable;
                 if (account)
                     m_account = *account;
-                if (auto jobs = askBroker(net::Command::List, {})) {
-                    QList<QJsonObject> rows;
-                    for (const auto& job : jobs->value(QStringLiteral("jobs")).toArray())
-                        rows.append(job.toObject());
-                    m_dashboard->jobs().setJobs(rows);
-                    const QString selected = m_dashboard->selectedJob();
-                    for (const auto& job : rows) {
-                        if (job.value(QStringLiteral("jobId")).toString() != selected)
-                            continue;
-                        QList<ui::RoundPoint> points;
-                        for (const auto& round : job.value(QStringLiteral("history")).toArray()) {
-                            const auto r = round.toObject();
-                            points.append({ int(r.value(QStringLiteral("round")).toInteger()),
-                                r.value(QStringLiteral("testAccuracy")).toDouble(),
-                                r.value(QStringLiteral("testLoss")).toDouble() });
+                if (auto reply = askBroker(net::Command::List, {})) {
+                    const auto jobs = net::ListReply::fromHeader(*reply);
+                    if (jobs) {
+                        m_dashboard->jobs().setJobs(jobs->jobs);
+                        const QString selected = m_dashboard->selectedJob();
+                        for (const auto& job : jobs->jobs) {
+                            if (job.id != selected)
+                                continue;
+                            QList<ui::RoundPoint> points;
+                            for (const auto& round : job.history)
+                                points.append({ int(round.round), round.testAccuracy, round.testLoss });
+                            m_dashboard->setJobRounds(selected, points);
                         }
-                        m_dashboard->setJobRounds(selected, points);
                     }
                 }
             }

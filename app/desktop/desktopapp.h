@@ -68,7 +68,7 @@ private:
     void ensureContributor();
     void restartSessions();
     void updateState();
-    void notifyTransitions(const QList<QJsonObject>& results);
+    void notifyTransitions(const QList<core::ResultEntry>& results);
     QList<net::BrokerAddress> brokers() const;
     void writeAutostart(bool on);
     void runBenchmark();

@@ -6,6 +6,7 @@
 #include <core/signing.h>
 #include <net/brokerclient.h>
 #include <net/identity.h>
+#include <net/messages.h>
 
 #include <QCommandLineParser>
 #include <QCoreApplication>
@@ -87,6 +88,20 @@ struct Context {
         return client.get();
     }
 
+    // One request whose reply is read as Reply; an error is printed and comes back as the exit status.
+    template<typename Reply> std::optional<Reply> call(net::Command command, const QJsonObject& header, int& status)
+    {
+        auto reply = ask(command, header, status);
+        if (!reply)
+            return std::nullopt;
+        auto typed = Reply::fromHeader(*reply);
+        if (!typed) {
+            status = fail(QStringLiteral("the broker's answer is unreadable: %1").arg(typed.error().toString()));
+            return std::nullopt;
+        }
+        return std::move(*typed);
+    }
+
     // One request; an error is printed and comes back as the exit status.
     std::optional<QJsonObject> ask(net::Command command, const QJsonObject& header, int& status)
     {
@@ -109,11 +124,6 @@ QString text(const QJsonObject& object, const char* key)
     return object.value(QLatin1String(key)).toString();
 }
 
-QString number(const QJsonObject& object, const char* key)
-{
-    return QString::number(object.value(QLatin1String(key)).toInteger());
-}
-
 QString percent(double fraction)
 {
     return QString::number(fraction * 100.0, 'f', 2);
@@ -121,35 +131,33 @@ QString percent(double fraction)
 
 // One line of a job. All fields are substituted at once: a job's name or a failure that contains
 // "%1" stays as it is.
-QString describe(const QJsonObject& job)
+QString describe(const core::broker::JobStatus& job)
 {
-    const auto history = job.value(QStringLiteral("history")).toArray();
-    QString line
-        = QStringLiteral("%1  %2  %3  round %4/%5")
-              .arg(text(job, "jobId"), text(job, "state"), text(job, "name"), number(job, "round"), number(job, "rounds"));
-    if (!history.isEmpty())
-        line += QStringLiteral("  test accuracy %1%")
-                    .arg(percent(history.last().toObject().value(QStringLiteral("testAccuracy")).toDouble()));
-    if (job.contains(QStringLiteral("failure")))
-        line += QStringLiteral("  (%1)").arg(text(job, "failure"));
+    QString line = QStringLiteral("%1  %2  %3  round %4/%5")
+                       .arg(job.id, core::broker::jobStateName(job.state), job.name, QString::number(job.round),
+                           QString::number(job.rounds));
+    if (!job.history.isEmpty())
+        line += QStringLiteral("  test accuracy %1%").arg(percent(job.history.last().testAccuracy));
+    if (!job.failure.isEmpty())
+        line += QStringLiteral("  (%1)").arg(job.failure);
     return line;
 }
 
 int estimate(Context& context, const core::JobSpec& spec)
 {
     int status = 0;
-    const auto reply = context.ask(net::Command::Quote, { { QStringLiteral("job"), spec.toJson() } }, status);
+    const auto reply = context.call<net::QuoteReply>(net::Command::Quote, net::QuoteRequest { spec }.toHeader(), status);
     if (!reply)
         return status;
-    const auto quote = reply->value(QStringLiteral("quote")).toObject();
+    const auto& quote = reply->quote;
     if (context.json())
-        return printJson(QJsonDocument(quote));
+        return printJson(QJsonDocument(quote.toJson()));
     out() << QStringLiteral("%1 shards of %2 work units (1 GFLOP of training each) at %3 credits a unit\n")
-                 .arg(number(quote, "shards"), number(quote, "unitsPerShard"), text(quote, "pricePerUnit"));
-    out() << "  training      " << text(quote, "training") << " credits (" << text(quote, "pricePerShard") << " a shard)\n";
-    out() << "  verification  " << text(quote, "verification") << " credits (expected re-executions)\n";
-    out() << "  total         " << text(quote, "total") << " credits; the job's budget is " << spec.budget.toString() << "\n";
-    out() << "  worst case    " << text(quote, "worstCase") << " credits (every shard re-executed, as while the nodes are new)"
+                 .arg(QString::number(quote.shards), QString::number(quote.unitsPerShard), quote.pricePerUnit.toString());
+    out() << "  training      " << quote.training.toString() << " credits (" << quote.pricePerShard.toString() << " a shard)\n";
+    out() << "  verification  " << quote.verification.toString() << " credits (expected re-executions)\n";
+    out() << "  total         " << quote.total.toString() << " credits; the job's budget is " << spec.budget.toString() << "\n";
+    out() << "  worst case    " << quote.worstCase.toString() << " credits (every shard re-executed, as while the nodes are new)"
           << Qt::endl;
     return 0;
 }
@@ -182,12 +190,12 @@ int submit(Context& context)
     if (onlyEstimate)
         return estimate(context, *spec);
     int status = 0;
-    const auto reply = context.ask(net::Command::Submit, { { QStringLiteral("job"), spec->toJson() } }, status);
+    const auto reply = context.call<net::SubmitReply>(net::Command::Submit, net::SubmitRequest { *spec }.toHeader(), status);
     if (!reply)
         return status;
     if (context.json())
-        return printJson(QJsonDocument(QJsonObject { { QStringLiteral("jobId"), text(*reply, "jobId") } }));
-    out() << text(*reply, "jobId") << Qt::endl;
+        return printJson(QJsonDocument(reply->toHeader()));
+    out() << reply->jobId << Qt::endl;
     return 0;
 }
 
@@ -195,57 +203,56 @@ int status(Context& context)
 {
     int exit = 0;
     if (context.positional().isEmpty()) {
-        const auto reply = context.ask(net::Command::List, {}, exit);
+        const auto reply = context.call<net::ListReply>(net::Command::List, {}, exit);
         if (!reply)
             return exit;
-        const auto jobs = reply->value(QStringLiteral("jobs")).toArray();
-        if (context.json())
+        if (context.json()) {
+            QJsonArray jobs;
+            for (const auto& job : reply->jobs)
+                jobs.append(job.full ? job.toJson() : job.toPublicJson());
             return printJson(QJsonDocument(jobs));
-        for (const auto& job : jobs)
-            out() << describe(job.toObject()) << "\n";
-        if (jobs.isEmpty())
+        }
+        for (const auto& job : reply->jobs)
+            out() << describe(job) << "\n";
+        if (reply->jobs.isEmpty())
             out() << "no jobs\n";
         out() << Qt::flush;
         return 0;
     }
-    const auto reply = context.ask(net::Command::Status, { { QStringLiteral("jobId"), context.positional().at(0) } }, exit);
+    const auto reply
+        = context.call<net::StatusReply>(net::Command::Status, net::JobRequest { context.positional().at(0) }.toHeader(), exit);
     if (!reply)
         return exit;
-    const auto job = reply->value(QStringLiteral("job")).toObject();
     if (context.json())
-        return printJson(QJsonDocument(job));
-    out() << describe(job) << Qt::endl;
+        return printJson(QJsonDocument(reply->job.full ? reply->job.toJson() : reply->job.toPublicJson()));
+    out() << describe(reply->job) << Qt::endl;
     return 0;
 }
 
 int wait(Context& context)
 {
     const QString jobId = context.positional().at(0);
-    qint64 shown = 0;
+    qsizetype shown = 0;
     for (;;) {
         int exit = 0;
-        const auto reply = context.ask(net::Command::Status, { { QStringLiteral("jobId"), jobId } }, exit);
+        const auto reply = context.call<net::StatusReply>(net::Command::Status, net::JobRequest { jobId }.toHeader(), exit);
         if (!reply)
             return exit;
-        const auto job = reply->value(QStringLiteral("job")).toObject();
-        const auto history = job.value(QStringLiteral("history")).toArray();
-        for (; shown < history.size(); ++shown) {
-            const auto round = history.at(shown).toObject();
+        const auto& job = reply->job;
+        for (; shown < job.history.size(); ++shown) {
+            const auto& round = job.history.at(shown);
             if (!context.json())
                 out() << QStringLiteral("round %1/%2  test accuracy %3%  test loss %4  train loss %5")
-                             .arg(QString::number(round.value(QStringLiteral("round")).toInteger() + 1), number(job, "rounds"),
-                                 percent(round.value(QStringLiteral("testAccuracy")).toDouble()),
-                                 QString::number(round.value(QStringLiteral("testLoss")).toDouble(), 'f', 4),
-                                 QString::number(round.value(QStringLiteral("trainLoss")).toDouble(), 'f', 4))
+                             .arg(QString::number(round.round + 1), QString::number(job.rounds), percent(round.testAccuracy),
+                                 QString::number(round.testLoss, 'f', 4), QString::number(round.trainLoss, 'f', 4))
                       << Qt::endl;
         }
-        const QString state = text(job, "state");
-        if (state != u"running") {
+        if (job.state != core::broker::JobState::Running) {
             if (context.json())
-                printJson(QJsonDocument(job));
+                printJson(QJsonDocument(job.full ? job.toJson() : job.toPublicJson()));
             else
                 out() << describe(job) << Qt::endl;
-            return state == u"finished" ? 0 : 1;
+            return job.state == core::broker::JobState::Finished ? 0 : 1;
         }
         QThread::msleep(500);
     }
@@ -274,7 +281,7 @@ int cancel(Context& context)
 {
     int exit = 0;
     const QString jobId = context.positional().at(0);
-    const auto reply = context.ask(net::Command::Cancel, { { QStringLiteral("jobId"), jobId } }, exit);
+    const auto reply = context.ask(net::Command::Cancel, net::JobRequest { jobId }.toHeader(), exit);
     if (!reply)
         return exit;
     if (context.json())
@@ -285,17 +292,15 @@ int cancel(Context& context)
 
 int balance(Context& context)
 {
-    QJsonObject header;
-    if (!context.positional().isEmpty())
-        header.insert(QStringLiteral("account"), context.positional().at(0));
     int exit = 0;
-    auto reply = context.ask(net::Command::Balance, header, exit);
+    const auto reply = context.ask(net::Command::Balance,
+        net::BalanceRequest { context.positional().isEmpty() ? QString() : context.positional().at(0) }.toHeader(), exit);
     if (!reply)
         return exit;
-    reply->remove(QStringLiteral("id"));
+    const auto account = core::broker::AccountRecord::fromJson(*reply);
     if (context.json())
-        return printJson(QJsonDocument(*reply));
-    out() << text(*reply, "account") << ": " << text(*reply, "balance") << " credits, " << text(*reply, "stake") << " bonded"
+        return printJson(QJsonDocument(account.toJson()));
+    out() << account.account << ": " << account.balance.toString() << " credits, " << account.stake.toString() << " bonded"
           << Qt::endl;
     return 0;
 }
@@ -303,42 +308,40 @@ int balance(Context& context)
 int ledger(Context& context)
 {
     int exit = 0;
-    auto reply = context.ask(net::Command::Ledger, {}, exit);
+    const auto reply = context.call<net::LedgerReply>(net::Command::Ledger, {}, exit);
     if (!reply)
         return exit;
-    reply->remove(QStringLiteral("id"));
-    const bool consistent = reply->value(QStringLiteral("consistent")).toBool();
     if (context.json())
-        printJson(QJsonDocument(*reply));
-    else if (consistent)
-        out() << "the books balance; " << text(*reply, "minted") << " credits minted in all" << Qt::endl;
+        printJson(QJsonDocument(reply->toHeader()));
+    else if (reply->consistent)
+        out() << "the books balance; " << reply->minted << " credits minted in all" << Qt::endl;
     else
-        out() << "THE BOOKS DO NOT BALANCE: " << text(*reply, "problem") << Qt::endl;
-    return consistent ? 0 : 1;
+        out() << "THE BOOKS DO NOT BALANCE: " << reply->problem << Qt::endl;
+    return reply->consistent ? 0 : 1;
 }
 
 int nodes(Context& context)
 {
     int exit = 0;
-    const auto reply = context.ask(net::Command::Nodes, {}, exit);
+    const auto reply = context.call<net::NodesReply>(net::Command::Nodes, {}, exit);
     if (!reply)
         return exit;
-    const auto list = reply->value(QStringLiteral("nodes")).toArray();
-    if (context.json())
+    if (context.json()) {
+        QJsonArray list;
+        for (const auto& node : reply->nodes)
+            list.append(node.toJson());
         return printJson(QJsonDocument(list));
-    for (const auto& value : list) {
-        const auto node = value.toObject();
+    }
+    for (const auto& node : reply->nodes) {
         out() << QStringLiteral("%1  %2  %3  done %4  failed %5  verified %6  disputes lost %7  timeouts %8  stake %9  "
                                 "slashed %10  %11 samples/s  last seen %12")
-                     .arg(text(node, "nodeId").left(12), text(node, "name"),
-                         node.value(QStringLiteral("online")).toBool() ? QStringLiteral("online") : QStringLiteral("offline"),
-                         number(node, "shardsDone"), number(node, "shardsFailed"), number(node, "verified"),
-                         number(node, "disputesLost"), number(node, "timeouts"), text(node, "stake"), text(node, "slashed"),
-                         QString::number(node.value(QStringLiteral("benchmarkSamplesPerSecond")).toDouble(), 'f', 0),
-                         text(node, "lastSeen"))
+                     .arg(node.nodeId.left(12), node.name, node.online ? QStringLiteral("online") : QStringLiteral("offline"),
+                         QString::number(node.shardsDone), QString::number(node.shardsFailed), QString::number(node.verified),
+                         QString::number(node.disputesLost), QString::number(node.timeouts), node.stake.toString(),
+                         node.slashed.toString(), QString::number(node.benchmarkSamplesPerSecond, 'f', 0), node.lastSeen)
               << "\n";
     }
-    if (list.isEmpty())
+    if (reply->nodes.isEmpty())
         out() << "no nodes\n";
     out() << Qt::flush;
     return 0;
@@ -348,21 +351,23 @@ int verifications(Context& context)
 {
     int exit = 0;
     const QString jobId = context.positional().isEmpty() ? QString() : context.positional().at(0);
-    const auto reply = context.ask(net::Command::Verifications, { { QStringLiteral("jobId"), jobId } }, exit);
+    const auto reply = context.call<net::VerificationsReply>(
+        net::Command::Verifications, net::VerificationsRequest { jobId }.toHeader(), exit);
     if (!reply)
         return exit;
-    const auto checks = reply->value(QStringLiteral("verifications")).toArray();
-    if (context.json())
-        return printJson(QJsonDocument(checks));
-    for (const auto& value : checks) {
-        const auto check = value.toObject();
+    if (context.json()) {
+        QJsonArray list;
+        for (const auto& check : reply->checks)
+            list.append(check.toJson());
+        return printJson(QJsonDocument(list));
+    }
+    for (const auto& check : reply->checks) {
         out() << QStringLiteral("%1  %2  job %3 round %4 shard %5  checked %6 by %7  %8  lost: %9  %10")
-                     .arg(text(check, "id"), text(check, "kind"), text(check, "jobId"), number(check, "round"),
-                         number(check, "shard"), text(check, "checked").left(12), text(check, "verifier").left(12),
-                         text(check, "state"), text(check, "outcome"), text(check, "detail"))
+                     .arg(check.id, check.kind, check.jobId, QString::number(check.round), QString::number(check.shard),
+                         check.checked.left(12), check.verifier.left(12), check.state, check.outcome, check.detail)
               << "\n";
     }
-    if (checks.isEmpty())
+    if (reply->checks.isEmpty())
         out() << "no checks\n";
     out() << Qt::flush;
     return 0;
@@ -371,7 +376,7 @@ int verifications(Context& context)
 int receipt(Context& context)
 {
     int exit = 0;
-    const auto reply = context.ask(net::Command::Receipt, { { QStringLiteral("cause"), context.positional().at(0) } }, exit);
+    const auto reply = context.ask(net::Command::Receipt, net::ReceiptRequest { context.positional().at(0) }.toHeader(), exit);
     if (!reply)
         return exit;
     QSaveFile file(context.parser.value(QStringLiteral("output")));

@@ -266,22 +266,15 @@ int results(const QStringList& args, const core::settings::Settings& settings)
     if (parser.isSet(QStringLiteral("json"))) {
         QJsonArray array;
         for (const auto& entry : *list)
-            array.append(entry);
+            array.append(entry.toJson());
         out() << QJsonDocument(array).toJson() << Qt::flush;
         return 0;
     }
     for (const auto& entry : *list)
         out() << QStringLiteral("%1  job %2 round %3 shard %4  %5%6%7")
-                     .arg(entry.value(QStringLiteral("assignment")).toString(), entry.value(QStringLiteral("jobId")).toString(),
-                         QString::number(entry.value(QStringLiteral("round")).toInteger()),
-                         QString::number(entry.value(QStringLiteral("shard")).toInteger()),
-                         entry.value(QStringLiteral("state")).toString(),
-                         entry.value(QStringLiteral("state")).toString() == u"paid"
-                             ? QStringLiteral(" %1 credits").arg(entry.value(QStringLiteral("paid")).toString())
-                             : QString(),
-                         entry.value(QStringLiteral("detail")).toString().isEmpty()
-                             ? QString()
-                             : QStringLiteral(" (%1)").arg(entry.value(QStringLiteral("detail")).toString()))
+                     .arg(entry.assignment, entry.jobId, QString::number(entry.round), QString::number(entry.shard), entry.state,
+                         entry.state == u"paid" ? QStringLiteral(" %1 credits").arg(entry.paid) : QString(),
+                         entry.detail.isEmpty() ? QString() : QStringLiteral(" (%1)").arg(entry.detail))
               << "\n";
     if (list->isEmpty())
         out() << "no results yet\n";

@@ -13,14 +13,17 @@ using namespace tessera::ui;
 
 namespace {
 
-QJsonObject result(const QString& assignment, const QString& state, const QString& paid = QStringLiteral("0"))
+core::ResultEntry result(const QString& assignment, const QString& state, const QString& paid = QStringLiteral("0"))
 {
-    return { { QStringLiteral("assignment"), assignment }, { QStringLiteral("jobId"), QStringLiteral("job") },
-        { QStringLiteral("round"), 1 }, { QStringLiteral("shard"), 2 }, { QStringLiteral("state"), state },
-        { QStringLiteral("paid"), paid },
-        { QStringLiteral("history"),
-            QJsonArray { QJsonObject { { QStringLiteral("state"), QStringLiteral("computed") }, { QStringLiteral("at"), 1000 } },
-                QJsonObject { { QStringLiteral("state"), state }, { QStringLiteral("at"), 2000 } } } } };
+    core::ResultEntry entry;
+    entry.assignment = assignment;
+    entry.jobId = QStringLiteral("job");
+    entry.round = 1;
+    entry.shard = 2;
+    entry.state = state;
+    entry.paid = paid;
+    entry.history = { { QStringLiteral("computed"), 1000 }, { state, 2000 } };
+    return entry;
 }
 
 core::DeviceInfo device(int index, bool usable)
@@ -114,12 +117,12 @@ private Q_SLOTS:
             { QStringLiteral("name"), QStringLiteral("MLP") }, { QStringLiteral("state"), QStringLiteral("running") },
             { QStringLiteral("round"), 2 }, { QStringLiteral("rounds"), 15 }, { QStringLiteral("escrow"), QStringLiteral("80") },
             { QStringLiteral("history"), QJsonArray { QJsonObject { { QStringLiteral("testAccuracy"), 0.8123 } } } } };
-        model.setJobs({ job });
+        model.setJobs({ core::broker::JobStatus::fromJson(job) });
         QCOMPARE(model.data(model.index(0, int(JobsModel::Column::Progress))).toString(), QStringLiteral("2 / 15 rounds"));
         QCOMPARE(model.data(model.index(0, int(JobsModel::Column::Accuracy))).toString(), QStringLiteral("81.23%"));
         auto later = job;
         later.insert(QStringLiteral("round"), 3);
-        model.setJobs({ later });
+        model.setJobs({ core::broker::JobStatus::fromJson(later) });
         QCOMPARE(model.lastChangedCells(), 1);
     }
 

@@ -28,24 +28,19 @@ ResultsModel::ResultsModel(QObject* parent)
     : KeyedTableModel(headers({ "Job", "Round", "Shard", "State", "Paid", "Updated", "Lifecycle", "Detail" }), parent)
 { }
 
-void ResultsModel::setResults(const QList<QJsonObject>& results)
+void ResultsModel::setResults(const QList<core::ResultEntry>& results)
 {
     QList<Row> rows;
     for (const auto& result : results) {
         QStringList steps;
-        std::int64_t updated = 0;
-        for (const auto& step : result.value(QStringLiteral("history")).toArray()) {
-            steps.append(step.toObject().value(QStringLiteral("state")).toString());
-            updated = step.toObject().value(QStringLiteral("at")).toInteger();
-        }
+        for (const auto& step : result.history)
+            steps.append(step.state);
         Row row;
-        row.key = result.value(QStringLiteral("assignment")).toString();
-        row.cells = { result.value(QStringLiteral("jobId")).toString(), result.value(QStringLiteral("round")).toInteger(),
-            result.value(QStringLiteral("shard")).toInteger(), result.value(QStringLiteral("state")).toString(),
-            result.value(QStringLiteral("paid")).toString(), time(updated), steps.join(QStringLiteral(" → ")),
-            result.value(QStringLiteral("detail")).toString() };
-        row.tips = { result.value(QStringLiteral("broker")).toString(), {}, {}, {}, {}, {}, {},
-            result.value(QStringLiteral("detail")).toString() };
+        row.key = result.assignment;
+        row.cells = { result.jobId, static_cast<qint64>(result.round), static_cast<qint64>(result.shard), result.state,
+            result.paid, time(result.history.isEmpty() ? 0 : result.history.last().at), steps.join(QStringLiteral(" → ")),
+            result.detail };
+        row.tips = { result.broker, {}, {}, {}, {}, {}, {}, result.detail };
         rows.append(row);
     }
     setRows(rows);
@@ -130,22 +125,17 @@ JobsModel::JobsModel(QObject* parent)
     : KeyedTableModel(headers({ "Job", "State", "Progress", "Test accuracy", "Escrow", "Id" }), parent)
 { }
 
-void JobsModel::setJobs(const QList<QJsonObject>& jobs)
+void JobsModel::setJobs(const QList<core::broker::JobStatus>& jobs)
 {
     QList<Row> rows;
     for (const auto& job : jobs) {
-        const auto history = job.value(QStringLiteral("history")).toArray();
-        const double accuracy
-            = history.isEmpty() ? -1.0 : history.last().toObject().value(QStringLiteral("testAccuracy")).toDouble();
         Row row;
-        row.key = job.value(QStringLiteral("jobId")).toString();
-        row.cells = { job.value(QStringLiteral("name")).toString(), job.value(QStringLiteral("state")).toString(),
-            QStringLiteral("%1 / %2 rounds")
-                .arg(job.value(QStringLiteral("round")).toInteger())
-                .arg(job.value(QStringLiteral("rounds")).toInteger()),
-            accuracy < 0 ? QString() : QStringLiteral("%1%").arg(accuracy * 100.0, 0, 'f', 2),
-            job.value(QStringLiteral("escrow")).toString(), row.key };
-        row.tips = { {}, job.value(QStringLiteral("failure")).toString() };
+        row.key = job.id;
+        row.cells = { job.name, core::broker::jobStateName(job.state),
+            QStringLiteral("%1 / %2 rounds").arg(QString::number(job.round), QString::number(job.rounds)),
+            job.history.isEmpty() ? QString() : QStringLiteral("%1%").arg(job.history.last().testAccuracy * 100.0, 0, 'f', 2),
+            job.escrow.toString(), row.key };
+        row.tips = { {}, job.failure };
         rows.append(row);
     }
     setRows(rows);

@@ -2,7 +2,9 @@
 
 #include "keyedtablemodel.h"
 
+#include <core/broker/records.h>
 #include <core/deviceinfo.h>
+#include <core/resultlog.h>
 
 #include <QDateTime>
 #include <QHash>
@@ -18,7 +20,7 @@ class ResultsModel final : public KeyedTableModel {
 public:
     enum class Column { Job, Round, Shard, State, Paid, Updated, History, Detail };
     explicit ResultsModel(QObject* parent = nullptr);
-    void setResults(const QList<QJsonObject>& results);
+    void setResults(const QList<core::ResultEntry>& results);
 };
 
 // The Devices tab: each device, whether Tessera can use it and why not, its benchmark, and a
@@ -56,7 +58,7 @@ class JobsModel final : public KeyedTableModel {
 public:
     enum class Column { Name, State, Progress, Accuracy, Escrow, Id };
     explicit JobsModel(QObject* parent = nullptr);
-    void setJobs(const QList<QJsonObject>& jobs);
+    void setJobs(const QList<core::broker::JobStatus>& jobs);
 };
 
 // The Earnings tab's stake history: bonds, slashes and unbonding, newest first.
