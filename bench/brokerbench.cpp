@@ -19,12 +19,13 @@ int main(int argc, char* argv[])
 {
     QCoreApplication app(argc, argv);
     QTemporaryDir dir;
-    compute::BrokerMath math({});
+    auto blobs = std::move(core::broker::Broker::openBlobs(dir.filePath(QStringLiteral("broker")))).value();
+    compute::BrokerMath math({}, *blobs);
     core::SystemClock clock;
     // A faucet funds the owner's escrow and bonds each node's stake, as on a local broker.
     core::broker::Broker::Options options;
     options.faucet = true;
-    auto broker = core::broker::Broker::open(dir.filePath(QStringLiteral("broker")), math, clock, options);
+    auto broker = core::broker::Broker::open(dir.filePath(QStringLiteral("broker")), *blobs, math, clock, options);
     if (!broker)
         qFatal("%s", qPrintable(broker.error().toString()));
 

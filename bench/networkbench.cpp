@@ -104,7 +104,9 @@ double rawRate(const std::optional<net::CurveKeys>& keys)
 
 struct Server {
     QTemporaryDir dir;
-    compute::BrokerMath math { {} };
+    std::unique_ptr<core::BlobStore> blobs
+        = std::move(core::broker::Broker::openBlobs(dir.filePath(QStringLiteral("broker")))).value();
+    compute::BrokerMath math { {}, *blobs };
     core::SystemClock clock;
     std::unique_ptr<core::broker::Broker> broker;
     std::unique_ptr<net::BrokerServer> server;
@@ -114,7 +116,7 @@ struct Server {
 
     explicit Server(std::optional<net::CurveKeys> keys)
     {
-        broker = std::move(core::broker::Broker::open(dir.filePath(QStringLiteral("broker")), math, clock)).value();
+        broker = std::move(core::broker::Broker::open(dir.filePath(QStringLiteral("broker")), *blobs, math, clock)).value();
         net::BrokerServerOptions options;
         options.bind = QStringLiteral("tcp://127.0.0.1:%1").arg(port());
         options.keys = std::move(keys);

@@ -29,7 +29,8 @@ BrokerMath::BrokerMath(ComputeEnvironment environment)
     : m_environment(std::move(environment))
 { }
 
-void BrokerMath::useBlobs(core::BlobStore& blobs)
+BrokerMath::BrokerMath(ComputeEnvironment environment, core::BlobStore& blobs)
+    : m_environment(std::move(environment))
 {
     m_environment.blobPath = [&blobs](const core::Digest& digest) { return blobs.path(digest); };
 }

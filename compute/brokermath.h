@@ -11,10 +11,10 @@ namespace tessera::compute {
 // evaluation, exactly as tessera-node train-local does them.
 class BrokerMath final : public core::broker::TrainingMath {
 public:
+    // Jobs that name no files (zoo models on built-in data).
     explicit BrokerMath(ComputeEnvironment environment);
-    // The files jobs name (TorchScript models, tensor datasets) are blobs in this store: the
-    // broker's own, which exists only once the broker (that holds this math) is open.
-    void useBlobs(core::BlobStore& blobs);
+    // The files jobs name (TorchScript models, tensor datasets) are blobs in the broker's store.
+    BrokerMath(ComputeEnvironment environment, core::BlobStore& blobs);
 
     core::Result<Weights> initialWeights(const core::JobSpec& spec) override;
     core::Result<core::Digest> canonicalHash(const QByteArray& weights) override;

@@ -571,17 +571,17 @@ void BrokerServer::Private::onResult(Request& r)
         refuse(r, verdict.error());
         return;
     }
-    if (*verdict == core::broker::Verdict::Stale) {
+    if (*verdict == core::broker::Acceptance::Stale) {
         refuse(r, errors::Stale, QStringLiteral("the shard was already answered; this result is not counted"));
         return;
     }
     if (auto it = peers.find(r.routingId); it != peers.end())
         it->score = broker.schedulingScore(nodeId);
     ResultReply reply;
-    reply.verdict = *verdict == core::broker::Verdict::Accepted ? QStringLiteral("accepted")
-        : *verdict == core::broker::Verdict::Held               ? QStringLiteral("sampled")
-                                                                : QStringLiteral("failed");
-    if (*verdict == core::broker::Verdict::Accepted) {
+    reply.verdict = *verdict == core::broker::Acceptance::Accepted ? QStringLiteral("accepted")
+        : *verdict == core::broker::Acceptance::Held               ? QStringLiteral("sampled")
+                                                                   : QStringLiteral("failed");
+    if (*verdict == core::broker::Acceptance::Accepted) {
         if (auto job = broker.status(request->result.jobId))
             reply.paid = job->pricePerShard.toString();
     }

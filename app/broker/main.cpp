@@ -144,7 +144,10 @@ int main(int argc, char* argv[])
     compute::ComputeEnvironment environment;
     environment.fashionMnistDirectory = settings.stringValue(names::DataFashionMnistDirectory);
     environment.device = QStringLiteral("cpu"); // the broker aggregates and evaluates on the CPU
-    compute::BrokerMath math(environment);
+    auto blobs = core::broker::Broker::openBlobs(dataDirectory);
+    if (!blobs)
+        return fail(blobs.error().toString());
+    compute::BrokerMath math(environment, **blobs);
     core::SystemClock clock;
     core::broker::Broker::Options brokerOptions;
     brokerOptions.faucet = settings.boolValue(names::BrokerFaucet);
@@ -158,10 +161,9 @@ int main(int argc, char* argv[])
     brokerOptions.selfVerifyAfterMs = settings.intValue(names::BrokerSelfVerifyAfterSeconds) * 1000;
     brokerOptions.unbondingDelayMs = settings.intValue(names::BrokerUnbondingDelaySeconds) * 1000;
     brokerOptions.maxRunningJobsPerOwner = settings.intValue(names::BrokerMaxJobsPerOwner);
-    auto broker = core::broker::Broker::open(dataDirectory, math, clock, brokerOptions);
+    auto broker = core::broker::Broker::open(dataDirectory, **blobs, math, clock, brokerOptions);
     if (!broker)
         return fail(broker.error().toString());
-    math.useBlobs((*broker)->blobs());
 
     net::BrokerServer server(**broker, options, clock);
     if (auto status = server.bind(); !status)

@@ -20,14 +20,18 @@ core::Result<QString> EmbeddedBroker::start(Options options)
     auto address = ready.get_future();
     m_thread = std::thread([this, options = std::move(options), &ready]() mutable {
         // Everything the broker owns (SQLite, sockets) lives and dies on this thread.
-        compute::BrokerMath math(options.environment);
+        auto blobs = core::broker::Broker::openBlobs(options.dataDirectory);
+        if (!blobs) {
+            ready.set_value(blobs.error());
+            return;
+        }
+        compute::BrokerMath math(options.environment, **blobs);
         core::SystemClock clock;
-        auto broker = core::broker::Broker::open(options.dataDirectory, math, clock, options.broker);
+        auto broker = core::broker::Broker::open(options.dataDirectory, **blobs, math, clock, options.broker);
         if (!broker) {
             ready.set_value(broker.error());
             return;
         }
-        math.useBlobs((*broker)->blobs());
         net::BrokerServerOptions serverOptions;
         serverOptions.bind = QStringLiteral("tcp://127.0.0.1:*");
         serverOptions.heartbeatMs = options.heartbeatMs;

@@ -133,9 +133,9 @@ QString percent(double fraction)
 // "%1" stays as it is.
 QString describe(const core::broker::JobStatus& job)
 {
-    QString line = QStringLiteral("%1  %2  %3  round %4/%5")
-                       .arg(job.id, core::broker::jobStateName(job.state), job.name, QString::number(job.round),
-                           QString::number(job.rounds));
+    QString line
+        = QStringLiteral("%1  %2  %3  round %4/%5")
+              .arg(job.id, core::broker::nameOf(job.state), job.name, QString::number(job.round), QString::number(job.rounds));
     if (!job.history.isEmpty())
         line += QStringLiteral("  test accuracy %1%").arg(percent(job.history.last().testAccuracy));
     if (!job.failure.isEmpty())

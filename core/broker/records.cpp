@@ -28,30 +28,6 @@ Digest digest(const QJsonObject& json, const char* key)
 
 } // namespace
 
-QString jobStateName(JobState state)
-{
-    switch (state) {
-    case JobState::Running:
-        return QStringLiteral("running");
-    case JobState::Finished:
-        return QStringLiteral("finished");
-    case JobState::Cancelled:
-        return QStringLiteral("cancelled");
-    case JobState::Failed:
-        return QStringLiteral("failed");
-    }
-    return {};
-}
-
-std::optional<JobState> jobStateFromName(QStringView name)
-{
-    for (auto state : { JobState::Running, JobState::Finished, JobState::Cancelled, JobState::Failed }) {
-        if (jobStateName(state) == name)
-            return state;
-    }
-    return std::nullopt;
-}
-
 QJsonObject JobStatus::toJson() const
 {
     QJsonArray rounds;
@@ -67,7 +43,7 @@ QJsonObject JobStatus::toJson() const
     QJsonObject json {
         { QStringLiteral("jobId"), id },
         { QStringLiteral("name"), name },
-        { QStringLiteral("state"), jobStateName(state) },
+        { QStringLiteral("state"), nameOf(state) },
         { QStringLiteral("round"), static_cast<qint64>(round) },
         { QStringLiteral("rounds"), static_cast<qint64>(this->rounds) },
         { QStringLiteral("history"), rounds },
@@ -86,7 +62,7 @@ QJsonObject JobStatus::toPublicJson() const
 {
     return QJsonObject {
         { QStringLiteral("jobId"), id },
-        { QStringLiteral("state"), jobStateName(state) },
+        { QStringLiteral("state"), nameOf(state) },
         { QStringLiteral("round"), static_cast<qint64>(round) },
         { QStringLiteral("rounds"), static_cast<qint64>(rounds) },
     };
@@ -97,7 +73,7 @@ JobStatus JobStatus::fromJson(const QJsonObject& json)
     JobStatus job;
     job.id = text(json, "jobId");
     job.name = text(json, "name");
-    job.state = jobStateFromName(text(json, "state")).value_or(JobState::Running);
+    job.state = fromName<JobState>(text(json, "state")).value_or(JobState::Running);
     job.round = integer(json, "round");
     job.rounds = integer(json, "rounds");
     for (const auto& value : json.value(QStringLiteral("history")).toArray()) {

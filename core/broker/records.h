@@ -3,6 +3,7 @@
 #include "../credits.h"
 #include "../error.h"
 #include "../hash.h"
+#include "states.h"
 
 #include <QJsonObject>
 #include <QList>
@@ -17,10 +18,6 @@ namespace tessera::core::broker {
 // each (docs/PROTOCOL.md, "JSON bodies"), read back with fromJson by tessera-job and the app.
 // fromJson is lenient: a field that is missing or unreadable keeps its default, so a client shows
 // what a broker sent even if the broker is newer.
-
-enum class JobState { Running, Finished, Cancelled, Failed };
-QString jobStateName(JobState state);
-std::optional<JobState> jobStateFromName(QStringView name);
 
 struct RoundRecord {
     std::int64_t round = 0;

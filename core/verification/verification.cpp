@@ -36,13 +36,13 @@ std::optional<qsizetype> firstDivergence(const QList<Digest>& a, const QList<Dig
     return std::nullopt;
 }
 
-Verdict referee(const Digest& first, const Digest& second, const Digest& refereeHash)
+Ruling referee(const Digest& first, const Digest& second, const Digest& refereeHash)
 {
     if (first == refereeHash)
-        return Verdict::FirstHonest;
+        return Ruling::FirstHonest;
     if (second == refereeHash)
-        return Verdict::SecondHonest;
-    return Verdict::BothWrong;
+        return Ruling::SecondHonest;
+    return Ruling::BothWrong;
 }
 
 namespace {
@@ -91,7 +91,7 @@ SimulationResult simulate(const SimulationConfig& config)
             const auto mine = chain(shard, ChainLength, std::nullopt);
             const auto verifier = chain(shard, ChainLength, std::nullopt);
             if (auto j = firstDivergence(mine, verifier)) {
-                if (referee(mine[*j], verifier[*j], truth(shard, int(*j))) != Verdict::FirstHonest) {
+                if (referee(mine[*j], verifier[*j], truth(shard, int(*j))) != Ruling::FirstHonest) {
                     ++result.honestSlashed;
                     record.streak = 0;
                 }
@@ -123,7 +123,7 @@ SimulationResult simulate(const SimulationConfig& config)
                 = chain(shard, ChainLength, cheats ? std::optional<int>(1 + int(shard % (ChainLength - 1))) : std::nullopt);
             const auto verifier = chain(shard, ChainLength, std::nullopt);
             const auto j = firstDivergence(mine, verifier);
-            if (j && referee(mine[*j], verifier[*j], truth(shard, int(*j))) == Verdict::SecondHonest) {
+            if (j && referee(mine[*j], verifier[*j], truth(shard, int(*j))) == Ruling::SecondHonest) {
                 ++caught;
                 break;
             }

@@ -32,9 +32,10 @@ bool drawSample(double probability, std::uint64_t seed);
 // when they are equal. Chains of different lengths differ at the first missing index.
 std::optional<qsizetype> firstDivergence(const QList<Digest>& a, const QList<Digest>& b);
 
-// The referee re-executed the one interval that leads to checkpoint j and got refereeHash.
-enum class Verdict { FirstHonest, SecondHonest, BothWrong };
-Verdict referee(const Digest& first, const Digest& second, const Digest& refereeHash);
+// The referee re-executed the one interval that leads to checkpoint j and got refereeHash; its
+// ruling says which side agrees with it.
+enum class Ruling { FirstHonest, SecondHonest, BothWrong };
+Ruling referee(const Digest& first, const Digest& second, const Digest& refereeHash);
 
 // A fast model of a network, for make bench and the tests: honest nodes and cheaters submit
 // shards; sampled results are re-executed; a sampled cheat is caught (disputes decide by

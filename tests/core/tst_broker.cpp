@@ -94,7 +94,7 @@ ShardResult honest(Broker& broker, const Assignment& assignment, std::int64_t li
 }
 
 // What a node does with a finished shard: commit to it (signed), then reveal it.
-Result<Verdict> deliver(Broker& broker, const QString& nodeId, const QString& assignmentId, const ShardResult& result)
+Result<Acceptance> deliver(Broker& broker, const QString& nodeId, const QString& assignmentId, const ShardResult& result)
 {
     if (result.outcome == ShardResult::Outcome::Completed) {
         const auto document = signDocument(result.commitmentDocument(assignmentId), keysOf(nodeId));
@@ -112,6 +112,7 @@ private:
     QTemporaryDir m_dir { QStringLiteral("/tmp/tst_broker_XXXXXX") };
     FakeClock m_clock;
     FakeMath m_math;
+    std::vector<std::unique_ptr<BlobStore>> m_blobs; // each broker's, outliving it
 
     // Sampling is off here; the verification tests below turn it on.
     std::unique_ptr<Broker> open(const QString& name = QStringLiteral("b"), bool faucet = true)
@@ -138,7 +139,11 @@ private:
     {
         options.minDeadlineMs = 10'000;
         options.maxShardFailures = 2;
-        auto broker = Broker::open(m_dir.filePath(name), m_math, m_clock, options);
+        auto blobs = Broker::openBlobs(m_dir.filePath(name));
+        if (!blobs)
+            qFatal("%s", qPrintable(blobs.error().toString()));
+        auto broker = Broker::open(m_dir.filePath(name), **blobs, m_math, m_clock, options);
+        m_blobs.push_back(std::move(*blobs));
         if (!broker)
             qFatal("%s", qPrintable(broker.error().toString()));
         return std::move(broker).value();
@@ -162,7 +167,7 @@ private Q_SLOTS:
             for (int i : { 2, 0, 1 })
                 QCOMPARE(*deliver(*broker, QString::fromLatin1(i == 1 ? "b" : "a"), out[i].id,
                              answer(*broker, out[i], QByteArray::number(round) + QByteArray::number(out[i].task.shard))),
-                    Verdict::Accepted);
+                    Acceptance::Accepted);
         }
         QCOMPARE(m_math.aggregationOrders.last(), (QList<std::int64_t> { 0, 1, 2 }));
         const auto status = *broker->status(jobId);
@@ -186,10 +191,10 @@ private Q_SLOTS:
         const auto second = **broker->assign(QStringLiteral("fast"));
         QCOMPARE(second.task.shard, first.task.shard);
         QVERIFY(second.id != first.id);
-        QCOMPARE(*deliver(*broker, QStringLiteral("fast"), second.id, answer(*broker, second, "fast")), Verdict::Accepted);
+        QCOMPARE(*deliver(*broker, QStringLiteral("fast"), second.id, answer(*broker, second, "fast")), Acceptance::Accepted);
         // The straggler's late answer is not counted twice.
-        QCOMPARE(*deliver(*broker, QStringLiteral("slow"), first.id, answer(*broker, first, "slow")), Verdict::Stale);
-        QCOMPARE(*deliver(*broker, QStringLiteral("fast"), second.id, answer(*broker, second, "fast")), Verdict::Stale);
+        QCOMPARE(*deliver(*broker, QStringLiteral("slow"), first.id, answer(*broker, first, "slow")), Acceptance::Stale);
+        QCOMPARE(*deliver(*broker, QStringLiteral("fast"), second.id, answer(*broker, second, "fast")), Acceptance::Stale);
     }
 
     void invalidResultsAreNotCounted()
@@ -216,7 +221,7 @@ private Q_SLOTS:
         QVERIFY(!deliver(*broker, QStringLiteral("b"), out[3].id, answer(*broker, out[3], "w")).ok()); // not b's
         QVERIFY(!deliver(*broker, QStringLiteral("a"), QStringLiteral("nonsense"), answer(*broker, out[3], "w")).ok());
         // After all that, an honest answer still counts.
-        QCOMPARE(*deliver(*broker, QStringLiteral("a"), out[3].id, answer(*broker, out[3], "w")), Verdict::Accepted);
+        QCOMPARE(*deliver(*broker, QStringLiteral("a"), out[3].id, answer(*broker, out[3], "w")), Acceptance::Accepted);
     }
 
     void failedShardsGoElsewhereAndEndTheJobAfterTooMany()
@@ -233,7 +238,7 @@ private Q_SLOTS:
             failed.shard = assignment.task.shard;
             failed.outcome = ShardResult::Outcome::Failed;
             failed.failure = QStringLiteral("loss became NaN");
-            QCOMPARE(*deliver(*broker, QString::fromLatin1(id), assignment.id, failed), Verdict::Failed);
+            QCOMPARE(*deliver(*broker, QString::fromLatin1(id), assignment.id, failed), Acceptance::Failed);
         }
         const auto status = *broker->status(jobId);
         QCOMPARE(status.state, JobState::Failed);
@@ -262,12 +267,12 @@ private Q_SLOTS:
             returned.shard = assignment.task.shard;
             returned.outcome = ShardResult::Outcome::Returned;
             returned.failure = QStringLiteral("the disk is full");
-            QCOMPARE(*deliver(*broker, QStringLiteral("a"), assignment.id, returned), Verdict::Failed);
+            QCOMPARE(*deliver(*broker, QStringLiteral("a"), assignment.id, returned), Acceptance::Failed);
             const auto status = *broker->status(jobId);
             QCOMPARE(status.state, JobState::Running);
         }
         const auto assignment = **broker->assign(QStringLiteral("b"));
-        QCOMPARE(*deliver(*broker, QStringLiteral("b"), assignment.id, answer(*broker, assignment, "b")), Verdict::Accepted);
+        QCOMPARE(*deliver(*broker, QStringLiteral("b"), assignment.id, answer(*broker, assignment, "b")), Acceptance::Accepted);
         const auto status = *broker->status(jobId);
         QCOMPARE(status.state, JobState::Finished);
         const auto known = *broker->nodes();
@@ -329,12 +334,12 @@ private Q_SLOTS:
         QCOMPARE((*broker->account(QStringLiteral("a"))).value(QStringLiteral("stake")).toString(), QStringLiteral("10"));
         const auto first = **broker->assign(QStringLiteral("a"));
         const auto second = **broker->assign(QStringLiteral("a"));
-        QCOMPARE(*deliver(*broker, QStringLiteral("a"), first.id, answer(*broker, first, "x")), Verdict::Accepted);
+        QCOMPARE(*deliver(*broker, QStringLiteral("a"), first.id, answer(*broker, first, "x")), Acceptance::Accepted);
         QCOMPARE(*broker->ledger().balance(ledger::accounts::balance(QStringLiteral("a"))), Credits::fromMicro(100'000));
         // A retried or duplicated answer pays nothing more.
-        QCOMPARE(*deliver(*broker, QStringLiteral("a"), first.id, answer(*broker, first, "x")), Verdict::Stale);
+        QCOMPARE(*deliver(*broker, QStringLiteral("a"), first.id, answer(*broker, first, "x")), Acceptance::Stale);
         QCOMPARE(*broker->ledger().balance(ledger::accounts::balance(QStringLiteral("a"))), Credits::fromMicro(100'000));
-        QCOMPARE(*deliver(*broker, QStringLiteral("a"), second.id, answer(*broker, second, "y")), Verdict::Accepted);
+        QCOMPARE(*deliver(*broker, QStringLiteral("a"), second.id, answer(*broker, second, "y")), Acceptance::Accepted);
         // The job is done: the unspent budget went back to its owner.
         status = *broker->status(jobId);
         QCOMPARE(status.state, JobState::Finished);
@@ -423,7 +428,7 @@ private Q_SLOTS:
             QVERIFY(broker->registerNode(node(QString::fromLatin1(id))).ok());
         const auto a1 = **broker->assign(QStringLiteral("a"));
         // A new node's results are all sampled: counted, not paid yet.
-        QCOMPARE(*deliver(*broker, QStringLiteral("a"), a1.id, honest(*broker, a1)), Verdict::Held);
+        QCOMPARE(*deliver(*broker, QStringLiteral("a"), a1.id, honest(*broker, a1)), Acceptance::Held);
         QVERIFY(!*broker->ledger().hasCause(QStringLiteral("pay:%1/0/0").arg(jobId)));
         // The checked node gets other work, never its own check; another node gets the check.
         const auto a2 = **broker->assign(QStringLiteral("a"));
@@ -434,7 +439,7 @@ private Q_SLOTS:
         const auto b1 = **assigned;
         QCOMPARE(b1.task.shard, 0);
         QCOMPARE(b1.task.startWeights, a1.task.startWeights);
-        QCOMPARE(*deliver(*broker, QStringLiteral("b"), b1.id, honest(*broker, b1)), Verdict::Held);
+        QCOMPARE(*deliver(*broker, QStringLiteral("b"), b1.id, honest(*broker, b1)), Acceptance::Held);
         QVERIFY(*broker->ledger().hasCause(QStringLiteral("pay:%1/0/0").arg(jobId)));
         auto checks = *broker->verifications(jobId);
         QCOMPARE(checks.size(), 1);
@@ -443,10 +448,10 @@ private Q_SLOTS:
         QVERIFY(*broker->ledger().hasCause(QStringLiteral("verify:") + checks[0].value(QStringLiteral("id")).toString()));
         QCOMPARE(broker->status(jobId)->state, JobState::Running); // shard 1 is still being checked
 
-        QCOMPARE(*deliver(*broker, QStringLiteral("a"), a2.id, honest(*broker, a2)), Verdict::Held);
+        QCOMPARE(*deliver(*broker, QStringLiteral("a"), a2.id, honest(*broker, a2)), Acceptance::Held);
         const auto b2 = **broker->assign(QStringLiteral("b"));
         QCOMPARE(b2.task.shard, 1);
-        QCOMPARE(*deliver(*broker, QStringLiteral("b"), b2.id, honest(*broker, b2)), Verdict::Held);
+        QCOMPARE(*deliver(*broker, QStringLiteral("b"), b2.id, honest(*broker, b2)), Acceptance::Held);
         QCOMPARE(broker->status(jobId)->state, JobState::Finished);
         const auto nodes = *broker->nodes();
         QCOMPARE(nodes[0].value(QStringLiteral("verified")).toInteger(), 2);
@@ -466,9 +471,9 @@ private Q_SLOTS:
         for (const auto* id : { "a", "b" })
             QVERIFY(broker->registerNode(node(QString::fromLatin1(id))).ok());
         const auto a1 = **broker->assign(QStringLiteral("a"));
-        QCOMPARE(*deliver(*broker, QStringLiteral("a"), a1.id, honest(*broker, a1, 1)), Verdict::Held);
+        QCOMPARE(*deliver(*broker, QStringLiteral("a"), a1.id, honest(*broker, a1, 1)), Acceptance::Held);
         const auto b1 = **broker->assign(QStringLiteral("b"));
-        QCOMPARE(*deliver(*broker, QStringLiteral("b"), b1.id, honest(*broker, b1)), Verdict::Held);
+        QCOMPARE(*deliver(*broker, QStringLiteral("b"), b1.id, honest(*broker, b1)), Acceptance::Held);
         // Checkpoint 1 differs: the referee re-executed from the round's weights, without asking anyone.
         QCOMPARE(m_math.replays > 0, true);
         const auto check = broker->verifications(jobId)->first();
@@ -503,10 +508,10 @@ private Q_SLOTS:
         for (const auto* id : { "a", "b" })
             QVERIFY(broker->registerNode(node(QString::fromLatin1(id))).ok());
         const auto a1 = **broker->assign(QStringLiteral("a"));
-        QCOMPARE(*deliver(*broker, QStringLiteral("a"), a1.id, honest(*broker, a1, 2)), Verdict::Held);
+        QCOMPARE(*deliver(*broker, QStringLiteral("a"), a1.id, honest(*broker, a1, 2)), Acceptance::Held);
         const auto b1 = **broker->assign(QStringLiteral("b"));
         (void)broker->takeNotices();
-        QCOMPARE(*deliver(*broker, QStringLiteral("b"), b1.id, honest(*broker, b1)), Verdict::Held);
+        QCOMPARE(*deliver(*broker, QStringLiteral("b"), b1.id, honest(*broker, b1)), Acceptance::Held);
         auto check = broker->verifications(jobId)->first();
         const QString checkId = check.value(QStringLiteral("id")).toString();
         QCOMPARE(check.value(QStringLiteral("state")).toString(), QStringLiteral("disputed"));
@@ -557,9 +562,9 @@ private Q_SLOTS:
         for (const auto* id : { "a", "b" })
             QVERIFY(broker->registerNode(node(QString::fromLatin1(id))).ok());
         const auto a1 = **broker->assign(QStringLiteral("a"));
-        QCOMPARE(*deliver(*broker, QStringLiteral("a"), a1.id, honest(*broker, a1, 2)), Verdict::Held);
+        QCOMPARE(*deliver(*broker, QStringLiteral("a"), a1.id, honest(*broker, a1, 2)), Acceptance::Held);
         const auto b1 = **broker->assign(QStringLiteral("b"));
-        QCOMPARE(*deliver(*broker, QStringLiteral("b"), b1.id, honest(*broker, b1)), Verdict::Held);
+        QCOMPARE(*deliver(*broker, QStringLiteral("b"), b1.id, honest(*broker, b1)), Acceptance::Held);
         broker->tick();
         QCOMPARE(broker->verifications(jobId)->first().value(QStringLiteral("state")).toString(), QStringLiteral("disputed"));
         m_clock.now += options.disputeTimeoutMs + 1;
@@ -584,9 +589,9 @@ private Q_SLOTS:
             for (const auto* id : { "a", "b" })
                 QVERIFY(broker->registerNode(node(QString::fromLatin1(id))).ok());
             const auto a1 = **broker->assign(QStringLiteral("a"));
-            QCOMPARE(*deliver(*broker, QStringLiteral("a"), a1.id, honest(*broker, a1, 2)), Verdict::Held);
+            QCOMPARE(*deliver(*broker, QStringLiteral("a"), a1.id, honest(*broker, a1, 2)), Acceptance::Held);
             const auto b1 = **broker->assign(QStringLiteral("b"));
-            QCOMPARE(*deliver(*broker, QStringLiteral("b"), b1.id, honest(*broker, b1)), Verdict::Held);
+            QCOMPARE(*deliver(*broker, QStringLiteral("b"), b1.id, honest(*broker, b1)), Acceptance::Held);
             const auto checkId = broker->verifications(jobId)->first().value(QStringLiteral("id")).toString();
             // b, the honest side, sends junk (or says it kept nothing); a stays silent.
             const auto answered
@@ -622,7 +627,7 @@ private Q_SLOTS:
         QCOMPARE(broker->account(QStringLiteral("a"))->value(QStringLiteral("stake")).toString(), QStringLiteral("10"));
         QCOMPARE(broker->nodes()->first().value(QStringLiteral("disputesLost")).toInteger(), 0);
         result.weightsSha256 = *broker->blobs().put("container:w");
-        QCOMPARE(*broker->acceptResult(QStringLiteral("a"), assignment.id, result), Verdict::Accepted);
+        QCOMPARE(*broker->acceptResult(QStringLiteral("a"), assignment.id, result), Acceptance::Accepted);
         Q_UNUSED(readable);
         QCOMPARE(broker->status(jobId)->state, JobState::Finished);
     }
@@ -636,9 +641,9 @@ private Q_SLOTS:
         for (const auto* id : { "a", "b", "c" })
             QVERIFY(broker->registerNode(node(QString::fromLatin1(id))).ok());
         const auto a1 = **broker->assign(QStringLiteral("a"));
-        QCOMPARE(*deliver(*broker, QStringLiteral("a"), a1.id, honest(*broker, a1)), Verdict::Held);
+        QCOMPARE(*deliver(*broker, QStringLiteral("a"), a1.id, honest(*broker, a1)), Acceptance::Held);
         const auto b1 = **broker->assign(QStringLiteral("b"));
-        QCOMPARE(*deliver(*broker, QStringLiteral("b"), b1.id, honest(*broker, b1, 1)), Verdict::Held);
+        QCOMPARE(*deliver(*broker, QStringLiteral("b"), b1.id, honest(*broker, b1, 1)), Acceptance::Held);
         QCOMPARE(broker->verifications(jobId)->at(1).value(QStringLiteral("outcome")).toString(), QStringLiteral("verifier"));
         QCOMPARE(broker->verifications(jobId)->first().value(QStringLiteral("state")).toString(), QStringLiteral("waiting"));
         QCOMPARE(broker->account(QStringLiteral("b"))->value(QStringLiteral("stake")).toString(), QStringLiteral("5"));
@@ -649,7 +654,7 @@ private Q_SLOTS:
         QVERIFY(!broker->assign(QStringLiteral("a"))->has_value());
         const auto c1 = **broker->assign(QStringLiteral("c"));
         QCOMPARE(c1.task.shard, 0);
-        QCOMPARE(*deliver(*broker, QStringLiteral("c"), c1.id, honest(*broker, c1)), Verdict::Held);
+        QCOMPARE(*deliver(*broker, QStringLiteral("c"), c1.id, honest(*broker, c1)), Acceptance::Held);
         QVERIFY(*broker->ledger().hasCause(QStringLiteral("pay:%1/0/0").arg(jobId)));
         QCOMPARE(broker->status(jobId)->state, JobState::Finished);
         QVERIFY(broker->ledger().checkInvariants().ok());
@@ -667,13 +672,13 @@ private Q_SLOTS:
         for (const auto* id : { "a", "b", "c" })
             QVERIFY(broker->registerNode(node(QString::fromLatin1(id))).ok());
         const auto a1 = **broker->assign(QStringLiteral("a"));
-        QCOMPARE(*deliver(*broker, QStringLiteral("a"), a1.id, honest(*broker, a1, 2)), Verdict::Held);
+        QCOMPARE(*deliver(*broker, QStringLiteral("a"), a1.id, honest(*broker, a1, 2)), Acceptance::Held);
         const auto b1 = **broker->assign(QStringLiteral("b"));
-        QCOMPARE(*deliver(*broker, QStringLiteral("b"), b1.id, honest(*broker, b1, 1)), Verdict::Held);
+        QCOMPARE(*deliver(*broker, QStringLiteral("b"), b1.id, honest(*broker, b1, 1)), Acceptance::Held);
         QCOMPARE(broker->verifications(jobId)->at(1).value(QStringLiteral("outcome")).toString(), QStringLiteral("verifier"));
         QCOMPARE(broker->verifications(jobId)->first().value(QStringLiteral("state")).toString(), QStringLiteral("waiting"));
         const auto c1 = **broker->assign(QStringLiteral("c"));
-        QCOMPARE(*deliver(*broker, QStringLiteral("c"), c1.id, honest(*broker, c1)), Verdict::Held);
+        QCOMPARE(*deliver(*broker, QStringLiteral("c"), c1.id, honest(*broker, c1)), Acceptance::Held);
         // a lied at checkpoint 2: c's check disputes it there, and c sends the state at checkpoint 1.
         const auto check = broker->verifications(jobId)->first();
         QCOMPARE(check.value(QStringLiteral("checkpoint")).toInteger(), 2);
@@ -755,7 +760,7 @@ private Q_SLOTS:
         const auto jobId = *broker->submit(job(1, 1));
         QVERIFY(broker->registerNode(node(QStringLiteral("a"))).ok());
         const auto a1 = **broker->assign(QStringLiteral("a"));
-        QCOMPARE(*deliver(*broker, QStringLiteral("a"), a1.id, honest(*broker, a1)), Verdict::Held);
+        QCOMPARE(*deliver(*broker, QStringLiteral("a"), a1.id, honest(*broker, a1)), Acceptance::Held);
         QVERIFY(!broker->assign(QStringLiteral("a"))->has_value()); // its own check is not for it
         broker->tick();
         QCOMPARE(broker->status(jobId)->state, JobState::Running);
@@ -779,7 +784,7 @@ private Q_SLOTS:
         QVERIFY(broker->registerNode(other).ok());
         QVERIFY(broker->registerNode(node(QStringLiteral("c"))).ok());
         const auto a1 = **broker->assign(QStringLiteral("a"));
-        QCOMPARE(*deliver(*broker, QStringLiteral("a"), a1.id, honest(*broker, a1)), Verdict::Held);
+        QCOMPARE(*deliver(*broker, QStringLiteral("a"), a1.id, honest(*broker, a1)), Acceptance::Held);
         m_clock.now += 60'000;
         broker->tick();
         // c has a's profile and could check the sample: it waits for c.
@@ -803,7 +808,7 @@ private Q_SLOTS:
             jobId = *broker->submit(job(1, 1));
             QVERIFY(broker->registerNode(node(QStringLiteral("a"))).ok());
             const auto a1 = **broker->assign(QStringLiteral("a"));
-            QCOMPARE(*deliver(*broker, QStringLiteral("a"), a1.id, honest(*broker, a1)), Verdict::Held);
+            QCOMPARE(*deliver(*broker, QStringLiteral("a"), a1.id, honest(*broker, a1)), Acceptance::Held);
             m_clock.now += 1'000;
         }
         m_clock.now += 60'000;
@@ -828,13 +833,13 @@ private Q_SLOTS:
         for (const auto* id : { "a", "b", "c" })
             QVERIFY(broker->registerNode(node(QString::fromLatin1(id))).ok());
         const auto a1 = **broker->assign(QStringLiteral("a"));
-        QCOMPARE(*deliver(*broker, QStringLiteral("a"), a1.id, honest(*broker, a1)), Verdict::Held);
+        QCOMPARE(*deliver(*broker, QStringLiteral("a"), a1.id, honest(*broker, a1)), Acceptance::Held);
         const auto b1 = **broker->assign(QStringLiteral("b"));
-        QCOMPARE(*deliver(*broker, QStringLiteral("b"), b1.id, honest(*broker, b1)), Verdict::Held);
+        QCOMPARE(*deliver(*broker, QStringLiteral("b"), b1.id, honest(*broker, b1)), Acceptance::Held);
         // c is handed shard 0 again, as if it were new, and gets it wrong.
         const auto c1 = **broker->assign(QStringLiteral("c"));
         QCOMPARE(c1.task.shard, 0);
-        QCOMPARE(*deliver(*broker, QStringLiteral("c"), c1.id, honest(*broker, c1, 1)), Verdict::Held);
+        QCOMPARE(*deliver(*broker, QStringLiteral("c"), c1.id, honest(*broker, c1, 1)), Acceptance::Held);
         const auto canary = broker->verifications(jobId)->first();
         QCOMPARE(canary.value(QStringLiteral("kind")).toString(), QStringLiteral("canary"));
         QCOMPARE(canary.value(QStringLiteral("outcome")).toString(), QStringLiteral("verifier"));
@@ -854,9 +859,9 @@ private Q_SLOTS:
             for (const auto* id : { "a", "b" })
                 QVERIFY(broker->registerNode(node(QString::fromLatin1(id))).ok());
             const auto a1 = **broker->assign(QStringLiteral("a"));
-            QCOMPARE(*deliver(*broker, QStringLiteral("a"), a1.id, honest(*broker, a1, 2)), Verdict::Held);
+            QCOMPARE(*deliver(*broker, QStringLiteral("a"), a1.id, honest(*broker, a1, 2)), Acceptance::Held);
             const auto b1 = **broker->assign(QStringLiteral("b"));
-            QCOMPARE(*deliver(*broker, QStringLiteral("b"), b1.id, honest(*broker, b1)), Verdict::Held);
+            QCOMPARE(*deliver(*broker, QStringLiteral("b"), b1.id, honest(*broker, b1)), Acceptance::Held);
             checkId = broker->verifications(jobId)->first().value(QStringLiteral("id")).toString();
             task = b1.task;
         }

@@ -43,9 +43,9 @@ private Q_SLOTS:
         QVERIFY(!firstDivergence(honest, honest).has_value());
         QCOMPARE(*firstDivergence(honest, forged), 2);
         QCOMPARE(*firstDivergence(honest, honest.mid(0, 2)), 2); // a short chain: fewer steps than asked
-        QCOMPARE(referee(honest[2], forged[2], honest[2]), Verdict::FirstHonest);
-        QCOMPARE(referee(forged[2], honest[2], honest[2]), Verdict::SecondHonest);
-        QCOMPARE(referee(forged[2], Digest::ofBytes("y"), honest[2]), Verdict::BothWrong);
+        QCOMPARE(referee(honest[2], forged[2], honest[2]), Ruling::FirstHonest);
+        QCOMPARE(referee(forged[2], honest[2], honest[2]), Ruling::SecondHonest);
+        QCOMPARE(referee(forged[2], Digest::ofBytes("y"), honest[2]), Ruling::BothWrong);
     }
 
     void simulationMeetsTheGoals()

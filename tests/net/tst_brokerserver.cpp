@@ -54,6 +54,7 @@ class BrokerServerTest : public QObject {
     core::ManualClock m_clock;
     tests::FakeMath m_math;
     zmq::context_t m_context;
+    std::unique_ptr<core::BlobStore> m_blobs;
     std::unique_ptr<core::broker::Broker> m_broker;
     std::unique_ptr<net::BrokerServer> m_server;
     int m_serial = 0;
@@ -66,9 +67,9 @@ class BrokerServerTest : public QObject {
         options.faucet = true;
         options.sampling = { 0, 0.0 };
         options.minDeadlineMs = 600'000; // only a lost node frees its shard here
-        m_broker = std::move(
-            core::broker::Broker::open(m_dir.filePath(QStringLiteral("b%1").arg(++m_serial)), m_math, m_clock, options))
-                       .value();
+        const QString data = m_dir.filePath(QStringLiteral("b%1").arg(++m_serial));
+        m_blobs = std::move(core::broker::Broker::openBlobs(data)).value();
+        m_broker = std::move(core::broker::Broker::open(data, *m_blobs, m_math, m_clock, options)).value();
         const std::string endpoint = "inproc://broker-" + std::to_string(m_serial);
         net::BrokerServerOptions serverOptions;
         serverOptions.bind = QString::fromStdString(endpoint);

@@ -131,7 +131,7 @@ void JobsModel::setJobs(const QList<core::broker::JobStatus>& jobs)
     for (const auto& job : jobs) {
         Row row;
         row.key = job.id;
-        row.cells = { job.name, core::broker::jobStateName(job.state),
+        row.cells = { job.name, core::broker::nameOf(job.state),
             QStringLiteral("%1 / %2 rounds").arg(QString::number(job.round), QString::number(job.rounds)),
             job.history.isEmpty() ? QString() : QStringLiteral("%1%").arg(job.history.last().testAccuracy * 100.0, 0, 'f', 2),
             job.escrow.toString(), row.key };

@@ -1,0 +1,724 @@
+#include "brokerstore.h"
+
+#include <QJsonArray>
+#include <QJsonDocument>
+
+namespace tessera::core::broker {
+
+using storage::collect;
+using storage::execute;
+using storage::fetch;
+using storage::query;
+using storage::Statement;
+
+namespace {
+
+QString jsonText(const QJsonObject& object)
+{
+    return QString::fromUtf8(QJsonDocument(object).toJson(QJsonDocument::Compact));
+}
+
+QJsonObject jsonObject(const QString& text)
+{
+    return QJsonDocument::fromJson(text.toUtf8()).object();
+}
+
+Digest digestOr(const QString& hex)
+{
+    auto digest = Digest::fromHex(hex);
+    return digest ? *digest : Digest {};
+}
+
+// Each table's columns, named once: the SELECT list and the index of each column in it.
+namespace jobs {
+const QString Columns = QStringLiteral(
+    "id, spec, state, round, weights_hash, weights_blob, outer_state_blob, failure, owner, price_per_shard, created_at");
+enum Column { Id, Spec, State, Round, WeightsHash, WeightsBlob, OuterStateBlob, Failure, Owner, PricePerShard, CreatedAt };
+} // namespace jobs
+
+namespace rounds {
+const QString Columns = QStringLiteral("round, test_loss, test_accuracy, train_loss, weights_hash, weights_blob");
+enum Column { Round, TestLoss, TestAccuracy, TrainLoss, WeightsHash, WeightsBlob };
+} // namespace rounds
+
+namespace results {
+const QString Columns = QStringLiteral("round, shard, node, result, state, COALESCE(assignment, '')");
+enum Column { Round, Shard, Node, Result, State, Assignment };
+} // namespace results
+
+namespace assignments {
+const QString Columns
+    = QStringLiteral("id, job, round, shard, node, issued_at, deadline, state, kind, COALESCE(verification, '')");
+enum Column { Id, Job, Round, Shard, Node, IssuedAt, Deadline, State, Kind, Check };
+} // namespace assignments
+
+namespace nodes {
+const QString Columns = QStringLiteral(
+    "id, info, first_seen, last_seen, shards_done, shards_failed, verified, disputes_lost, timeouts, slashed, streak");
+enum Column { Id, Info, FirstSeen, LastSeen, ShardsDone, ShardsFailed, Verified, DisputesLost, Timeouts, Slashed, Streak };
+} // namespace nodes
+
+namespace checks {
+const QString Columns = QStringLiteral(
+    "id, kind, job, round, shard, start_hash, start_blob, COALESCE(accused, ''), COALESCE(accused_assignment, ''), "
+    "accused_result, COALESCE(verifier, ''), COALESCE(verifier_assignment, ''), COALESCE(verifier_result, ''), state, "
+    "COALESCE(checkpoint, -1), COALESCE(deadline, 0), asked, outcome, detail");
+enum Column {
+    Id,
+    Kind,
+    Job,
+    Round,
+    Shard,
+    StartHash,
+    StartBlob,
+    Accused,
+    AccusedAssignment,
+    AccusedResult,
+    Verifier,
+    VerifierAssignment,
+    VerifierResult,
+    State,
+    Checkpoint,
+    Deadline,
+    Asked,
+    Outcome,
+    Detail
+};
+} // namespace checks
+
+JobRow readJob(Statement& row)
+{
+    JobRow job;
+    job.id = row.columnText(jobs::Id);
+    job.specJson = jsonObject(row.columnText(jobs::Spec));
+    job.state = fromName<JobState>(row.columnText(jobs::State)).value_or(JobState::Failed);
+    job.round = row.columnInt(jobs::Round);
+    job.weightsHash = digestOr(row.columnText(jobs::WeightsHash));
+    job.weightsBlob = digestOr(row.columnText(jobs::WeightsBlob));
+    if (!row.columnIsNull(jobs::OuterStateBlob))
+        job.outerStateBlob = digestOr(row.columnText(jobs::OuterStateBlob));
+    job.failure = row.columnIsNull(jobs::Failure) ? QString() : row.columnText(jobs::Failure);
+    job.owner = row.columnText(jobs::Owner);
+    job.pricePerShard = Credits::fromMicro(row.columnInt(jobs::PricePerShard));
+    job.createdAt = row.columnInt(jobs::CreatedAt);
+    return job;
+}
+
+RoundRecord readRound(Statement& row)
+{
+    RoundRecord record;
+    record.round = row.columnInt(rounds::Round);
+    record.testLoss = row.columnDouble(rounds::TestLoss);
+    record.testAccuracy = row.columnDouble(rounds::TestAccuracy);
+    record.trainLoss = row.columnDouble(rounds::TrainLoss);
+    record.weightsHash = digestOr(row.columnText(rounds::WeightsHash));
+    record.weightsBlob = digestOr(row.columnText(rounds::WeightsBlob));
+    return record;
+}
+
+ShardResultRow readResult(Statement& row)
+{
+    ShardResultRow result;
+    result.round = row.columnInt(results::Round);
+    result.shard = row.columnInt(results::Shard);
+    result.node = row.columnText(results::Node);
+    result.resultJson = jsonObject(row.columnText(results::Result));
+    result.state = fromName<ResultState>(row.columnText(results::State)).value_or(ResultState::Accepted);
+    result.assignment = row.columnText(results::Assignment);
+    return result;
+}
+
+AssignmentRow readAssignment(Statement& row)
+{
+    AssignmentRow assignment;
+    assignment.id = row.columnText(assignments::Id);
+    assignment.jobId = row.columnText(assignments::Job);
+    assignment.round = row.columnInt(assignments::Round);
+    assignment.shard = row.columnInt(assignments::Shard);
+    assignment.node = row.columnText(assignments::Node);
+    assignment.issuedAt = row.columnInt(assignments::IssuedAt);
+    assignment.deadline = row.columnInt(assignments::Deadline);
+    assignment.state = fromName<AssignmentState>(row.columnText(assignments::State)).value_or(AssignmentState::Expired);
+    assignment.kind = fromName<AssignmentKind>(row.columnText(assignments::Kind)).value_or(AssignmentKind::Train);
+    assignment.check = row.columnText(assignments::Check);
+    return assignment;
+}
+
+NodeRow readNode(Statement& row)
+{
+    NodeRow node;
+    node.id = row.columnText(nodes::Id);
+    node.info = jsonObject(row.columnText(nodes::Info));
+    node.firstSeen = row.columnInt(nodes::FirstSeen);
+    node.lastSeen = row.columnInt(nodes::LastSeen);
+    node.shardsDone = row.columnInt(nodes::ShardsDone);
+    node.shardsFailed = row.columnInt(nodes::ShardsFailed);
+    node.verified = row.columnInt(nodes::Verified);
+    node.disputesLost = row.columnInt(nodes::DisputesLost);
+    node.timeouts = row.columnInt(nodes::Timeouts);
+    node.slashed = Credits::fromMicro(row.columnInt(nodes::Slashed));
+    node.streak = row.columnInt(nodes::Streak);
+    return node;
+}
+
+Result<Check> readCheck(Statement& row)
+{
+    Check check;
+    check.id = row.columnText(checks::Id);
+    check.kind = fromName<CheckKind>(row.columnText(checks::Kind)).value_or(CheckKind::Sample);
+    check.jobId = row.columnText(checks::Job);
+    check.round = row.columnInt(checks::Round);
+    check.shard = row.columnInt(checks::Shard);
+    check.startHash = digestOr(row.columnText(checks::StartHash));
+    check.startBlob = digestOr(row.columnText(checks::StartBlob));
+    check.accused = row.columnText(checks::Accused);
+    check.accusedAssignment = row.columnText(checks::AccusedAssignment);
+    auto accused = ShardResult::fromJson(jsonObject(row.columnText(checks::AccusedResult)));
+    if (!accused)
+        return accused.error();
+    check.accusedResult = *accused;
+    check.verifier = row.columnText(checks::Verifier);
+    check.verifierAssignment = row.columnText(checks::VerifierAssignment);
+    if (const QString text = row.columnText(checks::VerifierResult); !text.isEmpty()) {
+        auto verifier = ShardResult::fromJson(jsonObject(text));
+        if (!verifier)
+            return verifier.error();
+        check.verifierResult = *verifier;
+    }
+    check.state = fromName<CheckState>(row.columnText(checks::State)).value_or(CheckState::Cancelled);
+    check.checkpoint = row.columnInt(checks::Checkpoint);
+    check.deadline = row.columnInt(checks::Deadline);
+    for (const auto& value : QJsonDocument::fromJson(row.columnText(checks::Asked).toUtf8()).array())
+        check.asked.append(value.toString());
+    return check;
+}
+
+CheckRecord readCheckRecord(Statement& row)
+{
+    CheckRecord record;
+    record.id = row.columnText(checks::Id);
+    record.kind = row.columnText(checks::Kind);
+    record.jobId = row.columnText(checks::Job);
+    record.round = row.columnInt(checks::Round);
+    record.shard = row.columnInt(checks::Shard);
+    record.checked = row.columnText(checks::Accused);
+    record.verifier = row.columnText(checks::Verifier);
+    record.state = row.columnText(checks::State);
+    record.checkpoint = row.columnInt(checks::Checkpoint);
+    record.outcome = row.columnText(checks::Outcome);
+    record.detail = row.columnText(checks::Detail);
+    return record;
+}
+
+// Reads the rows of a check query; rows that do not parse are skipped (they cannot be acted on).
+Result<QList<Check>> collectChecks(Result<Statement> rows)
+{
+    if (!rows)
+        return rows.error();
+    return collect(*rows, [](Statement& row) -> std::optional<Check> {
+        auto check = readCheck(row);
+        return check ? std::optional<Check>(*check) : std::nullopt;
+    });
+}
+
+template<typename Row, typename Read> Result<std::optional<Row>> first(Result<Statement> rows, Read read)
+{
+    if (!rows)
+        return rows.error();
+    auto found = fetch(*rows);
+    if (!found)
+        return found.error();
+    if (!*found)
+        return std::optional<Row> {};
+    return std::optional<Row>(read(*rows));
+}
+
+} // namespace
+
+BrokerStore::BrokerStore(std::unique_ptr<storage::Database> database)
+    : m_db(std::move(database))
+{ }
+
+Result<storage::Transaction> BrokerStore::begin()
+{
+    auto transaction = m_db->begin();
+    if (!transaction)
+        return transaction.error().toError();
+    return std::move(*transaction);
+}
+
+// --- jobs ----------------------------------------------------------------------------------------
+
+Status BrokerStore::insertJob(const JobRow& job)
+{
+    return execute(*m_db,
+        QStringLiteral("INSERT INTO jobs (id, spec, state, round, weights_hash, weights_blob, created_at, owner, "
+                       "price_per_shard) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)"),
+        job.id, jsonText(job.specJson), nameOf(job.state), job.round, job.weightsHash.toHex(), job.weightsBlob.toHex(),
+        job.createdAt, job.owner, job.pricePerShard.micro());
+}
+
+Result<std::optional<JobRow>> BrokerStore::job(const QString& id)
+{
+    return first<JobRow>(query(*m_db, QStringLiteral("SELECT %1 FROM jobs WHERE id = ?").arg(jobs::Columns), id), readJob);
+}
+
+Result<QList<JobRow>> BrokerStore::jobs()
+{
+    auto rows = query(*m_db, QStringLiteral("SELECT %1 FROM jobs ORDER BY created_at, id").arg(jobs::Columns));
+    if (!rows)
+        return rows.error();
+    return collect(*rows, readJob);
+}
+
+Result<QList<JobRow>> BrokerStore::runningJobs()
+{
+    auto rows = query(*m_db, QStringLiteral("SELECT %1 FROM jobs WHERE state = ? ORDER BY created_at, id").arg(jobs::Columns),
+        nameOf(JobState::Running));
+    if (!rows)
+        return rows.error();
+    return collect(*rows, readJob);
+}
+
+Result<std::int64_t> BrokerStore::runningJobsOf(const QString& owner)
+{
+    auto count = first<std::int64_t>(
+        query(*m_db, QStringLiteral("SELECT COUNT(*) FROM jobs WHERE owner = ? AND state = ?"), owner, nameOf(JobState::Running)),
+        [](Statement& row) { return row.columnInt(0); });
+    if (!count)
+        return count.error();
+    return count->value_or(0);
+}
+
+Status BrokerStore::endJob(const QString& id, JobState state, const QString& failure)
+{
+    return execute(*m_db, QStringLiteral("UPDATE jobs SET state = ?, failure = COALESCE(NULLIF(?, ''), failure) WHERE id = ?"),
+        nameOf(state), failure, id);
+}
+
+Status BrokerStore::advanceJob(const QString& id, std::int64_t round, const Digest& weightsHash, const Digest& weightsBlob,
+    JobState state, const std::optional<Digest>& outerStateBlob)
+{
+    return execute(*m_db,
+        QStringLiteral("UPDATE jobs SET round = ?, weights_hash = ?, weights_blob = ?, state = ?, "
+                       "outer_state_blob = COALESCE(NULLIF(?, ''), outer_state_blob) WHERE id = ?"),
+        round, weightsHash.toHex(), weightsBlob.toHex(), nameOf(state), outerStateBlob ? outerStateBlob->toHex() : QString(), id);
+}
+
+Status BrokerStore::insertRound(const QString& jobId, const RoundRecord& round, std::int64_t finishedAt)
+{
+    return execute(*m_db,
+        QStringLiteral("INSERT INTO rounds (job, round, test_loss, test_accuracy, train_loss, weights_hash, weights_blob, "
+                       "finished_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?)"),
+        jobId, round.round, round.testLoss, round.testAccuracy, round.trainLoss, round.weightsHash.toHex(),
+        round.weightsBlob.toHex(), finishedAt);
+}
+
+Result<QList<RoundRecord>> BrokerStore::rounds(const QString& jobId)
+{
+    auto rows = query(*m_db, QStringLiteral("SELECT %1 FROM rounds WHERE job = ? ORDER BY round").arg(rounds::Columns), jobId);
+    if (!rows)
+        return rows.error();
+    return collect(*rows, readRound);
+}
+
+// --- shard results -------------------------------------------------------------------------------
+
+Status BrokerStore::insertShardResult(const QString& jobId, const ShardResultRow& row)
+{
+    return execute(*m_db,
+        QStringLiteral(
+            "INSERT INTO shard_results (job, round, shard, node, result, state, assignment) VALUES (?, ?, ?, ?, ?, ?, ?)"),
+        jobId, row.round, row.shard, row.node, jsonText(row.resultJson), nameOf(row.state), row.assignment);
+}
+
+Result<bool> BrokerStore::isAnswered(const QString& jobId, std::int64_t round, std::int64_t shard)
+{
+    auto row = first<bool>(query(*m_db, QStringLiteral("SELECT 1 FROM shard_results WHERE job = ? AND round = ? AND shard = ?"),
+                               jobId, round, shard),
+        [](Statement&) { return true; });
+    if (!row)
+        return row.error();
+    return row->has_value();
+}
+
+Result<QList<ShardResultRow>> BrokerStore::shardResults(const QString& jobId, std::int64_t round)
+{
+    auto rows = query(*m_db,
+        QStringLiteral("SELECT %1 FROM shard_results WHERE job = ? AND round = ? ORDER BY shard").arg(results::Columns), jobId,
+        round);
+    if (!rows)
+        return rows.error();
+    return collect(*rows, readResult);
+}
+
+Result<QList<ShardResultRow>> BrokerStore::shardResultsIn(const QString& jobId, ResultState state)
+{
+    auto rows = query(*m_db,
+        QStringLiteral("SELECT %1 FROM shard_results WHERE job = ? AND state = ? ORDER BY round, shard").arg(results::Columns),
+        jobId, nameOf(state));
+    if (!rows)
+        return rows.error();
+    return collect(*rows, readResult);
+}
+
+Status BrokerStore::setResultState(const QString& jobId, std::int64_t round, std::int64_t shard, ResultState state)
+{
+    return execute(*m_db, QStringLiteral("UPDATE shard_results SET state = ? WHERE job = ? AND round = ? AND shard = ?"),
+        nameOf(state), jobId, round, shard);
+}
+
+Status BrokerStore::setResultStates(const QString& jobId, ResultState from, ResultState to)
+{
+    return execute(
+        *m_db, QStringLiteral("UPDATE shard_results SET state = ? WHERE job = ? AND state = ?"), nameOf(to), jobId, nameOf(from));
+}
+
+Status BrokerStore::dropSampledResult(const QString& jobId, std::int64_t round, std::int64_t shard)
+{
+    return execute(*m_db, QStringLiteral("DELETE FROM shard_results WHERE job = ? AND round = ? AND shard = ? AND state = ?"),
+        jobId, round, shard, nameOf(ResultState::Sampled));
+}
+
+// --- assignments ---------------------------------------------------------------------------------
+
+Status BrokerStore::insertAssignment(const AssignmentRow& a)
+{
+    return execute(*m_db,
+        QStringLiteral("INSERT INTO assignments (id, job, round, shard, node, issued_at, deadline, state, kind, verification) "
+                       "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, NULLIF(?, ''))"),
+        a.id, a.jobId, a.round, a.shard, a.node, a.issuedAt, a.deadline, nameOf(a.state), nameOf(a.kind), a.check);
+}
+
+Result<std::optional<AssignmentRow>> BrokerStore::assignment(const QString& id)
+{
+    return first<AssignmentRow>(
+        query(*m_db, QStringLiteral("SELECT %1 FROM assignments WHERE id = ?").arg(assignments::Columns), id), readAssignment);
+}
+
+Status BrokerStore::setAssignmentState(const QString& id, AssignmentState to, std::optional<AssignmentState> onlyFrom)
+{
+    if (onlyFrom)
+        return execute(*m_db, QStringLiteral("UPDATE assignments SET state = ? WHERE id = ? AND state = ?"), nameOf(to), id,
+            nameOf(*onlyFrom));
+    return execute(*m_db, QStringLiteral("UPDATE assignments SET state = ? WHERE id = ?"), nameOf(to), id);
+}
+
+Status BrokerStore::expireActiveAssignments()
+{
+    return execute(*m_db, QStringLiteral("UPDATE assignments SET state = ? WHERE state = ?"), nameOf(AssignmentState::Expired),
+        nameOf(AssignmentState::Active));
+}
+
+Status BrokerStore::expireActiveAssignmentsOf(const QString& node)
+{
+    return execute(*m_db, QStringLiteral("UPDATE assignments SET state = ? WHERE node = ? AND state = ?"),
+        nameOf(AssignmentState::Expired), node, nameOf(AssignmentState::Active));
+}
+
+Status BrokerStore::expireActiveAssignmentsIn(const QString& jobId, std::int64_t round)
+{
+    return execute(*m_db, QStringLiteral("UPDATE assignments SET state = ? WHERE job = ? AND round = ? AND state = ?"),
+        nameOf(AssignmentState::Expired), jobId, round, nameOf(AssignmentState::Active));
+}
+
+Result<std::int64_t> BrokerStore::failedAssignments(const QString& jobId, std::int64_t round, std::int64_t shard)
+{
+    auto count = first<std::int64_t>(
+        query(*m_db, QStringLiteral("SELECT COUNT(*) FROM assignments WHERE job = ? AND round = ? AND shard = ? AND state = ?"),
+            jobId, round, shard, nameOf(AssignmentState::Failed)),
+        [](Statement& row) { return row.columnInt(0); });
+    if (!count)
+        return count.error();
+    return count->value_or(0);
+}
+
+Result<QList<std::pair<QString, QString>>> BrokerStore::overdueCheckAssignments(std::int64_t now)
+{
+    auto rows
+        = query(*m_db, QStringLiteral("SELECT id, verification FROM assignments WHERE kind <> ? AND state = ? AND deadline < ?"),
+            nameOf(AssignmentKind::Train), nameOf(AssignmentState::Active), now);
+    if (!rows)
+        return rows.error();
+    return collect(*rows, [](Statement& row) { return std::pair { row.columnText(0), row.columnText(1) }; });
+}
+
+// --- commitments ---------------------------------------------------------------------------------
+
+Status BrokerStore::insertCommitment(
+    const QString& assignment, const QString& node, const CommitmentRow& commitment, const QJsonObject& document, std::int64_t at)
+{
+    return execute(*m_db,
+        QStringLiteral(
+            "INSERT INTO commitments (assignment, node, final_hash, chain_root, document, at) VALUES (?, ?, ?, ?, ?, ?) "
+            "ON CONFLICT(assignment) DO NOTHING"),
+        assignment, node, commitment.finalHash.toHex(), commitment.chainRoot.toHex(), jsonText(document), at);
+}
+
+Result<std::optional<CommitmentRow>> BrokerStore::commitment(const QString& assignment)
+{
+    return first<CommitmentRow>(
+        query(*m_db, QStringLiteral("SELECT final_hash, chain_root FROM commitments WHERE assignment = ?"), assignment),
+        [](Statement& row) {
+            return CommitmentRow { digestOr(row.columnText(0)), digestOr(row.columnText(1)) };
+        });
+}
+
+// --- nodes ---------------------------------------------------------------------------------------
+
+Status BrokerStore::upsertNode(const QString& id, const QJsonObject& info, std::int64_t now)
+{
+    return execute(*m_db,
+        QStringLiteral("INSERT INTO nodes (id, info, first_seen, last_seen) VALUES (?, ?, ?, ?) "
+                       "ON CONFLICT(id) DO UPDATE SET info = excluded.info, last_seen = excluded.last_seen"),
+        id, jsonText(info), now, now);
+}
+
+Result<std::optional<NodeRow>> BrokerStore::node(const QString& id)
+{
+    return first<NodeRow>(query(*m_db, QStringLiteral("SELECT %1 FROM nodes WHERE id = ?").arg(nodes::Columns), id), readNode);
+}
+
+Result<QList<NodeRow>> BrokerStore::nodes()
+{
+    auto rows = query(*m_db, QStringLiteral("SELECT %1 FROM nodes ORDER BY first_seen, id").arg(nodes::Columns));
+    if (!rows)
+        return rows.error();
+    return collect(*rows, readNode);
+}
+
+Status BrokerStore::countShardDone(const QString& node, std::int64_t now, Streak streak)
+{
+    return execute(*m_db,
+        QStringLiteral("UPDATE nodes SET shards_done = shards_done + 1, streak = streak + ?, last_seen = ? WHERE id = ?"),
+        std::int64_t(streak == Streak::Grows ? 1 : 0), now, node);
+}
+
+Status BrokerStore::countShardFailed(const QString& node)
+{
+    return execute(*m_db, QStringLiteral("UPDATE nodes SET shards_failed = shards_failed + 1 WHERE id = ?"), node);
+}
+
+Status BrokerStore::countVerified(const QString& node)
+{
+    return execute(*m_db, QStringLiteral("UPDATE nodes SET verified = verified + 1, streak = streak + 1 WHERE id = ?"), node);
+}
+
+Status BrokerStore::countTimeout(const QString& node)
+{
+    return execute(*m_db, QStringLiteral("UPDATE nodes SET timeouts = timeouts + 1 WHERE id = ?"), node);
+}
+
+Status BrokerStore::countSlash(const QString& node, Credits amount)
+{
+    return execute(*m_db,
+        QStringLiteral("UPDATE nodes SET slashed = slashed + ?, disputes_lost = disputes_lost + 1, streak = 0 WHERE id = ?"),
+        amount.micro(), node);
+}
+
+Status BrokerStore::touchNode(const QString& node, std::int64_t now)
+{
+    return execute(*m_db, QStringLiteral("UPDATE nodes SET last_seen = ? WHERE id = ?"), now, node);
+}
+
+// --- checks --------------------------------------------------------------------------------------
+
+Status BrokerStore::insertCheck(const Check& check, std::int64_t createdAt)
+{
+    return execute(*m_db,
+        QStringLiteral("INSERT INTO checks (id, kind, job, round, shard, start_hash, start_blob, accused, accused_assignment, "
+                       "accused_result, state, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, NULLIF(?, ''), NULLIF(?, ''), ?, ?, ?)"),
+        check.id, nameOf(check.kind), check.jobId, check.round, check.shard, check.startHash.toHex(), check.startBlob.toHex(),
+        check.accused, check.accusedAssignment, jsonText(check.accusedResult.toJson()), nameOf(check.state), createdAt);
+}
+
+Result<std::optional<Check>> BrokerStore::check(const QString& id)
+{
+    auto rows = query(*m_db, QStringLiteral("SELECT %1 FROM checks WHERE id = ?").arg(checks::Columns), id);
+    if (!rows)
+        return rows.error();
+    auto found = fetch(*rows);
+    if (!found)
+        return found.error();
+    if (!*found)
+        return std::optional<Check> {};
+    auto check = readCheck(*rows);
+    if (!check)
+        return check.error();
+    return std::optional<Check>(*check);
+}
+
+Status BrokerStore::saveCheck(const Check& check)
+{
+    QJsonArray asked;
+    for (const auto& node : check.asked)
+        asked.append(node);
+    return execute(*m_db,
+        QStringLiteral("UPDATE checks SET verifier = NULLIF(?, ''), verifier_assignment = NULLIF(?, ''), "
+                       "verifier_result = NULLIF(?, ''), state = ?, checkpoint = NULLIF(?, -1), deadline = ?, asked = ? "
+                       "WHERE id = ?"),
+        check.verifier, check.verifierAssignment, check.verifierResult ? jsonText(check.verifierResult->toJson()) : QString(),
+        nameOf(check.state), check.checkpoint, check.deadline,
+        QString::fromUtf8(QJsonDocument(asked).toJson(QJsonDocument::Compact)), check.id);
+}
+
+Status BrokerStore::decideCheck(const Check& check, CheckState decided, Loser loser, const QString& why, std::int64_t now)
+{
+    return execute(*m_db,
+        QStringLiteral("UPDATE checks SET state = ?, outcome = ?, detail = ?, decided_at = ?, verifier_result = "
+                       "COALESCE(NULLIF(?, ''), verifier_result), checkpoint = NULLIF(?, -1) WHERE id = ?"),
+        nameOf(decided), nameOf(loser), why, now, check.verifierResult ? jsonText(check.verifierResult->toJson()) : QString(),
+        check.checkpoint, check.id);
+}
+
+Status BrokerStore::requeueRunningChecks(Requeue which, const QString& value)
+{
+    static const QString Update = QStringLiteral(
+        "UPDATE checks SET state = CASE kind WHEN ? THEN ? ELSE ? END, verifier = NULL, verifier_assignment = NULL "
+        "WHERE state = ?");
+    const auto canary = nameOf(CheckKind::Canary);
+    const auto cancelled = nameOf(CheckState::Cancelled);
+    const auto waiting = nameOf(CheckState::Waiting);
+    const auto running = nameOf(CheckState::Running);
+    switch (which) {
+    case Requeue::All:
+        return execute(*m_db, Update, canary, cancelled, waiting, running);
+    case Requeue::OfVerifier:
+        return execute(*m_db, Update + QStringLiteral(" AND verifier = ?"), canary, cancelled, waiting, running, value);
+    case Requeue::OfVerifierAssignment:
+        return execute(
+            *m_db, Update + QStringLiteral(" AND verifier_assignment = ?"), canary, cancelled, waiting, running, value);
+    case Requeue::OfCheck:
+        return execute(*m_db, Update + QStringLiteral(" AND id = ?"), canary, cancelled, waiting, running, value);
+    }
+    return {};
+}
+
+Result<QList<Check>> BrokerStore::waitingChecks(const QString& node, int limit)
+{
+    return collectChecks(query(*m_db,
+        QStringLiteral("SELECT %1 FROM checks WHERE state = ? AND COALESCE(accused, '') <> ? AND ? <> '' "
+                       "ORDER BY created_at LIMIT ?")
+            .arg(checks::Columns),
+        nameOf(CheckState::Waiting), node, node, std::int64_t(limit)));
+}
+
+Result<QList<Check>> BrokerStore::verifiedSamples(const QString& node, int limit)
+{
+    return collectChecks(query(*m_db,
+        QStringLiteral("SELECT %1 FROM checks WHERE kind = ? AND state = ? AND accused <> ? AND COALESCE(verifier, '') <> ? "
+                       "ORDER BY created_at DESC LIMIT ?")
+            .arg(checks::Columns),
+        nameOf(CheckKind::Sample), nameOf(CheckState::Verified), node, node, std::int64_t(limit)));
+}
+
+Result<QList<Check>> BrokerStore::checksIn(CheckState state)
+{
+    return collectChecks(query(
+        *m_db, QStringLiteral("SELECT %1 FROM checks WHERE state = ? ORDER BY created_at").arg(checks::Columns), nameOf(state)));
+}
+
+Status BrokerStore::setDisputeDeadlines(std::int64_t deadline)
+{
+    return execute(
+        *m_db, QStringLiteral("UPDATE checks SET deadline = ? WHERE state = ?"), deadline, nameOf(CheckState::Disputed));
+}
+
+Result<QStringList> BrokerStore::lateDisputes(std::int64_t now)
+{
+    auto rows = query(
+        *m_db, QStringLiteral("SELECT id FROM checks WHERE state = ? AND deadline < ?"), nameOf(CheckState::Disputed), now);
+    if (!rows)
+        return rows.error();
+    auto ids = collect(*rows, [](Statement& row) { return row.columnText(0); });
+    if (!ids)
+        return ids.error();
+    return QStringList(*ids);
+}
+
+Result<QList<std::pair<QString, std::int64_t>>> BrokerStore::waitingSamples(std::int64_t createdBefore)
+{
+    auto rows = query(*m_db, QStringLiteral("SELECT id, created_at FROM checks WHERE state = ? AND kind = ? AND created_at <= ?"),
+        nameOf(CheckState::Waiting), nameOf(CheckKind::Sample), createdBefore);
+    if (!rows)
+        return rows.error();
+    return collect(*rows, [](Statement& row) { return std::pair { row.columnText(0), row.columnInt(1) }; });
+}
+
+Status BrokerStore::cancelOpenChecks(const QString& jobId, std::int64_t now)
+{
+    return execute(*m_db, QStringLiteral("UPDATE checks SET state = ?, decided_at = ? WHERE job = ? AND state IN (?, ?, ?)"),
+        nameOf(CheckState::Cancelled), now, jobId, nameOf(CheckState::Waiting), nameOf(CheckState::Running),
+        nameOf(CheckState::Disputed));
+}
+
+Result<QList<CheckRecord>> BrokerStore::checkRecords(const QString& jobId, int limit)
+{
+    auto rows = query(*m_db,
+        QStringLiteral("SELECT %1 FROM checks WHERE ? = '' OR job = ? ORDER BY created_at DESC, rowid DESC LIMIT ?")
+            .arg(checks::Columns),
+        jobId, jobId, std::int64_t(limit));
+    if (!rows)
+        return rows.error();
+    return collect(*rows, readCheckRecord);
+}
+
+// --- blob readers --------------------------------------------------------------------------------
+
+Status BrokerStore::allowRead(const Digest& blob, const QString& principal)
+{
+    return execute(
+        *m_db, QStringLiteral("INSERT OR IGNORE INTO blob_readers (blob, principal) VALUES (?, ?)"), blob.toHex(), principal);
+}
+
+Status BrokerStore::allowOwnerToRead(const Digest& blob, const QString& jobId)
+{
+    return execute(*m_db,
+        QStringLiteral("INSERT OR IGNORE INTO blob_readers (blob, principal) SELECT ?, owner FROM jobs WHERE id = ?"),
+        blob.toHex(), jobId);
+}
+
+Result<bool> BrokerStore::mayRead(const QString& principal, const Digest& blob)
+{
+    auto row = first<bool>(
+        query(*m_db, QStringLiteral("SELECT 1 FROM blob_readers WHERE blob = ? AND principal = ?"), blob.toHex(), principal),
+        [](Statement&) { return true; });
+    if (!row)
+        return row.error();
+    return row->has_value();
+}
+
+Result<bool> BrokerStore::owns(const QString& principal, const QString& jobId)
+{
+    auto row = first<bool>(query(*m_db, QStringLiteral("SELECT 1 FROM jobs WHERE id = ? AND owner = ?"), jobId, principal),
+        [](Statement&) { return true; });
+    if (!row)
+        return row.error();
+    return row->has_value();
+}
+
+// --- unbonding -----------------------------------------------------------------------------------
+
+Status BrokerStore::insertUnbonding(const QString& node, Credits amount, std::int64_t releaseAt)
+{
+    return execute(*m_db, QStringLiteral("INSERT INTO unbonding (node, amount, release_at) VALUES (?, ?, ?)"), node,
+        amount.micro(), releaseAt);
+}
+
+Result<QList<UnbondingRow>> BrokerStore::dueUnbondings(std::int64_t now)
+{
+    auto rows = query(
+        *m_db, QStringLiteral("SELECT id, node, amount FROM unbonding WHERE released = 0 AND release_at <= ? ORDER BY id"), now);
+    if (!rows)
+        return rows.error();
+    return collect(*rows, [](Statement& row) {
+        return UnbondingRow { row.columnInt(0), row.columnText(1), Credits::fromMicro(row.columnInt(2)) };
+    });
+}
+
+Status BrokerStore::markReleased(std::int64_t id)
+{
+    return execute(*m_db, QStringLiteral("UPDATE unbonding SET released = 1 WHERE id = ?"), id);
+}
+
+} // namespace tessera::core::broker

@@ -1,0 +1,210 @@
+#pragma once
+
+#include "../credits.h"
+#include "../error.h"
+#include "../hash.h"
+#include "../jobspec.h"
+#include "../shardresult.h"
+#include "../storage/database.h"
+#include "records.h"
+#include "states.h"
+
+#include <QJsonObject>
+#include <QList>
+#include <QString>
+#include <QStringList>
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+
+namespace tessera::core::broker {
+
+// A job as its row keeps it.
+struct JobRow {
+    QString id;
+    QJsonObject specJson; // the JobSpec (files replaced by their sha256)
+    JobState state = JobState::Running;
+    std::int64_t round = 0; // the round being trained (= rounds aggregated so far)
+    Digest weightsHash; // of the round's starting weights
+    Digest weightsBlob;
+    std::optional<Digest> outerStateBlob; // Nesterov momentum (none for FedAvg)
+    QString failure;
+    QString owner;
+    Credits pricePerShard;
+    std::int64_t createdAt = 0;
+
+    Result<JobSpec> spec() const { return JobSpec::fromJson(specJson); }
+};
+
+// A shard handed to a node, or a check's re-execution.
+struct AssignmentRow {
+    QString id;
+    QString jobId;
+    std::int64_t round = 0;
+    std::int64_t shard = 0;
+    QString node;
+    std::int64_t issuedAt = 0;
+    std::int64_t deadline = 0;
+    AssignmentState state = AssignmentState::Active;
+    AssignmentKind kind = AssignmentKind::Train;
+    QString check; // the check it re-executes (not for Train)
+};
+
+// The result that answered a shard of a round.
+struct ShardResultRow {
+    std::int64_t round = 0;
+    std::int64_t shard = 0;
+    QString node;
+    QJsonObject resultJson; // the ShardResult
+    ResultState state = ResultState::Accepted;
+    QString assignment;
+};
+
+// What a node committed to before it revealed its result.
+struct CommitmentRow {
+    Digest finalHash;
+    Digest chainRoot;
+};
+
+// A node's record.
+struct NodeRow {
+    QString id;
+    QJsonObject info; // the NodeInfo it registered with
+    std::int64_t firstSeen = 0;
+    std::int64_t lastSeen = 0;
+    std::int64_t shardsDone = 0;
+    std::int64_t shardsFailed = 0;
+    std::int64_t verified = 0;
+    std::int64_t disputesLost = 0;
+    std::int64_t timeouts = 0;
+    Credits slashed;
+    std::int64_t streak = 0; // results accepted since its last loss
+};
+
+// A check: the re-execution of a sampled result, or of a known answer (a canary), and when the two
+// disagree, the dispute the referee settles.
+struct Check {
+    QString id;
+    CheckKind kind = CheckKind::Sample;
+    QString jobId;
+    std::int64_t round = 0;
+    std::int64_t shard = 0;
+    Digest startHash;
+    Digest startBlob;
+    QString accused; // whose result is checked; empty for a canary
+    QString accusedAssignment;
+    ShardResult accusedResult; // the known answer, for a canary
+    QString verifier;
+    QString verifierAssignment;
+    std::optional<ShardResult> verifierResult;
+    CheckState state = CheckState::Waiting;
+    std::int64_t checkpoint = -1; // in a dispute: the first checkpoint where the chains differ
+    std::int64_t deadline = 0; // in a dispute: for the checkpoint state
+    QStringList asked; // in a dispute: the nodes asked for the state
+};
+
+struct UnbondingRow {
+    std::int64_t id = 0;
+    QString node;
+    Credits amount;
+};
+
+// Every statement the broker runs on its database (broker.sqlite), with typed rows, each table's
+// columns named once (brokerstore.cpp). States go in and come out as enums; the schema's CHECK
+// constraints refuse any other name. One connection, owned by the broker's thread.
+class BrokerStore {
+public:
+    explicit BrokerStore(std::unique_ptr<storage::Database> database);
+
+    storage::Database& database() { return *m_db; }
+    Result<storage::Transaction> begin();
+
+    // Jobs and their rounds.
+    Status insertJob(const JobRow& job);
+    Result<std::optional<JobRow>> job(const QString& id);
+    Result<QList<JobRow>> jobs(); // in submission order
+    Result<QList<JobRow>> runningJobs();
+    Result<std::int64_t> runningJobsOf(const QString& owner);
+    Status endJob(const QString& id, JobState state, const QString& failure = {});
+    // The round was aggregated: the job trains `round` from these weights now (or is finished).
+    Status advanceJob(const QString& id, std::int64_t round, const Digest& weightsHash, const Digest& weightsBlob, JobState state,
+        const std::optional<Digest>& outerStateBlob);
+    Status insertRound(const QString& jobId, const RoundRecord& round, std::int64_t finishedAt);
+    Result<QList<RoundRecord>> rounds(const QString& jobId);
+
+    // The results that answered shards.
+    Status insertShardResult(const QString& jobId, const ShardResultRow& row);
+    Result<bool> isAnswered(const QString& jobId, std::int64_t round, std::int64_t shard);
+    Result<QList<ShardResultRow>> shardResults(const QString& jobId, std::int64_t round); // by shard
+    Result<QList<ShardResultRow>> shardResultsIn(const QString& jobId, ResultState state);
+    Status setResultState(const QString& jobId, std::int64_t round, std::int64_t shard, ResultState state);
+    Status setResultStates(const QString& jobId, ResultState from, ResultState to);
+    Status dropSampledResult(const QString& jobId, std::int64_t round, std::int64_t shard);
+
+    // Assignments.
+    Status insertAssignment(const AssignmentRow& assignment);
+    Result<std::optional<AssignmentRow>> assignment(const QString& id);
+    // onlyFrom: change it only if it is in that state now.
+    Status setAssignmentState(const QString& id, AssignmentState to, std::optional<AssignmentState> onlyFrom = std::nullopt);
+    Status expireActiveAssignments();
+    Status expireActiveAssignmentsOf(const QString& node);
+    Status expireActiveAssignmentsIn(const QString& jobId, std::int64_t round);
+    Result<std::int64_t> failedAssignments(const QString& jobId, std::int64_t round, std::int64_t shard);
+    // Re-executions still out past their deadline: (assignment, check).
+    Result<QList<std::pair<QString, QString>>> overdueCheckAssignments(std::int64_t now);
+
+    // Commit, then reveal.
+    Status insertCommitment(const QString& assignment, const QString& node, const CommitmentRow& commitment,
+        const QJsonObject& document, std::int64_t at); // the first one binds
+    Result<std::optional<CommitmentRow>> commitment(const QString& assignment);
+
+    // Nodes and their records.
+    Status upsertNode(const QString& id, const QJsonObject& info, std::int64_t now);
+    Result<std::optional<NodeRow>> node(const QString& id);
+    Result<QList<NodeRow>> nodes(); // in the order they first came
+    enum class Streak { Grows, Holds };
+    Status countShardDone(const QString& node, std::int64_t now, Streak streak);
+    Status countShardFailed(const QString& node);
+    Status countVerified(const QString& node);
+    Status countTimeout(const QString& node);
+    Status countSlash(const QString& node, Credits amount); // a lost dispute: the streak starts over
+    Status touchNode(const QString& node, std::int64_t now);
+
+    // Checks.
+    Status insertCheck(const Check& check, std::int64_t createdAt);
+    Result<std::optional<Check>> check(const QString& id);
+    Status saveCheck(const Check& check);
+    Status decideCheck(const Check& check, CheckState decided, Loser loser, const QString& why, std::int64_t now);
+    // Re-executions whose node went, lied or ran out of time go back to the queue; a canary is
+    // dropped (another will come).
+    enum class Requeue { All, OfVerifier, OfVerifierAssignment, OfCheck };
+    Status requeueRunningChecks(Requeue which, const QString& value = {});
+    // Checks waiting for a verifier other than `node`, oldest first.
+    Result<QList<Check>> waitingChecks(const QString& node, int limit);
+    // Samples two nodes agreed on, neither of them `node`, newest first (canaries are made of them).
+    Result<QList<Check>> verifiedSamples(const QString& node, int limit);
+    Result<QList<Check>> checksIn(CheckState state);
+    Status setDisputeDeadlines(std::int64_t deadline);
+    Result<QStringList> lateDisputes(std::int64_t now);
+    // Samples waiting since createdBefore or longer: (check, created at).
+    Result<QList<std::pair<QString, std::int64_t>>> waitingSamples(std::int64_t createdBefore);
+    Status cancelOpenChecks(const QString& jobId, std::int64_t now);
+    Result<QList<CheckRecord>> checkRecords(const QString& jobId, int limit); // newest first; all jobs when empty
+
+    // Who may read a blob.
+    Status allowRead(const Digest& blob, const QString& principal);
+    Status allowOwnerToRead(const Digest& blob, const QString& jobId);
+    Result<bool> mayRead(const QString& principal, const Digest& blob);
+    Result<bool> owns(const QString& principal, const QString& jobId);
+
+    // Stake being unbonded.
+    Status insertUnbonding(const QString& node, Credits amount, std::int64_t releaseAt);
+    Result<QList<UnbondingRow>> dueUnbondings(std::int64_t now);
+    Status markReleased(std::int64_t id);
+
+private:
+    std::unique_ptr<storage::Database> m_db;
+};
+
+} // namespace tessera::core::broker

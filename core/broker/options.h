@@ -1,0 +1,34 @@
+#pragma once
+
+#include "../credits.h"
+#include "../verification/verification.h"
+
+#include <cstdint>
+
+namespace tessera::core::broker {
+
+// How a broker runs: deadlines, prices, stake, sampling and disputes (docs/BROKER.md lists the
+// settings that set them). Broker::Options.
+struct BrokerOptions {
+    std::int64_t minDeadlineMs = 30'000; // a shard's deadline is at least this
+    double deadlineSlack = 4.0; // times the node's expected time
+    int maxShardFailures = 5; // failed results of one shard before the job fails
+    Credits pricePerUnit = Credits::fromMicro(100'000); // per GFLOP of training
+    Credits minStake = Credits::fromMicro(10'000'000); // a node bonds this much to take work
+    bool faucet = false; // mint what owners and nodes lack (local and demo brokers only)
+    verification::SamplingPolicy sampling; // how often a node's results are re-executed
+    double canaryRate = 0.0; // share of handed-out work that re-checks an already verified shard
+    double slashFraction = 0.5; // of its stake, a node loses per lost dispute or proven lie
+    std::int64_t disputeTimeoutMs = 60'000; // to deliver a checkpoint state in a dispute
+    std::int64_t selfVerifyAfterMs = 120'000; // a sample no other node can check: the broker re-executes it
+    // A sample that no connected node could check (none with its runtime profile, threads and
+    // stake) is re-executed by the broker at once, once the broker has run this long (its nodes
+    // come back after a restart); negative: only after selfVerifyAfterMs.
+    std::int64_t selfVerifyAloneAfterMs = 5'000;
+    std::int64_t unbondingDelayMs = 24LL * 3600 * 1000; // unbonded stake stays slashable this long
+    double crossProfileTolerance = 1e-3; // relative L2 distance, results of different runtime profiles
+    std::uint64_t randomSeed = 0; // 0: sample draws from the system's random source
+    std::int64_t maxRunningJobsPerOwner = 20; // more running jobs of one owner are refused
+};
+
+} // namespace tessera::core::broker

@@ -1,0 +1,66 @@
+#pragma once
+
+#include "../clock.h"
+#include "../credits.h"
+#include "../error.h"
+#include "../ledger/ledger.h"
+#include "../signing.h"
+#include "brokerstore.h"
+#include "options.h"
+
+#include <QJsonObject>
+#include <QString>
+
+namespace tessera::core::broker {
+
+// The broker's money, on its ledger: job budgets in escrow and what they pay, nodes' stake (bond,
+// unbond after a delay, slash), accounts and signed receipts. Each method that moves money says
+// whether it runs inside the caller's transaction.
+class Stakes {
+public:
+    Stakes(
+        BrokerStore& store, ledger::Ledger& ledger, const SigningKeys& signing, const Clock& clock, const BrokerOptions& options);
+
+    // Escrow. The job's budget moves from the owner's balance (minted first by a faucet broker);
+    // inside the caller's transaction.
+    Status escrowBudget(const QString& jobId, const QString& owner, Credits budget);
+    // Pays a node from a job's escrow: price, or what is left if less; what was paid comes back.
+    // Inside the caller's transaction.
+    Result<Credits> payFromEscrow(
+        const QString& jobId, const QString& node, Credits price, const QString& cause, const QString& memo);
+    Result<Credits> escrow(const QString& jobId);
+    // What is left of a job's budget goes back to its owner. Inside the caller's transaction.
+    Status refund(const QString& jobId, const QString& owner);
+
+    // Stake. A faucet broker bonds the minimum for a new node.
+    Status faucetStake(const QString& nodeId);
+    // An error that says how much the node lacks to take work.
+    Status requireStake(const QString& nodeId);
+    bool hasStake(const QString& nodeId);
+    // A request signed with the node's registered key to bond or unbond (docs/PROTOCOL.md, STAKE).
+    Result<QJsonObject> stake(const QJsonObject& signedRequest);
+    // A fraction of what the node has at stake (bonded first, then unbonding): half to the honest
+    // party, if any, the rest to the job's owner. Inside the caller's transaction.
+    Status slash(const QString& nodeId, const QString& jobId, const QString& honest, const QString& cause, const QString& why);
+    // Unbonded stake that has waited long enough returns to its node's balance.
+    void releaseDueUnbondings();
+
+    // An owner's or node's money: balance and stake.
+    Result<QJsonObject> account(const QString& id);
+    // The broker's signed receipt for the transfer with this cause.
+    Result<QJsonObject> receipt(const QString& cause);
+    // Whether the transfer with this cause moved money of this principal's: its balance, stake or
+    // unbonding stake, or the escrow of one of its jobs.
+    Result<bool> isPartyTo(const QString& principal, const QString& cause);
+
+private:
+    Result<QJsonObject> bond(const QString& nodeId, const QString& action, Credits amount, const QString& cause);
+
+    BrokerStore& m_store;
+    ledger::Ledger& m_ledger;
+    const SigningKeys& m_signing;
+    const Clock& m_clock;
+    const BrokerOptions& m_options;
+};
+
+} // namespace tessera::core::broker

@@ -1,0 +1,70 @@
+#pragma once
+
+// The states the broker keeps in its database, one enum each with one string table (states.cpp).
+// The names are what the database stores and what clients read; the schema's CHECK constraints
+// (resources/migrations/broker/0007_states.sql) admit exactly these names, and tst_brokerstore
+// checks that the two agree.
+
+#include <QString>
+#include <QStringList>
+#include <QStringView>
+
+#include <optional>
+
+namespace tessera::core::broker {
+
+// A job: running until its last round is aggregated, or it is cancelled, or it fails.
+enum class JobState { Running, Finished, Cancelled, Failed };
+
+// A shard handed to a node: active until it is answered, fails, is given back or runs out of time
+// (or its round ends without it).
+enum class AssignmentState { Active, Answered, Failed, Returned, Expired };
+
+// What an assignment asks: a shard of a round, the re-execution of a sampled result, or a canary
+// (a shard whose answer is known, handed out as if new).
+enum class AssignmentKind { Train, Verify, Canary };
+
+// A shard's accepted result: Accepted (not sampled, paid), Sampled (waits for its check, unpaid)
+// or Verified (checked and paid).
+enum class ResultState { Accepted, Sampled, Verified };
+
+// A check re-executes a result: a sampled one, or a known answer (a canary).
+enum class CheckKind { Sample, Canary };
+
+// Waiting for a verifier, Running on one, Disputed (the referee waits for a checkpoint state),
+// then decided: Verified, Rejected (the checked result lost), Closed (the verifier lost; the
+// result goes to another check) or Cancelled (its job ended, or a canary's verifier went).
+enum class CheckState { Waiting, Running, Disputed, Verified, Rejected, Closed, Cancelled };
+
+// Who lost a check.
+enum class Loser { None, Accused, Verifier, Both };
+
+QString nameOf(JobState state);
+QString nameOf(AssignmentState state);
+QString nameOf(AssignmentKind kind);
+QString nameOf(ResultState state);
+QString nameOf(CheckKind kind);
+QString nameOf(CheckState state);
+QString nameOf(Loser loser);
+
+// The value with this name; nothing for a name that is not in the table.
+template<typename Enum> std::optional<Enum> fromName(QStringView name);
+template<> std::optional<JobState> fromName<JobState>(QStringView name);
+template<> std::optional<AssignmentState> fromName<AssignmentState>(QStringView name);
+template<> std::optional<AssignmentKind> fromName<AssignmentKind>(QStringView name);
+template<> std::optional<ResultState> fromName<ResultState>(QStringView name);
+template<> std::optional<CheckKind> fromName<CheckKind>(QStringView name);
+template<> std::optional<CheckState> fromName<CheckState>(QStringView name);
+template<> std::optional<Loser> fromName<Loser>(QStringView name);
+
+// Every name of an enum, in order (for the schema test and the docs).
+template<typename Enum> QStringList namesOf();
+template<> QStringList namesOf<JobState>();
+template<> QStringList namesOf<AssignmentState>();
+template<> QStringList namesOf<AssignmentKind>();
+template<> QStringList namesOf<ResultState>();
+template<> QStringList namesOf<CheckKind>();
+template<> QStringList namesOf<CheckState>();
+template<> QStringList namesOf<Loser>();
+
+} // namespace tessera::core::broker

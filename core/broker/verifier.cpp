@@ -1,0 +1,711 @@
+// The broker's verification: sampled re-execution, canaries, refereed disputes, slashing.
+// docs/VERIFICATION.md describes the rules; this file carries them out.
+
+#include "verifier.h"
+
+#include "../decomposition.h"
+#include "../verification/verification.h"
+
+#include <QLoggingCategory>
+
+Q_LOGGING_CATEGORY(lcVerification, "tessera.verification")
+
+namespace tessera::core::broker {
+
+namespace {
+
+QString newCheckId()
+{
+    return QStringLiteral("v%1").arg(QRandomGenerator::system()->generate64(), 16, 16, QLatin1Char('0'));
+}
+
+// Runtime profiles without the thread count: a node registers the profile of one thread and runs
+// each shard on the shard's own thread count, so two nodes match when the rest is equal.
+QString profileWithoutThreads(const QString& profile)
+{
+    QStringList kept;
+    for (const auto& part : profile.split(u';', Qt::SkipEmptyParts)) {
+        if (!part.startsWith(u"threads="))
+            kept.append(part);
+    }
+    return kept.join(u';');
+}
+
+QJsonObject checkpointRequest(const QString& checkId, const QString& assignment, qsizetype checkpoint)
+{
+    return { { QStringLiteral("verification"), checkId }, { QStringLiteral("assignment"), assignment },
+        { QStringLiteral("checkpoint"), static_cast<qint64>(checkpoint) } };
+}
+
+// The nodes of a check, each with the assignment that put it there.
+QList<std::pair<QString, QString>> sides(const Check& check)
+{
+    return { { check.accused, check.accusedAssignment }, { check.verifier, check.verifierAssignment } };
+}
+
+} // namespace
+
+Verifier::Verifier(Parts parts, RoundMayBeComplete roundMayBeComplete)
+    : m_(parts)
+    , m_roundMayBeComplete(std::move(roundMayBeComplete))
+    , m_startedAtMs(parts.clock.nowMs())
+{ }
+
+void Verifier::tell(const QString& node, const QString& assignment, const QString& state, const QString& why, const QString& paid)
+{
+    QJsonObject body { { QStringLiteral("assignment"), assignment }, { QStringLiteral("state"), state },
+        { QStringLiteral("detail"), why } };
+    if (!paid.isEmpty())
+        body.insert(QStringLiteral("paid"), paid);
+    m_.notices.add(Notice::Kind::Verdict, node, body);
+}
+
+Status Verifier::recover()
+{
+    if (auto status = m_.store.requeueRunningChecks(BrokerStore::Requeue::All); !status)
+        return status;
+    auto disputed = m_.store.checksIn(CheckState::Disputed);
+    if (!disputed)
+        return disputed.error();
+    for (const auto& check : *disputed) {
+        for (const auto& node : check.asked) {
+            const QString assignment = node == check.accused ? check.accusedAssignment : check.verifierAssignment;
+            m_.notices.add(Notice::Kind::CheckpointRequest, node, checkpointRequest(check.id, assignment, check.checkpoint - 1));
+        }
+    }
+    return m_.store.setDisputeDeadlines(m_.clock.nowMs() + m_.options.disputeTimeoutMs);
+}
+
+void Verifier::nodeLost(const QString& nodeId)
+{
+    if (auto status = m_.store.requeueRunningChecks(BrokerStore::Requeue::OfVerifier, nodeId); !status)
+        qCWarning(lcVerification).noquote() << status.error().toString();
+}
+
+Result<bool> Verifier::drawSample(const QString& nodeId, const JobSpec& spec)
+{
+    auto node = m_.store.node(nodeId);
+    if (!node)
+        return node.error();
+    verification::NodeRecord record;
+    record.streak = *node ? (*node)->streak : 0;
+    const double p = std::max(verification::samplingProbability(record, m_.options.sampling), spec.verificationRate);
+    return m_.random.generateDouble() < p;
+}
+
+Check Verifier::sampleOf(
+    const AssignmentRow& assignment, const Digest& startHash, const Digest& startBlob, const ShardResult& result)
+{
+    Check check;
+    check.id = newCheckId();
+    check.kind = CheckKind::Sample;
+    check.jobId = assignment.jobId;
+    check.round = assignment.round;
+    check.shard = assignment.shard;
+    check.startHash = startHash;
+    check.startBlob = startBlob;
+    check.accused = assignment.node;
+    check.accusedAssignment = assignment.id;
+    check.accusedResult = result;
+    check.state = CheckState::Waiting;
+    return check;
+}
+
+Result<JobRow> Verifier::jobOf(const QString& jobId)
+{
+    auto job = m_.store.job(jobId);
+    if (!job)
+        return job.error();
+    if (!*job)
+        return Error { QStringLiteral("jobId"), QStringLiteral("no job %1").arg(jobId) };
+    return **job;
+}
+
+Result<ShardTask> Verifier::taskOf(const Check& check)
+{
+    auto job = jobOf(check.jobId);
+    if (!job)
+        return job.error();
+    auto spec = job->spec();
+    if (!spec)
+        return spec.error();
+    return decomposeShard(check.jobId, *spec, check.round, check.shard, check.startHash);
+}
+
+// --- handing checks out --------------------------------------------------------------------------
+
+Result<std::optional<Assignment>> Verifier::handOut(Check& check, AssignmentKind kind, const NodeInfo& node)
+{
+    auto task = taskOf(check);
+    if (!task)
+        return task.error();
+    const auto now = m_.clock.nowMs();
+    const auto* round = m_.scheduler.find(check.jobId);
+    Assignment assignment { newCheckId().mid(1), *task, check.startBlob, Scheduler::deadlineFor(*task, node, m_.options, now) };
+    check.verifier = node.nodeId;
+    check.verifierAssignment = assignment.id;
+    check.state = CheckState::Running;
+    auto transaction = m_.store.begin();
+    if (!transaction)
+        return transaction.error();
+    const AssignmentRow row { assignment.id, check.jobId, check.round, check.shard, node.nodeId, now, assignment.deadlineMs,
+        AssignmentState::Active, kind, check.id };
+    if (auto status = m_.store.insertAssignment(row); !status)
+        return status.error();
+    if (auto status = m_.store.saveCheck(check); !status)
+        return status.error();
+    const auto needed = (round ? blobsNamedBy(round->spec) : QList<Digest> {}) + QList<Digest> { check.startBlob };
+    for (const auto& blob : needed) {
+        if (auto granted = m_.store.allowRead(blob, node.nodeId); !granted)
+            return granted.error();
+    }
+    if (auto committed = transaction->commit(); !committed)
+        return committed.error().toError();
+    return std::optional<Assignment>(assignment);
+}
+
+Result<std::optional<Assignment>> Verifier::assignCheck(const NodeInfo& node)
+{
+    // A check fits a node with the checked result's runtime profile, threads enough, whose job runs.
+    auto fits = [&](const Check& check) {
+        const auto* round = m_.scheduler.find(check.jobId);
+        return round && round->spec.training.threads <= node.maxThreads
+            && profileWithoutThreads(check.accusedResult.runtimeProfile) == profileWithoutThreads(node.runtimeProfile);
+    };
+    // Samples waiting for a re-execution, oldest first, by anyone but the node checked.
+    auto waiting = m_.store.waitingChecks(node.nodeId, 50);
+    if (!waiting)
+        return waiting.error();
+    for (auto& check : *waiting) {
+        if (fits(check))
+            return handOut(check, AssignmentKind::Verify, node);
+    }
+    // Now and then a canary: a shard whose answer two nodes agreed on, handed out again as if new.
+    if (m_.options.canaryRate <= 0.0 || m_.random.generateDouble() >= m_.options.canaryRate)
+        return std::optional<Assignment> {};
+    return canaryFor(node);
+}
+
+Result<std::optional<Assignment>> Verifier::canaryFor(const NodeInfo& node)
+{
+    auto known = m_.store.verifiedSamples(node.nodeId, 20);
+    if (!known)
+        return known.error();
+    for (const auto& reference : *known) {
+        const auto* round = m_.scheduler.find(reference.jobId);
+        if (reference.verifier.isEmpty() || !round || round->spec.training.threads > node.maxThreads
+            || profileWithoutThreads(reference.accusedResult.runtimeProfile) != profileWithoutThreads(node.runtimeProfile))
+            continue;
+        Check canary = reference;
+        canary.id = newCheckId();
+        canary.kind = CheckKind::Canary;
+        canary.accused.clear();
+        canary.accusedAssignment.clear();
+        canary.verifier.clear();
+        canary.verifierAssignment.clear();
+        canary.verifierResult.reset();
+        canary.asked.clear();
+        canary.checkpoint = -1;
+        canary.state = CheckState::Waiting;
+        if (auto status = m_.store.insertCheck(canary, m_.clock.nowMs()); !status)
+            return status.error();
+        return handOut(canary, AssignmentKind::Canary, node);
+    }
+    return std::optional<Assignment> {};
+}
+
+// --- results of checks ---------------------------------------------------------------------------
+
+Result<Acceptance> Verifier::acceptCheck(const QString& nodeId, const AssignmentRow& assignment, const ShardResult& result)
+{
+    auto loaded = m_.store.check(assignment.check);
+    if (!loaded)
+        return loaded.error();
+    if (!*loaded || (*loaded)->state != CheckState::Running || (*loaded)->verifierAssignment != assignment.id) {
+        if (auto status = m_.store.setAssignmentState(assignment.id, AssignmentState::Answered); !status)
+            return status.error();
+        return Acceptance::Stale;
+    }
+    Check check = **loaded;
+    if (result.outcome != ShardResult::Outcome::Completed)
+        return checkNotDone(check, assignment, result.outcome);
+    auto task = taskOf(check);
+    if (!task)
+        return task.error();
+    if (auto revealed = checkReveal(nodeId, assignment.id, *task, result); !revealed)
+        return revealed.error();
+    check.verifierResult = result;
+    auto transaction = m_.store.begin();
+    if (!transaction)
+        return transaction.error();
+    for (const auto& status : {
+             m_.store.setAssignmentState(assignment.id, AssignmentState::Answered),
+             m_.store.touchNode(nodeId, m_.clock.nowMs()),
+             m_.store.saveCheck(check),
+         }) {
+        if (!status)
+            return status.error();
+    }
+    if (auto status = transaction->commit(); !status)
+        return status.error().toError();
+    if (auto status = compare(check); !status)
+        return status.error();
+    return Acceptance::Held;
+}
+
+Result<Acceptance> Verifier::checkNotDone(Check& check, const AssignmentRow& assignment, ShardResult::Outcome outcome)
+{
+    // Failed or given back: the check waits for another verifier (a canary is dropped).
+    const bool returned = outcome == ShardResult::Outcome::Returned;
+    auto transaction = m_.store.begin();
+    if (!transaction)
+        return transaction.error();
+    if (auto status = m_.store.setAssignmentState(assignment.id, returned ? AssignmentState::Returned : AssignmentState::Failed);
+        !status)
+        return status.error();
+    if (!returned) {
+        if (auto status = m_.store.countShardFailed(assignment.node); !status)
+            return status.error();
+    }
+    check.verifier.clear();
+    check.verifierAssignment.clear();
+    check.state = check.kind == CheckKind::Canary ? CheckState::Cancelled : CheckState::Waiting;
+    if (auto status = m_.store.saveCheck(check); !status)
+        return status.error();
+    if (auto status = transaction->commit(); !status)
+        return status.error().toError();
+    return Acceptance::Failed;
+}
+
+Status Verifier::checkReveal(const QString& nodeId, const QString& assignmentId, const ShardTask& task, const ShardResult& result)
+{
+    auto committed = m_.store.commitment(assignmentId);
+    if (!committed)
+        return committed.error();
+    if (!*committed)
+        return Error { QStringLiteral("commitment"), QStringLiteral("send the signed commitment (COMMIT) before the result") };
+    // From here on the node has signed its answer: what contradicts the shard it was given is a lie.
+    auto lie = [&](Error error) -> Status {
+        if (auto status = punishSignedLie(nodeId, assignmentId, error); !status)
+            qCWarning(lcVerification).noquote() << status.error().toString();
+        return error;
+    };
+    const auto commitment = result.commitment();
+    if ((*committed)->finalHash != commitment.finalHash || (*committed)->chainRoot != commitment.chainRoot)
+        return lie(Error { QStringLiteral("commitment"), QStringLiteral("the result does not match the node's commitment") });
+    if (result.checkpointHashes.size() != task.checkpointCount())
+        return lie(Error { QStringLiteral("checkpointHashes"),
+            QStringLiteral("a shard of %1 steps with checkpoints every %2 has %3 hashes, not %4")
+                .arg(task.localSteps)
+                .arg(task.checkpointInterval)
+                .arg(task.checkpointCount())
+                .arg(result.checkpointHashes.size()) });
+    if (result.checkpointHashes.first() != task.startWeights)
+        return lie(
+            Error { QStringLiteral("checkpointHashes"), QStringLiteral("the chain does not start at the round's weights") });
+    auto weights = m_.blobs.read(result.weightsSha256);
+    if (!weights)
+        return Error { QStringLiteral("weightsSha256"), QStringLiteral("upload the weights (PUT) before the result") };
+    // The node committed to the weights' canonical hash, not to a file: weights the broker cannot
+    // read (another container, a format it does not know) prove nothing. Refused, not slashed; the
+    // node may upload them as a dict of tensors and send the result again.
+    auto hash = m_.math.canonicalHash(*weights);
+    if (!hash)
+        return Error { QStringLiteral("weightsSha256"),
+            QStringLiteral("the broker cannot read the uploaded weights (%1); upload a dict of tensors and send the "
+                           "result again")
+                .arg(hash.error().message) };
+    if (*hash != result.finalHash)
+        return lie(
+            Error { QStringLiteral("finalHash"), QStringLiteral("the uploaded weights do not hash to the result's finalHash") });
+    return {};
+}
+
+Status Verifier::punishSignedLie(const QString& nodeId, const QString& assignmentId, const Error& lie)
+{
+    // No honest node signs a commitment and then reveals something that contradicts the shard it
+    // was given.
+    auto found = m_.store.assignment(assignmentId);
+    if (!found)
+        return found.error();
+    if (!*found)
+        return {};
+    const QString jobId = (*found)->jobId;
+    auto transaction = m_.store.begin();
+    if (!transaction)
+        return transaction.error();
+    if (auto status = m_.store.setAssignmentState(assignmentId, AssignmentState::Failed, AssignmentState::Active); !status)
+        return status;
+    if (auto status = m_.stakes.slash(nodeId, jobId, {}, QStringLiteral("slash:%1").arg(assignmentId), lie.toString()); !status)
+        return status;
+    if (auto committed = transaction->commit(); !committed)
+        return committed.error().toError();
+    m_.scheduler.release(jobId, assignmentId);
+    // A verifier that lied leaves the sample to someone else.
+    if (auto status = m_.store.requeueRunningChecks(BrokerStore::Requeue::OfVerifierAssignment, assignmentId); !status)
+        qCWarning(lcVerification).noquote() << status.error().toString();
+    tell(nodeId, assignmentId, QStringLiteral("slashed"), lie.toString());
+    return {};
+}
+
+// --- comparing and refereeing --------------------------------------------------------------------
+
+Status Verifier::compare(Check& check)
+{
+    const auto& a = check.accusedResult;
+    const auto& b = *check.verifierResult;
+    if (a.runtimeProfile != b.runtimeProfile) {
+        // Different arithmetic: compare the weights with a tolerance; nobody is slashed for a mismatch.
+        auto first = m_.blobs.read(a.weightsSha256);
+        auto second = m_.blobs.read(b.weightsSha256);
+        if (!first || !second)
+            return settle(check, Loser::Accused, QStringLiteral("the weights to compare are gone"), Penalty::None);
+        auto distance = m_.math.distance(*first, *second);
+        if (distance && *distance <= m_.options.crossProfileTolerance)
+            return settle(check, Loser::None,
+                QStringLiteral("equal within %1 across runtime profiles (distance %2)")
+                    .arg(m_.options.crossProfileTolerance)
+                    .arg(*distance),
+                Penalty::None);
+        return settle(check, Loser::Accused,
+            QStringLiteral("results of different runtime profiles disagree (distance %1); the shard is trained again")
+                .arg(distance ? QString::number(*distance) : distance.error().message),
+            Penalty::None);
+    }
+    if (a.finalHash == b.finalHash && a.checkpointHashes == b.checkpointHashes)
+        return settle(check, Loser::None, QStringLiteral("re-execution gave the same bits"));
+    // A dispute: narrow it to the first checkpoint where the chains part.
+    const auto j = verification::firstDivergence(a.checkpointHashes, b.checkpointHashes).value_or(a.checkpointHashes.size() - 1);
+    return dispute(check, std::max<qsizetype>(j, 1));
+}
+
+Status Verifier::dispute(Check& check, qsizetype j)
+{
+    check.checkpoint = j;
+    qCInfo(lcVerification).noquote() << "dispute" << check.id << "over" << check.jobId << "round" << check.round << "shard"
+                                     << check.shard << "at checkpoint" << j;
+    for (const auto& [node, assignment] : sides(check))
+        tell(node, assignment, QStringLiteral("disputed"), QStringLiteral("checkpoint %1 differs").arg(j));
+    if (j == 1) {
+        auto start = m_.blobs.read(check.startBlob);
+        if (!start)
+            return start.error();
+        return refereeInterval(check, *start);
+    }
+    // The state at checkpoint j-1, which both sides agree on, comes from whoever sends it first.
+    check.state = CheckState::Disputed;
+    check.deadline = m_.clock.nowMs() + m_.options.disputeTimeoutMs;
+    check.asked.clear();
+    for (const auto& [node, assignment] : sides(check)) {
+        if (node.isEmpty())
+            continue;
+        check.asked.append(node);
+        m_.notices.add(Notice::Kind::CheckpointRequest, node, checkpointRequest(check.id, assignment, j - 1));
+    }
+    return m_.store.saveCheck(check);
+}
+
+Status Verifier::refereeInterval(Check& check, const QByteArray& state)
+{
+    auto task = taskOf(check);
+    if (!task)
+        return task.error();
+    const auto j = check.checkpoint;
+    const auto& a = check.accusedResult.checkpointHashes;
+    const auto& b = check.verifierResult->checkpointHashes;
+    auto replay = m_.math.replay(*task, j - 1, state, a[j - 1], j);
+    if (!replay)
+        return replay.error();
+    const QString at = QStringLiteral("the referee re-executed checkpoint %1").arg(j);
+    switch (verification::referee(a[j], b[j], replay->checkpoints.last())) {
+    case verification::Ruling::FirstHonest:
+        return settle(check, Loser::Verifier, at + QStringLiteral(" and agrees with the checked result"));
+    case verification::Ruling::SecondHonest:
+        return settle(check, Loser::Accused, at + QStringLiteral(" and agrees with the re-execution"));
+    case verification::Ruling::BothWrong:
+        break;
+    }
+    return settle(check, Loser::Both, at + QStringLiteral(" and agrees with neither"));
+}
+
+Status Verifier::checkpointDelivered(const QString& nodeId, const QString& checkId, const Digest& blob)
+{
+    auto loaded = m_.store.check(checkId);
+    if (!loaded)
+        return loaded.error();
+    if (!*loaded || (*loaded)->state != CheckState::Disputed || !(*loaded)->asked.contains(nodeId))
+        return Error { QStringLiteral("verification"), QStringLiteral("no dispute asks this node for a checkpoint") };
+    Check check = **loaded;
+    QString problem;
+    if (blob.isNull()) {
+        problem = QStringLiteral("the node does not have the checkpoint");
+    } else if (auto state = m_.blobs.read(blob); !state) {
+        return Error { QStringLiteral("sha256"), QStringLiteral("upload the checkpoint state (PUT) first") };
+    } else if (auto status = refereeInterval(check, *state); !status) {
+        problem = status.error().message;
+    } else {
+        return {};
+    }
+    // Nothing usable from this node: a timeout on its record, and it is asked no more. The referee
+    // needs one usable state; if none comes (from the other side, before the deadline), every side
+    // that was asked loses, this one included.
+    qCInfo(lcVerification).noquote() << "dispute" << check.id << ": node" << nodeId.left(12) << "gave no checkpoint:" << problem;
+    check.asked.removeAll(nodeId);
+    if (auto status = m_.store.countTimeout(nodeId); !status)
+        return status;
+    auto recorded = check.asked.isEmpty() ? settle(check, check.accused.isEmpty() ? Loser::Verifier : Loser::Both,
+                        QStringLiteral("no side delivered a usable checkpoint state: that counts as a loss"))
+                                          : m_.store.saveCheck(check);
+    if (!recorded)
+        return recorded;
+    if (blob.isNull())
+        return {}; // said honestly: acknowledged
+    return Error { QStringLiteral("state"),
+        QStringLiteral("the checkpoint state is unusable (%1); it counts as no answer, and a dispute without a usable state "
+                       "is lost by every side asked")
+            .arg(problem) };
+}
+
+// --- settling ------------------------------------------------------------------------------------
+
+Status Verifier::settle(Check& check, Loser loser, const QString& why, Penalty penalty)
+{
+    const bool accusedLost = loser == Loser::Accused || loser == Loser::Both;
+    const bool sample = check.kind == CheckKind::Sample;
+    // The referee checked one checkpoint: a verifier that lied there loses, but the checked result
+    // is not proven right by it (a cheater checked by a cheater may be wrong further on). It goes
+    // to another verifier.
+    const bool recheck = sample && loser == Loser::Verifier;
+    const bool retrain = sample && accusedLost;
+    auto job = jobOf(check.jobId);
+    if (!job)
+        return job.error();
+    const auto now = m_.clock.nowMs();
+    auto transaction = m_.store.begin();
+    if (!transaction)
+        return transaction.error();
+    Check again = check;
+    again.id = newCheckId();
+    again.state = CheckState::Waiting;
+    const Status accused = recheck ? m_.store.insertCheck(again, now)
+        : retrain                  ? rejectAccused(check, loser, why, penalty)
+        : sample                   ? payAccused(check, why)
+                                   : Status {};
+    if (!accused)
+        return accused;
+    if (auto status = settleVerifier(check, loser, why); !status)
+        return status;
+    const auto decided = recheck ? CheckState::Closed : retrain ? CheckState::Rejected : CheckState::Verified;
+    if (auto status = m_.store.decideCheck(check, decided, loser, why, now); !status)
+        return status;
+    if (auto committed = transaction->commit(); !committed)
+        return committed.error().toError();
+    check.state = decided;
+    qCInfo(lcVerification).noquote() << "check" << check.id << "of" << check.jobId << "round" << check.round << "shard"
+                                     << check.shard << ":" << nameOf(decided) << "(" << nameOf(loser) << "lost )" << why;
+    if (retrain)
+        m_.scheduler.reopen(check.jobId, check.round, check.shard);
+    const auto* round = m_.scheduler.find(check.jobId);
+    if (!sample || recheck || retrain || !round || round->round != check.round)
+        return {};
+    auto spec = job->spec();
+    if (!spec)
+        return spec.error();
+    return m_roundMayBeComplete(check.jobId, *spec, check.round);
+}
+
+Status Verifier::payAccused(const Check& check, const QString& why)
+{
+    auto job = jobOf(check.jobId);
+    if (!job)
+        return job.error();
+    auto paid = m_.stakes.payFromEscrow(check.jobId, check.accused, job->pricePerShard,
+        QStringLiteral("pay:%1/%2/%3").arg(check.jobId).arg(check.round).arg(check.shard),
+        QStringLiteral("shard %1 of round %2, verified").arg(check.shard).arg(check.round));
+    if (!paid)
+        return paid.error();
+    for (const auto& status : {
+             m_.store.setResultState(check.jobId, check.round, check.shard, ResultState::Verified),
+             m_.store.countVerified(check.accused),
+         }) {
+        if (!status)
+            return status;
+    }
+    tell(check.accused, check.accusedAssignment, QStringLiteral("verified"), why);
+    tell(check.accused, check.accusedAssignment, QStringLiteral("paid"), why, paid->toString());
+    return {};
+}
+
+Status Verifier::rejectAccused(const Check& check, Loser loser, const QString& why, Penalty penalty)
+{
+    if (auto status = m_.store.dropSampledResult(check.jobId, check.round, check.shard); !status)
+        return status;
+    if (penalty == Penalty::Slash) {
+        const QString honest = loser == Loser::Accused ? check.verifier : QString();
+        if (auto status = m_.stakes.slash(
+                check.accused, check.jobId, honest, QStringLiteral("slash:%1:%2").arg(check.id, check.accused), why);
+            !status)
+            return status;
+    }
+    tell(check.accused, check.accusedAssignment,
+        penalty == Penalty::Slash ? QStringLiteral("slashed") : QStringLiteral("rejected"), why);
+    return {};
+}
+
+Status Verifier::settleVerifier(const Check& check, Loser loser, const QString& why)
+{
+    if (check.verifier.isEmpty())
+        return {};
+    if (loser == Loser::Verifier || loser == Loser::Both) {
+        const QString honest = loser == Loser::Verifier ? check.accused : QString();
+        if (auto status = m_.stakes.slash(
+                check.verifier, check.jobId, honest, QStringLiteral("slash:%1:%2").arg(check.id, check.verifier), why);
+            !status)
+            return status;
+        tell(check.verifier, check.verifierAssignment, QStringLiteral("slashed"), why);
+        return {};
+    }
+    auto job = jobOf(check.jobId);
+    if (!job)
+        return job.error();
+    auto paid
+        = m_.stakes.payFromEscrow(check.jobId, check.verifier, job->pricePerShard, QStringLiteral("verify:%1").arg(check.id),
+            QStringLiteral("re-execution of shard %1 of round %2").arg(check.shard).arg(check.round));
+    if (!paid)
+        return paid.error();
+    if (auto status = m_.store.countVerified(check.verifier); !status)
+        return status;
+    tell(check.verifier, check.verifierAssignment, QStringLiteral("verified"), why);
+    tell(check.verifier, check.verifierAssignment, QStringLiteral("paid"), why, paid->toString());
+    return {};
+}
+
+Status Verifier::closeChecksOf(const QString& jobId)
+{
+    auto job = jobOf(jobId);
+    if (!job)
+        return job.error();
+    auto unpaid = m_.store.shardResultsIn(jobId, ResultState::Sampled);
+    if (!unpaid)
+        return unpaid.error();
+    for (const auto& result : *unpaid) {
+        auto paid = m_.stakes.payFromEscrow(jobId, result.node, job->pricePerShard,
+            QStringLiteral("pay:%1/%2/%3").arg(jobId).arg(result.round).arg(result.shard),
+            QStringLiteral("shard %1 of round %2 (its check was called off)").arg(result.shard).arg(result.round));
+        if (!paid)
+            return paid.error();
+    }
+    if (auto status = m_.store.setResultStates(jobId, ResultState::Sampled, ResultState::Accepted); !status)
+        return status;
+    return m_.store.cancelOpenChecks(jobId, m_.clock.nowMs());
+}
+
+// --- the broker's own re-executions and deadlines ------------------------------------------------
+
+Status Verifier::selfVerify(Check& check)
+{
+    // No node with the same runtime profile came to re-execute the sample in time: the broker
+    // re-executes the whole shard itself (it is the referee, so its answer decides).
+    auto task = taskOf(check);
+    if (!task)
+        return task.error();
+    auto start = m_.blobs.read(check.startBlob);
+    if (!start)
+        return start.error();
+    auto replay = m_.math.replay(*task, 0, *start, check.startHash, task->checkpointCount() - 1);
+    if (!replay)
+        return settle(check, Loser::Accused, QStringLiteral("the broker could not re-execute it: %1").arg(replay.error().message),
+            Penalty::None);
+    const auto& a = check.accusedResult;
+    if (replay->runtimeProfile == a.runtimeProfile) {
+        QList<Digest> chain { check.startHash };
+        chain.append(replay->checkpoints);
+        if (chain == a.checkpointHashes && replay->weightsHash == a.finalHash)
+            return settle(check, Loser::None, QStringLiteral("the broker re-executed it and got the same bits"));
+        return settle(check, Loser::Accused, QStringLiteral("the broker re-executed it and got other bits"));
+    }
+    auto weights = m_.blobs.read(a.weightsSha256);
+    if (!weights)
+        return settle(check, Loser::Accused, QStringLiteral("the weights to compare are gone"), Penalty::None);
+    auto distance = m_.math.distance(*weights, replay->weights);
+    if (distance && *distance <= m_.options.crossProfileTolerance)
+        return settle(check, Loser::None,
+            QStringLiteral("the broker re-executed it on another runtime profile: distance %1").arg(*distance), Penalty::None);
+    return settle(check, Loser::Accused,
+        QStringLiteral("the broker re-executed it on another runtime profile and disagrees; trained again"), Penalty::None);
+}
+
+bool Verifier::anyVerifierOnline(const Check& check)
+{
+    const auto* round = m_.scheduler.find(check.jobId);
+    if (!round)
+        return true; // cannot tell: wait the full time
+    const auto profile = profileWithoutThreads(check.accusedResult.runtimeProfile);
+    for (const auto& node : m_.online) {
+        if (node.nodeId != check.accused && profileWithoutThreads(node.runtimeProfile) == profile
+            && node.maxThreads >= round->spec.training.threads && m_.stakes.hasStake(node.nodeId))
+            return true;
+    }
+    return false;
+}
+
+void Verifier::tick()
+{
+    const auto now = m_.clock.nowMs();
+    expireLateDisputes(now);
+    requeueOverdue(now);
+    selfVerifyStuck(now);
+}
+
+void Verifier::expireLateDisputes(std::int64_t now)
+{
+    // Disputes whose checkpoint state never came: everyone still asked timed out, and loses (also
+    // one that answered with a state the referee could not use).
+    auto late = m_.store.lateDisputes(now);
+    for (const auto& id : late.value_or(QStringList {})) {
+        auto check = m_.store.check(id);
+        if (!check || !*check)
+            continue;
+        for (const auto& node : (*check)->asked) {
+            if (auto status = m_.store.countTimeout(node); !status)
+                qCWarning(lcVerification).noquote() << status.error().toString();
+        }
+        const Loser loser = (*check)->accused.isEmpty() ? Loser::Verifier : Loser::Both;
+        if (auto status = settle(**check, loser, QStringLiteral("the checkpoint state did not come in time")); !status)
+            qCWarning(lcVerification).noquote() << status.error().toString();
+    }
+}
+
+void Verifier::requeueOverdue(std::int64_t now)
+{
+    auto overdue = m_.store.overdueCheckAssignments(now);
+    for (const auto& [assignment, check] : overdue.value_or(QList<std::pair<QString, QString>> {})) {
+        for (const auto& status : { m_.store.setAssignmentState(assignment, AssignmentState::Expired),
+                 m_.store.requeueRunningChecks(BrokerStore::Requeue::OfCheck, check) }) {
+            if (!status)
+                qCWarning(lcVerification).noquote() << status.error().toString();
+        }
+    }
+}
+
+void Verifier::selfVerifyStuck(std::int64_t now)
+{
+    // Samples nobody could check: the broker re-executes them, after Options::selfVerifyAfterMs, or
+    // at once when no connected node could check them at all (a broker with a single node).
+    if (m_.options.selfVerifyAfterMs < 0)
+        return;
+    const bool early = m_.options.selfVerifyAloneAfterMs >= 0 && now - m_startedAtMs >= m_.options.selfVerifyAloneAfterMs;
+    auto stuck = m_.store.waitingSamples(now - (early ? 0 : m_.options.selfVerifyAfterMs));
+    for (const auto& [id, createdAt] : stuck.value_or(QList<std::pair<QString, std::int64_t>> {})) {
+        auto check = m_.store.check(id);
+        if (!check || !*check || !m_.scheduler.find((*check)->jobId))
+            continue;
+        const bool due = createdAt <= now - m_.options.selfVerifyAfterMs;
+        if (!due && anyVerifierOnline(**check))
+            continue;
+        if (auto status = selfVerify(**check); !status)
+            qCWarning(lcVerification).noquote() << status.error().toString();
+    }
+}
+
+} // namespace tessera::core::broker

@@ -1,0 +1,102 @@
+#pragma once
+
+#include "../blobstore.h"
+#include "../clock.h"
+#include "../error.h"
+#include "../nodeinfo.h"
+#include "../shardresult.h"
+#include "../shardtask.h"
+#include "assignment.h"
+#include "brokerstore.h"
+#include "notices.h"
+#include "options.h"
+#include "scheduler.h"
+#include "stakes.h"
+#include "trainingmath.h"
+
+#include <QHash>
+#include <QRandomGenerator>
+
+#include <functional>
+#include <optional>
+
+namespace tessera::core::broker {
+
+// The broker's verification (docs/VERIFICATION.md): which results are sampled, checks handed to
+// verifiers (and canaries), commit-then-reveal, comparing a re-execution with the result it
+// checks, the referee's replay of one checkpoint interval in a dispute, settling a check (pay,
+// slash, train the shard again), and the broker's own re-execution of samples nobody can check.
+class Verifier {
+public:
+    // Called when a check confirmed a round's sampled result: the round may be complete now.
+    using RoundMayBeComplete = std::function<Status(const QString& jobId, const JobSpec& spec, std::int64_t round)>;
+
+    struct Parts {
+        BrokerStore& store;
+        Stakes& stakes;
+        Scheduler& scheduler;
+        Notices& notices;
+        BlobStore& blobs;
+        TrainingMath& math;
+        const Clock& clock;
+        const BrokerOptions& options;
+        const QHash<QString, NodeInfo>& online; // the nodes connected now
+        QRandomGenerator& random;
+    };
+    Verifier(Parts parts, RoundMayBeComplete roundMayBeComplete);
+
+    // After a restart: re-executions in flight start over; disputes ask for their checkpoint
+    // again, with a new deadline.
+    Status recover();
+    // Whether this result of the node's is sampled for re-execution.
+    Result<bool> drawSample(const QString& nodeId, const JobSpec& spec);
+    // The check of a sampled result, to insert beside it.
+    static Check sampleOf(
+        const AssignmentRow& assignment, const Digest& startHash, const Digest& startBlob, const ShardResult& result);
+    // A check for this node to re-execute, if one waits (or, now and then, a canary).
+    Result<std::optional<Assignment>> assignCheck(const NodeInfo& node);
+    // A verifier's re-execution came back.
+    Result<Acceptance> acceptCheck(const QString& nodeId, const AssignmentRow& assignment, const ShardResult& result);
+    // Commit, then reveal: the result matches the node's commitment and the shard it was given; a
+    // node that committed and then revealed something impossible is slashed.
+    Status checkReveal(const QString& nodeId, const QString& assignmentId, const ShardTask& task, const ShardResult& result);
+    // A node signed something that contradicts the shard it was given: slashed like a lost dispute.
+    Status punishSignedLie(const QString& nodeId, const QString& assignmentId, const Error& lie);
+    // A disputed checkpoint state came (a null digest: the node says it does not have it).
+    Status checkpointDelivered(const QString& nodeId, const QString& checkId, const Digest& blob);
+    // Late disputes and re-executions, samples nobody can check.
+    void tick();
+    // The job ended: open checks are called off, a sampled result nobody proved wrong is paid.
+    // Inside the caller's transaction.
+    Status closeChecksOf(const QString& jobId);
+    // The node went: what it was re-executing goes back to the queue.
+    void nodeLost(const QString& nodeId);
+
+private:
+    enum class Penalty { Slash, None }; // None: the loser is only not paid (results of different arithmetic)
+
+    Result<JobRow> jobOf(const QString& jobId);
+    Result<ShardTask> taskOf(const Check& check);
+    Result<std::optional<Assignment>> handOut(Check& check, AssignmentKind kind, const NodeInfo& node);
+    Result<std::optional<Assignment>> canaryFor(const NodeInfo& node);
+    Result<Acceptance> checkNotDone(Check& check, const AssignmentRow& assignment, ShardResult::Outcome outcome);
+    Status compare(Check& check);
+    Status dispute(Check& check, qsizetype checkpoint);
+    Status refereeInterval(Check& check, const QByteArray& state);
+    Status settle(Check& check, Loser loser, const QString& why, Penalty penalty = Penalty::Slash);
+    Status payAccused(const Check& check, const QString& why);
+    Status rejectAccused(const Check& check, Loser loser, const QString& why, Penalty penalty);
+    Status settleVerifier(const Check& check, Loser loser, const QString& why);
+    Status selfVerify(Check& check);
+    bool anyVerifierOnline(const Check& check);
+    void expireLateDisputes(std::int64_t now);
+    void requeueOverdue(std::int64_t now);
+    void selfVerifyStuck(std::int64_t now);
+    void tell(const QString& node, const QString& assignment, const QString& state, const QString& why, const QString& paid = {});
+
+    Parts m_;
+    RoundMayBeComplete m_roundMayBeComplete;
+    std::int64_t m_startedAtMs = 0; // nodes come back over the first seconds after a restart
+};
+
+} // namespace tessera::core::broker
