@@ -18,12 +18,8 @@ step() { echo; echo "== $*"; }
 record() { echo "$1 $2" >> "$TESSERA_BENCH_RECORD"; }
 now() { date +%s.%N; }
 since() { awk -v a="$1" -v b="$(now)" 'BEGIN { printf "%.3f", b - a }'; }
-pids=()
-cleanup() {
-    for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null || true; done
-    wait 2>/dev/null || true
-}
-trap cleanup EXIT INT TERM
+. "$src/scripts/lib/cluster.sh"
+trap cluster_stop EXIT INT TERM
 
 step "shard trainer vs a bare LibTorch loop"
 "$build/bench/tessera-bench-trainer" | tee "$out/trainer.txt"
@@ -48,36 +44,21 @@ t0=$(now)
 "$bin/tessera-node" --config /dev/null train-local "$job" --out "$out/local" | tail -3
 record local.wall "$(since "$t0")"
 
-# The example job on a broker and three new nodes over TCP on 127.0.0.1. NAME, extra broker
-# settings, job file.
+# The example job on a broker and three new nodes over TCP on 127.0.0.1 (scripts/lib/cluster.sh).
+# NAME, extra broker settings, job file.
 network() {
-    local name=$1 settings=$2 jobFile=$3 dir="$out/$1" port
-    port=$("$py" "$src/scripts/free_port.py")
-    local endpoint="tcp://127.0.0.1:$port"
-    mkdir -p "$dir"
-    printf '[Broker]\nDataDirectory=%s/broker\nFaucet=true\n%s\n' "$dir" "$settings" > "$dir/broker.ini"
-    "$bin/tessera-broker" --config "$dir/broker.ini" --bind "$endpoint" > "$dir/broker.log" 2>&1 &
-    pids+=($!)
-    local jobCmd=("$bin/tessera-job" --config /dev/null --identity "$dir/owner.key" --broker "$endpoint")
-    until "${jobCmd[@]}" list > /dev/null 2>&1; do
-        kill -0 "${pids[-1]}" 2>/dev/null || { cat "$dir/broker.log"; exit 1; }
-        sleep 0.2
-    done
-    for n in 1 2 3; do
-        printf '[Node]\nDataDirectory=%s/node%s\nName=bench-node-%s\n' "$dir" "$n" "$n" > "$dir/node$n.ini"
-        "$bin/tessera-node" --config "$dir/node$n.ini" run --broker "$endpoint" > "$dir/node$n.log" 2>&1 &
-        pids+=($!)
-    done
-    local t0 id
+    local name=$1 settings=$2 jobFile=$3 t0 id
+    cluster_init "$bin" "$out/$name"
+    cluster_broker "$settings"
+    for n in 1 2 3; do cluster_node "bench-node-$n"; done
     t0=$(now)
-    id=$("${jobCmd[@]}" submit "$jobFile" | tail -1)
-    "${jobCmd[@]}" wait "$id" --json > "$dir/job.json"
+    id=$(cluster_job submit "$jobFile")
+    cluster_job wait "$id" --json > "$CLUSTER_DIR/job.json"
     record "net.$name.wall" "$(since "$t0")"
-    "${jobCmd[@]}" verifications "$id" --json > "$dir/checks.json"
-    "${jobCmd[@]}" nodes --json > "$dir/nodes.json"
-    "${jobCmd[@]}" ledger | tee "$dir/ledger.txt"
-    cleanup
-    pids=()
+    cluster_job verifications "$id" --json > "$CLUSTER_DIR/checks.json"
+    cluster_job nodes --json > "$CLUSTER_DIR/nodes.json"
+    cluster_job ledger | tee "$CLUSTER_DIR/ledger.txt"
+    cluster_stop
 }
 step "the example job on a broker and 3 new nodes (every result re-executed while they are new)"
 network verified "" "$job"

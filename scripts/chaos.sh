@@ -13,18 +13,13 @@ build=$(cd "${1:-build}" && pwd)
 kills=${2:-20}
 seed=${3:-$RANDOM}
 RANDOM=$seed
-bin="$build/app"
 py=/usr/bin/python3
 scratch=$(mktemp -d)
-port=$(/usr/bin/python3 "$(dirname "$0")/free_port.py")
-endpoint="tcp://127.0.0.1:$port"
-declare -A pids
-cleanup() {
-    for pid in "${pids[@]}"; do kill -9 "$pid" 2>/dev/null || true; done
-    rm -rf "$scratch"
-}
-trap cleanup EXIT
+. "$(dirname "$0")/lib/cluster.sh"
+cluster_init "$build/app" "$scratch"
+trap 'cluster_stop; rm -rf "$scratch"' EXIT
 log() { echo "chaos: $*"; }
+job() { cluster_job "$@"; }
 
 rounds=$((2 * kills + 4))
 cat > "$scratch/job.json" <<JOB
@@ -33,42 +28,19 @@ cat > "$scratch/job.json" <<JOB
   "training": { "rounds": $rounds, "shardsPerRound": 3, "localSteps": 60, "batchSize": 32, "seed": 3, "checkpointInterval": 10 },
   "budget": "500", "verification": { "rate": 0.2 } }
 JOB
-"$bin/tessera-node" --config /dev/null train-local "$scratch/job.json" --out "$scratch/local" >/dev/null
-baseline=$("$py" -c "import json,sys; print(json.load(open(sys.argv[1]))['finalWeightsHash'])" "$scratch/local/report.json")
+"$build/app/tessera-node" --config /dev/null train-local "$scratch/job.json" --out "$scratch/local" >/dev/null
+baseline=$(cluster_field finalWeightsHash < "$scratch/local/report.json")
 log "seed $seed; baseline $baseline (train-local)"
 
-printf '[Broker]\nDataDirectory=%s/broker\nFaucet=true\nCanaryPercent=0\nSamplingWarmup=3\nDisputeTimeoutSeconds=20\nSelfVerifyAfterSeconds=5\n' \
-    "$scratch" > "$scratch/broker.ini"
-start() {
-    case $1 in
-    broker) "$bin/tessera-broker" --config "$scratch/broker.ini" --bind "$endpoint" >>"$scratch/broker.log" 2>&1 & ;;
-    *) printf '[Node]\nDataDirectory=%s/%s\nName=%s\n' "$scratch" "$1" "$1" > "$scratch/$1.ini"
-       "$bin/tessera-node" --config "$scratch/$1.ini" run --broker "$endpoint" >>"$scratch/$1.log" 2>&1 & ;;
-    esac
-    pids[$1]=$!
-    disown "${pids[$1]}"
-}
-job() { "$bin/tessera-job" --config /dev/null --identity "$scratch/owner.key" --broker "$endpoint" "$@"; }
-
-# Waits until the broker answers; fails if it died or stays silent for 120 s.
-wait_for_broker() {
-    local deadline=$((SECONDS + 120))
-    until job list >/dev/null 2>&1; do
-        kill -0 "${pids[broker]}" 2>/dev/null || { log "FAILED: the broker died"; tail -20 "$scratch/broker.log"; exit 1; }
-        [ $SECONDS -lt $deadline ] || { log "FAILED: the broker did not answer for 120 s"; tail -20 "$scratch/broker.log"; exit 1; }
-        sleep 0.2
-    done
-}
 # "STATE ROUND" of the job, or "? ?" while the broker cannot say.
 job_state() {
     job status "$jobId" --json 2>/dev/null | "$py" -c "import json,sys; j=json.load(sys.stdin); print(j['state'], j['round'])" \
         2>/dev/null || echo "? ?"
 }
 
-start broker
-wait_for_broker
-for n in node1 node2 node3; do start "$n"; done
-jobId=$(job submit "$scratch/job.json" | tail -1)
+cluster_broker $'CanaryPercent=0\nSamplingWarmup=3\nDisputeTimeoutSeconds=20\nSelfVerifyAfterSeconds=5' || exit 1
+for n in node1 node2 node3; do cluster_node "$n"; done
+jobId=$(job submit "$scratch/job.json")
 log "job $jobId submitted ($rounds rounds); $kills kills to come"
 
 victims=(broker node1 node2 node3)
@@ -80,14 +52,13 @@ for ((k = 1; k <= kills; k++)); do
         read -r state round <<<"$(job_state)"
         [ "$state" = "?" ] || [ "$state" = running ] || { log "FAILED: before kill $k the job is $state"; exit 1; }
         [ "$state" = running ] && [ "$round" -ge "$k" ] && break
-        [ $SECONDS -lt $deadline ] || { log "FAILED: the job did not reach round $k in 5 minutes"; tail -20 "$scratch/broker.log"; exit 1; }
+        [ $SECONDS -lt $deadline ] || { log "FAILED: the job did not reach round $k in 5 minutes"; cluster_log_tail broker; exit 1; }
         sleep 0.1
     done
     sleep "0.$((RANDOM % 5))" # somewhere in the round: training, checking or aggregating
     victim=${victims[$((RANDOM % 4))]}
     read -r state round <<<"$(job_state)"
-    kill -9 "${pids[$victim]}" 2>/dev/null || true
-    while kill -0 "${pids[$victim]}" 2>/dev/null; do sleep 0.05; done
+    cluster_kill "$victim"
     if [ "$state" = running ] && [ "$round" -lt "$rounds" ]; then
         landed=$((landed + 1))
         log "kill $k/$kills: $victim while the job trains round $((round + 1))/$rounds"
@@ -95,15 +66,14 @@ for ((k = 1; k <= kills; k++)); do
         log "kill $k/$kills: $victim, but the job is $state $round (it should still be training)"
     fi
     sleep "0.$((1 + RANDOM % 5))"
-    start "$victim"
-    if [ "$victim" = broker ]; then wait_for_broker; fi
+    cluster_start "$victim" || { log "FAILED: $victim did not come back"; exit 1; }
 done
 log "$landed of $kills kills landed while the job was training"
 [ "$landed" -eq "$kills" ] || { log "FAILED: only $landed of $kills kills landed while the job was training"; exit 1; }
 
 log "no more kills; waiting for the job to finish"
-final=$(job wait "$jobId" --json | "$py" -c "import json,sys; print(json.load(sys.stdin)['weightsHash'])" 2>/dev/null || true)
-state=$(job status "$jobId" --json | "$py" -c "import json,sys; print(json.load(sys.stdin)['state'])")
+final=$(job wait "$jobId" --json | cluster_field weightsHash 2>/dev/null || true)
+state=$(job status "$jobId" --json | cluster_field state)
 [ "$state" = finished ] || { log "FAILED: the job is $state"; exit 1; }
 [ "$final" = "$baseline" ] || { log "FAILED: final weights $final differ from the undisturbed run $baseline"; exit 1; }
 log "final weights equal the undisturbed run bit for bit"

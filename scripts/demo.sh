@@ -5,38 +5,24 @@
 set -euo pipefail
 build=${1:-build}
 job=${2:-examples/jobs/fashion-mnist-mlp.json}
-bin=$build/app
-work=$(mktemp -d "${TMPDIR:-/tmp}/tessera-demo.XXXXXX")
-port=$(/usr/bin/python3 "$(dirname "$0")/free_port.py")
-broker="tcp://127.0.0.1:$port"
-pids=()
-
-cleanup() {
-    for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null || true; done
-    wait 2>/dev/null || true
-}
-trap cleanup EXIT INT TERM
+. "$(dirname "$0")/lib/cluster.sh"
+cluster_init "$build/app" "$(mktemp -d "${TMPDIR:-/tmp}/tessera-demo.XXXXXX")"
+trap cluster_stop EXIT INT TERM
 
 # A local broker: its faucet funds the job owner and bonds the nodes' stake.
-printf '[Broker]\nDataDirectory=%s/broker\nFaucet=true\n' "$work" > "$work/broker.ini"
-"$bin/tessera-broker" --config "$work/broker.ini" --bind "$broker" > "$work/broker.log" 2>&1 &
-pids+=($!)
-for n in 1 2; do
-    printf '[Node]\nDataDirectory=%s/node%s\nName=demo-node-%s\n' "$work" "$n" "$n" > "$work/node$n.ini"
-    "$bin/tessera-node" --config "$work/node$n.ini" run --broker "$broker" > "$work/node$n.log" 2>&1 &
-    pids+=($!)
-done
-echo "Broker at $broker and two nodes started (logs in $work)"
+cluster_broker
+for n in 1 2; do cluster_node "demo-node-$n"; done
+echo "Broker at $CLUSTER_ENDPOINT and two nodes started (logs in $CLUSTER_DIR)"
 
-id=$("$bin/tessera-job" --config /dev/null --identity "$work/owner.key" --broker "$broker" submit "$job" | tail -n 1)
+id=$(cluster_job submit "$job")
 echo "Submitted $job as job $id"
-"$bin/tessera-job" --config /dev/null --identity "$work/owner.key" --broker "$broker" wait "$id"
-"$bin/tessera-job" --config /dev/null --identity "$work/owner.key" --broker "$broker" fetch "$id" -o "$work/model.pt"
-"$bin/tessera-job" --config /dev/null --identity "$work/owner.key" --broker "$broker" ledger
+cluster_job wait "$id"
+cluster_job fetch "$id" -o "$CLUSTER_DIR/model.pt"
+cluster_job ledger
 for n in 1 2; do
-    key=$(sed -n 's/^public //p' "$work/node$n/node.key")
-    earned=$("$bin/tessera-job" --config /dev/null --identity "$work/owner.key" --broker "$broker" balance "$key" | sed 's/.*: \([0-9.]* credits, [0-9.]* bonded\)$/\1/')
-    echo "demo-node-$n earned: $earned"
+    key=$(sed -n 's/^public //p' "$CLUSTER_DIR/demo-node-$n/node.key")
+    account=$(cluster_job balance "$key" --json)
+    echo "demo-node-$n earned: $(cluster_field balance <<<"$account") credits, $(cluster_field stake <<<"$account") bonded"
 done
-echo "The trained weights are in $work/model.pt:"
-echo "  /usr/bin/python3 -c \"import torch; print({k: tuple(v.shape) for k, v in torch.load('$work/model.pt').items()})\""
+echo "The trained weights are in $CLUSTER_DIR/model.pt:"
+echo "  /usr/bin/python3 -c \"import torch; print({k: tuple(v.shape) for k, v in torch.load('$CLUSTER_DIR/model.pt').items()})\""

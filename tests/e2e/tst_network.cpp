@@ -22,6 +22,7 @@
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -62,7 +63,11 @@ int freePort()
     qFatal("no free port between 20000 and the kernel's ephemeral range");
 }
 
-// A broker and nodes in a scratch folder, stopped (SIGKILL) when the cluster goes out of scope.
+// A broker and nodes in a scratch folder, stopped (SIGKILL) when the cluster goes out of scope, on
+// the rules of scripts/lib/cluster.sh: a free port below the ephemeral range, `[Broker]
+// DataDirectory, Faucet` plus the test's settings (CanaryPercent=0 unless a test says otherwise: the
+// tests count payments), the broker counts as started once `tessera-job list` answers (120 s), each
+// node `[Node] DataDirectory, Name`, every process appends to NAME.log, the owner is owner.key.
 class Cluster {
 public:
     Cluster()
@@ -97,8 +102,8 @@ public:
                 + extra,
             QStringLiteral("broker"));
         // A plaintext broker answers before the test goes on (a loaded machine starts it slowly).
-        if (extra.isEmpty() && !QTest::qWaitFor([&] { return job({ QStringLiteral("list") }, 5'000).exitCode == 0; }, 60'000))
-            qWarning("the broker did not answer within 60 s: %s", qPrintable(log(QStringLiteral("broker"))));
+        if (extra.isEmpty() && !QTest::qWaitFor([&] { return job({ QStringLiteral("list") }, 5'000).exitCode == 0; }, 120'000))
+            qWarning("the broker did not answer within 120 s: %s", qPrintable(log(QStringLiteral("broker"))));
         return m_broker;
     }
 
@@ -255,6 +260,8 @@ private:
         auto process = std::make_unique<QProcess>();
         process->setProcessChannelMode(QProcess::MergedChannels);
         process->setStandardOutputFile(path(log + QStringLiteral(".log")), QIODevice::Append);
+        // A test that dies (a watchdog's abort) takes its cluster with it.
+        process->setChildProcessModifier([] { ::prctl(PR_SET_PDEATHSIG, SIGKILL); });
         process->start(program, arguments);
         process->waitForStarted();
         m_processes.push_back(std::move(process));

@@ -18,25 +18,23 @@ if [ -z "${TESSERA_DISK_FULL_NS:-}" ]; then
     exec env TESSERA_DISK_FULL_NS=1 "${ns[@]}" "$0" "$@"
 fi
 
-bin="$build/app"
 py=/usr/bin/python3
 scratch=$(mktemp -d)
-port=$(/usr/bin/python3 "$(dirname "$0")/../../scripts/free_port.py")
-endpoint="tcp://127.0.0.1:$port"
-declare -A pids
+. "$(dirname "$0")/../../scripts/lib/cluster.sh"
+cluster_init "$build/app" "$scratch"
 cleanup() {
-    for pid in "${pids[@]}"; do kill -9 "$pid" 2>/dev/null || true; done
-    wait 2>/dev/null || true
+    cluster_stop
     umount "$scratch/broker" "$scratch/node" 2>/dev/null || true
     rm -rf "$scratch"
 }
 trap cleanup EXIT
 log() { echo "disk-full: $*"; }
 fail() { log "FAILED: $*"; for f in "$scratch"/*.log; do echo "--- $f"; tail -20 "$f"; done; exit 1; }
-job() { "$bin/tessera-job" --config /dev/null --identity "$scratch/owner.key" --broker "$endpoint" "$@"; }
+job() { cluster_job "$@"; }
 fill() { dd if=/dev/zero of="$1/filler" bs=64k 2>/dev/null || true; sync; }
 free_kb() { df --output=avail -k "$1" | tail -1 | tr -d ' '; }
 
+# The broker's and the node's data folders are small disks of their own.
 mkdir -p "$scratch/broker" "$scratch/node"
 mount -t tmpfs -o size=24m tmpfs "$scratch/broker"
 mount -t tmpfs -o size=24m tmpfs "$scratch/node"
@@ -47,15 +45,10 @@ cat > "$scratch/job.json" <<JOB
   "training": { "rounds": 2, "shardsPerRound": 2, "localSteps": 20, "batchSize": 32, "seed": 5, "checkpointInterval": 10 },
   "budget": "20", "verification": { "rate": 0 } }
 JOB
-"$bin/tessera-node" --config /dev/null train-local "$scratch/job.json" --out "$scratch/local" >/dev/null
-baseline=$("$py" -c "import json,sys; print(json.load(open(sys.argv[1]))['finalWeightsHash'])" "$scratch/local/report.json")
+"$build/app/tessera-node" --config /dev/null train-local "$scratch/job.json" --out "$scratch/local" >/dev/null
+baseline=$(cluster_field finalWeightsHash < "$scratch/local/report.json")
 
-printf '[Broker]\nDataDirectory=%s/broker/data\nFaucet=true\nCanaryPercent=0\nSamplingWarmup=0\nSelfVerifyAfterSeconds=2\n' \
-    "$scratch" > "$scratch/broker.ini"
-printf '[Node]\nDataDirectory=%s/node/data\nName=node\n' "$scratch" > "$scratch/node.ini"
-"$bin/tessera-broker" --config "$scratch/broker.ini" --bind "$endpoint" >>"$scratch/broker.log" 2>&1 &
-pids[broker]=$!
-until job list >/dev/null 2>&1; do kill -0 "${pids[broker]}" 2>/dev/null || fail "the broker did not start"; sleep 0.2; done
+cluster_broker $'CanaryPercent=0\nSamplingWarmup=0\nSelfVerifyAfterSeconds=2' || fail "the broker did not start"
 balance() { job balance owner --json 2>/dev/null || job balance 2>&1; }
 
 # 1. A model file larger than the broker's disk: the upload is refused, the partial blob removed.
@@ -70,7 +63,7 @@ if out=$(job submit "$scratch/big.json" 2>&1); then fail "a 40 MB upload to a 24
 log "40 MB model on a 24 MB disk: $(echo "$out" | tail -1)"
 grep -q "the broker's disk is full" <<<"$out" || fail "the refusal does not name the full disk: $out"
 grep -q "$scratch" <<<"$out" && fail "the refusal shows the broker's paths: $out"
-kill -0 "${pids[broker]}" || fail "the broker died"
+kill -0 "${CLUSTER_PIDS[broker]}" || fail "the broker died"
 after=$(free_kb "$scratch/broker")
 [ "$after" -ge $((before - 1024)) ] || fail "the partial upload still takes $((before - after)) kB"
 
@@ -86,39 +79,32 @@ job ledger >/dev/null || fail "the ledger's invariants do not hold after a full 
 rm -f "$scratch/broker/filler"
 
 # 3. The node's disk is full: it cannot keep what it downloads or computes; it says so and lives on.
-mkdir -p "$scratch/node/data"
-"$bin/tessera-node" --config "$scratch/node.ini" run --broker "$endpoint" >>"$scratch/node.log" 2>&1 &
-pids[node]=$!
+cluster_node node
 # Its keys and database are written before it registers; then its disk fills.
-deadline=$((SECONDS + 120))
-until grep -q "registered with" "$scratch/node.log"; do
-    kill -0 "${pids[node]}" 2>/dev/null || fail "the node did not start"
-    [ $SECONDS -lt $deadline ] || fail "the node did not register in 120 s"
-    sleep 0.2
-done
+cluster_wait_registered node || fail "the node did not register"
 fill "$scratch/node"
-jobId=$(job submit "$scratch/job.json" | tail -1) || fail "the job was refused once space was freed"
+jobId=$(job submit "$scratch/job.json") || fail "the job was refused once space was freed"
 log "job $jobId submitted to a node whose disk is full"
 deadline=$((SECONDS + 120))
 until grep -q "the disk is full" "$scratch/node.log" || [ $SECONDS -ge $deadline ]; do
-    kill -0 "${pids[node]}" 2>/dev/null || fail "the node died on a full disk"
+    kill -0 "${CLUSTER_PIDS[node]}" 2>/dev/null || fail "the node died on a full disk"
     sleep 0.2
 done
 grep -q "the disk is full" "$scratch/node.log" || fail "the node's log never names its full disk"
 log "node: $(grep "the disk is full" "$scratch/node.log" | head -1)"
-kill -0 "${pids[node]}" || fail "the node died on a full disk"
+kill -0 "${CLUSTER_PIDS[node]}" || fail "the node died on a full disk"
 rm -f "$scratch/node/filler"
 
 # 4. Space again: the job finishes with the bits of the undisturbed run; nothing is corrupt.
-final=$(job wait "$jobId" --json | "$py" -c "import json,sys; print(json.load(sys.stdin)['weightsHash'])") \
+final=$(job wait "$jobId" --json | cluster_field weightsHash) \
     || fail "the job did not finish"
 [ "$final" = "$baseline" ] || fail "final weights $final differ from the undisturbed run $baseline"
 job ledger >/dev/null || fail "the ledger's invariants do not hold"
 # The shard the node gave back is held against nobody.
 failed=$(job nodes --json | "$py" -c "import json,sys; print(sum(n['shardsFailed'] for n in json.load(sys.stdin)))")
 [ "$failed" = 0 ] || fail "a shard given back on a full disk counted as failed ($failed)"
-kill "${pids[broker]}" "${pids[node]}"; wait "${pids[broker]}" "${pids[node]}" 2>/dev/null || true
-for db in "$scratch/broker/data/broker.sqlite" "$scratch/node/data/node.sqlite"; do
+cluster_stop
+for db in "$scratch/broker/broker.sqlite" "$scratch/node/node.sqlite"; do
     [ "$(sqlite3 "$db" 'PRAGMA integrity_check')" = ok ] || fail "$db is corrupt"
 done
 log "passed: refusals name the disk, nothing lost, the job finished with the undisturbed run's bits"
