@@ -1,6 +1,7 @@
 #include "brokerclient.h"
 
 #include "framing.h"
+#include "messages.h"
 
 #include <QDir>
 #include <QFile>
@@ -9,6 +10,16 @@
 #include <zmq_addon.hpp>
 
 namespace tessera::net {
+
+namespace {
+
+// An ERROR reply as the error it names.
+core::Error refusal(const Message& reply)
+{
+    return core::Error { reply.header.value(fields::Code).toString(), reply.header.value(fields::Message).toString() };
+}
+
+} // namespace
 
 struct BrokerClient::Private {
     BrokerAddress broker;
@@ -68,19 +79,18 @@ core::Result<Message> BrokerClient::receive()
 core::Result<QJsonObject> BrokerClient::request(Command command, QJsonObject header)
 {
     const qint64 id = d->nextId++;
-    header.insert(QStringLiteral("id"), id);
-    if (!d->plaintextAccount.isEmpty() && !header.contains(QStringLiteral("owner")))
-        header.insert(QStringLiteral("owner"), d->plaintextAccount);
+    header.insert(fields::Id, id);
+    if (!d->plaintextAccount.isEmpty() && !header.contains(fields::Owner))
+        header.insert(fields::Owner, d->plaintextAccount);
     send({ command, header, {} });
     for (;;) {
         auto reply = receive();
         if (!reply)
             return reply.error();
-        if (reply->header.value(QStringLiteral("id")).toInteger(-1) != id)
+        if (reply->header.value(fields::Id).toInteger(-1) != id)
             continue; // a late answer to an earlier request
         if (reply->command == Command::Error)
-            return core::Error { reply->header.value(QStringLiteral("code")).toString(),
-                reply->header.value(QStringLiteral("message")).toString() };
+            return refusal(*reply);
         return reply->header;
     }
 }
@@ -95,11 +105,7 @@ core::Result<core::Digest> BrokerClient::upload(
     while (!complete) {
         while (inFlight < MaxCreditChunks && sent < bytes.size()) {
             const auto length = std::min<std::int64_t>(MaxChunkBytes, bytes.size() - sent);
-            send({ Command::Put,
-                QJsonObject { { QStringLiteral("sha256"), digest.toHex() },
-                    { QStringLiteral("offset"), static_cast<qint64>(sent) },
-                    { QStringLiteral("size"), static_cast<qint64>(bytes.size()) } },
-                bytes.mid(sent, length) });
+            send({ Command::Put, PutRequest { digest, sent, bytes.size() }.toHeader(), bytes.mid(sent, length) });
             sent += length;
             ++inFlight;
         }
@@ -107,30 +113,33 @@ core::Result<core::Digest> BrokerClient::upload(
         if (!reply)
             return reply.error();
         if (reply->command == Command::Error)
-            return core::Error { reply->header.value(QStringLiteral("code")).toString(),
-                reply->header.value(QStringLiteral("message")).toString() };
+            return refusal(*reply);
+        auto put = PutReply::fromHeader(reply->header);
+        if (!put)
+            return put.error();
         --inFlight;
-        complete = reply->header.value(QStringLiteral("complete")).toBool();
+        complete = put->complete;
         if (progress)
-            progress(reply->header.value(QStringLiteral("received")).toInteger(), bytes.size());
+            progress(put->received, bytes.size());
     }
     return digest;
 }
 
 core::Result<QByteArray> BrokerClient::jobWeights(const QString& jobId)
 {
-    auto reply = request(Command::Status, { { QStringLiteral("jobId"), jobId } });
+    auto reply = request(Command::Status, JobRequest { jobId }.toHeader());
     if (!reply)
         return reply.error();
-    const auto job = reply->value(QStringLiteral("job")).toObject();
+    auto status = StatusReply::fromHeader(*reply);
+    if (!status)
+        return status.error();
     // Another identity sees only a job's progress (docs/PROTOCOL.md, "Who may do what").
-    if (!job.contains(QStringLiteral("weightsSha256")))
+    if (!status->job.full)
         return core::Error { QStringLiteral("forbidden"),
             QStringLiteral("job %1 is not yours: only its owner may fetch its weights").arg(jobId) };
-    auto digest = core::Digest::fromHex(job.value(QStringLiteral("weightsSha256")).toString());
-    if (!digest)
+    if (status->job.weightsBlob.isNull())
         return core::Error { QStringLiteral("jobId"), QStringLiteral("the broker named no weights for job %1").arg(jobId) };
-    return download(*digest);
+    return download(status->job.weightsBlob);
 }
 
 core::Result<QByteArray> BrokerClient::download(
@@ -142,11 +151,7 @@ core::Result<QByteArray> BrokerClient::download(
     std::int64_t requested = 0;
     int inFlight = 0;
     auto ask = [&](std::int64_t length) {
-        send({ Command::Get,
-            QJsonObject { { QStringLiteral("sha256"), digest.toHex() },
-                { QStringLiteral("offset"), static_cast<qint64>(requested) },
-                { QStringLiteral("length"), static_cast<qint64>(length) } },
-            {} });
+        send({ Command::Get, GetRequest { digest, requested, length }.toHeader(), {} });
         requested += length;
         ++inFlight;
     };
@@ -158,14 +163,16 @@ core::Result<QByteArray> BrokerClient::download(
         if (!reply)
             return reply.error();
         if (reply->command == Command::Error)
-            return core::Error { reply->header.value(QStringLiteral("code")).toString(),
-                reply->header.value(QStringLiteral("message")).toString() };
+            return refusal(*reply);
         if (reply->command != Command::Chunk)
             continue;
+        auto chunk = ChunkHeader::fromHeader(reply->header);
+        if (!chunk)
+            return chunk.error();
         --inFlight;
-        if (reply->header.value(QStringLiteral("offset")).toInteger(-1) != bytes.size())
+        if (chunk->offset != bytes.size())
             return core::Error { QStringLiteral("broker"), QStringLiteral("blob ranges arrived out of order") };
-        size = reply->header.value(QStringLiteral("size")).toInteger(-1);
+        size = chunk->size;
         hasher.addData(reply->payload);
         bytes.append(reply->payload);
         if (progress)

@@ -1,5 +1,7 @@
 #include "protocol.h"
 
+#include "messages.h"
+
 #include <QJsonDocument>
 #include <QJsonParseError>
 
@@ -168,19 +170,19 @@ core::Result<Message, ProtocolError> decode(const QList<QByteArray>& frames)
 
 Message errorMessage(const QString& code, const QString& text, int re, const QJsonValue& id)
 {
-    QJsonObject header { { QStringLiteral("code"), code }, { QStringLiteral("message"), text } };
+    QJsonObject header { { fields::Code, code }, { fields::Message, text } };
     if (re >= 0)
-        header.insert(QStringLiteral("re"), re);
+        header.insert(fields::Re, re);
     if (!id.isUndefined() && !id.isNull())
-        header.insert(QStringLiteral("id"), id);
+        header.insert(fields::Id, id);
     return { Command::Error, header, {} };
 }
 
-Message okMessage(const QJsonValue& id, QJsonObject fields)
+Message okMessage(const QJsonValue& id, QJsonObject header)
 {
     if (!id.isUndefined() && !id.isNull())
-        fields.insert(QStringLiteral("id"), id);
-    return { Command::Ok, fields, {} };
+        header.insert(fields::Id, id);
+    return { Command::Ok, header, {} };
 }
 
 } // namespace tessera::net

@@ -1,6 +1,7 @@
 // tessera-broker: the job broker daemon, and the operator's commands on its books. Wiring only:
 // settings, the compute-backed training math, the Broker (core) and its network loop (net).
 
+#include <app/common/cli.h>
 #include <compute/brokermath.h>
 #include <core/broker/broker.h>
 #include <core/broker/operator.h>
@@ -28,17 +29,13 @@ void requestStop(int)
     stopRequested.store(true);
 }
 
-int fail(const QString& message)
-{
-    QTextStream(stderr) << "tessera-broker: " << message << Qt::endl;
-    return 1;
-}
+using tessera::app::cli::fail;
 
 // The operator's commands: they act on the broker's database, also while the broker runs.
 int operatorCommand(const QStringList& positional, const QString& dataDirectory, const QCommandLineParser& parser)
 {
     using namespace tessera;
-    QTextStream out(stdout);
+    auto& out = app::cli::out();
     const QString command = positional.first();
     const bool json = parser.isSet(QStringLiteral("json"));
     if (command == u"credit" && positional.size() == 3) {
@@ -50,14 +47,12 @@ int operatorCommand(const QStringList& positional, const QString& dataDirectory,
         if (!credited)
             return fail(credited.error().toString());
         if (json)
-            out << QJsonDocument(
+            return app::cli::printJson(QJsonDocument(
                 QJsonObject { { QStringLiteral("account"), positional[1] }, { QStringLiteral("credited"), amount->toString() },
-                    { QStringLiteral("cause"), credited->cause }, { QStringLiteral("balance"), credited->balance.toString() } })
-                       .toJson();
-        else
-            out << "credited " << amount->toString() << " credits to " << positional[1] << " (" << credited->cause
-                << "; its holder fetches the signed receipt with tessera-job receipt " << credited->cause << "); balance "
-                << credited->balance.toString() << Qt::endl;
+                    { QStringLiteral("cause"), credited->cause }, { QStringLiteral("balance"), credited->balance.toString() } }));
+        out << "credited " << amount->toString() << " credits to " << positional[1] << " (" << credited->cause
+            << "; its holder fetches the signed receipt with tessera-job receipt " << credited->cause << "); balance "
+            << credited->balance.toString() << Qt::endl;
         return 0;
     }
     if (command == u"balance" && positional.size() == 2) {
@@ -65,16 +60,15 @@ int operatorCommand(const QStringList& positional, const QString& dataDirectory,
         if (!account)
             return fail(account.error().toString());
         if (json)
-            out << QJsonDocument(*account).toJson();
-        else
-            out << positional[1] << ": " << account->value(QStringLiteral("balance")).toString() << " credits, "
-                << account->value(QStringLiteral("stake")).toString() << " bonded, "
-                << account->value(QStringLiteral("unbonding")).toString() << " unbonding" << Qt::endl;
+            return app::cli::printJson(QJsonDocument(*account));
+        out << positional[1] << ": " << account->value(QStringLiteral("balance")).toString() << " credits, "
+            << account->value(QStringLiteral("stake")).toString() << " bonded, "
+            << account->value(QStringLiteral("unbonding")).toString() << " unbonding" << Qt::endl;
         return 0;
     }
-    QTextStream(stderr) << "usage: tessera-broker [--config FILE] [--data DIR] credit ACCOUNT AMOUNT [--memo TEXT] [--json]\n"
-                           "       tessera-broker [--config FILE] [--data DIR] balance ACCOUNT [--json]"
-                        << Qt::endl;
+    app::cli::err() << "usage: tessera-broker [--config FILE] [--data DIR] credit ACCOUNT AMOUNT [--memo TEXT] [--json]\n"
+                       "       tessera-broker [--config FILE] [--data DIR] balance ACCOUNT [--json]"
+                    << Qt::endl;
     return 2;
 }
 

@@ -115,7 +115,7 @@ core::Status DesktopApp::start()
     });
     connect(&dashboard, &ui::Dashboard::cancelJob, this, [this](const QString& jobId) {
         if (auto first = brokers(); !first.isEmpty()) {
-            auto reply = askBroker(net::Command::Cancel, { { QStringLiteral("jobId"), jobId } });
+            auto reply = askBroker(net::Command::Cancel, net::JobRequest { jobId }.toHeader());
             note(reply ? QStringLiteral("info") : QStringLiteral("error"), QStringLiteral("jobs"),
                 reply ? QStringLiteral("cancelled %1").arg(jobId) : reply.error().message);
         }
@@ -567,10 +567,13 @@ core::Result<QString> DesktopApp::submit(core::JobSpec spec)
     net::BrokerClient client(list.first(), identityKeys(), 30'000);
     if (auto uploaded = client.uploadJobFiles(spec, QDir::currentPath()); !uploaded)
         return uploaded.error();
-    auto reply = client.request(net::Command::Submit, { { QStringLiteral("job"), spec.toJson() } });
+    auto reply = client.request(net::Command::Submit, net::SubmitRequest { spec }.toHeader());
     if (!reply)
         return core::Error { QStringLiteral("broker"), reply.error().message };
-    return reply->value(QStringLiteral("jobId")).toString();
+    auto submitted = net::SubmitReply::fromHeader(*reply);
+    if (!submitted)
+        return submitted.error();
+    return submitted->jobId;
 }
 
 core::Status DesktopApp::saveModel(const QString& jobId, const QString& path)

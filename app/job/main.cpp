@@ -1,6 +1,7 @@
 // tessera-job: the job owner's command line. Wiring only: the protocol lives in net/BrokerClient.
 // One function per command, dispatched from one table (which also writes the help).
 
+#include <app/common/cli.h>
 #include <core/jobspec.h>
 #include <core/settings/settings.h>
 #include <core/signing.h>
@@ -25,24 +26,9 @@ using namespace tessera;
 
 namespace {
 
-QTextStream& out()
-{
-    static QTextStream stream(stdout);
-    return stream;
-}
-
-int fail(const QString& message)
-{
-    QTextStream(stderr) << "tessera-job: " << message << Qt::endl;
-    return 1;
-}
-
-// Prints exactly one JSON document on stdout (what --json promises scripts).
-int printJson(const QJsonDocument& document)
-{
-    out() << document.toJson() << Qt::flush;
-    return 0;
-}
+using app::cli::fail;
+using app::cli::out;
+using app::cli::printJson;
 
 // What a command is given: its parsed arguments and, on first use, the owner's identity and a
 // connection to the broker made with it.

@@ -3,6 +3,7 @@
 #include "../common/computeexecutor.h"
 #include "../common/nodesetup.h"
 
+#include <app/common/cli.h>
 #include <compute/benchmark.h>
 #include <compute/devices/devices.h>
 #include <compute/environment.h>
@@ -11,6 +12,7 @@
 #include <compute/shardrun.h>
 #include <compute/weights.h>
 #include <core/benchmark.h>
+#include <core/broker/records.h>
 #include <core/jobspec.h>
 #include <core/settings/settings.h>
 #include <core/signing.h>
@@ -43,23 +45,10 @@ namespace tessera::app {
 
 namespace {
 
-QTextStream& out()
-{
-    static QTextStream stream(stdout);
-    return stream;
-}
-
-QTextStream& err()
-{
-    static QTextStream stream(stderr);
-    return stream;
-}
-
-int fail(const QString& message)
-{
-    err() << "tessera-node: " << message << Qt::endl;
-    return 1;
-}
+using cli::err;
+using cli::fail;
+using cli::out;
+using cli::printJson;
 
 const char* Usage = R"(Usage: tessera-node [--config FILE] COMMAND [ARGS]
 
@@ -245,7 +234,7 @@ int benchmark(const QStringList& args, const core::settings::Settings& settings)
             return fail(status.error().toString());
     }
     if (json)
-        out() << QJsonDocument(record.toJson()).toJson() << Qt::flush;
+        printJson(QJsonDocument(record.toJson()));
     else
         printBenchmark(record);
     return 0;
@@ -267,7 +256,7 @@ int results(const QStringList& args, const core::settings::Settings& settings)
         QJsonArray array;
         for (const auto& entry : *list)
             array.append(entry.toJson());
-        out() << QJsonDocument(array).toJson() << Qt::flush;
+        printJson(QJsonDocument(array));
         return 0;
     }
     for (const auto& entry : *list)
@@ -549,13 +538,11 @@ int balance(const QStringList& args, const core::settings::Settings& settings)
     auto reply = client.request(net::Command::Balance, {});
     if (!reply)
         return fail(reply.error().message);
-    reply->remove(QStringLiteral("id"));
-    if (parser.isSet(QStringLiteral("json"))) {
-        out() << QJsonDocument(*reply).toJson() << Qt::flush;
-        return 0;
-    }
-    out() << reply->value(QStringLiteral("account")).toString() << ": " << reply->value(QStringLiteral("balance")).toString()
-          << " credits earned and held, " << reply->value(QStringLiteral("stake")).toString() << " bonded" << Qt::endl;
+    const auto account = core::broker::AccountRecord::fromJson(*reply);
+    if (parser.isSet(QStringLiteral("json")))
+        return printJson(QJsonDocument(account.toJson()));
+    out() << account.account << ": " << account.balance.toString() << " credits earned and held, " << account.stake.toString()
+          << " bonded" << Qt::endl;
     return 0;
 }
 
