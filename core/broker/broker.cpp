@@ -126,16 +126,6 @@ Status Broker::loadRunning()
     return {};
 }
 
-Result<JobRow> Broker::jobOf(const QString& jobId)
-{
-    auto job = m_store->job(jobId);
-    if (!job)
-        return job.error();
-    if (!*job)
-        return Error { QStringLiteral("jobId"), QStringLiteral("no job %1").arg(jobId) };
-    return **job;
-}
-
 // --- jobs ----------------------------------------------------------------------------------------
 
 Result<Quote> Broker::quoteFor(const JobSpec& spec)
@@ -218,7 +208,7 @@ Result<QString> Broker::submit(const JobSpec& spec, const QString& owner)
 
 Result<JobStatus> Broker::status(const QString& jobId)
 {
-    auto job = jobOf(jobId);
+    auto job = m_store->existingJob(jobId);
     if (!job)
         return job.error();
     const auto spec = job->spec();
@@ -259,7 +249,7 @@ Result<QList<JobStatus>> Broker::list()
 
 Status Broker::cancel(const QString& jobId)
 {
-    auto job = jobOf(jobId);
+    auto job = m_store->existingJob(jobId);
     if (!job)
         return job.error();
     if (job->state != JobState::Running)
@@ -279,7 +269,7 @@ Status Broker::cancel(const QString& jobId)
 
 Status Broker::refund(const QString& jobId)
 {
-    auto job = jobOf(jobId);
+    auto job = m_store->existingJob(jobId);
     if (!job)
         return job.error();
     if (auto closed = m_verifier->closeChecksOf(jobId); !closed)
@@ -544,7 +534,7 @@ Status Broker::finishRoundIfComplete(const QString& jobId, const JobSpec& spec, 
         return results.error();
     if (!*results)
         return {};
-    auto job = jobOf(jobId);
+    auto job = m_store->existingJob(jobId);
     if (!job)
         return job.error();
     auto aggregated = aggregateRound(*job, spec, round, **results);

@@ -129,7 +129,6 @@ private:
         SigningKeys signing);
     Status recover();
     Status loadRunning();
-    Result<JobRow> jobOf(const QString& jobId);
     Status checkSubmittable(const JobSpec& spec, const QString& owner);
     Result<Acceptance> acceptTraining(const AssignmentRow& assignment, const ShardResult& result);
     Result<Acceptance> acceptFailure(const AssignmentRow& assignment, const ShardResult& result);

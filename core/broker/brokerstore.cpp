@@ -263,6 +263,16 @@ Result<std::optional<JobRow>> BrokerStore::job(const QString& id)
     return first<JobRow>(query(*m_db, QStringLiteral("SELECT %1 FROM jobs WHERE id = ?").arg(jobs::Columns), id), readJob);
 }
 
+Result<JobRow> BrokerStore::existingJob(const QString& id)
+{
+    auto row = job(id);
+    if (!row)
+        return row.error();
+    if (!*row)
+        return Error { QStringLiteral("jobId"), QStringLiteral("no job %1").arg(id) };
+    return **row;
+}
+
 Result<QList<JobRow>> BrokerStore::jobs()
 {
     auto rows = query(*m_db, QStringLiteral("SELECT %1 FROM jobs ORDER BY created_at, id").arg(jobs::Columns));

@@ -123,6 +123,7 @@ public:
     // Jobs and their rounds.
     Status insertJob(const JobRow& job);
     Result<std::optional<JobRow>> job(const QString& id);
+    Result<JobRow> existingJob(const QString& id); // an error names the missing job
     Result<QList<JobRow>> jobs(); // in submission order
     Result<QList<JobRow>> runningJobs();
     Result<std::int64_t> runningJobsOf(const QString& owner);

@@ -7,142 +7,62 @@ namespace tessera::core::broker {
 namespace {
 
 // One table per enum, in the enum's order.
-constexpr std::array JobStates { "running", "finished", "cancelled", "failed" };
-constexpr std::array AssignmentStates { "active", "answered", "failed", "returned", "expired" };
-constexpr std::array AssignmentKinds { "train", "verify", "canary" };
-constexpr std::array ResultStates { "accepted", "sampled", "verified" };
-constexpr std::array CheckKinds { "sample", "canary" };
-constexpr std::array CheckStates { "waiting", "running", "disputed", "verified", "rejected", "closed", "cancelled" };
-constexpr std::array Losers { "none", "accused", "verifier", "both" };
+template<typename Enum> constexpr auto Names = nullptr;
+template<> constexpr std::array Names<JobState> { "running", "finished", "cancelled", "failed" };
+template<> constexpr std::array Names<AssignmentState> { "active", "answered", "failed", "returned", "expired" };
+template<> constexpr std::array Names<AssignmentKind> { "train", "verify", "canary" };
+template<> constexpr std::array Names<ResultState> { "accepted", "sampled", "verified" };
+template<> constexpr std::array Names<CheckKind> { "sample", "canary" };
+template<>
+constexpr std::array Names<CheckState> { "waiting", "running", "disputed", "verified", "rejected", "closed", "cancelled" };
+template<> constexpr std::array Names<Loser> { "none", "accused", "verifier", "both" };
 
-template<typename Enum, std::size_t N> QString name(const std::array<const char*, N>& table, Enum value)
+} // namespace
+
+template<typename Enum> QString nameOf(Enum value)
 {
     const auto index = std::size_t(value);
-    return index < N ? QString::fromLatin1(table[index]) : QString();
+    return index < Names<Enum>.size() ? QString::fromLatin1(Names<Enum>[index]) : QString();
 }
 
-template<typename Enum, std::size_t N> std::optional<Enum> lookup(const std::array<const char*, N>& table, QStringView name)
+template<typename Enum> std::optional<Enum> fromName(QStringView name)
 {
-    for (std::size_t i = 0; i < N; ++i) {
-        if (name == QLatin1String(table[i]))
+    for (std::size_t i = 0; i < Names<Enum>.size(); ++i) {
+        if (name == QLatin1String(Names<Enum>[i]))
             return Enum(i);
     }
     return std::nullopt;
 }
 
-template<std::size_t N> QStringList all(const std::array<const char*, N>& table)
+template<typename Enum> QStringList namesOf()
 {
     QStringList names;
-    for (const char* entry : table)
-        names.append(QString::fromLatin1(entry));
+    for (const char* name : Names<Enum>)
+        names.append(QString::fromLatin1(name));
     return names;
 }
 
-} // namespace
-
-QString nameOf(JobState state)
-{
-    return name(JobStates, state);
-}
-
-QString nameOf(AssignmentState state)
-{
-    return name(AssignmentStates, state);
-}
-
-QString nameOf(AssignmentKind kind)
-{
-    return name(AssignmentKinds, kind);
-}
-
-QString nameOf(ResultState state)
-{
-    return name(ResultStates, state);
-}
-
-QString nameOf(CheckKind kind)
-{
-    return name(CheckKinds, kind);
-}
-
-QString nameOf(CheckState state)
-{
-    return name(CheckStates, state);
-}
-
-QString nameOf(Loser loser)
-{
-    return name(Losers, loser);
-}
-
-template<> std::optional<JobState> fromName<JobState>(QStringView name)
-{
-    return lookup<JobState>(JobStates, name);
-}
-
-template<> std::optional<AssignmentState> fromName<AssignmentState>(QStringView name)
-{
-    return lookup<AssignmentState>(AssignmentStates, name);
-}
-
-template<> std::optional<AssignmentKind> fromName<AssignmentKind>(QStringView name)
-{
-    return lookup<AssignmentKind>(AssignmentKinds, name);
-}
-
-template<> std::optional<ResultState> fromName<ResultState>(QStringView name)
-{
-    return lookup<ResultState>(ResultStates, name);
-}
-
-template<> std::optional<CheckKind> fromName<CheckKind>(QStringView name)
-{
-    return lookup<CheckKind>(CheckKinds, name);
-}
-
-template<> std::optional<CheckState> fromName<CheckState>(QStringView name)
-{
-    return lookup<CheckState>(CheckStates, name);
-}
-
-template<> std::optional<Loser> fromName<Loser>(QStringView name)
-{
-    return lookup<Loser>(Losers, name);
-}
-
-template<> QStringList namesOf<JobState>()
-{
-    return all(JobStates);
-}
-
-template<> QStringList namesOf<AssignmentState>()
-{
-    return all(AssignmentStates);
-}
-
-template<> QStringList namesOf<AssignmentKind>()
-{
-    return all(AssignmentKinds);
-}
-
-template<> QStringList namesOf<ResultState>()
-{
-    return all(ResultStates);
-}
-
-template<> QStringList namesOf<CheckKind>()
-{
-    return all(CheckKinds);
-}
-
-template<> QStringList namesOf<CheckState>()
-{
-    return all(CheckStates);
-}
-
-template<> QStringList namesOf<Loser>()
-{
-    return all(Losers);
-}
+// The enums that have a table.
+template QString nameOf<JobState>(JobState);
+template std::optional<JobState> fromName<JobState>(QStringView);
+template QStringList namesOf<JobState>();
+template QString nameOf<AssignmentState>(AssignmentState);
+template std::optional<AssignmentState> fromName<AssignmentState>(QStringView);
+template QStringList namesOf<AssignmentState>();
+template QString nameOf<AssignmentKind>(AssignmentKind);
+template std::optional<AssignmentKind> fromName<AssignmentKind>(QStringView);
+template QStringList namesOf<AssignmentKind>();
+template QString nameOf<ResultState>(ResultState);
+template std::optional<ResultState> fromName<ResultState>(QStringView);
+template QStringList namesOf<ResultState>();
+template QString nameOf<CheckKind>(CheckKind);
+template std::optional<CheckKind> fromName<CheckKind>(QStringView);
+template QStringList namesOf<CheckKind>();
+template QString nameOf<CheckState>(CheckState);
+template std::optional<CheckState> fromName<CheckState>(QStringView);
+template QStringList namesOf<CheckState>();
+template QString nameOf<Loser>(Loser);
+template std::optional<Loser> fromName<Loser>(QStringView);
+template QStringList namesOf<Loser>();
 
 } // namespace tessera::core::broker

@@ -39,32 +39,11 @@ enum class CheckState { Waiting, Running, Disputed, Verified, Rejected, Closed, 
 // Who lost a check.
 enum class Loser { None, Accused, Verifier, Both };
 
-QString nameOf(JobState state);
-QString nameOf(AssignmentState state);
-QString nameOf(AssignmentKind kind);
-QString nameOf(ResultState state);
-QString nameOf(CheckKind kind);
-QString nameOf(CheckState state);
-QString nameOf(Loser loser);
-
-// The value with this name; nothing for a name that is not in the table.
+// The name of a value (nameOf(JobState::Running) is "running"), the value with a name (nothing for
+// a name that is not in the table), and every name of an enum in order. Defined in states.cpp for
+// the enums above.
+template<typename Enum> QString nameOf(Enum value);
 template<typename Enum> std::optional<Enum> fromName(QStringView name);
-template<> std::optional<JobState> fromName<JobState>(QStringView name);
-template<> std::optional<AssignmentState> fromName<AssignmentState>(QStringView name);
-template<> std::optional<AssignmentKind> fromName<AssignmentKind>(QStringView name);
-template<> std::optional<ResultState> fromName<ResultState>(QStringView name);
-template<> std::optional<CheckKind> fromName<CheckKind>(QStringView name);
-template<> std::optional<CheckState> fromName<CheckState>(QStringView name);
-template<> std::optional<Loser> fromName<Loser>(QStringView name);
-
-// Every name of an enum, in order (for the schema test and the docs).
 template<typename Enum> QStringList namesOf();
-template<> QStringList namesOf<JobState>();
-template<> QStringList namesOf<AssignmentState>();
-template<> QStringList namesOf<AssignmentKind>();
-template<> QStringList namesOf<ResultState>();
-template<> QStringList namesOf<CheckKind>();
-template<> QStringList namesOf<CheckState>();
-template<> QStringList namesOf<Loser>();
 
 } // namespace tessera::core::broker

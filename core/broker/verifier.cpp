@@ -111,19 +111,9 @@ Check Verifier::sampleOf(
     return check;
 }
 
-Result<JobRow> Verifier::jobOf(const QString& jobId)
-{
-    auto job = m_.store.job(jobId);
-    if (!job)
-        return job.error();
-    if (!*job)
-        return Error { QStringLiteral("jobId"), QStringLiteral("no job %1").arg(jobId) };
-    return **job;
-}
-
 Result<ShardTask> Verifier::taskOf(const Check& check)
 {
-    auto job = jobOf(check.jobId);
+    auto job = m_.store.existingJob(check.jobId);
     if (!job)
         return job.error();
     auto spec = job->spec();
@@ -477,7 +467,7 @@ Status Verifier::settle(Check& check, Loser loser, const QString& why, Penalty p
     // to another verifier.
     const bool recheck = sample && loser == Loser::Verifier;
     const bool retrain = sample && accusedLost;
-    auto job = jobOf(check.jobId);
+    auto job = m_.store.existingJob(check.jobId);
     if (!job)
         return job.error();
     const auto now = m_.clock.nowMs();
@@ -516,7 +506,7 @@ Status Verifier::settle(Check& check, Loser loser, const QString& why, Penalty p
 
 Status Verifier::payAccused(const Check& check, const QString& why)
 {
-    auto job = jobOf(check.jobId);
+    auto job = m_.store.existingJob(check.jobId);
     if (!job)
         return job.error();
     auto paid = m_.stakes.payFromEscrow(check.jobId, check.accused, job->pricePerShard,
@@ -565,7 +555,7 @@ Status Verifier::settleVerifier(const Check& check, Loser loser, const QString& 
         tell(check.verifier, check.verifierAssignment, QStringLiteral("slashed"), why);
         return {};
     }
-    auto job = jobOf(check.jobId);
+    auto job = m_.store.existingJob(check.jobId);
     if (!job)
         return job.error();
     auto paid
@@ -582,7 +572,7 @@ Status Verifier::settleVerifier(const Check& check, Loser loser, const QString& 
 
 Status Verifier::closeChecksOf(const QString& jobId)
 {
-    auto job = jobOf(jobId);
+    auto job = m_.store.existingJob(jobId);
     if (!job)
         return job.error();
     auto unpaid = m_.store.shardResultsIn(jobId, ResultState::Sampled);

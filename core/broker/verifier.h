@@ -75,7 +75,6 @@ public:
 private:
     enum class Penalty { Slash, None }; // None: the loser is only not paid (results of different arithmetic)
 
-    Result<JobRow> jobOf(const QString& jobId);
     Result<ShardTask> taskOf(const Check& check);
     Result<std::optional<Assignment>> handOut(Check& check, AssignmentKind kind, const NodeInfo& node);
     Result<std::optional<Assignment>> canaryFor(const NodeInfo& node);
