@@ -245,37 +245,24 @@ core::Result<GetRequest> GetRequest::fromHeader(const QJsonObject& header)
     return request;
 }
 
-QJsonObject ChunkHeader::toHeader() const
+template<Command C> QJsonObject BlobRange<C>::toHeader() const
 {
     return { { fields::Sha256, sha256.toHex() }, { fields::Offset, static_cast<qint64>(offset) },
         { fields::Size, static_cast<qint64>(size) } };
 }
 
-core::Result<ChunkHeader> ChunkHeader::fromHeader(const QJsonObject& header)
+template<Command C> core::Result<BlobRange<C>> BlobRange<C>::fromHeader(const QJsonObject& header)
 {
     JsonReader reader(header);
-    ChunkHeader chunk { reader.digest(fields::Sha256), reader.integer(fields::Offset, 0, MaxCount),
+    BlobRange range { reader.digest(fields::Sha256), reader.integer(fields::Offset, 0, MaxCount),
         reader.integer(fields::Size, 0, MaxCount) };
     if (!reader.ok())
         return reader.status().error();
-    return chunk;
+    return range;
 }
 
-QJsonObject PutRequest::toHeader() const
-{
-    return { { fields::Sha256, sha256.toHex() }, { fields::Offset, static_cast<qint64>(offset) },
-        { fields::Size, static_cast<qint64>(size) } };
-}
-
-core::Result<PutRequest> PutRequest::fromHeader(const QJsonObject& header)
-{
-    JsonReader reader(header);
-    PutRequest request { reader.digest(fields::Sha256), reader.integer(fields::Offset, 0, MaxCount),
-        reader.integer(fields::Size, 0, MaxCount) };
-    if (!reader.ok())
-        return reader.status().error();
-    return request;
-}
+template struct BlobRange<Command::Chunk>;
+template struct BlobRange<Command::Put>;
 
 QJsonObject PutReply::toHeader() const
 {

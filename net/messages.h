@@ -172,25 +172,17 @@ struct GetRequest {
     static core::Result<GetRequest> fromHeader(const QJsonObject& header);
 };
 
-// CHUNK's header; the bytes are the message's payload.
-struct ChunkHeader {
-    static constexpr Command command = Command::Chunk;
+// The header of CHUNK and PUT: a range of a blob, whose bytes are the message's payload.
+template<Command C> struct BlobRange {
+    static constexpr Command command = C;
     core::Digest sha256;
     std::int64_t offset = 0;
     std::int64_t size = 0; // of the whole blob
     QJsonObject toHeader() const;
-    static core::Result<ChunkHeader> fromHeader(const QJsonObject& header);
+    static core::Result<BlobRange> fromHeader(const QJsonObject& header);
 };
-
-// PUT's header; the bytes are the message's payload.
-struct PutRequest {
-    static constexpr Command command = Command::Put;
-    core::Digest sha256;
-    std::int64_t offset = 0;
-    std::int64_t size = 0; // of the whole blob
-    QJsonObject toHeader() const;
-    static core::Result<PutRequest> fromHeader(const QJsonObject& header);
-};
+using ChunkHeader = BlobRange<Command::Chunk>;
+using PutRequest = BlobRange<Command::Put>;
 
 struct PutReply {
     core::Digest sha256;
