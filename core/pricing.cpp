@@ -34,6 +34,33 @@ Quote Quote::fromJson(const QJsonObject& json)
     return q;
 }
 
+std::optional<std::int64_t> zooParameterCount(const JobSpec& spec)
+{
+    if (spec.model.source != ModelSpec::Source::Zoo)
+        return std::nullopt;
+    // In doubles (exact below 2^53) and saturated at the int64 range.
+    const bool fashion = spec.dataset.source == DatasetSpec::Source::Builtin;
+    constexpr double Classes = 10, Pixels = 28 * 28;
+    double parameters = 0.0;
+    auto dense = [&](double in, double out) { parameters += in * out + out; };
+    if (spec.model.zoo == u"cnn") {
+        const double c1 = spec.model.channels.value(0, 16), c2 = spec.model.channels.value(1, 32);
+        const double hidden = spec.model.hidden.value(0, 128);
+        parameters += 9.0 * c1 + c1 + c1 * 9.0 * c2 + c2;
+        dense(c2 * (fashion ? 7.0 * 7.0 : 1.0), hidden);
+        dense(hidden, Classes);
+    } else {
+        double width = fashion ? Pixels : 0.0;
+        for (const auto hidden : spec.model.hidden) {
+            dense(width, double(hidden));
+            width = double(hidden);
+        }
+        dense(width, Classes);
+    }
+    constexpr double Largest = 9.0e18;
+    return std::int64_t(std::min(parameters, Largest));
+}
+
 double trainingFlopsPerSample(const JobSpec& spec, std::int64_t parameterCount)
 {
     const bool fashion = spec.dataset.source == DatasetSpec::Source::Builtin;

@@ -4,6 +4,8 @@
 #include "error.h"
 #include "jobspec.h"
 
+#include <optional>
+
 namespace tessera::core {
 
 // What a job costs. Work is measured in work units of 1 GFLOP of training (forward and backward,
@@ -24,6 +26,11 @@ struct Quote {
     // What toJson wrote (a broker's QUOTE); a field that is missing or unreadable stays zero.
     static Quote fromJson(const QJsonObject& json);
 };
+
+// A zoo model's parameter count from its spec alone (nothing is built): exact on Fashion-MNIST;
+// for tensor files, whose input width the broker does not read here, a lower bound (the layers
+// after the first). Nothing for a TorchScript model. Saturates instead of overflowing.
+std::optional<std::int64_t> zooParameterCount(const JobSpec& spec);
 
 // Training FLOPs per sample: exact for zoo models on Fashion-MNIST; otherwise 6 x parameters.
 double trainingFlopsPerSample(const JobSpec& spec, std::int64_t parameterCount);

@@ -155,6 +155,9 @@ int main(int argc, char* argv[])
     brokerOptions.selfVerifyAfterMs = settings.intValue(names::BrokerSelfVerifyAfterSeconds) * 1000;
     brokerOptions.unbondingDelayMs = settings.intValue(names::BrokerUnbondingDelaySeconds) * 1000;
     brokerOptions.maxRunningJobsPerOwner = settings.intValue(names::BrokerMaxJobsPerOwner);
+    brokerOptions.maxParameters = settings.intValue(names::BrokerMaxParameters);
+    brokerOptions.maxAssignmentsPerNode = int(settings.intValue(names::BrokerMaxShardsPerNode));
+    brokerOptions.maxDeadlineMs = settings.intValue(names::BrokerMaxDeadlineSeconds) * 1000;
     auto broker = core::broker::Broker::open(dataDirectory, **blobs, math, clock, brokerOptions);
     if (!broker)
         return fail(broker.error().toString());

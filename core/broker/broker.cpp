@@ -53,6 +53,7 @@ Broker::Broker(std::unique_ptr<storage::Database> database, BlobStore& blobs, Tr
     , m_math(math)
     , m_clock(clock)
     , m_options(options)
+    , m_scheduler(options.stragglerFactor)
 {
     m_ledger = std::make_unique<ledger::Ledger>(m_store->database());
     if (m_options.randomSeed != 0)
@@ -128,10 +129,25 @@ Status Broker::loadRunning()
 
 // --- jobs ----------------------------------------------------------------------------------------
 
+Status Broker::checkModelSize(const JobSpec& spec) const
+{
+    const auto parameters = zooParameterCount(spec);
+    if (parameters && *parameters > m_options.maxParameters)
+        return Error { QStringLiteral("model"),
+            QStringLiteral("%1 parameters, more than this broker trains (%2, Broker/MaxParameters)")
+                .arg(QString::number(*parameters), QString::number(m_options.maxParameters)) };
+    return {};
+}
+
 Result<Quote> Broker::quoteFor(const JobSpec& spec)
 {
     if (auto status = spec.validate(); !status)
         return status.error();
+    if (auto status = checkModelSize(spec); !status)
+        return status.error();
+    // A zoo model is priced from arithmetic; nothing is built for a quote.
+    if (const auto parameters = zooParameterCount(spec))
+        return quote(spec, *parameters, m_options.pricePerUnit);
     auto initial = m_math.initialWeights(spec);
     if (!initial)
         return initial.error();
@@ -141,6 +157,8 @@ Result<Quote> Broker::quoteFor(const JobSpec& spec)
 Status Broker::checkSubmittable(const JobSpec& spec, const QString& owner)
 {
     if (auto status = spec.validate(); !status)
+        return status;
+    if (auto status = checkModelSize(spec); !status)
         return status;
     if (spec.model.source == ModelSpec::Source::TorchScript && !m_blobs.contains(spec.model.scriptSha256))
         return Error { QStringLiteral("model.torchscript.sha256"),
@@ -324,6 +342,9 @@ Result<std::optional<Assignment>> Broker::assign(const QString& nodeId)
     auto check = m_verifier->assignCheck(*node);
     if (!check || check->has_value())
         return check;
+    // However often a node asks, it holds at most this many shards: no claim captures a round.
+    if (m_scheduler.heldBy(nodeId) >= m_options.maxAssignmentsPerNode)
+        return std::optional<Assignment> {};
     const auto now = m_clock.nowMs();
     const auto pick = m_scheduler.pick(nodeId, node->maxThreads, now);
     if (!pick)
@@ -340,7 +361,7 @@ Result<std::optional<Assignment>> Broker::assign(const QString& nodeId)
         if (auto granted = allowRead(needed, nodeId); !granted)
             return granted.error();
     }
-    m_scheduler.handedOut(round.jobId, assignment.id, pick->shard, nodeId, assignment.deadlineMs);
+    m_scheduler.handedOut(round.jobId, assignment.id, pick->shard, nodeId, assignment.deadlineMs, now);
     return std::optional<Assignment>(assignment);
 }
 
@@ -458,18 +479,72 @@ Result<Acceptance> Broker::acceptFailure(const AssignmentRow& assignment, const 
     }
     if (auto status = transaction->commit(); !status)
         return status.error().toError();
-    m_scheduler.release(assignment.jobId, assignment.id);
-    auto failures = m_store->failedAssignments(assignment.jobId, assignment.round, assignment.shard);
-    if (!failures)
-        return failures.error();
-    if (*failures >= m_options.maxShardFailures) {
-        const QString why = QStringLiteral("round %1, shard %2 failed %3 times; last: %4")
+    // The shard goes to a different node; a job fails only when distinct nodes agree, or when the
+    // broker's own run of the shard fails too.
+    m_scheduler.release(assignment.jobId, assignment.id, Scheduler::Release::Failed);
+    const auto failedBy = m_scheduler.failedBy(assignment.jobId, assignment.shard);
+    if (failedBy.size() >= m_options.maxShardFailures) {
+        const QString why = QStringLiteral("round %1, shard %2 failed on %3 different nodes; last: %4")
                                 .arg(QString::number(assignment.round), QString::number(assignment.shard),
-                                    QString::number(*failures), result.failure);
+                                    QString::number(failedBy.size()), result.failure);
         if (auto status = failJob(assignment.jobId, why); !status)
+            return status.error();
+    } else if (!anotherNodeCouldRun(assignment.jobId, failedBy)) {
+        if (auto status = confirmFailure(assignment, failedBy, result.failure); !status)
             return status.error();
     }
     return Acceptance::Failed;
+}
+
+bool Broker::anotherNodeCouldRun(const QString& jobId, const QList<QString>& failedBy)
+{
+    const auto* round = m_scheduler.find(jobId);
+    if (!round)
+        return true;
+    return std::any_of(m_nodes.cbegin(), m_nodes.cend(), [&](const NodeInfo& node) {
+        return !failedBy.contains(node.nodeId) && node.maxThreads >= round->spec.training.threads
+            && m_stakes->requireStake(node.nodeId).ok();
+    });
+}
+
+Status Broker::confirmFailure(const AssignmentRow& assignment, const QList<QString>& failedBy, const QString& failure)
+{
+    // Every node that could run the shard says it fails: the broker runs it itself. If it fails
+    // here too, the failure is the job's; if it trains, the failures were false and cost stake.
+    const auto* round = m_scheduler.find(assignment.jobId);
+    if (!round || round->round != assignment.round)
+        return {};
+    const auto task = decomposeShard(assignment.jobId, round->spec, assignment.round, assignment.shard, round->weightsHash);
+    auto start = m_blobs.read(round->weightsBlob);
+    if (!start)
+        return start.error();
+    auto replay = m_math.replay(task, 0, *start, round->weightsHash, task.checkpointCount() - 1);
+    if (!replay) {
+        qCInfo(lcBrokerCore).noquote() << "the broker's own run of a failed shard failed too:" << replay.error().toString();
+        return failJob(assignment.jobId,
+            QStringLiteral("round %1, shard %2 failed on every node that could run it (last: %3) and on the broker (%4)")
+                .arg(QString::number(assignment.round), QString::number(assignment.shard), failure, replay.error().message));
+    }
+    auto transaction = m_store->begin();
+    if (!transaction)
+        return transaction.error();
+    for (const auto& node : failedBy) {
+        const QString why = QStringLiteral("reported round %1, shard %2 of job %3 as failed; the broker trained it")
+                                .arg(QString::number(assignment.round), QString::number(assignment.shard), assignment.jobId);
+        if (auto status = m_stakes->slash(node, assignment.jobId, {},
+                QStringLiteral("slash:failed:%1/%2/%3/%4")
+                    .arg(assignment.jobId)
+                    .arg(assignment.round)
+                    .arg(assignment.shard)
+                    .arg(node),
+                why);
+            !status)
+            return status;
+        qCWarning(lcBrokerCore).noquote() << "node" << node.left(12) << why << ": slashed";
+    }
+    if (auto committed = transaction->commit(); !committed)
+        return committed.error().toError();
+    return {};
 }
 
 Result<Acceptance> Broker::acceptCompleted(
@@ -517,7 +592,7 @@ Result<Acceptance> Broker::acceptCompleted(
     }
     if (auto status = transaction->commit(); !status)
         return status.error().toError();
-    m_scheduler.answered(job.id, assignment.id, assignment.shard);
+    m_scheduler.answered(job.id, assignment.id, assignment.shard, m_clock.nowMs());
     if (*sampled)
         return Acceptance::Held;
     if (auto status = finishRoundIfComplete(job.id, spec, assignment.round); !status)

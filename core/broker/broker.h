@@ -130,8 +130,13 @@ private:
     Status recover();
     Status loadRunning();
     Status checkSubmittable(const JobSpec& spec, const QString& owner);
+    // A zoo model's parameters, counted from its spec, within Options::maxParameters.
+    Status checkModelSize(const JobSpec& spec) const;
     Result<Acceptance> acceptTraining(const AssignmentRow& assignment, const ShardResult& result);
     Result<Acceptance> acceptFailure(const AssignmentRow& assignment, const ShardResult& result);
+    // Whether a connected node with the threads and stake, other than these, could run the job's shards.
+    bool anotherNodeCouldRun(const QString& jobId, const QList<QString>& failedBy);
+    Status confirmFailure(const AssignmentRow& assignment, const QList<QString>& failedBy, const QString& failure);
     Result<Acceptance> acceptCompleted(
         const AssignmentRow& assignment, const JobRow& job, const JobSpec& spec, const ShardResult& result);
     Status finishRoundIfComplete(const QString& jobId, const JobSpec& spec, std::int64_t round);

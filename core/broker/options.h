@@ -11,8 +11,19 @@ namespace tessera::core::broker {
 // settings that set them). Broker::Options.
 struct BrokerOptions {
     std::int64_t minDeadlineMs = 30'000; // a shard's deadline is at least this
+    std::int64_t maxDeadlineMs = 3'600'000; // and at most this, whatever the node claims
     double deadlineSlack = 4.0; // times the node's expected time
-    int maxShardFailures = 5; // failed results of one shard before the job fails
+    // A node's benchmark is a claim: it counts only between these (samples/s of the reference MLP).
+    double minClaimedSamplesPerSecond = 50.0;
+    double maxClaimedSamplesPerSecond = 200'000.0;
+    // A shard out this many times as long as the job's shards usually take goes to a second node.
+    double stragglerFactor = 4.0;
+    int maxAssignmentsPerNode = 2; // shards and checks one node may hold at once
+    // Distinct nodes that must fail a shard before the job fails. Before that, once every connected
+    // node that could run it has failed it, the broker re-executes it: if it trains, the failures
+    // were false (their nodes are slashed); if it fails there too, the job fails.
+    int maxShardFailures = 3;
+    std::int64_t maxParameters = 100'000'000; // a job's model, counted before anything is built
     Credits pricePerUnit = Credits::fromMicro(100'000); // per GFLOP of training
     Credits minStake = Credits::fromMicro(10'000'000); // a node bonds this much to take work
     bool faucet = false; // mint what owners and nodes lack (local and demo brokers only)

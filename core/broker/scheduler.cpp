@@ -1,6 +1,7 @@
 #include "scheduler.h"
 
 #include <algorithm>
+#include <cmath>
 
 namespace tessera::core::broker {
 
@@ -35,6 +36,11 @@ Scheduler::Job* Scheduler::job(const QString& jobId)
     return nullptr;
 }
 
+const Scheduler::Job* Scheduler::job(const QString& jobId) const
+{
+    return const_cast<Scheduler*>(this)->job(jobId);
+}
+
 const Scheduler::Round* Scheduler::find(const QString& jobId) const
 {
     for (const auto& job : m_jobs) {
@@ -49,10 +55,34 @@ bool Scheduler::heldByAnyone(const Job& job, std::int64_t shard)
     return std::any_of(job.out.cbegin(), job.out.cend(), [&](const Out& out) { return out.shard == shard; });
 }
 
-bool Scheduler::heldInTime(const Job& job, std::int64_t shard, std::int64_t now)
+std::int64_t Scheduler::usualMs(const Job& job)
+{
+    constexpr std::size_t Enough = 3;
+    if (job.durations.size() < Enough)
+        return 0;
+    std::vector<std::int64_t> sorted(job.durations.begin(), job.durations.end());
+    std::nth_element(sorted.begin(), sorted.begin() + std::ptrdiff_t(sorted.size() / 2), sorted.end());
+    return sorted[sorted.size() / 2];
+}
+
+std::int64_t Scheduler::usualMs(const QString& jobId) const
+{
+    const auto* found = job(jobId);
+    return found ? usualMs(*found) : 0;
+}
+
+bool Scheduler::isLate(const Job& job, const Out& out, std::int64_t now) const
+{
+    if (out.deadline < now)
+        return true;
+    const auto usual = usualMs(job);
+    return usual > 0 && double(now - out.issued) > m_stragglerFactor * double(usual);
+}
+
+bool Scheduler::heldInTime(const Job& job, std::int64_t shard, std::int64_t now) const
 {
     return std::any_of(
-        job.out.cbegin(), job.out.cend(), [&](const Out& out) { return out.shard == shard && out.deadline >= now; });
+        job.out.cbegin(), job.out.cend(), [&](const Out& out) { return out.shard == shard && !isLate(job, out, now); });
 }
 
 bool Scheduler::heldBy(const Job& job, std::int64_t shard, const QString& nodeId)
@@ -61,31 +91,46 @@ bool Scheduler::heldBy(const Job& job, std::int64_t shard, const QString& nodeId
         job.out.cbegin(), job.out.cend(), [&](const Out& out) { return out.shard == shard && out.node == nodeId; });
 }
 
-std::optional<std::int64_t> Scheduler::choose(Job& job, const QString& nodeId, std::int64_t now)
+bool Scheduler::failedBy(const Job& job, std::int64_t shard, const QString& nodeId)
+{
+    const auto it = job.failedBy.constFind(shard);
+    return it != job.failedBy.constEnd() && it->contains(nodeId);
+}
+
+std::optional<std::int64_t> Scheduler::choose(Job& job, const QString& nodeId, std::int64_t now) const
 {
     const auto shards = std::int64_t(job.answered.size());
-    while (!job.reissue.empty()) {
-        const auto shard = job.reissue.front();
-        job.reissue.pop_front();
-        if (!job.answered[std::size_t(shard)] && !heldByAnyone(job, shard))
-            return shard;
+    // Shards to hand out again, in the order they came back; one this node failed waits for another.
+    for (auto it = job.reissue.begin(); it != job.reissue.end();) {
+        const auto shard = *it;
+        if (job.answered[std::size_t(shard)] || heldByAnyone(job, shard)) {
+            it = job.reissue.erase(it);
+            continue;
+        }
+        if (failedBy(job, shard, nodeId)) {
+            ++it;
+            continue;
+        }
+        job.reissue.erase(it);
+        return shard;
     }
     while (job.cursor < shards) {
         const auto shard = job.cursor++;
         if (!job.answered[std::size_t(shard)])
             return shard;
     }
-    // The longest overdue (the lower shard of two as late), whatever order the hash keeps.
-    std::optional<std::pair<std::int64_t, std::int64_t>> overdue; // (deadline, shard)
+    // The latest (out the longest; the lower shard of two as old), whatever order the hash keeps.
+    std::optional<std::pair<std::int64_t, std::int64_t>> latest; // (issued, shard)
     for (const auto& out : std::as_const(job.out)) {
-        const std::pair candidate { out.deadline, out.shard };
-        if (out.deadline < now && (!overdue || candidate < *overdue) && !job.answered[std::size_t(out.shard)]
-            && out.node != nodeId && !heldInTime(job, out.shard, now) && !heldBy(job, out.shard, nodeId))
-            overdue = candidate;
+        const std::pair candidate { out.issued, out.shard };
+        if ((!latest || candidate < *latest) && isLate(job, out, now) && !job.answered[std::size_t(out.shard)]
+            && out.node != nodeId && !heldInTime(job, out.shard, now) && !heldBy(job, out.shard, nodeId)
+            && !failedBy(job, out.shard, nodeId))
+            latest = candidate;
     }
-    if (!overdue)
+    if (!latest)
         return std::nullopt;
-    return overdue->second;
+    return latest->second;
 }
 
 std::optional<Scheduler::Pick> Scheduler::pick(const QString& nodeId, int maxThreads, std::int64_t now)
@@ -99,11 +144,25 @@ std::optional<Scheduler::Pick> Scheduler::pick(const QString& nodeId, int maxThr
     return std::nullopt;
 }
 
-void Scheduler::handedOut(
-    const QString& jobId, const QString& assignmentId, std::int64_t shard, const QString& nodeId, std::int64_t deadline)
+void Scheduler::handedOut(const QString& jobId, const QString& assignmentId, std::int64_t shard, const QString& nodeId,
+    std::int64_t deadline, std::int64_t issued)
 {
     if (auto* found = job(jobId))
-        found->out.insert(assignmentId, { shard, nodeId, deadline });
+        found->out.insert(assignmentId, { shard, nodeId, deadline, issued });
+}
+
+int Scheduler::heldBy(const QString& nodeId) const
+{
+    int held = 0;
+    for (const auto& job : m_jobs)
+        held += int(std::count_if(job.out.cbegin(), job.out.cend(), [&](const Out& out) { return out.node == nodeId; }));
+    return held;
+}
+
+QList<QString> Scheduler::failedBy(const QString& jobId, std::int64_t shard) const
+{
+    const auto* found = job(jobId);
+    return found ? found->failedBy.value(shard) : QList<QString> {};
 }
 
 bool Scheduler::isOut(const QString& jobId, const QString& assignmentId) const
@@ -115,7 +174,7 @@ bool Scheduler::isOut(const QString& jobId, const QString& assignmentId) const
     return false;
 }
 
-void Scheduler::release(const QString& jobId, const QString& assignmentId)
+void Scheduler::release(const QString& jobId, const QString& assignmentId, Release why)
 {
     auto* found = job(jobId);
     if (!found)
@@ -124,6 +183,8 @@ void Scheduler::release(const QString& jobId, const QString& assignmentId)
     if (it == found->out.end())
         return;
     const auto shard = it->shard;
+    if (why == Release::Failed && !failedBy(*found, shard, it->node))
+        found->failedBy[shard].append(it->node);
     found->out.erase(it);
     if (!found->answered[std::size_t(shard)] && !heldByAnyone(*found, shard))
         found->reissue.push_back(shard);
@@ -144,13 +205,19 @@ void Scheduler::nodeLost(const QString& nodeId)
     }
 }
 
-void Scheduler::answered(const QString& jobId, const QString& assignmentId, std::int64_t shard)
+void Scheduler::answered(const QString& jobId, const QString& assignmentId, std::int64_t shard, std::int64_t now)
 {
     auto* found = job(jobId);
     if (!found)
         return;
     if (shard >= 0 && shard < std::int64_t(found->answered.size()))
         found->answered[std::size_t(shard)] = true;
+    if (const auto it = found->out.constFind(assignmentId); it != found->out.constEnd() && now >= it->issued) {
+        constexpr std::size_t Remembered = 31;
+        found->durations.push_back(now - it->issued);
+        if (found->durations.size() > Remembered)
+            found->durations.pop_front();
+    }
     found->out.remove(assignmentId);
 }
 
@@ -172,6 +239,7 @@ void Scheduler::advance(const QString& jobId, std::int64_t round, const Digest& 
     found->out.clear();
     found->cursor = 0;
     found->reissue.clear();
+    found->failedBy.clear();
 }
 
 void Scheduler::reopen(const QString& jobId, std::int64_t round, std::int64_t shard)
@@ -183,15 +251,19 @@ void Scheduler::reopen(const QString& jobId, std::int64_t round, std::int64_t sh
     found->reissue.push_back(shard);
 }
 
-double Scheduler::expectedSamplesPerSecond(const NodeInfo& node)
+double Scheduler::expectedSamplesPerSecond(const NodeInfo& node, const BrokerOptions& options)
 {
-    return node.benchmarkSamplesPerSecond > 0 ? node.benchmarkSamplesPerSecond : 1000.0;
+    const double claimed = node.benchmarkSamplesPerSecond > 0 ? node.benchmarkSamplesPerSecond : 1000.0;
+    return std::clamp(claimed, options.minClaimedSamplesPerSecond, options.maxClaimedSamplesPerSecond);
 }
 
 std::int64_t Scheduler::deadlineFor(const ShardTask& task, const NodeInfo& node, const BrokerOptions& options, std::int64_t now)
 {
-    const double seconds = double(task.localSteps * task.batchSize) / expectedSamplesPerSecond(node) * double(task.threads);
-    return now + std::max<std::int64_t>(options.minDeadlineMs, std::int64_t(seconds * 1000.0 * options.deadlineSlack));
+    // In doubles and clamped before any conversion: no claim and no task size overflows.
+    const double samples = double(task.localSteps) * double(task.batchSize) * double(std::max<std::int64_t>(task.threads, 1));
+    const double ms = samples / expectedSamplesPerSecond(node, options) * 1000.0 * options.deadlineSlack;
+    const double floor = double(options.minDeadlineMs), ceiling = double(std::max(options.maxDeadlineMs, options.minDeadlineMs));
+    return now + std::int64_t(std::isfinite(ms) ? std::clamp(ms, floor, ceiling) : ceiling);
 }
 
 } // namespace tessera::core::broker

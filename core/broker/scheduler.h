@@ -23,6 +23,11 @@ namespace tessera::core::broker {
 // round has.
 class Scheduler {
 public:
+    // A shard out this many times longer than the job's usual is late (Options::stragglerFactor).
+    explicit Scheduler(double stragglerFactor = 4.0)
+        : m_stragglerFactor(stragglerFactor)
+    { }
+
     // A running job's current round.
     struct Round {
         QString jobId;
@@ -44,22 +49,32 @@ public:
     bool hasWork() const { return !m_jobs.empty(); }
 
     // The next shard for a node that runs up to maxThreads threads. Jobs in submission order; in a
-    // round, first the shards whose every assignment failed or was lost, then the ones never handed
-    // out, then (once every shard is out) the one whose deadline passed longest ago and that the
-    // node does not hold already: a straggler's shard goes to a second node, and the first valid
-    // result wins.
+    // round, first the shards whose every assignment failed or was lost (never to a node that
+    // failed that shard in this round), then the ones never handed out, then (once every shard is
+    // out) the one that is latest and that the node does not hold already: a straggler's shard goes
+    // to a second node, and the first valid result wins. A shard is late once its deadline passed,
+    // or once it has been out stragglerFactor times as long as the job's shards usually take
+    // (the median of its last answers, from the third on): no claim of a node's keeps a shard.
     std::optional<Pick> pick(const QString& nodeId, int maxThreads, std::int64_t now);
-    // The picked shard went out as this assignment.
-    void handedOut(
-        const QString& jobId, const QString& assignmentId, std::int64_t shard, const QString& nodeId, std::int64_t deadline);
+    // The picked shard went out as this assignment at `issued`.
+    void handedOut(const QString& jobId, const QString& assignmentId, std::int64_t shard, const QString& nodeId,
+        std::int64_t deadline, std::int64_t issued);
     bool isOut(const QString& jobId, const QString& assignmentId) const;
+    // Assignments a node holds, over all jobs.
+    int heldBy(const QString& nodeId) const;
+    enum class Release { GivenBack, Failed };
     // The assignment failed, was given back or its node went: the shard goes back in the queue,
-    // unless it is answered or another node holds it.
-    void release(const QString& jobId, const QString& assignmentId);
+    // unless it is answered or another node holds it. A node that failed a shard does not get it
+    // again in this round.
+    void release(const QString& jobId, const QString& assignmentId, Release why = Release::GivenBack);
+    // The nodes that reported a shard of the current round as failed.
+    QList<QString> failedBy(const QString& jobId, std::int64_t shard) const;
     // Every assignment of a node that went.
     void nodeLost(const QString& nodeId);
-    // The assignment answered its shard.
-    void answered(const QString& jobId, const QString& assignmentId, std::int64_t shard);
+    // The assignment answered its shard at `now` (how long it took counts towards the job's usual).
+    void answered(const QString& jobId, const QString& assignmentId, std::int64_t shard, std::int64_t now = -1);
+    // How long the job's shards usually take (the median of the last answers); 0 while fewer than 3.
+    std::int64_t usualMs(const QString& jobId) const;
     // The assignment is no longer out (its shard was answered by another).
     void forget(const QString& jobId, const QString& assignmentId);
     // The round was aggregated: the job trains round `round` from these weights.
@@ -67,11 +82,12 @@ public:
     // A sampled result of the current round lost its check: the shard is trained again.
     void reopen(const QString& jobId, std::int64_t round, std::int64_t shard);
 
-    // Samples per second a node is expected to train, from its benchmark (a node that has not
-    // benchmarked is assumed slow, so that its deadline is generous).
-    static double expectedSamplesPerSecond(const NodeInfo& node);
+    // Samples per second a node is expected to train, from its benchmark: a claim, so at most a
+    // hint, held between Options::minClaimedSamplesPerSecond and maxClaimedSamplesPerSecond (a node
+    // that has not benchmarked is assumed slow, so that its deadline is generous).
+    static double expectedSamplesPerSecond(const NodeInfo& node, const BrokerOptions& options = {});
     // When the node must have answered a task handed out now: the expected time times
-    // Options::deadlineSlack, and never less than Options::minDeadlineMs.
+    // Options::deadlineSlack, between Options::minDeadlineMs and maxDeadlineMs.
     static std::int64_t deadlineFor(const ShardTask& task, const NodeInfo& node, const BrokerOptions& options, std::int64_t now);
 
 private:
@@ -79,6 +95,7 @@ private:
         std::int64_t shard = 0;
         QString node;
         std::int64_t deadline = 0;
+        std::int64_t issued = 0;
     };
     struct Job {
         Round round;
@@ -86,15 +103,22 @@ private:
         QHash<QString, Out> out; // by assignment id
         std::int64_t cursor = 0; // shards below it were handed out at least once
         std::deque<std::int64_t> reissue; // shards left with no assignment out
+        QHash<std::int64_t, QList<QString>> failedBy; // shard -> nodes that failed it, this round
+        std::deque<std::int64_t> durations; // of the last answers, ms
     };
 
+    const Job* job(const QString& jobId) const;
     Job* job(const QString& jobId);
-    static std::optional<std::int64_t> choose(Job& job, const QString& nodeId, std::int64_t now);
+    std::optional<std::int64_t> choose(Job& job, const QString& nodeId, std::int64_t now) const;
+    bool isLate(const Job& job, const Out& out, std::int64_t now) const;
     static bool heldByAnyone(const Job& job, std::int64_t shard);
-    static bool heldInTime(const Job& job, std::int64_t shard, std::int64_t now);
+    bool heldInTime(const Job& job, std::int64_t shard, std::int64_t now) const;
     static bool heldBy(const Job& job, std::int64_t shard, const QString& nodeId);
+    static bool failedBy(const Job& job, std::int64_t shard, const QString& nodeId);
+    static std::int64_t usualMs(const Job& job);
 
     std::vector<Job> m_jobs; // in submission order
+    double m_stragglerFactor = 4.0;
 };
 
 } // namespace tessera::core::broker

@@ -9,6 +9,7 @@
 #include <compute/shardrun.h>
 #include <compute/weights.h>
 #include <core/decomposition.h>
+#include <core/pricing.h>
 
 #include <torch/serialize.h>
 #include <torch/torch.h>
@@ -495,6 +496,29 @@ private Q_SLOTS:
         task.startWeights = start->canonicalHash;
         const auto output = compute::runShard(task, start->bytes, {});
         QVERIFY2(output.result.outcome == core::ShardResult::Outcome::Completed, qPrintable(output.result.failure));
+    }
+
+    // The broker bounds and prices zoo models from arithmetic (core::zooParameterCount): it must
+    // count what compute builds.
+    void theBrokersParameterCountIsTheBuiltModels()
+    {
+        for (const auto& [zoo, hidden, channels] :
+            { std::tuple { "mlp", QList<std::int64_t> { 256, 128 }, QList<std::int64_t> {} },
+                std::tuple { "mlp", QList<std::int64_t> { 7 }, QList<std::int64_t> {} },
+                std::tuple { "mlp", QList<std::int64_t> { 5, 6, 7 }, QList<std::int64_t> {} },
+                std::tuple { "cnn", QList<std::int64_t> { 128 }, QList<std::int64_t> { 16, 32 } },
+                std::tuple { "cnn", QList<std::int64_t> { 20 }, QList<std::int64_t> { 4, 8 } } }) {
+            core::JobSpec spec;
+            spec.model.zoo = QString::fromLatin1(zoo);
+            spec.model.hidden = hidden;
+            spec.model.channels = channels;
+            spec.dataset.builtin = QStringLiteral("fashion-mnist");
+            auto built = compute::initialWeights(spec, {});
+            QVERIFY2(built, qPrintable(built ? QString() : built.error().toString()));
+            auto counted = compute::elementCount(built->bytes);
+            QVERIFY(counted);
+            QCOMPARE(core::zooParameterCount(spec), std::optional<std::int64_t>(*counted));
+        }
     }
 
     void refusesWhatIsNotAMappingOfTensors_data()

@@ -139,6 +139,12 @@ private:
     {
         options.minDeadlineMs = 10'000;
         options.maxShardFailures = 2;
+        options.maxAssignmentsPerNode = 4; // the tests hand one node several shards
+        return openAsIs(name, options);
+    }
+
+    std::unique_ptr<Broker> openAsIs(const QString& name, const Broker::Options& options)
+    {
         auto blobs = Broker::openBlobs(m_dir.filePath(name));
         if (!blobs)
             qFatal("%s", qPrintable(blobs.error().toString()));
@@ -249,6 +255,118 @@ private Q_SLOTS:
         QCOMPARE(known.size(), 2);
         QCOMPARE(known[0].value(QStringLiteral("shardsFailed")).toInt(), 1);
         QVERIFY(!broker->assign(QStringLiteral("a"))->has_value());
+    }
+
+    // However often a node asks, and however slow it claims to be, it holds at most
+    // Options::maxAssignmentsPerNode shards, each due within Options::maxDeadlineMs; the rest go to others.
+    void noClaimCapturesARound()
+    {
+        Broker::Options options;
+        options.faucet = true;
+        options.sampling = { 0, 0.0 };
+        auto broker = openAsIs(QStringLiteral("capture"), options);
+        const auto jobId = *broker->submit(job(1, 4));
+        auto greedy = node(QStringLiteral("greedy"));
+        greedy.benchmarkSamplesPerSecond = 2.5e-8;
+        QVERIFY(broker->registerNode(greedy).ok());
+        QVERIFY(broker->registerNode(node(QStringLiteral("honest"))).ok());
+        QList<Assignment> held;
+        for (int i = 0; i < 10; ++i) {
+            if (auto next = *broker->assign(QStringLiteral("greedy")))
+                held.append(*next);
+        }
+        QCOMPARE(held.size(), options.maxAssignmentsPerNode);
+        // 640 samples at no less than 50 a second, times 4: 51.2 s, not 406 years.
+        for (const auto& assignment : held)
+            QCOMPARE(assignment.deadlineMs, m_clock.now + 51'200);
+        for (int i = 0; i < 2; ++i) {
+            const auto next = **broker->assign(QStringLiteral("honest"));
+            m_clock.now += 1'000;
+            QCOMPARE(*deliver(*broker, QStringLiteral("honest"), next.id, honest(*broker, next)), Acceptance::Accepted);
+        }
+        // Greedy's shards are out far longer than the deadline floor: late, they go to the honest node.
+        QVERIFY(!broker->assign(QStringLiteral("honest"))->has_value());
+        m_clock.now += 60'000;
+        for (int i = 0; i < 2; ++i) {
+            const auto next = broker->assign(QStringLiteral("honest"));
+            QVERIFY(next.ok() && next->has_value());
+            QCOMPARE(*deliver(*broker, QStringLiteral("honest"), (*next)->id, honest(*broker, **next)), Acceptance::Accepted);
+        }
+        QCOMPARE(broker->status(jobId)->state, JobState::Finished);
+    }
+
+    // One node that reports failures cannot fail anyone's job: the shard goes to a different node;
+    // when no other node could take it, the broker runs it itself, and a failure it disproves costs
+    // the liar stake (and with too little left, its work).
+    void aLiarsFailuresCostItsStakeAndFailNoJob()
+    {
+        Broker::Options options = verifyingOptions();
+        options.sampling = { 0, 0.0 };
+        auto broker = open(QStringLiteral("liar"), options);
+        const auto jobId = *broker->submit(job(1, 1));
+        QVERIFY(broker->registerNode(node(QStringLiteral("liar"))).ok());
+        const auto staked = broker->account(QStringLiteral("liar"))->value(QStringLiteral("stake")).toString();
+        const auto assignment = **broker->assign(QStringLiteral("liar"));
+        ShardResult failed;
+        failed.jobId = assignment.task.jobId;
+        failed.round = assignment.task.round;
+        failed.shard = assignment.task.shard;
+        failed.outcome = ShardResult::Outcome::Failed;
+        failed.failure = QStringLiteral("CUDA error (made up)");
+        const int replays = m_math.replays;
+        QCOMPARE(*deliver(*broker, QStringLiteral("liar"), assignment.id, failed), Acceptance::Failed);
+        QCOMPARE(m_math.replays, replays + 1);
+        QCOMPARE(broker->status(jobId)->state, JobState::Running);
+        QVERIFY(broker->account(QStringLiteral("liar"))->value(QStringLiteral("stake")).toString() != staked);
+        QVERIFY(!broker->assign(QStringLiteral("liar")).ok()); // too little stake left to take work
+        QVERIFY(broker->ledger().checkInvariants().ok());
+        // An honest node finishes the job.
+        QVERIFY(broker->registerNode(node(QStringLiteral("honest"))).ok());
+        const auto next = **broker->assign(QStringLiteral("honest"));
+        QCOMPARE(*deliver(*broker, QStringLiteral("honest"), next.id, honest(*broker, next)), Acceptance::Accepted);
+        QCOMPARE(broker->status(jobId)->state, JobState::Finished);
+    }
+
+    // A job whose shard fails on every node and on the broker fails, and says why.
+    void aShardThatFailsOnTheBrokerTooFailsTheJob()
+    {
+        auto broker = open(QStringLiteral("failing"));
+        const auto jobId = *broker->submit(job(1, 1));
+        QVERIFY(broker->registerNode(node(QStringLiteral("a"))).ok());
+        const auto assignment = **broker->assign(QStringLiteral("a"));
+        ShardResult failed;
+        failed.jobId = assignment.task.jobId;
+        failed.round = assignment.task.round;
+        failed.shard = assignment.task.shard;
+        failed.outcome = ShardResult::Outcome::Failed;
+        failed.failure = QStringLiteral("loss became NaN at step 3");
+        m_math.replayFails = true;
+        QCOMPARE(*deliver(*broker, QStringLiteral("a"), assignment.id, failed), Acceptance::Failed);
+        m_math.replayFails = false;
+        const auto status = *broker->status(jobId);
+        QCOMPARE(status.state, JobState::Failed);
+        QVERIFY2(status.failure.contains(QStringLiteral("on the broker")), qPrintable(status.failure));
+        QVERIFY(broker->ledger().checkInvariants().ok());
+    }
+
+    // A model too large for this broker is refused from its spec, before anything is built; zoo
+    // quotes come from arithmetic.
+    void modelsAreBoundedAndQuotedFromTheirSpec()
+    {
+        Broker::Options options;
+        options.faucet = true;
+        options.maxParameters = 1'000'000;
+        auto broker = openAsIs(QStringLiteral("bounded"), options);
+        auto huge = job(1, 1);
+        huge.model.hidden = { 65536, 65536 };
+        const int built = m_math.initialBuilds;
+        const auto quote = broker->quoteFor(huge);
+        QVERIFY(!quote.ok());
+        QCOMPARE(quote.error().field, QStringLiteral("model"));
+        QVERIFY(!broker->submit(huge).ok());
+        auto small = job(1, 1);
+        QVERIFY(broker->quoteFor(small).ok());
+        QCOMPARE(m_math.initialBuilds, built);
     }
 
     // A node whose disk is full gives its shard back: the shard goes to another node, and neither

@@ -5,6 +5,8 @@
 
 #include <QTest>
 
+#include <limits>
+
 using namespace tessera::core;
 using namespace tessera::core::broker;
 
@@ -27,7 +29,7 @@ std::optional<std::int64_t> take(
     auto pick = scheduler.pick(node, maxThreads, now);
     if (!pick)
         return std::nullopt;
-    scheduler.handedOut(pick->round->jobId, id, pick->shard, node, deadline);
+    scheduler.handedOut(pick->round->jobId, id, pick->shard, node, deadline, now);
     return pick->shard;
 }
 
@@ -139,6 +141,72 @@ private Q_SLOTS:
         QCOMPARE(Scheduler::deadlineFor(task, faster, options, 0), 30'000);
         NodeInfo unknown; // no benchmark: assumed slow (1000 samples/s), 400 s
         QCOMPARE(Scheduler::deadlineFor(task, unknown, options, 0), 400'000);
+    }
+
+    // A benchmark is a claim: a node that says it is absurdly slow gets the ceiling, not 406 years,
+    // and no size of task overflows.
+    void noClaimStretchesADeadlinePastTheCeiling()
+    {
+        BrokerOptions options;
+        options.maxDeadlineMs = 3'600'000;
+        ShardTask task;
+        task.localSteps = 1000;
+        task.batchSize = 100;
+        task.threads = 1;
+        NodeInfo crawler;
+        crawler.benchmarkSamplesPerSecond = 2.5e-8; // held at 50 samples/s: 2,000 s x 4, then the ceiling
+        QCOMPARE(Scheduler::deadlineFor(task, crawler, options, 1'000), 3'601'000);
+        task.localSteps = std::numeric_limits<std::int64_t>::max();
+        task.batchSize = std::numeric_limits<std::int64_t>::max();
+        task.threads = 4096;
+        QCOMPARE(Scheduler::deadlineFor(task, crawler, options, 0), 3'600'000);
+        options.maxClaimedSamplesPerSecond = 1e300;
+        crawler.benchmarkSamplesPerSecond = 1e300;
+        task.localSteps = 0;
+        QCOMPARE(Scheduler::deadlineFor(task, crawler, options, 0), options.minDeadlineMs);
+    }
+
+    // A shard out four times as long as the job's shards usually take goes to a second node, however
+    // long the deadline its first node was given.
+    void aStragglerGoesToASecondNodeOnceTheJobsShardsUsuallyTakeLess()
+    {
+        Scheduler scheduler(4.0);
+        scheduler.add(round(QStringLiteral("j"), 5));
+        QCOMPARE(take(scheduler, QStringLiteral("holder"), QStringLiteral("h"), 0, 1'000'000'000), 0);
+        for (int i = 1; i <= 3; ++i) {
+            const auto id = QString::number(i);
+            QCOMPARE(take(scheduler, QStringLiteral("b"), id, 100 * i, 1'000'000'000), i);
+            scheduler.answered(QStringLiteral("j"), id, i, 100 * i + 100);
+        }
+        QCOMPARE(scheduler.usualMs(QStringLiteral("j")), 100);
+        QCOMPARE(take(scheduler, QStringLiteral("b"), QStringLiteral("4"), 400, 1'000'000'000), 4);
+        QCOMPARE(scheduler.heldBy(QStringLiteral("b")), 1);
+        QCOMPARE(scheduler.heldBy(QStringLiteral("holder")), 1);
+        // Out 400 ms (4 x usual): not yet late; after that, it goes to another node, not back to its holder.
+        QVERIFY(!scheduler.pick(QStringLiteral("c"), 1, 400));
+        QVERIFY(!scheduler.pick(QStringLiteral("holder"), 1, 401));
+        QCOMPARE(take(scheduler, QStringLiteral("c"), QStringLiteral("5"), 401, 1'000'000'000), 0);
+    }
+
+    // A node that reports a shard as failed does not get it back in this round; others do.
+    void aFailedShardGoesToADifferentNode()
+    {
+        Scheduler scheduler;
+        scheduler.add(round(QStringLiteral("j"), 2));
+        QCOMPARE(take(scheduler, QStringLiteral("liar"), QStringLiteral("1"), 0, 100), 0);
+        scheduler.release(QStringLiteral("j"), QStringLiteral("1"), Scheduler::Release::Failed);
+        QCOMPARE(scheduler.failedBy(QStringLiteral("j"), 0), QList<QString> { QStringLiteral("liar") });
+        QCOMPARE(take(scheduler, QStringLiteral("liar"), QStringLiteral("2"), 0, 100), 1);
+        scheduler.release(QStringLiteral("j"), QStringLiteral("2"), Scheduler::Release::Failed);
+        QVERIFY(!scheduler.pick(QStringLiteral("liar"), 1, 0));
+        QCOMPARE(take(scheduler, QStringLiteral("honest"), QStringLiteral("3"), 0, 100), 0);
+        QCOMPARE(take(scheduler, QStringLiteral("honest"), QStringLiteral("4"), 0, 100), 1);
+        // Late, it still does not go back to the node that failed it.
+        QVERIFY(!scheduler.pick(QStringLiteral("liar"), 1, 1'000));
+        // A new round forgets who failed what.
+        scheduler.advance(QStringLiteral("j"), 1, Digest::ofBytes("w1"), Digest::ofBytes("b1"));
+        QVERIFY(scheduler.failedBy(QStringLiteral("j"), 0).isEmpty());
+        QCOMPARE(take(scheduler, QStringLiteral("liar"), QStringLiteral("5"), 0, 100), 0);
     }
 };
 

@@ -18,7 +18,12 @@ class FakeMath final : public TrainingMath {
 public:
     QList<QList<std::int64_t>> aggregationOrders;
 
-    Result<Weights> initialWeights(const JobSpec&) override { return Weights { "w0", Digest::ofBytes("w0") }; }
+    int initialBuilds = 0;
+    Result<Weights> initialWeights(const JobSpec&) override
+    {
+        ++initialBuilds;
+        return Weights { "w0", Digest::ofBytes("w0") };
+    }
     // A file the broker cannot read ("unreadable..."), and the same weights in another container
     // ("container:" + weights), which hashes as the weights do.
     Result<Digest> canonicalHash(const QByteArray& weights) override
@@ -52,10 +57,13 @@ public:
         return QStringLiteral("w:%1:%2").arg(task.round).arg(task.shard).toUtf8();
     }
     int replays = 0;
+    bool replayFails = false; // the job's own fault: every run of it fails
     Result<Replay> replay(
         const ShardTask& task, std::int64_t from, const QByteArray& start, const Digest& expected, std::int64_t to) override
     {
         ++replays;
+        if (replayFails)
+            return Error { QStringLiteral("training"), QStringLiteral("loss became NaN at step 3") };
         if (Digest::ofBytes(start) != expected || (from > 0 && start != state(task, from)))
             return Error { QStringLiteral("state"), QStringLiteral("the state does not hash to the agreed checkpoint") };
         Replay replay;
