@@ -146,29 +146,82 @@ Result<Digest> BlobStore::put(const QByteArray& bytes)
     return digest;
 }
 
-std::int64_t BlobStore::uploadedBytes(const Digest& digest) const
+std::int64_t BlobStore::uploadedBytes(const Digest& digest, const QString& uploader) const
 {
     if (contains(digest))
         return *sizeOf(digest);
-    return m_uploads.value(digest).received;
+    return m_uploads.value(uploadKey(uploader, digest)).received;
 }
 
-Result<BlobStore::UploadState> BlobStore::putRange(
-    const Digest& digest, std::int64_t offset, std::int64_t totalSize, const QByteArray& bytes)
+QString BlobStore::uploadKey(const QString& uploader, const Digest& digest)
+{
+    return digest.toHex() + u'.' + Digest::ofBytes(uploader.toUtf8()).toHex().left(16);
+}
+
+void BlobStore::dropUpload(const QString& key)
+{
+    const auto it = m_uploads.find(key);
+    if (it == m_uploads.end())
+        return;
+    QFile::remove(it->tempPath);
+    m_uploads.erase(it);
+}
+
+Status BlobStore::admitUpload(const QString& uploader, std::int64_t totalSize, std::int64_t now)
+{
+    QStringList idle;
+    for (auto it = m_uploads.cbegin(); it != m_uploads.cend(); ++it) {
+        if (now - it->touched > UploadIdleMs)
+            idle.append(it.key());
+    }
+    for (const auto& key : idle)
+        dropUpload(key);
+    int uploads = 0;
+    std::int64_t declared = 0;
+    for (const auto& upload : std::as_const(m_uploads)) {
+        if (upload.uploader == uploader) {
+            ++uploads;
+            declared += upload.total;
+        }
+    }
+    if (uploads >= MaxUploadsPerUploader)
+        return Error { QStringLiteral("upload"),
+            QStringLiteral("%1 uploads of yours are in progress, the most one uploader may have; finish one or wait %2 "
+                           "minutes for an idle one to be dropped")
+                .arg(uploads)
+                .arg(UploadIdleMs / 60'000) };
+    if (declared + totalSize > MaxUploadBytesPerUploader)
+        return Error { QStringLiteral("upload"),
+            QStringLiteral("your uploads in progress would declare %1 bytes, more than one uploader may (%2)")
+                .arg(declared + totalSize)
+                .arg(MaxUploadBytesPerUploader) };
+    return {};
+}
+
+Result<BlobStore::UploadState> BlobStore::putRange(const Digest& digest, std::int64_t offset, std::int64_t totalSize,
+    const QByteArray& bytes, const QString& uploader, std::int64_t now)
 {
     if (contains(digest))
         return UploadState::Complete; // someone uploaded it already: nothing to do
     if (totalSize <= 0 || totalSize > MaxBlobBytes)
         return Error { QStringLiteral("size"), QStringLiteral("a blob has 1 byte to 1 GiB, not %1").arg(totalSize) };
-    auto it = m_uploads.find(digest);
+    const QString key = uploadKey(uploader, digest);
+    auto it = m_uploads.find(key);
+    if (it != m_uploads.end() && offset == 0) {
+        dropUpload(key); // the uploader starts over
+        it = m_uploads.end();
+    }
     if (it == m_uploads.end()) {
         if (offset != 0)
             return Error { QStringLiteral("offset"), QStringLiteral("an upload starts at offset 0") };
-        const QString temp = fileOf(digest) + QStringLiteral(".part");
+        if (auto admitted = admitUpload(uploader, totalSize, now); !admitted)
+            return admitted.error();
+        const QString temp = fileOf(digest) + u'.' + key.section(u'.', 1) + QStringLiteral(".part");
         QDir().mkpath(QFileInfo(temp).absolutePath());
         QFile::remove(temp);
-        it = m_uploads.insert(digest, { temp, 0, totalSize });
+        it = m_uploads.insert(key, { temp, 0, totalSize, uploader, now });
     }
+    it->touched = now;
     if (it->total != totalSize)
         return Error { QStringLiteral("size"),
             QStringLiteral("the upload said %1 bytes before, now %2").arg(it->total).arg(totalSize) };

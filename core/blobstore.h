@@ -33,10 +33,18 @@ public:
     // Stores bytes under their own SHA-256 and returns it.
     Result<Digest> put(const QByteArray& bytes);
 
-    // Chunked upload: ranges must arrive in order; the last one checks the SHA-256.
+    // Chunked upload: ranges must arrive in order; the last one checks the SHA-256. An upload is
+    // its uploader's own (keyed by uploader and digest: a stranger's half-upload of the same file
+    // changes nothing for anyone else); one that starts again at offset 0 starts over. Uploads
+    // idle for UploadIdleMs are dropped; an uploader has at most MaxUploadsPerUploader in progress
+    // and MaxUploadBytesPerUploader declared. `now`: milliseconds, for the idle rule.
+    static constexpr int MaxUploadsPerUploader = 8;
+    static constexpr std::int64_t MaxUploadBytesPerUploader = 2LL * 1024 * 1024 * 1024;
+    static constexpr std::int64_t UploadIdleMs = 10 * 60 * 1000;
     enum class UploadState { Incomplete, Complete };
-    Result<UploadState> putRange(const Digest& digest, std::int64_t offset, std::int64_t totalSize, const QByteArray& bytes);
-    std::int64_t uploadedBytes(const Digest& digest) const;
+    Result<UploadState> putRange(const Digest& digest, std::int64_t offset, std::int64_t totalSize, const QByteArray& bytes,
+        const QString& uploader = {}, std::int64_t now = 0);
+    std::int64_t uploadedBytes(const Digest& digest, const QString& uploader = {}) const;
 
     std::int64_t totalSize() const { return m_total; }
     std::int64_t sizeLimit() const { return m_limit; }
@@ -61,13 +69,18 @@ private:
         QString tempPath;
         std::int64_t received = 0;
         std::int64_t total = 0;
+        QString uploader;
+        std::int64_t touched = 0;
     };
+    static QString uploadKey(const QString& uploader, const Digest& digest);
+    Status admitUpload(const QString& uploader, std::int64_t totalSize, std::int64_t now);
+    void dropUpload(const QString& key);
     QString m_directory;
     std::int64_t m_limit = 0;
     std::int64_t m_total = 0;
     std::int64_t m_clock = 0;
     QHash<Digest, Entry> m_entries;
-    QHash<Digest, Upload> m_uploads;
+    QHash<QString, Upload> m_uploads; // by uploadKey
     QHash<Digest, int> m_pins;
 };
 

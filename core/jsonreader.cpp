@@ -86,7 +86,22 @@ QString JsonReader::string(QStringView key, Presence presence, const QString& fa
         fail(key, QStringLiteral("must be a string, not %1").arg(typeName(value)));
         return fallback;
     }
-    return value.toString();
+    auto text = value.toString();
+    if (text.size() > MaxStringLength) {
+        fail(key, QStringLiteral("at most %1 characters, not %2").arg(MaxStringLength).arg(text.size()));
+        return fallback;
+    }
+    return text;
+}
+
+QString JsonReader::text(QStringView key, qsizetype maxLength, Presence presence)
+{
+    auto text = string(key, presence);
+    if (text.size() > maxLength) {
+        fail(key, QStringLiteral("at most %1 characters, not %2").arg(maxLength).arg(text.size()));
+        return {};
+    }
+    return text;
 }
 
 std::int64_t JsonReader::integer(QStringView key, std::int64_t min, std::int64_t max, Presence presence, std::int64_t fallback)
@@ -165,7 +180,15 @@ QStringList JsonReader::stringList(QStringView key, Presence presence)
         return list;
     }
     const auto array = value.toArray();
+    if (array.size() > MaxListLength) {
+        fail(key, QStringLiteral("at most %1 items, not %2").arg(MaxListLength).arg(array.size()));
+        return list;
+    }
     for (qsizetype i = 0; i < array.size(); ++i) {
+        if (array.at(i).isString() && array.at(i).toString().size() > MaxStringLength) {
+            fail(QStringLiteral("%1[%2]").arg(key).arg(i), QStringLiteral("at most %1 characters").arg(MaxStringLength));
+            return {};
+        }
         if (!array.at(i).isString()) {
             fail(QStringLiteral("%1[%2]").arg(key).arg(i), QStringLiteral("must be a string, not %1").arg(typeName(array.at(i))));
             return {};

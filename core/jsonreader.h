@@ -23,7 +23,12 @@ class JsonReader {
 public:
     explicit JsonReader(QJsonObject object, QString path = {});
 
+    // Every string is at most MaxStringLength characters (docs/PROTOCOL.md, "Limits"), a list of
+    // strings at most MaxListLength long; text() reads one with a tighter limit.
+    static constexpr qsizetype MaxStringLength = 4096;
+    static constexpr qsizetype MaxListLength = 1024;
     QString string(QStringView key, Presence presence = Presence::Required, const QString& fallback = {});
+    QString text(QStringView key, qsizetype maxLength, Presence presence = Presence::Required);
     std::int64_t integer(
         QStringView key, std::int64_t min, std::int64_t max, Presence presence = Presence::Required, std::int64_t fallback = 0);
     double number(QStringView key, double min, double max, Presence presence = Presence::Required, double fallback = 0.0);

@@ -13,15 +13,13 @@ Result<NodeInfo> NodeInfo::fromJson(const QJsonObject& json)
         QStringLiteral("runtimeProfile"), QStringLiteral("devices"), QStringLiteral("benchmarkSamplesPerSecond"),
         QStringLiteral("maxThreads"), QStringLiteral("signingKey") });
     NodeInfo node;
-    node.nodeId = reader.string(u"nodeId");
-    node.name = reader.string(u"name", Presence::Optional);
-    node.softwareVersion = reader.string(u"softwareVersion");
-    node.runtimeProfile = reader.string(u"runtimeProfile");
+    node.nodeId = reader.text(u"nodeId", MaxIdLength);
+    node.name = reader.text(u"name", 100, Presence::Optional);
+    node.softwareVersion = reader.text(u"softwareVersion", MaxVersionLength);
+    node.runtimeProfile = reader.text(u"runtimeProfile", MaxProfileLength);
     node.benchmarkSamplesPerSecond = reader.number(u"benchmarkSamplesPerSecond", 0.0, 1e12, Presence::Optional);
     node.maxThreads = static_cast<int>(reader.integer(u"maxThreads", 1, 4096));
-    node.signingKey = reader.string(u"signingKey", Presence::Optional);
-    if (node.name.size() > 100)
-        reader.fail(u"name", QStringLiteral("at most 100 characters"));
+    node.signingKey = reader.text(u"signingKey", MaxKeyLength, Presence::Optional);
     const auto deviceReaders = reader.objectList(u"devices", MaxDevices);
     for (qsizetype i = 0; i < deviceReaders.size() && reader.ok(); ++i) {
         auto device = DeviceInfo::fromJson(json.value(QStringLiteral("devices")).toArray().at(i).toObject());

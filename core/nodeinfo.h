@@ -21,6 +21,11 @@ struct NodeInfo {
     QString signingKey; // Ed25519 public key (base64): signs the node's commitments
 
     static constexpr qsizetype MaxDevices = 64;
+    // Lengths checked when a REGISTER is read (docs/PROTOCOL.md, "Limits").
+    static constexpr qsizetype MaxIdLength = 128;
+    static constexpr qsizetype MaxVersionLength = 64;
+    static constexpr qsizetype MaxProfileLength = 512;
+    static constexpr qsizetype MaxKeyLength = 64;
 
     static Result<NodeInfo> fromJson(const QJsonObject& json);
     QJsonObject toJson() const;

@@ -56,7 +56,7 @@ Result<ShardResult> ShardResult::fromJson(const QJsonObject& json)
         reader.fail(u"outcome", QStringLiteral("must be \"completed\", \"failed\" or \"returned\", not '%1'").arg(outcome));
 
     if (result.outcome != Outcome::Completed) {
-        result.failure = reader.string(u"failure");
+        result.failure = reader.text(u"failure", MaxFailureLength);
         if (reader.ok() && result.failure.isEmpty())
             reader.fail(u"failure", QStringLiteral("a failed or returned result must say why"));
     } else {
@@ -100,7 +100,7 @@ QJsonObject ShardResult::toJson() const
         { QStringLiteral("runtimeProfile"), runtimeProfile },
     };
     if (outcome != Outcome::Completed) {
-        json.insert(QStringLiteral("failure"), failure);
+        json.insert(QStringLiteral("failure"), failure.left(MaxFailureLength)); // the reader's limit
     } else {
         json.insert(QStringLiteral("finalHash"), finalHash.toHex());
         QJsonArray chain;

@@ -24,10 +24,11 @@ struct Commitment {
 };
 
 struct ShardResult {
-    // Failed: the shard could not be trained (counted against the shard: a job whose shard fails
-    // 5 times fails). Returned: the node gives the shard back for a reason of its own, such as a
+    // Failed: the shard could not be trained (it goes to a different node; a job fails when
+    // distinct nodes, or the broker's own run, agree). Returned: the node gives the shard back for a reason of its own, such as a
     // full disk; it goes to another node and counts against nobody.
     enum class Outcome { Completed, Failed, Returned };
+    static constexpr qsizetype MaxFailureLength = 2000; // characters of `failure` on the wire
 
     QString jobId;
     std::int64_t round = 0;

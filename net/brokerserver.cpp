@@ -5,6 +5,7 @@
 #include "ratelimiter.h"
 
 #include <QJsonArray>
+#include <QJsonDocument>
 #include <QLoggingCategory>
 
 #include <zmq.hpp>
@@ -46,7 +47,12 @@ struct BrokerServer::Private {
         double score = 0.0;
         std::int64_t lastSeen = 0;
         std::int64_t lastSent = 0;
+        QString principal; // whose limits and bans apply (principalOf)
+    };
+    // Limits and bans are per identity, not per connection: a new socket does not start afresh.
+    struct Principal {
         RateLimiter limiter;
+        std::int64_t lastSeen = 0;
     };
 
     // One request as a handler sees it: who sent it and what, decoded, and who the caller is.
@@ -58,6 +64,7 @@ struct BrokerServer::Private {
         QString caller; // under CURVE the client's key; in plaintext the account it names
         bool operatorCaller = false; // a key of Broker/OperatorKeys, or any plaintext caller
         QString userId; // the CURVE key; empty in plaintext
+        QString principal; // the CURVE key; in plaintext the peer's address (on loopback, its connection)
         int re() const { return int(message.command); }
         const QJsonObject& header() const { return message.header; }
     };
@@ -71,7 +78,8 @@ struct BrokerServer::Private {
     std::unique_ptr<zmq::socket_t> zap;
     QString endpoint;
     QHash<QByteArray, Peer> peers;
-    QHash<QByteArray, std::int64_t> banned; // routing id -> until (ms)
+    QHash<QString, Principal> principals;
+    QHash<QString, std::int64_t> banned; // principal -> until (ms)
     Counters counters;
     std::int64_t nextKeepAlive = 0;
 
@@ -140,7 +148,11 @@ struct BrokerServer::Private {
     void handleZap();
     // Admission: the ban list and the peer's rate limit. False: the message goes no further.
     bool admit(const QByteArray& routingId, Peer& peer, const QList<QByteArray>& frames);
-    void handle(const QByteArray& routingId, const QList<QByteArray>& frames, const QString& userId);
+    void handle(const QByteArray& routingId, const detail::Frames& received);
+    // Whose limits apply to a message: its CURVE key; in plaintext its IP address, except on
+    // loopback, where every process of the machine shares one address (and is the operator): there
+    // each connection counts on its own.
+    static QString principalOf(const QByteArray& routingId, const detail::Frames& received);
     void dispatch(Request& r);
     void keepAlive();
     void dispatchWork();
@@ -269,7 +281,7 @@ void BrokerServer::Private::receive()
         if (received->frames.isEmpty())
             continue;
         const QByteArray routingId = received->frames.takeFirst();
-        handle(routingId, received->frames, received->userId);
+        handle(routingId, *received);
     }
 }
 
@@ -319,7 +331,11 @@ bool BrokerServer::Private::admit(const QByteArray& routingId, Peer& peer, const
     // the link carries them (about 600 a second on loopback here), not a flood.
     const bool range = frames.size() > 1 && frames[1].size() == 1
         && (quint8(frames[1][0]) == quint8(Command::Get) || quint8(frames[1][0]) == quint8(Command::Put));
-    switch (peer.limiter.admit(range ? 0.25 : 1.0, now())) {
+    auto& principal = principals[peer.principal];
+    if (principal.lastSeen == 0)
+        principal.limiter = RateLimiter(options.maxRequestsPerSecond);
+    principal.lastSeen = now();
+    switch (principal.limiter.admit(range ? 0.25 : 1.0, now())) {
     case RateLimiter::Decision::Pass:
         return true;
     case RateLimiter::Decision::Refuse:
@@ -330,11 +346,22 @@ bool BrokerServer::Private::admit(const QByteArray& routingId, Peer& peer, const
         return false;
     case RateLimiter::Decision::Drop:
         qCWarning(lcBroker).noquote() << "dropped a peer that sent more than" << options.maxRequestsPerSecond
-                                      << "messages a second for 5 s" << shortId(peer.nodeId);
-        if (!peer.nodeId.isEmpty())
-            broker.nodeLost(peer.nodeId);
-        peers.remove(routingId);
-        banned.insert(routingId, now() + BanMs);
+                                      << "messages a second for 5 s" << shortId(peer.principal);
+        // Every connection of that identity goes, and stays away for the ban.
+        {
+            const QString flooder = peer.principal;
+            for (auto it = peers.begin(); it != peers.end();) {
+                if (it->principal != flooder) {
+                    ++it;
+                    continue;
+                }
+                if (!it->nodeId.isEmpty())
+                    broker.nodeLost(it->nodeId);
+                it = peers.erase(it);
+            }
+            principals.remove(flooder);
+            banned.insert(flooder, now() + BanMs);
+        }
         ++counters.errors;
         ++counters.dropped;
         return false;
@@ -342,17 +369,30 @@ bool BrokerServer::Private::admit(const QByteArray& routingId, Peer& peer, const
     return false;
 }
 
-void BrokerServer::Private::handle(const QByteArray& routingId, const QList<QByteArray>& frames, const QString& userId)
+QString BrokerServer::Private::principalOf(const QByteArray& routingId, const detail::Frames& received)
+{
+    if (!received.userId.isEmpty())
+        return received.userId;
+    const QString& address = received.peerAddress;
+    if (address.isEmpty() || address.startsWith(u"127.") || address == u"::1" || address == u"::ffff:127.0.0.1")
+        return QStringLiteral("connection:") + QString::fromLatin1(routingId.toHex());
+    return QStringLiteral("address:") + address;
+}
+
+void BrokerServer::Private::handle(const QByteArray& routingId, const detail::Frames& received)
 {
     ++counters.messages;
-    if (auto ban = banned.find(routingId); ban != banned.end()) {
+    const QList<QByteArray>& frames = received.frames;
+    const QString& userId = received.userId;
+    const QString principal = principalOf(routingId, received);
+    if (auto ban = banned.find(principal); ban != banned.end()) {
         if (now() < *ban)
             return; // dropped for flooding: not even an answer
         banned.erase(ban);
     }
     auto found = peers.find(routingId);
     if (found == peers.end())
-        found = peers.insert(routingId, Peer { {}, false, 0, 0.0, 0, 0, RateLimiter(options.maxRequestsPerSecond) });
+        found = peers.insert(routingId, Peer { {}, false, 0, 0.0, 0, 0, principal });
     auto& peer = *found;
     peer.lastSeen = now();
     if (!admit(routingId, peer, frames))
@@ -369,7 +409,7 @@ void BrokerServer::Private::handle(const QByteArray& routingId, const QList<QByt
     const bool curve = !userId.isEmpty();
     Request request { routingId, peer, *message, envelope.id,
         curve ? userId : (envelope.owner.isEmpty() ? QStringLiteral("local") : envelope.owner),
-        !curve || options.operatorKeys.contains(userId), userId };
+        !curve || options.operatorKeys.contains(userId), userId, principal };
     dispatch(request);
 }
 
@@ -446,6 +486,10 @@ void BrokerServer::Private::keepAlive()
     }
     for (const auto& id : gone)
         peers.remove(id);
+    for (auto it = principals.begin(); it != principals.end();)
+        it = t - it->lastSeen > ForgetClientMs ? principals.erase(it) : std::next(it);
+    for (auto it = banned.begin(); it != banned.end();)
+        it = t >= *it ? banned.erase(it) : std::next(it);
 }
 
 void BrokerServer::Private::dispatchWork()
@@ -513,6 +557,10 @@ void BrokerServer::Private::onRegister(Request& r)
         node.nodeId = r.userId;
     if (node.nodeId.isEmpty()) {
         refuse(r, errors::Invalid, QStringLiteral("node.nodeId: is required"));
+        return;
+    }
+    if (auto allowed = broker.checkRegistration(node, !r.userId.isEmpty()); !allowed) {
+        refuse(r, allowed.error(), errors::Forbidden);
         return;
     }
     // The same node on a new connection (it reconnected, or restarted): what was in flight on the
@@ -656,7 +704,8 @@ void BrokerServer::Private::onPut(Request& r)
     auto request = decoded<PutRequest>(r);
     if (!request)
         return;
-    auto state = broker.blobs().putRange(request->sha256, request->offset, request->size, r.message.payload);
+    // The upload is the caller's own: keyed by its identity (its CURVE key; in plaintext its address).
+    auto state = broker.blobs().putRange(request->sha256, request->offset, request->size, r.message.payload, r.principal, now());
     if (!state) {
         refuse(r, state.error(), state.error().field == u"sha256" ? errors::HashMismatch : errors::Invalid);
         return;
@@ -668,7 +717,7 @@ void BrokerServer::Private::onPut(Request& r)
             return;
         }
     }
-    ok(r, PutReply { request->sha256, broker.blobs().uploadedBytes(request->sha256), complete }.toHeader());
+    ok(r, PutReply { request->sha256, broker.blobs().uploadedBytes(request->sha256, r.principal), complete }.toHeader());
 }
 
 // --- client commands -----------------------------------------------------------------------------
@@ -713,17 +762,51 @@ void BrokerServer::Private::onStatus(Request& r)
     ok(r, { { fields::Job, mine ? status->toJson() : status->toPublicJson() } });
 }
 
+namespace {
+
+// One page of rows: from the request's offset, at most its limit, and no more than fit in a header
+// with room to spare; `next` says where the following page starts.
+QJsonObject pageOf(const QString& field, const QList<QJsonObject>& rows, const PageRequest& request)
+{
+    constexpr qsizetype Budget = MaxHeaderBytes * 3 / 4;
+    QJsonArray page;
+    qsizetype bytes = 0;
+    std::int64_t index = request.offset;
+    const auto total = std::int64_t(rows.size());
+    for (; index < total && index - request.offset < request.limit; ++index) {
+        const auto size = QJsonDocument(rows[qsizetype(index)]).toJson(QJsonDocument::Compact).size() + 1;
+        if (bytes + size > Budget && !page.isEmpty())
+            break;
+        bytes += size;
+        page.append(rows[qsizetype(index)]);
+    }
+    QJsonObject header { { field, page }, { fields::Total, static_cast<qint64>(total) } };
+    if (index < total)
+        header.insert(fields::Next, static_cast<qint64>(index));
+    return header;
+}
+
+core::broker::Broker::Listing listingOf(const PageRequest& request)
+{
+    return request.all ? core::broker::Broker::Listing::All : core::broker::Broker::Listing::Recent;
+}
+
+} // namespace
+
 void BrokerServer::Private::onList(Request& r)
 {
-    auto jobs = broker.list();
+    auto request = decoded<PageRequest>(r);
+    if (!request)
+        return;
+    auto jobs = broker.list(listingOf(*request));
     if (!jobs) {
         refuse(r, errors::Internal, jobs.error().toString());
         return;
     }
-    QJsonArray list;
+    QList<QJsonObject> rows;
     for (const auto& job : *jobs)
-        list.append(r.operatorCaller || job.owner == r.caller ? job.toJson() : job.toPublicJson());
-    ok(r, { { fields::Jobs, list } });
+        rows.append(r.operatorCaller || job.owner == r.caller ? job.toJson() : job.toPublicJson());
+    ok(r, pageOf(fields::Jobs, rows, *request));
 }
 
 void BrokerServer::Private::onCancel(Request& r)
@@ -790,19 +873,22 @@ void BrokerServer::Private::onLedger(Request& r)
 
 void BrokerServer::Private::onNodes(Request& r)
 {
-    auto nodes = broker.nodes();
+    auto request = decoded<PageRequest>(r);
+    if (!request)
+        return;
+    auto nodes = broker.nodes(listingOf(*request));
     if (!nodes) {
         refuse(r, errors::Internal, nodes.error().toString());
         return;
     }
     // Records, stakes and slashes are public; a balance is its holder's.
-    QJsonArray list;
+    QList<QJsonObject> rows;
     for (auto node : *nodes) {
         if (!r.operatorCaller && node.value(fields::NodeId).toString() != r.caller)
             node.remove(QStringLiteral("balance"));
-        list.append(node);
+        rows.append(node);
     }
-    ok(r, { { fields::Nodes, list } });
+    ok(r, pageOf(fields::Nodes, rows, *request));
 }
 
 void BrokerServer::Private::onReceipt(Request& r)

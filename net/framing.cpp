@@ -32,6 +32,9 @@ std::optional<Frames> receiveFrames(zmq::socket_t& socket)
         try {
             received.userId = QString::fromLatin1(parts.back().gets("User-Id"));
         } catch (const zmq::error_t&) { }
+        try {
+            received.peerAddress = QString::fromLatin1(parts.back().gets("Peer-Address"));
+        } catch (const zmq::error_t&) { }
     }
     for (const auto& part : parts)
         received.frames.append(QByteArray(static_cast<const char*>(part.data()), qsizetype(part.size())));

@@ -22,6 +22,7 @@ void sendMessage(zmq::socket_t& socket, const Message& message, const QByteArray
 struct Frames {
     QList<QByteArray> frames;
     QString userId; // the CURVE key the ZAP handler vouched for, if any
+    QString peerAddress; // the sender's IP address (ZeroMQ's Peer-Address), if known
 };
 
 // The next multipart message, if one is waiting (it does not wait).

@@ -332,6 +332,33 @@ core::Result<StatusReply> StatusReply::fromHeader(const QJsonObject& header)
     return StatusReply { core::broker::JobStatus::fromJson(*object) };
 }
 
+QJsonObject PageRequest::toHeader() const
+{
+    QJsonObject header { { fields::Offset, static_cast<qint64>(offset) }, { fields::Limit, static_cast<qint64>(limit) } };
+    if (all)
+        header.insert(fields::All, true);
+    return header;
+}
+
+core::Result<PageRequest> PageRequest::fromHeader(const QJsonObject& header)
+{
+    JsonReader reader(header);
+    PageRequest request;
+    request.offset = reader.integer(fields::Offset, 0, MaxCount, Presence::Optional, 0);
+    request.limit = reader.integer(fields::Limit, 1, MaxLimit, Presence::Optional, DefaultLimit);
+    request.all = reader.boolean(fields::All, Presence::Optional, false);
+    if (!reader.ok())
+        return reader.status().error();
+    return request;
+}
+
+void Page::read(const QJsonObject& header)
+{
+    total = header.value(fields::Total).toInteger();
+    if (header.value(fields::Next).isDouble())
+        next = header.value(fields::Next).toInteger();
+}
+
 core::Result<ListReply> ListReply::fromHeader(const QJsonObject& header)
 {
     if (!header.value(fields::Jobs).isArray())
@@ -339,6 +366,7 @@ core::Result<ListReply> ListReply::fromHeader(const QJsonObject& header)
     ListReply reply;
     for (const auto& value : header.value(fields::Jobs).toArray())
         reply.jobs.append(core::broker::JobStatus::fromJson(value.toObject()));
+    reply.page.read(header);
     return reply;
 }
 
@@ -407,6 +435,7 @@ core::Result<NodesReply> NodesReply::fromHeader(const QJsonObject& header)
     NodesReply reply;
     for (const auto& value : header.value(fields::Nodes).toArray())
         reply.nodes.append(core::broker::NodeRecord::fromJson(value.toObject()));
+    reply.page.read(header);
     return reply;
 }
 

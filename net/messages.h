@@ -51,6 +51,10 @@ inline const QString Complete = QStringLiteral("complete");
 inline const QString Job = QStringLiteral("job");
 inline const QString JobId = QStringLiteral("jobId");
 inline const QString Jobs = QStringLiteral("jobs");
+inline const QString Limit = QStringLiteral("limit");
+inline const QString All = QStringLiteral("all");
+inline const QString Total = QStringLiteral("total");
+inline const QString Next = QStringLiteral("next");
 inline const QString Quote = QStringLiteral("quote");
 inline const QString Account = QStringLiteral("account");
 inline const QString Consistent = QStringLiteral("consistent");
@@ -219,8 +223,28 @@ struct StatusReply {
     static core::Result<StatusReply> fromHeader(const QJsonObject& header);
 };
 
+// LIST and NODES are paginated: rows from `offset`, at most `limit` (and fewer when they would
+// not fit in a header); `all` also lists what aged out (docs/PROTOCOL.md, "Listings").
+struct PageRequest {
+    static constexpr std::int64_t DefaultLimit = 100;
+    static constexpr std::int64_t MaxLimit = 500;
+    std::int64_t offset = 0;
+    std::int64_t limit = DefaultLimit;
+    bool all = false;
+    QJsonObject toHeader() const;
+    static core::Result<PageRequest> fromHeader(const QJsonObject& header);
+};
+
+// Where a page ends: the rows listed in all, and the offset of the next page (none: the last).
+struct Page {
+    std::int64_t total = 0;
+    std::optional<std::int64_t> next;
+    void read(const QJsonObject& header);
+};
+
 struct ListReply {
     QList<core::broker::JobStatus> jobs;
+    Page page;
     static core::Result<ListReply> fromHeader(const QJsonObject& header);
 };
 
@@ -254,6 +278,7 @@ struct LedgerReply {
 
 struct NodesReply {
     QList<core::broker::NodeRecord> nodes;
+    Page page;
     static core::Result<NodesReply> fromHeader(const QJsonObject& header);
 };
 

@@ -88,6 +88,27 @@ struct Context {
         return std::move(*typed);
     }
 
+    // Every page of a paginated listing (LIST, NODES), rows appended from each; --all asks for what
+    // aged out too.
+    template<typename Reply, typename Rows> std::optional<Reply> listAll(net::Command command, Rows Reply::*rows, int& status)
+    {
+        net::PageRequest request;
+        request.all = parser.isSet(QStringLiteral("all"));
+        std::optional<Reply> whole;
+        for (;;) {
+            auto page = call<Reply>(command, request.toHeader(), status);
+            if (!page)
+                return std::nullopt;
+            if (!whole)
+                whole = *page;
+            else
+                ((*whole).*rows).append((*page).*rows);
+            if (!page->page.next || *page->page.next <= request.offset)
+                return whole;
+            request.offset = *page->page.next;
+        }
+    }
+
     // One request; an error is printed and comes back as the exit status.
     std::optional<QJsonObject> ask(net::Command command, const QJsonObject& header, int& status)
     {
@@ -189,7 +210,7 @@ int status(Context& context)
 {
     int exit = 0;
     if (context.positional().isEmpty()) {
-        const auto reply = context.call<net::ListReply>(net::Command::List, {}, exit);
+        const auto reply = context.listAll(net::Command::List, &net::ListReply::jobs, exit);
         if (!reply)
             return exit;
         if (context.json()) {
@@ -309,7 +330,7 @@ int ledger(Context& context)
 int nodes(Context& context)
 {
     int exit = 0;
-    const auto reply = context.call<net::NodesReply>(net::Command::Nodes, {}, exit);
+    const auto reply = context.listAll(net::Command::Nodes, &net::NodesReply::nodes, exit);
     if (!reply)
         return exit;
     if (context.json()) {
@@ -483,8 +504,9 @@ const QList<CommandInfo>& commands()
         { QStringLiteral("fetch"), QStringLiteral("ID -o FILE [--json]"),
             QStringLiteral("save the newest global weights (torch.load reads them)"), 1, 1,
             { QStringLiteral("output"), QStringLiteral("json") }, { QStringLiteral("output") }, fetch },
-        { QStringLiteral("list"), QStringLiteral("[--json]"), QStringLiteral("every job on the broker"), 0, 0,
-            { QStringLiteral("json") }, {}, status },
+        { QStringLiteral("list"), QStringLiteral("[--all] [--json]"),
+            QStringLiteral("the broker's running jobs and its latest 50 ended ones (--all: every job)"), 0, 0,
+            { QStringLiteral("all"), QStringLiteral("json") }, {}, status },
         { QStringLiteral("cancel"), QStringLiteral("ID [--json]"),
             QStringLiteral("stop a job (its unspent budget goes back to its owner)"), 1, 1, { QStringLiteral("json") }, {},
             cancel },
@@ -494,10 +516,11 @@ const QList<CommandInfo>& commands()
         { QStringLiteral("ledger"), QStringLiteral("[--json]"),
             QStringLiteral("whether the broker's books balance, and how much was ever minted; exits 1 when they do not"), 0, 0,
             { QStringLiteral("json") }, {}, ledger },
-        { QStringLiteral("nodes"), QStringLiteral("[--json]"),
+        { QStringLiteral("nodes"), QStringLiteral("[--all] [--json]"),
             QStringLiteral("the nodes the broker knows, with their record: shards done and failed, results verified, "
-                           "disputes lost, dispute timeouts, stake and what was slashed"),
-            0, 0, { QStringLiteral("json") }, {}, nodes },
+                           "disputes lost, dispute timeouts, stake and what was slashed (connected or seen in the last "
+                           "7 days; --all: every one)"),
+            0, 0, { QStringLiteral("all"), QStringLiteral("json") }, {}, nodes },
         { QStringLiteral("verifications"), QStringLiteral("[ID] [--json]"),
             QStringLiteral("the checks of a job (or of all jobs): re-executions, canaries, disputes, outcomes"), 0, 1,
             { QStringLiteral("json") }, {}, verifications },
@@ -550,6 +573,8 @@ QCommandLineOption optionNamed(const QString& name)
         return { { QStringLiteral("o"), QStringLiteral("output") }, QStringLiteral("output file"), QStringLiteral("FILE") };
     if (name == u"force")
         return { QStringLiteral("force"), QStringLiteral("replace the identity you have") };
+    if (name == u"all")
+        return { QStringLiteral("all"), QStringLiteral("also what aged out of the listing") };
     return { QStringLiteral("signer"), QStringLiteral("the broker's signing key (base64)"), QStringLiteral("KEY") };
 }
 

@@ -250,13 +250,22 @@ Result<JobStatus> Broker::status(const QString& jobId)
     return status;
 }
 
-Result<QList<JobStatus>> Broker::list()
+Result<QList<JobStatus>> Broker::list(Listing listing)
 {
     auto jobs = m_store->jobs();
     if (!jobs)
         return jobs.error();
+    // Running jobs, and the latest ended ones (Options::listedEndedJobs); the full listing has all.
+    qsizetype ended = 0;
+    for (const auto& job : *jobs)
+        ended += job.state != JobState::Running ? 1 : 0;
+    qsizetype skipEnded = listing == Listing::Recent ? std::max<qsizetype>(0, ended - Options::listedEndedJobs) : 0;
     QList<JobStatus> statuses;
     for (const auto& job : *jobs) {
+        if (job.state != JobState::Running && skipEnded > 0) {
+            --skipEnded;
+            continue;
+        }
         auto one = status(job.id);
         if (!one)
             return one.error();
@@ -311,6 +320,22 @@ Status Broker::failJob(const QString& jobId, const QString& why)
 }
 
 // --- nodes ---------------------------------------------------------------------------------------
+
+Status Broker::checkRegistration(const NodeInfo& node, bool authenticated)
+{
+    if (authenticated)
+        return {};
+    auto known = m_store->node(node.nodeId);
+    if (!known)
+        return known.error();
+    const QString registered = *known ? (**known).info.value(QStringLiteral("signingKey")).toString() : QString();
+    if (!registered.isEmpty() && registered != node.signingKey)
+        return Error { QStringLiteral("node.signingKey"),
+            QStringLiteral("node %1 registered with another signing key; on a plaintext broker a node id is a claim, and "
+                           "only the key it first came with may use it again")
+                .arg(node.nodeId) };
+    return {};
+}
 
 Status Broker::registerNode(const NodeInfo& node)
 {
@@ -745,13 +770,16 @@ Result<QList<QJsonObject>> Broker::verifications(const QString& jobId, int limit
     return list;
 }
 
-Result<QList<QJsonObject>> Broker::nodes()
+Result<QList<QJsonObject>> Broker::nodes(Listing listing)
 {
     auto rows = m_store->nodes();
     if (!rows)
         return rows.error();
     QList<QJsonObject> list;
+    const auto since = m_clock.nowMs() - Options::listedForMs;
     for (const auto& row : *rows) {
+        if (listing == Listing::Recent && !m_nodes.contains(row.id) && row.lastSeen < since)
+            continue; // long gone: only in the full listing
         NodeRecord record;
         record.nodeId = row.id;
         record.name = row.info.value(QStringLiteral("name")).toString();

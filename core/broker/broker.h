@@ -56,10 +56,16 @@ public:
     Result<QString> submit(const JobSpec& spec, const QString& owner = QStringLiteral("local"));
     Result<Quote> quoteFor(const JobSpec& spec);
     Result<JobStatus> status(const QString& jobId);
-    Result<QList<JobStatus>> list();
+    // Listings: Recent leaves out what aged (jobs ended before the latest Options::listedEndedJobs,
+    // nodes neither connected nor seen in Options::listedForMs); All has everything.
+    enum class Listing { Recent, All };
+    Result<QList<JobStatus>> list(Listing listing = Listing::Recent);
     Status cancel(const QString& jobId);
 
     // Nodes.
+    // Whether this REGISTER may take the node id: under CURVE (authenticated) the key is the id; a
+    // plaintext claim of an id that registered before must come with the same signing key.
+    Status checkRegistration(const NodeInfo& node, bool authenticated);
     Status registerNode(const NodeInfo& node);
     // The node is gone: its shards are handed to others.
     void nodeLost(const QString& nodeId);
@@ -109,7 +115,7 @@ public:
 
     // Every node the broker has seen, with its record: shards done and failed, verified, disputes lost,
     // timeouts, stake slashed, first and last seen.
-    Result<QList<QJsonObject>> nodes();
+    Result<QList<QJsonObject>> nodes(Listing listing = Listing::Recent);
     // How the scheduler ranks a node: its benchmark throughput times its record,
     // (done + 1) / (done + failed + 10 x disputes lost + dispute timeouts + 1), so that nodes that fail
     // or cheat lose work to nodes that deliver.

@@ -40,6 +40,9 @@ struct BrokerOptions {
     double crossProfileTolerance = 1e-3; // relative L2 distance, results of different runtime profiles
     std::uint64_t randomSeed = 0; // 0: sample draws from the system's random source
     std::int64_t maxRunningJobsPerOwner = 20; // more running jobs of one owner are refused
+    // What LIST and NODES show unless asked for all: the latest ended jobs, nodes seen this recently.
+    static constexpr qsizetype listedEndedJobs = 50;
+    static constexpr std::int64_t listedForMs = 7LL * 24 * 3600 * 1000;
 };
 
 } // namespace tessera::core::broker
