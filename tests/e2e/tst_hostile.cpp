@@ -1,0 +1,60 @@
+// Hostile peers against a real broker process (docs/SECURITY.md, "Hostile peers"): a node that
+// claims to be absurdly slow and asks again and again, reports false failures, a QUOTE of a model
+// that would not fit in memory, fields that would break every listing, an upload squatted by its
+// hash, a plaintext node-id takeover (tests/e2e/python/hostile_peers.py), all while an honest node
+// trains a job. The job must finish, the books balance, and every client is answered meanwhile.
+
+#include "cluster.h"
+
+using namespace tessera::tests::e2e;
+
+class HostileTest : public QObject {
+    Q_OBJECT
+
+private Q_SLOTS:
+    void hostilePeersStallNothing()
+    {
+        Cluster cluster;
+        cluster.startBroker();
+        cluster.startNode(1);
+        QVERIFY2(QTest::qWaitFor([&] { return !cluster.nodes().isEmpty(); }, 120'000),
+            qPrintable(cluster.log(QStringLiteral("node1"))));
+        const QString honest = cluster.nodes().at(0).toObject().value(QStringLiteral("nodeId")).toString();
+        // Six shards a round: the hoarder can hold two, the honest node answers the rest, and with
+        // three answers in, the job's usual shard time is known and held shards are late.
+        const QString jobFile = cluster.path(QStringLiteral("job.json"));
+        Cluster::writeFile(jobFile, QStringLiteral(R"({"version": 1, "name": "hostile", "model": {"zoo": "mlp", "hidden": [32]},
+                "dataset": {"builtin": "fashion-mnist"}, "optimizer": {"kind": "sgd", "lr": 0.05},
+                "training": {"rounds": 20, "shardsPerRound": 6, "localSteps": 20, "batchSize": 32, "seed": 1,
+                             "threads": 1, "checkpointInterval": 10},
+                "budget": "50", "verification": {"rate": 0.0}})"));
+        const QString jobId = cluster.submit(jobFile);
+        QVERIFY(!jobId.isEmpty());
+
+        const auto attack = run(Python,
+            { QStringLiteral(TESSERA_SOURCE_DIR "/tests/e2e/python/hostile_peers.py"), cluster.endpoint(), jobId, honest },
+            600'000);
+        qInfo().noquote() << attack.output;
+        QVERIFY2(attack.exitCode == 0, qPrintable(attack.output + cluster.log(QStringLiteral("broker"))));
+
+        const auto job = cluster.waitForEnd(jobId);
+        QCOMPARE(job.value(QStringLiteral("state")).toString(), QStringLiteral("finished"));
+        QVERIFY(cluster.ledgerConsistent());
+        // The false failures are on the hoarder's record; the honest node's has none.
+        const auto nodes = cluster.nodes();
+        bool sawHoarder = false;
+        for (const auto& value : nodes) {
+            const auto node = value.toObject();
+            if (node.value(QStringLiteral("nodeId")).toString() == QStringLiteral("hoarder")) {
+                sawHoarder = true;
+                QVERIFY(node.value(QStringLiteral("shardsFailed")).toInt() >= 1);
+            } else if (node.value(QStringLiteral("nodeId")).toString() == honest) {
+                QCOMPARE(node.value(QStringLiteral("shardsFailed")).toInt(), 0);
+            }
+        }
+        QVERIFY(sawHoarder);
+    }
+};
+
+QTEST_GUILESS_MAIN(HostileTest)
+#include "tst_hostile.moc"
