@@ -867,7 +867,8 @@ void BrokerServer::Private::onLedger(Request& r)
     auto minted = broker.ledger().balance(core::ledger::accounts::Mint);
     ok(r,
         LedgerReply { invariants.ok(), invariants.ok() ? QString() : invariants.error().message,
-            minted ? minted->checkedMultiply(-1).value_or(core::Credits {}).toString() : QString() }
+            minted ? minted->checkedMultiply(-1).value_or(core::Credits {}).toString() : QString(),
+            QString::fromLatin1(broker.signingKey().toBase64()) }
             .toHeader());
 }
 

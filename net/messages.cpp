@@ -415,14 +415,15 @@ core::Result<BalanceRequest> BalanceRequest::fromHeader(const QJsonObject& heade
 
 QJsonObject LedgerReply::toHeader() const
 {
-    return { { fields::Consistent, consistent }, { fields::Problem, problem }, { fields::Minted, minted } };
+    return { { fields::Consistent, consistent }, { fields::Problem, problem }, { fields::Minted, minted },
+        { fields::SigningKey, signingKey } };
 }
 
 core::Result<LedgerReply> LedgerReply::fromHeader(const QJsonObject& header)
 {
     JsonReader reader(header);
     LedgerReply reply { reader.boolean(fields::Consistent), reader.string(fields::Problem, Presence::Optional),
-        reader.string(fields::Minted, Presence::Optional) };
+        reader.string(fields::Minted, Presence::Optional), reader.string(fields::SigningKey, Presence::Optional) };
     if (!reader.ok())
         return reader.status().error();
     return reply;

@@ -60,6 +60,7 @@ inline const QString Account = QStringLiteral("account");
 inline const QString Consistent = QStringLiteral("consistent");
 inline const QString Problem = QStringLiteral("problem");
 inline const QString Minted = QStringLiteral("minted");
+inline const QString SigningKey = QStringLiteral("signingKey");
 inline const QString Cause = QStringLiteral("cause");
 inline const QString Receipt = QStringLiteral("receipt");
 inline const QString Nodes = QStringLiteral("nodes");
@@ -272,6 +273,7 @@ struct LedgerReply {
     bool consistent = false;
     QString problem;
     QString minted;
+    QString signingKey; // the broker's (base64): it signs receipts; signed requests name it
     QJsonObject toHeader() const;
     static core::Result<LedgerReply> fromHeader(const QJsonObject& header);
 };
@@ -291,7 +293,7 @@ struct ReceiptRequest {
 
 struct StakeRequest {
     static constexpr Command command = Command::Stake;
-    QJsonObject request; // signed with the node's key: kind tessera-stake, node, action, amount, nonce
+    QJsonObject request; // signed with the node's key: kind tessera-stake, node, action, amount, nonce, broker, expires
     QJsonObject toHeader() const;
     static core::Result<StakeRequest> fromHeader(const QJsonObject& header);
 };

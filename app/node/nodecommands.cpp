@@ -19,6 +19,7 @@
 #include <net/brokerclient.h>
 #include <net/curvekeys.h>
 #include <net/identity.h>
+#include <net/messages.h>
 #include <net/nodeclient.h>
 
 #include <QCommandLineParser>
@@ -502,16 +503,26 @@ int stake(const QStringList& args, core::settings::Settings& settings)
     auto& [broker, me] = *session;
     const auto* keys = &me.keys;
     const auto* signing = &me.signing;
+    net::BrokerClient client(broker, *keys);
+    // The request names the broker it is for (its signing key, from LEDGER) and expires in an hour.
+    auto ledger = client.request(net::Command::Ledger, {});
+    if (!ledger)
+        return fail(ledger.error().message);
+    const auto brokerKey = net::LedgerReply::fromHeader(*ledger);
+    if (!brokerKey || brokerKey->signingKey.isEmpty())
+        return fail(QStringLiteral("the broker did not say its signing key (LEDGER): is it older than this node?"));
+    const auto now = QDateTime::currentMSecsSinceEpoch();
     const auto request = core::signDocument(
         QJsonObject {
             { QStringLiteral("kind"), QStringLiteral("tessera-stake") },
             { QStringLiteral("node"), keys->publicKey },
             { QStringLiteral("action"), action },
             { QStringLiteral("amount"), amount->toString() },
-            { QStringLiteral("nonce"), QString::number(QDateTime::currentMSecsSinceEpoch()) },
+            { QStringLiteral("nonce"), QString::number(now) },
+            { QStringLiteral("broker"), brokerKey->signingKey },
+            { QStringLiteral("expires"), static_cast<qint64>(now + 3'600'000) },
         },
         *signing);
-    net::BrokerClient client(broker, *keys);
     auto reply = client.request(net::Command::Stake, { { QStringLiteral("request"), request } });
     if (!reply)
         return fail(reply.error().message);

@@ -94,7 +94,8 @@ public:
 
     // Stake: a request signed with the node's registered key to bond credits from its balance or to
     // unbond them (they stay slashable for Options::unbondingDelayMs, then return to the balance).
-    // {"kind": "tessera-stake", "node": id, "action": "bond"|"unbond", "amount": "12.5", "nonce": n}
+    // {"kind": "tessera-stake", "node": id, "action": "bond"|"unbond", "amount": "12.5", "nonce": n,
+    //  "broker": this broker's signing key (base64), "expires": ms since the epoch, within a day}
     Result<QJsonObject> stake(const QJsonObject& signedRequest) { return m_stakes->stake(signedRequest); }
 
     // Who may read a blob (GET): its uploader, the owner of a job that names or made it, a node

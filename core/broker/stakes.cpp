@@ -127,10 +127,21 @@ Result<QJsonObject> Stakes::stake(const QJsonObject& signedRequest)
     const QString action = reader.string(u"action");
     const QString amountText = reader.string(u"amount");
     const QString nonce = reader.string(u"nonce");
+    const QString broker = reader.string(u"broker");
+    const std::int64_t expires = reader.integer(u"expires", 0, std::int64_t(1) << 52);
     if (!reader.ok())
         return reader.status().error();
     if (kind != u"tessera-stake")
         return Error { QStringLiteral("request.kind"), QStringLiteral("must be tessera-stake") };
+    // Bound to this broker and to a time: another broker's operator cannot replay it, nor anyone later.
+    if (broker != QString::fromLatin1(m_signing.publicKey.toBase64()))
+        return Error { QStringLiteral("request.broker"),
+            QStringLiteral("the request names another broker; this broker's signing key is %1 (LEDGER tells it)")
+                .arg(QString::fromLatin1(m_signing.publicKey.toBase64())) };
+    const auto now = m_clock.nowMs();
+    if (expires <= now || expires > now + MaxRequestLifeMs)
+        return Error { QStringLiteral("request.expires"),
+            QStringLiteral("the request expired or expires more than a day from now (the broker's time is %1 ms)").arg(now) };
     if (action != u"bond" && action != u"unbond")
         return Error { QStringLiteral("request.action"), QStringLiteral("must be bond or unbond") };
     auto amount = Credits::parse(amountText);

@@ -37,7 +37,9 @@ public:
     // An error that says how much the node lacks to take work.
     Status requireStake(const QString& nodeId);
     bool hasStake(const QString& nodeId);
-    // A request signed with the node's registered key to bond or unbond (docs/PROTOCOL.md, STAKE).
+    // A request signed with the node's registered key to bond or unbond (docs/PROTOCOL.md, STAKE),
+    // naming this broker's signing key and when it expires (at most MaxRequestLifeMs ahead).
+    static constexpr std::int64_t MaxRequestLifeMs = 24LL * 3600 * 1000;
     Result<QJsonObject> stake(const QJsonObject& signedRequest);
     // A fraction of what the node has at stake (bonded first, then unbonding): half to the honest
     // party, if any, the rest to the job's owner. Inside the caller's transaction.

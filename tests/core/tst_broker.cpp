@@ -839,14 +839,45 @@ private Q_SLOTS:
         auto broker = open(QStringLiteral("stake"), options);
         QVERIFY(broker->registerNode(node(QStringLiteral("a"))).ok());
         QVERIFY(broker->ledger().mint(QStringLiteral("balance:a"), *Credits::fromCredits(30), QStringLiteral("grant"), 0).ok());
+        const QString brokerKey = QString::fromLatin1(broker->signingKey().toBase64());
+        auto requestFor = [&](const QString& action, const QString& amount, const QString& nonce, const SigningKeys& keys,
+                              const QString& forBroker, std::int64_t expires) {
+            return broker->stake(signDocument(
+                { { QStringLiteral("kind"), QStringLiteral("tessera-stake") }, { QStringLiteral("node"), QStringLiteral("a") },
+                    { QStringLiteral("action"), action }, { QStringLiteral("amount"), amount },
+                    { QStringLiteral("nonce"), nonce }, { QStringLiteral("broker"), forBroker },
+                    { QStringLiteral("expires"), static_cast<qint64>(expires) } },
+                keys));
+        };
         auto request = [&](const QString& action, const QString& amount, const QString& nonce, const SigningKeys& keys) {
-            return broker->stake(
-                signDocument({ { QStringLiteral("kind"), QStringLiteral("tessera-stake") },
-                                 { QStringLiteral("node"), QStringLiteral("a") }, { QStringLiteral("action"), action },
-                                 { QStringLiteral("amount"), amount }, { QStringLiteral("nonce"), nonce } },
-                    keys));
+            return requestFor(action, amount, nonce, keys, brokerKey, m_clock.now + 60'000);
         };
         const auto& keys = keysOf(QStringLiteral("a"));
+        // Bound to a broker and a time: another broker's request, an expired one, one valid for
+        // more than a day, or one that names no broker are refused.
+        const QString otherBroker = QString::fromLatin1(SigningKeys::generate().publicKey.toBase64());
+        QCOMPARE(
+            requestFor(QStringLiteral("bond"), QStringLiteral("1"), QStringLiteral("x"), keys, otherBroker, m_clock.now + 60'000)
+                .error()
+                .field,
+            QStringLiteral("request.broker"));
+        QCOMPARE(requestFor(QStringLiteral("bond"), QStringLiteral("1"), QStringLiteral("x"), keys, brokerKey, m_clock.now - 1)
+                     .error()
+                     .field,
+            QStringLiteral("request.expires"));
+        QCOMPARE(requestFor(QStringLiteral("bond"), QStringLiteral("1"), QStringLiteral("x"), keys, brokerKey,
+                     m_clock.now + 2 * 24 * 3600 * 1000LL)
+                     .error()
+                     .field,
+            QStringLiteral("request.expires"));
+        QVERIFY(
+            !broker
+                 ->stake(signDocument(
+                     { { QStringLiteral("kind"), QStringLiteral("tessera-stake") },
+                         { QStringLiteral("node"), QStringLiteral("a") }, { QStringLiteral("action"), QStringLiteral("bond") },
+                         { QStringLiteral("amount"), QStringLiteral("1") }, { QStringLiteral("nonce"), QStringLiteral("x") } },
+                     keys))
+                 .ok());
         QVERIFY(!broker->assign(QStringLiteral("a")).ok()); // nothing bonded
         QVERIFY(!request(QStringLiteral("bond"), QStringLiteral("20"), QStringLiteral("1"), SigningKeys::generate()).ok());
         QVERIFY(!request(QStringLiteral("bond"), QStringLiteral("31"), QStringLiteral("1"), keys).ok());

@@ -45,8 +45,11 @@ private Q_SLOTS:
             QByteArray(R"({"assignment":"a1","checkpoint":3,"verification":"v1"})"));
         QCOMPARE(compact(BalanceRequest {}.toHeader()), QByteArray("{}"));
         QCOMPARE(compact(BalanceRequest { QStringLiteral("k") }.toHeader()), QByteArray(R"({"account":"k"})"));
-        QCOMPARE(compact(LedgerReply { true, {}, QStringLiteral("12.5") }.toHeader()),
-            QByteArray(R"({"consistent":true,"minted":"12.5","problem":""})"));
+        QCOMPARE(compact(LedgerReply { true, {}, QStringLiteral("12.5"), QStringLiteral("S") }.toHeader()),
+            QByteArray(R"({"consistent":true,"minted":"12.5","problem":"","signingKey":"S"})"));
+        QCOMPARE(compact(PageRequest { 100, 50, true }.toHeader()), QByteArray(R"({"all":true,"limit":50,"offset":100})"));
+        QVERIFY(!PageRequest::fromHeader({ { QStringLiteral("limit"), 501 } }).ok());
+        QCOMPARE(PageRequest::fromHeader({})->limit, PageRequest::DefaultLimit);
         QCOMPARE(
             compact(VerdictMessage { QStringLiteral("a1"), QStringLiteral("paid"), QStringLiteral("0.9"), QStringLiteral("ok") }
                         .toHeader()),
