@@ -54,6 +54,22 @@ private Q_SLOTS:
         }
         QVERIFY(sawHoarder);
     }
+
+    // A flood ban is the flooder's key's, not its socket's (tests/e2e/python/flood_per_key.py).
+    void aFloodBanHoldsForTheKeyNotTheSocket()
+    {
+        Cluster cluster;
+        const QString keys = cluster.path(QStringLiteral("broker.key"));
+        cluster.startBroker({ QStringLiteral("--keys"), keys });
+        QVERIFY(QTest::qWaitFor([&] { return QFile::exists(keys); }, 60'000)); // written whole (QSaveFile)
+        QFile keyFile(keys);
+        QVERIFY(keyFile.open(QIODevice::ReadOnly));
+        const QString publicKey = QString::fromLatin1(keyFile.readLine()).trimmed().section(u' ', 1);
+        const auto flood = run(Python,
+            { QStringLiteral(TESSERA_SOURCE_DIR "/tests/e2e/python/flood_per_key.py"), cluster.endpoint(), publicKey }, 280'000);
+        qInfo().noquote() << flood.output;
+        QVERIFY2(flood.exitCode == 0, qPrintable(flood.output + cluster.log(QStringLiteral("broker"))));
+    }
 };
 
 QTEST_GUILESS_MAIN(HostileTest)
