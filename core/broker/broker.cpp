@@ -1,5 +1,7 @@
 #include "broker.h"
 
+#include "../modelarchive.h"
+
 #include "../decomposition.h"
 #include "../jsonreader.h"
 
@@ -129,9 +131,26 @@ Status Broker::loadRunning()
 
 // --- jobs ----------------------------------------------------------------------------------------
 
-Status Broker::checkModelSize(const JobSpec& spec) const
+Result<std::optional<std::int64_t>> Broker::parametersOf(const JobSpec& spec)
 {
-    const auto parameters = zooParameterCount(spec);
+    if (spec.model.source == ModelSpec::Source::Zoo)
+        return zooParameterCount(spec);
+    // A TorchScript model is counted from its archive's directory: nothing of it runs here.
+    const auto path = m_blobs.path(spec.model.scriptSha256);
+    if (!path)
+        return Error { QStringLiteral("model.torchscript.sha256"), QStringLiteral("upload the TorchScript file first") };
+    auto archive = ModelArchive::read(*path);
+    if (!archive)
+        return archive.error();
+    return std::optional<std::int64_t>(archive->parameterEstimate());
+}
+
+Status Broker::checkModelSize(const JobSpec& spec)
+{
+    auto counted = parametersOf(spec);
+    if (!counted)
+        return counted.error();
+    const auto& parameters = *counted;
     if (parameters && *parameters > m_options.maxParameters)
         return Error { QStringLiteral("model"),
             QStringLiteral("%1 parameters, more than this broker trains (%2, Broker/MaxParameters)")
@@ -145,9 +164,16 @@ Result<Quote> Broker::quoteFor(const JobSpec& spec)
         return status.error();
     if (auto status = checkModelSize(spec); !status)
         return status.error();
-    // A zoo model is priced from arithmetic; nothing is built for a quote.
-    if (const auto parameters = zooParameterCount(spec))
-        return quote(spec, *parameters, m_options.pricePerUnit);
+    // Priced from arithmetic (a zoo model on Fashion-MNIST) or the archive's directory (TorchScript):
+    // nothing is built or loaded for a quote.
+    if (spec.model.source == ModelSpec::Source::TorchScript
+        || (spec.model.source == ModelSpec::Source::Zoo && spec.dataset.source == DatasetSpec::Source::Builtin)) {
+        auto parameters = parametersOf(spec);
+        if (!parameters)
+            return parameters.error();
+        if (*parameters)
+            return quote(spec, **parameters, m_options.pricePerUnit);
+    }
     auto initial = m_math.initialWeights(spec);
     if (!initial)
         return initial.error();
@@ -188,7 +214,13 @@ Result<QString> Broker::submit(const JobSpec& spec, const QString& owner)
     auto initial = m_math.initialWeights(spec);
     if (!initial)
         return initial.error();
-    auto price = quote(spec, initial->parameters, m_options.pricePerUnit);
+    // A TorchScript job is priced as its quote was, from its archive.
+    std::int64_t parameters = initial->parameters;
+    if (spec.model.source == ModelSpec::Source::TorchScript) {
+        if (auto counted = parametersOf(spec); counted && *counted)
+            parameters = **counted;
+    }
+    auto price = quote(spec, parameters, m_options.pricePerUnit);
     if (!price)
         return price.error();
     if (spec.budget < price->training)

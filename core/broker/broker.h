@@ -137,8 +137,11 @@ private:
     Status recover();
     Status loadRunning();
     Status checkSubmittable(const JobSpec& spec, const QString& owner);
-    // A zoo model's parameters, counted from its spec, within Options::maxParameters.
-    Status checkModelSize(const JobSpec& spec) const;
+    // A model's parameters before anything is built: a zoo model's from its spec (for tensor
+    // files a lower bound), a TorchScript model's from its archive (ModelArchive).
+    Result<std::optional<std::int64_t>> parametersOf(const JobSpec& spec);
+    // Within Options::maxParameters.
+    Status checkModelSize(const JobSpec& spec);
     Result<Acceptance> acceptTraining(const AssignmentRow& assignment, const ShardResult& result);
     Result<Acceptance> acceptFailure(const AssignmentRow& assignment, const ShardResult& result);
     // Whether a connected node with the threads and stake, other than these, could run the job's shards.

@@ -9,6 +9,7 @@
 #include <compute/shardrun.h>
 #include <compute/weights.h>
 #include <core/decomposition.h>
+#include <core/modelarchive.h>
 #include <core/pricing.h>
 
 #include <torch/serialize.h>
@@ -519,6 +520,18 @@ private Q_SLOTS:
             QVERIFY(counted);
             QCOMPARE(core::zooParameterCount(spec), std::optional<std::int64_t>(*counted));
         }
+        // A TorchScript file is sized from its zip directory, without loading it.
+        core::JobSpec scripted = smallJob();
+        scripted.model = core::ModelSpec {};
+        scripted.model.source = core::ModelSpec::Source::TorchScript;
+        scripted.model.scriptFile = m_fixtures.filePath(QStringLiteral("scripted.pt"));
+        auto built = compute::initialWeights(scripted, {});
+        QVERIFY2(built, qPrintable(built ? QString() : built.error().toString()));
+        const auto archive = core::ModelArchive::read(scripted.model.scriptFile);
+        QVERIFY2(archive, qPrintable(archive ? QString() : archive.error().toString()));
+        QCOMPARE(archive->parameterEstimate(), *compute::elementCount(built->bytes));
+        // Anything else is an error, not a count.
+        QVERIFY(!core::ModelArchive::read(QStringLiteral(TESSERA_SOURCE_DIR "/examples/jobs/fashion-mnist-mlp.json")).ok());
     }
 
     void refusesWhatIsNotAMappingOfTensors_data()

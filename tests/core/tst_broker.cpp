@@ -6,6 +6,7 @@
 
 #include <support/fakemath.h>
 
+#include <QFile>
 #include <QHash>
 
 #include <QTemporaryDir>
@@ -366,6 +367,19 @@ private Q_SLOTS:
         QVERIFY(!broker->submit(huge).ok());
         auto small = job(1, 1);
         QVERIFY(broker->quoteFor(small).ok());
+        // A TorchScript model is counted from its zip directory: 15 parameters, nothing loaded.
+        QFile model(QStringLiteral(TESSERA_SOURCE_DIR "/fuzz/corpus/modelarchive/linear.pt"));
+        QVERIFY(model.open(QIODevice::ReadOnly));
+        auto scripted = job(1, 1);
+        scripted.model = ModelSpec {};
+        scripted.model.source = ModelSpec::Source::TorchScript;
+        scripted.model.scriptSha256 = *broker->blobs().put(model.readAll());
+        const auto priced = broker->quoteFor(scripted);
+        QVERIFY2(priced.ok(), qPrintable(priced.ok() ? QString() : priced.error().toString()));
+        QCOMPARE(priced->flopsPerSample, 6.0 * 15);
+        // Not a zip: refused, not loaded.
+        scripted.model.scriptSha256 = *broker->blobs().put("def forward(self): while True: pass");
+        QCOMPARE(broker->quoteFor(scripted).error().field, QStringLiteral("model"));
         QCOMPARE(m_math.initialBuilds, built);
     }
 
