@@ -99,6 +99,11 @@ bool Scheduler::failedBy(const Job& job, std::int64_t shard, const QString& node
 
 std::optional<std::int64_t> Scheduler::choose(Job& job, const QString& nodeId, std::int64_t now) const
 {
+    // A node that keeps failing this round's shards gets no more of them.
+    const auto failures = std::count_if(
+        job.failedBy.cbegin(), job.failedBy.cend(), [&](const QList<QString>& nodes) { return nodes.contains(nodeId); });
+    if (failures >= MaxFailuresPerRound)
+        return std::nullopt;
     const auto shards = std::int64_t(job.answered.size());
     // Shards to hand out again, in the order they came back; one this node failed waits for another.
     for (auto it = job.reissue.begin(); it != job.reissue.end();) {

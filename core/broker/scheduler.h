@@ -63,6 +63,8 @@ public:
     // Assignments a node holds, over all jobs.
     int heldBy(const QString& nodeId) const;
     enum class Release { GivenBack, Failed };
+    // A node that failed this many shards of a job's round gets no more of that round.
+    static constexpr int MaxFailuresPerRound = 3;
     // The assignment failed, was given back or its node went: the shard goes back in the queue,
     // unless it is answered or another node holds it. A node that failed a shard does not get it
     // again in this round.

@@ -203,6 +203,16 @@ private Q_SLOTS:
         QCOMPARE(take(scheduler, QStringLiteral("honest"), QStringLiteral("4"), 0, 100), 1);
         // Late, it still does not go back to the node that failed it.
         QVERIFY(!scheduler.pick(QStringLiteral("liar"), 1, 1'000));
+        // Three failed shards in a round: no more of that round for the node.
+        Scheduler many;
+        many.add(round(QStringLiteral("k"), 5));
+        for (int i = 0; i < Scheduler::MaxFailuresPerRound; ++i) {
+            const auto id = QStringLiteral("f%1").arg(i);
+            QCOMPARE(take(many, QStringLiteral("liar"), id, 0, 100), i);
+            many.release(QStringLiteral("k"), id, Scheduler::Release::Failed);
+        }
+        QVERIFY(!many.pick(QStringLiteral("liar"), 1, 0));
+        QVERIFY(many.pick(QStringLiteral("honest"), 1, 0));
         // A new round forgets who failed what.
         scheduler.advance(QStringLiteral("j"), 1, Digest::ofBytes("w1"), Digest::ofBytes("b1"));
         QVERIFY(scheduler.failedBy(QStringLiteral("j"), 0).isEmpty());
