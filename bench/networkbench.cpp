@@ -152,9 +152,13 @@ double blobRate(const std::optional<net::CurveKeys>& keys)
     for (qsizetype i = 0; i < blob.size(); i += 4096)
         blob[i] = char(QRandomGenerator::global()->generate());
     const auto digest = *server.broker->blobs().put(blob);
+    // The downloader is a node given work that needs the blob (under CURVE, only such a reader may GET it).
+    const auto reader = net::CurveKeys::generate();
+    if (auto granted = server.broker->allowRead(digest, reader.publicKey); !granted)
+        qFatal("%s", qPrintable(granted.error().toString()));
     server.start();
     auto address = *net::BrokerAddress::parse(server.server->address());
-    net::BrokerClient client(address, std::nullopt);
+    net::BrokerClient client(address, reader);
     QElapsedTimer timer;
     timer.start();
     auto bytes = client.download(digest);

@@ -94,6 +94,18 @@ ShardResult honest(Broker& broker, const Assignment& assignment, std::int64_t li
     return result;
 }
 
+// A node's report that it could not train the assignment's shard.
+ShardResult failure(const Assignment& assignment, const QString& why, ShardResult::Outcome outcome = ShardResult::Outcome::Failed)
+{
+    ShardResult result;
+    result.jobId = assignment.task.jobId;
+    result.round = assignment.task.round;
+    result.shard = assignment.task.shard;
+    result.outcome = outcome;
+    result.failure = why;
+    return result;
+}
+
 // What a node does with a finished shard: commit to it (signed), then reveal it.
 Result<Acceptance> deliver(Broker& broker, const QString& nodeId, const QString& assignmentId, const ShardResult& result)
 {
@@ -239,12 +251,7 @@ private Q_SLOTS:
         QVERIFY(broker->registerNode(node(QStringLiteral("b"))).ok());
         for (const auto* id : { "a", "b" }) {
             const auto assignment = **broker->assign(QString::fromLatin1(id));
-            ShardResult failed;
-            failed.jobId = assignment.task.jobId;
-            failed.round = assignment.task.round;
-            failed.shard = assignment.task.shard;
-            failed.outcome = ShardResult::Outcome::Failed;
-            failed.failure = QStringLiteral("loss became NaN");
+            const auto failed = failure(assignment, QStringLiteral("loss became NaN"));
             QCOMPARE(*deliver(*broker, QString::fromLatin1(id), assignment.id, failed), Acceptance::Failed);
         }
         const auto status = *broker->status(jobId);
@@ -308,12 +315,7 @@ private Q_SLOTS:
         QVERIFY(broker->registerNode(node(QStringLiteral("liar"))).ok());
         const auto staked = broker->account(QStringLiteral("liar"))->value(QStringLiteral("stake")).toString();
         const auto assignment = **broker->assign(QStringLiteral("liar"));
-        ShardResult failed;
-        failed.jobId = assignment.task.jobId;
-        failed.round = assignment.task.round;
-        failed.shard = assignment.task.shard;
-        failed.outcome = ShardResult::Outcome::Failed;
-        failed.failure = QStringLiteral("CUDA error (made up)");
+        const auto failed = failure(assignment, QStringLiteral("CUDA error (made up)"));
         const int replays = m_math.replays;
         QCOMPARE(*deliver(*broker, QStringLiteral("liar"), assignment.id, failed), Acceptance::Failed);
         QCOMPARE(m_math.replays, replays + 1);
@@ -335,12 +337,7 @@ private Q_SLOTS:
         const auto jobId = *broker->submit(job(1, 1));
         QVERIFY(broker->registerNode(node(QStringLiteral("a"))).ok());
         const auto assignment = **broker->assign(QStringLiteral("a"));
-        ShardResult failed;
-        failed.jobId = assignment.task.jobId;
-        failed.round = assignment.task.round;
-        failed.shard = assignment.task.shard;
-        failed.outcome = ShardResult::Outcome::Failed;
-        failed.failure = QStringLiteral("loss became NaN at step 3");
+        const auto failed = failure(assignment, QStringLiteral("loss became NaN at step 3"));
         m_math.replayFails = true;
         QCOMPARE(*deliver(*broker, QStringLiteral("a"), assignment.id, failed), Acceptance::Failed);
         m_math.replayFails = false;
@@ -393,12 +390,7 @@ private Q_SLOTS:
         QVERIFY(broker->registerNode(node(QStringLiteral("b"))).ok());
         for (int i = 0; i < 3; ++i) {
             const auto assignment = **broker->assign(QStringLiteral("a"));
-            ShardResult returned;
-            returned.jobId = assignment.task.jobId;
-            returned.round = assignment.task.round;
-            returned.shard = assignment.task.shard;
-            returned.outcome = ShardResult::Outcome::Returned;
-            returned.failure = QStringLiteral("the disk is full");
+            const auto returned = failure(assignment, QStringLiteral("the disk is full"), ShardResult::Outcome::Returned);
             QCOMPARE(*deliver(*broker, QStringLiteral("a"), assignment.id, returned), Acceptance::Failed);
             const auto status = *broker->status(jobId);
             QCOMPARE(status.state, JobState::Running);

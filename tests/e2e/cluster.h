@@ -198,6 +198,19 @@ public:
             QStringList { QStringLiteral("--config"), path(QStringLiteral("broker.ini")) } + arguments, 60'000);
     }
 
+    // A CURVE broker (--keys broker.key) once its key file is written; its public key, or empty.
+    QString startCurveBroker(const QStringList& extra = {})
+    {
+        const QString keys = path(QStringLiteral("broker.key"));
+        startBroker(QStringList { QStringLiteral("--keys"), keys } + extra);
+        if (!QTest::qWaitFor([&] { return QFile::exists(keys); }, 60'000)) // written whole (QSaveFile)
+            return {};
+        QFile keyFile(keys);
+        if (!keyFile.open(QIODevice::ReadOnly))
+            return {};
+        return QString::fromLatin1(keyFile.readLine()).trimmed().section(u' ', 1);
+    }
+
     // The CURVE address of a broker started with --keys FILE: tcp://...#KEY.
     QString curveAddress(const QString& keyFile) const
     {

@@ -59,12 +59,8 @@ private Q_SLOTS:
     void aFloodBanHoldsForTheKeyNotTheSocket()
     {
         Cluster cluster;
-        const QString keys = cluster.path(QStringLiteral("broker.key"));
-        cluster.startBroker({ QStringLiteral("--keys"), keys });
-        QVERIFY(QTest::qWaitFor([&] { return QFile::exists(keys); }, 60'000)); // written whole (QSaveFile)
-        QFile keyFile(keys);
-        QVERIFY(keyFile.open(QIODevice::ReadOnly));
-        const QString publicKey = QString::fromLatin1(keyFile.readLine()).trimmed().section(u' ', 1);
+        const QString publicKey = cluster.startCurveBroker();
+        QVERIFY2(!publicKey.isEmpty(), qPrintable(cluster.log(QStringLiteral("broker"))));
         const auto flood = run(Python,
             { QStringLiteral(TESSERA_SOURCE_DIR "/tests/e2e/python/flood_per_key.py"), cluster.endpoint(), publicKey }, 280'000);
         qInfo().noquote() << flood.output;

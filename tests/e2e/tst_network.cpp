@@ -632,12 +632,8 @@ for name, n in (("train.pt", 600), ("test.pt", 200)):
     void curveRefusesPlaintextAndWrongKeys()
     {
         Cluster cluster;
-        const QString keys = cluster.path(QStringLiteral("broker.key"));
-        cluster.startBroker({ QStringLiteral("--keys"), keys });
-        QVERIFY(QTest::qWaitFor([&] { return QFile::exists(keys); }, 60'000)); // written whole (QSaveFile)
-        QFile keyFile(keys);
-        QVERIFY(keyFile.open(QIODevice::ReadOnly));
-        const QString publicKey = QString::fromLatin1(keyFile.readLine()).trimmed().section(u' ', 1);
+        const QString publicKey = cluster.startCurveBroker();
+        QVERIFY2(!publicKey.isEmpty(), qPrintable(cluster.log(QStringLiteral("broker"))));
         const auto client = run(
             Python, { QStringLiteral(TESSERA_SOURCE_DIR "/tests/e2e/python/curve_client.py"), cluster.endpoint(), publicKey });
         QVERIFY2(client.exitCode == 0,
