@@ -231,12 +231,13 @@ void ComputeThread::Private::runShard(QueuedShard item)
         QMutexLocker lock(&mutex);
         if (task.threads > maxThreads) {
             lock.unlock();
-            Q_EMIT q->shardFinished(
-                { failedResult(task,
-                      QStringLiteral("the shard needs %1 threads but this node allows %2 (Compute/MaxThreads)")
-                          .arg(task.threads)
-                          .arg(maxThreads)),
-                    {}, {} });
+            // The node's own setting, not the job's fault: given back for another node, held against nobody.
+            auto result = failedResult(task,
+                QStringLiteral("the shard needs %1 threads but this node allows %2 (Compute/MaxThreads)")
+                    .arg(task.threads)
+                    .arg(maxThreads));
+            result.outcome = core::ShardResult::Outcome::Returned;
+            Q_EMIT q->shardFinished({ result, {}, {} });
             return;
         }
     }

@@ -6,6 +6,16 @@
 
 namespace tessera::core {
 
+QString runtimeProfileFamily(const QString& profile)
+{
+    QStringList kept;
+    for (const auto& part : profile.split(u';', Qt::SkipEmptyParts)) {
+        if (!part.startsWith(u"threads="))
+            kept.append(part);
+    }
+    return kept.join(u';');
+}
+
 Result<NodeInfo> NodeInfo::fromJson(const QJsonObject& json)
 {
     JsonReader reader(json);

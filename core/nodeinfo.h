@@ -33,4 +33,8 @@ struct NodeInfo {
     bool operator==(const NodeInfo&) const = default;
 };
 
+// A runtime profile without its thread count: a node registers the profile of one thread and runs
+// each shard on the shard's own thread count, so two profiles match when the rest is equal.
+QString runtimeProfileFamily(const QString& profile);
+
 } // namespace tessera::core

@@ -586,6 +586,17 @@ Status Broker::confirmFailure(const AssignmentRow& assignment, const QList<QStri
     if (!transaction)
         return transaction.error();
     for (const auto& node : failedBy) {
+        // Proven false only where the node runs what the broker ran (its runtime profile, threads
+        // aside): a failure on another device or CPU may be that machine's own (out of GPU memory).
+        auto known = m_store->node(node);
+        if (!known)
+            return known.error();
+        const QString profile = *known ? (**known).info.value(QStringLiteral("runtimeProfile")).toString() : QString();
+        if (runtimeProfileFamily(profile) != runtimeProfileFamily(replay->runtimeProfile)) {
+            qCInfo(lcBrokerCore).noquote() << "node" << node.left(12)
+                                           << "failed a shard the broker trained, on another runtime profile: not slashed";
+            continue;
+        }
         const QString why = QStringLiteral("reported round %1, shard %2 of job %3 as failed; the broker trained it")
                                 .arg(QString::number(assignment.round), QString::number(assignment.shard), assignment.jobId);
         if (auto status = m_stakes->slash(node, assignment.jobId, {},

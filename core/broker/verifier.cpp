@@ -19,18 +19,6 @@ QString newCheckId()
     return QStringLiteral("v%1").arg(QRandomGenerator::system()->generate64(), 16, 16, QLatin1Char('0'));
 }
 
-// Runtime profiles without the thread count: a node registers the profile of one thread and runs
-// each shard on the shard's own thread count, so two nodes match when the rest is equal.
-QString profileWithoutThreads(const QString& profile)
-{
-    QStringList kept;
-    for (const auto& part : profile.split(u';', Qt::SkipEmptyParts)) {
-        if (!part.startsWith(u"threads="))
-            kept.append(part);
-    }
-    return kept.join(u';');
-}
-
 QJsonObject checkpointRequest(const QString& checkId, const QString& assignment, qsizetype checkpoint)
 {
     return { { QStringLiteral("verification"), checkId }, { QStringLiteral("assignment"), assignment },
@@ -160,7 +148,7 @@ Result<std::optional<Assignment>> Verifier::assignCheck(const NodeInfo& node)
     auto fits = [&](const Check& check) {
         const auto* round = m_.scheduler.find(check.jobId);
         return round && round->spec.training.threads <= node.maxThreads
-            && profileWithoutThreads(check.accusedResult.runtimeProfile) == profileWithoutThreads(node.runtimeProfile);
+            && runtimeProfileFamily(check.accusedResult.runtimeProfile) == runtimeProfileFamily(node.runtimeProfile);
     };
     // Samples waiting for a re-execution, oldest first, by anyone but the node checked.
     auto waiting = m_.store.waitingChecks(node.nodeId, 50);
@@ -184,7 +172,7 @@ Result<std::optional<Assignment>> Verifier::canaryFor(const NodeInfo& node)
     for (const auto& reference : *known) {
         const auto* round = m_.scheduler.find(reference.jobId);
         if (reference.verifier.isEmpty() || !round || round->spec.training.threads > node.maxThreads
-            || profileWithoutThreads(reference.accusedResult.runtimeProfile) != profileWithoutThreads(node.runtimeProfile))
+            || runtimeProfileFamily(reference.accusedResult.runtimeProfile) != runtimeProfileFamily(node.runtimeProfile))
             continue;
         Check canary = reference;
         canary.id = newCheckId();
@@ -630,9 +618,9 @@ bool Verifier::anyVerifierOnline(const Check& check)
     const auto* round = m_.scheduler.find(check.jobId);
     if (!round)
         return true; // cannot tell: wait the full time
-    const auto profile = profileWithoutThreads(check.accusedResult.runtimeProfile);
+    const auto profile = runtimeProfileFamily(check.accusedResult.runtimeProfile);
     for (const auto& node : m_.online) {
-        if (node.nodeId != check.accused && profileWithoutThreads(node.runtimeProfile) == profile
+        if (node.nodeId != check.accused && runtimeProfileFamily(node.runtimeProfile) == profile
             && node.maxThreads >= round->spec.training.threads && m_.stakes.hasStake(node.nodeId))
             return true;
     }

@@ -241,6 +241,7 @@ private Q_SLOTS:
         QVERIFY(QTest::qWaitFor([&] { return finished.count() == 4; }, 120'000));
         QVERIFY(outputOf(finished, 0).result.failure.contains(QStringLiteral("NaN")));
         QVERIFY(outputOf(finished, 1).result.failure.contains(QStringLiteral("Compute/MaxThreads")));
+        QCOMPARE(outputOf(finished, 1).result.outcome, core::ShardResult::Outcome::Returned); // the node's own setting
         QCOMPARE(outputOf(finished, 2).result.outcome, core::ShardResult::Outcome::Failed);
         QCOMPARE(outputOf(finished, 3).result.outcome, core::ShardResult::Outcome::Completed);
     }

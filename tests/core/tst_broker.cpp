@@ -310,7 +310,7 @@ private Q_SLOTS:
     {
         Broker::Options options = verifyingOptions();
         options.sampling = { 0, 0.0 };
-        auto broker = open(QStringLiteral("liar"), options);
+        auto broker = open(QStringLiteral("falsefailures"), options);
         const auto jobId = *broker->submit(job(1, 1));
         QVERIFY(broker->registerNode(node(QStringLiteral("liar"))).ok());
         const auto staked = broker->account(QStringLiteral("liar"))->value(QStringLiteral("stake")).toString();
@@ -328,6 +328,20 @@ private Q_SLOTS:
         const auto next = **broker->assign(QStringLiteral("honest"));
         QCOMPARE(*deliver(*broker, QStringLiteral("honest"), next.id, honest(*broker, next)), Acceptance::Accepted);
         QCOMPARE(broker->status(jobId)->state, JobState::Finished);
+
+        // On another runtime profile (another device), a failure the broker's run does not repeat
+        // may be that machine's own: recorded, not slashed.
+        const auto otherJob = *broker->submit(job(1, 1));
+        auto gpu = node(QStringLiteral("gpu"));
+        gpu.runtimeProfile = QStringLiteral("p;device=cuda");
+        QVERIFY(broker->registerNode(gpu).ok());
+        broker->nodeLost(QStringLiteral("honest"));
+        const auto gpuStake = broker->account(QStringLiteral("gpu"))->value(QStringLiteral("stake")).toString();
+        const auto onGpu = **broker->assign(QStringLiteral("gpu"));
+        QCOMPARE(*deliver(*broker, QStringLiteral("gpu"), onGpu.id, failure(onGpu, QStringLiteral("CUDA out of memory"))),
+            Acceptance::Failed);
+        QCOMPARE(broker->account(QStringLiteral("gpu"))->value(QStringLiteral("stake")).toString(), gpuStake);
+        QCOMPARE(broker->status(otherJob)->state, JobState::Running);
     }
 
     // A job whose shard fails on every node and on the broker fails, and says why.
