@@ -32,7 +32,8 @@ BrokerMath::BrokerMath(ComputeEnvironment environment)
 BrokerMath::BrokerMath(ComputeEnvironment environment, core::BlobStore& blobs)
     : m_environment(std::move(environment))
 {
-    m_environment.blobPath = [&blobs](const core::Digest& digest) { return blobs.path(digest); };
+    // From the worker thread of core::broker::OffThreadMath too: storedFile touches nothing shared.
+    m_environment.blobPath = [&blobs](const core::Digest& digest) { return blobs.storedFile(digest); };
 }
 
 core::Result<BrokerMath::Weights> BrokerMath::initialWeights(const core::JobSpec& spec)

@@ -106,6 +106,14 @@ std::optional<QString> BlobStore::path(const Digest& digest)
     return fileOf(digest);
 }
 
+std::optional<QString> BlobStore::storedFile(const Digest& digest) const
+{
+    QString file = fileOf(digest);
+    if (!QFileInfo::exists(file))
+        return std::nullopt;
+    return file;
+}
+
 Result<QByteArray> BlobStore::read(const Digest& digest)
 {
     const auto size = sizeOf(digest);

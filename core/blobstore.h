@@ -28,6 +28,9 @@ public:
     std::optional<std::int64_t> sizeOf(const Digest& digest) const;
     // The file of a blob, marked as just used.
     std::optional<QString> path(const Digest& digest);
+    // The file of a stored blob, from any thread: it looks at the disk only (a blob's file exists
+    // once it is whole), not at the store's books, and does not count as a use.
+    std::optional<QString> storedFile(const Digest& digest) const;
     Result<QByteArray> read(const Digest& digest);
     Result<QByteArray> readRange(const Digest& digest, std::int64_t offset, std::int64_t length);
     // Stores bytes under their own SHA-256 and returns it.

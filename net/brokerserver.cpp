@@ -12,6 +12,7 @@
 #include <zmq_addon.hpp>
 
 #include <algorithm>
+#include <deque>
 
 Q_LOGGING_CATEGORY(lcBroker, "tessera.broker")
 
@@ -82,6 +83,11 @@ struct BrokerServer::Private {
     QHash<QString, std::int64_t> banned; // principal -> until (ms)
     Counters counters;
     std::int64_t nextKeepAlive = 0;
+    // Messages waiting for the broker, in the order they came (all of them go through here), and
+    // how many each peer has waiting; `busy` while serveWhileBusy runs.
+    std::deque<std::pair<QByteArray, detail::Frames>> deferred;
+    QHash<QByteArray, int> deferredOf;
+    bool busy = false;
 
     Private(core::broker::Broker& b, BrokerServerOptions o, const core::Clock& c)
         : broker(b)
@@ -145,6 +151,9 @@ struct BrokerServer::Private {
     // --- the loop --------------------------------------------------------------------------------
 
     void receive();
+    void queue(QByteArray routingId, detail::Frames received);
+    void drainDeferred();
+    void serveBusy();
     void handleZap();
     // Admission: the ban list and the peer's rate limit. False: the message goes no further.
     bool admit(const QByteArray& routingId, Peer& peer, const QList<QByteArray>& frames);
@@ -246,6 +255,12 @@ void BrokerServer::run(const std::atomic<bool>& stop)
 
 void BrokerServer::pollOnce(int maxWaitMs)
 {
+    // What came while the broker computed goes first.
+    if (!d->deferred.empty()) {
+        d->drainDeferred();
+        d->sendNotices();
+        maxWaitMs = 0;
+    }
     std::vector<zmq::pollitem_t> items { { d->router.handle(), 0, ZMQ_POLLIN, 0 } };
     if (d->zap)
         items.push_back({ d->zap->handle(), 0, ZMQ_POLLIN, 0 });
@@ -265,6 +280,7 @@ void BrokerServer::pollOnce(int maxWaitMs)
     if (d->now() >= d->nextKeepAlive) {
         d->keepAlive();
         d->broker.tick();
+        d->drainDeferred();
         d->sendNotices();
         d->dispatchWork();
         d->nextKeepAlive = d->now() + d->options.heartbeatMs;
@@ -273,15 +289,110 @@ void BrokerServer::pollOnce(int maxWaitMs)
 
 void BrokerServer::Private::receive()
 {
-    // Drain what is there (a bounded number), then look after heartbeats.
+    // Drain what is there (a bounded number), then look after heartbeats. Everything goes through
+    // the queue, behind what came while the broker was busy, so that no peer's messages overtake
+    // each other.
     for (int i = 0; i < 1000; ++i) {
         auto received = detail::receiveFrames(router);
         if (!received)
             break;
         if (received->frames.isEmpty())
             continue;
-        const QByteArray routingId = received->frames.takeFirst();
-        handle(routingId, *received);
+        QByteArray routingId = received->frames.takeFirst();
+        queue(std::move(routingId), std::move(*received));
+    }
+    drainDeferred();
+}
+
+void BrokerServer::Private::queue(QByteArray routingId, detail::Frames received)
+{
+    ++deferredOf[routingId];
+    deferred.emplace_back(std::move(routingId), std::move(received));
+}
+
+void BrokerServer::Private::drainDeferred()
+{
+    while (!deferred.empty()) {
+        auto [routingId, received] = std::move(deferred.front());
+        deferred.pop_front();
+        if (auto it = deferredOf.find(routingId); it != deferredOf.end() && --*it <= 0)
+            deferredOf.erase(it);
+        handle(routingId, received); // may make the broker busy: new messages queue up behind
+    }
+}
+
+void BrokerServer::serveWhileBusy()
+{
+    if (d->busy)
+        return;
+    d->busy = true;
+    d->serveBusy();
+    d->busy = false;
+}
+
+namespace {
+
+// What a peer may be answered while the broker computes: reads that change nothing.
+bool servedWhileBusy(const QList<QByteArray>& frames)
+{
+    if (frames.size() < 2 || frames[1].size() != 1)
+        return false;
+    switch (Command(quint8(frames[1][0]))) {
+    case Command::Status:
+    case Command::List:
+    case Command::Nodes:
+    case Command::Ledger:
+    case Command::Balance:
+    case Command::Receipt:
+    case Command::Verifications:
+    case Command::Get:
+        return true;
+    default:
+        return false;
+    }
+}
+
+} // namespace
+
+void BrokerServer::Private::serveBusy()
+{
+    // Nothing here may add or remove peers: the broker's caller may be walking them.
+    constexpr std::size_t MaxWaiting = 10'000;
+    if (zap) {
+        zmq::pollitem_t item { zap->handle(), 0, ZMQ_POLLIN, 0 };
+        while (zmq::poll(&item, 1, std::chrono::milliseconds(0)) > 0 && (item.revents & ZMQ_POLLIN))
+            handleZap();
+    }
+    for (int i = 0; i < 200; ++i) {
+        auto received = detail::receiveFrames(router);
+        if (!received)
+            break;
+        if (received->frames.isEmpty())
+            continue;
+        QByteArray routingId = received->frames.takeFirst();
+        const auto found = peers.find(routingId);
+        if (found != peers.end()) {
+            found->lastSeen = now();
+            const bool heartbeat = received->frames.size() > 1 && received->frames[1].size() == 1
+                && quint8(received->frames[1][0]) == quint8(Command::Heartbeat);
+            if (heartbeat)
+                continue; // its arrival is all a heartbeat says
+            if (!deferredOf.contains(routingId) && servedWhileBusy(received->frames)) {
+                handle(routingId, *received);
+                continue;
+            }
+        }
+        if (deferred.size() >= MaxWaiting) {
+            sendError(routingId, errors::TooManyRequests, QStringLiteral("the broker is busy; try again in a moment"), -1, {});
+            continue;
+        }
+        queue(std::move(routingId), std::move(*received));
+    }
+    // Nodes hear from the broker as usual, so that none takes it for gone.
+    const auto t = now();
+    for (auto it = peers.cbegin(); it != peers.cend(); ++it) {
+        if (!it->nodeId.isEmpty() && t - it->lastSent >= options.heartbeatMs)
+            send(it.key(), { Command::Heartbeat, {}, {} });
     }
 }
 
@@ -345,6 +456,11 @@ bool BrokerServer::Private::admit(const QByteArray& routingId, Peer& peer, const
                 QStringLiteral("more than %1 messages a second; slow down").arg(options.maxRequestsPerSecond), -1, {}));
         return false;
     case RateLimiter::Decision::Drop:
+        if (busy) { // no peer is removed while the broker computes: refused now, dropped later
+            ++counters.errors;
+            send(routingId, errorMessage(errors::TooManyRequests, QStringLiteral("slow down"), -1, {}));
+            return false;
+        }
         qCWarning(lcBroker).noquote() << "dropped a peer that sent more than" << options.maxRequestsPerSecond
                                       << "messages a second for 5 s" << shortId(peer.principal);
         // Every connection of that identity goes, and stays away for the ban.

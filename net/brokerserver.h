@@ -63,6 +63,11 @@ public:
     // and, when the clock says a heartbeat interval passed, keeps sessions alive, ticks the broker
     // and hands out work.
     void pollOnce(int maxWaitMs);
+    // Called while the broker's arithmetic runs on another thread (core::broker::OffThreadMath):
+    // answers heartbeats and reads (STATUS, LIST, NODES, LEDGER, BALANCE, RECEIPT, VERIFICATIONS,
+    // GET) of peers with nothing waiting, keeps nodes' sessions alive, and queues everything else,
+    // in order, for when the broker is free again. Does nothing when called from inside itself.
+    void serveWhileBusy();
 
     struct Counters {
         std::int64_t messages = 0;

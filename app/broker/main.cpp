@@ -4,6 +4,7 @@
 #include <app/common/cli.h>
 #include <compute/brokermath.h>
 #include <core/broker/broker.h>
+#include <core/broker/offthreadmath.h>
 #include <core/broker/operator.h>
 #include <core/settings/settings.h>
 #include <net/brokerserver.h>
@@ -142,6 +143,9 @@ int main(int argc, char* argv[])
     if (!blobs)
         return fail(blobs.error().toString());
     compute::BrokerMath math(environment, **blobs);
+    // Aggregation, evaluation and replays run on a worker thread while the network loop answers
+    // heartbeats and reads (docs/ARCHITECTURE.md, "Threads").
+    core::broker::OffThreadMath offThread(math);
     core::SystemClock clock;
     core::broker::Broker::Options brokerOptions;
     brokerOptions.faucet = settings.boolValue(names::BrokerFaucet);
@@ -158,7 +162,7 @@ int main(int argc, char* argv[])
     brokerOptions.maxParameters = settings.intValue(names::BrokerMaxParameters);
     brokerOptions.maxAssignmentsPerNode = int(settings.intValue(names::BrokerMaxShardsPerNode));
     brokerOptions.maxDeadlineMs = settings.intValue(names::BrokerMaxDeadlineSeconds) * 1000;
-    auto broker = core::broker::Broker::open(dataDirectory, **blobs, math, clock, brokerOptions);
+    auto broker = core::broker::Broker::open(dataDirectory, **blobs, offThread, clock, brokerOptions);
     if (!broker)
         return fail(broker.error().toString());
 
@@ -174,7 +178,9 @@ int main(int argc, char* argv[])
     std::signal(SIGTERM, requestStop);
     QTextStream(stdout) << "tessera-broker " << TESSERA_VERSION << " listening at " << server.address() << " (data in "
                         << dataDirectory << ")" << Qt::endl;
+    offThread.setWhileWaiting([&server] { server.serveWhileBusy(); });
     server.run(stopRequested);
+    offThread.setWhileWaiting({});
     QTextStream(stdout) << "tessera-broker: stopped" << Qt::endl;
     return 0;
 }

@@ -1,6 +1,7 @@
 #include "embeddedbroker.h"
 
 #include <compute/brokermath.h>
+#include <core/broker/offthreadmath.h>
 #include <net/brokerserver.h>
 
 #include <future>
@@ -26,8 +27,9 @@ core::Result<QString> EmbeddedBroker::start(Options options)
             return;
         }
         compute::BrokerMath math(options.environment, **blobs);
+        core::broker::OffThreadMath offThread(math); // aggregation and replays off the network loop
         core::SystemClock clock;
-        auto broker = core::broker::Broker::open(options.dataDirectory, **blobs, math, clock, options.broker);
+        auto broker = core::broker::Broker::open(options.dataDirectory, **blobs, offThread, clock, options.broker);
         if (!broker) {
             ready.set_value(broker.error());
             return;
@@ -41,7 +43,9 @@ core::Result<QString> EmbeddedBroker::start(Options options)
             return;
         }
         ready.set_value(server.address());
+        offThread.setWhileWaiting([&server] { server.serveWhileBusy(); });
         server.run(m_stop);
+        offThread.setWhileWaiting({});
     });
     auto result = address.get();
     if (!result) {

@@ -10,6 +10,7 @@
 
 #include <support/fakemath.h>
 
+#include <QJsonArray>
 #include <QTemporaryDir>
 #include <QTest>
 
@@ -105,6 +106,55 @@ class BrokerServerTest : public QObject {
     }
 
 private Q_SLOTS:
+    // While the broker computes (core::broker::OffThreadMath calls serveWhileBusy), reads are
+    // answered at once, nodes hear heartbeats, and the rest waits, in order, for the broker.
+    void whileTheBrokerComputesReadsAreAnsweredAndTheRestWaits()
+    {
+        const auto endpoint = start();
+        SessionPeer node(m_context, zmq::socket_type::dealer, endpoint, false);
+        SessionPeer owner(m_context, zmq::socket_type::dealer, endpoint, false);
+        QVERIFY(registerNode(node, QStringLiteral("a")));
+        owner.send(Command::List, { { QStringLiteral("id"), 1 } });
+        auto listed = owner.next(pump());
+        QVERIFY(listed && listed->message.command == Command::Ok);
+
+        // Busy: the owner's LIST is answered, its SUBMIT and the node's READY wait.
+        owner.send(Command::Submit, net::SubmitRequest { oneShardJob() }.toHeader());
+        owner.send(Command::List, { { QStringLiteral("id"), 2 } });
+        node.send(Command::Ready, net::ReadyRequest {}.toHeader());
+        SessionPeer reader(m_context, zmq::socket_type::dealer, endpoint, false);
+        reader.send(Command::Ledger, {});
+        m_clock.advance(1'500);
+        m_server->serveWhileBusy();
+        // The owner has a SUBMIT waiting: its LIST waits behind it. The node gets a heartbeat.
+        QVERIFY(!owner.next([] {}, 100));
+        auto beat = node.next([] {}, 100);
+        QVERIFY(beat && beat->message.command == Command::Heartbeat);
+        QVERIFY(m_broker->list()->isEmpty());
+        // A peer never seen before waits too (nothing may add peers while the broker computes).
+        QVERIFY(!reader.next([] {}, 100));
+
+        // Free again: everything is handled in the order it came.
+        auto submitted = owner.next(pump());
+        QVERIFY(submitted);
+        QVERIFY2(submitted->message.command == Command::Ok,
+            qPrintable(submitted->message.header.value(QStringLiteral("message")).toString()));
+        QVERIFY(submitted->message.header.contains(QStringLiteral("jobId")));
+        auto second = owner.next(pump());
+        QVERIFY(second && second->message.command == Command::Ok);
+        QCOMPARE(second->message.header.value(QStringLiteral("id")).toInt(), 2);
+        QCOMPARE(second->message.header.value(QStringLiteral("jobs")).toArray().size(), 1);
+        auto task = node.nextSkippingHeartbeats(pump());
+        QVERIFY(task && task->message.command == Command::Task);
+        QVERIFY(reader.next(pump()));
+
+        // A reader with nothing waiting is answered while the broker is busy.
+        owner.send(Command::Status, { { QStringLiteral("jobId"), submitted->message.header.value(QStringLiteral("jobId")) } });
+        m_server->serveWhileBusy();
+        auto status = owner.next([] {}, 100);
+        QVERIFY(status && status->message.command == Command::Ok);
+    }
+
     void aNodeSilentForThreeHeartbeatsIsDroppedAndItsShardReissued()
     {
         const auto endpoint = start();

@@ -1,0 +1,59 @@
+#include "offthreadmath.h"
+
+#include <chrono>
+#include <future>
+
+namespace tessera::core::broker {
+
+OffThreadMath::OffThreadMath(TrainingMath& inner)
+    : m_inner(inner)
+{ }
+
+template<typename F> auto OffThreadMath::offThread(F&& work) -> decltype(work())
+{
+    if (m_busy)
+        return work(); // called from inside whileWaiting: no second worker
+    m_busy = true;
+    // The arguments live in the caller's frame until the worker is done: it is always waited for.
+    auto result = std::async(std::launch::async, std::forward<F>(work));
+    while (result.wait_for(std::chrono::milliseconds(10)) != std::future_status::ready) {
+        if (m_whileWaiting)
+            m_whileWaiting();
+    }
+    m_busy = false;
+    return result.get();
+}
+
+Result<TrainingMath::Weights> OffThreadMath::initialWeights(const JobSpec& spec)
+{
+    return offThread([&] { return m_inner.initialWeights(spec); });
+}
+
+Result<Digest> OffThreadMath::canonicalHash(const QByteArray& weights)
+{
+    return offThread([&] { return m_inner.canonicalHash(weights); });
+}
+
+Result<TrainingMath::Aggregated> OffThreadMath::aggregate(
+    const AggregationSpec& spec, const QByteArray& global, const QList<Update>& updates, const QByteArray& outerState)
+{
+    return offThread([&] { return m_inner.aggregate(spec, global, updates, outerState); });
+}
+
+Result<TrainingMath::Evaluation> OffThreadMath::evaluate(const JobSpec& spec, const QByteArray& weights)
+{
+    return offThread([&] { return m_inner.evaluate(spec, weights); });
+}
+
+Result<TrainingMath::Replay> OffThreadMath::replay(
+    const ShardTask& task, std::int64_t from, const QByteArray& state, const Digest& expected, std::int64_t to)
+{
+    return offThread([&] { return m_inner.replay(task, from, state, expected, to); });
+}
+
+Result<double> OffThreadMath::distance(const QByteArray& a, const QByteArray& b)
+{
+    return offThread([&] { return m_inner.distance(a, b); });
+}
+
+} // namespace tessera::core::broker

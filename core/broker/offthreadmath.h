@@ -1,0 +1,39 @@
+#pragma once
+
+#include "trainingmath.h"
+
+#include <functional>
+
+namespace tessera::core::broker {
+
+// The broker's arithmetic on a worker thread. The broker calls it as it calls any TrainingMath,
+// from its one thread; each call runs on a thread of its own while the calling thread keeps
+// calling `whileWaiting` (about every 10 ms), so that the network loop goes on answering
+// heartbeats and reads during an aggregation, an evaluation or a replay (net::BrokerServer::
+// serveWhileBusy). Calls do not overlap: a call made from inside `whileWaiting` runs inline.
+// The inner math must not touch what the broker's thread owns (BrokerMath reads blob files by
+// path, BlobStore::storedFile).
+class OffThreadMath final : public TrainingMath {
+public:
+    explicit OffThreadMath(TrainingMath& inner);
+
+    void setWhileWaiting(std::function<void()> whileWaiting) { m_whileWaiting = std::move(whileWaiting); }
+
+    Result<Weights> initialWeights(const JobSpec& spec) override;
+    Result<Digest> canonicalHash(const QByteArray& weights) override;
+    Result<Aggregated> aggregate(const AggregationSpec& spec, const QByteArray& global, const QList<Update>& updates,
+        const QByteArray& outerState) override;
+    Result<Evaluation> evaluate(const JobSpec& spec, const QByteArray& weights) override;
+    Result<Replay> replay(
+        const ShardTask& task, std::int64_t from, const QByteArray& state, const Digest& expected, std::int64_t to) override;
+    Result<double> distance(const QByteArray& a, const QByteArray& b) override;
+
+private:
+    template<typename F> auto offThread(F&& work) -> decltype(work());
+
+    TrainingMath& m_inner;
+    std::function<void()> m_whileWaiting;
+    bool m_busy = false;
+};
+
+} // namespace tessera::core::broker
