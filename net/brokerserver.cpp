@@ -151,6 +151,8 @@ struct BrokerServer::Private {
     // --- the loop --------------------------------------------------------------------------------
 
     void receive();
+    // The next message with its sender's routing id, if one is waiting.
+    std::optional<std::pair<QByteArray, detail::Frames>> nextMessage();
     void queue(QByteArray routingId, detail::Frames received);
     void drainDeferred();
     void serveBusy();
@@ -293,15 +295,25 @@ void BrokerServer::Private::receive()
     // the queue, behind what came while the broker was busy, so that no peer's messages overtake
     // each other.
     for (int i = 0; i < 1000; ++i) {
-        auto received = detail::receiveFrames(router);
-        if (!received)
+        auto next = nextMessage();
+        if (!next)
             break;
-        if (received->frames.isEmpty())
-            continue;
-        QByteArray routingId = received->frames.takeFirst();
-        queue(std::move(routingId), std::move(*received));
+        queue(std::move(next->first), std::move(next->second));
     }
     drainDeferred();
+}
+
+std::optional<std::pair<QByteArray, detail::Frames>> BrokerServer::Private::nextMessage()
+{
+    for (;;) {
+        auto received = detail::receiveFrames(router);
+        if (!received)
+            return std::nullopt;
+        if (received->frames.isEmpty())
+            continue; // not even a routing id
+        QByteArray routingId = received->frames.takeFirst();
+        return std::pair { std::move(routingId), std::move(*received) };
+    }
 }
 
 void BrokerServer::Private::queue(QByteArray routingId, detail::Frames received)
@@ -364,21 +376,19 @@ void BrokerServer::Private::serveBusy()
             handleZap();
     }
     for (int i = 0; i < 200; ++i) {
-        auto received = detail::receiveFrames(router);
-        if (!received)
+        auto next = nextMessage();
+        if (!next)
             break;
-        if (received->frames.isEmpty())
-            continue;
-        QByteArray routingId = received->frames.takeFirst();
+        auto& [routingId, received] = *next;
         const auto found = peers.find(routingId);
         if (found != peers.end()) {
             found->lastSeen = now();
-            const bool heartbeat = received->frames.size() > 1 && received->frames[1].size() == 1
-                && quint8(received->frames[1][0]) == quint8(Command::Heartbeat);
+            const bool heartbeat = received.frames.size() > 1 && received.frames[1].size() == 1
+                && quint8(received.frames[1][0]) == quint8(Command::Heartbeat);
             if (heartbeat)
                 continue; // its arrival is all a heartbeat says
-            if (!deferredOf.contains(routingId) && servedWhileBusy(received->frames)) {
-                handle(routingId, *received);
+            if (!deferredOf.contains(routingId) && servedWhileBusy(received.frames)) {
+                handle(routingId, received);
                 continue;
             }
         }
@@ -386,7 +396,7 @@ void BrokerServer::Private::serveBusy()
             sendError(routingId, errors::TooManyRequests, QStringLiteral("the broker is busy; try again in a moment"), -1, {});
             continue;
         }
-        queue(std::move(routingId), std::move(*received));
+        queue(std::move(routingId), std::move(received));
     }
     // Nodes hear from the broker as usual, so that none takes it for gone.
     const auto t = now();

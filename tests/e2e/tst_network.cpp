@@ -426,7 +426,9 @@ private Q_SLOTS:
         cluster.startNode(1, { address });
         QVERIFY(QTest::qWaitFor(
             [&] { return cluster.log(QStringLiteral("node1")).contains(QStringLiteral("registered with")); }, 120'000));
-        QCOMPARE(cluster.brokerCommand({ QStringLiteral("credit"), cluster.nodeAccount(1), QStringLiteral("10") }).exitCode, 0);
+        const auto nodeCredited
+            = cluster.brokerCommand({ QStringLiteral("credit"), cluster.nodeAccount(1), QStringLiteral("10") });
+        QVERIFY2(nodeCredited.exitCode == 0, qPrintable(nodeCredited.output));
         const auto bonded = run(Bin + QStringLiteral("/tessera-node"),
             { QStringLiteral("--config"), cluster.path(QStringLiteral("node1.ini")), QStringLiteral("stake"),
                 QStringLiteral("bond"), QStringLiteral("10"), QStringLiteral("--broker"), address });
