@@ -1061,15 +1061,13 @@ void BrokerServer::Private::onVerifications(Request& r)
     auto request = decoded<VerificationsRequest>(r);
     if (!request)
         return;
-    auto checks = broker.verifications(request->jobId);
+    constexpr int Newest = 10'000;
+    auto checks = broker.verifications(request->jobId, Newest);
     if (!checks) {
         refuse(r, errors::Internal, checks.error().toString());
         return;
     }
-    QJsonArray list;
-    for (const auto& check : *checks)
-        list.append(check);
-    ok(r, { { fields::Verifications, list } });
+    ok(r, pageOf(fields::Verifications, *checks, request->page));
 }
 
 } // namespace tessera::net

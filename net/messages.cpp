@@ -469,15 +469,21 @@ core::Result<StakeRequest> StakeRequest::fromHeader(const QJsonObject& header)
 
 QJsonObject VerificationsRequest::toHeader() const
 {
-    return { { fields::JobId, jobId } };
+    auto header = page.toHeader();
+    header.insert(fields::JobId, jobId);
+    return header;
 }
 
 core::Result<VerificationsRequest> VerificationsRequest::fromHeader(const QJsonObject& header)
 {
     JsonReader reader(header);
-    VerificationsRequest request { reader.string(fields::JobId, Presence::Optional) };
+    VerificationsRequest request { reader.string(fields::JobId, Presence::Optional), {} };
     if (!reader.ok())
         return reader.status().error();
+    auto page = PageRequest::fromHeader(header);
+    if (!page)
+        return page.error();
+    request.page = *page;
     return request;
 }
 
@@ -488,6 +494,7 @@ core::Result<VerificationsReply> VerificationsReply::fromHeader(const QJsonObjec
     VerificationsReply reply;
     for (const auto& value : header.value(fields::Verifications).toArray())
         reply.checks.append(core::broker::CheckRecord::fromJson(value.toObject()));
+    reply.page.read(header);
     return reply;
 }
 

@@ -301,12 +301,14 @@ struct StakeRequest {
 struct VerificationsRequest {
     static constexpr Command command = Command::Verifications;
     QString jobId; // empty: every job's
+    PageRequest page; // of the newest 10,000 checks, newest first
     QJsonObject toHeader() const;
     static core::Result<VerificationsRequest> fromHeader(const QJsonObject& header);
 };
 
 struct VerificationsReply {
     QList<core::broker::CheckRecord> checks;
+    Page page;
     static core::Result<VerificationsReply> fromHeader(const QJsonObject& header);
 };
 

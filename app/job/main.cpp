@@ -90,13 +90,17 @@ struct Context {
 
     // Every page of a paginated listing (LIST, NODES), rows appended from each; --all asks for what
     // aged out too.
-    template<typename Reply, typename Rows> std::optional<Reply> listAll(net::Command command, Rows Reply::*rows, int& status)
+    template<typename Reply, typename Rows>
+    std::optional<Reply> listAll(net::Command command, Rows Reply::*rows, int& status, const QJsonObject& fields = {})
     {
         net::PageRequest request;
         request.all = parser.isSet(QStringLiteral("all"));
         std::optional<Reply> whole;
         for (;;) {
-            auto page = call<Reply>(command, request.toHeader(), status);
+            auto header = request.toHeader();
+            for (auto it = fields.begin(); it != fields.end(); ++it)
+                header.insert(it.key(), it.value());
+            auto page = call<Reply>(command, header, status);
             if (!page)
                 return std::nullopt;
             if (!whole)
@@ -358,8 +362,8 @@ int verifications(Context& context)
 {
     int exit = 0;
     const QString jobId = context.positional().isEmpty() ? QString() : context.positional().at(0);
-    const auto reply = context.call<net::VerificationsReply>(
-        net::Command::Verifications, net::VerificationsRequest { jobId }.toHeader(), exit);
+    const auto reply
+        = context.listAll(net::Command::Verifications, &net::VerificationsReply::checks, exit, { { net::fields::JobId, jobId } });
     if (!reply)
         return exit;
     if (context.json()) {

@@ -50,6 +50,12 @@ private Q_SLOTS:
         QCOMPARE(compact(PageRequest { 100, 50, true }.toHeader()), QByteArray(R"({"all":true,"limit":50,"offset":100})"));
         QVERIFY(!PageRequest::fromHeader({ { QStringLiteral("limit"), 501 } }).ok());
         QCOMPARE(PageRequest::fromHeader({})->limit, PageRequest::DefaultLimit);
+        const auto checks
+            = VerificationsRequest::fromHeader(VerificationsRequest { QStringLiteral("j"), { 5, 7, false } }.toHeader());
+        QVERIFY(checks.ok());
+        QCOMPARE(checks->jobId, QStringLiteral("j"));
+        QCOMPARE(checks->page.offset, 5);
+        QCOMPARE(checks->page.limit, 7);
         QCOMPARE(
             compact(VerdictMessage { QStringLiteral("a1"), QStringLiteral("paid"), QStringLiteral("0.9"), QStringLiteral("ok") }
                         .toHeader()),
