@@ -26,6 +26,29 @@ core::Error nested(const QString& key, const core::Error& error)
     return { error.field.isEmpty() ? key : key + u'.' + error.field, error.message };
 }
 
+// The job spec a SUBMIT or a QUOTE carries.
+core::Result<core::JobSpec> jobField(const QJsonObject& header)
+{
+    auto object = objectField(header, fields::Job);
+    if (!object)
+        return object.error();
+    auto spec = core::JobSpec::fromJson(*object);
+    if (!spec)
+        return nested(fields::Job, spec.error());
+    return spec;
+}
+
+// A paginated reply's rows (each read by Record::fromJson) and where its page ends.
+template<typename Record> core::Status readPage(const QJsonObject& header, const QString& field, QList<Record>& rows, Page& page)
+{
+    if (!header.value(field).isArray())
+        return core::Error { field, QStringLiteral("is required (a list)") };
+    for (const auto& value : header.value(field).toArray())
+        rows.append(Record::fromJson(value.toObject()));
+    page.read(header);
+    return {};
+}
+
 // Two counts nobody sends a negative or absurd value of: offsets and sizes of blobs, deadlines.
 constexpr std::int64_t MaxCount = std::int64_t(1) << 50;
 
@@ -287,12 +310,9 @@ QJsonObject SubmitRequest::toHeader() const
 
 core::Result<SubmitRequest> SubmitRequest::fromHeader(const QJsonObject& header)
 {
-    auto object = objectField(header, fields::Job);
-    if (!object)
-        return object.error();
-    auto spec = core::JobSpec::fromJson(*object);
+    auto spec = jobField(header);
     if (!spec)
-        return nested(fields::Job, spec.error());
+        return spec.error();
     return SubmitRequest { *spec };
 }
 
@@ -361,12 +381,9 @@ void Page::read(const QJsonObject& header)
 
 core::Result<ListReply> ListReply::fromHeader(const QJsonObject& header)
 {
-    if (!header.value(fields::Jobs).isArray())
-        return core::Error { fields::Jobs, QStringLiteral("is required (a list)") };
     ListReply reply;
-    for (const auto& value : header.value(fields::Jobs).toArray())
-        reply.jobs.append(core::broker::JobStatus::fromJson(value.toObject()));
-    reply.page.read(header);
+    if (auto read = readPage(header, fields::Jobs, reply.jobs, reply.page); !read)
+        return read.error();
     return reply;
 }
 
@@ -377,12 +394,9 @@ QJsonObject QuoteRequest::toHeader() const
 
 core::Result<QuoteRequest> QuoteRequest::fromHeader(const QJsonObject& header)
 {
-    auto object = objectField(header, fields::Job);
-    if (!object)
-        return object.error();
-    auto spec = core::JobSpec::fromJson(*object);
+    auto spec = jobField(header);
     if (!spec)
-        return nested(fields::Job, spec.error());
+        return spec.error();
     return QuoteRequest { *spec };
 }
 
@@ -431,12 +445,9 @@ core::Result<LedgerReply> LedgerReply::fromHeader(const QJsonObject& header)
 
 core::Result<NodesReply> NodesReply::fromHeader(const QJsonObject& header)
 {
-    if (!header.value(fields::Nodes).isArray())
-        return core::Error { fields::Nodes, QStringLiteral("is required (a list)") };
     NodesReply reply;
-    for (const auto& value : header.value(fields::Nodes).toArray())
-        reply.nodes.append(core::broker::NodeRecord::fromJson(value.toObject()));
-    reply.page.read(header);
+    if (auto read = readPage(header, fields::Nodes, reply.nodes, reply.page); !read)
+        return read.error();
     return reply;
 }
 
@@ -489,12 +500,9 @@ core::Result<VerificationsRequest> VerificationsRequest::fromHeader(const QJsonO
 
 core::Result<VerificationsReply> VerificationsReply::fromHeader(const QJsonObject& header)
 {
-    if (!header.value(fields::Verifications).isArray())
-        return core::Error { fields::Verifications, QStringLiteral("is required (a list)") };
     VerificationsReply reply;
-    for (const auto& value : header.value(fields::Verifications).toArray())
-        reply.checks.append(core::broker::CheckRecord::fromJson(value.toObject()));
-    reply.page.read(header);
+    if (auto read = readPage(header, fields::Verifications, reply.checks, reply.page); !read)
+        return read.error();
     return reply;
 }
 

@@ -145,7 +145,7 @@ Result<std::optional<std::int64_t>> Broker::parametersOf(const JobSpec& spec)
     return std::optional<std::int64_t>(archive->parameterEstimate());
 }
 
-Status Broker::checkModelSize(const JobSpec& spec)
+Result<std::optional<std::int64_t>> Broker::boundedParametersOf(const JobSpec& spec)
 {
     auto counted = parametersOf(spec);
     if (!counted)
@@ -155,25 +155,21 @@ Status Broker::checkModelSize(const JobSpec& spec)
         return Error { QStringLiteral("model"),
             QStringLiteral("%1 parameters, more than this broker trains (%2, Broker/MaxParameters)")
                 .arg(QString::number(*parameters), QString::number(m_options.maxParameters)) };
-    return {};
+    return counted;
 }
 
 Result<Quote> Broker::quoteFor(const JobSpec& spec)
 {
     if (auto status = spec.validate(); !status)
         return status.error();
-    if (auto status = checkModelSize(spec); !status)
-        return status.error();
+    auto parameters = boundedParametersOf(spec);
+    if (!parameters)
+        return parameters.error();
     // Priced from arithmetic (a zoo model on Fashion-MNIST) or the archive's directory (TorchScript):
-    // nothing is built or loaded for a quote.
-    if (spec.model.source == ModelSpec::Source::TorchScript
-        || (spec.model.source == ModelSpec::Source::Zoo && spec.dataset.source == DatasetSpec::Source::Builtin)) {
-        auto parameters = parametersOf(spec);
-        if (!parameters)
-            return parameters.error();
-        if (*parameters)
-            return quote(spec, **parameters, m_options.pricePerUnit);
-    }
+    // nothing is built or loaded for a quote. (For a zoo model on tensor files the count is a bound.)
+    const bool exact = spec.model.source == ModelSpec::Source::TorchScript || spec.dataset.source == DatasetSpec::Source::Builtin;
+    if (*parameters && exact)
+        return quote(spec, **parameters, m_options.pricePerUnit);
     auto initial = m_math.initialWeights(spec);
     if (!initial)
         return initial.error();
@@ -183,8 +179,6 @@ Result<Quote> Broker::quoteFor(const JobSpec& spec)
 Status Broker::checkSubmittable(const JobSpec& spec, const QString& owner)
 {
     if (auto status = spec.validate(); !status)
-        return status;
-    if (auto status = checkModelSize(spec); !status)
         return status;
     if (spec.model.source == ModelSpec::Source::TorchScript && !m_blobs.contains(spec.model.scriptSha256))
         return Error { QStringLiteral("model.torchscript.sha256"),
@@ -211,16 +205,15 @@ Result<QString> Broker::submit(const JobSpec& spec, const QString& owner)
 {
     if (auto status = checkSubmittable(spec, owner); !status)
         return status.error();
+    auto counted = boundedParametersOf(spec); // before anything is built
+    if (!counted)
+        return counted.error();
     auto initial = m_math.initialWeights(spec);
     if (!initial)
         return initial.error();
     // A TorchScript job is priced as its quote was, from its archive.
-    std::int64_t parameters = initial->parameters;
-    if (spec.model.source == ModelSpec::Source::TorchScript) {
-        if (auto counted = parametersOf(spec); counted && *counted)
-            parameters = **counted;
-    }
-    auto price = quote(spec, parameters, m_options.pricePerUnit);
+    const bool fromArchive = spec.model.source == ModelSpec::Source::TorchScript && *counted;
+    auto price = quote(spec, fromArchive ? **counted : initial->parameters, m_options.pricePerUnit);
     if (!price)
         return price.error();
     if (spec.budget < price->training)

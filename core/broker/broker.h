@@ -140,8 +140,8 @@ private:
     // A model's parameters before anything is built: a zoo model's from its spec (for tensor
     // files a lower bound), a TorchScript model's from its archive (ModelArchive).
     Result<std::optional<std::int64_t>> parametersOf(const JobSpec& spec);
-    // Within Options::maxParameters.
-    Status checkModelSize(const JobSpec& spec);
+    // The same, refused above Options::maxParameters.
+    Result<std::optional<std::int64_t>> boundedParametersOf(const JobSpec& spec);
     Result<Acceptance> acceptTraining(const AssignmentRow& assignment, const ShardResult& result);
     Result<Acceptance> acceptFailure(const AssignmentRow& assignment, const ShardResult& result);
     // Whether a connected node with the threads and stake, other than these, could run the job's shards.
