@@ -8,11 +8,14 @@ start it)
 Prints one line per attack; the last line is "prober: N answers, slowest X ms".
 """
 import hashlib
+import io
 import json
 import sys
 import threading
 import time
+from typing import Tuple
 
+import torch
 import zmq
 
 endpoint, job_id = sys.argv[1], sys.argv[2]
@@ -186,6 +189,43 @@ started = time.monotonic()
 message = expect_error(client, QUOTE, {"job": huge}, "invalid")
 assert "parameters" in message, message
 print("3. huge model: QUOTE refused in %d ms: %s" % ((time.monotonic() - started) * 1000, message))
+
+# --- 4. a TorchScript model whose loading never ends ------------------------------------------------
+# Its __setstate__ (run by torch.jit.load itself) counts for ever. It is uploaded and quoted: the
+# quote must come from the archive's directory, so it is answered at all, with a price.
+class LoadsForever(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.weight = torch.nn.Parameter(torch.zeros(10, 784))
+
+    def forward(self, x):
+        return torch.nn.functional.linear(x.flatten(1), self.weight)
+
+    @torch.jit.export
+    def __getstate__(self) -> Tuple[torch.Tensor, bool]:
+        return (self.weight, self.training)
+
+    @torch.jit.export
+    def __setstate__(self, state: Tuple[torch.Tensor, bool]):
+        n = 0
+        while n >= 0:
+            n += 1
+        self.weight = state[0]
+        self.training = state[1]
+
+
+buffer = io.BytesIO()
+torch.jit.save(torch.jit.script(LoadsForever()), buffer)
+script = buffer.getvalue()
+script_digest = hashlib.sha256(script).hexdigest()
+answer, reply = exchange(client, PUT, {"sha256": script_digest, "offset": 0, "size": len(script)}, script)
+assert answer == OK and reply["complete"], reply
+endless = dict(huge, name="endless", model={"torchscript": {"sha256": script_digest}})
+started = time.monotonic()
+answer, quoted = exchange(client, QUOTE, {"job": endless})
+assert answer == OK and quoted["quote"]["total"], quoted
+print("4. a model that loads for ever: QUOTE answered in %d ms without loading it (total %s)"
+      % ((time.monotonic() - started) * 1000, quoted["quote"]["total"]))
 
 # --- 5. fields that break lists -------------------------------------------------------------------
 long_profile = connect()
