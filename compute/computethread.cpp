@@ -1,6 +1,7 @@
 #include "computethread.h"
 
 #include <QElapsedTimer>
+#include <QFile>
 #include <QMutex>
 #include <QThread>
 #include <QWaitCondition>
@@ -31,6 +32,7 @@ struct ComputeThread::Private {
     mutable QMutex mutex;
     QWaitCondition wake;
     std::deque<QueuedShard> queue;
+    std::deque<StateRequest> stateRequests;
     bool pauseRequested = false;
     bool pauseAfterCurrent = false;
     bool stopRequested = false;
@@ -61,6 +63,8 @@ struct ComputeThread::Private {
 
     void loop();
     void runShard(QueuedShard item);
+    // Answers every waiting StateRequest (without the mutex held on entry).
+    void serveStateRequests();
     // With the mutex held: waits at a hold placed on this step, if any, until something ends it.
     void waitIfHeld(QMutexLocker<QMutex>& lock, const core::ShardTask& task, std::int64_t step);
 };
@@ -100,6 +104,13 @@ void ComputeThread::submitSuspended(const core::ShardTask& task, const QByteArra
 {
     QMutexLocker lock(&d->mutex);
     d->queue.push_back({ task, {}, suspendedState });
+    d->wake.wakeAll();
+}
+
+void ComputeThread::recreateState(const StateRequest& request)
+{
+    QMutexLocker lock(&d->mutex);
+    d->stateRequests.push_back(request);
     d->wake.wakeAll();
 }
 
@@ -193,7 +204,7 @@ void ComputeThread::Private::loop()
         QueuedShard item;
         {
             QMutexLocker lock(&mutex);
-            while (!stopRequested && (queue.empty() || pauseRequested || pauseAfterCurrent)) {
+            while (!stopRequested && stateRequests.empty() && (queue.empty() || pauseRequested || pauseAfterCurrent)) {
                 const State waiting = (pauseRequested || pauseAfterCurrent) ? State::Paused : State::Idle;
                 if (state != waiting) {
                     lock.unlock();
@@ -205,6 +216,11 @@ void ComputeThread::Private::loop()
             }
             if (stopRequested)
                 break;
+            if (!stateRequests.empty()) {
+                lock.unlock();
+                serveStateRequests();
+                continue;
+            }
             item = std::move(queue.front());
             queue.pop_front();
             cancelledJob.clear();
@@ -256,6 +272,7 @@ void ComputeThread::Private::runShard(QueuedShard item)
     const std::int64_t firstStep = run->completedSteps();
 
     while (!run->finished()) {
+        serveStateRequests();
         {
             QMutexLocker lock(&mutex);
             waitIfHeld(lock, task, run->completedSteps());
@@ -318,6 +335,46 @@ void ComputeThread::Private::runShard(QueuedShard item)
     Q_EMIT q->shardFinished(output);
     if (pauseNow)
         setState(State::Paused);
+}
+
+void ComputeThread::Private::serveStateRequests()
+{
+    for (;;) {
+        StateRequest request;
+        {
+            QMutexLocker lock(&mutex);
+            if (stateRequests.empty())
+                return;
+            request = std::move(stateRequests.front());
+            stateRequests.pop_front();
+        }
+        auto read = [](const QString& path) -> core::Result<QByteArray> {
+            if (path.isEmpty())
+                return QByteArray();
+            QFile file(path);
+            if (!file.open(QIODevice::ReadOnly))
+                return core::Error { {}, QStringLiteral("cannot read %1: %2").arg(path, file.errorString()) };
+            return file.readAll();
+        };
+        QString error;
+        QByteArray state;
+        try {
+            auto start = read(request.startWeightsPath);
+            auto kept = read(request.keptStatePath);
+            if (!start || !kept) {
+                error = (!start ? start.error() : kept.error()).toString();
+            } else {
+                auto made = compute::recreateState(request.task, *start, *kept, request.checkpoint, environment);
+                if (made)
+                    state = std::move(*made);
+                else
+                    error = made.error().toString();
+            }
+        } catch (const std::exception& caught) {
+            error = QStringLiteral("internal error: %1").arg(QString::fromUtf8(caught.what()));
+        }
+        Q_EMIT q->stateRecreated(request.key, state, error);
+    }
 }
 
 } // namespace tessera::compute

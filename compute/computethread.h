@@ -55,6 +55,20 @@ public:
     // shard of the same job.
     void cancelJob(const QString& jobId);
 
+    // A dispute's question: re-create this node's training state at `checkpoint` of a shard it
+    // trained (recreateState), from the files of the round's weights and of the kept state (empty:
+    // none). Served before any queued shard and between two steps of the running one, whose bits
+    // it does not change, and while paused too: the node's stake depends on the answer.
+    // stateRecreated() carries it.
+    struct StateRequest {
+        QString key; // the caller's, given back with the answer
+        core::ShardTask task;
+        std::int64_t checkpoint = 0;
+        QString startWeightsPath;
+        QString keptStatePath;
+    };
+    void recreateState(const StateRequest& request);
+
     // Share of wall time the thread may compute, 10 to 100 percent.
     void setCpuPercent(int percent);
     // Most threads a shard may use here; a shard that needs more fails (its thread count is fixed
@@ -78,6 +92,8 @@ Q_SIGNALS:
     void shardPaused(const tessera::core::ShardTask& task, const QByteArray& suspendedState);
     void shardCancelled(const tessera::core::ShardTask& task);
     void held(const tessera::core::ShardTask& task, std::int64_t step); // emitted on the compute thread
+    // The state a recreateState() asked for, or why there is none (error non-empty).
+    void stateRecreated(const QString& key, const QByteArray& state, const QString& error);
 
 private:
     struct Private;

@@ -31,7 +31,7 @@ struct ShardRun::Private {
     std::int64_t step = 0;
     QList<double> losses;
     QList<core::Digest> chain;
-    QList<QByteArray> checkpointStates; // suspend() at checkpoints 1..n-2, for disputes
+    QByteArray keptState; // suspend() at task.keptStateCheckpoint(), for disputes
     bool keepCheckpointStates = true;
     std::int64_t previousElapsedMs = 0; // before a suspend
     QElapsedTimer timer;
@@ -272,8 +272,8 @@ core::Status ShardRun::step()
     ++d->step;
     if (d->step % task.checkpointInterval == 0 || d->step == task.localSteps) {
         d->chain.append(checkpointHash(*d));
-        if (d->keepCheckpointStates && d->step < task.localSteps)
-            d->checkpointStates.append(suspend());
+        if (d->keepCheckpointStates && d->step < task.localSteps && d->chain.size() - 1 == task.keptStateCheckpoint())
+            d->keptState = suspend();
     }
     return {};
 }
@@ -315,7 +315,7 @@ ShardOutput ShardRun::finish()
     output.weights = pickleTensors(d->model->state());
     result.finalHash = canonicalHash(d->model->state());
     result.checkpointHashes = d->chain;
-    output.checkpoints = d->checkpointStates;
+    output.keptState = d->keptState;
     result.weightsSha256 = core::Digest::ofBytes(output.weights);
     result.losses = d->losses;
     result.samplesProcessed = d->task.localSteps * d->task.batchSize;
@@ -376,6 +376,29 @@ core::Result<Replay> replayShard(const core::ShardTask& task, std::int64_t from,
     replay.weightsHash = canonicalHash(d.model->state());
     replay.runtimeProfile = currentRuntimeProfile(int(task.threads), deviceProfileName(d.device)).toString();
     return replay;
+}
+
+core::Result<QByteArray> recreateState(const core::ShardTask& task, const QByteArray& startWeights, const QByteArray& keptState,
+    std::int64_t wanted, const ComputeEnvironment& environment)
+{
+    if (wanted < 1 || wanted > task.checkpointCount() - 2)
+        return core::Error { QStringLiteral("checkpoint"),
+            QStringLiteral("a shard with %1 checkpoints has no interior checkpoint %2").arg(task.checkpointCount()).arg(wanted) };
+    const auto kept = task.keptStateCheckpoint();
+    if (wanted == kept && !keptState.isEmpty())
+        return keptState;
+    const bool fromKept = !keptState.isEmpty() && kept > 0 && kept < wanted;
+    auto run = fromKept ? ShardRun::resume(task, keptState, environment) : ShardRun::start(task, startWeights, environment);
+    if (!run)
+        return run.error();
+    auto& d = *(*run)->d;
+    d.keepCheckpointStates = false;
+    const auto step = std::min(wanted * task.checkpointInterval, task.localSteps);
+    while (d.step < step) {
+        if (auto status = (*run)->step(); !status)
+            return status.error();
+    }
+    return (*run)->suspend();
 }
 
 } // namespace tessera::compute

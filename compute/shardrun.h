@@ -17,10 +17,11 @@ namespace tessera::compute {
 struct ShardOutput {
     core::ShardResult result;
     QByteArray weights;
-    // The training state (suspend() bytes) at each interior checkpoint 1..n-2, which a node keeps
-    // until its result is settled: in a dispute the referee asks for the last checkpoint both sides
-    // agree on. Empty for a failed shard, and for the checkpoints before a suspend.
-    QList<QByteArray> checkpoints;
+    // The training state (suspend() bytes) at task.keptStateCheckpoint(), which a node keeps until
+    // its result is settled: in a dispute the referee asks for the last checkpoint both sides agree
+    // on, and recreateState() makes any other from this one or from the round's weights. Empty for
+    // a failed shard, one without interior checkpoints, and one resumed after that checkpoint.
+    QByteArray keptState;
 };
 
 // The referee's arithmetic. Re-executes a shard from checkpoint `from` to checkpoint `to`
@@ -36,6 +37,14 @@ struct Replay {
 };
 core::Result<Replay> replayShard(const core::ShardTask& task, std::int64_t from, const QByteArray& state,
     const core::Digest& expected, std::int64_t to, const ComputeEnvironment& environment);
+
+// This node's own training state at interior checkpoint `wanted` (1..n-2) of a shard it trained,
+// re-created for a dispute: resumed from `keptState` (ShardOutput::keptState) when that checkpoint
+// comes before the wanted one, else trained again from the round's weights. Its model and
+// optimizer are bit for bit what training had there (what the checkpoint hash covers); it costs at
+// most half the shard's steps with the kept state, all of them without.
+core::Result<QByteArray> recreateState(const core::ShardTask& task, const QByteArray& startWeights, const QByteArray& keptState,
+    std::int64_t wanted, const ComputeEnvironment& environment);
 
 // One shard in training, advanced a step at a time, so that the compute thread can pause, cancel
 // or throttle between steps. Everything a step does is fixed by the task: its batch comes from the
@@ -73,6 +82,8 @@ public:
     struct Private; // opaque: holds the torch objects
     friend core::Result<Replay> replayShard(
         const core::ShardTask&, std::int64_t, const QByteArray&, const core::Digest&, std::int64_t, const ComputeEnvironment&);
+    friend core::Result<QByteArray> recreateState(
+        const core::ShardTask&, const QByteArray&, const QByteArray&, std::int64_t, const ComputeEnvironment&);
 
 private:
     explicit ShardRun(std::unique_ptr<Private> d);

@@ -138,7 +138,11 @@ Result<QByteArray> BlobStore::readRange(const Digest& digest, std::int64_t offse
 
 Result<Digest> BlobStore::put(const QByteArray& bytes)
 {
-    const Digest digest = Digest::ofBytes(bytes);
+    return put(bytes, Digest::ofBytes(bytes));
+}
+
+Result<Digest> BlobStore::put(const QByteArray& bytes, const Digest& digest)
+{
     if (contains(digest)) {
         touch(digest);
         return digest;
@@ -227,7 +231,7 @@ Result<BlobStore::UploadState> BlobStore::putRange(const Digest& digest, std::in
         const QString temp = fileOf(digest) + u'.' + key.section(u'.', 1) + QStringLiteral(".part");
         QDir().mkpath(QFileInfo(temp).absolutePath());
         QFile::remove(temp);
-        it = m_uploads.insert(key, { temp, 0, totalSize, uploader, now });
+        it = m_uploads.insert(key, { temp, 0, totalSize, uploader, now, std::make_shared<Sha256>() });
     }
     it->touched = now;
     if (it->total != totalSize)
@@ -247,20 +251,14 @@ Result<BlobStore::UploadState> BlobStore::putRange(const Digest& digest, std::in
         return writeFailed(part.fileName(), part, totalSize); // the whole blob, sent again, would not fit
     }
     part.close();
+    it->hasher->addData(bytes);
     it->received += bytes.size();
     if (it->received < totalSize)
         return UploadState::Incomplete;
 
     const Upload upload = *it;
     m_uploads.erase(it);
-    QFile whole(upload.tempPath);
-    Sha256 hasher;
-    if (whole.open(QIODevice::ReadOnly)) {
-        while (!whole.atEnd())
-            hasher.addData(whole.read(1 << 20));
-        whole.close();
-    }
-    if (hasher.result() != digest) {
+    if (upload.hasher->result() != digest) {
         QFile::remove(upload.tempPath);
         return Error { QStringLiteral("sha256"),
             QStringLiteral("the uploaded bytes do not hash to %1; nothing was stored").arg(digest.toHex()) };

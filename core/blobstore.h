@@ -8,6 +8,7 @@
 #include <QString>
 
 #include <cstdint>
+#include <memory>
 #include <optional>
 
 namespace tessera::core {
@@ -35,8 +36,12 @@ public:
     Result<QByteArray> readRange(const Digest& digest, std::int64_t offset, std::int64_t length);
     // Stores bytes under their own SHA-256 and returns it.
     Result<Digest> put(const QByteArray& bytes);
+    // Stores bytes under the SHA-256 the caller computed for them (on another thread, so that this
+    // one does not hash them again): for this process's own results only, never a peer's bytes.
+    Result<Digest> put(const QByteArray& bytes, const Digest& digest);
 
-    // Chunked upload: ranges must arrive in order; the last one checks the SHA-256. An upload is
+    // Chunked upload: ranges must arrive in order, each is written and hashed as it comes, and the
+    // last one checks the SHA-256 (so no call does work in proportion to the whole blob). An upload is
     // its uploader's own (keyed by uploader and digest: a stranger's half-upload of the same file
     // changes nothing for anyone else); one that starts again at offset 0 starts over. Uploads
     // idle for UploadIdleMs are dropped; an uploader has at most MaxUploadsPerUploader in progress
@@ -74,6 +79,7 @@ private:
         std::int64_t total = 0;
         QString uploader;
         std::int64_t touched = 0;
+        std::shared_ptr<Sha256> hasher; // of the ranges so far
     };
     static QString uploadKey(const QString& uploader, const Digest& digest);
     Status admitUpload(const QString& uploader, std::int64_t totalSize, std::int64_t now);

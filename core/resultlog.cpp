@@ -29,22 +29,33 @@ Result<std::unique_ptr<ResultLog>> ResultLog::open(const QString& path)
     return std::unique_ptr<ResultLog>(new ResultLog(std::move(*database)));
 }
 
-Status ResultLog::computed(
-    const QString& assignment, const QString& broker, const ShardResult& result, const QList<Digest>& checkpoints)
+namespace {
+
+QString hexArray(const QList<Digest>& digests)
 {
-    QJsonArray kept;
-    for (const auto& digest : checkpoints)
-        kept.append(digest.toHex());
+    QJsonArray array;
+    for (const auto& digest : digests)
+        array.append(digest.isNull() ? QString() : digest.toHex());
+    return QString::fromUtf8(QJsonDocument(array).toJson(QJsonDocument::Compact));
+}
+
+} // namespace
+
+Status ResultLog::computed(const QString& assignment, const QString& broker, const ShardResult& result, const Kept& kept)
+{
     const auto now = QDateTime::currentMSecsSinceEpoch();
     const QString state = result.outcome == ShardResult::Outcome::Completed ? QStringLiteral("computed")
                                                                             : ShardResult::outcomeName(result.outcome);
     return storage::execute(*m_db,
         QStringLiteral(
             "INSERT INTO results (assignment, broker, job, round, shard, state, final_hash, detail, history, updated_at, "
-            "checkpoints) VALUES (?, ?, ?, ?, ?, ?, ?, ?, json_array(json(?)), ?, ?) ON CONFLICT(assignment) DO NOTHING"),
+            "checkpoints, task, inputs) VALUES (?, ?, ?, ?, ?, ?, ?, ?, json_array(json(?)), ?, ?, ?, ?) "
+            "ON CONFLICT(assignment) DO NOTHING"),
         assignment, broker, result.jobId, result.round, result.shard, state,
         result.outcome == ShardResult::Outcome::Completed ? result.finalHash.toHex() : QString(), result.failure,
-        entry(state, now), static_cast<std::int64_t>(now), QString::fromUtf8(QJsonDocument(kept).toJson(QJsonDocument::Compact)));
+        entry(state, now), static_cast<std::int64_t>(now), hexArray(kept.checkpoints),
+        kept.task.isEmpty() ? QString() : QString::fromUtf8(QJsonDocument(kept.task).toJson(QJsonDocument::Compact)),
+        hexArray(kept.inputs));
 }
 
 Result<std::optional<Digest>> ResultLog::checkpoint(const QString& assignment, std::int64_t k)
@@ -89,12 +100,34 @@ bool ResultLog::unsettled(const QString& state)
     return state == u"computed" || state == u"committed" || state == u"sampled" || state == u"disputed";
 }
 
+Result<std::optional<ResultLog::Kept>> ResultLog::kept(const QString& assignment)
+{
+    auto row
+        = storage::query(*m_db, QStringLiteral("SELECT checkpoints, task, inputs FROM results WHERE assignment = ?"), assignment);
+    if (!row)
+        return row.error();
+    auto found = storage::fetch(*row);
+    if (!found)
+        return found.error();
+    if (!*found)
+        return std::optional<Kept> {};
+    Kept kept;
+    for (const auto& value : QJsonDocument::fromJson(row->columnText(0).toUtf8()).array()) {
+        const auto digest = Digest::fromHex(value.toString());
+        kept.checkpoints.append(digest ? *digest : Digest {});
+    }
+    kept.task = QJsonDocument::fromJson(row->columnText(1).toUtf8()).object();
+    kept.inputs = digestsOf(row->columnText(2));
+    return std::optional<Kept>(kept);
+}
+
 Result<QList<Digest>> ResultLog::checkpoints(const QString& assignment)
 {
-    auto rows = storage::query(*m_db, QStringLiteral("SELECT checkpoints FROM results WHERE assignment = ?"), assignment);
+    auto rows = storage::query(*m_db, QStringLiteral("SELECT checkpoints, inputs FROM results WHERE assignment = ?"), assignment);
     if (!rows)
         return rows.error();
-    auto lists = storage::collect(*rows, [](storage::Statement& row) { return digestsOf(row.columnText(0)); });
+    auto lists = storage::collect(
+        *rows, [](storage::Statement& row) { return digestsOf(row.columnText(0)) + digestsOf(row.columnText(1)); });
     if (!lists)
         return lists.error();
     return lists->isEmpty() ? QList<Digest> {} : lists->first();
@@ -103,12 +136,13 @@ Result<QList<Digest>> ResultLog::checkpoints(const QString& assignment)
 Result<QList<Digest>> ResultLog::unsettledCheckpoints(const QString& broker)
 {
     auto rows = storage::query(*m_db,
-        QStringLiteral("SELECT checkpoints FROM results WHERE broker = ? AND state IN ('computed', 'committed', 'sampled', "
-                       "'disputed') AND updated_at >= ?"),
+        QStringLiteral("SELECT checkpoints, inputs FROM results WHERE broker = ? AND state IN ('computed', 'committed', "
+                       "'sampled', 'disputed') AND updated_at >= ?"),
         broker, std::int64_t(QDateTime::currentMSecsSinceEpoch() - UnsettledForMs));
     if (!rows)
         return rows.error();
-    auto lists = storage::collect(*rows, [](storage::Statement& row) { return digestsOf(row.columnText(0)); });
+    auto lists = storage::collect(
+        *rows, [](storage::Statement& row) { return digestsOf(row.columnText(0)) + digestsOf(row.columnText(1)); });
     if (!lists)
         return lists.error();
     QList<Digest> all;

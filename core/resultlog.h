@@ -39,13 +39,21 @@ class ResultLog {
 public:
     static Result<std::unique_ptr<ResultLog>> open(const QString& path);
 
-    // checkpoints: the cache blobs of the training state at checkpoints 1..n-2, kept for disputes.
-    Status computed(
-        const QString& assignment, const QString& broker, const ShardResult& result, const QList<Digest>& checkpoints = {});
+    // What a node keeps of a result for disputes: the cache blobs of the training states it kept,
+    // by checkpoint (1..n-2; a null digest where it kept none), and what it would re-create the
+    // others from: the task and its input blobs (the round's weights first).
+    struct Kept {
+        QList<Digest> checkpoints;
+        QJsonObject task;
+        QList<Digest> inputs;
+    };
+    Status computed(const QString& assignment, const QString& broker, const ShardResult& result, const Kept& kept = {});
     // The blob of the state at checkpoint k (1..n-2) of a result, if the node kept it.
     Result<std::optional<Digest>> checkpoint(const QString& assignment, std::int64_t k);
-    // The blobs of every kept checkpoint state of one result, and of every result from this broker
-    // that may still be disputed (computed, committed, sampled or disputed): a node keeps those.
+    // What computed() kept of a result; nullopt for an unknown result.
+    Result<std::optional<Kept>> kept(const QString& assignment);
+    // The blobs (kept states and inputs) of one result, and of every result from this broker that
+    // may still be disputed (computed, committed, sampled or disputed): a node keeps those.
     Result<QList<Digest>> checkpoints(const QString& assignment);
     Result<QList<Digest>> unsettledCheckpoints(const QString& broker);
     // Whether a result in this state can still be disputed.

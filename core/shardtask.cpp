@@ -12,6 +12,12 @@ std::int64_t ShardTask::checkpointCount() const
     return 1 + (localSteps + checkpointInterval - 1) / checkpointInterval;
 }
 
+std::int64_t ShardTask::keptStateCheckpoint() const
+{
+    const auto count = checkpointCount();
+    return count >= 3 ? (count - 1) / 2 : 0;
+}
+
 Result<ShardTask> ShardTask::fromJson(const QJsonObject& json)
 {
     JsonReader reader(json);

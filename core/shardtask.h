@@ -36,6 +36,10 @@ struct ShardTask {
     Status validate() const;
     // Checkpoints at step 0, c, 2c, ..., H: the length of a valid hash chain.
     std::int64_t checkpointCount() const;
+    // The one interior checkpoint whose training state a node keeps for disputes (the middle one,
+    // so that any other is re-created by re-running at most half the shard), 0 when there is no
+    // interior checkpoint. Memory and disk per result: one state, whatever the checkpoint count.
+    std::int64_t keptStateCheckpoint() const;
 
     bool operator==(const ShardTask&) const = default;
 };

@@ -48,7 +48,6 @@ struct Download {
     std::int64_t requested = 0; // bytes asked for
     std::int64_t received = 0;
     int inFlight = 0;
-    QByteArray bytes;
 };
 
 // A blob being uploaded in ranges, with at most MaxCreditChunks unacknowledged.
@@ -109,6 +108,14 @@ struct NodeClient::Private {
     std::deque<ShardExecutor::Finished> outbox; // finished shards not yet reported
     std::optional<Upload> upload;
     std::deque<CheckpointAsk> asks;
+    // Disputes' states being re-created by the executor (by verification), and those ready to send.
+    std::map<QString, CheckpointAsk> recreating;
+    struct ReadyState {
+        QString verification;
+        core::Digest digest;
+        QByteArray bytes;
+    };
+    std::deque<ReadyState> readyStates;
     std::int64_t diskFullUntil = 0; // no READY before this: the last task's blobs did not fit
     bool stopping = false; // asks for no more work
 
@@ -252,7 +259,7 @@ struct NodeClient::Private {
         if (!current || current->started)
             return;
         const auto& task = current->task;
-        outbox.push_back({ tag, current->assignment, untrained(task.jobId, task.round, task.shard, outcome, why), {}, {} });
+        outbox.push_back({ tag, current->assignment, untrained(task.jobId, task.round, task.shard, outcome, why), {}, {}, {} });
         current.reset();
         downloads.clear();
     }
@@ -344,9 +351,17 @@ struct NodeClient::Private {
         upload.reset();
     }
 
-    // Answers disputes' requests for checkpoint states, one upload at a time, between results.
+    // Answers disputes' requests for checkpoint states, one upload at a time, between results: the
+    // kept state from the cache, or one the executor re-creates (off this thread) from the kept
+    // state or the round's weights.
     void pumpAsks()
     {
+        while (!readyStates.empty() && !upload && session == Session::Registered) {
+            auto ready = std::move(readyStates.front());
+            readyStates.pop_front();
+            upload = Upload { Upload::Purpose::CheckpointState, ready.digest, std::move(ready.bytes), 0, 0, ready.verification };
+            pumpUpload();
+        }
         while (!asks.empty() && !upload && session == Session::Registered) {
             const auto ask = asks.front();
             asks.pop_front();
@@ -360,16 +375,64 @@ struct NodeClient::Private {
                 if (auto read = cache.read(*digest))
                     bytes = *read;
             }
-            if (!bytes) {
-                qCWarning(lcNode).noquote() << "a dispute asks for checkpoint" << ask.checkpoint << "of" << ask.assignment
-                                            << "and this node did not keep it";
-                answerCheckpoint(ask.verification, std::nullopt);
+            if (bytes) {
+                qCInfo(lcNode).noquote() << "sending checkpoint" << ask.checkpoint << "of" << ask.assignment << "to the referee";
+                upload = Upload { Upload::Purpose::CheckpointState, *digest, *bytes, 0, 0, ask.verification };
+                pumpUpload();
                 continue;
             }
-            qCInfo(lcNode).noquote() << "sending checkpoint" << ask.checkpoint << "of" << ask.assignment << "to the referee";
-            upload = Upload { Upload::Purpose::CheckpointState, *digest, *bytes, 0, 0, ask.verification };
-            pumpUpload();
+            if (startRecreation(ask))
+                continue;
+            qCWarning(lcNode).noquote() << "a dispute asks for checkpoint" << ask.checkpoint << "of" << ask.assignment
+                                        << "and this node can neither find nor re-create it";
+            answerCheckpoint(ask.verification, std::nullopt);
         }
+    }
+
+    // Hands a dispute's question to the executor, with the blobs the result was trained from.
+    bool startRecreation(const CheckpointAsk& ask)
+    {
+        if (!log)
+            return false;
+        auto kept = log->kept(ask.assignment);
+        if (!kept || !*kept || (*kept)->task.isEmpty() || (*kept)->inputs.isEmpty())
+            return false;
+        auto task = core::ShardTask::fromJson((*kept)->task);
+        if (!task)
+            return false;
+        QHash<core::Digest, QString> paths;
+        for (const auto& digest : (*kept)->inputs) {
+            auto path = cache.path(digest);
+            if (!path)
+                return false;
+            paths.insert(digest, *path);
+        }
+        QString keptPath;
+        const auto at = task->keptStateCheckpoint();
+        if (at > 0 && at <= (*kept)->checkpoints.size() && !(*kept)->checkpoints[at - 1].isNull())
+            keptPath = cache.path((*kept)->checkpoints[at - 1]).value_or(QString());
+        const auto startWeights = paths.value((*kept)->inputs.first());
+        if (!executor.recreate(tag, ask.verification, *task, ask.checkpoint, startWeights, keptPath, paths))
+            return false;
+        qCInfo(lcNode).noquote() << "re-creating checkpoint" << ask.checkpoint << "of" << ask.assignment << "for the referee";
+        recreating.insert_or_assign(ask.verification, ask);
+        return true;
+    }
+
+    // States the executor re-created go out as soon as the upload slot is free.
+    void collectRecreated()
+    {
+        for (auto& made : executor.takeRecreated(tag)) {
+            recreating.erase(made.key);
+            if (!made.error.isEmpty()) {
+                qCWarning(lcNode).noquote() << "could not re-create a state for dispute" << made.key << ":" << made.error;
+                if (session == Session::Registered)
+                    answerCheckpoint(made.key, std::nullopt);
+                continue;
+            }
+            readyStates.push_back({ made.key, made.digest, std::move(made.state) });
+        }
+        pumpAsks();
     }
 
     void answerCheckpoint(const QString& verification, std::optional<core::Digest> state)
@@ -401,34 +464,59 @@ struct NodeClient::Private {
     }
 
     // Finished shards from the executor (the compute thread) go to the outbox. A result is worth
-    // reporting only if its checkpoint states are kept: without them the node could not answer a
-    // dispute and would lose its stake, so it gives the shard back instead.
+    // reporting only if the node can answer a dispute over it: it keeps the state at the task's
+    // kept checkpoint and, pinned until the result is settled, the blobs it trained from (to
+    // re-create any other state); without them it would lose its stake, so it gives the shard back.
     void collectFinished()
     {
         for (auto& finished : executor.takeFinished(tag)) {
+            std::optional<CurrentTask> task;
             if (current && finished.assignment == current->assignment) {
-                for (const auto& digest : blobsOf(current->task, current->startWeightsBlob))
-                    cache.unpin(digest);
+                task = std::move(*current);
                 current.reset();
             }
-            QList<core::Digest> kept;
-            for (const auto& state : finished.checkpoints) {
-                auto stored = cache.put(state);
+            const bool completed = finished.result.outcome == core::ShardResult::Outcome::Completed;
+            core::ResultLog::Kept kept;
+            if (task && completed) {
+                kept.task = task->task.toJson();
+                kept.inputs = blobsOf(task->task, task->startWeightsBlob);
+                for (const auto& digest : kept.inputs)
+                    cache.pin(digest); // until the result is settled
+            }
+            if (task) {
+                for (const auto& digest : blobsOf(task->task, task->startWeightsBlob))
+                    cache.unpin(digest); // the training's own pins
+            }
+            QString lost;
+            if (completed && !task)
+                lost = QStringLiteral("the node lost track of the shard's task");
+            if (completed && task && !finished.keptState.isEmpty()) {
+                const auto at = task->task.keptStateCheckpoint();
+                auto stored = finished.keptStateDigest.isNull() ? cache.put(finished.keptState)
+                                                                : cache.put(finished.keptState, finished.keptStateDigest);
                 if (stored) {
                     cache.pin(*stored); // until the result is settled
-                    kept.append(*stored);
-                    continue;
+                    kept.checkpoints
+                        = QList<core::Digest>(qsizetype(std::max<std::int64_t>(0, task->task.checkpointCount() - 2)));
+                    if (at >= 1 && at <= kept.checkpoints.size())
+                        kept.checkpoints[at - 1] = *stored;
+                } else {
+                    cannotKeep(stored.error());
+                    lost = QStringLiteral("the node could not keep its checkpoints for a dispute: ") + stored.error().message;
                 }
-                cannotKeep(stored.error());
-                for (const auto& digest : kept)
-                    cache.unpin(digest);
-                if (finished.result.outcome == core::ShardResult::Outcome::Completed)
-                    finished.result = untrained(finished.result.jobId, finished.result.round, finished.result.shard,
-                        core::ShardResult::Outcome::Returned,
-                        QStringLiteral("the node could not keep its checkpoints for a dispute: ") + stored.error().message);
-                break;
             }
-            finished.checkpoints.clear();
+            finished.keptState.clear();
+            if (!lost.isEmpty()) {
+                for (const auto& digest : kept.inputs)
+                    cache.unpin(digest);
+                for (const auto& digest : kept.checkpoints) {
+                    if (!digest.isNull())
+                        cache.unpin(digest);
+                }
+                kept = {};
+                finished.result = untrained(finished.result.jobId, finished.result.round, finished.result.shard,
+                    core::ShardResult::Outcome::Returned, lost);
+            }
             if (log)
                 (void)log->computed(finished.assignment, options.broker.endpoint, finished.result, kept);
             outbox.push_back(std::move(finished));
@@ -576,7 +664,7 @@ void NodeClient::Private::onTask(const Message& message)
         outbox.push_back({ tag, task->assignment,
             untrained(task->task.jobId, task->task.round, task->task.shard, core::ShardResult::Outcome::Returned,
                 QStringLiteral("the node is busy with another shard")),
-            {}, {} });
+            {}, {}, {} });
         return;
     }
     ++counters.tasks;
@@ -599,23 +687,26 @@ void NodeClient::Private::onChunk(const Message& message, const core::Digest& di
         return;
     }
     download.size = chunk->size;
-    download.bytes.append(message.payload);
+    // Each range goes to the cache's file as it comes, hashed on the way: no step holds the whole
+    // blob in memory or hashes it at once, however large the model.
+    const auto stored = cache.putRange(digest, chunk->offset, chunk->size, message.payload, QStringLiteral("download"), now());
     download.received += message.payload.size();
-    if (download.received >= download.size) {
-        const QByteArray bytes = download.bytes;
+    if (!stored) {
         downloads.remove(digest);
-        if (core::Digest::ofBytes(bytes) != digest) {
-            qCWarning(lcNode).noquote() << "blob" << digest.toHex().left(12) << "does not match its hash; fetching it again";
-            downloads.insert(digest, Download(digest));
-        } else if (auto stored = cache.put(bytes); !stored) {
+        if (stored.error().diskFull) {
             // Fetching it again would not help: the shard goes back to the broker for someone else.
             cannotKeep(stored.error());
             giveUp(QStringLiteral("the node could not keep a blob the shard needs: ") + stored.error().message,
                 core::ShardResult::Outcome::Returned);
         } else {
-            ++counters.blobsFetched;
-            counters.bytesFetched += bytes.size();
+            qCWarning(lcNode).noquote() << "blob" << digest.toHex().left(12) << "could not be stored (" << stored.error().message
+                                        << "); fetching it again";
+            downloads.insert(digest, Download(digest));
         }
+    } else if (*stored == core::BlobStore::UploadState::Complete) {
+        ++counters.blobsFetched;
+        counters.bytesFetched += download.size;
+        downloads.remove(digest);
     }
     pumpDownloads();
     maybeStartTask();
@@ -647,7 +738,7 @@ void NodeClient::Private::onOk(const Message& message, const Pending& purpose)
             reportNext();
             return;
         }
-        cache.put(done.bytes); // keep our own copy: a verifier may ask for it
+        cache.put(done.bytes, done.digest); // keep our own copy (hashed by the compute thread): a verifier may ask for it
         pumpAsks();
         if (report == Report::Uploading && !outbox.empty())
             sendResult();
@@ -758,6 +849,7 @@ void NodeClient::Private::keepSession()
 void NodeClient::step(int maxWaitMs)
 {
     d->collectFinished();
+    d->collectRecreated();
     if (!d->socket) {
         if (d->now() < d->reconnectAt) {
             QThread::msleep(std::uint32_t(std::clamp<std::int64_t>(d->reconnectAt - d->now(), 0, maxWaitMs)));

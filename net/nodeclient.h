@@ -33,7 +33,16 @@ public:
         QString assignment;
         core::ShardResult result;
         QByteArray weights; // empty when the shard failed
-        QList<QByteArray> checkpoints; // training states at checkpoints 1..n-2, for disputes
+        QByteArray keptState; // the training state at task.keptStateCheckpoint(), for disputes
+        core::Digest keptStateDigest; // its SHA-256 when the executor computed it (null: not yet)
+    };
+    // A training state re-created for a dispute (recreate()), or why not (error non-empty).
+    struct Recreated {
+        QString tag;
+        QString key;
+        QByteArray state;
+        core::Digest digest; // of state
+        QString error;
     };
 
     virtual ~ShardExecutor() = default;
@@ -42,6 +51,21 @@ public:
         const QHash<core::Digest, QString>& blobPaths)
         = 0;
     virtual QList<Finished> takeFinished(const QString& tag) = 0; // thread-safe
+    // Re-creates the training state at interior `checkpoint` of a shard this node trained, off the
+    // caller's thread, from the round's weights (startWeightsPath) and the kept state (empty: none);
+    // takeRecreated() collects it under `key`. False: this executor cannot (the dispute is answered
+    // with "none").
+    virtual bool recreate(const QString& tag, const QString& key, const core::ShardTask& task, std::int64_t checkpoint,
+        const QString& startWeightsPath, const QString& keptStatePath, const QHash<core::Digest, QString>& blobPaths)
+    {
+        (void)tag, (void)key, (void)task, (void)checkpoint, (void)startWeightsPath, (void)keptStatePath, (void)blobPaths;
+        return false;
+    }
+    virtual QList<Recreated> takeRecreated(const QString& tag) // thread-safe
+    {
+        (void)tag;
+        return {};
+    }
     virtual bool idle() const = 0; // thread-safe
 };
 

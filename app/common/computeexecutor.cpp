@@ -16,11 +16,23 @@ ComputeExecutor::ComputeExecutor(compute::ComputeEnvironment environment)
     QObject::connect(
         m_thread.get(), &compute::ComputeThread::shardFinished, m_thread.get(),
         [this](const compute::ShardOutput& output) {
+            // Hashed here, on the compute thread, not on the client's network loop.
+            const auto keptDigest = output.keptState.isEmpty() ? core::Digest {} : core::Digest::ofBytes(output.keptState);
             QMutexLocker lock(&m_mutex);
             const auto pending = m_pending.take(
                 QStringLiteral("%1/%2/%3")
                     .arg(output.result.jobId, QString::number(output.result.round), QString::number(output.result.shard)));
-            m_finished.append({ pending.tag, pending.assignment, output.result, output.weights, output.checkpoints });
+            m_finished.append({ pending.tag, pending.assignment, output.result, output.weights, output.keptState, keptDigest });
+        },
+        Qt::DirectConnection);
+    // Hashed here, on the compute thread, not on the client's network loop.
+    QObject::connect(
+        m_thread.get(), &compute::ComputeThread::stateRecreated, m_thread.get(),
+        [this](const QString& key, const QByteArray& state, const QString& error) {
+            const auto digest = error.isEmpty() ? core::Digest::ofBytes(state) : core::Digest {};
+            QMutexLocker lock(&m_mutex);
+            const QString tag = m_recreating.take(key);
+            m_recreated.append({ tag, key, state, digest, error });
         },
         Qt::DirectConnection);
 }
@@ -51,6 +63,33 @@ QList<net::ShardExecutor::Finished> ComputeExecutor::takeFinished(const QString&
         if (it->tag == tag) {
             mine.append(std::move(*it));
             it = m_finished.erase(it);
+        } else {
+            ++it;
+        }
+    }
+    return mine;
+}
+
+bool ComputeExecutor::recreate(const QString& tag, const QString& key, const core::ShardTask& task, std::int64_t checkpoint,
+    const QString& startWeightsPath, const QString& keptStatePath, const QHash<core::Digest, QString>& blobPaths)
+{
+    {
+        QMutexLocker lock(&m_mutex);
+        m_recreating.insert(key, tag);
+        m_blobPaths.insert(blobPaths);
+    }
+    m_thread->recreateState({ key, task, checkpoint, startWeightsPath, keptStatePath });
+    return true;
+}
+
+QList<net::ShardExecutor::Recreated> ComputeExecutor::takeRecreated(const QString& tag)
+{
+    QMutexLocker lock(&m_mutex);
+    QList<Recreated> mine;
+    for (auto it = m_recreated.begin(); it != m_recreated.end();) {
+        if (it->tag == tag) {
+            mine.append(std::move(*it));
+            it = m_recreated.erase(it);
         } else {
             ++it;
         }

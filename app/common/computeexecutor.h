@@ -19,6 +19,9 @@ public:
     void start(const QString& tag, const QString& assignment, const core::ShardTask& task, const QByteArray& startWeights,
         const QHash<core::Digest, QString>& blobPaths) override;
     QList<Finished> takeFinished(const QString& tag) override;
+    bool recreate(const QString& tag, const QString& key, const core::ShardTask& task, std::int64_t checkpoint,
+        const QString& startWeightsPath, const QString& keptStatePath, const QHash<core::Digest, QString>& blobPaths) override;
+    QList<Recreated> takeRecreated(const QString& tag) override;
     bool idle() const override;
     // Drops every shard handed to the compute thread and forgets them (contributing switched off).
     void cancelAll();
@@ -35,6 +38,8 @@ private:
     mutable QMutex m_mutex;
     QHash<QString, Pending> m_pending; // by job/round/shard
     QList<Finished> m_finished;
+    QHash<QString, QString> m_recreating; // key -> tag
+    QList<Recreated> m_recreated;
     QHash<core::Digest, QString> m_blobPaths;
     std::unique_ptr<compute::ComputeThread> m_thread;
 };

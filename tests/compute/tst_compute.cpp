@@ -152,10 +152,37 @@ private Q_SLOTS:
         QCOMPARE(output.result.checkpointHashes.first(), prepared.start.canonicalHash);
         // Later checkpoints hash the whole training state (weights and momentum), not the weights alone.
         QVERIFY(output.result.checkpointHashes.last() != output.result.finalHash);
-        QCOMPARE(output.checkpoints.size(), 4); // the states at checkpoints 1..4, kept for disputes
+        // One state is kept for disputes, at the middle interior checkpoint (2 of 1..4).
+        QCOMPARE(prepared.tasks[0].keptStateCheckpoint(), 2);
+        QVERIFY(!output.keptState.isEmpty());
         QCOMPARE(QSet<core::Digest>(output.result.checkpointHashes.begin(), output.result.checkpointHashes.end()).size(), 6);
         QCOMPARE(output.result.losses.size(), 22);
         QCOMPARE(output.result.samplesProcessed, 22 * 32);
+    }
+
+    // A node keeps one state per result and re-creates the others for a dispute: each re-created
+    // state is the one the chain committed to (the referee replays the next interval from it and
+    // gets the next checkpoint), from the kept state or, without it, from the round's weights.
+    void everyCheckpointStateIsRecreatedBitForBit()
+    {
+        auto spec = smallJob();
+        spec.training.localSteps = 22;
+        const auto prepared = prepare(spec);
+        const auto& task = prepared.tasks[0];
+        const auto output = compute::runShard(task, prepared.start.bytes, {});
+        const auto& chain = output.result.checkpointHashes;
+        for (std::int64_t k = 1; k <= 4; ++k) {
+            for (const auto& kept : { output.keptState, QByteArray() }) {
+                const auto state = compute::recreateState(task, prepared.start.bytes, kept, k, {});
+                QVERIFY2(state.ok(), qPrintable(state.ok() ? QString() : state.error().toString()));
+                const auto next = compute::replayShard(task, k, *state, chain[k], k + 1, {});
+                QVERIFY2(next.ok(),
+                    qPrintable(QStringLiteral("checkpoint %1: %2").arg(k).arg(next.ok() ? QString() : next.error().toString())));
+                QCOMPARE(next->checkpoints.first(), chain[k + 1]);
+            }
+        }
+        QVERIFY(!compute::recreateState(task, prepared.start.bytes, output.keptState, 0, {}).ok());
+        QVERIFY(!compute::recreateState(task, prepared.start.bytes, output.keptState, 5, {}).ok());
     }
 
     // The referee's arithmetic: from a kept checkpoint state it re-executes one interval and gets
@@ -169,7 +196,10 @@ private Q_SLOTS:
         const auto output = compute::runShard(task, prepared.start.bytes, {});
         const auto& chain = output.result.checkpointHashes;
 
-        auto interval = compute::replayShard(task, 2, output.checkpoints[1], chain[2], 3, {});
+        QCOMPARE(task.keptStateCheckpoint(), 2);
+        const auto first = compute::recreateState(task, prepared.start.bytes, output.keptState, 1, {});
+        QVERIFY(first.ok());
+        auto interval = compute::replayShard(task, 2, output.keptState, chain[2], 3, {});
         QVERIFY2(interval.ok(), qPrintable(interval.ok() ? QString() : interval.error().toString()));
         QCOMPARE(interval->checkpoints, QList<core::Digest>({ chain[3] }));
 
@@ -180,11 +210,11 @@ private Q_SLOTS:
         QCOMPARE(whole->weights, output.weights);
 
         // The state of another checkpoint, or one that does not hash to the agreed checkpoint.
-        QVERIFY(!compute::replayShard(task, 2, output.checkpoints[0], chain[2], 3, {}).ok());
-        QVERIFY(!compute::replayShard(task, 2, output.checkpoints[1], chain[1], 3, {}).ok());
+        QVERIFY(!compute::replayShard(task, 2, *first, chain[2], 3, {}).ok());
+        QVERIFY(!compute::replayShard(task, 2, output.keptState, chain[1], 3, {}).ok());
         QVERIFY(!compute::replayShard(task, 2, QByteArray("not a state"), chain[2], 3, {}).ok());
         // Right weights, doctored momentum: the checkpoint covers the optimizer state too.
-        auto state = *compute::detail::unpickleTensors(output.checkpoints[1], {});
+        auto state = *compute::detail::unpickleTensors(output.keptState, {});
         bool doctored = false;
         for (auto& [name, tensor] : state) {
             if (name.rfind("optimizer/", 0) == 0 && !doctored) {

@@ -7,7 +7,9 @@
 #include <compute/weights.h>
 #include <core/decomposition.h>
 
+#include <QFile>
 #include <QSignalSpy>
+#include <QTemporaryDir>
 #include <QTest>
 
 using namespace tessera;
@@ -112,6 +114,56 @@ private Q_SLOTS:
         QVERIFY(QTest::qWaitFor([&] { return finished.count() == 1; }, 120'000));
         QCOMPARE(outputOf(finished, 0).result.finalHash, straight.result.finalHash);
         QCOMPARE(outputOf(finished, 0).result.checkpointHashes, straight.result.checkpointHashes);
+    }
+
+    // A dispute's state is re-created between two steps of the running shard (before it
+    // finishes), changes none of its bits, and is served while paused too.
+    void aDisputesStateIsRecreatedBetweenStepsAndWhilePaused()
+    {
+        const auto f = fixture(40); // checkpoints every 10 steps: 1..3 interior, 2 kept
+        const auto trained = compute::runShard(f.tasks[0], f.start.bytes, {});
+        const auto other = compute::runShard(f.tasks[1], f.start.bytes, {});
+        QTemporaryDir dir;
+        const auto write = [&](const QString& name, const QByteArray& bytes) {
+            QFile file(dir.filePath(name));
+            return file.open(QIODevice::WriteOnly) && file.write(bytes) == bytes.size() ? file.fileName() : QString();
+        };
+        const QString start = write(QStringLiteral("start.pt"), f.start.bytes);
+        const QString kept = write(QStringLiteral("kept.pt"), trained.keptState);
+        QVERIFY(!start.isEmpty() && !kept.isEmpty());
+
+        ComputeThread thread({});
+        QSignalSpy finished(&thread, &ComputeThread::shardFinished);
+        QSignalSpy recreated(&thread, &ComputeThread::stateRecreated);
+        QSignalSpy held(&thread, &ComputeThread::held);
+        QList<QString> order;
+        connect(&thread, &ComputeThread::shardFinished, this, [&] { order.append(QStringLiteral("finished")); });
+        connect(&thread, &ComputeThread::stateRecreated, this, [&] { order.append(QStringLiteral("recreated")); });
+        thread.holdAt(QStringLiteral("job-a"), 1, 15);
+        thread.submit(f.tasks[1], f.start.bytes);
+        QVERIFY(waitUntilHeld(held));
+        thread.recreateState({ QStringLiteral("dispute-1"), f.tasks[0], 3, start, kept });
+        thread.releaseHold();
+        QVERIFY(QTest::qWaitFor([&] { return finished.count() == 1 && recreated.count() == 1; }, 120'000));
+        QCOMPARE(order, QList<QString>({ QStringLiteral("recreated"), QStringLiteral("finished") }));
+        QCOMPARE(outputOf(finished, 0).result.finalHash, other.result.finalHash);
+        QCOMPARE(recreated.at(0).at(0).toString(), QStringLiteral("dispute-1"));
+        QCOMPARE(recreated.at(0).at(2).toString(), QString());
+        const auto& chain = trained.result.checkpointHashes;
+        const auto next = compute::replayShard(f.tasks[0], 3, recreated.at(0).at(1).toByteArray(), chain[3], 4, {});
+        QVERIFY(next.ok());
+        QCOMPARE(next->checkpoints.first(), chain[4]);
+
+        thread.pause();
+        QVERIFY(waitForState(thread, ComputeThread::State::Paused));
+        thread.recreateState({ QStringLiteral("dispute-2"), f.tasks[0], 1, start, QString() });
+        thread.recreateState(
+            { QStringLiteral("dispute-3"), f.tasks[0], 1, dir.filePath(QStringLiteral("missing.pt")), QString() });
+        QVERIFY(QTest::qWaitFor([&] { return recreated.count() == 3; }, 120'000));
+        QCOMPARE(recreated.at(1).at(2).toString(), QString());
+        QVERIFY(compute::replayShard(f.tasks[0], 1, recreated.at(1).at(1).toByteArray(), chain[1], 2, {}).ok());
+        QVERIFY(recreated.at(2).at(2).toString().contains(QStringLiteral("cannot read")));
+        QCOMPARE(thread.state(), ComputeThread::State::Paused);
     }
 
     void pausedShardSurvivesARestart()

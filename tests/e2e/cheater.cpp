@@ -7,6 +7,8 @@
 //   copy         hands in the result of the next shard (what another node computes) as its own
 //   stale        relabels an honest result as one for the previous round
 //   wrong-data   trains on the wrong samples (another data order)
+//   late         honest up to the last interval, whose checkpoint and weights are another run's (a
+//                dispute there needs the state at checkpoint n-2, which an honest node re-creates)
 //
 // Usage: tessera-test-cheater --broker ADDRESS --data DIR --mode MODE
 
@@ -50,7 +52,7 @@ public:
         };
         auto output = cheat(task, startWeights, environment);
         QMutexLocker lock(&m_mutex);
-        m_finished.append({ tag, assignment, output.result, output.weights, output.checkpoints });
+        m_finished.append({ tag, assignment, output.result, output.weights, output.keptState, {} });
     }
 
     QList<Finished> takeFinished(const QString& tag) override
@@ -93,7 +95,7 @@ private:
             for (qsizetype i = 1; i < honest.result.checkpointHashes.size(); ++i)
                 honest.result.checkpointHashes[i]
                     = core::Digest::ofBytes(QByteArray::number(QRandomGenerator::global()->generate64()));
-            honest.checkpoints.clear();
+            honest.keptState.clear();
             qInfo("cheat: random weights for round %lld shard %lld", qlonglong(task.round), qlonglong(task.shard));
             return honest;
         }
@@ -134,6 +136,22 @@ private:
             qInfo("cheat: wrong data order for round %lld shard %lld", qlonglong(task.round), qlonglong(task.shard));
             return output;
         }
+        if (m_mode == u"late") {
+            auto output = compute::runShard(task, start, environment);
+            auto other = task;
+            other.seed = task.seed + 1;
+            const auto lie = compute::runShard(other, start, environment);
+            if (output.result.outcome != core::ShardResult::Outcome::Completed
+                || lie.result.outcome != core::ShardResult::Outcome::Completed)
+                return output;
+            output.weights = lie.weights;
+            output.result.finalHash = lie.result.finalHash;
+            output.result.weightsSha256 = lie.result.weightsSha256;
+            output.result.checkpointHashes.last() = lie.result.checkpointHashes.last();
+            qInfo("cheat: the last interval of round %lld shard %lld is another run's", qlonglong(task.round),
+                qlonglong(task.shard));
+            return output;
+        }
         auto output = compute::runShard(task, start, environment);
         if (m_mode == u"stale" && task.round > 0) {
             output.result.round = task.round - 1;
@@ -160,7 +178,7 @@ int main(int argc, char* argv[])
     parser.process(app);
     const QString mode = parser.value(QStringLiteral("mode"));
     const QStringList modes { QStringLiteral("random"), QStringLiteral("fewer-steps"), QStringLiteral("copy"),
-        QStringLiteral("stale"), QStringLiteral("wrong-data") };
+        QStringLiteral("stale"), QStringLiteral("wrong-data"), QStringLiteral("late") };
     auto broker = net::BrokerAddress::parse(parser.value(QStringLiteral("broker")));
     const QString data = parser.value(QStringLiteral("data"));
     if (!modes.contains(mode) || !broker || data.isEmpty() || !QDir().mkpath(data)) {

@@ -1,8 +1,8 @@
 // Hostile peers against a real broker process (docs/SECURITY.md, "Hostile peers"): a node that
 // claims to be absurdly slow and asks again and again, reports false failures, a QUOTE of a model
-// that would not fit in memory and of a TorchScript model whose loading never ends, fields that would break every listing, an upload squatted by its
-// hash, a plaintext node-id takeover (tests/e2e/python/hostile_peers.py), all while an honest node
-// trains a job. The job must finish, the books balance, and every client is answered meanwhile.
+// that would not fit in memory and of a TorchScript model whose loading never ends, fields that would break every listing, an
+// upload squatted by its hash, a plaintext node-id takeover (tests/e2e/python/hostile_peers.py), all while an honest node trains
+// a job. The job must finish, the books balance, and every client is answered meanwhile.
 
 #include "cluster.h"
 

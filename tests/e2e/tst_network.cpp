@@ -235,6 +235,53 @@ private Q_SLOTS:
             QCOMPARE(after[i].toObject().value(QStringLiteral("balance")), before[i].toObject().value(QStringLiteral("balance")));
     }
 
+    // A node keeps one training state per result (the middle checkpoint) and re-creates any other
+    // for a dispute. A cheater whose last interval is another run's loses the dispute at the last
+    // checkpoint, settled from the state before it, which the honest side re-created.
+    void aDisputeIsSettledFromARecreatedState()
+    {
+        const QString jobFile = m_dir.filePath(QStringLiteral("late-job.json"));
+        Cluster::writeFile(jobFile, QStringLiteral(R"({
+    "version": 1, "name": "re-created state",
+    "model": { "zoo": "mlp", "hidden": [1024, 1024] },
+    "dataset": { "builtin": "fashion-mnist" },
+    "optimizer": { "kind": "sgd", "lr": 0.05, "momentum": 0.9 },
+    "training": { "rounds": 2, "shardsPerRound": 3, "localSteps": 40, "batchSize": 32, "seed": 3, "threads": 1,
+                  "checkpointInterval": 10 },
+    "budget": "1000",
+    "verification": { "rate": 1.0 }
+})"));
+        Cluster cluster;
+        cluster.startBroker({}, QStringLiteral("SelfVerifyAfterSeconds=600\n"));
+        cluster.startCheater(QStringLiteral("late"));
+        cluster.startNode(1);
+        cluster.startNode(2);
+        const QString jobId = cluster.submit(jobFile);
+        QVERIFY(!jobId.isEmpty());
+        const auto job = cluster.waitForEnd(jobId);
+        QCOMPARE(job.value(QStringLiteral("state")).toString(), QStringLiteral("finished"));
+        QVERIFY(cluster.ledgerConsistent());
+        // Checkpoints 0..4: the state kept is checkpoint 2's; the dispute needs checkpoint 3's.
+        const QString recreated = QStringLiteral("re-creating checkpoint 3 of");
+        const int recreations
+            = int(cluster.log(QStringLiteral("node1")).count(recreated) + cluster.log(QStringLiteral("node2")).count(recreated));
+        qInfo("states re-created for disputes: %d", recreations);
+        QVERIFY2(recreations >= 1, qPrintable(cluster.log(QStringLiteral("broker"))));
+        for (const auto& value : cluster.nodes()) {
+            const auto node = value.toObject();
+            const auto name = node.value(QStringLiteral("name")).toString();
+            qInfo("%s: disputes lost %lld, slashed %s", qPrintable(name), node.value(QStringLiteral("disputesLost")).toInteger(),
+                qPrintable(node.value(QStringLiteral("slashed")).toString()));
+            if (name == u"cheater-late") {
+                QVERIFY(node.value(QStringLiteral("disputesLost")).toInteger() >= 1);
+                QVERIFY(node.value(QStringLiteral("slashed")).toString() != u"0");
+            } else {
+                QCOMPARE(node.value(QStringLiteral("disputesLost")).toInteger(), 0);
+                QCOMPARE(node.value(QStringLiteral("slashed")).toString(), QStringLiteral("0"));
+            }
+        }
+    }
+
     void aNodeKilledMidRoundChangesNothing()
     {
         Cluster cluster;
