@@ -64,7 +64,7 @@ double bareLoop(const core::JobSpec& spec, const compute::detail::Dataset& data,
     timer.start();
     for (std::int64_t step = 0; step < steps; ++step) {
         const auto index = torch::randint(0, data.size(), { spec.training.batchSize }, torch::kInt64);
-        const auto x = data.x.index_select(0, index);
+        const auto x = data.samples(index);
         const auto y = data.y.index_select(0, index);
         optimizer.zero_grad();
         const auto loss = torch::cross_entropy_loss(net->forward(x), y);

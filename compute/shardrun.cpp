@@ -246,7 +246,7 @@ core::Status ShardRun::step()
         const auto indices = d->plan->indicesOfStep(d->step);
         const auto index
             = torch::from_blob(const_cast<std::int64_t*>(indices.data()), { std::int64_t(indices.size()) }, torch::kInt64);
-        const auto x = d->data.train->x.index_select(0, index).to(d->device);
+        const auto x = d->data.train->samples(index).to(d->device);
         const auto y = d->data.train->y.index_select(0, index).to(d->device);
         torch::manual_seed(core::deriveSeed(std::uint64_t(task.seed),
             { std::uint64_t(core::SeedPurpose::Step), std::uint64_t(task.round), std::uint64_t(task.shard),

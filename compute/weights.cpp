@@ -109,7 +109,7 @@ core::Result<Evaluation> evaluate(
         const std::int64_t total = split->size();
         for (std::int64_t begin = 0; begin < total; begin += Batch) {
             const std::int64_t end = std::min(total, begin + Batch);
-            const auto x = split->x.slice(0, begin, end).to(*device);
+            const auto x = split->slice(begin, end).to(*device);
             const auto y = split->y.slice(0, begin, end).to(*device);
             const auto logits = (*model)->forward(x);
             lossSum += torch::cross_entropy_loss(logits, y, {}, at::Reduction::Sum).item<double>();

@@ -21,6 +21,23 @@ std::vector<std::int64_t> Dataset::sampleShape() const
     return std::vector<std::int64_t>(sizes.begin() + 1, sizes.end());
 }
 
+at::Tensor Dataset::toFloat(const at::Tensor& raw) const
+{
+    if (!normalised)
+        return raw;
+    return (raw.to(torch::kFloat32) / 255.0 - normalised->mean) / normalised->std;
+}
+
+at::Tensor Dataset::samples(const at::Tensor& index) const
+{
+    return toFloat(x.index_select(0, index));
+}
+
+at::Tensor Dataset::slice(std::int64_t begin, std::int64_t end) const
+{
+    return toFloat(x.slice(0, begin, end));
+}
+
 namespace {
 
 constexpr std::int64_t MaxIdxBytes = std::int64_t(1) << 30;
@@ -108,7 +125,8 @@ core::Result<std::shared_ptr<const Dataset>> loadIdxPair(const QString& director
     auto dataset = std::make_shared<Dataset>();
     constexpr double Mean = 0.2860;
     constexpr double Std = 0.3530;
-    dataset->x = ((images->to(torch::kFloat32) / 255.0 - Mean) / Std).unsqueeze(1).contiguous();
+    dataset->x = images->to(torch::kUInt8).unsqueeze(1).contiguous();
+    dataset->normalised = Dataset::Normalisation { Mean, Std };
     dataset->y = labels->to(torch::kInt64).contiguous();
     dataset->classes = FashionMnistClasses;
     return std::shared_ptr<const Dataset>(dataset);

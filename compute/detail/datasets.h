@@ -10,18 +10,32 @@
 #include <ATen/core/Tensor.h>
 
 #include <memory>
+#include <optional>
 #include <vector>
 
 namespace tessera::compute::detail {
 
-// Samples as one float32 tensor [N, ...] and labels as int64 [N], in memory.
+// Samples as one tensor [N, ...] and labels as int64 [N], in memory. Built-in image data stays in
+// its uint8 form (a quarter of float32) and each batch is scaled and normalised as it is taken,
+// with the same float32 operations as on the whole set, so the bits of every batch are the same.
 struct Dataset {
-    at::Tensor x;
+    at::Tensor x; // float32, or uint8 when `normalised`
     at::Tensor y;
     std::int64_t classes = 0;
+    struct Normalisation {
+        double mean = 0.0;
+        double std = 1.0;
+    };
+    std::optional<Normalisation> normalised; // x is uint8 pixels: a batch is (x / 255 - mean) / std
 
     std::int64_t size() const { return y.size(0); }
     std::vector<std::int64_t> sampleShape() const;
+    // The samples at `index` (int64 [B]), or in [begin, end), as float32.
+    at::Tensor samples(const at::Tensor& index) const;
+    at::Tensor slice(std::int64_t begin, std::int64_t end) const;
+
+private:
+    at::Tensor toFloat(const at::Tensor& raw) const;
 };
 
 struct DatasetSplits {

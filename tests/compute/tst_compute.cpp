@@ -229,6 +229,23 @@ private Q_SLOTS:
         QVERIFY(refused.error().message.contains(QStringLiteral("agreed checkpoint")));
     }
 
+    // Fashion-MNIST stays uint8 in memory (47 MB, not 188 MB of float32); a batch is normalised as
+    // it is taken, with the bits the whole set normalised at once would have.
+    void builtInImagesStayCompactAndBatchesKeepTheirBits()
+    {
+        const auto data = compute::detail::loadFashionMnist(ComputeEnvironment {}.fashionMnistDirectoryOrDefault());
+        QVERIFY(data.ok());
+        const auto& train = *data->train;
+        QCOMPARE(train.x.scalar_type(), torch::kUInt8);
+        QCOMPARE(train.x.numel() * train.x.element_size(), 60000 * 28 * 28);
+        const auto whole = (train.x.to(torch::kFloat32) / 255.0 - 0.2860) / 0.3530;
+        const auto index = torch::tensor(std::vector<std::int64_t> { 59999, 0, 17, 4242, 17, 31337, 5 }, torch::kInt64);
+        const auto batch = train.samples(index);
+        QCOMPARE(batch.scalar_type(), torch::kFloat32);
+        QVERIFY(torch::equal(batch, whole.index_select(0, index)));
+        QVERIFY(torch::equal(train.slice(100, 1124), whole.slice(0, 100, 1124)));
+    }
+
     void shardsOfARoundReadDifferentData()
     {
         const auto prepared = prepare(smallJob());
@@ -371,7 +388,7 @@ private Q_SLOTS:
         for (int step = 0; step < spec.training.localSteps; ++step) {
             const auto indices = plan.indicesOfStep(step);
             const auto index = torch::tensor(indices, torch::kInt64);
-            caseDict.insert(key("x", std::to_string(step)), data->train->x.index_select(0, index));
+            caseDict.insert(key("x", std::to_string(step)), data->train->samples(index));
             caseDict.insert(key("y", std::to_string(step)), data->train->y.index_select(0, index));
         }
         const auto& o = spec.optimizer;
