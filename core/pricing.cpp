@@ -61,6 +61,15 @@ std::optional<std::int64_t> zooParameterCount(const JobSpec& spec)
     return std::int64_t(std::min(parameters, Largest));
 }
 
+double benchmarkFlopsPerSample()
+{
+    JobSpec spec;
+    spec.model.zoo = QStringLiteral("mlp");
+    spec.model.hidden = { 256, 128 };
+    spec.dataset.builtin = QStringLiteral("fashion-mnist");
+    return trainingFlopsPerSample(spec, 0);
+}
+
 double trainingFlopsPerSample(const JobSpec& spec, std::int64_t parameterCount)
 {
     const bool fashion = spec.dataset.source == DatasetSpec::Source::Builtin;

@@ -34,6 +34,9 @@ std::optional<std::int64_t> zooParameterCount(const JobSpec& spec);
 
 // Training FLOPs per sample: exact for zoo models on Fashion-MNIST; otherwise 6 x parameters.
 double trainingFlopsPerSample(const JobSpec& spec, std::int64_t parameterCount);
+// The training FLOPs per sample of the model a node's benchmark times (`tessera-node benchmark`,
+// "mlp": the zoo MLP [256, 128] on Fashion-MNIST): its samples/s times this is its FLOP/s.
+double benchmarkFlopsPerSample();
 
 // The quote for a job at a price; an error if the numbers overflow.
 Result<Quote> quote(const JobSpec& spec, std::int64_t parameterCount, Credits pricePerUnit);

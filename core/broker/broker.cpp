@@ -124,7 +124,7 @@ Status Broker::loadRunning()
         QList<std::int64_t> answered;
         for (const auto& result : *results)
             answered.append(result.shard);
-        m_scheduler.add({ job.id, *spec, job.round, job.weightsHash, job.weightsBlob }, answered);
+        m_scheduler.add({ job.id, *spec, job.round, job.weightsHash, job.weightsBlob, flopsPerSampleOf(*spec) }, answered);
     }
     return {};
 }
@@ -143,6 +143,12 @@ Result<std::optional<std::int64_t>> Broker::parametersOf(const JobSpec& spec)
     if (!archive)
         return archive.error();
     return std::optional<std::int64_t>(archive->parameterEstimate());
+}
+
+double Broker::flopsPerSampleOf(const JobSpec& spec)
+{
+    const auto counted = parametersOf(spec);
+    return counted && *counted ? trainingFlopsPerSample(spec, **counted) : 0.0;
 }
 
 Result<std::optional<std::int64_t>> Broker::boundedParametersOf(const JobSpec& spec)
@@ -245,7 +251,7 @@ Result<QString> Broker::submit(const JobSpec& spec, const QString& owner)
         return escrowed.error();
     if (auto committed = transaction->commit(); !committed)
         return committed.error().toError();
-    m_scheduler.add({ job.id, spec, 0, job.weightsHash, job.weightsBlob });
+    m_scheduler.add({ job.id, spec, 0, job.weightsHash, job.weightsBlob, flopsPerSampleOf(spec) });
     return job.id;
 }
 
@@ -402,7 +408,7 @@ Result<std::optional<Assignment>> Broker::assign(const QString& nodeId)
     const auto& round = *pick->round;
     auto task = decomposeShard(round.jobId, round.spec, round.round, pick->shard, round.weightsHash);
     Assignment assignment { newId(), std::move(task), round.weightsBlob, 0 };
-    assignment.deadlineMs = Scheduler::deadlineFor(assignment.task, *node, m_options, now);
+    assignment.deadlineMs = m_scheduler.deadline(assignment.task, round.flopsPerSample, *node, m_options, now);
     const AssignmentRow row { assignment.id, round.jobId, round.round, pick->shard, nodeId, now, assignment.deadlineMs,
         AssignmentState::Active, AssignmentKind::Train, {} };
     if (auto status = m_store->insertAssignment(row); !status)

@@ -142,6 +142,8 @@ private:
     Result<std::optional<std::int64_t>> parametersOf(const JobSpec& spec);
     // The same, refused above Options::maxParameters.
     Result<std::optional<std::int64_t>> boundedParametersOf(const JobSpec& spec);
+    // Training FLOPs per sample of a job's model, for deadlines (0 when it cannot be counted).
+    double flopsPerSampleOf(const JobSpec& spec);
     Result<Acceptance> acceptTraining(const AssignmentRow& assignment, const ShardResult& result);
     Result<Acceptance> acceptFailure(const AssignmentRow& assignment, const ShardResult& result);
     // Whether a connected node with the threads and stake, other than these, could run the job's shards.

@@ -1,5 +1,7 @@
 #include "scheduler.h"
 
+#include "../pricing.h"
+
 #include <algorithm>
 #include <cmath>
 
@@ -222,6 +224,13 @@ void Scheduler::answered(const QString& jobId, const QString& assignmentId, std:
         found->durations.push_back(now - it->issued);
         if (found->durations.size() > Remembered)
             found->durations.pop_front();
+        const auto& training = found->round.spec.training;
+        if (found->round.flopsPerSample > 0) {
+            const double work = double(training.localSteps) * double(training.batchSize) * found->round.flopsPerSample;
+            const double rate = work / double(std::max<std::int64_t>(now - it->issued, 1));
+            auto& observed = m_observedFlopsPerMs[it->node];
+            observed = observed > 0 ? 0.5 * observed + 0.5 * rate : rate;
+        }
     }
     found->out.remove(assignmentId);
 }
@@ -267,6 +276,21 @@ std::int64_t Scheduler::deadlineFor(const ShardTask& task, const NodeInfo& node,
     // In doubles and clamped before any conversion: no claim and no task size overflows.
     const double samples = double(task.localSteps) * double(task.batchSize) * double(std::max<std::int64_t>(task.threads, 1));
     const double ms = samples / expectedSamplesPerSecond(node, options) * 1000.0 * options.deadlineSlack;
+    const double floor = double(options.minDeadlineMs), ceiling = double(std::max(options.maxDeadlineMs, options.minDeadlineMs));
+    return now + std::int64_t(std::isfinite(ms) ? std::clamp(ms, floor, ceiling) : ceiling);
+}
+
+std::int64_t Scheduler::deadline(
+    const ShardTask& task, double flopsPerSample, const NodeInfo& node, const BrokerOptions& options, std::int64_t now) const
+{
+    if (!(flopsPerSample > 0) || !std::isfinite(flopsPerSample))
+        return deadlineFor(task, node, options, now);
+    const double work = double(task.localSteps) * double(task.batchSize) * flopsPerSample;
+    double rate = observedFlopsPerMs(node.nodeId);
+    if (!(rate > 0)) // a claim: bounded, and per thread of the task as deadlineFor() has it
+        rate = expectedSamplesPerSecond(node, options) * benchmarkFlopsPerSample() / 1000.0
+            / double(std::max<std::int64_t>(task.threads, 1));
+    const double ms = work / rate * options.deadlineSlack;
     const double floor = double(options.minDeadlineMs), ceiling = double(std::max(options.maxDeadlineMs, options.minDeadlineMs));
     return now + std::int64_t(std::isfinite(ms) ? std::clamp(ms, floor, ceiling) : ceiling);
 }

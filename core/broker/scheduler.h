@@ -35,6 +35,7 @@ public:
         std::int64_t round = 0;
         Digest weightsHash;
         Digest weightsBlob;
+        double flopsPerSample = 0.0; // training FLOPs per sample (the quote's); 0: unknown
     };
     struct Pick {
         const Round* round = nullptr;
@@ -89,8 +90,19 @@ public:
     // that has not benchmarked is assumed slow, so that its deadline is generous).
     static double expectedSamplesPerSecond(const NodeInfo& node, const BrokerOptions& options = {});
     // When the node must have answered a task handed out now: the expected time times
-    // Options::deadlineSlack, between Options::minDeadlineMs and maxDeadlineMs.
+    // Options::deadlineSlack, between Options::minDeadlineMs and maxDeadlineMs. Here the expected
+    // time is the shard's samples over the node's claimed samples/s (deadline() below knows more).
     static std::int64_t deadlineFor(const ShardTask& task, const NodeInfo& node, const BrokerOptions& options, std::int64_t now);
+    // The same with the work measured in FLOPs (samples x flopsPerSample, the job's quote) over the
+    // node's throughput: as observed on the shards it answered (answer time less hand-out time on
+    // the broker's clock, so transfers count), before that as its benchmark claims (bounded, times
+    // benchmarkFlopsPerSample()). So a 100x larger model gets a 100x longer deadline, and a node
+    // that proved slow gets time to finish. Without flopsPerSample it is deadlineFor().
+    std::int64_t deadline(const ShardTask& task, double flopsPerSample, const NodeInfo& node, const BrokerOptions& options,
+        std::int64_t now) const;
+    // The FLOPs per millisecond the node delivered on its answered shards (a moving average), 0
+    // before its first answer of a job with known FLOPs.
+    double observedFlopsPerMs(const QString& nodeId) const { return m_observedFlopsPerMs.value(nodeId); }
 
 private:
     struct Out {
@@ -120,6 +132,7 @@ private:
     static std::int64_t usualMs(const Job& job);
 
     std::vector<Job> m_jobs; // in submission order
+    QHash<QString, double> m_observedFlopsPerMs; // by node
     double m_stragglerFactor = 4.0;
 };
 

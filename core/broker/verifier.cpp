@@ -119,7 +119,8 @@ Result<std::optional<Assignment>> Verifier::handOut(Check& check, AssignmentKind
         return task.error();
     const auto now = m_.clock.nowMs();
     const auto* round = m_.scheduler.find(check.jobId);
-    Assignment assignment { newCheckId().mid(1), *task, check.startBlob, Scheduler::deadlineFor(*task, node, m_.options, now) };
+    Assignment assignment { newCheckId().mid(1), *task, check.startBlob,
+        m_.scheduler.deadline(*task, round ? round->flopsPerSample : 0.0, node, m_.options, now) };
     check.verifier = node.nodeId;
     check.verifierAssignment = assignment.id;
     check.state = CheckState::Running;

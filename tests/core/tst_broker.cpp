@@ -2,6 +2,7 @@
 // real arithmetic is tested in tests/compute and end to end in tests/e2e).
 
 #include <core/broker/broker.h>
+#include <core/pricing.h>
 #include <core/signing.h>
 
 #include <support/fakemath.h>
@@ -284,9 +285,12 @@ private Q_SLOTS:
                 held.append(*next);
         }
         QCOMPARE(held.size(), options.maxAssignmentsPerNode);
-        // 640 samples at no less than 50 a second, times 4: 51.2 s, not 406 years.
+        // 640 samples of this small model's FLOPs at no less than 50 benchmark samples a second, times
+        // 4: under the 30 s floor, so 30 s, not 406 years.
+        const double seconds = 640.0 * trainingFlopsPerSample(job(1, 4), 0) / (50.0 * benchmarkFlopsPerSample());
+        QVERIFY(4.0 * seconds < 30.0);
         for (const auto& assignment : held)
-            QCOMPARE(assignment.deadlineMs, m_clock.now + 51'200);
+            QCOMPARE(assignment.deadlineMs, m_clock.now + options.minDeadlineMs);
         for (int i = 0; i < 2; ++i) {
             const auto next = **broker->assign(QStringLiteral("honest"));
             m_clock.now += 1'000;

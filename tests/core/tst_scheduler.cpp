@@ -2,6 +2,7 @@
 // happens to a shard whose node fails, gives it back, goes or is late.
 
 #include <core/broker/scheduler.h>
+#include <core/pricing.h>
 
 #include <QTest>
 
@@ -141,6 +142,45 @@ private Q_SLOTS:
         QCOMPARE(Scheduler::deadlineFor(task, faster, options, 0), 30'000);
         NodeInfo unknown; // no benchmark: assumed slow (1000 samples/s), 400 s
         QCOMPARE(Scheduler::deadlineFor(task, unknown, options, 0), 400'000);
+    }
+
+    // Deadlines grow with the work: the same node and steps, a model with 100x the FLOPs per sample,
+    // a 100x longer deadline (not the same 30 s floor); once the node answered a shard, its deadline
+    // follows what it delivered (on the broker's clock), not what it claimed.
+    void deadlinesFollowTheWorkAndTheNodesObservedThroughput()
+    {
+        BrokerOptions options;
+        options.minDeadlineMs = 30'000;
+        options.deadlineSlack = 4.0;
+        ShardTask task;
+        task.localSteps = 20;
+        task.batchSize = 32;
+        task.threads = 1;
+        NodeInfo node;
+        node.nodeId = QStringLiteral("n");
+        node.benchmarkSamplesPerSecond = 2'000.0;
+        Scheduler scheduler;
+        const double small = benchmarkFlopsPerSample(); // the benchmark's own model: 640 samples, 0.32 s, the floor
+        QCOMPARE(scheduler.deadline(task, small, node, options, 0), 30'000);
+        QCOMPARE(scheduler.deadline(task, 0.0, node, options, 0), Scheduler::deadlineFor(task, node, options, 0));
+        // 100x the FLOPs: 32 s of work, x4.
+        QCOMPARE(scheduler.deadline(task, 100.0 * small, node, options, 0), 128'000);
+
+        // The node answers a shard of a job with 100x the FLOPs in 64 s: half the speed it claimed.
+        auto job = round(QStringLiteral("big"), 2);
+        job.spec.training.localSteps = 20;
+        job.spec.training.batchSize = 32;
+        job.flopsPerSample = 100.0 * small;
+        scheduler.add(job);
+        QCOMPARE(take(scheduler, QStringLiteral("n"), QStringLiteral("a"), 1'000, 999'999), 0);
+        QCOMPARE(scheduler.observedFlopsPerMs(QStringLiteral("n")), 0.0);
+        scheduler.answered(QStringLiteral("big"), QStringLiteral("a"), 0, 65'000);
+        QVERIFY(scheduler.observedFlopsPerMs(QStringLiteral("n")) > 0.0);
+        QCOMPARE(scheduler.deadline(task, 100.0 * small, node, options, 0), 256'000);
+        // Another node's deadline still follows its own claim.
+        NodeInfo other = node;
+        other.nodeId = QStringLiteral("m");
+        QCOMPARE(scheduler.deadline(task, 100.0 * small, other, options, 0), 128'000);
     }
 
     // A benchmark is a claim: a node that says it is absurdly slow gets the ceiling, not 406 years,
