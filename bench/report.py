@@ -10,6 +10,7 @@ spec), and every figure the template names must exist: a missing one stops the r
 old number is never left standing.
 """
 import json
+import math
 import os
 import platform
 import re
@@ -32,7 +33,10 @@ def figures(results):
     for line in open(os.path.join(results, "records.txt")):
         parts = line.split()
         if len(parts) == 2:
-            f[parts[0]] = float(parts[1])
+            try:
+                f[parts[0]] = float(parts[1])
+            except ValueError:
+                f[parts[0]] = parts[1]
 
     # Derived figures and verdicts.
     for model in ("mlp", "cnn"):
@@ -62,6 +66,8 @@ def figures(results):
         f["app.rssRatio"] = f["app.rssMB"] / 200
         f["app.rssVerdict"] = met(f["app.rssMB"], 200, at_least=False)
         f["app.cpuVerdict"] = met(f["app.cpuPercent"], 0.5, at_least=False)
+
+    scale(f)
 
     for threads in (1, 2):
         path = os.path.join(results, "devices-%d.json" % threads)
@@ -128,6 +134,86 @@ def render(template, f):
     return text
 
 
+SCALE = ("1m", "10m", "40m", "100m")
+
+
+def scale(f):
+    """The scale curve (bench/scale.sh): derived figures and the issue's goals. Memory budgets are
+    against the smallest model's figures of the same run (runtime and dataset)."""
+    if "scale.1m.nodeRssMB" not in f:
+        return
+    for name in SCALE:
+        key = "scale.%s." % name
+        if key + "params" not in f:
+            continue
+        f[key + "paramsM"] = f[key + "params"] / 1e6
+        f[key + "modelMB"] = f[key + "modelBytes"] / 1e6
+        f[key + "bytesPerRoundMB"] = f[key + "bytesPerRound"] / 1e6
+        f[key + "nodeBudgetMB"] = f["scale.1m.nodeRssMB"] + 5 * f[key + "modelMB"]
+        f[key + "brokerBudgetMB"] = f["scale.1m.brokerRssMB"] + 3 * f[key + "modelMB"]
+        f[key + "nodeBudget"] = met(f[key + "nodeRssMB"], f[key + "nodeBudgetMB"], at_least=False)
+        f[key + "brokerBudget"] = met(f[key + "brokerRssMB"], f[key + "brokerBudgetMB"], at_least=False)
+        f[key + "silentInt"] = int(f[key + "silent"])
+        f[key + "checksInt"] = int(f[key + "checks"])
+    if "scale.40m.ratio" in f:
+        f["scale.40m.ratioVerdict"] = met(f["scale.40m.ratio"], 2.0, at_least=False)
+        f["scale.40m.silentVerdict"] = met(f["scale.40m.silent"], 0, at_least=False)
+        f["scale.40m.rssVerdict"] = met(f["scale.40m.nodeRssMB"], 1200, at_least=False)
+    if "scale.100m.state" in f:
+        f["scale.100m.finishedVerdict"] = "met" if f["scale.100m.state"] == "finished" else "**not met**"
+
+
+def scale_svg(f):
+    """Network / train-local wall time and peak RSS per model size, as an SVG chart (log x)."""
+    names = [n for n in SCALE if "scale.%s.params" % n in f]
+    if not names:
+        return None
+    width, height, left, right, top, bottom = 640, 360, 60, 20, 30, 50
+    params = [f["scale.%s.params" % n] for n in names]
+    series = {
+        "ratio": [f["scale.%s.ratio" % n] for n in names],
+        "node": [f["scale.%s.nodeRssMB" % n] / 1000 for n in names],
+        "broker": [f["scale.%s.brokerRssMB" % n] / 1000 for n in names],
+    }
+    high = max(1.0, math.ceil(max(v for values in series.values() for v in values)))
+    lo, hi = math.log10(min(params)), math.log10(max(params))
+
+    def x(p):
+        return left + (width - left - right) * ((math.log10(p) - lo) / max(hi - lo, 1e-9))
+
+    def y(v):
+        return top + (height - top - bottom) * (1 - v / high)
+
+    out = ['<svg xmlns="http://www.w3.org/2000/svg" width="%d" height="%d" viewBox="0 0 %d %d" '
+           'font-family="sans-serif" font-size="12">' % (width, height, width, height),
+           '<rect width="100%" height="100%" fill="white"/>',
+           '<text x="%d" y="18" font-size="14">Zoo MLPs on a broker + 2 nodes, by parameters</text>' % left]
+    for v in range(0, int(high) + 1):
+        out.append('<line x1="%d" x2="%d" y1="%.1f" y2="%.1f" stroke="#ddd"/>' % (left, width - right, y(v), y(v)))
+        out.append('<text x="%d" y="%.1f" text-anchor="end">%d</text>' % (left - 6, y(v) + 4, v))
+    for p in params:
+        out.append('<text x="%.1f" y="%d" text-anchor="middle">%.1f M</text>' % (x(p), height - bottom + 16, p / 1e6))
+    out.append('<text x="%d" y="%d" text-anchor="middle">parameters (log scale)</text>' % (
+        (left + width - right) / 2, height - 12))
+    styles = {
+        "ratio": ("#d62728", "", "network wall / train-local wall"),
+        "node": ("#1f77b4", "6 4", "node peak RSS (GB)"),
+        "broker": ("#2ca02c", "2 3", "broker peak RSS (GB)"),
+    }
+    legend_y = top + 14
+    for name, values in series.items():
+        color, dash, label = styles[name]
+        points = " ".join("%.1f,%.1f" % (x(p), y(v)) for p, v in zip(params, values))
+        dashing = 'stroke-dasharray="%s"' % dash if dash else ""
+        out.append('<polyline fill="none" stroke="%s" stroke-width="2" %s points="%s"/>' % (color, dashing, points))
+        out.append('<line x1="%d" x2="%d" y1="%d" y2="%d" stroke="%s" stroke-width="2" %s/>' % (
+            left + 10, left + 40, legend_y, legend_y, color, dashing))
+        out.append('<text x="%d" y="%d">%s</text>' % (left + 46, legend_y + 4, label))
+        legend_y += 18
+    out.append("</svg>")
+    return "\n".join(out) + "\n"
+
+
 def svg(curves):
     """Test accuracy per round as an SVG line chart, no dependencies."""
     width, height, left, right, top, bottom = 640, 360, 60, 20, 30, 50
@@ -186,6 +272,10 @@ def main():
     if curves:
         with open(plot, "w") as image:
             image.write(svg(curves))
+    scaled = scale_svg(f)
+    if scaled:
+        with open(os.path.join(os.path.dirname(plot), "scale-curve.svg"), "w") as image:
+            image.write(scaled)
     print("report: wrote %s%s" % (output, " and " + plot if curves else ""))
 
 

@@ -35,6 +35,8 @@ for threads in 1 2; do
     "$bin/tessera-node" --config "$out/node.ini" benchmark --json --threads "$threads" > "$out/devices-$threads.json"
     "$bin/tessera-node" --config "$out/node.ini" benchmark --last
 done
+step "scale: models of about 1 M, 10 M, 40 M and 100 M parameters on a broker and two nodes"
+"$src/bench/scale.sh" "$build" "$out"
 step "desktop app at idle"
 "$src/bench/appbench.sh" "$build" | tee "$out/app.txt"
 

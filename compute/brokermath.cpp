@@ -45,7 +45,7 @@ core::Result<BrokerMath::Weights> BrokerMath::initialWeights(const core::JobSpec
         auto parameters = elementCount(weights->bytes);
         if (!parameters)
             return parameters.error();
-        return Weights { weights->bytes, weights->canonicalHash, *parameters };
+        return Weights { weights->bytes, weights->canonicalHash, *parameters, core::Digest::ofBytes(weights->bytes) };
     });
 }
 
@@ -60,11 +60,13 @@ core::Result<BrokerMath::Aggregated> BrokerMath::aggregate(
     return shielded("aggregation", [&]() -> core::Result<Aggregated> {
         QList<ShardUpdate> shardUpdates;
         for (const auto& update : updates)
-            shardUpdates.append({ update.shard, update.samples, update.weights });
+            shardUpdates.append({ update.shard, update.samples, update.weights, update.weightsFile });
         auto output = compute::aggregate(spec, global, shardUpdates, outerState);
         if (!output)
             return output.error();
-        return Aggregated { { output->weights.bytes, output->weights.canonicalHash }, output->outerState };
+        // Hashed here, off the broker's network loop, for the blob store.
+        const auto sha256 = core::Digest::ofBytes(output->weights.bytes);
+        return Aggregated { { output->weights.bytes, output->weights.canonicalHash, 0, sha256 }, output->outerState };
     });
 }
 

@@ -43,7 +43,7 @@ core::Result<LocalJobOutput> runJobLocally(
             lossCount += shard.result.losses.size();
             if (observer.shardFinished)
                 observer.shardFinished(shard.result);
-            updates.append({ task.shard, task.sampleEnd - task.sampleBegin, shard.weights });
+            updates.append({ task.shard, task.sampleEnd - task.sampleBegin, shard.weights, {} });
         }
         auto aggregated = aggregate(spec.aggregation, global.bytes, updates, outerState);
         if (!aggregated)

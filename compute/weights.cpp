@@ -8,6 +8,8 @@
 
 #include <torch/torch.h>
 
+#include <QFile>
+
 #include <algorithm>
 
 namespace tessera::compute {
@@ -142,18 +144,42 @@ core::Result<AggregationOutput> aggregate(
     if (updates.isEmpty())
         return core::Error { QStringLiteral("updates"), QStringLiteral("a round needs at least one shard result") };
     std::sort(updates.begin(), updates.end(), [](const ShardUpdate& a, const ShardUpdate& b) { return a.shard < b.shard; });
-
-    auto base = unpickleTensors(global, QStringLiteral("the global weights are not a dict of tensors"));
-    if (!base)
-        return base.error();
     std::int64_t totalSamples = 0;
-    std::vector<NamedTensors> shards;
     for (const auto& update : updates) {
         if (update.samples <= 0)
             return core::Error { QStringLiteral("updates"), QStringLiteral("shard %1 has no samples").arg(update.shard) };
         totalSamples += update.samples;
-        auto tensors
-            = unpickleTensors(update.weights, QStringLiteral("shard %1's weights are not a dict of tensors").arg(update.shard));
+    }
+
+    auto base = unpickleTensors(global, QStringLiteral("the global weights are not a dict of tensors"));
+    if (!base)
+        return base.error();
+    NamedTensors momentum;
+    if (spec.method == core::AggregationSpec::Method::Nesterov && !outerState.isEmpty()) {
+        auto state = unpickleTensors(outerState, QStringLiteral("the outer optimizer state is damaged"));
+        if (!state)
+            return state.error();
+        momentum = std::move(*state);
+    }
+
+    // Outer gradient g = W - mean(W_i) = sum_i (n_i / N) * (W - W_i), accumulated in shard order one
+    // shard at a time: the same operations per tensor as over all shards at once (so the same
+    // bits), with one shard's weights in memory, not every shard's.
+    std::vector<at::Tensor> gradients(base->size());
+    std::vector<at::Tensor> taken(base->size()); // integer buffers (counters) come from the first shard
+    for (qsizetype s = 0; s < updates.size(); ++s) {
+        const auto& update = updates[s];
+        const QString damaged = QStringLiteral("shard %1's weights are not a dict of tensors").arg(update.shard);
+        QByteArray bytes = update.weights;
+        if (bytes.isEmpty() && !update.weightsFile.isEmpty()) {
+            QFile file(update.weightsFile);
+            if (!file.open(QIODevice::ReadOnly))
+                return core::Error { QStringLiteral("updates"),
+                    QStringLiteral("cannot read shard %1's weights: %2").arg(update.shard).arg(file.errorString()) };
+            bytes = file.readAll();
+        }
+        auto tensors = unpickleTensors(bytes, damaged);
+        bytes.clear();
         if (!tensors)
             return tensors.error();
         if (tensors->size() != base->size())
@@ -164,15 +190,24 @@ core::Result<AggregationOutput> aggregate(
                 return core::Error { QStringLiteral("updates"),
                     QStringLiteral("shard %1's weights do not fit the model").arg(update.shard) };
         }
-        shards.push_back(std::move(*tensors));
-    }
-
-    NamedTensors momentum;
-    if (spec.method == core::AggregationSpec::Method::Nesterov && !outerState.isEmpty()) {
-        auto state = unpickleTensors(outerState, QStringLiteral("the outer optimizer state is damaged"));
-        if (!state)
-            return state.error();
-        momentum = std::move(*state);
+        const double share = double(update.samples) / double(totalSamples);
+        auto added = guarded(QStringLiteral("aggregating"), [&] {
+            torch::NoGradGuard noGrad;
+            for (std::size_t i = 0; i < base->size(); ++i) {
+                const auto& w = (*base)[i].second;
+                if (!w.is_floating_point()) {
+                    if (s == 0)
+                        taken[i] = (*tensors)[i].second.clone();
+                    continue;
+                }
+                if (!gradients[i].defined())
+                    gradients[i] = torch::zeros_like(w);
+                gradients[i].add_(w - (*tensors)[i].second, share);
+            }
+            return true;
+        });
+        if (!added)
+            return added.error();
     }
 
     return guarded(QStringLiteral("aggregating"), [&] {
@@ -181,16 +216,11 @@ core::Result<AggregationOutput> aggregate(
         NamedTensors nextMomentum;
         for (std::size_t i = 0; i < base->size(); ++i) {
             const auto& [name, w] = (*base)[i];
-            if (!w.is_floating_point()) { // integer buffers (counters) are taken from the first shard
-                next.emplace_back(name, shards.front()[i].second.clone());
+            if (!w.is_floating_point()) {
+                next.emplace_back(name, taken[i]);
                 continue;
             }
-            // Outer gradient g = W - mean(W_i) = sum_i (n_i / N) * (W - W_i), in shard order.
-            auto gradient = torch::zeros_like(w);
-            for (std::size_t s = 0; s < shards.size(); ++s) {
-                const double share = double(updates[qsizetype(s)].samples) / double(totalSamples);
-                gradient.add_(w - shards[s][i].second, share);
-            }
+            const auto& gradient = gradients[i];
             at::Tensor step = gradient;
             if (spec.method == core::AggregationSpec::Method::Nesterov) {
                 at::Tensor buffer;

@@ -51,7 +51,8 @@ core::Status exportTorchScript(const core::ModelSpec& model, const QByteArray& w
 struct ShardUpdate {
     std::int64_t shard = 0;
     std::int64_t samples = 0; // the weight of this shard in the mean
-    QByteArray weights; // the shard's final weights
+    QByteArray weights; // the shard's final weights, or
+    QString weightsFile; // (when weights is empty) the file that holds them, read when their turn comes
 };
 
 struct AggregationOutput {

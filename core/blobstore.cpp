@@ -286,6 +286,17 @@ void BlobStore::unpin(const Digest& digest)
     evict();
 }
 
+bool BlobStore::remove(const Digest& digest)
+{
+    const auto it = m_entries.find(digest);
+    if (it == m_entries.end() || m_pins.contains(digest))
+        return false;
+    QFile::remove(fileOf(digest));
+    m_total -= it->size;
+    m_entries.erase(it);
+    return true;
+}
+
 void BlobStore::evict()
 {
     if (m_limit <= 0)

@@ -56,6 +56,8 @@ public:
 
     std::int64_t totalSize() const { return m_total; }
     std::int64_t sizeLimit() const { return m_limit; }
+    // Deletes a stored blob; false when it is not here or is pinned.
+    bool remove(const Digest& digest);
     // Blobs that eviction must not remove (in use by a running shard).
     void pin(const Digest& digest);
     void unpin(const Digest& digest);

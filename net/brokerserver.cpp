@@ -381,10 +381,16 @@ void BrokerServer::Private::serveBusy()
             break;
         auto& [routingId, received] = *next;
         const auto found = peers.find(routingId);
+        const bool heartbeat = received.frames.size() > 1 && received.frames[1].size() == 1
+            && quint8(received.frames[1][0]) == quint8(Command::Heartbeat);
+        if (heartbeat && found == peers.end() && deferredOf.contains(routingId)) {
+            // A node whose REGISTER waits in the queue: answered, so that it does not take the
+            // broker for gone while a large model's weights are built.
+            detail::sendMessage(router, { Command::Heartbeat, {}, {} }, routingId);
+            continue;
+        }
         if (found != peers.end()) {
             found->lastSeen = now();
-            const bool heartbeat = received.frames.size() > 1 && received.frames[1].size() == 1
-                && quint8(received.frames[1][0]) == quint8(Command::Heartbeat);
             if (heartbeat)
                 continue; // its arrival is all a heartbeat says
             if (!deferredOf.contains(routingId) && servedWhileBusy(received.frames)) {

@@ -88,13 +88,14 @@ struct Context {
         return std::move(*typed);
     }
 
-    // Every page of a paginated listing (LIST, NODES), rows appended from each; --all asks for what
-    // aged out too.
+    // Every page of a paginated listing (LIST, NODES, VERIFICATIONS), rows appended from each; with
+    // `all` (--all of list and nodes) also what aged out.
     template<typename Reply, typename Rows>
-    std::optional<Reply> listAll(net::Command command, Rows Reply::*rows, int& status, const QJsonObject& fields = {})
+    std::optional<Reply> listAll(
+        net::Command command, Rows Reply::*rows, int& status, const QJsonObject& fields = {}, bool all = false)
     {
         net::PageRequest request;
-        request.all = parser.isSet(QStringLiteral("all"));
+        request.all = all;
         std::optional<Reply> whole;
         for (;;) {
             auto header = request.toHeader();
@@ -214,7 +215,8 @@ int status(Context& context)
 {
     int exit = 0;
     if (context.positional().isEmpty()) {
-        const auto reply = context.listAll(net::Command::List, &net::ListReply::jobs, exit);
+        const auto reply
+            = context.listAll(net::Command::List, &net::ListReply::jobs, exit, {}, context.parser.isSet(QStringLiteral("all")));
         if (!reply)
             return exit;
         if (context.json()) {
@@ -334,7 +336,8 @@ int ledger(Context& context)
 int nodes(Context& context)
 {
     int exit = 0;
-    const auto reply = context.listAll(net::Command::Nodes, &net::NodesReply::nodes, exit);
+    const auto reply
+        = context.listAll(net::Command::Nodes, &net::NodesReply::nodes, exit, {}, context.parser.isSet(QStringLiteral("all")));
     if (!reply)
         return exit;
     if (context.json()) {

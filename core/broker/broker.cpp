@@ -227,7 +227,7 @@ Result<QString> Broker::submit(const JobSpec& spec, const QString& owner)
             QStringLiteral("%1 credits do not pay for the training, which costs %2 (%3 with the expected verification); "
                            "tessera-job submit --estimate shows the quote")
                 .arg(spec.budget.toString(), price->training.toString(), price->total.toString()) };
-    auto blob = m_blobs.put(initial->bytes);
+    auto blob = initial->sha256.isNull() ? m_blobs.put(initial->bytes) : m_blobs.put(initial->bytes, initial->sha256);
     if (!blob)
         return blob.error();
     JobRow job;
@@ -684,7 +684,29 @@ Status Broker::finishRoundIfComplete(const QString& jobId, const JobSpec& spec, 
         return aggregated.error();
     if (!*aggregated)
         return {}; // the job failed for it
-    return advanceRound(*job, spec, **aggregated);
+    if (auto status = advanceRound(*job, spec, **aggregated); !status)
+        return status;
+    discardUploadsOf(jobId, round);
+    return {};
+}
+
+void Broker::discardUploadsOf(const QString& jobId, std::int64_t round)
+{
+    auto uploads = m_store->uploadsOfRound(jobId, round);
+    if (!uploads) {
+        qCWarning(lcBrokerCore).noquote() << "the uploads of round" << round << "of job" << jobId
+                                          << "stay:" << uploads.error().toString();
+        return;
+    }
+    int removed = 0;
+    for (const auto& digest : *uploads) {
+        const auto named = m_store->blobNamed(digest);
+        if (named && !*named && m_blobs.remove(digest))
+            ++removed;
+    }
+    if (removed > 0)
+        qCDebug(lcBrokerCore).noquote() << "round" << round << "of job" << jobId << "aggregated:" << removed
+                                        << "shard uploads deleted";
 }
 
 Result<std::optional<QList<ShardResult>>> Broker::collectRound(const QString& jobId, const JobSpec& spec, std::int64_t round)
@@ -724,11 +746,12 @@ Result<std::optional<Broker::AggregatedRound>> Broker::aggregateRound(
     double lossSum = 0.0;
     std::int64_t lossCount = 0;
     for (const auto& result : results) {
-        auto weights = m_blobs.read(result.weightsSha256);
-        if (!weights)
-            return weights.error();
+        // By file: the arithmetic reads one shard's weights at a time, off this thread.
+        const auto file = m_blobs.storedFile(result.weightsSha256);
+        if (!file)
+            return Error { QStringLiteral("blob"), QStringLiteral("the weights of shard %1 are gone").arg(result.shard) };
         const auto& task = tasks[result.shard];
-        updates.append({ result.shard, task.sampleEnd - task.sampleBegin, *weights });
+        updates.append({ result.shard, task.sampleEnd - task.sampleBegin, {}, *file });
         for (double loss : result.losses)
             lossSum += loss;
         lossCount += result.losses.size();
@@ -745,7 +768,8 @@ Result<std::optional<Broker::AggregatedRound>> Broker::aggregateRound(
     auto evaluation = m_math.evaluate(spec, aggregated->weights.bytes);
     if (!evaluation)
         return failed(QStringLiteral("evaluated"), evaluation.error());
-    auto blob = m_blobs.put(aggregated->weights.bytes);
+    auto blob = aggregated->weights.sha256.isNull() ? m_blobs.put(aggregated->weights.bytes)
+                                                    : m_blobs.put(aggregated->weights.bytes, aggregated->weights.sha256);
     if (!blob)
         return blob.error();
     AggregatedRound next { { round, evaluation->loss, evaluation->accuracy, lossCount ? lossSum / double(lossCount) : 0.0,

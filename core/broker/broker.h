@@ -142,6 +142,9 @@ private:
     Result<std::optional<std::int64_t>> parametersOf(const JobSpec& spec);
     // The same, refused above Options::maxParameters.
     Result<std::optional<std::int64_t>> boundedParametersOf(const JobSpec& spec);
+    // An aggregated round's shard uploads (results' and re-executions' weights) are needed by
+    // nothing any more: deleted, unless a job names the same bytes (docs/BROKER.md, "Disk").
+    void discardUploadsOf(const QString& jobId, std::int64_t round);
     // Training FLOPs per sample of a job's model, for deadlines (0 when it cannot be counted).
     double flopsPerSampleOf(const JobSpec& spec);
     Result<Acceptance> acceptTraining(const AssignmentRow& assignment, const ShardResult& result);

@@ -698,6 +698,37 @@ Result<bool> BrokerStore::mayRead(const QString& principal, const Digest& blob)
     return row->has_value();
 }
 
+Result<QList<Digest>> BrokerStore::uploadsOfRound(const QString& jobId, std::int64_t round)
+{
+    auto rows = query(*m_db,
+        QStringLiteral("SELECT json_extract(result, '$.weightsSha256') FROM shard_results WHERE job = ?1 AND round = ?2 "
+                       "UNION SELECT json_extract(accused_result, '$.weightsSha256') FROM checks "
+                       "WHERE job = ?1 AND round = ?2 AND kind = 'sample' "
+                       "UNION SELECT json_extract(verifier_result, '$.weightsSha256') FROM checks "
+                       "WHERE job = ?1 AND round = ?2 AND kind = 'sample' AND verifier_result IS NOT NULL"),
+        jobId, round);
+    if (!rows)
+        return rows.error();
+    return collect(*rows, [](Statement& row) -> std::optional<Digest> {
+        auto digest = Digest::fromHex(row.columnText(0));
+        return digest ? std::optional<Digest>(*digest) : std::nullopt;
+    });
+}
+
+Result<bool> BrokerStore::blobNamed(const Digest& blob)
+{
+    const QString hex = blob.toHex();
+    auto row = first<bool>(query(*m_db,
+                               QStringLiteral("SELECT 1 FROM rounds WHERE weights_blob = ?1 "
+                                              "UNION ALL SELECT 1 FROM jobs WHERE weights_blob = ?1 OR outer_state_blob = ?1 "
+                                              "OR instr(spec, ?1) > 0 LIMIT 1"),
+                               hex),
+        [](Statement&) { return true; });
+    if (!row)
+        return row.error();
+    return row->has_value();
+}
+
 Result<bool> BrokerStore::owns(const QString& principal, const QString& jobId)
 {
     auto row = first<bool>(query(*m_db, QStringLiteral("SELECT 1 FROM jobs WHERE id = ? AND owner = ?"), jobId, principal),

@@ -197,6 +197,12 @@ public:
     Status allowRead(const Digest& blob, const QString& principal);
     Status allowOwnerToRead(const Digest& blob, const QString& jobId);
     Result<bool> mayRead(const QString& principal, const Digest& blob);
+    // What the shards of a round uploaded: the weights of its accepted results and of its sampled
+    // results' re-executions. Collected once the round is aggregated (docs/BROKER.md, "Disk").
+    Result<QList<Digest>> uploadsOfRound(const QString& jobId, std::int64_t round);
+    // Whether any job needs the blob: a round's weights, a job's current weights or outer state,
+    // or a file its spec names (model, data).
+    Result<bool> blobNamed(const Digest& blob);
     Result<bool> owns(const QString& principal, const QString& jobId);
 
     // Stake being unbonded.

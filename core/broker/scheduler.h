@@ -98,8 +98,8 @@ public:
     // the broker's clock, so transfers count), before that as its benchmark claims (bounded, times
     // benchmarkFlopsPerSample()). So a 100x larger model gets a 100x longer deadline, and a node
     // that proved slow gets time to finish. Without flopsPerSample it is deadlineFor().
-    std::int64_t deadline(const ShardTask& task, double flopsPerSample, const NodeInfo& node, const BrokerOptions& options,
-        std::int64_t now) const;
+    std::int64_t deadline(
+        const ShardTask& task, double flopsPerSample, const NodeInfo& node, const BrokerOptions& options, std::int64_t now) const;
     // The FLOPs per millisecond the node delivered on its answered shards (a moving average), 0
     // before its first answer of a job with known FLOPs.
     double observedFlopsPerMs(const QString& nodeId) const { return m_observedFlopsPerMs.value(nodeId); }

@@ -20,11 +20,13 @@ public:
         QByteArray bytes;
         Digest canonicalHash;
         std::int64_t parameters = 0; // number of elements, for pricing models the broker cannot analyse
+        Digest sha256; // of bytes, where the arithmetic computed it (null: not computed)
     };
     struct Update {
         std::int64_t shard = 0;
         std::int64_t samples = 0;
-        QByteArray weights;
+        QByteArray weights; // or, when empty,
+        QString weightsFile; // the blob's file, read when the aggregation reaches this shard
     };
     struct Aggregated {
         Weights weights;

@@ -175,6 +175,11 @@ Result<std::optional<Assignment>> Verifier::canaryFor(const NodeInfo& node)
         if (reference.verifier.isEmpty() || !round || round->spec.training.threads > node.maxThreads
             || runtimeProfileFamily(reference.accusedResult.runtimeProfile) != runtimeProfileFamily(node.runtimeProfile))
             continue;
+        // Another exact profile is compared by its weights, which are collected once their round
+        // is aggregated: such a reference serves only while they are still here.
+        if (reference.accusedResult.runtimeProfile != node.runtimeProfile
+            && !m_.blobs.contains(reference.accusedResult.weightsSha256))
+            continue;
         Check canary = reference;
         canary.id = newCheckId();
         canary.kind = CheckKind::Canary;
@@ -373,7 +378,10 @@ Status Verifier::dispute(Check& check, qsizetype j)
     }
     // The state at checkpoint j-1, which both sides agree on, comes from whoever sends it first.
     check.state = CheckState::Disputed;
-    check.deadline = m_.clock.nowMs() + m_.options.disputeTimeoutMs;
+    // A node may have to re-create the state (up to half a shard of training) and upload it: at
+    // least twice the job's usual shard time.
+    check.deadline
+        = m_.clock.nowMs() + std::max<std::int64_t>(m_.options.disputeTimeoutMs, 2 * m_.scheduler.usualMs(check.jobId));
     check.asked.clear();
     for (const auto& [node, assignment] : sides(check)) {
         if (node.isEmpty())

@@ -85,7 +85,8 @@ QList<Key> makeKeys()
         intKey(BrokerCanaryPercent, 1, 0, 100, "Share of handed-out work that re-checks an already verified shard, in percent."),
         intKey(BrokerSlashPercent, 50, 0, 100, "Share of its stake a node loses for a lost dispute or a signed lie, in percent."),
         intKey(BrokerDisputeTimeoutSeconds, 60, 1, 86'400,
-            "Seconds a node has to send a checkpoint state in a dispute; a timeout counts as a loss."),
+            "Seconds a node has to send a checkpoint state in a dispute (at least twice the job's usual shard time: the node "
+            "may re-create the state); a timeout counts as a loss."),
         intKey(BrokerSelfVerifyAfterSeconds, 120, 0, 604'800,
             "Seconds a sampled result waits for a node to re-execute it before the broker does it itself (at once "
             "when no connected node could)."),

@@ -431,13 +431,25 @@ private Q_SLOTS:
         };
         const auto global = blob(1, 2);
         // Shard 7 (3 samples) is listed first: aggregation orders by shard id, weights by samples.
-        const QList<compute::ShardUpdate> updates { { 7, 3, blob(1, 6) }, { 2, 1, blob(3, 2) } };
+        const QList<compute::ShardUpdate> updates { { 7, 3, blob(1, 6), {} }, { 2, 1, blob(3, 2), {} } };
         // Weighted mean: (1*[3,2] + 3*[1,6]) / 4 = [1.5, 5].
         core::AggregationSpec fedAvg;
         auto out = compute::aggregate(fedAvg, global, updates, {});
         QVERIFY(out.ok());
         QCOMPARE(values(out->weights.bytes), (std::pair { 1.5f, 5.0f }));
         QVERIFY(out->outerState.isEmpty());
+        // From files, read one shard at a time (the broker's way): the same bytes; a missing file
+        // is an error.
+        QTemporaryDir dir;
+        QList<compute::ShardUpdate> byFile;
+        for (const auto& update : updates) {
+            QFile file(dir.filePath(QString::number(update.shard)));
+            QVERIFY(file.open(QIODevice::WriteOnly) && file.write(update.weights) == update.weights.size());
+            byFile.append({ update.shard, update.samples, {}, file.fileName() });
+        }
+        QCOMPARE(compute::aggregate(fedAvg, global, byFile, {})->weights.bytes, out->weights.bytes);
+        byFile[0].weightsFile = dir.filePath(QStringLiteral("gone"));
+        QVERIFY(!compute::aggregate(fedAvg, global, byFile, {}).ok());
 
         fedAvg.outerLr = 0.5; // W - 0.5 * (W - mean) = [1.25, 3.5]
         QCOMPARE(values(compute::aggregate(fedAvg, global, updates, {})->weights.bytes), (std::pair { 1.25f, 3.5f }));
@@ -450,15 +462,15 @@ private Q_SLOTS:
         QVERIFY(qAbs(a - 1.95f) < 1e-6f && qAbs(b - 7.7f) < 1e-5f);
         // Round 2 from W = [1.95, 7.7] with one shard at [2.95, 7.7]: g = [-1, 0]; m = 0.9*[-0.5,-3] + g = [-1.45, -2.7];
         // W' = W - (g + 0.9 m) = [1.95 + 1 + 1.305, 7.7 + 2.43] = [4.255, 10.13].
-        auto second = compute::aggregate(nesterov, first->weights.bytes, { { 0, 10, blob(2.95f, 7.7f) } }, first->outerState);
+        auto second = compute::aggregate(nesterov, first->weights.bytes, { { 0, 10, blob(2.95f, 7.7f), {} } }, first->outerState);
         QVERIFY(second.ok());
         const auto [c, d] = values(second->weights.bytes);
         QVERIFY2(qAbs(c - 4.255f) < 1e-5f && qAbs(d - 10.13f) < 1e-5f, qPrintable(QStringLiteral("%1 %2").arg(c).arg(d)));
 
         QVERIFY(!compute::aggregate(fedAvg, global, {}, {}).ok());
         const auto misfit = compute::detail::pickleTensors({ { "w", torch::tensor({ 1.0f, 2.0f, 3.0f }) } });
-        QVERIFY(!compute::aggregate(fedAvg, global, { { 0, 1, misfit } }, {}).ok());
-        QVERIFY(!compute::aggregate(fedAvg, global, { { 0, 1, QByteArray("junk") } }, {}).ok());
+        QVERIFY(!compute::aggregate(fedAvg, global, { { 0, 1, misfit, {} } }, {}).ok());
+        QVERIFY(!compute::aggregate(fedAvg, global, { { 0, 1, QByteArray("junk"), {} } }, {}).ok());
     }
 
     void trainsATorchScriptModelFromPyTorch()

@@ -177,6 +177,7 @@ private Q_SLOTS:
         QVERIFY(broker->registerNode(node(QStringLiteral("a"))).ok());
         QVERIFY(broker->registerNode(node(QStringLiteral("b"))).ok());
 
+        QList<Digest> uploads;
         for (int round = 0; round < 2; ++round) {
             QList<Assignment> out;
             for (const auto* id : { "a", "b", "a" })
@@ -184,10 +185,11 @@ private Q_SLOTS:
             QVERIFY(!broker->assign(QStringLiteral("b"))->has_value()); // all three are out, in time
             QCOMPARE(out[0].task.round, round);
             // Results arrive out of order; aggregation still goes by shard.
-            for (int i : { 2, 0, 1 })
-                QCOMPARE(*deliver(*broker, QString::fromLatin1(i == 1 ? "b" : "a"), out[i].id,
-                             answer(*broker, out[i], QByteArray::number(round) + QByteArray::number(out[i].task.shard))),
-                    Acceptance::Accepted);
+            for (int i : { 2, 0, 1 }) {
+                const auto result = answer(*broker, out[i], QByteArray::number(round) + QByteArray::number(out[i].task.shard));
+                uploads.append(result.weightsSha256);
+                QCOMPARE(*deliver(*broker, QString::fromLatin1(i == 1 ? "b" : "a"), out[i].id, result), Acceptance::Accepted);
+            }
         }
         QCOMPARE(m_math.aggregationOrders.last(), (QList<std::int64_t> { 0, 1, 2 }));
         const auto status = *broker->status(jobId);
@@ -197,6 +199,28 @@ private Q_SLOTS:
         QCOMPARE(status.history[0].trainLoss, 0.75);
         QCOMPARE(*broker->blobs().read(status.weightsBlob), QByteArray("w0|000102|101112"));
         QVERIFY(!broker->assign(QStringLiteral("a"))->has_value());
+        // An aggregated round's shard uploads are deleted; every round's weights stay.
+        for (const auto& digest : uploads)
+            QVERIFY(!broker->blobs().contains(digest));
+        for (const auto& round : status.history)
+            QVERIFY(broker->blobs().contains(round.weightsBlob));
+    }
+
+    // Bytes a job names (here a shard's weights equal to the round's own) are never collected.
+    void uploadsThatAJobNamesStay()
+    {
+        auto broker = open(QStringLiteral("named"));
+        const auto jobId = *broker->submit(job(2, 1));
+        QVERIFY(broker->registerNode(node(QStringLiteral("a"))).ok());
+        const auto first = **broker->assign(QStringLiteral("a"));
+        QCOMPARE(*deliver(*broker, QStringLiteral("a"), first.id, answer(*broker, first, "r0")), Acceptance::Accepted);
+        const auto start = broker->status(jobId)->weightsBlob; // round 1 starts from it
+        const auto second = **broker->assign(QStringLiteral("a"));
+        const auto same = answer(*broker, second, *broker->blobs().read(start));
+        QCOMPARE(same.weightsSha256, start);
+        QCOMPARE(*deliver(*broker, QStringLiteral("a"), second.id, same), Acceptance::Accepted);
+        QCOMPARE(broker->status(jobId)->state, JobState::Finished);
+        QVERIFY(broker->blobs().contains(start));
     }
 
     void stragglersAreReissuedAndTheFirstValidResultWins()

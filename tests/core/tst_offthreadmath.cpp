@@ -67,7 +67,7 @@ private Q_SLOTS:
                 QCOMPARE(inner.ranOn, std::this_thread::get_id());
             }
         });
-        const auto aggregated = math.aggregate({}, "g", { { 0, 1, "a" }, { 1, 1, "b" } }, {});
+        const auto aggregated = math.aggregate({}, "g", { { 0, 1, "a", {} }, { 1, 1, "b", {} } }, {});
         QVERIFY(aggregated.ok());
         QCOMPARE(aggregated->weights.bytes, QByteArray("g|ab"));
         QVERIFY(inner.aggregatedOn != std::this_thread::get_id());

@@ -124,8 +124,14 @@ private Q_SLOTS:
         node.send(Command::Ready, net::ReadyRequest {}.toHeader());
         SessionPeer reader(m_context, zmq::socket_type::dealer, endpoint, false);
         reader.send(Command::Ledger, {});
+        // A node that registers now waits for its WELCOME, but its heartbeats are answered.
+        SessionPeer newcomer(m_context, zmq::socket_type::dealer, endpoint, false);
+        newcomer.send(Command::Register, net::RegisterRequest { nodeInfo(QStringLiteral("late")) }.toHeader());
+        newcomer.send(Command::Heartbeat);
         m_clock.advance(1'500);
         m_server->serveWhileBusy();
+        auto answered = newcomer.next([] {}, 100);
+        QVERIFY(answered && answered->message.command == Command::Heartbeat);
         // The owner has a SUBMIT waiting: its LIST waits behind it. The node gets a heartbeat.
         QVERIFY(!owner.next([] {}, 100));
         auto beat = node.next([] {}, 100);
@@ -147,6 +153,8 @@ private Q_SLOTS:
         auto task = node.nextSkippingHeartbeats(pump());
         QVERIFY(task && task->message.command == Command::Task);
         QVERIFY(reader.next(pump()));
+        auto welcome = newcomer.nextSkippingHeartbeats(pump());
+        QVERIFY(welcome && welcome->message.command == Command::Welcome);
 
         // A reader with nothing waiting is answered while the broker is busy.
         owner.send(Command::Status, { { QStringLiteral("jobId"), submitted->message.header.value(QStringLiteral("jobId")) } });

@@ -30,6 +30,15 @@ records = {
 }
 
 
+# bench/scale.sh: per model size; state is a word, not a number.
+for name, params, ratio, node, broker, silent in (("1m", 1.07e6, 1.5, 268, 306, 0), ("10m", 10.0e6, 1.38, 531, 694, 0),
+                                                  ("40m", 36.8e6, 1.2, 1143, 1586, 0), ("100m", 98.7e6, 1.27, 2555, 3742, 2)):
+    records.update({"scale.%s.%s" % (name, key): value for key, value in (
+        ("params", params), ("modelBytes", params * 4), ("localWall", 10.0), ("netWall", 10.0 * ratio), ("ratio", ratio),
+        ("checks", 4), ("bytesPerRound", params * 24), ("localRssMB", node), ("nodeRssMB", node),
+        ("brokerRssMB", broker), ("nodeDiskMB", node), ("silent", silent))})
+
+
 def device(threads):
     return {"device": "cpu:0 Test CPU", "runtimeProfile": "libtorch=1.13.0;threads=%d" % threads,
             "measurements": [{"name": n, "value": v * threads, "cv": 0.03, "unit": "u"}
@@ -41,6 +50,8 @@ with tempfile.TemporaryDirectory() as out:
     with open(os.path.join(out, "records.txt"), "w") as f:
         for key, value in records.items():
             f.write("%s %r\n" % (key, float(value)))
+        for name in ("1m", "10m", "40m", "100m"):
+            f.write("scale.%s.state finished\n" % name)
     for threads in (1, 2):
         json.dump(device(threads), open(os.path.join(out, "devices-%d.json" % threads), "w"))
     os.makedirs(os.path.join(out, "local"))
@@ -70,6 +81,13 @@ with tempfile.TemporaryDirectory() as out:
     assert "(shards: 45; re-executions of sampled results: 45; canaries: 1; disputes: 0)" in flat, flat
     plot = open(svg).read()
     assert plot.count("<polyline") == 3 and plot.startswith("<svg"), plot[:200]
+    # The scale table: the 40 M goals met, the 100 M job finished, two heartbeats missed there.
+    assert "| mlp [4096] x 3 | 36.8 M | 147 MB | 12.0 s / 10.0 s = **1.20x** |" in text, text
+    assert "at most 2.0 (met), no heartbeat missed (met), node peak RSS at most 1.2 GB (met)" in flat, flat
+    assert "the job finishes (met)" in flat
+    assert "| 2,555 MB | 3,742 MB | 2,555 MB | 2 |" in text
+    scale = open(os.path.join(out, "scale-curve.svg")).read()
+    assert scale.count("<polyline") == 3 and "98.7 M" in scale, scale[:300]
 
     # A benchmark that did not run: the report says which figure is missing and writes nothing.
     lines = [l for l in open(os.path.join(out, "records.txt")) if not l.startswith("load.")]

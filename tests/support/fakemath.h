@@ -5,6 +5,7 @@
 
 #include <core/broker/trainingmath.h>
 
+#include <QFile>
 #include <QList>
 
 namespace tessera::tests {
@@ -22,7 +23,7 @@ public:
     Result<Weights> initialWeights(const JobSpec&) override
     {
         ++initialBuilds;
-        return Weights { "w0", Digest::ofBytes("w0") };
+        return Weights { "w0", Digest::ofBytes("w0"), 0, {} };
     }
     // A file the broker cannot read ("unreadable..."), and the same weights in another container
     // ("container:" + weights), which hashes as the weights do.
@@ -38,11 +39,12 @@ public:
         QByteArray next = global + "|";
         QList<std::int64_t> order;
         for (const auto& update : updates) {
-            next += update.weights;
+            QFile file(update.weightsFile);
+            next += update.weights.isEmpty() && file.open(QIODevice::ReadOnly) ? file.readAll() : update.weights;
             order.append(update.shard);
         }
         aggregationOrders.append(order);
-        return Aggregated { { next, Digest::ofBytes(next) }, {} };
+        return Aggregated { { next, Digest::ofBytes(next), 0, {} }, {} };
     }
     Result<Evaluation> evaluate(const JobSpec&, const QByteArray&) override { return Evaluation { 0.5, 0.9 }; }
 
