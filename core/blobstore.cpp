@@ -165,6 +165,11 @@ std::int64_t BlobStore::uploadedBytes(const Digest& digest, const QString& uploa
     return m_uploads.value(uploadKey(uploader, digest)).received;
 }
 
+void BlobStore::abandonUpload(const Digest& digest, const QString& uploader)
+{
+    dropUpload(uploadKey(uploader, digest));
+}
+
 QString BlobStore::uploadKey(const QString& uploader, const Digest& digest)
 {
     return digest.toHex() + u'.' + Digest::ofBytes(uploader.toUtf8()).toHex().left(16);

@@ -53,6 +53,8 @@ public:
     Result<UploadState> putRange(const Digest& digest, std::int64_t offset, std::int64_t totalSize, const QByteArray& bytes,
         const QString& uploader = {}, std::int64_t now = 0);
     std::int64_t uploadedBytes(const Digest& digest, const QString& uploader = {}) const;
+    // Drops an upload in progress and its partial file (nothing when there is none).
+    void abandonUpload(const Digest& digest, const QString& uploader = {});
 
     std::int64_t totalSize() const { return m_total; }
     std::int64_t sizeLimit() const { return m_limit; }

@@ -100,6 +100,19 @@ bool ResultLog::unsettled(const QString& state)
     return state == u"computed" || state == u"committed" || state == u"sampled" || state == u"disputed";
 }
 
+Result<std::optional<QString>> ResultLog::state(const QString& assignment)
+{
+    auto row = storage::query(*m_db, QStringLiteral("SELECT state FROM results WHERE assignment = ?"), assignment);
+    if (!row)
+        return row.error();
+    auto found = storage::fetch(*row);
+    if (!found)
+        return found.error();
+    if (!*found)
+        return std::optional<QString> {};
+    return std::optional<QString>(row->columnText(0));
+}
+
 Result<std::optional<ResultLog::Kept>> ResultLog::kept(const QString& assignment)
 {
     auto row

@@ -50,6 +50,8 @@ public:
     Status computed(const QString& assignment, const QString& broker, const ShardResult& result, const Kept& kept = {});
     // The blob of the state at checkpoint k (1..n-2) of a result, if the node kept it.
     Result<std::optional<Digest>> checkpoint(const QString& assignment, std::int64_t k);
+    // A result's state now; nullopt for an unknown result.
+    Result<std::optional<QString>> state(const QString& assignment);
     // What computed() kept of a result; nullopt for an unknown result.
     Result<std::optional<Kept>> kept(const QString& assignment);
     // The blobs (kept states and inputs) of one result, and of every result from this broker that

@@ -11,6 +11,7 @@
 #include <zmq.hpp>
 #include <zmq_addon.hpp>
 
+#include <algorithm>
 #include <deque>
 #include <map>
 
@@ -22,6 +23,8 @@ namespace {
 
 // How long a node whose disk could not keep a task's blobs waits before it asks for work again.
 constexpr std::int64_t DiskFullPauseMs = 15'000;
+// How often a node tries to fetch a blob whose ranges come wrong before it gives the shard back.
+constexpr int MaxDownloadAttempts = 3;
 // How long a stopping node waits to report what finished before it leaves anyway.
 constexpr std::int64_t StopReportMs = 10'000;
 
@@ -40,10 +43,14 @@ core::ShardResult untrained(
 
 // A blob being fetched in ranges, with at most MaxCreditChunks requests unanswered.
 struct Download {
-    explicit Download(core::Digest d = {})
+    explicit Download(core::Digest d = {}, std::int64_t g = 0, int a = 1)
         : digest(d)
+        , generation(g)
+        , attempts(a)
     { }
     core::Digest digest;
+    std::int64_t generation = 0; // replies to the GETs of an earlier try are ignored
+    int attempts = 1;
     std::int64_t size = -1; // unknown until the first CHUNK
     std::int64_t requested = 0; // bytes asked for
     std::int64_t received = 0;
@@ -74,6 +81,7 @@ struct Pending {
     Purpose purpose = Purpose::Register;
     core::Digest digest; // Get, Weights, CheckpointState
     QString verification; // CheckpointAnswer
+    std::int64_t generation = 0; // Get: the download's try
 };
 
 } // namespace
@@ -108,6 +116,7 @@ struct NodeClient::Private {
     std::deque<ShardExecutor::Finished> outbox; // finished shards not yet reported
     std::optional<Upload> upload;
     std::deque<CheckpointAsk> asks;
+    std::int64_t downloadGeneration = 0;
     // Disputes' states being re-created by the executor (by verification), and those ready to send.
     std::map<QString, CheckpointAsk> recreating;
     struct ReadyState {
@@ -156,7 +165,7 @@ struct NodeClient::Private {
         pending.clear();
         report = Report::Idle;
         readySent = false;
-        downloads.clear();
+        abandonDownloads();
         upload.reset();
         registerNode();
     }
@@ -206,7 +215,7 @@ struct NodeClient::Private {
                     ? MaxChunkBytes
                     : std::min<std::int64_t>(MaxChunkBytes, download.size - download.requested);
                 request(Command::Get, GetRequest { download.digest, download.requested, length }.toHeader(), {},
-                    { Pending::Purpose::Get, download.digest, {} });
+                    { Pending::Purpose::Get, download.digest, {}, download.generation });
                 download.requested += length;
                 ++download.inFlight;
             }
@@ -231,14 +240,36 @@ struct NodeClient::Private {
     QList<core::Digest> blobsOf(const core::ShardTask& task, const core::Digest& weights) const
     {
         QList<core::Digest> needed { weights };
+        const auto add = [&](const core::Digest& digest) {
+            if (!needed.contains(digest)) // each once: pins are counted
+                needed.append(digest);
+        };
         if (task.model.source == core::ModelSpec::Source::TorchScript)
-            needed.append(task.model.scriptSha256);
+            add(task.model.scriptSha256);
         if (task.dataset.source == core::DatasetSpec::Source::Tensors) {
-            needed.append(task.dataset.trainSha256);
+            add(task.dataset.trainSha256);
             if (!task.dataset.testSha256.isNull())
-                needed.append(task.dataset.testSha256);
+                add(task.dataset.testSha256);
         }
         return needed;
+    }
+
+    // A download goes into the cache as a chunked upload of its own (an uploader per blob, so that
+    // the cache's per-uploader limits never count one blob against another).
+    static QString downloadKey(const core::Digest& digest) { return QStringLiteral("download:") + digest.toHex(); }
+
+    // Starts (or starts over) fetching a blob: a new try, whose GETs are told apart from the last's.
+    void startDownload(const core::Digest& digest, int attempt = 1)
+    {
+        downloads.insert(digest, Download(digest, ++downloadGeneration, attempt));
+    }
+
+    // Drops every download and what it left in the cache.
+    void abandonDownloads()
+    {
+        for (auto it = downloads.cbegin(); it != downloads.cend(); ++it)
+            cache.abandonUpload(it.key(), downloadKey(it.key()));
+        downloads.clear();
     }
 
     void fetchMissing()
@@ -247,7 +278,7 @@ struct NodeClient::Private {
             return;
         for (const auto& digest : blobsOf(current->task, current->startWeightsBlob)) {
             if (!cache.contains(digest) && !downloads.contains(digest))
-                downloads.insert(digest, Download(digest));
+                startDownload(digest);
         }
         pumpDownloads();
     }
@@ -261,7 +292,7 @@ struct NodeClient::Private {
         const auto& task = current->task;
         outbox.push_back({ tag, current->assignment, untrained(task.jobId, task.round, task.shard, outcome, why), {}, {}, {} });
         current.reset();
-        downloads.clear();
+        abandonDownloads();
     }
 
     // The blob cache could not keep something: said in the log; a full disk also holds off new
@@ -284,7 +315,7 @@ struct NodeClient::Private {
         for (const auto& digest : blobsOf(current->task, current->startWeightsBlob)) {
             auto path = cache.path(digest);
             if (!path) { // evicted meanwhile: fetch again
-                downloads.insert(digest, Download(digest));
+                startDownload(digest);
                 pumpDownloads();
                 return;
             }
@@ -356,6 +387,9 @@ struct NodeClient::Private {
     // state or the round's weights.
     void pumpAsks()
     {
+        // A result being reported holds the upload slot from its COMMIT to its RESULT's answer.
+        if (report != Report::Idle)
+            return;
         while (!readyStates.empty() && !upload && session == Session::Registered) {
             auto ready = std::move(readyStates.front());
             readyStates.pop_front();
@@ -392,6 +426,11 @@ struct NodeClient::Private {
     // Hands a dispute's question to the executor, with the blobs the result was trained from.
     bool startRecreation(const CheckpointAsk& ask)
     {
+        // Asked again (the broker restarted): the first question's answer is on its way.
+        if (recreating.contains(ask.verification)
+            || std::any_of(readyStates.begin(), readyStates.end(),
+                [&](const ReadyState& ready) { return ready.verification == ask.verification; }))
+            return true;
         if (!log)
             return false;
         auto kept = log->kept(ask.assignment);
@@ -454,8 +493,13 @@ struct NodeClient::Private {
     {
         if (!log)
             return;
+        const auto before = log->state(assignment);
         (void)log->advance(assignment, state, paid, detail);
         if (core::ResultLog::unsettled(state))
+            return;
+        // Released once, when it is first settled (verified, then paid, is one release): the
+        // inputs' pins are counted and shared with other results.
+        if (!before || !*before || !core::ResultLog::unsettled(**before))
             return;
         if (auto states = log->checkpoints(assignment)) {
             for (const auto& digest : *states)
@@ -529,7 +573,7 @@ struct NodeClient::Private {
     void handleReply(const Message& message, const Pending& purpose);
     void onWelcome(const Message& message);
     void onTask(const Message& message);
-    void onChunk(const Message& message, const core::Digest& digest);
+    void onChunk(const Message& message, const Pending& purpose);
     void onOk(const Message& message, const Pending& purpose);
     void onError(const Message& message, const Pending* purpose);
     void onVerdict(const Message& message);
@@ -631,7 +675,7 @@ void NodeClient::Private::handleReply(const Message& message, const Pending& pur
     if (message.command == Command::Welcome && purpose.purpose == Pending::Purpose::Register)
         return onWelcome(message);
     if (message.command == Command::Chunk && purpose.purpose == Pending::Purpose::Get)
-        return onChunk(message, purpose.digest);
+        return onChunk(message, purpose);
     if (message.command == Command::Ok)
         return onOk(message, purpose);
     ++counters.ignoredReplies;
@@ -673,35 +717,45 @@ void NodeClient::Private::onTask(const Message& message)
     maybeStartTask();
 }
 
-void NodeClient::Private::onChunk(const Message& message, const core::Digest& digest)
+void NodeClient::Private::onChunk(const Message& message, const Pending& purpose)
 {
+    const auto& digest = purpose.digest;
     auto chunk = ChunkHeader::fromHeader(message.header);
-    if (!downloads.contains(digest))
-        return;
+    if (!downloads.contains(digest) || downloads[digest].generation != purpose.generation)
+        return; // a reply to an earlier try
     auto& download = downloads[digest];
     --download.inFlight;
+    // A try that goes wrong starts over a few times; then the shard goes back to the broker.
+    const auto retry = [&](const QString& why) {
+        const int attempt = download.attempts + 1;
+        if (attempt > MaxDownloadAttempts) {
+            giveUp(QStringLiteral("the node could not fetch blob %1: %2").arg(digest.toHex().left(12), why),
+                core::ShardResult::Outcome::Returned);
+            return;
+        }
+        qCWarning(lcNode).noquote() << "blob" << digest.toHex().left(12) << ":" << why << "; fetching it again";
+        startDownload(digest, attempt);
+    };
     if (!chunk || chunk->sha256 != digest || chunk->offset != download.received || chunk->size > core::BlobStore::MaxBlobBytes) {
-        qCWarning(lcNode).noquote() << "a blob arrived out of order; fetching it again";
-        downloads[digest] = Download(digest);
+        retry(QStringLiteral("a range arrived out of order"));
         pumpDownloads();
         return;
     }
     download.size = chunk->size;
     // Each range goes to the cache's file as it comes, hashed on the way: no step holds the whole
     // blob in memory or hashes it at once, however large the model.
-    const auto stored = cache.putRange(digest, chunk->offset, chunk->size, message.payload, QStringLiteral("download"), now());
+    const auto stored = cache.putRange(digest, chunk->offset, chunk->size, message.payload, downloadKey(digest), now());
     download.received += message.payload.size();
     if (!stored) {
-        downloads.remove(digest);
-        if (stored.error().diskFull) {
-            // Fetching it again would not help: the shard goes back to the broker for someone else.
-            cannotKeep(stored.error());
-            giveUp(QStringLiteral("the node could not keep a blob the shard needs: ") + stored.error().message,
-                core::ShardResult::Outcome::Returned);
+        const auto& error = stored.error();
+        if (error.field == u"sha256" || error.field == u"offset" || error.field == u"size") {
+            retry(error.message); // what came was wrong: another try may get it right
         } else {
-            qCWarning(lcNode).noquote() << "blob" << digest.toHex().left(12) << "could not be stored (" << stored.error().message
-                                        << "); fetching it again";
-            downloads.insert(digest, Download(digest));
+            // The cache cannot keep it (a full disk, an unwritable folder): fetching it again would
+            // not help; the shard goes back to the broker for someone else.
+            cannotKeep(error);
+            giveUp(QStringLiteral("the node could not keep a blob the shard needs: ") + error.message,
+                core::ShardResult::Outcome::Returned);
         }
     } else if (*stored == core::BlobStore::UploadState::Complete) {
         ++counters.blobsFetched;

@@ -31,8 +31,9 @@ ComputeExecutor::ComputeExecutor(compute::ComputeEnvironment environment)
         [this](const QString& key, const QByteArray& state, const QString& error) {
             const auto digest = error.isEmpty() ? core::Digest::ofBytes(state) : core::Digest {};
             QMutexLocker lock(&m_mutex);
+            // Keyed by tag and key: two clients' questions never take each other's answers.
             const QString tag = m_recreating.take(key);
-            m_recreated.append({ tag, key, state, digest, error });
+            m_recreated.append({ tag, key.section(u'\n', 1), state, digest, error });
         },
         Qt::DirectConnection);
 }
@@ -75,10 +76,10 @@ bool ComputeExecutor::recreate(const QString& tag, const QString& key, const cor
 {
     {
         QMutexLocker lock(&m_mutex);
-        m_recreating.insert(key, tag);
+        m_recreating.insert(tag + u'\n' + key, tag);
         m_blobPaths.insert(blobPaths);
     }
-    m_thread->recreateState({ key, task, checkpoint, startWeightsPath, keptStatePath });
+    m_thread->recreateState({ tag + u'\n' + key, task, checkpoint, startWeightsPath, keptStatePath });
     return true;
 }
 

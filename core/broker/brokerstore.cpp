@@ -628,12 +628,6 @@ Result<QList<Check>> BrokerStore::checksIn(CheckState state)
         *m_db, QStringLiteral("SELECT %1 FROM checks WHERE state = ? ORDER BY created_at").arg(checks::Columns), nameOf(state)));
 }
 
-Status BrokerStore::setDisputeDeadlines(std::int64_t deadline)
-{
-    return execute(
-        *m_db, QStringLiteral("UPDATE checks SET deadline = ? WHERE state = ?"), deadline, nameOf(CheckState::Disputed));
-}
-
 Result<QStringList> BrokerStore::lateDisputes(std::int64_t now)
 {
     auto rows = query(
@@ -721,7 +715,14 @@ Result<bool> BrokerStore::blobNamed(const Digest& blob)
     auto row = first<bool>(query(*m_db,
                                QStringLiteral("SELECT 1 FROM rounds WHERE weights_blob = ?1 "
                                               "UNION ALL SELECT 1 FROM jobs WHERE weights_blob = ?1 OR outer_state_blob = ?1 "
-                                              "OR instr(spec, ?1) > 0 LIMIT 1"),
+                                              "OR instr(spec, ?1) > 0 "
+                                              // the same bytes uploaded for a round not yet aggregated (another job's
+                                              // identical shard), or for a check still open
+                                              "UNION ALL SELECT 1 FROM shard_results s JOIN jobs j ON j.id = s.job "
+                                              "WHERE s.round >= j.round AND json_extract(s.result, '$.weightsSha256') = ?1 "
+                                              "UNION ALL SELECT 1 FROM checks WHERE state IN ('waiting', 'running', 'disputed') "
+                                              "AND (json_extract(accused_result, '$.weightsSha256') = ?1 "
+                                              "OR json_extract(verifier_result, '$.weightsSha256') = ?1) LIMIT 1"),
                                hex),
         [](Statement&) { return true; });
     if (!row)

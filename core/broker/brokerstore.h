@@ -186,7 +186,6 @@ public:
     // Samples two nodes agreed on, neither of them `node`, newest first (canaries are made of them).
     Result<QList<Check>> verifiedSamples(const QString& node, int limit);
     Result<QList<Check>> checksIn(CheckState state);
-    Status setDisputeDeadlines(std::int64_t deadline);
     Result<QStringList> lateDisputes(std::int64_t now);
     // Samples waiting since createdBefore or longer: (check, created at).
     Result<QList<std::pair<QString, std::int64_t>>> waitingSamples(std::int64_t createdBefore);
@@ -200,8 +199,8 @@ public:
     // What the shards of a round uploaded: the weights of its accepted results and of its sampled
     // results' re-executions. Collected once the round is aggregated (docs/BROKER.md, "Disk").
     Result<QList<Digest>> uploadsOfRound(const QString& jobId, std::int64_t round);
-    // Whether any job needs the blob: a round's weights, a job's current weights or outer state,
-    // or a file its spec names (model, data).
+    // Whether any job needs the blob: a round's weights, a job's current weights or outer state, a
+    // file its spec names (model, data), a result of a round not yet aggregated, or an open check's.
     Result<bool> blobNamed(const Digest& blob);
     Result<bool> owns(const QString& principal, const QString& jobId);
 

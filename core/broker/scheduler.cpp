@@ -228,7 +228,7 @@ void Scheduler::answered(const QString& jobId, const QString& assignmentId, std:
         if (found->round.flopsPerSample > 0) {
             const double work = double(training.localSteps) * double(training.batchSize) * found->round.flopsPerSample;
             const double rate = work / double(std::max<std::int64_t>(now - it->issued, 1));
-            auto& observed = m_observedFlopsPerMs[it->node];
+            auto& observed = m_observedFlopsPerMs[observedKey(it->node, training.threads)];
             observed = observed > 0 ? 0.5 * observed + 0.5 * rate : rate;
         }
     }
@@ -280,17 +280,25 @@ std::int64_t Scheduler::deadlineFor(const ShardTask& task, const NodeInfo& node,
     return now + std::int64_t(std::isfinite(ms) ? std::clamp(ms, floor, ceiling) : ceiling);
 }
 
+double Scheduler::expectedMs(
+    const ShardTask& task, double flopsPerSample, const NodeInfo& node, double observedFlopsPerMs, const BrokerOptions& options)
+{
+    const double work = double(task.localSteps) * double(task.batchSize) * flopsPerSample;
+    // The claim: bounded, and per thread of the task as deadlineFor() has it.
+    const double claimed = expectedSamplesPerSecond(node, options) * benchmarkFlopsPerSample() / 1000.0
+        / double(std::max<std::int64_t>(task.threads, 1));
+    double ms = work / claimed;
+    if (observedFlopsPerMs > 0)
+        ms = std::max(ms, work / observedFlopsPerMs);
+    return ms * options.deadlineSlack;
+}
+
 std::int64_t Scheduler::deadline(
     const ShardTask& task, double flopsPerSample, const NodeInfo& node, const BrokerOptions& options, std::int64_t now) const
 {
     if (!(flopsPerSample > 0) || !std::isfinite(flopsPerSample))
         return deadlineFor(task, node, options, now);
-    const double work = double(task.localSteps) * double(task.batchSize) * flopsPerSample;
-    double rate = observedFlopsPerMs(node.nodeId);
-    if (!(rate > 0)) // a claim: bounded, and per thread of the task as deadlineFor() has it
-        rate = expectedSamplesPerSecond(node, options) * benchmarkFlopsPerSample() / 1000.0
-            / double(std::max<std::int64_t>(task.threads, 1));
-    const double ms = work / rate * options.deadlineSlack;
+    const double ms = expectedMs(task, flopsPerSample, node, observedFlopsPerMs(node.nodeId, task.threads), options);
     const double floor = double(options.minDeadlineMs), ceiling = double(std::max(options.maxDeadlineMs, options.minDeadlineMs));
     return now + std::int64_t(std::isfinite(ms) ? std::clamp(ms, floor, ceiling) : ceiling);
 }

@@ -93,16 +93,24 @@ public:
     // Options::deadlineSlack, between Options::minDeadlineMs and maxDeadlineMs. Here the expected
     // time is the shard's samples over the node's claimed samples/s (deadline() below knows more).
     static std::int64_t deadlineFor(const ShardTask& task, const NodeInfo& node, const BrokerOptions& options, std::int64_t now);
-    // The same with the work measured in FLOPs (samples x flopsPerSample, the job's quote) over the
-    // node's throughput: as observed on the shards it answered (answer time less hand-out time on
-    // the broker's clock, so transfers count), before that as its benchmark claims (bounded, times
-    // benchmarkFlopsPerSample()). So a 100x larger model gets a 100x longer deadline, and a node
-    // that proved slow gets time to finish. Without flopsPerSample it is deadlineFor().
+    // The same with the work measured in FLOPs (samples x flopsPerSample, the job's quote): the
+    // longer of the time at the node's claimed throughput (its benchmark, bounded, times
+    // benchmarkFlopsPerSample()) and at the throughput it delivered on the shards of that thread
+    // count it answered (answer time less hand-out time on the broker's clock, so transfers
+    // count). So a 100x larger model gets a 100x longer deadline, and a node that proved slower
+    // than it claimed gets the time it needs. Without flopsPerSample it is deadlineFor().
     std::int64_t deadline(
         const ShardTask& task, double flopsPerSample, const NodeInfo& node, const BrokerOptions& options, std::int64_t now) const;
-    // The FLOPs per millisecond the node delivered on its answered shards (a moving average), 0
-    // before its first answer of a job with known FLOPs.
-    double observedFlopsPerMs(const QString& nodeId) const { return m_observedFlopsPerMs.value(nodeId); }
+    // That expected time times Options::deadlineSlack, unclamped, given what was observed of the
+    // node (0: nothing).
+    static double expectedMs(const ShardTask& task, double flopsPerSample, const NodeInfo& node, double observedFlopsPerMs,
+        const BrokerOptions& options);
+    // The FLOPs per millisecond the node delivered on its answered shards of `threads` threads (a
+    // moving average), 0 before its first answer of a job with known FLOPs.
+    double observedFlopsPerMs(const QString& nodeId, std::int64_t threads) const
+    {
+        return m_observedFlopsPerMs.value(observedKey(nodeId, threads));
+    }
 
 private:
     struct Out {
@@ -130,9 +138,10 @@ private:
     static bool heldBy(const Job& job, std::int64_t shard, const QString& nodeId);
     static bool failedBy(const Job& job, std::int64_t shard, const QString& nodeId);
     static std::int64_t usualMs(const Job& job);
+    static QString observedKey(const QString& nodeId, std::int64_t threads) { return nodeId + u'/' + QString::number(threads); }
 
     std::vector<Job> m_jobs; // in submission order
-    QHash<QString, double> m_observedFlopsPerMs; // by node
+    QHash<QString, double> m_observedFlopsPerMs; // by node and thread count (observedKey)
     double m_stragglerFactor = 4.0;
 };
 

@@ -61,7 +61,27 @@ Status Verifier::recover()
             m_.notices.add(Notice::Kind::CheckpointRequest, node, checkpointRequest(check.id, assignment, check.checkpoint - 1));
         }
     }
-    return m_.store.setDisputeDeadlines(m_.clock.nowMs() + m_.options.disputeTimeoutMs);
+    for (auto check : *disputed) {
+        check.deadline = m_.clock.nowMs() + disputeWindowMs(check);
+        if (auto status = m_.store.saveCheck(check); !status)
+            return status;
+    }
+    return {};
+}
+
+std::int64_t Verifier::disputeWindowMs(const Check& check)
+{
+    // A node may have to re-create the state (training up to a whole shard when it kept none) and
+    // upload it: at least twice the job's usual shard time, and what the scheduler expects of a
+    // node that never benchmarked for the whole shard.
+    std::int64_t window = std::max<std::int64_t>(m_.options.disputeTimeoutMs, 2 * m_.scheduler.usualMs(check.jobId));
+    if (const auto* round = m_.scheduler.find(check.jobId)) {
+        if (auto task = taskOf(check))
+            window = std::max(window,
+                std::int64_t(std::min(Scheduler::expectedMs(*task, round->flopsPerSample, NodeInfo {}, 0.0, m_.options),
+                    double(m_.options.maxDeadlineMs))));
+    }
+    return window;
 }
 
 void Verifier::nodeLost(const QString& nodeId)
@@ -174,11 +194,6 @@ Result<std::optional<Assignment>> Verifier::canaryFor(const NodeInfo& node)
         const auto* round = m_.scheduler.find(reference.jobId);
         if (reference.verifier.isEmpty() || !round || round->spec.training.threads > node.maxThreads
             || runtimeProfileFamily(reference.accusedResult.runtimeProfile) != runtimeProfileFamily(node.runtimeProfile))
-            continue;
-        // Another exact profile is compared by its weights, which are collected once their round
-        // is aggregated: such a reference serves only while they are still here.
-        if (reference.accusedResult.runtimeProfile != node.runtimeProfile
-            && !m_.blobs.contains(reference.accusedResult.weightsSha256))
             continue;
         Check canary = reference;
         canary.id = newCheckId();
@@ -378,10 +393,7 @@ Status Verifier::dispute(Check& check, qsizetype j)
     }
     // The state at checkpoint j-1, which both sides agree on, comes from whoever sends it first.
     check.state = CheckState::Disputed;
-    // A node may have to re-create the state (up to half a shard of training) and upload it: at
-    // least twice the job's usual shard time.
-    check.deadline
-        = m_.clock.nowMs() + std::max<std::int64_t>(m_.options.disputeTimeoutMs, 2 * m_.scheduler.usualMs(check.jobId));
+    check.deadline = m_.clock.nowMs() + disputeWindowMs(check);
     check.asked.clear();
     for (const auto& [node, assignment] : sides(check)) {
         if (node.isEmpty())

@@ -93,6 +93,8 @@ private:
     void selfVerifyStuck(std::int64_t now);
     void tell(const QString& node, const QString& assignment, const QString& state, const QString& why, const QString& paid = {});
 
+    // How long a dispute waits for a checkpoint state.
+    std::int64_t disputeWindowMs(const Check& check);
     Parts m_;
     RoundMayBeComplete m_roundMayBeComplete;
     std::int64_t m_startedAtMs = 0; // nodes come back over the first seconds after a restart

@@ -173,9 +173,10 @@ private Q_SLOTS:
         job.flopsPerSample = 100.0 * small;
         scheduler.add(job);
         QCOMPARE(take(scheduler, QStringLiteral("n"), QStringLiteral("a"), 1'000, 999'999), 0);
-        QCOMPARE(scheduler.observedFlopsPerMs(QStringLiteral("n")), 0.0);
+        QCOMPARE(scheduler.observedFlopsPerMs(QStringLiteral("n"), 1), 0.0);
         scheduler.answered(QStringLiteral("big"), QStringLiteral("a"), 0, 65'000);
-        QVERIFY(scheduler.observedFlopsPerMs(QStringLiteral("n")) > 0.0);
+        QVERIFY(scheduler.observedFlopsPerMs(QStringLiteral("n"), 1) > 0.0);
+        QCOMPARE(scheduler.observedFlopsPerMs(QStringLiteral("n"), 4), 0.0); // another thread count: not observed
         QCOMPARE(scheduler.deadline(task, 100.0 * small, node, options, 0), 256'000);
         // Another node's deadline still follows its own claim.
         NodeInfo other = node;
