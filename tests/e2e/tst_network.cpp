@@ -256,6 +256,8 @@ private Q_SLOTS:
         cluster.startCheater(QStringLiteral("late"));
         cluster.startNode(1);
         cluster.startNode(2);
+        // All three take part from the start, however slowly the machine starts them.
+        QVERIFY(QTest::qWaitFor([&] { return cluster.nodes().size() == 3; }, 120'000));
         const QString jobId = cluster.submit(jobFile);
         QVERIFY(!jobId.isEmpty());
         const auto job = cluster.waitForEnd(jobId);
