@@ -34,6 +34,11 @@ Result<Digest> OffThreadMath::canonicalHash(const QByteArray& weights)
     return offThread([&] { return m_inner.canonicalHash(weights); });
 }
 
+Result<Digest> OffThreadMath::canonicalHashOfFile(const QString& path)
+{
+    return offThread([&] { return m_inner.canonicalHashOfFile(path); });
+}
+
 Result<TrainingMath::Aggregated> OffThreadMath::aggregate(
     const AggregationSpec& spec, const QByteArray& global, const QList<Update>& updates, const QByteArray& outerState)
 {

@@ -21,6 +21,7 @@ public:
 
     Result<Weights> initialWeights(const JobSpec& spec) override;
     Result<Digest> canonicalHash(const QByteArray& weights) override;
+    Result<Digest> canonicalHashOfFile(const QString& path) override;
     Result<Aggregated> aggregate(const AggregationSpec& spec, const QByteArray& global, const QList<Update>& updates,
         const QByteArray& outerState) override;
     Result<Evaluation> evaluate(const JobSpec& spec, const QByteArray& weights) override;

@@ -8,6 +8,7 @@
 #include "../shardtask.h"
 
 #include <QByteArray>
+#include <QFile>
 #include <QList>
 
 namespace tessera::core::broker {
@@ -47,6 +48,15 @@ public:
     virtual ~TrainingMath() = default;
     virtual Result<Weights> initialWeights(const JobSpec& spec) = 0;
     virtual Result<Digest> canonicalHash(const QByteArray& weights) = 0;
+    // The same for weights in a file (a stored blob), read by whoever computes: a worker thread
+    // reads a large model's weights, not the caller's network loop.
+    virtual Result<Digest> canonicalHashOfFile(const QString& path)
+    {
+        QFile file(path);
+        if (!file.open(QIODevice::ReadOnly))
+            return Error { QStringLiteral("weights"), QStringLiteral("cannot read %1: %2").arg(path, file.errorString()) };
+        return canonicalHash(file.readAll());
+    }
     virtual Result<Aggregated> aggregate(
         const AggregationSpec& spec, const QByteArray& global, const QList<Update>& updates, const QByteArray& outerState)
         = 0;

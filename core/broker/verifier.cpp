@@ -302,13 +302,14 @@ Status Verifier::checkReveal(const QString& nodeId, const QString& assignmentId,
     if (result.checkpointHashes.first() != task.startWeights)
         return lie(
             Error { QStringLiteral("checkpointHashes"), QStringLiteral("the chain does not start at the round's weights") });
-    auto weights = m_.blobs.read(result.weightsSha256);
+    // By file: the arithmetic reads the weights (hundreds of MB for a large model) off this thread.
+    const auto weights = m_.blobs.path(result.weightsSha256);
     if (!weights)
         return Error { QStringLiteral("weightsSha256"), QStringLiteral("upload the weights (PUT) before the result") };
     // The node committed to the weights' canonical hash, not to a file: weights the broker cannot
     // read (another container, a format it does not know) prove nothing. Refused, not slashed; the
     // node may upload them as a dict of tensors and send the result again.
-    auto hash = m_.math.canonicalHash(*weights);
+    auto hash = m_.math.canonicalHashOfFile(*weights);
     if (!hash)
         return Error { QStringLiteral("weightsSha256"),
             QStringLiteral("the broker cannot read the uploaded weights (%1); upload a dict of tensors and send the "

@@ -1,11 +1,13 @@
 // The broker's arithmetic on a worker thread (core::broker::OffThreadMath): each call runs on
 // another thread while the caller's hook keeps being called, results and errors come back as they
-// were, and a call made from inside the hook runs inline.
+// were, a call made from inside the hook runs inline, and weights in a file are read there too.
 
 #include <core/broker/offthreadmath.h>
 
 #include <support/fakemath.h>
 
+#include <QFile>
+#include <QTemporaryDir>
 #include <QTest>
 
 #include <atomic>
@@ -77,6 +79,22 @@ private Q_SLOTS:
         ShardTask task;
         QCOMPARE(math.replay(task, 0, "s", Digest::ofBytes("s"), 1).error().message, QStringLiteral("loss became NaN at step 3"));
         QCOMPARE(math.canonicalHash("unreadable").error().field, QStringLiteral("weights"));
+    }
+
+    // Weights in a file are read by the worker (a large model's are not read on the caller's loop).
+    void aFilesWeightsAreReadAndHashedOnTheWorker()
+    {
+        WaitingMath inner;
+        OffThreadMath math(inner);
+        QTemporaryDir dir;
+        QFile file(dir.filePath(QStringLiteral("weights")));
+        QVERIFY(file.open(QIODevice::WriteOnly) && file.write("w1") == 2);
+        file.close();
+        const auto hash = math.canonicalHashOfFile(file.fileName());
+        QVERIFY(hash.ok());
+        QCOMPARE(*hash, Digest::ofBytes("w1"));
+        QVERIFY(inner.ranOn != std::this_thread::get_id());
+        QVERIFY(!math.canonicalHashOfFile(dir.filePath(QStringLiteral("gone"))).ok());
     }
 };
 
