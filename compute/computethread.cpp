@@ -1,7 +1,8 @@
 #include "computethread.h"
 
+#include <core/readfile.h>
+
 #include <QElapsedTimer>
-#include <QFile>
 #include <QMutex>
 #include <QThread>
 #include <QWaitCondition>
@@ -348,14 +349,8 @@ void ComputeThread::Private::serveStateRequests()
             request = std::move(stateRequests.front());
             stateRequests.pop_front();
         }
-        auto read = [](const QString& path) -> core::Result<QByteArray> {
-            if (path.isEmpty())
-                return QByteArray();
-            QFile file(path);
-            if (!file.open(QIODevice::ReadOnly))
-                return core::Error { {}, QStringLiteral("cannot read %1: %2").arg(path, file.errorString()) };
-            return file.readAll();
-        };
+        auto read
+            = [](const QString& path) { return path.isEmpty() ? core::Result<QByteArray>(QByteArray()) : core::readFile(path); };
         QString error;
         QByteArray state;
         try {

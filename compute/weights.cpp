@@ -4,11 +4,10 @@
 #include "detail/models.h"
 #include "detail/tensors.h"
 
+#include <core/readfile.h>
 #include <core/seeds.h>
 
 #include <torch/torch.h>
-
-#include <QFile>
 
 #include <algorithm>
 
@@ -172,11 +171,11 @@ core::Result<AggregationOutput> aggregate(
         const QString damaged = QStringLiteral("shard %1's weights are not a dict of tensors").arg(update.shard);
         QByteArray bytes = update.weights;
         if (bytes.isEmpty() && !update.weightsFile.isEmpty()) {
-            QFile file(update.weightsFile);
-            if (!file.open(QIODevice::ReadOnly))
+            auto read = core::readFile(update.weightsFile);
+            if (!read)
                 return core::Error { QStringLiteral("updates"),
-                    QStringLiteral("cannot read shard %1's weights: %2").arg(update.shard).arg(file.errorString()) };
-            bytes = file.readAll();
+                    QStringLiteral("shard %1's weights: %2").arg(update.shard).arg(read.error().message) };
+            bytes = std::move(*read);
         }
         auto tensors = unpickleTensors(bytes, damaged);
         bytes.clear();

@@ -138,11 +138,12 @@ Result<QByteArray> BlobStore::readRange(const Digest& digest, std::int64_t offse
 
 Result<Digest> BlobStore::put(const QByteArray& bytes)
 {
-    return put(bytes, Digest::ofBytes(bytes));
+    return put(bytes, Digest {});
 }
 
-Result<Digest> BlobStore::put(const QByteArray& bytes, const Digest& digest)
+Result<Digest> BlobStore::put(const QByteArray& bytes, const Digest& computed)
 {
+    const Digest digest = computed.isNull() ? Digest::ofBytes(bytes) : computed;
     if (contains(digest)) {
         touch(digest);
         return digest;

@@ -37,8 +37,9 @@ public:
     // Stores bytes under their own SHA-256 and returns it.
     Result<Digest> put(const QByteArray& bytes);
     // Stores bytes under the SHA-256 the caller computed for them (on another thread, so that this
-    // one does not hash them again): for this process's own results only, never a peer's bytes.
-    Result<Digest> put(const QByteArray& bytes, const Digest& digest);
+    // one does not hash them again; a null digest: hashed here): for this process's own results
+    // only, never a peer's bytes.
+    Result<Digest> put(const QByteArray& bytes, const Digest& computed);
 
     // Chunked upload: ranges must arrive in order, each is written and hashed as it comes, and the
     // last one checks the SHA-256 (so no call does work in proportion to the whole blob). An upload is

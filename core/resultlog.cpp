@@ -31,6 +31,39 @@ Result<std::unique_ptr<ResultLog>> ResultLog::open(const QString& path)
 
 namespace {
 
+QList<Digest> digestsOf(const QString& json)
+{
+    QList<Digest> digests;
+    for (const auto& value : QJsonDocument::fromJson(json.toUtf8()).array()) {
+        if (auto digest = Digest::fromHex(value.toString()))
+            digests.append(*digest);
+    }
+    return digests;
+}
+
+// The blobs a row of "SELECT checkpoints, inputs" keeps pinned: its states and its inputs.
+QList<Digest> keptBlobs(storage::Statement& row)
+{
+    return digestsOf(row.columnText(0)) + digestsOf(row.columnText(1));
+}
+
+// The one row of `sql` (one assignment), read by `read`; nullopt when there is none.
+template<typename Read>
+auto oneRow(storage::Database& db, const QString& sql, const QString& assignment, Read read)
+    -> Result<std::optional<decltype(read(std::declval<storage::Statement&>()))>>
+{
+    using Value = decltype(read(std::declval<storage::Statement&>()));
+    auto row = storage::query(db, sql, assignment);
+    if (!row)
+        return row.error();
+    auto found = storage::fetch(*row);
+    if (!found)
+        return found.error();
+    if (!*found)
+        return std::optional<Value> {};
+    return std::optional<Value>(read(*row));
+}
+
 QString hexArray(const QList<Digest>& digests)
 {
     QJsonArray array;
@@ -60,36 +93,13 @@ Status ResultLog::computed(const QString& assignment, const QString& broker, con
 
 Result<std::optional<Digest>> ResultLog::checkpoint(const QString& assignment, std::int64_t k)
 {
-    auto row = storage::query(*m_db, QStringLiteral("SELECT checkpoints FROM results WHERE assignment = ?"), assignment);
-    if (!row)
-        return row.error();
-    auto found = storage::fetch(*row);
+    auto found = kept(assignment);
     if (!found)
         return found.error();
-    if (!*found)
+    if (!*found || k < 1 || k > (*found)->checkpoints.size() || (*found)->checkpoints[k - 1].isNull())
         return std::optional<Digest> {};
-    const auto kept = QJsonDocument::fromJson(row->columnText(0).toUtf8()).array();
-    if (k < 1 || k > kept.size())
-        return std::optional<Digest> {};
-    auto digest = Digest::fromHex(kept.at(k - 1).toString());
-    if (!digest)
-        return std::optional<Digest> {};
-    return std::optional<Digest>(*digest);
+    return std::optional<Digest>((*found)->checkpoints[k - 1]);
 }
-
-namespace {
-
-QList<Digest> digestsOf(const QString& json)
-{
-    QList<Digest> digests;
-    for (const auto& value : QJsonDocument::fromJson(json.toUtf8()).array()) {
-        if (auto digest = Digest::fromHex(value.toString()))
-            digests.append(*digest);
-    }
-    return digests;
-}
-
-} // namespace
 
 // A result the broker has not settled within a week never will be (a sample waits at most
 // Broker/SelfVerifyAfterSeconds, a dispute Broker/DisputeTimeoutSeconds): its states may go.
@@ -102,36 +112,23 @@ bool ResultLog::unsettled(const QString& state)
 
 Result<std::optional<QString>> ResultLog::state(const QString& assignment)
 {
-    auto row = storage::query(*m_db, QStringLiteral("SELECT state FROM results WHERE assignment = ?"), assignment);
-    if (!row)
-        return row.error();
-    auto found = storage::fetch(*row);
-    if (!found)
-        return found.error();
-    if (!*found)
-        return std::optional<QString> {};
-    return std::optional<QString>(row->columnText(0));
+    return oneRow(*m_db, QStringLiteral("SELECT state FROM results WHERE assignment = ?"), assignment,
+        [](storage::Statement& row) { return row.columnText(0); });
 }
 
 Result<std::optional<ResultLog::Kept>> ResultLog::kept(const QString& assignment)
 {
-    auto row
-        = storage::query(*m_db, QStringLiteral("SELECT checkpoints, task, inputs FROM results WHERE assignment = ?"), assignment);
-    if (!row)
-        return row.error();
-    auto found = storage::fetch(*row);
-    if (!found)
-        return found.error();
-    if (!*found)
-        return std::optional<Kept> {};
-    Kept kept;
-    for (const auto& value : QJsonDocument::fromJson(row->columnText(0).toUtf8()).array()) {
-        const auto digest = Digest::fromHex(value.toString());
-        kept.checkpoints.append(digest ? *digest : Digest {});
-    }
-    kept.task = QJsonDocument::fromJson(row->columnText(1).toUtf8()).object();
-    kept.inputs = digestsOf(row->columnText(2));
-    return std::optional<Kept>(kept);
+    return oneRow(*m_db, QStringLiteral("SELECT checkpoints, task, inputs FROM results WHERE assignment = ?"), assignment,
+        [](storage::Statement& row) {
+            Kept kept;
+            for (const auto& value : QJsonDocument::fromJson(row.columnText(0).toUtf8()).array()) {
+                const auto digest = Digest::fromHex(value.toString());
+                kept.checkpoints.append(digest ? *digest : Digest {});
+            }
+            kept.task = QJsonDocument::fromJson(row.columnText(1).toUtf8()).object();
+            kept.inputs = digestsOf(row.columnText(2));
+            return kept;
+        });
 }
 
 Result<QList<Digest>> ResultLog::checkpoints(const QString& assignment)
@@ -139,8 +136,7 @@ Result<QList<Digest>> ResultLog::checkpoints(const QString& assignment)
     auto rows = storage::query(*m_db, QStringLiteral("SELECT checkpoints, inputs FROM results WHERE assignment = ?"), assignment);
     if (!rows)
         return rows.error();
-    auto lists = storage::collect(
-        *rows, [](storage::Statement& row) { return digestsOf(row.columnText(0)) + digestsOf(row.columnText(1)); });
+    auto lists = storage::collect(*rows, keptBlobs);
     if (!lists)
         return lists.error();
     return lists->isEmpty() ? QList<Digest> {} : lists->first();
@@ -154,8 +150,7 @@ Result<QList<Digest>> ResultLog::unsettledCheckpoints(const QString& broker)
         broker, std::int64_t(QDateTime::currentMSecsSinceEpoch() - UnsettledForMs));
     if (!rows)
         return rows.error();
-    auto lists = storage::collect(
-        *rows, [](storage::Statement& row) { return digestsOf(row.columnText(0)) + digestsOf(row.columnText(1)); });
+    auto lists = storage::collect(*rows, keptBlobs);
     if (!lists)
         return lists.error();
     QList<Digest> all;

@@ -6,6 +6,7 @@
 #include "ratelimiter.h"
 
 #include <QLoggingCategory>
+#include <QSet>
 #include <QThread>
 
 #include <zmq.hpp>
@@ -118,7 +119,7 @@ struct NodeClient::Private {
     std::deque<CheckpointAsk> asks;
     std::int64_t downloadGeneration = 0;
     // Disputes' states being re-created by the executor (by verification), and those ready to send.
-    std::map<QString, CheckpointAsk> recreating;
+    QSet<QString> recreating;
     struct ReadyState {
         QString verification;
         core::Digest digest;
@@ -454,7 +455,7 @@ struct NodeClient::Private {
         if (!executor.recreate(tag, ask.verification, *task, ask.checkpoint, startWeights, keptPath, paths))
             return false;
         qCInfo(lcNode).noquote() << "re-creating checkpoint" << ask.checkpoint << "of" << ask.assignment << "for the referee";
-        recreating.insert_or_assign(ask.verification, ask);
+        recreating.insert(ask.verification);
         return true;
     }
 
@@ -462,7 +463,7 @@ struct NodeClient::Private {
     void collectRecreated()
     {
         for (auto& made : executor.takeRecreated(tag)) {
-            recreating.erase(made.key);
+            recreating.remove(made.key);
             if (!made.error.isEmpty()) {
                 qCWarning(lcNode).noquote() << "could not re-create a state for dispute" << made.key << ":" << made.error;
                 if (session == Session::Registered)
@@ -521,23 +522,22 @@ struct NodeClient::Private {
             }
             const bool completed = finished.result.outcome == core::ShardResult::Outcome::Completed;
             core::ResultLog::Kept kept;
-            if (task && completed) {
-                kept.task = task->task.toJson();
-                kept.inputs = blobsOf(task->task, task->startWeightsBlob);
-                for (const auto& digest : kept.inputs)
-                    cache.pin(digest); // until the result is settled
-            }
             if (task) {
-                for (const auto& digest : blobsOf(task->task, task->startWeightsBlob))
-                    cache.unpin(digest); // the training's own pins
+                const auto inputs = blobsOf(task->task, task->startWeightsBlob);
+                if (completed) { // the training's pins stay, the result's now: until it is settled
+                    kept.task = task->task.toJson();
+                    kept.inputs = inputs;
+                } else {
+                    for (const auto& digest : inputs)
+                        cache.unpin(digest);
+                }
             }
             QString lost;
             if (completed && !task)
                 lost = QStringLiteral("the node lost track of the shard's task");
             if (completed && task && !finished.keptState.isEmpty()) {
                 const auto at = task->task.keptStateCheckpoint();
-                auto stored = finished.keptStateDigest.isNull() ? cache.put(finished.keptState)
-                                                                : cache.put(finished.keptState, finished.keptStateDigest);
+                auto stored = cache.put(finished.keptState, finished.keptStateDigest);
                 if (stored) {
                     cache.pin(*stored); // until the result is settled
                     kept.checkpoints

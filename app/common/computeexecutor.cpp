@@ -31,9 +31,8 @@ ComputeExecutor::ComputeExecutor(compute::ComputeEnvironment environment)
         [this](const QString& key, const QByteArray& state, const QString& error) {
             const auto digest = error.isEmpty() ? core::Digest::ofBytes(state) : core::Digest {};
             QMutexLocker lock(&m_mutex);
-            // Keyed by tag and key: two clients' questions never take each other's answers.
-            const QString tag = m_recreating.take(key);
-            m_recreated.append({ tag, key.section(u'\n', 1), state, digest, error });
+            // Keyed by tag and key (recreate()): two clients' questions never take each other's answers.
+            m_recreated.append({ key.section(u'\n', 0, 0), key.section(u'\n', 1), state, digest, error });
         },
         Qt::DirectConnection);
 }
@@ -56,14 +55,16 @@ void ComputeExecutor::start(const QString& tag, const QString& assignment, const
     m_thread->submit(task, startWeights);
 }
 
-QList<net::ShardExecutor::Finished> ComputeExecutor::takeFinished(const QString& tag)
+namespace {
+
+// Moves the entries of one client (by tag) out of a list.
+template<typename T> QList<T> takeTagged(QList<T>& list, const QString& tag)
 {
-    QMutexLocker lock(&m_mutex);
-    QList<Finished> mine;
-    for (auto it = m_finished.begin(); it != m_finished.end();) {
+    QList<T> mine;
+    for (auto it = list.begin(); it != list.end();) {
         if (it->tag == tag) {
             mine.append(std::move(*it));
-            it = m_finished.erase(it);
+            it = list.erase(it);
         } else {
             ++it;
         }
@@ -71,12 +72,19 @@ QList<net::ShardExecutor::Finished> ComputeExecutor::takeFinished(const QString&
     return mine;
 }
 
+} // namespace
+
+QList<net::ShardExecutor::Finished> ComputeExecutor::takeFinished(const QString& tag)
+{
+    QMutexLocker lock(&m_mutex);
+    return takeTagged(m_finished, tag);
+}
+
 bool ComputeExecutor::recreate(const QString& tag, const QString& key, const core::ShardTask& task, std::int64_t checkpoint,
     const QString& startWeightsPath, const QString& keptStatePath, const QHash<core::Digest, QString>& blobPaths)
 {
     {
         QMutexLocker lock(&m_mutex);
-        m_recreating.insert(tag + u'\n' + key, tag);
         m_blobPaths.insert(blobPaths);
     }
     m_thread->recreateState({ tag + u'\n' + key, task, checkpoint, startWeightsPath, keptStatePath });
@@ -86,16 +94,7 @@ bool ComputeExecutor::recreate(const QString& tag, const QString& key, const cor
 QList<net::ShardExecutor::Recreated> ComputeExecutor::takeRecreated(const QString& tag)
 {
     QMutexLocker lock(&m_mutex);
-    QList<Recreated> mine;
-    for (auto it = m_recreated.begin(); it != m_recreated.end();) {
-        if (it->tag == tag) {
-            mine.append(std::move(*it));
-            it = m_recreated.erase(it);
-        } else {
-            ++it;
-        }
-    }
-    return mine;
+    return takeTagged(m_recreated, tag);
 }
 
 void ComputeExecutor::cancelAll()

@@ -38,7 +38,6 @@ private:
     mutable QMutex m_mutex;
     QHash<QString, Pending> m_pending; // by job/round/shard
     QList<Finished> m_finished;
-    QHash<QString, QString> m_recreating; // key -> tag
     QList<Recreated> m_recreated;
     QHash<core::Digest, QString> m_blobPaths;
     std::unique_ptr<compute::ComputeThread> m_thread;

@@ -227,7 +227,7 @@ Result<QString> Broker::submit(const JobSpec& spec, const QString& owner)
             QStringLiteral("%1 credits do not pay for the training, which costs %2 (%3 with the expected verification); "
                            "tessera-job submit --estimate shows the quote")
                 .arg(spec.budget.toString(), price->training.toString(), price->total.toString()) };
-    auto blob = initial->sha256.isNull() ? m_blobs.put(initial->bytes) : m_blobs.put(initial->bytes, initial->sha256);
+    auto blob = m_blobs.put(initial->bytes, initial->sha256);
     if (!blob)
         return blob.error();
     JobRow job;
@@ -251,7 +251,9 @@ Result<QString> Broker::submit(const JobSpec& spec, const QString& owner)
         return escrowed.error();
     if (auto committed = transaction->commit(); !committed)
         return committed.error().toError();
-    m_scheduler.add({ job.id, spec, 0, job.weightsHash, job.weightsBlob, flopsPerSampleOf(spec) });
+    // Counted above: the model's archive is not read again.
+    m_scheduler.add(
+        { job.id, spec, 0, job.weightsHash, job.weightsBlob, *counted ? trainingFlopsPerSample(spec, **counted) : 0.0 });
     return job.id;
 }
 
@@ -768,8 +770,7 @@ Result<std::optional<Broker::AggregatedRound>> Broker::aggregateRound(
     auto evaluation = m_math.evaluate(spec, aggregated->weights.bytes);
     if (!evaluation)
         return failed(QStringLiteral("evaluated"), evaluation.error());
-    auto blob = aggregated->weights.sha256.isNull() ? m_blobs.put(aggregated->weights.bytes)
-                                                    : m_blobs.put(aggregated->weights.bytes, aggregated->weights.sha256);
+    auto blob = m_blobs.put(aggregated->weights.bytes, aggregated->weights.sha256);
     if (!blob)
         return blob.error();
     AggregatedRound next { { round, evaluation->loss, evaluation->accuracy, lossCount ? lossSum / double(lossCount) : 0.0,

@@ -5,10 +5,10 @@
 #include "../error.h"
 #include "../hash.h"
 #include "../jobspec.h"
+#include "../readfile.h"
 #include "../shardtask.h"
 
 #include <QByteArray>
-#include <QFile>
 #include <QList>
 
 namespace tessera::core::broker {
@@ -52,10 +52,10 @@ public:
     // reads a large model's weights, not the caller's network loop.
     virtual Result<Digest> canonicalHashOfFile(const QString& path)
     {
-        QFile file(path);
-        if (!file.open(QIODevice::ReadOnly))
-            return Error { QStringLiteral("weights"), QStringLiteral("cannot read %1: %2").arg(path, file.errorString()) };
-        return canonicalHash(file.readAll());
+        auto bytes = readFile(path);
+        if (!bytes)
+            return Error { QStringLiteral("weights"), bytes.error().message };
+        return canonicalHash(*bytes);
     }
     virtual Result<Aggregated> aggregate(
         const AggregationSpec& spec, const QByteArray& global, const QList<Update>& updates, const QByteArray& outerState)

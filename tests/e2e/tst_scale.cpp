@@ -13,6 +13,32 @@
 
 using namespace tessera::tests::e2e;
 
+namespace {
+
+// A zoo MLP job of `rounds` x `shards` on Fashion-MNIST, run to its end on a broker and two nodes;
+// the job's final status.
+QJsonObject trainToTheEnd(Cluster& cluster, const QString& hidden, int rounds, int shards, int steps, int batch)
+{
+    cluster.startBroker();
+    cluster.startNode(1);
+    cluster.startNode(2);
+    const QString jobFile = cluster.path(QStringLiteral("job.json"));
+    Cluster::writeFile(jobFile,
+        QStringLiteral(R"({"version": 1, "name": "scale", "model": {"zoo": "mlp", "hidden": %1},
+            "dataset": {"builtin": "fashion-mnist"}, "optimizer": {"kind": "sgd", "lr": 0.05},
+            "training": {"rounds": %2, "shardsPerRound": %3, "localSteps": %4, "batchSize": %5, "seed": 1, "threads": 1},
+            "budget": "1000"})")
+            .arg(hidden)
+            .arg(rounds)
+            .arg(shards)
+            .arg(steps)
+            .arg(batch));
+    const QString jobId = cluster.submit(jobFile);
+    return jobId.isEmpty() ? QJsonObject {} : cluster.waitForEnd(jobId);
+}
+
+} // namespace
+
 class ScaleTest : public QObject {
     Q_OBJECT
 
@@ -22,19 +48,7 @@ private Q_SLOTS:
         constexpr int Rounds = 2;
         constexpr std::int64_t ModelBytes = 147'000'000; // 36.8 M float32 parameters
         Cluster cluster;
-        cluster.startBroker();
-        cluster.startNode(1);
-        cluster.startNode(2);
-        const QString jobFile = cluster.path(QStringLiteral("job.json"));
-        Cluster::writeFile(jobFile,
-            QStringLiteral(R"({"version": 1, "name": "scale", "model": {"zoo": "mlp", "hidden": [4096, 4096, 4096]},
-                "dataset": {"builtin": "fashion-mnist"}, "optimizer": {"kind": "sgd", "lr": 0.05},
-                "training": {"rounds": %1, "shardsPerRound": 2, "localSteps": 20, "batchSize": 32, "seed": 1, "threads": 1},
-                "budget": "1000"})")
-                .arg(Rounds));
-        const QString jobId = cluster.submit(jobFile);
-        QVERIFY(!jobId.isEmpty());
-        const auto job = cluster.waitForEnd(jobId);
+        const auto job = trainToTheEnd(cluster, QStringLiteral("[4096, 4096, 4096]"), Rounds, 2, 20, 32);
         QCOMPARE(job.value(QStringLiteral("state")).toString(), QStringLiteral("finished"));
         QVERIFY(cluster.ledgerConsistent());
 
@@ -71,20 +85,8 @@ private Q_SLOTS:
     {
         constexpr int Rounds = 250, Shards = 4;
         Cluster cluster;
-        cluster.startBroker();
-        cluster.startNode(1);
-        cluster.startNode(2);
-        const QString jobFile = cluster.path(QStringLiteral("job.json"));
-        Cluster::writeFile(jobFile,
-            QStringLiteral(R"({"version": 1, "name": "soak", "model": {"zoo": "mlp", "hidden": [16]},
-                "dataset": {"builtin": "fashion-mnist"}, "optimizer": {"kind": "sgd", "lr": 0.05},
-                "training": {"rounds": %1, "shardsPerRound": %2, "localSteps": 2, "batchSize": 8, "seed": 1, "threads": 1},
-                "budget": "1000"})")
-                .arg(Rounds)
-                .arg(Shards));
-        const QString jobId = cluster.submit(jobFile);
-        QVERIFY(!jobId.isEmpty());
-        const auto job = cluster.waitForEnd(jobId);
+        const auto job = trainToTheEnd(cluster, QStringLiteral("[16]"), Rounds, Shards, 2, 8);
+        const QString jobId = job.value(QStringLiteral("jobId")).toString();
         QCOMPARE(job.value(QStringLiteral("state")).toString(), QStringLiteral("finished"));
         QVERIFY(cluster.ledgerConsistent());
         for (const auto& command : QList<QStringList> {
