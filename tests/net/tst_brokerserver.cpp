@@ -129,9 +129,16 @@ private Q_SLOTS:
         newcomer.send(Command::Register, net::RegisterRequest { nodeInfo(QStringLiteral("late")) }.toHeader());
         newcomer.send(Command::Heartbeat);
         m_clock.advance(1'500);
-        m_server->serveWhileBusy();
-        auto answered = newcomer.next([] {}, 100);
-        QVERIFY(answered && answered->message.command == Command::Heartbeat);
+        // Served until the newcomer's messages have arrived, however long the connection takes.
+        std::optional<tests::Received> answered;
+        QVERIFY(QTest::qWaitFor(
+            [&] {
+                m_server->serveWhileBusy();
+                answered = newcomer.next([] {}, 10);
+                return answered.has_value();
+            },
+            20'000));
+        QCOMPARE(answered->message.command, Command::Heartbeat);
         // The owner has a SUBMIT waiting: its LIST waits behind it. The node gets a heartbeat.
         QVERIFY(!owner.next([] {}, 100));
         auto beat = node.next([] {}, 100);
