@@ -80,20 +80,20 @@ core::Result<BrokerMath::Evaluation> BrokerMath::evaluate(const core::JobSpec& s
     });
 }
 
-core::Result<BrokerMath::Replay> BrokerMath::replay(
-    const core::ShardTask& task, std::int64_t from, const QByteArray& state, const core::Digest& expected, std::int64_t to)
+core::Result<BrokerMath::Replay> BrokerMath::replay(const core::ShardTask& task, std::int64_t from, const QByteArray& state,
+    const core::Digest& expected, std::int64_t to, const QByteArray& roundWeights)
 {
     return shielded("state", [&]() -> core::Result<Replay> {
-        auto replayed = replayShard(task, from, state, expected, to, m_environment);
+        auto replayed = replayShard(task, from, state, expected, to, roundWeights, m_environment);
         if (!replayed)
             return replayed.error();
         return Replay { replayed->checkpoints, replayed->weightsHash, replayed->weights, replayed->runtimeProfile };
     });
 }
 
-core::Result<double> BrokerMath::distance(const QByteArray& a, const QByteArray& b)
+core::Result<double> BrokerMath::distance(const QByteArray& a, const QByteArray& b, const QByteArray& roundWeights)
 {
-    return shielded("weights", [&]() -> core::Result<double> { return relativeDistance(a, b); });
+    return shielded("weights", [&]() -> core::Result<double> { return relativeDistance(a, b, roundWeights); });
 }
 
 } // namespace tessera::compute

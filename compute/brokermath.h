@@ -22,8 +22,8 @@ public:
         const QByteArray& outerState) override;
     core::Result<Evaluation> evaluate(const core::JobSpec& spec, const QByteArray& weights) override;
     core::Result<Replay> replay(const core::ShardTask& task, std::int64_t from, const QByteArray& state,
-        const core::Digest& expected, std::int64_t to) override;
-    core::Result<double> distance(const QByteArray& a, const QByteArray& b) override;
+        const core::Digest& expected, std::int64_t to, const QByteArray& roundWeights) override;
+    core::Result<double> distance(const QByteArray& a, const QByteArray& b, const QByteArray& roundWeights) override;
 
 private:
     ComputeEnvironment m_environment;

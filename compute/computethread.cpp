@@ -17,7 +17,7 @@ namespace {
 
 struct QueuedShard {
     core::ShardTask task;
-    QByteArray weights; // start weights, or
+    QByteArray weights; // start weights (also kept with a paused shard: a compressed update needs them)
     QByteArray suspended; // the state of a paused shard
 };
 
@@ -101,10 +101,10 @@ void ComputeThread::submit(const core::ShardTask& task, const QByteArray& startW
     d->wake.wakeAll();
 }
 
-void ComputeThread::submitSuspended(const core::ShardTask& task, const QByteArray& suspendedState)
+void ComputeThread::submitSuspended(const core::ShardTask& task, const QByteArray& suspendedState, const QByteArray& startWeights)
 {
     QMutexLocker lock(&d->mutex);
-    d->queue.push_back({ task, {}, suspendedState });
+    d->queue.push_back({ task, startWeights, suspendedState });
     d->wake.wakeAll();
 }
 
@@ -258,8 +258,9 @@ void ComputeThread::Private::runShard(QueuedShard item)
             return;
         }
     }
-    auto started = item.suspended.isEmpty() ? ShardRun::start(task, item.weights, environment)
-                                            : ShardRun::resume(task, item.suspended, environment);
+    auto started = item.suspended.isEmpty()
+        ? ShardRun::start(task, item.weights, environment)
+        : ShardRun::resume(task, item.suspended, environment, ShardRun::StateOrigin::Own, item.weights);
     if (!started) {
         Q_EMIT q->shardFinished({ failedResult(task, started.error().toString()), {}, {} });
         return;
@@ -283,7 +284,7 @@ void ComputeThread::Private::runShard(QueuedShard item)
                 const QByteArray state = run->suspend();
                 if (!stopping) {
                     QMutexLocker relock(&mutex);
-                    queue.push_front({ task, {}, state }); // resume() continues it first
+                    queue.push_front({ task, item.weights, state }); // resume() continues it first
                 }
                 Q_EMIT q->shardPaused(task, state);
                 return;

@@ -43,8 +43,9 @@ public:
     ~ComputeThread() override; // stops the thread at the next step boundary and joins it
 
     void submit(const core::ShardTask& task, const QByteArray& startWeights);
-    // A shard paused earlier (perhaps by another run of the app), from the state paused() gave.
-    void submitSuspended(const core::ShardTask& task, const QByteArray& suspendedState);
+    // A shard paused earlier (perhaps by another run of the app), from the state paused() gave, and
+    // the round's weights (needed at the end for a compressed update, task.compression).
+    void submitSuspended(const core::ShardTask& task, const QByteArray& suspendedState, const QByteArray& startWeights = {});
 
     // At the next step boundary: save the shard's state (paused() carries it) and wait.
     void pause();

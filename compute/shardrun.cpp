@@ -5,6 +5,7 @@
 #include "detail/models.h"
 #include "detail/optimizer.h"
 #include "detail/tensors.h"
+#include "detail/update.h"
 #include "runtimeprofile.h"
 
 #include <core/seeds.h>
@@ -32,6 +33,7 @@ struct ShardRun::Private {
     QList<double> losses;
     QList<core::Digest> chain;
     QByteArray keptState; // suspend() at task.keptStateCheckpoint(), for disputes
+    QByteArray startWeights; // the round's weights (shared, not copied), for a compressed update
     bool keepCheckpointStates = true;
     std::int64_t previousElapsedMs = 0; // before a suspend
     QElapsedTimer timer;
@@ -140,13 +142,14 @@ core::Result<std::unique_ptr<ShardRun>> ShardRun::start(
             QStringLiteral("the start weights do not hash to the task's startWeights") };
     if (auto status = d->model->loadState(*weights); !status)
         return status.error();
+    d->startWeights = startWeights;
     d->chain.append(checkpointHash(*d));
     d->timer.start();
     return std::unique_ptr<ShardRun>(new ShardRun(std::move(d)));
 }
 
-core::Result<std::unique_ptr<ShardRun>> ShardRun::resume(
-    const core::ShardTask& task, const QByteArray& suspended, const ComputeEnvironment& environment, StateOrigin origin)
+core::Result<std::unique_ptr<ShardRun>> ShardRun::resume(const core::ShardTask& task, const QByteArray& suspended,
+    const ComputeEnvironment& environment, StateOrigin origin, const QByteArray& startWeights)
 {
     auto prepared = prepare(task, environment);
     if (!prepared)
@@ -210,6 +213,7 @@ core::Result<std::unique_ptr<ShardRun>> ShardRun::resume(
                 QByteArrayView(reinterpret_cast<const char*>(chainBytes[i].data_ptr<std::uint8_t>()), 32)));
     }
     d->previousElapsedMs = elapsed.defined() ? elapsed.item<std::int64_t>() : 0;
+    d->startWeights = startWeights;
     d->timer.start();
     return std::unique_ptr<ShardRun>(new ShardRun(std::move(d)));
 }
@@ -298,6 +302,30 @@ QByteArray ShardRun::suspend() const
     return pickleTensors(state);
 }
 
+namespace {
+
+// What a node reveals at the end of a shard (detail::revealedUpdate): the final weights, or their
+// compressed update from the round's weights.
+core::Result<NamedTensors> reveal(const core::ShardTask& task, NamedTensors final, const QByteArray& roundWeights)
+{
+    if (task.compression == core::Compression::None)
+        return final;
+    if (roundWeights.isEmpty())
+        return core::Error { QStringLiteral("startWeights"),
+            QStringLiteral("the round's weights are needed to compress the update") };
+    auto start = unpickleTensors(roundWeights, QStringLiteral("the round's weights are not a dict of tensors"));
+    if (!start)
+        return start.error();
+    if (!task.startWeights.isNull() && canonicalHash(*start) != task.startWeights)
+        return core::Error { QStringLiteral("startWeights"),
+            QStringLiteral("the round's weights do not hash to the task's startWeights") };
+    sortByName(*start);
+    sortByName(final);
+    return revealedUpdate(task.compression, *start, final);
+}
+
+} // namespace
+
 ShardOutput ShardRun::finish()
 {
     ShardOutput output;
@@ -312,8 +340,14 @@ ShardOutput ShardRun::finish()
         result.failure = QStringLiteral("the shard stopped after %1 of %2 steps").arg(d->step).arg(d->task.localSteps);
         return output;
     }
-    output.weights = pickleTensors(d->model->state());
-    result.finalHash = canonicalHash(d->model->state());
+    auto revealed = reveal(d->task, d->model->state(), d->startWeights);
+    if (!revealed) {
+        result.outcome = core::ShardResult::Outcome::Failed;
+        result.failure = revealed.error().toString();
+        return output;
+    }
+    output.weights = pickleTensors(*revealed);
+    result.finalHash = canonicalHash(*revealed);
     result.checkpointHashes = d->chain;
     output.keptState = d->keptState;
     result.weightsSha256 = core::Digest::ofBytes(output.weights);
@@ -347,10 +381,11 @@ ShardOutput runShard(const core::ShardTask& task, const QByteArray& startWeights
 }
 
 core::Result<Replay> replayShard(const core::ShardTask& task, std::int64_t from, const QByteArray& state,
-    const core::Digest& expected, std::int64_t to, const ComputeEnvironment& environment)
+    const core::Digest& expected, std::int64_t to, const QByteArray& roundWeights, const ComputeEnvironment& environment)
 {
     const auto count = task.checkpointCount();
-    if (from < 0 || to <= from || to >= count)
+    const bool revealOnly = from == to && to == count - 1 && from > 0;
+    if (from < 0 || (to <= from && !revealOnly) || to >= count)
         return core::Error { QStringLiteral("checkpoint"),
             QStringLiteral("cannot replay from checkpoint %1 to %2 of a shard with %3").arg(from).arg(to).arg(count) };
     auto stepOf = [&](std::int64_t k) { return std::min(k * task.checkpointInterval, task.localSteps); };
@@ -372,8 +407,16 @@ core::Result<Replay> replayShard(const core::ShardTask& task, std::int64_t from,
     }
     Replay replay;
     replay.checkpoints = d.chain.mid(1);
-    replay.weights = pickleTensors(d.model->state());
-    replay.weightsHash = canonicalHash(d.model->state());
+    if (to == count - 1) {
+        auto revealed = reveal(task, d.model->state(), from == 0 ? state : roundWeights);
+        if (!revealed)
+            return revealed.error();
+        replay.weights = pickleTensors(*revealed);
+        replay.weightsHash = canonicalHash(*revealed);
+    } else {
+        replay.weights = pickleTensors(d.model->state());
+        replay.weightsHash = canonicalHash(d.model->state());
+    }
     replay.runtimeProfile = currentRuntimeProfile(int(task.threads), deviceProfileName(d.device)).toString();
     return replay;
 }
@@ -381,9 +424,11 @@ core::Result<Replay> replayShard(const core::ShardTask& task, std::int64_t from,
 core::Result<QByteArray> recreateState(const core::ShardTask& task, const QByteArray& startWeights, const QByteArray& keptState,
     std::int64_t wanted, const ComputeEnvironment& environment)
 {
-    if (wanted < 1 || wanted > task.checkpointCount() - 2)
+    if (wanted < 1 || wanted > task.checkpointCount() - 1)
         return core::Error { QStringLiteral("checkpoint"),
-            QStringLiteral("a shard with %1 checkpoints has no interior checkpoint %2").arg(task.checkpointCount()).arg(wanted) };
+            QStringLiteral("a shard with %1 checkpoints has no checkpoint %2 after the start")
+                .arg(task.checkpointCount())
+                .arg(wanted) };
     const auto kept = task.keptStateCheckpoint();
     if (wanted == kept && !keptState.isEmpty())
         return keptState;

@@ -12,8 +12,10 @@
 
 namespace tessera::compute {
 
-// What a finished shard hands back: the result (hashes, losses, profile) and the final weights as a
-// dict of tensors in PyTorch's pickle format (torch.load reads it).
+// What a finished shard hands back: the result (hashes, losses, profile) and what the node reveals as
+// a dict of tensors in PyTorch's pickle format (torch.load reads it): the final weights, or their
+// int8 update from the round's weights (docs/DETERMINISM.md, "Revealed update"); result.finalHash
+// is its canonical hash.
 struct ShardOutput {
     core::ShardResult result;
     QByteArray weights;
@@ -26,9 +28,11 @@ struct ShardOutput {
 
 // The referee's arithmetic. Re-executes a shard from checkpoint `from` to checkpoint `to`
 // (checkpoint k is at step min(k c, H)) and returns the hashes of checkpoints from+1..to, and the
-// weights at `to`. At from == 0, `state` is the round's weights; after that it is a checkpoint state
-// (ShardOutput::checkpoints) that must be at that checkpoint and hash to `expected`, the hash both
-// sides of the dispute agree on; an error names what is wrong with it.
+// weights at `to`: at the last checkpoint, what a node reveals (ShardOutput::weights, which needs
+// `roundWeights` for a compressed update unless from == 0). At from == 0, `state` is the round's
+// weights; after that it is a checkpoint state that must be at that checkpoint and hash to
+// `expected`, the hash both sides of the dispute agree on; an error names what is wrong with it.
+// from == to == the last checkpoint only reveals: the referee of a dispute over the revealed form.
 struct Replay {
     QList<core::Digest> checkpoints;
     QByteArray weights;
@@ -36,9 +40,9 @@ struct Replay {
     QString runtimeProfile;
 };
 core::Result<Replay> replayShard(const core::ShardTask& task, std::int64_t from, const QByteArray& state,
-    const core::Digest& expected, std::int64_t to, const ComputeEnvironment& environment);
+    const core::Digest& expected, std::int64_t to, const QByteArray& roundWeights, const ComputeEnvironment& environment);
 
-// This node's own training state at interior checkpoint `wanted` (1..n-2) of a shard it trained,
+// This node's own training state at checkpoint `wanted` (1..n-1) of a shard it trained,
 // re-created for a dispute: resumed from `keptState` (ShardOutput::keptState) when that checkpoint
 // comes before the wanted one, else trained again from the round's weights. Its model and
 // optimizer are bit for bit what training had there (what the checkpoint hash covers); it costs at
@@ -63,8 +67,9 @@ public:
     // "Training state"; its checkpoint hash is what ties it to the shard).
     enum class StateOrigin { Own, Stranger };
     // Continues a run from suspend()'s bytes; ends bit for bit where an uninterrupted run would.
+    // startWeights: the round's weights, which finish() needs for a compressed update (task.compression).
     static core::Result<std::unique_ptr<ShardRun>> resume(const core::ShardTask& task, const QByteArray& suspended,
-        const ComputeEnvironment& environment, StateOrigin origin = StateOrigin::Own);
+        const ComputeEnvironment& environment, StateOrigin origin = StateOrigin::Own, const QByteArray& startWeights = {});
     ~ShardRun();
 
     const core::ShardTask& task() const;
@@ -76,12 +81,13 @@ public:
     core::Status step();
     // Weights, optimizer state, progress and checkpoint chain so far (a pickled dict of tensors).
     QByteArray suspend() const;
-    // After the last step: the result and the final weights.
+    // After the last step: the result and what the node reveals (the final weights, or their
+    // compressed update from the round's weights, as task.compression says).
     ShardOutput finish();
 
     struct Private; // opaque: holds the torch objects
-    friend core::Result<Replay> replayShard(
-        const core::ShardTask&, std::int64_t, const QByteArray&, const core::Digest&, std::int64_t, const ComputeEnvironment&);
+    friend core::Result<Replay> replayShard(const core::ShardTask&, std::int64_t, const QByteArray&, const core::Digest&,
+        std::int64_t, const QByteArray&, const ComputeEnvironment&);
     friend core::Result<QByteArray> recreateState(
         const core::ShardTask&, const QByteArray&, const QByteArray&, std::int64_t, const ComputeEnvironment&);
 

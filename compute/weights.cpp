@@ -3,6 +3,7 @@
 #include "detail/datasets.h"
 #include "detail/models.h"
 #include "detail/tensors.h"
+#include "detail/update.h"
 
 #include <core/readfile.h>
 #include <core/seeds.h>
@@ -46,7 +47,7 @@ core::Result<std::int64_t> elementCount(const QByteArray& weights)
     return count;
 }
 
-core::Result<double> relativeDistance(const QByteArray& a, const QByteArray& b)
+core::Result<double> relativeDistance(const QByteArray& a, const QByteArray& b, const QByteArray& base)
 {
     auto first = unpickleTensors(a, QStringLiteral("not a dict of tensors"));
     if (!first)
@@ -56,6 +57,18 @@ core::Result<double> relativeDistance(const QByteArray& a, const QByteArray& b)
         return second.error();
     sortByName(*first);
     sortByName(*second);
+    if (!base.isEmpty()) { // revealed forms: compressed updates stand for base + update
+        auto round = unpickleTensors(base, QStringLiteral("the round's weights are not a dict of tensors"));
+        if (!round)
+            return round.error();
+        sortByName(*round);
+        for (auto* revealed : { &*first, &*second }) {
+            auto weights = revealedWeights(*revealed, *round);
+            if (!weights)
+                return weights.error();
+            *revealed = std::move(*weights);
+        }
+    }
     if (first->size() != second->size())
         return core::Error { QStringLiteral("weights"), QStringLiteral("the two results hold different tensors") };
     double difference = 0.0, norm = 0.0;
@@ -153,6 +166,7 @@ core::Result<AggregationOutput> aggregate(
     auto base = unpickleTensors(global, QStringLiteral("the global weights are not a dict of tensors"));
     if (!base)
         return base.error();
+    sortByName(*base);
     NamedTensors momentum;
     if (spec.method == core::AggregationSpec::Method::Nesterov && !outerState.isEmpty()) {
         auto state = unpickleTensors(outerState, QStringLiteral("the outer optimizer state is damaged"));
@@ -181,14 +195,13 @@ core::Result<AggregationOutput> aggregate(
         bytes.clear();
         if (!tensors)
             return tensors.error();
-        if (tensors->size() != base->size())
+        sortByName(*tensors);
+        // Final weights or a compressed update alike: the shard's change from W, tensor by tensor.
+        auto delta = shardDelta(*tensors, *base);
+        if (!delta)
             return core::Error { QStringLiteral("updates"),
-                QStringLiteral("shard %1's weights do not fit the model").arg(update.shard) };
-        for (std::size_t i = 0; i < base->size(); ++i) {
-            if ((*tensors)[i].first != (*base)[i].first || (*tensors)[i].second.sizes() != (*base)[i].second.sizes())
-                return core::Error { QStringLiteral("updates"),
-                    QStringLiteral("shard %1's weights do not fit the model").arg(update.shard) };
-        }
+                QStringLiteral("shard %1's result does not fit the model: %2").arg(update.shard).arg(delta.error().message) };
+        tensors->clear();
         const double share = double(update.samples) / double(totalSamples);
         auto added = guarded(QStringLiteral("aggregating"), [&] {
             torch::NoGradGuard noGrad;
@@ -196,12 +209,13 @@ core::Result<AggregationOutput> aggregate(
                 const auto& w = (*base)[i].second;
                 if (!w.is_floating_point()) {
                     if (s == 0)
-                        taken[i] = (*tensors)[i].second.clone();
+                        taken[i] = (*delta)[i].second.clone();
                     continue;
                 }
                 if (!gradients[i].defined())
                     gradients[i] = torch::zeros_like(w);
-                gradients[i].add_(w - (*tensors)[i].second, share);
+                // W - W_i = -(W_i - W) exactly, so the same bits as adding (W - W_i) * share.
+                gradients[i].add_((*delta)[i].second, -share);
             }
             return true;
         });

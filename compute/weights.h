@@ -26,9 +26,10 @@ core::Result<Weights> initialWeights(const core::JobSpec& spec, const ComputeEnv
 core::Result<std::int64_t> elementCount(const QByteArray& weights);
 
 // ||a - b|| / ||b|| over all tensors (Euclidean, in float64): how far apart two results of the
-// same shard are when they come from different runtime profiles. An error when the names or
-// shapes differ.
-core::Result<double> relativeDistance(const QByteArray& a, const QByteArray& b);
+// same shard are when they come from different runtime profiles. With `base` (the round's
+// weights), a and b are revealed forms (ShardOutput::weights) and a compressed update counts as
+// base + update. An error when the names or shapes differ.
+core::Result<double> relativeDistance(const QByteArray& a, const QByteArray& b, const QByteArray& base = {});
 
 // The canonical hash of pickled weights (docs/DETERMINISM.md, "Canonical weights").
 core::Result<core::Digest> canonicalHashOf(const QByteArray& weights);

@@ -22,6 +22,7 @@ ShardTask decomposeShard(
     task.dataset = spec.dataset;
     task.optimizer = spec.optimizer;
     task.startWeights = startWeights;
+    task.compression = spec.aggregation.compression;
     return task;
 }
 

@@ -218,7 +218,8 @@ QJsonObject trainingSpecToJson(const TrainingSpec& training)
 
 AggregationSpec readAggregationSpec(JsonReader reader)
 {
-    reader.allowOnly({ QStringLiteral("method"), QStringLiteral("outerLr"), QStringLiteral("outerMomentum") });
+    reader.allowOnly(
+        { QStringLiteral("method"), QStringLiteral("outerLr"), QStringLiteral("outerMomentum"), QStringLiteral("compression") });
     AggregationSpec aggregation;
     const QString method = reader.string(u"method", Presence::Optional, QStringLiteral("fedavg"));
     if (method == u"fedavg")
@@ -231,6 +232,11 @@ AggregationSpec readAggregationSpec(JsonReader reader)
     if (reader.ok() && aggregation.outerLr <= 0.0)
         reader.fail(u"outerLr", QStringLiteral("the outer learning rate must be above 0"));
     aggregation.outerMomentum = reader.number(u"outerMomentum", 0.0, 0.999, Presence::Optional, 0.9);
+    const QString compression = reader.string(u"compression", Presence::Optional, QStringLiteral("int8"));
+    if (const auto known = compressionFromName(compression))
+        aggregation.compression = *known;
+    else
+        reader.fail(u"compression", QStringLiteral("'%1' is not a compression (choose int8 or none)").arg(compression));
     return aggregation;
 }
 
@@ -241,7 +247,22 @@ QJsonObject aggregationSpecToJson(const AggregationSpec& aggregation)
             aggregation.method == AggregationSpec::Method::FedAvg ? QStringLiteral("fedavg") : QStringLiteral("nesterov") },
         { QStringLiteral("outerLr"), aggregation.outerLr },
         { QStringLiteral("outerMomentum"), aggregation.outerMomentum },
+        { QStringLiteral("compression"), compressionName(aggregation.compression) },
     };
+}
+
+QString compressionName(Compression compression)
+{
+    return compression == Compression::Int8 ? QStringLiteral("int8") : QStringLiteral("none");
+}
+
+std::optional<Compression> compressionFromName(QStringView name)
+{
+    if (name == u"int8")
+        return Compression::Int8;
+    if (name == u"none")
+        return Compression::None;
+    return std::nullopt;
 }
 
 QStringList ModelSpec::zooNames()

@@ -11,6 +11,7 @@
 #include <QString>
 
 #include <cstdint>
+#include <optional>
 
 namespace tessera::core {
 
@@ -76,12 +77,20 @@ struct TrainingSpec {
     bool operator==(const TrainingSpec&) const = default;
 };
 
+// What a shard reveals for aggregation (docs/DETERMINISM.md, "Revealed update"): its final weights
+// (None), or their difference from the round's weights quantised to int8 with a float32 scale per
+// block of 256 (Int8, about a quarter of the bytes). Commitment and verification are over this form.
+enum class Compression { None, Int8 };
+QString compressionName(Compression compression); // as in job files and tasks: none, int8
+std::optional<Compression> compressionFromName(QStringView name);
+
 struct AggregationSpec {
     enum class Method { FedAvg, Nesterov };
 
     Method method = Method::FedAvg;
     double outerLr = 1.0;
     double outerMomentum = 0.9; // nesterov only
+    Compression compression = Compression::Int8;
 
     bool operator==(const AggregationSpec&) const = default;
 };

@@ -24,7 +24,7 @@ Result<ShardTask> ShardTask::fromJson(const QJsonObject& json)
     reader.allowOnly({ QStringLiteral("jobId"), QStringLiteral("round"), QStringLiteral("shard"), QStringLiteral("sampleBegin"),
         QStringLiteral("sampleEnd"), QStringLiteral("localSteps"), QStringLiteral("batchSize"), QStringLiteral("seed"),
         QStringLiteral("threads"), QStringLiteral("checkpointInterval"), QStringLiteral("model"), QStringLiteral("dataset"),
-        QStringLiteral("optimizer"), QStringLiteral("startWeights") });
+        QStringLiteral("optimizer"), QStringLiteral("startWeights"), QStringLiteral("compression") });
     constexpr std::int64_t MaxIndex = std::int64_t(1) << 40;
     ShardTask task;
     task.jobId = reader.string(u"jobId");
@@ -41,6 +41,11 @@ Result<ShardTask> ShardTask::fromJson(const QJsonObject& json)
     task.dataset = readDatasetSpec(reader.object(u"dataset"));
     task.optimizer = readOptimizerSpec(reader.object(u"optimizer"));
     task.startWeights = reader.digest(u"startWeights", Presence::Optional);
+    const QString compression = reader.string(u"compression", Presence::Optional, QStringLiteral("none"));
+    if (const auto known = compressionFromName(compression))
+        task.compression = *known;
+    else
+        reader.fail(u"compression", QStringLiteral("'%1' is not a compression (int8 or none)").arg(compression));
     if (!reader.ok())
         return reader.status().error();
     if (auto status = task.validate(); !status)
@@ -67,6 +72,8 @@ QJsonObject ShardTask::toJson() const
     };
     if (!startWeights.isNull())
         json.insert(QStringLiteral("startWeights"), startWeights.toHex());
+    if (compression != Compression::None) // absent means none: tasks of uncompressed jobs read as before
+        json.insert(QStringLiteral("compression"), compressionName(compression));
     return json;
 }
 

@@ -30,6 +30,7 @@ struct ShardTask {
     DatasetSpec dataset;
     OptimizerSpec optimizer;
     Digest startWeights; // W_r; null for round 0 of a zoo model (seeded init)
+    Compression compression = Compression::None; // what the node reveals: its weights, or an int8 update
 
     static Result<ShardTask> fromJson(const QJsonObject& json);
     QJsonObject toJson() const;

@@ -43,6 +43,10 @@ std::uint8_t dtypeCode(at::ScalarType type)
         return 7;
     case at::kByte:
         return 8;
+    case at::kChar:
+        return 9;
+    case at::kShort:
+        return 10;
     default:
         return 0;
     }

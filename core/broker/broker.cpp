@@ -576,7 +576,7 @@ Status Broker::confirmFailure(const AssignmentRow& assignment, const QList<QStri
     auto start = m_blobs.read(round->weightsBlob);
     if (!start)
         return start.error();
-    auto replay = m_math.replay(task, 0, *start, round->weightsHash, task.checkpointCount() - 1);
+    auto replay = m_math.replay(task, 0, *start, round->weightsHash, task.checkpointCount() - 1, *start);
     if (!replay) {
         qCInfo(lcBrokerCore).noquote() << "the broker's own run of a failed shard failed too:" << replay.error().toString();
         return failJob(assignment.jobId,

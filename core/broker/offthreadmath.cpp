@@ -50,15 +50,15 @@ Result<TrainingMath::Evaluation> OffThreadMath::evaluate(const JobSpec& spec, co
     return offThread([&] { return m_inner.evaluate(spec, weights); });
 }
 
-Result<TrainingMath::Replay> OffThreadMath::replay(
-    const ShardTask& task, std::int64_t from, const QByteArray& state, const Digest& expected, std::int64_t to)
+Result<TrainingMath::Replay> OffThreadMath::replay(const ShardTask& task, std::int64_t from, const QByteArray& state,
+    const Digest& expected, std::int64_t to, const QByteArray& roundWeights)
 {
-    return offThread([&] { return m_inner.replay(task, from, state, expected, to); });
+    return offThread([&] { return m_inner.replay(task, from, state, expected, to, roundWeights); });
 }
 
-Result<double> OffThreadMath::distance(const QByteArray& a, const QByteArray& b)
+Result<double> OffThreadMath::distance(const QByteArray& a, const QByteArray& b, const QByteArray& roundWeights)
 {
-    return offThread([&] { return m_inner.distance(a, b); });
+    return offThread([&] { return m_inner.distance(a, b, roundWeights); });
 }
 
 } // namespace tessera::core::broker

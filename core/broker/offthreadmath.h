@@ -25,9 +25,9 @@ public:
     Result<Aggregated> aggregate(const AggregationSpec& spec, const QByteArray& global, const QList<Update>& updates,
         const QByteArray& outerState) override;
     Result<Evaluation> evaluate(const JobSpec& spec, const QByteArray& weights) override;
-    Result<Replay> replay(
-        const ShardTask& task, std::int64_t from, const QByteArray& state, const Digest& expected, std::int64_t to) override;
-    Result<double> distance(const QByteArray& a, const QByteArray& b) override;
+    Result<Replay> replay(const ShardTask& task, std::int64_t from, const QByteArray& state, const Digest& expected,
+        std::int64_t to, const QByteArray& roundWeights) override;
+    Result<double> distance(const QByteArray& a, const QByteArray& b, const QByteArray& roundWeights) override;
 
 private:
     template<typename F> auto offThread(F&& work) -> decltype(work());

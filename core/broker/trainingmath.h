@@ -40,8 +40,8 @@ public:
     // The referee's re-execution of checkpoints from+1..to of a shard (compute::replayShard).
     struct Replay {
         QList<Digest> checkpoints;
-        Digest weightsHash; // of the weights at `to`
-        QByteArray weights;
+        Digest weightsHash; // of the weights at `to`: at the last checkpoint, of what a node reveals
+        QByteArray weights; // (the final weights, or their compressed update: ShardTask::compression)
         QString runtimeProfile;
     };
 
@@ -62,12 +62,16 @@ public:
         = 0;
     virtual Result<Evaluation> evaluate(const JobSpec& spec, const QByteArray& weights) = 0;
     // From checkpoint `from` (state: the round's weights at 0, else a node's checkpoint state that
-    // must hash to `expected`) to checkpoint `to`.
-    virtual Result<Replay> replay(
-        const ShardTask& task, std::int64_t from, const QByteArray& state, const Digest& expected, std::int64_t to)
+    // must hash to `expected`) to checkpoint `to`. roundWeights: the round's weights, which a
+    // compressed update is taken from. from == to == the last checkpoint only reveals (a dispute
+    // over the revealed form when the chains agree).
+    virtual Result<Replay> replay(const ShardTask& task, std::int64_t from, const QByteArray& state, const Digest& expected,
+        std::int64_t to, const QByteArray& roundWeights)
         = 0;
-    // ||a - b|| / ||b|| over all tensors: results of different runtime profiles are compared with it.
-    virtual Result<double> distance(const QByteArray& a, const QByteArray& b) = 0;
+    // ||A - B|| / ||B|| over all tensors, where A and B are the weights two revealed results stand
+    // for (a compressed update is added to roundWeights): results of different runtime profiles are
+    // compared with it.
+    virtual Result<double> distance(const QByteArray& a, const QByteArray& b, const QByteArray& roundWeights) = 0;
 };
 
 using core::Clock;

@@ -358,9 +358,10 @@ Status Verifier::compare(Check& check)
         // Different arithmetic: compare the weights with a tolerance; nobody is slashed for a mismatch.
         auto first = m_.blobs.read(a.weightsSha256);
         auto second = m_.blobs.read(b.weightsSha256);
-        if (!first || !second)
+        auto round = m_.blobs.read(check.startBlob);
+        if (!first || !second || !round)
             return settle(check, Loser::Accused, QStringLiteral("the weights to compare are gone"), Penalty::None);
-        auto distance = m_.math.distance(*first, *second);
+        auto distance = m_.math.distance(*first, *second, *round);
         if (distance && *distance <= m_.options.crossProfileTolerance)
             return settle(check, Loser::None,
                 QStringLiteral("equal within %1 across runtime profiles (distance %2)")
@@ -374,9 +375,11 @@ Status Verifier::compare(Check& check)
     }
     if (a.finalHash == b.finalHash && a.checkpointHashes == b.checkpointHashes)
         return settle(check, Loser::None, QStringLiteral("re-execution gave the same bits"));
-    // A dispute: narrow it to the first checkpoint where the chains part.
-    const auto j = verification::firstDivergence(a.checkpointHashes, b.checkpointHashes).value_or(a.checkpointHashes.size() - 1);
-    return dispute(check, std::max<qsizetype>(j, 1));
+    // A dispute: narrow it to the first checkpoint where the chains part. Equal chains with
+    // different revealed forms: the dispute is over what was revealed from the last state (a
+    // "checkpoint" one past the chain, refereed by revealing from that state).
+    const auto j = verification::firstDivergence(a.checkpointHashes, b.checkpointHashes);
+    return dispute(check, j ? std::max<qsizetype>(*j, 1) : a.checkpointHashes.size());
 }
 
 Status Verifier::dispute(Check& check, qsizetype j)
@@ -385,7 +388,9 @@ Status Verifier::dispute(Check& check, qsizetype j)
     qCInfo(lcVerification).noquote() << "dispute" << check.id << "over" << check.jobId << "round" << check.round << "shard"
                                      << check.shard << "at checkpoint" << j;
     for (const auto& [node, assignment] : sides(check))
-        tell(node, assignment, QStringLiteral("disputed"), QStringLiteral("checkpoint %1 differs").arg(j));
+        tell(node, assignment, QStringLiteral("disputed"),
+            j == check.accusedResult.checkpointHashes.size() ? QStringLiteral("the revealed result differs")
+                                                             : QStringLiteral("checkpoint %1 differs").arg(j));
     if (j == 1) {
         auto start = m_.blobs.read(check.startBlob);
         if (!start)
@@ -413,11 +418,25 @@ Status Verifier::refereeInterval(Check& check, const QByteArray& state)
     const auto j = check.checkpoint;
     const auto& a = check.accusedResult.checkpointHashes;
     const auto& b = check.verifierResult->checkpointHashes;
-    auto replay = m_.math.replay(*task, j - 1, state, a[j - 1], j);
+    // j one past the chain: both agree on every checkpoint and differ in what they revealed.
+    const bool revealed = j == a.size();
+    const auto to = revealed ? j - 1 : j;
+    QByteArray round; // a compressed update is taken from the round's weights
+    if (to == task->checkpointCount() - 1 && task->compression != Compression::None) {
+        auto read = m_.blobs.read(check.startBlob);
+        if (!read)
+            return read.error();
+        round = std::move(*read);
+    }
+    auto replay = m_.math.replay(*task, j - 1, state, a[j - 1], to, round);
     if (!replay)
         return replay.error();
-    const QString at = QStringLiteral("the referee re-executed checkpoint %1").arg(j);
-    switch (verification::referee(a[j], b[j], replay->checkpoints.last())) {
+    const QString at = revealed ? QStringLiteral("the referee revealed the update from the last checkpoint")
+                                : QStringLiteral("the referee re-executed checkpoint %1").arg(j);
+    const auto ruling = revealed
+        ? verification::referee(check.accusedResult.finalHash, check.verifierResult->finalHash, replay->weightsHash)
+        : verification::referee(a[j], b[j], replay->checkpoints.last());
+    switch (ruling) {
     case verification::Ruling::FirstHonest:
         return settle(check, Loser::Verifier, at + QStringLiteral(" and agrees with the checked result"));
     case verification::Ruling::SecondHonest:
@@ -612,7 +631,7 @@ Status Verifier::selfVerify(Check& check)
     auto start = m_.blobs.read(check.startBlob);
     if (!start)
         return start.error();
-    auto replay = m_.math.replay(*task, 0, *start, check.startHash, task->checkpointCount() - 1);
+    auto replay = m_.math.replay(*task, 0, *start, check.startHash, task->checkpointCount() - 1, *start);
     if (!replay)
         return settle(check, Loser::Accused, QStringLiteral("the broker could not re-execute it: %1").arg(replay.error().message),
             Penalty::None);
@@ -627,7 +646,7 @@ Status Verifier::selfVerify(Check& check)
     auto weights = m_.blobs.read(a.weightsSha256);
     if (!weights)
         return settle(check, Loser::Accused, QStringLiteral("the weights to compare are gone"), Penalty::None);
-    auto distance = m_.math.distance(*weights, replay->weights);
+    auto distance = m_.math.distance(*weights, replay->weights, *start);
     if (distance && *distance <= m_.options.crossProfileTolerance)
         return settle(check, Loser::None,
             QStringLiteral("the broker re-executed it on another runtime profile: distance %1").arg(*distance), Penalty::None);

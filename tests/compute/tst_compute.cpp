@@ -175,7 +175,7 @@ private Q_SLOTS:
             for (const auto& kept : { output.keptState, QByteArray() }) {
                 const auto state = compute::recreateState(task, prepared.start.bytes, kept, k, {});
                 QVERIFY2(state.ok(), qPrintable(state.ok() ? QString() : state.error().toString()));
-                const auto next = compute::replayShard(task, k, *state, chain[k], k + 1, {});
+                const auto next = compute::replayShard(task, k, *state, chain[k], k + 1, {}, {});
                 QVERIFY2(next.ok(),
                     qPrintable(QStringLiteral("checkpoint %1: %2").arg(k).arg(next.ok() ? QString() : next.error().toString())));
                 QCOMPARE(next->checkpoints.first(), chain[k + 1]);
@@ -199,20 +199,20 @@ private Q_SLOTS:
         QCOMPARE(task.keptStateCheckpoint(), 2);
         const auto first = compute::recreateState(task, prepared.start.bytes, output.keptState, 1, {});
         QVERIFY(first.ok());
-        auto interval = compute::replayShard(task, 2, output.keptState, chain[2], 3, {});
+        auto interval = compute::replayShard(task, 2, output.keptState, chain[2], 3, {}, {});
         QVERIFY2(interval.ok(), qPrintable(interval.ok() ? QString() : interval.error().toString()));
         QCOMPARE(interval->checkpoints, QList<core::Digest>({ chain[3] }));
 
-        auto whole = compute::replayShard(task, 0, prepared.start.bytes, chain[0], 5, {});
+        auto whole = compute::replayShard(task, 0, prepared.start.bytes, chain[0], 5, {}, {});
         QVERIFY(whole.ok());
         QCOMPARE(whole->checkpoints, chain.mid(1));
         QCOMPARE(whole->weightsHash, output.result.finalHash);
         QCOMPARE(whole->weights, output.weights);
 
         // The state of another checkpoint, or one that does not hash to the agreed checkpoint.
-        QVERIFY(!compute::replayShard(task, 2, *first, chain[2], 3, {}).ok());
-        QVERIFY(!compute::replayShard(task, 2, output.keptState, chain[1], 3, {}).ok());
-        QVERIFY(!compute::replayShard(task, 2, QByteArray("not a state"), chain[2], 3, {}).ok());
+        QVERIFY(!compute::replayShard(task, 2, *first, chain[2], 3, {}, {}).ok());
+        QVERIFY(!compute::replayShard(task, 2, output.keptState, chain[1], 3, {}, {}).ok());
+        QVERIFY(!compute::replayShard(task, 2, QByteArray("not a state"), chain[2], 3, {}, {}).ok());
         // Right weights, doctored momentum: the checkpoint covers the optimizer state too.
         auto state = *compute::detail::unpickleTensors(output.keptState, {});
         bool doctored = false;
@@ -224,7 +224,7 @@ private Q_SLOTS:
         }
         QVERIFY(doctored);
         const auto forged = compute::detail::pickleTensors(state);
-        const auto refused = compute::replayShard(task, 2, forged, chain[2], 3, {});
+        const auto refused = compute::replayShard(task, 2, forged, chain[2], 3, {}, {});
         QVERIFY(!refused.ok());
         QVERIFY(refused.error().message.contains(QStringLiteral("agreed checkpoint")));
     }
@@ -324,7 +324,7 @@ private Q_SLOTS:
                 QVERIFY((*run)->step().ok());
             saved = (*run)->suspend();
         } // the run is gone, as after a restart of the app
-        auto resumed = compute::ShardRun::resume(task, saved, {});
+        auto resumed = compute::ShardRun::resume(task, saved, {}, compute::ShardRun::StateOrigin::Own, prepared.start.bytes);
         QVERIFY2(resumed.ok(), qPrintable(resumed.ok() ? QString() : resumed.error().toString()));
         QCOMPARE((*resumed)->completedSteps(), pauseAfter);
         while (!(*resumed)->finished())

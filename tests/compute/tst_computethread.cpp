@@ -150,7 +150,7 @@ private Q_SLOTS:
         QCOMPARE(recreated.at(0).at(0).toString(), QStringLiteral("dispute-1"));
         QCOMPARE(recreated.at(0).at(2).toString(), QString());
         const auto& chain = trained.result.checkpointHashes;
-        const auto next = compute::replayShard(f.tasks[0], 3, recreated.at(0).at(1).toByteArray(), chain[3], 4, {});
+        const auto next = compute::replayShard(f.tasks[0], 3, recreated.at(0).at(1).toByteArray(), chain[3], 4, {}, {});
         QVERIFY(next.ok());
         QCOMPARE(next->checkpoints.first(), chain[4]);
 
@@ -161,7 +161,7 @@ private Q_SLOTS:
             { QStringLiteral("dispute-3"), f.tasks[0], 1, dir.filePath(QStringLiteral("missing.pt")), QString() });
         QVERIFY(QTest::qWaitFor([&] { return recreated.count() == 3; }, 120'000));
         QCOMPARE(recreated.at(1).at(2).toString(), QString());
-        QVERIFY(compute::replayShard(f.tasks[0], 1, recreated.at(1).at(1).toByteArray(), chain[1], 2, {}).ok());
+        QVERIFY(compute::replayShard(f.tasks[0], 1, recreated.at(1).at(1).toByteArray(), chain[1], 2, {}, {}).ok());
         QVERIFY(recreated.at(2).at(2).toString().contains(QStringLiteral("cannot read")));
         QCOMPARE(thread.state(), ComputeThread::State::Paused);
     }
@@ -184,7 +184,7 @@ private Q_SLOTS:
         }
         ComputeThread second({});
         QSignalSpy finished(&second, &ComputeThread::shardFinished);
-        second.submitSuspended(f.tasks[3], saved);
+        second.submitSuspended(f.tasks[3], saved, f.start.bytes);
         QVERIFY(QTest::qWaitFor([&] { return finished.count() == 1; }, 120'000));
         QCOMPARE(outputOf(finished, 0).result.finalHash, straight.result.finalHash);
     }

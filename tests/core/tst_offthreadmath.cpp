@@ -42,12 +42,15 @@ public:
         return fake.aggregate(spec, global, updates, outer);
     }
     Result<Evaluation> evaluate(const JobSpec& spec, const QByteArray& weights) override { return fake.evaluate(spec, weights); }
-    Result<Replay> replay(
-        const ShardTask& task, std::int64_t from, const QByteArray& state, const Digest& expected, std::int64_t to) override
+    Result<Replay> replay(const ShardTask& task, std::int64_t from, const QByteArray& state, const Digest& expected,
+        std::int64_t to, const QByteArray& round) override
     {
-        return fake.replay(task, from, state, expected, to);
+        return fake.replay(task, from, state, expected, to, round);
     }
-    Result<double> distance(const QByteArray& a, const QByteArray& b) override { return fake.distance(a, b); }
+    Result<double> distance(const QByteArray& a, const QByteArray& b, const QByteArray& round) override
+    {
+        return fake.distance(a, b, round);
+    }
 };
 
 } // namespace
@@ -77,7 +80,8 @@ private Q_SLOTS:
         // Errors come back as they were.
         inner.fake.replayFails = true;
         ShardTask task;
-        QCOMPARE(math.replay(task, 0, "s", Digest::ofBytes("s"), 1).error().message, QStringLiteral("loss became NaN at step 3"));
+        QCOMPARE(
+            math.replay(task, 0, "s", Digest::ofBytes("s"), 1, {}).error().message, QStringLiteral("loss became NaN at step 3"));
         QCOMPARE(math.canonicalHash("unreadable").error().field, QStringLiteral("weights"));
     }
 

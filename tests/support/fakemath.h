@@ -60,8 +60,8 @@ public:
     }
     int replays = 0;
     bool replayFails = false; // the job's own fault: every run of it fails
-    Result<Replay> replay(
-        const ShardTask& task, std::int64_t from, const QByteArray& start, const Digest& expected, std::int64_t to) override
+    Result<Replay> replay(const ShardTask& task, std::int64_t from, const QByteArray& start, const Digest& expected,
+        std::int64_t to, const QByteArray&) override
     {
         ++replays;
         if (replayFails)
@@ -76,7 +76,7 @@ public:
         replay.runtimeProfile = QStringLiteral("p");
         return replay;
     }
-    Result<double> distance(const QByteArray& a, const QByteArray& b) override { return a == b ? 0.0 : 1.0; }
+    Result<double> distance(const QByteArray& a, const QByteArray& b, const QByteArray&) override { return a == b ? 0.0 : 1.0; }
 };
 
 } // namespace tessera::tests

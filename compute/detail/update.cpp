@@ -1,0 +1,187 @@
+#include "update.h"
+
+#include <torch/torch.h>
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+
+namespace tessera::compute::detail {
+
+namespace {
+
+const std::string UpdatePrefix = "update/";
+const std::string ScalePrefix = "scale/";
+const std::string KeepPrefix = "keep/";
+const std::string MetaName = "meta/compression";
+
+core::Error unfit(const QString& why)
+{
+    return core::Error { QStringLiteral("update"), why };
+}
+
+// Runs f (which returns a Result), turning a LibTorch exception into an Error.
+template<typename F> auto shielded(const QString& context, F&& f) -> decltype(f())
+{
+    try {
+        return f();
+    } catch (const std::exception& error) {
+        return core::Error { QStringLiteral("update"), context + QStringLiteral(": ") + describeException(error) };
+    }
+}
+
+bool isCompressed(const NamedTensors& revealed)
+{
+    return std::any_of(revealed.begin(), revealed.end(), [](const auto& entry) { return entry.first == MetaName; });
+}
+
+// q and the scales of one float32 tensor's update, block by block.
+core::Status quantise(const at::Tensor& start, const at::Tensor& final, const std::string& name, NamedTensors& out)
+{
+    const auto a = start.detach().contiguous().cpu();
+    const auto b = final.detach().contiguous().cpu();
+    const std::int64_t n = b.numel();
+    const std::int64_t blocks = (n + UpdateBlock - 1) / UpdateBlock;
+    auto q = torch::empty(b.sizes(), torch::kInt8);
+    auto scales = torch::empty({ blocks }, torch::kFloat32);
+    const float* from = a.data_ptr<float>();
+    const float* to = b.data_ptr<float>();
+    auto* qs = q.data_ptr<std::int8_t>();
+    auto* ss = scales.data_ptr<float>();
+    std::vector<float> d(std::size_t(std::min<std::int64_t>(n, UpdateBlock)));
+    for (std::int64_t block = 0; block < blocks; ++block) {
+        const std::int64_t begin = block * UpdateBlock;
+        const std::int64_t end = std::min(n, begin + UpdateBlock);
+        float largest = 0.0f;
+        for (std::int64_t k = begin; k < end; ++k) {
+            const float delta = to[k] - from[k];
+            if (!std::isfinite(delta))
+                return unfit(QStringLiteral("the update of %1 is not finite").arg(QString::fromStdString(name)));
+            d[std::size_t(k - begin)] = delta;
+            largest = std::max(largest, std::fabs(delta));
+        }
+        const float scale = largest / 127.0f;
+        ss[block] = scale;
+        for (std::int64_t k = begin; k < end; ++k) {
+            const float level = scale == 0.0f ? 0.0f : std::nearbyint(d[std::size_t(k - begin)] / scale);
+            qs[k] = static_cast<std::int8_t>(std::clamp(level, -127.0f, 127.0f));
+        }
+    }
+    out.emplace_back(UpdatePrefix + name, q);
+    out.emplace_back(ScalePrefix + name, scales);
+    return {};
+}
+
+// q * scale, element by element, in float32 of q's shape.
+at::Tensor dequantise(const at::Tensor& q, const at::Tensor& scales)
+{
+    const auto codes = q.contiguous();
+    const auto factors = scales.contiguous();
+    auto out = torch::empty(codes.sizes(), torch::kFloat32);
+    const auto* qs = codes.data_ptr<std::int8_t>();
+    const auto* ss = factors.data_ptr<float>();
+    auto* values = out.data_ptr<float>();
+    const std::int64_t n = codes.numel();
+    for (std::int64_t k = 0; k < n; ++k)
+        values[k] = float(qs[k]) * ss[k / UpdateBlock];
+    return out;
+}
+
+} // namespace
+
+core::Result<NamedTensors> revealedUpdate(core::Compression compression, const NamedTensors& start, const NamedTensors& final)
+{
+    if (compression == core::Compression::None)
+        return final;
+    if (start.size() != final.size())
+        return unfit(QStringLiteral("the round's weights and the shard's have different tensors"));
+    return shielded(QStringLiteral("compressing the update"), [&]() -> core::Result<NamedTensors> {
+        NamedTensors out;
+        for (std::size_t i = 0; i < final.size(); ++i) {
+            const auto& [name, tensor] = final[i];
+            if (start[i].first != name || start[i].second.sizes() != tensor.sizes()
+                || start[i].second.scalar_type() != tensor.scalar_type())
+                return unfit(QStringLiteral("'%1' does not fit the round's weights").arg(QString::fromStdString(name)));
+            if (tensor.scalar_type() == at::kFloat) {
+                if (auto status = quantise(start[i].second, tensor, name, out); !status)
+                    return status.error();
+            } else {
+                out.emplace_back(KeepPrefix + name, tensor.detach().contiguous().cpu());
+            }
+        }
+        out.emplace_back(MetaName, torch::tensor({ UpdateFormatVersion, UpdateBlock }, torch::kInt64));
+        sortByName(out);
+        return out;
+    });
+}
+
+core::Result<NamedTensors> shardDelta(const NamedTensors& revealed, const NamedTensors& base)
+{
+    return shielded(QStringLiteral("reading the update"), [&]() -> core::Result<NamedTensors> {
+        torch::NoGradGuard noGrad;
+        NamedTensors out;
+        out.reserve(base.size());
+        if (!isCompressed(revealed)) {
+            if (revealed.size() != base.size())
+                return unfit(QStringLiteral("the weights do not fit the model"));
+            for (std::size_t i = 0; i < base.size(); ++i) {
+                const auto& [name, w] = base[i];
+                if (revealed[i].first != name || revealed[i].second.sizes() != w.sizes())
+                    return unfit(QStringLiteral("the weights do not fit the model"));
+                out.emplace_back(name, w.is_floating_point() ? revealed[i].second - w : revealed[i].second);
+            }
+            return out;
+        }
+        std::map<std::string, at::Tensor> byName(revealed.begin(), revealed.end());
+        const auto meta = byName[MetaName];
+        if (!meta.defined() || meta.scalar_type() != at::kLong || meta.numel() != 2
+            || meta[0].item<std::int64_t>() != UpdateFormatVersion || meta[1].item<std::int64_t>() != UpdateBlock)
+            return unfit(QStringLiteral("meta/compression must be int64 [%1, %2]").arg(UpdateFormatVersion).arg(UpdateBlock));
+        std::size_t used = 1;
+        for (const auto& [name, w] : base) {
+            const QString what = QString::fromStdString(name);
+            if (w.scalar_type() != at::kFloat) {
+                const auto kept = byName[KeepPrefix + name];
+                if (!kept.defined() || kept.sizes() != w.sizes() || kept.scalar_type() != w.scalar_type())
+                    return unfit(QStringLiteral("the update has no keep/%1 of the model's shape and type").arg(what));
+                out.emplace_back(name, kept);
+                ++used;
+                continue;
+            }
+            const auto q = byName[UpdatePrefix + name];
+            const auto scales = byName[ScalePrefix + name];
+            const std::int64_t blocks = (w.numel() + UpdateBlock - 1) / UpdateBlock;
+            if (!q.defined() || q.scalar_type() != at::kChar || q.sizes() != w.sizes())
+                return unfit(QStringLiteral("the update has no update/%1 of int8 in the model's shape").arg(what));
+            if (!scales.defined() || scales.scalar_type() != at::kFloat || scales.dim() != 1 || scales.numel() != blocks)
+                return unfit(QStringLiteral("the update has no scale/%1 of float32 [%2]").arg(what).arg(blocks));
+            if (!torch::isfinite(scales).all().item<bool>())
+                return unfit(QStringLiteral("scale/%1 is not finite").arg(what));
+            out.emplace_back(name, dequantise(q, scales));
+            used += 2;
+        }
+        if (used != revealed.size())
+            return unfit(QStringLiteral("the update holds tensors the model does not have"));
+        return out;
+    });
+}
+
+core::Result<NamedTensors> revealedWeights(const NamedTensors& revealed, const NamedTensors& base)
+{
+    if (!isCompressed(revealed))
+        return revealed;
+    auto delta = shardDelta(revealed, base);
+    if (!delta)
+        return delta.error();
+    return shielded(QStringLiteral("reading the update"), [&]() -> core::Result<NamedTensors> {
+        torch::NoGradGuard noGrad;
+        NamedTensors out;
+        for (std::size_t i = 0; i < base.size(); ++i) {
+            const auto& [name, w] = base[i];
+            out.emplace_back(name, w.is_floating_point() ? w + (*delta)[i].second : (*delta)[i].second);
+        }
+        return out;
+    });
+}
+
+} // namespace tessera::compute::detail

@@ -1,0 +1,33 @@
+#pragma once
+
+// Private to compute/: includes torch. What a shard reveals for aggregation (docs/DETERMINISM.md,
+// "Revealed update").
+
+#include "tensors.h"
+
+#include <core/jobspec.h>
+
+namespace tessera::compute::detail {
+
+// Elements per int8 block: each block of a tensor's flattened update has its own float32 scale.
+constexpr std::int64_t UpdateBlock = 256;
+constexpr std::int64_t UpdateFormatVersion = 1;
+
+// The revealed form of a shard that started at `start` and ended at `final` (both sorted by name,
+// the same names and shapes). None: `final` itself. Int8: for each float32 tensor N, the update
+// d = final - start (float32) as "update/N" (int8, N's shape) and "scale/N" (float32, one per block
+// of 256 flattened elements), with, per block, scale = max|d| / 127 and q = round_half_even(d /
+// scale) (0 where scale is 0); other tensors (integer counters) whole as "keep/N"; and
+// "meta/compression" = int64 [1, 256]. Element by element in plain C++, so every CPU gets the same
+// bits from the same inputs. An error when the shapes differ or the update is not finite.
+core::Result<NamedTensors> revealedUpdate(core::Compression compression, const NamedTensors& start, const NamedTensors& final);
+
+// What a revealed form contributes, aligned with `base` (the round's weights): for each float
+// tensor the shard's change (final - base, or q * scale decoded), for each other tensor the shard's
+// value. An error names what does not fit.
+core::Result<NamedTensors> shardDelta(const NamedTensors& revealed, const NamedTensors& base);
+
+// The weights a revealed form stands for: base + shardDelta (equal to `final` for None).
+core::Result<NamedTensors> revealedWeights(const NamedTensors& revealed, const NamedTensors& base);
+
+} // namespace tessera::compute::detail
