@@ -127,6 +127,22 @@ ShardRun::ShardRun(std::unique_ptr<Private> d)
 
 ShardRun::~ShardRun() = default;
 
+namespace {
+
+// The round's weights, read and checked against the task once, where they come in.
+core::Result<NamedTensors> startTensors(const core::ShardTask& task, const QByteArray& startWeights)
+{
+    auto weights = unpickleTensors(startWeights, QStringLiteral("the start weights are not a dict of tensors"));
+    if (!weights)
+        return core::Error { QStringLiteral("startWeights"), weights.error().message };
+    if (!task.startWeights.isNull() && canonicalHash(*weights) != task.startWeights)
+        return core::Error { QStringLiteral("startWeights"),
+            QStringLiteral("the start weights do not hash to the task's startWeights") };
+    return weights;
+}
+
+} // namespace
+
 core::Result<std::unique_ptr<ShardRun>> ShardRun::start(
     const core::ShardTask& task, const QByteArray& startWeights, const ComputeEnvironment& environment)
 {
@@ -134,12 +150,9 @@ core::Result<std::unique_ptr<ShardRun>> ShardRun::start(
     if (!prepared)
         return prepared.error();
     auto d = std::move(*prepared);
-    auto weights = unpickleTensors(startWeights, QStringLiteral("the start weights are not a dict of tensors"));
+    auto weights = startTensors(task, startWeights);
     if (!weights)
-        return core::Error { QStringLiteral("startWeights"), weights.error().message };
-    if (!task.startWeights.isNull() && canonicalHash(*weights) != task.startWeights)
-        return core::Error { QStringLiteral("startWeights"),
-            QStringLiteral("the start weights do not hash to the task's startWeights") };
+        return weights.error();
     if (auto status = d->model->loadState(*weights); !status)
         return status.error();
     d->startWeights = startWeights;
@@ -213,7 +226,11 @@ core::Result<std::unique_ptr<ShardRun>> ShardRun::resume(const core::ShardTask& 
                 QByteArrayView(reinterpret_cast<const char*>(chainBytes[i].data_ptr<std::uint8_t>()), 32)));
     }
     d->previousElapsedMs = elapsed.defined() ? elapsed.item<std::int64_t>() : 0;
-    d->startWeights = startWeights;
+    if (!startWeights.isEmpty()) {
+        if (auto checked = startTensors(task, startWeights); !checked)
+            return checked.error();
+        d->startWeights = startWeights;
+    }
     d->timer.start();
     return std::unique_ptr<ShardRun>(new ShardRun(std::move(d)));
 }
@@ -313,12 +330,10 @@ core::Result<NamedTensors> reveal(const core::ShardTask& task, NamedTensors fina
     if (roundWeights.isEmpty())
         return core::Error { QStringLiteral("startWeights"),
             QStringLiteral("the round's weights are needed to compress the update") };
+    // Checked against the task where they came in (start(), resume()), or the broker's own blob.
     auto start = unpickleTensors(roundWeights, QStringLiteral("the round's weights are not a dict of tensors"));
     if (!start)
         return start.error();
-    if (!task.startWeights.isNull() && canonicalHash(*start) != task.startWeights)
-        return core::Error { QStringLiteral("startWeights"),
-            QStringLiteral("the round's weights do not hash to the task's startWeights") };
     sortByName(*start);
     sortByName(final);
     return revealedUpdate(task.compression, *start, final);
