@@ -182,7 +182,14 @@ private Q_SLOTS:
             }
         }
         QVERIFY(!compute::recreateState(task, prepared.start.bytes, output.keptState, 0, {}).ok());
-        QVERIFY(!compute::recreateState(task, prepared.start.bytes, output.keptState, 5, {}).ok());
+        // The last state too (a dispute over the revealed result needs it), and revealing from it
+        // gives what the node revealed.
+        const auto last = compute::recreateState(task, prepared.start.bytes, output.keptState, 5, {});
+        QVERIFY2(last.ok(), qPrintable(last.ok() ? QString() : last.error().toString()));
+        const auto revealed = compute::replayShard(task, 5, *last, chain[5], 5, prepared.start.bytes, {});
+        QVERIFY2(revealed.ok(), qPrintable(revealed.ok() ? QString() : revealed.error().toString()));
+        QCOMPARE(revealed->weightsHash, output.result.finalHash);
+        QVERIFY(!compute::recreateState(task, prepared.start.bytes, output.keptState, 6, {}).ok());
     }
 
     // The referee's arithmetic: from a kept checkpoint state it re-executes one interval and gets
