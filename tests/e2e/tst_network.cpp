@@ -420,8 +420,12 @@ private Q_SLOTS:
         {
             Cluster cluster;
             cluster.startBroker({}, QStringLiteral("DisputeTimeoutSeconds=60\n"));
-            cluster.startCheater(QStringLiteral("fewer-steps"));
+            // The Python node registers first, so that it is there to check the cheater's samples
+            // (a sample no connected node could check is re-executed by the broker itself).
             cluster.startPythonNode(QStringLiteral("python"));
+            QVERIFY(QTest::qWaitFor(
+                [&] { return cluster.log(QStringLiteral("python")).contains(QStringLiteral("registered as")); }, 120'000));
+            cluster.startCheater(QStringLiteral("fewer-steps"));
             const auto end = cluster.waitForEnd(cluster.submit(jobFile));
             const QString log = cluster.log(QStringLiteral("python"));
             QVERIFY2(end.value(QStringLiteral("state")).toString() == u"finished", qPrintable(log));

@@ -477,6 +477,9 @@ class Node:
 
     def run(self, stop):
         self.pending_checkpoints, self.pending_tasks = [], []
+        # The data is read before the node offers work: a first shard that reads it too would keep
+        # the node silent (no heartbeats while it trains) for seconds.
+        fashion_mnist()
         self.register()
         ready = False
         while not stop():
