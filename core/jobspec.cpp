@@ -232,7 +232,7 @@ AggregationSpec readAggregationSpec(JsonReader reader)
     if (reader.ok() && aggregation.outerLr <= 0.0)
         reader.fail(u"outerLr", QStringLiteral("the outer learning rate must be above 0"));
     aggregation.outerMomentum = reader.number(u"outerMomentum", 0.0, 0.999, Presence::Optional, 0.9);
-    const QString compression = reader.string(u"compression", Presence::Optional, QStringLiteral("none"));
+    const QString compression = reader.string(u"compression", Presence::Optional, QStringLiteral("int8"));
     if (const auto known = compressionFromName(compression))
         aggregation.compression = *known;
     else

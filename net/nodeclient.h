@@ -51,7 +51,7 @@ public:
         const QHash<core::Digest, QString>& blobPaths)
         = 0;
     virtual QList<Finished> takeFinished(const QString& tag) = 0; // thread-safe
-    // Re-creates the training state at interior `checkpoint` of a shard this node trained, off the
+    // Re-creates the training state at `checkpoint` (1..n-1) of a shard this node trained, off the
     // caller's thread, from the round's weights (startWeightsPath) and the kept state (empty: none);
     // takeRecreated() collects it under `key`. False: this executor cannot (the dispute is answered
     // with "none").

@@ -144,7 +144,8 @@ core::Result<NamedTensors> shardDelta(const NamedTensors& revealed, const NamedT
                 const auto kept = byName[KeepPrefix + name];
                 if (!kept.defined() || kept.sizes() != w.sizes() || kept.scalar_type() != w.scalar_type())
                     return unfit(QStringLiteral("the update has no keep/%1 of the model's shape and type").arg(what));
-                out.emplace_back(name, kept);
+                // A float tensor of another type (float64, float16) travels whole: its change is taken from it.
+                out.emplace_back(name, w.is_floating_point() ? kept - w : kept);
                 ++used;
                 continue;
             }
@@ -175,10 +176,12 @@ core::Result<NamedTensors> revealedWeights(const NamedTensors& revealed, const N
         return delta.error();
     return shielded(QStringLiteral("reading the update"), [&]() -> core::Result<NamedTensors> {
         torch::NoGradGuard noGrad;
+        std::map<std::string, at::Tensor> byName(revealed.begin(), revealed.end());
         NamedTensors out;
         for (std::size_t i = 0; i < base.size(); ++i) {
             const auto& [name, w] = base[i];
-            out.emplace_back(name, w.is_floating_point() ? w + (*delta)[i].second : (*delta)[i].second);
+            // Tensors that travel whole are the shard's own values, not base + (value - base).
+            out.emplace_back(name, w.scalar_type() == at::kFloat ? w + (*delta)[i].second : byName[KeepPrefix + name]);
         }
         return out;
     });

@@ -49,6 +49,8 @@ core::JobSpec smallJob()
     spec.training.threads = 1;
     spec.training.checkpointInterval = 5;
     spec.budget = core::Credits::fromMicro(1);
+    // The cases read a shard's final weights; the int8 update it reveals by default has cases of its own.
+    spec.aggregation.compression = core::Compression::None;
     return spec;
 }
 
@@ -167,6 +169,7 @@ private Q_SLOTS:
     {
         auto spec = smallJob();
         spec.training.localSteps = 22;
+        spec.aggregation.compression = core::Compression::Int8;
         const auto prepared = prepare(spec);
         const auto& task = prepared.tasks[0];
         const auto output = compute::runShard(task, prepared.start.bytes, {});
@@ -175,7 +178,7 @@ private Q_SLOTS:
             for (const auto& kept : { output.keptState, QByteArray() }) {
                 const auto state = compute::recreateState(task, prepared.start.bytes, kept, k, {});
                 QVERIFY2(state.ok(), qPrintable(state.ok() ? QString() : state.error().toString()));
-                const auto next = compute::replayShard(task, k, *state, chain[k], k + 1, {}, {});
+                const auto next = compute::replayShard(task, k, *state, chain[k], k + 1, prepared.start.bytes, {});
                 QVERIFY2(next.ok(),
                     qPrintable(QStringLiteral("checkpoint %1: %2").arg(k).arg(next.ok() ? QString() : next.error().toString())));
                 QCOMPARE(next->checkpoints.first(), chain[k + 1]);
@@ -478,6 +481,63 @@ private Q_SLOTS:
         const auto misfit = compute::detail::pickleTensors({ { "w", torch::tensor({ 1.0f, 2.0f, 3.0f }) } });
         QVERIFY(!compute::aggregate(fedAvg, global, { { 0, 1, misfit, {} } }, {}).ok());
         QVERIFY(!compute::aggregate(fedAvg, global, { { 0, 1, QByteArray("junk"), {} } }, {}).ok());
+    }
+
+    // With compression int8 a shard trains exactly as without (the same chain) and reveals its
+    // update W_shard - W_round as int8 with a float32 scale per block of 256: what PyTorch computes
+    // from the same weights, bit for bit, and what FedAvg adds to W. About a quarter of the bytes.
+    void aShardRevealsItsUpdateAsInt8AsPyTorchComputesIt()
+    {
+        auto spec = smallJob();
+        spec.model.hidden = { 300 }; // 784 x 300: tensors that end in a partial block
+        const auto plain = prepare(spec);
+        spec.aggregation.compression = core::Compression::Int8;
+        const auto compressed = prepare(spec);
+        QCOMPARE(compressed.tasks[0].compression, core::Compression::Int8);
+        const auto final = compute::runShard(plain.tasks[0], plain.start.bytes, {});
+        const auto revealed = compute::runShard(compressed.tasks[0], compressed.start.bytes, {});
+        QVERIFY2(revealed.result.outcome == core::ShardResult::Outcome::Completed, qPrintable(revealed.result.failure));
+        QCOMPARE(revealed.result.checkpointHashes, final.result.checkpointHashes);
+        QCOMPARE(*compute::canonicalHashOf(revealed.weights), revealed.result.finalHash);
+        QVERIFY(revealed.result.finalHash != final.result.finalHash);
+        QVERIFY2(revealed.weights.size() * 10 < final.weights.size() * 3,
+            qPrintable(QStringLiteral("%1 bytes revealed for %2 of weights").arg(revealed.weights.size()).arg(final.weights.size())));
+        QCOMPARE(compute::runShard(compressed.tasks[0], compressed.start.bytes, {}).weights, revealed.weights);
+
+        core::AggregationSpec fedAvg;
+        const auto aggregated = compute::aggregate(fedAvg, compressed.start.bytes, { { 0, 100, revealed.weights, {} } }, {});
+        QVERIFY2(aggregated.ok(), qPrintable(aggregated.ok() ? QString() : aggregated.error().toString()));
+        QTemporaryDir dir;
+        const QList<std::pair<const char*, QByteArray>> files { { "start.pt", plain.start.bytes }, { "final.pt", final.weights },
+            { "revealed.pt", revealed.weights }, { "aggregated.pt", aggregated->weights.bytes } };
+        QStringList arguments { scriptPath("reference_update.py") };
+        for (const auto& [name, bytes] : files) {
+            QFile file(dir.filePath(QLatin1String(name)));
+            QVERIFY(file.open(QIODevice::WriteOnly) && file.write(bytes) == bytes.size());
+            arguments.append(file.fileName());
+        }
+        QString said;
+        QVERIFY2(runPython(arguments, &said), qPrintable(said));
+
+        // The aggregate of the update is within half a quantisation step of the uncompressed one.
+        const auto exact = compute::aggregate(fedAvg, plain.start.bytes, { { 0, 100, final.weights, {} } }, {});
+        QVERIFY(exact.ok());
+        QVERIFY(*compute::relativeDistance(exact->weights.bytes, aggregated->weights.bytes, {}) < 0.01);
+
+        // An update that is not the documented format is refused with its reason, not guessed at.
+        auto tampered = unpickle(revealed.weights);
+        for (auto& [name, tensor] : tampered) {
+            if (name == "meta/compression")
+                tensor = torch::tensor({ std::int64_t(2), std::int64_t(256) }, torch::kInt64);
+        }
+        const auto refused = compute::aggregate(fedAvg, compressed.start.bytes,
+            { { 0, 100, compute::detail::pickleTensors(tampered), {} } }, {});
+        QVERIFY(!refused.ok());
+        QVERIFY2(refused.error().message.contains(QStringLiteral("meta/compression")), qPrintable(refused.error().message));
+        auto wrongShape = unpickle(revealed.weights);
+        wrongShape.erase(wrongShape.begin());
+        QVERIFY(!compute::aggregate(fedAvg, compressed.start.bytes, { { 0, 100, compute::detail::pickleTensors(wrongShape), {} } }, {})
+                     .ok());
     }
 
     void trainsATorchScriptModelFromPyTorch()

@@ -718,6 +718,52 @@ private Q_SLOTS:
         QVERIFY(broker->ledger().checkInvariants().ok());
     }
 
+    // An honest chain with poisoned weights: the chains agree at every checkpoint, so the dispute
+    // is over what was revealed from the last state (one past the chain). Both sides are asked for
+    // that state, and the referee reveals the result from it itself.
+    void anHonestChainWithPoisonedWeightsLosesOverTheRevealedResult()
+    {
+        auto broker = openVerifying(QStringLiteral("poisoned"));
+        auto spec = job(1, 1);
+        spec.training.localSteps = 15; // checkpoints at 0, 5, 10, 15
+        const auto jobId = *broker->submit(spec);
+        for (const auto* id : { "a", "b" })
+            QVERIFY(broker->registerNode(node(QString::fromLatin1(id))).ok());
+        const auto a1 = **broker->assign(QStringLiteral("a"));
+        auto poisoned = honest(*broker, a1);
+        poisoned.weightsSha256 = *broker->blobs().put("poisoned weights");
+        poisoned.finalHash = Digest::ofBytes("poisoned weights");
+        QCOMPARE(*deliver(*broker, QStringLiteral("a"), a1.id, poisoned), Acceptance::Held);
+        const auto b1 = **broker->assign(QStringLiteral("b"));
+        (void)broker->takeNotices();
+        QCOMPARE(*deliver(*broker, QStringLiteral("b"), b1.id, honest(*broker, b1)), Acceptance::Held);
+        auto check = broker->verifications(jobId)->first();
+        const QString checkId = check.value(QStringLiteral("id")).toString();
+        QCOMPARE(check.value(QStringLiteral("state")).toString(), QStringLiteral("disputed"));
+        QCOMPARE(check.value(QStringLiteral("checkpoint")).toInteger(), 4);
+        int asked = 0;
+        bool toldWhy = false;
+        for (const auto& notice : broker->takeNotices()) {
+            if (notice.kind == Notice::Kind::CheckpointRequest) {
+                ++asked;
+                QCOMPARE(notice.body.value(QStringLiteral("checkpoint")).toInteger(), 3); // the last state
+            }
+            toldWhy = toldWhy || notice.body.value(QStringLiteral("detail")).toString().contains(QStringLiteral("revealed"));
+        }
+        QCOMPARE(asked, 2);
+        QVERIFY(toldWhy);
+        QVERIFY(
+            broker->checkpointDelivered(QStringLiteral("b"), checkId, *broker->blobs().put(FakeMath::state(b1.task, 3))).ok());
+        check = broker->verifications(jobId)->first();
+        QCOMPARE(check.value(QStringLiteral("outcome")).toString(), QStringLiteral("accused"));
+        QVERIFY2(check.value(QStringLiteral("detail")).toString().contains(QStringLiteral("revealed")),
+            qPrintable(check.value(QStringLiteral("detail")).toString()));
+        const auto nodes = *broker->nodes();
+        QCOMPARE(nodes[0].value(QStringLiteral("disputesLost")).toInteger(), 1);
+        QCOMPARE(nodes[1].value(QStringLiteral("disputesLost")).toInteger(), 0);
+        QVERIFY(broker->ledger().checkInvariants().ok());
+    }
+
     void aDisputeNobodyAnswersIsLostByBoth()
     {
         Broker::Options options = verifyingOptions();

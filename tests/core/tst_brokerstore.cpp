@@ -162,9 +162,12 @@ private Q_SLOTS:
                         .ok());
         }
         BrokerStore store(openAt(path, 1000));
-        QCOMPARE(*store.database().schemaVersion(), 7);
+        QCOMPARE(*store.database().schemaVersion(), 8);
         const auto carried = *store.job(QStringLiteral("j"));
         QVERIFY(carried);
+        // A job from before compression was a setting was uncompressed, and says so now.
+        QCOMPARE(carried->specJson.value(QStringLiteral("aggregation")).toObject().value(QStringLiteral("compression")).toString(),
+            QStringLiteral("none"));
         QCOMPARE(carried->state, JobState::Running);
         QCOMPARE(carried->pricePerShard, Credits::fromMicro(900'000));
         QCOMPARE(store.rounds(QStringLiteral("j"))->size(), 1);

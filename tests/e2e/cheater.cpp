@@ -1,6 +1,6 @@
 // tessera-test-cheater: a node that cheats, for the end-to-end tests of verification. It is the
 // real network client (net::NodeClient: register, commit, upload, result, checkpoints) around an
-// executor that lies in one of five ways:
+// executor that lies in one of seven ways:
 //
 //   random       random weights of the right shape, and a chain of made-up hashes
 //   fewer-steps  trains half the steps and pads the chain (the first half is honest)
@@ -9,6 +9,8 @@
 //   wrong-data   trains on the wrong samples (another data order)
 //   late         honest up to the last interval, whose checkpoint and weights are another run's (a
 //                dispute there needs the state at checkpoint n-2, which an honest node re-creates)
+//   poisoned     an honest chain, but the weights (or int8 update) it reveals are another run's (a
+//                dispute over the revealed result, settled from the last state)
 //
 // Usage: tessera-test-cheater --broker ADDRESS --data DIR --mode MODE
 
@@ -136,7 +138,7 @@ private:
             qInfo("cheat: wrong data order for round %lld shard %lld", qlonglong(task.round), qlonglong(task.shard));
             return output;
         }
-        if (m_mode == u"late") {
+        if (m_mode == u"late" || m_mode == u"poisoned") {
             auto output = compute::runShard(task, start, environment);
             auto other = task;
             other.seed = task.seed + 1;
@@ -147,9 +149,14 @@ private:
             output.weights = lie.weights;
             output.result.finalHash = lie.result.finalHash;
             output.result.weightsSha256 = lie.result.weightsSha256;
-            output.result.checkpointHashes.last() = lie.result.checkpointHashes.last();
-            qInfo("cheat: the last interval of round %lld shard %lld is another run's", qlonglong(task.round),
-                qlonglong(task.shard));
+            if (m_mode == u"late") {
+                output.result.checkpointHashes.last() = lie.result.checkpointHashes.last();
+                qInfo("cheat: the last interval of round %lld shard %lld is another run's", qlonglong(task.round),
+                    qlonglong(task.shard));
+            } else {
+                qInfo("cheat: an honest chain with another run's result for round %lld shard %lld", qlonglong(task.round),
+                    qlonglong(task.shard));
+            }
             return output;
         }
         auto output = compute::runShard(task, start, environment);
@@ -178,7 +185,7 @@ int main(int argc, char* argv[])
     parser.process(app);
     const QString mode = parser.value(QStringLiteral("mode"));
     const QStringList modes { QStringLiteral("random"), QStringLiteral("fewer-steps"), QStringLiteral("copy"),
-        QStringLiteral("stale"), QStringLiteral("wrong-data"), QStringLiteral("late") };
+        QStringLiteral("stale"), QStringLiteral("wrong-data"), QStringLiteral("late"), QStringLiteral("poisoned") };
     auto broker = net::BrokerAddress::parse(parser.value(QStringLiteral("broker")));
     const QString data = parser.value(QStringLiteral("data"));
     if (!modes.contains(mode) || !broker || data.isEmpty() || !QDir().mkpath(data)) {

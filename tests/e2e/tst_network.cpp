@@ -237,10 +237,24 @@ private Q_SLOTS:
 
     // A node keeps one training state per result (the middle checkpoint) and re-creates any other
     // for a dispute. A cheater whose last interval is another run's loses the dispute at the last
-    // checkpoint, settled from the state before it, which the honest side re-created.
+    // checkpoint, settled from the state before it, which the honest side re-created. A cheater with
+    // an honest chain whose revealed int8 update is another run's loses the dispute over what was
+    // revealed, settled from the last state, re-created too.
+    void aDisputeIsSettledFromARecreatedState_data()
+    {
+        QTest::addColumn<QString>("mode");
+        QTest::addColumn<int>("recreated"); // the checkpoint whose state the honest side re-creates
+        QTest::addColumn<QString>("ruling");
+        QTest::newRow("late") << QStringLiteral("late") << 3 << QStringLiteral("the referee re-executed checkpoint 4");
+        QTest::newRow("poisoned") << QStringLiteral("poisoned") << 4
+                                  << QStringLiteral("the referee revealed the update from the last checkpoint");
+    }
     void aDisputeIsSettledFromARecreatedState()
     {
-        const QString jobFile = m_dir.filePath(QStringLiteral("late-job.json"));
+        QFETCH(QString, mode);
+        QFETCH(int, recreated);
+        QFETCH(QString, ruling);
+        const QString jobFile = m_dir.filePath(QStringLiteral("recreated-job.json"));
         Cluster::writeFile(jobFile, QStringLiteral(R"({
     "version": 1, "name": "re-created state",
     "model": { "zoo": "mlp", "hidden": [1024, 1024] },
@@ -248,12 +262,13 @@ private Q_SLOTS:
     "optimizer": { "kind": "sgd", "lr": 0.05, "momentum": 0.9 },
     "training": { "rounds": 2, "shardsPerRound": 3, "localSteps": 40, "batchSize": 32, "seed": 3, "threads": 1,
                   "checkpointInterval": 10 },
+    "aggregation": { "compression": "int8" },
     "budget": "1000",
     "verification": { "rate": 1.0 }
 })"));
         Cluster cluster;
         cluster.startBroker({}, QStringLiteral("SelfVerifyAfterSeconds=600\n"));
-        cluster.startCheater(QStringLiteral("late"));
+        cluster.startCheater(mode);
         cluster.startNode(1);
         cluster.startNode(2);
         // All three take part from the start, however slowly the machine starts them.
@@ -263,18 +278,18 @@ private Q_SLOTS:
         const auto job = cluster.waitForEnd(jobId);
         QCOMPARE(job.value(QStringLiteral("state")).toString(), QStringLiteral("finished"));
         QVERIFY(cluster.ledgerConsistent());
-        // Checkpoints 0..4: the state kept is checkpoint 2's; the dispute needs checkpoint 3's.
-        const QString recreated = QStringLiteral("re-creating checkpoint 3 of");
-        const int recreations
-            = int(cluster.log(QStringLiteral("node1")).count(recreated) + cluster.log(QStringLiteral("node2")).count(recreated));
-        qInfo("states re-created for disputes: %d", recreations);
+        // Checkpoints 0..4: the state kept is checkpoint 2's; the dispute needs another one.
+        const QString asked = QStringLiteral("re-creating checkpoint %1 of").arg(recreated);
+        const auto recreations = cluster.log(QStringLiteral("node1")).count(asked) + cluster.log(QStringLiteral("node2")).count(asked);
+        qInfo("states re-created for disputes at checkpoint %d: %lld", recreated, qlonglong(recreations));
         QVERIFY2(recreations >= 1, qPrintable(cluster.log(QStringLiteral("broker"))));
+        QVERIFY2(cluster.log(QStringLiteral("broker")).contains(ruling), qPrintable(cluster.log(QStringLiteral("broker"))));
         for (const auto& value : cluster.nodes()) {
             const auto node = value.toObject();
             const auto name = node.value(QStringLiteral("name")).toString();
             qInfo("%s: disputes lost %lld, slashed %s", qPrintable(name), node.value(QStringLiteral("disputesLost")).toInteger(),
                 qPrintable(node.value(QStringLiteral("slashed")).toString()));
-            if (name == u"cheater-late") {
+            if (name == QStringLiteral("cheater-") + mode) {
                 QVERIFY(node.value(QStringLiteral("disputesLost")).toInteger() >= 1);
                 QVERIFY(node.value(QStringLiteral("slashed")).toString() != u"0");
             } else {

@@ -1,6 +1,6 @@
 """A Tessera compute node written from docs/PROTOCOL.md, docs/DETERMINISM.md and docs/JOBS.md alone,
 with pyzmq, PyTorch and PyNaCl: it registers, trains the shards it is given bit for bit as the docs
-say, commits, uploads its weights (as PyTorch's state_dict(), an OrderedDict), reports them, keeps
+say, commits, uploads its weights or their int8 update (as a dict PyTorch saved), reports them, keeps
 its training states and answers disputes. It is the proof that the docs are enough to build a node.
 
 Usage: python_node.py ENDPOINT --name NAME [--threads N] [--seconds S]
@@ -80,7 +80,7 @@ ROUND_PERMUTATION, SHARD_PASS, STEP, INITIALISATION = 1, 2, 3, 4
 # --- DETERMINISM.md, "Canonical weights" and "Runtime profile" ----------------------------------
 
 CODES = {torch.float32: 1, torch.float64: 2, torch.int64: 3, torch.int32: 4, torch.float16: 5,
-         torch.bfloat16: 6, torch.bool: 7, torch.uint8: 8}
+         torch.bfloat16: 6, torch.bool: 7, torch.uint8: 8, torch.int8: 9, torch.int16: 10}
 
 
 def canonical_hash(tensors):
@@ -256,8 +256,38 @@ def training_state(model, optimizer):
     return state
 
 
+# --- DETERMINISM.md, "Revealed update" --------------------------------------------------------
+
+UPDATE_BLOCK = 256
+
+
+def revealed(task, start, final):
+    """What the node uploads: its final weights, or (compression "int8") their update from the
+    round's weights, int8 with a float32 scale per block of 256 elements."""
+    if task.get("compression", "none") == "none":
+        return final
+    out = {"meta/compression": torch.tensor([1, UPDATE_BLOCK], dtype=torch.int64)}
+    for name, w in start.items():
+        f = final[name].detach()
+        if w.dtype != torch.float32:
+            out["keep/" + name] = f.clone()
+            continue
+        d = (f - w).flatten()
+        if not bool(torch.isfinite(d).all()):
+            raise ValueError("the update of %s is not finite" % name)
+        blocks = (d.numel() + UPDATE_BLOCK - 1) // UPDATE_BLOCK
+        padded = torch.zeros(blocks * UPDATE_BLOCK, dtype=torch.float32)
+        padded[: d.numel()] = d
+        scale = padded.view(blocks, UPDATE_BLOCK).abs().amax(dim=1) / 127.0
+        per_element = scale.repeat_interleave(UPDATE_BLOCK)[: d.numel()]
+        q = torch.where(per_element == 0, torch.zeros_like(d), torch.round(d / per_element))
+        out["update/" + name] = q.clamp(-127, 127).to(torch.int8).view(w.shape)
+        out["scale/" + name] = scale
+    return out
+
+
 def train(task, start_bytes):
-    """The shard: (final weights file, ShardResult, {k: state file} for interior checkpoints)."""
+    """The shard: (revealed weights file, ShardResult, {k: state file} for checkpoints 1..n-1)."""
     torch.set_num_threads(task["threads"])
     x_all, y_all = fashion_mnist()
     r, k, seed = task["round"], task["shard"], task["seed"]
@@ -298,15 +328,16 @@ def train(task, start_bytes):
         if done % c == 0 or done == steps:
             state = training_state(model, optimizer)
             chain.append(canonical_hash(state))
-            if done < steps:  # interior checkpoint len(chain) - 1: kept for disputes
-                kept = {name: t.detach().clone() for name, t in state.items()}
-                kept["meta/step"] = torch.tensor(done, dtype=torch.int64)
-                buffer = io.BytesIO()
-                torch.save(kept, buffer)
-                states[len(chain) - 1] = buffer.getvalue()
+            # Checkpoint len(chain) - 1, interior or the last one: kept for disputes (a dispute
+            # over the revealed update asks for the last one).
+            kept = {name: t.detach().clone() for name, t in state.items()}
+            kept["meta/step"] = torch.tensor(done, dtype=torch.int64)
+            buffer = io.BytesIO()
+            torch.save(kept, buffer)
+            states[len(chain) - 1] = buffer.getvalue()
+    final = revealed(task, start, model.state_dict())
     weights = io.BytesIO()
-    torch.save(model.state_dict(), weights)  # an OrderedDict, as PyTorch users save weights
-    final = model.state_dict()
+    torch.save(final, weights)  # the state_dict() (an OrderedDict, as PyTorch users save weights) or the update
     result = {
         "jobId": task["jobId"], "round": r, "shard": k, "outcome": "completed",
         "finalHash": canonical_hash(final).hex(),

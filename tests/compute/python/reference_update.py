@@ -1,0 +1,63 @@
+"""Independent reference for the int8 update a shard reveals (docs/DETERMINISM.md, "Revealed update").
+
+Usage: reference_update.py START.pt FINAL.pt REVEALED.pt AGGREGATED.pt
+START.pt holds the round's weights, FINAL.pt the shard's final weights (a run with compression
+"none"), REVEALED.pt what the node revealed with compression "int8", AGGREGATED.pt what FedAvg with
+outer lr 1 made of that one shard. Each is rebuilt here with torch operations and compared bit
+for bit; the script exits non-zero and says what differs.
+"""
+import sys
+
+import torch
+
+BLOCK = 256
+
+start, final, revealed, aggregated = (torch.load(path) for path in sys.argv[1:5])
+problems = []
+
+
+def same_bits(a, b):
+    if a.dtype != b.dtype or a.shape != b.shape:
+        return False
+    if a.dtype == torch.float32:
+        return torch.equal(a.view(torch.int32), b.view(torch.int32))
+    return torch.equal(a, b)
+
+
+expected_names = {"meta/compression"}
+meta = revealed.get("meta/compression")
+if meta is None or meta.dtype != torch.int64 or meta.tolist() != [1, BLOCK]:
+    problems.append("meta/compression is %r, not int64 [1, %d]" % (meta, BLOCK))
+for name in sorted(start):
+    w, f = start[name], final[name]
+    if not w.is_floating_point():
+        expected_names.add("keep/" + name)
+        if not same_bits(revealed.get("keep/" + name, torch.empty(0)), f):
+            problems.append("keep/%s is not the final value" % name)
+        continue
+    expected_names.update({"update/" + name, "scale/" + name})
+    d = (f - w).flatten()
+    blocks = (d.numel() + BLOCK - 1) // BLOCK
+    padded = torch.zeros(blocks * BLOCK, dtype=torch.float32)
+    padded[: d.numel()] = d
+    scale = padded.view(blocks, BLOCK).abs().amax(dim=1) / 127.0
+    per_element = scale.repeat_interleave(BLOCK)[: d.numel()]
+    q = torch.where(per_element == 0, torch.zeros_like(d), torch.round(d / per_element))
+    q = q.clamp(-127, 127).to(torch.int8).view(w.shape)
+    if not same_bits(revealed.get("scale/" + name, torch.empty(0)), scale):
+        problems.append("scale/%s differs from max|d| / 127 per block" % name)
+    if not same_bits(revealed.get("update/" + name, torch.empty(0)), q):
+        problems.append("update/%s differs from round(d / scale)" % name)
+    decoded = q.flatten().to(torch.float32) * per_element
+    error = (decoded - d).abs()
+    if bool((error > per_element / 2 * (1 + 1e-6)).any()):
+        problems.append("update/%s is further than half a step from the update" % name)
+    if not same_bits(aggregated[name], w + decoded.view(w.shape)):
+        problems.append("the aggregated %s is not W + q * scale" % name)
+if set(revealed) != expected_names:
+    problems.append("the revealed names are %s, not %s" % (sorted(revealed), sorted(expected_names)))
+
+if problems:
+    print("\n".join(problems))
+    sys.exit(1)
+print("the int8 update and its aggregation match PyTorch bit for bit (%d tensors)" % len(start))
