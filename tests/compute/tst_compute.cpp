@@ -501,7 +501,8 @@ private Q_SLOTS:
         QCOMPARE(*compute::canonicalHashOf(revealed.weights), revealed.result.finalHash);
         QVERIFY(revealed.result.finalHash != final.result.finalHash);
         QVERIFY2(revealed.weights.size() * 10 < final.weights.size() * 3,
-            qPrintable(QStringLiteral("%1 bytes revealed for %2 of weights").arg(revealed.weights.size()).arg(final.weights.size())));
+            qPrintable(
+                QStringLiteral("%1 bytes revealed for %2 of weights").arg(revealed.weights.size()).arg(final.weights.size())));
         QCOMPARE(compute::runShard(compressed.tasks[0], compressed.start.bytes, {}).weights, revealed.weights);
 
         core::AggregationSpec fedAvg;
@@ -530,13 +531,14 @@ private Q_SLOTS:
             if (name == "meta/compression")
                 tensor = torch::tensor({ std::int64_t(2), std::int64_t(256) }, torch::kInt64);
         }
-        const auto refused = compute::aggregate(fedAvg, compressed.start.bytes,
-            { { 0, 100, compute::detail::pickleTensors(tampered), {} } }, {});
+        const auto refused = compute::aggregate(
+            fedAvg, compressed.start.bytes, { { 0, 100, compute::detail::pickleTensors(tampered), {} } }, {});
         QVERIFY(!refused.ok());
         QVERIFY2(refused.error().message.contains(QStringLiteral("meta/compression")), qPrintable(refused.error().message));
         auto wrongShape = unpickle(revealed.weights);
         wrongShape.erase(wrongShape.begin());
-        QVERIFY(!compute::aggregate(fedAvg, compressed.start.bytes, { { 0, 100, compute::detail::pickleTensors(wrongShape), {} } }, {})
+        QVERIFY(!compute::aggregate(
+            fedAvg, compressed.start.bytes, { { 0, 100, compute::detail::pickleTensors(wrongShape), {} } }, {})
                      .ok());
     }
 

@@ -150,7 +150,8 @@ private Q_SLOTS:
         QCOMPARE(recreated.at(0).at(0).toString(), QStringLiteral("dispute-1"));
         QCOMPARE(recreated.at(0).at(2).toString(), QString());
         const auto& chain = trained.result.checkpointHashes;
-        const auto next = compute::replayShard(f.tasks[0], 3, recreated.at(0).at(1).toByteArray(), chain[3], 4, f.start.bytes, {});
+        const auto next
+            = compute::replayShard(f.tasks[0], 3, recreated.at(0).at(1).toByteArray(), chain[3], 4, f.start.bytes, {});
         QVERIFY(next.ok());
         QCOMPARE(next->checkpoints.first(), chain[4]);
 

@@ -166,7 +166,8 @@ private Q_SLOTS:
         const auto carried = *store.job(QStringLiteral("j"));
         QVERIFY(carried);
         // A job from before compression was a setting was uncompressed, and says so now.
-        QCOMPARE(carried->specJson.value(QStringLiteral("aggregation")).toObject().value(QStringLiteral("compression")).toString(),
+        QCOMPARE(
+            carried->specJson.value(QStringLiteral("aggregation")).toObject().value(QStringLiteral("compression")).toString(),
             QStringLiteral("none"));
         QCOMPARE(carried->state, JobState::Running);
         QCOMPARE(carried->pricePerShard, Credits::fromMicro(900'000));

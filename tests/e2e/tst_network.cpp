@@ -280,7 +280,8 @@ private Q_SLOTS:
         QVERIFY(cluster.ledgerConsistent());
         // Checkpoints 0..4: the state kept is checkpoint 2's; the dispute needs another one.
         const QString asked = QStringLiteral("re-creating checkpoint %1 of").arg(recreated);
-        const auto recreations = cluster.log(QStringLiteral("node1")).count(asked) + cluster.log(QStringLiteral("node2")).count(asked);
+        const auto recreations
+            = cluster.log(QStringLiteral("node1")).count(asked) + cluster.log(QStringLiteral("node2")).count(asked);
         qInfo("states re-created for disputes at checkpoint %d: %lld", recreated, qlonglong(recreations));
         QVERIFY2(recreations >= 1, qPrintable(cluster.log(QStringLiteral("broker"))));
         QVERIFY2(cluster.log(QStringLiteral("broker")).contains(ruling), qPrintable(cluster.log(QStringLiteral("broker"))));
