@@ -8,7 +8,9 @@
 #include "record.h"
 
 #include <compute/brokermath.h>
+#include <compute/shardrun.h>
 #include <core/broker/broker.h>
+#include <core/decomposition.h>
 #include <core/jobspec.h>
 #include <core/shardresult.h>
 #include <net/brokerclient.h>
@@ -161,9 +163,17 @@ double blobRate(const std::optional<net::CurveKeys>& keys)
     net::BrokerClient client(address, reader);
     QElapsedTimer timer;
     timer.start();
+    rusage before {}, after {};
+    getrusage(RUSAGE_THREAD, &before);
     auto bytes = client.download(digest);
+    getrusage(RUSAGE_THREAD, &after);
     const double rate = double(BlobBytes) / seconds(timer);
     server.finish();
+    auto cpu = [](const rusage& u) {
+        return double(u.ru_utime.tv_sec + u.ru_stime.tv_sec) + double(u.ru_utime.tv_usec + u.ru_stime.tv_usec) / 1e6;
+    };
+    std::printf("    %s: the client's thread used %.0f ms of CPU, the broker's %.0f ms, in %.0f ms\n",
+        keys ? "CURVE" : "plaintext", (cpu(after) - cpu(before)) * 1e3, server.cpuSeconds * 1e3, double(BlobBytes) / rate * 1e3);
     if (!bytes)
         qFatal("%s", qPrintable(bytes.error().toString()));
     return rate;
@@ -181,59 +191,58 @@ void bytesPerRound()
     std::int64_t parameters = 784 * 256 + 256 + 256 * 128 + 128 + 128 * 10 + 10;
 
     // One shard's messages, encoded for real: TASK, the GETs and CHUNKs of the start weights, the
-    // PUTs of the result's weights and their OKs, and the RESULT.
-    core::ShardTask task;
-    task.jobId = QStringLiteral("0123456789abcdef");
-    task.sampleEnd = 20000;
-    task.localSteps = spec.training.localSteps;
-    task.batchSize = spec.training.batchSize;
-    task.checkpointInterval = spec.training.checkpointInterval;
-    task.model = spec.model;
-    task.dataset = spec.dataset;
-    task.optimizer = spec.optimizer;
-    task.startWeights = weights.canonicalHash;
-    core::ShardResult result;
-    result.jobId = task.jobId;
-    result.finalHash = weights.canonicalHash;
-    result.checkpointHashes = QList<core::Digest>(task.checkpointCount(), weights.canonicalHash);
-    result.weightsSha256 = weights.canonicalHash;
-    result.losses = QList<double>(task.localSteps, 0.123456789);
-    result.runtimeProfile = QStringLiteral("libtorch=1.13.0;blas=openblas-openmp;threads=1;cpu=avx2;device=cpu");
+    // PUTs of what the shard reveals and their OKs, and the RESULT. What it reveals is a real
+    // shard's: trained, then its int8 update (the default) or its float32 weights.
+    const auto task = core::decomposeRound(QStringLiteral("0123456789abcdef"), spec, 0, weights.canonicalHash).first();
+    const auto trained = compute::runShard(task, weights.bytes, {});
+    if (trained.result.outcome != core::ShardResult::Outcome::Completed)
+        qFatal("the example shard failed: %s", qPrintable(trained.result.failure));
+    const std::int64_t u = trained.weights.size();
+    const auto& result = trained.result;
     auto size = [](const net::Message& m) {
         std::int64_t total = 0;
         for (const auto& frame : net::encode(m))
             total += frame.size();
         return total;
     };
-    const std::int64_t chunks = (w + net::MaxChunkBytes - 1) / net::MaxChunkBytes;
-    const QJsonObject blobHeader { { QStringLiteral("sha256"), weights.canonicalHash.toHex() }, { QStringLiteral("offset"), 0 },
-        { QStringLiteral("size"), static_cast<qint64>(w) } };
-    std::int64_t perShard = size({ net::Command::Task,
-                                QJsonObject { { QStringLiteral("assignment"), QStringLiteral("0123456789abcdef") },
-                                    { QStringLiteral("task"), task.toJson() },
-                                    { QStringLiteral("startWeightsBlob"), weights.canonicalHash.toHex() },
-                                    { QStringLiteral("deadlineMs"), 30000 } },
-                                {} })
-        + chunks * size({ net::Command::Get, blobHeader, {} }) + chunks * size({ net::Command::Chunk, blobHeader, {} }) + w
-        + chunks * size({ net::Command::Put, blobHeader, {} }) + w
-        + chunks * size(net::okMessage(1, { { QStringLiteral("received"), 1 } }))
-        + size({ net::Command::Result,
-            QJsonObject { { QStringLiteral("assignment"), QStringLiteral("0123456789abcdef") },
-                { QStringLiteral("result"), result.toJson() } },
-            {} })
-        + size(net::okMessage(1, { { QStringLiteral("verdict"), QStringLiteral("accepted") } }));
-    const std::int64_t perRound = perShard * spec.training.shardsPerRound;
+    auto transfer = [&](std::int64_t bytes, net::Command request, net::Command reply) {
+        const std::int64_t chunks = (bytes + net::MaxChunkBytes - 1) / net::MaxChunkBytes;
+        const QJsonObject header { { QStringLiteral("sha256"), weights.canonicalHash.toHex() }, { QStringLiteral("offset"), 0 },
+            { QStringLiteral("size"), static_cast<qint64>(bytes) } };
+        const auto answer = reply == net::Command::Ok ? net::okMessage(1, { { QStringLiteral("received"), 1 } })
+                                                      : net::Message { reply, header, {} };
+        return chunks * (size({ request, header, {} }) + size(answer)) + bytes;
+    };
+    auto perShard = [&](std::int64_t uploaded) {
+        return size({ net::Command::Task,
+                   QJsonObject { { QStringLiteral("assignment"), QStringLiteral("0123456789abcdef") },
+                       { QStringLiteral("task"), task.toJson() },
+                       { QStringLiteral("startWeightsBlob"), weights.canonicalHash.toHex() },
+                       { QStringLiteral("deadlineMs"), 30000 } },
+                   {} })
+            + transfer(w, net::Command::Get, net::Command::Chunk) + transfer(uploaded, net::Command::Put, net::Command::Ok)
+            + size({ net::Command::Result,
+                QJsonObject { { QStringLiteral("assignment"), QStringLiteral("0123456789abcdef") },
+                    { QStringLiteral("result"), result.toJson() } },
+                {} })
+            + size(net::okMessage(1, { { QStringLiteral("verdict"), QStringLiteral("accepted") } }));
+    };
+    const std::int64_t perRound = perShard(u) * spec.training.shardsPerRound;
+    const std::int64_t perRoundFloat = perShard(w) * spec.training.shardsPerRound;
     // Data-parallel SGD that synchronises every step: each worker sends its gradient and receives
     // the new weights, as float32, at each of the round's steps.
     const std::int64_t perStep = 2 * 4 * parameters * spec.training.localSteps * spec.training.shardsPerRound;
-    std::printf("Bytes on the wire per round (%s: %lld shards x %lld steps, weights %lld bytes)\n", qPrintable(spec.name),
-        static_cast<long long>(spec.training.shardsPerRound), static_cast<long long>(spec.training.localSteps),
-        static_cast<long long>(w));
-    std::printf("  Tessera %lld bytes   per-step exchange %lld bytes   ratio %.4f\n", static_cast<long long>(perRound),
-        static_cast<long long>(perStep), double(perRound) / double(perStep));
+    std::printf("Bytes on the wire per round (%s: %lld shards x %lld steps, weights %lld bytes, int8 update %lld bytes)\n",
+        qPrintable(spec.name), static_cast<long long>(spec.training.shardsPerRound),
+        static_cast<long long>(spec.training.localSteps), static_cast<long long>(w), static_cast<long long>(u));
+    std::printf("  Tessera %lld bytes (float32 uploads: %lld)   per-step exchange %lld bytes   %.0fx fewer (%.0fx)\n",
+        static_cast<long long>(perRound), static_cast<long long>(perRoundFloat), static_cast<long long>(perStep),
+        double(perStep) / double(perRound), double(perStep) / double(perRoundFloat));
     bench::record("network.bytesPerRound", double(perRound));
+    bench::record("network.bytesPerRoundFloat", double(perRoundFloat));
     bench::record("network.bytesPerStepExchange", double(perStep));
     bench::record("network.weightsBytes", double(w));
+    bench::record("network.updateBytes", double(u));
 }
 
 // A simulator process: `nodes` DEALER sockets that register, then each send a heartbeat a second
@@ -345,6 +354,16 @@ int main(int argc, char* argv[])
     const auto keys = net::CurveKeys::generate();
     std::printf("Blob transfer, %lld MiB over TCP on 127.0.0.1, 1 MiB chunks, %d in flight\n",
         static_cast<long long>(BlobBytes >> 20), net::MaxCreditChunks);
+    // What a receiver that checks every byte can reach at best: SHA-256 of the same bytes in memory.
+    const double sha = [] {
+        QByteArray blob(BlobBytes, 'x');
+        QElapsedTimer timer;
+        timer.start();
+        (void)core::Digest::ofBytes(blob);
+        return double(BlobBytes) / seconds(timer);
+    }();
+    std::printf("  SHA-256 of the same bytes in memory: %.0f MB/s\n", sha / 1e6);
+    bench::record("blob.sha256", sha);
     for (const bool curve : { false, true }) {
         const double raw = rawRate(curve ? std::optional(keys) : std::nullopt);
         const double blob = blobRate(curve ? std::optional(keys) : std::nullopt);
@@ -353,6 +372,8 @@ int main(int argc, char* argv[])
         bench::record(curve ? "blob.curve.blob" : "blob.plain.blob", blob);
         bench::record(curve ? "blob.curve.raw" : "blob.plain.raw", raw);
     }
+    if (arguments.contains(u"--blobs")) // the blob transfer alone, for working on it
+        return 0;
     bytesPerRound();
     heartbeatLoad(10000, 10);
     return 0;

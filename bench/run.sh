@@ -37,6 +37,8 @@ for threads in 1 2; do
 done
 step "scale: models of about 1 M, 10 M, 40 M and 100 M parameters on a broker and two nodes"
 "$src/bench/scale.sh" "$build" "$out"
+step "compression: the example jobs with float32 weights and with int8 updates (train-local, 3 seeds)"
+"$src/bench/compression.sh" "$build" "$out/compression"
 step "desktop app at idle"
 "$src/bench/appbench.sh" "$build" | tee "$out/app.txt"
 

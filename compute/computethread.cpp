@@ -1,8 +1,10 @@
 #include "computethread.h"
 
+#include <core/memoryestimate.h>
 #include <core/readfile.h>
 
 #include <QElapsedTimer>
+#include <QFileInfo>
 #include <QMutex>
 #include <QThread>
 #include <QWaitCondition>
@@ -24,6 +26,22 @@ struct QueuedShard {
 // Emitting progress for every step of a small model would flood the GUI's event queue.
 constexpr std::int64_t ProgressIntervalMs = 100;
 
+// What the shard would hold in memory here (core::estimateShardMemory): the model from the round's
+// weights as received, the data as this node holds it.
+core::ShardMemory shardMemory(const core::ShardTask& task, std::int64_t weightBytes, const ComputeEnvironment& environment)
+{
+    std::int64_t data = 0;
+    if (task.dataset.source == core::DatasetSpec::Source::Builtin) {
+        data = core::builtinDatasetBytes(task.dataset.builtin);
+    } else if (environment.blobPath) {
+        for (const auto& digest : { task.dataset.trainSha256, task.dataset.testSha256 }) {
+            if (const auto path = digest.isNull() ? std::nullopt : environment.blobPath(digest))
+                data += QFileInfo(*path).size();
+        }
+    }
+    return core::estimateShardMemory(task.model, task.optimizer, task.batchSize, weightBytes, data);
+}
+
 } // namespace
 
 struct ComputeThread::Private {
@@ -40,6 +58,7 @@ struct ComputeThread::Private {
     QString cancelledJob;
     int cpuPercent = 100;
     int maxThreads = 1 << 16;
+    std::int64_t maxMemoryMiB = 0; // 0: no limit
     State state = State::Idle;
     struct Hold {
         QString jobId;
@@ -173,6 +192,12 @@ void ComputeThread::setMaxThreads(int threads)
     d->maxThreads = std::max(1, threads);
 }
 
+void ComputeThread::setMaxMemoryMiB(std::int64_t mebibytes)
+{
+    QMutexLocker lock(&d->mutex);
+    d->maxMemoryMiB = std::max<std::int64_t>(0, mebibytes);
+}
+
 ComputeThread::State ComputeThread::state() const
 {
     QMutexLocker lock(&d->mutex);
@@ -244,19 +269,30 @@ void ComputeThread::Private::loop()
 void ComputeThread::Private::runShard(QueuedShard item)
 {
     const auto& task = item.task;
+    QString refusal; // the node's own settings, not the job's fault: given back for another node, held against nobody
     {
         QMutexLocker lock(&mutex);
         if (task.threads > maxThreads) {
-            lock.unlock();
-            // The node's own setting, not the job's fault: given back for another node, held against nobody.
-            auto result = failedResult(task,
-                QStringLiteral("the shard needs %1 threads but this node allows %2 (Compute/MaxThreads)")
-                    .arg(task.threads)
-                    .arg(maxThreads));
-            result.outcome = core::ShardResult::Outcome::Returned;
-            Q_EMIT q->shardFinished({ result, {}, {} });
-            return;
+            refusal = QStringLiteral("the shard needs %1 threads but this node allows %2 (Compute/MaxThreads)")
+                          .arg(task.threads)
+                          .arg(maxThreads);
+        } else if (maxMemoryMiB > 0) {
+            const auto needed = shardMemory(task, item.weights.size(), environment);
+            if (needed.totalMiB() > maxMemoryMiB)
+                refusal = QStringLiteral("the shard needs about %1 MiB (data %2, model %3, activations %4) but this node "
+                                         "allows %5 MiB (Compute/MaxMemoryMiB)")
+                              .arg(needed.totalMiB())
+                              .arg(needed.dataset >> 20)
+                              .arg(needed.model >> 20)
+                              .arg(needed.activations >> 20)
+                              .arg(maxMemoryMiB);
         }
+    }
+    if (!refusal.isEmpty()) {
+        auto result = failedResult(task, refusal);
+        result.outcome = core::ShardResult::Outcome::Returned;
+        Q_EMIT q->shardFinished({ result, {}, {} });
+        return;
     }
     auto started = item.suspended.isEmpty()
         ? ShardRun::start(task, item.weights, environment)

@@ -72,9 +72,12 @@ public:
 
     // Share of wall time the thread may compute, 10 to 100 percent.
     void setCpuPercent(int percent);
-    // Most threads a shard may use here; a shard that needs more fails (its thread count is fixed
-    // by its job, for reproducibility, so it cannot be lowered).
+    // Most threads a shard may use here; a shard that needs more is given back (its thread count is
+    // fixed by its job, for reproducibility, so it cannot be lowered).
     void setMaxThreads(int threads);
+    // Compute/MaxMemoryMiB: a shard whose estimated memory (core::estimateShardMemory) is larger is
+    // given back (outcome returned) with the reason, before it trains. 0: no limit.
+    void setMaxMemoryMiB(std::int64_t mebibytes);
 
     State state() const;
     int queuedCount() const;

@@ -21,7 +21,7 @@ Result<NodeInfo> NodeInfo::fromJson(const QJsonObject& json)
     JsonReader reader(json);
     reader.allowOnly({ QStringLiteral("nodeId"), QStringLiteral("name"), QStringLiteral("softwareVersion"),
         QStringLiteral("runtimeProfile"), QStringLiteral("devices"), QStringLiteral("benchmarkSamplesPerSecond"),
-        QStringLiteral("maxThreads"), QStringLiteral("signingKey") });
+        QStringLiteral("maxThreads"), QStringLiteral("maxMemoryMiB"), QStringLiteral("signingKey") });
     NodeInfo node;
     node.nodeId = reader.text(u"nodeId", MaxIdLength);
     node.name = reader.text(u"name", 100, Presence::Optional);
@@ -29,6 +29,7 @@ Result<NodeInfo> NodeInfo::fromJson(const QJsonObject& json)
     node.runtimeProfile = reader.text(u"runtimeProfile", MaxProfileLength);
     node.benchmarkSamplesPerSecond = reader.number(u"benchmarkSamplesPerSecond", 0.0, 1e12, Presence::Optional);
     node.maxThreads = static_cast<int>(reader.integer(u"maxThreads", 1, 4096));
+    node.maxMemoryMiB = reader.integer(u"maxMemoryMiB", 0, std::int64_t(1) << 40, Presence::Optional);
     node.signingKey = reader.text(u"signingKey", MaxKeyLength, Presence::Optional);
     const auto deviceReaders = reader.objectList(u"devices", MaxDevices);
     for (qsizetype i = 0; i < deviceReaders.size() && reader.ok(); ++i) {
@@ -58,6 +59,7 @@ QJsonObject NodeInfo::toJson() const
         { QStringLiteral("devices"), deviceArray },
         { QStringLiteral("benchmarkSamplesPerSecond"), benchmarkSamplesPerSecond },
         { QStringLiteral("maxThreads"), maxThreads },
+        { QStringLiteral("maxMemoryMiB"), qint64(maxMemoryMiB) },
         { QStringLiteral("signingKey"), signingKey },
     };
 }

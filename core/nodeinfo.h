@@ -18,6 +18,7 @@ struct NodeInfo {
     QList<DeviceInfo> devices;
     double benchmarkSamplesPerSecond = 0.0; // zoo mlp reference throughput
     int maxThreads = 1;
+    std::int64_t maxMemoryMiB = 0; // Compute/MaxMemoryMiB: the largest shard it takes (core/memoryestimate.h); 0: not said
     QString signingKey; // Ed25519 public key (base64): signs the node's commitments
 
     static constexpr qsizetype MaxDevices = 64;

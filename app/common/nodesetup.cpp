@@ -58,6 +58,7 @@ core::Result<NodeIdentity> loadNodeIdentity(const core::settings::Settings& sett
     node.devices = report.devices;
     identity.warnings = report.warnings;
     node.maxThreads = computeThreads(settings);
+    node.maxMemoryMiB = settings.intValue(names::ComputeMaxMemoryMiB);
     if (auto store = core::BenchmarkStore::open(QDir(directory).filePath(QStringLiteral("node.sqlite")))) {
         if (auto last = (*store)->latest(QStringLiteral("cpu:0 ") + compute::detectCpu().name); last && last->has_value()) {
             if (auto mlp = (*last)->measurement(u"mlp"))

@@ -220,6 +220,7 @@ void DesktopApp::applySettings()
     if (m_contributor) {
         auto& thread = m_contributor->executor().thread();
         thread.setMaxThreads(threads);
+        thread.setMaxMemoryMiB(m_settings->intValue(names::ComputeMaxMemoryMiB));
         thread.setCpuPercent(int(m_settings->intValue(names::ComputeCpuPercent)));
     }
     writeAutostart(m_settings->boolValue(names::AppStartAtLogin));

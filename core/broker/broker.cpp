@@ -4,6 +4,7 @@
 
 #include "../decomposition.h"
 #include "../jsonreader.h"
+#include "../memoryestimate.h"
 
 #include <QDateTime>
 #include <QDir>
@@ -124,7 +125,11 @@ Status Broker::loadRunning()
         QList<std::int64_t> answered;
         for (const auto& result : *results)
             answered.append(result.shard);
-        m_scheduler.add({ job.id, *spec, job.round, job.weightsHash, job.weightsBlob, flopsPerSampleOf(*spec) }, answered);
+        const auto counted = parametersOf(*spec);
+        const auto parameters = counted ? counted->value_or(0) : 0;
+        m_scheduler.add({ job.id, *spec, job.round, job.weightsHash, job.weightsBlob,
+                            parameters ? trainingFlopsPerSample(*spec, parameters) : 0.0, shardMemoryMiBOf(*spec, parameters) },
+            answered);
     }
     return {};
 }
@@ -145,10 +150,18 @@ Result<std::optional<std::int64_t>> Broker::parametersOf(const JobSpec& spec)
     return std::optional<std::int64_t>(archive->parameterEstimate());
 }
 
-double Broker::flopsPerSampleOf(const JobSpec& spec)
+std::int64_t Broker::shardMemoryMiBOf(const JobSpec& spec, std::int64_t parameters)
 {
-    const auto counted = parametersOf(spec);
-    return counted && *counted ? trainingFlopsPerSample(spec, **counted) : 0.0;
+    if (parameters <= 0)
+        return 0;
+    std::int64_t data = 0;
+    if (spec.dataset.source == DatasetSpec::Source::Builtin) {
+        data = builtinDatasetBytes(spec.dataset.builtin);
+    } else {
+        for (const auto& digest : { spec.dataset.trainSha256, spec.dataset.testSha256 })
+            data += digest.isNull() ? 0 : m_blobs.sizeOf(digest).value_or(0);
+    }
+    return estimateShardMemory(spec.model, spec.optimizer, spec.training.batchSize, 4 * parameters, data).totalMiB();
 }
 
 Result<std::optional<std::int64_t>> Broker::boundedParametersOf(const JobSpec& spec)
@@ -252,8 +265,8 @@ Result<QString> Broker::submit(const JobSpec& spec, const QString& owner)
     if (auto committed = transaction->commit(); !committed)
         return committed.error().toError();
     // Counted above: the model's archive is not read again.
-    m_scheduler.add(
-        { job.id, spec, 0, job.weightsHash, job.weightsBlob, *counted ? trainingFlopsPerSample(spec, **counted) : 0.0 });
+    m_scheduler.add({ job.id, spec, 0, job.weightsHash, job.weightsBlob, *counted ? trainingFlopsPerSample(spec, **counted) : 0.0,
+        shardMemoryMiBOf(spec, std::max(counted->value_or(0), initial->parameters)) });
     return job.id;
 }
 
@@ -404,7 +417,7 @@ Result<std::optional<Assignment>> Broker::assign(const QString& nodeId)
     if (m_scheduler.heldBy(nodeId) >= m_options.maxAssignmentsPerNode)
         return std::optional<Assignment> {};
     const auto now = m_clock.nowMs();
-    const auto pick = m_scheduler.pick(nodeId, node->maxThreads, now);
+    const auto pick = m_scheduler.pick(nodeId, node->maxThreads, now, node->maxMemoryMiB);
     if (!pick)
         return std::optional<Assignment> {};
     const auto& round = *pick->round;
@@ -560,7 +573,7 @@ bool Broker::anotherNodeCouldRun(const QString& jobId, const QList<QString>& fai
     if (!round)
         return true;
     return std::any_of(m_nodes.cbegin(), m_nodes.cend(), [&](const NodeInfo& node) {
-        return !failedBy.contains(node.nodeId) && node.maxThreads >= round->spec.training.threads
+        return !failedBy.contains(node.nodeId) && round->runsOn(node.maxThreads, node.maxMemoryMiB)
             && m_stakes->requireStake(node.nodeId).ok();
     });
 }

@@ -146,7 +146,8 @@ private:
     // nothing any more: deleted, unless a job names the same bytes (docs/BROKER.md, "Disk").
     void discardUploadsOf(const QString& jobId, std::int64_t round);
     // Training FLOPs per sample of a job's model, for deadlines (0 when it cannot be counted).
-    double flopsPerSampleOf(const JobSpec& spec);
+    // A shard's memory on a node (core::estimateShardMemory), in MiB; 0 when the model is not counted.
+    std::int64_t shardMemoryMiBOf(const JobSpec& spec, std::int64_t parameters);
     Result<Acceptance> acceptTraining(const AssignmentRow& assignment, const ShardResult& result);
     Result<Acceptance> acceptFailure(const AssignmentRow& assignment, const ShardResult& result);
     // Whether a connected node with the threads and stake, other than these, could run the job's shards.

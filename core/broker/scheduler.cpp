@@ -140,10 +140,10 @@ std::optional<std::int64_t> Scheduler::choose(Job& job, const QString& nodeId, s
     return latest->second;
 }
 
-std::optional<Scheduler::Pick> Scheduler::pick(const QString& nodeId, int maxThreads, std::int64_t now)
+std::optional<Scheduler::Pick> Scheduler::pick(const QString& nodeId, int maxThreads, std::int64_t now, std::int64_t maxMemoryMiB)
 {
     for (auto& job : m_jobs) {
-        if (job.round.spec.training.threads > maxThreads)
+        if (!job.round.runsOn(maxThreads, maxMemoryMiB))
             continue;
         if (auto shard = choose(job, nodeId, now))
             return Pick { &job.round, *shard };

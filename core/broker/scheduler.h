@@ -36,6 +36,14 @@ public:
         Digest weightsHash;
         Digest weightsBlob;
         double flopsPerSample = 0.0; // training FLOPs per sample (the quote's); 0: unknown
+        std::int64_t memoryMiB = 0; // a shard's memory on a node (core::estimateShardMemory); 0: unknown
+
+        // Whether a node with these limits can take the round's shards: threads enough (a shard's
+        // count is fixed by its job) and, where both are known, memory enough (Compute/MaxMemoryMiB).
+        bool runsOn(int maxThreads, std::int64_t maxMemoryMiB) const
+        {
+            return spec.training.threads <= maxThreads && (maxMemoryMiB <= 0 || memoryMiB <= maxMemoryMiB);
+        }
     };
     struct Pick {
         const Round* round = nullptr;
@@ -56,7 +64,8 @@ public:
     // to a second node, and the first valid result wins. A shard is late once its deadline passed,
     // or once it has been out stragglerFactor times as long as the job's shards usually take
     // (the median of its last answers, from the third on): no claim of a node's keeps a shard.
-    std::optional<Pick> pick(const QString& nodeId, int maxThreads, std::int64_t now);
+    // A node that said how much memory it gives a shard (maxMemoryMiB > 0) gets no shard estimated larger.
+    std::optional<Pick> pick(const QString& nodeId, int maxThreads, std::int64_t now, std::int64_t maxMemoryMiB = 0);
     // The picked shard went out as this assignment at `issued`.
     void handedOut(const QString& jobId, const QString& assignmentId, std::int64_t shard, const QString& nodeId,
         std::int64_t deadline, std::int64_t issued);

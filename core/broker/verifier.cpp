@@ -168,7 +168,7 @@ Result<std::optional<Assignment>> Verifier::assignCheck(const NodeInfo& node)
     // A check fits a node with the checked result's runtime profile, threads enough, whose job runs.
     auto fits = [&](const Check& check) {
         const auto* round = m_.scheduler.find(check.jobId);
-        return round && round->spec.training.threads <= node.maxThreads
+        return round && round->runsOn(node.maxThreads, node.maxMemoryMiB)
             && runtimeProfileFamily(check.accusedResult.runtimeProfile) == runtimeProfileFamily(node.runtimeProfile);
     };
     // Samples waiting for a re-execution, oldest first, by anyone but the node checked.
@@ -192,7 +192,7 @@ Result<std::optional<Assignment>> Verifier::canaryFor(const NodeInfo& node)
         return known.error();
     for (const auto& reference : *known) {
         const auto* round = m_.scheduler.find(reference.jobId);
-        if (reference.verifier.isEmpty() || !round || round->spec.training.threads > node.maxThreads
+        if (reference.verifier.isEmpty() || !round || !round->runsOn(node.maxThreads, node.maxMemoryMiB)
             || runtimeProfileFamily(reference.accusedResult.runtimeProfile) != runtimeProfileFamily(node.runtimeProfile))
             continue;
         Check canary = reference;
@@ -662,7 +662,7 @@ bool Verifier::anyVerifierOnline(const Check& check)
     const auto profile = runtimeProfileFamily(check.accusedResult.runtimeProfile);
     for (const auto& node : m_.online) {
         if (node.nodeId != check.accused && runtimeProfileFamily(node.runtimeProfile) == profile
-            && node.maxThreads >= round->spec.training.threads && m_.stakes.hasStake(node.nodeId))
+            && round->runsOn(node.maxThreads, node.maxMemoryMiB) && m_.stakes.hasStake(node.nodeId))
             return true;
     }
     return false;

@@ -56,7 +56,9 @@ QList<Key> makeKeys()
         boolKey(ComputeContribute, false, "Contribute compute as soon as the app starts."),
         intKey(ComputeMaxThreads, 0, 0, 1024, "Most CPU threads the compute thread may use; 0: all cores."),
         intKey(ComputeCpuPercent, 100, 10, 100, "Duty cycle of the compute thread in percent of wall time."),
-        intKey(ComputeMaxMemoryMiB, 4096, 256, 1048576, "Largest memory footprint of a shard the node accepts."),
+        intKey(ComputeMaxMemoryMiB, 4096, 256, 1048576,
+            "Largest memory a shard may take on this node (the estimate of docs/NODE.md, Memory): a larger one is given back, "
+            "saying why, and the broker is told."),
         boolKey(ComputeRunOnlyWhenIdle, false, "Contribute only while the desktop session is idle."),
         intKey(ComputeIdleMinutes, 5, 1, 240, "Minutes without input before the session counts as idle."),
         boolKey(ComputePauseOnBattery, true, "Pause while the machine runs on battery."),

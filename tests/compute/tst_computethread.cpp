@@ -299,6 +299,27 @@ private Q_SLOTS:
         QCOMPARE(outputOf(finished, 3).result.outcome, core::ShardResult::Outcome::Completed);
     }
 
+    // Compute/MaxMemoryMiB: a shard estimated larger (core::estimateShardMemory: here the 55 MB of
+    // Fashion-MNIST and the model) is given back before it trains, saying why; one that fits trains.
+    void aShardLargerThanTheMemoryLimitIsGivenBackWithTheReason()
+    {
+        const auto f = fixture(20);
+        ComputeThread thread({});
+        QSignalSpy finished(&thread, &ComputeThread::shardFinished);
+        thread.setMaxMemoryMiB(40);
+        thread.submit(f.tasks[0], f.start.bytes);
+        QVERIFY(QTest::qWaitFor([&] { return finished.count() == 1; }, 120'000));
+        const auto refused = outputOf(finished, 0).result;
+        QCOMPARE(refused.outcome, core::ShardResult::Outcome::Returned);
+        QVERIFY2(refused.failure.contains(QStringLiteral("Compute/MaxMemoryMiB")) && refused.failure.contains(QStringLiteral("MiB")),
+            qPrintable(refused.failure));
+        QCOMPARE(refused.losses.size(), 0);
+        thread.setMaxMemoryMiB(256);
+        thread.submit(f.tasks[0], f.start.bytes);
+        QVERIFY(QTest::qWaitFor([&] { return finished.count() == 2; }, 120'000));
+        QCOMPARE(outputOf(finished, 1).result.outcome, core::ShardResult::Outcome::Completed);
+    }
+
     void dutyCycleRestsAsLongAsItWorksAtHalf()
     {
         const auto f = fixture(150);

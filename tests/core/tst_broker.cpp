@@ -2,6 +2,7 @@
 // real arithmetic is tested in tests/compute and end to end in tests/e2e).
 
 #include <core/broker/broker.h>
+#include <core/memoryestimate.h>
 #include <core/pricing.h>
 #include <core/signing.h>
 
@@ -487,6 +488,38 @@ private Q_SLOTS:
         QVERIFY(broker->registerNode(node(QStringLiteral("small"), 2)).ok());
         QVERIFY(!broker->assign(QStringLiteral("small"))->has_value());
         QVERIFY(!broker->assign(QStringLiteral("unregistered")).ok());
+    }
+
+    // A node that says how much memory it gives a shard (Compute/MaxMemoryMiB) is offered no shard
+    // estimated larger (core::estimateShardMemory); one that said nothing, or enough, is.
+    void nodesGetNoShardLargerThanTheirMemory()
+    {
+        auto broker = open(QStringLiteral("memory"));
+        auto spec = job(1, 2);
+        spec.model.hidden = { 4096, 4096 }; // 20 M parameters: 80 MB of weights, about 370 MiB a shard
+        (void)*broker->submit(spec);
+        auto limited = [](const QString& id, std::int64_t mebibytes) {
+            auto info = node(id);
+            info.maxMemoryMiB = mebibytes;
+            return info;
+        };
+        QVERIFY(broker->registerNode(limited(QStringLiteral("small"), 256)).ok());
+        QVERIFY(broker->registerNode(limited(QStringLiteral("large"), 1024)).ok());
+        QVERIFY(broker->registerNode(limited(QStringLiteral("unsaid"), 0)).ok());
+        QVERIFY(!broker->assign(QStringLiteral("small"))->has_value());
+        QVERIFY(broker->assign(QStringLiteral("large"))->has_value());
+        QVERIFY(broker->assign(QStringLiteral("unsaid"))->has_value());
+        // The estimate, term by term: the data as held, 4 x the weights (plain SGD), one batch.
+        const auto memory = estimateShardMemory(spec.model, spec.optimizer, spec.training.batchSize, 4 * *zooParameterCount(spec),
+            builtinDatasetBytes(spec.dataset.builtin));
+        QCOMPARE(memory.dataset, 70'000LL * (784 + 8));
+        QCOMPARE(memory.model, 4 * 4 * *zooParameterCount(spec));
+        QVERIFY(memory.activations > 0 && memory.activations < memory.model / 10);
+        QVERIFY(memory.totalMiB() > 256 && memory.totalMiB() < 1024);
+        spec.optimizer.momentum = 0.9; // one more buffer per parameter, and in the kept state
+        QCOMPARE(estimateShardMemory(spec.model, spec.optimizer, 32, 400, 0).model, 2400);
+        spec.optimizer.kind = OptimizerSpec::Kind::Adam;
+        QCOMPARE(estimateShardMemory(spec.model, spec.optimizer, 32, 400, 0).model, 3200);
     }
 
     void moneyMovesWithTheWork()

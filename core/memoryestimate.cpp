@@ -1,0 +1,51 @@
+#include "memoryestimate.h"
+
+#include <algorithm>
+#include <cmath>
+
+namespace tessera::core {
+
+namespace {
+
+constexpr double Pixels = 28.0 * 28.0;
+
+// Floats a zoo model keeps per sample for its backward pass: every layer's output (and, with
+// ReLU and dropout, about as much again).
+double activationFloatsPerSample(const ModelSpec& model)
+{
+    if (model.source != ModelSpec::Source::Zoo)
+        return 16.0 * Pixels; // unknown layers: a generous guess for a model of 28x28 inputs
+    double floats = Pixels;
+    if (model.zoo == u"cnn") {
+        const double c1 = model.channels.value(0, 16), c2 = model.channels.value(1, 32);
+        floats += c1 * Pixels + c1 * Pixels / 4 + c2 * Pixels / 4 + c2 * Pixels / 16 + model.hidden.value(0, 128);
+    } else {
+        for (const auto width : model.hidden)
+            floats += double(width);
+    }
+    return 3.0 * (floats + 10.0);
+}
+
+} // namespace
+
+std::int64_t builtinDatasetBytes(const QString& name)
+{
+    if (name == u"fashion-mnist")
+        return 70'000LL * (28 * 28 + 8);
+    return 0;
+}
+
+ShardMemory estimateShardMemory(const ModelSpec& model, const OptimizerSpec& optimizer, std::int64_t batchSize,
+    std::int64_t modelBytes, std::int64_t datasetBytes)
+{
+    const int stateSlots = optimizer.kind == OptimizerSpec::Kind::Adam ? 2 : optimizer.momentum > 0.0 ? 1 : 0;
+    constexpr double Largest = 9.0e18;
+    ShardMemory memory;
+    memory.dataset = std::max<std::int64_t>(0, datasetBytes);
+    memory.model = std::int64_t(std::min(Largest, double(std::max<std::int64_t>(0, modelBytes)) * (4.0 + 2.0 * stateSlots)));
+    memory.activations
+        = std::int64_t(std::min(Largest, 2.0 * 4.0 * double(std::max<std::int64_t>(1, batchSize)) * activationFloatsPerSample(model)));
+    return memory;
+}
+
+} // namespace tessera::core
