@@ -43,8 +43,8 @@ ShardMemory estimateShardMemory(const ModelSpec& model, const OptimizerSpec& opt
     ShardMemory memory;
     memory.dataset = std::max<std::int64_t>(0, datasetBytes);
     memory.model = std::int64_t(std::min(Largest, double(std::max<std::int64_t>(0, modelBytes)) * (4.0 + 2.0 * stateSlots)));
-    memory.activations
-        = std::int64_t(std::min(Largest, 2.0 * 4.0 * double(std::max<std::int64_t>(1, batchSize)) * activationFloatsPerSample(model)));
+    memory.activations = std::int64_t(
+        std::min(Largest, 2.0 * 4.0 * double(std::max<std::int64_t>(1, batchSize)) * activationFloatsPerSample(model)));
     return memory;
 }
 

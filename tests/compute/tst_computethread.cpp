@@ -311,7 +311,8 @@ private Q_SLOTS:
         QVERIFY(QTest::qWaitFor([&] { return finished.count() == 1; }, 120'000));
         const auto refused = outputOf(finished, 0).result;
         QCOMPARE(refused.outcome, core::ShardResult::Outcome::Returned);
-        QVERIFY2(refused.failure.contains(QStringLiteral("Compute/MaxMemoryMiB")) && refused.failure.contains(QStringLiteral("MiB")),
+        QVERIFY2(
+            refused.failure.contains(QStringLiteral("Compute/MaxMemoryMiB")) && refused.failure.contains(QStringLiteral("MiB")),
             qPrintable(refused.failure));
         QCOMPARE(refused.losses.size(), 0);
         thread.setMaxMemoryMiB(256);
