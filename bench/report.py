@@ -50,8 +50,22 @@ def figures(results):
             f["blob.%s.verdict" % link] = met(f["blob.%s.ratio" % link], 0.8)
             f["blob.%s.blobMB" % link] = f["blob.%s.blob" % link] / 1e6
             f["blob.%s.rawMB" % link] = f["blob.%s.raw" % link] / 1e6
+            # A receiver that checks every byte moves at most what SHA-256 hashes, whatever the link.
+            if "blob.sha256" in f:
+                ceiling = min(f["blob.%s.raw" % link], f["blob.sha256"])
+                f["blob.%s.ceilingMB" % link] = ceiling / 1e6
+                f["blob.%s.ofCeiling" % link] = f["blob.%s.blob" % link] / ceiling
+    if "blob.sha256" in f:
+        f["blob.sha256MB"] = f["blob.sha256"] / 1e6
     if "network.bytesPerRound" in f:
         f["network.ratio"] = f["network.bytesPerRound"] / f["network.bytesPerStepExchange"]
+        f["network.fewer"] = f["network.bytesPerStepExchange"] / f["network.bytesPerRound"]
+        f["network.fewerVerdict"] = met(f["network.fewer"], 400)
+        if "network.bytesPerRoundFloat" in f:
+            f["network.fewerFloat"] = f["network.bytesPerStepExchange"] / f["network.bytesPerRoundFloat"]
+        if "network.updateBytes" in f:
+            f["network.updateShare"] = f["network.updateBytes"] / f["network.weightsBytes"]
+    compression(f)
     if "load.share" in f:
         f["load.percent"] = f["load.share"] * 100
         f["load.verdict"] = met(f["load.share"], 0.30, at_least=False)
@@ -135,6 +149,22 @@ def render(template, f):
 
 
 SCALE = ("1m", "10m", "40m", "100m")
+
+
+def compression(f):
+    """bench/compression.sh: final test accuracy per job with float32 weights and int8 updates, over
+    seeds; the goal is int8 within 0.3 points of float32 (on the mean)."""
+    for job in ("mlp", "cnn"):
+        for kind in ("none", "int8"):
+            values = [v for k, v in sorted(f.items()) if k.startswith("compression.%s.%s." % (job, kind))]
+            if values:
+                f["compression.%s.%s.mean" % (job, kind)] = sum(values) / len(values)
+                f["compression.%s.%s.runs" % (job, kind)] = ", ".join("%.2f" % v for v in values)
+                f["compression.%s.seeds" % job] = len(values)
+        if "compression.%s.int8.mean" % job in f and "compression.%s.none.mean" % job in f:
+            delta = f["compression.%s.int8.mean" % job] - f["compression.%s.none.mean" % job]
+            f["compression.%s.delta" % job] = delta
+            f["compression.%s.verdict" % job] = met(delta, -0.3)
 
 
 def scale(f):
