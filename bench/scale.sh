@@ -2,7 +2,7 @@
 # make bench, scale part: zoo MLPs of about 1 M, 10 M, 40 M and 100 M parameters, each trained by
 # train-local (the baseline, same run) and by a broker with two new nodes over TCP on 127.0.0.1
 # (verification as shipped: every result of a new node is re-executed by the other). For each:
-# network wall / train-local wall, weights moved per round, peak RSS of a node and of the broker
+# network wall / train-local wall, bytes on the wire per round, peak RSS of a node and of the broker
 # (VmHWM), a node's data folder at its largest, and heartbeats missed ("went silent" in any log).
 # Records go to $TESSERA_BENCH_RECORD as "scale.NAME.KEY VALUE" (bench/report.py tables and plots them).
 # Usage: bench/scale.sh BUILD_DIR OUT_DIR [NAME...]   (names: 1m 10m 40m 100m; default all)
@@ -80,9 +80,11 @@ print(sum(a * b + b for a, b in zip(widths, widths[1:])))" "$job")
     node_rss=$(awk '$1 == "rss" && $2 != "broker" && $3 > m { m = $3 } END { print m + 0 }' "$dir/peaks.txt")
     broker_rss=$(awk '$1 == "rss" && $2 == "broker" && $3 > m { m = $3 } END { print m + 0 }' "$dir/peaks.txt")
     node_disk=$(awk '$1 == "disk" && $3 > m { m = $3 } END { print m + 0 }' "$dir/peaks.txt")
-    # Weights moved per round: each shard and each re-execution downloads the round's weights and
-    # uploads its own (2 x model bytes), over 2 rounds.
-    per_round=$(awk -v s=2 -v c="$checks" -v b="$model_bytes" 'BEGIN { printf "%.0f", (s + c / 2) * 2 * b }')
+    # Bytes on the wire per round: every frame the broker received and sent (it prints them when it
+    # stops), over the job's 2 rounds: downloads of the round's weights, uploads of the shards'
+    # int8 updates, re-executions, heartbeats and the job's client.
+    per_round=$(sed -n 's/.*stopped after [0-9]* messages, \([0-9]*\) bytes in, \([0-9]*\) bytes out.*/\1 \2/p' \
+        "$CLUSTER_DIR/broker.log" | awk '{ printf "%.0f", ($1 + $2) / 2 }')
     record "scale.$name.params" "$params"
     record "scale.$name.modelBytes" "$model_bytes"
     record "scale.$name.state" "$state"

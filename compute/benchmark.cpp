@@ -81,28 +81,44 @@ core::BenchmarkRecord runBenchmark(const BenchmarkOptions& options)
     record.runtimeProfile = currentRuntimeProfile(options.threads).toString();
     record.measuredAt = QDateTime::currentDateTimeUtc();
 
-    Mlp mlp(784, QList<std::int64_t> { 256, 128 }, 10, 0.0);
-    Optimizer mlpOptimizer(sgd, parametersOf(*mlp));
-    record.measurements.append(measure(
-        QStringLiteral("mlp"), QStringLiteral("samples/s"), options, [&] { return trainingRate(mlp, mlpOptimizer, x, y, 40); }));
-
-    Cnn cnn(1, 28, 28, QList<std::int64_t> { 16, 32 }, 128, 10, 0.0);
-    Optimizer cnnOptimizer(sgd, parametersOf(*cnn));
-    record.measurements.append(measure(
-        QStringLiteral("cnn"), QStringLiteral("samples/s"), options, [&] { return trainingRate(cnn, cnnOptimizer, x, y, 4); }));
-
-    constexpr std::int64_t N = 1024;
-    const auto a = torch::randn({ N, N });
-    const auto b = torch::randn({ N, N });
-    record.measurements.append(measure(QStringLiteral("matmul"), QStringLiteral("GFLOPS"), options, [&] {
-        QElapsedTimer timer;
-        timer.start();
-        constexpr int Repeats = 4;
-        for (int i = 0; i < Repeats; ++i)
-            (void)torch::mm(a, b);
-        return double(Repeats) * 2.0 * double(N * N * N) / double(timer.nsecsElapsed());
-    }));
+    const auto wanted = [&](const char* name) { return options.only.isEmpty() || options.only.contains(QLatin1String(name)); };
+    if (wanted("mlp")) {
+        Mlp mlp(784, QList<std::int64_t> { 256, 128 }, 10, 0.0);
+        Optimizer mlpOptimizer(sgd, parametersOf(*mlp));
+        record.measurements.append(measure(QStringLiteral("mlp"), QStringLiteral("samples/s"), options,
+            [&] { return trainingRate(mlp, mlpOptimizer, x, y, 40); }));
+    }
+    if (wanted("cnn")) {
+        Cnn cnn(1, 28, 28, QList<std::int64_t> { 16, 32 }, 128, 10, 0.0);
+        Optimizer cnnOptimizer(sgd, parametersOf(*cnn));
+        record.measurements.append(measure(QStringLiteral("cnn"), QStringLiteral("samples/s"), options,
+            [&] { return trainingRate(cnn, cnnOptimizer, x, y, 4); }));
+    }
+    if (wanted("matmul")) {
+        constexpr std::int64_t N = 1024;
+        const auto a = torch::randn({ N, N });
+        const auto b = torch::randn({ N, N });
+        record.measurements.append(measure(QStringLiteral("matmul"), QStringLiteral("GFLOPS"), options, [&] {
+            QElapsedTimer timer;
+            timer.start();
+            constexpr int Repeats = 4;
+            for (int i = 0; i < Repeats; ++i)
+                (void)torch::mm(a, b);
+            return double(Repeats) * 2.0 * double(N * N * N) / double(timer.nsecsElapsed());
+        }));
+    }
     return record;
+}
+
+BenchmarkOptions BenchmarkOptions::firstStart(int threads)
+{
+    BenchmarkOptions options;
+    options.threads = threads;
+    options.only = { QStringLiteral("mlp") };
+    options.minRepetitions = 3;
+    options.maxRepetitions = 8;
+    options.timeCapMs = 2000;
+    return options;
 }
 
 } // namespace tessera::compute

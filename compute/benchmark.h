@@ -4,6 +4,7 @@
 #include <core/error.h>
 
 #include <QString>
+#include <QStringList>
 
 #include <functional>
 
@@ -15,7 +16,12 @@ struct BenchmarkOptions {
     int minRepetitions = 5;
     int maxRepetitions = 40;
     std::int64_t timeCapMs = 20000; // per measurement
+    QStringList only; // the measurements to take ("mlp", "cnn", "matmul"); empty: all
     std::function<void(const QString& name, int repetition)> progress;
+
+    // What a node measures by itself on its first start, when no benchmark of its CPU is stored:
+    // the zoo mlp alone (the figure brokers schedule by), a few repetitions, about 2 s here.
+    static BenchmarkOptions firstStart(int threads);
 };
 
 // Reference throughput of this machine's CPU for the broker's scheduler and the app's Devices tab:

@@ -55,13 +55,13 @@ core::Result<core::Digest> BrokerMath::canonicalHash(const QByteArray& weights)
 }
 
 core::Result<BrokerMath::Aggregated> BrokerMath::aggregate(
-    const core::AggregationSpec& spec, const QByteArray& global, const QList<Update>& updates, const QByteArray& outerState)
+    const core::AggregationSpec& spec, QByteArray global, const QList<Update>& updates, const QByteArray& outerState)
 {
     return shielded("aggregation", [&]() -> core::Result<Aggregated> {
         QList<ShardUpdate> shardUpdates;
         for (const auto& update : updates)
             shardUpdates.append({ update.shard, update.samples, update.weights, update.weightsFile });
-        auto output = compute::aggregate(spec, global, shardUpdates, outerState);
+        auto output = compute::aggregate(spec, std::move(global), shardUpdates, outerState);
         if (!output)
             return output.error();
         // Hashed here, off the broker's network loop, for the blob store.
@@ -70,10 +70,10 @@ core::Result<BrokerMath::Aggregated> BrokerMath::aggregate(
     });
 }
 
-core::Result<BrokerMath::Evaluation> BrokerMath::evaluate(const core::JobSpec& spec, const QByteArray& weights)
+core::Result<BrokerMath::Evaluation> BrokerMath::evaluate(const core::JobSpec& spec, QByteArray weights)
 {
     return shielded("evaluation", [&]() -> core::Result<Evaluation> {
-        auto evaluation = compute::evaluate(spec, weights, m_environment, int(spec.training.threads));
+        auto evaluation = compute::evaluate(spec, std::move(weights), m_environment, int(spec.training.threads));
         if (!evaluation)
             return evaluation.error();
         return Evaluation { evaluation->loss, evaluation->accuracy };

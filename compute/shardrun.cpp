@@ -355,6 +355,7 @@ ShardOutput ShardRun::finish()
         result.failure = QStringLiteral("the shard stopped after %1 of %2 steps").arg(d->step).arg(d->task.localSteps);
         return output;
     }
+    d->optimizer->releaseGradients(); // before the round's weights are read again to reveal the update
     auto revealed = reveal(d->task, d->model->state(), d->startWeights);
     if (!revealed) {
         result.outcome = core::ShardResult::Outcome::Failed;

@@ -94,8 +94,13 @@ core::Result<core::Digest> canonicalHashOf(const QByteArray& weights)
 }
 
 core::Result<Evaluation> evaluate(
-    const core::JobSpec& spec, const QByteArray& weights, const ComputeEnvironment& environment, int threads)
+    const core::JobSpec& spec, QByteArray weights, const ComputeEnvironment& environment, int threads)
 {
+    // The weights' bytes, their tensors and the model exist two at a time, never all three.
+    auto tensors = unpickleTensors(weights, QStringLiteral("the weights are not a dict of tensors"));
+    weights = QByteArray();
+    if (!tensors)
+        return tensors.error();
     auto data = loadDataset(spec.dataset, environment);
     if (!data)
         return data.error();
@@ -103,11 +108,9 @@ core::Result<Evaluation> evaluate(
     auto model = buildModel(spec.model, data->train->sampleShape(), data->train->classes, 0, environment);
     if (!model)
         return model.error();
-    auto tensors = unpickleTensors(weights, QStringLiteral("the weights are not a dict of tensors"));
-    if (!tensors)
-        return tensors.error();
     if (auto status = (*model)->loadState(*tensors); !status)
         return status.error();
+    tensors->clear();
 
     auto device = resolveDevice(environment.device);
     if (!device)
@@ -151,7 +154,7 @@ core::Status exportTorchScript(const core::ModelSpec& model, const QByteArray& w
 }
 
 core::Result<AggregationOutput> aggregate(
-    const core::AggregationSpec& spec, const QByteArray& global, QList<ShardUpdate> updates, const QByteArray& outerState)
+    const core::AggregationSpec& spec, QByteArray global, QList<ShardUpdate> updates, const QByteArray& outerState)
 {
     if (updates.isEmpty())
         return core::Error { QStringLiteral("updates"), QStringLiteral("a round needs at least one shard result") };
@@ -164,6 +167,7 @@ core::Result<AggregationOutput> aggregate(
     }
 
     auto base = unpickleTensors(global, QStringLiteral("the global weights are not a dict of tensors"));
+    global = QByteArray(); // read: its tensors are all that is needed
     if (!base)
         return base.error();
     sortByName(*base);
@@ -176,8 +180,9 @@ core::Result<AggregationOutput> aggregate(
     }
 
     // Outer gradient g = W - mean(W_i) = sum_i (n_i / N) * (W - W_i), accumulated in shard order one
-    // shard at a time: the same operations per tensor as over all shards at once (so the same
-    // bits), with one shard's weights in memory, not every shard's.
+    // shard at a time and, within a shard, one tensor at a time: the same operations per tensor as
+    // over all shards at once (so the same bits), with one shard's result in memory and one of its
+    // tensors decoded, not every shard's weights.
     std::vector<at::Tensor> gradients(base->size());
     std::vector<at::Tensor> taken(base->size()); // integer buffers (counters) come from the first shard
     for (qsizetype s = 0; s < updates.size(); ++s) {
@@ -196,44 +201,36 @@ core::Result<AggregationOutput> aggregate(
         if (!tensors)
             return tensors.error();
         sortByName(*tensors);
-        // Final weights or a compressed update alike: the shard's change from W, tensor by tensor.
-        auto delta = shardDelta(*tensors, *base);
-        if (!delta)
-            return core::Error { QStringLiteral("updates"),
-                QStringLiteral("shard %1's result does not fit the model: %2").arg(update.shard).arg(delta.error().message) };
-        tensors->clear();
         const double share = double(update.samples) / double(totalSamples);
-        auto added = guarded(QStringLiteral("aggregating"), [&] {
-            torch::NoGradGuard noGrad;
-            for (std::size_t i = 0; i < base->size(); ++i) {
-                const auto& w = (*base)[i].second;
-                if (!w.is_floating_point()) {
-                    if (s == 0)
-                        taken[i] = (*delta)[i].second.clone();
-                    continue;
-                }
-                if (!gradients[i].defined())
-                    gradients[i] = torch::zeros_like(w);
-                // W - W_i = -(W_i - W) exactly, so the same bits as adding (W - W_i) * share.
-                gradients[i].add_((*delta)[i].second, -share);
+        // Final weights or a compressed update alike: the shard's change from W, tensor by tensor.
+        auto added = forEachDelta(*tensors, *base, [&](std::size_t i, const at::Tensor& delta) {
+            const auto& w = (*base)[i].second;
+            if (!w.is_floating_point()) {
+                if (s == 0)
+                    taken[i] = delta.clone();
+                return;
             }
-            return true;
+            if (!gradients[i].defined())
+                gradients[i] = torch::zeros_like(w);
+            // W - W_i = -(W_i - W) exactly, so the same bits as adding (W - W_i) * share.
+            gradients[i].add_(delta, -share);
         });
         if (!added)
-            return added.error();
+            return core::Error { QStringLiteral("updates"),
+                QStringLiteral("shard %1's result does not fit the model: %2").arg(update.shard).arg(added.error().message) };
     }
 
     return guarded(QStringLiteral("aggregating"), [&] {
         torch::NoGradGuard noGrad;
-        NamedTensors next;
         NamedTensors nextMomentum;
+        // W' tensor by tensor in place of W's, each W and g let go of as soon as it is used.
         for (std::size_t i = 0; i < base->size(); ++i) {
-            const auto& [name, w] = (*base)[i];
+            auto& [name, w] = (*base)[i];
             if (!w.is_floating_point()) {
-                next.emplace_back(name, taken[i]);
+                w = taken[i];
                 continue;
             }
-            const auto& gradient = gradients[i];
+            at::Tensor gradient = std::move(gradients[i]);
             at::Tensor step = gradient;
             if (spec.method == core::AggregationSpec::Method::Nesterov) {
                 at::Tensor buffer;
@@ -248,10 +245,10 @@ core::Result<AggregationOutput> aggregate(
                 step = gradient.add(buffer, spec.outerMomentum);
                 nextMomentum.emplace_back(name, buffer);
             }
-            next.emplace_back(name, w - step * spec.outerLr);
+            w = w - step * spec.outerLr;
         }
         AggregationOutput output;
-        output.weights = Weights { pickleTensors(next), canonicalHash(next) };
+        output.weights = Weights { pickleTensors(*base), canonicalHash(*base) };
         if (spec.method == core::AggregationSpec::Method::Nesterov)
             output.outerState = pickleTensors(nextMomentum);
         return output;

@@ -43,7 +43,7 @@ struct Evaluation {
 // Loss and accuracy of the weights on the dataset's test split (or its training split when it has
 // none), on `threads` threads.
 core::Result<Evaluation> evaluate(
-    const core::JobSpec& spec, const QByteArray& weights, const ComputeEnvironment& environment, int threads);
+    const core::JobSpec& spec, QByteArray weights, const ComputeEnvironment& environment, int threads);
 
 // A TorchScript file that computes the zoo model with these weights (torch.jit.load reads it).
 core::Status exportTorchScript(const core::ModelSpec& model, const QByteArray& weights, const QString& path);
@@ -63,8 +63,11 @@ struct AggregationOutput {
 
 // W_{r+1} = W_r - outerLr * step(g), where g = W_r - sum_i(n_i * W_i) / sum_i(n_i) is the outer
 // gradient (the negated weighted mean of the shard deltas), summed in shard order in float32.
-// FedAvg: step(g) = g. Nesterov (DiLoCo): m = mu * m + g; step(g) = g + mu * m.
+// FedAvg: step(g) = g. Nesterov (DiLoCo): m = mu * m + g; step(g) = g + mu * m. Memory: the
+// global weights' tensors, g, one shard's result (its int8 update decoded one tensor at a time)
+// and the pickled result, about 2.5 x the model for int8 updates (docs/BROKER.md, "Memory"); the
+// bytes of `global` are let go once read.
 core::Result<AggregationOutput> aggregate(
-    const core::AggregationSpec& spec, const QByteArray& global, QList<ShardUpdate> updates, const QByteArray& outerState);
+    const core::AggregationSpec& spec, QByteArray global, QList<ShardUpdate> updates, const QByteArray& outerState);
 
 } // namespace tessera::compute

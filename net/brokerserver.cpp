@@ -104,7 +104,7 @@ struct BrokerServer::Private {
 
     void send(const QByteArray& routingId, const Message& message)
     {
-        detail::sendMessage(router, message, routingId);
+        counters.bytesOut += detail::sendMessage(router, message, routingId);
         if (auto it = peers.find(routingId); it != peers.end())
             it->lastSent = now();
     }
@@ -386,7 +386,7 @@ void BrokerServer::Private::serveBusy()
         if (heartbeat && found == peers.end() && deferredOf.contains(routingId)) {
             // A node whose REGISTER waits in the queue: answered, so that it does not take the
             // broker for gone while a large model's weights are built.
-            detail::sendMessage(router, { Command::Heartbeat, {}, {} }, routingId);
+            counters.bytesOut += detail::sendMessage(router, { Command::Heartbeat, {}, {} }, routingId);
             continue;
         }
         if (found != peers.end()) {
@@ -515,6 +515,8 @@ void BrokerServer::Private::handle(const QByteArray& routingId, const detail::Fr
 {
     ++counters.messages;
     const QList<QByteArray>& frames = received.frames;
+    for (const auto& frame : frames)
+        counters.bytesIn += frame.size();
     const QString& userId = received.userId;
     const QString principal = principalOf(routingId, received);
     if (auto ban = banned.find(principal); ban != banned.end()) {

@@ -74,6 +74,8 @@ public:
         std::int64_t errors = 0;
         std::int64_t tasksSent = 0;
         std::int64_t dropped = 0; // peers dropped for flooding
+        std::int64_t bytesIn = 0; // every frame received and sent but the routing ids: what crossed the wire
+        std::int64_t bytesOut = 0;
     };
     Counters counters() const;
 

@@ -4,12 +4,14 @@
 
 namespace tessera::net::detail {
 
-void sendMessage(zmq::socket_t& socket, const Message& message, const QByteArray& routingId)
+std::int64_t sendMessage(zmq::socket_t& socket, const Message& message, const QByteArray& routingId)
 {
     const auto frames = encode(message);
+    std::int64_t bytes = 0;
     if (!routingId.isEmpty())
         socket.send(zmq::buffer(routingId.constData(), std::size_t(routingId.size())), zmq::send_flags::sndmore);
     for (qsizetype i = 0; i < frames.size(); ++i) {
+        bytes += frames[i].size();
         const auto flags = i + 1 < frames.size() ? zmq::send_flags::sndmore : zmq::send_flags::none;
         if (frames[i].size() < 4096) {
             socket.send(zmq::buffer(frames[i].constData(), std::size_t(frames[i].size())), flags);
@@ -20,6 +22,7 @@ void sendMessage(zmq::socket_t& socket, const Message& message, const QByteArray
             held->data(), std::size_t(held->size()), [](void*, void* hint) { delete static_cast<QByteArray*>(hint); }, held);
         socket.send(frame, flags);
     }
+    return bytes;
 }
 
 std::optional<Frames> receiveFrames(zmq::socket_t& socket)

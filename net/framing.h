@@ -17,7 +17,8 @@ namespace tessera::net::detail {
 
 // Sends a message (after a ROUTER's routing id, when given). Large frames (blob chunks) go without
 // a copy: ZeroMQ keeps the bytes alive until they are sent.
-void sendMessage(zmq::socket_t& socket, const Message& message, const QByteArray& routingId = {});
+// Returns the bytes of the message's frames (the routing id not counted).
+std::int64_t sendMessage(zmq::socket_t& socket, const Message& message, const QByteArray& routingId = {});
 
 struct Frames {
     QList<QByteArray> frames;

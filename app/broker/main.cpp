@@ -181,6 +181,8 @@ int main(int argc, char* argv[])
     offThread.setWhileWaiting([&server] { server.serveWhileBusy(); });
     server.run(stopRequested);
     offThread.setWhileWaiting({});
-    QTextStream(stdout) << "tessera-broker: stopped" << Qt::endl;
+    const auto counted = server.counters();
+    QTextStream(stdout) << "tessera-broker: stopped after " << counted.messages << " messages, " << counted.bytesIn
+                        << " bytes in, " << counted.bytesOut << " bytes out" << Qt::endl;
     return 0;
 }

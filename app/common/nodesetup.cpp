@@ -1,5 +1,6 @@
 #include "nodesetup.h"
 
+#include <compute/benchmark.h>
 #include <compute/devices/devices.h>
 #include <compute/runtimeprofile.h>
 #include <core/benchmark.h>
@@ -33,6 +34,25 @@ int computeThreads(const core::settings::Settings& settings)
 {
     const auto maxThreads = settings.intValue(names::ComputeMaxThreads);
     return int(maxThreads > 0 ? maxThreads : QThread::idealThreadCount());
+}
+
+core::Result<std::optional<double>> benchmarkOnFirstStart(const QString& directory, int threads)
+{
+    if (!QDir().mkpath(directory))
+        return core::Error { names::NodeDataDirectory, QStringLiteral("cannot create %1").arg(directory) };
+    auto store = core::BenchmarkStore::open(QDir(directory).filePath(QStringLiteral("node.sqlite")));
+    if (!store)
+        return store.error();
+    auto last = (*store)->latest(QStringLiteral("cpu:0 ") + compute::detectCpu().name);
+    if (!last)
+        return last.error();
+    if (last->has_value() && (*last)->measurement(u"mlp"))
+        return std::optional<double> {};
+    const auto record = compute::runBenchmark(compute::BenchmarkOptions::firstStart(threads));
+    if (auto saved = (*store)->save(record); !saved)
+        return saved.error();
+    const auto mlp = record.measurement(u"mlp");
+    return mlp ? std::optional<double>(mlp->value) : std::nullopt;
 }
 
 core::Result<NodeIdentity> loadNodeIdentity(const core::settings::Settings& settings, const QString& softwareVersion)

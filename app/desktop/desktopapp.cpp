@@ -336,9 +336,48 @@ void DesktopApp::startContributing()
         (void)m_settings->set(names::ComputeContribute, true);
         (void)m_settings->save();
     }
-    if (!m_contributor || !m_contributor->running())
+    if (!m_contributor || !m_contributor->running()) {
+        if (!m_firstStartChecked && m_settings->boolValue(names::ComputeBenchmarkOnFirstStart)) {
+            benchmarkOnFirstStartThen([this] {
+                if (m_contribution.contributing() && (!m_contributor || !m_contributor->running()))
+                    restartSessions();
+                updateState();
+            });
+            updateState();
+            return;
+        }
         restartSessions();
+    }
     updateState();
+}
+
+void DesktopApp::benchmarkOnFirstStartThen(std::function<void()> then)
+{
+    if (m_measuringFirstStart)
+        return;
+    m_measuringFirstStart = true;
+    m_dashboard->setBenchmarkProgress(0, tr("first start: measuring this computer (about 2 s)…"));
+    auto* watcher = new QFutureWatcher<core::Result<std::optional<double>>>(this);
+    connect(watcher, &QFutureWatcher<core::Result<std::optional<double>>>::finished, this, [this, watcher, then] {
+        const auto measured = watcher->result();
+        watcher->deleteLater();
+        m_measuringFirstStart = false;
+        m_firstStartChecked = true;
+        if (!measured) {
+            note(QStringLiteral("warning"), QStringLiteral("benchmark"), measured.error().toString());
+        } else if (*measured) {
+            if (m_identity)
+                m_identity->info.benchmarkSamplesPerSecond = **measured;
+            note(QStringLiteral("info"), QStringLiteral("benchmark"),
+                QStringLiteral("first start: this computer trains %1 samples/s of the zoo mlp").arg(qRound64(**measured)));
+        }
+        m_dashboard->setBenchmarkProgress(-1, measured && *measured ? tr("measured on first start") : QString());
+        applySettings();
+        then();
+    });
+    const QString directory = m_dataDirectory;
+    const int threads = computeThreads(*m_settings);
+    watcher->setFuture(QtConcurrent::run([directory, threads] { return benchmarkOnFirstStart(directory, threads); }));
 }
 
 void DesktopApp::stopContributing()

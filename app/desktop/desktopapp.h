@@ -72,6 +72,8 @@ private:
     QList<net::BrokerAddress> brokers() const;
     void writeAutostart(bool on);
     void runBenchmark();
+    // Compute/BenchmarkOnFirstStart, on a worker thread; then `then` on the GUI thread.
+    void benchmarkOnFirstStartThen(std::function<void()> then);
     // A line in the dashboard's log, stamped now.
     void note(const QString& level, const QString& area, const QString& text);
     // A request to the first broker over one kept connection, with a short timeout.
@@ -94,6 +96,8 @@ private:
     QHash<QString, QString> m_lastStates; // assignment -> state, for notifications
     bool m_brokerReachable = true;
     bool m_computePaused = false;
+    bool m_measuringFirstStart = false; // the first-start benchmark runs; contributing starts after it
+    bool m_firstStartChecked = false;
     QSet<QString> m_pausedDevices;
     QStringList m_sessionBrokers; // the brokers the running sessions serve
     QJsonObject m_account; // the node's balance and stake at the first broker, last asked

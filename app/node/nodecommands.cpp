@@ -303,6 +303,15 @@ int runNode(const QStringList& args, const core::settings::Settings& settings, c
     }
 
     const QString directory = dataDirectory(settings);
+    // Before the node registers, so that brokers schedule it by what it measured, not by a default.
+    auto measured = settings.boolValue(names::ComputeBenchmarkOnFirstStart)
+        ? benchmarkOnFirstStart(directory, computeThreads(settings))
+        : core::Result<std::optional<double>>(std::optional<double> {});
+    if (!measured)
+        err() << "tessera-node: could not benchmark this machine: " << measured.error().toString() << Qt::endl;
+    else if (*measured)
+        out() << "tessera-node: first start: measured this CPU at " << qRound64(**measured)
+              << " samples/s of the zoo mlp (tessera-node benchmark measures more)" << Qt::endl;
     auto identity = loadNodeIdentity(settings, QStringLiteral(TESSERA_VERSION));
     if (!identity)
         return fail(identity.error().toString());

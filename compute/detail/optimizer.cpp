@@ -23,6 +23,12 @@ void Optimizer::zeroGrad()
     }
 }
 
+void Optimizer::releaseGradients()
+{
+    for (auto& [name, parameter] : m_parameters)
+        parameter.mutable_grad().reset();
+}
+
 void Optimizer::step()
 {
     torch::NoGradGuard noGrad;

@@ -18,6 +18,8 @@ public:
 
     void zeroGrad();
     void step();
+    // After the last step: the gradients' memory is freed (a model's worth), since no step follows.
+    void releaseGradients();
 
     // "momentum/<param>" (sgd); "exp_avg/<param>", "exp_avg_sq/<param>" and "adam_step" (adam).
     NamedTensors state() const;

@@ -5,6 +5,8 @@
 #include <caffe2/serialize/in_memory_adapter.h>
 #include <caffe2/serialize/inline_container.h>
 
+#include <torch/csrc/jit/serialization/export.h>
+#include <torch/csrc/jit/serialization/pickler.h>
 #include <torch/serialize.h>
 #include <torch/torch.h>
 
@@ -77,11 +79,31 @@ core::Digest canonicalHash(const NamedTensors& tensors)
 
 QByteArray pickleTensors(const NamedTensors& tensors)
 {
+    // torch::pickle_save's steps, writing the archive straight into the QByteArray: pickle_save
+    // returns a std::vector that would be copied once more, a second model's worth of memory at the
+    // moment a shard hands in its weights or a training state.
     c10::Dict<std::string, at::Tensor> dict;
-    for (const auto& [name, tensor] : tensors)
-        dict.insert(name, tensor.detach().contiguous().cpu());
-    const std::vector<char> bytes = torch::pickle_save(c10::IValue(dict));
-    return QByteArray(bytes.data(), static_cast<qsizetype>(bytes.size()));
+    qsizetype payload = 0;
+    for (const auto& [name, tensor] : tensors) {
+        auto stored = tensor.detach().contiguous().cpu();
+        payload += qsizetype(stored.nbytes());
+        dict.insert(name, std::move(stored));
+    }
+    std::vector<char> program;
+    torch::jit::Pickler pickler([&](const char* bytes, size_t size) { program.insert(program.end(), bytes, bytes + size); });
+    pickler.protocol();
+    pickler.pushIValue(c10::IValue(dict));
+    pickler.stop();
+    QByteArray out;
+    // The records, each aligned to 64 bytes, and the zip directory.
+    out.reserve(payload + qsizetype(program.size()) + 128 * (qsizetype(tensors.size()) + 8) + 4096);
+    caffe2::serialize::PyTorchStreamWriter writer([&](const void* bytes, size_t size) {
+        out.append(static_cast<const char*>(bytes), qsizetype(size));
+        return size;
+    });
+    torch::jit::writeArchiveAndTensors("data", program.data(), program.size(), pickler.tensorData(), writer);
+    writer.writeEndOfFile();
+    return out;
 }
 
 namespace {
@@ -130,6 +152,9 @@ core::Result<NamedTensors> unpickleTensors(const QByteArray& bytes, const QStrin
         if (!refs)
             return core::Error { {}, QStringLiteral("%1: %2").arg(what, refs.error().message) };
         std::map<QString, at::Tensor> storages;
+        std::map<QString, int> users; // how many tensors view each storage
+        for (const auto& ref : *refs)
+            ++users[ref.storageKey];
         NamedTensors tensors;
         for (const auto& ref : *refs) {
             const auto type = scalarType(ref.dtype);
@@ -146,15 +171,26 @@ core::Result<NamedTensors> unpickleTensors(const QByteArray& bytes, const QStrin
                     return core::Error { {},
                         QStringLiteral("%1: storage %2 of '%3' holds %4 bytes, not %5")
                             .arg(what, ref.storageKey, ref.name, QString::number(size), QString::number(needed)) };
-                auto storage = at::empty({ ref.storageNumel }, at::TensorOptions().dtype(type));
-                std::memcpy(storage.data_ptr(), data.get(), needed);
+                // The record's own buffer becomes the storage (no copy): it is the reader's
+                // allocation, aligned for any dtype.
+                auto owner = std::make_shared<at::DataPtr>(std::move(data));
+                auto storage = needed == 0 || !owner->get()
+                    ? at::empty({ ref.storageNumel }, at::TensorOptions().dtype(type))
+                    : at::from_blob(
+                        owner->get(), { ref.storageNumel }, [owner](void*) mutable { owner.reset(); },
+                        at::TensorOptions().dtype(type));
                 found = storages.emplace(ref.storageKey, storage).first;
             }
             if (found->second.scalar_type() != type)
                 return core::Error { {}, QStringLiteral("%1: storage %2 is read as two dtypes").arg(what, ref.storageKey) };
             const std::vector<std::int64_t> sizes(ref.sizes.begin(), ref.sizes.end());
             const std::vector<std::int64_t> strides(ref.strides.begin(), ref.strides.end());
-            tensors.emplace_back(ref.name.toStdString(), found->second.as_strided(sizes, strides, ref.offset).clone());
+            auto view = found->second.as_strided(sizes, strides, ref.offset);
+            // A storage that one tensor views whole is that tensor; shared or partly used storages
+            // are copied, so that every tensor owns its memory alone (tied weights come apart).
+            const bool whole
+                = users[ref.storageKey] == 1 && ref.offset == 0 && view.is_contiguous() && view.numel() == ref.storageNumel;
+            tensors.emplace_back(ref.name.toStdString(), whole ? view : view.clone());
         }
         sortByName(tensors);
         return tensors;

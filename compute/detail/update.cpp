@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <functional>
 #include <map>
 
 namespace tessera::compute::detail {
@@ -115,28 +116,30 @@ core::Result<NamedTensors> revealedUpdate(core::Compression compression, const N
     });
 }
 
-core::Result<NamedTensors> shardDelta(const NamedTensors& revealed, const NamedTensors& base)
+core::Status forEachDelta(
+    const NamedTensors& revealed, const NamedTensors& base, const std::function<void(std::size_t, const at::Tensor&)>& take)
 {
-    return shielded(QStringLiteral("reading the update"), [&]() -> core::Result<NamedTensors> {
+    return shielded(QStringLiteral("reading the update"), [&]() -> core::Status {
         torch::NoGradGuard noGrad;
-        NamedTensors out;
-        out.reserve(base.size());
         if (!isCompressed(revealed)) {
             if (revealed.size() != base.size())
                 return unfit(QStringLiteral("the weights do not fit the model"));
             for (std::size_t i = 0; i < base.size(); ++i) {
-                const auto& [name, w] = base[i];
-                if (revealed[i].first != name || revealed[i].second.sizes() != w.sizes())
+                if (revealed[i].first != base[i].first || revealed[i].second.sizes() != base[i].second.sizes())
                     return unfit(QStringLiteral("the weights do not fit the model"));
-                out.emplace_back(name, w.is_floating_point() ? revealed[i].second - w : revealed[i].second);
             }
-            return out;
+            for (std::size_t i = 0; i < base.size(); ++i) {
+                const auto& w = base[i].second;
+                take(i, w.is_floating_point() ? revealed[i].second - w : revealed[i].second);
+            }
+            return {};
         }
         std::map<std::string, at::Tensor> byName(revealed.begin(), revealed.end());
         const auto meta = byName[MetaName];
         if (!meta.defined() || meta.scalar_type() != at::kLong || meta.numel() != 2
             || meta[0].item<std::int64_t>() != UpdateFormatVersion || meta[1].item<std::int64_t>() != UpdateBlock)
             return unfit(QStringLiteral("meta/compression must be int64 [%1, %2]").arg(UpdateFormatVersion).arg(UpdateBlock));
+        // Everything is checked before anything is decoded: a misfit is refused whole.
         std::size_t used = 1;
         for (const auto& [name, w] : base) {
             const QString what = QString::fromStdString(name);
@@ -144,8 +147,6 @@ core::Result<NamedTensors> shardDelta(const NamedTensors& revealed, const NamedT
                 const auto kept = byName[KeepPrefix + name];
                 if (!kept.defined() || kept.sizes() != w.sizes() || kept.scalar_type() != w.scalar_type())
                     return unfit(QStringLiteral("the update has no keep/%1 of the model's shape and type").arg(what));
-                // A float tensor of another type (float64, float16) travels whole: its change is taken from it.
-                out.emplace_back(name, w.is_floating_point() ? kept - w : kept);
                 ++used;
                 continue;
             }
@@ -158,13 +159,34 @@ core::Result<NamedTensors> shardDelta(const NamedTensors& revealed, const NamedT
                 return unfit(QStringLiteral("the update has no scale/%1 of float32 [%2]").arg(what).arg(blocks));
             if (!torch::isfinite(scales).all().item<bool>())
                 return unfit(QStringLiteral("scale/%1 is not finite").arg(what));
-            out.emplace_back(name, dequantise(q, scales));
             used += 2;
         }
         if (used != revealed.size())
             return unfit(QStringLiteral("the update holds tensors the model does not have"));
-        return out;
+        // One tensor's change at a time: the caller adds it where it goes and lets go of it.
+        for (std::size_t i = 0; i < base.size(); ++i) {
+            const auto& [name, w] = base[i];
+            if (w.scalar_type() != at::kFloat) {
+                // A float tensor of another type (float64, float16) travels whole: its change is taken from it.
+                const auto& kept = byName[KeepPrefix + name];
+                take(i, w.is_floating_point() ? kept - w : kept);
+            } else {
+                take(i, dequantise(byName[UpdatePrefix + name], byName[ScalePrefix + name]));
+            }
+        }
+        return {};
     });
+}
+
+core::Result<NamedTensors> shardDelta(const NamedTensors& revealed, const NamedTensors& base)
+{
+    NamedTensors out;
+    out.reserve(base.size());
+    if (auto status
+        = forEachDelta(revealed, base, [&](std::size_t i, const at::Tensor& delta) { out.emplace_back(base[i].first, delta); });
+        !status)
+        return status.error();
+    return out;
 }
 
 core::Result<NamedTensors> revealedWeights(const NamedTensors& revealed, const NamedTensors& base)

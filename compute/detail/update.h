@@ -7,6 +7,8 @@
 
 #include <core/jobspec.h>
 
+#include <functional>
+
 namespace tessera::compute::detail {
 
 // Elements per int8 block: each block of a tensor's flattened update has its own float32 scale.
@@ -26,6 +28,11 @@ core::Result<NamedTensors> revealedUpdate(core::Compression compression, const N
 // tensor the shard's change (final - base, or q * scale decoded), for each other tensor the shard's
 // value. An error names what does not fit.
 core::Result<NamedTensors> shardDelta(const NamedTensors& revealed, const NamedTensors& base);
+// The same, one tensor at a time: take(i, change of base[i]) for each tensor in base's order, after
+// the whole form was checked (nothing is taken from a form that does not fit). Only one decoded
+// tensor exists at a time, so aggregating an int8 update costs one tensor, not a model, of memory.
+core::Status forEachDelta(
+    const NamedTensors& revealed, const NamedTensors& base, const std::function<void(std::size_t, const at::Tensor&)>& take);
 
 // The weights a revealed form stands for: base + shardDelta (equal to `final` for None).
 core::Result<NamedTensors> revealedWeights(const NamedTensors& revealed, const NamedTensors& base);

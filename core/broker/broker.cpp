@@ -777,15 +777,16 @@ Result<std::optional<Broker::AggregatedRound>> Broker::aggregateRound(
             return status.error();
         return std::optional<AggregatedRound> {};
     };
-    auto aggregated = m_math.aggregate(spec.aggregation, *global, updates, outerState);
+    auto aggregated = m_math.aggregate(spec.aggregation, std::move(*global), updates, outerState);
     if (!aggregated)
         return failed(QStringLiteral("aggregated"), aggregated.error());
-    auto evaluation = m_math.evaluate(spec, aggregated->weights.bytes);
-    if (!evaluation)
-        return failed(QStringLiteral("evaluated"), evaluation.error());
+    // Stored first, so that the evaluation holds the only copy of the bytes and lets go of them.
     auto blob = m_blobs.put(aggregated->weights.bytes, aggregated->weights.sha256);
     if (!blob)
         return blob.error();
+    auto evaluation = m_math.evaluate(spec, std::move(aggregated->weights.bytes));
+    if (!evaluation)
+        return failed(QStringLiteral("evaluated"), evaluation.error());
     AggregatedRound next { { round, evaluation->loss, evaluation->accuracy, lossCount ? lossSum / double(lossCount) : 0.0,
                                aggregated->weights.canonicalHash, *blob },
         std::nullopt };

@@ -40,14 +40,14 @@ Result<Digest> OffThreadMath::canonicalHashOfFile(const QString& path)
 }
 
 Result<TrainingMath::Aggregated> OffThreadMath::aggregate(
-    const AggregationSpec& spec, const QByteArray& global, const QList<Update>& updates, const QByteArray& outerState)
+    const AggregationSpec& spec, QByteArray global, const QList<Update>& updates, const QByteArray& outerState)
 {
-    return offThread([&] { return m_inner.aggregate(spec, global, updates, outerState); });
+    return offThread([&] { return m_inner.aggregate(spec, std::move(global), updates, outerState); });
 }
 
-Result<TrainingMath::Evaluation> OffThreadMath::evaluate(const JobSpec& spec, const QByteArray& weights)
+Result<TrainingMath::Evaluation> OffThreadMath::evaluate(const JobSpec& spec, QByteArray weights)
 {
-    return offThread([&] { return m_inner.evaluate(spec, weights); });
+    return offThread([&] { return m_inner.evaluate(spec, std::move(weights)); });
 }
 
 Result<TrainingMath::Replay> OffThreadMath::replay(const ShardTask& task, std::int64_t from, const QByteArray& state,

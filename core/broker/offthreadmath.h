@@ -22,9 +22,9 @@ public:
     Result<Weights> initialWeights(const JobSpec& spec) override;
     Result<Digest> canonicalHash(const QByteArray& weights) override;
     Result<Digest> canonicalHashOfFile(const QString& path) override;
-    Result<Aggregated> aggregate(const AggregationSpec& spec, const QByteArray& global, const QList<Update>& updates,
-        const QByteArray& outerState) override;
-    Result<Evaluation> evaluate(const JobSpec& spec, const QByteArray& weights) override;
+    Result<Aggregated> aggregate(
+        const AggregationSpec& spec, QByteArray global, const QList<Update>& updates, const QByteArray& outerState) override;
+    Result<Evaluation> evaluate(const JobSpec& spec, QByteArray weights) override;
     Result<Replay> replay(const ShardTask& task, std::int64_t from, const QByteArray& state, const Digest& expected,
         std::int64_t to, const QByteArray& roundWeights) override;
     Result<double> distance(const QByteArray& a, const QByteArray& b, const QByteArray& roundWeights) override;

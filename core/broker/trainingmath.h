@@ -57,10 +57,12 @@ public:
             return Error { QStringLiteral("weights"), bytes.error().message };
         return canonicalHash(*bytes);
     }
+    // global is taken by value: the arithmetic lets go of its bytes once it has read them.
     virtual Result<Aggregated> aggregate(
-        const AggregationSpec& spec, const QByteArray& global, const QList<Update>& updates, const QByteArray& outerState)
+        const AggregationSpec& spec, QByteArray global, const QList<Update>& updates, const QByteArray& outerState)
         = 0;
-    virtual Result<Evaluation> evaluate(const JobSpec& spec, const QByteArray& weights) = 0;
+    // weights by value, like aggregate's global: let go of once read.
+    virtual Result<Evaluation> evaluate(const JobSpec& spec, QByteArray weights) = 0;
     // From checkpoint `from` (state: the round's weights at 0, else a node's checkpoint state that
     // must hash to `expected`) to checkpoint `to`. roundWeights: the round's weights, which a
     // compressed update is taken from. from == to == the last checkpoint only reveals (a dispute

@@ -59,6 +59,9 @@ QList<Key> makeKeys()
         intKey(ComputeMaxMemoryMiB, 4096, 256, 1048576,
             "Largest memory a shard may take on this node (the estimate of docs/NODE.md, Memory): a larger one is given back, "
             "saying why, and the broker is told."),
+        boolKey(ComputeBenchmarkOnFirstStart, true,
+            "Measure this CPU (the zoo mlp, about 2 s) before contributing when no benchmark of it is stored, so that brokers "
+            "schedule by a measured figure."),
         boolKey(ComputeRunOnlyWhenIdle, false, "Contribute only while the desktop session is idle."),
         intKey(ComputeIdleMinutes, 5, 1, 240, "Minutes without input before the session counts as idle."),
         boolKey(ComputePauseOnBattery, true, "Pause while the machine runs on battery."),

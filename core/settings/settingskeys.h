@@ -47,6 +47,7 @@ inline const QString ComputeContribute = QStringLiteral("Compute/Contribute");
 inline const QString ComputeMaxThreads = QStringLiteral("Compute/MaxThreads");
 inline const QString ComputeCpuPercent = QStringLiteral("Compute/CpuPercent");
 inline const QString ComputeMaxMemoryMiB = QStringLiteral("Compute/MaxMemoryMiB");
+inline const QString ComputeBenchmarkOnFirstStart = QStringLiteral("Compute/BenchmarkOnFirstStart");
 inline const QString ComputeRunOnlyWhenIdle = QStringLiteral("Compute/RunOnlyWhenIdle");
 inline const QString ComputeIdleMinutes = QStringLiteral("Compute/IdleMinutes");
 inline const QString ComputePauseOnBattery = QStringLiteral("Compute/PauseOnBattery");

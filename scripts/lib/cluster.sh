@@ -15,7 +15,8 @@
 # range (scripts/free_port.py) and a settings file `[Broker] DataDirectory=WORK/broker, Faucet=true`
 # plus SETTINGS (lines of Key=Value); it counts as started once `tessera-job list` answers (at most
 # 120 s, and the launcher stops at once if it dies). Each node gets `[Node] DataDirectory=WORK/NAME,
-# Name=NAME`. Every process appends to WORK/NAME.log (the broker's name is `broker`). The job owner's
+# Name=NAME` and `[Compute] BenchmarkOnFirstStart=false` (a new node would measure its CPU for
+# about 2 s before registering, inside what the scripts time). Every process appends to WORK/NAME.log (the broker's name is `broker`). The job owner's
 # identity is WORK/owner.key. Only processes this launcher started are ever signalled.
 
 CLUSTER_LIB_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -85,7 +86,8 @@ cluster_broker() {
 cluster_node() {
     local name=$1
     shift
-    printf '[Node]\nDataDirectory=%s/%s\nName=%s\n' "$CLUSTER_DIR" "$name" "$name" >"$CLUSTER_DIR/$name.ini"
+    printf '[Node]\nDataDirectory=%s/%s\nName=%s\n[Compute]\nBenchmarkOnFirstStart=false\n' "$CLUSTER_DIR" "$name" "$name" \
+        >"$CLUSTER_DIR/$name.ini"
     CLUSTER_ARGS[$name]="$*"
     cluster_start "$name"
 }

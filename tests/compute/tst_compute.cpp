@@ -143,6 +143,30 @@ private Q_SLOTS:
         QCOMPARE(first.result.weightsSha256, core::Digest::ofBytes(first.weights));
     }
 
+    // Tessera writes weights and states as torch::pickle_save does, into the result's buffer
+    // without pickle_save's extra copy: the same records, read back bit for bit (torch.load reads
+    // them too: the cases below hand such files to Python).
+    void weightsFilesAreWhatPickleSaveWrites()
+    {
+        const NamedTensors tensors { { "a.weight", torch::randn({ 300, 7 }) }, { "a.bias", torch::arange(7) },
+            { "meta/step", torch::tensor(std::int64_t(3)) }, { "q", torch::ones({ 5 }, torch::kInt8) } };
+        c10::Dict<std::string, at::Tensor> dict;
+        for (const auto& [name, tensor] : tensors)
+            dict.insert(name, tensor);
+        const std::vector<char> theirs = torch::pickle_save(c10::IValue(dict));
+        const QByteArray ours = compute::detail::pickleTensors(tensors);
+        QVERIFY(std::abs(ours.size() - qsizetype(theirs.size())) < 64);
+        auto back = unpickle(ours);
+        compute::detail::sortByName(back);
+        auto sorted = tensors;
+        compute::detail::sortByName(sorted);
+        QCOMPARE(back.size(), sorted.size());
+        for (std::size_t i = 0; i < back.size(); ++i) {
+            QCOMPARE(back[i].first, sorted[i].first);
+            QVERIFY(back[i].second.dtype() == sorted[i].second.dtype() && torch::equal(back[i].second, sorted[i].second));
+        }
+    }
+
     void checkpointChainHasOneHashPerInterval()
     {
         auto spec = smallJob();

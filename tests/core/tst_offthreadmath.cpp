@@ -34,14 +34,17 @@ public:
         return fake.canonicalHash(weights);
     }
     Result<Aggregated> aggregate(
-        const AggregationSpec& spec, const QByteArray& global, const QList<Update>& updates, const QByteArray& outer) override
+        const AggregationSpec& spec, QByteArray global, const QList<Update>& updates, const QByteArray& outer) override
     {
         aggregatedOn = std::this_thread::get_id();
         while (hooks.load() < 3)
             std::this_thread::yield();
-        return fake.aggregate(spec, global, updates, outer);
+        return fake.aggregate(spec, std::move(global), updates, outer);
     }
-    Result<Evaluation> evaluate(const JobSpec& spec, const QByteArray& weights) override { return fake.evaluate(spec, weights); }
+    Result<Evaluation> evaluate(const JobSpec& spec, QByteArray weights) override
+    {
+        return fake.evaluate(spec, std::move(weights));
+    }
     Result<Replay> replay(const ShardTask& task, std::int64_t from, const QByteArray& state, const Digest& expected,
         std::int64_t to, const QByteArray& round) override
     {

@@ -68,7 +68,8 @@ inline int freePort()
 // the rules of scripts/lib/cluster.sh: a free port below the ephemeral range, `[Broker]
 // DataDirectory, Faucet` plus the test's settings (CanaryPercent=0 unless a test says otherwise: the
 // tests count payments), the broker counts as started once `tessera-job list` answers (120 s), each
-// node `[Node] DataDirectory, Name`, every process appends to NAME.log, the owner is owner.key.
+// node `[Node] DataDirectory, Name` (and `[Compute] BenchmarkOnFirstStart`, startNode), every process appends to NAME.log, the
+// owner is owner.key.
 class Cluster {
 public:
     Cluster()
@@ -108,11 +109,17 @@ public:
         return m_broker;
     }
 
-    QProcess* startNode(int index, const QStringList& brokers = {})
+    // A node measures its CPU on its first start (Compute/BenchmarkOnFirstStart, about 2 s); most
+    // tests start many new nodes and skip it, one test keeps it.
+    enum class FirstStart { SkipBenchmark, Benchmark };
+    QProcess* startNode(int index, const QStringList& brokers = {}, FirstStart first = FirstStart::SkipBenchmark)
     {
         const QString ini = path(QStringLiteral("node%1.ini").arg(index));
         writeFile(ini,
-            QStringLiteral("[Node]\nDataDirectory=%1\nName=node-%2\n").arg(path(QStringLiteral("node%1").arg(index))).arg(index));
+            QStringLiteral("[Node]\nDataDirectory=%1\nName=node-%2\n[Compute]\nBenchmarkOnFirstStart=%3\n")
+                .arg(path(QStringLiteral("node%1").arg(index)))
+                .arg(index)
+                .arg(first == FirstStart::Benchmark ? QStringLiteral("true") : QStringLiteral("false")));
         QStringList arguments { QStringLiteral("--config"), ini, QStringLiteral("run") };
         for (const auto& broker : brokers.isEmpty() ? QStringList { endpoint() } : brokers)
             arguments << QStringLiteral("--broker") << broker;

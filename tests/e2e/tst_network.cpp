@@ -65,7 +65,7 @@ private Q_SLOTS:
         Cluster cluster;
         cluster.startBroker();
         for (int i = 1; i <= 3; ++i)
-            cluster.startNode(i);
+            cluster.startNode(i, {}, Cluster::FirstStart::Benchmark);
         const QString jobId = cluster.submit();
         QVERIFY(!jobId.isEmpty());
         const auto job = cluster.waitForEnd(jobId);
@@ -85,9 +85,14 @@ private Q_SLOTS:
                   .array();
         QCOMPARE(nodes.size(), 3);
         int delivered = 0;
-        for (const auto& node : nodes)
+        for (const auto& node : nodes) {
             delivered += node.toObject().value(QStringLiteral("shardsDone")).toInt();
+            // New nodes measured their CPU before they registered: brokers see a figure, not 0.
+            QVERIFY2(node.toObject().value(QStringLiteral("benchmarkSamplesPerSecond")).toDouble() > 0,
+                qPrintable(QString::fromUtf8(QJsonDocument(node.toObject()).toJson())));
+        }
         QCOMPARE(delivered, 45);
+        QVERIFY(cluster.log(QStringLiteral("node1")).contains(QStringLiteral("first start: measured this CPU")));
 
         // Each node keeps the lifecycle of its results: computed, committed, then paid, or sampled,
         // verified and paid.

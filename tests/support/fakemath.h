@@ -34,7 +34,7 @@ public:
         return Digest::ofBytes(weights.startsWith("container:") ? weights.mid(10) : weights);
     }
     Result<Aggregated> aggregate(
-        const AggregationSpec&, const QByteArray& global, const QList<Update>& updates, const QByteArray&) override
+        const AggregationSpec&, QByteArray global, const QList<Update>& updates, const QByteArray&) override
     {
         QByteArray next = global + "|";
         QList<std::int64_t> order;
@@ -46,7 +46,7 @@ public:
         aggregationOrders.append(order);
         return Aggregated { { next, Digest::ofBytes(next), 0, {} }, {} };
     }
-    Result<Evaluation> evaluate(const JobSpec&, const QByteArray&) override { return Evaluation { 0.5, 0.9 }; }
+    Result<Evaluation> evaluate(const JobSpec&, QByteArray) override { return Evaluation { 0.5, 0.9 }; }
 
     // The honest arithmetic of a shard, as stand-in bytes: the state at checkpoint k is
     // "s:<round>:<shard>:<k>", the final weights "w:<round>:<shard>".
