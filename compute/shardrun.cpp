@@ -10,6 +10,8 @@
 
 #include <core/seeds.h>
 
+#include <future>
+
 #include <torch/torch.h>
 
 #include <QElapsedTimer>
@@ -31,13 +33,22 @@ struct ShardRun::Private {
     c10::Device device { c10::kCPU };
     std::int64_t step = 0;
     QList<double> losses;
-    QList<core::Digest> chain;
+    QList<core::Digest> chain; // without the one being hashed (pendingHash)
+    std::future<core::Digest> pendingHash; // the newest checkpoint's hash, computed on a helper thread
     QByteArray keptState; // suspend() at task.keptStateCheckpoint(), for disputes
     QByteArray startWeights; // the round's weights (shared, not copied), for a compressed update
     bool keepCheckpointStates = true;
     std::int64_t previousElapsedMs = 0; // before a suspend
     QElapsedTimer timer;
     bool broken = false;
+
+    // The chain with every checkpoint hashed: waits for the one in flight.
+    const QList<core::Digest>& settledChain()
+    {
+        if (pendingHash.valid())
+            chain.append(pendingHash.get());
+        return chain;
+    }
 };
 
 namespace {
@@ -108,15 +119,33 @@ NamedTensors stripPrefix(const std::string& prefix, const NamedTensors& tensors)
 // What a checkpoint of the chain hashes: at step 0 the round's weights (so that the chain starts at
 // the task's startWeights), after that the whole training state, weights and optimizer state, so
 // that a referee who restores a checkpoint agreed by both sides of a dispute restores all of it.
-core::Digest checkpointHash(const ShardRun::Private& d)
+NamedTensors trainingState(const ShardRun::Private& d)
 {
-    if (d.step == 0)
-        return canonicalHash(d.model->state());
     NamedTensors state = withPrefix("model/", d.model->state());
     for (auto& entry : withPrefix("optimizer/", d.optimizer->state()))
         state.push_back(std::move(entry));
     sortByName(state);
-    return canonicalHash(state);
+    return state;
+}
+
+core::Digest checkpointHash(const ShardRun::Private& d)
+{
+    if (d.step == 0)
+        return canonicalHash(d.model->state());
+    return canonicalHash(trainingState(d));
+}
+
+// A training state up to this size is copied and hashed on a helper thread while training goes
+// on: a copy costs a tenth of a hash, and the copy's memory is small next to the runtime's. A
+// larger one is hashed in place (its hash is small next to its model's steps).
+constexpr std::int64_t OffThreadHashBytes = 64LL << 20;
+
+std::int64_t bytesOf(const NamedTensors& tensors)
+{
+    std::int64_t total = 0;
+    for (const auto& [name, tensor] : tensors)
+        total += std::int64_t(tensor.nbytes());
+    return total;
 }
 
 } // namespace
@@ -292,8 +321,15 @@ core::Status ShardRun::step()
     d->losses.append(*outcome);
     ++d->step;
     if (d->step % task.checkpointInterval == 0 || d->step == task.localSteps) {
-        d->chain.append(checkpointHash(*d));
-        if (d->keepCheckpointStates && d->step < task.localSteps && d->chain.size() - 1 == task.keptStateCheckpoint())
+        const auto index = d->settledChain().size(); // at most one hash in flight
+        auto state = trainingState(*d);
+        if (bytesOf(state) <= OffThreadHashBytes) {
+            d->pendingHash = std::async(std::launch::async, [copy = cloneTensors(state)] { return canonicalHash(copy); });
+        } else {
+            d->chain.append(canonicalHash(state));
+        }
+        state.clear();
+        if (d->keepCheckpointStates && d->step < task.localSteps && index == task.keptStateCheckpoint())
             d->keptState = suspend();
     }
     return {};
@@ -301,17 +337,19 @@ core::Status ShardRun::step()
 
 QByteArray ShardRun::suspend() const
 {
-    NamedTensors state = withPrefix("model/", cloneTensors(d->model->state()));
-    for (auto& entry : withPrefix("optimizer/", cloneTensors(d->optimizer->state())))
+    // The tensors themselves, not copies: pickling reads them, and nothing trains meanwhile.
+    NamedTensors state = withPrefix("model/", d->model->state());
+    for (auto& entry : withPrefix("optimizer/", d->optimizer->state()))
         state.push_back(std::move(entry));
     const auto task = taskDigest(d->task).toRaw();
     state.emplace_back(
         "meta/task", torch::from_blob(const_cast<char*>(task.constData()), { task.size() }, torch::kUInt8).clone());
     state.emplace_back("meta/step", torch::tensor(d->step, torch::kInt64));
     state.emplace_back("meta/losses", torch::tensor(std::vector<double>(d->losses.begin(), d->losses.end()), torch::kFloat64));
-    auto chain = torch::empty({ std::int64_t(d->chain.size()), 32 }, torch::kUInt8);
-    for (qsizetype i = 0; i < d->chain.size(); ++i)
-        std::memcpy(chain[i].data_ptr<std::uint8_t>(), d->chain[i].toRaw().constData(), 32);
+    const auto& hashes = d->settledChain();
+    auto chain = torch::empty({ std::int64_t(hashes.size()), 32 }, torch::kUInt8);
+    for (qsizetype i = 0; i < hashes.size(); ++i)
+        std::memcpy(chain[i].data_ptr<std::uint8_t>(), hashes[i].toRaw().constData(), 32);
     state.emplace_back("meta/chain", chain);
     state.emplace_back(
         "meta/elapsed_ms", torch::tensor(static_cast<std::int64_t>(d->previousElapsedMs + d->timer.elapsed()), torch::kInt64));
@@ -364,7 +402,7 @@ ShardOutput ShardRun::finish()
     }
     output.weights = pickleTensors(*revealed);
     result.finalHash = canonicalHash(*revealed);
-    result.checkpointHashes = d->chain;
+    result.checkpointHashes = d->settledChain();
     output.keptState = d->keptState;
     result.weightsSha256 = core::Digest::ofBytes(output.weights);
     result.losses = d->losses;
@@ -422,7 +460,7 @@ core::Result<Replay> replayShard(const core::ShardTask& task, std::int64_t from,
             return status.error();
     }
     Replay replay;
-    replay.checkpoints = d.chain.mid(1);
+    replay.checkpoints = d.settledChain().mid(1);
     if (to == count - 1) {
         auto revealed = reveal(task, d.model->state(), from == 0 ? state : roundWeights);
         if (!revealed)
