@@ -223,7 +223,9 @@ core::Result<AggregationOutput> aggregate(
     return guarded(QStringLiteral("aggregating"), [&] {
         torch::NoGradGuard noGrad;
         NamedTensors nextMomentum;
-        // W' tensor by tensor in place of W's, each W and g let go of as soon as it is used.
+        // W' in W's own tensors (each owns its memory: unpickleTensors shares no storage), and each
+        // g let go of as soon as it is used: W -= step * lr is the same two operations, so the same
+        // bits, as W - step * lr, without a third tensor as large as the largest layer.
         for (std::size_t i = 0; i < base->size(); ++i) {
             auto& [name, w] = (*base)[i];
             if (!w.is_floating_point()) {
@@ -245,7 +247,7 @@ core::Result<AggregationOutput> aggregate(
                 step = gradient.add(buffer, spec.outerMomentum);
                 nextMomentum.emplace_back(name, buffer);
             }
-            w = w - step * spec.outerLr;
+            w.sub_(step.mul_(spec.outerLr));
         }
         AggregationOutput output;
         output.weights = Weights { pickleTensors(*base), canonicalHash(*base) };
