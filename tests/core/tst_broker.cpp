@@ -150,6 +150,27 @@ private:
 
     std::unique_ptr<Broker> openVerifying(const QString& name) { return open(name, verifyingOptions()); }
 
+    // A verifying broker with one job of one 15-step shard (checkpoints at 0, 5, 10, 15), nodes a
+    // and b registered, and the shard assigned to a: the start of every dispute case.
+    struct OneShard {
+        std::unique_ptr<Broker> broker;
+        QString jobId;
+        Assignment first;
+    };
+    OneShard oneShardForAAndB(const QString& name, Broker::Options options = verifyingOptions())
+    {
+        OneShard setup { open(name, options), {}, {} };
+        auto spec = job(1, 1);
+        spec.training.localSteps = 15;
+        setup.jobId = *setup.broker->submit(spec);
+        for (const auto* id : { "a", "b" }) {
+            if (!setup.broker->registerNode(node(QString::fromLatin1(id))).ok())
+                qFatal("node %s could not register", id);
+        }
+        setup.first = **setup.broker->assign(QStringLiteral("a"));
+        return setup;
+    }
+
     std::unique_ptr<Broker> open(const QString& name, Broker::Options options)
     {
         options.minDeadlineMs = 10'000;
@@ -700,13 +721,7 @@ private Q_SLOTS:
     // A dispute in the middle of the chain: both sides are asked for the checkpoint they agree on.
     void aMidChainDisputeRefereesOneInterval()
     {
-        auto broker = openVerifying(QStringLiteral("cheat2"));
-        auto spec = job(1, 1);
-        spec.training.localSteps = 15; // checkpoints at 0, 5, 10, 15
-        const auto jobId = *broker->submit(spec);
-        for (const auto* id : { "a", "b" })
-            QVERIFY(broker->registerNode(node(QString::fromLatin1(id))).ok());
-        const auto a1 = **broker->assign(QStringLiteral("a"));
+        auto [broker, jobId, a1] = oneShardForAAndB(QStringLiteral("cheat2"));
         QCOMPARE(*deliver(*broker, QStringLiteral("a"), a1.id, honest(*broker, a1, 2)), Acceptance::Held);
         const auto b1 = **broker->assign(QStringLiteral("b"));
         (void)broker->takeNotices();
@@ -756,13 +771,7 @@ private Q_SLOTS:
     // that state, and the referee reveals the result from it itself.
     void anHonestChainWithPoisonedWeightsLosesOverTheRevealedResult()
     {
-        auto broker = openVerifying(QStringLiteral("poisoned"));
-        auto spec = job(1, 1);
-        spec.training.localSteps = 15; // checkpoints at 0, 5, 10, 15
-        const auto jobId = *broker->submit(spec);
-        for (const auto* id : { "a", "b" })
-            QVERIFY(broker->registerNode(node(QString::fromLatin1(id))).ok());
-        const auto a1 = **broker->assign(QStringLiteral("a"));
+        auto [broker, jobId, a1] = oneShardForAAndB(QStringLiteral("poisoned"));
         auto poisoned = honest(*broker, a1);
         poisoned.weightsSha256 = *broker->blobs().put("poisoned weights");
         poisoned.finalHash = Digest::ofBytes("poisoned weights");
@@ -800,13 +809,7 @@ private Q_SLOTS:
     void aDisputeNobodyAnswersIsLostByBoth()
     {
         Broker::Options options = verifyingOptions();
-        auto broker = open(QStringLiteral("timeout"), options);
-        auto spec = job(1, 1);
-        spec.training.localSteps = 15;
-        const auto jobId = *broker->submit(spec);
-        for (const auto* id : { "a", "b" })
-            QVERIFY(broker->registerNode(node(QString::fromLatin1(id))).ok());
-        const auto a1 = **broker->assign(QStringLiteral("a"));
+        auto [broker, jobId, a1] = oneShardForAAndB(QStringLiteral("timeout"), options);
         QCOMPARE(*deliver(*broker, QStringLiteral("a"), a1.id, honest(*broker, a1, 2)), Acceptance::Held);
         const auto b1 = **broker->assign(QStringLiteral("b"));
         QCOMPARE(*deliver(*broker, QStringLiteral("b"), b1.id, honest(*broker, b1)), Acceptance::Held);
@@ -827,13 +830,7 @@ private Q_SLOTS:
     {
         Broker::Options options = verifyingOptions();
         for (const bool junk : { true, false }) {
-            auto broker = open(junk ? QStringLiteral("junk") : QStringLiteral("not-kept"), options);
-            auto spec = job(1, 1);
-            spec.training.localSteps = 15;
-            const auto jobId = *broker->submit(spec);
-            for (const auto* id : { "a", "b" })
-                QVERIFY(broker->registerNode(node(QString::fromLatin1(id))).ok());
-            const auto a1 = **broker->assign(QStringLiteral("a"));
+            auto [broker, jobId, a1] = oneShardForAAndB(junk ? QStringLiteral("junk") : QStringLiteral("not-kept"), options);
             QCOMPARE(*deliver(*broker, QStringLiteral("a"), a1.id, honest(*broker, a1, 2)), Acceptance::Held);
             const auto b1 = **broker->assign(QStringLiteral("b"));
             QCOMPARE(*deliver(*broker, QStringLiteral("b"), b1.id, honest(*broker, b1)), Acceptance::Held);
