@@ -30,15 +30,10 @@ constexpr std::int64_t ProgressIntervalMs = 100;
 // weights as received, the data as this node holds it.
 core::ShardMemory shardMemory(const core::ShardTask& task, std::int64_t weightBytes, const ComputeEnvironment& environment)
 {
-    std::int64_t data = 0;
-    if (task.dataset.source == core::DatasetSpec::Source::Builtin) {
-        data = core::builtinDatasetBytes(task.dataset.builtin);
-    } else if (environment.blobPath) {
-        for (const auto& digest : { task.dataset.trainSha256, task.dataset.testSha256 }) {
-            if (const auto path = digest.isNull() ? std::nullopt : environment.blobPath(digest))
-                data += QFileInfo(*path).size();
-        }
-    }
+    const auto data = core::datasetBytes(task.dataset, [&](const core::Digest& digest) -> std::optional<std::int64_t> {
+        const auto path = environment.blobPath ? environment.blobPath(digest) : std::nullopt;
+        return path ? std::optional<std::int64_t>(QFileInfo(*path).size()) : std::nullopt;
+    });
     return core::estimateShardMemory(task.model, task.optimizer, task.batchSize, weightBytes, data);
 }
 

@@ -35,6 +35,16 @@ std::int64_t builtinDatasetBytes(const QString& name)
     return 0;
 }
 
+std::int64_t datasetBytes(const DatasetSpec& dataset, const std::function<std::optional<std::int64_t>(const Digest&)>& fileSize)
+{
+    if (dataset.source == DatasetSpec::Source::Builtin)
+        return builtinDatasetBytes(dataset.builtin);
+    std::int64_t total = 0;
+    for (const auto& digest : { dataset.trainSha256, dataset.testSha256 })
+        total += digest.isNull() ? 0 : fileSize(digest).value_or(0);
+    return total;
+}
+
 ShardMemory estimateShardMemory(const ModelSpec& model, const OptimizerSpec& optimizer, std::int64_t batchSize,
     std::int64_t modelBytes, std::int64_t datasetBytes)
 {

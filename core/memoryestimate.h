@@ -3,6 +3,8 @@
 #include "jobspec.h"
 
 #include <cstdint>
+#include <functional>
+#include <optional>
 
 namespace tessera::core {
 
@@ -22,6 +24,9 @@ struct ShardMemory {
 // The bytes of the built-in dataset as a node holds it (uint8 images and int64 labels), 0 for a
 // name Tessera does not know.
 std::int64_t builtinDatasetBytes(const QString& name);
+// A job's data as held: the built-in dataset's bytes, or the sizes of its tensor files
+// (fileSize: a file's bytes by its SHA-256, nothing when it is not at hand).
+std::int64_t datasetBytes(const DatasetSpec& dataset, const std::function<std::optional<std::int64_t>(const Digest&)>& fileSize);
 
 // modelBytes: the float32 weights (4 x parameters); datasetBytes: the data as held (tensor files:
 // their sizes). The model counts 4 + 2 s times its bytes, with s the optimizer's state per

@@ -36,6 +36,20 @@ int computeThreads(const core::settings::Settings& settings)
     return int(maxThreads > 0 ? maxThreads : QThread::idealThreadCount());
 }
 
+namespace {
+
+// The zoo mlp figure of this CPU's newest stored benchmark, if any (what a node registers with).
+core::Result<std::optional<double>> storedMlpBenchmark(core::BenchmarkStore& store)
+{
+    auto last = store.latest(QStringLiteral("cpu:0 ") + compute::detectCpu().name);
+    if (!last)
+        return last.error();
+    const auto mlp = last->has_value() ? (*last)->measurement(u"mlp") : std::nullopt;
+    return mlp ? std::optional<double>(mlp->value) : std::nullopt;
+}
+
+} // namespace
+
 core::Result<std::optional<double>> benchmarkOnFirstStart(const QString& directory, int threads)
 {
     if (!QDir().mkpath(directory))
@@ -43,10 +57,10 @@ core::Result<std::optional<double>> benchmarkOnFirstStart(const QString& directo
     auto store = core::BenchmarkStore::open(QDir(directory).filePath(QStringLiteral("node.sqlite")));
     if (!store)
         return store.error();
-    auto last = (*store)->latest(QStringLiteral("cpu:0 ") + compute::detectCpu().name);
-    if (!last)
-        return last.error();
-    if (last->has_value() && (*last)->measurement(u"mlp"))
+    auto stored = storedMlpBenchmark(**store);
+    if (!stored)
+        return stored.error();
+    if (*stored)
         return std::optional<double> {};
     const auto record = compute::runBenchmark(compute::BenchmarkOptions::firstStart(threads));
     if (auto saved = (*store)->save(record); !saved)
@@ -80,10 +94,8 @@ core::Result<NodeIdentity> loadNodeIdentity(const core::settings::Settings& sett
     node.maxThreads = computeThreads(settings);
     node.maxMemoryMiB = settings.intValue(names::ComputeMaxMemoryMiB);
     if (auto store = core::BenchmarkStore::open(QDir(directory).filePath(QStringLiteral("node.sqlite")))) {
-        if (auto last = (*store)->latest(QStringLiteral("cpu:0 ") + compute::detectCpu().name); last && last->has_value()) {
-            if (auto mlp = (*last)->measurement(u"mlp"))
-                node.benchmarkSamplesPerSecond = mlp->value;
-        }
+        if (auto stored = storedMlpBenchmark(**store); stored && *stored)
+            node.benchmarkSamplesPerSecond = **stored;
     }
     return identity;
 }

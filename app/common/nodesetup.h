@@ -17,14 +17,14 @@ compute::ComputeEnvironment environmentFrom(const core::settings::Settings& sett
 // Node/DataDirectory, or ~/.local/share/Tessera.
 QString dataDirectory(const core::settings::Settings& settings);
 // Compute/MaxThreads, or every core when it is 0.
+int computeThreads(const core::settings::Settings& settings);
+
 // Compute/BenchmarkOnFirstStart: when no benchmark of this CPU is stored in the node's database
 // (in dataDirectory), takes the first-start one (compute::BenchmarkOptions::firstStart, the zoo
 // mlp) on `threads` threads and stores it. Its mlp samples/s, or nothing when a benchmark was
 // stored already. Blocks for about 2 s when it measures: the desktop app calls it off the GUI
 // thread. The callers check the setting.
 core::Result<std::optional<double>> benchmarkOnFirstStart(const QString& dataDirectory, int threads);
-
-int computeThreads(const core::settings::Settings& settings);
 
 // The node's identity and description: its CURVE keypair (its id), its Ed25519 signing key, and
 // the NodeInfo it registers with (devices, benchmark, thread limit). Warnings from device

@@ -193,20 +193,17 @@ core::Result<NamedTensors> revealedWeights(const NamedTensors& revealed, const N
 {
     if (!isCompressed(revealed))
         return revealed;
-    auto delta = shardDelta(revealed, base);
-    if (!delta)
-        return delta.error();
-    return shielded(QStringLiteral("reading the update"), [&]() -> core::Result<NamedTensors> {
-        torch::NoGradGuard noGrad;
-        std::map<std::string, at::Tensor> byName(revealed.begin(), revealed.end());
-        NamedTensors out;
-        for (std::size_t i = 0; i < base.size(); ++i) {
-            const auto& [name, w] = base[i];
-            // Tensors that travel whole are the shard's own values, not base + (value - base).
-            out.emplace_back(name, w.scalar_type() == at::kFloat ? w + (*delta)[i].second : byName[KeepPrefix + name]);
-        }
-        return out;
+    std::map<std::string, at::Tensor> byName(revealed.begin(), revealed.end());
+    NamedTensors out;
+    out.reserve(base.size());
+    auto status = forEachDelta(revealed, base, [&](std::size_t i, const at::Tensor& delta) {
+        const auto& [name, w] = base[i];
+        // Tensors that travel whole are the shard's own values, not base + (value - base).
+        out.emplace_back(name, w.scalar_type() == at::kFloat ? w + delta : byName[KeepPrefix + name]);
     });
+    if (!status)
+        return status.error();
+    return out;
 }
 
 } // namespace tessera::compute::detail

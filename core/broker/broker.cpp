@@ -126,10 +126,7 @@ Status Broker::loadRunning()
         for (const auto& result : *results)
             answered.append(result.shard);
         const auto counted = parametersOf(*spec);
-        const auto parameters = counted ? counted->value_or(0) : 0;
-        m_scheduler.add({ job.id, *spec, job.round, job.weightsHash, job.weightsBlob,
-                            parameters ? trainingFlopsPerSample(*spec, parameters) : 0.0, shardMemoryMiBOf(*spec, parameters) },
-            answered);
+        m_scheduler.add(scheduledRound(job, *spec, counted ? counted->value_or(0) : 0), answered);
     }
     return {};
 }
@@ -150,17 +147,17 @@ Result<std::optional<std::int64_t>> Broker::parametersOf(const JobSpec& spec)
     return std::optional<std::int64_t>(archive->parameterEstimate());
 }
 
+Scheduler::Round Broker::scheduledRound(const JobRow& job, const JobSpec& spec, std::int64_t parameters)
+{
+    return { job.id, spec, job.round, job.weightsHash, job.weightsBlob,
+        parameters > 0 ? trainingFlopsPerSample(spec, parameters) : 0.0, shardMemoryMiBOf(spec, parameters) };
+}
+
 std::int64_t Broker::shardMemoryMiBOf(const JobSpec& spec, std::int64_t parameters)
 {
     if (parameters <= 0)
         return 0;
-    std::int64_t data = 0;
-    if (spec.dataset.source == DatasetSpec::Source::Builtin) {
-        data = builtinDatasetBytes(spec.dataset.builtin);
-    } else {
-        for (const auto& digest : { spec.dataset.trainSha256, spec.dataset.testSha256 })
-            data += digest.isNull() ? 0 : m_blobs.sizeOf(digest).value_or(0);
-    }
+    const auto data = datasetBytes(spec.dataset, [this](const Digest& digest) { return m_blobs.sizeOf(digest); });
     return estimateShardMemory(spec.model, spec.optimizer, spec.training.batchSize, 4 * parameters, data).totalMiB();
 }
 
@@ -265,8 +262,7 @@ Result<QString> Broker::submit(const JobSpec& spec, const QString& owner)
     if (auto committed = transaction->commit(); !committed)
         return committed.error().toError();
     // Counted above: the model's archive is not read again.
-    m_scheduler.add({ job.id, spec, 0, job.weightsHash, job.weightsBlob, *counted ? trainingFlopsPerSample(spec, **counted) : 0.0,
-        shardMemoryMiBOf(spec, std::max(counted->value_or(0), initial->parameters)) });
+    m_scheduler.add(scheduledRound(job, spec, counted->value_or(0)));
     return job.id;
 }
 

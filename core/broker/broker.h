@@ -145,7 +145,9 @@ private:
     // An aggregated round's shard uploads (results' and re-executions' weights) are needed by
     // nothing any more: deleted, unless a job names the same bytes (docs/BROKER.md, "Disk").
     void discardUploadsOf(const QString& jobId, std::int64_t round);
-    // Training FLOPs per sample of a job's model, for deadlines (0 when it cannot be counted).
+    // A running job's round as the scheduler holds it, with what its model's parameter count gives
+    // (0: not counted): training FLOPs per sample, for deadlines, and a shard's memory on a node.
+    Scheduler::Round scheduledRound(const JobRow& job, const JobSpec& spec, std::int64_t parameters);
     // A shard's memory on a node (core::estimateShardMemory), in MiB; 0 when the model is not counted.
     std::int64_t shardMemoryMiBOf(const JobSpec& spec, std::int64_t parameters);
     Result<Acceptance> acceptTraining(const AssignmentRow& assignment, const ShardResult& result);
