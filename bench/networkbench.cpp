@@ -9,6 +9,7 @@
 
 #include <compute/brokermath.h>
 #include <compute/shardrun.h>
+#include <compute/weights.h>
 #include <core/broker/broker.h>
 #include <core/decomposition.h>
 #include <core/jobspec.h>
@@ -198,6 +199,11 @@ void bytesPerRound()
     if (trained.result.outcome != core::ShardResult::Outcome::Completed)
         qFatal("the example shard failed: %s", qPrintable(trained.result.failure));
     const std::int64_t u = trained.weights.size();
+    // The round's change that nodes holding the previous round's weights download instead (int8).
+    const auto aggregated = compute::aggregate(spec.aggregation, weights.bytes, { { 0, 1, trained.weights, {} } }, {});
+    if (!aggregated || aggregated->change.isEmpty())
+        qFatal("the example round has no int8 change");
+    const std::int64_t c = aggregated->change.size();
     const auto& result = trained.result;
     auto size = [](const net::Message& m) {
         std::int64_t total = 0;
@@ -213,32 +219,42 @@ void bytesPerRound()
                                                       : net::Message { reply, header, {} };
         return chunks * (size({ request, header, {} }) + size(answer)) + bytes;
     };
-    auto perShard = [&](std::int64_t uploaded) {
+    auto perShard = [&](std::int64_t uploaded, std::int64_t downloaded) {
         return size({ net::Command::Task,
                    QJsonObject { { QStringLiteral("assignment"), QStringLiteral("0123456789abcdef") },
                        { QStringLiteral("task"), task.toJson() },
                        { QStringLiteral("startWeightsBlob"), weights.canonicalHash.toHex() },
                        { QStringLiteral("deadlineMs"), 30000 } },
                    {} })
-            + transfer(w, net::Command::Get, net::Command::Chunk) + transfer(uploaded, net::Command::Put, net::Command::Ok)
+            + transfer(downloaded, net::Command::Get, net::Command::Chunk)
+            + transfer(uploaded, net::Command::Put, net::Command::Ok)
             + size({ net::Command::Result,
                 QJsonObject { { QStringLiteral("assignment"), QStringLiteral("0123456789abcdef") },
                     { QStringLiteral("result"), result.toJson() } },
                 {} })
             + size(net::okMessage(1, { { QStringLiteral("verdict"), QStringLiteral("accepted") } }));
     };
-    const std::int64_t perRound = perShard(u) * spec.training.shardsPerRound;
-    const std::int64_t perRoundFloat = perShard(w) * spec.training.shardsPerRound;
+    // A TASK of round 1 on also names the change and its base: two more digests.
+    const std::int64_t changeFields = 2 * (64 + 20);
+    const std::int64_t perRound = (perShard(u, c) + changeFields) * spec.training.shardsPerRound;
+    const std::int64_t perRoundUploads = perShard(u, w) * spec.training.shardsPerRound;
+    const std::int64_t perRoundFloat = perShard(w, w) * spec.training.shardsPerRound;
     // Data-parallel SGD that synchronises every step: each worker sends its gradient and receives
     // the new weights, as float32, at each of the round's steps.
     const std::int64_t perStep = 2 * 4 * parameters * spec.training.localSteps * spec.training.shardsPerRound;
-    std::printf("Bytes on the wire per round (%s: %lld shards x %lld steps, weights %lld bytes, int8 update %lld bytes)\n",
+    std::printf("Bytes on the wire per round (%s: %lld shards x %lld steps, weights %lld bytes, int8 update %lld bytes, "
+                "round's int8 change %lld bytes)\n",
         qPrintable(spec.name), static_cast<long long>(spec.training.shardsPerRound),
-        static_cast<long long>(spec.training.localSteps), static_cast<long long>(w), static_cast<long long>(u));
-    std::printf("  Tessera %lld bytes (float32 uploads: %lld)   per-step exchange %lld bytes   %.0fx fewer (%.0fx)\n",
-        static_cast<long long>(perRound), static_cast<long long>(perRoundFloat), static_cast<long long>(perStep),
-        double(perStep) / double(perRound), double(perStep) / double(perRoundFloat));
+        static_cast<long long>(spec.training.localSteps), static_cast<long long>(w), static_cast<long long>(u),
+        static_cast<long long>(c));
+    std::printf("  Tessera %lld bytes (float32 download: %lld; float32 both ways: %lld)   per-step exchange %lld bytes   "
+                "%.0fx fewer (%.0fx; %.0fx)\n",
+        static_cast<long long>(perRound), static_cast<long long>(perRoundUploads), static_cast<long long>(perRoundFloat),
+        static_cast<long long>(perStep), double(perStep) / double(perRound), double(perStep) / double(perRoundUploads),
+        double(perStep) / double(perRoundFloat));
     bench::record("network.bytesPerRound", double(perRound));
+    bench::record("network.bytesPerRoundFloatDownload", double(perRoundUploads));
+    bench::record("network.changeBytes", double(c));
     bench::record("network.bytesPerRoundFloat", double(perRoundFloat));
     bench::record("network.bytesPerStepExchange", double(perStep));
     bench::record("network.weightsBytes", double(w));
@@ -351,6 +367,10 @@ int main(int argc, char* argv[])
     const auto arguments = app.arguments();
     if (arguments.size() == 6 && arguments[1] == u"--simulate")
         return simulate(arguments[2].toInt(), arguments[3].toStdString(), arguments[4].toInt(), arguments[5].toInt());
+    if (arguments.contains(u"--bytes")) { // the bytes per round alone
+        bytesPerRound();
+        return 0;
+    }
     const auto keys = net::CurveKeys::generate();
     std::printf("Blob transfer, %lld MiB over TCP on 127.0.0.1, 1 MiB chunks, %d in flight\n",
         static_cast<long long>(BlobBytes >> 20), net::MaxCreditChunks);

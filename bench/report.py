@@ -63,6 +63,10 @@ def figures(results):
         f["network.fewerVerdict"] = met(f["network.fewer"], 400)
         if "network.bytesPerRoundFloat" in f:
             f["network.fewerFloat"] = f["network.bytesPerStepExchange"] / f["network.bytesPerRoundFloat"]
+        if "network.bytesPerRoundFloatDownload" in f:
+            f["network.fewerFloatDownload"] = f["network.bytesPerStepExchange"] / f["network.bytesPerRoundFloatDownload"]
+        if "network.changeBytes" in f:
+            f["network.changeShare"] = f["network.changeBytes"] / f["network.weightsBytes"]
         if "network.updateBytes" in f:
             f["network.updateShare"] = f["network.updateBytes"] / f["network.weightsBytes"]
     compression(f)

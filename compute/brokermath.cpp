@@ -66,7 +66,9 @@ core::Result<BrokerMath::Aggregated> BrokerMath::aggregate(
             return output.error();
         // Hashed here, off the broker's network loop, for the blob store.
         const auto sha256 = core::Digest::ofBytes(output->weights.bytes);
-        return Aggregated { { output->weights.bytes, output->weights.canonicalHash, 0, sha256 }, output->outerState };
+        const auto changeSha256 = output->change.isEmpty() ? core::Digest {} : core::Digest::ofBytes(output->change);
+        return Aggregated { { output->weights.bytes, output->weights.canonicalHash, 0, sha256 }, output->outerState,
+            output->change, changeSha256 };
     });
 }
 

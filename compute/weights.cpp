@@ -220,9 +220,12 @@ core::Result<AggregationOutput> aggregate(
                 QStringLiteral("shard %1's result does not fit the model: %2").arg(update.shard).arg(added.error().message) };
     }
 
-    return guarded(QStringLiteral("aggregating"), [&] {
+    const bool compressed = spec.compression == core::Compression::Int8;
+    std::optional<core::Error> failure;
+    auto aggregated = guarded(QStringLiteral("aggregating"), [&]() -> AggregationOutput {
         torch::NoGradGuard noGrad;
         NamedTensors nextMomentum;
+        NamedTensors change; // the round's change in the revealed form (int8): what nodes holding W download
         // W' in W's own tensors (each owns its memory: unpickleTensors shares no storage), and each
         // g let go of as soon as it is used: W -= step * lr is the same two operations, so the same
         // bits, as W - step * lr, without a third tensor as large as the largest layer.
@@ -230,6 +233,8 @@ core::Result<AggregationOutput> aggregate(
             auto& [name, w] = (*base)[i];
             if (!w.is_floating_point()) {
                 w = taken[i];
+                if (compressed)
+                    detail::appendKept(name, w, change);
                 continue;
             }
             at::Tensor gradient = std::move(gradients[i]);
@@ -247,14 +252,57 @@ core::Result<AggregationOutput> aggregate(
                 step = gradient.add(buffer, spec.outerMomentum);
                 nextMomentum.emplace_back(name, buffer);
             }
-            w.sub_(step.mul_(spec.outerLr));
+            step.mul_(spec.outerLr);
+            if (compressed && w.scalar_type() == at::kFloat) {
+                // W_{r+1} = W_r + q * scale of the change -lr * step: what a node that holds W_r
+                // rebuilds bit for bit from the int8 change (the negation is exact).
+                auto decoded = detail::appendQuantisedChange(name, step.neg_(), change);
+                if (!decoded) {
+                    failure = decoded.error();
+                    return {};
+                }
+                step = at::Tensor();
+                w.add_(*decoded);
+                continue;
+            }
+            w.sub_(step);
+            if (compressed)
+                detail::appendKept(name, w, change); // float64 and the like travel whole
         }
         AggregationOutput output;
+        if (compressed) {
+            detail::appendCompressionMeta(change);
+            sortByName(change);
+            output.change = pickleTensors(change);
+            change.clear();
+        }
         output.weights = Weights { pickleTensors(*base), canonicalHash(*base) };
         if (spec.method == core::AggregationSpec::Method::Nesterov)
             output.outerState = pickleTensors(nextMomentum);
         return output;
     });
+    if (failure)
+        return *failure;
+    return aggregated;
+}
+
+core::Result<QByteArray> roundWeightsFromChange(const QByteArray& previous, const QByteArray& change)
+{
+    auto base = unpickleTensors(previous, QStringLiteral("the previous round's weights are not a dict of tensors"));
+    if (!base)
+        return base.error();
+    sortByName(*base);
+    auto form = unpickleTensors(change, QStringLiteral("the round's change is not a dict of tensors"));
+    if (!form)
+        return form.error();
+    sortByName(*form);
+    if (std::none_of(form->begin(), form->end(), [](const auto& entry) { return entry.first == "meta/compression"; }))
+        return core::Error { QStringLiteral("update"), QStringLiteral("the round's change is not an int8 update") };
+    torch::NoGradGuard noGrad;
+    auto weights = detail::revealedWeights(*form, *base);
+    if (!weights)
+        return weights.error();
+    return guarded(QStringLiteral("rebuilding the round's weights"), [&] { return pickleTensors(*weights); });
 }
 
 } // namespace tessera::compute

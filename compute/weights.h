@@ -59,8 +59,13 @@ struct ShardUpdate {
 struct AggregationOutput {
     Weights weights; // W_{r+1}
     QByteArray outerState; // Nesterov momentum, to pass to the next round (empty for FedAvg)
+    // With int8 compression: W_{r+1} - W_r as an int8 update (the revealed form's format), from
+    // which roundWeightsFromChange rebuilds W_{r+1}'s bytes exactly; empty for none.
+    QByteArray change;
 };
 
+// With int8 compression the step is sent compressed as well: W_{r+1} = W_r + q * scale of
+// -outerLr * step(g), quantised like a shard's update (docs/DETERMINISM.md, "Round weights").
 // W_{r+1} = W_r - outerLr * step(g), where g = W_r - sum_i(n_i * W_i) / sum_i(n_i) is the outer
 // gradient (the negated weighted mean of the shard deltas), summed in shard order in float32.
 // FedAvg: step(g) = g. Nesterov (DiLoCo): m = mu * m + g; step(g) = g + mu * m. Memory: the
@@ -69,5 +74,10 @@ struct AggregationOutput {
 // bytes of `global` are let go once read.
 core::Result<AggregationOutput> aggregate(
     const core::AggregationSpec& spec, QByteArray global, QList<ShardUpdate> updates, const QByteArray& outerState);
+
+// W_{r+1}'s bytes from W_r's (previous) and the round's int8 change (AggregationOutput::change):
+// equal to the broker's own bytes, so their SHA-256 is the round's weights blob. An error when the
+// change does not fit the weights.
+core::Result<QByteArray> roundWeightsFromChange(const QByteArray& previous, const QByteArray& change);
 
 } // namespace tessera::compute

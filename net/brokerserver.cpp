@@ -658,7 +658,8 @@ void BrokerServer::Private::dispatchWork()
         const auto& a = **assignment;
         peer.waiting = false;
         ++counters.tasksSent;
-        send(id, { Command::Task, TaskMessage { a.id, a.deadlineMs - t, a.task, a.startWeightsBlob }.toHeader(), {} });
+        send(id,
+            { Command::Task, TaskMessage { a.id, a.deadlineMs - t, a.task, a.startWeightsBlob, a.startChange }.toHeader(), {} });
     }
 }
 

@@ -109,8 +109,13 @@ core::Result<ReadyRequest> ReadyRequest::fromHeader(const QJsonObject& header)
 
 QJsonObject TaskMessage::toHeader() const
 {
-    return { { fields::Assignment, assignment }, { fields::DeadlineMs, static_cast<qint64>(deadlineMs) },
+    QJsonObject header { { fields::Assignment, assignment }, { fields::DeadlineMs, static_cast<qint64>(deadlineMs) },
         { fields::Task, task.toJson() }, { fields::StartWeightsBlob, startWeightsBlob.toHex() } };
+    if (startChange) {
+        header.insert(fields::StartChangeBlob, startChange->blob.toHex());
+        header.insert(fields::StartChangeBase, startChange->base.toHex());
+    }
+    return header;
 }
 
 core::Result<TaskMessage> TaskMessage::fromHeader(const QJsonObject& header)
@@ -120,8 +125,14 @@ core::Result<TaskMessage> TaskMessage::fromHeader(const QJsonObject& header)
     message.assignment = reader.string(fields::Assignment);
     message.deadlineMs = reader.integer(fields::DeadlineMs, -MaxCount, MaxCount, Presence::Optional);
     message.startWeightsBlob = reader.digest(fields::StartWeightsBlob);
+    const auto changeBlob = reader.digest(fields::StartChangeBlob, Presence::Optional);
+    const auto changeBase = reader.digest(fields::StartChangeBase, Presence::Optional);
     if (!reader.ok())
         return reader.status().error();
+    if (changeBlob.isNull() != changeBase.isNull())
+        return core::Error { fields::StartChangeBlob, QStringLiteral("comes with startChangeBase, or neither does") };
+    if (!changeBlob.isNull())
+        message.startChange = core::broker::WeightsChange { changeBlob, changeBase };
     auto object = objectField(header, fields::Task);
     if (!object)
         return object.error();

@@ -2,6 +2,7 @@
 
 #include "protocol.h"
 
+#include <core/broker/assignment.h>
 #include <core/broker/records.h>
 #include <core/error.h>
 #include <core/hash.h>
@@ -36,6 +37,8 @@ inline const QString Assignment = QStringLiteral("assignment");
 inline const QString DeadlineMs = QStringLiteral("deadlineMs");
 inline const QString Task = QStringLiteral("task");
 inline const QString StartWeightsBlob = QStringLiteral("startWeightsBlob");
+inline const QString StartChangeBlob = QStringLiteral("startChangeBlob");
+inline const QString StartChangeBase = QStringLiteral("startChangeBase");
 inline const QString Result = QStringLiteral("result");
 inline const QString Verdict = QStringLiteral("verdict");
 inline const QString Paid = QStringLiteral("paid");
@@ -105,6 +108,9 @@ struct TaskMessage {
     std::int64_t deadlineMs = 0; // from now
     core::ShardTask task;
     core::Digest startWeightsBlob;
+    // Where the round has one: its change from the previous round's weights (startChangeBase), for
+    // a node that holds those (docs/PROTOCOL.md, "The round's change").
+    std::optional<core::broker::WeightsChange> startChange;
     QJsonObject toHeader() const;
     static core::Result<TaskMessage> fromHeader(const QJsonObject& header);
 };

@@ -74,6 +74,10 @@ struct CurrentTask {
     core::ShardTask task;
     core::Digest startWeightsBlob;
     bool started = false; // handed to the executor
+    std::optional<core::broker::WeightsChange> change; // another way to startWeightsBlob
+    bool rebuilding = false; // the executor makes startWeightsBlob from the change
+    bool changeFailed = false; // it did not: download the weights whole
+    QByteArray rebuilt; // what it made, handed on to the training without reading it back
 };
 
 // What a request that waits for its reply was for; the reply is matched by the request's id.
@@ -273,15 +277,79 @@ struct NodeClient::Private {
         downloads.clear();
     }
 
+    // Whether the round's weights come from the previous round's (in the cache) and the round's
+    // int8 change, a quarter of their bytes, rather than whole.
+    bool viaChange() const
+    {
+        return current && current->change && !current->changeFailed && executor.rebuildsWeights()
+            && !cache.contains(current->startWeightsBlob) && cache.contains(current->change->base);
+    }
+
     void fetchMissing()
     {
-        if (!current || current->started)
+        if (!current || current->started || current->rebuilding)
             return;
-        for (const auto& digest : blobsOf(current->task, current->startWeightsBlob)) {
+        auto needed = blobsOf(current->task, current->startWeightsBlob);
+        if (viaChange())
+            needed.replace(0, current->change->blob);
+        for (const auto& digest : needed) {
             if (!cache.contains(digest) && !downloads.contains(digest))
                 startDownload(digest);
         }
         pumpDownloads();
+    }
+
+    // The round's weights from the previous round's and the change, off this thread.
+    void startRebuild()
+    {
+        const auto& change = *current->change;
+        const auto previous = cache.path(change.base);
+        const auto delta = cache.path(change.blob);
+        if (!previous || !delta) { // evicted meanwhile
+            fetchMissing();
+            return;
+        }
+        cache.pin(change.base);
+        cache.pin(change.blob);
+        current->rebuilding = true;
+        executor.rebuild(tag, current->assignment, *previous, *delta);
+    }
+
+    void collectRebuilt()
+    {
+        for (auto& made : executor.takeRebuilt(tag)) {
+            if (!current || made.key != current->assignment || !current->rebuilding)
+                continue; // the task went meanwhile (giveUp() unpinned for it)
+            current->rebuilding = false;
+            cache.unpin(current->change->base);
+            cache.unpin(current->change->blob);
+            QString why = made.error;
+            if (why.isEmpty() && made.digest != current->startWeightsBlob)
+                why = QStringLiteral("the rebuilt weights have SHA-256 %1, not the round's").arg(made.digest.toHex().left(16));
+            if (why.isEmpty()) {
+                auto stored = cache.put(made.weights, made.digest);
+                if (stored) {
+                    ++counters.weightsRebuilt;
+                    qCInfo(lcNode).noquote()
+                        << "rebuilt the round's weights from its change (" << cache.sizeOf(current->change->blob).value_or(0)
+                        << "bytes fetched for" << made.weights.size() << ")";
+                    current->rebuilt = std::move(made.weights);
+                    maybeStartTask();
+                    continue;
+                }
+                cannotKeep(stored.error());
+                if (stored.error().diskFull) {
+                    giveUp(stored.error().message, core::ShardResult::Outcome::Returned);
+                    continue;
+                }
+                why = stored.error().message;
+            }
+            qCWarning(lcNode).noquote() << "the round's change did not give its weights (" << why << "): downloading them whole";
+            ++counters.rebuildsFailed;
+            current->changeFailed = true;
+            fetchMissing();
+            maybeStartTask();
+        }
     }
 
     // Reports the current task (before it started training) as failed, or as returned when the
@@ -290,6 +358,10 @@ struct NodeClient::Private {
     {
         if (!current || current->started)
             return;
+        if (current->rebuilding) {
+            cache.unpin(current->change->base);
+            cache.unpin(current->change->blob);
+        }
         const auto& task = current->task;
         outbox.push_back({ tag, current->assignment, untrained(task.jobId, task.round, task.shard, outcome, why), {}, {}, {} });
         current.reset();
@@ -310,8 +382,15 @@ struct NodeClient::Private {
 
     void maybeStartTask()
     {
-        if (!current || current->started || !downloads.isEmpty())
+        if (!current || current->started || current->rebuilding || !downloads.isEmpty())
             return;
+        if (viaChange()) {
+            if (cache.contains(current->change->blob))
+                startRebuild();
+            else
+                fetchMissing();
+            return;
+        }
         QHash<core::Digest, QString> paths;
         for (const auto& digest : blobsOf(current->task, current->startWeightsBlob)) {
             auto path = cache.path(digest);
@@ -322,7 +401,9 @@ struct NodeClient::Private {
             }
             paths.insert(digest, *path);
         }
-        auto weights = cache.read(current->startWeightsBlob);
+        auto weights = current->rebuilt.isEmpty() ? cache.read(current->startWeightsBlob)
+                                                  : core::Result<QByteArray>(std::move(current->rebuilt));
+        current->rebuilt.clear();
         if (!weights) {
             qCWarning(lcNode).noquote() << weights.error().toString();
             return;
@@ -712,7 +793,7 @@ void NodeClient::Private::onTask(const Message& message)
         return;
     }
     ++counters.tasks;
-    current = CurrentTask { task->assignment, task->task, task->startWeightsBlob, false };
+    current = CurrentTask { task->assignment, task->task, task->startWeightsBlob, false, task->startChange, false, false, {} };
     fetchMissing();
     maybeStartTask();
 }
@@ -904,6 +985,7 @@ void NodeClient::step(int maxWaitMs)
 {
     d->collectFinished();
     d->collectRecreated();
+    d->collectRebuilt();
     if (!d->socket) {
         if (d->now() < d->reconnectAt) {
             QThread::msleep(std::uint32_t(std::clamp<std::int64_t>(d->reconnectAt - d->now(), 0, maxWaitMs)));

@@ -66,6 +66,28 @@ public:
         (void)tag;
         return {};
     }
+    // The round's weights rebuilt from the previous round's and the round's change (rebuild()),
+    // with the SHA-256 of weights, or why not (error non-empty).
+    struct Rebuilt {
+        QString tag;
+        QString key;
+        QByteArray weights;
+        core::Digest digest;
+        QString error;
+    };
+    // Whether rebuild() works: false, and the node downloads every round's weights whole.
+    virtual bool rebuildsWeights() const { return false; }
+    // Rebuilds a round's weights from the previous round's (a file) and the round's int8 change (a
+    // file) off the caller's thread; takeRebuilt() collects them under `key`.
+    virtual void rebuild(const QString& tag, const QString& key, const QString& previousPath, const QString& changePath)
+    {
+        (void)tag, (void)key, (void)previousPath, (void)changePath;
+    }
+    virtual QList<Rebuilt> takeRebuilt(const QString& tag) // thread-safe
+    {
+        (void)tag;
+        return {};
+    }
     virtual bool idle() const = 0; // thread-safe
 };
 
@@ -118,6 +140,8 @@ public:
         int slashed = 0; // verdicts that slashed this node
         int reconnects = 0;
         int ignoredReplies = 0; // replies to no request of this session
+        int weightsRebuilt = 0; // rounds' weights made from their int8 change instead of downloaded
+        int rebuildsFailed = 0; // changes that did not give the round's weights (downloaded whole then)
     };
     Counters counters() const;
 

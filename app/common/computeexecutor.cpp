@@ -1,6 +1,11 @@
 #include "computeexecutor.h"
 
+#include <compute/weights.h>
+#include <core/readfile.h>
+
 #include <QSet>
+
+#include <chrono>
 
 namespace tessera::app {
 
@@ -37,7 +42,11 @@ ComputeExecutor::ComputeExecutor(compute::ComputeEnvironment environment)
         Qt::DirectConnection);
 }
 
-ComputeExecutor::~ComputeExecutor() = default;
+ComputeExecutor::~ComputeExecutor()
+{
+    for (auto& rebuild : m_rebuilds)
+        rebuild.wait();
+}
 
 QString ComputeExecutor::keyOf(const core::ShardTask& task)
 {
@@ -95,6 +104,39 @@ QList<net::ShardExecutor::Recreated> ComputeExecutor::takeRecreated(const QStrin
 {
     QMutexLocker lock(&m_mutex);
     return takeTagged(m_recreated, tag);
+}
+
+void ComputeExecutor::rebuild(const QString& tag, const QString& key, const QString& previousPath, const QString& changePath)
+{
+    auto work = std::async(std::launch::async, [this, tag, key, previousPath, changePath] {
+        Rebuilt made { tag, key, {}, {}, {} };
+        try {
+            auto previous = core::readFile(previousPath);
+            auto change = previous ? core::readFile(changePath) : core::Result<QByteArray>(previous.error());
+            auto weights
+                = change ? compute::roundWeightsFromChange(*previous, *change) : core::Result<QByteArray>(change.error());
+            if (weights) {
+                made.digest = core::Digest::ofBytes(*weights); // here, not on the client's network loop
+                made.weights = std::move(*weights);
+            } else {
+                made.error = weights.error().toString();
+            }
+        } catch (const std::exception& caught) {
+            made.error = QStringLiteral("internal error: %1").arg(QString::fromUtf8(caught.what()));
+        }
+        QMutexLocker lock(&m_mutex);
+        m_rebuilt.append(std::move(made));
+    });
+    QMutexLocker lock(&m_mutex);
+    m_rebuilds.remove_if(
+        [](const std::future<void>& done) { return done.wait_for(std::chrono::seconds(0)) == std::future_status::ready; });
+    m_rebuilds.push_back(std::move(work));
+}
+
+QList<net::ShardExecutor::Rebuilt> ComputeExecutor::takeRebuilt(const QString& tag)
+{
+    QMutexLocker lock(&m_mutex);
+    return takeTagged(m_rebuilt, tag);
 }
 
 void ComputeExecutor::cancelAll()

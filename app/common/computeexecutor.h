@@ -6,6 +6,8 @@
 #include <QHash>
 #include <QMutex>
 
+#include <future>
+#include <list>
 #include <memory>
 
 namespace tessera::app {
@@ -22,6 +24,10 @@ public:
     bool recreate(const QString& tag, const QString& key, const core::ShardTask& task, std::int64_t checkpoint,
         const QString& startWeightsPath, const QString& keptStatePath, const QHash<core::Digest, QString>& blobPaths) override;
     QList<Recreated> takeRecreated(const QString& tag) override;
+    bool rebuildsWeights() const override { return true; }
+    // On a helper thread of its own, not the compute thread: a shard in training does not hold it up.
+    void rebuild(const QString& tag, const QString& key, const QString& previousPath, const QString& changePath) override;
+    QList<Rebuilt> takeRebuilt(const QString& tag) override;
     bool idle() const override;
     // Drops every shard handed to the compute thread and forgets them (contributing switched off).
     void cancelAll();
@@ -39,6 +45,8 @@ private:
     QHash<QString, Pending> m_pending; // by job/round/shard
     QList<Finished> m_finished;
     QList<Recreated> m_recreated;
+    QList<Rebuilt> m_rebuilt;
+    std::list<std::future<void>> m_rebuilds; // waited for before the rest goes
     QHash<core::Digest, QString> m_blobPaths;
     std::unique_ptr<compute::ComputeThread> m_thread;
 };

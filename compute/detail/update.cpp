@@ -36,17 +36,14 @@ bool isCompressed(const NamedTensors& revealed)
     return std::any_of(revealed.begin(), revealed.end(), [](const auto& entry) { return entry.first == MetaName; });
 }
 
-// q and the scales of one float32 tensor's update, block by block.
-core::Status quantise(const at::Tensor& start, const at::Tensor& final, const std::string& name, NamedTensors& out)
+// q and the scales of one float32 tensor's update d (delta(k): its k-th flattened element), block
+// by block.
+template<typename Delta>
+core::Status quantiseBlocks(at::IntArrayRef shape, std::int64_t n, Delta delta, const std::string& name, NamedTensors& out)
 {
-    const auto a = start.detach().contiguous().cpu();
-    const auto b = final.detach().contiguous().cpu();
-    const std::int64_t n = b.numel();
     const std::int64_t blocks = (n + UpdateBlock - 1) / UpdateBlock;
-    auto q = torch::empty(b.sizes(), torch::kInt8);
+    auto q = torch::empty(shape, torch::kInt8);
     auto scales = torch::empty({ blocks }, torch::kFloat32);
-    const float* from = a.data_ptr<float>();
-    const float* to = b.data_ptr<float>();
     auto* qs = q.data_ptr<std::int8_t>();
     auto* ss = scales.data_ptr<float>();
     std::vector<float> d(std::size_t(std::min<std::int64_t>(n, UpdateBlock)));
@@ -55,11 +52,11 @@ core::Status quantise(const at::Tensor& start, const at::Tensor& final, const st
         const std::int64_t end = std::min(n, begin + UpdateBlock);
         float largest = 0.0f;
         for (std::int64_t k = begin; k < end; ++k) {
-            const float delta = to[k] - from[k];
-            if (!std::isfinite(delta))
+            const float value = delta(k);
+            if (!std::isfinite(value))
                 return unfit(QStringLiteral("the update of %1 is not finite").arg(QString::fromStdString(name)));
-            d[std::size_t(k - begin)] = delta;
-            largest = std::max(largest, std::fabs(delta));
+            d[std::size_t(k - begin)] = value;
+            largest = std::max(largest, std::fabs(value));
         }
         const float scale = largest / 127.0f;
         ss[block] = scale;
@@ -71,6 +68,16 @@ core::Status quantise(const at::Tensor& start, const at::Tensor& final, const st
     out.emplace_back(UpdatePrefix + name, q);
     out.emplace_back(ScalePrefix + name, scales);
     return {};
+}
+
+core::Status quantise(const at::Tensor& start, const at::Tensor& final, const std::string& name, NamedTensors& out)
+{
+    const auto a = start.detach().contiguous().cpu();
+    const auto b = final.detach().contiguous().cpu();
+    const float* from = a.data_ptr<float>();
+    const float* to = b.data_ptr<float>();
+    return quantiseBlocks(
+        b.sizes(), b.numel(), [&](std::int64_t k) { return to[k] - from[k]; }, name, out);
 }
 
 // q * scale, element by element, in float32 of q's shape.
@@ -107,13 +114,38 @@ core::Result<NamedTensors> revealedUpdate(core::Compression compression, const N
                 if (auto status = quantise(start[i].second, tensor, name, out); !status)
                     return status.error();
             } else {
-                out.emplace_back(KeepPrefix + name, tensor.detach().contiguous().cpu());
+                appendKept(name, tensor.detach().contiguous().cpu(), out);
             }
         }
-        out.emplace_back(MetaName, torch::tensor({ UpdateFormatVersion, UpdateBlock }, torch::kInt64));
+        appendCompressionMeta(out);
         sortByName(out);
         return out;
     });
+}
+
+core::Result<at::Tensor> appendQuantisedChange(const std::string& name, const at::Tensor& change, NamedTensors& out)
+{
+    return shielded(QStringLiteral("compressing the round's change"), [&]() -> core::Result<at::Tensor> {
+        const auto c = change.detach().contiguous().cpu();
+        const float* values = c.data_ptr<float>();
+        if (auto status = quantiseBlocks(
+                c.sizes(), c.numel(), [&](std::int64_t k) { return values[k]; }, name, out);
+            !status)
+            return status.error();
+        const auto& scales = out.back().second;
+        const auto& q = out[out.size() - 2].second;
+        return dequantise(q, scales);
+    });
+}
+
+void appendCompressionMeta(NamedTensors& out)
+{
+    out.emplace_back(MetaName, torch::tensor({ UpdateFormatVersion, UpdateBlock }, torch::kInt64));
+}
+
+void appendKept(const std::string& name, const at::Tensor& tensor, NamedTensors& out)
+{
+    out.emplace_back(KeepPrefix + name, tensor);
 }
 
 core::Status forEachDelta(

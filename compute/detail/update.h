@@ -24,6 +24,14 @@ constexpr std::int64_t UpdateFormatVersion = 1;
 // bits from the same inputs. An error when the shapes differ or the update is not finite.
 core::Result<NamedTensors> revealedUpdate(core::Compression compression, const NamedTensors& start, const NamedTensors& final);
 
+// The same form built a tensor at a time, for the broker's change of the round's weights (the
+// int8 download, docs/DETERMINISM.md "Round weights"): appends update/N and scale/N of `change`
+// (float32) and returns q * scale decoded, the change the form stands for; appendKept adds a
+// tensor that travels whole, appendCompressionMeta the meta/compression entry (sort by name after).
+core::Result<at::Tensor> appendQuantisedChange(const std::string& name, const at::Tensor& change, NamedTensors& out);
+void appendKept(const std::string& name, const at::Tensor& tensor, NamedTensors& out);
+void appendCompressionMeta(NamedTensors& out);
+
 // What a revealed form contributes, aligned with `base` (the round's weights): for each float
 // tensor the shard's change (final - base, or q * scale decoded), for each other tensor the shard's
 // value. An error names what does not fit.

@@ -8,8 +8,18 @@
 #include <QString>
 
 #include <cstdint>
+#include <optional>
 
 namespace tessera::core::broker {
+
+// A round's weights as a node that holds the previous round's can fetch them: the round's change,
+// an int8 update (blob) that turns the previous round's weights (base) into them bit for bit
+// (docs/DETERMINISM.md, "Round weights"). Jobs with int8 compression have one from round 1 on.
+struct WeightsChange {
+    Digest blob;
+    Digest base;
+    bool operator==(const WeightsChange&) const = default;
+};
 
 // A shard handed to a node: a shard of a round to train, or one to re-execute for a check.
 struct Assignment {
@@ -17,6 +27,7 @@ struct Assignment {
     ShardTask task;
     Digest startWeightsBlob;
     std::int64_t deadlineMs = 0; // absolute, on the broker's clock
+    std::optional<WeightsChange> startChange; // another way to startWeightsBlob
 };
 
 // How the broker took a node's result. Accepted: counted and paid; Held: counted, paid once a

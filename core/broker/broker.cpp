@@ -149,7 +149,7 @@ Result<std::optional<std::int64_t>> Broker::parametersOf(const JobSpec& spec)
 
 Scheduler::Round Broker::scheduledRound(const JobRow& job, const JobSpec& spec, std::int64_t parameters)
 {
-    return { job.id, spec, job.round, job.weightsHash, job.weightsBlob,
+    return { job.id, spec, job.round, job.weightsHash, job.weightsBlob, job.change,
         parameters > 0 ? trainingFlopsPerSample(spec, parameters) : 0.0, shardMemoryMiBOf(spec, parameters) };
 }
 
@@ -418,13 +418,16 @@ Result<std::optional<Assignment>> Broker::assign(const QString& nodeId)
         return std::optional<Assignment> {};
     const auto& round = *pick->round;
     auto task = decomposeShard(round.jobId, round.spec, round.round, pick->shard, round.weightsHash);
-    Assignment assignment { newId(), std::move(task), round.weightsBlob, 0 };
+    Assignment assignment { newId(), std::move(task), round.weightsBlob, 0, round.change };
     assignment.deadlineMs = m_scheduler.deadline(assignment.task, round.flopsPerSample, *node, m_options, now);
     const AssignmentRow row { assignment.id, round.jobId, round.round, pick->shard, nodeId, now, assignment.deadlineMs,
         AssignmentState::Active, AssignmentKind::Train, {} };
     if (auto status = m_store->insertAssignment(row); !status)
         return status.error();
-    for (const auto& needed : blobsNamedBy(round.spec) + QList<Digest> { round.weightsBlob }) {
+    auto needs = blobsNamedBy(round.spec) + QList<Digest> { round.weightsBlob };
+    if (round.change)
+        needs.append(round.change->blob);
+    for (const auto& needed : needs) {
         if (auto granted = allowRead(needed, nodeId); !granted)
             return granted.error();
     }
@@ -780,12 +783,20 @@ Result<std::optional<Broker::AggregatedRound>> Broker::aggregateRound(
     auto blob = m_blobs.put(aggregated->weights.bytes, aggregated->weights.sha256);
     if (!blob)
         return blob.error();
+    std::optional<Digest> changeBlob;
+    if (!aggregated->change.isEmpty() && round + 1 < spec.training.rounds) { // no round follows the last
+        auto stored = m_blobs.put(aggregated->change, aggregated->changeSha256);
+        if (!stored)
+            return stored.error();
+        changeBlob = *stored;
+    }
+    aggregated->change.clear();
     auto evaluation = m_math.evaluate(spec, std::move(aggregated->weights.bytes));
     if (!evaluation)
         return failed(QStringLiteral("evaluated"), evaluation.error());
     AggregatedRound next { { round, evaluation->loss, evaluation->accuracy, lossCount ? lossSum / double(lossCount) : 0.0,
                                aggregated->weights.canonicalHash, *blob },
-        std::nullopt };
+        std::nullopt, changeBlob };
     if (!aggregated->outerState.isEmpty()) {
         auto stored = m_blobs.put(aggregated->outerState);
         if (!stored)
@@ -799,6 +810,10 @@ Status Broker::advanceRound(const JobRow& job, const JobSpec& spec, const Aggreg
 {
     const auto& record = aggregated.record;
     const bool last = record.round + 1 >= spec.training.rounds;
+    // Nodes that hold this round's weights fetch the next round's as the change from them.
+    std::optional<WeightsChange> change;
+    if (aggregated.changeBlob)
+        change = WeightsChange { *aggregated.changeBlob, job.weightsBlob };
     auto transaction = m_store->begin();
     if (!transaction)
         return transaction.error();
@@ -806,7 +821,7 @@ Status Broker::advanceRound(const JobRow& job, const JobSpec& spec, const Aggreg
              m_store->insertRound(job.id, record, m_clock.nowMs()),
              m_store->allowOwnerToRead(record.weightsBlob, job.id), // the new weights are the owner's to fetch
              m_store->advanceJob(job.id, record.round + 1, record.weightsHash, record.weightsBlob,
-                 last ? JobState::Finished : JobState::Running, aggregated.outerStateBlob),
+                 last ? JobState::Finished : JobState::Running, aggregated.outerStateBlob, change),
              // Assignments of the finished round that are still out are moot now.
              m_store->expireActiveAssignmentsIn(job.id, record.round),
              last ? refund(job.id) : Status {},
@@ -819,7 +834,10 @@ Status Broker::advanceRound(const JobRow& job, const JobSpec& spec, const Aggreg
     if (last)
         m_scheduler.remove(job.id);
     else
-        m_scheduler.advance(job.id, record.round + 1, record.weightsHash, record.weightsBlob);
+        m_scheduler.advance(job.id, record.round + 1, record.weightsHash, record.weightsBlob, change);
+    // The change that led to this round is nobody's way to any weights now.
+    if (job.change && m_store->blobNamed(job.change->blob).value_or(true) == false)
+        m_blobs.remove(job.change->blob);
     return {};
 }
 

@@ -130,6 +130,7 @@ private:
     struct AggregatedRound {
         RoundRecord record;
         std::optional<Digest> outerStateBlob;
+        std::optional<Digest> changeBlob; // the round's int8 change (WeightsChange)
     };
 
     Broker(std::unique_ptr<storage::Database> database, BlobStore& blobs, TrainingMath& math, const Clock& clock, Options options,

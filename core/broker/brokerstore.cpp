@@ -32,8 +32,23 @@ Digest digestOr(const QString& hex)
 // Each table's columns, named once: the SELECT list and the index of each column in it.
 namespace jobs {
 const QString Columns = QStringLiteral(
-    "id, spec, state, round, weights_hash, weights_blob, outer_state_blob, failure, owner, price_per_shard, created_at");
-enum Column { Id, Spec, State, Round, WeightsHash, WeightsBlob, OuterStateBlob, Failure, Owner, PricePerShard, CreatedAt };
+    "id, spec, state, round, weights_hash, weights_blob, outer_state_blob, failure, owner, price_per_shard, created_at, "
+    "COALESCE(change_blob, ''), COALESCE(change_base_blob, '')");
+enum Column {
+    Id,
+    Spec,
+    State,
+    Round,
+    WeightsHash,
+    WeightsBlob,
+    OuterStateBlob,
+    Failure,
+    Owner,
+    PricePerShard,
+    CreatedAt,
+    ChangeBlob,
+    ChangeBase
+};
 } // namespace jobs
 
 namespace rounds {
@@ -101,6 +116,10 @@ JobRow readJob(Statement& row)
     job.owner = row.columnText(jobs::Owner);
     job.pricePerShard = Credits::fromMicro(row.columnInt(jobs::PricePerShard));
     job.createdAt = row.columnInt(jobs::CreatedAt);
+    const auto changeBlob = Digest::fromHex(row.columnText(jobs::ChangeBlob));
+    const auto changeBase = Digest::fromHex(row.columnText(jobs::ChangeBase));
+    if (changeBlob && changeBase)
+        job.change = WeightsChange { *changeBlob, *changeBase };
     return job;
 }
 
@@ -307,12 +326,14 @@ Status BrokerStore::endJob(const QString& id, JobState state, const QString& fai
 }
 
 Status BrokerStore::advanceJob(const QString& id, std::int64_t round, const Digest& weightsHash, const Digest& weightsBlob,
-    JobState state, const std::optional<Digest>& outerStateBlob)
+    JobState state, const std::optional<Digest>& outerStateBlob, const std::optional<WeightsChange>& change)
 {
     return execute(*m_db,
         QStringLiteral("UPDATE jobs SET round = ?, weights_hash = ?, weights_blob = ?, state = ?, "
-                       "outer_state_blob = COALESCE(NULLIF(?, ''), outer_state_blob) WHERE id = ?"),
-        round, weightsHash.toHex(), weightsBlob.toHex(), nameOf(state), outerStateBlob ? outerStateBlob->toHex() : QString(), id);
+                       "outer_state_blob = COALESCE(NULLIF(?, ''), outer_state_blob), change_blob = NULLIF(?, ''), "
+                       "change_base_blob = NULLIF(?, '') WHERE id = ?"),
+        round, weightsHash.toHex(), weightsBlob.toHex(), nameOf(state), outerStateBlob ? outerStateBlob->toHex() : QString(),
+        change ? change->blob.toHex() : QString(), change ? change->base.toHex() : QString(), id);
 }
 
 Status BrokerStore::insertRound(const QString& jobId, const RoundRecord& round, std::int64_t finishedAt)
@@ -712,18 +733,19 @@ Result<QList<Digest>> BrokerStore::uploadsOfRound(const QString& jobId, std::int
 Result<bool> BrokerStore::blobNamed(const Digest& blob)
 {
     const QString hex = blob.toHex();
-    auto row = first<bool>(query(*m_db,
-                               QStringLiteral("SELECT 1 FROM rounds WHERE weights_blob = ?1 "
-                                              "UNION ALL SELECT 1 FROM jobs WHERE weights_blob = ?1 OR outer_state_blob = ?1 "
-                                              "OR instr(spec, ?1) > 0 "
-                                              // the same bytes uploaded for a round not yet aggregated (another job's
-                                              // identical shard), or for a check still open
-                                              "UNION ALL SELECT 1 FROM shard_results s JOIN jobs j ON j.id = s.job "
-                                              "WHERE s.round >= j.round AND json_extract(s.result, '$.weightsSha256') = ?1 "
-                                              "UNION ALL SELECT 1 FROM checks WHERE state IN ('waiting', 'running', 'disputed') "
-                                              "AND (json_extract(accused_result, '$.weightsSha256') = ?1 "
-                                              "OR json_extract(verifier_result, '$.weightsSha256') = ?1) LIMIT 1"),
-                               hex),
+    auto row = first<bool>(
+        query(*m_db,
+            QStringLiteral("SELECT 1 FROM rounds WHERE weights_blob = ?1 "
+                           "UNION ALL SELECT 1 FROM jobs WHERE weights_blob = ?1 OR outer_state_blob = ?1 OR change_blob = ?1 "
+                           "OR instr(spec, ?1) > 0 "
+                           // the same bytes uploaded for a round not yet aggregated (another job's
+                           // identical shard), or for a check still open
+                           "UNION ALL SELECT 1 FROM shard_results s JOIN jobs j ON j.id = s.job "
+                           "WHERE s.round >= j.round AND json_extract(s.result, '$.weightsSha256') = ?1 "
+                           "UNION ALL SELECT 1 FROM checks WHERE state IN ('waiting', 'running', 'disputed') "
+                           "AND (json_extract(accused_result, '$.weightsSha256') = ?1 "
+                           "OR json_extract(verifier_result, '$.weightsSha256') = ?1) LIMIT 1"),
+            hex),
         [](Statement&) { return true; });
     if (!row)
         return row.error();

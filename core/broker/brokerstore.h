@@ -6,6 +6,7 @@
 #include "../jobspec.h"
 #include "../shardresult.h"
 #include "../storage/database.h"
+#include "assignment.h"
 #include "records.h"
 #include "states.h"
 
@@ -29,6 +30,7 @@ struct JobRow {
     Digest weightsHash; // of the round's starting weights
     Digest weightsBlob;
     std::optional<Digest> outerStateBlob; // Nesterov momentum (none for FedAvg)
+    std::optional<WeightsChange> change; // weightsBlob from the previous round's (int8 compression)
     QString failure;
     QString owner;
     Credits pricePerShard;
@@ -130,7 +132,7 @@ public:
     Status endJob(const QString& id, JobState state, const QString& failure = {});
     // The round was aggregated: the job trains `round` from these weights now (or is finished).
     Status advanceJob(const QString& id, std::int64_t round, const Digest& weightsHash, const Digest& weightsBlob, JobState state,
-        const std::optional<Digest>& outerStateBlob);
+        const std::optional<Digest>& outerStateBlob, const std::optional<WeightsChange>& change = std::nullopt);
     Status insertRound(const QString& jobId, const RoundRecord& round, std::int64_t finishedAt);
     Result<QList<RoundRecord>> rounds(const QString& jobId);
 

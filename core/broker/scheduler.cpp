@@ -241,7 +241,8 @@ void Scheduler::forget(const QString& jobId, const QString& assignmentId)
         found->out.remove(assignmentId);
 }
 
-void Scheduler::advance(const QString& jobId, std::int64_t round, const Digest& weightsHash, const Digest& weightsBlob)
+void Scheduler::advance(const QString& jobId, std::int64_t round, const Digest& weightsHash, const Digest& weightsBlob,
+    const std::optional<WeightsChange>& change)
 {
     auto* found = job(jobId);
     if (!found)
@@ -249,6 +250,7 @@ void Scheduler::advance(const QString& jobId, std::int64_t round, const Digest& 
     found->round.round = round;
     found->round.weightsHash = weightsHash;
     found->round.weightsBlob = weightsBlob;
+    found->round.change = change;
     found->answered.assign(found->answered.size(), false);
     found->out.clear();
     found->cursor = 0;

@@ -4,6 +4,7 @@
 #include "../jobspec.h"
 #include "../nodeinfo.h"
 #include "../shardtask.h"
+#include "assignment.h"
 #include "options.h"
 
 #include <QHash>
@@ -35,6 +36,7 @@ public:
         std::int64_t round = 0;
         Digest weightsHash;
         Digest weightsBlob;
+        std::optional<WeightsChange> change; // weightsBlob from the previous round's
         double flopsPerSample = 0.0; // training FLOPs per sample (the quote's); 0: unknown
         std::int64_t memoryMiB = 0; // a shard's memory on a node (core::estimateShardMemory); 0: unknown
 
@@ -90,7 +92,8 @@ public:
     // The assignment is no longer out (its shard was answered by another).
     void forget(const QString& jobId, const QString& assignmentId);
     // The round was aggregated: the job trains round `round` from these weights.
-    void advance(const QString& jobId, std::int64_t round, const Digest& weightsHash, const Digest& weightsBlob);
+    void advance(const QString& jobId, std::int64_t round, const Digest& weightsHash, const Digest& weightsBlob,
+        const std::optional<WeightsChange>& change = std::nullopt);
     // A sampled result of the current round lost its check: the shard is trained again.
     void reopen(const QString& jobId, std::int64_t round, std::int64_t shard);
 

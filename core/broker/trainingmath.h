@@ -32,6 +32,10 @@ public:
     struct Aggregated {
         Weights weights;
         QByteArray outerState;
+        // With int8 compression, W_{r+1} - W_r as an int8 update, which nodes that hold W_r
+        // download instead of W_{r+1} (empty: none), and its SHA-256 (null: not computed).
+        QByteArray change;
+        Digest changeSha256;
     };
     struct Evaluation {
         double loss = 0.0;

@@ -140,7 +140,7 @@ Result<std::optional<Assignment>> Verifier::handOut(Check& check, AssignmentKind
     const auto now = m_.clock.nowMs();
     const auto* round = m_.scheduler.find(check.jobId);
     Assignment assignment { newCheckId().mid(1), *task, check.startBlob,
-        m_.scheduler.deadline(*task, round ? round->flopsPerSample : 0.0, node, m_.options, now) };
+        m_.scheduler.deadline(*task, round ? round->flopsPerSample : 0.0, node, m_.options, now), std::nullopt };
     check.verifier = node.nodeId;
     check.verifierAssignment = assignment.id;
     check.state = CheckState::Running;

@@ -466,8 +466,10 @@ private Q_SLOTS:
         const auto global = blob(1, 2);
         // Shard 7 (3 samples) is listed first: aggregation orders by shard id, weights by samples.
         const QList<compute::ShardUpdate> updates { { 7, 3, blob(1, 6), {} }, { 2, 1, blob(3, 2), {} } };
-        // Weighted mean: (1*[3,2] + 3*[1,6]) / 4 = [1.5, 5].
+        // Weighted mean: (1*[3,2] + 3*[1,6]) / 4 = [1.5, 5]. (Without compression: with int8 the
+        // step itself is quantised, aShardRevealsItsUpdateAsInt8AsPyTorchComputesIt.)
         core::AggregationSpec fedAvg;
+        fedAvg.compression = core::Compression::None;
         auto out = compute::aggregate(fedAvg, global, updates, {});
         QVERIFY(out.ok());
         QCOMPARE(values(out->weights.bytes), (std::pair { 1.5f, 5.0f }));
@@ -489,7 +491,7 @@ private Q_SLOTS:
         QCOMPARE(values(compute::aggregate(fedAvg, global, updates, {})->weights.bytes), (std::pair { 1.25f, 3.5f }));
 
         // Nesterov, mu = 0.9, lr = 1: g = W - mean = [-0.5, -3]; m = g; W' = W - (g + 0.9 m) = [1.95, 7.7].
-        core::AggregationSpec nesterov { core::AggregationSpec::Method::Nesterov, 1.0, 0.9 };
+        core::AggregationSpec nesterov { core::AggregationSpec::Method::Nesterov, 1.0, 0.9, core::Compression::None };
         auto first = compute::aggregate(nesterov, global, updates, {});
         QVERIFY(first.ok());
         const auto [a, b] = values(first->weights.bytes);
@@ -530,11 +532,25 @@ private Q_SLOTS:
         QCOMPARE(compute::runShard(compressed.tasks[0], compressed.start.bytes, {}).weights, revealed.weights);
 
         core::AggregationSpec fedAvg;
+        fedAvg.compression = core::Compression::None;
         const auto aggregated = compute::aggregate(fedAvg, compressed.start.bytes, { { 0, 100, revealed.weights, {} } }, {});
         QVERIFY2(aggregated.ok(), qPrintable(aggregated.ok() ? QString() : aggregated.error().toString()));
+        QVERIFY(aggregated->change.isEmpty());
+        // With int8 the round's step travels as int8 too: W' = W + q * scale of the step, and a node
+        // that holds W rebuilds W' from the change, byte for byte.
+        core::AggregationSpec int8;
+        const auto stepped = compute::aggregate(int8, compressed.start.bytes, { { 0, 100, revealed.weights, {} } }, {});
+        QVERIFY2(stepped.ok(), qPrintable(stepped.ok() ? QString() : stepped.error().toString()));
+        QVERIFY2(stepped->change.size() * 10 < stepped->weights.bytes.size() * 3,
+            qPrintable(QStringLiteral("a change of %1 bytes for %2 of weights")
+                           .arg(stepped->change.size())
+                           .arg(stepped->weights.bytes.size())));
+        QCOMPARE(*compute::roundWeightsFromChange(compressed.start.bytes, stepped->change), stepped->weights.bytes);
+        QCOMPARE(*compute::canonicalHashOf(stepped->weights.bytes), stepped->weights.canonicalHash);
         QTemporaryDir dir;
         const QList<std::pair<const char*, QByteArray>> files { { "start.pt", plain.start.bytes }, { "final.pt", final.weights },
-            { "revealed.pt", revealed.weights }, { "aggregated.pt", aggregated->weights.bytes } };
+            { "revealed.pt", revealed.weights }, { "aggregated.pt", aggregated->weights.bytes }, { "change.pt", stepped->change },
+            { "stepped.pt", stepped->weights.bytes } };
         QStringList arguments { scriptPath("reference_update.py") };
         for (const auto& [name, bytes] : files) {
             QFile file(dir.filePath(QLatin1String(name)));

@@ -228,6 +228,46 @@ private Q_SLOTS:
             QVERIFY(broker->blobs().contains(round.weightsBlob));
     }
 
+    // With int8 compression (the default) each round from round 1 on can be fetched as its change
+    // from the previous round's weights; that change is kept while it is the way to the round's
+    // weights (a restart too) and collected after. Without compression there is none.
+    void eachRoundAfterTheFirstComesAsAChangeFromThePreviousRound()
+    {
+        QList<Digest> changes;
+        {
+            auto broker = open(QStringLiteral("change"));
+            const auto jobId = *broker->submit(job(3, 1));
+            QVERIFY(broker->registerNode(node(QStringLiteral("a"))).ok());
+            const auto first = **broker->assign(QStringLiteral("a"));
+            QVERIFY(!first.startChange);
+            const auto w0 = first.startWeightsBlob;
+            QCOMPARE(*deliver(*broker, QStringLiteral("a"), first.id, answer(*broker, first, "r0")), Acceptance::Accepted);
+            const auto second = **broker->assign(QStringLiteral("a"));
+            QVERIFY(second.startChange);
+            QCOMPARE(second.startChange->base, w0);
+            QCOMPARE(*broker->blobs().read(second.startChange->blob), "change:" + *broker->blobs().read(second.startWeightsBlob));
+            changes.append(second.startChange->blob);
+        } // a restart between rounds
+        auto broker = open(QStringLiteral("change"));
+        QVERIFY(broker->registerNode(node(QStringLiteral("a"))).ok());
+        const auto second = **broker->assign(QStringLiteral("a"));
+        QCOMPARE(second.startChange->blob, changes[0]);
+        QCOMPARE(*deliver(*broker, QStringLiteral("a"), second.id, answer(*broker, second, "r1")), Acceptance::Accepted);
+        const auto third = **broker->assign(QStringLiteral("a"));
+        QCOMPARE(third.startChange->base, second.startWeightsBlob);
+        QVERIFY(broker->blobs().contains(third.startChange->blob));
+        QVERIFY(!broker->blobs().contains(changes[0]));
+        QCOMPARE(*deliver(*broker, QStringLiteral("a"), third.id, answer(*broker, third, "r2")), Acceptance::Accepted);
+        QVERIFY(!broker->blobs().contains(third.startChange->blob)); // the job is over
+
+        auto plain = job(2, 1);
+        plain.aggregation.compression = Compression::None;
+        (void)*broker->submit(plain);
+        const auto a = **broker->assign(QStringLiteral("a"));
+        QCOMPARE(*deliver(*broker, QStringLiteral("a"), a.id, answer(*broker, a, "p0")), Acceptance::Accepted);
+        QVERIFY(!(**broker->assign(QStringLiteral("a"))).startChange);
+    }
+
     // Bytes a job names (here a shard's weights equal to the round's own) are never collected.
     void uploadsThatAJobNamesStay()
     {

@@ -431,6 +431,9 @@ private Q_SLOTS:
                 python.value(QStringLiteral("shardsDone")).toInteger(), python.value(QStringLiteral("verified")).toInteger(),
                 native.value(QStringLiteral("shardsDone")).toInteger(), native.value(QStringLiteral("verified")).toInteger());
             QVERIFY2(python.value(QStringLiteral("verified")).toInteger() > 0, qPrintable(cluster.log(QStringLiteral("python"))));
+            // Where the Python node rebuilt a round's weights from the change (PROTOCOL.md), it got them right.
+            QVERIFY2(!cluster.log(QStringLiteral("python")).contains(QStringLiteral("did not give its weights")),
+                qPrintable(cluster.log(QStringLiteral("python"))));
             QVERIFY(native.value(QStringLiteral("verified")).toInteger() > 0);
             for (const auto& record : { python, native }) {
                 QCOMPARE(record.value(QStringLiteral("disputesLost")).toInteger(), 0);

@@ -3,7 +3,8 @@
 // re-executed by the other). The job must finish, no node may go silent while it works (the broker
 // would re-issue its shards: a livelock at this size before), and a node keeps one training state
 // per result, so its cache holds at most two model-sized files per result (the state and the
-// result's weights) besides the rounds' weights. And a job of 1,000 shards, whose listings all
+// result's weights) besides the rounds' weights; round 1's weights reach the nodes as their int8
+// change from round 0's. And a job of 1,000 shards, whose listings all
 // answer and whose broker keeps only what docs/BROKER.md, "Disk", says.
 
 #include "cluster.h"
@@ -54,6 +55,15 @@ private Q_SLOTS:
 
         const QString silent = QStringLiteral("went silent");
         QCOMPARE(cluster.log(QStringLiteral("broker")).count(silent), 0);
+        // Round 1's weights come as their int8 change to nodes that hold round 0's (both do: each
+        // trained or checked a shard of it), and each change gives them exactly.
+        int rebuilt = 0;
+        for (int node = 1; node <= 2; ++node) {
+            const QString log = cluster.log(QStringLiteral("node%1").arg(node));
+            rebuilt += int(log.count(QStringLiteral("rebuilt the round's weights from its change")));
+            QCOMPARE(log.count(QStringLiteral("did not give its weights")), 0);
+        }
+        QVERIFY(rebuilt >= 1);
         for (int node = 1; node <= 2; ++node) {
             const QString name = QStringLiteral("node%1").arg(node);
             QCOMPARE(cluster.log(name).count(silent), 0);

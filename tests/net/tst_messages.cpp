@@ -84,6 +84,26 @@ private Q_SLOTS:
         QCOMPARE(status->job.state, core::broker::JobState::Cancelled);
         QVERIFY(status->job.full);
         QVERIFY(!StatusReply::fromHeader({ { fields::Job, job.toPublicJson() } })->job.full);
+        // A TASK's change comes with its base, or neither does.
+        TaskMessage task;
+        task.assignment = QStringLiteral("0123456789abcdef");
+        task.task.jobId = QStringLiteral("j");
+        task.task.sampleEnd = 10;
+        task.task.localSteps = 1;
+        task.task.batchSize = 1;
+        task.task.threads = 1;
+        task.task.model.zoo = QStringLiteral("mlp");
+        task.task.dataset.builtin = QStringLiteral("fashion-mnist");
+        task.startWeightsBlob = digest('f');
+        auto plain = TaskMessage::fromHeader(task.toHeader());
+        QVERIFY2(plain.ok(), qPrintable(plain.ok() ? QString() : plain.error().toString()));
+        QVERIFY(!plain->startChange);
+        QVERIFY(!task.toHeader().contains(fields::StartChangeBlob));
+        task.startChange = core::broker::WeightsChange { digest('1'), digest('2') };
+        QCOMPARE(TaskMessage::fromHeader(task.toHeader())->startChange, task.startChange);
+        auto half = task.toHeader();
+        half.remove(fields::StartChangeBase);
+        QCOMPARE(TaskMessage::fromHeader(half).error().field, fields::StartChangeBlob);
     }
 
     void refusalsNameTheField()

@@ -6,6 +6,7 @@
 #include "sessionpeer.h"
 
 #include <core/blobstore.h>
+#include <core/readfile.h>
 #include <net/messages.h>
 #include <net/nodeclient.h>
 
@@ -47,6 +48,34 @@ public:
 
 private:
     QList<Finished> m_finished;
+};
+
+// Rebuilds a round's weights as "<previous>+<change>" (stand-in arithmetic: the real one is
+// tested in tst_compute), at once; then fails the shard it is given, recording what it started from.
+class RebuildingExecutor final : public net::ShardExecutor {
+public:
+    QList<QByteArray> startedWith;
+    bool rebuildsWeights() const override { return true; }
+    void rebuild(const QString& tag, const QString& key, const QString& previousPath, const QString& changePath) override
+    {
+        auto previous = core::readFile(previousPath);
+        auto change = core::readFile(changePath);
+        const QByteArray made = *previous + '+' + *change;
+        m_rebuilt.append({ tag, key, made, core::Digest::ofBytes(made), {} });
+    }
+    QList<Rebuilt> takeRebuilt(const QString&) override { return std::exchange(m_rebuilt, {}); }
+    void start(const QString& tag, const QString& assignment, const core::ShardTask& task, const QByteArray& startWeights,
+        const QHash<core::Digest, QString>& paths) override
+    {
+        startedWith.append(startWeights);
+        m_failing.start(tag, assignment, task, startWeights, paths);
+    }
+    QList<Finished> takeFinished(const QString& tag) override { return m_failing.takeFinished(tag); }
+    bool idle() const override { return m_failing.idle(); }
+
+private:
+    QList<Rebuilt> m_rebuilt;
+    FailingExecutor m_failing;
 };
 
 } // namespace
@@ -220,6 +249,88 @@ private Q_SLOTS:
         QVERIFY(resent && resent->message.command == Command::Result);
         QCOMPARE(resent->message.header.value(net::fields::Assignment).toString(), QStringLiteral("a1"));
         QCOMPARE(session.node->counters().registrations, 2);
+    }
+
+    static net::TaskMessage taskOf(const QString& assignment, const core::Digest& weights)
+    {
+        net::TaskMessage task;
+        task.assignment = assignment;
+        task.deadlineMs = 60'000;
+        task.task.jobId = QStringLiteral("job");
+        task.task.round = 1;
+        task.task.sampleEnd = 100;
+        task.task.localSteps = 10;
+        task.task.batchSize = 10;
+        task.task.threads = 1;
+        task.task.checkpointInterval = 5;
+        task.task.model.zoo = QStringLiteral("mlp");
+        task.task.dataset.builtin = QStringLiteral("fashion-mnist");
+        task.task.startWeights = weights;
+        task.startWeightsBlob = weights;
+        return task;
+    }
+
+    // Answers the node's next message, a GET, with the whole blob; returns the digest it asked for.
+    static std::optional<core::Digest> serveGet(
+        Session& session, const QByteArray& routingId, const QHash<core::Digest, QByteArray>& blobs)
+    {
+        auto get = session.broker->nextSkippingHeartbeats(session.pump());
+        if (!get || get->message.command != Command::Get)
+            return std::nullopt;
+        const auto asked = net::GetRequest::fromHeader(get->message.header);
+        if (!asked || !blobs.contains(asked->sha256))
+            return asked ? std::optional<core::Digest>(asked->sha256) : std::nullopt;
+        const auto& bytes = blobs[asked->sha256];
+        QJsonObject header = net::ChunkHeader { asked->sha256, 0, bytes.size() }.toHeader();
+        header.insert(net::fields::Id, get->message.header.value(net::fields::Id));
+        session.broker->send(Command::Chunk, header, bytes, routingId);
+        return asked->sha256;
+    }
+
+    // A node that holds the previous round's weights fetches the round's change (a quarter of the
+    // bytes) and trains from what the executor rebuilds from it; when that is not the round's
+    // weights it fetches them whole; a node without the previous round's fetches them whole at once.
+    void aNodeThatHoldsThePreviousRoundFetchesOnlyItsChange()
+    {
+        RebuildingExecutor executor;
+        auto session = start(&executor);
+        auto registration = nextRegister(session);
+        QVERIFY(registration);
+        welcome(session, *registration);
+        const auto previous = m_cache->put("round 0 weights");
+        QVERIFY(previous);
+        const QByteArray change = "change 1";
+        const QByteArray round1 = "round 0 weights+change 1";
+        const QHash<core::Digest, QByteArray> blobs { { core::Digest::ofBytes(change), change },
+            { core::Digest::ofBytes(round1), round1 }, { core::Digest::ofBytes("round 1, other"), "round 1, other" } };
+
+        auto task = taskOf(QStringLiteral("a1"), core::Digest::ofBytes(round1));
+        task.startChange = core::broker::WeightsChange { core::Digest::ofBytes(change), *previous };
+        QVERIFY(session.broker->nextSkippingHeartbeats(session.pump())->message.command == Command::Ready);
+        session.broker->send(Command::Task, task.toHeader(), {}, registration->routingId);
+        QCOMPARE(serveGet(session, registration->routingId, blobs), std::optional(core::Digest::ofBytes(change)));
+        auto result = session.broker->nextSkippingHeartbeats(session.pump());
+        QVERIFY(result && result->message.command == Command::Result);
+        QCOMPARE(executor.startedWith, QList<QByteArray> { round1 });
+        QVERIFY(m_cache->contains(core::Digest::ofBytes(round1))); // the base of the next round's change
+        QCOMPARE(session.node->counters().weightsRebuilt, 1);
+
+        // A change that does not give the round's weights (the change is in the cache already): they
+        // come whole.
+        session.broker->send(Command::Ok,
+            { { net::fields::Id, result->message.header.value(net::fields::Id) },
+                { QStringLiteral("verdict"), QStringLiteral("failed") } },
+            {}, registration->routingId);
+        auto other = taskOf(QStringLiteral("a2"), core::Digest::ofBytes("round 1, other"));
+        other.startChange = task.startChange;
+        QVERIFY(session.broker->nextSkippingHeartbeats(session.pump())->message.command == Command::Ready);
+        session.broker->send(Command::Task, other.toHeader(), {}, registration->routingId);
+        QCOMPARE(serveGet(session, registration->routingId, blobs), std::optional(core::Digest::ofBytes("round 1, other")));
+        result = session.broker->nextSkippingHeartbeats(session.pump());
+        QVERIFY(result && result->message.command == Command::Result);
+        QCOMPARE(executor.startedWith.last(), QByteArray("round 1, other"));
+        QCOMPARE(session.node->counters().rebuildsFailed, 1);
+        QCOMPARE(session.node->counters().weightsRebuilt, 1);
     }
 
     void aReplyWithAnIdItDidNotSendIsIgnored()

@@ -21,8 +21,9 @@ records = {
     "broker.assignmentsPerSecond": 20576, "broker.insertsPerSecond": 42439, "broker.ratio": 0.485,
     "blob.plain.blob": 643e6, "blob.plain.raw": 2718e6, "blob.curve.blob": 373e6, "blob.curve.raw": 319e6,
     "blob.sha256": 1200e6,
-    "network.bytesPerRound": 3564219, "network.bytesPerRoundFloat": 5664219, "network.bytesPerStepExchange": 564350400,
-    "network.weightsBytes": 942359, "network.updateBytes": 246000,
+    "network.bytesPerRound": 1464219, "network.bytesPerRoundFloat": 5664219, "network.bytesPerStepExchange": 564350400,
+    "network.weightsBytes": 942359, "network.updateBytes": 246000, "network.changeBytes": 242000,
+    "network.bytesPerRoundFloatDownload": 3564219,
     "compression.mlp.none.0": 86.5, "compression.mlp.int8.0": 86.9, "compression.mlp.none.1": 86.9,
     "compression.mlp.int8.1": 86.8, "compression.cnn.none.0": 86.1, "compression.cnn.int8.0": 85.6,
     "load.nodes": 10000, "load.messages": 110269, "load.cpuSeconds": 1.3, "load.share": 0.13,
@@ -80,10 +81,10 @@ with tempfile.TemporaryDirectory() as out:
     assert "| mlp 784-256-128-10, 500 steps | 23,350 samples/s | 23,888 samples/s | **0.977** | met |" in text, text
     assert "**0.960** | **not met**" in text  # cnn below 0.97
     assert "**2.29x**" in flat  # 160 s / 70 s
-    # int8: mlp +0.15 points (met), cnn -0.5 (not met); 158x fewer bytes than a per-step exchange.
+    # int8: mlp +0.15 points (met), cnn -0.5 (not met); 385x fewer bytes than a per-step exchange.
     assert "| mlp | 86.70% (86.50, 86.90) | 86.85% (86.90, 86.80) | +0.15 | met |" in text, text
     assert "| cnn | 86.10% (86.10) | 85.60% (85.60) | -0.50 | **not met** |" in text
-    assert "**158x** fewer" in flat, flat
+    assert "**385x** fewer" in flat, flat
     assert "643 MB/s | 2,718 MB/s | 0.237 | **not met** | 1,200 MB/s | 0.536 |" in text
     assert "| broker + 3 nodes | 84.00% | 1.0000 | the same bits |" in text
     assert "| broker + 3 nodes, no re-execution | 84.00% | 1.0000 | **different bits** |" in text

@@ -33,8 +33,9 @@ public:
             return Error { QStringLiteral("weights"), QStringLiteral("not a dict of tensors") };
         return Digest::ofBytes(weights.startsWith("container:") ? weights.mid(10) : weights);
     }
+    // With int8 compression the round's change is "change:" + the new weights.
     Result<Aggregated> aggregate(
-        const AggregationSpec&, QByteArray global, const QList<Update>& updates, const QByteArray&) override
+        const AggregationSpec& spec, QByteArray global, const QList<Update>& updates, const QByteArray&) override
     {
         QByteArray next = global + "|";
         QList<std::int64_t> order;
@@ -44,7 +45,8 @@ public:
             order.append(update.shard);
         }
         aggregationOrders.append(order);
-        return Aggregated { { next, Digest::ofBytes(next), 0, {} }, {} };
+        const QByteArray change = spec.compression == Compression::Int8 ? "change:" + next : QByteArray();
+        return Aggregated { { next, Digest::ofBytes(next), 0, {} }, {}, change, {} };
     }
     Result<Evaluation> evaluate(const JobSpec&, QByteArray) override { return Evaluation { 0.5, 0.9 }; }
 

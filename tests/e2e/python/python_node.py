@@ -286,6 +286,21 @@ def revealed(task, start, final):
     return out
 
 
+# --- DETERMINISM.md, "Round weights" ------------------------------------------------------------
+
+def round_weights(previous, change):
+    """A round's weights from the previous round's and the round's int8 change: W + q * s."""
+    out = {}
+    for name, w in previous.items():
+        if w.dtype != torch.float32:
+            out[name] = change["keep/" + name]
+            continue
+        q, scale = change["update/" + name], change["scale/" + name]
+        per_element = scale.repeat_interleave(UPDATE_BLOCK)[: w.numel()]
+        out[name] = w + (q.flatten().to(torch.float32) * per_element).view(w.shape)
+    return out
+
+
 def train(task, start_bytes):
     """The shard: (revealed weights file, ShardResult, {k: state file} for checkpoints 1..n-1)."""
     torch.set_num_threads(task["threads"])
@@ -484,8 +499,23 @@ class Node:
                 lambda c, h, p: c in (OK, ERROR) and h.get("id") == "checkpoint:" + ask["verification"])
             log("the referee answered", "OK" if command == OK else reply.get("message"))
 
-    def work(self, assignment, task, start_sha):
-        start = self.fetch(start_sha)
+    def start_weights(self, header):
+        """The round's weights: rebuilt from the previous round's and the round's change when this
+        node holds the previous round's (PROTOCOL.md, "The round's change"), else fetched whole.
+        torch.save writes other bytes than Tessera's broker, so the check is the canonical hash."""
+        sha, change, base = header["startWeightsBlob"], header.get("startChangeBlob"), header.get("startChangeBase")
+        if sha not in self.blobs and change and base in self.blobs:
+            weights = round_weights(torch.load(io.BytesIO(self.blobs[base])), torch.load(io.BytesIO(self.fetch(change))))
+            if canonical_hash(weights).hex() == header["task"]["startWeights"]:
+                buffer = io.BytesIO()
+                torch.save(weights, buffer)
+                self.blobs[sha] = buffer.getvalue()
+                log("rebuilt the round's weights from its change")
+                return self.blobs[sha]
+            log("the round's change did not give its weights: fetching them whole")
+        return self.fetch(sha)
+
+    def work(self, assignment, task, start):
         log("training", assignment, "(job %s round %d shard %d)" % (task["jobId"], task["round"], task["shard"]))
         weights, result, states, chain = train(task, start)
         self.kept[assignment] = states
@@ -526,7 +556,7 @@ class Node:
             if command == TASK:
                 ready = False
                 try:
-                    self.work(header["assignment"], header["task"], header["startWeightsBlob"])
+                    self.work(header["assignment"], header["task"], self.start_weights(header))
                 except (ValueError, RuntimeError) as error:
                     log("cannot train", header["assignment"], ":", error)
                     self.send(RESULT, {"assignment": header["assignment"], "id": "result", "result": {
