@@ -14,6 +14,8 @@ namespace tessera::compute {
 struct ComputeEnvironment {
     // Folder with the four Fashion-MNIST .gz files; empty: /usr/share/datasets/fashion-mnist.
     QString fashionMnistDirectory;
+    // Folder with the fortunes text files (Debian's fortunes); empty: /usr/share/games/fortunes.
+    QString fortunesDirectory;
     // The file that holds a blob (a TorchScript model, a tensor dataset) with this SHA-256, if any.
     std::function<std::optional<QString>(const core::Digest&)> blobPath;
     // Where to train: "cpu", "cuda" or "cuda:N"; empty: the first CUDA device when this LibTorch
@@ -23,6 +25,7 @@ struct ComputeEnvironment {
 
     static QString defaultFashionMnistDirectory();
     QString fashionMnistDirectoryOrDefault() const;
+    QString fortunesDirectoryOrDefault() const;
 };
 
 } // namespace tessera::compute

@@ -71,7 +71,7 @@ core::Result<std::unique_ptr<ShardRun::Private>> prepare(const core::ShardTask& 
     if (auto status = task.validate(); !status)
         return status.error();
     pinRuntime(task);
-    auto data = loadDataset(task.dataset, environment);
+    auto data = loadDataset(task.dataset, environment, task.model.context);
     if (!data)
         return data.error();
     const auto size = data->train->size();
@@ -303,15 +303,13 @@ core::Status ShardRun::step()
                 std::uint64_t(d->step) }));
         d->model->setTraining(true);
         d->optimizer->zeroGrad();
-        const auto logits = d->model->forward(x);
-        if (logits.dim() != 2 || logits.size(0) != x.size(0))
-            throw std::runtime_error("the model must return class scores shaped [batch, classes]");
-        const auto loss = torch::cross_entropy_loss(logits, y);
+        const auto loss = lossOf(d->model->forward(x), y);
         const double value = loss.item<double>();
         if (!std::isfinite(value))
             throw std::runtime_error("the loss became NaN or infinite (is the learning rate too high?)");
         loss.backward();
-        d->optimizer->step();
+        // The schedule runs across the job: round r's step s is global step r x H + s.
+        d->optimizer->step(task.optimizer.learningRateAt(task.round * task.localSteps + d->step));
         return value;
     });
     if (!outcome) {

@@ -21,8 +21,11 @@ core::Result<Weights> initialWeights(const core::JobSpec& spec, const ComputeEnv
     // The built-in dataset's shape is known: pricing a job (the broker's QUOTE) need not load 188 MB.
     std::vector<std::int64_t> shape = FashionMnistSampleShape;
     std::int64_t classes = FashionMnistClasses;
-    if (spec.dataset.source != core::DatasetSpec::Source::Builtin) {
-        auto data = loadDataset(spec.dataset, environment);
+    if (spec.dataset.isText()) {
+        shape = { spec.model.context };
+        classes = ByteVocabulary;
+    } else if (spec.dataset.source != core::DatasetSpec::Source::Builtin) {
+        auto data = loadDataset(spec.dataset, environment, spec.model.context);
         if (!data)
             return data.error();
         shape = data->train->sampleShape();
@@ -101,7 +104,7 @@ core::Result<Evaluation> evaluate(
     weights = QByteArray();
     if (!tensors)
         return tensors.error();
-    auto data = loadDataset(spec.dataset, environment);
+    auto data = loadDataset(spec.dataset, environment, spec.model.context);
     if (!data)
         return data.error();
     const auto& split = data->test ? data->test : data->train;
@@ -120,7 +123,9 @@ core::Result<Evaluation> evaluate(
     return guarded(QStringLiteral("evaluating"), [&] {
         torch::NoGradGuard noGrad;
         (*model)->setTraining(false);
-        constexpr std::int64_t Batch = 1000;
+        // Per sample, or per token for a language model: a window of L tokens is L predictions.
+        const std::int64_t perSample = split->y.dim() == 2 ? split->y.size(1) : 1;
+        const std::int64_t Batch = std::max<std::int64_t>(1, 1000 / perSample);
         double lossSum = 0.0;
         std::int64_t correct = 0;
         const std::int64_t total = split->size();
@@ -129,10 +134,11 @@ core::Result<Evaluation> evaluate(
             const auto x = split->slice(begin, end).to(*device);
             const auto y = split->y.slice(0, begin, end).to(*device);
             const auto logits = (*model)->forward(x);
-            lossSum += torch::cross_entropy_loss(logits, y, {}, at::Reduction::Sum).item<double>();
-            correct += logits.argmax(1).eq(y).sum().item<std::int64_t>();
+            lossSum += lossOf(logits, y, at::Reduction::Sum).item<double>();
+            correct += correctOf(logits, y);
         }
-        return Evaluation { lossSum / double(total), double(correct) / double(total), total };
+        const double predictions = double(total * perSample);
+        return Evaluation { lossSum / predictions, double(correct) / predictions, total };
     });
 }
 

@@ -5,7 +5,7 @@ namespace tessera::core {
 ShardTask decomposeShard(
     const QString& jobId, const JobSpec& spec, std::int64_t round, std::int64_t shard, const Digest& startWeights)
 {
-    const std::int64_t samples = spec.dataset.trainSampleCount();
+    const std::int64_t samples = spec.trainSamples();
     const std::int64_t shards = spec.training.shardsPerRound;
     ShardTask task;
     task.jobId = jobId;

@@ -4,6 +4,8 @@
 
 #include <QJsonArray>
 
+#include <algorithm>
+#include <cmath>
 #include <limits>
 
 namespace tessera::core {
@@ -11,6 +13,10 @@ namespace tessera::core {
 namespace {
 
 constexpr std::int64_t FashionMnistTrainSamples = 60000;
+// The fortunes corpus's training stream, in bytes (tokens): docs/DETERMINISM.md, "Text".
+constexpr std::int64_t FortunesTrainTokens = 2'445'380;
+constexpr std::int64_t MaxContext = 4096;
+constexpr std::int64_t MaxVocabulary = 1 << 20;
 constexpr std::int64_t MaxLayerWidth = 65536;
 constexpr qsizetype MaxHiddenLayers = 8;
 constexpr double MaxLearningRate = 100.0;
@@ -49,7 +55,19 @@ ModelSpec readModelSpec(JsonReader reader)
                 .arg(model.zoo, ModelSpec::zooNames().join(QStringLiteral(", "))));
         return model;
     }
-    if (model.zoo == u"cnn") {
+    if (model.zoo == u"gpt") {
+        reader.allowOnly({ QStringLiteral("zoo"), QStringLiteral("layers"), QStringLiteral("heads"), QStringLiteral("width"),
+            QStringLiteral("context"), QStringLiteral("vocabulary"), QStringLiteral("tied"), QStringLiteral("dropout") });
+        model.layers = reader.integer(u"layers", 1, 64, Presence::Optional, 4);
+        model.heads = reader.integer(u"heads", 1, 64, Presence::Optional, 4);
+        model.width = reader.integer(u"width", 1, MaxLayerWidth, Presence::Optional, 128);
+        model.context = reader.integer(u"context", 2, MaxContext, Presence::Optional, 128);
+        model.vocabulary = reader.integer(u"vocabulary", 0, MaxVocabulary, Presence::Optional, 0);
+        model.tied = reader.boolean(u"tied", Presence::Optional, true);
+        if (reader.ok() && model.width % model.heads != 0)
+            reader.fail(
+                u"width", QStringLiteral("the width (%1) must be a multiple of heads (%2)").arg(model.width).arg(model.heads));
+    } else if (model.zoo == u"cnn") {
         reader.allowOnly(
             { QStringLiteral("zoo"), QStringLiteral("channels"), QStringLiteral("hidden"), QStringLiteral("dropout") });
         model.channels = reader.integerList(u"channels", 1, 1024, 2, Presence::Optional);
@@ -83,6 +101,16 @@ QJsonObject modelSpecToJson(const ModelSpec& model)
         return json;
     }
     json.insert(QStringLiteral("zoo"), model.zoo);
+    if (model.zoo == u"gpt") {
+        json.insert(QStringLiteral("layers"), static_cast<qint64>(model.layers));
+        json.insert(QStringLiteral("heads"), static_cast<qint64>(model.heads));
+        json.insert(QStringLiteral("width"), static_cast<qint64>(model.width));
+        json.insert(QStringLiteral("context"), static_cast<qint64>(model.context));
+        json.insert(QStringLiteral("vocabulary"), static_cast<qint64>(model.vocabulary));
+        json.insert(QStringLiteral("tied"), model.tied);
+        json.insert(QStringLiteral("dropout"), model.dropout);
+        return json;
+    }
     if (model.zoo == u"cnn")
         json.insert(QStringLiteral("channels"), toJsonArray(model.channels));
     json.insert(QStringLiteral("hidden"), toJsonArray(model.hidden));
@@ -146,26 +174,40 @@ OptimizerSpec readOptimizerSpec(JsonReader reader)
     const QString kind = reader.string(u"kind");
     if (kind == u"sgd") {
         reader.allowOnly({ QStringLiteral("kind"), QStringLiteral("lr"), QStringLiteral("momentum"), QStringLiteral("nesterov"),
-            QStringLiteral("weightDecay") });
+            QStringLiteral("weightDecay"), QStringLiteral("clipNorm"), QStringLiteral("schedule") });
         optimizer.kind = OptimizerSpec::Kind::Sgd;
         optimizer.momentum = reader.number(u"momentum", 0.0, 0.999, Presence::Optional, 0.0);
         optimizer.nesterov = reader.boolean(u"nesterov", Presence::Optional, false);
         if (optimizer.nesterov && optimizer.momentum == 0.0)
             reader.fail(u"nesterov", QStringLiteral("Nesterov momentum needs a momentum above 0"));
-    } else if (kind == u"adam") {
+    } else if (kind == u"adam" || kind == u"adamw") {
         reader.allowOnly({ QStringLiteral("kind"), QStringLiteral("lr"), QStringLiteral("beta1"), QStringLiteral("beta2"),
-            QStringLiteral("eps"), QStringLiteral("weightDecay") });
-        optimizer.kind = OptimizerSpec::Kind::Adam;
+            QStringLiteral("eps"), QStringLiteral("weightDecay"), QStringLiteral("clipNorm"), QStringLiteral("schedule") });
+        optimizer.kind = kind == u"adam" ? OptimizerSpec::Kind::Adam : OptimizerSpec::Kind::AdamW;
         optimizer.beta1 = reader.number(u"beta1", 0.0, 0.9999, Presence::Optional, 0.9);
         optimizer.beta2 = reader.number(u"beta2", 0.0, 0.999999, Presence::Optional, 0.999);
         optimizer.eps = reader.number(u"eps", 1e-12, 1.0, Presence::Optional, 1e-8);
     } else if (reader.ok()) {
-        reader.fail(u"kind", QStringLiteral("'%1' is not an optimizer (choose sgd or adam)").arg(kind));
+        reader.fail(u"kind", QStringLiteral("'%1' is not an optimizer (choose sgd, adam or adamw)").arg(kind));
     }
     optimizer.lr = reader.number(u"lr", 0.0, MaxLearningRate);
     if (reader.ok() && optimizer.lr <= 0.0)
         reader.fail(u"lr", QStringLiteral("the learning rate must be above 0"));
     optimizer.weightDecay = reader.number(u"weightDecay", 0.0, 1.0, Presence::Optional, 0.0);
+    optimizer.clipNorm = reader.number(u"clipNorm", 0.0, 1e6, Presence::Optional, 0.0);
+    if (reader.has(u"schedule")) {
+        auto schedule = reader.object(u"schedule");
+        schedule.allowOnly(
+            { QStringLiteral("kind"), QStringLiteral("warmupSteps"), QStringLiteral("totalSteps"), QStringLiteral("minLr") });
+        const QString name = schedule.string(u"kind", Presence::Optional, QStringLiteral("cosine"));
+        if (name == u"cosine")
+            optimizer.schedule.kind = ScheduleSpec::Kind::Cosine;
+        else if (name != u"constant")
+            schedule.fail(u"kind", QStringLiteral("'%1' is not a schedule (choose constant or cosine)").arg(name));
+        optimizer.schedule.warmupSteps = schedule.integer(u"warmupSteps", 0, std::int64_t(1) << 40, Presence::Optional, 0);
+        optimizer.schedule.totalSteps = schedule.integer(u"totalSteps", 0, std::int64_t(1) << 40, Presence::Optional, 0);
+        optimizer.schedule.minLr = schedule.number(u"minLr", 0.0, MaxLearningRate, Presence::Optional, 0.0);
+    }
     return optimizer;
 }
 
@@ -174,12 +216,22 @@ QJsonObject optimizerSpecToJson(const OptimizerSpec& optimizer)
     QJsonObject json;
     json.insert(QStringLiteral("lr"), optimizer.lr);
     json.insert(QStringLiteral("weightDecay"), optimizer.weightDecay);
+    // Written only when used, so that tasks without them read as before on older nodes.
+    if (optimizer.clipNorm > 0.0)
+        json.insert(QStringLiteral("clipNorm"), optimizer.clipNorm);
+    if (optimizer.schedule.kind != ScheduleSpec::Kind::Constant)
+        json.insert(QStringLiteral("schedule"),
+            QJsonObject { { QStringLiteral("kind"), QStringLiteral("cosine") },
+                { QStringLiteral("warmupSteps"), static_cast<qint64>(optimizer.schedule.warmupSteps) },
+                { QStringLiteral("totalSteps"), static_cast<qint64>(optimizer.schedule.totalSteps) },
+                { QStringLiteral("minLr"), optimizer.schedule.minLr } });
     if (optimizer.kind == OptimizerSpec::Kind::Sgd) {
         json.insert(QStringLiteral("kind"), QStringLiteral("sgd"));
         json.insert(QStringLiteral("momentum"), optimizer.momentum);
         json.insert(QStringLiteral("nesterov"), optimizer.nesterov);
     } else {
-        json.insert(QStringLiteral("kind"), QStringLiteral("adam"));
+        json.insert(QStringLiteral("kind"),
+            optimizer.kind == OptimizerSpec::Kind::Adam ? QStringLiteral("adam") : QStringLiteral("adamw"));
         json.insert(QStringLiteral("beta1"), optimizer.beta1);
         json.insert(QStringLiteral("beta2"), optimizer.beta2);
         json.insert(QStringLiteral("eps"), optimizer.eps);
@@ -267,24 +319,43 @@ std::optional<Compression> compressionFromName(QStringView name)
 
 QStringList ModelSpec::zooNames()
 {
-    return { QStringLiteral("mlp"), QStringLiteral("cnn") };
+    return { QStringLiteral("mlp"), QStringLiteral("cnn"), QStringLiteral("gpt") };
 }
 
 QStringList DatasetSpec::builtinNames()
 {
-    return { QStringLiteral("fashion-mnist") };
+    return { QStringLiteral("fashion-mnist"), QStringLiteral("fortunes") };
 }
 
-std::int64_t DatasetSpec::trainSampleCount() const
+std::int64_t DatasetSpec::trainSampleCount(std::int64_t context) const
 {
     if (source == Source::Builtin && builtin == u"fashion-mnist")
         return FashionMnistTrainSamples;
+    if (source == Source::Builtin && builtin == u"fortunes")
+        return context > 0 ? (FortunesTrainTokens - 1) / context : 0;
     return trainSamples;
+}
+
+bool DatasetSpec::isText() const
+{
+    // A tokens file is told from a samples file only when read: the model says which it is.
+    return source == Source::Builtin && builtin == u"fortunes";
+}
+
+double OptimizerSpec::learningRateAt(std::int64_t t) const
+{
+    if (schedule.kind == ScheduleSpec::Kind::Constant)
+        return lr;
+    if (t < schedule.warmupSteps)
+        return lr * double(t + 1) / double(schedule.warmupSteps);
+    const double span = double(std::max<std::int64_t>(1, schedule.totalSteps - schedule.warmupSteps));
+    const double progress = std::min(1.0, double(t - schedule.warmupSteps) / span);
+    return schedule.minLr + (lr - schedule.minLr) * 0.5 * (1.0 + std::cos(M_PI * progress));
 }
 
 std::int64_t JobSpec::samplesPerShard() const
 {
-    return training.shardsPerRound > 0 ? dataset.trainSampleCount() / training.shardsPerRound : 0;
+    return training.shardsPerRound > 0 ? trainSamples() / training.shardsPerRound : 0;
 }
 
 Result<JobSpec> JobSpec::fromJsonText(const QByteArray& text)
@@ -313,6 +384,8 @@ Result<JobSpec> JobSpec::fromJson(const QJsonObject& json)
     spec.optimizer = readOptimizerSpec(reader.object(u"optimizer"));
     spec.training = readTrainingSpec(reader.object(u"training"));
     spec.aggregation = readAggregationSpec(reader.object(u"aggregation", Presence::Optional));
+    if (spec.optimizer.schedule.kind != ScheduleSpec::Kind::Constant && spec.optimizer.schedule.totalSteps == 0)
+        spec.optimizer.schedule.totalSteps = spec.training.rounds * spec.training.localSteps;
 
     const QString budget = reader.string(u"budget");
     if (reader.ok()) {
@@ -378,7 +451,23 @@ Status JobSpec::validate() const
                 .arg(training.localSteps)
                 .arg(training.checkpointInterval));
 
-    const auto samples = dataset.trainSampleCount();
+    const bool gpt = model.source == ModelSpec::Source::Zoo && model.zoo == u"gpt";
+    if (gpt && dataset.source == DatasetSpec::Source::Builtin && !dataset.isText())
+        return fail("dataset.builtin", QStringLiteral("a gpt trains on text: choose \"fortunes\" or a tokens file"));
+    if (dataset.isText() && !gpt && model.source == ModelSpec::Source::Zoo)
+        return fail("model.zoo", QStringLiteral("the %1 text is for a language model: choose \"gpt\"").arg(dataset.builtin));
+    if (gpt && model.width % model.heads != 0)
+        return fail("model.width", QStringLiteral("the width must be a multiple of heads"));
+    if (optimizer.schedule.kind != ScheduleSpec::Kind::Constant) {
+        if (optimizer.schedule.minLr > optimizer.lr)
+            return fail("optimizer.schedule.minLr", QStringLiteral("must not be above the learning rate"));
+        if (optimizer.schedule.warmupSteps > optimizer.schedule.totalSteps)
+            return fail("optimizer.schedule.warmupSteps",
+                QStringLiteral("%1 warmup steps are more than the schedule's %2 steps")
+                    .arg(optimizer.schedule.warmupSteps)
+                    .arg(optimizer.schedule.totalSteps));
+    }
+    const auto samples = trainSamples();
     if (samples < 1)
         return fail("dataset", QStringLiteral("the dataset has no training samples"));
     if (training.shardsPerRound > samples)

@@ -20,10 +20,17 @@ struct ModelSpec {
     enum class Source { Zoo, TorchScript };
 
     Source source = Source::Zoo;
-    QString zoo; // "mlp" or "cnn" when source is Zoo
+    QString zoo; // "mlp", "cnn" or "gpt" when source is Zoo
     QList<std::int64_t> hidden; // widths of the fully connected hidden layers
     QList<std::int64_t> channels; // cnn: output channels of the two conv blocks
     double dropout = 0.0;
+    // gpt (docs/JOBS.md, "Language models"): a decoder-only transformer over tokens.
+    std::int64_t layers = 0;
+    std::int64_t heads = 0;
+    std::int64_t width = 0; // the embedding width, a multiple of heads
+    std::int64_t context = 0; // the most positions it reads; 0 for models that read no sequences
+    std::int64_t vocabulary = 0; // 0: the dataset's (256 for the built-in text)
+    bool tied = true; // the output head shares the token embedding's weights
     Digest scriptSha256; // TorchScript: content address in the broker's blob store
     QString scriptFile; // TorchScript: local path, only until tessera-job uploads it
 
@@ -31,13 +38,14 @@ struct ModelSpec {
     bool operator==(const ModelSpec&) const = default;
 };
 
-// The data a job trains on: the built-in Fashion-MNIST or a tensor file saved by PyTorch
-// (torch.save({"x": X, "y": Y})).
+// The data a job trains on: a built-in set (Fashion-MNIST images, or the fortunes text as bytes)
+// or a tensor file saved by PyTorch (torch.save({"x": X, "y": Y}) of samples and class labels, or
+// torch.save({"tokens": T}) of token windows, docs/JOBS.md).
 struct DatasetSpec {
     enum class Source { Builtin, Tensors };
 
     Source source = Source::Builtin;
-    QString builtin; // "fashion-mnist"
+    QString builtin; // "fashion-mnist" or "fortunes"
     Digest trainSha256; // Tensors: training file
     QString trainFile;
     Digest testSha256; // Tensors: optional held-out file
@@ -45,23 +53,45 @@ struct DatasetSpec {
     std::int64_t trainSamples = 0;
 
     static QStringList builtinNames();
-    // Number of training samples, known for built-ins and declared for tensor files.
-    std::int64_t trainSampleCount() const;
+    // Number of training samples, known for built-ins and declared for tensor files. A text
+    // corpus is cut into windows of `context` tokens (docs/DETERMINISM.md, "Text"), so its count
+    // depends on the model's context.
+    std::int64_t trainSampleCount(std::int64_t context = 0) const;
+    // Whether the data is tokens for a language model (a text corpus or a tokens file).
+    bool isText() const;
     bool operator==(const DatasetSpec&) const = default;
 };
 
+// The learning rate across the whole job, by global step t = round x localSteps + step (step
+// 0-based within the shard): constant, or linear warmup then cosine decay to minLr at totalSteps.
+struct ScheduleSpec {
+    enum class Kind { Constant, Cosine };
+
+    Kind kind = Kind::Constant;
+    std::int64_t warmupSteps = 0;
+    std::int64_t totalSteps = 0; // 0: rounds x localSteps, filled in when a job is read
+    double minLr = 0.0;
+
+    bool operator==(const ScheduleSpec&) const = default;
+};
+
 struct OptimizerSpec {
-    enum class Kind { Sgd, Adam };
+    enum class Kind { Sgd, Adam, AdamW };
 
     Kind kind = Kind::Sgd;
     double lr = 0.05;
     double momentum = 0.0; // sgd
     bool nesterov = false; // sgd
-    double beta1 = 0.9; // adam
-    double beta2 = 0.999; // adam
-    double eps = 1e-8; // adam
-    double weightDecay = 0.0;
+    double beta1 = 0.9; // adam, adamw
+    double beta2 = 0.999; // adam, adamw
+    double eps = 1e-8; // adam, adamw
+    double weightDecay = 0.0; // L2 in the gradient (sgd, adam); decoupled (adamw)
+    double clipNorm = 0.0; // gradients scaled to at most this global L2 norm; 0: not clipped
+    ScheduleSpec schedule;
 
+    // The learning rate at global step t (docs/DETERMINISM.md, "Steps"), in double.
+    double learningRateAt(std::int64_t t) const;
+    bool isAdam() const { return kind != Kind::Sgd; }
     bool operator==(const OptimizerSpec&) const = default;
 };
 
@@ -118,6 +148,7 @@ struct JobSpec {
 
     // Samples in each shard's slice of a round's permutation (the last shard may have more).
     std::int64_t samplesPerShard() const;
+    std::int64_t trainSamples() const { return dataset.trainSampleCount(model.context); }
 
     bool operator==(const JobSpec&) const = default;
 };

@@ -15,6 +15,13 @@ double activationFloatsPerSample(const ModelSpec& model)
 {
     if (model.source != ModelSpec::Source::Zoo)
         return 16.0 * Pixels; // unknown layers: a generous guess for a model of 28x28 inputs
+    if (model.zoo == u"gpt") {
+        // Per token and layer: the block's inputs and outputs, q, k, v, the MLP's 4 x width twice,
+        // and the attention weights (heads x L, twice: softmax and dropout); the logits.
+        const double length = double(model.context), c = double(model.width);
+        const double perLayer = 16.0 * c + 2.0 * double(model.heads) * length;
+        return length * (double(model.layers) * perLayer + 2.0 * (model.vocabulary > 0 ? double(model.vocabulary) : 256.0));
+    }
     double floats = Pixels;
     if (model.zoo == u"cnn") {
         const double c1 = model.channels.value(0, 16), c2 = model.channels.value(1, 32);
@@ -32,6 +39,8 @@ std::int64_t builtinDatasetBytes(const QString& name)
 {
     if (name == u"fashion-mnist")
         return 70'000LL * (28 * 28 + 8);
+    if (name == u"fortunes") // int64 inputs and targets of every token, train and test
+        return 2'576'676LL * 2 * 8;
     return 0;
 }
 
@@ -48,7 +57,7 @@ std::int64_t datasetBytes(const DatasetSpec& dataset, const std::function<std::o
 ShardMemory estimateShardMemory(const ModelSpec& model, const OptimizerSpec& optimizer, std::int64_t batchSize,
     std::int64_t modelBytes, std::int64_t datasetBytes)
 {
-    const int stateSlots = optimizer.kind == OptimizerSpec::Kind::Adam ? 2 : optimizer.momentum > 0.0 ? 1 : 0;
+    const int stateSlots = optimizer.isAdam() ? 2 : optimizer.momentum > 0.0 ? 1 : 0;
     constexpr double Largest = 9.0e18;
     ShardMemory memory;
     memory.dataset = std::max<std::int64_t>(0, datasetBytes);

@@ -43,6 +43,16 @@ std::optional<std::int64_t> zooParameterCount(const JobSpec& spec)
     constexpr double Classes = 10, Pixels = 28 * 28;
     double parameters = 0.0;
     auto dense = [&](double in, double out) { parameters += in * out + out; };
+    if (spec.model.zoo == u"gpt") {
+        const double c = double(spec.model.width), layers = double(spec.model.layers);
+        const double vocabulary = spec.model.vocabulary > 0 ? double(spec.model.vocabulary) : 256.0;
+        // Embeddings; per block two LayerNorms, c_attn, c_proj, c_fc and c_proj; ln_f; the head.
+        parameters = vocabulary * c + double(spec.model.context) * c;
+        parameters
+            += layers * (2.0 * 2.0 * c + (3.0 * c * c + 3.0 * c) + (c * c + c) + (4.0 * c * c + 4.0 * c) + (4.0 * c * c + c));
+        parameters += 2.0 * c + (spec.model.tied ? 0.0 : vocabulary * c);
+        return std::int64_t(std::min(parameters, 9.0e18));
+    }
     if (spec.model.zoo == u"cnn") {
         const double c1 = spec.model.channels.value(0, 16), c2 = spec.model.channels.value(1, 32);
         const double hidden = spec.model.hidden.value(0, 128);
@@ -72,6 +82,13 @@ double benchmarkFlopsPerSample()
 
 double trainingFlopsPerSample(const JobSpec& spec, std::int64_t parameterCount)
 {
+    if (spec.model.source == ModelSpec::Source::Zoo && spec.model.zoo == u"gpt") {
+        // Per window of `context` tokens: 6 x parameters per token, and the attention scores and
+        // their use (2 x 2 x L x width per token and layer, forward; x 3 with backward).
+        const double length = double(spec.model.context);
+        const double attention = 3.0 * 4.0 * length * double(spec.model.width) * double(spec.model.layers);
+        return length * (6.0 * double(parameterCount > 0 ? parameterCount : zooParameterCount(spec).value_or(0)) + attention);
+    }
     const bool fashion = spec.dataset.source == DatasetSpec::Source::Builtin;
     if (spec.model.source == ModelSpec::Source::Zoo && fashion) {
         constexpr double Height = 28, Width = 28, Channels = 1, Classes = 10;

@@ -14,7 +14,7 @@ packages=(
     # LibTorch on OpenMP OpenBLAS (the pthread variant or the reference BLAS train ~9x slower)
     libtorch-dev libopenblas0-openmp
     # data and the independent PyTorch peer used by tests (Debian's /usr/bin/python3)
-    dataset-fashion-mnist python3-torch python3-zmq python3-numpy python3-nacl
+    dataset-fashion-mnist fortunes python3-torch python3-zmq python3-numpy python3-nacl
     # GUI tests and screenshots
     xvfb xauth trayer imagemagick
     # packaging (make package) and its test: icons, man pages, lintian

@@ -138,6 +138,7 @@ int main(int argc, char* argv[])
 
     compute::ComputeEnvironment environment;
     environment.fashionMnistDirectory = settings.stringValue(names::DataFashionMnistDirectory);
+    environment.fortunesDirectory = settings.stringValue(names::DataFortunesDirectory);
     environment.device = QStringLiteral("cpu"); // the broker aggregates and evaluates on the CPU
     auto blobs = core::broker::Broker::openBlobs(dataDirectory);
     if (!blobs)

@@ -19,6 +19,7 @@ compute::ComputeEnvironment environmentFrom(const core::settings::Settings& sett
 {
     compute::ComputeEnvironment environment;
     environment.fashionMnistDirectory = settings.stringValue(names::DataFashionMnistDirectory);
+    environment.fortunesDirectory = settings.stringValue(names::DataFortunesDirectory);
     return environment;
 }
 

@@ -1,5 +1,7 @@
 #include "nodecommands.h"
 
+#include <cmath>
+
 #include "../common/computeexecutor.h"
 #include "../common/nodesetup.h"
 
@@ -399,6 +401,18 @@ int trainLocal(const QStringList& args, const compute::ComputeEnvironment& envir
     observer.roundFinished = [&](const compute::RoundReport& report) {
         if (tty)
             err() << "\r" << QString(60, u' ') << "\r" << Qt::flush;
+        if (spec->model.context > 0) { // a language model: per token
+            out() << QStringLiteral("round %1/%2  test loss %3  perplexity %4  token accuracy %5%  train loss %6  (%7 s)")
+                         .arg(report.round + 1)
+                         .arg(training.rounds)
+                         .arg(report.evaluation.loss, 0, 'f', 4)
+                         .arg(std::exp(report.evaluation.loss), 0, 'f', 2)
+                         .arg(report.evaluation.accuracy * 100.0, 0, 'f', 2)
+                         .arg(report.meanTrainLoss, 0, 'f', 4)
+                         .arg(double(report.wallTimeMs) / 1000.0, 0, 'f', 1)
+                  << Qt::endl;
+            return;
+        }
         out() << QStringLiteral("round %1/%2  test accuracy %3%  test loss %4  train loss %5  (%6 s)")
                      .arg(report.round + 1)
                      .arg(training.rounds)

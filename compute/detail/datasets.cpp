@@ -141,6 +141,100 @@ QHash<QString, DatasetSplits>& cache()
 
 } // namespace
 
+namespace {
+
+// The files of Debian's fortunes 1:1.99.1-7.3 (bookworm), in this order, and the SHA-256 of their
+// bytes one after the other: every node must cut the same windows from the same text.
+const char* const FortunesFiles[] = { "art", "ascii-art", "computers", "cookie", "debian", "definitions", "disclaimer", "drugs",
+    "education", "ethnic", "food", "fortunes", "goedel", "humorists", "kids", "knghtbrd", "law", "linux", "linuxcookie",
+    "literature", "love", "magic", "medicine", "men-women", "miscellaneous", "news", "paradoxum", "people", "perl", "pets",
+    "platitudes", "politics", "pratchett", "riddles", "science", "songs-poems", "sports", "startrek", "tao", "translate-me",
+    "wisdom", "work", "zippy" };
+const char* const FortunesSha256 = "fbc2d796dde8ea64a51345ce4c18ff486a778a2d2259603987073bedb3fc3cd7";
+
+// Windows of context + 1 tokens with stride context: inputs and targets.
+std::shared_ptr<const Dataset> windowsOf(const QByteArray& stream, std::int64_t context)
+{
+    const std::int64_t count = (stream.size() - 1) / context;
+    auto tokens = torch::from_blob(const_cast<char*>(stream.constData()), { std::int64_t(stream.size()) }, torch::kUInt8)
+                      .to(torch::kInt64);
+    auto dataset = std::make_shared<Dataset>();
+    dataset->x = tokens.slice(0, 0, count * context).view({ count, context }).contiguous();
+    dataset->y = tokens.slice(0, 1, count * context + 1).view({ count, context }).contiguous();
+    dataset->classes = ByteVocabulary;
+    return dataset;
+}
+
+} // namespace
+
+core::Result<std::pair<QByteArray, QByteArray>> fortunesStreams(const QString& directory)
+{
+    QByteArray all;
+    QList<QByteArray> files;
+    for (const char* name : FortunesFiles) {
+        QFile file(directory + u'/' + QLatin1String(name));
+        if (!file.open(QIODevice::ReadOnly))
+            return core::Error { QStringLiteral("dataset"),
+                QStringLiteral("the fortunes text is not in %1 (%2 is missing): install the Debian package fortunes, or set "
+                               "Data/FortunesDirectory to the folder with its files")
+                    .arg(directory, QLatin1String(name)) };
+        files.append(file.readAll());
+        all += files.last();
+    }
+    if (core::Digest::ofBytes(all).toHex() != QLatin1String(FortunesSha256))
+        return core::Error { QStringLiteral("dataset"),
+            QStringLiteral("the fortunes text in %1 is not the one Tessera's built-in corpus pins (Debian bookworm's "
+                           "fortunes 1:1.99.1-7.3): every node must read the same bytes")
+                .arg(directory) };
+    QByteArray train, test;
+    std::int64_t index = 0;
+    for (const auto& bytes : files) {
+        QByteArray fortune;
+        auto finish = [&] {
+            if (fortune.isEmpty())
+                return;
+            (index % 20 == 19 ? test : train) += fortune + "%\n";
+            ++index;
+            fortune.clear();
+        };
+        qsizetype begin = 0;
+        while (begin < bytes.size()) {
+            qsizetype end = bytes.indexOf('\n', begin);
+            if (end < 0)
+                end = bytes.size();
+            const auto line = bytes.mid(begin, end - begin);
+            if (line == "%")
+                finish();
+            else
+                fortune += line + '\n';
+            begin = end + 1;
+        }
+        finish();
+    }
+    return std::pair { train, test };
+}
+
+core::Result<DatasetSplits> loadFortunes(const QString& directory, std::int64_t context)
+{
+    if (context < 1)
+        return core::Error { QStringLiteral("dataset.builtin"),
+            QStringLiteral("the fortunes text needs a model with a context") };
+    const std::lock_guard lock(cacheMutex);
+    const QString key = QStringLiteral("fortunes:%1:%2").arg(directory).arg(context);
+    if (auto it = cache().constFind(key); it != cache().constEnd())
+        return *it;
+    auto streams = fortunesStreams(directory);
+    if (!streams)
+        return streams.error();
+    auto splits = guarded(QStringLiteral("cutting the fortunes text"), [&] {
+        return DatasetSplits { windowsOf(streams->first, context), windowsOf(streams->second, context) };
+    });
+    if (!splits)
+        return core::Error { QStringLiteral("dataset"), splits.error().message };
+    cache().insert(key, *splits);
+    return *splits;
+}
+
 core::Result<DatasetSplits> loadFashionMnist(const QString& directory)
 {
     const std::lock_guard lock(cacheMutex);
@@ -186,8 +280,24 @@ core::Result<std::shared_ptr<const Dataset>> loadTensorFile(const QString& path,
                 else if (name == "y")
                     ys = tensor;
             }
+            for (const auto& [name, tensor] : *tensors) {
+                if (name != "tokens")
+                    continue;
+                if (tensor.dim() != 2 || tensor.size(1) < 2 || tensor.size(0) == 0)
+                    throw std::runtime_error("tokens must be [N, L+1] with at least one window of 2 tokens");
+                if (tensor.is_floating_point() || tensor.scalar_type() == torch::kBool)
+                    throw std::runtime_error("tokens must be integers");
+                const auto all = tensor.to(torch::kInt64);
+                if (all.min().item<std::int64_t>() < 0)
+                    throw std::runtime_error("tokens must not be negative");
+                auto dataset = std::make_shared<Dataset>();
+                dataset->x = all.slice(1, 0, all.size(1) - 1).contiguous();
+                dataset->y = all.slice(1, 1, all.size(1)).contiguous();
+                dataset->classes = std::max<std::int64_t>(classes, all.max().item<std::int64_t>() + 1);
+                return dataset;
+            }
             if (!xs || !ys)
-                throw std::runtime_error("the dict needs tensors under \"x\" and \"y\"");
+                throw std::runtime_error("the dict needs tensors under \"x\" and \"y\" (or \"tokens\")");
             auto x = *xs;
             auto y = *ys;
             if (x.dim() < 2)
@@ -213,9 +323,12 @@ core::Result<std::shared_ptr<const Dataset>> loadTensorFile(const QString& path,
     return *loaded;
 }
 
-core::Result<DatasetSplits> loadDataset(const core::DatasetSpec& spec, const ComputeEnvironment& environment)
+core::Result<DatasetSplits> loadDataset(
+    const core::DatasetSpec& spec, const ComputeEnvironment& environment, std::int64_t context)
 {
     if (spec.source == core::DatasetSpec::Source::Builtin) {
+        if (spec.builtin == u"fortunes")
+            return loadFortunes(environment.fortunesDirectoryOrDefault(), context);
         if (spec.builtin != u"fashion-mnist")
             return core::Error { QStringLiteral("dataset.builtin"),
                 QStringLiteral("unknown built-in dataset '%1'").arg(spec.builtin) };

@@ -15,7 +15,8 @@
 
 namespace tessera::compute::detail {
 
-// Samples as one tensor [N, ...] and labels as int64 [N], in memory. Built-in image data stays in
+// Samples as one tensor [N, ...] and labels as int64 [N], in memory; for a language model,
+// token windows: inputs int64 [N, L] and targets int64 [N, L] (the inputs shifted by one). Built-in image data stays in
 // its uint8 form (a quarter of float32) and each batch is scaled and normalised as it is taken,
 // with the same float32 operations as on the whole set, so the bits of every batch are the same.
 struct Dataset {
@@ -43,8 +44,10 @@ struct DatasetSplits {
     std::shared_ptr<const Dataset> test; // may be null for a tensor dataset without a test file
 };
 
-// Loads (once per process; later calls share the tensors) the data a job names.
-core::Result<DatasetSplits> loadDataset(const core::DatasetSpec& spec, const ComputeEnvironment& environment);
+// Loads (once per process; later calls share the tensors) the data a job names. context: the
+// model's, which a text corpus is cut into windows of (0 for models that read no sequences).
+core::Result<DatasetSplits> loadDataset(
+    const core::DatasetSpec& spec, const ComputeEnvironment& environment, std::int64_t context = 0);
 
 // Fashion-MNIST from its four gzip IDX files, scaled to [0, 1] and normalised with the training
 // set's mean and standard deviation (0.2860, 0.3530), shape [N, 1, 28, 28].
@@ -53,7 +56,16 @@ core::Result<DatasetSplits> loadFashionMnist(const QString& directory);
 inline const std::vector<std::int64_t> FashionMnistSampleShape { 1, 28, 28 };
 inline constexpr std::int64_t FashionMnistClasses = 10;
 
-// A file written by torch.save({"x": X, "y": Y}).
+// A file written by torch.save({"x": X, "y": Y}), or torch.save({"tokens": T}) with T integer
+// [N, L+1] (inputs T[:, :-1], targets T[:, 1:]).
 core::Result<std::shared_ptr<const Dataset>> loadTensorFile(const QString& path, std::int64_t classes = 0);
+
+// The fortunes text (Debian's fortunes, pinned by its SHA-256) as bytes: split into fortunes,
+// every 20th to the test stream, each stream cut into windows of context + 1 bytes with stride
+// context (docs/DETERMINISM.md, "Text"). Vocabulary 256.
+core::Result<DatasetSplits> loadFortunes(const QString& directory, std::int64_t context);
+// The two streams themselves (train, test), for tests and for sampling prompts.
+core::Result<std::pair<QByteArray, QByteArray>> fortunesStreams(const QString& directory);
+inline constexpr std::int64_t ByteVocabulary = 256;
 
 } // namespace tessera::compute::detail

@@ -10,6 +10,9 @@
 #include <QFile>
 #include <QFileInfo>
 
+#include <algorithm>
+#include <cmath>
+#include <limits>
 #include <sstream>
 
 namespace tessera::compute::detail {
@@ -90,6 +93,121 @@ at::Tensor CnnImpl::forward(at::Tensor x)
     return fc1(x);
 }
 
+CausalSelfAttentionImpl::CausalSelfAttentionImpl(std::int64_t width, std::int64_t headCount, double dropout)
+    : heads(headCount)
+{
+    c_attn = register_module("c_attn", torch::nn::Linear(width, 3 * width));
+    c_proj = register_module("c_proj", torch::nn::Linear(width, width));
+    attn_dropout = register_module("attn_dropout", torch::nn::Dropout(dropout));
+    resid_dropout = register_module("resid_dropout", torch::nn::Dropout(dropout));
+}
+
+at::Tensor CausalSelfAttentionImpl::forward(const at::Tensor& x)
+{
+    const auto batch = x.size(0), length = x.size(1), width = x.size(2);
+    const auto headWidth = width / heads;
+    const auto qkv = c_attn(x).split(width, 2);
+    auto shape = [&](const at::Tensor& t) { return t.view({ batch, length, heads, headWidth }).transpose(1, 2); };
+    const auto q = shape(qkv[0]), k = shape(qkv[1]), v = shape(qkv[2]);
+    // softmax(q k^T / sqrt(d) + causal mask) v, each position attending to itself and those before.
+    auto scores = torch::matmul(q, k.transpose(-2, -1)) * (1.0 / std::sqrt(double(headWidth)));
+    const auto future = torch::ones({ length, length }, torch::TensorOptions().dtype(torch::kBool).device(x.device())).triu(1);
+    scores = scores.masked_fill(future, -std::numeric_limits<float>::infinity());
+    auto weights = torch::softmax(scores, -1);
+    if (attn_dropout->options.p() > 0.0)
+        weights = attn_dropout(weights);
+    auto y = torch::matmul(weights, v).transpose(1, 2).contiguous().view({ batch, length, width });
+    y = c_proj(y);
+    return resid_dropout->options.p() > 0.0 ? resid_dropout(y) : y;
+}
+
+FeedForwardImpl::FeedForwardImpl(std::int64_t width, double rate)
+{
+    c_fc = register_module("c_fc", torch::nn::Linear(width, 4 * width));
+    c_proj = register_module("c_proj", torch::nn::Linear(4 * width, width));
+    dropout = register_module("dropout", torch::nn::Dropout(rate));
+}
+
+at::Tensor FeedForwardImpl::forward(const at::Tensor& x)
+{
+    auto y = c_proj(torch::gelu(c_fc(x))); // exact GELU (erf), nn.GELU()'s default
+    return dropout->options.p() > 0.0 ? dropout(y) : y;
+}
+
+BlockImpl::BlockImpl(std::int64_t width, std::int64_t heads, double dropout)
+{
+    ln_1 = register_module("ln_1", torch::nn::LayerNorm(torch::nn::LayerNormOptions({ width })));
+    attn = register_module("attn", CausalSelfAttention(width, heads, dropout));
+    ln_2 = register_module("ln_2", torch::nn::LayerNorm(torch::nn::LayerNormOptions({ width })));
+    mlp = register_module("mlp", FeedForward(width, dropout));
+}
+
+at::Tensor BlockImpl::forward(at::Tensor x)
+{
+    x = x + attn(ln_1(x));
+    return x + mlp(ln_2(x));
+}
+
+GptBodyImpl::GptBodyImpl(const core::ModelSpec& spec, std::int64_t vocabulary)
+{
+    wte = register_module("wte", torch::nn::Embedding(vocabulary, spec.width));
+    wpe = register_module("wpe", torch::nn::Embedding(spec.context, spec.width));
+    drop = register_module("drop", torch::nn::Dropout(spec.dropout));
+    auto blocks = register_module("h", torch::nn::ModuleList());
+    for (std::int64_t i = 0; i < spec.layers; ++i) {
+        h.push_back(Block(spec.width, spec.heads, spec.dropout));
+        blocks->push_back(h.back());
+    }
+    ln_f = register_module("ln_f", torch::nn::LayerNorm(torch::nn::LayerNormOptions({ spec.width })));
+}
+
+GptImpl::GptImpl(const core::ModelSpec& spec, std::int64_t vocabulary)
+    : context(spec.context)
+{
+    transformer = register_module("transformer", GptBody(spec, vocabulary));
+    if (!spec.tied)
+        lm_head = register_module("lm_head", torch::nn::Linear(torch::nn::LinearOptions(spec.width, vocabulary).bias(false)));
+    // nanoGPT's initialisation, in name order from the seeded generator: N(0, 0.02) for weights
+    // and embeddings, N(0, 0.02 / sqrt(2 x layers)) for the projections into the residual stream,
+    // zero biases, LayerNorm at (1, 0).
+    torch::NoGradGuard noGrad;
+    auto named = named_parameters();
+    std::vector<std::string> names;
+    for (const auto& item : named)
+        names.push_back(item.key());
+    std::sort(names.begin(), names.end());
+    for (const auto& name : names) {
+        auto& p = named[name];
+        const bool norm = name.find("ln_") != std::string::npos;
+        const bool bias = name.size() > 5 && name.compare(name.size() - 5, 5, ".bias") == 0;
+        if (norm)
+            bias ? p.zero_() : p.fill_(1.0);
+        else if (bias)
+            p.zero_();
+        else if (name.find("c_proj.weight") != std::string::npos)
+            p.normal_(0.0, 0.02 / std::sqrt(2.0 * double(spec.layers)));
+        else
+            p.normal_(0.0, 0.02);
+    }
+}
+
+at::Tensor GptImpl::forward(const at::Tensor& tokens)
+{
+    if (tokens.dim() != 2 || tokens.scalar_type() != torch::kLong)
+        throw std::runtime_error("the gpt reads tokens: int64 [batch, length]");
+    const auto length = tokens.size(1);
+    if (length > context)
+        throw std::runtime_error("the sequence is longer than the model's context");
+    const auto positions = torch::arange(length, torch::TensorOptions().dtype(torch::kLong).device(tokens.device()));
+    auto x = transformer->wte(tokens) + transformer->wpe(positions);
+    if (transformer->drop->options.p() > 0.0)
+        x = transformer->drop(x);
+    for (auto& block : transformer->h)
+        x = block(x);
+    x = transformer->ln_f(x);
+    return lm_head ? lm_head(x) : torch::linear(x, transformer->wte->weight);
+}
+
 namespace {
 
 NamedTensors namedOf(const torch::OrderedDict<std::string, at::Tensor>& dict)
@@ -163,6 +281,23 @@ constexpr qint64 MaxTorchScriptBytes = qint64(1) << 30;
 
 } // namespace
 
+at::Tensor lossOf(const at::Tensor& logits, const at::Tensor& targets, at::Reduction::Reduction reduction)
+{
+    if (targets.dim() == 2) {
+        if (logits.dim() != 3 || logits.size(0) != targets.size(0) || logits.size(1) != targets.size(1))
+            throw std::runtime_error("the model must return token scores shaped [batch, length, vocabulary]");
+        return torch::cross_entropy_loss(logits.reshape({ -1, logits.size(2) }), targets.reshape({ -1 }), {}, reduction);
+    }
+    if (logits.dim() != 2 || logits.size(0) != targets.size(0))
+        throw std::runtime_error("the model must return class scores shaped [batch, classes]");
+    return torch::cross_entropy_loss(logits, targets, {}, reduction);
+}
+
+std::int64_t correctOf(const at::Tensor& logits, const at::Tensor& targets)
+{
+    return logits.argmax(-1).eq(targets).sum().item<std::int64_t>();
+}
+
 core::Result<std::unique_ptr<Model>> buildModel(const core::ModelSpec& spec, const std::vector<std::int64_t>& sampleShape,
     std::int64_t classes, std::uint64_t initSeed, const ComputeEnvironment& environment)
 {
@@ -201,6 +336,18 @@ core::Result<std::unique_ptr<Model>> buildModel(const core::ModelSpec& spec, con
     if (spec.zoo == u"mlp")
         return std::unique_ptr<Model>(
             std::make_unique<ZooModel<Mlp>>(Mlp(product(sampleShape), spec.hidden, classes, spec.dropout)));
+    if (spec.zoo == u"gpt") {
+        if (sampleShape.size() != 1 || sampleShape[0] > spec.context)
+            return core::Error { QStringLiteral("model.context"),
+                QStringLiteral("the gpt reads windows of at most %1 tokens; the data has samples shaped [%2]")
+                    .arg(spec.context)
+                    .arg(QString::number(sampleShape.empty() ? 0 : sampleShape[0])) };
+        const std::int64_t vocabulary = spec.vocabulary > 0 ? spec.vocabulary : classes;
+        if (vocabulary < classes)
+            return core::Error { QStringLiteral("model.vocabulary"),
+                QStringLiteral("the data uses %1 tokens; a vocabulary of %2 is too small").arg(classes).arg(vocabulary) };
+        return std::unique_ptr<Model>(std::make_unique<ZooModel<Gpt>>(Gpt(spec, vocabulary)));
+    }
     if (spec.zoo == u"cnn") {
         if (sampleShape.size() != 3 || sampleShape[1] < 4 || sampleShape[2] < 4)
             return core::Error { QStringLiteral("model.zoo"),
@@ -242,11 +389,64 @@ QString deviceProfileName(const c10::Device& device)
     return QStringLiteral("cuda:%1").arg(device.index());
 }
 
+namespace {
+
+// The gpt as TorchScript source, its parameters on the module itself under their names with '_'
+// for '.' (transformer_h_0_attn_c_attn_weight): TorchScript has no attribute paths like h.0.
+core::Result<torch::jit::Module> gptToTorchScript(const core::ModelSpec& spec, const NamedTensors& state)
+{
+    return guarded(QStringLiteral("building the TorchScript module"), [&] {
+        torch::jit::Module module("TesseraGpt");
+        for (const auto& [name, tensor] : state) {
+            std::string flat = name;
+            std::replace(flat.begin(), flat.end(), '.', '_');
+            module.register_parameter(flat, tensor.detach().clone(), false);
+        }
+        const auto c = std::to_string(spec.width);
+        const auto heads = std::to_string(spec.heads);
+        const auto headWidth = std::to_string(spec.width / spec.heads);
+        std::ostringstream source;
+        source.precision(17);
+        source << "def forward(self, tokens):\n"
+               << "    b = tokens.size(0)\n"
+               << "    t = tokens.size(1)\n"
+               << "    x = torch.embedding(self.transformer_wte_weight, tokens) + torch.embedding(self.transformer_wpe_weight, "
+                  "torch.arange(t, device=tokens.device))\n"
+               << "    mask = torch.ones([t, t], device=tokens.device).triu(1).gt(0.5)\n";
+        for (std::int64_t i = 0; i < spec.layers; ++i) {
+            const std::string h = "self.transformer_h_" + std::to_string(i) + "_";
+            source << "    a = torch.layer_norm(x, [" << c << "], " << h << "ln_1_weight, " << h << "ln_1_bias, 1e-05, True)\n"
+                   << "    parts = torch.linear(a, " << h << "attn_c_attn_weight, " << h << "attn_c_attn_bias).split(" << c
+                   << ", 2)\n"
+                   << "    q = parts[0].view(b, t, " << heads << ", " << headWidth << ").transpose(1, 2)\n"
+                   << "    k = parts[1].view(b, t, " << heads << ", " << headWidth << ").transpose(1, 2)\n"
+                   << "    v = parts[2].view(b, t, " << heads << ", " << headWidth << ").transpose(1, 2)\n"
+                   << "    w = torch.softmax((torch.matmul(q, k.transpose(-2, -1)) * "
+                   << 1.0 / std::sqrt(double(spec.width / spec.heads)) << ").masked_fill(mask, float('-inf')), -1)\n"
+                   << "    y = torch.matmul(w, v).transpose(1, 2).contiguous().view(b, t, " << c << ")\n"
+                   << "    x = x + torch.linear(y, " << h << "attn_c_proj_weight, " << h << "attn_c_proj_bias)\n"
+                   << "    m = torch.layer_norm(x, [" << c << "], " << h << "ln_2_weight, " << h << "ln_2_bias, 1e-05, True)\n"
+                   << "    x = x + torch.linear(torch.gelu(torch.linear(m, " << h << "mlp_c_fc_weight, " << h
+                   << "mlp_c_fc_bias)), " << h << "mlp_c_proj_weight, " << h << "mlp_c_proj_bias)\n";
+        }
+        source << "    x = torch.layer_norm(x, [" << c
+               << "], self.transformer_ln_f_weight, self.transformer_ln_f_bias, 1e-05, True)\n"
+               << "    return torch.linear(x, self." << (spec.tied ? "transformer_wte_weight" : "lm_head_weight") << ")\n";
+        module.define(source.str());
+        module.eval();
+        return module;
+    });
+}
+
+} // namespace
+
 core::Result<torch::jit::Module> zooToTorchScript(const core::ModelSpec& spec, const NamedTensors& state)
 {
     if (spec.source != core::ModelSpec::Source::Zoo)
         return core::Error { QStringLiteral("model"),
             QStringLiteral("only zoo models are converted; a TorchScript model already is one") };
+    if (spec.zoo == u"gpt")
+        return gptToTorchScript(spec, state);
     return guarded(QStringLiteral("building the TorchScript module"), [&] {
         torch::jit::Module module("TesseraModel");
         std::map<std::string, torch::jit::Module> layers;

@@ -10,9 +10,12 @@
 
 #include <torch/nn/module.h>
 #include <torch/nn/modules/container/any.h>
+#include <torch/nn/modules/container/modulelist.h>
 #include <torch/nn/modules/conv.h>
 #include <torch/nn/modules/dropout.h>
+#include <torch/nn/modules/embedding.h>
 #include <torch/nn/modules/linear.h>
+#include <torch/nn/modules/normalization.h>
 #include <torch/script.h>
 
 #include <memory>
@@ -57,6 +60,65 @@ struct CnnImpl : torch::nn::Module {
     torch::nn::Dropout dropout { nullptr };
 };
 TORCH_MODULE(Cnn);
+
+// The zoo gpt (docs/JOBS.md, "Language models"): a decoder-only transformer with nanoGPT's
+// layer names (transformer.wte, transformer.wpe, transformer.h.N.{ln_1, attn.c_attn, attn.c_proj,
+// ln_2, mlp.c_fc, mlp.c_proj}, transformer.ln_f, lm_head unless tied), so that a PyTorch user's
+// GPT loads its state dict. forward: tokens int64 [B, L] -> logits [B, L, vocabulary].
+struct CausalSelfAttentionImpl : torch::nn::Module {
+    CausalSelfAttentionImpl(std::int64_t width, std::int64_t heads, double dropout);
+    at::Tensor forward(const at::Tensor& x);
+    torch::nn::Linear c_attn { nullptr };
+    torch::nn::Linear c_proj { nullptr };
+    torch::nn::Dropout attn_dropout { nullptr };
+    torch::nn::Dropout resid_dropout { nullptr };
+    std::int64_t heads = 1;
+};
+TORCH_MODULE(CausalSelfAttention);
+
+struct FeedForwardImpl : torch::nn::Module {
+    FeedForwardImpl(std::int64_t width, double dropout);
+    at::Tensor forward(const at::Tensor& x);
+    torch::nn::Linear c_fc { nullptr };
+    torch::nn::Linear c_proj { nullptr };
+    torch::nn::Dropout dropout { nullptr };
+};
+TORCH_MODULE(FeedForward);
+
+struct BlockImpl : torch::nn::Module {
+    BlockImpl(std::int64_t width, std::int64_t heads, double dropout);
+    at::Tensor forward(at::Tensor x);
+    torch::nn::LayerNorm ln_1 { nullptr };
+    CausalSelfAttention attn { nullptr };
+    torch::nn::LayerNorm ln_2 { nullptr };
+    FeedForward mlp { nullptr };
+};
+TORCH_MODULE(Block);
+
+struct GptBodyImpl : torch::nn::Module {
+    GptBodyImpl(const core::ModelSpec& spec, std::int64_t vocabulary);
+    torch::nn::Embedding wte { nullptr };
+    torch::nn::Embedding wpe { nullptr };
+    torch::nn::Dropout drop { nullptr };
+    std::vector<Block> h;
+    torch::nn::LayerNorm ln_f { nullptr };
+};
+TORCH_MODULE(GptBody);
+
+struct GptImpl : torch::nn::Module {
+    GptImpl(const core::ModelSpec& spec, std::int64_t vocabulary);
+    at::Tensor forward(const at::Tensor& tokens);
+    GptBody transformer { nullptr };
+    torch::nn::Linear lm_head { nullptr }; // null when tied to transformer.wte
+    std::int64_t context = 0;
+};
+TORCH_MODULE(Gpt);
+
+// Cross-entropy of class scores [B, C] against labels [B], or of token logits [B, L, V] against
+// targets [B, L] (averaged over tokens for Mean); an error (thrown) for other shapes.
+at::Tensor lossOf(const at::Tensor& logits, const at::Tensor& targets, at::Reduction::Reduction reduction = at::Reduction::Mean);
+// How many of those predictions (samples or tokens) are right at top 1.
+std::int64_t correctOf(const at::Tensor& logits, const at::Tensor& targets);
 
 // Builds the model a spec names for samples of this shape and this many classes. Zoo models are
 // initialised from initSeed; TorchScript models keep the weights stored in their file.

@@ -29,16 +29,40 @@ void Optimizer::releaseGradients()
         parameter.mutable_grad().reset();
 }
 
-void Optimizer::step()
+void Optimizer::clipGradients()
+{
+    // clip_grad_norm_: the norm of the per-tensor L2 norms, in float32, and each gradient scaled by
+    // max / (norm + 1e-6) when that is below 1.
+    std::vector<at::Tensor> norms;
+    for (auto& [name, parameter] : m_parameters) {
+        if (parameter.grad().defined())
+            norms.push_back(parameter.grad().norm(2.0));
+    }
+    if (norms.empty())
+        return;
+    const auto total = torch::stack(norms).norm(2.0);
+    const auto factor = (m_spec.clipNorm / (total + 1e-6)).clamp_max(1.0);
+    for (auto& [name, parameter] : m_parameters) {
+        if (parameter.grad().defined())
+            parameter.mutable_grad().mul_(factor);
+    }
+}
+
+void Optimizer::step(double lr)
 {
     torch::NoGradGuard noGrad;
     ++m_steps;
+    if (m_spec.clipNorm > 0.0)
+        clipGradients();
+    const bool decoupled = m_spec.kind == core::OptimizerSpec::Kind::AdamW;
     for (std::size_t i = 0; i < m_parameters.size(); ++i) {
         auto& parameter = m_parameters[i].second;
         if (!parameter.grad().defined())
             continue;
         at::Tensor gradient = parameter.grad();
-        if (m_spec.weightDecay != 0.0)
+        if (decoupled)
+            parameter.mul_(1.0 - lr * m_spec.weightDecay); // AdamW: the decay leaves the gradient alone
+        else if (m_spec.weightDecay != 0.0)
             gradient = gradient.add(parameter, m_spec.weightDecay);
 
         if (m_spec.kind == core::OptimizerSpec::Kind::Sgd) {
@@ -50,7 +74,7 @@ void Optimizer::step()
                     buffer.mul_(m_spec.momentum).add_(gradient);
                 gradient = m_spec.nesterov ? gradient.add(buffer, m_spec.momentum) : buffer;
             }
-            parameter.add_(gradient, -m_spec.lr);
+            parameter.add_(gradient, -lr);
             continue;
         }
 
@@ -64,7 +88,7 @@ void Optimizer::step()
         expAvgSq.mul_(m_spec.beta2).addcmul_(gradient, gradient, 1.0 - m_spec.beta2);
         const double biasCorrection1 = 1.0 - std::pow(m_spec.beta1, double(m_steps));
         const double biasCorrection2 = 1.0 - std::pow(m_spec.beta2, double(m_steps));
-        const double stepSize = m_spec.lr / biasCorrection1;
+        const double stepSize = lr / biasCorrection1;
         const auto denominator = (expAvgSq.sqrt() / std::sqrt(biasCorrection2)).add_(m_spec.eps);
         parameter.addcdiv_(expAvg, denominator, -stepSize);
     }
@@ -73,7 +97,7 @@ void Optimizer::step()
 NamedTensors Optimizer::state() const
 {
     NamedTensors state;
-    const bool adam = m_spec.kind == core::OptimizerSpec::Kind::Adam;
+    const bool adam = m_spec.isAdam();
     for (std::size_t i = 0; i < m_parameters.size(); ++i) {
         const auto& name = m_parameters[i].first;
         if (m_first[i].defined())
@@ -96,7 +120,7 @@ core::Status Optimizer::loadState(const NamedTensors& state)
         }
         return {};
     };
-    const bool adam = m_spec.kind == core::OptimizerSpec::Kind::Adam;
+    const bool adam = m_spec.isAdam();
     for (std::size_t i = 0; i < m_parameters.size(); ++i) {
         const auto& [name, parameter] = m_parameters[i];
         auto first = find((adam ? "exp_avg/" : "momentum/") + name);

@@ -9,23 +9,28 @@
 
 namespace tessera::compute::detail {
 
-// SGD (momentum, Nesterov, weight decay) and Adam with the update rules of torch.optim.SGD and
-// torch.optim.Adam (single-tensor path). Tessera keeps its own so that the optimizer state is
-// plain named tensors: a paused shard saves it and a verifier restores it bit for bit.
+// SGD (momentum, Nesterov, weight decay), Adam and AdamW (decoupled weight decay) with the update
+// rules of torch.optim.SGD, Adam and AdamW (single-tensor path), after gradients are clipped to
+// the spec's global norm as torch.nn.utils.clip_grad_norm_ does. Tessera keeps its own so that the
+// optimizer state is plain named tensors: a paused shard saves it and a verifier restores it bit
+// for bit.
 class Optimizer {
 public:
     Optimizer(core::OptimizerSpec spec, NamedTensors parameters);
 
     void zeroGrad();
-    void step();
+    // One update at learning rate lr (the spec's schedule gives it: OptimizerSpec::learningRateAt).
+    void step(double lr);
+    void step() { step(m_spec.lr); }
     // After the last step: the gradients' memory is freed (a model's worth), since no step follows.
     void releaseGradients();
 
-    // "momentum/<param>" (sgd); "exp_avg/<param>", "exp_avg_sq/<param>" and "adam_step" (adam).
+    // "momentum/<param>" (sgd); "exp_avg/<param>", "exp_avg_sq/<param>" and "adam_step" (adam, adamw).
     NamedTensors state() const;
     core::Status loadState(const NamedTensors& state);
 
 private:
+    void clipGradients();
     core::OptimizerSpec m_spec;
     NamedTensors m_parameters;
     std::vector<at::Tensor> m_first; // momentum buffer (sgd) or exp_avg (adam); undefined until step 1

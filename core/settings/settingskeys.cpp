@@ -70,6 +70,8 @@ QList<Key> makeKeys()
         listKey(ComputeDisabledDevices, R"((cpu|cuda|opencl):\d+)", "kind:index", "Devices not to train on, as cuda:0."),
         intKey(CacheMaxSizeMiB, 2048, 64, 1048576, "Size limit of the node's blob cache (least recently used go first)."),
         pathKey(DataFashionMnistDirectory, "Folder with the Fashion-MNIST .gz files; empty: /usr/share/datasets/fashion-mnist."),
+        pathKey(DataFortunesDirectory,
+            "Folder with the fortunes text files (the built-in text corpus); empty: /usr/share/games/fortunes."),
         intKey(NetworkHeartbeatIntervalMs, 1000, 250, 10000, "Interval between heartbeats to and from brokers."),
         stringKey(BrokerBind, QStringLiteral("tcp://127.0.0.1:5555"), R"(tcp://[^\s]+:\d{1,5})", "tcp://address:port",
             "Endpoint the broker listens on; tcp://0.0.0.0:PORT accepts other machines (with Broker/KeyFile)."),

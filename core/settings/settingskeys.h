@@ -55,6 +55,7 @@ inline const QString ComputeSchedule = QStringLiteral("Compute/Schedule");
 inline const QString ComputeDisabledDevices = QStringLiteral("Compute/DisabledDevices");
 inline const QString CacheMaxSizeMiB = QStringLiteral("Cache/MaxSizeMiB");
 inline const QString DataFashionMnistDirectory = QStringLiteral("Data/FashionMnistDirectory");
+inline const QString DataFortunesDirectory = QStringLiteral("Data/FortunesDirectory");
 inline const QString NetworkHeartbeatIntervalMs = QStringLiteral("Network/HeartbeatIntervalMs");
 inline const QString BrokerBind = QStringLiteral("Broker/Bind");
 inline const QString BrokerDataDirectory = QStringLiteral("Broker/DataDirectory");

@@ -3,6 +3,7 @@
 
 #include <compute/detail/batches.h>
 #include <compute/detail/datasets.h>
+#include <compute/detail/models.h>
 #include <compute/detail/tensors.h>
 #include <compute/localjob.h>
 #include <compute/runtimeprofile.h>
@@ -51,6 +52,30 @@ core::JobSpec smallJob()
     spec.budget = core::Credits::fromMicro(1);
     // The cases read a shard's final weights; the int8 update it reveals by default has cases of its own.
     spec.aggregation.compression = core::Compression::None;
+    return spec;
+}
+
+// A small gpt on the fortunes text (docs/JOBS.md, "Language models").
+core::JobSpec smallGpt()
+{
+    auto spec = smallJob();
+    spec.name = QStringLiteral("small gpt");
+    spec.model = core::ModelSpec {};
+    spec.model.zoo = QStringLiteral("gpt");
+    spec.model.layers = 2;
+    spec.model.heads = 2;
+    spec.model.width = 32;
+    spec.model.context = 32;
+    spec.dataset.builtin = QStringLiteral("fortunes");
+    spec.optimizer = core::OptimizerSpec {};
+    spec.optimizer.kind = core::OptimizerSpec::Kind::AdamW;
+    spec.optimizer.lr = 0.003;
+    spec.optimizer.weightDecay = 0.1;
+    spec.optimizer.clipNorm = 1.0;
+    spec.optimizer.schedule = { core::ScheduleSpec::Kind::Cosine, 5, 40, 0.0003 };
+    spec.training.localSteps = 40;
+    spec.training.batchSize = 16;
+    spec.training.checkpointInterval = 10;
     return spec;
 }
 
@@ -387,11 +412,17 @@ private Q_SLOTS:
         QTest::addColumn<double>("momentum");
         QTest::addColumn<bool>("nesterov");
         QTest::addColumn<double>("weightDecay");
-        QTest::newRow("sgd") << int(core::OptimizerSpec::Kind::Sgd) << 0.0 << false << 0.0;
-        QTest::newRow("sgd momentum") << int(core::OptimizerSpec::Kind::Sgd) << 0.9 << false << 0.0;
-        QTest::newRow("sgd nesterov weight decay") << int(core::OptimizerSpec::Kind::Sgd) << 0.8 << true << 0.01;
-        QTest::newRow("adam") << int(core::OptimizerSpec::Kind::Adam) << 0.0 << false << 0.0;
-        QTest::newRow("adam weight decay") << int(core::OptimizerSpec::Kind::Adam) << 0.0 << false << 0.01;
+        QTest::addColumn<bool>("cosine"); // warmup 2 of 12 steps, from round 1 (global steps 6..11)
+        QTest::addColumn<double>("clip");
+        using Kind = core::OptimizerSpec::Kind;
+        QTest::newRow("sgd") << int(Kind::Sgd) << 0.0 << false << 0.0 << false << 0.0;
+        QTest::newRow("sgd momentum") << int(Kind::Sgd) << 0.9 << false << 0.0 << false << 0.0;
+        QTest::newRow("sgd nesterov weight decay") << int(Kind::Sgd) << 0.8 << true << 0.01 << false << 0.0;
+        QTest::newRow("adam") << int(Kind::Adam) << 0.0 << false << 0.0 << false << 0.0;
+        QTest::newRow("adam weight decay") << int(Kind::Adam) << 0.0 << false << 0.01 << false << 0.0;
+        QTest::newRow("adamw") << int(Kind::AdamW) << 0.0 << false << 0.1 << false << 0.0;
+        QTest::newRow("adamw cosine clipped") << int(Kind::AdamW) << 0.0 << false << 0.1 << true << 0.5;
+        QTest::newRow("sgd cosine clipped") << int(Kind::Sgd) << 0.9 << false << 0.0 << true << 0.5;
     }
     void optimizerMatchesPyTorch()
     {
@@ -399,16 +430,23 @@ private Q_SLOTS:
         QFETCH(double, momentum);
         QFETCH(bool, nesterov);
         QFETCH(double, weightDecay);
+        QFETCH(bool, cosine);
+        QFETCH(double, clip);
         auto spec = smallJob();
         spec.training.localSteps = 6;
         spec.training.checkpointInterval = 6;
         spec.optimizer.kind = core::OptimizerSpec::Kind(kind);
-        spec.optimizer.lr = kind == int(core::OptimizerSpec::Kind::Adam) ? 0.002 : 0.05;
+        spec.optimizer.lr = kind != int(core::OptimizerSpec::Kind::Sgd) ? 0.002 : 0.05;
         spec.optimizer.momentum = momentum;
         spec.optimizer.nesterov = nesterov;
         spec.optimizer.weightDecay = weightDecay;
+        spec.optimizer.clipNorm = clip;
+        if (cosine)
+            spec.optimizer.schedule = { core::ScheduleSpec::Kind::Cosine, 2, 12, spec.optimizer.lr * 0.1 };
         const auto prepared = prepare(spec);
-        const auto& task = prepared.tasks[0];
+        auto task = prepared.tasks[0];
+        if (cosine)
+            task.round = 1; // the schedule counts steps across the job: this shard's are 6..11
         const auto output = compute::runShard(task, prepared.start.bytes, {});
         QCOMPARE(output.result.outcome, core::ShardResult::Outcome::Completed);
 
@@ -427,8 +465,11 @@ private Q_SLOTS:
         }
         const auto& o = spec.optimizer;
         const std::pair<const char*, double> settings[] = { { "adam", kind == int(core::OptimizerSpec::Kind::Adam) ? 1.0 : 0.0 },
-            { "lr", o.lr }, { "momentum", o.momentum }, { "nesterov", o.nesterov ? 1.0 : 0.0 }, { "weight_decay", o.weightDecay },
-            { "beta1", o.beta1 }, { "beta2", o.beta2 }, { "eps", o.eps } };
+            { "adamw", kind == int(core::OptimizerSpec::Kind::AdamW) ? 1.0 : 0.0 }, { "lr", o.lr }, { "momentum", o.momentum },
+            { "nesterov", o.nesterov ? 1.0 : 0.0 }, { "weight_decay", o.weightDecay }, { "beta1", o.beta1 }, { "beta2", o.beta2 },
+            { "eps", o.eps }, { "cosine", cosine ? 1.0 : 0.0 }, { "warmup", double(o.schedule.warmupSteps) },
+            { "total", double(o.schedule.totalSteps) }, { "min_lr", o.schedule.minLr }, { "round", double(task.round) },
+            { "clip", o.clipNorm } };
         for (const auto& [name, value] : settings)
             caseDict.insert(key("opt/", name), torch::tensor(value, torch::kFloat64));
         const auto bytes = torch::pickle_save(c10::IValue(caseDict));
@@ -580,6 +621,76 @@ private Q_SLOTS:
         QVERIFY(!compute::aggregate(
             fedAvg, compressed.start.bytes, { { 0, 100, compute::detail::pickleTensors(wrongShape), {} } }, {})
                      .ok());
+    }
+
+    // The zoo gpt learns the fortunes text (from ln 256 = 5.55 nats per byte at the start), the same
+    // way every time, and is the transformer a PyTorch user writes: its state dict loads into a
+    // nanoGPT-style module that computes the same logits. The text is cut as documented.
+    void aGptLearnsTheFortunesTextAndIsPyTorchs()
+    {
+        const auto spec = smallGpt();
+        QVERIFY(spec.validate().ok());
+        const auto prepared = prepare(spec);
+        const auto output = compute::runShard(prepared.tasks[0], prepared.start.bytes, {});
+        QVERIFY2(output.result.outcome == core::ShardResult::Outcome::Completed, qPrintable(output.result.failure));
+        const auto& losses = output.result.losses;
+        QVERIFY2(qAbs(losses.first() - std::log(256.0)) < 0.3, qPrintable(QString::number(losses.first())));
+        const double late = std::accumulate(losses.end() - 5, losses.end(), 0.0) / 5;
+        QVERIFY2(late < losses.first() - 1.0, qPrintable(QStringLiteral("loss %1 -> %2").arg(losses.first()).arg(late)));
+        QCOMPARE(compute::runShard(prepared.tasks[0], prepared.start.bytes, {}).result.finalHash, output.result.finalHash);
+
+        const auto evaluation = compute::evaluate(spec, output.weights, {}, 1);
+        QVERIFY(evaluation.ok());
+        QVERIFY2(evaluation->loss < losses.first() && evaluation->accuracy > 0.1,
+            qPrintable(QStringLiteral("test loss %1, token accuracy %2").arg(evaluation->loss).arg(evaluation->accuracy)));
+
+        // PyTorch's own gpt on the same weights and tokens.
+        auto data = compute::detail::loadDataset(spec.dataset, {}, spec.model.context);
+        QVERIFY(data.ok());
+        const auto tokens = data->test->x.slice(0, 0, 4);
+        auto model = compute::detail::buildModel(spec.model, { spec.model.context }, 256, 0, {});
+        QVERIFY(model.ok());
+        QVERIFY((*model)->loadState(unpickle(output.weights)).ok());
+        (*model)->setTraining(false);
+        at::Tensor logits;
+        {
+            torch::NoGradGuard noGrad;
+            logits = (*model)->forward(tokens);
+        }
+        const auto streams = compute::detail::fortunesStreams(ComputeEnvironment {}.fortunesDirectoryOrDefault());
+        QVERIFY(streams.ok());
+        auto bytesOf = [](const QByteArray& bytes) {
+            return torch::from_blob(const_cast<char*>(bytes.constData()), { bytes.size() }, torch::kUInt8).clone();
+        };
+        QTemporaryDir dir;
+        auto save = [&](const char* name, const c10::Dict<std::string, at::Tensor>& dict) {
+            const auto bytes = torch::pickle_save(c10::IValue(dict));
+            QFile file(dir.filePath(QLatin1String(name)));
+            if (!file.open(QIODevice::WriteOnly))
+                return QString();
+            file.write(bytes.data(), qint64(bytes.size()));
+            return file.fileName();
+        };
+        auto one = [](const char* key, const at::Tensor& tensor) {
+            c10::Dict<std::string, at::Tensor> dict;
+            dict.insert(key, tensor);
+            return dict;
+        };
+        c10::Dict<std::string, at::Tensor> streamDict;
+        streamDict.insert("train", bytesOf(streams->first));
+        streamDict.insert("test", bytesOf(streams->second));
+        QFile weightsFile(dir.filePath(QStringLiteral("weights.pt")));
+        QVERIFY(weightsFile.open(QIODevice::WriteOnly) && weightsFile.write(output.weights) == output.weights.size());
+        weightsFile.close();
+        const QString script = dir.filePath(QStringLiteral("gpt.torchscript.pt"));
+        QVERIFY(compute::exportTorchScript(spec.model, output.weights, script).ok());
+        QString said;
+        QVERIFY2(runPython({ scriptPath("reference_gpt.py"), QString::number(spec.model.heads), weightsFile.fileName(),
+                               save("tokens.pt", one("tokens", tokens)), save("logits.pt", one("logits", logits)),
+                               ComputeEnvironment {}.fortunesDirectoryOrDefault(), save("streams.pt", streamDict), script },
+                     &said),
+            qPrintable(said));
+        QCOMPARE(data->train->size(), spec.trainSamples());
     }
 
     void trainsATorchScriptModelFromPyTorch()

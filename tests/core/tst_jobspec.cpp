@@ -135,7 +135,7 @@ private Q_SLOTS:
         QTest::newRow("typo") << "optimizer.learningRate" << QJsonValue(0.1) << "optimizer.learningRate"
                               << "not a known field";
         QTest::newRow("unknown optimizer") << "optimizer.kind" << QJsonValue(QStringLiteral("lbfgs")) << "optimizer.kind"
-                                           << "sgd or adam";
+                                           << "sgd, adam or adamw";
         QTest::newRow("checkpoint beyond steps")
             << "training.checkpointInterval" << QJsonValue(21) << "training.checkpointInterval"
             << "between 1 and localSteps";
@@ -179,6 +179,54 @@ private Q_SLOTS:
         QVERIFY2(!spec.ok(), "an invalid job was accepted");
         QCOMPARE(spec.error().field, field);
         QVERIFY2(spec.error().message.contains(words), qPrintable(spec.error().toString()));
+    }
+
+    // A gpt on the built-in text: defaults, the sample count from the context, the schedule's
+    // length from the job, a round trip; what cannot run is refused by field.
+    void languageModelJobs()
+    {
+        auto json = QJsonDocument::fromJson(R"({
+            "name": "lm", "model": { "zoo": "gpt", "context": 64 }, "dataset": { "builtin": "fortunes" },
+            "optimizer": { "kind": "adamw", "lr": 0.002, "weightDecay": 0.1, "clipNorm": 1.0,
+                           "schedule": { "warmupSteps": 10, "minLr": 0.0002 } },
+            "training": { "rounds": 5, "shardsPerRound": 2, "localSteps": 20, "batchSize": 16 }, "budget": "10"
+        })")
+                        .object();
+        auto spec = JobSpec::fromJson(json);
+        QVERIFY2(spec.ok(), qPrintable(spec.ok() ? QString() : spec.error().toString()));
+        QCOMPARE(spec->model.layers, 4);
+        QCOMPARE(spec->model.width, 128);
+        QVERIFY(spec->model.tied);
+        QCOMPARE(spec->trainSamples(), (2'445'380 - 1) / 64);
+        QCOMPARE(spec->optimizer.kind, OptimizerSpec::Kind::AdamW);
+        QCOMPARE(spec->optimizer.schedule.kind, ScheduleSpec::Kind::Cosine);
+        QCOMPARE(spec->optimizer.schedule.totalSteps, 100);
+        QCOMPARE(*JobSpec::fromJson(spec->toJson()), *spec);
+        // Warmup from lr / 10 up to lr, then half way down at the middle of the decay, minLr at the end.
+        const auto& o = spec->optimizer;
+        QCOMPARE(o.learningRateAt(0), 0.0002);
+        QCOMPARE(o.learningRateAt(9), 0.002);
+        QVERIFY(qAbs(o.learningRateAt(55) - (0.0002 + 0.0018 / 2)) < 1e-12);
+        QCOMPARE(o.learningRateAt(100), 0.0002);
+        QCOMPARE(OptimizerSpec {}.learningRateAt(7), OptimizerSpec {}.lr);
+
+        const QList<std::tuple<QString, QJsonValue, QString>> refused {
+            { QStringLiteral("dataset.builtin"), QStringLiteral("fashion-mnist"), QStringLiteral("dataset.builtin") },
+            { QStringLiteral("model.width"), 102, QStringLiteral("model.width") },
+            { QStringLiteral("optimizer.schedule.warmupSteps"), 500, QStringLiteral("optimizer.schedule.warmupSteps") },
+            { QStringLiteral("optimizer.schedule.kind"), QStringLiteral("step"), QStringLiteral("optimizer.schedule.kind") },
+            { QStringLiteral("model.context"), 1, QStringLiteral("model.context") },
+        };
+        for (const auto& [path, value, field] : refused) {
+            auto bad = json;
+            setPath(bad, path, value);
+            const auto result = JobSpec::fromJson(bad);
+            QVERIFY2(!result.ok(), qPrintable(path));
+            QCOMPARE(result.error().field, field);
+        }
+        auto classifier = minimalJob();
+        setPath(classifier, u"dataset.builtin", QStringLiteral("fortunes"));
+        QCOMPARE(JobSpec::fromJson(classifier).error().field, QStringLiteral("model.zoo"));
     }
 
     void reportsJsonSyntaxErrorsWithPosition()

@@ -5,6 +5,7 @@ CASE.pt (written by tst_compute with torch::pickle_save) holds the start weights
 the batches under "x<i>" / "y<i>", and the optimizer settings under "opt/<name>" (0-d tensors).
 OUT.pt gets the final weights, by name.
 """
+import math
 import sys
 
 import torch
@@ -27,18 +28,40 @@ def forward(x):
 
 
 ordered = [params[k] for k in sorted(params)]
-if settings["adam"]:
+if settings.get("adamw"):
+    optimizer = torch.optim.AdamW(ordered, lr=settings["lr"], betas=(settings["beta1"], settings["beta2"]),
+                                  eps=settings["eps"], weight_decay=settings["weight_decay"], foreach=False)
+elif settings["adam"]:
     optimizer = torch.optim.Adam(ordered, lr=settings["lr"], betas=(settings["beta1"], settings["beta2"]),
                                  eps=settings["eps"], weight_decay=settings["weight_decay"], foreach=False)
 else:
     optimizer = torch.optim.SGD(ordered, lr=settings["lr"], momentum=settings["momentum"],
                                 nesterov=bool(settings["nesterov"]), weight_decay=settings["weight_decay"], foreach=False)
 
+
+
+def learning_rate(t):
+    """docs/DETERMINISM.md, "Steps": linear warmup, then cosine decay to min_lr at total steps."""
+    lr = settings["lr"]
+    if not settings.get("cosine"):
+        return lr
+    warmup, total, low = settings["warmup"], settings["total"], settings["min_lr"]
+    if t < warmup:
+        return lr * (t + 1) / warmup
+    progress = min(1.0, (t - warmup) / max(1, total - warmup))
+    return low + (lr - low) * 0.5 * (1.0 + math.cos(math.pi * progress))
+
+
 steps = sum(1 for k in case if k.startswith("x"))
+first = int(settings.get("round", 0)) * steps  # the shard's first global step
 for i in range(steps):
+    for group in optimizer.param_groups:
+        group["lr"] = learning_rate(first + i)
     optimizer.zero_grad()
     loss = torch.nn.functional.cross_entropy(forward(case["x%d" % i]), case["y%d" % i])
     loss.backward()
+    if settings.get("clip", 0.0) > 0.0:
+        torch.nn.utils.clip_grad_norm_(ordered, settings["clip"])
     optimizer.step()
 
 torch.save({k: v.detach() for k, v in params.items()}, sys.argv[2])
