@@ -10,11 +10,71 @@
 
 #include <torch/torch.h>
 
+#include <QFileInfo>
+
 #include <algorithm>
+#include <map>
 
 namespace tessera::compute {
 
 using namespace detail;
+
+namespace {
+
+QString shapeOf(const at::Tensor& tensor)
+{
+    QStringList sizes;
+    for (const auto size : tensor.sizes())
+        sizes.append(QString::number(size));
+    return QStringLiteral("[%1]").arg(sizes.join(QStringLiteral(", ")));
+}
+
+// The owner's starting weights in place of the model's own: every tensor the model has, of its
+// shape and dtype, and nothing else.
+core::Status loadInitialWeights(Model& model, const core::ModelSpec& spec, const ComputeEnvironment& environment)
+{
+    const QString field = QStringLiteral("model.initialWeights");
+    std::optional<QString> path;
+    if (!spec.initialWeightsSha256.isNull() && environment.blobPath)
+        path = environment.blobPath(spec.initialWeightsSha256);
+    if (!path && !spec.initialWeightsFile.isEmpty() && QFileInfo::exists(spec.initialWeightsFile))
+        path = spec.initialWeightsFile;
+    if (!path)
+        return core::Error { field, QStringLiteral("the initial weights are not on this machine") };
+    if (QFileInfo(*path).size() > (qint64(1) << 30))
+        return core::Error { field, QStringLiteral("the initial weights are larger than 1 GiB") };
+    auto bytes = core::readFile(*path);
+    if (!bytes)
+        return core::Error { field, bytes.error().message };
+    auto given = unpickleTensors(*bytes, QStringLiteral("%1 is not a state dict saved by torch.save").arg(*path));
+    if (!given)
+        return core::Error { field, given.error().message };
+    std::map<std::string, at::Tensor> byName(given->begin(), given->end());
+    for (const auto& [name, own] : model.state()) {
+        const QString what = QString::fromStdString(name);
+        const auto found = byName.find(name);
+        if (found == byName.end())
+            return core::Error { field, QStringLiteral("the initial weights have no '%1', which the model has").arg(what) };
+        if (found->second.sizes() != own.sizes())
+            return core::Error { field,
+                QStringLiteral("'%1' is %2 in the initial weights but %3 in the model")
+                    .arg(what, shapeOf(found->second), shapeOf(own)) };
+        if (found->second.scalar_type() != own.scalar_type())
+            return core::Error { field,
+                QStringLiteral("'%1' has another dtype in the initial weights than in the model").arg(what) };
+        byName.erase(found);
+    }
+    if (!byName.empty())
+        return core::Error { field,
+            QStringLiteral("the initial weights have '%1', which the model does not")
+                .arg(QString::fromStdString(byName.begin()->first)) };
+    sortByName(*given);
+    if (auto status = model.loadState(*given); !status)
+        return core::Error { field, status.error().message };
+    return {};
+}
+
+} // namespace
 
 core::Result<Weights> initialWeights(const core::JobSpec& spec, const ComputeEnvironment& environment)
 {
@@ -35,6 +95,10 @@ core::Result<Weights> initialWeights(const core::JobSpec& spec, const ComputeEnv
         core::deriveSeed(std::uint64_t(spec.training.seed), { std::uint64_t(core::SeedPurpose::Initialisation) }), environment);
     if (!model)
         return model.error();
+    if (!spec.model.initialWeightsSha256.isNull() || !spec.model.initialWeightsFile.isEmpty()) {
+        if (auto status = loadInitialWeights(**model, spec.model, environment); !status)
+            return status.error();
+    }
     const auto state = (*model)->state();
     return Weights { pickleTensors(state), canonicalHash(state) };
 }
@@ -139,6 +203,75 @@ core::Result<Evaluation> evaluate(
         }
         const double predictions = double(total * perSample);
         return Evaluation { lossSum / predictions, double(correct) / predictions, total };
+    });
+}
+
+core::Result<QByteArray> sampleText(
+    const core::ModelSpec& spec, const QByteArray& weights, const SampleOptions& options, const ComputeEnvironment& environment)
+{
+    if (spec.context < 1)
+        return core::Error { QStringLiteral("model"), QStringLiteral("only a language model (a gpt) writes text") };
+    if (options.tokens < 0 || options.tokens > 100'000)
+        return core::Error { QStringLiteral("tokens"), QStringLiteral("between 0 and 100000") };
+    if (!(options.temperature >= 0.0) || options.temperature > 100.0)
+        return core::Error { QStringLiteral("temperature"), QStringLiteral("between 0 and 100") };
+    auto tensors = unpickleTensors(weights, QStringLiteral("the weights are not a dict of tensors"));
+    if (!tensors)
+        return tensors.error();
+    sortByName(*tensors);
+    std::int64_t vocabulary = spec.vocabulary;
+    for (const auto& [name, tensor] : *tensors) {
+        if (name == "transformer.wte.weight" && tensor.dim() == 2 && vocabulary == 0)
+            vocabulary = tensor.size(0);
+    }
+    if (vocabulary < 1)
+        return core::Error { QStringLiteral("weights"), QStringLiteral("the weights have no token embedding") };
+    auto model = buildModel(spec, { spec.context }, vocabulary, 0, environment);
+    if (!model)
+        return model.error();
+    if (auto status = (*model)->loadState(*tensors); !status)
+        return status.error();
+    tensors->clear();
+    std::vector<std::int64_t> sequence;
+    for (const char byte : options.prompt)
+        sequence.push_back(std::int64_t(static_cast<unsigned char>(byte)));
+    if (sequence.empty())
+        sequence.push_back('\n');
+    return guarded(QStringLiteral("sampling"), [&] {
+        torch::NoGradGuard noGrad;
+        (*model)->setTraining(false);
+        QByteArray text;
+        for (std::int64_t i = 0; i < options.tokens; ++i) {
+            const auto length = std::min<std::int64_t>(std::int64_t(sequence.size()), spec.context);
+            const auto input
+                = torch::tensor(std::vector<std::int64_t>(sequence.end() - length, sequence.end()), torch::kInt64).unsqueeze(0);
+            const auto logits = (*model)->forward(input)[0][length - 1].to(torch::kFloat64).contiguous();
+            const double* scores = logits.data_ptr<double>();
+            const auto n = logits.numel();
+            std::int64_t next = std::max_element(scores, scores + n) - scores;
+            if (options.temperature > 0.0) {
+                // p_j = exp((s_j - max) / T) / sum, in double, summed in index order.
+                std::vector<double> weight(static_cast<std::size_t>(n));
+                double total = 0.0;
+                for (std::int64_t j = 0; j < n; ++j)
+                    total += weight[std::size_t(j)] = std::exp((scores[j] - scores[next]) / options.temperature);
+                const double u = double(core::deriveSeed(options.seed, { std::uint64_t(i) }) >> 11) * 0x1.0p-53 * total;
+                double cumulative = 0.0;
+                for (std::int64_t j = 0; j < n; ++j) {
+                    cumulative += weight[std::size_t(j)];
+                    if (u < cumulative) {
+                        next = j;
+                        break;
+                    }
+                }
+            }
+            sequence.push_back(next);
+            if (vocabulary <= 256)
+                text.append(char(next));
+            else
+                text.append(QByteArray::number(next) + ' ');
+        }
+        return text;
     });
 }
 

@@ -45,6 +45,20 @@ struct Evaluation {
 core::Result<Evaluation> evaluate(
     const core::JobSpec& spec, QByteArray weights, const ComputeEnvironment& environment, int threads);
 
+// Text from a language model's weights (a gpt's, or a TorchScript model with the sequence
+// contract): `tokens` tokens after `prompt`, each drawn from softmax(logits / temperature) with a
+// uniform number from derive(seed, [i]) (so a seed gives the same text every time), or the most
+// likely one at temperature 0. The context is the model's last `context` tokens. A vocabulary of
+// at most 256 is bytes; the text is the prompt's continuation only.
+struct SampleOptions {
+    QByteArray prompt = "%\n"; // the built-in text's separator: the start of a fortune
+    std::int64_t tokens = 200;
+    double temperature = 0.8;
+    std::uint64_t seed = 0;
+};
+core::Result<QByteArray> sampleText(const core::ModelSpec& model, const QByteArray& weights, const SampleOptions& options,
+    const ComputeEnvironment& environment = {});
+
 // A TorchScript file that computes the zoo model with these weights (torch.jit.load reads it).
 core::Status exportTorchScript(const core::ModelSpec& model, const QByteArray& weights, const QString& path);
 

@@ -31,11 +31,40 @@ QJsonArray toJsonArray(const QList<std::int64_t>& values)
 
 } // namespace
 
+namespace {
+
+// "initialWeights": { "file": ... } or { "sha256": ... }, for zoo and TorchScript models alike.
+void readInitialWeights(JsonReader& reader, ModelSpec& model)
+{
+    if (!reader.has(u"initialWeights"))
+        return;
+    auto initial = reader.object(u"initialWeights");
+    initial.allowOnly({ QStringLiteral("file"), QStringLiteral("sha256") });
+    model.initialWeightsFile = initial.string(u"file", Presence::Optional);
+    model.initialWeightsSha256 = initial.digest(u"sha256", Presence::Optional);
+    if (initial.ok() && model.initialWeightsFile.isEmpty() && model.initialWeightsSha256.isNull())
+        initial.fail(u"file", QStringLiteral("initial weights need a file to upload or the sha256 of one already uploaded"));
+}
+
+void writeInitialWeights(const ModelSpec& model, QJsonObject& json)
+{
+    QJsonObject initial;
+    if (!model.initialWeightsFile.isEmpty())
+        initial.insert(QStringLiteral("file"), model.initialWeightsFile);
+    if (!model.initialWeightsSha256.isNull())
+        initial.insert(QStringLiteral("sha256"), model.initialWeightsSha256.toHex());
+    if (!initial.isEmpty())
+        json.insert(QStringLiteral("initialWeights"), initial);
+}
+
+} // namespace
+
 ModelSpec readModelSpec(JsonReader reader)
 {
     ModelSpec model;
+    readInitialWeights(reader, model);
     if (reader.has(u"torchscript")) {
-        reader.allowOnly({ QStringLiteral("torchscript") });
+        reader.allowOnly({ QStringLiteral("torchscript"), QStringLiteral("initialWeights") });
         model.source = ModelSpec::Source::TorchScript;
         auto script = reader.object(u"torchscript");
         script.allowOnly({ QStringLiteral("file"), QStringLiteral("sha256") });
@@ -57,7 +86,8 @@ ModelSpec readModelSpec(JsonReader reader)
     }
     if (model.zoo == u"gpt") {
         reader.allowOnly({ QStringLiteral("zoo"), QStringLiteral("layers"), QStringLiteral("heads"), QStringLiteral("width"),
-            QStringLiteral("context"), QStringLiteral("vocabulary"), QStringLiteral("tied"), QStringLiteral("dropout") });
+            QStringLiteral("context"), QStringLiteral("vocabulary"), QStringLiteral("tied"), QStringLiteral("dropout"),
+            QStringLiteral("initialWeights") });
         model.layers = reader.integer(u"layers", 1, 64, Presence::Optional, 4);
         model.heads = reader.integer(u"heads", 1, 64, Presence::Optional, 4);
         model.width = reader.integer(u"width", 1, MaxLayerWidth, Presence::Optional, 128);
@@ -68,8 +98,8 @@ ModelSpec readModelSpec(JsonReader reader)
             reader.fail(
                 u"width", QStringLiteral("the width (%1) must be a multiple of heads (%2)").arg(model.width).arg(model.heads));
     } else if (model.zoo == u"cnn") {
-        reader.allowOnly(
-            { QStringLiteral("zoo"), QStringLiteral("channels"), QStringLiteral("hidden"), QStringLiteral("dropout") });
+        reader.allowOnly({ QStringLiteral("zoo"), QStringLiteral("channels"), QStringLiteral("hidden"), QStringLiteral("dropout"),
+            QStringLiteral("initialWeights") });
         model.channels = reader.integerList(u"channels", 1, 1024, 2, Presence::Optional);
         if (model.channels.isEmpty())
             model.channels = { 16, 32 };
@@ -79,7 +109,8 @@ ModelSpec readModelSpec(JsonReader reader)
         if (model.hidden.isEmpty())
             model.hidden = { 128 };
     } else {
-        reader.allowOnly({ QStringLiteral("zoo"), QStringLiteral("hidden"), QStringLiteral("dropout") });
+        reader.allowOnly(
+            { QStringLiteral("zoo"), QStringLiteral("hidden"), QStringLiteral("dropout"), QStringLiteral("initialWeights") });
         model.hidden = reader.integerList(u"hidden", 1, MaxLayerWidth, MaxHiddenLayers, Presence::Optional);
         if (!reader.has(u"hidden"))
             model.hidden = { 256, 128 };
@@ -98,8 +129,10 @@ QJsonObject modelSpecToJson(const ModelSpec& model)
         if (!model.scriptSha256.isNull())
             script.insert(QStringLiteral("sha256"), model.scriptSha256.toHex());
         json.insert(QStringLiteral("torchscript"), script);
+        writeInitialWeights(model, json);
         return json;
     }
+    writeInitialWeights(model, json);
     json.insert(QStringLiteral("zoo"), model.zoo);
     if (model.zoo == u"gpt") {
         json.insert(QStringLiteral("layers"), static_cast<qint64>(model.layers));

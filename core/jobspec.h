@@ -33,6 +33,10 @@ struct ModelSpec {
     bool tied = true; // the output head shares the token embedding's weights
     Digest scriptSha256; // TorchScript: content address in the broker's blob store
     QString scriptFile; // TorchScript: local path, only until tessera-job uploads it
+    // Fine-tuning: a state dict (torch.save) the job starts from instead of a fresh initialisation
+    // (zoo) or the script's own weights (TorchScript); names and shapes must be the model's.
+    Digest initialWeightsSha256;
+    QString initialWeightsFile; // local path, only until tessera-job uploads it
 
     static QStringList zooNames();
     bool operator==(const ModelSpec&) const = default;

@@ -208,6 +208,7 @@ core::Status BrokerClient::uploadJobFiles(
         return {};
     };
     for (auto status : { uploadFile(spec.model.scriptFile, spec.model.scriptSha256),
+             uploadFile(spec.model.initialWeightsFile, spec.model.initialWeightsSha256),
              uploadFile(spec.dataset.trainFile, spec.dataset.trainSha256),
              uploadFile(spec.dataset.testFile, spec.dataset.testSha256) }) {
         if (!status)

@@ -16,10 +16,14 @@
 #include <QFileInfo>
 #include <QJsonArray>
 #include <QJsonDocument>
+#include <QProcess>
 #include <QSaveFile>
+#include <QStandardPaths>
+#include <QTemporaryDir>
 #include <QTextStream>
 #include <QThread>
 
+#include <cmath>
 #include <functional>
 
 using namespace tessera;
@@ -252,9 +256,19 @@ int wait(Context& context)
         if (!reply)
             return exit;
         const auto& job = reply->job;
+        // A language model's figures are per token: its loss, perplexity and next-token accuracy.
+        const bool text = job.spec.value(QStringLiteral("model")).toObject().value(QStringLiteral("context")).toInteger() > 0;
         for (; shown < job.history.size(); ++shown) {
             const auto& round = job.history.at(shown);
-            if (!context.json())
+            if (context.json())
+                continue;
+            if (text)
+                out() << QStringLiteral("round %1/%2  test loss %3  perplexity %4  token accuracy %5%  train loss %6")
+                             .arg(QString::number(round.round + 1), QString::number(job.rounds),
+                                 QString::number(round.testLoss, 'f', 4), QString::number(std::exp(round.testLoss), 'f', 2),
+                                 percent(round.testAccuracy), QString::number(round.trainLoss, 'f', 4))
+                      << Qt::endl;
+            else
                 out() << QStringLiteral("round %1/%2  test accuracy %3%  test loss %4  train loss %5")
                              .arg(QString::number(round.round + 1), QString::number(job.rounds), percent(round.testAccuracy),
                                  QString::number(round.testLoss, 'f', 4), QString::number(round.trainLoss, 'f', 4))
@@ -288,6 +302,57 @@ int fetch(Context& context)
             QJsonDocument(QJsonObject { { QStringLiteral("file"), path }, { QStringLiteral("bytes"), bytes->size() } }));
     out() << "wrote " << path << " (" << bytes->size() << " bytes; torch.load reads them)" << Qt::endl;
     return 0;
+}
+
+// Text from the job's newest weights: the language model runs in tessera-node (LibTorch), which
+// tessera-job itself does without.
+int sample(Context& context)
+{
+    const QString jobId = context.positional().at(0);
+    int exit = 0;
+    const auto reply = context.call<net::StatusReply>(net::Command::Status, net::JobRequest { jobId }.toHeader(), exit);
+    if (!reply)
+        return exit;
+    const auto& job = reply->job;
+    if (job.spec.isEmpty())
+        return fail(
+            QStringLiteral("the broker did not send job %1's spec (the job is not yours, or the broker is older)").arg(jobId));
+    auto spec = core::JobSpec::fromJson(job.spec);
+    if (!spec)
+        return fail(spec.error().toString());
+    if (spec->model.context < 1)
+        return fail(QStringLiteral("job %1 trains a %2, not a language model: it writes no text").arg(jobId, spec->model.zoo));
+    auto connection = context.broker();
+    if (!connection)
+        return fail(connection.error().toString());
+    auto weights = (*connection)->jobWeights(jobId);
+    if (!weights)
+        return fail(weights.error().toString());
+    QTemporaryDir dir;
+    QSaveFile weightsFile(dir.filePath(QStringLiteral("weights.pt")));
+    QSaveFile specFile(dir.filePath(QStringLiteral("job.json")));
+    if (!dir.isValid() || !weightsFile.open(QIODevice::WriteOnly) || weightsFile.write(*weights) != weights->size()
+        || !weightsFile.commit() || !specFile.open(QIODevice::WriteOnly)
+        || specFile.write(QJsonDocument(spec->toJson()).toJson()) < 0 || !specFile.commit())
+        return fail(QStringLiteral("cannot write the weights to a temporary folder"));
+    QString node = QDir(QCoreApplication::applicationDirPath()).filePath(QStringLiteral("tessera-node"));
+    if (!QFileInfo(node).isExecutable())
+        node = QStandardPaths::findExecutable(QStringLiteral("tessera-node"));
+    if (node.isEmpty())
+        return fail(QStringLiteral("writing text needs tessera-node (it runs the model with LibTorch); install it"));
+    QStringList arguments { QStringLiteral("--config"), QStringLiteral("/dev/null"), QStringLiteral("sample"),
+        weightsFile.fileName(), QStringLiteral("--job"), specFile.fileName() };
+    for (const auto* option : { "prompt", "tokens", "temperature", "seed" }) {
+        const QString name = QLatin1String(option);
+        if (context.parser.isSet(name))
+            arguments << QStringLiteral("--") + name << context.parser.value(name);
+    }
+    QProcess process;
+    process.setProcessChannelMode(QProcess::ForwardedChannels);
+    process.start(node, arguments);
+    if (!process.waitForStarted() || !process.waitForFinished(-1))
+        return fail(QStringLiteral("tessera-node did not run: %1").arg(process.errorString()));
+    return process.exitStatus() == QProcess::NormalExit ? process.exitCode() : 1;
 }
 
 int cancel(Context& context)
@@ -511,6 +576,12 @@ const QList<CommandInfo>& commands()
         { QStringLiteral("fetch"), QStringLiteral("ID -o FILE [--json]"),
             QStringLiteral("save the newest global weights (torch.load reads them)"), 1, 1,
             { QStringLiteral("output"), QStringLiteral("json") }, { QStringLiteral("output") }, fetch },
+        { QStringLiteral("sample"), QStringLiteral("ID [--prompt TEXT] [--tokens N] [--temperature T] [--seed S]"),
+            QStringLiteral("text written by a language model job's newest weights: N tokens (200) after TEXT, at "
+                           "temperature T (0.8; 0: the likeliest), the same text for the same seed S (0); runs "
+                           "tessera-node"),
+            1, 1, { QStringLiteral("prompt"), QStringLiteral("tokens"), QStringLiteral("temperature"), QStringLiteral("seed") },
+            {}, sample },
         { QStringLiteral("list"), QStringLiteral("[--all] [--json]"),
             QStringLiteral("the broker's running jobs and its latest 50 ended ones (--all: every job)"), 0, 0,
             { QStringLiteral("all"), QStringLiteral("json") }, {}, status },
@@ -582,6 +653,8 @@ QCommandLineOption optionNamed(const QString& name)
         return { QStringLiteral("force"), QStringLiteral("replace the identity you have") };
     if (name == u"all")
         return { QStringLiteral("all"), QStringLiteral("also what aged out of the listing") };
+    if (name == u"prompt" || name == u"tokens" || name == u"temperature" || name == u"seed")
+        return { name, QStringLiteral("sampling: ") + name, name.toUpper() };
     return { QStringLiteral("signer"), QStringLiteral("the broker's signing key (base64)"), QStringLiteral("KEY") };
 }
 

@@ -77,6 +77,11 @@ Commands:
                                        aggregated as a broker would); writes DIR/model.pt
                                        (torch.load), DIR/model.torchscript.pt (torch.jit.load,
                                        zoo models) and DIR/report.json
+  sample WEIGHTS --job JOB.json [--prompt TEXT] [--tokens N] [--temperature T] [--seed S]
+                                       text from a language model's weights (a gpt job's
+                                       model.pt): N tokens (200) after TEXT, drawn at temperature
+                                       T (0.8; 0: the likeliest) from seed S (0), the same text for
+                                       the same seed
   train-shard TASK.json --weights FILE --out DIR
                                        train one shard task (as a verifier re-executes it);
                                        writes DIR/result.json and DIR/weights.pt
@@ -133,6 +138,7 @@ void resolvePaths(core::JobSpec& spec, const QDir& base)
             path = base.absoluteFilePath(path);
     };
     resolve(spec.model.scriptFile);
+    resolve(spec.model.initialWeightsFile);
     resolve(spec.dataset.trainFile);
     resolve(spec.dataset.testFile);
 }
@@ -362,6 +368,44 @@ int runNode(const QStringList& args, const core::settings::Settings& settings, c
     for (const auto& client : clients)
         results += client->counters().results;
     out() << "tessera-node: stopped after reporting " << results << " shard(s)" << Qt::endl;
+    return 0;
+}
+
+int sample(const QStringList& args, const compute::ComputeEnvironment& environment)
+{
+    QCommandLineParser parser;
+    parser.addPositionalArgument(QStringLiteral("weights"), QStringLiteral("weights file"));
+    parser.addOption({ QStringLiteral("job"), QStringLiteral("the job file"), QStringLiteral("FILE") });
+    parser.addOption({ QStringLiteral("prompt"), QStringLiteral("text to continue"), QStringLiteral("TEXT") });
+    parser.addOption({ QStringLiteral("tokens"), QStringLiteral("tokens to write"), QStringLiteral("N"), QStringLiteral("200") });
+    parser.addOption(
+        { QStringLiteral("temperature"), QStringLiteral("sampling temperature"), QStringLiteral("T"), QStringLiteral("0.8") });
+    parser.addOption({ QStringLiteral("seed"), QStringLiteral("sampling seed"), QStringLiteral("S"), QStringLiteral("0") });
+    if (!parser.parse(args) || parser.positionalArguments().size() != 1 || !parser.isSet(QStringLiteral("job")))
+        return fail(QStringLiteral(
+            "usage: tessera-node sample WEIGHTS --job JOB.json [--prompt TEXT] [--tokens N] [--temperature T] [--seed S]"));
+    const auto text = readFile(parser.value(QStringLiteral("job")));
+    if (!text)
+        return fail(QStringLiteral("cannot read %1").arg(parser.value(QStringLiteral("job"))));
+    auto spec = core::JobSpec::fromJsonText(*text);
+    if (!spec)
+        return fail(QStringLiteral("%1: %2").arg(parser.value(QStringLiteral("job")), spec.error().toString()));
+    const auto weights = readFile(parser.positionalArguments().first());
+    if (!weights)
+        return fail(QStringLiteral("cannot read %1").arg(parser.positionalArguments().first()));
+    bool tokensOk = false, temperatureOk = false, seedOk = false;
+    compute::SampleOptions options;
+    if (parser.isSet(QStringLiteral("prompt")))
+        options.prompt = parser.value(QStringLiteral("prompt")).toUtf8();
+    options.tokens = parser.value(QStringLiteral("tokens")).toLongLong(&tokensOk);
+    options.temperature = parser.value(QStringLiteral("temperature")).toDouble(&temperatureOk);
+    options.seed = parser.value(QStringLiteral("seed")).toULongLong(&seedOk);
+    if (!tokensOk || !temperatureOk || !seedOk)
+        return fail(QStringLiteral("--tokens, --temperature and --seed take numbers"));
+    const auto written = compute::sampleText(spec->model, *weights, options, environment);
+    if (!written)
+        return fail(written.error().toString());
+    out() << QString::fromUtf8(options.prompt + *written) << Qt::endl;
     return 0;
 }
 
@@ -636,6 +680,8 @@ int runNodeCommand(const QStringList& arguments)
         return trainLocal(rest, environment);
     if (command == u"train-shard")
         return trainShard(rest, environment);
+    if (command == u"sample")
+        return sample(rest, environment);
     if (command == u"stake")
         return stake(rest, settings);
     if (command == u"balance")

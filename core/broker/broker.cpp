@@ -40,6 +40,8 @@ QList<Digest> blobsNamedBy(const JobSpec& spec)
     QList<Digest> blobs;
     if (spec.model.source == ModelSpec::Source::TorchScript)
         blobs.append(spec.model.scriptSha256);
+    if (!spec.model.initialWeightsSha256.isNull())
+        blobs.append(spec.model.initialWeightsSha256);
     if (spec.dataset.source == DatasetSpec::Source::Tensors) {
         blobs.append(spec.dataset.trainSha256);
         if (!spec.dataset.testSha256.isNull())
@@ -199,6 +201,9 @@ Status Broker::checkSubmittable(const JobSpec& spec, const QString& owner)
     if (spec.model.source == ModelSpec::Source::TorchScript && !m_blobs.contains(spec.model.scriptSha256))
         return Error { QStringLiteral("model.torchscript.sha256"),
             QStringLiteral("upload the TorchScript file before submitting") };
+    if (!spec.model.initialWeightsSha256.isNull() && !m_blobs.contains(spec.model.initialWeightsSha256))
+        return Error { QStringLiteral("model.initialWeights.sha256"),
+            QStringLiteral("upload the initial weights before submitting") };
     if (spec.dataset.source == DatasetSpec::Source::Tensors) {
         if (!m_blobs.contains(spec.dataset.trainSha256))
             return Error { QStringLiteral("dataset.tensors.trainSha256"),
@@ -283,6 +288,7 @@ Result<JobStatus> Broker::status(const QString& jobId)
     status.failure = job->failure;
     status.owner = job->owner;
     status.pricePerShard = job->pricePerShard;
+    status.spec = job->specJson;
     if (auto escrow = m_stakes->escrow(jobId))
         status.escrow = *escrow;
     auto rounds = m_store->rounds(jobId);

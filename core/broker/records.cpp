@@ -55,6 +55,8 @@ QJsonObject JobStatus::toJson() const
     };
     if (!failure.isEmpty())
         json.insert(QStringLiteral("failure"), failure);
+    if (!spec.isEmpty())
+        json.insert(QStringLiteral("spec"), spec);
     return json;
 }
 
@@ -88,6 +90,7 @@ JobStatus JobStatus::fromJson(const QJsonObject& json)
     job.owner = text(json, "owner");
     job.escrow = credits(json, "escrow");
     job.pricePerShard = credits(json, "pricePerShard");
+    job.spec = json.value(QStringLiteral("spec")).toObject();
     job.full = json.contains(QStringLiteral("weightsSha256"));
     return job;
 }

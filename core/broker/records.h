@@ -41,6 +41,7 @@ struct JobStatus {
     QString owner;
     Credits escrow; // budget not yet spent
     Credits pricePerShard;
+    QJsonObject spec; // the job as submitted (files by sha256); in STATUS only, not in LIST
     bool full = true; // false: what another identity sees (id, state and progress only)
 
     QJsonObject toJson() const;

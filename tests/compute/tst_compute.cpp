@@ -693,6 +693,88 @@ private Q_SLOTS:
         QCOMPARE(data->train->size(), spec.trainSamples());
     }
 
+    // model.initialWeights: a job starts from the owner's state dict (zoo and TorchScript models
+    // alike); one that does not fit the model is refused with the tensor and the shapes named.
+    void fineTuningStartsFromTheOwnersWeights()
+    {
+        QTemporaryDir dir;
+        auto write = [&](const QString& name, const QByteArray& bytes) {
+            QFile file(dir.filePath(name));
+            if (!file.open(QIODevice::WriteOnly) || file.write(bytes) != bytes.size())
+                qFatal("cannot write %s", qPrintable(name));
+            return file.fileName();
+        };
+        auto spec = smallGpt();
+        const auto prepared = prepare(spec);
+        const auto trained = compute::runShard(prepared.tasks[0], prepared.start.bytes, {});
+        QCOMPARE(trained.result.outcome, core::ShardResult::Outcome::Completed);
+        spec.model.initialWeightsFile = write(QStringLiteral("trained.pt"), trained.weights);
+        const auto started = compute::initialWeights(spec, {});
+        QVERIFY2(started.ok(), qPrintable(started.ok() ? QString() : started.error().toString()));
+        QCOMPARE(started->canonicalHash, *compute::canonicalHashOf(trained.weights));
+        QVERIFY(started->canonicalHash != prepared.start.canonicalHash);
+
+        auto tensors = unpickle(trained.weights);
+        auto wider = tensors;
+        for (auto& [name, tensor] : wider) {
+            if (name == "transformer.wpe.weight")
+                tensor = torch::zeros({ 16, 32 });
+        }
+        auto fewer = tensors;
+        fewer.erase(fewer.begin());
+        auto more = tensors;
+        more.emplace_back("lm_head.weight", torch::zeros({ 256, 32 }));
+        const QList<std::pair<NamedTensors, QString>> refused {
+            { wider, QStringLiteral("'transformer.wpe.weight' is [16, 32] in the initial weights but [32, 32] in the model") },
+            { fewer, QStringLiteral("have no '%1'").arg(QString::fromStdString(tensors.front().first)) },
+            { more, QStringLiteral("have 'lm_head.weight', which the model does not") },
+        };
+        for (const auto& [state, words] : refused) {
+            spec.model.initialWeightsFile = write(QStringLiteral("bad.pt"), compute::detail::pickleTensors(state));
+            const auto result = compute::initialWeights(spec, {});
+            QVERIFY(!result.ok());
+            QCOMPARE(result.error().field, QStringLiteral("model.initialWeights"));
+            QVERIFY2(result.error().message.contains(words), qPrintable(result.error().message));
+        }
+
+        // A TorchScript model starts from the given weights, not from those in its file.
+        core::JobSpec scripted = smallJob();
+        scripted.model = core::ModelSpec {};
+        scripted.model.source = core::ModelSpec::Source::TorchScript;
+        scripted.model.scriptFile = m_fixtures.filePath(QStringLiteral("scripted.pt"));
+        const auto own = compute::initialWeights(scripted, {});
+        QVERIFY(own.ok());
+        auto doubled = unpickle(own->bytes);
+        for (auto& [name, tensor] : doubled)
+            tensor = tensor * 2;
+        const auto doubledBytes = compute::detail::pickleTensors(doubled);
+        scripted.model.initialWeightsFile = write(QStringLiteral("doubled.pt"), doubledBytes);
+        QCOMPARE(compute::initialWeights(scripted, {})->canonicalHash, *compute::canonicalHashOf(doubledBytes));
+    }
+
+    // Text from a gpt's weights is the same for the same seed, another for another seed; only a
+    // language model writes any.
+    void sampledTextDependsOnlyOnTheSeed()
+    {
+        const auto spec = smallGpt();
+        const auto prepared = prepare(spec);
+        const auto trained = compute::runShard(prepared.tasks[0], prepared.start.bytes, {});
+        compute::SampleOptions options;
+        options.tokens = 40;
+        options.seed = 3;
+        const auto first = compute::sampleText(spec.model, trained.weights, options);
+        QVERIFY2(first.ok(), qPrintable(first.ok() ? QString() : first.error().toString()));
+        QCOMPARE(first->size(), 40);
+        QCOMPARE(*compute::sampleText(spec.model, trained.weights, options), *first);
+        options.seed = 4;
+        QVERIFY(*compute::sampleText(spec.model, trained.weights, options) != *first);
+        options.temperature = 0.0; // the likeliest token each time: no seed in it
+        const auto greedy = compute::sampleText(spec.model, trained.weights, options);
+        options.seed = 5;
+        QCOMPARE(*compute::sampleText(spec.model, trained.weights, options), *greedy);
+        QVERIFY(!compute::sampleText(smallJob().model, trained.weights, options).ok());
+    }
+
     void trainsATorchScriptModelFromPyTorch()
     {
         auto spec = smallJob();

@@ -240,6 +240,71 @@ private Q_SLOTS:
             QCOMPARE(after[i].toObject().value(QStringLiteral("balance")), before[i].toObject().value(QStringLiteral("balance")));
     }
 
+    // A language model through the broker: a small gpt on the fortunes text (AdamW, schedule,
+    // clipping, Nesterov outer steps) ends on train-local's bits with every result re-executed, a
+    // cheater on it is caught and slashed, and the owner reads text from the job's weights, the
+    // same for the same seed.
+    void aLanguageModelTrainsThroughTheBrokerAndItsCheaterLoses()
+    {
+        const QString jobFile = m_dir.filePath(QStringLiteral("lm-job.json"));
+        Cluster::writeFile(jobFile, QStringLiteral(R"({
+    "version": 1, "name": "small gpt",
+    "model": { "zoo": "gpt", "layers": 2, "heads": 2, "width": 32, "context": 32 },
+    "dataset": { "builtin": "fortunes" },
+    "optimizer": { "kind": "adamw", "lr": 0.003, "weightDecay": 0.1, "clipNorm": 1.0,
+                   "schedule": { "warmupSteps": 5, "minLr": 0.0003 } },
+    "training": { "rounds": 2, "shardsPerRound": 3, "localSteps": 20, "batchSize": 16, "seed": 5, "threads": 1,
+                  "checkpointInterval": 5 },
+    "aggregation": { "method": "nesterov", "outerLr": 0.7, "outerMomentum": 0.9 },
+    "budget": "1000",
+    "verification": { "rate": 1.0 }
+})"));
+        const QString localDir = m_dir.filePath(QStringLiteral("lm-local"));
+        const auto local = run(Bin + QStringLiteral("/tessera-node"),
+            { QStringLiteral("--config"), QStringLiteral("/dev/null"), QStringLiteral("train-local"), jobFile,
+                QStringLiteral("--out"), localDir });
+        QVERIFY2(local.exitCode == 0, qPrintable(local.output));
+        QVERIFY2(local.output.contains(QStringLiteral("perplexity")), qPrintable(local.output));
+        QFile report(QDir(localDir).filePath(QStringLiteral("report.json")));
+        QVERIFY(report.open(QIODevice::ReadOnly));
+        const QString honestHash
+            = QJsonDocument::fromJson(report.readAll()).object().value(QStringLiteral("finalWeightsHash")).toString();
+
+        Cluster cluster;
+        cluster.startBroker({}, QStringLiteral("DisputeTimeoutSeconds=20\nSelfVerifyAfterSeconds=600\n"));
+        cluster.startCheater(QStringLiteral("fewer-steps"));
+        cluster.startNode(1);
+        cluster.startNode(2);
+        QVERIFY(QTest::qWaitFor([&] { return cluster.nodes().size() == 3; }, 120'000));
+        const QString jobId = cluster.submit(jobFile);
+        QVERIFY(!jobId.isEmpty());
+        const auto job = cluster.waitForEnd(jobId);
+        QCOMPARE(job.value(QStringLiteral("state")).toString(), QStringLiteral("finished"));
+        QCOMPARE(job.value(QStringLiteral("weightsHash")).toString(), honestHash);
+        for (const auto& value : cluster.nodes()) {
+            const auto node = value.toObject();
+            const auto name = node.value(QStringLiteral("name")).toString();
+            qInfo("%s: done %lld, disputes lost %lld, slashed %s", qPrintable(name),
+                node.value(QStringLiteral("shardsDone")).toInteger(), node.value(QStringLiteral("disputesLost")).toInteger(),
+                qPrintable(node.value(QStringLiteral("slashed")).toString()));
+            const bool cheater = name.startsWith(QStringLiteral("cheater"));
+            QCOMPARE(node.value(QStringLiteral("disputesLost")).toInteger() >= 1, cheater);
+            QCOMPARE(node.value(QStringLiteral("slashed")).toString() != u"0", cheater);
+        }
+        QVERIFY(cluster.ledgerConsistent());
+
+        const auto waited = cluster.job({ QStringLiteral("wait"), jobId });
+        QVERIFY2(waited.standardOutput.contains(QStringLiteral("perplexity")), qPrintable(waited.output));
+        const QStringList sample { QStringLiteral("sample"), jobId, QStringLiteral("--prompt"), QStringLiteral("The "),
+            QStringLiteral("--tokens"), QStringLiteral("30"), QStringLiteral("--seed"), QStringLiteral("1") };
+        const auto first = cluster.job(sample, 60'000);
+        QVERIFY2(first.exitCode == 0, qPrintable(first.output));
+        QVERIFY2(first.standardOutput.startsWith(QStringLiteral("The ")) && first.standardOutput.size() >= 30,
+            qPrintable(first.output));
+        QCOMPARE(cluster.job(sample, 60'000).standardOutput, first.standardOutput);
+        qInfo("sample: %s", qPrintable(first.standardOutput.simplified()));
+    }
+
     // A node keeps one training state per result (the middle checkpoint) and re-creates any other
     // for a dispute. A cheater whose last interval is another run's loses the dispute at the last
     // checkpoint, settled from the state before it, which the honest side re-created. A cheater with
