@@ -20,7 +20,7 @@ endif
 CMAKE_FLAGS := -G Ninja -DCMAKE_BUILD_TYPE=$(BUILD_TYPE) -DCMAKE_INSTALL_PREFIX=/usr $(LAUNCHER) $(EXTRA_CMAKE_FLAGS)
 DEPS_STAMP  := $(BUILD_DIR)/.deps-installed
 
-.PHONY: all deps build test test-asan test-package package fuzz chaos bench train-local demo run screenshots format check-format tidy clean
+.PHONY: all deps build test test-asan test-package package fuzz chaos bench train-local demo demo-lm run screenshots format check-format tidy clean
 
 all: build
 
@@ -95,6 +95,9 @@ screenshots: build
 # A broker and two nodes on this machine train the example job over ZeroMQ, then stop.
 demo: build
 	./scripts/demo.sh $(BUILD_DIR)
+
+demo-lm: build
+	./scripts/demo-lm.sh $(BUILD_DIR)
 
 # Every benchmark, each a ratio against a baseline measured in the same run, and the example job's
 # accuracy on one machine and on a broker with three nodes; writes docs/PERFORMANCE.md and

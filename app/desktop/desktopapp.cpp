@@ -3,6 +3,7 @@
 #include "idle.h"
 
 #include <compute/benchmark.h>
+#include <compute/weights.h>
 #include <core/benchmark.h>
 #include <net/brokerclient.h>
 #include <net/messages.h>
@@ -535,7 +536,9 @@ void DesktopApp::refresh()
                             QList<ui::RoundPoint> points;
                             for (const auto& round : job.history)
                                 points.append({ int(round.round), round.testAccuracy, round.testLoss });
-                            m_dashboard->setJobRounds(selected, points);
+                            m_dashboard->setJobRounds(selected, points, job.languageModel);
+                            if (job.languageModel && !job.history.isEmpty())
+                                showSample(selected, int(job.history.size()));
                         }
                     }
                 }
@@ -629,6 +632,44 @@ core::Status DesktopApp::saveModel(const QString& jobId, const QString& path)
     if (!file.open(QIODevice::WriteOnly) || file.write(*bytes) != bytes->size() || !file.commit())
         return core::Error { QStringLiteral("path"), QStringLiteral("cannot write %1").arg(path) };
     return {};
+}
+
+void DesktopApp::showSample(const QString& jobId, int rounds)
+{
+    const QString key = QStringLiteral("%1/%2").arg(jobId).arg(rounds);
+    const auto list = brokers();
+    if (key == m_sampled || list.isEmpty())
+        return;
+    m_sampled = key;
+    m_dashboard->setJobSample(tr("Writing text with round %1's weights…").arg(rounds));
+    auto* watcher = new QFutureWatcher<QString>(this);
+    connect(watcher, &QFutureWatcher<QString>::finished, this, [this, watcher, jobId, rounds] {
+        watcher->deleteLater();
+        if (m_dashboard->selectedJob() == jobId)
+            m_dashboard->setJobSample(tr("Written by round %1's weights (seed 1):\n%2").arg(rounds).arg(watcher->result()));
+    });
+    const auto address = list.first();
+    const auto keys = identityKeys();
+    watcher->setFuture(QtConcurrent::run([address, keys, jobId]() -> QString {
+        net::BrokerClient client(address, keys, 30'000);
+        auto reply = client.request(net::Command::Status, net::JobRequest { jobId }.toHeader());
+        if (!reply)
+            return reply.error().message;
+        const auto status = net::StatusReply::fromHeader(*reply);
+        if (!status)
+            return status.error().message;
+        auto spec = core::JobSpec::fromJson(status->job.spec);
+        if (!spec)
+            return spec.error().message;
+        auto weights = client.jobWeights(jobId);
+        if (!weights)
+            return weights.error().message;
+        compute::SampleOptions options;
+        options.tokens = 240;
+        options.seed = 1;
+        auto text = compute::sampleText(spec->model, *weights, options);
+        return text ? QString::fromUtf8(*text) : text.error().message;
+    }));
 }
 
 void DesktopApp::runBenchmark()

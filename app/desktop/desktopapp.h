@@ -72,6 +72,9 @@ private:
     QList<net::BrokerAddress> brokers() const;
     void writeAutostart(bool on);
     void runBenchmark();
+    // Text from a language model job's newest weights, written on a worker thread and shown under
+    // the Jobs tab's chart; once per job and round.
+    void showSample(const QString& jobId, int rounds);
     // Compute/BenchmarkOnFirstStart, on a worker thread; then `then` on the GUI thread.
     void benchmarkOnFirstStartThen(std::function<void()> then);
     // A line in the dashboard's log, stamped now.
@@ -104,6 +107,7 @@ private:
     std::unique_ptr<net::BrokerClient> m_client;
     QString m_clientBroker;
     int m_ticks = 0;
+    QString m_sampled; // "job/rounds" of the text shown or being written
 };
 
 } // namespace tessera::app

@@ -6,6 +6,7 @@
 #include <ui/widgets/submitpanel.h>
 
 #include <QApplication>
+#include <QComboBox>
 #include <QCommandLineParser>
 #include <QDir>
 #include <QLocalServer>
@@ -54,6 +55,9 @@ int main(int argc, char* argv[])
     parser.addOption({ QStringLiteral("screenshot-after"),
         QStringLiteral("seconds to run (contributing, with a small demo job) before the screenshots (default 0)"),
         QStringLiteral("SECONDS"), QStringLiteral("0") });
+    parser.addOption({ QStringLiteral("screenshot-gpt"),
+        QStringLiteral("with --screenshot-after: the demo job is a small GPT on the fortunes text (the Jobs tab then shows "
+                       "its perplexity and text)") });
     parser.addOption({ QStringLiteral("show"), QStringLiteral("open the dashboard even when the tray is available") });
     parser.process(application);
     const bool screenshots = parser.isSet(QStringLiteral("screenshot"));
@@ -110,14 +114,27 @@ int main(int argc, char* argv[])
             // Live data: contribute, and submit a small job from the panel.
             desktop.startContributing();
             auto& panel = desktop.dashboard().submitPanel();
+            const bool gpt = parser.isSet(QStringLiteral("screenshot-gpt"));
+            if (gpt) {
+                auto* model = qobject_cast<QComboBox*>(panel.field(QStringLiteral("model")));
+                model->setCurrentIndex(model->findData(QStringLiteral("gpt")));
+            }
             if (auto spec = panel.spec()) {
                 auto small = *spec;
-                small.name = QStringLiteral("screenshot demo");
-                small.training.rounds = 3;
-                small.training.localSteps = 40;
+                small.name = gpt ? QStringLiteral("screenshot GPT") : QStringLiteral("screenshot demo");
+                small.training.rounds = gpt ? 8 : 3;
+                small.training.localSteps = gpt ? 30 : 40;
                 small.training.checkpointInterval = 10;
-                small.budget = *core::Credits::fromCredits(20);
-                (void)desktop.submit(small);
+                if (gpt) {
+                    small.model.layers = 2;
+                    small.model.width = 64;
+                    small.model.context = 64;
+                    small.optimizer.schedule.totalSteps = small.training.rounds * small.training.localSteps;
+                    small.optimizer.schedule.warmupSteps = 10;
+                }
+                small.budget = *core::Credits::fromCredits(gpt ? 500 : 20);
+                if (auto submitted = desktop.submit(small); !submitted)
+                    std::fprintf(stderr, "tessera: the demo job: %s\n", qPrintable(submitted.error().toString()));
             }
         }
         QTimer::singleShot(seconds * 1000, &application, [&] {

@@ -289,6 +289,7 @@ Result<JobStatus> Broker::status(const QString& jobId)
     status.owner = job->owner;
     status.pricePerShard = job->pricePerShard;
     status.spec = job->specJson;
+    status.languageModel = spec && spec->model.context > 0;
     if (auto escrow = m_stakes->escrow(jobId))
         status.escrow = *escrow;
     auto rounds = m_store->rounds(jobId);
@@ -317,6 +318,7 @@ Result<QList<JobStatus>> Broker::list(Listing listing)
         auto one = status(job.id);
         if (!one)
             return one.error();
+        one->spec = {}; // STATUS has it: a listing stays small
         statuses.append(*one);
     }
     return statuses;

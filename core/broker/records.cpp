@@ -57,6 +57,8 @@ QJsonObject JobStatus::toJson() const
         json.insert(QStringLiteral("failure"), failure);
     if (!spec.isEmpty())
         json.insert(QStringLiteral("spec"), spec);
+    if (languageModel)
+        json.insert(QStringLiteral("languageModel"), true);
     return json;
 }
 
@@ -91,6 +93,7 @@ JobStatus JobStatus::fromJson(const QJsonObject& json)
     job.escrow = credits(json, "escrow");
     job.pricePerShard = credits(json, "pricePerShard");
     job.spec = json.value(QStringLiteral("spec")).toObject();
+    job.languageModel = json.value(QStringLiteral("languageModel")).toBool();
     job.full = json.contains(QStringLiteral("weightsSha256"));
     return job;
 }

@@ -42,6 +42,7 @@ struct JobStatus {
     Credits escrow; // budget not yet spent
     Credits pricePerShard;
     QJsonObject spec; // the job as submitted (files by sha256); in STATUS only, not in LIST
+    bool languageModel = false; // its figures are per token (loss, perplexity)
     bool full = true; // false: what another identity sees (id, state and progress only)
 
     QJsonObject toJson() const;

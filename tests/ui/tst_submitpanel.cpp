@@ -40,6 +40,34 @@ private Q_SLOTS:
         QVERIFY(panel.errorText().isEmpty());
     }
 
+    // "Zoo: GPT (text)" is the Fortunes GPT: a valid language-model job with the settings it needs;
+    // back to the MLP, the classifier's settings return.
+    void theGptChoiceIsALanguageModelJob()
+    {
+        SubmitPanel panel;
+        auto* model = qobject_cast<QComboBox*>(panel.field(QStringLiteral("model")));
+        model->setCurrentIndex(model->findData(QStringLiteral("gpt")));
+        qobject_cast<QSpinBox*>(panel.field(QStringLiteral("width")))->setValue(96);
+        auto spec = panel.spec();
+        QVERIFY2(spec.ok(), qPrintable(spec.ok() ? QString() : spec.error().toString()));
+        QCOMPARE(spec->model.zoo, QStringLiteral("gpt"));
+        QCOMPARE(spec->model.width, 96);
+        QCOMPARE(spec->dataset.builtin, QStringLiteral("fortunes"));
+        QCOMPARE(spec->optimizer.kind, core::OptimizerSpec::Kind::AdamW);
+        QCOMPARE(spec->optimizer.schedule.kind, core::ScheduleSpec::Kind::Cosine);
+        QCOMPARE(spec->optimizer.schedule.totalSteps, spec->training.rounds * spec->training.localSteps);
+        QCOMPARE(spec->optimizer.clipNorm, 1.0);
+        QCOMPARE(spec->aggregation.method, core::AggregationSpec::Method::Nesterov);
+        QVERIFY(panel.errorText().isEmpty());
+        qobject_cast<QSpinBox*>(panel.field(QStringLiteral("heads")))->setValue(5); // 96 is not a multiple of 5
+        QCOMPARE(panel.spec().error().field, QStringLiteral("model.width"));
+        model->setCurrentIndex(model->findData(QStringLiteral("mlp")));
+        spec = panel.spec();
+        QVERIFY(spec.ok());
+        QCOMPARE(spec->dataset.builtin, QStringLiteral("fashion-mnist"));
+        QCOMPARE(spec->optimizer.kind, core::OptimizerSpec::Kind::Sgd);
+    }
+
     void mistakesAreNamedAndNotSubmitted()
     {
         SubmitPanel panel;

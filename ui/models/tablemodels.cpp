@@ -1,5 +1,7 @@
 #include "tablemodels.h"
 
+#include <cmath>
+
 #include "../formatting.h"
 
 #include <QJsonArray>
@@ -122,7 +124,7 @@ bool DevicesModel::setData(const QModelIndex& index, const QVariant& value, int 
 }
 
 JobsModel::JobsModel(QObject* parent)
-    : KeyedTableModel(headers({ "Job", "State", "Progress", "Test accuracy", "Escrow", "Id" }), parent)
+    : KeyedTableModel(headers({ "Job", "State", "Progress", "Test accuracy / perplexity", "Escrow", "Id" }), parent)
 { }
 
 void JobsModel::setJobs(const QList<core::broker::JobStatus>& jobs)
@@ -133,7 +135,9 @@ void JobsModel::setJobs(const QList<core::broker::JobStatus>& jobs)
         row.key = job.id;
         row.cells = { job.name, core::broker::nameOf(job.state),
             QStringLiteral("%1 / %2 rounds").arg(QString::number(job.round), QString::number(job.rounds)),
-            job.history.isEmpty() ? QString() : QStringLiteral("%1%").arg(job.history.last().testAccuracy * 100.0, 0, 'f', 2),
+            job.history.isEmpty()   ? QString()
+                : job.languageModel ? QStringLiteral("perplexity %1").arg(std::exp(job.history.last().testLoss), 0, 'f', 2)
+                                    : QStringLiteral("%1%").arg(job.history.last().testAccuracy * 100.0, 0, 'f', 2),
             job.escrow.toString(), row.key };
         row.tips = { {}, job.failure };
         rows.append(row);

@@ -8,6 +8,7 @@
 #include <QChart>
 #include <QChartView>
 #include <QDateTimeAxis>
+#include <QFontDatabase>
 #include <QFormLayout>
 #include <QGroupBox>
 #include <QHBoxLayout>
@@ -25,6 +26,8 @@
 #include <QTableView>
 #include <QVBoxLayout>
 #include <QValueAxis>
+
+#include <cmath>
 
 namespace tessera::ui {
 
@@ -257,15 +260,22 @@ QWidget* Dashboard::buildJobs()
         m_rounds = new QValueAxis;
         m_rounds->setLabelFormat(QStringLiteral("%d"));
         m_rounds->setTitleText(tr("round"));
-        auto* percent = new QValueAxis;
-        percent->setRange(0, 100);
-        percent->setTitleText(tr("test accuracy, %"));
+        m_jobAxis = new QValueAxis;
+        m_jobAxis->setRange(0, 100);
+        m_jobAxis->setTitleText(tr("test accuracy, %"));
         chart->addAxis(m_rounds, Qt::AlignBottom);
-        chart->addAxis(percent, Qt::AlignLeft);
+        chart->addAxis(m_jobAxis, Qt::AlignLeft);
         m_accuracy->attachAxis(m_rounds);
-        m_accuracy->attachAxis(percent);
+        m_accuracy->attachAxis(m_jobAxis);
     }
     layout->addWidget(m_jobChart);
+    m_sample = new QLabel;
+    m_sample->setWordWrap(true);
+    m_sample->setTextFormat(Qt::PlainText);
+    m_sample->setTextInteractionFlags(Qt::TextSelectableByMouse);
+    m_sample->setFont(QFontDatabase::systemFont(QFontDatabase::FixedFont));
+    m_sample->setVisible(false);
+    layout->addWidget(m_sample);
     page->addWidget(right);
     connect(cancel, &QPushButton::clicked, this, [this] {
         if (!selectedJob().isEmpty())
@@ -362,18 +372,37 @@ void Dashboard::setEarnings(const QList<Earning>& earnings, const QDateTime& now
     m_balanceAxis->setRange(low, high > low ? high * 1.1 : low + 1.0);
 }
 
-void Dashboard::setJobRounds(const QString& jobId, const QList<RoundPoint>& rounds)
+void Dashboard::setJobRounds(const QString& jobId, const QList<RoundPoint>& rounds, bool text)
 {
-    m_jobChart->chart()->setTitle(tr("Test accuracy per round: %1").arg(jobId));
+    m_jobChart->chart()->setTitle(
+        text ? tr("Test perplexity per round: %1").arg(jobId) : tr("Test accuracy per round: %1").arg(jobId));
     QList<QPointF> points;
     int lastRound = 1;
+    double highest = 1.0;
     for (const auto& point : rounds) {
-        points.append({ double(point.round + 1), point.testAccuracy * 100.0 });
+        const double value = text ? std::exp(point.testLoss) : point.testAccuracy * 100.0;
+        points.append({ double(point.round + 1), value });
         lastRound = std::max(lastRound, point.round + 1);
+        highest = std::max(highest, value);
     }
+    m_jobAxis->setTitleText(text ? tr("test perplexity (e^loss per token)") : tr("test accuracy, %"));
+    m_jobAxis->setRange(0, text ? std::ceil(highest * 1.1) : 100);
+    if (!text)
+        setJobSample({});
     m_accuracy->replace(points);
     m_rounds->setRange(0, lastRound);
     m_rounds->setTickCount(std::min(lastRound, 10) + 1);
+}
+
+void Dashboard::setJobSample(const QString& text)
+{
+    m_sample->setText(text);
+    m_sample->setVisible(!text.isEmpty());
+}
+
+QString Dashboard::jobSample() const
+{
+    return m_sample->text();
 }
 
 void Dashboard::setBenchmarkProgress(int percent, const QString& text)

@@ -69,7 +69,11 @@ public:
 
     void setOverview(const Overview& overview);
     void setEarnings(const QList<Earning>& earnings, const QDateTime& now);
-    void setJobRounds(const QString& jobId, const QList<RoundPoint>& rounds);
+    // text: a language model's job, charted as perplexity (e^loss per token) instead of accuracy.
+    void setJobRounds(const QString& jobId, const QList<RoundPoint>& rounds, bool text = false);
+    // Text written by a language model job's newest weights (empty: none to show).
+    void setJobSample(const QString& text);
+    QString jobSample() const;
     void setBenchmarkProgress(int percent, const QString& text); // percent < 0: not running
     void setLimits(int threads, int maxThreads, int cpuPercent);
     // The first-run screen until the user starts contributing (or has before).
@@ -132,6 +136,8 @@ private:
     QValueAxis* m_balanceAxis = nullptr;
     QLineSeries* m_accuracy = nullptr;
     QValueAxis* m_rounds = nullptr;
+    QValueAxis* m_jobAxis = nullptr;
+    QLabel* m_sample = nullptr;
 };
 
 } // namespace tessera::ui

@@ -9,6 +9,7 @@
 #include <QLabel>
 #include <QLineEdit>
 #include <QPushButton>
+#include <QSignalBlocker>
 #include <QSpinBox>
 #include <QVBoxLayout>
 
@@ -41,6 +42,10 @@ SubmitPanel::SubmitPanel(QWidget* parent)
     , m_name(new QLineEdit(QStringLiteral("Fashion-MNIST MLP")))
     , m_model(new QComboBox)
     , m_hidden(new QLineEdit(QStringLiteral("256, 128")))
+    , m_layers(spin(1, 64, 4))
+    , m_heads(spin(1, 64, 4))
+    , m_width(spin(8, 4096, 160))
+    , m_context(spin(2, 4096, 128))
     , m_scriptFile(new QLineEdit)
     , m_dataset(new QComboBox)
     , m_trainFile(new QLineEdit)
@@ -62,11 +67,14 @@ SubmitPanel::SubmitPanel(QWidget* parent)
 {
     m_model->addItem(tr("Zoo: multilayer perceptron"), QStringLiteral("mlp"));
     m_model->addItem(tr("Zoo: convolutional network"), QStringLiteral("cnn"));
+    m_model->addItem(tr("Zoo: GPT (text)"), QStringLiteral("gpt"));
     m_model->addItem(tr("TorchScript file"), QStringLiteral("torchscript"));
     m_dataset->addItem(tr("Fashion-MNIST (built in)"), QStringLiteral("fashion-mnist"));
+    m_dataset->addItem(tr("Fortunes text (built in)"), QStringLiteral("fortunes"));
     m_dataset->addItem(tr("Tensor file (torch.save)"), QStringLiteral("tensors"));
     m_optimizer->addItem(QStringLiteral("SGD"), QStringLiteral("sgd"));
     m_optimizer->addItem(QStringLiteral("Adam"), QStringLiteral("adam"));
+    m_optimizer->addItem(QStringLiteral("AdamW"), QStringLiteral("adamw"));
     m_aggregation->addItem(QStringLiteral("FedAvg"), QStringLiteral("fedavg"));
     m_aggregation->addItem(QStringLiteral("Nesterov (DiLoCo)"), QStringLiteral("nesterov"));
     m_error->setWordWrap(true);
@@ -92,6 +100,17 @@ SubmitPanel::SubmitPanel(QWidget* parent)
     form->addRow(tr("Name"), m_name);
     form->addRow(tr("Model"), m_model);
     form->addRow(tr("Hidden layers"), m_hidden);
+    auto* transformer = new QWidget;
+    {
+        auto* row = new QHBoxLayout(transformer);
+        row->setContentsMargins(0, 0, 0, 0);
+        for (const auto& [label, box] : { std::pair { tr("layers"), m_layers }, std::pair { tr("heads"), m_heads },
+                 std::pair { tr("width"), m_width }, std::pair { tr("context"), m_context } }) {
+            row->addWidget(new QLabel(label));
+            row->addWidget(box);
+        }
+    }
+    form->addRow(tr("Transformer"), transformer);
     form->addRow(tr("TorchScript file"), fileRow(m_scriptFile, tr("TorchScript (*.pt *.pth)")));
     form->addRow(tr("Dataset"), m_dataset);
     form->addRow(tr("Training tensors"), fileRow(m_trainFile, tr("Tensors (*.pt)")));
@@ -115,18 +134,19 @@ SubmitPanel::SubmitPanel(QWidget* parent)
     layout->addWidget(m_submit);
 
     m_fields = { { QStringLiteral("name"), m_name }, { QStringLiteral("model"), m_model }, { QStringLiteral("hidden"), m_hidden },
-        { QStringLiteral("scriptFile"), m_scriptFile }, { QStringLiteral("dataset"), m_dataset },
-        { QStringLiteral("trainFile"), m_trainFile }, { QStringLiteral("trainSamples"), m_trainSamples },
-        { QStringLiteral("optimizer"), m_optimizer }, { QStringLiteral("lr"), m_lr }, { QStringLiteral("momentum"), m_momentum },
-        { QStringLiteral("rounds"), m_rounds }, { QStringLiteral("shards"), m_shards }, { QStringLiteral("steps"), m_steps },
-        { QStringLiteral("batch"), m_batch }, { QStringLiteral("seed"), m_seed },
-        { QStringLiteral("aggregation"), m_aggregation }, { QStringLiteral("budget"), m_budget },
-        { QStringLiteral("verification"), m_verification } };
+        { QStringLiteral("layers"), m_layers }, { QStringLiteral("heads"), m_heads }, { QStringLiteral("width"), m_width },
+        { QStringLiteral("context"), m_context }, { QStringLiteral("scriptFile"), m_scriptFile },
+        { QStringLiteral("dataset"), m_dataset }, { QStringLiteral("trainFile"), m_trainFile },
+        { QStringLiteral("trainSamples"), m_trainSamples }, { QStringLiteral("optimizer"), m_optimizer },
+        { QStringLiteral("lr"), m_lr }, { QStringLiteral("momentum"), m_momentum }, { QStringLiteral("rounds"), m_rounds },
+        { QStringLiteral("shards"), m_shards }, { QStringLiteral("steps"), m_steps }, { QStringLiteral("batch"), m_batch },
+        { QStringLiteral("seed"), m_seed }, { QStringLiteral("aggregation"), m_aggregation },
+        { QStringLiteral("budget"), m_budget }, { QStringLiteral("verification"), m_verification } };
     for (auto* edit : { m_name, m_hidden, m_scriptFile, m_trainFile, m_budget })
         connect(edit, &QLineEdit::textChanged, this, &SubmitPanel::refresh);
     for (auto* box : { m_model, m_dataset, m_optimizer, m_aggregation })
         connect(box, &QComboBox::currentIndexChanged, this, &SubmitPanel::refresh);
-    for (auto* box : { m_trainSamples, m_rounds, m_shards, m_steps, m_batch, m_seed })
+    for (auto* box : { m_trainSamples, m_rounds, m_shards, m_steps, m_batch, m_seed, m_layers, m_heads, m_width, m_context })
         connect(box, &QSpinBox::valueChanged, this, &SubmitPanel::refresh);
     for (auto* box : { m_lr, m_momentum, m_verification })
         connect(box, &QDoubleSpinBox::valueChanged, this, &SubmitPanel::refresh);
@@ -168,6 +188,10 @@ core::Result<core::JobSpec> SubmitPanel::spec() const
             hidden.append(width);
         }
         modelJson = { { QStringLiteral("zoo"), model }, { QStringLiteral("hidden"), hidden } };
+        if (model == u"gpt")
+            modelJson = { { QStringLiteral("zoo"), model }, { QStringLiteral("layers"), m_layers->value() },
+                { QStringLiteral("heads"), m_heads->value() }, { QStringLiteral("width"), m_width->value() },
+                { QStringLiteral("context"), m_context->value() } };
     }
     QJsonObject datasetJson;
     if (m_dataset->currentData().toString() == u"tensors")
@@ -175,11 +199,22 @@ core::Result<core::JobSpec> SubmitPanel::spec() const
             QJsonObject { { QStringLiteral("trainFile"), m_trainFile->text().trimmed() },
                 { QStringLiteral("trainSamples"), m_trainSamples->value() } });
     else
-        datasetJson.insert(QStringLiteral("builtin"), QStringLiteral("fashion-mnist"));
+        datasetJson.insert(QStringLiteral("builtin"), m_dataset->currentData().toString());
     QJsonObject optimizer { { QStringLiteral("kind"), m_optimizer->currentData().toString() },
         { QStringLiteral("lr"), m_lr->value() } };
     if (m_optimizer->currentData().toString() == u"sgd")
         optimizer.insert(QStringLiteral("momentum"), m_momentum->value());
+    if (m_optimizer->currentData().toString() == u"adamw")
+        optimizer.insert(QStringLiteral("weightDecay"), 0.1);
+    if (model == u"gpt") {
+        // A language model's usual care (docs/JOBS.md, "Language models"): clipped gradients, a
+        // warmup of 5% of the job's steps, then cosine decay to a tenth of the rate.
+        const int total = m_rounds->value() * m_steps->value();
+        optimizer.insert(QStringLiteral("clipNorm"), 1.0);
+        optimizer.insert(QStringLiteral("schedule"),
+            QJsonObject { { QStringLiteral("kind"), QStringLiteral("cosine") },
+                { QStringLiteral("warmupSteps"), std::max(1, total / 20) }, { QStringLiteral("minLr"), m_lr->value() / 10.0 } });
+    }
     const QJsonObject job {
         { QStringLiteral("version"), 1 },
         { QStringLiteral("name"), m_name->text().trimmed() },
@@ -190,7 +225,11 @@ core::Result<core::JobSpec> SubmitPanel::spec() const
             QJsonObject { { QStringLiteral("rounds"), m_rounds->value() },
                 { QStringLiteral("shardsPerRound"), m_shards->value() }, { QStringLiteral("localSteps"), m_steps->value() },
                 { QStringLiteral("batchSize"), m_batch->value() }, { QStringLiteral("seed"), m_seed->value() } } },
-        { QStringLiteral("aggregation"), QJsonObject { { QStringLiteral("method"), m_aggregation->currentData().toString() } } },
+        { QStringLiteral("aggregation"),
+            m_aggregation->currentData().toString() == u"nesterov" && model == u"gpt"
+                ? QJsonObject { { QStringLiteral("method"), QStringLiteral("nesterov") }, { QStringLiteral("outerLr"), 0.7 },
+                    { QStringLiteral("outerMomentum"), 0.9 } }
+                : QJsonObject { { QStringLiteral("method"), m_aggregation->currentData().toString() } } },
         { QStringLiteral("budget"), m_budget->text().trimmed() },
         { QStringLiteral("verification"), QJsonObject { { QStringLiteral("rate"), m_verification->value() } } },
     };
@@ -212,11 +251,39 @@ QString SubmitPanel::errorText() const
     return m_error->text();
 }
 
+void SubmitPanel::applyModelPreset()
+{
+    const QString model = m_model->currentData().toString();
+    const bool gpt = model == u"gpt";
+    if ((m_lastModel == u"gpt") == gpt && !m_lastModel.isEmpty()) {
+        m_lastModel = model;
+        return;
+    }
+    m_lastModel = model;
+    // examples/jobs/fortunes-gpt.json for a language model, the Fashion-MNIST MLP's otherwise.
+    const QSignalBlocker blockers[] { QSignalBlocker(m_name), QSignalBlocker(m_dataset), QSignalBlocker(m_optimizer),
+        QSignalBlocker(m_lr), QSignalBlocker(m_rounds), QSignalBlocker(m_shards), QSignalBlocker(m_steps),
+        QSignalBlocker(m_batch), QSignalBlocker(m_aggregation) };
+    m_name->setText(gpt ? QStringLiteral("Fortunes GPT") : QStringLiteral("Fashion-MNIST MLP"));
+    m_dataset->setCurrentIndex(m_dataset->findData(gpt ? QStringLiteral("fortunes") : QStringLiteral("fashion-mnist")));
+    m_optimizer->setCurrentIndex(m_optimizer->findData(gpt ? QStringLiteral("adamw") : QStringLiteral("sgd")));
+    m_lr->setValue(gpt ? 0.003 : 0.05);
+    m_rounds->setValue(gpt ? 20 : 15);
+    m_shards->setValue(gpt ? 2 : 3);
+    m_steps->setValue(gpt ? 50 : 100);
+    m_batch->setValue(gpt ? 16 : 64);
+    m_aggregation->setCurrentIndex(m_aggregation->findData(gpt ? QStringLiteral("nesterov") : QStringLiteral("fedavg")));
+}
+
 void SubmitPanel::refresh()
 {
+    applyModelPreset();
     const bool zoo = m_model->currentData().toString() != u"torchscript";
+    const bool gpt = m_model->currentData().toString() == u"gpt";
     const bool tensors = m_dataset->currentData().toString() == u"tensors";
-    m_hidden->setEnabled(zoo);
+    for (auto* box : { m_layers, m_heads, m_width, m_context })
+        box->setEnabled(gpt);
+    m_hidden->setEnabled(zoo && !gpt);
     m_scriptFile->parentWidget()->setEnabled(!zoo);
     m_trainFile->parentWidget()->setEnabled(tensors);
     m_trainSamples->setEnabled(tensors);

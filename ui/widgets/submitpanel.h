@@ -53,6 +53,10 @@ private:
     QLineEdit* m_name;
     QComboBox* m_model;
     QLineEdit* m_hidden;
+    QSpinBox* m_layers; // gpt
+    QSpinBox* m_heads;
+    QSpinBox* m_width;
+    QSpinBox* m_context;
     QLineEdit* m_scriptFile;
     QComboBox* m_dataset;
     QLineEdit* m_trainFile;
@@ -72,6 +76,8 @@ private:
     QLabel* m_error;
     QPushButton* m_submit;
     QHash<QString, QWidget*> m_fields;
+    QString m_lastModel; // a change to or from the gpt sets the fields a language model needs
+    void applyModelPreset();
 };
 
 } // namespace tessera::ui
