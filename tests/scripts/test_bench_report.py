@@ -18,6 +18,7 @@ records = {
     "trainer.mlp.trainer": 23350, "trainer.mlp.bare": 23888, "trainer.mlp.ratio": 0.977,
     "trainer.mlp.ratioUnhashed": 1.003, "trainer.cnn.trainer": 4483, "trainer.cnn.bare": 4595,
     "trainer.cnn.ratio": 0.96, "trainer.cnn.ratioUnhashed": 1.012,
+    "trainer.gpt.trainer": 10100, "trainer.gpt.bare": 10400, "trainer.gpt.ratio": 0.971, "trainer.gpt.ratioUnhashed": 0.99,
     "broker.assignmentsPerSecond": 20576, "broker.insertsPerSecond": 42439, "broker.ratio": 0.485,
     "blob.plain.blob": 643e6, "blob.plain.raw": 2718e6, "blob.curve.blob": 373e6, "blob.curve.raw": 319e6,
     "blob.sha256": 1200e6,

@@ -385,7 +385,7 @@ void Dashboard::setJobRounds(const QString& jobId, const QList<RoundPoint>& roun
         lastRound = std::max(lastRound, point.round + 1);
         highest = std::max(highest, value);
     }
-    m_jobAxis->setTitleText(text ? tr("test perplexity (e^loss per token)") : tr("test accuracy, %"));
+    m_jobAxis->setTitleText(text ? tr("test perplexity") : tr("test accuracy, %"));
     m_jobAxis->setRange(0, text ? std::ceil(highest * 1.1) : 100);
     if (!text)
         setJobSample({});

@@ -263,16 +263,17 @@ void SubmitPanel::applyModelPreset()
     // examples/jobs/fortunes-gpt.json for a language model, the Fashion-MNIST MLP's otherwise.
     const QSignalBlocker blockers[] { QSignalBlocker(m_name), QSignalBlocker(m_dataset), QSignalBlocker(m_optimizer),
         QSignalBlocker(m_lr), QSignalBlocker(m_rounds), QSignalBlocker(m_shards), QSignalBlocker(m_steps),
-        QSignalBlocker(m_batch), QSignalBlocker(m_aggregation) };
+        QSignalBlocker(m_batch), QSignalBlocker(m_aggregation), QSignalBlocker(m_budget) };
     m_name->setText(gpt ? QStringLiteral("Fortunes GPT") : QStringLiteral("Fashion-MNIST MLP"));
     m_dataset->setCurrentIndex(m_dataset->findData(gpt ? QStringLiteral("fortunes") : QStringLiteral("fashion-mnist")));
     m_optimizer->setCurrentIndex(m_optimizer->findData(gpt ? QStringLiteral("adamw") : QStringLiteral("sgd")));
     m_lr->setValue(gpt ? 0.003 : 0.05);
-    m_rounds->setValue(gpt ? 20 : 15);
+    m_rounds->setValue(gpt ? 12 : 15);
     m_shards->setValue(gpt ? 2 : 3);
     m_steps->setValue(gpt ? 50 : 100);
     m_batch->setValue(gpt ? 16 : 64);
     m_aggregation->setCurrentIndex(m_aggregation->findData(gpt ? QStringLiteral("nesterov") : QStringLiteral("fedavg")));
+    m_budget->setText(gpt ? QStringLiteral("5000") : QStringLiteral("100")); // a gpt costs about 1 GFLOP per window
 }
 
 void SubmitPanel::refresh()
