@@ -70,6 +70,12 @@ def figures(results):
         if "network.updateBytes" in f:
             f["network.updateShare"] = f["network.updateBytes"] / f["network.weightsBytes"]
     compression(f)
+    if "lm.tessera.testLoss" in f and "lm.reference.testLoss" in f:
+        f["lm.ratio"] = f["lm.tessera.testLoss"] / f["lm.reference.testLoss"]
+        f["lm.percent"] = (f["lm.ratio"] - 1.0) * 100.0
+        f["lm.verdict"] = met(f["lm.ratio"], 1.02, at_least=False)
+        f["lm.tessera.perplexity"] = math.exp(f["lm.tessera.testLoss"])
+        f["lm.reference.perplexity"] = math.exp(f["lm.reference.testLoss"])
     if "load.share" in f:
         f["load.percent"] = f["load.share"] * 100
         f["load.verdict"] = met(f["load.share"], 0.30, at_least=False)

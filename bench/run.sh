@@ -39,6 +39,8 @@ step "scale: models of about 1 M, 10 M, 40 M and 100 M parameters on a broker an
 "$src/bench/scale.sh" "$build" "$out"
 step "compression: the example jobs with float32 weights and with int8 updates (train-local, 3 seeds)"
 "$src/bench/compression.sh" "$build" "$out/compression"
+step "language model: the Fortunes GPT by train-local and by PyTorch alone (same model, optimiser, schedule, tokens)"
+"$src/bench/lm.sh" "$build" "$out/lm"
 step "desktop app at idle"
 "$src/bench/appbench.sh" "$build" | tee "$out/app.txt"
 

@@ -25,6 +25,7 @@ records = {
     "network.bytesPerRound": 1464219, "network.bytesPerRoundFloat": 5664219, "network.bytesPerStepExchange": 564350400,
     "network.weightsBytes": 942359, "network.updateBytes": 246000, "network.changeBytes": 242000,
     "network.bytesPerRoundFloatDownload": 3564219,
+    "lm.tessera.testLoss": 2.1, "lm.reference.testLoss": 2.0, "lm.tessera.wall": 400, "lm.reference.wall": 250,
     "compression.mlp.none.0": 86.5, "compression.mlp.int8.0": 86.9, "compression.mlp.none.1": 86.9,
     "compression.mlp.int8.1": 86.8, "compression.cnn.none.0": 86.1, "compression.cnn.int8.0": 85.6,
     "load.nodes": 10000, "load.messages": 110269, "load.cpuSeconds": 1.3, "load.share": 0.13,

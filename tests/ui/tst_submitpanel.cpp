@@ -40,7 +40,8 @@ private Q_SLOTS:
         QVERIFY(panel.errorText().isEmpty());
     }
 
-    // "Zoo: GPT (text)" is the Fortunes GPT: a valid language-model job with the settings it needs;
+    // "Zoo: GPT (text)" is the Fortunes GPT (FedAvg, as the example: Nesterov's outer momentum
+    // overshoots over its 12 rounds): a valid language-model job with the settings it needs;
     // back to the MLP, the classifier's settings return.
     void theGptChoiceIsALanguageModelJob()
     {
@@ -57,7 +58,7 @@ private Q_SLOTS:
         QCOMPARE(spec->optimizer.schedule.kind, core::ScheduleSpec::Kind::Cosine);
         QCOMPARE(spec->optimizer.schedule.totalSteps, spec->training.rounds * spec->training.localSteps);
         QCOMPARE(spec->optimizer.clipNorm, 1.0);
-        QCOMPARE(spec->aggregation.method, core::AggregationSpec::Method::Nesterov);
+        QCOMPARE(spec->aggregation.method, core::AggregationSpec::Method::FedAvg);
         QVERIFY(panel.errorText().isEmpty());
         qobject_cast<QSpinBox*>(panel.field(QStringLiteral("heads")))->setValue(5); // 96 is not a multiple of 5
         QCOMPARE(panel.spec().error().field, QStringLiteral("model.width"));

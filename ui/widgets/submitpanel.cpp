@@ -272,7 +272,7 @@ void SubmitPanel::applyModelPreset()
     m_shards->setValue(gpt ? 2 : 3);
     m_steps->setValue(gpt ? 50 : 100);
     m_batch->setValue(gpt ? 16 : 64);
-    m_aggregation->setCurrentIndex(m_aggregation->findData(gpt ? QStringLiteral("nesterov") : QStringLiteral("fedavg")));
+    m_aggregation->setCurrentIndex(m_aggregation->findData(QStringLiteral("fedavg"))); // as the example: few rounds
     m_budget->setText(gpt ? QStringLiteral("5000") : QStringLiteral("100")); // a gpt costs about 1 GFLOP per window
 }
 

@@ -6,14 +6,14 @@ WEIGHTS.pt: Tessera's state dict of a gpt; TOKENS.pt: {"tokens": int64 [B, L]}; 
 {"logits": Tessera's forward of them}; STREAMS.pt: {"train": uint8, "test": uint8} Tessera's
 streams; SCRIPT.pt: Tessera's TorchScript export of the same weights. Exits 1 with the differences named.
 """
-import hashlib
 import math
-import os
 import sys
 
 import torch
 from torch import nn
 from torch.nn import functional as F
+
+import fortunes_text
 
 heads = int(sys.argv[1])
 state = torch.load(sys.argv[2])
@@ -88,34 +88,10 @@ with torch.no_grad():
 if exported > 1e-5:
     problems.append("the TorchScript export's logits differ from PyTorch's by %g" % exported)
 
-# The fortunes text: the pinned files in order, split into fortunes at lines "%", every 20th to
-# the test stream, each fortune followed by "%\n".
-FILES = ["art", "ascii-art", "computers", "cookie", "debian", "definitions", "disclaimer", "drugs", "education",
-         "ethnic", "food", "fortunes", "goedel", "humorists", "kids", "knghtbrd", "law", "linux", "linuxcookie",
-         "literature", "love", "magic", "medicine", "men-women", "miscellaneous", "news", "paradoxum", "people", "perl",
-         "pets", "platitudes", "politics", "pratchett", "riddles", "science", "songs-poems", "sports", "startrek", "tao",
-         "translate-me", "wisdom", "work", "zippy"]
-fortunes, whole = [], hashlib.sha256()
-for name in FILES:
-    data = open(os.path.join(sys.argv[5], name), "rb").read()
-    whole.update(data)
-    lines = data.split(b"\n")
-    if data.endswith(b"\n"):
-        lines = lines[:-1]
-    current = b""
-    for line in lines:
-        if line == b"%":
-            if current:
-                fortunes.append(current)
-            current = b""
-        else:
-            current += line + b"\n"
-    if current:
-        fortunes.append(current)
-if whole.hexdigest() != "fbc2d796dde8ea64a51345ce4c18ff486a778a2d2259603987073bedb3fc3cd7":
+# The fortunes text, by the documented rule (fortunes_text.py).
+fortunes, train, test, pinned = fortunes_text.streams(sys.argv[5])
+if not pinned:
     problems.append("the fortunes files are not the pinned ones")
-train = b"".join(f + b"%\n" for i, f in enumerate(fortunes) if i % 20 != 19)
-test = b"".join(f + b"%\n" for i, f in enumerate(fortunes) if i % 20 == 19)
 streams = torch.load(sys.argv[6])
 for name, mine in (("train", train), ("test", test)):
     if bytes(streams[name].numpy().tobytes()) != mine:
