@@ -505,7 +505,11 @@ class Node:
         torch.save writes other bytes than Tessera's broker, so the check is the canonical hash."""
         sha, change, base = header["startWeightsBlob"], header.get("startChangeBlob"), header.get("startChangeBase")
         if sha not in self.blobs and change and base in self.blobs:
-            weights = round_weights(torch.load(io.BytesIO(self.blobs[base])), torch.load(io.BytesIO(self.fetch(change))))
+            try:
+                weights = round_weights(torch.load(io.BytesIO(self.blobs[base])), torch.load(io.BytesIO(self.fetch(change))))
+            except (RuntimeError, KeyError, ValueError) as error:
+                log("the round's change could not be used (%s): fetching the weights whole" % error)
+                return self.fetch(sha)
             if canonical_hash(weights).hex() == header["task"]["startWeights"]:
                 buffer = io.BytesIO()
                 torch.save(weights, buffer)
