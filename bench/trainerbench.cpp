@@ -36,7 +36,30 @@ double best(const std::vector<double>& rates)
 }
 
 // The loop a LibTorch user writes by hand (pytorch/examples cpp/mnist): random batches by
-// index_select, forward, cross-entropy, backward, torch::optim::SGD.
+// index_select, forward, cross-entropy (per token for a language model), backward, clipping when
+// clipNorm > 0, the optimizer's step. Samples/s.
+template<typename Net>
+double timedLoop(Net& net, torch::optim::Optimizer& optimizer, const compute::detail::Dataset& data, std::int64_t steps,
+    std::int64_t batch, double clipNorm = 0.0)
+{
+    QElapsedTimer timer;
+    timer.start();
+    for (std::int64_t step = 0; step < steps; ++step) {
+        const auto index = torch::randint(0, data.size(), { batch }, torch::kInt64);
+        const auto x = data.samples(index);
+        const auto y = data.y.index_select(0, index);
+        optimizer.zero_grad();
+        const at::Tensor loss = compute::detail::lossOf(net->forward(x), y);
+        loss.backward();
+        if (clipNorm > 0.0)
+            torch::nn::utils::clip_grad_norm_(net->parameters(), clipNorm);
+        optimizer.step();
+        (void)loss.item<double>();
+    }
+    return double(steps * batch) / (double(timer.nsecsElapsed()) / 1e9);
+}
+
+// The zoo mlp or cnn as torch::nn layers, with torch::optim::SGD.
 double bareLoop(const core::JobSpec& spec, const compute::detail::Dataset& data, std::int64_t steps)
 {
     torch::manual_seed(1);
@@ -61,23 +84,11 @@ double bareLoop(const core::JobSpec& spec, const compute::detail::Dataset& data,
         net->push_back(torch::nn::Linear(128, 10));
     }
     torch::optim::SGD optimizer(net->parameters(), torch::optim::SGDOptions(spec.optimizer.lr).momentum(spec.optimizer.momentum));
-    QElapsedTimer timer;
-    timer.start();
-    for (std::int64_t step = 0; step < steps; ++step) {
-        const auto index = torch::randint(0, data.size(), { spec.training.batchSize }, torch::kInt64);
-        const auto x = data.samples(index);
-        const auto y = data.y.index_select(0, index);
-        optimizer.zero_grad();
-        const auto loss = torch::cross_entropy_loss(net->forward(x), y);
-        loss.backward();
-        optimizer.step();
-        (void)loss.item<double>();
-    }
-    return double(steps * spec.training.batchSize) / (double(timer.nsecsElapsed()) / 1e9);
+    return timedLoop(net, optimizer, data, steps, spec.training.batchSize);
 }
 
-// The same for a language model: the zoo gpt's module trained by hand, random windows of the
-// fortunes text, cross-entropy per token, clip_grad_norm_ and torch::optim::AdamW. Tokens/s.
+// The same for a language model: the zoo gpt's module trained by hand on random windows of the
+// fortunes text with clip_grad_norm_ and torch::optim::AdamW. Tokens/s.
 double bareGptLoop(const core::JobSpec& spec, const compute::detail::Dataset& data, std::int64_t steps)
 {
     torch::manual_seed(1);
@@ -85,20 +96,7 @@ double bareGptLoop(const core::JobSpec& spec, const compute::detail::Dataset& da
     net->train();
     torch::optim::AdamW optimizer(
         net->parameters(), torch::optim::AdamWOptions(spec.optimizer.lr).weight_decay(spec.optimizer.weightDecay));
-    QElapsedTimer timer;
-    timer.start();
-    for (std::int64_t step = 0; step < steps; ++step) {
-        const auto index = torch::randint(0, data.size(), { spec.training.batchSize }, torch::kInt64);
-        const auto x = data.samples(index);
-        const auto y = data.y.index_select(0, index);
-        optimizer.zero_grad();
-        const auto loss = compute::detail::lossOf(net->forward(x), y);
-        loss.backward();
-        torch::nn::utils::clip_grad_norm_(net->parameters(), spec.optimizer.clipNorm);
-        optimizer.step();
-        (void)loss.item<double>();
-    }
-    return double(steps * spec.training.batchSize * spec.model.context) / (double(timer.nsecsElapsed()) / 1e9);
+    return timedLoop(net, optimizer, data, steps, spec.training.batchSize, spec.optimizer.clipNorm) * double(spec.model.context);
 }
 
 double trainer(const core::ShardTask& task, const QByteArray& weights)

@@ -23,6 +23,10 @@ struct ComputeEnvironment {
     // profile names it).
     QString device;
 
+    // A file a job names: its blob when the store has it (by sha256), else the local file (before
+    // upload, or on train-local), if it exists.
+    std::optional<QString> locate(const core::Digest& digest, const QString& file) const;
+
     static QString defaultFashionMnistDirectory();
     QString fashionMnistDirectoryOrDefault() const;
     QString fortunesDirectoryOrDefault() const;

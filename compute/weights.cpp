@@ -21,24 +21,12 @@ using namespace detail;
 
 namespace {
 
-QString shapeOf(const at::Tensor& tensor)
-{
-    QStringList sizes;
-    for (const auto size : tensor.sizes())
-        sizes.append(QString::number(size));
-    return QStringLiteral("[%1]").arg(sizes.join(QStringLiteral(", ")));
-}
-
 // The owner's starting weights in place of the model's own: every tensor the model has, of its
 // shape and dtype, and nothing else.
 core::Status loadInitialWeights(Model& model, const core::ModelSpec& spec, const ComputeEnvironment& environment)
 {
     const QString field = QStringLiteral("model.initialWeights");
-    std::optional<QString> path;
-    if (!spec.initialWeightsSha256.isNull() && environment.blobPath)
-        path = environment.blobPath(spec.initialWeightsSha256);
-    if (!path && !spec.initialWeightsFile.isEmpty() && QFileInfo::exists(spec.initialWeightsFile))
-        path = spec.initialWeightsFile;
+    const auto path = environment.locate(spec.initialWeightsSha256, spec.initialWeightsFile);
     if (!path)
         return core::Error { field, QStringLiteral("the initial weights are not on this machine") };
     if (QFileInfo(*path).size() > (qint64(1) << 30))
@@ -49,27 +37,8 @@ core::Status loadInitialWeights(Model& model, const core::ModelSpec& spec, const
     auto given = unpickleTensors(*bytes, QStringLiteral("%1 is not a state dict saved by torch.save").arg(*path));
     if (!given)
         return core::Error { field, given.error().message };
-    std::map<std::string, at::Tensor> byName(given->begin(), given->end());
-    for (const auto& [name, own] : model.state()) {
-        const QString what = QString::fromStdString(name);
-        const auto found = byName.find(name);
-        if (found == byName.end())
-            return core::Error { field, QStringLiteral("the initial weights have no '%1', which the model has").arg(what) };
-        if (found->second.sizes() != own.sizes())
-            return core::Error { field,
-                QStringLiteral("'%1' is %2 in the initial weights but %3 in the model")
-                    .arg(what, shapeOf(found->second), shapeOf(own)) };
-        if (found->second.scalar_type() != own.scalar_type())
-            return core::Error { field,
-                QStringLiteral("'%1' has another dtype in the initial weights than in the model").arg(what) };
-        byName.erase(found);
-    }
-    if (!byName.empty())
-        return core::Error { field,
-            QStringLiteral("the initial weights have '%1', which the model does not")
-                .arg(QString::fromStdString(byName.begin()->first)) };
     sortByName(*given);
-    if (auto status = model.loadState(*given); !status)
+    if (auto status = model.loadState(*given, QStringLiteral("the initial weights"), true); !status)
         return core::Error { field, status.error().message };
     return {};
 }

@@ -315,14 +315,19 @@ struct NodeClient::Private {
         executor.rebuild(tag, current->assignment, *previous, *delta);
     }
 
+    void releaseChange()
+    {
+        current->rebuilding = false;
+        cache.unpin(current->change->base);
+        cache.unpin(current->change->blob);
+    }
+
     void collectRebuilt()
     {
         for (auto& made : executor.takeRebuilt(tag)) {
             if (!current || made.key != current->assignment || !current->rebuilding)
                 continue; // the task went meanwhile (giveUp() unpinned for it)
-            current->rebuilding = false;
-            cache.unpin(current->change->base);
-            cache.unpin(current->change->blob);
+            releaseChange();
             QString why = made.error;
             if (why.isEmpty() && made.digest != current->startWeightsBlob)
                 why = QStringLiteral("the rebuilt weights have SHA-256 %1, not the round's").arg(made.digest.toHex().left(16));
@@ -358,10 +363,8 @@ struct NodeClient::Private {
     {
         if (!current || current->started)
             return;
-        if (current->rebuilding) {
-            cache.unpin(current->change->base);
-            cache.unpin(current->change->blob);
-        }
+        if (current->rebuilding)
+            releaseChange();
         const auto& task = current->task;
         outbox.push_back({ tag, current->assignment, untrained(task.jobId, task.round, task.shard, outcome, why), {}, {}, {} });
         current.reset();

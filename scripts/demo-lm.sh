@@ -7,15 +7,8 @@ set -euo pipefail
 build=${1:-build}
 job=${2:-examples/jobs/fortunes-gpt.json}
 . "$(dirname "$0")/lib/cluster.sh"
-cluster_init "$build/app" "$(mktemp -d "${TMPDIR:-/tmp}/tessera-demo-lm.XXXXXX")"
-trap cluster_stop EXIT INT TERM
-
-cluster_broker
-for n in 1 2; do cluster_node "demo-node-$n"; done
-echo "Broker at $CLUSTER_ENDPOINT and two nodes started (logs in $CLUSTER_DIR)"
-
-id=$(cluster_job submit "$job")
-echo "Submitted $job as job $id"
+cluster_demo "$build/app" tessera-demo-lm "$job"
+id=$CLUSTER_JOB_ID
 shown=0
 while :; do
     status=$(cluster_job status "$id" --json)

@@ -6,16 +6,8 @@ set -euo pipefail
 build=${1:-build}
 job=${2:-examples/jobs/fashion-mnist-mlp.json}
 . "$(dirname "$0")/lib/cluster.sh"
-cluster_init "$build/app" "$(mktemp -d "${TMPDIR:-/tmp}/tessera-demo.XXXXXX")"
-trap cluster_stop EXIT INT TERM
-
-# A local broker: its faucet funds the job owner and bonds the nodes' stake.
-cluster_broker
-for n in 1 2; do cluster_node "demo-node-$n"; done
-echo "Broker at $CLUSTER_ENDPOINT and two nodes started (logs in $CLUSTER_DIR)"
-
-id=$(cluster_job submit "$job")
-echo "Submitted $job as job $id"
+cluster_demo "$build/app" tessera-demo "$job"
+id=$CLUSTER_JOB_ID
 cluster_job wait "$id"
 cluster_job fetch "$id" -o "$CLUSTER_DIR/model.pt"
 cluster_job ledger

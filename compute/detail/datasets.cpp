@@ -335,16 +335,7 @@ core::Result<DatasetSplits> loadDataset(
         return loadFashionMnist(environment.fashionMnistDirectoryOrDefault());
     }
 
-    auto locate = [&](const core::Digest& digest, const QString& file) -> std::optional<QString> {
-        if (!digest.isNull() && environment.blobPath) {
-            if (auto path = environment.blobPath(digest))
-                return path;
-        }
-        if (!file.isEmpty() && QFileInfo::exists(file))
-            return file;
-        return std::nullopt;
-    };
-    const auto trainPath = locate(spec.trainSha256, spec.trainFile);
+    const auto trainPath = environment.locate(spec.trainSha256, spec.trainFile);
     if (!trainPath)
         return core::Error { QStringLiteral("dataset.tensors.trainFile"),
             QStringLiteral("the training tensors (%1) are not on this machine")
@@ -367,7 +358,7 @@ core::Result<DatasetSplits> loadDataset(
         return train.error();
     DatasetSplits splits { *train, nullptr };
     if (!spec.testFile.isEmpty() || !spec.testSha256.isNull()) {
-        const auto testPath = locate(spec.testSha256, spec.testFile);
+        const auto testPath = environment.locate(spec.testSha256, spec.testFile);
         if (!testPath)
             return core::Error { QStringLiteral("dataset.tensors.testFile"),
                 QStringLiteral("the test tensors are not on this machine") };

@@ -13,6 +13,8 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <map>
+#include <set>
 #include <sstream>
 
 namespace tessera::compute::detail {
@@ -26,25 +28,44 @@ NamedTensors Model::state()
     return all;
 }
 
-core::Status Model::loadState(const NamedTensors& values)
+namespace {
+
+QString shapeOf(const at::Tensor& tensor)
+{
+    QStringList sizes;
+    for (const auto size : tensor.sizes())
+        sizes.append(QString::number(size));
+    return QStringLiteral("[%1]").arg(sizes.join(QStringLiteral(", ")));
+}
+
+} // namespace
+
+core::Status Model::loadState(const NamedTensors& values, const QString& what, bool sameDtype)
 {
     NamedTensors own = state();
-    if (own.size() != values.size()) {
-        return core::Error { QStringLiteral("weights"),
-            QStringLiteral("the weights have %1 tensors but the model has %2").arg(values.size()).arg(own.size()) };
+    const std::map<std::string, at::Tensor> given(values.begin(), values.end());
+    auto unfit = [](const QString& why) { return core::Error { QStringLiteral("weights"), why }; };
+    // Every tensor the model has, of its shape (and dtype), and nothing else: the first misfit named.
+    std::set<std::string> matched;
+    for (const auto& [name, tensor] : own) {
+        const QString tensorName = QString::fromStdString(name);
+        const auto found = given.find(name);
+        if (found == given.end())
+            return unfit(QStringLiteral("%1 have no '%2', which the model has").arg(what, tensorName));
+        if (found->second.sizes() != tensor.sizes())
+            return unfit(QStringLiteral("'%1' is %2 in %3 but %4 in the model")
+                             .arg(tensorName, shapeOf(found->second), what, shapeOf(tensor)));
+        if (sameDtype && found->second.scalar_type() != tensor.scalar_type())
+            return unfit(QStringLiteral("'%1' has another dtype in %2 than in the model").arg(tensorName, what));
+        matched.insert(name);
+    }
+    for (const auto& [name, tensor] : given) {
+        if (!matched.count(name))
+            return unfit(QStringLiteral("%1 have '%2', which the model does not").arg(what, QString::fromStdString(name)));
     }
     torch::NoGradGuard noGrad;
-    for (std::size_t i = 0; i < own.size(); ++i) {
-        if (own[i].first != values[i].first)
-            return core::Error { QStringLiteral("weights"),
-                QStringLiteral("the weights have '%1' where the model has '%2'")
-                    .arg(QString::fromStdString(values[i].first), QString::fromStdString(own[i].first)) };
-        if (own[i].second.sizes() != values[i].second.sizes())
-            return core::Error { QStringLiteral("weights"),
-                QStringLiteral("'%1' has another shape in the weights than in the model")
-                    .arg(QString::fromStdString(own[i].first)) };
-        own[i].second.copy_(values[i].second);
-    }
+    for (auto& [name, tensor] : own)
+        tensor.copy_(given.at(name));
     return {};
 }
 
@@ -302,11 +323,7 @@ core::Result<std::unique_ptr<Model>> buildModel(const core::ModelSpec& spec, con
     std::int64_t classes, std::uint64_t initSeed, const ComputeEnvironment& environment)
 {
     if (spec.source == core::ModelSpec::Source::TorchScript) {
-        std::optional<QString> path;
-        if (!spec.scriptSha256.isNull() && environment.blobPath)
-            path = environment.blobPath(spec.scriptSha256);
-        if (!path && !spec.scriptFile.isEmpty() && QFileInfo::exists(spec.scriptFile))
-            path = spec.scriptFile;
+        const auto path = environment.locate(spec.scriptSha256, spec.scriptFile);
         if (!path)
             return core::Error { QStringLiteral("model.torchscript"),
                 QStringLiteral("the TorchScript model is not on this machine") };

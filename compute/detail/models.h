@@ -35,8 +35,11 @@ public:
 
     // Parameters and buffers together, name-sorted: the model's state, as hashed and shipped.
     NamedTensors state();
-    // Copies values into the model's own tensors; names and shapes must match exactly.
-    core::Status loadState(const NamedTensors& values);
+    // Copies values into the model's own tensors; names and shapes (with sameDtype, dtypes too)
+    // must match exactly, and the error names the first tensor that does not, `what` being where
+    // the values come from ("the weights").
+    core::Status loadState(
+        const NamedTensors& values, const QString& what = QStringLiteral("the weights"), bool sameDtype = false);
 };
 
 struct MlpImpl : torch::nn::Module {

@@ -844,7 +844,7 @@ Status Broker::advanceRound(const JobRow& job, const JobSpec& spec, const Aggreg
     else
         m_scheduler.advance(job.id, record.round + 1, record.weightsHash, record.weightsBlob, change);
     // The change that led to this round is nobody's way to any weights now.
-    if (job.change && m_store->blobNamed(job.change->blob).value_or(true) == false)
+    if (job.change && !m_store->blobNamed(job.change->blob).value_or(true))
         m_blobs.remove(job.change->blob);
     return {};
 }

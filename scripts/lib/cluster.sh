@@ -10,6 +10,9 @@
 #   cluster_kill NAME                 # SIGKILL one process and wait until it is gone
 #   cluster_start NAME                # start it again: same data folder, same port, same log
 #   cluster_stop                      # stop exactly what was started (SIGTERM, then SIGKILL after 10 s)
+#   cluster_demo BIN_DIR NAME JOB     # make demo's start: a broker and two nodes in a new folder
+#                                     # ${TMPDIR:-/tmp}/NAME.XXXXXX, stopped on exit; JOB submitted,
+#                                     # its id in CLUSTER_JOB_ID
 #
 # The rules, here and in the C++ Cluster: the broker gets a free port below the kernel's ephemeral
 # range (scripts/free_port.py) and a settings file `[Broker] DataDirectory=WORK/broker, Faucet=true`
@@ -128,4 +131,15 @@ cluster_stop() {
 # A field of the one JSON document on stdin: cluster_field state < status.json
 cluster_field() {
     /usr/bin/python3 -c 'import json, sys; print(json.load(sys.stdin)[sys.argv[1]])' "$1"
+}
+
+cluster_demo() {
+    cluster_init "$1" "$(mktemp -d "${TMPDIR:-/tmp}/$2.XXXXXX")"
+    trap cluster_stop EXIT INT TERM
+    # A local broker: its faucet funds the job owner and bonds the nodes' stake.
+    cluster_broker
+    for n in 1 2; do cluster_node "demo-node-$n"; done
+    echo "Broker at $CLUSTER_ENDPOINT and two nodes started (logs in $CLUSTER_DIR)"
+    CLUSTER_JOB_ID=$(cluster_job submit "$3")
+    echo "Submitted $3 as job $CLUSTER_JOB_ID"
 }

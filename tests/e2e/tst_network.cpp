@@ -15,16 +15,30 @@ private:
     QString m_baseline; // canonical hash of train-local's final weights
     QTemporaryDir m_dir;
 
+    // A job trained by train-local into DIR: the canonical hash of its final weights (empty when it
+    // failed) and what it printed.
+    struct Local {
+        QString hash;
+        QString output;
+    };
+    static Local trainLocally(const QString& jobFile, const QString& directory)
+    {
+        const auto local = run(Bin + QStringLiteral("/tessera-node"),
+            { QStringLiteral("--config"), QStringLiteral("/dev/null"), QStringLiteral("train-local"), jobFile,
+                QStringLiteral("--out"), directory });
+        QFile report(QDir(directory).filePath(QStringLiteral("report.json")));
+        if (local.exitCode != 0 || !report.open(QIODevice::ReadOnly))
+            return { {}, local.output };
+        return { QJsonDocument::fromJson(report.readAll()).object().value(QStringLiteral("finalWeightsHash")).toString(),
+            local.output };
+    }
+
 private Q_SLOTS:
     void initTestCase()
     {
-        const auto local = run(Bin + QStringLiteral("/tessera-node"),
-            { QStringLiteral("--config"), QStringLiteral("/dev/null"), QStringLiteral("train-local"), Job,
-                QStringLiteral("--out"), m_dir.path() });
-        QVERIFY2(local.exitCode == 0, qPrintable(local.output));
-        QFile report(m_dir.filePath(QStringLiteral("report.json")));
-        QVERIFY(report.open(QIODevice::ReadOnly));
-        m_baseline = QJsonDocument::fromJson(report.readAll()).object().value(QStringLiteral("finalWeightsHash")).toString();
+        const auto local = trainLocally(Job, m_dir.path());
+        QVERIFY2(!local.hash.isEmpty(), qPrintable(local.output));
+        m_baseline = local.hash;
         QCOMPARE(m_baseline.size(), 64);
     }
 
@@ -170,15 +184,9 @@ private Q_SLOTS:
     "budget": "1000",
     "verification": { "rate": 0.1 }
 })"));
-        const QString localDir = m_dir.filePath(QStringLiteral("cheat-local"));
-        const auto local = run(Bin + QStringLiteral("/tessera-node"),
-            { QStringLiteral("--config"), QStringLiteral("/dev/null"), QStringLiteral("train-local"), jobFile,
-                QStringLiteral("--out"), localDir });
-        QVERIFY2(local.exitCode == 0, qPrintable(local.output));
-        QFile report(QDir(localDir).filePath(QStringLiteral("report.json")));
-        QVERIFY(report.open(QIODevice::ReadOnly));
-        const QString honestHash
-            = QJsonDocument::fromJson(report.readAll()).object().value(QStringLiteral("finalWeightsHash")).toString();
+        const auto local = trainLocally(jobFile, m_dir.filePath(QStringLiteral("cheat-local")));
+        QVERIFY2(!local.hash.isEmpty(), qPrintable(local.output));
+        const QString honestHash = local.hash;
 
         Cluster cluster;
         cluster.startBroker({}, QStringLiteral("DisputeTimeoutSeconds=20\nSelfVerifyAfterSeconds=600\n"));
@@ -259,16 +267,10 @@ private Q_SLOTS:
     "budget": "1000",
     "verification": { "rate": 1.0 }
 })"));
-        const QString localDir = m_dir.filePath(QStringLiteral("lm-local"));
-        const auto local = run(Bin + QStringLiteral("/tessera-node"),
-            { QStringLiteral("--config"), QStringLiteral("/dev/null"), QStringLiteral("train-local"), jobFile,
-                QStringLiteral("--out"), localDir });
-        QVERIFY2(local.exitCode == 0, qPrintable(local.output));
+        const auto local = trainLocally(jobFile, m_dir.filePath(QStringLiteral("lm-local")));
+        QVERIFY2(!local.hash.isEmpty(), qPrintable(local.output));
         QVERIFY2(local.output.contains(QStringLiteral("perplexity")), qPrintable(local.output));
-        QFile report(QDir(localDir).filePath(QStringLiteral("report.json")));
-        QVERIFY(report.open(QIODevice::ReadOnly));
-        const QString honestHash
-            = QJsonDocument::fromJson(report.readAll()).object().value(QStringLiteral("finalWeightsHash")).toString();
+        const QString honestHash = local.hash;
 
         Cluster cluster;
         cluster.startBroker({}, QStringLiteral("DisputeTimeoutSeconds=20\nSelfVerifyAfterSeconds=600\n"));
@@ -462,15 +464,9 @@ private Q_SLOTS:
             "dataset": {"builtin": "fashion-mnist"}, "optimizer": {"kind": "sgd", "lr": 0.05, "momentum": 0.9},
             "training": {"rounds": 2, "shardsPerRound": 4, "localSteps": 30, "batchSize": 32, "seed": 11,
                          "checkpointInterval": 10}, "budget": "100", "verification": {"rate": 0}})"));
-        const QString localDir = m_dir.filePath(QStringLiteral("python-local"));
-        const auto local = run(Bin + QStringLiteral("/tessera-node"),
-            { QStringLiteral("--config"), QStringLiteral("/dev/null"), QStringLiteral("train-local"), jobFile,
-                QStringLiteral("--out"), localDir });
-        QVERIFY2(local.exitCode == 0, qPrintable(local.output));
-        QFile report(QDir(localDir).filePath(QStringLiteral("report.json")));
-        QVERIFY(report.open(QIODevice::ReadOnly));
-        const QString baseline
-            = QJsonDocument::fromJson(report.readAll()).object().value(QStringLiteral("finalWeightsHash")).toString();
+        const auto local = trainLocally(jobFile, m_dir.filePath(QStringLiteral("python-local")));
+        QVERIFY2(!local.hash.isEmpty(), qPrintable(local.output));
+        const QString baseline = local.hash;
 
         auto recordOf = [](Cluster& cluster, const QString& name) {
             for (const auto& value : cluster.nodes()) {
