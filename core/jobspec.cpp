@@ -64,8 +64,11 @@ ModelSpec readModelSpec(JsonReader reader)
     ModelSpec model;
     readInitialWeights(reader, model);
     if (reader.has(u"torchscript")) {
-        reader.allowOnly({ QStringLiteral("torchscript"), QStringLiteral("initialWeights") });
+        reader.allowOnly({ QStringLiteral("torchscript"), QStringLiteral("context"), QStringLiteral("initialWeights") });
         model.source = ModelSpec::Source::TorchScript;
+        // A language model's (forward(tokens [B, L]) -> logits [B, L, V]): the window length the
+        // built-in text is cut to.
+        model.context = reader.integer(u"context", 2, MaxContext, Presence::Optional, 0);
         auto script = reader.object(u"torchscript");
         script.allowOnly({ QStringLiteral("file"), QStringLiteral("sha256") });
         model.scriptFile = script.string(u"file", Presence::Optional);
@@ -129,6 +132,8 @@ QJsonObject modelSpecToJson(const ModelSpec& model)
         if (!model.scriptSha256.isNull())
             script.insert(QStringLiteral("sha256"), model.scriptSha256.toHex());
         json.insert(QStringLiteral("torchscript"), script);
+        if (model.context > 0)
+            json.insert(QStringLiteral("context"), static_cast<qint64>(model.context));
         writeInitialWeights(model, json);
         return json;
     }
@@ -489,6 +494,10 @@ Status JobSpec::validate() const
         return fail("dataset.builtin", QStringLiteral("a gpt trains on text: choose \"fortunes\" or a tokens file"));
     if (dataset.isText() && !gpt && model.source == ModelSpec::Source::Zoo)
         return fail("model.zoo", QStringLiteral("the %1 text is for a language model: choose \"gpt\"").arg(dataset.builtin));
+    if (dataset.isText() && model.source == ModelSpec::Source::TorchScript && model.context < 1)
+        return fail("model.context",
+            QStringLiteral("a TorchScript language model on the %1 text needs the context its windows are cut to")
+                .arg(dataset.builtin));
     if (gpt && model.width % model.heads != 0)
         return fail("model.width", QStringLiteral("the width must be a multiple of heads"));
     if (optimizer.schedule.kind != ScheduleSpec::Kind::Constant) {

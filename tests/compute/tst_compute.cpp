@@ -795,6 +795,45 @@ private Q_SLOTS:
         QCOMPARE(compute::runShard(prepared.tasks[0], prepared.start.bytes, {}).result.finalHash, output.result.finalHash);
     }
 
+    // A language model of the owner's own, in TorchScript with the sequence contract, trains on the
+    // built-in text cut to its context and on a tokens file, its loss and test figures per token.
+    void trainsATorchScriptLanguageModelFromPyTorch()
+    {
+        auto spec = smallGpt();
+        spec.model = core::ModelSpec {};
+        spec.model.source = core::ModelSpec::Source::TorchScript;
+        spec.model.scriptFile = m_fixtures.filePath(QStringLiteral("scripted_lm.pt"));
+        QCOMPARE(spec.validate().error().field, QStringLiteral("model.context"));
+        spec.model.context = 32;
+        QVERIFY(spec.validate().ok());
+        QCOMPARE(spec.trainSamples(), 2'445'379 / 32);
+        const auto prepared = prepare(spec);
+        const auto output = compute::runShard(prepared.tasks[0], prepared.start.bytes, {});
+        QVERIFY2(output.result.outcome == core::ShardResult::Outcome::Completed, qPrintable(output.result.failure));
+        const auto& losses = output.result.losses;
+        QVERIFY2(qAbs(losses.first() - std::log(256.0)) < 0.5, qPrintable(QString::number(losses.first())));
+        const double late = std::accumulate(losses.end() - 5, losses.end(), 0.0) / 5;
+        QVERIFY2(late < losses.first() - 1.0, qPrintable(QStringLiteral("loss %1 -> %2").arg(losses.first()).arg(late)));
+        QCOMPARE(compute::runShard(prepared.tasks[0], prepared.start.bytes, {}).result.finalHash, output.result.finalHash);
+        const auto evaluation = compute::evaluate(spec, output.weights, {}, 1);
+        QVERIFY(evaluation.ok());
+        QCOMPARE(evaluation->samples, 4'102); // the test stream's 131,296 bytes in windows of 32
+        QVERIFY2(evaluation->loss < losses.first() - 1.0 && evaluation->accuracy > 0.1,
+            qPrintable(QStringLiteral("test loss %1, token accuracy %2").arg(evaluation->loss).arg(evaluation->accuracy)));
+
+        spec.dataset = core::DatasetSpec {};
+        spec.dataset.source = core::DatasetSpec::Source::Tensors;
+        spec.dataset.trainFile = m_fixtures.filePath(QStringLiteral("tokens.pt"));
+        spec.dataset.trainSamples = 300;
+        spec.model.context = 0;
+        QVERIFY(spec.validate().ok());
+        const auto onTokens = prepare(spec);
+        const auto fromFile = compute::runShard(onTokens.tasks[0], onTokens.start.bytes, {});
+        QVERIFY2(fromFile.result.outcome == core::ShardResult::Outcome::Completed, qPrintable(fromFile.result.failure));
+        QVERIFY2(fromFile.result.losses.last() < fromFile.result.losses.first() - 1.0,
+            qPrintable(QStringLiteral("loss %1 -> %2").arg(fromFile.result.losses.first()).arg(fromFile.result.losses.last())));
+    }
+
     void trainsOnATensorFileFromPyTorch()
     {
         auto spec = smallJob();

@@ -227,6 +227,17 @@ private Q_SLOTS:
         auto classifier = minimalJob();
         setPath(classifier, u"dataset.builtin", QStringLiteral("fortunes"));
         QCOMPARE(JobSpec::fromJson(classifier).error().field, QStringLiteral("model.zoo"));
+
+        // A TorchScript language model on the text names the context its windows are cut to.
+        auto scripted = json;
+        scripted.insert(QStringLiteral("model"),
+            QJsonObject { { QStringLiteral("torchscript"), QJsonObject { { QStringLiteral("file"), QStringLiteral("lm.pt") } } } });
+        QCOMPARE(JobSpec::fromJson(scripted).error().field, QStringLiteral("model.context"));
+        setPath(scripted, u"model.context", 48);
+        const auto withContext = JobSpec::fromJson(scripted);
+        QVERIFY2(withContext.ok(), qPrintable(withContext.ok() ? QString() : withContext.error().toString()));
+        QCOMPARE(withContext->trainSamples(), (2'445'380 - 1) / 48);
+        QCOMPARE(*JobSpec::fromJson(withContext->toJson()), *withContext);
     }
 
     void reportsJsonSyntaxErrorsWithPosition()

@@ -4,6 +4,9 @@
   no_params.pt     a scripted model without parameters
   tensors.pt       torch.save({"x": X, "y": Y}) of 600 samples of 20 features, 3 classes
   tensors_test.pt  200 more samples of the same kind
+  scripted_lm.pt   a torch.jit.script'ed causal language model over bytes (the sequence contract:
+                   forward(tokens [B, L]) -> logits [B, L, 256]), context 32
+  tokens.pt        torch.save({"tokens": T}) of 300 windows of 33 bytes of English text
 and hostile files, which Tessera must refuse without running any of them (each would leave a file
 named touched-* in the folder if it ran):
   reads_files.pt   forward() reads /etc/passwd with torch.from_file and writes it with torch.save
@@ -48,6 +51,36 @@ class NoParams(torch.nn.Module):
 torch.jit.script(Small()).save(out + "/scripted.pt")
 torch.jit.script(Wrong()).save(out + "/wrong_input.pt")
 torch.jit.script(NoParams()).save(out + "/no_params.pt")
+
+
+class TinyLm(torch.nn.Module):
+    """One block of causal self-attention and an MLP, written as a PyTorch user would."""
+
+    def __init__(self, context: int = 32, width: int = 48):
+        super().__init__()
+        self.tokens = torch.nn.Embedding(256, width)
+        self.positions = torch.nn.Embedding(context, width)
+        self.norm = torch.nn.LayerNorm(width)
+        self.qkv = torch.nn.Linear(width, 3 * width)
+        self.mix = torch.nn.Linear(width, width)
+        self.mlp = torch.nn.Sequential(torch.nn.Linear(width, 4 * width), torch.nn.GELU(), torch.nn.Linear(4 * width, width))
+        self.head = torch.nn.Linear(width, 256)
+        self.width = width
+
+    def forward(self, tokens):
+        length = tokens.size(1)
+        x = self.tokens(tokens) + self.positions(torch.arange(length, device=tokens.device))
+        q, k, v = self.qkv(self.norm(x)).split(self.width, dim=2)
+        scores = (q @ k.transpose(1, 2)) / (self.width ** 0.5)
+        future = torch.ones(length, length, dtype=torch.bool, device=tokens.device).triu(1)
+        x = x + self.mix(scores.masked_fill(future, float("-inf")).softmax(-1) @ v)
+        return self.head(x + self.mlp(x))
+
+
+torch.jit.script(TinyLm()).save(out + "/scripted_lm.pt")
+text = open(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "..", "README.md"), "rb").read()
+text = (text * (1 + 300 * 33 // len(text)))[: 300 * 33]
+torch.save({"tokens": torch.tensor(list(text), dtype=torch.long).view(300, 33)}, out + "/tokens.pt")
 
 
 
