@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
-# make bench, scale part: zoo MLPs of about 1 M, 10 M, 40 M and 100 M parameters, each trained by
+# make bench, scale part: zoo MLPs of about 1 M, 10 M, 40 M and 100 M parameters and a zoo gpt of
+# about 40 M (8 blocks of width 640 on the fortunes text, AdamW), each trained by
 # train-local (the baseline, same run) and by a broker with two new nodes over TCP on 127.0.0.1
 # (verification as shipped: every result of a new node is re-executed by the other). For each:
 # network wall / train-local wall, bytes on the wire per round, peak RSS of a node and of the broker
 # (VmHWM), a node's data folder at its largest, and heartbeats missed ("went silent" in any log).
 # Records go to $TESSERA_BENCH_RECORD as "scale.NAME.KEY VALUE" (bench/report.py tables and plots them).
-# Usage: bench/scale.sh BUILD_DIR OUT_DIR [NAME...]   (names: 1m 10m 40m 100m; default all)
+# Usage: bench/scale.sh BUILD_DIR OUT_DIR [NAME...]   (names: 1m 10m 40m 100m gpt40m; default all)
 set -euo pipefail
 build=$(cd "${1:-build}" && pwd)
 out=$2
@@ -22,7 +23,27 @@ trap cluster_stop EXIT INT TERM
 
 declare -A hidden=([1m]="[1024, 256]" [10m]="[2048, 2048, 2048]" [40m]="[4096, 4096, 4096]" [100m]="[8192, 8192, 3072]")
 names=("$@")
-[ ${#names[@]} -gt 0 ] || names=(1m 10m 40m 100m)
+[ ${#names[@]} -gt 0 ] || names=(1m 10m 40m 100m gpt40m)
+
+# The job of a scale point: an MLP on Fashion-MNIST, or the gpt on the text (fewer, smaller steps:
+# one of its steps costs about 60 of the 40 M MLP's).
+job_of() {
+    if [ "$1" = gpt40m ]; then
+        cat <<JOB
+{"version": 1, "name": "scale $1", "model": {"zoo": "gpt", "layers": 8, "heads": 10, "width": 640, "context": 128},
+ "dataset": {"builtin": "fortunes"}, "optimizer": {"kind": "adamw", "lr": 0.001, "weightDecay": 0.1, "clipNorm": 1.0},
+ "training": {"rounds": 2, "shardsPerRound": 2, "localSteps": 4, "batchSize": 4, "seed": 1, "threads": 1, "checkpointInterval": 2},
+ "budget": "100000"}
+JOB
+    else
+        cat <<JOB
+{"version": 1, "name": "scale $1", "model": {"zoo": "mlp", "hidden": ${hidden[$1]}},
+ "dataset": {"builtin": "fashion-mnist"}, "optimizer": {"kind": "sgd", "lr": 0.05},
+ "training": {"rounds": 2, "shardsPerRound": 2, "localSteps": 20, "batchSize": 32, "seed": 1, "threads": 1},
+ "budget": "100000"}
+JOB
+    fi
+}
 
 # Largest VmHWM (kB) and data folder (kB) seen while PIDs live, sampled every 0.5 s into FILE.
 watch_peaks() {
@@ -40,25 +61,18 @@ watch_peaks() {
 }
 
 for name in "${names[@]}"; do
-    echo "== scale: $name (mlp ${hidden[$name]})"
+    echo "== scale: $name"
     dir="$out/scale-$name"
     rm -rf "$dir"
     mkdir -p "$dir"
     job="$dir/job.json"
-    cat > "$job" <<JOB
-{"version": 1, "name": "scale $name", "model": {"zoo": "mlp", "hidden": ${hidden[$name]}},
- "dataset": {"builtin": "fashion-mnist"}, "optimizer": {"kind": "sgd", "lr": 0.05},
- "training": {"rounds": 2, "shardsPerRound": 2, "localSteps": 20, "batchSize": 32, "seed": 1, "threads": 1},
- "budget": "100000"}
-JOB
+    job_of "$name" > "$job"
     t0=$(now)
     /usr/bin/time -f "%M" -o "$dir/local.rss" "$bin/tessera-node" --config /dev/null train-local "$job" --out "$dir/local" \
         > "$dir/local.log" 2>&1
     local_wall=$(since "$t0")
     model_bytes=$(stat -c %s "$dir/local/model.pt")
-    params=$("$py" -c "import json,sys
-widths = [784] + json.load(open(sys.argv[1]))['model']['hidden'] + [10]
-print(sum(a * b + b for a, b in zip(widths, widths[1:])))" "$job")
+    params=$("$py" -c "import sys, torch; print(sum(t.numel() for t in torch.load(sys.argv[1]).values()))" "$dir/local/model.pt")
 
     cluster_init "$bin" "$dir/net"
     cluster_broker ""

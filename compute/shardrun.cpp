@@ -10,6 +10,7 @@
 
 #include <core/seeds.h>
 
+#include <algorithm>
 #include <future>
 
 #include <torch/torch.h>
@@ -98,24 +99,6 @@ core::Result<std::unique_ptr<ShardRun::Private>> prepare(const core::ShardTask& 
     return d;
 }
 
-NamedTensors withPrefix(const std::string& prefix, const NamedTensors& tensors)
-{
-    NamedTensors prefixed;
-    for (const auto& [name, tensor] : tensors)
-        prefixed.emplace_back(prefix + name, tensor);
-    return prefixed;
-}
-
-NamedTensors stripPrefix(const std::string& prefix, const NamedTensors& tensors)
-{
-    NamedTensors stripped;
-    for (const auto& [name, tensor] : tensors) {
-        if (name.rfind(prefix, 0) == 0)
-            stripped.emplace_back(name.substr(prefix.size()), tensor);
-    }
-    return stripped;
-}
-
 // What a checkpoint of the chain hashes: at step 0 the round's weights (so that the chain starts at
 // the task's startWeights), after that the whole training state, weights and optimizer state, so
 // that a referee who restores a checkpoint agreed by both sides of a dispute restores all of it.
@@ -128,11 +111,51 @@ NamedTensors trainingState(const ShardRun::Private& d)
     return state;
 }
 
+// What a round's weights hold and a shard reveals: the model's tensors, and with a carried
+// optimizer state (task.carriesOptimizer) the optimizer's under "optimizer/".
+NamedTensors roundState(const ShardRun::Private& d)
+{
+    NamedTensors state = d.model->state();
+    if (d.task.carriesOptimizer) {
+        for (auto& entry : withPrefix(CarriedPrefix, d.optimizer->state()))
+            state.push_back(std::move(entry));
+        sortByName(state);
+    }
+    return state;
+}
+
 core::Digest checkpointHash(const ShardRun::Private& d)
 {
     if (d.step == 0)
-        return canonicalHash(d.model->state());
+        return canonicalHash(roundState(d));
     return canonicalHash(trainingState(d));
+}
+
+// Loads the round's weights into the model, and a carried optimizer state into the optimizer.
+core::Status loadRoundState(ShardRun::Private& d, const NamedTensors& weights)
+{
+    if (!d.task.carriesOptimizer)
+        return d.model->loadState(weights);
+    auto carried = stripPrefix(CarriedPrefix, weights);
+    if (carried.empty())
+        return core::Error { QStringLiteral("startWeights"),
+            QStringLiteral("the round's weights carry no optimizer state, which the task says they do") };
+    if (auto status = d.model->loadState(modelPart(weights)); !status)
+        return status;
+    if (auto status = d.optimizer->loadState(carried); !status)
+        return status;
+    // Exactly the optimizer's own entries: a misnamed one would be dropped unseen otherwise.
+    auto names = [](const NamedTensors& tensors) {
+        std::vector<std::string> out;
+        for (const auto& entry : tensors)
+            out.push_back(entry.first);
+        std::sort(out.begin(), out.end());
+        return out;
+    };
+    if (names(carried) != names(d.optimizer->state()))
+        return core::Error { QStringLiteral("startWeights"),
+            QStringLiteral("the carried optimizer state does not fit the model and optimizer") };
+    return {};
 }
 
 // A training state up to this size is copied and hashed on a helper thread while training goes
@@ -182,7 +205,7 @@ core::Result<std::unique_ptr<ShardRun>> ShardRun::start(
     auto weights = startTensors(task, startWeights);
     if (!weights)
         return weights.error();
-    if (auto status = d->model->loadState(*weights); !status)
+    if (auto status = loadRoundState(*d, *weights); !status)
         return status.error();
     d->startWeights = startWeights;
     d->chain.append(checkpointHash(*d));
@@ -392,7 +415,7 @@ ShardOutput ShardRun::finish()
         return output;
     }
     d->optimizer->releaseGradients(); // before the round's weights are read again to reveal the update
-    auto revealed = reveal(d->task, d->model->state(), d->startWeights);
+    auto revealed = reveal(d->task, roundState(*d), d->startWeights);
     if (!revealed) {
         result.outcome = core::ShardResult::Outcome::Failed;
         result.failure = revealed.error().toString();
@@ -460,7 +483,7 @@ core::Result<Replay> replayShard(const core::ShardTask& task, std::int64_t from,
     Replay replay;
     replay.checkpoints = d.settledChain().mid(1);
     if (to == count - 1) {
-        auto revealed = reveal(task, d.model->state(), from == 0 ? state : roundWeights);
+        auto revealed = reveal(task, roundState(d), from == 0 ? state : roundWeights);
         if (!revealed)
             return revealed.error();
         replay.weights = pickleTensors(*revealed);

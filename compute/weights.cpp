@@ -2,6 +2,7 @@
 
 #include "detail/datasets.h"
 #include "detail/models.h"
+#include "detail/optimizer.h"
 #include "detail/tensors.h"
 #include "detail/update.h"
 
@@ -68,7 +69,13 @@ core::Result<Weights> initialWeights(const core::JobSpec& spec, const ComputeEnv
         if (auto status = loadInitialWeights(**model, spec.model, environment); !status)
             return status.error();
     }
-    const auto state = (*model)->state();
+    auto state = (*model)->state();
+    if (spec.aggregation.optimizerState == core::AggregationSpec::OptimizerState::Averaged) {
+        // Round 0's shards start from the state of an optimizer that has not stepped.
+        for (auto& entry : withPrefix(CarriedPrefix, Optimizer(spec.optimizer, (*model)->parameters()).initialState()))
+            state.push_back(std::move(entry));
+        sortByName(state);
+    }
     return Weights { pickleTensors(state), canonicalHash(state) };
 }
 
@@ -78,7 +85,7 @@ core::Result<std::int64_t> elementCount(const QByteArray& weights)
     if (!tensors)
         return tensors.error();
     std::int64_t count = 0;
-    for (const auto& [name, tensor] : *tensors)
+    for (const auto& [name, tensor] : modelPart(std::move(*tensors)))
         count += tensor.numel();
     return count;
 }
@@ -137,6 +144,7 @@ core::Result<Evaluation> evaluate(
     weights = QByteArray();
     if (!tensors)
         return tensors.error();
+    *tensors = modelPart(std::move(*tensors)); // a round's weights may carry the optimizer's state
     auto data = loadDataset(spec.dataset, environment, spec.model.context);
     if (!data)
         return data.error();
@@ -187,6 +195,7 @@ core::Result<QByteArray> sampleText(
     auto tensors = unpickleTensors(weights, QStringLiteral("the weights are not a dict of tensors"));
     if (!tensors)
         return tensors.error();
+    *tensors = modelPart(std::move(*tensors));
     sortByName(*tensors);
     std::int64_t vocabulary = spec.vocabulary;
     for (const auto& [name, tensor] : *tensors) {
@@ -249,7 +258,7 @@ core::Status exportTorchScript(const core::ModelSpec& model, const QByteArray& w
     auto tensors = unpickleTensors(weights, QStringLiteral("the weights are not a dict of tensors"));
     if (!tensors)
         return tensors.error();
-    auto module = zooToTorchScript(model, *tensors);
+    auto module = zooToTorchScript(model, modelPart(std::move(*tensors)));
     if (!module)
         return module.error();
     auto saved = guarded(QStringLiteral("writing %1").arg(path), [&] {
@@ -312,7 +321,7 @@ core::Result<AggregationOutput> aggregate(
         const double share = double(update.samples) / double(totalSamples);
         // Final weights or a compressed update alike: the shard's change from W, tensor by tensor.
         auto added = forEachDelta(*tensors, *base, [&](std::size_t i, const at::Tensor& delta) {
-            const auto& w = (*base)[i].second;
+            const auto& [name, w] = (*base)[i];
             if (!w.is_floating_point()) {
                 if (s == 0)
                     taken[i] = delta.clone();
@@ -320,6 +329,10 @@ core::Result<AggregationOutput> aggregate(
             }
             if (!gradients[i].defined())
                 gradients[i] = torch::zeros_like(w);
+            if (isCarried(name)) { // the shard's own optimizer state: its weighted mean
+                gradients[i].add_(delta, share);
+                return;
+            }
             // W - W_i = -(W_i - W) exactly, so the same bits as adding (W - W_i) * share.
             gradients[i].add_(delta, -share);
         });
@@ -329,6 +342,7 @@ core::Result<AggregationOutput> aggregate(
     }
 
     const bool compressed = spec.compression == core::Compression::Int8;
+    const bool carry = spec.optimizerState == core::AggregationSpec::OptimizerState::Averaged;
     std::optional<core::Error> failure;
     auto aggregated = guarded(QStringLiteral("aggregating"), [&]() -> AggregationOutput {
         torch::NoGradGuard noGrad;
@@ -339,8 +353,10 @@ core::Result<AggregationOutput> aggregate(
         // bits, as W - step * lr, without a third tensor as large as the largest layer.
         for (std::size_t i = 0; i < base->size(); ++i) {
             auto& [name, w] = (*base)[i];
-            if (!w.is_floating_point()) {
-                w = taken[i];
+            if (isCarried(name) && !carry)
+                continue; // dropped below: nothing carries it on (a job's last round)
+            if (!w.is_floating_point() || isCarried(name)) {
+                w = w.is_floating_point() ? std::move(gradients[i]) : taken[i];
                 if (compressed)
                     detail::appendKept(name, w, change);
                 continue;
@@ -377,6 +393,8 @@ core::Result<AggregationOutput> aggregate(
             if (compressed)
                 detail::appendKept(name, w, change); // float64 and the like travel whole
         }
+        if (!carry)
+            *base = modelPart(std::move(*base));
         AggregationOutput output;
         if (compressed) {
             detail::appendCompressionMeta(change);

@@ -82,7 +82,11 @@ struct AggregationOutput {
 // -outerLr * step(g), quantised like a shard's update (docs/DETERMINISM.md, "Round weights").
 // W_{r+1} = W_r - outerLr * step(g), where g = W_r - sum_i(n_i * W_i) / sum_i(n_i) is the outer
 // gradient (the negated weighted mean of the shard deltas), summed in shard order in float32.
-// FedAvg: step(g) = g. Nesterov (DiLoCo): m = mu * m + g; step(g) = g + mu * m. Memory: the
+// FedAvg: step(g) = g. Nesterov (DiLoCo): m = mu * m + g; step(g) = g + mu * m. The carried
+// optimizer state ("optimizer/..." entries of W and the shards' results) is not stepped: with
+// spec.optimizerState Averaged it becomes sum_i (n_i / N) * s_i (from 0, in shard order, float32;
+// integer counters from the first shard), with Reset (the caller's choice for a job's last round)
+// it is dropped, so W_{r+1} is the model's alone. Memory: the
 // global weights' tensors, g, one shard's result (its int8 update decoded one tensor at a time)
 // and the pickled result, about 2.5 x the model for int8 updates (docs/BROKER.md, "Memory"); the
 // bytes of `global` are let go once read.

@@ -23,6 +23,7 @@ ShardTask decomposeShard(
     task.optimizer = spec.optimizer;
     task.startWeights = startWeights;
     task.compression = spec.aggregation.compression;
+    task.carriesOptimizer = spec.aggregation.optimizerState == AggregationSpec::OptimizerState::Averaged;
     return task;
 }
 

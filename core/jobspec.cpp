@@ -308,8 +308,8 @@ QJsonObject trainingSpecToJson(const TrainingSpec& training)
 
 AggregationSpec readAggregationSpec(JsonReader reader)
 {
-    reader.allowOnly(
-        { QStringLiteral("method"), QStringLiteral("outerLr"), QStringLiteral("outerMomentum"), QStringLiteral("compression") });
+    reader.allowOnly({ QStringLiteral("method"), QStringLiteral("outerLr"), QStringLiteral("outerMomentum"),
+        QStringLiteral("compression"), QStringLiteral("optimizerState") });
     AggregationSpec aggregation;
     const QString method = reader.string(u"method", Presence::Optional, QStringLiteral("fedavg"));
     if (method == u"fedavg")
@@ -327,6 +327,13 @@ AggregationSpec readAggregationSpec(JsonReader reader)
         aggregation.compression = *known;
     else
         reader.fail(u"compression", QStringLiteral("'%1' is not a compression (choose int8 or none)").arg(compression));
+    const QString state = reader.string(u"optimizerState", Presence::Optional, QStringLiteral("reset"));
+    if (state == u"reset")
+        aggregation.optimizerState = AggregationSpec::OptimizerState::Reset;
+    else if (state == u"averaged")
+        aggregation.optimizerState = AggregationSpec::OptimizerState::Averaged;
+    else
+        reader.fail(u"optimizerState", QStringLiteral("'%1' is not an optimizer state (choose reset or averaged)").arg(state));
     return aggregation;
 }
 
@@ -338,6 +345,9 @@ QJsonObject aggregationSpecToJson(const AggregationSpec& aggregation)
         { QStringLiteral("outerLr"), aggregation.outerLr },
         { QStringLiteral("outerMomentum"), aggregation.outerMomentum },
         { QStringLiteral("compression"), compressionName(aggregation.compression) },
+        { QStringLiteral("optimizerState"),
+            aggregation.optimizerState == AggregationSpec::OptimizerState::Averaged ? QStringLiteral("averaged")
+                                                                                    : QStringLiteral("reset") },
     };
 }
 
@@ -500,6 +510,9 @@ Status JobSpec::validate() const
                 .arg(dataset.builtin));
     if (gpt && model.width % model.heads != 0)
         return fail("model.width", QStringLiteral("the width must be a multiple of heads"));
+    if (aggregation.optimizerState == AggregationSpec::OptimizerState::Averaged && !optimizer.isAdam()
+        && optimizer.momentum == 0.0)
+        return fail("aggregation.optimizerState", QStringLiteral("sgd without momentum keeps no optimizer state to average"));
     if (optimizer.schedule.kind != ScheduleSpec::Kind::Constant) {
         if (optimizer.schedule.minLr > optimizer.lr)
             return fail("optimizer.schedule.minLr", QStringLiteral("must not be above the learning rate"));

@@ -125,6 +125,11 @@ struct AggregationSpec {
     double outerLr = 1.0;
     double outerMomentum = 0.9; // nesterov only
     Compression compression = Compression::Int8; // docs/JOBS.md: within 0.3 pt of none on the example jobs
+    // What the shards' optimizer (AdamW moments, SGD momentum) starts each round from: Reset, a fresh
+    // state in every shard; Averaged, the mean of the previous round's shards' final states, carried
+    // in the round's weights (docs/DETERMINISM.md, "Carried optimizer state").
+    enum class OptimizerState { Reset, Averaged };
+    OptimizerState optimizerState = OptimizerState::Reset;
 
     bool operator==(const AggregationSpec&) const = default;
 };

@@ -24,7 +24,8 @@ Result<ShardTask> ShardTask::fromJson(const QJsonObject& json)
     reader.allowOnly({ QStringLiteral("jobId"), QStringLiteral("round"), QStringLiteral("shard"), QStringLiteral("sampleBegin"),
         QStringLiteral("sampleEnd"), QStringLiteral("localSteps"), QStringLiteral("batchSize"), QStringLiteral("seed"),
         QStringLiteral("threads"), QStringLiteral("checkpointInterval"), QStringLiteral("model"), QStringLiteral("dataset"),
-        QStringLiteral("optimizer"), QStringLiteral("startWeights"), QStringLiteral("compression") });
+        QStringLiteral("optimizer"), QStringLiteral("startWeights"), QStringLiteral("compression"),
+        QStringLiteral("optimizerState") });
     constexpr std::int64_t MaxIndex = std::int64_t(1) << 40;
     ShardTask task;
     task.jobId = reader.string(u"jobId");
@@ -46,6 +47,11 @@ Result<ShardTask> ShardTask::fromJson(const QJsonObject& json)
         task.compression = *known;
     else
         reader.fail(u"compression", QStringLiteral("'%1' is not a compression (int8 or none)").arg(compression));
+    const QString state = reader.string(u"optimizerState", Presence::Optional, QStringLiteral("reset"));
+    if (state == u"averaged")
+        task.carriesOptimizer = true;
+    else if (state != u"reset")
+        reader.fail(u"optimizerState", QStringLiteral("'%1' is not an optimizer state (reset or averaged)").arg(state));
     if (!reader.ok())
         return reader.status().error();
     if (auto status = task.validate(); !status)
@@ -74,6 +80,8 @@ QJsonObject ShardTask::toJson() const
         json.insert(QStringLiteral("startWeights"), startWeights.toHex());
     if (compression != Compression::None) // absent means none: tasks of uncompressed jobs read as before
         json.insert(QStringLiteral("compression"), compressionName(compression));
+    if (carriesOptimizer) // absent means reset, as before
+        json.insert(QStringLiteral("optimizerState"), QStringLiteral("averaged"));
     return json;
 }
 

@@ -31,6 +31,9 @@ struct ShardTask {
     OptimizerSpec optimizer;
     Digest startWeights; // W_r; null for round 0 of a zoo model (seeded init)
     Compression compression = Compression::None; // what the node reveals: its weights, or an int8 update
+    // The round's weights hold the optimizer's state too ("optimizer/..."), the shard starts from it
+    // and reveals its own final state with its weights (aggregation.optimizerState averaged).
+    bool carriesOptimizer = false;
 
     static Result<ShardTask> fromJson(const QJsonObject& json);
     QJsonObject toJson() const;

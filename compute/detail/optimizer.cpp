@@ -111,6 +111,24 @@ NamedTensors Optimizer::state() const
     return state;
 }
 
+NamedTensors Optimizer::initialState() const
+{
+    NamedTensors state;
+    const bool adam = m_spec.isAdam();
+    for (const auto& [name, parameter] : m_parameters) {
+        if (adam) {
+            state.emplace_back("exp_avg/" + name, torch::zeros_like(parameter));
+            state.emplace_back("exp_avg_sq/" + name, torch::zeros_like(parameter));
+        } else if (m_spec.momentum != 0.0) {
+            state.emplace_back("momentum/" + name, torch::zeros_like(parameter));
+        }
+    }
+    if (adam)
+        state.emplace_back("adam_step", torch::tensor(std::int64_t(0), torch::kInt64));
+    sortByName(state);
+    return state;
+}
+
 core::Status Optimizer::loadState(const NamedTensors& state)
 {
     auto find = [&](const std::string& name) -> at::Tensor {

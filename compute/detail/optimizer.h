@@ -28,6 +28,9 @@ public:
     // "momentum/<param>" (sgd); "exp_avg/<param>", "exp_avg_sq/<param>" and "adam_step" (adam, adamw).
     NamedTensors state() const;
     core::Status loadState(const NamedTensors& state);
+    // The state before any step, as state() names it: zero buffers for every parameter (none for
+    // sgd without momentum) and adam_step 0. Loaded, it steps to the same values as a fresh optimizer.
+    NamedTensors initialState() const;
 
 private:
     void clipGradients();

@@ -200,6 +200,37 @@ core::Result<NamedTensors> unpickleTensors(const QByteArray& bytes, const QStrin
     return *read;
 }
 
+NamedTensors withPrefix(const std::string& prefix, const NamedTensors& tensors)
+{
+    NamedTensors prefixed;
+    prefixed.reserve(tensors.size());
+    for (const auto& [name, tensor] : tensors)
+        prefixed.emplace_back(prefix + name, tensor);
+    return prefixed;
+}
+
+NamedTensors stripPrefix(const std::string& prefix, const NamedTensors& tensors)
+{
+    NamedTensors stripped;
+    for (const auto& [name, tensor] : tensors) {
+        if (name.rfind(prefix, 0) == 0)
+            stripped.emplace_back(name.substr(prefix.size()), tensor);
+    }
+    return stripped;
+}
+
+bool isCarried(const std::string& name)
+{
+    return name.rfind(CarriedPrefix, 0) == 0;
+}
+
+NamedTensors modelPart(NamedTensors tensors)
+{
+    tensors.erase(
+        std::remove_if(tensors.begin(), tensors.end(), [](const auto& entry) { return isCarried(entry.first); }), tensors.end());
+    return tensors;
+}
+
 NamedTensors cloneTensors(const NamedTensors& tensors)
 {
     NamedTensors copies;

@@ -29,6 +29,19 @@ core::Digest canonicalHash(const NamedTensors& tensors);
 QByteArray pickleTensors(const NamedTensors& tensors);
 core::Result<NamedTensors> unpickleTensors(const QByteArray& bytes, const QString& what);
 
+// The names of a training state's parts: "model/<name>", "optimizer/<name>"; prefix added, or
+// the entries with it, prefix removed.
+NamedTensors withPrefix(const std::string& prefix, const NamedTensors& tensors);
+NamedTensors stripPrefix(const std::string& prefix, const NamedTensors& tensors);
+
+// A round's weights may carry the shards' averaged optimizer state beside the model's tensors, under
+// "optimizer/" (aggregation.optimizerState averaged; docs/DETERMINISM.md, "Carried optimizer
+// state"). Such entries travel whole, are averaged rather than stepped, and are no part of the model.
+inline const std::string CarriedPrefix = "optimizer/";
+bool isCarried(const std::string& name);
+// The model's own tensors: without the carried optimizer state.
+NamedTensors modelPart(NamedTensors tensors);
+
 // Deep copies (detached, contiguous), so that later training does not change them.
 NamedTensors cloneTensors(const NamedTensors& tensors);
 

@@ -31,6 +31,20 @@ template<typename F> auto shielded(const QString& context, F&& f) -> decltype(f(
     }
 }
 
+// What is int8 in a compressed form: the model's float32 tensors. Integer counters, other float
+// types and the carried optimizer state travel whole (keep/).
+bool quantised(const std::string& name, const at::Tensor& w)
+{
+    return w.scalar_type() == at::kFloat && !isCarried(name);
+}
+
+// What a shard's contribution is the change of (final - base): the model's float tensors. For the
+// rest (counters, the carried optimizer state) it is the shard's own value.
+bool changes(const std::string& name, const at::Tensor& w)
+{
+    return w.is_floating_point() && !isCarried(name);
+}
+
 bool isCompressed(const NamedTensors& revealed)
 {
     return std::any_of(revealed.begin(), revealed.end(), [](const auto& entry) { return entry.first == MetaName; });
@@ -110,7 +124,7 @@ core::Result<NamedTensors> revealedUpdate(core::Compression compression, const N
             if (start[i].first != name || start[i].second.sizes() != tensor.sizes()
                 || start[i].second.scalar_type() != tensor.scalar_type())
                 return unfit(QStringLiteral("'%1' does not fit the round's weights").arg(QString::fromStdString(name)));
-            if (tensor.scalar_type() == at::kFloat) {
+            if (tensor.scalar_type() == at::kFloat && !isCarried(name)) {
                 if (auto status = quantise(start[i].second, tensor, name, out); !status)
                     return status.error();
             } else {
@@ -161,8 +175,8 @@ core::Status forEachDelta(
                     return unfit(QStringLiteral("the weights do not fit the model"));
             }
             for (std::size_t i = 0; i < base.size(); ++i) {
-                const auto& w = base[i].second;
-                take(i, w.is_floating_point() ? revealed[i].second - w : revealed[i].second);
+                const auto& [name, w] = base[i];
+                take(i, changes(name, w) ? revealed[i].second - w : revealed[i].second);
             }
             return {};
         }
@@ -175,7 +189,7 @@ core::Status forEachDelta(
         std::size_t used = 1;
         for (const auto& [name, w] : base) {
             const QString what = QString::fromStdString(name);
-            if (w.scalar_type() != at::kFloat) {
+            if (!quantised(name, w)) {
                 const auto kept = byName[KeepPrefix + name];
                 if (!kept.defined() || kept.sizes() != w.sizes() || kept.scalar_type() != w.scalar_type())
                     return unfit(QStringLiteral("the update has no keep/%1 of the model's shape and type").arg(what));
@@ -198,10 +212,10 @@ core::Status forEachDelta(
         // One tensor's change at a time: the caller adds it where it goes and lets go of it.
         for (std::size_t i = 0; i < base.size(); ++i) {
             const auto& [name, w] = base[i];
-            if (w.scalar_type() != at::kFloat) {
+            if (!quantised(name, w)) {
                 // A float tensor of another type (float64, float16) travels whole: its change is taken from it.
                 const auto& kept = byName[KeepPrefix + name];
-                take(i, w.is_floating_point() ? kept - w : kept);
+                take(i, changes(name, w) ? kept - w : kept);
             } else {
                 take(i, dequantise(byName[UpdatePrefix + name], byName[ScalePrefix + name]));
             }
@@ -231,7 +245,7 @@ core::Result<NamedTensors> revealedWeights(const NamedTensors& revealed, const N
     auto status = forEachDelta(revealed, base, [&](std::size_t i, const at::Tensor& delta) {
         const auto& [name, w] = base[i];
         // Tensors that travel whole are the shard's own values, not base + (value - base).
-        out.emplace_back(name, w.scalar_type() == at::kFloat ? w + delta : byName[KeepPrefix + name]);
+        out.emplace_back(name, quantised(name, w) ? w + delta : byName[KeepPrefix + name]);
     });
     if (!status)
         return status.error();

@@ -20,7 +20,8 @@ constexpr std::int64_t UpdateFormatVersion = 1;
 // d = final - start (float32) as "update/N" (int8, N's shape) and "scale/N" (float32, one per block
 // of 256 flattened elements), with, per block, scale = max|d| / 127 and q = round_half_even(d /
 // scale) (0 where scale is 0); other tensors (integer counters) whole as "keep/N"; and
-// "meta/compression" = int64 [1, 256]. Element by element in plain C++, so every CPU gets the same
+// "meta/compression" = int64 [1, 256]. The carried optimizer state ("optimizer/...", isCarried)
+// travels whole as keep/ too. Element by element in plain C++, so every CPU gets the same
 // bits from the same inputs. An error when the shapes differ or the update is not finite.
 core::Result<NamedTensors> revealedUpdate(core::Compression compression, const NamedTensors& start, const NamedTensors& final);
 
@@ -33,8 +34,9 @@ void appendKept(const std::string& name, const at::Tensor& tensor, NamedTensors&
 void appendCompressionMeta(NamedTensors& out);
 
 // What a revealed form contributes, aligned with `base` (the round's weights): for each float
-// tensor the shard's change (final - base, or q * scale decoded), for each other tensor the shard's
-// value. An error names what does not fit.
+// tensor of the model the shard's change (final - base, or q * scale decoded), for each other
+// tensor (integer counters, the carried optimizer state, which travel whole) the shard's value.
+// An error names what does not fit.
 core::Result<NamedTensors> shardDelta(const NamedTensors& revealed, const NamedTensors& base);
 // The same, one tensor at a time: take(i, change of base[i]) for each tensor in base's order, after
 // the whole form was checked (nothing is taken from a form that does not fit). Only one decoded

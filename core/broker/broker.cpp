@@ -784,7 +784,10 @@ Result<std::optional<Broker::AggregatedRound>> Broker::aggregateRound(
             return status.error();
         return std::optional<AggregatedRound> {};
     };
-    auto aggregated = m_math.aggregate(spec.aggregation, std::move(*global), updates, outerState);
+    auto aggregation = spec.aggregation;
+    if (round + 1 == spec.training.rounds) // the job's weights are the model's alone: no round carries the rest on
+        aggregation.optimizerState = AggregationSpec::OptimizerState::Reset;
+    auto aggregated = m_math.aggregate(aggregation, std::move(*global), updates, outerState);
     if (!aggregated)
         return failed(QStringLiteral("aggregated"), aggregated.error());
     // Stored first, so that the evaluation holds the only copy of the bytes and lets go of them.

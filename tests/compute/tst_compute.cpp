@@ -25,6 +25,8 @@
 #include <QTemporaryDir>
 #include <QTest>
 
+#include <map>
+
 using namespace tessera;
 using compute::ComputeEnvironment;
 using compute::detail::NamedTensors;
@@ -548,6 +550,108 @@ private Q_SLOTS:
         const auto misfit = compute::detail::pickleTensors({ { "w", torch::tensor({ 1.0f, 2.0f, 3.0f }) } });
         QVERIFY(!compute::aggregate(fedAvg, global, { { 0, 1, misfit, {} } }, {}).ok());
         QVERIFY(!compute::aggregate(fedAvg, global, { { 0, 1, QByteArray("junk"), {} } }, {}).ok());
+    }
+
+    // aggregation.optimizerState averaged: round 0 starts from an optimizer that has not stepped
+    // (zero moments in the round's weights, and then exactly the fresh optimizer's training), each
+    // shard reveals its final optimizer state whole beside its int8 update, the next round's weights
+    // hold the samples-weighted mean of those states beside the model stepped as before, a shard of
+    // that round starts from them, and a job's last round drops them.
+    void anAveragedOptimizerStateCarriesIntoTheNextRound()
+    {
+        using State = core::AggregationSpec::OptimizerState;
+        auto spec = smallGpt();
+        spec.training.shardsPerRound = 2;
+        spec.training.localSteps = 10;
+        spec.training.checkpointInterval = 5;
+        spec.aggregation.optimizerState = State::Averaged;
+        spec.aggregation.compression = core::Compression::Int8;
+        QVERIFY(spec.validate().ok());
+        auto reset = spec;
+        reset.aggregation.optimizerState = State::Reset;
+        const auto carried = prepare(spec);
+        const auto fresh = prepare(reset);
+        QVERIFY(carried.tasks[0].carriesOptimizer && !fresh.tasks[0].carriesOptimizer);
+
+        const auto start = unpickle(carried.start.bytes);
+        const auto model = unpickle(fresh.start.bytes);
+        std::size_t zeros = 0;
+        for (const auto& [name, tensor] : start) {
+            if (compute::detail::isCarried(name)) {
+                ++zeros;
+                QCOMPARE(tensor.count_nonzero().item<std::int64_t>(), std::int64_t(0));
+            }
+        }
+        QCOMPARE(zeros, 2 * model.size() + 1); // exp_avg and exp_avg_sq of each parameter, adam_step
+
+        QList<compute::ShardOutput> outputs, fresher;
+        QList<compute::ShardUpdate> updates, freshUpdates;
+        for (int shard = 0; shard < 2; ++shard) {
+            outputs.append(compute::runShard(carried.tasks[shard], carried.start.bytes, {}));
+            fresher.append(compute::runShard(fresh.tasks[shard], fresh.start.bytes, {}));
+            QVERIFY2(outputs.last().result.outcome == core::ShardResult::Outcome::Completed,
+                qPrintable(outputs.last().result.failure));
+            QCOMPARE(outputs.last().result.checkpointHashes.first(), carried.start.canonicalHash);
+            QCOMPARE(outputs.last().result.checkpointHashes.mid(1), fresher.last().result.checkpointHashes.mid(1));
+            const auto samples = carried.tasks[shard].sampleEnd - carried.tasks[shard].sampleBegin;
+            updates.append({ shard, samples, outputs.last().weights, {} });
+            freshUpdates.append({ shard, samples, fresher.last().weights, {} });
+        }
+        std::map<std::string, at::Tensor> revealed[2];
+        for (int shard = 0; shard < 2; ++shard) {
+            for (const auto& [name, tensor] : unpickle(outputs[shard].weights))
+                revealed[shard][name] = tensor;
+        }
+        QVERIFY(revealed[0].count("keep/optimizer/exp_avg/transformer.wte.weight"));
+        QVERIFY(!revealed[0].count("update/optimizer/exp_avg/transformer.wte.weight"));
+        QCOMPARE(revealed[0]["keep/optimizer/adam_step"].item<std::int64_t>(), std::int64_t(10));
+
+        const auto aggregated = compute::aggregate(spec.aggregation, carried.start.bytes, updates, {});
+        QVERIFY2(aggregated.ok(), qPrintable(aggregated.ok() ? QString() : aggregated.error().toString()));
+        const auto plain = compute::aggregate(reset.aggregation, fresh.start.bytes, freshUpdates, {});
+        QVERIFY(plain.ok());
+        const auto next = unpickle(aggregated->weights.bytes);
+        QCOMPARE(next.size(), start.size());
+        const double share0 = double(updates[0].samples) / double(updates[0].samples + updates[1].samples);
+        for (const auto& [name, tensor] : next) {
+            if (!compute::detail::isCarried(name))
+                continue;
+            const auto& a = revealed[0][key("keep/", name)];
+            const auto& b = revealed[1][key("keep/", name)];
+            if (!tensor.is_floating_point()) {
+                QCOMPARE(tensor.item<std::int64_t>(), std::int64_t(10));
+                continue;
+            }
+            const auto mean = torch::zeros_like(a).add_(a, share0).add_(b, 1.0 - share0);
+            QVERIFY2(torch::equal(tensor, mean), name.c_str());
+        }
+        // The model's part is the reset job's round, bit for bit.
+        QCOMPARE(compute::detail::canonicalHash(compute::detail::modelPart(next)), plain->weights.canonicalHash);
+        QCOMPARE(*compute::roundWeightsFromChange(carried.start.bytes, aggregated->change), aggregated->weights.bytes);
+        QCOMPARE(*compute::elementCount(aggregated->weights.bytes), *compute::elementCount(plain->weights.bytes));
+        QVERIFY(compute::evaluate(spec, aggregated->weights.bytes, {}, 1).ok());
+
+        // Round 1 starts from the mean; a task must say whether its weights carry a state.
+        const auto round1 = core::decomposeRound(QStringLiteral("job"), spec, 1, aggregated->weights.canonicalHash);
+        const auto next0 = compute::runShard(round1[0], aggregated->weights.bytes, {});
+        QVERIFY2(next0.result.outcome == core::ShardResult::Outcome::Completed, qPrintable(next0.result.failure));
+        QCOMPARE(next0.result.checkpointHashes.first(), aggregated->weights.canonicalHash);
+        auto unaware = round1[0];
+        unaware.carriesOptimizer = false;
+        const auto refused = compute::runShard(unaware, aggregated->weights.bytes, {});
+        QCOMPARE(refused.result.outcome, core::ShardResult::Outcome::Failed);
+        QVERIFY2(refused.result.failure.contains(QStringLiteral("optimizer/")), qPrintable(refused.result.failure));
+        auto expecting = fresh.tasks[0];
+        expecting.carriesOptimizer = true;
+        const auto missing = compute::runShard(expecting, fresh.start.bytes, {});
+        QCOMPARE(missing.result.outcome, core::ShardResult::Outcome::Failed);
+        QVERIFY2(missing.result.failure.contains(QStringLiteral("carry no optimizer state")), qPrintable(missing.result.failure));
+
+        // A job's last round (aggregated with reset, as the broker does): the model's tensors alone.
+        const auto last = compute::aggregate(
+            reset.aggregation, aggregated->weights.bytes, { { 0, updates[0].samples, next0.weights, {} } }, {});
+        QVERIFY2(last.ok(), qPrintable(last.ok() ? QString() : last.error().toString()));
+        QCOMPARE(unpickle(last->weights.bytes).size(), model.size());
     }
 
     // With compression int8 a shard trains exactly as without (the same chain) and reveals its

@@ -81,6 +81,14 @@ private Q_SLOTS:
         QVERIFY2(again.ok(), qPrintable(again.ok() ? QString() : again.error().toString()));
         QCOMPARE(*again, task);
         QCOMPARE(task.checkpointCount(), 11);
+        QVERIFY(!task.toJson().contains(QStringLiteral("optimizerState"))); // reset, as tasks were before
+        auto carrying = task;
+        carrying.carriesOptimizer = true;
+        QCOMPARE(carrying.toJson().value(QStringLiteral("optimizerState")).toString(), QStringLiteral("averaged"));
+        QCOMPARE(*ShardTask::fromJson(carrying.toJson()), carrying);
+        auto json = task.toJson();
+        json.insert(QStringLiteral("optimizerState"), QStringLiteral("kept"));
+        QCOMPARE(ShardTask::fromJson(json).error().field, QStringLiteral("optimizerState"));
     }
 
     void shardTaskValidation()

@@ -189,7 +189,8 @@ private Q_SLOTS:
             "name": "lm", "model": { "zoo": "gpt", "context": 64 }, "dataset": { "builtin": "fortunes" },
             "optimizer": { "kind": "adamw", "lr": 0.002, "weightDecay": 0.1, "clipNorm": 1.0,
                            "schedule": { "warmupSteps": 10, "minLr": 0.0002 } },
-            "training": { "rounds": 5, "shardsPerRound": 2, "localSteps": 20, "batchSize": 16 }, "budget": "10"
+            "training": { "rounds": 5, "shardsPerRound": 2, "localSteps": 20, "batchSize": 16 },
+            "aggregation": { "optimizerState": "averaged" }, "budget": "10"
         })")
                         .object();
         auto spec = JobSpec::fromJson(json);
@@ -201,6 +202,7 @@ private Q_SLOTS:
         QCOMPARE(spec->optimizer.kind, OptimizerSpec::Kind::AdamW);
         QCOMPARE(spec->optimizer.schedule.kind, ScheduleSpec::Kind::Cosine);
         QCOMPARE(spec->optimizer.schedule.totalSteps, 100);
+        QCOMPARE(spec->aggregation.optimizerState, AggregationSpec::OptimizerState::Averaged);
         QCOMPARE(*JobSpec::fromJson(spec->toJson()), *spec);
         // Warmup from lr / 10 up to lr, then half way down at the middle of the decay, minLr at the end.
         const auto& o = spec->optimizer;
@@ -216,6 +218,8 @@ private Q_SLOTS:
             { QStringLiteral("optimizer.schedule.warmupSteps"), 500, QStringLiteral("optimizer.schedule.warmupSteps") },
             { QStringLiteral("optimizer.schedule.kind"), QStringLiteral("step"), QStringLiteral("optimizer.schedule.kind") },
             { QStringLiteral("model.context"), 1, QStringLiteral("model.context") },
+            { QStringLiteral("aggregation.optimizerState"), QStringLiteral("kept"),
+                QStringLiteral("aggregation.optimizerState") },
         };
         for (const auto& [path, value, field] : refused) {
             auto bad = json;
@@ -227,11 +231,15 @@ private Q_SLOTS:
         auto classifier = minimalJob();
         setPath(classifier, u"dataset.builtin", QStringLiteral("fortunes"));
         QCOMPARE(JobSpec::fromJson(classifier).error().field, QStringLiteral("model.zoo"));
+        auto stateless = minimalJob(); // plain sgd: nothing to average
+        setPath(stateless, u"aggregation.optimizerState", QStringLiteral("averaged"));
+        QCOMPARE(JobSpec::fromJson(stateless).error().field, QStringLiteral("aggregation.optimizerState"));
 
         // A TorchScript language model on the text names the context its windows are cut to.
         auto scripted = json;
         scripted.insert(QStringLiteral("model"),
-            QJsonObject { { QStringLiteral("torchscript"), QJsonObject { { QStringLiteral("file"), QStringLiteral("lm.pt") } } } });
+            QJsonObject {
+                { QStringLiteral("torchscript"), QJsonObject { { QStringLiteral("file"), QStringLiteral("lm.pt") } } } });
         QCOMPARE(JobSpec::fromJson(scripted).error().field, QStringLiteral("model.context"));
         setPath(scripted, u"model.context", 48);
         const auto withContext = JobSpec::fromJson(scripted);

@@ -263,7 +263,7 @@ private Q_SLOTS:
                    "schedule": { "warmupSteps": 5, "minLr": 0.0003 } },
     "training": { "rounds": 2, "shardsPerRound": 3, "localSteps": 20, "batchSize": 16, "seed": 5, "threads": 1,
                   "checkpointInterval": 5 },
-    "aggregation": { "method": "nesterov", "outerLr": 0.7, "outerMomentum": 0.9 },
+    "aggregation": { "method": "nesterov", "outerLr": 0.7, "outerMomentum": 0.9, "optimizerState": "averaged" },
     "budget": "1000",
     "verification": { "rate": 1.0 }
 })"));

@@ -59,6 +59,7 @@ private Q_SLOTS:
         QCOMPARE(spec->optimizer.schedule.totalSteps, spec->training.rounds * spec->training.localSteps);
         QCOMPARE(spec->optimizer.clipNorm, 1.0);
         QCOMPARE(spec->aggregation.method, core::AggregationSpec::Method::FedAvg);
+        QCOMPARE(spec->aggregation.optimizerState, core::AggregationSpec::OptimizerState::Averaged);
         QVERIFY(panel.errorText().isEmpty());
         qobject_cast<QSpinBox*>(panel.field(QStringLiteral("heads")))->setValue(5); // 96 is not a multiple of 5
         QCOMPARE(panel.spec().error().field, QStringLiteral("model.width"));

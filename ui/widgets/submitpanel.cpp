@@ -215,6 +215,13 @@ core::Result<core::JobSpec> SubmitPanel::spec() const
             QJsonObject { { QStringLiteral("kind"), QStringLiteral("cosine") },
                 { QStringLiteral("warmupSteps"), std::max(1, total / 20) }, { QStringLiteral("minLr"), m_lr->value() / 10.0 } });
     }
+    QJsonObject aggregation { { QStringLiteral("method"), m_aggregation->currentData().toString() } };
+    if (m_aggregation->currentData().toString() == u"nesterov" && model == u"gpt") {
+        aggregation.insert(QStringLiteral("outerLr"), 0.7);
+        aggregation.insert(QStringLiteral("outerMomentum"), 0.9);
+    }
+    if (model == u"gpt" && m_optimizer->currentData().toString() != u"sgd") // AdamW's moments carried across rounds
+        aggregation.insert(QStringLiteral("optimizerState"), QStringLiteral("averaged"));
     const QJsonObject job {
         { QStringLiteral("version"), 1 },
         { QStringLiteral("name"), m_name->text().trimmed() },
@@ -225,11 +232,7 @@ core::Result<core::JobSpec> SubmitPanel::spec() const
             QJsonObject { { QStringLiteral("rounds"), m_rounds->value() },
                 { QStringLiteral("shardsPerRound"), m_shards->value() }, { QStringLiteral("localSteps"), m_steps->value() },
                 { QStringLiteral("batchSize"), m_batch->value() }, { QStringLiteral("seed"), m_seed->value() } } },
-        { QStringLiteral("aggregation"),
-            m_aggregation->currentData().toString() == u"nesterov" && model == u"gpt"
-                ? QJsonObject { { QStringLiteral("method"), QStringLiteral("nesterov") }, { QStringLiteral("outerLr"), 0.7 },
-                    { QStringLiteral("outerMomentum"), 0.9 } }
-                : QJsonObject { { QStringLiteral("method"), m_aggregation->currentData().toString() } } },
+        { QStringLiteral("aggregation"), aggregation },
         { QStringLiteral("budget"), m_budget->text().trimmed() },
         { QStringLiteral("verification"), QJsonObject { { QStringLiteral("rate"), m_verification->value() } } },
     };
