@@ -182,14 +182,15 @@ def scale(f):
     against the smallest model's figures of the same run (runtime and dataset)."""
     if "scale.1m.nodeRssMB" not in f:
         return
-    for name in SCALE:
+    for name in SCALE + ("gpt40m",):
         key = "scale.%s." % name
         if key + "params" not in f:
             continue
         f[key + "paramsM"] = f[key + "params"] / 1e6
         f[key + "modelMB"] = f[key + "modelBytes"] / 1e6
         f[key + "bytesPerRoundMB"] = f[key + "bytesPerRound"] / 1e6
-        f[key + "nodeBudgetMB"] = f["scale.1m.nodeRssMB"] + 5 * f[key + "modelMB"]
+        # A node holds about 5 model copies with SGD; AdamW adds its two moments, live and in the kept state.
+        f[key + "nodeBudgetMB"] = f["scale.1m.nodeRssMB"] + (9 if name.startswith("gpt") else 5) * f[key + "modelMB"]
         f[key + "brokerBudgetMB"] = f["scale.1m.brokerRssMB"] + 3 * f[key + "modelMB"]
         f[key + "nodeBudget"] = met(f[key + "nodeRssMB"], f[key + "nodeBudgetMB"], at_least=False)
         f[key + "brokerBudget"] = met(f[key + "brokerRssMB"], f[key + "brokerBudgetMB"], at_least=False)

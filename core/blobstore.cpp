@@ -159,6 +159,34 @@ Result<Digest> BlobStore::put(const QByteArray& bytes, const Digest& computed)
     return digest;
 }
 
+QString BlobStore::stagingDirectory() const
+{
+    return m_directory + QStringLiteral("/staging");
+}
+
+Result<Digest> BlobStore::adopt(const QString& file, const Digest& computed)
+{
+    const QFileInfo info(file);
+    if (computed.isNull() || !info.isFile())
+        return Error { QStringLiteral("blob"), QStringLiteral("cannot take in %1: no such file or no digest").arg(file) };
+    if (contains(computed)) {
+        QFile::remove(file);
+        touch(computed);
+        return computed;
+    }
+    const QString target = fileOf(computed);
+    QDir().mkpath(QFileInfo(target).absolutePath());
+    const std::int64_t size = info.size();
+    if (!QFile::rename(file, target)) {
+        QFile::remove(file);
+        return Error { QStringLiteral("blob"), QStringLiteral("cannot move %1 to %2").arg(file, target) };
+    }
+    m_entries.insert(computed, { size, ++m_clock });
+    m_total += size;
+    evict();
+    return computed;
+}
+
 std::int64_t BlobStore::uploadedBytes(const Digest& digest, const QString& uploader) const
 {
     if (contains(digest))

@@ -41,6 +41,14 @@ public:
     // only, never a peer's bytes.
     Result<Digest> put(const QByteArray& bytes, const Digest& computed);
 
+    // A folder on the store's file system where any thread may write a file (named *.part: one a
+    // crash leaves is removed when the store opens) for adopt() to take in without copying it.
+    QString stagingDirectory() const;
+    // Takes in a file this process wrote in stagingDirectory() under the SHA-256 the caller computed
+    // for its bytes (its own results only, as put(bytes, computed)): renamed into place, so the
+    // owner thread does no work in proportion to the file. The file is gone afterwards either way.
+    Result<Digest> adopt(const QString& file, const Digest& computed);
+
     // Chunked upload: ranges must arrive in order, each is written and hashed as it comes, and the
     // last one checks the SHA-256 (so no call does work in proportion to the whole blob). An upload is
     // its uploader's own (keyed by uploader and digest: a stranger's half-upload of the same file

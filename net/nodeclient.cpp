@@ -5,6 +5,8 @@
 #include "protocol.h"
 #include "ratelimiter.h"
 
+#include <QDir>
+#include <QFile>
 #include <QLoggingCategory>
 #include <QSet>
 #include <QThread>
@@ -366,7 +368,8 @@ struct NodeClient::Private {
         if (current->rebuilding)
             releaseChange();
         const auto& task = current->task;
-        outbox.push_back({ tag, current->assignment, untrained(task.jobId, task.round, task.shard, outcome, why), {}, {}, {} });
+        outbox.push_back(
+            { tag, current->assignment, untrained(task.jobId, task.round, task.shard, outcome, why), {}, {}, {}, {} });
         current.reset();
         abandonDownloads();
     }
@@ -619,9 +622,10 @@ struct NodeClient::Private {
             QString lost;
             if (completed && !task)
                 lost = QStringLiteral("the node lost track of the shard's task");
-            if (completed && task && !finished.keptState.isEmpty()) {
+            if (completed && task && (!finished.keptState.isEmpty() || !finished.keptStateFile.isEmpty())) {
                 const auto at = task->task.keptStateCheckpoint();
-                auto stored = cache.put(finished.keptState, finished.keptStateDigest);
+                auto stored = finished.keptStateFile.isEmpty() ? cache.put(finished.keptState, finished.keptStateDigest)
+                                                               : cache.adopt(finished.keptStateFile, finished.keptStateDigest);
                 if (stored) {
                     cache.pin(*stored); // until the result is settled
                     kept.checkpoints
@@ -634,6 +638,8 @@ struct NodeClient::Private {
                 }
             }
             finished.keptState.clear();
+            if (!finished.keptStateFile.isEmpty() && QFile::exists(finished.keptStateFile))
+                QFile::remove(finished.keptStateFile); // not taken in: the shard failed or was lost
             if (!lost.isEmpty()) {
                 for (const auto& digest : kept.inputs)
                     cache.unpin(digest);
@@ -669,6 +675,8 @@ NodeClient::NodeClient(
     NodeClientOptions options, ShardExecutor& executor, core::BlobStore& cache, QString tag, const core::Clock& clock)
     : d(std::make_unique<Private>(std::move(options), executor, cache, std::move(tag), clock))
 {
+    if (QDir().mkpath(cache.stagingDirectory()))
+        executor.stageIn(d->tag, cache.stagingDirectory());
     if (!d->options.resultLogPath.isEmpty()) {
         auto log = core::ResultLog::open(d->options.resultLogPath);
         if (log)
@@ -792,7 +800,7 @@ void NodeClient::Private::onTask(const Message& message)
         outbox.push_back({ tag, task->assignment,
             untrained(task->task.jobId, task->task.round, task->task.shard, core::ShardResult::Outcome::Returned,
                 QStringLiteral("the node is busy with another shard")),
-            {}, {}, {} });
+            {}, {}, {}, {} });
         return;
     }
     ++counters.tasks;

@@ -35,6 +35,9 @@ public:
         QByteArray weights; // empty when the shard failed
         QByteArray keptState; // the training state at task.keptStateCheckpoint(), for disputes
         core::Digest keptStateDigest; // its SHA-256 when the executor computed it (null: not yet)
+        // Or (keptState empty) the file the executor wrote it to in the client's staging folder
+        // (stageIn()), which the client's blob cache takes in by renaming it.
+        QString keptStateFile;
     };
     // A training state re-created for a dispute (recreate()), or why not (error non-empty).
     struct Recreated {
@@ -51,6 +54,10 @@ public:
         const QHash<core::Digest, QString>& blobPaths)
         = 0;
     virtual QList<Finished> takeFinished(const QString& tag) = 0; // thread-safe
+    // Where the shards a client `tag` starts may leave their kept training state as a file, written
+    // off the client's thread (a 40 M-parameter AdamW state is about 480 MB: writing it on the
+    // network loop stalled its heartbeats). An executor that ignores it hands the bytes back.
+    virtual void stageIn(const QString& tag, const QString& directory) { (void)tag, (void)directory; }
     // Re-creates the training state at `checkpoint` (1..n-1) of a shard this node trained, off the
     // caller's thread, from the round's weights (startWeightsPath) and the kept state (empty: none);
     // takeRecreated() collects it under `key`. False: this executor cannot (the dispute is answered

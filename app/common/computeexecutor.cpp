@@ -3,6 +3,7 @@
 #include <compute/weights.h>
 #include <core/readfile.h>
 
+#include <QFile>
 #include <QSet>
 
 #include <chrono>
@@ -21,13 +22,31 @@ ComputeExecutor::ComputeExecutor(compute::ComputeEnvironment environment)
     QObject::connect(
         m_thread.get(), &compute::ComputeThread::shardFinished, m_thread.get(),
         [this](const compute::ShardOutput& output) {
-            // Hashed here, on the compute thread, not on the client's network loop.
+            // Hashed here, on the compute thread, not on the client's network loop, and written here
+            // to the client's staging folder when it has one.
             const auto keptDigest = output.keptState.isEmpty() ? core::Digest {} : core::Digest::ofBytes(output.keptState);
+            const QString key
+                = QStringLiteral("%1/%2/%3")
+                      .arg(output.result.jobId, QString::number(output.result.round), QString::number(output.result.shard));
+            QString staging;
+            {
+                QMutexLocker lock(&m_mutex);
+                staging = m_staging.value(m_pending.value(key).tag);
+            }
+            QByteArray kept = output.keptState;
+            QString keptFile;
+            if (!kept.isEmpty() && !staging.isEmpty()) {
+                QFile file(QStringLiteral("%1/kept-%2.part").arg(staging, keptDigest.toHex()));
+                if (file.open(QIODevice::WriteOnly) && file.write(kept) == kept.size() && file.flush()) {
+                    keptFile = file.fileName();
+                    kept = QByteArray();
+                } else {
+                    file.remove(); // the client stores the bytes itself
+                }
+            }
             QMutexLocker lock(&m_mutex);
-            const auto pending = m_pending.take(
-                QStringLiteral("%1/%2/%3")
-                    .arg(output.result.jobId, QString::number(output.result.round), QString::number(output.result.shard)));
-            m_finished.append({ pending.tag, pending.assignment, output.result, output.weights, output.keptState, keptDigest });
+            const auto pending = m_pending.take(key);
+            m_finished.append({ pending.tag, pending.assignment, output.result, output.weights, kept, keptDigest, keptFile });
         },
         Qt::DirectConnection);
     // Hashed here, on the compute thread, not on the client's network loop.
@@ -82,6 +101,12 @@ template<typename T> QList<T> takeTagged(QList<T>& list, const QString& tag)
 }
 
 } // namespace
+
+void ComputeExecutor::stageIn(const QString& tag, const QString& directory)
+{
+    QMutexLocker lock(&m_mutex);
+    m_staging.insert(tag, directory);
+}
 
 QList<net::ShardExecutor::Finished> ComputeExecutor::takeFinished(const QString& tag)
 {

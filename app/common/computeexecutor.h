@@ -21,6 +21,7 @@ public:
     void start(const QString& tag, const QString& assignment, const core::ShardTask& task, const QByteArray& startWeights,
         const QHash<core::Digest, QString>& blobPaths) override;
     QList<Finished> takeFinished(const QString& tag) override;
+    void stageIn(const QString& tag, const QString& directory) override;
     bool recreate(const QString& tag, const QString& key, const core::ShardTask& task, std::int64_t checkpoint,
         const QString& startWeightsPath, const QString& keptStatePath, const QHash<core::Digest, QString>& blobPaths) override;
     QList<Recreated> takeRecreated(const QString& tag) override;
@@ -48,6 +49,7 @@ private:
     QList<Rebuilt> m_rebuilt;
     std::list<std::future<void>> m_rebuilds; // waited for before the rest goes
     QHash<core::Digest, QString> m_blobPaths;
+    QHash<QString, QString> m_staging; // by tag: where its shards' kept states are written
     std::unique_ptr<compute::ComputeThread> m_thread;
 };
 

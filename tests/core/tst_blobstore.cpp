@@ -84,6 +84,42 @@ private Q_SLOTS:
         QVERIFY(!store->contains(b));
     }
 
+    // A file written in the staging folder (by another thread) is taken in by renaming it, under
+    // the digest its writer computed; one already stored is just dropped; a file a crash left in
+    // the staging folder is removed when the store opens.
+    void takesInAStagedFileWithoutCopyingIt()
+    {
+        QTemporaryDir dir;
+        auto store = *BlobStore::open(dir.path());
+        QVERIFY(QDir().mkpath(store->stagingDirectory()));
+        auto stage = [&](const QByteArray& bytes, const QString& name) {
+            QFile file(store->stagingDirectory() + u'/' + name);
+            if (!file.open(QIODevice::WriteOnly) || file.write(bytes) != bytes.size())
+                qFatal("cannot stage %s", qPrintable(name));
+            return file.fileName();
+        };
+        const QByteArray state = bytesOf('s', 5000);
+        const QString staged = stage(state, QStringLiteral("kept-1.part"));
+        const auto digest = store->adopt(staged, Digest::ofBytes(state));
+        QVERIFY(digest.ok());
+        QCOMPARE(*digest, Digest::ofBytes(state));
+        QVERIFY(!QFile::exists(staged));
+        QCOMPARE(*store->read(*digest), state);
+        QCOMPARE(store->totalSize(), 5000);
+        const QString again = stage(state, QStringLiteral("kept-2.part"));
+        QVERIFY(store->adopt(again, Digest::ofBytes(state)).ok());
+        QVERIFY(!QFile::exists(again));
+        QCOMPARE(store->totalSize(), 5000);
+        QVERIFY(!store->adopt(store->stagingDirectory() + QStringLiteral("/none.part"), Digest::ofBytes("x")).ok());
+
+        const QString left = stage(QByteArray("crash"), QStringLiteral("kept-3.part"));
+        store.reset();
+        store = *BlobStore::open(dir.path());
+        QVERIFY(!QFile::exists(left));
+        QVERIFY(store->contains(*digest));
+        QCOMPARE(store->totalSize(), 5000);
+    }
+
     void indexSurvivesARestart()
     {
         QTemporaryDir dir;

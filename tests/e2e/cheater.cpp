@@ -54,7 +54,7 @@ public:
         };
         auto output = cheat(task, startWeights, environment);
         QMutexLocker lock(&m_mutex);
-        m_finished.append({ tag, assignment, output.result, output.weights, output.keptState, {} });
+        m_finished.append({ tag, assignment, output.result, output.weights, output.keptState, {}, {} });
     }
 
     QList<Finished> takeFinished(const QString& tag) override

@@ -41,7 +41,7 @@ public:
         result.shard = task.shard;
         result.outcome = core::ShardResult::Outcome::Failed;
         result.failure = QStringLiteral("out of memory");
-        m_finished.append({ tag, assignment, result, {}, {}, {} });
+        m_finished.append({ tag, assignment, result, {}, {}, {}, {} });
     }
     QList<Finished> takeFinished(const QString&) override { return std::exchange(m_finished, {}); }
     bool idle() const override { return m_finished.isEmpty(); }

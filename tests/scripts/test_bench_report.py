@@ -39,7 +39,8 @@ records = {
 
 # bench/scale.sh: per model size; state is a word, not a number.
 for name, params, ratio, node, broker, silent in (("1m", 1.07e6, 1.5, 268, 306, 0), ("10m", 10.0e6, 1.38, 531, 694, 0),
-                                                  ("40m", 36.8e6, 1.2, 1143, 1586, 0), ("100m", 98.7e6, 1.27, 2555, 3742, 2)):
+                                                  ("40m", 36.8e6, 1.2, 1143, 1586, 0), ("100m", 98.7e6, 1.27, 2555, 3742, 2),
+                                                  ("gpt40m", 39.6e6, 1.3, 1500, 900, 0)):
     records.update({"scale.%s.%s" % (name, key): value for key, value in (
         ("params", params), ("modelBytes", params * 4), ("localWall", 10.0), ("netWall", 10.0 * ratio), ("ratio", ratio),
         ("checks", 4), ("bytesPerRound", params * 24), ("localRssMB", node), ("nodeRssMB", node),
@@ -57,7 +58,7 @@ with tempfile.TemporaryDirectory() as out:
     with open(os.path.join(out, "records.txt"), "w") as f:
         for key, value in records.items():
             f.write("%s %r\n" % (key, float(value)))
-        for name in ("1m", "10m", "40m", "100m"):
+        for name in ("1m", "10m", "40m", "100m", "gpt40m"):
             f.write("scale.%s.state finished\n" % name)
     for threads in (1, 2):
         json.dump(device(threads), open(os.path.join(out, "devices-%d.json" % threads), "w"))
@@ -98,6 +99,9 @@ with tempfile.TemporaryDirectory() as out:
     assert "at most 2.0 (met), no heartbeat missed (met), node peak RSS at most 1.2 GB (met)" in flat, flat
     assert "the job finishes (met)" in flat
     assert "| 2,555 MB | 3,742 MB | 2,555 MB | 2 |" in text
+    # The gpt's node budget counts AdamW's moments: 268 + 9 x 158 MB = 1,694 MB, 1,500 MB used.
+    assert "| gpt, 8 blocks of width 640, AdamW | 39.6 M | 158 MB | 13.0 s / 10.0 s = **1.30x** |" in text, text
+    assert "1,694 MB (met)" in flat, flat
     scale = open(os.path.join(out, "scale-curve.svg")).read()
     assert scale.count("<polyline") == 3 and "98.7 M" in scale, scale[:300]
 

@@ -271,9 +271,9 @@ void SubmitPanel::applyModelPreset()
     m_dataset->setCurrentIndex(m_dataset->findData(gpt ? QStringLiteral("fortunes") : QStringLiteral("fashion-mnist")));
     m_optimizer->setCurrentIndex(m_optimizer->findData(gpt ? QStringLiteral("adamw") : QStringLiteral("sgd")));
     m_lr->setValue(gpt ? 0.003 : 0.05);
-    m_rounds->setValue(gpt ? 12 : 15);
+    m_rounds->setValue(gpt ? 24 : 15);
     m_shards->setValue(gpt ? 2 : 3);
-    m_steps->setValue(gpt ? 50 : 100);
+    m_steps->setValue(gpt ? 25 : 100);
     m_batch->setValue(gpt ? 16 : 64);
     m_aggregation->setCurrentIndex(m_aggregation->findData(QStringLiteral("fedavg"))); // as the example: few rounds
     m_budget->setText(gpt ? QStringLiteral("5000") : QStringLiteral("100")); // a gpt costs about 1 GFLOP per window

@@ -1,0 +1,60 @@
+#pragma once
+
+// Portable kernels: forward and backward of the operators a zoo MLP trains with, and the optimiser
+// updates, each with a fixed order of float32 operations that does not depend on the CPU's SIMD
+// width or instruction set, the thread count, BLAS or LibTorch, so that every machine computes
+// the same bits from the same inputs (docs/DETERMINISM.md, "Portable kernels"). No torch, no libm
+// for anything that rounds (own exp and log); built with -ffp-contract=off, so that a multiply and
+// an add are two IEEE operations on every compiler and optimisation level.
+//
+// The rule for every sum: it starts at 0.0f and adds its terms one at a time in index order. Work
+// is split across threads only by output element, never within one, so a thread count changes
+// who computes an element, not how.
+//
+// Matrices are row-major float32, contiguous.
+
+#include <cstdint>
+
+namespace tessera::compute::portable {
+
+// y[n, out] = (sum over k of x[n, k] * w[out, k]) + b[out]   (b may be null)
+void linearForward(
+    const float* x, const float* w, const float* b, float* y, std::int64_t n, std::int64_t in, std::int64_t out, int threads = 1);
+// From dy[n, out]: dx[n, in] = sum over j of dy[n, j] * w[j, k] (j in order); dw[out, in] = sum over
+// rows i of dy[i, j] * x[i, k] (i in order); db[out] = sum over rows of dy. Any output may be null.
+void linearBackward(const float* x, const float* w, const float* dy, float* dx, float* dw, float* db, std::int64_t n,
+    std::int64_t in, std::int64_t out, int threads = 1);
+
+void reluForward(const float* x, float* y, std::int64_t count);
+// dx = dy where the forward output y was above 0, else 0.
+void reluBackward(const float* y, const float* dy, float* dx, std::int64_t count);
+
+// Mean cross-entropy of logits[n, classes] against targets[n]: per row, m = max, s = sum of
+// exp(z - m) in class order, loss_i = m + log(s) - z_target; the mean is the in-order sum of loss_i
+// over n. dlogits (may be null) = (exp(z - m) / s - onehot) / n.
+float crossEntropy(const float* logits, const std::int64_t* targets, float* dlogits, std::int64_t n, std::int64_t classes);
+
+// exp and log in float32 from range reduction and fixed polynomials (no libm), within 2 ulp of
+// the correctly rounded result over the range training meets; the same bits everywhere.
+float exp(float x);
+float log(float x);
+
+// Optimiser updates on one parameter tensor of `count` elements, element by element, exactly the
+// arithmetic of torch.optim's single-tensor paths written out in float32:
+//   SGD: g = grad + wd * p; buf = momentum * buf + g (buf = g at step 1); g = nesterov ? g + momentum
+//   * buf : buf; p = p - lr * g.
+void sgdStep(float* p, const float* grad, float* buffer, std::int64_t count, float lr, float momentum, float weightDecay,
+    bool nesterov, bool firstStep);
+//   Adam(W): (AdamW: p = p * (1 - lr * wd); Adam: g = grad + wd * p); m = beta1 * m + (1 - beta1) * g;
+//   v = beta2 * v + (1 - beta2) * g * g; p = p - (lr / bc1) * m / (sqrt(v) / sqrt(bc2) + eps), with
+//   bc = 1 - beta^step computed in float64 by repeated squaring (not pow).
+void adamStep(float* p, const float* grad, float* m, float* v, std::int64_t count, double lr, double beta1, double beta2,
+    double eps, double weightDecay, bool decoupled, std::int64_t step);
+double biasCorrection(double beta, std::int64_t step);
+
+// The global L2 norm of several gradients (clip_grad_norm_): the sum of squares in float64 over
+// tensors in order and elements in order, its square root; and the factor min(1, max / (norm + 1e-6)).
+double sumOfSquares(const float* values, std::int64_t count);
+float clipFactor(double sumSquares, double maxNorm);
+
+} // namespace tessera::compute::portable
