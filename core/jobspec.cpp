@@ -57,6 +57,23 @@ void writeInitialWeights(const ModelSpec& model, QJsonObject& json)
         json.insert(QStringLiteral("initialWeights"), initial);
 }
 
+// An optional string field that names one of a few values (the first is the default): its value,
+// or the default and a failure that lists the choices ("'x' is not an aggregation method (choose
+// fedavg or nesterov)").
+template<typename T>
+T oneOf(JsonReader& reader, QStringView key, const QString& what, const QList<std::pair<QString, T>>& choices)
+{
+    const QString name = reader.string(key, Presence::Optional, choices.front().first);
+    QStringList words;
+    for (const auto& [word, value] : choices) {
+        if (name == word)
+            return value;
+        words.append(word);
+    }
+    reader.fail(key, QStringLiteral("'%1' is not %2 (choose %3)").arg(name, what, words.join(QStringLiteral(" or "))));
+    return choices.front().second;
+}
+
 } // namespace
 
 ModelSpec readModelSpec(JsonReader reader)
@@ -311,13 +328,9 @@ AggregationSpec readAggregationSpec(JsonReader reader)
     reader.allowOnly({ QStringLiteral("method"), QStringLiteral("outerLr"), QStringLiteral("outerMomentum"),
         QStringLiteral("compression"), QStringLiteral("optimizerState") });
     AggregationSpec aggregation;
-    const QString method = reader.string(u"method", Presence::Optional, QStringLiteral("fedavg"));
-    if (method == u"fedavg")
-        aggregation.method = AggregationSpec::Method::FedAvg;
-    else if (method == u"nesterov")
-        aggregation.method = AggregationSpec::Method::Nesterov;
-    else
-        reader.fail(u"method", QStringLiteral("'%1' is not an aggregation method (choose fedavg or nesterov)").arg(method));
+    aggregation.method = oneOf<AggregationSpec::Method>(reader, u"method", QStringLiteral("an aggregation method"),
+        { { QStringLiteral("fedavg"), AggregationSpec::Method::FedAvg },
+            { QStringLiteral("nesterov"), AggregationSpec::Method::Nesterov } });
     aggregation.outerLr = reader.number(u"outerLr", 0.0, 10.0, Presence::Optional, 1.0);
     if (reader.ok() && aggregation.outerLr <= 0.0)
         reader.fail(u"outerLr", QStringLiteral("the outer learning rate must be above 0"));
@@ -327,13 +340,10 @@ AggregationSpec readAggregationSpec(JsonReader reader)
         aggregation.compression = *known;
     else
         reader.fail(u"compression", QStringLiteral("'%1' is not a compression (choose int8 or none)").arg(compression));
-    const QString state = reader.string(u"optimizerState", Presence::Optional, QStringLiteral("reset"));
-    if (state == u"reset")
-        aggregation.optimizerState = AggregationSpec::OptimizerState::Reset;
-    else if (state == u"averaged")
-        aggregation.optimizerState = AggregationSpec::OptimizerState::Averaged;
-    else
-        reader.fail(u"optimizerState", QStringLiteral("'%1' is not an optimizer state (choose reset or averaged)").arg(state));
+    aggregation.optimizerState
+        = oneOf<AggregationSpec::OptimizerState>(reader, u"optimizerState", QStringLiteral("an optimizer state"),
+            { { QStringLiteral("reset"), AggregationSpec::OptimizerState::Reset },
+                { QStringLiteral("averaged"), AggregationSpec::OptimizerState::Averaged } });
     return aggregation;
 }
 
