@@ -19,6 +19,7 @@ packages=(
     xvfb xauth trayer imagemagick
     # packaging (make package) and its test: icons, man pages, lintian
     librsvg2-bin help2man lintian desktop-file-utils appstream
+    g++-aarch64-linux-gnu qemu-user file
 )
 
 missing=()

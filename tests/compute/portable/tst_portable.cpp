@@ -2,6 +2,8 @@
 // thread count, and, for a small training run of every kernel, the bits recorded below: the same
 // on every CPU and at every optimisation level this test is built with (tst_portable at the
 // build's, tst_portable_o0 at -O0).
+#include "portabletraining.h"
+
 #include <compute/portable/kernels.h>
 
 #include <QCryptographicHash>
@@ -12,31 +14,10 @@
 #include <vector>
 
 using namespace tessera::compute;
+using portable::testing::Stream;
+using portable::testing::train;
 
 namespace {
-
-// A fixed stream of numbers in [-1, 1) from a 64-bit LCG: the same data on every machine.
-class Stream {
-public:
-    explicit Stream(std::uint64_t seed)
-        : m_state(seed)
-    { }
-    float next()
-    {
-        m_state = m_state * 6364136223846793005ULL + 1442695040888963407ULL;
-        return float(std::int64_t(m_state >> 40) - (1LL << 23)) / float(1LL << 23);
-    }
-    std::vector<float> take(std::size_t n, float scale = 1.0f)
-    {
-        std::vector<float> out(n);
-        for (auto& v : out)
-            v = next() * scale;
-        return out;
-    }
-
-private:
-    std::uint64_t m_state;
-};
 
 QByteArray digestOf(const std::vector<std::vector<float>>& tensors)
 {
@@ -44,61 +25,6 @@ QByteArray digestOf(const std::vector<std::vector<float>>& tensors)
     for (const auto& t : tensors)
         hash.addData(QByteArrayView(reinterpret_cast<const char*>(t.data()), qsizetype(t.size() * sizeof(float))));
     return hash.result().toHex();
-}
-
-// A 20-32-3 MLP on a made-up 3-class problem: 30 steps of SGD with Nesterov momentum and weight
-// decay, then 30 of AdamW with gradient clipping, every kernel in the loop. The final weights.
-std::vector<std::vector<float>> train(int threads, std::vector<float>* losses = nullptr)
-{
-    constexpr std::int64_t N = 64, In = 20, Hidden = 32, Classes = 3;
-    Stream data(7);
-    const auto x = data.take(std::size_t(N * In));
-    std::vector<std::int64_t> y(N);
-    for (std::int64_t i = 0; i < N; ++i)
-        y[std::size_t(i)] = (x[std::size_t(i * In)] > 0.0f ? 1 : 0) + (x[std::size_t(i * In + 1)] > 0.3f ? 1 : 0);
-    Stream init(11);
-    std::vector<std::vector<float>> params { init.take(Hidden * In, 0.2f), init.take(Hidden, 0.1f),
-        init.take(Classes * Hidden, 0.2f), init.take(Classes, 0.1f) };
-    std::vector<std::vector<float>> grads, momentum, m, v;
-    for (const auto& p : params) {
-        grads.emplace_back(p.size());
-        momentum.emplace_back(p.size());
-        m.emplace_back(p.size());
-        v.emplace_back(p.size());
-    }
-    std::vector<float> h(N * Hidden), a(N * Hidden), logits(N * Classes), dlogits(N * Classes), da(N * Hidden), dh(N * Hidden);
-    for (int step = 1; step <= 60; ++step) {
-        portable::linearForward(x.data(), params[0].data(), params[1].data(), h.data(), N, In, Hidden, threads);
-        portable::reluForward(h.data(), a.data(), N * Hidden);
-        portable::linearForward(a.data(), params[2].data(), params[3].data(), logits.data(), N, Hidden, Classes, threads);
-        const float loss = portable::crossEntropy(logits.data(), y.data(), dlogits.data(), N, Classes);
-        if (losses)
-            losses->push_back(loss);
-        portable::linearBackward(
-            a.data(), params[2].data(), dlogits.data(), da.data(), grads[2].data(), grads[3].data(), N, Hidden, Classes, threads);
-        portable::reluBackward(a.data(), da.data(), dh.data(), N * Hidden);
-        portable::linearBackward(
-            x.data(), params[0].data(), dh.data(), nullptr, grads[0].data(), grads[1].data(), N, In, Hidden, threads);
-        for (std::size_t t = 0; t < params.size(); ++t) {
-            if (step <= 30) {
-                portable::sgdStep(params[t].data(), grads[t].data(), momentum[t].data(), std::int64_t(params[t].size()), 0.1f,
-                    0.9f, 1e-4f, true, step == 1);
-            }
-        }
-        if (step > 30) {
-            double squares = 0.0;
-            for (const auto& g : grads)
-                squares += portable::sumOfSquares(g.data(), std::int64_t(g.size()));
-            const float factor = portable::clipFactor(squares, 0.5);
-            for (std::size_t t = 0; t < params.size(); ++t) {
-                for (auto& g : grads[t])
-                    g = g * factor;
-                portable::adamStep(params[t].data(), grads[t].data(), m[t].data(), v[t].data(), std::int64_t(params[t].size()),
-                    0.01, 0.9, 0.999, 1e-8, 0.1, true, step - 30);
-            }
-        }
-    }
-    return params;
 }
 
 } // namespace
