@@ -4,10 +4,12 @@
 #include "detail/datasets.h"
 #include "detail/models.h"
 #include "detail/optimizer.h"
+#include "detail/portableops.h"
 #include "detail/tensors.h"
 #include "detail/update.h"
 #include "runtimeprofile.h"
 
+#include <core/nodeinfo.h>
 #include <core/seeds.h>
 
 #include <algorithm>
@@ -61,6 +63,13 @@ void pinRuntime(const core::ShardTask& task)
         at::set_num_threads(int(task.threads));
 }
 
+// What decides a result's bits: the portable kernels alone, or this runtime (LibTorch, BLAS, CPU
+// capability, threads, device).
+QString profileOf(const core::ShardTask& task, const c10::Device& device)
+{
+    return task.portable ? core::PortableProfile : currentRuntimeProfile(int(task.threads), deviceProfileName(device)).toString();
+}
+
 core::Digest taskDigest(const core::ShardTask& task)
 {
     return core::Digest::ofBytes(QJsonDocument(task.toJson()).toJson(QJsonDocument::Compact));
@@ -91,10 +100,14 @@ core::Result<std::unique_ptr<ShardRun::Private>> prepare(const core::ShardTask& 
     auto device = resolveDevice(environment.device);
     if (!device)
         return device.error();
-    d->device = *device;
+    d->device = task.portable ? c10::Device(c10::kCPU) : *device; // the portable kernels are CPU code
     d->model = std::move(*model);
+    if (task.portable) {
+        if (auto status = d->model->usePortableKernels(); !status)
+            return status.error();
+    }
     d->model->to(d->device); // before the optimizer takes the parameters
-    d->optimizer = std::make_unique<Optimizer>(task.optimizer, d->model->parameters());
+    d->optimizer = std::make_unique<Optimizer>(task.optimizer, d->model->parameters(), task.portable);
     d->plan = std::make_unique<BatchPlan>(task, size);
     return d;
 }
@@ -319,14 +332,14 @@ core::Status ShardRun::step()
         const auto indices = d->plan->indicesOfStep(d->step);
         const auto index
             = torch::from_blob(const_cast<std::int64_t*>(indices.data()), { std::int64_t(indices.size()) }, torch::kInt64);
-        const auto x = d->data.train->samples(index).to(d->device);
+        const auto x = d->data.train->samples(index, task.portable).to(d->device);
         const auto y = d->data.train->y.index_select(0, index).to(d->device);
         torch::manual_seed(core::deriveSeed(std::uint64_t(task.seed),
             { std::uint64_t(core::SeedPurpose::Step), std::uint64_t(task.round), std::uint64_t(task.shard),
                 std::uint64_t(d->step) }));
         d->model->setTraining(true);
         d->optimizer->zeroGrad();
-        const auto loss = lossOf(d->model->forward(x), y);
+        const auto loss = task.portable ? portableCrossEntropy(d->model->forward(x), y) : lossOf(d->model->forward(x), y);
         const double value = loss.item<double>();
         if (!std::isfinite(value))
             throw std::runtime_error("the loss became NaN or infinite (is the learning rate too high?)");
@@ -407,7 +420,7 @@ ShardOutput ShardRun::finish()
     result.jobId = d->task.jobId;
     result.round = d->task.round;
     result.shard = d->task.shard;
-    result.runtimeProfile = currentRuntimeProfile(int(d->task.threads), deviceProfileName(d->device)).toString();
+    result.runtimeProfile = profileOf(d->task, d->device);
     result.wallTimeMs = d->previousElapsedMs + d->timer.elapsed();
     if (!finished()) {
         result.outcome = core::ShardResult::Outcome::Failed;
@@ -439,7 +452,7 @@ core::ShardResult failedResult(const core::ShardTask& task, const QString& why)
     result.shard = task.shard;
     result.outcome = core::ShardResult::Outcome::Failed;
     result.failure = why;
-    result.runtimeProfile = currentRuntimeProfile(int(task.threads)).toString();
+    result.runtimeProfile = profileOf(task, c10::Device(c10::kCPU));
     return result;
 }
 
@@ -492,7 +505,7 @@ core::Result<Replay> replayShard(const core::ShardTask& task, std::int64_t from,
         replay.weights = pickleTensors(d.model->state());
         replay.weightsHash = canonicalHash(d.model->state());
     }
-    replay.runtimeProfile = currentRuntimeProfile(int(task.threads), deviceProfileName(d.device)).toString();
+    replay.runtimeProfile = profileOf(task, d.device);
     return replay;
 }
 

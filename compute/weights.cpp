@@ -6,6 +6,7 @@
 #include "detail/tensors.h"
 #include "detail/update.h"
 
+#include <compute/portable/kernels.h>
 #include <core/readfile.h>
 #include <core/seeds.h>
 
@@ -14,6 +15,7 @@
 #include <QFileInfo>
 
 #include <algorithm>
+#include <cmath>
 #include <map>
 
 namespace tessera::compute {
@@ -44,6 +46,30 @@ core::Status loadInitialWeights(Model& model, const core::ModelSpec& spec, const
     return {};
 }
 
+// The portable kernels' own first weights (docs/DETERMINISM.md, "Portable kernels"): LibTorch's
+// uniform draws differ between CPU capabilities, so a job in portable mode starts from these, the
+// same on every broker. Each tensor (in name order, i = 0, 1, ...) is uniform in +-1/sqrt(fan_in),
+// fan_in being its layer's weight's second dimension, from the seed derive(initSeed, [i]).
+void portableInitialisation(Model& model, std::int64_t seed)
+{
+    const auto initSeed = core::deriveSeed(std::uint64_t(seed), { std::uint64_t(core::SeedPurpose::Initialisation) });
+    auto parameters = model.parameters();
+    torch::NoGradGuard noGrad;
+    for (std::size_t i = 0; i < parameters.size(); ++i) {
+        auto& [name, tensor] = parameters[i];
+        std::int64_t fanIn = tensor.dim() == 2 ? tensor.size(1) : 1;
+        if (tensor.dim() == 1 && name.size() > 5 && name.compare(name.size() - 5, 5, ".bias") == 0) {
+            const std::string weight = name.substr(0, name.size() - 5) + ".weight";
+            for (const auto& [other, w] : parameters) {
+                if (other == weight && w.dim() == 2)
+                    fanIn = w.size(1);
+            }
+        }
+        const float bound = 1.0f / std::sqrt(float(fanIn));
+        portable::uniformFill(tensor.data_ptr<float>(), tensor.numel(), bound, core::deriveSeed(initSeed, { std::uint64_t(i) }));
+    }
+}
+
 } // namespace
 
 core::Result<Weights> initialWeights(const core::JobSpec& spec, const ComputeEnvironment& environment)
@@ -68,6 +94,8 @@ core::Result<Weights> initialWeights(const core::JobSpec& spec, const ComputeEnv
     if (!spec.model.initialWeightsSha256.isNull() || !spec.model.initialWeightsFile.isEmpty()) {
         if (auto status = loadInitialWeights(**model, spec.model, environment); !status)
             return status.error();
+    } else if (spec.training.determinism == core::TrainingSpec::Determinism::Portable) {
+        portableInitialisation(**model, spec.training.seed);
     }
     auto state = (*model)->state();
     if (spec.aggregation.optimizerState == core::AggregationSpec::OptimizerState::Averaged) {

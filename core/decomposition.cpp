@@ -24,6 +24,7 @@ ShardTask decomposeShard(
     task.startWeights = startWeights;
     task.compression = spec.aggregation.compression;
     task.carriesOptimizer = spec.aggregation.optimizerState == AggregationSpec::OptimizerState::Averaged;
+    task.portable = spec.training.determinism == TrainingSpec::Determinism::Portable;
     return task;
 }
 

@@ -297,7 +297,8 @@ QJsonObject optimizerSpecToJson(const OptimizerSpec& optimizer)
 TrainingSpec readTrainingSpec(JsonReader reader)
 {
     reader.allowOnly({ QStringLiteral("rounds"), QStringLiteral("shardsPerRound"), QStringLiteral("localSteps"),
-        QStringLiteral("batchSize"), QStringLiteral("seed"), QStringLiteral("threads"), QStringLiteral("checkpointInterval") });
+        QStringLiteral("batchSize"), QStringLiteral("seed"), QStringLiteral("threads"), QStringLiteral("checkpointInterval"),
+        QStringLiteral("determinism") });
     TrainingSpec training;
     training.rounds = reader.integer(u"rounds", 1, 100000);
     training.shardsPerRound = reader.integer(u"shardsPerRound", 1, 4096);
@@ -307,12 +308,15 @@ TrainingSpec readTrainingSpec(JsonReader reader)
     training.threads = reader.integer(u"threads", 1, 256, Presence::Optional, 1);
     training.checkpointInterval = reader.integer(
         u"checkpointInterval", 1, 1000000, Presence::Optional, std::max<std::int64_t>(1, training.localSteps / 10));
+    training.determinism = oneOf<TrainingSpec::Determinism>(reader, u"determinism", QStringLiteral("a determinism"),
+        { { QStringLiteral("fast"), TrainingSpec::Determinism::Fast },
+            { QStringLiteral("portable"), TrainingSpec::Determinism::Portable } });
     return training;
 }
 
 QJsonObject trainingSpecToJson(const TrainingSpec& training)
 {
-    return QJsonObject {
+    QJsonObject json {
         { QStringLiteral("rounds"), static_cast<qint64>(training.rounds) },
         { QStringLiteral("shardsPerRound"), static_cast<qint64>(training.shardsPerRound) },
         { QStringLiteral("localSteps"), static_cast<qint64>(training.localSteps) },
@@ -321,6 +325,9 @@ QJsonObject trainingSpecToJson(const TrainingSpec& training)
         { QStringLiteral("threads"), static_cast<qint64>(training.threads) },
         { QStringLiteral("checkpointInterval"), static_cast<qint64>(training.checkpointInterval) },
     };
+    if (training.determinism == TrainingSpec::Determinism::Portable) // absent means fast, as before
+        json.insert(QStringLiteral("determinism"), QStringLiteral("portable"));
+    return json;
 }
 
 AggregationSpec readAggregationSpec(JsonReader reader)
@@ -520,6 +527,9 @@ Status JobSpec::validate() const
                 .arg(dataset.builtin));
     if (gpt && model.width % model.heads != 0)
         return fail("model.width", QStringLiteral("the width must be a multiple of heads"));
+    if (training.determinism == TrainingSpec::Determinism::Portable
+        && (model.source != ModelSpec::Source::Zoo || model.zoo != u"mlp" || model.dropout > 0.0))
+        return fail("training.determinism", QStringLiteral("the portable kernels cover the zoo mlp without dropout so far"));
     if (aggregation.optimizerState == AggregationSpec::OptimizerState::Averaged && !optimizer.isAdam()
         && optimizer.momentum == 0.0)
         return fail("aggregation.optimizerState", QStringLiteral("sgd without momentum keeps no optimizer state to average"));

@@ -107,6 +107,11 @@ struct TrainingSpec {
     std::int64_t seed = 0;
     std::int64_t threads = 1; // fixed per shard: bitwise reproducibility depends on it
     std::int64_t checkpointInterval = 1; // c: a checkpoint hash every c steps
+    // Fast: LibTorch and its BLAS, bit-identical between machines of one runtime profile. Portable:
+    // Tessera's own kernels (compute/portable), the same bits on every CPU and thread count, so that
+    // any node can verify any other (docs/DETERMINISM.md, "Portable kernels"); the zoo mlp so far.
+    enum class Determinism { Fast, Portable };
+    Determinism determinism = Determinism::Fast;
 
     bool operator==(const TrainingSpec&) const = default;
 };

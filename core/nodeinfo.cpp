@@ -16,6 +16,11 @@ QString runtimeProfileFamily(const QString& profile)
     return kept.join(u';');
 }
 
+bool reproduces(const QString& node, const QString& result)
+{
+    return result == PortableProfile || runtimeProfileFamily(node) == runtimeProfileFamily(result);
+}
+
 Result<NodeInfo> NodeInfo::fromJson(const QJsonObject& json)
 {
     JsonReader reader(json);

@@ -38,4 +38,10 @@ struct NodeInfo {
 // each shard on the shard's own thread count, so two profiles match when the rest is equal.
 QString runtimeProfileFamily(const QString& profile);
 
+// The runtime profile of results trained with the portable kernels: the same bits on every machine.
+inline const QString PortableProfile = QStringLiteral("portable-v1");
+// Whether a node of runtime profile `node` computes the bits of a result of profile `result`: the
+// same family, or a portable result (any node).
+bool reproduces(const QString& node, const QString& result);
+
 } // namespace tessera::core

@@ -25,7 +25,7 @@ Result<ShardTask> ShardTask::fromJson(const QJsonObject& json)
         QStringLiteral("sampleEnd"), QStringLiteral("localSteps"), QStringLiteral("batchSize"), QStringLiteral("seed"),
         QStringLiteral("threads"), QStringLiteral("checkpointInterval"), QStringLiteral("model"), QStringLiteral("dataset"),
         QStringLiteral("optimizer"), QStringLiteral("startWeights"), QStringLiteral("compression"),
-        QStringLiteral("optimizerState") });
+        QStringLiteral("optimizerState"), QStringLiteral("determinism") });
     constexpr std::int64_t MaxIndex = std::int64_t(1) << 40;
     ShardTask task;
     task.jobId = reader.string(u"jobId");
@@ -52,6 +52,11 @@ Result<ShardTask> ShardTask::fromJson(const QJsonObject& json)
         task.carriesOptimizer = true;
     else if (state != u"reset")
         reader.fail(u"optimizerState", QStringLiteral("'%1' is not an optimizer state (reset or averaged)").arg(state));
+    const QString determinism = reader.string(u"determinism", Presence::Optional, QStringLiteral("fast"));
+    if (determinism == u"portable")
+        task.portable = true;
+    else if (determinism != u"fast")
+        reader.fail(u"determinism", QStringLiteral("'%1' is not a determinism (fast or portable)").arg(determinism));
     if (!reader.ok())
         return reader.status().error();
     if (auto status = task.validate(); !status)
@@ -82,6 +87,8 @@ QJsonObject ShardTask::toJson() const
         json.insert(QStringLiteral("compression"), compressionName(compression));
     if (carriesOptimizer) // absent means reset, as before
         json.insert(QStringLiteral("optimizerState"), QStringLiteral("averaged"));
+    if (portable) // absent means fast, as before
+        json.insert(QStringLiteral("determinism"), QStringLiteral("portable"));
     return json;
 }
 

@@ -34,6 +34,9 @@ struct ShardTask {
     // The round's weights hold the optimizer's state too ("optimizer/..."), the shard starts from it
     // and reveals its own final state with its weights (aggregation.optimizerState averaged).
     bool carriesOptimizer = false;
+    // Trained with the portable kernels (training.determinism portable): the result's runtime
+    // profile is PortableProfile, which every node can re-execute.
+    bool portable = false;
 
     static Result<ShardTask> fromJson(const QJsonObject& json);
     QJsonObject toJson() const;

@@ -1,5 +1,7 @@
 #include "datasets.h"
 
+#include <compute/portable/kernels.h>
+
 #include "tensors.h"
 
 #include <torch/serialize.h>
@@ -28,9 +30,15 @@ at::Tensor Dataset::toFloat(const at::Tensor& raw) const
     return (raw.to(torch::kFloat32) / 255.0 - normalised->mean) / normalised->std;
 }
 
-at::Tensor Dataset::samples(const at::Tensor& index) const
+at::Tensor Dataset::samples(const at::Tensor& index, bool portable) const
 {
-    return toFloat(x.index_select(0, index));
+    if (!portable || !normalised)
+        return toFloat(x.index_select(0, index));
+    const auto raw = x.index_select(0, index).contiguous();
+    auto out = torch::empty(raw.sizes(), torch::kFloat32);
+    portable::normalisePixels(
+        raw.data_ptr<std::uint8_t>(), out.data_ptr<float>(), raw.numel(), float(normalised->mean), float(normalised->std));
+    return out;
 }
 
 at::Tensor Dataset::slice(std::int64_t begin, std::int64_t end) const

@@ -31,8 +31,9 @@ struct Dataset {
 
     std::int64_t size() const { return y.size(0); }
     std::vector<std::int64_t> sampleShape() const;
-    // The samples at `index` (int64 [B]), or in [begin, end), as float32.
-    at::Tensor samples(const at::Tensor& index) const;
+    // The samples at `index` (int64 [B]), or in [begin, end), as float32. portable: pixels are
+    // normalised by compute/portable (the same bits on every CPU) instead of LibTorch.
+    at::Tensor samples(const at::Tensor& index, bool portable = false) const;
     at::Tensor slice(std::int64_t begin, std::int64_t end) const;
 
 private:

@@ -16,7 +16,9 @@ namespace tessera::compute::detail {
 // for bit.
 class Optimizer {
 public:
-    Optimizer(core::OptimizerSpec spec, NamedTensors parameters);
+    // portable: every update and the clipping norm from compute/portable (float32 CPU parameters),
+    // the same bits on every machine, instead of LibTorch's vectorised operations.
+    Optimizer(core::OptimizerSpec spec, NamedTensors parameters, bool portable = false);
 
     void zeroGrad();
     // One update at learning rate lr (the spec's schedule gives it: OptimizerSpec::learningRateAt).
@@ -34,7 +36,9 @@ public:
 
 private:
     void clipGradients();
+    void portableStep(double lr);
     core::OptimizerSpec m_spec;
+    bool m_portable = false;
     NamedTensors m_parameters;
     std::vector<at::Tensor> m_first; // momentum buffer (sgd) or exp_avg (adam); undefined until step 1
     std::vector<at::Tensor> m_second; // exp_avg_sq (adam)

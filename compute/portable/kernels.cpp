@@ -138,6 +138,26 @@ void linearBackward(const float* x, const float* w, const float* dy, float* dx, 
     }
 }
 
+void uniformFill(float* values, std::int64_t count, float bound, std::uint64_t seed)
+{
+    std::uint64_t state = seed;
+    for (std::int64_t i = 0; i < count; ++i) {
+        state += 0x9E3779B97F4A7C15ULL;
+        std::uint64_t z = state;
+        z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
+        z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
+        z ^= z >> 31;
+        const float u = float(z >> 40) / 16777216.0f;
+        values[i] = (2.0f * u - 1.0f) * bound;
+    }
+}
+
+void normalisePixels(const std::uint8_t* raw, float* out, std::int64_t count, float mean, float std)
+{
+    for (std::int64_t i = 0; i < count; ++i)
+        out[i] = (float(raw[i]) / 255.0f - mean) / std;
+}
+
 void reluForward(const float* x, float* y, std::int64_t count)
 {
     for (std::int64_t i = 0; i < count; ++i)

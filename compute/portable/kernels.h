@@ -25,6 +25,13 @@ void linearForward(
 void linearBackward(const float* x, const float* w, const float* dy, float* dx, float* dw, float* db, std::int64_t n,
     std::int64_t in, std::int64_t out, int threads = 1);
 
+// A layer's first weights: values[i] = (2u - 1) * bound with u = the top 24 bits of the i-th
+// number of a SplitMix64 stream from `seed`, over 2^24 (exact): uniform in [-bound, bound).
+void uniformFill(float* values, std::int64_t count, float bound, std::uint64_t seed);
+
+// Pixels to inputs: out = (float(raw) / 255 - mean) / std, element by element.
+void normalisePixels(const std::uint8_t* raw, float* out, std::int64_t count, float mean, float std);
+
 void reluForward(const float* x, float* y, std::int64_t count);
 // dx = dy where the forward output y was above 0, else 0.
 void reluBackward(const float* y, const float* dy, float* dx, std::int64_t count);

@@ -613,7 +613,7 @@ Status Broker::confirmFailure(const AssignmentRow& assignment, const QList<QStri
         if (!known)
             return known.error();
         const QString profile = *known ? (**known).info.value(QStringLiteral("runtimeProfile")).toString() : QString();
-        if (runtimeProfileFamily(profile) != runtimeProfileFamily(replay->runtimeProfile)) {
+        if (!reproduces(profile, replay->runtimeProfile)) {
             qCInfo(lcBrokerCore).noquote() << "node" << node.left(12)
                                            << "failed a shard the broker trained, on another runtime profile: not slashed";
             continue;

@@ -169,7 +169,7 @@ Result<std::optional<Assignment>> Verifier::assignCheck(const NodeInfo& node)
     auto fits = [&](const Check& check) {
         const auto* round = m_.scheduler.find(check.jobId);
         return round && round->runsOn(node.maxThreads, node.maxMemoryMiB)
-            && runtimeProfileFamily(check.accusedResult.runtimeProfile) == runtimeProfileFamily(node.runtimeProfile);
+            && reproduces(node.runtimeProfile, check.accusedResult.runtimeProfile);
     };
     // Samples waiting for a re-execution, oldest first, by anyone but the node checked.
     auto waiting = m_.store.waitingChecks(node.nodeId, 50);
@@ -193,7 +193,7 @@ Result<std::optional<Assignment>> Verifier::canaryFor(const NodeInfo& node)
     for (const auto& reference : *known) {
         const auto* round = m_.scheduler.find(reference.jobId);
         if (reference.verifier.isEmpty() || !round || !round->runsOn(node.maxThreads, node.maxMemoryMiB)
-            || runtimeProfileFamily(reference.accusedResult.runtimeProfile) != runtimeProfileFamily(node.runtimeProfile))
+            || !reproduces(node.runtimeProfile, reference.accusedResult.runtimeProfile))
             continue;
         Check canary = reference;
         canary.id = newCheckId();
@@ -659,9 +659,8 @@ bool Verifier::anyVerifierOnline(const Check& check)
     const auto* round = m_.scheduler.find(check.jobId);
     if (!round)
         return true; // cannot tell: wait the full time
-    const auto profile = runtimeProfileFamily(check.accusedResult.runtimeProfile);
     for (const auto& node : m_.online) {
-        if (node.nodeId != check.accused && runtimeProfileFamily(node.runtimeProfile) == profile
+        if (node.nodeId != check.accused && reproduces(node.runtimeProfile, check.accusedResult.runtimeProfile)
             && round->runsOn(node.maxThreads, node.maxMemoryMiB) && m_.stakes.hasStake(node.nodeId))
             return true;
     }

@@ -89,6 +89,24 @@ private Q_SLOTS:
         auto json = task.toJson();
         json.insert(QStringLiteral("optimizerState"), QStringLiteral("kept"));
         QCOMPARE(ShardTask::fromJson(json).error().field, QStringLiteral("optimizerState"));
+        auto portable = task;
+        portable.portable = true;
+        QCOMPARE(portable.toJson().value(QStringLiteral("determinism")).toString(), QStringLiteral("portable"));
+        QCOMPARE(*ShardTask::fromJson(portable.toJson()), portable);
+        QVERIFY(!task.toJson().contains(QStringLiteral("determinism")));
+    }
+
+    // A node reproduces a result of its own profile family (any thread count), and every
+    // portable result, but not another CPU's fast one.
+    void whoReproducesWhichResults()
+    {
+        const QString avx2 = QStringLiteral("libtorch=1.13.0;blas=openblas-openmp;threads=1;cpu=avx2;device=cpu");
+        const QString avx2Four = QStringLiteral("libtorch=1.13.0;blas=openblas-openmp;threads=4;cpu=avx2;device=cpu");
+        const QString plain = QStringLiteral("libtorch=1.13.0;blas=openblas-openmp;threads=1;cpu=default;device=cpu");
+        QVERIFY(reproduces(avx2, avx2Four));
+        QVERIFY(!reproduces(plain, avx2));
+        QVERIFY(reproduces(plain, PortableProfile));
+        QVERIFY(reproduces(avx2, PortableProfile));
     }
 
     void shardTaskValidation()

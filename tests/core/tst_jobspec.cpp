@@ -231,6 +231,16 @@ private Q_SLOTS:
         auto classifier = minimalJob();
         setPath(classifier, u"dataset.builtin", QStringLiteral("fortunes"));
         QCOMPARE(JobSpec::fromJson(classifier).error().field, QStringLiteral("model.zoo"));
+        auto portable = minimalJob(); // the portable kernels: the zoo mlp so far
+        setPath(portable, u"training.determinism", QStringLiteral("portable"));
+        const auto portableSpec = JobSpec::fromJson(portable);
+        QVERIFY2(portableSpec.ok(), qPrintable(portableSpec.ok() ? QString() : portableSpec.error().toString()));
+        QCOMPARE(portableSpec->training.determinism, TrainingSpec::Determinism::Portable);
+        QCOMPARE(*JobSpec::fromJson(portableSpec->toJson()), *portableSpec);
+        setPath(portable, u"model.zoo", QStringLiteral("cnn"));
+        QCOMPARE(JobSpec::fromJson(portable).error().field, QStringLiteral("training.determinism"));
+        setPath(portable, u"training.determinism", QStringLiteral("exact"));
+        QCOMPARE(JobSpec::fromJson(portable).error().field, QStringLiteral("training.determinism"));
         auto stateless = minimalJob(); // plain sgd: nothing to average
         setPath(stateless, u"aggregation.optimizerState", QStringLiteral("averaged"));
         QCOMPARE(JobSpec::fromJson(stateless).error().field, QStringLiteral("aggregation.optimizerState"));

@@ -661,7 +661,8 @@ private Q_SLOTS:
         QVERIFY(QTest::qWaitFor(
             [&] { return cluster.jobAs(QStringLiteral("owner"), { QStringLiteral("list") }, 5'000, address).exitCode == 0; },
             60'000));
-        QCOMPARE(cluster.brokerCommand({ QStringLiteral("credit"), cluster.account(), QStringLiteral("200") }).exitCode, 0);
+        const auto credited = cluster.brokerCommand({ QStringLiteral("credit"), cluster.account(), QStringLiteral("200") });
+        QVERIFY2(credited.exitCode == 0, qPrintable(credited.output));
         (void)cluster.account(QStringLiteral("other"));
         const auto submitted = cluster.jobAs(QStringLiteral("owner"), { QStringLiteral("submit"), Job }, 60'000, address);
         QVERIFY2(submitted.exitCode == 0, qPrintable(submitted.output));
