@@ -156,14 +156,19 @@ int main(int argc, char* argv[])
         const auto task = core::decomposeRound(QStringLiteral("bench"), spec, 0, start->canonicalHash).first();
         auto unhashed = task; // the same shard with only the final checkpoint, to show what hashing costs
         unhashed.checkpointInterval = unhashed.localSteps;
+        auto portable = task; // the mlp through the portable kernels (training.determinism portable)
+        portable.portable = true;
+        const bool portableToo = std::string(c.name) == "mlp";
 
         bareLoop(spec, *data->train, c.steps / 4); // warm-up
         trainer(task, start->bytes);
-        std::vector<double> bare, ours, oursUnhashed;
+        std::vector<double> bare, ours, oursUnhashed, portables;
         for (int repetition = 0; repetition < 7; ++repetition) { // interleaved, so drift hits all alike
             bare.push_back(bareLoop(spec, *data->train, c.steps));
             ours.push_back(trainer(task, start->bytes));
             oursUnhashed.push_back(trainer(unhashed, start->bytes));
+            if (portableToo)
+                portables.push_back(trainer(portable, start->bytes));
         }
         const double ratio = best(ours) / best(bare);
         met = met && ratio >= 0.97;
@@ -175,6 +180,12 @@ int main(int argc, char* argv[])
         bench::record((key + ".bare").c_str(), best(bare));
         bench::record((key + ".ratio").c_str(), ratio);
         bench::record((key + ".ratioUnhashed").c_str(), best(oursUnhashed) / best(bare));
+        if (portableToo) {
+            std::printf("  %-4s portable kernels %9.0f samples/s: %.3f of the trainer's LibTorch path\n", c.name, best(portables),
+                best(portables) / best(ours));
+            bench::record((key + ".portable").c_str(), best(portables));
+            bench::record((key + ".portableRatio").c_str(), best(portables) / best(ours));
+        }
     }
 
     // The example language model (examples/jobs/fortunes-gpt.json's gpt), tokens/s; goal 0.95.
