@@ -246,13 +246,20 @@ public:
     }
 
     // Micro-credits held by an account, from tessera-job balance.
+    // An account's balance in micro-credits, or -1. A read: asked again (up to 3 times) when the
+    // answer is not a balance, and what came back instead is logged.
     std::int64_t balanceOf(const QString& account)
     {
-        const auto reply = job({ QStringLiteral("balance"), account }, 20'000);
-        const auto text = reply.output.section(u':', 1).section(u' ', 1, 1);
-        bool ok = false;
-        const double credits = text.toDouble(&ok);
-        return ok ? std::llround(credits * 1e6) : -1;
+        for (int attempt = 0; attempt < 3; ++attempt) {
+            const auto reply = job({ QStringLiteral("balance"), account }, 20'000);
+            const auto text = reply.output.section(u':', 1).section(u' ', 1, 1);
+            bool ok = false;
+            const double credits = text.toDouble(&ok);
+            if (ok)
+                return std::llround(credits * 1e6);
+            qWarning("balance of %s: exit %d: %s", qPrintable(account), reply.exitCode, qPrintable(reply.output));
+        }
+        return -1;
     }
 
     QJsonArray nodes()
