@@ -45,10 +45,7 @@ core::Result<LocalJobOutput> runJobLocally(
                 observer.shardFinished(shard.result);
             updates.append({ task.shard, task.sampleEnd - task.sampleBegin, shard.weights, {} });
         }
-        auto aggregation = spec.aggregation;
-        if (round + 1 == spec.training.rounds) // as the broker: the final weights are the model's alone
-            aggregation.optimizerState = core::AggregationSpec::OptimizerState::Reset;
-        auto aggregated = aggregate(aggregation, global.bytes, updates, outerState);
+        auto aggregated = aggregate(spec.aggregationOfRound(round), global.bytes, updates, outerState);
         if (!aggregated)
             return aggregated.error();
         global = aggregated->weights;

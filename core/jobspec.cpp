@@ -407,6 +407,14 @@ bool DatasetSpec::isText() const
     return source == Source::Builtin && builtin == u"fortunes";
 }
 
+AggregationSpec JobSpec::aggregationOfRound(std::int64_t round) const
+{
+    AggregationSpec spec = aggregation;
+    if (round + 1 >= training.rounds)
+        spec.optimizerState = AggregationSpec::OptimizerState::Reset;
+    return spec;
+}
+
 double OptimizerSpec::learningRateAt(std::int64_t t) const
 {
     if (schedule.kind == ScheduleSpec::Kind::Constant)

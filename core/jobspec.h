@@ -163,6 +163,9 @@ struct JobSpec {
     // Samples in each shard's slice of a round's permutation (the last shard may have more).
     std::int64_t samplesPerShard() const;
     std::int64_t trainSamples() const { return dataset.trainSampleCount(model.context); }
+    // How round `round` is aggregated: the job's aggregation, except that the last round carries no
+    // optimizer state on (the job's weights are the model's alone).
+    AggregationSpec aggregationOfRound(std::int64_t round) const;
 
     bool operator==(const JobSpec&) const = default;
 };

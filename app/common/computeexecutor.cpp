@@ -25,9 +25,7 @@ ComputeExecutor::ComputeExecutor(compute::ComputeEnvironment environment)
             // Hashed here, on the compute thread, not on the client's network loop, and written here
             // to the client's staging folder when it has one.
             const auto keptDigest = output.keptState.isEmpty() ? core::Digest {} : core::Digest::ofBytes(output.keptState);
-            const QString key
-                = QStringLiteral("%1/%2/%3")
-                      .arg(output.result.jobId, QString::number(output.result.round), QString::number(output.result.shard));
+            const QString key = keyOf(output.result.jobId, output.result.round, output.result.shard);
             QString staging;
             {
                 QMutexLocker lock(&m_mutex);
@@ -67,9 +65,9 @@ ComputeExecutor::~ComputeExecutor()
         rebuild.wait();
 }
 
-QString ComputeExecutor::keyOf(const core::ShardTask& task)
+QString ComputeExecutor::keyOf(const QString& jobId, std::int64_t round, std::int64_t shard)
 {
-    return QStringLiteral("%1/%2/%3").arg(task.jobId, QString::number(task.round), QString::number(task.shard));
+    return QStringLiteral("%1/%2/%3").arg(jobId, QString::number(round), QString::number(shard));
 }
 
 void ComputeExecutor::start(const QString& tag, const QString& assignment, const core::ShardTask& task,
@@ -77,7 +75,7 @@ void ComputeExecutor::start(const QString& tag, const QString& assignment, const
 {
     {
         QMutexLocker lock(&m_mutex);
-        m_pending.insert(keyOf(task), { tag, assignment });
+        m_pending.insert(keyOf(task.jobId, task.round, task.shard), { tag, assignment });
         m_blobPaths.insert(blobPaths);
     }
     m_thread->submit(task, startWeights);

@@ -40,7 +40,7 @@ private:
         QString tag;
         QString assignment;
     };
-    static QString keyOf(const core::ShardTask& task);
+    static QString keyOf(const QString& jobId, std::int64_t round, std::int64_t shard);
 
     mutable QMutex m_mutex;
     QHash<QString, Pending> m_pending; // by job/round/shard

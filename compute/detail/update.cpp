@@ -124,7 +124,7 @@ core::Result<NamedTensors> revealedUpdate(core::Compression compression, const N
             if (start[i].first != name || start[i].second.sizes() != tensor.sizes()
                 || start[i].second.scalar_type() != tensor.scalar_type())
                 return unfit(QStringLiteral("'%1' does not fit the round's weights").arg(QString::fromStdString(name)));
-            if (tensor.scalar_type() == at::kFloat && !isCarried(name)) {
+            if (quantised(name, tensor)) {
                 if (auto status = quantise(start[i].second, tensor, name, out); !status)
                     return status.error();
             } else {

@@ -784,10 +784,7 @@ Result<std::optional<Broker::AggregatedRound>> Broker::aggregateRound(
             return status.error();
         return std::optional<AggregatedRound> {};
     };
-    auto aggregation = spec.aggregation;
-    if (round + 1 == spec.training.rounds) // the job's weights are the model's alone: no round carries the rest on
-        aggregation.optimizerState = AggregationSpec::OptimizerState::Reset;
-    auto aggregated = m_math.aggregate(aggregation, std::move(*global), updates, outerState);
+    auto aggregated = m_math.aggregate(spec.aggregationOfRound(round), std::move(*global), updates, outerState);
     if (!aggregated)
         return failed(QStringLiteral("aggregated"), aggregated.error());
     // Stored first, so that the evaluation holds the only copy of the bytes and lets go of them.
