@@ -98,4 +98,21 @@ core::Result<double> BrokerMath::distance(const QByteArray& a, const QByteArray&
     return shielded("weights", [&]() -> core::Result<double> { return relativeDistance(a, b, roundWeights); });
 }
 
+core::Result<core::verification::TraceComparison> BrokerMath::compareTraces(const core::ShardTask& task, std::int64_t checkpoint,
+    const core::Digest& agreed, const QByteArray& roundWeights, const core::Digest& firstClaim, const core::Digest& secondClaim,
+    const QByteArray& firstTrace, const QByteArray& secondTrace)
+{
+    return shielded("trace", [&] {
+        return compute::compareTraces(
+            task, checkpoint, agreed, roundWeights, firstClaim, secondClaim, firstTrace, secondTrace, m_environment);
+    });
+}
+
+core::Result<core::verification::Ruling> BrokerMath::refereeInstruction(const core::ShardTask& task, std::int64_t step,
+    std::int64_t instruction, const QByteArray& operands, const QByteArray& firstTrace, const QByteArray& secondTrace)
+{
+    return shielded("operands",
+        [&] { return compute::refereeInstruction(task, step, instruction, operands, firstTrace, secondTrace, m_environment); });
+}
+
 } // namespace tessera::compute

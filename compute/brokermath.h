@@ -24,6 +24,12 @@ public:
     core::Result<Replay> replay(const core::ShardTask& task, std::int64_t from, const QByteArray& state,
         const core::Digest& expected, std::int64_t to, const QByteArray& roundWeights) override;
     core::Result<double> distance(const QByteArray& a, const QByteArray& b, const QByteArray& roundWeights) override;
+    core::Result<core::verification::TraceComparison> compareTraces(const core::ShardTask& task, std::int64_t checkpoint,
+        const core::Digest& agreed, const QByteArray& roundWeights, const core::Digest& firstClaim,
+        const core::Digest& secondClaim, const QByteArray& firstTrace, const QByteArray& secondTrace) override;
+    core::Result<core::verification::Ruling> refereeInstruction(const core::ShardTask& task, std::int64_t step,
+        std::int64_t instruction, const QByteArray& operands, const QByteArray& firstTrace,
+        const QByteArray& secondTrace) override;
 
 private:
     ComputeEnvironment m_environment;

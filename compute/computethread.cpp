@@ -391,7 +391,13 @@ void ComputeThread::Private::serveStateRequests()
             if (!start || !kept) {
                 error = (!start ? start.error() : kept.error()).toString();
             } else {
-                auto made = compute::recreateState(request.task, *start, *kept, request.checkpoint, environment);
+                using Want = core::DisputeQuestion::Want;
+                const auto& question = request.question;
+                auto made = question.want == Want::Trace
+                    ? compute::traceInterval(request.task, *start, *kept, question.checkpoint, environment)
+                    : question.want == Want::Operands
+                    ? compute::operandsOf(request.task, *start, *kept, question.step, question.instruction, environment)
+                    : compute::recreateState(request.task, *start, *kept, question.checkpoint, environment);
                 if (made)
                     state = std::move(*made);
                 else

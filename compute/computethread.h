@@ -3,6 +3,7 @@
 #include "environment.h"
 #include "shardrun.h"
 
+#include <core/disputequestion.h>
 #include <core/shardresult.h>
 #include <core/shardtask.h>
 
@@ -56,15 +57,16 @@ public:
     // shard of the same job.
     void cancelJob(const QString& jobId);
 
-    // A dispute's question: re-create this node's training state at `checkpoint` of a shard it
-    // trained (recreateState), from the files of the round's weights and of the kept state (empty:
-    // none). Served before any queued shard and between two steps of the running one, whose bits
+    // A dispute's question about a shard this node trained: its training state at a checkpoint
+    // (recreateState), or a portable job's trace of an interval or operands of an instruction
+    // (traceInterval, operandsOf), from the files of the round's weights and of the kept state
+    // (empty: none). Served before any queued shard and between two steps of the running one, whose bits
     // it does not change, and while paused too: the node's stake depends on the answer.
     // stateRecreated() carries it.
     struct StateRequest {
         QString key; // the caller's, given back with the answer
         core::ShardTask task;
-        std::int64_t checkpoint = 0;
+        core::DisputeQuestion question;
         QString startWeightsPath;
         QString keptStatePath;
     };

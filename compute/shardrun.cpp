@@ -4,8 +4,9 @@
 #include "detail/datasets.h"
 #include "detail/models.h"
 #include "detail/optimizer.h"
-#include "detail/portableops.h"
+#include "detail/portablestep.h"
 #include "detail/tensors.h"
+#include "detail/trace.h"
 #include "detail/update.h"
 #include "runtimeprofile.h"
 
@@ -32,6 +33,8 @@ struct ShardRun::Private {
     DatasetSplits data;
     std::unique_ptr<Model> model;
     std::unique_ptr<Optimizer> optimizer;
+    std::unique_ptr<PortableStep> portable; // training.determinism portable: each step a program
+    PortableStep::Observer observer; // a dispute's trace, while one is recorded
     std::unique_ptr<BatchPlan> plan;
     c10::Device device { c10::kCPU };
     std::int64_t step = 0;
@@ -102,12 +105,15 @@ core::Result<std::unique_ptr<ShardRun::Private>> prepare(const core::ShardTask& 
         return device.error();
     d->device = task.portable ? c10::Device(c10::kCPU) : *device; // the portable kernels are CPU code
     d->model = std::move(*model);
-    if (task.portable) {
-        if (auto status = d->model->usePortableKernels(); !status)
-            return status.error();
+    if (task.portable) { // a model the portable kernels do not cover is refused here, by field
+        if (auto program = portableProgram(task, 0, data->train->sampleShape(), data->train->classes); !program)
+            return program.error();
     }
     d->model->to(d->device); // before the optimizer takes the parameters
-    d->optimizer = std::make_unique<Optimizer>(task.optimizer, d->model->parameters(), task.portable);
+    d->optimizer = std::make_unique<Optimizer>(task.optimizer, d->model->parameters());
+    if (task.portable)
+        d->portable
+            = std::make_unique<PortableStep>(d->task, *d->model, *d->optimizer, data->train->sampleShape(), data->train->classes);
     d->plan = std::make_unique<BatchPlan>(task, size);
     return d;
 }
@@ -137,11 +143,19 @@ NamedTensors roundState(const ShardRun::Private& d)
     return state;
 }
 
+// A training state's checkpoint hash: its canonical hash, or for a portable job the root of its
+// tensors' own hashes (docs/DETERMINISM.md, "Checkpoint chain"), which a dispute's trace can be
+// checked against tensor by tensor.
+core::Digest stateHash(const core::ShardTask& task, const NamedTensors& state)
+{
+    return task.portable ? stateRoot(state) : canonicalHash(state);
+}
+
 core::Digest checkpointHash(const ShardRun::Private& d)
 {
     if (d.step == 0)
         return canonicalHash(roundState(d));
-    return canonicalHash(trainingState(d));
+    return stateHash(d.task, trainingState(d));
 }
 
 // Loads the round's weights into the model, and a carried optimizer state into the optimizer.
@@ -182,6 +196,19 @@ std::int64_t bytesOf(const NamedTensors& tensors)
     for (const auto& [name, tensor] : tensors)
         total += std::int64_t(tensor.nbytes());
     return total;
+}
+
+} // namespace
+
+namespace {
+
+// The samples and targets of shard step `step` (0-based), on the run's device.
+std::pair<at::Tensor, at::Tensor> batchOf(ShardRun::Private& d, std::int64_t step)
+{
+    const auto indices = d.plan->indicesOfStep(step);
+    const auto index
+        = torch::from_blob(const_cast<std::int64_t*>(indices.data()), { std::int64_t(indices.size()) }, torch::kInt64);
+    return { d.data.train->samples(index, d.task.portable).to(d.device), d.data.train->y.index_select(0, index).to(d.device) };
 }
 
 } // namespace
@@ -329,17 +356,21 @@ core::Status ShardRun::step()
     pinRuntime(d->task);
     const auto& task = d->task;
     auto outcome = guarded(QStringLiteral("step %1").arg(d->step + 1), [&]() -> double {
-        const auto indices = d->plan->indicesOfStep(d->step);
-        const auto index
-            = torch::from_blob(const_cast<std::int64_t*>(indices.data()), { std::int64_t(indices.size()) }, torch::kInt64);
-        const auto x = d->data.train->samples(index, task.portable).to(d->device);
-        const auto y = d->data.train->y.index_select(0, index).to(d->device);
+        const auto [x, y] = batchOf(*d, d->step);
+        if (d->portable) {
+            auto loss = d->portable->run(d->step, x, y, d->observer);
+            if (!loss)
+                throw std::runtime_error(loss.error().message.toStdString());
+            if (!std::isfinite(*loss))
+                throw std::runtime_error("the loss became NaN or infinite (is the learning rate too high?)");
+            return *loss;
+        }
         torch::manual_seed(core::deriveSeed(std::uint64_t(task.seed),
             { std::uint64_t(core::SeedPurpose::Step), std::uint64_t(task.round), std::uint64_t(task.shard),
                 std::uint64_t(d->step) }));
         d->model->setTraining(true);
         d->optimizer->zeroGrad();
-        const auto loss = task.portable ? portableCrossEntropy(d->model->forward(x), y) : lossOf(d->model->forward(x), y);
+        const auto loss = lossOf(d->model->forward(x), y);
         const double value = loss.item<double>();
         if (!std::isfinite(value))
             throw std::runtime_error("the loss became NaN or infinite (is the learning rate too high?)");
@@ -358,9 +389,10 @@ core::Status ShardRun::step()
         const auto index = d->settledChain().size(); // at most one hash in flight
         auto state = trainingState(*d);
         if (bytesOf(state) <= OffThreadHashBytes) {
-            d->pendingHash = std::async(std::launch::async, [copy = cloneTensors(state)] { return canonicalHash(copy); });
+            d->pendingHash
+                = std::async(std::launch::async, [task = d->task, copy = cloneTensors(state)] { return stateHash(task, copy); });
         } else {
-            d->chain.append(canonicalHash(state));
+            d->chain.append(stateHash(task, state));
         }
         state.clear();
         if (d->keepCheckpointStates && d->step < task.localSteps && index == task.keptStateCheckpoint())
@@ -509,6 +541,23 @@ core::Result<Replay> replayShard(const core::ShardTask& task, std::int64_t from,
     return replay;
 }
 
+core::Result<std::unique_ptr<ShardRun>> ShardRun::trainedTo(const core::ShardTask& task, const QByteArray& startWeights,
+    const QByteArray& keptState, std::int64_t step, const ComputeEnvironment& environment)
+{
+    const auto kept = task.keptStateCheckpoint();
+    const bool fromKept = !keptState.isEmpty() && kept > 0 && std::min(kept * task.checkpointInterval, task.localSteps) <= step;
+    auto run = fromKept ? ShardRun::resume(task, keptState, environment) : ShardRun::start(task, startWeights, environment);
+    if (!run)
+        return run.error();
+    auto& d = *(*run)->d;
+    d.keepCheckpointStates = false;
+    while (d.step < step) {
+        if (auto status = (*run)->step(); !status)
+            return status.error();
+    }
+    return run;
+}
+
 core::Result<QByteArray> recreateState(const core::ShardTask& task, const QByteArray& startWeights, const QByteArray& keptState,
     std::int64_t wanted, const ComputeEnvironment& environment)
 {
@@ -517,21 +566,285 @@ core::Result<QByteArray> recreateState(const core::ShardTask& task, const QByteA
             QStringLiteral("a shard with %1 checkpoints has no checkpoint %2 after the start")
                 .arg(task.checkpointCount())
                 .arg(wanted) };
-    const auto kept = task.keptStateCheckpoint();
-    if (wanted == kept && !keptState.isEmpty())
+    if (wanted == task.keptStateCheckpoint() && !keptState.isEmpty())
         return keptState;
-    const bool fromKept = !keptState.isEmpty() && kept > 0 && kept < wanted;
-    auto run = fromKept ? ShardRun::resume(task, keptState, environment) : ShardRun::start(task, startWeights, environment);
+    auto run = ShardRun::trainedTo(
+        task, startWeights, keptState, std::min(wanted * task.checkpointInterval, task.localSteps), environment);
+    if (!run)
+        return run.error();
+    return (*run)->suspend();
+}
+
+namespace {
+
+// The shard steps (1-based, inclusive) of checkpoint interval j: (j-1)c + 1 .. min(jc, H).
+std::pair<std::int64_t, std::int64_t> stepsOfInterval(const core::ShardTask& task, std::int64_t j)
+{
+    return { (j - 1) * task.checkpointInterval + 1, std::min(j * task.checkpointInterval, task.localSteps) };
+}
+
+core::Status narrowable(const core::ShardTask& task, std::int64_t checkpoint)
+{
+    if (!task.portable)
+        return core::Error { QStringLiteral("training.determinism"),
+            QStringLiteral("only a portable job's disputes are narrowed to one instruction") };
+    if (checkpoint < 1 || checkpoint > task.checkpointCount() - 1)
+        return core::Error { QStringLiteral("checkpoint"),
+            QStringLiteral("a shard with %1 checkpoints has no interval ending at checkpoint %2")
+                .arg(task.checkpointCount())
+                .arg(checkpoint) };
+    return {};
+}
+
+// The programs of a task's steps, for its dataset's samples.
+core::Result<ProgramOf> programsOf(const core::ShardTask& task, const ComputeEnvironment& environment)
+{
+    auto data = loadDataset(task.dataset, environment, task.model.context);
+    if (!data)
+        return data.error();
+    const auto shape = data->train->sampleShape();
+    const auto classes = data->train->classes;
+    return ProgramOf([task, shape, classes](std::int64_t step) { return portableProgram(task, step - 1, shape, classes); });
+}
+
+} // namespace
+
+core::Result<QByteArray> traceInterval(const core::ShardTask& task, const QByteArray& startWeights, const QByteArray& keptState,
+    std::int64_t checkpoint, const ComputeEnvironment& environment)
+{
+    if (auto status = narrowable(task, checkpoint); !status)
+        return status.error();
+    const auto [first, last] = stepsOfInterval(task, checkpoint);
+    auto run = ShardRun::trainedTo(task, startWeights, keptState, first - 1, environment);
     if (!run)
         return run.error();
     auto& d = *(*run)->d;
-    d.keepCheckpointStates = false;
-    const auto step = std::min(wanted * task.checkpointInterval, task.localSteps);
-    while (d.step < step) {
+    Trace trace;
+    trace.checkpoint = checkpoint;
+    TraceRecorder recorder(trace);
+    d.observer = [&](const portable::Program& program, std::size_t instruction, portable::Executor& executor) {
+        recorder.observe(d.step + 1, program, instruction, executor);
+    };
+    while (d.step < last) {
         if (auto status = (*run)->step(); !status)
             return status.error();
     }
-    return (*run)->suspend();
+    d.observer = nullptr;
+    return trace.toBytes();
+}
+
+core::Result<QByteArray> operandsOf(const core::ShardTask& task, const QByteArray& startWeights, const QByteArray& keptState,
+    std::int64_t step, std::int64_t instruction, const ComputeEnvironment& environment)
+{
+    if (auto status = narrowable(task, 1); !status)
+        return status.error();
+    if (step < 1 || step > task.localSteps || instruction < 0)
+        return core::Error { QStringLiteral("step"),
+            QStringLiteral("the shard has no step %1, instruction %2").arg(step).arg(instruction) };
+    auto run = ShardRun::trainedTo(task, startWeights, keptState, step - 1, environment);
+    if (!run)
+        return run.error();
+    auto& d = *(*run)->d;
+    const auto [x, y] = batchOf(d, step - 1);
+    auto operands = d.portable->operandsOf(step - 1, x, y, std::size_t(instruction));
+    if (!operands)
+        return operands.error();
+    NamedTensors named;
+    for (std::size_t i = 0; i < operands->size(); ++i)
+        named.emplace_back(std::to_string(i), (*operands)[i]);
+    sortByName(named);
+    return pickleTensors(named);
+}
+
+core::Result<TraceComparison> compareTraces(const core::ShardTask& task, std::int64_t checkpoint, const core::Digest& agreed,
+    const QByteArray& roundWeights, const core::Digest& firstClaim, const core::Digest& secondClaim, const QByteArray& firstTrace,
+    const QByteArray& secondTrace, const ComputeEnvironment& environment)
+{
+    if (auto status = narrowable(task, checkpoint); !status)
+        return status.error();
+    auto programOf = programsOf(task, environment);
+    if (!programOf)
+        return programOf.error();
+    const auto [first, last] = stepsOfInterval(task, checkpoint);
+    // The state both sides agree on at checkpoint j-1: its root is the agreed checkpoint hash, or
+    // at j = 1 (whose checkpoint 0 is the round's weights' canonical hash) the root of the state
+    // the round's weights give.
+    core::Digest startRoot = agreed;
+    if (checkpoint == 1) {
+        auto run = ShardRun::start(task, roundWeights, environment);
+        if (!run)
+            return run.error();
+        startRoot = stateRoot(trainingState(*(*run)->d));
+    }
+    TraceComparison comparison;
+    std::optional<Trace> traces[2];
+    std::optional<TraceWalk> walks[2];
+    const core::Digest claims[2] { firstClaim, secondClaim };
+    const QByteArray* bytes[2] { &firstTrace, &secondTrace };
+    QString* faults[2] { &comparison.firstFault, &comparison.secondFault };
+    for (int side = 0; side < 2; ++side) {
+        if (bytes[side]->isEmpty()) {
+            *faults[side] = QStringLiteral("no trace came");
+            continue;
+        }
+        auto trace = Trace::fromBytes(*bytes[side]);
+        if (!trace) {
+            *faults[side] = trace.error().message;
+            continue;
+        }
+        if (trace->checkpoint != checkpoint) {
+            *faults[side] = QStringLiteral("the trace is of checkpoint %1, not %2").arg(trace->checkpoint).arg(checkpoint);
+            continue;
+        }
+        if (rootOf(trace->start) != startRoot) {
+            *faults[side] = QStringLiteral("the trace does not start at the agreed checkpoint %1").arg(checkpoint - 1);
+            continue;
+        }
+        auto walk = walkTrace(*trace, first, last, *programOf);
+        if (!walk) {
+            *faults[side] = walk.error().message;
+            continue;
+        }
+        if (walk->roots.last() != claims[side]) {
+            *faults[side] = QStringLiteral("the trace does not end at the node's own checkpoint %1").arg(checkpoint);
+            continue;
+        }
+        traces[side] = std::move(*trace);
+        walks[side] = std::move(*walk);
+    }
+    if (!walks[0] || !walks[1])
+        return comparison;
+    qsizetype differing = 0;
+    while (differing < walks[0]->roots.size() && walks[0]->roots[differing] == walks[1]->roots[differing])
+        ++differing;
+    if (differing == walks[0]->roots.size())
+        return core::Error { QStringLiteral("trace"), QStringLiteral("the traces agree on every step: there is no dispute") };
+    comparison.step = first + differing;
+    auto program = (*programOf)(comparison.step);
+    if (!program)
+        return program.error();
+    const auto& a = traces[0]->steps.at(comparison.step);
+    const auto& b = traces[1]->steps.at(comparison.step);
+    qsizetype output = 0;
+    while (output < a.size() && a[output] == b[output])
+        ++output;
+    for (std::size_t i = 0, position = 0; i < program->instructions.size(); ++i) {
+        position += program->instructions[i].outputs.size();
+        if (qsizetype(position) > output) {
+            comparison.instruction = std::int64_t(i);
+            break;
+        }
+    }
+    const auto& instruction = program->instructions[std::size_t(comparison.instruction)];
+    comparison.instructionName = QStringLiteral("%1 (%2)").arg(
+        QString::fromLatin1(portable::opName(instruction.op)), QString::fromStdString(instruction.label));
+    if (instruction.op == portable::Op::Batch) { // the referee reads the step's batch itself
+        auto data = loadDataset(task.dataset, environment, task.model.context);
+        if (!data)
+            return data.error();
+        BatchPlan plan(task, data->train->size());
+        const auto indices = plan.indicesOfStep(comparison.step - 1);
+        const auto index
+            = torch::from_blob(const_cast<std::int64_t*>(indices.data()), { std::int64_t(indices.size()) }, torch::kInt64);
+        const auto x = data->train->samples(index, true).contiguous();
+        const auto y = data->train->y.index_select(0, index).to(torch::kLong).contiguous();
+        const auto& xValue = program->values[std::size_t(instruction.outputs[0])];
+        const auto& yValue = program->values[std::size_t(instruction.outputs[1])];
+        if (x.numel() != xValue.count() || y.numel() != yValue.count())
+            return core::Error { QStringLiteral("batch"), QStringLiteral("the batch does not have the program's shape") };
+        const auto xHash = valueHash(xValue, x.data_ptr()), yHash = valueHash(yValue, y.data_ptr());
+        const bool firstRight = a[0] == xHash && a[1] == yHash, secondRight = b[0] == xHash && b[1] == yHash;
+        comparison.ruling = firstRight ? core::verification::Ruling::FirstHonest
+            : secondRight              ? core::verification::Ruling::SecondHonest
+                                       : core::verification::Ruling::BothWrong;
+    }
+    return comparison;
+}
+
+core::Result<core::verification::Ruling> refereeInstruction(const core::ShardTask& task, std::int64_t step,
+    std::int64_t instruction, const QByteArray& operands, const QByteArray& firstTrace, const QByteArray& secondTrace,
+    const ComputeEnvironment& environment)
+{
+    auto unusable = [](const QString& why) { return core::Error { QStringLiteral("operands"), why }; };
+    if (auto status = narrowable(task, 1); !status)
+        return status.error();
+    auto programOf = programsOf(task, environment);
+    if (!programOf)
+        return programOf.error();
+    auto program = (*programOf)(step);
+    if (!program)
+        return program.error();
+    if (instruction < 0 || instruction >= std::int64_t(program->instructions.size()))
+        return core::Error { QStringLiteral("instruction"),
+            QStringLiteral("step %1 has no instruction %2").arg(step).arg(instruction) };
+    auto a = Trace::fromBytes(firstTrace), b = Trace::fromBytes(secondTrace);
+    if (!a || !b)
+        return core::Error { QStringLiteral("trace"), QStringLiteral("a trace the comparison read does not read any more") };
+    // What both sides agree on at the instruction: the state at the step's start, and the outputs
+    // of the instructions before it.
+    auto walk = walkTrace(*a, (a->checkpoint - 1) * task.checkpointInterval + 1, step, *programOf, step);
+    if (!walk)
+        return walk.error();
+    const auto& hashesA = a->steps.at(step);
+    const auto& hashesB = b->steps.count(step) ? b->steps.at(step) : QList<core::Digest>();
+    const auto positions = program->outputPositions();
+    const auto& wanted = program->instructions[std::size_t(instruction)];
+    auto agreedHash = [&](int v) -> std::optional<core::Digest> {
+        const int position = positions[std::size_t(v)];
+        if (position >= 0)
+            return hashesA[position];
+        const auto found = walk->state.find(program->values[std::size_t(v)].name);
+        if (found == walk->state.end())
+            return std::nullopt;
+        return found->second;
+    };
+    auto given = unpickleTensors(operands, QStringLiteral("the operands are not a dict of tensors"));
+    if (!given)
+        return unusable(given.error().message);
+    if (given->size() != wanted.inputs.size())
+        return unusable(QStringLiteral("instruction %1 reads %2 operands, not %3")
+                            .arg(instruction)
+                            .arg(wanted.inputs.size())
+                            .arg(given->size()));
+    portable::Executor executor(int(task.threads));
+    executor.prepare(*program);
+    std::vector<at::Tensor> held;
+    for (std::size_t i = 0; i < wanted.inputs.size(); ++i) {
+        const int v = wanted.inputs[i];
+        const auto& value = program->values[std::size_t(v)];
+        at::Tensor tensor;
+        for (const auto& [name, t] : *given) {
+            if (name == std::to_string(i))
+                tensor = t;
+        }
+        const auto type = value.dtype == portable::DType::Int64 ? at::kLong : at::kFloat;
+        if (!tensor.defined() || tensor.scalar_type() != type || tensor.numel() != value.count())
+            return unusable(QStringLiteral("operand %1 ('%2') is missing or not what the instruction reads")
+                                .arg(i)
+                                .arg(QString::fromStdString(value.name)));
+        tensor = tensor.contiguous();
+        const auto hash = agreedHash(v);
+        if (!hash || valueHash(value, tensor.data_ptr()) != *hash)
+            return unusable(QStringLiteral("operand %1 ('%2') is not the value both traces agree on")
+                                .arg(i)
+                                .arg(QString::fromStdString(value.name)));
+        executor.bind(v, tensor.data_ptr());
+        held.push_back(tensor);
+    }
+    executor.run(*program, std::size_t(instruction));
+    bool firstRight = true, secondRight = hashesB.size() == hashesA.size();
+    for (int v : wanted.outputs) {
+        const auto hash = valueHash(program->values[std::size_t(v)], executor.memory(v));
+        const int position = positions[std::size_t(v)];
+        firstRight = firstRight && hashesA[position] == hash;
+        secondRight = secondRight && hashesB[position] == hash;
+    }
+    if (firstRight && secondRight)
+        return core::Error { QStringLiteral("instruction"),
+            QStringLiteral("both traces agree on instruction %1").arg(instruction) };
+    return firstRight ? core::verification::Ruling::FirstHonest
+        : secondRight ? core::verification::Ruling::SecondHonest
+                      : core::verification::Ruling::BothWrong;
 }
 
 } // namespace tessera::compute

@@ -5,10 +5,12 @@
 #include <core/error.h>
 #include <core/shardresult.h>
 #include <core/shardtask.h>
+#include <core/verification/verification.h>
 
 #include <QByteArray>
 
 #include <memory>
+#include <optional>
 
 namespace tessera::compute {
 
@@ -50,6 +52,36 @@ core::Result<Replay> replayShard(const core::ShardTask& task, std::int64_t from,
 core::Result<QByteArray> recreateState(const core::ShardTask& task, const QByteArray& startWeights, const QByteArray& keptState,
     std::int64_t wanted, const ComputeEnvironment& environment);
 
+// Disputes over portable jobs, narrowed to one instruction (docs/VERIFICATION.md, "Disputes over
+// portable jobs"; the trace's format in compute/detail/trace.h and docs/DETERMINISM.md, "Trace").
+//
+// A node's side. This node's trace of checkpoint interval `checkpoint` (1..n-1) of a shard it
+// trained, re-trained from keptState or the round's weights as recreateState does; and the inputs
+// of instruction `instruction` of shard step `step` (1-based) as a dict "0", "1", ... in the
+// instruction's input order.
+core::Result<QByteArray> traceInterval(const core::ShardTask& task, const QByteArray& startWeights, const QByteArray& keptState,
+    std::int64_t checkpoint, const ComputeEnvironment& environment);
+core::Result<QByteArray> operandsOf(const core::ShardTask& task, const QByteArray& startWeights, const QByteArray& keptState,
+    std::int64_t step, std::int64_t instruction, const ComputeEnvironment& environment);
+
+// The referee's side. Each trace is checked against the programs and against what its node signed:
+// its state at the start must be the agreed checkpoint j-1 (at j = 1 the state the round's weights
+// give), and its state after the last step its own checkpoint j. A trace that fails names its fault
+// and is not used. With both usable: the first step whose state differs, and in it the first
+// instruction whose output differs. The referee rules at once where that instruction reads no
+// operands (the step's batch, which it reads itself); otherwise refereeInstruction() rules from
+// the operands one side sends.
+using core::verification::TraceComparison;
+core::Result<TraceComparison> compareTraces(const core::ShardTask& task, std::int64_t checkpoint, const core::Digest& agreed,
+    const QByteArray& roundWeights, const core::Digest& firstClaim, const core::Digest& secondClaim, const QByteArray& firstTrace,
+    const QByteArray& secondTrace, const ComputeEnvironment& environment);
+// Runs the one instruction from the operands, each checked against the hash both traces agree
+// on, and says whose outputs equal the referee's. An error: the operands are unusable (they name
+// what is wrong) or the traces do not differ there.
+core::Result<core::verification::Ruling> refereeInstruction(const core::ShardTask& task, std::int64_t step,
+    std::int64_t instruction, const QByteArray& operands, const QByteArray& firstTrace, const QByteArray& secondTrace,
+    const ComputeEnvironment& environment);
+
 // One shard in training, advanced a step at a time, so that the compute thread can pause, cancel
 // or throttle between steps. Everything a step does is fixed by the task: its batch comes from the
 // seeded permutations, its dropout from the step's seed, its arithmetic from the task's thread count.
@@ -90,9 +122,20 @@ public:
         std::int64_t, const QByteArray&, const ComputeEnvironment&);
     friend core::Result<QByteArray> recreateState(
         const core::ShardTask&, const QByteArray&, const QByteArray&, std::int64_t, const ComputeEnvironment&);
+    friend core::Result<QByteArray> traceInterval(
+        const core::ShardTask&, const QByteArray&, const QByteArray&, std::int64_t, const ComputeEnvironment&);
+    friend core::Result<QByteArray> operandsOf(
+        const core::ShardTask&, const QByteArray&, const QByteArray&, std::int64_t, std::int64_t, const ComputeEnvironment&);
+    friend core::Result<TraceComparison> compareTraces(const core::ShardTask&, std::int64_t, const core::Digest&,
+        const QByteArray&, const core::Digest&, const core::Digest&, const QByteArray&, const QByteArray&,
+        const ComputeEnvironment&);
 
 private:
     explicit ShardRun(std::unique_ptr<Private> d);
+    // A run of this node's own shard brought to shard step `step` (not keeping checkpoint states):
+    // resumed from keptState where its checkpoint comes no later, else from the round's weights.
+    static core::Result<std::unique_ptr<ShardRun>> trainedTo(const core::ShardTask& task, const QByteArray& startWeights,
+        const QByteArray& keptState, std::int64_t step, const ComputeEnvironment& environment);
     std::unique_ptr<Private> d;
 };
 

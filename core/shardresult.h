@@ -45,6 +45,8 @@ struct ShardResult {
 
     static constexpr qsizetype MaxCheckpoints = 100001;
     static constexpr qsizetype MaxLosses = 1000000;
+    static constexpr qsizetype MaxSteps = 1000000; // training.localSteps
+    static constexpr qsizetype MaxInstructions = 1000000; // of one step's portable program
 
     Commitment commitment() const;
     // The document a node signs before it reveals this result (docs/PROTOCOL.md, "Commitment"):

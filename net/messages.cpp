@@ -211,15 +211,34 @@ core::Result<CommitReply> CommitReply::fromHeader(const QJsonObject& header)
 
 QJsonObject CheckpointAsk::toHeader() const
 {
-    return { { fields::Verification, verification }, { fields::Assignment, assignment },
-        { fields::Checkpoint, static_cast<qint64>(checkpoint) } };
+    QJsonObject header { { fields::Verification, verification }, { fields::Assignment, assignment } };
+    using Want = core::DisputeQuestion::Want;
+    if (question.want != Want::Operands)
+        header.insert(fields::Checkpoint, static_cast<qint64>(question.checkpoint));
+    if (question.want != Want::State)
+        header.insert(fields::Want, core::DisputeQuestion::nameOf(question.want));
+    if (question.want == Want::Operands) {
+        header.insert(fields::Step, static_cast<qint64>(question.step));
+        header.insert(fields::Instruction, static_cast<qint64>(question.instruction));
+    }
+    return header;
 }
 
 core::Result<CheckpointAsk> CheckpointAsk::fromHeader(const QJsonObject& header)
 {
     JsonReader reader(header);
-    CheckpointAsk ask { reader.string(fields::Verification), reader.string(fields::Assignment),
-        reader.integer(fields::Checkpoint, 0, core::ShardResult::MaxCheckpoints) };
+    using Want = core::DisputeQuestion::Want;
+    CheckpointAsk ask { reader.string(fields::Verification), reader.string(fields::Assignment), {} };
+    const auto want = core::DisputeQuestion::wantNamed(reader.string(fields::Want, Presence::Optional, QStringLiteral("state")));
+    if (!want)
+        reader.fail(fields::Want, QStringLiteral("must be state, trace or operands"));
+    ask.question.want = want.value_or(Want::State);
+    if (ask.question.want == Want::Operands) {
+        ask.question.step = reader.integer(fields::Step, 1, core::ShardResult::MaxSteps);
+        ask.question.instruction = reader.integer(fields::Instruction, 0, core::ShardResult::MaxInstructions);
+    } else {
+        ask.question.checkpoint = reader.integer(fields::Checkpoint, 0, core::ShardResult::MaxCheckpoints);
+    }
     if (!reader.ok())
         return reader.status().error();
     return ask;

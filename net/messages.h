@@ -4,6 +4,7 @@
 
 #include <core/broker/assignment.h>
 #include <core/broker/records.h>
+#include <core/disputequestion.h>
 #include <core/error.h>
 #include <core/hash.h>
 #include <core/jobspec.h>
@@ -72,6 +73,9 @@ inline const QString Committed = QStringLiteral("committed");
 inline const QString Verification = QStringLiteral("verification");
 inline const QString Verifications = QStringLiteral("verifications");
 inline const QString Checkpoint = QStringLiteral("checkpoint");
+inline const QString Want = QStringLiteral("want");
+inline const QString Step = QStringLiteral("step");
+inline const QString Instruction = QStringLiteral("instruction");
 inline const QString State = QStringLiteral("state");
 inline const QString Detail = QStringLiteral("detail");
 inline const QString Request = QStringLiteral("request");
@@ -143,12 +147,14 @@ struct CommitReply {
     static core::Result<CommitReply> fromHeader(const QJsonObject& header);
 };
 
-// Broker -> node: a dispute needs the training state at a checkpoint of one of its results.
+// Broker -> node: a dispute needs the training state at a checkpoint of one of its results, or for
+// a portable job the trace of an interval or the operands of one instruction (want: "state" when
+// absent, "trace", "operands" with step and instruction).
 struct CheckpointAsk {
     static constexpr Command command = Command::Checkpoint;
     QString verification;
     QString assignment;
-    std::int64_t checkpoint = 0;
+    core::DisputeQuestion question;
     QJsonObject toHeader() const;
     static core::Result<CheckpointAsk> fromHeader(const QJsonObject& header);
 };

@@ -488,8 +488,8 @@ struct NodeClient::Private {
             const auto ask = asks.front();
             asks.pop_front();
             std::optional<core::Digest> digest;
-            if (log) {
-                if (auto kept = log->checkpoint(ask.assignment, ask.checkpoint))
+            if (log && ask.question.want == core::DisputeQuestion::Want::State) {
+                if (auto kept = log->checkpoint(ask.assignment, ask.question.checkpoint))
                     digest = *kept;
             }
             std::optional<QByteArray> bytes;
@@ -498,14 +498,15 @@ struct NodeClient::Private {
                     bytes = *read;
             }
             if (bytes) {
-                qCInfo(lcNode).noquote() << "sending checkpoint" << ask.checkpoint << "of" << ask.assignment << "to the referee";
+                qCInfo(lcNode).noquote() << "sending checkpoint" << ask.question.checkpoint << "of" << ask.assignment
+                                         << "to the referee";
                 upload = Upload { Upload::Purpose::CheckpointState, *digest, *bytes, 0, 0, ask.verification };
                 pumpUpload();
                 continue;
             }
             if (startRecreation(ask))
                 continue;
-            qCWarning(lcNode).noquote() << "a dispute asks for checkpoint" << ask.checkpoint << "of" << ask.assignment
+            qCWarning(lcNode).noquote() << "a dispute asks for" << ask.question.describe() << "of" << ask.assignment
                                         << "and this node can neither find nor re-create it";
             answerCheckpoint(ask.verification, std::nullopt);
         }
@@ -539,9 +540,9 @@ struct NodeClient::Private {
         if (at > 0 && at <= (*kept)->checkpoints.size() && !(*kept)->checkpoints[at - 1].isNull())
             keptPath = cache.path((*kept)->checkpoints[at - 1]).value_or(QString());
         const auto startWeights = paths.value((*kept)->inputs.first());
-        if (!executor.recreate(tag, ask.verification, *task, ask.checkpoint, startWeights, keptPath, paths))
+        if (!executor.recreate(tag, ask.verification, *task, ask.question, startWeights, keptPath, paths))
             return false;
-        qCInfo(lcNode).noquote() << "re-creating checkpoint" << ask.checkpoint << "of" << ask.assignment << "for the referee";
+        qCInfo(lcNode).noquote() << "re-creating" << ask.question.describe() << "of" << ask.assignment << "for the referee";
         recreating.insert(ask.verification);
         return true;
     }

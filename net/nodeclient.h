@@ -4,6 +4,7 @@
 
 #include <core/blobstore.h>
 #include <core/clock.h>
+#include <core/disputequestion.h>
 #include <core/nodeinfo.h>
 #include <core/resultlog.h>
 #include <core/shardresult.h>
@@ -39,7 +40,8 @@ public:
         // (stageIn()), which the client's blob cache takes in by renaming it.
         QString keptStateFile;
     };
-    // A training state re-created for a dispute (recreate()), or why not (error non-empty).
+    // What a dispute asked for, made (recreate()): a training state, a trace or operands; or why
+    // not (error non-empty).
     struct Recreated {
         QString tag;
         QString key;
@@ -58,14 +60,16 @@ public:
     // off the client's thread (a 40 M-parameter AdamW state is about 480 MB: writing it on the
     // network loop stalled its heartbeats). An executor that ignores it hands the bytes back.
     virtual void stageIn(const QString& tag, const QString& directory) { (void)tag, (void)directory; }
-    // Re-creates the training state at `checkpoint` (1..n-1) of a shard this node trained, off the
-    // caller's thread, from the round's weights (startWeightsPath) and the kept state (empty: none);
-    // takeRecreated() collects it under `key`. False: this executor cannot (the dispute is answered
-    // with "none").
-    virtual bool recreate(const QString& tag, const QString& key, const core::ShardTask& task, std::int64_t checkpoint,
-        const QString& startWeightsPath, const QString& keptStatePath, const QHash<core::Digest, QString>& blobPaths)
+    // Answers a dispute's question about a shard this node trained, off the caller's thread: the
+    // training state at a checkpoint (1..n-1), or a portable job's trace or operands, re-trained
+    // from the round's weights (startWeightsPath) and the kept state (empty: none);
+    // takeRecreated() collects the bytes under `key`. False: this executor cannot (the dispute is
+    // answered with "none").
+    virtual bool recreate(const QString& tag, const QString& key, const core::ShardTask& task,
+        const core::DisputeQuestion& question, const QString& startWeightsPath, const QString& keptStatePath,
+        const QHash<core::Digest, QString>& blobPaths)
     {
-        (void)tag, (void)key, (void)task, (void)checkpoint, (void)startWeightsPath, (void)keptStatePath, (void)blobPaths;
+        (void)tag, (void)key, (void)task, (void)question, (void)startWeightsPath, (void)keptStatePath, (void)blobPaths;
         return false;
     }
     virtual QList<Recreated> takeRecreated(const QString& tag) // thread-safe

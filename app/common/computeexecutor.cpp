@@ -112,14 +112,15 @@ QList<net::ShardExecutor::Finished> ComputeExecutor::takeFinished(const QString&
     return takeTagged(m_finished, tag);
 }
 
-bool ComputeExecutor::recreate(const QString& tag, const QString& key, const core::ShardTask& task, std::int64_t checkpoint,
-    const QString& startWeightsPath, const QString& keptStatePath, const QHash<core::Digest, QString>& blobPaths)
+bool ComputeExecutor::recreate(const QString& tag, const QString& key, const core::ShardTask& task,
+    const core::DisputeQuestion& question, const QString& startWeightsPath, const QString& keptStatePath,
+    const QHash<core::Digest, QString>& blobPaths)
 {
     {
         QMutexLocker lock(&m_mutex);
         m_blobPaths.insert(blobPaths);
     }
-    m_thread->recreateState({ tag + u'\n' + key, task, checkpoint, startWeightsPath, keptStatePath });
+    m_thread->recreateState({ tag + u'\n' + key, task, question, startWeightsPath, keptStatePath });
     return true;
 }
 

@@ -22,7 +22,7 @@ public:
         const QHash<core::Digest, QString>& blobPaths) override;
     QList<Finished> takeFinished(const QString& tag) override;
     void stageIn(const QString& tag, const QString& directory) override;
-    bool recreate(const QString& tag, const QString& key, const core::ShardTask& task, std::int64_t checkpoint,
+    bool recreate(const QString& tag, const QString& key, const core::ShardTask& task, const core::DisputeQuestion& question,
         const QString& startWeightsPath, const QString& keptStatePath, const QHash<core::Digest, QString>& blobPaths) override;
     QList<Recreated> takeRecreated(const QString& tag) override;
     bool rebuildsWeights() const override { return true; }

@@ -1,7 +1,5 @@
 #include "models.h"
 
-#include "portableops.h"
-
 #include "scriptguard.h"
 
 #include <torch/cuda.h>
@@ -89,11 +87,6 @@ MlpImpl::MlpImpl(std::int64_t inputs, const QList<std::int64_t>& hidden, std::in
 at::Tensor MlpImpl::forward(at::Tensor x)
 {
     x = x.flatten(1);
-    if (portable) { // no dropout: the job spec refuses it with portable kernels
-        for (std::size_t i = 0; i + 1 < layers.size(); ++i)
-            x = portableRelu(portableLinear(x, layers[i]->weight, layers[i]->bias));
-        return portableLinear(x, layers.back()->weight, layers.back()->bias);
-    }
     const bool drop = dropout->options.p() > 0.0;
     for (std::size_t i = 0; i + 1 < layers.size(); ++i) {
         x = torch::relu(layers[i](x));
@@ -238,12 +231,6 @@ at::Tensor GptImpl::forward(const at::Tensor& tokens)
     return lm_head ? lm_head(x) : torch::linear(x, transformer->wte->weight);
 }
 
-core::Status Model::usePortableKernels()
-{
-    return core::Error { QStringLiteral("training.determinism"),
-        QStringLiteral("the portable kernels cover the zoo mlp without dropout so far") };
-}
-
 namespace {
 
 NamedTensors namedOf(const torch::OrderedDict<std::string, at::Tensor>& dict)
@@ -265,15 +252,6 @@ public:
     NamedTensors buffers() override { return namedOf(m_net->named_buffers()); }
     void setTraining(bool training) override { m_net->train(training); }
     void to(const c10::Device& device) override { m_net->to(device); }
-    core::Status usePortableKernels() override
-    {
-        if constexpr (std::is_same_v<Net, Mlp>) {
-            m_net->portable = true;
-            return {};
-        } else {
-            return Model::usePortableKernels();
-        }
-    }
 
 private:
     Net m_net;

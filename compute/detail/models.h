@@ -32,9 +32,6 @@ public:
     virtual NamedTensors buffers() = 0;
     virtual void setTraining(bool training) = 0;
     virtual void to(const c10::Device& device) = 0;
-    // Trains through the portable kernels from now on (training.determinism portable); an error for
-    // a model they do not cover yet.
-    virtual core::Status usePortableKernels();
 
     // Parameters and buffers together, name-sorted: the model's state, as hashed and shipped.
     NamedTensors state();
@@ -51,7 +48,6 @@ struct MlpImpl : torch::nn::Module {
 
     std::vector<torch::nn::Linear> layers;
     torch::nn::Dropout dropout { nullptr };
-    bool portable = false; // its layers, ReLUs and their gradients from compute/portable
 };
 TORCH_MODULE(Mlp);
 

@@ -1,16 +1,13 @@
 #include "optimizer.h"
 
-#include <compute/portable/kernels.h>
-
 #include <torch/torch.h>
 
 #include <cmath>
 
 namespace tessera::compute::detail {
 
-Optimizer::Optimizer(core::OptimizerSpec spec, NamedTensors parameters, bool portable)
+Optimizer::Optimizer(core::OptimizerSpec spec, NamedTensors parameters)
     : m_spec(spec)
-    , m_portable(portable)
     , m_parameters(std::move(parameters))
     , m_first(m_parameters.size())
     , m_second(m_parameters.size())
@@ -51,59 +48,10 @@ void Optimizer::clipGradients()
     }
 }
 
-void Optimizer::portableStep(double lr)
-{
-    auto data = [](const at::Tensor& t) {
-        TORCH_CHECK(t.device().is_cpu() && t.scalar_type() == at::kFloat && t.is_contiguous(),
-            "the portable optimizer takes contiguous float32 CPU tensors");
-        return t.data_ptr<float>();
-    };
-    if (m_spec.clipNorm > 0.0) {
-        double squares = 0.0; // in the parameters' name order, as the kernels' contract says
-        for (auto& [name, parameter] : m_parameters) {
-            if (parameter.grad().defined())
-                squares += portable::sumOfSquares(data(parameter.grad()), parameter.grad().numel());
-        }
-        const float factor = portable::clipFactor(squares, m_spec.clipNorm);
-        for (auto& [name, parameter] : m_parameters) {
-            if (!parameter.grad().defined())
-                continue;
-            float* g = data(parameter.grad());
-            for (std::int64_t i = 0; i < parameter.grad().numel(); ++i)
-                g[i] = g[i] * factor;
-        }
-    }
-    const bool adam = m_spec.isAdam();
-    for (std::size_t i = 0; i < m_parameters.size(); ++i) {
-        auto& parameter = m_parameters[i].second;
-        if (!parameter.grad().defined())
-            continue;
-        const std::int64_t n = parameter.numel();
-        if (!adam) {
-            const bool first = m_spec.momentum != 0.0 && !m_first[i].defined();
-            if (first)
-                m_first[i] = torch::zeros_like(parameter);
-            portable::sgdStep(data(parameter), data(parameter.grad()), m_first[i].defined() ? data(m_first[i]) : nullptr, n,
-                float(lr), float(m_spec.momentum), float(m_spec.weightDecay), m_spec.nesterov, first);
-            continue;
-        }
-        if (!m_first[i].defined()) {
-            m_first[i] = torch::zeros_like(parameter);
-            m_second[i] = torch::zeros_like(parameter);
-        }
-        portable::adamStep(data(parameter), data(parameter.grad()), data(m_first[i]), data(m_second[i]), n, lr, m_spec.beta1,
-            m_spec.beta2, m_spec.eps, m_spec.weightDecay, m_spec.kind == core::OptimizerSpec::Kind::AdamW, m_steps);
-    }
-}
-
 void Optimizer::step(double lr)
 {
     torch::NoGradGuard noGrad;
     ++m_steps;
-    if (m_portable) {
-        portableStep(lr);
-        return;
-    }
     if (m_spec.clipNorm > 0.0)
         clipGradients();
     const bool decoupled = m_spec.kind == core::OptimizerSpec::Kind::AdamW;

@@ -16,9 +16,7 @@ namespace tessera::compute::detail {
 // for bit.
 class Optimizer {
 public:
-    // portable: every update and the clipping norm from compute/portable (float32 CPU parameters),
-    // the same bits on every machine, instead of LibTorch's vectorised operations.
-    Optimizer(core::OptimizerSpec spec, NamedTensors parameters, bool portable = false);
+    Optimizer(core::OptimizerSpec spec, NamedTensors parameters);
 
     void zeroGrad();
     // One update at learning rate lr (the spec's schedule gives it: OptimizerSpec::learningRateAt).
@@ -35,10 +33,11 @@ public:
     NamedTensors initialState() const;
 
 private:
+    // In portable mode the step's program (portablestep.h) updates the parameters and this state.
+    friend class PortableStep;
+
     void clipGradients();
-    void portableStep(double lr);
     core::OptimizerSpec m_spec;
-    bool m_portable = false;
     NamedTensors m_parameters;
     std::vector<at::Tensor> m_first; // momentum buffer (sgd) or exp_avg (adam); undefined until step 1
     std::vector<at::Tensor> m_second; // exp_avg_sq (adam)

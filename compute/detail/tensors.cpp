@@ -59,6 +59,19 @@ void addInt64(core::Sha256& hasher, std::int64_t value)
     hasher.addData(QByteArrayView(reinterpret_cast<const char*>(&value), sizeof value));
 }
 
+// One tensor's canonical record: its name and a NUL, the dtype byte, the dimension count and sizes
+// as little-endian int64, then its bytes.
+void addRecord(core::Sha256& hasher, const std::string& name, std::uint8_t code, c10::IntArrayRef sizes, const void* bytes,
+    std::int64_t count)
+{
+    hasher.addData(QByteArrayView(name.data(), static_cast<qsizetype>(name.size() + 1))); // with the NUL
+    hasher.addData(QByteArrayView(reinterpret_cast<const char*>(&code), 1));
+    addInt64(hasher, std::int64_t(sizes.size()));
+    for (auto size : sizes)
+        addInt64(hasher, size);
+    hasher.addData(QByteArrayView(static_cast<const char*>(bytes), static_cast<qsizetype>(count)));
+}
+
 } // namespace
 
 core::Digest canonicalHash(const NamedTensors& tensors)
@@ -66,15 +79,41 @@ core::Digest canonicalHash(const NamedTensors& tensors)
     core::Sha256 hasher;
     for (const auto& [name, tensor] : tensors) {
         const auto data = tensor.detach().contiguous().cpu();
-        hasher.addData(QByteArrayView(name.data(), static_cast<qsizetype>(name.size() + 1))); // with the NUL
-        const std::uint8_t code = dtypeCode(data.scalar_type());
-        hasher.addData(QByteArrayView(reinterpret_cast<const char*>(&code), 1));
-        addInt64(hasher, data.dim());
-        for (auto size : data.sizes())
-            addInt64(hasher, size);
-        hasher.addData(QByteArrayView(static_cast<const char*>(data.data_ptr()), static_cast<qsizetype>(data.nbytes())));
+        addRecord(hasher, name, dtypeCode(data.scalar_type()), data.sizes(), data.data_ptr(), std::int64_t(data.nbytes()));
     }
     return hasher.result();
+}
+
+core::Digest recordHash(const std::string& name, const at::Tensor& tensor)
+{
+    const auto data = tensor.detach().contiguous().cpu();
+    core::Sha256 hasher;
+    addRecord(hasher, name, dtypeCode(data.scalar_type()), data.sizes(), data.data_ptr(), std::int64_t(data.nbytes()));
+    return hasher.result();
+}
+
+core::Digest recordHash(
+    const std::string& name, at::ScalarType type, c10::IntArrayRef sizes, const void* bytes, std::int64_t count)
+{
+    core::Sha256 hasher;
+    addRecord(hasher, name, dtypeCode(type), sizes, bytes, count);
+    return hasher.result();
+}
+
+core::Digest rootOf(const QList<core::Digest>& leaves)
+{
+    core::Sha256 hasher;
+    for (const auto& leaf : leaves)
+        hasher.addData(leaf.toRaw());
+    return hasher.result();
+}
+
+core::Digest stateRoot(const NamedTensors& tensors)
+{
+    QList<core::Digest> leaves;
+    for (const auto& [name, tensor] : tensors)
+        leaves.append(recordHash(name, tensor));
+    return rootOf(leaves);
 }
 
 QByteArray pickleTensors(const NamedTensors& tensors)

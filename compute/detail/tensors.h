@@ -25,6 +25,16 @@ void sortByName(NamedTensors& tensors);
 // then its elements as little-endian bytes, contiguous.
 core::Digest canonicalHash(const NamedTensors& tensors);
 
+// One tensor's record of the canonical bytes, hashed alone (a leaf); from a tensor or from raw memory.
+core::Digest recordHash(const std::string& name, const at::Tensor& tensor);
+core::Digest recordHash(
+    const std::string& name, at::ScalarType type, c10::IntArrayRef sizes, const void* bytes, std::int64_t count);
+// SHA-256 of the leaves' 32 bytes each, in order; and of a state's leaves in name order: how a
+// portable job hashes its checkpoints, so that a trace's per-tensor hashes prove which state they
+// belong to (docs/DETERMINISM.md, "Checkpoint chain").
+core::Digest rootOf(const QList<core::Digest>& leaves);
+core::Digest stateRoot(const NamedTensors& tensors);
+
 // A dict of tensors in PyTorch's pickle format (torch.load reads it; torch.save writes what reads back).
 QByteArray pickleTensors(const NamedTensors& tensors);
 core::Result<NamedTensors> unpickleTensors(const QByteArray& bytes, const QString& what);

@@ -1,5 +1,7 @@
 #include "kernels.h"
 
+#include "matmul.h"
+
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -76,66 +78,47 @@ float log(float x)
 void linearForward(
     const float* x, const float* w, const float* b, float* y, std::int64_t n, std::int64_t in, std::int64_t out, int threads)
 {
-    // w transposed once, so that the inner loop runs over outputs (contiguous, vectorisable
-    // across output elements: each element's own sum keeps its order).
-    std::vector<float> wt(static_cast<std::size_t>(in * out));
-    for (std::int64_t j = 0; j < out; ++j)
-        for (std::int64_t k = 0; k < in; ++k)
-            wt[std::size_t(k * out + j)] = w[j * in + k];
-#pragma omp parallel for num_threads(threads) schedule(static)
-    for (std::int64_t i = 0; i < n; ++i) {
-        float* yi = y + i * out;
-        std::fill(yi, yi + out, 0.0f);
-        for (std::int64_t k = 0; k < in; ++k) {
-            const float xv = x[i * in + k];
-            const float* wk = wt.data() + k * out;
-            for (std::int64_t j = 0; j < out; ++j)
-                yi[j] = yi[j] + xv * wk[j];
-        }
-        if (b) {
+    // y = x w^T: B(k, j) = w[j, k].
+    matmul(rowMajor(x, in), transposed(w, in), y, out, n, out, in, threads);
+    if (b) {
+        for (std::int64_t i = 0; i < n; ++i) {
+            float* yi = y + i * out;
             for (std::int64_t j = 0; j < out; ++j)
                 yi[j] = yi[j] + b[j];
         }
     }
 }
 
+void linearGradInput(const float* dy, const float* w, float* dx, std::int64_t n, std::int64_t in, std::int64_t out, int threads)
+{
+    matmul(rowMajor(dy, out), rowMajor(w, in), dx, in, n, in, out, threads);
+}
+
+void linearGradWeight(const float* dy, const float* x, float* dw, std::int64_t n, std::int64_t in, std::int64_t out, int threads)
+{
+    matmul(transposed(dy, out), rowMajor(x, in), dw, in, out, in, n, threads);
+}
+
+void linearGradBias(const float* dy, float* db, std::int64_t n, std::int64_t out)
+{
+    // Rows in order for each element, the elements side by side.
+    std::fill(db, db + out, 0.0f);
+    for (std::int64_t i = 0; i < n; ++i) {
+        const float* dyi = dy + i * out;
+        for (std::int64_t j = 0; j < out; ++j)
+            db[j] = db[j] + dyi[j];
+    }
+}
+
 void linearBackward(const float* x, const float* w, const float* dy, float* dx, float* dw, float* db, std::int64_t n,
     std::int64_t in, std::int64_t out, int threads)
 {
-    if (dx) {
-#pragma omp parallel for num_threads(threads) schedule(static)
-        for (std::int64_t i = 0; i < n; ++i) {
-            float* dxi = dx + i * in;
-            std::fill(dxi, dxi + in, 0.0f);
-            for (std::int64_t j = 0; j < out; ++j) {
-                const float d = dy[i * out + j];
-                const float* wj = w + j * in;
-                for (std::int64_t k = 0; k < in; ++k)
-                    dxi[k] = dxi[k] + d * wj[k];
-            }
-        }
-    }
-    if (dw) {
-#pragma omp parallel for num_threads(threads) schedule(static)
-        for (std::int64_t j = 0; j < out; ++j) {
-            float* dwj = dw + j * in;
-            std::fill(dwj, dwj + in, 0.0f);
-            for (std::int64_t i = 0; i < n; ++i) {
-                const float d = dy[i * out + j];
-                const float* xi = x + i * in;
-                for (std::int64_t k = 0; k < in; ++k)
-                    dwj[k] = dwj[k] + d * xi[k];
-            }
-        }
-    }
-    if (db) {
-        for (std::int64_t j = 0; j < out; ++j) {
-            float sum = 0.0f;
-            for (std::int64_t i = 0; i < n; ++i)
-                sum = sum + dy[i * out + j];
-            db[j] = sum;
-        }
-    }
+    if (dx)
+        linearGradInput(dy, w, dx, n, in, out, threads);
+    if (dw)
+        linearGradWeight(dy, x, dw, n, in, out, threads);
+    if (db)
+        linearGradBias(dy, db, n, out);
 }
 
 void uniformFill(float* values, std::int64_t count, float bound, std::uint64_t seed)

@@ -25,6 +25,13 @@ void linearForward(
 void linearBackward(const float* x, const float* w, const float* dy, float* dx, float* dw, float* db, std::int64_t n,
     std::int64_t in, std::int64_t out, int threads = 1);
 
+// linearBackward's three parts on their own: dx = dy w, dw = dy^T x, db = the rows of dy summed.
+void linearGradInput(
+    const float* dy, const float* w, float* dx, std::int64_t n, std::int64_t in, std::int64_t out, int threads = 1);
+void linearGradWeight(
+    const float* dy, const float* x, float* dw, std::int64_t n, std::int64_t in, std::int64_t out, int threads = 1);
+void linearGradBias(const float* dy, float* db, std::int64_t n, std::int64_t out);
+
 // A layer's first weights: values[i] = (2u - 1) * bound with u = the top 24 bits of the i-th
 // number of a SplitMix64 stream from `seed`, over 2^24 (exact): uniform in [-bound, bound).
 void uniformFill(float* values, std::int64_t count, float bound, std::uint64_t seed);

@@ -77,7 +77,7 @@ namespace checks {
 const QString Columns = QStringLiteral(
     "id, kind, job, round, shard, start_hash, start_blob, COALESCE(accused, ''), COALESCE(accused_assignment, ''), "
     "accused_result, COALESCE(verifier, ''), COALESCE(verifier_assignment, ''), COALESCE(verifier_result, ''), state, "
-    "COALESCE(checkpoint, -1), COALESCE(deadline, 0), asked, outcome, detail");
+    "COALESCE(checkpoint, -1), COALESCE(deadline, 0), asked, outcome, detail, COALESCE(narrowing, '')");
 enum Column {
     Id,
     Kind,
@@ -97,7 +97,8 @@ enum Column {
     Deadline,
     Asked,
     Outcome,
-    Detail
+    Detail,
+    NarrowingColumn
 };
 } // namespace checks
 
@@ -180,6 +181,41 @@ NodeRow readNode(Statement& row)
     return node;
 }
 
+} // namespace
+
+QJsonObject Narrowing::toJson() const
+{
+    QJsonObject json { { QStringLiteral("stage"),
+        stage == Stage::Operands ? QStringLiteral("operands") : QStringLiteral("traces") } };
+    if (!accusedTrace.isNull())
+        json.insert(QStringLiteral("accusedTrace"), accusedTrace.toHex());
+    if (!verifierTrace.isNull())
+        json.insert(QStringLiteral("verifierTrace"), verifierTrace.toHex());
+    if (stage == Stage::Operands) {
+        json.insert(QStringLiteral("step"), static_cast<qint64>(step));
+        json.insert(QStringLiteral("instruction"), static_cast<qint64>(instruction));
+        json.insert(QStringLiteral("instructionName"), instructionName);
+    }
+    return json;
+}
+
+Narrowing Narrowing::fromJson(const QJsonObject& json)
+{
+    Narrowing narrowing;
+    const auto stage = json.value(QStringLiteral("stage")).toString();
+    if (stage.isEmpty())
+        return narrowing;
+    narrowing.stage = stage == QLatin1String("operands") ? Stage::Operands : Stage::Traces;
+    narrowing.accusedTrace = digestOr(json.value(QStringLiteral("accusedTrace")).toString());
+    narrowing.verifierTrace = digestOr(json.value(QStringLiteral("verifierTrace")).toString());
+    narrowing.step = json.value(QStringLiteral("step")).toInteger();
+    narrowing.instruction = json.value(QStringLiteral("instruction")).toInteger(-1);
+    narrowing.instructionName = json.value(QStringLiteral("instructionName")).toString();
+    return narrowing;
+}
+
+namespace {
+
 Result<Check> readCheck(Statement& row)
 {
     Check check;
@@ -209,6 +245,7 @@ Result<Check> readCheck(Statement& row)
     check.deadline = row.columnInt(checks::Deadline);
     for (const auto& value : QJsonDocument::fromJson(row.columnText(checks::Asked).toUtf8()).array())
         check.asked.append(value.toString());
+    check.narrowing = Narrowing::fromJson(jsonObject(row.columnText(checks::NarrowingColumn)));
     return check;
 }
 
@@ -586,11 +623,12 @@ Status BrokerStore::saveCheck(const Check& check)
         asked.append(node);
     return execute(*m_db,
         QStringLiteral("UPDATE checks SET verifier = NULLIF(?, ''), verifier_assignment = NULLIF(?, ''), "
-                       "verifier_result = NULLIF(?, ''), state = ?, checkpoint = NULLIF(?, -1), deadline = ?, asked = ? "
-                       "WHERE id = ?"),
+                       "verifier_result = NULLIF(?, ''), state = ?, checkpoint = NULLIF(?, -1), deadline = ?, asked = ?, "
+                       "narrowing = NULLIF(?, '') WHERE id = ?"),
         check.verifier, check.verifierAssignment, check.verifierResult ? jsonText(check.verifierResult->toJson()) : QString(),
         nameOf(check.state), check.checkpoint, check.deadline,
-        QString::fromUtf8(QJsonDocument(asked).toJson(QJsonDocument::Compact)), check.id);
+        QString::fromUtf8(QJsonDocument(asked).toJson(QJsonDocument::Compact)),
+        check.narrowing.stage == Narrowing::Stage::None ? QString() : jsonText(check.narrowing.toJson()), check.id);
 }
 
 Status BrokerStore::decideCheck(const Check& check, CheckState decided, Loser loser, const QString& why, std::int64_t now)

@@ -84,6 +84,22 @@ struct NodeRow {
     std::int64_t streak = 0; // results accepted since its last loss
 };
 
+// A dispute over a portable job narrowed to one instruction (docs/VERIFICATION.md, "Disputes over
+// portable jobs"): both sides' traces of the differing interval, then one side's operands of the
+// first instruction whose output differs. Kept with its check (checks.narrowing, JSON).
+struct Narrowing {
+    enum class Stage { None, Traces, Operands };
+    Stage stage = Stage::None;
+    Digest accusedTrace; // null: none (yet)
+    Digest verifierTrace;
+    std::int64_t step = 0; // the first differing step (1-based) and its instruction
+    std::int64_t instruction = -1;
+    QString instructionName;
+
+    QJsonObject toJson() const;
+    static Narrowing fromJson(const QJsonObject& json);
+};
+
 // A check: the re-execution of a sampled result, or of a known answer (a canary), and when the two
 // disagree, the dispute the referee settles.
 struct Check {
@@ -104,6 +120,7 @@ struct Check {
     std::int64_t checkpoint = -1; // in a dispute: the first checkpoint where the chains differ
     std::int64_t deadline = 0; // in a dispute: for the checkpoint state
     QStringList asked; // in a dispute: the nodes asked for the state
+    Narrowing narrowing; // in a dispute over a portable job
 };
 
 struct UnbondingRow {

@@ -61,4 +61,19 @@ Result<double> OffThreadMath::distance(const QByteArray& a, const QByteArray& b,
     return offThread([&] { return m_inner.distance(a, b, roundWeights); });
 }
 
+Result<verification::TraceComparison> OffThreadMath::compareTraces(const ShardTask& task, std::int64_t checkpoint,
+    const Digest& agreed, const QByteArray& roundWeights, const Digest& firstClaim, const Digest& secondClaim,
+    const QByteArray& firstTrace, const QByteArray& secondTrace)
+{
+    return offThread([&] {
+        return m_inner.compareTraces(task, checkpoint, agreed, roundWeights, firstClaim, secondClaim, firstTrace, secondTrace);
+    });
+}
+
+Result<verification::Ruling> OffThreadMath::refereeInstruction(const ShardTask& task, std::int64_t step, std::int64_t instruction,
+    const QByteArray& operands, const QByteArray& firstTrace, const QByteArray& secondTrace)
+{
+    return offThread([&] { return m_inner.refereeInstruction(task, step, instruction, operands, firstTrace, secondTrace); });
+}
+
 } // namespace tessera::core::broker

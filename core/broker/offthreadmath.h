@@ -28,6 +28,11 @@ public:
     Result<Replay> replay(const ShardTask& task, std::int64_t from, const QByteArray& state, const Digest& expected,
         std::int64_t to, const QByteArray& roundWeights) override;
     Result<double> distance(const QByteArray& a, const QByteArray& b, const QByteArray& roundWeights) override;
+    Result<verification::TraceComparison> compareTraces(const ShardTask& task, std::int64_t checkpoint, const Digest& agreed,
+        const QByteArray& roundWeights, const Digest& firstClaim, const Digest& secondClaim, const QByteArray& firstTrace,
+        const QByteArray& secondTrace) override;
+    Result<verification::Ruling> refereeInstruction(const ShardTask& task, std::int64_t step, std::int64_t instruction,
+        const QByteArray& operands, const QByteArray& firstTrace, const QByteArray& secondTrace) override;
 
 private:
     template<typename F> auto offThread(F&& work) -> decltype(work());

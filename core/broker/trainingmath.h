@@ -7,6 +7,7 @@
 #include "../jobspec.h"
 #include "../readfile.h"
 #include "../shardtask.h"
+#include "../verification/verification.h"
 
 #include <QByteArray>
 #include <QList>
@@ -78,6 +79,17 @@ public:
     // for (a compressed update is added to roundWeights): results of different runtime profiles are
     // compared with it.
     virtual Result<double> distance(const QByteArray& a, const QByteArray& b, const QByteArray& roundWeights) = 0;
+
+    // A portable job's dispute narrowed to one instruction (compute::compareTraces and
+    // compute::refereeInstruction; docs/VERIFICATION.md, "Disputes over portable jobs"): the two
+    // sides' traces of interval `checkpoint` compared (agreed: the checkpoint j-1 both signed;
+    // roundWeights: the round's weights, read at j = 1), and the one differing instruction run
+    // from the operands a side sends. An arithmetic without them says so.
+    virtual Result<verification::TraceComparison> compareTraces(const ShardTask& task, std::int64_t checkpoint,
+        const Digest& agreed, const QByteArray& roundWeights, const Digest& firstClaim, const Digest& secondClaim,
+        const QByteArray& firstTrace, const QByteArray& secondTrace);
+    virtual Result<verification::Ruling> refereeInstruction(const ShardTask& task, std::int64_t step, std::int64_t instruction,
+        const QByteArray& operands, const QByteArray& firstTrace, const QByteArray& secondTrace);
 };
 
 using core::Clock;

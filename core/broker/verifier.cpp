@@ -19,10 +19,34 @@ QString newCheckId()
     return QStringLiteral("v%1").arg(QRandomGenerator::system()->generate64(), 16, 16, QLatin1Char('0'));
 }
 
-QJsonObject checkpointRequest(const QString& checkId, const QString& assignment, qsizetype checkpoint)
+// CHECKPOINT's body (docs/PROTOCOL.md): a training state at a checkpoint, or for a portable job's
+// dispute the trace of an interval or the operands of one instruction.
+QJsonObject checkpointRequest(const QString& checkId, const QString& assignment, const DisputeQuestion& question)
 {
-    return { { QStringLiteral("verification"), checkId }, { QStringLiteral("assignment"), assignment },
-        { QStringLiteral("checkpoint"), static_cast<qint64>(checkpoint) } };
+    QJsonObject body { { QStringLiteral("verification"), checkId }, { QStringLiteral("assignment"), assignment } };
+    if (question.want != DisputeQuestion::Want::Operands)
+        body.insert(QStringLiteral("checkpoint"), static_cast<qint64>(question.checkpoint));
+    if (question.want != DisputeQuestion::Want::State)
+        body.insert(QStringLiteral("want"), DisputeQuestion::nameOf(question.want));
+    if (question.want == DisputeQuestion::Want::Operands) {
+        body.insert(QStringLiteral("step"), static_cast<qint64>(question.step));
+        body.insert(QStringLiteral("instruction"), static_cast<qint64>(question.instruction));
+    }
+    return body;
+}
+
+// What a dispute asks its sides now.
+DisputeQuestion questionOf(const Check& check)
+{
+    switch (check.narrowing.stage) {
+    case Narrowing::Stage::Traces:
+        return { DisputeQuestion::Want::Trace, check.checkpoint };
+    case Narrowing::Stage::Operands:
+        return { DisputeQuestion::Want::Operands, 0, check.narrowing.step, check.narrowing.instruction };
+    case Narrowing::Stage::None:
+        break;
+    }
+    return { DisputeQuestion::Want::State, check.checkpoint - 1 };
 }
 
 // The nodes of a check, each with the assignment that put it there.
@@ -55,18 +79,22 @@ Status Verifier::recover()
     auto disputed = m_.store.checksIn(CheckState::Disputed);
     if (!disputed)
         return disputed.error();
-    for (const auto& check : *disputed) {
-        for (const auto& node : check.asked) {
-            const QString assignment = node == check.accused ? check.accusedAssignment : check.verifierAssignment;
-            m_.notices.add(Notice::Kind::CheckpointRequest, node, checkpointRequest(check.id, assignment, check.checkpoint - 1));
-        }
-    }
+    for (const auto& check : *disputed)
+        ask(check);
     for (auto check : *disputed) {
         check.deadline = m_.clock.nowMs() + disputeWindowMs(check);
         if (auto status = m_.store.saveCheck(check); !status)
             return status;
     }
     return {};
+}
+
+void Verifier::ask(const Check& check)
+{
+    for (const auto& node : check.asked) {
+        const QString assignment = node == check.accused ? check.accusedAssignment : check.verifierAssignment;
+        m_.notices.add(Notice::Kind::CheckpointRequest, node, checkpointRequest(check.id, assignment, questionOf(check)));
+    }
 }
 
 std::int64_t Verifier::disputeWindowMs(const Check& check)
@@ -391,6 +419,15 @@ Status Verifier::dispute(Check& check, qsizetype j)
         tell(node, assignment, QStringLiteral("disputed"),
             j == check.accusedResult.checkpointHashes.size() ? QStringLiteral("the revealed result differs")
                                                              : QStringLiteral("checkpoint %1 differs").arg(j));
+    // A portable job's interval between two nodes: narrowed to one instruction by their traces.
+    const bool interval = j < check.accusedResult.checkpointHashes.size();
+    if (interval && !check.accused.isEmpty() && !check.verifier.isEmpty()) {
+        auto task = taskOf(check);
+        if (!task)
+            return task.error();
+        if (task->portable)
+            return narrow(check);
+    }
     if (j == 1) {
         auto start = m_.blobs.read(check.startBlob);
         if (!start)
@@ -402,12 +439,113 @@ Status Verifier::dispute(Check& check, qsizetype j)
     check.deadline = m_.clock.nowMs() + disputeWindowMs(check);
     check.asked.clear();
     for (const auto& [node, assignment] : sides(check)) {
-        if (node.isEmpty())
-            continue;
-        check.asked.append(node);
-        m_.notices.add(Notice::Kind::CheckpointRequest, node, checkpointRequest(check.id, assignment, j - 1));
+        if (!node.isEmpty())
+            check.asked.append(node);
     }
+    ask(check);
     return m_.store.saveCheck(check);
+}
+
+// --- disputes over portable jobs (docs/VERIFICATION.md, "Disputes over portable jobs") ----------
+
+Status Verifier::narrow(Check& check)
+{
+    check.state = CheckState::Disputed;
+    check.narrowing = Narrowing {};
+    check.narrowing.stage = Narrowing::Stage::Traces;
+    check.deadline = m_.clock.nowMs() + disputeWindowMs(check);
+    check.asked = { check.accused, check.verifier };
+    ask(check);
+    return m_.store.saveCheck(check);
+}
+
+Status Verifier::traceDelivered(Check& check, const QString& nodeId, const Digest& blob)
+{
+    if (!blob.isNull() && !m_.blobs.contains(blob))
+        return Error { QStringLiteral("sha256"), QStringLiteral("upload the trace (PUT) first") };
+    if (blob.isNull())
+        qCInfo(lcVerification).noquote() << "dispute" << check.id << ": node" << nodeId.left(12) << "has no trace";
+    (nodeId == check.accused ? check.narrowing.accusedTrace : check.narrowing.verifierTrace) = blob;
+    check.asked.removeAll(nodeId);
+    if (!check.asked.isEmpty())
+        return m_.store.saveCheck(check);
+    return judgeTraces(check);
+}
+
+Status Verifier::judgeTraces(Check& check)
+{
+    // Both traces are in, or the deadline passed: a side without a usable trace loses; with both
+    // usable, the referee finds the first instruction whose output differs.
+    auto task = taskOf(check);
+    if (!task)
+        return task.error();
+    auto read = [&](const Digest& blob) { return blob.isNull() ? QByteArray() : m_.blobs.read(blob).value_or(QByteArray()); };
+    const auto j = check.checkpoint;
+    const auto& a = check.accusedResult.checkpointHashes;
+    const auto& b = check.verifierResult->checkpointHashes;
+    QByteArray round;
+    if (j == 1) {
+        auto start = m_.blobs.read(check.startBlob);
+        if (!start)
+            return start.error();
+        round = std::move(*start);
+    }
+    auto compared = m_.math.compareTraces(
+        *task, j, a[j - 1], round, a[j], b[j], read(check.narrowing.accusedTrace), read(check.narrowing.verifierTrace));
+    if (!compared)
+        return settle(check, Loser::Accused,
+            QStringLiteral("the referee could not compare the traces (%1); the shard is trained again")
+                .arg(compared.error().message),
+            Penalty::None);
+    const bool accusedFault = !compared->firstFault.isEmpty(), verifierFault = !compared->secondFault.isEmpty();
+    if (accusedFault || verifierFault) {
+        QStringList faults;
+        if (accusedFault)
+            faults << QStringLiteral("the checked node's trace: %1").arg(compared->firstFault);
+        if (verifierFault)
+            faults << QStringLiteral("the verifier's trace: %1").arg(compared->secondFault);
+        const Loser loser = accusedFault && verifierFault ? Loser::Both : accusedFault ? Loser::Accused : Loser::Verifier;
+        return settle(
+            check, loser, QStringLiteral("no usable trace of checkpoint %1 (%2)").arg(j).arg(faults.join(QStringLiteral("; "))));
+    }
+    const QString at = QStringLiteral("step %1, instruction %2 %3")
+                           .arg(compared->step)
+                           .arg(compared->instruction)
+                           .arg(compared->instructionName);
+    if (compared->ruling)
+        return rule(check, *compared->ruling, QStringLiteral("the referee read the batch of %1 itself").arg(at));
+    qCInfo(lcVerification).noquote() << "dispute" << check.id << "narrowed to" << at;
+    check.narrowing.stage = Narrowing::Stage::Operands;
+    check.narrowing.step = compared->step;
+    check.narrowing.instruction = compared->instruction;
+    check.narrowing.instructionName = compared->instructionName;
+    check.deadline = m_.clock.nowMs() + disputeWindowMs(check);
+    check.asked = { check.accused, check.verifier };
+    ask(check);
+    return m_.store.saveCheck(check);
+}
+
+Result<verification::Ruling> Verifier::refereeInstruction(const Check& check, const QByteArray& operands)
+{
+    auto task = taskOf(check);
+    if (!task)
+        return task.error();
+    auto read = [&](const Digest& blob) { return m_.blobs.read(blob).value_or(QByteArray()); };
+    return m_.math.refereeInstruction(*task, check.narrowing.step, check.narrowing.instruction, operands,
+        read(check.narrowing.accusedTrace), read(check.narrowing.verifierTrace));
+}
+
+Status Verifier::rule(Check& check, verification::Ruling ruling, const QString& at)
+{
+    switch (ruling) {
+    case verification::Ruling::FirstHonest:
+        return settle(check, Loser::Verifier, at + QStringLiteral(" and agrees with the checked result"));
+    case verification::Ruling::SecondHonest:
+        return settle(check, Loser::Accused, at + QStringLiteral(" and agrees with the re-execution"));
+    case verification::Ruling::BothWrong:
+        break;
+    }
+    return settle(check, Loser::Both, at + QStringLiteral(" and agrees with neither"));
 }
 
 Status Verifier::refereeInterval(Check& check, const QByteArray& state)
@@ -436,15 +574,7 @@ Status Verifier::refereeInterval(Check& check, const QByteArray& state)
     const auto ruling = revealed
         ? verification::referee(check.accusedResult.finalHash, check.verifierResult->finalHash, replay->weightsHash)
         : verification::referee(a[j], b[j], replay->checkpoints.last());
-    switch (ruling) {
-    case verification::Ruling::FirstHonest:
-        return settle(check, Loser::Verifier, at + QStringLiteral(" and agrees with the checked result"));
-    case verification::Ruling::SecondHonest:
-        return settle(check, Loser::Accused, at + QStringLiteral(" and agrees with the re-execution"));
-    case verification::Ruling::BothWrong:
-        break;
-    }
-    return settle(check, Loser::Both, at + QStringLiteral(" and agrees with neither"));
+    return rule(check, ruling, at);
 }
 
 Status Verifier::checkpointDelivered(const QString& nodeId, const QString& checkId, const Digest& blob)
@@ -455,12 +585,25 @@ Status Verifier::checkpointDelivered(const QString& nodeId, const QString& check
     if (!*loaded || (*loaded)->state != CheckState::Disputed || !(*loaded)->asked.contains(nodeId))
         return Error { QStringLiteral("verification"), QStringLiteral("no dispute asks this node for a checkpoint") };
     Check check = **loaded;
+    if (check.narrowing.stage == Narrowing::Stage::Traces)
+        return traceDelivered(check, nodeId, blob);
+    const bool operands = check.narrowing.stage == Narrowing::Stage::Operands;
+    const QString what = operands ? QStringLiteral("operands") : QStringLiteral("checkpoint state");
     QString problem;
     if (blob.isNull()) {
-        problem = QStringLiteral("the node does not have the checkpoint");
-    } else if (auto state = m_.blobs.read(blob); !state) {
-        return Error { QStringLiteral("sha256"), QStringLiteral("upload the checkpoint state (PUT) first") };
-    } else if (auto status = refereeInterval(check, *state); !status) {
+        problem = QStringLiteral("the node does not have the %1").arg(what);
+    } else if (auto bytes = m_.blobs.read(blob); !bytes) {
+        return Error { QStringLiteral("sha256"), QStringLiteral("upload the %1 (PUT) first").arg(what) };
+    } else if (operands) {
+        auto ruling = refereeInstruction(check, *bytes);
+        if (ruling)
+            return rule(check, *ruling,
+                QStringLiteral("the referee ran step %1, instruction %2 %3 alone")
+                    .arg(check.narrowing.step)
+                    .arg(check.narrowing.instruction)
+                    .arg(check.narrowing.instructionName));
+        problem = ruling.error().message;
+    } else if (auto status = refereeInterval(check, *bytes); !status) {
         problem = status.error().message;
     } else {
         return {};
@@ -468,21 +611,22 @@ Status Verifier::checkpointDelivered(const QString& nodeId, const QString& check
     // Nothing usable from this node: a timeout on its record, and it is asked no more. The referee
     // needs one usable state; if none comes (from the other side, before the deadline), every side
     // that was asked loses, this one included.
-    qCInfo(lcVerification).noquote() << "dispute" << check.id << ": node" << nodeId.left(12) << "gave no checkpoint:" << problem;
+    qCInfo(lcVerification).noquote() << "dispute" << check.id << ": node" << nodeId.left(12) << "gave no usable" << what << ":"
+                                     << problem;
     check.asked.removeAll(nodeId);
     if (auto status = m_.store.countTimeout(nodeId); !status)
         return status;
     auto recorded = check.asked.isEmpty() ? settle(check, check.accused.isEmpty() ? Loser::Verifier : Loser::Both,
-                        QStringLiteral("no side delivered a usable checkpoint state: that counts as a loss"))
+                        QStringLiteral("no side delivered usable %1: that counts as a loss").arg(what))
                                           : m_.store.saveCheck(check);
     if (!recorded)
         return recorded;
     if (blob.isNull())
         return {}; // said honestly: acknowledged
-    return Error { QStringLiteral("state"),
-        QStringLiteral("the checkpoint state is unusable (%1); it counts as no answer, and a dispute without a usable state "
-                       "is lost by every side asked")
-            .arg(problem) };
+    return Error { operands ? QStringLiteral("operands") : QStringLiteral("state"),
+        QStringLiteral("the %1 %2 unusable (%3); it counts as no answer, and a dispute without a usable one is lost by "
+                       "every side asked")
+            .arg(what, operands ? QStringLiteral("are") : QStringLiteral("is"), problem) };
 }
 
 // --- settling ------------------------------------------------------------------------------------
@@ -687,6 +831,13 @@ void Verifier::expireLateDisputes(std::int64_t now)
         for (const auto& node : (*check)->asked) {
             if (auto status = m_.store.countTimeout(node); !status)
                 qCWarning(lcVerification).noquote() << status.error().toString();
+        }
+        if ((*check)->narrowing.stage == Narrowing::Stage::Traces) { // judged on the traces that came
+            Check late = **check;
+            late.asked.clear();
+            if (auto status = judgeTraces(late); !status)
+                qCWarning(lcVerification).noquote() << status.error().toString();
+            continue;
         }
         const Loser loser = (*check)->accused.isEmpty() ? Loser::Verifier : Loser::Both;
         if (auto status = settle(**check, loser, QStringLiteral("the checkpoint state did not come in time")); !status)

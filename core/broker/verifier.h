@@ -2,6 +2,7 @@
 
 #include "../blobstore.h"
 #include "../clock.h"
+#include "../disputequestion.h"
 #include "../error.h"
 #include "../nodeinfo.h"
 #include "../shardresult.h"
@@ -82,6 +83,16 @@ private:
     Status compare(Check& check);
     Status dispute(Check& check, qsizetype checkpoint);
     Status refereeInterval(Check& check, const QByteArray& state);
+    // A portable job's dispute: both sides' traces, then the operands of the first differing
+    // instruction, which the referee runs alone (docs/VERIFICATION.md, "Disputes over portable jobs").
+    Status narrow(Check& check);
+    Status traceDelivered(Check& check, const QString& nodeId, const Digest& blob);
+    Status judgeTraces(Check& check);
+    // The referee's ruling from one side's operands, or why they cannot be used.
+    Result<verification::Ruling> refereeInstruction(const Check& check, const QByteArray& operands);
+    Status rule(Check& check, verification::Ruling ruling, const QString& at);
+    // Sends the dispute's current question to every node it still waits for.
+    void ask(const Check& check);
     Status settle(Check& check, Loser loser, const QString& why, Penalty penalty = Penalty::Slash);
     Status payAccused(const Check& check, const QString& why);
     Status rejectAccused(const Check& check, Loser loser, const QString& why, Penalty penalty);

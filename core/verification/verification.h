@@ -3,6 +3,7 @@
 #include "../hash.h"
 
 #include <QList>
+#include <QString>
 
 #include <cstdint>
 #include <optional>
@@ -36,6 +37,19 @@ std::optional<qsizetype> firstDivergence(const QList<Digest>& a, const QList<Dig
 // ruling says which side agrees with it.
 enum class Ruling { FirstHonest, SecondHonest, BothWrong };
 Ruling referee(const Digest& first, const Digest& second, const Digest& refereeHash);
+
+// A dispute over a portable job narrowed by the two sides' traces of the differing interval
+// (docs/VERIFICATION.md, "Disputes over portable jobs"): a trace that cannot be used names its
+// fault; with both usable, the first differing instruction of the first differing step, and the
+// referee's ruling where it needed no operands to rule (the step's batch, which it reads itself).
+struct TraceComparison {
+    QString firstFault; // empty: usable
+    QString secondFault;
+    std::int64_t step = 0; // 1-based shard step
+    std::int64_t instruction = -1;
+    QString instructionName; // "Linear (fc1: forward)"
+    std::optional<Ruling> ruling;
+};
 
 // A fast model of a network, for make bench and the tests: honest nodes and cheaters submit
 // shards; sampled results are re-executed; a sampled cheat is caught (disputes decide by

@@ -142,7 +142,7 @@ private Q_SLOTS:
         thread.holdAt(QStringLiteral("job-a"), 1, 15);
         thread.submit(f.tasks[1], f.start.bytes);
         QVERIFY(waitUntilHeld(held));
-        thread.recreateState({ QStringLiteral("dispute-1"), f.tasks[0], 3, start, kept });
+        thread.recreateState({ QStringLiteral("dispute-1"), f.tasks[0], { core::DisputeQuestion::Want::State, 3 }, start, kept });
         thread.releaseHold();
         QVERIFY(QTest::qWaitFor([&] { return finished.count() == 1 && recreated.count() == 1; }, 120'000));
         QCOMPARE(order, QList<QString>({ QStringLiteral("recreated"), QStringLiteral("finished") }));
@@ -157,9 +157,10 @@ private Q_SLOTS:
 
         thread.pause();
         QVERIFY(waitForState(thread, ComputeThread::State::Paused));
-        thread.recreateState({ QStringLiteral("dispute-2"), f.tasks[0], 1, start, QString() });
         thread.recreateState(
-            { QStringLiteral("dispute-3"), f.tasks[0], 1, dir.filePath(QStringLiteral("missing.pt")), QString() });
+            { QStringLiteral("dispute-2"), f.tasks[0], { core::DisputeQuestion::Want::State, 1 }, start, QString() });
+        thread.recreateState({ QStringLiteral("dispute-3"), f.tasks[0], { core::DisputeQuestion::Want::State, 1 },
+            dir.filePath(QStringLiteral("missing.pt")), QString() });
         QVERIFY(QTest::qWaitFor([&] { return recreated.count() == 3; }, 120'000));
         QCOMPARE(recreated.at(1).at(2).toString(), QString());
         QVERIFY(compute::replayShard(f.tasks[0], 1, recreated.at(1).at(1).toByteArray(), chain[1], 2, {}, {}).ok());

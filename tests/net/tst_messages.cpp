@@ -41,8 +41,13 @@ private Q_SLOTS:
         QCOMPARE(compact(ResultReply { QStringLiteral("sampled"), {} }.toHeader()), QByteArray(R"({"verdict":"sampled"})"));
         QCOMPARE(
             compact(CheckpointAnswer { QStringLiteral("v1"), std::nullopt }.toHeader()), QByteArray(R"({"verification":"v1"})"));
-        QCOMPARE(compact(CheckpointAsk { QStringLiteral("v1"), QStringLiteral("a1"), 3 }.toHeader()),
+        using Want = core::DisputeQuestion::Want;
+        QCOMPARE(compact(CheckpointAsk { QStringLiteral("v1"), QStringLiteral("a1"), { Want::State, 3 } }.toHeader()),
             QByteArray(R"({"assignment":"a1","checkpoint":3,"verification":"v1"})"));
+        QCOMPARE(compact(CheckpointAsk { QStringLiteral("v1"), QStringLiteral("a1"), { Want::Trace, 4 } }.toHeader()),
+            QByteArray(R"({"assignment":"a1","checkpoint":4,"verification":"v1","want":"trace"})"));
+        QCOMPARE(compact(CheckpointAsk { QStringLiteral("v1"), QStringLiteral("a1"), { Want::Operands, 0, 23, 7 } }.toHeader()),
+            QByteArray(R"({"assignment":"a1","instruction":7,"step":23,"verification":"v1","want":"operands"})"));
         QCOMPARE(compact(BalanceRequest {}.toHeader()), QByteArray("{}"));
         QCOMPARE(compact(BalanceRequest { QStringLiteral("k") }.toHeader()), QByteArray(R"({"account":"k"})"));
         QCOMPARE(compact(LedgerReply { true, {}, QStringLiteral("12.5"), QStringLiteral("S") }.toHeader()),
@@ -70,6 +75,19 @@ private Q_SLOTS:
         QCOMPARE(read->sha256, put.sha256);
         QCOMPARE(read->offset, 2);
         QCOMPARE(read->size, 9);
+        // A dispute's question reads back whole; an unknown one is refused by field.
+        for (const core::DisputeQuestion question : { core::DisputeQuestion { core::DisputeQuestion::Want::State, 5 },
+                 core::DisputeQuestion { core::DisputeQuestion::Want::Trace, 2 },
+                 core::DisputeQuestion { core::DisputeQuestion::Want::Operands, 0, 14, 3 } }) {
+            const auto ask
+                = CheckpointAsk::fromHeader(CheckpointAsk { QStringLiteral("v"), QStringLiteral("a"), question }.toHeader());
+            QVERIFY(ask.ok());
+            QVERIFY(ask->question == question);
+        }
+        const auto unknown = CheckpointAsk::fromHeader({ { fields::Verification, QStringLiteral("v") },
+            { fields::Assignment, QStringLiteral("a") }, { fields::Want, QStringLiteral("weights") } });
+        QVERIFY(!unknown.ok());
+        QCOMPARE(unknown.error().field, QStringLiteral("want"));
         const CheckpointAnswer answer { QStringLiteral("v2"), digest('d') };
         QCOMPARE(CheckpointAnswer::fromHeader(answer.toHeader())->sha256, answer.sha256);
         const VerdictMessage verdict { QStringLiteral("a"), QStringLiteral("slashed"), {}, QStringLiteral("why") };

@@ -5,6 +5,7 @@
 #include "portabletraining.h"
 
 #include <compute/portable/kernels.h>
+#include <compute/portable/matmul.h>
 
 #include <QCryptographicHash>
 #include <QTest>
@@ -109,6 +110,61 @@ private Q_SLOTS:
             }
         }
         QVERIFY2(std::fabs(loss - want / N) < 1e-5, qPrintable(QStringLiteral("%1 %2").arg(loss).arg(want / N)));
+    }
+
+    // Every SIMD kernel this CPU can run, at any thread count, computes the bits of the plain
+    // triple loop (matmulReference), on shapes that cross every block edge and with strided views.
+    void everyMatmulKernelGivesTheReferenceBits()
+    {
+        struct Shape {
+            std::int64_t m, n, k;
+        };
+        const Shape shapes[] { { 1, 1, 1 }, { 7, 5, 3 }, { 64, 256, 784 }, { 33, 529, 300 }, { 130, 17, 513 }, { 300, 70, 64 } };
+        Stream s(21);
+        QStringList ran;
+        for (const auto isa : { portable::Isa::Generic, portable::Isa::Avx2, portable::Isa::Avx512 }) {
+            if (!portable::forceIsa(isa))
+                continue;
+            ran << QString::fromLatin1(portable::isaName(isa));
+            for (const auto& shape : shapes) {
+                const auto a = s.take(std::size_t(shape.m * shape.k)), b = s.take(std::size_t(shape.k * shape.n));
+                for (const bool transposeA : { false, true }) {
+                    for (const bool transposeB : { false, true }) {
+                        const auto viewA
+                            = transposeA ? portable::transposed(a.data(), shape.m) : portable::rowMajor(a.data(), shape.k);
+                        const auto viewB
+                            = transposeB ? portable::transposed(b.data(), shape.k) : portable::rowMajor(b.data(), shape.n);
+                        std::vector<float> want(std::size_t(shape.m * shape.n));
+                        portable::matmulReference(viewA, viewB, want.data(), shape.n, shape.m, shape.n, shape.k);
+                        for (const int threads : { 1, 2, 3 }) {
+                            std::vector<float> got(want.size(), -1.0f);
+                            portable::matmul(viewA, viewB, got.data(), shape.n, shape.m, shape.n, shape.k, threads);
+                            QVERIFY2(std::memcmp(got.data(), want.data(), want.size() * sizeof(float)) == 0,
+                                qPrintable(QStringLiteral("%1: %2 x %3 x %4, threads %5")
+                                               .arg(QString::fromLatin1(portable::isaName(isa)))
+                                               .arg(shape.m)
+                                               .arg(shape.n)
+                                               .arg(shape.k)
+                                               .arg(threads)));
+                        }
+                    }
+                }
+            }
+        }
+        portable::forceIsa(portable::Isa::Auto);
+        qInfo("matmul kernels checked: %s", qPrintable(ran.join(QStringLiteral(", "))));
+        QVERIFY(ran.contains(QStringLiteral("generic")));
+    }
+
+    // The recorded training run, once with each kernel this CPU can run.
+    void everyKernelEndsTheTrainingRunOnTheRecordedBits()
+    {
+        for (const auto isa : { portable::Isa::Generic, portable::Isa::Avx2, portable::Isa::Avx512 }) {
+            if (!portable::forceIsa(isa))
+                continue;
+            QCOMPARE(digestOf(train(1)), QByteArray(RecordedDigest));
+        }
+        portable::forceIsa(portable::Isa::Auto);
     }
 
     // Threads split the work by output element only: 1, 2, 3 and 4 give the same bits.

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # training.determinism portable across the kernel choices other CPUs make by themselves (LibTorch's
-# ATen CPU capability, OpenBLAS's core type) and thread counts: a job trained by train-local ends on
+# ATen CPU capability, OpenBLAS's core type, the portable matmul's SIMD width) and thread counts: a job trained by train-local ends on
 # the same weights under every one, where the same job in fast mode ends on several.
 # Usage: variants.sh BUILD_DIR WORK_DIR
 set -euo pipefail
@@ -31,6 +31,12 @@ for mode in portable fast; do
         echo "$h" >> "$work/$mode.hashes"
     done
 done
+# The portable kernels' own SIMD choices (compute/portable/matmul.h): each CPU picks its widest.
+for isa in generic avx2; do
+    h=$(hash_of "$work/portable.json" TESSERA_PORTABLE_ISA=$isa)
+    echo "portable TESSERA_PORTABLE_ISA=$isa: $h"
+    echo "$h" >> "$work/portable.hashes"
+done
 for threads in 2 4; do
     job portable "$threads" > "$work/portable-$threads.json"
     h=$(hash_of "$work/portable-$threads.json")
@@ -39,6 +45,6 @@ for threads in 2 4; do
 done
 portable=$(sort -u "$work/portable.hashes" | grep -c .)
 fast=$(sort -u "$work/fast.hashes" | grep -c .)
-echo "distinct final weights: portable $portable of 11 runs, fast $fast of 9"
+echo "distinct final weights: portable $portable of 13 runs, fast $fast of 9"
 [ "$portable" -eq 1 ] || { echo "variants: portable mode is not portable" >&2; exit 1; }
 [ "$fast" -ge 2 ] || { echo "variants: fast mode gave one hash: the variants changed nothing, so nothing was shown" >&2; exit 1; }

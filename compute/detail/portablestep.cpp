@@ -1,0 +1,188 @@
+#include "portablestep.h"
+
+#include <compute/portable/zoo.h>
+
+#include <torch/torch.h>
+
+namespace tessera::compute::detail {
+
+namespace {
+
+portable::OptimizerSettings settingsOf(const core::OptimizerSpec& spec)
+{
+    portable::OptimizerSettings settings;
+    switch (spec.kind) {
+    case core::OptimizerSpec::Kind::Sgd:
+        settings.kind = portable::OptimizerSettings::Kind::Sgd;
+        break;
+    case core::OptimizerSpec::Kind::Adam:
+        settings.kind = portable::OptimizerSettings::Kind::Adam;
+        break;
+    case core::OptimizerSpec::Kind::AdamW:
+        settings.kind = portable::OptimizerSettings::Kind::AdamW;
+        break;
+    }
+    settings.momentum = spec.momentum;
+    settings.weightDecay = spec.weightDecay;
+    settings.nesterov = spec.nesterov;
+    settings.beta1 = spec.beta1;
+    settings.beta2 = spec.beta2;
+    settings.eps = spec.eps;
+    settings.clipNorm = spec.clipNorm;
+    return settings;
+}
+
+core::Error uncovered(const QString& what)
+{
+    return { QStringLiteral("training.determinism"), QStringLiteral("the portable kernels do not cover %1").arg(what) };
+}
+
+} // namespace
+
+core::Result<portable::Program> portableProgram(
+    const core::ShardTask& task, std::int64_t step, const std::vector<std::int64_t>& sampleShape, std::int64_t classes)
+{
+    const auto& model = task.model;
+    if (model.source != core::ModelSpec::Source::Zoo)
+        return uncovered(QStringLiteral("TorchScript models"));
+    if (model.dropout > 0.0)
+        return uncovered(QStringLiteral("dropout yet"));
+    if (step < 0 || step >= task.localSteps)
+        return core::Error { QStringLiteral("step"), QStringLiteral("the shard has no step %1").arg(step + 1) };
+    portable::StepSettings settings;
+    settings.learningRate = task.optimizer.learningRateAt(task.round * task.localSteps + step);
+    settings.buffersBefore = step > 0 || task.carriesOptimizer;
+    if (model.zoo == QLatin1String("mlp")) {
+        std::int64_t inputs = 1;
+        for (auto size : sampleShape)
+            inputs *= size;
+        return portable::mlpStep(task.batchSize, inputs, std::vector<std::int64_t>(model.hidden.begin(), model.hidden.end()),
+            classes, settingsOf(task.optimizer), settings);
+    }
+    return uncovered(QStringLiteral("the zoo %1 yet").arg(model.zoo));
+}
+
+PortableStep::PortableStep(
+    const core::ShardTask& task, Model& model, Optimizer& optimizer, std::vector<std::int64_t> sampleShape, std::int64_t classes)
+    : m_task(task)
+    , m_model(model)
+    , m_optimizer(optimizer)
+    , m_sampleShape(std::move(sampleShape))
+    , m_classes(classes)
+    , m_executor(int(task.threads))
+    , m_adamStep(torch::zeros({}, torch::kInt64))
+{ }
+
+core::Status PortableStep::bindState(const portable::Program& program, std::int64_t step)
+{
+    auto& optimizer = m_optimizer;
+    const auto parameters = m_model.parameters();
+    auto unfit = [](const QString& why) { return core::Error { QStringLiteral("state"), why }; };
+    const bool created = !(step > 0 || m_task.carriesOptimizer); // the buffers are born in this step
+    // The optimizer's buffers of parameter i: created where the step writes them first.
+    auto buffer = [&](std::vector<at::Tensor>& buffers, std::size_t i, bool before) -> core::Result<at::Tensor> {
+        if (!buffers[i].defined()) {
+            if (before || !created)
+                return unfit(QStringLiteral("the optimizer state lacks a buffer of '%1'")
+                                 .arg(QString::fromStdString(parameters[i].first)));
+            buffers[i] = torch::zeros_like(parameters[i].second);
+        }
+        return buffers[i];
+    };
+    auto tensorOf = [&](const portable::Value& value, bool before) -> core::Result<at::Tensor> {
+        const auto& name = value.name;
+        if (name == "optimizer/adam_step")
+            return m_adamStep;
+        for (std::size_t i = 0; i < parameters.size(); ++i) {
+            const auto& parameter = parameters[i].first;
+            if (name == "model/" + parameter)
+                return parameters[i].second;
+            if (name == "optimizer/momentum/" + parameter || name == "optimizer/exp_avg/" + parameter)
+                return buffer(optimizer.m_first, i, before);
+            if (name == "optimizer/exp_avg_sq/" + parameter)
+                return buffer(optimizer.m_second, i, before);
+        }
+        return unfit(QStringLiteral("the model has no tensor for '%1'").arg(QString::fromStdString(name)));
+    };
+    m_adamStep.fill_(optimizer.m_steps);
+    for (const bool before : { true, false }) {
+        for (int v : before ? program.stateBefore : program.stateAfter) {
+            const auto& value = program.values[std::size_t(v)];
+            auto tensor = tensorOf(value, before);
+            if (!tensor)
+                return tensor.error();
+            const auto type = value.dtype == portable::DType::Int64 ? at::kLong : at::kFloat;
+            if (!tensor->device().is_cpu() || tensor->scalar_type() != type || !tensor->is_contiguous()
+                || !tensor->sizes().equals(value.shape))
+                return unfit(
+                    QStringLiteral("'%1' is not what the portable program reads").arg(QString::fromStdString(value.name)));
+            m_executor.bind(v, tensor->data_ptr());
+        }
+    }
+    return {};
+}
+
+core::Result<portable::Program> PortableStep::prepare(std::int64_t step, const at::Tensor& x, const at::Tensor& y)
+{
+    auto program = portableProgram(m_task, step, m_sampleShape, m_classes);
+    if (!program)
+        return program.error();
+    m_executor.prepare(*program);
+    if (auto status = bindState(*program, step); !status)
+        return status.error();
+    const auto& batch = program->instructions.front();
+    m_x = x.to(at::kFloat).contiguous();
+    m_y = y.to(at::kLong).contiguous();
+    const auto& xValue = program->values[std::size_t(batch.outputs[0])];
+    const auto& yValue = program->values[std::size_t(batch.outputs[1])];
+    if (m_x.numel() != xValue.count() || m_y.numel() != yValue.count())
+        return core::Error { QStringLiteral("batch"), QStringLiteral("the batch does not have the program's shape") };
+    if (m_y.numel() > 0 && (m_y.min().item<std::int64_t>() < 0 || m_y.max().item<std::int64_t>() >= m_classes))
+        return core::Error { QStringLiteral("batch"), QStringLiteral("a target is not a class") };
+    m_executor.bind(batch.outputs[0], m_x.data_ptr());
+    m_executor.bind(batch.outputs[1], m_y.data_ptr());
+    return program;
+}
+
+core::Result<double> PortableStep::run(std::int64_t step, const at::Tensor& x, const at::Tensor& y, const Observer& observer)
+{
+    auto program = prepare(step, x, y);
+    if (!program)
+        return program.error();
+    if (observer)
+        observer(*program, Start, m_executor);
+    int loss = -1;
+    for (std::size_t i = 0; i < program->instructions.size(); ++i) {
+        m_executor.run(*program, i);
+        if (observer)
+            observer(*program, i, m_executor);
+        if (program->instructions[i].op == portable::Op::CrossEntropy)
+            loss = program->instructions[i].outputs[0];
+    }
+    m_optimizer.m_steps = m_adamStep.item<std::int64_t>();
+    if (!m_task.optimizer.isAdam())
+        ++m_optimizer.m_steps;
+    return loss < 0 ? 0.0 : double(*m_executor.floats(loss));
+}
+
+core::Result<std::vector<at::Tensor>> PortableStep::operandsOf(
+    std::int64_t step, const at::Tensor& x, const at::Tensor& y, std::size_t stop)
+{
+    auto program = prepare(step, x, y);
+    if (!program)
+        return program.error();
+    if (stop >= program->instructions.size())
+        return core::Error { QStringLiteral("instruction"),
+            QStringLiteral("step %1 has %2 instructions, not %3").arg(step + 1).arg(program->instructions.size()).arg(stop + 1) };
+    for (std::size_t i = 0; i < stop; ++i)
+        m_executor.run(*program, i);
+    std::vector<at::Tensor> operands;
+    for (int v : program->instructions[stop].inputs) {
+        const auto& value = program->values[std::size_t(v)];
+        const auto type = value.dtype == portable::DType::Int64 ? at::kLong : at::kFloat;
+        operands.push_back(torch::from_blob(m_executor.memory(v), value.shape, type).clone());
+    }
+    return operands;
+}
+
+} // namespace tessera::compute::detail

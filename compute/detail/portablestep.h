@@ -1,0 +1,58 @@
+#pragma once
+
+// Private to compute/: includes torch. A shard's step in portable mode (training.determinism
+// portable): the step's program (compute/portable/program.h) run over the model's and the
+// optimizer's own tensors, which it updates in place.
+
+#include "models.h"
+#include "optimizer.h"
+
+#include <compute/portable/program.h>
+#include <core/error.h>
+#include <core/shardtask.h>
+
+#include <ATen/core/Tensor.h>
+
+#include <functional>
+#include <vector>
+
+namespace tessera::compute::detail {
+
+// The program of shard step `step` (0-based) of a task, for samples of this shape: an error
+// names the field for a model the portable kernels do not cover.
+core::Result<portable::Program> portableProgram(
+    const core::ShardTask& task, std::int64_t step, const std::vector<std::int64_t>& sampleShape, std::int64_t classes);
+
+class PortableStep {
+public:
+    PortableStep(const core::ShardTask& task, Model& model, Optimizer& optimizer, std::vector<std::int64_t> sampleShape,
+        std::int64_t classes);
+
+    // Called after each instruction, with its outputs in the executor's memory.
+    using Observer = std::function<void(const portable::Program&, std::size_t instruction, portable::Executor&)>;
+    // Runs shard step `step` on a batch (samples as float32, targets int64); returns its loss.
+    // Before the first instruction, `observer` (if any) is called with instruction = npos for the
+    // state at the step's start.
+    core::Result<double> run(std::int64_t step, const at::Tensor& x, const at::Tensor& y, const Observer& observer = {});
+    // Runs the program of shard step `step` up to (not including) instruction `stop` and returns
+    // the values it reads there: the operands of that instruction, in its input order.
+    core::Result<std::vector<at::Tensor>> operandsOf(
+        std::int64_t step, const at::Tensor& x, const at::Tensor& y, std::size_t stop);
+
+    static constexpr std::size_t Start = std::size_t(-1);
+
+private:
+    core::Status bindState(const portable::Program& program, std::int64_t step);
+    core::Result<portable::Program> prepare(std::int64_t step, const at::Tensor& x, const at::Tensor& y);
+
+    const core::ShardTask& m_task;
+    Model& m_model;
+    Optimizer& m_optimizer;
+    std::vector<std::int64_t> m_sampleShape;
+    std::int64_t m_classes;
+    portable::Executor m_executor;
+    at::Tensor m_adamStep; // int64 scalar: the optimizer's step count while the program runs
+    at::Tensor m_x, m_y; // the batch, as the program reads it
+};
+
+} // namespace tessera::compute::detail

@@ -1,0 +1,12 @@
+// The portable matrix product in 4 float32 lanes: SSE2 on x86-64 (its baseline), NEON on arm64.
+#define TESSERA_MATMUL_KERNEL_BODY
+#include "matmulkernel.h"
+
+namespace tessera::compute::portable::detail {
+
+MatmulKernel genericKernel()
+{
+    return Blocked<4, 4, 2>::kernel();
+}
+
+} // namespace tessera::compute::portable::detail

@@ -1,0 +1,103 @@
+#pragma once
+
+// A portable training step as a program: a list of instructions over named values, each
+// instruction one portable kernel (kernels.h) with its inputs, outputs and attributes spelled out.
+// The trainer runs a step by running its program; a dispute is narrowed to one instruction of one
+// step, and the referee runs that instruction alone from the inputs both sides agree on
+// (docs/VERIFICATION.md, "Disputes over portable jobs"). The order of the instructions is part of
+// the contract: docs/DETERMINISM.md lists it per model, and `tessera-node program JOB` prints it.
+//
+// Values are single-assignment: a parameter before its update and after it are two values (the
+// executor may still give both the same memory and update in place). No torch, no Qt.
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace tessera::compute::portable {
+
+enum class DType : std::uint8_t { Float32, Int64 };
+
+struct Value {
+    // The name a value is hashed under: for the training state, its name in the state
+    // ("model/fc0.weight", "optimizer/momentum/fc0.weight", "optimizer/adam_step"), the same before
+    // and after the step; for everything else a name unique in the program ("fc0.out").
+    std::string name;
+    DType dtype = DType::Float32;
+    std::vector<std::int64_t> shape; // empty: a scalar
+    std::int64_t count() const;
+    std::int64_t bytes() const;
+};
+
+enum class Op : std::uint8_t {
+    Batch, // -> x, y: the step's samples and targets, read by the trainer (no kernel)
+    Linear, // x [n, in], w [out, in], b [out] -> y [n, out] = x w^T + b
+    LinearGradInput, // dy [n, out], w [out, in] -> dx [n, in] = dy w
+    LinearGradWeight, // dy [n, out], x [n, in] -> dw [out, in] = dy^T x
+    LinearGradBias, // dy [n, out] -> db [out]: the rows of dy summed in order
+    Relu, // x -> y
+    ReluGrad, // y (the forward output), dy -> dx
+    CrossEntropy, // logits [n, c], targets [n] (int64) -> loss [], dlogits [n, c]
+    ClipFactor, // g_1 .. g_k -> factor []; reals: maxNorm
+    Scale, // g, factor [] -> g * factor
+    Sgd, // p, g (, buf) -> p' (, buf'); reals: lr, momentum, weightDecay; integers: nesterov, first
+    Adam, // p, g, m, v, step [] (int64, this step's number) -> p', m', v'; reals: lr, beta1, beta2,
+          // eps, weightDecay; integers: decoupled, fresh (m and v start at 0 and are no inputs)
+    Count, // n [] (int64) -> n + 1
+};
+const char* opName(Op op);
+
+struct Instruction {
+    Op op = Op::Batch;
+    std::vector<int> inputs; // value indices
+    std::vector<int> outputs;
+    std::vector<double> reals;
+    std::vector<std::int64_t> integers;
+    std::string label; // for people: "fc1: gradient of the weight"
+};
+
+struct Program {
+    std::vector<Value> values;
+    std::vector<Instruction> instructions;
+    // The training state at the step's start and at its end, each in name order (the order its
+    // checkpoint hash takes them in). The end may hold more than the start: the optimizer's
+    // buffers are born in a shard's first step unless the round carries them.
+    std::vector<int> stateBefore;
+    std::vector<int> stateAfter;
+
+    int add(Value value);
+    int addInstruction(Instruction instruction);
+    // The value of the state named `name` at the step's start (-1: none).
+    int before(const std::string& name) const;
+    // Every value's output position: index into the concatenated outputs of all instructions, in
+    // order (a trace lists one hash per output, in this order); -1 for values no instruction writes.
+    std::vector<int> outputPositions() const;
+    int outputCount() const;
+    // One line per instruction: "7  Linear  fc1.out [64, 128] <- fc0.act, model/fc1.weight, model/fc1.bias".
+    std::string listing() const;
+};
+
+// Runs a program's instructions with the portable kernels. Values get memory from bind() (the
+// training state, updated in place when an instruction's output is bound to its input's memory)
+// or from the executor, which keeps it for the next step.
+class Executor {
+public:
+    explicit Executor(int threads = 1);
+
+    // Forgets the bindings; the executor's own memory for a value is allocated when first used.
+    void prepare(const Program& program);
+    void bind(int value, void* memory);
+    void* memory(int value);
+    float* floats(int value) { return static_cast<float*>(memory(value)); }
+
+    // Runs one instruction (Batch does nothing: the trainer writes x and y).
+    void run(const Program& program, std::size_t instruction);
+
+private:
+    int m_threads;
+    std::vector<void*> m_memory;
+    std::vector<std::size_t> m_sizes; // in 8-byte words
+    std::vector<std::vector<std::uint64_t>> m_owned; // allocated when first used, kept for the next step
+};
+
+} // namespace tessera::compute::portable

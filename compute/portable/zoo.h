@@ -1,0 +1,60 @@
+#pragma once
+
+// The programs of one training step of the zoo's models (program.h), built from plain numbers:
+// the model's sizes, the optimizer and what is particular to the step. Parameter names are the
+// zoo's (compute/detail/models.h), so that the program's state is the trainer's training state.
+
+#include "program.h"
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace tessera::compute::portable {
+
+struct OptimizerSettings {
+    enum class Kind { Sgd, Adam, AdamW };
+    Kind kind = Kind::Sgd;
+    double momentum = 0.0;
+    double weightDecay = 0.0;
+    bool nesterov = false;
+    double beta1 = 0.9;
+    double beta2 = 0.999;
+    double eps = 1e-8;
+    double clipNorm = 0.0; // 0: no clipping
+};
+
+struct StepSettings {
+    double learningRate = 0.0; // this step's, from the job's schedule
+    // Whether the optimizer's buffers (momentum, Adam's moments) exist at the step's start: from
+    // a shard's second step on, or from the first when the round's weights carry them.
+    bool buffersBefore = false;
+};
+
+// The zoo mlp: fc0 .. fcN linear layers with ReLU between them, cross-entropy on the last.
+// The samples arrive flattened: x [batch, inputs].
+Program mlpStep(std::int64_t batch, std::int64_t inputs, const std::vector<std::int64_t>& hidden, std::int64_t classes,
+    const OptimizerSettings& optimizer, const StepSettings& step);
+
+// The optimizer's part of every program (shared by the models): given the model's parameters and
+// their gradients, the clipping and the updates, and the state before and after in name order.
+class StepBuilder {
+public:
+    StepBuilder(Program& program, const OptimizerSettings& optimizer, const StepSettings& step);
+    // A parameter of the model ("fc0.weight"), as a state value "model/<name>".
+    int parameter(const std::string& name, std::vector<std::int64_t> shape);
+    int temporary(const std::string& name, std::vector<std::int64_t> shape, DType dtype = DType::Float32);
+    int add(Op op, std::vector<int> inputs, std::vector<int> outputs, const std::string& label, std::vector<double> reals = {},
+        std::vector<std::int64_t> integers = {});
+    // Declares a parameter's gradient (any order); finish() adds the optimizer's instructions.
+    void gradient(int parameter, int gradient);
+    void finish();
+
+private:
+    Program& m_program;
+    OptimizerSettings m_optimizer;
+    StepSettings m_step;
+    std::vector<std::pair<int, int>> m_parameters; // parameter value, gradient value
+};
+
+} // namespace tessera::compute::portable
