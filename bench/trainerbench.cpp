@@ -6,6 +6,8 @@
 
 #include <compute/detail/datasets.h>
 #include <compute/detail/models.h>
+#include <compute/detail/portablestep.h>
+#include <compute/detail/trace.h>
 #include <compute/shardrun.h>
 #include <compute/weights.h>
 #include <core/decomposition.h>
@@ -17,6 +19,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <ctime>
 
 using namespace tessera;
 
@@ -117,6 +120,124 @@ double trainer(const core::ShardTask& task, const QByteArray& weights)
 
 } // namespace
 
+namespace {
+
+// Process CPU time in seconds: every thread's, the checkpoint hashing helper's too.
+double cpuSeconds()
+{
+    return double(std::clock()) / CLOCKS_PER_SEC;
+}
+
+template<typename F> double cpuTimeOf(F&& work, int repetitions)
+{
+    std::vector<double> times;
+    for (int i = 0; i < repetitions; ++i) {
+        const double before = cpuSeconds();
+        work();
+        times.push_back(cpuSeconds() - before);
+    }
+    return *std::min_element(times.begin(), times.end());
+}
+
+// The referee's CPU time in a dispute over an mlp in portable mode (the example's 784-256-128-10,
+// and one of 784-1024-1024-10; batch 64, SGD momentum, ten checkpoints a shard): replaying the
+// differing interval from the agreed state (what it did before, and still does for fast jobs)
+// against narrowing it to one instruction (comparing the two traces, then running that
+// instruction from the operands). Two disputes: a cheater with twice the learning rate (the first
+// update differs), and the costliest instruction of the program (fc0's weight gradient, about a
+// third of a step's arithmetic). Goal: at most 1/100 for the first.
+bool disputeCost(const QList<std::int64_t>& hidden, const char* key)
+{
+    core::JobSpec spec;
+    spec.name = QStringLiteral("dispute");
+    spec.model.zoo = QStringLiteral("mlp");
+    spec.model.hidden = hidden;
+    spec.dataset.builtin = QStringLiteral("fashion-mnist");
+    spec.optimizer.lr = 0.05;
+    spec.optimizer.momentum = 0.9;
+    spec.training.shardsPerRound = 1;
+    spec.training.localSteps = 100;
+    spec.training.batchSize = 64;
+    spec.training.threads = 1;
+    spec.training.checkpointInterval = 10;
+    spec.training.determinism = core::TrainingSpec::Determinism::Portable;
+    spec.aggregation.compression = core::Compression::None;
+    const auto start = compute::initialWeights(spec, {});
+    if (!start)
+        qFatal("%s", qPrintable(start.error().toString()));
+    const auto task = core::decomposeRound(QStringLiteral("dispute"), spec, 0, start->canonicalHash).first();
+    auto cheat = task;
+    cheat.optimizer.lr *= 2.0;
+    const auto honest = compute::runShard(task, start->bytes, {});
+    const auto cheater = compute::runShard(cheat, start->bytes, {});
+    const auto& h = honest.result.checkpointHashes;
+    const auto& c = cheater.result.checkpointHashes;
+    const std::int64_t j = 3; // an interval after the start: the referee begins from an agreed state
+    const auto state = compute::recreateState(task, start->bytes, honest.keptState, j - 1, {});
+    auto honestTrace = compute::traceInterval(task, start->bytes, honest.keptState, j, {});
+    // The cheater's interval j from the agreed state: its trace of the same steps with its own rate.
+    auto cheatFrom = compute::traceInterval(cheat, start->bytes, cheater.keptState, 1, {});
+    if (!state || !honestTrace || !cheatFrom)
+        qFatal("the dispute case cannot start");
+    const auto firstTrace = compute::traceInterval(task, start->bytes, honest.keptState, 1, {});
+    const auto compared = compute::compareTraces(task, 1, h[0], start->bytes, h[1], c[1], *firstTrace, *cheatFrom, {});
+    if (!compared || compared->instruction < 0)
+        qFatal("the traces do not narrow");
+    const auto operands = compute::operandsOf(task, start->bytes, honest.keptState, compared->step, compared->instruction, {});
+    // The costliest instruction: fc0's weight gradient of the interval's last step, with a trace
+    // that differs there only.
+    auto program = compute::detail::portableProgram(task, j * 10 - 1, { 1, 28, 28 }, 10);
+    std::int64_t costly = -1;
+    for (std::size_t i = 0; program && i < program->instructions.size(); ++i) {
+        if (program->instructions[i].label == "fc0: gradient of the weight")
+            costly = std::int64_t(i);
+    }
+    auto tampered = compute::detail::Trace::fromBytes(*honestTrace);
+    if (costly < 0 || !tampered)
+        qFatal("no costly instruction");
+    const auto position = program->outputPositions()[std::size_t(program->instructions[std::size_t(costly)].outputs[0])];
+    tampered->steps[j * 10][position] = core::Digest::ofBytes("another gradient");
+    const auto otherTrace = tampered->toBytes();
+    const auto costlyOperands = compute::operandsOf(task, start->bytes, honest.keptState, j * 10, costly, {});
+    if (!operands || !costlyOperands)
+        qFatal("no operands");
+
+    const double replayFirst = cpuTimeOf([&] { (void)compute::replayShard(task, 0, start->bytes, h[0], 1, {}, {}); }, 5);
+    const double replay = cpuTimeOf([&] { (void)compute::replayShard(task, j - 1, *state, h[j - 1], j, {}, {}); }, 5);
+    const double narrowedUpdate = cpuTimeOf(
+        [&] {
+            (void)compute::compareTraces(task, 1, h[0], start->bytes, h[1], c[1], *firstTrace, *cheatFrom, {});
+            (void)compute::refereeInstruction(
+                task, compared->step, compared->instruction, *operands, *firstTrace, *cheatFrom, {});
+        },
+        20);
+    const double narrowedCostly = cpuTimeOf(
+        [&] {
+            (void)compute::compareTraces(task, j, h[j - 1], {}, h[j], h[j], *honestTrace, *honestTrace, {});
+            (void)compute::refereeInstruction(task, j * 10, costly, *costlyOperands, *honestTrace, otherTrace, {});
+        },
+        20);
+    const double updateRatio = narrowedUpdate / replayFirst, costlyRatio = narrowedCostly / replay;
+    QStringList widths;
+    for (auto width : hidden)
+        widths << QString::number(width);
+    std::printf("  dispute over a portable mlp 784-%s-10, referee's CPU time: a cheater's first update (%s, interval 1) "
+                "%.3f ms against %.2f ms to replay the interval, 1/%.0f (goal <= 1/100); fc0's weight gradient (interval "
+                "%lld) %.3f ms against %.2f ms, 1/%.0f\n",
+        qPrintable(widths.join(u'-')), qPrintable(compared->instructionName), narrowedUpdate * 1e3, replayFirst * 1e3,
+        1.0 / updateRatio, static_cast<long long>(j), narrowedCostly * 1e3, replay * 1e3, 1.0 / costlyRatio);
+    const std::string prefix = std::string("dispute.") + key;
+    bench::record((prefix + ".replayFirstMs").c_str(), replayFirst * 1e3);
+    bench::record((prefix + ".replayMs").c_str(), replay * 1e3);
+    bench::record((prefix + ".updateMs").c_str(), narrowedUpdate * 1e3);
+    bench::record((prefix + ".updateRatio").c_str(), updateRatio);
+    bench::record((prefix + ".costlyMs").c_str(), narrowedCostly * 1e3);
+    bench::record((prefix + ".costlyRatio").c_str(), costlyRatio);
+    return updateRatio <= 0.01;
+}
+
+} // namespace
+
 int main(int argc, char* argv[])
 {
     QCoreApplication app(argc, argv);
@@ -187,6 +308,9 @@ int main(int argc, char* argv[])
             bench::record((key + ".portableRatio").c_str(), best(portables) / best(ours));
         }
     }
+
+    met = disputeCost({ 256, 128 }, "mlp") && met;
+    met = disputeCost({ 1024, 1024 }, "mlp1024") && met;
 
     // The example language model (examples/jobs/fortunes-gpt.json's gpt), tokens/s; goal 0.95.
     core::JobSpec gpt;

@@ -267,7 +267,7 @@ void ComputeThread::Private::runShard(QueuedShard item)
     QString refusal; // the node's own settings, not the job's fault: given back for another node, held against nobody
     {
         QMutexLocker lock(&mutex);
-        if (task.threads > maxThreads) {
+        if (task.threads > maxThreads && !task.portable) { // a portable shard computes with fewer (below)
             refusal = QStringLiteral("the shard needs %1 threads but this node allows %2 (Compute/MaxThreads)")
                           .arg(task.threads)
                           .arg(maxThreads);
@@ -289,9 +289,14 @@ void ComputeThread::Private::runShard(QueuedShard item)
         Q_EMIT q->shardFinished({ result, {}, {} });
         return;
     }
+    auto here = environment;
+    if (task.portable) {
+        QMutexLocker lock(&mutex);
+        here.portableThreads = int(std::min<std::int64_t>(task.threads, maxThreads));
+    }
     auto started = item.suspended.isEmpty()
-        ? ShardRun::start(task, item.weights, environment)
-        : ShardRun::resume(task, item.suspended, environment, ShardRun::StateOrigin::Own, item.weights);
+        ? ShardRun::start(task, item.weights, here)
+        : ShardRun::resume(task, item.suspended, here, ShardRun::StateOrigin::Own, item.weights);
     if (!started) {
         Q_EMIT q->shardFinished({ failedResult(task, started.error().toString()), {}, {} });
         return;

@@ -22,6 +22,9 @@ struct ComputeEnvironment {
     // has CUDA, else the CPU. Results are comparable only between equal devices (the runtime
     // profile names it).
     QString device;
+    // The threads a portable shard (training.determinism portable) computes with here; 0: the
+    // task's. Any count gives the same bits, so a node may use fewer than the job names.
+    int portableThreads = 0;
 
     // A file a job names: its blob when the store has it (by sha256), else the local file (before
     // upload, or on train-local), if it exists.

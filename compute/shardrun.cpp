@@ -15,6 +15,7 @@
 
 #include <algorithm>
 #include <future>
+#include <map>
 
 #include <torch/torch.h>
 
@@ -112,8 +113,8 @@ core::Result<std::unique_ptr<ShardRun::Private>> prepare(const core::ShardTask& 
     d->model->to(d->device); // before the optimizer takes the parameters
     d->optimizer = std::make_unique<Optimizer>(task.optimizer, d->model->parameters());
     if (task.portable)
-        d->portable
-            = std::make_unique<PortableStep>(d->task, *d->model, *d->optimizer, data->train->sampleShape(), data->train->classes);
+        d->portable = std::make_unique<PortableStep>(d->task, *d->model, *d->optimizer, data->train->sampleShape(),
+            data->train->classes, environment.portableThreads > 0 ? environment.portableThreads : int(task.threads));
     d->plan = std::make_unique<BatchPlan>(task, size);
     return d;
 }
@@ -596,18 +597,38 @@ core::Status narrowable(const core::ShardTask& task, std::int64_t checkpoint)
     return {};
 }
 
-// The programs of a task's steps, for its dataset's samples.
-core::Result<ProgramOf> programsOf(const core::ShardTask& task, const ComputeEnvironment& environment)
+// The programs of a task's steps, for its dataset's samples, as a dispute reads them: only their
+// structure (instructions, values, state), which is the same for every step but a shard's first
+// (where the optimizer's buffers are born, unless the round carries them); the attributes (the
+// learning rate) are those of the first step of each kind. refereeInstruction runs its
+// instruction from its own step's program.
+ProgramOf structuresOf(const core::ShardTask& task, const std::vector<std::int64_t>& shape, std::int64_t classes)
+{
+    auto built = std::make_shared<std::map<bool, std::shared_ptr<const portable::Program>>>();
+    return [task, shape, classes, built](std::int64_t step) -> core::Result<std::shared_ptr<const portable::Program>> {
+        auto& slot = (*built)[step > 1 || task.carriesOptimizer];
+        if (!slot) {
+            auto program = portableProgram(task, step - 1, shape, classes);
+            if (!program)
+                return program.error();
+            slot = std::make_shared<const portable::Program>(std::move(*program));
+        }
+        return slot;
+    };
+}
+
+} // namespace
+
+core::Result<QString> portableListing(const core::ShardTask& task, std::int64_t step, const ComputeEnvironment& environment)
 {
     auto data = loadDataset(task.dataset, environment, task.model.context);
     if (!data)
         return data.error();
-    const auto shape = data->train->sampleShape();
-    const auto classes = data->train->classes;
-    return ProgramOf([task, shape, classes](std::int64_t step) { return portableProgram(task, step - 1, shape, classes); });
+    auto program = portableProgram(task, step - 1, data->train->sampleShape(), data->train->classes);
+    if (!program)
+        return program.error();
+    return QString::fromStdString(program->listing());
 }
-
-} // namespace
 
 core::Result<QByteArray> traceInterval(const core::ShardTask& task, const QByteArray& startWeights, const QByteArray& keptState,
     std::int64_t checkpoint, const ComputeEnvironment& environment)
@@ -662,20 +683,11 @@ core::Result<TraceComparison> compareTraces(const core::ShardTask& task, std::in
 {
     if (auto status = narrowable(task, checkpoint); !status)
         return status.error();
-    auto programOf = programsOf(task, environment);
-    if (!programOf)
-        return programOf.error();
+    auto data = loadDataset(task.dataset, environment, task.model.context);
+    if (!data)
+        return data.error();
+    const auto programOf = structuresOf(task, data->train->sampleShape(), data->train->classes);
     const auto [first, last] = stepsOfInterval(task, checkpoint);
-    // The state both sides agree on at checkpoint j-1: its root is the agreed checkpoint hash, or
-    // at j = 1 (whose checkpoint 0 is the round's weights' canonical hash) the root of the state
-    // the round's weights give.
-    core::Digest startRoot = agreed;
-    if (checkpoint == 1) {
-        auto run = ShardRun::start(task, roundWeights, environment);
-        if (!run)
-            return run.error();
-        startRoot = stateRoot(trainingState(*(*run)->d));
-    }
     TraceComparison comparison;
     std::optional<Trace> traces[2];
     std::optional<TraceWalk> walks[2];
@@ -688,29 +700,46 @@ core::Result<TraceComparison> compareTraces(const core::ShardTask& task, std::in
             continue;
         }
         auto trace = Trace::fromBytes(*bytes[side]);
-        if (!trace) {
+        if (!trace)
             *faults[side] = trace.error().message;
-            continue;
-        }
-        if (trace->checkpoint != checkpoint) {
+        else if (trace->checkpoint != checkpoint)
             *faults[side] = QStringLiteral("the trace is of checkpoint %1, not %2").arg(trace->checkpoint).arg(checkpoint);
-            continue;
+        else
+            traces[side] = std::move(*trace);
+    }
+    // The state both sides agree on at checkpoint j-1: its root is the agreed checkpoint hash. At
+    // j = 1 checkpoint 0 is the canonical hash of the round's weights, which says nothing of single
+    // tensors: where both traces start alike, the honest side's start is the true one and so is the
+    // other's; where they do not, the referee hashes the state the round's weights give.
+    core::Digest startRoot = agreed;
+    if (checkpoint == 1) {
+        if (traces[0] && traces[1] && traces[0]->start == traces[1]->start) {
+            startRoot = rootOf(traces[0]->start);
+        } else {
+            auto run = ShardRun::start(task, roundWeights, environment);
+            if (!run)
+                return run.error();
+            startRoot = stateRoot(trainingState(*(*run)->d));
         }
-        if (rootOf(trace->start) != startRoot) {
-            *faults[side] = QStringLiteral("the trace does not start at the agreed checkpoint %1").arg(checkpoint - 1);
+    }
+    for (int side = 0; side < 2; ++side) {
+        if (!traces[side])
             continue;
+        const auto& trace = *traces[side];
+        std::optional<QString> fault;
+        if (rootOf(trace.start) != startRoot) {
+            fault = QStringLiteral("the trace does not start at the agreed checkpoint %1").arg(checkpoint - 1);
+        } else if (auto walk = walkTrace(trace, first, last, programOf); !walk) {
+            fault = walk.error().message;
+        } else if (walk->roots.last() != claims[side]) {
+            fault = QStringLiteral("the trace does not end at the node's own checkpoint %1").arg(checkpoint);
+        } else {
+            walks[side] = std::move(*walk);
         }
-        auto walk = walkTrace(*trace, first, last, *programOf);
-        if (!walk) {
-            *faults[side] = walk.error().message;
-            continue;
+        if (fault) {
+            *faults[side] = *fault;
+            traces[side].reset();
         }
-        if (walk->roots.last() != claims[side]) {
-            *faults[side] = QStringLiteral("the trace does not end at the node's own checkpoint %1").arg(checkpoint);
-            continue;
-        }
-        traces[side] = std::move(*trace);
-        walks[side] = std::move(*walk);
     }
     if (!walks[0] || !walks[1])
         return comparison;
@@ -720,9 +749,10 @@ core::Result<TraceComparison> compareTraces(const core::ShardTask& task, std::in
     if (differing == walks[0]->roots.size())
         return core::Error { QStringLiteral("trace"), QStringLiteral("the traces agree on every step: there is no dispute") };
     comparison.step = first + differing;
-    auto program = (*programOf)(comparison.step);
-    if (!program)
-        return program.error();
+    auto found = programOf(comparison.step);
+    if (!found)
+        return found.error();
+    const auto& program = *found;
     const auto& a = traces[0]->steps.at(comparison.step);
     const auto& b = traces[1]->steps.at(comparison.step);
     qsizetype output = 0;
@@ -739,9 +769,6 @@ core::Result<TraceComparison> compareTraces(const core::ShardTask& task, std::in
     comparison.instructionName = QStringLiteral("%1 (%2)").arg(
         QString::fromLatin1(portable::opName(instruction.op)), QString::fromStdString(instruction.label));
     if (instruction.op == portable::Op::Batch) { // the referee reads the step's batch itself
-        auto data = loadDataset(task.dataset, environment, task.model.context);
-        if (!data)
-            return data.error();
         BatchPlan plan(task, data->train->size());
         const auto indices = plan.indicesOfStep(comparison.step - 1);
         const auto index
@@ -768,12 +795,14 @@ core::Result<core::verification::Ruling> refereeInstruction(const core::ShardTas
     auto unusable = [](const QString& why) { return core::Error { QStringLiteral("operands"), why }; };
     if (auto status = narrowable(task, 1); !status)
         return status.error();
-    auto programOf = programsOf(task, environment);
-    if (!programOf)
-        return programOf.error();
-    auto program = (*programOf)(step);
-    if (!program)
-        return program.error();
+    auto data = loadDataset(task.dataset, environment, task.model.context);
+    if (!data)
+        return data.error();
+    const auto programOf = structuresOf(task, data->train->sampleShape(), data->train->classes);
+    auto exact = portableProgram(task, step - 1, data->train->sampleShape(), data->train->classes);
+    if (!exact)
+        return exact.error();
+    const auto program = &*exact;
     if (instruction < 0 || instruction >= std::int64_t(program->instructions.size()))
         return core::Error { QStringLiteral("instruction"),
             QStringLiteral("step %1 has no instruction %2").arg(step).arg(instruction) };
@@ -782,7 +811,7 @@ core::Result<core::verification::Ruling> refereeInstruction(const core::ShardTas
         return core::Error { QStringLiteral("trace"), QStringLiteral("a trace the comparison read does not read any more") };
     // What both sides agree on at the instruction: the state at the step's start, and the outputs
     // of the instructions before it.
-    auto walk = walkTrace(*a, (a->checkpoint - 1) * task.checkpointInterval + 1, step, *programOf, step);
+    auto walk = walkTrace(*a, (a->checkpoint - 1) * task.checkpointInterval + 1, step, programOf, step);
     if (!walk)
         return walk.error();
     const auto& hashesA = a->steps.at(step);

@@ -82,6 +82,10 @@ core::Result<core::verification::Ruling> refereeInstruction(const core::ShardTas
     std::int64_t instruction, const QByteArray& operands, const QByteArray& firstTrace, const QByteArray& secondTrace,
     const ComputeEnvironment& environment);
 
+// The program of shard step `step` (1-based) of a portable task, one instruction a line, numbered
+// as a dispute numbers them (docs/DETERMINISM.md, "Programs"): `tessera-node program` prints it.
+core::Result<QString> portableListing(const core::ShardTask& task, std::int64_t step, const ComputeEnvironment& environment);
+
 // One shard in training, advanced a step at a time, so that the compute thread can pause, cancel
 // or throttle between steps. Everything a step does is fixed by the task: its batch comes from the
 // seeded permutations, its dropout from the step's seed, its arithmetic from the task's thread count.

@@ -15,6 +15,7 @@
 #include <compute/weights.h>
 #include <core/benchmark.h>
 #include <core/broker/records.h>
+#include <core/decomposition.h>
 #include <core/jobspec.h>
 #include <core/settings/settings.h>
 #include <core/signing.h>
@@ -82,6 +83,9 @@ Commands:
                                        model.pt): N tokens (200) after TEXT, drawn at temperature
                                        T (0.8; 0: the likeliest) from seed S (0), the same text for
                                        the same seed
+  program JOB.json [--step N]          the instructions of a portable job's training step N (1)
+                                       in their order, with their values, as a dispute numbers
+                                       them (docs/DETERMINISM.md, "Programs")
   train-shard TASK.json --weights FILE --out DIR
                                        train one shard task (as a verifier re-executes it);
                                        writes DIR/result.json and DIR/weights.pt
@@ -409,6 +413,33 @@ int sample(const QStringList& args, const compute::ComputeEnvironment& environme
     return 0;
 }
 
+int program(const QStringList& args, const compute::ComputeEnvironment& environment)
+{
+    QCommandLineParser parser;
+    parser.addPositionalArgument(QStringLiteral("job"), QStringLiteral("job file"));
+    parser.addOption({ QStringLiteral("step"), QStringLiteral("shard step, from 1"), QStringLiteral("N"), QStringLiteral("1") });
+    bool numeric = false;
+    if (!parser.parse(args) || parser.positionalArguments().size() != 1
+        || (parser.value(QStringLiteral("step")).toLongLong(&numeric), !numeric))
+        return fail(QStringLiteral("usage: tessera-node program JOB.json [--step N]"));
+    const QString jobPath = parser.positionalArguments().first();
+    const auto text = readFile(jobPath);
+    if (!text)
+        return fail(QStringLiteral("cannot read %1").arg(jobPath));
+    auto spec = core::JobSpec::fromJsonText(*text);
+    if (!spec)
+        return fail(QStringLiteral("%1: %2").arg(jobPath, spec.error().toString()));
+    resolvePaths(*spec, QFileInfo(jobPath).absoluteDir());
+    if (spec->training.determinism != core::TrainingSpec::Determinism::Portable)
+        return fail(QStringLiteral("%1: only a portable job (training.determinism portable) trains by a program").arg(jobPath));
+    const auto task = core::decomposeShard(QStringLiteral("job"), *spec, 0, 0, {});
+    const auto listing = compute::portableListing(task, parser.value(QStringLiteral("step")).toLongLong(), environment);
+    if (!listing)
+        return fail(listing.error().toString());
+    out() << *listing << Qt::flush;
+    return 0;
+}
+
 int trainLocal(const QStringList& args, const compute::ComputeEnvironment& environment)
 {
     QCommandLineParser parser;
@@ -680,6 +711,8 @@ int runNodeCommand(const QStringList& arguments)
         return trainLocal(rest, environment);
     if (command == u"train-shard")
         return trainShard(rest, environment);
+    if (command == u"program")
+        return program(rest, environment);
     if (command == u"sample")
         return sample(rest, environment);
     if (command == u"stake")

@@ -62,14 +62,14 @@ core::Result<portable::Program> portableProgram(
     return uncovered(QStringLiteral("the zoo %1 yet").arg(model.zoo));
 }
 
-PortableStep::PortableStep(
-    const core::ShardTask& task, Model& model, Optimizer& optimizer, std::vector<std::int64_t> sampleShape, std::int64_t classes)
+PortableStep::PortableStep(const core::ShardTask& task, Model& model, Optimizer& optimizer, std::vector<std::int64_t> sampleShape,
+    std::int64_t classes, int threads)
     : m_task(task)
     , m_model(model)
     , m_optimizer(optimizer)
     , m_sampleShape(std::move(sampleShape))
     , m_classes(classes)
-    , m_executor(int(task.threads))
+    , m_executor(threads)
     , m_adamStep(torch::zeros({}, torch::kInt64))
 { }
 

@@ -25,8 +25,9 @@ core::Result<portable::Program> portableProgram(
 
 class PortableStep {
 public:
+    // threads: how many compute here (any count gives the same bits).
     PortableStep(const core::ShardTask& task, Model& model, Optimizer& optimizer, std::vector<std::int64_t> sampleShape,
-        std::int64_t classes);
+        std::int64_t classes, int threads);
 
     // Called after each instruction, with its outputs in the executor's memory.
     using Observer = std::function<void(const portable::Program&, std::size_t instruction, portable::Executor&)>;

@@ -5,9 +5,10 @@
 // docs/DETERMINISM.md, "Trace"): the hashes of the training state's tensors at the interval's
 // start, and for each step of the interval the hash of every output of every instruction of the
 // step's program, in program order. Stored as a dict of tensors (torch.load reads it):
-//   "checkpoint": int64 []       the interval's end, checkpoint j
-//   "start": uint8 [S, 32]       the state's tensors at checkpoint j-1, in name order
-//   "step/<s>": uint8 [O, 32]    shard step s (1-based), its O outputs in program order
+//   "checkpoint": int64 []        the interval's end, checkpoint j
+//   "first": int64 []             the interval's first shard step, (j-1)c + 1
+//   "start": uint8 [S, 32]        the state's tensors at checkpoint j-1, in name order
+//   "steps": uint8 [T, O, 32]     its T steps in order, each with its O outputs in program order
 
 #include "tensors.h"
 
@@ -18,7 +19,9 @@
 #include <QByteArray>
 #include <QList>
 
+#include <functional>
 #include <map>
+#include <memory>
 
 namespace tessera::compute::detail {
 
@@ -53,7 +56,7 @@ struct TraceWalk {
 };
 // Walks `trace` over shard steps first..last (1-based, inclusive) with each step's program;
 // stops early before step `stopBefore` (0: walk all). An error says what does not fit.
-using ProgramOf = std::function<core::Result<portable::Program>(std::int64_t step)>;
+using ProgramOf = std::function<core::Result<std::shared_ptr<const portable::Program>>(std::int64_t step)>;
 core::Result<TraceWalk> walkTrace(
     const Trace& trace, std::int64_t first, std::int64_t last, const ProgramOf& programOf, std::int64_t stopBefore = 0);
 

@@ -2,9 +2,11 @@
 
 #include "kernels.h"
 
+#include <charconv>
 #include <cstring>
 #include <sstream>
 #include <stdexcept>
+#include <string_view>
 
 namespace tessera::compute::portable {
 
@@ -123,7 +125,9 @@ std::string Program::listing() const
             out << "  (";
             bool first = true;
             for (double r : instruction.reals) {
-                out << (first ? "" : ", ") << r;
+                char text[32];
+                const auto end = std::to_chars(text, text + sizeof text, r).ptr; // the shortest that reads back exactly
+                out << (first ? "" : ", ") << std::string_view(text, std::size_t(end - text));
                 first = false;
             }
             for (auto n : instruction.integers) {

@@ -41,10 +41,14 @@ public:
         std::int64_t memoryMiB = 0; // a shard's memory on a node (core::estimateShardMemory); 0: unknown
 
         // Whether a node with these limits can take the round's shards: threads enough (a shard's
-        // count is fixed by its job) and, where both are known, memory enough (Compute/MaxMemoryMiB).
+        // count is fixed by its job, except a portable job's, whose bits are the same with any
+        // count: a node runs it with as many as it allows) and, where both are known, memory enough
+        // (Compute/MaxMemoryMiB).
         bool runsOn(int maxThreads, std::int64_t maxMemoryMiB) const
         {
-            return spec.training.threads <= maxThreads && (maxMemoryMiB <= 0 || memoryMiB <= maxMemoryMiB);
+            const bool threads
+                = spec.training.threads <= maxThreads || spec.training.determinism == TrainingSpec::Determinism::Portable;
+            return threads && (maxMemoryMiB <= 0 || memoryMiB <= maxMemoryMiB);
         }
     };
     struct Pick {

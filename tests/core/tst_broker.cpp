@@ -157,11 +157,15 @@ private:
         QString jobId;
         Assignment first;
     };
-    OneShard oneShardForAAndB(const QString& name, Broker::Options options = verifyingOptions())
+    enum class Determinism { Fast, Portable };
+    OneShard oneShardForAAndB(
+        const QString& name, Broker::Options options = verifyingOptions(), Determinism determinism = Determinism::Fast)
     {
         OneShard setup { open(name, options), {}, {} };
         auto spec = job(1, 1);
         spec.training.localSteps = 15;
+        if (determinism == Determinism::Portable)
+            spec.training.determinism = TrainingSpec::Determinism::Portable;
         setup.jobId = *setup.broker->submit(spec);
         for (const auto* id : { "a", "b" }) {
             if (!setup.broker->registerNode(node(QString::fromLatin1(id))).ok())
@@ -844,6 +848,109 @@ private Q_SLOTS:
         QCOMPARE(nodes[0].value(QStringLiteral("disputesLost")).toInteger(), 1);
         QCOMPARE(nodes[1].value(QStringLiteral("disputesLost")).toInteger(), 0);
         QVERIFY(broker->ledger().checkInvariants().ok());
+    }
+
+    // What the broker asks of each node now: the CHECKPOINT bodies it sent, by node.
+    static QHash<QString, QJsonObject> questions(Broker& broker)
+    {
+        QHash<QString, QJsonObject> asked;
+        for (const auto& notice : broker.takeNotices()) {
+            if (notice.kind == Notice::Kind::CheckpointRequest)
+                asked.insert(notice.nodeId, notice.body);
+        }
+        return asked;
+    }
+
+    // A portable job's dispute is narrowed to one instruction (docs/VERIFICATION.md, "Disputes over
+    // portable jobs"): both sides give their trace of the differing interval, the referee finds the
+    // first differing instruction and runs it alone from the operands one side gives. Nothing is
+    // replayed, and no state is asked for.
+    void aPortableDisputeIsNarrowedToOneInstruction()
+    {
+        auto [broker, jobId, a1] = oneShardForAAndB(QStringLiteral("narrow"), verifyingOptions(), Determinism::Portable);
+        QVERIFY(a1.task.portable);
+        QCOMPARE(*deliver(*broker, QStringLiteral("a"), a1.id, honest(*broker, a1, 2)), Acceptance::Held);
+        const auto b1 = **broker->assign(QStringLiteral("b"));
+        (void)broker->takeNotices();
+        QCOMPARE(*deliver(*broker, QStringLiteral("b"), b1.id, honest(*broker, b1)), Acceptance::Held);
+        const QString checkId = broker->verifications(jobId)->first().value(QStringLiteral("id")).toString();
+        auto asked = questions(*broker);
+        QCOMPARE(asked.size(), 2);
+        for (const auto& body : asked) {
+            QCOMPARE(body.value(QStringLiteral("want")).toString(), QStringLiteral("trace"));
+            QCOMPARE(body.value(QStringLiteral("checkpoint")).toInteger(), 2);
+        }
+        const auto comparisons = m_math.comparisons, replays = m_math.replays;
+        QVERIFY(broker->checkpointDelivered(QStringLiteral("a"), checkId, *broker->blobs().put("t:a made this up")).ok());
+        QCOMPARE(m_math.comparisons, comparisons); // waits for the other trace
+        QVERIFY(!broker->checkpointDelivered(QStringLiteral("b"), checkId, Digest::ofBytes("never uploaded")).ok());
+        QVERIFY(
+            broker->checkpointDelivered(QStringLiteral("b"), checkId, *broker->blobs().put(FakeMath::trace(b1.task, 2))).ok());
+        QCOMPARE(m_math.comparisons, comparisons + 1);
+        asked = questions(*broker);
+        QCOMPARE(asked.size(), 2);
+        for (const auto& body : asked) {
+            QCOMPARE(body.value(QStringLiteral("want")).toString(), QStringLiteral("operands"));
+            QCOMPARE(body.value(QStringLiteral("step")).toInteger(), 7);
+            QCOMPARE(body.value(QStringLiteral("instruction")).toInteger(), 5);
+            QVERIFY(!body.contains(QStringLiteral("checkpoint")));
+        }
+        QCOMPARE(broker->verifications(jobId)->first().value(QStringLiteral("state")).toString(), QStringLiteral("disputed"));
+        // Operands that are not the agreed values are refused and count as no answer.
+        const auto junk = broker->checkpointDelivered(QStringLiteral("a"), checkId, *broker->blobs().put("o:doctored"));
+        QVERIFY(!junk.ok());
+        QCOMPARE(junk.error().field, QStringLiteral("operands"));
+        QVERIFY(broker->checkpointDelivered(QStringLiteral("b"), checkId, *broker->blobs().put(FakeMath::operands(7, 5))).ok());
+        QCOMPARE(m_math.instructionsRun, 1);
+        QCOMPARE(m_math.replays, replays);
+        const auto check = broker->verifications(jobId)->first();
+        QCOMPARE(check.value(QStringLiteral("outcome")).toString(), QStringLiteral("accused"));
+        QVERIFY2(check.value(QStringLiteral("detail")).toString().contains(QStringLiteral("ran step 7, instruction 5 Sgd")),
+            qPrintable(check.value(QStringLiteral("detail")).toString()));
+        const auto nodes = *broker->nodes();
+        QCOMPARE(nodes[0].value(QStringLiteral("disputesLost")).toInteger(), 1);
+        QCOMPARE(nodes[1].value(QStringLiteral("disputesLost")).toInteger(), 0);
+        QVERIFY(broker->ledger().checkInvariants().ok());
+    }
+
+    // Who cannot back its result with a trace loses: silence until the deadline, or bytes that
+    // are no trace; a batch that differs is decided at once (the referee reads it itself); and a
+    // restart asks again what each side still owes.
+    void aPortableDisputeIsLostByTheSideWithoutAUsableTrace()
+    {
+        Broker::Options options = verifyingOptions();
+        for (const auto* how : { "silent", "junk", "batch" }) {
+            const QString name = QStringLiteral("narrow-") + QLatin1String(how);
+            auto [broker, jobId, a1] = oneShardForAAndB(name, options, Determinism::Portable);
+            QCOMPARE(*deliver(*broker, QStringLiteral("a"), a1.id, honest(*broker, a1, 2)), Acceptance::Held);
+            const auto b1 = **broker->assign(QStringLiteral("b"));
+            QCOMPARE(*deliver(*broker, QStringLiteral("b"), b1.id, honest(*broker, b1)), Acceptance::Held);
+            const QString checkId = broker->verifications(jobId)->first().value(QStringLiteral("id")).toString();
+            QVERIFY(broker->checkpointDelivered(QStringLiteral("b"), checkId, *broker->blobs().put(FakeMath::trace(b1.task, 2)))
+                        .ok());
+            if (QLatin1String(how) == QLatin1String("junk"))
+                QVERIFY(broker->checkpointDelivered(QStringLiteral("a"), checkId, *broker->blobs().put("junk")).ok());
+            if (QLatin1String(how) == QLatin1String("batch"))
+                QVERIFY(
+                    broker->checkpointDelivered(QStringLiteral("a"), checkId, *broker->blobs().put("t:other data:batch")).ok());
+            if (QLatin1String(how) == QLatin1String("silent")) {
+                broker.reset();
+                broker = openVerifying(name);
+                const auto again = questions(*broker);
+                QCOMPARE(again.keys(), QList<QString>({ QStringLiteral("a") })); // b gave its trace already
+                QCOMPARE(again.value(QStringLiteral("a")).value(QStringLiteral("want")).toString(), QStringLiteral("trace"));
+                m_clock.now += options.disputeTimeoutMs * 10;
+                broker->tick();
+            }
+            const auto check = broker->verifications(jobId)->first();
+            QCOMPARE(check.value(QStringLiteral("outcome")).toString(), QStringLiteral("accused"));
+            const QString detail = check.value(QStringLiteral("detail")).toString();
+            QVERIFY2(detail.contains(QLatin1String(how) == QLatin1String("silent") ? QStringLiteral("no trace came")
+                             : QLatin1String(how) == QLatin1String("junk")         ? QStringLiteral("not a trace")
+                                                                                   : QStringLiteral("read the batch")),
+                qPrintable(detail));
+            QVERIFY(broker->ledger().checkInvariants().ok());
+        }
     }
 
     void aDisputeNobodyAnswersIsLostByBoth()

@@ -1,6 +1,6 @@
 // tessera-test-cheater: a node that cheats, for the end-to-end tests of verification. It is the
 // real network client (net::NodeClient: register, commit, upload, result, checkpoints) around an
-// executor that lies in one of seven ways:
+// executor that lies in one of eight ways:
 //
 //   random       random weights of the right shape, and a chain of made-up hashes
 //   fewer-steps  trains half the steps and pads the chain (the first half is honest)
@@ -11,6 +11,13 @@
 //                dispute there needs the state at checkpoint n-2, which an honest node re-creates)
 //   poisoned     an honest chain, but the weights (or int8 update) it reveals are another run's (a
 //                dispute over the revealed result, settled from the last state)
+//   wrong-lr     trains with twice the learning rate (its forward and backward are honest; every
+//                update differs)
+//
+// The wrong-data and wrong-lr cheaters believe their lie: asked in a dispute, they answer from the
+// run that gave their result (a state, or a portable job's trace and operands), so a portable
+// dispute is narrowed to the instruction where they part from the job (the step's batch, the
+// first update). The others have nothing consistent to show and answer that they have nothing.
 //
 // Usage: tessera-test-cheater --broker ADDRESS --data DIR --mode MODE
 
@@ -18,6 +25,7 @@
 #include <compute/shardrun.h>
 #include <compute/weights.h>
 #include <core/blobstore.h>
+#include <core/readfile.h>
 #include <core/signing.h>
 #include <net/curvekeys.h>
 #include <net/nodeclient.h>
@@ -46,13 +54,7 @@ public:
     void start(const QString& tag, const QString& assignment, const core::ShardTask& task, const QByteArray& startWeights,
         const QHash<core::Digest, QString>& blobPaths) override
     {
-        compute::ComputeEnvironment environment;
-        environment.device = QStringLiteral("cpu");
-        environment.blobPath = [blobPaths](const core::Digest& digest) -> std::optional<QString> {
-            const auto it = blobPaths.constFind(digest);
-            return it == blobPaths.constEnd() ? std::nullopt : std::optional<QString>(*it);
-        };
-        auto output = cheat(task, startWeights, environment);
+        auto output = cheat(task, startWeights, environmentOf(blobPaths));
         QMutexLocker lock(&m_mutex);
         m_finished.append({ tag, assignment, output.result, output.weights, output.keptState, {}, {} });
     }
@@ -78,7 +80,81 @@ public:
         return m_finished.isEmpty();
     }
 
+    bool recreate(const QString& tag, const QString& key, const core::ShardTask& task, const core::DisputeQuestion& question,
+        const QString& startWeightsPath, const QString& keptStatePath, const QHash<core::Digest, QString>& blobPaths) override
+    {
+        const auto believed = believedTask(task);
+        if (!believed)
+            return false;
+        auto read
+            = [](const QString& path) { return path.isEmpty() ? core::Result<QByteArray>(QByteArray()) : core::readFile(path); };
+        const auto start = read(startWeightsPath), kept = read(keptStatePath);
+        Recreated made { tag, key, {}, {}, {} };
+        if (!start || !kept) {
+            made.error = QStringLiteral("cannot read its files");
+        } else {
+            const auto environment = environmentOf(blobPaths);
+            using Want = core::DisputeQuestion::Want;
+            auto bytes = question.want == Want::Trace
+                ? compute::traceInterval(*believed, *start, *kept, question.checkpoint, environment)
+                : question.want == Want::Operands
+                ? compute::operandsOf(*believed, *start, *kept, question.step, question.instruction, environment)
+                : compute::recreateState(*believed, *start, *kept, question.checkpoint, environment);
+            if (bytes) {
+                made.state = *bytes;
+                made.digest = core::Digest::ofBytes(made.state);
+            } else {
+                made.error = bytes.error().toString();
+            }
+        }
+        qInfo("cheat: answers %s from its own run", qPrintable(question.describe()));
+        QMutexLocker lock(&m_mutex);
+        m_recreated.append(made);
+        return true;
+    }
+
+    QList<Recreated> takeRecreated(const QString& tag) override
+    {
+        QMutexLocker lock(&m_mutex);
+        QList<Recreated> mine;
+        for (auto it = m_recreated.begin(); it != m_recreated.end();) {
+            if (it->tag == tag) {
+                mine.append(*it);
+                it = m_recreated.erase(it);
+            } else {
+                ++it;
+            }
+        }
+        return mine;
+    }
+
 private:
+    static compute::ComputeEnvironment environmentOf(const QHash<core::Digest, QString>& blobPaths)
+    {
+        compute::ComputeEnvironment environment;
+        environment.device = QStringLiteral("cpu");
+        environment.blobPath = [blobPaths](const core::Digest& digest) -> std::optional<QString> {
+            const auto it = blobPaths.constFind(digest);
+            return it == blobPaths.constEnd() ? std::nullopt : std::optional<QString>(*it);
+        };
+        return environment;
+    }
+
+    // The task this cheater trains instead of the one it was given, where it trains a whole other one.
+    std::optional<core::ShardTask> believedTask(const core::ShardTask& task) const
+    {
+        auto other = task;
+        if (m_mode == u"wrong-data") {
+            other.seed = task.seed + 1; // another permutation of the slice
+            return other;
+        }
+        if (m_mode == u"wrong-lr") {
+            other.optimizer.lr = task.optimizer.lr * 2.0;
+            return other;
+        }
+        return std::nullopt;
+    }
+
     compute::ShardOutput cheat(
         const core::ShardTask& task, const QByteArray& start, const compute::ComputeEnvironment& environment)
     {
@@ -131,11 +207,10 @@ private:
                 qlonglong(task.shard));
             return output;
         }
-        if (m_mode == u"wrong-data") {
-            auto other = task;
-            other.seed = task.seed + 1; // another permutation of the slice
-            auto output = compute::runShard(other, start, environment);
-            qInfo("cheat: wrong data order for round %lld shard %lld", qlonglong(task.round), qlonglong(task.shard));
+        if (const auto believed = believedTask(task)) {
+            auto output = compute::runShard(*believed, start, environment);
+            qInfo("cheat: %s for round %lld shard %lld", m_mode == u"wrong-lr" ? "twice the learning rate" : "wrong data order",
+                qlonglong(task.round), qlonglong(task.shard));
             return output;
         }
         if (m_mode == u"late" || m_mode == u"poisoned") {
@@ -171,6 +246,7 @@ private:
     QString m_mode;
     mutable QMutex m_mutex;
     QList<Finished> m_finished;
+    QList<Recreated> m_recreated;
 };
 
 } // namespace
@@ -185,7 +261,8 @@ int main(int argc, char* argv[])
     parser.process(app);
     const QString mode = parser.value(QStringLiteral("mode"));
     const QStringList modes { QStringLiteral("random"), QStringLiteral("fewer-steps"), QStringLiteral("copy"),
-        QStringLiteral("stale"), QStringLiteral("wrong-data"), QStringLiteral("late"), QStringLiteral("poisoned") };
+        QStringLiteral("stale"), QStringLiteral("wrong-data"), QStringLiteral("late"), QStringLiteral("poisoned"),
+        QStringLiteral("wrong-lr") };
     auto broker = net::BrokerAddress::parse(parser.value(QStringLiteral("broker")));
     const QString data = parser.value(QStringLiteral("data"));
     if (!modes.contains(mode) || !broker || data.isEmpty() || !QDir().mkpath(data)) {

@@ -112,26 +112,29 @@ public:
     // A node measures its CPU on its first start (Compute/BenchmarkOnFirstStart, about 2 s); most
     // tests start many new nodes and skip it, one test keeps it.
     enum class FirstStart { SkipBenchmark, Benchmark };
-    QProcess* startNode(int index, const QStringList& brokers = {}, FirstStart first = FirstStart::SkipBenchmark)
+    // compute: more [Compute] settings ("MaxThreads=1\n"); environment: "NAME=value" entries the
+    // node's process gets besides the test's own (another CPU's kernel choices, for instance).
+    QProcess* startNode(int index, const QStringList& brokers = {}, FirstStart first = FirstStart::SkipBenchmark,
+        const QString& compute = {}, const QStringList& environment = {})
     {
         const QString ini = path(QStringLiteral("node%1.ini").arg(index));
         writeFile(ini,
-            QStringLiteral("[Node]\nDataDirectory=%1\nName=node-%2\n[Compute]\nBenchmarkOnFirstStart=%3\n")
+            QStringLiteral("[Node]\nDataDirectory=%1\nName=node-%2\n[Compute]\nBenchmarkOnFirstStart=%3\n%4")
                 .arg(path(QStringLiteral("node%1").arg(index)))
                 .arg(index)
-                .arg(first == FirstStart::Benchmark ? QStringLiteral("true") : QStringLiteral("false")));
+                .arg(first == FirstStart::Benchmark ? QStringLiteral("true") : QStringLiteral("false"), compute));
         QStringList arguments { QStringLiteral("--config"), ini, QStringLiteral("run") };
         for (const auto& broker : brokers.isEmpty() ? QStringList { endpoint() } : brokers)
             arguments << QStringLiteral("--broker") << broker;
-        return start(Bin + QStringLiteral("/tessera-node"), arguments, QStringLiteral("node%1").arg(index));
+        return start(Bin + QStringLiteral("/tessera-node"), arguments, QStringLiteral("node%1").arg(index), environment);
     }
 
-    QProcess* startCheater(const QString& mode)
+    QProcess* startCheater(const QString& mode, const QStringList& environment = {})
     {
         return start(QStringLiteral(TESSERA_CHEATER),
             { QStringLiteral("--broker"), endpoint(), QStringLiteral("--data"), path(QStringLiteral("cheater-") + mode),
                 QStringLiteral("--mode"), mode },
-            QStringLiteral("cheater-") + mode);
+            QStringLiteral("cheater-") + mode, environment);
     }
 
     // A node written in Python from the docs alone (tests/e2e/python/python_node.py).
@@ -283,10 +286,16 @@ public:
     }
 
 private:
-    QProcess* start(const QString& program, const QStringList& arguments, const QString& log)
+    QProcess* start(const QString& program, const QStringList& arguments, const QString& log, const QStringList& environment = {})
     {
         auto process = std::make_unique<QProcess>();
         process->setProcessChannelMode(QProcess::MergedChannels);
+        if (!environment.isEmpty()) {
+            auto inherited = QProcessEnvironment::systemEnvironment();
+            for (const auto& entry : environment)
+                inherited.insert(entry.section(u'=', 0, 0), entry.section(u'=', 1));
+            process->setProcessEnvironment(inherited);
+        }
         process->setStandardOutputFile(path(log + QStringLiteral(".log")), QIODevice::Append);
         // A test that dies (a watchdog's abort) takes its cluster with it.
         process->setChildProcessModifier([] { ::prctl(PR_SET_PDEATHSIG, SIGKILL); });

@@ -248,6 +248,85 @@ private Q_SLOTS:
             QCOMPARE(after[i].toObject().value(QStringLiteral("balance")), before[i].toObject().value(QStringLiteral("balance")));
     }
 
+    // training.determinism portable across machines that differ (docs/VERIFICATION.md, "Disputes
+    // over portable jobs"): nodes that make other kernel choices (ATen capability, OpenBLAS core
+    // type, the portable matmul's SIMD width) and allow fewer threads than the job names verify
+    // each other bit for bit; the broker re-executes nothing itself and compares nothing with a
+    // tolerance. Two cheaters that answer disputes from their own runs (twice the learning rate,
+    // another data order) lose disputes narrowed to one instruction: the first update, which the
+    // referee runs alone, and the step's batch, which it reads itself. The job ends on the bits
+    // train-local computes with the job's own thread count.
+    void aPortableJobIsVerifiedAcrossCpusAndItsCheatersLoseOverOneInstruction()
+    {
+        const QString jobFile = m_dir.filePath(QStringLiteral("portable-job.json"));
+        Cluster::writeFile(jobFile, QStringLiteral(R"({
+    "version": 1, "name": "portable across CPUs",
+    "model": { "zoo": "mlp", "hidden": [64] },
+    "dataset": { "builtin": "fashion-mnist" },
+    "optimizer": { "kind": "sgd", "lr": 0.05, "momentum": 0.9 },
+    "training": { "rounds": 2, "shardsPerRound": 4, "localSteps": 30, "batchSize": 32, "seed": 5, "threads": 2,
+                  "checkpointInterval": 10, "determinism": "portable" },
+    "budget": "1000",
+    "verification": { "rate": 1.0 }
+})"));
+        const auto local = trainLocally(jobFile, m_dir.filePath(QStringLiteral("portable-local")));
+        QVERIFY2(!local.hash.isEmpty(), qPrintable(local.output));
+
+        Cluster cluster;
+        cluster.startBroker({}, QStringLiteral("DisputeTimeoutSeconds=60\nSelfVerifyAfterSeconds=600\n"));
+        cluster.startCheater(QStringLiteral("wrong-lr"), { QStringLiteral("ATEN_CPU_CAPABILITY=avx2") });
+        cluster.startCheater(QStringLiteral("wrong-data"), { QStringLiteral("TESSERA_PORTABLE_ISA=generic") });
+        cluster.startNode(1, {}, Cluster::FirstStart::SkipBenchmark, QStringLiteral("MaxThreads=1\n"),
+            { QStringLiteral("ATEN_CPU_CAPABILITY=default"), QStringLiteral("OPENBLAS_CORETYPE=Prescott"),
+                QStringLiteral("TESSERA_PORTABLE_ISA=generic") });
+        cluster.startNode(2, {}, Cluster::FirstStart::SkipBenchmark, QStringLiteral("MaxThreads=2\n"),
+            { QStringLiteral("ATEN_CPU_CAPABILITY=avx2"), QStringLiteral("OPENBLAS_CORETYPE=Haswell"),
+                QStringLiteral("TESSERA_PORTABLE_ISA=avx2") });
+        cluster.startNode(3, {}, Cluster::FirstStart::SkipBenchmark, QStringLiteral("MaxThreads=2\n"));
+        QVERIFY(QTest::qWaitFor([&] { return cluster.nodes().size() == 5; }, 120'000));
+        const QString jobId = cluster.submit(jobFile);
+        QVERIFY(!jobId.isEmpty());
+        const auto job = cluster.waitForEnd(jobId);
+        QCOMPARE(job.value(QStringLiteral("state")).toString(), QStringLiteral("finished"));
+        QCOMPARE(job.value(QStringLiteral("weightsHash")).toString(), local.hash);
+
+        QSet<QString> profiles;
+        for (const auto& value : cluster.nodes()) {
+            const auto node = value.toObject();
+            const auto name = node.value(QStringLiteral("name")).toString();
+            qInfo("%s (%s): done %lld, verified %lld, disputes lost %lld, slashed %s", qPrintable(name),
+                qPrintable(node.value(QStringLiteral("runtimeProfile")).toString()),
+                node.value(QStringLiteral("shardsDone")).toInteger(), node.value(QStringLiteral("verified")).toInteger(),
+                node.value(QStringLiteral("disputesLost")).toInteger(),
+                qPrintable(node.value(QStringLiteral("slashed")).toString()));
+            if (name.startsWith(QStringLiteral("cheater-"))) {
+                QVERIFY2(node.value(QStringLiteral("disputesLost")).toInteger() >= 1, qPrintable(name));
+                QVERIFY2(node.value(QStringLiteral("slashed")).toString() != u"0", qPrintable(name));
+                continue;
+            }
+            profiles.insert(node.value(QStringLiteral("runtimeProfile")).toString());
+            QCOMPARE(node.value(QStringLiteral("disputesLost")).toInteger(), 0);
+            QCOMPARE(node.value(QStringLiteral("slashed")).toString(), QStringLiteral("0"));
+        }
+        QVERIFY2(profiles.size() >= 2, "the honest nodes registered one runtime profile: nothing differed");
+        // Every check was decided by nodes of different machines bit for bit, or by one instruction.
+        int verified = 0, narrowed = 0;
+        for (const auto& value : cluster.checks(jobId)) {
+            const auto detail = value.toObject().value(QStringLiteral("detail")).toString();
+            QVERIFY2(
+                !detail.contains(QStringLiteral("the broker re-executed")) && !detail.contains(QStringLiteral("runtime profile")),
+                qPrintable(detail));
+            verified += detail.contains(QStringLiteral("same bits")) ? 1 : 0;
+            narrowed += detail.contains(QStringLiteral("alone")) || detail.contains(QStringLiteral("read the batch")) ? 1 : 0;
+        }
+        qInfo("checks: %d verified bit for bit, %d disputes narrowed to one instruction", verified, narrowed);
+        QVERIFY(verified > 0);
+        const auto broker = cluster.log(QStringLiteral("broker"));
+        QVERIFY2(broker.contains(QStringLiteral("alone and agrees with")), qPrintable(broker));
+        QVERIFY2(broker.contains(QStringLiteral("read the batch of step")), qPrintable(broker));
+        QVERIFY(cluster.ledgerConsistent());
+    }
+
     // A language model through the broker: a small gpt on the fortunes text (AdamW, schedule,
     // clipping, Nesterov outer steps) ends on train-local's bits with every result re-executed, a
     // cheater on it is caught and slashed, and the owner reads text from the job's weights, the
@@ -482,6 +561,8 @@ private Q_SLOTS:
             cluster.startBroker({}, settings);
             cluster.startNode(1);
             cluster.startPythonNode(QStringLiteral("python"));
+            // Both take part from the first shard, however slowly the machine starts Python.
+            QVERIFY(QTest::qWaitFor([&] { return cluster.nodes().size() == 2; }, 120'000));
             const auto end = cluster.waitForEnd(cluster.submit(jobFile));
             QVERIFY2(
                 end.value(QStringLiteral("state")).toString() == u"finished", qPrintable(cluster.log(QStringLiteral("python"))));

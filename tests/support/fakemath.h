@@ -79,6 +79,63 @@ public:
         return replay;
     }
     Result<double> distance(const QByteArray& a, const QByteArray& b, const QByteArray&) override { return a == b ? 0.0 : 1.0; }
+
+    // A portable job's dispute. An honest node's trace of interval j is "t:<round>:<shard>:<j>";
+    // other bytes that start with "t:" are a liar's usable trace (ending in ":batch": one that
+    // differs in the step's batch, which the referee reads itself); anything else is no trace. Two
+    // usable traces first differ at step (j-1)c + 2, instruction 5, whose agreed operands are
+    // "o:<step>:<instruction>".
+    static QByteArray trace(const ShardTask& task, std::int64_t j)
+    {
+        return QStringLiteral("t:%1:%2:%3").arg(task.round).arg(task.shard).arg(j).toUtf8();
+    }
+    static QByteArray operands(std::int64_t step, std::int64_t instruction)
+    {
+        return QStringLiteral("o:%1:%2").arg(step).arg(instruction).toUtf8();
+    }
+    int comparisons = 0;
+    int instructionsRun = 0;
+    Result<verification::TraceComparison> compareTraces(const ShardTask& task, std::int64_t checkpoint, const Digest&,
+        const QByteArray&, const Digest&, const Digest&, const QByteArray& first, const QByteArray& second) override
+    {
+        ++comparisons;
+        verification::TraceComparison comparison;
+        auto fault = [](const QByteArray& trace) {
+            return trace.isEmpty()       ? QStringLiteral("no trace came")
+                : trace.startsWith("t:") ? QString()
+                                         : QStringLiteral("not a trace");
+        };
+        comparison.firstFault = fault(first);
+        comparison.secondFault = fault(second);
+        if (!comparison.firstFault.isEmpty() || !comparison.secondFault.isEmpty())
+            return comparison;
+        if (first == second)
+            return Error { QStringLiteral("trace"), QStringLiteral("the traces agree on every step") };
+        const auto honestTrace = trace(task, checkpoint);
+        comparison.step = (checkpoint - 1) * task.checkpointInterval + 2;
+        if (first.endsWith(":batch") || second.endsWith(":batch")) {
+            comparison.instruction = 0;
+            comparison.instructionName = QStringLiteral("Batch (the step's samples and targets)");
+            comparison.ruling = first == honestTrace ? verification::Ruling::FirstHonest
+                : second == honestTrace              ? verification::Ruling::SecondHonest
+                                                     : verification::Ruling::BothWrong;
+            return comparison;
+        }
+        comparison.instruction = 5;
+        comparison.instructionName = QStringLiteral("Sgd (fc0.weight: SGD update)");
+        return comparison;
+    }
+    Result<verification::Ruling> refereeInstruction(const ShardTask& task, std::int64_t step, std::int64_t instruction,
+        const QByteArray& given, const QByteArray& first, const QByteArray& second) override
+    {
+        if (given != operands(step, instruction))
+            return Error { QStringLiteral("operands"), QStringLiteral("operand 0 is not the value both traces agree on") };
+        ++instructionsRun;
+        const auto honestTrace = trace(task, (step - 1) / task.checkpointInterval + 1);
+        return first == honestTrace ? verification::Ruling::FirstHonest
+            : second == honestTrace ? verification::Ruling::SecondHonest
+                                    : verification::Ruling::BothWrong;
+    }
 };
 
 } // namespace tessera::tests

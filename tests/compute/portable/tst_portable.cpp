@@ -6,6 +6,7 @@
 
 #include <compute/portable/kernels.h>
 #include <compute/portable/matmul.h>
+#include <compute/portable/zoo.h>
 
 #include <QCryptographicHash>
 #include <QTest>
@@ -165,6 +166,45 @@ private Q_SLOTS:
             QCOMPARE(digestOf(train(1)), QByteArray(RecordedDigest));
         }
         portable::forceIsa(portable::Isa::Auto);
+    }
+
+    // The order of a step's instructions is part of the contract (docs/DETERMINISM.md, "Programs"):
+    // a dispute names an instruction by its number. The mlp's, with clipping and SGD's buffers born
+    // in the step, as the docs list it.
+    void theMlpProgramIsTheDocumentedOrder()
+    {
+        portable::OptimizerSettings sgd;
+        sgd.momentum = 0.9;
+        sgd.clipNorm = 1.0;
+        const auto program = portable::mlpStep(2, 4, { 3 }, 2, sgd, { 0.05, false });
+        const std::string listing = program.listing();
+        qInfo("%s", listing.c_str());
+        QCOMPARE(QString::fromStdString(listing),
+            QStringLiteral(R"(0  Batch  batch.x [2, 4], batch.y [2] int64 <-   # the step's samples and targets
+1  Linear  fc0.out [2, 3] <- batch.x, model/fc0.weight, model/fc0.bias  # fc0: forward
+2  Relu  fc0.relu [2, 3] <- fc0.out  # fc0: ReLU
+3  Linear  fc1.out [2, 2] <- fc0.relu, model/fc1.weight, model/fc1.bias  # fc1: forward
+4  CrossEntropy  loss [], fc1.out.grad [2, 2] <- fc1.out, batch.y  # mean cross-entropy and its gradient
+5  LinearGradWeight  fc1.weight.grad [2, 3] <- fc1.out.grad, fc0.relu  # fc1: gradient of the weight
+6  LinearGradBias  fc1.bias.grad [2] <- fc1.out.grad  # fc1: gradient of the bias
+7  LinearGradInput  fc0.relu.grad [2, 3] <- fc1.out.grad, model/fc1.weight  # fc1: gradient of its input
+8  ReluGrad  fc0.out.grad [2, 3] <- fc0.relu, fc0.relu.grad  # fc0: ReLU's gradient
+9  LinearGradWeight  fc0.weight.grad [3, 4] <- fc0.out.grad, batch.x  # fc0: gradient of the weight
+10  LinearGradBias  fc0.bias.grad [3] <- fc0.out.grad  # fc0: gradient of the bias
+11  ClipFactor  clip.factor [] <- fc0.bias.grad, fc0.weight.grad, fc1.bias.grad, fc1.weight.grad  (1)  # the gradients' global norm, clipped
+12  Scale  fc0.bias.grad.clipped [3] <- fc0.bias.grad, clip.factor  # fc0.bias: gradient clipped
+13  Scale  fc0.weight.grad.clipped [3, 4] <- fc0.weight.grad, clip.factor  # fc0.weight: gradient clipped
+14  Scale  fc1.bias.grad.clipped [2] <- fc1.bias.grad, clip.factor  # fc1.bias: gradient clipped
+15  Scale  fc1.weight.grad.clipped [2, 3] <- fc1.weight.grad, clip.factor  # fc1.weight: gradient clipped
+16  Sgd  model/fc0.bias [3], optimizer/momentum/fc0.bias [3] <- model/fc0.bias, fc0.bias.grad.clipped  (0.05, 0.9, 0, 0, 1)  # fc0.bias: SGD update
+17  Sgd  model/fc0.weight [3, 4], optimizer/momentum/fc0.weight [3, 4] <- model/fc0.weight, fc0.weight.grad.clipped  (0.05, 0.9, 0, 0, 1)  # fc0.weight: SGD update
+18  Sgd  model/fc1.bias [2], optimizer/momentum/fc1.bias [2] <- model/fc1.bias, fc1.bias.grad.clipped  (0.05, 0.9, 0, 0, 1)  # fc1.bias: SGD update
+19  Sgd  model/fc1.weight [2, 3], optimizer/momentum/fc1.weight [2, 3] <- model/fc1.weight, fc1.weight.grad.clipped  (0.05, 0.9, 0, 0, 1)  # fc1.weight: SGD update
+)"));
+        // The state at its start holds no momentum yet; at its end, one buffer per parameter.
+        QCOMPARE(program.stateBefore.size(), std::size_t(4));
+        QCOMPARE(program.stateAfter.size(), std::size_t(8));
+        QCOMPARE(program.outputCount(), 26);
     }
 
     // Threads split the work by output element only: 1, 2, 3 and 4 give the same bits.
