@@ -57,12 +57,15 @@ void portableInitialisation(Model& model, std::int64_t seed)
     torch::NoGradGuard noGrad;
     for (std::size_t i = 0; i < parameters.size(); ++i) {
         auto& [name, tensor] = parameters[i];
-        std::int64_t fanIn = tensor.dim() == 2 ? tensor.size(1) : 1;
+        // A weight's inputs per output: its elements over its first dimension (in x 3 x 3 for a
+        // convolution); a bias takes its weight's.
+        auto fanInOf = [](const at::Tensor& weight) { return weight.dim() >= 2 ? weight.numel() / weight.size(0) : 1; };
+        std::int64_t fanIn = fanInOf(tensor);
         if (tensor.dim() == 1 && name.size() > 5 && name.compare(name.size() - 5, 5, ".bias") == 0) {
             const std::string weight = name.substr(0, name.size() - 5) + ".weight";
             for (const auto& [other, w] : parameters) {
-                if (other == weight && w.dim() == 2)
-                    fanIn = w.size(1);
+                if (other == weight && w.dim() >= 2)
+                    fanIn = fanInOf(w);
             }
         }
         const float bound = 1.0f / std::sqrt(float(fanIn));

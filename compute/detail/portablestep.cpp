@@ -1,6 +1,7 @@
 #include "portablestep.h"
 
 #include <compute/portable/zoo.h>
+#include <core/seeds.h>
 
 #include <torch/torch.h>
 
@@ -45,19 +46,26 @@ core::Result<portable::Program> portableProgram(
     const auto& model = task.model;
     if (model.source != core::ModelSpec::Source::Zoo)
         return uncovered(QStringLiteral("TorchScript models"));
-    if (model.dropout > 0.0)
-        return uncovered(QStringLiteral("dropout yet"));
     if (step < 0 || step >= task.localSteps)
         return core::Error { QStringLiteral("step"), QStringLiteral("the shard has no step %1").arg(step + 1) };
     portable::StepSettings settings;
     settings.learningRate = task.optimizer.learningRateAt(task.round * task.localSteps + step);
     settings.buffersBefore = step > 0 || task.carriesOptimizer;
+    settings.seed = core::deriveSeed(std::uint64_t(task.seed),
+        { std::uint64_t(core::SeedPurpose::Step), std::uint64_t(task.round), std::uint64_t(task.shard), std::uint64_t(step) });
+    const std::vector<std::int64_t> hidden(model.hidden.begin(), model.hidden.end());
     if (model.zoo == QLatin1String("mlp")) {
         std::int64_t inputs = 1;
         for (auto size : sampleShape)
             inputs *= size;
-        return portable::mlpStep(task.batchSize, inputs, std::vector<std::int64_t>(model.hidden.begin(), model.hidden.end()),
-            classes, settingsOf(task.optimizer), settings);
+        return portable::mlpStep(task.batchSize, inputs, hidden, classes, model.dropout, settingsOf(task.optimizer), settings);
+    }
+    if (model.zoo == QLatin1String("cnn")) {
+        if (sampleShape.size() != 3 || model.channels.size() != 2 || hidden.size() != 1)
+            return uncovered(QStringLiteral("a cnn of other than images [channels, height, width]"));
+        return portable::cnnStep(task.batchSize, sampleShape[0], sampleShape[1], sampleShape[2],
+            std::vector<std::int64_t>(model.channels.begin(), model.channels.end()), hidden[0], classes, model.dropout,
+            settingsOf(task.optimizer), settings);
     }
     return uncovered(QStringLiteral("the zoo %1 yet").arg(model.zoo));
 }

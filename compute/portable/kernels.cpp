@@ -121,18 +121,201 @@ void linearBackward(const float* x, const float* w, const float* dy, float* dx, 
         linearGradBias(dy, db, n, out);
 }
 
+std::uint64_t splitMix(std::uint64_t seed, std::uint64_t i)
+{
+    std::uint64_t z = seed + (i + 1) * 0x9E3779B97F4A7C15ULL;
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
+    return z ^ (z >> 31);
+}
+
+namespace {
+
+// The top 24 bits of a stream's number over 2^24: uniform in [0, 1), exact in float32.
+float unitOf(std::uint64_t z)
+{
+    return float(z >> 40) / 16777216.0f;
+}
+
+// A calling thread's scratch for an unfolded image, kept between calls: a fresh one each step
+// would be mapped and faulted in anew (megabytes).
+std::vector<float>& scratch(int which, std::size_t size)
+{
+    thread_local std::vector<float> buffers[2];
+    auto& buffer = buffers[which];
+    if (buffer.size() < size)
+        buffer.resize(size);
+    return buffer;
+}
+
+// col[(n, i, j), k], k = (ci, ky, kx), from channels-last x: conv3x3's unfolded image.
+const float* unfold3x3(const float* x, std::int64_t n, std::int64_t h, std::int64_t w, std::int64_t c, int threads)
+{
+    const std::int64_t k = c * 9;
+    auto& col = scratch(0, std::size_t(n * h * w * k));
+#pragma omp parallel for num_threads(threads) schedule(static) if (threads > 1)
+    for (std::int64_t r = 0; r < n * h * w; ++r) {
+        const std::int64_t image = r / (h * w), i = (r / w) % h, j = r % w;
+        float* row = col.data() + r * k;
+        for (std::int64_t ci = 0; ci < c; ++ci) {
+            for (std::int64_t ky = 0; ky < 3; ++ky) {
+                const std::int64_t y = i + ky - 1;
+                for (std::int64_t kx = 0; kx < 3; ++kx) {
+                    const std::int64_t xx = j + kx - 1;
+                    const bool inside = y >= 0 && y < h && xx >= 0 && xx < w;
+                    row[ci * 9 + ky * 3 + kx] = inside ? x[((image * h + y) * w + xx) * c + ci] : 0.0f;
+                }
+            }
+        }
+    }
+    return col.data();
+}
+
+} // namespace
+
+void conv3x3Forward(const float* x, const float* w, const float* b, float* y, std::int64_t n, std::int64_t h, std::int64_t wd,
+    std::int64_t cin, std::int64_t cout, int threads)
+{
+    const float* col = unfold3x3(x, n, h, wd, cin, threads);
+    const std::int64_t k = cin * 9, rows = n * h * wd;
+    matmul(rowMajor(col, k), transposed(w, k), y, cout, rows, cout, k, threads);
+    if (b) {
+        for (std::int64_t r = 0; r < rows; ++r) {
+            float* yr = y + r * cout;
+            for (std::int64_t co = 0; co < cout; ++co)
+                yr[co] = yr[co] + b[co];
+        }
+    }
+}
+
+void conv3x3GradWeight(const float* dy, const float* x, float* dw, std::int64_t n, std::int64_t h, std::int64_t wd,
+    std::int64_t cin, std::int64_t cout, int threads)
+{
+    const float* col = unfold3x3(x, n, h, wd, cin, threads);
+    const std::int64_t k = cin * 9;
+    matmul(transposed(dy, cout), rowMajor(col, k), dw, k, cout, k, n * h * wd, threads);
+}
+
+void conv3x3GradInput(const float* dy, const float* w, float* dx, std::int64_t n, std::int64_t h, std::int64_t wd,
+    std::int64_t cin, std::int64_t cout, int threads)
+{
+    const std::int64_t k = cin * 9, pixels = h * wd;
+    auto& dcol = scratch(1, std::size_t(n * pixels * k));
+    matmul(rowMajor(dy, cout), rowMajor(w, k), dcol.data(), k, n * pixels, k, cout, threads);
+    std::fill(dx, dx + n * pixels * cin, 0.0f);
+    // Images apart: each image's pixels take only its own rows, in order.
+#pragma omp parallel for num_threads(threads) schedule(static) if (threads > 1)
+    for (std::int64_t image = 0; image < n; ++image) {
+        for (std::int64_t p = 0; p < pixels; ++p) {
+            const std::int64_t i = p / wd, j = p % wd;
+            const float* row = dcol.data() + (image * pixels + p) * k;
+            for (std::int64_t ci = 0; ci < cin; ++ci) {
+                for (std::int64_t ky = 0; ky < 3; ++ky) {
+                    const std::int64_t y = i + ky - 1;
+                    for (std::int64_t kx = 0; kx < 3; ++kx) {
+                        const std::int64_t xx = j + kx - 1;
+                        if (y < 0 || y >= h || xx < 0 || xx >= wd)
+                            continue;
+                        float& target = dx[((image * h + y) * wd + xx) * cin + ci];
+                        target = target + row[ci * 9 + ky * 3 + kx];
+                    }
+                }
+            }
+        }
+    }
+}
+
+void maxPool2Forward(const float* x, float* y, std::int64_t n, std::int64_t h, std::int64_t w, std::int64_t c)
+{
+    const std::int64_t oh = h / 2, ow = w / 2;
+    for (std::int64_t image = 0; image < n; ++image) {
+        for (std::int64_t i = 0; i < oh; ++i) {
+            for (std::int64_t j = 0; j < ow; ++j) {
+                const float* a = x + ((image * h + 2 * i) * w + 2 * j) * c;
+                const float* below = a + w * c;
+                float* out = y + ((image * oh + i) * ow + j) * c;
+                for (std::int64_t ch = 0; ch < c; ++ch) {
+                    float m = a[ch];
+                    for (const float v : { a[c + ch], below[ch], below[c + ch] })
+                        m = v > m ? v : m;
+                    out[ch] = m;
+                }
+            }
+        }
+    }
+}
+
+void maxPool2Backward(const float* x, const float* dy, float* dx, std::int64_t n, std::int64_t h, std::int64_t w, std::int64_t c)
+{
+    const std::int64_t oh = h / 2, ow = w / 2;
+    std::fill(dx, dx + n * h * w * c, 0.0f);
+    for (std::int64_t image = 0; image < n; ++image) {
+        for (std::int64_t i = 0; i < oh; ++i) {
+            for (std::int64_t j = 0; j < ow; ++j) {
+                const std::int64_t base = ((image * h + 2 * i) * w + 2 * j) * c;
+                const std::int64_t offsets[4] { 0, c, w * c, w * c + c };
+                const float* g = dy + ((image * oh + i) * ow + j) * c;
+                for (std::int64_t ch = 0; ch < c; ++ch) {
+                    std::int64_t best = base + ch;
+                    for (int q = 1; q < 4; ++q) {
+                        if (x[base + offsets[q] + ch] > x[best])
+                            best = base + offsets[q] + ch;
+                    }
+                    dx[best] = g[ch];
+                }
+            }
+        }
+    }
+}
+
+void channelsFirst(const float* x, float* y, std::int64_t n, std::int64_t h, std::int64_t w, std::int64_t c)
+{
+    const std::int64_t pixels = h * w;
+    for (std::int64_t image = 0; image < n; ++image) {
+        for (std::int64_t p = 0; p < pixels; ++p) {
+            for (std::int64_t ch = 0; ch < c; ++ch)
+                y[(image * c + ch) * pixels + p] = x[(image * pixels + p) * c + ch];
+        }
+    }
+}
+
+void channelsLast(const float* x, float* y, std::int64_t n, std::int64_t h, std::int64_t w, std::int64_t c)
+{
+    const std::int64_t pixels = h * w;
+    for (std::int64_t image = 0; image < n; ++image) {
+        for (std::int64_t p = 0; p < pixels; ++p) {
+            for (std::int64_t ch = 0; ch < c; ++ch)
+                y[(image * pixels + p) * c + ch] = x[(image * c + ch) * pixels + p];
+        }
+    }
+}
+
+namespace {
+
+float dropoutScale(float p)
+{
+    return float(1.0 / (1.0 - double(p)));
+}
+
+} // namespace
+
+void dropoutForward(const float* x, float* y, std::int64_t count, float p, std::uint64_t seed)
+{
+    const float scale = dropoutScale(p);
+    for (std::int64_t i = 0; i < count; ++i)
+        y[i] = unitOf(splitMix(seed, std::uint64_t(i))) >= p ? x[i] * scale : 0.0f;
+}
+
+void dropoutBackward(const float* dy, float* dx, std::int64_t count, float p, std::uint64_t seed)
+{
+    dropoutForward(dy, dx, count, p, seed);
+}
+
 void uniformFill(float* values, std::int64_t count, float bound, std::uint64_t seed)
 {
-    std::uint64_t state = seed;
-    for (std::int64_t i = 0; i < count; ++i) {
-        state += 0x9E3779B97F4A7C15ULL;
-        std::uint64_t z = state;
-        z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
-        z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
-        z ^= z >> 31;
-        const float u = float(z >> 40) / 16777216.0f;
-        values[i] = (2.0f * u - 1.0f) * bound;
-    }
+    // The stream's numbers in order: splitMix(seed, i) for element i.
+    for (std::int64_t i = 0; i < count; ++i)
+        values[i] = (2.0f * unitOf(splitMix(seed, std::uint64_t(i))) - 1.0f) * bound;
 }
 
 void normalisePixels(const std::uint8_t* raw, float* out, std::int64_t count, float mean, float std)

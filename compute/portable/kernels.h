@@ -32,6 +32,43 @@ void linearGradWeight(
     const float* dy, const float* x, float* dw, std::int64_t n, std::int64_t in, std::int64_t out, int threads = 1);
 void linearGradBias(const float* dy, float* db, std::int64_t n, std::int64_t out);
 
+// 3x3 convolutions with padding 1 and stride 1 (the zoo cnn's) on images in channels-last layout
+// (x[n, i, j, c], h x w pixels), with PyTorch's weight layout w[co, ci, ky, kx] and bias b[co]. The
+// image is unfolded into col[(n, i, j), k] with k = (ci, ky, kx) in that order (zero where the
+// window leaves the image), and each is a matrix product of matmul.h:
+//   forward:  y[(n, i, j), co] = (sum over k of col[(n, i, j), k] * w[co, k]) + b[co]
+//   weight:   dw[co, k] = sum over (n, i, j) in order of dy[(n, i, j), co] * col[(n, i, j), k]
+//   input:    dcol[(n, i, j), k] = sum over co of dy[(n, i, j), co] * w[co, k], folded back: dx starts
+//             at 0 and each dcol element is added to the pixel it came from, output pixels (n, i, j)
+//             in order and within each k in order.
+// The bias's gradient is linearGradBias over the n h w rows of dy.
+void conv3x3Forward(const float* x, const float* w, const float* b, float* y, std::int64_t n, std::int64_t h, std::int64_t wd,
+    std::int64_t cin, std::int64_t cout, int threads = 1);
+void conv3x3GradWeight(const float* dy, const float* x, float* dw, std::int64_t n, std::int64_t h, std::int64_t wd,
+    std::int64_t cin, std::int64_t cout, int threads = 1);
+void conv3x3GradInput(const float* dy, const float* w, float* dx, std::int64_t n, std::int64_t h, std::int64_t wd,
+    std::int64_t cin, std::int64_t cout, int threads = 1);
+
+// 2x2 max pooling with stride 2, channels-last (h and w rounded down): each output is the largest
+// of its window's four inputs, taken in the order (0, 0), (0, 1), (1, 0), (1, 1) with a strict >,
+// so the first of equal ones wins; the gradient goes to that input alone (dx is 0 elsewhere).
+void maxPool2Forward(const float* x, float* y, std::int64_t n, std::int64_t h, std::int64_t w, std::int64_t c);
+void maxPool2Backward(const float* x, const float* dy, float* dx, std::int64_t n, std::int64_t h, std::int64_t w, std::int64_t c);
+
+// Layout changes (exact copies): channels-last x[n, i, j, c] to channels-first y[n, c, i, j] (a
+// flattened feature map in PyTorch's order), and back.
+void channelsFirst(const float* x, float* y, std::int64_t n, std::int64_t h, std::int64_t w, std::int64_t c);
+void channelsLast(const float* x, float* y, std::int64_t n, std::int64_t h, std::int64_t w, std::int64_t c);
+
+// The i-th number (from 0) of the SplitMix64 stream that starts at `seed`: counter-based, so any
+// element of a stream is drawn without the ones before it.
+std::uint64_t splitMix(std::uint64_t seed, std::uint64_t i);
+// Inverted dropout with rate p from stream `seed`: element i is kept when u >= p, u = the top 24
+// bits of splitMix(seed, i) over 2^24 (exact); kept ones are scaled by float(1 / (1 - p)) (the
+// quotient in float64, rounded once), dropped ones are 0. The gradient passes the same mask.
+void dropoutForward(const float* x, float* y, std::int64_t count, float p, std::uint64_t seed);
+void dropoutBackward(const float* dy, float* dx, std::int64_t count, float p, std::uint64_t seed);
+
 // A layer's first weights: values[i] = (2u - 1) * bound with u = the top 24 bits of the i-th
 // number of a SplitMix64 stream from `seed`, over 2^24 (exact): uniform in [-bound, bound).
 void uniformFill(float* values, std::int64_t count, float bound, std::uint64_t seed);

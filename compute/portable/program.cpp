@@ -52,6 +52,24 @@ const char* opName(Op op)
         return "Adam";
     case Op::Count:
         return "Count";
+    case Op::Conv3x3:
+        return "Conv3x3";
+    case Op::Conv3x3GradInput:
+        return "Conv3x3GradInput";
+    case Op::Conv3x3GradWeight:
+        return "Conv3x3GradWeight";
+    case Op::MaxPool2:
+        return "MaxPool2";
+    case Op::MaxPool2Grad:
+        return "MaxPool2Grad";
+    case Op::ChannelsFirst:
+        return "ChannelsFirst";
+    case Op::ChannelsLast:
+        return "ChannelsLast";
+    case Op::Dropout:
+        return "Dropout";
+    case Op::DropoutGrad:
+        return "DropoutGrad";
     }
     return "?";
 }
@@ -277,6 +295,43 @@ void Executor::run(const Program& program, std::size_t index)
     case Op::Count:
         *static_cast<std::int64_t*>(memory(out[0])) = *static_cast<const std::int64_t*>(memory(in[0])) + 1;
         return;
+    case Op::Conv3x3:
+    case Op::Conv3x3GradInput:
+    case Op::Conv3x3GradWeight: {
+        const auto& g = instruction.integers; // batch, height, width, channels in, channels out
+        if (instruction.op == Op::Conv3x3)
+            conv3x3Forward(f(in[0]), f(in[1]), f(in[2]), f(out[0]), g.at(0), g.at(1), g.at(2), g.at(3), g.at(4), m_threads);
+        else if (instruction.op == Op::Conv3x3GradInput)
+            conv3x3GradInput(f(in[0]), f(in[1]), f(out[0]), g.at(0), g.at(1), g.at(2), g.at(3), g.at(4), m_threads);
+        else
+            conv3x3GradWeight(f(in[0]), f(in[1]), f(out[0]), g.at(0), g.at(1), g.at(2), g.at(3), g.at(4), m_threads);
+        return;
+    }
+    case Op::MaxPool2:
+    case Op::MaxPool2Grad:
+    case Op::ChannelsFirst:
+    case Op::ChannelsLast: {
+        const auto& g = instruction.integers; // batch, height, width, channels
+        if (instruction.op == Op::MaxPool2)
+            maxPool2Forward(f(in[0]), f(out[0]), g.at(0), g.at(1), g.at(2), g.at(3));
+        else if (instruction.op == Op::MaxPool2Grad)
+            maxPool2Backward(f(in[0]), f(in[1]), f(out[0]), g.at(0), g.at(1), g.at(2), g.at(3));
+        else if (instruction.op == Op::ChannelsFirst)
+            channelsFirst(f(in[0]), f(out[0]), g.at(0), g.at(1), g.at(2), g.at(3));
+        else
+            channelsLast(f(in[0]), f(out[0]), g.at(0), g.at(1), g.at(2), g.at(3));
+        return;
+    }
+    case Op::Dropout:
+    case Op::DropoutGrad: {
+        const float p = float(instruction.reals.at(0));
+        const auto seed = std::uint64_t(instruction.integers.at(0));
+        if (instruction.op == Op::Dropout)
+            dropoutForward(f(in[0]), f(out[0]), value(in[0]).count(), p, seed);
+        else
+            dropoutBackward(f(in[0]), f(out[0]), value(in[0]).count(), p, seed);
+        return;
+    }
     }
     throw std::logic_error("unknown portable instruction");
 }

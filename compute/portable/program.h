@@ -44,6 +44,19 @@ enum class Op : std::uint8_t {
     Adam, // p, g, m, v, step [] (int64, this step's number) -> p', m', v'; reals: lr, beta1, beta2,
           // eps, weightDecay; integers: decoupled, fresh (m and v start at 0 and are no inputs)
     Count, // n [] (int64) -> n + 1
+    // The cnn's, on channels-last images; integers: batch, height, width, channels in, channels
+    // out (kernels.h, conv3x3*); the bias's gradient is LinearGradBias over the pixels.
+    Conv3x3, // x, w [cout, cin, 3, 3], b -> y
+    Conv3x3GradInput, // dy, w -> dx
+    Conv3x3GradWeight, // dy, x -> dw
+    // integers: batch, height, width, channels of the input
+    MaxPool2, // x -> y
+    MaxPool2Grad, // x (the forward input), dy -> dx
+    ChannelsFirst, // x [n, h, w, c] -> y [n, c * h * w]
+    ChannelsLast, // x [n, c * h * w] -> y [n, h, w, c]
+    // reals: rate p; integers: the stream's seed (its 64 bits as int64)
+    Dropout, // x -> y
+    DropoutGrad, // dy -> dx
 };
 const char* opName(Op op);
 

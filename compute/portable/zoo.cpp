@@ -1,5 +1,7 @@
 #include "zoo.h"
 
+#include "kernels.h"
+
 #include <algorithm>
 
 namespace tessera::compute::portable {
@@ -116,8 +118,18 @@ void StepBuilder::finish()
     m_program.stateAfter = after;
 }
 
+namespace {
+
+// A dropout layer's stream of the step (StepSettings::seed).
+std::int64_t dropoutSeed(const StepSettings& step, std::uint64_t layer)
+{
+    return std::int64_t(splitMix(step.seed, layer));
+}
+
+} // namespace
+
 Program mlpStep(std::int64_t batch, std::int64_t inputs, const std::vector<std::int64_t>& hidden, std::int64_t classes,
-    const OptimizerSettings& optimizer, const StepSettings& step)
+    double dropout, const OptimizerSettings& optimizer, const StepSettings& step)
 {
     Program program;
     StepBuilder b(program, optimizer, step);
@@ -126,7 +138,7 @@ Program mlpStep(std::int64_t batch, std::int64_t inputs, const std::vector<std::
     b.add(Op::Batch, {}, { x, y }, "the step's samples and targets");
 
     struct Layer {
-        int weight, bias, input, output, activation;
+        int weight, bias, input, output, activation, dropped;
     };
     std::vector<Layer> layers;
     std::int64_t width = inputs;
@@ -135,13 +147,19 @@ Program mlpStep(std::int64_t batch, std::int64_t inputs, const std::vector<std::
     for (std::int64_t i = 0; i < count; ++i) {
         const std::string name = "fc" + std::to_string(i);
         const std::int64_t out = i < std::int64_t(hidden.size()) ? hidden[std::size_t(i)] : classes;
-        Layer layer { b.parameter(name + ".weight", { out, width }), b.parameter(name + ".bias", { out }), h, -1, -1 };
+        Layer layer { b.parameter(name + ".weight", { out, width }), b.parameter(name + ".bias", { out }), h, -1, -1, -1 };
         layer.output = b.temporary(name + ".out", { batch, out });
         b.add(Op::Linear, { h, layer.weight, layer.bias }, { layer.output }, name + ": forward");
         if (i + 1 < count) {
             layer.activation = b.temporary(name + ".relu", { batch, out });
             b.add(Op::Relu, { layer.output }, { layer.activation }, name + ": ReLU");
             h = layer.activation;
+            if (dropout > 0.0) {
+                layer.dropped = b.temporary(name + ".drop", { batch, out });
+                b.add(Op::Dropout, { h }, { layer.dropped }, name + ": dropout", { dropout },
+                    { dropoutSeed(step, std::uint64_t(i)) });
+                h = layer.dropped;
+            }
         }
         layers.push_back(layer);
         width = out;
@@ -163,11 +181,127 @@ Program mlpStep(std::int64_t batch, std::int64_t inputs, const std::vector<std::
             break;
         const auto& below = layers[std::size_t(i - 1)];
         const std::string belowName = "fc" + std::to_string(i - 1);
-        const int dh = b.temporary(belowName + ".relu.grad", { batch, weight.shape[1] });
+        const std::vector<std::int64_t> shape { batch, weight.shape[1] };
+        int dh = b.temporary(belowName + (below.dropped >= 0 ? ".drop.grad" : ".relu.grad"), shape);
         b.add(Op::LinearGradInput, { gradient, layer.weight }, { dh }, name + ": gradient of its input");
-        const int dz = b.temporary(belowName + ".out.grad", { batch, weight.shape[1] });
+        if (below.dropped >= 0) {
+            const int undropped = b.temporary(belowName + ".relu.grad", shape);
+            b.add(Op::DropoutGrad, { dh }, { undropped }, belowName + ": dropout's gradient", { dropout },
+                { dropoutSeed(step, std::uint64_t(i - 1)) });
+            dh = undropped;
+        }
+        const int dz = b.temporary(belowName + ".out.grad", shape);
         b.add(Op::ReluGrad, { below.activation, dh }, { dz }, belowName + ": ReLU's gradient");
         gradient = dz;
+    }
+    b.finish();
+    return program;
+}
+
+Program cnnStep(std::int64_t batch, std::int64_t channels, std::int64_t height, std::int64_t width,
+    const std::vector<std::int64_t>& convChannels, std::int64_t hidden, std::int64_t classes, double dropout,
+    const OptimizerSettings& optimizer, const StepSettings& step)
+{
+    Program program;
+    StepBuilder b(program, optimizer, step);
+    const int x = b.temporary("batch.x", { batch, channels, height, width });
+    const int y = b.temporary("batch.y", { batch }, DType::Int64);
+    b.add(Op::Batch, {}, { x, y }, "the step's samples and targets");
+    int image = x;
+    if (channels > 1) { // one channel is the same bytes either way
+        image = b.temporary("batch.x.last", { batch, height, width, channels });
+        b.add(Op::ChannelsLast, { x }, { image }, "the samples channels-last", {}, { batch, height, width, channels });
+    }
+
+    struct Conv {
+        int weight, bias, input, output, activation, pooled;
+        std::int64_t height, width, in, out;
+    };
+    std::vector<Conv> convs;
+    std::int64_t h = height, w = width, c = channels;
+    for (std::size_t i = 0; i < 2; ++i) {
+        const std::string name = "conv" + std::to_string(i + 1);
+        const std::int64_t out = convChannels[i];
+        Conv conv { b.parameter(name + ".weight", { out, c, 3, 3 }), b.parameter(name + ".bias", { out }), image, -1, -1, -1, h,
+            w, c, out };
+        conv.output = b.temporary(name + ".out", { batch, h, w, out });
+        b.add(Op::Conv3x3, { image, conv.weight, conv.bias }, { conv.output }, name + ": forward", {}, { batch, h, w, c, out });
+        conv.activation = b.temporary(name + ".relu", { batch, h, w, out });
+        b.add(Op::Relu, { conv.output }, { conv.activation }, name + ": ReLU");
+        conv.pooled = b.temporary(name + ".pool", { batch, h / 2, w / 2, out });
+        b.add(Op::MaxPool2, { conv.activation }, { conv.pooled }, name + ": max pooling", {}, { batch, h, w, out });
+        convs.push_back(conv);
+        image = conv.pooled;
+        h /= 2;
+        w /= 2;
+        c = out;
+    }
+    const std::int64_t features = c * h * w;
+    const int flat = b.temporary("flat", { batch, features });
+    b.add(Op::ChannelsFirst, { image }, { flat }, "the feature map flattened in PyTorch's order", {}, { batch, h, w, c });
+    const int fc0w = b.parameter("fc0.weight", { hidden, features }), fc0b = b.parameter("fc0.bias", { hidden });
+    const int fc0 = b.temporary("fc0.out", { batch, hidden });
+    b.add(Op::Linear, { flat, fc0w, fc0b }, { fc0 }, "fc0: forward");
+    const int relu = b.temporary("fc0.relu", { batch, hidden });
+    b.add(Op::Relu, { fc0 }, { relu }, "fc0: ReLU");
+    int features0 = relu;
+    if (dropout > 0.0) {
+        features0 = b.temporary("fc0.drop", { batch, hidden });
+        b.add(Op::Dropout, { relu }, { features0 }, "fc0: dropout", { dropout }, { dropoutSeed(step, 0) });
+    }
+    const int fc1w = b.parameter("fc1.weight", { classes, hidden }), fc1b = b.parameter("fc1.bias", { classes });
+    const int logits = b.temporary("fc1.out", { batch, classes });
+    b.add(Op::Linear, { features0, fc1w, fc1b }, { logits }, "fc1: forward");
+    const int loss = b.temporary("loss", {});
+    const int dlogits = b.temporary("fc1.out.grad", { batch, classes });
+    b.add(Op::CrossEntropy, { logits, y }, { loss, dlogits }, "mean cross-entropy and its gradient");
+
+    // fc1, fc0
+    const int dfc1w = b.temporary("fc1.weight.grad", { classes, hidden }), dfc1b = b.temporary("fc1.bias.grad", { classes });
+    b.add(Op::LinearGradWeight, { dlogits, features0 }, { dfc1w }, "fc1: gradient of the weight");
+    b.add(Op::LinearGradBias, { dlogits }, { dfc1b }, "fc1: gradient of the bias");
+    int dfeatures = b.temporary(dropout > 0.0 ? "fc0.drop.grad" : "fc0.relu.grad", { batch, hidden });
+    b.add(Op::LinearGradInput, { dlogits, fc1w }, { dfeatures }, "fc1: gradient of its input");
+    if (dropout > 0.0) {
+        const int undropped = b.temporary("fc0.relu.grad", { batch, hidden });
+        b.add(Op::DropoutGrad, { dfeatures }, { undropped }, "fc0: dropout's gradient", { dropout }, { dropoutSeed(step, 0) });
+        dfeatures = undropped;
+    }
+    const int dfc0 = b.temporary("fc0.out.grad", { batch, hidden });
+    b.add(Op::ReluGrad, { relu, dfeatures }, { dfc0 }, "fc0: ReLU's gradient");
+    const int dfc0w = b.temporary("fc0.weight.grad", { hidden, features }), dfc0b = b.temporary("fc0.bias.grad", { hidden });
+    b.add(Op::LinearGradWeight, { dfc0, flat }, { dfc0w }, "fc0: gradient of the weight");
+    b.add(Op::LinearGradBias, { dfc0 }, { dfc0b }, "fc0: gradient of the bias");
+    const int dflat = b.temporary("flat.grad", { batch, features });
+    b.add(Op::LinearGradInput, { dfc0, fc0w }, { dflat }, "fc0: gradient of its input");
+    int dimage = b.temporary("conv2.pool.grad", { batch, h, w, c });
+    b.add(Op::ChannelsLast, { dflat }, { dimage }, "the flattened gradient channels-last", {}, { batch, h, w, c });
+    b.gradient(fc1w, dfc1w);
+    b.gradient(fc1b, dfc1b);
+    b.gradient(fc0w, dfc0w);
+    b.gradient(fc0b, dfc0b);
+
+    // conv2, conv1
+    for (std::size_t i = convs.size(); i-- > 0;) {
+        const auto& conv = convs[i];
+        const std::string name = "conv" + std::to_string(i + 1);
+        const std::vector<std::int64_t> shape { batch, conv.height, conv.width, conv.out };
+        const int drelu = b.temporary(name + ".relu.grad", shape);
+        b.add(Op::MaxPool2Grad, { conv.activation, dimage }, { drelu }, name + ": max pooling's gradient", {},
+            { batch, conv.height, conv.width, conv.out });
+        const int dout = b.temporary(name + ".out.grad", shape);
+        b.add(Op::ReluGrad, { conv.activation, drelu }, { dout }, name + ": ReLU's gradient");
+        const std::vector<std::int64_t> geometry { batch, conv.height, conv.width, conv.in, conv.out };
+        const int dw = b.temporary(name + ".weight.grad", { conv.out, conv.in, 3, 3 }),
+                  db = b.temporary(name + ".bias.grad", { conv.out });
+        b.add(Op::Conv3x3GradWeight, { dout, conv.input }, { dw }, name + ": gradient of the weight", {}, geometry);
+        b.add(Op::LinearGradBias, { dout }, { db }, name + ": gradient of the bias");
+        b.gradient(conv.weight, dw);
+        b.gradient(conv.bias, db);
+        if (i == 0)
+            break;
+        dimage = b.temporary("conv" + std::to_string(i) + ".pool.grad", { batch, conv.height, conv.width, conv.in });
+        b.add(Op::Conv3x3GradInput, { dout, conv.weight }, { dimage }, name + ": gradient of its input", {}, geometry);
     }
     b.finish();
     return program;

@@ -29,11 +29,22 @@ struct StepSettings {
     // Whether the optimizer's buffers (momentum, Adam's moments) exist at the step's start: from
     // a shard's second step on, or from the first when the round's weights carry them.
     bool buffersBefore = false;
+    // The step's seed (docs/DETERMINISM.md, "Seeds"): dropout layer l draws from the stream that
+    // starts at splitMix(seed, l) (kernels.h), l counted from 0 in the forward order.
+    std::uint64_t seed = 0;
 };
 
-// The zoo mlp: fc0 .. fcN linear layers with ReLU between them, cross-entropy on the last.
-// The samples arrive flattened: x [batch, inputs].
+// The zoo mlp: fc0 .. fcN linear layers with ReLU (then dropout, with a rate above 0) between
+// them, cross-entropy on the last. The samples arrive flattened: x [batch, inputs].
 Program mlpStep(std::int64_t batch, std::int64_t inputs, const std::vector<std::int64_t>& hidden, std::int64_t classes,
+    double dropout, const OptimizerSettings& optimizer, const StepSettings& step);
+
+// The zoo cnn: conv1, conv2 (3x3, padding 1, each with ReLU and 2x2 max pooling), fc0 with ReLU
+// and dropout, fc1; the samples arrive as [batch, channels, height, width]. Inside, images are
+// channels-last ([batch, height, width, channels]) until the feature map is flattened in
+// PyTorch's order for fc0.
+Program cnnStep(std::int64_t batch, std::int64_t channels, std::int64_t height, std::int64_t width,
+    const std::vector<std::int64_t>& convChannels, std::int64_t hidden, std::int64_t classes, double dropout,
     const OptimizerSettings& optimizer, const StepSettings& step);
 
 // The optimizer's part of every program (shared by the models): given the model's parameters and

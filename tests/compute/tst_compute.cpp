@@ -350,12 +350,76 @@ private Q_SLOTS:
             QVERIFY((*resumed)->step().ok());
         QCOMPARE((*resumed)->finish().result.finalHash, reference.result.finalHash);
         // A model the portable kernels do not cover is refused by field.
-        auto cnn = prepared.tasks[0];
-        cnn.model.zoo = QStringLiteral("cnn");
-        cnn.model.channels = { 4, 8 };
-        const auto refused = compute::runShard(cnn, {}, {});
+        auto gpt = prepared.tasks[0];
+        gpt.model = smallGpt().model;
+        gpt.dataset = smallGpt().dataset;
+        const auto refused = compute::runShard(gpt, {}, {});
         QCOMPARE(refused.result.outcome, core::ShardResult::Outcome::Failed);
         QVERIFY2(refused.result.failure.contains(QStringLiteral("training.determinism")), qPrintable(refused.result.failure));
+    }
+
+    // The portable cnn (and an mlp) with dropout: the same bits with every SIMD kernel and thread
+    // count, and another step's dropout draws another mask.
+    void aPortableCnnWithDropoutHasTheSameBitsEverywhere()
+    {
+        for (const auto* zoo : { "cnn", "mlp" }) {
+            auto spec = smallJob();
+            spec.training.determinism = core::TrainingSpec::Determinism::Portable;
+            spec.model.zoo = QLatin1String(zoo);
+            spec.model.hidden = { 24 };
+            spec.model.dropout = 0.25;
+            if (spec.model.zoo == u"cnn")
+                spec.model.channels = { 4, 8 };
+            spec.optimizer.kind = core::OptimizerSpec::Kind::Adam;
+            spec.optimizer.lr = 0.003;
+            spec.training.localSteps = 10;
+            const auto prepared = prepare(spec);
+            const auto reference = compute::runShard(prepared.tasks[0], prepared.start.bytes, {});
+            QCOMPARE(reference.result.outcome, core::ShardResult::Outcome::Completed);
+            for (const auto isa : { compute::portable::Isa::Generic, compute::portable::Isa::Avx512 }) {
+                if (!compute::portable::forceIsa(isa))
+                    continue;
+                auto task = prepared.tasks[0];
+                task.threads = 2;
+                const auto output = compute::runShard(task, prepared.start.bytes, {});
+                QCOMPARE(output.result.checkpointHashes, reference.result.checkpointHashes);
+                QCOMPARE(output.result.finalHash, reference.result.finalHash);
+            }
+            compute::portable::forceIsa(compute::portable::Isa::Auto);
+        }
+    }
+
+    // The portable cnn and mlp compute LibTorch's step (up to float32 rounding): one SGD step of
+    // rate 1 from the same weights and batch leaves W - g, so the weights compare the gradients.
+    // With dropout the portable masks are Tessera's own stream, so only its mask rate is compared.
+    void thePortableModelsComputeLibTorchsStep()
+    {
+        for (const auto* zoo : { "cnn", "mlp" }) {
+            auto spec = smallJob();
+            spec.model.zoo = QLatin1String(zoo);
+            spec.model.hidden = { 24 };
+            if (spec.model.zoo == u"cnn")
+                spec.model.channels = { 4, 8 };
+            spec.optimizer.lr = 1.0;
+            spec.optimizer.momentum = 0.0;
+            spec.training.localSteps = 1;
+            spec.training.batchSize = 16;
+            spec.training.checkpointInterval = 1;
+            const auto prepared = prepare(spec);
+            auto portable = prepared.tasks[0];
+            portable.portable = true;
+            const auto fast = compute::runShard(prepared.tasks[0], prepared.start.bytes, {});
+            const auto ours = compute::runShard(portable, prepared.start.bytes, {});
+            QCOMPARE(ours.result.outcome, core::ShardResult::Outcome::Completed);
+            QVERIFY2(std::fabs(ours.result.losses[0] - fast.result.losses[0]) < 1e-5, zoo);
+            const auto a = *compute::detail::unpickleTensors(fast.weights, {});
+            const auto b = *compute::detail::unpickleTensors(ours.weights, {});
+            QCOMPARE(a.size(), b.size());
+            for (std::size_t i = 0; i < a.size(); ++i) {
+                QCOMPARE(a[i].first, b[i].first);
+                QVERIFY2(torch::allclose(a[i].second, b[i].second, 1e-4, 1e-6), a[i].first.c_str());
+            }
+        }
     }
 
     // A dispute over a portable job (docs/VERIFICATION.md, "Disputes over portable jobs"): the two

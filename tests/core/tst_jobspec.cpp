@@ -231,13 +231,18 @@ private Q_SLOTS:
         auto classifier = minimalJob();
         setPath(classifier, u"dataset.builtin", QStringLiteral("fortunes"));
         QCOMPARE(JobSpec::fromJson(classifier).error().field, QStringLiteral("model.zoo"));
-        auto portable = minimalJob(); // the portable kernels: the zoo mlp so far
+        auto portable = minimalJob(); // the portable kernels: the zoo mlp and cnn so far
         setPath(portable, u"training.determinism", QStringLiteral("portable"));
         const auto portableSpec = JobSpec::fromJson(portable);
         QVERIFY2(portableSpec.ok(), qPrintable(portableSpec.ok() ? QString() : portableSpec.error().toString()));
         QCOMPARE(portableSpec->training.determinism, TrainingSpec::Determinism::Portable);
         QCOMPARE(*JobSpec::fromJson(portableSpec->toJson()), *portableSpec);
-        setPath(portable, u"model.zoo", QStringLiteral("cnn"));
+        setPath(portable, u"model.zoo", QStringLiteral("gpt"));
+        setPath(portable, u"model.layers", 1);
+        setPath(portable, u"model.heads", 1);
+        setPath(portable, u"model.width", 8);
+        setPath(portable, u"model.context", 8);
+        setPath(portable, u"dataset.builtin", QStringLiteral("fortunes"));
         QCOMPARE(JobSpec::fromJson(portable).error().field, QStringLiteral("training.determinism"));
         setPath(portable, u"training.determinism", QStringLiteral("exact"));
         QCOMPARE(JobSpec::fromJson(portable).error().field, QStringLiteral("training.determinism"));

@@ -168,6 +168,76 @@ private Q_SLOTS:
         portable::forceIsa(portable::Isa::Auto);
     }
 
+    // The cnn's 3x3 convolution on channels-last images with PyTorch's weight layout, its two
+    // gradients, max pooling (the first of equal maxima takes the gradient), the layout changes and
+    // dropout, against float64 references and by hand.
+    void theCnnKernelsComputeWhatTheySay()
+    {
+        constexpr std::int64_t N = 2, H = 5, W = 4, Ci = 3, Co = 4;
+        Stream s(13);
+        const auto x = s.take(N * H * W * Ci), w = s.take(Co * Ci * 9), b = s.take(Co), dy = s.take(N * H * W * Co);
+        std::vector<float> y(N * H * W * Co), dw(Co * Ci * 9), dx(N * H * W * Ci);
+        portable::conv3x3Forward(x.data(), w.data(), b.data(), y.data(), N, H, W, Ci, Co, 2);
+        portable::conv3x3GradWeight(dy.data(), x.data(), dw.data(), N, H, W, Ci, Co, 2);
+        portable::conv3x3GradInput(dy.data(), w.data(), dx.data(), N, H, W, Ci, Co, 2);
+        auto at = [&](const std::vector<float>& t, std::int64_t n, std::int64_t i, std::int64_t j, std::int64_t c,
+                      std::int64_t channels) {
+            return (i < 0 || i >= H || j < 0 || j >= W) ? 0.0 : double(t[std::size_t(((n * H + i) * W + j) * channels + c)]);
+        };
+        std::vector<double> wantDw(dw.size()), wantDx(dx.size());
+        for (std::int64_t n = 0; n < N; ++n)
+            for (std::int64_t i = 0; i < H; ++i)
+                for (std::int64_t j = 0; j < W; ++j)
+                    for (std::int64_t co = 0; co < Co; ++co) {
+                        double want = b[std::size_t(co)];
+                        const double g = at(dy, n, i, j, co, Co);
+                        for (std::int64_t ci = 0; ci < Ci; ++ci)
+                            for (std::int64_t ky = 0; ky < 3; ++ky)
+                                for (std::int64_t kx = 0; kx < 3; ++kx) {
+                                    const auto k = std::size_t(((co * Ci + ci) * 3 + ky) * 3 + kx);
+                                    want += at(x, n, i + ky - 1, j + kx - 1, ci, Ci) * w[k];
+                                    wantDw[k] += g * at(x, n, i + ky - 1, j + kx - 1, ci, Ci);
+                                    const std::int64_t yy = i + ky - 1, xx = j + kx - 1;
+                                    if (yy >= 0 && yy < H && xx >= 0 && xx < W)
+                                        wantDx[std::size_t(((n * H + yy) * W + xx) * Ci + ci)] += g * w[k];
+                                }
+                        QVERIFY(std::fabs(at(y, n, i, j, co, Co) - want) < 1e-5);
+                    }
+        for (std::size_t k = 0; k < dw.size(); ++k)
+            QVERIFY(std::fabs(dw[k] - wantDw[k]) < 1e-5);
+        for (std::size_t k = 0; k < dx.size(); ++k)
+            QVERIFY(std::fabs(dx[k] - wantDx[k]) < 1e-5);
+
+        // One 4 x 4 image, one channel: windows of 1 2 / 5 6, a tie 3 3 / 3 0 (the first wins), ...
+        const std::vector<float> image { 1, 2, 3, 3, 5, 6, 3, 0, -1, -2, 0, 0, -3, -4, 0, 7 };
+        std::vector<float> pooled(4), grad(16);
+        portable::maxPool2Forward(image.data(), pooled.data(), 1, 4, 4, 1);
+        QCOMPARE(pooled, std::vector<float>({ 6, 3, -1, 7 }));
+        portable::maxPool2Backward(image.data(), std::vector<float> { 10, 20, 30, 40 }.data(), grad.data(), 1, 4, 4, 1);
+        QCOMPARE(grad, std::vector<float>({ 0, 0, 20, 0, 0, 10, 0, 0, 30, 0, 0, 0, 0, 0, 0, 40 }));
+
+        std::vector<float> first(x.size()), back(x.size());
+        portable::channelsFirst(x.data(), first.data(), N, H, W, Ci);
+        QCOMPARE(first[std::size_t((1 * Ci + 2) * H * W + 3 * W + 1)], x[std::size_t(((1 * H + 3) * W + 1) * Ci + 2)]);
+        portable::channelsLast(first.data(), back.data(), N, H, W, Ci);
+        QCOMPARE(back, x);
+
+        constexpr std::int64_t Count = 20000;
+        const std::vector<float> ones(Count, 1.0f);
+        std::vector<float> dropped(Count), passed(Count);
+        portable::dropoutForward(ones.data(), dropped.data(), Count, 0.25f, 99);
+        portable::dropoutBackward(ones.data(), passed.data(), Count, 0.25f, 99);
+        QCOMPARE(passed, dropped); // the same mask
+        std::int64_t kept = 0;
+        for (float v : dropped) {
+            QVERIFY(v == 0.0f || v == float(1.0 / 0.75));
+            kept += v != 0.0f;
+        }
+        QVERIFY2(std::abs(double(kept) / Count - 0.75) < 0.02, qPrintable(QString::number(kept)));
+        portable::dropoutForward(ones.data(), passed.data(), Count, 0.25f, 100);
+        QVERIFY(passed != dropped); // another stream, another mask
+    }
+
     // The order of a step's instructions is part of the contract (docs/DETERMINISM.md, "Programs"):
     // a dispute names an instruction by its number. The mlp's, with clipping and SGD's buffers born
     // in the step, as the docs list it.
@@ -176,7 +246,7 @@ private Q_SLOTS:
         portable::OptimizerSettings sgd;
         sgd.momentum = 0.9;
         sgd.clipNorm = 1.0;
-        const auto program = portable::mlpStep(2, 4, { 3 }, 2, sgd, { 0.05, false });
+        const auto program = portable::mlpStep(2, 4, { 3 }, 2, 0.0, sgd, { 0.05, false, 0 });
         const std::string listing = program.listing();
         qInfo("%s", listing.c_str());
         QCOMPARE(QString::fromStdString(listing),
