@@ -148,15 +148,23 @@ std::vector<float>& scratch(int which, std::size_t size)
     return buffer;
 }
 
-// col[(n, i, j), k], k = (ci, ky, kx), from channels-last x: conv3x3's unfolded image.
-const float* unfold3x3(const float* x, std::int64_t n, std::int64_t h, std::int64_t w, std::int64_t c, int threads)
+// An unfolded image in the thread's scratch.
+const float* unfolded3x3(const float* x, std::int64_t n, std::int64_t h, std::int64_t w, std::int64_t c, int threads)
+{
+    auto& col = scratch(0, std::size_t(n * h * w * c * 9));
+    unfold3x3(x, col.data(), n, h, w, c, threads);
+    return col.data();
+}
+
+} // namespace
+
+void unfold3x3(const float* x, float* col, std::int64_t n, std::int64_t h, std::int64_t w, std::int64_t c, int threads)
 {
     const std::int64_t k = c * 9;
-    auto& col = scratch(0, std::size_t(n * h * w * k));
 #pragma omp parallel for num_threads(threads) schedule(static) if (threads > 1)
     for (std::int64_t r = 0; r < n * h * w; ++r) {
         const std::int64_t image = r / (h * w), i = (r / w) % h, j = r % w;
-        float* row = col.data() + r * k;
+        float* row = col + r * k;
         for (std::int64_t ci = 0; ci < c; ++ci) {
             for (std::int64_t ky = 0; ky < 3; ++ky) {
                 const std::int64_t y = i + ky - 1;
@@ -168,15 +176,12 @@ const float* unfold3x3(const float* x, std::int64_t n, std::int64_t h, std::int6
             }
         }
     }
-    return col.data();
 }
 
-} // namespace
-
 void conv3x3Forward(const float* x, const float* w, const float* b, float* y, std::int64_t n, std::int64_t h, std::int64_t wd,
-    std::int64_t cin, std::int64_t cout, int threads)
+    std::int64_t cin, std::int64_t cout, int threads, const float* unfolded)
 {
-    const float* col = unfold3x3(x, n, h, wd, cin, threads);
+    const float* col = unfolded ? unfolded : unfolded3x3(x, n, h, wd, cin, threads);
     const std::int64_t k = cin * 9, rows = n * h * wd;
     matmul(rowMajor(col, k), transposed(w, k), y, cout, rows, cout, k, threads);
     if (b) {
@@ -189,11 +194,18 @@ void conv3x3Forward(const float* x, const float* w, const float* b, float* y, st
 }
 
 void conv3x3GradWeight(const float* dy, const float* x, float* dw, std::int64_t n, std::int64_t h, std::int64_t wd,
-    std::int64_t cin, std::int64_t cout, int threads)
+    std::int64_t cin, std::int64_t cout, int threads, const float* unfolded)
 {
-    const float* col = unfold3x3(x, n, h, wd, cin, threads);
+    const float* col = unfolded ? unfolded : unfolded3x3(x, n, h, wd, cin, threads);
     const std::int64_t k = cin * 9;
-    matmul(transposed(dy, cout), rowMajor(col, k), dw, k, cout, k, n * h * wd, threads);
+    // As its transpose, col^T dy, whose sums run over the same pixels in the same order: its
+    // columns are the few output channels, which fit a narrow kernel.
+    auto& transposedDw = scratch(1, std::size_t(k * cout));
+    matmul(transposed(col, k), rowMajor(dy, cout), transposedDw.data(), cout, k, cout, n * h * wd, threads);
+    for (std::int64_t co = 0; co < cout; ++co) {
+        for (std::int64_t kk = 0; kk < k; ++kk)
+            dw[co * k + kk] = transposedDw[std::size_t(kk * cout + co)];
+    }
 }
 
 void conv3x3GradInput(const float* dy, const float* w, float* dx, std::int64_t n, std::int64_t h, std::int64_t wd,

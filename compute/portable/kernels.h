@@ -42,10 +42,14 @@ void linearGradBias(const float* dy, float* db, std::int64_t n, std::int64_t out
 //             at 0 and each dcol element is added to the pixel it came from, output pixels (n, i, j)
 //             in order and within each k in order.
 // The bias's gradient is linearGradBias over the n h w rows of dy.
+// `unfolded` (may be null): x's col, from unfold3x3, which the forward and the weight's gradient
+// share (an executor keeps it for the step); null: unfolded here.
 void conv3x3Forward(const float* x, const float* w, const float* b, float* y, std::int64_t n, std::int64_t h, std::int64_t wd,
-    std::int64_t cin, std::int64_t cout, int threads = 1);
+    std::int64_t cin, std::int64_t cout, int threads = 1, const float* unfolded = nullptr);
 void conv3x3GradWeight(const float* dy, const float* x, float* dw, std::int64_t n, std::int64_t h, std::int64_t wd,
-    std::int64_t cin, std::int64_t cout, int threads = 1);
+    std::int64_t cin, std::int64_t cout, int threads = 1, const float* unfolded = nullptr);
+// col (n h w rows of cin x 9) from channels-last x.
+void unfold3x3(const float* x, float* col, std::int64_t n, std::int64_t h, std::int64_t wd, std::int64_t cin, int threads = 1);
 void conv3x3GradInput(const float* dy, const float* w, float* dx, std::int64_t n, std::int64_t h, std::int64_t wd,
     std::int64_t cin, std::int64_t cout, int threads = 1);
 

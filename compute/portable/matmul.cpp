@@ -41,17 +41,17 @@ std::atomic<Isa>& chosenIsa()
     return isa;
 }
 
-detail::MatmulKernel kernelOf(Isa isa)
+detail::MatmulKernels kernelsOf(Isa isa)
 {
     switch (isa) {
 #if defined(__x86_64__)
     case Isa::Avx512:
-        return detail::avx512Kernel();
+        return detail::avx512Kernels();
     case Isa::Avx2:
-        return detail::avx2Kernel();
+        return detail::avx2Kernels();
 #endif
     default:
-        return detail::genericKernel();
+        return detail::genericKernels();
     }
 }
 
@@ -117,7 +117,8 @@ void matmul(MatrixView a, MatrixView b, float* c, std::int64_t ldc, std::int64_t
         return;
     }
     thread_local std::vector<float> packedA, packedB;
-    const auto kernel = kernelOf(currentIsa());
+    const auto kernels = kernelsOf(currentIsa());
+    const auto& kernel = n <= kernels.narrow.columns ? kernels.narrow : kernels.wide;
     kernel.run({ a, b, c, ldc, m, n, k, threads < 1 ? 1 : threads, scratch(packedA, kernel.packedASize),
         scratch(packedB, kernel.packedBSize) });
 }

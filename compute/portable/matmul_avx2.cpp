@@ -5,9 +5,9 @@
 
 namespace tessera::compute::portable::detail {
 
-MatmulKernel avx2Kernel()
+MatmulKernels avx2Kernels()
 {
-    return Blocked<8, 6, 2>::kernel();
+    return { Blocked<8, 6, 2>::kernel(), Blocked<8, 12, 1>::kernel() };
 }
 
 } // namespace tessera::compute::portable::detail

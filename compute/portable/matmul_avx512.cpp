@@ -5,9 +5,9 @@
 
 namespace tessera::compute::portable::detail {
 
-MatmulKernel avx512Kernel()
+MatmulKernels avx512Kernels()
 {
-    return Blocked<16, 8, 2>::kernel();
+    return { Blocked<16, 8, 2>::kernel(), Blocked<16, 16, 1>::kernel() };
 }
 
 } // namespace tessera::compute::portable::detail

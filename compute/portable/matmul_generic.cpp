@@ -4,9 +4,9 @@
 
 namespace tessera::compute::portable::detail {
 
-MatmulKernel genericKernel()
+MatmulKernels genericKernels()
 {
-    return Blocked<4, 4, 2>::kernel();
+    return { Blocked<4, 4, 2>::kernel(), Blocked<4, 8, 1>::kernel() };
 }
 
 } // namespace tessera::compute::portable::detail

@@ -37,12 +37,19 @@ struct MatmulKernel {
     void (*run)(const MatmulCall& call);
     std::int64_t packedASize;
     std::int64_t packedBSize;
+    std::int64_t columns; // NR: a product of at most this many columns wastes no lane of a wider one
 };
 
-MatmulKernel genericKernel();
+// Each instruction set's kernels: the wide one, and a narrow one (one vector of columns, more rows)
+// for products of few columns (a convolution of 16 channels).
+struct MatmulKernels {
+    MatmulKernel wide;
+    MatmulKernel narrow;
+};
+MatmulKernels genericKernels();
 #if defined(__x86_64__)
-MatmulKernel avx2Kernel();
-MatmulKernel avx512Kernel();
+MatmulKernels avx2Kernels();
+MatmulKernels avx512Kernels();
 #endif
 
 } // namespace tessera::compute::portable::detail
@@ -189,7 +196,7 @@ template<int W, int MR, int NRV> struct Blocked {
 
     static MatmulKernel kernel()
     {
-        return { &run, MC * KC, KC * NC };
+        return { &run, MC * KC, KC * NC, NR };
     }
 };
 

@@ -167,6 +167,8 @@ Executor::Executor(int threads)
 
 void Executor::prepare(const Program& program)
 {
+    for (auto& [value, unfolded] : m_unfolded)
+        unfolded.current = false; // the memory stays for the next step
     m_memory.assign(program.values.size(), nullptr);
     m_sizes.resize(program.values.size());
     m_owned.resize(program.values.size());
@@ -191,6 +193,17 @@ void* Executor::memory(int value)
     if (owned.size() != m_sizes[std::size_t(value)])
         owned.assign(m_sizes[std::size_t(value)], 0);
     return owned.data();
+}
+
+const float* Executor::unfolded(int value, const std::vector<std::int64_t>& geometry)
+{
+    auto& unfolded = m_unfolded[value];
+    if (!unfolded.current) {
+        unfolded.col.resize(std::size_t(geometry.at(0) * geometry.at(1) * geometry.at(2) * geometry.at(3) * 9));
+        unfold3x3(floats(value), unfolded.col.data(), geometry.at(0), geometry.at(1), geometry.at(2), geometry.at(3), m_threads);
+        unfolded.current = true;
+    }
+    return unfolded.col.data();
 }
 
 namespace {
@@ -300,11 +313,13 @@ void Executor::run(const Program& program, std::size_t index)
     case Op::Conv3x3GradWeight: {
         const auto& g = instruction.integers; // batch, height, width, channels in, channels out
         if (instruction.op == Op::Conv3x3)
-            conv3x3Forward(f(in[0]), f(in[1]), f(in[2]), f(out[0]), g.at(0), g.at(1), g.at(2), g.at(3), g.at(4), m_threads);
+            conv3x3Forward(f(in[0]), f(in[1]), f(in[2]), f(out[0]), g.at(0), g.at(1), g.at(2), g.at(3), g.at(4), m_threads,
+                unfolded(in[0], g));
         else if (instruction.op == Op::Conv3x3GradInput)
             conv3x3GradInput(f(in[0]), f(in[1]), f(out[0]), g.at(0), g.at(1), g.at(2), g.at(3), g.at(4), m_threads);
         else
-            conv3x3GradWeight(f(in[0]), f(in[1]), f(out[0]), g.at(0), g.at(1), g.at(2), g.at(3), g.at(4), m_threads);
+            conv3x3GradWeight(
+                f(in[0]), f(in[1]), f(out[0]), g.at(0), g.at(1), g.at(2), g.at(3), g.at(4), m_threads, unfolded(in[1], g));
         return;
     }
     case Op::MaxPool2:

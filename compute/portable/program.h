@@ -11,6 +11,7 @@
 // executor may still give both the same memory and update in place). No torch, no Qt.
 
 #include <cstdint>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -111,6 +112,14 @@ private:
     std::vector<void*> m_memory;
     std::vector<std::size_t> m_sizes; // in 8-byte words
     std::vector<std::vector<std::uint64_t>> m_owned; // allocated when first used, kept for the next step
+    // A convolution's unfolded input, by value, shared by its forward and its weight's gradient
+    // within a step (values do not change within a step); emptied by prepare().
+    struct Unfolded {
+        std::vector<float> col;
+        bool current = false;
+    };
+    std::map<int, Unfolded> m_unfolded;
+    const float* unfolded(int value, const std::vector<std::int64_t>& geometry);
 };
 
 } // namespace tessera::compute::portable
