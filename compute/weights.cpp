@@ -46,10 +46,31 @@ core::Status loadInitialWeights(Model& model, const core::ModelSpec& spec, const
     return {};
 }
 
-// The portable kernels' own first weights (docs/DETERMINISM.md, "Portable kernels"): LibTorch's
+// The portable kernels' own first weights (docs/DETERMINISM.md, "Portable mode"): LibTorch's
 // uniform draws differ between CPU capabilities, so a job in portable mode starts from these, the
 // same on every broker. Each tensor (in name order, i = 0, 1, ...) is uniform in +-1/sqrt(fan_in),
-// fan_in being its layer's weight's second dimension, from the seed derive(initSeed, [i]).
+// fan_in being its layer's weight's second dimension, from the seed derive(initSeed, [i]); a gpt's
+// as nanoGPT's, with uniform draws of its standard deviations (gptInitialisation).
+void gptInitialisation(Model& model, std::int64_t seed, std::int64_t layers)
+{
+    const auto initSeed = core::deriveSeed(std::uint64_t(seed), { std::uint64_t(core::SeedPurpose::Initialisation) });
+    auto parameters = model.parameters();
+    torch::NoGradGuard noGrad;
+    for (std::size_t i = 0; i < parameters.size(); ++i) {
+        auto& [name, tensor] = parameters[i];
+        const bool norm = name.find("ln_") != std::string::npos;
+        const bool bias = name.size() > 5 && name.compare(name.size() - 5, 5, ".bias") == 0;
+        if (norm || bias) {
+            tensor.fill_(norm && !bias ? 1.0 : 0.0);
+            continue;
+        }
+        // U(-a, a) has the standard deviation a / sqrt(3).
+        const double deviation = name.find("c_proj.weight") != std::string::npos ? 0.02 / std::sqrt(2.0 * double(layers)) : 0.02;
+        portable::uniformFill(tensor.data_ptr<float>(), tensor.numel(), float(deviation * std::sqrt(3.0)),
+            core::deriveSeed(initSeed, { std::uint64_t(i) }));
+    }
+}
+
 void portableInitialisation(Model& model, std::int64_t seed)
 {
     const auto initSeed = core::deriveSeed(std::uint64_t(seed), { std::uint64_t(core::SeedPurpose::Initialisation) });
@@ -98,7 +119,10 @@ core::Result<Weights> initialWeights(const core::JobSpec& spec, const ComputeEnv
         if (auto status = loadInitialWeights(**model, spec.model, environment); !status)
             return status.error();
     } else if (spec.training.determinism == core::TrainingSpec::Determinism::Portable) {
-        portableInitialisation(**model, spec.training.seed);
+        if (spec.model.zoo == QLatin1String("gpt"))
+            gptInitialisation(**model, spec.training.seed, spec.model.layers);
+        else
+            portableInitialisation(**model, spec.training.seed);
     }
     auto state = (*model)->state();
     if (spec.aggregation.optimizerState == core::AggregationSpec::OptimizerState::Averaged) {

@@ -536,8 +536,9 @@ Status JobSpec::validate() const
     if (gpt && model.width % model.heads != 0)
         return fail("model.width", QStringLiteral("the width must be a multiple of heads"));
     if (training.determinism == TrainingSpec::Determinism::Portable
-        && (model.source != ModelSpec::Source::Zoo || (model.zoo != u"mlp" && model.zoo != u"cnn")))
-        return fail("training.determinism", QStringLiteral("the portable kernels cover the zoo mlp and cnn so far"));
+        && (model.source != ModelSpec::Source::Zoo || (gpt && model.dropout > 0.0)))
+        return fail("training.determinism",
+            QStringLiteral("the portable kernels cover the zoo mlp, cnn and gpt (without dropout) so far"));
     if (aggregation.optimizerState == AggregationSpec::OptimizerState::Averaged && !optimizer.isAdam()
         && optimizer.momentum == 0.0)
         return fail("aggregation.optimizerState", QStringLiteral("sgd without momentum keeps no optimizer state to average"));

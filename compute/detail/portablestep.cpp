@@ -60,6 +60,14 @@ core::Result<portable::Program> portableProgram(
             inputs *= size;
         return portable::mlpStep(task.batchSize, inputs, hidden, classes, model.dropout, settingsOf(task.optimizer), settings);
     }
+    if (model.zoo == QLatin1String("gpt")) {
+        if (model.dropout > 0.0)
+            return uncovered(QStringLiteral("the gpt with dropout yet"));
+        if (sampleShape.size() != 1)
+            return uncovered(QStringLiteral("a gpt on other than token windows"));
+        return portable::gptStep(task.batchSize, sampleShape[0], model.vocabulary > 0 ? model.vocabulary : classes, model.layers,
+            model.heads, model.width, model.context, model.tied, settingsOf(task.optimizer), settings);
+    }
     if (model.zoo == QLatin1String("cnn")) {
         if (sampleShape.size() != 3 || model.channels.size() != 2 || hidden.size() != 1)
             return uncovered(QStringLiteral("a cnn of other than images [channels, height, width]"));
@@ -139,14 +147,14 @@ core::Result<portable::Program> PortableStep::prepare(std::int64_t step, const a
     if (auto status = bindState(*program, step); !status)
         return status.error();
     const auto& batch = program->instructions.front();
-    m_x = x.to(at::kFloat).contiguous();
+    const auto xType = program->values[std::size_t(batch.outputs[0])].dtype == portable::DType::Int64 ? at::kLong : at::kFloat;
+    m_x = x.to(xType).contiguous();
     m_y = y.to(at::kLong).contiguous();
     const auto& xValue = program->values[std::size_t(batch.outputs[0])];
     const auto& yValue = program->values[std::size_t(batch.outputs[1])];
     if (m_x.numel() != xValue.count() || m_y.numel() != yValue.count())
         return core::Error { QStringLiteral("batch"), QStringLiteral("the batch does not have the program's shape") };
-    if (m_y.numel() > 0 && (m_y.min().item<std::int64_t>() < 0 || m_y.max().item<std::int64_t>() >= m_classes))
-        return core::Error { QStringLiteral("batch"), QStringLiteral("a target is not a class") };
+
     m_executor.bind(batch.outputs[0], m_x.data_ptr());
     m_executor.bind(batch.outputs[1], m_y.data_ptr());
     return program;

@@ -323,6 +323,229 @@ void dropoutBackward(const float* dy, float* dx, std::int64_t count, float p, st
     dropoutForward(dy, dx, count, p, seed);
 }
 
+void embedForward(const std::int64_t* tokens, const float* wte, const float* wpe, float* x, std::int64_t n, std::int64_t length,
+    std::int64_t width)
+{
+    for (std::int64_t row = 0; row < n * length; ++row) {
+        const float* token = wte + tokens[row] * width;
+        const float* position = wpe + (row % length) * width;
+        float* out = x + row * width;
+        for (std::int64_t c = 0; c < width; ++c)
+            out[c] = token[c] + position[c];
+    }
+}
+
+void embedGradPosition(const float* dx, float* dwpe, std::int64_t n, std::int64_t length, std::int64_t width)
+{
+    std::fill(dwpe, dwpe + length * width, 0.0f);
+    for (std::int64_t row = 0; row < n * length; ++row) {
+        const float* g = dx + row * width;
+        float* out = dwpe + (row % length) * width;
+        for (std::int64_t c = 0; c < width; ++c)
+            out[c] = out[c] + g[c];
+    }
+}
+
+void embedGradToken(const float* dx, const std::int64_t* tokens, const float* base, float* dwte, std::int64_t vocabulary,
+    std::int64_t n, std::int64_t length, std::int64_t width)
+{
+    if (base)
+        std::copy(base, base + vocabulary * width, dwte);
+    else
+        std::fill(dwte, dwte + vocabulary * width, 0.0f);
+    for (std::int64_t row = 0; row < n * length; ++row) {
+        const float* g = dx + row * width;
+        float* out = dwte + tokens[row] * width;
+        for (std::int64_t c = 0; c < width; ++c)
+            out[c] = out[c] + g[c];
+    }
+}
+
+void add(const float* a, const float* b, float* y, std::int64_t count)
+{
+    for (std::int64_t i = 0; i < count; ++i)
+        y[i] = a[i] + b[i];
+}
+
+namespace {
+
+constexpr float LayerNormEps = 1e-5f;
+
+struct RowStatistics {
+    float mean;
+    float rstd;
+};
+
+RowStatistics statisticsOf(const float* x, std::int64_t width)
+{
+    float sum = 0.0f;
+    for (std::int64_t c = 0; c < width; ++c)
+        sum = sum + x[c];
+    const float mean = sum / float(width);
+    float squares = 0.0f;
+    for (std::int64_t c = 0; c < width; ++c) {
+        const float d = x[c] - mean;
+        squares = squares + d * d;
+    }
+    const float variance = squares / float(width);
+    return { mean, 1.0f / std::sqrt(variance + LayerNormEps) };
+}
+
+} // namespace
+
+void layerNormForward(const float* x, const float* gamma, const float* beta, float* y, std::int64_t rows, std::int64_t width)
+{
+    for (std::int64_t r = 0; r < rows; ++r) {
+        const float* xr = x + r * width;
+        float* yr = y + r * width;
+        const auto [mean, rstd] = statisticsOf(xr, width);
+        for (std::int64_t c = 0; c < width; ++c)
+            yr[c] = ((xr[c] - mean) * rstd) * gamma[c] + beta[c];
+    }
+}
+
+void layerNormBackward(const float* x, const float* gamma, const float* dy, float* dx, float* dgamma, float* dbeta,
+    std::int64_t rows, std::int64_t width)
+{
+    std::fill(dgamma, dgamma + width, 0.0f);
+    std::fill(dbeta, dbeta + width, 0.0f);
+    std::vector<float> xhat(std::size_t(width), 0.0f), g(std::size_t(width), 0.0f);
+    for (std::int64_t r = 0; r < rows; ++r) {
+        const float* xr = x + r * width;
+        const float* dyr = dy + r * width;
+        const auto [mean, rstd] = statisticsOf(xr, width);
+        float sumG = 0.0f, sumGx = 0.0f;
+        for (std::int64_t c = 0; c < width; ++c) {
+            xhat[std::size_t(c)] = (xr[c] - mean) * rstd;
+            g[std::size_t(c)] = dyr[c] * gamma[c];
+            sumG = sumG + g[std::size_t(c)];
+            sumGx = sumGx + g[std::size_t(c)] * xhat[std::size_t(c)];
+            dgamma[c] = dgamma[c] + dyr[c] * xhat[std::size_t(c)];
+            dbeta[c] = dbeta[c] + dyr[c];
+        }
+        const float a = sumG / float(width), b = sumGx / float(width);
+        float* dxr = dx + r * width;
+        for (std::int64_t c = 0; c < width; ++c)
+            dxr[c] = ((g[std::size_t(c)] - a) - xhat[std::size_t(c)] * b) * rstd;
+    }
+}
+
+float erf(float x)
+{
+    const float z = x < 0.0f ? -x : x;
+    const float t = 1.0f / (1.0f + 0.3275911f * z);
+    float p = 1.061405429f;
+    p = p * t + -1.453152027f;
+    p = p * t + 1.421413741f;
+    p = p * t + -0.284496736f;
+    p = p * t + 0.254829592f;
+    p = p * t;
+    const float y = 1.0f - p * portable::exp(-(z * z));
+    return x < 0.0f ? -y : y;
+}
+
+void geluForward(const float* x, float* y, std::int64_t count)
+{
+    for (std::int64_t i = 0; i < count; ++i)
+        y[i] = (0.5f * x[i]) * (1.0f + portable::erf(x[i] * 0.70710678f));
+}
+
+void geluBackward(const float* x, const float* dy, float* dx, std::int64_t count)
+{
+    for (std::int64_t i = 0; i < count; ++i) {
+        const float v = x[i];
+        const float cdf = 0.5f * (1.0f + portable::erf(v * 0.70710678f));
+        const float pdf = portable::exp(-0.5f * (v * v)) * 0.39894228f;
+        dx[i] = dy[i] * (cdf + v * pdf);
+    }
+}
+
+namespace {
+
+// p for one (n, h) pair into `p` [length, length]: scores, scaled, causal softmax (zeros above
+// the diagonal).
+void attentionWeights(const float* base, float* p, std::int64_t length, std::int64_t width, std::int64_t head, std::int64_t d)
+{
+    const std::int64_t stride = 3 * width;
+    const float scale = float(1.0 / std::sqrt(double(d)));
+    matmul({ base + head * d, stride, 1 }, { base + width + head * d, 1, stride }, p, length, length, length, d, 1);
+    for (std::int64_t i = 0; i < length; ++i) {
+        float* row = p + i * length;
+        for (std::int64_t j = 0; j <= i; ++j)
+            row[j] = row[j] * scale;
+        float m = row[0];
+        for (std::int64_t j = 1; j <= i; ++j)
+            m = row[j] > m ? row[j] : m;
+        float z = 0.0f;
+        for (std::int64_t j = 0; j <= i; ++j) {
+            row[j] = portable::exp(row[j] - m);
+            z = z + row[j];
+        }
+        for (std::int64_t j = 0; j <= i; ++j)
+            row[j] = row[j] / z;
+        for (std::int64_t j = i + 1; j < length; ++j)
+            row[j] = 0.0f;
+    }
+}
+
+} // namespace
+
+void attentionForward(
+    const float* qkv, float* y, std::int64_t n, std::int64_t length, std::int64_t heads, std::int64_t width, int threads)
+{
+    const std::int64_t d = width / heads, stride = 3 * width;
+#pragma omp parallel for num_threads(threads) schedule(static) if (threads > 1)
+    for (std::int64_t pair = 0; pair < n * heads; ++pair) {
+        const std::int64_t b = pair / heads, head = pair % heads;
+        thread_local std::vector<float> p;
+        p.resize(std::size_t(length * length));
+        const float* base = qkv + b * length * stride;
+        attentionWeights(base, p.data(), length, width, head, d);
+        matmul({ p.data(), length, 1 }, { base + 2 * width + head * d, stride, 1 }, y + b * length * width + head * d, width,
+            length, d, length, 1);
+    }
+}
+
+void attentionBackward(const float* qkv, const float* dy, float* dqkv, std::int64_t n, std::int64_t length, std::int64_t heads,
+    std::int64_t width, int threads)
+{
+    const std::int64_t d = width / heads, stride = 3 * width;
+    const float scale = float(1.0 / std::sqrt(double(d)));
+#pragma omp parallel for num_threads(threads) schedule(static) if (threads > 1)
+    for (std::int64_t pair = 0; pair < n * heads; ++pair) {
+        const std::int64_t b = pair / heads, head = pair % heads;
+        thread_local std::vector<float> p, ds;
+        p.resize(std::size_t(length * length));
+        ds.resize(std::size_t(length * length));
+        const float* base = qkv + b * length * stride;
+        const float* g = dy + b * length * width + head * d;
+        float* out = dqkv + b * length * stride;
+        attentionWeights(base, p.data(), length, width, head, d);
+        matmul({ g, width, 1 }, { base + 2 * width + head * d, 1, stride }, ds.data(), length, length, length, d, 1);
+        for (std::int64_t i = 0; i < length; ++i) {
+            const float* pi = p.data() + i * length;
+            float* di = ds.data() + i * length;
+            float r = 0.0f;
+            for (std::int64_t j = 0; j < length; ++j)
+                r = r + di[j] * pi[j];
+            for (std::int64_t j = 0; j < length; ++j)
+                di[j] = pi[j] * (di[j] - r);
+        }
+        float* dq = out + head * d;
+        float* dk = out + width + head * d;
+        float* dv = out + 2 * width + head * d;
+        matmul({ ds.data(), length, 1 }, { base + width + head * d, stride, 1 }, dq, stride, length, d, length, 1);
+        matmul({ ds.data(), 1, length }, { base + head * d, stride, 1 }, dk, stride, length, d, length, 1);
+        matmul({ p.data(), 1, length }, { g, width, 1 }, dv, stride, length, d, length, 1);
+        for (std::int64_t i = 0; i < length; ++i) {
+            for (std::int64_t c = 0; c < d; ++c) {
+                dq[i * stride + c] = dq[i * stride + c] * scale;
+                dk[i * stride + c] = dk[i * stride + c] * scale;
+            }
+        }
+    }
+}
+
 void uniformFill(float* values, std::int64_t count, float bound, std::uint64_t seed)
 {
     // The stream's numbers in order: splitMix(seed, i) for element i.

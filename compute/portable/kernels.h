@@ -73,6 +73,52 @@ std::uint64_t splitMix(std::uint64_t seed, std::uint64_t i);
 void dropoutForward(const float* x, float* y, std::int64_t count, float p, std::uint64_t seed);
 void dropoutBackward(const float* dy, float* dx, std::int64_t count, float p, std::uint64_t seed);
 
+// The gpt's (docs/JOBS.md, "The zoo"; docs/DETERMINISM.md, "Portable mode").
+//
+// Token and position embedding: x[n, t, :] = wte[tokens[n, t], :] + wpe[t, :]. Their gradients:
+// dwpe[t, :] = the sum over n in order of dx[n, t, :]; dwte starts as `base` (the tied head's
+// gradient; null: zeros) and dx[n, t, :] is added to row tokens[n, t], positions (n, t) in order.
+void embedForward(const std::int64_t* tokens, const float* wte, const float* wpe, float* x, std::int64_t n, std::int64_t length,
+    std::int64_t width);
+void embedGradPosition(const float* dx, float* dwpe, std::int64_t n, std::int64_t length, std::int64_t width);
+void embedGradToken(const float* dx, const std::int64_t* tokens, const float* base, float* dwte, std::int64_t vocabulary,
+    std::int64_t n, std::int64_t length, std::int64_t width);
+
+// y = a + b, element by element.
+void add(const float* a, const float* b, float* y, std::int64_t count);
+
+// LayerNorm over the last dimension (eps 1e-5), per row of `width`: mean = (sum of x in order) /
+// width; var = (sum of (x - mean)^2 in order) / width; rstd = 1 / sqrt(var + eps);
+// y = ((x - mean) * rstd) * gamma + beta. Its gradient, with xhat = (x - mean) * rstd recomputed
+// from x: g = dy * gamma; a = (sum of g in order) / width; b = (sum of g * xhat in order) / width;
+// dx = ((g - a) - xhat * b) * rstd; dgamma = the sum over rows in order of dy * xhat; dbeta = the
+// sum over rows in order of dy.
+void layerNormForward(const float* x, const float* gamma, const float* beta, float* y, std::int64_t rows, std::int64_t width);
+void layerNormBackward(const float* x, const float* gamma, const float* dy, float* dx, float* dgamma, float* dbeta,
+    std::int64_t rows, std::int64_t width);
+
+// erf in float32 (Abramowitz and Stegun 7.1.26, absolute error below 2e-7): for x >= 0,
+// t = 1 / (1 + 0.3275911 x), erf = 1 - (((((1.061405429 t - 1.453152027) t + 1.421413741) t -
+// 0.284496736) t + 0.254829592) t) exp(-x x); erf(-x) = -erf(x).
+float erf(float x);
+// Exact GELU: y = (0.5 * x) * (1 + erf(x * 0.70710678)); its gradient
+// dx = dy * ((0.5 * (1 + erf(x * 0.70710678))) + x * (exp(-0.5 * (x * x)) * 0.39894228)).
+void geluForward(const float* x, float* y, std::int64_t count);
+void geluBackward(const float* x, const float* dy, float* dx, std::int64_t count);
+
+// Causal self-attention of `heads` heads from qkv [n, length, 3 width] (q, k, v side by side,
+// head h at columns h d .. (h + 1) d - 1 of each, d = width / heads) to y [n, length, width]
+// (heads side by side), scale = float(1 / sqrt(double(d))). Per (n, h): s = matmul(q, k^T) then
+// s = s * scale; row i keeps j <= i: m = the largest, e = exp(s - m), z = the sum of e in order,
+// p = e / z, and p = 0 for j > i; y = matmul(p, v) (all j: the zeros add nothing). Its gradient,
+// from dy and p recomputed: dp = matmul(dy, v^T); r = the sum over j in order of dp * p per row;
+// ds = p * (dp - r); dq = matmul(ds, k) then * scale; dk = matmul(ds^T, q) then * scale;
+// dv = matmul(p^T, dy). Threads split the (n, h) pairs.
+void attentionForward(
+    const float* qkv, float* y, std::int64_t n, std::int64_t length, std::int64_t heads, std::int64_t width, int threads = 1);
+void attentionBackward(const float* qkv, const float* dy, float* dqkv, std::int64_t n, std::int64_t length, std::int64_t heads,
+    std::int64_t width, int threads = 1);
+
 // A layer's first weights: values[i] = (2u - 1) * bound with u = the top 24 bits of the i-th
 // number of a SplitMix64 stream from `seed`, over 2^24 (exact): uniform in [-bound, bound).
 void uniformFill(float* values, std::int64_t count, float bound, std::uint64_t seed);

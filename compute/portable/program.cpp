@@ -70,6 +70,26 @@ const char* opName(Op op)
         return "Dropout";
     case Op::DropoutGrad:
         return "DropoutGrad";
+    case Op::Embed:
+        return "Embed";
+    case Op::EmbedGradPosition:
+        return "EmbedGradPosition";
+    case Op::EmbedGradToken:
+        return "EmbedGradToken";
+    case Op::Add:
+        return "Add";
+    case Op::LayerNorm:
+        return "LayerNorm";
+    case Op::LayerNormGrad:
+        return "LayerNormGrad";
+    case Op::Gelu:
+        return "Gelu";
+    case Op::GeluGrad:
+        return "GeluGrad";
+    case Op::Attention:
+        return "Attention";
+    case Op::AttentionGrad:
+        return "AttentionGrad";
     }
     return "?";
 }
@@ -225,13 +245,24 @@ void Executor::run(const Program& program, std::size_t index)
     const auto& out = instruction.outputs;
     auto value = [&](int v) -> const Value& { return program.values[std::size_t(v)]; };
     auto f = [&](int v) { return floats(v); };
+    // Indices (targets, tokens) come from data, or from a stranger's operands in a dispute: each
+    // is checked before anything is read at it.
+    auto indices = [&](int v, std::int64_t limit, const char* what) {
+        const auto* data = static_cast<const std::int64_t*>(memory(v));
+        for (std::int64_t i = 0; i < value(v).count(); ++i) {
+            if (data[i] < 0 || data[i] >= limit)
+                throw std::out_of_range(
+                    std::string(what) + " " + std::to_string(data[i]) + " is outside 0.." + std::to_string(limit - 1));
+        }
+        return data;
+    };
     switch (instruction.op) {
     case Op::Batch:
         return;
     case Op::Linear: {
         const auto& w = value(in[1]);
         const std::int64_t outputs = w.shape[0], inputs = w.shape[1], rows = value(in[0]).count() / inputs;
-        linearForward(f(in[0]), f(in[1]), f(in[2]), f(out[0]), rows, inputs, outputs, m_threads);
+        linearForward(f(in[0]), f(in[1]), in.size() > 2 ? f(in[2]) : nullptr, f(out[0]), rows, inputs, outputs, m_threads);
         return;
     }
     case Op::LinearGradInput: {
@@ -260,7 +291,9 @@ void Executor::run(const Program& program, std::size_t index)
     case Op::CrossEntropy: {
         const auto& logits = value(in[0]);
         const std::int64_t classes = logits.shape.back(), rows = logits.count() / classes;
-        *f(out[0]) = crossEntropy(f(in[0]), static_cast<const std::int64_t*>(memory(in[1])), f(out[1]), rows, classes);
+        if (value(in[1]).count() != rows)
+            throw std::invalid_argument("cross-entropy: one target a row");
+        *f(out[0]) = crossEntropy(f(in[0]), indices(in[1], classes, "a target"), f(out[1]), rows, classes);
         return;
     }
     case Op::ClipFactor: {
@@ -335,6 +368,54 @@ void Executor::run(const Program& program, std::size_t index)
             channelsFirst(f(in[0]), f(out[0]), g.at(0), g.at(1), g.at(2), g.at(3));
         else
             channelsLast(f(in[0]), f(out[0]), g.at(0), g.at(1), g.at(2), g.at(3));
+        return;
+    }
+    case Op::Embed: {
+        const auto& g = instruction.integers; // batch, length, width
+        if (g.at(1) > value(in[2]).shape.at(0))
+            throw std::invalid_argument("the sequence is longer than the position embedding");
+        embedForward(
+            indices(in[0], value(in[1]).shape.at(0), "a token"), f(in[1]), f(in[2]), f(out[0]), g.at(0), g.at(1), g.at(2));
+        return;
+    }
+    case Op::EmbedGradPosition: {
+        const auto& g = instruction.integers;
+        std::memset(memory(out[0]), 0, std::size_t(value(out[0]).bytes())); // rows past the length stay 0
+        embedGradPosition(f(in[0]), f(out[0]), g.at(0), g.at(1), g.at(2));
+        return;
+    }
+    case Op::EmbedGradToken: {
+        const auto& g = instruction.integers; // batch, length, width, vocabulary
+        embedGradToken(f(in[0]), indices(in[1], g.at(3), "a token"), in.size() > 2 ? f(in[2]) : nullptr, f(out[0]), g.at(3),
+            g.at(0), g.at(1), g.at(2));
+        return;
+    }
+    case Op::Add:
+        add(f(in[0]), f(in[1]), f(out[0]), value(in[0]).count());
+        return;
+    case Op::LayerNorm: {
+        const std::int64_t width = value(in[1]).count();
+        layerNormForward(f(in[0]), f(in[1]), f(in[2]), f(out[0]), value(in[0]).count() / width, width);
+        return;
+    }
+    case Op::LayerNormGrad: {
+        const std::int64_t width = value(in[1]).count();
+        layerNormBackward(f(in[0]), f(in[1]), f(in[2]), f(out[0]), f(out[1]), f(out[2]), value(in[0]).count() / width, width);
+        return;
+    }
+    case Op::Gelu:
+        geluForward(f(in[0]), f(out[0]), value(in[0]).count());
+        return;
+    case Op::GeluGrad:
+        geluBackward(f(in[0]), f(in[1]), f(out[0]), value(in[0]).count());
+        return;
+    case Op::Attention:
+    case Op::AttentionGrad: {
+        const auto& g = instruction.integers; // batch, length, heads, width
+        if (instruction.op == Op::Attention)
+            attentionForward(f(in[0]), f(out[0]), g.at(0), g.at(1), g.at(2), g.at(3), m_threads);
+        else
+            attentionBackward(f(in[0]), f(in[1]), f(out[0]), g.at(0), g.at(1), g.at(2), g.at(3), m_threads);
         return;
     }
     case Op::Dropout:

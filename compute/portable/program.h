@@ -32,7 +32,7 @@ struct Value {
 
 enum class Op : std::uint8_t {
     Batch, // -> x, y: the step's samples and targets, read by the trainer (no kernel)
-    Linear, // x [n, in], w [out, in], b [out] -> y [n, out] = x w^T + b
+    Linear, // x [n, in], w [out, in] (, b [out]) -> y [n, out] = x w^T (+ b)
     LinearGradInput, // dy [n, out], w [out, in] -> dx [n, in] = dy w
     LinearGradWeight, // dy [n, out], x [n, in] -> dw [out, in] = dy^T x
     LinearGradBias, // dy [n, out] -> db [out]: the rows of dy summed in order
@@ -58,6 +58,18 @@ enum class Op : std::uint8_t {
     // reals: rate p; integers: the stream's seed (its 64 bits as int64)
     Dropout, // x -> y
     DropoutGrad, // dy -> dx
+    // The gpt's (kernels.h); integers: batch, length, width (and the vocabulary for the token's).
+    Embed, // tokens [n, l] (int64), wte [v, width], wpe [context, width] -> x [n, l, width]
+    EmbedGradPosition, // dx -> dwpe [context, width]
+    EmbedGradToken, // dx, tokens (, base: the tied head's gradient) -> dwte [v, width]
+    Add, // a, b -> a + b
+    LayerNorm, // x, gamma, beta -> y (rows of gamma's width)
+    LayerNormGrad, // x, gamma, dy -> dx, dgamma, dbeta
+    Gelu, // x -> y
+    GeluGrad, // x, dy -> dx
+    // integers: batch, length, heads, width
+    Attention, // qkv [n, l, 3 width] -> y [n, l, width]
+    AttentionGrad, // qkv, dy -> dqkv
 };
 const char* opName(Op op);
 

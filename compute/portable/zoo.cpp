@@ -307,4 +307,159 @@ Program cnnStep(std::int64_t batch, std::int64_t channels, std::int64_t height, 
     return program;
 }
 
+Program gptStep(std::int64_t batch, std::int64_t length, std::int64_t vocabulary, std::int64_t layers, std::int64_t heads,
+    std::int64_t width, std::int64_t context, bool tied, const OptimizerSettings& optimizer, const StepSettings& step)
+{
+    Program program;
+    StepBuilder b(program, optimizer, step);
+    const std::int64_t C = width;
+    const std::vector<std::int64_t> rows { batch, length, C };
+    const int tokens = b.temporary("batch.x", { batch, length }, DType::Int64);
+    const int targets = b.temporary("batch.y", { batch, length }, DType::Int64);
+    b.add(Op::Batch, {}, { tokens, targets }, "the step's tokens and targets");
+    const int wte = b.parameter("transformer.wte.weight", { vocabulary, C });
+    const int wpe = b.parameter("transformer.wpe.weight", { context, C });
+    int x = b.temporary("embedding", rows);
+    b.add(Op::Embed, { tokens, wte, wpe }, { x }, "token and position embeddings", {}, { batch, length, C });
+
+    struct Linear {
+        int weight = -1, bias = -1;
+    };
+    auto linear = [&](const std::string& name, std::int64_t out, std::int64_t in, bool bias = true) {
+        Linear layer;
+        layer.weight = b.parameter(name + ".weight", { out, in });
+        if (bias)
+            layer.bias = b.parameter(name + ".bias", { out });
+        return layer;
+    };
+    auto apply = [&](const Linear& layer, int input, const std::string& name, std::int64_t out, const std::string& label) {
+        const int y = b.temporary(name, { batch, length, out });
+        std::vector<int> inputs { input, layer.weight };
+        if (layer.bias >= 0)
+            inputs.push_back(layer.bias);
+        b.add(Op::Linear, inputs, { y }, label);
+        return y;
+    };
+    // A linear layer's gradients from dy: its weight's and bias's (declared), and its input's.
+    auto backLinear
+        = [&](const Linear& layer, int dy, int input, const std::string& name, std::int64_t in, const std::string& label) {
+              const auto& weight = program.values[std::size_t(layer.weight)];
+              const int dw = b.temporary(name + ".weight.grad", weight.shape);
+              b.add(Op::LinearGradWeight, { dy, input }, { dw }, label + ": gradient of the weight");
+              b.gradient(layer.weight, dw);
+              if (layer.bias >= 0) {
+                  const int db = b.temporary(name + ".bias.grad", { weight.shape[0] });
+                  b.add(Op::LinearGradBias, { dy }, { db }, label + ": gradient of the bias");
+                  b.gradient(layer.bias, db);
+              }
+              const int dx = b.temporary(name + ".input.grad", { batch, length, in });
+              b.add(Op::LinearGradInput, { dy, layer.weight }, { dx }, label + ": gradient of its input");
+              return dx;
+          };
+    struct Norm {
+        int gamma, beta;
+    };
+    auto norm = [&](const std::string& name) {
+        return Norm { b.parameter(name + ".weight", { C }), b.parameter(name + ".bias", { C }) };
+    };
+    auto backNorm = [&](const Norm& layer, int input, int dy, const std::string& name) {
+        const int dx = b.temporary(name + ".input.grad", rows);
+        const int dgamma = b.temporary(name + ".weight.grad", { C }), dbeta = b.temporary(name + ".bias.grad", { C });
+        b.add(Op::LayerNormGrad, { input, layer.gamma, dy }, { dx, dgamma, dbeta }, name + ": LayerNorm's gradients");
+        b.gradient(layer.gamma, dgamma);
+        b.gradient(layer.beta, dbeta);
+        return dx;
+    };
+
+    struct Block {
+        std::string name;
+        Norm ln1, ln2;
+        Linear attn, proj, fc, mlpProj;
+        int input, normed1, qkv, attended, x1, normed2, fc1, activated, output;
+    };
+    std::vector<Block> blocks;
+    for (std::int64_t i = 0; i < layers; ++i) {
+        Block block;
+        block.name = "transformer.h." + std::to_string(i);
+        const auto& n = block.name;
+        block.ln1 = norm(n + ".ln_1");
+        block.attn = linear(n + ".attn.c_attn", 3 * C, C);
+        block.proj = linear(n + ".attn.c_proj", C, C);
+        block.ln2 = norm(n + ".ln_2");
+        block.fc = linear(n + ".mlp.c_fc", 4 * C, C);
+        block.mlpProj = linear(n + ".mlp.c_proj", C, 4 * C);
+        block.input = x;
+        block.normed1 = b.temporary(n + ".ln_1.out", rows);
+        b.add(Op::LayerNorm, { x, block.ln1.gamma, block.ln1.beta }, { block.normed1 }, n + ".ln_1: LayerNorm");
+        block.qkv = apply(block.attn, block.normed1, n + ".attn.qkv", 3 * C, n + ".attn.c_attn: forward");
+        block.attended = b.temporary(n + ".attn.out", rows);
+        b.add(Op::Attention, { block.qkv }, { block.attended }, n + ".attn: causal self-attention", {},
+            { batch, length, heads, C });
+        const int projected = apply(block.proj, block.attended, n + ".attn.proj", C, n + ".attn.c_proj: forward");
+        block.x1 = b.temporary(n + ".attn.residual", rows);
+        b.add(Op::Add, { x, projected }, { block.x1 }, n + ": the attention's residual");
+        block.normed2 = b.temporary(n + ".ln_2.out", rows);
+        b.add(Op::LayerNorm, { block.x1, block.ln2.gamma, block.ln2.beta }, { block.normed2 }, n + ".ln_2: LayerNorm");
+        block.fc1 = apply(block.fc, block.normed2, n + ".mlp.fc", 4 * C, n + ".mlp.c_fc: forward");
+        block.activated = b.temporary(n + ".mlp.gelu", { batch, length, 4 * C });
+        b.add(Op::Gelu, { block.fc1 }, { block.activated }, n + ".mlp: GELU");
+        const int mlpOut = apply(block.mlpProj, block.activated, n + ".mlp.proj", C, n + ".mlp.c_proj: forward");
+        block.output = b.temporary(n + ".out", rows);
+        b.add(Op::Add, { block.x1, mlpOut }, { block.output }, n + ": the feed-forward's residual");
+        x = block.output;
+        blocks.push_back(block);
+    }
+    const Norm lnf = norm("transformer.ln_f");
+    const int normed = b.temporary("transformer.ln_f.out", rows);
+    b.add(Op::LayerNorm, { x, lnf.gamma, lnf.beta }, { normed }, "transformer.ln_f: LayerNorm");
+    Linear head;
+    head.weight = tied ? wte : b.parameter("lm_head.weight", { vocabulary, C });
+    const int logits = apply(head, normed, "logits", vocabulary, tied ? "the head (tied to wte): forward" : "lm_head: forward");
+    const int loss = b.temporary("loss", {});
+    const int dlogits = b.temporary("logits.grad", { batch, length, vocabulary });
+    b.add(Op::CrossEntropy, { logits, targets }, { loss, dlogits }, "mean cross-entropy per token and its gradient");
+
+    // The head: its weight's gradient (for a tied head, the start of wte's), then its input's.
+    const int dhead = b.temporary(tied ? "head.weight.grad" : "lm_head.weight.grad", { vocabulary, C });
+    b.add(Op::LinearGradWeight, { dlogits, normed }, { dhead }, "the head: gradient of the weight");
+    if (!tied)
+        b.gradient(head.weight, dhead);
+    const int dnormed = b.temporary("transformer.ln_f.out.grad", rows);
+    b.add(Op::LinearGradInput, { dlogits, head.weight }, { dnormed }, "the head: gradient of its input");
+    int dx = backNorm(lnf, x, dnormed, "transformer.ln_f");
+    for (std::size_t i = blocks.size(); i-- > 0;) {
+        const auto& block = blocks[i];
+        const auto& n = block.name;
+        const int dact = backLinear(block.mlpProj, dx, block.activated, n + ".mlp.c_proj", 4 * C, n + ".mlp.c_proj");
+        const int dfc = b.temporary(n + ".mlp.fc.grad", { batch, length, 4 * C });
+        b.add(Op::GeluGrad, { block.fc1, dact }, { dfc }, n + ".mlp: GELU's gradient");
+        const int dnormed2 = backLinear(block.fc, dfc, block.normed2, n + ".mlp.c_fc", C, n + ".mlp.c_fc");
+        const int branch2 = backNorm(block.ln2, block.x1, dnormed2, n + ".ln_2");
+        const int dx1 = b.temporary(n + ".attn.residual.grad", rows);
+        b.add(Op::Add, { dx, branch2 }, { dx1 }, n + ": the gradient through the feed-forward's residual");
+        const int datt = backLinear(block.proj, dx1, block.attended, n + ".attn.c_proj", C, n + ".attn.c_proj");
+        const int dqkv = b.temporary(n + ".attn.qkv.grad", { batch, length, 3 * C });
+        b.add(Op::AttentionGrad, { block.qkv, datt }, { dqkv }, n + ".attn: self-attention's gradient", {},
+            { batch, length, heads, C });
+        const int dnormed1 = backLinear(block.attn, dqkv, block.normed1, n + ".attn.c_attn", C, n + ".attn.c_attn");
+        const int branch1 = backNorm(block.ln1, block.input, dnormed1, n + ".ln_1");
+        const int dinput = b.temporary(n + ".input.grad", rows);
+        b.add(Op::Add, { dx1, branch1 }, { dinput }, n + ": the gradient through the attention's residual");
+        dx = dinput;
+    }
+    const int dwpe = b.temporary("transformer.wpe.weight.grad", { context, C });
+    b.add(Op::EmbedGradPosition, { dx }, { dwpe }, "the position embedding: gradient", {}, { batch, length, C });
+    b.gradient(wpe, dwpe);
+    const int dwte = b.temporary("transformer.wte.weight.grad", { vocabulary, C });
+    std::vector<int> inputs { dx, tokens };
+    if (tied)
+        inputs.push_back(dhead);
+    b.add(Op::EmbedGradToken, inputs, { dwte },
+        tied ? "the token embedding: gradient, after the head's" : "the token embedding: gradient", {},
+        { batch, length, C, vocabulary });
+    b.gradient(wte, dwte);
+    b.finish();
+    return program;
+}
+
 } // namespace tessera::compute::portable

@@ -47,6 +47,12 @@ Program cnnStep(std::int64_t batch, std::int64_t channels, std::int64_t height, 
     const std::vector<std::int64_t>& convChannels, std::int64_t hidden, std::int64_t classes, double dropout,
     const OptimizerSettings& optimizer, const StepSettings& step);
 
+// The zoo gpt without dropout (nanoGPT's layout and names, pre-LayerNorm blocks of causal
+// self-attention and a GELU feed-forward, the head tied to the token embedding unless `tied` is
+// false): tokens [batch, length] in, cross-entropy per token against targets [batch, length].
+Program gptStep(std::int64_t batch, std::int64_t length, std::int64_t vocabulary, std::int64_t layers, std::int64_t heads,
+    std::int64_t width, std::int64_t context, bool tied, const OptimizerSettings& optimizer, const StepSettings& step);
+
 // The optimizer's part of every program (shared by the models): given the model's parameters and
 // their gradients, the clipping and the updates, and the state before and after in name order.
 class StepBuilder {

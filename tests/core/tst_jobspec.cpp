@@ -231,7 +231,7 @@ private Q_SLOTS:
         auto classifier = minimalJob();
         setPath(classifier, u"dataset.builtin", QStringLiteral("fortunes"));
         QCOMPARE(JobSpec::fromJson(classifier).error().field, QStringLiteral("model.zoo"));
-        auto portable = minimalJob(); // the portable kernels: the zoo mlp and cnn so far
+        auto portable = minimalJob(); // the portable kernels: the zoo mlp, cnn and gpt without dropout so far
         setPath(portable, u"training.determinism", QStringLiteral("portable"));
         const auto portableSpec = JobSpec::fromJson(portable);
         QVERIFY2(portableSpec.ok(), qPrintable(portableSpec.ok() ? QString() : portableSpec.error().toString()));
@@ -243,6 +243,8 @@ private Q_SLOTS:
         setPath(portable, u"model.width", 8);
         setPath(portable, u"model.context", 8);
         setPath(portable, u"dataset.builtin", QStringLiteral("fortunes"));
+        QVERIFY(JobSpec::fromJson(portable).ok());
+        setPath(portable, u"model.dropout", 0.1);
         QCOMPARE(JobSpec::fromJson(portable).error().field, QStringLiteral("training.determinism"));
         setPath(portable, u"training.determinism", QStringLiteral("exact"));
         QCOMPARE(JobSpec::fromJson(portable).error().field, QStringLiteral("training.determinism"));
