@@ -42,6 +42,13 @@ def figures(results):
     for model, goal in (("mlp", 0.97), ("cnn", 0.97), ("gpt", 0.95)):
         if "trainer.%s.ratio" % model in f:
             f["trainer.%s.verdict" % model] = met(f["trainer.%s.ratio" % model], goal)
+        if "trainer.%s.portableRatio" % model in f:
+            f["trainer.%s.portableVerdict" % model] = met(f["trainer.%s.portableRatio" % model], 0.7)
+    for model in ("mlp", "mlp1024"):
+        if "dispute.%s.updateRatio" % model in f:
+            f["dispute.%s.updateShare" % model] = 1.0 / f["dispute.%s.updateRatio" % model]
+            f["dispute.%s.costlyShare" % model] = 1.0 / f["dispute.%s.costlyRatio" % model]
+            f["dispute.%s.verdict" % model] = met(f["dispute.%s.updateShare" % model], 100)
     if "broker.assignmentsPerSecond" in f:
         f["broker.verdict"] = met(f["broker.assignmentsPerSecond"], 5000)
     for link in ("plain", "curve"):

@@ -60,8 +60,8 @@ const char* opName(Op op)
         return "Conv3x3GradWeight";
     case Op::MaxPool2:
         return "MaxPool2";
-    case Op::MaxPool2Grad:
-        return "MaxPool2Grad";
+    case Op::MaxPool2ReluGrad:
+        return "MaxPool2ReluGrad";
     case Op::ChannelsFirst:
         return "ChannelsFirst";
     case Op::ChannelsLast:
@@ -356,14 +356,14 @@ void Executor::run(const Program& program, std::size_t index)
         return;
     }
     case Op::MaxPool2:
-    case Op::MaxPool2Grad:
+    case Op::MaxPool2ReluGrad:
     case Op::ChannelsFirst:
     case Op::ChannelsLast: {
         const auto& g = instruction.integers; // batch, height, width, channels
         if (instruction.op == Op::MaxPool2)
             maxPool2Forward(f(in[0]), f(out[0]), g.at(0), g.at(1), g.at(2), g.at(3));
-        else if (instruction.op == Op::MaxPool2Grad)
-            maxPool2Backward(f(in[0]), f(in[1]), f(out[0]), g.at(0), g.at(1), g.at(2), g.at(3));
+        else if (instruction.op == Op::MaxPool2ReluGrad)
+            maxPool2ReluBackward(f(in[0]), f(in[1]), f(out[0]), g.at(0), g.at(1), g.at(2), g.at(3));
         else if (instruction.op == Op::ChannelsFirst)
             channelsFirst(f(in[0]), f(out[0]), g.at(0), g.at(1), g.at(2), g.at(3));
         else

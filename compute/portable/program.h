@@ -52,7 +52,7 @@ enum class Op : std::uint8_t {
     Conv3x3GradWeight, // dy, x -> dw
     // integers: batch, height, width, channels of the input
     MaxPool2, // x -> y
-    MaxPool2Grad, // x (the forward input), dy -> dx
+    MaxPool2ReluGrad, // y (the ReLU's output the pooling read), dy -> the ReLU's input's gradient
     ChannelsFirst, // x [n, h, w, c] -> y [n, c * h * w]
     ChannelsLast, // x [n, c * h * w] -> y [n, h, w, c]
     // reals: rate p; integers: the stream's seed (its 64 bits as int64)

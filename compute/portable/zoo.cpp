@@ -286,11 +286,9 @@ Program cnnStep(std::int64_t batch, std::int64_t channels, std::int64_t height, 
         const auto& conv = convs[i];
         const std::string name = "conv" + std::to_string(i + 1);
         const std::vector<std::int64_t> shape { batch, conv.height, conv.width, conv.out };
-        const int drelu = b.temporary(name + ".relu.grad", shape);
-        b.add(Op::MaxPool2Grad, { conv.activation, dimage }, { drelu }, name + ": max pooling's gradient", {},
-            { batch, conv.height, conv.width, conv.out });
         const int dout = b.temporary(name + ".out.grad", shape);
-        b.add(Op::ReluGrad, { conv.activation, drelu }, { dout }, name + ": ReLU's gradient");
+        b.add(Op::MaxPool2ReluGrad, { conv.activation, dimage }, { dout }, name + ": max pooling's and ReLU's gradient", {},
+            { batch, conv.height, conv.width, conv.out });
         const std::vector<std::int64_t> geometry { batch, conv.height, conv.width, conv.in, conv.out };
         const int dw = b.temporary(name + ".weight.grad", { conv.out, conv.in, 3, 3 }),
                   db = b.temporary(name + ".bias.grad", { conv.out });

@@ -217,6 +217,9 @@ private Q_SLOTS:
         QCOMPARE(pooled, std::vector<float>({ 6, 3, -1, 7 }));
         portable::maxPool2Backward(image.data(), std::vector<float> { 10, 20, 30, 40 }.data(), grad.data(), 1, 4, 4, 1);
         QCOMPARE(grad, std::vector<float>({ 0, 0, 20, 0, 0, 10, 0, 0, 30, 0, 0, 0, 0, 0, 0, 40 }));
+        // After a ReLU: the same, and 0 where the chosen input is not above 0 (the -1 window).
+        portable::maxPool2ReluBackward(image.data(), std::vector<float> { 10, 20, 30, 40 }.data(), grad.data(), 1, 4, 4, 1);
+        QCOMPARE(grad, std::vector<float>({ 0, 0, 20, 0, 0, 10, 0, 0, 0, 0, 0, 0, 0, 0, 0, 40 }));
 
         std::vector<float> first(x.size()), back(x.size());
         portable::channelsFirst(x.data(), first.data(), N, H, W, Ci);

@@ -559,6 +559,15 @@ class Node:
             command, header, payload = message
             if command == TASK:
                 ready = False
+                if header["task"].get("determinism") == "portable":
+                    # Tessera's portable kernels are not PyTorch's: this node gives such a shard back
+                    # (outcome "returned": its own limit, held against nobody), as PROTOCOL.md says.
+                    log("cannot train a portable shard", header["assignment"])
+                    self.send(RESULT, {"assignment": header["assignment"], "id": "result", "result": {
+                        "jobId": header["task"]["jobId"], "round": header["task"]["round"],
+                        "shard": header["task"]["shard"], "outcome": "returned",
+                        "failure": "this node trains with PyTorch's kernels, not the portable ones"}})
+                    continue
                 try:
                     self.work(header["assignment"], header["task"], self.start_weights(header))
                 except (ValueError, RuntimeError) as error:
