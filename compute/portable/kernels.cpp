@@ -1,5 +1,6 @@
 #include "kernels.h"
 
+#include "mathfunctions.h"
 #include "matmul.h"
 
 #include <algorithm>
@@ -23,26 +24,9 @@ constexpr float Log2E = 1.44269504088896341f;
 
 float exp(float x)
 {
-    if (std::isnan(x))
-        return x;
-    if (x > 88.72283f)
-        return std::numeric_limits<float>::infinity();
-    if (x < -103.97208f)
-        return 0.0f;
     // x = k ln2 + r, |r| <= ln2 / 2 (Cody and Waite), e^x = 2^k e^r, e^r by its Taylor polynomial
     // of degree 7 (error below 2e-8 relative on that range), in Horner's order.
-    const float k = std::nearbyint(x * Log2E);
-    float r = x - k * Ln2Hi;
-    r = r - k * Ln2Lo;
-    float p = 1.0f / 5040.0f;
-    p = p * r + 1.0f / 720.0f;
-    p = p * r + 1.0f / 120.0f;
-    p = p * r + 1.0f / 24.0f;
-    p = p * r + 1.0f / 6.0f;
-    p = p * r + 0.5f;
-    p = p * r + 1.0f;
-    p = p * r + 1.0f;
-    return std::ldexp(p, int(k));
+    return detail::expInline(x);
 }
 
 float log(float x)
@@ -280,7 +264,8 @@ void maxPool2Backward(const float* x, const float* dy, float* dx, std::int64_t n
     }
 }
 
-void maxPool2ReluBackward(const float* y, const float* dy, float* dx, std::int64_t n, std::int64_t h, std::int64_t w, std::int64_t c)
+void maxPool2ReluBackward(
+    const float* y, const float* dy, float* dx, std::int64_t n, std::int64_t h, std::int64_t w, std::int64_t c)
 {
     const std::int64_t oh = h / 2, ow = w / 2;
     if (oh * 2 != h || ow * 2 != w) // an odd row or column no window covers: its gradient is 0
@@ -472,30 +457,30 @@ void layerNormBackward(const float* x, const float* gamma, const float* dy, floa
 
 float erf(float x)
 {
-    const float z = x < 0.0f ? -x : x;
-    const float t = 1.0f / (1.0f + 0.3275911f * z);
-    float p = 1.061405429f;
-    p = p * t + -1.453152027f;
-    p = p * t + 1.421413741f;
-    p = p * t + -0.284496736f;
-    p = p * t + 0.254829592f;
-    p = p * t;
-    const float y = 1.0f - p * portable::exp(-(z * z));
-    return x < 0.0f ? -y : y;
+    return detail::erfInline(x);
 }
 
-void geluForward(const float* x, float* y, std::int64_t count)
+// Elementwise loops with exponentials, also built for AVX2 and AVX-512 (never FMA: neither target
+// enables it, and -ffp-contract=off) and picked by the CPU at load time: lanes compute alone, so
+// every clone gives the same bits.
+#if defined(__x86_64__) && defined(__GNUC__) && defined(__gnu_linux__)
+#define TESSERA_SIMD_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
+#else
+#define TESSERA_SIMD_CLONES
+#endif
+
+TESSERA_SIMD_CLONES void geluForward(const float* x, float* y, std::int64_t count)
 {
     for (std::int64_t i = 0; i < count; ++i)
-        y[i] = (0.5f * x[i]) * (1.0f + portable::erf(x[i] * 0.70710678f));
+        y[i] = (0.5f * x[i]) * (1.0f + detail::erfInline(x[i] * 0.70710678f));
 }
 
-void geluBackward(const float* x, const float* dy, float* dx, std::int64_t count)
+TESSERA_SIMD_CLONES void geluBackward(const float* x, const float* dy, float* dx, std::int64_t count)
 {
     for (std::int64_t i = 0; i < count; ++i) {
         const float v = x[i];
-        const float cdf = 0.5f * (1.0f + portable::erf(v * 0.70710678f));
-        const float pdf = portable::exp(-0.5f * (v * v)) * 0.39894228f;
+        const float cdf = 0.5f * (1.0f + detail::erfInline(v * 0.70710678f));
+        const float pdf = detail::expInline(-0.5f * (v * v)) * 0.39894228f;
         dx[i] = dy[i] * (cdf + v * pdf);
     }
 }
@@ -516,11 +501,12 @@ void attentionWeights(const float* base, float* p, std::int64_t length, std::int
         float m = row[0];
         for (std::int64_t j = 1; j <= i; ++j)
             m = row[j] > m ? row[j] : m;
+        // The exponentials side by side in SIMD lanes, then their sum in order.
+        for (std::int64_t j = 0; j <= i; ++j)
+            row[j] = detail::expInline(row[j] - m);
         float z = 0.0f;
-        for (std::int64_t j = 0; j <= i; ++j) {
-            row[j] = portable::exp(row[j] - m);
+        for (std::int64_t j = 0; j <= i; ++j)
             z = z + row[j];
-        }
         for (std::int64_t j = 0; j <= i; ++j)
             row[j] = row[j] / z;
         for (std::int64_t j = i + 1; j < length; ++j)
@@ -621,11 +607,11 @@ float crossEntropy(const float* logits, const std::int64_t* targets, float* dlog
         float m = z[0];
         for (std::int64_t c = 1; c < classes; ++c)
             m = std::max(m, z[c]);
+        for (std::int64_t c = 0; c < classes; ++c) // in SIMD lanes; then the sum in order
+            e[std::size_t(c)] = detail::expInline(z[c] - m);
         float s = 0.0f;
-        for (std::int64_t c = 0; c < classes; ++c) {
-            e[std::size_t(c)] = portable::exp(z[c] - m);
+        for (std::int64_t c = 0; c < classes; ++c)
             s = s + e[std::size_t(c)];
-        }
         const std::int64_t t = targets[i];
         total = total + ((m + portable::log(s)) - z[t]);
         if (dlogits) {

@@ -60,7 +60,8 @@ void maxPool2Forward(const float* x, float* y, std::int64_t n, std::int64_t h, s
 void maxPool2Backward(const float* x, const float* dy, float* dx, std::int64_t n, std::int64_t h, std::int64_t w, std::int64_t c);
 // Pooling after a ReLU, its gradient and the ReLU's in one pass: maxPool2Backward's dx from the
 // ReLU's output y, then reluBackward's rule on it (the chosen input keeps dy where y > 0).
-void maxPool2ReluBackward(const float* y, const float* dy, float* dx, std::int64_t n, std::int64_t h, std::int64_t w, std::int64_t c);
+void maxPool2ReluBackward(
+    const float* y, const float* dy, float* dx, std::int64_t n, std::int64_t h, std::int64_t w, std::int64_t c);
 
 // Layout changes (exact copies): channels-last x[n, i, j, c] to channels-first y[n, c, i, j] (a
 // flattened feature map in PyTorch's order), and back.
