@@ -833,9 +833,9 @@ void Verifier::expireLateDisputes(std::int64_t now)
                 qCWarning(lcVerification).noquote() << status.error().toString();
         }
         if ((*check)->narrowing.stage == Narrowing::Stage::Traces) { // judged on the traces that came
-            Check late = **check;
-            late.asked.clear();
-            if (auto status = judgeTraces(late); !status)
+            Check judged = **check;
+            judged.asked.clear();
+            if (auto status = judgeTraces(judged); !status)
                 qCWarning(lcVerification).noquote() << status.error().toString();
             continue;
         }
