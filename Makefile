@@ -88,9 +88,13 @@ run: build
 	$(BUILD_DIR)/app/tessera --show
 
 # Every tab of the dashboard, with live data, as PNG files (docs/screenshots/).
+# A fresh install of its own each time (settings and data under $(BUILD_DIR)/screenshots/), so
+# the pictures show a first run and nothing of yours.
 screenshots: build
-	$(BUILD_DIR)/app/tessera --screenshot docs/screenshots --screenshot-after 60 \
-		--config $(BUILD_DIR)/screenshots.ini
+	rm -rf $(BUILD_DIR)/screenshots && mkdir -p $(BUILD_DIR)/screenshots
+	printf '[Node]\nDataDirectory=%s\n' "$(abspath $(BUILD_DIR))/screenshots/data" > $(BUILD_DIR)/screenshots/tessera.ini
+	$(BUILD_DIR)/app/tessera --screenshot docs/screenshots --screenshot-after 6 \
+		--config $(BUILD_DIR)/screenshots/tessera.ini
 
 # A broker and two nodes on this machine train the example job over ZeroMQ, then stop.
 demo: build

@@ -186,8 +186,9 @@ core::Result<QByteArray> BrokerClient::download(
     return bytes;
 }
 
-core::Status BrokerClient::uploadJobFiles(
-    core::JobSpec& spec, const QString& baseDirectory, const std::function<void(const QString&, std::int64_t)>& report)
+core::Status BrokerClient::uploadJobFiles(core::JobSpec& spec, const QString& baseDirectory,
+    const std::function<void(const QString&, std::int64_t)>& report,
+    const std::function<void(std::int64_t, std::int64_t)>& progress)
 {
     const QDir base(baseDirectory);
     auto uploadFile = [&](QString& name, core::Digest& digest) -> core::Status {
@@ -200,7 +201,7 @@ core::Status BrokerClient::uploadJobFiles(
             return core::Error { name, QStringLiteral("files of more than 1 GiB are not accepted") };
         if (report)
             report(name, blob.size());
-        auto uploaded = upload(blob.readAll());
+        auto uploaded = upload(blob.readAll(), progress);
         if (!uploaded)
             return uploaded.error();
         digest = *uploaded;

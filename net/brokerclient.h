@@ -39,9 +39,10 @@ public:
 
     // Uploads the files a job names (its TorchScript model and tensor files; relative paths are
     // relative to baseDirectory) and names them by their SHA-256 instead, as SUBMIT expects.
-    // report(file, bytes) is told of each upload.
-    core::Status uploadJobFiles(
-        core::JobSpec& spec, const QString& baseDirectory, const std::function<void(const QString&, std::int64_t)>& report = {});
+    // report(file, bytes) is told of each upload, and progress(done, total) as its bytes go.
+    core::Status uploadJobFiles(core::JobSpec& spec, const QString& baseDirectory,
+        const std::function<void(const QString&, std::int64_t)>& report = {},
+        const std::function<void(std::int64_t, std::int64_t)>& progress = {});
 
 private:
     core::Result<Message> receive();

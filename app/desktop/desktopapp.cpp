@@ -3,6 +3,7 @@
 #include "idle.h"
 
 #include <compute/benchmark.h>
+#include <compute/devices/devices.h>
 #include <compute/weights.h>
 #include <core/benchmark.h>
 #include <net/brokerclient.h>
@@ -18,6 +19,7 @@
 #include <QJsonArray>
 #include <QLoggingCategory>
 #include <QPointer>
+#include <QProgressDialog>
 #include <QSaveFile>
 #include <QStandardPaths>
 #include <QThread>
@@ -29,11 +31,51 @@ namespace tessera::app {
 
 namespace names = core::settings::names;
 
+namespace {
+
+// What a busy thread of a desktop CPU draws, for energy where no meter is readable (said to be
+// an estimate wherever it is shown).
+constexpr double EstimatedWattsPerThread = 10.0;
+
+} // namespace
+
 DesktopApp::DesktopApp(Options options, QObject* parent)
     : QObject(parent)
     , m_options(std::move(options))
 {
     qRegisterMetaType<compute::ShardProgress>();
+    m_since.start();
+}
+
+core::JobSpec DesktopApp::demoJob()
+{
+    core::JobSpec spec;
+    spec.name = tr("Practice job (on this computer)");
+    spec.model.zoo = QStringLiteral("mlp");
+    spec.model.hidden = { 64 };
+    spec.dataset.builtin = QStringLiteral("fashion-mnist");
+    spec.optimizer.lr = 0.05;
+    spec.optimizer.momentum = 0.9;
+    spec.training.rounds = 3;
+    spec.training.shardsPerRound = 2;
+    spec.training.localSteps = 30;
+    spec.training.batchSize = 32;
+    spec.training.checkpointInterval = 10;
+    spec.budget = *core::Credits::fromCredits(20);
+    return spec;
+}
+
+void DesktopApp::joinNetwork(const QString& address)
+{
+    (void)m_settings->set(names::NodeBrokers, QStringList { address });
+    (void)m_settings->save();
+    m_embedded.stop(); // the practice network ends here
+    note(QStringLiteral("info"), QStringLiteral("network"), QStringLiteral("joined %1").arg(address));
+    aimLink();
+    if (m_contribution.contributing())
+        restartSessions();
+    else
+        startContributing();
 }
 
 DesktopApp::~DesktopApp()
@@ -103,6 +145,7 @@ core::Status DesktopApp::start()
     // The dashboard's requests.
     auto& dashboard = *m_dashboard;
     connect(&dashboard, &ui::Dashboard::startContributing, this, &DesktopApp::startContributing);
+    connect(&dashboard, &ui::Dashboard::joinNetwork, this, &DesktopApp::joinNetwork);
     connect(&dashboard, &ui::Dashboard::runBenchmark, this, &DesktopApp::runBenchmark);
     connect(&dashboard, &ui::Dashboard::limitsChanged, this, [this](int threads, int cpu) {
         (void)m_settings->set(names::ComputeMaxThreads, threads);
@@ -115,20 +158,19 @@ core::Status DesktopApp::start()
             applySettings();
     });
     connect(&dashboard, &ui::Dashboard::cancelJob, this, [this](const QString& jobId) {
-        if (auto first = brokers(); !first.isEmpty()) {
-            auto reply = askBroker(net::Command::Cancel, net::JobRequest { jobId }.toHeader());
-            note(reply ? QStringLiteral("info") : QStringLiteral("error"), QStringLiteral("jobs"),
-                reply ? QStringLiteral("cancelled %1").arg(jobId) : reply.error().message);
-        }
+        aimLink();
+        m_link.request(net::Command::Cancel, net::JobRequest { jobId }.toHeader())
+            .then(this, [this, jobId](const core::Result<QJsonObject>& reply) {
+                note(reply ? QStringLiteral("info") : QStringLiteral("error"), QStringLiteral("jobs"),
+                    reply ? QStringLiteral("cancelled %1").arg(jobId) : reply.error().message);
+            });
     });
     connect(&dashboard, &ui::Dashboard::saveModel, this, [this](const QString& jobId) {
         const auto path = QFileDialog::getSaveFileName(m_dashboard.get(), tr("Save the trained model"),
             QDir::home().filePath(jobId + QStringLiteral(".pt")), tr("PyTorch weights (*.pt)"));
         if (path.isEmpty())
             return;
-        const auto saved = saveModel(jobId, path);
-        note(saved ? QStringLiteral("info") : QStringLiteral("error"), QStringLiteral("jobs"),
-            saved ? QStringLiteral("saved %1").arg(path) : saved.error().toString());
+        saveModel(jobId, path);
     });
     connect(&dashboard, &ui::Dashboard::jobSelected, this, [this](const QString&) { refresh(); });
     connect(&dashboard.devices(), &ui::DevicesModel::enabledChanged, this, [this](const QString& device, bool enabled) {
@@ -140,17 +182,19 @@ core::Status DesktopApp::start()
         (void)m_settings->save();
     });
     auto& panel = dashboard.submitPanel();
-    panel.setEstimator([this](const core::JobSpec& spec) -> core::Result<core::Quote> {
-        auto reply = askBroker(net::Command::Quote, { { QStringLiteral("job"), spec.toJson() } });
-        if (!reply)
-            return core::Error { QStringLiteral("broker"), reply.error().message };
-        return core::Quote::fromJson(reply->value(QStringLiteral("quote")).toObject());
+    panel.setEstimator([this](const core::JobSpec& spec) {
+        aimLink();
+        return m_link.request(net::Command::Quote, { { QStringLiteral("job"), spec.toJson() } })
+            .then([](const core::Result<QJsonObject>& reply) -> core::Result<core::Quote> {
+                if (!reply)
+                    return core::Error { QStringLiteral("broker"), reply.error().message };
+                return core::Quote::fromJson(reply->value(QStringLiteral("quote")).toObject());
+            });
     });
-    connect(&panel, &ui::SubmitPanel::submitRequested, this, [this](const core::JobSpec& spec) {
-        auto submitted = submit(spec);
-        note(submitted ? QStringLiteral("info") : QStringLiteral("error"), QStringLiteral("jobs"),
-            submitted ? QStringLiteral("submitted %1").arg(*submitted) : submitted.error().toString());
-        refresh();
+    connect(&panel, &ui::SubmitPanel::submitRequested, this, [this](const core::JobSpec& spec) { submit(spec); });
+    connect(&panel, &ui::SubmitPanel::cancelRequested, this, [this] {
+        if (m_submitCancel)
+            m_submitCancel->store(true);
     });
 
     // The tray's requests.
@@ -223,6 +267,7 @@ void DesktopApp::applySettings()
         thread.setMaxThreads(threads);
         thread.setMaxMemoryMiB(m_settings->intValue(names::ComputeMaxMemoryMiB));
         thread.setCpuPercent(int(m_settings->intValue(names::ComputeCpuPercent)));
+        m_dutyPercent = -1; // the governor sets its own share again on the next tick
     }
     writeAutostart(m_settings->boolValue(names::AppStartAtLogin));
     QSet<QString> disabled;
@@ -291,6 +336,12 @@ void DesktopApp::ensureContributor()
     connect(
         &thread, &compute::ComputeThread::progress, this,
         [this](const compute::ShardProgress& progress) {
+            if (!m_progress) { // a shard begins: its energy counts from here
+                const qint64 now = m_since.elapsed();
+                m_readings = m_sensors.read(now);
+                m_shardStartMs = now;
+                m_shardStartJoules = m_sensors.cpuJoules();
+            }
             m_progress = progress;
             m_contribution.setTraining(true);
         },
@@ -298,15 +349,45 @@ void DesktopApp::ensureContributor()
     connect(
         &thread, &compute::ComputeThread::shardFinished, this,
         [this](const compute::ShardOutput& output) {
+            const bool begun = m_progress.has_value();
+            const double busySeconds = begun ? double(m_progress->busyMs) / 1000.0 : 0.0;
             m_progress.reset();
             m_contribution.setTraining(false);
+            // What the shard cost in energy: RAPL's count over its time where readable, else an
+            // estimate from its time, threads and duty cycle.
+            QString energy;
+            if (begun) {
+                const qint64 now = m_since.elapsed();
+                m_readings = m_sensors.read(now);
+                // The app hears of a shard at its first progress (after 100 ms of it): RAPL's count
+                // from then on, over a window long enough to mean something, gives the package's
+                // power, which the shard drew for the longer of that window and its computing time.
+                const double window = double(now - m_shardStartMs) / 1000.0;
+                const auto joulesNow = m_sensors.cpuJoules();
+                const bool measured = joulesNow && m_shardStartJoules && window >= 0.5;
+                const double joules = measured ? (*joulesNow - *m_shardStartJoules) / window * std::max(window, busySeconds)
+                                               : EstimatedWattsPerThread * double(computeThreads(*m_settings)) * busySeconds;
+                const double seconds = busySeconds;
+                const QDate today = QDate::currentDate();
+                if (m_energyDay != today) {
+                    m_energyDay = today;
+                    m_energyTodayJoules = 0.0;
+                }
+                m_energyTodayJoules += joules;
+                m_energyMeasured = measured;
+                energy = QStringLiteral(", %1 s of computing, %2 Wh of CPU energy (%3)")
+                             .arg(seconds, 0, 'f', seconds < 1.0 ? 3 : 1)
+                             .arg(joules / 3600.0, 0, 'f', 3)
+                             .arg(measured ? QStringLiteral("RAPL") : QStringLiteral("estimated"));
+            }
             note(QStringLiteral("info"), QStringLiteral("compute"),
-                QStringLiteral("shard %1 of round %2 of %3: %4")
+                QStringLiteral("shard %1 of round %2 of %3: %4%5")
                     .arg(output.result.shard)
                     .arg(output.result.round)
                     .arg(output.result.jobId,
                         output.result.outcome == core::ShardResult::Outcome::Completed ? QStringLiteral("trained")
-                                                                                       : output.result.failure));
+                                                                                       : output.result.failure,
+                        energy));
         },
         Qt::QueuedConnection);
 
@@ -330,6 +411,15 @@ void DesktopApp::restartSessions()
 
 void DesktopApp::startContributing()
 {
+    const bool firstTime = !m_settings->boolValue(names::ComputeContribute);
+    // The first time on the practice network: a job to work on, so that the user sees a shard train,
+    // get verified and get paid within a minute (the local broker's faucet pays for it).
+    if (firstTime && m_embedded.running() && !m_demoSubmitted) {
+        m_demoSubmitted = true;
+        note(QStringLiteral("info"), QStringLiteral("jobs"),
+            QStringLiteral("a practice job for the local broker, so that this computer has work at once"));
+        submit(demoJob());
+    }
     m_dashboard->showFirstRun(false);
     m_contribution.setContributing(true);
     m_tray->setContributing(true);
@@ -408,13 +498,16 @@ void DesktopApp::snoozeUntilIdle()
 void DesktopApp::updateState()
 {
     core::Contribution::Inputs inputs;
-    const auto idle = userIdleSeconds();
-    inputs.userIdleSeconds = idle.value_or(0);
+    if (m_contribution.contributing())
+        sampleIdle(); // for the next time: DBus answers when it answers
+    inputs.userIdleSeconds = m_idleSeconds.value_or(0);
     inputs.onBattery = onBattery();
     inputs.insideSchedule
         = core::Contribution::insideSchedule(m_settings->stringValue(names::ComputeSchedule), QTime::currentTime());
     m_contribution.setConnected(m_brokerReachable);
     m_contribution.update(inputs, QDateTime::currentDateTime());
+    if (m_contribution.contributing())
+        governDuty(); // the sensors matter while training; not read at all otherwise
     // Pausing every usable device from the tray pauses the compute thread.
     bool allPaused = false;
     if (m_identity) {
@@ -446,9 +539,107 @@ void DesktopApp::updateState()
     m_tray->setState(allPaused && state != core::Contribution::State::Off ? core::Contribution::State::Paused : state, tooltip);
 }
 
+void DesktopApp::governDuty()
+{
+    const qint64 now = m_since.elapsed();
+    const double seconds = m_lastGovernedMs < 0 ? 1.0 : double(now - m_lastGovernedMs) / 1000.0;
+    m_lastGovernedMs = now;
+    m_readings = m_sensors.read(now);
+    int percent = int(m_settings->intValue(names::ComputeCpuPercent));
+    // Someone at the keyboard: slower, not stopped (RunOnlyWhenIdle pauses instead, in Contribution).
+    const bool inUse = m_idleSeconds.has_value() && *m_idleSeconds < m_settings->intValue(names::ComputeIdleMinutes) * 60;
+    if (inUse)
+        percent = std::min(percent, int(m_settings->intValue(names::ComputeCpuPercentWhileInUse)));
+    if (const auto limit = m_settings->intValue(names::ComputeMaxTemperatureC); limit > 0) {
+        if (!m_governor || m_governor->target() != double(limit))
+            m_governor.emplace(double(limit));
+        // The hottest device it can read: the CPU's sensors, each GPU's NVML.
+        std::optional<double> hottest = m_readings.cpuTemperatureC;
+        for (const auto& gpu : std::as_const(m_gpuReadings))
+            if (gpu.temperatureC && (!hottest || *gpu.temperatureC > *hottest))
+                hottest = gpu.temperatureC;
+        percent = std::min(percent, m_governor->update(hottest, seconds));
+    } else {
+        m_governor.reset();
+    }
+    if (m_contributor && percent != m_dutyPercent) {
+        m_contributor->executor().thread().setCpuPercent(percent);
+        m_dutyPercent = percent;
+    }
+}
+
+void DesktopApp::sampleGpus()
+{
+    if (!m_identity || m_gpuSampling)
+        return;
+    const bool cuda = std::any_of(m_identity->info.devices.cbegin(), m_identity->info.devices.cend(),
+        [](const core::DeviceInfo& device) { return device.kind == core::DeviceInfo::Kind::Cuda; });
+    const qint64 now = m_since.elapsed();
+    if (!cuda || (m_lastGpuSampleMs >= 0 && now - m_lastGpuSampleMs < 10'000))
+        return;
+    m_gpuSampling = true;
+    m_lastGpuSampleMs = now;
+    QtConcurrent::run([] {
+        return compute::probeGpusInChild(compute::defaultProbeProgram(), 5000);
+    }).then(this, [this](const compute::DeviceReport& report) {
+        m_gpuSampling = false;
+        QHash<QString, ui::DevicesModel::Reading> readings;
+        for (const auto& device : report.devices) {
+            ui::DevicesModel::Reading reading;
+            if (device.temperatureCelsius >= 0) {
+                reading.temperatureC = double(device.temperatureCelsius);
+                reading.temperatureSource = QStringLiteral("NVML");
+            }
+            if (device.powerWatts >= 0)
+                reading.watts = double(device.powerWatts);
+            readings.insert(ui::DevicesModel::deviceId(device), reading);
+        }
+        m_gpuReadings = readings;
+    });
+}
+
+void DesktopApp::showReadings()
+{
+    if (!m_identity)
+        return;
+    if (!m_contribution.contributing()) // governDuty reads them otherwise
+        m_readings = m_sensors.read(m_since.elapsed());
+    QHash<QString, ui::DevicesModel::Reading> readings = m_gpuReadings;
+    const bool working = m_contributor && !m_computePaused && m_contribution.state() == core::Contribution::State::Working;
+    const int duty = m_dutyPercent < 0 ? 100 : m_dutyPercent;
+    for (const auto& device : m_identity->info.devices) {
+        if (device.kind != core::DeviceInfo::Kind::Cpu)
+            continue;
+        ui::DevicesModel::Reading cpu;
+        cpu.loadPercent = working && m_progress ? duty : 0;
+        cpu.temperatureC = m_readings.cpuTemperatureC;
+        cpu.temperatureSource = m_readings.cpuTemperatureSource;
+        if (m_readings.cpuWatts) {
+            cpu.watts = m_readings.cpuWatts;
+        } else if (working && m_progress) {
+            cpu.watts = EstimatedWattsPerThread * double(computeThreads(*m_settings)) * double(duty) / 100.0;
+            cpu.wattsEstimated = true;
+        }
+        readings.insert(ui::DevicesModel::deviceId(device), cpu);
+    }
+    m_dashboard->devices().setReadings(readings);
+}
+
+void DesktopApp::sampleIdle()
+{
+    if (m_idleSampling)
+        return;
+    m_idleSampling = true;
+    QtConcurrent::run([] { return userIdleSeconds(); }).then(this, [this](std::optional<std::int64_t> idle) {
+        m_idleSeconds = idle;
+        m_idleSampling = false;
+    });
+}
+
 void DesktopApp::notifyTransitions(const QList<core::ResultEntry>& results)
 {
-    const bool first = m_lastStates.isEmpty();
+    const bool first = !m_statesPrimed; // what was there at start is no news
+    m_statesPrimed = true;
     for (const auto& result : results) {
         const QString& assignment = result.assignment;
         const QString& state = result.state;
@@ -461,25 +652,49 @@ void DesktopApp::notifyTransitions(const QList<core::ResultEntry>& results)
         if (state == u"verified" || state == u"disputed" || state == u"slashed" || state == u"paid") {
             note(state == u"slashed" ? QStringLiteral("warning") : QStringLiteral("info"), QStringLiteral("verification"),
                 QStringLiteral("%1: %2 %3").arg(what, state, result.paid));
-            if (m_settings->boolValue(names::AppNotifications)) {
-                const QString title = state == u"paid" ? tr("Paid %1 credits").arg(result.paid)
-                    : state == u"verified"             ? tr("Result verified")
-                    : state == u"disputed"             ? tr("Result disputed")
-                                                       : tr("Stake slashed");
-                m_tray->notify(title, what);
+            if (!m_settings->boolValue(names::AppNotifications))
+                continue;
+            if (state == u"disputed" || state == u"slashed") { // at once: the user's stake is at stake
+                m_tray->notify(state == u"disputed" ? tr("Result disputed") : tr("Stake slashed"), what);
+            } else if (state == u"paid") {
+                if (!m_toldFirstPayment) {
+                    m_toldFirstPayment = true;
+                    m_tray->notify(tr("Paid %1 credits").arg(result.paid), tr("the first paid shard: %1").arg(what));
+                    continue;
+                }
+                ++m_digestShards;
+                m_digestCredits += result.paid.toDouble();
+                if (m_digestSinceMs < 0)
+                    m_digestSinceMs = m_since.elapsed();
             }
         }
     }
+    flushDigest();
+}
+
+void DesktopApp::flushDigest(bool force)
+{
+    constexpr qint64 Window = 10 * 60 * 1000;
+    if (m_digestShards == 0 || (!force && m_since.elapsed() - m_digestSinceMs < Window))
+        return;
+    m_tray->notify(tr("Paid %n shard(s), %1 credits", nullptr, m_digestShards).arg(m_digestCredits, 0, 'f', 2),
+        tr("in the last %1 minutes").arg(std::max<qint64>(1, (m_since.elapsed() - m_digestSinceMs + 59'999) / 60'000)));
+    m_digestShards = 0;
+    m_digestCredits = 0.0;
+    m_digestSinceMs = -1;
 }
 
 void DesktopApp::refresh()
 {
     ++m_ticks;
-    // In the tray only, the state is what matters: the tables and charts refresh every 5 s.
-    if (!m_dashboard->isVisible() && m_ticks % 5 != 0) {
+    // In the tray only (or on the welcome page), the state is what matters: the tables and charts
+    // refresh every 5 s.
+    if ((!m_dashboard->isVisible() || m_dashboard->firstRunShown()) && m_ticks % 5 != 0) {
         updateState();
         return;
     }
+    sampleGpus();
+    showReadings();
     // The node's own results.
     if (m_results) {
         if (auto results = m_results->list(500)) {
@@ -505,7 +720,49 @@ void DesktopApp::refresh()
             m_dashboard->setEarnings(earnings, QDateTime::currentDateTime());
             m_dashboard->stakeEvents().setEvents(events);
             ui::Overview overview;
-            overview.earnedToday = QStringLiteral("%1 credits").arg(today, 0, 'f', 2);
+            overview.earnedToday = tr("%1 credits earned today").arg(today, 0, 'f', 2);
+            double week = 0.0;
+            const auto weekAgo = QDateTime(QDate::currentDate().addDays(-6), QTime(0, 0));
+            for (const auto& earning : earnings)
+                week += earning.at >= weekAgo && earning.credits > 0 ? earning.credits : 0.0;
+            overview.earnedWeek = tr("%1 credits in the last 7 days").arg(week, 0, 'f', 2);
+            const double kWh = m_energyTodayJoules / 3.6e6;
+            const double price = m_settings->stringValue(names::AppElectricityPricePerKWh).toDouble();
+            overview.energy = tr("%1 Wh of CPU energy for training today (%2)")
+                                  .arg(kWh * 1000.0, 0, 'f', kWh < 0.01 ? 2 : 1) // a practice job takes hundredths
+                                  .arg(m_energyMeasured ? tr("measured by RAPL")
+                                                        : tr("estimated: this computer does not let Tessera read its power"));
+            if (price > 0.0)
+                overview.energy += tr("; at %1 credits a kWh that is %2 credits, so %3 credits net")
+                                       .arg(price)
+                                       .arg(kWh * price, 0, 'f', 4)
+                                       .arg(today - kWh * price, 0, 'f', 2);
+            QStringList deviceLines;
+            QString cpu = tr("CPU: %1 thread(s), working %2% of the time")
+                              .arg(computeThreads(*m_settings))
+                              .arg(m_dutyPercent < 0 ? 100 : m_dutyPercent);
+            if (m_readings.cpuTemperatureC)
+                cpu += tr(", %1 °C").arg(*m_readings.cpuTemperatureC, 0, 'f', 0);
+            if (m_readings.cpuWatts)
+                cpu += tr(", %1 W").arg(*m_readings.cpuWatts, 0, 'f', 0);
+            if (m_governor && m_governor->percent() < 100)
+                cpu += tr(" (held under %1 °C)").arg(m_governor->target(), 0, 'f', 0);
+            deviceLines.append(cpu);
+            if (m_identity) {
+                for (const auto& device : m_identity->info.devices) {
+                    const auto reading = m_gpuReadings.constFind(ui::DevicesModel::deviceId(device));
+                    if (device.kind == core::DeviceInfo::Kind::Cpu || reading == m_gpuReadings.constEnd())
+                        continue;
+                    QStringList parts;
+                    if (reading->temperatureC)
+                        parts.append(tr("%1 °C").arg(*reading->temperatureC, 0, 'f', 0));
+                    if (reading->watts)
+                        parts.append(tr("%1 W").arg(*reading->watts, 0, 'f', 0));
+                    if (!parts.isEmpty())
+                        deviceLines.append(tr("%1: %2").arg(device.name, parts.join(QStringLiteral(", "))));
+                }
+            }
+            overview.devices = deviceLines.join(u'\n');
             // The first broker: balance, stake and the user's jobs.
             const auto list = brokers();
             QStringList names;
@@ -514,38 +771,21 @@ void DesktopApp::refresh()
                         ? QStringLiteral("%1 (local, on this computer)").arg(broker.endpoint)
                         : broker.endpoint);
             overview.brokers = names.join(QStringLiteral(", "));
-            if (!list.isEmpty() && m_identity && (m_ticks % 2 == 1 || m_ticks < 3)) {
-                auto account = askBroker(net::Command::Balance, { { QStringLiteral("account"), m_identity->info.nodeId } });
-                const bool reachable = account.ok();
-                if (reachable != m_brokerReachable && m_ticks > 1) {
-                    m_tray->notify(reachable ? tr("Broker back") : tr("Broker lost"), list.first().endpoint);
-                    note(reachable ? QStringLiteral("info") : QStringLiteral("warning"), QStringLiteral("network"),
-                        reachable ? QStringLiteral("broker back") : QStringLiteral("broker lost"));
-                }
-                m_brokerReachable = reachable;
-                if (account)
-                    m_account = *account;
-                if (auto reply = askBroker(net::Command::List, {})) {
-                    const auto jobs = net::ListReply::fromHeader(*reply);
-                    if (jobs) {
-                        m_dashboard->jobs().setJobs(jobs->jobs);
-                        const QString selected = m_dashboard->selectedJob();
-                        for (const auto& job : jobs->jobs) {
-                            if (job.id != selected)
-                                continue;
-                            QList<ui::RoundPoint> points;
-                            for (const auto& round : job.history)
-                                points.append({ int(round.round), round.testAccuracy, round.testLoss });
-                            m_dashboard->setJobRounds(selected, points, job.languageModel);
-                            if (job.languageModel && !job.history.isEmpty())
-                                showSample(selected, int(job.history.size()));
-                        }
-                    }
-                }
+            // Asked again only when the last answers are in: a slow broker gets no pile of requests.
+            if (!list.isEmpty() && m_identity && (m_ticks % 2 == 1 || m_ticks < 3) && m_link.pending() == 0) {
+                aimLink();
+                m_brokerAnswered = false;
+                const QString endpoint = list.first().endpoint;
+                m_link.request(net::Command::Balance, { { QStringLiteral("account"), m_identity->info.nodeId } })
+                    .then(
+                        this, [this, endpoint](const core::Result<QJsonObject>& account) { accountAnswered(account, endpoint); });
+                m_link.request(net::Command::List, {}).then(this, [this](const core::Result<QJsonObject>& reply) {
+                    jobsAnswered(reply);
+                });
             }
             if (!m_account.isEmpty()) {
-                overview.balance = m_account.value(QStringLiteral("balance")).toString() + QStringLiteral(" credits");
-                overview.stake = m_account.value(QStringLiteral("stake")).toString() + QStringLiteral(" credits");
+                overview.balance = tr("%1 credits in the wallet").arg(m_account.value(QStringLiteral("balance")).toString());
+                overview.stake = tr("%1 credits bonded").arg(m_account.value(QStringLiteral("stake")).toString());
                 overview.atRisk = m_progress.has_value()
                     ? tr("%1 credits (half of the stake, if this shard's result were proven false)")
                           .arg(m_account.value(QStringLiteral("stake")).toString().toDouble() / 2.0, 0, 'f', 2)
@@ -555,6 +795,7 @@ void DesktopApp::refresh()
             overview.state = core::Contribution::name(m_contribution.state());
             overview.reason = m_contribution.reason();
             if (m_progress) {
+                overview.progressPercent = m_progress->steps > 0 ? int(m_progress->step * 100 / m_progress->steps) : 0;
                 overview.shard
                     = tr("job %1, round %2, shard %3: step %4 of %5")
                           .arg(m_progress->jobId, QString::number(m_progress->round + 1), QString::number(m_progress->shard + 1),
@@ -563,12 +804,13 @@ void DesktopApp::refresh()
                                      .arg(m_progress->samplesPerSecond, 0, 'f', 0)
                                      .arg(double(m_progress->etaMs) / 1000.0, 0, 'f', 1)
                                      .arg(m_progress->loss, 0, 'f', 3);
-                overview.pauseCost = tr("nothing: the shard stops after step %1 and resumes there (if its deadline passes "
-                                        "first, another node gets it and these %1 steps are not paid)")
-                                         .arg(m_progress->step);
+                overview.pauseCost
+                    = tr("Pausing now costs nothing: the shard stops after step %1 and resumes there (if its deadline passes "
+                         "first, another node gets it and these %1 steps are not paid)")
+                          .arg(m_progress->step);
             } else {
                 overview.shard = tr("none");
-                overview.pauseCost = tr("nothing: no shard is training");
+                overview.pauseCost.clear();
             }
             m_dashboard->setOverview(overview);
         }
@@ -587,51 +829,98 @@ std::optional<net::CurveKeys> DesktopApp::identityKeys() const
     return m_identity ? std::optional<net::CurveKeys>(m_identity->keys) : std::nullopt;
 }
 
-core::Result<QJsonObject> DesktopApp::askBroker(net::Command command, QJsonObject header)
+void DesktopApp::aimLink()
 {
     const auto list = brokers();
-    if (list.isEmpty())
-        return core::Error { QStringLiteral("broker"), QStringLiteral("no broker") };
-    if (!m_client || m_clientBroker != list.first().toString()) {
-        m_client = std::make_unique<net::BrokerClient>(list.first(), identityKeys(), 1500);
-        m_clientBroker = list.first().toString();
+    m_link.setBroker(list.isEmpty() ? std::nullopt : std::optional<net::BrokerAddress>(list.first()), identityKeys());
+}
+
+void DesktopApp::accountAnswered(const core::Result<QJsonObject>& account, const QString& endpoint)
+{
+    const bool reachable = account.ok();
+    if (reachable != m_brokerReachable && m_ticks > 1) {
+        m_tray->notify(reachable ? tr("Broker back") : tr("Broker lost"), endpoint);
+        note(reachable ? QStringLiteral("info") : QStringLiteral("warning"), QStringLiteral("network"),
+            reachable ? QStringLiteral("broker back") : QStringLiteral("broker lost"));
     }
-    auto reply = m_client->request(command, std::move(header));
-    if (!reply && reply.error().field == u"broker")
-        m_client.reset(); // a fresh connection next time
-    return reply;
+    m_brokerReachable = reachable;
+    if (account)
+        m_account = *account;
 }
 
-core::Result<QString> DesktopApp::submit(core::JobSpec spec)
+void DesktopApp::jobsAnswered(const core::Result<QJsonObject>& reply)
 {
-    const auto list = brokers();
-    if (list.isEmpty())
-        return core::Error { QStringLiteral("broker"), QStringLiteral("no broker to submit to") };
-    net::BrokerClient client(list.first(), identityKeys(), 30'000);
-    if (auto uploaded = client.uploadJobFiles(spec, QDir::currentPath()); !uploaded)
-        return uploaded.error();
-    auto reply = client.request(net::Command::Submit, net::SubmitRequest { spec }.toHeader());
+    m_brokerAnswered = true;
     if (!reply)
-        return core::Error { QStringLiteral("broker"), reply.error().message };
-    auto submitted = net::SubmitReply::fromHeader(*reply);
-    if (!submitted)
-        return submitted.error();
-    return submitted->jobId;
+        return;
+    const auto jobs = net::ListReply::fromHeader(*reply);
+    if (!jobs)
+        return;
+    m_dashboard->jobs().setJobs(jobs->jobs);
+    const QString selected = m_dashboard->selectedJob();
+    for (const auto& job : jobs->jobs) {
+        if (job.id != selected)
+            continue;
+        QList<ui::RoundPoint> points;
+        for (const auto& round : job.history)
+            points.append({ int(round.round), round.testAccuracy, round.testLoss });
+        m_dashboard->setJobRounds(selected, points, job.languageModel);
+        if (job.languageModel && !job.history.isEmpty())
+            showSample(selected, int(job.history.size()));
+    }
 }
 
-core::Status DesktopApp::saveModel(const QString& jobId, const QString& path)
+QFuture<core::Result<QString>> DesktopApp::submit(core::JobSpec spec)
 {
-    const auto list = brokers();
-    if (list.isEmpty())
-        return core::Error { QStringLiteral("broker"), QStringLiteral("no broker") };
-    net::BrokerClient client(list.first(), identityKeys(), 30'000);
-    auto bytes = client.jobWeights(jobId);
-    if (!bytes)
-        return bytes.error();
-    QSaveFile file(path);
-    if (!file.open(QIODevice::WriteOnly) || file.write(*bytes) != bytes->size() || !file.commit())
-        return core::Error { QStringLiteral("path"), QStringLiteral("cannot write %1").arg(path) };
-    return {};
+    auto& panel = m_dashboard->submitPanel();
+    if (m_submitCancel)
+        return QtFuture::makeReadyFuture(
+            core::Result<QString>(core::Error { QStringLiteral("jobs"), QStringLiteral("a submission is under way") }));
+    aimLink();
+    m_submitCancel = std::make_shared<std::atomic<bool>>(false);
+    panel.setSubmitting(true);
+    QPointer<ui::SubmitPanel> shown(&panel);
+    auto progress = [shown](std::int64_t done, std::int64_t total) {
+        QMetaObject::invokeMethod(shown, [shown, done, total] {
+            if (shown)
+                shown->setSubmitProgress(done, total);
+        });
+    };
+    return m_link.submit(std::move(spec), QDir::currentPath(), progress, m_submitCancel)
+        .then(this, [this](const core::Result<QString>& submitted) {
+            m_submitCancel.reset();
+            m_dashboard->submitPanel().setSubmitting(false);
+            note(submitted ? QStringLiteral("info") : QStringLiteral("error"), QStringLiteral("jobs"),
+                submitted ? QStringLiteral("submitted %1").arg(*submitted) : submitted.error().toString());
+            refresh();
+            return submitted;
+        });
+}
+
+QFuture<core::Result<QString>> DesktopApp::saveModel(const QString& jobId, const QString& path)
+{
+    aimLink();
+    auto cancel = std::make_shared<std::atomic<bool>>(false);
+    // A dialog that shows the download and may cancel it; the window stays usable meanwhile.
+    QPointer<QProgressDialog> dialog
+        = new QProgressDialog(tr("Saving the model of job %1…").arg(jobId), tr("Cancel"), 0, 1000, m_dashboard.get());
+    dialog->setWindowModality(Qt::NonModal);
+    dialog->setMinimumDuration(500);
+    dialog->setAttribute(Qt::WA_DeleteOnClose);
+    connect(dialog, &QProgressDialog::canceled, this, [cancel] { cancel->store(true); });
+    auto progress = [dialog](std::int64_t done, std::int64_t total) {
+        QMetaObject::invokeMethod(dialog, [dialog, done, total] {
+            if (dialog && total > 0)
+                dialog->setValue(int(std::clamp<std::int64_t>(done * 1000 / total, 0, 999)));
+        });
+    };
+    return m_link.saveModel(jobId, path, progress, cancel).then(this, [this, dialog](const core::Result<QString>& saved) {
+        if (dialog)
+            dialog->close();
+        note(saved ? QStringLiteral("info") : QStringLiteral("error"), QStringLiteral("jobs"),
+            saved ? QStringLiteral("saved %1").arg(*saved) : saved.error().toString());
+        return saved;
+    });
 }
 
 void DesktopApp::showSample(const QString& jobId, int rounds)

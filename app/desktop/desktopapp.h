@@ -1,19 +1,21 @@
 #pragma once
 
+#include "brokerlink.h"
 #include "contributor.h"
 #include "embeddedbroker.h"
-
-#include <net/brokerclient.h>
 
 #include "../common/nodesetup.h"
 
 #include <compute/computethread.h>
+#include <compute/devices/sensors.h>
 #include <core/contribution.h>
 #include <core/resultlog.h>
 #include <core/settings/settings.h>
+#include <core/thermal.h>
 #include <ui/widgets/dashboard.h>
 #include <ui/widgets/tray.h>
 
+#include <QElapsedTimer>
 #include <QFileSystemWatcher>
 #include <QJsonObject>
 #include <QObject>
@@ -26,8 +28,9 @@ namespace tessera::app {
 
 // The desktop app's wiring: settings, the embedded broker, the node sessions and compute thread,
 // the contribute / snooze / pause state, and the dashboard and tray that show it all. Every second
-// it reads the node's result log and asks its brokers for balances and jobs, and pushes plain
-// rows to the dashboard's models.
+// it reads the node's result log and asks its broker for the balance and the jobs, and pushes plain
+// rows to the dashboard's models. Nothing on the GUI thread waits on a network: the broker is
+// asked through a BrokerLink, and its answers fill the window in when they come.
 class DesktopApp final : public QObject {
     Q_OBJECT
 
@@ -45,20 +48,33 @@ public:
     core::Status start();
     void startContributing();
     void stopContributing();
+    // Joins a network: its broker's address (tcp://host:port#KEY) becomes Node/Brokers, the local
+    // practice broker stops, and contributing goes on there.
+    void joinNetwork(const QString& address);
+    // The practice job the local broker gets at the first "Start contributing" (none with a
+    // network configured): small, clearly named, paid by the local faucet.
+    static core::JobSpec demoJob();
     void snoozeFor(std::int64_t seconds);
     void snoozeUntilIdle();
-    // Submits a job from the panel to the first broker (the embedded one when there is one).
-    core::Result<QString> submit(core::JobSpec spec);
-    // Saves a job's newest weights (torch.load reads them).
-    core::Status saveModel(const QString& jobId, const QString& path);
+    // Submits a job to the first broker (the embedded one when there is one): its id, when the
+    // broker has it. The panel shows the progress and may cancel it.
+    QFuture<core::Result<QString>> submit(core::JobSpec spec);
+    // Saves a job's newest weights (torch.load reads them) to `path`, whole or not at all.
+    QFuture<core::Result<QString>> saveModel(const QString& jobId, const QString& path);
     // Renders every tab to DIR/<tab>.png.
     core::Status screenshot(const QString& directory);
 
     ui::Dashboard& dashboard() { return *m_dashboard; }
     core::Contribution& contribution() { return m_contribution; }
     QString brokerAddress() const; // the first broker
-    // Runs one refresh now (the timer does it every second).
+    // Runs one refresh now (the timer does it every second); the broker's answers come later.
     void refresh();
+    // Broker requests in flight (the refresh asks again only when none is).
+    int brokerRequestsPending() const { return m_link.pending(); }
+    // The answers to the broker's last balance and jobs have come since the last refresh asked.
+    bool brokerAnswered() const { return m_brokerAnswered; }
+    // A shard is training now (its progress is on the Overview).
+    bool training() const { return m_progress.has_value(); }
 
 Q_SIGNALS:
     void quitRequested();
@@ -79,9 +95,25 @@ private:
     void benchmarkOnFirstStartThen(std::function<void()> then);
     // A line in the dashboard's log, stamped now.
     void note(const QString& level, const QString& area, const QString& text);
-    // A request to the first broker over one kept connection, with a short timeout.
     std::optional<net::CurveKeys> identityKeys() const;
-    core::Result<QJsonObject> askBroker(net::Command command, QJsonObject header);
+    // The link points at the first broker.
+    void aimLink();
+    // The broker's answers, as they come.
+    void accountAnswered(const core::Result<QJsonObject>& account, const QString& endpoint);
+    void jobsAnswered(const core::Result<QJsonObject>& reply);
+    // The user's idle time, asked off the GUI thread (a desktop's DBus may take its time).
+    void sampleIdle();
+    // The compute thread's duty cycle from the settings, the user's presence and the heat
+    // (Compute/CpuPercent, CpuPercentWhileInUse, MaxTemperatureC), and the readings shown.
+    void governDuty();
+    // GPU temperature and power through the device probe (NVML), in its child process off the
+    // GUI thread, every 10 s while a CUDA device is there.
+    void sampleGpus();
+    // The Devices tab's load, temperature and power columns.
+    void showReadings();
+    // Payments told once in a while ("Paid 12 shards, 10.8 credits, in the last 10 minutes"):
+    // the first at once, disputes and slashes always at once.
+    void flushDigest(bool force = false);
 
     Options m_options;
     std::unique_ptr<core::settings::Settings> m_settings;
@@ -104,8 +136,31 @@ private:
     QSet<QString> m_pausedDevices;
     QStringList m_sessionBrokers; // the brokers the running sessions serve
     QJsonObject m_account; // the node's balance and stake at the first broker, last asked
-    std::unique_ptr<net::BrokerClient> m_client;
-    QString m_clientBroker;
+    BrokerLink m_link;
+    bool m_brokerAnswered = false;
+    std::optional<std::int64_t> m_idleSeconds; // last sampled
+    bool m_idleSampling = false;
+    BrokerLink::Cancel m_submitCancel; // the submission under way, if any
+    bool m_demoSubmitted = false;
+    compute::Sensors m_sensors;
+    std::optional<core::ThermalGovernor> m_governor;
+    QElapsedTimer m_since; // the app's monotonic clock, for the sensors and the governor
+    qint64 m_lastGovernedMs = -1;
+    int m_dutyPercent = -1; // last set on the compute thread
+    compute::Sensors::Readings m_readings;
+    QHash<QString, ui::DevicesModel::Reading> m_gpuReadings; // "cuda:N" -> NVML's last answer
+    bool m_gpuSampling = false;
+    qint64 m_lastGpuSampleMs = -1;
+    double m_energyTodayJoules = 0.0; // CPU energy while training today: measured (RAPL) or estimated
+    bool m_energyMeasured = false;
+    qint64 m_shardStartMs = 0; // when the shard in training began (m_since's clock)
+    std::optional<double> m_shardStartJoules; // RAPL's count then
+    QDate m_energyDay;
+    int m_digestShards = 0;
+    double m_digestCredits = 0.0;
+    qint64 m_digestSinceMs = -1;
+    bool m_toldFirstPayment = false;
+    bool m_statesPrimed = false; // the result log's states were read once (transitions count after)
     int m_ticks = 0;
     QString m_sampled; // "job/rounds" of the text shown or being written
 };

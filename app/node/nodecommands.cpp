@@ -8,6 +8,7 @@
 #include <app/common/cli.h>
 #include <compute/benchmark.h>
 #include <compute/devices/devices.h>
+#include <compute/devices/sensors.h>
 #include <compute/environment.h>
 #include <compute/localjob.h>
 #include <compute/runtimeprofile.h>
@@ -19,6 +20,7 @@
 #include <core/jobspec.h>
 #include <core/settings/settings.h>
 #include <core/signing.h>
+#include <core/thermal.h>
 #include <net/brokerclient.h>
 #include <net/curvekeys.h>
 #include <net/identity.h>
@@ -28,6 +30,7 @@
 #include <QCommandLineParser>
 #include <QDateTime>
 #include <QDir>
+#include <QElapsedTimer>
 #include <QFile>
 #include <QFileInfo>
 #include <QJsonArray>
@@ -366,8 +369,37 @@ int runNode(const QStringList& args, const core::settings::Settings& settings, c
     }
     for (auto& client : clients)
         threads.emplace_back([&client] { client->run(stopRequested, abandonRequested); });
+    // Compute/MaxTemperatureC: the CPU held under a temperature by the compute thread's duty cycle
+    // (docs/APP.md, "Heat and energy"; a headless node reads the CPU's sensors only).
+    std::thread heat;
+    if (const auto limit = settings.intValue(names::ComputeMaxTemperatureC); limit > 0) {
+        const int cpuPercent = int(settings.intValue(names::ComputeCpuPercent));
+        heat = std::thread([&executor, limit, cpuPercent] {
+            compute::Sensors sensors;
+            core::ThermalGovernor governor { static_cast<double>(limit) };
+            QElapsedTimer clock;
+            clock.start();
+            int applied = cpuPercent;
+            std::int64_t last = 0;
+            while (!stopRequested.load()) {
+                const std::int64_t now = clock.elapsed();
+                const auto reading = sensors.read(now);
+                const int percent = std::min(cpuPercent, governor.update(reading.cpuTemperatureC, double(now - last) / 1000.0));
+                last = now;
+                if (percent != applied) {
+                    executor.thread().setCpuPercent(percent);
+                    applied = percent;
+                }
+                for (int slept = 0; slept < 10 && !stopRequested.load(); ++slept)
+                    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+            }
+        });
+    }
     for (auto& thread : threads)
         thread.join();
+    stopRequested = true;
+    if (heat.joinable())
+        heat.join();
     int results = 0;
     for (const auto& client : clients)
         results += client->counters().results;

@@ -56,6 +56,12 @@ QList<Key> makeKeys()
         boolKey(ComputeContribute, false, "Contribute compute as soon as the app starts."),
         intKey(ComputeMaxThreads, 0, 0, 1024, "Most CPU threads the compute thread may use; 0: all cores."),
         intKey(ComputeCpuPercent, 100, 10, 100, "Duty cycle of the compute thread in percent of wall time."),
+        intKey(ComputeCpuPercentWhileInUse, 100, 10, 100,
+            "Duty cycle while someone uses the computer (input within Compute/IdleMinutes): training slows down instead of "
+            "stopping; 100: no difference. Compute/RunOnlyWhenIdle pauses instead."),
+        intKey(ComputeMaxTemperatureC, 0, 0, 110,
+            "Hottest the CPU may run while training, in degrees Celsius (read from hwmon or the thermal zones): above it the "
+            "compute thread's duty cycle is lowered smoothly; 0: no limit."),
         intKey(ComputeMaxMemoryMiB, 4096, 256, 1048576,
             "Largest memory a shard may take on this node (the estimate of docs/NODE.md, Memory): a larger one is given back, "
             "saying why, and the broker is told."),
@@ -110,6 +116,9 @@ QList<Key> makeKeys()
             "Longest deadline of a shard, whatever the node claims; a late shard also goes to a second node."),
         boolKey(AppStartAtLogin, false, "Start the app when the desktop session starts (XDG autostart)."),
         boolKey(AppNotifications, true, "Show desktop notifications for verification, payments and disputes."),
+        stringKey(AppElectricityPricePerKWh, QStringLiteral("0"), R"(\d{1,6}(\.\d{1,6})?)", "a decimal number, like 0.25",
+            "What a kWh of electricity costs you, in credits: the Overview shows the energy training took and what it earned "
+            "net of it; 0: not shown."),
         choiceKey(LogLevel, QStringLiteral("info"),
             { QStringLiteral("debug"), QStringLiteral("info"), QStringLiteral("warning"), QStringLiteral("error") },
             "Least severe message written to the log."),

@@ -46,6 +46,8 @@ inline const QString NodeDataDirectory = QStringLiteral("Node/DataDirectory");
 inline const QString ComputeContribute = QStringLiteral("Compute/Contribute");
 inline const QString ComputeMaxThreads = QStringLiteral("Compute/MaxThreads");
 inline const QString ComputeCpuPercent = QStringLiteral("Compute/CpuPercent");
+inline const QString ComputeCpuPercentWhileInUse = QStringLiteral("Compute/CpuPercentWhileInUse");
+inline const QString ComputeMaxTemperatureC = QStringLiteral("Compute/MaxTemperatureC");
 inline const QString ComputeMaxMemoryMiB = QStringLiteral("Compute/MaxMemoryMiB");
 inline const QString ComputeBenchmarkOnFirstStart = QStringLiteral("Compute/BenchmarkOnFirstStart");
 inline const QString ComputeRunOnlyWhenIdle = QStringLiteral("Compute/RunOnlyWhenIdle");
@@ -79,6 +81,7 @@ inline const QString BrokerMaxShardsPerNode = QStringLiteral("Broker/MaxShardsPe
 inline const QString BrokerMaxDeadlineSeconds = QStringLiteral("Broker/MaxDeadlineSeconds");
 inline const QString AppStartAtLogin = QStringLiteral("App/StartAtLogin");
 inline const QString AppNotifications = QStringLiteral("App/Notifications");
+inline const QString AppElectricityPricePerKWh = QStringLiteral("App/ElectricityPricePerKWh");
 inline const QString LogLevel = QStringLiteral("Log/Level");
 } // namespace names
 

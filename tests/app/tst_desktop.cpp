@@ -1,26 +1,101 @@
 // The desktop app end to end, under a real X server with a tray host (tests/app/under-x.sh runs it
 // in xvfb-run with trayer): the app starts its embedded broker, the user presses "Start
-// contributing" and submits a job from the panel; shards train, are verified (the local broker
-// re-executes them) and paid; the earnings chart and the verification table show it; the trained
-// model is saved. A screenshot of the screen is kept as a test artifact.
+// contributing", the practice job's shards train, are verified (the local broker re-executes
+// them) and paid; the user submits a job from the panel; the earnings chart and the verification
+// table show it; the trained model is saved. A screenshot of the screen is kept as a test
+// artifact. And the window never waits on a broker that is silent or late.
 
 #include <app/desktop/desktopapp.h>
+#include <net/protocol.h>
 #include <ui/widgets/submitpanel.h>
+
+#include <zmq.hpp>
+#include <zmq_addon.hpp>
 
 #include <QApplication>
 #include <QChart>
 #include <QChartView>
 #include <QDir>
+#include <QElapsedTimer>
 #include <QFile>
 #include <QLineEdit>
 #include <QProcess>
 #include <QPushButton>
+#include <QRegularExpression>
 #include <QSpinBox>
 #include <QSystemTrayIcon>
 #include <QTemporaryDir>
 #include <QTest>
+#include <QTimer>
+
+#include <atomic>
+#include <chrono>
+#include <thread>
 
 using namespace tessera;
+
+namespace {
+
+// A broker that answers every request `delayMs` late (with an error: any answer is one), or never
+// (delayMs < 0): the network at its worst, for the app's window.
+class LateBroker {
+public:
+    explicit LateBroker(int delayMs)
+        : m_delayMs(delayMs)
+        , m_socket(m_context, zmq::socket_type::router)
+    {
+        m_socket.set(zmq::sockopt::linger, 0);
+        m_socket.bind("tcp://127.0.0.1:*");
+        m_endpoint = QString::fromStdString(m_socket.get(zmq::sockopt::last_endpoint));
+        m_thread = std::thread([this] { serve(); }); // the socket is the thread's from here on
+    }
+    ~LateBroker()
+    {
+        m_stop = true;
+        m_thread.join();
+    }
+    QString endpoint() const { return m_endpoint; }
+    int requests() const { return m_requests; }
+
+private:
+    void serve()
+    {
+        while (!m_stop) {
+            zmq::pollitem_t item { m_socket.handle(), 0, ZMQ_POLLIN, 0 };
+            zmq::poll(&item, 1, std::chrono::milliseconds(50));
+            if (!(item.revents & ZMQ_POLLIN))
+                continue;
+            std::vector<zmq::message_t> parts;
+            if (!zmq::recv_multipart(m_socket, std::back_inserter(parts)) || parts.size() < 2)
+                continue;
+            ++m_requests;
+            QList<QByteArray> frames;
+            for (std::size_t i = 1; i < parts.size(); ++i)
+                frames.append(QByteArray(static_cast<const char*>(parts[i].data()), qsizetype(parts[i].size())));
+            const auto message = net::decode(frames);
+            if (!message || m_delayMs < 0)
+                continue;
+            for (int waited = 0; waited < m_delayMs && !m_stop; waited += 10)
+                std::this_thread::sleep_for(std::chrono::milliseconds(10));
+            const auto reply = net::encode(net::errorMessage(QStringLiteral("unavailable"), QStringLiteral("a late answer"),
+                int(message->command), message->header.value(QStringLiteral("id"))));
+            m_socket.send(zmq::buffer(parts[0].data(), parts[0].size()), zmq::send_flags::sndmore);
+            for (qsizetype i = 0; i < reply.size(); ++i)
+                m_socket.send(zmq::buffer(reply[i].constData(), std::size_t(reply[i].size())),
+                    i + 1 < reply.size() ? zmq::send_flags::sndmore : zmq::send_flags::none);
+        }
+    }
+
+    int m_delayMs;
+    zmq::context_t m_context;
+    zmq::socket_t m_socket;
+    QString m_endpoint;
+    std::atomic<bool> m_stop { false };
+    std::atomic<int> m_requests { 0 };
+    std::thread m_thread;
+};
+
+} // namespace
 
 class DesktopTest : public QObject {
     Q_OBJECT
@@ -35,7 +110,69 @@ private Q_SLOTS:
         qputenv("XDG_DATA_HOME", m_dir.filePath(QStringLiteral("data")).toUtf8());
     }
 
-    void aShardTrainsIsVerifiedAndPaidAndTheJobsModelIsSaved()
+    // The window never waits on the network: with a broker that never answers, and with one that
+    // answers 3 s late, the event loop keeps turning while the app refreshes every second, the
+    // submit panel is priced on every edit and a job is cancelled. Its lateness is measured with a
+    // 10 ms timer (goal: at most 50 ms; asserted below 400 ms, a quarter of the 1.5 s a blocking
+    // request took before, so that a loaded machine's scheduling cannot fail the test).
+    void theWindowNeverWaitsOnTheBroker_data()
+    {
+        QTest::addColumn<int>("delayMs");
+        QTest::newRow("silent") << -1;
+        QTest::newRow("3 s late") << 3000;
+    }
+    void theWindowNeverWaitsOnTheBroker()
+    {
+        QFETCH(int, delayMs);
+        LateBroker broker(delayMs);
+        const QString name = QStringLiteral("late-%1").arg(delayMs < 0 ? 0 : delayMs);
+        const QString config = m_dir.filePath(name + QStringLiteral(".ini"));
+        QFile ini(config);
+        QVERIFY(ini.open(QIODevice::WriteOnly));
+        ini.write(QStringLiteral("[Node]\nDataDirectory=%1\nName=%2\nBrokers=%3\n[Compute]\nBenchmarkOnFirstStart=false\n")
+                      .arg(m_dir.filePath(name), name, broker.endpoint())
+                      .toUtf8());
+        ini.close();
+        app::DesktopApp desktop({ config, true });
+        QVERIFY(desktop.start().ok());
+        QCOMPARE(desktop.brokerAddress(), broker.endpoint()); // no local broker: the configured one
+        auto& panel = desktop.dashboard().submitPanel();
+        auto* jobName = qobject_cast<QLineEdit*>(panel.field(QStringLiteral("name")));
+
+        QElapsedTimer clock;
+        clock.start();
+        qint64 last = 0, worst = 0;
+        int edits = 0;
+        QTimer beat;
+        QObject::connect(&beat, &QTimer::timeout, &beat, [&] {
+            const qint64 now = clock.elapsed();
+            worst = std::max(worst, now - last - 10);
+            last = now;
+            // The user at work meanwhile: an edit every 150 ms, a cancel now and then.
+            if (now / 150 > edits) {
+                ++edits;
+                jobName->setText(QStringLiteral("job %1").arg(edits));
+                if (edits % 10 == 0)
+                    Q_EMIT desktop.dashboard().cancelJob(QStringLiteral("0123456789abcdef"));
+            }
+        });
+        beat.start(10);
+        QTRY_VERIFY_WITH_TIMEOUT(clock.elapsed() > 7000, 20'000);
+        beat.stop();
+        qInfo("%s: %d requests reached the broker, %d edits; the event loop was at most %lld ms late", QTest::currentDataTag(),
+            broker.requests(), edits, worst);
+        QVERIFY(broker.requests() >= 2);
+        QVERIFY2(worst < 400, qPrintable(QStringLiteral("the event loop stalled for %1 ms").arg(worst)));
+        if (delayMs > 0)
+            QTRY_VERIFY_WITH_TIMEOUT(panel.estimateText().contains(QStringLiteral("Cannot price")), 10'000);
+    }
+
+    // A fresh install as a person meets it: no broker configured, the welcome page, "Start
+    // contributing". The local broker gets the practice job by itself, and a shard of it trains, is
+    // verified and paid without the user visiting any other tab (goal: within 60 s; the time is
+    // logged, and the test waits longer so that a loaded machine cannot fail it). Then the user
+    // submits a job of their own from the panel, it finishes, and its model is saved.
+    void aFirstRunIsPaidForThePracticeJobThenTheUsersJobTrainsAndIsSaved()
     {
         const QString config = m_dir.filePath(QStringLiteral("tessera.ini"));
         QFile ini(config);
@@ -54,8 +191,44 @@ private Q_SLOTS:
         auto& dashboard = desktop.dashboard();
         QVERIFY(dashboard.isVisible());
         QVERIFY(dashboard.startButton()->isVisible()); // the first-run screen
+        QVERIFY(dashboard.firstRunText().contains(QStringLiteral("practises on this computer")));
+
+        // A network's address is checked as it is typed.
+        QTest::keyClicks(dashboard.joinField(), QStringLiteral("tcp://broker.example.org"));
+        QVERIFY(!dashboard.joinButton()->isEnabled());
+        dashboard.joinField()->setText(QStringLiteral("tcp://broker.example.org:5555"));
+        QVERIFY(!dashboard.joinButton()->isEnabled()); // no key: not encrypted, not offered
+        dashboard.joinField()->setText(QStringLiteral("tcp://broker.example.org:5555#rq:rM>}U?@Lns47E1%kR.o@n%FcmmsL/@{H8]yf7"));
+        QVERIFY(dashboard.joinButton()->isEnabled());
+        dashboard.joinField()->clear();
+
+        QElapsedTimer sinceStart;
+        sinceStart.start();
         QTest::mouseClick(dashboard.startButton(), Qt::LeftButton);
         QVERIFY(desktop.contribution().contributing());
+        QTRY_COMPARE_WITH_TIMEOUT(dashboard.jobs().rowCount(), 1, 30'000);
+        QCOMPARE(dashboard.jobs().data(dashboard.jobs().index(0, int(ui::JobsModel::Column::Name))).toString(),
+            app::DesktopApp::demoJob().name);
+
+        auto stateOf = [&](int row) {
+            return dashboard.results().data(dashboard.results().index(row, int(ui::ResultsModel::Column::State))).toString();
+        };
+        auto lifecycleOf = [&](int row) {
+            return dashboard.results().data(dashboard.results().index(row, int(ui::ResultsModel::Column::History))).toString();
+        };
+        auto paidAndVerified = [&] {
+            for (int row = 0; row < dashboard.results().rowCount(); ++row) {
+                if (stateOf(row) == u"paid" && lifecycleOf(row).contains(QStringLiteral("verified")))
+                    return true;
+            }
+            return false;
+        };
+        QTRY_VERIFY_WITH_TIMEOUT(paidAndVerified(), 300'000);
+        const double firstPaid = double(sinceStart.elapsed()) / 1000.0;
+        qInfo("first run: the first practice shard was paid %.1f s after Start contributing (goal 60 s: %s)", firstPaid,
+            firstPaid <= 60.0 ? "met" : "NOT met");
+        QCOMPARE(dashboard.currentTab(), QStringLiteral("Overview"));
+        QVERIFY2(dashboard.chartedEarnings() > 0.0, "the earnings chart shows nothing");
 
         // A small job from the submit panel.
         dashboard.showTab(QStringLiteral("Jobs"));
@@ -68,47 +241,57 @@ private Q_SLOTS:
         qobject_cast<QSpinBox*>(panel.field(QStringLiteral("batch")))->setValue(32);
         qobject_cast<QLineEdit*>(panel.field(QStringLiteral("budget")))->setText(QStringLiteral("20"));
         // Priced by the local broker (a request that timed out on a busy machine is asked again).
-        QTRY_VERIFY_WITH_TIMEOUT((panel.estimateText().contains(QStringLiteral("training")) || (panel.refresh(), false)), 60'000);
+        QTRY_VERIFY_WITH_TIMEOUT(
+            (panel.estimateText().contains(QStringLiteral("training"))
+                || (panel.estimateText().contains(QStringLiteral("Cannot price")) && (panel.refresh(), false))),
+            60'000);
         QVERIFY2(panel.submitButton()->isEnabled(), qPrintable(panel.errorText() + panel.estimateText()));
         QTest::mouseClick(panel.submitButton(), Qt::LeftButton);
-        QTRY_COMPARE_WITH_TIMEOUT(dashboard.jobs().rowCount(), 1, 10'000);
-        const QString jobId = dashboard.jobs().rowAt(0).key;
+        QTRY_COMPARE_WITH_TIMEOUT(dashboard.jobs().rowCount(), 2, 30'000);
+        QString jobId;
+        for (int row = 0; row < dashboard.jobs().rowCount(); ++row) {
+            if (dashboard.jobs().data(dashboard.jobs().index(row, int(ui::JobsModel::Column::Name))).toString() == u"desktop e2e")
+                jobId = dashboard.jobs().rowAt(row).key;
+        }
+        QVERIFY(!jobId.isEmpty());
 
-        // Shards train, are verified and paid; the job finishes.
-        auto stateOf = [&](int row) {
-            return dashboard.results().data(dashboard.results().index(row, int(ui::ResultsModel::Column::State))).toString();
+        // Both jobs finish.
+        auto finished = [&] {
+            for (int row = 0; row < dashboard.jobs().rowCount(); ++row) {
+                if (dashboard.jobs().data(dashboard.jobs().index(row, int(ui::JobsModel::Column::State))).toString()
+                    != u"finished")
+                    return false;
+            }
+            return true;
         };
-        auto lifecycleOf = [&](int row) {
-            return dashboard.results().data(dashboard.results().index(row, int(ui::ResultsModel::Column::History))).toString();
-        };
-        QTRY_VERIFY_WITH_TIMEOUT(
-            [&] {
-                for (int row = 0; row < dashboard.results().rowCount(); ++row) {
-                    if (stateOf(row) == u"paid" && lifecycleOf(row).contains(QStringLiteral("verified")))
-                        return true;
-                }
-                return false;
-            }(),
-            180'000);
-        QTRY_VERIFY_WITH_TIMEOUT(
-            dashboard.jobs().data(dashboard.jobs().index(0, int(ui::JobsModel::Column::State))).toString() == u"finished",
-            180'000);
+        QTRY_VERIFY_WITH_TIMEOUT(finished(), 300'000);
         // The overview catches up on the next refreshes (the balance is asked every other tick, and a
         // request may time out on a busy machine). One identity earns and pays: the local faucet
-        // minted the job's 20-credit budget, this node earned 0.4 of it back and 19.6 were refunded.
+        // minted the practice job's 20-credit budget, and for the user's job only what the owner
+        // lacked then (20 less what the practice job had paid back by then: 0.1 to 0.6 credits, as
+        // one to six of its shards had been paid); this node earned back all that was spent and the
+        // rest was refunded. So the balance is what was minted: 39.4 to 39.9, nothing lost or made.
+        dashboard.showTab(QStringLiteral("Overview"));
+        auto balanceOf = [](const QString& text) {
+            static const QRegularExpression balance(QStringLiteral("balance: ([0-9.]+) credits"));
+            const auto match = balance.match(text);
+            return match.hasMatch() ? match.captured(1).toDouble() : -1.0;
+        };
         auto overviewSettled = [&] {
             desktop.refresh();
             const auto text = dashboard.overviewText();
-            return text.contains(QStringLiteral("balance: 20 credits")) && text.contains(QStringLiteral("stake: 10 credits"))
+            const double credits = balanceOf(text);
+            return credits >= 39.4 - 1e-9 && credits <= 39.9 + 1e-9 && text.contains(QStringLiteral("stake: 10 credits"))
                 && text.contains(QStringLiteral("state: waiting for work"));
         };
         QTRY_VERIFY2_WITH_TIMEOUT(overviewSettled(), qPrintable(dashboard.overviewText()), 60'000);
-        QVERIFY2(dashboard.chartedEarnings() > 0.0, "the earnings chart shows nothing");
         qInfo("%s", qPrintable(dashboard.overviewText()));
 
         // The trained model is saved, and PyTorch can load it.
         const QString model = m_dir.filePath(QStringLiteral("model.pt"));
-        QVERIFY(desktop.saveModel(jobId, model).ok());
+        auto saved = desktop.saveModel(jobId, model);
+        QTRY_VERIFY_WITH_TIMEOUT(saved.isFinished(), 60'000);
+        QVERIFY2(saved.result().ok(), qPrintable(saved.result().ok() ? QString() : saved.result().error().toString()));
         QProcess python;
         python.start(QStringLiteral("/usr/bin/python3"),
             { QStringLiteral("-c"), QStringLiteral("import torch; w = torch.load('%1'); print(sorted(w))").arg(model) });

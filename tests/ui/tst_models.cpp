@@ -109,6 +109,42 @@ private Q_SLOTS:
         QVERIFY(!model.setData(model.index(1, int(DevicesModel::Column::Enabled)), Qt::Checked, Qt::CheckStateRole));
     }
 
+    void devicesShowTheirLoadTemperatureAndPower()
+    {
+        DevicesModel model;
+        QAbstractItemModelTester tester(&model, QAbstractItemModelTester::FailureReportingMode::QtTest);
+        model.setDevices({ device(0, true), device(1, false) }, {}, { QStringLiteral("cpu:0") });
+        const auto cell = [&](int row, DevicesModel::Column column, int role = Qt::DisplayRole) {
+            return model.data(model.index(row, int(column)), role).toString();
+        };
+        // Nothing read yet: a dash, and the tip says why.
+        QCOMPARE(cell(0, DevicesModel::Column::Temperature), QStringLiteral("\u2014"));
+        QVERIFY(cell(0, DevicesModel::Column::Power, Qt::ToolTipRole).contains(QStringLiteral("No power meter")));
+        DevicesModel::Reading cpu;
+        cpu.loadPercent = 63;
+        cpu.temperatureC = 74.6;
+        cpu.temperatureSource = QStringLiteral("hwmon k10temp");
+        cpu.watts = 20.0;
+        cpu.wattsEstimated = true;
+        DevicesModel::Reading gpu;
+        gpu.temperatureC = 61.0;
+        gpu.temperatureSource = QStringLiteral("NVML");
+        gpu.watts = 170.0;
+        model.setReadings({ { QStringLiteral("cpu:0"), cpu }, { QStringLiteral("cuda:1"), gpu } });
+        QCOMPARE(cell(0, DevicesModel::Column::Load), QStringLiteral("63%"));
+        QCOMPARE(cell(0, DevicesModel::Column::Temperature), QStringLiteral("75 \u00b0C"));
+        QVERIFY(cell(0, DevicesModel::Column::Temperature, Qt::ToolTipRole).contains(QStringLiteral("k10temp")));
+        QCOMPARE(cell(0, DevicesModel::Column::Power), QStringLiteral("~20 W")); // an estimate says so
+        QVERIFY(cell(0, DevicesModel::Column::Power, Qt::ToolTipRole).contains(QStringLiteral("Estimated")));
+        QCOMPARE(cell(1, DevicesModel::Column::Temperature), QStringLiteral("61 \u00b0C"));
+        QCOMPARE(cell(1, DevicesModel::Column::Power), QStringLiteral("170 W"));
+        // New readings change those cells only, and the user's choice stays.
+        cpu.temperatureC = 76.0;
+        model.setReadings({ { QStringLiteral("cpu:0"), cpu }, { QStringLiteral("cuda:1"), gpu } });
+        QCOMPARE(model.lastChangedCells(), 1);
+        QCOMPARE(model.data(model.index(0, int(DevicesModel::Column::Enabled)), Qt::CheckStateRole).toInt(), int(Qt::Unchecked));
+    }
+
     void jobsShowProgressAndAccuracy()
     {
         JobsModel model;

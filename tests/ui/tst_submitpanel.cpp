@@ -4,6 +4,7 @@
 
 #include <QComboBox>
 #include <QLineEdit>
+#include <QPromise>
 #include <QPushButton>
 #include <QSignalSpy>
 #include <QSpinBox>
@@ -15,8 +16,12 @@ using tessera::ui::SubmitPanel;
 class SubmitPanelTest : public QObject {
     Q_OBJECT
 
-    // A stand-in for the broker's quote: 0.5 credits a shard.
-    static core::Result<core::Quote> quote(const core::JobSpec& spec)
+    // A stand-in for the broker's quote: 0.5 credits a shard, answered at once.
+    static QFuture<core::Result<core::Quote>> quote(const core::JobSpec& spec)
+    {
+        return QtFuture::makeReadyFuture(quoteOf(spec));
+    }
+    static core::Result<core::Quote> quoteOf(const core::JobSpec& spec)
     {
         core::Quote q;
         q.shards = spec.training.rounds * spec.training.shardsPerRound;
@@ -101,16 +106,16 @@ private Q_SLOTS:
         SubmitPanel panel;
         panel.setEstimator(&quote);
         // 15 rounds x 3 shards at 0.5: 22.5 credits of training, 45 in the worst case.
-        QVERIFY2(panel.estimateText().contains(QStringLiteral("training 22.5")), qPrintable(panel.estimateText()));
+        QTRY_VERIFY2(panel.estimateText().contains(QStringLiteral("training 22.5")), qPrintable(panel.estimateText()));
         QVERIFY(panel.estimateText().contains(QStringLiteral("worst case 45")));
         qobject_cast<QSpinBox*>(panel.field(QStringLiteral("rounds")))->setValue(2);
-        QVERIFY2(panel.estimateText().contains(QStringLiteral("training 3,")), qPrintable(panel.estimateText()));
+        QTRY_VERIFY2(panel.estimateText().contains(QStringLiteral("training 3,")), qPrintable(panel.estimateText()));
         // A budget below the training cannot be submitted.
         qobject_cast<QLineEdit*>(panel.field(QStringLiteral("budget")))->setText(QStringLiteral("2"));
-        QVERIFY(panel.estimateText().contains(QStringLiteral("does not cover")));
+        QTRY_VERIFY(panel.estimateText().contains(QStringLiteral("does not cover")));
         QVERIFY(!panel.submitButton()->isEnabled());
         qobject_cast<QLineEdit*>(panel.field(QStringLiteral("budget")))->setText(QStringLiteral("4"));
-        QVERIFY(panel.estimateText().contains(QStringLiteral("may run out")));
+        QTRY_VERIFY(panel.estimateText().contains(QStringLiteral("may run out")));
         QVERIFY(panel.submitButton()->isEnabled());
 
         QSignalSpy submitted(&panel, &SubmitPanel::submitRequested);
@@ -119,6 +124,60 @@ private Q_SLOTS:
         const auto spec = submitted[0][0].value<core::JobSpec>();
         QCOMPARE(spec.training.rounds, 2);
         QCOMPARE(spec.budget.toString(), QStringLiteral("4"));
+    }
+
+    // Typing asks for one price once the form is still, not one a keystroke; an answer that comes
+    // after the form changed again is dropped; a price that never comes leaves the form usable.
+    void pricingWaitsForTheFormAndDropsStaleAnswers()
+    {
+        SubmitPanel panel;
+        QList<std::shared_ptr<QPromise<core::Result<core::Quote>>>> asked;
+        QList<core::JobSpec> specs;
+        panel.setEstimator([&](const core::JobSpec& spec) {
+            auto promise = std::make_shared<QPromise<core::Result<core::Quote>>>();
+            promise->start();
+            asked.append(promise);
+            specs.append(spec);
+            return promise->future();
+        });
+        QTRY_COMPARE(asked.size(), 1);
+        auto* name = qobject_cast<QLineEdit*>(panel.field(QStringLiteral("name")));
+        for (const auto* text : { "a", "ab", "abc", "abcd" })
+            name->setText(QString::fromLatin1(text));
+        QVERIFY(panel.estimateText().contains(QStringLiteral("Pricing")));
+        QTRY_COMPARE(asked.size(), 2); // one for the four edits
+        QCOMPARE(specs.last().name, QStringLiteral("abcd"));
+        QVERIFY(panel.submitButton()->isEnabled()); // no price yet: the job may still go
+        // The first answer is for a form that is gone.
+        asked[0]->addResult(quoteOf(specs[0]));
+        asked[0]->finish();
+        QTest::qWait(50);
+        QVERIFY(panel.estimateText().contains(QStringLiteral("Pricing")));
+        asked[1]->addResult(quoteOf(specs[1]));
+        asked[1]->finish();
+        QTRY_VERIFY(panel.estimateText().contains(QStringLiteral("training 22.5")));
+        for (auto& promise : asked) {
+            if (!promise->future().isFinished())
+                promise->finish();
+        }
+    }
+
+    // While the app submits, Submit is off and Cancel asks it to stop.
+    void aSubmissionShowsItsProgressAndCanBeCancelled()
+    {
+        SubmitPanel panel;
+        QSignalSpy cancel(&panel, &SubmitPanel::cancelRequested);
+        QSignalSpy submitted(&panel, &SubmitPanel::submitRequested);
+        panel.setSubmitting(true);
+        QVERIFY(!panel.submitButton()->isEnabled());
+        QVERIFY(panel.cancelButton()->isEnabled());
+        panel.setSubmitProgress(50, 100);
+        QTest::mouseClick(panel.cancelButton(), Qt::LeftButton);
+        QCOMPARE(cancel.count(), 1);
+        QTest::mouseClick(panel.submitButton(), Qt::LeftButton);
+        QCOMPARE(submitted.count(), 0);
+        panel.setSubmitting(false);
+        QVERIFY(panel.submitButton()->isEnabled());
     }
 };
 

@@ -49,7 +49,9 @@ void ResultsModel::setResults(const QList<core::ResultEntry>& results)
 }
 
 DevicesModel::DevicesModel(QObject* parent)
-    : KeyedTableModel(headers({ "Device", "Kind", "Usable", "Why not", "Memory", "Benchmark", "Use it" }), parent)
+    : KeyedTableModel(
+        headers({ "Device", "Kind", "Usable", "Why not", "Memory", "Benchmark", "Load", "Temperature", "Power", "Use it" }),
+        parent)
 { }
 
 QString DevicesModel::deviceId(const core::DeviceInfo& device)
@@ -60,27 +62,62 @@ QString DevicesModel::deviceId(const core::DeviceInfo& device)
 void DevicesModel::setDevices(
     const QList<core::DeviceInfo>& devices, const QHash<QString, Benchmark>& benchmarks, const QSet<QString>& disabled)
 {
+    m_list = devices;
+    m_benchmarks = benchmarks;
     m_disabled = disabled;
+    rebuild();
+}
+
+void DevicesModel::setReadings(const QHash<QString, Reading>& readings)
+{
+    m_readings = readings;
+    rebuild();
+}
+
+void DevicesModel::rebuild()
+{
     m_usable.clear();
     QList<Row> rows;
-    for (const auto& device : devices) {
+    for (const auto& device : m_list) {
         const QString id = deviceId(device);
         if (device.usable)
             m_usable.insert(id);
         QString benchmark;
-        if (const auto it = benchmarks.constFind(id); it != benchmarks.constEnd())
-            benchmark = QStringLiteral("mlp %1, cnn %2, %3 GFLOPS")
-                            .arg(formatRate(it->mlpSamplesPerSecond, QStringLiteral("samples/s")),
-                                formatRate(it->cnnSamplesPerSecond, QStringLiteral("samples/s")))
-                            .arg(it->gflops, 0, 'f', 1);
+        if (const auto it = m_benchmarks.constFind(id); it != m_benchmarks.constEnd()) {
+            // What was measured (the first-start benchmark measures the mlp only).
+            QStringList measured;
+            if (it->mlpSamplesPerSecond > 0.0)
+                measured << QStringLiteral("mlp ") + formatRate(it->mlpSamplesPerSecond, QStringLiteral("samples"));
+            if (it->cnnSamplesPerSecond > 0.0)
+                measured << QStringLiteral("cnn ") + formatRate(it->cnnSamplesPerSecond, QStringLiteral("samples"));
+            if (it->gflops > 0.0)
+                measured << QStringLiteral("%1 GFLOPS").arg(it->gflops, 0, 'f', 1);
+            benchmark = measured.join(QStringLiteral(", "));
+        }
+        const Reading reading = m_readings.value(id);
+        const QString unknown = QStringLiteral("\u2014"); // an em dash: no sensor to read
         Row row;
         row.key = id;
         row.cells = { device.name, core::DeviceInfo::kindName(device.kind),
             device.usable ? QStringLiteral("yes") : QStringLiteral("no"), device.unusableReason,
             device.memoryBytes > 0 ? formatBytes(device.memoryBytes) : QString(),
-            benchmark.isEmpty() ? QStringLiteral("not measured") : benchmark, !disabled.contains(id) && device.usable };
+            benchmark.isEmpty() ? QStringLiteral("not measured") : benchmark,
+            reading.loadPercent ? QStringLiteral("%1%").arg(*reading.loadPercent) : unknown,
+            reading.temperatureC ? QStringLiteral("%1 \u00b0C").arg(*reading.temperatureC, 0, 'f', 0) : unknown,
+            reading.watts ? QStringLiteral("%1%2 W")
+                                .arg(reading.wattsEstimated ? QStringLiteral("~") : QString())
+                                .arg(*reading.watts, 0, 'f', 0)
+                          : unknown,
+            !m_disabled.contains(id) && device.usable };
         row.tips
-            = { QStringLiteral("%1 %2, %3 cores").arg(device.vendor, device.features.join(u' '), QString::number(device.cores)) };
+            = { QStringLiteral("%1 %2, %3 cores").arg(device.vendor, device.features.join(u' '), QString::number(device.cores)),
+                  {}, {}, {}, {}, {}, QStringLiteral("The share of time Tessera computes on it"),
+                  reading.temperatureC ? QStringLiteral("Read from %1").arg(reading.temperatureSource)
+                                       : QStringLiteral("No temperature sensor is readable for this device"),
+                  reading.watts
+                      ? (reading.wattsEstimated ? QStringLiteral("Estimated from the threads in use: no power meter is readable")
+                                                : QStringLiteral("Measured"))
+                      : QStringLiteral("No power meter is readable for this device") };
         rows.append(row);
     }
     setRows(rows);

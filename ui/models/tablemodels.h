@@ -4,7 +4,9 @@
 
 #include <core/broker/records.h>
 #include <core/deviceinfo.h>
+
 #include <core/resultlog.h>
+#include <optional>
 
 #include <QDateTime>
 #include <QHash>
@@ -23,20 +25,29 @@ public:
     void setResults(const QList<core::ResultEntry>& results);
 };
 
-// The Devices tab: each device, whether Tessera can use it and why not, its benchmark, and a
-// check box to leave it out.
+// The Devices tab: each device, whether Tessera can use it and why not, its benchmark, its load,
+// temperature and power as last read (docs/APP.md, "Heat and energy"), and a check box to leave it out.
 class DevicesModel final : public KeyedTableModel {
     Q_OBJECT
 public:
-    enum class Column { Device, Kind, Usable, Why, Memory, Benchmark, Enabled };
+    enum class Column { Device, Kind, Usable, Why, Memory, Benchmark, Load, Temperature, Power, Enabled };
     struct Benchmark {
         double mlpSamplesPerSecond = 0.0;
         double cnnSamplesPerSecond = 0.0;
         double gflops = 0.0;
     };
+    // What a device's sensors said last; nullopt: nothing to read (the cell says so).
+    struct Reading {
+        std::optional<int> loadPercent; // the duty cycle Tessera gives it
+        std::optional<double> temperatureC;
+        QString temperatureSource; // "hwmon k10temp", "NVML"
+        std::optional<double> watts;
+        bool wattsEstimated = false; // from the thread count, not a meter
+    };
     explicit DevicesModel(QObject* parent = nullptr);
     void setDevices(
         const QList<core::DeviceInfo>& devices, const QHash<QString, Benchmark>& benchmarks, const QSet<QString>& disabled);
+    void setReadings(const QHash<QString, Reading>& readings);
     // "cpu:0", "cuda:1": the name Compute/DisabledDevices uses.
     static QString deviceId(const core::DeviceInfo& device);
 
@@ -48,6 +59,11 @@ Q_SIGNALS:
     void enabledChanged(const QString& deviceId, bool enabled);
 
 private:
+    void rebuild();
+
+    QList<core::DeviceInfo> m_list;
+    QHash<QString, Benchmark> m_benchmarks;
+    QHash<QString, Reading> m_readings;
     QSet<QString> m_disabled;
     QSet<QString> m_usable;
 };

@@ -2,6 +2,9 @@
 
 #include "submitpanel.h"
 
+#include <core/settings/settings.h>
+#include <core/settings/settingskeys.h>
+
 #include <QBarCategoryAxis>
 #include <QBarSeries>
 #include <QBarSet>
@@ -45,23 +48,25 @@ QTableView* table(QAbstractItemModel* model)
     return view;
 }
 
-// The Overview tab's rows: a key (overviewText() and tests use it), a label, the field shown.
+// The Overview's fields: a key (overviewText() and tests use it) and the field shown.
 struct OverviewRow {
     const char* key;
-    const char* label;
     QString Overview::*field;
 };
 constexpr OverviewRow OverviewRows[] = {
-    { "state", QT_TRANSLATE_NOOP("tessera::ui::Dashboard", "State"), &Overview::state },
-    { "reason", QT_TRANSLATE_NOOP("tessera::ui::Dashboard", "Because"), &Overview::reason },
-    { "shard", QT_TRANSLATE_NOOP("tessera::ui::Dashboard", "Current shard"), &Overview::shard },
-    { "speed", QT_TRANSLATE_NOOP("tessera::ui::Dashboard", "Speed"), &Overview::speed },
-    { "pauseCost", QT_TRANSLATE_NOOP("tessera::ui::Dashboard", "A pause now"), &Overview::pauseCost },
-    { "balance", QT_TRANSLATE_NOOP("tessera::ui::Dashboard", "Balance"), &Overview::balance },
-    { "earnedToday", QT_TRANSLATE_NOOP("tessera::ui::Dashboard", "Earned today"), &Overview::earnedToday },
-    { "stake", QT_TRANSLATE_NOOP("tessera::ui::Dashboard", "Stake bonded"), &Overview::stake },
-    { "atRisk", QT_TRANSLATE_NOOP("tessera::ui::Dashboard", "Stake at risk"), &Overview::atRisk },
-    { "brokers", QT_TRANSLATE_NOOP("tessera::ui::Dashboard", "Brokers"), &Overview::brokers },
+    { "state", &Overview::state },
+    { "reason", &Overview::reason },
+    { "shard", &Overview::shard },
+    { "speed", &Overview::speed },
+    { "pauseCost", &Overview::pauseCost },
+    { "balance", &Overview::balance },
+    { "earnedToday", &Overview::earnedToday },
+    { "earnedWeek", &Overview::earnedWeek },
+    { "energy", &Overview::energy },
+    { "devices", &Overview::devices },
+    { "stake", &Overview::stake },
+    { "atRisk", &Overview::atRisk },
+    { "brokers", &Overview::brokers },
 };
 
 QChartView* chartView(const QString& title)
@@ -109,10 +114,13 @@ QWidget* Dashboard::buildFirstRun()
     auto* page = new QWidget;
     auto* layout = new QVBoxLayout(page);
     auto* title = new QLabel(tr("<h1>Welcome to Tessera</h1>"));
-    auto* text = new QLabel(tr("Tessera trains other people's machine-learning models on this computer while you do not "
-                               "need it, checks its work against other computers', and pays you credits for what it "
-                               "verifiably did. With no broker set up, it starts a local one on this computer, so you "
-                               "can see it work right away; add a network's broker in Settings to join it."));
+    auto* text = m_firstRunText
+        = new QLabel(tr("Tessera trains other people's machine-learning models on this computer while you do not "
+                        "need it, checks its work against other computers', and pays you credits for what it "
+                        "verifiably did.<br><br>With no network set up, <b>Start contributing</b> practises on this "
+                        "computer: a local broker gives it a small demo job, so within a minute you see a shard "
+                        "train, get verified and get paid, in credits of this practice network. To join a real "
+                        "network, paste its address below (or later in Settings, Node/Brokers)."));
     text->setWordWrap(true);
     m_start = new QPushButton(tr("Start contributing"));
     m_start->setObjectName(QStringLiteral("startContributing"));
@@ -121,10 +129,41 @@ QWidget* Dashboard::buildFirstRun()
         showFirstRun(false);
         Q_EMIT startContributing();
     });
+    // A network's address, checked as it is typed (the rule of Node/Brokers).
+    m_join = new QLineEdit;
+    m_join->setObjectName(QStringLiteral("joinNetwork"));
+    m_join->setPlaceholderText(tr("tcp://host:port#KEY (the key: 40 characters, from the network's operator)"));
+    m_joinStatus = new QLabel;
+    m_joinButton = new QPushButton(tr("Join this network"));
+    m_joinButton->setEnabled(false);
+    connect(m_join, &QLineEdit::textChanged, this, [this](const QString& typed) {
+        const QString address = typed.trimmed();
+        QString problem;
+        if (!address.isEmpty()) {
+            const auto* key = core::settings::findKey(core::settings::names::NodeBrokers);
+            if (auto checked = key ? core::settings::validate(*key, QStringList { address }) : core::Result<QVariant>(QVariant());
+                !checked)
+                problem = tr("not a broker address: tcp://host:port, then #KEY");
+            else if (!address.contains(u'#'))
+                problem = tr("without #KEY the link is not encrypted: ask the operator for the broker's key");
+        }
+        m_joinStatus->setText(address.isEmpty() ? QString() : problem.isEmpty() ? tr("a valid address") : problem);
+        m_joinButton->setEnabled(!address.isEmpty() && problem.isEmpty());
+    });
+    connect(m_joinButton, &QPushButton::clicked, this, [this] {
+        showFirstRun(false);
+        Q_EMIT joinNetwork(m_join->text().trimmed());
+    });
+    auto* join = new QHBoxLayout;
+    join->addWidget(m_join, 1);
+    join->addWidget(m_joinButton);
     layout->addStretch();
     layout->addWidget(title, 0, Qt::AlignHCenter);
     layout->addWidget(text);
     layout->addWidget(m_start, 0, Qt::AlignHCenter);
+    layout->addSpacing(24);
+    layout->addLayout(join);
+    layout->addWidget(m_joinStatus);
     layout->addStretch();
     return page;
 }
@@ -132,17 +171,88 @@ QWidget* Dashboard::buildFirstRun()
 QWidget* Dashboard::buildOverview()
 {
     auto* page = new QWidget;
-    auto* form = new QFormLayout(page);
-    for (const auto& row : OverviewRows) {
+    auto* layout = new QVBoxLayout(page);
+    auto label = [this](const char* key, int points = 0, bool bold = false) {
         auto* value = new QLabel;
         value->setTextInteractionFlags(Qt::TextSelectableByMouse);
         value->setWordWrap(true);
-        m_overview.insert(QString::fromLatin1(row.key), value);
-        form->addRow(tr(row.label), value);
-    }
+        if (points > 0 || bold) {
+            auto font = value->font();
+            if (points > 0)
+                font.setPointSize(points);
+            font.setBold(bold);
+            value->setFont(font);
+        }
+        m_overview.insert(QString::fromLatin1(key), value);
+        return value;
+    };
+    auto group = [](const QString& title) {
+        auto* box = new QGroupBox(title);
+        return std::pair { box, new QVBoxLayout(box) };
+    };
+    // The state, large, and why.
+    layout->addWidget(label("state", 20, true));
+    auto* reason = label("reason");
+    reason->setStyleSheet(QStringLiteral("color: palette(mid);"));
+    layout->addWidget(reason);
+
+    auto [shardBox, shard] = group(tr("Now training"));
+    shard->addWidget(label("shard"));
+    m_shardProgress = new QProgressBar;
+    m_shardProgress->setRange(0, 100);
+    m_shardProgress->setVisible(false);
+    shard->addWidget(m_shardProgress);
+    shard->addWidget(label("speed"));
+    auto* pause = label("pauseCost");
+    pause->setStyleSheet(QStringLiteral("color: palette(mid);"));
+    shard->addWidget(pause);
+    layout->addWidget(shardBox);
+
+    auto* middle = new QHBoxLayout;
+    auto [moneyBox, money] = group(tr("Earnings"));
+    money->addWidget(label("earnedToday", 14, true));
+    money->addWidget(label("earnedWeek"));
+    money->addWidget(label("balance"));
+    money->addWidget(label("energy"));
+    auto* days = chartView(QString());
+    days->setMinimumHeight(120);
+    days->setMaximumHeight(160);
+    m_daily = new QBarSet(tr("credits"));
+    for (int i = 0; i < 7; ++i)
+        *m_daily << 0.0;
+    auto* daySeries = new QBarSeries;
+    daySeries->append(m_daily);
+    days->chart()->addSeries(daySeries);
+    m_days = new QBarCategoryAxis;
+    m_dailyAxis = new QValueAxis;
+    m_dailyAxis->setLabelFormat(QStringLiteral("%.1f"));
+    m_dailyAxis->setTickCount(3); // a small chart: more labels would not fit
+    days->chart()->addAxis(m_days, Qt::AlignBottom);
+    days->chart()->addAxis(m_dailyAxis, Qt::AlignLeft);
+    daySeries->attachAxis(m_days);
+    daySeries->attachAxis(m_dailyAxis);
+    days->chart()->setMargins(QMargins(0, 0, 0, 0));
+    money->addWidget(days);
+    middle->addWidget(moneyBox, 3);
+
+    auto [stakeBox, stake] = group(tr("Stake"));
+    stake->addWidget(label("stake"));
+    stake->addWidget(label("atRisk"));
+    stake->addStretch();
+    middle->addWidget(stakeBox, 2);
+    layout->addLayout(middle);
+
+    auto [devicesBox, devices] = group(tr("Devices"));
+    devices->addWidget(label("devices"));
+    layout->addWidget(devicesBox);
+
+    auto* bottom = new QHBoxLayout;
+    bottom->addWidget(label("brokers"), 1);
     auto* settings = new QPushButton(tr("Settings…"));
     connect(settings, &QPushButton::clicked, this, &Dashboard::openSettings);
-    form->addRow(QString(), settings);
+    bottom->addWidget(settings);
+    layout->addLayout(bottom);
+    layout->addStretch();
     return page;
 }
 
@@ -315,9 +425,14 @@ void Dashboard::setOverview(const Overview& overview)
 {
     for (const auto& row : OverviewRows) {
         const QString& text = overview.*row.field;
-        if (auto* label = m_overview.value(QString::fromLatin1(row.key)); label && label->text() != text)
+        if (auto* label = m_overview.value(QString::fromLatin1(row.key)); label && label->text() != text) {
             label->setText(text);
+            label->setVisible(!text.isEmpty());
+        }
     }
+    m_shardProgress->setVisible(overview.progressPercent >= 0);
+    if (overview.progressPercent >= 0 && m_shardProgress->value() != overview.progressPercent)
+        m_shardProgress->setValue(overview.progressPercent);
 }
 
 QString Dashboard::overviewText() const
@@ -350,6 +465,23 @@ void Dashboard::setEarnings(const QList<Earning>& earnings, const QDateTime& now
     }
     m_hours->setCategories(labels);
     m_hourlyAxis->setRange(0, top > 0 ? top * 1.1 : 1.0);
+
+    // The Overview's last seven days, today last.
+    QList<double> days(7, 0.0);
+    for (const auto& earning : earnings) {
+        const auto age = earning.at.date().daysTo(now.date());
+        if (age >= 0 && age < 7 && earning.credits > 0)
+            days[6 - int(age)] += earning.credits;
+    }
+    QStringList dayLabels;
+    double topDay = 0.0;
+    for (int i = 0; i < 7; ++i) {
+        m_daily->replace(i, days[i]);
+        topDay = std::max(topDay, days[i]);
+        dayLabels.append(now.date().addDays(i - 6).toString(QStringLiteral("ddd")));
+    }
+    m_days->setCategories(dayLabels);
+    m_dailyAxis->setRange(0, topDay > 0 ? topDay * 1.1 : 1.0);
 
     // Balance: the running sum of payments and slashes.
     double balance = 0.0, high = 0.0, low = 0.0;
@@ -440,6 +572,21 @@ void Dashboard::showTab(const QString& name)
         if (m_tabs->tabText(i) == name)
             m_tabs->setCurrentIndex(i);
     }
+}
+
+QString Dashboard::currentTab() const
+{
+    return m_tabs->tabText(m_tabs->currentIndex());
+}
+
+bool Dashboard::firstRunShown() const
+{
+    return m_stack->currentIndex() == 0;
+}
+
+QString Dashboard::firstRunText() const
+{
+    return m_firstRunText->text();
 }
 
 } // namespace tessera::ui

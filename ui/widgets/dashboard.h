@@ -12,6 +12,7 @@ class QDateTimeAxis;
 class QLineSeries;
 class QValueAxis;
 class QLabel;
+class QLineEdit;
 class QProgressBar;
 class QPushButton;
 class QSortFilterProxyModel;
@@ -24,15 +25,21 @@ namespace tessera::ui {
 
 class SubmitPanel;
 
-// What the Overview tab shows; the app fills it on each tick.
+// What the Overview tab shows; the app fills it on each tick. Read in two seconds: a large state
+// line with its reason, the shard in training with a progress bar, what the machine earned today
+// and this week (with the last seven days charted), the stake, each device's load, heat and power.
 struct Overview {
     QString state; // "working", "snoozed", ...
     QString reason; // why paused, snoozed, offline or in error
     QString shard; // "Fashion-MNIST MLP, round 3, shard 1: step 40 of 100"
+    int progressPercent = -1; // of the shard in training; -1: none
     QString speed; // "23,400 samples/s, 2 s left"
     QString pauseCost; // what a pause would cost now
     QString balance; // credits
     QString earnedToday;
+    QString earnedWeek;
+    QString energy; // "12 Wh today (RAPL), about 0.003 credits of electricity: net 4.49 credits"
+    QString devices; // one line a device: "CPU: 67% of its time, 71 °C, 45 W"
     QString stake; // bonded
     QString atRisk; // stake that a lost dispute could take now
     QString brokers; // "local broker (embedded)", or the addresses
@@ -78,18 +85,26 @@ public:
     void setLimits(int threads, int maxThreads, int cpuPercent);
     // The first-run screen until the user starts contributing (or has before).
     void showFirstRun(bool firstRun);
+    bool firstRunShown() const;
     QString selectedJob() const;
 
     // The tabs, by name, for --screenshot and tests.
     QStringList tabNames() const;
     void showTab(const QString& name);
+    QString currentTab() const;
     QPushButton* startButton() const { return m_start; }
+    QString firstRunText() const;
+    // The first-run screen's field for a network's address, checked as it is typed.
+    QLineEdit* joinField() const { return m_join; }
+    QPushButton* joinButton() const { return m_joinButton; }
     QChartView* earningsChart() const { return m_earningsChart; }
     double chartedEarnings() const { return m_chartedEarnings; }
     QString overviewText() const;
 
 Q_SIGNALS:
     void startContributing();
+    // The user pasted a network's broker address (checked: tcp://host:port#KEY) and joins it.
+    void joinNetwork(const QString& address);
     void runBenchmark();
     void limitsChanged(int threads, int cpuPercent);
     void cancelJob(const QString& jobId);
@@ -116,7 +131,15 @@ private:
     QStackedWidget* m_stack = nullptr;
     QTabWidget* m_tabs = nullptr;
     QPushButton* m_start = nullptr;
+    QLabel* m_firstRunText = nullptr;
     QHash<QString, QLabel*> m_overview;
+    QProgressBar* m_shardProgress = nullptr;
+    QBarSet* m_daily = nullptr; // the Overview's last seven days
+    QBarCategoryAxis* m_days = nullptr;
+    QValueAxis* m_dailyAxis = nullptr;
+    QLineEdit* m_join = nullptr;
+    QLabel* m_joinStatus = nullptr;
+    QPushButton* m_joinButton = nullptr;
     QProgressBar* m_benchmarkProgress = nullptr;
     QLabel* m_benchmarkText = nullptr;
     QPushButton* m_benchmarkButton = nullptr;

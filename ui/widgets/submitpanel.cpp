@@ -1,5 +1,7 @@
 #include "submitpanel.h"
 
+#include <algorithm>
+
 #include <QComboBox>
 #include <QDoubleSpinBox>
 #include <QFileDialog>
@@ -8,9 +10,11 @@
 #include <QJsonArray>
 #include <QLabel>
 #include <QLineEdit>
+#include <QProgressBar>
 #include <QPushButton>
 #include <QSignalBlocker>
 #include <QSpinBox>
+#include <QTimer>
 #include <QVBoxLayout>
 
 namespace tessera::ui {
@@ -127,11 +131,28 @@ SubmitPanel::SubmitPanel(QWidget* parent)
     form->addRow(tr("Budget (credits)"), m_budget);
     form->addRow(tr("Verification rate"), m_verification);
 
+    m_progress = new QProgressBar;
+    m_progress->setVisible(false);
+    m_progress->setFormat(tr("submitting… %p%"));
+    m_cancel = new QPushButton(tr("Cancel"));
+    m_cancel->setObjectName(QStringLiteral("cancelSubmit"));
+    m_cancel->setVisible(false);
+    connect(m_cancel, &QPushButton::clicked, this, &SubmitPanel::cancelRequested);
+    auto* submitRow = new QHBoxLayout;
+    submitRow->addWidget(m_submit, 1);
+    submitRow->addWidget(m_progress, 2);
+    submitRow->addWidget(m_cancel);
+
     auto* layout = new QVBoxLayout(this);
     layout->addLayout(form);
     layout->addWidget(m_estimate);
     layout->addWidget(m_error);
-    layout->addWidget(m_submit);
+    layout->addLayout(submitRow);
+
+    m_quoteDelay = new QTimer(this);
+    m_quoteDelay->setSingleShot(true);
+    m_quoteDelay->setInterval(QuoteDelayMs);
+    connect(m_quoteDelay, &QTimer::timeout, this, &SubmitPanel::price);
 
     m_fields = { { QStringLiteral("name"), m_name }, { QStringLiteral("model"), m_model }, { QStringLiteral("hidden"), m_hidden },
         { QStringLiteral("layers"), m_layers }, { QStringLiteral("heads"), m_heads }, { QStringLiteral("width"), m_width },
@@ -152,7 +173,7 @@ SubmitPanel::SubmitPanel(QWidget* parent)
         connect(box, &QDoubleSpinBox::valueChanged, this, &SubmitPanel::refresh);
     connect(m_submit, &QPushButton::clicked, this, [this] {
         auto job = spec();
-        if (job)
+        if (job && !m_submitting)
             Q_EMIT submitRequested(*job);
         else
             refresh();
@@ -301,12 +322,30 @@ void SubmitPanel::refresh()
         return;
     }
     m_error->clear();
-    m_submit->setEnabled(true);
+    m_submit->setEnabled(!m_submitting);
+    ++m_generation; // any answer still on its way is for another form
     if (!m_estimator) {
         m_estimate->setText(tr("No broker to price the job yet."));
         return;
     }
-    auto quote = m_estimator(*job);
+    m_estimate->setText(tr("Pricing the job…"));
+    m_quoteDelay->start(); // once the form is still
+}
+
+void SubmitPanel::price()
+{
+    auto job = spec();
+    if (!job || !m_estimator)
+        return;
+    const auto generation = m_generation;
+    m_estimator(*job).then(this, [this, generation, job = *job](const core::Result<core::Quote>& quote) {
+        if (generation == m_generation)
+            showQuote(job, quote);
+    });
+}
+
+void SubmitPanel::showQuote(const core::JobSpec& job, const core::Result<core::Quote>& quote)
+{
     if (!quote) {
         m_estimate->setText(tr("Cannot price the job: %1").arg(quote.error().toString()));
         return;
@@ -315,13 +354,33 @@ void SubmitPanel::refresh()
                        .arg(quote->shards)
                        .arg(quote->pricePerShard.toString(), quote->training.toString(), quote->verification.toString(),
                            quote->total.toString(), quote->worstCase.toString());
-    if (job->budget < quote->training) {
+    if (job.budget < quote->training) {
         text += tr(" The budget does not cover the training.");
         m_submit->setEnabled(false);
-    } else if (job->budget < quote->worstCase) {
+    } else if (job.budget < quote->worstCase) {
         text += tr(" The budget may run out while the network's nodes are new.");
     }
     m_estimate->setText(text);
+}
+
+void SubmitPanel::setSubmitting(bool submitting)
+{
+    m_submitting = submitting;
+    m_progress->setVisible(submitting);
+    m_cancel->setVisible(submitting);
+    m_cancel->setEnabled(submitting);
+    m_progress->setRange(0, 0); // busy until the first bytes are counted
+    m_submit->setEnabled(!submitting && spec().ok());
+}
+
+void SubmitPanel::setSubmitProgress(std::int64_t done, std::int64_t total)
+{
+    if (total <= 0) {
+        m_progress->setRange(0, 0);
+        return;
+    }
+    m_progress->setRange(0, 1000);
+    m_progress->setValue(int(std::clamp<std::int64_t>(done * 1000 / total, 0, 1000)));
 }
 
 } // namespace tessera::ui

@@ -4,6 +4,7 @@
 #include <core/jobspec.h>
 #include <core/pricing.h>
 
+#include <QFuture>
 #include <QWidget>
 
 #include <functional>
@@ -13,7 +14,9 @@ class QComboBox;
 class QDoubleSpinBox;
 class QLabel;
 class QLineEdit;
+class QProgressBar;
 class QPushButton;
+class QTimer;
 class QSpinBox;
 
 namespace tessera::ui {
@@ -21,13 +24,17 @@ namespace tessera::ui {
 // The job submit panel: a zoo model or a TorchScript file, the built-in dataset or tensor files,
 // hyper-parameters, rounds / shards / steps, budget with the cost estimate, verification level.
 // It builds a core::JobSpec and validates it as the broker will (errors name the field); what it
-// costs comes from the estimator the app hands in (the broker's quote). It submits nothing
-// itself: submitRequested() carries a valid spec.
+// costs comes from the estimator the app hands in (the broker's quote), asked once the form has
+// been still for a moment and answered whenever the broker answers: an answer for a form that
+// changed since is dropped. It submits nothing itself: submitRequested() carries a valid spec,
+// and while the app submits it the panel shows its progress and offers to cancel.
 class SubmitPanel final : public QWidget {
     Q_OBJECT
 
 public:
-    using Estimator = std::function<core::Result<core::Quote>(const core::JobSpec&)>;
+    using Estimator = std::function<QFuture<core::Result<core::Quote>>(const core::JobSpec&)>;
+    // How long the form must be still before it is priced.
+    static constexpr int QuoteDelayMs = 300;
 
     explicit SubmitPanel(QWidget* parent = nullptr);
     void setEstimator(Estimator estimator);
@@ -38,6 +45,13 @@ public:
     QString estimateText() const;
     QString errorText() const;
     QPushButton* submitButton() const { return m_submit; }
+    QPushButton* cancelButton() const { return m_cancel; }
+
+    // A submission under way (uploading the job's files, then submitting it): Submit is off, the
+    // progress shows, Cancel emits cancelRequested(). done and total are bytes (total 0: unknown).
+    void setSubmitting(bool submitting);
+    void setSubmitProgress(std::int64_t done, std::int64_t total);
+    bool submitting() const { return m_submitting; }
 
     // For tests and the screenshot mode: the form's fields by name.
     QWidget* field(const QString& name) const;
@@ -47,9 +61,18 @@ public Q_SLOTS:
 
 Q_SIGNALS:
     void submitRequested(const tessera::core::JobSpec& spec);
+    void cancelRequested();
 
 private:
+    void price();
+    void showQuote(const core::JobSpec& job, const core::Result<core::Quote>& quote);
+
     Estimator m_estimator;
+    QTimer* m_quoteDelay;
+    std::uint64_t m_generation = 0; // the form's edits: a quote for an older one is stale
+    bool m_submitting = false;
+    QProgressBar* m_progress;
+    QPushButton* m_cancel;
     QLineEdit* m_name;
     QComboBox* m_model;
     QLineEdit* m_hidden;
