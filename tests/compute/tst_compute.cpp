@@ -8,6 +8,7 @@
 #include <compute/localjob.h>
 #include <compute/portable/matmul.h>
 #include <compute/runtimeprofile.h>
+#include <compute/sandbox/worker.h>
 #include <compute/shardrun.h>
 #include <compute/weights.h>
 #include <core/decomposition.h>
@@ -1427,6 +1428,120 @@ private Q_SLOTS:
         // The engine keeps serving: a good shard right after trains normally.
         const auto good = compute::runShard(prepared.tasks[1], prepared.start.bytes, {});
         QCOMPARE(good.result.outcome, core::ShardResult::Outcome::Completed);
+    }
+
+    // The sandboxed compute worker (tessera-compute; docs/SECURITY.md, "The compute worker").
+
+    // A shard trained in the confined worker has the bits the node's own thread gives it, so
+    // verification cannot tell where it ran; its progress comes through the pipe.
+    void aShardTrainedInTheWorkerHasTheBitsOfOneTrainedInProcess()
+    {
+        const auto prepared = prepare(smallJob());
+        const auto here = compute::runShard(prepared.tasks[0], prepared.start.bytes, {});
+        QCOMPARE(here.result.outcome, core::ShardResult::Outcome::Completed);
+        int progressed = 0;
+        auto options = workerOptions();
+        options.progress = [&](const compute::ShardProgress& progress) {
+            QCOMPARE(progress.steps, prepared.tasks[0].localSteps);
+            ++progressed;
+        };
+        const auto there = compute::sandbox::runShardInWorker(prepared.tasks[0], prepared.start.bytes, {}, options);
+        QVERIFY2(there.result.outcome == core::ShardResult::Outcome::Completed, qPrintable(there.result.failure));
+        QCOMPARE(there.result.finalHash, here.result.finalHash);
+        QCOMPARE(there.result.checkpointHashes, here.result.checkpointHashes);
+        QCOMPARE(there.result.losses, here.result.losses);
+        QCOMPARE(there.result.runtimeProfile, here.result.runtimeProfile);
+        QCOMPARE(there.weights, here.weights);
+        QCOMPARE(there.keptState.size(), here.keptState.size()); // it also holds the time it took
+        QVERIFY(progressed >= 1);
+        QVERIFY(QDir(m_scratch.path()).entryList(QDir::Dirs | QDir::NoDotAndDotDot).isEmpty()); // scratch removed
+    }
+
+    // What a hostile job's code would try first, tried by the worker itself once confined: each is
+    // refused by the kernel (Landlock for files, seccomp for sockets and programs), and the worker
+    // says why.
+    void theWorkerCannotReadTheNodesKeysOpenSocketsOrStartPrograms()
+    {
+        QTemporaryDir data; // stands for the node's data folder
+        QFile key(QDir(data.path()).filePath(QStringLiteral("node.key")));
+        QVERIFY(key.open(QIODevice::WriteOnly));
+        key.write("secret");
+        key.close();
+        QTemporaryDir scratch;
+        QProcess worker;
+        worker.start(QStringLiteral(TESSERA_COMPUTE_WORKER),
+            { QStringLiteral("probe"), QStringLiteral("--scratch"), scratch.path(), QStringLiteral("--memory-mib"),
+                QStringLiteral("512"), QStringLiteral("--try-read"), key.fileName() });
+        QVERIFY(worker.waitForFinished(60'000));
+        const QString said = QString::fromLocal8Bit(worker.readAllStandardOutput());
+        qInfo("%s", qPrintable(said));
+        QCOMPARE(worker.exitCode(), 0);
+        QVERIFY2(said.contains(QStringLiteral("socket: refused (Operation not permitted)")), qPrintable(said));
+        QVERIFY2(said.contains(QStringLiteral("unix socket: refused (Operation not permitted)")), qPrintable(said));
+        QVERIFY2(said.contains(QStringLiteral("exec: refused (Operation not permitted)")), qPrintable(said));
+        QVERIFY2(said.contains(QStringLiteral("write scratch: allowed")), qPrintable(said));
+        if (said.contains(QStringLiteral("landlock=0")))
+            QSKIP("this kernel has no Landlock: the worker's files are not confined here (the worker warns)");
+        QVERIFY2(said.contains(QStringLiteral("read: refused (Permission denied)")), qPrintable(said));
+        QVERIFY2(said.contains(QStringLiteral("write outside: refused (Permission denied)")), qPrintable(said));
+    }
+
+    // forward() that never returns: the worker is killed at the shard's time limit, the result says
+    // so, and the next shard trains.
+    void anEndlessForwardIsStoppedAtTheTimeLimitAndTheNextShardTrains()
+    {
+        auto task = hostileTask(QStringLiteral("endless.pt"));
+        auto options = workerOptions();
+        options.timeLimitMs = 3000;
+        const auto stopped = compute::sandbox::runShardInWorker(task.first, task.second, {}, options);
+        QCOMPARE(stopped.result.outcome, core::ShardResult::Outcome::Failed);
+        QVERIFY2(stopped.result.failure.startsWith(QStringLiteral("time limit")), qPrintable(stopped.result.failure));
+        nextShardTrains();
+    }
+
+    // forward() that allocates without end: the allocation past Compute/MaxMemoryMiB fails inside
+    // the worker (its address space is limited), so the kernel's OOM killer never chooses among the
+    // machine's processes; the result says out of memory, and the next shard trains.
+    void anUnboundedAllocationStopsAtTheMemoryLimitAndTheNextShardTrains()
+    {
+        auto task = hostileTask(QStringLiteral("hoarder.pt"));
+        auto options = workerOptions();
+        options.memoryMiB = 1024;
+        options.timeLimitMs = 120'000; // not what stops it; only a guard for the test
+        const auto stopped = compute::sandbox::runShardInWorker(task.first, task.second, {}, options);
+        QCOMPARE(stopped.result.outcome, core::ShardResult::Outcome::Failed);
+        QVERIFY2(stopped.result.failure.startsWith(QStringLiteral("out of memory")), qPrintable(stopped.result.failure));
+        nextShardTrains();
+    }
+
+private:
+    QTemporaryDir m_scratch;
+
+    compute::sandbox::WorkerOptions workerOptions() const
+    {
+        compute::sandbox::WorkerOptions options;
+        options.program = QStringLiteral(TESSERA_COMPUTE_WORKER);
+        options.scratchRoot = m_scratch.path();
+        options.memoryMiB = 2048;
+        return options;
+    }
+
+    // A task of the small job whose model is a hostile TorchScript file of the fixtures.
+    std::pair<core::ShardTask, QByteArray> hostileTask(const QString& script)
+    {
+        auto spec = smallJob();
+        spec.model = core::ModelSpec {};
+        spec.model.source = core::ModelSpec::Source::TorchScript;
+        spec.model.scriptFile = m_fixtures.filePath(script);
+        const auto prepared = prepare(spec);
+        return { prepared.tasks[0], prepared.start.bytes };
+    }
+
+    void nextShardTrains()
+    {
+        const auto prepared = prepare(smallJob());
+        const auto next = compute::sandbox::runShardInWorker(prepared.tasks[1], prepared.start.bytes, {}, workerOptions());
+        QVERIFY2(next.result.outcome == core::ShardResult::Outcome::Completed, qPrintable(next.result.failure));
     }
 };
 

@@ -21,7 +21,7 @@ echo "test-package: checking $deb"
 # Contents.
 dpkg-deb -c "$deb" | awk '{ print $6 }' | sed 's|^\./|/|' > "$scratch/contents"
 for path in /usr/bin/tessera /usr/bin/tessera-node /usr/bin/tessera-broker /usr/bin/tessera-job \
-    /usr/libexec/tessera/tessera-device-probe /usr/share/applications/tessera.desktop \
+    /usr/libexec/tessera/tessera-device-probe /usr/libexec/tessera/tessera-compute /usr/share/applications/tessera.desktop \
     /usr/share/metainfo/io.tessera.Tessera.metainfo.xml /usr/share/icons/hicolor/scalable/apps/tessera.svg \
     /usr/share/icons/hicolor/48x48/apps/tessera.png /usr/share/icons/hicolor/256x256/apps/tessera.png \
     /usr/share/tessera/tessera.desktop /usr/share/man/man1/tessera-node.1.gz /usr/share/man/man1/tessera.1.gz \

@@ -13,10 +13,14 @@ named touched-* in the folder if it ran):
   writes_on_load.pt  __setstate__ (run by torch.jit.load itself) writes a file
   forks.pt         forward() starts a thread with torch.jit.fork
   system.pt        a "tensor file" whose pickle calls os.system when loaded by Python's pickle
+and hostile models that pass every check before loading, for the sandboxed compute worker:
+  endless.pt       forward() never returns (a loop without end)
+  hoarder.pt       forward() allocates 200 MB after 200 MB and keeps them all (untouched: the
+                   limit counts address space, and filling pages only makes a test slower)
 """
 import os
 import sys
-from typing import Tuple
+from typing import List, Tuple
 
 import torch
 
@@ -135,6 +139,39 @@ class System:
 torch.jit.script(ReadsFiles()).save(out + "/reads_files.pt")
 torch.jit.script(WritesOnLoad()).save(out + "/writes_on_load.pt")
 torch.jit.script(Forks()).save(out + "/forks.pt")
+
+
+class Endless(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = torch.nn.Linear(784, 10)
+
+    def forward(self, x):
+        i = 0
+        while i >= 0:
+            i = i + 1
+        return self.fc(x.flatten(1))
+
+
+class Hoarder(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = torch.nn.Linear(784, 10)
+
+    def forward(self, x):
+        # Each chunk is used (else TorchScript drops the allocation, and the loop only grows a list).
+        kept: List[torch.Tensor] = []
+        total = torch.zeros(1)
+        while len(kept) >= 0:
+            chunk = torch.empty(50_000_000)
+            chunk[0] = 1.0
+            kept.append(chunk)
+            total = total + chunk[0]
+        return self.fc(x.flatten(1)) + total
+
+
+torch.jit.script(Endless()).save(out + "/endless.pt")
+torch.jit.script(Hoarder()).save(out + "/hoarder.pt")
 torch.save({"x": torch.zeros(4, 20), "y": torch.zeros(4, dtype=torch.long), "z": System()}, out + "/system.pt")
 for name in os.listdir(out):  # scripting ran nothing, but be sure the test starts clean
     if name.startswith("touched-"):

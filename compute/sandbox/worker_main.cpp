@@ -1,0 +1,278 @@
+// tessera-compute: the confined worker process that trains a job owner's shard for its supervisor
+// (compute/sandbox/worker.h). It confines itself (confinement.h) before it reads a byte of the
+// task, then trains, reporting progress on stdout, and leaves the result in its scratch folder.
+// The node's keys, settings and the user's files are out of its reach; it holds no key and signs
+// nothing: the supervisor hashes and signs what it returns.
+//
+//   tessera-compute train --scratch DIR [--memory-mib N] [--read PATH]... [--blob SHA256=PATH]...
+//                         [--fashion-mnist DIR] [--fortunes DIR] [--device D] [--portable-threads N]
+//     reads DIR/task.json (core::ShardTask) and DIR/weights.in, writes DIR/result.json,
+//     DIR/weights.out and DIR/kept.out; prints "progress STEP STEPS LOSS BUSY_MS" lines and "done".
+//   tessera-compute probe --scratch DIR [--try-read FILE]
+//     confines itself as train does, then tries what a hostile job would (read FILE, open sockets,
+//     write outside DIR, start a process) and prints one line each: "NAME: allowed" or
+//     "NAME: refused (REASON)". The sandbox's own test (tst_sandbox) reads it.
+
+#include "confinement.h"
+
+#include <compute/shardrun.h>
+
+#include <QDir>
+#include <QElapsedTimer>
+#include <QFile>
+#include <QHash>
+#include <QJsonDocument>
+#include <QSaveFile>
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <new>
+
+using namespace tessera;
+
+namespace {
+
+struct Arguments {
+    QString command;
+    QString scratch;
+    std::int64_t memoryMiB = 0;
+    QStringList readable;
+    QHash<QString, QString> blobs; // sha256 (hex) -> path
+    QString fashionMnist;
+    QString fortunes;
+    QString device;
+    int portableThreads = 0;
+    QString tryRead;
+};
+
+// Address space kept back for the way out of a failed allocation: LibTorch's error (with its
+// TorchScript traceback) and the failed result need memory of their own, and at the limit there
+// may be none. The first operator new that fails gets this back, once.
+constexpr std::size_t ReserveBytes = std::size_t(64) << 20;
+void* reserve = nullptr;
+
+void releaseReserve()
+{
+    if (reserve)
+        ::munmap(reserve, ReserveBytes);
+    reserve = nullptr;
+    std::set_new_handler(nullptr); // next time: std::bad_alloc
+}
+
+int usage(const char* why)
+{
+    std::fprintf(stderr, "tessera-compute: %s\nusage: tessera-compute train|probe --scratch DIR [options]\n", why);
+    return 2;
+}
+
+bool writeFile(const QString& path, const QByteArray& bytes)
+{
+    QSaveFile file(path);
+    return file.open(QIODevice::WriteOnly) && file.write(bytes) == bytes.size() && file.commit();
+}
+
+void say(const char* name, bool allowed, int error = 0)
+{
+    if (allowed)
+        std::printf("%s: allowed\n", name);
+    else
+        std::printf("%s: refused (%s)\n", name, std::strerror(error));
+    std::fflush(stdout);
+}
+
+int probe(const Arguments& arguments)
+{
+    if (!arguments.tryRead.isEmpty()) {
+        const int fd = ::open(QFile::encodeName(arguments.tryRead).constData(), O_RDONLY | O_CLOEXEC);
+        const int error = errno;
+        say("read", fd >= 0, error);
+        if (fd >= 0)
+            ::close(fd);
+    }
+    {
+        const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+        const int error = errno;
+        say("socket", fd >= 0, error);
+        if (fd >= 0)
+            ::close(fd);
+    }
+    {
+        const int fd = ::socket(AF_UNIX, SOCK_STREAM, 0);
+        const int error = errno;
+        say("unix socket", fd >= 0, error);
+        if (fd >= 0)
+            ::close(fd);
+    }
+    {
+        const QByteArray inside = QFile::encodeName(QDir(arguments.scratch).filePath(QStringLiteral("probe.txt")));
+        const int fd = ::open(inside.constData(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+        const int error = errno;
+        say("write scratch", fd >= 0, error);
+        if (fd >= 0)
+            ::close(fd);
+        const QByteArray outside = QFile::encodeName(QDir(arguments.scratch).filePath(QStringLiteral("../outside.txt")));
+        const int out = ::open(outside.constData(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+        const int outError = errno;
+        say("write outside", out >= 0, outError);
+        if (out >= 0)
+            ::close(out);
+    }
+    // Last: if it were allowed, this process would be /bin/true from here on and print nothing more.
+    char program[] = "/bin/true";
+    char* argv[] = { program, nullptr };
+    ::execv(program, argv);
+    say("exec", false, errno);
+    return 0;
+}
+
+// The reason a failed step gives, with the sandbox's word for a memory limit.
+QString reasonOf(const QString& failure, std::int64_t memoryMiB)
+{
+    if (failure.contains(QStringLiteral("can't allocate memory")) || failure.contains(QStringLiteral("bad_alloc"))
+        || failure.contains(QStringLiteral("std::bad_alloc")))
+        return QStringLiteral("out of memory: the shard passed its %1 MiB (Compute/MaxMemoryMiB): %2")
+            .arg(memoryMiB)
+            .arg(failure);
+    return failure;
+}
+
+int train(const Arguments& arguments)
+{
+    const QDir scratch(arguments.scratch);
+    QFile taskFile(scratch.filePath(QStringLiteral("task.json")));
+    QFile weightsFile(scratch.filePath(QStringLiteral("weights.in")));
+    if (!taskFile.open(QIODevice::ReadOnly) || !weightsFile.open(QIODevice::ReadOnly))
+        return usage("the scratch folder holds no task.json and weights.in");
+    auto task = core::ShardTask::fromJson(QJsonDocument::fromJson(taskFile.readAll()).object());
+    if (!task)
+        return usage(qPrintable(task.error().toString()));
+    const QByteArray weights = weightsFile.readAll();
+
+    compute::ComputeEnvironment environment;
+    environment.fashionMnistDirectory = arguments.fashionMnist;
+    environment.fortunesDirectory = arguments.fortunes;
+    environment.device = arguments.device;
+    environment.portableThreads = arguments.portableThreads;
+    const auto blobs = arguments.blobs;
+    environment.blobPath = [blobs](const core::Digest& digest) -> std::optional<QString> {
+        const auto it = blobs.constFind(digest.toHex());
+        return it == blobs.constEnd() ? std::nullopt : std::optional<QString>(*it);
+    };
+
+    auto fail = [&](const QString& why) {
+        const auto result = compute::failedResult(*task, reasonOf(why, arguments.memoryMiB));
+        writeFile(scratch.filePath(QStringLiteral("result.json")), QJsonDocument(result.toJson()).toJson(QJsonDocument::Compact));
+        std::printf("done\n");
+        return 0;
+    };
+    try {
+        auto run = compute::ShardRun::start(*task, weights, environment);
+        if (!run)
+            return fail(run.error().toString());
+        QElapsedTimer sinceProgress;
+        sinceProgress.start();
+        std::int64_t busyNs = 0;
+        while (!(*run)->finished()) {
+            QElapsedTimer stepTimer;
+            stepTimer.start();
+            if (auto status = (*run)->step(); !status)
+                return fail(status.error().toString());
+            busyNs += stepTimer.nsecsElapsed();
+            if (sinceProgress.elapsed() >= 100 || (*run)->finished()) {
+                sinceProgress.restart();
+                std::printf("progress %lld %lld %.9g %lld\n", static_cast<long long>((*run)->completedSteps()),
+                    static_cast<long long>(task->localSteps), (*run)->lastLoss(), static_cast<long long>(busyNs / 1'000'000));
+                std::fflush(stdout);
+            }
+        }
+        const auto output = (*run)->finish();
+        if (output.result.outcome == core::ShardResult::Outcome::Failed)
+            return fail(output.result.failure);
+        if (!writeFile(scratch.filePath(QStringLiteral("weights.out")), output.weights)
+            || !writeFile(scratch.filePath(QStringLiteral("kept.out")), output.keptState)
+            || !writeFile(scratch.filePath(QStringLiteral("result.json")),
+                QJsonDocument(output.result.toJson()).toJson(QJsonDocument::Compact)))
+            return usage("cannot write the result into the scratch folder");
+        std::printf("done\n");
+        return 0;
+    } catch (const std::bad_alloc&) {
+        return fail(QStringLiteral("std::bad_alloc"));
+    } catch (const std::exception& error) {
+        return fail(QStringLiteral("internal error: %1").arg(QString::fromUtf8(error.what())));
+    }
+}
+
+} // namespace
+
+int main(int argc, char** argv)
+{
+    Arguments arguments;
+    if (argc < 2)
+        return usage("no command");
+    arguments.command = QString::fromLocal8Bit(argv[1]);
+    for (int i = 2; i < argc; ++i) {
+        const QByteArray option = argv[i];
+        if (i + 1 >= argc)
+            return usage("an option without its value");
+        const QString value = QString::fromLocal8Bit(argv[++i]);
+        if (option == "--scratch")
+            arguments.scratch = value;
+        else if (option == "--memory-mib")
+            arguments.memoryMiB = value.toLongLong();
+        else if (option == "--read")
+            arguments.readable << value;
+        else if (option == "--blob" && value.contains(u'='))
+            arguments.blobs.insert(value.section(u'=', 0, 0), value.section(u'=', 1));
+        else if (option == "--fashion-mnist")
+            arguments.fashionMnist = value;
+        else if (option == "--fortunes")
+            arguments.fortunes = value;
+        else if (option == "--device")
+            arguments.device = value;
+        else if (option == "--portable-threads")
+            arguments.portableThreads = value.toInt();
+        else if (option == "--try-read")
+            arguments.tryRead = value;
+        else
+            return usage("an unknown option");
+    }
+    if (arguments.scratch.isEmpty() || !QDir(arguments.scratch).exists())
+        return usage("--scratch must name an existing folder");
+
+    // Mapped before the limit is set, so that it does not come out of the job's allowance.
+    reserve = ::mmap(nullptr, ReserveBytes, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (reserve == MAP_FAILED)
+        reserve = nullptr;
+    std::set_new_handler(releaseReserve);
+
+    compute::sandbox::Confinement confinement;
+    confinement.readable = arguments.readable;
+    for (const auto& path : std::as_const(arguments.blobs))
+        confinement.readable << path;
+    for (const auto& folder : { arguments.fashionMnist, arguments.fortunes })
+        if (!folder.isEmpty())
+            confinement.readable << folder;
+    confinement.writable = { arguments.scratch };
+    confinement.memoryBytes = arguments.memoryMiB * 1024 * 1024;
+    const auto confined = compute::sandbox::confine(confinement);
+    if (!confined) {
+        std::fprintf(stderr, "tessera-compute: %s\n", qPrintable(confined.error().toString()));
+        return 3;
+    }
+    for (const auto& warning : confined->warnings)
+        std::fprintf(stderr, "tessera-compute: warning: %s\n", qPrintable(warning));
+    std::printf("confined landlock=%d memory=%lld\n", confined->landlockAbi, static_cast<long long>(confined->addressSpaceLimit));
+    std::fflush(stdout);
+
+    if (arguments.command == u"probe")
+        return probe(arguments);
+    if (arguments.command == u"train")
+        return train(arguments);
+    return usage("an unknown command");
+}
