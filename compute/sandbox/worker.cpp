@@ -13,6 +13,7 @@
 
 #include <fcntl.h>
 #include <poll.h>
+#include <pthread.h>
 #include <signal.h>
 #include <spawn.h>
 #include <sys/wait.h>
@@ -68,6 +69,88 @@ QString signalName(int signal)
     return QStringLiteral("signal %1, %2").arg(signal).arg(QString::fromLocal8Bit(strsignal(signal)));
 }
 
+// The worker's command line: `command` (train or serve) on the task in `scratch`.
+QStringList workerArguments(const QString& command, const QString& scratch, const core::ShardTask& task,
+    const ComputeEnvironment& environment, const WorkerOptions& options)
+{
+    QStringList arguments { command, QStringLiteral("--scratch"), scratch, QStringLiteral("--memory-mib"),
+        QString::number(options.memoryMiB), QStringLiteral("--fashion-mnist"), environment.fashionMnistDirectoryOrDefault(),
+        QStringLiteral("--fortunes"), environment.fortunesDirectoryOrDefault() };
+    if (!environment.device.isEmpty())
+        arguments << QStringLiteral("--device") << environment.device;
+    if (environment.portableThreads > 0)
+        arguments << QStringLiteral("--portable-threads") << QString::number(environment.portableThreads);
+    namedFiles(task, environment, arguments);
+    return arguments;
+}
+
+// Why a worker ended that its supervisor did not stop (status: waitpid's).
+QString endReason(int status, const QString& said)
+{
+    const QString tail = said.isEmpty() ? QString() : QStringLiteral(": ") + said.right(500);
+    if (WIFSIGNALED(status)) {
+        const int signal = WTERMSIG(status);
+        if (signal == SIGKILL) // not ours: the kernel's, for memory
+            return QStringLiteral("out of memory: the kernel stopped the compute worker (%1)").arg(signalName(signal));
+        if (signal == SIGSYS)
+            return QStringLiteral("forbidden call: the compute worker made a system call the sandbox refuses (%1)")
+                .arg(signalName(signal));
+        return QStringLiteral("crash: the compute worker died (%1)%2").arg(signalName(signal), tail);
+    }
+    return QStringLiteral("crash: the compute worker ended (exit code %1) without a result%2")
+        .arg(WIFEXITED(status) ? WEXITSTATUS(status) : -1)
+        .arg(tail);
+}
+
+// Starts the worker with its stdout and stderr (and, to be driven, its stdin) on pipes: 0 or errno.
+int spawnWorker(
+    const QString& program, const QStringList& arguments, bool withInput, pid_t& pid, int& input, int& output, int& error)
+{
+    std::vector<QByteArray> bytes { QFile::encodeName(program) };
+    for (const auto& argument : arguments)
+        bytes.push_back(QFile::encodeName(argument));
+    std::vector<char*> argv;
+    for (auto& argument : bytes)
+        argv.push_back(argument.data());
+    argv.push_back(nullptr);
+    int in[2] = { -1, -1 };
+    int out[2] = { -1, -1 };
+    int err[2] = { -1, -1 };
+    auto closeAll = [&] {
+        for (int fd : { in[0], in[1], out[0], out[1], err[0], err[1] })
+            if (fd >= 0)
+                ::close(fd);
+    };
+    if ((withInput && pipe2(in, O_CLOEXEC) != 0) || pipe2(out, O_CLOEXEC) != 0 || pipe2(err, O_CLOEXEC) != 0) {
+        const int failure = errno;
+        closeAll();
+        return failure;
+    }
+    posix_spawn_file_actions_t actions;
+    posix_spawn_file_actions_init(&actions);
+    if (withInput)
+        posix_spawn_file_actions_adddup2(&actions, in[0], 0);
+    else
+        posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDONLY, 0);
+    posix_spawn_file_actions_adddup2(&actions, out[1], 1);
+    posix_spawn_file_actions_adddup2(&actions, err[1], 2);
+    const int spawned = posix_spawn(&pid, argv[0], &actions, nullptr, argv.data(), environ);
+    posix_spawn_file_actions_destroy(&actions);
+    for (int* fd : { &in[0], &out[1], &err[1] }) {
+        if (*fd >= 0)
+            ::close(*fd);
+        *fd = -1;
+    }
+    if (spawned != 0) {
+        closeAll();
+        return spawned;
+    }
+    input = in[1];
+    output = out[0];
+    error = err[0];
+    return 0;
+}
+
 } // namespace
 
 QString defaultWorkerProgram()
@@ -91,53 +174,18 @@ ShardOutput runShardInWorker(const core::ShardTask& task, const QByteArray& star
         || !writeFile(folder.filePath(QStringLiteral("weights.in")), startWeights))
         return failed(task, QStringLiteral("cannot write the compute worker's task into %1").arg(scratch.path()));
 
-    QStringList arguments { QStringLiteral("train"), QStringLiteral("--scratch"), scratch.path(), QStringLiteral("--memory-mib"),
-        QString::number(options.memoryMiB), QStringLiteral("--fashion-mnist"), environment.fashionMnistDirectoryOrDefault(),
-        QStringLiteral("--fortunes"), environment.fortunesDirectoryOrDefault() };
-    if (!environment.device.isEmpty())
-        arguments << QStringLiteral("--device") << environment.device;
-    if (environment.portableThreads > 0)
-        arguments << QStringLiteral("--portable-threads") << QString::number(environment.portableThreads);
-    namedFiles(task, environment, arguments);
-
     const QString program = options.program.isEmpty() ? defaultWorkerProgram() : options.program;
-    std::vector<QByteArray> bytes { QFile::encodeName(program) };
-    for (const auto& argument : std::as_const(arguments))
-        bytes.push_back(QFile::encodeName(argument));
-    std::vector<char*> argv;
-    for (auto& argument : bytes)
-        argv.push_back(argument.data());
-    argv.push_back(nullptr);
-
-    // stdout (progress) and stderr (why it failed) through pipes; stdin from /dev/null.
-    int out[2];
-    int err[2];
-    if (pipe2(out, O_CLOEXEC) != 0)
-        return failed(
-            task, QStringLiteral("cannot start the compute worker: %1").arg(QString::fromLocal8Bit(std::strerror(errno))));
-    if (pipe2(err, O_CLOEXEC) != 0) {
-        ::close(out[0]);
-        ::close(out[1]);
-        return failed(
-            task, QStringLiteral("cannot start the compute worker: %1").arg(QString::fromLocal8Bit(std::strerror(errno))));
-    }
-    posix_spawn_file_actions_t actions;
-    posix_spawn_file_actions_init(&actions);
-    posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDONLY, 0);
-    posix_spawn_file_actions_adddup2(&actions, out[1], 1);
-    posix_spawn_file_actions_adddup2(&actions, err[1], 2);
     pid_t pid = 0;
-    const int spawned = posix_spawn(&pid, argv[0], &actions, nullptr, argv.data(), environ);
-    posix_spawn_file_actions_destroy(&actions);
-    ::close(out[1]);
-    ::close(err[1]);
-    if (spawned != 0) {
-        ::close(out[0]);
-        ::close(err[0]);
+    int unused = -1;
+    int outFd = -1;
+    int errFd = -1;
+    if (const int spawned
+        = spawnWorker(program, workerArguments(QStringLiteral("train"), scratch.path(), task, environment, options), false, pid,
+            unused, outFd, errFd);
+        spawned != 0)
         return failed(task,
             QStringLiteral("cannot start the compute worker %1: %2")
                 .arg(program, QString::fromLocal8Bit(std::strerror(spawned))));
-    }
 
     QByteArray stdoutBuffer;
     QByteArray stderrTail;
@@ -145,7 +193,7 @@ ShardOutput runShardInWorker(const core::ShardTask& task, const QByteArray& star
     bool done = false;
     QElapsedTimer clock;
     clock.start();
-    pollfd fds[2] = { { out[0], POLLIN, 0 }, { err[0], POLLIN, 0 } };
+    pollfd fds[2] = { { outFd, POLLIN, 0 }, { errFd, POLLIN, 0 } };
     int open = 2;
     while (open > 0) {
         const int ready = ::poll(fds, 2, 100);
@@ -162,7 +210,7 @@ ShardOutput runShardInWorker(const core::ShardTask& task, const QByteArray& star
                 --open;
                 continue;
             }
-            if (fd.fd == out[0]) {
+            if (fd.fd == outFd) {
                 stdoutBuffer.append(chunk, got);
             } else {
                 stderrTail.append(chunk, got);
@@ -213,26 +261,9 @@ ShardOutput runShardInWorker(const core::ShardTask& task, const QByteArray& star
     const QString said = QString::fromLocal8Bit(stderrTail).trimmed();
     if (!killedFor.isEmpty())
         return failed(task, killedFor);
-    if (WIFSIGNALED(status)) {
-        const int signal = WTERMSIG(status);
-        if (signal == SIGKILL) // not ours: the kernel's, for memory
-            return failed(
-                task, QStringLiteral("out of memory: the kernel stopped the compute worker (%1)").arg(signalName(signal)));
-        if (signal == SIGSYS)
-            return failed(task,
-                QStringLiteral("forbidden call: the compute worker made a system call the sandbox refuses (%1)")
-                    .arg(signalName(signal)));
-        return failed(task,
-            QStringLiteral("crash: the compute worker died (%1)%2")
-                .arg(signalName(signal), said.isEmpty() ? QString() : QStringLiteral(": ") + said.right(500)));
-    }
-    const int code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
     const auto result = readFile(folder.filePath(QStringLiteral("result.json")));
-    if (code != 0 || !done || !result)
-        return failed(task,
-            QStringLiteral("crash: the compute worker ended (exit code %1) without a result%2")
-                .arg(code)
-                .arg(said.isEmpty() ? QString() : QStringLiteral(": ") + said.right(500)));
+    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0 || !done || !result)
+        return failed(task, endReason(status, said));
     auto parsed = core::ShardResult::fromJson(QJsonDocument::fromJson(*result).object());
     if (!parsed)
         return failed(task, QStringLiteral("the compute worker's result is unreadable: %1").arg(parsed.error().toString()));
@@ -246,6 +277,207 @@ ShardOutput runShardInWorker(const core::ShardTask& task, const QByteArray& star
         if (!hash || *hash != output.result.finalHash)
             return failed(task, QStringLiteral("the compute worker's weights do not have the hash its result names"));
     }
+    return output;
+}
+
+struct RemoteShardRun::Process {
+    std::unique_ptr<QTemporaryDir> scratch;
+    pid_t pid = 0;
+    int input = -1;
+    int output = -1;
+    int error = -1;
+    QByteArray pending; // stdout read but not yet a whole line
+    QByteArray said; // the end of stderr
+    QElapsedTimer clock;
+    std::int64_t timeLimitMs = 0;
+    bool ended = false;
+    QString endedWhy;
+
+    ~Process()
+    {
+        if (input >= 0)
+            ::close(input); // the pipe's end: the worker quits
+        if (!ended && pid > 0) {
+            ::kill(pid, SIGKILL);
+            int status = 0;
+            while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) { }
+        }
+        for (int fd : { output, error })
+            if (fd >= 0)
+                ::close(fd);
+    }
+
+    // Ends the worker (killed when `why` is ours) and keeps the reason.
+    void end(const QString& why)
+    {
+        if (ended)
+            return;
+        if (!why.isEmpty())
+            ::kill(pid, SIGKILL);
+        int status = 0;
+        while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) { }
+        ended = true;
+        endedWhy = why.isEmpty() ? endReason(status, QString::fromLocal8Bit(said).trimmed()) : why;
+    }
+
+    // The worker's next line on stdout; its death or the time limit as an error.
+    core::Result<QString> readLine()
+    {
+        for (;;) {
+            if (const qsizetype newline = pending.indexOf('\n'); newline >= 0) {
+                const QString line = QString::fromUtf8(pending.left(newline));
+                pending.remove(0, newline + 1);
+                return line;
+            }
+            if (ended)
+                return core::Error { QStringLiteral("worker"), endedWhy };
+            pollfd fds[2] = { { output, POLLIN, 0 }, { error, POLLIN, 0 } };
+            if (::poll(fds, 2, 100) < 0 && errno != EINTR)
+                return core::Error { QStringLiteral("worker"), QStringLiteral("cannot read the compute worker's answer") };
+            for (auto& fd : fds) {
+                if (fd.fd < 0 || !(fd.revents & (POLLIN | POLLHUP | POLLERR)))
+                    continue;
+                char chunk[4096];
+                const ssize_t got = ::read(fd.fd, chunk, sizeof chunk);
+                if (got > 0 && fd.fd == output) {
+                    pending.append(chunk, got);
+                } else if (got > 0) {
+                    said.append(chunk, got);
+                    said = said.right(4096);
+                } else if (fd.fd == output) {
+                    end({}); // stdout closed: the worker is gone
+                } else {
+                    ::close(error);
+                    error = -1;
+                }
+            }
+            if (!ended && timeLimitMs > 0 && clock.elapsed() > timeLimitMs)
+                end(QStringLiteral("time limit: the shard ran past its %1 s and its worker was stopped")
+                        .arg(double(timeLimitMs) / 1000.0, 0, 'f', 1));
+        }
+    }
+};
+
+RemoteShardRun::RemoteShardRun(core::ShardTask task, std::unique_ptr<Process> process)
+    : m_task(std::move(task))
+    , m_process(std::move(process))
+{ }
+
+RemoteShardRun::~RemoteShardRun() = default;
+
+core::Result<std::unique_ptr<RemoteShardRun>> RemoteShardRun::start(const core::ShardTask& task, const QByteArray& startWeights,
+    const ComputeEnvironment& environment, const WorkerOptions& options)
+{
+    return open(task, startWeights, {}, environment, options);
+}
+
+core::Result<std::unique_ptr<RemoteShardRun>> RemoteShardRun::resume(const core::ShardTask& task, const QByteArray& suspended,
+    const ComputeEnvironment& environment, const WorkerOptions& options, const QByteArray& startWeights)
+{
+    return open(task, startWeights, suspended, environment, options);
+}
+
+core::Result<std::unique_ptr<RemoteShardRun>> RemoteShardRun::open(const core::ShardTask& task, const QByteArray& startWeights,
+    const QByteArray& suspended, const ComputeEnvironment& environment, const WorkerOptions& options)
+{
+    auto process = std::make_unique<Process>();
+    const QString root = options.scratchRoot.isEmpty() ? QDir::tempPath() : options.scratchRoot;
+    QDir().mkpath(root);
+    process->scratch = std::make_unique<QTemporaryDir>(QDir(root).filePath(QStringLiteral("tessera-worker-XXXXXX")));
+    const QDir folder(process->scratch->path());
+    if (!process->scratch->isValid()
+        || !writeFile(folder.filePath(QStringLiteral("task.json")), QJsonDocument(task.toJson()).toJson(QJsonDocument::Compact))
+        || !writeFile(folder.filePath(QStringLiteral("weights.in")), startWeights)
+        || (!suspended.isEmpty() && !writeFile(folder.filePath(QStringLiteral("suspended.in")), suspended)))
+        return core::Error { QStringLiteral("worker"),
+            QStringLiteral("cannot write the compute worker's task into %1").arg(root) };
+    const QString program = options.program.isEmpty() ? defaultWorkerProgram() : options.program;
+    if (const int spawned
+        = spawnWorker(program, workerArguments(QStringLiteral("serve"), folder.path(), task, environment, options), true,
+            process->pid, process->input, process->output, process->error);
+        spawned != 0)
+        return core::Error {
+            QStringLiteral("worker"),
+            QStringLiteral("cannot start the compute worker %1: %2").arg(program, QString::fromLocal8Bit(std::strerror(spawned)))
+        };
+    process->clock.start();
+    process->timeLimitMs = options.timeLimitMs;
+    std::unique_ptr<RemoteShardRun> run(new RemoteShardRun(task, std::move(process)));
+    auto confined = run->m_process->readLine(); // "confined landlock=N memory=M"
+    if (!confined)
+        return confined.error();
+    auto opened = run->ask(suspended.isEmpty() ? QStringLiteral("start") : QStringLiteral("resume"));
+    if (!opened)
+        return opened.error();
+    run->m_completed = opened->section(u' ', 1, 1).toLongLong();
+    return run;
+}
+
+core::Result<QString> RemoteShardRun::ask(const QString& command)
+{
+    const QByteArray line = command.toUtf8() + '\n';
+    // A worker that died closes the pipe: the write fails with EPIPE, and its SIGPIPE, which would
+    // end this process, is held back and taken here instead.
+    sigset_t pipe;
+    sigset_t before;
+    sigemptyset(&pipe);
+    sigaddset(&pipe, SIGPIPE);
+    pthread_sigmask(SIG_BLOCK, &pipe, &before);
+    const bool written = !m_process->ended && ::write(m_process->input, line.constData(), size_t(line.size())) == line.size();
+    if (!written && errno == EPIPE) {
+        const timespec now { 0, 0 };
+        sigtimedwait(&pipe, nullptr, &now);
+    }
+    pthread_sigmask(SIG_SETMASK, &before, nullptr);
+    if (!written) {
+        m_process->end({});
+        return core::Error { QStringLiteral("worker"), m_process->endedWhy };
+    }
+    auto answer = m_process->readLine();
+    if (!answer)
+        return answer.error();
+    if (answer->startsWith(QStringLiteral("error ")))
+        return core::Error { QStringLiteral("worker"), answer->mid(6) };
+    return *answer;
+}
+
+core::Status RemoteShardRun::step(std::int64_t steps)
+{
+    auto answer = ask(QStringLiteral("step %1").arg(steps));
+    if (!answer)
+        return answer.error();
+    const auto fields = answer->split(u' ');
+    if (fields.size() != 4 || fields[0] != u"stepped")
+        return core::Error { QStringLiteral("worker"), QStringLiteral("the compute worker answered %1").arg(*answer) };
+    m_completed = fields[1].toLongLong();
+    m_loss = fields[2].toDouble();
+    return {};
+}
+
+core::Result<QByteArray> RemoteShardRun::suspend()
+{
+    if (auto answer = ask(QStringLiteral("suspend")); !answer)
+        return answer.error();
+    const auto state = readFile(QDir(m_process->scratch->path()).filePath(QStringLiteral("suspended.out")));
+    if (!state)
+        return core::Error { QStringLiteral("worker"), QStringLiteral("the compute worker left no training state") };
+    return *state;
+}
+
+ShardOutput RemoteShardRun::finish()
+{
+    if (auto answer = ask(QStringLiteral("finish")); !answer)
+        return failed(m_task, answer.error().message);
+    const QDir folder(m_process->scratch->path());
+    const auto result = readFile(folder.filePath(QStringLiteral("result.json")));
+    auto parsed = core::ShardResult::fromJson(QJsonDocument::fromJson(result.value_or(QByteArray())).object());
+    if (!parsed)
+        return failed(m_task, QStringLiteral("the compute worker's result is unreadable: %1").arg(parsed.error().toString()));
+    ShardOutput output { *parsed, readFile(folder.filePath(QStringLiteral("weights.out"))).value_or(QByteArray()),
+        readFile(folder.filePath(QStringLiteral("kept.out"))).value_or(QByteArray()) };
+    const auto hash = canonicalHashOf(output.weights);
+    if (!hash || *hash != output.result.finalHash)
+        return failed(m_task, QStringLiteral("the compute worker's weights do not have the hash its result names"));
     return output;
 }
 

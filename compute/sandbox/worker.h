@@ -8,6 +8,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <memory>
 
 namespace tessera::compute::sandbox {
 
@@ -31,5 +32,43 @@ QString defaultWorkerProgram();
 
 ShardOutput runShardInWorker(const core::ShardTask& task, const QByteArray& startWeights, const ComputeEnvironment& environment,
     const WorkerOptions& options);
+
+// A shard in a long-lived confined worker, driven from the caller's thread a few steps at a time,
+// as the compute thread drives its own ShardRun: it pauses (suspend() gives the same bytes a
+// ShardRun's would, and resume() continues from them in any worker, to the same bits), throttles
+// between calls and cancels by dropping the run. A worker that dies or runs past the time limit
+// turns the next call into an error with the reason (the ones runShardInWorker gives). Not
+// thread-safe; the destructor ends the worker.
+class RemoteShardRun {
+public:
+    static core::Result<std::unique_ptr<RemoteShardRun>> start(const core::ShardTask& task, const QByteArray& startWeights,
+        const ComputeEnvironment& environment, const WorkerOptions& options);
+    static core::Result<std::unique_ptr<RemoteShardRun>> resume(const core::ShardTask& task, const QByteArray& suspended,
+        const ComputeEnvironment& environment, const WorkerOptions& options, const QByteArray& startWeights = {});
+    ~RemoteShardRun();
+    RemoteShardRun(const RemoteShardRun&) = delete;
+    RemoteShardRun& operator=(const RemoteShardRun&) = delete;
+
+    std::int64_t completedSteps() const { return m_completed; }
+    bool finished() const { return m_completed >= m_task.localSteps; }
+    double lastLoss() const { return m_loss; }
+    // Up to `steps` optimizer steps in the worker (fewer at the shard's end).
+    core::Status step(std::int64_t steps = 1);
+    core::Result<QByteArray> suspend();
+    ShardOutput finish();
+
+    struct Process; // the worker: its pid and pipes
+
+private:
+    RemoteShardRun(core::ShardTask task, std::unique_ptr<Process> process);
+    static core::Result<std::unique_ptr<RemoteShardRun>> open(const core::ShardTask& task, const QByteArray& startWeights,
+        const QByteArray& suspended, const ComputeEnvironment& environment, const WorkerOptions& options);
+    core::Result<QString> ask(const QString& command);
+
+    core::ShardTask m_task;
+    std::unique_ptr<Process> m_process;
+    std::int64_t m_completed = 0;
+    double m_loss = 0.0;
+};
 
 } // namespace tessera::compute::sandbox

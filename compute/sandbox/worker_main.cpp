@@ -8,6 +8,9 @@
 //                         [--fashion-mnist DIR] [--fortunes DIR] [--device D] [--portable-threads N]
 //     reads DIR/task.json (core::ShardTask) and DIR/weights.in, writes DIR/result.json,
 //     DIR/weights.out and DIR/kept.out; prints "progress STEP STEPS LOSS BUSY_MS" lines and "done".
+//   tessera-compute serve --scratch DIR [the options of train]
+//     the same shard, driven a few steps at a time over stdin and stdout (serve() below), so that
+//     the supervisor's compute thread pauses, resumes and throttles it as it does its own runs.
 //   tessera-compute probe --scratch DIR [--try-read FILE]
 //     confines itself as train does, then tries what a hostile job would (read FILE, open sockets,
 //     write outside DIR, start a process) and prints one line each: "NAME: allowed" or
@@ -32,7 +35,10 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <memory>
 #include <new>
+#include <optional>
+#include <string>
 
 using namespace tessera;
 
@@ -208,6 +214,116 @@ int train(const Arguments& arguments)
     }
 }
 
+// One line from the supervisor (without its newline); nullopt at the end of the pipe.
+std::optional<std::string> readCommand()
+{
+    std::string line;
+    for (int c; (c = std::fgetc(stdin)) != EOF;) {
+        if (c == '\n')
+            return line;
+        line.push_back(char(c));
+    }
+    return line.empty() ? std::nullopt : std::optional<std::string>(line);
+}
+
+void answer(const QString& line)
+{
+    std::printf("%s\n", line.toUtf8().constData());
+    std::fflush(stdout);
+}
+
+// A shard driven a few steps at a time by the supervisor's compute thread, which keeps pausing,
+// cancelling and the duty cycle on its side (RemoteShardRun in worker.h). Commands, one a line:
+//   start | resume          ShardRun::start from weights.in, or resume from suspended.in
+//   step N                  up to N steps: "stepped COMPLETED LOSS BUSY_NS"
+//   suspend                 the training state into suspended.out: "suspended"
+//   finish                  result.json, weights.out, kept.out: "finished"
+//   quit (or the pipe's end)
+// Every failure answers "error MESSAGE" (on one line), and the run is over.
+int serve(const Arguments& arguments)
+{
+    const QDir scratch(arguments.scratch);
+    QFile taskFile(scratch.filePath(QStringLiteral("task.json")));
+    if (!taskFile.open(QIODevice::ReadOnly))
+        return usage("the scratch folder holds no task.json");
+    auto task = core::ShardTask::fromJson(QJsonDocument::fromJson(taskFile.readAll()).object());
+    if (!task)
+        return usage(qPrintable(task.error().toString()));
+    compute::ComputeEnvironment environment;
+    environment.fashionMnistDirectory = arguments.fashionMnist;
+    environment.fortunesDirectory = arguments.fortunes;
+    environment.device = arguments.device;
+    environment.portableThreads = arguments.portableThreads;
+    const auto blobs = arguments.blobs;
+    environment.blobPath = [blobs](const core::Digest& digest) -> std::optional<QString> {
+        const auto it = blobs.constFind(digest.toHex());
+        return it == blobs.constEnd() ? std::nullopt : std::optional<QString>(*it);
+    };
+    auto read = [&](const char* name) {
+        QFile file(scratch.filePath(QString::fromLatin1(name)));
+        return file.open(QIODevice::ReadOnly) ? file.readAll() : QByteArray();
+    };
+    auto error = [&](const QString& why) { answer(QStringLiteral("error ") + reasonOf(why, arguments.memoryMiB).simplified()); };
+
+    std::unique_ptr<compute::ShardRun> run;
+    try {
+        while (const auto command = readCommand()) {
+            const QString line = QString::fromStdString(*command);
+            if (line == u"quit")
+                return 0;
+            if (line == u"start" || line == u"resume") {
+                auto started = line == u"start" ? compute::ShardRun::start(*task, read("weights.in"), environment)
+                                                : compute::ShardRun::resume(*task, read("suspended.in"), environment,
+                                                    compute::ShardRun::StateOrigin::Own, read("weights.in"));
+                if (!started) {
+                    error(started.error().toString());
+                    continue;
+                }
+                run = std::move(*started);
+                answer(QStringLiteral("ok %1").arg(run->completedSteps()));
+            } else if (!run) {
+                error(QStringLiteral("no shard was started"));
+            } else if (line.startsWith(QStringLiteral("step "))) {
+                const std::int64_t steps = line.mid(5).toLongLong();
+                QElapsedTimer timer;
+                timer.start();
+                core::Status status;
+                for (std::int64_t i = 0; i < steps && status && !run->finished(); ++i)
+                    status = run->step();
+                if (!status)
+                    error(status.error().toString());
+                else
+                    answer(QStringLiteral("stepped %1 %2 %3")
+                               .arg(run->completedSteps())
+                               .arg(run->lastLoss(), 0, 'g', 9)
+                               .arg(timer.nsecsElapsed()));
+            } else if (line == u"suspend") {
+                if (writeFile(scratch.filePath(QStringLiteral("suspended.out")), run->suspend()))
+                    answer(QStringLiteral("suspended"));
+                else
+                    error(QStringLiteral("cannot write the training state into the scratch folder"));
+            } else if (line == u"finish") {
+                const auto output = run->finish();
+                run.reset();
+                if (!writeFile(scratch.filePath(QStringLiteral("weights.out")), output.weights)
+                    || !writeFile(scratch.filePath(QStringLiteral("kept.out")), output.keptState)
+                    || !writeFile(scratch.filePath(QStringLiteral("result.json")),
+                        QJsonDocument(output.result.toJson()).toJson(QJsonDocument::Compact)))
+                    error(QStringLiteral("cannot write the result into the scratch folder"));
+                else
+                    answer(QStringLiteral("finished"));
+            } else {
+                error(QStringLiteral("unknown command"));
+            }
+        }
+    } catch (const std::bad_alloc&) {
+        error(QStringLiteral("std::bad_alloc"));
+    } catch (const std::exception& failure) {
+        error(QStringLiteral("internal error: %1").arg(QString::fromUtf8(failure.what())));
+    }
+    return 0;
+}
+
 } // namespace
 
 int main(int argc, char** argv)
@@ -274,5 +390,7 @@ int main(int argc, char** argv)
         return probe(arguments);
     if (arguments.command == u"train")
         return train(arguments);
+    if (arguments.command == u"serve")
+        return serve(arguments);
     return usage("an unknown command");
 }

@@ -1514,6 +1514,47 @@ private Q_SLOTS:
         nextShardTrains();
     }
 
+    // A long-lived worker driven a few steps at a time, as the compute thread drives its runs:
+    // paused in one worker after 7 steps, resumed in another, it ends with the bits of one
+    // uninterrupted run here.
+    void aShardPausedInOneWorkerAndResumedInAnotherEndsWithTheSameBits()
+    {
+        const auto prepared = prepare(smallJob());
+        const auto& task = prepared.tasks[2];
+        const auto here = compute::runShard(task, prepared.start.bytes, {});
+        QByteArray state;
+        {
+            auto first = compute::sandbox::RemoteShardRun::start(task, prepared.start.bytes, {}, workerOptions());
+            QVERIFY2(first.ok(), qPrintable(first.ok() ? QString() : first.error().toString()));
+            QVERIFY((*first)->step(7).ok());
+            QCOMPARE((*first)->completedSteps(), 7);
+            auto suspended = (*first)->suspend();
+            QVERIFY2(suspended.ok(), qPrintable(suspended.ok() ? QString() : suspended.error().toString()));
+            state = *suspended;
+        } // that worker ends here
+        auto second = compute::sandbox::RemoteShardRun::resume(task, state, {}, workerOptions(), prepared.start.bytes);
+        QVERIFY2(second.ok(), qPrintable(second.ok() ? QString() : second.error().toString()));
+        QCOMPARE((*second)->completedSteps(), 7);
+        while (!(*second)->finished())
+            QVERIFY((*second)->step(5).ok());
+        const auto there = (*second)->finish();
+        QVERIFY2(there.result.outcome == core::ShardResult::Outcome::Completed, qPrintable(there.result.failure));
+        QCOMPARE(there.result.finalHash, here.result.finalHash);
+        QCOMPARE(there.result.checkpointHashes, here.result.checkpointHashes);
+        QCOMPARE(there.weights, here.weights);
+
+        // An endless forward() in a driven worker: the step in flight ends at the time limit.
+        auto endless = hostileTask(QStringLiteral("endless.pt"));
+        auto options = workerOptions();
+        options.timeLimitMs = 3000;
+        auto stuck = compute::sandbox::RemoteShardRun::start(endless.first, endless.second, {}, options);
+        QVERIFY2(stuck.ok(), qPrintable(stuck.ok() ? QString() : stuck.error().toString()));
+        const auto stepped = (*stuck)->step(1);
+        QVERIFY(!stepped.ok());
+        QVERIFY2(stepped.error().message.startsWith(QStringLiteral("time limit")), qPrintable(stepped.error().message));
+        QVERIFY(!(*stuck)->step(1).ok()); // and stays ended, without taking this process with it
+    }
+
 private:
     QTemporaryDir m_scratch;
 
