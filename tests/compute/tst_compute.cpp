@@ -1543,16 +1543,21 @@ private Q_SLOTS:
         QCOMPARE(there.result.checkpointHashes, here.result.checkpointHashes);
         QCOMPARE(there.weights, here.weights);
 
-        // An endless forward() in a driven worker: the step in flight ends at the time limit.
+        // An endless forward() in a driven worker: the worker ends at the time limit, counted from
+        // its start (on a busy machine the limit may already pass while the worker loads its data;
+        // then start() says so), without taking this process with it.
         auto endless = hostileTask(QStringLiteral("endless.pt"));
         auto options = workerOptions();
         options.timeLimitMs = 3000;
         auto stuck = compute::sandbox::RemoteShardRun::start(endless.first, endless.second, {}, options);
-        QVERIFY2(stuck.ok(), qPrintable(stuck.ok() ? QString() : stuck.error().toString()));
-        const auto stepped = (*stuck)->step(1);
-        QVERIFY(!stepped.ok());
-        QVERIFY2(stepped.error().message.startsWith(QStringLiteral("time limit")), qPrintable(stepped.error().message));
-        QVERIFY(!(*stuck)->step(1).ok()); // and stays ended, without taking this process with it
+        QString why = stuck.ok() ? QString() : stuck.error().message;
+        if (stuck.ok()) {
+            const auto stepped = (*stuck)->step(1);
+            QVERIFY(!stepped.ok());
+            why = stepped.error().message;
+            QVERIFY(!(*stuck)->step(1).ok()); // and it stays ended
+        }
+        QVERIFY2(why.startsWith(QStringLiteral("time limit")), qPrintable(why));
     }
 
 private:
