@@ -70,6 +70,12 @@ std::optional<net::BrokerAddress> BrokerLink::broker() const
     return m_broker;
 }
 
+std::pair<std::optional<net::BrokerAddress>, std::optional<net::CurveKeys>> BrokerLink::target() const
+{
+    std::lock_guard lock(m_mutex);
+    return { m_broker, m_keys };
+}
+
 int BrokerLink::pending() const
 {
     std::lock_guard lock(m_mutex);
@@ -132,12 +138,7 @@ void BrokerLink::serve()
 QFuture<core::Result<QString>> BrokerLink::submit(
     core::JobSpec spec, const QString& baseDirectory, Progress progress, Cancel cancel)
 {
-    const auto broker = this->broker();
-    std::optional<net::CurveKeys> keys;
-    {
-        std::lock_guard lock(m_mutex);
-        keys = m_keys;
-    }
+    const auto [broker, keys] = target();
     return QtConcurrent::run([=]() mutable -> core::Result<QString> {
         if (!broker)
             return noBroker();
@@ -162,12 +163,7 @@ QFuture<core::Result<QString>> BrokerLink::submit(
 
 QFuture<core::Result<QString>> BrokerLink::saveModel(const QString& jobId, const QString& path, Progress progress, Cancel cancel)
 {
-    const auto broker = this->broker();
-    std::optional<net::CurveKeys> keys;
-    {
-        std::lock_guard lock(m_mutex);
-        keys = m_keys;
-    }
+    const auto [broker, keys] = target();
     return QtConcurrent::run([=]() -> core::Result<QString> {
         if (!broker)
             return noBroker();

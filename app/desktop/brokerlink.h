@@ -18,6 +18,7 @@
 #include <mutex>
 #include <optional>
 #include <thread>
+#include <utility>
 
 namespace tessera::net {
 class BrokerClient;
@@ -56,6 +57,8 @@ public:
 
 private:
     void serve();
+    // The broker and keys a transfer of its own connects with, read together.
+    std::pair<std::optional<net::BrokerAddress>, std::optional<net::CurveKeys>> target() const;
 
     const int m_timeoutMs;
     mutable std::mutex m_mutex;

@@ -1,6 +1,7 @@
 #include "worker.h"
 
 #include <compute/weights.h>
+#include <core/readfile.h>
 
 #include <QCoreApplication>
 #include <QDir>
@@ -34,17 +35,46 @@ bool writeFile(const QString& path, const QByteArray& bytes)
     return file.open(QIODevice::WriteOnly) && file.write(bytes) == bytes.size() && file.commit();
 }
 
-std::optional<QByteArray> readFile(const QString& path)
-{
-    QFile file(path);
-    if (!file.open(QIODevice::ReadOnly))
-        return std::nullopt;
-    return file.readAll();
-}
-
 ShardOutput failed(const core::ShardTask& task, const QString& why)
 {
     return { failedResult(task, why), {}, {} };
+}
+
+// A fresh scratch folder for one worker, holding its task and inputs (suspended: only to resume).
+core::Result<std::unique_ptr<QTemporaryDir>> prepareScratch(
+    const core::ShardTask& task, const QByteArray& startWeights, const QByteArray& suspended, const WorkerOptions& options)
+{
+    const QString root = options.scratchRoot.isEmpty() ? QDir::tempPath() : options.scratchRoot;
+    QDir().mkpath(root);
+    auto scratch = std::make_unique<QTemporaryDir>(QDir(root).filePath(QStringLiteral("tessera-worker-XXXXXX")));
+    const QDir folder(scratch->path());
+    if (!scratch->isValid()
+        || !writeFile(folder.filePath(QStringLiteral("task.json")), QJsonDocument(task.toJson()).toJson(QJsonDocument::Compact))
+        || !writeFile(folder.filePath(QStringLiteral("weights.in")), startWeights)
+        || (!suspended.isEmpty() && !writeFile(folder.filePath(QStringLiteral("suspended.in")), suspended)))
+        return core::Error { QStringLiteral("worker"),
+            QStringLiteral("cannot write the compute worker's task into %1").arg(root) };
+    return scratch;
+}
+
+// What a worker left in its scratch folder after a clean end. The worker ran the job owner's
+// code: the supervisor, which signs the result, hashes the weights itself rather than take the
+// worker's word for it.
+ShardOutput collectOutput(const core::ShardTask& task, const QDir& folder)
+{
+    auto parsed = core::ShardResult::fromJson(
+        QJsonDocument::fromJson(core::readFile(folder.filePath(QStringLiteral("result.json"))).value_or(QByteArray())).object());
+    if (!parsed)
+        return failed(task, QStringLiteral("the compute worker's result is unreadable: %1").arg(parsed.error().toString()));
+    ShardOutput output { *parsed, {}, {} };
+    if (output.result.outcome == core::ShardResult::Outcome::Failed)
+        return output;
+    output.weights = core::readFile(folder.filePath(QStringLiteral("weights.out"))).value_or(QByteArray());
+    output.keptState = core::readFile(folder.filePath(QStringLiteral("kept.out"))).value_or(QByteArray());
+    const auto hash = canonicalHashOf(output.weights);
+    if (!hash || *hash != output.result.finalHash)
+        return failed(task, QStringLiteral("the compute worker's weights do not have the hash its result names"));
+    return output;
 }
 
 // The files a task names, as the worker will find them: by content address, or (before upload,
@@ -164,15 +194,11 @@ QString defaultWorkerProgram()
 ShardOutput runShardInWorker(const core::ShardTask& task, const QByteArray& startWeights, const ComputeEnvironment& environment,
     const WorkerOptions& options)
 {
-    const QString root = options.scratchRoot.isEmpty() ? QDir::tempPath() : options.scratchRoot;
-    QDir().mkpath(root);
-    QTemporaryDir scratch(QDir(root).filePath(QStringLiteral("tessera-worker-XXXXXX")));
-    if (!scratch.isValid())
-        return failed(task, QStringLiteral("cannot make the compute worker's scratch folder in %1").arg(root));
+    auto prepared = prepareScratch(task, startWeights, {}, options);
+    if (!prepared)
+        return failed(task, prepared.error().message);
+    const QTemporaryDir& scratch = **prepared;
     const QDir folder(scratch.path());
-    if (!writeFile(folder.filePath(QStringLiteral("task.json")), QJsonDocument(task.toJson()).toJson(QJsonDocument::Compact))
-        || !writeFile(folder.filePath(QStringLiteral("weights.in")), startWeights))
-        return failed(task, QStringLiteral("cannot write the compute worker's task into %1").arg(scratch.path()));
 
     const QString program = options.program.isEmpty() ? defaultWorkerProgram() : options.program;
     pid_t pid = 0;
@@ -261,23 +287,10 @@ ShardOutput runShardInWorker(const core::ShardTask& task, const QByteArray& star
     const QString said = QString::fromLocal8Bit(stderrTail).trimmed();
     if (!killedFor.isEmpty())
         return failed(task, killedFor);
-    const auto result = readFile(folder.filePath(QStringLiteral("result.json")));
-    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0 || !done || !result)
+    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0 || !done
+        || !QFileInfo::exists(folder.filePath(QStringLiteral("result.json"))))
         return failed(task, endReason(status, said));
-    auto parsed = core::ShardResult::fromJson(QJsonDocument::fromJson(*result).object());
-    if (!parsed)
-        return failed(task, QStringLiteral("the compute worker's result is unreadable: %1").arg(parsed.error().toString()));
-    ShardOutput output { *parsed, {}, {} };
-    if (output.result.outcome != core::ShardResult::Outcome::Failed) {
-        output.weights = readFile(folder.filePath(QStringLiteral("weights.out"))).value_or(QByteArray());
-        output.keptState = readFile(folder.filePath(QStringLiteral("kept.out"))).value_or(QByteArray());
-        // The worker ran the job owner's code: the supervisor, which signs the result, hashes what
-        // it returned itself rather than take the worker's word for it.
-        const auto hash = canonicalHashOf(output.weights);
-        if (!hash || *hash != output.result.finalHash)
-            return failed(task, QStringLiteral("the compute worker's weights do not have the hash its result names"));
-    }
-    return output;
+    return collectOutput(task, folder);
 }
 
 struct RemoteShardRun::Process {
@@ -380,17 +393,12 @@ core::Result<std::unique_ptr<RemoteShardRun>> RemoteShardRun::resume(const core:
 core::Result<std::unique_ptr<RemoteShardRun>> RemoteShardRun::open(const core::ShardTask& task, const QByteArray& startWeights,
     const QByteArray& suspended, const ComputeEnvironment& environment, const WorkerOptions& options)
 {
+    auto scratch = prepareScratch(task, startWeights, suspended, options);
+    if (!scratch)
+        return scratch.error();
     auto process = std::make_unique<Process>();
-    const QString root = options.scratchRoot.isEmpty() ? QDir::tempPath() : options.scratchRoot;
-    QDir().mkpath(root);
-    process->scratch = std::make_unique<QTemporaryDir>(QDir(root).filePath(QStringLiteral("tessera-worker-XXXXXX")));
+    process->scratch = std::move(*scratch);
     const QDir folder(process->scratch->path());
-    if (!process->scratch->isValid()
-        || !writeFile(folder.filePath(QStringLiteral("task.json")), QJsonDocument(task.toJson()).toJson(QJsonDocument::Compact))
-        || !writeFile(folder.filePath(QStringLiteral("weights.in")), startWeights)
-        || (!suspended.isEmpty() && !writeFile(folder.filePath(QStringLiteral("suspended.in")), suspended)))
-        return core::Error { QStringLiteral("worker"),
-            QStringLiteral("cannot write the compute worker's task into %1").arg(root) };
     const QString program = options.program.isEmpty() ? defaultWorkerProgram() : options.program;
     if (const int spawned
         = spawnWorker(program, workerArguments(QStringLiteral("serve"), folder.path(), task, environment, options), true,
@@ -458,7 +466,7 @@ core::Result<QByteArray> RemoteShardRun::suspend()
 {
     if (auto answer = ask(QStringLiteral("suspend")); !answer)
         return answer.error();
-    const auto state = readFile(QDir(m_process->scratch->path()).filePath(QStringLiteral("suspended.out")));
+    auto state = core::readFile(QDir(m_process->scratch->path()).filePath(QStringLiteral("suspended.out")));
     if (!state)
         return core::Error { QStringLiteral("worker"), QStringLiteral("the compute worker left no training state") };
     return *state;
@@ -468,17 +476,7 @@ ShardOutput RemoteShardRun::finish()
 {
     if (auto answer = ask(QStringLiteral("finish")); !answer)
         return failed(m_task, answer.error().message);
-    const QDir folder(m_process->scratch->path());
-    const auto result = readFile(folder.filePath(QStringLiteral("result.json")));
-    auto parsed = core::ShardResult::fromJson(QJsonDocument::fromJson(result.value_or(QByteArray())).object());
-    if (!parsed)
-        return failed(m_task, QStringLiteral("the compute worker's result is unreadable: %1").arg(parsed.error().toString()));
-    ShardOutput output { *parsed, readFile(folder.filePath(QStringLiteral("weights.out"))).value_or(QByteArray()),
-        readFile(folder.filePath(QStringLiteral("kept.out"))).value_or(QByteArray()) };
-    const auto hash = canonicalHashOf(output.weights);
-    if (!hash || *hash != output.result.finalHash)
-        return failed(m_task, QStringLiteral("the compute worker's weights do not have the hash its result names"));
-    return output;
+    return collectOutput(m_task, QDir(m_process->scratch->path()));
 }
 
 } // namespace tessera::compute::sandbox

@@ -19,6 +19,7 @@
 #include "confinement.h"
 
 #include <compute/shardrun.h>
+#include <core/readfile.h>
 
 #include <QDir>
 #include <QElapsedTimer>
@@ -148,18 +149,18 @@ QString reasonOf(const QString& failure, std::int64_t memoryMiB)
     return failure;
 }
 
-int train(const Arguments& arguments)
+// The task in the scratch folder.
+core::Result<core::ShardTask> loadTask(const QDir& scratch)
 {
-    const QDir scratch(arguments.scratch);
-    QFile taskFile(scratch.filePath(QStringLiteral("task.json")));
-    QFile weightsFile(scratch.filePath(QStringLiteral("weights.in")));
-    if (!taskFile.open(QIODevice::ReadOnly) || !weightsFile.open(QIODevice::ReadOnly))
-        return usage("the scratch folder holds no task.json and weights.in");
-    auto task = core::ShardTask::fromJson(QJsonDocument::fromJson(taskFile.readAll()).object());
-    if (!task)
-        return usage(qPrintable(task.error().toString()));
-    const QByteArray weights = weightsFile.readAll();
+    auto text = core::readFile(scratch.filePath(QStringLiteral("task.json")));
+    if (!text)
+        return text.error();
+    return core::ShardTask::fromJson(QJsonDocument::fromJson(*text).object());
+}
 
+// The node's environment as the supervisor passed it: the datasets, and the task's blobs by hash.
+compute::ComputeEnvironment environmentOf(const Arguments& arguments)
+{
     compute::ComputeEnvironment environment;
     environment.fashionMnistDirectory = arguments.fashionMnist;
     environment.fortunesDirectory = arguments.fortunes;
@@ -170,6 +171,28 @@ int train(const Arguments& arguments)
         const auto it = blobs.constFind(digest.toHex());
         return it == blobs.constEnd() ? std::nullopt : std::optional<QString>(*it);
     };
+    return environment;
+}
+
+// A finished shard's result, weights and kept state, where the supervisor collects them.
+bool writeOutput(const QDir& scratch, const compute::ShardOutput& output)
+{
+    return writeFile(scratch.filePath(QStringLiteral("weights.out")), output.weights)
+        && writeFile(scratch.filePath(QStringLiteral("kept.out")), output.keptState)
+        && writeFile(scratch.filePath(QStringLiteral("result.json")),
+            QJsonDocument(output.result.toJson()).toJson(QJsonDocument::Compact));
+}
+
+int train(const Arguments& arguments)
+{
+    const QDir scratch(arguments.scratch);
+    auto task = loadTask(scratch);
+    if (!task)
+        return usage(qPrintable(task.error().toString()));
+    const auto weights = core::readFile(scratch.filePath(QStringLiteral("weights.in")));
+    if (!weights)
+        return usage("the scratch folder holds no weights.in");
+    const auto environment = environmentOf(arguments);
 
     auto fail = [&](const QString& why) {
         const auto result = compute::failedResult(*task, reasonOf(why, arguments.memoryMiB));
@@ -178,7 +201,7 @@ int train(const Arguments& arguments)
         return 0;
     };
     try {
-        auto run = compute::ShardRun::start(*task, weights, environment);
+        auto run = compute::ShardRun::start(*task, *weights, environment);
         if (!run)
             return fail(run.error().toString());
         QElapsedTimer sinceProgress;
@@ -200,10 +223,7 @@ int train(const Arguments& arguments)
         const auto output = (*run)->finish();
         if (output.result.outcome == core::ShardResult::Outcome::Failed)
             return fail(output.result.failure);
-        if (!writeFile(scratch.filePath(QStringLiteral("weights.out")), output.weights)
-            || !writeFile(scratch.filePath(QStringLiteral("kept.out")), output.keptState)
-            || !writeFile(scratch.filePath(QStringLiteral("result.json")),
-                QJsonDocument(output.result.toJson()).toJson(QJsonDocument::Compact)))
+        if (!writeOutput(scratch, output))
             return usage("cannot write the result into the scratch folder");
         std::printf("done\n");
         return 0;
@@ -243,26 +263,12 @@ void answer(const QString& line)
 int serve(const Arguments& arguments)
 {
     const QDir scratch(arguments.scratch);
-    QFile taskFile(scratch.filePath(QStringLiteral("task.json")));
-    if (!taskFile.open(QIODevice::ReadOnly))
-        return usage("the scratch folder holds no task.json");
-    auto task = core::ShardTask::fromJson(QJsonDocument::fromJson(taskFile.readAll()).object());
+    auto task = loadTask(scratch);
     if (!task)
         return usage(qPrintable(task.error().toString()));
-    compute::ComputeEnvironment environment;
-    environment.fashionMnistDirectory = arguments.fashionMnist;
-    environment.fortunesDirectory = arguments.fortunes;
-    environment.device = arguments.device;
-    environment.portableThreads = arguments.portableThreads;
-    const auto blobs = arguments.blobs;
-    environment.blobPath = [blobs](const core::Digest& digest) -> std::optional<QString> {
-        const auto it = blobs.constFind(digest.toHex());
-        return it == blobs.constEnd() ? std::nullopt : std::optional<QString>(*it);
-    };
-    auto read = [&](const char* name) {
-        QFile file(scratch.filePath(QString::fromLatin1(name)));
-        return file.open(QIODevice::ReadOnly) ? file.readAll() : QByteArray();
-    };
+    const auto environment = environmentOf(arguments);
+    auto read
+        = [&](const char* name) { return core::readFile(scratch.filePath(QString::fromLatin1(name))).value_or(QByteArray()); };
     auto error = [&](const QString& why) { answer(QStringLiteral("error ") + reasonOf(why, arguments.memoryMiB).simplified()); };
 
     std::unique_ptr<compute::ShardRun> run;
@@ -305,10 +311,7 @@ int serve(const Arguments& arguments)
             } else if (line == u"finish") {
                 const auto output = run->finish();
                 run.reset();
-                if (!writeFile(scratch.filePath(QStringLiteral("weights.out")), output.weights)
-                    || !writeFile(scratch.filePath(QStringLiteral("kept.out")), output.keptState)
-                    || !writeFile(scratch.filePath(QStringLiteral("result.json")),
-                        QJsonDocument(output.result.toJson()).toJson(QJsonDocument::Compact)))
+                if (!writeOutput(scratch, output))
                     error(QStringLiteral("cannot write the result into the scratch folder"));
                 else
                     answer(QStringLiteral("finished"));

@@ -3,6 +3,7 @@
 #include <ui/widgets/submitpanel.h>
 
 #include <QComboBox>
+#include <QCoreApplication>
 #include <QLineEdit>
 #include <QPromise>
 #include <QPushButton>
@@ -151,7 +152,7 @@ private Q_SLOTS:
         // The first answer is for a form that is gone.
         asked[0]->addResult(quoteOf(specs[0]));
         asked[0]->finish();
-        QTest::qWait(50);
+        QCoreApplication::sendPostedEvents(); // its continuation has run (it is queued to the panel)
         QVERIFY(panel.estimateText().contains(QStringLiteral("Pricing")));
         asked[1]->addResult(quoteOf(specs[1]));
         asked[1]->finish();
