@@ -1,5 +1,7 @@
 #include "computethread.h"
 
+#include "sandbox/worker.h"
+
 #include <core/memoryestimate.h>
 #include <core/readfile.h>
 
@@ -21,7 +23,81 @@ struct QueuedShard {
     core::ShardTask task;
     QByteArray weights; // start weights (also kept with a paused shard: a compressed update needs them)
     QByteArray suspended; // the state of a paused shard
+    std::int64_t timeLimitMs = 0; // what is left of it when paused
 };
+
+// One shard's training as the thread drives it: on this thread (ShardRun) or in a sandboxed worker
+// (RemoteShardRun), with the same calls.
+class Steps {
+public:
+    virtual ~Steps() = default;
+    virtual std::int64_t completedSteps() const = 0;
+    virtual bool finished() const = 0;
+    virtual double lastLoss() const = 0;
+    virtual core::Status step(std::int64_t steps) = 0;
+    virtual core::Result<QByteArray> suspend() = 0;
+    virtual ShardOutput finish() = 0;
+    // Steps of the next call: one on this thread (a boundary after each); in a worker, as many as
+    // fill about 20 ms, so that the pipe's round trip costs under 1% and a pause waits little.
+    virtual std::int64_t stepsPerCall(std::int64_t lastCallNs, std::int64_t lastCallSteps) const = 0;
+};
+
+class LocalSteps final : public Steps {
+public:
+    explicit LocalSteps(std::unique_ptr<ShardRun> run)
+        : m_run(std::move(run))
+    { }
+    std::int64_t completedSteps() const override { return m_run->completedSteps(); }
+    bool finished() const override { return m_run->finished(); }
+    double lastLoss() const override { return m_run->lastLoss(); }
+    core::Status step(std::int64_t steps) override
+    {
+        core::Status status;
+        for (std::int64_t i = 0; i < steps && status && !m_run->finished(); ++i)
+            status = m_run->step();
+        return status;
+    }
+    core::Result<QByteArray> suspend() override { return m_run->suspend(); }
+    ShardOutput finish() override { return m_run->finish(); }
+    std::int64_t stepsPerCall(std::int64_t, std::int64_t) const override { return 1; }
+
+private:
+    std::unique_ptr<ShardRun> m_run;
+};
+
+class WorkerSteps final : public Steps {
+public:
+    explicit WorkerSteps(std::unique_ptr<sandbox::RemoteShardRun> run)
+        : m_run(std::move(run))
+    { }
+    std::int64_t completedSteps() const override { return m_run->completedSteps(); }
+    bool finished() const override { return m_run->finished(); }
+    double lastLoss() const override { return m_run->lastLoss(); }
+    core::Status step(std::int64_t steps) override { return m_run->step(steps); }
+    core::Result<QByteArray> suspend() override { return m_run->suspend(); }
+    ShardOutput finish() override { return m_run->finish(); }
+    std::int64_t stepsPerCall(std::int64_t lastCallNs, std::int64_t lastCallSteps) const override
+    {
+        constexpr std::int64_t TargetNs = 20'000'000;
+        if (lastCallSteps <= 0 || lastCallNs <= 0)
+            return 1;
+        const std::int64_t perStep = std::max<std::int64_t>(1, lastCallNs / lastCallSteps);
+        return std::clamp<std::int64_t>(TargetNs / perStep, 1, 1024);
+    }
+
+private:
+    std::unique_ptr<sandbox::RemoteShardRun> m_run;
+};
+
+// How long a sandboxed step may go on after a pause or stop was asked for before its worker is
+// stopped: a boundary normally comes within a call (about 20 ms); a step that never ends (the job
+// owner's code) must not keep the node from pausing.
+constexpr std::int64_t StuckStepMs = 5000;
+
+// The most a dispute's question may compute in a worker: an answer later than this is useless
+// (Broker/DisputeTimeoutSeconds is 60 s by default), and a job whose code hangs must not hold
+// the thread.
+constexpr std::int64_t StateRequestLimitMs = 10 * 60 * 1000;
 
 // Emitting progress for every step of a small model would flood the GUI's event queue.
 constexpr std::int64_t ProgressIntervalMs = 100;
@@ -54,6 +130,8 @@ struct ComputeThread::Private {
     int cpuPercent = 100;
     int maxThreads = 1 << 16;
     std::int64_t maxMemoryMiB = 0; // 0: no limit
+    Sandbox sandbox;
+    QElapsedTimer interruptAsked; // since a pause or stop was asked for (invalid: none)
     State state = State::Idle;
     struct Hold {
         QString jobId;
@@ -64,6 +142,7 @@ struct ComputeThread::Private {
     bool holdReleased = false;
 
     std::unique_ptr<QThread> thread;
+    std::shared_ptr<sandbox::Worker> worker; // the compute thread's only: the last job's, kept for its next shard
 
     void setState(State next)
     {
@@ -78,6 +157,8 @@ struct ComputeThread::Private {
 
     void loop();
     void runShard(QueuedShard item);
+    // The shard's run, on this thread or in a worker (sandbox), or why it cannot start.
+    core::Result<std::unique_ptr<Steps>> open(const QueuedShard& item, const ComputeEnvironment& here);
     // Answers every waiting StateRequest (without the mutex held on entry).
     void serveStateRequests();
     // With the mutex held: waits at a hold placed on this step, if any, until something ends it.
@@ -103,15 +184,17 @@ ComputeThread::~ComputeThread()
     {
         QMutexLocker lock(&d->mutex);
         d->stopRequested = true;
+        if (!d->interruptAsked.isValid())
+            d->interruptAsked.start();
         d->wake.wakeAll();
     }
     d->thread->wait();
 }
 
-void ComputeThread::submit(const core::ShardTask& task, const QByteArray& startWeights)
+void ComputeThread::submit(const core::ShardTask& task, const QByteArray& startWeights, std::int64_t timeLimitMs)
 {
     QMutexLocker lock(&d->mutex);
-    d->queue.push_back({ task, startWeights, {} });
+    d->queue.push_back({ task, startWeights, {}, std::max<std::int64_t>(0, timeLimitMs) });
     d->wake.wakeAll();
 }
 
@@ -133,6 +216,8 @@ void ComputeThread::pause()
 {
     QMutexLocker lock(&d->mutex);
     d->pauseRequested = true;
+    if (!d->interruptAsked.isValid())
+        d->interruptAsked.start();
     d->wake.wakeAll();
 }
 
@@ -163,6 +248,7 @@ void ComputeThread::resume()
     QMutexLocker lock(&d->mutex);
     d->pauseRequested = false;
     d->pauseAfterCurrent = false;
+    d->interruptAsked.invalidate();
     d->wake.wakeAll();
 }
 
@@ -185,6 +271,12 @@ void ComputeThread::setMaxThreads(int threads)
 {
     QMutexLocker lock(&d->mutex);
     d->maxThreads = std::max(1, threads);
+}
+
+void ComputeThread::setSandbox(const Sandbox& sandbox)
+{
+    QMutexLocker lock(&d->mutex);
+    d->sandbox = sandbox;
 }
 
 void ComputeThread::setMaxMemoryMiB(std::int64_t mebibytes)
@@ -233,6 +325,21 @@ void ComputeThread::Private::loop()
                     lock.relock();
                     continue;
                 }
+                // A worker gives its memory back when the node pauses, or after a while with nothing to do.
+                if (worker && waiting == State::Paused) {
+                    lock.unlock();
+                    worker.reset();
+                    lock.relock();
+                    continue;
+                }
+                if (worker) {
+                    if (!wake.wait(&mutex, QDeadlineTimer(IdleWorkerMs))) {
+                        lock.unlock();
+                        worker.reset();
+                        lock.relock();
+                    }
+                    continue;
+                }
                 wake.wait(&mutex);
             }
             if (stopRequested)
@@ -258,6 +365,7 @@ void ComputeThread::Private::loop()
             Q_EMIT q->shardFinished({ failedResult(task, QStringLiteral("internal error")), {}, {} });
         }
     }
+    worker.reset();
     setState(State::Stopped);
 }
 
@@ -294,35 +402,52 @@ void ComputeThread::Private::runShard(QueuedShard item)
         QMutexLocker lock(&mutex);
         here.portableThreads = int(std::min<std::int64_t>(task.threads, maxThreads));
     }
-    auto started = item.suspended.isEmpty()
-        ? ShardRun::start(task, item.weights, here)
-        : ShardRun::resume(task, item.suspended, here, ShardRun::StateOrigin::Own, item.weights);
-    if (!started) {
-        Q_EMIT q->shardFinished({ failedResult(task, started.error().toString()), {}, {} });
+    auto opened = open(item, here);
+    if (!opened) {
+        if (opened.error().message == u"cancelled") {
+            Q_EMIT q->shardCancelled(task);
+            return;
+        }
+        Q_EMIT q->shardFinished({ failedResult(task, opened.error().toString()), {}, {} });
         return;
     }
-    auto run = std::move(*started);
+    auto run = std::move(*opened);
 
     QElapsedTimer sinceProgress;
     sinceProgress.start();
     std::int64_t busyNs = 0;
     std::int64_t throttledNs = 0;
+    std::int64_t lastCallNs = 0;
+    std::int64_t lastCallSteps = 0;
     const std::int64_t firstStep = run->completedSteps();
+    // A step that fails in a worker stopped for a pause or stop: given back, not the job's fault.
+    auto stoppedWhileStuck = [&](const QString& why) {
+        QMutexLocker lock(&mutex);
+        return why == u"cancelled" && (stopRequested || pauseRequested) && cancelledJob != task.jobId;
+    };
 
     while (!run->finished()) {
         serveStateRequests();
+        std::int64_t steps = run->stepsPerCall(lastCallNs, lastCallSteps);
         {
             QMutexLocker lock(&mutex);
             waitIfHeld(lock, task, run->completedSteps());
             if (stopRequested || pauseRequested) {
                 const bool stopping = stopRequested;
                 lock.unlock();
-                const QByteArray state = run->suspend();
+                auto state = run->suspend();
+                if (!state) {
+                    Q_EMIT q->shardFinished({ failedResult(task, state.error().toString()), {}, {} });
+                    return;
+                }
                 if (!stopping) {
                     QMutexLocker relock(&mutex);
-                    queue.push_front({ task, item.weights, state }); // resume() continues it first
+                    const std::int64_t left = item.timeLimitMs > 0
+                        ? std::max<std::int64_t>(1, item.timeLimitMs - (busyNs / 1'000'000))
+                        : 0;
+                    queue.push_front({ task, item.weights, *state, left }); // resume() continues it first
                 }
-                Q_EMIT q->shardPaused(task, state);
+                Q_EMIT q->shardPaused(task, *state);
                 return;
             }
             if (cancelledJob == task.jobId) {
@@ -330,16 +455,33 @@ void ComputeThread::Private::runShard(QueuedShard item)
                 Q_EMIT q->shardCancelled(task);
                 return;
             }
+            // Never past a hold (the test seam): it is a boundary the caller waits for.
+            if (hold && hold->jobId == task.jobId && hold->shard == task.shard && hold->step > run->completedSteps())
+                steps = std::min(steps, hold->step - run->completedSteps());
         }
 
         QElapsedTimer stepTimer;
         stepTimer.start();
-        if (auto status = run->step(); !status) {
-            Q_EMIT q->shardFinished({ failedResult(task, status.error().toString()), {}, {} });
+        const std::int64_t before = run->completedSteps();
+        if (auto status = run->step(steps); !status) {
+            if (status.error().message == u"cancelled" && !stoppedWhileStuck(status.error().message)) {
+                Q_EMIT q->shardCancelled(task);
+                return;
+            }
+            auto failed = failedResult(task, status.error().toString());
+            if (stoppedWhileStuck(status.error().message)) {
+                failed.outcome = core::ShardResult::Outcome::Returned;
+                failed.failure = QStringLiteral("a step ran on for %1 s after the node was asked to pause; its worker was "
+                                                "stopped and the shard given back")
+                                     .arg(StuckStepMs / 1000);
+            }
+            Q_EMIT q->shardFinished({ failed, {}, {} });
             return;
         }
         const std::int64_t stepNs = stepTimer.nsecsElapsed();
         busyNs += stepNs;
+        lastCallNs = stepNs;
+        lastCallSteps = run->completedSteps() - before;
 
         if (sinceProgress.elapsed() >= ProgressIntervalMs || run->finished()) {
             sinceProgress.restart();
@@ -375,6 +517,50 @@ void ComputeThread::Private::runShard(QueuedShard item)
         setState(State::Paused);
 }
 
+core::Result<std::unique_ptr<Steps>> ComputeThread::Private::open(const QueuedShard& item, const ComputeEnvironment& here)
+{
+    const auto& task = item.task;
+    Sandbox where;
+    sandbox::WorkerOptions options;
+    {
+        QMutexLocker lock(&mutex);
+        where = sandbox;
+        options.memoryMiB = maxMemoryMiB;
+    }
+    if (!where.enabled) {
+        worker.reset();
+        auto started = item.suspended.isEmpty()
+            ? ShardRun::start(task, item.weights, here)
+            : ShardRun::resume(task, item.suspended, here, ShardRun::StateOrigin::Own, item.weights);
+        if (!started)
+            return started.error();
+        return std::unique_ptr<Steps>(std::make_unique<LocalSteps>(std::move(*started)));
+    }
+    options.program = where.program;
+    options.scratchRoot = where.scratchRoot;
+    options.timeLimitMs = item.timeLimitMs;
+    // Asked every 100 ms while the worker computes: a cancel stops it at once; a pause or stop
+    // waits for the boundary, unless the step has gone on long after it was asked for.
+    options.cancelled = [this, jobId = task.jobId] {
+        QMutexLocker lock(&mutex);
+        return cancelledJob == jobId
+            || ((stopRequested || pauseRequested) && interruptAsked.isValid() && interruptAsked.elapsed() > StuckStepMs);
+    };
+    if (!worker || !worker->serves(task, here, options)) {
+        worker.reset(); // one worker at a time
+        auto spawned = sandbox::Worker::spawn(task, here, options);
+        if (!spawned)
+            return spawned.error();
+        worker = std::move(*spawned);
+    }
+    auto opened = sandbox::RemoteShardRun::open(task, item.weights, item.suspended, worker, options);
+    if (!opened || worker->ended())
+        worker.reset();
+    if (!opened)
+        return opened.error();
+    return std::unique_ptr<Steps>(std::make_unique<WorkerSteps>(std::move(*opened)));
+}
+
 void ComputeThread::Private::serveStateRequests()
 {
     for (;;) {
@@ -398,7 +584,23 @@ void ComputeThread::Private::serveStateRequests()
             } else {
                 using Want = core::DisputeQuestion::Want;
                 const auto& question = request.question;
-                auto made = question.want == Want::Trace
+                Sandbox where;
+                sandbox::WorkerOptions options;
+                {
+                    QMutexLocker lock(&mutex);
+                    where = sandbox;
+                    options.memoryMiB = maxMemoryMiB;
+                }
+                options.program = where.program;
+                options.scratchRoot = where.scratchRoot;
+                options.timeLimitMs = StateRequestLimitMs;
+                options.cancelled = [this] {
+                    QMutexLocker lock(&mutex);
+                    return stopRequested;
+                };
+                auto made = where.enabled
+                    ? sandbox::answerInWorker(request.task, question, *start, *kept, environment, options)
+                    : question.want == Want::Trace
                     ? compute::traceInterval(request.task, *start, *kept, question.checkpoint, environment)
                     : question.want == Want::Operands
                     ? compute::operandsOf(request.task, *start, *kept, question.step, question.instruction, environment)

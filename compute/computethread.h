@@ -43,7 +43,9 @@ public:
     explicit ComputeThread(ComputeEnvironment environment, QObject* parent = nullptr);
     ~ComputeThread() override; // stops the thread at the next step boundary and joins it
 
-    void submit(const core::ShardTask& task, const QByteArray& startWeights);
+    // timeLimitMs: how long the shard may compute before a sandboxed worker is stopped (the
+    // assignment's deadline and a grace; time paused or throttled does not count); 0: no limit.
+    void submit(const core::ShardTask& task, const QByteArray& startWeights, std::int64_t timeLimitMs = 0);
     // A shard paused earlier (perhaps by another run of the app), from the state paused() gave, and
     // the round's weights (needed at the end for a compressed update, task.compression).
     void submitSuspended(const core::ShardTask& task, const QByteArray& suspendedState, const QByteArray& startWeights = {});
@@ -80,6 +82,20 @@ public:
     // Compute/MaxMemoryMiB: a shard whose estimated memory (core::estimateShardMemory) is larger is
     // given back (outcome returned) with the reason, before it trains. 0: no limit.
     void setMaxMemoryMiB(std::int64_t mebibytes);
+
+    // Compute/Sandbox: where shards train. Enabled: in a confined tessera-compute worker process
+    // (compute/sandbox/worker.h), one per job, kept between its shards and ended when the thread
+    // pauses or has had nothing to do for IdleWorkerMs; the job owner's code runs there, away from
+    // the node's keys, and a worker that hangs, crashes or passes Compute/MaxMemoryMiB fails its shard
+    // with the reason while the thread carries on. Disabled: on this thread, as before. Takes effect
+    // from the next shard.
+    struct Sandbox {
+        bool enabled = false;
+        QString program; // empty: compute::sandbox::defaultWorkerProgram()
+        QString scratchRoot; // empty: the system's temporary folder
+    };
+    void setSandbox(const Sandbox& sandbox);
+    static constexpr std::int64_t IdleWorkerMs = 60'000;
 
     State state() const;
     int queuedCount() const;

@@ -80,6 +80,7 @@ struct CurrentTask {
     bool rebuilding = false; // the executor makes startWeightsBlob from the change
     bool changeFailed = false; // it did not: download the weights whole
     QByteArray rebuilt; // what it made, handed on to the training without reading it back
+    std::int64_t deadlineAt = 0; // the clock's ms when the broker stops waiting for the result; 0: none
 };
 
 // What a request that waits for its reply was for; the reply is matched by the request's id.
@@ -420,7 +421,9 @@ struct NodeClient::Private {
         const auto& task = current->task;
         qCInfo(lcNode).noquote() << "training" << current->assignment << "(job" << task.jobId << "round" << task.round << "shard"
                                  << task.shard << ")";
-        executor.start(tag, current->assignment, current->task, *weights, paths);
+        const std::int64_t deadlineMs
+            = current->deadlineAt > 0 ? std::max<std::int64_t>(1, current->deadlineAt - clock.nowMs()) : 0;
+        executor.start(tag, current->assignment, current->task, *weights, paths, deadlineMs);
     }
 
     // --- results ---------------------------------------------------------------------------------
@@ -805,7 +808,8 @@ void NodeClient::Private::onTask(const Message& message)
         return;
     }
     ++counters.tasks;
-    current = CurrentTask { task->assignment, task->task, task->startWeightsBlob, false, task->startChange, false, false, {} };
+    current = CurrentTask { task->assignment, task->task, task->startWeightsBlob, false, task->startChange, false, false, {},
+        task->deadlineMs > 0 ? clock.nowMs() + task->deadlineMs : 0 };
     fetchMissing();
     maybeStartTask();
 }

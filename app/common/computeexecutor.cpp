@@ -70,15 +70,20 @@ QString ComputeExecutor::keyOf(const QString& jobId, std::int64_t round, std::in
     return QStringLiteral("%1/%2/%3").arg(jobId, QString::number(round), QString::number(shard));
 }
 
+std::int64_t ComputeExecutor::timeLimitFor(std::int64_t deadlineMs)
+{
+    return deadlineMs > 0 ? deadlineMs + std::max<std::int64_t>(10'000, deadlineMs / 4) : 0;
+}
+
 void ComputeExecutor::start(const QString& tag, const QString& assignment, const core::ShardTask& task,
-    const QByteArray& startWeights, const QHash<core::Digest, QString>& blobPaths)
+    const QByteArray& startWeights, const QHash<core::Digest, QString>& blobPaths, std::int64_t deadlineMs)
 {
     {
         QMutexLocker lock(&m_mutex);
         m_pending.insert(keyOf(task.jobId, task.round, task.shard), { tag, assignment });
         m_blobPaths.insert(blobPaths);
     }
-    m_thread->submit(task, startWeights);
+    m_thread->submit(task, startWeights, timeLimitFor(deadlineMs));
 }
 
 namespace {

@@ -19,7 +19,10 @@ public:
     ~ComputeExecutor() override;
 
     void start(const QString& tag, const QString& assignment, const core::ShardTask& task, const QByteArray& startWeights,
-        const QHash<core::Digest, QString>& blobPaths) override;
+        const QHash<core::Digest, QString>& blobPaths, std::int64_t deadlineMs) override;
+    // How long a shard with this deadline may compute in a sandboxed worker: the deadline and a
+    // grace (a quarter of it, at least 10 s), for the time it waited for its data and a slow step.
+    static std::int64_t timeLimitFor(std::int64_t deadlineMs);
     QList<Finished> takeFinished(const QString& tag) override;
     void stageIn(const QString& tag, const QString& directory) override;
     bool recreate(const QString& tag, const QString& key, const core::ShardTask& task, const core::DisputeQuestion& question,

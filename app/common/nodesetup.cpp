@@ -37,6 +37,14 @@ int computeThreads(const core::settings::Settings& settings)
     return int(maxThreads > 0 ? maxThreads : QThread::idealThreadCount());
 }
 
+compute::ComputeThread::Sandbox sandboxFrom(const core::settings::Settings& settings)
+{
+    compute::ComputeThread::Sandbox sandbox;
+    sandbox.enabled = settings.boolValue(names::ComputeSandbox);
+    sandbox.scratchRoot = QDir(dataDirectory(settings)).filePath(QStringLiteral("scratch"));
+    return sandbox;
+}
+
 namespace {
 
 // The zoo mlp figure of this CPU's newest stored benchmark, if any (what a node registers with).

@@ -1,5 +1,6 @@
 #pragma once
 
+#include <compute/computethread.h>
 #include <compute/environment.h>
 #include <core/error.h>
 #include <core/nodeinfo.h>
@@ -18,6 +19,9 @@ compute::ComputeEnvironment environmentFrom(const core::settings::Settings& sett
 QString dataDirectory(const core::settings::Settings& settings);
 // Compute/MaxThreads, or every core when it is 0.
 int computeThreads(const core::settings::Settings& settings);
+// Compute/Sandbox, with the workers' scratch folders under the data directory (not /tmp, which may
+// be memory: a large model's training state is hundreds of MB).
+compute::ComputeThread::Sandbox sandboxFrom(const core::settings::Settings& settings);
 
 // Compute/BenchmarkOnFirstStart: when no benchmark of this CPU is stored in the node's database
 // (in dataDirectory), takes the first-start one (compute::BenchmarkOptions::firstStart, the zoo

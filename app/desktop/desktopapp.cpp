@@ -266,6 +266,7 @@ void DesktopApp::applySettings()
         auto& thread = m_contributor->executor().thread();
         thread.setMaxThreads(threads);
         thread.setMaxMemoryMiB(m_settings->intValue(names::ComputeMaxMemoryMiB));
+        thread.setSandbox(sandboxFrom(*m_settings));
         thread.setCpuPercent(int(m_settings->intValue(names::ComputeCpuPercent)));
         m_dutyPercent = -1; // the governor sets its own share again on the next tick
     }

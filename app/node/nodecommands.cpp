@@ -339,6 +339,7 @@ int runNode(const QStringList& args, const core::settings::Settings& settings, c
     ComputeExecutor executor(environment);
     executor.thread().setMaxThreads(node.maxThreads);
     executor.thread().setMaxMemoryMiB(node.maxMemoryMiB);
+    executor.thread().setSandbox(sandboxFrom(settings));
     executor.thread().setCpuPercent(int(settings.intValue(names::ComputeCpuPercent)));
 
     std::signal(SIGINT, onSignal);

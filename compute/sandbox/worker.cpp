@@ -40,18 +40,25 @@ ShardOutput failed(const core::ShardTask& task, const QString& why)
     return { failedResult(task, why), {}, {} };
 }
 
-// A fresh scratch folder for one worker, holding its task and inputs (suspended: only to resume).
+// The task and inputs of one shard in a worker's scratch folder (suspended: only to resume), and
+// nothing of the shard before it.
+bool writeInputs(const QDir& folder, const core::ShardTask& task, const QByteArray& startWeights, const QByteArray& suspended)
+{
+    for (const char* stale : { "result.json", "weights.out", "kept.out", "suspended.out", "suspended.in" })
+        QFile::remove(folder.filePath(QString::fromLatin1(stale)));
+    return writeFile(folder.filePath(QStringLiteral("task.json")), QJsonDocument(task.toJson()).toJson(QJsonDocument::Compact))
+        && writeFile(folder.filePath(QStringLiteral("weights.in")), startWeights)
+        && (suspended.isEmpty() || writeFile(folder.filePath(QStringLiteral("suspended.in")), suspended));
+}
+
+// A fresh scratch folder for one worker, holding its first task and inputs.
 core::Result<std::unique_ptr<QTemporaryDir>> prepareScratch(
     const core::ShardTask& task, const QByteArray& startWeights, const QByteArray& suspended, const WorkerOptions& options)
 {
     const QString root = options.scratchRoot.isEmpty() ? QDir::tempPath() : options.scratchRoot;
     QDir().mkpath(root);
     auto scratch = std::make_unique<QTemporaryDir>(QDir(root).filePath(QStringLiteral("tessera-worker-XXXXXX")));
-    const QDir folder(scratch->path());
-    if (!scratch->isValid()
-        || !writeFile(folder.filePath(QStringLiteral("task.json")), QJsonDocument(task.toJson()).toJson(QJsonDocument::Compact))
-        || !writeFile(folder.filePath(QStringLiteral("weights.in")), startWeights)
-        || (!suspended.isEmpty() && !writeFile(folder.filePath(QStringLiteral("suspended.in")), suspended)))
+    if (!scratch->isValid() || !writeInputs(QDir(scratch->path()), task, startWeights, suspended))
         return core::Error { QStringLiteral("worker"),
             QStringLiteral("cannot write the compute worker's task into %1").arg(root) };
     return scratch;
@@ -191,27 +198,28 @@ QString defaultWorkerProgram()
     return QStringLiteral(TESSERA_LIBEXEC_DIR "/tessera-compute");
 }
 
-ShardOutput runShardInWorker(const core::ShardTask& task, const QByteArray& startWeights, const ComputeEnvironment& environment,
-    const WorkerOptions& options)
-{
-    auto prepared = prepareScratch(task, startWeights, {}, options);
-    if (!prepared)
-        return failed(task, prepared.error().message);
-    const QTemporaryDir& scratch = **prepared;
-    const QDir folder(scratch.path());
+namespace {
 
+// How a one-shot worker (train, answer) ended.
+struct OneShot {
+    QString failure; // empty: it ended cleanly, saying "done"
+};
+
+// Runs `command` on the task in `scratch` to its end: progress lines go to options.progress, and
+// the time limit or a cancel kills it.
+OneShot runOneShot(const QString& command, const QStringList& extra, const QDir& scratch, const core::ShardTask& task,
+    const ComputeEnvironment& environment, const WorkerOptions& options)
+{
     const QString program = options.program.isEmpty() ? defaultWorkerProgram() : options.program;
     pid_t pid = 0;
     int unused = -1;
     int outFd = -1;
     int errFd = -1;
-    if (const int spawned
-        = spawnWorker(program, workerArguments(QStringLiteral("train"), scratch.path(), task, environment, options), false, pid,
-            unused, outFd, errFd);
+    if (const int spawned = spawnWorker(program, workerArguments(command, scratch.path(), task, environment, options) + extra,
+            false, pid, unused, outFd, errFd);
         spawned != 0)
-        return failed(task,
-            QStringLiteral("cannot start the compute worker %1: %2")
-                .arg(program, QString::fromLocal8Bit(std::strerror(spawned))));
+        return { QStringLiteral("cannot start the compute worker %1: %2")
+                .arg(program, QString::fromLocal8Bit(std::strerror(spawned))) };
 
     QByteArray stdoutBuffer;
     QByteArray stderrTail;
@@ -284,16 +292,55 @@ ShardOutput runShardInWorker(const core::ShardTask& task, const QByteArray& star
     int status = 0;
     while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) { }
 
-    const QString said = QString::fromLocal8Bit(stderrTail).trimmed();
     if (!killedFor.isEmpty())
-        return failed(task, killedFor);
-    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0 || !done
-        || !QFileInfo::exists(folder.filePath(QStringLiteral("result.json"))))
-        return failed(task, endReason(status, said));
+        return { killedFor };
+    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0 || !done)
+        return { endReason(status, QString::fromLocal8Bit(stderrTail).trimmed()) };
+    return {};
+}
+
+} // namespace
+
+ShardOutput runShardInWorker(const core::ShardTask& task, const QByteArray& startWeights, const ComputeEnvironment& environment,
+    const WorkerOptions& options)
+{
+    auto prepared = prepareScratch(task, startWeights, {}, options);
+    if (!prepared)
+        return failed(task, prepared.error().message);
+    const QDir folder((*prepared)->path());
+    const auto ended = runOneShot(QStringLiteral("train"), {}, folder, task, environment, options);
+    if (!ended.failure.isEmpty())
+        return failed(task, ended.failure);
+    if (!QFileInfo::exists(folder.filePath(QStringLiteral("result.json"))))
+        return failed(task, QStringLiteral("crash: the compute worker ended without a result"));
     return collectOutput(task, folder);
 }
 
-struct RemoteShardRun::Process {
+core::Result<QByteArray> answerInWorker(const core::ShardTask& task, const core::DisputeQuestion& question,
+    const QByteArray& startWeights, const QByteArray& keptState, const ComputeEnvironment& environment,
+    const WorkerOptions& options)
+{
+    auto prepared = prepareScratch(task, startWeights, {}, options);
+    if (!prepared)
+        return prepared.error();
+    const QDir folder((*prepared)->path());
+    if (!keptState.isEmpty() && !writeFile(folder.filePath(QStringLiteral("kept.in")), keptState))
+        return core::Error { QStringLiteral("worker"), QStringLiteral("cannot write the kept state for the compute worker") };
+    const QStringList extra { QStringLiteral("--want"), core::DisputeQuestion::nameOf(question.want),
+        QStringLiteral("--checkpoint"), QString::number(question.checkpoint), QStringLiteral("--step"),
+        QString::number(question.step), QStringLiteral("--instruction"), QString::number(question.instruction) };
+    const auto ended = runOneShot(QStringLiteral("answer"), extra, folder, task, environment, options);
+    if (!ended.failure.isEmpty())
+        return core::Error { {}, ended.failure };
+    if (const auto why = core::readFile(folder.filePath(QStringLiteral("error.txt"))); why && !why->isEmpty())
+        return core::Error { {}, QString::fromUtf8(*why) };
+    auto answer = core::readFile(folder.filePath(QStringLiteral("answer.out")));
+    if (!answer)
+        return core::Error { {}, QStringLiteral("crash: the compute worker ended without an answer") };
+    return *answer;
+}
+
+struct Worker::Process {
     std::unique_ptr<QTemporaryDir> scratch;
     pid_t pid = 0;
     int input = -1;
@@ -301,10 +348,13 @@ struct RemoteShardRun::Process {
     int error = -1;
     QByteArray pending; // stdout read but not yet a whole line
     QByteArray said; // the end of stderr
-    QElapsedTimer clock;
-    std::int64_t timeLimitMs = 0;
     bool ended = false;
     QString endedWhy;
+    // The shard's: how long it may keep the worker busy, how long it has, and whether to stop it.
+    std::int64_t budgetMs = 0; // 0: no limit
+    std::int64_t spentMs = 0;
+    std::function<bool()> cancelled;
+    bool served = false; // a shard was opened in it
 
     ~Process()
     {
@@ -333,17 +383,21 @@ struct RemoteShardRun::Process {
         endedWhy = why.isEmpty() ? endReason(status, QString::fromLocal8Bit(said).trimmed()) : why;
     }
 
-    // The worker's next line on stdout; its death or the time limit as an error.
+    // The worker's next line on stdout; its death, the time limit or a cancel as an error.
     core::Result<QString> readLine()
     {
+        QElapsedTimer waited;
+        waited.start();
+        const std::int64_t spentBefore = spentMs;
         for (;;) {
+            spentMs = spentBefore + waited.elapsed();
             if (const qsizetype newline = pending.indexOf('\n'); newline >= 0) {
                 const QString line = QString::fromUtf8(pending.left(newline));
                 pending.remove(0, newline + 1);
                 return line;
             }
             if (ended)
-                return core::Error { QStringLiteral("worker"), endedWhy };
+                return core::Error { {}, endedWhy };
             pollfd fds[2] = { { output, POLLIN, 0 }, { error, POLLIN, 0 } };
             if (::poll(fds, 2, 100) < 0 && errno != EINTR)
                 return core::Error { QStringLiteral("worker"), QStringLiteral("cannot read the compute worker's answer") };
@@ -364,56 +418,111 @@ struct RemoteShardRun::Process {
                     error = -1;
                 }
             }
-            if (!ended && timeLimitMs > 0 && clock.elapsed() > timeLimitMs)
+            if (ended || pending.contains('\n'))
+                continue;
+            if (budgetMs > 0 && spentBefore + waited.elapsed() > budgetMs)
                 end(QStringLiteral("time limit: the shard ran past its %1 s and its worker was stopped")
-                        .arg(double(timeLimitMs) / 1000.0, 0, 'f', 1));
+                        .arg(double(budgetMs) / 1000.0, 0, 'f', 1));
+            else if (cancelled && cancelled())
+                end(QStringLiteral("cancelled"));
         }
     }
 };
 
-RemoteShardRun::RemoteShardRun(core::ShardTask task, std::unique_ptr<Process> process)
-    : m_task(std::move(task))
-    , m_process(std::move(process))
+Worker::Worker(std::unique_ptr<Process> process, QStringList arguments)
+    : m_process(std::move(process))
+    , m_arguments(std::move(arguments))
 { }
 
-RemoteShardRun::~RemoteShardRun() = default;
+Worker::~Worker() = default;
 
-core::Result<std::unique_ptr<RemoteShardRun>> RemoteShardRun::start(const core::ShardTask& task, const QByteArray& startWeights,
-    const ComputeEnvironment& environment, const WorkerOptions& options)
+bool Worker::ended() const
 {
-    return open(task, startWeights, {}, environment, options);
+    return m_process->ended;
 }
 
-core::Result<std::unique_ptr<RemoteShardRun>> RemoteShardRun::resume(const core::ShardTask& task, const QByteArray& suspended,
-    const ComputeEnvironment& environment, const WorkerOptions& options, const QByteArray& startWeights)
+bool Worker::serves(const core::ShardTask& task, const ComputeEnvironment& environment, const WorkerOptions& options) const
 {
-    return open(task, startWeights, suspended, environment, options);
+    const QString program = options.program.isEmpty() ? defaultWorkerProgram() : options.program;
+    return !m_process->ended
+        && QStringList { program } + workerArguments(QStringLiteral("serve"), {}, task, environment, options) == m_arguments;
 }
 
-core::Result<std::unique_ptr<RemoteShardRun>> RemoteShardRun::open(const core::ShardTask& task, const QByteArray& startWeights,
-    const QByteArray& suspended, const ComputeEnvironment& environment, const WorkerOptions& options)
+core::Result<std::shared_ptr<Worker>> Worker::spawn(
+    const core::ShardTask& task, const ComputeEnvironment& environment, const WorkerOptions& options)
 {
-    auto scratch = prepareScratch(task, startWeights, suspended, options);
+    auto scratch = prepareScratch(task, {}, {}, options);
     if (!scratch)
         return scratch.error();
     auto process = std::make_unique<Process>();
     process->scratch = std::move(*scratch);
-    const QDir folder(process->scratch->path());
     const QString program = options.program.isEmpty() ? defaultWorkerProgram() : options.program;
-    if (const int spawned
-        = spawnWorker(program, workerArguments(QStringLiteral("serve"), folder.path(), task, environment, options), true,
-            process->pid, process->input, process->output, process->error);
+    if (const int spawned = spawnWorker(program,
+            workerArguments(QStringLiteral("serve"), process->scratch->path(), task, environment, options), true, process->pid,
+            process->input, process->output, process->error);
         spawned != 0)
         return core::Error {
             QStringLiteral("worker"),
             QStringLiteral("cannot start the compute worker %1: %2").arg(program, QString::fromLocal8Bit(std::strerror(spawned)))
         };
-    process->clock.start();
-    process->timeLimitMs = options.timeLimitMs;
-    std::unique_ptr<RemoteShardRun> run(new RemoteShardRun(task, std::move(process)));
-    auto confined = run->m_process->readLine(); // "confined landlock=N memory=M"
+    QStringList arguments = workerArguments(QStringLiteral("serve"), {}, task, environment, options);
+    arguments.prepend(program);
+    std::shared_ptr<Worker> worker(new Worker(std::move(process), std::move(arguments)));
+    // Its start counts against the first shard's time.
+    worker->m_process->budgetMs = options.timeLimitMs;
+    worker->m_process->cancelled = options.cancelled;
+    auto confined = worker->m_process->readLine(); // "confined landlock=N memory=M"
     if (!confined)
         return confined.error();
+    return worker;
+}
+
+RemoteShardRun::RemoteShardRun(core::ShardTask task, std::shared_ptr<Worker> worker)
+    : m_task(std::move(task))
+    , m_worker(std::move(worker))
+{ }
+
+RemoteShardRun::~RemoteShardRun()
+{
+    if (m_worker) {
+        m_worker->process().cancelled = nullptr; // it may outlive what the predicate refers to
+        m_worker->process().budgetMs = 0;
+    }
+}
+
+core::Result<std::unique_ptr<RemoteShardRun>> RemoteShardRun::start(const core::ShardTask& task, const QByteArray& startWeights,
+    const ComputeEnvironment& environment, const WorkerOptions& options)
+{
+    auto worker = Worker::spawn(task, environment, options);
+    if (!worker)
+        return worker.error();
+    return open(task, startWeights, {}, std::move(*worker), options);
+}
+
+core::Result<std::unique_ptr<RemoteShardRun>> RemoteShardRun::resume(const core::ShardTask& task, const QByteArray& suspended,
+    const ComputeEnvironment& environment, const WorkerOptions& options, const QByteArray& startWeights)
+{
+    auto worker = Worker::spawn(task, environment, options);
+    if (!worker)
+        return worker.error();
+    return open(task, startWeights, suspended, std::move(*worker), options);
+}
+
+core::Result<std::unique_ptr<RemoteShardRun>> RemoteShardRun::open(const core::ShardTask& task, const QByteArray& startWeights,
+    const QByteArray& suspended, std::shared_ptr<Worker> worker, const WorkerOptions& options)
+{
+    auto& process = worker->process();
+    if (process.ended)
+        return core::Error { {}, process.endedWhy };
+    if (!writeInputs(QDir(process.scratch->path()), task, startWeights, suspended))
+        return core::Error { QStringLiteral("worker"),
+            QStringLiteral("cannot write the compute worker's task into %1").arg(process.scratch->path()) };
+    if (process.served) // a fresh worker's start counts against its first shard (spawn)
+        process.spentMs = 0;
+    process.served = true;
+    process.budgetMs = options.timeLimitMs;
+    process.cancelled = options.cancelled;
+    std::unique_ptr<RemoteShardRun> run(new RemoteShardRun(task, std::move(worker)));
     auto opened = run->ask(suspended.isEmpty() ? QStringLiteral("start") : QStringLiteral("resume"));
     if (!opened)
         return opened.error();
@@ -423,6 +532,7 @@ core::Result<std::unique_ptr<RemoteShardRun>> RemoteShardRun::open(const core::S
 
 core::Result<QString> RemoteShardRun::ask(const QString& command)
 {
+    auto& process = m_worker->process();
     const QByteArray line = command.toUtf8() + '\n';
     // A worker that died closes the pipe: the write fails with EPIPE, and its SIGPIPE, which would
     // end this process, is held back and taken here instead.
@@ -431,21 +541,21 @@ core::Result<QString> RemoteShardRun::ask(const QString& command)
     sigemptyset(&pipe);
     sigaddset(&pipe, SIGPIPE);
     pthread_sigmask(SIG_BLOCK, &pipe, &before);
-    const bool written = !m_process->ended && ::write(m_process->input, line.constData(), size_t(line.size())) == line.size();
+    const bool written = !process.ended && ::write(process.input, line.constData(), size_t(line.size())) == line.size();
     if (!written && errno == EPIPE) {
         const timespec now { 0, 0 };
         sigtimedwait(&pipe, nullptr, &now);
     }
     pthread_sigmask(SIG_SETMASK, &before, nullptr);
     if (!written) {
-        m_process->end({});
-        return core::Error { QStringLiteral("worker"), m_process->endedWhy };
+        process.end({});
+        return core::Error { {}, process.endedWhy };
     }
-    auto answer = m_process->readLine();
+    auto answer = process.readLine();
     if (!answer)
         return answer.error();
     if (answer->startsWith(QStringLiteral("error ")))
-        return core::Error { QStringLiteral("worker"), answer->mid(6) };
+        return core::Error { {}, answer->mid(6) };
     return *answer;
 }
 
@@ -466,7 +576,7 @@ core::Result<QByteArray> RemoteShardRun::suspend()
 {
     if (auto answer = ask(QStringLiteral("suspend")); !answer)
         return answer.error();
-    auto state = core::readFile(QDir(m_process->scratch->path()).filePath(QStringLiteral("suspended.out")));
+    auto state = core::readFile(QDir(m_worker->process().scratch->path()).filePath(QStringLiteral("suspended.out")));
     if (!state)
         return core::Error { QStringLiteral("worker"), QStringLiteral("the compute worker left no training state") };
     return *state;
@@ -476,7 +586,7 @@ ShardOutput RemoteShardRun::finish()
 {
     if (auto answer = ask(QStringLiteral("finish")); !answer)
         return failed(m_task, answer.error().message);
-    return collectOutput(m_task, QDir(m_process->scratch->path()));
+    return collectOutput(m_task, QDir(m_worker->process().scratch->path()));
 }
 
 } // namespace tessera::compute::sandbox

@@ -3,6 +3,7 @@
 #include <compute/computethread.h>
 #include <compute/environment.h>
 #include <compute/shardrun.h>
+#include <core/disputequestion.h>
 
 #include <QString>
 
@@ -33,18 +34,57 @@ QString defaultWorkerProgram();
 ShardOutput runShardInWorker(const core::ShardTask& task, const QByteArray& startWeights, const ComputeEnvironment& environment,
     const WorkerOptions& options);
 
+// A dispute's question about a shard this node trained (compute::recreateState, traceInterval,
+// operandsOf from the round's weights and the kept state), answered in a confined worker of its
+// own: it runs the job owner's code as training does.
+core::Result<QByteArray> answerInWorker(const core::ShardTask& task, const core::DisputeQuestion& question,
+    const QByteArray& startWeights, const QByteArray& keptState, const ComputeEnvironment& environment,
+    const WorkerOptions& options);
+
+// A long-lived confined worker (`tessera-compute serve`) that trains one job's shards one after
+// another, so that LibTorch's start and the job's data are paid once per job rather than once per
+// shard. It is confined to the files of the task it was started for: a shard of another job, or
+// one with other options, needs a worker of its own (serves()). Not thread-safe; the destructor
+// ends the process.
+class Worker {
+public:
+    static core::Result<std::shared_ptr<Worker>> spawn(
+        const core::ShardTask& task, const ComputeEnvironment& environment, const WorkerOptions& options);
+    ~Worker();
+    Worker(const Worker&) = delete;
+    Worker& operator=(const Worker&) = delete;
+
+    // Whether a shard of `task` can run here: the same job files and options, and the process alive.
+    bool serves(const core::ShardTask& task, const ComputeEnvironment& environment, const WorkerOptions& options) const;
+    bool ended() const;
+
+    struct Process; // its pid, pipes and scratch folder
+    Process& process() { return *m_process; }
+
+private:
+    Worker(std::unique_ptr<Process> process, QStringList arguments);
+    std::unique_ptr<Process> m_process;
+    QStringList m_arguments; // what it was started with, less its scratch folder
+};
+
 // A shard in a long-lived confined worker, driven from the caller's thread a few steps at a time,
 // as the compute thread drives its own ShardRun: it pauses (suspend() gives the same bytes a
 // ShardRun's would, and resume() continues from them in any worker, to the same bits), throttles
-// between calls and cancels by dropping the run. A worker that dies or runs past the time limit
-// turns the next call into an error with the reason (the ones runShardInWorker gives). Not
-// thread-safe; the destructor ends the worker.
+// between calls and cancels by dropping the run. options.timeLimitMs is the time the shard may
+// keep its worker busy (time between calls, paused or throttled, does not count);
+// options.cancelled is asked about every 100 ms while the worker computes. A worker that dies, runs
+// past the limit or is cancelled turns the call into an error with the reason (the ones
+// runShardInWorker gives) and is not used again. Not thread-safe.
 class RemoteShardRun {
 public:
+    // In a worker of its own, which ends with the run.
     static core::Result<std::unique_ptr<RemoteShardRun>> start(const core::ShardTask& task, const QByteArray& startWeights,
         const ComputeEnvironment& environment, const WorkerOptions& options);
     static core::Result<std::unique_ptr<RemoteShardRun>> resume(const core::ShardTask& task, const QByteArray& suspended,
         const ComputeEnvironment& environment, const WorkerOptions& options, const QByteArray& startWeights = {});
+    // In `worker` (which must serve the task), kept for the next shard after this one.
+    static core::Result<std::unique_ptr<RemoteShardRun>> open(const core::ShardTask& task, const QByteArray& startWeights,
+        const QByteArray& suspended, std::shared_ptr<Worker> worker, const WorkerOptions& options);
     ~RemoteShardRun();
     RemoteShardRun(const RemoteShardRun&) = delete;
     RemoteShardRun& operator=(const RemoteShardRun&) = delete;
@@ -57,16 +97,12 @@ public:
     core::Result<QByteArray> suspend();
     ShardOutput finish();
 
-    struct Process; // the worker: its pid and pipes
-
 private:
-    RemoteShardRun(core::ShardTask task, std::unique_ptr<Process> process);
-    static core::Result<std::unique_ptr<RemoteShardRun>> open(const core::ShardTask& task, const QByteArray& startWeights,
-        const QByteArray& suspended, const ComputeEnvironment& environment, const WorkerOptions& options);
+    RemoteShardRun(core::ShardTask task, std::shared_ptr<Worker> worker);
     core::Result<QString> ask(const QString& command);
 
     core::ShardTask m_task;
-    std::unique_ptr<Process> m_process;
+    std::shared_ptr<Worker> m_worker;
     std::int64_t m_completed = 0;
     double m_loss = 0.0;
 };

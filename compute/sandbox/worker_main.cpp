@@ -9,8 +9,12 @@
 //     reads DIR/task.json (core::ShardTask) and DIR/weights.in, writes DIR/result.json,
 //     DIR/weights.out and DIR/kept.out; prints "progress STEP STEPS LOSS BUSY_MS" lines and "done".
 //   tessera-compute serve --scratch DIR [the options of train]
-//     the same shard, driven a few steps at a time over stdin and stdout (serve() below), so that
+//     shards of one job one after another, each driven a few steps at a time over stdin and stdout (serve() below), so that
 //     the supervisor's compute thread pauses, resumes and throttles it as it does its own runs.
+//   tessera-compute answer --scratch DIR --want state|trace|operands [--checkpoint N] [--step S]
+//                          [--instruction I] [the options of train]
+//     a dispute's question about a shard the node trained, from DIR/task.json, DIR/weights.in and
+//     DIR/kept.in: writes DIR/answer.out (or DIR/error.txt) and prints "done".
 //   tessera-compute probe --scratch DIR [--try-read FILE]
 //     confines itself as train does, then tries what a hostile job would (read FILE, open sockets,
 //     write outside DIR, start a process) and prints one line each: "NAME: allowed" or
@@ -19,6 +23,7 @@
 #include "confinement.h"
 
 #include <compute/shardrun.h>
+#include <core/disputequestion.h>
 #include <core/readfile.h>
 
 #include <QDir>
@@ -56,6 +61,7 @@ struct Arguments {
     QString device;
     int portableThreads = 0;
     QString tryRead;
+    core::DisputeQuestion question; // answer
 };
 
 // Address space kept back for the way out of a failed allocation: LibTorch's error (with its
@@ -252,9 +258,11 @@ void answer(const QString& line)
     std::fflush(stdout);
 }
 
-// A shard driven a few steps at a time by the supervisor's compute thread, which keeps pausing,
-// cancelling and the duty cycle on its side (RemoteShardRun in worker.h). Commands, one a line:
-//   start | resume          ShardRun::start from weights.in, or resume from suspended.in
+// Shards driven a few steps at a time by the supervisor's compute thread, which keeps pausing,
+// cancelling and the duty cycle on its side (RemoteShardRun in worker.h), one after another: each
+// start or resume reads the task the supervisor left in the scratch folder (shards of one job: the
+// files it may read were fixed when it confined itself). Commands, one a line:
+//   start | resume          task.json, and ShardRun::start from weights.in or resume from suspended.in
 //   step N                  up to N steps: "stepped COMPLETED LOSS BUSY_NS"
 //   suspend                 the training state into suspended.out: "suspended"
 //   finish                  result.json, weights.out, kept.out: "finished"
@@ -263,9 +271,6 @@ void answer(const QString& line)
 int serve(const Arguments& arguments)
 {
     const QDir scratch(arguments.scratch);
-    auto task = loadTask(scratch);
-    if (!task)
-        return usage(qPrintable(task.error().toString()));
     const auto environment = environmentOf(arguments);
     auto read
         = [&](const char* name) { return core::readFile(scratch.filePath(QString::fromLatin1(name))).value_or(QByteArray()); };
@@ -278,6 +283,13 @@ int serve(const Arguments& arguments)
             if (line == u"quit")
                 return 0;
             if (line == u"start" || line == u"resume") {
+                run.reset();
+                // The supervisor writes each shard's task and inputs before it says start.
+                auto task = loadTask(scratch);
+                if (!task) {
+                    error(task.error().toString());
+                    continue;
+                }
                 auto started = line == u"start" ? compute::ShardRun::start(*task, read("weights.in"), environment)
                                                 : compute::ShardRun::resume(*task, read("suspended.in"), environment,
                                                     compute::ShardRun::StateOrigin::Own, read("weights.in"));
@@ -327,6 +339,41 @@ int serve(const Arguments& arguments)
     return 0;
 }
 
+// A dispute's question about a shard the node trained: the state at a checkpoint, or a portable
+// job's trace or operands, from weights.in and kept.in (absent: none) into answer.out; why not
+// into error.txt.
+int answerQuestion(const Arguments& arguments)
+{
+    const QDir scratch(arguments.scratch);
+    auto task = loadTask(scratch);
+    if (!task)
+        return usage(qPrintable(task.error().toString()));
+    auto read
+        = [&](const char* name) { return core::readFile(scratch.filePath(QString::fromLatin1(name))).value_or(QByteArray()); };
+    const auto environment = environmentOf(arguments);
+    const auto start = read("weights.in");
+    const auto kept = read("kept.in");
+    const auto& question = arguments.question;
+    using Want = core::DisputeQuestion::Want;
+    core::Result<QByteArray> made = core::Error { {}, QStringLiteral("no answer") };
+    try {
+        made = question.want == Want::Trace ? compute::traceInterval(*task, start, kept, question.checkpoint, environment)
+            : question.want == Want::Operands
+            ? compute::operandsOf(*task, start, kept, question.step, question.instruction, environment)
+            : compute::recreateState(*task, start, kept, question.checkpoint, environment);
+    } catch (const std::bad_alloc&) {
+        made = core::Error { {}, reasonOf(QStringLiteral("std::bad_alloc"), arguments.memoryMiB) };
+    } catch (const std::exception& failure) {
+        made = core::Error { {}, QStringLiteral("internal error: %1").arg(QString::fromUtf8(failure.what())) };
+    }
+    const bool written = made ? writeFile(scratch.filePath(QStringLiteral("answer.out")), *made)
+                              : writeFile(scratch.filePath(QStringLiteral("error.txt")), made.error().toString().toUtf8());
+    if (!written)
+        return usage("cannot write the answer into the scratch folder");
+    std::printf("done\n");
+    return 0;
+}
+
 } // namespace
 
 int main(int argc, char** argv)
@@ -358,6 +405,14 @@ int main(int argc, char** argv)
             arguments.portableThreads = value.toInt();
         else if (option == "--try-read")
             arguments.tryRead = value;
+        else if (option == "--want" && core::DisputeQuestion::wantNamed(value))
+            arguments.question.want = *core::DisputeQuestion::wantNamed(value);
+        else if (option == "--checkpoint")
+            arguments.question.checkpoint = value.toLongLong();
+        else if (option == "--step")
+            arguments.question.step = value.toLongLong();
+        else if (option == "--instruction")
+            arguments.question.instruction = value.toLongLong();
         else
             return usage("an unknown option");
     }
@@ -395,5 +450,7 @@ int main(int argc, char** argv)
         return train(arguments);
     if (arguments.command == u"serve")
         return serve(arguments);
+    if (arguments.command == u"answer")
+        return answerQuestion(arguments);
     return usage("an unknown command");
 }

@@ -65,6 +65,10 @@ QList<Key> makeKeys()
         intKey(ComputeMaxMemoryMiB, 4096, 256, 1048576,
             "Largest memory a shard may take on this node (the estimate of docs/NODE.md, Memory): a larger one is given back, "
             "saying why, and the broker is told."),
+        boolKey(ComputeSandbox, true,
+            "Train in a confined worker process (tessera-compute, docs/SECURITY.md): the job owner's code cannot reach the "
+            "node's keys, files or the network, and a shard that hangs or passes Compute/MaxMemoryMiB fails alone. false: on "
+            "the compute thread itself, for jobs you trust."),
         boolKey(ComputeBenchmarkOnFirstStart, true,
             "Measure this CPU (the zoo mlp, about 2 s) before contributing when no benchmark of it is stored, so that brokers "
             "schedule by a measured figure."),

@@ -49,6 +49,7 @@ inline const QString ComputeCpuPercent = QStringLiteral("Compute/CpuPercent");
 inline const QString ComputeCpuPercentWhileInUse = QStringLiteral("Compute/CpuPercentWhileInUse");
 inline const QString ComputeMaxTemperatureC = QStringLiteral("Compute/MaxTemperatureC");
 inline const QString ComputeMaxMemoryMiB = QStringLiteral("Compute/MaxMemoryMiB");
+inline const QString ComputeSandbox = QStringLiteral("Compute/Sandbox");
 inline const QString ComputeBenchmarkOnFirstStart = QStringLiteral("Compute/BenchmarkOnFirstStart");
 inline const QString ComputeRunOnlyWhenIdle = QStringLiteral("Compute/RunOnlyWhenIdle");
 inline const QString ComputeIdleMinutes = QStringLiteral("Compute/IdleMinutes");

@@ -25,6 +25,7 @@
 #include <QJsonObject>
 #include <QProcess>
 #include <QSet>
+#include <QSignalSpy>
 #include <QTemporaryDir>
 #include <QTest>
 
@@ -1558,6 +1559,45 @@ private Q_SLOTS:
             QVERIFY(!(*stuck)->step(1).ok()); // and it stays ended
         }
         QVERIFY2(why.startsWith(QStringLiteral("time limit")), qPrintable(why));
+    }
+
+    // The compute thread with Compute/Sandbox: a shard whose forward() never returns is stopped
+    // at its time limit and fails with the reason; a stuck one of a cancelled job is stopped at once;
+    // the thread goes on to train the next shard either way.
+    void aSandboxedComputeThreadStopsHungShardsAndTrainsTheNext()
+    {
+        compute::ComputeThread thread({});
+        compute::ComputeThread::Sandbox sandbox;
+        sandbox.enabled = true;
+        sandbox.program = QStringLiteral(TESSERA_COMPUTE_WORKER);
+        sandbox.scratchRoot = m_scratch.path();
+        thread.setSandbox(sandbox);
+        QSignalSpy finished(&thread, &compute::ComputeThread::shardFinished);
+        QSignalSpy cancelled(&thread, &compute::ComputeThread::shardCancelled);
+        const auto endless = hostileTask(QStringLiteral("endless.pt"));
+        const auto good = prepare(smallJob());
+
+        thread.submit(endless.first, endless.second, 3000);
+        thread.submit(good.tasks[1], good.start.bytes);
+        QVERIFY(QTest::qWaitFor([&] { return finished.count() == 2; }, 240'000));
+        const auto stopped = finished.at(0).at(0).value<compute::ShardOutput>().result;
+        QCOMPARE(stopped.outcome, core::ShardResult::Outcome::Failed);
+        QVERIFY2(stopped.failure.startsWith(QStringLiteral("time limit")), qPrintable(stopped.failure));
+        const auto next = finished.at(1).at(0).value<compute::ShardOutput>().result;
+        QVERIFY2(next.outcome == core::ShardResult::Outcome::Completed, qPrintable(next.failure));
+        QCOMPARE(next.finalHash, compute::runShard(good.tasks[1], good.start.bytes, {}).result.finalHash);
+
+        // No time limit: only the cancel ends it (asked while its step runs, here almost always).
+        auto stuck = endless.first;
+        stuck.jobId = QStringLiteral("stuck-job");
+        thread.submit(stuck, endless.second);
+        QVERIFY(QTest::qWaitFor([&] { return thread.state() == compute::ComputeThread::State::Working; }, 60'000));
+        QTest::qWait(1000);
+        thread.cancelJob(stuck.jobId);
+        QVERIFY(QTest::qWaitFor([&] { return cancelled.count() == 1; }, 60'000));
+        thread.submit(good.tasks[2], good.start.bytes);
+        QVERIFY(QTest::qWaitFor([&] { return finished.count() == 3; }, 240'000));
+        QCOMPARE(finished.at(2).at(0).value<compute::ShardOutput>().result.outcome, core::ShardResult::Outcome::Completed);
     }
 
 private:

@@ -1,12 +1,15 @@
 // The compute thread: queue, pause and resume (also across a restart), cancel, finish-then-pause,
 // thread limit, CPU duty cycle, and failures that leave it serving. A test that acts on a running
 // shard first holds it at a known step (ComputeThread::holdAt), so no case depends on how fast the
-// machine trains.
+// machine trains. Every case runs twice (CMakeLists.txt): training on the thread itself, and with
+// TESSERA_TEST_SANDBOX=1 in sandboxed tessera-compute workers (Compute/Sandbox), where each must
+// behave the same.
 
 #include <compute/computethread.h>
 #include <compute/weights.h>
 #include <core/decomposition.h>
 
+#include <QDir>
 #include <QFile>
 #include <QSignalSpy>
 #include <QTemporaryDir>
@@ -56,6 +59,35 @@ ShardOutput outputOf(const QSignalSpy& spy, int index)
     return spy.at(index).at(0).value<ShardOutput>();
 }
 
+bool sandboxed()
+{
+    return qEnvironmentVariableIntValue("TESSERA_TEST_SANDBOX") == 1;
+}
+
+// The workers' scratch folders, looked at by the tests that count workers.
+const QString& scratchRoot()
+{
+    static QTemporaryDir root;
+    static const QString path = root.path();
+    return path;
+}
+
+QStringList workerFolders()
+{
+    return QDir(scratchRoot()).entryList({ QStringLiteral("tessera-worker-*") }, QDir::Dirs);
+}
+
+void configure(ComputeThread& thread)
+{
+    if (!sandboxed())
+        return;
+    ComputeThread::Sandbox sandbox;
+    sandbox.enabled = true;
+    sandbox.program = QStringLiteral(TESSERA_COMPUTE_WORKER);
+    sandbox.scratchRoot = scratchRoot();
+    thread.setSandbox(sandbox);
+}
+
 bool waitForState(ComputeThread& thread, ComputeThread::State state)
 {
     return QTest::qWaitFor([&] { return thread.state() == state; }, 120'000);
@@ -78,6 +110,7 @@ private Q_SLOTS:
     {
         const auto f = fixture(20);
         ComputeThread thread({});
+        configure(thread);
         QSignalSpy finished(&thread, &ComputeThread::shardFinished);
         QSignalSpy progress(&thread, &ComputeThread::progress);
         thread.submit(f.tasks[0], f.start.bytes);
@@ -99,6 +132,7 @@ private Q_SLOTS:
         const auto f = fixture(40);
         const auto straight = compute::runShard(f.tasks[2], f.start.bytes, {});
         ComputeThread thread({});
+        configure(thread);
         QSignalSpy finished(&thread, &ComputeThread::shardFinished);
         QSignalSpy paused(&thread, &ComputeThread::shardPaused);
         QSignalSpy held(&thread, &ComputeThread::held);
@@ -133,6 +167,8 @@ private Q_SLOTS:
         QVERIFY(!start.isEmpty() && !kept.isEmpty());
 
         ComputeThread thread({});
+
+        configure(thread);
         QSignalSpy finished(&thread, &ComputeThread::shardFinished);
         QSignalSpy recreated(&thread, &ComputeThread::stateRecreated);
         QSignalSpy held(&thread, &ComputeThread::held);
@@ -175,6 +211,7 @@ private Q_SLOTS:
         QByteArray saved;
         {
             ComputeThread first({});
+            configure(first);
             QSignalSpy paused(&first, &ComputeThread::shardPaused);
             QSignalSpy held(&first, &ComputeThread::held);
             first.holdAt(QStringLiteral("job-a"), 3, 25);
@@ -185,6 +222,7 @@ private Q_SLOTS:
             saved = paused.at(0).at(1).toByteArray();
         }
         ComputeThread second({});
+        configure(second);
         QSignalSpy finished(&second, &ComputeThread::shardFinished);
         second.submitSuspended(f.tasks[3], saved, f.start.bytes);
         QVERIFY(QTest::qWaitFor([&] { return finished.count() == 1; }, 120'000));
@@ -197,6 +235,7 @@ private Q_SLOTS:
         QList<QByteArray> states;
         {
             ComputeThread thread({});
+            configure(thread);
             QSignalSpy held(&thread, &ComputeThread::held);
             connect(
                 &thread, &ComputeThread::shardPaused, this,
@@ -215,6 +254,7 @@ private Q_SLOTS:
         auto other = fixture(10).tasks[0];
         other.jobId = QStringLiteral("job-b");
         ComputeThread thread({});
+        configure(thread);
         QSignalSpy finished(&thread, &ComputeThread::shardFinished);
         QSignalSpy cancelled(&thread, &ComputeThread::shardCancelled);
         QSignalSpy held(&thread, &ComputeThread::held);
@@ -233,6 +273,7 @@ private Q_SLOTS:
     {
         const auto f = fixture(40);
         ComputeThread thread({});
+        configure(thread);
         QSignalSpy finished(&thread, &ComputeThread::shardFinished);
         QSignalSpy held(&thread, &ComputeThread::held);
         thread.holdAt(QStringLiteral("job-a"), 0, 5);
@@ -254,6 +295,7 @@ private Q_SLOTS:
     {
         const auto f = fixture(20);
         ComputeThread thread({});
+        configure(thread);
         QSignalSpy finished(&thread, &ComputeThread::shardFinished);
         QSignalSpy held(&thread, &ComputeThread::held);
         thread.holdAt(QStringLiteral("job-a"), 1, 0);
@@ -280,12 +322,16 @@ private Q_SLOTS:
         tooManyThreads.threads = 2;
 
         ComputeThread broken(nowhere);
+
+        configure(broken);
         QSignalSpy brokenFinished(&broken, &ComputeThread::shardFinished);
         broken.submit(missingData, f.start.bytes);
         QVERIFY(QTest::qWaitFor([&] { return brokenFinished.count() == 1; }, 120'000));
         QVERIFY(outputOf(brokenFinished, 0).result.failure.contains(QStringLiteral("dataset-fashion-mnist")));
 
         ComputeThread thread({});
+
+        configure(thread);
         thread.setMaxThreads(1);
         QSignalSpy finished(&thread, &ComputeThread::shardFinished);
         thread.submit(nan, f.start.bytes);
@@ -306,6 +352,7 @@ private Q_SLOTS:
     {
         const auto f = fixture(20);
         ComputeThread thread({});
+        configure(thread);
         QSignalSpy finished(&thread, &ComputeThread::shardFinished);
         thread.setMaxMemoryMiB(40);
         thread.submit(f.tasks[0], f.start.bytes);
@@ -326,6 +373,7 @@ private Q_SLOTS:
     {
         const auto f = fixture(150);
         ComputeThread thread({});
+        configure(thread);
         thread.setCpuPercent(50);
         QSignalSpy progress(&thread, &ComputeThread::progress);
         QSignalSpy finished(&thread, &ComputeThread::shardFinished);
@@ -339,6 +387,37 @@ private Q_SLOTS:
         const double ratio = double(last.throttledMs) / double(last.busyMs);
         QVERIFY2(ratio > 0.85 && ratio < 20.0,
             qPrintable(QStringLiteral("rested %1 ms for %2 ms of work").arg(last.throttledMs).arg(last.busyMs)));
+    }
+
+    // Compute/Sandbox: the worker that trained a job's first shard trains its next (LibTorch's
+    // start and the data are paid once per job), to the bits of training here, and the worker gives
+    // its memory back when the node pauses.
+    void oneWorkerTrainsAJobsShardsUntilThePause()
+    {
+        if (!sandboxed())
+            QSKIP("only with Compute/Sandbox (tst_computethread_sandbox)");
+        const auto f = fixture(20);
+        ComputeThread thread({});
+        configure(thread);
+        QSignalSpy finished(&thread, &ComputeThread::shardFinished);
+        QSignalSpy held(&thread, &ComputeThread::held);
+        thread.holdAt(QStringLiteral("job-a"), 0, 1);
+        thread.submit(f.tasks[0], f.start.bytes);
+        thread.submit(f.tasks[1], f.start.bytes);
+        QVERIFY(waitUntilHeld(held));
+        const QStringList first = workerFolders();
+        QCOMPARE(first.size(), 1);
+        thread.releaseHold();
+        QVERIFY(QTest::qWaitFor([&] { return finished.count() == 2; }, 120'000));
+        QCOMPARE(workerFolders(), first); // the same worker, waiting for the job's next shard
+        for (int i = 0; i < 2; ++i) {
+            const auto output = outputOf(finished, i);
+            QVERIFY2(output.result.outcome == core::ShardResult::Outcome::Completed, qPrintable(output.result.failure));
+            QCOMPARE(output.result.finalHash, compute::runShard(f.tasks[i], f.start.bytes, {}).result.finalHash);
+        }
+        thread.pause();
+        QVERIFY(waitForState(thread, ComputeThread::State::Paused));
+        QVERIFY(QTest::qWaitFor([&] { return workerFolders().isEmpty(); }, 60'000));
     }
 };
 

@@ -52,7 +52,7 @@ public:
     { }
 
     void start(const QString& tag, const QString& assignment, const core::ShardTask& task, const QByteArray& startWeights,
-        const QHash<core::Digest, QString>& blobPaths) override
+        const QHash<core::Digest, QString>& blobPaths, std::int64_t) override
     {
         auto output = cheat(task, startWeights, environmentOf(blobPaths));
         QMutexLocker lock(&m_mutex);

@@ -22,8 +22,8 @@ namespace {
 // Trains nothing; these tests are about the session.
 class IdleExecutor final : public net::ShardExecutor {
 public:
-    void start(
-        const QString&, const QString&, const core::ShardTask&, const QByteArray&, const QHash<core::Digest, QString>&) override
+    void start(const QString&, const QString&, const core::ShardTask&, const QByteArray&, const QHash<core::Digest, QString>&,
+        std::int64_t) override
     { }
     QList<Finished> takeFinished(const QString&) override { return {}; }
     bool idle() const override { return true; }
@@ -33,7 +33,7 @@ public:
 class FailingExecutor final : public net::ShardExecutor {
 public:
     void start(const QString& tag, const QString& assignment, const core::ShardTask& task, const QByteArray&,
-        const QHash<core::Digest, QString>&) override
+        const QHash<core::Digest, QString>&, std::int64_t) override
     {
         core::ShardResult result;
         result.jobId = task.jobId;
@@ -65,10 +65,10 @@ public:
     }
     QList<Rebuilt> takeRebuilt(const QString&) override { return std::exchange(m_rebuilt, {}); }
     void start(const QString& tag, const QString& assignment, const core::ShardTask& task, const QByteArray& startWeights,
-        const QHash<core::Digest, QString>& paths) override
+        const QHash<core::Digest, QString>& paths, std::int64_t deadlineMs) override
     {
         startedWith.append(startWeights);
-        m_failing.start(tag, assignment, task, startWeights, paths);
+        m_failing.start(tag, assignment, task, startWeights, paths, deadlineMs);
     }
     QList<Finished> takeFinished(const QString& tag) override { return m_failing.takeFinished(tag); }
     bool idle() const override { return m_failing.idle(); }
