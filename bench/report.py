@@ -42,6 +42,8 @@ def figures(results):
     for model, goal in (("mlp", 0.97), ("cnn", 0.97), ("gpt", 0.95)):
         if "trainer.%s.ratio" % model in f:
             f["trainer.%s.verdict" % model] = met(f["trainer.%s.ratio" % model], goal)
+        if "trainer.%s.workerRatio" % model in f:
+            f["trainer.%s.workerVerdict" % model] = met(f["trainer.%s.workerRatio" % model], 0.98)
         if "trainer.%s.portableRatio" % model in f:
             f["trainer.%s.portableVerdict" % model] = met(f["trainer.%s.portableRatio" % model], 0.7)
     for model in ("mlp", "mlp1024"):

@@ -8,7 +8,7 @@
 #include <compute/detail/models.h>
 #include <compute/detail/portablestep.h>
 #include <compute/detail/trace.h>
-#include <compute/sandbox/worker.h>
+#include <compute/computethread.h>
 #include <compute/shardrun.h>
 #include <compute/weights.h>
 #include <core/decomposition.h>
@@ -17,6 +17,7 @@
 
 #include <QCoreApplication>
 #include <QElapsedTimer>
+#include <QEventLoop>
 
 #include <algorithm>
 #include <cstdio>
@@ -119,23 +120,37 @@ double trainer(const core::ShardTask& task, const QByteArray& weights)
     return double(task.localSteps * task.batchSize) / seconds;
 }
 
-// One shard end to end (start, data, training, result), in this process or in a fresh confined
-// tessera-compute worker (docs/SECURITY.md, "The compute worker"): seconds.
-double wholeShard(const core::ShardTask& task, const QByteArray& weights, bool inWorker)
+// Shards of one job through the compute thread, training in the thread itself or (sandbox) in its
+// confined tessera-compute worker (docs/SECURITY.md, "The compute worker"): the seconds the first
+// shard took (for the worker: its start and the data), and the best of the rest (the worker kept).
+struct ThreadTimes {
+    double first = 0.0;
+    double kept = 0.0;
+};
+ThreadTimes shardsThroughTheThread(const QList<core::ShardTask>& tasks, const QByteArray& weights, bool sandboxed)
 {
-    QElapsedTimer timer;
-    timer.start();
-    compute::ShardOutput output;
-    if (inWorker) {
-        compute::sandbox::WorkerOptions options;
-        options.program = QStringLiteral(TESSERA_COMPUTE_WORKER);
-        output = compute::sandbox::runShardInWorker(task, weights, {}, options);
-    } else {
-        output = compute::runShard(task, weights, {});
+    compute::ComputeThread thread({});
+    compute::ComputeThread::Sandbox sandbox;
+    sandbox.enabled = sandboxed;
+    sandbox.program = QStringLiteral(TESSERA_COMPUTE_WORKER);
+    thread.setSandbox(sandbox);
+    std::vector<double> seconds;
+    for (const auto& task : tasks) {
+        QEventLoop loop;
+        compute::ShardOutput output;
+        QObject::connect(&thread, &compute::ComputeThread::shardFinished, &loop, [&](const compute::ShardOutput& finished) {
+            output = finished;
+            loop.quit();
+        });
+        QElapsedTimer timer;
+        timer.start();
+        thread.submit(task, weights);
+        loop.exec();
+        seconds.push_back(double(timer.nsecsElapsed()) / 1e9);
+        if (output.result.outcome != core::ShardResult::Outcome::Completed)
+            qFatal("%s", qPrintable(output.result.failure));
     }
-    if (output.result.outcome != core::ShardResult::Outcome::Completed)
-        qFatal("%s", qPrintable(output.result.failure));
-    return double(timer.nsecsElapsed()) / 1e9;
+    return { seconds.front(), *std::min_element(seconds.begin() + 1, seconds.end()) };
 }
 
 } // namespace
@@ -329,21 +344,35 @@ int main(int argc, char* argv[])
             bench::record((key + ".portable").c_str(), best(portables));
             bench::record((key + ".portableRatio").c_str(), portableRatio);
         }
-        // The process boundary: a shard in a fresh worker against the same shard here (best of 3
-        // each, interleaved). Reported, not yet a goal: the compute thread does not use the worker.
-        std::vector<double> here, there;
-        for (int repetition = 0; repetition < 3; ++repetition) {
-            here.push_back(wholeShard(task, start->bytes, false));
-            there.push_back(wholeShard(task, start->bytes, true));
+        // The process boundary (Compute/Sandbox): shards of one job through the compute thread, in
+        // the thread and in its kept worker, interleaved; the goal is for a shard once the job's
+        // worker runs (the first pays LibTorch's start and the data).
+        auto four = spec;
+        four.training.shardsPerRound = 4;
+        const auto shards = core::decomposeRound(QStringLiteral("bench"), four, 0, start->canonicalHash);
+        std::vector<ThreadTimes> here, there;
+        for (int repetition = 0; repetition < 2; ++repetition) {
+            here.push_back(shardsThroughTheThread(shards, start->bytes, false));
+            there.push_back(shardsThroughTheThread(shards, start->bytes, true));
         }
-        const double hereBest = *std::min_element(here.begin(), here.end());
-        const double thereBest = *std::min_element(there.begin(), there.end());
-        std::printf("  %-4s one shard end to end: %.2f s here, %.2f s in a confined worker process: ratio %.3f"
-                    " (the issue's goal for a worker the compute thread uses: >= 0.98)\n",
-            c.name, hereBest, thereBest, hereBest / thereBest);
-        bench::record((key + ".shardHereS").c_str(), hereBest);
-        bench::record((key + ".shardWorkerS").c_str(), thereBest);
-        bench::record((key + ".workerRatio").c_str(), hereBest / thereBest);
+        auto bestOf = [](const std::vector<ThreadTimes>& times, double ThreadTimes::*field) {
+            double least = times.front().*field;
+            for (const auto& time : times)
+                least = std::min(least, time.*field);
+            return least;
+        };
+        const double keptHere = bestOf(here, &ThreadTimes::kept);
+        const double keptThere = bestOf(there, &ThreadTimes::kept);
+        const double workerRatio = keptHere / keptThere;
+        met = met && workerRatio >= 0.98;
+        std::printf("  %-4s a shard through the compute thread: %.3f s in the thread, %.3f s in its sandboxed worker: "
+                    "ratio %.3f (goal >= 0.98); a job's first shard %.2f s vs %.2f s (the worker's start and data)\n",
+            c.name, keptHere, keptThere, workerRatio, bestOf(here, &ThreadTimes::first), bestOf(there, &ThreadTimes::first));
+        bench::record((key + ".shardHereS").c_str(), keptHere);
+        bench::record((key + ".shardWorkerS").c_str(), keptThere);
+        bench::record((key + ".workerRatio").c_str(), workerRatio);
+        bench::record((key + ".firstShardHereS").c_str(), bestOf(here, &ThreadTimes::first));
+        bench::record((key + ".firstShardWorkerS").c_str(), bestOf(there, &ThreadTimes::first));
     }
 
     met = disputeCost({ 256, 128 }, "mlp") && met;

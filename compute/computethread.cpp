@@ -408,7 +408,12 @@ void ComputeThread::Private::runShard(QueuedShard item)
             Q_EMIT q->shardCancelled(task);
             return;
         }
-        Q_EMIT q->shardFinished({ failedResult(task, opened.error().toString()), {}, {} });
+        auto result = failedResult(task, opened.error().message);
+        if (opened.error().field == u"sandbox") { // this node cannot start its worker: not the job's fault
+            result.outcome = core::ShardResult::Outcome::Returned;
+            qWarning("tessera: %s", qPrintable(opened.error().message));
+        }
+        Q_EMIT q->shardFinished({ result, {}, {} });
         return;
     }
     auto run = std::move(*opened);
@@ -427,7 +432,6 @@ void ComputeThread::Private::runShard(QueuedShard item)
     };
 
     while (!run->finished()) {
-        serveStateRequests();
         std::int64_t steps = run->stepsPerCall(lastCallNs, lastCallSteps);
         {
             QMutexLocker lock(&mutex);
@@ -459,6 +463,9 @@ void ComputeThread::Private::runShard(QueuedShard item)
             if (hold && hold->jobId == task.jobId && hold->shard == task.shard && hold->step > run->completedSteps())
                 steps = std::min(steps, hold->step - run->completedSteps());
         }
+        // A dispute's question, even one asked while this boundary was held, is answered before the
+        // next step (the node's stake depends on it); it changes none of this shard's bits.
+        serveStateRequests();
 
         QElapsedTimer stepTimer;
         stepTimer.start();
@@ -549,8 +556,11 @@ core::Result<std::unique_ptr<Steps>> ComputeThread::Private::open(const QueuedSh
     if (!worker || !worker->serves(task, here, options)) {
         worker.reset(); // one worker at a time
         auto spawned = sandbox::Worker::spawn(task, here, options);
-        if (!spawned)
+        if (!spawned) {
+            if (spawned.error().field == u"worker") // the node's installation, not the job: given back
+                return core::Error { QStringLiteral("sandbox"), spawned.error().message };
             return spawned.error();
+        }
         worker = std::move(*spawned);
     }
     auto opened = sandbox::RemoteShardRun::open(task, item.weights, item.suspended, worker, options);

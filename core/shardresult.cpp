@@ -116,4 +116,14 @@ QJsonObject ShardResult::toJson() const
     return json;
 }
 
+bool ShardResult::failedInSandbox() const
+{
+    if (outcome != Outcome::Failed)
+        return false;
+    for (const auto* reason : { "time limit:", "out of memory", "forbidden call:", "crash:" })
+        if (failure.startsWith(QLatin1String(reason)))
+            return true;
+    return false;
+}
+
 } // namespace tessera::core

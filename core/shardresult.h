@@ -55,6 +55,10 @@ struct ShardResult {
     static constexpr auto CommitmentKind = "tessera-commitment";
     static Result<ShardResult> fromJson(const QJsonObject& json);
     static QString outcomeName(Outcome outcome); // as on the wire: completed, failed, returned
+    // Whether a failed result says the job owner's code failed in the node's sandbox (the failure
+    // starts "time limit:", "out of memory", "forbidden call:" or "crash:", docs/PROTOCOL.md): it
+    // counts against the shard, whose job fails when distinct nodes agree, not in the node's record.
+    bool failedInSandbox() const;
     QJsonObject toJson() const;
 
     bool operator==(const ShardResult&) const = default;

@@ -192,6 +192,8 @@ int spawnWorker(
 
 QString defaultWorkerProgram()
 {
+    if (const QString named = qEnvironmentVariable("TESSERA_COMPUTE_WORKER"); !named.isEmpty())
+        return named;
     const QString beside = QCoreApplication::applicationDirPath() + QStringLiteral("/tessera-compute");
     if (QFileInfo(beside).isExecutable())
         return beside;
@@ -527,6 +529,10 @@ core::Result<std::unique_ptr<RemoteShardRun>> RemoteShardRun::open(const core::S
     if (!opened)
         return opened.error();
     run->m_completed = opened->section(u' ', 1, 1).toLongLong();
+    // The worker holds them now: a large model's copies need not stay on disk.
+    const QDir folder(run->m_worker->process().scratch->path());
+    QFile::remove(folder.filePath(QStringLiteral("weights.in")));
+    QFile::remove(folder.filePath(QStringLiteral("suspended.in")));
     return run;
 }
 
@@ -576,7 +582,9 @@ core::Result<QByteArray> RemoteShardRun::suspend()
 {
     if (auto answer = ask(QStringLiteral("suspend")); !answer)
         return answer.error();
-    auto state = core::readFile(QDir(m_worker->process().scratch->path()).filePath(QStringLiteral("suspended.out")));
+    const QString path = QDir(m_worker->process().scratch->path()).filePath(QStringLiteral("suspended.out"));
+    auto state = core::readFile(path);
+    QFile::remove(path);
     if (!state)
         return core::Error { QStringLiteral("worker"), QStringLiteral("the compute worker left no training state") };
     return *state;
@@ -586,7 +594,11 @@ ShardOutput RemoteShardRun::finish()
 {
     if (auto answer = ask(QStringLiteral("finish")); !answer)
         return failed(m_task, answer.error().message);
-    return collectOutput(m_task, QDir(m_worker->process().scratch->path()));
+    const QDir folder(m_worker->process().scratch->path());
+    auto output = collectOutput(m_task, folder);
+    for (const char* done : { "result.json", "weights.out", "kept.out" })
+        QFile::remove(folder.filePath(QString::fromLatin1(done)));
+    return output;
 }
 
 } // namespace tessera::compute::sandbox

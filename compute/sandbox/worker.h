@@ -28,7 +28,9 @@ struct WorkerOptions {
     std::function<bool()> cancelled; // asked about every 100 ms; true: the worker is killed
 };
 
-// Beside the running program (the build tree), else the installed libexec folder.
+// The environment's TESSERA_COMPUTE_WORKER when set (a program that embeds the node outside the
+// build's app folder: the desktop app's test), else beside the running program (the build tree),
+// else the installed libexec folder.
 QString defaultWorkerProgram();
 
 ShardOutput runShardInWorker(const core::ShardTask& task, const QByteArray& startWeights, const ComputeEnvironment& environment,

@@ -550,8 +550,10 @@ Result<Acceptance> Broker::acceptFailure(const AssignmentRow& assignment, const 
     auto transaction = m_store->begin();
     if (!transaction)
         return transaction.error();
-    for (const auto& status :
-        { m_store->setAssignmentState(assignment.id, AssignmentState::Failed), m_store->countShardFailed(assignment.node) }) {
+    // The job owner's code failing in the node's sandbox (a hang, too much memory) is the job's
+    // failure: it counts against the shard below, not in the node's record.
+    for (const auto& status : { m_store->setAssignmentState(assignment.id, AssignmentState::Failed),
+             result.failedInSandbox() ? Status {} : m_store->countShardFailed(assignment.node) }) {
         if (!status)
             return status.error();
     }

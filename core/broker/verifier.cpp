@@ -255,7 +255,7 @@ Result<Acceptance> Verifier::acceptCheck(const QString& nodeId, const Assignment
     }
     Check check = **loaded;
     if (result.outcome != ShardResult::Outcome::Completed)
-        return checkNotDone(check, assignment, result.outcome);
+        return checkNotDone(check, assignment, result);
     auto task = taskOf(check);
     if (!task)
         return task.error();
@@ -280,17 +280,18 @@ Result<Acceptance> Verifier::acceptCheck(const QString& nodeId, const Assignment
     return Acceptance::Held;
 }
 
-Result<Acceptance> Verifier::checkNotDone(Check& check, const AssignmentRow& assignment, ShardResult::Outcome outcome)
+Result<Acceptance> Verifier::checkNotDone(Check& check, const AssignmentRow& assignment, const ShardResult& result)
 {
-    // Failed or given back: the check waits for another verifier (a canary is dropped).
-    const bool returned = outcome == ShardResult::Outcome::Returned;
+    // Failed or given back: the check waits for another verifier (a canary is dropped). A failure
+    // of the job's code in the verifier's sandbox is not held against the verifier.
+    const bool returned = result.outcome == ShardResult::Outcome::Returned;
     auto transaction = m_.store.begin();
     if (!transaction)
         return transaction.error();
     if (auto status = m_.store.setAssignmentState(assignment.id, returned ? AssignmentState::Returned : AssignmentState::Failed);
         !status)
         return status.error();
-    if (!returned) {
+    if (!returned && !result.failedInSandbox()) {
         if (auto status = m_.store.countShardFailed(assignment.node); !status)
             return status.error();
     }

@@ -79,7 +79,7 @@ private:
     Result<ShardTask> taskOf(const Check& check);
     Result<std::optional<Assignment>> handOut(Check& check, AssignmentKind kind, const NodeInfo& node);
     Result<std::optional<Assignment>> canaryFor(const NodeInfo& node);
-    Result<Acceptance> checkNotDone(Check& check, const AssignmentRow& assignment, ShardResult::Outcome outcome);
+    Result<Acceptance> checkNotDone(Check& check, const AssignmentRow& assignment, const ShardResult& result);
     Status compare(Check& check);
     Status dispute(Check& check, qsizetype checkpoint);
     Status refereeInterval(Check& check, const QByteArray& state);

@@ -356,6 +356,40 @@ private Q_SLOTS:
         QVERIFY(!broker->assign(QStringLiteral("a"))->has_value());
     }
 
+    // The job owner's code failing in the nodes' sandboxes (here: a hang stopped at the time limit)
+    // is the job's failure: the shard goes elsewhere and the job fails as above, but neither node's
+    // record holds it.
+    void sandboxFailuresCountAgainstTheJobNotTheNodes()
+    {
+        auto broker = open(QStringLiteral("sandboxed"));
+        const auto jobId = *broker->submit(job(1, 1));
+        QVERIFY(broker->registerNode(node(QStringLiteral("a"))).ok());
+        QVERIFY(broker->registerNode(node(QStringLiteral("b"))).ok());
+        const double before = broker->schedulingScore(QStringLiteral("a"));
+        for (const auto* id : { "a", "b" }) {
+            const auto assignment = **broker->assign(QString::fromLatin1(id));
+            const auto failed
+                = failure(assignment, QStringLiteral("time limit: the shard ran past its 40.0 s and its worker was stopped"));
+            QCOMPARE(*deliver(*broker, QString::fromLatin1(id), assignment.id, failed), Acceptance::Failed);
+        }
+        const auto status = *broker->status(jobId);
+        QCOMPARE(status.state, JobState::Failed);
+        QVERIFY2(status.failure.contains(QStringLiteral("time limit")), qPrintable(status.failure));
+        const auto known = *broker->nodes();
+        for (const auto& record : known)
+            QCOMPARE(record.value(QStringLiteral("shardsFailed")).toInt(), 0);
+        QCOMPARE(broker->schedulingScore(QStringLiteral("a")), before);
+        // Only those reasons: a node cannot dress any failure up as the job's.
+        ShardResult other;
+        other.outcome = ShardResult::Outcome::Failed;
+        other.failure = QStringLiteral("loss became NaN (time limit: no)");
+        QVERIFY(!other.failedInSandbox());
+        other.failure = QStringLiteral("out of memory: the shard passed its 4096 MiB (Compute/MaxMemoryMiB)");
+        QVERIFY(other.failedInSandbox());
+        other.outcome = ShardResult::Outcome::Returned;
+        QVERIFY(!other.failedInSandbox());
+    }
+
     // However often a node asks, and however slow it claims to be, it holds at most
     // Options::maxAssignmentsPerNode shards, each due within Options::maxDeadlineMs; the rest go to others.
     void noClaimCapturesARound()
