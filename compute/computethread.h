@@ -93,6 +93,7 @@ public:
         bool enabled = false;
         QString program; // empty: compute::sandbox::defaultWorkerProgram()
         QString scratchRoot; // empty: the system's temporary folder
+        int nice = 19; // the worker's CPU priority (sandbox::WorkerOptions::nice)
     };
     void setSandbox(const Sandbox& sandbox);
     static constexpr std::int64_t IdleWorkerMs = 60'000;

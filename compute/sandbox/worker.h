@@ -23,6 +23,9 @@ struct WorkerOptions {
     QString program; // empty: defaultWorkerProgram()
     QString scratchRoot; // where the worker's scratch folder goes; empty: the system's temporary folder
     std::int64_t memoryMiB = 4096; // Compute/MaxMemoryMiB: address space the shard may add
+    // The worker's CPU priority (nice): 19, the lowest, as BOINC runs its applications, so that the
+    // computer's owner and the node's own threads come first; 0 to compete evenly (benchmarks).
+    int nice = 19;
     std::int64_t timeLimitMs = 0; // 0: none; else the worker is killed after it (the shard's deadline)
     std::function<void(const ShardProgress&)> progress; // on the calling thread, about every 100 ms
     std::function<bool()> cancelled; // asked about every 100 ms; true: the worker is killed
