@@ -4,11 +4,11 @@
 
 #include "record.h"
 
+#include <compute/computethread.h>
 #include <compute/detail/datasets.h>
 #include <compute/detail/models.h>
 #include <compute/detail/portablestep.h>
 #include <compute/detail/trace.h>
-#include <compute/computethread.h>
 #include <compute/shardrun.h>
 #include <compute/weights.h>
 #include <core/decomposition.h>
@@ -321,33 +321,33 @@ int main(int argc, char* argv[])
         const std::string key = std::string("trainer.") + c.name;
 
         if (!workerOnly) {
-        bareLoop(spec, *data->train, c.steps / 4); // warm-up
-        trainer(task, start->bytes);
-        std::vector<double> bare, ours, oursUnhashed, portables;
-        for (int repetition = 0; repetition < 7; ++repetition) { // interleaved, so drift hits all alike
-            bare.push_back(bareLoop(spec, *data->train, c.steps));
-            ours.push_back(trainer(task, start->bytes));
-            oursUnhashed.push_back(trainer(unhashed, start->bytes));
-            if (portableToo)
-                portables.push_back(trainer(portable, start->bytes));
-        }
-        const double ratio = best(ours) / best(bare);
-        met = met && ratio >= 0.97;
-        std::printf("  %-4s trainer %9.0f samples/s   bare loop %9.0f samples/s   ratio %.3f (goal >= 0.97);"
-                    " without intermediate checkpoints %.3f\n",
-            c.name, best(ours), best(bare), ratio, best(oursUnhashed) / best(bare));
-        bench::record((key + ".trainer").c_str(), best(ours));
-        bench::record((key + ".bare").c_str(), best(bare));
-        bench::record((key + ".ratio").c_str(), ratio);
-        bench::record((key + ".ratioUnhashed").c_str(), best(oursUnhashed) / best(bare));
-        if (portableToo) {
-            const double portableRatio = best(portables) / best(ours);
-            met = met && portableRatio >= 0.7;
-            std::printf("  %-4s portable kernels %9.0f samples/s: %.3f of the trainer's LibTorch path (goal >= 0.7)\n", c.name,
-                best(portables), portableRatio);
-            bench::record((key + ".portable").c_str(), best(portables));
-            bench::record((key + ".portableRatio").c_str(), portableRatio);
-        }
+            bareLoop(spec, *data->train, c.steps / 4); // warm-up
+            trainer(task, start->bytes);
+            std::vector<double> bare, ours, oursUnhashed, portables;
+            for (int repetition = 0; repetition < 7; ++repetition) { // interleaved, so drift hits all alike
+                bare.push_back(bareLoop(spec, *data->train, c.steps));
+                ours.push_back(trainer(task, start->bytes));
+                oursUnhashed.push_back(trainer(unhashed, start->bytes));
+                if (portableToo)
+                    portables.push_back(trainer(portable, start->bytes));
+            }
+            const double ratio = best(ours) / best(bare);
+            met = met && ratio >= 0.97;
+            std::printf("  %-4s trainer %9.0f samples/s   bare loop %9.0f samples/s   ratio %.3f (goal >= 0.97);"
+                        " without intermediate checkpoints %.3f\n",
+                c.name, best(ours), best(bare), ratio, best(oursUnhashed) / best(bare));
+            bench::record((key + ".trainer").c_str(), best(ours));
+            bench::record((key + ".bare").c_str(), best(bare));
+            bench::record((key + ".ratio").c_str(), ratio);
+            bench::record((key + ".ratioUnhashed").c_str(), best(oursUnhashed) / best(bare));
+            if (portableToo) {
+                const double portableRatio = best(portables) / best(ours);
+                met = met && portableRatio >= 0.7;
+                std::printf("  %-4s portable kernels %9.0f samples/s: %.3f of the trainer's LibTorch path (goal >= 0.7)\n",
+                    c.name, best(portables), portableRatio);
+                bench::record((key + ".portable").c_str(), best(portables));
+                bench::record((key + ".portableRatio").c_str(), portableRatio);
+            }
         }
         // The process boundary (Compute/Sandbox): shards of one job through the compute thread, in
         // the thread and in its kept worker, interleaved; the goal is for a shard once the job's

@@ -38,10 +38,10 @@ public:
     virtual core::Result<QByteArray> suspend() = 0;
     virtual ShardOutput finish() = 0;
     // Steps of the next call: one on this thread (a boundary after each); in a worker, as many as
-    // fill about 100 ms (a progress report's interval): each round trip through the pipes costs
-    // about 0.7 ms here (mostly waking two processes on a VM), 0.7% of such a call; a pause waits
-    // for at most one call.
-    virtual std::int64_t stepsPerCall(std::int64_t lastCallNs, std::int64_t lastCallSteps) const = 0;
+    // fill about targetNs (CallNs, a progress report's interval: each round trip through the pipes
+    // costs about 0.5 ms here, mostly waking two processes on a VM, 0.5% of such a call; a pause
+    // waits for at most one call; ThrottledCallNs under a duty cycle, which rests after each call).
+    virtual std::int64_t stepsPerCall(std::int64_t lastCallNs, std::int64_t lastCallSteps, std::int64_t targetNs) const = 0;
 };
 
 class LocalSteps final : public Steps {
@@ -61,7 +61,7 @@ public:
     }
     core::Result<QByteArray> suspend() override { return m_run->suspend(); }
     ShardOutput finish() override { return m_run->finish(); }
-    std::int64_t stepsPerCall(std::int64_t, std::int64_t) const override { return 1; }
+    std::int64_t stepsPerCall(std::int64_t, std::int64_t, std::int64_t) const override { return 1; }
 
 private:
     std::unique_ptr<ShardRun> m_run;
@@ -78,18 +78,20 @@ public:
     core::Status step(std::int64_t steps) override { return m_run->step(steps); }
     core::Result<QByteArray> suspend() override { return m_run->suspend(); }
     ShardOutput finish() override { return m_run->finish(); }
-    std::int64_t stepsPerCall(std::int64_t lastCallNs, std::int64_t lastCallSteps) const override
+    std::int64_t stepsPerCall(std::int64_t lastCallNs, std::int64_t lastCallSteps, std::int64_t targetNs) const override
     {
-        constexpr std::int64_t TargetNs = 100'000'000;
         if (lastCallSteps <= 0 || lastCallNs <= 0)
             return 1;
         const std::int64_t perStep = std::max<std::int64_t>(1, lastCallNs / lastCallSteps);
-        return std::clamp<std::int64_t>(TargetNs / perStep, 1, 1024);
+        return std::clamp<std::int64_t>(targetNs / perStep, 1, 1024);
     }
 
 private:
     std::unique_ptr<sandbox::RemoteShardRun> m_run;
 };
+
+constexpr std::int64_t CallNs = 100'000'000;
+constexpr std::int64_t ThrottledCallNs = 20'000'000;
 
 // How long a sandboxed step may go on after a pause or stop was asked for before its worker is
 // stopped: a boundary normally comes within a call (about 100 ms); a step that never ends (the job
@@ -145,6 +147,7 @@ struct ComputeThread::Private {
 
     std::unique_ptr<QThread> thread;
     std::shared_ptr<sandbox::Worker> worker; // the compute thread's only: the last job's, kept for its next shard
+    bool scratchSwept = false;
 
     void setState(State next)
     {
@@ -434,9 +437,10 @@ void ComputeThread::Private::runShard(QueuedShard item)
     };
 
     while (!run->finished()) {
-        std::int64_t steps = run->stepsPerCall(lastCallNs, lastCallSteps);
+        std::int64_t steps = 0;
         {
             QMutexLocker lock(&mutex);
+            steps = run->stepsPerCall(lastCallNs, lastCallSteps, cpuPercent < 100 ? ThrottledCallNs : CallNs);
             waitIfHeld(lock, task, run->completedSteps());
             if (stopRequested || pauseRequested) {
                 const bool stopping = stopRequested;
@@ -448,9 +452,8 @@ void ComputeThread::Private::runShard(QueuedShard item)
                 }
                 if (!stopping) {
                     QMutexLocker relock(&mutex);
-                    const std::int64_t left = item.timeLimitMs > 0
-                        ? std::max<std::int64_t>(1, item.timeLimitMs - (busyNs / 1'000'000))
-                        : 0;
+                    const std::int64_t left
+                        = item.timeLimitMs > 0 ? std::max<std::int64_t>(1, item.timeLimitMs - (busyNs / 1'000'000)) : 0;
                     queue.push_front({ task, item.weights, *state, left }); // resume() continues it first
                 }
                 Q_EMIT q->shardPaused(task, *state);
@@ -558,6 +561,10 @@ core::Result<std::unique_ptr<Steps>> ComputeThread::Private::open(const QueuedSh
     };
     if (!worker || !worker->serves(task, here, options)) {
         worker.reset(); // one worker at a time
+        if (!scratchSwept) { // what a crashed run of the node left behind
+            scratchSwept = true;
+            sandbox::removeStaleScratch(options.scratchRoot);
+        }
         auto spawned = sandbox::Worker::spawn(task, here, options);
         if (!spawned) {
             if (spawned.error().field == u"worker") // the node's installation, not the job: given back
@@ -612,8 +619,7 @@ void ComputeThread::Private::serveStateRequests()
                     QMutexLocker lock(&mutex);
                     return stopRequested;
                 };
-                auto made = where.enabled
-                    ? sandbox::answerInWorker(request.task, question, *start, *kept, environment, options)
+                auto made = where.enabled ? sandbox::answerInWorker(request.task, question, *start, *kept, environment, options)
                     : question.want == Want::Trace
                     ? compute::traceInterval(request.task, *start, *kept, question.checkpoint, environment)
                     : question.want == Want::Operands

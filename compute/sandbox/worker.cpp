@@ -4,6 +4,7 @@
 #include <core/readfile.h>
 
 #include <QCoreApplication>
+#include <QDateTime>
 #include <QDir>
 #include <QElapsedTimer>
 #include <QFile>
@@ -112,8 +113,9 @@ QStringList workerArguments(const QString& command, const QString& scratch, cons
     const ComputeEnvironment& environment, const WorkerOptions& options)
 {
     QStringList arguments { command, QStringLiteral("--scratch"), scratch, QStringLiteral("--memory-mib"),
-        QString::number(options.memoryMiB), QStringLiteral("--nice"), QString::number(options.nice), QStringLiteral("--fashion-mnist"), environment.fashionMnistDirectoryOrDefault(),
-        QStringLiteral("--fortunes"), environment.fortunesDirectoryOrDefault() };
+        QString::number(options.memoryMiB), QStringLiteral("--nice"), QString::number(options.nice),
+        QStringLiteral("--fashion-mnist"), environment.fashionMnistDirectoryOrDefault(), QStringLiteral("--fortunes"),
+        environment.fortunesDirectoryOrDefault() };
     if (!environment.device.isEmpty())
         arguments << QStringLiteral("--device") << environment.device;
     if (environment.portableThreads > 0)
@@ -191,6 +193,18 @@ int spawnWorker(
 
 } // namespace
 
+int removeStaleScratch(const QString& root, std::int64_t olderThanMs)
+{
+    const QDir folder(root.isEmpty() ? QDir::tempPath() : root);
+    const QDateTime before = QDateTime::currentDateTimeUtc().addMSecs(-olderThanMs);
+    int removed = 0;
+    for (const auto& entry : folder.entryInfoList({ QStringLiteral("tessera-worker-*") }, QDir::Dirs | QDir::NoDotAndDotDot)) {
+        if (entry.lastModified().toUTC() < before && QDir(entry.absoluteFilePath()).removeRecursively())
+            ++removed;
+    }
+    return removed;
+}
+
 QString defaultWorkerProgram()
 {
     if (const QString named = qEnvironmentVariable("TESSERA_COMPUTE_WORKER"); !named.isEmpty())
@@ -221,8 +235,9 @@ OneShot runOneShot(const QString& command, const QStringList& extra, const QDir&
     if (const int spawned = spawnWorker(program, workerArguments(command, scratch.path(), task, environment, options) + extra,
             false, pid, unused, outFd, errFd);
         spawned != 0)
-        return { QStringLiteral("cannot start the compute worker %1: %2")
-                .arg(program, QString::fromLocal8Bit(std::strerror(spawned))) };
+        return {
+            QStringLiteral("cannot start the compute worker %1: %2").arg(program, QString::fromLocal8Bit(std::strerror(spawned)))
+        };
 
     QByteArray stdoutBuffer;
     QByteArray stderrTail;
@@ -460,9 +475,9 @@ core::Result<std::shared_ptr<Worker>> Worker::spawn(
     auto process = std::make_unique<Process>();
     process->scratch = std::move(*scratch);
     const QString program = options.program.isEmpty() ? defaultWorkerProgram() : options.program;
-    if (const int spawned = spawnWorker(program,
-            workerArguments(QStringLiteral("serve"), process->scratch->path(), task, environment, options), true, process->pid,
-            process->input, process->output, process->error);
+    if (const int spawned
+        = spawnWorker(program, workerArguments(QStringLiteral("serve"), process->scratch->path(), task, environment, options),
+            true, process->pid, process->input, process->output, process->error);
         spawned != 0)
         return core::Error {
             QStringLiteral("worker"),

@@ -31,6 +31,12 @@ struct WorkerOptions {
     std::function<bool()> cancelled; // asked about every 100 ms; true: the worker is killed
 };
 
+// Removes the scratch folders of workers under `root` (empty: the system's temporary folder) not
+// touched for `olderThanMs`: a supervisor that crashed leaves its worker's folder behind, with a
+// model's weights in it. A live worker's folder changes with each shard, and no shard computes for
+// as long as a day (Broker/MaxDeadlineSeconds). Returns how many it removed.
+int removeStaleScratch(const QString& root, std::int64_t olderThanMs = 24LL * 3600 * 1000);
+
 // The environment's TESSERA_COMPUTE_WORKER when set (a program that embeds the node outside the
 // build's app folder: the desktop app's test), else beside the running program (the build tree),
 // else the installed libexec folder.

@@ -15,6 +15,10 @@
 #include <QTemporaryDir>
 #include <QTest>
 
+#include <sys/time.h>
+
+#include <ctime>
+
 using namespace tessera;
 using compute::ComputeThread;
 using compute::ShardOutput;
@@ -85,6 +89,9 @@ void configure(ComputeThread& thread)
     sandbox.enabled = true;
     sandbox.program = QStringLiteral(TESSERA_COMPUTE_WORKER);
     sandbox.scratchRoot = scratchRoot();
+    // The thread's rules, not the worker's priority: at its default (19, the lowest) the worker of
+    // a test on a busy machine would wait for every other process (shared/tools/under-load).
+    sandbox.nice = 0;
     thread.setSandbox(sandbox);
 }
 
@@ -371,7 +378,7 @@ private Q_SLOTS:
 
     void dutyCycleRestsAsLongAsItWorksAtHalf()
     {
-        const auto f = fixture(150);
+        const auto f = fixture(400); // long enough that the call after which it does not rest (the last) is a small part
         ComputeThread thread({});
         configure(thread);
         thread.setCpuPercent(50);
@@ -418,6 +425,33 @@ private Q_SLOTS:
         thread.pause();
         QVERIFY(waitForState(thread, ComputeThread::State::Paused));
         QVERIFY(QTest::qWaitFor([&] { return workerFolders().isEmpty(); }, 60'000));
+    }
+
+    // A node whose worker cannot start (a broken installation) gives the shard back, counted
+    // against nobody, and says why; the scratch folders a crashed run of the node left behind a
+    // day ago are swept when it first needs a worker.
+    void aNodeThatCannotStartItsWorkerGivesTheShardBack()
+    {
+        if (!sandboxed())
+            QSKIP("only with Compute/Sandbox (tst_computethread_sandbox)");
+        const QString stale = QDir(scratchRoot()).filePath(QStringLiteral("tessera-worker-stale"));
+        QVERIFY(QDir().mkpath(stale + QStringLiteral("/left")));
+        const timeval twoDaysAgo[2] = { { ::time(nullptr) - 2 * 86400, 0 }, { ::time(nullptr) - 2 * 86400, 0 } };
+        QCOMPARE(::utimes(QFile::encodeName(stale).constData(), twoDaysAgo), 0);
+        const auto f = fixture(20);
+        ComputeThread thread({});
+        ComputeThread::Sandbox sandbox;
+        sandbox.enabled = true;
+        sandbox.program = QStringLiteral("/nonexistent/tessera-compute");
+        sandbox.scratchRoot = scratchRoot();
+        thread.setSandbox(sandbox);
+        QSignalSpy finished(&thread, &ComputeThread::shardFinished);
+        thread.submit(f.tasks[0], f.start.bytes);
+        QVERIFY(QTest::qWaitFor([&] { return finished.count() == 1; }, 120'000));
+        const auto result = outputOf(finished, 0).result;
+        QCOMPARE(result.outcome, core::ShardResult::Outcome::Returned);
+        QVERIFY2(result.failure.contains(QStringLiteral("cannot start the compute worker")), qPrintable(result.failure));
+        QVERIFY(!QFileInfo::exists(stale));
     }
 };
 
