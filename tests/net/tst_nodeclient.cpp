@@ -55,6 +55,7 @@ private:
 class RebuildingExecutor final : public net::ShardExecutor {
 public:
     QList<QByteArray> startedWith;
+    QList<std::int64_t> deadlines; // the deadlineMs each start() was given
     bool rebuildsWeights() const override { return true; }
     void rebuild(const QString& tag, const QString& key, const QString& previousPath, const QString& changePath) override
     {
@@ -68,6 +69,7 @@ public:
         const QHash<core::Digest, QString>& paths, std::int64_t deadlineMs) override
     {
         startedWith.append(startWeights);
+        deadlines.append(deadlineMs);
         m_failing.start(tag, assignment, task, startWeights, paths, deadlineMs);
     }
     QList<Finished> takeFinished(const QString& tag) override { return m_failing.takeFinished(tag); }
@@ -299,6 +301,10 @@ private Q_SLOTS:
         auto result = session.broker->nextSkippingHeartbeats(session.pump());
         QVERIFY(result && result->message.command == Command::Result);
         QCOMPARE(executor.startedWith, QList<QByteArray> { round1 });
+        // What is left of the assignment's deadline bounds the job's code (a sandboxed worker's time limit).
+        QCOMPARE(executor.deadlines.size(), 1);
+        QVERIFY2(executor.deadlines.first() > 0 && executor.deadlines.first() <= task.deadlineMs,
+            qPrintable(QString::number(executor.deadlines.first())));
         QVERIFY(m_cache->contains(core::Digest::ofBytes(round1))); // the base of the next round's change
         QCOMPARE(session.node->counters().weightsRebuilt, 1);
 
