@@ -358,6 +358,9 @@ core::Result<QByteArray> answerInWorker(const core::ShardTask& task, const core:
     return *answer;
 }
 
+// How long a worker may take to start and confine itself (no job code runs before that).
+constexpr std::int64_t StartLimitMs = 60'000;
+
 struct Worker::Process {
     std::unique_ptr<QTemporaryDir> scratch;
     pid_t pid = 0;
@@ -372,7 +375,6 @@ struct Worker::Process {
     std::int64_t budgetMs = 0; // 0: no limit
     std::int64_t spentMs = 0;
     std::function<bool()> cancelled;
-    bool served = false; // a shard was opened in it
 
     ~Process()
     {
@@ -486,12 +488,16 @@ core::Result<std::shared_ptr<Worker>> Worker::spawn(
     QStringList arguments = workerArguments(QStringLiteral("serve"), {}, task, environment, options);
     arguments.prepend(program);
     std::shared_ptr<Worker> worker(new Worker(std::move(process), std::move(arguments)));
-    // Its start counts against the first shard's time.
-    worker->m_process->budgetMs = options.timeLimitMs;
+    // Its start (LibTorch's libraries, the confinement) is not the job's: a limit of its own.
+    worker->m_process->budgetMs = StartLimitMs;
     worker->m_process->cancelled = options.cancelled;
-    auto confined = worker->m_process->readLine(); // "confined landlock=N memory=M"
-    if (!confined)
-        return confined.error();
+    // "confined landlock=N memory=M". Until then no job code has run: a worker that does not get
+    // there (a broken installation, a kernel that refuses the confinement) is this node's problem.
+    auto confined = worker->m_process->readLine();
+    if (!confined || !confined->startsWith(QStringLiteral("confined ")))
+        return core::Error { QStringLiteral("worker"),
+            QStringLiteral("the compute worker %1 did not start: %2")
+                .arg(program, confined ? QStringLiteral("it said %1").arg(confined->left(200)) : confined.error().message) };
     return worker;
 }
 
@@ -535,9 +541,7 @@ core::Result<std::unique_ptr<RemoteShardRun>> RemoteShardRun::open(const core::S
     if (!writeInputs(QDir(process.scratch->path()), task, startWeights, suspended))
         return core::Error { QStringLiteral("worker"),
             QStringLiteral("cannot write the compute worker's task into %1").arg(process.scratch->path()) };
-    if (process.served) // a fresh worker's start counts against its first shard (spawn)
-        process.spentMs = 0;
-    process.served = true;
+    process.spentMs = 0;
     process.budgetMs = options.timeLimitMs;
     process.cancelled = options.cancelled;
     std::unique_ptr<RemoteShardRun> run(new RemoteShardRun(task, std::move(worker)));

@@ -59,6 +59,8 @@ core::Result<QByteArray> answerInWorker(const core::ShardTask& task, const core:
 // ends the process.
 class Worker {
 public:
+    // An error with field "worker" when it could not start or confine itself (the node's
+    // installation or kernel; no job code ran).
     static core::Result<std::shared_ptr<Worker>> spawn(
         const core::ShardTask& task, const ComputeEnvironment& environment, const WorkerOptions& options);
     ~Worker();
@@ -82,7 +84,8 @@ private:
 // as the compute thread drives its own ShardRun: it pauses (suspend() gives the same bytes a
 // ShardRun's would, and resume() continues from them in any worker, to the same bits), throttles
 // between calls and cancels by dropping the run. options.timeLimitMs is the time the shard may
-// keep its worker busy (time between calls, paused or throttled, does not count);
+// keep its worker busy from the shard's start (time between calls, paused or throttled, does not
+// count, nor a fresh worker's own start);
 // options.cancelled is asked about every 100 ms while the worker computes. A worker that dies, runs
 // past the limit or is cancelled turns the call into an error with the reason (the ones
 // runShardInWorker gives) and is not used again. Not thread-safe.

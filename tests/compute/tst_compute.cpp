@@ -1545,8 +1545,8 @@ private Q_SLOTS:
         QCOMPARE(there.weights, here.weights);
 
         // An endless forward() in a driven worker: the worker ends at the time limit, counted from
-        // its start (on a busy machine the limit may already pass while the worker loads its data;
-        // then start() says so), without taking this process with it.
+        // the shard's start (on a busy machine the limit may already pass while the worker loads the
+        // job's data; then start() says so), without taking this process with it.
         auto endless = hostileTask(QStringLiteral("endless.pt"));
         auto options = workerOptions();
         options.timeLimitMs = 3000;

@@ -427,8 +427,8 @@ private Q_SLOTS:
         QVERIFY(QTest::qWaitFor([&] { return workerFolders().isEmpty(); }, 60'000));
     }
 
-    // A node whose worker cannot start (a broken installation) gives the shard back, counted
-    // against nobody, and says why; the scratch folders a crashed run of the node left behind a
+    // A node whose worker cannot start or confine itself (a broken installation) gives the shard
+    // back, counted against nobody, and says why; the scratch folders a crashed run of the node left behind a
     // day ago are swept when it first needs a worker.
     void aNodeThatCannotStartItsWorkerGivesTheShardBack()
     {
@@ -452,6 +452,14 @@ private Q_SLOTS:
         QCOMPARE(result.outcome, core::ShardResult::Outcome::Returned);
         QVERIFY2(result.failure.contains(QStringLiteral("cannot start the compute worker")), qPrintable(result.failure));
         QVERIFY(!QFileInfo::exists(stale));
+        // One that starts but dies before it has confined itself (so before any job code ran).
+        sandbox.program = QStringLiteral("/bin/false");
+        thread.setSandbox(sandbox);
+        thread.submit(f.tasks[1], f.start.bytes);
+        QVERIFY(QTest::qWaitFor([&] { return finished.count() == 2; }, 120'000));
+        const auto died = outputOf(finished, 1).result;
+        QCOMPARE(died.outcome, core::ShardResult::Outcome::Returned);
+        QVERIFY2(died.failure.contains(QStringLiteral("did not start")), qPrintable(died.failure));
     }
 };
 
