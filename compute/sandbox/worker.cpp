@@ -494,6 +494,8 @@ core::Result<std::shared_ptr<Worker>> Worker::spawn(
     // "confined landlock=N memory=M". Until then no job code has run: a worker that does not get
     // there (a broken installation, a kernel that refuses the confinement) is this node's problem.
     auto confined = worker->m_process->readLine();
+    if (!confined && confined.error().message == u"cancelled")
+        return confined.error(); // its job was cancelled meanwhile
     if (!confined || !confined->startsWith(QStringLiteral("confined ")))
         return core::Error { QStringLiteral("worker"),
             QStringLiteral("the compute worker %1 did not start: %2")

@@ -1596,6 +1596,13 @@ private Q_SLOTS:
         QTest::qWait(1000);
         thread.cancelJob(stuck.jobId);
         QVERIFY(QTest::qWaitFor([&] { return cancelled.count() == 1; }, 60'000));
+        // Cancelled at once, most likely while its worker still starts: cancelled all the same.
+        stuck.jobId = QStringLiteral("stuck-job-2");
+        thread.submit(stuck, endless.second);
+        QVERIFY(QTest::qWaitFor([&] { return thread.state() == compute::ComputeThread::State::Working; }, 60'000));
+        thread.cancelJob(stuck.jobId);
+        QVERIFY(QTest::qWaitFor([&] { return cancelled.count() == 2; }, 60'000));
+        QCOMPARE(finished.count(), 2);
         thread.submit(good.tasks[2], good.start.bytes);
         QVERIFY(QTest::qWaitFor([&] { return finished.count() == 3; }, 240'000));
         QCOMPARE(finished.at(2).at(0).value<compute::ShardOutput>().result.outcome, core::ShardResult::Outcome::Completed);
