@@ -162,6 +162,18 @@ struct ComputeThread::Private {
 
     void loop();
     void runShard(QueuedShard item);
+    // Whether the sandbox is on, and a worker's options from the settings (without `cancelled`).
+    std::pair<bool, sandbox::WorkerOptions> workerOptions(std::int64_t timeLimitMs) const
+    {
+        QMutexLocker lock(&mutex);
+        sandbox::WorkerOptions options;
+        options.program = sandbox.program;
+        options.scratchRoot = sandbox.scratchRoot;
+        options.nice = sandbox.nice;
+        options.memoryMiB = maxMemoryMiB;
+        options.timeLimitMs = timeLimitMs;
+        return { sandbox.enabled, options };
+    }
     // The shard's run, on this thread or in a worker (sandbox), or why it cannot start.
     core::Result<std::unique_ptr<Steps>> open(const QueuedShard& item, const ComputeEnvironment& here);
     // Answers every waiting StateRequest (without the mutex held on entry).
@@ -532,14 +544,8 @@ void ComputeThread::Private::runShard(QueuedShard item)
 core::Result<std::unique_ptr<Steps>> ComputeThread::Private::open(const QueuedShard& item, const ComputeEnvironment& here)
 {
     const auto& task = item.task;
-    Sandbox where;
-    sandbox::WorkerOptions options;
-    {
-        QMutexLocker lock(&mutex);
-        where = sandbox;
-        options.memoryMiB = maxMemoryMiB;
-    }
-    if (!where.enabled) {
+    auto [enabled, options] = workerOptions(item.timeLimitMs);
+    if (!enabled) {
         worker.reset();
         auto started = item.suspended.isEmpty()
             ? ShardRun::start(task, item.weights, here)
@@ -548,10 +554,6 @@ core::Result<std::unique_ptr<Steps>> ComputeThread::Private::open(const QueuedSh
             return started.error();
         return std::unique_ptr<Steps>(std::make_unique<LocalSteps>(std::move(*started)));
     }
-    options.program = where.program;
-    options.scratchRoot = where.scratchRoot;
-    options.nice = where.nice;
-    options.timeLimitMs = item.timeLimitMs;
     // Asked every 100 ms while the worker computes: a cancel stops it at once; a pause or stop
     // waits for the boundary, unless the step has gone on long after it was asked for.
     options.cancelled = [this, jobId = task.jobId] {
@@ -604,22 +606,12 @@ void ComputeThread::Private::serveStateRequests()
             } else {
                 using Want = core::DisputeQuestion::Want;
                 const auto& question = request.question;
-                Sandbox where;
-                sandbox::WorkerOptions options;
-                {
-                    QMutexLocker lock(&mutex);
-                    where = sandbox;
-                    options.memoryMiB = maxMemoryMiB;
-                }
-                options.program = where.program;
-                options.scratchRoot = where.scratchRoot;
-                options.nice = where.nice;
-                options.timeLimitMs = StateRequestLimitMs;
+                auto [enabled, options] = workerOptions(StateRequestLimitMs);
                 options.cancelled = [this] {
                     QMutexLocker lock(&mutex);
                     return stopRequested;
                 };
-                auto made = where.enabled ? sandbox::answerInWorker(request.task, question, *start, *kept, environment, options)
+                auto made = enabled ? sandbox::answerInWorker(request.task, question, *start, *kept, environment, options)
                     : question.want == Want::Trace
                     ? compute::traceInterval(request.task, *start, *kept, question.checkpoint, environment)
                     : question.want == Want::Operands
