@@ -95,9 +95,9 @@ def figures(results):
             f["verification.%sPercent" % key] = f["verification." + key] * 100
     if "app.start" in f:
         f["app.startRatio"] = f["app.start"] / f["app.versionStart"]
-        f["app.startVerdict"] = met(f["app.start"], 1.0, at_least=False)
-        f["app.rssRatio"] = f["app.rssMB"] / 200
-        f["app.rssVerdict"] = met(f["app.rssMB"], 200, at_least=False)
+        f["app.startVerdict"] = met(f["app.start"], 0.3, at_least=False)
+        f["app.rssRatio"] = f["app.rssMB"] / 100
+        f["app.rssVerdict"] = met(f["app.rssMB"], 100, at_least=False)
         f["app.cpuVerdict"] = met(f["app.cpuPercent"], 0.5, at_least=False)
 
     scale(f)

@@ -129,7 +129,7 @@ struct ThreadTimes {
 };
 ThreadTimes shardsThroughTheThread(const QList<core::ShardTask>& tasks, const QByteArray& weights, bool sandboxed)
 {
-    compute::ComputeThread thread({});
+    compute::ComputeThread thread({}, compute::inThreadCompute());
     compute::ComputeThread::Sandbox sandbox;
     sandbox.enabled = sandboxed;
     sandbox.program = QStringLiteral(TESSERA_COMPUTE_WORKER);

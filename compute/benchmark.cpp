@@ -110,15 +110,4 @@ core::BenchmarkRecord runBenchmark(const BenchmarkOptions& options)
     return record;
 }
 
-BenchmarkOptions BenchmarkOptions::firstStart(int threads)
-{
-    BenchmarkOptions options;
-    options.threads = threads;
-    options.only = { QStringLiteral("mlp") };
-    options.minRepetitions = 3;
-    options.maxRepetitions = 8;
-    options.timeCapMs = 2000;
-    return options;
-}
-
 } // namespace tessera::compute

@@ -21,7 +21,16 @@ struct BenchmarkOptions {
 
     // What a node measures by itself on its first start, when no benchmark of its CPU is stored:
     // the zoo mlp alone (the figure brokers schedule by), a few repetitions, about 2 s here.
-    static BenchmarkOptions firstStart(int threads);
+    static BenchmarkOptions firstStart(int threads)
+    {
+        BenchmarkOptions options;
+        options.threads = threads;
+        options.only = { QStringLiteral("mlp") };
+        options.minRepetitions = 3;
+        options.maxRepetitions = 8;
+        options.timeCapMs = 2000;
+        return options;
+    }
 };
 
 // Reference throughput of this machine's CPU for the broker's scheduler and the app's Devices tab:

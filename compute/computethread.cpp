@@ -26,46 +26,12 @@ struct QueuedShard {
     std::int64_t timeLimitMs = 0; // what is left of it when paused
 };
 
-// One shard's training as the thread drives it: on this thread (ShardRun) or in a sandboxed worker
-// (RemoteShardRun), with the same calls.
-class Steps {
-public:
-    virtual ~Steps() = default;
-    virtual std::int64_t completedSteps() const = 0;
-    virtual bool finished() const = 0;
-    virtual double lastLoss() const = 0;
-    virtual core::Status step(std::int64_t steps) = 0;
-    virtual core::Result<QByteArray> suspend() = 0;
-    virtual ShardOutput finish() = 0;
-    // Steps of the next call: one on this thread (a boundary after each); in a worker, as many as
-    // fill about targetNs (CallNs, a progress report's interval: each round trip through the pipes
-    // costs about 0.5 ms here, mostly waking two processes on a VM, 0.5% of such a call; a pause
-    // waits for at most one call; ThrottledCallNs under a duty cycle, which rests after each call).
-    virtual std::int64_t stepsPerCall(std::int64_t lastCallNs, std::int64_t lastCallSteps, std::int64_t targetNs) const = 0;
-};
-
-class LocalSteps final : public Steps {
-public:
-    explicit LocalSteps(std::unique_ptr<ShardRun> run)
-        : m_run(std::move(run))
-    { }
-    std::int64_t completedSteps() const override { return m_run->completedSteps(); }
-    bool finished() const override { return m_run->finished(); }
-    double lastLoss() const override { return m_run->lastLoss(); }
-    core::Status step(std::int64_t steps) override
-    {
-        core::Status status;
-        for (std::int64_t i = 0; i < steps && status && !m_run->finished(); ++i)
-            status = m_run->step();
-        return status;
-    }
-    core::Result<QByteArray> suspend() override { return m_run->suspend(); }
-    ShardOutput finish() override { return m_run->finish(); }
-    std::int64_t stepsPerCall(std::int64_t, std::int64_t, std::int64_t) const override { return 1; }
-
-private:
-    std::unique_ptr<ShardRun> m_run;
-};
+// Each call's size: see stepsPerCall below. On the thread: one step a call (a boundary after each);
+// in a worker, as many as fill about CallNs (a progress report's interval: each round trip
+// through the pipes costs about 0.5 ms here, mostly waking two processes on a VM, 0.5% of such a
+// call; a pause waits for at most one call; ThrottledCallNs under a duty cycle, which rests after
+// each call).
+using Steps = ShardSteps;
 
 class WorkerSteps final : public Steps {
 public:
@@ -135,6 +101,7 @@ struct ComputeThread::Private {
     int maxThreads = 1 << 16;
     std::int64_t maxMemoryMiB = 0; // 0: no limit
     Sandbox sandbox;
+    std::shared_ptr<InThreadCompute> inThread; // training on this thread when the sandbox is off; null: none
     QElapsedTimer interruptAsked; // since a pause or stop was asked for (invalid: none)
     State state = State::Idle;
     struct Hold {
@@ -172,6 +139,7 @@ struct ComputeThread::Private {
         options.nice = sandbox.nice;
         options.memoryMiB = maxMemoryMiB;
         options.timeLimitMs = timeLimitMs;
+        options.confined = sandbox.enabled; // off without an in-thread backend: a worker all the same
         return { sandbox.enabled, options };
     }
     // The shard's run, on this thread or in a worker (sandbox), or why it cannot start.
@@ -182,10 +150,11 @@ struct ComputeThread::Private {
     void waitIfHeld(QMutexLocker<QMutex>& lock, const core::ShardTask& task, std::int64_t step);
 };
 
-ComputeThread::ComputeThread(ComputeEnvironment environment, QObject* parent)
+ComputeThread::ComputeThread(ComputeEnvironment environment, std::shared_ptr<InThreadCompute> inThread, QObject* parent)
     : QObject(parent)
     , d(std::make_unique<Private>())
 {
+    d->inThread = std::move(inThread);
     qRegisterMetaType<ShardProgress>();
     qRegisterMetaType<ShardOutput>();
     qRegisterMetaType<core::ShardTask>();
@@ -377,9 +346,10 @@ void ComputeThread::Private::loop()
         } catch (const std::exception& error) {
             // ShardRun reports errors as values; this is the last line of defence for the thread.
             Q_EMIT q->shardFinished(
-                { failedResult(task, QStringLiteral("internal error: %1").arg(QString::fromUtf8(error.what()))), {}, {} });
+                { sandbox::failedInSupervisor(task, QStringLiteral("internal error: %1").arg(QString::fromUtf8(error.what()))),
+                    {}, {} });
         } catch (...) {
-            Q_EMIT q->shardFinished({ failedResult(task, QStringLiteral("internal error")), {}, {} });
+            Q_EMIT q->shardFinished({ sandbox::failedInSupervisor(task, QStringLiteral("internal error")), {}, {} });
         }
     }
     worker.reset();
@@ -409,7 +379,7 @@ void ComputeThread::Private::runShard(QueuedShard item)
         }
     }
     if (!refusal.isEmpty()) {
-        auto result = failedResult(task, refusal);
+        auto result = sandbox::failedInSupervisor(task, refusal);
         result.outcome = core::ShardResult::Outcome::Returned;
         Q_EMIT q->shardFinished({ result, {}, {} });
         return;
@@ -425,7 +395,7 @@ void ComputeThread::Private::runShard(QueuedShard item)
             Q_EMIT q->shardCancelled(task);
             return;
         }
-        auto result = failedResult(task, opened.error().message);
+        auto result = sandbox::failedInSupervisor(task, opened.error().message);
         if (opened.error().field == u"sandbox") { // this node cannot start its worker: not the job's fault
             result.outcome = core::ShardResult::Outcome::Returned;
             qWarning("tessera: %s", qPrintable(opened.error().message));
@@ -459,7 +429,7 @@ void ComputeThread::Private::runShard(QueuedShard item)
                 lock.unlock();
                 auto state = run->suspend();
                 if (!state) {
-                    Q_EMIT q->shardFinished({ failedResult(task, state.error().toString()), {}, {} });
+                    Q_EMIT q->shardFinished({ sandbox::failedInSupervisor(task, state.error().toString()), {}, {} });
                     return;
                 }
                 if (!stopping) {
@@ -492,7 +462,7 @@ void ComputeThread::Private::runShard(QueuedShard item)
                 Q_EMIT q->shardCancelled(task);
                 return;
             }
-            auto failed = failedResult(task, status.error().toString());
+            auto failed = sandbox::failedInSupervisor(task, status.error().toString());
             if (stoppedWhileStuck(status.error().message)) {
                 failed.outcome = core::ShardResult::Outcome::Returned;
                 failed.failure = QStringLiteral("a step ran on for %1 s after the node was asked to pause; its worker was "
@@ -545,14 +515,9 @@ core::Result<std::unique_ptr<Steps>> ComputeThread::Private::open(const QueuedSh
 {
     const auto& task = item.task;
     auto [enabled, options] = workerOptions(item.timeLimitMs);
-    if (!enabled) {
+    if (!enabled && inThread) {
         worker.reset();
-        auto started = item.suspended.isEmpty()
-            ? ShardRun::start(task, item.weights, here)
-            : ShardRun::resume(task, item.suspended, here, ShardRun::StateOrigin::Own, item.weights);
-        if (!started)
-            return started.error();
-        return std::unique_ptr<Steps>(std::make_unique<LocalSteps>(std::move(*started)));
+        return inThread->open(task, item.weights, item.suspended, here);
     }
     // Asked every 100 ms while the worker computes: a cancel stops it at once; a pause or stop
     // waits for the boundary, unless the step has gone on long after it was asked for.
@@ -604,19 +569,15 @@ void ComputeThread::Private::serveStateRequests()
             if (!start || !kept) {
                 error = (!start ? start.error() : kept.error()).toString();
             } else {
-                using Want = core::DisputeQuestion::Want;
                 const auto& question = request.question;
                 auto [enabled, options] = workerOptions(StateRequestLimitMs);
                 options.cancelled = [this] {
                     QMutexLocker lock(&mutex);
                     return stopRequested;
                 };
-                auto made = enabled ? sandbox::answerInWorker(request.task, question, *start, *kept, environment, options)
-                    : question.want == Want::Trace
-                    ? compute::traceInterval(request.task, *start, *kept, question.checkpoint, environment)
-                    : question.want == Want::Operands
-                    ? compute::operandsOf(request.task, *start, *kept, question.step, question.instruction, environment)
-                    : compute::recreateState(request.task, *start, *kept, question.checkpoint, environment);
+                auto made = !enabled && inThread
+                    ? inThread->answer(request.task, question, *start, *kept, environment)
+                    : sandbox::answerInWorker(request.task, question, *start, *kept, environment, options);
                 if (made)
                     state = std::move(*made);
                 else

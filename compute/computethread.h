@@ -1,6 +1,7 @@
 #pragma once
 
 #include "environment.h"
+#include "inthread.h"
 #include "shardrun.h"
 
 #include <core/disputequestion.h>
@@ -40,7 +41,11 @@ public:
     enum class State { Idle, Working, Paused, Stopped };
     Q_ENUM(State)
 
-    explicit ComputeThread(ComputeEnvironment environment, QObject* parent = nullptr);
+    // inThread: how shards train on this thread when the sandbox is off (compute::inThreadCompute(),
+    // LibTorch's); without one (a program that does not load LibTorch) they train in a worker then
+    // too, not confined.
+    explicit ComputeThread(
+        ComputeEnvironment environment, std::shared_ptr<InThreadCompute> inThread = {}, QObject* parent = nullptr);
     ~ComputeThread() override; // stops the thread at the next step boundary and joins it
 
     // timeLimitMs: how long the shard may compute before a sandboxed worker is stopped (the
@@ -87,8 +92,9 @@ public:
     // (compute/sandbox/worker.h), one per job, kept between its shards and ended when the thread
     // pauses or has had nothing to do for IdleWorkerMs; the job owner's code runs there, away from
     // the node's keys, and a worker that hangs, crashes or passes Compute/MaxMemoryMiB fails its shard
-    // with the reason while the thread carries on. Disabled: on this thread, as before. Takes effect
-    // from the next shard.
+    // with the reason while the thread carries on. Disabled: on this thread (with an InThreadCompute),
+    // else in a worker that is not confined (for a GPU, which the confinement keeps out). Takes
+    // effect from the next shard.
     struct Sandbox {
         bool enabled = false;
         QString program; // empty: compute::sandbox::defaultWorkerProgram()

@@ -35,6 +35,23 @@ QJsonObject BenchmarkRecord::toJson() const
     };
 }
 
+Result<BenchmarkRecord> BenchmarkRecord::fromJson(const QJsonObject& json)
+{
+    BenchmarkRecord record;
+    record.device = json.value(QStringLiteral("device")).toString();
+    record.runtimeProfile = json.value(QStringLiteral("runtimeProfile")).toString();
+    record.measuredAt = QDateTime::fromString(json.value(QStringLiteral("measuredAt")).toString(), Qt::ISODate).toUTC();
+    if (record.device.isEmpty() || !record.measuredAt.isValid() || !json.value(QStringLiteral("measurements")).isArray())
+        return Error { QStringLiteral("benchmark"), QStringLiteral("not a benchmark record") };
+    for (const auto& entry : json.value(QStringLiteral("measurements")).toArray()) {
+        const auto m = entry.toObject();
+        record.measurements.append({ m.value(QStringLiteral("name")).toString(), m.value(QStringLiteral("value")).toDouble(),
+            m.value(QStringLiteral("unit")).toString(), m.value(QStringLiteral("cv")).toDouble(),
+            m.value(QStringLiteral("repetitions")).toInt() });
+    }
+    return record;
+}
+
 Spread spreadOf(const QList<double>& values)
 {
     if (values.isEmpty())

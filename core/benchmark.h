@@ -31,6 +31,8 @@ struct BenchmarkRecord {
 
     std::optional<BenchmarkMeasurement> measurement(QStringView name) const;
     QJsonObject toJson() const;
+    // What toJson() wrote (a compute worker's benchmark, read by its supervisor).
+    static Result<BenchmarkRecord> fromJson(const QJsonObject& json);
     bool operator==(const BenchmarkRecord&) const = default;
 };
 

@@ -1,6 +1,5 @@
 #include "computeexecutor.h"
 
-#include <compute/weights.h>
 #include <core/readfile.h>
 
 #include <QFile>
@@ -10,7 +9,8 @@
 
 namespace tessera::app {
 
-ComputeExecutor::ComputeExecutor(compute::ComputeEnvironment environment)
+ComputeExecutor::ComputeExecutor(compute::ComputeEnvironment environment, std::shared_ptr<compute::InThreadCompute> inThread)
+    : m_inThread(std::move(inThread))
 {
     // Blobs are found through the paths the clients pass with each task.
     environment.blobPath = [this](const core::Digest& digest) -> std::optional<QString> {
@@ -18,7 +18,7 @@ ComputeExecutor::ComputeExecutor(compute::ComputeEnvironment environment)
         const auto it = m_blobPaths.constFind(digest);
         return it == m_blobPaths.constEnd() ? std::nullopt : std::optional<QString>(*it);
     };
-    m_thread = std::make_unique<compute::ComputeThread>(std::move(environment));
+    m_thread = std::make_unique<compute::ComputeThread>(std::move(environment), m_inThread);
     QObject::connect(
         m_thread.get(), &compute::ComputeThread::shardFinished, m_thread.get(),
         [this](const compute::ShardOutput& output) {
@@ -135,15 +135,27 @@ QList<net::ShardExecutor::Recreated> ComputeExecutor::takeRecreated(const QStrin
     return takeTagged(m_recreated, tag);
 }
 
+void ComputeExecutor::setToolOptions(const compute::sandbox::WorkerOptions& options)
+{
+    QMutexLocker lock(&m_mutex);
+    m_toolOptions = options;
+}
+
 void ComputeExecutor::rebuild(const QString& tag, const QString& key, const QString& previousPath, const QString& changePath)
 {
-    auto work = std::async(std::launch::async, [this, tag, key, previousPath, changePath] {
+    compute::sandbox::WorkerOptions options;
+    {
+        QMutexLocker lock(&m_mutex);
+        options = m_toolOptions;
+    }
+    auto work = std::async(std::launch::async, [this, tag, key, previousPath, changePath, options] {
         Rebuilt made { tag, key, {}, {}, {} };
         try {
             auto previous = core::readFile(previousPath);
             auto change = previous ? core::readFile(changePath) : core::Result<QByteArray>(previous.error());
-            auto weights
-                = change ? compute::roundWeightsFromChange(*previous, *change) : core::Result<QByteArray>(change.error());
+            auto weights = !change ? core::Result<QByteArray>(change.error())
+                : m_inThread       ? m_inThread->roundWeights(*previous, *change)
+                                   : compute::sandbox::roundWeightsInWorker(*previous, *change, options);
             if (weights) {
                 made.digest = core::Digest::ofBytes(*weights); // here, not on the client's network loop
                 made.weights = std::move(*weights);

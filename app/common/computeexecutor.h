@@ -1,6 +1,7 @@
 #pragma once
 
 #include <compute/computethread.h>
+#include <compute/sandbox/worker.h>
 #include <net/nodeclient.h>
 
 #include <QHash>
@@ -15,7 +16,10 @@ namespace tessera::app {
 // Hands shards that NodeClients receive to the compute thread, and their results back.
 class ComputeExecutor final : public net::ShardExecutor {
 public:
-    explicit ComputeExecutor(compute::ComputeEnvironment environment);
+    // inThread: LibTorch on the compute thread when the sandbox is off, and for rebuilding a round's
+    // weights (compute::inThreadCompute(), for a program that links LibTorch); without it both
+    // happen in tessera-compute workers (the desktop app).
+    explicit ComputeExecutor(compute::ComputeEnvironment environment, std::shared_ptr<compute::InThreadCompute> inThread = {});
     ~ComputeExecutor() override;
 
     void start(const QString& tag, const QString& assignment, const core::ShardTask& task, const QByteArray& startWeights,
@@ -37,6 +41,8 @@ public:
     void cancelAll();
 
     compute::ComputeThread& thread() { return *m_thread; }
+    // How the worker that rebuilds a round's weights (without an in-thread backend) runs.
+    void setToolOptions(const compute::sandbox::WorkerOptions& options);
 
 private:
     struct Pending {
@@ -53,6 +59,8 @@ private:
     std::list<std::future<void>> m_rebuilds; // waited for before the rest goes
     QHash<core::Digest, QString> m_blobPaths;
     QHash<QString, QString> m_staging; // by tag: where its shards' kept states are written
+    std::shared_ptr<compute::InThreadCompute> m_inThread;
+    compute::sandbox::WorkerOptions m_toolOptions;
     std::unique_ptr<compute::ComputeThread> m_thread;
 };
 

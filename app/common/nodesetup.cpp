@@ -2,7 +2,6 @@
 
 #include <compute/benchmark.h>
 #include <compute/devices/devices.h>
-#include <compute/runtimeprofile.h>
 #include <core/benchmark.h>
 #include <net/identity.h>
 
@@ -45,6 +44,22 @@ compute::ComputeThread::Sandbox sandboxFrom(const core::settings::Settings& sett
     return sandbox;
 }
 
+compute::sandbox::WorkerOptions toolOptionsFrom(const core::settings::Settings& settings)
+{
+    compute::sandbox::WorkerOptions options;
+    options.scratchRoot = QDir(dataDirectory(settings)).filePath(QStringLiteral("scratch"));
+    options.memoryMiB = settings.intValue(names::ComputeMaxMemoryMiB);
+    options.nice = 0;
+    options.confined = settings.boolValue(names::ComputeSandbox);
+    options.timeLimitMs = 10 * 60 * 1000; // a sample or a rebuild takes seconds, the longest benchmark a minute
+    return options;
+}
+
+core::Result<compute::sandbox::RuntimeInfo> runtimeOf(const core::settings::Settings& settings)
+{
+    return compute::sandbox::runtimeInWorker(1, toolOptionsFrom(settings));
+}
+
 namespace {
 
 // The zoo mlp figure of this CPU's newest stored benchmark, if any (what a node registers with).
@@ -59,7 +74,8 @@ core::Result<std::optional<double>> storedMlpBenchmark(core::BenchmarkStore& sto
 
 } // namespace
 
-core::Result<std::optional<double>> benchmarkOnFirstStart(const QString& directory, int threads)
+core::Result<std::optional<double>> benchmarkOnFirstStart(
+    const QString& directory, int threads, const compute::sandbox::WorkerOptions& worker)
 {
     if (!QDir().mkpath(directory))
         return core::Error { names::NodeDataDirectory, QStringLiteral("cannot create %1").arg(directory) };
@@ -71,14 +87,17 @@ core::Result<std::optional<double>> benchmarkOnFirstStart(const QString& directo
         return stored.error();
     if (*stored)
         return std::optional<double> {};
-    const auto record = compute::runBenchmark(compute::BenchmarkOptions::firstStart(threads));
-    if (auto saved = (*store)->save(record); !saved)
+    const auto record = compute::sandbox::benchmarkInWorker(compute::BenchmarkOptions::firstStart(threads), worker);
+    if (!record)
+        return record.error();
+    if (auto saved = (*store)->save(*record); !saved)
         return saved.error();
-    const auto mlp = record.measurement(u"mlp");
+    const auto mlp = record->measurement(u"mlp");
     return mlp ? std::optional<double>(mlp->value) : std::nullopt;
 }
 
-core::Result<NodeIdentity> loadNodeIdentity(const core::settings::Settings& settings, const QString& softwareVersion)
+core::Result<NodeIdentity> loadNodeIdentity(const core::settings::Settings& settings, const QString& softwareVersion,
+    const std::optional<compute::sandbox::RuntimeInfo>& runtime)
 {
     const QString directory = dataDirectory(settings);
     if (!QDir().mkpath(directory))
@@ -96,8 +115,8 @@ core::Result<NodeIdentity> loadNodeIdentity(const core::settings::Settings& sett
     node.name
         = settings.stringValue(names::NodeName).isEmpty() ? QSysInfo::machineHostName() : settings.stringValue(names::NodeName);
     node.softwareVersion = softwareVersion;
-    node.runtimeProfile = compute::currentRuntimeProfile(1).toString();
-    const auto report = compute::detectDevices(compute::defaultProbeProgram(), compute::torchCapabilities());
+    const auto report
+        = compute::detectDevices(compute::defaultProbeProgram(), runtime ? runtime->torch : compute::TorchCapabilities {});
     node.devices = report.devices;
     identity.warnings = report.warnings;
     node.maxThreads = computeThreads(settings);
@@ -106,7 +125,15 @@ core::Result<NodeIdentity> loadNodeIdentity(const core::settings::Settings& sett
         if (auto stored = storedMlpBenchmark(**store); stored && *stored)
             node.benchmarkSamplesPerSecond = **stored;
     }
+    if (runtime)
+        withRuntime(identity, *runtime);
     return identity;
+}
+
+void withRuntime(NodeIdentity& identity, const compute::sandbox::RuntimeInfo& runtime)
+{
+    identity.info.runtimeProfile = runtime.runtimeProfile;
+    compute::decideUsability(identity.info.devices, runtime.torch);
 }
 
 } // namespace tessera::app

@@ -2,6 +2,7 @@
 
 #include <compute/computethread.h>
 #include <compute/environment.h>
+#include <compute/sandbox/worker.h>
 #include <core/error.h>
 #include <core/nodeinfo.h>
 #include <core/settings/settings.h>
@@ -23,22 +24,36 @@ int computeThreads(const core::settings::Settings& settings);
 // be memory: a large model's training state is hundreds of MB).
 compute::ComputeThread::Sandbox sandboxFrom(const core::settings::Settings& settings);
 
+// How the node's own LibTorch work (its runtime profile, benchmarks, a round's weights rebuilt, a
+// language model's sample) runs from a program that does not load LibTorch: in a one-shot
+// tessera-compute worker (compute/sandbox/worker.h), confined as Compute/Sandbox says, at normal
+// CPU priority (a benchmark measures the machine, not the desktop's load), its scratch folder
+// under the data directory.
+compute::sandbox::WorkerOptions toolOptionsFrom(const core::settings::Settings& settings);
+// This node's runtime profile (what it registers with; results compare only between equal ones)
+// and what its LibTorch can do, from a worker (about 1 s: LibTorch's start).
+core::Result<compute::sandbox::RuntimeInfo> runtimeOf(const core::settings::Settings& settings);
 // Compute/BenchmarkOnFirstStart: when no benchmark of this CPU is stored in the node's database
 // (in dataDirectory), takes the first-start one (compute::BenchmarkOptions::firstStart, the zoo
-// mlp) on `threads` threads and stores it. Its mlp samples/s, or nothing when a benchmark was
-// stored already. Blocks for about 2 s when it measures: the desktop app calls it off the GUI
+// mlp) on `threads` threads in a worker and stores it. Its mlp samples/s, or nothing when a benchmark was
+// stored already. Blocks for about 3 s when it measures: the desktop app calls it off the GUI
 // thread. The callers check the setting.
-core::Result<std::optional<double>> benchmarkOnFirstStart(const QString& dataDirectory, int threads);
+core::Result<std::optional<double>> benchmarkOnFirstStart(
+    const QString& dataDirectory, int threads, const compute::sandbox::WorkerOptions& worker);
 
 // The node's identity and description: its CURVE keypair (its id), its Ed25519 signing key, and
-// the NodeInfo it registers with (devices, benchmark, thread limit). Warnings from device
-// detection are returned for the caller to show.
+// the NodeInfo it registers with (devices, benchmark, thread limit, and the runtime profile when
+// `runtime` is given: the desktop app learns it after its start, withRuntime() fills it in).
+// Warnings from device detection are returned for the caller to show.
 struct NodeIdentity {
     net::CurveKeys keys;
     core::SigningKeys signing;
     core::NodeInfo info;
     QStringList warnings;
 };
-core::Result<NodeIdentity> loadNodeIdentity(const core::settings::Settings& settings, const QString& softwareVersion);
+core::Result<NodeIdentity> loadNodeIdentity(const core::settings::Settings& settings, const QString& softwareVersion,
+    const std::optional<compute::sandbox::RuntimeInfo>& runtime);
+// The identity with its runtime profile, and its devices' usability decided by what LibTorch can do.
+void withRuntime(NodeIdentity& identity, const compute::sandbox::RuntimeInfo& runtime);
 
 } // namespace tessera::app

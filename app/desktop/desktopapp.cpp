@@ -4,7 +4,7 @@
 
 #include <compute/benchmark.h>
 #include <compute/devices/devices.h>
-#include <compute/weights.h>
+#include <compute/sandbox/worker.h>
 #include <core/benchmark.h>
 #include <net/brokerclient.h>
 #include <net/messages.h>
@@ -115,7 +115,9 @@ core::Status DesktopApp::start()
     for (const auto& problem : problems)
         note(QStringLiteral("warning"), QStringLiteral("settings"), problem.toString());
 
-    auto identity = loadNodeIdentity(*m_settings, QStringLiteral(TESSERA_VERSION));
+    // Without its runtime profile, which a compute worker tells (LibTorch's start takes about a
+    // second, and the app does not load LibTorch): the node registers once it is known.
+    auto identity = loadNodeIdentity(*m_settings, QStringLiteral(TESSERA_VERSION), std::nullopt);
     if (!identity) {
         m_contribution.setError(identity.error().toString());
         return identity.error();
@@ -127,16 +129,13 @@ core::Status DesktopApp::start()
     if (!log)
         return log.error();
     m_results = std::move(*log);
+    learnRuntime();
 
     // No broker configured: one on this computer, so that a new user sees real work at once.
     if (m_settings->listValue(names::NodeBrokers).isEmpty()) {
         EmbeddedBroker::Options embedded;
         embedded.dataDirectory = QDir(m_dataDirectory).filePath(QStringLiteral("local-broker"));
         embedded.environment = environmentFrom(*m_settings);
-        embedded.broker.faucet = true;
-        embedded.broker.canaryRate = 0.0;
-        embedded.broker.selfVerifyAfterMs = 2000; // alone, the broker re-executes the samples itself
-        embedded.broker.disputeTimeoutMs = 30'000;
         auto started = m_embedded.start(embedded);
         if (!started)
             return started.error();
@@ -267,6 +266,7 @@ void DesktopApp::applySettings()
         thread.setMaxThreads(threads);
         thread.setMaxMemoryMiB(m_settings->intValue(names::ComputeMaxMemoryMiB));
         thread.setSandbox(sandboxFrom(*m_settings));
+        m_contributor->executor().setToolOptions(toolOptionsFrom(*m_settings));
         thread.setCpuPercent(int(m_settings->intValue(names::ComputeCpuPercent)));
         m_dutyPercent = -1; // the governor sets its own share again on the next tick
     }
@@ -395,10 +395,42 @@ void DesktopApp::ensureContributor()
     applySettings();
 }
 
+void DesktopApp::learnRuntime()
+{
+    auto* watcher = new QFutureWatcher<core::Result<compute::sandbox::RuntimeInfo>>(this);
+    connect(watcher, &QFutureWatcher<core::Result<compute::sandbox::RuntimeInfo>>::finished, this, [this, watcher] {
+        const auto runtime = watcher->result();
+        watcher->deleteLater();
+        if (!runtime) {
+            note(QStringLiteral("error"), QStringLiteral("compute"),
+                QStringLiteral("the compute worker does not start, so this computer cannot train: %1")
+                    .arg(runtime.error().toString()));
+            m_contribution.setError(runtime.error().toString());
+            return;
+        }
+        if (!m_identity)
+            return;
+        withRuntime(*m_identity, *runtime);
+        refresh();
+        if (m_sessionsWaitForRuntime) {
+            m_sessionsWaitForRuntime = false;
+            if (m_contribution.contributing())
+                restartSessions();
+            updateState();
+        }
+    });
+    const auto settings = toolOptionsFrom(*m_settings);
+    watcher->setFuture(QtConcurrent::run([settings] { return compute::sandbox::runtimeInWorker(1, settings); }));
+}
+
 void DesktopApp::restartSessions()
 {
     if (!m_identity)
         return;
+    if (m_identity->info.runtimeProfile.isEmpty()) { // learnRuntime() starts them when it knows it
+        m_sessionsWaitForRuntime = true;
+        return;
+    }
     ensureContributor();
     const auto list = brokers();
     m_sessionBrokers.clear();
@@ -469,7 +501,9 @@ void DesktopApp::benchmarkOnFirstStartThen(std::function<void()> then)
     });
     const QString directory = m_dataDirectory;
     const int threads = computeThreads(*m_settings);
-    watcher->setFuture(QtConcurrent::run([directory, threads] { return benchmarkOnFirstStart(directory, threads); }));
+    const auto worker = toolOptionsFrom(*m_settings);
+    watcher->setFuture(
+        QtConcurrent::run([directory, threads, worker] { return benchmarkOnFirstStart(directory, threads, worker); }));
 }
 
 void DesktopApp::stopContributing()
@@ -940,7 +974,8 @@ void DesktopApp::showSample(const QString& jobId, int rounds)
     });
     const auto address = list.first();
     const auto keys = identityKeys();
-    watcher->setFuture(QtConcurrent::run([address, keys, jobId]() -> QString {
+    const auto worker = toolOptionsFrom(*m_settings);
+    watcher->setFuture(QtConcurrent::run([address, keys, jobId, worker]() -> QString {
         net::BrokerClient client(address, keys, 30'000);
         auto reply = client.request(net::Command::Status, net::JobRequest { jobId }.toHeader());
         if (!reply)
@@ -957,7 +992,7 @@ void DesktopApp::showSample(const QString& jobId, int rounds)
         compute::SampleOptions options;
         options.tokens = 240;
         options.seed = 1;
-        auto text = compute::sampleText(spec->model, *weights, options);
+        auto text = compute::sandbox::sampleInWorker(*spec, *weights, options, {}, worker);
         return text ? QString::fromUtf8(*text) : text.error().message;
     }));
 }
@@ -975,7 +1010,8 @@ void DesktopApp::runBenchmark()
     });
     const int threads = computeThreads(*m_settings);
     QPointer<ui::Dashboard> dashboard = m_dashboard.get();
-    watcher->setFuture(QtConcurrent::run([threads, database, dashboard]() -> QString {
+    const auto worker = toolOptionsFrom(*m_settings);
+    watcher->setFuture(QtConcurrent::run([threads, database, dashboard, worker]() -> QString {
         compute::BenchmarkOptions options;
         options.threads = threads;
         options.maxRepetitions = 15;
@@ -988,15 +1024,17 @@ void DesktopApp::runBenchmark()
                         std::min(95, done * 2), QStringLiteral("%1, repetition %2").arg(name).arg(repetition));
             });
         };
-        const auto record = compute::runBenchmark(options);
+        const auto record = compute::sandbox::benchmarkInWorker(options, worker);
+        if (!record)
+            return record.error().toString();
         auto store = core::BenchmarkStore::open(database);
         if (!store)
             return store.error().toString();
-        if (auto saved = (*store)->save(record); !saved)
+        if (auto saved = (*store)->save(*record); !saved)
             return saved.error().toString();
         QStringList parts;
         for (const auto* name : { "mlp", "cnn", "matmul" }) {
-            if (auto m = record.measurement(QString::fromLatin1(name)))
+            if (auto m = record->measurement(QString::fromLatin1(name)))
                 parts.append(QStringLiteral("%1 %2").arg(QString::fromLatin1(name)).arg(m->value, 0, 'f', 0));
         }
         return QStringLiteral("measured: ") + parts.join(QStringLiteral(", "));

@@ -93,6 +93,8 @@ private:
     void showSample(const QString& jobId, int rounds);
     // Compute/BenchmarkOnFirstStart, on a worker thread; then `then` on the GUI thread.
     void benchmarkOnFirstStartThen(std::function<void()> then);
+    // Asks a compute worker for this node's runtime profile (off the GUI thread) and fills it in.
+    void learnRuntime();
     // A line in the dashboard's log, stamped now.
     void note(const QString& level, const QString& area, const QString& text);
     std::optional<net::CurveKeys> identityKeys() const;
@@ -133,6 +135,7 @@ private:
     bool m_computePaused = false;
     bool m_measuringFirstStart = false; // the first-start benchmark runs; contributing starts after it
     bool m_firstStartChecked = false;
+    bool m_sessionsWaitForRuntime = false; // restartSessions() was asked for before the runtime was known
     QSet<QString> m_pausedDevices;
     QStringList m_sessionBrokers; // the brokers the running sessions serve
     QJsonObject m_account; // the node's balance and stake at the first broker, last asked

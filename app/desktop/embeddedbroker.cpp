@@ -1,67 +1,138 @@
 #include "embeddedbroker.h"
 
-#include <compute/brokermath.h>
-#include <core/broker/offthreadmath.h>
-#include <net/brokerserver.h>
+#include <core/settings/settings.h>
 
-#include <future>
+#include <QCoreApplication>
+#include <QDir>
+#include <QFileInfo>
+#include <QProcess>
+
+#include <netinet/in.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 namespace tessera::app {
+
+namespace names = core::settings::names;
+
+namespace {
+
+// A TCP port on 127.0.0.1 that nobody listens on now (the kernel's choice), or 0.
+int freeLoopbackPort()
+{
+    const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0)
+        return 0;
+    sockaddr_in address {};
+    address.sin_family = AF_INET;
+    address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    address.sin_port = 0;
+    socklen_t length = sizeof address;
+    int port = 0;
+    if (::bind(fd, reinterpret_cast<sockaddr*>(&address), sizeof address) == 0
+        && ::getsockname(fd, reinterpret_cast<sockaddr*>(&address), &length) == 0)
+        port = ntohs(address.sin_port);
+    ::close(fd);
+    return port;
+}
+
+} // namespace
+
+EmbeddedBroker::EmbeddedBroker() = default;
 
 EmbeddedBroker::~EmbeddedBroker()
 {
     stop();
 }
 
+QString EmbeddedBroker::defaultBrokerProgram()
+{
+    if (const QString named = qEnvironmentVariable("TESSERA_BROKER_PROGRAM"); !named.isEmpty())
+        return named;
+    const QString beside = QCoreApplication::applicationDirPath() + QStringLiteral("/tessera-broker");
+    if (QFileInfo(beside).isExecutable())
+        return beside;
+    return QStringLiteral(TESSERA_BIN_DIR "/tessera-broker");
+}
+
 core::Result<QString> EmbeddedBroker::start(Options options)
 {
     stop();
-    m_stop = false;
-    std::promise<core::Result<QString>> ready;
-    auto address = ready.get_future();
-    m_thread = std::thread([this, options = std::move(options), &ready]() mutable {
-        // Everything the broker owns (SQLite, sockets) lives and dies on this thread.
-        auto blobs = core::broker::Broker::openBlobs(options.dataDirectory);
-        if (!blobs) {
-            ready.set_value(blobs.error());
-            return;
-        }
-        compute::BrokerMath math(options.environment, **blobs);
-        core::broker::OffThreadMath offThread(math); // aggregation and replays off the network loop
-        core::SystemClock clock;
-        auto broker = core::broker::Broker::open(options.dataDirectory, **blobs, offThread, clock, options.broker);
-        if (!broker) {
-            ready.set_value(broker.error());
-            return;
-        }
-        net::BrokerServerOptions serverOptions;
-        serverOptions.bind = QStringLiteral("tcp://127.0.0.1:*");
-        serverOptions.heartbeatMs = options.heartbeatMs;
-        net::BrokerServer server(**broker, serverOptions, clock);
-        if (auto bound = server.bind(); !bound) {
-            ready.set_value(bound.error());
-            return;
-        }
-        ready.set_value(server.address());
-        offThread.setWhileWaiting([&server] { server.serveWhileBusy(); });
-        server.run(m_stop);
-        offThread.setWhileWaiting({});
-    });
-    auto result = address.get();
-    if (!result) {
-        m_thread.join();
-        return result.error();
+    const QString program = options.program.isEmpty() ? defaultBrokerProgram() : options.program;
+    if (!QFileInfo(program).isExecutable())
+        return core::Error { QStringLiteral("broker"), QStringLiteral("the local broker's program %1 is missing").arg(program) };
+    if (!QDir().mkpath(options.dataDirectory))
+        return core::Error { QStringLiteral("broker"), QStringLiteral("cannot create %1").arg(options.dataDirectory) };
+    const int port = freeLoopbackPort();
+    if (port == 0)
+        return core::Error { QStringLiteral("broker"), QStringLiteral("no free port on 127.0.0.1 for the local broker") };
+    const QString address = QStringLiteral("tcp://127.0.0.1:%1").arg(port);
+
+    // Its own settings file, written afresh each start: the user's settings are the node's.
+    const QString settingsPath = QDir(options.dataDirectory).filePath(QStringLiteral("broker.ini"));
+    QFile::remove(settingsPath);
+    core::settings::Settings settings(settingsPath);
+    for (const auto& [key, value] : std::initializer_list<std::pair<QString, QVariant>> {
+             { names::BrokerBind, address },
+             { names::BrokerDataDirectory, options.dataDirectory },
+             { names::BrokerFaucet, options.faucet },
+             { names::BrokerCanaryPercent, options.canaryPercent },
+             { names::BrokerSelfVerifyAfterSeconds, options.selfVerifyAfterSeconds },
+             { names::BrokerDisputeTimeoutSeconds, options.disputeTimeoutSeconds },
+             { names::NetworkHeartbeatIntervalMs, options.heartbeatMs },
+             { names::DataFashionMnistDirectory, options.environment.fashionMnistDirectory },
+             { names::DataFortunesDirectory, options.environment.fortunesDirectory },
+         }) {
+        if (auto set = settings.set(key, value); !set)
+            return set.error();
     }
-    m_address = *result;
-    return result;
+    if (auto saved = settings.save(); !saved)
+        return saved.error();
+
+    m_process = std::make_unique<QProcess>();
+    m_process->setProgram(program);
+    m_process->setArguments({ QStringLiteral("--config"), settingsPath });
+    m_process->setProcessChannelMode(QProcess::ForwardedChannels);
+    // It ends with the app, however the app ends (the GUI thread forks it and lives as long).
+    m_process->setChildProcessModifier([] { ::prctl(PR_SET_PDEATHSIG, SIGTERM); });
+    m_process->start();
+    if (!m_process->waitForStarted(10'000)) {
+        const QString why = m_process->errorString();
+        m_process.reset();
+        return core::Error { QStringLiteral("broker"), QStringLiteral("cannot start the local broker %1: %2").arg(program, why) };
+    }
+    m_address = address;
+    return address;
 }
 
 void EmbeddedBroker::stop()
 {
-    if (!m_thread.joinable())
+    if (!m_process)
         return;
-    m_stop = true;
-    m_thread.join();
+    if (m_process->state() != QProcess::NotRunning) {
+        m_process->terminate(); // SIGTERM: it stops its loop and closes its database
+        if (!m_process->waitForFinished(15'000)) {
+            m_process->kill();
+            m_process->waitForFinished(5'000);
+        }
+    }
+    m_process.reset();
+}
+
+bool EmbeddedBroker::running() const
+{
+    return m_process && m_process->state() != QProcess::NotRunning;
+}
+
+QString EmbeddedBroker::endedWhy() const
+{
+    if (!m_process || m_process->state() != QProcess::NotRunning)
+        return {};
+    return m_process->exitStatus() == QProcess::CrashExit
+        ? QStringLiteral("the local broker crashed")
+        : QStringLiteral("the local broker ended (exit code %1)").arg(m_process->exitCode());
 }
 
 } // namespace tessera::app

@@ -1,43 +1,56 @@
 #pragma once
 
 #include <compute/environment.h>
-#include <core/broker/broker.h>
 #include <core/error.h>
 
 #include <QString>
 
-#include <atomic>
 #include <memory>
-#include <thread>
+
+class QProcess;
 
 namespace tessera::app {
 
-// A broker inside the desktop app, for a user with no network configured: the same Broker and
-// BrokerServer as tessera-broker, on 127.0.0.1 at a free port, on its own thread, with a faucet so
-// that the local wallet has credits. The app talks to it over TCP like to any broker.
+// A broker for a user with no network configured (the practice network): tessera-broker as a child
+// process of the app, on 127.0.0.1 at a free port, with a faucet so that the local wallet has
+// credits. The app talks to it over TCP like to any broker. A process of its own, not a thread:
+// the broker's arithmetic (aggregation, evaluation, replays) needs LibTorch, and the app does not
+// load it. It dies with the app (PR_SET_PDEATHSIG) and is stopped with SIGTERM when the app quits
+// or joins a network.
 class EmbeddedBroker {
 public:
     struct Options {
         QString dataDirectory;
         compute::ComputeEnvironment environment;
-        core::broker::Broker::Options broker;
+        bool faucet = true;
+        int canaryPercent = 0;
+        int selfVerifyAfterSeconds = 2; // alone, the broker re-executes the samples itself
+        int disputeTimeoutSeconds = 30;
         int heartbeatMs = 1000;
+        QString program; // empty: defaultBrokerProgram()
     };
 
-    EmbeddedBroker() = default;
+    EmbeddedBroker();
     ~EmbeddedBroker();
     EmbeddedBroker(const EmbeddedBroker&) = delete;
     EmbeddedBroker& operator=(const EmbeddedBroker&) = delete;
 
-    // Starts it and returns its address (tcp://127.0.0.1:PORT) once it listens.
+    // Starts it and returns its address (tcp://127.0.0.1:PORT) at once: the broker listens within
+    // a second or two (LibTorch's start), and ZeroMQ connects when it does. An error: the program
+    // is missing, or its settings cannot be written.
     core::Result<QString> start(Options options);
     void stop();
     QString address() const { return m_address; }
-    bool running() const { return m_thread.joinable(); }
+    bool running() const;
+    // Why a broker that ended by itself ended (empty while it runs or after stop()).
+    QString endedWhy() const;
+
+    // TESSERA_BROKER_PROGRAM when set (tests that embed the app outside the build's app folder),
+    // else tessera-broker beside the running program, else the installed one.
+    static QString defaultBrokerProgram();
 
 private:
-    std::thread m_thread;
-    std::atomic<bool> m_stop { false };
+    std::unique_ptr<QProcess> m_process;
     QString m_address;
 };
 

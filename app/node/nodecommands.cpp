@@ -320,14 +320,18 @@ int runNode(const QStringList& args, const core::settings::Settings& settings, c
     const QString directory = dataDirectory(settings);
     // Before the node registers, so that brokers schedule it by what it measured, not by a default.
     auto measured = settings.boolValue(names::ComputeBenchmarkOnFirstStart)
-        ? benchmarkOnFirstStart(directory, computeThreads(settings))
+        ? benchmarkOnFirstStart(directory, computeThreads(settings), toolOptionsFrom(settings))
         : core::Result<std::optional<double>>(std::optional<double> {});
     if (!measured)
         err() << "tessera-node: could not benchmark this machine: " << measured.error().toString() << Qt::endl;
     else if (*measured)
         out() << "tessera-node: first start: measured this CPU at " << qRound64(**measured)
               << " samples/s of the zoo mlp (tessera-node benchmark measures more)" << Qt::endl;
-    auto identity = loadNodeIdentity(settings, QStringLiteral(TESSERA_VERSION));
+    auto runtime = runtimeOf(settings);
+    if (!runtime)
+        return fail(
+            QStringLiteral("cannot learn this node's runtime from its compute worker: %1").arg(runtime.error().toString()));
+    auto identity = loadNodeIdentity(settings, QStringLiteral(TESSERA_VERSION), *runtime);
     if (!identity)
         return fail(identity.error().toString());
     for (const auto& warning : identity->warnings)
@@ -336,7 +340,8 @@ int runNode(const QStringList& args, const core::settings::Settings& settings, c
     const auto& keys = identity->keys;
     const auto& signing = identity->signing;
 
-    ComputeExecutor executor(environment);
+    ComputeExecutor executor(environment, compute::inThreadCompute());
+    executor.setToolOptions(toolOptionsFrom(settings));
     executor.thread().setMaxThreads(node.maxThreads);
     executor.thread().setMaxMemoryMiB(node.maxMemoryMiB);
     executor.thread().setSandbox(sandboxFrom(settings));

@@ -1,6 +1,7 @@
 #include "worker.h"
 
-#include <compute/weights.h>
+#include <compute/pickle/tensorfile.h>
+#include <core/nodeinfo.h>
 #include <core/readfile.h>
 
 #include <QCoreApplication>
@@ -39,7 +40,7 @@ bool writeFile(const QString& path, const QByteArray& bytes)
 
 ShardOutput failed(const core::ShardTask& task, const QString& why)
 {
-    return { failedResult(task, why), {}, {} };
+    return { failedInSupervisor(task, why), {}, {} };
 }
 
 // The task and inputs of one shard in a worker's scratch folder (suspended: only to resume), and
@@ -80,7 +81,7 @@ ShardOutput collectOutput(const core::ShardTask& task, const QDir& folder)
         return output;
     output.weights = core::readFile(folder.filePath(QStringLiteral("weights.out"))).value_or(QByteArray());
     output.keptState = core::readFile(folder.filePath(QStringLiteral("kept.out"))).value_or(QByteArray());
-    const auto hash = canonicalHashOf(output.weights);
+    const auto hash = pickle::canonicalHash(output.weights);
     if (!hash || *hash != output.result.finalHash)
         return failed(task, QStringLiteral("the compute worker's weights do not have the hash its result names"));
     return output;
@@ -116,6 +117,8 @@ QStringList workerArguments(const QString& command, const QString& scratch, cons
         QString::number(options.memoryMiB), QStringLiteral("--nice"), QString::number(options.nice),
         QStringLiteral("--fashion-mnist"), environment.fashionMnistDirectoryOrDefault(), QStringLiteral("--fortunes"),
         environment.fortunesDirectoryOrDefault() };
+    if (!options.confined)
+        arguments << QStringLiteral("--confine") << QStringLiteral("0");
     if (!environment.device.isEmpty())
         arguments << QStringLiteral("--device") << environment.device;
     if (environment.portableThreads > 0)
@@ -193,6 +196,19 @@ int spawnWorker(
 
 } // namespace
 
+core::ShardResult failedInSupervisor(const core::ShardTask& task, const QString& why)
+{
+    core::ShardResult result;
+    result.jobId = task.jobId;
+    result.round = task.round;
+    result.shard = task.shard;
+    result.outcome = core::ShardResult::Outcome::Failed;
+    result.failure = why;
+    if (task.portable)
+        result.runtimeProfile = core::PortableProfile;
+    return result;
+}
+
 int removeStaleScratch(const QString& root, std::int64_t olderThanMs)
 {
     const QDir folder(root.isEmpty() ? QDir::tempPath() : root);
@@ -225,7 +241,8 @@ struct OneShot {
 // Runs `command` on the task in `scratch` to its end: progress lines go to options.progress, and
 // the time limit or a cancel kills it.
 OneShot runOneShot(const QString& command, const QStringList& extra, const QDir& scratch, const core::ShardTask& task,
-    const ComputeEnvironment& environment, const WorkerOptions& options)
+    const ComputeEnvironment& environment, const WorkerOptions& options,
+    const std::function<void(const QByteArray&)>& otherLine = {})
 {
     const QString program = options.program.isEmpty() ? defaultWorkerProgram() : options.program;
     pid_t pid = 0;
@@ -292,6 +309,8 @@ OneShot runOneShot(const QString& command, const QStringList& extra, const QDir&
                 options.progress(progress);
             } else if (line == "done") {
                 done = true;
+            } else if (otherLine) {
+                otherLine(line);
             }
         }
         if (killedFor.isEmpty()) {
@@ -356,6 +375,90 @@ core::Result<QByteArray> answerInWorker(const core::ShardTask& task, const core:
     if (!answer)
         return core::Error { {}, QStringLiteral("crash: the compute worker ended without an answer") };
     return *answer;
+}
+
+namespace {
+
+// A one-shot worker's tool: `inputs` written into a scratch folder of its own, what it left in
+// answer.out read back (error.txt: why not).
+core::Result<QByteArray> runTool(const QString& command, const QStringList& extra,
+    const QList<std::pair<QString, QByteArray>>& inputs, const core::ShardTask& task, const ComputeEnvironment& environment,
+    const WorkerOptions& options, const std::function<void(const QByteArray&)>& otherLine = {})
+{
+    const QString root = options.scratchRoot.isEmpty() ? QDir::tempPath() : options.scratchRoot;
+    QDir().mkpath(root);
+    QTemporaryDir scratch(QDir(root).filePath(QStringLiteral("tessera-worker-XXXXXX")));
+    if (!scratch.isValid())
+        return core::Error { QStringLiteral("worker"), QStringLiteral("cannot make a scratch folder in %1").arg(root) };
+    const QDir folder(scratch.path());
+    for (const auto& [name, bytes] : inputs) {
+        if (!writeFile(folder.filePath(name), bytes))
+            return core::Error { QStringLiteral("worker"), QStringLiteral("cannot write %1 for the compute worker").arg(name) };
+    }
+    const auto ended = runOneShot(command, extra, folder, task, environment, options, otherLine);
+    if (!ended.failure.isEmpty())
+        return core::Error { QStringLiteral("worker"), ended.failure };
+    if (const auto why = core::readFile(folder.filePath(QStringLiteral("error.txt"))); why && !why->isEmpty())
+        return core::Error { {}, QString::fromUtf8(*why) };
+    auto answer = core::readFile(folder.filePath(QStringLiteral("answer.out")));
+    if (!answer)
+        return core::Error { QStringLiteral("worker"), QStringLiteral("crash: the compute worker ended without an answer") };
+    return *answer;
+}
+
+} // namespace
+
+core::Result<RuntimeInfo> runtimeInWorker(int threads, const WorkerOptions& options)
+{
+    auto made
+        = runTool(QStringLiteral("profile"), { QStringLiteral("--threads"), QString::number(threads) }, {}, {}, {}, options);
+    if (!made)
+        return made.error();
+    const auto json = QJsonDocument::fromJson(*made).object();
+    RuntimeInfo info;
+    info.runtimeProfile = json.value(QStringLiteral("runtimeProfile")).toString();
+    info.torch.cuda = json.value(QStringLiteral("cuda")).toBool();
+    info.torch.cudaDevices = json.value(QStringLiteral("cudaDevices")).toInt();
+    if (info.runtimeProfile.isEmpty())
+        return core::Error { QStringLiteral("worker"), QStringLiteral("the compute worker named no runtime profile") };
+    return info;
+}
+
+core::Result<core::BenchmarkRecord> benchmarkInWorker(const BenchmarkOptions& benchmark, const WorkerOptions& options)
+{
+    QStringList extra { QStringLiteral("--threads"), QString::number(benchmark.threads), QStringLiteral("--target-cv"),
+        QString::number(benchmark.targetCv, 'g', 17), QStringLiteral("--min-repetitions"),
+        QString::number(benchmark.minRepetitions), QStringLiteral("--repetitions"), QString::number(benchmark.maxRepetitions),
+        QStringLiteral("--time-cap-ms"), QString::number(benchmark.timeCapMs) };
+    if (!benchmark.only.isEmpty())
+        extra << QStringLiteral("--only") << benchmark.only.join(u',');
+    auto made = runTool(QStringLiteral("benchmark"), extra, {}, {}, {}, options, [&](const QByteArray& line) {
+        const auto fields = line.split(' ');
+        if (fields.size() == 3 && fields[0] == "benchmark" && benchmark.progress)
+            benchmark.progress(QString::fromUtf8(fields[1]), fields[2].toInt());
+    });
+    if (!made)
+        return made.error();
+    return core::BenchmarkRecord::fromJson(QJsonDocument::fromJson(*made).object());
+}
+
+core::Result<QByteArray> roundWeightsInWorker(const QByteArray& previous, const QByteArray& change, const WorkerOptions& options)
+{
+    return runTool(QStringLiteral("rebuild"), {},
+        { { QStringLiteral("previous.in"), previous }, { QStringLiteral("change.in"), change } }, {}, {}, options);
+}
+
+core::Result<QByteArray> sampleInWorker(const core::JobSpec& spec, const QByteArray& weights, const SampleOptions& sample,
+    const ComputeEnvironment& environment, const WorkerOptions& options)
+{
+    core::ShardTask files; // what the model names, for the worker's confinement
+    files.model = spec.model;
+    const QStringList extra { QStringLiteral("--tokens"), QString::number(sample.tokens), QStringLiteral("--temperature"),
+        QString::number(sample.temperature, 'g', 17), QStringLiteral("--seed"), QString::number(sample.seed) };
+    return runTool(QStringLiteral("sample"), extra,
+        { { QStringLiteral("job.json"), QJsonDocument(spec.toJson()).toJson(QJsonDocument::Compact) },
+            { QStringLiteral("weights.in"), weights }, { QStringLiteral("prompt.in"), sample.prompt } },
+        files, environment, options);
 }
 
 // How long a worker may take to start and confine itself (no job code runs before that).

@@ -1,9 +1,13 @@
 #pragma once
 
+#include <compute/benchmark.h>
 #include <compute/computethread.h>
+#include <compute/devices/devices.h>
 #include <compute/environment.h>
 #include <compute/shardrun.h>
+#include <compute/weights.h>
 #include <core/disputequestion.h>
+#include <core/jobspec.h>
 
 #include <QString>
 
@@ -26,10 +30,18 @@ struct WorkerOptions {
     // The worker's CPU priority (nice): 19, the lowest, as BOINC runs its applications, so that the
     // computer's owner and the node's own threads come first; 0 to compete evenly (benchmarks).
     int nice = 19;
+    // Compute/Sandbox: false starts the worker without its confinement (no Landlock, seccomp or
+    // memory limit), for what the confinement keeps out (a GPU's device files); the time limit holds.
+    bool confined = true;
     std::int64_t timeLimitMs = 0; // 0: none; else the worker is killed after it (the shard's deadline)
     std::function<void(const ShardProgress&)> progress; // on the calling thread, about every 100 ms
     std::function<bool()> cancelled; // asked about every 100 ms; true: the worker is killed
 };
+
+// A failed result made by the supervisor (a worker that could not start, was killed, or a shard
+// refused before it trained): compute::failedResult without LibTorch, so without a runtime
+// profile unless the task is portable (whose profile is fixed).
+core::ShardResult failedInSupervisor(const core::ShardTask& task, const QString& why);
 
 // Removes the scratch folders of workers under `root` (empty: the system's temporary folder) not
 // touched for `olderThanMs`: a supervisor that crashed leaves its worker's folder behind, with a
@@ -51,6 +63,23 @@ ShardOutput runShardInWorker(const core::ShardTask& task, const QByteArray& star
 core::Result<QByteArray> answerInWorker(const core::ShardTask& task, const core::DisputeQuestion& question,
     const QByteArray& startWeights, const QByteArray& keptState, const ComputeEnvironment& environment,
     const WorkerOptions& options);
+
+// The node's own LibTorch work, for a program that does not load LibTorch (the desktop app, the
+// node's set-up): each in a one-shot worker of its own, confined unless options.confined is false,
+// with what the in-process function (named with each) returns. A worker that cannot start is an
+// error with field "worker".
+struct RuntimeInfo {
+    QString runtimeProfile; // compute::currentRuntimeProfile(threads).toString()
+    TorchCapabilities torch; // compute::torchCapabilities()
+};
+core::Result<RuntimeInfo> runtimeInWorker(int threads, const WorkerOptions& options);
+// compute::runBenchmark; benchmark.progress is called on the calling thread.
+core::Result<core::BenchmarkRecord> benchmarkInWorker(const BenchmarkOptions& benchmark, const WorkerOptions& options);
+// compute::roundWeightsFromChange.
+core::Result<QByteArray> roundWeightsInWorker(const QByteArray& previous, const QByteArray& change, const WorkerOptions& options);
+// compute::sampleText with spec's model (a job owner's code: confined as its training is).
+core::Result<QByteArray> sampleInWorker(const core::JobSpec& spec, const QByteArray& weights, const SampleOptions& sample,
+    const ComputeEnvironment& environment, const WorkerOptions& options);
 
 // A long-lived confined worker (`tessera-compute serve`) that trains one job's shards one after
 // another, so that LibTorch's start and the job's data are paid once per job rather than once per

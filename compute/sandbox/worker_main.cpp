@@ -15,6 +15,16 @@
 //                          [--instruction I] [the options of train]
 //     a dispute's question about a shard the node trained, from DIR/task.json, DIR/weights.in and
 //     DIR/kept.in: writes DIR/answer.out (or DIR/error.txt) and prints "done".
+//   tessera-compute profile|benchmark|rebuild|sample --scratch DIR [options]
+//     the node's own LibTorch work, for a supervisor that does not load LibTorch (the desktop app):
+//     profile: this runtime (compute::currentRuntimeProfile, torchCapabilities) as JSON;
+//     benchmark [--threads N] [--target-cv CV] [--min-repetitions N] [--repetitions MAX]
+//       [--time-cap-ms MS] [--only NAME,...]: a
+//       compute::runBenchmark record as JSON, printing "benchmark NAME REPETITION" as it goes;
+//     rebuild: a round's weights from DIR/previous.in and DIR/change.in (roundWeightsFromChange);
+//     sample [--tokens N] [--temperature T] [--seed S]: text from a language model, DIR/job.json's
+//       model with DIR/weights.in, after DIR/prompt.in (sampleText).
+//     Each writes DIR/answer.out (or why not into DIR/error.txt) and prints "done".
 //   tessera-compute probe --scratch DIR [--try-read FILE]
 //     confines itself as train does, then tries what a hostile job would (read FILE, open sockets,
 //     write outside DIR, start a process) and prints one line each: "NAME: allowed" or
@@ -22,8 +32,12 @@
 
 #include "confinement.h"
 
+#include <compute/benchmark.h>
+#include <compute/runtimeprofile.h>
 #include <compute/shardrun.h>
+#include <compute/weights.h>
 #include <core/disputequestion.h>
+#include <core/jobspec.h>
 #include <core/readfile.h>
 
 #include <QDir>
@@ -64,6 +78,11 @@ struct Arguments {
     int nice = 19;
     QString tryRead;
     core::DisputeQuestion question; // answer
+    bool confine = true; // --confine 0: Compute/Sandbox is off
+    // The tools' options.
+    int threads = 1;
+    compute::BenchmarkOptions benchmark;
+    compute::SampleOptions sample;
 };
 
 // Address space kept back for the way out of a failed allocation: LibTorch's error (with its
@@ -378,6 +397,54 @@ int answerQuestion(const Arguments& arguments)
     return 0;
 }
 
+// The node's own work with LibTorch, for a supervisor without it: the answer into answer.out, or
+// why not into error.txt.
+int tool(const Arguments& arguments)
+{
+    const QDir scratch(arguments.scratch);
+    auto read
+        = [&](const char* name) { return core::readFile(scratch.filePath(QString::fromLatin1(name))).value_or(QByteArray()); };
+    core::Result<QByteArray> made = core::Error { {}, QStringLiteral("no answer") };
+    try {
+        if (arguments.command == u"profile") {
+            const auto torch = compute::torchCapabilities();
+            made = QJsonDocument(
+                QJsonObject { { QStringLiteral("runtimeProfile"), compute::currentRuntimeProfile(arguments.threads).toString() },
+                    { QStringLiteral("cuda"), torch.cuda }, { QStringLiteral("cudaDevices"), torch.cudaDevices } })
+                       .toJson(QJsonDocument::Compact);
+        } else if (arguments.command == u"benchmark") {
+            auto options = arguments.benchmark;
+            options.threads = arguments.threads;
+            options.progress = [](const QString& name, int repetition) {
+                std::printf("benchmark %s %d\n", qPrintable(name), repetition);
+                std::fflush(stdout);
+            };
+            made = QJsonDocument(compute::runBenchmark(options).toJson()).toJson(QJsonDocument::Compact);
+        } else if (arguments.command == u"rebuild") {
+            made = compute::roundWeightsFromChange(read("previous.in"), read("change.in"));
+        } else if (arguments.command == u"sample") {
+            auto spec = core::JobSpec::fromJson(QJsonDocument::fromJson(read("job.json")).object());
+            if (!spec) {
+                made = spec.error();
+            } else {
+                auto options = arguments.sample;
+                options.prompt = read("prompt.in");
+                made = compute::sampleText(spec->model, read("weights.in"), options, environmentOf(arguments));
+            }
+        }
+    } catch (const std::bad_alloc&) {
+        made = core::Error { {}, reasonOf(QStringLiteral("std::bad_alloc"), arguments.memoryMiB) };
+    } catch (const std::exception& failure) {
+        made = core::Error { {}, QStringLiteral("internal error: %1").arg(QString::fromUtf8(failure.what())) };
+    }
+    const bool written = made ? writeFile(scratch.filePath(QStringLiteral("answer.out")), *made)
+                              : writeFile(scratch.filePath(QStringLiteral("error.txt")), made.error().toString().toUtf8());
+    if (!written)
+        return usage("cannot write the answer into the scratch folder");
+    std::printf("done\n");
+    return 0;
+}
+
 } // namespace
 
 int main(int argc, char** argv)
@@ -419,6 +486,26 @@ int main(int argc, char** argv)
             arguments.question.step = value.toLongLong();
         else if (option == "--instruction")
             arguments.question.instruction = value.toLongLong();
+        else if (option == "--confine")
+            arguments.confine = value != u"0";
+        else if (option == "--threads")
+            arguments.threads = std::clamp(value.toInt(), 1, 1024);
+        else if (option == "--target-cv")
+            arguments.benchmark.targetCv = value.toDouble();
+        else if (option == "--min-repetitions")
+            arguments.benchmark.minRepetitions = std::max(1, value.toInt());
+        else if (option == "--repetitions")
+            arguments.benchmark.maxRepetitions = std::max(1, value.toInt());
+        else if (option == "--time-cap-ms")
+            arguments.benchmark.timeCapMs = value.toLongLong();
+        else if (option == "--only")
+            arguments.benchmark.only = value.split(u',', Qt::SkipEmptyParts);
+        else if (option == "--tokens")
+            arguments.sample.tokens = value.toLongLong();
+        else if (option == "--temperature")
+            arguments.sample.temperature = value.toDouble();
+        else if (option == "--seed")
+            arguments.sample.seed = value.toULongLong();
         else
             return usage("an unknown option");
     }
@@ -444,14 +531,20 @@ int main(int argc, char** argv)
             confinement.readable << folder;
     confinement.writable = { arguments.scratch };
     confinement.memoryBytes = arguments.memoryMiB * 1024 * 1024;
-    const auto confined = compute::sandbox::confine(confinement);
-    if (!confined) {
-        std::fprintf(stderr, "tessera-compute: %s\n", qPrintable(confined.error().toString()));
-        return 3;
+    if (!arguments.confine) {
+        // Compute/Sandbox is off: the node's owner chose to run job code unconfined (a GPU).
+        std::printf("confined none (Compute/Sandbox is off)\n");
+    } else {
+        const auto confined = compute::sandbox::confine(confinement);
+        if (!confined) {
+            std::fprintf(stderr, "tessera-compute: %s\n", qPrintable(confined.error().toString()));
+            return 3;
+        }
+        for (const auto& warning : confined->warnings)
+            std::fprintf(stderr, "tessera-compute: warning: %s\n", qPrintable(warning));
+        std::printf(
+            "confined landlock=%d memory=%lld\n", confined->landlockAbi, static_cast<long long>(confined->addressSpaceLimit));
     }
-    for (const auto& warning : confined->warnings)
-        std::fprintf(stderr, "tessera-compute: warning: %s\n", qPrintable(warning));
-    std::printf("confined landlock=%d memory=%lld\n", confined->landlockAbi, static_cast<long long>(confined->addressSpaceLimit));
     std::fflush(stdout);
 
     if (arguments.command == u"probe")
@@ -462,5 +555,9 @@ int main(int argc, char** argv)
         return serve(arguments);
     if (arguments.command == u"answer")
         return answerQuestion(arguments);
+    if (QStringList {
+            QStringLiteral("profile"), QStringLiteral("benchmark"), QStringLiteral("rebuild"), QStringLiteral("sample") }
+            .contains(arguments.command))
+        return tool(arguments);
     return usage("an unknown command");
 }

@@ -265,6 +265,12 @@ private Q_SLOTS:
             return true;
         };
         QTRY_VERIFY_WITH_TIMEOUT(finished(), 300'000);
+        // All of it without LibTorch in the app's process (this one): its shards trained in
+        // tessera-compute workers, the practice broker's arithmetic ran in its own process.
+        QFile maps(QStringLiteral("/proc/self/maps"));
+        QVERIFY(maps.open(QIODevice::ReadOnly));
+        const QByteArray mapped = maps.readAll();
+        QVERIFY2(!mapped.contains("libtorch") && !mapped.contains("libc10"), "the app's process loaded LibTorch");
         // The overview catches up on the next refreshes (the balance is asked every other tick, and a
         // request may time out on a busy machine). One identity earns and pays: the local faucet
         // minted the practice job's 20-credit budget, and for the user's job only what the owner

@@ -6,6 +6,7 @@
 #include <compute/detail/models.h>
 #include <compute/detail/tensors.h>
 #include <compute/localjob.h>
+#include <compute/pickle/tensorfile.h>
 #include <compute/portable/matmul.h>
 #include <compute/runtimeprofile.h>
 #include <compute/sandbox/worker.h>
@@ -190,6 +191,8 @@ private Q_SLOTS:
         QCOMPARE(first.result.losses, second.result.losses);
         QCOMPARE(first.weights, second.weights);
         QCOMPARE(*compute::canonicalHashOf(first.weights), first.result.finalHash);
+        QCOMPARE(*compute::pickle::canonicalHash(first.weights), first.result.finalHash); // without LibTorch
+        QCOMPARE(*compute::pickle::canonicalHash(first.keptState), *compute::canonicalHashOf(first.keptState));
         QCOMPARE(first.result.weightsSha256, core::Digest::ofBytes(first.weights));
     }
 
@@ -858,6 +861,13 @@ private Q_SLOTS:
         // The model's part is the reset job's round, bit for bit.
         QCOMPARE(compute::detail::canonicalHash(compute::detail::modelPart(next)), plain->weights.canonicalHash);
         QCOMPARE(*compute::roundWeightsFromChange(carried.start.bytes, aggregated->change), aggregated->weights.bytes);
+        // The same in a worker, for a node without LibTorch in its process (the desktop app).
+        const auto rebuilt = compute::sandbox::roundWeightsInWorker(carried.start.bytes, aggregated->change, workerOptions());
+        QVERIFY2(rebuilt, qPrintable(rebuilt ? QString() : rebuilt.error().toString()));
+        QCOMPARE(*rebuilt, aggregated->weights.bytes);
+        const auto garbled = compute::sandbox::roundWeightsInWorker(carried.start.bytes, "not a change", workerOptions());
+        QVERIFY(!garbled);
+        QVERIFY2(garbled.error().message.contains(QStringLiteral("change")), qPrintable(garbled.error().toString()));
         QCOMPARE(*compute::elementCount(aggregated->weights.bytes), *compute::elementCount(plain->weights.bytes));
         QVERIFY(compute::evaluate(spec, aggregated->weights.bytes, {}, 1).ok());
 
@@ -1097,6 +1107,10 @@ private Q_SLOTS:
         QVERIFY2(first.ok(), qPrintable(first.ok() ? QString() : first.error().toString()));
         QCOMPARE(first->size(), 40);
         QCOMPARE(*compute::sampleText(spec.model, trained.weights, options), *first);
+        // In a worker (the desktop app's samples): the same text.
+        const auto there = compute::sandbox::sampleInWorker(spec, trained.weights, options, {}, workerOptions());
+        QVERIFY2(there, qPrintable(there ? QString() : there.error().toString()));
+        QCOMPARE(*there, *first);
         options.seed = 4;
         QVERIFY(*compute::sampleText(spec.model, trained.weights, options) != *first);
         options.temperature = 0.0; // the likeliest token each time: no seed in it
@@ -1204,6 +1218,9 @@ private Q_SLOTS:
             const auto hash = compute::canonicalHashOf(readAll(m_fixtures.filePath(it.key())));
             QVERIFY2(hash, qPrintable(it.key() + QStringLiteral(": ") + (hash ? QString() : hash.error().toString())));
             QVERIFY2(hash->toHex() == it.value().toString(), qPrintable(it.key()));
+            // The supervisor's reader, without LibTorch, agrees.
+            const auto withoutTorch = compute::pickle::canonicalHash(readAll(m_fixtures.filePath(it.key())));
+            QVERIFY2(withoutTorch && *withoutTorch == *hash, qPrintable(it.key()));
         }
         // A dataset saved as an OrderedDict is read too.
         auto spec = smallJob();
@@ -1286,6 +1303,9 @@ private Q_SLOTS:
         const auto hash = compute::canonicalHashOf(readAll(m_fixtures.filePath(file)));
         QVERIFY(!hash);
         QVERIFY2(hash.error().message.contains(words), qPrintable(hash.error().toString()));
+        const auto withoutTorch = compute::pickle::canonicalHash(readAll(m_fixtures.filePath(file)));
+        QVERIFY(!withoutTorch);
+        QVERIFY2(withoutTorch.error().message.contains(words), qPrintable(withoutTorch.error().toString()));
     }
 
     void refusesHostileModelAndTensorFiles_data()
@@ -1435,6 +1455,41 @@ private Q_SLOTS:
 
     // A shard trained in the confined worker has the bits the node's own thread gives it, so
     // verification cannot tell where it ran; its progress comes through the pipe.
+    // What a program without LibTorch (the desktop app, the node's set-up) asks a worker: the
+    // runtime profile it registers with is the one its shards are computed under, and a benchmark
+    // is measured there and comes back whole.
+    void theRuntimeProfileAndBenchmarksComeFromAWorker()
+    {
+        const auto runtime = compute::sandbox::runtimeInWorker(1, workerOptions());
+        QVERIFY2(runtime, qPrintable(runtime ? QString() : runtime.error().toString()));
+        QCOMPARE(runtime->runtimeProfile, compute::currentRuntimeProfile(1).toString());
+        QCOMPARE(runtime->torch.cuda, compute::torchCapabilities().cuda);
+        const auto prepared = prepare(smallJob());
+        QCOMPARE(runtime->runtimeProfile, compute::runShard(prepared.tasks[0], prepared.start.bytes, {}).result.runtimeProfile);
+
+        auto benchmark = compute::BenchmarkOptions::firstStart(1);
+        benchmark.minRepetitions = 1;
+        benchmark.maxRepetitions = 2;
+        int reported = 0;
+        benchmark.progress = [&](const QString& name, int) {
+            QCOMPARE(name, QStringLiteral("mlp"));
+            ++reported;
+        };
+        const auto record = compute::sandbox::benchmarkInWorker(benchmark, workerOptions());
+        QVERIFY2(record, qPrintable(record ? QString() : record.error().toString()));
+        QVERIFY(record->measurement(u"mlp") && record->measurement(u"mlp")->value > 0.0);
+        QVERIFY(!record->measurement(u"cnn"));
+        QVERIFY(record->device.startsWith(QStringLiteral("cpu:0 ")));
+        QVERIFY(reported >= 1);
+
+        // A worker that is not there is the node's problem, said as such.
+        auto missing = workerOptions();
+        missing.program = m_scratch.filePath(QStringLiteral("no-such-worker"));
+        const auto none = compute::sandbox::runtimeInWorker(1, missing);
+        QVERIFY(!none);
+        QCOMPARE(none.error().field, QStringLiteral("worker"));
+    }
+
     void aShardTrainedInTheWorkerHasTheBitsOfOneTrainedInProcess()
     {
         const auto prepared = prepare(smallJob());
@@ -1566,7 +1621,7 @@ private Q_SLOTS:
     // the thread goes on to train the next shard either way.
     void aSandboxedComputeThreadStopsHungShardsAndTrainsTheNext()
     {
-        compute::ComputeThread thread({});
+        compute::ComputeThread thread({}, compute::inThreadCompute());
         compute::ComputeThread::Sandbox sandbox;
         sandbox.enabled = true;
         sandbox.program = QStringLiteral(TESSERA_COMPUTE_WORKER);

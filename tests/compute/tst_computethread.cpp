@@ -116,7 +116,7 @@ private Q_SLOTS:
     void runsQueuedShardsInOrder()
     {
         const auto f = fixture(20);
-        ComputeThread thread({});
+        ComputeThread thread({}, compute::inThreadCompute());
         configure(thread);
         QSignalSpy finished(&thread, &ComputeThread::shardFinished);
         QSignalSpy progress(&thread, &ComputeThread::progress);
@@ -138,7 +138,7 @@ private Q_SLOTS:
     {
         const auto f = fixture(40);
         const auto straight = compute::runShard(f.tasks[2], f.start.bytes, {});
-        ComputeThread thread({});
+        ComputeThread thread({}, compute::inThreadCompute());
         configure(thread);
         QSignalSpy finished(&thread, &ComputeThread::shardFinished);
         QSignalSpy paused(&thread, &ComputeThread::shardPaused);
@@ -173,7 +173,7 @@ private Q_SLOTS:
         const QString kept = write(QStringLiteral("kept.pt"), trained.keptState);
         QVERIFY(!start.isEmpty() && !kept.isEmpty());
 
-        ComputeThread thread({});
+        ComputeThread thread({}, compute::inThreadCompute());
 
         configure(thread);
         QSignalSpy finished(&thread, &ComputeThread::shardFinished);
@@ -217,7 +217,7 @@ private Q_SLOTS:
         const auto straight = compute::runShard(f.tasks[3], f.start.bytes, {});
         QByteArray saved;
         {
-            ComputeThread first({});
+            ComputeThread first({}, compute::inThreadCompute());
             configure(first);
             QSignalSpy paused(&first, &ComputeThread::shardPaused);
             QSignalSpy held(&first, &ComputeThread::held);
@@ -228,7 +228,7 @@ private Q_SLOTS:
             QVERIFY(QTest::qWaitFor([&] { return paused.count() == 1; }, 120'000));
             saved = paused.at(0).at(1).toByteArray();
         }
-        ComputeThread second({});
+        ComputeThread second({}, compute::inThreadCompute());
         configure(second);
         QSignalSpy finished(&second, &ComputeThread::shardFinished);
         second.submitSuspended(f.tasks[3], saved, f.start.bytes);
@@ -241,7 +241,7 @@ private Q_SLOTS:
         const auto f = fixture(40);
         QList<QByteArray> states;
         {
-            ComputeThread thread({});
+            ComputeThread thread({}, compute::inThreadCompute());
             configure(thread);
             QSignalSpy held(&thread, &ComputeThread::held);
             connect(
@@ -260,7 +260,7 @@ private Q_SLOTS:
         const auto f = fixture(40);
         auto other = fixture(10).tasks[0];
         other.jobId = QStringLiteral("job-b");
-        ComputeThread thread({});
+        ComputeThread thread({}, compute::inThreadCompute());
         configure(thread);
         QSignalSpy finished(&thread, &ComputeThread::shardFinished);
         QSignalSpy cancelled(&thread, &ComputeThread::shardCancelled);
@@ -279,7 +279,7 @@ private Q_SLOTS:
     void finishCurrentThenPause()
     {
         const auto f = fixture(40);
-        ComputeThread thread({});
+        ComputeThread thread({}, compute::inThreadCompute());
         configure(thread);
         QSignalSpy finished(&thread, &ComputeThread::shardFinished);
         QSignalSpy held(&thread, &ComputeThread::held);
@@ -301,7 +301,7 @@ private Q_SLOTS:
     void aHoldEndsWhenReleased()
     {
         const auto f = fixture(20);
-        ComputeThread thread({});
+        ComputeThread thread({}, compute::inThreadCompute());
         configure(thread);
         QSignalSpy finished(&thread, &ComputeThread::shardFinished);
         QSignalSpy held(&thread, &ComputeThread::held);
@@ -328,7 +328,7 @@ private Q_SLOTS:
         auto tooManyThreads = f.tasks[2];
         tooManyThreads.threads = 2;
 
-        ComputeThread broken(nowhere);
+        ComputeThread broken(nowhere, compute::inThreadCompute());
 
         configure(broken);
         QSignalSpy brokenFinished(&broken, &ComputeThread::shardFinished);
@@ -336,7 +336,7 @@ private Q_SLOTS:
         QVERIFY(QTest::qWaitFor([&] { return brokenFinished.count() == 1; }, 120'000));
         QVERIFY(outputOf(brokenFinished, 0).result.failure.contains(QStringLiteral("dataset-fashion-mnist")));
 
-        ComputeThread thread({});
+        ComputeThread thread({}, compute::inThreadCompute());
 
         configure(thread);
         thread.setMaxThreads(1);
@@ -358,7 +358,7 @@ private Q_SLOTS:
     void aShardLargerThanTheMemoryLimitIsGivenBackWithTheReason()
     {
         const auto f = fixture(20);
-        ComputeThread thread({});
+        ComputeThread thread({}, compute::inThreadCompute());
         configure(thread);
         QSignalSpy finished(&thread, &ComputeThread::shardFinished);
         thread.setMaxMemoryMiB(40);
@@ -379,7 +379,7 @@ private Q_SLOTS:
     void dutyCycleRestsAsLongAsItWorksAtHalf()
     {
         const auto f = fixture(400); // long enough that the call after which it does not rest (the last) is a small part
-        ComputeThread thread({});
+        ComputeThread thread({}, compute::inThreadCompute());
         configure(thread);
         thread.setCpuPercent(50);
         QSignalSpy progress(&thread, &ComputeThread::progress);
@@ -404,7 +404,7 @@ private Q_SLOTS:
         if (!sandboxed())
             QSKIP("only with Compute/Sandbox (tst_computethread_sandbox)");
         const auto f = fixture(20);
-        ComputeThread thread({});
+        ComputeThread thread({}, compute::inThreadCompute());
         configure(thread);
         QSignalSpy finished(&thread, &ComputeThread::shardFinished);
         QSignalSpy held(&thread, &ComputeThread::held);
@@ -439,7 +439,7 @@ private Q_SLOTS:
         const timeval twoDaysAgo[2] = { { ::time(nullptr) - 2 * 86400, 0 }, { ::time(nullptr) - 2 * 86400, 0 } };
         QCOMPARE(::utimes(QFile::encodeName(stale).constData(), twoDaysAgo), 0);
         const auto f = fixture(20);
-        ComputeThread thread({});
+        ComputeThread thread({}, compute::inThreadCompute());
         ComputeThread::Sandbox sandbox;
         sandbox.enabled = true;
         sandbox.program = QStringLiteral("/nonexistent/tessera-compute");

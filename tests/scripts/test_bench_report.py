@@ -41,7 +41,8 @@ records = {
     "verification.honestShards": 100000, "verification.honestSlashed": 0, "verification.steadyOverhead": 0.05,
     "verification.lifetimeOverhead": 0.087, "verification.caughtNew": 0.9995,
     "verification.caughtAfter100": 0.8875, "verification.caughtAfter1000": 0.389,
-    "app.start": 0.72, "app.versionStart": 0.66, "app.rssMB": 193, "app.cpuPercent": 0.3,
+    "app.start": 0.27, "app.versionStart": 0.05, "app.torchStart": 0.72, "app.rssMB": 45, "app.brokerRssMB": 160,
+    "app.cpuPercent": 0.3,
     "local.wall": 25.0, "net.verified.wall": 160.0, "net.unverified.wall": 70.0,
 }
 

@@ -2,6 +2,7 @@
 // PyTorch and LibTorch write reads as the right views of the right storages, and hostile programs
 // (cut short, self-referencing, deeply nested, bombs, code) end in an error, never a crash or a leak.
 
+#include <compute/pickle/tensorfile.h>
 #include <compute/pickle/tensorpickle.h>
 
 #include <QFile>
@@ -37,6 +38,47 @@ class TensorPickleTest : public QObject {
     Q_OBJECT
 
 private Q_SLOTS:
+    // Whole files of tensors, read without LibTorch (what a node's supervisor checks its worker's
+    // weights with): the canonical hash of each is what PyTorch gives by docs/DETERMINISM.md's
+    // recipe (computed with it when the files were made): plain tensors, a transposed and a row
+    // view of one storage, bfloat16, a 0-dimensional, an empty and a bool tensor.
+    void hashesWholeTorchSaveFilesAsPyTorchDoes_data()
+    {
+        QTest::addColumn<QString>("file");
+        QTest::addColumn<QString>("hash");
+        QTest::newRow("plain") << "plain.pt"
+                               << "444b0cb534f5fdf3102a92b69581d4962f26d043a1439c3b936fa80938b07d17";
+        QTest::newRow("views") << "views.pt"
+                               << "fc15e4da8a0569a38c6e0b1708de271a17ad647d94ae21b8d19162518cf11b3e";
+        QTest::newRow("scalars") << "scalars.pt"
+                                 << "fd9288373e4a75f99e75e2eda4f61c17c8ac6f9b93c3d020abdcffb32c601d99";
+    }
+    void hashesWholeTorchSaveFilesAsPyTorchDoes()
+    {
+        QFETCH(QString, file);
+        QFETCH(QString, hash);
+        QFile in(QStringLiteral(TESSERA_SOURCE_DIR "/fuzz/corpus/tensorfile/") + file);
+        QVERIFY(in.open(QIODevice::ReadOnly));
+        const QByteArray bytes = in.readAll();
+        const auto digest = canonicalHash(bytes);
+        QVERIFY2(digest, qPrintable(digest ? QString() : digest.error().toString()));
+        QCOMPARE(digest->toHex(), hash);
+
+        // Cut anywhere, or with a byte changed in its directory, it is an error or a hash, never a
+        // crash (ASan build); cut before its directory's end, always an error.
+        for (qsizetype cut = 0; cut < bytes.size(); cut += 7)
+            QVERIFY(!canonicalHash(bytes.left(cut)));
+        for (qsizetype at = bytes.size() - 200; at < bytes.size(); ++at) {
+            QByteArray changed = bytes;
+            changed[at] = char(changed[at] ^ 0x5a);
+            (void)canonicalHash(changed);
+        }
+        // Not an archive.
+        const auto notZip = canonicalHash(QByteArray(100, 'x'));
+        QVERIFY(!notZip);
+        QVERIFY2(notZip.error().message.contains(QStringLiteral("zip archive")), qPrintable(notZip.error().message));
+    }
+
     void readsAStateDictWrittenByPyTorch()
     {
         // torch.save(OrderedDict(w=torch.arange(6.).reshape(2, 3))) with state_dict()'s _metadata.

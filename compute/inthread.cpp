@@ -1,0 +1,68 @@
+#include "inthread.h"
+
+#include "weights.h"
+
+namespace tessera::compute {
+
+namespace {
+
+class LocalSteps final : public ShardSteps {
+public:
+    explicit LocalSteps(std::unique_ptr<ShardRun> run)
+        : m_run(std::move(run))
+    { }
+    std::int64_t completedSteps() const override { return m_run->completedSteps(); }
+    bool finished() const override { return m_run->finished(); }
+    double lastLoss() const override { return m_run->lastLoss(); }
+    core::Status step(std::int64_t steps) override
+    {
+        core::Status status;
+        for (std::int64_t i = 0; i < steps && status && !m_run->finished(); ++i)
+            status = m_run->step();
+        return status;
+    }
+    core::Result<QByteArray> suspend() override { return m_run->suspend(); }
+    ShardOutput finish() override { return m_run->finish(); }
+    std::int64_t stepsPerCall(std::int64_t, std::int64_t, std::int64_t) const override { return 1; }
+
+private:
+    std::unique_ptr<ShardRun> m_run;
+};
+
+class LibTorchInThread final : public InThreadCompute {
+public:
+    core::Result<std::unique_ptr<ShardSteps>> open(const core::ShardTask& task, const QByteArray& startWeights,
+        const QByteArray& suspended, const ComputeEnvironment& environment) override
+    {
+        auto started = suspended.isEmpty()
+            ? ShardRun::start(task, startWeights, environment)
+            : ShardRun::resume(task, suspended, environment, ShardRun::StateOrigin::Own, startWeights);
+        if (!started)
+            return started.error();
+        return std::unique_ptr<ShardSteps>(std::make_unique<LocalSteps>(std::move(*started)));
+    }
+
+    core::Result<QByteArray> answer(const core::ShardTask& task, const core::DisputeQuestion& question,
+        const QByteArray& startWeights, const QByteArray& keptState, const ComputeEnvironment& environment) override
+    {
+        using Want = core::DisputeQuestion::Want;
+        return question.want == Want::Trace ? traceInterval(task, startWeights, keptState, question.checkpoint, environment)
+            : question.want == Want::Operands
+            ? operandsOf(task, startWeights, keptState, question.step, question.instruction, environment)
+            : recreateState(task, startWeights, keptState, question.checkpoint, environment);
+    }
+
+    core::Result<QByteArray> roundWeights(const QByteArray& previous, const QByteArray& change) override
+    {
+        return roundWeightsFromChange(previous, change);
+    }
+};
+
+} // namespace
+
+std::shared_ptr<InThreadCompute> inThreadCompute()
+{
+    return std::make_shared<LibTorchInThread>();
+}
+
+} // namespace tessera::compute

@@ -1,0 +1,54 @@
+#pragma once
+
+#include "environment.h"
+#include "shardrun.h"
+
+#include <core/disputequestion.h>
+#include <core/error.h>
+#include <core/shardtask.h>
+
+#include <QByteArray>
+
+#include <cstdint>
+#include <memory>
+
+namespace tessera::compute {
+
+// One shard's training as the compute thread drives it, a few steps a call: on the thread itself
+// or in a sandboxed worker (sandbox::RemoteShardRun), with the same calls.
+class ShardSteps {
+public:
+    virtual ~ShardSteps() = default;
+    virtual std::int64_t completedSteps() const = 0;
+    virtual bool finished() const = 0;
+    virtual double lastLoss() const = 0;
+    virtual core::Status step(std::int64_t steps) = 0;
+    virtual core::Result<QByteArray> suspend() = 0;
+    virtual ShardOutput finish() = 0;
+    // Steps of the next call: one on the thread (a boundary after each); in a worker, as many as
+    // fill about targetNs (see ComputeThread).
+    virtual std::int64_t stepsPerCall(std::int64_t lastCallNs, std::int64_t lastCallSteps, std::int64_t targetNs) const = 0;
+};
+
+// Training on the compute thread itself, for Compute/Sandbox = false in a program that links
+// LibTorch (tessera-node, the tests). The compute thread is LibTorch-free without it: a program
+// that does not pass one (the desktop app) trains in a worker even then, one that is not confined.
+class InThreadCompute {
+public:
+    virtual ~InThreadCompute() = default;
+    // From the round's weights, or resumed from a paused shard's state (suspended non-empty).
+    virtual core::Result<std::unique_ptr<ShardSteps>> open(const core::ShardTask& task, const QByteArray& startWeights,
+        const QByteArray& suspended, const ComputeEnvironment& environment)
+        = 0;
+    // A dispute's question about a shard this node trained (recreateState, traceInterval, operandsOf).
+    virtual core::Result<QByteArray> answer(const core::ShardTask& task, const core::DisputeQuestion& question,
+        const QByteArray& startWeights, const QByteArray& keptState, const ComputeEnvironment& environment)
+        = 0;
+    // The round's weights from the previous round's and its int8 change (roundWeightsFromChange).
+    virtual core::Result<QByteArray> roundWeights(const QByteArray& previous, const QByteArray& change) = 0;
+};
+
+// LibTorch's, on the calling thread (ShardRun); defined in the compute library.
+std::shared_ptr<InThreadCompute> inThreadCompute();
+
+} // namespace tessera::compute
