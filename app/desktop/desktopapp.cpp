@@ -136,6 +136,10 @@ core::Status DesktopApp::start()
         EmbeddedBroker::Options embedded;
         embedded.dataDirectory = QDir(m_dataDirectory).filePath(QStringLiteral("local-broker"));
         embedded.environment = environmentFrom(*m_settings);
+        m_embedded.setOnEnded([this](const QString& why) {
+            note(QStringLiteral("error"), QStringLiteral("broker"),
+                QStringLiteral("%1: the practice network is down until the app starts again").arg(why));
+        });
         auto started = m_embedded.start(embedded);
         if (!started)
             return started.error();

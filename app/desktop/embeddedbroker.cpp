@@ -97,6 +97,11 @@ core::Result<QString> EmbeddedBroker::start(Options options)
     m_process->setProcessChannelMode(QProcess::ForwardedChannels);
     // It ends with the app, however the app ends (the GUI thread forks it and lives as long).
     m_process->setChildProcessModifier([] { ::prctl(PR_SET_PDEATHSIG, SIGTERM); });
+    m_stopping = false;
+    QObject::connect(m_process.get(), &QProcess::finished, m_process.get(), [this](int, QProcess::ExitStatus) {
+        if (!m_stopping && m_onEnded)
+            m_onEnded(endedWhy());
+    });
     m_process->start();
     if (!m_process->waitForStarted(10'000)) {
         const QString why = m_process->errorString();
@@ -111,6 +116,7 @@ void EmbeddedBroker::stop()
 {
     if (!m_process)
         return;
+    m_stopping = true;
     if (m_process->state() != QProcess::NotRunning) {
         m_process->terminate(); // SIGTERM: it stops its loop and closes its database
         if (!m_process->waitForFinished(15'000)) {

@@ -5,6 +5,7 @@
 
 #include <QString>
 
+#include <functional>
 #include <memory>
 
 class QProcess;
@@ -44,6 +45,8 @@ public:
     bool running() const;
     // Why a broker that ended by itself ended (empty while it runs or after stop()).
     QString endedWhy() const;
+    // Called (on the thread that started it, from its event loop) when the broker ends by itself.
+    void setOnEnded(std::function<void(const QString& why)> onEnded) { m_onEnded = std::move(onEnded); }
 
     // TESSERA_BROKER_PROGRAM when set (tests that embed the app outside the build's app folder),
     // else tessera-broker beside the running program, else the installed one.
@@ -52,6 +55,8 @@ public:
 private:
     std::unique_ptr<QProcess> m_process;
     QString m_address;
+    std::function<void(const QString&)> m_onEnded;
+    bool m_stopping = false;
 };
 
 } // namespace tessera::app

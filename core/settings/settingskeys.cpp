@@ -50,7 +50,7 @@ QList<Key> makeKeys()
         stringKey(
             NodeName, QString(), R"([^\n]{0,100})", "up to 100 characters", "Name shown to brokers; empty uses the host name."),
         listKey(NodeBrokers, BrokerAddressPattern, "tcp://host:port, optionally #key (Z85, 40 characters)",
-            "Brokers to contribute to, as tcp://host:port#brokerkey; empty: the app starts an embedded local broker."),
+            "Brokers to contribute to, as tcp://host:port#brokerkey; empty: the app starts a local broker (a child tessera-broker)."),
         pathKey(NodeKeyFile, "The node's keypair file; empty: node.key in the data directory."),
         pathKey(NodeDataDirectory, "Database and blob cache of the node; empty: ~/.local/share/Tessera."),
         boolKey(ComputeContribute, false, "Contribute compute as soon as the app starts."),
@@ -67,8 +67,9 @@ QList<Key> makeKeys()
             "saying why, and the broker is told."),
         boolKey(ComputeSandbox, true,
             "Train in a confined worker process (tessera-compute, docs/SECURITY.md): the job owner's code cannot reach the "
-            "node's keys, files or the network, and a shard that hangs or passes Compute/MaxMemoryMiB fails alone. false: on "
-            "the compute thread itself, for jobs you trust."),
+            "node's keys, files or the network, and a shard that hangs or passes Compute/MaxMemoryMiB fails alone. false: "
+            "not confined, for jobs you trust or a GPU (tessera-node trains on its compute thread itself, the desktop app "
+            "in an unconfined worker)."),
         boolKey(ComputeBenchmarkOnFirstStart, true,
             "Measure this CPU (the zoo mlp, about 2 s) before contributing when no benchmark of it is stored, so that brokers "
             "schedule by a measured figure."),

@@ -1619,6 +1619,30 @@ private Q_SLOTS:
     // The compute thread with Compute/Sandbox: a shard whose forward() never returns is stopped
     // at its time limit and fails with the reason; a stuck one of a cancelled job is stopped at once;
     // the thread goes on to train the next shard either way.
+    // A compute thread without LibTorch of its own (the desktop app's) trains in a worker even with
+    // the sandbox off: one that is not confined (for a GPU), to the same bits.
+    void aThreadWithoutLibTorchTrainsInAnUnconfinedWorkerWithTheSandboxOff()
+    {
+        compute::ComputeThread thread({});
+        compute::ComputeThread::Sandbox sandbox;
+        sandbox.enabled = false;
+        sandbox.program = QStringLiteral(TESSERA_COMPUTE_WORKER);
+        sandbox.scratchRoot = m_scratch.filePath(QStringLiteral("unconfined"));
+        sandbox.nice = 0;
+        thread.setSandbox(sandbox);
+        QSignalSpy finished(&thread, &compute::ComputeThread::shardFinished);
+        const auto good = prepare(smallJob());
+        thread.submit(good.tasks[0], good.start.bytes);
+        QVERIFY(QTest::qWaitFor([&] { return finished.count() == 1; }, 240'000));
+        const auto output = finished.at(0).at(0).value<compute::ShardOutput>();
+        QVERIFY2(output.result.outcome == core::ShardResult::Outcome::Completed, qPrintable(output.result.failure));
+        const auto here = compute::runShard(good.tasks[0], good.start.bytes, {});
+        QCOMPARE(output.result.finalHash, here.result.finalHash);
+        QCOMPARE(output.weights, here.weights);
+        // It ran in a worker: the worker's scratch folder is there while it is kept for the job.
+        QCOMPARE(QDir(sandbox.scratchRoot).entryList({ QStringLiteral("tessera-worker-*") }, QDir::Dirs).size(), 1);
+    }
+
     void aSandboxedComputeThreadStopsHungShardsAndTrainsTheNext()
     {
         compute::ComputeThread thread({}, compute::inThreadCompute());
