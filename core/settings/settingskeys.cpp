@@ -50,7 +50,8 @@ QList<Key> makeKeys()
         stringKey(
             NodeName, QString(), R"([^\n]{0,100})", "up to 100 characters", "Name shown to brokers; empty uses the host name."),
         listKey(NodeBrokers, BrokerAddressPattern, "tcp://host:port, optionally #key (Z85, 40 characters)",
-            "Brokers to contribute to, as tcp://host:port#brokerkey; empty: the app starts a local broker (a child tessera-broker)."),
+            "Brokers to contribute to, as tcp://host:port#brokerkey; empty: the app starts a local broker (a child "
+            "tessera-broker)."),
         pathKey(NodeKeyFile, "The node's keypair file; empty: node.key in the data directory."),
         pathKey(NodeDataDirectory, "Database and blob cache of the node; empty: ~/.local/share/Tessera."),
         boolKey(ComputeContribute, false, "Contribute compute as soon as the app starts."),
