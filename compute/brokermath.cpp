@@ -39,7 +39,18 @@ BrokerMath::BrokerMath(ComputeEnvironment environment, core::BlobStore& blobs)
 core::Result<BrokerMath::Weights> BrokerMath::initialWeights(const core::JobSpec& spec)
 {
     return shielded("weights", [&]() -> core::Result<Weights> {
-        auto weights = compute::initialWeights(spec, m_environment);
+        core::Result<compute::Weights> weights = core::Error {};
+        if (m_sandbox) {
+            auto bytes = sandbox::initialWeightsInWorker(spec, m_environment, *m_sandbox);
+            if (!bytes)
+                return bytes.error();
+            auto hash = canonicalHashOf(*bytes);
+            if (!hash)
+                return hash.error();
+            weights = compute::Weights { std::move(*bytes), *hash };
+        } else {
+            weights = compute::initialWeights(spec, m_environment);
+        }
         if (!weights)
             return weights.error();
         auto parameters = elementCount(weights->bytes);
@@ -75,7 +86,9 @@ core::Result<BrokerMath::Aggregated> BrokerMath::aggregate(
 core::Result<BrokerMath::Evaluation> BrokerMath::evaluate(const core::JobSpec& spec, QByteArray weights)
 {
     return shielded("evaluation", [&]() -> core::Result<Evaluation> {
-        auto evaluation = compute::evaluate(spec, std::move(weights), m_environment, int(spec.training.threads));
+        auto evaluation = m_sandbox
+            ? sandbox::evaluateInWorker(spec, weights, int(spec.training.threads), m_environment, *m_sandbox)
+            : compute::evaluate(spec, std::move(weights), m_environment, int(spec.training.threads));
         if (!evaluation)
             return evaluation.error();
         return Evaluation { evaluation->loss, evaluation->accuracy };
@@ -86,7 +99,8 @@ core::Result<BrokerMath::Replay> BrokerMath::replay(const core::ShardTask& task,
     const core::Digest& expected, std::int64_t to, const QByteArray& roundWeights)
 {
     return shielded("state", [&]() -> core::Result<Replay> {
-        auto replayed = replayShard(task, from, state, expected, to, roundWeights, m_environment);
+        auto replayed = m_sandbox ? sandbox::replayInWorker(task, from, state, expected, to, roundWeights, m_environment, *m_sandbox)
+                                  : replayShard(task, from, state, expected, to, roundWeights, m_environment);
         if (!replayed)
             return replayed.error();
         return Replay { replayed->checkpoints, replayed->weightsHash, replayed->weights, replayed->runtimeProfile };

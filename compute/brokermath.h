@@ -1,6 +1,7 @@
 #pragma once
 
 #include "environment.h"
+#include "sandbox/worker.h"
 
 #include <core/blobstore.h>
 #include <core/broker/trainingmath.h>
@@ -15,6 +16,12 @@ public:
     explicit BrokerMath(ComputeEnvironment environment);
     // The files jobs name (TorchScript models, tensor datasets) are blobs in the broker's store.
     BrokerMath(ComputeEnvironment environment, core::BlobStore& blobs);
+
+    // Broker/Sandbox: the calls that run a job owner's code (initial weights, evaluation, replays)
+    // run in confined one-shot tessera-compute workers (compute/sandbox/worker.h), each stopped
+    // at options.timeLimitMs; what stays here reads weights and does the broker's own arithmetic
+    // (hashes, aggregation, distances, portable traces). Without it, everything runs here.
+    void setSandbox(const sandbox::WorkerOptions& options) { m_sandbox = options; }
 
     core::Result<Weights> initialWeights(const core::JobSpec& spec) override;
     core::Result<core::Digest> canonicalHash(const QByteArray& weights) override;
@@ -33,6 +40,7 @@ public:
 
 private:
     ComputeEnvironment m_environment;
+    std::optional<sandbox::WorkerOptions> m_sandbox;
 };
 
 } // namespace tessera::compute

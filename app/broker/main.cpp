@@ -144,6 +144,15 @@ int main(int argc, char* argv[])
     if (!blobs)
         return fail(blobs.error().toString());
     compute::BrokerMath math(environment, **blobs);
+    if (settings.boolValue(names::BrokerSandbox)) {
+        compute::sandbox::WorkerOptions worker;
+        worker.scratchRoot = QDir(dataDirectory).filePath(QStringLiteral("scratch"));
+        worker.memoryMiB = 0; // the machine's: replays need what the nodes' shards needed
+        worker.nice = 0; // the broker's own work, on its critical path
+        worker.timeLimitMs = settings.intValue(names::BrokerMaxDeadlineSeconds) * 1000;
+        compute::sandbox::removeStaleScratch(worker.scratchRoot); // what a crashed run left
+        math.setSandbox(worker);
+    }
     // Aggregation, evaluation and replays run on a worker thread while the network loop answers
     // heartbeats and reads (docs/ARCHITECTURE.md, "Threads").
     core::broker::OffThreadMath offThread(math);

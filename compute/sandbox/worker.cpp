@@ -10,7 +10,9 @@
 #include <QElapsedTimer>
 #include <QFile>
 #include <QFileInfo>
+#include <QJsonArray>
 #include <QJsonDocument>
+#include <QJsonObject>
 #include <QTemporaryDir>
 
 #include <fcntl.h>
@@ -383,7 +385,7 @@ namespace {
 // answer.out read back (error.txt: why not).
 core::Result<QByteArray> runTool(const QString& command, const QStringList& extra,
     const QList<std::pair<QString, QByteArray>>& inputs, const core::ShardTask& task, const ComputeEnvironment& environment,
-    const WorkerOptions& options, const std::function<void(const QByteArray&)>& otherLine = {})
+    const WorkerOptions& options, const std::function<void(const QByteArray&)>& otherLine = {}, QByteArray* meta = nullptr)
 {
     const QString root = options.scratchRoot.isEmpty() ? QDir::tempPath() : options.scratchRoot;
     QDir().mkpath(root);
@@ -403,7 +405,18 @@ core::Result<QByteArray> runTool(const QString& command, const QStringList& extr
     auto answer = core::readFile(folder.filePath(QStringLiteral("answer.out")));
     if (!answer)
         return core::Error { QStringLiteral("worker"), QStringLiteral("crash: the compute worker ended without an answer") };
+    if (meta)
+        *meta = core::readFile(folder.filePath(QStringLiteral("answer.json"))).value_or(QByteArray());
     return *answer;
+}
+
+// What a job names, for the worker's confinement (and its blobs' paths).
+core::ShardTask filesOf(const core::JobSpec& spec)
+{
+    core::ShardTask files;
+    files.model = spec.model;
+    files.dataset = spec.dataset;
+    return files;
 }
 
 } // namespace
@@ -459,6 +472,64 @@ core::Result<QByteArray> sampleInWorker(const core::JobSpec& spec, const QByteAr
         { { QStringLiteral("job.json"), QJsonDocument(spec.toJson()).toJson(QJsonDocument::Compact) },
             { QStringLiteral("weights.in"), weights }, { QStringLiteral("prompt.in"), sample.prompt } },
         files, environment, options);
+}
+
+core::Result<QByteArray> initialWeightsInWorker(
+    const core::JobSpec& spec, const ComputeEnvironment& environment, const WorkerOptions& options)
+{
+    return runTool(QStringLiteral("initial"), {},
+        { { QStringLiteral("job.json"), QJsonDocument(spec.toJson()).toJson(QJsonDocument::Compact) } }, filesOf(spec),
+        environment, options);
+}
+
+core::Result<Evaluation> evaluateInWorker(const core::JobSpec& spec, const QByteArray& weights, int threads,
+    const ComputeEnvironment& environment, const WorkerOptions& options)
+{
+    auto made = runTool(QStringLiteral("evaluate"), { QStringLiteral("--threads"), QString::number(threads) },
+        { { QStringLiteral("job.json"), QJsonDocument(spec.toJson()).toJson(QJsonDocument::Compact) },
+            { QStringLiteral("weights.in"), weights } },
+        filesOf(spec), environment, options);
+    if (!made)
+        return made.error();
+    const auto json = QJsonDocument::fromJson(*made).object();
+    if (!json.value(QStringLiteral("loss")).isDouble())
+        return core::Error { QStringLiteral("worker"), QStringLiteral("the compute worker's evaluation is unreadable") };
+    return Evaluation { json.value(QStringLiteral("loss")).toDouble(), json.value(QStringLiteral("accuracy")).toDouble(),
+        std::int64_t(json.value(QStringLiteral("samples")).toDouble()) };
+}
+
+core::Result<Replay> replayInWorker(const core::ShardTask& task, std::int64_t from, const QByteArray& state,
+    const core::Digest& expected, std::int64_t to, const QByteArray& roundWeights, const ComputeEnvironment& environment,
+    const WorkerOptions& options)
+{
+    QByteArray meta;
+    auto weights = runTool(QStringLiteral("replay"),
+        { QStringLiteral("--from"), QString::number(from), QStringLiteral("--to"), QString::number(to),
+            QStringLiteral("--expected"), expected.toHex() },
+        { { QStringLiteral("task.json"), QJsonDocument(task.toJson()).toJson(QJsonDocument::Compact) },
+            { QStringLiteral("state.in"), state }, { QStringLiteral("round.in"), roundWeights } },
+        task, environment, options, {}, &meta);
+    if (!weights)
+        return weights.error();
+    const auto json = QJsonDocument::fromJson(meta).object();
+    Replay replay;
+    for (const auto& hex : json.value(QStringLiteral("checkpoints")).toArray()) {
+        auto hash = core::Digest::fromHex(hex.toString());
+        if (!hash)
+            return core::Error { QStringLiteral("worker"), QStringLiteral("the compute worker's replay is unreadable") };
+        replay.checkpoints.append(*hash);
+    }
+    auto weightsHash = core::Digest::fromHex(json.value(QStringLiteral("weightsHash")).toString());
+    if (!weightsHash)
+        return core::Error { QStringLiteral("worker"), QStringLiteral("the compute worker's replay is unreadable") };
+    // As for a shard: the weights' hash is the supervisor's own, not the worker's word.
+    auto hashed = pickle::canonicalHash(*weights);
+    if (!hashed || *hashed != *weightsHash)
+        return core::Error { QStringLiteral("worker"), QStringLiteral("the compute worker's replayed weights do not have the hash it names") };
+    replay.weightsHash = *hashed;
+    replay.weights = std::move(*weights);
+    replay.runtimeProfile = json.value(QStringLiteral("runtimeProfile")).toString();
+    return replay;
 }
 
 // How long a worker may take to start and confine itself (no job code runs before that).

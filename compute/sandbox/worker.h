@@ -81,6 +81,18 @@ core::Result<QByteArray> roundWeightsInWorker(const QByteArray& previous, const 
 core::Result<QByteArray> sampleInWorker(const core::JobSpec& spec, const QByteArray& weights, const SampleOptions& sample,
     const ComputeEnvironment& environment, const WorkerOptions& options);
 
+// A broker's runs of a job owner's code (BrokerMath::setSandbox): compute::initialWeights (its
+// bytes), compute::evaluate and compute::replayShard, each in a confined one-shot worker stopped
+// at options.timeLimitMs, so that a model whose forward() never returns cannot hold the broker's
+// arithmetic. The files the job names are read through environment.blobPath.
+core::Result<QByteArray> initialWeightsInWorker(
+    const core::JobSpec& spec, const ComputeEnvironment& environment, const WorkerOptions& options);
+core::Result<Evaluation> evaluateInWorker(const core::JobSpec& spec, const QByteArray& weights, int threads,
+    const ComputeEnvironment& environment, const WorkerOptions& options);
+core::Result<Replay> replayInWorker(const core::ShardTask& task, std::int64_t from, const QByteArray& state,
+    const core::Digest& expected, std::int64_t to, const QByteArray& roundWeights, const ComputeEnvironment& environment,
+    const WorkerOptions& options);
+
 // A long-lived confined worker (`tessera-compute serve`) that trains one job's shards one after
 // another, so that LibTorch's start and the job's data are paid once per job rather than once per
 // shard. It is confined to the files of the task it was started for: a shard of another job, or

@@ -24,6 +24,13 @@
 //     rebuild: a round's weights from DIR/previous.in and DIR/change.in (roundWeightsFromChange);
 //     sample [--tokens N] [--temperature T] [--seed S]: text from a language model, DIR/job.json's
 //       model with DIR/weights.in, after DIR/prompt.in (sampleText).
+//   tessera-compute initial|evaluate|replay --scratch DIR [options]
+//     a broker's runs of a job owner's code, with a time limit:
+//     initial: the job's initial weights (DIR/job.json; compute::initialWeights);
+//     evaluate [--threads N]: DIR/job.json's loss and accuracy with DIR/weights.in, as JSON;
+//     replay --from F --to T --expected SHA256: checkpoints F+1..T of DIR/task.json from
+//       DIR/state.in (DIR/round.in: the round's weights): the weights at T into answer.out, the
+//       checkpoint hashes and runtime profile into DIR/answer.json (compute::replayShard).
 //     Each writes DIR/answer.out (or why not into DIR/error.txt) and prints "done".
 //   tessera-compute probe --scratch DIR [--try-read FILE]
 //     confines itself as train does, then tries what a hostile job would (read FILE, open sockets,
@@ -44,7 +51,9 @@
 #include <QElapsedTimer>
 #include <QFile>
 #include <QHash>
+#include <QJsonArray>
 #include <QJsonDocument>
+#include <QJsonObject>
 
 #include <fcntl.h>
 #include <sys/mman.h>
@@ -83,6 +92,9 @@ struct Arguments {
     int threads = 1;
     compute::BenchmarkOptions benchmark;
     compute::SampleOptions sample;
+    std::int64_t from = 0; // replay
+    std::int64_t to = 0;
+    QString expected;
 };
 
 // Address space kept back for the way out of a failed allocation: LibTorch's error (with its
@@ -422,6 +434,45 @@ int tool(const Arguments& arguments)
             made = QJsonDocument(compute::runBenchmark(options).toJson()).toJson(QJsonDocument::Compact);
         } else if (arguments.command == u"rebuild") {
             made = compute::roundWeightsFromChange(read("previous.in"), read("change.in"));
+        } else if (arguments.command == u"initial" || arguments.command == u"evaluate") {
+            auto spec = core::JobSpec::fromJson(QJsonDocument::fromJson(read("job.json")).object());
+            if (!spec) {
+                made = spec.error();
+            } else if (arguments.command == u"initial") {
+                auto weights = compute::initialWeights(*spec, environmentOf(arguments));
+                made = weights ? core::Result<QByteArray>(weights->bytes) : core::Result<QByteArray>(weights.error());
+            } else {
+                auto evaluation = compute::evaluate(*spec, read("weights.in"), environmentOf(arguments), arguments.threads);
+                made = evaluation ? core::Result<QByteArray>(
+                           QJsonDocument(QJsonObject { { QStringLiteral("loss"), evaluation->loss },
+                                             { QStringLiteral("accuracy"), evaluation->accuracy },
+                                             { QStringLiteral("samples"), double(evaluation->samples) } })
+                               .toJson(QJsonDocument::Compact))
+                                  : core::Result<QByteArray>(evaluation.error());
+            }
+        } else if (arguments.command == u"replay") {
+            auto task = loadTask(scratch);
+            auto expected = core::Digest::fromHex(arguments.expected);
+            if (!task || !expected) {
+                made = !task ? task.error() : expected.error();
+            } else {
+                auto replayed = compute::replayShard(*task, arguments.from, read("state.in"), *expected, arguments.to,
+                    read("round.in"), environmentOf(arguments));
+                if (!replayed) {
+                    made = replayed.error();
+                } else {
+                    QJsonArray checkpoints;
+                    for (const auto& hash : replayed->checkpoints)
+                        checkpoints.append(hash.toHex());
+                    const QJsonObject meta { { QStringLiteral("checkpoints"), checkpoints },
+                        { QStringLiteral("weightsHash"), replayed->weightsHash.toHex() },
+                        { QStringLiteral("runtimeProfile"), replayed->runtimeProfile } };
+                    if (!writeFile(scratch.filePath(QStringLiteral("answer.json")), QJsonDocument(meta).toJson(QJsonDocument::Compact)))
+                        made = core::Error { {}, QStringLiteral("cannot write the replay's hashes into the scratch folder") };
+                    else
+                        made = std::move(replayed->weights);
+                }
+            }
         } else if (arguments.command == u"sample") {
             auto spec = core::JobSpec::fromJson(QJsonDocument::fromJson(read("job.json")).object());
             if (!spec) {
@@ -506,6 +557,12 @@ int main(int argc, char** argv)
             arguments.sample.temperature = value.toDouble();
         else if (option == "--seed")
             arguments.sample.seed = value.toULongLong();
+        else if (option == "--from")
+            arguments.from = value.toLongLong();
+        else if (option == "--to")
+            arguments.to = value.toLongLong();
+        else if (option == "--expected")
+            arguments.expected = value;
         else
             return usage("an unknown option");
     }
@@ -515,6 +572,11 @@ int main(int argc, char** argv)
     // computer's owner and the node's own threads come first), set before LibTorch's and OpenMP's
     // threads start so that they inherit it. It changes the timing, never the bits.
     ::setpriority(PRIO_PROCESS, 0, arguments.nice);
+
+    // First in line for the kernel's OOM killer, should the machine run out of memory (a limit the
+    // worker cannot lower again): the job's process, not the node's, the broker's or the user's.
+    if (QFile adjust(QStringLiteral("/proc/self/oom_score_adj")); adjust.open(QIODevice::WriteOnly))
+        adjust.write("1000");
 
     // Mapped before the limit is set, so that it does not come out of the job's allowance.
     reserve = ::mmap(nullptr, ReserveBytes, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
@@ -556,7 +618,8 @@ int main(int argc, char** argv)
     if (arguments.command == u"answer")
         return answerQuestion(arguments);
     if (QStringList {
-            QStringLiteral("profile"), QStringLiteral("benchmark"), QStringLiteral("rebuild"), QStringLiteral("sample") }
+            QStringLiteral("profile"), QStringLiteral("benchmark"), QStringLiteral("rebuild"), QStringLiteral("sample"),
+            QStringLiteral("initial"), QStringLiteral("evaluate"), QStringLiteral("replay") }
             .contains(arguments.command))
         return tool(arguments);
     return usage("an unknown command");

@@ -120,6 +120,10 @@ QList<Key> makeKeys()
         intKey(BrokerMaxShardsPerNode, 2, 1, 1024, "Shards one node may hold at once, however often it asks."),
         intKey(BrokerMaxDeadlineSeconds, 3'600, 30, 604'800,
             "Longest deadline of a shard, whatever the node claims; a late shard also goes to a second node."),
+        boolKey(BrokerSandbox, true,
+            "Run a job's code on the broker (its initial weights, evaluation, replays) in confined tessera-compute workers, "
+            "each stopped after Broker/MaxDeadlineSeconds: a model that never returns fails its job, not the broker. false: "
+            "in the broker's process."),
         boolKey(AppStartAtLogin, false, "Start the app when the desktop session starts (XDG autostart)."),
         boolKey(AppNotifications, true, "Show desktop notifications for verification, payments and disputes."),
         stringKey(AppElectricityPricePerKWh, QStringLiteral("0"), R"(\d{1,6}(\.\d{1,6})?)", "a decimal number, like 0.25",

@@ -79,6 +79,7 @@ inline const QString BrokerMaxJobsPerOwner = QStringLiteral("Broker/MaxJobsPerOw
 inline const QString BrokerMaxRequestsPerSecond = QStringLiteral("Broker/MaxRequestsPerSecond");
 inline const QString BrokerMaxParameters = QStringLiteral("Broker/MaxParameters");
 inline const QString BrokerMaxShardsPerNode = QStringLiteral("Broker/MaxShardsPerNode");
+inline const QString BrokerSandbox = QStringLiteral("Broker/Sandbox");
 inline const QString BrokerMaxDeadlineSeconds = QStringLiteral("Broker/MaxDeadlineSeconds");
 inline const QString AppStartAtLogin = QStringLiteral("App/StartAtLogin");
 inline const QString AppNotifications = QStringLiteral("App/Notifications");

@@ -5,6 +5,7 @@
 #include <compute/detail/datasets.h>
 #include <compute/detail/models.h>
 #include <compute/detail/tensors.h>
+#include <compute/brokermath.h>
 #include <compute/localjob.h>
 #include <compute/pickle/tensorfile.h>
 #include <compute/portable/matmul.h>
@@ -1619,6 +1620,57 @@ private Q_SLOTS:
     // The compute thread with Compute/Sandbox: a shard whose forward() never returns is stopped
     // at its time limit and fails with the reason; a stuck one of a cancelled job is stopped at once;
     // the thread goes on to train the next shard either way.
+    // Broker/Sandbox: the broker's runs of a job's code (initial weights, evaluation, replays) in
+    // workers give what they give in its process, bit for bit; and a forward() that never returns
+    // ends at the time limit as an error for that job, while the next call works.
+    void theBrokersRunsOfAJobsCodeRunInWorkersWithTheSameBits()
+    {
+        const auto spec = smallJob();
+        compute::BrokerMath here({});
+        compute::BrokerMath there({});
+        auto options = workerOptions();
+        options.memoryMiB = 0;
+        options.timeLimitMs = 120'000;
+        there.setSandbox(options);
+
+        const auto initial = here.initialWeights(spec);
+        const auto initialThere = there.initialWeights(spec);
+        QVERIFY2(initialThere, qPrintable(initialThere ? QString() : initialThere.error().toString()));
+        QCOMPARE(initialThere->bytes, initial->bytes);
+        QCOMPARE(initialThere->canonicalHash, initial->canonicalHash);
+        QCOMPARE(initialThere->parameters, initial->parameters);
+
+        const auto task = core::decomposeRound(QStringLiteral("job"), spec, 0, initial->canonicalHash)[0];
+        const auto last = task.checkpointCount() - 1;
+        const auto replayed = here.replay(task, 0, initial->bytes, initial->canonicalHash, last, initial->bytes);
+        const auto replayedThere = there.replay(task, 0, initial->bytes, initial->canonicalHash, last, initial->bytes);
+        QVERIFY2(replayedThere, qPrintable(replayedThere ? QString() : replayedThere.error().toString()));
+        QCOMPARE(replayedThere->checkpoints, replayed->checkpoints);
+        QCOMPARE(replayedThere->weightsHash, replayed->weightsHash);
+        QCOMPARE(replayedThere->weights, replayed->weights);
+        QCOMPARE(replayedThere->runtimeProfile, replayed->runtimeProfile);
+        // A state that does not hash to what both sides agree on is refused there too.
+        const auto wrong = there.replay(task, 0, initial->bytes, replayed->weightsHash, last, initial->bytes);
+        QVERIFY(!wrong);
+
+        const auto evaluation = here.evaluate(spec, replayed->weights);
+        const auto evaluationThere = there.evaluate(spec, replayed->weights);
+        QVERIFY2(evaluationThere, qPrintable(evaluationThere ? QString() : evaluationThere.error().toString()));
+        QCOMPARE(evaluationThere->loss, evaluation->loss);
+        QCOMPARE(evaluationThere->accuracy, evaluation->accuracy);
+
+        options.timeLimitMs = 3000;
+        there.setSandbox(options);
+        const auto [endless, start] = hostileTask(QStringLiteral("endless.pt"));
+        const auto startHash = *compute::canonicalHashOf(start);
+        const auto stopped = there.replay(endless, 0, start, startHash, endless.checkpointCount() - 1, start);
+        QVERIFY(!stopped);
+        QVERIFY2(stopped.error().message.contains(QStringLiteral("time limit")), qPrintable(stopped.error().toString()));
+        const auto again = there.replay(task, 0, initial->bytes, initial->canonicalHash, 1, initial->bytes);
+        QVERIFY2(again, qPrintable(again ? QString() : again.error().toString()));
+        QCOMPARE(again->checkpoints.first(), replayed->checkpoints.first());
+    }
+
     // A compute thread without LibTorch of its own (the desktop app's) trains in a worker even with
     // the sandbox off: one that is not confined (for a GPU), to the same bits.
     void aThreadWithoutLibTorchTrainsInAnUnconfinedWorkerWithTheSandboxOff()

@@ -66,6 +66,58 @@ private Q_SLOTS:
         QVERIFY(sawHoarder);
     }
 
+    // A job whose model never returns from forward() (a TorchScript loop without end) against a
+    // real broker and node, beside an honest job: the node's worker is stopped at its time limit
+    // and reports the failure; no other node could run the shard, so the broker runs it itself, in
+    // a worker of its own (Broker/Sandbox) that is stopped at Broker/MaxDeadlineSeconds. The
+    // hostile job fails with the reason, the honest one finishes, and the books balance. Before
+    // Broker/Sandbox the broker's own run never ended and held every job's aggregation behind it.
+    void anEndlessModelFailsItsJobAndStallsNothing()
+    {
+        Cluster cluster;
+        cluster.startBroker({}, QStringLiteral("MaxDeadlineSeconds=30\n"));
+        const QString model = cluster.path(QStringLiteral("endless.pt"));
+        QProcess python;
+        python.setProcessChannelMode(QProcess::MergedChannels);
+        python.start(Python, { QStringLiteral(TESSERA_SOURCE_DIR "/tests/e2e/python/endless_model.py"), model });
+        QVERIFY(python.waitForFinished(120'000));
+        QVERIFY2(python.exitCode() == 0, python.readAll().constData());
+        const QString hostileFile = cluster.path(QStringLiteral("endless.json"));
+        Cluster::writeFile(hostileFile, QStringLiteral(R"({"version": 1, "name": "endless",
+                "model": {"torchscript": {"file": "endless.pt"}}, "dataset": {"builtin": "fashion-mnist"},
+                "optimizer": {"kind": "sgd", "lr": 0.05},
+                "training": {"rounds": 1, "shardsPerRound": 1, "localSteps": 4, "batchSize": 8, "seed": 1,
+                             "threads": 1, "checkpointInterval": 2},
+                "budget": "5", "verification": {"rate": 0.0}})"));
+        const QString honestFile = cluster.path(QStringLiteral("honest.json"));
+        Cluster::writeFile(honestFile, QStringLiteral(R"({"version": 1, "name": "honest", "model": {"zoo": "mlp", "hidden": [32]},
+                "dataset": {"builtin": "fashion-mnist"}, "optimizer": {"kind": "sgd", "lr": 0.05},
+                "training": {"rounds": 4, "shardsPerRound": 2, "localSteps": 20, "batchSize": 32, "seed": 1,
+                             "threads": 1, "checkpointInterval": 10},
+                "budget": "20", "verification": {"rate": 0.0}})"));
+        const QString hostile = cluster.submit(hostileFile);
+        QVERIFY2(!hostile.isEmpty(), qPrintable(cluster.log(QStringLiteral("broker"))));
+        const QString honest = cluster.submit(honestFile);
+        QVERIFY(!honest.isEmpty());
+        cluster.startNode(1);
+
+        const auto failed = cluster.waitForEnd(hostile);
+        QCOMPARE(failed.value(QStringLiteral("state")).toString(), QStringLiteral("failed"));
+        const QString failure = failed.value(QStringLiteral("failure")).toString();
+        qInfo().noquote() << "the endless job:" << failure;
+        QVERIFY2(failure.contains(QStringLiteral("on the broker")) && failure.count(QStringLiteral("time limit")) == 2,
+            qPrintable(failure + cluster.log(QStringLiteral("broker"))));
+        const auto finished = cluster.waitForEnd(honest);
+        QCOMPARE(finished.value(QStringLiteral("state")).toString(), QStringLiteral("finished"));
+        QVERIFY(cluster.ledgerConsistent());
+        // The node's failure was the job's: not on its record.
+        for (const auto& value : cluster.nodes()) {
+            const auto node = value.toObject();
+            if (node.value(QStringLiteral("name")).toString() == u"node-1")
+                QCOMPARE(node.value(QStringLiteral("shardsFailed")).toInt(), 0);
+        }
+    }
+
     // A flood ban is the flooder's key's, not its socket's (tests/e2e/python/flood_per_key.py).
     void aFloodBanHoldsForTheKeyNotTheSocket()
     {
