@@ -40,8 +40,8 @@ core::Result<BrokerMath::Weights> BrokerMath::initialWeights(const core::JobSpec
 {
     return shielded("weights", [&]() -> core::Result<Weights> {
         core::Result<compute::Weights> weights = core::Error {};
-        if (m_sandbox) {
-            auto bytes = sandbox::initialWeightsInWorker(spec, m_environment, *m_sandbox);
+        if (const auto* worker = sandboxFor(spec.model)) {
+            auto bytes = sandbox::initialWeightsInWorker(spec, m_environment, *worker);
             if (!bytes)
                 return bytes.error();
             auto hash = canonicalHashOf(*bytes);
@@ -86,9 +86,9 @@ core::Result<BrokerMath::Aggregated> BrokerMath::aggregate(
 core::Result<BrokerMath::Evaluation> BrokerMath::evaluate(const core::JobSpec& spec, QByteArray weights)
 {
     return shielded("evaluation", [&]() -> core::Result<Evaluation> {
-        auto evaluation = m_sandbox
-            ? sandbox::evaluateInWorker(spec, weights, int(spec.training.threads), m_environment, *m_sandbox)
-            : compute::evaluate(spec, std::move(weights), m_environment, int(spec.training.threads));
+        const auto* worker = sandboxFor(spec.model);
+        auto evaluation = worker ? sandbox::evaluateInWorker(spec, weights, int(spec.training.threads), m_environment, *worker)
+                                 : compute::evaluate(spec, std::move(weights), m_environment, int(spec.training.threads));
         if (!evaluation)
             return evaluation.error();
         return Evaluation { evaluation->loss, evaluation->accuracy };
@@ -99,8 +99,9 @@ core::Result<BrokerMath::Replay> BrokerMath::replay(const core::ShardTask& task,
     const core::Digest& expected, std::int64_t to, const QByteArray& roundWeights)
 {
     return shielded("state", [&]() -> core::Result<Replay> {
-        auto replayed = m_sandbox ? sandbox::replayInWorker(task, from, state, expected, to, roundWeights, m_environment, *m_sandbox)
-                                  : replayShard(task, from, state, expected, to, roundWeights, m_environment);
+        const auto* worker = sandboxFor(task.model);
+        auto replayed = worker ? sandbox::replayInWorker(task, from, state, expected, to, roundWeights, m_environment, *worker)
+                               : replayShard(task, from, state, expected, to, roundWeights, m_environment);
         if (!replayed)
             return replayed.error();
         return Replay { replayed->checkpoints, replayed->weightsHash, replayed->weights, replayed->runtimeProfile };

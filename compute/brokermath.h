@@ -17,11 +17,18 @@ public:
     // The files jobs name (TorchScript models, tensor datasets) are blobs in the broker's store.
     BrokerMath(ComputeEnvironment environment, core::BlobStore& blobs);
 
-    // Broker/Sandbox: the calls that run a job owner's code (initial weights, evaluation, replays)
-    // run in confined one-shot tessera-compute workers (compute/sandbox/worker.h), each stopped
-    // at options.timeLimitMs; what stays here reads weights and does the broker's own arithmetic
-    // (hashes, aggregation, distances, portable traces). Without it, everything runs here.
-    void setSandbox(const sandbox::WorkerOptions& options) { m_sandbox = options; }
+    // Broker/Sandbox: the calls that run a job owner's code (initial weights, evaluation, replays
+    // of a TorchScript model: the only code an owner sends) run in confined one-shot
+    // tessera-compute workers (compute/sandbox/worker.h), each stopped at options.timeLimitMs; a
+    // zoo model is Tessera's own code and stays here (a worker's start, about a second, each
+    // round, is what a job of many small rounds would pay), as does the broker's own arithmetic
+    // (hashes, aggregation, distances, portable traces). everyModel: zoo models too (tests).
+    // Without it, everything runs here.
+    void setSandbox(const sandbox::WorkerOptions& options, bool everyModel = false)
+    {
+        m_sandbox = options;
+        m_sandboxEveryModel = everyModel;
+    }
 
     core::Result<Weights> initialWeights(const core::JobSpec& spec) override;
     core::Result<core::Digest> canonicalHash(const QByteArray& weights) override;
@@ -41,6 +48,12 @@ public:
 private:
     ComputeEnvironment m_environment;
     std::optional<sandbox::WorkerOptions> m_sandbox;
+    bool m_sandboxEveryModel = false;
+    // The worker options for a run of this model's code, if it runs in a worker.
+    const sandbox::WorkerOptions* sandboxFor(const core::ModelSpec& model) const
+    {
+        return m_sandbox && (m_sandboxEveryModel || model.source == core::ModelSpec::Source::TorchScript) ? &*m_sandbox : nullptr;
+    }
 };
 
 } // namespace tessera::compute

@@ -13,6 +13,7 @@
 #include <QJsonArray>
 #include <QJsonDocument>
 #include <QJsonObject>
+#include <QStorageInfo>
 #include <QTemporaryDir>
 
 #include <fcntl.h>
@@ -394,8 +395,14 @@ core::Result<QByteArray> runTool(const QString& command, const QStringList& extr
         return core::Error { QStringLiteral("worker"), QStringLiteral("cannot make a scratch folder in %1").arg(root) };
     const QDir folder(scratch.path());
     for (const auto& [name, bytes] : inputs) {
-        if (!writeFile(folder.filePath(name), bytes))
-            return core::Error { QStringLiteral("worker"), QStringLiteral("cannot write %1 for the compute worker").arg(name) };
+        if (!writeFile(folder.filePath(name), bytes)) {
+            // A full disk is said as such (a broker answers "disk-full", not "invalid").
+            const bool full = QStorageInfo(root).bytesAvailable() < bytes.size() + (1 << 20);
+            return core::Error { QStringLiteral("worker"),
+                QStringLiteral("cannot write %1 for the compute worker%2")
+                    .arg(name, full ? QStringLiteral(": the disk is full") : QString()),
+                full };
+        }
     }
     const auto ended = runOneShot(command, extra, folder, task, environment, options, otherLine);
     if (!ended.failure.isEmpty())
@@ -525,7 +532,8 @@ core::Result<Replay> replayInWorker(const core::ShardTask& task, std::int64_t fr
     // As for a shard: the weights' hash is the supervisor's own, not the worker's word.
     auto hashed = pickle::canonicalHash(*weights);
     if (!hashed || *hashed != *weightsHash)
-        return core::Error { QStringLiteral("worker"), QStringLiteral("the compute worker's replayed weights do not have the hash it names") };
+        return core::Error { QStringLiteral("worker"),
+            QStringLiteral("the compute worker's replayed weights do not have the hash it names") };
     replay.weightsHash = *hashed;
     replay.weights = std::move(*weights);
     replay.runtimeProfile = json.value(QStringLiteral("runtimeProfile")).toString();

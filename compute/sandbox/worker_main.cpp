@@ -443,12 +443,12 @@ int tool(const Arguments& arguments)
                 made = weights ? core::Result<QByteArray>(weights->bytes) : core::Result<QByteArray>(weights.error());
             } else {
                 auto evaluation = compute::evaluate(*spec, read("weights.in"), environmentOf(arguments), arguments.threads);
-                made = evaluation ? core::Result<QByteArray>(
-                           QJsonDocument(QJsonObject { { QStringLiteral("loss"), evaluation->loss },
-                                             { QStringLiteral("accuracy"), evaluation->accuracy },
-                                             { QStringLiteral("samples"), double(evaluation->samples) } })
-                               .toJson(QJsonDocument::Compact))
-                                  : core::Result<QByteArray>(evaluation.error());
+                made = evaluation
+                    ? core::Result<QByteArray>(QJsonDocument(QJsonObject { { QStringLiteral("loss"), evaluation->loss },
+                                                                 { QStringLiteral("accuracy"), evaluation->accuracy },
+                                                                 { QStringLiteral("samples"), double(evaluation->samples) } })
+                                                   .toJson(QJsonDocument::Compact))
+                    : core::Result<QByteArray>(evaluation.error());
             }
         } else if (arguments.command == u"replay") {
             auto task = loadTask(scratch);
@@ -456,8 +456,8 @@ int tool(const Arguments& arguments)
             if (!task || !expected) {
                 made = !task ? task.error() : expected.error();
             } else {
-                auto replayed = compute::replayShard(*task, arguments.from, read("state.in"), *expected, arguments.to,
-                    read("round.in"), environmentOf(arguments));
+                auto replayed = compute::replayShard(
+                    *task, arguments.from, read("state.in"), *expected, arguments.to, read("round.in"), environmentOf(arguments));
                 if (!replayed) {
                     made = replayed.error();
                 } else {
@@ -467,7 +467,8 @@ int tool(const Arguments& arguments)
                     const QJsonObject meta { { QStringLiteral("checkpoints"), checkpoints },
                         { QStringLiteral("weightsHash"), replayed->weightsHash.toHex() },
                         { QStringLiteral("runtimeProfile"), replayed->runtimeProfile } };
-                    if (!writeFile(scratch.filePath(QStringLiteral("answer.json")), QJsonDocument(meta).toJson(QJsonDocument::Compact)))
+                    if (!writeFile(
+                            scratch.filePath(QStringLiteral("answer.json")), QJsonDocument(meta).toJson(QJsonDocument::Compact)))
                         made = core::Error { {}, QStringLiteral("cannot write the replay's hashes into the scratch folder") };
                     else
                         made = std::move(replayed->weights);
@@ -617,8 +618,7 @@ int main(int argc, char** argv)
         return serve(arguments);
     if (arguments.command == u"answer")
         return answerQuestion(arguments);
-    if (QStringList {
-            QStringLiteral("profile"), QStringLiteral("benchmark"), QStringLiteral("rebuild"), QStringLiteral("sample"),
+    if (QStringList { QStringLiteral("profile"), QStringLiteral("benchmark"), QStringLiteral("rebuild"), QStringLiteral("sample"),
             QStringLiteral("initial"), QStringLiteral("evaluate"), QStringLiteral("replay") }
             .contains(arguments.command))
         return tool(arguments);
