@@ -121,7 +121,8 @@ QList<Key> makeKeys()
         intKey(BrokerMaxDeadlineSeconds, 3'600, 30, 604'800,
             "Longest deadline of a shard, whatever the node claims; a late shard also goes to a second node."),
         boolKey(BrokerSandbox, true,
-            "Run a job's TorchScript code on the broker (its initial weights, evaluation, replays) in confined tessera-compute workers, "
+            "Run a job's TorchScript code on the broker (its initial weights, evaluation, replays) in confined tessera-compute "
+            "workers, "
             "each stopped after Broker/MaxDeadlineSeconds: a model that never returns fails its job, not the broker. false: "
             "in the broker's process."),
         boolKey(AppStartAtLogin, false, "Start the app when the desktop session starts (XDG autostart)."),
