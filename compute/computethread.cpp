@@ -26,14 +26,11 @@ struct QueuedShard {
     std::int64_t timeLimitMs = 0; // what is left of it when paused
 };
 
-// Each call's size: see stepsPerCall below. On the thread: one step a call (a boundary after each);
-// in a worker, as many as fill about CallNs (a progress report's interval: each round trip
-// through the pipes costs about 0.5 ms here, mostly waking two processes on a VM, 0.5% of such a
-// call; a pause waits for at most one call; ThrottledCallNs under a duty cycle, which rests after
-// each call).
-using Steps = ShardSteps;
-
-class WorkerSteps final : public Steps {
+// A shard in a worker, driven in calls of as many steps as fill about CallNs (a progress report's
+// interval: each round trip through the pipes costs about 0.5 ms here, mostly waking two processes
+// on a VM, 0.5% of such a call; a pause waits for at most one call; ThrottledCallNs under a duty
+// cycle, which rests after each call).
+class WorkerSteps final : public ShardSteps {
 public:
     explicit WorkerSteps(std::unique_ptr<sandbox::RemoteShardRun> run)
         : m_run(std::move(run))
@@ -143,7 +140,7 @@ struct ComputeThread::Private {
         return { sandbox.enabled, options };
     }
     // The shard's run, on this thread or in a worker (sandbox), or why it cannot start.
-    core::Result<std::unique_ptr<Steps>> open(const QueuedShard& item, const ComputeEnvironment& here);
+    core::Result<std::unique_ptr<ShardSteps>> open(const QueuedShard& item, const ComputeEnvironment& here);
     // Answers every waiting StateRequest (without the mutex held on entry).
     void serveStateRequests();
     // With the mutex held: waits at a hold placed on this step, if any, until something ends it.
@@ -346,10 +343,10 @@ void ComputeThread::Private::loop()
         } catch (const std::exception& error) {
             // ShardRun reports errors as values; this is the last line of defence for the thread.
             Q_EMIT q->shardFinished(
-                { sandbox::failedInSupervisor(task, QStringLiteral("internal error: %1").arg(QString::fromUtf8(error.what()))),
+                { core::ShardResult::failedOf(task, QStringLiteral("internal error: %1").arg(QString::fromUtf8(error.what()))),
                     {}, {} });
         } catch (...) {
-            Q_EMIT q->shardFinished({ sandbox::failedInSupervisor(task, QStringLiteral("internal error")), {}, {} });
+            Q_EMIT q->shardFinished({ core::ShardResult::failedOf(task, QStringLiteral("internal error")), {}, {} });
         }
     }
     worker.reset();
@@ -379,7 +376,7 @@ void ComputeThread::Private::runShard(QueuedShard item)
         }
     }
     if (!refusal.isEmpty()) {
-        auto result = sandbox::failedInSupervisor(task, refusal);
+        auto result = core::ShardResult::failedOf(task, refusal);
         result.outcome = core::ShardResult::Outcome::Returned;
         Q_EMIT q->shardFinished({ result, {}, {} });
         return;
@@ -395,7 +392,7 @@ void ComputeThread::Private::runShard(QueuedShard item)
             Q_EMIT q->shardCancelled(task);
             return;
         }
-        auto result = sandbox::failedInSupervisor(task, opened.error().message);
+        auto result = core::ShardResult::failedOf(task, opened.error().message);
         if (opened.error().field == u"sandbox") { // this node cannot start its worker: not the job's fault
             result.outcome = core::ShardResult::Outcome::Returned;
             qWarning("tessera: %s", qPrintable(opened.error().message));
@@ -429,7 +426,7 @@ void ComputeThread::Private::runShard(QueuedShard item)
                 lock.unlock();
                 auto state = run->suspend();
                 if (!state) {
-                    Q_EMIT q->shardFinished({ sandbox::failedInSupervisor(task, state.error().toString()), {}, {} });
+                    Q_EMIT q->shardFinished({ core::ShardResult::failedOf(task, state.error().toString()), {}, {} });
                     return;
                 }
                 if (!stopping) {
@@ -462,7 +459,7 @@ void ComputeThread::Private::runShard(QueuedShard item)
                 Q_EMIT q->shardCancelled(task);
                 return;
             }
-            auto failed = sandbox::failedInSupervisor(task, status.error().toString());
+            auto failed = core::ShardResult::failedOf(task, status.error().toString());
             if (stoppedWhileStuck(status.error().message)) {
                 failed.outcome = core::ShardResult::Outcome::Returned;
                 failed.failure = QStringLiteral("a step ran on for %1 s after the node was asked to pause; its worker was "
@@ -511,7 +508,7 @@ void ComputeThread::Private::runShard(QueuedShard item)
         setState(State::Paused);
 }
 
-core::Result<std::unique_ptr<Steps>> ComputeThread::Private::open(const QueuedShard& item, const ComputeEnvironment& here)
+core::Result<std::unique_ptr<ShardSteps>> ComputeThread::Private::open(const QueuedShard& item, const ComputeEnvironment& here)
 {
     const auto& task = item.task;
     auto [enabled, options] = workerOptions(item.timeLimitMs);
@@ -545,7 +542,7 @@ core::Result<std::unique_ptr<Steps>> ComputeThread::Private::open(const QueuedSh
         worker.reset();
     if (!opened)
         return opened.error();
-    return std::unique_ptr<Steps>(std::make_unique<WorkerSteps>(std::move(*opened)));
+    return std::unique_ptr<ShardSteps>(std::make_unique<WorkerSteps>(std::move(*opened)));
 }
 
 void ComputeThread::Private::serveStateRequests()

@@ -479,12 +479,7 @@ ShardOutput ShardRun::finish()
 
 core::ShardResult failedResult(const core::ShardTask& task, const QString& why)
 {
-    core::ShardResult result;
-    result.jobId = task.jobId;
-    result.round = task.round;
-    result.shard = task.shard;
-    result.outcome = core::ShardResult::Outcome::Failed;
-    result.failure = why;
+    auto result = core::ShardResult::failedOf(task, why);
     result.runtimeProfile = profileOf(task, c10::Device(c10::kCPU));
     return result;
 }

@@ -1,6 +1,8 @@
 #include "shardresult.h"
 
 #include "jsonreader.h"
+#include "nodeinfo.h"
+#include "shardtask.h"
 
 #include <QJsonArray>
 
@@ -114,6 +116,19 @@ QJsonObject ShardResult::toJson() const
         lossArray.append(loss);
     json.insert(QStringLiteral("losses"), lossArray);
     return json;
+}
+
+ShardResult ShardResult::failedOf(const ShardTask& task, const QString& why)
+{
+    ShardResult result;
+    result.jobId = task.jobId;
+    result.round = task.round;
+    result.shard = task.shard;
+    result.outcome = Outcome::Failed;
+    result.failure = why;
+    if (task.portable)
+        result.runtimeProfile = PortableProfile;
+    return result;
 }
 
 bool ShardResult::failedInSandbox() const

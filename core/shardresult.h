@@ -12,6 +12,8 @@
 
 namespace tessera::core {
 
+struct ShardTask;
+
 // What a node commits to before it reveals its weights: the hash of its final weights and the
 // root of its checkpoint hash chain. Disputes bisect over the chain (docs/PROTOCOL.md).
 struct Commitment {
@@ -59,6 +61,9 @@ struct ShardResult {
     // starts "time limit:", "out of memory", "forbidden call:" or "crash:", docs/PROTOCOL.md): it
     // counts against the shard, whose job fails when distinct nodes agree, not in the node's record.
     bool failedInSandbox() const;
+    // A failed result of `task` for `why`, without a runtime profile unless the task is portable
+    // (whose profile is fixed): what a node's supervisor says of a shard its worker did not finish.
+    static ShardResult failedOf(const ShardTask& task, const QString& why);
     QJsonObject toJson() const;
 
     bool operator==(const ShardResult&) const = default;

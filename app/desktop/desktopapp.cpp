@@ -416,10 +416,9 @@ void DesktopApp::learnRuntime()
             return;
         withRuntime(*m_identity, *runtime);
         refresh();
-        if (m_sessionsWaitForRuntime) {
-            m_sessionsWaitForRuntime = false;
-            if (m_contribution.contributing())
-                restartSessions();
+        // Contributing was asked for before the runtime was known: the sessions start now.
+        if (m_contribution.contributing() && (!m_contributor || !m_contributor->running()) && !m_measuringFirstStart) {
+            restartSessions();
             updateState();
         }
     });
@@ -431,10 +430,8 @@ void DesktopApp::restartSessions()
 {
     if (!m_identity)
         return;
-    if (m_identity->info.runtimeProfile.isEmpty()) { // learnRuntime() starts them when it knows it
-        m_sessionsWaitForRuntime = true;
+    if (m_identity->info.runtimeProfile.isEmpty()) // learnRuntime() starts them when it knows it
         return;
-    }
     ensureContributor();
     const auto list = brokers();
     m_sessionBrokers.clear();

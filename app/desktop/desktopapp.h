@@ -135,7 +135,6 @@ private:
     bool m_computePaused = false;
     bool m_measuringFirstStart = false; // the first-start benchmark runs; contributing starts after it
     bool m_firstStartChecked = false;
-    bool m_sessionsWaitForRuntime = false; // restartSessions() was asked for before the runtime was known
     QSet<QString> m_pausedDevices;
     QStringList m_sessionBrokers; // the brokers the running sessions serve
     QJsonObject m_account; // the node's balance and stake at the first broker, last asked

@@ -1,8 +1,8 @@
 #include "embeddedbroker.h"
 
+#include <core/helperprogram.h>
 #include <core/settings/settings.h>
 
-#include <QCoreApplication>
 #include <QDir>
 #include <QFileInfo>
 #include <QProcess>
@@ -49,12 +49,7 @@ EmbeddedBroker::~EmbeddedBroker()
 
 QString EmbeddedBroker::defaultBrokerProgram()
 {
-    if (const QString named = qEnvironmentVariable("TESSERA_BROKER_PROGRAM"); !named.isEmpty())
-        return named;
-    const QString beside = QCoreApplication::applicationDirPath() + QStringLiteral("/tessera-broker");
-    if (QFileInfo(beside).isExecutable())
-        return beside;
-    return QStringLiteral(TESSERA_BIN_DIR "/tessera-broker");
+    return core::helperProgram("TESSERA_BROKER_PROGRAM", QStringLiteral("tessera-broker"), QStringLiteral(TESSERA_BIN_DIR));
 }
 
 core::Result<QString> EmbeddedBroker::start(Options options)

@@ -1,6 +1,7 @@
 #include "devices.h"
 
-#include <QCoreApplication>
+#include <core/helperprogram.h>
+
 #include <QFile>
 #include <QFileInfo>
 #include <QJsonDocument>
@@ -330,10 +331,7 @@ DeviceReport detectDevices(const QString& probeProgram, const TorchCapabilities&
 
 QString defaultProbeProgram()
 {
-    const QString beside = QCoreApplication::applicationDirPath() + QStringLiteral("/tessera-device-probe");
-    if (QFileInfo(beside).isExecutable())
-        return beside;
-    return QStringLiteral(TESSERA_LIBEXEC_DIR "/tessera-device-probe");
+    return core::helperProgram(nullptr, QStringLiteral("tessera-device-probe"), QStringLiteral(TESSERA_LIBEXEC_DIR));
 }
 
 } // namespace tessera::compute

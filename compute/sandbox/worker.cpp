@@ -1,10 +1,9 @@
 #include "worker.h"
 
 #include <compute/pickle/tensorfile.h>
-#include <core/nodeinfo.h>
+#include <core/helperprogram.h>
 #include <core/readfile.h>
 
-#include <QCoreApplication>
 #include <QDateTime>
 #include <QDir>
 #include <QElapsedTimer>
@@ -43,7 +42,7 @@ bool writeFile(const QString& path, const QByteArray& bytes)
 
 ShardOutput failed(const core::ShardTask& task, const QString& why)
 {
-    return { failedInSupervisor(task, why), {}, {} };
+    return { core::ShardResult::failedOf(task, why), {}, {} };
 }
 
 // The task and inputs of one shard in a worker's scratch folder (suspended: only to resume), and
@@ -57,13 +56,25 @@ bool writeInputs(const QDir& folder, const core::ShardTask& task, const QByteArr
         && (suspended.isEmpty() || writeFile(folder.filePath(QStringLiteral("suspended.in")), suspended));
 }
 
+QString scratchRootOf(const WorkerOptions& options)
+{
+    return options.scratchRoot.isEmpty() ? QDir::tempPath() : options.scratchRoot;
+}
+
+// A fresh, empty scratch folder for one worker (removed with the object; check isValid()).
+std::unique_ptr<QTemporaryDir> makeScratch(const WorkerOptions& options)
+{
+    const QString root = scratchRootOf(options);
+    QDir().mkpath(root);
+    return std::make_unique<QTemporaryDir>(QDir(root).filePath(QStringLiteral("tessera-worker-XXXXXX")));
+}
+
 // A fresh scratch folder for one worker, holding its first task and inputs.
 core::Result<std::unique_ptr<QTemporaryDir>> prepareScratch(
     const core::ShardTask& task, const QByteArray& startWeights, const QByteArray& suspended, const WorkerOptions& options)
 {
-    const QString root = options.scratchRoot.isEmpty() ? QDir::tempPath() : options.scratchRoot;
-    QDir().mkpath(root);
-    auto scratch = std::make_unique<QTemporaryDir>(QDir(root).filePath(QStringLiteral("tessera-worker-XXXXXX")));
+    const QString root = scratchRootOf(options);
+    auto scratch = makeScratch(options);
     if (!scratch->isValid() || !writeInputs(QDir(scratch->path()), task, startWeights, suspended))
         return core::Error { QStringLiteral("worker"),
             QStringLiteral("cannot write the compute worker's task into %1").arg(root) };
@@ -199,19 +210,6 @@ int spawnWorker(
 
 } // namespace
 
-core::ShardResult failedInSupervisor(const core::ShardTask& task, const QString& why)
-{
-    core::ShardResult result;
-    result.jobId = task.jobId;
-    result.round = task.round;
-    result.shard = task.shard;
-    result.outcome = core::ShardResult::Outcome::Failed;
-    result.failure = why;
-    if (task.portable)
-        result.runtimeProfile = core::PortableProfile;
-    return result;
-}
-
 int removeStaleScratch(const QString& root, std::int64_t olderThanMs)
 {
     const QDir folder(root.isEmpty() ? QDir::tempPath() : root);
@@ -226,12 +224,7 @@ int removeStaleScratch(const QString& root, std::int64_t olderThanMs)
 
 QString defaultWorkerProgram()
 {
-    if (const QString named = qEnvironmentVariable("TESSERA_COMPUTE_WORKER"); !named.isEmpty())
-        return named;
-    const QString beside = QCoreApplication::applicationDirPath() + QStringLiteral("/tessera-compute");
-    if (QFileInfo(beside).isExecutable())
-        return beside;
-    return QStringLiteral(TESSERA_LIBEXEC_DIR "/tessera-compute");
+    return core::helperProgram("TESSERA_COMPUTE_WORKER", QStringLiteral("tessera-compute"), QStringLiteral(TESSERA_LIBEXEC_DIR));
 }
 
 namespace {
@@ -239,6 +232,7 @@ namespace {
 // How a one-shot worker (train, answer) ended.
 struct OneShot {
     QString failure; // empty: it ended cleanly, saying "done"
+    bool started = true; // false: the program could not be started
 };
 
 // Runs `command` on the task in `scratch` to its end: progress lines go to options.progress, and
@@ -256,7 +250,8 @@ OneShot runOneShot(const QString& command, const QStringList& extra, const QDir&
             false, pid, unused, outFd, errFd);
         spawned != 0)
         return {
-            QStringLiteral("cannot start the compute worker %1: %2").arg(program, QString::fromLocal8Bit(std::strerror(spawned)))
+            QStringLiteral("cannot start the compute worker %1: %2").arg(program, QString::fromLocal8Bit(std::strerror(spawned))),
+            false
         };
 
     QByteArray stdoutBuffer;
@@ -356,44 +351,20 @@ ShardOutput runShardInWorker(const core::ShardTask& task, const QByteArray& star
     return collectOutput(task, folder);
 }
 
-core::Result<QByteArray> answerInWorker(const core::ShardTask& task, const core::DisputeQuestion& question,
-    const QByteArray& startWeights, const QByteArray& keptState, const ComputeEnvironment& environment,
-    const WorkerOptions& options)
-{
-    auto prepared = prepareScratch(task, startWeights, {}, options);
-    if (!prepared)
-        return prepared.error();
-    const QDir folder((*prepared)->path());
-    if (!keptState.isEmpty() && !writeFile(folder.filePath(QStringLiteral("kept.in")), keptState))
-        return core::Error { QStringLiteral("worker"), QStringLiteral("cannot write the kept state for the compute worker") };
-    const QStringList extra { QStringLiteral("--want"), core::DisputeQuestion::nameOf(question.want),
-        QStringLiteral("--checkpoint"), QString::number(question.checkpoint), QStringLiteral("--step"),
-        QString::number(question.step), QStringLiteral("--instruction"), QString::number(question.instruction) };
-    const auto ended = runOneShot(QStringLiteral("answer"), extra, folder, task, environment, options);
-    if (!ended.failure.isEmpty())
-        return core::Error { {}, ended.failure };
-    if (const auto why = core::readFile(folder.filePath(QStringLiteral("error.txt"))); why && !why->isEmpty())
-        return core::Error { {}, QString::fromUtf8(*why) };
-    auto answer = core::readFile(folder.filePath(QStringLiteral("answer.out")));
-    if (!answer)
-        return core::Error { {}, QStringLiteral("crash: the compute worker ended without an answer") };
-    return *answer;
-}
-
 namespace {
 
-// A one-shot worker's tool: `inputs` written into a scratch folder of its own, what it left in
-// answer.out read back (error.txt: why not).
+// A one-shot worker's command (a dispute's answer, a tool): `inputs` written into a scratch folder
+// of its own, what it left in answer.out read back (error.txt: why not). Field "worker": the worker
+// could not be started or given its inputs (the node's installation or disk); none: it ran.
 core::Result<QByteArray> runTool(const QString& command, const QStringList& extra,
     const QList<std::pair<QString, QByteArray>>& inputs, const core::ShardTask& task, const ComputeEnvironment& environment,
     const WorkerOptions& options, const std::function<void(const QByteArray&)>& otherLine = {}, QByteArray* meta = nullptr)
 {
-    const QString root = options.scratchRoot.isEmpty() ? QDir::tempPath() : options.scratchRoot;
-    QDir().mkpath(root);
-    QTemporaryDir scratch(QDir(root).filePath(QStringLiteral("tessera-worker-XXXXXX")));
-    if (!scratch.isValid())
+    const QString root = scratchRootOf(options);
+    const auto scratch = makeScratch(options);
+    if (!scratch->isValid())
         return core::Error { QStringLiteral("worker"), QStringLiteral("cannot make a scratch folder in %1").arg(root) };
-    const QDir folder(scratch.path());
+    const QDir folder(scratch->path());
     for (const auto& [name, bytes] : inputs) {
         if (!writeFile(folder.filePath(name), bytes)) {
             // A full disk is said as such (a broker answers "disk-full", not "invalid").
@@ -406,12 +377,12 @@ core::Result<QByteArray> runTool(const QString& command, const QStringList& extr
     }
     const auto ended = runOneShot(command, extra, folder, task, environment, options, otherLine);
     if (!ended.failure.isEmpty())
-        return core::Error { QStringLiteral("worker"), ended.failure };
+        return core::Error { ended.started ? QString() : QStringLiteral("worker"), ended.failure };
     if (const auto why = core::readFile(folder.filePath(QStringLiteral("error.txt"))); why && !why->isEmpty())
         return core::Error { {}, QString::fromUtf8(*why) };
     auto answer = core::readFile(folder.filePath(QStringLiteral("answer.out")));
     if (!answer)
-        return core::Error { QStringLiteral("worker"), QStringLiteral("crash: the compute worker ended without an answer") };
+        return core::Error { {}, QStringLiteral("crash: the compute worker ended without an answer") };
     if (meta)
         *meta = core::readFile(folder.filePath(QStringLiteral("answer.json"))).value_or(QByteArray());
     return *answer;
@@ -427,6 +398,21 @@ core::ShardTask filesOf(const core::JobSpec& spec)
 }
 
 } // namespace
+
+core::Result<QByteArray> answerInWorker(const core::ShardTask& task, const core::DisputeQuestion& question,
+    const QByteArray& startWeights, const QByteArray& keptState, const ComputeEnvironment& environment,
+    const WorkerOptions& options)
+{
+    QList<std::pair<QString, QByteArray>> inputs { { QStringLiteral("task.json"),
+                                                       QJsonDocument(task.toJson()).toJson(QJsonDocument::Compact) },
+        { QStringLiteral("weights.in"), startWeights } };
+    if (!keptState.isEmpty())
+        inputs.append({ QStringLiteral("kept.in"), keptState });
+    const QStringList extra { QStringLiteral("--want"), core::DisputeQuestion::nameOf(question.want),
+        QStringLiteral("--checkpoint"), QString::number(question.checkpoint), QStringLiteral("--step"),
+        QString::number(question.step), QStringLiteral("--instruction"), QString::number(question.instruction) };
+    return runTool(QStringLiteral("answer"), extra, inputs, task, environment, options);
+}
 
 core::Result<RuntimeInfo> runtimeInWorker(int threads, const WorkerOptions& options)
 {

@@ -38,11 +38,6 @@ struct WorkerOptions {
     std::function<bool()> cancelled; // asked about every 100 ms; true: the worker is killed
 };
 
-// A failed result made by the supervisor (a worker that could not start, was killed, or a shard
-// refused before it trained): compute::failedResult without LibTorch, so without a runtime
-// profile unless the task is portable (whose profile is fixed).
-core::ShardResult failedInSupervisor(const core::ShardTask& task, const QString& why);
-
 // Removes the scratch folders of workers under `root` (empty: the system's temporary folder) not
 // touched for `olderThanMs`: a supervisor that crashed leaves its worker's folder behind, with a
 // model's weights in it. A live worker's folder changes with each shard, and no shard computes for

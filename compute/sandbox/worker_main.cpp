@@ -65,6 +65,7 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <functional>
 #include <memory>
 #include <new>
 #include <optional>
@@ -374,33 +375,19 @@ int serve(const Arguments& arguments)
     return 0;
 }
 
-// A dispute's question about a shard the node trained: the state at a checkpoint, or a portable
-// job's trace or operands, from weights.in and kept.in (absent: none) into answer.out; why not
-// into error.txt.
-int answerQuestion(const Arguments& arguments)
+// Leaves what `make` gives in the scratch folder's answer.out, or why not in error.txt (an
+// exception too), and prints "done": the end of every one-shot command but train.
+int writeAnswer(const Arguments& arguments, const std::function<core::Result<QByteArray>()>& make)
 {
-    const QDir scratch(arguments.scratch);
-    auto task = loadTask(scratch);
-    if (!task)
-        return usage(qPrintable(task.error().toString()));
-    auto read
-        = [&](const char* name) { return core::readFile(scratch.filePath(QString::fromLatin1(name))).value_or(QByteArray()); };
-    const auto environment = environmentOf(arguments);
-    const auto start = read("weights.in");
-    const auto kept = read("kept.in");
-    const auto& question = arguments.question;
-    using Want = core::DisputeQuestion::Want;
     core::Result<QByteArray> made = core::Error { {}, QStringLiteral("no answer") };
     try {
-        made = question.want == Want::Trace ? compute::traceInterval(*task, start, kept, question.checkpoint, environment)
-            : question.want == Want::Operands
-            ? compute::operandsOf(*task, start, kept, question.step, question.instruction, environment)
-            : compute::recreateState(*task, start, kept, question.checkpoint, environment);
+        made = make();
     } catch (const std::bad_alloc&) {
         made = core::Error { {}, reasonOf(QStringLiteral("std::bad_alloc"), arguments.memoryMiB) };
     } catch (const std::exception& failure) {
         made = core::Error { {}, QStringLiteral("internal error: %1").arg(QString::fromUtf8(failure.what())) };
     }
+    const QDir scratch(arguments.scratch);
     const bool written = made ? writeFile(scratch.filePath(QStringLiteral("answer.out")), *made)
                               : writeFile(scratch.filePath(QStringLiteral("error.txt")), made.error().toString().toUtf8());
     if (!written)
@@ -409,92 +396,99 @@ int answerQuestion(const Arguments& arguments)
     return 0;
 }
 
-// The node's own work with LibTorch, for a supervisor without it: the answer into answer.out, or
-// why not into error.txt.
-int tool(const Arguments& arguments)
+// A dispute's question about a shard the node trained: the state at a checkpoint, or a portable
+// job's trace or operands, from weights.in and kept.in (absent: none).
+int answerQuestion(const Arguments& arguments)
+{
+    const QDir scratch(arguments.scratch);
+    auto task = loadTask(scratch);
+    if (!task)
+        return usage(qPrintable(task.error().toString()));
+    auto read
+        = [&](const char* name) { return core::readFile(scratch.filePath(QString::fromLatin1(name))).value_or(QByteArray()); };
+    return writeAnswer(arguments, [&]() -> core::Result<QByteArray> {
+        const auto environment = environmentOf(arguments);
+        const auto start = read("weights.in");
+        const auto kept = read("kept.in");
+        const auto& question = arguments.question;
+        using Want = core::DisputeQuestion::Want;
+        return question.want == Want::Trace ? compute::traceInterval(*task, start, kept, question.checkpoint, environment)
+            : question.want == Want::Operands
+            ? compute::operandsOf(*task, start, kept, question.step, question.instruction, environment)
+            : compute::recreateState(*task, start, kept, question.checkpoint, environment);
+    });
+}
+
+// The node's own work with LibTorch for a supervisor without it, and a broker's runs of a job's
+// code (the commands at the top).
+core::Result<QByteArray> toolOutput(const Arguments& arguments)
 {
     const QDir scratch(arguments.scratch);
     auto read
         = [&](const char* name) { return core::readFile(scratch.filePath(QString::fromLatin1(name))).value_or(QByteArray()); };
-    core::Result<QByteArray> made = core::Error { {}, QStringLiteral("no answer") };
-    try {
-        if (arguments.command == u"profile") {
-            const auto torch = compute::torchCapabilities();
-            made = QJsonDocument(
-                QJsonObject { { QStringLiteral("runtimeProfile"), compute::currentRuntimeProfile(arguments.threads).toString() },
-                    { QStringLiteral("cuda"), torch.cuda }, { QStringLiteral("cudaDevices"), torch.cudaDevices } })
-                       .toJson(QJsonDocument::Compact);
-        } else if (arguments.command == u"benchmark") {
-            auto options = arguments.benchmark;
-            options.threads = arguments.threads;
-            options.progress = [](const QString& name, int repetition) {
-                std::printf("benchmark %s %d\n", qPrintable(name), repetition);
-                std::fflush(stdout);
-            };
-            made = QJsonDocument(compute::runBenchmark(options).toJson()).toJson(QJsonDocument::Compact);
-        } else if (arguments.command == u"rebuild") {
-            made = compute::roundWeightsFromChange(read("previous.in"), read("change.in"));
-        } else if (arguments.command == u"initial" || arguments.command == u"evaluate") {
-            auto spec = core::JobSpec::fromJson(QJsonDocument::fromJson(read("job.json")).object());
-            if (!spec) {
-                made = spec.error();
-            } else if (arguments.command == u"initial") {
-                auto weights = compute::initialWeights(*spec, environmentOf(arguments));
-                made = weights ? core::Result<QByteArray>(weights->bytes) : core::Result<QByteArray>(weights.error());
-            } else {
-                auto evaluation = compute::evaluate(*spec, read("weights.in"), environmentOf(arguments), arguments.threads);
-                made = evaluation
-                    ? core::Result<QByteArray>(QJsonDocument(QJsonObject { { QStringLiteral("loss"), evaluation->loss },
-                                                                 { QStringLiteral("accuracy"), evaluation->accuracy },
-                                                                 { QStringLiteral("samples"), double(evaluation->samples) } })
-                                                   .toJson(QJsonDocument::Compact))
-                    : core::Result<QByteArray>(evaluation.error());
-            }
-        } else if (arguments.command == u"replay") {
-            auto task = loadTask(scratch);
-            auto expected = core::Digest::fromHex(arguments.expected);
-            if (!task || !expected) {
-                made = !task ? task.error() : expected.error();
-            } else {
-                auto replayed = compute::replayShard(
-                    *task, arguments.from, read("state.in"), *expected, arguments.to, read("round.in"), environmentOf(arguments));
-                if (!replayed) {
-                    made = replayed.error();
-                } else {
-                    QJsonArray checkpoints;
-                    for (const auto& hash : replayed->checkpoints)
-                        checkpoints.append(hash.toHex());
-                    const QJsonObject meta { { QStringLiteral("checkpoints"), checkpoints },
-                        { QStringLiteral("weightsHash"), replayed->weightsHash.toHex() },
-                        { QStringLiteral("runtimeProfile"), replayed->runtimeProfile } };
-                    if (!writeFile(
-                            scratch.filePath(QStringLiteral("answer.json")), QJsonDocument(meta).toJson(QJsonDocument::Compact)))
-                        made = core::Error { {}, QStringLiteral("cannot write the replay's hashes into the scratch folder") };
-                    else
-                        made = std::move(replayed->weights);
-                }
-            }
-        } else if (arguments.command == u"sample") {
-            auto spec = core::JobSpec::fromJson(QJsonDocument::fromJson(read("job.json")).object());
-            if (!spec) {
-                made = spec.error();
-            } else {
-                auto options = arguments.sample;
-                options.prompt = read("prompt.in");
-                made = compute::sampleText(spec->model, read("weights.in"), options, environmentOf(arguments));
-            }
-        }
-    } catch (const std::bad_alloc&) {
-        made = core::Error { {}, reasonOf(QStringLiteral("std::bad_alloc"), arguments.memoryMiB) };
-    } catch (const std::exception& failure) {
-        made = core::Error { {}, QStringLiteral("internal error: %1").arg(QString::fromUtf8(failure.what())) };
+    const QString& command = arguments.command;
+    if (command == u"profile") {
+        const auto torch = compute::torchCapabilities();
+        return QJsonDocument(
+            QJsonObject { { QStringLiteral("runtimeProfile"), compute::currentRuntimeProfile(arguments.threads).toString() },
+                { QStringLiteral("cuda"), torch.cuda }, { QStringLiteral("cudaDevices"), torch.cudaDevices } })
+            .toJson(QJsonDocument::Compact);
     }
-    const bool written = made ? writeFile(scratch.filePath(QStringLiteral("answer.out")), *made)
-                              : writeFile(scratch.filePath(QStringLiteral("error.txt")), made.error().toString().toUtf8());
-    if (!written)
-        return usage("cannot write the answer into the scratch folder");
-    std::printf("done\n");
-    return 0;
+    if (command == u"benchmark") {
+        auto options = arguments.benchmark;
+        options.threads = arguments.threads;
+        options.progress = [](const QString& name, int repetition) {
+            std::printf("benchmark %s %d\n", qPrintable(name), repetition);
+            std::fflush(stdout);
+        };
+        return QJsonDocument(compute::runBenchmark(options).toJson()).toJson(QJsonDocument::Compact);
+    }
+    if (command == u"rebuild")
+        return compute::roundWeightsFromChange(read("previous.in"), read("change.in"));
+    if (command == u"replay") {
+        auto task = loadTask(scratch);
+        if (!task)
+            return task.error();
+        auto expected = core::Digest::fromHex(arguments.expected);
+        if (!expected)
+            return expected.error();
+        auto replayed = compute::replayShard(
+            *task, arguments.from, read("state.in"), *expected, arguments.to, read("round.in"), environmentOf(arguments));
+        if (!replayed)
+            return replayed.error();
+        QJsonArray checkpoints;
+        for (const auto& hash : replayed->checkpoints)
+            checkpoints.append(hash.toHex());
+        const QJsonObject meta { { QStringLiteral("checkpoints"), checkpoints },
+            { QStringLiteral("weightsHash"), replayed->weightsHash.toHex() },
+            { QStringLiteral("runtimeProfile"), replayed->runtimeProfile } };
+        if (!writeFile(scratch.filePath(QStringLiteral("answer.json")), QJsonDocument(meta).toJson(QJsonDocument::Compact)))
+            return core::Error { {}, QStringLiteral("cannot write the replay's hashes into the scratch folder") };
+        return std::move(replayed->weights);
+    }
+    // The rest run the model of the job in job.json.
+    auto spec = core::JobSpec::fromJson(QJsonDocument::fromJson(read("job.json")).object());
+    if (!spec)
+        return spec.error();
+    const auto environment = environmentOf(arguments);
+    if (command == u"initial") {
+        auto weights = compute::initialWeights(*spec, environment);
+        if (!weights)
+            return weights.error();
+        return weights->bytes;
+    }
+    if (command == u"evaluate") {
+        auto evaluation = compute::evaluate(*spec, read("weights.in"), environment, arguments.threads);
+        if (!evaluation)
+            return evaluation.error();
+        return QJsonDocument(
+            QJsonObject { { QStringLiteral("loss"), evaluation->loss }, { QStringLiteral("accuracy"), evaluation->accuracy },
+                { QStringLiteral("samples"), double(evaluation->samples) } })
+            .toJson(QJsonDocument::Compact);
+    }
+    auto options = arguments.sample; // sample
+    options.prompt = read("prompt.in");
+    return compute::sampleText(spec->model, read("weights.in"), options, environment);
 }
 
 } // namespace
@@ -621,6 +615,6 @@ int main(int argc, char** argv)
     if (QStringList { QStringLiteral("profile"), QStringLiteral("benchmark"), QStringLiteral("rebuild"), QStringLiteral("sample"),
             QStringLiteral("initial"), QStringLiteral("evaluate"), QStringLiteral("replay") }
             .contains(arguments.command))
-        return tool(arguments);
+        return writeAnswer(arguments, [&] { return toolOutput(arguments); });
     return usage("an unknown command");
 }

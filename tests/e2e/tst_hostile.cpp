@@ -76,12 +76,15 @@ private Q_SLOTS:
     {
         Cluster cluster;
         cluster.startBroker({}, QStringLiteral("MaxDeadlineSeconds=30\n"));
-        const QString model = cluster.path(QStringLiteral("endless.pt"));
+        // The hostile models of tst_compute's fixtures (tests/compute/python/make_fixtures.py), endless.pt among them.
+        const QString fixtures = cluster.path(QStringLiteral("fixtures"));
+        QVERIFY(QDir().mkpath(fixtures));
         QProcess python;
         python.setProcessChannelMode(QProcess::MergedChannels);
-        python.start(Python, { QStringLiteral(TESSERA_SOURCE_DIR "/tests/e2e/python/endless_model.py"), model });
+        python.start(Python, { QStringLiteral(TESSERA_SOURCE_DIR "/tests/compute/python/make_fixtures.py"), fixtures });
         QVERIFY(python.waitForFinished(120'000));
         QVERIFY2(python.exitCode() == 0, python.readAll().constData());
+        QVERIFY(QFile::copy(QDir(fixtures).filePath(QStringLiteral("endless.pt")), cluster.path(QStringLiteral("endless.pt"))));
         const QString hostileFile = cluster.path(QStringLiteral("endless.json"));
         Cluster::writeFile(hostileFile, QStringLiteral(R"({"version": 1, "name": "endless",
                 "model": {"torchscript": {"file": "endless.pt"}}, "dataset": {"builtin": "fashion-mnist"},
