@@ -65,6 +65,22 @@ core::Result<core::Digest> BrokerMath::canonicalHash(const QByteArray& weights)
     return shielded("weights", [&]() -> core::Result<core::Digest> { return canonicalHashOf(weights); });
 }
 
+core::Result<BrokerMath::Inspection> BrokerMath::inspectResult(const QString& revealedPath, const QString& roundWeightsPath)
+{
+    return shielded("weights", [&]() -> core::Result<Inspection> {
+        auto revealed = core::readFile(revealedPath);
+        if (!revealed)
+            return core::Error { QStringLiteral("weights"), revealed.error().message };
+        auto round = core::readFile(roundWeightsPath);
+        if (!round)
+            return core::Error { QStringLiteral("weights"), round.error().message };
+        auto form = inspectRevealed(*revealed, *round);
+        if (!form)
+            return form.error();
+        return Inspection { form->canonicalHash, form->unfit, form->updateNorm };
+    });
+}
+
 core::Result<BrokerMath::Aggregated> BrokerMath::aggregate(
     const core::AggregationSpec& spec, QByteArray global, const QList<Update>& updates, const QByteArray& outerState)
 {

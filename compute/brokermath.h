@@ -32,6 +32,7 @@ public:
 
     core::Result<Weights> initialWeights(const core::JobSpec& spec) override;
     core::Result<core::Digest> canonicalHash(const QByteArray& weights) override;
+    core::Result<Inspection> inspectResult(const QString& revealedPath, const QString& roundWeightsPath) override;
     core::Result<Aggregated> aggregate(const core::AggregationSpec& spec, QByteArray global, const QList<Update>& updates,
         const QByteArray& outerState) override;
     core::Result<Evaluation> evaluate(const core::JobSpec& spec, QByteArray weights) override;

@@ -430,8 +430,18 @@ namespace {
 // compressed update from the round's weights.
 core::Result<NamedTensors> reveal(const core::ShardTask& task, NamedTensors final, const QByteArray& roundWeights)
 {
-    if (task.compression == core::Compression::None)
+    if (task.compression == core::Compression::None) {
+        // The broker refuses a result that is not finite as a signed lie: an honest node fails the
+        // shard instead (a compressed update is checked the same way as it is quantised).
+        for (const auto& [name, tensor] : final) {
+            if (tensor.is_floating_point() && !torch::isfinite(tensor).all().item<bool>())
+                return core::Error {
+                    QStringLiteral("weights"),
+                    QStringLiteral("%1 became NaN or infinite (is the learning rate too high?)").arg(QString::fromStdString(name))
+                };
+        }
         return final;
+    }
     if (roundWeights.isEmpty())
         return core::Error { QStringLiteral("startWeights"),
             QStringLiteral("the round's weights are needed to compress the update") };

@@ -191,6 +191,49 @@ core::Result<core::Digest> canonicalHashOf(const QByteArray& weights)
     return canonicalHash(*tensors);
 }
 
+core::Result<RevealedForm> inspectRevealed(const QByteArray& revealed, const QByteArray& roundWeights)
+{
+    auto tensors = unpickleTensors(revealed, QStringLiteral("not a dict of tensors"));
+    if (!tensors)
+        return tensors.error();
+    auto base = unpickleTensors(roundWeights, QStringLiteral("the round's weights are not a dict of tensors"));
+    if (!base)
+        return base.error();
+    RevealedForm form;
+    form.canonicalHash = canonicalHash(*tensors);
+    sortByName(*tensors);
+    sortByName(*base);
+    double squares = 0.0;
+    auto inspected = guarded(QStringLiteral("inspecting the result"), [&] {
+        torch::NoGradGuard noGrad;
+        auto status = forEachDelta(*tensors, *base, [&](std::size_t i, const at::Tensor& delta) {
+            const auto& [name, w] = (*base)[i];
+            if (!form.unfit.isEmpty() || !w.is_floating_point())
+                return; // counters: the shard's own value, whatever it is
+            const QString what = QString::fromStdString(name);
+            if (delta.scalar_type() != w.scalar_type() || delta.sizes() != w.sizes()) {
+                form.unfit = QStringLiteral("%1 is not of the model's type and shape").arg(what);
+            } else if (!torch::isfinite(delta).all().item<bool>()) {
+                form.unfit = QStringLiteral("%1 is not finite").arg(what);
+            } else if (isCarried(name)) { // the shard's own optimizer state, not a change
+                if (name.find("exp_avg_sq/") != std::string::npos && (delta < 0).any().item<bool>())
+                    form.unfit = QStringLiteral("%1 (a second moment) is negative").arg(what);
+            } else if (!torch::isfinite(w + delta).all().item<bool>()) {
+                form.unfit = QStringLiteral("%1 leads to weights that are not finite").arg(what);
+            } else {
+                squares += delta.to(at::kDouble).pow(2).sum().item<double>();
+            }
+        });
+        if (!status)
+            form.unfit = status.error().message;
+        return 0;
+    });
+    if (!inspected)
+        form.unfit = inspected.error().message;
+    form.updateNorm = std::sqrt(squares);
+    return form;
+}
+
 core::Result<Evaluation> evaluate(
     const core::JobSpec& spec, QByteArray weights, const ComputeEnvironment& environment, int threads)
 {

@@ -34,6 +34,19 @@ core::Result<double> relativeDistance(const QByteArray& a, const QByteArray& b, 
 // The canonical hash of pickled weights (docs/DETERMINISM.md, "Canonical weights").
 core::Result<core::Digest> canonicalHashOf(const QByteArray& weights);
 
+// What a node revealed (final weights or a compressed update) against the round's weights it
+// started from: its canonical hash, whether it is a finite update of the model (same tensors,
+// shapes and types; every change, every weight it leads to and the carried optimizer state finite;
+// second moments not negative), and the L2 norm of its change to the model's float tensors, which
+// the broker compares with the round's other results (docs/VERIFICATION.md, "Unchecked results").
+// An error only when `revealed` or `roundWeights` is not a dict of tensors at all.
+struct RevealedForm {
+    core::Digest canonicalHash;
+    QString unfit; // empty: it fits
+    double updateNorm = 0.0;
+};
+core::Result<RevealedForm> inspectRevealed(const QByteArray& revealed, const QByteArray& roundWeights);
+
 struct Evaluation {
     double loss = 0.0; // mean cross-entropy
     double accuracy = 0.0; // share of correct top-1 predictions

@@ -245,10 +245,16 @@ Status BlobStore::admitUpload(const QString& uploader, std::int64_t totalSize, s
 }
 
 Result<BlobStore::UploadState> BlobStore::putRange(const Digest& digest, std::int64_t offset, std::int64_t totalSize,
-    const QByteArray& bytes, const QString& uploader, std::int64_t now)
+    const QByteArray& bytes, const QString& uploader, std::int64_t now, Stored stored)
 {
-    if (contains(digest))
+    const bool proving = contains(digest);
+    if (proving && stored == Stored::IsComplete)
         return UploadState::Complete; // someone uploaded it already: nothing to do
+    if (proving && totalSize != m_entries.value(digest).size)
+        return Error { QStringLiteral("sha256"),
+            QStringLiteral("the uploaded bytes do not hash to %1 (whose size is not %2); nothing was stored")
+                .arg(digest.toHex())
+                .arg(totalSize) };
     if (totalSize <= 0 || totalSize > MaxBlobBytes)
         return Error { QStringLiteral("size"), QStringLiteral("a blob has 1 byte to 1 GiB, not %1").arg(totalSize) };
     const QString key = uploadKey(uploader, digest);
@@ -262,10 +268,13 @@ Result<BlobStore::UploadState> BlobStore::putRange(const Digest& digest, std::in
             return Error { QStringLiteral("offset"), QStringLiteral("an upload starts at offset 0") };
         if (auto admitted = admitUpload(uploader, totalSize, now); !admitted)
             return admitted.error();
-        const QString temp = fileOf(digest) + u'.' + key.section(u'.', 1) + QStringLiteral(".part");
-        QDir().mkpath(QFileInfo(temp).absolutePath());
-        QFile::remove(temp);
-        it = m_uploads.insert(key, { temp, 0, totalSize, uploader, now, std::make_shared<Sha256>() });
+        QString temp;
+        if (!proving) {
+            temp = fileOf(digest) + u'.' + key.section(u'.', 1) + QStringLiteral(".part");
+            QDir().mkpath(QFileInfo(temp).absolutePath());
+            QFile::remove(temp);
+        }
+        it = m_uploads.insert(key, { temp, 0, totalSize, uploader, now, std::make_shared<Sha256>(), proving });
     }
     it->touched = now;
     if (it->total != totalSize)
@@ -276,15 +285,17 @@ Result<BlobStore::UploadState> BlobStore::putRange(const Digest& digest, std::in
             QStringLiteral("expected the range at %1, got %2").arg(it->received).arg(offset) };
     if (offset + bytes.size() > totalSize)
         return Error { QStringLiteral("size"), QStringLiteral("the ranges run past the blob's %1 bytes").arg(totalSize) };
-    QFile part(it->tempPath);
-    // flush(): a chunk that only reached Qt's buffer is not written yet.
-    if (!part.open(QIODevice::WriteOnly | QIODevice::Append) || part.write(bytes) != bytes.size() || !part.flush()) {
-        m_uploads.erase(it);
+    if (!it->proofOnly) {
+        QFile part(it->tempPath);
+        // flush(): a chunk that only reached Qt's buffer is not written yet.
+        if (!part.open(QIODevice::WriteOnly | QIODevice::Append) || part.write(bytes) != bytes.size() || !part.flush()) {
+            m_uploads.erase(it);
+            part.close();
+            QFile::remove(part.fileName());
+            return writeFailed(part.fileName(), part, totalSize); // the whole blob, sent again, would not fit
+        }
         part.close();
-        QFile::remove(part.fileName());
-        return writeFailed(part.fileName(), part, totalSize); // the whole blob, sent again, would not fit
     }
-    part.close();
     it->hasher->addData(bytes);
     it->received += bytes.size();
     if (it->received < totalSize)
@@ -293,9 +304,21 @@ Result<BlobStore::UploadState> BlobStore::putRange(const Digest& digest, std::in
     const Upload upload = *it;
     m_uploads.erase(it);
     if (upload.hasher->result() != digest) {
-        QFile::remove(upload.tempPath);
+        if (!upload.proofOnly)
+            QFile::remove(upload.tempPath);
         return Error { QStringLiteral("sha256"),
             QStringLiteral("the uploaded bytes do not hash to %1; nothing was stored").arg(digest.toHex()) };
+    }
+    if (upload.proofOnly) {
+        if (!contains(digest))
+            return Error { QStringLiteral("blob"),
+                QStringLiteral("the blob was removed while it was uploaded; upload it again") };
+        touch(digest);
+        return UploadState::Complete; // proven: the bytes were the stored blob's
+    }
+    if (contains(digest)) { // another uploader finished the same blob first
+        QFile::remove(upload.tempPath);
+        return UploadState::Complete;
     }
     if (!QFile::rename(upload.tempPath, fileOf(digest))) {
         QFile::remove(upload.tempPath);

@@ -58,9 +58,14 @@ public:
     static constexpr int MaxUploadsPerUploader = 8;
     static constexpr std::int64_t MaxUploadBytesPerUploader = 2LL * 1024 * 1024 * 1024;
     static constexpr std::int64_t UploadIdleMs = 10 * 60 * 1000;
+    // A blob the store has already is, by default, complete at once (a cache filling itself). With
+    // Stored::MustProve, the uploader proves it has the bytes: every range is sent and hashed as for a
+    // new blob, but nothing is written, and only bytes that hash to the digest (of the stored size)
+    // complete it (for a peer to whom completing grants reading the blob: a hash is no key to it).
     enum class UploadState { Incomplete, Complete };
+    enum class Stored { IsComplete, MustProve };
     Result<UploadState> putRange(const Digest& digest, std::int64_t offset, std::int64_t totalSize, const QByteArray& bytes,
-        const QString& uploader = {}, std::int64_t now = 0);
+        const QString& uploader = {}, std::int64_t now = 0, Stored stored = Stored::IsComplete);
     std::int64_t uploadedBytes(const Digest& digest, const QString& uploader = {}) const;
     // Drops an upload in progress and its partial file (nothing when there is none).
     void abandonUpload(const Digest& digest, const QString& uploader = {});
@@ -93,6 +98,7 @@ private:
         QString uploader;
         std::int64_t touched = 0;
         std::shared_ptr<Sha256> hasher; // of the ranges so far
+        bool proofOnly = false; // of a blob the store has: hashed, not written
     };
     static QString uploadKey(const QString& uploader, const Digest& digest);
     Status admitUpload(const QString& uploader, std::int64_t totalSize, std::int64_t now);

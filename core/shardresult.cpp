@@ -133,8 +133,11 @@ ShardResult ShardResult::failedOf(const ShardTask& task, const QString& why)
 
 bool ShardResult::failedInSandbox() const
 {
-    if (outcome != Outcome::Failed)
-        return false;
+    return outcome == Outcome::Failed && isSandboxFailure(failure);
+}
+
+bool ShardResult::isSandboxFailure(const QString& failure)
+{
     for (const auto* reason : { "time limit:", "out of memory", "forbidden call:", "crash:" })
         if (failure.startsWith(QLatin1String(reason)))
             return true;

@@ -61,6 +61,8 @@ struct ShardResult {
     // starts "time limit:", "out of memory", "forbidden call:" or "crash:", docs/PROTOCOL.md): it
     // counts against the shard, whose job fails when distinct nodes agree, not in the node's record.
     bool failedInSandbox() const;
+    // A failure reason that says the job's code ran out of time or memory in the sandbox.
+    static bool isSandboxFailure(const QString& failure);
     // A failed result of `task` for `why`, without a runtime profile unless the task is portable
     // (whose profile is fixed): what a node's supervisor says of a shard its worker did not finish.
     static ShardResult failedOf(const ShardTask& task, const QString& why);

@@ -7,6 +7,7 @@
 #include <QJsonArray>
 #include <QJsonDocument>
 #include <QLoggingCategory>
+#include <QRegularExpression>
 
 #include <zmq.hpp>
 #include <zmq_addon.hpp>
@@ -38,7 +39,29 @@ constexpr std::int64_t RefusedRetryMs = 10'000;
 constexpr std::int64_t BanMs = 60'000;
 constexpr std::int64_t ForgetClientMs = 60'000;
 
+// What a peer hears of the broker's own trouble: no file of the broker's (its database, its blob
+// folder, a worker's scratch folder) is named to a stranger; the log has the whole text.
+QString scrubbed(QString text)
+{
+    static const QRegularExpression path(QStringLiteral(R"((?<![\w:/.])/(?:[\w.+@-]+/)+[\w.+@-]*)"));
+    return text.replace(path, QStringLiteral("[a file of the broker's]"));
+}
+
+QJsonObject scrubbed(QJsonObject body)
+{
+    for (auto it = body.begin(); it != body.end(); ++it) {
+        if (it->isString())
+            *it = scrubbed(it->toString());
+    }
+    return body;
+}
+
 } // namespace
+
+QString scrubbedForPeers(const QString& text)
+{
+    return scrubbed(text);
+}
 
 struct BrokerServer::Private {
     struct Peer {
@@ -113,7 +136,7 @@ struct BrokerServer::Private {
     {
         ++counters.errors;
         qCWarning(lcBroker).noquote() << "refused a message:" << code << text;
-        send(routingId, errorMessage(code, text, re, id));
+        send(routingId, errorMessage(code, scrubbed(text), re, id));
     }
 
     void ok(const Request& r, const QJsonObject& fields = {}) { send(r.routingId, okMessage(r.id, fields)); }
@@ -126,6 +149,12 @@ struct BrokerServer::Private {
         if (error.diskFull) {
             qCWarning(lcBroker).noquote() << commandName(r.message.command) << "refused:" << error.toString();
             refuse(r, errors::DiskFull, QStringLiteral("the broker's disk is full; nothing was stored (try again later)"));
+            return;
+        }
+        if (error.field == u"database") { // the broker's own trouble: what SQLite said stays in the log
+            qCWarning(lcBroker).noquote() << commandName(r.message.command) << "refused:" << error.toString();
+            refuse(r, errors::Internal,
+                QStringLiteral("the broker could not record this (an error of its database; its operator's log has it)"));
             return;
         }
         refuse(r, code, prefix + error.toString());
@@ -671,7 +700,7 @@ void BrokerServer::Private::sendNotices()
                 continue;
             send(it.key(),
                 { notice.kind == core::broker::Notice::Kind::CheckpointRequest ? Command::Checkpoint : Command::Verdict,
-                    notice.body, {} });
+                    scrubbed(notice.body), {} });
             break;
         }
     }
@@ -840,7 +869,11 @@ void BrokerServer::Private::onPut(Request& r)
     if (!request)
         return;
     // The upload is the caller's own: keyed by its identity (its CURVE key; in plaintext its address).
-    auto state = broker.blobs().putRange(request->sha256, request->offset, request->size, r.message.payload, r.principal, now());
+    // Completing it grants reading the blob, so a caller who may not read a blob the broker has
+    // proves it has the bytes: all of them, hashed, not stored (a hash is no key to a file).
+    const bool reader = r.operatorCaller || broker.mayRead(r.caller, request->sha256).value_or(false);
+    auto state = broker.blobs().putRange(request->sha256, request->offset, request->size, r.message.payload, r.principal, now(),
+        reader ? core::BlobStore::Stored::IsComplete : core::BlobStore::Stored::MustProve);
     if (!state) {
         refuse(r, state.error(), state.error().field == u"sha256" ? errors::HashMismatch : errors::Invalid);
         return;

@@ -41,6 +41,10 @@ struct BrokerServerOptions {
     zmq::context_t* context = nullptr;
 };
 
+// A text as the broker tells it to a peer: absolute file paths (its database, blob folder, a
+// worker's scratch folder) replaced, so that no error or verdict says where the broker keeps what.
+QString scrubbedForPeers(const QString& text);
+
 // The broker's network loop: one ROUTER socket (and, with CURVE, the ZAP handler), owned by the
 // thread that calls run() or pollOnce(). Every message passes the peer's rate limit, is decoded into
 // a typed request (net/messages.h), checked against who may do what, and handed to one small handler

@@ -165,6 +165,7 @@ int main(int argc, char* argv[])
     brokerOptions.sampling.floor = double(settings.intValue(names::BrokerSamplingFloorPercent)) / 100.0;
     brokerOptions.canaryRate = double(settings.intValue(names::BrokerCanaryPercent)) / 100.0;
     brokerOptions.slashFraction = double(settings.intValue(names::BrokerSlashPercent)) / 100.0;
+    brokerOptions.updateNormFactor = double(settings.intValue(names::BrokerUpdateNormFactor));
     brokerOptions.disputeTimeoutMs = settings.intValue(names::BrokerDisputeTimeoutSeconds) * 1000;
     brokerOptions.selfVerifyAfterMs = settings.intValue(names::BrokerSelfVerifyAfterSeconds) * 1000;
     brokerOptions.unbondingDelayMs = settings.intValue(names::BrokerUnbondingDelaySeconds) * 1000;

@@ -6,6 +6,7 @@
 #include <asm/unistd.h>
 #include <fcntl.h>
 #include <linux/audit.h>
+#include <linux/capability.h>
 #include <linux/filter.h>
 #include <linux/landlock.h>
 #include <linux/seccomp.h>
@@ -26,6 +27,12 @@
 #endif
 #ifndef LANDLOCK_ACCESS_FS_TRUNCATE
 #define LANDLOCK_ACCESS_FS_TRUNCATE (1ULL << 14)
+#endif
+#ifndef LANDLOCK_SCOPE_ABSTRACT_UNIX_SOCKET
+#define LANDLOCK_SCOPE_ABSTRACT_UNIX_SOCKET (1ULL << 0)
+#endif
+#ifndef LANDLOCK_SCOPE_SIGNAL
+#define LANDLOCK_SCOPE_SIGNAL (1ULL << 1)
 #endif
 
 namespace tessera::compute::sandbox {
@@ -61,8 +68,34 @@ std::vector<unsigned> deniedCalls()
 #ifdef __NR_vfork
     calls.push_back(__NR_vfork);
 #endif
+    // Other processes, by any name: tkill (glibc signals its own threads with tgkill, below), and
+    // pidfds, through which a process is signalled or its descriptors taken without kill.
+    for (unsigned call : { unsigned(__NR_tkill), unsigned(__NR_pidfd_open), unsigned(__NR_pidfd_send_signal),
+             unsigned(__NR_pidfd_getfd), unsigned(__NR_process_madvise) })
+        calls.push_back(call);
+    // Memory outside the address-space limit: a memfd's pages are the machine's until it is closed,
+    // whether mapped or not.
+    calls.push_back(__NR_memfd_create);
+#ifdef __NR_memfd_secret
+    calls.push_back(__NR_memfd_secret);
+#endif
+    // A place ahead of the computer's owner: the worker runs at the priority its supervisor chose
+    // (set before it confines itself) and may not raise it, take a real-time class or change its
+    // limits (a worker started as root could otherwise lift them).
+    for (unsigned call : { unsigned(__NR_setpriority), unsigned(__NR_sched_setscheduler), unsigned(__NR_sched_setparam),
+             unsigned(__NR_sched_setattr), unsigned(__NR_ioprio_set), unsigned(__NR_setrlimit) })
+        calls.push_back(call);
     return calls;
 }
+
+// Calls allowed with one argument only: signals to this process's own threads (glibc's raise and
+// pthread_kill are tgkill(getpid(), tid, sig); abort() needs it), and reading limits (prlimit64
+// with no new limit is how glibc's getrlimit asks).
+struct ArgumentRule {
+    unsigned call;
+    unsigned argument;
+    std::uint64_t allowed;
+};
 
 core::Status installSeccomp()
 {
@@ -83,6 +116,21 @@ core::Status installSeccomp()
 #endif
     for (const unsigned call : deniedCalls()) {
         jump(BPF_JMP | BPF_JEQ | BPF_K, call, 0, 1);
+        statement(BPF_RET | BPF_K, refuse);
+    }
+    const auto self = std::uint64_t(::getpid());
+    const ArgumentRule rules[] = { { __NR_tgkill, 0, self }, { __NR_rt_tgsigqueueinfo, 0, self },
+        { __NR_rt_sigqueueinfo, 0, self }, { __NR_prlimit64, 2, 0 } };
+    for (const auto& rule : rules) {
+        // The argument's two 32-bit halves (little-endian) against the allowed value; anything else
+        // is refused. The accumulator holds the argument afterwards, so each rule ends in a return.
+        const auto at = std::uint32_t(offsetof(seccomp_data, args) + 8 * rule.argument);
+        jump(BPF_JMP | BPF_JEQ | BPF_K, rule.call, 0, 6);
+        statement(BPF_LD | BPF_W | BPF_ABS, at);
+        jump(BPF_JMP | BPF_JEQ | BPF_K, std::uint32_t(rule.allowed), 0, 3);
+        statement(BPF_LD | BPF_W | BPF_ABS, at + 4);
+        jump(BPF_JMP | BPF_JEQ | BPF_K, std::uint32_t(rule.allowed >> 32), 0, 1);
+        statement(BPF_RET | BPF_K, SECCOMP_RET_ALLOW);
         statement(BPF_RET | BPF_K, refuse);
     }
     // clone3 hides its flags in memory a filter cannot read: "not here", and glibc falls back to
@@ -123,9 +171,21 @@ core::Result<int> installLandlock(const Confinement& confinement, QStringList& w
         handled |= LANDLOCK_ACCESS_FS_REFER;
     if (abi >= 3)
         handled |= LANDLOCK_ACCESS_FS_TRUNCATE;
-    landlock_ruleset_attr attributes {};
-    attributes.handled_access_fs = handled;
-    const int ruleset = int(syscall(__NR_landlock_create_ruleset, &attributes, sizeof attributes, 0));
+    // landlock_ruleset_attr as of ABI 6 (Linux 6.12), which these headers (Linux 6.1) predate:
+    // `scoped` keeps signals (and abstract Unix sockets) inside the worker's own domain, so that
+    // not even a call the seccomp filter lets through reaches the supervisor.
+    struct {
+        std::uint64_t handledAccessFs;
+        std::uint64_t handledAccessNet;
+        std::uint64_t scoped;
+    } attributes {};
+    attributes.handledAccessFs = handled;
+    std::size_t attributesSize = sizeof attributes.handledAccessFs;
+    if (abi >= 6) {
+        attributes.scoped = LANDLOCK_SCOPE_SIGNAL | LANDLOCK_SCOPE_ABSTRACT_UNIX_SOCKET;
+        attributesSize = sizeof attributes;
+    }
+    const int ruleset = int(syscall(__NR_landlock_create_ruleset, &attributes, attributesSize, 0));
     if (ruleset < 0)
         return failure(QStringLiteral("cannot create a Landlock ruleset"));
 
@@ -185,6 +245,28 @@ std::int64_t mappedNow()
 
 } // namespace
 
+namespace {
+
+// Every capability the process has, gone for good: a worker started as root (a test, a node run as
+// root) keeps root's user id but none of its powers (raising limits or priorities, reading other
+// users' files, signalling other processes).
+core::Status dropCapabilities()
+{
+    for (int capability = 0; capability <= 63; ++capability) {
+        if (prctl(PR_CAPBSET_READ, capability, 0, 0, 0) > 0 && prctl(PR_CAPBSET_DROP, capability, 0, 0, 0) != 0
+            && errno != EPERM) // without CAP_SETPCAP (not root) there is nothing to drop
+            return failure(QStringLiteral("cannot drop capability %1").arg(capability));
+    }
+    prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0);
+    __user_cap_header_struct header { _LINUX_CAPABILITY_VERSION_3, 0 };
+    __user_cap_data_struct none[2] {};
+    if (syscall(SYS_capset, &header, none) != 0)
+        return failure(QStringLiteral("cannot drop its capabilities"));
+    return {};
+}
+
+} // namespace
+
 core::Result<Confined> confine(const Confinement& confinement)
 {
     Confined confined;
@@ -197,6 +279,8 @@ core::Result<Confined> confine(const Confinement& confinement)
             return failure(QStringLiteral("cannot limit the address space"));
         confined.addressSpaceLimit = limit;
     }
+    if (auto status = dropCapabilities(); !status)
+        return status.error();
     // Landlock before seccomp: its own calls are not on the filter's list, but keep the order
     // that needs nothing of the other.
     auto landlock = installLandlock(confinement, confined.warnings);

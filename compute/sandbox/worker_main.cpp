@@ -56,9 +56,11 @@
 #include <QJsonObject>
 
 #include <fcntl.h>
+#include <sched.h>
 #include <sys/mman.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -101,6 +103,26 @@ struct Arguments {
 // Address space kept back for the way out of a failed allocation: LibTorch's error (with its
 // TorchScript traceback) and the failed result need memory of their own, and at the limit there
 // may be none. The first operator new that fails gets this back, once.
+// Where the supervisor reads this process's lines (progress, answers, "done"): its stdout as the
+// worker started, moved away from descriptor 1 before any job code runs. A job's code may print
+// (TorchScript's print() writes to std::cout): descriptor 1 then goes to stderr, of which the
+// supervisor keeps only the end, for a failure's reason, so nothing the job prints is ever read as
+// an answer.
+FILE* answers = stdout;
+
+// Moves the answers' pipe off descriptor 1 and points 1 at stderr; false when it cannot.
+bool separateAnswersFromPrints()
+{
+    const int pipe = ::fcntl(STDOUT_FILENO, F_DUPFD_CLOEXEC, 3);
+    if (pipe < 0)
+        return false;
+    FILE* stream = ::fdopen(pipe, "w");
+    if (!stream || ::dup2(STDERR_FILENO, STDOUT_FILENO) < 0)
+        return false;
+    answers = stream;
+    return true;
+}
+
 constexpr std::size_t ReserveBytes = std::size_t(64) << 20;
 void* reserve = nullptr;
 
@@ -129,10 +151,10 @@ bool writeFile(const QString& path, const QByteArray& bytes)
 void say(const char* name, bool allowed, int error = 0)
 {
     if (allowed)
-        std::printf("%s: allowed\n", name);
+        std::fprintf(answers, "%s: allowed\n", name);
     else
-        std::printf("%s: refused (%s)\n", name, std::strerror(error));
-    std::fflush(stdout);
+        std::fprintf(answers, "%s: refused (%s)\n", name, std::strerror(error));
+    std::fflush(answers);
 }
 
 int probe(const Arguments& arguments)
@@ -171,6 +193,35 @@ int probe(const Arguments& arguments)
         say("write outside", out >= 0, outError);
         if (out >= 0)
             ::close(out);
+    }
+    // What native code in a hostile job would do to its supervisor (the node) or to the machine.
+    {
+        const pid_t parent = ::getppid();
+        errno = 0;
+        const long signalled = ::syscall(SYS_tgkill, parent, parent, 0); // signal 0: only asks whether it may
+        say("signal supervisor", signalled == 0, errno);
+        const long own = ::syscall(SYS_tgkill, ::getpid(), ::gettid(), 0);
+        say("signal itself", own == 0, errno);
+        const long pidfd = ::syscall(SYS_pidfd_open, parent, 0);
+        say("pidfd", pidfd >= 0, errno);
+        if (pidfd >= 0)
+            ::close(int(pidfd));
+        const int memfd = int(::syscall(SYS_memfd_create, "hoard", 0));
+        say("memfd", memfd >= 0, errno);
+        if (memfd >= 0)
+            ::close(memfd);
+        const int raised = ::setpriority(PRIO_PROCESS, 0, -20);
+        say("raise priority", raised == 0, errno);
+        sched_param realtime {};
+        realtime.sched_priority = 1;
+        const int fifo = ::sched_setscheduler(0, SCHED_FIFO, &realtime);
+        say("real-time", fifo == 0, errno);
+        rlimit memory {};
+        ::getrlimit(RLIMIT_AS, &memory);
+        say("read limits", true);
+        memory.rlim_max = RLIM_INFINITY;
+        const int lifted = ::setrlimit(RLIMIT_AS, &memory);
+        say("lift memory limit", lifted == 0, errno);
     }
     // Last: if it were allowed, this process would be /bin/true from here on and print nothing more.
     char program[] = "/bin/true";
@@ -239,7 +290,7 @@ int train(const Arguments& arguments)
     auto fail = [&](const QString& why) {
         const auto result = compute::failedResult(*task, reasonOf(why, arguments.memoryMiB));
         writeFile(scratch.filePath(QStringLiteral("result.json")), QJsonDocument(result.toJson()).toJson(QJsonDocument::Compact));
-        std::printf("done\n");
+        std::fprintf(answers, "done\n");
         return 0;
     };
     try {
@@ -257,9 +308,9 @@ int train(const Arguments& arguments)
             busyNs += stepTimer.nsecsElapsed();
             if (sinceProgress.elapsed() >= 100 || (*run)->finished()) {
                 sinceProgress.restart();
-                std::printf("progress %lld %lld %.9g %lld\n", static_cast<long long>((*run)->completedSteps()),
+                std::fprintf(answers, "progress %lld %lld %.9g %lld\n", static_cast<long long>((*run)->completedSteps()),
                     static_cast<long long>(task->localSteps), (*run)->lastLoss(), static_cast<long long>(busyNs / 1'000'000));
-                std::fflush(stdout);
+                std::fflush(answers);
             }
         }
         const auto output = (*run)->finish();
@@ -267,7 +318,7 @@ int train(const Arguments& arguments)
             return fail(output.result.failure);
         if (!writeOutput(scratch, output))
             return usage("cannot write the result into the scratch folder");
-        std::printf("done\n");
+        std::fprintf(answers, "done\n");
         return 0;
     } catch (const std::bad_alloc&) {
         return fail(QStringLiteral("std::bad_alloc"));
@@ -290,8 +341,8 @@ std::optional<std::string> readCommand()
 
 void answer(const QString& line)
 {
-    std::printf("%s\n", line.toUtf8().constData());
-    std::fflush(stdout);
+    std::fprintf(answers, "%s\n", line.toUtf8().constData());
+    std::fflush(answers);
 }
 
 // Shards driven a few steps at a time by the supervisor's compute thread, which keeps pausing,
@@ -392,7 +443,7 @@ int writeAnswer(const Arguments& arguments, const std::function<core::Result<QBy
                               : writeFile(scratch.filePath(QStringLiteral("error.txt")), made.error().toString().toUtf8());
     if (!written)
         return usage("cannot write the answer into the scratch folder");
-    std::printf("done\n");
+    std::fprintf(answers, "done\n");
     return 0;
 }
 
@@ -438,8 +489,8 @@ core::Result<QByteArray> toolOutput(const Arguments& arguments)
         auto options = arguments.benchmark;
         options.threads = arguments.threads;
         options.progress = [](const QString& name, int repetition) {
-            std::printf("benchmark %s %d\n", qPrintable(name), repetition);
-            std::fflush(stdout);
+            std::fprintf(answers, "benchmark %s %d\n", qPrintable(name), repetition);
+            std::fflush(answers);
         };
         return QJsonDocument(compute::runBenchmark(options).toJson()).toJson(QJsonDocument::Compact);
     }
@@ -495,6 +546,10 @@ core::Result<QByteArray> toolOutput(const Arguments& arguments)
 
 int main(int argc, char** argv)
 {
+    if (!separateAnswersFromPrints()) {
+        std::fprintf(stderr, "tessera-compute: cannot separate its answers from what a job prints: %s\n", std::strerror(errno));
+        return 3;
+    }
     Arguments arguments;
     if (argc < 2)
         return usage("no command");
@@ -590,7 +645,7 @@ int main(int argc, char** argv)
     confinement.memoryBytes = arguments.memoryMiB * 1024 * 1024;
     if (!arguments.confine) {
         // Compute/Sandbox is off: the node's owner chose to run job code unconfined (a GPU).
-        std::printf("confined none (Compute/Sandbox is off)\n");
+        std::fprintf(answers, "confined none (Compute/Sandbox is off)\n");
     } else {
         const auto confined = compute::sandbox::confine(confinement);
         if (!confined) {
@@ -599,10 +654,10 @@ int main(int argc, char** argv)
         }
         for (const auto& warning : confined->warnings)
             std::fprintf(stderr, "tessera-compute: warning: %s\n", qPrintable(warning));
-        std::printf(
-            "confined landlock=%d memory=%lld\n", confined->landlockAbi, static_cast<long long>(confined->addressSpaceLimit));
+        std::fprintf(answers, "confined landlock=%d memory=%lld\n", confined->landlockAbi,
+            static_cast<long long>(confined->addressSpaceLimit));
     }
-    std::fflush(stdout);
+    std::fflush(answers);
 
     if (arguments.command == u"probe")
         return probe(arguments);

@@ -11,6 +11,8 @@
 #include <QLoggingCategory>
 #include <QTimeZone>
 
+#include <cmath>
+
 Q_LOGGING_CATEGORY(lcBrokerCore, "tessera.broker.core")
 
 namespace tessera::core::broker {
@@ -69,7 +71,8 @@ Broker::Broker(std::unique_ptr<storage::Database> database, BlobStore& blobs, Tr
     m_verifier = std::make_unique<Verifier>(
         Verifier::Parts { *m_store, *m_stakes, m_scheduler, m_notices, m_blobs, m_math, m_clock, m_options, m_nodes, m_random },
         [this](
-            const QString& jobId, const JobSpec& spec, std::int64_t round) { return finishRoundIfComplete(jobId, spec, round); });
+            const QString& jobId, const JobSpec& spec, std::int64_t round) { return finishRoundIfComplete(jobId, spec, round); },
+        [this](const QString& jobId, const QString& why) { return failJob(jobId, why); });
 }
 
 Broker::~Broker() = default;
@@ -550,8 +553,8 @@ Result<Acceptance> Broker::acceptFailure(const AssignmentRow& assignment, const 
     auto transaction = m_store->begin();
     if (!transaction)
         return transaction.error();
-    // The job owner's code failing in the node's sandbox (a hang, too much memory) is the job's
-    // failure: it counts against the shard below, not in the node's record.
+    // The job owner's code failing in the node's sandbox (a hang, too much memory) may be the
+    // job's failure: it counts in the node's record only if the broker disproves it below.
     for (const auto& status : { m_store->setAssignmentState(assignment.id, AssignmentState::Failed),
              result.failedInSandbox() ? Status {} : m_store->countShardFailed(assignment.node) }) {
         if (!status)
@@ -559,17 +562,13 @@ Result<Acceptance> Broker::acceptFailure(const AssignmentRow& assignment, const 
     }
     if (auto status = transaction->commit(); !status)
         return status.error().toError();
-    // The shard goes to a different node; a job fails only when distinct nodes agree, or when the
-    // broker's own run of the shard fails too.
+    m_failureReasons[failureKey(assignment.jobId, assignment.round, assignment.shard)].insert(assignment.node, result.failure);
+    // The shard goes to a different node. A job never fails on its nodes' word alone (a few free
+    // keys could fail anyone's job): once distinct nodes agree, or every node that could run it
+    // failed it, the broker runs it itself, and only a failure there fails the job.
     m_scheduler.release(assignment.jobId, assignment.id, Scheduler::Release::Failed);
     const auto failedBy = m_scheduler.failedBy(assignment.jobId, assignment.shard);
-    if (failedBy.size() >= m_options.maxShardFailures) {
-        const QString why = QStringLiteral("round %1, shard %2 failed on %3 different nodes; last: %4")
-                                .arg(QString::number(assignment.round), QString::number(assignment.shard),
-                                    QString::number(failedBy.size()), result.failure);
-        if (auto status = failJob(assignment.jobId, why); !status)
-            return status.error();
-    } else if (!anotherNodeCouldRun(assignment.jobId, failedBy)) {
+    if (failedBy.size() >= m_options.maxShardFailures || !anotherNodeCouldRun(assignment.jobId, failedBy)) {
         if (auto status = confirmFailure(assignment, failedBy, result.failure); !status)
             return status.error();
     }
@@ -587,10 +586,16 @@ bool Broker::anotherNodeCouldRun(const QString& jobId, const QList<QString>& fai
     });
 }
 
+QString Broker::failureKey(const QString& jobId, std::int64_t round, std::int64_t shard)
+{
+    return QStringLiteral("%1/%2/%3").arg(jobId).arg(round).arg(shard);
+}
+
 Status Broker::confirmFailure(const AssignmentRow& assignment, const QList<QString>& failedBy, const QString& failure)
 {
-    // Every node that could run the shard says it fails: the broker runs it itself. If it fails
-    // here too, the failure is the job's; if it trains, the failures were false and cost stake.
+    // The broker runs the shard itself. If it fails here too, the failure is the job's; if it
+    // trains, the reports were false: each costs its node (below), and the broker's own result
+    // answers the shard, so the round goes on.
     const auto* round = m_scheduler.find(assignment.jobId);
     if (!round || round->round != assignment.round)
         return {};
@@ -599,30 +604,71 @@ Status Broker::confirmFailure(const AssignmentRow& assignment, const QList<QStri
     if (!start)
         return start.error();
     auto replay = m_math.replay(task, 0, *start, round->weightsHash, task.checkpointCount() - 1, *start);
+    const auto reasons = m_failureReasons.take(failureKey(assignment.jobId, assignment.round, assignment.shard));
     if (!replay) {
         qCInfo(lcBrokerCore).noquote() << "the broker's own run of a failed shard failed too:" << replay.error().toString();
         return failJob(assignment.jobId,
-            QStringLiteral("round %1, shard %2 failed on every node that could run it (last: %3) and on the broker (%4)")
-                .arg(QString::number(assignment.round), QString::number(assignment.shard), failure, replay.error().message));
+            QStringLiteral("round %1, shard %2 failed on %3 (last: %4) and on the broker (%5)")
+                .arg(QString::number(assignment.round), QString::number(assignment.shard),
+                    failedBy.size() >= m_options.maxShardFailures ? QStringLiteral("%1 different nodes").arg(failedBy.size())
+                                                                  : QStringLiteral("every node that could run it"),
+                    failure, replay.error().message));
     }
+    // The job may have moved on while the broker computed (another node's result came).
+    round = m_scheduler.find(assignment.jobId);
+    if (!round || round->round != assignment.round)
+        return {};
+    auto answered = m_store->isAnswered(assignment.jobId, assignment.round, assignment.shard);
+    if (!answered)
+        return answered.error();
+    auto blob = m_blobs.put(replay->weights);
+    if (!blob)
+        return blob.error();
+    ShardResult own;
+    own.jobId = assignment.jobId;
+    own.round = assignment.round;
+    own.shard = assignment.shard;
+    own.outcome = ShardResult::Outcome::Completed;
+    own.weightsSha256 = *blob;
+    own.finalHash = replay->weightsHash;
+    own.checkpointHashes = QList<Digest> { task.startWeights } + replay->checkpoints;
+    own.runtimeProfile = replay->runtimeProfile;
+    const bool ownerCode = task.model.source == ModelSpec::Source::TorchScript;
     auto transaction = m_store->begin();
     if (!transaction)
         return transaction.error();
+    if (!*answered) {
+        // The broker's own run answers the shard: verified (it is the referee), paid to nobody.
+        if (auto status = m_store->insertShardResult(assignment.jobId,
+                ShardResultRow { assignment.round, assignment.shard, QString(), own.toJson(), ResultState::Verified, {} });
+            !status)
+            return status;
+    }
     for (const auto& node : failedBy) {
-        // Proven false only where the node runs what the broker ran (its runtime profile, threads
-        // aside): a failure on another device or CPU may be that machine's own (out of GPU memory).
+        // Disproved: on the node's record (a sandbox reason was not counted when it came), and the
+        // node gets no more of this job. Slashed only where the failure is proven false: a zoo
+        // model (Tessera's own code; a job owner's may behave otherwise elsewhere) on the broker's
+        // runtime profile (on another device or CPU it may be that machine's own), and not for
+        // time or memory (a busy or smaller computer runs out of them honestly).
+        const QString reason = reasons.value(node);
+        if (ShardResult::isSandboxFailure(reason) || reason.isEmpty()) {
+            if (auto status = m_store->countShardFailed(node); !status)
+                return status;
+        }
+        m_scheduler.exclude(assignment.jobId, node);
         auto known = m_store->node(node);
         if (!known)
             return known.error();
         const QString profile = *known ? (**known).info.value(QStringLiteral("runtimeProfile")).toString() : QString();
-        if (!reproduces(profile, replay->runtimeProfile)) {
-            qCInfo(lcBrokerCore).noquote() << "node" << node.left(12)
-                                           << "failed a shard the broker trained, on another runtime profile: not slashed";
+        const bool resources = reason.isEmpty() || reason.startsWith(u"time limit:") || reason.startsWith(u"out of memory");
+        if (ownerCode || resources || !reproduces(profile, replay->runtimeProfile)) {
+            qCInfo(lcBrokerCore).noquote() << "node" << node.left(12) << "reported a shard as failed that the broker trained ("
+                                           << reason << "): recorded, not slashed";
             continue;
         }
         const QString why = QStringLiteral("reported round %1, shard %2 of job %3 as failed; the broker trained it")
                                 .arg(QString::number(assignment.round), QString::number(assignment.shard), assignment.jobId);
-        if (auto status = m_stakes->slash(node, assignment.jobId, {},
+        if (auto status = m_stakes->slash(node, {},
                 QStringLiteral("slash:failed:%1/%2/%3/%4")
                     .arg(assignment.jobId)
                     .arg(assignment.round)
@@ -635,14 +681,22 @@ Status Broker::confirmFailure(const AssignmentRow& assignment, const QList<QStri
     }
     if (auto committed = transaction->commit(); !committed)
         return committed.error().toError();
-    return {};
+    if (*answered)
+        return {};
+    qCInfo(lcBrokerCore).noquote() << "round" << assignment.round << "shard" << assignment.shard << "of job" << assignment.jobId
+                                   << "failed on" << failedBy.size()
+                                   << "node(s) and trained on the broker: its result answers it";
+    const JobSpec spec = round->spec; // finishing the round changes what the scheduler holds
+    m_scheduler.answered(assignment.jobId, {}, assignment.shard);
+    return finishRoundIfComplete(assignment.jobId, spec, assignment.round);
 }
 
 Result<Acceptance> Broker::acceptCompleted(
     const AssignmentRow& assignment, const JobRow& job, const JobSpec& spec, const ShardResult& result)
 {
     const auto task = decomposeShard(job.id, spec, assignment.round, assignment.shard, job.weightsHash);
-    if (auto revealed = m_verifier->checkReveal(assignment.node, assignment.id, task, result); !revealed)
+    auto revealed = m_verifier->checkReveal(assignment.node, assignment.id, task, result, job.weightsBlob);
+    if (!revealed)
         return revealed.error();
     auto sampled = m_verifier->drawSample(assignment.node, spec);
     if (!sampled)
@@ -667,7 +721,7 @@ Result<Acceptance> Broker::acceptCompleted(
             return paid.error();
     }
     const ShardResultRow row { assignment.round, assignment.shard, assignment.node, result.toJson(),
-        *sampled ? ResultState::Sampled : ResultState::Accepted, assignment.id };
+        *sampled ? ResultState::Sampled : ResultState::Accepted, assignment.id, *revealed };
     // A sampled result waits for another node to re-execute it (or the broker, in time).
     for (const auto& status : {
              m_store->insertShardResult(job.id, row),
@@ -695,6 +749,21 @@ Result<Acceptance> Broker::acceptCompleted(
 
 Status Broker::finishRoundIfComplete(const QString& jobId, const JobSpec& spec, std::int64_t round)
 {
+    // The results that came are stored whatever happens here: a round that cannot be finished now
+    // (its database is busy or full) is tried again on the next tick, never left behind.
+    auto finished = finishRound(jobId, spec, round);
+    if (!finished) {
+        qCWarning(lcBrokerCore).noquote() << "round" << round << "of job" << jobId
+                                          << "could not be finished now (tried again shortly):" << finished.error().toString();
+        m_roundsToFinish.insert(jobId);
+        return {};
+    }
+    m_roundsToFinish.remove(jobId);
+    return {};
+}
+
+Status Broker::finishRound(const QString& jobId, const JobSpec& spec, std::int64_t round)
+{
     auto results = collectRound(jobId, spec, round);
     if (!results)
         return results.error();
@@ -703,6 +772,13 @@ Status Broker::finishRoundIfComplete(const QString& jobId, const JobSpec& spec, 
     auto job = m_store->existingJob(jobId);
     if (!job)
         return job.error();
+    if (job->state != JobState::Running || job->round != round)
+        return {};
+    auto held = recheckImplausible(*job, round);
+    if (!held)
+        return held.error();
+    if (*held)
+        return {}; // aggregated once the re-executions confirm them
     auto aggregated = aggregateRound(*job, spec, round, **results);
     if (!aggregated)
         return aggregated.error();
@@ -712,6 +788,78 @@ Status Broker::finishRoundIfComplete(const QString& jobId, const JobSpec& spec, 
         return status;
     discardUploadsOf(jobId, round);
     return {};
+}
+
+void Broker::finishPendingRounds()
+{
+    for (const auto& jobId : QSet<QString>(m_roundsToFinish)) {
+        const auto* round = m_scheduler.find(jobId);
+        if (!round) {
+            m_roundsToFinish.remove(jobId);
+            continue;
+        }
+        const JobSpec spec = round->spec;
+        warnIfFailed(finishRoundIfComplete(jobId, spec, round->round));
+    }
+}
+
+Result<bool> Broker::recheckImplausible(const JobRow& job, std::int64_t round)
+{
+    // No unchecked result reaches the weights without being plausible against its round: one whose
+    // update norm is far from the round's others (or, with too few to compare, any) is re-executed
+    // before the round aggregates (docs/VERIFICATION.md, "Unchecked results").
+    auto rows = m_store->shardResults(job.id, round);
+    if (!rows)
+        return rows.error();
+    QList<ShardResultRow> measured;
+    QList<double> norms;
+    for (const auto& row : *rows) {
+        if (row.updateNorm >= 0.0) {
+            measured.append(row);
+            norms.append(row.updateNorm);
+        }
+    }
+    if (measured.isEmpty())
+        return false; // an arithmetic that does not measure norms
+    // A round of one or two results is compared with its latest rounds' too (up to three back).
+    QList<double> reference;
+    for (std::int64_t earlier = round - 1; earlier >= std::max<std::int64_t>(0, round - 3) && norms.size() + reference.size() < 3;
+         --earlier) {
+        auto previous = m_store->shardResults(job.id, earlier);
+        if (!previous)
+            return previous.error();
+        for (const auto& row : *previous) {
+            if (row.updateNorm >= 0.0)
+                reference.append(row.updateNorm);
+        }
+    }
+    auto transaction = m_store->begin();
+    if (!transaction)
+        return transaction.error();
+    int held = 0;
+    for (const auto index : verification::implausibleUpdates(norms, reference, m_options.updateNormFactor)) {
+        const auto& row = measured[index];
+        if (row.state != ResultState::Accepted || row.node.isEmpty())
+            continue; // re-executed already, or the broker's own
+        auto result = ShardResult::fromJson(row.resultJson);
+        if (!result)
+            return result.error();
+        const AssignmentRow assignment { row.assignment, job.id, round, row.shard, row.node, 0, 0, AssignmentState::Answered,
+            AssignmentKind::Train, {} };
+        for (const auto& status : { m_store->setResultState(job.id, round, row.shard, ResultState::Sampled),
+                 m_store->insertCheck(
+                     Verifier::sampleOf(assignment, job.weightsHash, job.weightsBlob, *result), m_clock.nowMs()) }) {
+            if (!status)
+                return status.error();
+        }
+        qCInfo(lcBrokerCore).noquote() << "round" << round << "shard" << row.shard << "of job" << job.id << ": update norm"
+                                       << row.updateNorm
+                                       << "is implausible against the round's; re-executed before it aggregates";
+        ++held;
+    }
+    if (auto committed = transaction->commit(); !committed)
+        return committed.error().toError();
+    return held > 0;
 }
 
 void Broker::discardUploadsOf(const QString& jobId, std::int64_t round)
@@ -804,6 +952,11 @@ Result<std::optional<Broker::AggregatedRound>> Broker::aggregateRound(
     auto evaluation = m_math.evaluate(spec, std::move(aggregated->weights.bytes));
     if (!evaluation)
         return failed(QStringLiteral("evaluated"), evaluation.error());
+    if (!std::isfinite(evaluation->loss) || !std::isfinite(evaluation->accuracy))
+        return failed(QStringLiteral("evaluated"),
+            Error { {},
+                QStringLiteral("its weights give a test loss of %1 (the training diverged; is the learning rate too high?)")
+                    .arg(evaluation->loss) });
     AggregatedRound next { { round, evaluation->loss, evaluation->accuracy, lossCount ? lossSum / double(lossCount) : 0.0,
                                aggregated->weights.canonicalHash, *blob },
         std::nullopt, changeBlob };
@@ -860,6 +1013,7 @@ Status Broker::checkpointDelivered(const QString& nodeId, const QString& checkId
 
 void Broker::tick()
 {
+    finishPendingRounds();
     m_verifier->tick();
     m_stakes->releaseDueUnbondings();
 }

@@ -23,6 +23,7 @@
 #include <QJsonObject>
 #include <QList>
 #include <QRandomGenerator>
+#include <QSet>
 #include <QString>
 
 #include <memory>
@@ -156,6 +157,12 @@ private:
     // Whether a connected node with the threads and stake, other than these, could run the job's shards.
     bool anotherNodeCouldRun(const QString& jobId, const QList<QString>& failedBy);
     Status confirmFailure(const AssignmentRow& assignment, const QList<QString>& failedBy, const QString& failure);
+    static QString failureKey(const QString& jobId, std::int64_t round, std::int64_t shard);
+    Status finishRound(const QString& jobId, const JobSpec& spec, std::int64_t round);
+    // Rounds whose finishing failed (a database error): tried again on each tick.
+    void finishPendingRounds();
+    // Sends the round's implausible unchecked results to re-execution; true when it held any.
+    Result<bool> recheckImplausible(const JobRow& job, std::int64_t round);
     Result<Acceptance> acceptCompleted(
         const AssignmentRow& assignment, const JobRow& job, const JobSpec& spec, const ShardResult& result);
     Status finishRoundIfComplete(const QString& jobId, const JobSpec& spec, std::int64_t round);
@@ -176,6 +183,9 @@ private:
     const Clock& m_clock;
     Options m_options;
     QHash<QString, NodeInfo> m_nodes; // registered in this run
+    // Why each node reported a shard failed (by failureKey, then node), until the broker confirms it.
+    QHash<QString, QHash<QString, QString>> m_failureReasons;
+    QSet<QString> m_roundsToFinish; // jobs whose round could not be finished (finishPendingRounds)
     Scheduler m_scheduler;
     Notices m_notices;
     QRandomGenerator m_random;

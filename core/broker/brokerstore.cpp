@@ -57,8 +57,8 @@ enum Column { Round, TestLoss, TestAccuracy, TrainLoss, WeightsHash, WeightsBlob
 } // namespace rounds
 
 namespace results {
-const QString Columns = QStringLiteral("round, shard, node, result, state, COALESCE(assignment, '')");
-enum Column { Round, Shard, Node, Result, State, Assignment };
+const QString Columns = QStringLiteral("round, shard, node, result, state, COALESCE(assignment, ''), COALESCE(update_norm, -1)");
+enum Column { Round, Shard, Node, Result, State, Assignment, UpdateNorm };
 } // namespace results
 
 namespace assignments {
@@ -145,6 +145,7 @@ ShardResultRow readResult(Statement& row)
     result.resultJson = jsonObject(row.columnText(results::Result));
     result.state = fromName<ResultState>(row.columnText(results::State)).value_or(ResultState::Accepted);
     result.assignment = row.columnText(results::Assignment);
+    result.updateNorm = row.columnDouble(results::UpdateNorm);
     return result;
 }
 
@@ -395,9 +396,9 @@ Result<QList<RoundRecord>> BrokerStore::rounds(const QString& jobId)
 Status BrokerStore::insertShardResult(const QString& jobId, const ShardResultRow& row)
 {
     return execute(*m_db,
-        QStringLiteral(
-            "INSERT INTO shard_results (job, round, shard, node, result, state, assignment) VALUES (?, ?, ?, ?, ?, ?, ?)"),
-        jobId, row.round, row.shard, row.node, jsonText(row.resultJson), nameOf(row.state), row.assignment);
+        QStringLiteral("INSERT INTO shard_results (job, round, shard, node, result, state, assignment, update_norm) "
+                       "VALUES (?, ?, ?, ?, ?, ?, ?, NULLIF(?, -1.0))"),
+        jobId, row.round, row.shard, row.node, jsonText(row.resultJson), nameOf(row.state), row.assignment, row.updateNorm);
 }
 
 Result<bool> BrokerStore::isAnswered(const QString& jobId, std::int64_t round, std::int64_t shard)
@@ -697,6 +698,20 @@ Result<QStringList> BrokerStore::lateDisputes(std::int64_t now)
     if (!ids)
         return ids.error();
     return QStringList(*ids);
+}
+
+Result<QStringList> BrokerStore::nodesInChecksBlamingJob(const QString& jobId)
+{
+    auto rows = query(*m_db,
+        QStringLiteral("SELECT accused FROM checks WHERE job = ? AND outcome = ? AND accused IS NOT NULL "
+                       "UNION SELECT verifier FROM checks WHERE job = ? AND outcome = ? AND verifier IS NOT NULL"),
+        jobId, nameOf(Loser::Job), jobId, nameOf(Loser::Job));
+    if (!rows)
+        return rows.error();
+    auto nodes = collect(*rows, [](Statement& row) { return row.columnText(0); });
+    if (!nodes)
+        return nodes.error();
+    return QStringList(*nodes);
 }
 
 Result<QList<std::pair<QString, std::int64_t>>> BrokerStore::waitingSamples(std::int64_t createdBefore)

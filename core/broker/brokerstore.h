@@ -61,6 +61,7 @@ struct ShardResultRow {
     QJsonObject resultJson; // the ShardResult
     ResultState state = ResultState::Accepted;
     QString assignment;
+    double updateNorm = -1.0; // the L2 norm of its change to the model (negative: not measured)
 };
 
 // What a node committed to before it revealed its result.
@@ -206,6 +207,8 @@ public:
     Result<QList<Check>> verifiedSamples(const QString& node, int limit);
     Result<QList<Check>> checksIn(CheckState state);
     Result<QStringList> lateDisputes(std::int64_t now);
+    // The nodes of a job's checks whose outcome blamed the job's code (Loser::Job), each once.
+    Result<QStringList> nodesInChecksBlamingJob(const QString& jobId);
     // Samples waiting since createdBefore or longer: (check, created at).
     Result<QList<std::pair<QString, std::int64_t>>> waitingSamples(std::int64_t createdBefore);
     Status cancelOpenChecks(const QString& jobId, std::int64_t now);

@@ -39,6 +39,11 @@ Result<Digest> OffThreadMath::canonicalHashOfFile(const QString& path)
     return offThread([&] { return m_inner.canonicalHashOfFile(path); });
 }
 
+Result<TrainingMath::Inspection> OffThreadMath::inspectResult(const QString& revealedPath, const QString& roundWeightsPath)
+{
+    return offThread([&] { return m_inner.inspectResult(revealedPath, roundWeightsPath); });
+}
+
 Result<TrainingMath::Aggregated> OffThreadMath::aggregate(
     const AggregationSpec& spec, QByteArray global, const QList<Update>& updates, const QByteArray& outerState)
 {

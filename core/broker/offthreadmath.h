@@ -22,6 +22,7 @@ public:
     Result<Weights> initialWeights(const JobSpec& spec) override;
     Result<Digest> canonicalHash(const QByteArray& weights) override;
     Result<Digest> canonicalHashOfFile(const QString& path) override;
+    Result<Inspection> inspectResult(const QString& revealedPath, const QString& roundWeightsPath) override;
     Result<Aggregated> aggregate(
         const AggregationSpec& spec, QByteArray global, const QList<Update>& updates, const QByteArray& outerState) override;
     Result<Evaluation> evaluate(const JobSpec& spec, QByteArray weights) override;

@@ -38,6 +38,9 @@ struct BrokerOptions {
     std::int64_t selfVerifyAloneAfterMs = 5'000;
     std::int64_t unbondingDelayMs = 24LL * 3600 * 1000; // unbonded stake stays slashable this long
     double crossProfileTolerance = 1e-3; // relative L2 distance, results of different runtime profiles
+    // An unchecked result whose update norm is this many times above or below the median of its
+    // round's is re-executed before the round aggregates.
+    double updateNormFactor = 4.0;
     std::uint64_t randomSeed = 0; // 0: sample draws from the system's random source
     std::int64_t maxRunningJobsPerOwner = 20; // more running jobs of one owner are refused
     // What LIST and NODES show unless asked for all: the latest ended jobs, nodes seen this recently.

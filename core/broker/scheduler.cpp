@@ -101,6 +101,8 @@ bool Scheduler::failedBy(const Job& job, std::int64_t shard, const QString& node
 
 std::optional<std::int64_t> Scheduler::choose(Job& job, const QString& nodeId, std::int64_t now) const
 {
+    if (job.excluded.contains(nodeId))
+        return std::nullopt;
     // A node that keeps failing this round's shards gets no more of them.
     const auto failures = std::count_if(
         job.failedBy.cbegin(), job.failedBy.cend(), [&](const QList<QString>& nodes) { return nodes.contains(nodeId); });
@@ -164,6 +166,12 @@ int Scheduler::heldBy(const QString& nodeId) const
     for (const auto& job : m_jobs)
         held += int(std::count_if(job.out.cbegin(), job.out.cend(), [&](const Out& out) { return out.node == nodeId; }));
     return held;
+}
+
+void Scheduler::exclude(const QString& jobId, const QString& nodeId)
+{
+    if (auto* found = job(jobId))
+        found->excluded.insert(nodeId);
 }
 
 QList<QString> Scheduler::failedBy(const QString& jobId, std::int64_t shard) const

@@ -9,6 +9,7 @@
 
 #include <QHash>
 #include <QList>
+#include <QSet>
 #include <QString>
 
 #include <cstdint>
@@ -87,6 +88,8 @@ public:
     void release(const QString& jobId, const QString& assignmentId, Release why = Release::GivenBack);
     // The nodes that reported a shard of the current round as failed.
     QList<QString> failedBy(const QString& jobId, std::int64_t shard) const;
+    // A node whose failure report the broker disproved gets no more of the job's shards.
+    void exclude(const QString& jobId, const QString& nodeId);
     // Every assignment of a node that went.
     void nodeLost(const QString& nodeId);
     // The assignment answered its shard at `now` (how long it took counts towards the job's usual).
@@ -142,6 +145,7 @@ private:
         std::int64_t cursor = 0; // shards below it were handed out at least once
         std::deque<std::int64_t> reissue; // shards left with no assignment out
         QHash<std::int64_t, QList<QString>> failedBy; // shard -> nodes that failed it, this round
+        QSet<QString> excluded; // nodes whose failure report was disproved: none of this job's shards
         std::deque<std::int64_t> durations; // of the last answers, ms
     };
 

@@ -191,13 +191,12 @@ Result<QJsonObject> Stakes::bond(const QString& nodeId, const QString& action, C
     return held;
 }
 
-Status Stakes::slash(const QString& nodeId, const QString& jobId, const QString& honest, const QString& cause, const QString& why)
+Status Stakes::slash(const QString& nodeId, const QString& honest, const QString& cause, const QString& why)
 {
+    // Half to the honest side of a dispute, the rest (all of it when nobody won) burned: a job's
+    // owner never receives stake slashed over its job, so no owner can profit from a slash its
+    // own code might cause (docs/VERIFICATION.md, "Money").
     const auto now = m_clock.nowMs();
-    auto job = m_store.job(jobId);
-    if (!job)
-        return job.error();
-    const QString owner = *job ? (*job)->owner : QStringLiteral("local");
     Credits total;
     for (const auto& account : { accounts::stake(nodeId), accounts::unbonding(nodeId) }) {
         auto held = m_ledger.balance(account);
@@ -207,14 +206,14 @@ Status Stakes::slash(const QString& nodeId, const QString& jobId, const QString&
         if (amount.micro() <= 0)
             continue;
         const auto toHonest = honest.isEmpty() ? Credits {} : Credits::fromMicro(amount.micro() / 2);
-        const auto toOwner = Credits::fromMicro(amount.micro() - toHonest.micro());
+        const auto burned = Credits::fromMicro(amount.micro() - toHonest.micro());
         const QString suffix = account.startsWith(u"stake:") ? QString() : QStringLiteral(":unbonding");
         const QString memo = QStringLiteral("slashed %1: %2").arg(nodeId.left(12), why);
-        for (const auto& [to, share, tag] : { std::tuple { honest, toHonest, QStringLiteral(":honest") },
-                 std::tuple { owner, toOwner, QStringLiteral(":owner") } }) {
+        for (const auto& [to, share, tag] : { std::tuple { accounts::balance(honest), toHonest, QStringLiteral(":honest") },
+                 std::tuple { accounts::Burned, burned, QStringLiteral(":burned") } }) {
             if (share.micro() <= 0)
                 continue;
-            if (auto paid = m_ledger.transfer(account, accounts::balance(to), share, cause + suffix + tag, memo, now); !paid)
+            if (auto paid = m_ledger.transfer(account, to, share, cause + suffix + tag, memo, now); !paid)
                 return paid.error();
         }
         total = amount;

@@ -42,8 +42,8 @@ public:
     static constexpr std::int64_t MaxRequestLifeMs = 24LL * 3600 * 1000;
     Result<QJsonObject> stake(const QJsonObject& signedRequest);
     // A fraction of what the node has at stake (bonded first, then unbonding): half to the honest
-    // party, if any, the rest to the job's owner. Inside the caller's transaction.
-    Status slash(const QString& nodeId, const QString& jobId, const QString& honest, const QString& cause, const QString& why);
+    // party, if any, the rest burned (never to a job's owner). Inside the caller's transaction.
+    Status slash(const QString& nodeId, const QString& honest, const QString& cause, const QString& why);
     // Unbonded stake that has waited long enough returns to its node's balance.
     void releaseDueUnbondings();
 

@@ -15,7 +15,7 @@ template<> constexpr std::array Names<ResultState> { "accepted", "sampled", "ver
 template<> constexpr std::array Names<CheckKind> { "sample", "canary" };
 template<>
 constexpr std::array Names<CheckState> { "waiting", "running", "disputed", "verified", "rejected", "closed", "cancelled" };
-template<> constexpr std::array Names<Loser> { "none", "accused", "verifier", "both" };
+template<> constexpr std::array Names<Loser> { "none", "accused", "verifier", "both", "job" };
 
 } // namespace
 

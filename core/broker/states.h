@@ -37,7 +37,9 @@ enum class CheckKind { Sample, Canary };
 enum class CheckState { Waiting, Running, Disputed, Verified, Rejected, Closed, Cancelled };
 
 // Who lost a check.
-enum class Loser { None, Accused, Verifier, Both };
+// Job: the referee agreed with neither side, or could not re-execute the job's code at all: the
+// job's own code is blamed (it does not compute the same result twice), and nobody is slashed.
+enum class Loser { None, Accused, Verifier, Both, Job };
 
 // The name of a value (nameOf(JobState::Running) is "running"), the value with a name (nothing for
 // a name that is not in the table), and every name of an enum in order. Defined in states.cpp for

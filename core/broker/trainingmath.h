@@ -62,6 +62,25 @@ public:
             return Error { QStringLiteral("weights"), bytes.error().message };
         return canonicalHash(*bytes);
     }
+    // A node's revealed result (final weights or a compressed update, in a file) against the
+    // round's weights it started from (a file): its canonical hash; `unfit` says why it is not a
+    // finite update of the model (wrong tensors, shapes or types; NaN or infinite changes, weights or
+    // optimizer state; negative second moments), empty when it is one; updateNorm is the L2 norm of
+    // its change to the model's float tensors (negative: not measured). An error when the file is
+    // not a dict of tensors at all.
+    struct Inspection {
+        Digest canonicalHash;
+        QString unfit;
+        double updateNorm = -1.0;
+    };
+    virtual Result<Inspection> inspectResult(const QString& revealedPath, const QString& roundWeightsPath)
+    {
+        Q_UNUSED(roundWeightsPath);
+        auto hash = canonicalHashOfFile(revealedPath);
+        if (!hash)
+            return hash.error();
+        return Inspection { *hash, {}, -1.0 };
+    }
     // global is taken by value: the arithmetic lets go of its bytes once it has read them.
     virtual Result<Aggregated> aggregate(
         const AggregationSpec& spec, QByteArray global, const QList<Update>& updates, const QByteArray& outerState)

@@ -57,9 +57,10 @@ QList<std::pair<QString, QString>> sides(const Check& check)
 
 } // namespace
 
-Verifier::Verifier(Parts parts, RoundMayBeComplete roundMayBeComplete)
+Verifier::Verifier(Parts parts, RoundMayBeComplete roundMayBeComplete, JobFails jobFails)
     : m_(parts)
     , m_roundMayBeComplete(std::move(roundMayBeComplete))
+    , m_jobFails(std::move(jobFails))
     , m_startedAtMs(parts.clock.nowMs())
 { }
 
@@ -259,7 +260,7 @@ Result<Acceptance> Verifier::acceptCheck(const QString& nodeId, const Assignment
     auto task = taskOf(check);
     if (!task)
         return task.error();
-    if (auto revealed = checkReveal(nodeId, assignment.id, *task, result); !revealed)
+    if (auto revealed = checkReveal(nodeId, assignment.id, *task, result, check.startBlob); !revealed)
         return revealed.error();
     check.verifierResult = result;
     auto transaction = m_.store.begin();
@@ -305,7 +306,8 @@ Result<Acceptance> Verifier::checkNotDone(Check& check, const AssignmentRow& ass
     return Acceptance::Failed;
 }
 
-Status Verifier::checkReveal(const QString& nodeId, const QString& assignmentId, const ShardTask& task, const ShardResult& result)
+Result<double> Verifier::checkReveal(
+    const QString& nodeId, const QString& assignmentId, const ShardTask& task, const ShardResult& result, const Digest& roundBlob)
 {
     auto committed = m_.store.commitment(assignmentId);
     if (!committed)
@@ -313,7 +315,7 @@ Status Verifier::checkReveal(const QString& nodeId, const QString& assignmentId,
     if (!*committed)
         return Error { QStringLiteral("commitment"), QStringLiteral("send the signed commitment (COMMIT) before the result") };
     // From here on the node has signed its answer: what contradicts the shard it was given is a lie.
-    auto lie = [&](Error error) -> Status {
+    auto lie = [&](Error error) -> Error {
         if (auto status = punishSignedLie(nodeId, assignmentId, error); !status)
             qCWarning(lcVerification).noquote() << status.error().toString();
         return error;
@@ -338,16 +340,24 @@ Status Verifier::checkReveal(const QString& nodeId, const QString& assignmentId,
     // The node committed to the weights' canonical hash, not to a file: weights the broker cannot
     // read (another container, a format it does not know) prove nothing. Refused, not slashed; the
     // node may upload them as a dict of tensors and send the result again.
-    auto hash = m_.math.canonicalHashOfFile(*weights);
-    if (!hash)
+    const auto round = m_.blobs.storedFile(roundBlob);
+    if (!round)
+        return Error { QStringLiteral("assignment"), QStringLiteral("the round's weights are gone from the broker") };
+    auto inspected = m_.math.inspectResult(*weights, *round);
+    if (!inspected)
         return Error { QStringLiteral("weightsSha256"),
             QStringLiteral("the broker cannot read the uploaded weights (%1); upload a dict of tensors and send the "
                            "result again")
-                .arg(hash.error().message) };
-    if (*hash != result.finalHash)
+                .arg(inspected.error().message) };
+    if (inspected->canonicalHash != result.finalHash)
         return lie(
             Error { QStringLiteral("finalHash"), QStringLiteral("the uploaded weights do not hash to the result's finalHash") });
-    return {};
+    // What the node signed and revealed must be a finite update of the model: an honest node fails
+    // a shard whose weights are not (docs/VERIFICATION.md, "Unchecked results").
+    if (!inspected->unfit.isEmpty())
+        return lie(Error { QStringLiteral("weightsSha256"),
+            QStringLiteral("the revealed result is not a finite update of the model: %1").arg(inspected->unfit) });
+    return inspected->updateNorm;
 }
 
 Status Verifier::punishSignedLie(const QString& nodeId, const QString& assignmentId, const Error& lie)
@@ -365,7 +375,7 @@ Status Verifier::punishSignedLie(const QString& nodeId, const QString& assignmen
         return transaction.error();
     if (auto status = m_.store.setAssignmentState(assignmentId, AssignmentState::Failed, AssignmentState::Active); !status)
         return status;
-    if (auto status = m_.stakes.slash(nodeId, jobId, {}, QStringLiteral("slash:%1").arg(assignmentId), lie.toString()); !status)
+    if (auto status = m_.stakes.slash(nodeId, {}, QStringLiteral("slash:%1").arg(assignmentId), lie.toString()); !status)
         return status;
     if (auto committed = transaction->commit(); !committed)
         return committed.error().toError();
@@ -556,7 +566,6 @@ Status Verifier::refereeInterval(Check& check, const QByteArray& state)
         return task.error();
     const auto j = check.checkpoint;
     const auto& a = check.accusedResult.checkpointHashes;
-    const auto& b = check.verifierResult->checkpointHashes;
     // j one past the chain: both agree on every checkpoint and differ in what they revealed.
     const bool revealed = j == a.size();
     const auto to = revealed ? j - 1 : j;
@@ -567,15 +576,125 @@ Status Verifier::refereeInterval(Check& check, const QByteArray& state)
             return read.error();
         round = std::move(*read);
     }
-    auto replay = m_.math.replay(*task, j - 1, state, a[j - 1], to, round);
-    if (!replay)
+    auto run = [&] { return m_.math.replay(*task, j - 1, state, a[j - 1], to, round); };
+    auto replay = run();
+    if (!replay) {
+        // From the round's weights nobody's state is involved: the job's own code failed on the
+        // referee. From a node's state the state may be at fault, or the code: the caller decides.
+        if (j == 1 && runsOwnerCode(*task))
+            return blameJob(check,
+                QStringLiteral("the referee could not re-execute checkpoint 1: %1").arg(replay.error().message), Proof::Proven);
         return replay.error();
+    }
     const QString at = revealed ? QStringLiteral("the referee revealed the update from the last checkpoint")
                                 : QStringLiteral("the referee re-executed checkpoint %1").arg(j);
-    const auto ruling = revealed
-        ? verification::referee(check.accusedResult.finalHash, check.verifierResult->finalHash, replay->weightsHash)
-        : verification::referee(a[j], b[j], replay->checkpoints.last());
-    return rule(check, ruling, at);
+    return ruleOnReplay(check, *task, *replay, at, run);
+}
+
+Status Verifier::refereeFromStart(Check& check)
+{
+    // A job owner's code: no side's silence or unusable state is taken as a loss, since the job's
+    // code may be what keeps an honest node from re-creating its state. The referee re-executes
+    // from the round's weights to the disputed checkpoint itself (at most one shard of training).
+    auto task = taskOf(check);
+    if (!task)
+        return task.error();
+    auto start = m_.blobs.read(check.startBlob);
+    if (!start)
+        return start.error();
+    const auto j = check.checkpoint;
+    const auto& a = check.accusedResult.checkpointHashes;
+    const bool revealed = j == a.size();
+    const auto to = revealed ? j - 1 : j;
+    auto run = [&] { return m_.math.replay(*task, 0, *start, check.startHash, to, *start); };
+    auto replay = run();
+    if (!replay)
+        return blameJob(check,
+            QStringLiteral(
+                "no side gave a usable state, and the referee could not re-execute the shard from the round's weights: %1")
+                .arg(replay.error().message),
+            Proof::Proven);
+    // Both sides signed checkpoint j-1: a referee that does not reach it cannot rule on j.
+    if (j >= 2 && (replay->checkpoints.size() < j - 1 || replay->checkpoints[j - 2] != a[j - 1]))
+        return ruleOnReplay(check, *task, *replay,
+            QStringLiteral("the referee re-executed the shard from the round's weights and does not reach checkpoint %1, which "
+                           "both sides signed,")
+                .arg(j - 1),
+            run, Agreement::Neither);
+    const QString at = revealed
+        ? QStringLiteral("no side gave a usable state; the referee re-executed the shard and revealed its update")
+        : QStringLiteral("no side gave a usable state; the referee re-executed the shard to checkpoint %1").arg(j);
+    return ruleOnReplay(check, *task, *replay, at, run);
+}
+
+Status Verifier::ruleOnReplay(Check& check, const ShardTask& task, const TrainingMath::Replay& replay, const QString& at,
+    const std::function<Result<TrainingMath::Replay>()>& again, Agreement agreement)
+{
+    const auto j = check.checkpoint;
+    const auto& a = check.accusedResult.checkpointHashes;
+    const bool revealed = j == a.size();
+    if (agreement == Agreement::AsHashed) {
+        const auto ruling = revealed
+            ? verification::referee(check.accusedResult.finalHash, check.verifierResult->finalHash, replay.weightsHash)
+            : verification::referee(a[j], check.verifierResult->checkpointHashes[j], replay.checkpoints.last());
+        if (ruling != verification::Ruling::BothWrong)
+            return rule(check, ruling, at);
+    }
+    const QString why = at + QStringLiteral(" and agrees with neither");
+    // Another CPU or BLAS: the referee's bits are not the sides' to begin with.
+    if (!reproduces(replay.runtimeProfile, check.accusedResult.runtimeProfile))
+        return settle(check, Loser::Both,
+            why + QStringLiteral(" (its runtime profile is not theirs); nobody is slashed and the shard is trained again"),
+            Penalty::None);
+    // Tessera's own models compute the same bits every time on one runtime profile: both sides
+    // computed wrongly what they were given.
+    if (!runsOwnerCode(task))
+        return settle(check, Loser::Both, why);
+    // A job owner's code may not compute the same result twice (uninitialised memory, addresses):
+    // then nobody computed wrongly, and an honest node is never slashed for what the job's code
+    // does. The referee runs it once more: other bits prove it.
+    auto second = again();
+    if (!second)
+        return blameJob(
+            check, why + QStringLiteral("; run again, the job's code failed (%1)").arg(second.error().message), Proof::Proven);
+    if (second->checkpoints != replay.checkpoints || second->weightsHash != replay.weightsHash)
+        return blameJob(check,
+            why + QStringLiteral("; run again, the job's code gave other bits: it does not compute the same result twice"),
+            Proof::Proven);
+    return blameJob(check,
+        why + QStringLiteral("; the job's code is blamed (it may not compute the same result twice on every machine)"),
+        Proof::Unproven);
+}
+
+bool Verifier::runsOwnerCode(const ShardTask& task)
+{
+    return task.model.source == ModelSpec::Source::TorchScript;
+}
+
+Status Verifier::blameJob(Check& check, const QString& why, Proof proof)
+{
+    // Nobody is slashed or paid for the shard; it is trained again. The job fails at once when the
+    // referee proved its code nondeterministic, else once results of as many distinct nodes as fail
+    // a job (BrokerOptions::maxShardFailures, 3) were blamed on it: a pair of colluding liars alone
+    // cannot fail someone's job.
+    const QString jobId = check.jobId;
+    if (auto status = settle(check, Loser::Job, why, Penalty::None); !status)
+        return status;
+    auto blamedWith = m_.store.nodesInChecksBlamingJob(jobId);
+    if (!blamedWith)
+        return blamedWith.error();
+    if (proof == Proof::Unproven && blamedWith->size() < m_.options.maxShardFailures)
+        return {};
+    auto job = m_.store.job(jobId);
+    if (!job)
+        return job.error();
+    if (!*job || (*job)->state != JobState::Running)
+        return {};
+    return m_jobFails(jobId,
+        QStringLiteral("the job's code does not compute the same result twice (round %1, shard %2: %3); nobody is slashed")
+            .arg(check.round)
+            .arg(check.shard)
+            .arg(why));
 }
 
 Status Verifier::checkpointDelivered(const QString& nodeId, const QString& checkId, const Digest& blob)
@@ -611,15 +730,23 @@ Status Verifier::checkpointDelivered(const QString& nodeId, const QString& check
     }
     // Nothing usable from this node: a timeout on its record, and it is asked no more. The referee
     // needs one usable state; if none comes (from the other side, before the deadline), every side
-    // that was asked loses, this one included.
+    // that was asked loses, this one included. A job owner's code may be what made the state
+    // unusable: there nothing is counted, and the referee re-executes from the round's weights.
     qCInfo(lcVerification).noquote() << "dispute" << check.id << ": node" << nodeId.left(12) << "gave no usable" << what << ":"
                                      << problem;
     check.asked.removeAll(nodeId);
-    if (auto status = m_.store.countTimeout(nodeId); !status)
-        return status;
-    auto recorded = check.asked.isEmpty() ? settle(check, check.accused.isEmpty() ? Loser::Verifier : Loser::Both,
-                        QStringLiteral("no side delivered usable %1: that counts as a loss").arg(what))
-                                          : m_.store.saveCheck(check);
+    auto task = taskOf(check);
+    if (!task)
+        return task.error();
+    const bool ownerCode = !operands && runsOwnerCode(*task);
+    if (!ownerCode) {
+        if (auto status = m_.store.countTimeout(nodeId); !status)
+            return status;
+    }
+    auto recorded = !check.asked.isEmpty() ? m_.store.saveCheck(check)
+        : ownerCode                        ? refereeFromStart(check)
+                                           : settle(check, check.accused.isEmpty() ? Loser::Verifier : Loser::Both,
+                                               QStringLiteral("no side delivered usable %1: that counts as a loss").arg(what));
     if (!recorded)
         return recorded;
     if (blob.isNull())
@@ -634,7 +761,7 @@ Status Verifier::checkpointDelivered(const QString& nodeId, const QString& check
 
 Status Verifier::settle(Check& check, Loser loser, const QString& why, Penalty penalty)
 {
-    const bool accusedLost = loser == Loser::Accused || loser == Loser::Both;
+    const bool accusedLost = loser == Loser::Accused || loser == Loser::Both || loser == Loser::Job;
     const bool sample = check.kind == CheckKind::Sample;
     // The referee checked one checkpoint: a verifier that lied there loses, but the checked result
     // is not proven right by it (a cheater checked by a cheater may be wrong further on). It goes
@@ -657,7 +784,7 @@ Status Verifier::settle(Check& check, Loser loser, const QString& why, Penalty p
                                    : Status {};
     if (!accused)
         return accused;
-    if (auto status = settleVerifier(check, loser, why); !status)
+    if (auto status = settleVerifier(check, loser, why, penalty); !status)
         return status;
     const auto decided = recheck ? CheckState::Closed : retrain ? CheckState::Rejected : CheckState::Verified;
     if (auto status = m_.store.decideCheck(check, decided, loser, why, now); !status)
@@ -706,8 +833,7 @@ Status Verifier::rejectAccused(const Check& check, Loser loser, const QString& w
         return status;
     if (penalty == Penalty::Slash) {
         const QString honest = loser == Loser::Accused ? check.verifier : QString();
-        if (auto status = m_.stakes.slash(
-                check.accused, check.jobId, honest, QStringLiteral("slash:%1:%2").arg(check.id, check.accused), why);
+        if (auto status = m_.stakes.slash(check.accused, honest, QStringLiteral("slash:%1:%2").arg(check.id, check.accused), why);
             !status)
             return status;
     }
@@ -716,14 +842,18 @@ Status Verifier::rejectAccused(const Check& check, Loser loser, const QString& w
     return {};
 }
 
-Status Verifier::settleVerifier(const Check& check, Loser loser, const QString& why)
+Status Verifier::settleVerifier(const Check& check, Loser loser, const QString& why, Penalty penalty)
 {
     if (check.verifier.isEmpty())
         return {};
+    if (loser == Loser::Job || ((loser == Loser::Verifier || loser == Loser::Both) && penalty == Penalty::None)) {
+        tell(check.verifier, check.verifierAssignment, QStringLiteral("rejected"), why); // not paid, not slashed
+        return {};
+    }
     if (loser == Loser::Verifier || loser == Loser::Both) {
         const QString honest = loser == Loser::Verifier ? check.accused : QString();
-        if (auto status = m_.stakes.slash(
-                check.verifier, check.jobId, honest, QStringLiteral("slash:%1:%2").arg(check.id, check.verifier), why);
+        if (auto status
+            = m_.stakes.slash(check.verifier, honest, QStringLiteral("slash:%1:%2").arg(check.id, check.verifier), why);
             !status)
             return status;
         tell(check.verifier, check.verifierAssignment, QStringLiteral("slashed"), why);
@@ -776,17 +906,33 @@ Status Verifier::selfVerify(Check& check)
     auto start = m_.blobs.read(check.startBlob);
     if (!start)
         return start.error();
-    auto replay = m_.math.replay(*task, 0, *start, check.startHash, task->checkpointCount() - 1, *start);
-    if (!replay)
-        return settle(check, Loser::Accused, QStringLiteral("the broker could not re-execute it: %1").arg(replay.error().message),
-            Penalty::None);
+    auto run = [&] { return m_.math.replay(*task, 0, *start, check.startHash, task->checkpointCount() - 1, *start); };
+    auto replay = run();
+    if (!replay) {
+        const QString why = QStringLiteral("the broker could not re-execute it: %1").arg(replay.error().message);
+        if (runsOwnerCode(*task)) // the node ran what fails here: the job's code is blamed, not the node
+            return blameJob(check, why, Proof::Unproven);
+        return settle(check, Loser::Accused, why, Penalty::None);
+    }
     const auto& a = check.accusedResult;
     if (replay->runtimeProfile == a.runtimeProfile) {
         QList<Digest> chain { check.startHash };
         chain.append(replay->checkpoints);
         if (chain == a.checkpointHashes && replay->weightsHash == a.finalHash)
             return settle(check, Loser::None, QStringLiteral("the broker re-executed it and got the same bits"));
-        return settle(check, Loser::Accused, QStringLiteral("the broker re-executed it and got other bits"));
+        const QString why = QStringLiteral("the broker re-executed it and got other bits");
+        if (!runsOwnerCode(*task))
+            return settle(check, Loser::Accused, why);
+        // A job owner's code: other bits prove a lie only if the code computes the same bits twice.
+        auto second = run();
+        const bool differs = !second || second->checkpoints != replay->checkpoints || second->weightsHash != replay->weightsHash;
+        return blameJob(check,
+            differs
+                ? why
+                    + QStringLiteral("; run again, the job's code gave other bits again: it does not compute the same "
+                                     "result twice")
+                : why + QStringLiteral("; the job's code is blamed (it may not compute the same result twice on every machine)"),
+            differs ? Proof::Proven : Proof::Unproven);
     }
     auto weights = m_.blobs.read(a.weightsSha256);
     if (!weights)
@@ -829,6 +975,16 @@ void Verifier::expireLateDisputes(std::int64_t now)
         auto check = m_.store.check(id);
         if (!check || !*check)
             continue;
+        auto task = taskOf(**check);
+        if (task && (*check)->narrowing.stage == Narrowing::Stage::None && runsOwnerCode(*task)) {
+            // A job owner's code: silence is not taken as a loss (the job's code may be what keeps
+            // an honest node from re-creating its state); the referee re-executes from the start.
+            Check judged = **check;
+            judged.asked.clear();
+            if (auto status = refereeFromStart(judged); !status)
+                qCWarning(lcVerification).noquote() << status.error().toString();
+            continue;
+        }
         for (const auto& node : (*check)->asked) {
             if (auto status = m_.store.countTimeout(node); !status)
                 qCWarning(lcVerification).noquote() << status.error().toString();

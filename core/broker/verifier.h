@@ -44,7 +44,10 @@ public:
         const QHash<QString, NodeInfo>& online; // the nodes connected now
         QRandomGenerator& random;
     };
-    Verifier(Parts parts, RoundMayBeComplete roundMayBeComplete);
+    // Called when the job's own code is proven (or, by maxShardFailures distinct nodes, taken to
+    // be) nondeterministic: the job fails with the reason.
+    using JobFails = std::function<Status(const QString& jobId, const QString& why)>;
+    Verifier(Parts parts, RoundMayBeComplete roundMayBeComplete, JobFails jobFails);
 
     // After a restart: re-executions in flight start over; disputes ask for their checkpoint
     // again, with a new deadline.
@@ -60,7 +63,10 @@ public:
     Result<Acceptance> acceptCheck(const QString& nodeId, const AssignmentRow& assignment, const ShardResult& result);
     // Commit, then reveal: the result matches the node's commitment and the shard it was given; a
     // node that committed and then revealed something impossible is slashed.
-    Status checkReveal(const QString& nodeId, const QString& assignmentId, const ShardTask& task, const ShardResult& result);
+    // Also: the revealed result must be a finite update of the round's weights (roundBlob). The
+    // update's norm comes back (negative: not measured).
+    Result<double> checkReveal(const QString& nodeId, const QString& assignmentId, const ShardTask& task,
+        const ShardResult& result, const Digest& roundBlob);
     // A node signed something that contradicts the shard it was given: slashed like a lost dispute.
     Status punishSignedLie(const QString& nodeId, const QString& assignmentId, const Error& lie);
     // A disputed checkpoint state came (a null digest: the node says it does not have it).
@@ -83,6 +89,19 @@ private:
     Status compare(Check& check);
     Status dispute(Check& check, qsizetype checkpoint);
     Status refereeInterval(Check& check, const QByteArray& state);
+    // A job owner's code: a dispute that no side answered with a usable state is refereed by
+    // re-executing from the round's weights (docs/VERIFICATION.md, "What a job's code cannot do").
+    Status refereeFromStart(Check& check);
+    // The referee's replay against both sides; one that agrees with neither slashes both only for
+    // Tessera's own models on the sides' runtime profile, else nobody (blameJob for owner code).
+    enum class Agreement { AsHashed, Neither };
+    Status ruleOnReplay(Check& check, const ShardTask& task, const TrainingMath::Replay& replay, const QString& at,
+        const std::function<Result<TrainingMath::Replay>()>& again, Agreement agreement = Agreement::AsHashed);
+    static bool runsOwnerCode(const ShardTask& task);
+    // Proven: the referee's own two runs differ (or one fails); Unproven: they agree, but a job's
+    // code may differ between processes or machines.
+    enum class Proof { Proven, Unproven };
+    Status blameJob(Check& check, const QString& why, Proof proof);
     // A portable job's dispute: both sides' traces, then the operands of the first differing
     // instruction, which the referee runs alone (docs/VERIFICATION.md, "Disputes over portable jobs").
     Status narrow(Check& check);
@@ -96,7 +115,7 @@ private:
     Status settle(Check& check, Loser loser, const QString& why, Penalty penalty = Penalty::Slash);
     Status payAccused(const Check& check, const QString& why);
     Status rejectAccused(const Check& check, Loser loser, const QString& why, Penalty penalty);
-    Status settleVerifier(const Check& check, Loser loser, const QString& why);
+    Status settleVerifier(const Check& check, Loser loser, const QString& why, Penalty penalty);
     Status selfVerify(Check& check);
     bool anyVerifierOnline(const Check& check);
     void expireLateDisputes(std::int64_t now);
@@ -108,6 +127,7 @@ private:
     std::int64_t disputeWindowMs(const Check& check);
     Parts m_;
     RoundMayBeComplete m_roundMayBeComplete;
+    JobFails m_jobFails;
     std::int64_t m_startedAtMs = 0; // nodes come back over the first seconds after a restart
 };
 

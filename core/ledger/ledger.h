@@ -12,6 +12,9 @@ namespace tessera::core::ledger {
 // Account names. Everything that holds credits is one of these.
 namespace accounts {
 inline const QString Mint = QStringLiteral("mint"); // the only account that goes negative: minus all ever minted
+// Slashed stake that goes to nobody: the part no winner of a dispute receives. Never debited, so
+// that nobody (a job's owner least of all) can profit from a slash it might cause.
+inline const QString Burned = QStringLiteral("burned");
 inline QString escrow(const QString& jobId)
 {
     return QStringLiteral("escrow:") + jobId;

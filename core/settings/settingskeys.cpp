@@ -103,6 +103,10 @@ QList<Key> makeKeys()
         intKey(BrokerSamplingFloorPercent, 5, 0, 100, "The least share of a node's results re-executed, in percent."),
         intKey(BrokerCanaryPercent, 1, 0, 100, "Share of handed-out work that re-checks an already verified shard, in percent."),
         intKey(BrokerSlashPercent, 50, 0, 100, "Share of its stake a node loses for a lost dispute or a signed lie, in percent."),
+        intKey(BrokerUpdateNormFactor, 4, 2, 1'000'000,
+            "A result nobody re-executed is re-executed before its round aggregates when its update's norm is this many times "
+            "above or below the median of the round's (a round of fewer than 3 is compared with its latest rounds' too; with "
+            "fewer than 3 in all, always)."),
         intKey(BrokerDisputeTimeoutSeconds, 60, 1, 86'400,
             "Seconds a node has to send a checkpoint state in a dispute (at least twice the job's usual shard time: the node "
             "may re-create the state); a timeout counts as a loss."),

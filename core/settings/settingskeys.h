@@ -72,6 +72,7 @@ inline const QString BrokerSamplingWarmup = QStringLiteral("Broker/SamplingWarmu
 inline const QString BrokerSamplingFloorPercent = QStringLiteral("Broker/SamplingFloorPercent");
 inline const QString BrokerCanaryPercent = QStringLiteral("Broker/CanaryPercent");
 inline const QString BrokerSlashPercent = QStringLiteral("Broker/SlashPercent");
+inline const QString BrokerUpdateNormFactor = QStringLiteral("Broker/UpdateNormFactor");
 inline const QString BrokerDisputeTimeoutSeconds = QStringLiteral("Broker/DisputeTimeoutSeconds");
 inline const QString BrokerSelfVerifyAfterSeconds = QStringLiteral("Broker/SelfVerifyAfterSeconds");
 inline const QString BrokerUnbondingDelaySeconds = QStringLiteral("Broker/UnbondingDelaySeconds");

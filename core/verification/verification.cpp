@@ -3,6 +3,7 @@
 #include "../seeds.h"
 
 #include <algorithm>
+#include <cmath>
 
 namespace tessera::core::verification {
 
@@ -22,6 +23,35 @@ bool drawSample(double probability, std::uint64_t seed)
     // The top 53 bits as a uniform double in [0, 1).
     const double uniform = double(SplitMix64(seed).next() >> 11) * 0x1.0p-53;
     return uniform < probability;
+}
+
+QList<qsizetype> implausibleUpdates(const QList<double>& norms, const QList<double>& reference, double factor)
+{
+    QList<double> pool;
+    const auto take = [&pool](const QList<double>& from) {
+        for (const double norm : from) {
+            if (std::isfinite(norm))
+                pool.append(norm);
+        }
+    };
+    take(norms);
+    if (pool.size() < 3)
+        take(reference);
+    QList<qsizetype> implausible;
+    if (pool.size() < 3) {
+        for (qsizetype i = 0; i < norms.size(); ++i)
+            implausible.append(i);
+        return implausible;
+    }
+    std::sort(pool.begin(), pool.end());
+    const qsizetype middle = pool.size() / 2;
+    const double median = pool.size() % 2 ? pool[middle] : 0.5 * (pool[middle - 1] + pool[middle]);
+    for (qsizetype i = 0; i < norms.size(); ++i) {
+        const double norm = norms[i];
+        if (!std::isfinite(norm) || norm > median * factor || norm * factor < median)
+            implausible.append(i);
+    }
+    return implausible;
 }
 
 std::optional<qsizetype> firstDivergence(const QList<Digest>& a, const QList<Digest>& b)

@@ -29,6 +29,13 @@ double samplingProbability(const NodeRecord& record, const SamplingPolicy& polic
 // A draw that anyone can recompute from the seed (a shard's identity): true with probability p.
 bool drawSample(double probability, std::uint64_t seed);
 
+// Robust plausibility of a round's unchecked results (docs/VERIFICATION.md, "Unchecked results"):
+// the indices of `norms` (each result's L2 update norm) that lie more than `factor` from the median
+// of the round's norms, above (median * factor) or below (median / factor). With fewer than 3 norms
+// in the round, the median is taken together with `reference` (the latest rounds' norms); with
+// fewer than 3 in all there is nothing to compare with, and every index is returned.
+QList<qsizetype> implausibleUpdates(const QList<double>& norms, const QList<double>& reference, double factor);
+
 // Two checkpoint chains of the same shard: the index of the first hash that differs, or nullopt
 // when they are equal. Chains of different lengths differ at the first missing index.
 std::optional<qsizetype> firstDivergence(const QList<Digest>& a, const QList<Digest>& b);

@@ -1516,8 +1516,8 @@ private Q_SLOTS:
     }
 
     // What a hostile job's code would try first, tried by the worker itself once confined: each is
-    // refused by the kernel (Landlock for files, seccomp for sockets and programs), and the worker
-    // says why.
+    // refused by the kernel (Landlock for files, seccomp for sockets, programs, other processes,
+    // memfds and priorities), and the worker says why.
     void theWorkerCannotReadTheNodesKeysOpenSocketsOrStartPrograms()
     {
         QTemporaryDir data; // stands for the node's data folder
@@ -1538,6 +1538,14 @@ private Q_SLOTS:
         QVERIFY2(said.contains(QStringLiteral("unix socket: refused (Operation not permitted)")), qPrintable(said));
         QVERIFY2(said.contains(QStringLiteral("exec: refused (Operation not permitted)")), qPrintable(said));
         QVERIFY2(said.contains(QStringLiteral("write scratch: allowed")), qPrintable(said));
+        // Native code in a hostile job (what a LibTorch memory bug would hand it): it cannot signal
+        // its supervisor by any call, hold memory outside its address space in a memfd, or put
+        // itself ahead of the computer's owner, even when the worker runs as root (CI does); it
+        // still signals its own threads (abort() needs that) and reads its limits.
+        for (const auto* refused : { "signal supervisor", "pidfd", "memfd", "raise priority", "real-time", "lift memory limit" })
+            QVERIFY2(said.contains(QStringLiteral("%1: refused (").arg(QLatin1String(refused))), qPrintable(said));
+        QVERIFY2(said.contains(QStringLiteral("signal itself: allowed")), qPrintable(said));
+        QVERIFY2(said.contains(QStringLiteral("read limits: allowed")), qPrintable(said));
         if (said.contains(QStringLiteral("landlock=0")))
             QSKIP("this kernel has no Landlock: the worker's files are not confined here (the worker warns)");
         QVERIFY2(said.contains(QStringLiteral("read: refused (Permission denied)")), qPrintable(said));

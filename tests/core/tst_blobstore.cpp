@@ -60,6 +60,23 @@ private Q_SLOTS:
         QDir blobs(dir.path());
         QCOMPARE(blobs.entryList({ QStringLiteral("*.part") }, QDir::Files).size(), 0);
         QVERIFY(!store->putRange(claimed, 0, BlobStore::MaxBlobBytes + 1, QByteArray("x")).ok());
+
+        // Of a blob the store has, a prover sends every byte: one byte under its hash completes
+        // nothing, a wrong size or wrong bytes are refused, and nothing is written either way.
+        using Stored = BlobStore::Stored;
+        QCOMPARE(*store->putRange(digest, 0, 2500, QByteArray("a"), QStringLiteral("s"), 0, Stored::MustProve),
+            BlobStore::UploadState::Incomplete);
+        QCOMPARE(store->putRange(digest, 0, 1, QByteArray("a"), QStringLiteral("t"), 0, Stored::MustProve).error().field,
+            QStringLiteral("sha256"));
+        QCOMPARE(*store->putRange(digest, 0, 2500, data.mid(0, 2000), QStringLiteral("u"), 0, Stored::MustProve),
+            BlobStore::UploadState::Incomplete);
+        QCOMPARE(store->putRange(digest, 2000, 2500, bytesOf('b', 500), QStringLiteral("u"), 0, Stored::MustProve).error().field,
+            QStringLiteral("sha256"));
+        QCOMPARE(
+            *store->putRange(digest, 0, 2500, data, QStringLiteral("v"), 0, Stored::MustProve), BlobStore::UploadState::Complete);
+        QCOMPARE(blobs.entryList({ QStringLiteral("*.part") }, QDir::Files | QDir::NoDotAndDotDot).size(), 0);
+        QCOMPARE(*store->read(digest), data);
+        QCOMPARE(*store->putRange(digest, 0, 2500, QByteArray("a")), BlobStore::UploadState::Complete); // a cache's own
     }
 
     void evictsLeastRecentlyUsedFirstButNeverPinned()

@@ -2,6 +2,8 @@
 
 #include <QTest>
 
+#include <cmath>
+
 using namespace tessera::core;
 using namespace tessera::core::verification;
 
@@ -46,6 +48,18 @@ private Q_SLOTS:
         QCOMPARE(referee(honest[2], forged[2], honest[2]), Ruling::FirstHonest);
         QCOMPARE(referee(forged[2], honest[2], honest[2]), Ruling::SecondHonest);
         QCOMPARE(referee(forged[2], Digest::ofBytes("y"), honest[2]), Ruling::BothWrong);
+    }
+
+    // An unchecked update far from its round's median (either way), or not finite, is re-executed
+    // before the round aggregates; with too few results to compare, every one is.
+    void implausibleUpdatesAreFarFromTheRoundsMedian()
+    {
+        const QList<double> round { 1.0, 1.2, 0.9, 50.0, 0.1, std::nan(""), 3.9 };
+        QCOMPARE(implausibleUpdates(round, {}, 4.0), (QList<qsizetype> { 3, 4, 5 }));
+        QCOMPARE(implausibleUpdates(round, {}, 2.0), (QList<qsizetype> { 3, 4, 5, 6 }));
+        QCOMPARE(implausibleUpdates({ 1.0, 30.0 }, { 1.1, 0.9 }, 4.0), (QList<qsizetype> { 1 }));
+        QCOMPARE(implausibleUpdates({ 1.0, 30.0 }, {}, 4.0), (QList<qsizetype> { 0, 1 }));
+        QCOMPARE(implausibleUpdates({ 1.0 }, { 30.0 }, 4.0), (QList<qsizetype> { 0 }));
     }
 
     void simulationMeetsTheGoals()

@@ -253,6 +253,15 @@ private Q_SLOTS:
         QVERIFY(later && later->message.command == Command::Ok);
     }
 
+    // What a peer hears of the broker's own trouble names none of its files.
+    void errorsNameNoFileOfTheBrokers()
+    {
+        const auto said = net::scrubbedForPeers(
+            QStringLiteral("disk I/O error: /var/lib/tessera/broker.db (and /tmp/x-1/scratch/w.pt) at https://a.b/c, 3/4"));
+        QVERIFY2(!said.contains(QStringLiteral("/var/lib")) && !said.contains(QStringLiteral("/tmp")), qPrintable(said));
+        QVERIFY2(said.contains(QStringLiteral("https://a.b/c")) && said.contains(QStringLiteral("3/4")), qPrintable(said));
+    }
+
     void requestsBeforeRegisteringAreRefused()
     {
         const auto endpoint = start();

@@ -58,7 +58,9 @@ for name in sorted(start):
         problems.append("update/%s differs from round(d / scale)" % name)
     decoded = q.flatten().to(torch.float32) * per_element
     error = (decoded - d).abs()
-    if bool((error > per_element / 2 * (1 + 1e-6)).any()):
+    # Half a step, and float32's own rounding of d / scale and of q * scale (a d within ~1e-5 of a
+    # step from a half step may round either way).
+    if bool((error > per_element * (0.5 + 1e-4)).any()):
         problems.append("update/%s is further than half a step from the update" % name)
     if not same_bits(aggregated[name], w + decoded.view(w.shape)):
         problems.append("the aggregated %s is not W + q * scale" % name)
