@@ -1580,6 +1580,27 @@ private Q_SLOTS:
         nextShardTrains();
     }
 
+    // What a job's code prints (here lines that look like the worker's own answers: "done",
+    // "progress ...") goes to the worker's log, never onto its answers: a driven worker and a
+    // one-shot one both train the shard to the bits of a run here.
+    void whatAJobsCodePrintsNeverReachesTheSupervisor()
+    {
+        const auto [task, start] = hostileTask(QStringLiteral("printer.pt"));
+        const auto here = compute::runShard(task, start, {});
+        QVERIFY2(here.result.outcome == core::ShardResult::Outcome::Completed, qPrintable(here.result.failure));
+        const auto once = compute::sandbox::runShardInWorker(task, start, {}, workerOptions());
+        QVERIFY2(once.result.outcome == core::ShardResult::Outcome::Completed, qPrintable(once.result.failure));
+        QCOMPARE(once.result.checkpointHashes, here.result.checkpointHashes);
+        auto driven = compute::sandbox::RemoteShardRun::start(task, start, {}, workerOptions());
+        QVERIFY2(driven.ok(), qPrintable(driven.ok() ? QString() : driven.error().toString()));
+        while (!(*driven)->finished())
+            QVERIFY((*driven)->step(3).ok());
+        const auto there = (*driven)->finish();
+        QVERIFY2(there.result.outcome == core::ShardResult::Outcome::Completed, qPrintable(there.result.failure));
+        QCOMPARE(there.result.checkpointHashes, here.result.checkpointHashes);
+        QCOMPARE(there.weights, here.weights);
+    }
+
     // A long-lived worker driven a few steps at a time, as the compute thread drives its runs:
     // paused in one worker after 7 steps, resumed in another, it ends with the bits of one
     // uninterrupted run here.

@@ -17,6 +17,10 @@ and hostile models that pass every check before loading, for the sandboxed compu
   endless.pt       forward() never returns (a loop without end)
   hoarder.pt       forward() allocates 200 MB after 200 MB and keeps them all (untouched: the
                    limit counts address space, and filling pages only makes a test slower)
+  printer.pt       forward() prints lines of the worker's own answers ("done", "progress ...")
+  nondeterministic.pt  forward() scales its output by a term that depends on where a fresh
+                   torch.empty lies: every run of a shard differs, on every node
+  endless_load.pt  __setstate__ (run when the model is loaded, before any training) never returns
 """
 import os
 import sys
@@ -170,8 +174,60 @@ class Hoarder(torch.nn.Module):
         return self.fc(x.flatten(1)) + total
 
 
+class Printer(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = torch.nn.Linear(784, 10)
+
+    def forward(self, x):
+        print("done")
+        print("progress 1000000 1 0.5 1")
+        print("error: printed by the job's own code")
+        return self.fc(x.flatten(1))
+
+
+class Nondeterministic(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = torch.nn.Linear(784, 10)
+
+    def forward(self, x):
+        # A fresh tensor's hash is its address: another in every process (ASLR), as torch.empty's
+        # contents would be wherever the allocator hands out memory that held something else.
+        scratch = torch.empty(1000 + x.size(0))
+        wobble = float(hash(scratch) % 9973) * 1e-5
+        return self.fc(x.flatten(1)) * (1.0 + wobble)
+
+
+class EndlessLoad(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = torch.nn.Linear(784, 10)
+        self.spin = True
+
+    def forward(self, x):
+        return self.fc(x.flatten(1))
+
+    @torch.jit.export
+    def __getstate__(self) -> Tuple[torch.Tensor, torch.Tensor, bool, bool]:
+        return (self.fc.weight, self.fc.bias, self.spin, self.training)
+
+    @torch.jit.export
+    def __setstate__(self, state: Tuple[torch.Tensor, torch.Tensor, bool, bool]):
+        i = 0
+        while state[2] and i >= 0:
+            i = i + 1
+        self.fc.weight = state[0]
+        self.fc.bias = state[1]
+        self.spin = state[2]
+        self.training = state[3]
+
+
 torch.jit.script(Endless()).save(out + "/endless.pt")
 torch.jit.script(Hoarder()).save(out + "/hoarder.pt")
+torch.jit.script(Printer()).save(out + "/printer.pt")
+torch.jit.script(Nondeterministic()).save(out + "/nondeterministic.pt")
+torch.jit.script(EndlessLoad()).save(out + "/endless_load.pt")
 torch.save({"x": torch.zeros(4, 20), "y": torch.zeros(4, dtype=torch.long), "z": System()}, out + "/system.pt")
 for name in os.listdir(out):  # scripting ran nothing, but be sure the test starts clean
     if name.startswith("touched-"):
