@@ -107,9 +107,24 @@ struct BrokerServer::Private {
     Counters counters;
     std::int64_t nextKeepAlive = 0;
     // Messages waiting for the broker, in the order they came (all of them go through here), and
-    // how many each peer has waiting; `busy` while serveWhileBusy runs.
-    std::deque<std::pair<QByteArray, detail::Frames>> deferred;
+    // how many each peer has waiting; `busy` while serveWhileBusy runs. A message that came while
+    // the broker computed passed admission then (`admitted`) and counts against its principal's
+    // bound on waiting messages and bytes until it is handled.
+    struct Waiting {
+        QByteArray routingId;
+        detail::Frames received;
+        bool admitted = false;
+        QString principal;
+        std::int64_t bytes = 0;
+    };
+    struct WaitingOf {
+        int messages = 0;
+        std::int64_t bytes = 0;
+    };
+    std::deque<Waiting> deferred;
     QHash<QByteArray, int> deferredOf;
+    QHash<QString, WaitingOf> waitingOf; // principal -> its messages that came while busy
+    std::int64_t waitingBytes = 0;
     bool busy = false;
 
     Private(core::broker::Broker& b, BrokerServerOptions o, const core::Clock& c)
@@ -187,8 +202,8 @@ struct BrokerServer::Private {
     void serveBusy();
     void handleZap();
     // Admission: the ban list and the peer's rate limit. False: the message goes no further.
-    bool admit(const QByteArray& routingId, Peer& peer, const QList<QByteArray>& frames);
-    void handle(const QByteArray& routingId, const detail::Frames& received);
+    bool admit(const QByteArray& routingId, const QString& principal, const QList<QByteArray>& frames);
+    void handle(const QByteArray& routingId, const detail::Frames& received, bool admitted = false);
     // Whose limits apply to a message: its CURVE key; in plaintext its IP address, except on
     // loopback, where every process of the machine shares one address (and is the operator): there
     // each connection counts on its own.
@@ -348,17 +363,25 @@ std::optional<std::pair<QByteArray, detail::Frames>> BrokerServer::Private::next
 void BrokerServer::Private::queue(QByteArray routingId, detail::Frames received)
 {
     ++deferredOf[routingId];
-    deferred.emplace_back(std::move(routingId), std::move(received));
+    deferred.push_back({ std::move(routingId), std::move(received) });
 }
 
 void BrokerServer::Private::drainDeferred()
 {
     while (!deferred.empty()) {
-        auto [routingId, received] = std::move(deferred.front());
+        auto next = std::move(deferred.front());
         deferred.pop_front();
-        if (auto it = deferredOf.find(routingId); it != deferredOf.end() && --*it <= 0)
+        if (auto it = deferredOf.find(next.routingId); it != deferredOf.end() && --*it <= 0)
             deferredOf.erase(it);
-        handle(routingId, received); // may make the broker busy: new messages queue up behind
+        if (next.admitted) {
+            auto& of = waitingOf[next.principal];
+            waitingBytes -= next.bytes;
+            of.bytes -= next.bytes;
+            if (--of.messages <= 0)
+                waitingOf.remove(next.principal);
+        }
+        // May make the broker busy: new messages queue up behind.
+        handle(next.routingId, next.received, next.admitted);
     }
 }
 
@@ -397,8 +420,13 @@ bool servedWhileBusy(const QList<QByteArray>& frames)
 
 void BrokerServer::Private::serveBusy()
 {
-    // Nothing here may add or remove peers: the broker's caller may be walking them.
+    // Nothing here may add or remove peers: the broker's caller may be walking them. What waits is
+    // bounded per principal (as its rate is), so that one key cannot fill the queue that other
+    // peers' RESULTs and CHECKPOINTs wait in, and in all.
     constexpr std::size_t MaxWaiting = 10'000;
+    constexpr int MaxWaitingPerPrincipal = 256;
+    constexpr std::int64_t MaxWaitingBytesPerPrincipal = 32LL << 20;
+    constexpr std::int64_t MaxWaitingBytes = 512LL << 20;
     if (zap) {
         zmq::pollitem_t item { zap->handle(), 0, ZMQ_POLLIN, 0 };
         while (zmq::poll(&item, 1, std::chrono::milliseconds(0)) > 0 && (item.revents & ZMQ_POLLIN))
@@ -427,11 +455,29 @@ void BrokerServer::Private::serveBusy()
                 continue;
             }
         }
-        if (deferred.size() >= MaxWaiting) {
+        const QString principal = principalOf(routingId, received);
+        if (auto ban = banned.find(principal); ban != banned.end() && now() < *ban)
+            continue; // dropped for flooding: not even an answer
+        if (!admit(routingId, principal, received.frames))
+            continue; // over its rate: refused as at any time
+        std::int64_t bytes = 0;
+        for (const auto& frame : received.frames)
+            bytes += frame.size();
+        const auto& of = waitingOf[principal];
+        if (deferred.size() >= MaxWaiting || of.messages >= MaxWaitingPerPrincipal
+            || of.bytes + bytes > MaxWaitingBytesPerPrincipal || waitingBytes + bytes > MaxWaitingBytes) {
+            if (of.messages == 0)
+                waitingOf.remove(principal);
+            ++counters.errors;
             sendError(routingId, errors::TooManyRequests, QStringLiteral("the broker is busy; try again in a moment"), -1, {});
             continue;
         }
-        queue(std::move(routingId), std::move(received));
+        auto& counted = waitingOf[principal];
+        ++counted.messages;
+        counted.bytes += bytes;
+        waitingBytes += bytes;
+        ++deferredOf[routingId];
+        deferred.push_back({ std::move(routingId), std::move(received), true, principal, bytes });
     }
     // Nodes hear from the broker as usual, so that none takes it for gone.
     const auto t = now();
@@ -481,13 +527,13 @@ void BrokerServer::Private::handleZap()
     zmq::send_multipart(*zap, reply);
 }
 
-bool BrokerServer::Private::admit(const QByteArray& routingId, Peer& peer, const QList<QByteArray>& frames)
+bool BrokerServer::Private::admit(const QByteArray& routingId, const QString& who, const QList<QByteArray>& frames)
 {
     // A blob range (GET, PUT) counts a quarter: a download on a fast link is 1 MiB ranges as fast as
     // the link carries them (about 600 a second on loopback here), not a flood.
     const bool range = frames.size() > 1 && frames[1].size() == 1
         && (quint8(frames[1][0]) == quint8(Command::Get) || quint8(frames[1][0]) == quint8(Command::Put));
-    auto& principal = principals[peer.principal];
+    auto& principal = principals[who];
     if (principal.lastSeen == 0)
         principal.limiter = RateLimiter(options.maxRequestsPerSecond);
     principal.lastSeen = now();
@@ -507,10 +553,10 @@ bool BrokerServer::Private::admit(const QByteArray& routingId, Peer& peer, const
             return false;
         }
         qCWarning(lcBroker).noquote() << "dropped a peer that sent more than" << options.maxRequestsPerSecond
-                                      << "messages a second for 5 s" << shortId(peer.principal);
+                                      << "messages a second for 5 s" << shortId(who);
         // Every connection of that identity goes, and stays away for the ban.
         {
-            const QString flooder = peer.principal;
+            const QString flooder = who;
             for (auto it = peers.begin(); it != peers.end();) {
                 if (it->principal != flooder) {
                     ++it;
@@ -540,7 +586,7 @@ QString BrokerServer::Private::principalOf(const QByteArray& routingId, const de
     return QStringLiteral("address:") + address;
 }
 
-void BrokerServer::Private::handle(const QByteArray& routingId, const detail::Frames& received)
+void BrokerServer::Private::handle(const QByteArray& routingId, const detail::Frames& received, bool admitted)
 {
     ++counters.messages;
     const QList<QByteArray>& frames = received.frames;
@@ -558,7 +604,7 @@ void BrokerServer::Private::handle(const QByteArray& routingId, const detail::Fr
         found = peers.insert(routingId, Peer { {}, false, 0, 0.0, 0, 0, principal });
     auto& peer = *found;
     peer.lastSeen = now();
-    if (!admit(routingId, peer, frames))
+    if (!admitted && !admit(routingId, peer.principal, frames))
         return;
     auto message = decode(frames);
     if (!message) {

@@ -170,6 +170,50 @@ private Q_SLOTS:
         QVERIFY(status && status->message.command == Command::Ok);
     }
 
+    // While the broker computes, what waits is bounded per key (256 messages, 32 MiB) as its rate
+    // is: one flooder's messages past its bound are refused, and a node that comes after it still
+    // has its REGISTER waiting for the broker, not refused.
+    void whileTheBrokerComputesEachPeerHasABoundedShareOfTheQueue()
+    {
+        const auto endpoint = start(10'000);
+        SessionPeer flooder(m_context, zmq::socket_type::dealer, endpoint, false);
+        SessionPeer uploader(m_context, zmq::socket_type::dealer, endpoint, false);
+        for (int i = 0; i < 300; ++i)
+            flooder.send(Command::Cancel, { { QStringLiteral("jobId"), QStringLiteral("none") }, { QStringLiteral("id"), i } });
+        const QByteArray mebibyte(1 << 20, 'x');
+        for (int i = 0; i < 40; ++i)
+            uploader.send(Command::Put,
+                { { QStringLiteral("sha256"), QString(64, u'a') }, { QStringLiteral("offset"), 0 }, { QStringLiteral("size"), 1 << 20 },
+                    { QStringLiteral("id"), i } },
+                mebibyte);
+        SessionPeer newcomer(m_context, zmq::socket_type::dealer, endpoint, false);
+        newcomer.send(Command::Register, net::RegisterRequest { nodeInfo(QStringLiteral("n")) }.toHeader());
+        newcomer.send(Command::Heartbeat);
+        int floodRefused = 0;
+        int uploadsRefused = 0;
+        bool newcomerWaits = false;
+        const auto refusedBusy = [](const std::optional<tests::Received>& answer) {
+            return answer && answer->message.command == Command::Error
+                && answer->message.header.value(net::fields::Code).toString() == net::errors::TooManyRequests;
+        };
+        QVERIFY(QTest::qWaitFor(
+            [&] {
+                m_server->serveWhileBusy();
+                while (auto answer = flooder.next([] {}, 0))
+                    floodRefused += refusedBusy(answer);
+                while (auto answer = uploader.next([] {}, 0))
+                    uploadsRefused += refusedBusy(answer);
+                if (auto answer = newcomer.next([] {}, 0))
+                    newcomerWaits = newcomerWaits || answer->message.command == Command::Heartbeat;
+                return floodRefused >= 44 && uploadsRefused >= 9 && newcomerWaits;
+            },
+            30'000));
+        QCOMPARE(floodRefused, 300 - 256);
+        QCOMPARE(uploadsRefused, 40 - 31); // 31 of a little over 1 MiB each fill 32 MiB
+        auto welcome = newcomer.nextSkippingHeartbeats(pump());
+        QVERIFY(welcome && welcome->message.command == Command::Welcome);
+    }
+
     void aNodeSilentForThreeHeartbeatsIsDroppedAndItsShardReissued()
     {
         const auto endpoint = start();
