@@ -36,14 +36,27 @@ BrokerMath::BrokerMath(ComputeEnvironment environment, core::BlobStore& blobs)
     m_environment.blobPath = [&blobs](const core::Digest& digest) { return blobs.storedFile(digest); };
 }
 
+namespace {
+
+// A worker's time limit on the owner's code that runs for no shard, said as what it is.
+core::Error jobCodeError(core::Error error, const char* what)
+{
+    if (error.message.startsWith(QLatin1String("time limit")))
+        error.message = QStringLiteral("time limit: the job's code ran past Broker/JobCodeSeconds building %1 (%2)")
+                            .arg(QLatin1String(what), error.message);
+    return error;
+}
+
+} // namespace
+
 core::Result<BrokerMath::Weights> BrokerMath::initialWeights(const core::JobSpec& spec)
 {
     return shielded("weights", [&]() -> core::Result<Weights> {
         core::Result<compute::Weights> weights = core::Error {};
-        if (const auto* worker = sandboxFor(spec.model)) {
+        if (const auto worker = jobCodeSandboxFor(spec.model)) {
             auto bytes = sandbox::initialWeightsInWorker(spec, m_environment, *worker);
             if (!bytes)
-                return bytes.error();
+                return jobCodeError(bytes.error(), "its initial weights");
             auto hash = canonicalHashOf(*bytes);
             if (!hash)
                 return hash.error();
@@ -102,11 +115,11 @@ core::Result<BrokerMath::Aggregated> BrokerMath::aggregate(
 core::Result<BrokerMath::Evaluation> BrokerMath::evaluate(const core::JobSpec& spec, QByteArray weights)
 {
     return shielded("evaluation", [&]() -> core::Result<Evaluation> {
-        const auto* worker = sandboxFor(spec.model);
+        const auto worker = jobCodeSandboxFor(spec.model);
         auto evaluation = worker ? sandbox::evaluateInWorker(spec, weights, int(spec.training.threads), m_environment, *worker)
                                  : compute::evaluate(spec, std::move(weights), m_environment, int(spec.training.threads));
         if (!evaluation)
-            return evaluation.error();
+            return worker ? jobCodeError(evaluation.error(), "its evaluation") : evaluation.error();
         return Evaluation { evaluation->loss, evaluation->accuracy };
     });
 }

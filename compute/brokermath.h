@@ -29,6 +29,11 @@ public:
         m_sandbox = options;
         m_sandboxEveryModel = everyModel;
     }
+    // Broker/JobCodeSeconds: the owner's code that runs for no shard (a model's loading for its
+    // initial weights, a round's evaluation) is stopped after this long, not at options.timeLimitMs
+    // (a replay's, which is a shard's). 0: options.timeLimitMs. Initial weights may be built from any
+    // thread beside the arithmetic's when they run in a worker (core::broker::Broker::setJobCodeMath).
+    void setJobCodeLimit(std::int64_t ms) { m_jobCodeMs = ms; }
 
     core::Result<Weights> initialWeights(const core::JobSpec& spec) override;
     core::Result<core::Digest> canonicalHash(const QByteArray& weights) override;
@@ -50,6 +55,18 @@ private:
     ComputeEnvironment m_environment;
     std::optional<sandbox::WorkerOptions> m_sandbox;
     bool m_sandboxEveryModel = false;
+    std::int64_t m_jobCodeMs = 0;
+    // The worker options for a run of this model's code that is no shard's (initial weights, evaluation).
+    std::optional<sandbox::WorkerOptions> jobCodeSandboxFor(const core::ModelSpec& model) const
+    {
+        const auto* worker = sandboxFor(model);
+        if (!worker)
+            return std::nullopt;
+        auto options = *worker;
+        if (m_jobCodeMs > 0 && (options.timeLimitMs <= 0 || m_jobCodeMs < options.timeLimitMs))
+            options.timeLimitMs = m_jobCodeMs;
+        return options;
+    }
     // The worker options for a run of this model's code, if it runs in a worker.
     const sandbox::WorkerOptions* sandboxFor(const core::ModelSpec& model) const
     {

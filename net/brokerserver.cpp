@@ -161,18 +161,32 @@ struct BrokerServer::Private {
     // request's (disk-full, without the broker's paths; the log has the whole error).
     void refuse(const Request& r, const core::Error& error, const QString& code = errors::Invalid, const QString& prefix = {})
     {
+        refuseLater({ r.routingId, r.message.command, r.re(), r.id }, error, code, prefix);
+    }
+    // Who to answer once a request that ran in the background is done.
+    struct Asker {
+        QByteArray routingId;
+        Command command;
+        int re;
+        QJsonValue id;
+    };
+    void refuseLater(
+        const Asker& asker, const core::Error& error, const QString& code = errors::Invalid, const QString& prefix = {})
+    {
         if (error.diskFull) {
-            qCWarning(lcBroker).noquote() << commandName(r.message.command) << "refused:" << error.toString();
-            refuse(r, errors::DiskFull, QStringLiteral("the broker's disk is full; nothing was stored (try again later)"));
+            qCWarning(lcBroker).noquote() << commandName(asker.command) << "refused:" << error.toString();
+            sendError(asker.routingId, errors::DiskFull,
+                QStringLiteral("the broker's disk is full; nothing was stored (try again later)"), asker.re, asker.id);
             return;
         }
         if (error.field == u"database") { // the broker's own trouble: what SQLite said stays in the log
-            qCWarning(lcBroker).noquote() << commandName(r.message.command) << "refused:" << error.toString();
-            refuse(r, errors::Internal,
-                QStringLiteral("the broker could not record this (an error of its database; its operator's log has it)"));
+            qCWarning(lcBroker).noquote() << commandName(asker.command) << "refused:" << error.toString();
+            sendError(asker.routingId, errors::Internal,
+                QStringLiteral("the broker could not record this (an error of its database; its operator's log has it)"),
+                asker.re, asker.id);
             return;
         }
-        refuse(r, code, prefix + error.toString());
+        sendError(asker.routingId, code, prefix + error.toString(), asker.re, asker.id);
     }
     bool requireNode(const Request& r)
     {
@@ -307,6 +321,8 @@ void BrokerServer::pollOnce(int maxWaitMs)
         d->sendNotices();
         maxWaitMs = 0;
     }
+    if (d->broker.submitsInBackground() > 0)
+        maxWaitMs = std::min(maxWaitMs, 20); // their answers go out soon after their weights are built
     std::vector<zmq::pollitem_t> items { { d->router.handle(), 0, ZMQ_POLLIN, 0 } };
     if (d->zap)
         items.push_back({ d->zap->handle(), 0, ZMQ_POLLIN, 0 });
@@ -323,6 +339,7 @@ void BrokerServer::pollOnce(int maxWaitMs)
         d->receive();
         d->sendNotices();
     }
+    d->broker.pollSubmits(); // jobs whose initial weights were built in the background
     if (d->now() >= d->nextKeepAlive) {
         d->keepAlive();
         d->broker.tick();
@@ -951,14 +968,21 @@ void BrokerServer::Private::onSubmit(Request& r)
             }
         }
     }
-    auto jobId = broker.submit(request->job, r.caller);
-    if (!jobId) {
-        refuse(r, jobId.error(), errors::Invalid, QStringLiteral("job."));
-        return;
-    }
-    qCInfo(lcBroker).noquote() << "job" << *jobId << "submitted:" << request->job.name;
-    ok(r, SubmitReply { *jobId }.toHeader());
-    dispatchWork();
+    // A TorchScript model's weights are built in the background (its loading is the owner's code):
+    // everyone else is served meanwhile, and the answer comes when they are built.
+    const Asker asker { r.routingId, r.message.command, r.re(), r.id };
+    const QString name = request->job.name;
+    auto started = broker.submitInBackground(request->job, r.caller, [this, asker, name](core::Result<QString> jobId) {
+        if (!jobId) {
+            refuseLater(asker, jobId.error(), errors::Invalid, QStringLiteral("job."));
+            return;
+        }
+        qCInfo(lcBroker).noquote() << "job" << *jobId << "submitted:" << name;
+        send(asker.routingId, okMessage(asker.id, SubmitReply { *jobId }.toHeader()));
+        dispatchWork();
+    });
+    if (!started)
+        refuse(r, started.error(), errors::Invalid, QStringLiteral("job."));
 }
 
 void BrokerServer::Private::onStatus(Request& r)

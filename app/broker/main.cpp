@@ -147,11 +147,12 @@ int main(int argc, char* argv[])
     if (settings.boolValue(names::BrokerSandbox)) {
         compute::sandbox::WorkerOptions worker;
         worker.scratchRoot = QDir(dataDirectory).filePath(QStringLiteral("scratch"));
-        worker.memoryMiB = 0; // the machine's: replays need what the nodes' shards needed
+        worker.memoryMiB = settings.intValue(names::BrokerWorkerMemoryMiB); // a job's allowance, not the machine's
         worker.nice = 0; // the broker's own work, on its critical path
         worker.timeLimitMs = settings.intValue(names::BrokerMaxDeadlineSeconds) * 1000;
         compute::sandbox::removeStaleScratch(worker.scratchRoot); // what a crashed run left
         math.setSandbox(worker);
+        math.setJobCodeLimit(std::int64_t(settings.intValue(names::BrokerJobCodeSeconds)) * 1000);
     }
     // Aggregation, evaluation and replays run on a worker thread while the network loop answers
     // heartbeats and reads (docs/ARCHITECTURE.md, "Threads").
@@ -176,6 +177,8 @@ int main(int argc, char* argv[])
     auto broker = core::broker::Broker::open(dataDirectory, **blobs, offThread, clock, brokerOptions);
     if (!broker)
         return fail(broker.error().toString());
+    if (settings.boolValue(names::BrokerSandbox))
+        (*broker)->setJobCodeMath(&math); // its workers may build a job's weights beside the arithmetic thread
 
     net::BrokerServer server(**broker, options, clock);
     if (auto status = server.bind(); !status)

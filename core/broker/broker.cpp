@@ -218,40 +218,129 @@ Status Broker::checkSubmittable(const JobSpec& spec, const QString& owner)
     auto running = m_store->runningJobsOf(owner);
     if (!running)
         return running.error();
-    if (*running >= m_options.maxRunningJobsPerOwner)
+    int pending = 0;
+    for (const auto& submit : m_pendingSubmits)
+        pending += submit.owner == owner;
+    if (*running + pending >= m_options.maxRunningJobsPerOwner)
         return Error { QStringLiteral("job"),
             QStringLiteral("%1 already has %2 running jobs, the most one owner may have here (Broker/MaxJobsPerOwner)")
-                .arg(owner, QString::number(*running)) };
+                .arg(owner, QString::number(*running + pending)) };
+    // Money before any of the owner's code runs: a caller without the budget runs nothing here.
+    if (!m_options.faucet) {
+        auto held = m_ledger->balance(ledger::accounts::balance(owner));
+        if (!held)
+            return held.error();
+        if (*held < spec.budget)
+            return Error { QStringLiteral("budget"),
+                QStringLiteral("the budget of %1 credits is more than the owner's balance of %2; nothing was run "
+                               "(the broker's operator credits accounts: tessera-broker credit)")
+                    .arg(spec.budget.toString(), held->toString()) };
+    }
     return {};
 }
 
-Result<QString> Broker::submit(const JobSpec& spec, const QString& owner)
+namespace {
+
+Status paysForTraining(const JobSpec& spec, const Quote& price)
+{
+    if (spec.budget < price.training)
+        return Error { QStringLiteral("budget"),
+            QStringLiteral("%1 credits do not pay for the training, which costs %2 (%3 with the expected verification); "
+                           "tessera-job submit --estimate shows the quote")
+                .arg(spec.budget.toString(), price.training.toString(), price.total.toString()) };
+    return {};
+}
+
+} // namespace
+
+Result<std::optional<std::int64_t>> Broker::prepareSubmit(const JobSpec& spec, const QString& owner)
 {
     if (auto status = checkSubmittable(spec, owner); !status)
         return status.error();
     auto counted = boundedParametersOf(spec); // before anything is built
     if (!counted)
         return counted.error();
+    // A TorchScript job is priced as its quote was, from its archive: before its code runs.
+    if (spec.model.source == ModelSpec::Source::TorchScript && *counted) {
+        auto price = quote(spec, **counted, m_options.pricePerUnit);
+        if (!price)
+            return price.error();
+        if (auto pays = paysForTraining(spec, *price); !pays)
+            return pays.error();
+    }
+    return *counted;
+}
+
+Result<QString> Broker::submit(const JobSpec& spec, const QString& owner)
+{
+    auto counted = prepareSubmit(spec, owner);
+    if (!counted)
+        return counted.error();
     auto initial = m_math.initialWeights(spec);
     if (!initial)
         return initial.error();
-    // A TorchScript job is priced as its quote was, from its archive.
-    const bool fromArchive = spec.model.source == ModelSpec::Source::TorchScript && *counted;
-    auto price = quote(spec, fromArchive ? **counted : initial->parameters, m_options.pricePerUnit);
+    return completeSubmit(spec, owner, *counted, *initial);
+}
+
+Status Broker::submitInBackground(const JobSpec& spec, const QString& owner, std::function<void(Result<QString>)> done)
+{
+    if (!m_jobCode || spec.model.source != ModelSpec::Source::TorchScript) {
+        done(submit(spec, owner));
+        return {};
+    }
+    int ownersPending = 0;
+    for (const auto& submit : m_pendingSubmits)
+        ownersPending += submit.owner == owner;
+    if (ownersPending > 0 || int(m_pendingSubmits.size()) >= MaxSubmitsInBackground)
+        return Error { QStringLiteral("job"),
+            ownersPending > 0 ? QStringLiteral("the broker is still building the weights of your last job; submit again once it "
+                                               "has answered")
+                              : QStringLiteral("the broker is building %1 jobs' initial weights; submit again in a moment")
+                                    .arg(m_pendingSubmits.size()) };
+    auto counted = prepareSubmit(spec, owner);
+    if (!counted)
+        return counted.error();
+    m_blobs.pin(spec.model.scriptSha256); // no eviction while its code runs
+    TrainingMath* math = m_jobCode;
+    m_pendingSubmits.push_back({ spec, owner, *counted,
+        std::async(std::launch::async, [math, spec] { return math->initialWeights(spec); }), std::move(done) });
+    return {};
+}
+
+void Broker::pollSubmits()
+{
+    for (auto it = m_pendingSubmits.begin(); it != m_pendingSubmits.end();) {
+        if (it->initial.wait_for(std::chrono::seconds(0)) != std::future_status::ready) {
+            ++it;
+            continue;
+        }
+        const auto initial = it->initial.get();
+        m_blobs.unpin(it->spec.model.scriptSha256);
+        auto submitted = initial ? completeSubmit(it->spec, it->owner, it->counted, *initial) : Result<QString>(initial.error());
+        auto done = std::move(it->done);
+        it = m_pendingSubmits.erase(it);
+        done(std::move(submitted));
+    }
+}
+
+Result<QString> Broker::completeSubmit(
+    const JobSpec& spec, const QString& owner, std::optional<std::int64_t> counted, const TrainingMath::Weights& initial)
+{
+    // Checked again: the owner's money or running jobs may have changed while its code ran.
+    if (auto status = checkSubmittable(spec, owner); !status)
+        return status.error();
+    auto price = quote(spec, counted.value_or(initial.parameters), m_options.pricePerUnit);
     if (!price)
         return price.error();
-    if (spec.budget < price->training)
-        return Error { QStringLiteral("budget"),
-            QStringLiteral("%1 credits do not pay for the training, which costs %2 (%3 with the expected verification); "
-                           "tessera-job submit --estimate shows the quote")
-                .arg(spec.budget.toString(), price->training.toString(), price->total.toString()) };
-    auto blob = m_blobs.put(initial->bytes, initial->sha256);
+    if (auto pays = paysForTraining(spec, *price); !pays)
+        return pays.error();
+    auto blob = m_blobs.put(initial.bytes, initial.sha256);
     if (!blob)
         return blob.error();
     JobRow job;
     job.id = newId();
     job.specJson = spec.toJson();
-    job.weightsHash = initial->canonicalHash;
+    job.weightsHash = initial.canonicalHash;
     job.weightsBlob = *blob;
     job.owner = owner;
     job.pricePerShard = price->pricePerShard;
@@ -270,7 +359,7 @@ Result<QString> Broker::submit(const JobSpec& spec, const QString& owner)
     if (auto committed = transaction->commit(); !committed)
         return committed.error().toError();
     // Counted above: the model's archive is not read again.
-    m_scheduler.add(scheduledRound(job, spec, counted->value_or(0)));
+    m_scheduler.add(scheduledRound(job, spec, counted.value_or(0)));
     return job.id;
 }
 

@@ -26,6 +26,9 @@
 #include <QSet>
 #include <QString>
 
+#include <functional>
+#include <future>
+#include <list>
 #include <memory>
 #include <optional>
 #include <vector>
@@ -53,8 +56,25 @@ public:
 
     BlobStore& blobs() { return m_blobs; }
 
-    // Job owners. The budget moves from the owner's balance into the job's escrow.
+    // Job owners. The budget moves from the owner's balance into the job's escrow. Everything that
+    // needs no code of the owner's is checked first (the spec, the files, the owner's running jobs,
+    // and without a faucet that the owner's balance holds the budget; a TorchScript job's price, from
+    // its archive): a penniless caller runs nothing.
     Result<QString> submit(const JobSpec& spec, const QString& owner = QStringLiteral("local"));
+    // The same, with the job's initial weights (the owner's code: a TorchScript model's loading)
+    // built on a thread of their own by `jobCode` (setJobCodeMath) while the broker goes on serving
+    // everyone else; `done` is called from pollSubmits() once they are built (or failed). Without
+    // jobCode, or for a zoo model (Tessera's own code, built at once), it is submit() and `done` is
+    // called before this returns. An error: refused before anything ran (nor is `done` called).
+    Status submitInBackground(const JobSpec& spec, const QString& owner, std::function<void(Result<QString>)> done);
+    // The math that builds TorchScript jobs' initial weights in the background: it must allow calls
+    // from any thread beside the broker's own (compute::BrokerMath does: each runs in a worker).
+    void setJobCodeMath(TrainingMath* jobCode) { m_jobCode = jobCode; }
+    // Finishes the background submits whose weights are built; the network loop calls it often.
+    void pollSubmits();
+    // Submits whose owner code is still running.
+    int submitsInBackground() const { return int(m_pendingSubmits.size()); }
+    static constexpr int MaxSubmitsInBackground = 4; // at most 1 an owner
     Result<Quote> quoteFor(const JobSpec& spec);
     Result<JobStatus> status(const QString& jobId);
     // Listings: Recent leaves out what aged (jobs ended before the latest Options::listedEndedJobs,
@@ -127,6 +147,21 @@ public:
     static double expectedSamplesPerSecond(const NodeInfo& node) { return Scheduler::expectedSamplesPerSecond(node); }
 
 private:
+    // What submit() knows before any of the owner's code runs: the parameters counted from the
+    // spec or the model's archive.
+    Result<std::optional<std::int64_t>> prepareSubmit(const JobSpec& spec, const QString& owner);
+    Result<QString> completeSubmit(
+        const JobSpec& spec, const QString& owner, std::optional<std::int64_t> counted, const TrainingMath::Weights& initial);
+    struct PendingSubmit {
+        JobSpec spec;
+        QString owner;
+        std::optional<std::int64_t> counted;
+        std::future<Result<TrainingMath::Weights>> initial;
+        std::function<void(Result<QString>)> done;
+    };
+    TrainingMath* m_jobCode = nullptr;
+    std::list<PendingSubmit> m_pendingSubmits;
+
     // A round whose every shard is in, aggregated and evaluated, ready to be recorded.
     struct AggregatedRound {
         RoundRecord record;

@@ -124,6 +124,13 @@ QList<Key> makeKeys()
         intKey(BrokerMaxShardsPerNode, 2, 1, 1024, "Shards one node may hold at once, however often it asks."),
         intKey(BrokerMaxDeadlineSeconds, 3'600, 30, 604'800,
             "Longest deadline of a shard, whatever the node claims; a late shard also goes to a second node."),
+        intKey(BrokerJobCodeSeconds, 120, 5, 86'400,
+            "Longest run of a job's TorchScript code on the broker that is no shard's (loading it for its initial weights, a "
+            "round's evaluation; with Broker/Sandbox): past it, the submit is refused or the job fails. A submit's loading runs "
+            "beside the broker's other work."),
+        intKey(BrokerWorkerMemoryMiB, 8192, 256, 1'048'576,
+            "Largest memory the broker's run of a job's code may take (with Broker/Sandbox): its replay of a shard that ran out "
+            "of memory on nodes is held to this, not to the machine's."),
         boolKey(BrokerSandbox, true,
             "Run a job's TorchScript code on the broker (its initial weights, evaluation, replays) in confined tessera-compute "
             "workers, "

@@ -479,6 +479,41 @@ private Q_SLOTS:
         QCOMPARE(broker->status(otherJob)->state, JobState::Finished); // with the broker's run
     }
 
+    // A TorchScript job's initial weights (its owner's code) are built in the background while the
+    // broker serves others; the owner gets its answer from pollSubmits(), has one such submit at a
+    // time, and nothing is escrowed for a job whose weights could not be built.
+    void aJobsInitialWeightsAreBuiltInTheBackground()
+    {
+        auto broker = open(QStringLiteral("background"));
+        FakeMath jobCode;
+        broker->setJobCodeMath(&jobCode);
+        QFile model(QStringLiteral(TESSERA_SOURCE_DIR "/fuzz/corpus/modelarchive/linear.pt"));
+        QVERIFY(model.open(QIODevice::ReadOnly));
+        auto scripted = job(1, 1);
+        scripted.model = ModelSpec {};
+        scripted.model.source = ModelSpec::Source::TorchScript;
+        scripted.model.scriptSha256 = *broker->blobs().put(model.readAll());
+        std::optional<Result<QString>> answer;
+        QVERIFY(broker->submitInBackground(scripted, QStringLiteral("owner"), [&](Result<QString> id) { answer = id; }).ok());
+        const auto second = broker->submitInBackground(scripted, QStringLiteral("owner"), [](Result<QString>) {});
+        if (broker->submitsInBackground() > 0) // else the first was answered already, in a moment
+            QVERIFY(!second.ok());
+        QVERIFY(QTest::qWaitFor(
+            [&] {
+                broker->pollSubmits();
+                return answer.has_value();
+            },
+            10'000));
+        QVERIFY2(answer->ok(), qPrintable(answer->ok() ? QString() : answer->error().toString()));
+        QCOMPARE(broker->status(**answer)->state, JobState::Running);
+        QCOMPARE(jobCode.initialBuilds, 1 + int(second.ok()));
+        // A zoo model is Tessera's own code: built at once, answered before submitInBackground returns.
+        answer.reset();
+        QVERIFY(broker->submitInBackground(job(1, 1), QStringLiteral("other"), [&](Result<QString> id) { answer = id; }).ok());
+        QVERIFY(answer && answer->ok());
+        QVERIFY(broker->ledger().checkInvariants().ok());
+    }
+
     // A job whose shard fails on every node and on the broker fails, and says why.
     void aShardThatFailsOnTheBrokerTooFailsTheJob()
     {
@@ -666,15 +701,24 @@ private Q_SLOTS:
     void budgetsAndStakeAreEnforced()
     {
         auto broker = open(QStringLiteral("strict"), false);
+        (void)broker->ledger().mint(
+            ledger::accounts::balance(QStringLiteral("local")), *Credits::fromCredits(1), QStringLiteral("buy local"), 1);
         auto cheap = job(1, 1);
         cheap.budget = Credits::fromMicro(1);
         const auto tooCheap = broker->submit(cheap);
         QVERIFY(!tooCheap.ok());
         QVERIFY2(tooCheap.error().message.contains(QStringLiteral("do not pay for the training")),
             qPrintable(tooCheap.error().message));
-        const auto broke = broker->submit(job(1, 1), QStringLiteral("nobody")); // no faucet, no balance
+        // No faucet, no balance: refused before any of the job's code runs (its initial weights).
+        const int built = m_math.initialBuilds;
+        const auto broke = broker->submit(job(1, 1), QStringLiteral("nobody"));
         QVERIFY(!broke.ok());
         QCOMPARE(broke.error().field, QStringLiteral("budget"));
+        QCOMPARE(m_math.initialBuilds, built);
+        std::optional<Result<QString>> answered;
+        QVERIFY(broker->submitInBackground(job(1, 1), QStringLiteral("nobody"), [&](Result<QString> id) { answered = id; }).ok());
+        QVERIFY(answered && !answered->ok());
+        QCOMPARE(m_math.initialBuilds, built);
         (void)broker->ledger().mint(
             ledger::accounts::balance(QStringLiteral("payer")), *Credits::fromCredits(100), QStringLiteral("buy"), 1);
         const auto jobId = broker->submit(job(1, 1), QStringLiteral("payer"));

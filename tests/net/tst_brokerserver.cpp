@@ -183,8 +183,8 @@ private Q_SLOTS:
         const QByteArray mebibyte(1 << 20, 'x');
         for (int i = 0; i < 40; ++i)
             uploader.send(Command::Put,
-                { { QStringLiteral("sha256"), QString(64, u'a') }, { QStringLiteral("offset"), 0 }, { QStringLiteral("size"), 1 << 20 },
-                    { QStringLiteral("id"), i } },
+                { { QStringLiteral("sha256"), QString(64, u'a') }, { QStringLiteral("offset"), 0 },
+                    { QStringLiteral("size"), 1 << 20 }, { QStringLiteral("id"), i } },
                 mebibyte);
         SessionPeer newcomer(m_context, zmq::socket_type::dealer, endpoint, false);
         newcomer.send(Command::Register, net::RegisterRequest { nodeInfo(QStringLiteral("n")) }.toHeader());
