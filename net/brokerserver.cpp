@@ -935,6 +935,13 @@ void BrokerServer::Private::onPut(Request& r)
     // Completing it grants reading the blob, so a caller who may not read a blob the broker has
     // proves it has the bytes: all of them, hashed, not stored (a hash is no key to a file).
     const bool reader = r.operatorCaller || broker.mayRead(r.caller, request->sha256).value_or(false);
+    const bool stored = broker.blobs().contains(request->sha256);
+    if (!stored && request->offset == 0) {
+        if (auto admitted = broker.admitUpload(r.caller, request->size); !admitted) {
+            refuse(r, admitted.error());
+            return;
+        }
+    }
     auto state = broker.blobs().putRange(request->sha256, request->offset, request->size, r.message.payload, r.principal, now(),
         reader ? core::BlobStore::Stored::IsComplete : core::BlobStore::Stored::MustProve);
     if (!state) {
@@ -943,7 +950,10 @@ void BrokerServer::Private::onPut(Request& r)
     }
     const bool complete = *state == core::BlobStore::UploadState::Complete;
     if (complete) {
-        if (auto granted = broker.allowRead(request->sha256, r.caller); !granted) {
+        auto granted = broker.allowRead(request->sha256, r.caller);
+        if (granted && !stored)
+            granted = broker.recordUpload(request->sha256, r.caller, request->size); // new bytes: bounded, collected
+        if (!granted) {
             refuse(r, granted.error(), errors::Internal);
             return;
         }

@@ -171,6 +171,8 @@ int main(int argc, char* argv[])
     brokerOptions.selfVerifyAfterMs = settings.intValue(names::BrokerSelfVerifyAfterSeconds) * 1000;
     brokerOptions.unbondingDelayMs = settings.intValue(names::BrokerUnbondingDelaySeconds) * 1000;
     brokerOptions.maxRunningJobsPerOwner = settings.intValue(names::BrokerMaxJobsPerOwner);
+    brokerOptions.maxUnnamedUploadBytes = std::int64_t(settings.intValue(names::BrokerMaxUnnamedUploadMiB)) << 20;
+    brokerOptions.unnamedUploadMs = std::int64_t(settings.intValue(names::BrokerUnnamedUploadMinutes)) * 60'000;
     brokerOptions.maxParameters = settings.intValue(names::BrokerMaxParameters);
     brokerOptions.maxAssignmentsPerNode = int(settings.intValue(names::BrokerMaxShardsPerNode));
     brokerOptions.maxDeadlineMs = settings.intValue(names::BrokerMaxDeadlineSeconds) * 1000;

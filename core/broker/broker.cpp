@@ -1100,9 +1100,60 @@ Status Broker::checkpointDelivered(const QString& nodeId, const QString& checkId
     return m_verifier->checkpointDelivered(nodeId, checkId, blob);
 }
 
+Status Broker::admitUpload(const QString& uploader, std::int64_t size)
+{
+    auto held = m_store->unnamedUploadBytes(uploader);
+    if (!held)
+        return held.error();
+    if (*held + size > m_options.maxUnnamedUploadBytes)
+        return Error { QStringLiteral("upload"),
+            QStringLiteral("your uploads that no job names yet hold %1 MiB; this one would pass the %2 MiB one uploader may "
+                           "hold (Broker/MaxUnnamedUploadMiB): submit the jobs that name them, or wait until they are "
+                           "collected (%3 minutes after upload)")
+                .arg(*held >> 20)
+                .arg(m_options.maxUnnamedUploadBytes >> 20)
+                .arg(m_options.unnamedUploadMs / 60'000) };
+    return {};
+}
+
+Status Broker::recordUpload(const Digest& blob, const QString& uploader, std::int64_t size)
+{
+    return m_store->recordUpload({ blob, uploader, size, m_clock.nowMs() });
+}
+
+void Broker::collectUnnamedUploads()
+{
+    const auto now = m_clock.nowMs();
+    if (now < m_nextUploadCollection)
+        return;
+    m_nextUploadCollection = now + std::clamp<std::int64_t>(m_options.unnamedUploadMs / 10, 1'000, 60'000);
+    auto uploads = m_store->uploads();
+    if (!uploads) {
+        qCWarning(lcBrokerCore).noquote() << "uploads are not collected:" << uploads.error().toString();
+        return;
+    }
+    int removed = 0;
+    for (const auto& upload : *uploads) {
+        const auto named = m_store->blobNamed(upload.blob);
+        if (!named)
+            return; // the database's trouble: tried again at the next collection
+        const bool stale = !*named && now - upload.at >= m_options.unnamedUploadMs;
+        if (*named || !m_blobs.contains(upload.blob) || stale) {
+            if (stale && m_blobs.remove(upload.blob))
+                ++removed;
+            if (auto forgotten = m_store->forgetUpload(upload.blob); !forgotten)
+                return;
+        }
+    }
+    if (removed > 0)
+        qCInfo(lcBrokerCore).noquote() << removed << "uploads no job named within" << m_options.unnamedUploadMs / 60'000
+                                       << "minutes removed";
+}
+
 void Broker::tick()
 {
     finishPendingRounds();
+    collectUnnamedUploads();
     m_verifier->tick();
     m_stakes->releaseDueUnbondings();
 }

@@ -123,6 +123,12 @@ public:
     // handed work that needs it (docs/PROTOCOL.md, "Who may do what"). submit(), assign() and the
     // aggregation grant what they hand out; the network grants an upload to its uploader.
     Status allowRead(const Digest& blob, const QString& principal);
+    // Uploads (docs/BROKER.md, "Uploads"): whether this uploader may start one of a new blob of
+    // this size (its unnamed uploads stay within Options::maxUnnamedUploadBytes), and the record of
+    // one that stored new bytes. Unnamed uploads older than Options::unnamedUploadMs are removed
+    // by tick().
+    Status admitUpload(const QString& uploader, std::int64_t size);
+    Status recordUpload(const Digest& blob, const QString& uploader, std::int64_t size);
     Result<bool> mayRead(const QString& principal, const Digest& blob) { return m_store->mayRead(principal, blob); }
     // Whether the transfer with this cause moved money of this principal's: its balance, stake or
     // unbonding stake, or the escrow of one of its jobs (a receipt is for the parties it names).
@@ -159,6 +165,8 @@ private:
         std::future<Result<TrainingMath::Weights>> initial;
         std::function<void(Result<QString>)> done;
     };
+    void collectUnnamedUploads();
+    std::int64_t m_nextUploadCollection = 0;
     TrainingMath* m_jobCode = nullptr;
     std::list<PendingSubmit> m_pendingSubmits;
 

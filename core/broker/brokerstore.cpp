@@ -805,6 +805,40 @@ Result<bool> BrokerStore::blobNamed(const Digest& blob)
     return row->has_value();
 }
 
+Status BrokerStore::recordUpload(const UploadRow& upload)
+{
+    return execute(*m_db, QStringLiteral("INSERT OR REPLACE INTO uploads (blob, uploader, size, at) VALUES (?, ?, ?, ?)"),
+        upload.blob.toHex(), upload.uploader, upload.size, upload.at);
+}
+
+Result<std::int64_t> BrokerStore::unnamedUploadBytes(const QString& uploader)
+{
+    auto row = first<std::int64_t>(
+        query(*m_db, QStringLiteral("SELECT COALESCE(SUM(size), 0) FROM uploads WHERE uploader = ?"), uploader),
+        [](Statement& statement) { return statement.columnInt(0); });
+    if (!row)
+        return row.error();
+    return row->value_or(0);
+}
+
+Result<QList<BrokerStore::UploadRow>> BrokerStore::uploads()
+{
+    auto rows = query(*m_db, QStringLiteral("SELECT blob, uploader, size, at FROM uploads ORDER BY at"));
+    if (!rows)
+        return rows.error();
+    return collect(*rows, [](Statement& row) -> std::optional<UploadRow> {
+        auto digest = Digest::fromHex(row.columnText(0));
+        if (!digest)
+            return std::nullopt;
+        return UploadRow { *digest, row.columnText(1), row.columnInt(2), row.columnInt(3) };
+    });
+}
+
+Status BrokerStore::forgetUpload(const Digest& blob)
+{
+    return execute(*m_db, QStringLiteral("DELETE FROM uploads WHERE blob = ?"), blob.toHex());
+}
+
 Result<bool> BrokerStore::owns(const QString& principal, const QString& jobId)
 {
     auto row = first<bool>(query(*m_db, QStringLiteral("SELECT 1 FROM jobs WHERE id = ? AND owner = ?"), jobId, principal),

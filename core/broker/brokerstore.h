@@ -224,6 +224,18 @@ public:
     // Whether any job needs the blob: a round's weights, a job's current weights or outer state, a
     // file its spec names (model, data), a result of a round not yet aggregated, or an open check's.
     Result<bool> blobNamed(const Digest& blob);
+    // Uploads no job names yet (the uploads table): recorded when a PUT stores new bytes, summed
+    // per uploader, listed for collection, forgotten once named or removed.
+    struct UploadRow {
+        Digest blob;
+        QString uploader;
+        std::int64_t size = 0;
+        std::int64_t at = 0;
+    };
+    Status recordUpload(const UploadRow& upload);
+    Result<std::int64_t> unnamedUploadBytes(const QString& uploader);
+    Result<QList<UploadRow>> uploads();
+    Status forgetUpload(const Digest& blob);
     Result<bool> owns(const QString& principal, const QString& jobId);
 
     // Stake being unbonded.

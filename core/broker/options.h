@@ -43,6 +43,10 @@ struct BrokerOptions {
     double updateNormFactor = 4.0;
     std::uint64_t randomSeed = 0; // 0: sample draws from the system's random source
     std::int64_t maxRunningJobsPerOwner = 20; // more running jobs of one owner are refused
+    // Uploads no job names: at most this many bytes an uploader (a PUT of a new blob past it is
+    // refused), each removed once it has stayed unnamed this long.
+    std::int64_t maxUnnamedUploadBytes = 4LL << 30;
+    std::int64_t unnamedUploadMs = 3600LL * 1000;
     // What LIST and NODES show unless asked for all: the latest ended jobs, nodes seen this recently.
     static constexpr qsizetype listedEndedJobs = 50;
     static constexpr std::int64_t listedForMs = 7LL * 24 * 3600 * 1000;

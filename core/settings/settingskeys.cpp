@@ -116,6 +116,11 @@ QList<Key> makeKeys()
         intKey(BrokerUnbondingDelaySeconds, 86'400, 0, 31'536'000,
             "Seconds unbonded stake stays slashable before it returns to the node's balance."),
         intKey(BrokerMaxJobsPerOwner, 20, 1, 1'000'000, "Running jobs one owner may have at once; more are refused."),
+        intKey(BrokerMaxUnnamedUploadMiB, 4096, 1, 1'048'576,
+            "Uploads no job names yet that one uploader may hold (a model or data not yet submitted, a node's weights before "
+            "its result); an upload of a new blob past it is refused."),
+        intKey(BrokerUnnamedUploadMinutes, 60, 1, 10'080,
+            "An upload no job has named for this long is removed (and no longer counts against its uploader)."),
         intKey(BrokerMaxRequestsPerSecond, 500, 0, 1'000'000,
             "Messages a peer (a CURVE key; in plaintext an address) may send per second (bursts of twice that); floods "
             "are refused, then dropped; 0: no limit."),

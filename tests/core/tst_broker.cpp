@@ -514,6 +514,38 @@ private Q_SLOTS:
         QVERIFY(broker->ledger().checkInvariants().ok());
     }
 
+    // Uploads no job names are bounded per uploader and removed once they have stayed unnamed for
+    // Options::unnamedUploadMs; a named one stays and no longer counts.
+    void unnamedUploadsAreBoundedPerUploaderAndCollected()
+    {
+        Broker::Options options;
+        options.faucet = true;
+        options.maxUnnamedUploadBytes = 1000;
+        options.unnamedUploadMs = 60'000;
+        auto broker = open(QStringLiteral("uploads"), options);
+        const auto junk = *broker->blobs().put(QByteArray(600, 'j'));
+        QVERIFY(broker->recordUpload(junk, QStringLiteral("k"), 600).ok());
+        const auto jobId = *broker->submit(job(1, 1), QStringLiteral("k"));
+        const auto weights = broker->status(jobId)->weightsBlob;
+        QVERIFY(broker->recordUpload(weights, QStringLiteral("k"), 300).ok());
+        QVERIFY(broker->admitUpload(QStringLiteral("k"), 100).ok());
+        const auto refused = broker->admitUpload(QStringLiteral("k"), 101);
+        QVERIFY(!refused.ok());
+        QVERIFY2(
+            refused.error().message.contains(QStringLiteral("Broker/MaxUnnamedUploadMiB")), qPrintable(refused.error().message));
+        QVERIFY(broker->admitUpload(QStringLiteral("other"), 1000).ok()); // each uploader its own
+        m_clock.now += 59'000;
+        broker->tick();
+        QVERIFY(broker->blobs().contains(junk));
+        QVERIFY(!broker->admitUpload(QStringLiteral("k"), 401).ok()); // the named one no longer counts; the junk does
+        QVERIFY(broker->admitUpload(QStringLiteral("k"), 400).ok());
+        m_clock.now += 6'000; // collections run a tenth of the time apart
+        broker->tick();
+        QVERIFY(!broker->blobs().contains(junk));
+        QVERIFY(broker->blobs().contains(weights));
+        QVERIFY(broker->admitUpload(QStringLiteral("k"), 1000).ok());
+    }
+
     // A job whose shard fails on every node and on the broker fails, and says why.
     void aShardThatFailsOnTheBrokerTooFailsTheJob()
     {

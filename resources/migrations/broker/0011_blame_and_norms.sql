@@ -38,3 +38,14 @@ CREATE INDEX checks_by_job ON checks (job, created_at);
 -- The L2 norm of each result's change to the model, which a round compares with its other results
 -- before it aggregates an unchecked one (docs/VERIFICATION.md, "Unchecked results"); NULL: not measured.
 ALTER TABLE shard_results ADD COLUMN update_norm REAL;
+
+-- Blobs a peer uploaded (PUT) that no job may name yet: bounded per uploader and collected when
+-- they stay unnamed (docs/BROKER.md, "Uploads"). A row goes once its blob is named or gone.
+CREATE TABLE uploads (
+    blob TEXT NOT NULL,        -- sha256, hex
+    uploader TEXT NOT NULL,    -- the account that uploaded it
+    size INTEGER NOT NULL,     -- bytes
+    at INTEGER NOT NULL,       -- ms since the epoch
+    PRIMARY KEY (blob, uploader)
+) WITHOUT ROWID;
+CREATE INDEX uploads_by_uploader ON uploads (uploader);
