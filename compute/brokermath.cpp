@@ -159,4 +159,9 @@ core::Result<core::verification::Ruling> BrokerMath::refereeInstruction(const co
         [&] { return compute::refereeInstruction(task, step, instruction, operands, firstTrace, secondTrace, m_environment); });
 }
 
+core::Result<std::int64_t> BrokerMath::traceBytesBound(const core::ShardTask& task, std::int64_t checkpoint)
+{
+    return shielded("trace", [&] { return compute::traceBytesBound(task, checkpoint, m_environment); });
+}
+
 } // namespace tessera::compute

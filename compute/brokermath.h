@@ -50,6 +50,7 @@ public:
     core::Result<core::verification::Ruling> refereeInstruction(const core::ShardTask& task, std::int64_t step,
         std::int64_t instruction, const QByteArray& operands, const QByteArray& firstTrace,
         const QByteArray& secondTrace) override;
+    core::Result<std::int64_t> traceBytesBound(const core::ShardTask& task, std::int64_t checkpoint) override;
 
 private:
     ComputeEnvironment m_environment;

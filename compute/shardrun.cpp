@@ -682,6 +682,28 @@ core::Result<QByteArray> operandsOf(const core::ShardTask& task, const QByteArra
     return pickleTensors(named);
 }
 
+core::Result<std::int64_t> traceBytesBound(
+    const core::ShardTask& task, std::int64_t checkpoint, const ComputeEnvironment& environment)
+{
+    if (auto status = narrowable(task, checkpoint); !status)
+        return status.error();
+    auto data = loadDataset(task.dataset, environment, task.model.context);
+    if (!data)
+        return data.error();
+    const auto programOf = structuresOf(task, data->train->sampleShape(), data->train->classes);
+    const auto [first, last] = stepsOfInterval(task, checkpoint);
+    std::int64_t values = 0;
+    for (const auto step : { first, std::min(first + 1, last) }) {
+        auto program = programOf(step);
+        if (!program)
+            return program.error();
+        values = std::max<std::int64_t>(
+            values, std::int64_t((*program)->outputCount()) + std::int64_t((*program)->stateBefore.size()));
+    }
+    constexpr std::int64_t Slack = 1 << 20; // the pickle's own structure, generously
+    return 32 * values * (last - first + 2) + Slack;
+}
+
 core::Result<TraceComparison> compareTraces(const core::ShardTask& task, std::int64_t checkpoint, const core::Digest& agreed,
     const QByteArray& roundWeights, const core::Digest& firstClaim, const core::Digest& secondClaim, const QByteArray& firstTrace,
     const QByteArray& secondTrace, const ComputeEnvironment& environment)

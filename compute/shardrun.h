@@ -72,6 +72,10 @@ core::Result<QByteArray> operandsOf(const core::ShardTask& task, const QByteArra
 // operands (the step's batch, which it reads itself); otherwise refereeInstruction() rules from
 // the operands one side sends.
 using core::verification::TraceComparison;
+// The most bytes an honest trace of interval `checkpoint` can have: a hash per state value and per
+// output of each of the interval's steps, and room for the file's own structure.
+core::Result<std::int64_t> traceBytesBound(
+    const core::ShardTask& task, std::int64_t checkpoint, const ComputeEnvironment& environment);
 core::Result<TraceComparison> compareTraces(const core::ShardTask& task, std::int64_t checkpoint, const core::Digest& agreed,
     const QByteArray& roundWeights, const core::Digest& firstClaim, const core::Digest& secondClaim, const QByteArray& firstTrace,
     const QByteArray& secondTrace, const ComputeEnvironment& environment);

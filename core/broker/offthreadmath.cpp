@@ -81,4 +81,9 @@ Result<verification::Ruling> OffThreadMath::refereeInstruction(const ShardTask& 
     return offThread([&] { return m_inner.refereeInstruction(task, step, instruction, operands, firstTrace, secondTrace); });
 }
 
+Result<std::int64_t> OffThreadMath::traceBytesBound(const ShardTask& task, std::int64_t checkpoint)
+{
+    return offThread([&] { return m_inner.traceBytesBound(task, checkpoint); });
+}
+
 } // namespace tessera::core::broker

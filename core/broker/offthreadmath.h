@@ -34,6 +34,7 @@ public:
         const QByteArray& secondTrace) override;
     Result<verification::Ruling> refereeInstruction(const ShardTask& task, std::int64_t step, std::int64_t instruction,
         const QByteArray& operands, const QByteArray& firstTrace, const QByteArray& secondTrace) override;
+    Result<std::int64_t> traceBytesBound(const ShardTask& task, std::int64_t checkpoint) override;
 
 private:
     template<typename F> auto offThread(F&& work) -> decltype(work());

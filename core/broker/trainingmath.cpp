@@ -24,4 +24,9 @@ Result<verification::Ruling> TrainingMath::refereeInstruction(
     return cannotNarrow();
 }
 
+Result<std::int64_t> TrainingMath::traceBytesBound(const ShardTask&, std::int64_t)
+{
+    return std::int64_t(-1);
+}
+
 } // namespace tessera::core::broker

@@ -109,6 +109,9 @@ public:
         const QByteArray& firstTrace, const QByteArray& secondTrace);
     virtual Result<verification::Ruling> refereeInstruction(const ShardTask& task, std::int64_t step, std::int64_t instruction,
         const QByteArray& operands, const QByteArray& firstTrace, const QByteArray& secondTrace);
+    // The most bytes an honest trace of interval `checkpoint` can have, from the program's known
+    // size (a larger one is unusable without being read); -1: no bound known.
+    virtual Result<std::int64_t> traceBytesBound(const ShardTask& task, std::int64_t checkpoint);
 };
 
 using core::Clock;

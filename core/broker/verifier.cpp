@@ -470,10 +470,23 @@ Status Verifier::narrow(Check& check)
     return m_.store.saveCheck(check);
 }
 
-Status Verifier::traceDelivered(Check& check, const QString& nodeId, const Digest& blob)
+Status Verifier::traceDelivered(Check& check, const QString& nodeId, Digest blob)
 {
     if (!blob.isNull() && !m_.blobs.contains(blob))
         return Error { QStringLiteral("sha256"), QStringLiteral("upload the trace (PUT) first") };
+    if (!blob.isNull()) {
+        // Bounded by what an honest trace of this program can hold, before it is read.
+        auto task = taskOf(check);
+        if (!task)
+            return task.error();
+        const auto bound = m_.math.traceBytesBound(*task, check.checkpoint);
+        const auto size = m_.blobs.sizeOf(blob).value_or(0);
+        if (bound && *bound >= 0 && size > *bound) {
+            qCWarning(lcVerification).noquote() << "dispute" << check.id << ": node" << nodeId.left(12) << "sent a trace of"
+                                                << size << "bytes, more than any of this program (" << *bound << "): not read";
+            blob = Digest {};
+        }
+    }
     if (blob.isNull())
         qCInfo(lcVerification).noquote() << "dispute" << check.id << ": node" << nodeId.left(12) << "has no trace";
     (nodeId == check.accused ? check.narrowing.accusedTrace : check.narrowing.verifierTrace) = blob;

@@ -105,7 +105,7 @@ private:
     // A portable job's dispute: both sides' traces, then the operands of the first differing
     // instruction, which the referee runs alone (docs/VERIFICATION.md, "Disputes over portable jobs").
     Status narrow(Check& check);
-    Status traceDelivered(Check& check, const QString& nodeId, const Digest& blob);
+    Status traceDelivered(Check& check, const QString& nodeId, Digest blob);
     Status judgeTraces(Check& check);
     // The referee's ruling from one side's operands, or why they cannot be used.
     Result<verification::Ruling> refereeInstruction(const Check& check, const QByteArray& operands);

@@ -470,6 +470,11 @@ private Q_SLOTS:
         const auto cheaterTrace = compute::traceInterval(cheat, start, cheater.keptState, 1, {});
         QVERIFY2(honestTrace.ok(), qPrintable(honestTrace.ok() ? QString() : honestTrace.error().toString()));
         QVERIFY(cheaterTrace.ok());
+        // The broker reads no trace larger than the program's own size allows: an honest one fits.
+        const auto bound = compute::traceBytesBound(task, 1, {});
+        QVERIFY2(bound.ok(), qPrintable(bound.ok() ? QString() : bound.error().toString()));
+        QVERIFY2(honestTrace->size() <= *bound && *bound < 64 * honestTrace->size() + (1 << 20),
+            qPrintable(QStringLiteral("a trace of %1 bytes, bound %2").arg(honestTrace->size()).arg(*bound)));
         const auto compared = compute::compareTraces(task, 1, h[0], start, h[1], c[1], *honestTrace, *cheaterTrace, {});
         QVERIFY2(compared.ok(), qPrintable(compared.ok() ? QString() : compared.error().toString()));
         QVERIFY2(compared->firstFault.isEmpty() && compared->secondFault.isEmpty(),

@@ -1038,7 +1038,7 @@ private Q_SLOTS:
     void aPortableDisputeIsLostByTheSideWithoutAUsableTrace()
     {
         Broker::Options options = verifyingOptions();
-        for (const auto* how : { "silent", "junk", "batch" }) {
+        for (const auto* how : { "silent", "junk", "batch", "oversized" }) {
             const QString name = QStringLiteral("narrow-") + QLatin1String(how);
             auto [broker, jobId, a1] = oneShardForAAndB(name, options, Determinism::Portable);
             QCOMPARE(*deliver(*broker, QStringLiteral("a"), a1.id, honest(*broker, a1, 2)), Acceptance::Held);
@@ -1052,6 +1052,11 @@ private Q_SLOTS:
             if (QLatin1String(how) == QLatin1String("batch"))
                 QVERIFY(
                     broker->checkpointDelivered(QStringLiteral("a"), checkId, *broker->blobs().put("t:other data:batch")).ok());
+            if (QLatin1String(how) == QLatin1String("oversized")) // a trace, padded past what the program allows: not read
+                QVERIFY(broker
+                            ->checkpointDelivered(QStringLiteral("a"), checkId,
+                                *broker->blobs().put(FakeMath::trace(a1.task, 2) + QByteArray(5000, ' ')))
+                            .ok());
             if (QLatin1String(how) == QLatin1String("silent")) {
                 broker.reset();
                 broker = openVerifying(name);
@@ -1064,9 +1069,11 @@ private Q_SLOTS:
             const auto check = broker->verifications(jobId)->first();
             QCOMPARE(check.value(QStringLiteral("outcome")).toString(), QStringLiteral("accused"));
             const QString detail = check.value(QStringLiteral("detail")).toString();
-            QVERIFY2(detail.contains(QLatin1String(how) == QLatin1String("silent") ? QStringLiteral("no trace came")
-                             : QLatin1String(how) == QLatin1String("junk")         ? QStringLiteral("not a trace")
-                                                                                   : QStringLiteral("read the batch")),
+            QVERIFY2(
+                detail.contains(QLatin1String(how) == QLatin1String("silent") || QLatin1String(how) == QLatin1String("oversized")
+                        ? QStringLiteral("no trace came")
+                        : QLatin1String(how) == QLatin1String("junk") ? QStringLiteral("not a trace")
+                                                                      : QStringLiteral("read the batch")),
                 qPrintable(detail));
             QVERIFY(broker->ledger().checkInvariants().ok());
         }

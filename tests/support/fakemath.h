@@ -85,6 +85,8 @@ public:
     // differs in the step's batch, which the referee reads itself); anything else is no trace. Two
     // usable traces first differ at step (j-1)c + 2, instruction 5, whose agreed operands are
     // "o:<step>:<instruction>".
+    // No honest trace here is longer than this; a longer one is not read.
+    Result<std::int64_t> traceBytesBound(const ShardTask&, std::int64_t) override { return std::int64_t(4096); }
     static QByteArray trace(const ShardTask& task, std::int64_t j)
     {
         return QStringLiteral("t:%1:%2:%3").arg(task.round).arg(task.shard).arg(j).toUtf8();
