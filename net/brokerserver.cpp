@@ -4,6 +4,7 @@
 #include "messages.h"
 #include "ratelimiter.h"
 
+#include <QFileInfo>
 #include <QJsonArray>
 #include <QJsonDocument>
 #include <QLoggingCategory>
@@ -14,6 +15,8 @@
 
 #include <algorithm>
 #include <deque>
+
+#include <unistd.h>
 
 Q_LOGGING_CATEGORY(lcBroker, "tessera.broker")
 
@@ -263,8 +266,20 @@ BrokerServer::~BrokerServer() = default;
 
 core::Status BrokerServer::bind()
 {
+    // A Unix socket (ipc://PATH) reaches whoever may enter its folder: only a folder of this
+    // account's alone (no access for group or others) keeps a plaintext broker its own.
+    if (d->options.bind.startsWith(u"ipc://")) {
+        const QFileInfo folder(QFileInfo(d->options.bind.mid(6)).absolutePath());
+        const auto others = QFileDevice::ReadGroup | QFileDevice::WriteGroup | QFileDevice::ExeGroup | QFileDevice::ReadOther
+            | QFileDevice::WriteOther | QFileDevice::ExeOther;
+        if (!folder.isDir() || (folder.permissions() & others) || folder.ownerId() != ::getuid())
+            return core::Error { QStringLiteral("bind"),
+                QStringLiteral("refusing to listen on %1: its folder must be this account's alone (mode 0700), so that no "
+                               "other account on this machine reaches the broker")
+                    .arg(d->options.bind) };
+    }
     if (!d->options.keys && !d->options.insecurePlaintext && !d->options.bind.startsWith(u"inproc://")
-        && !isLoopback(d->options.bind))
+        && !d->options.bind.startsWith(u"ipc://") && !isLoopback(d->options.bind))
         return core::Error { QStringLiteral("bind"),
             QStringLiteral("refusing to listen on %1 without CURVE: on a plaintext broker anyone who reaches it can "
                            "claim any account and spend its credits. Give it a key file (--keys FILE, Broker/KeyFile), "

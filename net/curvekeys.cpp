@@ -73,9 +73,11 @@ core::Result<BrokerAddress> BrokerAddress::parse(const QString& address)
 {
     const auto hash = address.indexOf(u'#');
     BrokerAddress parsed { hash < 0 ? address : address.left(hash), hash < 0 ? QString() : address.mid(hash + 1) };
-    static const QRegularExpression endpoint(QStringLiteral(R"(^tcp://[^\s#]+:\d{1,5}$)"));
+    // ipc:///PATH: a broker on this machine behind a Unix socket (the app's practice broker).
+    static const QRegularExpression endpoint(QStringLiteral(R"(^(tcp://[^\s#]+:\d{1,5}|ipc:///[^\s#]+)$)"));
     if (!endpoint.match(parsed.endpoint).hasMatch())
-        return core::Error { QStringLiteral("broker"), QStringLiteral("'%1' is not tcp://host:port[#key]").arg(address) };
+        return core::Error { QStringLiteral("broker"),
+            QStringLiteral("'%1' is not tcp://host:port[#key] (or ipc:///path)").arg(address) };
     if (!parsed.serverKey.isEmpty() && !isZ85Key(parsed.serverKey))
         return core::Error { QStringLiteral("broker"), QStringLiteral("the key after '#' must be 40 Z85 characters") };
     return parsed;

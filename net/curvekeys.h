@@ -19,7 +19,7 @@ struct CurveKeys {
     core::Status save(const QString& path) const;
 };
 
-// "tcp://host:port#KEY" -> endpoint and key (empty when there is none).
+// "tcp://host:port#KEY" -> endpoint and key (empty when there is none); "ipc:///path" too.
 struct BrokerAddress {
     QString endpoint;
     QString serverKey;

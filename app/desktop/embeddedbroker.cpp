@@ -6,39 +6,15 @@
 #include <QDir>
 #include <QFileInfo>
 #include <QProcess>
+#include <QStandardPaths>
+#include <QTemporaryDir>
 
-#include <netinet/in.h>
 #include <signal.h>
 #include <sys/prctl.h>
-#include <sys/socket.h>
-#include <unistd.h>
 
 namespace tessera::app {
 
 namespace names = core::settings::names;
-
-namespace {
-
-// A TCP port on 127.0.0.1 that nobody listens on now (the kernel's choice), or 0.
-int freeLoopbackPort()
-{
-    const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    if (fd < 0)
-        return 0;
-    sockaddr_in address {};
-    address.sin_family = AF_INET;
-    address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    address.sin_port = 0;
-    socklen_t length = sizeof address;
-    int port = 0;
-    if (::bind(fd, reinterpret_cast<sockaddr*>(&address), sizeof address) == 0
-        && ::getsockname(fd, reinterpret_cast<sockaddr*>(&address), &length) == 0)
-        port = ntohs(address.sin_port);
-    ::close(fd);
-    return port;
-}
-
-} // namespace
 
 EmbeddedBroker::EmbeddedBroker() = default;
 
@@ -60,10 +36,21 @@ core::Result<QString> EmbeddedBroker::start(Options options)
         return core::Error { QStringLiteral("broker"), QStringLiteral("the local broker's program %1 is missing").arg(program) };
     if (!QDir().mkpath(options.dataDirectory))
         return core::Error { QStringLiteral("broker"), QStringLiteral("cannot create %1").arg(options.dataDirectory) };
-    const int port = freeLoopbackPort();
-    if (port == 0)
-        return core::Error { QStringLiteral("broker"), QStringLiteral("no free port on 127.0.0.1 for the local broker") };
-    const QString address = QStringLiteral("tcp://127.0.0.1:%1").arg(port);
+    // A Unix socket in a folder of the user's alone (0700, in the runtime folder): on loopback TCP
+    // every account on this machine would reach the broker, and a plaintext broker takes every
+    // caller for its operator (docs/SECURITY.md, "The practice broker").
+    QString runtime = QStandardPaths::writableLocation(QStandardPaths::RuntimeLocation);
+    if (runtime.isEmpty() || !QDir().mkpath(runtime))
+        runtime = QDir::tempPath();
+    auto folder = std::make_unique<QTemporaryDir>(QDir(runtime).filePath(QStringLiteral("tessera-practice-XXXXXX")));
+    if (!folder->isValid())
+        return core::Error {
+            QStringLiteral("broker"),
+            QStringLiteral("cannot create a folder for the local broker's socket in %1: %2").arg(runtime, folder->errorString())
+        };
+    if (!QFile::setPermissions(folder->path(), QFileDevice::ReadOwner | QFileDevice::WriteOwner | QFileDevice::ExeOwner))
+        return core::Error { QStringLiteral("broker"), QStringLiteral("cannot make %1 the user's alone").arg(folder->path()) };
+    const QString address = QStringLiteral("ipc://") + folder->filePath(QStringLiteral("broker.sock"));
 
     // Its own settings file, written afresh each start: the user's settings are the node's.
     const QString settingsPath = QDir(options.dataDirectory).filePath(QStringLiteral("broker.ini"));
@@ -104,6 +91,7 @@ core::Result<QString> EmbeddedBroker::start(Options options)
         return core::Error { QStringLiteral("broker"), QStringLiteral("cannot start the local broker %1: %2").arg(program, why) };
     }
     m_address = address;
+    m_socketFolder = std::move(folder);
     return address;
 }
 
@@ -120,6 +108,7 @@ void EmbeddedBroker::stop()
         }
     }
     m_process.reset();
+    m_socketFolder.reset(); // and its socket
 }
 
 bool EmbeddedBroker::running() const

@@ -9,12 +9,14 @@
 #include <memory>
 
 class QProcess;
+class QTemporaryDir;
 
 namespace tessera::app {
 
 // A broker for a user with no network configured (the practice network): tessera-broker as a child
-// process of the app, on 127.0.0.1 at a free port, with a faucet so that the local wallet has
-// credits. The app talks to it over TCP like to any broker. A process of its own, not a thread:
+// process of the app, on a Unix socket (ipc://) in a folder of the user's alone (0700, in the
+// runtime folder), with a faucet so that the local wallet has credits: no other account on the
+// machine reaches it. The app talks to it over ZeroMQ like to any broker. A process of its own, not a thread:
 // the broker's arithmetic (aggregation, evaluation, replays) needs LibTorch, and the app does not
 // load it. It dies with the app (PR_SET_PDEATHSIG) and is stopped with SIGTERM when the app quits
 // or joins a network.
@@ -36,7 +38,7 @@ public:
     EmbeddedBroker(const EmbeddedBroker&) = delete;
     EmbeddedBroker& operator=(const EmbeddedBroker&) = delete;
 
-    // Starts it and returns its address (tcp://127.0.0.1:PORT) at once: the broker listens within
+    // Starts it and returns its address (ipc:///RUNTIME/tessera-practice-XXXXXX/broker.sock) at once: the broker listens within
     // a second or two (LibTorch's start), and ZeroMQ connects when it does. An error: the program
     // is missing, or its settings cannot be written.
     core::Result<QString> start(Options options);
@@ -54,6 +56,7 @@ public:
 
 private:
     std::unique_ptr<QProcess> m_process;
+    std::unique_ptr<QTemporaryDir> m_socketFolder;
     QString m_address;
     std::function<void(const QString&)> m_onEnded;
     bool m_stopping = false;

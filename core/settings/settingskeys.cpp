@@ -37,7 +37,8 @@ Key choiceKey(const QString& name, const QString& fallback, const QStringList& c
 }
 
 // An endpoint, optionally followed by '#' and the broker's Z85 public key (40 characters).
-constexpr const char* BrokerAddressPattern = R"(tcp://[^\s#]+:\d{1,5}(#[0-9A-Za-z.\-:+=^!/*?&<>()\[\]{}@%$#]{40})?)";
+constexpr const char* BrokerAddressPattern
+    = R"((tcp://[^\s#]+:\d{1,5}|ipc:///[^\s#]+)(#[0-9A-Za-z.\-:+=^!/*?&<>()\[\]{}@%$#]{40})?)";
 constexpr const char* SchedulePattern
     = R"(((([01]\d|2[0-3]):[0-5]\d-([01]\d|2[0-3]):[0-5]\d)(,([01]\d|2[0-3]):[0-5]\d-([01]\d|2[0-3]):[0-5]\d)*)?)";
 
@@ -85,8 +86,10 @@ QList<Key> makeKeys()
         pathKey(DataFortunesDirectory,
             "Folder with the fortunes text files (the built-in text corpus); empty: /usr/share/games/fortunes."),
         intKey(NetworkHeartbeatIntervalMs, 1000, 250, 10000, "Interval between heartbeats to and from brokers."),
-        stringKey(BrokerBind, QStringLiteral("tcp://127.0.0.1:5555"), R"(tcp://[^\s]+:\d{1,5})", "tcp://address:port",
-            "Endpoint the broker listens on; tcp://0.0.0.0:PORT accepts other machines (with Broker/KeyFile)."),
+        stringKey(BrokerBind, QStringLiteral("tcp://127.0.0.1:5555"), R"(tcp://[^\s]+:\d{1,5}|ipc:///[^\s]+)",
+            "tcp://address:port or ipc:///path",
+            "Endpoint the broker listens on; tcp://0.0.0.0:PORT accepts other machines (with Broker/KeyFile); ipc:///PATH "
+            "only accounts that may enter PATH's folder (the app's practice broker: a 0700 folder of its own)."),
         pathKey(BrokerDataDirectory, "Database and blob store of the broker; empty: ~/.local/share/Tessera/broker."),
         pathKey(BrokerKeyFile, "The broker's keypair; when set, every connection is encrypted with CURVE."),
         listKey(BrokerAllowList, R"([0-9A-Za-z.\-:+=^!/*?&<>()\[\]{}@%$#]{40})", "Z85 public keys (40 characters)",

@@ -18,6 +18,7 @@
 #include <QDir>
 #include <QElapsedTimer>
 #include <QFile>
+#include <QFileInfo>
 #include <QLineEdit>
 #include <QProcess>
 #include <QPushButton>
@@ -187,7 +188,13 @@ private Q_SLOTS:
         app::DesktopApp desktop({ config, true });
         auto started = desktop.start();
         QVERIFY2(started.ok(), qPrintable(started.ok() ? QString() : started.error().toString()));
-        QVERIFY(desktop.brokerAddress().startsWith(QStringLiteral("tcp://127.0.0.1:")));
+        // The practice broker is the user's alone: a Unix socket in a folder no other account may enter.
+        QVERIFY2(desktop.brokerAddress().startsWith(QStringLiteral("ipc:///")), qPrintable(desktop.brokerAddress()));
+        const QFileInfo socketFolder(QFileInfo(desktop.brokerAddress().mid(6)).absolutePath());
+        QVERIFY(socketFolder.isDir());
+        QCOMPARE(int(socketFolder.permissions() & (QFileDevice::ReadGroup | QFileDevice::WriteGroup | QFileDevice::ExeGroup
+                          | QFileDevice::ReadOther | QFileDevice::WriteOther | QFileDevice::ExeOther)),
+            0);
         auto& dashboard = desktop.dashboard();
         QVERIFY(dashboard.isVisible());
         QVERIFY(dashboard.startButton()->isVisible()); // the first-run screen
