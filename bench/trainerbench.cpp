@@ -274,10 +274,53 @@ bool disputeCost(const QList<std::int64_t>& hidden, const char* key)
 
 } // namespace
 
+// What the broker does with each revealed result at RESULT: it used to hash it (canonical hash);
+// now it inspects it too (compute::inspectRevealed: every change finite, the weights it leads to
+// finite, its norm; docs/VERIFICATION.md, "Unchecked results"). The ratio is the inspection's cost
+// over the hash alone, on the same reveal, in the same run.
+static void inspectionVersusHash()
+{
+    core::JobSpec spec;
+    spec.name = QStringLiteral("bench");
+    spec.model.zoo = QStringLiteral("mlp");
+    spec.model.hidden = { 2048, 2048 }; // 5.8 M parameters, 23 MB of float32 weights
+    spec.dataset.builtin = QStringLiteral("fashion-mnist");
+    const auto round = compute::initialWeights(spec, {});
+    spec.training.seed = 2;
+    const auto revealed = compute::initialWeights(spec, {}); // another model of the same shape: a whole change
+    if (!round || !revealed)
+        qFatal("cannot build the weights");
+    auto timed = [](auto&& work) {
+        double least = 1e30;
+        for (int i = 0; i < 5; ++i) {
+            QElapsedTimer clock;
+            clock.start();
+            work();
+            least = std::min(least, double(clock.nsecsElapsed()) / 1e6);
+        }
+        return least;
+    };
+    const double hashMs = timed([&] { (void)compute::canonicalHashOf(revealed->bytes); });
+    const double inspectMs = timed([&] { (void)compute::inspectRevealed(revealed->bytes, round->bytes); });
+    std::printf("A reveal at RESULT (mlp 784-2048-2048-10, %.0f MB): canonical hash %.1f ms, inspection (hash, finiteness, "
+                "norm) %.1f ms, ratio %.2f\n",
+        double(revealed->bytes.size()) / 1e6, hashMs, inspectMs, inspectMs / hashMs);
+    bench::record("trainer.inspect.mb", double(revealed->bytes.size()) / 1e6);
+    bench::record("trainer.inspect.hashMs", hashMs);
+    bench::record("trainer.inspect.inspectMs", inspectMs);
+    bench::record("trainer.inspect.ratio", inspectMs / hashMs);
+}
+
 int main(int argc, char* argv[])
 {
     QCoreApplication app(argc, argv);
-    // --worker-only: just the compute worker's figures (to look at the process boundary alone).
+    // --worker-only: just the compute worker's figures (to look at the process boundary alone);
+    // --inspect-only: just what inspecting a reveal costs.
+    if (argc > 1 && QByteArray(argv[1]) == "--inspect-only") {
+        at::set_num_threads(1);
+        inspectionVersusHash();
+        return 0;
+    }
     const bool workerOnly = argc > 1 && QByteArray(argv[1]) == "--worker-only";
     const int threads = 1;
     at::set_num_threads(threads);
@@ -437,6 +480,7 @@ int main(int argc, char* argv[])
         portableRatio);
     bench::record("trainer.gpt.portable", best(portables));
     bench::record("trainer.gpt.portableRatio", portableRatio);
+    inspectionVersusHash();
     std::printf("%s\n", met ? "goal met" : "goal NOT met");
     return 0;
 }

@@ -22,7 +22,9 @@ namespace tessera::compute::sandbox {
 // ShardOutput. A worker that runs past its time limit, is cancelled, crashes, makes a forbidden
 // call or is killed for memory gives a failed result with that reason, and the caller carries on:
 // the job owner's code failed, not the node. Thread-safe (each call has its own process and
-// scratch folder); blocks until the worker ends.
+// scratch folder); blocks until the worker ends. A worker dies with the thread that started it
+// (PR_SET_PDEATHSIG): a driven worker must be used from the thread that started it, or one that
+// outlives it, so that a supervisor killed or crashed never leaves a job's code running.
 struct WorkerOptions {
     QString program; // empty: defaultWorkerProgram()
     QString scratchRoot; // where the worker's scratch folder goes; empty: the system's temporary folder

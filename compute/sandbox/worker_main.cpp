@@ -55,9 +55,11 @@
 #include <QJsonDocument>
 #include <QJsonObject>
 
+#include <csignal>
 #include <fcntl.h>
 #include <sched.h>
 #include <sys/mman.h>
+#include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/syscall.h>
@@ -546,6 +548,12 @@ core::Result<QByteArray> toolOutput(const Arguments& arguments)
 
 int main(int argc, char** argv)
 {
+    // A worker ends with what supervises it: a node or broker that dies (kill -9, a crash) must not
+    // leave a job's code running for ever (its time limit is the supervisor's to enforce). The
+    // signal comes when the thread that started the worker ends, which outlives the worker in
+    // every supervisor here (compute/sandbox/worker.h). A parent gone already: reparented.
+    if (::prctl(PR_SET_PDEATHSIG, SIGKILL) != 0 || ::getppid() == 1)
+        return 3;
     if (!separateAnswersFromPrints()) {
         std::fprintf(stderr, "tessera-compute: cannot separate its answers from what a job prints: %s\n", std::strerror(errno));
         return 3;

@@ -192,8 +192,9 @@ private Q_SLOTS:
         QVERIFY2(desktop.brokerAddress().startsWith(QStringLiteral("ipc:///")), qPrintable(desktop.brokerAddress()));
         const QFileInfo socketFolder(QFileInfo(desktop.brokerAddress().mid(6)).absolutePath());
         QVERIFY(socketFolder.isDir());
-        QCOMPARE(int(socketFolder.permissions() & (QFileDevice::ReadGroup | QFileDevice::WriteGroup | QFileDevice::ExeGroup
-                          | QFileDevice::ReadOther | QFileDevice::WriteOther | QFileDevice::ExeOther)),
+        QCOMPARE(int(socketFolder.permissions()
+                     & (QFileDevice::ReadGroup | QFileDevice::WriteGroup | QFileDevice::ExeGroup | QFileDevice::ReadOther
+                         | QFileDevice::WriteOther | QFileDevice::ExeOther)),
             0);
         auto& dashboard = desktop.dashboard();
         QVERIFY(dashboard.isVisible());

@@ -137,12 +137,25 @@ public:
             QStringLiteral("cheater-") + mode, environment);
     }
 
-    // A node written in Python from the docs alone (tests/e2e/python/python_node.py).
-    QProcess* startPythonNode(const QString& name)
+    // A node written in Python from the docs alone (tests/e2e/python/python_node.py); extra: its
+    // options (a hostile one's --poison, --fail-with, --shards).
+    QProcess* startPythonNode(const QString& name, const QStringList& extra = {})
     {
         return start(Python,
-            { QStringLiteral(TESSERA_SOURCE_DIR "/tests/e2e/python/python_node.py"), endpoint(), QStringLiteral("--name"), name },
+            QStringList { QStringLiteral(TESSERA_SOURCE_DIR "/tests/e2e/python/python_node.py"), endpoint(),
+                QStringLiteral("--name"), name }
+                + extra,
             name);
+    }
+
+    // A node's record in NODES, by its name (empty when the broker has none).
+    QJsonObject nodeNamed(const QString& name)
+    {
+        for (const auto& value : nodes()) {
+            if (value.toObject().value(QStringLiteral("name")).toString() == name)
+                return value.toObject();
+        }
+        return {};
     }
 
     QString log(const QString& name) const
@@ -285,7 +298,7 @@ public:
             file.write(text.toUtf8());
     }
 
-private:
+    // Any program, as one of the cluster's: its output appended to LOG.log, stopped with the cluster.
     QProcess* start(const QString& program, const QStringList& arguments, const QString& log, const QStringList& environment = {})
     {
         auto process = std::make_unique<QProcess>();
@@ -305,6 +318,7 @@ private:
         return m_processes.back().get();
     }
 
+private:
     QTemporaryDir m_dir;
     int m_port;
     QProcess* m_broker = nullptr;

@@ -3,8 +3,13 @@ with pyzmq, PyTorch and PyNaCl: it registers, trains the shards it is given bit 
 say, commits, uploads its weights or their int8 update (as a dict PyTorch saved), reports them, keeps
 its training states and answers disputes. It is the proof that the docs are enough to build a node.
 
-Usage: python_node.py ENDPOINT --name NAME [--threads N] [--seconds S]
-Runs until SIGTERM (or S seconds). Plaintext brokers only. Logs to stdout.
+Usage: python_node.py ENDPOINT --name NAME [--threads N] [--seconds S] [--shards K]
+                      [--poison nan|huge] [--fail-with REASON]
+Runs until SIGTERM (or S seconds). Plaintext brokers only. Logs to stdout. For the hostile tests
+(tests/e2e/tst_hostile_jobs.cpp) it can lie: --poison reveals weights with a NaN in them, or an
+update 30 times the one it trained (its chain, commitment and hashes consistent with what it
+reveals); --fail-with reports every shard failed with REASON; --shards K asks for K shards and
+then only answers disputes.
 """
 import argparse
 import base64
@@ -350,7 +355,7 @@ def train(task, start_bytes):
             buffer = io.BytesIO()
             torch.save(kept, buffer)
             states[len(chain) - 1] = buffer.getvalue()
-    final = revealed(task, start, model.state_dict())
+    final = revealed(task, start, poisoned(task, start, model.state_dict()))
     weights = io.BytesIO()
     torch.save(final, weights)  # the state_dict() (an OrderedDict, as PyTorch users save weights) or the update
     result = {
@@ -364,10 +369,29 @@ def train(task, start_bytes):
     return weights.getvalue(), result, states, chain
 
 
+POISON = None  # --poison
+
+
+def poisoned(task, start, final):
+    """What a poisoner reveals instead of its final weights (its update, compressed or not, follows)."""
+    if POISON is None:
+        return final
+    out = {name: t.detach().clone() for name, t in final.items()}
+    names = [name for name, t in start.items() if t.dtype == torch.float32]
+    if POISON == "nan":
+        out[names[0]].view(-1)[0] = float("nan")
+    else:  # "huge": an update 30 times the trained one
+        for name in names:
+            out[name] = start[name] + 30.0 * (out[name] - start[name])
+    log("poisoned (%s) round %d shard %d" % (POISON, task["round"], task["shard"]))
+    return out
+
+
 # --- PROTOCOL.md ------------------------------------------------------------------------------
 
 class Node:
-    def __init__(self, endpoint, name, threads):
+    def __init__(self, endpoint, name, threads, shards=None, fail_with=None):
+        self.shards, self.fail_with, self.taken = shards, fail_with, 0
         self.key = SigningKey.generate()
         self.node_id = "python-" + self.key.verify_key.encode().hex()[:24]
         self.name, self.threads = name, threads
@@ -549,7 +573,7 @@ class Node:
         ready = False
         while not stop():
             self.answer_checkpoints()
-            if not ready:
+            if not ready and (self.shards is None or self.taken < self.shards):
                 self.send(READY, {"slots": 1})
                 ready = True
             self.heartbeat()
@@ -559,6 +583,13 @@ class Node:
             command, header, payload = message
             if command == TASK:
                 ready = False
+                self.taken += 1
+                if self.fail_with is not None:
+                    log("reporting", header["assignment"], "failed:", self.fail_with)
+                    self.send(RESULT, {"assignment": header["assignment"], "id": "result", "result": {
+                        "jobId": header["task"]["jobId"], "round": header["task"]["round"],
+                        "shard": header["task"]["shard"], "outcome": "failed", "failure": self.fail_with}})
+                    continue
                 if header["task"].get("determinism") == "portable":
                     # Tessera's portable kernels are not PyTorch's: this node gives such a shard back
                     # (outcome "returned": its own limit, held against nobody), as PROTOCOL.md says.
@@ -590,11 +621,16 @@ def main():
     parser.add_argument("--name", default="python-node")
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--seconds", type=float, default=3600.0)
+    parser.add_argument("--shards", type=int, default=None)
+    parser.add_argument("--poison", choices=["nan", "huge"], default=None)
+    parser.add_argument("--fail-with", default=None)
     options = parser.parse_args()
+    global POISON
+    POISON = options.poison
     stopping = []
     signal.signal(signal.SIGTERM, lambda *_: stopping.append(True))
     until = time.monotonic() + options.seconds
-    Node(options.endpoint, options.name, options.threads).run(lambda: stopping or time.monotonic() > until)
+    Node(options.endpoint, options.name, options.threads, options.shards, options.fail_with).run(lambda: stopping or time.monotonic() > until)
 
 
 if __name__ == "__main__":
