@@ -127,6 +127,9 @@ struct BrokerServer::Private {
     std::deque<Waiting> deferred;
     QHash<QByteArray, int> deferredOf;
     QHash<QString, WaitingOf> waitingOf; // principal -> its messages that came while busy
+    // Clients whose SUBMIT waits for its weights to be built in the background: each hears a
+    // HEARTBEAT every heartbeat interval until its answer, so that it knows the broker is alive.
+    QHash<QByteArray, int> building;
     std::int64_t waitingBytes = 0;
     bool busy = false;
 
@@ -710,6 +713,8 @@ void BrokerServer::Private::dispatch(Request& r)
 
 void BrokerServer::Private::keepAlive()
 {
+    for (auto it = building.cbegin(); it != building.cend(); ++it)
+        send(it.key(), { Command::Heartbeat, {}, {} });
     const auto t = now();
     QList<QByteArray> gone;
     for (auto it = peers.begin(); it != peers.end(); ++it) {
@@ -997,7 +1002,10 @@ void BrokerServer::Private::onSubmit(Request& r)
     // everyone else is served meanwhile, and the answer comes when they are built.
     const Asker asker { r.routingId, r.message.command, r.re(), r.id };
     const QString name = request->job.name;
+    ++building[asker.routingId];
     auto started = broker.submitInBackground(request->job, r.caller, [this, asker, name](core::Result<QString> jobId) {
+        if (auto it = building.find(asker.routingId); it != building.end() && --*it <= 0)
+            building.erase(it);
         if (!jobId) {
             refuseLater(asker, jobId.error(), errors::Invalid, QStringLiteral("job."));
             return;
@@ -1006,8 +1014,11 @@ void BrokerServer::Private::onSubmit(Request& r)
         send(asker.routingId, okMessage(asker.id, SubmitReply { *jobId }.toHeader()));
         dispatchWork();
     });
-    if (!started)
+    if (!started) {
+        if (auto it = building.find(asker.routingId); it != building.end() && --*it <= 0)
+            building.erase(it);
         refuse(r, started.error(), errors::Invalid, QStringLiteral("job."));
+    }
 }
 
 void BrokerServer::Private::onStatus(Request& r)
