@@ -398,7 +398,7 @@ std::optional<std::pair<QByteArray, detail::Frames>> BrokerServer::Private::next
 void BrokerServer::Private::queue(QByteArray routingId, detail::Frames received)
 {
     ++deferredOf[routingId];
-    deferred.push_back({ std::move(routingId), std::move(received) });
+    deferred.push_back({ std::move(routingId), std::move(received), false, QString(), 0 });
 }
 
 void BrokerServer::Private::drainDeferred()
