@@ -130,6 +130,7 @@ struct BrokerServer::Private {
     // Clients whose SUBMIT waits for its weights to be built in the background: each hears a
     // HEARTBEAT every heartbeat interval until its answer, so that it knows the broker is alive.
     QHash<QByteArray, int> building;
+    std::int64_t buildingHeardAt = 0; // when they last heard one while the broker was busy
     std::int64_t waitingBytes = 0;
     bool busy = false;
 
@@ -514,10 +515,16 @@ void BrokerServer::Private::serveBusy()
         ++deferredOf[routingId];
         deferred.push_back({ std::move(routingId), std::move(received), true, principal, bytes });
     }
-    // Nodes hear from the broker as usual, so that none takes it for gone.
+    // Nodes hear from the broker as usual, so that none takes it for gone, and so does a client
+    // whose SUBMIT is being answered (a zoo model's weights are built on the arithmetic thread).
     const auto t = now();
     for (auto it = peers.cbegin(); it != peers.cend(); ++it) {
         if (!it->nodeId.isEmpty() && t - it->lastSent >= options.heartbeatMs)
+            send(it.key(), { Command::Heartbeat, {}, {} });
+    }
+    if (!building.isEmpty() && t - buildingHeardAt >= options.heartbeatMs) {
+        buildingHeardAt = t;
+        for (auto it = building.cbegin(); it != building.cend(); ++it)
             send(it.key(), { Command::Heartbeat, {}, {} });
     }
 }
@@ -1003,7 +1010,7 @@ void BrokerServer::Private::onSubmit(Request& r)
     const Asker asker { r.routingId, r.message.command, r.re(), r.id };
     const QString name = request->job.name;
     ++building[asker.routingId];
-    auto started = broker.submitInBackground(request->job, r.caller, [this, asker, name](core::Result<QString> jobId) {
+    auto started = broker.submitInBackground(request->job, r.caller, request->requestId, [this, asker, name](core::Result<QString> jobId) {
         if (auto it = building.find(asker.routingId); it != building.end() && --*it <= 0)
             building.erase(it);
         if (!jobId) {

@@ -173,6 +173,7 @@ int main(int argc, char* argv[])
     brokerOptions.maxRunningJobsPerOwner = settings.intValue(names::BrokerMaxJobsPerOwner);
     brokerOptions.maxUnnamedUploadBytes = std::int64_t(settings.intValue(names::BrokerMaxUnnamedUploadMiB)) << 20;
     brokerOptions.unnamedUploadMs = std::int64_t(settings.intValue(names::BrokerUnnamedUploadMinutes)) * 60'000;
+    brokerOptions.keepRounds = settings.intValue(names::BrokerKeepRounds);
     brokerOptions.maxParameters = settings.intValue(names::BrokerMaxParameters);
     brokerOptions.maxAssignmentsPerNode = int(settings.intValue(names::BrokerMaxShardsPerNode));
     brokerOptions.maxDeadlineMs = settings.intValue(names::BrokerMaxDeadlineSeconds) * 1000;

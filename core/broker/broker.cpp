@@ -271,21 +271,65 @@ Result<std::optional<std::int64_t>> Broker::prepareSubmit(const JobSpec& spec, c
     return *counted;
 }
 
-Result<QString> Broker::submit(const JobSpec& spec, const QString& owner)
+Result<std::optional<QString>> Broker::submittedBefore(const JobSpec& spec, const QString& owner, const QString& requestId)
 {
+    if (requestId.isEmpty())
+        return std::optional<QString> {};
+    auto earlier = m_store->jobOfRequest(owner, requestId);
+    if (!earlier)
+        return earlier.error();
+    if (!*earlier)
+        return std::optional<QString> {};
+    auto earlierSpec = (*earlier)->spec();
+    if (!earlierSpec || !(*earlierSpec == spec))
+        return Error { QStringLiteral("requestId"),
+            QStringLiteral("%1 named your job %2, whose spec is another: a new job needs a new request id")
+                .arg(requestId, (*earlier)->id) };
+    return std::optional<QString>((*earlier)->id);
+}
+
+Result<QString> Broker::submit(const JobSpec& spec, const QString& owner, const QString& requestId)
+{
+    auto before = submittedBefore(spec, owner, requestId);
+    if (!before)
+        return before.error();
+    if (*before)
+        return **before;
     auto counted = prepareSubmit(spec, owner);
     if (!counted)
         return counted.error();
     auto initial = m_math.initialWeights(spec);
     if (!initial)
         return initial.error();
-    return completeSubmit(spec, owner, *counted, *initial);
+    return completeSubmit(spec, owner, requestId, *counted, *initial);
 }
 
-Status Broker::submitInBackground(const JobSpec& spec, const QString& owner, std::function<void(Result<QString>)> done)
+Status Broker::submitInBackground(
+    const JobSpec& spec, const QString& owner, const QString& requestId, std::function<void(Result<QString>)> done)
 {
+    if (!requestId.isEmpty()) {
+        // A repeat of a submit whose weights are still being built hears that submit's answer.
+        for (auto& pending : m_pendingSubmits) {
+            if (pending.owner != owner || pending.requestId != requestId)
+                continue;
+            if (!(pending.spec == spec))
+                return Error { QStringLiteral("requestId"),
+                    QStringLiteral("%1 names a job of yours being submitted with another spec: a new job needs a new "
+                                   "request id")
+                        .arg(requestId) };
+            pending.done.push_back(std::move(done));
+            return {};
+        }
+    }
     if (!m_jobCode || spec.model.source != ModelSpec::Source::TorchScript) {
-        done(submit(spec, owner));
+        done(submit(spec, owner, requestId));
+        return {};
+    }
+    auto before = submittedBefore(spec, owner, requestId);
+    if (!before)
+        return before.error();
+    if (*before) {
+        done(**before);
         return {};
     }
     int ownersPending = 0;
@@ -302,8 +346,9 @@ Status Broker::submitInBackground(const JobSpec& spec, const QString& owner, std
         return counted.error();
     m_blobs.pin(spec.model.scriptSha256); // no eviction while its code runs
     TrainingMath* math = m_jobCode;
-    m_pendingSubmits.push_back({ spec, owner, *counted,
-        std::async(std::launch::async, [math, spec] { return math->initialWeights(spec); }), std::move(done) });
+    m_pendingSubmits.push_back({ spec, owner, requestId, *counted,
+        std::async(std::launch::async, [math, spec] { return math->initialWeights(spec); }), {} });
+    m_pendingSubmits.back().done.push_back(std::move(done));
     return {};
 }
 
@@ -316,15 +361,17 @@ void Broker::pollSubmits()
         }
         const auto initial = it->initial.get();
         m_blobs.unpin(it->spec.model.scriptSha256);
-        auto submitted = initial ? completeSubmit(it->spec, it->owner, it->counted, *initial) : Result<QString>(initial.error());
+        auto submitted = initial ? completeSubmit(it->spec, it->owner, it->requestId, it->counted, *initial)
+                                 : Result<QString>(initial.error());
         auto done = std::move(it->done);
         it = m_pendingSubmits.erase(it);
-        done(std::move(submitted));
+        for (auto& answer : done)
+            answer(submitted);
     }
 }
 
-Result<QString> Broker::completeSubmit(
-    const JobSpec& spec, const QString& owner, std::optional<std::int64_t> counted, const TrainingMath::Weights& initial)
+Result<QString> Broker::completeSubmit(const JobSpec& spec, const QString& owner, const QString& requestId,
+    std::optional<std::int64_t> counted, const TrainingMath::Weights& initial)
 {
     // Checked again: the owner's money or running jobs may have changed while its code ran.
     if (auto status = checkSubmittable(spec, owner); !status)
@@ -345,6 +392,7 @@ Result<QString> Broker::completeSubmit(
     job.owner = owner;
     job.pricePerShard = price->pricePerShard;
     job.createdAt = m_clock.nowMs();
+    job.requestId = requestId;
     auto transaction = m_store->begin();
     if (!transaction)
         return transaction.error();
@@ -1090,7 +1138,26 @@ Status Broker::advanceRound(const JobRow& job, const JobSpec& spec, const Aggreg
     // The change that led to this round is nobody's way to any weights now.
     if (job.change && !m_store->blobNamed(job.change->blob).value_or(true))
         m_blobs.remove(job.change->blob);
+    collectOldWeights(job.id, spec, record.round);
     return {};
+}
+
+void Broker::collectOldWeights(const QString& jobId, const JobSpec& spec, std::int64_t finished)
+{
+    // The round that has just fallen out of the newest keepRounds: its weights go, unless the owner
+    // asked for them. The last round's never do (no round comes after it), nor the initial weights.
+    const auto old = finished - std::max<std::int64_t>(2, m_options.keepRounds);
+    const auto every = spec.training.keepWeightsEvery;
+    if (old < 0 || (every > 0 && (old + 1) % every == 0))
+        return;
+    auto blob = m_store->forgetRoundWeights(jobId, old);
+    if (!blob) {
+        qCWarning(lcBrokerCore).noquote() << "round" << old << "of job" << jobId
+                                          << "keeps its weights:" << blob.error().toString();
+        return;
+    }
+    if (*blob && !m_store->blobNamed(**blob).value_or(true))
+        m_blobs.remove(**blob);
 }
 
 // --- checks, records and time --------------------------------------------------------------------

@@ -60,13 +60,19 @@ public:
     // needs no code of the owner's is checked first (the spec, the files, the owner's running jobs,
     // and without a faucet that the owner's balance holds the budget; a TorchScript job's price, from
     // its archive): a penniless caller runs nothing.
-    Result<QString> submit(const JobSpec& spec, const QString& owner = QStringLiteral("local"));
+    //
+    // requestId (optional): the client's name for this submit. A submit that repeats an owner's
+    // earlier requestId with the same spec gets the job the first one created (or, while that one's
+    // weights are still being built, its answer): one job, one escrow, however often a client that
+    // gave up waiting asks again. With another spec it is refused.
+    Result<QString> submit(const JobSpec& spec, const QString& owner = QStringLiteral("local"), const QString& requestId = {});
     // The same, with the job's initial weights (the owner's code: a TorchScript model's loading)
     // built on a thread of their own by `jobCode` (setJobCodeMath) while the broker goes on serving
     // everyone else; `done` is called from pollSubmits() once they are built (or failed). Without
     // jobCode, or for a zoo model (Tessera's own code, built at once), it is submit() and `done` is
     // called before this returns. An error: refused before anything ran (nor is `done` called).
-    Status submitInBackground(const JobSpec& spec, const QString& owner, std::function<void(Result<QString>)> done);
+    Status submitInBackground(
+        const JobSpec& spec, const QString& owner, const QString& requestId, std::function<void(Result<QString>)> done);
     // The math that builds TorchScript jobs' initial weights in the background: it must allow calls
     // from any thread beside the broker's own (compute::BrokerMath does: each runs in a worker).
     void setJobCodeMath(TrainingMath* jobCode) { m_jobCode = jobCode; }
@@ -156,16 +162,22 @@ private:
     // What submit() knows before any of the owner's code runs: the parameters counted from the
     // spec or the model's archive.
     Result<std::optional<std::int64_t>> prepareSubmit(const JobSpec& spec, const QString& owner);
-    Result<QString> completeSubmit(
-        const JobSpec& spec, const QString& owner, std::optional<std::int64_t> counted, const TrainingMath::Weights& initial);
+    Result<QString> completeSubmit(const JobSpec& spec, const QString& owner, const QString& requestId,
+        std::optional<std::int64_t> counted, const TrainingMath::Weights& initial);
+    // The job an earlier submit with this requestId created (none: a new submit); an error when
+    // that job's spec is not this one.
+    Result<std::optional<QString>> submittedBefore(const JobSpec& spec, const QString& owner, const QString& requestId);
     struct PendingSubmit {
         JobSpec spec;
         QString owner;
+        QString requestId;
         std::optional<std::int64_t> counted;
         std::future<Result<TrainingMath::Weights>> initial;
-        std::function<void(Result<QString>)> done;
+        std::vector<std::function<void(Result<QString>)>> done; // the first asker's and any repeat's
     };
     void collectUnnamedUploads();
+    // Removes the weights of the round that fell out of what a job keeps (docs/BROKER.md, "Disk").
+    void collectOldWeights(const QString& jobId, const JobSpec& spec, std::int64_t finished);
     std::int64_t m_nextUploadCollection = 0;
     TrainingMath* m_jobCode = nullptr;
     std::list<PendingSubmit> m_pendingSubmits;

@@ -47,6 +47,10 @@ struct BrokerOptions {
     // refused), each removed once it has stayed unnamed this long.
     std::int64_t maxUnnamedUploadBytes = 4LL << 30;
     std::int64_t unnamedUploadMs = 3600LL * 1000;
+    // Rounds' weights kept on disk: the newest this many (at least 2: a round's start and the one
+    // its change was made from), beside the initial and the final weights and the rounds a job
+    // asks for (training.keepWeightsEvery); older ones are collected (docs/BROKER.md, "Disk").
+    std::int64_t keepRounds = 3;
     // What LIST and NODES show unless asked for all: the latest ended jobs, nodes seen this recently.
     static constexpr qsizetype listedEndedJobs = 50;
     static constexpr std::int64_t listedForMs = 7LL * 24 * 3600 * 1000;

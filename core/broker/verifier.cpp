@@ -224,6 +224,8 @@ Result<std::optional<Assignment>> Verifier::canaryFor(const NodeInfo& node)
         if (reference.verifier.isEmpty() || !round || !round->runsOn(node.maxThreads, node.maxMemoryMiB)
             || !reproduces(node.runtimeProfile, reference.accusedResult.runtimeProfile))
             continue;
+        if (!m_.blobs.contains(reference.startBlob))
+            continue; // its round's weights were collected (docs/BROKER.md, "Disk")
         Check canary = reference;
         canary.id = newCheckId();
         canary.kind = CheckKind::Canary;

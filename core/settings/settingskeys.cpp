@@ -124,6 +124,9 @@ QList<Key> makeKeys()
             "its result); an upload of a new blob past it is refused."),
         intKey(BrokerUnnamedUploadMinutes, 60, 1, 10'080,
             "An upload no job has named for this long is removed (and no longer counts against its uploader)."),
+        intKey(BrokerKeepRounds, 3, 2, 1'000'000,
+            "Rounds' weights a job keeps on the broker's disk: the newest this many, beside its initial and final weights "
+            "and the rounds its spec asks for (training.keepWeightsEvery); older rounds' weights are removed."),
         intKey(BrokerMaxRequestsPerSecond, 500, 0, 1'000'000,
             "Messages a peer (a CURVE key; in plaintext an address) may send per second (bursts of twice that); floods "
             "are refused, then dropped; 0: no limit."),

@@ -79,6 +79,7 @@ inline const QString BrokerUnbondingDelaySeconds = QStringLiteral("Broker/Unbond
 inline const QString BrokerMaxJobsPerOwner = QStringLiteral("Broker/MaxJobsPerOwner");
 inline const QString BrokerMaxUnnamedUploadMiB = QStringLiteral("Broker/MaxUnnamedUploadMiB");
 inline const QString BrokerUnnamedUploadMinutes = QStringLiteral("Broker/UnnamedUploadMinutes");
+inline const QString BrokerKeepRounds = QStringLiteral("Broker/KeepRounds");
 inline const QString BrokerMaxRequestsPerSecond = QStringLiteral("Broker/MaxRequestsPerSecond");
 inline const QString BrokerMaxParameters = QStringLiteral("Broker/MaxParameters");
 inline const QString BrokerMaxShardsPerNode = QStringLiteral("Broker/MaxShardsPerNode");

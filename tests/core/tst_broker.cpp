@@ -232,6 +232,79 @@ private Q_SLOTS:
             QVERIFY(broker->blobs().contains(round.weightsBlob));
     }
 
+    // A job's disk does not grow with its rounds (docs/BROKER.md, "Disk"): the newest keepRounds
+    // rounds' weights, the initial and the final ones, and the rounds its spec asks for
+    // (keepWeightsEvery) stay; every other round's weights are collected once it falls out.
+    void oldRoundsWeightsAreCollected()
+    {
+        Broker::Options options;
+        options.sampling = { 0, 0.0 };
+        options.faucet = true;
+        options.keepRounds = 2;
+        auto broker = open(QStringLiteral("retention"), options);
+        auto spec = job(8, 1);
+        spec.training.keepWeightsEvery = 3;
+        const auto jobId = *broker->submit(spec);
+        const auto initial = broker->status(jobId)->weightsBlob;
+        QVERIFY(broker->registerNode(node(QStringLiteral("a"))).ok());
+        for (int round = 0; round < 8; ++round) {
+            const auto shard = **broker->assign(QStringLiteral("a"));
+            QCOMPARE(shard.task.round, round);
+            QVERIFY(broker->blobs().contains(shard.startWeightsBlob)); // a round's start is always there
+            QCOMPARE(*deliver(*broker, QStringLiteral("a"), shard.id, answer(*broker, shard, "k" + QByteArray::number(round))),
+                Acceptance::Accepted);
+        }
+        const auto status = *broker->status(jobId);
+        QCOMPARE(status.state, JobState::Finished);
+        QCOMPARE(status.history.size(), 8);
+        QVERIFY(broker->blobs().contains(initial));
+        QVERIFY(broker->blobs().contains(status.weightsBlob)); // the final weights
+        for (int round = 0; round < 8; ++round) {
+            const bool kept = round >= 6 || (round + 1) % 3 == 0; // the newest two; rounds 3 and 6 asked for
+            QVERIFY2(broker->blobs().contains(status.history[round].weightsBlob) == kept, qPrintable(QString::number(round)));
+        }
+        QVERIFY(broker->ledger().checkInvariants().ok());
+    }
+
+    // A SUBMIT named by a request id creates one job however often it is repeated (a client that
+    // gave up waiting and asked again): the same job and one escrow; the same name with another
+    // spec is refused, and another owner's same name is another job.
+    void aRepeatedSubmitGivesTheFirstJob()
+    {
+        auto broker = open(QStringLiteral("repeat"), false);
+        const auto owner = ledger::accounts::balance(QStringLiteral("alice"));
+        (void)broker->ledger().mint(owner, *Credits::fromCredits(250), QStringLiteral("buy"), 1);
+        (void)broker->ledger().mint(
+            ledger::accounts::balance(QStringLiteral("bob")), *Credits::fromCredits(250), QStringLiteral("buy"), 1);
+        const auto first = broker->submit(job(), QStringLiteral("alice"), QStringLiteral("try-1"));
+        QVERIFY(first.ok());
+        const int built = m_math.initialBuilds;
+        const auto again = broker->submit(job(), QStringLiteral("alice"), QStringLiteral("try-1"));
+        QVERIFY(again.ok());
+        QCOMPARE(*again, *first);
+        std::optional<Result<QString>> answered;
+        QVERIFY(broker->submitInBackground(job(), QStringLiteral("alice"), QStringLiteral("try-1"), [&](Result<QString> id) {
+            answered = id;
+        }).ok());
+        QVERIFY(answered && answered->ok());
+        QCOMPARE(**answered, *first);
+        QCOMPARE(m_math.initialBuilds, built); // nothing was built again
+        QCOMPARE(*broker->ledger().balance(owner), *Credits::fromCredits(150)); // one escrow of 100
+        auto other = job();
+        other.name = QStringLiteral("another job");
+        const auto clash = broker->submit(other, QStringLiteral("alice"), QStringLiteral("try-1"));
+        QVERIFY(!clash.ok());
+        QCOMPARE(clash.error().field, QStringLiteral("requestId"));
+        const auto bobs = broker->submit(job(), QStringLiteral("bob"), QStringLiteral("try-1"));
+        QVERIFY(bobs.ok());
+        QVERIFY(*bobs != *first);
+        const auto fresh = broker->submit(job(), QStringLiteral("alice"), QStringLiteral("try-2"));
+        QVERIFY(fresh.ok());
+        QVERIFY(*fresh != *first);
+        QCOMPARE(*broker->ledger().balance(owner), *Credits::fromCredits(50));
+        QVERIFY(broker->ledger().checkInvariants().ok());
+    }
+
     // With int8 compression (the default) each round from round 1 on can be fetched as its change
     // from the previous round's weights; that change is kept while it is the way to the round's
     // weights (a restart too) and collected after. Without compression there is none.
@@ -493,23 +566,32 @@ private Q_SLOTS:
         scripted.model = ModelSpec {};
         scripted.model.source = ModelSpec::Source::TorchScript;
         scripted.model.scriptSha256 = *broker->blobs().put(model.readAll());
-        std::optional<Result<QString>> answer;
-        QVERIFY(broker->submitInBackground(scripted, QStringLiteral("owner"), [&](Result<QString> id) { answer = id; }).ok());
-        const auto second = broker->submitInBackground(scripted, QStringLiteral("owner"), [](Result<QString>) {});
-        if (broker->submitsInBackground() > 0) // else the first was answered already, in a moment
+        std::optional<Result<QString>> answer, repeated;
+        QVERIFY(broker->submitInBackground(scripted, QStringLiteral("owner"), QStringLiteral("r1"), [&](Result<QString> id) {
+            answer = id;
+        }).ok());
+        const bool building = broker->submitsInBackground() > 0; // else the first was answered already
+        const auto second = broker->submitInBackground(scripted, QStringLiteral("owner"), {}, [](Result<QString>) {});
+        if (building)
             QVERIFY(!second.ok());
+        // The same submit again (its client gave up waiting): it hears the first one's answer.
+        QVERIFY(broker->submitInBackground(scripted, QStringLiteral("owner"), QStringLiteral("r1"), [&](Result<QString> id) {
+            repeated = id;
+        }).ok());
         QVERIFY(QTest::qWaitFor(
             [&] {
                 broker->pollSubmits();
-                return answer.has_value();
+                return answer.has_value() && repeated.has_value();
             },
             10'000));
         QVERIFY2(answer->ok(), qPrintable(answer->ok() ? QString() : answer->error().toString()));
+        QVERIFY(repeated->ok());
+        QCOMPARE(**repeated, **answer);
         QCOMPARE(broker->status(**answer)->state, JobState::Running);
         QCOMPARE(jobCode.initialBuilds, 1 + int(second.ok()));
         // A zoo model is Tessera's own code: built at once, answered before submitInBackground returns.
         answer.reset();
-        QVERIFY(broker->submitInBackground(job(1, 1), QStringLiteral("other"), [&](Result<QString> id) { answer = id; }).ok());
+        QVERIFY(broker->submitInBackground(job(1, 1), QStringLiteral("other"), {}, [&](Result<QString> id) { answer = id; }).ok());
         QVERIFY(answer && answer->ok());
         QVERIFY(broker->ledger().checkInvariants().ok());
     }
@@ -748,7 +830,7 @@ private Q_SLOTS:
         QCOMPARE(broke.error().field, QStringLiteral("budget"));
         QCOMPARE(m_math.initialBuilds, built);
         std::optional<Result<QString>> answered;
-        QVERIFY(broker->submitInBackground(job(1, 1), QStringLiteral("nobody"), [&](Result<QString> id) { answered = id; }).ok());
+        QVERIFY(broker->submitInBackground(job(1, 1), QStringLiteral("nobody"), {}, [&](Result<QString> id) { answered = id; }).ok());
         QVERIFY(answered && !answered->ok());
         QCOMPARE(m_math.initialBuilds, built);
         (void)broker->ledger().mint(

@@ -756,6 +756,35 @@ private Q_SLOTS:
         QVERIFY2(table.exitCode == 0, qPrintable(table.output + cluster.log(QStringLiteral("broker"))));
     }
 
+    // A client that gave up waiting for its SUBMIT and asks again under the same request id gets
+    // the first job: one job, one escrow (docs/PROTOCOL.md, "Submitting twice";
+    // tests/e2e/python/submit_twice.py). So does `tessera-job submit --request-id ID` run twice.
+    void aSubmitAskedAgainCreatesOneJob()
+    {
+        Cluster cluster;
+        cluster.startBroker({}, {}, Cluster::Money::OperatorOnly);
+        QVERIFY(QTest::qWaitFor([&] { return cluster.job({ QStringLiteral("list") }, 5'000).exitCode == 0; }, 60'000));
+        const auto credited
+            = cluster.brokerCommand({ QStringLiteral("credit"), QStringLiteral("retrying-owner"), QStringLiteral("50") });
+        QVERIFY2(credited.exitCode == 0, qPrintable(credited.output));
+        const auto retried = run(Python,
+            { QStringLiteral(TESSERA_SOURCE_DIR "/tests/e2e/python/submit_twice.py"), cluster.endpoint(),
+                QStringLiteral("retrying-owner") },
+            180'000);
+        qInfo("%s", qPrintable(retried.output));
+        QVERIFY2(retried.exitCode == 0, qPrintable(retried.output + cluster.log(QStringLiteral("broker"))));
+
+        const QString me = cluster.account();
+        QVERIFY(cluster.brokerCommand({ QStringLiteral("credit"), me, QStringLiteral("200") }).exitCode == 0);
+        const QStringList submit { QStringLiteral("submit"), QStringLiteral("--request-id"), QStringLiteral("cli-1"), Job };
+        const auto first = cluster.job(submit, 60'000);
+        const auto second = cluster.job(submit, 60'000);
+        QVERIFY2(first.exitCode == 0 && second.exitCode == 0, qPrintable(first.output + second.output));
+        QCOMPARE(second.standardOutput.trimmed(), first.standardOutput.trimmed());
+        QCOMPARE(cluster.balanceOf(me), 100'000'000); // 200 credited, one budget of 100 escrowed
+        QVERIFY(cluster.ledgerConsistent());
+    }
+
     // Without CURVE a broker listens on loopback only, unless told --insecure-plaintext.
     void aPlaintextBrokerStaysOnLoopback()
     {
