@@ -202,6 +202,7 @@ core::Result<RevealedForm> inspectRevealed(const QByteArray& revealed, const QBy
         return base.error();
     RevealedForm form;
     form.canonicalHash = canonicalHash(*tensors);
+    form.compression = detail::isUpdateForm(*tensors) ? core::Compression::Int8 : core::Compression::None;
     sortByName(*tensors);
     sortByName(*base);
     double squares = 0.0;

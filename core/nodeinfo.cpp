@@ -26,7 +26,8 @@ Result<NodeInfo> NodeInfo::fromJson(const QJsonObject& json)
     JsonReader reader(json);
     reader.allowOnly({ QStringLiteral("nodeId"), QStringLiteral("name"), QStringLiteral("softwareVersion"),
         QStringLiteral("runtimeProfile"), QStringLiteral("devices"), QStringLiteral("benchmarkSamplesPerSecond"),
-        QStringLiteral("maxThreads"), QStringLiteral("maxMemoryMiB"), QStringLiteral("signingKey") });
+        QStringLiteral("maxThreads"), QStringLiteral("maxMemoryMiB"), QStringLiteral("signingKey"),
+        QStringLiteral("capabilities") });
     NodeInfo node;
     node.nodeId = reader.text(u"nodeId", MaxIdLength);
     node.name = reader.text(u"name", 100, Presence::Optional);
@@ -36,6 +37,17 @@ Result<NodeInfo> NodeInfo::fromJson(const QJsonObject& json)
     node.maxThreads = static_cast<int>(reader.integer(u"maxThreads", 1, 4096));
     node.maxMemoryMiB = reader.integer(u"maxMemoryMiB", 0, std::int64_t(1) << 40, Presence::Optional);
     node.signingKey = reader.text(u"signingKey", MaxKeyLength, Presence::Optional);
+    // Capabilities the broker does not know are kept and never needed (a newer node's).
+    node.capabilities = reader.stringList(u"capabilities", Presence::Optional);
+    if (node.capabilities.size() > MaxCapabilities)
+        reader.fail(QStringLiteral("capabilities"), QStringLiteral("at most %1 items").arg(MaxCapabilities));
+    for (const auto& capability : std::as_const(node.capabilities)) {
+        if (capability.isEmpty() || capability.size() > MaxCapabilityLength) {
+            reader.fail(QStringLiteral("capabilities"),
+                QStringLiteral("each is 1 to %1 characters").arg(MaxCapabilityLength));
+            break;
+        }
+    }
     const auto deviceReaders = reader.objectList(u"devices", MaxDevices);
     for (qsizetype i = 0; i < deviceReaders.size() && reader.ok(); ++i) {
         auto device = DeviceInfo::fromJson(json.value(QStringLiteral("devices")).toArray().at(i).toObject());
@@ -66,6 +78,7 @@ QJsonObject NodeInfo::toJson() const
         { QStringLiteral("maxThreads"), maxThreads },
         { QStringLiteral("maxMemoryMiB"), qint64(maxMemoryMiB) },
         { QStringLiteral("signingKey"), signingKey },
+        { QStringLiteral("capabilities"), QJsonArray::fromStringList(capabilities) },
     };
 }
 

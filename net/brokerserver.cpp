@@ -75,6 +75,7 @@ struct BrokerServer::Private {
         std::int64_t lastSeen = 0;
         std::int64_t lastSent = 0;
         QString principal; // whose limits and bans apply (principalOf)
+        QJsonValue readyId = {}; // of its latest READY: an ERROR refusing it names it
     };
     // Limits and bans are per identity, not per connection: a new socket does not start afresh.
     struct Principal {
@@ -767,7 +768,7 @@ void BrokerServer::Private::dispatchWork()
             // Told once why (the node logs it), asked again in a while or as soon as it bonds stake.
             qCWarning(lcBroker).noquote() << "no work for node" << shortId(peer.nodeId) << ":" << assignment.error().toString();
             if (peer.refusedUntil == 0)
-                sendError(id, errors::Invalid, assignment.error().toString(), int(Command::Ready), {});
+                sendError(id, errors::Invalid, assignment.error().toString(), int(Command::Ready), peer.readyId);
             peer.refusedUntil = t + RefusedRetryMs;
             continue;
         }
@@ -857,6 +858,7 @@ void BrokerServer::Private::onReady(Request& r)
     if (!requireNode(r) || !decoded<ReadyRequest>(r))
         return;
     r.peer.waiting = true;
+    r.peer.readyId = r.id;
     dispatchWork();
 }
 
@@ -1196,7 +1198,7 @@ void BrokerServer::Private::onStake(Request& r)
     auto request = decoded<StakeRequest>(r);
     if (!request)
         return;
-    auto account = broker.stake(request->request);
+    auto account = broker.stake(request->request, r.caller);
     if (!account) {
         refuse(r, account.error());
         return;

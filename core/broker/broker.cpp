@@ -561,7 +561,7 @@ Result<std::optional<Assignment>> Broker::assign(const QString& nodeId)
     if (m_scheduler.heldBy(nodeId) >= m_options.maxAssignmentsPerNode)
         return std::optional<Assignment> {};
     const auto now = m_clock.nowMs();
-    const auto pick = m_scheduler.pick(nodeId, node->maxThreads, now, node->maxMemoryMiB);
+    const auto pick = m_scheduler.pick(nodeId, node->maxThreads, now, node->maxMemoryMiB, node->capabilities);
     if (!pick)
         return std::optional<Assignment> {};
     const auto& round = *pick->round;
@@ -678,6 +678,7 @@ Result<Acceptance> Broker::acceptTraining(const AssignmentRow& assignment, const
         if (auto status = m_store->setAssignmentState(assignment.id, AssignmentState::Returned); !status)
             return status.error();
         m_scheduler.release(assignment.jobId, assignment.id);
+        m_scheduler.returnedBy(assignment.jobId, assignment.shard, assignment.node, m_clock.nowMs());
         return Acceptance::Failed;
     }
     if (result.outcome == ShardResult::Outcome::Failed)
@@ -718,7 +719,7 @@ bool Broker::anotherNodeCouldRun(const QString& jobId, const QList<QString>& fai
     if (!round)
         return true;
     return std::any_of(m_nodes.cbegin(), m_nodes.cend(), [&](const NodeInfo& node) {
-        return !failedBy.contains(node.nodeId) && round->runsOn(node.maxThreads, node.maxMemoryMiB)
+        return !failedBy.contains(node.nodeId) && round->runsOn(node)
             && m_stakes->requireStake(node.nodeId).ok();
     });
 }
@@ -833,8 +834,15 @@ Result<Acceptance> Broker::acceptCompleted(
 {
     const auto task = decomposeShard(job.id, spec, assignment.round, assignment.shard, job.weightsHash);
     auto revealed = m_verifier->checkReveal(assignment.node, assignment.id, task, result, job.weightsBlob);
-    if (!revealed)
+    if (!revealed) {
+        if (revealed.error().field == Verifier::WrongFormField) { // given back, in effect: nobody's fault
+            if (auto status = m_store->setAssignmentState(assignment.id, AssignmentState::Returned); !status)
+                return status.error();
+            m_scheduler.release(assignment.jobId, assignment.id);
+            m_scheduler.returnedBy(assignment.jobId, assignment.shard, assignment.node, m_clock.nowMs());
+        }
         return revealed.error();
+    }
     auto sampled = m_verifier->drawSample(assignment.node, spec);
     if (!sampled)
         return sampled.error();

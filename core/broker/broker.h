@@ -123,7 +123,11 @@ public:
     // unbond them (they stay slashable for Options::unbondingDelayMs, then return to the balance).
     // {"kind": "tessera-stake", "node": id, "action": "bond"|"unbond", "amount": "12.5", "nonce": n,
     //  "broker": this broker's signing key (base64), "expires": ms since the epoch, within a day}
-    Result<QJsonObject> stake(const QJsonObject& signedRequest) { return m_stakes->stake(signedRequest); }
+    // caller: who sent it (a node's own key may bond before its first REGISTER).
+    Result<QJsonObject> stake(const QJsonObject& signedRequest, const QString& caller = {})
+    {
+        return m_stakes->stake(signedRequest, caller);
+    }
 
     // Who may read a blob (GET): its uploader, the owner of a job that names or made it, a node
     // handed work that needs it (docs/PROTOCOL.md, "Who may do what"). submit(), assign() and the

@@ -197,7 +197,7 @@ Result<std::optional<Assignment>> Verifier::assignCheck(const NodeInfo& node)
     // A check fits a node with the checked result's runtime profile, threads enough, whose job runs.
     auto fits = [&](const Check& check) {
         const auto* round = m_.scheduler.find(check.jobId);
-        return round && round->runsOn(node.maxThreads, node.maxMemoryMiB)
+        return round && round->runsOn(node)
             && reproduces(node.runtimeProfile, check.accusedResult.runtimeProfile);
     };
     // Samples waiting for a re-execution, oldest first, by anyone but the node checked.
@@ -221,7 +221,7 @@ Result<std::optional<Assignment>> Verifier::canaryFor(const NodeInfo& node)
         return known.error();
     for (const auto& reference : *known) {
         const auto* round = m_.scheduler.find(reference.jobId);
-        if (reference.verifier.isEmpty() || !round || !round->runsOn(node.maxThreads, node.maxMemoryMiB)
+        if (reference.verifier.isEmpty() || !round || !round->runsOn(node)
             || !reproduces(node.runtimeProfile, reference.accusedResult.runtimeProfile))
             continue;
         if (!m_.blobs.contains(reference.startBlob))
@@ -354,6 +354,15 @@ Result<double> Verifier::checkReveal(
     if (inspected->canonicalHash != result.finalHash)
         return lie(
             Error { QStringLiteral("finalHash"), QStringLiteral("the uploaded weights do not hash to the result's finalHash") });
+    // Whole weights where the task asked for an int8 update (or the other way round): a node that
+    // does not know the form, not a liar (docs/PROTOCOL.md, "Capabilities"). Refused, and the
+    // shard goes to another node.
+    if (inspected->form && *inspected->form != task.compression)
+        return Error { WrongFormField,
+            QStringLiteral("the task asks for %1 and these are %2: the shard goes to another node")
+                .arg(task.compression == Compression::Int8 ? QStringLiteral("an int8 update (compression int8)")
+                                                           : QStringLiteral("whole weights (compression none)"),
+                    *inspected->form == Compression::Int8 ? QStringLiteral("an int8 update") : QStringLiteral("whole weights")) };
     // What the node signed and revealed must be a finite update of the model: an honest node fails
     // a shard whose weights are not (docs/VERIFICATION.md, "Unchecked results").
     if (!inspected->unfit.isEmpty())
@@ -967,7 +976,7 @@ bool Verifier::anyVerifierOnline(const Check& check)
         return true; // cannot tell: wait the full time
     for (const auto& node : m_.online) {
         if (node.nodeId != check.accused && reproduces(node.runtimeProfile, check.accusedResult.runtimeProfile)
-            && round->runsOn(node.maxThreads, node.maxMemoryMiB) && m_.stakes.hasStake(node.nodeId))
+            && round->runsOn(node) && m_.stakes.hasStake(node.nodeId))
             return true;
     }
     return false;

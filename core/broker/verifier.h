@@ -65,8 +65,11 @@ public:
     // node that committed and then revealed something impossible is slashed.
     // Also: the revealed result must be a finite update of the round's weights (roundBlob). The
     // update's norm comes back (negative: not measured).
+    // A reveal in the wrong form (whole weights for an int8 task, or the other way) is refused with
+    // an error naming WrongFormField, not slashed: the caller gives the shard to another node.
     Result<double> checkReveal(const QString& nodeId, const QString& assignmentId, const ShardTask& task,
         const ShardResult& result, const Digest& roundBlob);
+    static inline const QString WrongFormField = QStringLiteral("compression");
     // A node signed something that contradicts the shard it was given: slashed like a lost dispute.
     Status punishSignedLie(const QString& nodeId, const QString& assignmentId, const Error& lie);
     // A disputed checkpoint state came (a null digest: the node says it does not have it).

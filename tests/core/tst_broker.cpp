@@ -57,6 +57,7 @@ NodeInfo node(const QString& id, int threads = 4)
     info.softwareVersion = QStringLiteral("test");
     info.runtimeProfile = QStringLiteral("p");
     info.maxThreads = threads;
+    info.capabilities = ownCapabilities();
     info.benchmarkSamplesPerSecond = 1000;
     return info;
 }
@@ -692,6 +693,10 @@ private Q_SLOTS:
             QCOMPARE(*deliver(*broker, QStringLiteral("a"), assignment.id, returned), Acceptance::Failed);
             const auto status = *broker->status(jobId);
             QCOMPARE(status.state, JobState::Running);
+            // Not straight back to the node that gave it back: another takes it first, and only
+            // after ReturnedWaitMs without a taker does it come back.
+            QVERIFY(!broker->assign(QStringLiteral("a"))->has_value());
+            m_clock.now += Scheduler::ReturnedWaitMs;
         }
         const auto assignment = **broker->assign(QStringLiteral("b"));
         QCOMPARE(*deliver(*broker, QStringLiteral("b"), assignment.id, answer(*broker, assignment, "b")), Acceptance::Accepted);
@@ -1308,6 +1313,63 @@ private Q_SLOTS:
         QVERIFY(!deliver(*broker, QStringLiteral("b"), b1.id, elsewhere).ok());
         QCOMPARE(broker->account(QStringLiteral("b"))->value(QStringLiteral("stake")).toString(), QStringLiteral("5"));
         QVERIFY(broker->ledger().checkInvariants().ok());
+    }
+
+    // A fresh node bonds before its first REGISTER ("credit, stake bond, run"), when it asks
+    // itself; nobody else may bond for it, and unbonding needs a registered key.
+    void aFreshNodeBondsBeforeItRegisters()
+    {
+        auto options = verifyingOptions();
+        options.faucet = false;
+        auto broker = open(QStringLiteral("freshstake"), options);
+        QVERIFY(broker->ledger().mint(QStringLiteral("balance:fresh"), *Credits::fromCredits(20), QStringLiteral("grant"), 0).ok());
+        const QString brokerKey = QString::fromLatin1(broker->signingKey().toBase64());
+        auto request = [&](const QString& action, const QString& nonce) {
+            return signDocument({ { QStringLiteral("kind"), QStringLiteral("tessera-stake") },
+                                    { QStringLiteral("node"), QStringLiteral("fresh") }, { QStringLiteral("action"), action },
+                                    { QStringLiteral("amount"), QStringLiteral("10") }, { QStringLiteral("nonce"), nonce },
+                                    { QStringLiteral("broker"), brokerKey },
+                                    { QStringLiteral("expires"), static_cast<qint64>(m_clock.now + 60'000) } },
+                keysOf(QStringLiteral("fresh")));
+        };
+        QCOMPARE(broker->stake(request(QStringLiteral("bond"), QStringLiteral("1")), QStringLiteral("stranger")).error().field,
+            QStringLiteral("request.node"));
+        QCOMPARE(broker->stake(request(QStringLiteral("unbond"), QStringLiteral("2")), QStringLiteral("fresh")).error().field,
+            QStringLiteral("request.node"));
+        QVERIFY(broker->stake(request(QStringLiteral("bond"), QStringLiteral("3")), QStringLiteral("fresh")).ok());
+        QCOMPARE(*broker->ledger().balance(ledger::accounts::stake(QStringLiteral("fresh"))), *Credits::fromCredits(10));
+        (void)*broker->submit(job(1, 1));
+        QVERIFY(broker->registerNode(node(QStringLiteral("fresh"))).ok());
+        const auto work = broker->assign(QStringLiteral("fresh"));
+        QVERIFY2(work.ok() && work->has_value(), qPrintable(work.ok() ? QString() : work.error().toString()));
+        QVERIFY(broker->ledger().checkInvariants().ok());
+    }
+
+    // A node that declares fewer capabilities than a job needs (docs/PROTOCOL.md, "Capabilities";
+    // none: a node from before them) gets none of that job's shards; a job it can run it gets.
+    void nodesGetOnlyJobsTheirCapabilitiesRun()
+    {
+        auto broker = open(QStringLiteral("capabilities"));
+        (void)*broker->submit(job(1, 1)); // int8, the default
+        auto old = node(QStringLiteral("old"));
+        old.capabilities.clear();
+        QVERIFY(broker->registerNode(old).ok());
+        QVERIFY(!broker->assign(QStringLiteral("old"))->has_value());
+        auto plain = job(1, 1);
+        plain.aggregation.compression = Compression::None;
+        const auto plainId = *broker->submit(plain);
+        const auto work = **broker->assign(QStringLiteral("old"));
+        QCOMPARE(work.task.jobId, plainId);
+        auto portable = job(1, 1);
+        portable.aggregation.compression = Compression::None;
+        portable.training.determinism = TrainingSpec::Determinism::Portable;
+        (void)*broker->submit(portable);
+        auto someInt8 = node(QStringLiteral("int8-only"));
+        someInt8.capabilities = { QStringLiteral("int8"), QStringLiteral("a-later-one") };
+        QVERIFY(broker->registerNode(someInt8).ok());
+        const auto first = **broker->assign(QStringLiteral("int8-only")); // the int8 job's shard
+        QCOMPARE(first.task.compression, Compression::Int8);
+        QVERIFY(!broker->assign(QStringLiteral("int8-only"))->has_value()); // never the portable one
     }
 
     void stakeBondsAndUnbondsAfterADelay()

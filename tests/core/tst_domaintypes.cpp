@@ -209,6 +209,7 @@ private Q_SLOTS:
         node.devices = { cpu, sampleGpu() };
         node.benchmarkSamplesPerSecond = 5321.5;
         node.maxThreads = 8;
+        node.capabilities = { QStringLiteral("int8"), QStringLiteral("a-later-one") };
         const auto again = NodeInfo::fromJson(node.toJson());
         QVERIFY2(again.ok(), qPrintable(again.ok() ? QString() : again.error().toString()));
         QCOMPARE(*again, node);

@@ -22,6 +22,7 @@
 // Usage: tessera-test-cheater --broker ADDRESS --data DIR --mode MODE
 
 #include <compute/runtimeprofile.h>
+#include <core/capabilities.h>
 #include <compute/shardrun.h>
 #include <compute/weights.h>
 #include <core/blobstore.h>
@@ -287,6 +288,7 @@ int main(int argc, char* argv[])
     options.node.signingKey = QString::fromLatin1(signing->publicKey.toBase64());
     options.node.maxThreads = 1;
     options.node.benchmarkSamplesPerSecond = 20000;
+    options.node.capabilities = core::ownCapabilities();
 
     std::signal(SIGTERM, [](int) { g_stop = true; });
     CheatingExecutor executor(mode);

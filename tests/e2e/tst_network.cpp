@@ -785,6 +785,45 @@ private Q_SLOTS:
         QVERIFY(cluster.ledgerConsistent());
     }
 
+    // Capabilities (docs/PROTOCOL.md): a node from before int8 updates (it declares none) is never
+    // sent an int8 job's work, and one that declares int8 but reveals whole weights is refused at
+    // RESULT, not slashed, and the shard goes to another node. Tessera's node trains the job and
+    // nobody loses stake. A fresh node bonds before its first run.
+    void nodesGetOnlyTasksTheyDeclaredTheyCanRun()
+    {
+        Cluster cluster;
+        cluster.startBroker();
+        const QString jobFile = cluster.path(QStringLiteral("int8.json"));
+        Cluster::writeFile(jobFile,
+            QStringLiteral(R"({"version": 1, "name": "int8", "model": {"zoo": "mlp", "hidden": [32]},
+                "dataset": {"builtin": "fashion-mnist"}, "optimizer": {"kind": "sgd", "lr": 0.05},
+                "training": {"rounds": 2, "shardsPerRound": 2, "localSteps": 20, "batchSize": 32, "seed": 1,
+                             "threads": 1, "checkpointInterval": 10},
+                "aggregation": {"compression": "int8"}, "budget": "20", "verification": {"rate": 0.0}})"));
+        const QString jobId = cluster.submit(jobFile);
+        QVERIFY(!jobId.isEmpty());
+        cluster.startPythonNode(QStringLiteral("old"), { QStringLiteral("--capabilities"), QStringLiteral("none") });
+        cluster.startPythonNode(QStringLiteral("whole"), { QStringLiteral("--ignore-compression") });
+        const auto says = [&](const QString& log, const QString& text) {
+            return QTest::qWaitFor([&] { return cluster.log(log).contains(text); }, 300'000);
+        };
+        QVERIFY2(says(QStringLiteral("old"), QStringLiteral("registered as")), qPrintable(cluster.log(QStringLiteral("old"))));
+        QVERIFY2(says(QStringLiteral("whole"), QStringLiteral("result refused")),
+            qPrintable(cluster.log(QStringLiteral("whole")) + cluster.log(QStringLiteral("broker"))));
+        QVERIFY2(cluster.log(QStringLiteral("whole")).contains(QStringLiteral("compression")),
+            qPrintable(cluster.log(QStringLiteral("whole"))));
+        cluster.startNode(1);
+        const auto job = cluster.waitForEnd(jobId);
+        QVERIFY2(job.value(QStringLiteral("state")).toString() == u"finished", qPrintable(cluster.log(QStringLiteral("broker"))));
+        QCOMPARE(cluster.log(QStringLiteral("old")).count(QStringLiteral("training ")), 0); // never sent a task
+        for (const auto* name : { "old", "whole", "node-1" }) {
+            const auto node = cluster.nodeNamed(QLatin1String(name));
+            QVERIFY2(!node.isEmpty() && node.value(QStringLiteral("slashed")).toString() == u"0",
+                qPrintable(QStringLiteral("%1: %2").arg(QLatin1String(name), QString::fromUtf8(QJsonDocument(node).toJson()))));
+        }
+        QVERIFY(cluster.ledgerConsistent());
+    }
+
     // Without CURVE a broker listens on loopback only, unless told --insecure-plaintext.
     void aPlaintextBrokerStaysOnLoopback()
     {
