@@ -24,6 +24,8 @@ records = {
     "trainer.mlp.firstShardHereS": 0.6, "trainer.mlp.firstShardWorkerS": 1.6, "trainer.cnn.shardHereS": 0.9,
     "trainer.cnn.shardWorkerS": 0.91, "trainer.cnn.workerRatio": 0.989, "trainer.cnn.firstShardHereS": 1.0,
     "trainer.cnn.firstShardWorkerS": 2.0,
+    "trainer.inspect.hashMs": 15.2, "trainer.inspect.inspectMs": 36.8, "trainer.inspect.mb": 23.0,
+    "trainer.inspect.ratio": 2.41,
     "dispute.mlp.replayFirstMs": 14.5, "dispute.mlp.replayMs": 13.7, "dispute.mlp.updateMs": 0.18, "dispute.mlp.updateRatio": 0.0122,
     "dispute.mlp.costlyMs": 1.04, "dispute.mlp.costlyRatio": 0.076,
     "dispute.mlp1024.replayFirstMs": 117.8, "dispute.mlp1024.replayMs": 115.4, "dispute.mlp1024.updateMs": 0.19,
