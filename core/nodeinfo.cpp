@@ -24,10 +24,10 @@ bool reproduces(const QString& node, const QString& result)
 Result<NodeInfo> NodeInfo::fromJson(const QJsonObject& json)
 {
     JsonReader reader(json);
-    reader.allowOnly({ QStringLiteral("nodeId"), QStringLiteral("name"), QStringLiteral("softwareVersion"),
-        QStringLiteral("runtimeProfile"), QStringLiteral("devices"), QStringLiteral("benchmarkSamplesPerSecond"),
-        QStringLiteral("maxThreads"), QStringLiteral("maxMemoryMiB"), QStringLiteral("signingKey"),
-        QStringLiteral("capabilities") });
+    reader.allowOnly(
+        { QStringLiteral("nodeId"), QStringLiteral("name"), QStringLiteral("softwareVersion"), QStringLiteral("runtimeProfile"),
+            QStringLiteral("devices"), QStringLiteral("benchmarkSamplesPerSecond"), QStringLiteral("maxThreads"),
+            QStringLiteral("maxMemoryMiB"), QStringLiteral("signingKey"), QStringLiteral("capabilities") });
     NodeInfo node;
     node.nodeId = reader.text(u"nodeId", MaxIdLength);
     node.name = reader.text(u"name", 100, Presence::Optional);
@@ -43,8 +43,7 @@ Result<NodeInfo> NodeInfo::fromJson(const QJsonObject& json)
         reader.fail(QStringLiteral("capabilities"), QStringLiteral("at most %1 items").arg(MaxCapabilities));
     for (const auto& capability : std::as_const(node.capabilities)) {
         if (capability.isEmpty() || capability.size() > MaxCapabilityLength) {
-            reader.fail(QStringLiteral("capabilities"),
-                QStringLiteral("each is 1 to %1 characters").arg(MaxCapabilityLength));
+            reader.fail(QStringLiteral("capabilities"), QStringLiteral("each is 1 to %1 characters").arg(MaxCapabilityLength));
             break;
         }
     }

@@ -1012,17 +1012,18 @@ void BrokerServer::Private::onSubmit(Request& r)
     const Asker asker { r.routingId, r.message.command, r.re(), r.id };
     const QString name = request->job.name;
     ++building[asker.routingId];
-    auto started = broker.submitInBackground(request->job, r.caller, request->requestId, [this, asker, name](core::Result<QString> jobId) {
-        if (auto it = building.find(asker.routingId); it != building.end() && --*it <= 0)
-            building.erase(it);
-        if (!jobId) {
-            refuseLater(asker, jobId.error(), errors::Invalid, QStringLiteral("job."));
-            return;
-        }
-        qCInfo(lcBroker).noquote() << "job" << *jobId << "submitted:" << name;
-        send(asker.routingId, okMessage(asker.id, SubmitReply { *jobId }.toHeader()));
-        dispatchWork();
-    });
+    auto started
+        = broker.submitInBackground(request->job, r.caller, request->requestId, [this, asker, name](core::Result<QString> jobId) {
+              if (auto it = building.find(asker.routingId); it != building.end() && --*it <= 0)
+                  building.erase(it);
+              if (!jobId) {
+                  refuseLater(asker, jobId.error(), errors::Invalid, QStringLiteral("job."));
+                  return;
+              }
+              qCInfo(lcBroker).noquote() << "job" << *jobId << "submitted:" << name;
+              send(asker.routingId, okMessage(asker.id, SubmitReply { *jobId }.toHeader()));
+              dispatchWork();
+          });
     if (!started) {
         if (auto it = building.find(asker.routingId); it != building.end() && --*it <= 0)
             building.erase(it);

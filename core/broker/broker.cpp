@@ -719,8 +719,7 @@ bool Broker::anotherNodeCouldRun(const QString& jobId, const QList<QString>& fai
     if (!round)
         return true;
     return std::any_of(m_nodes.cbegin(), m_nodes.cend(), [&](const NodeInfo& node) {
-        return !failedBy.contains(node.nodeId) && round->runsOn(node)
-            && m_stakes->requireStake(node.nodeId).ok();
+        return !failedBy.contains(node.nodeId) && round->runsOn(node) && m_stakes->requireStake(node.nodeId).ok();
     });
 }
 

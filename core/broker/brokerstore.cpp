@@ -317,8 +317,8 @@ Status BrokerStore::insertJob(const JobRow& job)
 
 Result<std::optional<JobRow>> BrokerStore::jobOfRequest(const QString& owner, const QString& requestId)
 {
-    return first<JobRow>(
-        query(*m_db, QStringLiteral("SELECT %1 FROM jobs WHERE owner = ? AND request_id = ?").arg(jobs::Columns), owner, requestId),
+    return first<JobRow>(query(*m_db, QStringLiteral("SELECT %1 FROM jobs WHERE owner = ? AND request_id = ?").arg(jobs::Columns),
+                             owner, requestId),
         readJob);
 }
 
@@ -814,8 +814,8 @@ Result<bool> BrokerStore::blobNamed(const Digest& blob)
 
 Result<std::optional<Digest>> BrokerStore::forgetRoundWeights(const QString& jobId, std::int64_t round)
 {
-    auto blob = first<Digest>(query(*m_db, QStringLiteral("SELECT weights_blob FROM rounds WHERE job = ? AND round = ? AND kept = 1"),
-                                  jobId, round),
+    auto blob = first<Digest>(
+        query(*m_db, QStringLiteral("SELECT weights_blob FROM rounds WHERE job = ? AND round = ? AND kept = 1"), jobId, round),
         [](Statement& row) -> std::optional<Digest> {
             auto digest = Digest::fromHex(row.columnText(0));
             return digest ? std::optional<Digest>(*digest) : std::nullopt;

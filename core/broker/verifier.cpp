@@ -197,8 +197,7 @@ Result<std::optional<Assignment>> Verifier::assignCheck(const NodeInfo& node)
     // A check fits a node with the checked result's runtime profile, threads enough, whose job runs.
     auto fits = [&](const Check& check) {
         const auto* round = m_.scheduler.find(check.jobId);
-        return round && round->runsOn(node)
-            && reproduces(node.runtimeProfile, check.accusedResult.runtimeProfile);
+        return round && round->runsOn(node) && reproduces(node.runtimeProfile, check.accusedResult.runtimeProfile);
     };
     // Samples waiting for a re-execution, oldest first, by anyone but the node checked.
     auto waiting = m_.store.waitingChecks(node.nodeId, 50);

@@ -22,10 +22,10 @@
 // Usage: tessera-test-cheater --broker ADDRESS --data DIR --mode MODE
 
 #include <compute/runtimeprofile.h>
-#include <core/capabilities.h>
 #include <compute/shardrun.h>
 #include <compute/weights.h>
 #include <core/blobstore.h>
+#include <core/capabilities.h>
 #include <core/readfile.h>
 #include <core/signing.h>
 #include <net/curvekeys.h>

@@ -794,8 +794,7 @@ private Q_SLOTS:
         Cluster cluster;
         cluster.startBroker();
         const QString jobFile = cluster.path(QStringLiteral("int8.json"));
-        Cluster::writeFile(jobFile,
-            QStringLiteral(R"({"version": 1, "name": "int8", "model": {"zoo": "mlp", "hidden": [32]},
+        Cluster::writeFile(jobFile, QStringLiteral(R"({"version": 1, "name": "int8", "model": {"zoo": "mlp", "hidden": [32]},
                 "dataset": {"builtin": "fashion-mnist"}, "optimizer": {"kind": "sgd", "lr": 0.05},
                 "training": {"rounds": 2, "shardsPerRound": 2, "localSteps": 20, "batchSize": 32, "seed": 1,
                              "threads": 1, "checkpointInterval": 10},
