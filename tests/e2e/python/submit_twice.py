@@ -63,7 +63,7 @@ assert code == "ok" and second["jobId"] == first["jobId"], (first, second)
 print("asked again twice: job", first["jobId"], "both times")
 code, listing = ask(socket, LIST, {"all": True}, 4)
 assert code == "ok", listing
-jobs = [j["id"] for j in listing["jobs"]]
+jobs = [j["jobId"] for j in listing["jobs"]]
 assert jobs == [first["jobId"]], jobs
 code, balance = ask(socket, BALANCE, {}, 5)
 assert code == "ok", balance
