@@ -118,7 +118,7 @@ struct BrokerServer::Private {
         QByteArray routingId;
         detail::Frames received;
         bool admitted = false;
-        QString principal;
+        QString principal = {};
         std::int64_t bytes = 0;
     };
     struct WaitingOf {
@@ -400,7 +400,7 @@ std::optional<std::pair<QByteArray, detail::Frames>> BrokerServer::Private::next
 void BrokerServer::Private::queue(QByteArray routingId, detail::Frames received)
 {
     ++deferredOf[routingId];
-    deferred.push_back({ std::move(routingId), std::move(received), false, QString(), 0 });
+    deferred.push_back({ std::move(routingId), std::move(received) });
 }
 
 void BrokerServer::Private::drainDeferred()
