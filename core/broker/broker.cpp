@@ -834,11 +834,15 @@ Result<Acceptance> Broker::acceptCompleted(
     const auto task = decomposeShard(job.id, spec, assignment.round, assignment.shard, job.weightsHash);
     auto revealed = m_verifier->checkReveal(assignment.node, assignment.id, task, result, job.weightsBlob);
     if (!revealed) {
-        if (revealed.error().field == Verifier::WrongFormField) { // given back, in effect: nobody's fault
+        if (revealed.error().field == Verifier::WrongFormField) {
+            // Given back, in effect, and not slashed (a node that misread a task is not a liar), but
+            // a node that declared it can run this form and hands in another gets no more of this
+            // job: otherwise it could take and spoil every shard of it, one refusal at a time.
             if (auto status = m_store->setAssignmentState(assignment.id, AssignmentState::Returned); !status)
                 return status.error();
             m_scheduler.release(assignment.jobId, assignment.id);
             m_scheduler.returnedBy(assignment.jobId, assignment.shard, assignment.node, m_clock.nowMs());
+            m_scheduler.exclude(assignment.jobId, assignment.node);
         }
         return revealed.error();
     }

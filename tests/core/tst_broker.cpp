@@ -1382,6 +1382,31 @@ private Q_SLOTS:
         QVERIFY(!broker->assign(QStringLiteral("int8-only"))->has_value()); // never the portable one
     }
 
+    // A node that declared int8 and reveals whole weights for an int8 task is refused at RESULT
+    // (field compression), not slashed, and gets no more of that job: the shard goes to another.
+    void aResultInTheWrongFormIsRefusedNotSlashed()
+    {
+        auto broker = open(QStringLiteral("wrong-form"));
+        const auto jobId = *broker->submit(job(1, 1)); // int8, the default
+        QVERIFY(broker->registerNode(node(QStringLiteral("a"))).ok());
+        QVERIFY(broker->registerNode(node(QStringLiteral("b"))).ok());
+        const auto assignment = **broker->assign(QStringLiteral("a"));
+        QCOMPARE(assignment.task.compression, Compression::Int8);
+        const auto refused = deliver(*broker, QStringLiteral("a"), assignment.id, answer(*broker, assignment, "whole:a"));
+        QVERIFY(!refused.ok());
+        QCOMPARE(refused.error().field, Verifier::WrongFormField);
+        m_clock.now += Scheduler::ReturnedWaitMs; // not even once nobody else has taken it
+        QVERIFY(!broker->assign(QStringLiteral("a"))->has_value());
+        const auto again = **broker->assign(QStringLiteral("b"));
+        QCOMPARE(again.task.shard, assignment.task.shard);
+        QCOMPARE(*deliver(*broker, QStringLiteral("b"), again.id, answer(*broker, again, "b")), Acceptance::Accepted);
+        QCOMPARE(broker->status(jobId)->state, JobState::Finished);
+        const auto known = *broker->nodes();
+        for (const auto& record : known)
+            QCOMPARE(record.value(QStringLiteral("slashed")).toString(), QStringLiteral("0"));
+        QVERIFY(broker->ledger().checkInvariants().ok());
+    }
+
     void stakeBondsAndUnbondsAfterADelay()
     {
         auto options = verifyingOptions();

@@ -2,7 +2,8 @@
 // real network client (net::NodeClient: register, commit, upload, result, checkpoints) around an
 // executor that lies in one of eight ways:
 //
-//   random       random weights of the right shape, and a chain of made-up hashes
+//   random       weights (or an int8 update) of the right form that no honest run gives, and a
+//                chain of made-up hashes
 //   fewer-steps  trains half the steps and pads the chain (the first half is honest)
 //   copy         hands in the result of the next shard (what another node computes) as its own
 //   stale        relabels an honest result as one for the previous round
@@ -160,23 +161,20 @@ private:
         const core::ShardTask& task, const QByteArray& start, const compute::ComputeEnvironment& environment)
     {
         if (m_mode == u"random") {
-            core::JobSpec spec;
-            spec.model = task.model;
-            spec.dataset = task.dataset;
-            spec.training.seed = std::int64_t(QRandomGenerator::global()->bounded(1'000'000));
-            auto weights = compute::initialWeights(spec, environment);
-            auto honest = compute::runShard(task, start, environment); // for the shape of the result only
-            if (!weights)
-                return honest;
-            honest.weights = weights->bytes;
-            honest.result.finalHash = weights->canonicalHash;
-            honest.result.weightsSha256 = core::Digest::ofBytes(weights->bytes);
-            for (qsizetype i = 1; i < honest.result.checkpointHashes.size(); ++i)
-                honest.result.checkpointHashes[i]
+            // Weights (or an int8 update) of the right form and shape that no honest run gives: another
+            // seed's data at three times the learning rate, and a chain of made-up hashes.
+            auto other = task;
+            other.seed = std::int64_t(QRandomGenerator::global()->bounded(1'000'000)) + task.seed + 1;
+            other.optimizer.lr = task.optimizer.lr * 3.0;
+            auto made = compute::runShard(other, start, environment);
+            if (made.result.outcome != core::ShardResult::Outcome::Completed)
+                return compute::runShard(task, start, environment);
+            for (qsizetype i = 1; i < made.result.checkpointHashes.size(); ++i)
+                made.result.checkpointHashes[i]
                     = core::Digest::ofBytes(QByteArray::number(QRandomGenerator::global()->generate64()));
-            honest.keptState.clear();
+            made.keptState.clear();
             qInfo("cheat: random weights for round %lld shard %lld", qlonglong(task.round), qlonglong(task.shard));
-            return honest;
+            return made;
         }
         if (m_mode == u"fewer-steps") {
             auto half = task;

@@ -787,7 +787,7 @@ private Q_SLOTS:
 
     // Capabilities (docs/PROTOCOL.md): a node from before int8 updates (it declares none) is never
     // sent an int8 job's work, and one that declares int8 but reveals whole weights is refused at
-    // RESULT, not slashed, and the shard goes to another node. Tessera's node trains the job and
+    // RESULT, not slashed, and the shard goes to another node (it gets no more of the job). Tessera's node trains the job and
     // nobody loses stake. A fresh node bonds before its first run.
     void nodesGetOnlyTasksTheyDeclaredTheyCanRun()
     {
