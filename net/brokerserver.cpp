@@ -93,6 +93,7 @@ struct BrokerServer::Private {
         bool operatorCaller = false; // a key of Broker/OperatorKeys, or any plaintext caller
         QString userId; // the CURVE key; empty in plaintext
         QString principal; // the CURVE key; in plaintext the peer's address (on loopback, its connection)
+        QString address; // the peer's IP address; empty on loopback or where it is not known
         int re() const { return int(message.command); }
         const QJsonObject& header() const { return message.header; }
     };
@@ -230,6 +231,8 @@ struct BrokerServer::Private {
     // loopback, where every process of the machine shares one address (and is the operator): there
     // each connection counts on its own.
     static QString principalOf(const QByteArray& routingId, const detail::Frames& received);
+    // The peer's IP address (ZeroMQ's Peer-Address); empty on loopback or where it is not known.
+    static QString addressOf(const detail::Frames& received);
     void dispatch(Request& r);
     void keepAlive();
     void dispatchWork();
@@ -619,12 +622,20 @@ bool BrokerServer::Private::admit(const QByteArray& routingId, const QString& wh
     return false;
 }
 
+QString BrokerServer::Private::addressOf(const detail::Frames& received)
+{
+    const QString& address = received.peerAddress;
+    if (address.isEmpty() || address.startsWith(u"127.") || address == u"::1" || address == u"::ffff:127.0.0.1")
+        return {};
+    return address;
+}
+
 QString BrokerServer::Private::principalOf(const QByteArray& routingId, const detail::Frames& received)
 {
     if (!received.userId.isEmpty())
         return received.userId;
-    const QString& address = received.peerAddress;
-    if (address.isEmpty() || address.startsWith(u"127.") || address == u"::1" || address == u"::ffff:127.0.0.1")
+    const QString address = addressOf(received);
+    if (address.isEmpty())
         return QStringLiteral("connection:") + QString::fromLatin1(routingId.toHex());
     return QStringLiteral("address:") + address;
 }
@@ -661,7 +672,7 @@ void BrokerServer::Private::handle(const QByteArray& routingId, const detail::Fr
     const bool curve = !userId.isEmpty();
     Request request { routingId, peer, *message, envelope.id,
         curve ? userId : (envelope.owner.isEmpty() ? QStringLiteral("local") : envelope.owner),
-        !curve || options.operatorKeys.contains(userId), userId, principal };
+        !curve || options.operatorKeys.contains(userId), userId, principal, addressOf(received) };
     dispatch(request);
 }
 
@@ -832,7 +843,7 @@ void BrokerServer::Private::onRegister(Request& r)
     }
     if (replaced)
         broker.nodeLost(node.nodeId);
-    if (auto status = broker.registerNode(node); !status) {
+    if (auto status = broker.registerNode(node, r.address); !status) {
         refuse(r, status.error(), errors::Internal);
         return;
     }

@@ -69,7 +69,8 @@ Broker::Broker(std::unique_ptr<storage::Database> database, BlobStore& blobs, Tr
         m_random.seed(QRandomGenerator::system()->generate());
     m_stakes = std::make_unique<Stakes>(*m_store, *m_ledger, m_signing, m_clock, m_options);
     m_verifier = std::make_unique<Verifier>(
-        Verifier::Parts { *m_store, *m_stakes, m_scheduler, m_notices, m_blobs, m_math, m_clock, m_options, m_nodes, m_random },
+        Verifier::Parts { *m_store, *m_stakes, m_scheduler, m_notices, m_blobs, m_math, m_clock, m_options, m_nodes, m_addresses,
+            m_random },
         [this](
             const QString& jobId, const JobSpec& spec, std::int64_t round) { return finishRoundIfComplete(jobId, spec, round); },
         [this](const QString& jobId, const QString& why) { return failJob(jobId, why); });
@@ -527,7 +528,7 @@ Status Broker::checkRegistration(const NodeInfo& node, bool authenticated)
     return {};
 }
 
-Status Broker::registerNode(const NodeInfo& node)
+Status Broker::registerNode(const NodeInfo& node, const QString& address)
 {
     if (auto status = m_store->upsertNode(node.nodeId, node.toJson(), m_clock.nowMs()); !status)
         return status;
@@ -535,12 +536,17 @@ Status Broker::registerNode(const NodeInfo& node)
     if (auto status = m_stakes->faucetStake(node.nodeId); !status)
         return status;
     m_nodes.insert(node.nodeId, node);
+    if (address.isEmpty())
+        m_addresses.remove(node.nodeId);
+    else
+        m_addresses.insert(node.nodeId, address);
     return {};
 }
 
 void Broker::nodeLost(const QString& nodeId)
 {
     m_nodes.remove(nodeId);
+    m_addresses.remove(nodeId);
     warnIfFailed(m_store->expireActiveAssignmentsOf(nodeId));
     m_verifier->nodeLost(nodeId);
     m_scheduler.nodeLost(nodeId);

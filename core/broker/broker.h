@@ -93,7 +93,9 @@ public:
     // Whether this REGISTER may take the node id: under CURVE (authenticated) the key is the id; a
     // plaintext claim of an id that registered before must come with the same signing key.
     Status checkRegistration(const NodeInfo& node, bool authenticated);
-    Status registerNode(const NodeInfo& node);
+    // address: where the node connects from (an IP address; empty where it cannot be told, e.g.
+    // loopback): two nodes at one address never check each other's results.
+    Status registerNode(const NodeInfo& node, const QString& address = {});
     // The node is gone: its shards are handed to others.
     void nodeLost(const QString& nodeId);
     // The next shard for this node, if there is work it can do.
@@ -242,6 +244,7 @@ private:
     const Clock& m_clock;
     Options m_options;
     QHash<QString, NodeInfo> m_nodes; // registered in this run
+    QHash<QString, QString> m_addresses; // of the nodes in m_nodes, where they can be told
     // Why each node reported a shard failed (by failureKey, then node), until the broker confirms it.
     QHash<QString, QHash<QString, QString>> m_failureReasons;
     QSet<QString> m_roundsToFinish; // jobs whose round could not be finished (finishPendingRounds)

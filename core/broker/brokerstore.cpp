@@ -680,6 +680,20 @@ Result<QList<Check>> BrokerStore::waitingChecks(const QString& node, int limit)
         nameOf(CheckState::Waiting), node, node, std::int64_t(limit)));
 }
 
+Result<QStringList> BrokerStore::latestVerifiersOf(const QString& accused, int limit)
+{
+    auto rows = query(*m_db,
+        QStringLiteral("SELECT verifier FROM checks WHERE accused = ? AND kind = ? AND verifier IS NOT NULL "
+                       "ORDER BY created_at DESC LIMIT ?"),
+        accused, nameOf(CheckKind::Sample), std::int64_t(limit));
+    if (!rows)
+        return rows.error();
+    auto verifiers = collect(*rows, [](Statement& row) { return row.columnText(0); });
+    if (!verifiers)
+        return verifiers.error();
+    return QStringList(*verifiers);
+}
+
 Result<QList<Check>> BrokerStore::verifiedSamples(const QString& node, int limit)
 {
     return collectChecks(query(*m_db,

@@ -206,6 +206,8 @@ public:
     Status requeueRunningChecks(Requeue which, const QString& value = {});
     // Checks waiting for a verifier other than `node`, oldest first.
     Result<QList<Check>> waitingChecks(const QString& node, int limit);
+    // Who re-executed (or re-executes) the node's latest sampled results, newest first.
+    Result<QStringList> latestVerifiersOf(const QString& accused, int limit);
     // Samples two nodes agreed on, neither of them `node`, newest first (canaries are made of them).
     Result<QList<Check>> verifiedSamples(const QString& node, int limit);
     Result<QList<Check>> checksIn(CheckState state);

@@ -8,6 +8,8 @@
 
 #include <QLoggingCategory>
 
+#include <algorithm>
+
 Q_LOGGING_CATEGORY(lcVerification, "tessera.verification")
 
 namespace tessera::core::broker {
@@ -204,8 +206,19 @@ Result<std::optional<Assignment>> Verifier::assignCheck(const NodeInfo& node)
     if (!waiting)
         return waiting.error();
     for (auto& check : *waiting) {
-        if (fits(check))
-            return handOut(check, AssignmentKind::Verify, node);
+        if (!fits(check))
+            continue;
+        // A sample goes to the node drawn for it, not to whoever asks first: a node cannot arrange
+        // to check its partner's result by asking right after it came in.
+        if (!check.accused.isEmpty()) {
+            auto drawn = drawnToCheck(check, node);
+            if (!drawn)
+                return drawn.error();
+            if (!*drawn)
+                continue;
+        }
+        m_draws.remove(check.id);
+        return handOut(check, AssignmentKind::Verify, node);
     }
     // Now and then a canary: a shard whose answer two nodes agreed on, handed out again as if new.
     if (m_.options.canaryRate <= 0.0 || m_.random.generateDouble() >= m_.options.canaryRate)
@@ -422,8 +435,14 @@ Status Verifier::compare(Check& check)
                 .arg(distance ? QString::number(*distance) : distance.error().message),
             Penalty::None);
     }
-    if (a.finalHash == b.finalHash && a.checkpointHashes == b.checkpointHashes)
+    if (a.finalHash == b.finalHash && a.checkpointHashes == b.checkpointHashes) {
+        auto task = taskOf(check);
+        if (!task)
+            return task.error();
+        if (shouldAudit(check, *task))
+            return audit(check, *task);
         return settle(check, Loser::None, QStringLiteral("re-execution gave the same bits"));
+    }
     // A dispute: narrow it to the first checkpoint where the chains part. Equal chains with
     // different revealed forms: the dispute is over what was revealed from the last state (a
     // "checkpoint" one past the chain, refereed by revealing from that state).
@@ -968,22 +987,99 @@ Status Verifier::selfVerify(Check& check)
         QStringLiteral("the broker re-executed it on another runtime profile and disagrees; trained again"), Penalty::None);
 }
 
+bool Verifier::shouldAudit(const Check& check, const ShardTask& task)
+{
+    // Only where the broker's answer is exact (a zoo model: a job owner's code may differ between
+    // processes) and cheap; a node's own profile is found out by running it.
+    if (check.kind != CheckKind::Sample || check.accused.isEmpty() || check.verifier.isEmpty() || runsOwnerCode(task)
+        || m_.options.auditRate <= 0.0)
+        return false;
+    const auto* round = m_.scheduler.find(check.jobId);
+    const double gflop = (round ? round->flopsPerSample : 0.0) * double(task.localSteps) * double(task.batchSize) / 1e9;
+    if (round == nullptr || round->flopsPerSample <= 0.0 || gflop > BrokerOptions::auditMaxShardGflop)
+        return false;
+    return m_.random.generateDouble() < m_.options.auditRate;
+}
+
+Status Verifier::audit(Check& check, const ShardTask& task)
+{
+    auto start = m_.blobs.read(check.startBlob);
+    if (!start)
+        return start.error();
+    auto replay = m_.math.replay(task, 0, *start, check.startHash, task.checkpointCount() - 1, *start);
+    const auto& a = check.accusedResult;
+    if (!replay || (!task.portable && replay->runtimeProfile != a.runtimeProfile)) // it cannot tell
+        return settle(check, Loser::None, QStringLiteral("re-execution gave the same bits"));
+    QList<Digest> chain { check.startHash };
+    chain.append(replay->checkpoints);
+    if (chain == a.checkpointHashes && replay->weightsHash == a.finalHash)
+        return settle(check, Loser::None, QStringLiteral("re-execution gave the same bits, and so did the broker's audit"));
+    qCWarning(lcVerification).noquote() << "audit of check" << check.id << ":" << check.accused.left(12) << "and"
+                                        << check.verifier.left(12) << "agreed on bits the broker does not get";
+    return settle(check, Loser::Both,
+        QStringLiteral("the verifier agreed with the checked result, and the broker's own re-execution (an audit) gives "
+                       "other bits: both computed it wrongly"));
+}
+
 bool Verifier::anyVerifierOnline(const Check& check)
 {
-    const auto* round = m_.scheduler.find(check.jobId);
-    if (!round)
+    if (!m_.scheduler.find(check.jobId))
         return true; // cannot tell: wait the full time
+    const auto eligible = eligibleVerifiers(check);
+    return !eligible || !eligible->isEmpty();
+}
+
+Result<QStringList> Verifier::eligibleVerifiers(const Check& check)
+{
+    const auto* round = m_.scheduler.find(check.jobId);
+    const QString address = m_.addresses.value(check.accused);
+    QStringList eligible;
     for (const auto& node : m_.online) {
-        if (node.nodeId != check.accused && reproduces(node.runtimeProfile, check.accusedResult.runtimeProfile)
-            && round->runsOn(node) && m_.stakes.hasStake(node.nodeId))
-            return true;
+        if (node.nodeId == check.accused || (!address.isEmpty() && m_.addresses.value(node.nodeId) == address))
+            continue; // its own node, or one at its address (where that can be told)
+        if ((round && !round->runsOn(node)) || !reproduces(node.runtimeProfile, check.accusedResult.runtimeProfile)
+            || !m_.stakes.hasStake(node.nodeId))
+            continue;
+        eligible.append(node.nodeId);
     }
-    return false;
+    std::sort(eligible.begin(), eligible.end()); // the draw depends on the random source only
+    if (check.accused.isEmpty() || eligible.size() < 2)
+        return eligible;
+    auto latest = m_.store.latestVerifiersOf(check.accused, PartnerWindow);
+    if (!latest)
+        return latest.error();
+    QStringList others;
+    for (const auto& id : std::as_const(eligible)) {
+        if (latest->count(id) < PartnerChecks)
+            others.append(id);
+    }
+    return others.isEmpty() ? eligible : others;
+}
+
+Result<bool> Verifier::drawnToCheck(const Check& check, const NodeInfo& node)
+{
+    const auto now = m_.clock.nowMs();
+    if (const auto found = m_draws.constFind(check.id);
+        found != m_draws.constEnd() && now - found->at < DrawHoldsMs && m_.online.contains(found->node))
+        return found->node == node.nodeId;
+    auto eligible = eligibleVerifiers(check);
+    if (!eligible)
+        return eligible.error();
+    if (eligible->isEmpty()) {
+        m_draws.remove(check.id);
+        return false;
+    }
+    const QString drawn = eligible->at(qsizetype(m_.random.bounded(quint32(eligible->size()))));
+    m_draws.insert(check.id, Draw { drawn, now });
+    qCDebug(lcVerification).noquote() << "check" << check.id << "of" << check.accused.left(12) << "drawn for"
+                                      << drawn.left(12) << "among" << eligible->size();
+    return drawn == node.nodeId;
 }
 
 void Verifier::tick()
 {
     const auto now = m_.clock.nowMs();
+    m_draws.removeIf([&](const auto& draw) { return now - draw.value().at >= DrawHoldsMs; });
     expireLateDisputes(now);
     requeueOverdue(now);
     selfVerifyStuck(now);

@@ -42,6 +42,7 @@ public:
         const Clock& clock;
         const BrokerOptions& options;
         const QHash<QString, NodeInfo>& online; // the nodes connected now
+        const QHash<QString, QString>& addresses; // their network addresses, where they can be told
         QRandomGenerator& random;
     };
     // Called when the job's own code is proven (or, by maxShardFailures distinct nodes, taken to
@@ -121,6 +122,17 @@ private:
     Status settleVerifier(const Check& check, Loser loser, const QString& why, Penalty penalty);
     Status selfVerify(Check& check);
     bool anyVerifierOnline(const Check& check);
+    // Who checks whom (docs/VERIFICATION.md, "Who checks whom"): the connected nodes that may
+    // re-execute this sample (its runtime profile, room for its job, stake), never its own node
+    // nor one at the same address, and a frequent partner only when nobody else may.
+    Result<QStringList> eligibleVerifiers(const Check& check);
+    // Whether this node is the one drawn at random to re-execute the check (drawn anew when the
+    // draw is older than DrawHoldsMs or its node went).
+    Result<bool> drawnToCheck(const Check& check, const NodeInfo& node);
+    // A check both sides agreed on: the broker re-executes the shard itself, now and then, where
+    // its answer is exact and cheap (docs/VERIFICATION.md, "The broker's audits").
+    bool shouldAudit(const Check& check, const ShardTask& task);
+    Status audit(Check& check, const ShardTask& task);
     void expireLateDisputes(std::int64_t now);
     void requeueOverdue(std::int64_t now);
     void selfVerifyStuck(std::int64_t now);
@@ -132,6 +144,19 @@ private:
     RoundMayBeComplete m_roundMayBeComplete;
     JobFails m_jobFails;
     std::int64_t m_startedAtMs = 0; // nodes come back over the first seconds after a restart
+    struct Draw {
+        QString node;
+        std::int64_t at = 0;
+    };
+    QHash<QString, Draw> m_draws; // check id: the node drawn to re-execute it
+
+public:
+    // A draw stands this long for a node that does not come for its check; then another is drawn.
+    static constexpr std::int64_t DrawHoldsMs = 60'000;
+    // A node that re-executed at least PartnerChecks of another's latest PartnerWindow checked
+    // results is its frequent partner: not drawn for it while anyone else may be.
+    static constexpr int PartnerWindow = 6;
+    static constexpr int PartnerChecks = 3;
 };
 
 } // namespace tessera::core::broker

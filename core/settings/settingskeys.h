@@ -71,6 +71,7 @@ inline const QString BrokerMinStakeMicro = QStringLiteral("Broker/MinStakeMicro"
 inline const QString BrokerSamplingWarmup = QStringLiteral("Broker/SamplingWarmup");
 inline const QString BrokerSamplingFloorPercent = QStringLiteral("Broker/SamplingFloorPercent");
 inline const QString BrokerCanaryPercent = QStringLiteral("Broker/CanaryPercent");
+inline const QString BrokerAuditPercent = QStringLiteral("Broker/AuditPercent");
 inline const QString BrokerSlashPercent = QStringLiteral("Broker/SlashPercent");
 inline const QString BrokerUpdateNormFactor = QStringLiteral("Broker/UpdateNormFactor");
 inline const QString BrokerDisputeTimeoutSeconds = QStringLiteral("Broker/DisputeTimeoutSeconds");

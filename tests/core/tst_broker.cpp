@@ -1555,12 +1555,14 @@ private Q_SLOTS:
         options.canaryRate = 1.0;
         auto broker = open(QStringLiteral("canary"), options);
         const auto jobId = *broker->submit(job(1, 2));
-        for (const auto* id : { "a", "b", "c" })
+        for (const auto* id : { "a", "b" })
             QVERIFY(broker->registerNode(node(QString::fromLatin1(id))).ok());
         const auto a1 = **broker->assign(QStringLiteral("a"));
         QCOMPARE(*deliver(*broker, QStringLiteral("a"), a1.id, honest(*broker, a1)), Acceptance::Held);
-        const auto b1 = **broker->assign(QStringLiteral("b"));
+        const auto b1 = **broker->assign(QStringLiteral("b")); // the check of a's result: b is the only one to draw
+        QCOMPARE(b1.task.shard, a1.task.shard);
         QCOMPARE(*deliver(*broker, QStringLiteral("b"), b1.id, honest(*broker, b1)), Acceptance::Held);
+        QVERIFY(broker->registerNode(node(QStringLiteral("c"))).ok());
         // c is handed shard 0 again, as if it were new, and gets it wrong.
         const auto c1 = **broker->assign(QStringLiteral("c"));
         QCOMPARE(c1.task.shard, 0);
@@ -1569,6 +1571,76 @@ private Q_SLOTS:
         QCOMPARE(canary.value(QStringLiteral("kind")).toString(), QStringLiteral("canary"));
         QCOMPARE(canary.value(QStringLiteral("outcome")).toString(), QStringLiteral("verifier"));
         QCOMPARE(broker->account(QStringLiteral("c"))->value(QStringLiteral("stake")).toString(), QStringLiteral("5"));
+        QVERIFY(broker->ledger().checkInvariants().ok());
+    }
+
+    // Who checks whom (docs/VERIFICATION.md): never a node at the checked node's address, never a
+    // frequent partner (3 of the node's latest 6 checks) while another node may.
+    void whoChecksWhomIsDrawnNotArranged()
+    {
+        auto options = verifyingOptions();
+        options.auditRate = 0.0;
+        auto broker = open(QStringLiteral("who-checks"), options);
+        (void)*broker->submit(job(1, 8));
+        QVERIFY(broker->registerNode(node(QStringLiteral("a")), QStringLiteral("10.0.0.1")).ok());
+        QVERIFY(broker->registerNode(node(QStringLiteral("b")), QStringLiteral("10.0.0.2")).ok());
+        QVERIFY(broker->registerNode(node(QStringLiteral("twin")), QStringLiteral("10.0.0.1")).ok()); // a's address
+        // b checks a's first three results: the only node that may (twin shares a's address).
+        for (int i = 0; i < 3; ++i) {
+            const auto trained = **broker->assign(QStringLiteral("a"));
+            QCOMPARE(*deliver(*broker, QStringLiteral("a"), trained.id, honest(*broker, trained)), Acceptance::Held);
+            const auto check = **broker->assign(QStringLiteral("b"));
+            QCOMPARE(check.task.shard, trained.task.shard);
+            QCOMPARE(*deliver(*broker, QStringLiteral("b"), check.id, honest(*broker, check)), Acceptance::Held);
+        }
+        // Now b is a's frequent partner: with h there, a's next result goes to h, whoever asks first.
+        QVERIFY(broker->registerNode(node(QStringLiteral("h")), QStringLiteral("10.0.0.3")).ok());
+        const auto trained = **broker->assign(QStringLiteral("a"));
+        QCOMPARE(*deliver(*broker, QStringLiteral("a"), trained.id, honest(*broker, trained)), Acceptance::Held);
+        for (const auto* other : { "b", "twin" }) {
+            const auto work = **broker->assign(QString::fromLatin1(other));
+            QVERIFY2(work.task.shard != trained.task.shard, other); // a shard of its own to train
+        }
+        const auto check = **broker->assign(QStringLiteral("h"));
+        QCOMPARE(check.task.shard, trained.task.shard);
+        QVERIFY(broker->ledger().checkInvariants().ok());
+    }
+
+    // Two nodes that agree on the same wrong result pass a check, unless the broker re-executes
+    // it too (an audit, Broker/AuditPercent): then both lost, both are slashed, and the shard is
+    // trained again.
+    void anAuditCatchesAPairThatAgreedOnALie()
+    {
+        auto options = verifyingOptions();
+        options.auditRate = 1.0;
+        auto broker = open(QStringLiteral("audit"), options);
+        const auto jobId = *broker->submit(job(1, 2));
+        for (const auto* id : { "a", "b" })
+            QVERIFY(broker->registerNode(node(QString::fromLatin1(id))).ok());
+        const auto trained = **broker->assign(QStringLiteral("a"));
+        QCOMPARE(*deliver(*broker, QStringLiteral("a"), trained.id, honest(*broker, trained, 1)), Acceptance::Held);
+        const auto check = **broker->assign(QStringLiteral("b"));
+        QCOMPARE(check.task.shard, trained.task.shard);
+        const int replays = m_math.replays;
+        QCOMPARE(*deliver(*broker, QStringLiteral("b"), check.id, honest(*broker, check, 1)), Acceptance::Held);
+        QCOMPARE(m_math.replays, replays + 1); // the broker's own run of the shard
+        const auto decided = broker->verifications(jobId)->first();
+        QCOMPARE(decided.value(QStringLiteral("outcome")).toString(), QStringLiteral("both"));
+        for (const auto* id : { "a", "b" })
+            QCOMPARE(broker->account(QString::fromLatin1(id))->value(QStringLiteral("stake")).toString(), QStringLiteral("5"));
+        // Honest results that agree pass the audit (a and b, slashed below the stake work needs, are gone).
+        broker->nodeLost(QStringLiteral("a"));
+        broker->nodeLost(QStringLiteral("b"));
+        for (const auto* id : { "c", "d" })
+            QVERIFY(broker->registerNode(node(QString::fromLatin1(id))).ok());
+        const auto again = **broker->assign(QStringLiteral("c"));
+        QCOMPARE(*deliver(*broker, QStringLiteral("c"), again.id, honest(*broker, again)), Acceptance::Held);
+        const auto recheck = **broker->assign(QStringLiteral("d"));
+        QCOMPARE(recheck.task.shard, again.task.shard);
+        QCOMPARE(*deliver(*broker, QStringLiteral("d"), recheck.id, honest(*broker, recheck)), Acceptance::Held);
+        QCOMPARE(m_math.replays, replays + 2);
+        for (const auto* id : { "c", "d" })
+            QCOMPARE(broker->account(QString::fromLatin1(id))->value(QStringLiteral("stake")).toString(), QStringLiteral("10"));
         QVERIFY(broker->ledger().checkInvariants().ok());
     }
 

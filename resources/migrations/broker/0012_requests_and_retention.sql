@@ -8,3 +8,7 @@ CREATE UNIQUE INDEX jobs_by_request ON jobs (owner, request_id) WHERE request_id
 -- "Disk": the last Broker/KeepRounds rounds, the final weights, the rounds the owner asked for).
 -- The row stays, with the weights' hash, for the job's history; kept = 0: its blob was collected.
 ALTER TABLE rounds ADD COLUMN kept INTEGER NOT NULL DEFAULT 1 CHECK (kept IN (0, 1));
+
+-- Who checks whom (docs/VERIFICATION.md, "Who checks whom"): the verifiers of a node's latest
+-- checked results, so that one node cannot check most of another's.
+CREATE INDEX checks_by_accused ON checks (accused, created_at) WHERE accused IS NOT NULL;
