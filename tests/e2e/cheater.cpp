@@ -1,6 +1,6 @@
 // tessera-test-cheater: a node that cheats, for the end-to-end tests of verification. It is the
 // real network client (net::NodeClient: register, commit, upload, result, checkpoints) around an
-// executor that lies in one of eight ways:
+// executor that lies in one of nine ways:
 //
 //   random       weights (or an int8 update) of the right form that no honest run gives, and a
 //                chain of made-up hashes
@@ -14,13 +14,15 @@
 //                dispute over the revealed result, settled from the last state)
 //   wrong-lr     trains with twice the learning rate (its forward and backward are honest; every
 //                update differs)
+//   collude      trains with 1.5 times the learning rate: two colluders (--name tells them apart)
+//                compute the same wrong result, so each vouches for the other's when drawn to check it
 //
 // The wrong-data and wrong-lr cheaters believe their lie: asked in a dispute, they answer from the
 // run that gave their result (a state, or a portable job's trace and operands), so a portable
 // dispute is narrowed to the instruction where they part from the job (the step's batch, the
 // first update). The others have nothing consistent to show and answer that they have nothing.
 //
-// Usage: tessera-test-cheater --broker ADDRESS --data DIR --mode MODE
+// Usage: tessera-test-cheater --broker ADDRESS --data DIR --mode MODE [--name NAME]
 
 #include <compute/runtimeprofile.h>
 #include <compute/shardrun.h>
@@ -150,8 +152,8 @@ private:
             other.seed = task.seed + 1; // another permutation of the slice
             return other;
         }
-        if (m_mode == u"wrong-lr") {
-            other.optimizer.lr = task.optimizer.lr * 2.0;
+        if (m_mode == u"wrong-lr" || m_mode == u"collude") {
+            other.optimizer.lr = task.optimizer.lr * (m_mode == u"collude" ? 1.5 : 2.0);
             return other;
         }
         return std::nullopt;
@@ -208,7 +210,10 @@ private:
         }
         if (const auto believed = believedTask(task)) {
             auto output = compute::runShard(*believed, start, environment);
-            qInfo("cheat: %s for round %lld shard %lld", m_mode == u"wrong-lr" ? "twice the learning rate" : "wrong data order",
+            qInfo("cheat: %s for round %lld shard %lld",
+                m_mode == u"wrong-lr"      ? "twice the learning rate"
+                    : m_mode == u"collude" ? "the pact's learning rate"
+                                           : "wrong data order",
                 qlonglong(task.round), qlonglong(task.shard));
             return output;
         }
@@ -257,11 +262,12 @@ int main(int argc, char* argv[])
     parser.addOption({ QStringLiteral("broker"), QStringLiteral("broker address"), QStringLiteral("ADDRESS") });
     parser.addOption({ QStringLiteral("data"), QStringLiteral("data folder"), QStringLiteral("DIR") });
     parser.addOption({ QStringLiteral("mode"), QStringLiteral("how to cheat"), QStringLiteral("MODE") });
+    parser.addOption({ QStringLiteral("name"), QStringLiteral("the node's name (cheater-MODE)"), QStringLiteral("NAME") });
     parser.process(app);
     const QString mode = parser.value(QStringLiteral("mode"));
     const QStringList modes { QStringLiteral("random"), QStringLiteral("fewer-steps"), QStringLiteral("copy"),
         QStringLiteral("stale"), QStringLiteral("wrong-data"), QStringLiteral("late"), QStringLiteral("poisoned"),
-        QStringLiteral("wrong-lr") };
+        QStringLiteral("wrong-lr"), QStringLiteral("collude") };
     auto broker = net::BrokerAddress::parse(parser.value(QStringLiteral("broker")));
     const QString data = parser.value(QStringLiteral("data"));
     if (!modes.contains(mode) || !broker || data.isEmpty() || !QDir().mkpath(data)) {
@@ -280,7 +286,7 @@ int main(int argc, char* argv[])
     options.signing = *signing;
     options.resultLogPath = QDir(data).filePath(QStringLiteral("node.sqlite"));
     options.node.nodeId = keys->publicKey;
-    options.node.name = QStringLiteral("cheater-") + mode;
+    options.node.name = parser.isSet(QStringLiteral("name")) ? parser.value(QStringLiteral("name")) : QStringLiteral("cheater-") + mode;
     options.node.softwareVersion = QStringLiteral("test");
     options.node.runtimeProfile = compute::currentRuntimeProfile(1).toString();
     options.node.signingKey = QString::fromLatin1(signing->publicKey.toBase64());
