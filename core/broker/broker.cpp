@@ -69,8 +69,8 @@ Broker::Broker(std::unique_ptr<storage::Database> database, BlobStore& blobs, Tr
         m_random.seed(QRandomGenerator::system()->generate());
     m_stakes = std::make_unique<Stakes>(*m_store, *m_ledger, m_signing, m_clock, m_options);
     m_verifier = std::make_unique<Verifier>(
-        Verifier::Parts { *m_store, *m_stakes, m_scheduler, m_notices, m_blobs, m_math, m_clock, m_options, m_nodes, m_addresses,
-            m_random },
+        Verifier::Parts {
+            *m_store, *m_stakes, m_scheduler, m_notices, m_blobs, m_math, m_clock, m_options, m_nodes, m_addresses, m_random },
         [this](
             const QString& jobId, const JobSpec& spec, std::int64_t round) { return finishRoundIfComplete(jobId, spec, round); },
         [this](const QString& jobId, const QString& why) { return failJob(jobId, why); });

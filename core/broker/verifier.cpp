@@ -1071,8 +1071,8 @@ Result<bool> Verifier::drawnToCheck(const Check& check, const NodeInfo& node)
     }
     const QString drawn = eligible->at(qsizetype(m_.random.bounded(quint32(eligible->size()))));
     m_draws.insert(check.id, Draw { drawn, now });
-    qCDebug(lcVerification).noquote() << "check" << check.id << "of" << check.accused.left(12) << "drawn for"
-                                      << drawn.left(12) << "among" << eligible->size();
+    qCDebug(lcVerification).noquote() << "check" << check.id << "of" << check.accused.left(12) << "drawn for" << drawn.left(12)
+                                      << "among" << eligible->size();
     return drawn == node.nodeId;
 }
 

@@ -286,7 +286,8 @@ int main(int argc, char* argv[])
     options.signing = *signing;
     options.resultLogPath = QDir(data).filePath(QStringLiteral("node.sqlite"));
     options.node.nodeId = keys->publicKey;
-    options.node.name = parser.isSet(QStringLiteral("name")) ? parser.value(QStringLiteral("name")) : QStringLiteral("cheater-") + mode;
+    options.node.name
+        = parser.isSet(QStringLiteral("name")) ? parser.value(QStringLiteral("name")) : QStringLiteral("cheater-") + mode;
     options.node.softwareVersion = QStringLiteral("test");
     options.node.runtimeProfile = compute::currentRuntimeProfile(1).toString();
     options.node.signingKey = QString::fromLatin1(signing->publicKey.toBase64());
