@@ -23,11 +23,10 @@ bool reproduces(const QString& node, const QString& result)
 
 Result<NodeInfo> NodeInfo::fromJson(const QJsonObject& json)
 {
+    // Fields this broker does not know (a newer node's) are ignored and not kept: what a node can
+    // run travels in capabilities, so nothing it says elsewhere changes what it is sent
+    // (docs/PROTOCOL.md, "Capabilities").
     JsonReader reader(json);
-    reader.allowOnly(
-        { QStringLiteral("nodeId"), QStringLiteral("name"), QStringLiteral("softwareVersion"), QStringLiteral("runtimeProfile"),
-            QStringLiteral("devices"), QStringLiteral("benchmarkSamplesPerSecond"), QStringLiteral("maxThreads"),
-            QStringLiteral("maxMemoryMiB"), QStringLiteral("signingKey"), QStringLiteral("capabilities") });
     NodeInfo node;
     node.nodeId = reader.text(u"nodeId", MaxIdLength);
     node.name = reader.text(u"name", 100, Presence::Optional);

@@ -221,6 +221,14 @@ private Q_SLOTS:
         devices[1] = second;
         json.insert(QStringLiteral("devices"), devices);
         QCOMPARE(NodeInfo::fromJson(json).error().field, QStringLiteral("devices[1].name"));
+
+        // A newer node's field is ignored, not refused, and not kept.
+        auto newer = node.toJson();
+        newer.insert(QStringLiteral("aLaterField"), QStringLiteral("x"));
+        const auto read = NodeInfo::fromJson(newer);
+        QVERIFY(read.ok());
+        QCOMPARE(*read, node);
+        QVERIFY(!read->toJson().contains(QStringLiteral("aLaterField")));
     }
 };
 
