@@ -14,8 +14,10 @@
 #include <zmq_addon.hpp>
 
 #include <algorithm>
+#include <cstring>
 #include <deque>
 
+#include <arpa/inet.h>
 #include <unistd.h>
 
 Q_LOGGING_CATEGORY(lcBroker, "tessera.broker")
@@ -231,7 +233,8 @@ struct BrokerServer::Private {
     // loopback, where every process of the machine shares one address (and is the operator): there
     // each connection counts on its own.
     static QString principalOf(const QByteArray& routingId, const detail::Frames& received);
-    // The peer's IP address (ZeroMQ's Peer-Address); empty on loopback or where it is not known.
+    // The peer's IP address (ZeroMQ's Peer-Address): IPv4, or an IPv6 /64 ("2001:db8::/64"); empty
+    // on loopback or where it is not known.
     static QString addressOf(const detail::Frames& received);
     void dispatch(Request& r);
     void keepAlive();
@@ -624,9 +627,19 @@ bool BrokerServer::Private::admit(const QByteArray& routingId, const QString& wh
 
 QString BrokerServer::Private::addressOf(const detail::Frames& received)
 {
-    const QString& address = received.peerAddress;
-    if (address.isEmpty() || address.startsWith(u"127.") || address == u"::1" || address == u"::ffff:127.0.0.1")
+    QString address = received.peerAddress;
+    if (address.startsWith(u"::ffff:") && address.contains(u'.'))
+        address = address.mid(7); // an IPv4 address mapped into IPv6 is that IPv4 address
+    if (address.isEmpty() || address.startsWith(u"127.") || address == u"::1")
         return {};
+    // One IPv6 host is given a whole /64: its first 64 bits are its address here.
+    in6_addr six {};
+    if (inet_pton(AF_INET6, address.toLatin1().constData(), &six) == 1) {
+        std::memset(&six.s6_addr[8], 0, 8);
+        char text[INET6_ADDRSTRLEN] {};
+        if (inet_ntop(AF_INET6, &six, text, sizeof text) != nullptr)
+            return QString::fromLatin1(text) + QStringLiteral("/64");
+    }
     return address;
 }
 

@@ -545,8 +545,7 @@ Status Broker::registerNode(const NodeInfo& node, const QString& address)
 
 void Broker::nodeLost(const QString& nodeId)
 {
-    m_nodes.remove(nodeId);
-    m_addresses.remove(nodeId);
+    m_nodes.remove(nodeId); // its address stays: a node that went is still not checked by its neighbours
     warnIfFailed(m_store->expireActiveAssignmentsOf(nodeId));
     m_verifier->nodeLost(nodeId);
     m_scheduler.nodeLost(nodeId);
@@ -653,7 +652,8 @@ Result<Acceptance> Broker::acceptResult(const QString& nodeId, const QString& as
         return Error { QStringLiteral("assignment"), QStringLiteral("the assignment belongs to another node") };
     if (result.jobId != assignment.jobId || result.round != assignment.round || result.shard != assignment.shard)
         return Error { QStringLiteral("result"), QStringLiteral("the result is for another shard than its assignment") };
-    if (assignment.state == AssignmentState::Answered || assignment.state == AssignmentState::Failed)
+    if (assignment.state == AssignmentState::Answered || assignment.state == AssignmentState::Failed
+        || assignment.state == AssignmentState::Returned) // a give-back (or a refused form) is final
         return Acceptance::Stale;
     if (assignment.kind != AssignmentKind::Train)
         return m_verifier->acceptCheck(nodeId, assignment, result);

@@ -244,7 +244,7 @@ private:
     const Clock& m_clock;
     Options m_options;
     QHash<QString, NodeInfo> m_nodes; // registered in this run
-    QHash<QString, QString> m_addresses; // of the nodes in m_nodes, where they can be told
+    QHash<QString, QString> m_addresses; // of the nodes registered in this run, where they can be told
     // Why each node reported a shard failed (by failureKey, then node), until the broker confirms it.
     QHash<QString, QHash<QString, QString>> m_failureReasons;
     QSet<QString> m_roundsToFinish; // jobs whose round could not be finished (finishPendingRounds)

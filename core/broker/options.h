@@ -39,9 +39,11 @@ struct BrokerOptions {
     std::int64_t unbondingDelayMs = 24LL * 3600 * 1000; // unbonded stake stays slashable this long
     // Share of checks where the verifier agreed that the broker re-executes itself too (both sides
     // are slashed when it gets other bits), for shards of at most auditMaxShardGflop of training
-    // whose answer it can compute exactly (a portable job, or its own runtime profile).
+    // whose answer it can compute exactly (a portable job, or its own runtime profile), and at
+    // most auditGflopPerSecond on average (bursts of two shards), whatever the jobs ask.
     double auditRate = 0.05;
-    static constexpr double auditMaxShardGflop = 1000.0;
+    static constexpr double auditMaxShardGflop = 100.0;
+    static constexpr double auditGflopPerSecond = 1.0;
     double crossProfileTolerance = 1e-3; // relative L2 distance, results of different runtime profiles
     // An unchecked result whose update norm is this many times above or below the median of its
     // round's is re-executed before the round aggregates.

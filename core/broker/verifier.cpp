@@ -310,6 +310,9 @@ Result<Acceptance> Verifier::checkNotDone(Check& check, const AssignmentRow& ass
         if (auto status = m_.store.countShardFailed(assignment.node); !status)
             return status.error();
     }
+    auto& declined = m_declined[check.id];
+    declined.nodes.insert(assignment.node);
+    declined.at = m_.clock.nowMs();
     check.verifier.clear();
     check.verifierAssignment.clear();
     check.state = check.kind == CheckKind::Canary ? CheckState::Cancelled : CheckState::Waiting;
@@ -323,6 +326,17 @@ Result<Acceptance> Verifier::checkNotDone(Check& check, const AssignmentRow& ass
 Result<double> Verifier::checkReveal(
     const QString& nodeId, const QString& assignmentId, const ShardTask& task, const ShardResult& result, const Digest& roundBlob)
 {
+    // The result's runtime profile decides who may check it (and whether the broker's audit can):
+    // a portable task's is the portable profile, a fast one's the node's own (its registered
+    // family), so that a node cannot name a profile only its partner has.
+    const auto node = m_.online.constFind(nodeId);
+    if (task.portable ? result.runtimeProfile != PortableProfile
+                      : result.runtimeProfile == PortableProfile
+                || (node != m_.online.constEnd()
+                    && runtimeProfileFamily(node->runtimeProfile) != runtimeProfileFamily(result.runtimeProfile)))
+        return Error { QStringLiteral("runtimeProfile"),
+            task.portable ? QStringLiteral("a portable task's result has the runtime profile %1").arg(PortableProfile)
+                          : QStringLiteral("the result's runtime profile is not the one the node registered with") };
     auto committed = m_.store.commitment(assignmentId);
     if (!committed)
         return committed.error();
@@ -998,7 +1012,17 @@ bool Verifier::shouldAudit(const Check& check, const ShardTask& task)
     const double gflop = (round ? round->flopsPerSample : 0.0) * double(task.localSteps) * double(task.batchSize) / 1e9;
     if (round == nullptr || round->flopsPerSample <= 0.0 || gflop > BrokerOptions::auditMaxShardGflop)
         return false;
-    return m_.random.generateDouble() < m_.options.auditRate;
+    // A budget of broker time: refilled at auditGflopPerSecond, up to two of the largest shards.
+    const auto now = m_.clock.nowMs();
+    const double cap = 2 * BrokerOptions::auditMaxShardGflop;
+    m_auditBudgetGflop = std::min(cap,
+        m_auditBudgetGflop
+            + double(std::max<std::int64_t>(0, now - m_auditBudgetAt)) / 1000.0 * BrokerOptions::auditGflopPerSecond);
+    m_auditBudgetAt = now;
+    if (m_auditBudgetGflop < gflop || m_.random.generateDouble() >= m_.options.auditRate)
+        return false;
+    m_auditBudgetGflop -= gflop;
+    return true;
 }
 
 Status Verifier::audit(Check& check, const ShardTask& task)
@@ -1040,6 +1064,10 @@ Result<QStringList> Verifier::eligibleVerifiers(const Check& check)
         if ((round && !round->runsOn(node)) || !reproduces(node.runtimeProfile, check.accusedResult.runtimeProfile)
             || !m_.stakes.hasStake(node.nodeId))
             continue;
+        if (const auto declined = m_declined.constFind(check.id);
+            declined != m_declined.constEnd() && declined->nodes.contains(node.nodeId))
+            continue; // it gave this check back, or failed it
+
         eligible.append(node.nodeId);
     }
     std::sort(eligible.begin(), eligible.end()); // the draw depends on the random source only
@@ -1059,8 +1087,7 @@ Result<QStringList> Verifier::eligibleVerifiers(const Check& check)
 Result<bool> Verifier::drawnToCheck(const Check& check, const NodeInfo& node)
 {
     const auto now = m_.clock.nowMs();
-    if (const auto found = m_draws.constFind(check.id);
-        found != m_draws.constEnd() && now - found->at < DrawHoldsMs && m_.online.contains(found->node))
+    if (const auto found = m_draws.constFind(check.id); found != m_draws.constEnd() && m_.online.contains(found->node))
         return found->node == node.nodeId;
     auto eligible = eligibleVerifiers(check);
     if (!eligible)
@@ -1079,7 +1106,12 @@ Result<bool> Verifier::drawnToCheck(const Check& check, const NodeInfo& node)
 void Verifier::tick()
 {
     const auto now = m_.clock.nowMs();
-    m_draws.removeIf([&](const auto& draw) { return now - draw.value().at >= DrawHoldsMs; });
+    // A draw stands while its node is connected (a busy node takes its check after its shard; one
+    // that never comes leaves it to the broker's own re-execution, selfVerifyAfterMs); a check
+    // that ended otherwise (its job did) is forgotten after an hour.
+    m_draws.removeIf(
+        [&](const auto& draw) { return !m_.online.contains(draw.value().node) || now - draw.value().at >= ForgetDrawMs; });
+    m_declined.removeIf([&](const auto& declined) { return now - declined.value().at >= ForgetDrawMs; });
     expireLateDisputes(now);
     requeueOverdue(now);
     selfVerifyStuck(now);

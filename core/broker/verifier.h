@@ -17,6 +17,7 @@
 
 #include <QHash>
 #include <QRandomGenerator>
+#include <QSet>
 
 #include <functional>
 #include <optional>
@@ -42,7 +43,7 @@ public:
         const Clock& clock;
         const BrokerOptions& options;
         const QHash<QString, NodeInfo>& online; // the nodes connected now
-        const QHash<QString, QString>& addresses; // their network addresses, where they can be told
+        const QHash<QString, QString>& addresses; // nodes' network addresses (also of nodes that went), where known
         QRandomGenerator& random;
     };
     // Called when the job's own code is proven (or, by maxShardFailures distinct nodes, taken to
@@ -127,7 +128,7 @@ private:
     // nor one at the same address, and a frequent partner only when nobody else may.
     Result<QStringList> eligibleVerifiers(const Check& check);
     // Whether this node is the one drawn at random to re-execute the check (drawn anew when the
-    // draw is older than DrawHoldsMs or its node went).
+    // drawn node went).
     Result<bool> drawnToCheck(const Check& check, const NodeInfo& node);
     // A check both sides agreed on: the broker re-executes the shard itself, now and then, where
     // its answer is exact and cheap (docs/VERIFICATION.md, "The broker's audits").
@@ -149,10 +150,17 @@ private:
         std::int64_t at = 0;
     };
     QHash<QString, Draw> m_draws; // check id: the node drawn to re-execute it
+    struct Declined {
+        QSet<QString> nodes;
+        std::int64_t at = 0;
+    };
+    double m_auditBudgetGflop = 2 * BrokerOptions::auditMaxShardGflop; // what audits may still spend
+    std::int64_t m_auditBudgetAt = 0;
+    QHash<QString, Declined> m_declined; // check id: nodes that gave it back or failed it, not drawn again
 
 public:
-    // A draw stands this long for a node that does not come for its check; then another is drawn.
-    static constexpr std::int64_t DrawHoldsMs = 60'000;
+    // A draw for a check that ended without being handed out (its job ended) is forgotten after this.
+    static constexpr std::int64_t ForgetDrawMs = 3'600'000;
     // A node that re-executed at least PartnerChecks of another's latest PartnerWindow checked
     // results is its frequent partner: not drawn for it while anyone else may be.
     static constexpr int PartnerWindow = 6;

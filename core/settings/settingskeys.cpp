@@ -107,8 +107,8 @@ QList<Key> makeKeys()
         intKey(BrokerCanaryPercent, 1, 0, 100, "Share of handed-out work that re-checks an already verified shard, in percent."),
         intKey(BrokerAuditPercent, 5, 0, 100,
             "Share of checks where the verifier agreed that the broker re-executes itself too, in percent (shards of at most "
-            "1000 GFLOP whose answer it computes exactly: a portable job, or its own runtime profile); both sides are "
-            "slashed when it gets other bits."),
+            "100 GFLOP whose answer it computes exactly: a portable job, or its own runtime profile; at most 1 GFLOP/s on "
+            "average); both sides are slashed when it gets other bits."),
         intKey(BrokerSlashPercent, 50, 0, 100, "Share of its stake a node loses for a lost dispute or a signed lie, in percent."),
         intKey(BrokerUpdateNormFactor, 4, 2, 1'000'000,
             "A result nobody re-executed is re-executed before its round aggregates when its update's norm is this many times "

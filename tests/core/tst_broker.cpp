@@ -69,6 +69,7 @@ ShardResult answer(Broker& broker, const Assignment& assignment, const QByteArra
     result.jobId = assignment.task.jobId;
     result.round = assignment.task.round;
     result.shard = assignment.task.shard;
+    result.runtimeProfile = assignment.task.portable ? PortableProfile : QStringLiteral("p"); // node()'s
     result.weightsSha256 = *broker.blobs().put(weights);
     result.finalHash = Digest::ofBytes(weights);
     result.checkpointHashes = { assignment.task.startWeights, Digest::ofBytes("mid"), result.finalHash };
@@ -85,7 +86,7 @@ ShardResult honest(Broker& broker, const Assignment& assignment, std::int64_t li
     result.jobId = task.jobId;
     result.round = task.round;
     result.shard = task.shard;
-    result.runtimeProfile = QStringLiteral("p");
+    result.runtimeProfile = assignment.task.portable ? PortableProfile : QStringLiteral("p"); // node()'s
     result.checkpointHashes = { task.startWeights };
     for (std::int64_t k = 1; k < task.checkpointCount(); ++k)
         result.checkpointHashes.append(Digest::ofBytes(
@@ -1604,6 +1605,45 @@ private Q_SLOTS:
         const auto check = **broker->assign(QStringLiteral("h"));
         QCOMPARE(check.task.shard, trained.task.shard);
         QVERIFY(broker->ledger().checkInvariants().ok());
+    }
+
+    // A result carries its node's registered runtime profile (a portable task's, the portable
+    // one): a node cannot name a profile only its partner has, to choose who checks it.
+    void aResultCarriesItsNodesOwnProfile()
+    {
+        auto broker = open(QStringLiteral("own-profile"), verifyingOptions());
+        (void)*broker->submit(job(1, 2));
+        QVERIFY(broker->registerNode(node(QStringLiteral("a"))).ok());
+        const auto trained = **broker->assign(QStringLiteral("a"));
+        auto result = honest(*broker, trained);
+        result.runtimeProfile = QStringLiteral("cpu=only-my-partner");
+        const auto refused = deliver(*broker, QStringLiteral("a"), trained.id, result);
+        QVERIFY(!refused.ok());
+        QCOMPARE(refused.error().field, QStringLiteral("runtimeProfile"));
+        result.runtimeProfile = PortableProfile; // a fast task's result is not portable
+        QCOMPARE(deliver(*broker, QStringLiteral("a"), trained.id, result).error().field, QStringLiteral("runtimeProfile"));
+        QCOMPARE(*deliver(*broker, QStringLiteral("a"), trained.id, honest(*broker, trained)), Acceptance::Held);
+        QCOMPARE(broker->account(QStringLiteral("a"))->value(QStringLiteral("stake")).toString(), QStringLiteral("10"));
+    }
+
+    // A node that gives a check back is not drawn for it again: the next node is.
+    void aCheckGivenBackIsNotDrawnForItsNodeAgain()
+    {
+        auto broker = open(QStringLiteral("declined"), verifyingOptions());
+        (void)*broker->submit(job(1, 4));
+        for (const auto* id : { "a", "b" })
+            QVERIFY(broker->registerNode(node(QString::fromLatin1(id))).ok());
+        const auto trained = **broker->assign(QStringLiteral("a"));
+        QCOMPARE(*deliver(*broker, QStringLiteral("a"), trained.id, honest(*broker, trained)), Acceptance::Held);
+        const auto check = **broker->assign(QStringLiteral("b"));
+        QCOMPARE(check.task.shard, trained.task.shard);
+        (void)deliver(*broker, QStringLiteral("b"), check.id,
+            failure(check, QStringLiteral("the disk is full"), ShardResult::Outcome::Returned));
+        QVERIFY(broker->registerNode(node(QStringLiteral("c"))).ok());
+        const auto other = **broker->assign(QStringLiteral("b"));
+        QVERIFY(other.task.shard != trained.task.shard); // work of its own, not the check again
+        const auto again = **broker->assign(QStringLiteral("c"));
+        QCOMPARE(again.task.shard, trained.task.shard);
     }
 
     // Two nodes that agree on the same wrong result pass a check, unless the broker re-executes
