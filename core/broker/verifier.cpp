@@ -1061,14 +1061,8 @@ Result<QStringList> Verifier::eligibleVerifiers(const Check& check)
     for (const auto& node : m_.online) {
         if (node.nodeId == check.accused || (!address.isEmpty() && m_.addresses.value(node.nodeId) == address))
             continue; // its own node, or one at its address (where that can be told)
-        if ((round && !round->runsOn(node)) || !reproduces(node.runtimeProfile, check.accusedResult.runtimeProfile)
-            || !m_.stakes.hasStake(node.nodeId))
-            continue;
-        if (const auto declined = m_declined.constFind(check.id);
-            declined != m_declined.constEnd() && declined->nodes.contains(node.nodeId))
-            continue; // it gave this check back, or failed it
-
-        eligible.append(node.nodeId);
+        if (mayCheck(check, node, round))
+            eligible.append(node.nodeId);
     }
     std::sort(eligible.begin(), eligible.end()); // the draw depends on the random source only
     if (check.accused.isEmpty() || eligible.size() < 2)
@@ -1084,11 +1078,24 @@ Result<QStringList> Verifier::eligibleVerifiers(const Check& check)
     return others.isEmpty() ? eligible : others;
 }
 
+bool Verifier::mayCheck(const Check& check, const NodeInfo& node, const Scheduler::Round* round) const
+{
+    if ((round && !round->runsOn(node)) || !reproduces(node.runtimeProfile, check.accusedResult.runtimeProfile)
+        || !m_.stakes.hasStake(node.nodeId))
+        return false;
+    const auto declined = m_declined.constFind(check.id); // it gave this check back, or failed it
+    return declined == m_declined.constEnd() || !declined->nodes.contains(node.nodeId);
+}
+
 Result<bool> Verifier::drawnToCheck(const Check& check, const NodeInfo& node)
 {
     const auto now = m_.clock.nowMs();
-    if (const auto found = m_draws.constFind(check.id); found != m_draws.constEnd() && m_.online.contains(found->node))
-        return found->node == node.nodeId;
+    // The draw stands while its node is connected and may still check it (it may lose its stake).
+    if (const auto found = m_draws.constFind(check.id); found != m_draws.constEnd()) {
+        const auto drawn = m_.online.constFind(found->node);
+        if (drawn != m_.online.constEnd() && mayCheck(check, *drawn, m_.scheduler.find(check.jobId)))
+            return found->node == node.nodeId;
+    }
     auto eligible = eligibleVerifiers(check);
     if (!eligible)
         return eligible.error();
