@@ -90,7 +90,7 @@ core::Result<BrokerMath::Inspection> BrokerMath::inspectResult(const QString& re
         auto form = inspectRevealed(*revealed, *round);
         if (!form)
             return form.error();
-        return Inspection { form->canonicalHash, form->unfit, form->updateNorm };
+        return Inspection { form->canonicalHash, form->unfit, form->updateNorm, form->compression };
     });
 }
 

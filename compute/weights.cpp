@@ -202,6 +202,7 @@ core::Result<RevealedForm> inspectRevealed(const QByteArray& revealed, const QBy
         return base.error();
     RevealedForm form;
     form.canonicalHash = canonicalHash(*tensors);
+    form.compression = detail::isUpdateForm(*tensors) ? core::Compression::Int8 : core::Compression::None;
     sortByName(*tensors);
     sortByName(*base);
     double squares = 0.0;
@@ -379,6 +380,22 @@ core::Status exportTorchScript(const core::ModelSpec& model, const QByteArray& w
     return {};
 }
 
+namespace {
+
+// y += alpha * x, in float32 through the portable kernels (two roundings per element on every
+// CPU, so a round aggregates to the same bits anywhere); other types through LibTorch.
+void addScaled(at::Tensor& y, const at::Tensor& x, double alpha)
+{
+    if (y.scalar_type() != at::kFloat || x.scalar_type() != at::kFloat || !y.is_contiguous() || y.sizes() != x.sizes()) {
+        y.add_(x, alpha);
+        return;
+    }
+    const auto values = x.contiguous();
+    portable::addScaled(y.data_ptr<float>(), values.data_ptr<float>(), y.numel(), float(alpha));
+}
+
+} // namespace
+
 core::Result<AggregationOutput> aggregate(
     const core::AggregationSpec& spec, QByteArray global, QList<ShardUpdate> updates, const QByteArray& outerState)
 {
@@ -439,11 +456,11 @@ core::Result<AggregationOutput> aggregate(
             if (!gradients[i].defined())
                 gradients[i] = torch::zeros_like(w);
             if (isCarried(name)) { // the shard's own optimizer state: its weighted mean
-                gradients[i].add_(delta, share);
+                addScaled(gradients[i], delta, share);
                 return;
             }
             // W - W_i = -(W_i - W) exactly, so the same bits as adding (W - W_i) * share.
-            gradients[i].add_(delta, -share);
+            addScaled(gradients[i], delta, -share);
         });
         if (!added)
             return core::Error { QStringLiteral("updates"),
@@ -482,7 +499,8 @@ core::Result<AggregationOutput> aggregate(
                     buffer = gradient.clone();
                 else
                     buffer.mul_(spec.outerMomentum).add_(gradient);
-                step = gradient.add(buffer, spec.outerMomentum);
+                step = gradient.clone();
+                addScaled(step, buffer, spec.outerMomentum);
                 nextMomentum.emplace_back(name, buffer);
             }
             step.mul_(spec.outerLr);

@@ -42,6 +42,7 @@ core::Result<core::Digest> canonicalHashOf(const QByteArray& weights);
 // An error only when `revealed` or `roundWeights` is not a dict of tensors at all.
 struct RevealedForm {
     core::Digest canonicalHash;
+    core::Compression compression = core::Compression::None; // the form: an int8 update or whole weights
     QString unfit; // empty: it fits
     double updateNorm = 0.0;
 };

@@ -298,7 +298,7 @@ TrainingSpec readTrainingSpec(JsonReader reader)
 {
     reader.allowOnly({ QStringLiteral("rounds"), QStringLiteral("shardsPerRound"), QStringLiteral("localSteps"),
         QStringLiteral("batchSize"), QStringLiteral("seed"), QStringLiteral("threads"), QStringLiteral("checkpointInterval"),
-        QStringLiteral("determinism") });
+        QStringLiteral("determinism"), QStringLiteral("keepWeightsEvery") });
     TrainingSpec training;
     training.rounds = reader.integer(u"rounds", 1, 100000);
     training.shardsPerRound = reader.integer(u"shardsPerRound", 1, 4096);
@@ -311,6 +311,7 @@ TrainingSpec readTrainingSpec(JsonReader reader)
     training.determinism = oneOf<TrainingSpec::Determinism>(reader, u"determinism", QStringLiteral("a determinism"),
         { { QStringLiteral("fast"), TrainingSpec::Determinism::Fast },
             { QStringLiteral("portable"), TrainingSpec::Determinism::Portable } });
+    training.keepWeightsEvery = reader.integer(u"keepWeightsEvery", 0, 100000, Presence::Optional, 0);
     return training;
 }
 
@@ -327,6 +328,8 @@ QJsonObject trainingSpecToJson(const TrainingSpec& training)
     };
     if (training.determinism == TrainingSpec::Determinism::Portable) // absent means fast, as before
         json.insert(QStringLiteral("determinism"), QStringLiteral("portable"));
+    if (training.keepWeightsEvery > 0) // absent means none, as before
+        json.insert(QStringLiteral("keepWeightsEvery"), static_cast<qint64>(training.keepWeightsEvery));
     return json;
 }
 

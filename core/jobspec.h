@@ -112,6 +112,9 @@ struct TrainingSpec {
     // any node can verify any other (docs/DETERMINISM.md, "Portable kernels"); the zoo mlp so far.
     enum class Determinism { Fast, Portable };
     Determinism determinism = Determinism::Fast;
+    // k: the broker keeps every k-th round's weights (rounds k-1, 2k-1, ...) for the owner beside the
+    // newest few it always keeps; 0: only those (docs/BROKER.md, "Disk").
+    std::int64_t keepWeightsEvery = 0;
 
     bool operator==(const TrainingSpec&) const = default;
 };

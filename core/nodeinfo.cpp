@@ -23,10 +23,10 @@ bool reproduces(const QString& node, const QString& result)
 
 Result<NodeInfo> NodeInfo::fromJson(const QJsonObject& json)
 {
+    // Fields this broker does not know (a newer node's) are ignored and not kept: what a node can
+    // run travels in capabilities, so nothing it says elsewhere changes what it is sent
+    // (docs/PROTOCOL.md, "Capabilities").
     JsonReader reader(json);
-    reader.allowOnly({ QStringLiteral("nodeId"), QStringLiteral("name"), QStringLiteral("softwareVersion"),
-        QStringLiteral("runtimeProfile"), QStringLiteral("devices"), QStringLiteral("benchmarkSamplesPerSecond"),
-        QStringLiteral("maxThreads"), QStringLiteral("maxMemoryMiB"), QStringLiteral("signingKey") });
     NodeInfo node;
     node.nodeId = reader.text(u"nodeId", MaxIdLength);
     node.name = reader.text(u"name", 100, Presence::Optional);
@@ -36,6 +36,16 @@ Result<NodeInfo> NodeInfo::fromJson(const QJsonObject& json)
     node.maxThreads = static_cast<int>(reader.integer(u"maxThreads", 1, 4096));
     node.maxMemoryMiB = reader.integer(u"maxMemoryMiB", 0, std::int64_t(1) << 40, Presence::Optional);
     node.signingKey = reader.text(u"signingKey", MaxKeyLength, Presence::Optional);
+    // Capabilities the broker does not know are kept and never needed (a newer node's).
+    node.capabilities = reader.stringList(u"capabilities", Presence::Optional);
+    if (node.capabilities.size() > MaxCapabilities)
+        reader.fail(QStringLiteral("capabilities"), QStringLiteral("at most %1 items").arg(MaxCapabilities));
+    for (const auto& capability : std::as_const(node.capabilities)) {
+        if (capability.isEmpty() || capability.size() > MaxCapabilityLength) {
+            reader.fail(QStringLiteral("capabilities"), QStringLiteral("each is 1 to %1 characters").arg(MaxCapabilityLength));
+            break;
+        }
+    }
     const auto deviceReaders = reader.objectList(u"devices", MaxDevices);
     for (qsizetype i = 0; i < deviceReaders.size() && reader.ok(); ++i) {
         auto device = DeviceInfo::fromJson(json.value(QStringLiteral("devices")).toArray().at(i).toObject());
@@ -66,6 +76,7 @@ QJsonObject NodeInfo::toJson() const
         { QStringLiteral("maxThreads"), maxThreads },
         { QStringLiteral("maxMemoryMiB"), qint64(maxMemoryMiB) },
         { QStringLiteral("signingKey"), signingKey },
+        { QStringLiteral("capabilities"), QJsonArray::fromStringList(capabilities) },
     };
 }
 

@@ -6,6 +6,7 @@
 #include <QJsonObject>
 #include <QList>
 #include <QString>
+#include <QStringList>
 
 namespace tessera::core {
 
@@ -20,6 +21,8 @@ struct NodeInfo {
     int maxThreads = 1;
     std::int64_t maxMemoryMiB = 0; // Compute/MaxMemoryMiB: the largest shard it takes (core/memoryestimate.h); 0: not said
     QString signingKey; // Ed25519 public key (base64): signs the node's commitments
+    // What the node can run (core/capabilities.h); none: a node from before capabilities.
+    QStringList capabilities;
 
     static constexpr qsizetype MaxDevices = 64;
     // Lengths checked when a REGISTER is read (docs/PROTOCOL.md, "Limits").
@@ -27,6 +30,8 @@ struct NodeInfo {
     static constexpr qsizetype MaxVersionLength = 64;
     static constexpr qsizetype MaxProfileLength = 512;
     static constexpr qsizetype MaxKeyLength = 64;
+    static constexpr qsizetype MaxCapabilities = 64;
+    static constexpr qsizetype MaxCapabilityLength = 64;
 
     static Result<NodeInfo> fromJson(const QJsonObject& json);
     QJsonObject toJson() const;

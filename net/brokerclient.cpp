@@ -5,6 +5,7 @@
 
 #include <QDir>
 #include <QFile>
+#include <QUuid>
 
 #include <zmq.hpp>
 #include <zmq_addon.hpp>
@@ -76,13 +77,52 @@ core::Result<Message> BrokerClient::receive()
     }
 }
 
-core::Result<QJsonObject> BrokerClient::request(Command command, QJsonObject header)
+qint64 BrokerClient::sendRequest(Command command, QJsonObject header)
 {
     const qint64 id = d->nextId++;
     header.insert(fields::Id, id);
     if (!d->plaintextAccount.isEmpty() && !header.contains(fields::Owner))
         header.insert(fields::Owner, d->plaintextAccount);
     send({ command, header, {} });
+    return id;
+}
+
+core::Result<QString> BrokerClient::submit(const core::JobSpec& spec, QString requestId, int attempts)
+{
+    if (requestId.isEmpty())
+        requestId = QUuid::createUuid().toString(QUuid::WithoutBraces);
+    const QJsonObject header = SubmitRequest { spec, requestId }.toHeader();
+    QList<qint64> asked;
+    core::Error lastError;
+    for (int attempt = 0; attempt < std::max(1, attempts); ++attempt) {
+        asked.append(sendRequest(Command::Submit, header));
+        for (;;) {
+            auto reply = receive();
+            if (!reply) {
+                lastError = reply.error();
+                break; // asked again under the same name: one job however many times
+            }
+            if (!asked.contains(reply->header.value(fields::Id).toInteger(-1)))
+                continue; // a late answer to an earlier request
+            if (reply->command == Command::Error)
+                return refusal(*reply);
+            auto submitted = SubmitReply::fromHeader(reply->header);
+            if (!submitted)
+                return submitted.error();
+            return submitted->jobId;
+        }
+    }
+    return core::Error { lastError.field,
+        QStringLiteral("%1, asked %2 times; if the broker created the job, submitting again with --request-id %3 "
+                       "gives that job and never a second one")
+            .arg(lastError.message)
+            .arg(std::max(1, attempts))
+            .arg(requestId) };
+}
+
+core::Result<QJsonObject> BrokerClient::request(Command command, QJsonObject header)
+{
+    const qint64 id = sendRequest(command, std::move(header));
     for (;;) {
         auto reply = receive();
         if (!reply)

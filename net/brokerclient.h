@@ -30,6 +30,12 @@ public:
     // Sends a request and waits for its OK; an ERROR reply or a timeout comes back as an Error.
     core::Result<QJsonObject> request(Command command, QJsonObject header);
 
+    // SUBMIT (docs/PROTOCOL.md, "Submitting twice"): named by requestId (a new one when empty), and
+    // asked again under the same name when no answer comes within the timeout, up to `attempts`
+    // times in all, so that a broker that was slow to hear creates one job however often it is
+    // asked. The client waits as long as the broker sends HEARTBEATs (it is building the weights).
+    core::Result<QString> submit(const core::JobSpec& spec, QString requestId = {}, int attempts = 3);
+
     core::Result<core::Digest> upload(
         const QByteArray& bytes, const std::function<void(std::int64_t, std::int64_t)>& progress = {});
     core::Result<QByteArray> download(
@@ -46,6 +52,7 @@ public:
 
 private:
     core::Result<Message> receive();
+    qint64 sendRequest(Command command, QJsonObject header); // returns its id
     void send(const Message& message);
 
     struct Private;

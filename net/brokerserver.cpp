@@ -14,8 +14,10 @@
 #include <zmq_addon.hpp>
 
 #include <algorithm>
+#include <cstring>
 #include <deque>
 
+#include <arpa/inet.h>
 #include <unistd.h>
 
 Q_LOGGING_CATEGORY(lcBroker, "tessera.broker")
@@ -75,6 +77,7 @@ struct BrokerServer::Private {
         std::int64_t lastSeen = 0;
         std::int64_t lastSent = 0;
         QString principal; // whose limits and bans apply (principalOf)
+        QJsonValue readyId = {}; // of its latest READY: an ERROR refusing it names it
     };
     // Limits and bans are per identity, not per connection: a new socket does not start afresh.
     struct Principal {
@@ -92,6 +95,7 @@ struct BrokerServer::Private {
         bool operatorCaller = false; // a key of Broker/OperatorKeys, or any plaintext caller
         QString userId; // the CURVE key; empty in plaintext
         QString principal; // the CURVE key; in plaintext the peer's address (on loopback, its connection)
+        QString address; // the peer's IP address; empty on loopback or where it is not known
         int re() const { return int(message.command); }
         const QJsonObject& header() const { return message.header; }
     };
@@ -130,6 +134,7 @@ struct BrokerServer::Private {
     // Clients whose SUBMIT waits for its weights to be built in the background: each hears a
     // HEARTBEAT every heartbeat interval until its answer, so that it knows the broker is alive.
     QHash<QByteArray, int> building;
+    std::int64_t buildingHeardAt = 0; // when they last heard one while the broker was busy
     std::int64_t waitingBytes = 0;
     bool busy = false;
 
@@ -228,6 +233,9 @@ struct BrokerServer::Private {
     // loopback, where every process of the machine shares one address (and is the operator): there
     // each connection counts on its own.
     static QString principalOf(const QByteArray& routingId, const detail::Frames& received);
+    // The peer's IP address (ZeroMQ's Peer-Address): IPv4, or an IPv6 /64 ("2001:db8::/64"); empty
+    // on loopback or where it is not known.
+    static QString addressOf(const detail::Frames& received);
     void dispatch(Request& r);
     void keepAlive();
     void dispatchWork();
@@ -514,10 +522,16 @@ void BrokerServer::Private::serveBusy()
         ++deferredOf[routingId];
         deferred.push_back({ std::move(routingId), std::move(received), true, principal, bytes });
     }
-    // Nodes hear from the broker as usual, so that none takes it for gone.
+    // Nodes hear from the broker as usual, so that none takes it for gone, and so does a client
+    // whose SUBMIT is being answered (a zoo model's weights are built on the arithmetic thread).
     const auto t = now();
     for (auto it = peers.cbegin(); it != peers.cend(); ++it) {
         if (!it->nodeId.isEmpty() && t - it->lastSent >= options.heartbeatMs)
+            send(it.key(), { Command::Heartbeat, {}, {} });
+    }
+    if (!building.isEmpty() && t - buildingHeardAt >= options.heartbeatMs) {
+        buildingHeardAt = t;
+        for (auto it = building.cbegin(); it != building.cend(); ++it)
             send(it.key(), { Command::Heartbeat, {}, {} });
     }
 }
@@ -611,12 +625,30 @@ bool BrokerServer::Private::admit(const QByteArray& routingId, const QString& wh
     return false;
 }
 
+QString BrokerServer::Private::addressOf(const detail::Frames& received)
+{
+    QString address = received.peerAddress;
+    if (address.startsWith(u"::ffff:") && address.contains(u'.'))
+        address = address.mid(7); // an IPv4 address mapped into IPv6 is that IPv4 address
+    if (address.isEmpty() || address.startsWith(u"127.") || address == u"::1")
+        return {};
+    // One IPv6 host is given a whole /64: its first 64 bits are its address here.
+    in6_addr six {};
+    if (inet_pton(AF_INET6, address.toLatin1().constData(), &six) == 1) {
+        std::memset(&six.s6_addr[8], 0, 8);
+        char text[INET6_ADDRSTRLEN] {};
+        if (inet_ntop(AF_INET6, &six, text, sizeof text) != nullptr)
+            return QString::fromLatin1(text) + QStringLiteral("/64");
+    }
+    return address;
+}
+
 QString BrokerServer::Private::principalOf(const QByteArray& routingId, const detail::Frames& received)
 {
     if (!received.userId.isEmpty())
         return received.userId;
-    const QString& address = received.peerAddress;
-    if (address.isEmpty() || address.startsWith(u"127.") || address == u"::1" || address == u"::ffff:127.0.0.1")
+    const QString address = addressOf(received);
+    if (address.isEmpty())
         return QStringLiteral("connection:") + QString::fromLatin1(routingId.toHex());
     return QStringLiteral("address:") + address;
 }
@@ -653,7 +685,7 @@ void BrokerServer::Private::handle(const QByteArray& routingId, const detail::Fr
     const bool curve = !userId.isEmpty();
     Request request { routingId, peer, *message, envelope.id,
         curve ? userId : (envelope.owner.isEmpty() ? QStringLiteral("local") : envelope.owner),
-        !curve || options.operatorKeys.contains(userId), userId, principal };
+        !curve || options.operatorKeys.contains(userId), userId, principal, addressOf(received) };
     dispatch(request);
 }
 
@@ -760,7 +792,7 @@ void BrokerServer::Private::dispatchWork()
             // Told once why (the node logs it), asked again in a while or as soon as it bonds stake.
             qCWarning(lcBroker).noquote() << "no work for node" << shortId(peer.nodeId) << ":" << assignment.error().toString();
             if (peer.refusedUntil == 0)
-                sendError(id, errors::Invalid, assignment.error().toString(), int(Command::Ready), {});
+                sendError(id, errors::Invalid, assignment.error().toString(), int(Command::Ready), peer.readyId);
             peer.refusedUntil = t + RefusedRetryMs;
             continue;
         }
@@ -824,7 +856,7 @@ void BrokerServer::Private::onRegister(Request& r)
     }
     if (replaced)
         broker.nodeLost(node.nodeId);
-    if (auto status = broker.registerNode(node); !status) {
+    if (auto status = broker.registerNode(node, r.address); !status) {
         refuse(r, status.error(), errors::Internal);
         return;
     }
@@ -850,6 +882,7 @@ void BrokerServer::Private::onReady(Request& r)
     if (!requireNode(r) || !decoded<ReadyRequest>(r))
         return;
     r.peer.waiting = true;
+    r.peer.readyId = r.id;
     dispatchWork();
 }
 
@@ -1003,17 +1036,18 @@ void BrokerServer::Private::onSubmit(Request& r)
     const Asker asker { r.routingId, r.message.command, r.re(), r.id };
     const QString name = request->job.name;
     ++building[asker.routingId];
-    auto started = broker.submitInBackground(request->job, r.caller, [this, asker, name](core::Result<QString> jobId) {
-        if (auto it = building.find(asker.routingId); it != building.end() && --*it <= 0)
-            building.erase(it);
-        if (!jobId) {
-            refuseLater(asker, jobId.error(), errors::Invalid, QStringLiteral("job."));
-            return;
-        }
-        qCInfo(lcBroker).noquote() << "job" << *jobId << "submitted:" << name;
-        send(asker.routingId, okMessage(asker.id, SubmitReply { *jobId }.toHeader()));
-        dispatchWork();
-    });
+    auto started
+        = broker.submitInBackground(request->job, r.caller, request->requestId, [this, asker, name](core::Result<QString> jobId) {
+              if (auto it = building.find(asker.routingId); it != building.end() && --*it <= 0)
+                  building.erase(it);
+              if (!jobId) {
+                  refuseLater(asker, jobId.error(), errors::Invalid, QStringLiteral("job."));
+                  return;
+              }
+              qCInfo(lcBroker).noquote() << "job" << *jobId << "submitted:" << name;
+              send(asker.routingId, okMessage(asker.id, SubmitReply { *jobId }.toHeader()));
+              dispatchWork();
+          });
     if (!started) {
         if (auto it = building.find(asker.routingId); it != building.end() && --*it <= 0)
             building.erase(it);
@@ -1189,7 +1223,7 @@ void BrokerServer::Private::onStake(Request& r)
     auto request = decoded<StakeRequest>(r);
     if (!request)
         return;
-    auto account = broker.stake(request->request);
+    auto account = broker.stake(request->request, r.caller);
     if (!account) {
         refuse(r, account.error());
         return;

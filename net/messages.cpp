@@ -333,9 +333,26 @@ core::Result<PutReply> PutReply::fromHeader(const QJsonObject& header)
     return reply;
 }
 
+bool SubmitRequest::isRequestId(const QString& id)
+{
+    if (id.isEmpty() || id.size() > 64)
+        return false;
+    for (const QChar c : id) {
+        const char16_t u = c.unicode();
+        const bool allowed = (u >= u'a' && u <= u'z') || (u >= u'A' && u <= u'Z') || (u >= u'0' && u <= u'9') || u == u'.'
+            || u == u'_' || u == u':' || u == u'-';
+        if (!allowed)
+            return false;
+    }
+    return true;
+}
+
 QJsonObject SubmitRequest::toHeader() const
 {
-    return { { fields::Job, job.toJson() } };
+    QJsonObject header { { fields::Job, job.toJson() } };
+    if (!requestId.isEmpty())
+        header.insert(fields::RequestId, requestId);
+    return header;
 }
 
 core::Result<SubmitRequest> SubmitRequest::fromHeader(const QJsonObject& header)
@@ -343,7 +360,14 @@ core::Result<SubmitRequest> SubmitRequest::fromHeader(const QJsonObject& header)
     auto spec = jobField(header);
     if (!spec)
         return spec.error();
-    return SubmitRequest { *spec };
+    SubmitRequest request { *spec, {} };
+    if (header.contains(fields::RequestId)) {
+        const auto value = header.value(fields::RequestId);
+        if (!value.isString() || !isRequestId(value.toString()))
+            return core::Error { fields::RequestId, QStringLiteral("must be 1 to 64 of A-Z a-z 0-9 . _ : -") };
+        request.requestId = value.toString();
+    }
+    return request;
 }
 
 QJsonObject SubmitReply::toHeader() const

@@ -54,6 +54,7 @@ inline const QString Received = QStringLiteral("received");
 inline const QString Complete = QStringLiteral("complete");
 inline const QString Job = QStringLiteral("job");
 inline const QString JobId = QStringLiteral("jobId");
+inline const QString RequestId = QStringLiteral("requestId");
 inline const QString Jobs = QStringLiteral("jobs");
 inline const QString Limit = QStringLiteral("limit");
 inline const QString All = QStringLiteral("all");
@@ -214,6 +215,11 @@ struct PutReply {
 struct SubmitRequest {
     static constexpr Command command = Command::Submit;
     core::JobSpec job;
+    // The client's name for this submit (docs/PROTOCOL.md, "Submitting twice"): a SUBMIT that
+    // repeats an earlier one's requestId gets the job the first created, not a second one. Empty:
+    // none; else 1 to 64 of A-Z a-z 0-9 . _ : -
+    QString requestId;
+    static bool isRequestId(const QString& id);
     QJsonObject toHeader() const;
     static core::Result<SubmitRequest> fromHeader(const QJsonObject& header);
 };

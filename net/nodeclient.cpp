@@ -794,7 +794,24 @@ void NodeClient::Private::onTask(const Message& message)
     readySent = false;
     auto task = TaskMessage::fromHeader(message.header);
     if (!task) {
-        qCWarning(lcNode).noquote() << "ignored a task:" << task.error().toString();
+        // A task this node cannot read (a field or value of a later protocol, docs/PROTOCOL.md,
+        // "Capabilities") is given back when it names its shard, so that it goes to another node
+        // at once instead of waiting for its deadline; one that does not is ignored.
+        const auto assignment = message.header.value(fields::Assignment).toString();
+        const auto named = message.header.value(fields::Task).toObject();
+        const auto jobId = named.value(QStringLiteral("jobId")).toString();
+        const auto round = named.value(QStringLiteral("round")).toInteger(-1);
+        const auto shard = named.value(QStringLiteral("shard")).toInteger(-1);
+        if (current || assignment.isEmpty() || assignment.size() > 128 || jobId.isEmpty() || jobId.size() > 128 || round < 0
+            || shard < 0) {
+            qCWarning(lcNode).noquote() << "ignored a task:" << task.error().toString();
+            return;
+        }
+        qCWarning(lcNode).noquote() << "gave back" << assignment << ": this node cannot run it:" << task.error().toString();
+        outbox.push_back({ tag, assignment,
+            untrained(jobId, round, shard, core::ShardResult::Outcome::Returned,
+                QStringLiteral("this node cannot run the task: %1").arg(task.error().toString().left(300))),
+            {}, {}, {}, {} });
         return;
     }
     if (current) {

@@ -165,6 +165,7 @@ int main(int argc, char* argv[])
     brokerOptions.sampling.warmup = settings.intValue(names::BrokerSamplingWarmup);
     brokerOptions.sampling.floor = double(settings.intValue(names::BrokerSamplingFloorPercent)) / 100.0;
     brokerOptions.canaryRate = double(settings.intValue(names::BrokerCanaryPercent)) / 100.0;
+    brokerOptions.auditRate = double(settings.intValue(names::BrokerAuditPercent)) / 100.0;
     brokerOptions.slashFraction = double(settings.intValue(names::BrokerSlashPercent)) / 100.0;
     brokerOptions.updateNormFactor = double(settings.intValue(names::BrokerUpdateNormFactor));
     brokerOptions.disputeTimeoutMs = settings.intValue(names::BrokerDisputeTimeoutSeconds) * 1000;
@@ -173,6 +174,7 @@ int main(int argc, char* argv[])
     brokerOptions.maxRunningJobsPerOwner = settings.intValue(names::BrokerMaxJobsPerOwner);
     brokerOptions.maxUnnamedUploadBytes = std::int64_t(settings.intValue(names::BrokerMaxUnnamedUploadMiB)) << 20;
     brokerOptions.unnamedUploadMs = std::int64_t(settings.intValue(names::BrokerUnnamedUploadMinutes)) * 60'000;
+    brokerOptions.keepRounds = settings.intValue(names::BrokerKeepRounds);
     brokerOptions.maxParameters = settings.intValue(names::BrokerMaxParameters);
     brokerOptions.maxAssignmentsPerNode = int(settings.intValue(names::BrokerMaxShardsPerNode));
     brokerOptions.maxDeadlineMs = settings.intValue(names::BrokerMaxDeadlineSeconds) * 1000;

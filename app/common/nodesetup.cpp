@@ -3,6 +3,7 @@
 #include <compute/benchmark.h>
 #include <compute/devices/devices.h>
 #include <core/benchmark.h>
+#include <core/capabilities.h>
 #include <net/identity.h>
 
 #include <QDir>
@@ -121,6 +122,7 @@ core::Result<NodeIdentity> loadNodeIdentity(const core::settings::Settings& sett
     identity.warnings = report.warnings;
     node.maxThreads = computeThreads(settings);
     node.maxMemoryMiB = settings.intValue(names::ComputeMaxMemoryMiB);
+    node.capabilities = core::ownCapabilities();
     if (auto store = core::BenchmarkStore::open(QDir(directory).filePath(QStringLiteral("node.sqlite")))) {
         if (auto stored = storedMlpBenchmark(**store); stored && *stored)
             node.benchmarkSamplesPerSecond = **stored;

@@ -148,13 +148,8 @@ QFuture<core::Result<QString>> BrokerLink::submit(
             if (auto uploaded = client.uploadJobFiles(spec, baseDirectory, {}, step); !uploaded)
                 return uploaded.error();
             step(0, 0); // cancelled between the files and the submission: nothing was submitted
-            auto reply = client.request(net::Command::Submit, net::SubmitRequest { spec }.toHeader());
-            if (!reply)
-                return reply.error();
-            auto submitted = net::SubmitReply::fromHeader(*reply);
-            if (!submitted)
-                return submitted.error();
-            return submitted->jobId;
+            // Asked again under one request id when the broker is slow to answer: one job, one escrow.
+            return client.submit(spec);
         } catch (const Cancelled&) {
             return cancelled();
         }

@@ -205,13 +205,16 @@ int submit(Context& context)
         return fail(uploaded.error().toString());
     if (onlyEstimate)
         return estimate(context, *spec);
-    int status = 0;
-    const auto reply = context.call<net::SubmitReply>(net::Command::Submit, net::SubmitRequest { *spec }.toHeader(), status);
-    if (!reply)
-        return status;
+    const QString requestId = context.parser.value(QStringLiteral("request-id"));
+    if (!requestId.isEmpty() && !net::SubmitRequest::isRequestId(requestId))
+        return fail(QStringLiteral("--request-id: must be 1 to 64 of A-Z a-z 0-9 . _ : -"));
+    // Asked again under the same request id while no answer comes: the broker creates one job.
+    const auto jobId = (*connection)->submit(*spec, requestId);
+    if (!jobId)
+        return fail(jobId.error().toString());
     if (context.json())
-        return printJson(QJsonDocument(reply->toHeader()));
-    out() << reply->jobId << Qt::endl;
+        return printJson(QJsonDocument(net::SubmitReply { *jobId }.toHeader()));
+    out() << *jobId << Qt::endl;
     return 0;
 }
 
@@ -563,10 +566,12 @@ struct CommandInfo {
 const QList<CommandInfo>& commands()
 {
     static const QList<CommandInfo> list {
-        { QStringLiteral("submit"), QStringLiteral("JOB.json [--estimate] [--json]"),
+        { QStringLiteral("submit"), QStringLiteral("JOB.json [--estimate] [--request-id ID] [--json]"),
             QStringLiteral("upload the files the job names (TorchScript model, tensor files) and submit it; prints the job "
-                           "id. --estimate prints the broker's quote instead and submits nothing"),
-            1, 1, { QStringLiteral("estimate"), QStringLiteral("json") }, {}, submit },
+                           "id. --estimate prints the broker's quote instead and submits nothing. A submit is named by a "
+                           "request id (new each time, or ID): asking again under the same one gives the job it "
+                           "created, never a second one"),
+            1, 1, { QStringLiteral("estimate"), QStringLiteral("request-id"), QStringLiteral("json") }, {}, submit },
         { QStringLiteral("status"), QStringLiteral("[ID] [--json]"), QStringLiteral("one job's progress, or every job's"), 0, 1,
             { QStringLiteral("json") }, {}, status },
         { QStringLiteral("wait"), QStringLiteral("ID [--json]"),
@@ -651,6 +656,9 @@ QCommandLineOption optionNamed(const QString& name)
         return { { QStringLiteral("o"), QStringLiteral("output") }, QStringLiteral("output file"), QStringLiteral("FILE") };
     if (name == u"force")
         return { QStringLiteral("force"), QStringLiteral("replace the identity you have") };
+    if (name == u"request-id")
+        return { QStringLiteral("request-id"), QStringLiteral("the submit's name: the same one never creates a second job"),
+            QStringLiteral("ID") };
     if (name == u"all")
         return { QStringLiteral("all"), QStringLiteral("also what aged out of the listing") };
     if (name == u"prompt" || name == u"tokens" || name == u"temperature" || name == u"seed")

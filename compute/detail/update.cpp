@@ -162,6 +162,11 @@ void appendKept(const std::string& name, const at::Tensor& tensor, NamedTensors&
     out.emplace_back(KeepPrefix + name, tensor);
 }
 
+bool isUpdateForm(const NamedTensors& revealed)
+{
+    return isCompressed(revealed);
+}
+
 core::Status forEachDelta(
     const NamedTensors& revealed, const NamedTensors& base, const std::function<void(std::size_t, const at::Tensor&)>& take)
 {

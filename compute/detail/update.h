@@ -33,6 +33,9 @@ core::Result<at::Tensor> appendQuantisedChange(const std::string& name, const at
 void appendKept(const std::string& name, const at::Tensor& tensor, NamedTensors& out);
 void appendCompressionMeta(NamedTensors& out);
 
+// Whether a revealed form is an int8 update (it has meta/compression), not whole weights.
+bool isUpdateForm(const NamedTensors& revealed);
+
 // What a revealed form contributes, aligned with `base` (the round's weights): for each float
 // tensor of the model the shard's change (final - base, or q * scale decoded), for each other
 // tensor (integer counters, the carried optimizer state, which travel whole) the shard's value.

@@ -392,6 +392,14 @@ void add(const float* a, const float* b, float* y, std::int64_t count)
         y[i] = a[i] + b[i];
 }
 
+void addScaled(float* y, const float* x, std::int64_t count, float alpha)
+{
+    for (std::int64_t i = 0; i < count; ++i) {
+        const float product = alpha * x[i];
+        y[i] = y[i] + product;
+    }
+}
+
 namespace {
 
 constexpr float LayerNormEps = 1e-5f;

@@ -90,6 +90,10 @@ void embedGradToken(const float* dx, const std::int64_t* tokens, const float* ba
 
 // y = a + b, element by element.
 void add(const float* a, const float* b, float* y, std::int64_t count);
+// y = y + alpha * x, element by element, in two roundings (the product, then the sum) on every CPU:
+// a round's aggregation (docs/DETERMINISM.md, "Round weights"), where LibTorch's add with alpha
+// fuses them into one on CPUs with FMA and not on others.
+void addScaled(float* y, const float* x, std::int64_t count, float alpha);
 
 // LayerNorm over the last dimension (eps 1e-5), per row of `width`: mean = (sum of x in order) /
 // width; var = (sum of (x - mean)^2 in order) / width; rstd = 1 / sqrt(var + eps);

@@ -69,7 +69,8 @@ Broker::Broker(std::unique_ptr<storage::Database> database, BlobStore& blobs, Tr
         m_random.seed(QRandomGenerator::system()->generate());
     m_stakes = std::make_unique<Stakes>(*m_store, *m_ledger, m_signing, m_clock, m_options);
     m_verifier = std::make_unique<Verifier>(
-        Verifier::Parts { *m_store, *m_stakes, m_scheduler, m_notices, m_blobs, m_math, m_clock, m_options, m_nodes, m_random },
+        Verifier::Parts {
+            *m_store, *m_stakes, m_scheduler, m_notices, m_blobs, m_math, m_clock, m_options, m_nodes, m_addresses, m_random },
         [this](
             const QString& jobId, const JobSpec& spec, std::int64_t round) { return finishRoundIfComplete(jobId, spec, round); },
         [this](const QString& jobId, const QString& why) { return failJob(jobId, why); });
@@ -271,21 +272,65 @@ Result<std::optional<std::int64_t>> Broker::prepareSubmit(const JobSpec& spec, c
     return *counted;
 }
 
-Result<QString> Broker::submit(const JobSpec& spec, const QString& owner)
+Result<std::optional<QString>> Broker::submittedBefore(const JobSpec& spec, const QString& owner, const QString& requestId)
 {
+    if (requestId.isEmpty())
+        return std::optional<QString> {};
+    auto earlier = m_store->jobOfRequest(owner, requestId);
+    if (!earlier)
+        return earlier.error();
+    if (!*earlier)
+        return std::optional<QString> {};
+    auto earlierSpec = (*earlier)->spec();
+    if (!earlierSpec || !(*earlierSpec == spec))
+        return Error { QStringLiteral("requestId"),
+            QStringLiteral("%1 named your job %2, whose spec is another: a new job needs a new request id")
+                .arg(requestId, (*earlier)->id) };
+    return std::optional<QString>((*earlier)->id);
+}
+
+Result<QString> Broker::submit(const JobSpec& spec, const QString& owner, const QString& requestId)
+{
+    auto before = submittedBefore(spec, owner, requestId);
+    if (!before)
+        return before.error();
+    if (*before)
+        return **before;
     auto counted = prepareSubmit(spec, owner);
     if (!counted)
         return counted.error();
     auto initial = m_math.initialWeights(spec);
     if (!initial)
         return initial.error();
-    return completeSubmit(spec, owner, *counted, *initial);
+    return completeSubmit(spec, owner, requestId, *counted, *initial);
 }
 
-Status Broker::submitInBackground(const JobSpec& spec, const QString& owner, std::function<void(Result<QString>)> done)
+Status Broker::submitInBackground(
+    const JobSpec& spec, const QString& owner, const QString& requestId, std::function<void(Result<QString>)> done)
 {
+    if (!requestId.isEmpty()) {
+        // A repeat of a submit whose weights are still being built hears that submit's answer.
+        for (auto& pending : m_pendingSubmits) {
+            if (pending.owner != owner || pending.requestId != requestId)
+                continue;
+            if (!(pending.spec == spec))
+                return Error { QStringLiteral("requestId"),
+                    QStringLiteral("%1 names a job of yours being submitted with another spec: a new job needs a new "
+                                   "request id")
+                        .arg(requestId) };
+            pending.done.push_back(std::move(done));
+            return {};
+        }
+    }
     if (!m_jobCode || spec.model.source != ModelSpec::Source::TorchScript) {
-        done(submit(spec, owner));
+        done(submit(spec, owner, requestId));
+        return {};
+    }
+    auto before = submittedBefore(spec, owner, requestId);
+    if (!before)
+        return before.error();
+    if (*before) {
+        done(**before);
         return {};
     }
     int ownersPending = 0;
@@ -302,8 +347,9 @@ Status Broker::submitInBackground(const JobSpec& spec, const QString& owner, std
         return counted.error();
     m_blobs.pin(spec.model.scriptSha256); // no eviction while its code runs
     TrainingMath* math = m_jobCode;
-    m_pendingSubmits.push_back({ spec, owner, *counted,
-        std::async(std::launch::async, [math, spec] { return math->initialWeights(spec); }), std::move(done) });
+    m_pendingSubmits.push_back({ spec, owner, requestId, *counted,
+        std::async(std::launch::async, [math, spec] { return math->initialWeights(spec); }), {} });
+    m_pendingSubmits.back().done.push_back(std::move(done));
     return {};
 }
 
@@ -316,15 +362,17 @@ void Broker::pollSubmits()
         }
         const auto initial = it->initial.get();
         m_blobs.unpin(it->spec.model.scriptSha256);
-        auto submitted = initial ? completeSubmit(it->spec, it->owner, it->counted, *initial) : Result<QString>(initial.error());
+        auto submitted = initial ? completeSubmit(it->spec, it->owner, it->requestId, it->counted, *initial)
+                                 : Result<QString>(initial.error());
         auto done = std::move(it->done);
         it = m_pendingSubmits.erase(it);
-        done(std::move(submitted));
+        for (auto& answer : done)
+            answer(submitted);
     }
 }
 
-Result<QString> Broker::completeSubmit(
-    const JobSpec& spec, const QString& owner, std::optional<std::int64_t> counted, const TrainingMath::Weights& initial)
+Result<QString> Broker::completeSubmit(const JobSpec& spec, const QString& owner, const QString& requestId,
+    std::optional<std::int64_t> counted, const TrainingMath::Weights& initial)
 {
     // Checked again: the owner's money or running jobs may have changed while its code ran.
     if (auto status = checkSubmittable(spec, owner); !status)
@@ -345,6 +393,7 @@ Result<QString> Broker::completeSubmit(
     job.owner = owner;
     job.pricePerShard = price->pricePerShard;
     job.createdAt = m_clock.nowMs();
+    job.requestId = requestId;
     auto transaction = m_store->begin();
     if (!transaction)
         return transaction.error();
@@ -479,7 +528,7 @@ Status Broker::checkRegistration(const NodeInfo& node, bool authenticated)
     return {};
 }
 
-Status Broker::registerNode(const NodeInfo& node)
+Status Broker::registerNode(const NodeInfo& node, const QString& address)
 {
     if (auto status = m_store->upsertNode(node.nodeId, node.toJson(), m_clock.nowMs()); !status)
         return status;
@@ -487,12 +536,16 @@ Status Broker::registerNode(const NodeInfo& node)
     if (auto status = m_stakes->faucetStake(node.nodeId); !status)
         return status;
     m_nodes.insert(node.nodeId, node);
+    if (address.isEmpty())
+        m_addresses.remove(node.nodeId);
+    else
+        m_addresses.insert(node.nodeId, address);
     return {};
 }
 
 void Broker::nodeLost(const QString& nodeId)
 {
-    m_nodes.remove(nodeId);
+    m_nodes.remove(nodeId); // its address stays: a node that went is still not checked by its neighbours
     warnIfFailed(m_store->expireActiveAssignmentsOf(nodeId));
     m_verifier->nodeLost(nodeId);
     m_scheduler.nodeLost(nodeId);
@@ -513,7 +566,7 @@ Result<std::optional<Assignment>> Broker::assign(const QString& nodeId)
     if (m_scheduler.heldBy(nodeId) >= m_options.maxAssignmentsPerNode)
         return std::optional<Assignment> {};
     const auto now = m_clock.nowMs();
-    const auto pick = m_scheduler.pick(nodeId, node->maxThreads, now, node->maxMemoryMiB);
+    const auto pick = m_scheduler.pick(nodeId, node->maxThreads, now, node->maxMemoryMiB, node->capabilities);
     if (!pick)
         return std::optional<Assignment> {};
     const auto& round = *pick->round;
@@ -599,7 +652,8 @@ Result<Acceptance> Broker::acceptResult(const QString& nodeId, const QString& as
         return Error { QStringLiteral("assignment"), QStringLiteral("the assignment belongs to another node") };
     if (result.jobId != assignment.jobId || result.round != assignment.round || result.shard != assignment.shard)
         return Error { QStringLiteral("result"), QStringLiteral("the result is for another shard than its assignment") };
-    if (assignment.state == AssignmentState::Answered || assignment.state == AssignmentState::Failed)
+    if (assignment.state == AssignmentState::Answered || assignment.state == AssignmentState::Failed
+        || assignment.state == AssignmentState::Returned) // a give-back (or a refused form) is final
         return Acceptance::Stale;
     if (assignment.kind != AssignmentKind::Train)
         return m_verifier->acceptCheck(nodeId, assignment, result);
@@ -630,6 +684,7 @@ Result<Acceptance> Broker::acceptTraining(const AssignmentRow& assignment, const
         if (auto status = m_store->setAssignmentState(assignment.id, AssignmentState::Returned); !status)
             return status.error();
         m_scheduler.release(assignment.jobId, assignment.id);
+        m_scheduler.returnedBy(assignment.jobId, assignment.shard, assignment.node, m_clock.nowMs());
         return Acceptance::Failed;
     }
     if (result.outcome == ShardResult::Outcome::Failed)
@@ -670,8 +725,7 @@ bool Broker::anotherNodeCouldRun(const QString& jobId, const QList<QString>& fai
     if (!round)
         return true;
     return std::any_of(m_nodes.cbegin(), m_nodes.cend(), [&](const NodeInfo& node) {
-        return !failedBy.contains(node.nodeId) && round->runsOn(node.maxThreads, node.maxMemoryMiB)
-            && m_stakes->requireStake(node.nodeId).ok();
+        return !failedBy.contains(node.nodeId) && round->runsOn(node) && m_stakes->requireStake(node.nodeId).ok();
     });
 }
 
@@ -785,8 +839,19 @@ Result<Acceptance> Broker::acceptCompleted(
 {
     const auto task = decomposeShard(job.id, spec, assignment.round, assignment.shard, job.weightsHash);
     auto revealed = m_verifier->checkReveal(assignment.node, assignment.id, task, result, job.weightsBlob);
-    if (!revealed)
+    if (!revealed) {
+        if (revealed.error().field == Verifier::WrongFormField) {
+            // Given back, in effect, and not slashed (a node that misread a task is not a liar), but
+            // a node that declared it can run this form and hands in another gets no more of this
+            // job: otherwise it could take and spoil every shard of it, one refusal at a time.
+            if (auto status = m_store->setAssignmentState(assignment.id, AssignmentState::Returned); !status)
+                return status.error();
+            m_scheduler.release(assignment.jobId, assignment.id);
+            m_scheduler.returnedBy(assignment.jobId, assignment.shard, assignment.node, m_clock.nowMs());
+            m_scheduler.exclude(assignment.jobId, assignment.node);
+        }
         return revealed.error();
+    }
     auto sampled = m_verifier->drawSample(assignment.node, spec);
     if (!sampled)
         return sampled.error();
@@ -1090,7 +1155,26 @@ Status Broker::advanceRound(const JobRow& job, const JobSpec& spec, const Aggreg
     // The change that led to this round is nobody's way to any weights now.
     if (job.change && !m_store->blobNamed(job.change->blob).value_or(true))
         m_blobs.remove(job.change->blob);
+    collectOldWeights(job.id, spec, record.round);
     return {};
+}
+
+void Broker::collectOldWeights(const QString& jobId, const JobSpec& spec, std::int64_t finished)
+{
+    // The round that has just fallen out of the newest keepRounds: its weights go, unless the owner
+    // asked for them. The last round's never do (no round comes after it), nor the initial weights.
+    const auto old = finished - std::max<std::int64_t>(2, m_options.keepRounds);
+    const auto every = spec.training.keepWeightsEvery;
+    if (old < 0 || (every > 0 && (old + 1) % every == 0))
+        return;
+    auto blob = m_store->forgetRoundWeights(jobId, old);
+    if (!blob) {
+        qCWarning(lcBrokerCore).noquote() << "round" << old << "of job" << jobId
+                                          << "keeps its weights:" << blob.error().toString();
+        return;
+    }
+    if (*blob && !m_store->blobNamed(**blob).value_or(true))
+        m_blobs.remove(**blob);
 }
 
 // --- checks, records and time --------------------------------------------------------------------

@@ -60,13 +60,19 @@ public:
     // needs no code of the owner's is checked first (the spec, the files, the owner's running jobs,
     // and without a faucet that the owner's balance holds the budget; a TorchScript job's price, from
     // its archive): a penniless caller runs nothing.
-    Result<QString> submit(const JobSpec& spec, const QString& owner = QStringLiteral("local"));
+    //
+    // requestId (optional): the client's name for this submit. A submit that repeats an owner's
+    // earlier requestId with the same spec gets the job the first one created (or, while that one's
+    // weights are still being built, its answer): one job, one escrow, however often a client that
+    // gave up waiting asks again. With another spec it is refused.
+    Result<QString> submit(const JobSpec& spec, const QString& owner = QStringLiteral("local"), const QString& requestId = {});
     // The same, with the job's initial weights (the owner's code: a TorchScript model's loading)
     // built on a thread of their own by `jobCode` (setJobCodeMath) while the broker goes on serving
     // everyone else; `done` is called from pollSubmits() once they are built (or failed). Without
     // jobCode, or for a zoo model (Tessera's own code, built at once), it is submit() and `done` is
     // called before this returns. An error: refused before anything ran (nor is `done` called).
-    Status submitInBackground(const JobSpec& spec, const QString& owner, std::function<void(Result<QString>)> done);
+    Status submitInBackground(
+        const JobSpec& spec, const QString& owner, const QString& requestId, std::function<void(Result<QString>)> done);
     // The math that builds TorchScript jobs' initial weights in the background: it must allow calls
     // from any thread beside the broker's own (compute::BrokerMath does: each runs in a worker).
     void setJobCodeMath(TrainingMath* jobCode) { m_jobCode = jobCode; }
@@ -87,7 +93,9 @@ public:
     // Whether this REGISTER may take the node id: under CURVE (authenticated) the key is the id; a
     // plaintext claim of an id that registered before must come with the same signing key.
     Status checkRegistration(const NodeInfo& node, bool authenticated);
-    Status registerNode(const NodeInfo& node);
+    // address: where the node connects from (an IP address; empty where it cannot be told, e.g.
+    // loopback): two nodes at one address never check each other's results.
+    Status registerNode(const NodeInfo& node, const QString& address = {});
     // The node is gone: its shards are handed to others.
     void nodeLost(const QString& nodeId);
     // The next shard for this node, if there is work it can do.
@@ -117,7 +125,11 @@ public:
     // unbond them (they stay slashable for Options::unbondingDelayMs, then return to the balance).
     // {"kind": "tessera-stake", "node": id, "action": "bond"|"unbond", "amount": "12.5", "nonce": n,
     //  "broker": this broker's signing key (base64), "expires": ms since the epoch, within a day}
-    Result<QJsonObject> stake(const QJsonObject& signedRequest) { return m_stakes->stake(signedRequest); }
+    // caller: who sent it (a node's own key may bond before its first REGISTER).
+    Result<QJsonObject> stake(const QJsonObject& signedRequest, const QString& caller = {})
+    {
+        return m_stakes->stake(signedRequest, caller);
+    }
 
     // Who may read a blob (GET): its uploader, the owner of a job that names or made it, a node
     // handed work that needs it (docs/PROTOCOL.md, "Who may do what"). submit(), assign() and the
@@ -156,16 +168,22 @@ private:
     // What submit() knows before any of the owner's code runs: the parameters counted from the
     // spec or the model's archive.
     Result<std::optional<std::int64_t>> prepareSubmit(const JobSpec& spec, const QString& owner);
-    Result<QString> completeSubmit(
-        const JobSpec& spec, const QString& owner, std::optional<std::int64_t> counted, const TrainingMath::Weights& initial);
+    Result<QString> completeSubmit(const JobSpec& spec, const QString& owner, const QString& requestId,
+        std::optional<std::int64_t> counted, const TrainingMath::Weights& initial);
+    // The job an earlier submit with this requestId created (none: a new submit); an error when
+    // that job's spec is not this one.
+    Result<std::optional<QString>> submittedBefore(const JobSpec& spec, const QString& owner, const QString& requestId);
     struct PendingSubmit {
         JobSpec spec;
         QString owner;
+        QString requestId;
         std::optional<std::int64_t> counted;
         std::future<Result<TrainingMath::Weights>> initial;
-        std::function<void(Result<QString>)> done;
+        std::vector<std::function<void(Result<QString>)>> done; // the first asker's and any repeat's
     };
     void collectUnnamedUploads();
+    // Removes the weights of the round that fell out of what a job keeps (docs/BROKER.md, "Disk").
+    void collectOldWeights(const QString& jobId, const JobSpec& spec, std::int64_t finished);
     std::int64_t m_nextUploadCollection = 0;
     TrainingMath* m_jobCode = nullptr;
     std::list<PendingSubmit> m_pendingSubmits;
@@ -226,6 +244,7 @@ private:
     const Clock& m_clock;
     Options m_options;
     QHash<QString, NodeInfo> m_nodes; // registered in this run
+    QHash<QString, QString> m_addresses; // of the nodes registered in this run, where they can be told
     // Why each node reported a shard failed (by failureKey, then node), until the broker confirms it.
     QHash<QString, QHash<QString, QString>> m_failureReasons;
     QSet<QString> m_roundsToFinish; // jobs whose round could not be finished (finishPendingRounds)

@@ -310,9 +310,16 @@ Status BrokerStore::insertJob(const JobRow& job)
 {
     return execute(*m_db,
         QStringLiteral("INSERT INTO jobs (id, spec, state, round, weights_hash, weights_blob, created_at, owner, "
-                       "price_per_shard) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)"),
+                       "price_per_shard, request_id) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, NULLIF(?, ''))"),
         job.id, jsonText(job.specJson), nameOf(job.state), job.round, job.weightsHash.toHex(), job.weightsBlob.toHex(),
-        job.createdAt, job.owner, job.pricePerShard.micro());
+        job.createdAt, job.owner, job.pricePerShard.micro(), job.requestId.isNull() ? QStringLiteral("") : job.requestId);
+}
+
+Result<std::optional<JobRow>> BrokerStore::jobOfRequest(const QString& owner, const QString& requestId)
+{
+    return first<JobRow>(query(*m_db, QStringLiteral("SELECT %1 FROM jobs WHERE owner = ? AND request_id = ?").arg(jobs::Columns),
+                             owner, requestId),
+        readJob);
 }
 
 Result<std::optional<JobRow>> BrokerStore::job(const QString& id)
@@ -673,6 +680,20 @@ Result<QList<Check>> BrokerStore::waitingChecks(const QString& node, int limit)
         nameOf(CheckState::Waiting), node, node, std::int64_t(limit)));
 }
 
+Result<QStringList> BrokerStore::latestVerifiersOf(const QString& accused, int limit)
+{
+    auto rows = query(*m_db,
+        QStringLiteral("SELECT verifier FROM checks WHERE accused = ? AND kind = ? AND verifier IS NOT NULL "
+                       "ORDER BY created_at DESC LIMIT ?"),
+        accused, nameOf(CheckKind::Sample), std::int64_t(limit));
+    if (!rows)
+        return rows.error();
+    auto verifiers = collect(*rows, [](Statement& row) { return row.columnText(0); });
+    if (!verifiers)
+        return verifiers.error();
+    return QStringList(*verifiers);
+}
+
 Result<QList<Check>> BrokerStore::verifiedSamples(const QString& node, int limit)
 {
     return collectChecks(query(*m_db,
@@ -788,7 +809,7 @@ Result<bool> BrokerStore::blobNamed(const Digest& blob)
     const QString hex = blob.toHex();
     auto row = first<bool>(
         query(*m_db,
-            QStringLiteral("SELECT 1 FROM rounds WHERE weights_blob = ?1 "
+            QStringLiteral("SELECT 1 FROM rounds WHERE weights_blob = ?1 AND kept = 1 "
                            "UNION ALL SELECT 1 FROM jobs WHERE weights_blob = ?1 OR outer_state_blob = ?1 OR change_blob = ?1 "
                            "OR instr(spec, ?1) > 0 "
                            // the same bytes uploaded for a round not yet aggregated (another job's
@@ -796,13 +817,31 @@ Result<bool> BrokerStore::blobNamed(const Digest& blob)
                            "UNION ALL SELECT 1 FROM shard_results s JOIN jobs j ON j.id = s.job "
                            "WHERE s.round >= j.round AND json_extract(s.result, '$.weightsSha256') = ?1 "
                            "UNION ALL SELECT 1 FROM checks WHERE state IN ('waiting', 'running', 'disputed') "
-                           "AND (json_extract(accused_result, '$.weightsSha256') = ?1 "
+                           "AND (start_blob = ?1 OR json_extract(accused_result, '$.weightsSha256') = ?1 "
                            "OR json_extract(verifier_result, '$.weightsSha256') = ?1) LIMIT 1"),
             hex),
         [](Statement&) { return true; });
     if (!row)
         return row.error();
     return row->has_value();
+}
+
+Result<std::optional<Digest>> BrokerStore::forgetRoundWeights(const QString& jobId, std::int64_t round)
+{
+    auto blob = first<Digest>(
+        query(*m_db, QStringLiteral("SELECT weights_blob FROM rounds WHERE job = ? AND round = ? AND kept = 1"), jobId, round),
+        [](Statement& row) -> std::optional<Digest> {
+            auto digest = Digest::fromHex(row.columnText(0));
+            return digest ? std::optional<Digest>(*digest) : std::nullopt;
+        });
+    if (!blob)
+        return blob.error();
+    if (!*blob)
+        return std::optional<Digest> {};
+    if (auto status = execute(*m_db, QStringLiteral("UPDATE rounds SET kept = 0 WHERE job = ? AND round = ?"), jobId, round);
+        !status)
+        return status.error();
+    return *blob;
 }
 
 Status BrokerStore::recordUpload(const UploadRow& upload)

@@ -35,6 +35,7 @@ struct JobRow {
     QString owner;
     Credits pricePerShard;
     std::int64_t createdAt = 0;
+    QString requestId; // written by insertJob (the client's name for its SUBMIT), not read back
 
     Result<JobSpec> spec() const { return JobSpec::fromJson(specJson); }
 };
@@ -144,6 +145,8 @@ public:
     Status insertJob(const JobRow& job);
     Result<std::optional<JobRow>> job(const QString& id);
     Result<JobRow> existingJob(const QString& id); // an error names the missing job
+    // The job an owner's SUBMIT named requestId created, if any.
+    Result<std::optional<JobRow>> jobOfRequest(const QString& owner, const QString& requestId);
     Result<QList<JobRow>> jobs(); // in submission order
     Result<QList<JobRow>> runningJobs();
     Result<std::int64_t> runningJobsOf(const QString& owner);
@@ -203,6 +206,8 @@ public:
     Status requeueRunningChecks(Requeue which, const QString& value = {});
     // Checks waiting for a verifier other than `node`, oldest first.
     Result<QList<Check>> waitingChecks(const QString& node, int limit);
+    // Who re-executed (or re-executes) the node's latest sampled results, newest first.
+    Result<QStringList> latestVerifiersOf(const QString& accused, int limit);
     // Samples two nodes agreed on, neither of them `node`, newest first (canaries are made of them).
     Result<QList<Check>> verifiedSamples(const QString& node, int limit);
     Result<QList<Check>> checksIn(CheckState state);
@@ -221,9 +226,14 @@ public:
     // What the shards of a round uploaded: the weights of its accepted results and of its sampled
     // results' re-executions. Collected once the round is aggregated (docs/BROKER.md, "Disk").
     Result<QList<Digest>> uploadsOfRound(const QString& jobId, std::int64_t round);
-    // Whether any job needs the blob: a round's weights, a job's current weights or outer state, a
-    // file its spec names (model, data), a result of a round not yet aggregated, or an open check's.
+    // Whether any job needs the blob: a kept round's weights, a job's current weights or outer state,
+    // a file its spec names (model, data), a result of a round not yet aggregated, or an open check's
+    // result or starting weights.
     Result<bool> blobNamed(const Digest& blob);
+    // Marks a round's weights as no longer kept (docs/BROKER.md, "Disk") and returns their blob;
+    // none when the round has no row or was collected before. The caller removes the blob unless
+    // blobNamed() says another needs it.
+    Result<std::optional<Digest>> forgetRoundWeights(const QString& jobId, std::int64_t round);
     // Uploads no job names yet (the uploads table): recorded when a PUT stores new bytes, summed
     // per uploader, listed for collection, forgotten once named or removed.
     struct UploadRow {

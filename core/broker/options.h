@@ -37,6 +37,13 @@ struct BrokerOptions {
     // come back after a restart); negative: only after selfVerifyAfterMs.
     std::int64_t selfVerifyAloneAfterMs = 5'000;
     std::int64_t unbondingDelayMs = 24LL * 3600 * 1000; // unbonded stake stays slashable this long
+    // Share of checks where the verifier agreed that the broker re-executes itself too (both sides
+    // are slashed when it gets other bits), for shards of at most auditMaxShardGflop of training
+    // whose answer it can compute exactly (a portable job, or its own runtime profile), and at
+    // most auditGflopPerSecond on average (bursts of two shards), whatever the jobs ask.
+    double auditRate = 0.05;
+    static constexpr double auditMaxShardGflop = 100.0;
+    static constexpr double auditGflopPerSecond = 1.0;
     double crossProfileTolerance = 1e-3; // relative L2 distance, results of different runtime profiles
     // An unchecked result whose update norm is this many times above or below the median of its
     // round's is re-executed before the round aggregates.
@@ -47,6 +54,10 @@ struct BrokerOptions {
     // refused), each removed once it has stayed unnamed this long.
     std::int64_t maxUnnamedUploadBytes = 4LL << 30;
     std::int64_t unnamedUploadMs = 3600LL * 1000;
+    // Rounds' weights kept on disk: the newest this many (at least 2: a round's start and the one
+    // its change was made from), beside the initial and the final weights and the rounds a job
+    // asks for (training.keepWeightsEvery); older ones are collected (docs/BROKER.md, "Disk").
+    std::int64_t keepRounds = 3;
     // What LIST and NODES show unless asked for all: the latest ended jobs, nodes seen this recently.
     static constexpr qsizetype listedEndedJobs = 50;
     static constexpr std::int64_t listedForMs = 7LL * 24 * 3600 * 1000;

@@ -93,6 +93,12 @@ bool Scheduler::heldBy(const Job& job, std::int64_t shard, const QString& nodeId
         job.out.cbegin(), job.out.cend(), [&](const Out& out) { return out.shard == shard && out.node == nodeId; });
 }
 
+void Scheduler::returnedBy(const QString& jobId, std::int64_t shard, const QString& nodeId, std::int64_t now)
+{
+    if (auto* found = job(jobId))
+        found->returnedAt[shard].insert(nodeId, now);
+}
+
 bool Scheduler::failedBy(const Job& job, std::int64_t shard, const QString& nodeId)
 {
     const auto it = job.failedBy.constFind(shard);
@@ -116,7 +122,10 @@ std::optional<std::int64_t> Scheduler::choose(Job& job, const QString& nodeId, s
             it = job.reissue.erase(it);
             continue;
         }
-        if (failedBy(job, shard, nodeId)) {
+        const auto returned = job.returnedAt.constFind(shard);
+        const bool gaveBack = returned != job.returnedAt.constEnd() && returned->contains(nodeId)
+            && now - returned->value(nodeId) < ReturnedWaitMs;
+        if (failedBy(job, shard, nodeId) || gaveBack) {
             ++it;
             continue;
         }
@@ -142,10 +151,12 @@ std::optional<std::int64_t> Scheduler::choose(Job& job, const QString& nodeId, s
     return latest->second;
 }
 
-std::optional<Scheduler::Pick> Scheduler::pick(const QString& nodeId, int maxThreads, std::int64_t now, std::int64_t maxMemoryMiB)
+std::optional<Scheduler::Pick> Scheduler::pick(const QString& nodeId, int maxThreads, std::int64_t now, std::int64_t maxMemoryMiB,
+    const std::optional<QStringList>& capabilities)
 {
+    const QStringList declared = capabilities.value_or(ownCapabilities());
     for (auto& job : m_jobs) {
-        if (!job.round.runsOn(maxThreads, maxMemoryMiB))
+        if (!job.round.runsOn(maxThreads, maxMemoryMiB, declared))
             continue;
         if (auto shard = choose(job, nodeId, now))
             return Pick { &job.round, *shard };
@@ -264,6 +275,7 @@ void Scheduler::advance(const QString& jobId, std::int64_t round, const Digest& 
     found->cursor = 0;
     found->reissue.clear();
     found->failedBy.clear();
+    found->returnedAt.clear();
 }
 
 void Scheduler::reopen(const QString& jobId, std::int64_t round, std::int64_t shard)

@@ -1,5 +1,6 @@
 #pragma once
 
+#include "../capabilities.h"
 #include "../hash.h"
 #include "../jobspec.h"
 #include "../nodeinfo.h"
@@ -45,12 +46,16 @@ public:
         // count is fixed by its job, except a portable job's, whose bits are the same with any
         // count: a node runs it with as many as it allows) and, where both are known, memory enough
         // (Compute/MaxMemoryMiB).
-        bool runsOn(int maxThreads, std::int64_t maxMemoryMiB) const
+        bool runsOn(int maxThreads, std::int64_t maxMemoryMiB, const QStringList& capabilities) const
         {
             const bool threads
                 = spec.training.threads <= maxThreads || spec.training.determinism == TrainingSpec::Determinism::Portable;
-            return threads && (maxMemoryMiB <= 0 || memoryMiB <= maxMemoryMiB);
+            return threads && (maxMemoryMiB <= 0 || memoryMiB <= maxMemoryMiB)
+                && missingCapabilities(capabilities, spec).isEmpty();
         }
+        // The same for a registered node: its threads, memory and what it declared it can run
+        // (docs/PROTOCOL.md, "Capabilities").
+        bool runsOn(const NodeInfo& node) const { return runsOn(node.maxThreads, node.maxMemoryMiB, node.capabilities); }
     };
     struct Pick {
         const Round* round = nullptr;
@@ -72,7 +77,10 @@ public:
     // or once it has been out stragglerFactor times as long as the job's shards usually take
     // (the median of its last answers, from the third on): no claim of a node's keeps a shard.
     // A node that said how much memory it gives a shard (maxMemoryMiB > 0) gets no shard estimated larger.
-    std::optional<Pick> pick(const QString& nodeId, int maxThreads, std::int64_t now, std::int64_t maxMemoryMiB = 0);
+    // A node gets no shard of a job that needs a capability it did not declare (`capabilities`:
+    // every one a job may need when not given, as in the scheduler's own tests).
+    std::optional<Pick> pick(const QString& nodeId, int maxThreads, std::int64_t now, std::int64_t maxMemoryMiB = 0,
+        const std::optional<QStringList>& capabilities = std::nullopt);
     // The picked shard went out as this assignment at `issued`.
     void handedOut(const QString& jobId, const QString& assignmentId, std::int64_t shard, const QString& nodeId,
         std::int64_t deadline, std::int64_t issued);
@@ -86,6 +94,11 @@ public:
     // unless it is answered or another node holds it. A node that failed a shard does not get it
     // again in this round.
     void release(const QString& jobId, const QString& assignmentId, Release why = Release::GivenBack);
+    // The node gave the shard back (or revealed it in a form it was not asked for): another node
+    // gets it first; it comes back to this one only when no other took it for a while
+    // (docs/SECURITY.md, "Hostile peers": a give-back is no way to keep a shard).
+    void returnedBy(const QString& jobId, std::int64_t shard, const QString& nodeId, std::int64_t now);
+    static constexpr std::int64_t ReturnedWaitMs = 60'000;
     // The nodes that reported a shard of the current round as failed.
     QList<QString> failedBy(const QString& jobId, std::int64_t shard) const;
     // A node whose failure report the broker disproved gets no more of the job's shards.
@@ -145,6 +158,7 @@ private:
         std::int64_t cursor = 0; // shards below it were handed out at least once
         std::deque<std::int64_t> reissue; // shards left with no assignment out
         QHash<std::int64_t, QList<QString>> failedBy; // shard -> nodes that failed it, this round
+        QHash<std::int64_t, QHash<QString, std::int64_t>> returnedAt; // shard -> node -> when it gave it back
         QSet<QString> excluded; // nodes whose failure report was disproved: none of this job's shards
         std::deque<std::int64_t> durations; // of the last answers, ms
     };

@@ -117,7 +117,7 @@ bool Stakes::hasStake(const QString& nodeId)
     return requireStake(nodeId).ok();
 }
 
-Result<QJsonObject> Stakes::stake(const QJsonObject& signedRequest)
+Result<QJsonObject> Stakes::stake(const QJsonObject& signedRequest, const QString& caller)
 {
     if (auto status = verifyDocument(signedRequest); !status)
         return Error { QStringLiteral("request.") + status.error().field, status.error().message };
@@ -150,8 +150,16 @@ Result<QJsonObject> Stakes::stake(const QJsonObject& signedRequest)
     auto node = m_store.node(nodeId);
     if (!node)
         return node.error();
-    if (!*node)
-        return Error { QStringLiteral("request.node"), QStringLiteral("no node %1 has registered here").arg(nodeId) };
+    if (!*node) {
+        // Before its first REGISTER: its own money into its own stake, asked by itself (the
+        // document's signature was verified above against the key it names).
+        if (action == u"bond" && !caller.isEmpty() && caller == nodeId)
+            return bond(nodeId, action, *amount, QStringLiteral("%1:%2:%3").arg(action, nodeId, nonce));
+        return Error { QStringLiteral("request.node"),
+            QStringLiteral("no node %1 has registered here (a node may bond before it registers only by asking "
+                           "itself; unbonding needs its registered key)")
+                .arg(nodeId) };
+    }
     const auto signingKey = (*node)->info.value(QStringLiteral("signingKey")).toString();
     if (signingKey.isEmpty() || signedRequest.value(QStringLiteral("signer")).toString() != signingKey)
         return Error { QStringLiteral("request.signer"), QStringLiteral("the request is not signed with the node's key") };

@@ -39,8 +39,11 @@ public:
     bool hasStake(const QString& nodeId);
     // A request signed with the node's registered key to bond or unbond (docs/PROTOCOL.md, STAKE),
     // naming this broker's signing key and when it expires (at most MaxRequestLifeMs ahead).
+    // A node that has not registered yet may bond (only bond) when it sends the request itself
+    // (caller: the sender's account equals the request's node), signed with the key it names: its
+    // own balance into its own stake, so that "credit, stake bond, run" works on a fresh node.
     static constexpr std::int64_t MaxRequestLifeMs = 24LL * 3600 * 1000;
-    Result<QJsonObject> stake(const QJsonObject& signedRequest);
+    Result<QJsonObject> stake(const QJsonObject& signedRequest, const QString& caller = {});
     // A fraction of what the node has at stake (bonded first, then unbonding): half to the honest
     // party, if any, the rest burned (never to a job's owner). Inside the caller's transaction.
     Status slash(const QString& nodeId, const QString& honest, const QString& cause, const QString& why);

@@ -72,6 +72,7 @@ public:
         Digest canonicalHash;
         QString unfit;
         double updateNorm = -1.0;
+        std::optional<Compression> form; // an int8 update or whole weights; none: not told
     };
     virtual Result<Inspection> inspectResult(const QString& revealedPath, const QString& roundWeightsPath)
     {
@@ -79,7 +80,7 @@ public:
         auto hash = canonicalHashOfFile(revealedPath);
         if (!hash)
             return hash.error();
-        return Inspection { *hash, {}, -1.0 };
+        return Inspection { *hash, {}, -1.0, std::nullopt };
     }
     // global is taken by value: the arithmetic lets go of its bytes once it has read them.
     virtual Result<Aggregated> aggregate(

@@ -8,6 +8,8 @@
 
 #include <QLoggingCategory>
 
+#include <algorithm>
+
 Q_LOGGING_CATEGORY(lcVerification, "tessera.verification")
 
 namespace tessera::core::broker {
@@ -197,16 +199,26 @@ Result<std::optional<Assignment>> Verifier::assignCheck(const NodeInfo& node)
     // A check fits a node with the checked result's runtime profile, threads enough, whose job runs.
     auto fits = [&](const Check& check) {
         const auto* round = m_.scheduler.find(check.jobId);
-        return round && round->runsOn(node.maxThreads, node.maxMemoryMiB)
-            && reproduces(node.runtimeProfile, check.accusedResult.runtimeProfile);
+        return round && round->runsOn(node) && reproduces(node.runtimeProfile, check.accusedResult.runtimeProfile);
     };
     // Samples waiting for a re-execution, oldest first, by anyone but the node checked.
     auto waiting = m_.store.waitingChecks(node.nodeId, 50);
     if (!waiting)
         return waiting.error();
     for (auto& check : *waiting) {
-        if (fits(check))
-            return handOut(check, AssignmentKind::Verify, node);
+        if (!fits(check))
+            continue;
+        // A sample goes to the node drawn for it, not to whoever asks first: a node cannot arrange
+        // to check its partner's result by asking right after it came in.
+        if (!check.accused.isEmpty()) {
+            auto drawn = drawnToCheck(check, node);
+            if (!drawn)
+                return drawn.error();
+            if (!*drawn)
+                continue;
+        }
+        m_draws.remove(check.id);
+        return handOut(check, AssignmentKind::Verify, node);
     }
     // Now and then a canary: a shard whose answer two nodes agreed on, handed out again as if new.
     if (m_.options.canaryRate <= 0.0 || m_.random.generateDouble() >= m_.options.canaryRate)
@@ -221,9 +233,11 @@ Result<std::optional<Assignment>> Verifier::canaryFor(const NodeInfo& node)
         return known.error();
     for (const auto& reference : *known) {
         const auto* round = m_.scheduler.find(reference.jobId);
-        if (reference.verifier.isEmpty() || !round || !round->runsOn(node.maxThreads, node.maxMemoryMiB)
+        if (reference.verifier.isEmpty() || !round || !round->runsOn(node)
             || !reproduces(node.runtimeProfile, reference.accusedResult.runtimeProfile))
             continue;
+        if (!m_.blobs.contains(reference.startBlob))
+            continue; // its round's weights were collected (docs/BROKER.md, "Disk")
         Check canary = reference;
         canary.id = newCheckId();
         canary.kind = CheckKind::Canary;
@@ -296,6 +310,9 @@ Result<Acceptance> Verifier::checkNotDone(Check& check, const AssignmentRow& ass
         if (auto status = m_.store.countShardFailed(assignment.node); !status)
             return status.error();
     }
+    auto& declined = m_declined[check.id];
+    declined.nodes.insert(assignment.node);
+    declined.at = m_.clock.nowMs();
     check.verifier.clear();
     check.verifierAssignment.clear();
     check.state = check.kind == CheckKind::Canary ? CheckState::Cancelled : CheckState::Waiting;
@@ -309,6 +326,17 @@ Result<Acceptance> Verifier::checkNotDone(Check& check, const AssignmentRow& ass
 Result<double> Verifier::checkReveal(
     const QString& nodeId, const QString& assignmentId, const ShardTask& task, const ShardResult& result, const Digest& roundBlob)
 {
+    // The result's runtime profile decides who may check it (and whether the broker's audit can):
+    // a portable task's is the portable profile, a fast one's the node's own (its registered
+    // family), so that a node cannot name a profile only its partner has.
+    const auto node = m_.online.constFind(nodeId);
+    if (task.portable ? result.runtimeProfile != PortableProfile
+                      : result.runtimeProfile == PortableProfile
+                || (node != m_.online.constEnd()
+                    && runtimeProfileFamily(node->runtimeProfile) != runtimeProfileFamily(result.runtimeProfile)))
+        return Error { QStringLiteral("runtimeProfile"),
+            task.portable ? QStringLiteral("a portable task's result has the runtime profile %1").arg(PortableProfile)
+                          : QStringLiteral("the result's runtime profile is not the one the node registered with") };
     auto committed = m_.store.commitment(assignmentId);
     if (!committed)
         return committed.error();
@@ -352,6 +380,15 @@ Result<double> Verifier::checkReveal(
     if (inspected->canonicalHash != result.finalHash)
         return lie(
             Error { QStringLiteral("finalHash"), QStringLiteral("the uploaded weights do not hash to the result's finalHash") });
+    // Whole weights where the task asked for an int8 update (or the other way round): a node that
+    // does not know the form, not a liar (docs/PROTOCOL.md, "Capabilities"). Refused, and the
+    // shard goes to another node.
+    if (inspected->form && *inspected->form != task.compression)
+        return Error { WrongFormField,
+            QStringLiteral("the task asks for %1 and these are %2: the shard goes to another node")
+                .arg(task.compression == Compression::Int8 ? QStringLiteral("an int8 update (compression int8)")
+                                                           : QStringLiteral("whole weights (compression none)"),
+                    *inspected->form == Compression::Int8 ? QStringLiteral("an int8 update") : QStringLiteral("whole weights")) };
     // What the node signed and revealed must be a finite update of the model: an honest node fails
     // a shard whose weights are not (docs/VERIFICATION.md, "Unchecked results").
     if (!inspected->unfit.isEmpty())
@@ -412,8 +449,14 @@ Status Verifier::compare(Check& check)
                 .arg(distance ? QString::number(*distance) : distance.error().message),
             Penalty::None);
     }
-    if (a.finalHash == b.finalHash && a.checkpointHashes == b.checkpointHashes)
+    if (a.finalHash == b.finalHash && a.checkpointHashes == b.checkpointHashes) {
+        auto task = taskOf(check);
+        if (!task)
+            return task.error();
+        if (shouldAudit(check, *task))
+            return audit(check, *task);
         return settle(check, Loser::None, QStringLiteral("re-execution gave the same bits"));
+    }
     // A dispute: narrow it to the first checkpoint where the chains part. Equal chains with
     // different revealed forms: the dispute is over what was revealed from the last state (a
     // "checkpoint" one past the chain, refereed by revealing from that state).
@@ -958,22 +1001,124 @@ Status Verifier::selfVerify(Check& check)
         QStringLiteral("the broker re-executed it on another runtime profile and disagrees; trained again"), Penalty::None);
 }
 
+bool Verifier::shouldAudit(const Check& check, const ShardTask& task)
+{
+    // Only where the broker's answer is exact (a zoo model: a job owner's code may differ between
+    // processes) and cheap; a node's own profile is found out by running it.
+    if (check.kind != CheckKind::Sample || check.accused.isEmpty() || check.verifier.isEmpty() || runsOwnerCode(task)
+        || m_.options.auditRate <= 0.0)
+        return false;
+    const auto* round = m_.scheduler.find(check.jobId);
+    const double gflop = (round ? round->flopsPerSample : 0.0) * double(task.localSteps) * double(task.batchSize) / 1e9;
+    if (round == nullptr || round->flopsPerSample <= 0.0 || gflop > BrokerOptions::auditMaxShardGflop)
+        return false;
+    // A budget of broker time: refilled at auditGflopPerSecond, up to two of the largest shards.
+    const auto now = m_.clock.nowMs();
+    const double cap = 2 * BrokerOptions::auditMaxShardGflop;
+    m_auditBudgetGflop = std::min(cap,
+        m_auditBudgetGflop
+            + double(std::max<std::int64_t>(0, now - m_auditBudgetAt)) / 1000.0 * BrokerOptions::auditGflopPerSecond);
+    m_auditBudgetAt = now;
+    if (m_auditBudgetGflop < gflop || m_.random.generateDouble() >= m_.options.auditRate)
+        return false;
+    m_auditBudgetGflop -= gflop;
+    return true;
+}
+
+Status Verifier::audit(Check& check, const ShardTask& task)
+{
+    auto start = m_.blobs.read(check.startBlob);
+    if (!start)
+        return start.error();
+    auto replay = m_.math.replay(task, 0, *start, check.startHash, task.checkpointCount() - 1, *start);
+    const auto& a = check.accusedResult;
+    if (!replay || (!task.portable && replay->runtimeProfile != a.runtimeProfile)) // it cannot tell
+        return settle(check, Loser::None, QStringLiteral("re-execution gave the same bits"));
+    QList<Digest> chain { check.startHash };
+    chain.append(replay->checkpoints);
+    if (chain == a.checkpointHashes && replay->weightsHash == a.finalHash)
+        return settle(check, Loser::None, QStringLiteral("re-execution gave the same bits, and so did the broker's audit"));
+    qCWarning(lcVerification).noquote() << "audit of check" << check.id << ":" << check.accused.left(12) << "and"
+                                        << check.verifier.left(12) << "agreed on bits the broker does not get";
+    return settle(check, Loser::Both,
+        QStringLiteral("the verifier agreed with the checked result, and the broker's own re-execution (an audit) gives "
+                       "other bits: both computed it wrongly"));
+}
+
 bool Verifier::anyVerifierOnline(const Check& check)
 {
-    const auto* round = m_.scheduler.find(check.jobId);
-    if (!round)
+    if (!m_.scheduler.find(check.jobId))
         return true; // cannot tell: wait the full time
+    const auto eligible = eligibleVerifiers(check);
+    return !eligible || !eligible->isEmpty();
+}
+
+Result<QStringList> Verifier::eligibleVerifiers(const Check& check)
+{
+    const auto* round = m_.scheduler.find(check.jobId);
+    const QString address = m_.addresses.value(check.accused);
+    QStringList eligible;
     for (const auto& node : m_.online) {
-        if (node.nodeId != check.accused && reproduces(node.runtimeProfile, check.accusedResult.runtimeProfile)
-            && round->runsOn(node.maxThreads, node.maxMemoryMiB) && m_.stakes.hasStake(node.nodeId))
-            return true;
+        if (node.nodeId == check.accused || (!address.isEmpty() && m_.addresses.value(node.nodeId) == address))
+            continue; // its own node, or one at its address (where that can be told)
+        if (mayCheck(check, node, round))
+            eligible.append(node.nodeId);
     }
-    return false;
+    std::sort(eligible.begin(), eligible.end()); // the draw depends on the random source only
+    if (check.accused.isEmpty() || eligible.size() < 2)
+        return eligible;
+    auto latest = m_.store.latestVerifiersOf(check.accused, PartnerWindow);
+    if (!latest)
+        return latest.error();
+    QStringList others;
+    for (const auto& id : std::as_const(eligible)) {
+        if (latest->count(id) < PartnerChecks)
+            others.append(id);
+    }
+    return others.isEmpty() ? eligible : others;
+}
+
+bool Verifier::mayCheck(const Check& check, const NodeInfo& node, const Scheduler::Round* round) const
+{
+    if ((round && !round->runsOn(node)) || !reproduces(node.runtimeProfile, check.accusedResult.runtimeProfile)
+        || !m_.stakes.hasStake(node.nodeId))
+        return false;
+    const auto declined = m_declined.constFind(check.id); // it gave this check back, or failed it
+    return declined == m_declined.constEnd() || !declined->nodes.contains(node.nodeId);
+}
+
+Result<bool> Verifier::drawnToCheck(const Check& check, const NodeInfo& node)
+{
+    const auto now = m_.clock.nowMs();
+    // The draw stands while its node is connected and may still check it (it may lose its stake).
+    if (const auto found = m_draws.constFind(check.id); found != m_draws.constEnd()) {
+        const auto drawn = m_.online.constFind(found->node);
+        if (drawn != m_.online.constEnd() && mayCheck(check, *drawn, m_.scheduler.find(check.jobId)))
+            return found->node == node.nodeId;
+    }
+    auto eligible = eligibleVerifiers(check);
+    if (!eligible)
+        return eligible.error();
+    if (eligible->isEmpty()) {
+        m_draws.remove(check.id);
+        return false;
+    }
+    const QString drawn = eligible->at(qsizetype(m_.random.bounded(quint32(eligible->size()))));
+    m_draws.insert(check.id, Draw { drawn, now });
+    qCDebug(lcVerification).noquote() << "check" << check.id << "of" << check.accused.left(12) << "drawn for" << drawn.left(12)
+                                      << "among" << eligible->size();
+    return drawn == node.nodeId;
 }
 
 void Verifier::tick()
 {
     const auto now = m_.clock.nowMs();
+    // A draw stands while its node is connected (a busy node takes its check after its shard; one
+    // that never comes leaves it to the broker's own re-execution, selfVerifyAfterMs); a check
+    // that ended otherwise (its job did) is forgotten after an hour.
+    m_draws.removeIf(
+        [&](const auto& draw) { return !m_.online.contains(draw.value().node) || now - draw.value().at >= ForgetDrawMs; });
+    m_declined.removeIf([&](const auto& declined) { return now - declined.value().at >= ForgetDrawMs; });
     expireLateDisputes(now);
     requeueOverdue(now);
     selfVerifyStuck(now);

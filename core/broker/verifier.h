@@ -17,6 +17,7 @@
 
 #include <QHash>
 #include <QRandomGenerator>
+#include <QSet>
 
 #include <functional>
 #include <optional>
@@ -42,6 +43,7 @@ public:
         const Clock& clock;
         const BrokerOptions& options;
         const QHash<QString, NodeInfo>& online; // the nodes connected now
+        const QHash<QString, QString>& addresses; // nodes' network addresses (also of nodes that went), where known
         QRandomGenerator& random;
     };
     // Called when the job's own code is proven (or, by maxShardFailures distinct nodes, taken to
@@ -65,8 +67,11 @@ public:
     // node that committed and then revealed something impossible is slashed.
     // Also: the revealed result must be a finite update of the round's weights (roundBlob). The
     // update's norm comes back (negative: not measured).
+    // A reveal in the wrong form (whole weights for an int8 task, or the other way) is refused with
+    // an error naming WrongFormField, not slashed: the caller gives the shard to another node.
     Result<double> checkReveal(const QString& nodeId, const QString& assignmentId, const ShardTask& task,
         const ShardResult& result, const Digest& roundBlob);
+    static inline const QString WrongFormField = QStringLiteral("compression");
     // A node signed something that contradicts the shard it was given: slashed like a lost dispute.
     Status punishSignedLie(const QString& nodeId, const QString& assignmentId, const Error& lie);
     // A disputed checkpoint state came (a null digest: the node says it does not have it).
@@ -118,6 +123,20 @@ private:
     Status settleVerifier(const Check& check, Loser loser, const QString& why, Penalty penalty);
     Status selfVerify(Check& check);
     bool anyVerifierOnline(const Check& check);
+    // Who checks whom (docs/VERIFICATION.md, "Who checks whom"): the connected nodes that may
+    // re-execute this sample (its runtime profile, room for its job, stake), never its own node
+    // nor one at the same address, and a frequent partner only when nobody else may.
+    Result<QStringList> eligibleVerifiers(const Check& check);
+    // What a node needs to re-execute the check, whoever it is: the result's profile, room for its
+    // job, stake, and not having given this check back.
+    bool mayCheck(const Check& check, const NodeInfo& node, const Scheduler::Round* round) const;
+    // Whether this node is the one drawn at random to re-execute the check (drawn anew when the
+    // drawn node went).
+    Result<bool> drawnToCheck(const Check& check, const NodeInfo& node);
+    // A check both sides agreed on: the broker re-executes the shard itself, now and then, where
+    // its answer is exact and cheap (docs/VERIFICATION.md, "The broker's audits").
+    bool shouldAudit(const Check& check, const ShardTask& task);
+    Status audit(Check& check, const ShardTask& task);
     void expireLateDisputes(std::int64_t now);
     void requeueOverdue(std::int64_t now);
     void selfVerifyStuck(std::int64_t now);
@@ -129,6 +148,26 @@ private:
     RoundMayBeComplete m_roundMayBeComplete;
     JobFails m_jobFails;
     std::int64_t m_startedAtMs = 0; // nodes come back over the first seconds after a restart
+    struct Draw {
+        QString node;
+        std::int64_t at = 0;
+    };
+    QHash<QString, Draw> m_draws; // check id: the node drawn to re-execute it
+    struct Declined {
+        QSet<QString> nodes;
+        std::int64_t at = 0;
+    };
+    double m_auditBudgetGflop = 2 * BrokerOptions::auditMaxShardGflop; // what audits may still spend
+    std::int64_t m_auditBudgetAt = 0;
+    QHash<QString, Declined> m_declined; // check id: nodes that gave it back or failed it, not drawn again
+
+public:
+    // A draw for a check that ended without being handed out (its job ended) is forgotten after this.
+    static constexpr std::int64_t ForgetDrawMs = 3'600'000;
+    // A node that re-executed at least PartnerChecks of another's latest PartnerWindow checked
+    // results is its frequent partner: not drawn for it while anyone else may be.
+    static constexpr int PartnerWindow = 6;
+    static constexpr int PartnerChecks = 3;
 };
 
 } // namespace tessera::core::broker

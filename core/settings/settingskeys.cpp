@@ -105,6 +105,10 @@ QList<Key> makeKeys()
             "A node's results are all re-executed by another node until this many in a row were accepted."),
         intKey(BrokerSamplingFloorPercent, 5, 0, 100, "The least share of a node's results re-executed, in percent."),
         intKey(BrokerCanaryPercent, 1, 0, 100, "Share of handed-out work that re-checks an already verified shard, in percent."),
+        intKey(BrokerAuditPercent, 5, 0, 100,
+            "Share of checks where the verifier agreed that the broker re-executes itself too, in percent (shards of at most "
+            "100 GFLOP whose answer it computes exactly: a portable job, or its own runtime profile; at most 1 GFLOP/s on "
+            "average); both sides are slashed when it gets other bits."),
         intKey(BrokerSlashPercent, 50, 0, 100, "Share of its stake a node loses for a lost dispute or a signed lie, in percent."),
         intKey(BrokerUpdateNormFactor, 4, 2, 1'000'000,
             "A result nobody re-executed is re-executed before its round aggregates when its update's norm is this many times "
@@ -124,6 +128,9 @@ QList<Key> makeKeys()
             "its result); an upload of a new blob past it is refused."),
         intKey(BrokerUnnamedUploadMinutes, 60, 1, 10'080,
             "An upload no job has named for this long is removed (and no longer counts against its uploader)."),
+        intKey(BrokerKeepRounds, 3, 2, 1'000'000,
+            "Rounds' weights a job keeps on the broker's disk: the newest this many, beside its initial and final weights "
+            "and the rounds its spec asks for (training.keepWeightsEvery); older rounds' weights are removed."),
         intKey(BrokerMaxRequestsPerSecond, 500, 0, 1'000'000,
             "Messages a peer (a CURVE key; in plaintext an address) may send per second (bursts of twice that); floods "
             "are refused, then dropped; 0: no limit."),

@@ -57,6 +57,7 @@ NodeInfo node(const QString& id, int threads = 4)
     info.softwareVersion = QStringLiteral("test");
     info.runtimeProfile = QStringLiteral("p");
     info.maxThreads = threads;
+    info.capabilities = ownCapabilities();
     info.benchmarkSamplesPerSecond = 1000;
     return info;
 }
@@ -68,6 +69,7 @@ ShardResult answer(Broker& broker, const Assignment& assignment, const QByteArra
     result.jobId = assignment.task.jobId;
     result.round = assignment.task.round;
     result.shard = assignment.task.shard;
+    result.runtimeProfile = assignment.task.portable ? PortableProfile : QStringLiteral("p"); // node()'s
     result.weightsSha256 = *broker.blobs().put(weights);
     result.finalHash = Digest::ofBytes(weights);
     result.checkpointHashes = { assignment.task.startWeights, Digest::ofBytes("mid"), result.finalHash };
@@ -84,7 +86,7 @@ ShardResult honest(Broker& broker, const Assignment& assignment, std::int64_t li
     result.jobId = task.jobId;
     result.round = task.round;
     result.shard = task.shard;
-    result.runtimeProfile = QStringLiteral("p");
+    result.runtimeProfile = assignment.task.portable ? PortableProfile : QStringLiteral("p"); // node()'s
     result.checkpointHashes = { task.startWeights };
     for (std::int64_t k = 1; k < task.checkpointCount(); ++k)
         result.checkpointHashes.append(Digest::ofBytes(
@@ -230,6 +232,80 @@ private Q_SLOTS:
             QVERIFY(!broker->blobs().contains(digest));
         for (const auto& round : status.history)
             QVERIFY(broker->blobs().contains(round.weightsBlob));
+    }
+
+    // A job's disk does not grow with its rounds (docs/BROKER.md, "Disk"): the newest keepRounds
+    // rounds' weights, the initial and the final ones, and the rounds its spec asks for
+    // (keepWeightsEvery) stay; every other round's weights are collected once it falls out.
+    void oldRoundsWeightsAreCollected()
+    {
+        Broker::Options options;
+        options.sampling = { 0, 0.0 };
+        options.faucet = true;
+        options.keepRounds = 2;
+        auto broker = open(QStringLiteral("retention"), options);
+        auto spec = job(8, 1);
+        spec.training.keepWeightsEvery = 3;
+        const auto jobId = *broker->submit(spec);
+        const auto initial = broker->status(jobId)->weightsBlob;
+        QVERIFY(broker->registerNode(node(QStringLiteral("a"))).ok());
+        for (int round = 0; round < 8; ++round) {
+            const auto shard = **broker->assign(QStringLiteral("a"));
+            QCOMPARE(shard.task.round, round);
+            QVERIFY(broker->blobs().contains(shard.startWeightsBlob)); // a round's start is always there
+            QCOMPARE(*deliver(*broker, QStringLiteral("a"), shard.id, answer(*broker, shard, "k" + QByteArray::number(round))),
+                Acceptance::Accepted);
+        }
+        const auto status = *broker->status(jobId);
+        QCOMPARE(status.state, JobState::Finished);
+        QCOMPARE(status.history.size(), 8);
+        QVERIFY(broker->blobs().contains(initial));
+        QVERIFY(broker->blobs().contains(status.weightsBlob)); // the final weights
+        for (int round = 0; round < 8; ++round) {
+            const bool kept = round >= 6 || (round + 1) % 3 == 0; // the newest two; rounds 3 and 6 asked for
+            QVERIFY2(broker->blobs().contains(status.history[round].weightsBlob) == kept, qPrintable(QString::number(round)));
+        }
+        QVERIFY(broker->ledger().checkInvariants().ok());
+    }
+
+    // A SUBMIT named by a request id creates one job however often it is repeated (a client that
+    // gave up waiting and asked again): the same job and one escrow; the same name with another
+    // spec is refused, and another owner's same name is another job.
+    void aRepeatedSubmitGivesTheFirstJob()
+    {
+        auto broker = open(QStringLiteral("repeat"), false);
+        const auto owner = ledger::accounts::balance(QStringLiteral("alice"));
+        (void)broker->ledger().mint(owner, *Credits::fromCredits(250), QStringLiteral("buy alice"), 1);
+        (void)broker->ledger().mint(
+            ledger::accounts::balance(QStringLiteral("bob")), *Credits::fromCredits(250), QStringLiteral("buy bob"), 1);
+        const auto first = broker->submit(job(), QStringLiteral("alice"), QStringLiteral("try-1"));
+        QVERIFY(first.ok());
+        const int built = m_math.initialBuilds;
+        const auto again = broker->submit(job(), QStringLiteral("alice"), QStringLiteral("try-1"));
+        QVERIFY(again.ok());
+        QCOMPARE(*again, *first);
+        std::optional<Result<QString>> answered;
+        QVERIFY(broker
+                    ->submitInBackground(
+                        job(), QStringLiteral("alice"), QStringLiteral("try-1"), [&](Result<QString> id) { answered = id; })
+                    .ok());
+        QVERIFY(answered && answered->ok());
+        QCOMPARE(**answered, *first);
+        QCOMPARE(m_math.initialBuilds, built); // nothing was built again
+        QCOMPARE(*broker->ledger().balance(owner), *Credits::fromCredits(150)); // one escrow of 100
+        auto other = job();
+        other.name = QStringLiteral("another job");
+        const auto clash = broker->submit(other, QStringLiteral("alice"), QStringLiteral("try-1"));
+        QVERIFY(!clash.ok());
+        QCOMPARE(clash.error().field, QStringLiteral("requestId"));
+        const auto bobs = broker->submit(job(), QStringLiteral("bob"), QStringLiteral("try-1"));
+        QVERIFY2(bobs.ok(), qPrintable(bobs.ok() ? QString() : bobs.error().toString()));
+        QVERIFY(*bobs != *first);
+        const auto fresh = broker->submit(job(), QStringLiteral("alice"), QStringLiteral("try-2"));
+        QVERIFY(fresh.ok());
+        QVERIFY(*fresh != *first);
+        QCOMPARE(*broker->ledger().balance(owner), *Credits::fromCredits(50));
+        QVERIFY(broker->ledger().checkInvariants().ok());
     }
 
     // With int8 compression (the default) each round from round 1 on can be fetched as its change
@@ -493,23 +569,35 @@ private Q_SLOTS:
         scripted.model = ModelSpec {};
         scripted.model.source = ModelSpec::Source::TorchScript;
         scripted.model.scriptSha256 = *broker->blobs().put(model.readAll());
-        std::optional<Result<QString>> answer;
-        QVERIFY(broker->submitInBackground(scripted, QStringLiteral("owner"), [&](Result<QString> id) { answer = id; }).ok());
-        const auto second = broker->submitInBackground(scripted, QStringLiteral("owner"), [](Result<QString>) {});
-        if (broker->submitsInBackground() > 0) // else the first was answered already, in a moment
+        std::optional<Result<QString>> answer, repeated;
+        QVERIFY(broker
+                    ->submitInBackground(
+                        scripted, QStringLiteral("owner"), QStringLiteral("r1"), [&](Result<QString> id) { answer = id; })
+                    .ok());
+        const bool building = broker->submitsInBackground() > 0; // else the first was answered already
+        const auto second = broker->submitInBackground(scripted, QStringLiteral("owner"), {}, [](Result<QString>) {});
+        if (building)
             QVERIFY(!second.ok());
+        // The same submit again (its client gave up waiting): it hears the first one's answer.
+        QVERIFY(broker
+                    ->submitInBackground(
+                        scripted, QStringLiteral("owner"), QStringLiteral("r1"), [&](Result<QString> id) { repeated = id; })
+                    .ok());
         QVERIFY(QTest::qWaitFor(
             [&] {
                 broker->pollSubmits();
-                return answer.has_value();
+                return answer.has_value() && repeated.has_value();
             },
             10'000));
         QVERIFY2(answer->ok(), qPrintable(answer->ok() ? QString() : answer->error().toString()));
+        QVERIFY(repeated->ok());
+        QCOMPARE(**repeated, **answer);
         QCOMPARE(broker->status(**answer)->state, JobState::Running);
         QCOMPARE(jobCode.initialBuilds, 1 + int(second.ok()));
         // A zoo model is Tessera's own code: built at once, answered before submitInBackground returns.
         answer.reset();
-        QVERIFY(broker->submitInBackground(job(1, 1), QStringLiteral("other"), [&](Result<QString> id) { answer = id; }).ok());
+        QVERIFY(
+            broker->submitInBackground(job(1, 1), QStringLiteral("other"), {}, [&](Result<QString> id) { answer = id; }).ok());
         QVERIFY(answer && answer->ok());
         QVERIFY(broker->ledger().checkInvariants().ok());
     }
@@ -610,6 +698,10 @@ private Q_SLOTS:
             QCOMPARE(*deliver(*broker, QStringLiteral("a"), assignment.id, returned), Acceptance::Failed);
             const auto status = *broker->status(jobId);
             QCOMPARE(status.state, JobState::Running);
+            // Not straight back to the node that gave it back: another takes it first, and only
+            // after ReturnedWaitMs without a taker does it come back.
+            QVERIFY(!broker->assign(QStringLiteral("a"))->has_value());
+            m_clock.now += Scheduler::ReturnedWaitMs;
         }
         const auto assignment = **broker->assign(QStringLiteral("b"));
         QCOMPARE(*deliver(*broker, QStringLiteral("b"), assignment.id, answer(*broker, assignment, "b")), Acceptance::Accepted);
@@ -748,7 +840,8 @@ private Q_SLOTS:
         QCOMPARE(broke.error().field, QStringLiteral("budget"));
         QCOMPARE(m_math.initialBuilds, built);
         std::optional<Result<QString>> answered;
-        QVERIFY(broker->submitInBackground(job(1, 1), QStringLiteral("nobody"), [&](Result<QString> id) { answered = id; }).ok());
+        QVERIFY(
+            broker->submitInBackground(job(1, 1), QStringLiteral("nobody"), {}, [&](Result<QString> id) { answered = id; }).ok());
         QVERIFY(answered && !answered->ok());
         QCOMPARE(m_math.initialBuilds, built);
         (void)broker->ledger().mint(
@@ -1228,6 +1321,93 @@ private Q_SLOTS:
         QVERIFY(broker->ledger().checkInvariants().ok());
     }
 
+    // A fresh node bonds before its first REGISTER ("credit, stake bond, run"), when it asks
+    // itself; nobody else may bond for it, and unbonding needs a registered key.
+    void aFreshNodeBondsBeforeItRegisters()
+    {
+        auto options = verifyingOptions();
+        options.faucet = false;
+        auto broker = open(QStringLiteral("freshstake"), options);
+        QVERIFY(
+            broker->ledger().mint(QStringLiteral("balance:fresh"), *Credits::fromCredits(20), QStringLiteral("grant"), 0).ok());
+        const QString brokerKey = QString::fromLatin1(broker->signingKey().toBase64());
+        auto request = [&](const QString& action, const QString& nonce) {
+            return signDocument({ { QStringLiteral("kind"), QStringLiteral("tessera-stake") },
+                                    { QStringLiteral("node"), QStringLiteral("fresh") }, { QStringLiteral("action"), action },
+                                    { QStringLiteral("amount"), QStringLiteral("10") }, { QStringLiteral("nonce"), nonce },
+                                    { QStringLiteral("broker"), brokerKey },
+                                    { QStringLiteral("expires"), static_cast<qint64>(m_clock.now + 60'000) } },
+                keysOf(QStringLiteral("fresh")));
+        };
+        QCOMPARE(broker->stake(request(QStringLiteral("bond"), QStringLiteral("1")), QStringLiteral("stranger")).error().field,
+            QStringLiteral("request.node"));
+        QCOMPARE(broker->stake(request(QStringLiteral("unbond"), QStringLiteral("2")), QStringLiteral("fresh")).error().field,
+            QStringLiteral("request.node"));
+        QVERIFY(broker->stake(request(QStringLiteral("bond"), QStringLiteral("3")), QStringLiteral("fresh")).ok());
+        QCOMPARE(*broker->ledger().balance(ledger::accounts::stake(QStringLiteral("fresh"))), *Credits::fromCredits(10));
+        QVERIFY(
+            broker->ledger()
+                .mint(ledger::accounts::balance(QStringLiteral("local")), *Credits::fromCredits(100), QStringLiteral("buy"), 0)
+                .ok());
+        QVERIFY(broker->submit(job(1, 1)).ok());
+        QVERIFY(broker->registerNode(node(QStringLiteral("fresh"))).ok());
+        const auto work = broker->assign(QStringLiteral("fresh"));
+        QVERIFY2(work.ok() && work->has_value(), qPrintable(work.ok() ? QString() : work.error().toString()));
+        QVERIFY(broker->ledger().checkInvariants().ok());
+    }
+
+    // A node that declares fewer capabilities than a job needs (docs/PROTOCOL.md, "Capabilities";
+    // none: a node from before them) gets none of that job's shards; a job it can run it gets.
+    void nodesGetOnlyJobsTheirCapabilitiesRun()
+    {
+        auto broker = open(QStringLiteral("capabilities"));
+        (void)*broker->submit(job(1, 1)); // int8, the default
+        auto old = node(QStringLiteral("old"));
+        old.capabilities.clear();
+        QVERIFY(broker->registerNode(old).ok());
+        QVERIFY(!broker->assign(QStringLiteral("old"))->has_value());
+        auto plain = job(1, 1);
+        plain.aggregation.compression = Compression::None;
+        const auto plainId = *broker->submit(plain);
+        const auto work = **broker->assign(QStringLiteral("old"));
+        QCOMPARE(work.task.jobId, plainId);
+        auto portable = job(1, 1);
+        portable.aggregation.compression = Compression::None;
+        portable.training.determinism = TrainingSpec::Determinism::Portable;
+        (void)*broker->submit(portable);
+        auto someInt8 = node(QStringLiteral("int8-only"));
+        someInt8.capabilities = { QStringLiteral("int8"), QStringLiteral("a-later-one") };
+        QVERIFY(broker->registerNode(someInt8).ok());
+        const auto first = **broker->assign(QStringLiteral("int8-only")); // the int8 job's shard
+        QCOMPARE(first.task.compression, Compression::Int8);
+        QVERIFY(!broker->assign(QStringLiteral("int8-only"))->has_value()); // never the portable one
+    }
+
+    // A node that declared int8 and reveals whole weights for an int8 task is refused at RESULT
+    // (field compression), not slashed, and gets no more of that job: the shard goes to another.
+    void aResultInTheWrongFormIsRefusedNotSlashed()
+    {
+        auto broker = open(QStringLiteral("wrong-form"));
+        const auto jobId = *broker->submit(job(1, 1)); // int8, the default
+        QVERIFY(broker->registerNode(node(QStringLiteral("a"))).ok());
+        QVERIFY(broker->registerNode(node(QStringLiteral("b"))).ok());
+        const auto assignment = **broker->assign(QStringLiteral("a"));
+        QCOMPARE(assignment.task.compression, Compression::Int8);
+        const auto refused = deliver(*broker, QStringLiteral("a"), assignment.id, answer(*broker, assignment, "whole:a"));
+        QVERIFY(!refused.ok());
+        QCOMPARE(refused.error().field, Verifier::WrongFormField);
+        m_clock.now += Scheduler::ReturnedWaitMs; // not even once nobody else has taken it
+        QVERIFY(!broker->assign(QStringLiteral("a"))->has_value());
+        const auto again = **broker->assign(QStringLiteral("b"));
+        QCOMPARE(again.task.shard, assignment.task.shard);
+        QCOMPARE(*deliver(*broker, QStringLiteral("b"), again.id, answer(*broker, again, "b")), Acceptance::Accepted);
+        QCOMPARE(broker->status(jobId)->state, JobState::Finished);
+        const auto known = *broker->nodes();
+        for (const auto& record : known)
+            QCOMPARE(record.value(QStringLiteral("slashed")).toString(), QStringLiteral("0"));
+        QVERIFY(broker->ledger().checkInvariants().ok());
+    }
+
     void stakeBondsAndUnbondsAfterADelay()
     {
         auto options = verifyingOptions();
@@ -1376,12 +1556,14 @@ private Q_SLOTS:
         options.canaryRate = 1.0;
         auto broker = open(QStringLiteral("canary"), options);
         const auto jobId = *broker->submit(job(1, 2));
-        for (const auto* id : { "a", "b", "c" })
+        for (const auto* id : { "a", "b" })
             QVERIFY(broker->registerNode(node(QString::fromLatin1(id))).ok());
         const auto a1 = **broker->assign(QStringLiteral("a"));
         QCOMPARE(*deliver(*broker, QStringLiteral("a"), a1.id, honest(*broker, a1)), Acceptance::Held);
-        const auto b1 = **broker->assign(QStringLiteral("b"));
+        const auto b1 = **broker->assign(QStringLiteral("b")); // the check of a's result: b is the only one to draw
+        QCOMPARE(b1.task.shard, a1.task.shard);
         QCOMPARE(*deliver(*broker, QStringLiteral("b"), b1.id, honest(*broker, b1)), Acceptance::Held);
+        QVERIFY(broker->registerNode(node(QStringLiteral("c"))).ok());
         // c is handed shard 0 again, as if it were new, and gets it wrong.
         const auto c1 = **broker->assign(QStringLiteral("c"));
         QCOMPARE(c1.task.shard, 0);
@@ -1390,6 +1572,115 @@ private Q_SLOTS:
         QCOMPARE(canary.value(QStringLiteral("kind")).toString(), QStringLiteral("canary"));
         QCOMPARE(canary.value(QStringLiteral("outcome")).toString(), QStringLiteral("verifier"));
         QCOMPARE(broker->account(QStringLiteral("c"))->value(QStringLiteral("stake")).toString(), QStringLiteral("5"));
+        QVERIFY(broker->ledger().checkInvariants().ok());
+    }
+
+    // Who checks whom (docs/VERIFICATION.md): never a node at the checked node's address, never a
+    // frequent partner (3 of the node's latest 6 checks) while another node may.
+    void whoChecksWhomIsDrawnNotArranged()
+    {
+        auto options = verifyingOptions();
+        options.auditRate = 0.0;
+        auto broker = open(QStringLiteral("who-checks"), options);
+        (void)*broker->submit(job(1, 8));
+        QVERIFY(broker->registerNode(node(QStringLiteral("a")), QStringLiteral("10.0.0.1")).ok());
+        QVERIFY(broker->registerNode(node(QStringLiteral("b")), QStringLiteral("10.0.0.2")).ok());
+        QVERIFY(broker->registerNode(node(QStringLiteral("twin")), QStringLiteral("10.0.0.1")).ok()); // a's address
+        // b checks a's first three results: the only node that may (twin shares a's address).
+        for (int i = 0; i < 3; ++i) {
+            const auto trained = **broker->assign(QStringLiteral("a"));
+            QCOMPARE(*deliver(*broker, QStringLiteral("a"), trained.id, honest(*broker, trained)), Acceptance::Held);
+            const auto check = **broker->assign(QStringLiteral("b"));
+            QCOMPARE(check.task.shard, trained.task.shard);
+            QCOMPARE(*deliver(*broker, QStringLiteral("b"), check.id, honest(*broker, check)), Acceptance::Held);
+        }
+        // Now b is a's frequent partner: with h there, a's next result goes to h, whoever asks first.
+        QVERIFY(broker->registerNode(node(QStringLiteral("h")), QStringLiteral("10.0.0.3")).ok());
+        const auto trained = **broker->assign(QStringLiteral("a"));
+        QCOMPARE(*deliver(*broker, QStringLiteral("a"), trained.id, honest(*broker, trained)), Acceptance::Held);
+        for (const auto* other : { "b", "twin" }) {
+            const auto work = **broker->assign(QString::fromLatin1(other));
+            QVERIFY2(work.task.shard != trained.task.shard, other); // a shard of its own to train
+        }
+        const auto check = **broker->assign(QStringLiteral("h"));
+        QCOMPARE(check.task.shard, trained.task.shard);
+        QVERIFY(broker->ledger().checkInvariants().ok());
+    }
+
+    // A result carries its node's registered runtime profile (a portable task's, the portable
+    // one): a node cannot name a profile only its partner has, to choose who checks it.
+    void aResultCarriesItsNodesOwnProfile()
+    {
+        auto broker = open(QStringLiteral("own-profile"), verifyingOptions());
+        (void)*broker->submit(job(1, 2));
+        QVERIFY(broker->registerNode(node(QStringLiteral("a"))).ok());
+        const auto trained = **broker->assign(QStringLiteral("a"));
+        auto result = honest(*broker, trained);
+        result.runtimeProfile = QStringLiteral("cpu=only-my-partner");
+        const auto refused = deliver(*broker, QStringLiteral("a"), trained.id, result);
+        QVERIFY(!refused.ok());
+        QCOMPARE(refused.error().field, QStringLiteral("runtimeProfile"));
+        result.runtimeProfile = PortableProfile; // a fast task's result is not portable
+        QCOMPARE(deliver(*broker, QStringLiteral("a"), trained.id, result).error().field, QStringLiteral("runtimeProfile"));
+        QCOMPARE(*deliver(*broker, QStringLiteral("a"), trained.id, honest(*broker, trained)), Acceptance::Held);
+        QCOMPARE(broker->account(QStringLiteral("a"))->value(QStringLiteral("stake")).toString(), QStringLiteral("10"));
+    }
+
+    // A node that gives a check back is not drawn for it again: the next node is.
+    void aCheckGivenBackIsNotDrawnForItsNodeAgain()
+    {
+        auto broker = open(QStringLiteral("declined"), verifyingOptions());
+        (void)*broker->submit(job(1, 4));
+        for (const auto* id : { "a", "b" })
+            QVERIFY(broker->registerNode(node(QString::fromLatin1(id))).ok());
+        const auto trained = **broker->assign(QStringLiteral("a"));
+        QCOMPARE(*deliver(*broker, QStringLiteral("a"), trained.id, honest(*broker, trained)), Acceptance::Held);
+        const auto check = **broker->assign(QStringLiteral("b"));
+        QCOMPARE(check.task.shard, trained.task.shard);
+        (void)deliver(*broker, QStringLiteral("b"), check.id,
+            failure(check, QStringLiteral("the disk is full"), ShardResult::Outcome::Returned));
+        QVERIFY(broker->registerNode(node(QStringLiteral("c"))).ok());
+        const auto other = **broker->assign(QStringLiteral("b"));
+        QVERIFY(other.task.shard != trained.task.shard); // work of its own, not the check again
+        const auto again = **broker->assign(QStringLiteral("c"));
+        QCOMPARE(again.task.shard, trained.task.shard);
+    }
+
+    // Two nodes that agree on the same wrong result pass a check, unless the broker re-executes
+    // it too (an audit, Broker/AuditPercent): then both lost, both are slashed, and the shard is
+    // trained again.
+    void anAuditCatchesAPairThatAgreedOnALie()
+    {
+        auto options = verifyingOptions();
+        options.auditRate = 1.0;
+        auto broker = open(QStringLiteral("audit"), options);
+        const auto jobId = *broker->submit(job(1, 2));
+        for (const auto* id : { "a", "b" })
+            QVERIFY(broker->registerNode(node(QString::fromLatin1(id))).ok());
+        const auto trained = **broker->assign(QStringLiteral("a"));
+        QCOMPARE(*deliver(*broker, QStringLiteral("a"), trained.id, honest(*broker, trained, 1)), Acceptance::Held);
+        const auto check = **broker->assign(QStringLiteral("b"));
+        QCOMPARE(check.task.shard, trained.task.shard);
+        const int replays = m_math.replays;
+        QCOMPARE(*deliver(*broker, QStringLiteral("b"), check.id, honest(*broker, check, 1)), Acceptance::Held);
+        QCOMPARE(m_math.replays, replays + 1); // the broker's own run of the shard
+        const auto decided = broker->verifications(jobId)->first();
+        QCOMPARE(decided.value(QStringLiteral("outcome")).toString(), QStringLiteral("both"));
+        for (const auto* id : { "a", "b" })
+            QCOMPARE(broker->account(QString::fromLatin1(id))->value(QStringLiteral("stake")).toString(), QStringLiteral("5"));
+        // Honest results that agree pass the audit (a and b, slashed below the stake work needs, are gone).
+        broker->nodeLost(QStringLiteral("a"));
+        broker->nodeLost(QStringLiteral("b"));
+        for (const auto* id : { "c", "d" })
+            QVERIFY(broker->registerNode(node(QString::fromLatin1(id))).ok());
+        const auto again = **broker->assign(QStringLiteral("c"));
+        QCOMPARE(*deliver(*broker, QStringLiteral("c"), again.id, honest(*broker, again)), Acceptance::Held);
+        const auto recheck = **broker->assign(QStringLiteral("d"));
+        QCOMPARE(recheck.task.shard, again.task.shard);
+        QCOMPARE(*deliver(*broker, QStringLiteral("d"), recheck.id, honest(*broker, recheck)), Acceptance::Held);
+        QCOMPARE(m_math.replays, replays + 2);
+        for (const auto* id : { "c", "d" })
+            QCOMPARE(broker->account(QString::fromLatin1(id))->value(QStringLiteral("stake")).toString(), QStringLiteral("10"));
         QVERIFY(broker->ledger().checkInvariants().ok());
     }
 

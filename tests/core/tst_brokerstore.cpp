@@ -162,7 +162,7 @@ private Q_SLOTS:
                         .ok());
         }
         BrokerStore store(openAt(path, 1000));
-        QCOMPARE(*store.database().schemaVersion(), 11);
+        QCOMPARE(*store.database().schemaVersion(), 12);
         const auto carried = *store.job(QStringLiteral("j"));
         QVERIFY(carried);
         QVERIFY(!carried->change); // its round's weights come whole

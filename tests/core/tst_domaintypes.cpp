@@ -209,6 +209,7 @@ private Q_SLOTS:
         node.devices = { cpu, sampleGpu() };
         node.benchmarkSamplesPerSecond = 5321.5;
         node.maxThreads = 8;
+        node.capabilities = { QStringLiteral("int8"), QStringLiteral("a-later-one") };
         const auto again = NodeInfo::fromJson(node.toJson());
         QVERIFY2(again.ok(), qPrintable(again.ok() ? QString() : again.error().toString()));
         QCOMPARE(*again, node);
@@ -220,6 +221,14 @@ private Q_SLOTS:
         devices[1] = second;
         json.insert(QStringLiteral("devices"), devices);
         QCOMPARE(NodeInfo::fromJson(json).error().field, QStringLiteral("devices[1].name"));
+
+        // A newer node's field is ignored, not refused, and not kept.
+        auto newer = node.toJson();
+        newer.insert(QStringLiteral("aLaterField"), QStringLiteral("x"));
+        const auto read = NodeInfo::fromJson(newer);
+        QVERIFY(read.ok());
+        QCOMPARE(*read, node);
+        QVERIFY(!read->toJson().contains(QStringLiteral("aLaterField")));
     }
 };
 

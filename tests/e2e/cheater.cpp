@@ -1,8 +1,9 @@
 // tessera-test-cheater: a node that cheats, for the end-to-end tests of verification. It is the
 // real network client (net::NodeClient: register, commit, upload, result, checkpoints) around an
-// executor that lies in one of eight ways:
+// executor that lies in one of nine ways:
 //
-//   random       random weights of the right shape, and a chain of made-up hashes
+//   random       weights (or an int8 update) of the right form that no honest run gives, and a
+//                chain of made-up hashes
 //   fewer-steps  trains half the steps and pads the chain (the first half is honest)
 //   copy         hands in the result of the next shard (what another node computes) as its own
 //   stale        relabels an honest result as one for the previous round
@@ -13,18 +14,21 @@
 //                dispute over the revealed result, settled from the last state)
 //   wrong-lr     trains with twice the learning rate (its forward and backward are honest; every
 //                update differs)
+//   collude      trains with 1.5 times the learning rate: two colluders (--name tells them apart)
+//                compute the same wrong result, so each vouches for the other's when drawn to check it
 //
 // The wrong-data and wrong-lr cheaters believe their lie: asked in a dispute, they answer from the
 // run that gave their result (a state, or a portable job's trace and operands), so a portable
 // dispute is narrowed to the instruction where they part from the job (the step's batch, the
 // first update). The others have nothing consistent to show and answer that they have nothing.
 //
-// Usage: tessera-test-cheater --broker ADDRESS --data DIR --mode MODE
+// Usage: tessera-test-cheater --broker ADDRESS --data DIR --mode MODE [--name NAME]
 
 #include <compute/runtimeprofile.h>
 #include <compute/shardrun.h>
 #include <compute/weights.h>
 #include <core/blobstore.h>
+#include <core/capabilities.h>
 #include <core/readfile.h>
 #include <core/signing.h>
 #include <net/curvekeys.h>
@@ -148,8 +152,8 @@ private:
             other.seed = task.seed + 1; // another permutation of the slice
             return other;
         }
-        if (m_mode == u"wrong-lr") {
-            other.optimizer.lr = task.optimizer.lr * 2.0;
+        if (m_mode == u"wrong-lr" || m_mode == u"collude") {
+            other.optimizer.lr = task.optimizer.lr * (m_mode == u"collude" ? 1.5 : 2.0);
             return other;
         }
         return std::nullopt;
@@ -159,23 +163,20 @@ private:
         const core::ShardTask& task, const QByteArray& start, const compute::ComputeEnvironment& environment)
     {
         if (m_mode == u"random") {
-            core::JobSpec spec;
-            spec.model = task.model;
-            spec.dataset = task.dataset;
-            spec.training.seed = std::int64_t(QRandomGenerator::global()->bounded(1'000'000));
-            auto weights = compute::initialWeights(spec, environment);
-            auto honest = compute::runShard(task, start, environment); // for the shape of the result only
-            if (!weights)
-                return honest;
-            honest.weights = weights->bytes;
-            honest.result.finalHash = weights->canonicalHash;
-            honest.result.weightsSha256 = core::Digest::ofBytes(weights->bytes);
-            for (qsizetype i = 1; i < honest.result.checkpointHashes.size(); ++i)
-                honest.result.checkpointHashes[i]
+            // Weights (or an int8 update) of the right form and shape that no honest run gives: another
+            // seed's data at three times the learning rate, and a chain of made-up hashes.
+            auto other = task;
+            other.seed = std::int64_t(QRandomGenerator::global()->bounded(1'000'000)) + task.seed + 1;
+            other.optimizer.lr = task.optimizer.lr * 3.0;
+            auto made = compute::runShard(other, start, environment);
+            if (made.result.outcome != core::ShardResult::Outcome::Completed)
+                return compute::runShard(task, start, environment);
+            for (qsizetype i = 1; i < made.result.checkpointHashes.size(); ++i)
+                made.result.checkpointHashes[i]
                     = core::Digest::ofBytes(QByteArray::number(QRandomGenerator::global()->generate64()));
-            honest.keptState.clear();
+            made.keptState.clear();
             qInfo("cheat: random weights for round %lld shard %lld", qlonglong(task.round), qlonglong(task.shard));
-            return honest;
+            return made;
         }
         if (m_mode == u"fewer-steps") {
             auto half = task;
@@ -209,7 +210,10 @@ private:
         }
         if (const auto believed = believedTask(task)) {
             auto output = compute::runShard(*believed, start, environment);
-            qInfo("cheat: %s for round %lld shard %lld", m_mode == u"wrong-lr" ? "twice the learning rate" : "wrong data order",
+            qInfo("cheat: %s for round %lld shard %lld",
+                m_mode == u"wrong-lr"      ? "twice the learning rate"
+                    : m_mode == u"collude" ? "the pact's learning rate"
+                                           : "wrong data order",
                 qlonglong(task.round), qlonglong(task.shard));
             return output;
         }
@@ -258,11 +262,12 @@ int main(int argc, char* argv[])
     parser.addOption({ QStringLiteral("broker"), QStringLiteral("broker address"), QStringLiteral("ADDRESS") });
     parser.addOption({ QStringLiteral("data"), QStringLiteral("data folder"), QStringLiteral("DIR") });
     parser.addOption({ QStringLiteral("mode"), QStringLiteral("how to cheat"), QStringLiteral("MODE") });
+    parser.addOption({ QStringLiteral("name"), QStringLiteral("the node's name (cheater-MODE)"), QStringLiteral("NAME") });
     parser.process(app);
     const QString mode = parser.value(QStringLiteral("mode"));
     const QStringList modes { QStringLiteral("random"), QStringLiteral("fewer-steps"), QStringLiteral("copy"),
         QStringLiteral("stale"), QStringLiteral("wrong-data"), QStringLiteral("late"), QStringLiteral("poisoned"),
-        QStringLiteral("wrong-lr") };
+        QStringLiteral("wrong-lr"), QStringLiteral("collude") };
     auto broker = net::BrokerAddress::parse(parser.value(QStringLiteral("broker")));
     const QString data = parser.value(QStringLiteral("data"));
     if (!modes.contains(mode) || !broker || data.isEmpty() || !QDir().mkpath(data)) {
@@ -281,12 +286,14 @@ int main(int argc, char* argv[])
     options.signing = *signing;
     options.resultLogPath = QDir(data).filePath(QStringLiteral("node.sqlite"));
     options.node.nodeId = keys->publicKey;
-    options.node.name = QStringLiteral("cheater-") + mode;
+    options.node.name
+        = parser.isSet(QStringLiteral("name")) ? parser.value(QStringLiteral("name")) : QStringLiteral("cheater-") + mode;
     options.node.softwareVersion = QStringLiteral("test");
     options.node.runtimeProfile = compute::currentRuntimeProfile(1).toString();
     options.node.signingKey = QString::fromLatin1(signing->publicKey.toBase64());
     options.node.maxThreads = 1;
     options.node.benchmarkSamplesPerSecond = 20000;
+    options.node.capabilities = core::ownCapabilities();
 
     std::signal(SIGTERM, [](int) { g_stop = true; });
     CheatingExecutor executor(mode);

@@ -129,12 +129,14 @@ public:
         return start(Bin + QStringLiteral("/tessera-node"), arguments, QStringLiteral("node%1").arg(index), environment);
     }
 
-    QProcess* startCheater(const QString& mode, const QStringList& environment = {})
+    // name: the node's name, its folder and its log (cheater-MODE when empty).
+    QProcess* startCheater(const QString& mode, const QStringList& environment = {}, const QString& name = {})
     {
+        const QString named = name.isEmpty() ? QStringLiteral("cheater-") + mode : name;
         return start(QStringLiteral(TESSERA_CHEATER),
-            { QStringLiteral("--broker"), endpoint(), QStringLiteral("--data"), path(QStringLiteral("cheater-") + mode),
-                QStringLiteral("--mode"), mode },
-            QStringLiteral("cheater-") + mode, environment);
+            { QStringLiteral("--broker"), endpoint(), QStringLiteral("--data"), path(named), QStringLiteral("--mode"), mode,
+                QStringLiteral("--name"), named },
+            named, environment);
     }
 
     // A node written in Python from the docs alone (tests/e2e/python/python_node.py); extra: its

@@ -391,6 +391,72 @@ private Q_SLOTS:
     // checkpoint, settled from the state before it, which the honest side re-created. A cheater with
     // an honest chain whose revealed int8 update is another run's loses the dispute over what was
     // revealed, settled from the last state, re-created too.
+    // Colluders (docs/VERIFICATION.md, "Who checks whom"): two nodes that compute the same wrong
+    // result (1.5 times the learning rate) beside two honest ones. A sample's verifier is drawn
+    // among the eligible nodes, so the pair cannot arrange to check each other; where the draw
+    // picks the partner, the broker's audit re-executes the shard (here every time,
+    // Broker/AuditPercent=100). Every result of a node's warm-up is sampled, so the bound is one:
+    // each colluder is slashed at its first result anyone checks (or its first check of another's),
+    // no lie reaches the weights (they end as an honest run's), and the honest nodes lose nothing.
+    void colludingVerifiersAreCaught()
+    {
+        const QString jobFile = m_dir.filePath(QStringLiteral("collusion-job.json"));
+        Cluster::writeFile(jobFile, QStringLiteral(R"({
+    "version": 1, "name": "collusion e2e",
+    "model": { "zoo": "mlp", "hidden": [32] },
+    "dataset": { "builtin": "fashion-mnist" },
+    "optimizer": { "kind": "sgd", "lr": 0.05 },
+    "training": { "rounds": 3, "shardsPerRound": 4, "localSteps": 20, "batchSize": 32, "seed": 11, "threads": 1,
+                  "checkpointInterval": 10 },
+    "budget": "1000",
+    "verification": { "rate": 0.1 }
+})"));
+        const auto local = trainLocally(jobFile, m_dir.filePath(QStringLiteral("collusion-local")));
+        QVERIFY2(!local.hash.isEmpty(), qPrintable(local.output));
+
+        Cluster cluster;
+        cluster.startBroker({}, QStringLiteral("AuditPercent=100\nDisputeTimeoutSeconds=20\nSelfVerifyAfterSeconds=600\n"));
+        const QStringList colluders { QStringLiteral("colluder-1"), QStringLiteral("colluder-2") };
+        for (const auto& name : colluders)
+            cluster.startCheater(QStringLiteral("collude"), {}, name);
+        cluster.startNode(1);
+        cluster.startNode(2);
+        const QString jobId = cluster.submit(jobFile);
+        QVERIFY(!jobId.isEmpty());
+        const auto job = cluster.waitForEnd(jobId);
+        QVERIFY2(job.value(QStringLiteral("state")).toString() == u"finished", qPrintable(cluster.log(QStringLiteral("broker"))));
+        QCOMPARE(job.value(QStringLiteral("weightsHash")).toString(), local.hash);
+
+        QHash<QString, QString> nameOf;
+        for (const auto& value : cluster.nodes())
+            nameOf.insert(value.toObject().value(QStringLiteral("nodeId")).toString(),
+                value.toObject().value(QStringLiteral("name")).toString());
+        int paired = 0, audited = 0;
+        for (const auto& value : cluster.checks(jobId)) {
+            const auto check = value.toObject();
+            const bool pair = colluders.contains(nameOf.value(check.value(QStringLiteral("checked")).toString()))
+                && colluders.contains(nameOf.value(check.value(QStringLiteral("verifier")).toString()));
+            paired += pair ? 1 : 0;
+            audited += check.value(QStringLiteral("detail")).toString().contains(QStringLiteral("(an audit)")) ? 1 : 0;
+            if (pair)
+                QCOMPARE(check.value(QStringLiteral("outcome")).toString(), QStringLiteral("both"));
+        }
+        qInfo("%d checks of a colluder drawn for its partner, %d caught by the broker's audit", paired, audited);
+        for (const auto& name : colluders) {
+            const auto node = cluster.nodeNamed(name);
+            qInfo("%s: done %lld, disputes lost %lld, slashed %s", qPrintable(name),
+                node.value(QStringLiteral("shardsDone")).toInteger(), node.value(QStringLiteral("disputesLost")).toInteger(),
+                qPrintable(node.value(QStringLiteral("slashed")).toString()));
+            QVERIFY2(node.value(QStringLiteral("slashed")).toString() != u"0", qPrintable(name));
+        }
+        for (const auto* name : { "node-1", "node-2" }) {
+            const auto honest = cluster.nodeNamed(QLatin1String(name));
+            QCOMPARE(honest.value(QStringLiteral("slashed")).toString(), QStringLiteral("0"));
+            QCOMPARE(honest.value(QStringLiteral("disputesLost")).toInteger(), 0);
+        }
+        QVERIFY(cluster.ledgerConsistent());
+    }
+
     void aDisputeIsSettledFromARecreatedState_data()
     {
         QTest::addColumn<QString>("mode");
@@ -754,6 +820,73 @@ private Q_SLOTS:
             120'000);
         qInfo("%s", qPrintable(table.output));
         QVERIFY2(table.exitCode == 0, qPrintable(table.output + cluster.log(QStringLiteral("broker"))));
+    }
+
+    // A client that gave up waiting for its SUBMIT and asks again under the same request id gets
+    // the first job: one job, one escrow (docs/PROTOCOL.md, "Submitting twice";
+    // tests/e2e/python/submit_twice.py). So does `tessera-job submit --request-id ID` run twice.
+    void aSubmitAskedAgainCreatesOneJob()
+    {
+        Cluster cluster;
+        cluster.startBroker({}, {}, Cluster::Money::OperatorOnly);
+        QVERIFY(QTest::qWaitFor([&] { return cluster.job({ QStringLiteral("list") }, 5'000).exitCode == 0; }, 60'000));
+        const auto credited
+            = cluster.brokerCommand({ QStringLiteral("credit"), QStringLiteral("retrying-owner"), QStringLiteral("50") });
+        QVERIFY2(credited.exitCode == 0, qPrintable(credited.output));
+        const auto retried = run(Python,
+            { QStringLiteral(TESSERA_SOURCE_DIR "/tests/e2e/python/submit_twice.py"), cluster.endpoint(),
+                QStringLiteral("retrying-owner") },
+            180'000);
+        qInfo("%s", qPrintable(retried.output));
+        QVERIFY2(retried.exitCode == 0, qPrintable(retried.output + cluster.log(QStringLiteral("broker"))));
+
+        const QString me = cluster.account();
+        QVERIFY(cluster.brokerCommand({ QStringLiteral("credit"), me, QStringLiteral("200") }).exitCode == 0);
+        const QStringList submit { QStringLiteral("submit"), QStringLiteral("--request-id"), QStringLiteral("cli-1"), Job };
+        const auto first = cluster.job(submit, 60'000);
+        const auto second = cluster.job(submit, 60'000);
+        QVERIFY2(first.exitCode == 0 && second.exitCode == 0, qPrintable(first.output + second.output));
+        QCOMPARE(second.standardOutput.trimmed(), first.standardOutput.trimmed());
+        QCOMPARE(cluster.balanceOf(me), 100'000'000); // 200 credited, one budget of 100 escrowed
+        QVERIFY(cluster.ledgerConsistent());
+    }
+
+    // Capabilities (docs/PROTOCOL.md): a node from before int8 updates (it declares none) is never
+    // sent an int8 job's work, and one that declares int8 but reveals whole weights is refused at
+    // RESULT, not slashed, and the shard goes to another node (it gets no more of the job). Tessera's node trains the job and
+    // nobody loses stake. A fresh node bonds before its first run.
+    void nodesGetOnlyTasksTheyDeclaredTheyCanRun()
+    {
+        Cluster cluster;
+        cluster.startBroker();
+        const QString jobFile = cluster.path(QStringLiteral("int8.json"));
+        Cluster::writeFile(jobFile, QStringLiteral(R"({"version": 1, "name": "int8", "model": {"zoo": "mlp", "hidden": [32]},
+                "dataset": {"builtin": "fashion-mnist"}, "optimizer": {"kind": "sgd", "lr": 0.05},
+                "training": {"rounds": 2, "shardsPerRound": 2, "localSteps": 20, "batchSize": 32, "seed": 1,
+                             "threads": 1, "checkpointInterval": 10},
+                "aggregation": {"compression": "int8"}, "budget": "20", "verification": {"rate": 0.0}})"));
+        const QString jobId = cluster.submit(jobFile);
+        QVERIFY(!jobId.isEmpty());
+        cluster.startPythonNode(QStringLiteral("old"), { QStringLiteral("--capabilities"), QStringLiteral("none") });
+        cluster.startPythonNode(QStringLiteral("whole"), { QStringLiteral("--ignore-compression") });
+        const auto says = [&](const QString& log, const QString& text) {
+            return QTest::qWaitFor([&] { return cluster.log(log).contains(text); }, 300'000);
+        };
+        QVERIFY2(says(QStringLiteral("old"), QStringLiteral("registered as")), qPrintable(cluster.log(QStringLiteral("old"))));
+        QVERIFY2(says(QStringLiteral("whole"), QStringLiteral("result refused")),
+            qPrintable(cluster.log(QStringLiteral("whole")) + cluster.log(QStringLiteral("broker"))));
+        QVERIFY2(cluster.log(QStringLiteral("whole")).contains(QStringLiteral("compression")),
+            qPrintable(cluster.log(QStringLiteral("whole"))));
+        cluster.startNode(1);
+        const auto job = cluster.waitForEnd(jobId);
+        QVERIFY2(job.value(QStringLiteral("state")).toString() == u"finished", qPrintable(cluster.log(QStringLiteral("broker"))));
+        QCOMPARE(cluster.log(QStringLiteral("old")).count(QStringLiteral("training ")), 0); // never sent a task
+        for (const auto* name : { "old", "whole", "node-1" }) {
+            const auto node = cluster.nodeNamed(QLatin1String(name));
+            QVERIFY2(!node.isEmpty() && node.value(QStringLiteral("slashed")).toString() == u"0",
+                qPrintable(QStringLiteral("%1: %2").arg(QLatin1String(name), QString::fromUtf8(QJsonDocument(node).toJson()))));
+        }
+        QVERIFY(cluster.ledgerConsistent());
     }
 
     // Without CURVE a broker listens on loopback only, unless told --insecure-plaintext.

@@ -43,6 +43,7 @@ core::NodeInfo nodeInfo(const QString& id)
     info.runtimeProfile = QStringLiteral("p");
     info.maxThreads = 4;
     info.benchmarkSamplesPerSecond = 1000;
+    info.capabilities = core::ownCapabilities();
     return info;
 }
 
@@ -119,7 +120,7 @@ private Q_SLOTS:
         QVERIFY(listed && listed->message.command == Command::Ok);
 
         // Busy: the owner's LIST is answered, its SUBMIT and the node's READY wait.
-        owner.send(Command::Submit, net::SubmitRequest { oneShardJob() }.toHeader());
+        owner.send(Command::Submit, net::SubmitRequest { oneShardJob(), {} }.toHeader());
         owner.send(Command::List, { { QStringLiteral("id"), 2 } });
         node.send(Command::Ready, net::ReadyRequest {}.toHeader());
         SessionPeer reader(m_context, zmq::socket_type::dealer, endpoint, false);

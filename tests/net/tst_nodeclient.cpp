@@ -240,6 +240,33 @@ private Q_SLOTS:
         QCOMPARE(session.node->counters().registrations, 2);
     }
 
+    // A task with a field of a later protocol: the node gives it back (outcome returned, saying
+    // why) at once, instead of leaving it to its deadline (docs/PROTOCOL.md, "Capabilities").
+    void aTaskWithAFieldItDoesNotKnowIsGivenBack()
+    {
+        auto session = start(&m_failing);
+        auto registration = nextRegister(session);
+        QVERIFY(registration);
+        welcome(session, *registration);
+        auto ready = session.broker->nextSkippingHeartbeats(session.pump());
+        QVERIFY(ready && ready->message.command == Command::Ready);
+        const auto weights = m_cache->put("start weights");
+        QVERIFY(weights);
+        auto header = taskOf(QStringLiteral("later"), *weights).toHeader();
+        auto task = header.value(net::fields::Task).toObject();
+        task.insert(QStringLiteral("aLaterField"), QStringLiteral("x"));
+        header.insert(net::fields::Task, task);
+        session.broker->send(Command::Task, header, {}, registration->routingId);
+        auto result = session.broker->nextSkippingHeartbeats(session.pump());
+        QVERIFY(result && result->message.command == Command::Result);
+        QCOMPARE(result->message.header.value(net::fields::Assignment).toString(), QStringLiteral("later"));
+        const auto request = net::ResultRequest::fromHeader(result->message.header);
+        QVERIFY2(request.ok(), qPrintable(request.ok() ? QString() : request.error().toString()));
+        QCOMPARE(request->result.outcome, core::ShardResult::Outcome::Returned);
+        QCOMPARE(request->result.round, 1);
+        QVERIFY2(request->result.failure.contains(QStringLiteral("aLaterField")), qPrintable(request->result.failure));
+    }
+
     static net::TaskMessage taskOf(const QString& assignment, const core::Digest& weights)
     {
         net::TaskMessage task;

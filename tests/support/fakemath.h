@@ -33,6 +33,18 @@ public:
             return Error { QStringLiteral("weights"), QStringLiteral("not a dict of tensors") };
         return Digest::ofBytes(weights.startsWith("container:") ? weights.mid(10) : weights);
     }
+    // Weights that start with "whole:" are whole weights in the form the broker can tell; other
+    // bytes are of no form it can tell.
+    Result<Inspection> inspectResult(const QString& revealedPath, const QString& roundWeightsPath) override
+    {
+        auto inspected = TrainingMath::inspectResult(revealedPath, roundWeightsPath);
+        if (!inspected)
+            return inspected;
+        QFile file(revealedPath);
+        if (file.open(QIODevice::ReadOnly) && file.read(6) == "whole:")
+            inspected->form = Compression::None;
+        return inspected;
+    }
     // With int8 compression the round's change is "change:" + the new weights.
     Result<Aggregated> aggregate(
         const AggregationSpec& spec, QByteArray global, const QList<Update>& updates, const QByteArray&) override

@@ -81,7 +81,7 @@ def expect_error(socket, command, header, code, payload=None):
 
 def node_info(node_id, **extra):
     info = {"nodeId": node_id, "name": node_id, "softwareVersion": "hostile", "runtimeProfile": "p", "devices": [],
-            "maxThreads": 1}
+            "maxThreads": 1, "capabilities": ["int8", "portable", "optimizer-state"]}
     info.update(extra)
     return info
 

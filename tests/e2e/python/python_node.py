@@ -269,7 +269,7 @@ UPDATE_BLOCK = 256
 def revealed(task, start, final):
     """What the node uploads: its final weights, or (compression "int8") their update from the
     round's weights, int8 with a float32 scale per block of 256 elements."""
-    if task.get("compression", "none") == "none":
+    if task.get("compression", "none") == "none" or IGNORE_COMPRESSION:
         return final
     out = {"meta/compression": torch.tensor([1, UPDATE_BLOCK], dtype=torch.int64)}
     for name, w in start.items():
@@ -370,6 +370,8 @@ def train(task, start_bytes):
 
 
 POISON = None  # --poison
+CAPABILITIES = ["int8"]  # --capabilities
+IGNORE_COMPRESSION = False  # --ignore-compression: reveals whole weights whatever the task says
 
 
 def poisoned(task, start, final):
@@ -461,6 +463,8 @@ class Node:
             "maxThreads": self.threads,
             "signingKey": base64.b64encode(self.key.verify_key.encode()).decode(),
         }
+        if CAPABILITIES is not None:  # None: a node from before capabilities, which sends no list
+            node["capabilities"] = CAPABILITIES
         self.send(REGISTER, {"node": node, "id": "register"})
         _, header, _ = self.await_reply(lambda c, h, p: c in (WELCOME, ERROR) and h.get("id") == "register")
         if "code" in header:
@@ -624,9 +628,16 @@ def main():
     parser.add_argument("--shards", type=int, default=None)
     parser.add_argument("--poison", choices=["nan", "huge"], default=None)
     parser.add_argument("--fail-with", default=None)
+    # What it declares it can run (docs/PROTOCOL.md, "Capabilities"): int8 updates; not Tessera's
+    # portable kernels nor carried optimizer state. "none": a node from before capabilities.
+    parser.add_argument("--capabilities", default="int8")
+    # As a node written before int8 updates would: whole weights whatever the task's compression.
+    parser.add_argument("--ignore-compression", action="store_true")
     options = parser.parse_args()
-    global POISON
+    global POISON, CAPABILITIES, IGNORE_COMPRESSION
+    IGNORE_COMPRESSION = options.ignore_compression
     POISON = options.poison
+    CAPABILITIES = None if options.capabilities == "none" else [c for c in options.capabilities.split(",") if c]
     stopping = []
     signal.signal(signal.SIGTERM, lambda *_: stopping.append(True))
     until = time.monotonic() + options.seconds

@@ -1,0 +1,32 @@
+#include "capabilities.h"
+
+namespace tessera::core {
+
+QStringList ownCapabilities()
+{
+    return { capability::Int8, capability::Portable, capability::OptimizerState };
+}
+
+QStringList capabilitiesNeededBy(const JobSpec& spec)
+{
+    QStringList needed;
+    if (spec.aggregation.compression == Compression::Int8)
+        needed.append(capability::Int8);
+    if (spec.training.determinism == TrainingSpec::Determinism::Portable)
+        needed.append(capability::Portable);
+    if (spec.aggregation.optimizerState == AggregationSpec::OptimizerState::Averaged)
+        needed.append(capability::OptimizerState);
+    return needed;
+}
+
+QStringList missingCapabilities(const QStringList& declared, const JobSpec& spec)
+{
+    QStringList missing;
+    for (const auto& needed : capabilitiesNeededBy(spec)) {
+        if (!declared.contains(needed))
+            missing.append(needed);
+    }
+    return missing;
+}
+
+} // namespace tessera::core

@@ -1,0 +1,28 @@
+#pragma once
+
+#include "jobspec.h"
+
+#include <QStringList>
+
+namespace tessera::core {
+
+// What a node says it can run (docs/PROTOCOL.md, "Capabilities"): REGISTER's NodeInfo
+// `capabilities`. A broker sends a node no task (shard, re-execution, canary) whose job needs a
+// capability the node did not declare, so a node written before a form existed is never handed,
+// nor slashed over, work it would misread. A node that declares none (or sends no list: one from
+// before capabilities) runs what the first protocol had: fast mode, float32 weights revealed whole,
+// a fresh optimizer in every shard.
+namespace capability {
+inline const QString Int8 = QStringLiteral("int8"); // reveals int8 updates (aggregation.compression int8)
+inline const QString Portable = QStringLiteral("portable"); // Tessera's portable kernels (determinism portable)
+inline const QString OptimizerState = QStringLiteral("optimizer-state"); // carried optimizer state (averaged)
+} // namespace capability
+
+// What Tessera's own node declares.
+QStringList ownCapabilities();
+// What a job's tasks need of the node that runs them.
+QStringList capabilitiesNeededBy(const JobSpec& spec);
+// What the job needs that `declared` lacks (empty: the node can run it).
+QStringList missingCapabilities(const QStringList& declared, const JobSpec& spec);
+
+} // namespace tessera::core
