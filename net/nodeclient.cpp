@@ -446,9 +446,18 @@ struct NodeClient::Private {
     void reveal()
     {
         const auto& finished = outbox.front();
-        if (!cache.contains(finished.result.weightsSha256) && !finished.weights.isEmpty()) {
+        // Uploaded every time, also when this node's cache holds the bytes (it uploaded the same
+        // weights before: the same job twice): the broker may have let go of them since (it
+        // deletes an aggregated round's uploads), and a PUT of a blob it still holds, by a node
+        // that may read it, completes at once.
+        QByteArray bytes = finished.weights;
+        if (bytes.isEmpty() && !finished.result.weightsSha256.isNull()) {
+            if (auto kept = cache.read(finished.result.weightsSha256))
+                bytes = std::move(*kept);
+        }
+        if (!bytes.isEmpty()) {
             report = Report::Uploading;
-            upload = Upload { Upload::Purpose::Weights, finished.result.weightsSha256, finished.weights, 0, 0, {} };
+            upload = Upload { Upload::Purpose::Weights, finished.result.weightsSha256, std::move(bytes), 0, 0, {} };
             pumpUpload();
             return;
         }

@@ -25,6 +25,8 @@
 #include <QThread>
 #include <QtConcurrent/QtConcurrentRun>
 
+#include <algorithm>
+
 Q_LOGGING_CATEGORY(lcDesktop, "tessera.desktop")
 
 namespace tessera::app {
@@ -189,12 +191,18 @@ core::Status DesktopApp::start()
         aimLink();
         return m_link.request(net::Command::Quote, { { QStringLiteral("job"), spec.toJson() } })
             .then([](const core::Result<QJsonObject>& reply) -> core::Result<core::Quote> {
-                if (!reply)
-                    return core::Error { QStringLiteral("broker"), reply.error().message };
+                if (!reply) // "broker": no answer in time (the panel asks again); else the broker's refusal code
+                    return reply.error();
                 return core::Quote::fromJson(reply->value(QStringLiteral("quote")).toObject());
             });
     });
     connect(&panel, &ui::SubmitPanel::submitRequested, this, [this](const core::JobSpec& spec) { submit(spec); });
+    connect(&dashboard, &ui::Dashboard::practiceAgain, this, [this] {
+        if (!m_embedded.running())
+            return;
+        note(QStringLiteral("info"), QStringLiteral("jobs"), QStringLiteral("another practice job for the local broker"));
+        submit(demoJob());
+    });
     connect(&panel, &ui::SubmitPanel::cancelRequested, this, [this] {
         if (m_submitCancel)
             m_submitCancel->store(true);
@@ -819,8 +827,14 @@ void DesktopApp::refresh()
                     jobsAnswered(reply);
                 });
             }
+            const bool practiceOnly = m_embedded.running() && !list.isEmpty()
+                && std::all_of(
+                    list.begin(), list.end(), [this](const auto& broker) { return broker.endpoint == m_embedded.address(); });
             if (!m_account.isEmpty()) {
                 overview.balance = tr("%1 credits in the wallet").arg(m_account.value(QStringLiteral("balance")).toString());
+                if (practiceOnly)
+                    overview.balance += tr(" (practice credits: the local broker's faucet gave this computer its stake and "
+                                           "the practice jobs' budgets, and they count on this computer only)");
                 overview.stake = tr("%1 credits bonded").arg(m_account.value(QStringLiteral("stake")).toString());
                 overview.atRisk = m_progress.has_value()
                     ? tr("%1 credits (half of the stake, if this shard's result were proven false)")
@@ -830,6 +844,16 @@ void DesktopApp::refresh()
             updateState();
             overview.state = core::Contribution::name(m_contribution.state());
             overview.reason = m_contribution.reason();
+            // Waiting: what comes next (on the practice network, nothing will unless the user asks).
+            if (m_contribution.state() == core::Contribution::State::Waiting) {
+                overview.practice = practiceOnly;
+                overview.next = practiceOnly
+                    ? tr("The practice network has no more work for this computer. To earn credits that count, join a "
+                         "network: paste its address below. Or run another practice job, or submit a job of your own "
+                         "from Jobs (this computer trains it too).")
+                    : tr("No shard for this computer right now: the brokers hand out work as jobs come in, and it "
+                         "starts by itself. Meanwhile you may join another network, or submit a job from Jobs.");
+            }
             if (m_progress) {
                 overview.progressPercent = m_progress->steps > 0 ? int(m_progress->step * 100 / m_progress->steps) : 0;
                 overview.shard

@@ -163,6 +163,46 @@ private Q_SLOTS:
         }
     }
 
+    // A broker that does not answer in time (a busy machine) is asked again, quietly, and the
+    // panel says it is still pricing; only after QuoteAttempts does it say the price failed. A
+    // refusal is said at once.
+    void aBusyBrokerIsAskedAgainQuietly()
+    {
+        SubmitPanel panel;
+        int asked = 0;
+        int silentFor = 2;
+        QString refusal;
+        QStringList shown;
+        panel.setEstimator([&](const core::JobSpec& spec) -> QFuture<core::Result<core::Quote>> {
+            ++asked;
+            shown.append(panel.estimateText());
+            if (!refusal.isEmpty())
+                return QtFuture::makeReadyFuture(core::Result<core::Quote>(core::Error { QStringLiteral("invalid"), refusal }));
+            if (silentFor-- > 0)
+                return QtFuture::makeReadyFuture(core::Result<core::Quote>(
+                    core::Error { QStringLiteral("broker"), QStringLiteral("no answer from tcp://127.0.0.1:1 within 1 s") }));
+            return QtFuture::makeReadyFuture(quoteOf(spec));
+        });
+        QTRY_VERIFY_WITH_TIMEOUT(panel.estimateText().contains(QStringLiteral("training 22.5")), 20'000);
+        QCOMPARE(asked, 3);
+        for (const auto& text : std::as_const(shown))
+            QVERIFY2(!text.contains(QStringLiteral("Cannot price")), qPrintable(text));
+        QVERIFY(shown.last().contains(QStringLiteral("asking again")));
+
+        silentFor = 100; // never answers: said after QuoteAttempts
+        asked = 0;
+        qobject_cast<QSpinBox*>(panel.field(QStringLiteral("rounds")))->setValue(2);
+        QTRY_VERIFY_WITH_TIMEOUT(panel.estimateText().contains(QStringLiteral("Cannot price")), 30'000);
+        QCOMPARE(asked, SubmitPanel::QuoteAttempts);
+        QVERIFY(panel.estimateText().contains(QStringLiteral("no answer")));
+
+        refusal = QStringLiteral("model: too large"); // a refusal: at once
+        asked = 0;
+        qobject_cast<QSpinBox*>(panel.field(QStringLiteral("rounds")))->setValue(3);
+        QTRY_VERIFY(panel.estimateText().contains(QStringLiteral("too large")));
+        QCOMPARE(asked, 1);
+    }
+
     // While the app submits, Submit is off and Cancel asks it to stop.
     void aSubmissionShowsItsProgressAndCanBeCancelled()
     {

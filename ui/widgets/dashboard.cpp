@@ -67,6 +67,7 @@ constexpr OverviewRow OverviewRows[] = {
     { "stake", &Overview::stake },
     { "atRisk", &Overview::atRisk },
     { "brokers", &Overview::brokers },
+    { "next", &Overview::next },
 };
 
 QChartView* chartView(const QString& title)
@@ -109,6 +110,33 @@ Dashboard::Dashboard(QWidget* parent)
     setCentralWidget(m_stack);
 }
 
+QHBoxLayout* Dashboard::joinRow(QLineEdit* field, QLabel* status, QPushButton* button)
+{
+    button->setEnabled(false);
+    connect(field, &QLineEdit::textChanged, this, [status, button](const QString& typed) {
+        const QString address = typed.trimmed();
+        QString problem;
+        if (!address.isEmpty()) {
+            const auto* key = core::settings::findKey(core::settings::names::NodeBrokers);
+            if (auto checked = key ? core::settings::validate(*key, QStringList { address }) : core::Result<QVariant>(QVariant());
+                !checked)
+                problem = tr("not a broker address: tcp://host:port, then #KEY");
+            else if (!address.contains(u'#'))
+                problem = tr("without #KEY the link is not encrypted: ask the operator for the broker's key");
+        }
+        status->setText(address.isEmpty() ? QString() : problem.isEmpty() ? tr("a valid address") : problem);
+        button->setEnabled(!address.isEmpty() && problem.isEmpty());
+    });
+    connect(button, &QPushButton::clicked, this, [this, field] {
+        showFirstRun(false);
+        Q_EMIT joinNetwork(field->text().trimmed());
+    });
+    auto* row = new QHBoxLayout;
+    row->addWidget(field, 1);
+    row->addWidget(button);
+    return row;
+}
+
 QWidget* Dashboard::buildFirstRun()
 {
     auto* page = new QWidget;
@@ -135,28 +163,7 @@ QWidget* Dashboard::buildFirstRun()
     m_join->setPlaceholderText(tr("tcp://host:port#KEY (the key: 40 characters, from the network's operator)"));
     m_joinStatus = new QLabel;
     m_joinButton = new QPushButton(tr("Join this network"));
-    m_joinButton->setEnabled(false);
-    connect(m_join, &QLineEdit::textChanged, this, [this](const QString& typed) {
-        const QString address = typed.trimmed();
-        QString problem;
-        if (!address.isEmpty()) {
-            const auto* key = core::settings::findKey(core::settings::names::NodeBrokers);
-            if (auto checked = key ? core::settings::validate(*key, QStringList { address }) : core::Result<QVariant>(QVariant());
-                !checked)
-                problem = tr("not a broker address: tcp://host:port, then #KEY");
-            else if (!address.contains(u'#'))
-                problem = tr("without #KEY the link is not encrypted: ask the operator for the broker's key");
-        }
-        m_joinStatus->setText(address.isEmpty() ? QString() : problem.isEmpty() ? tr("a valid address") : problem);
-        m_joinButton->setEnabled(!address.isEmpty() && problem.isEmpty());
-    });
-    connect(m_joinButton, &QPushButton::clicked, this, [this] {
-        showFirstRun(false);
-        Q_EMIT joinNetwork(m_join->text().trimmed());
-    });
-    auto* join = new QHBoxLayout;
-    join->addWidget(m_join, 1);
-    join->addWidget(m_joinButton);
+    auto* join = joinRow(m_join, m_joinStatus, m_joinButton);
     layout->addStretch();
     layout->addWidget(title, 0, Qt::AlignHCenter);
     layout->addWidget(text);
@@ -195,6 +202,30 @@ QWidget* Dashboard::buildOverview()
     auto* reason = label("reason");
     reason->setStyleSheet(QStringLiteral("color: palette(mid);"));
     layout->addWidget(reason);
+
+    // What next: while the computer waits for work, what the user can do about it.
+    auto [nextBox, next] = group(tr("What next"));
+    nextBox->setObjectName(QStringLiteral("nextSteps"));
+    next->addWidget(label("next"));
+    m_nextJoin = new QLineEdit;
+    m_nextJoin->setObjectName(QStringLiteral("nextJoinNetwork"));
+    m_nextJoin->setPlaceholderText(tr("a network's address: tcp://host:port#KEY, from its operator"));
+    auto* nextJoinStatus = new QLabel;
+    next->addLayout(joinRow(m_nextJoin, nextJoinStatus, new QPushButton(tr("Join this network"))));
+    next->addWidget(nextJoinStatus);
+    auto* nextButtons = new QHBoxLayout;
+    m_practiceAgain = new QPushButton(tr("Another practice job"));
+    m_practiceAgain->setObjectName(QStringLiteral("practiceAgain"));
+    connect(m_practiceAgain, &QPushButton::clicked, this, &Dashboard::practiceAgain);
+    auto* submitOwn = new QPushButton(tr("Submit a job of your own…"));
+    connect(submitOwn, &QPushButton::clicked, this, [this] { showTab(QStringLiteral("Jobs")); });
+    nextButtons->addWidget(m_practiceAgain);
+    nextButtons->addWidget(submitOwn);
+    nextButtons->addStretch();
+    next->addLayout(nextButtons);
+    m_next = nextBox;
+    m_next->setVisible(false);
+    layout->addWidget(nextBox);
 
     auto [shardBox, shard] = group(tr("Now training"));
     shard->addWidget(label("shard"));
@@ -430,6 +461,8 @@ void Dashboard::setOverview(const Overview& overview)
             label->setVisible(!text.isEmpty());
         }
     }
+    m_next->setVisible(!overview.next.isEmpty());
+    m_practiceAgain->setVisible(overview.practice);
     m_shardProgress->setVisible(overview.progressPercent >= 0);
     if (overview.progressPercent >= 0 && m_shardProgress->value() != overview.progressPercent)
         m_shardProgress->setValue(overview.progressPercent);

@@ -12,6 +12,7 @@ class QDateTimeAxis;
 class QLineSeries;
 class QValueAxis;
 class QLabel;
+class QHBoxLayout;
 class QLineEdit;
 class QProgressBar;
 class QPushButton;
@@ -43,6 +44,10 @@ struct Overview {
     QString stake; // bonded
     QString atRisk; // stake that a lost dispute could take now
     QString brokers; // "local broker (embedded)", or the addresses
+    // What the user can do now, when the computer waits for work: shown in "What next" with its
+    // actions (join a network; on the practice network, another practice job; submit a job).
+    QString next;
+    bool practice = false; // on the practice network only: "Another practice job" is offered
 };
 
 // A payment or a slash, for the Earnings charts.
@@ -97,6 +102,10 @@ public:
     // The first-run screen's field for a network's address, checked as it is typed.
     QLineEdit* joinField() const { return m_join; }
     QPushButton* joinButton() const { return m_joinButton; }
+    // The Overview's What next: shown while the computer waits for work; its own join field.
+    QWidget* nextSteps() const { return m_next; }
+    QLineEdit* nextJoinField() const { return m_nextJoin; }
+    QPushButton* practiceAgainButton() const { return m_practiceAgain; }
     QChartView* earningsChart() const { return m_earningsChart; }
     double chartedEarnings() const { return m_chartedEarnings; }
     QString overviewText() const;
@@ -111,6 +120,8 @@ Q_SIGNALS:
     void saveModel(const QString& jobId);
     void jobSelected(const QString& jobId);
     void openSettings();
+    // "Another practice job" in the Overview's What next.
+    void practiceAgain();
 
 private:
     QWidget* buildOverview();
@@ -120,6 +131,9 @@ private:
     QWidget* buildJobs();
     QWidget* buildLog();
     QWidget* buildFirstRun();
+    // A network's address field, checked as it is typed (the rule of Node/Brokers), its status
+    // line and its button, which joins: joinNetwork.
+    QHBoxLayout* joinRow(QLineEdit* field, QLabel* status, QPushButton* button);
 
     ResultsModel* m_results;
     DevicesModel* m_devices;
@@ -139,6 +153,9 @@ private:
     QValueAxis* m_dailyAxis = nullptr;
     QLineEdit* m_join = nullptr;
     QLabel* m_joinStatus = nullptr;
+    QWidget* m_next = nullptr;
+    QLineEdit* m_nextJoin = nullptr;
+    QPushButton* m_practiceAgain = nullptr;
     QPushButton* m_joinButton = nullptr;
     QProgressBar* m_benchmarkProgress = nullptr;
     QLabel* m_benchmarkText = nullptr;

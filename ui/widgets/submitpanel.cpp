@@ -324,6 +324,7 @@ void SubmitPanel::refresh()
     m_error->clear();
     m_submit->setEnabled(!m_submitting);
     ++m_generation; // any answer still on its way is for another form
+    m_quoteAttempt = 0;
     if (!m_estimator) {
         m_estimate->setText(tr("No broker to price the job yet."));
         return;
@@ -338,6 +339,7 @@ void SubmitPanel::price()
     if (!job || !m_estimator)
         return;
     const auto generation = m_generation;
+    ++m_quoteAttempt;
     m_estimator(*job).then(this, [this, generation, job = *job](const core::Result<core::Quote>& quote) {
         if (generation == m_generation)
             showQuote(job, quote);
@@ -346,6 +348,17 @@ void SubmitPanel::price()
 
 void SubmitPanel::showQuote(const core::JobSpec& job, const core::Result<core::Quote>& quote)
 {
+    // No answer in time ("broker"), or a broker asking for patience: asked again, quietly.
+    const bool busy = !quote && (quote.error().field == u"broker" || quote.error().field == u"too-many-requests");
+    if (busy && m_quoteAttempt < QuoteAttempts) {
+        m_estimate->setText(tr("Pricing the job… (the broker is busy; asking again)"));
+        const auto generation = m_generation;
+        QTimer::singleShot(QuoteRetryMs * m_quoteAttempt, this, [this, generation] {
+            if (generation == m_generation)
+                price();
+        });
+        return;
+    }
     if (!quote) {
         m_estimate->setText(tr("Cannot price the job: %1").arg(quote.error().toString()));
         return;

@@ -35,6 +35,10 @@ public:
     using Estimator = std::function<QFuture<core::Result<core::Quote>>(const core::JobSpec&)>;
     // How long the form must be still before it is priced.
     static constexpr int QuoteDelayMs = 300;
+    // A broker that does not answer in time (a busy machine) is asked again, quietly, this many
+    // times, waiting QuoteRetryMs times the attempt's number, before the panel says it failed.
+    static constexpr int QuoteAttempts = 5;
+    static constexpr int QuoteRetryMs = 1000;
 
     explicit SubmitPanel(QWidget* parent = nullptr);
     void setEstimator(Estimator estimator);
@@ -70,6 +74,7 @@ private:
     Estimator m_estimator;
     QTimer* m_quoteDelay;
     std::uint64_t m_generation = 0; // the form's edits: a quote for an older one is stale
+    int m_quoteAttempt = 0; // of the form's current edit
     bool m_submitting = false;
     QProgressBar* m_progress;
     QPushButton* m_cancel;
