@@ -450,11 +450,13 @@ Status Verifier::compare(Check& check)
             Penalty::None);
     }
     if (a.finalHash == b.finalHash && a.checkpointHashes == b.checkpointHashes) {
-        auto task = taskOf(check);
-        if (!task)
-            return task.error();
-        if (shouldAudit(check, *task))
-            return audit(check, *task);
+        if (m_.options.auditRate > 0.0) { // the task is read only where an audit may follow
+            auto task = taskOf(check);
+            if (!task)
+                return task.error();
+            if (shouldAudit(check, *task))
+                return audit(check, *task);
+        }
         return settle(check, Loser::None, QStringLiteral("re-execution gave the same bits"));
     }
     // A dispute: narrow it to the first checkpoint where the chains part. Equal chains with
@@ -1049,11 +1051,10 @@ bool Verifier::anyVerifierOnline(const Check& check)
 {
     if (!m_.scheduler.find(check.jobId))
         return true; // cannot tell: wait the full time
-    const auto eligible = eligibleVerifiers(check);
-    return !eligible || !eligible->isEmpty();
+    return !candidatesFor(check).isEmpty(); // the partner rule never leaves none
 }
 
-Result<QStringList> Verifier::eligibleVerifiers(const Check& check)
+QStringList Verifier::candidatesFor(const Check& check) const
 {
     const auto* round = m_.scheduler.find(check.jobId);
     const QString address = m_.addresses.value(check.accused);
@@ -1065,6 +1066,12 @@ Result<QStringList> Verifier::eligibleVerifiers(const Check& check)
             eligible.append(node.nodeId);
     }
     std::sort(eligible.begin(), eligible.end()); // the draw depends on the random source only
+    return eligible;
+}
+
+Result<QStringList> Verifier::eligibleVerifiers(const Check& check)
+{
+    const auto eligible = candidatesFor(check);
     if (check.accused.isEmpty() || eligible.size() < 2)
         return eligible;
     auto latest = m_.store.latestVerifiersOf(check.accused, PartnerWindow);

@@ -127,6 +127,8 @@ private:
     // re-execute this sample (its runtime profile, room for its job, stake), never its own node
     // nor one at the same address, and a frequent partner only when nobody else may.
     Result<QStringList> eligibleVerifiers(const Check& check);
+    // The same without the partner rule (which never leaves none), from memory alone.
+    QStringList candidatesFor(const Check& check) const;
     // What a node needs to re-execute the check, whoever it is: the result's profile, room for its
     // job, stake, and not having given this check back.
     bool mayCheck(const Check& check, const NodeInfo& node, const Scheduler::Round* round) const;

@@ -131,6 +131,19 @@ class NodeClientTest : public QObject {
         return received;
     }
 
+    // The node registers, is welcomed and asks for work: its REGISTER, once its READY has come.
+    static std::optional<tests::Received> registeredAndReady(Session& session)
+    {
+        auto registration = nextRegister(session);
+        if (!registration)
+            return std::nullopt;
+        welcome(session, *registration);
+        auto ready = session.broker->nextSkippingHeartbeats(session.pump());
+        if (!ready || ready->message.command != Command::Ready)
+            return std::nullopt;
+        return registration;
+    }
+
     static void welcome(Session& session, const tests::Received& registration)
     {
         QJsonObject header = net::Welcome { QStringLiteral("node"), 1000, QStringLiteral("1") }.toHeader();
@@ -209,11 +222,8 @@ private Q_SLOTS:
     void aResultInFlightWhenTheBrokerForgetsTheSessionGoesAgain()
     {
         auto session = start(&m_failing);
-        auto registration = nextRegister(session);
+        const auto registration = registeredAndReady(session);
         QVERIFY(registration);
-        welcome(session, *registration);
-        auto ready = session.broker->nextSkippingHeartbeats(session.pump());
-        QVERIFY(ready && ready->message.command == Command::Ready);
         const auto weights = m_cache->put("start weights");
         QVERIFY(weights);
         auto task = taskOf(QStringLiteral("a1"), *weights);
@@ -245,11 +255,8 @@ private Q_SLOTS:
     void aTaskWithAFieldItDoesNotKnowIsGivenBack()
     {
         auto session = start(&m_failing);
-        auto registration = nextRegister(session);
+        const auto registration = registeredAndReady(session);
         QVERIFY(registration);
-        welcome(session, *registration);
-        auto ready = session.broker->nextSkippingHeartbeats(session.pump());
-        QVERIFY(ready && ready->message.command == Command::Ready);
         const auto weights = m_cache->put("start weights");
         QVERIFY(weights);
         auto header = taskOf(QStringLiteral("later"), *weights).toHeader();

@@ -28,13 +28,19 @@ hash_of() { # job-file env...
 }
 variants=("" ATEN_CPU_CAPABILITY=default ATEN_CPU_CAPABILITY=avx2 ATEN_CPU_CAPABILITY=avx512 OPENBLAS_CORETYPE=Prescott
     OPENBLAS_CORETYPE=Sandybridge OPENBLAS_CORETYPE=Haswell OPENBLAS_CORETYPE=Zen OPENBLAS_CORETYPE=SkylakeX)
+run() { # label job-file hashes-file env...: one run's final weights, printed and kept
+    local label=$1 file=$2 hashes=$3
+    shift 3
+    local h
+    h=$(hash_of "$file" "$@")
+    echo "$label: $h"
+    echo "$h" >> "$hashes"
+}
 # One fast-mode job, to show the variants change something.
 job fast 1 "$fedavg" > "$work/fast.json"
 : > "$work/fast.hashes"
 for v in "${variants[@]}"; do
-    h=$(hash_of "$work/fast.json" $v)
-    echo "fast ${v:-as-detected}: $h"
-    echo "$h" >> "$work/fast.hashes"
+    run "fast ${v:-as-detected}" "$work/fast.json" "$work/fast.hashes" $v
 done
 failed=0
 for name in fedavg nesterov; do
@@ -42,21 +48,15 @@ for name in fedavg nesterov; do
     job portable 1 "$aggregation" > "$work/$name.json"
     : > "$work/$name.hashes"
     for v in "${variants[@]}"; do
-        h=$(hash_of "$work/$name.json" $v)
-        echo "portable $name ${v:-as-detected}: $h"
-        echo "$h" >> "$work/$name.hashes"
+        run "portable $name ${v:-as-detected}" "$work/$name.json" "$work/$name.hashes" $v
     done
     # The portable kernels' own SIMD choices (compute/portable/matmul.h): each CPU picks its widest.
     for isa in generic avx2; do
-        h=$(hash_of "$work/$name.json" TESSERA_PORTABLE_ISA=$isa)
-        echo "portable $name TESSERA_PORTABLE_ISA=$isa: $h"
-        echo "$h" >> "$work/$name.hashes"
+        run "portable $name TESSERA_PORTABLE_ISA=$isa" "$work/$name.json" "$work/$name.hashes" TESSERA_PORTABLE_ISA=$isa
     done
     for threads in 2 4; do
         job portable "$threads" "$aggregation" > "$work/$name-$threads.json"
-        h=$(hash_of "$work/$name-$threads.json")
-        echo "portable $name threads=$threads: $h"
-        echo "$h" >> "$work/$name.hashes"
+        run "portable $name threads=$threads" "$work/$name-$threads.json" "$work/$name.hashes"
     done
     distinct=$(sort -u "$work/$name.hashes" | grep -c .)
     echo "distinct final weights: portable $name $distinct of 13 runs"
