@@ -14,8 +14,10 @@
 #include <core/decomposition.h>
 #include <core/jobspec.h>
 #include <core/shardresult.h>
+#include <net/blobcoding.h>
 #include <net/brokerclient.h>
 #include <net/brokerserver.h>
+#include <net/messages.h>
 #include <net/protocol.h>
 
 #include <QCoreApplication>
@@ -211,47 +213,82 @@ void bytesPerRound()
             total += frame.size();
         return total;
     };
-    auto transfer = [&](std::int64_t bytes, net::Command request, net::Command reply) {
-        const std::int64_t chunks = (bytes + net::MaxChunkBytes - 1) / net::MaxChunkBytes;
-        const QJsonObject header { { QStringLiteral("sha256"), weights.canonicalHash.toHex() }, { QStringLiteral("offset"), 0 },
-            { QStringLiteral("size"), static_cast<qint64>(bytes) } };
-        const auto answer = reply == net::Command::Ok ? net::okMessage(1, { { QStringLiteral("received"), 1 } })
-                                                      : net::Message { reply, header, {} };
-        return chunks * (size({ request, header, {} }) + size(answer)) + bytes;
+    // A blob's ranges as they go on the wire: plain, or each range zstd-coded where that makes it
+    // smaller, as Tessera's node and broker send them (docs/PROTOCOL.md, "Encoded ranges").
+    auto transfer = [&](const QByteArray& blob, bool coded, net::Command request, net::Command reply) {
+        std::int64_t total = 0;
+        for (qsizetype offset = 0; offset < blob.size(); offset += net::MaxChunkBytes) {
+            const QByteArray range = blob.mid(offset, net::MaxChunkBytes);
+            net::BlobRange<net::Command::Put> header { weights.canonicalHash, offset, blob.size() };
+            QByteArray payload = range;
+            if (coded) {
+                if (QByteArray frame = net::encodeRange(range); !frame.isEmpty()) {
+                    header.encoding = net::ZstdEncoding;
+                    header.length = range.size();
+                    payload = frame;
+                }
+            }
+            const auto asked = request == net::Command::Get
+                ? net::GetRequest { weights.canonicalHash, offset, range.size(), coded ? net::ZstdEncoding : QString() }
+                      .toHeader()
+                : header.toHeader();
+            const auto answer = reply == net::Command::Ok ? net::okMessage(1, { { QStringLiteral("received"), 1 } })
+                                                          : net::Message { reply, header.toHeader(), {} };
+            total += size({ request, asked, {} }) + size(answer) + payload.size();
+        }
+        return total;
     };
-    auto perShard = [&](std::int64_t uploaded, std::int64_t downloaded) {
+    auto perShard = [&](const QByteArray& uploaded, const QByteArray& downloaded, bool coded) {
         return size({ net::Command::Task,
                    QJsonObject { { QStringLiteral("assignment"), QStringLiteral("0123456789abcdef") },
                        { QStringLiteral("task"), task.toJson() },
                        { QStringLiteral("startWeightsBlob"), weights.canonicalHash.toHex() },
                        { QStringLiteral("deadlineMs"), 30000 } },
                    {} })
-            + transfer(downloaded, net::Command::Get, net::Command::Chunk)
-            + transfer(uploaded, net::Command::Put, net::Command::Ok)
+            + transfer(downloaded, coded, net::Command::Get, net::Command::Chunk)
+            + transfer(uploaded, coded, net::Command::Put, net::Command::Ok)
             + size({ net::Command::Result,
                 QJsonObject { { QStringLiteral("assignment"), QStringLiteral("0123456789abcdef") },
                     { QStringLiteral("result"), result.toJson() } },
                 {} })
             + size(net::okMessage(1, { { QStringLiteral("verdict"), QStringLiteral("accepted") } }));
     };
+    const auto& update = trained.weights;
+    const auto& change = aggregated->change;
     // A TASK of round 1 on also names the change and its base: two more digests.
     const std::int64_t changeFields = 2 * (64 + 20);
-    const std::int64_t perRound = (perShard(u, c) + changeFields) * spec.training.shardsPerRound;
-    const std::int64_t perRoundUploads = perShard(u, w) * spec.training.shardsPerRound;
-    const std::int64_t perRoundFloat = perShard(w, w) * spec.training.shardsPerRound;
+    const std::int64_t perRound = (perShard(update, change, true) + changeFields) * spec.training.shardsPerRound;
+    const std::int64_t perRoundPlain = (perShard(update, change, false) + changeFields) * spec.training.shardsPerRound;
+    const std::int64_t perRoundUploads = perShard(update, weights.bytes, false) * spec.training.shardsPerRound;
+    const std::int64_t perRoundFloat = perShard(weights.bytes, weights.bytes, false) * spec.training.shardsPerRound;
+    auto codedSize = [](const QByteArray& blob) {
+        std::int64_t total = 0;
+        for (qsizetype offset = 0; offset < blob.size(); offset += net::MaxChunkBytes) {
+            const QByteArray range = blob.mid(offset, net::MaxChunkBytes);
+            const QByteArray frame = net::encodeRange(range);
+            total += frame.isEmpty() ? range.size() : frame.size();
+        }
+        return total;
+    };
+    const std::int64_t codedUpdate = codedSize(update);
+    const std::int64_t codedChange = codedSize(change);
     // Data-parallel SGD that synchronises every step: each worker sends its gradient and receives
     // the new weights, as float32, at each of the round's steps.
     const std::int64_t perStep = 2 * 4 * parameters * spec.training.localSteps * spec.training.shardsPerRound;
-    std::printf("Bytes on the wire per round (%s: %lld shards x %lld steps, weights %lld bytes, int8 update %lld bytes, "
-                "round's int8 change %lld bytes)\n",
+    std::printf("Bytes on the wire per round (%s: %lld shards x %lld steps, weights %lld bytes, int8 update %lld bytes "
+                "(zstd %lld), round's int8 change %lld bytes (zstd %lld))\n",
         qPrintable(spec.name), static_cast<long long>(spec.training.shardsPerRound),
         static_cast<long long>(spec.training.localSteps), static_cast<long long>(w), static_cast<long long>(u),
-        static_cast<long long>(c));
-    std::printf("  Tessera %lld bytes (float32 download: %lld; float32 both ways: %lld)   per-step exchange %lld bytes   "
-                "%.0fx fewer (%.0fx; %.0fx)\n",
-        static_cast<long long>(perRound), static_cast<long long>(perRoundUploads), static_cast<long long>(perRoundFloat),
-        static_cast<long long>(perStep), double(perStep) / double(perRound), double(perStep) / double(perRoundUploads),
+        static_cast<long long>(codedUpdate), static_cast<long long>(c), static_cast<long long>(codedChange));
+    std::printf("  Tessera %lld bytes (plain int8: %lld; float32 download: %lld; float32 both ways: %lld)   per-step exchange "
+                "%lld bytes   %.0fx fewer (%.0fx; %.0fx; %.0fx)\n",
+        static_cast<long long>(perRound), static_cast<long long>(perRoundPlain), static_cast<long long>(perRoundUploads),
+        static_cast<long long>(perRoundFloat), static_cast<long long>(perStep), double(perStep) / double(perRound),
+        double(perStep) / double(perRoundPlain), double(perStep) / double(perRoundUploads),
         double(perStep) / double(perRoundFloat));
+    bench::record("network.bytesPerRoundPlain", double(perRoundPlain));
+    bench::record("network.codedUpdateBytes", double(codedUpdate));
+    bench::record("network.codedChangeBytes", double(codedChange));
     bench::record("network.bytesPerRound", double(perRound));
     bench::record("network.bytesPerRoundFloatDownload", double(perRoundUploads));
     bench::record("network.changeBytes", double(c));

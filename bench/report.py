@@ -70,6 +70,8 @@ def figures(results):
         f["network.ratio"] = f["network.bytesPerRound"] / f["network.bytesPerStepExchange"]
         f["network.fewer"] = f["network.bytesPerStepExchange"] / f["network.bytesPerRound"]
         f["network.fewerVerdict"] = met(f["network.fewer"], 400)
+        if "network.bytesPerRoundPlain" in f:
+            f["network.fewerPlain"] = f["network.bytesPerStepExchange"] / f["network.bytesPerRoundPlain"]
         if "network.bytesPerRoundFloat" in f:
             f["network.fewerFloat"] = f["network.bytesPerStepExchange"] / f["network.bytesPerRoundFloat"]
         if "network.bytesPerRoundFloatDownload" in f:

@@ -1,7 +1,10 @@
 #include "brokerclient.h"
 
+#include "blobcoding.h"
 #include "framing.h"
 #include "messages.h"
+
+#include <core/blobstore.h>
 
 #include <QDir>
 #include <QFile>
@@ -191,7 +194,7 @@ core::Result<QByteArray> BrokerClient::download(
     std::int64_t requested = 0;
     int inFlight = 0;
     auto ask = [&](std::int64_t length) {
-        send({ Command::Get, GetRequest { digest, requested, length }.toHeader(), {} });
+        send({ Command::Get, GetRequest { digest, requested, length, ZstdEncoding }.toHeader(), {} });
         requested += length;
         ++inFlight;
     };
@@ -213,8 +216,17 @@ core::Result<QByteArray> BrokerClient::download(
         if (chunk->offset != bytes.size())
             return core::Error { QStringLiteral("broker"), QStringLiteral("blob ranges arrived out of order") };
         size = chunk->size;
-        hasher.addData(reply->payload);
-        bytes.append(reply->payload);
+        if (size > core::BlobStore::MaxBlobBytes)
+            return core::Error { QStringLiteral("broker"), QStringLiteral("the broker named a blob of more than 1 GiB") };
+        QByteArray range = reply->payload;
+        if (!chunk->encoding.isEmpty()) {
+            auto plain = decodeRange(range, chunk->length);
+            if (!plain)
+                return core::Error { QStringLiteral("broker"), plain.error().message };
+            range = std::move(*plain);
+        }
+        hasher.addData(range);
+        bytes.append(range);
         if (progress)
             progress(bytes.size(), size);
         while (inFlight < MaxCreditChunks && requested < size)

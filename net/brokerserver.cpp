@@ -1,9 +1,11 @@
 #include "brokerserver.h"
 
+#include "blobcoding.h"
 #include "framing.h"
 #include "messages.h"
 #include "ratelimiter.h"
 
+#include <QCache>
 #include <QFileInfo>
 #include <QJsonArray>
 #include <QJsonDocument>
@@ -137,6 +139,11 @@ struct BrokerServer::Private {
     std::int64_t buildingHeardAt = 0; // when they last heard one while the broker was busy
     std::int64_t waitingBytes = 0;
     bool busy = false;
+    // The zstd ranges sent last ("Encoded ranges"), by blob, offset and length: nodes that fetch the
+    // same round's change ask for the same ranges, and each costs one coding. An empty entry: the
+    // range does not shrink and goes plain.
+    QCache<QString, QByteArray> codedRanges { CodedRangeCacheBytes };
+    static constexpr qsizetype CodedRangeCacheBytes = 32 * 1024 * 1024;
 
     Private(core::broker::Broker& b, BrokerServerOptions o, const core::Clock& c)
         : broker(b)
@@ -864,7 +871,7 @@ void BrokerServer::Private::onRegister(Request& r)
     self.nodeId = node.nodeId;
     self.score = broker.schedulingScore(node.nodeId);
     qCDebug(lcBroker).noquote() << "node" << shortId(node.nodeId) << "registered:" << node.name << node.runtimeProfile;
-    QJsonObject welcome = Welcome { node.nodeId, options.heartbeatMs, QStringLiteral("1") }.toHeader();
+    QJsonObject welcome = Welcome { node.nodeId, options.heartbeatMs, QStringLiteral("1"), { ZstdEncoding } }.toHeader();
     if (!r.id.isUndefined())
         welcome.insert(fields::Id, r.id);
     send(r.routingId, { Command::Welcome, welcome, {} });
@@ -973,7 +980,24 @@ void BrokerServer::Private::onGet(Request& r)
         refuse(r, bytes.error());
         return;
     }
-    QJsonObject header = ChunkHeader { request->sha256, request->offset, *size }.toHeader();
+    ChunkHeader chunk { request->sha256, request->offset, *size };
+    if (request->encoding == ZstdEncoding && !bytes->isEmpty()) {
+        const QString key
+            = request->sha256.toHex() + u'/' + QString::number(request->offset) + u'/' + QString::number(bytes->size());
+        QByteArray coded;
+        if (const auto* cached = codedRanges.object(key)) {
+            coded = *cached;
+        } else {
+            coded = encodeRange(*bytes);
+            codedRanges.insert(key, new QByteArray(coded), std::max<qsizetype>(coded.size(), 64));
+        }
+        if (!coded.isEmpty()) {
+            chunk.encoding = ZstdEncoding;
+            chunk.length = bytes->size();
+            *bytes = std::move(coded);
+        }
+    }
+    QJsonObject header = chunk.toHeader();
     if (!r.id.isUndefined())
         header.insert(fields::Id, r.id);
     send(r.routingId, { Command::Chunk, header, *bytes });
@@ -984,6 +1008,15 @@ void BrokerServer::Private::onPut(Request& r)
     auto request = decoded<PutRequest>(r);
     if (!request)
         return;
+    QByteArray range = r.message.payload;
+    if (!request->encoding.isEmpty()) {
+        auto plain = decodeRange(range, request->length);
+        if (!plain) {
+            refuse(r, plain.error());
+            return;
+        }
+        range = std::move(*plain);
+    }
     // The upload is the caller's own: keyed by its identity (its CURVE key; in plaintext its address).
     // Completing it grants reading the blob, so a caller who may not read a blob the broker has
     // proves it has the bytes: all of them, hashed, not stored (a hash is no key to a file).
@@ -995,7 +1028,7 @@ void BrokerServer::Private::onPut(Request& r)
             return;
         }
     }
-    auto state = broker.blobs().putRange(request->sha256, request->offset, request->size, r.message.payload, r.principal, now(),
+    auto state = broker.blobs().putRange(request->sha256, request->offset, request->size, range, r.principal, now(),
         reader ? core::BlobStore::Stored::IsComplete : core::BlobStore::Stored::MustProve);
     if (!state) {
         refuse(r, state.error(), state.error().field == u"sha256" ? errors::HashMismatch : errors::Invalid);

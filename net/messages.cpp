@@ -1,5 +1,7 @@
 #include "messages.h"
 
+#include "blobcoding.h"
+
 #include <core/jsonreader.h>
 
 #include <QJsonArray>
@@ -77,7 +79,11 @@ core::Result<RegisterRequest> RegisterRequest::fromHeader(const QJsonObject& hea
 
 QJsonObject Welcome::toHeader() const
 {
-    return { { fields::NodeId, nodeId }, { fields::HeartbeatMs, heartbeatMs }, { fields::BrokerVersion, brokerVersion } };
+    QJsonObject header { { fields::NodeId, nodeId }, { fields::HeartbeatMs, heartbeatMs },
+        { fields::BrokerVersion, brokerVersion } };
+    if (!encodings.isEmpty())
+        header.insert(fields::Encodings, QJsonArray::fromStringList(encodings));
+    return header;
 }
 
 core::Result<Welcome> Welcome::fromHeader(const QJsonObject& header)
@@ -87,6 +93,7 @@ core::Result<Welcome> Welcome::fromHeader(const QJsonObject& header)
     welcome.nodeId = reader.string(fields::NodeId);
     welcome.heartbeatMs = int(reader.integer(fields::HeartbeatMs, 1, 3'600'000, Presence::Optional, 1000));
     welcome.brokerVersion = reader.string(fields::BrokerVersion, Presence::Optional);
+    welcome.encodings = reader.stringList(fields::Encodings, Presence::Optional);
     if (!reader.ok())
         return reader.status().error();
     return welcome;
@@ -284,15 +291,18 @@ core::Result<VerdictMessage> VerdictMessage::fromHeader(const QJsonObject& heade
 
 QJsonObject GetRequest::toHeader() const
 {
-    return { { fields::Sha256, sha256.toHex() }, { fields::Offset, static_cast<qint64>(offset) },
+    QJsonObject header { { fields::Sha256, sha256.toHex() }, { fields::Offset, static_cast<qint64>(offset) },
         { fields::Length, static_cast<qint64>(length) } };
+    if (!encoding.isEmpty())
+        header.insert(fields::Encoding, encoding);
+    return header;
 }
 
 core::Result<GetRequest> GetRequest::fromHeader(const QJsonObject& header)
 {
     JsonReader reader(header);
     GetRequest request { reader.digest(fields::Sha256), reader.integer(fields::Offset, 0, MaxCount),
-        reader.integer(fields::Length, 0, MaxChunkBytes) };
+        reader.integer(fields::Length, 0, MaxChunkBytes), reader.string(fields::Encoding, Presence::Optional) };
     if (!reader.ok())
         return reader.status().error();
     return request;
@@ -300,15 +310,26 @@ core::Result<GetRequest> GetRequest::fromHeader(const QJsonObject& header)
 
 template<Command C> QJsonObject BlobRange<C>::toHeader() const
 {
-    return { { fields::Sha256, sha256.toHex() }, { fields::Offset, static_cast<qint64>(offset) },
+    QJsonObject header { { fields::Sha256, sha256.toHex() }, { fields::Offset, static_cast<qint64>(offset) },
         { fields::Size, static_cast<qint64>(size) } };
+    if (!encoding.isEmpty()) {
+        header.insert(fields::Encoding, encoding);
+        header.insert(fields::Length, static_cast<qint64>(length));
+    }
+    return header;
 }
 
 template<Command C> core::Result<BlobRange<C>> BlobRange<C>::fromHeader(const QJsonObject& header)
 {
     JsonReader reader(header);
     BlobRange range { reader.digest(fields::Sha256), reader.integer(fields::Offset, 0, MaxCount),
-        reader.integer(fields::Size, 0, MaxCount) };
+        reader.integer(fields::Size, 0, MaxCount), reader.string(fields::Encoding, Presence::Optional) };
+    if (!range.encoding.isEmpty()) {
+        if (range.encoding != ZstdEncoding)
+            reader.fail(
+                fields::Encoding, QStringLiteral("unknown encoding \"%1\" (zstd is the one there is)").arg(range.encoding));
+        range.length = reader.integer(fields::Length, 0, MaxChunkBytes);
+    }
     if (!reader.ok())
         return reader.status().error();
     return range;

@@ -33,6 +33,8 @@ inline const QString Node = QStringLiteral("node");
 inline const QString NodeId = QStringLiteral("nodeId");
 inline const QString HeartbeatMs = QStringLiteral("heartbeatMs");
 inline const QString BrokerVersion = QStringLiteral("brokerVersion");
+inline const QString Encodings = QStringLiteral("encodings");
+inline const QString Encoding = QStringLiteral("encoding");
 inline const QString Slots = QStringLiteral("slots");
 inline const QString Assignment = QStringLiteral("assignment");
 inline const QString DeadlineMs = QStringLiteral("deadlineMs");
@@ -96,6 +98,7 @@ struct Welcome {
     QString nodeId;
     int heartbeatMs = 1000;
     QString brokerVersion = QStringLiteral("1");
+    QStringList encodings = {}; // the range codings its PUT takes ("Encoded ranges"); an older broker names none
     QJsonObject toHeader() const;
     static core::Result<Welcome> fromHeader(const QJsonObject& header);
 };
@@ -186,16 +189,20 @@ struct GetRequest {
     core::Digest sha256;
     std::int64_t offset = 0;
     std::int64_t length = 0; // at most MaxChunkBytes
+    QString encoding = {}; // a coding the asker can decode ("zstd"), or none; one the broker does not know is ignored
     QJsonObject toHeader() const;
     static core::Result<GetRequest> fromHeader(const QJsonObject& header);
 };
 
-// The header of CHUNK and PUT: a range of a blob, whose bytes are the message's payload.
+// The header of CHUNK and PUT: a range of a blob, whose bytes are the message's payload: plain, or
+// (encoding "zstd") one zstd frame of the range's `length` decoded bytes ("Encoded ranges").
 template<Command C> struct BlobRange {
     static constexpr Command command = C;
     core::Digest sha256;
     std::int64_t offset = 0;
     std::int64_t size = 0; // of the whole blob
+    QString encoding = {}; // empty: the payload is the range itself
+    std::int64_t length = 0; // with an encoding: the decoded bytes of the range, at most MaxChunkBytes
     QJsonObject toHeader() const;
     static core::Result<BlobRange> fromHeader(const QJsonObject& header);
 };

@@ -1,5 +1,6 @@
 #include "nodeclient.h"
 
+#include "blobcoding.h"
 #include "framing.h"
 #include "messages.h"
 #include "protocol.h"
@@ -111,6 +112,7 @@ struct NodeClient::Private {
     Session session = Session::Disconnected;
     Report report = Report::Idle;
     bool readySent = false;
+    bool brokerTakesZstd = false; // its WELCOME listed zstd: PUTs go coded ("Encoded ranges")
     std::int64_t lastReceived = 0;
     std::int64_t lastSent = 0;
     std::int64_t reconnectAt = 0;
@@ -222,7 +224,7 @@ struct NodeClient::Private {
                 const std::int64_t length = download.size < 0
                     ? MaxChunkBytes
                     : std::min<std::int64_t>(MaxChunkBytes, download.size - download.requested);
-                request(Command::Get, GetRequest { download.digest, download.requested, length }.toHeader(), {},
+                request(Command::Get, GetRequest { download.digest, download.requested, length, ZstdEncoding }.toHeader(), {},
                     { Pending::Purpose::Get, download.digest, {}, download.generation });
                 download.requested += length;
                 ++download.inFlight;
@@ -238,8 +240,19 @@ struct NodeClient::Private {
             = upload->purpose == Upload::Purpose::Weights ? Pending::Purpose::Weights : Pending::Purpose::CheckpointState;
         while (upload->inFlight < MaxCreditChunks && upload->sent < upload->bytes.size()) {
             const std::int64_t length = std::min<std::int64_t>(MaxChunkBytes, upload->bytes.size() - upload->sent);
-            request(Command::Put, PutRequest { upload->digest, upload->sent, upload->bytes.size() }.toHeader(),
-                upload->bytes.mid(upload->sent, length), { purpose, upload->digest, {} });
+            PutRequest put { upload->digest, upload->sent, upload->bytes.size() };
+            QByteArray range = upload->bytes.mid(upload->sent, length);
+            // Coded only for a broker that said it takes coded ranges ("Encoded ranges").
+            if (brokerTakesZstd) {
+                if (QByteArray coded = encodeRange(range); !coded.isEmpty()) {
+                    put.encoding = ZstdEncoding;
+                    put.length = length;
+                    range = std::move(coded);
+                }
+            }
+            counters.bytesUploaded += length;
+            counters.wireBytesUploaded += range.size();
+            request(Command::Put, put.toHeader(), range, { purpose, upload->digest, {} });
             upload->sent += length;
             ++upload->inFlight;
         }
@@ -786,9 +799,11 @@ void NodeClient::Private::handleReply(const Message& message, const Pending& pur
     ++counters.ignoredReplies;
 }
 
-void NodeClient::Private::onWelcome(const Message&)
+void NodeClient::Private::onWelcome(const Message& message)
 {
     session = Session::Registered;
+    const auto welcome = Welcome::fromHeader(message.header);
+    brokerTakesZstd = welcome && welcome->encodings.contains(ZstdEncoding);
     readySent = false;
     backoff.reset();
     ++counters.registrations;
@@ -865,10 +880,21 @@ void NodeClient::Private::onChunk(const Message& message, const Pending& purpose
         return;
     }
     download.size = chunk->size;
+    QByteArray range = message.payload;
+    if (!chunk->encoding.isEmpty()) {
+        auto plain = decodeRange(range, chunk->length);
+        if (!plain) {
+            retry(plain.error().message);
+            pumpDownloads();
+            return;
+        }
+        range = std::move(*plain);
+    }
+    counters.wireBytesFetched += message.payload.size();
     // Each range goes to the cache's file as it comes, hashed on the way: no step holds the whole
     // blob in memory or hashes it at once, however large the model.
-    const auto stored = cache.putRange(digest, chunk->offset, chunk->size, message.payload, downloadKey(digest), now());
-    download.received += message.payload.size();
+    const auto stored = cache.putRange(digest, chunk->offset, chunk->size, range, downloadKey(digest), now());
+    download.received += range.size();
     if (!stored) {
         const auto& error = stored.error();
         if (error.field == u"sha256" || error.field == u"offset" || error.field == u"size") {

@@ -149,7 +149,10 @@ public:
         int tasks = 0;
         int results = 0;
         int blobsFetched = 0;
-        std::int64_t bytesFetched = 0;
+        std::int64_t bytesFetched = 0; // decoded: the blobs' sizes
+        std::int64_t wireBytesFetched = 0; // the payloads that brought them, zstd-coded where the broker coded them
+        std::int64_t bytesUploaded = 0;
+        std::int64_t wireBytesUploaded = 0;
         int slashed = 0; // verdicts that slashed this node
         int reconnects = 0;
         int ignoredReplies = 0; // replies to no request of this session

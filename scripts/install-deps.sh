@@ -10,7 +10,7 @@ packages=(
     qt6-base-dev qt6-base-dev-tools libqt6sql6-sqlite qt6-charts-dev libqt6opengl6-dev qt6-svg-dev
     libgl-dev
     # storage, networking, keys
-    libsqlite3-dev sqlite3 libzmq3-dev cppzmq-dev libsodium-dev zlib1g-dev libssl-dev
+    libsqlite3-dev sqlite3 libzmq3-dev cppzmq-dev libsodium-dev zlib1g-dev libssl-dev libzstd-dev
     # LibTorch on OpenMP OpenBLAS (the pthread variant or the reference BLAS train ~9x slower)
     libtorch-dev libopenblas0-openmp
     # data and the independent PyTorch peer used by tests (Debian's /usr/bin/python3)

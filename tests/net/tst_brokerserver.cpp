@@ -5,6 +5,7 @@
 #include "sessionpeer.h"
 
 #include <core/broker/broker.h>
+#include <net/blobcoding.h>
 #include <net/brokerserver.h>
 #include <net/messages.h>
 
@@ -305,6 +306,67 @@ private Q_SLOTS:
             QStringLiteral("disk I/O error: /var/lib/tessera/broker.db (and /tmp/x-1/scratch/w.pt) at https://a.b/c, 3/4"));
         QVERIFY2(!said.contains(QStringLiteral("/var/lib")) && !said.contains(QStringLiteral("/tmp")), qPrintable(said));
         QVERIFY2(said.contains(QStringLiteral("https://a.b/c")) && said.contains(QStringLiteral("3/4")), qPrintable(said));
+    }
+
+    // docs/PROTOCOL.md, "Encoded ranges": the WELCOME says the broker takes zstd ranges; a coded
+    // upload stores the decoded bytes under their own hash; a GET that asks for zstd gets a coded
+    // range that decodes to them, one that does not gets them plain; a frame that does not decode
+    // to its header's length is refused and stores nothing.
+    void codedRangesGoBothWays()
+    {
+        const auto endpoint = start();
+        SessionPeer node(m_context, zmq::socket_type::dealer, endpoint, false);
+        node.send(Command::Register, net::RegisterRequest { nodeInfo(QStringLiteral("coder")) }.toHeader());
+        auto welcome = node.nextSkippingHeartbeats(pump());
+        QVERIFY(welcome && welcome->message.command == Command::Welcome);
+        QCOMPARE(net::Welcome::fromHeader(welcome->message.header)->encodings, QStringList { net::ZstdEncoding });
+
+        QByteArray blob; // 1.5 ranges of int8-like bytes: two PUTs
+        for (int i = 0; i < 3 * 512 * 1024; ++i)
+            blob.append(char((i * 7) % 13 - 6));
+        const auto digest = core::Digest::ofBytes(blob);
+        const auto put = [&](std::int64_t offset, const QByteArray& frame, std::int64_t length) {
+            node.send(Command::Put, net::PutRequest { digest, offset, blob.size(), net::ZstdEncoding, length }.toHeader(), frame);
+            return node.nextSkippingHeartbeats(pump());
+        };
+        // A frame that claims more than the header says is refused, and nothing is kept.
+        const QByteArray first = blob.left(net::MaxChunkBytes);
+        auto refused = put(0, net::encodeRange(first), first.size() - 1);
+        QVERIFY(refused && refused->message.command == Command::Error);
+        QVERIFY2(refused->message.header.value(net::fields::Message).toString().startsWith(u"payload:"),
+            qPrintable(refused->message.header.value(net::fields::Message).toString()));
+        refused = put(0, QByteArray(100, 'z'), 100);
+        QVERIFY(refused && refused->message.command == Command::Error);
+        QVERIFY(!m_blobs->contains(digest));
+
+        std::int64_t wire = 0;
+        for (std::int64_t offset = 0; offset < blob.size(); offset += net::MaxChunkBytes) {
+            const QByteArray range = blob.mid(offset, net::MaxChunkBytes);
+            const QByteArray frame = net::encodeRange(range);
+            QVERIFY(!frame.isEmpty());
+            wire += frame.size();
+            auto answer = put(offset, frame, range.size());
+            QVERIFY(answer && answer->message.command == Command::Ok);
+            QCOMPARE(net::PutReply::fromHeader(answer->message.header)->received, offset + range.size());
+        }
+        QVERIFY(wire * 4 < blob.size());
+        QVERIFY(m_blobs->contains(digest));
+        QCOMPARE(*m_blobs->readRange(digest, 0, blob.size()), blob);
+
+        for (const bool coded : { true, false }) {
+            node.send(Command::Get,
+                net::GetRequest {
+                    digest, net::MaxChunkBytes, blob.size() - net::MaxChunkBytes, coded ? net::ZstdEncoding : QString() }
+                    .toHeader());
+            auto chunk = node.nextSkippingHeartbeats(pump());
+            QVERIFY(chunk && chunk->message.command == Command::Chunk);
+            const auto header = net::ChunkHeader::fromHeader(chunk->message.header);
+            QVERIFY(header.ok());
+            QCOMPARE(header->encoding, coded ? net::ZstdEncoding : QString());
+            const QByteArray range = coded ? *net::decodeRange(chunk->message.payload, header->length) : chunk->message.payload;
+            QCOMPARE(range, blob.mid(net::MaxChunkBytes));
+            QCOMPARE(chunk->message.payload.size() < range.size(), coded);
+        }
     }
 
     void requestsBeforeRegisteringAreRefused()

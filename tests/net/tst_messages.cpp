@@ -1,7 +1,10 @@
 // The typed messages of docs/PROTOCOL.md: each writes the header the table says (golden compact
 // JSON), reads back what it wrote, and names the field that is wrong in what it refuses.
 
+#include <net/blobcoding.h>
 #include <net/messages.h>
+
+#include <zstd.h>
 
 #include <QJsonDocument>
 #include <QTest>
@@ -31,7 +34,13 @@ private Q_SLOTS:
     {
         QCOMPARE(compact(Welcome { QStringLiteral("n1"), 1000, QStringLiteral("1") }.toHeader()),
             QByteArray(R"({"brokerVersion":"1","heartbeatMs":1000,"nodeId":"n1"})"));
+        QCOMPARE(compact(Welcome { QStringLiteral("n1"), 1000, QStringLiteral("1"), { ZstdEncoding } }.toHeader()),
+            QByteArray(R"({"brokerVersion":"1","encodings":["zstd"],"heartbeatMs":1000,"nodeId":"n1"})"));
         QCOMPARE(compact(ReadyRequest {}.toHeader()), QByteArray(R"({"slots":1})"));
+        QCOMPARE(compact(GetRequest { digest('a'), 0, 4096, ZstdEncoding }.toHeader()),
+            QByteArray(R"({"encoding":"zstd","length":4096,"offset":0,"sha256":")") + QByteArray(64, 'a') + "\"}");
+        QCOMPARE(compact(ChunkHeader { digest('a'), 0, 9, ZstdEncoding, 9 }.toHeader()),
+            QByteArray(R"({"encoding":"zstd","length":9,"offset":0,"sha256":")") + QByteArray(64, 'a') + "\",\"size\":9}");
         QCOMPARE(compact(GetRequest { digest('a'), 1048576, 4096 }.toHeader()),
             QByteArray(R"({"length":4096,"offset":1048576,"sha256":")") + QByteArray(64, 'a') + "\"}");
         QCOMPARE(compact(PutReply { digest('b'), 10, true }.toHeader()),
@@ -122,6 +131,68 @@ private Q_SLOTS:
         auto half = task.toHeader();
         half.remove(fields::StartChangeBase);
         QCOMPARE(TaskMessage::fromHeader(half).error().field, fields::StartChangeBlob);
+    }
+
+    // A coded range reads back; a range whose coding is unknown, or that claims more than a range
+    // may hold, is refused by the field; an older broker's WELCOME names no coding.
+    void codedRangeHeaders()
+    {
+        const auto put = PutRequest::fromHeader(PutRequest { digest('c'), 0, 5, ZstdEncoding, 5 }.toHeader());
+        QVERIFY(put.ok());
+        QCOMPARE(put->encoding, ZstdEncoding);
+        QCOMPARE(put->length, 5);
+        QCOMPARE(PutRequest::fromHeader(PutRequest { digest('c'), 0, 5 }.toHeader())->encoding, QString());
+        auto header = PutRequest { digest('c'), 0, 5, QStringLiteral("brotli"), 5 }.toHeader();
+        QCOMPARE(PutRequest::fromHeader(header).error().field, fields::Encoding);
+        header = PutRequest { digest('c'), 0, 5, ZstdEncoding, MaxChunkBytes + 1 }.toHeader();
+        QCOMPARE(PutRequest::fromHeader(header).error().field, fields::Length);
+        header.remove(fields::Length);
+        QCOMPARE(ChunkHeader::fromHeader(header).error().field, fields::Length);
+        // A GET may ask for a coding the broker does not know: it is answered plain, not refused.
+        QVERIFY(GetRequest::fromHeader(GetRequest { digest('a'), 0, 1, QStringLiteral("brotli") }.toHeader()).ok());
+        QVERIFY(Welcome::fromHeader({ { fields::NodeId, QStringLiteral("n") } })->encodings.isEmpty());
+    }
+
+    // decodeRange takes one frame of exactly the header's length, and nothing else: not a frame
+    // that names no size, holds more or less, is followed by bytes, or is not zstd at all.
+    void codedRangesDecodeExactlyOrAreRefused()
+    {
+        QByteArray plain;
+        for (int i = 0; i < 200000; ++i)
+            plain.append(char(i % 7 == 0 ? i / 7 : 0));
+        const QByteArray frame = encodeRange(plain);
+        QVERIFY(!frame.isEmpty() && frame.size() < plain.size());
+        QCOMPARE(*decodeRange(frame, plain.size()), plain);
+        QCOMPARE(decodeRange(frame, plain.size() - 1).error().field, QStringLiteral("payload"));
+        QCOMPARE(decodeRange(frame, plain.size() + 1).error().field, QStringLiteral("payload"));
+        QCOMPARE(decodeRange(frame + frame, plain.size()).error().field, QStringLiteral("payload"));
+        QCOMPARE(decodeRange(frame.left(frame.size() - 3), plain.size()).error().field, QStringLiteral("payload"));
+        QCOMPARE(decodeRange(QByteArray(64, 'x'), 64).error().field, QStringLiteral("payload"));
+        QCOMPARE(decodeRange({}, 0).error().field, QStringLiteral("payload"));
+        QCOMPARE(decodeRange(frame, MaxChunkBytes + 1).error().field, QStringLiteral("length"));
+        // A frame of 64 MiB of zeros is a few KiB: a range may not make the decoder allocate it.
+        const QByteArray bomb = encodeRange(QByteArray(64 << 20, '\0'));
+        QVERIFY(bomb.size() < 65536);
+        QCOMPARE(decodeRange(bomb, MaxChunkBytes).error().field, QStringLiteral("payload"));
+        // A streamed frame names no content size: refused rather than decoded into a guess.
+        QByteArray unsized(qsizetype(ZSTD_compressBound(size_t(plain.size()))), Qt::Uninitialized);
+        ZSTD_CCtx* context = ZSTD_createCCtx();
+        ZSTD_outBuffer out { unsized.data(), size_t(unsized.size()), 0 };
+        ZSTD_inBuffer in { plain.constData(), size_t(plain.size()), 0 };
+        // Fed first, ended after: the coder cannot know the size when the frame starts.
+        QVERIFY(!ZSTD_isError(ZSTD_compressStream2(context, &out, &in, ZSTD_e_continue)));
+        ZSTD_inBuffer none { nullptr, 0, 0 };
+        QVERIFY(ZSTD_compressStream2(context, &out, &none, ZSTD_e_end) == 0);
+        ZSTD_freeCCtx(context);
+        unsized.truncate(qsizetype(out.pos));
+        QCOMPARE(ZSTD_getFrameContentSize(unsized.constData(), size_t(unsized.size())), ZSTD_CONTENTSIZE_UNKNOWN);
+        QCOMPARE(decodeRange(unsized, plain.size()).error().field, QStringLiteral("payload"));
+        // Bytes that do not shrink go plain.
+        QByteArray noise(4096, Qt::Uninitialized);
+        for (qsizetype i = 0; i < noise.size(); ++i)
+            noise[i] = char((i * 2654435761u) >> 13);
+        QVERIFY(encodeRange(noise).isEmpty() || encodeRange(noise).size() < noise.size());
+        QVERIFY(encodeRange({}).isEmpty());
     }
 
     void refusalsNameTheField()

@@ -7,6 +7,7 @@
 
 #include <core/blobstore.h>
 #include <core/readfile.h>
+#include <net/blobcoding.h>
 #include <net/messages.h>
 #include <net/nodeclient.h>
 
@@ -80,6 +81,30 @@ private:
     FailingExecutor m_failing;
 };
 
+// Ends every shard at once, completed, with `weights` as what it reveals.
+class CompletingExecutor final : public net::ShardExecutor {
+public:
+    QByteArray weights;
+    QList<QByteArray> startedWith;
+    void start(const QString& tag, const QString& assignment, const core::ShardTask& task, const QByteArray& startWeights,
+        const QHash<core::Digest, QString>&, std::int64_t) override
+    {
+        startedWith.append(startWeights);
+        core::ShardResult result;
+        result.jobId = task.jobId;
+        result.round = task.round;
+        result.shard = task.shard;
+        result.outcome = core::ShardResult::Outcome::Completed;
+        result.weightsSha256 = core::Digest::ofBytes(weights);
+        m_finished.append({ tag, assignment, result, weights, {}, {}, {} });
+    }
+    QList<Finished> takeFinished(const QString&) override { return std::exchange(m_finished, {}); }
+    bool idle() const override { return m_finished.isEmpty(); }
+
+private:
+    QList<Finished> m_finished;
+};
+
 } // namespace
 
 class NodeClientTest : public QObject {
@@ -144,9 +169,9 @@ class NodeClientTest : public QObject {
         return registration;
     }
 
-    static void welcome(Session& session, const tests::Received& registration)
+    static void welcome(Session& session, const tests::Received& registration, const QStringList& encodings = {})
     {
-        QJsonObject header = net::Welcome { QStringLiteral("node"), 1000, QStringLiteral("1") }.toHeader();
+        QJsonObject header = net::Welcome { QStringLiteral("node"), 1000, QStringLiteral("1"), encodings }.toHeader();
         header.insert(net::fields::Id, registration.message.header.value(net::fields::Id));
         session.broker->send(Command::Welcome, header, {}, registration.routingId);
         for (int i = 0; i < 50 && session.node->session() != net::NodeClient::Session::Registered; ++i)
@@ -308,6 +333,61 @@ private Q_SLOTS:
         header.insert(net::fields::Id, get->message.header.value(net::fields::Id));
         session.broker->send(Command::Chunk, header, bytes, routingId);
         return asked->sha256;
+    }
+
+    // docs/PROTOCOL.md, "Encoded ranges": the node asks for coded ranges, decodes what comes coded
+    // into the bytes it trains from, and codes its uploads only for a broker whose WELCOME says it
+    // takes them (an older broker would store the coded bytes).
+    void rangesTravelCodedWhereBothSidesCan()
+    {
+        QByteArray base; // int8-like start weights: they shrink
+        for (int i = 0; i < 200'000; ++i)
+            base.append(char((i * 5) % 11));
+        QByteArray revealed = base;
+        std::reverse(revealed.begin(), revealed.end());
+        for (const bool brokerTakesZstd : { true, false }) {
+            CompletingExecutor executor;
+            executor.weights = revealed;
+            auto session = start(&executor);
+            auto registration = nextRegister(session);
+            QVERIFY(registration);
+            welcome(session, *registration, brokerTakesZstd ? QStringList { net::ZstdEncoding } : QStringList {});
+            QVERIFY(session.broker->nextSkippingHeartbeats(session.pump())->message.command == Command::Ready);
+            const auto startDigest = core::Digest::ofBytes(base + QByteArray::number(brokerTakesZstd));
+            const QByteArray startBytes = base + QByteArray::number(brokerTakesZstd); // not in the cache yet
+            session.broker->send(
+                Command::Task, taskOf(QStringLiteral("c1"), startDigest).toHeader(), {}, registration->routingId);
+
+            auto get = session.broker->nextSkippingHeartbeats(session.pump());
+            QVERIFY(get && get->message.command == Command::Get);
+            const auto asked = net::GetRequest::fromHeader(get->message.header);
+            QCOMPARE(asked->encoding, net::ZstdEncoding);
+            const QByteArray frame = net::encodeRange(startBytes);
+            QJsonObject chunk
+                = net::ChunkHeader { startDigest, 0, startBytes.size(), net::ZstdEncoding, startBytes.size() }.toHeader();
+            chunk.insert(net::fields::Id, get->message.header.value(net::fields::Id));
+            session.broker->send(Command::Chunk, chunk, frame, registration->routingId);
+
+            auto commit = session.broker->nextSkippingHeartbeats(session.pump());
+            QVERIFY(commit && commit->message.command == Command::Commit);
+            QCOMPARE(executor.startedWith, QList<QByteArray> { startBytes });
+            session.broker->send(
+                Command::Ok, { { net::fields::Id, commit->message.header.value(net::fields::Id) } }, {}, registration->routingId);
+
+            auto put = session.broker->nextSkippingHeartbeats(session.pump());
+            QVERIFY(put && put->message.command == Command::Put);
+            const auto range = net::PutRequest::fromHeader(put->message.header);
+            QVERIFY(range.ok());
+            QCOMPARE(range->encoding, brokerTakesZstd ? net::ZstdEncoding : QString());
+            QCOMPARE(brokerTakesZstd ? *net::decodeRange(put->message.payload, range->length) : put->message.payload, revealed);
+
+            const auto counters = session.node->counters();
+            QCOMPARE(counters.bytesFetched, startBytes.size());
+            QCOMPARE(counters.wireBytesFetched, frame.size());
+            QCOMPARE(counters.bytesUploaded, revealed.size());
+            QCOMPARE(counters.wireBytesUploaded, put->message.payload.size());
+            QCOMPARE(counters.wireBytesUploaded < counters.bytesUploaded, brokerTakesZstd);
+        }
     }
 
     // A node that holds the previous round's weights fetches the round's change (a quarter of the
