@@ -4,7 +4,7 @@
 # train-local (the baseline, same run) and by a broker with two new nodes over TCP on 127.0.0.1
 # (verification as shipped: every result of a new node is re-executed by the other). For each:
 # network wall / train-local wall, bytes on the wire per round, peak RSS of a node and of the broker
-# (VmHWM), a node's data folder at its largest, and heartbeats missed ("went silent" in any log).
+# (VmHWM; a node's with its compute workers), a node's data folder at its largest, and heartbeats missed ("went silent" in any log).
 # Records go to $TESSERA_BENCH_RECORD as "scale.NAME.KEY VALUE" (bench/report.py tables and plots them).
 # Usage: bench/scale.sh BUILD_DIR OUT_DIR [NAME...]   (names: 1m 10m 40m 100m gpt40m; default all)
 set -euo pipefail
@@ -45,17 +45,25 @@ JOB
     fi
 }
 
-# Largest VmHWM (kB) and data folder (kB) seen while PIDs live, sampled every 0.5 s into FILE.
+# Every 0.2 s into FILE: each process's VmHWM (its own peak), a node's resident memory together
+# with its compute workers' (its child processes: a node trains in tessera-compute workers, so its
+# memory is theirs too), and its data folder (kB).
 watch_peaks() {
     local file=$1
     shift
-    while sleep 0.5; do
+    while sleep 0.2; do
         for entry in "$@"; do
             local name=${entry%%:*} pid=${entry#*:}
             local hwm
             hwm=$(awk '/VmHWM/ { print $2 }' "/proc/$pid/status" 2>/dev/null || true)
             [ -n "$hwm" ] && echo "rss $name $hwm"
-            [ "$name" = broker ] || echo "disk $name $(du -sk "$CLUSTER_DIR/$name" 2>/dev/null | cut -f1)"
+            [ "$name" = broker ] && continue
+            local total=0 child
+            for child in $pid $(pgrep -P "$pid" 2>/dev/null); do
+                total=$((total + $(awk '/VmRSS/ { r = $2 } END { print r + 0 }' "/proc/$child/status" 2>/dev/null || echo 0)))
+            done
+            echo "tree $name $total"
+            echo "disk $name $(du -sk "$CLUSTER_DIR/$name" 2>/dev/null | cut -f1)"
         done >> "$file"
     done
 }
@@ -91,7 +99,7 @@ for name in "${names[@]}"; do
     cluster_stop
     state=$("$py" -c "import json,sys; print(json.load(open(sys.argv[1]))['state'])" "$dir/job-end.json")
 
-    node_rss=$(awk '$1 == "rss" && $2 != "broker" && $3 > m { m = $3 } END { print m + 0 }' "$dir/peaks.txt")
+    node_rss=$(awk '($1 == "rss" || $1 == "tree") && $2 != "broker" && $3 > m { m = $3 } END { print m + 0 }' "$dir/peaks.txt")
     broker_rss=$(awk '$1 == "rss" && $2 == "broker" && $3 > m { m = $3 } END { print m + 0 }' "$dir/peaks.txt")
     node_disk=$(awk '$1 == "disk" && $3 > m { m = $3 } END { print m + 0 }' "$dir/peaks.txt")
     # Bytes on the wire per round: every frame the broker received and sent (it prints them when it

@@ -6,6 +6,7 @@
 #include <core/readfile.h>
 
 #include <QElapsedTimer>
+#include <QFile>
 #include <QFileInfo>
 #include <QMutex>
 #include <QThread>
@@ -504,6 +505,8 @@ void ComputeThread::Private::runShard(QueuedShard item)
         pauseNow = pauseAfterCurrent;
     }
     Q_EMIT q->shardFinished(output);
+    if (!output.keptStateFile.isEmpty())
+        QFile::remove(output.keptStateFile); // not taken by a receiver (ShardOutput::keptStateFile)
     if (pauseNow)
         setState(State::Paused);
 }

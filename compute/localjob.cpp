@@ -30,6 +30,7 @@ core::Result<LocalJobOutput> runJobLocally(
             if (!run)
                 return core::Error { run.error().field,
                     QStringLiteral("round %1, shard %2: %3").arg(round).arg(task.shard).arg(run.error().message) };
+            (*run)->setKeepsCheckpointState(false); // no dispute asks about a local run
             while (!(*run)->finished()) {
                 if (auto status = (*run)->step(); !status)
                     return core::Error { {},

@@ -11,15 +11,18 @@
 #include "runtimeprofile.h"
 
 #include <core/nodeinfo.h>
+#include <core/readfile.h>
 #include <core/seeds.h>
 
 #include <algorithm>
 #include <future>
 #include <map>
+#include <utility>
 
 #include <torch/torch.h>
 
 #include <QElapsedTimer>
+#include <QFile>
 #include <QJsonDocument>
 
 #include <cmath>
@@ -44,6 +47,9 @@ struct ShardRun::Private {
     std::future<core::Digest> pendingHash; // the newest checkpoint's hash, computed on a helper thread
     QByteArray keptState; // suspend() at task.keptStateCheckpoint(), for disputes
     QByteArray startWeights; // the round's weights (shared, not copied), for a compressed update
+    QString startWeightsFile; // or (spillTo) the file that holds them
+    QString keptStateFile; // spillTo: where the kept state goes as soon as it is made
+    bool keptInFile = false; // it went there
     bool keepCheckpointStates = true;
     std::int64_t previousElapsedMs = 0; // before a suspend
     QElapsedTimer timer;
@@ -397,31 +403,67 @@ core::Status ShardRun::step()
         }
         state.clear();
         if (d->keepCheckpointStates && d->step < task.localSteps && index == task.keptStateCheckpoint())
-            d->keptState = suspend();
+            keepState();
     }
     return {};
 }
 
-QByteArray ShardRun::suspend() const
+namespace {
+
+// What suspend() pickles: the training state, progress and chain so far.
+NamedTensors suspendedStateOf(ShardRun::Private& d)
 {
     // The tensors themselves, not copies: pickling reads them, and nothing trains meanwhile.
-    NamedTensors state = withPrefix("model/", d->model->state());
-    for (auto& entry : withPrefix("optimizer/", d->optimizer->state()))
+    NamedTensors state = withPrefix("model/", d.model->state());
+    for (auto& entry : withPrefix("optimizer/", d.optimizer->state()))
         state.push_back(std::move(entry));
-    const auto task = taskDigest(d->task).toRaw();
+    const auto task = taskDigest(d.task).toRaw();
     state.emplace_back(
         "meta/task", torch::from_blob(const_cast<char*>(task.constData()), { task.size() }, torch::kUInt8).clone());
-    state.emplace_back("meta/step", torch::tensor(d->step, torch::kInt64));
-    state.emplace_back("meta/losses", torch::tensor(std::vector<double>(d->losses.begin(), d->losses.end()), torch::kFloat64));
-    const auto& hashes = d->settledChain();
+    state.emplace_back("meta/step", torch::tensor(d.step, torch::kInt64));
+    state.emplace_back("meta/losses", torch::tensor(std::vector<double>(d.losses.begin(), d.losses.end()), torch::kFloat64));
+    const auto& hashes = d.settledChain();
     auto chain = torch::empty({ std::int64_t(hashes.size()), 32 }, torch::kUInt8);
     for (qsizetype i = 0; i < hashes.size(); ++i)
         std::memcpy(chain[i].data_ptr<std::uint8_t>(), hashes[i].toRaw().constData(), 32);
     state.emplace_back("meta/chain", chain);
     state.emplace_back(
-        "meta/elapsed_ms", torch::tensor(static_cast<std::int64_t>(d->previousElapsedMs + d->timer.elapsed()), torch::kInt64));
+        "meta/elapsed_ms", torch::tensor(static_cast<std::int64_t>(d.previousElapsedMs + d.timer.elapsed()), torch::kInt64));
     sortByName(state);
-    return pickleTensors(state);
+    return state;
+}
+
+} // namespace
+
+void ShardRun::spillTo(const QString& startWeightsFile, const QString& keptStateFile)
+{
+    d->startWeightsFile = startWeightsFile;
+    if (!startWeightsFile.isEmpty())
+        d->startWeights = QByteArray(); // the caller's copy goes with its own scope
+    d->keptStateFile = keptStateFile;
+    if (!keptStateFile.isEmpty() && !d->keptInFile)
+        QFile::remove(keptStateFile); // an earlier shard's
+}
+
+void ShardRun::setKeepsCheckpointState(bool keeps)
+{
+    d->keepCheckpointStates = keeps;
+}
+
+void ShardRun::keepState()
+{
+    // Pickled straight into the file when the run spills (never whole in memory: 3 x the model
+    // for AdamW); in memory otherwise, or when the file cannot be written.
+    if (!d->keptStateFile.isEmpty() && pickleTensorsToFile(suspendedStateOf(*d), d->keptStateFile)) {
+        d->keptInFile = true;
+        return;
+    }
+    d->keptState = suspend();
+}
+
+QByteArray ShardRun::suspend() const
+{
+    return pickleTensors(suspendedStateOf(*d));
 }
 
 namespace {
@@ -471,7 +513,18 @@ ShardOutput ShardRun::finish()
         return output;
     }
     d->optimizer->releaseGradients(); // before the round's weights are read again to reveal the update
-    auto revealed = reveal(d->task, roundState(*d), d->startWeights);
+    QByteArray roundWeights = d->startWeights;
+    if (roundWeights.isEmpty() && !d->startWeightsFile.isEmpty() && d->task.compression != core::Compression::None) {
+        auto read = core::readFile(d->startWeightsFile);
+        if (!read) {
+            result.outcome = core::ShardResult::Outcome::Failed;
+            result.failure = QStringLiteral("the round's weights cannot be read again: ") + read.error().message;
+            return output;
+        }
+        roundWeights = std::move(*read);
+    }
+    auto revealed = reveal(d->task, roundState(*d), roundWeights);
+    roundWeights = QByteArray();
     if (!revealed) {
         result.outcome = core::ShardResult::Outcome::Failed;
         result.failure = revealed.error().toString();
@@ -481,6 +534,8 @@ ShardOutput ShardRun::finish()
     result.finalHash = canonicalHash(*revealed);
     result.checkpointHashes = d->settledChain();
     output.keptState = d->keptState;
+    if (d->keptInFile)
+        output.keptStateFile = d->keptStateFile;
     result.weightsSha256 = core::Digest::ofBytes(output.weights);
     result.losses = d->losses;
     result.samplesProcessed = d->task.localSteps * d->task.batchSize;

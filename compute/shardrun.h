@@ -26,6 +26,10 @@ struct ShardOutput {
     // on, and recreateState() makes any other from this one or from the round's weights. Empty for
     // a failed shard, one without interior checkpoints, and one resumed after that checkpoint.
     QByteArray keptState;
+    // Or (keptState empty) the file that holds it (a run that spilled it, ShardRun::spillTo; a
+    // worker's): whoever receives the output takes the file (renames it) or reads it, and the
+    // compute thread removes what is left of it once shardFinished has been delivered.
+    QString keptStateFile = {};
 };
 
 // The referee's arithmetic. Re-executes a shard from checkpoint `from` to checkpoint `to`
@@ -125,6 +129,16 @@ public:
     // compressed update from the round's weights, as task.compression says).
     ShardOutput finish();
 
+    // Keeps the run's two largest byte arrays out of memory while it trains (a worker, whose
+    // scratch folder holds them; docs/PERFORMANCE.md, "Scale"): the round's weights are read again
+    // from `startWeightsFile` (which holds the bytes the run started from) when finish() needs them,
+    // and the kept training state goes to `keptStateFile` as soon as it is made (ShardOutput's
+    // keptStateFile then names it). A state that cannot be written stays in memory.
+    void spillTo(const QString& startWeightsFile, const QString& keptStateFile);
+    // Whether the run keeps the training state at task.keptStateCheckpoint() (the default): a run
+    // no dispute can ask about (train-local) does without it.
+    void setKeepsCheckpointState(bool keeps);
+
     struct Private; // opaque: holds the torch objects
     friend core::Result<Replay> replayShard(const core::ShardTask&, std::int64_t, const QByteArray&, const core::Digest&,
         std::int64_t, const QByteArray&, const ComputeEnvironment&);
@@ -140,6 +154,7 @@ public:
 
 private:
     explicit ShardRun(std::unique_ptr<Private> d);
+    void keepState(); // the training state at the kept checkpoint: into keptStateFile (spillTo), or memory
     // A run of this node's own shard brought to shard step `step` (not keeping checkpoint states):
     // resumed from keptState where its checkpoint comes no later, else from the round's weights.
     static core::Result<std::unique_ptr<ShardRun>> trainedTo(const core::ShardTask& task, const QByteArray& startWeights,

@@ -23,8 +23,8 @@ ComputeExecutor::ComputeExecutor(compute::ComputeEnvironment environment, std::s
         m_thread.get(), &compute::ComputeThread::shardFinished, m_thread.get(),
         [this](const compute::ShardOutput& output) {
             // Hashed here, on the compute thread, not on the client's network loop, and written here
-            // to the client's staging folder when it has one.
-            const auto keptDigest = output.keptState.isEmpty() ? core::Digest {} : core::Digest::ofBytes(output.keptState);
+            // to the client's staging folder when it has one (a worker's kept state is a file
+            // already: moved there, never read into this process).
             const QString key = keyOf(output.result.jobId, output.result.round, output.result.shard);
             QString staging;
             {
@@ -33,6 +33,24 @@ ComputeExecutor::ComputeExecutor(compute::ComputeEnvironment environment, std::s
             }
             QByteArray kept = output.keptState;
             QString keptFile;
+            core::Digest keptDigest;
+            if (!output.keptStateFile.isEmpty()) {
+                const auto digest = digestOfFile(output.keptStateFile);
+                if (digest && !staging.isEmpty()) {
+                    const QString staged = QStringLiteral("%1/kept-%2.part").arg(staging, digest->toHex());
+                    QFile::remove(staged);
+                    if (QFile::rename(output.keptStateFile, staged)) {
+                        keptFile = staged;
+                        keptDigest = *digest;
+                    }
+                }
+                if (keptFile.isEmpty()) { // no staging folder, or the move failed: the bytes themselves
+                    kept = core::readFile(output.keptStateFile).value_or(QByteArray());
+                    keptDigest = kept.isEmpty() ? core::Digest {} : core::Digest::ofBytes(kept);
+                }
+            } else if (!kept.isEmpty()) {
+                keptDigest = core::Digest::ofBytes(kept);
+            }
             if (!kept.isEmpty() && !staging.isEmpty()) {
                 QFile file(QStringLiteral("%1/kept-%2.part").arg(staging, keptDigest.toHex()));
                 if (file.open(QIODevice::WriteOnly) && file.write(kept) == kept.size() && file.flush()) {
@@ -57,6 +75,23 @@ ComputeExecutor::ComputeExecutor(compute::ComputeEnvironment environment, std::s
             m_recreated.append({ key.section(u'\n', 0, 0), key.section(u'\n', 1), state, digest, error });
         },
         Qt::DirectConnection);
+}
+
+std::optional<core::Digest> ComputeExecutor::digestOfFile(const QString& path)
+{
+    QFile file(path);
+    if (!file.open(QIODevice::ReadOnly))
+        return std::nullopt;
+    core::Sha256 hasher;
+    QByteArray buffer(4 << 20, Qt::Uninitialized);
+    for (;;) {
+        const qint64 read = file.read(buffer.data(), buffer.size());
+        if (read < 0)
+            return std::nullopt;
+        if (read == 0)
+            return hasher.result();
+        hasher.addData(QByteArrayView(buffer.constData(), read));
+    }
 }
 
 ComputeExecutor::~ComputeExecutor()

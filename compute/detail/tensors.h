@@ -37,6 +37,9 @@ core::Digest stateRoot(const NamedTensors& tensors);
 
 // A dict of tensors in PyTorch's pickle format (torch.load reads it; torch.save writes what reads back).
 QByteArray pickleTensors(const NamedTensors& tensors);
+// The same bytes written to a file as they are made, never held whole in memory (a training state
+// of 3 x the model). An error names the file.
+core::Status pickleTensorsToFile(const NamedTensors& tensors, const QString& path);
 core::Result<NamedTensors> unpickleTensors(const QByteArray& bytes, const QString& what);
 
 // The names of a training state's parts: "model/<name>", "optimizer/<name>"; prefix added, or

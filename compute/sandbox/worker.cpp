@@ -14,6 +14,7 @@
 #include <QJsonObject>
 #include <QStorageInfo>
 #include <QTemporaryDir>
+#include <QUuid>
 
 #include <fcntl.h>
 #include <poll.h>
@@ -84,7 +85,9 @@ core::Result<std::unique_ptr<QTemporaryDir>> prepareScratch(
 // What a worker left in its scratch folder after a clean end. The worker ran the job owner's
 // code: the supervisor, which signs the result, hashes the weights itself rather than take the
 // worker's word for it.
-ShardOutput collectOutput(const core::ShardTask& task, const QDir& folder)
+// keptDestination: where kept.out is moved instead of read (ShardOutput::keptStateFile), outside the
+// scratch folder that the next shard reuses; empty: it is read into memory.
+ShardOutput collectOutput(const core::ShardTask& task, const QDir& folder, const QString& keptDestination = {})
 {
     auto parsed = core::ShardResult::fromJson(
         QJsonDocument::fromJson(core::readFile(folder.filePath(QStringLiteral("result.json"))).value_or(QByteArray())).object());
@@ -94,7 +97,11 @@ ShardOutput collectOutput(const core::ShardTask& task, const QDir& folder)
     if (output.result.outcome == core::ShardResult::Outcome::Failed)
         return output;
     output.weights = core::readFile(folder.filePath(QStringLiteral("weights.out"))).value_or(QByteArray());
-    output.keptState = core::readFile(folder.filePath(QStringLiteral("kept.out"))).value_or(QByteArray());
+    const QString kept = folder.filePath(QStringLiteral("kept.out"));
+    if (!keptDestination.isEmpty() && QFileInfo(kept).size() > 0 && QFile::rename(kept, keptDestination))
+        output.keptStateFile = keptDestination;
+    else
+        output.keptState = core::readFile(kept).value_or(QByteArray());
     const auto hash = pickle::canonicalHash(output.weights);
     if (!hash || *hash != output.result.finalHash)
         return failed(task, QStringLiteral("the compute worker's weights do not have the hash its result names"));
@@ -719,9 +726,10 @@ core::Result<std::unique_ptr<RemoteShardRun>> RemoteShardRun::open(const core::S
     if (!opened)
         return opened.error();
     run->m_completed = opened->section(u' ', 1, 1).toLongLong();
-    // The worker holds them now: a large model's copies need not stay on disk.
+    // The worker holds the training state now; the round's weights stay on disk, where the worker
+    // reads them again when it reveals its update rather than hold them in memory while it trains
+    // (ShardRun::spillTo: disk is the cheaper place for 1 x the model).
     const QDir folder(run->m_worker->process().scratch->path());
-    QFile::remove(folder.filePath(QStringLiteral("weights.in")));
     QFile::remove(folder.filePath(QStringLiteral("suspended.in")));
     return run;
 }
@@ -785,7 +793,12 @@ ShardOutput RemoteShardRun::finish()
     if (auto answer = ask(QStringLiteral("finish")); !answer)
         return failed(m_task, answer.error().message);
     const QDir folder(m_worker->process().scratch->path());
-    auto output = collectOutput(m_task, folder);
+    // The kept state (up to 3 x the model) moves beside the scratch folder rather than through
+    // this process's memory.
+    QDir root(folder);
+    root.cdUp();
+    auto output = collectOutput(
+        m_task, folder, root.filePath(QStringLiteral("kept-%1.state").arg(QUuid::createUuid().toString(QUuid::Id128))));
     for (const char* done : { "result.json", "weights.out", "kept.out" })
         QFile::remove(folder.filePath(QString::fromLatin1(done)));
     return output;

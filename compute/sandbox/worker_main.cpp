@@ -272,8 +272,9 @@ compute::ComputeEnvironment environmentOf(const Arguments& arguments)
 // A finished shard's result, weights and kept state, where the supervisor collects them.
 bool writeOutput(const QDir& scratch, const compute::ShardOutput& output)
 {
+    // A run that spilled its kept state (ShardRun::spillTo) wrote kept.out itself.
     return writeFile(scratch.filePath(QStringLiteral("weights.out")), output.weights)
-        && writeFile(scratch.filePath(QStringLiteral("kept.out")), output.keptState)
+        && (!output.keptStateFile.isEmpty() || writeFile(scratch.filePath(QStringLiteral("kept.out")), output.keptState))
         && writeFile(scratch.filePath(QStringLiteral("result.json")),
             QJsonDocument(output.result.toJson()).toJson(QJsonDocument::Compact));
 }
@@ -387,6 +388,9 @@ int serve(const Arguments& arguments)
                     continue;
                 }
                 run = std::move(*started);
+                // The round's weights stay in weights.in and the kept state goes to kept.out as soon
+                // as it is made: neither is held in memory while the shard trains.
+                run->spillTo(scratch.filePath(QStringLiteral("weights.in")), scratch.filePath(QStringLiteral("kept.out")));
                 answer(QStringLiteral("ok %1").arg(run->completedSteps()));
             } else if (!run) {
                 error(QStringLiteral("no shard was started"));

@@ -8,9 +8,11 @@
 #include <compute/computethread.h>
 #include <compute/weights.h>
 #include <core/decomposition.h>
+#include <core/readfile.h>
 
 #include <QDir>
 #include <QFile>
+#include <QFileInfo>
 #include <QSignalSpy>
 #include <QTemporaryDir>
 #include <QTest>
@@ -408,6 +410,19 @@ private Q_SLOTS:
         configure(thread);
         QSignalSpy finished(&thread, &ComputeThread::shardFinished);
         QSignalSpy held(&thread, &ComputeThread::held);
+        // The worker's kept state comes as a file beside its scratch folder, never through this
+        // process's memory: the first shard's is taken (as the node's executor takes it into its
+        // cache), the second's is left, and the compute thread removes it.
+        QList<qint64> keptSizes;
+        const QString taken = QDir(scratchRoot()).filePath(QStringLiteral("taken.state"));
+        QObject::connect(
+            &thread, &ComputeThread::shardFinished, &thread,
+            [&](const ShardOutput& output) {
+                keptSizes.append(output.keptState.isEmpty() ? QFileInfo(output.keptStateFile).size() : -1);
+                if (keptSizes.size() == 1)
+                    QFile::rename(output.keptStateFile, taken);
+            },
+            Qt::DirectConnection);
         thread.holdAt(QStringLiteral("job-a"), 0, 1);
         thread.submit(f.tasks[0], f.start.bytes);
         thread.submit(f.tasks[1], f.start.bytes);
@@ -420,8 +435,12 @@ private Q_SLOTS:
         for (int i = 0; i < 2; ++i) {
             const auto output = outputOf(finished, i);
             QVERIFY2(output.result.outcome == core::ShardResult::Outcome::Completed, qPrintable(output.result.failure));
-            QCOMPARE(output.result.finalHash, compute::runShard(f.tasks[i], f.start.bytes, {}).result.finalHash);
+            const auto here = compute::runShard(f.tasks[i], f.start.bytes, {});
+            QCOMPARE(output.result.finalHash, here.result.finalHash);
+            QCOMPARE(keptSizes.at(i), here.keptState.size()); // it also holds the time it took
         }
+        QVERIFY(compute::canonicalHashOf(core::readFile(taken).value_or(QByteArray())).ok()); // a training state
+        QVERIFY(QDir(scratchRoot()).entryList({ QStringLiteral("kept-*") }, QDir::Files).isEmpty());
         thread.pause();
         QVERIFY(waitForState(thread, ComputeThread::State::Paused));
         QVERIFY(QTest::qWaitFor([&] { return workerFolders().isEmpty(); }, 60'000));
