@@ -63,6 +63,7 @@ core::JobSpec DesktopApp::demoJob()
     spec.training.localSteps = 30;
     spec.training.batchSize = 32;
     spec.training.checkpointInterval = 10;
+    spec.training.determinism = core::TrainingSpec::Determinism::Portable; // as the examples: any node checks any other
     spec.budget = *core::Credits::fromCredits(20);
     return spec;
 }

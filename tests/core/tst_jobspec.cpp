@@ -57,6 +57,7 @@ private Q_SLOTS:
         QTest::addColumn<QString>("file");
         QTest::newRow("mlp") << QStringLiteral("fashion-mnist-mlp.json");
         QTest::newRow("cnn") << QStringLiteral("fashion-mnist-cnn.json");
+        QTest::newRow("gpt") << QStringLiteral("fortunes-gpt.json");
     }
     void examplesAreValid()
     {
@@ -64,6 +65,8 @@ private Q_SLOTS:
         const auto spec = JobSpec::fromJsonText(readFile(QStringLiteral(TESSERA_SOURCE_DIR "/examples/jobs/") + file));
         QVERIFY2(spec.ok(), qPrintable(spec.ok() ? QString() : spec.error().toString()));
         QVERIFY(spec->validate().ok());
+        // The examples lead with portable mode: any node checks any other (docs/DETERMINISM.md).
+        QCOMPARE(spec->training.determinism, TrainingSpec::Determinism::Portable);
     }
 
     void defaultsAreFilledIn()

@@ -46,6 +46,30 @@ private Q_SLOTS:
         QVERIFY(panel.errorText().isEmpty());
     }
 
+    // Zoo models lead with portable mode (any node checks any other); fast mode is a choice, and
+    // the only mode of a TorchScript model, whose choice is then disabled.
+    void zooJobsArePortableUnlessToldOtherwise()
+    {
+        SubmitPanel panel;
+        auto* model = qobject_cast<QComboBox*>(panel.field(QStringLiteral("model")));
+        auto* determinism = qobject_cast<QComboBox*>(panel.field(QStringLiteral("determinism")));
+        auto* hidden = qobject_cast<QLineEdit*>(panel.field(QStringLiteral("hidden")));
+        for (const char* zoo : { "mlp", "cnn", "gpt" }) {
+            model->setCurrentIndex(model->findData(QString::fromLatin1(zoo)));
+            hidden->setText(QStringLiteral("128")); // a cnn has one hidden layer
+            const auto spec = panel.spec();
+            QVERIFY2(spec.ok(), qPrintable(spec.ok() ? QString() : spec.error().toString()));
+            QCOMPARE(spec->training.determinism, core::TrainingSpec::Determinism::Portable);
+            QVERIFY(determinism->isEnabled());
+        }
+        determinism->setCurrentIndex(determinism->findData(QStringLiteral("fast")));
+        QCOMPARE(panel.spec()->training.determinism, core::TrainingSpec::Determinism::Fast);
+        determinism->setCurrentIndex(determinism->findData(QStringLiteral("portable")));
+        model->setCurrentIndex(model->findData(QStringLiteral("torchscript")));
+        QVERIFY(!determinism->isEnabled());
+        QCOMPARE(panel.spec().error().field.startsWith(u"training.determinism"), false);
+    }
+
     // "Zoo: GPT (text)" is the Fortunes GPT (FedAvg, as the example: Nesterov's outer momentum
     // overshoots over its 12 rounds): a valid language-model job with the settings it needs;
     // back to the MLP, the classifier's settings return.

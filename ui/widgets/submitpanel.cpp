@@ -63,6 +63,7 @@ SubmitPanel::SubmitPanel(QWidget* parent)
     , m_batch(spin(1, 100'000, 64))
     , m_seed(spin(0, 2'000'000'000, 42))
     , m_aggregation(new QComboBox)
+    , m_determinism(new QComboBox)
     , m_budget(new QLineEdit(QStringLiteral("100")))
     , m_verification(number(0.0, 1.0, 0.1, 2))
     , m_estimate(new QLabel)
@@ -81,6 +82,12 @@ SubmitPanel::SubmitPanel(QWidget* parent)
     m_optimizer->addItem(QStringLiteral("AdamW"), QStringLiteral("adamw"));
     m_aggregation->addItem(QStringLiteral("FedAvg"), QStringLiteral("fedavg"));
     m_aggregation->addItem(QStringLiteral("Nesterov (DiLoCo)"), QStringLiteral("nesterov"));
+    // Portable first (docs/DETERMINISM.md, "Portable mode"): any node checks any other, as fast or
+    // faster for the zoo models; fast mode for TorchScript models, which only LibTorch runs.
+    m_determinism->addItem(tr("Portable: the same bits on every CPU"), QStringLiteral("portable"));
+    m_determinism->addItem(tr("Fast: LibTorch's kernels (nodes of one CPU kind check each other)"), QStringLiteral("fast"));
+    m_determinism->setToolTip(tr("Portable: Tessera's own kernels; any node verifies any other and a dispute is narrowed "
+                                 "to one instruction. Fast: LibTorch's kernels; needed for TorchScript models and GPUs."));
     m_error->setWordWrap(true);
     m_error->setStyleSheet(QStringLiteral("color: #b00020"));
     m_estimate->setWordWrap(true);
@@ -128,6 +135,7 @@ SubmitPanel::SubmitPanel(QWidget* parent)
     form->addRow(tr("Batch size"), m_batch);
     form->addRow(tr("Seed"), m_seed);
     form->addRow(tr("Aggregation"), m_aggregation);
+    form->addRow(tr("Determinism"), m_determinism);
     form->addRow(tr("Budget (credits)"), m_budget);
     form->addRow(tr("Verification rate"), m_verification);
 
@@ -162,10 +170,11 @@ SubmitPanel::SubmitPanel(QWidget* parent)
         { QStringLiteral("lr"), m_lr }, { QStringLiteral("momentum"), m_momentum }, { QStringLiteral("rounds"), m_rounds },
         { QStringLiteral("shards"), m_shards }, { QStringLiteral("steps"), m_steps }, { QStringLiteral("batch"), m_batch },
         { QStringLiteral("seed"), m_seed }, { QStringLiteral("aggregation"), m_aggregation },
-        { QStringLiteral("budget"), m_budget }, { QStringLiteral("verification"), m_verification } };
+        { QStringLiteral("determinism"), m_determinism }, { QStringLiteral("budget"), m_budget },
+        { QStringLiteral("verification"), m_verification } };
     for (auto* edit : { m_name, m_hidden, m_scriptFile, m_trainFile, m_budget })
         connect(edit, &QLineEdit::textChanged, this, &SubmitPanel::refresh);
-    for (auto* box : { m_model, m_dataset, m_optimizer, m_aggregation })
+    for (auto* box : { m_model, m_dataset, m_optimizer, m_aggregation, m_determinism })
         connect(box, &QComboBox::currentIndexChanged, this, &SubmitPanel::refresh);
     for (auto* box : { m_trainSamples, m_rounds, m_shards, m_steps, m_batch, m_seed, m_layers, m_heads, m_width, m_context })
         connect(box, &QSpinBox::valueChanged, this, &SubmitPanel::refresh);
@@ -252,7 +261,9 @@ core::Result<core::JobSpec> SubmitPanel::spec() const
         { QStringLiteral("training"),
             QJsonObject { { QStringLiteral("rounds"), m_rounds->value() },
                 { QStringLiteral("shardsPerRound"), m_shards->value() }, { QStringLiteral("localSteps"), m_steps->value() },
-                { QStringLiteral("batchSize"), m_batch->value() }, { QStringLiteral("seed"), m_seed->value() } } },
+                { QStringLiteral("batchSize"), m_batch->value() }, { QStringLiteral("seed"), m_seed->value() },
+                { QStringLiteral("determinism"),
+                    model == u"torchscript" ? QStringLiteral("fast") : m_determinism->currentData().toString() } } },
         { QStringLiteral("aggregation"), aggregation },
         { QStringLiteral("budget"), m_budget->text().trimmed() },
         { QStringLiteral("verification"), QJsonObject { { QStringLiteral("rate"), m_verification->value() } } },
@@ -310,6 +321,7 @@ void SubmitPanel::refresh()
         box->setEnabled(gpt);
     m_hidden->setEnabled(zoo && !gpt);
     m_scriptFile->parentWidget()->setEnabled(!zoo);
+    m_determinism->setEnabled(zoo); // a TorchScript model trains in fast mode
     m_trainFile->parentWidget()->setEnabled(tensors);
     m_trainSamples->setEnabled(tensors);
     m_momentum->setEnabled(m_optimizer->currentData().toString() == u"sgd");

@@ -98,6 +98,7 @@ private:
     QSpinBox* m_batch;
     QSpinBox* m_seed;
     QComboBox* m_aggregation;
+    QComboBox* m_determinism; // portable (the default for zoo models) or fast
     QLineEdit* m_budget;
     QDoubleSpinBox* m_verification;
     QLabel* m_estimate;
