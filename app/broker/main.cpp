@@ -177,6 +177,7 @@ int main(int argc, char* argv[])
     brokerOptions.keepRounds = settings.intValue(names::BrokerKeepRounds);
     brokerOptions.maxParameters = settings.intValue(names::BrokerMaxParameters);
     brokerOptions.maxAssignmentsPerNode = int(settings.intValue(names::BrokerMaxShardsPerNode));
+    brokerOptions.minDeadlineMs = settings.intValue(names::BrokerMinDeadlineSeconds) * 1000;
     brokerOptions.maxDeadlineMs = settings.intValue(names::BrokerMaxDeadlineSeconds) * 1000;
     auto broker = core::broker::Broker::open(dataDirectory, **blobs, offThread, clock, brokerOptions);
     if (!broker)

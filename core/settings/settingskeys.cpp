@@ -137,6 +137,9 @@ QList<Key> makeKeys()
         intKey(BrokerMaxParameters, 100'000'000, 1, 100'000'000'000,
             "Largest model the broker accepts, in parameters (counted from the spec before anything is built)."),
         intKey(BrokerMaxShardsPerNode, 2, 1, 1024, "Shards one node may hold at once, however often it asks."),
+        intKey(BrokerMinDeadlineSeconds, 30, 1, 604'800,
+            "Shortest deadline of a shard, however fast the node claims to be (a deadline is 4 x the node's expected time, "
+            "within this and Broker/MaxDeadlineSeconds). Raise it where machines are loaded and slower than they measured."),
         intKey(BrokerMaxDeadlineSeconds, 3'600, 30, 604'800,
             "Longest deadline of a shard, whatever the node claims; a late shard also goes to a second node."),
         intKey(BrokerJobCodeSeconds, 120, 5, 86'400,

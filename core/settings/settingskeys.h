@@ -85,6 +85,7 @@ inline const QString BrokerMaxRequestsPerSecond = QStringLiteral("Broker/MaxRequ
 inline const QString BrokerMaxParameters = QStringLiteral("Broker/MaxParameters");
 inline const QString BrokerMaxShardsPerNode = QStringLiteral("Broker/MaxShardsPerNode");
 inline const QString BrokerSandbox = QStringLiteral("Broker/Sandbox");
+inline const QString BrokerMinDeadlineSeconds = QStringLiteral("Broker/MinDeadlineSeconds");
 inline const QString BrokerMaxDeadlineSeconds = QStringLiteral("Broker/MaxDeadlineSeconds");
 inline const QString BrokerJobCodeSeconds = QStringLiteral("Broker/JobCodeSeconds");
 inline const QString BrokerWorkerMemoryMiB = QStringLiteral("Broker/WorkerMemoryMiB");

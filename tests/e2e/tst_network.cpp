@@ -415,7 +415,10 @@ private Q_SLOTS:
         QVERIFY2(!local.hash.isEmpty(), qPrintable(local.output));
 
         Cluster cluster;
-        cluster.startBroker({}, QStringLiteral("AuditPercent=100\nDisputeTimeoutSeconds=20\nSelfVerifyAfterSeconds=600\n"));
+        // MinDeadlineSeconds: on a loaded machine a shard may take longer than its 30 s floor; a
+        // deadline passed would hand it to another node and change who checks whom.
+        cluster.startBroker({},
+            QStringLiteral("AuditPercent=100\nDisputeTimeoutSeconds=20\nSelfVerifyAfterSeconds=600\nMinDeadlineSeconds=600\n"));
         const QStringList colluders { QStringLiteral("colluder-1"), QStringLiteral("colluder-2") };
         for (const auto& name : colluders)
             cluster.startCheater(QStringLiteral("collude"), {}, name);
