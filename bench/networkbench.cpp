@@ -220,14 +220,7 @@ void bytesPerRound()
         for (qsizetype offset = 0; offset < blob.size(); offset += net::MaxChunkBytes) {
             const QByteArray range = blob.mid(offset, net::MaxChunkBytes);
             net::BlobRange<net::Command::Put> header { weights.canonicalHash, offset, blob.size() };
-            QByteArray payload = range;
-            if (coded) {
-                if (QByteArray frame = net::encodeRange(range); !frame.isEmpty()) {
-                    header.encoding = net::ZstdEncoding;
-                    header.length = range.size();
-                    payload = frame;
-                }
-            }
+            const QByteArray payload = coded ? net::codedPayload(header, range) : range;
             const auto asked = request == net::Command::Get
                 ? net::GetRequest { weights.canonicalHash, offset, range.size(), coded ? net::ZstdEncoding : QString() }
                       .toHeader()

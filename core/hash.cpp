@@ -2,6 +2,7 @@
 
 #include <openssl/evp.h>
 
+#include <QFile>
 #include <QHashFunctions>
 
 #include <cstring>
@@ -13,6 +14,23 @@ Digest Digest::ofBytes(QByteArrayView bytes)
     Sha256 hasher;
     hasher.addData(bytes);
     return hasher.result();
+}
+
+Result<Digest> Digest::ofFile(const QString& path)
+{
+    QFile file(path);
+    if (!file.open(QIODevice::ReadOnly))
+        return Error { QStringLiteral("file"), QStringLiteral("cannot read %1: %2").arg(path, file.errorString()) };
+    Sha256 hasher;
+    QByteArray buffer(4 << 20, Qt::Uninitialized);
+    for (;;) {
+        const qint64 read = file.read(buffer.data(), buffer.size());
+        if (read < 0)
+            return Error { QStringLiteral("file"), QStringLiteral("cannot read %1: %2").arg(path, file.errorString()) };
+        if (read == 0)
+            return hasher.result();
+        hasher.addData(QByteArrayView(buffer.constData(), read));
+    }
 }
 
 Result<Digest> Digest::fromRaw(QByteArrayView raw)

@@ -19,6 +19,8 @@ public:
 
     Digest() = default; // all zero: "no digest"
     static Digest ofBytes(QByteArrayView bytes);
+    // The SHA-256 of a file's bytes, read in 4 MiB pieces (never whole in memory); an error names it.
+    static Result<Digest> ofFile(const QString& path);
     static Result<Digest> fromHex(QStringView hex);
     static Result<Digest> fromRaw(QByteArrayView raw);
 

@@ -48,4 +48,26 @@ core::Result<QByteArray> decodeRange(const QByteArray& frame, std::int64_t lengt
     return bytes;
 }
 
+template<Command C> core::Result<QByteArray> rangeOf(const BlobRange<C>& header, const QByteArray& payload)
+{
+    if (header.encoding.isEmpty())
+        return payload;
+    return decodeRange(payload, header.length);
+}
+
+template<Command C> QByteArray codedPayload(BlobRange<C>& header, QByteArray range)
+{
+    QByteArray frame = encodeRange(range);
+    if (frame.isEmpty())
+        return range;
+    header.encoding = ZstdEncoding;
+    header.length = range.size();
+    return frame;
+}
+
+template core::Result<QByteArray> rangeOf(const BlobRange<Command::Chunk>&, const QByteArray&);
+template core::Result<QByteArray> rangeOf(const BlobRange<Command::Put>&, const QByteArray&);
+template QByteArray codedPayload(BlobRange<Command::Chunk>&, QByteArray);
+template QByteArray codedPayload(BlobRange<Command::Put>&, QByteArray);
+
 } // namespace tessera::net

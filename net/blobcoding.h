@@ -1,5 +1,7 @@
 #pragma once
 
+#include "messages.h"
+
 #include <core/error.h>
 
 #include <QByteArray>
@@ -22,5 +24,12 @@ QByteArray encodeRange(const QByteArray& bytes, int level = ZstdLevel);
 // names its content size, that size is `length`, and it decodes to exactly that many bytes.
 // `length` is at most MaxChunkBytes, so a hostile frame cannot make the decoder allocate more.
 core::Result<QByteArray> decodeRange(const QByteArray& frame, std::int64_t length);
+
+// A CHUNK's or PUT's range as its header says it travels: decoded when coded, the payload itself
+// otherwise. What every receiver of a range does first.
+template<Command C> core::Result<QByteArray> rangeOf(const BlobRange<C>& header, const QByteArray& payload);
+// The payload that carries `range`: its zstd frame, with the header saying so (encoding, length),
+// where that is smaller; the range itself otherwise.
+template<Command C> QByteArray codedPayload(BlobRange<C>& header, QByteArray range);
 
 } // namespace tessera::net

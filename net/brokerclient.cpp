@@ -218,15 +218,11 @@ core::Result<QByteArray> BrokerClient::download(
         size = chunk->size;
         if (size > core::BlobStore::MaxBlobBytes)
             return core::Error { QStringLiteral("broker"), QStringLiteral("the broker named a blob of more than 1 GiB") };
-        QByteArray range = reply->payload;
-        if (!chunk->encoding.isEmpty()) {
-            auto plain = decodeRange(range, chunk->length);
-            if (!plain)
-                return core::Error { QStringLiteral("broker"), plain.error().message };
-            range = std::move(*plain);
-        }
-        hasher.addData(range);
-        bytes.append(range);
+        const auto range = rangeOf(*chunk, reply->payload);
+        if (!range)
+            return core::Error { QStringLiteral("broker"), range.error().message };
+        hasher.addData(*range);
+        bytes.append(*range);
         if (progress)
             progress(bytes.size(), size);
         while (inFlight < MaxCreditChunks && requested < size)

@@ -1008,14 +1008,10 @@ void BrokerServer::Private::onPut(Request& r)
     auto request = decoded<PutRequest>(r);
     if (!request)
         return;
-    QByteArray range = r.message.payload;
-    if (!request->encoding.isEmpty()) {
-        auto plain = decodeRange(range, request->length);
-        if (!plain) {
-            refuse(r, plain.error());
-            return;
-        }
-        range = std::move(*plain);
+    const auto range = rangeOf(*request, r.message.payload);
+    if (!range) {
+        refuse(r, range.error());
+        return;
     }
     // The upload is the caller's own: keyed by its identity (its CURVE key; in plaintext its address).
     // Completing it grants reading the blob, so a caller who may not read a blob the broker has
@@ -1028,7 +1024,7 @@ void BrokerServer::Private::onPut(Request& r)
             return;
         }
     }
-    auto state = broker.blobs().putRange(request->sha256, request->offset, request->size, range, r.principal, now(),
+    auto state = broker.blobs().putRange(request->sha256, request->offset, request->size, *range, r.principal, now(),
         reader ? core::BlobStore::Stored::IsComplete : core::BlobStore::Stored::MustProve);
     if (!state) {
         refuse(r, state.error(), state.error().field == u"sha256" ? errors::HashMismatch : errors::Invalid);

@@ -241,18 +241,13 @@ struct NodeClient::Private {
         while (upload->inFlight < MaxCreditChunks && upload->sent < upload->bytes.size()) {
             const std::int64_t length = std::min<std::int64_t>(MaxChunkBytes, upload->bytes.size() - upload->sent);
             PutRequest put { upload->digest, upload->sent, upload->bytes.size() };
-            QByteArray range = upload->bytes.mid(upload->sent, length);
+            QByteArray payload = upload->bytes.mid(upload->sent, length);
             // Coded only for a broker that said it takes coded ranges ("Encoded ranges").
-            if (brokerTakesZstd) {
-                if (QByteArray coded = encodeRange(range); !coded.isEmpty()) {
-                    put.encoding = ZstdEncoding;
-                    put.length = length;
-                    range = std::move(coded);
-                }
-            }
+            if (brokerTakesZstd)
+                payload = codedPayload(put, std::move(payload));
             counters.bytesUploaded += length;
-            counters.wireBytesUploaded += range.size();
-            request(Command::Put, put.toHeader(), range, { purpose, upload->digest, {} });
+            counters.wireBytesUploaded += payload.size();
+            request(Command::Put, put.toHeader(), payload, { purpose, upload->digest, {} });
             upload->sent += length;
             ++upload->inFlight;
         }
@@ -880,21 +875,17 @@ void NodeClient::Private::onChunk(const Message& message, const Pending& purpose
         return;
     }
     download.size = chunk->size;
-    QByteArray range = message.payload;
-    if (!chunk->encoding.isEmpty()) {
-        auto plain = decodeRange(range, chunk->length);
-        if (!plain) {
-            retry(plain.error().message);
-            pumpDownloads();
-            return;
-        }
-        range = std::move(*plain);
+    const auto range = rangeOf(*chunk, message.payload);
+    if (!range) {
+        retry(range.error().message);
+        pumpDownloads();
+        return;
     }
     counters.wireBytesFetched += message.payload.size();
     // Each range goes to the cache's file as it comes, hashed on the way: no step holds the whole
     // blob in memory or hashes it at once, however large the model.
-    const auto stored = cache.putRange(digest, chunk->offset, chunk->size, range, downloadKey(digest), now());
-    download.received += range.size();
+    const auto stored = cache.putRange(digest, chunk->offset, chunk->size, *range, downloadKey(digest), now());
+    download.received += range->size();
     if (!stored) {
         const auto& error = stored.error();
         if (error.field == u"sha256" || error.field == u"offset" || error.field == u"size") {

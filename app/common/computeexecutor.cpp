@@ -35,7 +35,7 @@ ComputeExecutor::ComputeExecutor(compute::ComputeEnvironment environment, std::s
             QString keptFile;
             core::Digest keptDigest;
             if (!output.keptStateFile.isEmpty()) {
-                const auto digest = digestOfFile(output.keptStateFile);
+                const auto digest = core::Digest::ofFile(output.keptStateFile);
                 if (digest && !staging.isEmpty()) {
                     const QString staged = QStringLiteral("%1/kept-%2.part").arg(staging, digest->toHex());
                     QFile::remove(staged);
@@ -75,23 +75,6 @@ ComputeExecutor::ComputeExecutor(compute::ComputeEnvironment environment, std::s
             m_recreated.append({ key.section(u'\n', 0, 0), key.section(u'\n', 1), state, digest, error });
         },
         Qt::DirectConnection);
-}
-
-std::optional<core::Digest> ComputeExecutor::digestOfFile(const QString& path)
-{
-    QFile file(path);
-    if (!file.open(QIODevice::ReadOnly))
-        return std::nullopt;
-    core::Sha256 hasher;
-    QByteArray buffer(4 << 20, Qt::Uninitialized);
-    for (;;) {
-        const qint64 read = file.read(buffer.data(), buffer.size());
-        if (read < 0)
-            return std::nullopt;
-        if (read == 0)
-            return hasher.result();
-        hasher.addData(QByteArrayView(buffer.constData(), read));
-    }
 }
 
 ComputeExecutor::~ComputeExecutor()

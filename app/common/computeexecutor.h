@@ -50,7 +50,6 @@ private:
         QString assignment;
     };
     static QString keyOf(const QString& jobId, std::int64_t round, std::int64_t shard);
-    static std::optional<core::Digest> digestOfFile(const QString& path); // read in 4 MiB pieces
 
     mutable QMutex m_mutex;
     QHash<QString, Pending> m_pending; // by job/round/shard

@@ -1,5 +1,6 @@
 #include <core/hash.h>
 
+#include <QTemporaryDir>
 #include <QTest>
 
 using tessera::core::Digest;
@@ -26,6 +27,24 @@ private Q_SLOTS:
         for (qsizetype offset = 0; offset < data.size(); offset += 4096)
             hasher.addData(QByteArrayView(data).sliced(offset, std::min<qsizetype>(4096, data.size() - offset)));
         QCOMPARE(hasher.result(), Digest::ofBytes(data));
+    }
+
+    // A file's digest, read in pieces, is its bytes' (across the 4 MiB piece boundary); a missing
+    // file is an error that names it.
+    void aFilesDigestIsItsBytesDigest()
+    {
+        QTemporaryDir dir;
+        QByteArray bytes((4 << 20) + 3, Qt::Uninitialized);
+        for (qsizetype i = 0; i < bytes.size(); ++i)
+            bytes[i] = char(i * 31);
+        const QString path = dir.filePath(QStringLiteral("f"));
+        QFile file(path);
+        QVERIFY(file.open(QIODevice::WriteOnly) && file.write(bytes) == bytes.size());
+        file.close();
+        QCOMPARE(*tessera::core::Digest::ofFile(path), tessera::core::Digest::ofBytes(bytes));
+        const auto missing = tessera::core::Digest::ofFile(dir.filePath(QStringLiteral("none")));
+        QVERIFY(!missing.ok());
+        QVERIFY(missing.error().message.contains(QStringLiteral("none")));
     }
 
     void hexRoundTripAndErrors()
