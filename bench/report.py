@@ -87,6 +87,20 @@ def figures(results):
         f["lm.verdict"] = met(f["lm.ratio"], 1.02, at_least=False)
         f["lm.tessera.perplexity"] = math.exp(f["lm.tessera.testLoss"])
         f["lm.reference.perplexity"] = math.exp(f["lm.reference.testLoss"])
+    if "lm.network.wall" in f and "lm.reference.wall" in f:
+        f["lm.network.perplexity"] = math.exp(f["lm.network.testLoss"])
+        f["lm.network.wallRatio"] = f["lm.network.wall"] / f["lm.reference.wall"]
+        # PyTorch's time for one round's windows (2 shards x H steps x 16 windows, at 32 a step).
+        f["lm.network.referenceSecondsPerRound"] = (f["lm.reference.wall"] / 600.0 * f["lm.network.jobLocalSteps"]
+                                                    * 2 * 16 / 32.0)
+        f["lm.network.roundRatio"] = f["lm.network.secondsPerRound"] / f["lm.network.referenceSecondsPerRound"]
+        if "lm.network.toTarget" in f:
+            f["lm.network.timeRatio"] = f["lm.network.toTarget"] / f["lm.reference.wall"]
+            f["lm.network.toTargetText"] = "%.0f s (round %d)" % (f["lm.network.toTarget"], f["lm.network.targetRound"])
+            f["lm.network.timeRatioText"] = "%.2fx (%s)" % (f["lm.network.timeRatio"], met(f["lm.network.timeRatio"], 0.8, at_least=False))
+        else:
+            f["lm.network.toTargetText"] = "not reached in %.0f s" % f["lm.network.wall"]
+            f["lm.network.timeRatioText"] = "**not met**"
     if "load.share" in f:
         f["load.percent"] = f["load.share"] * 100
         f["load.verdict"] = met(f["load.share"], 0.30, at_least=False)

@@ -298,7 +298,7 @@ TrainingSpec readTrainingSpec(JsonReader reader)
 {
     reader.allowOnly({ QStringLiteral("rounds"), QStringLiteral("shardsPerRound"), QStringLiteral("localSteps"),
         QStringLiteral("batchSize"), QStringLiteral("seed"), QStringLiteral("threads"), QStringLiteral("checkpointInterval"),
-        QStringLiteral("determinism"), QStringLiteral("keepWeightsEvery") });
+        QStringLiteral("determinism"), QStringLiteral("keepWeightsEvery"), QStringLiteral("evaluateEvery") });
     TrainingSpec training;
     training.rounds = reader.integer(u"rounds", 1, 100000);
     training.shardsPerRound = reader.integer(u"shardsPerRound", 1, 4096);
@@ -312,6 +312,7 @@ TrainingSpec readTrainingSpec(JsonReader reader)
         { { QStringLiteral("fast"), TrainingSpec::Determinism::Fast },
             { QStringLiteral("portable"), TrainingSpec::Determinism::Portable } });
     training.keepWeightsEvery = reader.integer(u"keepWeightsEvery", 0, 100000, Presence::Optional, 0);
+    training.evaluateEvery = reader.integer(u"evaluateEvery", 1, 100000, Presence::Optional, 1);
     return training;
 }
 
@@ -330,6 +331,8 @@ QJsonObject trainingSpecToJson(const TrainingSpec& training)
         json.insert(QStringLiteral("determinism"), QStringLiteral("portable"));
     if (training.keepWeightsEvery > 0) // absent means none, as before
         json.insert(QStringLiteral("keepWeightsEvery"), static_cast<qint64>(training.keepWeightsEvery));
+    if (training.evaluateEvery > 1) // absent means every round, as before
+        json.insert(QStringLiteral("evaluateEvery"), static_cast<qint64>(training.evaluateEvery));
     return json;
 }
 

@@ -115,6 +115,10 @@ struct TrainingSpec {
     // k: the broker keeps every k-th round's weights (rounds k-1, 2k-1, ...) for the owner beside the
     // newest few it always keeps; 0: only those (docs/BROKER.md, "Disk").
     std::int64_t keepWeightsEvery = 0;
+    // e: the broker evaluates every e-th round's weights on the test set (rounds e-1, 2e-1, ...) and
+    // always the last round's, like nanoGPT's eval_interval; 1 (absent): every round.
+    std::int64_t evaluateEvery = 1;
+    bool evaluates(std::int64_t round) const { return round + 1 >= rounds || (round + 1) % evaluateEvery == 0; }
 
     bool operator==(const TrainingSpec&) const = default;
 };

@@ -52,8 +52,9 @@ enum Column {
 } // namespace jobs
 
 namespace rounds {
-const QString Columns = QStringLiteral("round, test_loss, test_accuracy, train_loss, weights_hash, weights_blob");
-enum Column { Round, TestLoss, TestAccuracy, TrainLoss, WeightsHash, WeightsBlob };
+const QString Columns
+    = QStringLiteral("round, test_loss, test_accuracy, train_loss, weights_hash, weights_blob, finished_at, evaluated");
+enum Column { Round, TestLoss, TestAccuracy, TrainLoss, WeightsHash, WeightsBlob, FinishedAt, Evaluated };
 } // namespace rounds
 
 namespace results {
@@ -133,6 +134,8 @@ RoundRecord readRound(Statement& row)
     record.trainLoss = row.columnDouble(rounds::TrainLoss);
     record.weightsHash = digestOr(row.columnText(rounds::WeightsHash));
     record.weightsBlob = digestOr(row.columnText(rounds::WeightsBlob));
+    record.finishedAt = row.columnInt(rounds::FinishedAt);
+    record.evaluated = row.columnInt(rounds::Evaluated) != 0;
     return record;
 }
 
@@ -385,9 +388,28 @@ Status BrokerStore::insertRound(const QString& jobId, const RoundRecord& round, 
 {
     return execute(*m_db,
         QStringLiteral("INSERT INTO rounds (job, round, test_loss, test_accuracy, train_loss, weights_hash, weights_blob, "
-                       "finished_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?)"),
-        jobId, round.round, round.testLoss, round.testAccuracy, round.trainLoss, round.weightsHash.toHex(),
-        round.weightsBlob.toHex(), finishedAt);
+                       "finished_at, evaluated) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)"),
+        jobId, round.round, round.evaluated ? round.testLoss : 0.0, round.evaluated ? round.testAccuracy : 0.0, round.trainLoss,
+        round.weightsHash.toHex(), round.weightsBlob.toHex(), finishedAt, std::int64_t(round.evaluated ? 1 : 0));
+}
+
+Status BrokerStore::recordEvaluation(const QString& jobId, std::int64_t round, double testLoss, double testAccuracy)
+{
+    return execute(*m_db,
+        QStringLiteral(
+            "UPDATE rounds SET test_loss = ?, test_accuracy = ?, evaluated = 1 WHERE job = ? AND round = ? AND evaluated = 0"),
+        testLoss, testAccuracy, jobId, round);
+}
+
+Result<QList<BrokerStore::PendingEvaluation>> BrokerStore::pendingEvaluations()
+{
+    auto rows = query(*m_db,
+        QStringLiteral("SELECT job, round, weights_blob FROM rounds WHERE evaluated = 0 AND kept = 1 ORDER BY finished_at"));
+    if (!rows)
+        return rows.error();
+    return collect(*rows, [](Statement& row) {
+        return PendingEvaluation { row.columnText(0), row.columnInt(1), digestOr(row.columnText(2)) };
+    });
 }
 
 Result<QList<RoundRecord>> BrokerStore::rounds(const QString& jobId)

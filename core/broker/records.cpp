@@ -1,6 +1,8 @@
 #include "records.h"
 
+#include <QDateTime>
 #include <QJsonArray>
+#include <QTimeZone>
 
 namespace tessera::core::broker {
 
@@ -38,6 +40,8 @@ QJsonObject JobStatus::toJson() const
             { QStringLiteral("testAccuracy"), r.testAccuracy },
             { QStringLiteral("trainLoss"), r.trainLoss },
             { QStringLiteral("weightsHash"), r.weightsHash.toHex() },
+            { QStringLiteral("finishedAt"),
+                QDateTime::fromMSecsSinceEpoch(r.finishedAt, QTimeZone::utc()).toString(Qt::ISODateWithMs) },
         });
     }
     QJsonObject json {
@@ -84,7 +88,7 @@ JobStatus JobStatus::fromJson(const QJsonObject& json)
         const auto r = value.toObject();
         job.history.append({ integer(r, "round"), r.value(QStringLiteral("testLoss")).toDouble(),
             r.value(QStringLiteral("testAccuracy")).toDouble(), r.value(QStringLiteral("trainLoss")).toDouble(),
-            digest(r, "weightsHash"), {} });
+            digest(r, "weightsHash"), {}, QDateTime::fromString(text(r, "finishedAt"), Qt::ISODateWithMs).toMSecsSinceEpoch() });
     }
     job.weightsHash = digest(json, "weightsHash");
     job.weightsBlob = digest(json, "weightsSha256");

@@ -26,6 +26,8 @@ struct RoundRecord {
     double trainLoss = 0.0;
     Digest weightsHash;
     Digest weightsBlob;
+    std::int64_t finishedAt = 0; // when it was aggregated, ms since the epoch
+    bool evaluated = true; // false while its evaluation runs (testLoss and testAccuracy are 0 then)
 };
 
 struct JobStatus {

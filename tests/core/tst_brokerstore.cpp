@@ -162,7 +162,7 @@ private Q_SLOTS:
                         .ok());
         }
         BrokerStore store(openAt(path, 1000));
-        QCOMPARE(*store.database().schemaVersion(), 12);
+        QCOMPARE(*store.database().schemaVersion(), 13);
         const auto carried = *store.job(QStringLiteral("j"));
         QVERIFY(carried);
         QVERIFY(!carried->change); // its round's weights come whole
@@ -173,6 +173,8 @@ private Q_SLOTS:
         QCOMPARE(carried->state, JobState::Running);
         QCOMPARE(carried->pricePerShard, Credits::fromMicro(900'000));
         QCOMPARE(store.rounds(QStringLiteral("j"))->size(), 1);
+        QVERIFY(store.rounds(QStringLiteral("j"))->first().evaluated); // a round of before was evaluated with it
+        QVERIFY(store.pendingEvaluations()->isEmpty());
         QCOMPARE((*store.assignment(QStringLiteral("v")))->kind, AssignmentKind::Verify);
         QVERIFY(*store.commitment(QStringLiteral("a")));
         QCOMPARE(store.shardResultsIn(QStringLiteral("j"), ResultState::Sampled)->size(), 1);

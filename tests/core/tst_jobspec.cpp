@@ -69,6 +69,15 @@ private Q_SLOTS:
         QCOMPARE(spec->training.determinism, TrainingSpec::Determinism::Portable);
     }
 
+    // make bench's time-to-loss job (bench/lm.sh) is a job the broker takes.
+    void theBenchsTimeJobIsValid()
+    {
+        const auto spec = JobSpec::fromJsonText(readFile(QStringLiteral(TESSERA_SOURCE_DIR "/bench/fortunes-gpt-time.json")));
+        QVERIFY2(spec.ok(), qPrintable(spec.ok() ? QString() : spec.error().toString()));
+        QVERIFY(spec->validate().ok());
+        QVERIFY(spec->training.evaluateEvery > 1);
+    }
+
     void defaultsAreFilledIn()
     {
         const auto spec = JobSpec::fromJson(minimalJob());
@@ -79,6 +88,8 @@ private Q_SLOTS:
         QCOMPARE(spec->aggregation.method, AggregationSpec::Method::FedAvg);
         QCOMPARE(spec->budget, *Credits::fromCredits(10));
         QCOMPARE(spec->samplesPerShard(), 20000);
+        QCOMPARE(spec->training.evaluateEvery, 1); // every round, and the spec says nothing of it
+        QVERIFY(!spec->toJson().value(QStringLiteral("training")).toObject().contains(QStringLiteral("evaluateEvery")));
     }
 
     void roundTripsThroughJson()
@@ -105,6 +116,7 @@ private Q_SLOTS:
         spec.optimizer.kind = OptimizerSpec::Kind::Adam;
         spec.optimizer.lr = 0.001;
         spec.budget = Credits::fromMicro(1);
+        spec.training.evaluateEvery = 4;
         const auto again = JobSpec::fromJson(spec.toJson());
         QVERIFY2(again.ok(), qPrintable(again.ok() ? QString() : again.error().toString()));
         QCOMPARE(*again, spec);
@@ -154,6 +166,8 @@ private Q_SLOTS:
                                           << "between 1";
         QTest::newRow("threads") << "training.threads" << QJsonValue(0) << "training.threads"
                                  << "between 1";
+        QTest::newRow("evaluate never") << "training.evaluateEvery" << QJsonValue(0) << "training.evaluateEvery"
+                                        << "between 1";
         QTest::newRow("newer format") << "version" << QJsonValue(99) << "version"
                                       << "reads up to format 1";
         QTest::newRow("empty name") << "name" << QJsonValue(QStringLiteral("  ")) << "name"

@@ -38,6 +38,9 @@ records = {
     "network.bytesPerRoundFloatDownload": 3564219, "network.bytesPerRoundPlain": 1464219,
     "network.codedUpdateBytes": 225000, "network.codedChangeBytes": 222000,
     "lm.tessera.testLoss": 2.1, "lm.reference.testLoss": 2.0, "lm.tessera.wall": 400, "lm.reference.wall": 250,
+    "lm.network.wall": 260, "lm.network.testLoss": 1.95, "lm.network.toTarget": 190, "lm.network.targetRound": 24,
+    "lm.network.rounds": 10, "lm.network.reexecuted": 3, "lm.network.jobRounds": 30, "lm.network.jobLocalSteps": 25,
+    "lm.network.jobEvaluateEvery": 3, "lm.network.tokensRatio": 1.25, "lm.network.secondsPerRound": 9.0,
     "compression.mlp.none.0": 86.5, "compression.mlp.int8.0": 86.9, "compression.mlp.none.1": 86.9,
     "compression.mlp.int8.1": 86.8, "compression.cnn.none.0": 86.1, "compression.cnn.int8.0": 85.6,
     "load.nodes": 10000, "load.messages": 110269, "load.cpuSeconds": 1.3, "load.share": 0.13,
@@ -109,6 +112,8 @@ with tempfile.TemporaryDirectory() as out:
     assert "| broker + 3 nodes | 84.00% | 1.0000 | the same bits |" in text
     assert "| broker + 3 nodes, no re-execution | 84.00% | 1.0000 | **different bits** |" in text
     assert "(shards: 45; re-executions of sampled results: 45; canaries: 1; disputes: 0)" in flat, flat
+    # Time to loss: 190 s against PyTorch's 250 s, 0.76x (met).
+    assert "| 190 s (round 24) | 0.76x (met) | 1.9500 | 260 s |" in text, text
     plot = open(svg).read()
     assert plot.count("<polyline") == 3 and plot.startswith("<svg"), plot[:200]
     # The scale table: the 40 M goals met, the 100 M job finished, two heartbeats missed there.
