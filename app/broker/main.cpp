@@ -67,8 +67,9 @@ int operatorCommand(const QStringList& positional, const QString& dataDirectory,
             << account->value(QStringLiteral("unbonding")).toString() << " unbonding" << Qt::endl;
         return 0;
     }
-    app::cli::err() << "usage: tessera-broker [--config FILE] [--data DIR] credit ACCOUNT AMOUNT [--memo TEXT] [--json]\n"
-                       "       tessera-broker [--config FILE] [--data DIR] balance ACCOUNT [--json]"
+    app::cli::err() << "usage: tessera-broker [--config FILE] [--data DIR] credit [--memo TEXT] [--json] [--] ACCOUNT AMOUNT\n"
+                       "       tessera-broker [--config FILE] [--data DIR] balance [--json] [--] ACCOUNT\n"
+                       "(an account may begin with '-': put it after --)"
                     << Qt::endl;
     return 2;
 }

@@ -210,7 +210,8 @@ private Q_SLOTS:
         const QString rich = cluster.account(QStringLiteral("rich"));
         const QString owner = cluster.account();
         for (const auto& account : { rich, owner }) {
-            const auto credited = cluster.brokerCommand({ QStringLiteral("credit"), account, QStringLiteral("50") });
+            const auto credited
+                = cluster.brokerCommand({ QStringLiteral("credit"), QStringLiteral("--"), account, QStringLiteral("50") });
             QVERIFY2(credited.exitCode == 0, qPrintable(credited.output));
         }
         QProcess slow;
@@ -230,8 +231,8 @@ private Q_SLOTS:
         // No faucet: the node is credited and bonds its stake, as on a real network.
         cluster.startNode(1);
         QVERIFY(logSays(cluster, QStringLiteral("node1"), QStringLiteral("registered with"), 120'000));
-        const auto nodeCredited
-            = cluster.brokerCommand({ QStringLiteral("credit"), cluster.nodeAccount(1), QStringLiteral("10") });
+        const auto nodeCredited = cluster.brokerCommand(
+            { QStringLiteral("credit"), QStringLiteral("--"), cluster.nodeAccount(1), QStringLiteral("10") });
         QVERIFY2(nodeCredited.exitCode == 0, qPrintable(nodeCredited.output));
         const auto bonded = run(Bin + QStringLiteral("/tessera-node"),
             { QStringLiteral("--config"), cluster.path(QStringLiteral("node1.ini")), QStringLiteral("stake"),

@@ -706,16 +706,16 @@ private Q_SLOTS:
         QVERIFY2(broke.exitCode != 0, qPrintable(broke.output));
 
         // The operator funds the owner and a node, while the broker runs.
-        const auto credited = cluster.brokerCommand(
-            { QStringLiteral("credit"), owner, QStringLiteral("50"), QStringLiteral("--memo"), QStringLiteral("invoice 17") });
+        const auto credited = cluster.brokerCommand({ QStringLiteral("credit"), QStringLiteral("--memo"),
+            QStringLiteral("invoice 17"), QStringLiteral("--"), owner, QStringLiteral("50") });
         QVERIFY2(credited.exitCode == 0 && credited.output.contains(QStringLiteral("credited 50 credits")),
             qPrintable(credited.output));
         const QString cause = credited.output.section(QStringLiteral("(credit:"), 1).section(u';', 0, 0);
         cluster.startNode(1, { address });
         QVERIFY(QTest::qWaitFor(
             [&] { return cluster.log(QStringLiteral("node1")).contains(QStringLiteral("registered with")); }, 120'000));
-        const auto nodeCredited
-            = cluster.brokerCommand({ QStringLiteral("credit"), cluster.nodeAccount(1), QStringLiteral("10") });
+        const auto nodeCredited = cluster.brokerCommand(
+            { QStringLiteral("credit"), QStringLiteral("--"), cluster.nodeAccount(1), QStringLiteral("10") });
         QVERIFY2(nodeCredited.exitCode == 0, qPrintable(nodeCredited.output));
         const auto bonded = run(Bin + QStringLiteral("/tessera-node"),
             { QStringLiteral("--config"), cluster.path(QStringLiteral("node1.ini")), QStringLiteral("stake"),
@@ -811,7 +811,8 @@ private Q_SLOTS:
         QVERIFY(QTest::qWaitFor(
             [&] { return cluster.jobAs(QStringLiteral("owner"), { QStringLiteral("list") }, 5'000, address).exitCode == 0; },
             60'000));
-        const auto credited = cluster.brokerCommand({ QStringLiteral("credit"), cluster.account(), QStringLiteral("200") });
+        const auto credited
+            = cluster.brokerCommand({ QStringLiteral("credit"), QStringLiteral("--"), cluster.account(), QStringLiteral("200") });
         QVERIFY2(credited.exitCode == 0, qPrintable(credited.output));
         (void)cluster.account(QStringLiteral("other"));
         const auto submitted = cluster.jobAs(QStringLiteral("owner"), { QStringLiteral("submit"), Job }, 60'000, address);
@@ -833,8 +834,8 @@ private Q_SLOTS:
         Cluster cluster;
         cluster.startBroker({}, {}, Cluster::Money::OperatorOnly);
         QVERIFY(QTest::qWaitFor([&] { return cluster.job({ QStringLiteral("list") }, 5'000).exitCode == 0; }, 60'000));
-        const auto credited
-            = cluster.brokerCommand({ QStringLiteral("credit"), QStringLiteral("retrying-owner"), QStringLiteral("50") });
+        const auto credited = cluster.brokerCommand(
+            { QStringLiteral("credit"), QStringLiteral("--"), QStringLiteral("retrying-owner"), QStringLiteral("50") });
         QVERIFY2(credited.exitCode == 0, qPrintable(credited.output));
         const auto retried = run(Python,
             { QStringLiteral(TESSERA_SOURCE_DIR "/tests/e2e/python/submit_twice.py"), cluster.endpoint(),
@@ -844,7 +845,8 @@ private Q_SLOTS:
         QVERIFY2(retried.exitCode == 0, qPrintable(retried.output + cluster.log(QStringLiteral("broker"))));
 
         const QString me = cluster.account();
-        QVERIFY(cluster.brokerCommand({ QStringLiteral("credit"), me, QStringLiteral("200") }).exitCode == 0);
+        QVERIFY(
+            cluster.brokerCommand({ QStringLiteral("credit"), QStringLiteral("--"), me, QStringLiteral("200") }).exitCode == 0);
         const QStringList submit { QStringLiteral("submit"), QStringLiteral("--request-id"), QStringLiteral("cli-1"), Job };
         const auto first = cluster.job(submit, 60'000);
         const auto second = cluster.job(submit, 60'000);
