@@ -5,6 +5,7 @@
 
 #include <compute/brokermath.h>
 #include <core/broker/broker.h>
+#include <core/capabilities.h>
 #include <core/storage/database.h>
 
 #include <QCoreApplication>
@@ -48,6 +49,7 @@ int main(int argc, char* argv[])
         node.softwareVersion = QStringLiteral("bench");
         node.runtimeProfile = QStringLiteral("p");
         node.maxThreads = 2;
+        node.capabilities = core::ownCapabilities(); // what a node of this build declares at REGISTER
         if (auto registered = (*broker)->registerNode(node); !registered)
             qFatal("register failed: %s", qPrintable(registered.error().toString()));
     }
@@ -57,9 +59,13 @@ int main(int argc, char* argv[])
     int assigned = 0;
     for (int i = 0; i < spec.training.shardsPerRound; ++i) {
         auto assignment = (*broker)->assign(QStringLiteral("node-%1").arg(i % Nodes));
-        if (assignment.ok() && assignment->has_value())
+        if (!assignment.ok())
+            qFatal("assign failed: %s", qPrintable(assignment.error().toString()));
+        if (assignment->has_value())
             ++assigned;
     }
+    if (assigned == 0)
+        qFatal("no shard was handed out");
     const double assignRate = assigned / (double(timer.nsecsElapsed()) / 1e9);
 
     // Baseline: the same number of single-row inserts into a table like the assignments table, in

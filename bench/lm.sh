@@ -26,7 +26,7 @@ while read -r key value; do record "$key" "$value"; done < <(grep '^lm\.' "$out/
 # schedule), against PyTorch's wall above. The broker re-executes a sample of results as in any
 # network, but not every result of its two new nodes (SamplingWarmup=0: the sampling floor and the
 # job's rate stay). A round's time is when its weights were aggregated (the history's finishedAt),
-# from the moment the job was submitted; its evaluation runs beside the next round.
+# from the moment the job was submitted.
 . "$src/scripts/lib/cluster.sh"
 trap cluster_stop EXIT INT TERM
 cluster_init "$build/app" "$out/network"

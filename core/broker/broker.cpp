@@ -118,9 +118,7 @@ Status Broker::recover()
         return status;
     if (auto status = m_verifier->recover(); !status)
         return status;
-    if (auto status = loadRunning(); !status)
-        return status;
-    return resumeEvaluations();
+    return loadRunning();
 }
 
 Status Broker::loadRunning()
@@ -949,70 +947,9 @@ Status Broker::finishRound(const QString& jobId, const JobSpec& spec, std::int64
         return aggregated.error();
     if (!*aggregated)
         return {}; // the job failed for it
-    // The arithmetic waited for the evaluation that ran beside this round: recorded first, so that
-    // a job that finishes now has every round's.
-    collectEvaluations();
     if (auto status = advanceRound(*job, spec, **aggregated); !status)
         return status;
-    if (!(*aggregated)->weightsToEvaluate.isEmpty())
-        evaluateInBackground(jobId, spec, round, std::move((*aggregated)->weightsToEvaluate));
     discardUploadsOf(jobId, round);
-    return {};
-}
-
-void Broker::evaluateInBackground(const QString& jobId, const JobSpec& spec, std::int64_t round, QByteArray weights)
-{
-    m_evaluations.push_back({ jobId, round, m_math.evaluateInBackground(spec, std::move(weights)) });
-    collectEvaluations(); // an arithmetic that evaluates at once has its answer already
-}
-
-void Broker::collectEvaluations()
-{
-    while (!m_evaluations.empty()
-        && m_evaluations.front().evaluation.wait_for(std::chrono::seconds(0)) == std::future_status::ready) {
-        auto running = std::move(m_evaluations.front());
-        m_evaluations.pop_front();
-        warnIfFailed(recordEvaluation(running.jobId, running.round, running.evaluation.get()));
-    }
-}
-
-Status Broker::recordEvaluation(const QString& jobId, std::int64_t round, const Result<TrainingMath::Evaluation>& evaluation)
-{
-    auto fail = [&](const Error& why) -> Status {
-        auto job = m_store->existingJob(jobId);
-        if (!job)
-            return job.error();
-        if (job->state != JobState::Running)
-            return {}; // it ended meanwhile: nothing to stop
-        return failJob(jobId, QStringLiteral("round %1 could not be evaluated: %2").arg(round).arg(why.message));
-    };
-    if (!evaluation)
-        return fail(evaluation.error());
-    if (!std::isfinite(evaluation->loss) || !std::isfinite(evaluation->accuracy))
-        return fail(divergence(evaluation->loss));
-    return m_store->recordEvaluation(jobId, round, evaluation->loss, evaluation->accuracy);
-}
-
-Status Broker::resumeEvaluations()
-{
-    auto pending = m_store->pendingEvaluations();
-    if (!pending)
-        return pending.error();
-    for (const auto& round : *pending) {
-        auto job = m_store->existingJob(round.job);
-        if (!job)
-            return job.error();
-        auto spec = job->spec();
-        if (spec && !spec->training.evaluates(round.round))
-            continue; // one that training.evaluateEvery skips
-        auto weights = m_blobs.read(round.weightsBlob);
-        if (!spec || !weights) {
-            qCWarning(lcBrokerCore).noquote()
-                << "round" << round.round << "of job" << round.job << "stays unevaluated: its weights or spec cannot be read";
-            continue;
-        }
-        evaluateInBackground(round.job, *spec, round.round, std::move(*weights));
-    }
     return {};
 }
 
@@ -1177,14 +1114,8 @@ Result<std::optional<Broker::AggregatedRound>> Broker::aggregateRound(
     aggregated->change.clear();
     AggregatedRound next { { round, 0.0, 0.0, lossCount ? lossSum / double(lossCount) : 0.0, aggregated->weights.canonicalHash,
                                *blob, m_clock.nowMs(), false },
-        std::nullopt, changeBlob, {} };
-    if (!spec.training.evaluates(round)) {
-        // Not evaluated (training.evaluateEvery): recorded without a test loss, not in the history.
-    } else if (round + 1 < spec.training.rounds) {
-        // Evaluated beside the next round, which needs only the weights (collectEvaluations).
-        next.weightsToEvaluate = std::move(aggregated->weights.bytes);
-    } else {
-        // The last round's evaluation is the job's result: the job finishes with it.
+        std::nullopt, changeBlob };
+    if (spec.training.evaluates(round)) { // else recorded without a test loss, not in the history
         auto evaluation = m_math.evaluate(spec, std::move(aggregated->weights.bytes));
         if (!evaluation)
             return failed(QStringLiteral("evaluated"), evaluation.error());
@@ -1316,7 +1247,6 @@ void Broker::collectUnnamedUploads()
 
 void Broker::tick()
 {
-    collectEvaluations();
     finishPendingRounds();
     collectUnnamedUploads();
     m_verifier->tick();

@@ -188,26 +188,13 @@ private:
     TrainingMath* m_jobCode = nullptr;
     std::list<PendingSubmit> m_pendingSubmits;
 
-    // A round whose every shard is in, aggregated (and, when it is the job's last, evaluated), ready
-    // to be recorded.
+    // A round whose every shard is in, aggregated and (unless training.evaluateEvery skips it)
+    // evaluated, ready to be recorded.
     struct AggregatedRound {
         RoundRecord record;
         std::optional<Digest> outerStateBlob;
         std::optional<Digest> changeBlob; // the round's int8 change (WeightsChange)
-        QByteArray weightsToEvaluate; // the weights, when the evaluation follows the round (record.evaluated false)
     };
-    // Rounds evaluated beside the next one (docs/BROKER.md, "Rounds"), in the order they finished.
-    struct RunningEvaluation {
-        QString jobId;
-        std::int64_t round = 0;
-        std::future<Result<TrainingMath::Evaluation>> evaluation;
-    };
-    void evaluateInBackground(const QString& jobId, const JobSpec& spec, std::int64_t round, QByteArray weights);
-    // Records the evaluations that have ended; a failed or diverged one fails its job.
-    void collectEvaluations();
-    // After a restart: the rounds whose evaluation had not ended are evaluated again.
-    Status resumeEvaluations();
-    Status recordEvaluation(const QString& jobId, std::int64_t round, const Result<TrainingMath::Evaluation>& evaluation);
 
     Broker(std::unique_ptr<storage::Database> database, BlobStore& blobs, TrainingMath& math, const Clock& clock, Options options,
         SigningKeys signing);
@@ -267,7 +254,6 @@ private:
     QRandomGenerator m_random;
     std::unique_ptr<Stakes> m_stakes;
     std::unique_ptr<Verifier> m_verifier;
-    std::list<RunningEvaluation> m_evaluations;
 };
 
 } // namespace tessera::core::broker

@@ -393,25 +393,6 @@ Status BrokerStore::insertRound(const QString& jobId, const RoundRecord& round, 
         round.weightsHash.toHex(), round.weightsBlob.toHex(), finishedAt, std::int64_t(round.evaluated ? 1 : 0));
 }
 
-Status BrokerStore::recordEvaluation(const QString& jobId, std::int64_t round, double testLoss, double testAccuracy)
-{
-    return execute(*m_db,
-        QStringLiteral(
-            "UPDATE rounds SET test_loss = ?, test_accuracy = ?, evaluated = 1 WHERE job = ? AND round = ? AND evaluated = 0"),
-        testLoss, testAccuracy, jobId, round);
-}
-
-Result<QList<BrokerStore::PendingEvaluation>> BrokerStore::pendingEvaluations()
-{
-    auto rows = query(*m_db,
-        QStringLiteral("SELECT job, round, weights_blob FROM rounds WHERE evaluated = 0 AND kept = 1 ORDER BY finished_at"));
-    if (!rows)
-        return rows.error();
-    return collect(*rows, [](Statement& row) {
-        return PendingEvaluation { row.columnText(0), row.columnInt(1), digestOr(row.columnText(2)) };
-    });
-}
-
 Result<QList<RoundRecord>> BrokerStore::rounds(const QString& jobId)
 {
     auto rows = query(*m_db, QStringLiteral("SELECT %1 FROM rounds WHERE job = ? ORDER BY round").arg(rounds::Columns), jobId);

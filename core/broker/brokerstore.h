@@ -156,15 +156,6 @@ public:
         const std::optional<Digest>& outerStateBlob, const std::optional<WeightsChange>& change = std::nullopt);
     Status insertRound(const QString& jobId, const RoundRecord& round, std::int64_t finishedAt);
     Result<QList<RoundRecord>> rounds(const QString& jobId);
-    // A round recorded unevaluated (RoundRecord::evaluated) gets its test loss and accuracy.
-    Status recordEvaluation(const QString& jobId, std::int64_t round, double testLoss, double testAccuracy);
-    // The rounds whose evaluation had not ended when the broker stopped, and whose weights are kept.
-    struct PendingEvaluation {
-        QString job;
-        std::int64_t round = 0;
-        Digest weightsBlob;
-    };
-    Result<QList<PendingEvaluation>> pendingEvaluations();
 
     // The results that answered shards.
     Status insertShardResult(const QString& jobId, const ShardResultRow& row);

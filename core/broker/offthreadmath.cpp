@@ -11,13 +11,9 @@ OffThreadMath::OffThreadMath(TrainingMath& inner)
 
 template<typename F> auto OffThreadMath::offThread(F&& work) -> decltype(work())
 {
-    if (m_busy) {
-        if (m_background.valid())
-            m_background.get(); // from inside whileWaiting: waited for here, without serving
+    if (m_busy)
         return work(); // called from inside whileWaiting: no second worker
-    }
     m_busy = true;
-    awaitBackground();
     // The arguments live in the caller's frame until the worker is done: it is always waited for.
     auto result = std::async(std::launch::async, std::forward<F>(work));
     while (result.wait_for(std::chrono::milliseconds(10)) != std::future_status::ready) {
@@ -26,17 +22,6 @@ template<typename F> auto OffThreadMath::offThread(F&& work) -> decltype(work())
     }
     m_busy = false;
     return result.get();
-}
-
-void OffThreadMath::awaitBackground()
-{
-    if (!m_background.valid())
-        return;
-    while (m_background.wait_for(std::chrono::milliseconds(10)) != std::future_status::ready) {
-        if (m_whileWaiting)
-            m_whileWaiting();
-    }
-    m_background.get();
 }
 
 Result<TrainingMath::Weights> OffThreadMath::initialWeights(const JobSpec& spec)
@@ -68,21 +53,6 @@ Result<TrainingMath::Aggregated> OffThreadMath::aggregate(
 Result<TrainingMath::Evaluation> OffThreadMath::evaluate(const JobSpec& spec, QByteArray weights)
 {
     return offThread([&] { return m_inner.evaluate(spec, std::move(weights)); });
-}
-
-std::future<Result<TrainingMath::Evaluation>> OffThreadMath::evaluateInBackground(const JobSpec& spec, QByteArray weights)
-{
-    if (m_busy)
-        return TrainingMath::evaluateInBackground(spec, std::move(weights)); // inside whileWaiting: inline
-    m_busy = true;
-    awaitBackground(); // one at a time
-    m_busy = false;
-    auto evaluation = std::make_shared<std::promise<Result<Evaluation>>>();
-    auto answer = evaluation->get_future();
-    m_background = std::async(std::launch::async, [this, evaluation, spec, weights = std::move(weights)]() mutable {
-        evaluation->set_value(m_inner.evaluate(spec, std::move(weights)));
-    });
-    return answer;
 }
 
 Result<TrainingMath::Replay> OffThreadMath::replay(const ShardTask& task, std::int64_t from, const QByteArray& state,

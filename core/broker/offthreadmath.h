@@ -10,9 +10,7 @@ namespace tessera::core::broker {
 // from its one thread; each call runs on a thread of its own while the calling thread keeps
 // calling `whileWaiting` (about every 10 ms), so that the network loop goes on answering
 // heartbeats and reads during an aggregation, an evaluation or a replay (net::BrokerServer::
-// serveWhileBusy). Calls do not overlap: a call made from inside `whileWaiting` runs inline, and
-// an evaluation started by evaluateInBackground runs while the broker goes on (its thread free)
-// until the next call, which first waits for it: the broker's memory peaks stay one call's.
+// serveWhileBusy). Calls do not overlap: a call made from inside `whileWaiting` runs inline.
 // The inner math must not touch what the broker's thread owns (BrokerMath reads blob files by
 // path, BlobStore::storedFile).
 class OffThreadMath final : public TrainingMath {
@@ -28,7 +26,6 @@ public:
     Result<Aggregated> aggregate(
         const AggregationSpec& spec, QByteArray global, const QList<Update>& updates, const QByteArray& outerState) override;
     Result<Evaluation> evaluate(const JobSpec& spec, QByteArray weights) override;
-    std::future<Result<Evaluation>> evaluateInBackground(const JobSpec& spec, QByteArray weights) override;
     Result<Replay> replay(const ShardTask& task, std::int64_t from, const QByteArray& state, const Digest& expected,
         std::int64_t to, const QByteArray& roundWeights) override;
     Result<double> distance(const QByteArray& a, const QByteArray& b, const QByteArray& roundWeights) override;
@@ -41,13 +38,10 @@ public:
 
 private:
     template<typename F> auto offThread(F&& work) -> decltype(work());
-    // Waits for the evaluation started in the background, if one runs (calling whileWaiting).
-    void awaitBackground();
 
     TrainingMath& m_inner;
     std::function<void()> m_whileWaiting;
     bool m_busy = false;
-    std::future<void> m_background; // the evaluation in the background; waited for before any call
 };
 
 } // namespace tessera::core::broker

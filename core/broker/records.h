@@ -27,7 +27,7 @@ struct RoundRecord {
     Digest weightsHash;
     Digest weightsBlob;
     std::int64_t finishedAt = 0; // when it was aggregated, ms since the epoch
-    bool evaluated = true; // false while its evaluation runs (testLoss and testAccuracy are 0 then)
+    bool evaluated = true; // false: training.evaluateEvery skips it (testLoss and testAccuracy are 0)
 };
 
 struct JobStatus {

@@ -12,13 +12,6 @@ Error cannotNarrow()
 
 } // namespace
 
-std::future<Result<TrainingMath::Evaluation>> TrainingMath::evaluateInBackground(const JobSpec& spec, QByteArray weights)
-{
-    std::promise<Result<Evaluation>> evaluation;
-    evaluation.set_value(evaluate(spec, std::move(weights)));
-    return evaluation.get_future();
-}
-
 Result<verification::TraceComparison> TrainingMath::compareTraces(const ShardTask&, std::int64_t, const Digest&,
     const QByteArray&, const Digest&, const Digest&, const QByteArray&, const QByteArray&)
 {

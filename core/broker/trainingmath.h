@@ -12,8 +12,6 @@
 #include <QByteArray>
 #include <QList>
 
-#include <future>
-
 namespace tessera::core::broker {
 
 // The arithmetic of training that the broker needs (it lives in compute/, with LibTorch): the
@@ -90,9 +88,6 @@ public:
         = 0;
     // weights by value, like aggregate's global: let go of once read.
     virtual Result<Evaluation> evaluate(const JobSpec& spec, QByteArray weights) = 0;
-    // The same, where the arithmetic can, beside whatever the broker does next (OffThreadMath: on a
-    // thread of its own, which the arithmetic's next call waits for). Here: at once, on this thread.
-    virtual std::future<Result<Evaluation>> evaluateInBackground(const JobSpec& spec, QByteArray weights);
     // From checkpoint `from` (state: the round's weights at 0, else a node's checkpoint state that
     // must hash to `expected`) to checkpoint `to`. roundWeights: the round's weights, which a
     // compressed update is taken from. from == to == the last checkpoint only reveals (a dispute

@@ -174,7 +174,6 @@ private Q_SLOTS:
         QCOMPARE(carried->pricePerShard, Credits::fromMicro(900'000));
         QCOMPARE(store.rounds(QStringLiteral("j"))->size(), 1);
         QVERIFY(store.rounds(QStringLiteral("j"))->first().evaluated); // a round of before was evaluated with it
-        QVERIFY(store.pendingEvaluations()->isEmpty());
         QCOMPARE((*store.assignment(QStringLiteral("v")))->kind, AssignmentKind::Verify);
         QVERIFY(*store.commitment(QStringLiteral("a")));
         QCOMPARE(store.shardResultsIn(QStringLiteral("j"), ResultState::Sampled)->size(), 1);

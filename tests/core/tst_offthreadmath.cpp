@@ -41,13 +41,8 @@ public:
             std::this_thread::yield();
         return fake.aggregate(spec, std::move(global), updates, outer);
     }
-    std::atomic<bool> evaluationMayEnd { true };
-    std::thread::id evaluatedOn;
     Result<Evaluation> evaluate(const JobSpec& spec, QByteArray weights) override
     {
-        evaluatedOn = std::this_thread::get_id();
-        while (!evaluationMayEnd.load())
-            std::this_thread::yield();
         return fake.evaluate(spec, std::move(weights));
     }
     Result<Replay> replay(const ShardTask& task, std::int64_t from, const QByteArray& state, const Digest& expected,
@@ -91,30 +86,6 @@ private Q_SLOTS:
         QCOMPARE(
             math.replay(task, 0, "s", Digest::ofBytes("s"), 1, {}).error().message, QStringLiteral("loss became NaN at step 3"));
         QCOMPARE(math.canonicalHash("unreadable").error().field, QStringLiteral("weights"));
-    }
-
-    // A round's evaluation runs beside the broker: the caller goes on at once, and the next call
-    // waits for the evaluation (serving the hook meanwhile) before it runs, so calls never overlap.
-    void anEvaluationRunsInTheBackgroundUntilTheNextCall()
-    {
-        WaitingMath inner;
-        OffThreadMath math(inner);
-        inner.evaluationMayEnd = false;
-        int hooks = 0;
-        math.setWhileWaiting([&] {
-            ++hooks;
-            inner.evaluationMayEnd = true; // only the hook lets the evaluation end
-        });
-        auto evaluation = math.evaluateInBackground({}, "w");
-        QCOMPARE(evaluation.wait_for(std::chrono::seconds(0)), std::future_status::timeout);
-        QCOMPARE(hooks, 0); // the caller was not held
-        QVERIFY(math.canonicalHash("w").ok()); // waits for the evaluation, calling the hook
-        QVERIFY(hooks >= 1);
-        QCOMPARE(evaluation.wait_for(std::chrono::seconds(0)), std::future_status::ready);
-        const auto result = evaluation.get();
-        QVERIFY(result.ok());
-        QCOMPARE(result->accuracy, 0.9);
-        QVERIFY(inner.evaluatedOn != std::this_thread::get_id());
     }
 
     // Weights in a file are read by the worker (a large model's are not read on the caller's loop).

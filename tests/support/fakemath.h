@@ -1,8 +1,5 @@
 #pragma once
 
-#include <future>
-#include <vector>
-
 // Stand-in arithmetic for the broker's state machine (a fake is fine in a unit test: the real
 // arithmetic is tested in tests/compute and end to end in tests/e2e).
 
@@ -68,16 +65,6 @@ public:
     {
         ++evaluations;
         return Evaluation { 0.5, 0.9 };
-    }
-    // With holdEvaluations, a background evaluation ends only when the test sets its promise.
-    bool holdEvaluations = false;
-    std::vector<std::promise<Result<Evaluation>>> heldEvaluations;
-    std::future<Result<Evaluation>> evaluateInBackground(const JobSpec& spec, QByteArray weights) override
-    {
-        if (!holdEvaluations)
-            return TrainingMath::evaluateInBackground(spec, std::move(weights));
-        heldEvaluations.emplace_back();
-        return heldEvaluations.back().get_future();
     }
 
     // The honest arithmetic of a shard, as stand-in bytes: the state at checkpoint k is
