@@ -35,12 +35,6 @@ void warnIfFailed(const Status& status)
         qCWarning(lcBrokerCore).noquote() << status.error().toString();
 }
 
-Error divergence(double loss)
-{
-    return { {},
-        QStringLiteral("its weights give a test loss of %1 (the training diverged; is the learning rate too high?)").arg(loss) };
-}
-
 } // namespace
 
 QList<Digest> blobsNamedBy(const JobSpec& spec)
@@ -443,7 +437,7 @@ Result<JobStatus> Broker::status(const QString& jobId)
     if (!rounds)
         return rounds.error();
     for (const auto& round : *rounds) {
-        if (round.evaluated) // listed once its evaluation ends
+        if (round.evaluated) // a round training.evaluateEvery skips has no test loss to list
             status.history.append(round);
     }
     return status;
@@ -1120,7 +1114,10 @@ Result<std::optional<Broker::AggregatedRound>> Broker::aggregateRound(
         if (!evaluation)
             return failed(QStringLiteral("evaluated"), evaluation.error());
         if (!std::isfinite(evaluation->loss) || !std::isfinite(evaluation->accuracy))
-            return failed(QStringLiteral("evaluated"), divergence(evaluation->loss));
+            return failed(QStringLiteral("evaluated"),
+                Error { {},
+                    QStringLiteral("its weights give a test loss of %1 (the training diverged; is the learning rate too high?)")
+                        .arg(evaluation->loss) });
         next.record.testLoss = evaluation->loss;
         next.record.testAccuracy = evaluation->accuracy;
         next.record.evaluated = true;
@@ -1146,7 +1143,7 @@ Status Broker::advanceRound(const JobRow& job, const JobSpec& spec, const Aggreg
     if (!transaction)
         return transaction.error();
     for (const auto& status : {
-             m_store->insertRound(job.id, record, m_clock.nowMs()),
+             m_store->insertRound(job.id, record),
              m_store->allowOwnerToRead(record.weightsBlob, job.id), // the new weights are the owner's to fetch
              m_store->advanceJob(job.id, record.round + 1, record.weightsHash, record.weightsBlob,
                  last ? JobState::Finished : JobState::Running, aggregated.outerStateBlob, change),

@@ -384,13 +384,13 @@ Status BrokerStore::advanceJob(const QString& id, std::int64_t round, const Dige
         change ? change->blob.toHex() : QString(), change ? change->base.toHex() : QString(), id);
 }
 
-Status BrokerStore::insertRound(const QString& jobId, const RoundRecord& round, std::int64_t finishedAt)
+Status BrokerStore::insertRound(const QString& jobId, const RoundRecord& round)
 {
     return execute(*m_db,
         QStringLiteral("INSERT INTO rounds (job, round, test_loss, test_accuracy, train_loss, weights_hash, weights_blob, "
                        "finished_at, evaluated) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)"),
-        jobId, round.round, round.evaluated ? round.testLoss : 0.0, round.evaluated ? round.testAccuracy : 0.0, round.trainLoss,
-        round.weightsHash.toHex(), round.weightsBlob.toHex(), finishedAt, std::int64_t(round.evaluated ? 1 : 0));
+        jobId, round.round, round.testLoss, round.testAccuracy, round.trainLoss, round.weightsHash.toHex(),
+        round.weightsBlob.toHex(), round.finishedAt, std::int64_t(round.evaluated ? 1 : 0));
 }
 
 Result<QList<RoundRecord>> BrokerStore::rounds(const QString& jobId)

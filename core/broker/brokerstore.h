@@ -154,7 +154,7 @@ public:
     // The round was aggregated: the job trains `round` from these weights now (or is finished).
     Status advanceJob(const QString& id, std::int64_t round, const Digest& weightsHash, const Digest& weightsBlob, JobState state,
         const std::optional<Digest>& outerStateBlob, const std::optional<WeightsChange>& change = std::nullopt);
-    Status insertRound(const QString& jobId, const RoundRecord& round, std::int64_t finishedAt);
+    Status insertRound(const QString& jobId, const RoundRecord& round);
     Result<QList<RoundRecord>> rounds(const QString& jobId);
 
     // The results that answered shards.
