@@ -12,12 +12,15 @@
 #include <compute/shardrun.h>
 #include <compute/weights.h>
 #include <core/decomposition.h>
+#include <core/readfile.h>
 
 #include <torch/torch.h>
 
 #include <QCoreApplication>
 #include <QElapsedTimer>
 #include <QEventLoop>
+#include <QFile>
+#include <QTemporaryDir>
 
 #include <algorithm>
 #include <cstdio>
@@ -300,8 +303,18 @@ static void inspectionVersusHash()
         }
         return least;
     };
-    const double hashMs = timed([&] { (void)compute::canonicalHashOf(revealed->bytes); });
-    const double inspectMs = timed([&] { (void)compute::inspectRevealed(revealed->bytes, round->bytes); });
+    // Both from files, as the broker has them (its blob store): the hash reads the file whole, the
+    // inspection reads both files record by record.
+    QTemporaryDir folder;
+    const QString revealedPath = folder.filePath(QStringLiteral("revealed.pt")),
+                  roundPath = folder.filePath(QStringLiteral("round.pt"));
+    for (const auto& [path, bytes] : { std::pair { revealedPath, revealed->bytes }, std::pair { roundPath, round->bytes } }) {
+        QFile file(path);
+        if (!file.open(QIODevice::WriteOnly) || file.write(bytes) != bytes.size())
+            qFatal("cannot write the weights");
+    }
+    const double hashMs = timed([&] { (void)compute::canonicalHashOf(*core::readFile(revealedPath)); });
+    const double inspectMs = timed([&] { (void)compute::inspectRevealed(revealedPath, roundPath); });
     std::printf("A reveal at RESULT (mlp 784-2048-2048-10, %.0f MB): canonical hash %.1f ms, inspection (hash, finiteness, "
                 "norm) %.1f ms, ratio %.2f\n",
         double(revealed->bytes.size()) / 1e6, hashMs, inspectMs, inspectMs / hashMs);

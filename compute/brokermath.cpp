@@ -3,6 +3,10 @@
 #include "shardrun.h"
 #include "weights.h"
 
+#ifdef __GLIBC__
+#include <malloc.h>
+#endif
+
 #include <exception>
 #include <new>
 
@@ -12,8 +16,20 @@ namespace {
 
 // The broker's arithmetic runs on what strangers send: whatever LibTorch throws (a bad state, an
 // allocation that fails) becomes an error for that request, never the end of the broker.
+//
+// Each call ends by handing the heap's free pages back to the system: the arithmetic of a large
+// model frees hundreds of MB of tensors, which glibc would otherwise keep for this thread's arena
+// and add to every later peak (docs/BROKER.md, "Memory").
 template<typename F> auto shielded(const char* what, F&& f) -> decltype(f())
 {
+    struct Trim {
+        ~Trim()
+        {
+#ifdef __GLIBC__
+            malloc_trim(0);
+#endif
+        }
+    } trim;
     try {
         return f();
     } catch (const std::bad_alloc&) {
@@ -81,34 +97,30 @@ core::Result<core::Digest> BrokerMath::canonicalHash(const QByteArray& weights)
 core::Result<BrokerMath::Inspection> BrokerMath::inspectResult(const QString& revealedPath, const QString& roundWeightsPath)
 {
     return shielded("weights", [&]() -> core::Result<Inspection> {
-        auto revealed = core::readFile(revealedPath);
-        if (!revealed)
-            return core::Error { QStringLiteral("weights"), revealed.error().message };
-        auto round = core::readFile(roundWeightsPath);
-        if (!round)
-            return core::Error { QStringLiteral("weights"), round.error().message };
-        auto form = inspectRevealed(*revealed, *round);
+        // From the files: neither file's bytes are held beside its tensors.
+        auto form = inspectRevealed(revealedPath, roundWeightsPath);
         if (!form)
             return form.error();
         return Inspection { form->canonicalHash, form->unfit, form->updateNorm, form->compression };
     });
 }
 
-core::Result<BrokerMath::Aggregated> BrokerMath::aggregate(
-    const core::AggregationSpec& spec, QByteArray global, const QList<Update>& updates, const QByteArray& outerState)
+core::Result<BrokerMath::Aggregated> BrokerMath::aggregate(const core::AggregationSpec& spec, const QString& globalFile,
+    const QList<Update>& updates, const QByteArray& outerState, const QString& weightsOut)
 {
     return shielded("aggregation", [&]() -> core::Result<Aggregated> {
         QList<ShardUpdate> shardUpdates;
         for (const auto& update : updates)
             shardUpdates.append({ update.shard, update.samples, update.weights, update.weightsFile });
-        auto output = compute::aggregate(spec, std::move(global), shardUpdates, outerState);
+        auto output = compute::aggregateFromFile(spec, globalFile, shardUpdates, outerState, weightsOut);
         if (!output)
             return output.error();
         // Hashed here, off the broker's network loop, for the blob store.
-        const auto sha256 = core::Digest::ofBytes(output->weights.bytes);
+        const auto sha256 = core::Digest::ofFile(weightsOut);
+        if (!sha256)
+            return core::Error { QStringLiteral("blob"), sha256.error().message };
         const auto changeSha256 = output->change.isEmpty() ? core::Digest {} : core::Digest::ofBytes(output->change);
-        return Aggregated { { output->weights.bytes, output->weights.canonicalHash, 0, sha256 }, output->outerState,
-            output->change, changeSha256 };
+        return Aggregated { { {}, output->weights.canonicalHash, 0, *sha256 }, output->outerState, output->change, changeSha256 };
     });
 }
 

@@ -38,8 +38,8 @@ public:
     core::Result<Weights> initialWeights(const core::JobSpec& spec) override;
     core::Result<core::Digest> canonicalHash(const QByteArray& weights) override;
     core::Result<Inspection> inspectResult(const QString& revealedPath, const QString& roundWeightsPath) override;
-    core::Result<Aggregated> aggregate(const core::AggregationSpec& spec, QByteArray global, const QList<Update>& updates,
-        const QByteArray& outerState) override;
+    core::Result<Aggregated> aggregate(const core::AggregationSpec& spec, const QString& globalFile, const QList<Update>& updates,
+        const QByteArray& outerState, const QString& weightsOut) override;
     core::Result<Evaluation> evaluate(const core::JobSpec& spec, QByteArray weights) override;
     core::Result<Replay> replay(const core::ShardTask& task, std::int64_t from, const QByteArray& state,
         const core::Digest& expected, std::int64_t to, const QByteArray& roundWeights) override;

@@ -12,6 +12,8 @@
 
 #include <torch/torch.h>
 
+#include <functional>
+
 #include <QFileInfo>
 
 #include <algorithm>
@@ -192,12 +194,12 @@ core::Result<core::Digest> canonicalHashOf(const QByteArray& weights)
     return canonicalHash(*tensors);
 }
 
-core::Result<RevealedForm> inspectRevealed(const QByteArray& revealed, const QByteArray& roundWeights)
+core::Result<RevealedForm> inspectRevealed(const QString& revealedPath, const QString& roundWeightsPath)
 {
-    auto tensors = unpickleTensors(revealed, QStringLiteral("not a dict of tensors"));
+    auto tensors = unpickleTensorsFromFile(revealedPath, QStringLiteral("not a dict of tensors"));
     if (!tensors)
         return tensors.error();
-    auto base = unpickleTensors(roundWeights, QStringLiteral("the round's weights are not a dict of tensors"));
+    auto base = unpickleTensorsFromFile(roundWeightsPath, QStringLiteral("the round's weights are not a dict of tensors"));
     if (!base)
         return base.error();
     RevealedForm form;
@@ -396,8 +398,21 @@ void addScaled(at::Tensor& y, const at::Tensor& x, double alpha)
 
 } // namespace
 
-core::Result<AggregationOutput> aggregate(
-    const core::AggregationSpec& spec, QByteArray global, QList<ShardUpdate> updates, const QByteArray& outerState)
+namespace {
+
+const QString GlobalDamaged = QStringLiteral("the global weights are not a dict of tensors");
+
+// The round's weights W, read when the arithmetic first needs their values. Until then, where
+// `shapes` can say them, their names, shapes and types are enough: int8 updates decode without W,
+// so W is read after the shards' changes are summed, and W and the sum g are not whole in memory
+// at once until the step (the broker's peak at the 40 M gpt point: docs/BROKER.md, "Memory").
+struct GlobalWeights {
+    std::function<core::Result<NamedTensors>()> read;
+    std::function<core::Result<NamedTensors>()> shapes; // empty: read at once
+};
+
+core::Result<AggregationOutput> aggregateOnto(const core::AggregationSpec& spec, const GlobalWeights& global,
+    QList<ShardUpdate> updates, const QByteArray& outerState, const QString& weightsOut)
 {
     if (updates.isEmpty())
         return core::Error { QStringLiteral("updates"), QStringLiteral("a round needs at least one shard result") };
@@ -409,11 +424,24 @@ core::Result<AggregationOutput> aggregate(
         totalSamples += update.samples;
     }
 
-    auto base = unpickleTensors(global, QStringLiteral("the global weights are not a dict of tensors"));
-    global = QByteArray(); // read: its tensors are all that is needed
+    auto base = global.shapes ? global.shapes() : global.read();
     if (!base)
         return base.error();
     sortByName(*base);
+    bool read = !global.shapes;
+    auto readValues = [&]() -> core::Status {
+        if (read)
+            return {};
+        auto values = global.read();
+        if (!values)
+            return values.error();
+        sortByName(*values);
+        if (values->size() != base->size())
+            return core::Error { QStringLiteral("weights"), QStringLiteral("the global weights changed while being read") };
+        *base = std::move(*values);
+        read = true;
+        return {};
+    };
     NamedTensors momentum;
     if (spec.method == core::AggregationSpec::Method::Nesterov && !outerState.isEmpty()) {
         auto state = unpickleTensors(outerState, QStringLiteral("the outer optimizer state is damaged"));
@@ -431,19 +459,16 @@ core::Result<AggregationOutput> aggregate(
     for (qsizetype s = 0; s < updates.size(); ++s) {
         const auto& update = updates[s];
         const QString damaged = QStringLiteral("shard %1's weights are not a dict of tensors").arg(update.shard);
-        QByteArray bytes = update.weights;
-        if (bytes.isEmpty() && !update.weightsFile.isEmpty()) {
-            auto read = core::readFile(update.weightsFile);
-            if (!read)
-                return core::Error { QStringLiteral("updates"),
-                    QStringLiteral("shard %1's weights: %2").arg(update.shard).arg(read.error().message) };
-            bytes = std::move(*read);
-        }
-        auto tensors = unpickleTensors(bytes, damaged);
-        bytes.clear();
+        auto tensors = update.weights.isEmpty() && !update.weightsFile.isEmpty()
+            ? unpickleTensorsFromFile(update.weightsFile, damaged)
+            : unpickleTensors(update.weights, damaged);
         if (!tensors)
             return tensors.error();
         sortByName(*tensors);
+        if (!read && detail::deltaReadsBase(*tensors, *base)) {
+            if (auto status = readValues(); !status)
+                return status.error();
+        }
         const double share = double(update.samples) / double(totalSamples);
         // Final weights or a compressed update alike: the shard's change from W, tensor by tensor.
         auto added = forEachDelta(*tensors, *base, [&](std::size_t i, const at::Tensor& delta) {
@@ -454,7 +479,7 @@ core::Result<AggregationOutput> aggregate(
                 return;
             }
             if (!gradients[i].defined())
-                gradients[i] = torch::zeros_like(w);
+                gradients[i] = torch::zeros(w.sizes(), w.options().device(at::kCPU)); // w may be only its shape yet
             if (isCarried(name)) { // the shard's own optimizer state: its weighted mean
                 addScaled(gradients[i], delta, share);
                 return;
@@ -467,6 +492,8 @@ core::Result<AggregationOutput> aggregate(
                 QStringLiteral("shard %1's result does not fit the model: %2").arg(update.shard).arg(added.error().message) };
     }
 
+    if (auto status = readValues(); !status)
+        return status.error();
     const bool compressed = spec.compression == core::Compression::Int8;
     const bool carry = spec.optimizerState == core::AggregationSpec::OptimizerState::Averaged;
     std::optional<core::Error> failure;
@@ -523,13 +550,21 @@ core::Result<AggregationOutput> aggregate(
         if (!carry)
             *base = modelPart(std::move(*base));
         AggregationOutput output;
+        // W' first, so that its tensors and the change's are in memory together, not W's bytes too.
+        if (weightsOut.isEmpty()) {
+            output.weights = Weights { pickleTensors(*base), canonicalHash(*base) };
+        } else if (auto written = pickleTensorsToFile(*base, weightsOut); !written) {
+            failure = core::Error { QStringLiteral("blob"), written.error().message };
+            return {};
+        } else {
+            output.weights = Weights { {}, canonicalHash(*base) };
+        }
         if (compressed) {
             detail::appendCompressionMeta(change);
             sortByName(change);
             output.change = pickleTensors(change);
             change.clear();
         }
-        output.weights = Weights { pickleTensors(*base), canonicalHash(*base) };
         if (spec.method == core::AggregationSpec::Method::Nesterov)
             output.outerState = pickleTensors(nextMomentum);
         return output;
@@ -537,6 +572,28 @@ core::Result<AggregationOutput> aggregate(
     if (failure)
         return *failure;
     return aggregated;
+}
+
+} // namespace
+
+core::Result<AggregationOutput> aggregate(
+    const core::AggregationSpec& spec, QByteArray global, QList<ShardUpdate> updates, const QByteArray& outerState)
+{
+    GlobalWeights weights { [&] {
+                               auto base = unpickleTensors(global, GlobalDamaged);
+                               global = QByteArray(); // read: its tensors are all that is needed
+                               return base;
+                           },
+        {} };
+    return aggregateOnto(spec, weights, std::move(updates), outerState, {});
+}
+
+core::Result<AggregationOutput> aggregateFromFile(const core::AggregationSpec& spec, const QString& globalFile,
+    QList<ShardUpdate> updates, const QByteArray& outerState, const QString& weightsOut)
+{
+    GlobalWeights weights { [&] { return unpickleTensorsFromFile(globalFile, GlobalDamaged); },
+        [&] { return tensorShapesInFile(globalFile, GlobalDamaged); } };
+    return aggregateOnto(spec, weights, std::move(updates), outerState, weightsOut);
 }
 
 core::Result<QByteArray> roundWeightsFromChange(const QByteArray& previous, const QByteArray& change)

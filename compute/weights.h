@@ -39,14 +39,15 @@ core::Result<core::Digest> canonicalHashOf(const QByteArray& weights);
 // shapes and types; every change, every weight it leads to and the carried optimizer state finite;
 // second moments not negative), and the L2 norm of its change to the model's float tensors, which
 // the broker compares with the round's other results (docs/VERIFICATION.md, "Unchecked results").
-// An error only when `revealed` or `roundWeights` is not a dict of tensors at all.
+// Read from the two files record by record. An error only when a file cannot be read or is not a
+// dict of tensors at all.
 struct RevealedForm {
     core::Digest canonicalHash;
     core::Compression compression = core::Compression::None; // the form: an int8 update or whole weights
     QString unfit; // empty: it fits
     double updateNorm = 0.0;
 };
-core::Result<RevealedForm> inspectRevealed(const QByteArray& revealed, const QByteArray& roundWeights);
+core::Result<RevealedForm> inspectRevealed(const QString& revealedPath, const QString& roundWeightsPath);
 
 struct Evaluation {
     double loss = 0.0; // mean cross-entropy
@@ -103,9 +104,15 @@ struct AggregationOutput {
 // it is dropped, so W_{r+1} is the model's alone. Memory: the
 // global weights' tensors, g, one shard's result (its int8 update decoded one tensor at a time)
 // and the pickled result, about 2.5 x the model for int8 updates (docs/BROKER.md, "Memory"); the
-// bytes of `global` are let go once read.
+// bytes of `global` are let go once read; from `globalFile` they are read record by record, never
+// held whole beside their tensors (the broker's way).
 core::Result<AggregationOutput> aggregate(
     const core::AggregationSpec& spec, QByteArray global, QList<ShardUpdate> updates, const QByteArray& outerState);
+// With `weightsOut`, W_{r+1} is pickled straight into that file as it is written (output.weights.bytes
+// stays empty): its bytes are never whole in memory beside its tensors. A failure to write the file
+// is an error of field "blob" (the broker's own disk, not the job's fault).
+core::Result<AggregationOutput> aggregateFromFile(const core::AggregationSpec& spec, const QString& globalFile,
+    QList<ShardUpdate> updates, const QByteArray& outerState, const QString& weightsOut = {});
 
 // W_{r+1}'s bytes from W_r's (previous) and the round's int8 change (AggregationOutput::change):
 // equal to the broker's own bytes, so their SHA-256 is the round's weights blob. An error when the

@@ -4,6 +4,7 @@
 
 #include <compute/pickle/tensorpickle.h>
 
+#include <caffe2/serialize/file_adapter.h>
 #include <caffe2/serialize/in_memory_adapter.h>
 #include <caffe2/serialize/inline_container.h>
 
@@ -15,6 +16,7 @@
 #include <algorithm>
 #include <bit>
 #include <cstring>
+#include <functional>
 #include <map>
 
 namespace tessera::compute::detail {
@@ -223,14 +225,17 @@ at::ScalarType scalarType(pickle::DType type)
 
 } // namespace
 
-core::Result<NamedTensors> unpickleTensors(const QByteArray& bytes, const QString& what)
+namespace {
+
+// Not torch::pickle_load: LibTorch's unpickler turns an OrderedDict (what state_dict() returns)
+// into None, and knows more callables than a file of tensors needs. pickle::readTensorMap reads
+// exactly a mapping of names to tensors; the archive's records are read here, from memory or
+// straight from a file (each record into the tensor's own buffer).
+core::Result<NamedTensors> unpickleFrom(
+    const std::function<std::shared_ptr<caffe2::serialize::ReadAdapterInterface>()>& open, const QString& what)
 {
-    // Not torch::pickle_load: LibTorch's unpickler turns an OrderedDict (what state_dict() returns)
-    // into None, and knows more callables than a file of tensors needs. pickle::readTensorMap reads
-    // exactly a mapping of names to tensors; the archive's records are read here.
     auto read = guarded(what, [&]() -> core::Result<NamedTensors> {
-        caffe2::serialize::PyTorchStreamReader reader(
-            std::make_shared<caffe2::serialize::MemoryReadAdapter>(bytes.constData(), off_t(bytes.size())));
+        caffe2::serialize::PyTorchStreamReader reader(open());
         if (!reader.hasRecord("data.pkl"))
             return core::Error { {}, QStringLiteral("%1: not a file written by torch.save (no data.pkl)").arg(what) };
         const auto [program, programSize] = reader.getRecord("data.pkl");
@@ -284,6 +289,49 @@ core::Result<NamedTensors> unpickleTensors(const QByteArray& bytes, const QStrin
     if (!read)
         return read.error();
     return *read;
+}
+
+} // namespace
+
+core::Result<NamedTensors> unpickleTensors(const QByteArray& bytes, const QString& what)
+{
+    return unpickleFrom(
+        [&] { return std::make_shared<caffe2::serialize::MemoryReadAdapter>(bytes.constData(), off_t(bytes.size())); }, what);
+}
+
+core::Result<NamedTensors> tensorShapesInFile(const QString& path, const QString& what)
+{
+    if (QFile file(path); !file.open(QIODevice::ReadOnly))
+        return core::Error { {}, QStringLiteral("cannot read %1: %2").arg(path, file.errorString()) };
+    auto read = guarded(what, [&]() -> core::Result<NamedTensors> {
+        caffe2::serialize::PyTorchStreamReader reader(
+            std::make_shared<caffe2::serialize::FileAdapter>(QFile::encodeName(path).toStdString()));
+        if (!reader.hasRecord("data.pkl"))
+            return core::Error { {}, QStringLiteral("%1: not a file written by torch.save (no data.pkl)").arg(what) };
+        const auto [program, programSize] = reader.getRecord("data.pkl");
+        auto refs = pickle::readTensorMap(QByteArrayView(static_cast<const char*>(program.get()), qsizetype(programSize)));
+        if (!refs)
+            return core::Error { {}, QStringLiteral("%1: %2").arg(what, refs.error().message) };
+        NamedTensors shapes;
+        for (const auto& ref : *refs) {
+            const std::vector<std::int64_t> sizes(ref.sizes.begin(), ref.sizes.end());
+            shapes.emplace_back(
+                ref.name.toStdString(), at::empty(sizes, at::TensorOptions().dtype(scalarType(ref.dtype)).device(at::kMeta)));
+        }
+        sortByName(shapes);
+        return shapes;
+    });
+    if (!read)
+        return read.error();
+    return *read;
+}
+
+core::Result<NamedTensors> unpickleTensorsFromFile(const QString& path, const QString& what)
+{
+    if (QFile file(path); !file.open(QIODevice::ReadOnly))
+        return core::Error { {}, QStringLiteral("cannot read %1: %2").arg(path, file.errorString()) };
+    return unpickleFrom(
+        [&] { return std::make_shared<caffe2::serialize::FileAdapter>(QFile::encodeName(path).toStdString()); }, what);
 }
 
 NamedTensors withPrefix(const std::string& prefix, const NamedTensors& tensors)

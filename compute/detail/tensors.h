@@ -41,6 +41,12 @@ QByteArray pickleTensors(const NamedTensors& tensors);
 // of 3 x the model). An error names the file.
 core::Status pickleTensorsToFile(const NamedTensors& tensors, const QString& path);
 core::Result<NamedTensors> unpickleTensors(const QByteArray& bytes, const QString& what);
+// The same from a file, read record by record: the file's bytes are never held whole beside the
+// tensors (a broker inspecting a 40 M-parameter result holds 1 x the model, not 2 x).
+core::Result<NamedTensors> unpickleTensorsFromFile(const QString& path, const QString& what);
+// The names, shapes and types of a file's tensors, without their values: tensors on LibTorch's
+// meta device, read from the archive's data.pkl alone.
+core::Result<NamedTensors> tensorShapesInFile(const QString& path, const QString& what);
 
 // The names of a training state's parts: "model/<name>", "optimizer/<name>"; prefix added, or
 // the entries with it, prefix removed.

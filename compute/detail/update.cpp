@@ -167,6 +167,13 @@ bool isUpdateForm(const NamedTensors& revealed)
     return isCompressed(revealed);
 }
 
+bool deltaReadsBase(const NamedTensors& revealed, const NamedTensors& base)
+{
+    return !isCompressed(revealed) || std::any_of(base.begin(), base.end(), [](const auto& entry) {
+        return !quantised(entry.first, entry.second) && changes(entry.first, entry.second);
+    });
+}
+
 core::Status forEachDelta(
     const NamedTensors& revealed, const NamedTensors& base, const std::function<void(std::size_t, const at::Tensor&)>& take)
 {

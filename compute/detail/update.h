@@ -35,6 +35,9 @@ void appendCompressionMeta(NamedTensors& out);
 
 // Whether a revealed form is an int8 update (it has meta/compression), not whole weights.
 bool isUpdateForm(const NamedTensors& revealed);
+// Whether forEachDelta(revealed, base, ...) reads base's values, not only its names, shapes and
+// types: for whole weights, and for float tensors of another type that travel whole.
+bool deltaReadsBase(const NamedTensors& revealed, const NamedTensors& base);
 
 // What a revealed form contributes, aligned with `base` (the round's weights): for each float
 // tensor of the model the shard's change (final - base, or q * scale decoded), for each other

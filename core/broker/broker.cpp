@@ -8,6 +8,7 @@
 
 #include <QDateTime>
 #include <QDir>
+#include <QFile>
 #include <QLoggingCategory>
 #include <QTimeZone>
 
@@ -1060,9 +1061,9 @@ Result<std::optional<QList<ShardResult>>> Broker::collectRound(const QString& jo
 Result<std::optional<Broker::AggregatedRound>> Broker::aggregateRound(
     const JobRow& job, const JobSpec& spec, std::int64_t round, const QList<ShardResult>& results)
 {
-    auto global = m_blobs.read(job.weightsBlob);
+    const auto global = m_blobs.storedFile(job.weightsBlob); // read record by record, off this thread
     if (!global)
-        return global.error();
+        return Error { QStringLiteral("blob"), QStringLiteral("the round's weights are gone") };
     QByteArray outerState;
     if (job.outerStateBlob) {
         auto outer = m_blobs.read(*job.outerStateBlob);
@@ -1091,11 +1092,18 @@ Result<std::optional<Broker::AggregatedRound>> Broker::aggregateRound(
             return status.error();
         return std::optional<AggregatedRound> {};
     };
-    auto aggregated = m_math.aggregate(spec.aggregationOfRound(round), std::move(*global), updates, outerState);
-    if (!aggregated)
+    // W_{r+1} is written straight into the store's staging folder and taken in by name.
+    const QDir staging(m_blobs.stagingDirectory());
+    staging.mkpath(QStringLiteral("."));
+    const QString weightsOut = staging.filePath(QStringLiteral("round-%1-%2.part").arg(job.id).arg(round));
+    auto aggregated = m_math.aggregate(spec.aggregationOfRound(round), *global, updates, outerState, weightsOut);
+    if (!aggregated) {
+        QFile::remove(weightsOut);
+        if (aggregated.error().field == QLatin1String("blob"))
+            return aggregated.error(); // this broker's disk, not the job: tried again shortly
         return failed(QStringLiteral("aggregated"), aggregated.error());
-    // Stored first, so that the evaluation holds the only copy of the bytes and lets go of them.
-    auto blob = m_blobs.put(aggregated->weights.bytes, aggregated->weights.sha256);
+    }
+    auto blob = m_blobs.adopt(weightsOut, aggregated->weights.sha256);
     if (!blob)
         return blob.error();
     std::optional<Digest> changeBlob;
@@ -1110,7 +1118,10 @@ Result<std::optional<Broker::AggregatedRound>> Broker::aggregateRound(
                                *blob, m_clock.nowMs(), false },
         std::nullopt, changeBlob };
     if (spec.training.evaluates(round)) { // else recorded without a test loss, not in the history
-        auto evaluation = m_math.evaluate(spec, std::move(aggregated->weights.bytes));
+        auto weights = m_blobs.read(*blob); // the evaluation's own copy, let go of once read
+        if (!weights)
+            return weights.error();
+        auto evaluation = m_math.evaluate(spec, std::move(*weights));
         if (!evaluation)
             return failed(QStringLiteral("evaluated"), evaluation.error());
         if (!std::isfinite(evaluation->loss) || !std::isfinite(evaluation->accuracy))

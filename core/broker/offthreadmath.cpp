@@ -44,10 +44,10 @@ Result<TrainingMath::Inspection> OffThreadMath::inspectResult(const QString& rev
     return offThread([&] { return m_inner.inspectResult(revealedPath, roundWeightsPath); });
 }
 
-Result<TrainingMath::Aggregated> OffThreadMath::aggregate(
-    const AggregationSpec& spec, QByteArray global, const QList<Update>& updates, const QByteArray& outerState)
+Result<TrainingMath::Aggregated> OffThreadMath::aggregate(const AggregationSpec& spec, const QString& globalFile,
+    const QList<Update>& updates, const QByteArray& outerState, const QString& weightsOut)
 {
-    return offThread([&] { return m_inner.aggregate(spec, std::move(global), updates, outerState); });
+    return offThread([&] { return m_inner.aggregate(spec, globalFile, updates, outerState, weightsOut); });
 }
 
 Result<TrainingMath::Evaluation> OffThreadMath::evaluate(const JobSpec& spec, QByteArray weights)

@@ -23,8 +23,8 @@ public:
     Result<Digest> canonicalHash(const QByteArray& weights) override;
     Result<Digest> canonicalHashOfFile(const QString& path) override;
     Result<Inspection> inspectResult(const QString& revealedPath, const QString& roundWeightsPath) override;
-    Result<Aggregated> aggregate(
-        const AggregationSpec& spec, QByteArray global, const QList<Update>& updates, const QByteArray& outerState) override;
+    Result<Aggregated> aggregate(const AggregationSpec& spec, const QString& globalFile, const QList<Update>& updates,
+        const QByteArray& outerState, const QString& weightsOut) override;
     Result<Evaluation> evaluate(const JobSpec& spec, QByteArray weights) override;
     Result<Replay> replay(const ShardTask& task, std::int64_t from, const QByteArray& state, const Digest& expected,
         std::int64_t to, const QByteArray& roundWeights) override;

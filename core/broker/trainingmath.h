@@ -82,11 +82,14 @@ public:
             return hash.error();
         return Inspection { *hash, {}, -1.0, std::nullopt };
     }
-    // global is taken by value: the arithmetic lets go of its bytes once it has read them.
-    virtual Result<Aggregated> aggregate(
-        const AggregationSpec& spec, QByteArray global, const QList<Update>& updates, const QByteArray& outerState)
+    // globalFile: the round's weights (a blob's file), read record by record, never whole in memory.
+    // W_{r+1} is written to weightsOut (a file in the blob store's staging folder), not returned:
+    // weights.bytes stays empty, weights.sha256 is the file's. An error of field "blob" is the
+    // broker's own (its disk), not the job's.
+    virtual Result<Aggregated> aggregate(const AggregationSpec& spec, const QString& globalFile, const QList<Update>& updates,
+        const QByteArray& outerState, const QString& weightsOut)
         = 0;
-    // weights by value, like aggregate's global: let go of once read.
+    // weights by value: let go of once read.
     virtual Result<Evaluation> evaluate(const JobSpec& spec, QByteArray weights) = 0;
     // From checkpoint `from` (state: the round's weights at 0, else a node's checkpoint state that
     // must hash to `expected`) to checkpoint `to`. roundWeights: the round's weights, which a

@@ -17,6 +17,7 @@
 #include <core/modelarchive.h>
 #include <core/nodeinfo.h>
 #include <core/pricing.h>
+#include <core/readfile.h>
 
 #include <torch/serialize.h>
 #include <torch/torch.h>
@@ -939,6 +940,43 @@ private Q_SLOTS:
                            .arg(stepped->weights.bytes.size())));
         QCOMPARE(*compute::roundWeightsFromChange(compressed.start.bytes, stepped->change), stepped->weights.bytes);
         QCOMPARE(*compute::canonicalHashOf(stepped->weights.bytes), stepped->weights.canonicalHash);
+        // From the round's file (the broker's way: int8 updates are summed before W is read, whole
+        // weights read W first; a round may mix both): the same bytes as from memory.
+        {
+            QTemporaryDir files;
+            auto write = [&](const char* name, const QByteArray& bytes) {
+                QFile file(files.filePath(QLatin1String(name)));
+                return file.open(QIODevice::WriteOnly) && file.write(bytes) == bytes.size() ? file.fileName() : QString();
+            };
+            const QString start = write("start.pt", compressed.start.bytes), update = write("update.pt", revealed.weights),
+                          whole = write("whole.pt", final.weights);
+            QVERIFY(!start.isEmpty() && !update.isEmpty() && !whole.isEmpty());
+            for (const auto& how : { int8, fedAvg }) {
+                const QList<compute::ShardUpdate> mixed { { 0, 100, {}, update }, { 1, 50, {}, whole } };
+                const auto fromMemory = compute::aggregate(how, compressed.start.bytes, mixed, {});
+                QVERIFY2(fromMemory.ok(), qPrintable(fromMemory.ok() ? QString() : fromMemory.error().toString()));
+                for (const auto& updates : { QList<compute::ShardUpdate> { mixed[0] }, mixed, QList { mixed[1], mixed[0] } }) {
+                    const auto inMemory = compute::aggregate(how, compressed.start.bytes, updates, {});
+                    const auto fromFile = compute::aggregateFromFile(how, start, updates, {});
+                    QVERIFY2(fromFile.ok(), qPrintable(fromFile.ok() ? QString() : fromFile.error().toString()));
+                    QCOMPARE(fromFile->weights.bytes, inMemory->weights.bytes);
+                    QCOMPARE(fromFile->change, inMemory->change);
+                }
+            }
+            // W' written to a file: the same bytes there, none returned; a file that cannot be
+            // written is the broker's disk ("blob"), not the job's fault.
+            const QString out = files.filePath(QStringLiteral("out.pt"));
+            const auto written = compute::aggregateFromFile(int8, start, { { 0, 100, {}, update } }, {}, out);
+            QVERIFY(written.ok() && written->weights.bytes.isEmpty());
+            QCOMPARE(*core::readFile(out), stepped->weights.bytes);
+            QCOMPARE(written->weights.canonicalHash, stepped->weights.canonicalHash);
+            const auto unwritable = compute::aggregateFromFile(
+                int8, start, { { 0, 100, {}, update } }, {}, files.filePath(QStringLiteral("no/such/folder/out.pt")));
+            QCOMPARE(unwritable.error().field, QStringLiteral("blob"));
+            QVERIFY(!compute::aggregateFromFile(int8, files.filePath(QStringLiteral("gone.pt")), { { 0, 100, {}, update } }, {})
+                         .ok());
+            QVERIFY(!compute::aggregateFromFile(int8, update, { { 0, 100, {}, update } }, {}).ok()); // W is no update
+        }
         QTemporaryDir dir;
         const QList<std::pair<const char*, QByteArray>> files { { "start.pt", plain.start.bytes }, { "final.pt", final.weights },
             { "revealed.pt", revealed.weights }, { "aggregated.pt", aggregated->weights.bytes }, { "change.pt", stepped->change },

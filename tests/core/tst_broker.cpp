@@ -8,6 +8,7 @@
 
 #include <support/fakemath.h>
 
+#include <QDir>
 #include <QFile>
 #include <QHash>
 
@@ -261,6 +262,32 @@ private Q_SLOTS:
         broker.reset();
         broker = open(QStringLiteral("evaluate-every"));
         QCOMPARE(m_math.evaluations - before, 3);
+    }
+
+    // The new weights go straight into the blob store's staging folder. Where the broker cannot
+    // write them (its own disk), the round waits and is tried again on a later tick: the job is
+    // not failed for it, and nothing is lost.
+    void aRoundWhoseWeightsCannotBeWrittenWaitsAndIsNotFailed()
+    {
+        auto broker = open(QStringLiteral("unwritable"));
+        const auto jobId = *broker->submit(job(1, 1));
+        QVERIFY(broker->registerNode(node(QStringLiteral("a"))).ok());
+        const auto assignment = **broker->assign(QStringLiteral("a"));
+        const QString staging = m_blobs.back()->stagingDirectory();
+        QVERIFY(QDir(staging).removeRecursively());
+        QFile blocker(staging); // a file where the folder should be: nothing can be written there
+        QVERIFY(blocker.open(QIODevice::WriteOnly));
+        blocker.close();
+        const auto result = answer(*broker, assignment, "w");
+        QCOMPARE(*deliver(*broker, QStringLiteral("a"), assignment.id, result), Acceptance::Accepted);
+        QCOMPARE(broker->status(jobId)->state, JobState::Running);
+        QCOMPARE(broker->status(jobId)->history.size(), 0);
+        broker->tick();
+        QCOMPARE(broker->status(jobId)->state, JobState::Running);
+        QVERIFY(QFile::remove(staging));
+        broker->tick();
+        QCOMPARE(broker->status(jobId)->state, JobState::Finished);
+        QCOMPARE(broker->status(jobId)->history.size(), 1);
     }
 
     // A job's disk does not grow with its rounds (docs/BROKER.md, "Disk"): the newest keepRounds

@@ -1,4 +1,5 @@
 #include <core/hash.h>
+#include <core/readfile.h>
 
 #include <QTemporaryDir>
 #include <QTest>
@@ -45,6 +46,19 @@ private Q_SLOTS:
         const auto missing = tessera::core::Digest::ofFile(dir.filePath(QStringLiteral("none")));
         QVERIFY(!missing.ok());
         QVERIFY(missing.error().message.contains(QStringLiteral("none")));
+
+        // core::readFile reads the same bytes into a buffer of the file's size; an empty file is
+        // empty; a file whose size is not known ahead (/proc) is read whole all the same.
+        const auto read = tessera::core::readFile(path);
+        QCOMPARE(read->size(), bytes.size());
+        QVERIFY(read->capacity() <= bytes.size() + 64); // no doubling as it grew
+        QCOMPARE(*read, bytes);
+        QFile empty(dir.filePath(QStringLiteral("empty")));
+        QVERIFY(empty.open(QIODevice::WriteOnly));
+        empty.close();
+        QVERIFY(tessera::core::readFile(empty.fileName())->isEmpty());
+        QVERIFY(tessera::core::readFile(QStringLiteral("/proc/self/status"))->contains("VmRSS"));
+        QVERIFY(tessera::core::readFile(dir.filePath(QStringLiteral("none"))).error().message.contains(QStringLiteral("none")));
     }
 
     void hexRoundTripAndErrors()

@@ -33,13 +33,13 @@ public:
         ranOn = std::this_thread::get_id();
         return fake.canonicalHash(weights);
     }
-    Result<Aggregated> aggregate(
-        const AggregationSpec& spec, QByteArray global, const QList<Update>& updates, const QByteArray& outer) override
+    Result<Aggregated> aggregate(const AggregationSpec& spec, const QString& global, const QList<Update>& updates,
+        const QByteArray& outer, const QString& weightsOut) override
     {
         aggregatedOn = std::this_thread::get_id();
         while (hooks.load() < 3)
             std::this_thread::yield();
-        return fake.aggregate(spec, std::move(global), updates, outer);
+        return fake.aggregate(spec, global, updates, outer, weightsOut);
     }
     Result<Evaluation> evaluate(const JobSpec& spec, QByteArray weights) override
     {
@@ -75,9 +75,17 @@ private Q_SLOTS:
                 QCOMPARE(inner.ranOn, std::this_thread::get_id());
             }
         });
-        const auto aggregated = math.aggregate({}, "g", { { 0, 1, "a", {} }, { 1, 1, "b", {} } }, {});
+        QTemporaryDir folder;
+        QFile global(folder.filePath(QStringLiteral("global")));
+        QVERIFY(global.open(QIODevice::WriteOnly) && global.write("g") == 1);
+        global.close();
+        const QString out = folder.filePath(QStringLiteral("out"));
+        const auto aggregated = math.aggregate({}, global.fileName(), { { 0, 1, "a", {} }, { 1, 1, "b", {} } }, {}, out);
         QVERIFY(aggregated.ok());
-        QCOMPARE(aggregated->weights.bytes, QByteArray("g|ab"));
+        QCOMPARE(aggregated->weights.sha256, Digest::ofBytes("g|ab"));
+        QFile written(out);
+        QVERIFY(written.open(QIODevice::ReadOnly));
+        QCOMPARE(written.readAll(), QByteArray("g|ab"));
         QVERIFY(inner.aggregatedOn != std::this_thread::get_id());
         QVERIFY(inner.hooks.load() >= 3);
         // Errors come back as they were.

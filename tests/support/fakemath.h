@@ -46,10 +46,11 @@ public:
         return inspected;
     }
     // With int8 compression the round's change is "change:" + the new weights.
-    Result<Aggregated> aggregate(
-        const AggregationSpec& spec, QByteArray global, const QList<Update>& updates, const QByteArray&) override
+    Result<Aggregated> aggregate(const AggregationSpec& spec, const QString& globalFile, const QList<Update>& updates,
+        const QByteArray&, const QString& weightsOut) override
     {
-        QByteArray next = global + "|";
+        QFile global(globalFile);
+        QByteArray next = (global.open(QIODevice::ReadOnly) ? global.readAll() : QByteArray("?")) + "|";
         QList<std::int64_t> order;
         for (const auto& update : updates) {
             QFile file(update.weightsFile);
@@ -58,7 +59,10 @@ public:
         }
         aggregationOrders.append(order);
         const QByteArray change = spec.compression == Compression::Int8 ? "change:" + next : QByteArray();
-        return Aggregated { { next, Digest::ofBytes(next), 0, {} }, {}, change, {} };
+        QFile out(weightsOut);
+        if (!out.open(QIODevice::WriteOnly) || out.write(next) != next.size())
+            return Error { QStringLiteral("blob"), QStringLiteral("cannot write %1").arg(weightsOut) };
+        return Aggregated { { {}, Digest::ofBytes(next), 0, Digest::ofBytes(next) }, {}, change, {} };
     }
     int evaluations = 0;
     Result<Evaluation> evaluate(const JobSpec&, QByteArray) override
