@@ -740,142 +740,168 @@ void DesktopApp::refresh()
     }
     sampleGpus();
     showReadings();
-    // The node's own results.
-    if (m_results) {
-        if (auto results = m_results->list(500)) {
-            m_dashboard->results().setResults(*results);
-            notifyTransitions(*results);
-            QList<ui::Earning> earnings;
-            QList<ui::StakeEventsModel::Event> events;
-            double today = 0.0;
-            const auto midnight = QDateTime(QDate::currentDate(), QTime(0, 0));
-            for (const auto& result : *results) {
-                for (const auto& step : result.history) {
-                    const auto at = QDateTime::fromMSecsSinceEpoch(step.at);
-                    if (step.state == u"paid") {
-                        const double credits = result.paid.toDouble();
-                        earnings.append({ at, credits });
-                        if (at >= midnight)
-                            today += credits;
-                    } else if (step.state == u"slashed") {
-                        events.append({ result.assignment, at, QStringLiteral("slashed"), QString(), result.detail });
-                    }
-                }
+    const auto list = brokers();
+    // Each part on its own: a result log that cannot be read now stops neither the broker's
+    // questions nor the Overview.
+    askBroker(list);
+    const Earned earned = showResults();
+    updateState();
+    m_dashboard->setOverview(overviewOf(list, earned));
+}
+
+void DesktopApp::askBroker(const QList<net::BrokerAddress>& list)
+{
+    // The first broker: balance, stake and the user's jobs. Asked again only when the last answers
+    // are in: a slow broker gets no pile of requests.
+    if (list.isEmpty() || !m_identity || !(m_ticks % 2 == 1 || m_ticks < 3) || m_link.pending() != 0)
+        return;
+    aimLink();
+    m_brokerAnswered = false;
+    const QString endpoint = list.first().endpoint;
+    m_link.request(net::Command::Balance, { { QStringLiteral("account"), m_identity->info.nodeId } })
+        .then(this, [this, endpoint](const core::Result<QJsonObject>& account) { accountAnswered(account, endpoint); });
+    m_link.request(net::Command::List, {}).then(this, [this](const core::Result<QJsonObject>& reply) { jobsAnswered(reply); });
+}
+
+DesktopApp::Earned DesktopApp::showResults()
+{
+    if (!m_results)
+        return m_earned;
+    const auto results = m_results->list(500);
+    if (!results) { // said once; the last figures stay
+        if (!m_resultsUnreadable)
+            note(QStringLiteral("error"), QStringLiteral("results"),
+                tr("Cannot read this computer's results: %1").arg(results.error().message));
+        m_resultsUnreadable = true;
+        return m_earned;
+    }
+    m_resultsUnreadable = false;
+    m_dashboard->results().setResults(*results);
+    notifyTransitions(*results);
+    QList<ui::Earning> earnings;
+    QList<ui::StakeEventsModel::Event> events;
+    Earned earned;
+    const auto midnight = QDateTime(QDate::currentDate(), QTime(0, 0));
+    const auto weekAgo = QDateTime(QDate::currentDate().addDays(-6), QTime(0, 0));
+    for (const auto& result : *results) {
+        for (const auto& step : result.history) {
+            const auto at = QDateTime::fromMSecsSinceEpoch(step.at);
+            if (step.state == u"paid") {
+                const double credits = result.paid.toDouble();
+                earnings.append({ at, credits });
+                earned.today += at >= midnight ? credits : 0.0;
+                earned.week += at >= weekAgo && credits > 0 ? credits : 0.0;
+            } else if (step.state == u"slashed") {
+                events.append({ result.assignment, at, QStringLiteral("slashed"), QString(), result.detail });
             }
-            m_dashboard->setEarnings(earnings, QDateTime::currentDateTime());
-            m_dashboard->stakeEvents().setEvents(events);
-            ui::Overview overview;
-            overview.earnedToday = tr("%1 credits earned today").arg(today, 0, 'f', 2);
-            double week = 0.0;
-            const auto weekAgo = QDateTime(QDate::currentDate().addDays(-6), QTime(0, 0));
-            for (const auto& earning : earnings)
-                week += earning.at >= weekAgo && earning.credits > 0 ? earning.credits : 0.0;
-            overview.earnedWeek = tr("%1 credits in the last 7 days").arg(week, 0, 'f', 2);
-            const double kWh = m_energyTodayJoules / 3.6e6;
-            const double price = m_settings->stringValue(names::AppElectricityPricePerKWh).toDouble();
-            overview.energy = tr("%1 Wh of CPU energy for training today (%2)")
-                                  .arg(kWh * 1000.0, 0, 'f', kWh < 0.01 ? 2 : 1) // a practice job takes hundredths
-                                  .arg(m_energyMeasured ? tr("measured by RAPL")
-                                                        : tr("estimated: this computer does not let Tessera read its power"));
-            if (price > 0.0)
-                overview.energy += tr("; at %1 credits a kWh that is %2 credits, so %3 credits net")
-                                       .arg(price)
-                                       .arg(kWh * price, 0, 'f', 4)
-                                       .arg(today - kWh * price, 0, 'f', 2);
-            QStringList deviceLines;
-            QString cpu = tr("CPU: %1 thread(s), working %2% of the time")
-                              .arg(computeThreads(*m_settings))
-                              .arg(m_dutyPercent < 0 ? 100 : m_dutyPercent);
-            if (m_readings.cpuTemperatureC)
-                cpu += tr(", %1 °C").arg(*m_readings.cpuTemperatureC, 0, 'f', 0);
-            if (m_readings.cpuWatts)
-                cpu += tr(", %1 W").arg(*m_readings.cpuWatts, 0, 'f', 0);
-            if (m_governor && m_governor->percent() < 100)
-                cpu += tr(" (held under %1 °C)").arg(m_governor->target(), 0, 'f', 0);
-            deviceLines.append(cpu);
-            if (m_identity) {
-                for (const auto& device : m_identity->info.devices) {
-                    const auto reading = m_gpuReadings.constFind(ui::DevicesModel::deviceId(device));
-                    if (device.kind == core::DeviceInfo::Kind::Cpu || reading == m_gpuReadings.constEnd())
-                        continue;
-                    QStringList parts;
-                    if (reading->temperatureC)
-                        parts.append(tr("%1 °C").arg(*reading->temperatureC, 0, 'f', 0));
-                    if (reading->watts)
-                        parts.append(tr("%1 W").arg(*reading->watts, 0, 'f', 0));
-                    if (!parts.isEmpty())
-                        deviceLines.append(tr("%1: %2").arg(device.name, parts.join(QStringLiteral(", "))));
-                }
-            }
-            overview.devices = deviceLines.join(u'\n');
-            // The first broker: balance, stake and the user's jobs.
-            const auto list = brokers();
-            QStringList names;
-            for (const auto& broker : list)
-                names.append(m_embedded.running() && broker.endpoint == m_embedded.address()
-                        ? QStringLiteral("%1 (local, on this computer)").arg(broker.endpoint)
-                        : broker.endpoint);
-            overview.brokers = names.join(QStringLiteral(", "));
-            // Asked again only when the last answers are in: a slow broker gets no pile of requests.
-            if (!list.isEmpty() && m_identity && (m_ticks % 2 == 1 || m_ticks < 3) && m_link.pending() == 0) {
-                aimLink();
-                m_brokerAnswered = false;
-                const QString endpoint = list.first().endpoint;
-                m_link.request(net::Command::Balance, { { QStringLiteral("account"), m_identity->info.nodeId } })
-                    .then(
-                        this, [this, endpoint](const core::Result<QJsonObject>& account) { accountAnswered(account, endpoint); });
-                m_link.request(net::Command::List, {}).then(this, [this](const core::Result<QJsonObject>& reply) {
-                    jobsAnswered(reply);
-                });
-            }
-            const bool practiceOnly = m_embedded.running() && !list.isEmpty()
-                && std::all_of(
-                    list.begin(), list.end(), [this](const auto& broker) { return broker.endpoint == m_embedded.address(); });
-            if (!m_account.isEmpty()) {
-                overview.balance = tr("%1 credits in the wallet").arg(m_account.value(QStringLiteral("balance")).toString());
-                if (practiceOnly)
-                    overview.balance += tr(" (practice credits: the local broker's faucet gave this computer its stake and "
-                                           "the practice jobs' budgets, and they count on this computer only)");
-                overview.stake = tr("%1 credits bonded").arg(m_account.value(QStringLiteral("stake")).toString());
-                overview.atRisk = m_progress.has_value()
-                    ? tr("%1 credits (half of the stake, if this shard's result were proven false)")
-                          .arg(m_account.value(QStringLiteral("stake")).toString().toDouble() / 2.0, 0, 'f', 2)
-                    : tr("none while no shard is training");
-            }
-            updateState();
-            overview.state = core::Contribution::name(m_contribution.state());
-            overview.reason = m_contribution.reason();
-            // Waiting: what comes next (on the practice network, nothing will unless the user asks).
-            if (m_contribution.state() == core::Contribution::State::Waiting) {
-                overview.practice = practiceOnly;
-                overview.next = practiceOnly
-                    ? tr("The practice network has no more work for this computer. To earn credits that count, join a "
-                         "network: paste its address below. Or run another practice job, or submit a job of your own "
-                         "from Jobs (this computer trains it too).")
-                    : tr("No shard for this computer right now: the brokers hand out work as jobs come in, and it "
-                         "starts by itself. Meanwhile you may join another network, or submit a job from Jobs.");
-            }
-            if (m_progress) {
-                overview.progressPercent = m_progress->steps > 0 ? int(m_progress->step * 100 / m_progress->steps) : 0;
-                overview.shard
-                    = tr("job %1, round %2, shard %3: step %4 of %5")
-                          .arg(m_progress->jobId, QString::number(m_progress->round + 1), QString::number(m_progress->shard + 1),
-                              QString::number(m_progress->step), QString::number(m_progress->steps));
-                overview.speed = tr("%1 samples/s, %2 s left, loss %3")
-                                     .arg(m_progress->samplesPerSecond, 0, 'f', 0)
-                                     .arg(double(m_progress->etaMs) / 1000.0, 0, 'f', 1)
-                                     .arg(m_progress->loss, 0, 'f', 3);
-                overview.pauseCost
-                    = tr("Pausing now costs nothing: the shard stops after step %1 and resumes there (if its deadline passes "
-                         "first, another node gets it and these %1 steps are not paid)")
-                          .arg(m_progress->step);
-            } else {
-                overview.shard = tr("none");
-                overview.pauseCost.clear();
-            }
-            m_dashboard->setOverview(overview);
         }
     }
+    m_dashboard->setEarnings(earnings, QDateTime::currentDateTime());
+    m_dashboard->stakeEvents().setEvents(events);
+    m_earned = earned;
+    return earned;
+}
+
+ui::Overview DesktopApp::overviewOf(const QList<net::BrokerAddress>& list, const Earned& earned) const
+{
+    ui::Overview overview;
+    overview.earnedToday = tr("%1 credits earned today").arg(earned.today, 0, 'f', 2);
+    overview.earnedWeek = tr("%1 credits in the last 7 days").arg(earned.week, 0, 'f', 2);
+    const double kWh = m_energyTodayJoules / 3.6e6;
+    const double price = m_settings->stringValue(names::AppElectricityPricePerKWh).toDouble();
+    overview.energy = tr("%1 Wh of CPU energy for training today (%2)")
+                          .arg(kWh * 1000.0, 0, 'f', kWh < 0.01 ? 2 : 1) // a practice job takes hundredths
+                          .arg(m_energyMeasured ? tr("measured by RAPL")
+                                                : tr("estimated: this computer does not let Tessera read its power"));
+    if (price > 0.0)
+        overview.energy += tr("; at %1 credits a kWh that is %2 credits, so %3 credits net")
+                               .arg(price)
+                               .arg(kWh * price, 0, 'f', 4)
+                               .arg(earned.today - kWh * price, 0, 'f', 2);
+    overview.devices = deviceLines().join(u'\n');
+    QStringList names;
+    for (const auto& broker : list)
+        names.append(m_embedded.running() && broker.endpoint == m_embedded.address()
+                ? QStringLiteral("%1 (local, on this computer)").arg(broker.endpoint)
+                : broker.endpoint);
+    overview.brokers = names.join(QStringLiteral(", "));
+    const bool practiceOnly = m_embedded.running() && !list.isEmpty()
+        && std::all_of(list.begin(), list.end(), [this](const auto& broker) { return broker.endpoint == m_embedded.address(); });
+    if (!m_account.isEmpty()) {
+        overview.balance = tr("%1 credits in the wallet").arg(m_account.value(QStringLiteral("balance")).toString());
+        if (practiceOnly)
+            overview.balance += tr(" (practice credits: the local broker's faucet gave this computer its stake and "
+                                   "the practice jobs' budgets, and they count on this computer only)");
+        overview.stake = tr("%1 credits bonded").arg(m_account.value(QStringLiteral("stake")).toString());
+        overview.atRisk = m_progress.has_value()
+            ? tr("%1 credits (half of the stake, if this shard's result were proven false)")
+                  .arg(m_account.value(QStringLiteral("stake")).toString().toDouble() / 2.0, 0, 'f', 2)
+            : tr("none while no shard is training");
+    }
+    overview.state = core::Contribution::name(m_contribution.state());
+    overview.reason = m_contribution.reason();
+    // Waiting: what comes next (on the practice network, nothing will unless the user asks).
+    if (m_contribution.state() == core::Contribution::State::Waiting) {
+        overview.practice = practiceOnly;
+        overview.next = practiceOnly
+            ? tr("The practice network has no more work for this computer. To earn credits that count, join a "
+                 "network: paste its address below. Or run another practice job, or submit a job of your own "
+                 "from Jobs (this computer trains it too).")
+            : tr("No shard for this computer right now: the brokers hand out work as jobs come in, and it "
+                 "starts by itself. Meanwhile you may join another network, or submit a job from Jobs.");
+    }
+    describeShard(overview);
+    return overview;
+}
+
+QStringList DesktopApp::deviceLines() const
+{
+    QStringList lines;
+    QString cpu = tr("CPU: %1 thread(s), working %2% of the time")
+                      .arg(computeThreads(*m_settings))
+                      .arg(m_dutyPercent < 0 ? 100 : m_dutyPercent);
+    if (m_readings.cpuTemperatureC)
+        cpu += tr(", %1 °C").arg(*m_readings.cpuTemperatureC, 0, 'f', 0);
+    if (m_readings.cpuWatts)
+        cpu += tr(", %1 W").arg(*m_readings.cpuWatts, 0, 'f', 0);
+    if (m_governor && m_governor->percent() < 100)
+        cpu += tr(" (held under %1 °C)").arg(m_governor->target(), 0, 'f', 0);
+    lines.append(cpu);
+    if (!m_identity)
+        return lines;
+    for (const auto& device : m_identity->info.devices) {
+        const auto reading = m_gpuReadings.constFind(ui::DevicesModel::deviceId(device));
+        if (device.kind == core::DeviceInfo::Kind::Cpu || reading == m_gpuReadings.constEnd())
+            continue;
+        QStringList parts;
+        if (reading->temperatureC)
+            parts.append(tr("%1 °C").arg(*reading->temperatureC, 0, 'f', 0));
+        if (reading->watts)
+            parts.append(tr("%1 W").arg(*reading->watts, 0, 'f', 0));
+        if (!parts.isEmpty())
+            lines.append(tr("%1: %2").arg(device.name, parts.join(QStringLiteral(", "))));
+    }
+    return lines;
+}
+
+void DesktopApp::describeShard(ui::Overview& overview) const
+{
+    if (!m_progress) {
+        overview.shard = tr("none");
+        overview.pauseCost.clear();
+        return;
+    }
+    overview.progressPercent = m_progress->steps > 0 ? int(m_progress->step * 100 / m_progress->steps) : 0;
+    overview.shard = tr("job %1, round %2, shard %3: step %4 of %5")
+                         .arg(m_progress->jobId, QString::number(m_progress->round + 1), QString::number(m_progress->shard + 1),
+                             QString::number(m_progress->step), QString::number(m_progress->steps));
+    overview.speed = tr("%1 samples/s, %2 s left, loss %3")
+                         .arg(m_progress->samplesPerSecond, 0, 'f', 0)
+                         .arg(double(m_progress->etaMs) / 1000.0, 0, 'f', 1)
+                         .arg(m_progress->loss, 0, 'f', 3);
+    overview.pauseCost = tr("Pausing now costs nothing: the shard stops after step %1 and resumes there (if its deadline passes "
+                            "first, another node gets it and these %1 steps are not paid)")
+                             .arg(m_progress->step);
 }
 
 void DesktopApp::note(const QString& level, const QString& area, const QString& text)

@@ -85,6 +85,19 @@ private:
     void restartSessions();
     void updateState();
     void notifyTransitions(const QList<core::ResultEntry>& results);
+    // The parts of a refresh, each on its own.
+    struct Earned {
+        double today = 0.0;
+        double week = 0.0;
+    };
+    // The first broker's balance and the user's jobs, asked when the last answers are in.
+    void askBroker(const QList<net::BrokerAddress>& list);
+    // The node's own results into their tabs and charts, and what they earned; where the result
+    // log cannot be read now, said once, and the last figures.
+    Earned showResults();
+    ui::Overview overviewOf(const QList<net::BrokerAddress>& list, const Earned& earned) const;
+    QStringList deviceLines() const;
+    void describeShard(ui::Overview& overview) const;
     QList<net::BrokerAddress> brokers() const;
     void writeAutostart(bool on);
     void runBenchmark();
@@ -138,6 +151,8 @@ private:
     QSet<QString> m_pausedDevices;
     QStringList m_sessionBrokers; // the brokers the running sessions serve
     QJsonObject m_account; // the node's balance and stake at the first broker, last asked
+    Earned m_earned; // from the result log, last read
+    bool m_resultsUnreadable = false; // said once
     BrokerLink m_link;
     bool m_brokerAnswered = false;
     std::optional<std::int64_t> m_idleSeconds; // last sampled

@@ -1,4 +1,5 @@
 #include "worker.h"
+#include "workerprotocol.h"
 
 #include <compute/pickle/tensorfile.h>
 #include <core/helperprogram.h>
@@ -50,11 +51,12 @@ ShardOutput failed(const core::ShardTask& task, const QString& why)
 // nothing of the shard before it.
 bool writeInputs(const QDir& folder, const core::ShardTask& task, const QByteArray& startWeights, const QByteArray& suspended)
 {
-    for (const char* stale : { "result.json", "weights.out", "kept.out", "suspended.out", "suspended.in" })
-        QFile::remove(folder.filePath(QString::fromLatin1(stale)));
-    return writeFile(folder.filePath(QStringLiteral("task.json")), QJsonDocument(task.toJson()).toJson(QJsonDocument::Compact))
-        && writeFile(folder.filePath(QStringLiteral("weights.in")), startWeights)
-        && (suspended.isEmpty() || writeFile(folder.filePath(QStringLiteral("suspended.in")), suspended));
+    for (const QString& stale : { protocol::files::Result, protocol::files::WeightsOut, protocol::files::KeptOut,
+             protocol::files::SuspendedOut, protocol::files::SuspendedIn })
+        QFile::remove(folder.filePath(stale));
+    return writeFile(folder.filePath(protocol::files::Task), QJsonDocument(task.toJson()).toJson(QJsonDocument::Compact))
+        && writeFile(folder.filePath(protocol::files::WeightsIn), startWeights)
+        && (suspended.isEmpty() || writeFile(folder.filePath(protocol::files::SuspendedIn), suspended));
 }
 
 QString scratchRootOf(const WorkerOptions& options)
@@ -90,14 +92,14 @@ core::Result<std::unique_ptr<QTemporaryDir>> prepareScratch(
 ShardOutput collectOutput(const core::ShardTask& task, const QDir& folder, const QString& keptDestination = {})
 {
     auto parsed = core::ShardResult::fromJson(
-        QJsonDocument::fromJson(core::readFile(folder.filePath(QStringLiteral("result.json"))).value_or(QByteArray())).object());
+        QJsonDocument::fromJson(core::readFile(folder.filePath(protocol::files::Result)).value_or(QByteArray())).object());
     if (!parsed)
         return failed(task, QStringLiteral("the compute worker's result is unreadable: %1").arg(parsed.error().toString()));
     ShardOutput output { *parsed, {}, {} };
     if (output.result.outcome == core::ShardResult::Outcome::Failed)
         return output;
-    output.weights = core::readFile(folder.filePath(QStringLiteral("weights.out"))).value_or(QByteArray());
-    const QString kept = folder.filePath(QStringLiteral("kept.out"));
+    output.weights = core::readFile(folder.filePath(protocol::files::WeightsOut)).value_or(QByteArray());
+    const QString kept = folder.filePath(protocol::files::KeptOut);
     if (!keptDestination.isEmpty() && QFileInfo(kept).size() > 0 && QFile::rename(kept, keptDestination))
         output.keptStateFile = keptDestination;
     else
@@ -296,23 +298,22 @@ OneShot runOneShot(const QString& command, const QStringList& extra, const QDir&
         for (qsizetype newline; (newline = stdoutBuffer.indexOf('\n')) >= 0;) {
             const QByteArray line = stdoutBuffer.left(newline);
             stdoutBuffer.remove(0, newline + 1);
-            const auto fields = line.split(' ');
-            if (fields.size() == 5 && fields[0] == "progress" && options.progress) {
+            if (const auto said = protocol::lines::progressOf(line); said && options.progress) {
                 ShardProgress progress;
                 progress.jobId = task.jobId;
                 progress.round = task.round;
                 progress.shard = task.shard;
-                progress.step = fields[1].toLongLong();
-                progress.steps = fields[2].toLongLong();
-                progress.loss = fields[3].toDouble();
-                progress.busyMs = fields[4].toLongLong();
+                progress.step = said->step;
+                progress.steps = said->steps;
+                progress.loss = said->loss;
+                progress.busyMs = said->busyMs;
                 const double seconds = std::max(1e-6, double(progress.busyMs) / 1000.0);
                 const double stepsPerSecond = double(progress.step) / seconds;
                 progress.samplesPerSecond = stepsPerSecond * double(task.batchSize);
                 progress.etaMs
                     = stepsPerSecond > 0 ? std::int64_t(double(progress.steps - progress.step) / stepsPerSecond * 1000.0) : 0;
                 options.progress(progress);
-            } else if (line == "done") {
+            } else if (line == protocol::lines::Done) {
                 done = true;
             } else if (otherLine) {
                 otherLine(line);
@@ -350,10 +351,10 @@ ShardOutput runShardInWorker(const core::ShardTask& task, const QByteArray& star
     if (!prepared)
         return failed(task, prepared.error().message);
     const QDir folder((*prepared)->path());
-    const auto ended = runOneShot(QStringLiteral("train"), {}, folder, task, environment, options);
+    const auto ended = runOneShot(protocol::commands::Train, {}, folder, task, environment, options);
     if (!ended.failure.isEmpty())
         return failed(task, ended.failure);
-    if (!QFileInfo::exists(folder.filePath(QStringLiteral("result.json"))))
+    if (!QFileInfo::exists(folder.filePath(protocol::files::Result)))
         return failed(task, QStringLiteral("crash: the compute worker ended without a result"));
     return collectOutput(task, folder);
 }
@@ -385,13 +386,13 @@ core::Result<QByteArray> runTool(const QString& command, const QStringList& extr
     const auto ended = runOneShot(command, extra, folder, task, environment, options, otherLine);
     if (!ended.failure.isEmpty())
         return core::Error { ended.started ? QString() : QStringLiteral("worker"), ended.failure };
-    if (const auto why = core::readFile(folder.filePath(QStringLiteral("error.txt"))); why && !why->isEmpty())
+    if (const auto why = core::readFile(folder.filePath(protocol::files::Error)); why && !why->isEmpty())
         return core::Error { {}, QString::fromUtf8(*why) };
-    auto answer = core::readFile(folder.filePath(QStringLiteral("answer.out")));
+    auto answer = core::readFile(folder.filePath(protocol::files::AnswerOut));
     if (!answer)
         return core::Error { {}, QStringLiteral("crash: the compute worker ended without an answer") };
     if (meta)
-        *meta = core::readFile(folder.filePath(QStringLiteral("answer.json"))).value_or(QByteArray());
+        *meta = core::readFile(folder.filePath(protocol::files::AnswerMeta)).value_or(QByteArray());
     return *answer;
 }
 
@@ -410,21 +411,21 @@ core::Result<QByteArray> answerInWorker(const core::ShardTask& task, const core:
     const QByteArray& startWeights, const QByteArray& keptState, const ComputeEnvironment& environment,
     const WorkerOptions& options)
 {
-    QList<std::pair<QString, QByteArray>> inputs { { QStringLiteral("task.json"),
+    QList<std::pair<QString, QByteArray>> inputs { { protocol::files::Task,
                                                        QJsonDocument(task.toJson()).toJson(QJsonDocument::Compact) },
-        { QStringLiteral("weights.in"), startWeights } };
+        { protocol::files::WeightsIn, startWeights } };
     if (!keptState.isEmpty())
-        inputs.append({ QStringLiteral("kept.in"), keptState });
+        inputs.append({ protocol::files::KeptIn, keptState });
     const QStringList extra { QStringLiteral("--want"), core::DisputeQuestion::nameOf(question.want),
         QStringLiteral("--checkpoint"), QString::number(question.checkpoint), QStringLiteral("--step"),
         QString::number(question.step), QStringLiteral("--instruction"), QString::number(question.instruction) };
-    return runTool(QStringLiteral("answer"), extra, inputs, task, environment, options);
+    return runTool(protocol::commands::Answer, extra, inputs, task, environment, options);
 }
 
 core::Result<RuntimeInfo> runtimeInWorker(int threads, const WorkerOptions& options)
 {
     auto made
-        = runTool(QStringLiteral("profile"), { QStringLiteral("--threads"), QString::number(threads) }, {}, {}, {}, options);
+        = runTool(protocol::commands::Profile, { QStringLiteral("--threads"), QString::number(threads) }, {}, {}, {}, options);
     if (!made)
         return made.error();
     const auto json = QJsonDocument::fromJson(*made).object();
@@ -445,10 +446,9 @@ core::Result<core::BenchmarkRecord> benchmarkInWorker(const BenchmarkOptions& be
         QStringLiteral("--time-cap-ms"), QString::number(benchmark.timeCapMs) };
     if (!benchmark.only.isEmpty())
         extra << QStringLiteral("--only") << benchmark.only.join(u',');
-    auto made = runTool(QStringLiteral("benchmark"), extra, {}, {}, {}, options, [&](const QByteArray& line) {
-        const auto fields = line.split(' ');
-        if (fields.size() == 3 && fields[0] == "benchmark" && benchmark.progress)
-            benchmark.progress(QString::fromUtf8(fields[1]), fields[2].toInt());
+    auto made = runTool(protocol::commands::Benchmark, extra, {}, {}, {}, options, [&](const QByteArray& line) {
+        if (const auto said = protocol::lines::benchmarkOf(line); said && benchmark.progress)
+            benchmark.progress(said->name, said->repetition);
     });
     if (!made)
         return made.error();
@@ -457,8 +457,8 @@ core::Result<core::BenchmarkRecord> benchmarkInWorker(const BenchmarkOptions& be
 
 core::Result<QByteArray> roundWeightsInWorker(const QByteArray& previous, const QByteArray& change, const WorkerOptions& options)
 {
-    return runTool(QStringLiteral("rebuild"), {},
-        { { QStringLiteral("previous.in"), previous }, { QStringLiteral("change.in"), change } }, {}, {}, options);
+    return runTool(protocol::commands::Rebuild, {},
+        { { protocol::files::PreviousIn, previous }, { protocol::files::ChangeIn, change } }, {}, {}, options);
 }
 
 core::Result<QByteArray> sampleInWorker(const core::JobSpec& spec, const QByteArray& weights, const SampleOptions& sample,
@@ -468,26 +468,26 @@ core::Result<QByteArray> sampleInWorker(const core::JobSpec& spec, const QByteAr
     files.model = spec.model;
     const QStringList extra { QStringLiteral("--tokens"), QString::number(sample.tokens), QStringLiteral("--temperature"),
         QString::number(sample.temperature, 'g', 17), QStringLiteral("--seed"), QString::number(sample.seed) };
-    return runTool(QStringLiteral("sample"), extra,
-        { { QStringLiteral("job.json"), QJsonDocument(spec.toJson()).toJson(QJsonDocument::Compact) },
-            { QStringLiteral("weights.in"), weights }, { QStringLiteral("prompt.in"), sample.prompt } },
+    return runTool(protocol::commands::Sample, extra,
+        { { protocol::files::Job, QJsonDocument(spec.toJson()).toJson(QJsonDocument::Compact) },
+            { protocol::files::WeightsIn, weights }, { protocol::files::PromptIn, sample.prompt } },
         files, environment, options);
 }
 
 core::Result<QByteArray> initialWeightsInWorker(
     const core::JobSpec& spec, const ComputeEnvironment& environment, const WorkerOptions& options)
 {
-    return runTool(QStringLiteral("initial"), {},
-        { { QStringLiteral("job.json"), QJsonDocument(spec.toJson()).toJson(QJsonDocument::Compact) } }, filesOf(spec),
-        environment, options);
+    return runTool(protocol::commands::Initial, {},
+        { { protocol::files::Job, QJsonDocument(spec.toJson()).toJson(QJsonDocument::Compact) } }, filesOf(spec), environment,
+        options);
 }
 
 core::Result<Evaluation> evaluateInWorker(const core::JobSpec& spec, const QByteArray& weights, int threads,
     const ComputeEnvironment& environment, const WorkerOptions& options)
 {
-    auto made = runTool(QStringLiteral("evaluate"), { QStringLiteral("--threads"), QString::number(threads) },
-        { { QStringLiteral("job.json"), QJsonDocument(spec.toJson()).toJson(QJsonDocument::Compact) },
-            { QStringLiteral("weights.in"), weights } },
+    auto made = runTool(protocol::commands::Evaluate, { QStringLiteral("--threads"), QString::number(threads) },
+        { { protocol::files::Job, QJsonDocument(spec.toJson()).toJson(QJsonDocument::Compact) },
+            { protocol::files::WeightsIn, weights } },
         filesOf(spec), environment, options);
     if (!made)
         return made.error();
@@ -503,11 +503,11 @@ core::Result<Replay> replayInWorker(const core::ShardTask& task, std::int64_t fr
     const WorkerOptions& options)
 {
     QByteArray meta;
-    auto weights = runTool(QStringLiteral("replay"),
+    auto weights = runTool(protocol::commands::Replay,
         { QStringLiteral("--from"), QString::number(from), QStringLiteral("--to"), QString::number(to),
             QStringLiteral("--expected"), expected.toHex() },
-        { { QStringLiteral("task.json"), QJsonDocument(task.toJson()).toJson(QJsonDocument::Compact) },
-            { QStringLiteral("state.in"), state }, { QStringLiteral("round.in"), roundWeights } },
+        { { protocol::files::Task, QJsonDocument(task.toJson()).toJson(QJsonDocument::Compact) },
+            { protocol::files::StateIn, state }, { protocol::files::RoundIn, roundWeights } },
         task, environment, options, {}, &meta);
     if (!weights)
         return weights.error();
@@ -640,7 +640,7 @@ bool Worker::serves(const core::ShardTask& task, const ComputeEnvironment& envir
 {
     const QString program = options.program.isEmpty() ? defaultWorkerProgram() : options.program;
     return !m_process->ended
-        && QStringList { program } + workerArguments(QStringLiteral("serve"), {}, task, environment, options) == m_arguments;
+        && QStringList { program } + workerArguments(protocol::commands::Serve, {}, task, environment, options) == m_arguments;
 }
 
 core::Result<std::shared_ptr<Worker>> Worker::spawn(
@@ -653,14 +653,14 @@ core::Result<std::shared_ptr<Worker>> Worker::spawn(
     process->scratch = std::move(*scratch);
     const QString program = options.program.isEmpty() ? defaultWorkerProgram() : options.program;
     if (const int spawned
-        = spawnWorker(program, workerArguments(QStringLiteral("serve"), process->scratch->path(), task, environment, options),
+        = spawnWorker(program, workerArguments(protocol::commands::Serve, process->scratch->path(), task, environment, options),
             true, process->pid, process->input, process->output, process->error);
         spawned != 0)
         return core::Error {
             QStringLiteral("worker"),
             QStringLiteral("cannot start the compute worker %1: %2").arg(program, QString::fromLocal8Bit(std::strerror(spawned)))
         };
-    QStringList arguments = workerArguments(QStringLiteral("serve"), {}, task, environment, options);
+    QStringList arguments = workerArguments(protocol::commands::Serve, {}, task, environment, options);
     arguments.prepend(program);
     std::shared_ptr<Worker> worker(new Worker(std::move(process), std::move(arguments)));
     // Its start (LibTorch's libraries, the confinement) is not the job's: a limit of its own.
@@ -722,7 +722,7 @@ core::Result<std::unique_ptr<RemoteShardRun>> RemoteShardRun::open(const core::S
     process.budgetMs = options.timeLimitMs;
     process.cancelled = options.cancelled;
     std::unique_ptr<RemoteShardRun> run(new RemoteShardRun(task, std::move(worker)));
-    auto opened = run->ask(suspended.isEmpty() ? QStringLiteral("start") : QStringLiteral("resume"));
+    auto opened = run->ask(suspended.isEmpty() ? protocol::requests::Start : protocol::requests::Resume);
     if (!opened)
         return opened.error();
     run->m_completed = opened->section(u' ', 1, 1).toLongLong();
@@ -730,7 +730,7 @@ core::Result<std::unique_ptr<RemoteShardRun>> RemoteShardRun::open(const core::S
     // reads them again when it reveals its update rather than hold them in memory while it trains
     // (ShardRun::spillTo: disk is the cheaper place for 1 x the model).
     const QDir folder(run->m_worker->process().scratch->path());
-    QFile::remove(folder.filePath(QStringLiteral("suspended.in")));
+    QFile::remove(folder.filePath(protocol::files::SuspendedIn));
     return run;
 }
 
@@ -758,29 +758,29 @@ core::Result<QString> RemoteShardRun::ask(const QString& command)
     auto answer = process.readLine();
     if (!answer)
         return answer.error();
-    if (answer->startsWith(QStringLiteral("error ")))
-        return core::Error { {}, answer->mid(6) };
+    if (const auto error = protocol::answers::errorOf(*answer))
+        return core::Error { {}, *error };
     return *answer;
 }
 
 core::Status RemoteShardRun::step(std::int64_t steps)
 {
-    auto answer = ask(QStringLiteral("step %1").arg(steps));
+    auto answer = ask(protocol::requests::step(steps));
     if (!answer)
         return answer.error();
-    const auto fields = answer->split(u' ');
-    if (fields.size() != 4 || fields[0] != u"stepped")
+    const auto stepped = protocol::answers::steppedOf(*answer);
+    if (!stepped)
         return core::Error { QStringLiteral("worker"), QStringLiteral("the compute worker answered %1").arg(*answer) };
-    m_completed = fields[1].toLongLong();
-    m_loss = fields[2].toDouble();
+    m_completed = stepped->completed;
+    m_loss = stepped->loss;
     return {};
 }
 
 core::Result<QByteArray> RemoteShardRun::suspend()
 {
-    if (auto answer = ask(QStringLiteral("suspend")); !answer)
+    if (auto answer = ask(protocol::requests::Suspend); !answer)
         return answer.error();
-    const QString path = QDir(m_worker->process().scratch->path()).filePath(QStringLiteral("suspended.out"));
+    const QString path = QDir(m_worker->process().scratch->path()).filePath(protocol::files::SuspendedOut);
     auto state = core::readFile(path);
     QFile::remove(path);
     if (!state)
@@ -790,7 +790,7 @@ core::Result<QByteArray> RemoteShardRun::suspend()
 
 ShardOutput RemoteShardRun::finish()
 {
-    if (auto answer = ask(QStringLiteral("finish")); !answer)
+    if (auto answer = ask(protocol::requests::Finish); !answer)
         return failed(m_task, answer.error().message);
     const QDir folder(m_worker->process().scratch->path());
     // The kept state (up to 3 x the model) moves beside the scratch folder rather than through
@@ -799,8 +799,8 @@ ShardOutput RemoteShardRun::finish()
     root.cdUp();
     auto output = collectOutput(
         m_task, folder, root.filePath(QStringLiteral("kept-%1.state").arg(QUuid::createUuid().toString(QUuid::Id128))));
-    for (const char* done : { "result.json", "weights.out", "kept.out" })
-        QFile::remove(folder.filePath(QString::fromLatin1(done)));
+    for (const QString& done : { protocol::files::Result, protocol::files::WeightsOut, protocol::files::KeptOut })
+        QFile::remove(folder.filePath(done));
     return output;
 }
 

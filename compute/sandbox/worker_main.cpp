@@ -38,6 +38,7 @@
 //     "NAME: refused (REASON)". The sandbox's own test (tst_sandbox) reads it.
 
 #include "confinement.h"
+#include "workerprotocol.h"
 
 #include <compute/benchmark.h>
 #include <compute/runtimeprofile.h>
@@ -76,6 +77,7 @@
 #include <string>
 
 using namespace tessera;
+namespace protocol = tessera::compute::sandbox::protocol;
 
 namespace {
 
@@ -183,7 +185,7 @@ int probe(const Arguments& arguments)
             ::close(fd);
     }
     {
-        const QByteArray inside = QFile::encodeName(QDir(arguments.scratch).filePath(QStringLiteral("probe.txt")));
+        const QByteArray inside = QFile::encodeName(QDir(arguments.scratch).filePath(protocol::files::Probe));
         const int fd = ::open(inside.constData(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
         const int error = errno;
         say("write scratch", fd >= 0, error);
@@ -247,7 +249,7 @@ QString reasonOf(const QString& failure, std::int64_t memoryMiB)
 // The task in the scratch folder.
 core::Result<core::ShardTask> loadTask(const QDir& scratch)
 {
-    auto text = core::readFile(scratch.filePath(QStringLiteral("task.json")));
+    auto text = core::readFile(scratch.filePath(protocol::files::Task));
     if (!text)
         return text.error();
     return core::ShardTask::fromJson(QJsonDocument::fromJson(*text).object());
@@ -273,10 +275,10 @@ compute::ComputeEnvironment environmentOf(const Arguments& arguments)
 bool writeOutput(const QDir& scratch, const compute::ShardOutput& output)
 {
     // A run that spilled its kept state (ShardRun::spillTo) wrote kept.out itself.
-    return writeFile(scratch.filePath(QStringLiteral("weights.out")), output.weights)
-        && (!output.keptStateFile.isEmpty() || writeFile(scratch.filePath(QStringLiteral("kept.out")), output.keptState))
-        && writeFile(scratch.filePath(QStringLiteral("result.json")),
-            QJsonDocument(output.result.toJson()).toJson(QJsonDocument::Compact));
+    return writeFile(scratch.filePath(protocol::files::WeightsOut), output.weights)
+        && (!output.keptStateFile.isEmpty() || writeFile(scratch.filePath(protocol::files::KeptOut), output.keptState))
+        && writeFile(
+            scratch.filePath(protocol::files::Result), QJsonDocument(output.result.toJson()).toJson(QJsonDocument::Compact));
 }
 
 int train(const Arguments& arguments)
@@ -285,15 +287,15 @@ int train(const Arguments& arguments)
     auto task = loadTask(scratch);
     if (!task)
         return usage(qPrintable(task.error().toString()));
-    const auto weights = core::readFile(scratch.filePath(QStringLiteral("weights.in")));
+    const auto weights = core::readFile(scratch.filePath(protocol::files::WeightsIn));
     if (!weights)
         return usage("the scratch folder holds no weights.in");
     const auto environment = environmentOf(arguments);
 
     auto fail = [&](const QString& why) {
         const auto result = compute::failedResult(*task, reasonOf(why, arguments.memoryMiB));
-        writeFile(scratch.filePath(QStringLiteral("result.json")), QJsonDocument(result.toJson()).toJson(QJsonDocument::Compact));
-        std::fprintf(answers, "done\n");
+        writeFile(scratch.filePath(protocol::files::Result), QJsonDocument(result.toJson()).toJson(QJsonDocument::Compact));
+        std::fprintf(answers, "%s\n", protocol::lines::Done.constData());
         return 0;
     };
     try {
@@ -311,8 +313,10 @@ int train(const Arguments& arguments)
             busyNs += stepTimer.nsecsElapsed();
             if (sinceProgress.elapsed() >= 100 || (*run)->finished()) {
                 sinceProgress.restart();
-                std::fprintf(answers, "progress %lld %lld %.9g %lld\n", static_cast<long long>((*run)->completedSteps()),
-                    static_cast<long long>(task->localSteps), (*run)->lastLoss(), static_cast<long long>(busyNs / 1'000'000));
+                std::fprintf(answers, "%s\n",
+                    protocol::lines::progress(
+                        { (*run)->completedSteps(), task->localSteps, (*run)->lastLoss(), busyNs / 1'000'000 })
+                        .constData());
                 std::fflush(answers);
             }
         }
@@ -321,7 +325,7 @@ int train(const Arguments& arguments)
             return fail(output.result.failure);
         if (!writeOutput(scratch, output))
             return usage("cannot write the result into the scratch folder");
-        std::fprintf(answers, "done\n");
+        std::fprintf(answers, "%s\n", protocol::lines::Done.constData());
         return 0;
     } catch (const std::bad_alloc&) {
         return fail(QStringLiteral("std::bad_alloc"));
@@ -362,17 +366,16 @@ int serve(const Arguments& arguments)
 {
     const QDir scratch(arguments.scratch);
     const auto environment = environmentOf(arguments);
-    auto read
-        = [&](const char* name) { return core::readFile(scratch.filePath(QString::fromLatin1(name))).value_or(QByteArray()); };
-    auto error = [&](const QString& why) { answer(QStringLiteral("error ") + reasonOf(why, arguments.memoryMiB).simplified()); };
+    auto read = [&](const QString& name) { return core::readFile(scratch.filePath(name)).value_or(QByteArray()); };
+    auto error = [&](const QString& why) { answer(protocol::answers::error(reasonOf(why, arguments.memoryMiB))); };
 
     std::unique_ptr<compute::ShardRun> run;
     try {
         while (const auto command = readCommand()) {
             const QString line = QString::fromStdString(*command);
-            if (line == u"quit")
+            if (line == protocol::requests::Quit)
                 return 0;
-            if (line == u"start" || line == u"resume") {
+            if (line == protocol::requests::Start || line == protocol::requests::Resume) {
                 run.reset();
                 // The supervisor writes each shard's task and inputs before it says start.
                 auto task = loadTask(scratch);
@@ -380,9 +383,10 @@ int serve(const Arguments& arguments)
                     error(task.error().toString());
                     continue;
                 }
-                auto started = line == u"start" ? compute::ShardRun::start(*task, read("weights.in"), environment)
-                                                : compute::ShardRun::resume(*task, read("suspended.in"), environment,
-                                                    compute::ShardRun::StateOrigin::Own, read("weights.in"));
+                auto started = line == protocol::requests::Start
+                    ? compute::ShardRun::start(*task, read(protocol::files::WeightsIn), environment)
+                    : compute::ShardRun::resume(*task, read(protocol::files::SuspendedIn), environment,
+                        compute::ShardRun::StateOrigin::Own, read(protocol::files::WeightsIn));
                 if (!started) {
                     error(started.error().toString());
                     continue;
@@ -390,12 +394,12 @@ int serve(const Arguments& arguments)
                 run = std::move(*started);
                 // The round's weights stay in weights.in and the kept state goes to kept.out as soon
                 // as it is made: neither is held in memory while the shard trains.
-                run->spillTo(scratch.filePath(QStringLiteral("weights.in")), scratch.filePath(QStringLiteral("kept.out")));
-                answer(QStringLiteral("ok %1").arg(run->completedSteps()));
+                run->spillTo(scratch.filePath(protocol::files::WeightsIn), scratch.filePath(protocol::files::KeptOut));
+                answer(protocol::answers::ok(run->completedSteps()));
             } else if (!run) {
                 error(QStringLiteral("no shard was started"));
-            } else if (line.startsWith(QStringLiteral("step "))) {
-                const std::int64_t steps = line.mid(5).toLongLong();
+            } else if (const auto asked = protocol::requests::stepsOf(line)) {
+                const std::int64_t steps = *asked;
                 QElapsedTimer timer;
                 timer.start();
                 core::Status status;
@@ -404,22 +408,19 @@ int serve(const Arguments& arguments)
                 if (!status)
                     error(status.error().toString());
                 else
-                    answer(QStringLiteral("stepped %1 %2 %3")
-                               .arg(run->completedSteps())
-                               .arg(run->lastLoss(), 0, 'g', 9)
-                               .arg(timer.nsecsElapsed()));
-            } else if (line == u"suspend") {
-                if (writeFile(scratch.filePath(QStringLiteral("suspended.out")), run->suspend()))
-                    answer(QStringLiteral("suspended"));
+                    answer(protocol::answers::stepped({ run->completedSteps(), run->lastLoss(), timer.nsecsElapsed() }));
+            } else if (line == protocol::requests::Suspend) {
+                if (writeFile(scratch.filePath(protocol::files::SuspendedOut), run->suspend()))
+                    answer(protocol::answers::Suspended);
                 else
                     error(QStringLiteral("cannot write the training state into the scratch folder"));
-            } else if (line == u"finish") {
+            } else if (line == protocol::requests::Finish) {
                 const auto output = run->finish();
                 run.reset();
                 if (!writeOutput(scratch, output))
                     error(QStringLiteral("cannot write the result into the scratch folder"));
                 else
-                    answer(QStringLiteral("finished"));
+                    answer(protocol::answers::Finished);
             } else {
                 error(QStringLiteral("unknown command"));
             }
@@ -445,11 +446,11 @@ int writeAnswer(const Arguments& arguments, const std::function<core::Result<QBy
         made = core::Error { {}, QStringLiteral("internal error: %1").arg(QString::fromUtf8(failure.what())) };
     }
     const QDir scratch(arguments.scratch);
-    const bool written = made ? writeFile(scratch.filePath(QStringLiteral("answer.out")), *made)
-                              : writeFile(scratch.filePath(QStringLiteral("error.txt")), made.error().toString().toUtf8());
+    const bool written = made ? writeFile(scratch.filePath(protocol::files::AnswerOut), *made)
+                              : writeFile(scratch.filePath(protocol::files::Error), made.error().toString().toUtf8());
     if (!written)
         return usage("cannot write the answer into the scratch folder");
-    std::fprintf(answers, "done\n");
+    std::fprintf(answers, "%s\n", protocol::lines::Done.constData());
     return 0;
 }
 
@@ -461,12 +462,11 @@ int answerQuestion(const Arguments& arguments)
     auto task = loadTask(scratch);
     if (!task)
         return usage(qPrintable(task.error().toString()));
-    auto read
-        = [&](const char* name) { return core::readFile(scratch.filePath(QString::fromLatin1(name))).value_or(QByteArray()); };
+    auto read = [&](const QString& name) { return core::readFile(scratch.filePath(name)).value_or(QByteArray()); };
     return writeAnswer(arguments, [&]() -> core::Result<QByteArray> {
         const auto environment = environmentOf(arguments);
-        const auto start = read("weights.in");
-        const auto kept = read("kept.in");
+        const auto start = read(protocol::files::WeightsIn);
+        const auto kept = read(protocol::files::KeptIn);
         const auto& question = arguments.question;
         using Want = core::DisputeQuestion::Want;
         return question.want == Want::Trace ? compute::traceInterval(*task, start, kept, question.checkpoint, environment)
@@ -481,36 +481,35 @@ int answerQuestion(const Arguments& arguments)
 core::Result<QByteArray> toolOutput(const Arguments& arguments)
 {
     const QDir scratch(arguments.scratch);
-    auto read
-        = [&](const char* name) { return core::readFile(scratch.filePath(QString::fromLatin1(name))).value_or(QByteArray()); };
+    auto read = [&](const QString& name) { return core::readFile(scratch.filePath(name)).value_or(QByteArray()); };
     const QString& command = arguments.command;
-    if (command == u"profile") {
+    if (command == protocol::commands::Profile) {
         const auto torch = compute::torchCapabilities();
         return QJsonDocument(
             QJsonObject { { QStringLiteral("runtimeProfile"), compute::currentRuntimeProfile(arguments.threads).toString() },
                 { QStringLiteral("cuda"), torch.cuda }, { QStringLiteral("cudaDevices"), torch.cudaDevices } })
             .toJson(QJsonDocument::Compact);
     }
-    if (command == u"benchmark") {
+    if (command == protocol::commands::Benchmark) {
         auto options = arguments.benchmark;
         options.threads = arguments.threads;
         options.progress = [](const QString& name, int repetition) {
-            std::fprintf(answers, "benchmark %s %d\n", qPrintable(name), repetition);
+            std::fprintf(answers, "%s\n", protocol::lines::benchmark({ name, repetition }).constData());
             std::fflush(answers);
         };
         return QJsonDocument(compute::runBenchmark(options).toJson()).toJson(QJsonDocument::Compact);
     }
-    if (command == u"rebuild")
-        return compute::roundWeightsFromChange(read("previous.in"), read("change.in"));
-    if (command == u"replay") {
+    if (command == protocol::commands::Rebuild)
+        return compute::roundWeightsFromChange(read(protocol::files::PreviousIn), read(protocol::files::ChangeIn));
+    if (command == protocol::commands::Replay) {
         auto task = loadTask(scratch);
         if (!task)
             return task.error();
         auto expected = core::Digest::fromHex(arguments.expected);
         if (!expected)
             return expected.error();
-        auto replayed = compute::replayShard(
-            *task, arguments.from, read("state.in"), *expected, arguments.to, read("round.in"), environmentOf(arguments));
+        auto replayed = compute::replayShard(*task, arguments.from, read(protocol::files::StateIn), *expected, arguments.to,
+            read(protocol::files::RoundIn), environmentOf(arguments));
         if (!replayed)
             return replayed.error();
         QJsonArray checkpoints;
@@ -519,23 +518,23 @@ core::Result<QByteArray> toolOutput(const Arguments& arguments)
         const QJsonObject meta { { QStringLiteral("checkpoints"), checkpoints },
             { QStringLiteral("weightsHash"), replayed->weightsHash.toHex() },
             { QStringLiteral("runtimeProfile"), replayed->runtimeProfile } };
-        if (!writeFile(scratch.filePath(QStringLiteral("answer.json")), QJsonDocument(meta).toJson(QJsonDocument::Compact)))
+        if (!writeFile(scratch.filePath(protocol::files::AnswerMeta), QJsonDocument(meta).toJson(QJsonDocument::Compact)))
             return core::Error { {}, QStringLiteral("cannot write the replay's hashes into the scratch folder") };
         return std::move(replayed->weights);
     }
     // The rest run the model of the job in job.json.
-    auto spec = core::JobSpec::fromJson(QJsonDocument::fromJson(read("job.json")).object());
+    auto spec = core::JobSpec::fromJson(QJsonDocument::fromJson(read(protocol::files::Job)).object());
     if (!spec)
         return spec.error();
     const auto environment = environmentOf(arguments);
-    if (command == u"initial") {
+    if (command == protocol::commands::Initial) {
         auto weights = compute::initialWeights(*spec, environment);
         if (!weights)
             return weights.error();
         return weights->bytes;
     }
-    if (command == u"evaluate") {
-        auto evaluation = compute::evaluate(*spec, read("weights.in"), environment, arguments.threads);
+    if (command == protocol::commands::Evaluate) {
+        auto evaluation = compute::evaluate(*spec, read(protocol::files::WeightsIn), environment, arguments.threads);
         if (!evaluation)
             return evaluation.error();
         return QJsonDocument(
@@ -544,8 +543,8 @@ core::Result<QByteArray> toolOutput(const Arguments& arguments)
             .toJson(QJsonDocument::Compact);
     }
     auto options = arguments.sample; // sample
-    options.prompt = read("prompt.in");
-    return compute::sampleText(spec->model, read("weights.in"), options, environment);
+    options.prompt = read(protocol::files::PromptIn);
+    return compute::sampleText(spec->model, read(protocol::files::WeightsIn), options, environment);
 }
 
 } // namespace
@@ -671,16 +670,16 @@ int main(int argc, char** argv)
     }
     std::fflush(answers);
 
-    if (arguments.command == u"probe")
+    if (arguments.command == protocol::commands::Probe)
         return probe(arguments);
-    if (arguments.command == u"train")
+    if (arguments.command == protocol::commands::Train)
         return train(arguments);
-    if (arguments.command == u"serve")
+    if (arguments.command == protocol::commands::Serve)
         return serve(arguments);
-    if (arguments.command == u"answer")
+    if (arguments.command == protocol::commands::Answer)
         return answerQuestion(arguments);
-    if (QStringList { QStringLiteral("profile"), QStringLiteral("benchmark"), QStringLiteral("rebuild"), QStringLiteral("sample"),
-            QStringLiteral("initial"), QStringLiteral("evaluate"), QStringLiteral("replay") }
+    if (QStringList { protocol::commands::Profile, protocol::commands::Benchmark, protocol::commands::Rebuild,
+            protocol::commands::Sample, protocol::commands::Initial, protocol::commands::Evaluate, protocol::commands::Replay }
             .contains(arguments.command))
         return writeAnswer(arguments, [&] { return toolOutput(arguments); });
     return usage("an unknown command");

@@ -24,6 +24,8 @@
 #include <QPushButton>
 #include <QRegularExpression>
 #include <QSpinBox>
+#include <QSqlDatabase>
+#include <QSqlQuery>
 #include <QSystemTrayIcon>
 #include <QTemporaryDir>
 #include <QTest>
@@ -57,6 +59,7 @@ public:
     }
     QString endpoint() const { return m_endpoint; }
     int requests() const { return m_requests; }
+    int balances() const { return m_balances; } // BALANCE requests: the app's own questions
 
 private:
     void serve()
@@ -74,6 +77,8 @@ private:
             for (std::size_t i = 1; i < parts.size(); ++i)
                 frames.append(QByteArray(static_cast<const char*>(parts[i].data()), qsizetype(parts[i].size())));
             const auto message = net::decode(frames);
+            if (message && message->command == net::Command::Balance)
+                ++m_balances;
             if (!message || m_delayMs < 0)
                 continue;
             for (int waited = 0; waited < m_delayMs && !m_stop; waited += 10)
@@ -93,6 +98,7 @@ private:
     QString m_endpoint;
     std::atomic<bool> m_stop { false };
     std::atomic<int> m_requests { 0 };
+    std::atomic<int> m_balances { 0 };
     std::thread m_thread;
 };
 
@@ -166,6 +172,40 @@ private Q_SLOTS:
         QVERIFY2(worst < 400, qPrintable(QStringLiteral("the event loop stalled for %1 ms").arg(worst)));
         if (delayMs > 0) // said once the panel has asked SubmitPanel::QuoteAttempts times, quietly
             QTRY_VERIFY_WITH_TIMEOUT(panel.estimateText().contains(QStringLiteral("Cannot price")), 60'000);
+    }
+
+    // The Overview and the broker's questions go on when the node's result log cannot be read
+    // (its table gone): the log's error is said once, and a change of the limits still reaches
+    // the Overview. (The refresh once asked the broker and drew the Overview only inside "if the
+    // results could be read".)
+    void theOverviewKeepsUpdatingWhenTheResultLogCannotBeRead()
+    {
+        LateBroker broker(0);
+        const QString name = QStringLiteral("unreadable");
+        const QString config = m_dir.filePath(name + QStringLiteral(".ini"));
+        QFile ini(config);
+        QVERIFY(ini.open(QIODevice::WriteOnly));
+        ini.write(QStringLiteral("[Node]\nDataDirectory=%1\nName=%2\nBrokers=%3\n[Compute]\nBenchmarkOnFirstStart=false\n"
+                                 "MaxThreads=1\n")
+                      .arg(m_dir.filePath(name), name, broker.endpoint())
+                      .toUtf8());
+        ini.close();
+        app::DesktopApp desktop({ config, true });
+        QVERIFY(desktop.start().ok());
+        desktop.dashboard().show();
+        QTRY_VERIFY_WITH_TIMEOUT(desktop.dashboard().overviewText().contains(QStringLiteral("CPU: 1 thread(s)")), 30'000);
+        {
+            auto db = QSqlDatabase::addDatabase(QStringLiteral("QSQLITE"), QStringLiteral("breaker"));
+            db.setDatabaseName(QDir(m_dir.filePath(name)).filePath(QStringLiteral("node.sqlite")));
+            QVERIFY(db.open());
+            QSqlQuery drop(db);
+            QVERIFY(drop.exec(QStringLiteral("DROP TABLE results")));
+        }
+        QSqlDatabase::removeDatabase(QStringLiteral("breaker"));
+        const int asked = broker.balances();
+        Q_EMIT desktop.dashboard().limitsChanged(2, 100);
+        QTRY_VERIFY_WITH_TIMEOUT(desktop.dashboard().overviewText().contains(QStringLiteral("CPU: 2 thread(s)")), 30'000);
+        QTRY_VERIFY_WITH_TIMEOUT(broker.balances() >= asked + 2, 30'000);
     }
 
     // A fresh install as a person meets it: no broker configured, the welcome page, "Start

@@ -1,0 +1,103 @@
+#include "workerprotocol.h"
+
+#include <QList>
+
+namespace tessera::compute::sandbox::protocol {
+
+namespace {
+
+// A whole number that the line spells as one (no sign games, no trailing text).
+template<typename Text> std::optional<std::int64_t> wholeOf(const Text& text)
+{
+    bool ok = false;
+    const auto value = text.toLongLong(&ok);
+    return ok ? std::optional<std::int64_t>(value) : std::nullopt;
+}
+
+} // namespace
+
+QString requests::step(std::int64_t steps)
+{
+    return QStringLiteral("step %1").arg(steps);
+}
+
+std::optional<std::int64_t> requests::stepsOf(const QString& request)
+{
+    const auto fields = request.split(u' ');
+    if (fields.size() != 2 || fields[0] != u"step")
+        return std::nullopt;
+    const auto steps = wholeOf(fields[1]);
+    return steps && *steps >= 0 ? steps : std::nullopt;
+}
+
+QString answers::ok(std::int64_t completed)
+{
+    return QStringLiteral("ok %1").arg(completed);
+}
+
+QString answers::error(const QString& message)
+{
+    return QStringLiteral("error ") + message.simplified();
+}
+
+std::optional<QString> answers::errorOf(const QString& answer)
+{
+    if (!answer.startsWith(QStringLiteral("error ")))
+        return std::nullopt;
+    return answer.mid(6);
+}
+
+QString answers::stepped(const Stepped& stepped)
+{
+    return QStringLiteral("stepped %1 %2 %3").arg(stepped.completed).arg(stepped.loss, 0, 'g', 9).arg(stepped.busyNs);
+}
+
+std::optional<answers::Stepped> answers::steppedOf(const QString& answer)
+{
+    const auto fields = answer.split(u' ');
+    if (fields.size() != 4 || fields[0] != u"stepped")
+        return std::nullopt;
+    const auto completed = wholeOf(fields[1]), busyNs = wholeOf(fields[3]);
+    bool ok = false;
+    const double loss = fields[2].toDouble(&ok);
+    if (!completed || !busyNs || !ok)
+        return std::nullopt;
+    return Stepped { *completed, loss, *busyNs };
+}
+
+QByteArray lines::progress(const Progress& progress)
+{
+    return QByteArrayLiteral("progress ") + QByteArray::number(progress.step) + ' ' + QByteArray::number(progress.steps) + ' '
+        + QByteArray::number(progress.loss, 'g', 9) + ' ' + QByteArray::number(progress.busyMs);
+}
+
+std::optional<lines::Progress> lines::progressOf(const QByteArray& line)
+{
+    const auto fields = line.split(' ');
+    if (fields.size() != 5 || fields[0] != "progress")
+        return std::nullopt;
+    const auto step = wholeOf(fields[1]), steps = wholeOf(fields[2]), busyMs = wholeOf(fields[4]);
+    bool ok = false;
+    const double loss = fields[3].toDouble(&ok);
+    if (!step || !steps || !busyMs || !ok)
+        return std::nullopt;
+    return Progress { *step, *steps, loss, *busyMs };
+}
+
+QByteArray lines::benchmark(const BenchmarkProgress& progress)
+{
+    return QByteArrayLiteral("benchmark ") + progress.name.toUtf8() + ' ' + QByteArray::number(progress.repetition);
+}
+
+std::optional<lines::BenchmarkProgress> lines::benchmarkOf(const QByteArray& line)
+{
+    const auto fields = line.split(' ');
+    if (fields.size() != 3 || fields[0] != "benchmark")
+        return std::nullopt;
+    const auto repetition = wholeOf(fields[2]);
+    if (!repetition)
+        return std::nullopt;
+    return BenchmarkProgress { QString::fromUtf8(fields[1]), int(*repetition) };
+}
+
+} // namespace tessera::compute::sandbox::protocol
