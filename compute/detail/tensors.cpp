@@ -16,7 +16,6 @@
 #include <algorithm>
 #include <bit>
 #include <cstring>
-#include <functional>
 #include <map>
 
 namespace tessera::compute::detail {
@@ -227,21 +226,38 @@ at::ScalarType scalarType(pickle::DType type)
 
 namespace {
 
+// The tensors an archive's data.pkl names (its program read; no storage record touched).
+core::Result<QList<pickle::TensorRef>> tensorRefsIn(caffe2::serialize::PyTorchStreamReader& reader, const QString& what)
+{
+    if (!reader.hasRecord("data.pkl"))
+        return core::Error { {}, QStringLiteral("%1: not a file written by torch.save (no data.pkl)").arg(what) };
+    const auto [program, programSize] = reader.getRecord("data.pkl");
+    auto refs = pickle::readTensorMap(QByteArrayView(static_cast<const char*>(program.get()), qsizetype(programSize)));
+    if (!refs)
+        return core::Error { {}, QStringLiteral("%1: %2").arg(what, refs.error().message) };
+    return refs;
+}
+
+// A reader of the file's records, or why the file cannot be read (said before LibTorch would throw).
+core::Result<std::shared_ptr<caffe2::serialize::ReadAdapterInterface>> fileRecords(const QString& path)
+{
+    if (QFile file(path); !file.open(QIODevice::ReadOnly))
+        return core::Error { {}, QStringLiteral("cannot read %1: %2").arg(path, file.errorString()) };
+    return std::shared_ptr<caffe2::serialize::ReadAdapterInterface>(
+        std::make_shared<caffe2::serialize::FileAdapter>(QFile::encodeName(path).toStdString()));
+}
+
 // Not torch::pickle_load: LibTorch's unpickler turns an OrderedDict (what state_dict() returns)
 // into None, and knows more callables than a file of tensors needs. pickle::readTensorMap reads
 // exactly a mapping of names to tensors; the archive's records are read here, from memory or
 // straight from a file (each record into the tensor's own buffer).
-core::Result<NamedTensors> unpickleFrom(
-    const std::function<std::shared_ptr<caffe2::serialize::ReadAdapterInterface>()>& open, const QString& what)
+core::Result<NamedTensors> unpickleFrom(std::shared_ptr<caffe2::serialize::ReadAdapterInterface> records, const QString& what)
 {
     auto read = guarded(what, [&]() -> core::Result<NamedTensors> {
-        caffe2::serialize::PyTorchStreamReader reader(open());
-        if (!reader.hasRecord("data.pkl"))
-            return core::Error { {}, QStringLiteral("%1: not a file written by torch.save (no data.pkl)").arg(what) };
-        const auto [program, programSize] = reader.getRecord("data.pkl");
-        auto refs = pickle::readTensorMap(QByteArrayView(static_cast<const char*>(program.get()), qsizetype(programSize)));
+        caffe2::serialize::PyTorchStreamReader reader(records);
+        const auto refs = tensorRefsIn(reader, what);
         if (!refs)
-            return core::Error { {}, QStringLiteral("%1: %2").arg(what, refs.error().message) };
+            return refs.error();
         std::map<QString, at::Tensor> storages;
         std::map<QString, int> users; // how many tensors view each storage
         for (const auto& ref : *refs)
@@ -295,23 +311,19 @@ core::Result<NamedTensors> unpickleFrom(
 
 core::Result<NamedTensors> unpickleTensors(const QByteArray& bytes, const QString& what)
 {
-    return unpickleFrom(
-        [&] { return std::make_shared<caffe2::serialize::MemoryReadAdapter>(bytes.constData(), off_t(bytes.size())); }, what);
+    return unpickleFrom(std::make_shared<caffe2::serialize::MemoryReadAdapter>(bytes.constData(), off_t(bytes.size())), what);
 }
 
 core::Result<NamedTensors> tensorShapesInFile(const QString& path, const QString& what)
 {
-    if (QFile file(path); !file.open(QIODevice::ReadOnly))
-        return core::Error { {}, QStringLiteral("cannot read %1: %2").arg(path, file.errorString()) };
+    const auto records = fileRecords(path);
+    if (!records)
+        return records.error();
     auto read = guarded(what, [&]() -> core::Result<NamedTensors> {
-        caffe2::serialize::PyTorchStreamReader reader(
-            std::make_shared<caffe2::serialize::FileAdapter>(QFile::encodeName(path).toStdString()));
-        if (!reader.hasRecord("data.pkl"))
-            return core::Error { {}, QStringLiteral("%1: not a file written by torch.save (no data.pkl)").arg(what) };
-        const auto [program, programSize] = reader.getRecord("data.pkl");
-        auto refs = pickle::readTensorMap(QByteArrayView(static_cast<const char*>(program.get()), qsizetype(programSize)));
+        caffe2::serialize::PyTorchStreamReader reader(*records);
+        const auto refs = tensorRefsIn(reader, what);
         if (!refs)
-            return core::Error { {}, QStringLiteral("%1: %2").arg(what, refs.error().message) };
+            return refs.error();
         NamedTensors shapes;
         for (const auto& ref : *refs) {
             const std::vector<std::int64_t> sizes(ref.sizes.begin(), ref.sizes.end());
@@ -328,10 +340,10 @@ core::Result<NamedTensors> tensorShapesInFile(const QString& path, const QString
 
 core::Result<NamedTensors> unpickleTensorsFromFile(const QString& path, const QString& what)
 {
-    if (QFile file(path); !file.open(QIODevice::ReadOnly))
-        return core::Error { {}, QStringLiteral("cannot read %1: %2").arg(path, file.errorString()) };
-    return unpickleFrom(
-        [&] { return std::make_shared<caffe2::serialize::FileAdapter>(QFile::encodeName(path).toStdString()); }, what);
+    const auto records = fileRecords(path);
+    if (!records)
+        return records.error();
+    return unpickleFrom(*records, what);
 }
 
 NamedTensors withPrefix(const std::string& prefix, const NamedTensors& tensors)
