@@ -3,7 +3,7 @@
 
 #include "record.h"
 
-#include <compute/brokermath.h>
+#include <compute/engine/brokermath.h>
 #include <core/broker/broker.h>
 #include <core/capabilities.h>
 #include <core/storage/database.h>

@@ -7,9 +7,9 @@
 
 #include "record.h"
 
-#include <compute/brokermath.h>
-#include <compute/shardrun.h>
-#include <compute/weights.h>
+#include <compute/engine/brokermath.h>
+#include <compute/engine/shardrun.h>
+#include <compute/engine/weights.h>
 #include <core/broker/broker.h>
 #include <core/decomposition.h>
 #include <core/jobspec.h>

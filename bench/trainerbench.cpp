@@ -4,13 +4,13 @@
 
 #include "record.h"
 
-#include <compute/computethread.h>
-#include <compute/detail/datasets.h>
-#include <compute/detail/models.h>
-#include <compute/detail/portablestep.h>
-#include <compute/detail/trace.h>
-#include <compute/shardrun.h>
-#include <compute/weights.h>
+#include <compute/engine/detail/datasets.h>
+#include <compute/engine/detail/models.h>
+#include <compute/engine/detail/portablestep.h>
+#include <compute/engine/detail/trace.h>
+#include <compute/engine/shardrun.h>
+#include <compute/engine/weights.h>
+#include <compute/supervisor/computethread.h>
 #include <core/decomposition.h>
 #include <core/readfile.h>
 

@@ -12,8 +12,8 @@
 namespace tessera::net {
 
 // A blob range coded with zstd for the wire (docs/PROTOCOL.md, "Encoded ranges"). Hashes,
-// commitments and stored copies are of the decoded bytes; this is transport only.
-inline const QString ZstdEncoding = QStringLiteral("zstd");
+// commitments and stored copies are of the decoded bytes; this is transport only. Its name on the
+// wire is ZstdEncoding (messages.h).
 inline constexpr int ZstdLevel = 3;
 
 // One zstd frame of `bytes` (with its content size), or an empty array when the frame would not

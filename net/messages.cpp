@@ -1,7 +1,5 @@
 #include "messages.h"
 
-#include "blobcoding.h"
-
 #include <core/jsonreader.h>
 
 #include <QJsonArray>

@@ -26,8 +26,8 @@ namespace tessera::net {
 // the table says. A request's `id` (and a plaintext caller's `owner`) travel beside these fields:
 // see Request below. Golden headers: tests/net/tst_messages.cpp.
 
+// (The envelope's own fields, id, re, code and message, are in protocol.h.)
 namespace fields {
-inline const QString Id = QStringLiteral("id");
 inline const QString Owner = QStringLiteral("owner");
 inline const QString Node = QStringLiteral("node");
 inline const QString NodeId = QStringLiteral("nodeId");
@@ -45,9 +45,6 @@ inline const QString StartChangeBase = QStringLiteral("startChangeBase");
 inline const QString Result = QStringLiteral("result");
 inline const QString Verdict = QStringLiteral("verdict");
 inline const QString Paid = QStringLiteral("paid");
-inline const QString Code = QStringLiteral("code");
-inline const QString Message = QStringLiteral("message");
-inline const QString Re = QStringLiteral("re");
 inline const QString Sha256 = QStringLiteral("sha256");
 inline const QString Offset = QStringLiteral("offset");
 inline const QString Length = QStringLiteral("length");
@@ -193,6 +190,9 @@ struct GetRequest {
     QJsonObject toHeader() const;
     static core::Result<GetRequest> fromHeader(const QJsonObject& header);
 };
+
+// The one coding of a range there is (blobcoding.h codes and decodes it).
+inline const QString ZstdEncoding = QStringLiteral("zstd");
 
 // The header of CHUNK and PUT: a range of a blob, whose bytes are the message's payload: plain, or
 // (encoding "zstd") one zstd frame of the range's `length` decoded bytes ("Encoded ranges").

@@ -1,7 +1,5 @@
 #include "protocol.h"
 
-#include "messages.h"
-
 #include <QJsonDocument>
 #include <QJsonParseError>
 

@@ -52,6 +52,15 @@ enum class Command : std::uint8_t {
 
 QString commandName(Command command);
 
+// The fields of every message's envelope (docs/PROTOCOL.md, "Messages"); those of each request and
+// reply are in messages.h, in the same namespace.
+namespace fields {
+inline const QString Id = QStringLiteral("id");
+inline const QString Re = QStringLiteral("re");
+inline const QString Code = QStringLiteral("code");
+inline const QString Message = QStringLiteral("message");
+} // namespace fields
+
 // The error codes of docs/PROTOCOL.md.
 namespace errors {
 inline const QString BadMessage = QStringLiteral("bad-message");

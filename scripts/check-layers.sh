@@ -1,9 +1,13 @@
 #!/usr/bin/env bash
 # Fails when a layer includes what only another layer may include (../shared/ARCHITECTURE.md):
-#   torch (<torch/...>, <ATen/...>, <c10/...>) only in compute/ (and its tests and benchmarks),
+#   torch (<torch/...>, <ATen/...>, <c10/...>) only in compute/engine/ (and the tests and benchmarks),
+#   the rest of compute/ (the supervisor, the shared types, devices, pickle, portable) includes
+#   nothing of compute/engine/, nor do app/desktop and app/common: the desktop app links the
+#   supervisor and never loads LibTorch,
 #   ZeroMQ (<zmq.h>, <zmq.hpp>, <zmq_addon.hpp>) only in net/,
 #   Qt Widgets and Charts only in ui/ and app/,
-#   and core/ includes nothing of compute/, net/, ui/ or app/.
+#   core/ includes nothing of compute/, net/, ui/ or app/,
+#   and no folder's files include each other in a loop (scripts/include-loops.py).
 # Usage: check-layers.sh [ROOT]   (default: the repository this script is in)
 set -euo pipefail
 
@@ -36,13 +40,26 @@ zmq='^\s*#\s*include\s*[<"](zmq|zmq_addon)\.h(pp)?[>"]'
 widgets='^\s*#\s*include\s*[<"](QtWidgets|QtCharts|QWidget|QMainWindow|QDialog|QApplication|QSystemTrayIcon|QChart|QPushButton|QLabel|QTableView)'
 ours='^\s*#\s*include\s*[<"](compute|net|ui|app)/'
 
-check "torch may be included only in compute/" "$torch" core net ui app
+torchfree="core net ui app compute/common compute/supervisor compute/devices compute/pickle compute/portable"
+check "torch may be included only in compute/engine/" "$torch" $torchfree
+check "only compute/engine/ and the programs may include compute/engine/" \
+    '^\s*#\s*include\s*[<"](compute/engine/|(\.\./)+engine/|engine/)' compute/common compute/supervisor compute/devices compute/pickle compute/portable
+check "the desktop app and what it shares with the node (app/desktop, app/common) never load LibTorch" \
+    '^\s*#\s*include\s*[<"]compute/engine/' app/desktop app/common
 check "ZeroMQ may be included only in net/" "$zmq" core compute ui app
 check "Qt Widgets and Charts may be included only in ui/ and app/" "$widgets" core compute net
 check "core/ depends on nothing of Tessera's" "$ours" core
 check "compute/ may not include net/ or ui/" '^\s*#\s*include\s*[<"](net|ui|app)/' compute
 check "net/ may not include compute/ or ui/" '^\s*#\s*include\s*[<"](compute|ui|app)/' net
 check "ui/ may not include compute/ or net/" '^\s*#\s*include\s*[<"](compute|net|app)/' ui
+
+# No include loops inside a folder (a header and its source count as one): what two files need of
+# each other belongs in a third, or in one of them.
+if ! loops=$(/usr/bin/python3 "$(dirname "$0")/include-loops.py" . core net compute ui app); then
+    echo "check-layers: a folder's files include each other"
+    echo "$loops" | sed 's/^/  /'
+    failures=$((failures + 1))
+fi
 
 if [ "$failures" -gt 0 ]; then
     echo "check-layers: $failures rule(s) broken"

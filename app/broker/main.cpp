@@ -2,7 +2,7 @@
 // settings, the compute-backed training math, the Broker (core) and its network loop (net).
 
 #include <app/common/cli.h>
-#include <compute/brokermath.h>
+#include <compute/engine/brokermath.h>
 #include <core/broker/broker.h>
 #include <core/broker/offthreadmath.h>
 #include <core/broker/operator.h>

@@ -1,7 +1,7 @@
 #pragma once
 
-#include <compute/computethread.h>
-#include <compute/sandbox/worker.h>
+#include <compute/supervisor/computethread.h>
+#include <compute/supervisor/sandbox/worker.h>
 #include <net/nodeclient.h>
 
 #include <QHash>

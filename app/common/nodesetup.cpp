@@ -1,6 +1,6 @@
 #include "nodesetup.h"
 
-#include <compute/benchmark.h>
+#include <compute/common/types.h>
 #include <compute/devices/devices.h>
 #include <core/benchmark.h>
 #include <core/capabilities.h>

@@ -1,8 +1,8 @@
 #pragma once
 
-#include <compute/computethread.h>
-#include <compute/environment.h>
-#include <compute/sandbox/worker.h>
+#include <compute/common/environment.h>
+#include <compute/supervisor/computethread.h>
+#include <compute/supervisor/sandbox/worker.h>
 #include <core/error.h>
 #include <core/nodeinfo.h>
 #include <core/settings/settings.h>
@@ -26,7 +26,7 @@ compute::ComputeThread::Sandbox sandboxFrom(const core::settings::Settings& sett
 
 // How the node's own LibTorch work (its runtime profile, benchmarks, a round's weights rebuilt, a
 // language model's sample) runs from a program that does not load LibTorch: in a one-shot
-// tessera-compute worker (compute/sandbox/worker.h), confined as Compute/Sandbox says, at normal
+// tessera-compute worker (compute/supervisor/sandbox/worker.h), confined as Compute/Sandbox says, at normal
 // CPU priority (a benchmark measures the machine, not the desktop's load), its scratch folder
 // under the data directory.
 compute::sandbox::WorkerOptions toolOptionsFrom(const core::settings::Settings& settings);

@@ -2,9 +2,9 @@
 
 #include "idle.h"
 
-#include <compute/benchmark.h>
+#include <compute/common/types.h>
 #include <compute/devices/devices.h>
-#include <compute/sandbox/worker.h>
+#include <compute/supervisor/sandbox/worker.h>
 #include <core/benchmark.h>
 #include <net/brokerclient.h>
 #include <net/messages.h>

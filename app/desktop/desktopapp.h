@@ -6,8 +6,8 @@
 
 #include "../common/nodesetup.h"
 
-#include <compute/computethread.h>
 #include <compute/devices/sensors.h>
+#include <compute/supervisor/computethread.h>
 #include <core/contribution.h>
 #include <core/resultlog.h>
 #include <core/settings/settings.h>

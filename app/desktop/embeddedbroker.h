@@ -1,6 +1,6 @@
 #pragma once
 
-#include <compute/environment.h>
+#include <compute/common/environment.h>
 #include <core/error.h>
 
 #include <QString>

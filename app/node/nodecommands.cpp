@@ -6,14 +6,14 @@
 #include "../common/nodesetup.h"
 
 #include <app/common/cli.h>
-#include <compute/benchmark.h>
+#include <compute/common/environment.h>
 #include <compute/devices/devices.h>
 #include <compute/devices/sensors.h>
-#include <compute/environment.h>
-#include <compute/localjob.h>
-#include <compute/runtimeprofile.h>
-#include <compute/shardrun.h>
-#include <compute/weights.h>
+#include <compute/engine/benchmark.h>
+#include <compute/engine/localjob.h>
+#include <compute/engine/runtimeprofile.h>
+#include <compute/engine/shardrun.h>
+#include <compute/engine/weights.h>
 #include <core/benchmark.h>
 #include <core/broker/records.h>
 #include <core/decomposition.h>

@@ -10,28 +10,11 @@
 // (SSE2/NEON, AVX2, AVX-512: chosen at run time), and split the output elements between threads,
 // but never split or reorder one element's sum. So they give the bits of the plain triple loop.
 
+#include "matrixview.h"
+
 #include <cstdint>
 
 namespace tessera::compute::portable {
-
-// A read-only matrix of float32 with any strides: element (r, c) is data[r * rowStride + c * colStride].
-struct MatrixView {
-    const float* data = nullptr;
-    std::int64_t rowStride = 0;
-    std::int64_t colStride = 1;
-
-    float at(std::int64_t r, std::int64_t c) const { return data[r * rowStride + c * colStride]; }
-};
-
-// Row-major A[m, k] and its transpose as views.
-inline MatrixView rowMajor(const float* data, std::int64_t columns)
-{
-    return { data, columns, 1 };
-}
-inline MatrixView transposed(const float* data, std::int64_t columns)
-{
-    return { data, 1, columns };
-}
 
 // c[i * ldc + j] = sum over p of a(i, p) * b(p, j) for i < m, j < n, in the order above.
 void matmul(

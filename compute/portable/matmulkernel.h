@@ -12,7 +12,7 @@
 // that spans several KC blocks is stored in C between blocks and loaded again: a float32 store
 // and load change nothing, so every element still adds its terms one at a time in k order.
 
-#include "matmul.h"
+#include "matrixview.h"
 
 #include <cstdint>
 #include <cstring>

@@ -2,7 +2,7 @@
 
 // The programs of one training step of the zoo's models (program.h), built from plain numbers:
 // the model's sizes, the optimizer and what is particular to the step. Parameter names are the
-// zoo's (compute/detail/models.h), so that the program's state is the trainer's training state.
+// zoo's (compute/engine/detail/models.h), so that the program's state is the trainer's training state.
 
 #include "program.h"
 

@@ -1,6 +1,6 @@
 // tessera-node as a user runs it: real processes, real files.
 
-#include <compute/weights.h>
+#include <compute/engine/weights.h>
 #include <core/decomposition.h>
 #include <core/deviceinfo.h>
 #include <core/jobspec.h>

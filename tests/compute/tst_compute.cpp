@@ -1,18 +1,19 @@
 // The compute engine against itself (determinism, pause and resume), against PyTorch (optimizer
 // updates, TorchScript and tensor files made by Python) and against bad input.
 
-#include <compute/brokermath.h>
-#include <compute/detail/batches.h>
-#include <compute/detail/datasets.h>
-#include <compute/detail/models.h>
-#include <compute/detail/tensors.h>
-#include <compute/localjob.h>
+#include <compute/engine/brokermath.h>
+#include <compute/engine/detail/batches.h>
+#include <compute/engine/detail/datasets.h>
+#include <compute/engine/detail/models.h>
+#include <compute/engine/detail/tensors.h>
+#include <compute/engine/localjob.h>
+#include <compute/engine/runtimeprofile.h>
+#include <compute/engine/shardrun.h>
+#include <compute/engine/weights.h>
 #include <compute/pickle/tensorfile.h>
 #include <compute/portable/matmul.h>
-#include <compute/runtimeprofile.h>
-#include <compute/sandbox/worker.h>
-#include <compute/shardrun.h>
-#include <compute/weights.h>
+#include <compute/supervisor/computethread.h>
+#include <compute/supervisor/sandbox/worker.h>
 #include <core/decomposition.h>
 #include <core/modelarchive.h>
 #include <core/nodeinfo.h>

@@ -5,8 +5,9 @@
 // TESSERA_TEST_SANDBOX=1 in sandboxed tessera-compute workers (Compute/Sandbox), where each must
 // behave the same.
 
-#include <compute/computethread.h>
-#include <compute/weights.h>
+#include <compute/engine/shardrun.h>
+#include <compute/engine/weights.h>
+#include <compute/supervisor/computethread.h>
 #include <core/decomposition.h>
 #include <core/readfile.h>
 

@@ -1,4 +1,4 @@
-#include <compute/runtimeprofile.h>
+#include <compute/engine/runtimeprofile.h>
 
 #include <QRegularExpression>
 #include <QTest>

@@ -1,9 +1,9 @@
-// The compute worker's protocol (compute/sandbox/workerprotocol.h) as it is spelled on the pipe and
+// The compute worker's protocol (compute/supervisor/sandbox/workerprotocol.h) as it is spelled on the pipe and
 // in the scratch folder: a golden test, as tst_messages is for the network protocol. A change
 // here is a change between the supervisor and tessera-compute, which ship together, but the
 // scratch folder's names are also what docs/SECURITY.md's confinement allows the worker to read.
 
-#include <compute/sandbox/workerprotocol.h>
+#include <compute/supervisor/sandbox/workerprotocol.h>
 
 #include <QTest>
 

@@ -24,9 +24,9 @@
 //
 // Usage: tessera-test-cheater --broker ADDRESS --data DIR --mode MODE [--name NAME]
 
-#include <compute/runtimeprofile.h>
-#include <compute/shardrun.h>
-#include <compute/weights.h>
+#include <compute/engine/runtimeprofile.h>
+#include <compute/engine/shardrun.h>
+#include <compute/engine/weights.h>
 #include <core/blobstore.h>
 #include <core/capabilities.h>
 #include <core/readfile.h>

@@ -1,7 +1,7 @@
 // tessera-device-probe: looks for GPUs through vendor libraries and prints them as JSON. It runs as
 // a child process because a vendor library may crash or hang; the caller survives either.
 
-#include "devices.h"
+#include <compute/devices/devices.h>
 
 #include <QJsonDocument>
 

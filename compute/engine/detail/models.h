@@ -2,8 +2,8 @@
 
 // Private to compute/: includes torch.
 
-#include "../environment.h"
 #include "tensors.h"
+#include <compute/common/environment.h>
 
 #include <core/error.h>
 #include <core/jobspec.h>

@@ -7,7 +7,7 @@
 #include <optional>
 
 // The compute worker's protocol, named once: `tessera-compute COMMAND --scratch DIR ...`
-// (compute/sandbox/worker_main.cpp) as the supervisor drives it (compute/sandbox/worker.cpp).
+// (app/compute/main.cpp) as the supervisor drives it (compute/supervisor/sandbox/worker.cpp).
 // The supervisor leaves a command's inputs in the scratch folder and reads its outputs from there;
 // the worker prints lines on its answer pipe. tests/compute/tst_workerprotocol.cpp holds the
 // spelling, as tst_messages holds the network protocol's. LibTorch-free.

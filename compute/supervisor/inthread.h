@@ -1,7 +1,7 @@
 #pragma once
 
-#include "environment.h"
-#include "shardrun.h"
+#include <compute/common/environment.h>
+#include <compute/common/types.h>
 
 #include <core/disputequestion.h>
 #include <core/error.h>

@@ -1,5 +1,5 @@
 // tessera-compute: the confined worker process that trains a job owner's shard for its supervisor
-// (compute/sandbox/worker.h). It confines itself (confinement.h) before it reads a byte of the
+// (compute/supervisor/sandbox/worker.h). It confines itself (confinement.h) before it reads a byte of the
 // task, then trains, reporting progress on stdout, and leaves the result in its scratch folder.
 // The node's keys, settings and the user's files are out of its reach; it holds no key and signs
 // nothing: the supervisor hashes and signs what it returns.
@@ -37,13 +37,13 @@
 //     write outside DIR, start a process) and prints one line each: "NAME: allowed" or
 //     "NAME: refused (REASON)". The sandbox's own test (tst_sandbox) reads it.
 
-#include "confinement.h"
-#include "workerprotocol.h"
+#include <compute/supervisor/sandbox/confinement.h>
+#include <compute/supervisor/sandbox/workerprotocol.h>
 
-#include <compute/benchmark.h>
-#include <compute/runtimeprofile.h>
-#include <compute/shardrun.h>
-#include <compute/weights.h>
+#include <compute/engine/benchmark.h>
+#include <compute/engine/runtimeprofile.h>
+#include <compute/engine/shardrun.h>
+#include <compute/engine/weights.h>
 #include <core/disputequestion.h>
 #include <core/jobspec.h>
 #include <core/readfile.h>
@@ -554,7 +554,7 @@ int main(int argc, char** argv)
     // A worker ends with what supervises it: a node or broker that dies (kill -9, a crash) must not
     // leave a job's code running for ever (its time limit is the supervisor's to enforce). The
     // signal comes when the thread that started the worker ends, which outlives the worker in
-    // every supervisor here (compute/sandbox/worker.h). A parent gone already: reparented.
+    // every supervisor here (compute/supervisor/sandbox/worker.h). A parent gone already: reparented.
     if (::prctl(PR_SET_PDEATHSIG, SIGKILL) != 0 || ::getppid() == 1)
         return 3;
     if (!separateAnswersFromPrints()) {

@@ -1,4 +1,6 @@
-#include "inthread.h"
+#include <compute/supervisor/inthread.h>
+
+#include <compute/engine/shardrun.h>
 
 #include "weights.h"
 

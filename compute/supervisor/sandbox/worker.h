@@ -1,13 +1,13 @@
 #pragma once
 
-#include <compute/benchmark.h>
-#include <compute/computethread.h>
+#include <compute/common/environment.h>
+#include <compute/common/types.h>
 #include <compute/devices/devices.h>
-#include <compute/environment.h>
-#include <compute/shardrun.h>
-#include <compute/weights.h>
+#include <core/benchmark.h>
 #include <core/disputequestion.h>
+#include <core/error.h>
 #include <core/jobspec.h>
+#include <core/shardtask.h>
 
 #include <QString>
 

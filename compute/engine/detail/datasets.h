@@ -2,7 +2,7 @@
 
 // Private to compute/: includes torch.
 
-#include "../environment.h"
+#include <compute/common/environment.h>
 
 #include <core/error.h>
 #include <core/jobspec.h>

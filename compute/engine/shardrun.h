@@ -1,6 +1,7 @@
 #pragma once
 
-#include "environment.h"
+#include <compute/common/environment.h>
+#include <compute/common/types.h>
 
 #include <core/error.h>
 #include <core/shardresult.h>
@@ -14,24 +15,6 @@
 
 namespace tessera::compute {
 
-// What a finished shard hands back: the result (hashes, losses, profile) and what the node reveals as
-// a dict of tensors in PyTorch's pickle format (torch.load reads it): the final weights, or their
-// int8 update from the round's weights (docs/DETERMINISM.md, "Revealed update"); result.finalHash
-// is its canonical hash.
-struct ShardOutput {
-    core::ShardResult result;
-    QByteArray weights;
-    // The training state (suspend() bytes) at task.keptStateCheckpoint(), which a node keeps until
-    // its result is settled: in a dispute the referee asks for the last checkpoint both sides agree
-    // on, and recreateState() makes any other from this one or from the round's weights. Empty for
-    // a failed shard, one without interior checkpoints, and one resumed after that checkpoint.
-    QByteArray keptState;
-    // Or (keptState empty) the file that holds it (a run that spilled it, ShardRun::spillTo; a
-    // worker's): whoever receives the output takes the file (renames it) or reads it, and the
-    // compute thread removes what is left of it once shardFinished has been delivered.
-    QString keptStateFile = {};
-};
-
 // The referee's arithmetic. Re-executes a shard from checkpoint `from` to checkpoint `to`
 // (checkpoint k is at step min(k c, H)) and returns the hashes of checkpoints from+1..to, and the
 // weights at `to`: at the last checkpoint, what a node reveals (ShardOutput::weights, which needs
@@ -39,12 +22,6 @@ struct ShardOutput {
 // weights; after that it is a checkpoint state that must be at that checkpoint and hash to
 // `expected`, the hash both sides of the dispute agree on; an error names what is wrong with it.
 // from == to == the last checkpoint only reveals: the referee of a dispute over the revealed form.
-struct Replay {
-    QList<core::Digest> checkpoints;
-    QByteArray weights;
-    core::Digest weightsHash;
-    QString runtimeProfile;
-};
 core::Result<Replay> replayShard(const core::ShardTask& task, std::int64_t from, const QByteArray& state,
     const core::Digest& expected, std::int64_t to, const QByteArray& roundWeights, const ComputeEnvironment& environment);
 
@@ -57,7 +34,7 @@ core::Result<QByteArray> recreateState(const core::ShardTask& task, const QByteA
     std::int64_t wanted, const ComputeEnvironment& environment);
 
 // Disputes over portable jobs, narrowed to one instruction (docs/VERIFICATION.md, "Disputes over
-// portable jobs"; the trace's format in compute/detail/trace.h and docs/DETERMINISM.md, "Trace").
+// portable jobs"; the trace's format in compute/engine/detail/trace.h and docs/DETERMINISM.md, "Trace").
 //
 // A node's side. This node's trace of checkpoint interval `checkpoint` (1..n-1) of a shard it
 // trained, re-trained from keptState or the round's weights as recreateState does; and the inputs

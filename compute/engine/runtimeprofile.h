@@ -2,7 +2,7 @@
 
 #include <QString>
 
-#include "devices/devices.h"
+#include <compute/devices/devices.h>
 
 namespace tessera::compute {
 

@@ -1,7 +1,7 @@
 #pragma once
 
-#include "environment.h"
-#include "weights.h"
+#include <compute/common/environment.h>
+#include <compute/engine/weights.h>
 
 #include <core/error.h>
 #include <core/jobspec.h>

@@ -2,8 +2,8 @@
 
 #include "detail/models.h"
 #include "detail/optimizer.h"
-#include "devices/devices.h"
 #include "runtimeprofile.h"
+#include <compute/devices/devices.h>
 
 #include <torch/torch.h>
 

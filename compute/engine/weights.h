@@ -1,6 +1,7 @@
 #pragma once
 
-#include "environment.h"
+#include <compute/common/environment.h>
+#include <compute/common/types.h>
 
 #include <core/error.h>
 #include <core/hash.h>
@@ -11,13 +12,6 @@
 #include <QString>
 
 namespace tessera::compute {
-
-// Model weights as they travel: a dict of tensors in PyTorch's pickle format (torch.load reads it),
-// and the canonical hash that names them in tasks, results and disputes.
-struct Weights {
-    QByteArray bytes;
-    core::Digest canonicalHash;
-};
 
 // W_0 of a job: a zoo model initialised from the job's seed, or the weights in a TorchScript file.
 core::Result<Weights> initialWeights(const core::JobSpec& spec, const ComputeEnvironment& environment);
@@ -49,12 +43,6 @@ struct RevealedForm {
 };
 core::Result<RevealedForm> inspectRevealed(const QString& revealedPath, const QString& roundWeightsPath);
 
-struct Evaluation {
-    double loss = 0.0; // mean cross-entropy
-    double accuracy = 0.0; // share of correct top-1 predictions
-    std::int64_t samples = 0;
-};
-
 // Loss and accuracy of the weights on the dataset's test split (or its training split when it has
 // none), on `threads` threads.
 core::Result<Evaluation> evaluate(
@@ -65,12 +53,6 @@ core::Result<Evaluation> evaluate(
 // uniform number from derive(seed, [i]) (so a seed gives the same text every time), or the most
 // likely one at temperature 0. The context is the model's last `context` tokens. A vocabulary of
 // at most 256 is bytes; the text is the prompt's continuation only.
-struct SampleOptions {
-    QByteArray prompt = "%\n"; // the built-in text's separator: the start of a fortune
-    std::int64_t tokens = 200;
-    double temperature = 0.8;
-    std::uint64_t seed = 0;
-};
 core::Result<QByteArray> sampleText(const core::ModelSpec& model, const QByteArray& weights, const SampleOptions& options,
     const ComputeEnvironment& environment = {});
 

@@ -1,8 +1,8 @@
 #pragma once
 
-#include "environment.h"
-#include "inthread.h"
-#include "shardrun.h"
+#include <compute/common/environment.h>
+#include <compute/common/types.h>
+#include <compute/supervisor/inthread.h>
 
 #include <core/disputequestion.h>
 #include <core/shardresult.h>
@@ -16,20 +16,6 @@
 #include <memory>
 
 namespace tessera::compute {
-
-// Where a shard is, for progress bars and the tray tooltip.
-struct ShardProgress {
-    QString jobId;
-    std::int64_t round = 0;
-    std::int64_t shard = 0;
-    std::int64_t step = 0;
-    std::int64_t steps = 0;
-    double loss = 0.0;
-    double samplesPerSecond = 0.0;
-    std::int64_t etaMs = 0;
-    std::int64_t busyMs = 0; // time spent computing this shard so far
-    std::int64_t throttledMs = 0; // time spent idle to honour the CPU limit
-};
 
 // The compute thread: owns every torch object, runs one shard at a time from a queue, and between
 // two steps honours pause, cancel and the CPU duty cycle. Its methods are thread-safe and return at
@@ -89,7 +75,7 @@ public:
     void setMaxMemoryMiB(std::int64_t mebibytes);
 
     // Compute/Sandbox: where shards train. Enabled: in a confined tessera-compute worker process
-    // (compute/sandbox/worker.h), one per job, kept between its shards and ended when the thread
+    // (compute/supervisor/sandbox/worker.h), one per job, kept between its shards and ended when the thread
     // pauses or has had nothing to do for IdleWorkerMs; the job owner's code runs there, away from
     // the node's keys, and a worker that hangs, crashes or passes Compute/MaxMemoryMiB fails its shard
     // with the reason while the thread carries on. Disabled: on this thread (with an InThreadCompute),

@@ -1,7 +1,7 @@
 #pragma once
 
-#include "environment.h"
-#include "sandbox/worker.h"
+#include <compute/common/environment.h>
+#include <compute/supervisor/sandbox/worker.h>
 
 #include <core/blobstore.h>
 #include <core/broker/trainingmath.h>
@@ -19,7 +19,7 @@ public:
 
     // Broker/Sandbox: the calls that run a job owner's code (initial weights, evaluation, replays
     // of a TorchScript model: the only code an owner sends) run in confined one-shot
-    // tessera-compute workers (compute/sandbox/worker.h), each stopped at options.timeLimitMs; a
+    // tessera-compute workers (compute/supervisor/sandbox/worker.h), each stopped at options.timeLimitMs; a
     // zoo model is Tessera's own code and stays here (a worker's start, about a second, each
     // round, is what a job of many small rounds would pay), as does the broker's own arithmetic
     // (hashes, aggregation, distances, portable traces). everyModel: zoo models too (tests).
