@@ -1,0 +1,293 @@
+#include "worker.h"
+
+#include "workerprocess.h"
+#include "workerprotocol.h"
+
+#include <core/readfile.h>
+
+#include <QDir>
+#include <QElapsedTimer>
+#include <QJsonDocument>
+#include <QJsonObject>
+
+#include <poll.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+// worker.h's long-lived worker (Worker) and the shard driven in it a few steps at a time
+// (RemoteShardRun): the worker's stdin takes commands, its stdout answers a line each
+// (workerprotocol.h).
+
+namespace tessera::compute::sandbox {
+
+using namespace detail;
+
+// How long a worker may take to start and confine itself (no job code runs before that).
+constexpr std::int64_t StartLimitMs = 60'000;
+
+struct Worker::Process {
+    std::unique_ptr<QTemporaryDir> scratch;
+    pid_t pid = 0;
+    int input = -1;
+    int output = -1;
+    int error = -1;
+    QByteArray pending; // stdout read but not yet a whole line
+    QByteArray said; // the end of stderr
+    bool ended = false;
+    QString endedWhy;
+    // The shard's: how long it may keep the worker busy, how long it has, and whether to stop it.
+    std::int64_t budgetMs = 0; // 0: no limit
+    std::int64_t spentMs = 0;
+    std::function<bool()> cancelled;
+
+    ~Process()
+    {
+        if (input >= 0)
+            ::close(input); // the pipe's end: the worker quits
+        if (!ended && pid > 0) {
+            ::kill(pid, SIGKILL);
+            int status = 0;
+            while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) { }
+        }
+        for (int fd : { output, error })
+            if (fd >= 0)
+                ::close(fd);
+    }
+
+    // Ends the worker (killed when `why` is ours) and keeps the reason.
+    void end(const QString& why)
+    {
+        if (ended)
+            return;
+        if (!why.isEmpty())
+            ::kill(pid, SIGKILL);
+        int status = 0;
+        while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) { }
+        ended = true;
+        endedWhy = why.isEmpty() ? endReason(status, QString::fromLocal8Bit(said).trimmed()) : why;
+    }
+
+    // The worker's next line on stdout; its death, the time limit or a cancel as an error.
+    core::Result<QString> readLine()
+    {
+        QElapsedTimer waited;
+        waited.start();
+        const std::int64_t spentBefore = spentMs;
+        for (;;) {
+            spentMs = spentBefore + waited.elapsed();
+            if (const qsizetype newline = pending.indexOf('\n'); newline >= 0) {
+                const QString line = QString::fromUtf8(pending.left(newline));
+                pending.remove(0, newline + 1);
+                return line;
+            }
+            if (ended)
+                return core::Error { {}, endedWhy };
+            pollfd fds[2] = { { output, POLLIN, 0 }, { error, POLLIN, 0 } };
+            if (::poll(fds, 2, 100) < 0 && errno != EINTR)
+                return core::Error { QStringLiteral("worker"), QStringLiteral("cannot read the compute worker's answer") };
+            for (auto& fd : fds) {
+                if (fd.fd < 0 || !(fd.revents & (POLLIN | POLLHUP | POLLERR)))
+                    continue;
+                char chunk[4096];
+                const ssize_t got = ::read(fd.fd, chunk, sizeof chunk);
+                if (got > 0 && fd.fd == output) {
+                    pending.append(chunk, got);
+                } else if (got > 0) {
+                    said.append(chunk, got);
+                    said = said.right(4096);
+                } else if (fd.fd == output) {
+                    end({}); // stdout closed: the worker is gone
+                } else {
+                    ::close(error);
+                    error = -1;
+                }
+            }
+            if (ended || pending.contains('\n'))
+                continue;
+            if (budgetMs > 0 && spentBefore + waited.elapsed() > budgetMs)
+                end(pastTimeLimit(budgetMs));
+            else if (cancelled && cancelled())
+                end(QStringLiteral("cancelled"));
+        }
+    }
+};
+
+Worker::Worker(std::unique_ptr<Process> process, QStringList arguments)
+    : m_process(std::move(process))
+    , m_arguments(std::move(arguments))
+{ }
+
+Worker::~Worker() = default;
+
+bool Worker::ended() const
+{
+    return m_process->ended;
+}
+
+bool Worker::serves(const core::ShardTask& task, const ComputeEnvironment& environment, const WorkerOptions& options) const
+{
+    const QString program = programOf(options);
+    return !m_process->ended
+        && QStringList { program } + workerArguments(protocol::commands::Serve, {}, task, environment, options) == m_arguments;
+}
+
+core::Result<std::shared_ptr<Worker>> Worker::spawn(
+    const core::ShardTask& task, const ComputeEnvironment& environment, const WorkerOptions& options)
+{
+    auto scratch = prepareScratch(task, {}, {}, options);
+    if (!scratch)
+        return scratch.error();
+    auto process = std::make_unique<Process>();
+    process->scratch = std::move(*scratch);
+    const QString program = programOf(options);
+    if (const int spawned
+        = spawnWorker(program, workerArguments(protocol::commands::Serve, process->scratch->path(), task, environment, options),
+            true, process->pid, process->input, process->output, process->error);
+        spawned != 0)
+        return core::Error { QStringLiteral("worker"), cannotStart(program, spawned) };
+    QStringList arguments = workerArguments(protocol::commands::Serve, {}, task, environment, options);
+    arguments.prepend(program);
+    std::shared_ptr<Worker> worker(new Worker(std::move(process), std::move(arguments)));
+    // Its start (LibTorch's libraries, the confinement) is not the job's: a limit of its own.
+    worker->m_process->budgetMs = StartLimitMs;
+    worker->m_process->cancelled = options.cancelled;
+    // "confined landlock=N memory=M". Until then no job code has run: a worker that does not get
+    // there (a broken installation, a kernel that refuses the confinement) is this node's problem.
+    auto confined = worker->m_process->readLine();
+    if (!confined && confined.error().message == u"cancelled")
+        return confined.error(); // its job was cancelled meanwhile
+    if (!confined || !confined->startsWith(QStringLiteral("confined ")))
+        return core::Error { QStringLiteral("worker"),
+            QStringLiteral("the compute worker %1 did not start: %2")
+                .arg(program, confined ? QStringLiteral("it said %1").arg(confined->left(200)) : confined.error().message) };
+    return worker;
+}
+
+RemoteShardRun::RemoteShardRun(core::ShardTask task, std::shared_ptr<Worker> worker)
+    : m_task(std::move(task))
+    , m_worker(std::move(worker))
+{ }
+
+RemoteShardRun::~RemoteShardRun()
+{
+    if (m_worker) {
+        m_worker->process().cancelled = nullptr; // it may outlive what the predicate refers to
+        m_worker->process().budgetMs = 0;
+    }
+}
+
+core::Result<std::unique_ptr<RemoteShardRun>> RemoteShardRun::start(const core::ShardTask& task, const QByteArray& startWeights,
+    const ComputeEnvironment& environment, const WorkerOptions& options)
+{
+    auto worker = Worker::spawn(task, environment, options);
+    if (!worker)
+        return worker.error();
+    return open(task, startWeights, {}, std::move(*worker), options);
+}
+
+core::Result<std::unique_ptr<RemoteShardRun>> RemoteShardRun::resume(const core::ShardTask& task, const QByteArray& suspended,
+    const ComputeEnvironment& environment, const WorkerOptions& options, const QByteArray& startWeights)
+{
+    auto worker = Worker::spawn(task, environment, options);
+    if (!worker)
+        return worker.error();
+    return open(task, startWeights, suspended, std::move(*worker), options);
+}
+
+core::Result<std::unique_ptr<RemoteShardRun>> RemoteShardRun::open(const core::ShardTask& task, const QByteArray& startWeights,
+    const QByteArray& suspended, std::shared_ptr<Worker> worker, const WorkerOptions& options)
+{
+    auto& process = worker->process();
+    if (process.ended)
+        return core::Error { {}, process.endedWhy };
+    if (!writeInputs(QDir(process.scratch->path()), task, startWeights, suspended))
+        return core::Error { QStringLiteral("worker"),
+            QStringLiteral("cannot write the compute worker's task into %1").arg(process.scratch->path()) };
+    process.spentMs = 0;
+    process.budgetMs = options.timeLimitMs;
+    process.cancelled = options.cancelled;
+    std::unique_ptr<RemoteShardRun> run(new RemoteShardRun(task, std::move(worker)));
+    auto opened = run->ask(suspended.isEmpty() ? protocol::requests::Start : protocol::requests::Resume);
+    if (!opened)
+        return opened.error();
+    run->m_completed = opened->section(u' ', 1, 1).toLongLong();
+    // The worker holds the training state now; the round's weights stay on disk, where the worker
+    // reads them again when it reveals its update rather than hold them in memory while it trains
+    // (ShardRun::spillTo: disk is the cheaper place for 1 x the model).
+    const QDir folder(run->m_worker->process().scratch->path());
+    QFile::remove(folder.filePath(protocol::files::SuspendedIn));
+    return run;
+}
+
+core::Result<QString> RemoteShardRun::ask(const QString& command)
+{
+    auto& process = m_worker->process();
+    const QByteArray line = command.toUtf8() + '\n';
+    // A worker that died closes the pipe: the write fails with EPIPE, and its SIGPIPE, which would
+    // end this process, is held back and taken here instead.
+    sigset_t pipe;
+    sigset_t before;
+    sigemptyset(&pipe);
+    sigaddset(&pipe, SIGPIPE);
+    pthread_sigmask(SIG_BLOCK, &pipe, &before);
+    const bool written = !process.ended && ::write(process.input, line.constData(), size_t(line.size())) == line.size();
+    if (!written && errno == EPIPE) {
+        const timespec now { 0, 0 };
+        sigtimedwait(&pipe, nullptr, &now);
+    }
+    pthread_sigmask(SIG_SETMASK, &before, nullptr);
+    if (!written) {
+        process.end({});
+        return core::Error { {}, process.endedWhy };
+    }
+    auto answer = process.readLine();
+    if (!answer)
+        return answer.error();
+    if (const auto error = protocol::answers::errorOf(*answer))
+        return core::Error { {}, *error };
+    return *answer;
+}
+
+core::Status RemoteShardRun::step(std::int64_t steps)
+{
+    auto answer = ask(protocol::requests::step(steps));
+    if (!answer)
+        return answer.error();
+    const auto stepped = protocol::answers::steppedOf(*answer);
+    if (!stepped)
+        return core::Error { QStringLiteral("worker"), QStringLiteral("the compute worker answered %1").arg(*answer) };
+    m_completed = stepped->completed;
+    m_loss = stepped->loss;
+    return {};
+}
+
+core::Result<QByteArray> RemoteShardRun::suspend()
+{
+    if (auto answer = ask(protocol::requests::Suspend); !answer)
+        return answer.error();
+    const QString path = QDir(m_worker->process().scratch->path()).filePath(protocol::files::SuspendedOut);
+    auto state = core::readFile(path);
+    QFile::remove(path);
+    if (!state)
+        return core::Error { QStringLiteral("worker"), QStringLiteral("the compute worker left no training state") };
+    return *state;
+}
+
+ShardOutput RemoteShardRun::finish()
+{
+    if (auto answer = ask(protocol::requests::Finish); !answer)
+        return failed(m_task, answer.error().message);
+    const QDir folder(m_worker->process().scratch->path());
+    // The kept state (up to 3 x the model) moves beside the scratch folder rather than through
+    // this process's memory.
+    QDir root(folder);
+    root.cdUp();
+    auto output = collectOutput(
+        m_task, folder, root.filePath(QStringLiteral("kept-%1.state").arg(QUuid::createUuid().toString(QUuid::Id128))));
+    for (const QString& done : { protocol::files::Result, protocol::files::WeightsOut, protocol::files::KeptOut })
+        QFile::remove(folder.filePath(done));
+    return output;
+}
+
+} // namespace tessera::compute::sandbox
