@@ -303,6 +303,13 @@ Result<BlobStore::UploadState> BlobStore::putRange(const Digest& digest, std::in
 
     const Upload upload = *it;
     m_uploads.erase(it);
+    return completeUpload(digest, upload);
+}
+
+// The last range came: the bytes proven to be the blob (and, unless it only proves that the
+// uploader holds a stored blob, taken into the store).
+Result<BlobStore::UploadState> BlobStore::completeUpload(const Digest& digest, const Upload& upload)
+{
     if (upload.hasher->result() != digest) {
         if (!upload.proofOnly)
             QFile::remove(upload.tempPath);
@@ -324,8 +331,8 @@ Result<BlobStore::UploadState> BlobStore::putRange(const Digest& digest, std::in
         QFile::remove(upload.tempPath);
         return Error { QStringLiteral("blob"), QStringLiteral("cannot store %1").arg(fileOf(digest)) };
     }
-    m_entries.insert(digest, { totalSize, ++m_clock });
-    m_total += totalSize;
+    m_entries.insert(digest, { upload.total, ++m_clock });
+    m_total += upload.total;
     evict();
     return UploadState::Complete;
 }

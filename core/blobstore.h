@@ -103,6 +103,7 @@ private:
     static QString uploadKey(const QString& uploader, const Digest& digest);
     Status admitUpload(const QString& uploader, std::int64_t totalSize, std::int64_t now);
     void dropUpload(const QString& key);
+    Result<UploadState> completeUpload(const Digest& digest, const Upload& upload);
     QString m_directory;
     std::int64_t m_limit = 0;
     std::int64_t m_total = 0;

@@ -5,7 +5,7 @@ set -euo pipefail
 
 packages=(
     # toolchain
-    build-essential cmake ninja-build ccache pkg-config clang clang-format clang-tidy
+    build-essential cmake ninja-build ccache pkg-config clang clang-format clang-tidy universal-ctags
     # Qt 6 (Core, Gui, Widgets, Sql, Network, Test, Concurrent; Charts needs the OpenGL dev files)
     qt6-base-dev qt6-base-dev-tools libqt6sql6-sqlite qt6-charts-dev libqt6opengl6-dev qt6-svg-dev
     libgl-dev

@@ -31,6 +31,8 @@ void requestStop(int)
 }
 
 using tessera::app::cli::fail;
+using namespace tessera;
+namespace names = tessera::core::settings::names;
 
 // The operator's commands: they act on the broker's database, also while the broker runs.
 int operatorCommand(const QStringList& positional, const QString& dataDirectory, const QCommandLineParser& parser)
@@ -74,17 +76,9 @@ int operatorCommand(const QStringList& positional, const QString& dataDirectory,
     return 2;
 }
 
-} // namespace
-
-int main(int argc, char* argv[])
+// The command line: options, and the operator's commands.
+void describe(QCommandLineParser& parser)
 {
-    QCoreApplication app(argc, argv);
-    QCoreApplication::setApplicationName(QStringLiteral("tessera-broker"));
-    QCoreApplication::setApplicationVersion(QStringLiteral(TESSERA_VERSION));
-    using namespace tessera;
-    namespace names = core::settings::names;
-
-    QCommandLineParser parser;
     parser.setApplicationDescription(
         QStringLiteral("Tessera job broker: owns jobs, schedules shards on nodes, aggregates rounds."));
     parser.addHelpOption();
@@ -104,22 +98,12 @@ int main(int argc, char* argv[])
         QStringLiteral("nothing: run the broker; credit ACCOUNT AMOUNT: new credits for an account (the operator funds "
                        "job owners); balance ACCOUNT: an account's credits"),
         QStringLiteral("[credit ACCOUNT AMOUNT | balance ACCOUNT]"));
-    parser.process(app);
+}
 
-    core::settings::Settings settings(parser.isSet(QStringLiteral("config")) ? parser.value(QStringLiteral("config"))
-                                                                             : core::settings::Settings::defaultFilePath());
-    for (const auto& problem : settings.load())
-        QTextStream(stderr) << "tessera-broker: " << settings.filePath() << ": " << problem.toString() << Qt::endl;
-
-    QString dataDirectory = parser.value(QStringLiteral("data"));
-    if (dataDirectory.isEmpty())
-        dataDirectory = settings.stringValue(names::BrokerDataDirectory);
-    if (dataDirectory.isEmpty())
-        dataDirectory = QStandardPaths::writableLocation(QStandardPaths::GenericDataLocation) + QStringLiteral("/Tessera/broker");
-
-    if (!parser.positionalArguments().isEmpty())
-        return operatorCommand(parser.positionalArguments(), dataDirectory, parser);
-
+// The server's options from the settings and the command line; an error when the key file cannot be read or made.
+core::Result<net::BrokerServerOptions> serverOptionsFrom(
+    const core::settings::Settings& settings, const QCommandLineParser& parser)
+{
     net::BrokerServerOptions options;
     options.bind
         = parser.isSet(QStringLiteral("bind")) ? parser.value(QStringLiteral("bind")) : settings.stringValue(names::BrokerBind);
@@ -133,32 +117,30 @@ int main(int argc, char* argv[])
     if (!keyFile.isEmpty()) {
         auto keys = net::CurveKeys::loadOrCreate(keyFile);
         if (!keys)
-            return fail(keys.error().toString());
+            return keys.error();
         options.keys = *keys;
     }
 
-    compute::ComputeEnvironment environment;
-    environment.fashionMnistDirectory = settings.stringValue(names::DataFashionMnistDirectory);
-    environment.fortunesDirectory = settings.stringValue(names::DataFortunesDirectory);
-    environment.device = QStringLiteral("cpu"); // the broker aggregates and evaluates on the CPU
-    auto blobs = core::broker::Broker::openBlobs(dataDirectory);
-    if (!blobs)
-        return fail(blobs.error().toString());
-    compute::BrokerMath math(environment, **blobs);
-    if (settings.boolValue(names::BrokerSandbox)) {
-        compute::sandbox::WorkerOptions worker;
-        worker.scratchRoot = QDir(dataDirectory).filePath(QStringLiteral("scratch"));
-        worker.memoryMiB = settings.intValue(names::BrokerWorkerMemoryMiB); // a job's allowance, not the machine's
-        worker.nice = 0; // the broker's own work, on its critical path
-        worker.timeLimitMs = settings.intValue(names::BrokerMaxDeadlineSeconds) * 1000;
-        compute::sandbox::removeStaleScratch(worker.scratchRoot); // what a crashed run left
-        math.setSandbox(worker);
-        math.setJobCodeLimit(std::int64_t(settings.intValue(names::BrokerJobCodeSeconds)) * 1000);
-    }
-    // Aggregation, evaluation and replays run on a worker thread while the network loop answers
-    // heartbeats and reads (docs/ARCHITECTURE.md, "Threads").
-    core::broker::OffThreadMath offThread(math);
-    core::SystemClock clock;
+    return options;
+}
+
+// Broker/Sandbox: a job owner's code runs in confined tessera-compute workers.
+void confineJobCode(compute::BrokerMath& math, const core::settings::Settings& settings, const QString& dataDirectory)
+{
+    if (!settings.boolValue(names::BrokerSandbox))
+        return;
+    compute::sandbox::WorkerOptions worker;
+    worker.scratchRoot = QDir(dataDirectory).filePath(QStringLiteral("scratch"));
+    worker.memoryMiB = settings.intValue(names::BrokerWorkerMemoryMiB); // a job's allowance, not the machine's
+    worker.nice = 0; // the broker's own work, on its critical path
+    worker.timeLimitMs = settings.intValue(names::BrokerMaxDeadlineSeconds) * 1000;
+    compute::sandbox::removeStaleScratch(worker.scratchRoot); // what a crashed run left
+    math.setSandbox(worker);
+    math.setJobCodeLimit(std::int64_t(settings.intValue(names::BrokerJobCodeSeconds)) * 1000);
+}
+
+core::broker::Broker::Options brokerOptionsFrom(const core::settings::Settings& settings)
+{
     core::broker::Broker::Options brokerOptions;
     brokerOptions.faucet = settings.boolValue(names::BrokerFaucet);
     brokerOptions.pricePerUnit = core::Credits::fromMicro(settings.intValue(names::BrokerPricePerUnitMicro));
@@ -180,6 +162,56 @@ int main(int argc, char* argv[])
     brokerOptions.maxAssignmentsPerNode = int(settings.intValue(names::BrokerMaxShardsPerNode));
     brokerOptions.minDeadlineMs = settings.intValue(names::BrokerMinDeadlineSeconds) * 1000;
     brokerOptions.maxDeadlineMs = settings.intValue(names::BrokerMaxDeadlineSeconds) * 1000;
+    return brokerOptions;
+}
+
+} // namespace
+
+int main(int argc, char* argv[])
+{
+    QCoreApplication app(argc, argv);
+    QCoreApplication::setApplicationName(QStringLiteral("tessera-broker"));
+    QCoreApplication::setApplicationVersion(QStringLiteral(TESSERA_VERSION));
+    using namespace tessera;
+    namespace names = core::settings::names;
+
+    QCommandLineParser parser;
+    describe(parser);
+    parser.process(app);
+
+    core::settings::Settings settings(parser.isSet(QStringLiteral("config")) ? parser.value(QStringLiteral("config"))
+                                                                             : core::settings::Settings::defaultFilePath());
+    for (const auto& problem : settings.load())
+        QTextStream(stderr) << "tessera-broker: " << settings.filePath() << ": " << problem.toString() << Qt::endl;
+
+    QString dataDirectory = parser.value(QStringLiteral("data"));
+    if (dataDirectory.isEmpty())
+        dataDirectory = settings.stringValue(names::BrokerDataDirectory);
+    if (dataDirectory.isEmpty())
+        dataDirectory = QStandardPaths::writableLocation(QStandardPaths::GenericDataLocation) + QStringLiteral("/Tessera/broker");
+
+    if (!parser.positionalArguments().isEmpty())
+        return operatorCommand(parser.positionalArguments(), dataDirectory, parser);
+
+    auto serverOptions = serverOptionsFrom(settings, parser);
+    if (!serverOptions)
+        return fail(serverOptions.error().toString());
+    const auto& options = *serverOptions;
+
+    compute::ComputeEnvironment environment;
+    environment.fashionMnistDirectory = settings.stringValue(names::DataFashionMnistDirectory);
+    environment.fortunesDirectory = settings.stringValue(names::DataFortunesDirectory);
+    environment.device = QStringLiteral("cpu"); // the broker aggregates and evaluates on the CPU
+    auto blobs = core::broker::Broker::openBlobs(dataDirectory);
+    if (!blobs)
+        return fail(blobs.error().toString());
+    compute::BrokerMath math(environment, **blobs);
+    confineJobCode(math, settings, dataDirectory);
+    // Aggregation, evaluation and replays run on a worker thread while the network loop answers
+    // heartbeats and reads (docs/ARCHITECTURE.md, "Threads").
+    core::broker::OffThreadMath offThread(math);
+    core::SystemClock clock;
+    const auto brokerOptions = brokerOptionsFrom(settings);
     auto broker = core::broker::Broker::open(dataDirectory, **blobs, offThread, clock, brokerOptions);
     if (!broker)
         return fail(broker.error().toString());

@@ -547,88 +547,73 @@ core::Result<QByteArray> toolOutput(const Arguments& arguments)
     return compute::sampleText(spec->model, read(protocol::files::WeightsIn), options, environment);
 }
 
-} // namespace
-
-int main(int argc, char** argv)
+// One option of the command line into `arguments`; false: not an option tessera-compute knows.
+bool takeOption(const QByteArray& option, const QString& value, Arguments& arguments)
 {
-    // A worker ends with what supervises it: a node or broker that dies (kill -9, a crash) must not
-    // leave a job's code running for ever (its time limit is the supervisor's to enforce). The
-    // signal comes when the thread that started the worker ends, which outlives the worker in
-    // every supervisor here (compute/supervisor/sandbox/worker.h). A parent gone already: reparented.
-    if (::prctl(PR_SET_PDEATHSIG, SIGKILL) != 0 || ::getppid() == 1)
-        return 3;
-    if (!separateAnswersFromPrints()) {
-        std::fprintf(stderr, "tessera-compute: cannot separate its answers from what a job prints: %s\n", std::strerror(errno));
-        return 3;
-    }
-    Arguments arguments;
-    if (argc < 2)
-        return usage("no command");
-    arguments.command = QString::fromLocal8Bit(argv[1]);
-    for (int i = 2; i < argc; ++i) {
-        const QByteArray option = argv[i];
-        if (i + 1 >= argc)
-            return usage("an option without its value");
-        const QString value = QString::fromLocal8Bit(argv[++i]);
-        if (option == "--scratch")
-            arguments.scratch = value;
-        else if (option == "--memory-mib")
-            arguments.memoryMiB = value.toLongLong();
-        else if (option == "--read")
-            arguments.readable << value;
-        else if (option == "--blob" && value.contains(u'='))
-            arguments.blobs.insert(value.section(u'=', 0, 0), value.section(u'=', 1));
-        else if (option == "--fashion-mnist")
-            arguments.fashionMnist = value;
-        else if (option == "--fortunes")
-            arguments.fortunes = value;
-        else if (option == "--device")
-            arguments.device = value;
-        else if (option == "--nice")
-            arguments.nice = std::clamp(value.toInt(), 0, 19);
-        else if (option == "--portable-threads")
-            arguments.portableThreads = value.toInt();
-        else if (option == "--try-read")
-            arguments.tryRead = value;
-        else if (option == "--want" && core::DisputeQuestion::wantNamed(value))
-            arguments.question.want = *core::DisputeQuestion::wantNamed(value);
-        else if (option == "--checkpoint")
-            arguments.question.checkpoint = value.toLongLong();
-        else if (option == "--step")
-            arguments.question.step = value.toLongLong();
-        else if (option == "--instruction")
-            arguments.question.instruction = value.toLongLong();
-        else if (option == "--confine")
-            arguments.confine = value != u"0";
-        else if (option == "--threads")
-            arguments.threads = std::clamp(value.toInt(), 1, 1024);
-        else if (option == "--target-cv")
-            arguments.benchmark.targetCv = value.toDouble();
-        else if (option == "--min-repetitions")
-            arguments.benchmark.minRepetitions = std::max(1, value.toInt());
-        else if (option == "--repetitions")
-            arguments.benchmark.maxRepetitions = std::max(1, value.toInt());
-        else if (option == "--time-cap-ms")
-            arguments.benchmark.timeCapMs = value.toLongLong();
-        else if (option == "--only")
-            arguments.benchmark.only = value.split(u',', Qt::SkipEmptyParts);
-        else if (option == "--tokens")
-            arguments.sample.tokens = value.toLongLong();
-        else if (option == "--temperature")
-            arguments.sample.temperature = value.toDouble();
-        else if (option == "--seed")
-            arguments.sample.seed = value.toULongLong();
-        else if (option == "--from")
-            arguments.from = value.toLongLong();
-        else if (option == "--to")
-            arguments.to = value.toLongLong();
-        else if (option == "--expected")
-            arguments.expected = value;
-        else
-            return usage("an unknown option");
-    }
-    if (arguments.scratch.isEmpty() || !QDir(arguments.scratch).exists())
-        return usage("--scratch must name an existing folder");
+    if (option == "--scratch")
+        arguments.scratch = value;
+    else if (option == "--memory-mib")
+        arguments.memoryMiB = value.toLongLong();
+    else if (option == "--read")
+        arguments.readable << value;
+    else if (option == "--blob" && value.contains(u'='))
+        arguments.blobs.insert(value.section(u'=', 0, 0), value.section(u'=', 1));
+    else if (option == "--fashion-mnist")
+        arguments.fashionMnist = value;
+    else if (option == "--fortunes")
+        arguments.fortunes = value;
+    else if (option == "--device")
+        arguments.device = value;
+    else if (option == "--nice")
+        arguments.nice = std::clamp(value.toInt(), 0, 19);
+    else if (option == "--portable-threads")
+        arguments.portableThreads = value.toInt();
+    else if (option == "--try-read")
+        arguments.tryRead = value;
+    else if (option == "--want" && core::DisputeQuestion::wantNamed(value))
+        arguments.question.want = *core::DisputeQuestion::wantNamed(value);
+    else if (option == "--checkpoint")
+        arguments.question.checkpoint = value.toLongLong();
+    else if (option == "--step")
+        arguments.question.step = value.toLongLong();
+    else if (option == "--instruction")
+        arguments.question.instruction = value.toLongLong();
+    else if (option == "--confine")
+        arguments.confine = value != u"0";
+    else if (option == "--threads")
+        arguments.threads = std::clamp(value.toInt(), 1, 1024);
+    else if (option == "--target-cv")
+        arguments.benchmark.targetCv = value.toDouble();
+    else if (option == "--min-repetitions")
+        arguments.benchmark.minRepetitions = std::max(1, value.toInt());
+    else if (option == "--repetitions")
+        arguments.benchmark.maxRepetitions = std::max(1, value.toInt());
+    else if (option == "--time-cap-ms")
+        arguments.benchmark.timeCapMs = value.toLongLong();
+    else if (option == "--only")
+        arguments.benchmark.only = value.split(u',', Qt::SkipEmptyParts);
+    else if (option == "--tokens")
+        arguments.sample.tokens = value.toLongLong();
+    else if (option == "--temperature")
+        arguments.sample.temperature = value.toDouble();
+    else if (option == "--seed")
+        arguments.sample.seed = value.toULongLong();
+    else if (option == "--from")
+        arguments.from = value.toLongLong();
+    else if (option == "--to")
+        arguments.to = value.toLongLong();
+    else if (option == "--expected")
+        arguments.expected = value;
+    else
+        return false;
+    return true;
+}
+
+// Before any job code: the worker's priority, its place in line for the OOM killer, the memory it
+// keeps for saying it ran out, and its confinement, which it announces on its answer pipe. 0, or
+// the exit status when it cannot confine itself.
+int prepare(const Arguments& arguments)
+{
     // Its CPU priority (by default the lowest, as BOINC gives its science applications: the
     // computer's owner and the node's own threads come first), set before LibTorch's and OpenMP's
     // threads start so that they inherit it. It changes the timing, never the bits.
@@ -669,6 +654,37 @@ int main(int argc, char** argv)
             static_cast<long long>(confined->addressSpaceLimit));
     }
     std::fflush(answers);
+    return 0;
+}
+
+} // namespace
+
+int main(int argc, char** argv)
+{
+    // A worker ends with what supervises it: a node or broker that dies (kill -9, a crash) must not
+    // leave a job's code running for ever (its time limit is the supervisor's to enforce). The
+    // signal comes when the thread that started the worker ends, which outlives the worker in
+    // every supervisor here (compute/supervisor/sandbox/worker.h). A parent gone already: reparented.
+    if (::prctl(PR_SET_PDEATHSIG, SIGKILL) != 0 || ::getppid() == 1)
+        return 3;
+    if (!separateAnswersFromPrints()) {
+        std::fprintf(stderr, "tessera-compute: cannot separate its answers from what a job prints: %s\n", std::strerror(errno));
+        return 3;
+    }
+    Arguments arguments;
+    if (argc < 2)
+        return usage("no command");
+    arguments.command = QString::fromLocal8Bit(argv[1]);
+    for (int i = 2; i < argc; i += 2) {
+        if (i + 1 >= argc)
+            return usage("an option without its value");
+        if (!takeOption(argv[i], QString::fromLocal8Bit(argv[i + 1]), arguments))
+            return usage("an unknown option");
+    }
+    if (arguments.scratch.isEmpty() || !QDir(arguments.scratch).exists())
+        return usage("--scratch must name an existing folder");
+    if (const int status = prepare(arguments); status != 0)
+        return status;
 
     if (arguments.command == protocol::commands::Probe)
         return probe(arguments);

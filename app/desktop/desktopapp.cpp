@@ -110,6 +110,20 @@ QString DesktopApp::brokerAddress() const
 
 core::Status DesktopApp::start()
 {
+    if (auto opened = openNode(); !opened)
+        return opened;
+    if (auto started = startPracticeBroker(); !started)
+        return started;
+    connectDashboard();
+    connectSubmitPanel();
+    connectTray();
+    watchSettings();
+    showAtStart();
+    return {};
+}
+
+core::Status DesktopApp::openNode()
+{
     m_settings = std::make_unique<core::settings::Settings>(m_options.configPath);
     const auto problems = m_settings->load();
     m_dataDirectory = dataDirectory(*m_settings);
@@ -134,21 +148,31 @@ core::Status DesktopApp::start()
     m_results = std::move(*log);
     learnRuntime();
 
-    // No broker configured: one on this computer, so that a new user sees real work at once.
-    if (m_settings->listValue(names::NodeBrokers).isEmpty()) {
-        EmbeddedBroker::Options embedded;
-        embedded.dataDirectory = QDir(m_dataDirectory).filePath(QStringLiteral("local-broker"));
-        embedded.environment = environmentFrom(*m_settings);
-        m_embedded.setOnEnded([this](const QString& why) {
-            note(QStringLiteral("error"), QStringLiteral("broker"),
-                QStringLiteral("%1: the practice network is down until the app starts again").arg(why));
-        });
-        auto started = m_embedded.start(embedded);
-        if (!started)
-            return started.error();
-        note(QStringLiteral("info"), QStringLiteral("broker"), QStringLiteral("local broker listening on %1").arg(*started));
-    }
-    // The dashboard's requests.
+    return {};
+}
+
+// No broker configured: one on this computer, so that a new user sees real work at once.
+core::Status DesktopApp::startPracticeBroker()
+{
+    if (!m_settings->listValue(names::NodeBrokers).isEmpty())
+        return {};
+    EmbeddedBroker::Options embedded;
+    embedded.dataDirectory = QDir(m_dataDirectory).filePath(QStringLiteral("local-broker"));
+    embedded.environment = environmentFrom(*m_settings);
+    m_embedded.setOnEnded([this](const QString& why) {
+        note(QStringLiteral("error"), QStringLiteral("broker"),
+            QStringLiteral("%1: the practice network is down until the app starts again").arg(why));
+    });
+    auto started = m_embedded.start(embedded);
+    if (!started)
+        return started.error();
+    note(QStringLiteral("info"), QStringLiteral("broker"), QStringLiteral("local broker listening on %1").arg(*started));
+    return {};
+}
+
+// The dashboard's requests.
+void DesktopApp::connectDashboard()
+{
     auto& dashboard = *m_dashboard;
     connect(&dashboard, &ui::Dashboard::startContributing, this, &DesktopApp::startContributing);
     connect(&dashboard, &ui::Dashboard::joinNetwork, this, &DesktopApp::joinNetwork);
@@ -187,14 +211,22 @@ core::Status DesktopApp::start()
         (void)m_settings->set(names::ComputeDisabledDevices, disabled);
         (void)m_settings->save();
     });
+}
+
+void DesktopApp::connectSubmitPanel()
+{
+    auto& dashboard = *m_dashboard;
     auto& panel = dashboard.submitPanel();
     panel.setEstimator([this](const core::JobSpec& spec) {
         aimLink();
-        return m_link.request(net::Command::Quote, { { QStringLiteral("job"), spec.toJson() } })
+        return m_link.request(net::QuoteRequest::command, net::QuoteRequest { spec }.toHeader())
             .then([](const core::Result<QJsonObject>& reply) -> core::Result<core::Quote> {
                 if (!reply) // "broker": no answer in time (the panel asks again); else the broker's refusal code
                     return reply.error();
-                return core::Quote::fromJson(reply->value(QStringLiteral("quote")).toObject());
+                auto quote = net::QuoteReply::fromHeader(*reply);
+                if (!quote)
+                    return quote.error();
+                return quote->quote;
             });
     });
     connect(&panel, &ui::SubmitPanel::submitRequested, this, [this](const core::JobSpec& spec) { submit(spec); });
@@ -208,8 +240,11 @@ core::Status DesktopApp::start()
         if (m_submitCancel)
             m_submitCancel->store(true);
     });
+}
 
-    // The tray's requests.
+// The tray's requests.
+void DesktopApp::connectTray()
+{
     connect(m_tray.get(), &ui::Tray::openDashboard, this, [this] {
         m_dashboard->show();
         m_dashboard->raise();
@@ -231,8 +266,11 @@ core::Status DesktopApp::start()
         updateState();
     });
     connect(m_tray.get(), &ui::Tray::quit, this, &DesktopApp::quitRequested);
+}
 
-    // Settings edited in the file while the app runs are picked up.
+// Settings edited in the file while the app runs are picked up.
+void DesktopApp::watchSettings()
+{
     m_watcher.addPath(m_settings->filePath());
     connect(&m_watcher, &QFileSystemWatcher::fileChanged, this, [this](const QString& path) {
         QTimer::singleShot(200, this, [this, path] {
@@ -243,7 +281,11 @@ core::Status DesktopApp::start()
             applySettings();
         });
     });
+}
 
+// The tray, the window a new user sees, contributing where it was left, and the refresh tick.
+void DesktopApp::showAtStart()
+{
     QList<std::pair<QString, QString>> devices;
     for (const auto& device : m_identity->info.devices) {
         if (device.usable)
@@ -262,7 +304,6 @@ core::Status DesktopApp::start()
     connect(&m_tick, &QTimer::timeout, this, &DesktopApp::refresh);
     m_tick.start(1000);
     refresh();
-    return {};
 }
 
 void DesktopApp::applySettings()
@@ -758,7 +799,7 @@ void DesktopApp::askBroker(const QList<net::BrokerAddress>& list)
     aimLink();
     m_brokerAnswered = false;
     const QString endpoint = list.first().endpoint;
-    m_link.request(net::Command::Balance, { { QStringLiteral("account"), m_identity->info.nodeId } })
+    m_link.request(net::BalanceRequest::command, net::BalanceRequest { m_identity->info.nodeId }.toHeader())
         .then(this, [this, endpoint](const core::Result<QJsonObject>& account) { accountAnswered(account, endpoint); });
     m_link.request(net::Command::List, {}).then(this, [this](const core::Result<QJsonObject>& reply) { jobsAnswered(reply); });
 }
@@ -827,16 +868,15 @@ ui::Overview DesktopApp::overviewOf(const QList<net::BrokerAddress>& list, const
     overview.brokers = names.join(QStringLiteral(", "));
     const bool practiceOnly = m_embedded.running() && !list.isEmpty()
         && std::all_of(list.begin(), list.end(), [this](const auto& broker) { return broker.endpoint == m_embedded.address(); });
-    if (!m_account.isEmpty()) {
-        overview.balance = tr("%1 credits in the wallet").arg(m_account.value(QStringLiteral("balance")).toString());
+    if (m_account) {
+        overview.balance = tr("%1 credits in the wallet").arg(m_account->balance.toString());
         if (practiceOnly)
             overview.balance += tr(" (practice credits: the local broker's faucet gave this computer its stake and "
                                    "the practice jobs' budgets, and they count on this computer only)");
-        overview.stake = tr("%1 credits bonded").arg(m_account.value(QStringLiteral("stake")).toString());
-        overview.atRisk = m_progress.has_value()
-            ? tr("%1 credits (half of the stake, if this shard's result were proven false)")
-                  .arg(m_account.value(QStringLiteral("stake")).toString().toDouble() / 2.0, 0, 'f', 2)
-            : tr("none while no shard is training");
+        overview.stake = tr("%1 credits bonded").arg(m_account->stake.toString());
+        overview.atRisk = m_progress.has_value() ? tr("%1 credits (half of the stake, if this shard's result were proven false)")
+                                                       .arg(double(m_account->stake.micro()) / 1e6 / 2.0, 0, 'f', 2)
+                                                 : tr("none while no shard is training");
     }
     overview.state = core::Contribution::name(m_contribution.state());
     overview.reason = m_contribution.reason();
@@ -932,7 +972,7 @@ void DesktopApp::accountAnswered(const core::Result<QJsonObject>& account, const
     }
     m_brokerReachable = reachable;
     if (account)
-        m_account = *account;
+        m_account = core::broker::AccountRecord::fromJson(*account);
 }
 
 void DesktopApp::jobsAnswered(const core::Result<QJsonObject>& reply)

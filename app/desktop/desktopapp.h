@@ -8,6 +8,7 @@
 
 #include <compute/devices/sensors.h>
 #include <compute/supervisor/computethread.h>
+#include <core/broker/records.h>
 #include <core/contribution.h>
 #include <core/resultlog.h>
 #include <core/settings/settings.h>
@@ -80,6 +81,16 @@ Q_SIGNALS:
     void quitRequested();
 
 private:
+    // The parts of start(), in order: settings, identity and result log; the practice broker when
+    // no broker is configured; the dashboard's, submit panel's and tray's requests; the settings
+    // file watched; the first window and the refresh tick.
+    core::Status openNode();
+    core::Status startPracticeBroker();
+    void connectDashboard();
+    void connectSubmitPanel();
+    void connectTray();
+    void watchSettings();
+    void showAtStart();
     void applySettings();
     void ensureContributor();
     void restartSessions();
@@ -150,7 +161,7 @@ private:
     bool m_firstStartChecked = false;
     QSet<QString> m_pausedDevices;
     QStringList m_sessionBrokers; // the brokers the running sessions serve
-    QJsonObject m_account; // the node's balance and stake at the first broker, last asked
+    std::optional<core::broker::AccountRecord> m_account; // the node's balance and stake at the first broker, last asked
     Earned m_earned; // from the result log, last read
     bool m_resultsUnreadable = false; // said once
     BrokerLink m_link;

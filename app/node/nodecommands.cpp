@@ -297,28 +297,30 @@ void onSignal(int)
         abandonRequested.store(true);
 }
 
-int runNode(const QStringList& args, const core::settings::Settings& settings, compute::ComputeEnvironment environment)
+// The brokers a node serves: --broker, else Node/Brokers.
+core::Result<QList<net::BrokerAddress>> brokersFrom(const QStringList& given, const core::settings::Settings& settings)
 {
     namespace names = core::settings::names;
-    QCommandLineParser parser;
-    parser.addOption({ QStringLiteral("broker"), QStringLiteral("broker address"), QStringLiteral("ADDRESS") });
-    if (!parser.parse(args))
-        return fail(parser.errorText());
-    QStringList addresses = parser.values(QStringLiteral("broker"));
+    QStringList addresses = given;
     if (addresses.isEmpty())
         addresses = settings.listValue(names::NodeBrokers);
     if (addresses.isEmpty())
-        return fail(QStringLiteral("no broker: give --broker tcp://host:port or set Node/Brokers"));
+        return core::Error { {}, QStringLiteral("no broker: give --broker tcp://host:port or set Node/Brokers") };
     QList<net::BrokerAddress> brokers;
     for (const auto& address : addresses) {
         auto parsed = net::BrokerAddress::parse(address);
         if (!parsed)
-            return fail(parsed.error().toString());
+            return core::Error { {}, parsed.error().toString() };
         brokers.append(*parsed);
     }
+    return brokers;
+}
 
-    const QString directory = dataDirectory(settings);
-    // Before the node registers, so that brokers schedule it by what it measured, not by a default.
+// Compute/BenchmarkOnFirstStart: before the node registers, so that brokers schedule it by what it
+// measured, not by a default.
+void benchmarkIfFirstStart(const core::settings::Settings& settings, const QString& directory)
+{
+    namespace names = core::settings::names;
     auto measured = settings.boolValue(names::ComputeBenchmarkOnFirstStart)
         ? benchmarkOnFirstStart(directory, computeThreads(settings), toolOptionsFrom(settings))
         : core::Result<std::optional<double>>(std::optional<double> {});
@@ -327,6 +329,56 @@ int runNode(const QStringList& args, const core::settings::Settings& settings, c
     else if (*measured)
         out() << "tessera-node: first start: measured this CPU at " << qRound64(**measured)
               << " samples/s of the zoo mlp (tessera-node benchmark measures more)" << Qt::endl;
+}
+
+// Compute/MaxTemperatureC: the CPU held under a temperature by the compute thread's duty cycle
+// (docs/APP.md, "Heat and energy"; a headless node reads the CPU's sensors only), on a thread of
+// its own until the node stops; none without a limit.
+std::thread governHeat(ComputeExecutor& executor, const core::settings::Settings& settings)
+{
+    namespace names = core::settings::names;
+    const auto limit = settings.intValue(names::ComputeMaxTemperatureC);
+    if (limit <= 0)
+        return {};
+    const int cpuPercent = int(settings.intValue(names::ComputeCpuPercent));
+    return std::thread([&executor, limit, cpuPercent] {
+        compute::Sensors sensors;
+        core::ThermalGovernor governor { static_cast<double>(limit) };
+        QElapsedTimer clock;
+        clock.start();
+        int applied = cpuPercent;
+        std::int64_t last = 0;
+        while (!stopRequested.load()) {
+            const std::int64_t now = clock.elapsed();
+            const auto reading = sensors.read(now);
+            const int percent = std::min(cpuPercent, governor.update(reading.cpuTemperatureC, double(now - last) / 1000.0));
+            last = now;
+            if (percent != applied) {
+                executor.thread().setCpuPercent(percent);
+                applied = percent;
+            }
+            for (int slept = 0; slept < 10 && !stopRequested.load(); ++slept)
+                std::this_thread::sleep_for(std::chrono::milliseconds(100));
+        }
+    });
+}
+
+int runNode(const QStringList& args, const core::settings::Settings& settings, compute::ComputeEnvironment environment)
+{
+    namespace names = core::settings::names;
+    QCommandLineParser parser;
+    parser.addOption({ QStringLiteral("broker"), QStringLiteral("broker address"), QStringLiteral("ADDRESS") });
+    if (!parser.parse(args))
+        return fail(parser.errorText());
+    auto found = brokersFrom(parser.values(QStringLiteral("broker")), settings);
+    if (!found)
+        return fail(found.error().message);
+    const auto& brokers = *found;
+    QStringList addresses;
+    for (const auto& broker : brokers)
+        addresses << broker.endpoint;
+    const QString directory = dataDirectory(settings);
+    benchmarkIfFirstStart(settings, directory);
     auto runtime = runtimeOf(settings);
     if (!runtime)
         return fail(
@@ -375,32 +427,7 @@ int runNode(const QStringList& args, const core::settings::Settings& settings, c
     }
     for (auto& client : clients)
         threads.emplace_back([&client] { client->run(stopRequested, abandonRequested); });
-    // Compute/MaxTemperatureC: the CPU held under a temperature by the compute thread's duty cycle
-    // (docs/APP.md, "Heat and energy"; a headless node reads the CPU's sensors only).
-    std::thread heat;
-    if (const auto limit = settings.intValue(names::ComputeMaxTemperatureC); limit > 0) {
-        const int cpuPercent = int(settings.intValue(names::ComputeCpuPercent));
-        heat = std::thread([&executor, limit, cpuPercent] {
-            compute::Sensors sensors;
-            core::ThermalGovernor governor { static_cast<double>(limit) };
-            QElapsedTimer clock;
-            clock.start();
-            int applied = cpuPercent;
-            std::int64_t last = 0;
-            while (!stopRequested.load()) {
-                const std::int64_t now = clock.elapsed();
-                const auto reading = sensors.read(now);
-                const int percent = std::min(cpuPercent, governor.update(reading.cpuTemperatureC, double(now - last) / 1000.0));
-                last = now;
-                if (percent != applied) {
-                    executor.thread().setCpuPercent(percent);
-                    applied = percent;
-                }
-                for (int slept = 0; slept < 10 && !stopRequested.load(); ++slept)
-                    std::this_thread::sleep_for(std::chrono::milliseconds(100));
-            }
-        });
-    }
+    std::thread heat = governHeat(executor, settings);
     for (auto& thread : threads)
         thread.join();
     stopRequested = true;
@@ -451,6 +478,19 @@ int sample(const QStringList& args, const compute::ComputeEnvironment& environme
     return 0;
 }
 
+// A job file, its files' paths taken from the file's own folder; the error says which file and why.
+core::Result<core::JobSpec> readJobFile(const QString& jobPath)
+{
+    const auto text = readFile(jobPath);
+    if (!text)
+        return core::Error { {}, QStringLiteral("cannot read %1").arg(jobPath) };
+    auto spec = core::JobSpec::fromJsonText(*text);
+    if (!spec)
+        return core::Error { {}, QStringLiteral("%1: %2").arg(jobPath, spec.error().toString()) };
+    resolvePaths(*spec, QFileInfo(jobPath).absoluteDir());
+    return spec;
+}
+
 int program(const QStringList& args, const compute::ComputeEnvironment& environment)
 {
     QCommandLineParser parser;
@@ -461,13 +501,9 @@ int program(const QStringList& args, const compute::ComputeEnvironment& environm
         || (parser.value(QStringLiteral("step")).toLongLong(&numeric), !numeric))
         return fail(QStringLiteral("usage: tessera-node program JOB.json [--step N]"));
     const QString jobPath = parser.positionalArguments().first();
-    const auto text = readFile(jobPath);
-    if (!text)
-        return fail(QStringLiteral("cannot read %1").arg(jobPath));
-    auto spec = core::JobSpec::fromJsonText(*text);
+    auto spec = readJobFile(jobPath);
     if (!spec)
-        return fail(QStringLiteral("%1: %2").arg(jobPath, spec.error().toString()));
-    resolvePaths(*spec, QFileInfo(jobPath).absoluteDir());
+        return fail(spec.error().message);
     if (spec->training.determinism != core::TrainingSpec::Determinism::Portable)
         return fail(QStringLiteral("%1: only a portable job (training.determinism portable) trains by a program").arg(jobPath));
     const auto task = core::decomposeShard(QStringLiteral("job"), *spec, 0, 0, {});
@@ -478,43 +514,21 @@ int program(const QStringList& args, const compute::ComputeEnvironment& environm
     return 0;
 }
 
-int trainLocal(const QStringList& args, const compute::ComputeEnvironment& environment)
+// What train-local prints as it goes: a step counter on a terminal, and a line per round.
+compute::LocalJobObserver trainLocalObserver(const core::JobSpec& spec, bool tty)
 {
-    QCommandLineParser parser;
-    parser.addPositionalArgument(QStringLiteral("job"), QStringLiteral("job file"));
-    parser.addOption(
-        { QStringLiteral("out"), QStringLiteral("output folder"), QStringLiteral("DIR"), QStringLiteral("tessera-out") });
-    if (!parser.parse(args) || parser.positionalArguments().size() != 1)
-        return fail(QStringLiteral("usage: tessera-node train-local JOB.json [--out DIR]"));
-    const QString jobPath = parser.positionalArguments().first();
-    const auto text = readFile(jobPath);
-    if (!text)
-        return fail(QStringLiteral("cannot read %1").arg(jobPath));
-    auto spec = core::JobSpec::fromJsonText(*text);
-    if (!spec)
-        return fail(QStringLiteral("%1: %2").arg(jobPath, spec.error().toString()));
-    resolvePaths(*spec, QFileInfo(jobPath).absoluteDir());
-
-    const QString outDir = parser.value(QStringLiteral("out"));
-    if (!QDir().mkpath(outDir))
-        return fail(QStringLiteral("cannot create %1").arg(outDir));
-
-    const bool tty = isatty(fileno(stderr));
-    const auto& training = spec->training;
-    out() << "Training \"" << spec->name << "\" on this machine: " << training.rounds << " rounds x " << training.shardsPerRound
-          << " shards x " << training.localSteps << " steps of " << training.batchSize << " samples, " << training.threads
-          << " thread(s)" << Qt::endl;
-
+    const auto& training = spec.training;
+    const bool languageModel = spec.model.context > 0;
     compute::LocalJobObserver observer;
-    observer.stepFinished = [&](const core::ShardTask& task, std::int64_t step) {
+    observer.stepFinished = [tty, training](const core::ShardTask& task, std::int64_t step) {
         if (tty && (step % 10 == 0 || step == task.localSteps))
             err() << "\r  round " << task.round + 1 << "/" << training.rounds << "  shard " << task.shard + 1 << "/"
                   << training.shardsPerRound << "  step " << step << "/" << task.localSteps << "   " << Qt::flush;
     };
-    observer.roundFinished = [&](const compute::RoundReport& report) {
+    observer.roundFinished = [tty, training, languageModel](const compute::RoundReport& report) {
         if (tty)
             err() << "\r" << QString(60, u' ') << "\r" << Qt::flush;
-        if (spec->model.context > 0) { // a language model: per token
+        if (languageModel) { // per token
             out() << QStringLiteral("round %1/%2  test loss %3  perplexity %4  token accuracy %5%  train loss %6  (%7 s)")
                          .arg(report.round + 1)
                          .arg(training.rounds)
@@ -535,7 +549,55 @@ int trainLocal(const QStringList& args, const compute::ComputeEnvironment& envir
                      .arg(double(report.wallTimeMs) / 1000.0, 0, 'f', 1)
               << Qt::endl;
     };
-    auto output = compute::runJobLocally(*spec, environment, observer);
+    return observer;
+}
+
+// train-local's report.json: the job, each round's figures and the final weights' hashes.
+QJsonObject trainLocalReport(const core::JobSpec& spec, const compute::LocalJobOutput& output)
+{
+    QJsonArray rounds;
+    for (const auto& report : output.rounds) {
+        rounds.append(QJsonObject {
+            { QStringLiteral("round"), static_cast<qint64>(report.round) },
+            { QStringLiteral("testAccuracy"), report.evaluation.accuracy },
+            { QStringLiteral("testLoss"), report.evaluation.loss },
+            { QStringLiteral("trainLoss"), report.meanTrainLoss },
+            { QStringLiteral("wallTimeMs"), static_cast<qint64>(report.wallTimeMs) },
+            { QStringLiteral("weightsHash"), report.weightsHash.toHex() },
+        });
+    }
+    return QJsonObject {
+        { QStringLiteral("job"), spec.toJson() },
+        { QStringLiteral("rounds"), rounds },
+        { QStringLiteral("finalWeightsHash"), output.finalWeights.canonicalHash.toHex() },
+        { QStringLiteral("finalWeightsSha256"), core::Digest::ofBytes(output.finalWeights.bytes).toHex() },
+    };
+}
+
+int trainLocal(const QStringList& args, const compute::ComputeEnvironment& environment)
+{
+    QCommandLineParser parser;
+    parser.addPositionalArgument(QStringLiteral("job"), QStringLiteral("job file"));
+    parser.addOption(
+        { QStringLiteral("out"), QStringLiteral("output folder"), QStringLiteral("DIR"), QStringLiteral("tessera-out") });
+    if (!parser.parse(args) || parser.positionalArguments().size() != 1)
+        return fail(QStringLiteral("usage: tessera-node train-local JOB.json [--out DIR]"));
+    const QString jobPath = parser.positionalArguments().first();
+    auto spec = readJobFile(jobPath);
+    if (!spec)
+        return fail(spec.error().message);
+
+    const QString outDir = parser.value(QStringLiteral("out"));
+    if (!QDir().mkpath(outDir))
+        return fail(QStringLiteral("cannot create %1").arg(outDir));
+
+    const bool tty = isatty(fileno(stderr));
+    const auto& training = spec->training;
+    out() << "Training \"" << spec->name << "\" on this machine: " << training.rounds << " rounds x " << training.shardsPerRound
+          << " shards x " << training.localSteps << " steps of " << training.batchSize << " samples, " << training.threads
+          << " thread(s)" << Qt::endl;
+
+    auto output = compute::runJobLocally(*spec, environment, trainLocalObserver(*spec, tty));
     if (!output)
         return fail(output.error().toString());
 
@@ -548,23 +610,7 @@ int trainLocal(const QStringList& args, const compute::ComputeEnvironment& envir
         if (auto status = compute::exportTorchScript(spec->model, output->finalWeights.bytes, scriptPath); !status)
             return fail(status.error().toString());
     }
-    QJsonArray rounds;
-    for (const auto& report : output->rounds) {
-        rounds.append(QJsonObject {
-            { QStringLiteral("round"), static_cast<qint64>(report.round) },
-            { QStringLiteral("testAccuracy"), report.evaluation.accuracy },
-            { QStringLiteral("testLoss"), report.evaluation.loss },
-            { QStringLiteral("trainLoss"), report.meanTrainLoss },
-            { QStringLiteral("wallTimeMs"), static_cast<qint64>(report.wallTimeMs) },
-            { QStringLiteral("weightsHash"), report.weightsHash.toHex() },
-        });
-    }
-    const QJsonObject report {
-        { QStringLiteral("job"), spec->toJson() },
-        { QStringLiteral("rounds"), rounds },
-        { QStringLiteral("finalWeightsHash"), output->finalWeights.canonicalHash.toHex() },
-        { QStringLiteral("finalWeightsSha256"), core::Digest::ofBytes(output->finalWeights.bytes).toHex() },
-    };
+    const QJsonObject report = trainLocalReport(*spec, *output);
     writeFile(QDir(outDir).filePath(QStringLiteral("report.json")), QJsonDocument(report).toJson());
     out() << "final weights " << output->finalWeights.canonicalHash.toHex() << Qt::endl;
     out() << "wrote " << weightsPath;

@@ -56,97 +56,134 @@ private:
     void* m_handle;
 };
 
+// The CUDA driver API's calls the probe makes (libcuda.so.1), each null where the library lacks it.
+struct CudaDriver {
+    explicit CudaDriver(const Library& cuda)
+        : init(cuda.symbol<int (*)(unsigned)>("cuInit"))
+        , driverVersion(cuda.symbol<int (*)(int*)>("cuDriverGetVersion"))
+        , count(cuda.symbol<int (*)(int*)>("cuDeviceGetCount"))
+        , get(cuda.symbol<int (*)(int*, int)>("cuDeviceGet"))
+        , name(cuda.symbol<int (*)(char*, int, int)>("cuDeviceGetName"))
+        , totalMem(cuda.symbol<int (*)(std::size_t*, int)>("cuDeviceTotalMem_v2"))
+        , attribute(cuda.symbol<int (*)(int*, int, int)>("cuDeviceGetAttribute"))
+        , busId(cuda.symbol<int (*)(char*, int, int)>("cuDeviceGetPCIBusId"))
+    { }
+    bool usable() const { return init && count && get && name; }
+    int (*init)(unsigned);
+    int (*driverVersion)(int*);
+    int (*count)(int*);
+    int (*get)(int*, int);
+    int (*name)(char*, int, int);
+    int (*totalMem)(std::size_t*, int);
+    int (*attribute)(int*, int, int);
+    int (*busId)(char*, int, int);
+};
+
+// NVML (libnvidia-ml.so.1) adds what the driver API does not say: the driver's version string,
+// temperature, power. Initialised for the object's life where the library is there.
+class Nvml {
+public:
+    explicit Nvml(const Library& nvml)
+        : m_shutdown(nvml.symbol<int (*)()>("nvmlShutdown"))
+        , m_driver(nvml.symbol<int (*)(char*, unsigned)>("nvmlSystemGetDriverVersion"))
+        , m_byBus(nvml.symbol<int (*)(const char*, void**)>("nvmlDeviceGetHandleByPciBusId_v2"))
+        , m_temperature(nvml.symbol<int (*)(void*, int, unsigned*)>("nvmlDeviceGetTemperature"))
+        , m_power(nvml.symbol<int (*)(void*, unsigned*)>("nvmlDeviceGetPowerUsage"))
+    {
+        const auto init = nvml.symbol<int (*)()>("nvmlInit_v2");
+        m_up = init && init() == 0;
+    }
+    ~Nvml()
+    {
+        if (m_up && m_shutdown)
+            m_shutdown();
+    }
+    Nvml(const Nvml&) = delete;
+    Nvml& operator=(const Nvml&) = delete;
+
+    // "550.54 (CUDA 12.4)", or the CUDA version alone.
+    QString driver(const QString& cuda) const
+    {
+        char text[96] = {};
+        if (m_up && m_driver && m_driver(text, sizeof text - 1) == 0)
+            return QString::fromUtf8(text) + QStringLiteral(" (") + cuda + u')';
+        return cuda;
+    }
+    // The temperature and power of the device on PCI bus `bus`, where NVML says them.
+    void addSensors(const char* bus, QJsonObject& info) const
+    {
+        void* handle = nullptr;
+        if (!m_up || !m_byBus || m_byBus(bus, &handle) != 0)
+            return;
+        unsigned temperature = 0, milliwatts = 0;
+        if (m_temperature && m_temperature(handle, 0, &temperature) == 0)
+            info.insert(QStringLiteral("temperatureCelsius"), int(temperature));
+        if (m_power && m_power(handle, &milliwatts) == 0)
+            info.insert(QStringLiteral("powerWatts"), int(milliwatts / 1000));
+    }
+
+private:
+    bool m_up = false;
+    int (*m_shutdown)();
+    int (*m_driver)(char*, unsigned);
+    int (*m_byBus)(const char*, void**);
+    int (*m_temperature)(void*, int, unsigned*);
+    int (*m_power)(void*, unsigned*);
+};
+
+// One CUDA device as the probe reports it (`device`: the driver's handle).
+QJsonObject cudaDevice(const CudaDriver& cuda, const Nvml& nvml, int ordinal, int device, const QString& driver)
+{
+    char text[256] = {};
+    cuda.name(text, sizeof text - 1, device);
+    QJsonObject info {
+        { QStringLiteral("kind"), QStringLiteral("cuda") },
+        { QStringLiteral("index"), ordinal },
+        { QStringLiteral("name"), QString::fromUtf8(text).trimmed() },
+        { QStringLiteral("vendor"), QStringLiteral("NVIDIA") },
+        { QStringLiteral("driverVersion"), driver },
+    };
+    std::size_t memory = 0;
+    if (cuda.totalMem && cuda.totalMem(&memory, device) == 0)
+        info.insert(QStringLiteral("memoryBytes"), static_cast<qint64>(memory));
+    int major = 0, minor = 0, multiprocessors = 0;
+    constexpr int ComputeCapabilityMajor = 75, ComputeCapabilityMinor = 76, MultiprocessorCount = 16;
+    if (cuda.attribute && cuda.attribute(&major, ComputeCapabilityMajor, device) == 0
+        && cuda.attribute(&minor, ComputeCapabilityMinor, device) == 0)
+        info.insert(QStringLiteral("computeCapability"), QStringLiteral("%1.%2").arg(major).arg(minor));
+    if (cuda.attribute && cuda.attribute(&multiprocessors, MultiprocessorCount, device) == 0)
+        info.insert(QStringLiteral("cores"), multiprocessors);
+    char bus[64] = {};
+    if (cuda.busId && cuda.busId(bus, sizeof bus - 1, device) == 0) {
+        info.insert(QStringLiteral("pciBusId"), QString::fromLatin1(bus));
+        nvml.addSensors(bus, info);
+    }
+    return info;
+}
+
 QJsonArray probeCuda()
 {
     QJsonArray devices;
-    Library cuda("libcuda.so.1");
-    if (!cuda.loaded())
+    Library library("libcuda.so.1");
+    if (!library.loaded())
         return devices;
-    using Init = int (*)(unsigned);
-    using GetInt = int (*)(int*);
-    using DeviceGet = int (*)(int*, int);
-    using GetName = int (*)(char*, int, int);
-    using TotalMem = int (*)(std::size_t*, int);
-    using Attribute = int (*)(int*, int, int);
-    auto init = cuda.symbol<Init>("cuInit");
-    auto driverVersion = cuda.symbol<GetInt>("cuDriverGetVersion");
-    auto count = cuda.symbol<GetInt>("cuDeviceGetCount");
-    auto get = cuda.symbol<DeviceGet>("cuDeviceGet");
-    auto name = cuda.symbol<GetName>("cuDeviceGetName");
-    auto totalMem = cuda.symbol<TotalMem>("cuDeviceTotalMem_v2");
-    auto attribute = cuda.symbol<Attribute>("cuDeviceGetAttribute");
-    auto busId = cuda.symbol<GetName>("cuDeviceGetPCIBusId");
-    if (!init || !count || !get || !name)
-        return devices;
-    if (init(0) != 0)
+    const CudaDriver cuda(library);
+    if (!cuda.usable() || cuda.init(0) != 0)
         return devices;
     int version = 0;
-    if (driverVersion)
-        driverVersion(&version);
+    if (cuda.driverVersion)
+        cuda.driverVersion(&version);
     int deviceCount = 0;
-    if (count(&deviceCount) != 0)
+    if (cuda.count(&deviceCount) != 0)
         return devices;
-
-    // NVML adds what the driver API does not say: the driver's version string, temperature, power.
-    Library nvml("libnvidia-ml.so.1");
-    using NvmlInit = int (*)();
-    using NvmlDriver = int (*)(char*, unsigned);
-    using NvmlByBus = int (*)(const char*, void**);
-    using NvmlTemperature = int (*)(void*, int, unsigned*);
-    using NvmlPower = int (*)(void*, unsigned*);
-    auto nvmlInit = nvml.symbol<NvmlInit>("nvmlInit_v2");
-    auto nvmlShutdown = nvml.symbol<NvmlInit>("nvmlShutdown");
-    auto nvmlDriver = nvml.symbol<NvmlDriver>("nvmlSystemGetDriverVersion");
-    auto nvmlByBus = nvml.symbol<NvmlByBus>("nvmlDeviceGetHandleByPciBusId_v2");
-    auto nvmlTemperature = nvml.symbol<NvmlTemperature>("nvmlDeviceGetTemperature");
-    auto nvmlPower = nvml.symbol<NvmlPower>("nvmlDeviceGetPowerUsage");
-    const bool haveNvml = nvmlInit && nvmlInit() == 0;
-    QString driver = QStringLiteral("CUDA %1.%2").arg(version / 1000).arg((version % 1000) / 10);
-    if (haveNvml && nvmlDriver) {
-        char text[96] = {};
-        if (nvmlDriver(text, sizeof text - 1) == 0)
-            driver = QString::fromUtf8(text) + QStringLiteral(" (") + driver + u')';
-    }
-
+    Library nvmlLibrary("libnvidia-ml.so.1");
+    const Nvml nvml(nvmlLibrary);
+    const QString driver = nvml.driver(QStringLiteral("CUDA %1.%2").arg(version / 1000).arg((version % 1000) / 10));
     for (int ordinal = 0; ordinal < deviceCount && ordinal < 64; ++ordinal) {
         int device = 0;
-        if (get(&device, ordinal) != 0)
-            continue;
-        char text[256] = {};
-        name(text, sizeof text - 1, device);
-        QJsonObject info {
-            { QStringLiteral("kind"), QStringLiteral("cuda") },
-            { QStringLiteral("index"), ordinal },
-            { QStringLiteral("name"), QString::fromUtf8(text).trimmed() },
-            { QStringLiteral("vendor"), QStringLiteral("NVIDIA") },
-            { QStringLiteral("driverVersion"), driver },
-        };
-        std::size_t memory = 0;
-        if (totalMem && totalMem(&memory, device) == 0)
-            info.insert(QStringLiteral("memoryBytes"), static_cast<qint64>(memory));
-        int major = 0, minor = 0, multiprocessors = 0;
-        constexpr int ComputeCapabilityMajor = 75, ComputeCapabilityMinor = 76, MultiprocessorCount = 16;
-        if (attribute && attribute(&major, ComputeCapabilityMajor, device) == 0
-            && attribute(&minor, ComputeCapabilityMinor, device) == 0)
-            info.insert(QStringLiteral("computeCapability"), QStringLiteral("%1.%2").arg(major).arg(minor));
-        if (attribute && attribute(&multiprocessors, MultiprocessorCount, device) == 0)
-            info.insert(QStringLiteral("cores"), multiprocessors);
-        char bus[64] = {};
-        if (busId && busId(bus, sizeof bus - 1, device) == 0) {
-            info.insert(QStringLiteral("pciBusId"), QString::fromLatin1(bus));
-            void* handle = nullptr;
-            if (haveNvml && nvmlByBus && nvmlByBus(bus, &handle) == 0) {
-                unsigned temperature = 0, milliwatts = 0;
-                if (nvmlTemperature && nvmlTemperature(handle, 0, &temperature) == 0)
-                    info.insert(QStringLiteral("temperatureCelsius"), int(temperature));
-                if (nvmlPower && nvmlPower(handle, &milliwatts) == 0)
-                    info.insert(QStringLiteral("powerWatts"), int(milliwatts / 1000));
-            }
-        }
-        devices.append(info);
+        if (cuda.get(&device, ordinal) == 0)
+            devices.append(cudaDevice(cuda, nvml, ordinal, device, driver));
     }
-    if (haveNvml && nvmlShutdown)
-        nvmlShutdown();
     return devices;
 }
 

@@ -759,6 +759,94 @@ core::Result<std::int64_t> traceBytesBound(
     return 32 * values * (last - first + 2) + Slack;
 }
 
+namespace {
+
+// One side's trace of checkpoint `checkpoint`, or why it cannot be one (fault).
+std::optional<Trace> readTrace(const QByteArray& bytes, std::int64_t checkpoint, QString& fault)
+{
+    if (bytes.isEmpty()) {
+        fault = QStringLiteral("no trace came");
+        return std::nullopt;
+    }
+    auto trace = Trace::fromBytes(bytes);
+    if (!trace)
+        fault = trace.error().message;
+    else if (trace->checkpoint != checkpoint)
+        fault = QStringLiteral("the trace is of checkpoint %1, not %2").arg(trace->checkpoint).arg(checkpoint);
+    else
+        return std::move(*trace);
+    return std::nullopt;
+}
+
+// The root of the state both sides agree on at checkpoint j-1: the agreed checkpoint hash. At j = 1
+// checkpoint 0 is the canonical hash of the round's weights, which says nothing of single tensors:
+// where both traces start alike, the honest side's start is the true one and so is the other's;
+// where they do not, the referee hashes the state the round's weights give (nullopt here).
+std::optional<core::Digest> startRootOf(
+    std::int64_t checkpoint, const core::Digest& agreed, const std::optional<Trace> (&traces)[2])
+{
+    if (checkpoint != 1)
+        return agreed;
+    if (traces[0] && traces[1] && traces[0]->start == traces[1]->start)
+        return rootOf(traces[0]->start);
+    return std::nullopt; // the referee's own, from the round's weights
+}
+
+// The trace walked from the agreed start to the node's own claim at the checkpoint, or why not (fault).
+std::optional<TraceWalk> walkToClaim(const Trace& trace, const core::Digest& startRoot, std::int64_t checkpoint,
+    std::pair<std::int64_t, std::int64_t> steps, const ProgramOf& programOf, const core::Digest& claim, QString& fault)
+{
+    if (rootOf(trace.start) != startRoot) {
+        fault = QStringLiteral("the trace does not start at the agreed checkpoint %1").arg(checkpoint - 1);
+    } else if (auto walk = walkTrace(trace, steps.first, steps.second, programOf); !walk) {
+        fault = walk.error().message;
+    } else if (walk->roots.last() != claim) {
+        fault = QStringLiteral("the trace does not end at the node's own checkpoint %1").arg(checkpoint);
+    } else {
+        return std::move(*walk);
+    }
+    return std::nullopt;
+}
+
+// The first instruction of `program` whose outputs the two sides' hashes `a` and `b` differ on.
+std::int64_t firstDifferingInstruction(
+    const portable::Program& program, const QList<core::Digest>& a, const QList<core::Digest>& b)
+{
+    qsizetype output = 0;
+    while (output < a.size() && a[output] == b[output])
+        ++output;
+    for (std::size_t i = 0, position = 0; i < program.instructions.size(); ++i) {
+        position += program.instructions[i].outputs.size();
+        if (qsizetype(position) > output)
+            return std::int64_t(i);
+    }
+    return 0;
+}
+
+// Who hashed step `step`'s batch right: the referee reads the batch itself.
+core::Result<core::verification::Ruling> batchRuling(const core::ShardTask& task, const Dataset& train,
+    const portable::Program& program, const portable::Instruction& instruction, std::int64_t step, const QList<core::Digest>& a,
+    const QList<core::Digest>& b)
+{
+    BatchPlan plan(task, train.size());
+    const auto indices = plan.indicesOfStep(step - 1);
+    const auto index
+        = torch::from_blob(const_cast<std::int64_t*>(indices.data()), { std::int64_t(indices.size()) }, torch::kInt64);
+    const auto x = train.samples(index, true).contiguous();
+    const auto y = train.y.index_select(0, index).to(torch::kLong).contiguous();
+    const auto& xValue = program.values[std::size_t(instruction.outputs[0])];
+    const auto& yValue = program.values[std::size_t(instruction.outputs[1])];
+    if (x.numel() != xValue.count() || y.numel() != yValue.count())
+        return core::Error { QStringLiteral("batch"), QStringLiteral("the batch does not have the program's shape") };
+    const auto xHash = valueHash(xValue, x.data_ptr()), yHash = valueHash(yValue, y.data_ptr());
+    const bool firstRight = a[0] == xHash && a[1] == yHash, secondRight = b[0] == xHash && b[1] == yHash;
+    return firstRight ? core::verification::Ruling::FirstHonest
+        : secondRight ? core::verification::Ruling::SecondHonest
+                      : core::verification::Ruling::BothWrong;
+}
+
+} // namespace
+
 core::Result<TraceComparison> compareTraces(const core::ShardTask& task, std::int64_t checkpoint, const core::Digest& agreed,
     const QByteArray& roundWeights, const core::Digest& firstClaim, const core::Digest& secondClaim, const QByteArray& firstTrace,
     const QByteArray& secondTrace, const ComputeEnvironment& environment)
@@ -769,59 +857,24 @@ core::Result<TraceComparison> compareTraces(const core::ShardTask& task, std::in
     if (!data)
         return data.error();
     const auto programOf = structuresOf(task, data->train->sampleShape(), data->train->classes);
-    const auto [first, last] = stepsOfInterval(task, checkpoint);
+    const auto steps = stepsOfInterval(task, checkpoint);
     TraceComparison comparison;
-    std::optional<Trace> traces[2];
-    std::optional<TraceWalk> walks[2];
     const core::Digest claims[2] { firstClaim, secondClaim };
-    const QByteArray* bytes[2] { &firstTrace, &secondTrace };
     QString* faults[2] { &comparison.firstFault, &comparison.secondFault };
-    for (int side = 0; side < 2; ++side) {
-        if (bytes[side]->isEmpty()) {
-            *faults[side] = QStringLiteral("no trace came");
-            continue;
-        }
-        auto trace = Trace::fromBytes(*bytes[side]);
-        if (!trace)
-            *faults[side] = trace.error().message;
-        else if (trace->checkpoint != checkpoint)
-            *faults[side] = QStringLiteral("the trace is of checkpoint %1, not %2").arg(trace->checkpoint).arg(checkpoint);
-        else
-            traces[side] = std::move(*trace);
+    std::optional<Trace> traces[2] { readTrace(firstTrace, checkpoint, *faults[0]),
+        readTrace(secondTrace, checkpoint, *faults[1]) };
+    auto startRoot = startRootOf(checkpoint, agreed, traces);
+    if (!startRoot) {
+        auto run = ShardRun::start(task, roundWeights, environment);
+        if (!run)
+            return run.error();
+        startRoot = stateRoot(trainingState(*(*run)->d));
     }
-    // The state both sides agree on at checkpoint j-1: its root is the agreed checkpoint hash. At
-    // j = 1 checkpoint 0 is the canonical hash of the round's weights, which says nothing of single
-    // tensors: where both traces start alike, the honest side's start is the true one and so is the
-    // other's; where they do not, the referee hashes the state the round's weights give.
-    core::Digest startRoot = agreed;
-    if (checkpoint == 1) {
-        if (traces[0] && traces[1] && traces[0]->start == traces[1]->start) {
-            startRoot = rootOf(traces[0]->start);
-        } else {
-            auto run = ShardRun::start(task, roundWeights, environment);
-            if (!run)
-                return run.error();
-            startRoot = stateRoot(trainingState(*(*run)->d));
-        }
-    }
+    std::optional<TraceWalk> walks[2];
     for (int side = 0; side < 2; ++side) {
-        if (!traces[side])
-            continue;
-        const auto& trace = *traces[side];
-        std::optional<QString> fault;
-        if (rootOf(trace.start) != startRoot) {
-            fault = QStringLiteral("the trace does not start at the agreed checkpoint %1").arg(checkpoint - 1);
-        } else if (auto walk = walkTrace(trace, first, last, programOf); !walk) {
-            fault = walk.error().message;
-        } else if (walk->roots.last() != claims[side]) {
-            fault = QStringLiteral("the trace does not end at the node's own checkpoint %1").arg(checkpoint);
-        } else {
-            walks[side] = std::move(*walk);
-        }
-        if (fault) {
-            *faults[side] = *fault;
-            traces[side].reset();
-        }
+        if (traces[side])
+            walks[side] = walkToClaim(
+                *traces[side], *startRoot, checkpoint, { steps.first, steps.second }, programOf, claims[side], *faults[side]);
     }
     if (!walks[0] || !walks[1])
         return comparison;
@@ -830,51 +883,75 @@ core::Result<TraceComparison> compareTraces(const core::ShardTask& task, std::in
         ++differing;
     if (differing == walks[0]->roots.size())
         return core::Error { QStringLiteral("trace"), QStringLiteral("the traces agree on every step: there is no dispute") };
-    comparison.step = first + differing;
+    comparison.step = steps.first + differing;
     auto found = programOf(comparison.step);
     if (!found)
         return found.error();
-    const auto& program = *found;
+    const auto& program = **found;
     const auto& a = traces[0]->steps.at(comparison.step);
     const auto& b = traces[1]->steps.at(comparison.step);
-    qsizetype output = 0;
-    while (output < a.size() && a[output] == b[output])
-        ++output;
-    for (std::size_t i = 0, position = 0; i < program->instructions.size(); ++i) {
-        position += program->instructions[i].outputs.size();
-        if (qsizetype(position) > output) {
-            comparison.instruction = std::int64_t(i);
-            break;
-        }
-    }
-    const auto& instruction = program->instructions[std::size_t(comparison.instruction)];
+    comparison.instruction = firstDifferingInstruction(program, a, b);
+    const auto& instruction = program.instructions[std::size_t(comparison.instruction)];
     comparison.instructionName = QStringLiteral("%1 (%2)").arg(
         QString::fromLatin1(portable::opName(instruction.op)), QString::fromStdString(instruction.label));
-    if (instruction.op == portable::Op::Batch) { // the referee reads the step's batch itself
-        BatchPlan plan(task, data->train->size());
-        const auto indices = plan.indicesOfStep(comparison.step - 1);
-        const auto index
-            = torch::from_blob(const_cast<std::int64_t*>(indices.data()), { std::int64_t(indices.size()) }, torch::kInt64);
-        const auto x = data->train->samples(index, true).contiguous();
-        const auto y = data->train->y.index_select(0, index).to(torch::kLong).contiguous();
-        const auto& xValue = program->values[std::size_t(instruction.outputs[0])];
-        const auto& yValue = program->values[std::size_t(instruction.outputs[1])];
-        if (x.numel() != xValue.count() || y.numel() != yValue.count())
-            return core::Error { QStringLiteral("batch"), QStringLiteral("the batch does not have the program's shape") };
-        const auto xHash = valueHash(xValue, x.data_ptr()), yHash = valueHash(yValue, y.data_ptr());
-        const bool firstRight = a[0] == xHash && a[1] == yHash, secondRight = b[0] == xHash && b[1] == yHash;
-        comparison.ruling = firstRight ? core::verification::Ruling::FirstHonest
-            : secondRight              ? core::verification::Ruling::SecondHonest
-                                       : core::verification::Ruling::BothWrong;
+    if (instruction.op == portable::Op::Batch) {
+        auto ruling = batchRuling(task, *data->train, program, instruction, comparison.step, a, b);
+        if (!ruling)
+            return ruling.error();
+        comparison.ruling = *ruling;
     }
     return comparison;
 }
+
+namespace {
+
+// The operands a referee was given for `wanted`, each checked against the hash both traces agree
+// on (agreedHash) and bound in `executor`; `held` keeps their memory. An error of field "operands"
+// says which does not fit.
+core::Status bindOperands(const QByteArray& operands, const portable::Program& program, const portable::Instruction& wanted,
+    std::int64_t instruction, const std::function<std::optional<core::Digest>(int)>& agreedHash, portable::Executor& executor,
+    std::vector<at::Tensor>& held)
+{
+    auto unusable = [](const QString& why) { return core::Error { QStringLiteral("operands"), why }; };
+    auto given = unpickleTensors(operands, QStringLiteral("the operands are not a dict of tensors"));
+    if (!given)
+        return unusable(given.error().message);
+    if (given->size() != wanted.inputs.size())
+        return unusable(QStringLiteral("instruction %1 reads %2 operands, not %3")
+                            .arg(instruction)
+                            .arg(wanted.inputs.size())
+                            .arg(given->size()));
+    for (std::size_t i = 0; i < wanted.inputs.size(); ++i) {
+        const int v = wanted.inputs[i];
+        const auto& value = program.values[std::size_t(v)];
+        at::Tensor tensor;
+        for (const auto& [name, t] : *given) {
+            if (name == std::to_string(i))
+                tensor = t;
+        }
+        const auto type = value.dtype == portable::DType::Int64 ? at::kLong : at::kFloat;
+        if (!tensor.defined() || tensor.scalar_type() != type || tensor.numel() != value.count())
+            return unusable(QStringLiteral("operand %1 ('%2') is missing or not what the instruction reads")
+                                .arg(i)
+                                .arg(QString::fromStdString(value.name)));
+        tensor = tensor.contiguous();
+        const auto hash = agreedHash(v);
+        if (!hash || valueHash(value, tensor.data_ptr()) != *hash)
+            return unusable(QStringLiteral("operand %1 ('%2') is not the value both traces agree on")
+                                .arg(i)
+                                .arg(QString::fromStdString(value.name)));
+        executor.bind(v, tensor.data_ptr());
+        held.push_back(tensor);
+    }
+    return {};
+}
+
+} // namespace
 
 core::Result<core::verification::Ruling> refereeInstruction(const core::ShardTask& task, std::int64_t step,
     std::int64_t instruction, const QByteArray& operands, const QByteArray& firstTrace, const QByteArray& secondTrace,
     const ComputeEnvironment& environment)
 {
-    auto unusable = [](const QString& why) { return core::Error { QStringLiteral("operands"), why }; };
     if (auto status = narrowable(task, 1); !status)
         return status.error();
     auto data = loadDataset(task.dataset, environment, task.model.context);
@@ -909,39 +986,11 @@ core::Result<core::verification::Ruling> refereeInstruction(const core::ShardTas
             return std::nullopt;
         return found->second;
     };
-    auto given = unpickleTensors(operands, QStringLiteral("the operands are not a dict of tensors"));
-    if (!given)
-        return unusable(given.error().message);
-    if (given->size() != wanted.inputs.size())
-        return unusable(QStringLiteral("instruction %1 reads %2 operands, not %3")
-                            .arg(instruction)
-                            .arg(wanted.inputs.size())
-                            .arg(given->size()));
     portable::Executor executor(int(task.threads));
     executor.prepare(*program);
     std::vector<at::Tensor> held;
-    for (std::size_t i = 0; i < wanted.inputs.size(); ++i) {
-        const int v = wanted.inputs[i];
-        const auto& value = program->values[std::size_t(v)];
-        at::Tensor tensor;
-        for (const auto& [name, t] : *given) {
-            if (name == std::to_string(i))
-                tensor = t;
-        }
-        const auto type = value.dtype == portable::DType::Int64 ? at::kLong : at::kFloat;
-        if (!tensor.defined() || tensor.scalar_type() != type || tensor.numel() != value.count())
-            return unusable(QStringLiteral("operand %1 ('%2') is missing or not what the instruction reads")
-                                .arg(i)
-                                .arg(QString::fromStdString(value.name)));
-        tensor = tensor.contiguous();
-        const auto hash = agreedHash(v);
-        if (!hash || valueHash(value, tensor.data_ptr()) != *hash)
-            return unusable(QStringLiteral("operand %1 ('%2') is not the value both traces agree on")
-                                .arg(i)
-                                .arg(QString::fromStdString(value.name)));
-        executor.bind(v, tensor.data_ptr());
-        held.push_back(tensor);
-    }
+    if (auto bound = bindOperands(operands, *program, wanted, instruction, agreedHash, executor, held); !bound)
+        return bound.error();
     executor.run(*program, std::size_t(instruction));
     bool firstRight = true, secondRight = hashesB.size() == hashesA.size();
     for (int v : wanted.outputs) {

@@ -411,8 +411,54 @@ struct GlobalWeights {
     std::function<core::Result<NamedTensors>()> shapes; // empty: read at once
 };
 
-core::Result<AggregationOutput> aggregateOnto(const core::AggregationSpec& spec, const GlobalWeights& global,
-    QList<ShardUpdate> updates, const QByteArray& outerState, const QString& weightsOut)
+// The round's weights as the aggregation holds them: their names, shapes and types first where
+// GlobalWeights::shapes can say them, their values once readValues() is called.
+class RoundBase {
+public:
+    explicit RoundBase(const GlobalWeights& global)
+        : m_global(global)
+    { }
+    core::Status open()
+    {
+        auto base = m_global.shapes ? m_global.shapes() : m_global.read();
+        if (!base)
+            return base.error();
+        sortByName(*base);
+        tensors = std::move(*base);
+        m_read = !m_global.shapes;
+        return {};
+    }
+    bool hasValues() const { return m_read; }
+    core::Status readValues()
+    {
+        if (m_read)
+            return {};
+        auto values = m_global.read();
+        if (!values)
+            return values.error();
+        sortByName(*values);
+        if (values->size() != tensors.size())
+            return core::Error { QStringLiteral("weights"), QStringLiteral("the global weights changed while being read") };
+        tensors = std::move(*values);
+        m_read = true;
+        return {};
+    }
+    NamedTensors tensors;
+
+private:
+    const GlobalWeights& m_global;
+    bool m_read = false;
+};
+
+// The outer gradient g = W - mean(W_i), tensor by tensor as the round's weights are ordered, and
+// the integer buffers (counters), which come from the first shard.
+struct OuterGradient {
+    std::vector<at::Tensor> gradients;
+    std::vector<at::Tensor> taken;
+};
+
+// The updates in shard order, and their samples N; an error when one has none.
+core::Result<std::int64_t> sortedSamples(QList<ShardUpdate>& updates)
 {
     if (updates.isEmpty())
         return core::Error { QStringLiteral("updates"), QStringLiteral("a round needs at least one shard result") };
@@ -423,25 +469,145 @@ core::Result<AggregationOutput> aggregateOnto(const core::AggregationSpec& spec,
             return core::Error { QStringLiteral("updates"), QStringLiteral("shard %1 has no samples").arg(update.shard) };
         totalSamples += update.samples;
     }
+    return totalSamples;
+}
 
-    auto base = global.shapes ? global.shapes() : global.read();
-    if (!base)
-        return base.error();
-    sortByName(*base);
-    bool read = !global.shapes;
-    auto readValues = [&]() -> core::Status {
-        if (read)
-            return {};
-        auto values = global.read();
-        if (!values)
-            return values.error();
-        sortByName(*values);
-        if (values->size() != base->size())
-            return core::Error { QStringLiteral("weights"), QStringLiteral("the global weights changed while being read") };
-        *base = std::move(*values);
-        read = true;
-        return {};
-    };
+// Adds one shard's (n_i / N) * (W - W_i) to g, one of its tensors decoded at a time: the same
+// operations per tensor as over all shards at once (so the same bits), with one shard's result in
+// memory, not every shard's weights.
+core::Status addShard(const ShardUpdate& update, bool first, double share, RoundBase& base, OuterGradient& g)
+{
+    const QString damaged = QStringLiteral("shard %1's weights are not a dict of tensors").arg(update.shard);
+    auto tensors = update.weights.isEmpty() && !update.weightsFile.isEmpty()
+        ? unpickleTensorsFromFile(update.weightsFile, damaged)
+        : unpickleTensors(update.weights, damaged);
+    if (!tensors)
+        return tensors.error();
+    sortByName(*tensors);
+    if (!base.hasValues() && detail::deltaReadsBase(*tensors, base.tensors)) {
+        if (auto status = base.readValues(); !status)
+            return status.error();
+    }
+    // Final weights or a compressed update alike: the shard's change from W, tensor by tensor.
+    auto added = forEachDelta(*tensors, base.tensors, [&](std::size_t i, const at::Tensor& delta) {
+        const auto& [name, w] = base.tensors[i];
+        if (!w.is_floating_point()) {
+            if (first)
+                g.taken[i] = delta.clone();
+            return;
+        }
+        if (!g.gradients[i].defined())
+            g.gradients[i] = torch::zeros(w.sizes(), w.options().device(at::kCPU)); // w may be only its shape yet
+        if (isCarried(name)) { // the shard's own optimizer state: its weighted mean
+            addScaled(g.gradients[i], delta, share);
+            return;
+        }
+        // W - W_i = -(W_i - W) exactly, so the same bits as adding (W - W_i) * share.
+        addScaled(g.gradients[i], delta, -share);
+    });
+    if (!added)
+        return core::Error { QStringLiteral("updates"),
+            QStringLiteral("shard %1's result does not fit the model: %2").arg(update.shard).arg(added.error().message) };
+    return {};
+}
+
+// A float tensor's outer step before the learning rate: g, or Nesterov's g + mu * buffer with the
+// buffer mu * buffer + g carried to the next round.
+at::Tensor outerStep(const core::AggregationSpec& spec, const std::string& name, at::Tensor gradient,
+    const NamedTensors& momentum, NamedTensors& nextMomentum)
+{
+    if (spec.method != core::AggregationSpec::Method::Nesterov)
+        return gradient;
+    at::Tensor buffer;
+    for (const auto& [key, tensor] : momentum) {
+        if (key == name)
+            buffer = tensor.clone();
+    }
+    if (!buffer.defined())
+        buffer = gradient.clone();
+    else
+        buffer.mul_(spec.outerMomentum).add_(gradient);
+    at::Tensor step = gradient.clone();
+    addScaled(step, buffer, spec.outerMomentum);
+    nextMomentum.emplace_back(name, buffer);
+    return step;
+}
+
+// W' in W's own tensors (each owns its memory: unpickleTensors shares no storage), and each g let
+// go of as soon as it is used: W -= step * lr is the same two operations, so the same bits, as
+// W - step * lr, without a third tensor as large as the largest layer. `change`: the round's change
+// in the revealed form (int8), what nodes holding W download.
+core::Status applyOuterStep(const core::AggregationSpec& spec, NamedTensors& base, OuterGradient& g, const NamedTensors& momentum,
+    NamedTensors& nextMomentum, NamedTensors& change)
+{
+    const bool compressed = spec.compression == core::Compression::Int8;
+    const bool carry = spec.optimizerState == core::AggregationSpec::OptimizerState::Averaged;
+    for (std::size_t i = 0; i < base.size(); ++i) {
+        auto& [name, w] = base[i];
+        if (isCarried(name) && !carry)
+            continue; // dropped later: nothing carries it on (a job's last round)
+        if (!w.is_floating_point() || isCarried(name)) {
+            w = w.is_floating_point() ? std::move(g.gradients[i]) : g.taken[i];
+            if (compressed)
+                detail::appendKept(name, w, change);
+            continue;
+        }
+        // g leaves OuterGradient here: it lives no longer than its tensor's step.
+        at::Tensor step = outerStep(spec, name, std::exchange(g.gradients[i], at::Tensor()), momentum, nextMomentum);
+        step.mul_(spec.outerLr);
+        if (compressed && w.scalar_type() == at::kFloat) {
+            // W_{r+1} = W_r + q * scale of the change -lr * step: what a node that holds W_r
+            // rebuilds bit for bit from the int8 change (the negation is exact).
+            auto decoded = detail::appendQuantisedChange(name, step.neg_(), change);
+            if (!decoded)
+                return decoded.error();
+            step = at::Tensor();
+            w.add_(*decoded);
+            continue;
+        }
+        w.sub_(step);
+        if (compressed)
+            detail::appendKept(name, w, change); // float64 and the like travel whole
+    }
+    if (!carry)
+        base = modelPart(std::move(base));
+    return {};
+}
+
+// W' pickled (into weightsOut when named: a failure there is an error of field "blob"), the
+// round's int8 change and the outer optimizer's state. W' first, so that its tensors and the
+// change's are in memory together, not W's bytes too.
+core::Result<AggregationOutput> outputOf(const core::AggregationSpec& spec, const NamedTensors& base, NamedTensors& change,
+    const NamedTensors& nextMomentum, const QString& weightsOut)
+{
+    AggregationOutput output;
+    if (weightsOut.isEmpty()) {
+        output.weights = Weights { pickleTensors(base), canonicalHash(base) };
+    } else if (auto written = pickleTensorsToFile(base, weightsOut); !written) {
+        return core::Error { QStringLiteral("blob"), written.error().message };
+    } else {
+        output.weights = Weights { {}, canonicalHash(base) };
+    }
+    if (spec.compression == core::Compression::Int8) {
+        detail::appendCompressionMeta(change);
+        sortByName(change);
+        output.change = pickleTensors(change);
+        change.clear();
+    }
+    if (spec.method == core::AggregationSpec::Method::Nesterov)
+        output.outerState = pickleTensors(nextMomentum);
+    return output;
+}
+
+core::Result<AggregationOutput> aggregateOnto(const core::AggregationSpec& spec, const GlobalWeights& global,
+    QList<ShardUpdate> updates, const QByteArray& outerState, const QString& weightsOut)
+{
+    const auto totalSamples = sortedSamples(updates);
+    if (!totalSamples)
+        return totalSamples.error();
+    RoundBase base(global);
+    if (auto status = base.open(); !status)
+        return status.error();
     NamedTensors momentum;
     if (spec.method == core::AggregationSpec::Method::Nesterov && !outerState.isEmpty()) {
         auto state = unpickleTensors(outerState, QStringLiteral("the outer optimizer state is damaged"));
@@ -449,129 +615,26 @@ core::Result<AggregationOutput> aggregateOnto(const core::AggregationSpec& spec,
             return state.error();
         momentum = std::move(*state);
     }
-
-    // Outer gradient g = W - mean(W_i) = sum_i (n_i / N) * (W - W_i), accumulated in shard order one
-    // shard at a time and, within a shard, one tensor at a time: the same operations per tensor as
-    // over all shards at once (so the same bits), with one shard's result in memory and one of its
-    // tensors decoded, not every shard's weights.
-    std::vector<at::Tensor> gradients(base->size());
-    std::vector<at::Tensor> taken(base->size()); // integer buffers (counters) come from the first shard
+    // g accumulated in shard order, one shard at a time (addShard).
+    OuterGradient g { std::vector<at::Tensor>(base.tensors.size()), std::vector<at::Tensor>(base.tensors.size()) };
     for (qsizetype s = 0; s < updates.size(); ++s) {
-        const auto& update = updates[s];
-        const QString damaged = QStringLiteral("shard %1's weights are not a dict of tensors").arg(update.shard);
-        auto tensors = update.weights.isEmpty() && !update.weightsFile.isEmpty()
-            ? unpickleTensorsFromFile(update.weightsFile, damaged)
-            : unpickleTensors(update.weights, damaged);
-        if (!tensors)
-            return tensors.error();
-        sortByName(*tensors);
-        if (!read && detail::deltaReadsBase(*tensors, *base)) {
-            if (auto status = readValues(); !status)
-                return status.error();
-        }
-        const double share = double(update.samples) / double(totalSamples);
-        // Final weights or a compressed update alike: the shard's change from W, tensor by tensor.
-        auto added = forEachDelta(*tensors, *base, [&](std::size_t i, const at::Tensor& delta) {
-            const auto& [name, w] = (*base)[i];
-            if (!w.is_floating_point()) {
-                if (s == 0)
-                    taken[i] = delta.clone();
-                return;
-            }
-            if (!gradients[i].defined())
-                gradients[i] = torch::zeros(w.sizes(), w.options().device(at::kCPU)); // w may be only its shape yet
-            if (isCarried(name)) { // the shard's own optimizer state: its weighted mean
-                addScaled(gradients[i], delta, share);
-                return;
-            }
-            // W - W_i = -(W_i - W) exactly, so the same bits as adding (W - W_i) * share.
-            addScaled(gradients[i], delta, -share);
-        });
-        if (!added)
-            return core::Error { QStringLiteral("updates"),
-                QStringLiteral("shard %1's result does not fit the model: %2").arg(update.shard).arg(added.error().message) };
+        const double share = double(updates[s].samples) / double(*totalSamples);
+        if (auto status = addShard(updates[s], s == 0, share, base, g); !status)
+            return status.error();
     }
-
-    if (auto status = readValues(); !status)
+    if (auto status = base.readValues(); !status)
         return status.error();
-    const bool compressed = spec.compression == core::Compression::Int8;
-    const bool carry = spec.optimizerState == core::AggregationSpec::OptimizerState::Averaged;
-    std::optional<core::Error> failure;
-    auto aggregated = guarded(QStringLiteral("aggregating"), [&]() -> AggregationOutput {
+    auto aggregated = guarded(QStringLiteral("aggregating"), [&]() -> core::Result<AggregationOutput> {
         torch::NoGradGuard noGrad;
         NamedTensors nextMomentum;
-        NamedTensors change; // the round's change in the revealed form (int8): what nodes holding W download
-        // W' in W's own tensors (each owns its memory: unpickleTensors shares no storage), and each
-        // g let go of as soon as it is used: W -= step * lr is the same two operations, so the same
-        // bits, as W - step * lr, without a third tensor as large as the largest layer.
-        for (std::size_t i = 0; i < base->size(); ++i) {
-            auto& [name, w] = (*base)[i];
-            if (isCarried(name) && !carry)
-                continue; // dropped below: nothing carries it on (a job's last round)
-            if (!w.is_floating_point() || isCarried(name)) {
-                w = w.is_floating_point() ? std::move(gradients[i]) : taken[i];
-                if (compressed)
-                    detail::appendKept(name, w, change);
-                continue;
-            }
-            at::Tensor gradient = std::move(gradients[i]);
-            at::Tensor step = gradient;
-            if (spec.method == core::AggregationSpec::Method::Nesterov) {
-                at::Tensor buffer;
-                for (const auto& [key, tensor] : momentum) {
-                    if (key == name)
-                        buffer = tensor.clone();
-                }
-                if (!buffer.defined())
-                    buffer = gradient.clone();
-                else
-                    buffer.mul_(spec.outerMomentum).add_(gradient);
-                step = gradient.clone();
-                addScaled(step, buffer, spec.outerMomentum);
-                nextMomentum.emplace_back(name, buffer);
-            }
-            step.mul_(spec.outerLr);
-            if (compressed && w.scalar_type() == at::kFloat) {
-                // W_{r+1} = W_r + q * scale of the change -lr * step: what a node that holds W_r
-                // rebuilds bit for bit from the int8 change (the negation is exact).
-                auto decoded = detail::appendQuantisedChange(name, step.neg_(), change);
-                if (!decoded) {
-                    failure = decoded.error();
-                    return {};
-                }
-                step = at::Tensor();
-                w.add_(*decoded);
-                continue;
-            }
-            w.sub_(step);
-            if (compressed)
-                detail::appendKept(name, w, change); // float64 and the like travel whole
-        }
-        if (!carry)
-            *base = modelPart(std::move(*base));
-        AggregationOutput output;
-        // W' first, so that its tensors and the change's are in memory together, not W's bytes too.
-        if (weightsOut.isEmpty()) {
-            output.weights = Weights { pickleTensors(*base), canonicalHash(*base) };
-        } else if (auto written = pickleTensorsToFile(*base, weightsOut); !written) {
-            failure = core::Error { QStringLiteral("blob"), written.error().message };
-            return {};
-        } else {
-            output.weights = Weights { {}, canonicalHash(*base) };
-        }
-        if (compressed) {
-            detail::appendCompressionMeta(change);
-            sortByName(change);
-            output.change = pickleTensors(change);
-            change.clear();
-        }
-        if (spec.method == core::AggregationSpec::Method::Nesterov)
-            output.outerState = pickleTensors(nextMomentum);
-        return output;
+        NamedTensors change;
+        if (auto status = applyOuterStep(spec, base.tensors, g, momentum, nextMomentum, change); !status)
+            return status.error();
+        return outputOf(spec, base.tensors, change, nextMomentum, weightsOut);
     });
-    if (failure)
-        return *failure;
-    return aggregated;
+    if (!aggregated)
+        return aggregated.error();
+    return std::move(*aggregated);
 }
 
 } // namespace

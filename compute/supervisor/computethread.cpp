@@ -127,6 +127,27 @@ struct ComputeThread::Private {
 
     void loop();
     void runShard(QueuedShard item);
+    // The pieces of runShard. A shard's time and pace so far.
+    struct Pace {
+        QElapsedTimer sinceProgress;
+        std::int64_t busyNs = 0;
+        std::int64_t throttledNs = 0;
+        std::int64_t lastCallNs = 0;
+        std::int64_t lastCallSteps = 0;
+        std::int64_t firstStep = 0;
+    };
+    // Why this node's settings refuse the shard (empty: they do not).
+    QString refusalOf(const QueuedShard& item) const;
+    // The shard's run; null when it could not start, after saying why (finished, returned or cancelled).
+    std::unique_ptr<ShardSteps> openOrReport(const QueuedShard& item);
+    // At a step boundary: pause, stop, cancel and holds; `steps` for the next call. False: the
+    // shard left this thread (paused, cancelled or failed), which has been said.
+    bool atBoundary(QueuedShard& item, ShardSteps& run, const Pace& pace, std::int64_t& steps);
+    // The next call's steps; false: the shard failed or was cancelled, which has been said.
+    bool stepOrReport(const core::ShardTask& task, ShardSteps& run, std::int64_t steps, Pace& pace);
+    void reportProgress(const core::ShardTask& task, const ShardSteps& run, const Pace& pace);
+    // The duty cycle's rest after a call (Compute/CpuPercent).
+    void rest(const core::ShardTask& task, const ShardSteps& run, Pace& pace);
     // Whether the sandbox is on, and a worker's options from the settings (without `cancelled`).
     std::pair<bool, sandbox::WorkerOptions> workerOptions(std::int64_t timeLimitMs) const
     {
@@ -357,145 +378,26 @@ void ComputeThread::Private::loop()
 void ComputeThread::Private::runShard(QueuedShard item)
 {
     const auto& task = item.task;
-    QString refusal; // the node's own settings, not the job's fault: given back for another node, held against nobody
-    {
-        QMutexLocker lock(&mutex);
-        if (task.threads > maxThreads && !task.portable) { // a portable shard computes with fewer (below)
-            refusal = QStringLiteral("the shard needs %1 threads but this node allows %2 (Compute/MaxThreads)")
-                          .arg(task.threads)
-                          .arg(maxThreads);
-        } else if (maxMemoryMiB > 0) {
-            const auto needed = shardMemory(task, item.weights.size(), environment);
-            if (needed.totalMiB() > maxMemoryMiB)
-                refusal = QStringLiteral("the shard needs about %1 MiB (data %2, model %3, activations %4) but this node "
-                                         "allows %5 MiB (Compute/MaxMemoryMiB)")
-                              .arg(needed.totalMiB())
-                              .arg(needed.dataset >> 20)
-                              .arg(needed.model >> 20)
-                              .arg(needed.activations >> 20)
-                              .arg(maxMemoryMiB);
-        }
-    }
-    if (!refusal.isEmpty()) {
-        auto result = core::ShardResult::failedOf(task, refusal);
-        result.outcome = core::ShardResult::Outcome::Returned;
-        Q_EMIT q->shardFinished({ result, {}, {} });
+    auto run = openOrReport(item);
+    if (!run)
         return;
-    }
-    auto here = environment;
-    if (task.portable) {
-        QMutexLocker lock(&mutex);
-        here.portableThreads = int(std::min<std::int64_t>(task.threads, maxThreads));
-    }
-    auto opened = open(item, here);
-    if (!opened) {
-        if (opened.error().message == u"cancelled") {
-            Q_EMIT q->shardCancelled(task);
-            return;
-        }
-        auto result = core::ShardResult::failedOf(task, opened.error().message);
-        if (opened.error().field == u"sandbox") { // this node cannot start its worker: not the job's fault
-            result.outcome = core::ShardResult::Outcome::Returned;
-            qWarning("tessera: %s", qPrintable(opened.error().message));
-        }
-        Q_EMIT q->shardFinished({ result, {}, {} });
-        return;
-    }
-    auto run = std::move(*opened);
-
-    QElapsedTimer sinceProgress;
-    sinceProgress.start();
-    std::int64_t busyNs = 0;
-    std::int64_t throttledNs = 0;
-    std::int64_t lastCallNs = 0;
-    std::int64_t lastCallSteps = 0;
-    const std::int64_t firstStep = run->completedSteps();
-    // A step that fails in a worker stopped for a pause or stop: given back, not the job's fault.
-    auto stoppedWhileStuck = [&](const QString& why) {
-        QMutexLocker lock(&mutex);
-        return why == u"cancelled" && (stopRequested || pauseRequested) && cancelledJob != task.jobId;
-    };
-
+    Pace pace;
+    pace.sinceProgress.start();
+    pace.firstStep = run->completedSteps();
     while (!run->finished()) {
         std::int64_t steps = 0;
-        {
-            QMutexLocker lock(&mutex);
-            steps = run->stepsPerCall(lastCallNs, lastCallSteps, cpuPercent < 100 ? ThrottledCallNs : CallNs);
-            waitIfHeld(lock, task, run->completedSteps());
-            if (stopRequested || pauseRequested) {
-                const bool stopping = stopRequested;
-                lock.unlock();
-                auto state = run->suspend();
-                if (!state) {
-                    Q_EMIT q->shardFinished({ core::ShardResult::failedOf(task, state.error().toString()), {}, {} });
-                    return;
-                }
-                if (!stopping) {
-                    QMutexLocker relock(&mutex);
-                    const std::int64_t left
-                        = item.timeLimitMs > 0 ? std::max<std::int64_t>(1, item.timeLimitMs - (busyNs / 1'000'000)) : 0;
-                    queue.push_front({ task, item.weights, *state, left }); // resume() continues it first
-                }
-                Q_EMIT q->shardPaused(task, *state);
-                return;
-            }
-            if (cancelledJob == task.jobId) {
-                lock.unlock();
-                Q_EMIT q->shardCancelled(task);
-                return;
-            }
-            // Never past a hold (the test seam): it is a boundary the caller waits for.
-            if (hold && hold->jobId == task.jobId && hold->shard == task.shard && hold->step > run->completedSteps())
-                steps = std::min(steps, hold->step - run->completedSteps());
-        }
+        if (!atBoundary(item, *run, pace, steps))
+            return;
         // A dispute's question, even one asked while this boundary was held, is answered before the
         // next step (the node's stake depends on it); it changes none of this shard's bits.
         serveStateRequests();
-
-        QElapsedTimer stepTimer;
-        stepTimer.start();
-        const std::int64_t before = run->completedSteps();
-        if (auto status = run->step(steps); !status) {
-            if (status.error().message == u"cancelled" && !stoppedWhileStuck(status.error().message)) {
-                Q_EMIT q->shardCancelled(task);
-                return;
-            }
-            auto failed = core::ShardResult::failedOf(task, status.error().toString());
-            if (stoppedWhileStuck(status.error().message)) {
-                failed.outcome = core::ShardResult::Outcome::Returned;
-                failed.failure = QStringLiteral("a step ran on for %1 s after the node was asked to pause; its worker was "
-                                                "stopped and the shard given back")
-                                     .arg(StuckStepMs / 1000);
-            }
-            Q_EMIT q->shardFinished({ failed, {}, {} });
+        if (!stepOrReport(task, *run, steps, pace))
             return;
+        if (pace.sinceProgress.elapsed() >= ProgressIntervalMs || run->finished()) {
+            pace.sinceProgress.restart();
+            reportProgress(task, *run, pace);
         }
-        const std::int64_t stepNs = stepTimer.nsecsElapsed();
-        busyNs += stepNs;
-        lastCallNs = stepNs;
-        lastCallSteps = run->completedSteps() - before;
-
-        if (sinceProgress.elapsed() >= ProgressIntervalMs || run->finished()) {
-            sinceProgress.restart();
-            const auto done = run->completedSteps();
-            const double seconds = std::max<double>(double(busyNs + throttledNs) / 1e9, 1e-6);
-            const double stepsPerSecond = double(done - firstStep) / seconds;
-            Q_EMIT q->progress(ShardProgress { task.jobId, task.round, task.shard, done, task.localSteps, run->lastLoss(),
-                stepsPerSecond * double(task.batchSize),
-                stepsPerSecond > 0 ? std::int64_t(double(task.localSteps - done) / stepsPerSecond * 1000.0) : 0,
-                busyNs / 1'000'000, throttledNs / 1'000'000 });
-        }
-
-        // Duty cycle: after computing for t, rest t * (100 - p) / p, waking early for pause or cancel.
-        QMutexLocker lock(&mutex);
-        if (cpuPercent < 100 && !run->finished()) {
-            const QDeadlineTimer deadline(std::chrono::nanoseconds(stepNs * (100 - cpuPercent) / cpuPercent));
-            QElapsedTimer restTimer;
-            restTimer.start();
-            while (!deadline.hasExpired() && !stopRequested && !pauseRequested && cancelledJob != task.jobId)
-                wake.wait(&mutex, deadline);
-            throttledNs += restTimer.nsecsElapsed();
-        }
+        rest(task, *run, pace);
     }
 
     auto output = run->finish();
@@ -509,6 +411,149 @@ void ComputeThread::Private::runShard(QueuedShard item)
         QFile::remove(output.keptStateFile); // not taken by a receiver (ShardOutput::keptStateFile)
     if (pauseNow)
         setState(State::Paused);
+}
+
+QString ComputeThread::Private::refusalOf(const QueuedShard& item) const
+{
+    const auto& task = item.task;
+    QMutexLocker lock(&mutex);
+    if (task.threads > maxThreads && !task.portable) // a portable shard computes with fewer (below)
+        return QStringLiteral("the shard needs %1 threads but this node allows %2 (Compute/MaxThreads)")
+            .arg(task.threads)
+            .arg(maxThreads);
+    if (maxMemoryMiB > 0) {
+        const auto needed = shardMemory(task, item.weights.size(), environment);
+        if (needed.totalMiB() > maxMemoryMiB)
+            return QStringLiteral("the shard needs about %1 MiB (data %2, model %3, activations %4) but this node "
+                                  "allows %5 MiB (Compute/MaxMemoryMiB)")
+                .arg(needed.totalMiB())
+                .arg(needed.dataset >> 20)
+                .arg(needed.model >> 20)
+                .arg(needed.activations >> 20)
+                .arg(maxMemoryMiB);
+    }
+    return {};
+}
+
+std::unique_ptr<ShardSteps> ComputeThread::Private::openOrReport(const QueuedShard& item)
+{
+    const auto& task = item.task;
+    // The node's own settings, not the job's fault: given back for another node, held against nobody.
+    if (const QString refusal = refusalOf(item); !refusal.isEmpty()) {
+        auto result = core::ShardResult::failedOf(task, refusal);
+        result.outcome = core::ShardResult::Outcome::Returned;
+        Q_EMIT q->shardFinished({ result, {}, {} });
+        return nullptr;
+    }
+    auto here = environment;
+    if (task.portable) {
+        QMutexLocker lock(&mutex);
+        here.portableThreads = int(std::min<std::int64_t>(task.threads, maxThreads));
+    }
+    auto opened = open(item, here);
+    if (opened)
+        return std::move(*opened);
+    if (opened.error().message == u"cancelled") {
+        Q_EMIT q->shardCancelled(task);
+        return nullptr;
+    }
+    auto result = core::ShardResult::failedOf(task, opened.error().message);
+    if (opened.error().field == u"sandbox") { // this node cannot start its worker: not the job's fault
+        result.outcome = core::ShardResult::Outcome::Returned;
+        qWarning("tessera: %s", qPrintable(opened.error().message));
+    }
+    Q_EMIT q->shardFinished({ result, {}, {} });
+    return nullptr;
+}
+
+bool ComputeThread::Private::atBoundary(QueuedShard& item, ShardSteps& run, const Pace& pace, std::int64_t& steps)
+{
+    const auto& task = item.task;
+    QMutexLocker lock(&mutex);
+    steps = run.stepsPerCall(pace.lastCallNs, pace.lastCallSteps, cpuPercent < 100 ? ThrottledCallNs : CallNs);
+    waitIfHeld(lock, task, run.completedSteps());
+    if (stopRequested || pauseRequested) {
+        const bool stopping = stopRequested;
+        lock.unlock();
+        auto state = run.suspend();
+        if (!state) {
+            Q_EMIT q->shardFinished({ core::ShardResult::failedOf(task, state.error().toString()), {}, {} });
+            return false;
+        }
+        if (!stopping) {
+            QMutexLocker relock(&mutex);
+            const std::int64_t left
+                = item.timeLimitMs > 0 ? std::max<std::int64_t>(1, item.timeLimitMs - (pace.busyNs / 1'000'000)) : 0;
+            queue.push_front({ task, item.weights, *state, left }); // resume() continues it first
+        }
+        Q_EMIT q->shardPaused(task, *state);
+        return false;
+    }
+    if (cancelledJob == task.jobId) {
+        lock.unlock();
+        Q_EMIT q->shardCancelled(task);
+        return false;
+    }
+    // Never past a hold (the test seam): it is a boundary the caller waits for.
+    if (hold && hold->jobId == task.jobId && hold->shard == task.shard && hold->step > run.completedSteps())
+        steps = std::min(steps, hold->step - run.completedSteps());
+    return true;
+}
+
+bool ComputeThread::Private::stepOrReport(const core::ShardTask& task, ShardSteps& run, std::int64_t steps, Pace& pace)
+{
+    // A step that fails in a worker stopped for a pause or stop: given back, not the job's fault.
+    auto stoppedWhileStuck = [&](const QString& why) {
+        QMutexLocker lock(&mutex);
+        return why == u"cancelled" && (stopRequested || pauseRequested) && cancelledJob != task.jobId;
+    };
+    QElapsedTimer stepTimer;
+    stepTimer.start();
+    const std::int64_t before = run.completedSteps();
+    if (auto status = run.step(steps); !status) {
+        if (status.error().message == u"cancelled" && !stoppedWhileStuck(status.error().message)) {
+            Q_EMIT q->shardCancelled(task);
+            return false;
+        }
+        auto failed = core::ShardResult::failedOf(task, status.error().toString());
+        if (stoppedWhileStuck(status.error().message)) {
+            failed.outcome = core::ShardResult::Outcome::Returned;
+            failed.failure = QStringLiteral("a step ran on for %1 s after the node was asked to pause; its worker was "
+                                            "stopped and the shard given back")
+                                 .arg(StuckStepMs / 1000);
+        }
+        Q_EMIT q->shardFinished({ failed, {}, {} });
+        return false;
+    }
+    pace.lastCallNs = stepTimer.nsecsElapsed();
+    pace.busyNs += pace.lastCallNs;
+    pace.lastCallSteps = run.completedSteps() - before;
+    return true;
+}
+
+void ComputeThread::Private::reportProgress(const core::ShardTask& task, const ShardSteps& run, const Pace& pace)
+{
+    const auto done = run.completedSteps();
+    const double seconds = std::max<double>(double(pace.busyNs + pace.throttledNs) / 1e9, 1e-6);
+    const double stepsPerSecond = double(done - pace.firstStep) / seconds;
+    Q_EMIT q->progress(ShardProgress { task.jobId, task.round, task.shard, done, task.localSteps, run.lastLoss(),
+        stepsPerSecond * double(task.batchSize),
+        stepsPerSecond > 0 ? std::int64_t(double(task.localSteps - done) / stepsPerSecond * 1000.0) : 0, pace.busyNs / 1'000'000,
+        pace.throttledNs / 1'000'000 });
+}
+
+void ComputeThread::Private::rest(const core::ShardTask& task, const ShardSteps& run, Pace& pace)
+{
+    // Duty cycle: after computing for t, rest t * (100 - p) / p, waking early for pause or cancel.
+    QMutexLocker lock(&mutex);
+    if (cpuPercent >= 100 || run.finished())
+        return;
+    const QDeadlineTimer deadline(std::chrono::nanoseconds(pace.lastCallNs * (100 - cpuPercent) / cpuPercent));
+    QElapsedTimer restTimer;
+    restTimer.start();
+    while (!deadline.hasExpired() && !stopRequested && !pauseRequested && cancelledJob != task.jobId)
+        wake.wait(&mutex, deadline);
+    pace.throttledNs += restTimer.nsecsElapsed();
 }
 
 core::Result<std::unique_ptr<ShardSteps>> ComputeThread::Private::open(const QueuedShard& item, const ComputeEnvironment& here)

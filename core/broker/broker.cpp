@@ -738,6 +738,48 @@ QString Broker::failureKey(const QString& jobId, std::int64_t round, std::int64_
     return QStringLiteral("%1/%2/%3").arg(jobId).arg(round).arg(shard);
 }
 
+// The nodes that reported as failed a shard the broker then trained (in confirmFailure's
+// transaction). Disproved: on each node's record (a sandbox reason was not counted when it came),
+// and the node gets no more of this job. Slashed only where the failure is proven false: a zoo
+// model (Tessera's own code; a job owner's may behave otherwise elsewhere) on the broker's runtime
+// profile (on another device or CPU it may be that machine's own), and not for time or memory (a
+// busy or smaller computer runs out of them honestly).
+Status Broker::judgeFailureReports(const AssignmentRow& assignment, const QList<QString>& failedBy,
+    const QHash<QString, QString>& reasons, bool ownerCode, const QString& brokerProfile)
+{
+    for (const auto& node : failedBy) {
+        const QString reason = reasons.value(node);
+        if (ShardResult::isSandboxFailure(reason) || reason.isEmpty()) {
+            if (auto status = m_store->countShardFailed(node); !status)
+                return status;
+        }
+        m_scheduler.exclude(assignment.jobId, node);
+        auto known = m_store->node(node);
+        if (!known)
+            return known.error();
+        const QString profile = *known ? (**known).info.value(QStringLiteral("runtimeProfile")).toString() : QString();
+        const bool resources = reason.isEmpty() || reason.startsWith(u"time limit:") || reason.startsWith(u"out of memory");
+        if (ownerCode || resources || !reproduces(profile, brokerProfile)) {
+            qCInfo(lcBrokerCore).noquote() << "node" << node.left(12) << "reported a shard as failed that the broker trained ("
+                                           << reason << "): recorded, not slashed";
+            continue;
+        }
+        const QString why = QStringLiteral("reported round %1, shard %2 of job %3 as failed; the broker trained it")
+                                .arg(QString::number(assignment.round), QString::number(assignment.shard), assignment.jobId);
+        if (auto status = m_stakes->slash(node, {},
+                QStringLiteral("slash:failed:%1/%2/%3/%4")
+                    .arg(assignment.jobId)
+                    .arg(assignment.round)
+                    .arg(assignment.shard)
+                    .arg(node),
+                why);
+            !status)
+            return status;
+        qCWarning(lcBrokerCore).noquote() << "node" << node.left(12) << why << ": slashed";
+    }
+    return {};
+}
+
 Status Broker::confirmFailure(const AssignmentRow& assignment, const QList<QString>& failedBy, const QString& failure)
 {
     // The broker runs the shard itself. If it fails here too, the failure is the job's; if it
@@ -791,41 +833,8 @@ Status Broker::confirmFailure(const AssignmentRow& assignment, const QList<QStri
             !status)
             return status;
     }
-    for (const auto& node : failedBy) {
-        // Disproved: on the node's record (a sandbox reason was not counted when it came), and the
-        // node gets no more of this job. Slashed only where the failure is proven false: a zoo
-        // model (Tessera's own code; a job owner's may behave otherwise elsewhere) on the broker's
-        // runtime profile (on another device or CPU it may be that machine's own), and not for
-        // time or memory (a busy or smaller computer runs out of them honestly).
-        const QString reason = reasons.value(node);
-        if (ShardResult::isSandboxFailure(reason) || reason.isEmpty()) {
-            if (auto status = m_store->countShardFailed(node); !status)
-                return status;
-        }
-        m_scheduler.exclude(assignment.jobId, node);
-        auto known = m_store->node(node);
-        if (!known)
-            return known.error();
-        const QString profile = *known ? (**known).info.value(QStringLiteral("runtimeProfile")).toString() : QString();
-        const bool resources = reason.isEmpty() || reason.startsWith(u"time limit:") || reason.startsWith(u"out of memory");
-        if (ownerCode || resources || !reproduces(profile, replay->runtimeProfile)) {
-            qCInfo(lcBrokerCore).noquote() << "node" << node.left(12) << "reported a shard as failed that the broker trained ("
-                                           << reason << "): recorded, not slashed";
-            continue;
-        }
-        const QString why = QStringLiteral("reported round %1, shard %2 of job %3 as failed; the broker trained it")
-                                .arg(QString::number(assignment.round), QString::number(assignment.shard), assignment.jobId);
-        if (auto status = m_stakes->slash(node, {},
-                QStringLiteral("slash:failed:%1/%2/%3/%4")
-                    .arg(assignment.jobId)
-                    .arg(assignment.round)
-                    .arg(assignment.shard)
-                    .arg(node),
-                why);
-            !status)
-            return status;
-        qCWarning(lcBrokerCore).noquote() << "node" << node.left(12) << why << ": slashed";
-    }
+    if (auto judged = judgeFailureReports(assignment, failedBy, reasons, ownerCode, replay->runtimeProfile); !judged)
+        return judged;
     if (auto committed = transaction->commit(); !committed)
         return committed.error().toError();
     if (*answered)
@@ -1058,6 +1067,29 @@ Result<std::optional<QList<ShardResult>>> Broker::collectRound(const QString& jo
     return std::optional<QList<ShardResult>>(results);
 }
 
+// The round's results as the arithmetic takes them: each shard's weights by file (read one shard
+// at a time, off this thread) and its samples; and the mean of every step's training loss.
+Result<QList<TrainingMath::Update>> Broker::updatesOf(
+    const QString& jobId, const JobSpec& spec, std::int64_t round, const QList<ShardResult>& results, double& meanTrainLoss)
+{
+    const auto tasks = decomposeRound(jobId, spec, round, {});
+    QList<TrainingMath::Update> updates;
+    double lossSum = 0.0;
+    std::int64_t lossCount = 0;
+    for (const auto& result : results) {
+        const auto file = m_blobs.storedFile(result.weightsSha256);
+        if (!file)
+            return Error { QStringLiteral("blob"), QStringLiteral("the weights of shard %1 are gone").arg(result.shard) };
+        const auto& task = tasks[result.shard];
+        updates.append({ result.shard, task.sampleEnd - task.sampleBegin, {}, *file });
+        for (double loss : result.losses)
+            lossSum += loss;
+        lossCount += result.losses.size();
+    }
+    meanTrainLoss = lossCount ? lossSum / double(lossCount) : 0.0;
+    return updates;
+}
+
 Result<std::optional<Broker::AggregatedRound>> Broker::aggregateRound(
     const JobRow& job, const JobSpec& spec, std::int64_t round, const QList<ShardResult>& results)
 {
@@ -1071,21 +1103,10 @@ Result<std::optional<Broker::AggregatedRound>> Broker::aggregateRound(
             return outer.error();
         outerState = *outer;
     }
-    const auto tasks = decomposeRound(job.id, spec, round, {});
-    QList<TrainingMath::Update> updates;
-    double lossSum = 0.0;
-    std::int64_t lossCount = 0;
-    for (const auto& result : results) {
-        // By file: the arithmetic reads one shard's weights at a time, off this thread.
-        const auto file = m_blobs.storedFile(result.weightsSha256);
-        if (!file)
-            return Error { QStringLiteral("blob"), QStringLiteral("the weights of shard %1 are gone").arg(result.shard) };
-        const auto& task = tasks[result.shard];
-        updates.append({ result.shard, task.sampleEnd - task.sampleBegin, {}, *file });
-        for (double loss : result.losses)
-            lossSum += loss;
-        lossCount += result.losses.size();
-    }
+    double meanTrainLoss = 0.0;
+    auto updates = updatesOf(job.id, spec, round, results, meanTrainLoss);
+    if (!updates)
+        return updates.error();
     auto failed = [&](const QString& what, const Error& error) -> Result<std::optional<AggregatedRound>> {
         if (auto status = failJob(job.id, QStringLiteral("round %1 could not be %2: %3").arg(round).arg(what, error.message));
             !status)
@@ -1096,7 +1117,7 @@ Result<std::optional<Broker::AggregatedRound>> Broker::aggregateRound(
     const QDir staging(m_blobs.stagingDirectory());
     staging.mkpath(QStringLiteral("."));
     const QString weightsOut = staging.filePath(QStringLiteral("round-%1-%2.part").arg(job.id).arg(round));
-    auto aggregated = m_math.aggregate(spec.aggregationOfRound(round), *global, updates, outerState, weightsOut);
+    auto aggregated = m_math.aggregate(spec.aggregationOfRound(round), *global, *updates, outerState, weightsOut);
     if (!aggregated) {
         QFile::remove(weightsOut);
         if (aggregated.error().field == QLatin1String("blob"))
@@ -1114,8 +1135,7 @@ Result<std::optional<Broker::AggregatedRound>> Broker::aggregateRound(
         changeBlob = *stored;
     }
     aggregated->change.clear();
-    AggregatedRound next { { round, 0.0, 0.0, lossCount ? lossSum / double(lossCount) : 0.0, aggregated->weights.canonicalHash,
-                               *blob, m_clock.nowMs(), false },
+    AggregatedRound next { { round, 0.0, 0.0, meanTrainLoss, aggregated->weights.canonicalHash, *blob, m_clock.nowMs(), false },
         std::nullopt, changeBlob };
     if (spec.training.evaluates(round)) { // else recorded without a test loss, not in the history
         auto weights = m_blobs.read(*blob); // the evaluation's own copy, let go of once read

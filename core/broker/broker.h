@@ -219,6 +219,8 @@ private:
     // Whether a connected node with the threads and stake, other than these, could run the job's shards.
     bool anotherNodeCouldRun(const QString& jobId, const QList<QString>& failedBy);
     Status confirmFailure(const AssignmentRow& assignment, const QList<QString>& failedBy, const QString& failure);
+    Status judgeFailureReports(const AssignmentRow& assignment, const QList<QString>& failedBy,
+        const QHash<QString, QString>& reasons, bool ownerCode, const QString& brokerProfile);
     static QString failureKey(const QString& jobId, std::int64_t round, std::int64_t shard);
     Status finishRound(const QString& jobId, const JobSpec& spec, std::int64_t round);
     // Rounds whose finishing failed (a database error): tried again on each tick.
@@ -231,6 +233,8 @@ private:
     Result<std::optional<QList<ShardResult>>> collectRound(const QString& jobId, const JobSpec& spec, std::int64_t round);
     Result<std::optional<AggregatedRound>> aggregateRound(
         const JobRow& job, const JobSpec& spec, std::int64_t round, const QList<ShardResult>& results);
+    Result<QList<TrainingMath::Update>> updatesOf(
+        const QString& jobId, const JobSpec& spec, std::int64_t round, const QList<ShardResult>& results, double& meanTrainLoss);
     Status advanceRound(const JobRow& job, const JobSpec& spec, const AggregatedRound& aggregated);
     Status failJob(const QString& jobId, const QString& why);
     // What is left of the job's escrow goes back to its owner; open checks are called off. Inside
