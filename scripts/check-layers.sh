@@ -43,7 +43,7 @@ ours='^\s*#\s*include\s*[<"](compute|net|ui|app)/'
 torchfree="core net ui app compute/common compute/supervisor compute/devices compute/pickle compute/portable"
 check "torch may be included only in compute/engine/" "$torch" $torchfree
 check "only compute/engine/ and the programs may include compute/engine/" \
-    '^\s*#\s*include\s*[<"](compute/engine/|(\.\./)+engine/|engine/)' compute/common compute/supervisor compute/devices compute/pickle compute/portable
+    '^\s*#\s*include\s*[<"](compute/|(\.\./)*)engine/' compute/common compute/supervisor compute/devices compute/pickle compute/portable
 check "the desktop app and what it shares with the node (app/desktop, app/common) never load LibTorch" \
     '^\s*#\s*include\s*[<"]compute/engine/' app/desktop app/common
 check "ZeroMQ may be included only in net/" "$zmq" core compute ui app

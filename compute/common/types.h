@@ -29,6 +29,13 @@ struct ShardProgress {
     std::int64_t etaMs = 0;
     std::int64_t busyMs = 0; // time spent computing this shard so far
     std::int64_t throttledMs = 0; // time spent idle to honour the CPU limit
+
+    // samplesPerSecond and etaMs at `stepsPerSecond`, for batches of `batchSize`.
+    void setPace(double stepsPerSecond, std::int64_t batchSize)
+    {
+        samplesPerSecond = stepsPerSecond * double(batchSize);
+        etaMs = stepsPerSecond > 0 ? std::int64_t(double(steps - step) / stepsPerSecond * 1000.0) : 0;
+    }
 };
 
 // What a finished shard hands back: the result (hashes, losses, profile) and what the node reveals as

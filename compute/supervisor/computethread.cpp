@@ -142,7 +142,7 @@ struct ComputeThread::Private {
     std::unique_ptr<ShardSteps> openOrReport(const QueuedShard& item);
     // At a step boundary: pause, stop, cancel and holds; `steps` for the next call. False: the
     // shard left this thread (paused, cancelled or failed), which has been said.
-    bool atBoundary(QueuedShard& item, ShardSteps& run, const Pace& pace, std::int64_t& steps);
+    bool atBoundary(const QueuedShard& item, ShardSteps& run, const Pace& pace, std::int64_t& steps);
     // The next call's steps; false: the shard failed or was cancelled, which has been said.
     bool stepOrReport(const core::ShardTask& task, ShardSteps& run, std::int64_t steps, Pace& pace);
     void reportProgress(const core::ShardTask& task, const ShardSteps& run, const Pace& pace);
@@ -466,7 +466,7 @@ std::unique_ptr<ShardSteps> ComputeThread::Private::openOrReport(const QueuedSha
     return nullptr;
 }
 
-bool ComputeThread::Private::atBoundary(QueuedShard& item, ShardSteps& run, const Pace& pace, std::int64_t& steps)
+bool ComputeThread::Private::atBoundary(const QueuedShard& item, ShardSteps& run, const Pace& pace, std::int64_t& steps)
 {
     const auto& task = item.task;
     QMutexLocker lock(&mutex);
@@ -535,11 +535,10 @@ void ComputeThread::Private::reportProgress(const core::ShardTask& task, const S
 {
     const auto done = run.completedSteps();
     const double seconds = std::max<double>(double(pace.busyNs + pace.throttledNs) / 1e9, 1e-6);
-    const double stepsPerSecond = double(done - pace.firstStep) / seconds;
-    Q_EMIT q->progress(ShardProgress { task.jobId, task.round, task.shard, done, task.localSteps, run.lastLoss(),
-        stepsPerSecond * double(task.batchSize),
-        stepsPerSecond > 0 ? std::int64_t(double(task.localSteps - done) / stepsPerSecond * 1000.0) : 0, pace.busyNs / 1'000'000,
-        pace.throttledNs / 1'000'000 });
+    ShardProgress progress { task.jobId, task.round, task.shard, done, task.localSteps, run.lastLoss(), 0.0, 0,
+        pace.busyNs / 1'000'000, pace.throttledNs / 1'000'000 };
+    progress.setPace(double(done - pace.firstStep) / seconds, task.batchSize);
+    Q_EMIT q->progress(progress);
 }
 
 void ComputeThread::Private::rest(const core::ShardTask& task, const ShardSteps& run, Pace& pace)

@@ -241,9 +241,7 @@ ShardProgress progressOf(const core::ShardTask& task, const protocol::lines::Pro
     progress.loss = said.loss;
     progress.busyMs = said.busyMs;
     const double seconds = std::max(1e-6, double(progress.busyMs) / 1000.0);
-    const double stepsPerSecond = double(progress.step) / seconds;
-    progress.samplesPerSecond = stepsPerSecond * double(task.batchSize);
-    progress.etaMs = stepsPerSecond > 0 ? std::int64_t(double(progress.steps - progress.step) / stepsPerSecond * 1000.0) : 0;
+    progress.setPace(double(progress.step) / seconds, task.batchSize);
     return progress;
 }
 
