@@ -81,27 +81,6 @@ QString Contribution::reason() const
     }
 }
 
-QString Contribution::name(State state)
-{
-    switch (state) {
-    case State::Off:
-        return QStringLiteral("idle");
-    case State::Working:
-        return QStringLiteral("working");
-    case State::Waiting:
-        return QStringLiteral("waiting for work");
-    case State::Paused:
-        return QStringLiteral("paused");
-    case State::Snoozed:
-        return QStringLiteral("snoozed");
-    case State::Offline:
-        return QStringLiteral("offline");
-    case State::Error:
-        return QStringLiteral("error");
-    }
-    return {};
-}
-
 bool Contribution::insideSchedule(const QString& schedule, const QTime& now)
 {
     const auto windows = schedule.split(u',', Qt::SkipEmptyParts);

@@ -1,5 +1,7 @@
 #pragma once
 
+#include "enumnames.h"
+
 #include <QDateTime>
 #include <QString>
 
@@ -58,8 +60,6 @@ public:
     bool mayCompute() const;
     // Why it is paused or in error, for the tray's tooltip.
     QString reason() const;
-
-    static QString name(State state);
     // Whether `now` falls in one of Compute/Schedule's windows ("HH:mm-HH:mm", comma-separated; a
     // window may cross midnight). No windows: always.
     static bool insideSchedule(const QString& schedule, const QTime& now);
@@ -73,6 +73,11 @@ private:
     std::optional<QDateTime> m_snoozeUntil;
     QString m_error;
     QString m_pausedBecause;
+};
+
+// What the tray and the Overview call each state.
+template<> struct EnumNames<Contribution::State> {
+    static constexpr std::array names { "idle", "working", "waiting for work", "paused", "snoozed", "offline", "error" };
 };
 
 } // namespace tessera::core

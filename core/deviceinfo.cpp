@@ -6,28 +6,6 @@
 
 namespace tessera::core {
 
-QString DeviceInfo::kindName(Kind kind)
-{
-    switch (kind) {
-    case Kind::Cpu:
-        return QStringLiteral("cpu");
-    case Kind::Cuda:
-        return QStringLiteral("cuda");
-    case Kind::OpenCl:
-        return QStringLiteral("opencl");
-    }
-    return {};
-}
-
-Result<DeviceInfo::Kind> DeviceInfo::kindFromName(QStringView name)
-{
-    for (auto kind : { Kind::Cpu, Kind::Cuda, Kind::OpenCl }) {
-        if (kindName(kind) == name)
-            return kind;
-    }
-    return Error { {}, QStringLiteral("'%1' is not a device kind (cpu, cuda, opencl)").arg(name.toString()) };
-}
-
 Result<DeviceInfo> DeviceInfo::fromJson(const QJsonObject& json)
 {
     JsonReader reader(json);
@@ -36,14 +14,7 @@ Result<DeviceInfo> DeviceInfo::fromJson(const QJsonObject& json)
         QStringLiteral("pciBusId"), QStringLiteral("driverVersion"), QStringLiteral("temperatureCelsius"),
         QStringLiteral("powerWatts"), QStringLiteral("usable"), QStringLiteral("unusableReason") });
     DeviceInfo device;
-    const QString kind = reader.string(u"kind");
-    if (reader.ok()) {
-        auto parsed = kindFromName(kind);
-        if (parsed)
-            device.kind = *parsed;
-        else
-            reader.fail(u"kind", parsed.error().message);
-    }
+    device.kind = reader.named<Kind>(u"kind", QStringLiteral("a device kind"));
     device.index = static_cast<int>(reader.integer(u"index", 0, 1024));
     device.name = reader.string(u"name");
     device.vendor = reader.string(u"vendor", Presence::Optional);
@@ -67,7 +38,7 @@ Result<DeviceInfo> DeviceInfo::fromJson(const QJsonObject& json)
 QJsonObject DeviceInfo::toJson() const
 {
     QJsonObject json {
-        { QStringLiteral("kind"), kindName(kind) },
+        { QStringLiteral("kind"), nameOf(kind) },
         { QStringLiteral("index"), index },
         { QStringLiteral("name"), name },
         { QStringLiteral("memoryBytes"), static_cast<qint64>(memoryBytes) },

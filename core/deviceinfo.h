@@ -1,5 +1,6 @@
 #pragma once
 
+#include "enumnames.h"
 #include "error.h"
 
 #include <QJsonObject>
@@ -29,12 +30,14 @@ struct DeviceInfo {
     bool usable = false;
     QString unusableReason; // empty when usable
 
-    static QString kindName(Kind kind);
-    static Result<Kind> kindFromName(QStringView name);
     static Result<DeviceInfo> fromJson(const QJsonObject& json);
     QJsonObject toJson() const;
 
     bool operator==(const DeviceInfo&) const = default;
+};
+
+template<> struct EnumNames<DeviceInfo::Kind> {
+    static constexpr std::array names { "cpu", "cuda", "opencl" };
 };
 
 } // namespace tessera::core

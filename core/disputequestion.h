@@ -1,5 +1,7 @@
 #pragma once
 
+#include "enumnames.h"
+
 #include <QString>
 
 #include <cstdint>
@@ -17,26 +19,6 @@ struct DisputeQuestion {
     std::int64_t step = 0; // Operands: the shard step (1-based)
     std::int64_t instruction = 0; // Operands: the instruction of its program
 
-    static QString nameOf(Want want)
-    {
-        switch (want) {
-        case Want::Trace:
-            return QStringLiteral("trace");
-        case Want::Operands:
-            return QStringLiteral("operands");
-        case Want::State:
-            break;
-        }
-        return QStringLiteral("state");
-    }
-    static std::optional<Want> wantNamed(const QString& name)
-    {
-        for (auto want : { Want::State, Want::Trace, Want::Operands }) {
-            if (nameOf(want) == name)
-                return want;
-        }
-        return std::nullopt;
-    }
     // For logs: "checkpoint 4", "the trace of checkpoint 4", "the operands of step 23, instruction 7".
     QString describe() const
     {
@@ -51,6 +33,10 @@ struct DisputeQuestion {
         return QStringLiteral("checkpoint %1").arg(checkpoint);
     }
     bool operator==(const DisputeQuestion&) const = default;
+};
+
+template<> struct EnumNames<DisputeQuestion::Want> { // CHECKPOINT's `want`
+    static constexpr std::array names { "state", "trace", "operands" };
 };
 
 } // namespace tessera::core

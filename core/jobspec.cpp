@@ -57,23 +57,6 @@ void writeInitialWeights(const ModelSpec& model, QJsonObject& json)
         json.insert(QStringLiteral("initialWeights"), initial);
 }
 
-// An optional string field that names one of a few values (the first is the default): its value,
-// or the default and a failure that lists the choices ("'x' is not an aggregation method (choose
-// fedavg or nesterov)").
-template<typename T>
-T oneOf(JsonReader& reader, QStringView key, const QString& what, const QList<std::pair<QString, T>>& choices)
-{
-    const QString name = reader.string(key, Presence::Optional, choices.front().first);
-    QStringList words;
-    for (const auto& [word, value] : choices) {
-        if (name == word)
-            return value;
-        words.append(word);
-    }
-    reader.fail(key, QStringLiteral("'%1' is not %2 (choose %3)").arg(name, what, words.join(QStringLiteral(" or "))));
-    return choices.front().second;
-}
-
 } // namespace
 
 ModelSpec readModelSpec(JsonReader reader)
@@ -238,12 +221,14 @@ OptimizerSpec readOptimizerSpec(JsonReader reader)
     } else if (kind == u"adam" || kind == u"adamw") {
         reader.allowOnly({ QStringLiteral("kind"), QStringLiteral("lr"), QStringLiteral("beta1"), QStringLiteral("beta2"),
             QStringLiteral("eps"), QStringLiteral("weightDecay"), QStringLiteral("clipNorm"), QStringLiteral("schedule") });
-        optimizer.kind = kind == u"adam" ? OptimizerSpec::Kind::Adam : OptimizerSpec::Kind::AdamW;
+        optimizer.kind = *fromName<OptimizerSpec::Kind>(kind);
         optimizer.beta1 = reader.number(u"beta1", 0.0, 0.9999, Presence::Optional, 0.9);
         optimizer.beta2 = reader.number(u"beta2", 0.0, 0.999999, Presence::Optional, 0.999);
         optimizer.eps = reader.number(u"eps", 1e-12, 1.0, Presence::Optional, 1e-8);
     } else if (reader.ok()) {
-        reader.fail(u"kind", QStringLiteral("'%1' is not an optimizer (choose sgd, adam or adamw)").arg(kind));
+        reader.fail(u"kind",
+            QStringLiteral("'%1' is not an optimizer (choose %2)")
+                .arg(kind, JsonReader::alternatives(namesOf<OptimizerSpec::Kind>())));
     }
     optimizer.lr = reader.number(u"lr", 0.0, MaxLearningRate);
     if (reader.ok() && optimizer.lr <= 0.0)
@@ -254,11 +239,8 @@ OptimizerSpec readOptimizerSpec(JsonReader reader)
         auto schedule = reader.object(u"schedule");
         schedule.allowOnly(
             { QStringLiteral("kind"), QStringLiteral("warmupSteps"), QStringLiteral("totalSteps"), QStringLiteral("minLr") });
-        const QString name = schedule.string(u"kind", Presence::Optional, QStringLiteral("cosine"));
-        if (name == u"cosine")
-            optimizer.schedule.kind = ScheduleSpec::Kind::Cosine;
-        else if (name != u"constant")
-            schedule.fail(u"kind", QStringLiteral("'%1' is not a schedule (choose constant or cosine)").arg(name));
+        optimizer.schedule.kind
+            = schedule.named(u"kind", QStringLiteral("a schedule"), Presence::Optional, ScheduleSpec::Kind::Cosine);
         optimizer.schedule.warmupSteps = schedule.integer(u"warmupSteps", 0, std::int64_t(1) << 40, Presence::Optional, 0);
         optimizer.schedule.totalSteps = schedule.integer(u"totalSteps", 0, std::int64_t(1) << 40, Presence::Optional, 0);
         optimizer.schedule.minLr = schedule.number(u"minLr", 0.0, MaxLearningRate, Presence::Optional, 0.0);
@@ -276,17 +258,16 @@ QJsonObject optimizerSpecToJson(const OptimizerSpec& optimizer)
         json.insert(QStringLiteral("clipNorm"), optimizer.clipNorm);
     if (optimizer.schedule.kind != ScheduleSpec::Kind::Constant)
         json.insert(QStringLiteral("schedule"),
-            QJsonObject { { QStringLiteral("kind"), QStringLiteral("cosine") },
+            QJsonObject { { QStringLiteral("kind"), nameOf(optimizer.schedule.kind) },
                 { QStringLiteral("warmupSteps"), static_cast<qint64>(optimizer.schedule.warmupSteps) },
                 { QStringLiteral("totalSteps"), static_cast<qint64>(optimizer.schedule.totalSteps) },
                 { QStringLiteral("minLr"), optimizer.schedule.minLr } });
     if (optimizer.kind == OptimizerSpec::Kind::Sgd) {
-        json.insert(QStringLiteral("kind"), QStringLiteral("sgd"));
+        json.insert(QStringLiteral("kind"), nameOf(optimizer.kind));
         json.insert(QStringLiteral("momentum"), optimizer.momentum);
         json.insert(QStringLiteral("nesterov"), optimizer.nesterov);
     } else {
-        json.insert(QStringLiteral("kind"),
-            optimizer.kind == OptimizerSpec::Kind::Adam ? QStringLiteral("adam") : QStringLiteral("adamw"));
+        json.insert(QStringLiteral("kind"), nameOf(optimizer.kind));
         json.insert(QStringLiteral("beta1"), optimizer.beta1);
         json.insert(QStringLiteral("beta2"), optimizer.beta2);
         json.insert(QStringLiteral("eps"), optimizer.eps);
@@ -308,9 +289,8 @@ TrainingSpec readTrainingSpec(JsonReader reader)
     training.threads = reader.integer(u"threads", 1, 256, Presence::Optional, 1);
     training.checkpointInterval = reader.integer(
         u"checkpointInterval", 1, 1000000, Presence::Optional, std::max<std::int64_t>(1, training.localSteps / 10));
-    training.determinism = oneOf<TrainingSpec::Determinism>(reader, u"determinism", QStringLiteral("a determinism"),
-        { { QStringLiteral("fast"), TrainingSpec::Determinism::Fast },
-            { QStringLiteral("portable"), TrainingSpec::Determinism::Portable } });
+    training.determinism
+        = reader.named(u"determinism", QStringLiteral("a determinism"), Presence::Optional, TrainingSpec::Determinism::Fast);
     training.keepWeightsEvery = reader.integer(u"keepWeightsEvery", 0, 100000, Presence::Optional, 0);
     training.evaluateEvery = reader.integer(u"evaluateEvery", 1, 100000, Presence::Optional, 1);
     return training;
@@ -328,7 +308,7 @@ QJsonObject trainingSpecToJson(const TrainingSpec& training)
         { QStringLiteral("checkpointInterval"), static_cast<qint64>(training.checkpointInterval) },
     };
     if (training.determinism == TrainingSpec::Determinism::Portable) // absent means fast, as before
-        json.insert(QStringLiteral("determinism"), QStringLiteral("portable"));
+        json.insert(QStringLiteral("determinism"), nameOf(training.determinism));
     if (training.keepWeightsEvery > 0) // absent means none, as before
         json.insert(QStringLiteral("keepWeightsEvery"), static_cast<qint64>(training.keepWeightsEvery));
     if (training.evaluateEvery > 1) // absent means every round, as before
@@ -341,51 +321,28 @@ AggregationSpec readAggregationSpec(JsonReader reader)
     reader.allowOnly({ QStringLiteral("method"), QStringLiteral("outerLr"), QStringLiteral("outerMomentum"),
         QStringLiteral("compression"), QStringLiteral("optimizerState") });
     AggregationSpec aggregation;
-    aggregation.method = oneOf<AggregationSpec::Method>(reader, u"method", QStringLiteral("an aggregation method"),
-        { { QStringLiteral("fedavg"), AggregationSpec::Method::FedAvg },
-            { QStringLiteral("nesterov"), AggregationSpec::Method::Nesterov } });
+    aggregation.method
+        = reader.named(u"method", QStringLiteral("an aggregation method"), Presence::Optional, AggregationSpec::Method::FedAvg);
     aggregation.outerLr = reader.number(u"outerLr", 0.0, 10.0, Presence::Optional, 1.0);
     if (reader.ok() && aggregation.outerLr <= 0.0)
         reader.fail(u"outerLr", QStringLiteral("the outer learning rate must be above 0"));
     aggregation.outerMomentum = reader.number(u"outerMomentum", 0.0, 0.999, Presence::Optional, 0.9);
-    const QString compression = reader.string(u"compression", Presence::Optional, QStringLiteral("int8"));
-    if (const auto known = compressionFromName(compression))
-        aggregation.compression = *known;
-    else
-        reader.fail(u"compression", QStringLiteral("'%1' is not a compression (choose int8 or none)").arg(compression));
-    aggregation.optimizerState
-        = oneOf<AggregationSpec::OptimizerState>(reader, u"optimizerState", QStringLiteral("an optimizer state"),
-            { { QStringLiteral("reset"), AggregationSpec::OptimizerState::Reset },
-                { QStringLiteral("averaged"), AggregationSpec::OptimizerState::Averaged } });
+    aggregation.compression
+        = reader.named(u"compression", QStringLiteral("a compression"), Presence::Optional, Compression::Int8);
+    aggregation.optimizerState = reader.named(
+        u"optimizerState", QStringLiteral("an optimizer state"), Presence::Optional, AggregationSpec::OptimizerState::Reset);
     return aggregation;
 }
 
 QJsonObject aggregationSpecToJson(const AggregationSpec& aggregation)
 {
     return QJsonObject {
-        { QStringLiteral("method"),
-            aggregation.method == AggregationSpec::Method::FedAvg ? QStringLiteral("fedavg") : QStringLiteral("nesterov") },
+        { QStringLiteral("method"), nameOf(aggregation.method) },
         { QStringLiteral("outerLr"), aggregation.outerLr },
         { QStringLiteral("outerMomentum"), aggregation.outerMomentum },
-        { QStringLiteral("compression"), compressionName(aggregation.compression) },
-        { QStringLiteral("optimizerState"),
-            aggregation.optimizerState == AggregationSpec::OptimizerState::Averaged ? QStringLiteral("averaged")
-                                                                                    : QStringLiteral("reset") },
+        { QStringLiteral("compression"), nameOf(aggregation.compression) },
+        { QStringLiteral("optimizerState"), nameOf(aggregation.optimizerState) },
     };
-}
-
-QString compressionName(Compression compression)
-{
-    return compression == Compression::Int8 ? QStringLiteral("int8") : QStringLiteral("none");
-}
-
-std::optional<Compression> compressionFromName(QStringView name)
-{
-    if (name == u"int8")
-        return Compression::Int8;
-    if (name == u"none")
-        return Compression::None;
-    return std::nullopt;
 }
 
 QStringList ModelSpec::zooNames()

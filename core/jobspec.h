@@ -127,8 +127,6 @@ struct TrainingSpec {
 // (None), or their difference from the round's weights quantised to int8 with a float32 scale per
 // block of 256 (Int8, about a quarter of the bytes). Commitment and verification are over this form.
 enum class Compression { None, Int8 };
-QString compressionName(Compression compression); // as in job files and tasks: none, int8
-std::optional<Compression> compressionFromName(QStringView name);
 
 struct AggregationSpec {
     enum class Method { FedAvg, Nesterov };
@@ -189,6 +187,26 @@ TrainingSpec readTrainingSpec(JsonReader reader);
 QJsonObject trainingSpecToJson(const TrainingSpec& training);
 AggregationSpec readAggregationSpec(JsonReader reader);
 QJsonObject aggregationSpecToJson(const AggregationSpec& aggregation);
+
+// The names job files and tasks use.
+template<> struct EnumNames<Compression> {
+    static constexpr std::array names { "none", "int8" };
+};
+template<> struct EnumNames<ScheduleSpec::Kind> {
+    static constexpr std::array names { "constant", "cosine" };
+};
+template<> struct EnumNames<OptimizerSpec::Kind> {
+    static constexpr std::array names { "sgd", "adam", "adamw" };
+};
+template<> struct EnumNames<TrainingSpec::Determinism> {
+    static constexpr std::array names { "fast", "portable" };
+};
+template<> struct EnumNames<AggregationSpec::Method> {
+    static constexpr std::array names { "fedavg", "nesterov" };
+};
+template<> struct EnumNames<AggregationSpec::OptimizerState> {
+    static constexpr std::array names { "reset", "averaged" };
+};
 
 } // namespace tessera::core
 

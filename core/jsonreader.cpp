@@ -77,6 +77,13 @@ bool JsonReader::present(QStringView key, Presence presence)
     return true;
 }
 
+QString JsonReader::alternatives(const QStringList& names)
+{
+    if (names.size() < 2)
+        return names.join(QString());
+    return names.mid(0, names.size() - 1).join(QStringLiteral(", ")) + QStringLiteral(" or ") + names.last();
+}
+
 QString JsonReader::string(QStringView key, Presence presence, const QString& fallback)
 {
     if (!present(key, presence))

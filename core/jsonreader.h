@@ -1,5 +1,6 @@
 #pragma once
 
+#include "enumnames.h"
 #include "error.h"
 #include "hash.h"
 
@@ -33,6 +34,21 @@ public:
         QStringView key, std::int64_t min, std::int64_t max, Presence presence = Presence::Required, std::int64_t fallback = 0);
     double number(QStringView key, double min, double max, Presence presence = Presence::Required, double fallback = 0.0);
     bool boolean(QStringView key, Presence presence = Presence::Required, bool fallback = false);
+    // A string that names a value of an enum with a name table (core/enumnames.h): the value, or
+    // `fallback` and a failure that lists the names ("'zip' is not a compression (choose none or
+    // int8)"); an absent optional one reads as `fallback`.
+    template<NamedEnum Enum>
+    Enum named(QStringView key, const QString& what, Presence presence = Presence::Required, Enum fallback = Enum {})
+    {
+        const QString name = string(key, presence, nameOf(fallback));
+        if (const auto value = fromName<Enum>(name))
+            return *value;
+        if (ok())
+            fail(key, QStringLiteral("'%1' is not %2 (choose %3)").arg(name, what, alternatives(namesOf<Enum>())));
+        return fallback;
+    }
+    // "a, b or c".
+    static QString alternatives(const QStringList& names);
     // A SHA-256 digest written as 64 hex digits; an absent optional one reads as the null digest.
     Digest digest(QStringView key, Presence presence = Presence::Required);
     QStringList stringList(QStringView key, Presence presence = Presence::Required);

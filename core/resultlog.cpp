@@ -8,11 +8,11 @@ namespace tessera::core {
 
 namespace {
 
-QString entry(const QString& state, std::int64_t at)
+QString entry(NodeResultState state, std::int64_t at)
 {
-    return QString::fromUtf8(
-        QJsonDocument(QJsonObject { { QStringLiteral("state"), state }, { QStringLiteral("at"), static_cast<qint64>(at) } })
-            .toJson(QJsonDocument::Compact));
+    return QString::fromUtf8(QJsonDocument(
+        QJsonObject { { QStringLiteral("state"), nameOf(state) }, { QStringLiteral("at"), static_cast<qint64>(at) } })
+                                 .toJson(QJsonDocument::Compact));
 }
 
 } // namespace
@@ -77,14 +77,15 @@ QString hexArray(const QList<Digest>& digests)
 Status ResultLog::computed(const QString& assignment, const QString& broker, const ShardResult& result, const Kept& kept)
 {
     const auto now = QDateTime::currentMSecsSinceEpoch();
-    const QString state = result.outcome == ShardResult::Outcome::Completed ? QStringLiteral("computed")
-                                                                            : ShardResult::outcomeName(result.outcome);
+    const NodeResultState state = result.outcome == ShardResult::Outcome::Completed ? NodeResultState::Computed
+        : result.outcome == ShardResult::Outcome::Failed                            ? NodeResultState::Failed
+                                                                                    : NodeResultState::Returned;
     return storage::execute(*m_db,
         QStringLiteral(
             "INSERT INTO results (assignment, broker, job, round, shard, state, final_hash, detail, history, updated_at, "
             "checkpoints, task, inputs) VALUES (?, ?, ?, ?, ?, ?, ?, ?, json_array(json(?)), ?, ?, ?, ?) "
             "ON CONFLICT(assignment) DO NOTHING"),
-        assignment, broker, result.jobId, result.round, result.shard, state,
+        assignment, broker, result.jobId, result.round, result.shard, nameOf(state),
         result.outcome == ShardResult::Outcome::Completed ? result.finalHash.toHex() : QString(), result.failure,
         entry(state, now), static_cast<std::int64_t>(now), hexArray(kept.checkpoints),
         kept.task.isEmpty() ? QString() : QString::fromUtf8(QJsonDocument(kept.task).toJson(QJsonDocument::Compact)),
@@ -105,15 +106,32 @@ Result<std::optional<Digest>> ResultLog::checkpoint(const QString& assignment, s
 // Broker/SelfVerifyAfterSeconds, a dispute Broker/DisputeTimeoutSeconds): its states may go.
 constexpr std::int64_t UnsettledForMs = 7LL * 24 * 3600 * 1000;
 
-bool ResultLog::unsettled(const QString& state)
+namespace {
+
+// "'computed', 'committed', ...": the states a result may still be disputed in, for SQL.
+QString unsettledNames()
 {
-    return state == u"computed" || state == u"committed" || state == u"sampled" || state == u"disputed";
+    QStringList names;
+    for (const auto& name : namesOf<NodeResultState>()) {
+        if (unsettled(*fromName<NodeResultState>(name)))
+            names.append(u'\'' + name + u'\'');
+    }
+    return names.join(QStringLiteral(", "));
 }
 
-Result<std::optional<QString>> ResultLog::state(const QString& assignment)
+// The state of a row; the schema's CHECK admits only names of the enum, so any other is a
+// database some other program wrote: read as refused rather than trusted.
+NodeResultState stateNamed(const QString& name)
+{
+    return fromName<NodeResultState>(name).value_or(NodeResultState::Refused);
+}
+
+} // namespace
+
+Result<std::optional<NodeResultState>> ResultLog::state(const QString& assignment)
 {
     return oneRow(*m_db, QStringLiteral("SELECT state FROM results WHERE assignment = ?"), assignment,
-        [](storage::Statement& row) { return row.columnText(0); });
+        [](storage::Statement& row) { return stateNamed(row.columnText(0)); });
 }
 
 Result<std::optional<ResultLog::Kept>> ResultLog::kept(const QString& assignment)
@@ -145,8 +163,8 @@ Result<QList<Digest>> ResultLog::checkpoints(const QString& assignment)
 Result<QList<Digest>> ResultLog::unsettledCheckpoints(const QString& broker)
 {
     auto rows = storage::query(*m_db,
-        QStringLiteral("SELECT checkpoints, inputs FROM results WHERE broker = ? AND state IN ('computed', 'committed', "
-                       "'sampled', 'disputed') AND updated_at >= ?"),
+        QStringLiteral("SELECT checkpoints, inputs FROM results WHERE broker = ? AND state IN (%1) AND updated_at >= ?")
+            .arg(unsettledNames()),
         broker, std::int64_t(QDateTime::currentMSecsSinceEpoch() - UnsettledForMs));
     if (!rows)
         return rows.error();
@@ -159,7 +177,7 @@ Result<QList<Digest>> ResultLog::unsettledCheckpoints(const QString& broker)
     return all;
 }
 
-Status ResultLog::advance(const QString& assignment, const QString& state, const QString& paid, const QString& detail)
+Status ResultLog::advance(const QString& assignment, NodeResultState state, const QString& paid, const QString& detail)
 {
     const auto now = QDateTime::currentMSecsSinceEpoch();
     return storage::execute(*m_db,
@@ -167,22 +185,22 @@ Status ResultLog::advance(const QString& assignment, const QString& state, const
             "UPDATE results SET state = ?, paid = CASE WHEN ? = '' THEN paid ELSE ? END, "
             "detail = CASE WHEN ? = '' THEN detail ELSE ? END, history = json_insert(history, '$[#]', json(?)), updated_at = ? "
             "WHERE assignment = ?"),
-        state, paid, paid, detail, detail, entry(state, now), static_cast<std::int64_t>(now), assignment);
+        nameOf(state), paid, paid, detail, detail, entry(state, now), static_cast<std::int64_t>(now), assignment);
 }
 
 QJsonObject ResultEntry::toJson() const
 {
     QJsonArray steps;
     for (const auto& step : history)
-        steps.append(
-            QJsonObject { { QStringLiteral("state"), step.state }, { QStringLiteral("at"), static_cast<qint64>(step.at) } });
+        steps.append(QJsonObject {
+            { QStringLiteral("state"), nameOf(step.state) }, { QStringLiteral("at"), static_cast<qint64>(step.at) } });
     return QJsonObject {
         { QStringLiteral("assignment"), assignment },
         { QStringLiteral("broker"), broker },
         { QStringLiteral("jobId"), jobId },
         { QStringLiteral("round"), static_cast<qint64>(round) },
         { QStringLiteral("shard"), static_cast<qint64>(shard) },
-        { QStringLiteral("state"), state },
+        { QStringLiteral("state"), nameOf(state) },
         { QStringLiteral("finalHash"), finalHash },
         { QStringLiteral("paid"), paid },
         { QStringLiteral("detail"), detail },
@@ -200,11 +218,11 @@ Result<QList<ResultEntry>> ResultLog::list(int limit)
         return rows.error();
     return storage::collect(*rows, [](storage::Statement& row) {
         ResultEntry entry { row.columnText(0), row.columnText(1), row.columnText(2), row.columnInt(3), row.columnInt(4),
-            row.columnText(5), row.columnText(6), row.columnText(7), row.columnText(8), {} };
+            stateNamed(row.columnText(5)), row.columnText(6), row.columnText(7), row.columnText(8), {} };
         for (const auto& value : QJsonDocument::fromJson(row.columnText(9).toUtf8()).array()) {
             const auto step = value.toObject();
-            entry.history.append(
-                { step.value(QStringLiteral("state")).toString(), step.value(QStringLiteral("at")).toInteger() });
+            if (const auto state = fromName<NodeResultState>(step.value(QStringLiteral("state")).toString()))
+                entry.history.append({ *state, step.value(QStringLiteral("at")).toInteger() });
         }
         return entry;
     });

@@ -1,6 +1,7 @@
 #pragma once
 
 #include "error.h"
+#include "resultstates.h"
 #include "shardresult.h"
 #include "storage/database.h"
 
@@ -16,7 +17,7 @@ namespace tessera::core {
 // One result this node produced or re-executed, and its lifecycle.
 struct ResultEntry {
     struct Step {
-        QString state;
+        NodeResultState state = NodeResultState::Computed;
         std::int64_t at = 0; // ms since the epoch
     };
     QString assignment;
@@ -24,7 +25,7 @@ struct ResultEntry {
     QString jobId;
     std::int64_t round = 0;
     std::int64_t shard = 0;
-    QString state; // computed, committed, sampled, accepted, verified, disputed, slashed, rejected, paid, ...
+    NodeResultState state = NodeResultState::Computed;
     QString finalHash;
     QString paid; // credits
     QString detail;
@@ -33,8 +34,8 @@ struct ResultEntry {
     QJsonObject toJson() const; // as tessera-node results --json prints it
 };
 
-// The lifecycle of a node's results, in its node.sqlite: computed, committed, then accepted (and
-// paid), failed, stale or refused. One connection per thread: open one log per NodeClient.
+// The lifecycle of a node's results, in its node.sqlite (the states: core/resultstates.h). One connection per thread: open one
+// log per NodeClient.
 class ResultLog {
 public:
     static Result<std::unique_ptr<ResultLog>> open(const QString& path);
@@ -51,17 +52,15 @@ public:
     // The blob of the state at checkpoint k (1..n-2) of a result, if the node kept it.
     Result<std::optional<Digest>> checkpoint(const QString& assignment, std::int64_t k);
     // A result's state now; nullopt for an unknown result.
-    Result<std::optional<QString>> state(const QString& assignment);
+    Result<std::optional<NodeResultState>> state(const QString& assignment);
     // What computed() kept of a result; nullopt for an unknown result.
     Result<std::optional<Kept>> kept(const QString& assignment);
     // The blobs (kept states and inputs) of one result, and of every result from this broker that
     // may still be disputed (computed, committed, sampled or disputed): a node keeps those.
     Result<QList<Digest>> checkpoints(const QString& assignment);
     Result<QList<Digest>> unsettledCheckpoints(const QString& broker);
-    // Whether a result in this state can still be disputed.
-    static bool unsettled(const QString& state);
-    // state: committed, accepted, failed, stale or refused; paid: credits earned (accepted only).
-    Status advance(const QString& assignment, const QString& state, const QString& paid = {}, const QString& detail = {});
+    // A result's next state; paid: credits earned (paid only); detail: why, where there is a why.
+    Status advance(const QString& assignment, NodeResultState state, const QString& paid = {}, const QString& detail = {});
     Result<QList<ResultEntry>> list(int limit = 1000);
 
 private:

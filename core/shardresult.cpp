@@ -47,15 +47,7 @@ Result<ShardResult> ShardResult::fromJson(const QJsonObject& json)
     result.jobId = reader.string(u"jobId");
     result.round = reader.integer(u"round", 0, MaxIndex);
     result.shard = reader.integer(u"shard", 0, MaxIndex);
-    const QString outcome = reader.string(u"outcome");
-    if (outcome == u"completed")
-        result.outcome = Outcome::Completed;
-    else if (outcome == u"failed")
-        result.outcome = Outcome::Failed;
-    else if (outcome == u"returned")
-        result.outcome = Outcome::Returned;
-    else if (reader.ok())
-        reader.fail(u"outcome", QStringLiteral("must be \"completed\", \"failed\" or \"returned\", not '%1'").arg(outcome));
+    result.outcome = reader.named<Outcome>(u"outcome", QStringLiteral("an outcome"));
 
     if (result.outcome != Outcome::Completed) {
         result.failure = reader.text(u"failure", MaxFailureLength);
@@ -77,26 +69,13 @@ Result<ShardResult> ShardResult::fromJson(const QJsonObject& json)
     return result;
 }
 
-QString ShardResult::outcomeName(Outcome outcome)
-{
-    switch (outcome) {
-    case Outcome::Completed:
-        return QStringLiteral("completed");
-    case Outcome::Failed:
-        return QStringLiteral("failed");
-    case Outcome::Returned:
-        return QStringLiteral("returned");
-    }
-    return {};
-}
-
 QJsonObject ShardResult::toJson() const
 {
     QJsonObject json {
         { QStringLiteral("jobId"), jobId },
         { QStringLiteral("round"), static_cast<qint64>(round) },
         { QStringLiteral("shard"), static_cast<qint64>(shard) },
-        { QStringLiteral("outcome"), outcomeName(outcome) },
+        { QStringLiteral("outcome"), nameOf(outcome) },
         { QStringLiteral("samplesProcessed"), static_cast<qint64>(samplesProcessed) },
         { QStringLiteral("wallTimeMs"), static_cast<qint64>(wallTimeMs) },
         { QStringLiteral("runtimeProfile"), runtimeProfile },

@@ -1,5 +1,6 @@
 #pragma once
 
+#include "enumnames.h"
 #include "error.h"
 #include "hash.h"
 
@@ -56,7 +57,6 @@ struct ShardResult {
     QJsonObject commitmentDocument(const QString& assignment) const;
     static constexpr auto CommitmentKind = "tessera-commitment";
     static Result<ShardResult> fromJson(const QJsonObject& json);
-    static QString outcomeName(Outcome outcome); // as on the wire: completed, failed, returned
     // Whether a failed result says the job owner's code failed in the node's sandbox (the failure
     // starts "time limit:", "out of memory", "forbidden call:" or "crash:", docs/PROTOCOL.md): it
     // counts against the shard, whose job fails when distinct nodes agree, not in the node's record.
@@ -69,6 +69,10 @@ struct ShardResult {
     QJsonObject toJson() const;
 
     bool operator==(const ShardResult&) const = default;
+};
+
+template<> struct EnumNames<ShardResult::Outcome> { // as on the wire
+    static constexpr std::array names { "completed", "failed", "returned" };
 };
 
 } // namespace tessera::core

@@ -42,21 +42,13 @@ Result<ShardTask> ShardTask::fromJson(const QJsonObject& json)
     task.dataset = readDatasetSpec(reader.object(u"dataset"));
     task.optimizer = readOptimizerSpec(reader.object(u"optimizer"));
     task.startWeights = reader.digest(u"startWeights", Presence::Optional);
-    const QString compression = reader.string(u"compression", Presence::Optional, QStringLiteral("none"));
-    if (const auto known = compressionFromName(compression))
-        task.compression = *known;
-    else
-        reader.fail(u"compression", QStringLiteral("'%1' is not a compression (int8 or none)").arg(compression));
-    const QString state = reader.string(u"optimizerState", Presence::Optional, QStringLiteral("reset"));
-    if (state == u"averaged")
-        task.carriesOptimizer = true;
-    else if (state != u"reset")
-        reader.fail(u"optimizerState", QStringLiteral("'%1' is not an optimizer state (reset or averaged)").arg(state));
-    const QString determinism = reader.string(u"determinism", Presence::Optional, QStringLiteral("fast"));
-    if (determinism == u"portable")
-        task.portable = true;
-    else if (determinism != u"fast")
-        reader.fail(u"determinism", QStringLiteral("'%1' is not a determinism (fast or portable)").arg(determinism));
+    task.compression = reader.named(u"compression", QStringLiteral("a compression"), Presence::Optional, Compression::None);
+    task.carriesOptimizer = reader.named(u"optimizerState", QStringLiteral("an optimizer state"), Presence::Optional,
+                                AggregationSpec::OptimizerState::Reset)
+        == AggregationSpec::OptimizerState::Averaged;
+    task.portable
+        = reader.named(u"determinism", QStringLiteral("a determinism"), Presence::Optional, TrainingSpec::Determinism::Fast)
+        == TrainingSpec::Determinism::Portable;
     if (!reader.ok())
         return reader.status().error();
     if (auto status = task.validate(); !status)
@@ -84,11 +76,11 @@ QJsonObject ShardTask::toJson() const
     if (!startWeights.isNull())
         json.insert(QStringLiteral("startWeights"), startWeights.toHex());
     if (compression != Compression::None) // absent means none: tasks of uncompressed jobs read as before
-        json.insert(QStringLiteral("compression"), compressionName(compression));
+        json.insert(QStringLiteral("compression"), nameOf(compression));
     if (carriesOptimizer) // absent means reset, as before
-        json.insert(QStringLiteral("optimizerState"), QStringLiteral("averaged"));
+        json.insert(QStringLiteral("optimizerState"), nameOf(AggregationSpec::OptimizerState::Averaged));
     if (portable) // absent means fast, as before
-        json.insert(QStringLiteral("determinism"), QStringLiteral("portable"));
+        json.insert(QStringLiteral("determinism"), nameOf(TrainingSpec::Determinism::Portable));
     return json;
 }
 

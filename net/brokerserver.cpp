@@ -913,12 +913,12 @@ void BrokerServer::Private::onResult(Request& r)
     if (auto it = peers.find(r.routingId); it != peers.end())
         it->score = broker.schedulingScore(nodeId);
     ResultReply reply;
-    reply.verdict = *verdict == core::broker::Acceptance::Accepted ? QStringLiteral("accepted")
-        : *verdict == core::broker::Acceptance::Held               ? QStringLiteral("sampled")
-                                                                   : QStringLiteral("failed");
+    reply.verdict = *verdict == core::broker::Acceptance::Accepted ? core::ResultVerdict::Accepted
+        : *verdict == core::broker::Acceptance::Held               ? core::ResultVerdict::Sampled
+                                                                   : core::ResultVerdict::Failed;
     if (*verdict == core::broker::Acceptance::Accepted) {
         if (auto job = broker.status(request->result.jobId))
-            reply.paid = job->pricePerShard.toString();
+            reply.paid = job->pricePerShard;
     }
     ok(r, reply.toHeader());
     dispatchWork();

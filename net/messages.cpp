@@ -49,6 +49,23 @@ template<typename Record> core::Status readPage(const QJsonObject& header, const
     return {};
 }
 
+// An optional amount of credits, as a decimal string ("10.8"): nothing when absent, an error when it
+// is not an amount or is negative (no broker pays a node less than nothing).
+core::Result<std::optional<core::Credits>> optionalCredits(JsonReader& reader, const QString& key)
+{
+    const QString text = reader.string(key, Presence::Optional);
+    if (!reader.ok())
+        return reader.status().error();
+    if (!reader.has(key))
+        return std::optional<core::Credits> {};
+    auto credits = core::Credits::parse(text);
+    if (!credits)
+        return core::Error { key, credits.error().message };
+    if (credits->isNegative())
+        return core::Error { key, QStringLiteral("is negative") };
+    return std::optional<core::Credits>(*credits);
+}
+
 // Two counts nobody sends a negative or absurd value of: offsets and sizes of blobs, deadlines.
 constexpr std::int64_t MaxCount = std::int64_t(1) << 50;
 
@@ -172,18 +189,22 @@ core::Result<ResultRequest> ResultRequest::fromHeader(const QJsonObject& header)
 
 QJsonObject ResultReply::toHeader() const
 {
-    QJsonObject header { { fields::Verdict, verdict } };
-    if (!paid.isEmpty())
-        header.insert(fields::Paid, paid);
+    QJsonObject header { { fields::Verdict, core::nameOf(verdict) } };
+    if (paid)
+        header.insert(fields::Paid, paid->toString());
     return header;
 }
 
 core::Result<ResultReply> ResultReply::fromHeader(const QJsonObject& header)
 {
     JsonReader reader(header);
-    ResultReply reply { reader.string(fields::Verdict), reader.string(fields::Paid, Presence::Optional) };
+    ResultReply reply { reader.named<core::ResultVerdict>(fields::Verdict, QStringLiteral("a verdict")), {} };
     if (!reader.ok())
         return reader.status().error();
+    auto paid = optionalCredits(reader, fields::Paid);
+    if (!paid)
+        return paid.error();
+    reply.paid = *paid;
     return reply;
 }
 
@@ -221,7 +242,7 @@ QJsonObject CheckpointAsk::toHeader() const
     if (question.want != Want::Operands)
         header.insert(fields::Checkpoint, static_cast<qint64>(question.checkpoint));
     if (question.want != Want::State)
-        header.insert(fields::Want, core::DisputeQuestion::nameOf(question.want));
+        header.insert(fields::Want, core::nameOf(question.want));
     if (question.want == Want::Operands) {
         header.insert(fields::Step, static_cast<qint64>(question.step));
         header.insert(fields::Instruction, static_cast<qint64>(question.instruction));
@@ -234,10 +255,7 @@ core::Result<CheckpointAsk> CheckpointAsk::fromHeader(const QJsonObject& header)
     JsonReader reader(header);
     using Want = core::DisputeQuestion::Want;
     CheckpointAsk ask { reader.string(fields::Verification), reader.string(fields::Assignment), {} };
-    const auto want = core::DisputeQuestion::wantNamed(reader.string(fields::Want, Presence::Optional, QStringLiteral("state")));
-    if (!want)
-        reader.fail(fields::Want, QStringLiteral("must be state, trace or operands"));
-    ask.question.want = want.value_or(Want::State);
+    ask.question.want = reader.named(fields::Want, QStringLiteral("a question"), Presence::Optional, Want::State);
     if (ask.question.want == Want::Operands) {
         ask.question.step = reader.integer(fields::Step, 1, core::ShardResult::MaxSteps);
         ask.question.instruction = reader.integer(fields::Instruction, 0, core::ShardResult::MaxInstructions);
@@ -271,19 +289,24 @@ core::Result<CheckpointAnswer> CheckpointAnswer::fromHeader(const QJsonObject& h
 
 QJsonObject VerdictMessage::toHeader() const
 {
-    QJsonObject header { { fields::Assignment, assignment }, { fields::State, state }, { fields::Detail, detail } };
-    if (!paid.isEmpty())
-        header.insert(fields::Paid, paid);
+    QJsonObject header { { fields::Assignment, assignment }, { fields::State, core::nameOf(state) }, { fields::Detail, detail } };
+    if (paid)
+        header.insert(fields::Paid, paid->toString());
     return header;
 }
 
 core::Result<VerdictMessage> VerdictMessage::fromHeader(const QJsonObject& header)
 {
     JsonReader reader(header);
-    VerdictMessage verdict { reader.string(fields::Assignment), reader.string(fields::State),
-        reader.string(fields::Paid, Presence::Optional), reader.string(fields::Detail, Presence::Optional) };
+    VerdictMessage verdict { reader.string(fields::Assignment),
+        reader.named<core::CheckVerdict>(fields::State, QStringLiteral("a verdict")), {},
+        reader.string(fields::Detail, Presence::Optional) };
     if (!reader.ok())
         return reader.status().error();
+    auto paid = optionalCredits(reader, fields::Paid);
+    if (!paid)
+        return paid.error();
+    verdict.paid = *paid;
     return verdict;
 }
 

@@ -10,6 +10,7 @@
 #include <core/jobspec.h>
 #include <core/nodeinfo.h>
 #include <core/pricing.h>
+#include <core/resultstates.h>
 #include <core/shardresult.h>
 #include <core/shardtask.h>
 
@@ -129,8 +130,8 @@ struct ResultRequest {
 };
 
 struct ResultReply {
-    QString verdict; // accepted, sampled, failed
-    QString paid; // credits, when accepted
+    core::ResultVerdict verdict = core::ResultVerdict::Accepted;
+    std::optional<core::Credits> paid; // when accepted
     QJsonObject toHeader() const;
     static core::Result<ResultReply> fromHeader(const QJsonObject& header);
 };
@@ -172,8 +173,8 @@ struct CheckpointAnswer {
 struct VerdictMessage {
     static constexpr Command command = Command::Verdict;
     QString assignment;
-    QString state; // disputed, verified, paid, slashed, rejected
-    QString paid;
+    core::CheckVerdict state = core::CheckVerdict::Disputed;
+    std::optional<core::Credits> paid; // with Paid
     QString detail;
     QJsonObject toHeader() const;
     static core::Result<VerdictMessage> fromHeader(const QJsonObject& header);

@@ -590,7 +590,7 @@ struct NodeClient::Private {
     }
 
     // Records where the result at the front of the outbox stands.
-    void logFront(const QString& state, const QString& paid = {}, const QString& detail = {})
+    void logFront(core::NodeResultState state, const QString& paid = {}, const QString& detail = {})
     {
         if (!outbox.empty())
             record(outbox.front().assignment, state, paid, detail);
@@ -598,17 +598,17 @@ struct NodeClient::Private {
 
     // What became of a result, in the log; once it can no longer be disputed its checkpoint states
     // may leave the cache (until then they are pinned: a dispute's loser is whoever cannot answer).
-    void record(const QString& assignment, const QString& state, const QString& paid = {}, const QString& detail = {})
+    void record(const QString& assignment, core::NodeResultState state, const QString& paid = {}, const QString& detail = {})
     {
         if (!log)
             return;
         const auto before = log->state(assignment);
         (void)log->advance(assignment, state, paid, detail);
-        if (core::ResultLog::unsettled(state))
+        if (core::unsettled(state))
             return;
         // Released once, when it is first settled (verified, then paid, is one release): the
         // inputs' pins are counted and shared with other results.
-        if (!before || !*before || !core::ResultLog::unsettled(**before))
+        if (!before || !*before || !core::unsettled(**before))
             return;
         if (auto states = log->checkpoints(assignment)) {
             for (const auto& digest : *states)
@@ -912,7 +912,7 @@ void NodeClient::Private::onOk(const Message& message, const Pending& purpose)
     case Pending::Purpose::Commit:
         if (report != Report::Committing || outbox.empty())
             return;
-        logFront(QStringLiteral("committed"));
+        logFront(core::NodeResultState::Committed);
         return reveal();
     case Pending::Purpose::Weights:
     case Pending::Purpose::CheckpointState: {
@@ -940,11 +940,11 @@ void NodeClient::Private::onOk(const Message& message, const Pending& purpose)
     }
     case Pending::Purpose::Result: {
         auto reply = ResultReply::fromHeader(message.header);
-        if (reply && reply->verdict == u"accepted")
-            logFront(
-                reply->paid.isEmpty() || reply->paid == u"0" ? QStringLiteral("accepted") : QStringLiteral("paid"), reply->paid);
-        else if (reply && reply->verdict == u"sampled")
-            logFront(QStringLiteral("sampled"), {}, QStringLiteral("another node re-executes it; paid once it agrees"));
+        if (reply && reply->verdict == core::ResultVerdict::Accepted)
+            logFront(!reply->paid || reply->paid->isZero() ? core::NodeResultState::Accepted : core::NodeResultState::Paid,
+                reply->paid ? reply->paid->toString() : QString());
+        else if (reply && reply->verdict == core::ResultVerdict::Sampled)
+            logFront(core::NodeResultState::Sampled, {}, QStringLiteral("another node re-executes it; paid once it agrees"));
         return resultAnswered();
     }
     case Pending::Purpose::CheckpointAnswer:
@@ -987,7 +987,7 @@ void NodeClient::Private::onError(const Message& message, const Pending* purpose
         qCWarning(lcNode).noquote() << "broker says" << code << text;
         if (report == Report::Idle)
             return;
-        logFront(code == errors::Stale ? QStringLiteral("stale") : QStringLiteral("refused"), {}, text);
+        logFront(code == errors::Stale ? core::NodeResultState::Stale : core::NodeResultState::Refused, {}, text);
         return resultAnswered(); // the broker will not count this result; the next one can go
     case Pending::Purpose::Get:
         qCWarning(lcNode).noquote() << "broker says" << code << text;
@@ -1003,9 +1003,10 @@ void NodeClient::Private::onVerdict(const Message& message)
     auto verdict = VerdictMessage::fromHeader(message.header);
     if (!verdict)
         return;
-    qCInfo(lcNode).noquote() << "result" << verdict->assignment << verdict->state << verdict->paid << verdict->detail;
-    record(verdict->assignment, verdict->state, verdict->paid, verdict->detail);
-    if (verdict->state == u"slashed")
+    const QString paid = verdict->paid ? verdict->paid->toString() : QString();
+    qCInfo(lcNode).noquote() << "result" << verdict->assignment << core::nameOf(verdict->state) << paid << verdict->detail;
+    record(verdict->assignment, core::stateAfter(verdict->state), paid, verdict->detail);
+    if (verdict->state == core::CheckVerdict::Slashed)
         ++counters.slashed;
 }
 

@@ -570,8 +570,8 @@ bool takeOption(const QByteArray& option, const QString& value, Arguments& argum
         arguments.portableThreads = value.toInt();
     else if (option == "--try-read")
         arguments.tryRead = value;
-    else if (option == "--want" && core::DisputeQuestion::wantNamed(value))
-        arguments.question.want = *core::DisputeQuestion::wantNamed(value);
+    else if (option == "--want" && core::fromName<core::DisputeQuestion::Want>(value))
+        arguments.question.want = *core::fromName<core::DisputeQuestion::Want>(value);
     else if (option == "--checkpoint")
         arguments.question.checkpoint = value.toLongLong();
     else if (option == "--step")

@@ -33,14 +33,6 @@ namespace tessera::app {
 
 namespace names = core::settings::names;
 
-namespace {
-
-// What a busy thread of a desktop CPU draws, for energy where no meter is readable (said to be
-// an estimate wherever it is shown).
-constexpr double EstimatedWattsPerThread = 10.0;
-
-} // namespace
-
 DesktopApp::DesktopApp(Options options, QObject* parent)
     : QObject(parent)
     , m_options(std::move(options))
@@ -394,8 +386,7 @@ void DesktopApp::ensureContributor()
             if (!m_progress) { // a shard begins: its energy counts from here
                 const qint64 now = m_since.elapsed();
                 m_readings = m_sensors.read(now);
-                m_shardStartMs = now;
-                m_shardStartJoules = m_sensors.cpuJoules();
+                m_energy.shardBegan(now, m_sensors.cpuJoules());
             }
             m_progress = progress;
             m_contribution.setTraining(true);
@@ -408,32 +399,14 @@ void DesktopApp::ensureContributor()
             const double busySeconds = begun ? double(m_progress->busyMs) / 1000.0 : 0.0;
             m_progress.reset();
             m_contribution.setTraining(false);
-            // What the shard cost in energy: RAPL's count over its time where readable, else an
-            // estimate from its time, threads and duty cycle.
+            // What the shard cost in energy, from the app's first sight of it.
             QString energy;
             if (begun) {
                 const qint64 now = m_since.elapsed();
                 m_readings = m_sensors.read(now);
-                // The app hears of a shard at its first progress (after 100 ms of it): RAPL's count
-                // from then on, over a window long enough to mean something, gives the package's
-                // power, which the shard drew for the longer of that window and its computing time.
-                const double window = double(now - m_shardStartMs) / 1000.0;
-                const auto joulesNow = m_sensors.cpuJoules();
-                const bool measured = joulesNow && m_shardStartJoules && window >= 0.5;
-                const double joules = measured ? (*joulesNow - *m_shardStartJoules) / window * std::max(window, busySeconds)
-                                               : EstimatedWattsPerThread * double(computeThreads(*m_settings)) * busySeconds;
-                const double seconds = busySeconds;
-                const QDate today = QDate::currentDate();
-                if (m_energyDay != today) {
-                    m_energyDay = today;
-                    m_energyTodayJoules = 0.0;
-                }
-                m_energyTodayJoules += joules;
-                m_energyMeasured = measured;
-                energy = QStringLiteral(", %1 s of computing, %2 Wh of CPU energy (%3)")
-                             .arg(seconds, 0, 'f', seconds < 1.0 ? 3 : 1)
-                             .arg(joules / 3600.0, 0, 'f', 3)
-                             .arg(measured ? QStringLiteral("RAPL") : QStringLiteral("estimated"));
+                if (const auto shard = m_energy.shardEnded(
+                        now, m_sensors.cpuJoules(), busySeconds, computeThreads(*m_settings), QDate::currentDate()))
+                    energy = shard->describe();
             }
             note(QStringLiteral("info"), QStringLiteral("compute"),
                 QStringLiteral("shard %1 of round %2 of %3: %4%5")
@@ -617,7 +590,7 @@ void DesktopApp::updateState()
         m_computePaused = !compute;
     }
     const auto state = m_contribution.state();
-    QString tooltip = QStringLiteral("Tessera: %1").arg(core::Contribution::name(state));
+    QString tooltip = QStringLiteral("Tessera: %1").arg(core::nameOf(state));
     if (!m_contribution.reason().isEmpty())
         tooltip += QStringLiteral(" (%1)").arg(m_contribution.reason());
     if (allPaused && state != core::Contribution::State::Off)
@@ -703,7 +676,7 @@ void DesktopApp::showReadings()
         if (m_readings.cpuWatts) {
             cpu.watts = m_readings.cpuWatts;
         } else if (working && m_progress) {
-            cpu.watts = EstimatedWattsPerThread * double(computeThreads(*m_settings)) * double(duty) / 100.0;
+            cpu.watts = EnergyMeter::EstimatedWattsPerThread * double(computeThreads(*m_settings)) * double(duty) / 100.0;
             cpu.wattsEstimated = true;
         }
         readings.insert(ui::DevicesModel::deviceId(device), cpu);
@@ -728,21 +701,23 @@ void DesktopApp::notifyTransitions(const QList<core::ResultEntry>& results)
     m_statesPrimed = true;
     for (const auto& result : results) {
         const QString& assignment = result.assignment;
-        const QString& state = result.state;
-        const QString before = m_lastStates.value(assignment);
+        using State = core::NodeResultState;
+        const State state = result.state;
+        const auto before = m_lastStates.constFind(assignment);
+        const bool changed = before == m_lastStates.constEnd() || *before != state;
         m_lastStates.insert(assignment, state);
-        if (first || before == state)
+        if (first || !changed)
             continue;
         const QString what
             = QStringLiteral("shard %1 of round %2").arg(QString::number(result.shard), QString::number(result.round));
-        if (state == u"verified" || state == u"disputed" || state == u"slashed" || state == u"paid") {
-            note(state == u"slashed" ? QStringLiteral("warning") : QStringLiteral("info"), QStringLiteral("verification"),
-                QStringLiteral("%1: %2 %3").arg(what, state, result.paid));
+        if (state == State::Verified || state == State::Disputed || state == State::Slashed || state == State::Paid) {
+            note(state == State::Slashed ? QStringLiteral("warning") : QStringLiteral("info"), QStringLiteral("verification"),
+                QStringLiteral("%1: %2 %3").arg(what, core::nameOf(state), result.paid));
             if (!m_settings->boolValue(names::AppNotifications))
                 continue;
-            if (state == u"disputed" || state == u"slashed") { // at once: the user's stake is at stake
-                m_tray->notify(state == u"disputed" ? tr("Result disputed") : tr("Stake slashed"), what);
-            } else if (state == u"paid") {
+            if (state == State::Disputed || state == State::Slashed) { // at once: the user's stake is at stake
+                m_tray->notify(state == State::Disputed ? tr("Result disputed") : tr("Stake slashed"), what);
+            } else if (state == State::Paid) {
                 if (!m_toldFirstPayment) {
                     m_toldFirstPayment = true;
                     m_tray->notify(tr("Paid %1 credits").arg(result.paid), tr("the first paid shard: %1").arg(what));
@@ -827,12 +802,12 @@ DesktopApp::Earned DesktopApp::showResults()
     for (const auto& result : *results) {
         for (const auto& step : result.history) {
             const auto at = QDateTime::fromMSecsSinceEpoch(step.at);
-            if (step.state == u"paid") {
+            if (step.state == core::NodeResultState::Paid) {
                 const double credits = result.paid.toDouble();
                 earnings.append({ at, credits });
                 earned.today += at >= midnight ? credits : 0.0;
                 earned.week += at >= weekAgo && credits > 0 ? credits : 0.0;
-            } else if (step.state == u"slashed") {
+            } else if (step.state == core::NodeResultState::Slashed) {
                 events.append({ result.assignment, at, QStringLiteral("slashed"), QString(), result.detail });
             }
         }
@@ -848,17 +823,8 @@ ui::Overview DesktopApp::overviewOf(const QList<net::BrokerAddress>& list, const
     ui::Overview overview;
     overview.earnedToday = tr("%1 credits earned today").arg(earned.today, 0, 'f', 2);
     overview.earnedWeek = tr("%1 credits in the last 7 days").arg(earned.week, 0, 'f', 2);
-    const double kWh = m_energyTodayJoules / 3.6e6;
-    const double price = m_settings->stringValue(names::AppElectricityPricePerKWh).toDouble();
-    overview.energy = tr("%1 Wh of CPU energy for training today (%2)")
-                          .arg(kWh * 1000.0, 0, 'f', kWh < 0.01 ? 2 : 1) // a practice job takes hundredths
-                          .arg(m_energyMeasured ? tr("measured by RAPL")
-                                                : tr("estimated: this computer does not let Tessera read its power"));
-    if (price > 0.0)
-        overview.energy += tr("; at %1 credits a kWh that is %2 credits, so %3 credits net")
-                               .arg(price)
-                               .arg(kWh * price, 0, 'f', 4)
-                               .arg(earned.today - kWh * price, 0, 'f', 2);
+    overview.energy = m_energy.overviewLine(
+        QDate::currentDate(), m_settings->stringValue(names::AppElectricityPricePerKWh).toDouble(), earned.today);
     overview.devices = deviceLines().join(u'\n');
     QStringList names;
     for (const auto& broker : list)
@@ -878,7 +844,7 @@ ui::Overview DesktopApp::overviewOf(const QList<net::BrokerAddress>& list, const
                                                        .arg(double(m_account->stake.micro()) / 1e6 / 2.0, 0, 'f', 2)
                                                  : tr("none while no shard is training");
     }
-    overview.state = core::Contribution::name(m_contribution.state());
+    overview.state = core::nameOf(m_contribution.state());
     overview.reason = m_contribution.reason();
     // Waiting: what comes next (on the practice network, nothing will unless the user asks).
     if (m_contribution.state() == core::Contribution::State::Waiting) {

@@ -3,6 +3,7 @@
 #include "brokerlink.h"
 #include "contributor.h"
 #include "embeddedbroker.h"
+#include "energymeter.h"
 
 #include "../common/nodesetup.h"
 
@@ -154,7 +155,7 @@ private:
     std::unique_ptr<ui::Tray> m_tray;
     QTimer m_tick;
     std::optional<compute::ShardProgress> m_progress;
-    QHash<QString, QString> m_lastStates; // assignment -> state, for notifications
+    QHash<QString, core::NodeResultState> m_lastStates; // assignment -> state, for notifications
     bool m_brokerReachable = true;
     bool m_computePaused = false;
     bool m_measuringFirstStart = false; // the first-start benchmark runs; contributing starts after it
@@ -179,11 +180,7 @@ private:
     QHash<QString, ui::DevicesModel::Reading> m_gpuReadings; // "cuda:N" -> NVML's last answer
     bool m_gpuSampling = false;
     qint64 m_lastGpuSampleMs = -1;
-    double m_energyTodayJoules = 0.0; // CPU energy while training today: measured (RAPL) or estimated
-    bool m_energyMeasured = false;
-    qint64 m_shardStartMs = 0; // when the shard in training began (m_since's clock)
-    std::optional<double> m_shardStartJoules; // RAPL's count then
-    QDate m_energyDay;
+    EnergyMeter m_energy; // CPU energy while training today, on m_since's clock
     int m_digestShards = 0;
     double m_digestCredits = 0.0;
     qint64 m_digestSinceMs = -1;

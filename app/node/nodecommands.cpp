@@ -172,7 +172,7 @@ int devices(const QStringList& args)
         return 0;
     }
     for (const auto& device : report.devices) {
-        out() << core::DeviceInfo::kindName(device.kind) << ":" << device.index << "  " << device.name << "\n";
+        out() << core::nameOf(device.kind) << ":" << device.index << "  " << device.name << "\n";
         out() << "    memory " << describeMemory(device.memoryBytes) << ", " << device.cores
               << (device.kind == core::DeviceInfo::Kind::Cpu ? " logical cores" : " compute units");
         if (!device.features.isEmpty())
@@ -277,8 +277,9 @@ int results(const QStringList& args, const core::settings::Settings& settings)
     }
     for (const auto& entry : *list)
         out() << QStringLiteral("%1  job %2 round %3 shard %4  %5%6%7")
-                     .arg(entry.assignment, entry.jobId, QString::number(entry.round), QString::number(entry.shard), entry.state,
-                         entry.state == u"paid" ? QStringLiteral(" %1 credits").arg(entry.paid) : QString(),
+                     .arg(entry.assignment, entry.jobId, QString::number(entry.round), QString::number(entry.shard),
+                         core::nameOf(entry.state),
+                         entry.state == core::NodeResultState::Paid ? QStringLiteral(" %1 credits").arg(entry.paid) : QString(),
                          entry.detail.isEmpty() ? QString() : QStringLiteral(" (%1)").arg(entry.detail))
               << "\n";
     if (list->isEmpty())

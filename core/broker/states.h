@@ -1,15 +1,11 @@
 #pragma once
 
-// The states the broker keeps in its database, one enum each with one string table (states.cpp).
+// The states the broker keeps in its database, one enum each with one name table (below).
 // The names are what the database stores and what clients read; the schema's CHECK constraints
 // (resources/migrations/broker/0007_states.sql) admit exactly these names, and tst_brokerstore
 // checks that the two agree.
 
-#include <QString>
-#include <QStringList>
-#include <QStringView>
-
-#include <optional>
+#include "../enumnames.h"
 
 namespace tessera::core::broker {
 
@@ -41,11 +37,35 @@ enum class CheckState { Waiting, Running, Disputed, Verified, Rejected, Closed, 
 // job's own code is blamed (it does not compute the same result twice), and nobody is slashed.
 enum class Loser { None, Accused, Verifier, Both, Job };
 
-// The name of a value (nameOf(JobState::Running) is "running"), the value with a name (nothing for
-// a name that is not in the table), and every name of an enum in order. Defined in states.cpp for
-// the enums above.
-template<typename Enum> QString nameOf(Enum value);
-template<typename Enum> std::optional<Enum> fromName(QStringView name);
-template<typename Enum> QStringList namesOf();
+// nameOf, fromName and namesOf (core/enumnames.h) for the enums above, as in broker code.
+using core::fromName;
+using core::nameOf;
+using core::namesOf;
 
 } // namespace tessera::core::broker
+
+namespace tessera::core {
+
+template<> struct EnumNames<broker::JobState> {
+    static constexpr std::array names { "running", "finished", "cancelled", "failed" };
+};
+template<> struct EnumNames<broker::AssignmentState> {
+    static constexpr std::array names { "active", "answered", "failed", "returned", "expired" };
+};
+template<> struct EnumNames<broker::AssignmentKind> {
+    static constexpr std::array names { "train", "verify", "canary" };
+};
+template<> struct EnumNames<broker::ResultState> {
+    static constexpr std::array names { "accepted", "sampled", "verified" };
+};
+template<> struct EnumNames<broker::CheckKind> {
+    static constexpr std::array names { "sample", "canary" };
+};
+template<> struct EnumNames<broker::CheckState> {
+    static constexpr std::array names { "waiting", "running", "disputed", "verified", "rejected", "closed", "cancelled" };
+};
+template<> struct EnumNames<broker::Loser> {
+    static constexpr std::array names { "none", "accused", "verifier", "both", "job" };
+};
+
+} // namespace tessera::core

@@ -29,7 +29,7 @@ QJsonObject checkpointRequest(const QString& checkId, const QString& assignment,
     if (question.want != DisputeQuestion::Want::Operands)
         body.insert(QStringLiteral("checkpoint"), static_cast<qint64>(question.checkpoint));
     if (question.want != DisputeQuestion::Want::State)
-        body.insert(QStringLiteral("want"), DisputeQuestion::nameOf(question.want));
+        body.insert(QStringLiteral("want"), nameOf(question.want));
     if (question.want == DisputeQuestion::Want::Operands) {
         body.insert(QStringLiteral("step"), static_cast<qint64>(question.step));
         body.insert(QStringLiteral("instruction"), static_cast<qint64>(question.instruction));
@@ -66,12 +66,13 @@ Verifier::Verifier(Parts parts, RoundMayBeComplete roundMayBeComplete, JobFails 
     , m_startedAtMs(parts.clock.nowMs())
 { }
 
-void Verifier::tell(const QString& node, const QString& assignment, const QString& state, const QString& why, const QString& paid)
+void Verifier::tell(
+    const QString& node, const QString& assignment, CheckVerdict verdict, const QString& why, std::optional<Credits> paid)
 {
-    QJsonObject body { { QStringLiteral("assignment"), assignment }, { QStringLiteral("state"), state },
+    QJsonObject body { { QStringLiteral("assignment"), assignment }, { QStringLiteral("state"), nameOf(verdict) },
         { QStringLiteral("detail"), why } };
-    if (!paid.isEmpty())
-        body.insert(QStringLiteral("paid"), paid);
+    if (paid)
+        body.insert(QStringLiteral("paid"), paid->toString());
     m_.notices.add(Notice::Kind::Verdict, node, body);
 }
 
@@ -420,7 +421,7 @@ Status Verifier::punishSignedLie(const QString& nodeId, const QString& assignmen
     // A verifier that lied leaves the sample to someone else.
     if (auto status = m_.store.requeueRunningChecks(BrokerStore::Requeue::OfVerifierAssignment, assignmentId); !status)
         qCWarning(lcVerification).noquote() << status.error().toString();
-    tell(nodeId, assignmentId, QStringLiteral("slashed"), lie.toString());
+    tell(nodeId, assignmentId, CheckVerdict::Slashed, lie.toString());
     return {};
 }
 
@@ -472,7 +473,7 @@ Status Verifier::dispute(Check& check, qsizetype j)
     qCInfo(lcVerification).noquote() << "dispute" << check.id << "over" << check.jobId << "round" << check.round << "shard"
                                      << check.shard << "at checkpoint" << j;
     for (const auto& [node, assignment] : sides(check))
-        tell(node, assignment, QStringLiteral("disputed"),
+        tell(node, assignment, CheckVerdict::Disputed,
             j == check.accusedResult.checkpointHashes.size() ? QStringLiteral("the revealed result differs")
                                                              : QStringLiteral("checkpoint %1 differs").arg(j));
     // A portable job's interval between two nodes: narrowed to one instruction by their traces.
@@ -880,8 +881,8 @@ Status Verifier::payAccused(const Check& check, const QString& why)
         if (!status)
             return status;
     }
-    tell(check.accused, check.accusedAssignment, QStringLiteral("verified"), why);
-    tell(check.accused, check.accusedAssignment, QStringLiteral("paid"), why, paid->toString());
+    tell(check.accused, check.accusedAssignment, CheckVerdict::Verified, why);
+    tell(check.accused, check.accusedAssignment, CheckVerdict::Paid, why, *paid);
     return {};
 }
 
@@ -895,8 +896,7 @@ Status Verifier::rejectAccused(const Check& check, Loser loser, const QString& w
             !status)
             return status;
     }
-    tell(check.accused, check.accusedAssignment,
-        penalty == Penalty::Slash ? QStringLiteral("slashed") : QStringLiteral("rejected"), why);
+    tell(check.accused, check.accusedAssignment, penalty == Penalty::Slash ? CheckVerdict::Slashed : CheckVerdict::Rejected, why);
     return {};
 }
 
@@ -905,7 +905,7 @@ Status Verifier::settleVerifier(const Check& check, Loser loser, const QString& 
     if (check.verifier.isEmpty())
         return {};
     if (loser == Loser::Job || ((loser == Loser::Verifier || loser == Loser::Both) && penalty == Penalty::None)) {
-        tell(check.verifier, check.verifierAssignment, QStringLiteral("rejected"), why); // not paid, not slashed
+        tell(check.verifier, check.verifierAssignment, CheckVerdict::Rejected, why); // not paid, not slashed
         return {};
     }
     if (loser == Loser::Verifier || loser == Loser::Both) {
@@ -914,7 +914,7 @@ Status Verifier::settleVerifier(const Check& check, Loser loser, const QString& 
             = m_.stakes.slash(check.verifier, honest, QStringLiteral("slash:%1:%2").arg(check.id, check.verifier), why);
             !status)
             return status;
-        tell(check.verifier, check.verifierAssignment, QStringLiteral("slashed"), why);
+        tell(check.verifier, check.verifierAssignment, CheckVerdict::Slashed, why);
         return {};
     }
     auto job = m_.store.existingJob(check.jobId);
@@ -927,8 +927,8 @@ Status Verifier::settleVerifier(const Check& check, Loser loser, const QString& 
         return paid.error();
     if (auto status = m_.store.countVerified(check.verifier); !status)
         return status;
-    tell(check.verifier, check.verifierAssignment, QStringLiteral("verified"), why);
-    tell(check.verifier, check.verifierAssignment, QStringLiteral("paid"), why, paid->toString());
+    tell(check.verifier, check.verifierAssignment, CheckVerdict::Verified, why);
+    tell(check.verifier, check.verifierAssignment, CheckVerdict::Paid, why, *paid);
     return {};
 }
 

@@ -5,6 +5,7 @@
 #include "../disputequestion.h"
 #include "../error.h"
 #include "../nodeinfo.h"
+#include "../resultstates.h"
 #include "../shardresult.h"
 #include "../shardtask.h"
 #include "assignment.h"
@@ -142,7 +143,9 @@ private:
     void expireLateDisputes(std::int64_t now);
     void requeueOverdue(std::int64_t now);
     void selfVerifyStuck(std::int64_t now);
-    void tell(const QString& node, const QString& assignment, const QString& state, const QString& why, const QString& paid = {});
+    // A VERDICT for a node (docs/PROTOCOL.md), sent when it is connected.
+    void tell(const QString& node, const QString& assignment, CheckVerdict verdict, const QString& why,
+        std::optional<Credits> paid = std::nullopt);
 
     // How long a dispute waits for a checkpoint state.
     std::int64_t disputeWindowMs(const Check& check);

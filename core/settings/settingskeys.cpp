@@ -169,19 +169,7 @@ QList<Key> makeKeys()
 
 QString Key::typeName() const
 {
-    switch (type) {
-    case Type::Bool:
-        return QStringLiteral("bool");
-    case Type::Int:
-        return QStringLiteral("int");
-    case Type::String:
-        return QStringLiteral("string");
-    case Type::StringList:
-        return QStringLiteral("list");
-    case Type::Choice:
-        return QStringLiteral("choice");
-    }
-    return {};
+    return nameOf(type);
 }
 
 QString Key::rangeText() const

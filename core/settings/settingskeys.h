@@ -1,5 +1,7 @@
 #pragma once
 
+#include "../enumnames.h"
+
 #include <QList>
 #include <QString>
 #include <QStringList>
@@ -10,6 +12,15 @@
 namespace tessera::core::settings {
 
 enum class Type { Bool, Int, String, StringList, Choice };
+
+} // namespace tessera::core::settings
+
+// As docs/SETTINGS.md names them.
+template<> struct tessera::core::EnumNames<tessera::core::settings::Type> {
+    static constexpr std::array names { "bool", "int", "string", "list", "choice" };
+};
+
+namespace tessera::core::settings {
 
 // One setting: declared once here, read by the desktop app, the headless node, the broker and
 // docs/SETTINGS.md (a test checks that the document and this table agree).

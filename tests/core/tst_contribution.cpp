@@ -102,7 +102,7 @@ private Q_SLOTS:
         QCOMPARE(c.reason(), QStringLiteral("the data folder is not writable"));
         c.clearError();
         QCOMPARE(c.state(), State::Offline);
-        QCOMPARE(Contribution::name(State::Snoozed), QStringLiteral("snoozed"));
+        QCOMPARE(tessera::core::nameOf(State::Snoozed), QStringLiteral("snoozed"));
     }
 
     void scheduleWindowsIncludingOnesAcrossMidnight()

@@ -3,11 +3,33 @@
 // and each result's state as it moves.
 
 #include <core/resultlog.h>
+#include <core/storage/database.h>
 
+#include <QDateTime>
 #include <QTemporaryDir>
 #include <QTest>
 
 using namespace tessera::core;
+
+namespace {
+
+// A node database with the migrations up to `version` only.
+std::unique_ptr<storage::Database> openAt(const QString& path, int version)
+{
+    auto database = storage::Database::open(path);
+    if (!database)
+        qFatal("%s", qPrintable(database.error().message));
+    auto migrations = storage::loadMigrations(QStringLiteral(":/migrations/node"));
+    if (!migrations)
+        qFatal("%s", qPrintable(migrations.error().message));
+    while (!migrations->isEmpty() && migrations->last().version > version)
+        migrations->removeLast();
+    if (auto status = (*database)->migrate(*migrations); !status)
+        qFatal("%s", qPrintable(status.error().message));
+    return std::move(database).value();
+}
+
+} // namespace
 
 class ResultLogTest : public QObject {
     Q_OBJECT
@@ -51,11 +73,99 @@ private Q_SLOTS:
         QCOMPARE(*(*log)->checkpoints(QStringLiteral("a")), (QList<Digest> { state, weights, data }));
         QCOMPARE(*(*log)->unsettledCheckpoints(QStringLiteral("broker")), (QList<Digest> { state, weights, data }));
 
-        QCOMPARE(*(*log)->state(QStringLiteral("a")), std::optional<QString>(QStringLiteral("computed")));
-        QVERIFY((*log)->advance(QStringLiteral("a"), QStringLiteral("verified")).ok());
-        QCOMPARE(*(*log)->state(QStringLiteral("a")), std::optional<QString>(QStringLiteral("verified")));
+        QCOMPARE(*(*log)->state(QStringLiteral("a")), std::optional(NodeResultState::Computed));
+        QVERIFY((*log)->advance(QStringLiteral("a"), NodeResultState::Verified).ok());
+        QCOMPARE(*(*log)->state(QStringLiteral("a")), std::optional(NodeResultState::Verified));
         QVERIFY(*(*log)->unsettledCheckpoints(QStringLiteral("broker")) == QList<Digest> {});
         QVERIFY(!(*(*log)->state(QStringLiteral("unknown"))).has_value());
+    }
+
+    // Every state of the enum goes in and comes back by name, with its history; the schema's CHECK
+    // refuses any other name, so a state the code does not know never reaches the log.
+    void theSchemaAdmitsExactlyTheStatesOfAResult()
+    {
+        const QString path = m_dir.filePath(QStringLiteral("states.sqlite"));
+        auto log = ResultLog::open(path);
+        QVERIFY(log.ok());
+        QVERIFY((*log)->computed(QStringLiteral("s"), QStringLiteral("broker"), completed(0)).ok());
+        const auto names = namesOf<NodeResultState>();
+        QCOMPARE(names.size(), 13);
+        for (const auto& name : names) {
+            const auto state = fromName<NodeResultState>(name);
+            QVERIFY(state);
+            QCOMPARE(nameOf(*state), name);
+            QVERIFY((*log)->advance(QStringLiteral("s"), *state, QStringLiteral("1.5")).ok());
+            QCOMPARE(*(*log)->state(QStringLiteral("s")), state);
+        }
+        const auto entries = *(*log)->list();
+        QCOMPARE(entries.size(), 1);
+        QCOMPARE(entries.first().history.size(), names.size() + 1); // computed at first, then each
+        for (qsizetype i = 0; i < names.size(); ++i)
+            QCOMPARE(nameOf(entries.first().history[i + 1].state), names[i]);
+        QCOMPARE(entries.first().toJson().value(QStringLiteral("state")).toString(), names.last());
+
+        auto database = storage::Database::open(path);
+        QVERIFY(database.ok());
+        const auto refused = storage::execute(
+            **database, QStringLiteral("UPDATE results SET state = 'pending' WHERE assignment = ?"), QStringLiteral("s"));
+        QVERIFY(!refused.ok());
+        QVERIFY2(
+            refused.error().message.contains(QStringLiteral("CHECK constraint failed")), qPrintable(refused.error().message));
+        QCOMPARE(*(*log)->state(QStringLiteral("s")), fromName<NodeResultState>(names.last()));
+    }
+
+    // Which states may still be disputed: a node keeps their blobs pinned.
+    void unsettledStatesAreTheDisputableOnes()
+    {
+        QStringList open;
+        for (const auto& name : namesOf<NodeResultState>()) {
+            if (unsettled(*fromName<NodeResultState>(name)))
+                open.append(name);
+        }
+        QCOMPARE(open,
+            (QStringList { QStringLiteral("computed"), QStringLiteral("committed"), QStringLiteral("sampled"),
+                QStringLiteral("disputed") }));
+        // A verdict leads to the node's state of the same name.
+        for (const auto& name : namesOf<CheckVerdict>())
+            QCOMPARE(nameOf(stateAfter(*fromName<CheckVerdict>(name))), name);
+    }
+
+    // A node.sqlite of an older node (before migration 5) is carried over with every row; a state
+    // that no version wrote becomes refused and its detail keeps what it was.
+    void anOlderNodesLogIsCarriedOverWithEveryRow()
+    {
+        const QString path = m_dir.filePath(QStringLiteral("older.sqlite"));
+        {
+            auto old = openAt(path, 4);
+            const QString insert = QStringLiteral(
+                "INSERT INTO results (assignment, broker, job, round, shard, state, paid, detail, history, updated_at, "
+                "checkpoints) VALUES (?, 'broker', 'job', 0, ?, ?, ?, ?, '[{\"state\":\"computed\",\"at\":1}]', ?, ?)");
+            QVERIFY(storage::execute(*old, insert, QStringLiteral("p"), std::int64_t(0), QStringLiteral("paid"),
+                QStringLiteral("2.5"), QString(), std::int64_t(10), QStringLiteral("[]"))
+                        .ok());
+            QVERIFY(storage::execute(*old, insert, QStringLiteral("q"), std::int64_t(1), QStringLiteral("sampled"),
+                QStringLiteral("0"), QStringLiteral("another node re-executes it"),
+                std::int64_t(QDateTime::currentMSecsSinceEpoch() - 1000),
+                QStringLiteral("[\"%1\"]").arg(Digest::ofBytes("kept").toHex()))
+                        .ok());
+            QVERIFY(storage::execute(*old, insert, QStringLiteral("r"), std::int64_t(2), QStringLiteral("pondering"),
+                QStringLiteral("0"), QStringLiteral("why"), std::int64_t(QDateTime::currentMSecsSinceEpoch()),
+                QStringLiteral("[]"))
+                        .ok());
+        }
+        auto log = ResultLog::open(path);
+        QVERIFY(log.ok());
+        const auto entries = *(*log)->list();
+        QCOMPARE(entries.size(), 3);
+        QCOMPARE(entries[2].assignment, QStringLiteral("p"));
+        QCOMPARE(entries[2].state, NodeResultState::Paid);
+        QCOMPARE(entries[2].paid, QStringLiteral("2.5"));
+        QCOMPARE(entries[2].history.size(), 1);
+        QCOMPARE(entries[1].state, NodeResultState::Sampled);
+        QCOMPARE(entries[1].detail, QStringLiteral("another node re-executes it"));
+        QCOMPARE(*(*log)->unsettledCheckpoints(QStringLiteral("broker")), QList<Digest> { Digest::ofBytes("kept") });
+        QCOMPARE(entries[0].state, NodeResultState::Refused);
+        QCOMPARE(entries[0].detail, QStringLiteral("the broker said \"pondering\", which is no state of a result: why"));
     }
 
     // A log written before states were kept sparsely (every checkpoint's state, no task) still reads.

@@ -45,9 +45,9 @@ private Q_SLOTS:
             QByteArray(R"({"length":4096,"offset":1048576,"sha256":")") + QByteArray(64, 'a') + "\"}");
         QCOMPARE(compact(PutReply { digest('b'), 10, true }.toHeader()),
             QByteArray(R"({"complete":true,"received":10,"sha256":")") + QByteArray(64, 'b') + "\"}");
-        QCOMPARE(compact(ResultReply { QStringLiteral("accepted"), QStringLiteral("0.9") }.toHeader()),
+        QCOMPARE(compact(ResultReply { core::ResultVerdict::Accepted, core::Credits::parse(u"0.9").value() }.toHeader()),
             QByteArray(R"({"paid":"0.9","verdict":"accepted"})"));
-        QCOMPARE(compact(ResultReply { QStringLiteral("sampled"), {} }.toHeader()), QByteArray(R"({"verdict":"sampled"})"));
+        QCOMPARE(compact(ResultReply { core::ResultVerdict::Sampled, {} }.toHeader()), QByteArray(R"({"verdict":"sampled"})"));
         QCOMPARE(
             compact(CheckpointAnswer { QStringLiteral("v1"), std::nullopt }.toHeader()), QByteArray(R"({"verification":"v1"})"));
         using Want = core::DisputeQuestion::Want;
@@ -70,9 +70,9 @@ private Q_SLOTS:
         QCOMPARE(checks->jobId, QStringLiteral("j"));
         QCOMPARE(checks->page.offset, 5);
         QCOMPARE(checks->page.limit, 7);
-        QCOMPARE(
-            compact(VerdictMessage { QStringLiteral("a1"), QStringLiteral("paid"), QStringLiteral("0.9"), QStringLiteral("ok") }
-                        .toHeader()),
+        QCOMPARE(compact(VerdictMessage {
+                     QStringLiteral("a1"), core::CheckVerdict::Paid, core::Credits::parse(u"0.9").value(), QStringLiteral("ok") }
+                             .toHeader()),
             QByteArray(R"({"assignment":"a1","detail":"ok","paid":"0.9","state":"paid"})"));
     }
 
@@ -99,8 +99,38 @@ private Q_SLOTS:
         QCOMPARE(unknown.error().field, QStringLiteral("want"));
         const CheckpointAnswer answer { QStringLiteral("v2"), digest('d') };
         QCOMPARE(CheckpointAnswer::fromHeader(answer.toHeader())->sha256, answer.sha256);
-        const VerdictMessage verdict { QStringLiteral("a"), QStringLiteral("slashed"), {}, QStringLiteral("why") };
+        const VerdictMessage verdict { QStringLiteral("a"), core::CheckVerdict::Slashed, {}, QStringLiteral("why") };
         QCOMPARE(VerdictMessage::fromHeader(verdict.toHeader())->detail, QStringLiteral("why"));
+        QCOMPARE(VerdictMessage::fromHeader(verdict.toHeader())->state, core::CheckVerdict::Slashed);
+        // Every verdict and every answer to RESULT reads back; a broker's word the protocol does not
+        // have, or a payment that is not an amount, is refused by field (a node records none of it).
+        for (const auto& name : core::namesOf<core::CheckVerdict>()) {
+            const VerdictMessage each { QStringLiteral("a"), *core::fromName<core::CheckVerdict>(name),
+                core::Credits::parse(u"2.25").value(), {} };
+            const auto back = VerdictMessage::fromHeader(each.toHeader());
+            QVERIFY(back.ok());
+            QCOMPARE(core::nameOf(back->state), name);
+            QCOMPARE(back->paid->toString(), QStringLiteral("2.25"));
+        }
+        for (const auto& name : core::namesOf<core::ResultVerdict>()) {
+            const auto back = ResultReply::fromHeader({ { fields::Verdict, name } });
+            QVERIFY(back.ok());
+            QCOMPARE(core::nameOf(back->verdict), name);
+            QVERIFY(!back->paid);
+        }
+        const QJsonObject strange { { fields::Assignment, QStringLiteral("a") }, { fields::State, QStringLiteral("pondering") } };
+        QCOMPARE(VerdictMessage::fromHeader(strange).error().field, QStringLiteral("state"));
+        for (const auto& paid : { QStringLiteral("lots"), QStringLiteral("-1"), QStringLiteral("1e9") }) {
+            QJsonObject header { { fields::Assignment, QStringLiteral("a") }, { fields::State, QStringLiteral("paid") },
+                { fields::Paid, paid } };
+            QCOMPARE(VerdictMessage::fromHeader(header).error().field, QStringLiteral("paid"));
+            QCOMPARE(ResultReply::fromHeader({ { fields::Verdict, QStringLiteral("accepted") }, { fields::Paid, paid } })
+                         .error()
+                         .field,
+                QStringLiteral("paid"));
+        }
+        QCOMPARE(
+            ResultReply::fromHeader({ { fields::Verdict, QStringLiteral("maybe") } }).error().field, QStringLiteral("verdict"));
         core::broker::JobStatus job;
         job.id = QStringLiteral("j");
         job.state = core::broker::JobState::Cancelled;

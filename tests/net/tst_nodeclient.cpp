@@ -229,8 +229,9 @@ private Q_SLOTS:
         for (int i = 0; i < 20; ++i) {
             m_clock.advance(500);
             session.broker->send(Command::Verdict,
-                net::VerdictMessage { QStringLiteral("x"), QStringLiteral("paid"), QStringLiteral("1"), {} }.toHeader(), {},
-                registration->routingId);
+                net::VerdictMessage { QStringLiteral("x"), core::CheckVerdict::Paid, core::Credits::parse(u"1").value(), {} }
+                    .toHeader(),
+                {}, registration->routingId);
             session.node->step(5);
         }
         QCOMPARE(session.node->session(), net::NodeClient::Session::Registered);

@@ -20,9 +20,9 @@ core::ResultEntry result(const QString& assignment, const QString& state, const 
     entry.jobId = QStringLiteral("job");
     entry.round = 1;
     entry.shard = 2;
-    entry.state = state;
+    entry.state = core::fromName<core::NodeResultState>(state).value();
     entry.paid = paid;
-    entry.history = { { QStringLiteral("computed"), 1000 }, { state, 2000 } };
+    entry.history = { { core::NodeResultState::Computed, 1000 }, { entry.state, 2000 } };
     return entry;
 }
 

@@ -36,12 +36,12 @@ void ResultsModel::setResults(const QList<core::ResultEntry>& results)
     for (const auto& result : results) {
         QStringList steps;
         for (const auto& step : result.history)
-            steps.append(step.state);
+            steps.append(core::nameOf(step.state));
         Row row;
         row.key = result.assignment;
-        row.cells = { result.jobId, static_cast<qint64>(result.round), static_cast<qint64>(result.shard), result.state,
-            result.paid, time(result.history.isEmpty() ? 0 : result.history.last().at), steps.join(QStringLiteral(" → ")),
-            result.detail };
+        row.cells = { result.jobId, static_cast<qint64>(result.round), static_cast<qint64>(result.shard),
+            core::nameOf(result.state), result.paid, time(result.history.isEmpty() ? 0 : result.history.last().at),
+            steps.join(QStringLiteral(" → ")), result.detail };
         row.tips = { result.broker, {}, {}, {}, {}, {}, {}, result.detail };
         rows.append(row);
     }
@@ -56,7 +56,7 @@ DevicesModel::DevicesModel(QObject* parent)
 
 QString DevicesModel::deviceId(const core::DeviceInfo& device)
 {
-    return QStringLiteral("%1:%2").arg(core::DeviceInfo::kindName(device.kind)).arg(device.index);
+    return QStringLiteral("%1:%2").arg(core::nameOf(device.kind)).arg(device.index);
 }
 
 void DevicesModel::setDevices(
@@ -98,9 +98,8 @@ void DevicesModel::rebuild()
         const QString unknown = QStringLiteral("\u2014"); // an em dash: no sensor to read
         Row row;
         row.key = id;
-        row.cells = { device.name, core::DeviceInfo::kindName(device.kind),
-            device.usable ? QStringLiteral("yes") : QStringLiteral("no"), device.unusableReason,
-            device.memoryBytes > 0 ? formatBytes(device.memoryBytes) : QString(),
+        row.cells = { device.name, core::nameOf(device.kind), device.usable ? QStringLiteral("yes") : QStringLiteral("no"),
+            device.unusableReason, device.memoryBytes > 0 ? formatBytes(device.memoryBytes) : QString(),
             benchmark.isEmpty() ? QStringLiteral("not measured") : benchmark,
             reading.loadPercent ? QStringLiteral("%1%").arg(*reading.loadPercent) : unknown,
             reading.temperatureC ? QStringLiteral("%1 \u00b0C").arg(*reading.temperatureC, 0, 'f', 0) : unknown,

@@ -92,9 +92,9 @@ core::Result<QByteArray> answerInWorker(const core::ShardTask& task, const core:
         { protocol::files::WeightsIn, startWeights } };
     if (!keptState.isEmpty())
         inputs.append({ protocol::files::KeptIn, keptState });
-    const QStringList extra { QStringLiteral("--want"), core::DisputeQuestion::nameOf(question.want),
-        QStringLiteral("--checkpoint"), QString::number(question.checkpoint), QStringLiteral("--step"),
-        QString::number(question.step), QStringLiteral("--instruction"), QString::number(question.instruction) };
+    const QStringList extra { QStringLiteral("--want"), core::nameOf(question.want), QStringLiteral("--checkpoint"),
+        QString::number(question.checkpoint), QStringLiteral("--step"), QString::number(question.step),
+        QStringLiteral("--instruction"), QString::number(question.instruction) };
     return runTool(protocol::commands::Answer, extra, inputs, task, environment, options);
 }
 

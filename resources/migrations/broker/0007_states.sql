@@ -1,5 +1,5 @@
 -- States the schema admits: each state and kind column takes exactly the names of its enum in
--- core/broker/states.cpp (tst_brokerstore checks that the two agree), and `verifications` is called
+-- core/broker/states.h (tst_brokerstore checks that the two agree), and `verifications` is called
 -- what the code calls it, `checks`. SQLite adds a CHECK constraint only by building the table
 -- anew: the new tables are made beside the old ones (children referring to the new parents),
 -- filled, the old ones dropped children first, and the new ones renamed, which also renames the
