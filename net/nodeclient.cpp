@@ -15,6 +15,9 @@
 #include <zmq.hpp>
 #include <zmq_addon.hpp>
 
+#include <sys/eventfd.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <deque>
 #include <map>
@@ -138,6 +141,10 @@ struct NodeClient::Private {
     std::int64_t diskFullUntil = 0; // no READY before this: the last task's blobs did not fit
     bool stopping = false; // asks for no more work
 
+    // Readable when the executor has something for this client (ShardExecutor::notify): the loop
+    // waits on it beside the socket.
+    int wake = -1;
+
     Private(NodeClientOptions o, ShardExecutor& e, core::BlobStore& c, QString t, const core::Clock& k)
         : options(std::move(o))
         , executor(e)
@@ -147,7 +154,40 @@ struct NodeClient::Private {
         , ownContext(options.context ? nullptr : std::make_unique<zmq::context_t>())
         , context(options.context ? *options.context : *ownContext)
         , backoff(options.initialBackoffMs, options.maxBackoffMs)
-    { }
+        , wake(::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC))
+    {
+        if (wake < 0)
+            qCWarning(lcNode).noquote() << "no eventfd: finished shards are picked up at the next message or tick";
+        else
+            executor.setNotifier(tag, [fd = wake] {
+                const std::uint64_t one = 1;
+                (void)!::write(fd, &one, sizeof one);
+            });
+    }
+    ~Private()
+    {
+        executor.setNotifier(tag, {});
+        if (wake >= 0)
+            ::close(wake);
+    }
+
+    // Waits at most maxWaitMs for a message or the executor's word.
+    void waitForWork(int maxWaitMs)
+    {
+        zmq::pollitem_t items[2]
+            = { { socket ? socket->handle() : nullptr, 0, ZMQ_POLLIN, 0 }, { nullptr, wake, ZMQ_POLLIN, 0 } };
+        zmq::pollitem_t* first = socket ? &items[0] : &items[1];
+        const int count = (socket ? 1 : 0) + (wake >= 0 ? 1 : 0);
+        if (count == 0) {
+            QThread::msleep(std::uint32_t(std::max(0, maxWaitMs)));
+            return;
+        }
+        zmq::poll(first, std::size_t(count), std::chrono::milliseconds(std::max(0, maxWaitMs)));
+        if (wake >= 0 && (items[1].revents & ZMQ_POLLIN)) {
+            std::uint64_t told = 0;
+            (void)!::read(wake, &told, sizeof told);
+        }
+    }
 
     std::int64_t now() const { return clock.nowMs(); }
 
@@ -692,6 +732,22 @@ struct NodeClient::Private {
     void keepSession();
 };
 
+void ShardExecutor::setNotifier(const QString& tag, std::function<void()> wake)
+{
+    const std::lock_guard lock(m_notifierMutex);
+    if (wake)
+        m_notifiers.insert(tag, std::move(wake));
+    else
+        m_notifiers.remove(tag);
+}
+
+void ShardExecutor::notify(const QString& tag) const
+{
+    const std::lock_guard lock(m_notifierMutex); // held while it runs: see setNotifier
+    if (const auto it = m_notifiers.constFind(tag); it != m_notifiers.constEnd())
+        (*it)();
+}
+
 NodeClient::NodeClient(
     NodeClientOptions options, ShardExecutor& executor, core::BlobStore& cache, QString tag, const core::Clock& clock)
     : d(std::make_unique<Private>(std::move(options), executor, cache, std::move(tag), clock))
@@ -1048,7 +1104,7 @@ void NodeClient::step(int maxWaitMs)
     d->collectRebuilt();
     if (!d->socket) {
         if (d->now() < d->reconnectAt) {
-            QThread::msleep(std::uint32_t(std::clamp<std::int64_t>(d->reconnectAt - d->now(), 0, maxWaitMs)));
+            d->waitForWork(int(std::clamp<std::int64_t>(d->reconnectAt - d->now(), 0, maxWaitMs)));
             return;
         }
         d->connect();
@@ -1062,8 +1118,7 @@ void NodeClient::step(int maxWaitMs)
     d->keepSession();
     if (!d->socket)
         return;
-    zmq::pollitem_t item { d->socket->handle(), 0, ZMQ_POLLIN, 0 };
-    zmq::poll(&item, 1, std::chrono::milliseconds(std::max(0, maxWaitMs)));
+    d->waitForWork(maxWaitMs);
     d->receive();
 }
 
@@ -1090,7 +1145,9 @@ void NodeClient::run(const std::atomic<bool>& stop, const std::atomic<bool>& aba
             return;
         }
         d->stopping = stopping;
-        step(50);
+        // Wakes on a message and on the executor's word (a finished shard is reported at once);
+        // the wait bounds the timers (heartbeats, reconnects) and how soon `stop` is seen.
+        step(std::clamp(d->options.heartbeatMs / 5, 10, 200));
     }
 }
 

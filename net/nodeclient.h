@@ -16,7 +16,9 @@
 #include <QString>
 
 #include <atomic>
+#include <functional>
 #include <memory>
+#include <mutex>
 #include <optional>
 
 namespace zmq {
@@ -26,7 +28,9 @@ class context_t;
 namespace tessera::net {
 
 // What trains the shards a NodeClient receives (the compute thread, wired in app/). The client
-// calls start() from its own thread and collects finished shards with takeFinished().
+// calls start() from its own thread and collects finished shards with takeFinished(); an
+// executor that finishes work on another thread says so with notify(tag), which wakes the
+// client's loop at once (it does not poll for it).
 class ShardExecutor {
 public:
     struct Finished {
@@ -102,6 +106,19 @@ public:
         return {};
     }
     virtual bool idle() const = 0; // thread-safe
+
+    // The client `tag` sets what wakes it (an empty function: nothing, as it goes); thread-safe.
+    // Once it returns, the previous function is not running and is not called again.
+    void setNotifier(const QString& tag, std::function<void()> wake);
+
+protected:
+    // Something for client `tag` is ready to take: a finished shard, a recreated state, a rebuilt
+    // round. From any thread.
+    void notify(const QString& tag) const;
+
+private:
+    mutable std::mutex m_notifierMutex;
+    QHash<QString, std::function<void()>> m_notifiers;
 };
 
 struct NodeClientOptions {

@@ -69,12 +69,8 @@ Broker::Broker(std::unique_ptr<storage::Database> database, BlobStore& blobs, Tr
     else
         m_random.seed(QRandomGenerator::system()->generate());
     m_stakes = std::make_unique<Stakes>(*m_store, *m_ledger, m_signing, m_clock, m_options);
-    m_verifier = std::make_unique<Verifier>(
-        Verifier::Parts {
-            *m_store, *m_stakes, m_scheduler, m_notices, m_blobs, m_math, m_clock, m_options, m_nodes, m_addresses, m_random },
-        [this](
-            const QString& jobId, const JobSpec& spec, std::int64_t round) { return finishRoundIfComplete(jobId, spec, round); },
-        [this](const QString& jobId, const QString& why) { return failJob(jobId, why); });
+    m_verifier = std::make_unique<Verifier>(Verifier::Parts {
+        *m_store, *m_stakes, m_scheduler, m_notices, m_blobs, m_math, m_clock, m_options, m_nodes, m_addresses, m_random });
 }
 
 Broker::~Broker() = default;
@@ -659,8 +655,11 @@ Result<Acceptance> Broker::acceptResult(const QString& nodeId, const QString& as
     if (assignment.state == AssignmentState::Answered || assignment.state == AssignmentState::Failed
         || assignment.state == AssignmentState::Returned) // a give-back (or a refused form) is final
         return Acceptance::Stale;
-    if (assignment.kind != AssignmentKind::Train)
-        return m_verifier->acceptCheck(nodeId, assignment, result);
+    if (assignment.kind != AssignmentKind::Train) {
+        auto accepted = m_verifier->acceptCheck(nodeId, assignment, result);
+        applySettled();
+        return accepted;
+    }
     return acceptTraining(assignment, result);
 }
 
@@ -679,7 +678,10 @@ Result<Acceptance> Broker::acceptTraining(const AssignmentRow& assignment, const
         m_scheduler.forget(assignment.jobId, assignment.id);
         return Acceptance::Stale;
     }
-    auto spec = (*job)->spec();
+    // The scheduler holds the running job's spec, read once; a copy, for finishing the round
+    // changes what the scheduler holds.
+    const auto* scheduled = m_scheduler.find(assignment.jobId);
+    const auto spec = scheduled ? Result<JobSpec>(scheduled->spec) : (*job)->spec();
     if (!spec)
         return spec.error();
     if (result.outcome == ShardResult::Outcome::Returned) {
@@ -850,10 +852,9 @@ Status Broker::confirmFailure(const AssignmentRow& assignment, const QList<QStri
 Result<Acceptance> Broker::acceptCompleted(
     const AssignmentRow& assignment, const JobRow& job, const JobSpec& spec, const ShardResult& result)
 {
-    const auto task = decomposeShard(job.id, spec, assignment.round, assignment.shard, job.weightsHash);
-    auto revealed = m_verifier->checkReveal(assignment.node, assignment.id, task, result, job.weightsBlob);
-    if (!revealed) {
-        if (revealed.error().field == Verifier::WrongFormField) {
+    auto admitted = m_verifier->admit(assignment, job, spec, result);
+    if (!admitted) {
+        if (admitted.error().field == Verifier::WrongFormField) {
             // Given back, in effect, and not slashed (a node that misread a task is not a liar), but
             // a node that declared it can run this form and hands in another gets no more of this
             // job: otherwise it could take and spoil every shard of it, one refusal at a time.
@@ -863,11 +864,9 @@ Result<Acceptance> Broker::acceptCompleted(
             m_scheduler.returnedBy(assignment.jobId, assignment.shard, assignment.node, m_clock.nowMs());
             m_scheduler.exclude(assignment.jobId, assignment.node);
         }
-        return revealed.error();
+        return admitted.error();
     }
-    auto sampled = m_verifier->drawSample(assignment.node, spec);
-    if (!sampled)
-        return sampled.error();
+    const bool sampled = admitted->sample.has_value();
     auto escrow = m_stakes->escrow(job.id);
     if (!escrow)
         return escrow.error();
@@ -880,7 +879,7 @@ Result<Acceptance> Broker::acceptCompleted(
     auto transaction = m_store->begin();
     if (!transaction)
         return transaction.error();
-    if (!*sampled) {
+    if (!sampled) {
         auto paid = m_stakes->payFromEscrow(job.id, assignment.node, job.pricePerShard,
             QStringLiteral("pay:%1/%2/%3").arg(job.id).arg(assignment.round).arg(assignment.shard),
             QStringLiteral("shard %1 of round %2").arg(assignment.shard).arg(assignment.round));
@@ -888,16 +887,14 @@ Result<Acceptance> Broker::acceptCompleted(
             return paid.error();
     }
     const ShardResultRow row { assignment.round, assignment.shard, assignment.node, result.toJson(),
-        *sampled ? ResultState::Sampled : ResultState::Accepted, assignment.id, *revealed };
+        sampled ? ResultState::Sampled : ResultState::Accepted, assignment.id, admitted->updateNorm };
     // A sampled result waits for another node to re-execute it (or the broker, in time).
     for (const auto& status : {
              m_store->insertShardResult(job.id, row),
              m_store->setAssignmentState(assignment.id, AssignmentState::Answered),
              m_store->countShardDone(
-                 assignment.node, m_clock.nowMs(), *sampled ? BrokerStore::Streak::Holds : BrokerStore::Streak::Grows),
-             *sampled
-                 ? m_store->insertCheck(Verifier::sampleOf(assignment, job.weightsHash, job.weightsBlob, result), m_clock.nowMs())
-                 : Status {},
+                 assignment.node, m_clock.nowMs(), sampled ? BrokerStore::Streak::Holds : BrokerStore::Streak::Grows),
+             sampled ? m_store->insertCheck(*admitted->sample, m_clock.nowMs()) : Status {},
          }) {
         if (!status)
             return status.error();
@@ -905,7 +902,7 @@ Result<Acceptance> Broker::acceptCompleted(
     if (auto status = transaction->commit(); !status)
         return status.error().toError();
     m_scheduler.answered(job.id, assignment.id, assignment.shard, m_clock.nowMs());
-    if (*sampled)
+    if (sampled)
         return Acceptance::Held;
     if (auto status = finishRoundIfComplete(job.id, spec, assignment.round); !status)
         return status.error();
@@ -955,6 +952,20 @@ Status Broker::finishRound(const QString& jobId, const JobSpec& spec, std::int64
         return status;
     discardUploadsOf(jobId, round);
     return {};
+}
+
+void Broker::applySettled()
+{
+    const auto settled = m_verifier->takeSettled();
+    for (const auto& failure : settled.failedJobs)
+        warnIfFailed(failJob(failure.jobId, failure.why));
+    for (const auto& confirmed : settled.rounds) {
+        const auto* round = m_scheduler.find(confirmed.jobId);
+        if (!round || round->round != confirmed.round)
+            continue; // finished already, or the job ended
+        const JobSpec spec = round->spec;
+        warnIfFailed(finishRoundIfComplete(confirmed.jobId, spec, confirmed.round));
+    }
 }
 
 void Broker::finishPendingRounds()
@@ -1220,7 +1231,9 @@ void Broker::collectOldWeights(const QString& jobId, const JobSpec& spec, std::i
 
 Status Broker::checkpointDelivered(const QString& nodeId, const QString& checkId, const Digest& blob)
 {
-    return m_verifier->checkpointDelivered(nodeId, checkId, blob);
+    auto status = m_verifier->checkpointDelivered(nodeId, checkId, blob);
+    applySettled();
+    return status;
 }
 
 Status Broker::admitUpload(const QString& uploader, std::int64_t size)
@@ -1278,6 +1291,7 @@ void Broker::tick()
     finishPendingRounds();
     collectUnnamedUploads();
     m_verifier->tick();
+    applySettled();
     m_stakes->releaseDueUnbondings();
 }
 

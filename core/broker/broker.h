@@ -225,6 +225,8 @@ private:
     Status finishRound(const QString& jobId, const JobSpec& spec, std::int64_t round);
     // Rounds whose finishing failed (a database error): tried again on each tick.
     void finishPendingRounds();
+    // What the verifier's last calls settled: confirmed rounds finished, blamed jobs failed.
+    void applySettled();
     // Sends the round's implausible unchecked results to re-execution; true when it held any.
     Result<bool> recheckImplausible(const JobRow& job, std::int64_t round);
     Result<Acceptance> acceptCompleted(

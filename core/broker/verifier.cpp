@@ -59,10 +59,8 @@ QList<std::pair<QString, QString>> sides(const Check& check)
 
 } // namespace
 
-Verifier::Verifier(Parts parts, RoundMayBeComplete roundMayBeComplete, JobFails jobFails)
+Verifier::Verifier(Parts parts)
     : m_(parts)
-    , m_roundMayBeComplete(std::move(roundMayBeComplete))
-    , m_jobFails(std::move(jobFails))
     , m_startedAtMs(parts.clock.nowMs())
 { }
 
@@ -133,6 +131,22 @@ Result<bool> Verifier::drawSample(const QString& nodeId, const JobSpec& spec)
     return m_.random.generateDouble() < p;
 }
 
+Result<Verifier::Admission> Verifier::admit(
+    const AssignmentRow& assignment, const JobRow& job, const JobSpec& spec, const ShardResult& result)
+{
+    const auto task = decomposeShard(job.id, spec, assignment.round, assignment.shard, job.weightsHash);
+    auto norm = checkReveal(assignment.node, assignment.id, task, result, job.weightsBlob);
+    if (!norm)
+        return norm.error();
+    auto sampled = drawSample(assignment.node, spec);
+    if (!sampled)
+        return sampled.error();
+    Admission admission { *norm, std::nullopt };
+    if (*sampled)
+        admission.sample = sampleOf(assignment, job.weightsHash, job.weightsBlob, result);
+    return admission;
+}
+
 Check Verifier::sampleOf(
     const AssignmentRow& assignment, const Digest& startHash, const Digest& startBlob, const ShardResult& result)
 {
@@ -151,12 +165,19 @@ Check Verifier::sampleOf(
     return check;
 }
 
-Result<ShardTask> Verifier::taskOf(const Check& check)
+Result<JobSpec> Verifier::specOf(const QString& jobId)
 {
-    auto job = m_.store.existingJob(check.jobId);
+    if (const auto* round = m_.scheduler.find(jobId))
+        return round->spec;
+    auto job = m_.store.existingJob(jobId); // a job that ended: its checks are closing
     if (!job)
         return job.error();
-    auto spec = job->spec();
+    return job->spec();
+}
+
+Result<ShardTask> Verifier::taskOf(const Check& check)
+{
+    auto spec = specOf(check.jobId);
     if (!spec)
         return spec.error();
     return decomposeShard(check.jobId, *spec, check.round, check.shard, check.startHash);
@@ -749,11 +770,12 @@ Status Verifier::blameJob(Check& check, const QString& why, Proof proof)
         return job.error();
     if (!*job || (*job)->state != JobState::Running)
         return {};
-    return m_jobFails(jobId,
+    m_settled.failedJobs.append({ jobId,
         QStringLiteral("the job's code does not compute the same result twice (round %1, shard %2: %3); nobody is slashed")
             .arg(check.round)
             .arg(check.shard)
-            .arg(why));
+            .arg(why) });
+    return {};
 }
 
 Status Verifier::checkpointDelivered(const QString& nodeId, const QString& checkId, const Digest& blob)
@@ -856,12 +878,9 @@ Status Verifier::settle(Check& check, Loser loser, const QString& why, Penalty p
     if (retrain)
         m_.scheduler.reopen(check.jobId, check.round, check.shard);
     const auto* round = m_.scheduler.find(check.jobId);
-    if (!sample || recheck || retrain || !round || round->round != check.round)
-        return {};
-    auto spec = job->spec();
-    if (!spec)
-        return spec.error();
-    return m_roundMayBeComplete(check.jobId, *spec, check.round);
+    if (sample && !recheck && !retrain && round && round->round == check.round)
+        m_settled.rounds.append({ check.jobId, check.round });
+    return {};
 }
 
 Status Verifier::payAccused(const Check& check, const QString& why)

@@ -31,9 +31,6 @@ namespace tessera::core::broker {
 // slash, train the shard again), and the broker's own re-execution of samples nobody can check.
 class Verifier {
 public:
-    // Called when a check confirmed a round's sampled result: the round may be complete now.
-    using RoundMayBeComplete = std::function<Status(const QString& jobId, const JobSpec& spec, std::int64_t round)>;
-
     struct Parts {
         BrokerStore& store;
         Stakes& stakes;
@@ -47,16 +44,18 @@ public:
         const QHash<QString, QString>& addresses; // nodes' network addresses (also of nodes that went), where known
         QRandomGenerator& random;
     };
-    // Called when the job's own code is proven (or, by maxShardFailures distinct nodes, taken to
-    // be) nondeterministic: the job fails with the reason.
-    using JobFails = std::function<Status(const QString& jobId, const QString& why)>;
-    Verifier(Parts parts, RoundMayBeComplete roundMayBeComplete, JobFails jobFails);
+    explicit Verifier(Parts parts);
 
     // After a restart: re-executions in flight start over; disputes ask for their checkpoint
     // again, with a new deadline.
     Status recover();
-    // Whether this result of the node's is sampled for re-execution.
-    Result<bool> drawSample(const QString& nodeId, const JobSpec& spec);
+    // A node's completed training result, before it is counted: its reveal checked (checkReveal,
+    // below) and whether it is sampled for re-execution. The one call a result makes.
+    struct Admission {
+        double updateNorm = -1.0; // negative: not measured
+        std::optional<Check> sample; // the check to insert beside the result, when it is sampled
+    };
+    Result<Admission> admit(const AssignmentRow& assignment, const JobRow& job, const JobSpec& spec, const ShardResult& result);
     // The check of a sampled result, to insert beside it.
     static Check sampleOf(
         const AssignmentRow& assignment, const Digest& startHash, const Digest& startBlob, const ShardResult& result);
@@ -64,14 +63,8 @@ public:
     Result<std::optional<Assignment>> assignCheck(const NodeInfo& node);
     // A verifier's re-execution came back.
     Result<Acceptance> acceptCheck(const QString& nodeId, const AssignmentRow& assignment, const ShardResult& result);
-    // Commit, then reveal: the result matches the node's commitment and the shard it was given; a
-    // node that committed and then revealed something impossible is slashed.
-    // Also: the revealed result must be a finite update of the round's weights (roundBlob). The
-    // update's norm comes back (negative: not measured).
     // A reveal in the wrong form (whole weights for an int8 task, or the other way) is refused with
     // an error naming WrongFormField, not slashed: the caller gives the shard to another node.
-    Result<double> checkReveal(const QString& nodeId, const QString& assignmentId, const ShardTask& task,
-        const ShardResult& result, const Digest& roundBlob);
     static inline const QString WrongFormField = QStringLiteral("compression");
     // A node signed something that contradicts the shard it was given: slashed like a lost dispute.
     Status punishSignedLie(const QString& nodeId, const QString& assignmentId, const Error& lie);
@@ -85,8 +78,36 @@ public:
     // The node went: what it was re-executing goes back to the queue.
     void nodeLost(const QString& nodeId);
 
+    // What settled checks leave to the broker, which takes it after each call that may settle one
+    // (and on every tick): rounds whose sampled result was confirmed, so that they may be complete
+    // now, and jobs whose own code was blamed, which fail with the reason.
+    struct Settled {
+        struct Round {
+            QString jobId;
+            std::int64_t round = 0;
+        };
+        struct Failure {
+            QString jobId;
+            QString why;
+        };
+        QList<Round> rounds;
+        QList<Failure> failedJobs;
+    };
+    Settled takeSettled() { return std::exchange(m_settled, {}); }
+
 private:
     enum class Penalty { Slash, None }; // None: the loser is only not paid (results of different arithmetic)
+
+    // Whether this result of the node's is sampled for re-execution.
+    Result<bool> drawSample(const QString& nodeId, const JobSpec& spec);
+    // Commit, then reveal: the result matches the node's commitment and the shard it was given; a
+    // node that committed and then revealed something impossible is slashed.
+    // Also: the revealed result must be a finite update of the round's weights (roundBlob). The
+    // update's norm comes back (negative: not measured).
+    Result<double> checkReveal(const QString& nodeId, const QString& assignmentId, const ShardTask& task,
+        const ShardResult& result, const Digest& roundBlob);
+    // The job's spec: the scheduler's, read once when the job came, while it runs.
+    Result<JobSpec> specOf(const QString& jobId);
 
     Result<ShardTask> taskOf(const Check& check);
     Result<std::optional<Assignment>> handOut(Check& check, AssignmentKind kind, const NodeInfo& node);
@@ -150,8 +171,7 @@ private:
     // How long a dispute waits for a checkpoint state.
     std::int64_t disputeWindowMs(const Check& check);
     Parts m_;
-    RoundMayBeComplete m_roundMayBeComplete;
-    JobFails m_jobFails;
+    Settled m_settled;
     std::int64_t m_startedAtMs = 0; // nodes come back over the first seconds after a restart
     struct Draw {
         QString node;

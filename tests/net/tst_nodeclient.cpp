@@ -14,6 +14,9 @@
 #include <QTemporaryDir>
 #include <QTest>
 
+#include <mutex>
+#include <thread>
+
 using namespace tessera;
 using net::Command;
 using tests::SessionPeer;
@@ -52,7 +55,7 @@ private:
 };
 
 // Rebuilds a round's weights as "<previous>+<change>" (stand-in arithmetic: the real one is
-// tested in tst_compute), at once; then fails the shard it is given, recording what it started from.
+// tested in tst_training), at once; then fails the shard it is given, recording what it started from.
 class RebuildingExecutor final : public net::ShardExecutor {
 public:
     QList<QByteArray> startedWith;
@@ -102,6 +105,54 @@ public:
     bool idle() const override { return m_finished.isEmpty(); }
 
 private:
+    QList<Finished> m_finished;
+};
+
+// Finishes a shard only when told, from another thread, as the compute thread does, and says so
+// through notify() (the executor's signal that wakes the client's loop).
+class LaterExecutor final : public net::ShardExecutor {
+public:
+    void start(const QString& tag, const QString& assignment, const core::ShardTask& task, const QByteArray&,
+        const QHash<core::Digest, QString>&, std::int64_t) override
+    {
+        core::ShardResult result;
+        result.jobId = task.jobId;
+        result.round = task.round;
+        result.shard = task.shard;
+        result.outcome = core::ShardResult::Outcome::Failed;
+        result.failure = QStringLiteral("out of memory");
+        const std::lock_guard lock(m_mutex);
+        m_started = Finished { tag, assignment, result, {}, {}, {}, {} };
+    }
+    bool started() const
+    {
+        const std::lock_guard lock(m_mutex);
+        return m_started.has_value();
+    }
+    void finish()
+    {
+        QString tag;
+        {
+            const std::lock_guard lock(m_mutex);
+            tag = m_started->tag;
+            m_finished.append(*std::exchange(m_started, std::nullopt));
+        }
+        notify(tag);
+    }
+    QList<Finished> takeFinished(const QString&) override
+    {
+        const std::lock_guard lock(m_mutex);
+        return std::exchange(m_finished, {});
+    }
+    bool idle() const override
+    {
+        const std::lock_guard lock(m_mutex);
+        return m_finished.isEmpty() && !m_started;
+    }
+
+private:
+    mutable std::mutex m_mutex;
+    std::optional<Finished> m_started;
     QList<Finished> m_finished;
 };
 
@@ -274,6 +325,33 @@ private Q_SLOTS:
         QVERIFY(resent && resent->message.command == Command::Result);
         QCOMPARE(resent->message.header.value(net::fields::Assignment).toString(), QStringLiteral("a1"));
         QCOMPARE(session.node->counters().registrations, 2);
+    }
+
+    // A shard that finishes on another thread wakes the node's loop, which reports it at once: the
+    // loop waits on the executor's signal beside the socket and does not poll for it. (Without the
+    // signal this test waits out its ten-minute step and fails by timeout.)
+    void aShardFinishedElsewhereWakesTheLoop()
+    {
+        LaterExecutor executor;
+        auto session = start(&executor);
+        const auto registration = registeredAndReady(session);
+        QVERIFY(registration);
+        const auto weights = m_cache->put("start weights");
+        QVERIFY(weights);
+        session.broker->send(Command::Task, taskOf(QStringLiteral("w1"), *weights).toHeader(), {}, registration->routingId);
+        for (int i = 0; i < 500 && !executor.started(); ++i)
+            session.node->step(10);
+        QVERIFY(executor.started());
+        std::thread computeThread([&executor] {
+            std::this_thread::sleep_for(std::chrono::milliseconds(100)); // the node waits by then, most likely
+            executor.finish();
+        });
+        session.node->step(600'000); // returns on the signal
+        computeThread.join();
+        session.node->step(0);
+        auto result = session.broker->nextSkippingHeartbeats(session.pump());
+        QVERIFY(result && result->message.command == Command::Result);
+        QCOMPARE(result->message.header.value(net::fields::Assignment).toString(), QStringLiteral("w1"));
     }
 
     // A task with a field of a later protocol: the node gives it back (outcome returned, saying
