@@ -6,6 +6,7 @@
 #include <compute/engine/brokermath.h>
 #include <core/broker/broker.h>
 #include <core/capabilities.h>
+#include <core/smalljobs.h>
 #include <core/storage/database.h>
 
 #include <QCoreApplication>
@@ -30,11 +31,7 @@ int main(int argc, char* argv[])
     if (!broker)
         qFatal("%s", qPrintable(broker.error().toString()));
 
-    core::JobSpec spec;
-    spec.name = QStringLiteral("many shards");
-    spec.model.zoo = QStringLiteral("mlp");
-    spec.model.hidden = { 32 };
-    spec.dataset.builtin = QStringLiteral("fashion-mnist");
+    auto spec = core::smallMlpJob(QStringLiteral("many shards"));
     spec.training.shardsPerRound = 4096;
     spec.training.localSteps = 10;
     spec.training.batchSize = 8;

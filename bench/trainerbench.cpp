@@ -13,6 +13,7 @@
 #include <compute/supervisor/computethread.h>
 #include <core/decomposition.h>
 #include <core/readfile.h>
+#include <core/smalljobs.h>
 
 #include <torch/torch.h>
 
@@ -187,17 +188,9 @@ template<typename F> double cpuTimeOf(F&& work, int repetitions)
 // third of a step's arithmetic). Goal: at most 1/100 for the first.
 bool disputeCost(const QList<std::int64_t>& hidden, const char* key)
 {
-    core::JobSpec spec;
-    spec.name = QStringLiteral("dispute");
-    spec.model.zoo = QStringLiteral("mlp");
-    spec.model.hidden = hidden;
-    spec.dataset.builtin = QStringLiteral("fashion-mnist");
-    spec.optimizer.lr = 0.05;
-    spec.optimizer.momentum = 0.9;
-    spec.training.shardsPerRound = 1;
+    auto spec = core::smallMlpJob(QStringLiteral("dispute"), hidden);
     spec.training.localSteps = 100;
     spec.training.batchSize = 64;
-    spec.training.threads = 1;
     spec.training.checkpointInterval = 10;
     spec.training.determinism = core::TrainingSpec::Determinism::Portable;
     spec.aggregation.compression = core::Compression::None;

@@ -6,6 +6,7 @@
 #include <compute/devices/devices.h>
 #include <compute/supervisor/sandbox/worker.h>
 #include <core/benchmark.h>
+#include <core/smalljobs.h>
 #include <net/brokerclient.h>
 #include <net/messages.h>
 #include <ui/widgets/settingsdialog.h>
@@ -43,17 +44,10 @@ DesktopApp::DesktopApp(Options options, QObject* parent)
 
 core::JobSpec DesktopApp::demoJob()
 {
-    core::JobSpec spec;
-    spec.name = tr("Practice job (on this computer)");
-    spec.model.zoo = QStringLiteral("mlp");
-    spec.model.hidden = { 64 };
-    spec.dataset.builtin = QStringLiteral("fashion-mnist");
-    spec.optimizer.lr = 0.05;
-    spec.optimizer.momentum = 0.9;
+    auto spec = core::smallMlpJob(tr("Practice job (on this computer)"), { 64 });
     spec.training.rounds = 3;
     spec.training.shardsPerRound = 2;
     spec.training.localSteps = 30;
-    spec.training.batchSize = 32;
     spec.training.checkpointInterval = 10;
     spec.training.determinism = core::TrainingSpec::Determinism::Portable; // as the examples: any node checks any other
     spec.budget = *core::Credits::fromCredits(20);

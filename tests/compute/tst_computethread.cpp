@@ -10,6 +10,7 @@
 #include <compute/supervisor/computethread.h>
 #include <core/decomposition.h>
 #include <core/readfile.h>
+#include <core/smalljobs.h>
 
 #include <QDir>
 #include <QFile>
@@ -30,20 +31,13 @@ namespace {
 
 core::JobSpec job(std::int64_t steps)
 {
-    core::JobSpec spec;
-    spec.name = QStringLiteral("thread test");
-    spec.model.zoo = QStringLiteral("mlp");
-    spec.model.hidden = { 128 };
+    auto spec = core::smallMlpJob(QStringLiteral("thread test"), { 128 });
     spec.model.dropout = 0.2;
-    spec.dataset.builtin = QStringLiteral("fashion-mnist");
-    spec.optimizer.lr = 0.05;
-    spec.optimizer.momentum = 0.9;
     spec.training.shardsPerRound = 4;
     spec.training.localSteps = steps;
     spec.training.batchSize = 64;
     spec.training.seed = 21;
     spec.training.checkpointInterval = 10;
-    spec.budget = core::Credits::fromMicro(1);
     return spec;
 }
 

@@ -76,7 +76,7 @@ private Q_SLOTS:
     {
         Cluster cluster;
         cluster.startBroker({}, QStringLiteral("MaxDeadlineSeconds=30\n"));
-        // The hostile models of tst_compute's fixtures (tests/compute/python/make_fixtures.py), endless.pt among them.
+        // The hostile models of the compute tests' fixtures (tests/compute/python/make_fixtures.py), endless.pt among them.
         const QString fixtures = cluster.path(QStringLiteral("fixtures"));
         QVERIFY(QDir().mkpath(fixtures));
         QProcess python;

@@ -1,4 +1,4 @@
-"""Writes PyTorch-made inputs for tst_compute into a folder:
+"""Writes PyTorch-made inputs for the compute tests (tests/compute/computetesting.h) into a folder:
   scripted.pt      a torch.jit.script'ed classifier for 28x28 images (10 classes)
   wrong_input.pt   a scripted model that expects 100 features (a shape mismatch on Fashion-MNIST)
   no_params.pt     a scripted model without parameters

@@ -1,7 +1,7 @@
 """Independent reference: trains the same MLP with torch.optim on the same batches.
 
 Usage: reference_optimizer.py CASE.pt OUT.pt
-CASE.pt (written by tst_compute with torch::pickle_save) holds the start weights under "w/<name>",
+CASE.pt (written by tst_training with torch::pickle_save) holds the start weights under "w/<name>",
 the batches under "x<i>" / "y<i>", and the optimizer settings under "opt/<name>" (0-d tensors).
 OUT.pt gets the final weights, by name.
 """

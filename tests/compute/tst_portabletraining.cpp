@@ -1,0 +1,227 @@
+// Jobs in portable mode through the engine: the same bits on every kernel and thread count,
+// LibTorch's step computed by the portable programs, and a dispute narrowed to one instruction.
+
+#include "computetesting.h"
+
+using namespace tessera;
+using namespace tessera::computetests;
+
+class PortableTrainingTest : public QObject {
+    Q_OBJECT
+
+private Q_SLOTS:
+    // training.determinism portable: a shard trained by its program ends on the same chain and
+    // weights with every SIMD kernel and thread count; the program steps in place on the model's and
+    // the optimizer's own tensors, so pausing and resuming changes nothing either.
+    void aPortableShardHasTheSameBitsOnEveryKernelAndThreadCount()
+    {
+        auto spec = smallJob();
+        spec.training.determinism = core::TrainingSpec::Determinism::Portable;
+        spec.optimizer.kind = core::OptimizerSpec::Kind::AdamW;
+        spec.optimizer.lr = 0.002;
+        spec.optimizer.weightDecay = 0.01;
+        spec.optimizer.clipNorm = 1.0;
+        const auto prepared = prepare(spec);
+        const auto reference = compute::runShard(prepared.tasks[0], prepared.start.bytes, {});
+        QCOMPARE(reference.result.outcome, core::ShardResult::Outcome::Completed);
+        QCOMPARE(reference.result.runtimeProfile, core::PortableProfile);
+        QVERIFY(reference.result.losses.last() < reference.result.losses.first());
+        for (const auto isa : { compute::portable::Isa::Generic, compute::portable::Isa::Avx2, compute::portable::Isa::Avx512 }) {
+            if (!compute::portable::forceIsa(isa))
+                continue;
+            for (const std::int64_t threads : { 1, 3 }) {
+                auto task = prepared.tasks[0];
+                task.threads = threads;
+                const auto output = compute::runShard(task, prepared.start.bytes, {});
+                QCOMPARE(output.result.checkpointHashes, reference.result.checkpointHashes);
+                QCOMPARE(output.result.finalHash, reference.result.finalHash);
+            }
+        }
+        compute::portable::forceIsa(compute::portable::Isa::Auto);
+        // Suspended after 7 steps and resumed: the same bits.
+        auto run = compute::ShardRun::start(prepared.tasks[0], prepared.start.bytes, {});
+        QVERIFY(run.ok());
+        for (int i = 0; i < 7; ++i)
+            QVERIFY((*run)->step().ok());
+        auto resumed = compute::ShardRun::resume(prepared.tasks[0], (*run)->suspend(), {});
+        QVERIFY(resumed.ok());
+        while (!(*resumed)->finished())
+            QVERIFY((*resumed)->step().ok());
+        QCOMPARE((*resumed)->finish().result.finalHash, reference.result.finalHash);
+        // A model the portable kernels do not cover is refused by field.
+        auto gpt = prepared.tasks[0];
+        gpt.model = smallGpt().model;
+        gpt.model.dropout = 0.1;
+        gpt.dataset = smallGpt().dataset;
+        const auto refused = compute::runShard(gpt, {}, {});
+        QCOMPARE(refused.result.outcome, core::ShardResult::Outcome::Failed);
+        QVERIFY2(refused.result.failure.contains(QStringLiteral("training.determinism")), qPrintable(refused.result.failure));
+    }
+
+    // The portable cnn and mlp with dropout, and the gpt (AdamW, clipping, a cosine schedule,
+    // carried moments): the same bits with every SIMD kernel and thread count.
+    void aPortableCnnWithDropoutHasTheSameBitsEverywhere()
+    {
+        for (const auto* zoo : { "cnn", "mlp", "gpt" }) {
+            auto spec = smallJob();
+            spec.training.determinism = core::TrainingSpec::Determinism::Portable;
+            spec.model.zoo = QLatin1String(zoo);
+            spec.model.hidden = { 24 };
+            spec.model.dropout = 0.25;
+            if (spec.model.zoo == u"cnn")
+                spec.model.channels = { 4, 8 };
+            if (spec.model.zoo == u"gpt") { // the gpt without dropout, with its optimizer
+                spec.model = smallGpt().model;
+                spec.dataset = smallGpt().dataset;
+                spec.optimizer = smallGpt().optimizer;
+                spec.aggregation.optimizerState = core::AggregationSpec::OptimizerState::Averaged;
+            }
+            spec.optimizer.kind = core::OptimizerSpec::Kind::Adam;
+            spec.optimizer.lr = 0.003;
+            spec.training.localSteps = 10;
+            const auto prepared = prepare(spec);
+            const auto reference = compute::runShard(prepared.tasks[0], prepared.start.bytes, {});
+            QCOMPARE(reference.result.outcome, core::ShardResult::Outcome::Completed);
+            for (const auto isa : { compute::portable::Isa::Generic, compute::portable::Isa::Avx512 }) {
+                if (!compute::portable::forceIsa(isa))
+                    continue;
+                auto task = prepared.tasks[0];
+                task.threads = 2;
+                const auto output = compute::runShard(task, prepared.start.bytes, {});
+                QCOMPARE(output.result.checkpointHashes, reference.result.checkpointHashes);
+                QCOMPARE(output.result.finalHash, reference.result.finalHash);
+            }
+            compute::portable::forceIsa(compute::portable::Isa::Auto);
+        }
+    }
+
+    // The portable cnn and mlp compute LibTorch's step (up to float32 rounding): one SGD step of
+    // rate 1 from the same weights and batch leaves W - g, so the weights compare the gradients.
+    // With dropout the portable masks are Tessera's own stream, so only its mask rate is compared.
+    void thePortableModelsComputeLibTorchsStep()
+    {
+        for (const auto* zoo : { "cnn", "mlp", "gpt" }) {
+            auto spec = smallJob();
+            spec.model.zoo = QLatin1String(zoo);
+            spec.model.hidden = { 24 };
+            if (spec.model.zoo == u"cnn")
+                spec.model.channels = { 4, 8 };
+            if (spec.model.zoo == u"gpt") {
+                spec.model = smallGpt().model;
+                spec.dataset = smallGpt().dataset;
+            }
+            spec.optimizer.lr = 1.0;
+            spec.optimizer.momentum = 0.0;
+            spec.training.localSteps = 1;
+            spec.training.batchSize = 16;
+            spec.training.checkpointInterval = 1;
+            const auto prepared = prepare(spec);
+            auto portable = prepared.tasks[0];
+            portable.portable = true;
+            const auto fast = compute::runShard(prepared.tasks[0], prepared.start.bytes, {});
+            const auto ours = compute::runShard(portable, prepared.start.bytes, {});
+            QCOMPARE(ours.result.outcome, core::ShardResult::Outcome::Completed);
+            QVERIFY2(std::fabs(ours.result.losses[0] - fast.result.losses[0]) < 1e-5,
+                qPrintable(
+                    QStringLiteral("%1: %2 %3").arg(QLatin1String(zoo)).arg(ours.result.losses[0]).arg(fast.result.losses[0])));
+            const auto a = *compute::detail::unpickleTensors(fast.weights, {});
+            const auto b = *compute::detail::unpickleTensors(ours.weights, {});
+            QCOMPARE(a.size(), b.size());
+            for (std::size_t i = 0; i < a.size(); ++i) {
+                QCOMPARE(a[i].first, b[i].first);
+                const bool close = torch::allclose(a[i].second, b[i].second, 1e-4, 1e-5);
+                if (!close)
+                    qWarning("%s %s: largest difference %g", zoo, a[i].first.c_str(),
+                        (a[i].second - b[i].second).abs().max().item<double>());
+                QVERIFY2(close, a[i].first.c_str());
+            }
+        }
+    }
+
+    // A dispute over a portable job (docs/VERIFICATION.md, "Disputes over portable jobs"): the two
+    // sides' traces of the differing interval point at the first instruction whose output differs,
+    // and the referee runs that instruction alone from the operands either side sends.
+    void aPortableDisputeIsNarrowedToOneInstruction()
+    {
+        using Ruling = core::verification::Ruling;
+        auto spec = smallJob();
+        spec.training.determinism = core::TrainingSpec::Determinism::Portable;
+        const auto prepared = prepare(spec);
+        const auto& start = prepared.start.bytes;
+        const auto& task = prepared.tasks[0];
+        auto cheat = task; // twice the learning rate: the same forward and backward, another update
+        cheat.optimizer.lr *= 2.0;
+        const auto honest = compute::runShard(task, start, {});
+        const auto cheater = compute::runShard(cheat, start, {});
+        const auto& h = honest.result.checkpointHashes;
+        const auto& c = cheater.result.checkpointHashes;
+        QCOMPARE(h[0], c[0]);
+        QVERIFY(h[1] != c[1]);
+
+        const auto honestTrace = compute::traceInterval(task, start, honest.keptState, 1, {});
+        const auto cheaterTrace = compute::traceInterval(cheat, start, cheater.keptState, 1, {});
+        QVERIFY2(honestTrace.ok(), qPrintable(honestTrace.ok() ? QString() : honestTrace.error().toString()));
+        QVERIFY(cheaterTrace.ok());
+        // The broker reads no trace larger than the program's own size allows: an honest one fits.
+        const auto bound = compute::traceBytesBound(task, 1, {});
+        QVERIFY2(bound.ok(), qPrintable(bound.ok() ? QString() : bound.error().toString()));
+        QVERIFY2(honestTrace->size() <= *bound && *bound < 64 * honestTrace->size() + (1 << 20),
+            qPrintable(QStringLiteral("a trace of %1 bytes, bound %2").arg(honestTrace->size()).arg(*bound)));
+        const auto compared = compute::compareTraces(task, 1, h[0], start, h[1], c[1], *honestTrace, *cheaterTrace, {});
+        QVERIFY2(compared.ok(), qPrintable(compared.ok() ? QString() : compared.error().toString()));
+        QVERIFY2(compared->firstFault.isEmpty() && compared->secondFault.isEmpty(),
+            qPrintable(compared->firstFault + compared->secondFault));
+        QCOMPARE(compared->step, 1);
+        QVERIFY2(compared->instructionName.startsWith(QStringLiteral("Sgd")), qPrintable(compared->instructionName));
+        QVERIFY(!compared->ruling);
+        // Operands from either side are the same values (they agree up to there); the referee's
+        // update is the honest one. Doctored operands are refused.
+        for (const core::ShardTask* side : { &task, static_cast<const core::ShardTask*>(&cheat) }) {
+            const auto operands = compute::operandsOf(
+                *side, start, side == &task ? honest.keptState : cheater.keptState, compared->step, compared->instruction, {});
+            QVERIFY(operands.ok());
+            const auto ruling = compute::refereeInstruction(
+                task, compared->step, compared->instruction, *operands, *honestTrace, *cheaterTrace, {});
+            QVERIFY2(ruling.ok(), qPrintable(ruling.ok() ? QString() : ruling.error().toString()));
+            QVERIFY(*ruling == Ruling::FirstHonest);
+            QVERIFY(*compute::refereeInstruction(
+                        task, compared->step, compared->instruction, *operands, *cheaterTrace, *honestTrace, {})
+                == Ruling::SecondHonest);
+            auto doctored = *compute::detail::unpickleTensors(*operands, {});
+            doctored.front().second = doctored.front().second.clone().mul_(1.5);
+            const auto refused = compute::refereeInstruction(task, compared->step, compared->instruction,
+                compute::detail::pickleTensors(doctored), *honestTrace, *cheaterTrace, {});
+            QVERIFY(!refused.ok());
+            QVERIFY(refused.error().message.contains(QStringLiteral("both traces agree on")));
+        }
+        // A trace that does not end where its node signed, or of another interval, is not used.
+        const auto misclaimed = compute::compareTraces(task, 1, h[0], start, c[1], c[1], *honestTrace, *cheaterTrace, {});
+        QVERIFY(misclaimed.ok());
+        QVERIFY2(misclaimed->firstFault.contains(QStringLiteral("own checkpoint 1")), qPrintable(misclaimed->firstFault));
+        QVERIFY(misclaimed->secondFault.isEmpty());
+        const auto honestSecond = compute::traceInterval(task, start, honest.keptState, 2, {});
+        QVERIFY(honestSecond.ok());
+        const auto wrongInterval = compute::compareTraces(task, 1, h[0], start, h[1], c[1], *honestSecond, {}, {});
+        QVERIFY(wrongInterval.ok());
+        QVERIFY(!wrongInterval->firstFault.isEmpty());
+        QCOMPARE(wrongInterval->secondFault, QStringLiteral("no trace came"));
+        // After the start the trace starts at the agreed checkpoint (here both agree throughout).
+        const auto same = compute::compareTraces(task, 2, h[1], {}, h[2], h[2], *honestSecond, *honestSecond, {});
+        QVERIFY(!same.ok());
+
+        // Another data order: the batch differs, and the referee reads the batch itself.
+        auto reordered = task;
+        reordered.seed = task.seed + 1;
+        const auto other = compute::runShard(reordered, start, {});
+        const auto otherTrace = compute::traceInterval(reordered, start, other.keptState, 1, {});
+        QVERIFY(otherTrace.ok());
+        const auto batch
+            = compute::compareTraces(task, 1, h[0], start, other.result.checkpointHashes[1], h[1], *otherTrace, *honestTrace, {});
+        QVERIFY(batch.ok());
+        QCOMPARE(batch->instruction, 0);
+        QVERIFY(batch->ruling && *batch->ruling == Ruling::SecondHonest);
+    }
+};
+
+QTEST_GUILESS_MAIN(PortableTrainingTest)
+#include "tst_portabletraining.moc"
