@@ -4,6 +4,7 @@
 
 #include <core/broker/brokerstore.h>
 #include <core/storage/database.h>
+#include <support/olderschema.h>
 
 #include <QJsonDocument>
 #include <QTemporaryDir>
@@ -16,17 +17,7 @@ namespace {
 
 std::unique_ptr<storage::Database> openAt(const QString& path, int version)
 {
-    auto database = storage::Database::open(path);
-    if (!database)
-        qFatal("%s", qPrintable(database.error().message));
-    auto migrations = storage::loadMigrations(QStringLiteral(":/migrations/broker"));
-    if (!migrations)
-        qFatal("%s", qPrintable(migrations.error().message));
-    while (!migrations->isEmpty() && migrations->last().version > version)
-        migrations->removeLast();
-    if (auto status = (*database)->migrate(*migrations); !status)
-        qFatal("%s", qPrintable(status.error().message));
-    return std::move(database).value();
+    return tessera::tests::openAtVersion(path, QStringLiteral(":/migrations/broker"), version);
 }
 
 JobRow job(const QString& id)

@@ -4,6 +4,7 @@
 
 #include <core/resultlog.h>
 #include <core/storage/database.h>
+#include <support/olderschema.h>
 
 #include <QDateTime>
 #include <QTemporaryDir>
@@ -13,20 +14,9 @@ using namespace tessera::core;
 
 namespace {
 
-// A node database with the migrations up to `version` only.
 std::unique_ptr<storage::Database> openAt(const QString& path, int version)
 {
-    auto database = storage::Database::open(path);
-    if (!database)
-        qFatal("%s", qPrintable(database.error().message));
-    auto migrations = storage::loadMigrations(QStringLiteral(":/migrations/node"));
-    if (!migrations)
-        qFatal("%s", qPrintable(migrations.error().message));
-    while (!migrations->isEmpty() && migrations->last().version > version)
-        migrations->removeLast();
-    if (auto status = (*database)->migrate(*migrations); !status)
-        qFatal("%s", qPrintable(status.error().message));
-    return std::move(database).value();
+    return tessera::tests::openAtVersion(path, QStringLiteral(":/migrations/node"), version);
 }
 
 } // namespace

@@ -23,6 +23,18 @@ using tests::SessionPeer;
 
 namespace {
 
+// A shard of `task` that failed (out of memory): a result to report without any training.
+core::ShardResult failedResult(const core::ShardTask& task)
+{
+    core::ShardResult result;
+    result.jobId = task.jobId;
+    result.round = task.round;
+    result.shard = task.shard;
+    result.outcome = core::ShardResult::Outcome::Failed;
+    result.failure = QStringLiteral("out of memory");
+    return result;
+}
+
 // Trains nothing; these tests are about the session.
 class IdleExecutor final : public net::ShardExecutor {
 public:
@@ -39,13 +51,7 @@ public:
     void start(const QString& tag, const QString& assignment, const core::ShardTask& task, const QByteArray&,
         const QHash<core::Digest, QString>&, std::int64_t) override
     {
-        core::ShardResult result;
-        result.jobId = task.jobId;
-        result.round = task.round;
-        result.shard = task.shard;
-        result.outcome = core::ShardResult::Outcome::Failed;
-        result.failure = QStringLiteral("out of memory");
-        m_finished.append({ tag, assignment, result, {}, {}, {}, {} });
+        m_finished.append({ tag, assignment, failedResult(task), {}, {}, {}, {} });
     }
     QList<Finished> takeFinished(const QString&) override { return std::exchange(m_finished, {}); }
     bool idle() const override { return m_finished.isEmpty(); }
@@ -115,14 +121,8 @@ public:
     void start(const QString& tag, const QString& assignment, const core::ShardTask& task, const QByteArray&,
         const QHash<core::Digest, QString>&, std::int64_t) override
     {
-        core::ShardResult result;
-        result.jobId = task.jobId;
-        result.round = task.round;
-        result.shard = task.shard;
-        result.outcome = core::ShardResult::Outcome::Failed;
-        result.failure = QStringLiteral("out of memory");
         const std::lock_guard lock(m_mutex);
-        m_started = Finished { tag, assignment, result, {}, {}, {}, {} };
+        m_started = Finished { tag, assignment, failedResult(task), {}, {}, {}, {} };
     }
     bool started() const
     {
