@@ -221,8 +221,8 @@ Result<QList<ResultEntry>> ResultLog::list(int limit)
             stateNamed(row.columnText(5)), row.columnText(6), row.columnText(7), row.columnText(8), {} };
         for (const auto& value : QJsonDocument::fromJson(row.columnText(9).toUtf8()).array()) {
             const auto step = value.toObject();
-            if (const auto state = fromName<NodeResultState>(step.value(QStringLiteral("state")).toString()))
-                entry.history.append({ *state, step.value(QStringLiteral("at")).toInteger() });
+            entry.history.append(
+                { stateNamed(step.value(QStringLiteral("state")).toString()), step.value(QStringLiteral("at")).toInteger() });
         }
         return entry;
     });

@@ -49,21 +49,20 @@ template<typename Record> core::Status readPage(const QJsonObject& header, const
     return {};
 }
 
-// An optional amount of credits, as a decimal string ("10.8"): nothing when absent, an error when it
-// is not an amount or is negative (no broker pays a node less than nothing).
-core::Result<std::optional<core::Credits>> optionalCredits(JsonReader& reader, const QString& key)
+// What a broker says it paid, as a decimal string ("10.8"): nothing when absent, and nothing,
+// with why in `problem`, when it is not an amount or is negative (no broker pays a node less than
+// nothing): the verdict it comes with still counts, its payment is not believed.
+std::optional<core::Credits> paidIn(const QJsonObject& header, QString& problem)
 {
-    const QString text = reader.string(key, Presence::Optional);
-    if (!reader.ok())
-        return reader.status().error();
-    if (!reader.has(key))
-        return std::optional<core::Credits> {};
+    if (!header.contains(fields::Paid))
+        return std::nullopt;
+    const QString text = header.value(fields::Paid).toString();
     auto credits = core::Credits::parse(text);
-    if (!credits)
-        return core::Error { key, credits.error().message };
-    if (credits->isNegative())
-        return core::Error { key, QStringLiteral("is negative") };
-    return std::optional<core::Credits>(*credits);
+    if (!credits || credits->isNegative()) {
+        problem = QStringLiteral("the broker's paid '%1' is not an amount of credits").arg(text.left(40));
+        return std::nullopt;
+    }
+    return *credits;
 }
 
 // Two counts nobody sends a negative or absurd value of: offsets and sizes of blobs, deadlines.
@@ -198,13 +197,10 @@ QJsonObject ResultReply::toHeader() const
 core::Result<ResultReply> ResultReply::fromHeader(const QJsonObject& header)
 {
     JsonReader reader(header);
-    ResultReply reply { reader.named<core::ResultVerdict>(fields::Verdict, QStringLiteral("a verdict")), {} };
+    ResultReply reply { reader.named<core::ResultVerdict>(fields::Verdict, QStringLiteral("a verdict")), {}, {} };
     if (!reader.ok())
         return reader.status().error();
-    auto paid = optionalCredits(reader, fields::Paid);
-    if (!paid)
-        return paid.error();
-    reply.paid = *paid;
+    reply.paid = paidIn(header, reply.problem);
     return reply;
 }
 
@@ -303,10 +299,10 @@ core::Result<VerdictMessage> VerdictMessage::fromHeader(const QJsonObject& heade
         reader.string(fields::Detail, Presence::Optional) };
     if (!reader.ok())
         return reader.status().error();
-    auto paid = optionalCredits(reader, fields::Paid);
-    if (!paid)
-        return paid.error();
-    verdict.paid = *paid;
+    QString problem;
+    verdict.paid = paidIn(header, problem);
+    if (!problem.isEmpty())
+        verdict.detail = verdict.detail.isEmpty() ? problem : verdict.detail + QStringLiteral("; ") + problem;
     return verdict;
 }
 

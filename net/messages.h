@@ -132,6 +132,7 @@ struct ResultRequest {
 struct ResultReply {
     core::ResultVerdict verdict = core::ResultVerdict::Accepted;
     std::optional<core::Credits> paid; // when accepted
+    QString problem; // read: why a `paid` that came was not believed (not an amount, negative)
     QJsonObject toHeader() const;
     static core::Result<ResultReply> fromHeader(const QJsonObject& header);
 };
@@ -174,7 +175,7 @@ struct VerdictMessage {
     static constexpr Command command = Command::Verdict;
     QString assignment;
     core::CheckVerdict state = core::CheckVerdict::Disputed;
-    std::optional<core::Credits> paid; // with Paid
+    std::optional<core::Credits> paid; // with Paid; read: nothing where it was not an amount (detail says so)
     QString detail;
     QJsonObject toHeader() const;
     static core::Result<VerdictMessage> fromHeader(const QJsonObject& header);

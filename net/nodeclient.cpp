@@ -159,14 +159,14 @@ struct NodeClient::Private {
         if (wake < 0)
             qCWarning(lcNode).noquote() << "no eventfd: finished shards are picked up at the next message or tick";
         else
-            executor.setNotifier(tag, [fd = wake] {
+            executor.setNotifier(tag, this, [fd = wake] {
                 const std::uint64_t one = 1;
                 (void)!::write(fd, &one, sizeof one);
             });
     }
     ~Private()
     {
-        executor.setNotifier(tag, {});
+        executor.setNotifier(tag, this, {});
         if (wake >= 0)
             ::close(wake);
     }
@@ -732,20 +732,20 @@ struct NodeClient::Private {
     void keepSession();
 };
 
-void ShardExecutor::setNotifier(const QString& tag, std::function<void()> wake)
+void ShardExecutor::setNotifier(const QString& tag, const void* owner, std::function<void()> wake)
 {
     const std::lock_guard lock(m_notifierMutex);
     if (wake)
-        m_notifiers.insert(tag, std::move(wake));
-    else
-        m_notifiers.remove(tag);
+        m_notifiers.insert(tag, { owner, std::move(wake) });
+    else if (const auto it = m_notifiers.find(tag); it != m_notifiers.end() && it->owner == owner)
+        m_notifiers.erase(it);
 }
 
 void ShardExecutor::notify(const QString& tag) const
 {
     const std::lock_guard lock(m_notifierMutex); // held while it runs: see setNotifier
     if (const auto it = m_notifiers.constFind(tag); it != m_notifiers.constEnd())
-        (*it)();
+        it->wake();
 }
 
 NodeClient::NodeClient(
@@ -998,7 +998,7 @@ void NodeClient::Private::onOk(const Message& message, const Pending& purpose)
         auto reply = ResultReply::fromHeader(message.header);
         if (reply && reply->verdict == core::ResultVerdict::Accepted)
             logFront(!reply->paid || reply->paid->isZero() ? core::NodeResultState::Accepted : core::NodeResultState::Paid,
-                reply->paid ? reply->paid->toString() : QString());
+                reply->paid ? reply->paid->toString() : QString(), reply->problem);
         else if (reply && reply->verdict == core::ResultVerdict::Sampled)
             logFront(core::NodeResultState::Sampled, {}, QStringLiteral("another node re-executes it; paid once it agrees"));
         return resultAnswered();
@@ -1120,6 +1120,14 @@ void NodeClient::step(int maxWaitMs)
         return;
     d->waitForWork(maxWaitMs);
     d->receive();
+}
+
+void NodeClient::wake()
+{
+    if (d->wake >= 0) {
+        const std::uint64_t one = 1;
+        (void)!::write(d->wake, &one, sizeof one);
+    }
 }
 
 void NodeClient::run(const std::atomic<bool>& stop, const std::atomic<bool>& abandon)

@@ -107,9 +107,11 @@ public:
     }
     virtual bool idle() const = 0; // thread-safe
 
-    // The client `tag` sets what wakes it (an empty function: nothing, as it goes); thread-safe.
-    // Once it returns, the previous function is not running and is not called again.
-    void setNotifier(const QString& tag, std::function<void()> wake);
+    // The client `tag` (`owner`) sets what wakes it, and clears it as it goes (an empty
+    // function; only its own: a second client of the tag keeps its own); thread-safe. Once it
+    // returns, the previous function is not running and is not called again. An executor
+    // outlives the clients it serves.
+    void setNotifier(const QString& tag, const void* owner, std::function<void()> wake);
 
 protected:
     // Something for client `tag` is ready to take: a finished shard, a recreated state, a rebuilt
@@ -118,7 +120,11 @@ protected:
 
 private:
     mutable std::mutex m_notifierMutex;
-    QHash<QString, std::function<void()>> m_notifiers;
+    struct Notifier {
+        const void* owner = nullptr;
+        std::function<void()> wake;
+    };
+    QHash<QString, Notifier> m_notifiers;
 };
 
 struct NodeClientOptions {
@@ -152,6 +158,8 @@ public:
     // Serves until stop is set. A shard in training when stop comes is finished and reported first
     // (as for SIGTERM), unless abandon is set too.
     void run(const std::atomic<bool>& stop, const std::atomic<bool>& abandon);
+    // Wakes run()'s wait now (after setting `stop`, say); from any thread.
+    void wake();
     // One turn: collects finished shards, reconnects when due, reports, asks for work, heartbeats,
     // waits at most maxWaitMs (real time) for messages and handles them. run() is this in a loop.
     void step(int maxWaitMs);

@@ -58,6 +58,7 @@ void Contributor::stop(bool finishShard)
     for (auto& session : m_sessions) {
         session->abandon = !finishShard;
         session->stop = true;
+        session->client->wake(); // seen now, not at the end of its loop's wait
     }
     if (finishShard) {
         // The sessions finish their shard and report it without holding up the window.
@@ -74,8 +75,10 @@ void Contributor::stop(bool finishShard)
             if (session->thread.joinable())
                 session->thread.join();
         }
-        for (auto& session : m_finishing)
+        for (auto& session : m_finishing) {
             session->abandon = true;
+            session->client->wake();
+        }
     }
     m_sessions.clear();
 }

@@ -770,6 +770,8 @@ Status Verifier::blameJob(Check& check, const QString& why, Proof proof)
         return job.error();
     if (!*job || (*job)->state != JobState::Running)
         return {};
+    if (failing(jobId))
+        return {}; // failed once, with the first reason
     m_settled.failedJobs.append({ jobId,
         QStringLiteral("the job's code does not compute the same result twice (round %1, shard %2: %3); nobody is slashed")
             .arg(check.round)
@@ -1157,7 +1159,8 @@ void Verifier::expireLateDisputes(std::int64_t now)
     auto late = m_.store.lateDisputes(now);
     for (const auto& id : late.value_or(QStringList {})) {
         auto check = m_.store.check(id);
-        if (!check || !*check)
+        // Settled by an earlier one of this tick (a blamed job), or of a job that fails with it.
+        if (!check || !*check || (*check)->state != CheckState::Disputed || failing((*check)->jobId))
             continue;
         auto task = taskOf(**check);
         if (task && (*check)->narrowing.stage == Narrowing::Stage::None && runsOwnerCode(*task)) {
@@ -1208,7 +1211,7 @@ void Verifier::selfVerifyStuck(std::int64_t now)
     auto stuck = m_.store.waitingSamples(now - (early ? 0 : m_.options.selfVerifyAfterMs));
     for (const auto& [id, createdAt] : stuck.value_or(QList<std::pair<QString, std::int64_t>> {})) {
         auto check = m_.store.check(id);
-        if (!check || !*check || !m_.scheduler.find((*check)->jobId))
+        if (!check || !*check || !m_.scheduler.find((*check)->jobId) || failing((*check)->jobId))
             continue;
         const bool due = createdAt <= now - m_.options.selfVerifyAfterMs;
         if (!due && anyVerifierOnline(**check))

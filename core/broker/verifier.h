@@ -20,6 +20,7 @@
 #include <QRandomGenerator>
 #include <QSet>
 
+#include <algorithm>
 #include <functional>
 #include <optional>
 
@@ -94,6 +95,13 @@ public:
         QList<Failure> failedJobs;
     };
     Settled takeSettled() { return std::exchange(m_settled, {}); }
+    // A blamed job whose failure waits in takeSettled: none of its checks is settled or
+    // re-executed meanwhile (its failure calls them off, and pays the sampled results).
+    bool failing(const QString& jobId) const
+    {
+        return std::any_of(m_settled.failedJobs.begin(), m_settled.failedJobs.end(),
+            [&](const Settled::Failure& failure) { return failure.jobId == jobId; });
+    }
 
 private:
     enum class Penalty { Slash, None }; // None: the loser is only not paid (results of different arithmetic)

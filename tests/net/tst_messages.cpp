@@ -45,9 +45,10 @@ private Q_SLOTS:
             QByteArray(R"({"length":4096,"offset":1048576,"sha256":")") + QByteArray(64, 'a') + "\"}");
         QCOMPARE(compact(PutReply { digest('b'), 10, true }.toHeader()),
             QByteArray(R"({"complete":true,"received":10,"sha256":")") + QByteArray(64, 'b') + "\"}");
-        QCOMPARE(compact(ResultReply { core::ResultVerdict::Accepted, core::Credits::parse(u"0.9").value() }.toHeader()),
+        QCOMPARE(compact(ResultReply { core::ResultVerdict::Accepted, core::Credits::parse(u"0.9").value(), {} }.toHeader()),
             QByteArray(R"({"paid":"0.9","verdict":"accepted"})"));
-        QCOMPARE(compact(ResultReply { core::ResultVerdict::Sampled, {} }.toHeader()), QByteArray(R"({"verdict":"sampled"})"));
+        QCOMPARE(
+            compact(ResultReply { core::ResultVerdict::Sampled, {}, {} }.toHeader()), QByteArray(R"({"verdict":"sampled"})"));
         QCOMPARE(
             compact(CheckpointAnswer { QStringLiteral("v1"), std::nullopt }.toHeader()), QByteArray(R"({"verification":"v1"})"));
         using Want = core::DisputeQuestion::Want;
@@ -120,14 +121,21 @@ private Q_SLOTS:
         }
         const QJsonObject strange { { fields::Assignment, QStringLiteral("a") }, { fields::State, QStringLiteral("pondering") } };
         QCOMPARE(VerdictMessage::fromHeader(strange).error().field, QStringLiteral("state"));
+        // A payment that is not an amount is not believed; the verdict it came with still counts.
         for (const auto& paid : { QStringLiteral("lots"), QStringLiteral("-1"), QStringLiteral("1e9") }) {
             QJsonObject header { { fields::Assignment, QStringLiteral("a") }, { fields::State, QStringLiteral("paid") },
-                { fields::Paid, paid } };
-            QCOMPARE(VerdictMessage::fromHeader(header).error().field, QStringLiteral("paid"));
-            QCOMPARE(ResultReply::fromHeader({ { fields::Verdict, QStringLiteral("accepted") }, { fields::Paid, paid } })
-                         .error()
-                         .field,
-                QStringLiteral("paid"));
+                { fields::Paid, paid }, { fields::Detail, QStringLiteral("checked") } };
+            const auto told = VerdictMessage::fromHeader(header);
+            QVERIFY(told.ok());
+            QCOMPARE(told->state, core::CheckVerdict::Paid);
+            QVERIFY(!told->paid);
+            QVERIFY2(told->detail.startsWith(QStringLiteral("checked; the broker's paid")), qPrintable(told->detail));
+            const auto reply
+                = ResultReply::fromHeader({ { fields::Verdict, QStringLiteral("accepted") }, { fields::Paid, paid } });
+            QVERIFY(reply.ok());
+            QCOMPARE(reply->verdict, core::ResultVerdict::Accepted);
+            QVERIFY(!reply->paid);
+            QVERIFY(reply->problem.contains(paid));
         }
         QCOMPARE(
             ResultReply::fromHeader({ { fields::Verdict, QStringLiteral("maybe") } }).error().field, QStringLiteral("verdict"));
