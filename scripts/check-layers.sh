@@ -5,6 +5,7 @@
 #   nothing of compute/engine/, nor do app/desktop and app/common: the desktop app links the
 #   supervisor and never loads LibTorch,
 #   ZeroMQ (<zmq.h>, <zmq.hpp>, <zmq_addon.hpp>) only in net/,
+#   libtorrent (<libtorrent/...>) only in swarm/, which includes nothing of Tessera's but core/,
 #   Qt Widgets and Charts only in ui/ and app/,
 #   core/ includes nothing of compute/, net/, ui/ or app/,
 #   and no folder's files include each other in a loop (scripts/include-loops.py).
@@ -38,15 +39,18 @@ check() {
 torch='^\s*#\s*include\s*[<"](torch/|ATen/|c10/)'
 zmq='^\s*#\s*include\s*[<"](zmq|zmq_addon)\.h(pp)?[>"]'
 widgets='^\s*#\s*include\s*[<"](QtWidgets|QtCharts|QWidget|QMainWindow|QDialog|QApplication|QSystemTrayIcon|QChart|QPushButton|QLabel|QTableView)'
-ours='^\s*#\s*include\s*[<"](compute|net|ui|app)/'
+ours='^\s*#\s*include\s*[<"](compute|net|ui|app|swarm)/'
+libtorrent='^\s*#\s*include\s*[<"]libtorrent/'
 
-torchfree="core net ui app compute/common compute/supervisor compute/devices compute/pickle compute/portable"
+torchfree="core net swarm ui app compute/common compute/supervisor compute/devices compute/pickle compute/portable"
 check "torch may be included only in compute/engine/" "$torch" $torchfree
 check "only compute/engine/ and the programs may include compute/engine/" \
     '^\s*#\s*include\s*[<"](compute/|(\.\./)*)engine/' compute/common compute/supervisor compute/devices compute/pickle compute/portable
 check "the desktop app and what it shares with the node (app/desktop, app/common) never load LibTorch" \
     '^\s*#\s*include\s*[<"]compute/engine/' app/desktop app/common
-check "ZeroMQ may be included only in net/" "$zmq" core compute ui app
+check "ZeroMQ may be included only in net/" "$zmq" core compute swarm ui app
+check "libtorrent may be included only in swarm/" "$libtorrent" core net compute ui app
+check "swarm/ may include nothing of Tessera's but core/" '^\s*#\s*include\s*[<"](compute|net|ui|app)/' swarm
 check "Qt Widgets and Charts may be included only in ui/ and app/" "$widgets" core compute net
 check "core/ depends on nothing of Tessera's" "$ours" core
 check "compute/ may not include net/ or ui/" '^\s*#\s*include\s*[<"](net|ui|app)/' compute
@@ -55,7 +59,7 @@ check "ui/ may not include compute/ or net/" '^\s*#\s*include\s*[<"](compute|net
 
 # No include loops inside a folder (a header and its source count as one): what two files need of
 # each other belongs in a third, or in one of them.
-if ! loops=$(/usr/bin/python3 "$(dirname "$0")/include-loops.py" . core net compute ui app); then
+if ! loops=$(/usr/bin/python3 "$(dirname "$0")/include-loops.py" . core net swarm compute ui app); then
     echo "check-layers: a folder's files include each other"
     echo "$loops" | sed 's/^/  /'
     failures=$((failures + 1))

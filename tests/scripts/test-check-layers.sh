@@ -8,7 +8,7 @@ trap 'rm -rf "$scratch"' EXIT
 
 make_tree() {
     rm -rf "$scratch/tree"
-    mkdir -p "$scratch/tree"/{core,app/desktop,compute/engine,compute/supervisor/sandbox,compute/common,net,ui,app}
+    mkdir -p "$scratch/tree"/{core,app/desktop,compute/engine,compute/supervisor/sandbox,compute/common,net,swarm,ui,app}
     printf '#include <QString>\n' > "$scratch/tree/core/a.h"
     printf '#include <torch/torch.h>\n' > "$scratch/tree/compute/engine/a.cpp"
     printf '#include <compute/common/types.h>\n#include <compute/supervisor/inthread.h>\n' > "$scratch/tree/compute/engine/b.cpp"
@@ -16,6 +16,7 @@ make_tree() {
     printf '#include <QString>\n' > "$scratch/tree/compute/supervisor/sandbox/a.h"
     printf '#include <compute/supervisor/computethread.h>\n' > "$scratch/tree/app/desktop/a.cpp"
     printf '#include <zmq.hpp>\n' > "$scratch/tree/net/a.cpp"
+    printf '#include <libtorrent/session.hpp>\n#include <core/hash.h>\n' > "$scratch/tree/swarm/a.cpp"
     printf '#include <QWidget>\n' > "$scratch/tree/ui/a.cpp"
     printf '#include <QApplication>\n#include <compute/a.h>\n' > "$scratch/tree/app/main.cpp"
 }
@@ -51,6 +52,11 @@ plant core/a.h '#include <net/transportinfo.h>'
 plant compute/engine/a.cpp '#include <ui/formatting.h>'
 plant ui/a.cpp '#include <compute/engine/runtimeprofile.h>'
 plant app/desktop/a.cpp '#include <compute/engine/shardrun.h>'
+plant net/a.cpp '#include <libtorrent/torrent_info.hpp>'
+plant app/main.cpp '#include "libtorrent/session.hpp"'
+plant swarm/a.cpp '#include <net/messages.h>'
+plant swarm/a.cpp '#include <zmq.hpp>'
+plant core/a.h '#include <swarm/swarm.h>'
 # An include loop inside a folder: computethread.h's type used by worker.h, which it includes.
 make_tree
 printf '#include "b.h"\n' > "$scratch/tree/compute/supervisor/a.h"

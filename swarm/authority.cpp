@@ -1,0 +1,166 @@
+#include "authority.h"
+
+#include <openssl/bio.h>
+#include <openssl/err.h>
+#include <openssl/evp.h>
+#include <openssl/pem.h>
+#include <openssl/rand.h>
+#include <openssl/x509.h>
+#include <openssl/x509v3.h>
+
+#include <memory>
+
+namespace tessera::swarm {
+
+namespace {
+
+struct Free {
+    void operator()(BIO* p) const { BIO_free(p); }
+    void operator()(EVP_PKEY* p) const { EVP_PKEY_free(p); }
+    void operator()(X509* p) const { X509_free(p); }
+    void operator()(X509_EXTENSION* p) const { X509_EXTENSION_free(p); }
+    void operator()(BIGNUM* p) const { BN_free(p); }
+};
+template<typename T> using Owned = std::unique_ptr<T, Free>;
+
+core::Error failure(const QString& what)
+{
+    char text[256] = {};
+    ERR_error_string_n(ERR_get_error(), text, sizeof text);
+    ERR_clear_error();
+    return core::Error { QStringLiteral("swarm"), QStringLiteral("%1: %2").arg(what, QString::fromLatin1(text)) };
+}
+
+QByteArray drain(BIO* bio)
+{
+    char* data = nullptr;
+    const long size = BIO_get_mem_data(bio, &data);
+    return QByteArray(data, int(size));
+}
+
+Owned<BIO> reading(const QByteArray& bytes)
+{
+    return Owned<BIO>(BIO_new_mem_buf(bytes.constData(), int(bytes.size())));
+}
+
+// Adds the extension `nid` with `value` ("CA:TRUE", "DNS:name") to `certificate`, issued by `issuer`.
+bool extend(X509* certificate, X509* issuer, int nid, const char* value)
+{
+    X509V3_CTX context;
+    X509V3_set_ctx_nodb(&context);
+    X509V3_set_ctx(&context, issuer, certificate, nullptr, nullptr, 0);
+    Owned<X509_EXTENSION> extension(X509V3_EXT_conf_nid(nullptr, &context, nid, value));
+    return extension && X509_add_ext(certificate, extension.get(), -1) == 1;
+}
+
+// A version-3 certificate for `key` named `commonName`, valid from now for `validSeconds`, with a
+// random 128-bit serial; not yet signed.
+Owned<X509> certificateFor(EVP_PKEY* key, const QString& commonName, std::int64_t validSeconds)
+{
+    Owned<X509> certificate(X509_new());
+    unsigned char serial[16];
+    Owned<BIGNUM> number(RAND_bytes(serial, sizeof serial) == 1 ? BN_bin2bn(serial, sizeof serial, nullptr) : nullptr);
+    if (!certificate || !number || X509_set_version(certificate.get(), 2) != 1
+        || !BN_to_ASN1_INTEGER(number.get(), X509_get_serialNumber(certificate.get()))
+        || !X509_gmtime_adj(X509_getm_notBefore(certificate.get()), -60)
+        || !X509_gmtime_adj(X509_getm_notAfter(certificate.get()), long(validSeconds))
+        || X509_set_pubkey(certificate.get(), key) != 1)
+        return nullptr;
+    const QByteArray name = commonName.toUtf8();
+    X509_NAME* subject = X509_get_subject_name(certificate.get());
+    if (X509_NAME_add_entry_by_txt(
+            subject, "CN", MBSTRING_UTF8, reinterpret_cast<const unsigned char*>(name.constData()), int(name.size()), -1, 0)
+        != 1)
+        return nullptr;
+    return certificate;
+}
+
+core::Result<QByteArray> signedPem(X509* certificate, EVP_PKEY* signer)
+{
+    if (X509_sign(certificate, signer, EVP_sha256()) <= 0)
+        return failure(QStringLiteral("cannot sign the certificate"));
+    Owned<BIO> out(BIO_new(BIO_s_mem()));
+    if (!out || PEM_write_bio_X509(out.get(), certificate) != 1)
+        return failure(QStringLiteral("cannot write the certificate"));
+    return drain(out.get());
+}
+
+Owned<EVP_PKEY> privateKeyOf(const QByteArray& pem)
+{
+    auto in = reading(pem);
+    return Owned<EVP_PKEY>(in ? PEM_read_bio_PrivateKey(in.get(), nullptr, nullptr, nullptr) : nullptr);
+}
+
+} // namespace
+
+core::Result<KeyPair> KeyPair::generate()
+{
+    Owned<EVP_PKEY> key(EVP_EC_gen("P-256"));
+    Owned<BIO> privateOut(BIO_new(BIO_s_mem()));
+    Owned<BIO> publicOut(BIO_new(BIO_s_mem()));
+    if (!key || !privateOut || !publicOut
+        || PEM_write_bio_PrivateKey(privateOut.get(), key.get(), nullptr, nullptr, 0, nullptr, nullptr) != 1
+        || PEM_write_bio_PUBKEY(publicOut.get(), key.get()) != 1)
+        return failure(QStringLiteral("cannot make a P-256 key"));
+    return KeyPair { drain(privateOut.get()), drain(publicOut.get()) };
+}
+
+Authority::Authority(QByteArray certificate, QByteArray key)
+    : m_certificate(std::move(certificate))
+    , m_key(std::move(key))
+{ }
+
+core::Result<Authority> Authority::create(const QString& commonName, std::int64_t validSeconds)
+{
+    auto keys = KeyPair::generate();
+    if (!keys)
+        return keys.error();
+    auto key = privateKeyOf(keys->privatePem);
+    auto certificate = key ? certificateFor(key.get(), commonName, validSeconds) : nullptr;
+    if (!certificate)
+        return failure(QStringLiteral("cannot make the authority's certificate"));
+    X509_set_issuer_name(certificate.get(), X509_get_subject_name(certificate.get()));
+    if (!extend(certificate.get(), certificate.get(), NID_basic_constraints, "critical,CA:TRUE")
+        || !extend(certificate.get(), certificate.get(), NID_key_usage, "critical,keyCertSign,cRLSign")
+        || !extend(certificate.get(), certificate.get(), NID_subject_key_identifier, "hash"))
+        return failure(QStringLiteral("cannot extend the authority's certificate"));
+    auto pem = signedPem(certificate.get(), key.get());
+    if (!pem)
+        return pem.error();
+    return Authority(*pem, keys->privatePem);
+}
+
+core::Result<Authority> Authority::fromPem(const QByteArray& certificatePem, const QByteArray& privateKeyPem)
+{
+    auto in = reading(certificatePem);
+    Owned<X509> certificate(in ? PEM_read_bio_X509(in.get(), nullptr, nullptr, nullptr) : nullptr);
+    auto key = privateKeyOf(privateKeyPem);
+    if (!certificate || !key)
+        return failure(QStringLiteral("not an authority's certificate and key"));
+    if (X509_check_private_key(certificate.get(), key.get()) != 1)
+        return core::Error { QStringLiteral("swarm"), QStringLiteral("the key is not the certificate's") };
+    return Authority(certificatePem, privateKeyPem);
+}
+
+core::Result<QByteArray> Authority::issue(const QByteArray& publicKeyPem, const QString& name, std::int64_t validSeconds) const
+{
+    auto in = reading(publicKeyPem);
+    Owned<EVP_PKEY> subjectKey(in ? PEM_read_bio_PUBKEY(in.get(), nullptr, nullptr, nullptr) : nullptr);
+    if (!subjectKey)
+        return failure(QStringLiteral("not a public key"));
+    auto certificateIn = reading(m_certificate);
+    Owned<X509> authority(certificateIn ? PEM_read_bio_X509(certificateIn.get(), nullptr, nullptr, nullptr) : nullptr);
+    auto signer = privateKeyOf(m_key);
+    auto certificate = certificateFor(subjectKey.get(), name, validSeconds);
+    if (!authority || !signer || !certificate)
+        return failure(QStringLiteral("cannot make the certificate"));
+    X509_set_issuer_name(certificate.get(), X509_get_subject_name(authority.get()));
+    const QByteArray alternative = "DNS:" + name.toUtf8();
+    if (!extend(certificate.get(), authority.get(), NID_subject_alt_name, alternative.constData())
+        || !extend(certificate.get(), authority.get(), NID_basic_constraints, "critical,CA:FALSE")
+        || !extend(certificate.get(), authority.get(), NID_ext_key_usage, "serverAuth,clientAuth"))
+        return failure(QStringLiteral("cannot extend the certificate"));
+    return signedPem(certificate.get(), signer.get());
+}
+
+} // namespace tessera::swarm

@@ -1,0 +1,210 @@
+#include "swarm.h"
+
+#include <libtorrent/alert_types.hpp>
+#include <libtorrent/session.hpp>
+#include <libtorrent/session_params.hpp>
+#include <libtorrent/settings_pack.hpp>
+#include <libtorrent/torrent_flags.hpp>
+#include <libtorrent/torrent_handle.hpp>
+#include <libtorrent/torrent_info.hpp>
+#include <libtorrent/torrent_status.hpp>
+
+#include <QHash>
+
+namespace tessera::swarm {
+
+namespace {
+
+// RFC 7919's ffdhe2048 group: libtorrent asks for DH parameters beside a certificate (its TLS
+// prefers ECDHE, which needs none).
+constexpr char DhParameters[] = "-----BEGIN DH PARAMETERS-----\n"
+                                "MIIBCAKCAQEA//////////+t+FRYortKmq/cViAnPTzx2LnFg84tNpWp4TZBFGQz\n"
+                                "+8yTnc4kmz75fS/jY2MMddj2gbICrsRhetPfHtXV/WVhJDP1H18GbtCFY2VVPe0a\n"
+                                "87VXE15/V8k1mE8McODmi3fipona8+/och3xWKE2rec1MKzKT0g6eXq8CrGCsyT7\n"
+                                "YdEIqUuyyOP7uWrat2DX9GgdT0Kj3jlN9K5W7edjcrsZCwenyO4KbXCeAvzhzffi\n"
+                                "7MA0BM0oNC9hkXL+nOmFg/+OTxIy7vKBg8P+OxtMb61zO7X8vC7CIAXFjvGDfRaD\n"
+                                "ssbzSibBsu/6iGtCOGEoXJf//////////wIBAg==\n"
+                                "-----END DH PARAMETERS-----\n";
+
+lt::settings_pack settingsFor(const Swarm::Options& options)
+{
+    lt::settings_pack pack;
+    const std::string address = options.address.toStdString();
+    pack.set_str(lt::settings_pack::listen_interfaces, address + ':' + std::to_string(options.port) + 's');
+    pack.set_str(lt::settings_pack::outgoing_interfaces, address);
+    for (const auto setting : { lt::settings_pack::enable_dht, lt::settings_pack::enable_lsd, lt::settings_pack::enable_upnp,
+             lt::settings_pack::enable_natpmp, lt::settings_pack::enable_outgoing_utp, lt::settings_pack::enable_incoming_utp })
+        pack.set_bool(setting, false);
+    pack.set_int(lt::settings_pack::in_enc_policy, lt::settings_pack::pe_disabled);
+    pack.set_int(lt::settings_pack::out_enc_policy, lt::settings_pack::pe_disabled);
+    pack.set_int(lt::settings_pack::upload_rate_limit, int(std::min<std::int64_t>(options.uploadBytesPerSecond, INT32_MAX)));
+    pack.set_int(
+        lt::settings_pack::alert_mask, int(lt::alert_category::error | lt::alert_category::status | lt::alert_category::peer));
+    return pack;
+}
+
+QString hexName(const lt::torrent_handle& handle)
+{
+    if (!handle.is_valid()) // a peer refused before it named a torrent
+        return {};
+    const auto info = handle.torrent_file();
+    return info ? QString::fromStdString(info->name()) : QString();
+}
+
+// libtorrent throws on a handle whose torrent went, and on a session that cannot do what it is
+// asked; a swarm's trouble is an error, never a crash.
+template<typename Call> core::Status guarded(Call call)
+{
+    try {
+        return call();
+    } catch (const std::exception& caught) {
+        return core::Error { QStringLiteral("swarm"), QString::fromUtf8(caught.what()) };
+    }
+}
+
+QString endpointText(const lt::tcp::endpoint& endpoint)
+{
+    return QStringLiteral("%1:%2").arg(QString::fromStdString(endpoint.address().to_string())).arg(endpoint.port());
+}
+
+} // namespace
+
+struct Swarm::Private {
+    explicit Private(lt::session_params params)
+        : session(std::move(params))
+    { }
+    lt::session session;
+    QHash<QString, lt::torrent_handle> torrents; // by blob
+
+    core::Status join(const BlobTorrent& torrent, const QString& directory, const QByteArray& certificatePem,
+        const QByteArray& privateKeyPem, bool seeding)
+    {
+        const QString blob = torrent.blob.toHex();
+        if (torrents.contains(blob))
+            return core::Error { QStringLiteral("swarm"), QStringLiteral("blob %1 is in the swarm already").arg(blob) };
+        lt::error_code error;
+        lt::add_torrent_params params;
+        params.ti = std::make_shared<lt::torrent_info>(
+            lt::span<char const>(torrent.bytes.constData(), torrent.bytes.size()), error, lt::from_span);
+        if (error)
+            return core::Error { QStringLiteral("torrent"), QString::fromStdString(error.message()) };
+        params.save_path = directory.toStdString();
+        // Paused until its certificate is set: it must not dial a peer without one.
+        params.flags = lt::torrent_flags::paused | lt::torrent_flags::disable_dht | lt::torrent_flags::disable_lsd
+            | lt::torrent_flags::disable_pex | (seeding ? lt::torrent_flags::seed_mode : lt::torrent_flags_t {});
+        auto handle = session.add_torrent(std::move(params), error);
+        if (error)
+            return core::Error { QStringLiteral("swarm"), QString::fromStdString(error.message()) };
+        handle.set_ssl_certificate_buffer(certificatePem.toStdString(), privateKeyPem.toStdString(), DhParameters);
+        handle.resume();
+        torrents.insert(blob, handle);
+        return {};
+    }
+
+    core::Status dial(const BlobTorrent& torrent, const QString& directory, const QByteArray& certificatePem,
+        const QByteArray& privateKeyPem, const QStringList& peers);
+
+    void translate(lt::alert* alert, QList<Event>& events)
+    {
+        if (auto* finished = lt::alert_cast<lt::torrent_finished_alert>(alert)) {
+            events.append({ Event::Kind::Fetched, hexName(finished->handle), {}, {} });
+        } else if (auto* banned = lt::alert_cast<lt::peer_ban_alert>(alert)) {
+            events.append({ Event::Kind::Banned, hexName(banned->handle), endpointText(banned->endpoint),
+                QString::fromStdString(banned->message()) });
+        } else if (auto* peerError = lt::alert_cast<lt::peer_error_alert>(alert)) {
+            if (peerError->op == lt::operation_t::ssl_handshake)
+                events.append({ Event::Kind::Refused, hexName(peerError->handle), endpointText(peerError->endpoint),
+                    QString::fromStdString(peerError->error.message()) });
+        } else if (auto* torrentError = lt::alert_cast<lt::torrent_error_alert>(alert)) {
+            events.append({ Event::Kind::Failed, hexName(torrentError->handle), {},
+                QString::fromStdString(torrentError->error.message()) });
+        }
+    }
+};
+
+Swarm::Swarm(std::unique_ptr<Private> d)
+    : d(std::move(d))
+{ }
+
+Swarm::~Swarm() = default;
+
+core::Result<std::unique_ptr<Swarm>> Swarm::start(const Options& options)
+{
+    // No plugins: no peer exchange, and no smart-ban (unsafe on v2 torrents in libtorrent 2.0.8).
+    lt::session_params params(settingsFor(options), {});
+    try {
+        auto swarm = std::unique_ptr<Swarm>(new Swarm(std::make_unique<Private>(std::move(params))));
+        // The listen socket is opened on the session's thread; its port is known once it is.
+        for (int i = 0; i < 100 && swarm->port() == 0; ++i)
+            swarm->d->session.wait_for_alert(lt::milliseconds(50));
+        if (swarm->port() == 0)
+            return core::Error { QStringLiteral("swarm"),
+                QStringLiteral("cannot listen on %1:%2").arg(options.address).arg(options.port) };
+        return swarm;
+    } catch (const std::exception& caught) {
+        return core::Error { QStringLiteral("swarm"), QString::fromUtf8(caught.what()) };
+    }
+}
+
+int Swarm::port() const
+{
+    return d->session.ssl_listen_port();
+}
+
+core::Status Swarm::seed(
+    const BlobTorrent& torrent, const QString& directory, const QByteArray& certificatePem, const QByteArray& privateKeyPem)
+{
+    return guarded([&] { return d->join(torrent, directory, certificatePem, privateKeyPem, true); });
+}
+
+core::Status Swarm::fetch(const BlobTorrent& torrent, const QString& directory, const QByteArray& certificatePem,
+    const QByteArray& privateKeyPem, const QStringList& peers)
+{
+    return guarded([&] { return d->dial(torrent, directory, certificatePem, privateKeyPem, peers); });
+}
+
+core::Status Swarm::Private::dial(const BlobTorrent& torrent, const QString& directory, const QByteArray& certificatePem,
+    const QByteArray& privateKeyPem, const QStringList& peers)
+{
+    if (auto joined = join(torrent, directory, certificatePem, privateKeyPem, false); !joined)
+        return joined;
+    auto& handle = torrents[torrent.blob.toHex()];
+    for (const auto& peer : peers) {
+        const auto colon = peer.lastIndexOf(u':');
+        lt::error_code error;
+        const auto address = lt::make_address(peer.left(colon).toStdString(), error);
+        const int port = peer.mid(colon + 1).toInt();
+        if (colon < 0 || error || port <= 0 || port > 65535)
+            return core::Error { QStringLiteral("peers"), QStringLiteral("'%1' is not host:port").arg(peer) };
+        handle.connect_peer(lt::tcp::endpoint(address, std::uint16_t(port)));
+    }
+    return {};
+}
+
+QList<Swarm::Event> Swarm::events(int waitMs)
+{
+    QList<Event> events;
+    const auto status = guarded([&] {
+        d->session.wait_for_alert(lt::milliseconds(std::max(0, waitMs)));
+        std::vector<lt::alert*> alerts;
+        d->session.pop_alerts(&alerts);
+        for (auto* alert : alerts)
+            d->translate(alert, events);
+        return core::Status {};
+    });
+    if (!status)
+        events.append({ Event::Kind::Failed, {}, {}, status.error().message });
+    return events;
+}
+
+std::int64_t Swarm::uploadedBytes() const
+{
+    std::int64_t total = 0;
+    for (const auto& handle : d->torrents) {
+        if (handle.is_valid())
+            total += handle.status().total_payload_upload;
+    }
+    return total;
+}
+
+} // namespace tessera::swarm

@@ -1,0 +1,199 @@
+// The blob swarm's parts (docs/SWARM.md): a job's authority and the certificates it issues, a
+// blob's torrent (v2 only, 16 KiB pieces, private, the authority inside) and what a node refuses
+// to take for one, and two real libtorrent sessions on their own loopback addresses handing a blob
+// over TLS, while a stranger (no certificate, or one of another job's authority) gets nothing.
+
+#include <swarm/authority.h>
+#include <swarm/blobtorrent.h>
+#include <swarm/swarm.h>
+
+#include <core/hash.h>
+
+#include <QDir>
+#include <QFile>
+#include <QRandomGenerator>
+#include <QTemporaryDir>
+#include <QTest>
+
+using namespace tessera;
+using swarm::Swarm;
+
+namespace {
+
+// A blob of `size` random bytes stored as a blob store does: DIR/<2 hex>/<64 hex>.
+core::Digest storeBlob(const QString& root, qsizetype size)
+{
+    QByteArray bytes(size, Qt::Uninitialized);
+    QRandomGenerator::global()->fillRange(reinterpret_cast<quint32*>(bytes.data()), size / 4);
+    const auto digest = core::Digest::ofBytes(bytes);
+    const QString folder = root + u'/' + digest.toHex().left(2);
+    QDir().mkpath(folder);
+    QFile file(folder + u'/' + digest.toHex());
+    if (!file.open(QIODevice::WriteOnly) || file.write(bytes) != bytes.size())
+        qFatal("cannot write the blob");
+    return digest;
+}
+
+QString folderOf(const QString& root, const core::Digest& blob)
+{
+    return root + u'/' + blob.toHex().left(2);
+}
+
+struct Member {
+    swarm::KeyPair keys;
+    QByteArray certificate;
+};
+
+Member memberOf(const swarm::Authority& authority, const core::Digest& blob)
+{
+    auto keys = swarm::KeyPair::generate();
+    if (!keys)
+        qFatal("%s", qPrintable(keys.error().toString()));
+    auto certificate = authority.issue(keys->publicPem, blob.toHex(), 3600);
+    if (!certificate)
+        qFatal("%s", qPrintable(certificate.error().toString()));
+    return { *keys, *certificate };
+}
+
+std::unique_ptr<Swarm> startOn(const char* address)
+{
+    Swarm::Options options;
+    options.address = QString::fromLatin1(address);
+    auto started = Swarm::start(options);
+    if (!started)
+        qFatal("%s", qPrintable(started.error().toString()));
+    return std::move(started).value();
+}
+
+// Runs every swarm's events until `done` or the swarms fall silent for good (a test that cannot
+// finish fails by its own timeout, not by a timer here).
+template<typename Done> QList<Swarm::Event> runUntil(const QList<Swarm*>& swarms, Done done)
+{
+    QList<Swarm::Event> all;
+    while (!done(all)) {
+        for (auto* one : swarms)
+            all += one->events(50);
+    }
+    return all;
+}
+
+bool has(const QList<Swarm::Event>& events, Swarm::Event::Kind kind)
+{
+    return std::any_of(events.begin(), events.end(), [&](const Swarm::Event& event) { return event.kind == kind; });
+}
+
+} // namespace
+
+class SwarmTest : public QObject {
+    Q_OBJECT
+
+    QTemporaryDir m_dir;
+
+private Q_SLOTS:
+    void anAuthorityIssuesCertificatesForItsKey()
+    {
+        auto authority = swarm::Authority::create(QStringLiteral("job j"), 3600);
+        QVERIFY(authority.ok());
+        QVERIFY(authority->certificatePem().startsWith("-----BEGIN CERTIFICATE-----"));
+        auto again = swarm::Authority::fromPem(authority->certificatePem(), authority->privateKeyPem());
+        QVERIFY(again.ok());
+        auto other = swarm::Authority::create(QStringLiteral("job k"), 3600);
+        QVERIFY(!swarm::Authority::fromPem(authority->certificatePem(), other->privateKeyPem()).ok());
+        auto keys = swarm::KeyPair::generate();
+        QVERIFY(keys.ok());
+        const auto certificate = authority->issue(keys->publicPem, QString(64, u'a'), 60);
+        QVERIFY(certificate.ok());
+        QVERIFY(certificate->startsWith("-----BEGIN CERTIFICATE-----"));
+        QVERIFY(!authority->issue("not a key", QString(64, u'a'), 60).ok());
+    }
+
+    void aBlobsTorrentIsV2OnlyPrivateAndCarriesItsAuthority()
+    {
+        auto authority = swarm::Authority::create(QStringLiteral("job j"), 3600);
+        const QString root = m_dir.filePath(QStringLiteral("made"));
+        const auto blob = storeBlob(root, 100'000);
+        const QString path = folderOf(root, blob) + u'/' + blob.toHex();
+        auto torrent = swarm::BlobTorrent::make(path, authority->certificatePem());
+        QVERIFY2(torrent.ok(), qPrintable(torrent.ok() ? QString() : torrent.error().toString()));
+        QCOMPARE(torrent->blob, blob);
+        QCOMPARE(torrent->size, 100'000);
+        QCOMPARE(torrent->infoHash.size(), 64);
+        QVERIFY(torrent->infoHash != blob.toHex()); // the info dictionary's hash, not the bytes'
+        QCOMPARE(torrent->authorityPem, authority->certificatePem());
+        // The same bytes and authority make the same torrent.
+        QCOMPARE(swarm::BlobTorrent::make(path, authority->certificatePem())->infoHash, torrent->infoHash);
+        const auto read = swarm::BlobTorrent::read(torrent->bytes);
+        QVERIFY(read.ok());
+        QCOMPARE(read->infoHash, torrent->infoHash);
+
+        // What is refused: one piece or less (it stays on ZeroMQ), a file not named by its digest,
+        // no authority, and bytes that are no torrent.
+        const auto small = storeBlob(root, 16 * 1024);
+        QVERIFY(!swarm::BlobTorrent::make(folderOf(root, small) + u'/' + small.toHex(), authority->certificatePem()).ok());
+        QFile::copy(path, m_dir.filePath(QStringLiteral("renamed")));
+        QVERIFY(!swarm::BlobTorrent::make(m_dir.filePath(QStringLiteral("renamed")), authority->certificatePem()).ok());
+        QVERIFY(!swarm::BlobTorrent::make(path, {}).ok());
+        QVERIFY(!swarm::BlobTorrent::read("d4:infod4:name1:xee").ok());
+        QVERIFY(!swarm::BlobTorrent::read(QByteArray(200, 'x')).ok());
+        auto truncated = torrent->bytes;
+        truncated.chop(10);
+        QVERIFY(!swarm::BlobTorrent::read(truncated).ok());
+    }
+
+    // The seed and the member each on their own address; the stranger (no certificate) and the
+    // intruder (a certificate of another job's authority) dial the seed too, and get nothing.
+    void aMemberFetchesABlobOverTlsAndStrangersGetNothing()
+    {
+        auto authority = swarm::Authority::create(QStringLiteral("job j"), 3600);
+        auto otherJob = swarm::Authority::create(QStringLiteral("job k"), 3600);
+        const QString seedRoot = m_dir.filePath(QStringLiteral("seed"));
+        const auto blob = storeBlob(seedRoot, 3 * 1024 * 1024 + 123);
+        auto torrent = swarm::BlobTorrent::make(folderOf(seedRoot, blob) + u'/' + blob.toHex(), authority->certificatePem());
+        QVERIFY(torrent.ok());
+
+        auto seed = startOn("127.0.0.2");
+        auto member = startOn("127.0.0.3");
+        auto stranger = startOn("127.0.0.4");
+        auto intruder = startOn("127.0.0.5");
+        const QStringList peers { QStringLiteral("127.0.0.2:%1").arg(seed->port()) };
+        const auto seedCertificate = memberOf(*authority, blob);
+        QVERIFY(
+            seed->seed(*torrent, folderOf(seedRoot, blob), seedCertificate.certificate, seedCertificate.keys.privatePem).ok());
+        const auto forged = memberOf(*otherJob, blob);
+        const QString intruderRoot = m_dir.filePath(QStringLiteral("intruder"));
+        QVERIFY(intruder->fetch(*torrent, intruderRoot, forged.certificate, forged.keys.privatePem, peers).ok());
+        const auto bare = swarm::KeyPair::generate();
+        const QString strangerRoot = m_dir.filePath(QStringLiteral("stranger"));
+        QVERIFY(stranger->fetch(*torrent, strangerRoot, {}, bare->privatePem, peers).ok());
+        const auto memberCertificate = memberOf(*authority, blob);
+        const QString memberRoot = m_dir.filePath(QStringLiteral("member"));
+        QVERIFY(
+            member->fetch(*torrent, memberRoot, memberCertificate.certificate, memberCertificate.keys.privatePem, peers).ok());
+
+        // The seed refuses both outsiders' handshakes; the member gets the blob whole.
+        const auto events = runUntil({ seed.get(), member.get(), stranger.get(), intruder.get() }, [&](const auto& all) {
+            const auto refused = std::count_if(all.begin(), all.end(), [](const Swarm::Event& event) {
+                return event.kind == Swarm::Event::Kind::Refused && !event.peer.startsWith(QStringLiteral("127.0.0.3"));
+            });
+            return refused >= 2 && std::any_of(all.begin(), all.end(), [&](const Swarm::Event& event) {
+                return event.kind == Swarm::Event::Kind::Fetched && event.blob == blob.toHex()
+                    && QFile::exists(memberRoot + u'/' + blob.toHex());
+            });
+        });
+        QFile fetched(memberRoot + u'/' + blob.toHex());
+        QVERIFY(fetched.open(QIODevice::ReadOnly));
+        QCOMPARE(core::Digest::ofBytes(fetched.readAll()), blob);
+        QVERIFY(seed->uploadedBytes() >= torrent->size);
+        // Nothing of it reached the outsiders.
+        for (const auto& root : { strangerRoot, intruderRoot }) {
+            QFile partial(root + u'/' + blob.toHex());
+            QVERIFY(!partial.exists() || partial.size() == 0 || !partial.open(QIODevice::ReadOnly)
+                || partial.readAll().count('\0') == partial.size());
+        }
+        QCOMPARE(stranger->uploadedBytes(), 0);
+        QVERIFY(!has(events, Swarm::Event::Kind::Banned));
+    }
+};
+
+QTEST_GUILESS_MAIN(SwarmTest)
+#include "tst_swarm.moc"
