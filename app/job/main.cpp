@@ -646,6 +646,33 @@ QString usage()
     return text;
 }
 
+// A CURVE key in Z85 (an account, a node) is 40 characters and may begin with '-': such an
+// argument that is none of the command's options is an argument, not an unknown option. The
+// options keep their values; the arguments go after "--".
+QStringList keysAsArguments(const QStringList& rest, const QList<QCommandLineOption>& options)
+{
+    QStringList flags { rest.value(0) };
+    QStringList arguments;
+    for (qsizetype i = 1; i < rest.size(); ++i) {
+        const QString& argument = rest[i];
+        if (argument == u"--") {
+            arguments += rest.mid(i + 1);
+            break;
+        }
+        const QString name = argument.mid(argument.startsWith(QStringLiteral("--")) ? 2 : 1).section(u'=', 0, 0);
+        const auto option = std::find_if(options.begin(), options.end(),
+            [&](const QCommandLineOption& candidate) { return candidate.names().contains(name); });
+        if (!argument.startsWith(u'-') || (argument.size() == 40 && option == options.end())) {
+            arguments.append(argument);
+            continue;
+        }
+        flags.append(argument);
+        if (option != options.end() && !option->valueName().isEmpty() && !argument.contains(u'=') && i + 1 < rest.size())
+            flags.append(rest[++i]);
+    }
+    return flags + QStringList { QStringLiteral("--") } + arguments;
+}
+
 QCommandLineOption optionNamed(const QString& name)
 {
     if (name == u"json")
@@ -711,12 +738,13 @@ int main(int argc, char* argv[])
     QCommandLineParser parser;
     parser.addPositionalArgument(QStringLiteral("arguments"), {});
     const QCommandLineOption help({ QStringLiteral("h"), QStringLiteral("help") }, QStringLiteral("this command's help"));
-    parser.addOption(help);
+    QList<QCommandLineOption> options { help };
     for (const auto& option : command.options)
-        parser.addOption(optionNamed(option));
+        options.append(optionNamed(option));
+    parser.addOptions(options);
     QStringList rest = args;
     rest.removeAt(1);
-    if (!parser.parse(rest)) {
+    if (!parser.parse(keysAsArguments(rest, options))) {
         QTextStream(stderr) << "tessera-job: " << parser.errorText() << "\n" << commandUsage << Qt::flush;
         return 2;
     }

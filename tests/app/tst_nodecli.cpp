@@ -82,6 +82,16 @@ private Q_SLOTS:
         }
         const auto wrong = run(QStringLiteral(TESSERA_JOB), { QStringLiteral("fetch"), QStringLiteral("ID") }); // no -o
         QCOMPARE(wrong.exitCode, 2);
+        // A key in Z85 may begin with '-': an account named so is an argument (here one too many,
+        // so the usage), while a mistyped option is still called unknown.
+        const QString dashedKey = QStringLiteral("-") + QString(39, u'K');
+        const auto dashed = run(QStringLiteral(TESSERA_JOB), { QStringLiteral("balance"), dashedKey, QStringLiteral("another") });
+        QCOMPARE(dashed.exitCode, 2);
+        QVERIFY2(!dashed.output.contains(QStringLiteral("nknown option")) && dashed.output.startsWith(QStringLiteral("Usage")),
+            qPrintable(dashed.output));
+        const auto typo = run(QStringLiteral(TESSERA_JOB), { QStringLiteral("balance"), QStringLiteral("--jsn") });
+        QCOMPARE(typo.exitCode, 2);
+        QVERIFY2(typo.output.contains(QStringLiteral("nknown option")), qPrintable(typo.output));
     }
 
     void initTestCase()
