@@ -18,6 +18,17 @@
 #include <sys/eventfd.h>
 #include <unistd.h>
 
+namespace {
+
+// Makes an eventfd readable (what wakes a node client's loop).
+void signalEventFd(int fd)
+{
+    const std::uint64_t one = 1;
+    (void)!::write(fd, &one, sizeof one);
+}
+
+} // namespace
+
 #include <algorithm>
 #include <deque>
 #include <map>
@@ -159,10 +170,7 @@ struct NodeClient::Private {
         if (wake < 0)
             qCWarning(lcNode).noquote() << "no eventfd: finished shards are picked up at the next message or tick";
         else
-            executor.setNotifier(tag, this, [fd = wake] {
-                const std::uint64_t one = 1;
-                (void)!::write(fd, &one, sizeof one);
-            });
+            executor.setNotifier(tag, this, [fd = wake] { signalEventFd(fd); });
     }
     ~Private()
     {
@@ -1124,10 +1132,8 @@ void NodeClient::step(int maxWaitMs)
 
 void NodeClient::wake()
 {
-    if (d->wake >= 0) {
-        const std::uint64_t one = 1;
-        (void)!::write(d->wake, &one, sizeof one);
-    }
+    if (d->wake >= 0)
+        signalEventFd(d->wake);
 }
 
 void NodeClient::run(const std::atomic<bool>& stop, const std::atomic<bool>& abandon)

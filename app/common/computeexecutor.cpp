@@ -60,14 +60,13 @@ ComputeExecutor::ComputeExecutor(compute::ComputeEnvironment environment, std::s
                     file.remove(); // the client stores the bytes itself
                 }
             }
-            QString tag;
+            Pending pending;
             {
                 QMutexLocker lock(&m_mutex);
-                const auto pending = m_pending.take(key);
-                tag = pending.tag;
-                m_finished.append({ pending.tag, pending.assignment, output.result, output.weights, kept, keptDigest, keptFile });
+                pending = m_pending.take(key);
             }
-            notify(tag); // the client's loop takes it now
+            handOver(m_finished,
+                Finished { pending.tag, pending.assignment, output.result, output.weights, kept, keptDigest, keptFile });
         },
         Qt::DirectConnection);
     // Hashed here, on the compute thread, not on the client's network loop.
@@ -75,13 +74,8 @@ ComputeExecutor::ComputeExecutor(compute::ComputeEnvironment environment, std::s
         m_thread.get(), &compute::ComputeThread::stateRecreated, m_thread.get(),
         [this](const QString& key, const QByteArray& state, const QString& error) {
             const auto digest = error.isEmpty() ? core::Digest::ofBytes(state) : core::Digest {};
-            const QString tag = key.section(u'\n', 0, 0);
-            {
-                QMutexLocker lock(&m_mutex);
-                // Keyed by tag and key (recreate()): two clients' questions never take each other's answers.
-                m_recreated.append({ tag, key.section(u'\n', 1), state, digest, error });
-            }
-            notify(tag);
+            // Keyed by tag and key (recreate()): two clients' questions never take each other's answers.
+            handOver(m_recreated, Recreated { key.section(u'\n', 0, 0), key.section(u'\n', 1), state, digest, error });
         },
         Qt::DirectConnection);
 }
@@ -192,12 +186,7 @@ void ComputeExecutor::rebuild(const QString& tag, const QString& key, const QStr
         } catch (const std::exception& caught) {
             made.error = QStringLiteral("internal error: %1").arg(QString::fromUtf8(caught.what()));
         }
-        const QString madeFor = made.tag;
-        {
-            QMutexLocker lock(&m_mutex);
-            m_rebuilt.append(std::move(made));
-        }
-        notify(madeFor);
+        handOver(m_rebuilt, std::move(made));
     });
     QMutexLocker lock(&m_mutex);
     m_rebuilds.remove_if(

@@ -50,6 +50,17 @@ private:
         QString assignment;
     };
     static QString keyOf(const QString& jobId, std::int64_t round, std::int64_t shard);
+    // Leaves what was made for a client (a finished shard, a recreated state, a rebuilt round) in
+    // `list` and wakes the client's loop (ShardExecutor::notify).
+    template<typename Output> void handOver(QList<Output>& list, Output output)
+    {
+        const QString tag = output.tag;
+        {
+            QMutexLocker lock(&m_mutex);
+            list.append(std::move(output));
+        }
+        notify(tag);
+    }
 
     mutable QMutex m_mutex;
     QHash<QString, Pending> m_pending; // by job/round/shard

@@ -959,13 +959,8 @@ void Broker::applySettled()
     const auto settled = m_verifier->takeSettled();
     for (const auto& failure : settled.failedJobs)
         warnIfFailed(failJob(failure.jobId, failure.why));
-    for (const auto& confirmed : settled.rounds) {
-        const auto* round = m_scheduler.find(confirmed.jobId);
-        if (!round || round->round != confirmed.round)
-            continue; // finished already, or the job ended
-        const JobSpec spec = round->spec;
-        warnIfFailed(finishRoundIfComplete(confirmed.jobId, spec, confirmed.round));
-    }
+    m_roundsToFinish.unite(settled.roundsToFinish); // a job that ended meanwhile is dropped there
+    finishPendingRounds();
 }
 
 void Broker::finishPendingRounds()

@@ -225,7 +225,8 @@ private:
     Status finishRound(const QString& jobId, const JobSpec& spec, std::int64_t round);
     // Rounds whose finishing failed (a database error): tried again on each tick.
     void finishPendingRounds();
-    // What the verifier's last calls settled: confirmed rounds finished, blamed jobs failed.
+    // What the verifier's last calls settled: blamed jobs failed, confirmed rounds finished (as the
+    // rounds that could not be finished before are, finishPendingRounds).
     void applySettled();
     // Sends the round's implausible unchecked results to re-execution; true when it held any.
     Result<bool> recheckImplausible(const JobRow& job, std::int64_t round);

@@ -881,7 +881,7 @@ Status Verifier::settle(Check& check, Loser loser, const QString& why, Penalty p
         m_.scheduler.reopen(check.jobId, check.round, check.shard);
     const auto* round = m_.scheduler.find(check.jobId);
     if (sample && !recheck && !retrain && round && round->round == check.round)
-        m_settled.rounds.append({ check.jobId, check.round });
+        m_settled.roundsToFinish.insert(check.jobId);
     return {};
 }
 

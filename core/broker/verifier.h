@@ -80,18 +80,14 @@ public:
     void nodeLost(const QString& nodeId);
 
     // What settled checks leave to the broker, which takes it after each call that may settle one
-    // (and on every tick): rounds whose sampled result was confirmed, so that they may be complete
-    // now, and jobs whose own code was blamed, which fail with the reason.
+    // (and on every tick): jobs whose running round had a sampled result confirmed, so that it may
+    // be complete now, and jobs whose own code was blamed, which fail with the reason.
     struct Settled {
-        struct Round {
-            QString jobId;
-            std::int64_t round = 0;
-        };
         struct Failure {
             QString jobId;
             QString why;
         };
-        QList<Round> rounds;
+        QSet<QString> roundsToFinish;
         QList<Failure> failedJobs;
     };
     Settled takeSettled() { return std::exchange(m_settled, {}); }
