@@ -46,6 +46,18 @@ Result<NodeInfo> NodeInfo::fromJson(const QJsonObject& json)
             break;
         }
     }
+    if (reader.has(u"swarm")) {
+        auto swarmReader = reader.object(u"swarm");
+        SwarmEndpoint endpoint;
+        endpoint.key = swarmReader.text(u"key", SwarmEndpoint::MaxKeyLength);
+        endpoint.port = int(swarmReader.integer(u"port", 0, 65535));
+        endpoint.host = swarmReader.text(u"host", SwarmEndpoint::MaxHostLength, Presence::Optional);
+        if (!endpoint.key.startsWith(u"-----BEGIN PUBLIC KEY-----"))
+            swarmReader.fail(u"key", QStringLiteral("a PEM public key (-----BEGIN PUBLIC KEY-----)"));
+        if (endpoint.host.contains(u':') || endpoint.host.contains(u' '))
+            swarmReader.fail(u"host", QStringLiteral("an IPv4 address or a host name, without a port"));
+        node.swarm = endpoint;
+    }
     const auto deviceReaders = reader.objectList(u"devices", MaxDevices);
     for (qsizetype i = 0; i < deviceReaders.size() && reader.ok(); ++i) {
         auto device = DeviceInfo::fromJson(json.value(QStringLiteral("devices")).toArray().at(i).toObject());
@@ -66,7 +78,7 @@ QJsonObject NodeInfo::toJson() const
     QJsonArray deviceArray;
     for (const auto& device : devices)
         deviceArray.append(device.toJson());
-    return QJsonObject {
+    QJsonObject json {
         { QStringLiteral("nodeId"), nodeId },
         { QStringLiteral("name"), name },
         { QStringLiteral("softwareVersion"), softwareVersion },
@@ -78,6 +90,13 @@ QJsonObject NodeInfo::toJson() const
         { QStringLiteral("signingKey"), signingKey },
         { QStringLiteral("capabilities"), QJsonArray::fromStringList(capabilities) },
     };
+    if (swarm) {
+        QJsonObject endpoint { { QStringLiteral("key"), swarm->key }, { QStringLiteral("port"), swarm->port } };
+        if (!swarm->host.isEmpty())
+            endpoint.insert(QStringLiteral("host"), swarm->host);
+        json.insert(QStringLiteral("swarm"), endpoint);
+    }
+    return json;
 }
 
 } // namespace tessera::core

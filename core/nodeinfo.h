@@ -8,7 +8,20 @@
 #include <QString>
 #include <QStringList>
 
+#include <optional>
+
 namespace tessera::core {
+
+// Where a node serves the blob swarm (docs/SWARM.md): REGISTER's NodeInfo `swarm`.
+struct SwarmEndpoint {
+    QString key; // the public half of its swarm key (swarm.key), P-256, PEM
+    int port = 0; // its TLS port; 0: it serves nobody (leech-only)
+    QString host; // the address peers dial; empty: the one the broker sees the node come from
+
+    static constexpr qsizetype MaxKeyLength = 512;
+    static constexpr qsizetype MaxHostLength = 253;
+    bool operator==(const SwarmEndpoint&) const = default;
+};
 
 // What a node tells a broker about itself when it registers.
 struct NodeInfo {
@@ -23,6 +36,7 @@ struct NodeInfo {
     QString signingKey; // Ed25519 public key (base64): signs the node's commitments
     // What the node can run (core/capabilities.h); none: a node from before capabilities.
     QStringList capabilities;
+    std::optional<SwarmEndpoint> swarm; // with capability `swarm`
 
     static constexpr qsizetype MaxDevices = 64;
     // Lengths checked when a REGISTER is read (docs/PROTOCOL.md, "Limits").

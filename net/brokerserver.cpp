@@ -5,6 +5,8 @@
 #include "messages.h"
 #include "ratelimiter.h"
 
+#include <core/capabilities.h>
+
 #include <QCache>
 #include <QFileInfo>
 #include <QJsonArray>
@@ -98,6 +100,7 @@ struct BrokerServer::Private {
         QString userId; // the CURVE key; empty in plaintext
         QString principal; // the CURVE key; in plaintext the peer's address (on loopback, its connection)
         QString address; // the peer's IP address; empty on loopback or where it is not known
+        QString host; // the peer's IP address as it came, loopback too; empty where not known
         int re() const { return int(message.command); }
         const QJsonObject& header() const { return message.header; }
     };
@@ -144,6 +147,7 @@ struct BrokerServer::Private {
     // range does not shrink and goes plain.
     QCache<QString, QByteArray> codedRanges { CodedRangeCacheBytes };
     static constexpr qsizetype CodedRangeCacheBytes = 32 * 1024 * 1024;
+    std::unique_ptr<BrokerSwarm> swarm; // with options.swarm, from bind()
 
     Private(core::broker::Broker& b, BrokerServerOptions o, const core::Clock& c)
         : broker(b)
@@ -243,6 +247,14 @@ struct BrokerServer::Private {
     // The peer's IP address (ZeroMQ's Peer-Address): IPv4, or an IPv6 /64 ("2001:db8::/64"); empty
     // on loopback or where it is not known.
     static QString addressOf(const detail::Frames& received);
+    static QString hostOf(const QString& peerAddress)
+    {
+        return peerAddress.startsWith(u"::ffff:") && peerAddress.contains(u'.') ? peerAddress.mid(7) : peerAddress;
+    }
+    core::Status startSwarm();
+    QList<SwarmOffer> swarmOffers(const QString& nodeId, const core::broker::Assignment& a, std::int64_t validMs);
+    void nodeGone(const QString& nodeId);
+    void onHave(Request& r);
     void dispatch(Request& r);
     void keepAlive();
     void dispatchWork();
@@ -323,7 +335,59 @@ core::Status BrokerServer::bind()
             QStringLiteral("cannot listen on %1: %2").arg(d->options.bind, QString::fromUtf8(error.what())) };
     }
     d->nextKeepAlive = d->now() + d->options.heartbeatMs;
+    return d->startSwarm();
+}
+
+core::Status BrokerServer::Private::startSwarm()
+{
+    if (!options.swarm)
+        return {};
+    auto seed = *options.swarm;
+    if (seed.address.isEmpty()) {
+        static const QRegularExpression tcp(QStringLiteral(R"(^tcp://(.+):\d+$)"));
+        const auto match = tcp.match(endpoint);
+        seed.address = !match.hasMatch()                                   ? QStringLiteral("127.0.0.1")
+            : match.captured(1) == u"*" || match.captured(1) == u"0.0.0.0" ? QStringLiteral("0.0.0.0")
+                                                                           : match.captured(1);
+    }
+    auto started = BrokerSwarm::start(seed, broker.blobs());
+    if (!started)
+        return core::Error { QStringLiteral("swarm"),
+            QStringLiteral("the blob swarm cannot start: %1").arg(started.error().toString()) };
+    swarm = std::move(*started);
+    qCInfo(lcBroker).noquote() << "seeding blobs over the swarm on" << seed.address << "port" << swarm->port();
     return {};
+}
+
+int BrokerServer::swarmPort() const
+{
+    return d->swarm ? d->swarm->port() : 0;
+}
+
+// The blobs of a TASK over one piece, offered over the swarm to a node that joined it.
+QList<SwarmOffer> BrokerServer::Private::swarmOffers(
+    const QString& nodeId, const core::broker::Assignment& a, std::int64_t validMs)
+{
+    if (!swarm || !swarm->member(nodeId))
+        return {};
+    QList<core::Digest> blobs { a.startWeightsBlob };
+    if (a.startChange)
+        blobs.append(a.startChange->blob);
+    if (a.task.model.source == core::ModelSpec::Source::TorchScript)
+        blobs.append(a.task.model.scriptSha256);
+    if (a.task.dataset.source == core::DatasetSpec::Source::Tensors) {
+        blobs.append(a.task.dataset.trainSha256);
+        if (!a.task.dataset.testSha256.isNull())
+            blobs.append(a.task.dataset.testSha256);
+    }
+    return swarm->offer(nodeId, blobs, validMs);
+}
+
+void BrokerServer::Private::nodeGone(const QString& nodeId)
+{
+    broker.nodeLost(nodeId);
+    if (swarm)
+        swarm->left(nodeId);
 }
 
 QString BrokerServer::address() const
@@ -333,7 +397,9 @@ QString BrokerServer::address() const
 
 BrokerServer::Counters BrokerServer::counters() const
 {
-    return d->counters;
+    auto counters = d->counters;
+    counters.swarmBytesOut = d->swarm ? d->swarm->uploadedBytes() : 0;
+    return counters;
 }
 
 void BrokerServer::run(const std::atomic<bool>& stop)
@@ -619,7 +685,7 @@ bool BrokerServer::Private::admit(const QByteArray& routingId, const QString& wh
                     continue;
                 }
                 if (!it->nodeId.isEmpty())
-                    broker.nodeLost(it->nodeId);
+                    nodeGone(it->nodeId);
                 it = peers.erase(it);
             }
             principals.remove(flooder);
@@ -692,7 +758,7 @@ void BrokerServer::Private::handle(const QByteArray& routingId, const detail::Fr
     const bool curve = !userId.isEmpty();
     Request request { routingId, peer, *message, envelope.id,
         curve ? userId : (envelope.owner.isEmpty() ? QStringLiteral("local") : envelope.owner),
-        !curve || options.operatorKeys.contains(userId), userId, principal, addressOf(received) };
+        !curve || options.operatorKeys.contains(userId), userId, principal, addressOf(received), hostOf(received.peerAddress) };
     dispatch(request);
 }
 
@@ -739,6 +805,8 @@ void BrokerServer::Private::dispatch(Request& r)
         return onStake(r);
     case Command::Verifications:
         return onVerifications(r);
+    case Command::Have:
+        return onHave(r);
     case Command::Welcome:
     case Command::Task:
     case Command::Ok:
@@ -761,7 +829,7 @@ void BrokerServer::Private::keepAlive()
         const std::int64_t silence = t - it->lastSeen;
         if (node && silence > std::int64_t(options.heartbeatMs) * options.liveness) {
             qCInfo(lcBroker).noquote() << "node" << shortId(it->nodeId) << "went silent; its shards go to others";
-            broker.nodeLost(it->nodeId);
+            nodeGone(it->nodeId);
             gone.append(it.key());
         } else if (!node && silence > ForgetClientMs) {
             gone.append(it.key()); // a client that went away
@@ -775,6 +843,8 @@ void BrokerServer::Private::keepAlive()
         it = t - it->lastSeen > ForgetClientMs ? principals.erase(it) : std::next(it);
     for (auto it = banned.begin(); it != banned.end();)
         it = t >= *it ? banned.erase(it) : std::next(it);
+    if (swarm)
+        swarm->tick();
 }
 
 void BrokerServer::Private::dispatchWork()
@@ -810,7 +880,11 @@ void BrokerServer::Private::dispatchWork()
         peer.waiting = false;
         ++counters.tasksSent;
         send(id,
-            { Command::Task, TaskMessage { a.id, a.deadlineMs - t, a.task, a.startWeightsBlob, a.startChange }.toHeader(), {} });
+            { Command::Task,
+                TaskMessage { a.id, a.deadlineMs - t, a.task, a.startWeightsBlob, a.startChange,
+                    swarmOffers(peer.nodeId, a, a.deadlineMs - t) }
+                    .toHeader(),
+                {} });
     }
 }
 
@@ -862,7 +936,7 @@ void BrokerServer::Private::onRegister(Request& r)
         }
     }
     if (replaced)
-        broker.nodeLost(node.nodeId);
+        nodeGone(node.nodeId);
     if (auto status = broker.registerNode(node, r.address); !status) {
         refuse(r, status.error(), errors::Internal);
         return;
@@ -871,7 +945,13 @@ void BrokerServer::Private::onRegister(Request& r)
     self.nodeId = node.nodeId;
     self.score = broker.schedulingScore(node.nodeId);
     qCDebug(lcBroker).noquote() << "node" << shortId(node.nodeId) << "registered:" << node.name << node.runtimeProfile;
-    QJsonObject welcome = Welcome { node.nodeId, options.heartbeatMs, QStringLiteral("1"), { ZstdEncoding } }.toHeader();
+    if (swarm && node.swarm && node.capabilities.contains(core::capability::Swarm))
+        swarm->joined(node.nodeId, *node.swarm, r.host);
+    else if (swarm)
+        swarm->left(node.nodeId);
+    QJsonObject welcome
+        = Welcome { node.nodeId, options.heartbeatMs, QStringLiteral("1"), { ZstdEncoding }, swarm ? swarm->port() : 0 }
+              .toHeader();
     if (!r.id.isUndefined())
         welcome.insert(fields::Id, r.id);
     send(r.routingId, { Command::Welcome, welcome, {} });
@@ -880,7 +960,7 @@ void BrokerServer::Private::onRegister(Request& r)
 void BrokerServer::Private::onBye(Request& r)
 {
     if (!r.peer.nodeId.isEmpty())
-        broker.nodeLost(r.peer.nodeId);
+        nodeGone(r.peer.nodeId);
     peers.remove(r.routingId);
 }
 
@@ -958,6 +1038,14 @@ void BrokerServer::Private::onCheckpoint(Request& r)
 
 // --- blob commands -------------------------------------------------------------------------------
 
+void BrokerServer::Private::onHave(Request& r)
+{
+    if (!requireNode(r))
+        return;
+    if (auto have = decoded<HaveMessage>(r); have && swarm)
+        swarm->have(r.peer.nodeId, have->sha256, have->holding);
+}
+
 void BrokerServer::Private::onGet(Request& r)
 {
     auto request = decoded<GetRequest>(r);
@@ -968,7 +1056,9 @@ void BrokerServer::Private::onGet(Request& r)
         refuse(r, errors::UnknownBlob, QStringLiteral("no blob %1").arg(request->sha256.toHex()));
         return;
     }
-    if (!r.operatorCaller && !broker.mayRead(r.caller, request->sha256).value_or(false)) {
+    // A blob's torrent is read by whoever may read the blob.
+    const auto content = swarm ? swarm->contentOf(request->sha256) : std::nullopt;
+    if (!r.operatorCaller && !broker.mayRead(r.caller, content.value_or(request->sha256)).value_or(false)) {
         forbidden(r,
             QStringLiteral("blob %1 is not yours to read: only its uploader, the owner of a job that uses it and nodes "
                            "given work that needs it may")

@@ -1,5 +1,6 @@
 #pragma once
 
+#include "brokerswarm.h"
 #include "curvekeys.h"
 #include "protocol.h"
 
@@ -39,6 +40,9 @@ struct BrokerServerOptions {
     bool insecurePlaintext = false;
     // The ZeroMQ context to bind in; null: one of its own. Tests share theirs to talk over inproc://.
     zmq::context_t* context = nullptr;
+    // The blob swarm's seed (docs/SWARM.md); none: every blob goes by GET. Its address, when
+    // empty, is the host of `bind` (0.0.0.0 for *, 127.0.0.1 for ipc:// and inproc://).
+    std::optional<BrokerSwarm::Options> swarm;
 };
 
 // A text as the broker tells it to a peer: absolute file paths (its database, blob folder, a
@@ -61,6 +65,8 @@ public:
     core::Status bind();
     // The address nodes connect to: the bound endpoint, plus "#KEY" with CURVE.
     QString address() const;
+    // Where the swarm seed listens (0: no swarm).
+    int swarmPort() const;
     // Serves until stop becomes true (checked at least every heartbeat interval), then says BYE.
     void run(const std::atomic<bool>& stop);
     // One turn of the loop: waits at most maxWaitMs (real time) for messages, handles what came,
@@ -80,6 +86,7 @@ public:
         std::int64_t dropped = 0; // peers dropped for flooding
         std::int64_t bytesIn = 0; // every frame received and sent but the routing ids: what crossed the wire
         std::int64_t bytesOut = 0;
+        std::int64_t swarmBytesOut = 0; // the payload its swarm seed uploaded to nodes
     };
     Counters counters() const;
 

@@ -97,6 +97,8 @@ QJsonObject Welcome::toHeader() const
         { fields::BrokerVersion, brokerVersion } };
     if (!encodings.isEmpty())
         header.insert(fields::Encodings, QJsonArray::fromStringList(encodings));
+    if (swarmPort > 0)
+        header.insert(fields::SwarmPort, swarmPort);
     return header;
 }
 
@@ -108,6 +110,7 @@ core::Result<Welcome> Welcome::fromHeader(const QJsonObject& header)
     welcome.heartbeatMs = int(reader.integer(fields::HeartbeatMs, 1, 3'600'000, Presence::Optional, 1000));
     welcome.brokerVersion = reader.string(fields::BrokerVersion, Presence::Optional);
     welcome.encodings = reader.stringList(fields::Encodings, Presence::Optional);
+    welcome.swarmPort = int(reader.integer(fields::SwarmPort, 0, 65535, Presence::Optional));
     if (!reader.ok())
         return reader.status().error();
     return welcome;
@@ -136,7 +139,61 @@ QJsonObject TaskMessage::toHeader() const
         header.insert(fields::StartChangeBlob, startChange->blob.toHex());
         header.insert(fields::StartChangeBase, startChange->base.toHex());
     }
+    if (!swarm.isEmpty()) {
+        QJsonArray offers;
+        for (const auto& offer : swarm)
+            offers.append(offer.toJson());
+        header.insert(fields::Swarm, offers);
+    }
     return header;
+}
+
+QJsonObject SwarmOffer::toJson() const
+{
+    return { { fields::Sha256, sha256.toHex() }, { fields::Torrent, torrent.toHex() },
+        { fields::Certificate, QString::fromLatin1(certificate) }, { fields::Peers, QJsonArray::fromStringList(peers) } };
+}
+
+core::Result<SwarmOffer> SwarmOffer::fromJson(const QJsonObject& json)
+{
+    JsonReader reader(json);
+    SwarmOffer offer;
+    offer.sha256 = reader.digest(fields::Sha256);
+    offer.torrent = reader.digest(fields::Torrent);
+    offer.certificate = reader.text(fields::Certificate, MaxCertificateBytes).toLatin1();
+    offer.peers = reader.stringList(fields::Peers, Presence::Optional);
+    if (reader.ok() && !offer.certificate.startsWith("-----BEGIN CERTIFICATE-----"))
+        reader.fail(fields::Certificate, QStringLiteral("a PEM certificate"));
+    if (offer.peers.size() > MaxPeers)
+        reader.fail(fields::Peers, QStringLiteral("at most %1 items").arg(MaxPeers));
+    for (const auto& peer : std::as_const(offer.peers)) {
+        const auto colon = peer.lastIndexOf(u':');
+        bool number = false;
+        const int port = peer.mid(colon + 1).toInt(&number);
+        if (colon < 1 || !number || port <= 0 || port > 65535 || peer.size() > 300) {
+            reader.fail(fields::Peers, QStringLiteral("each is host:port"));
+            break;
+        }
+    }
+    if (!reader.ok())
+        return reader.status().error();
+    return offer;
+}
+
+QJsonObject HaveMessage::toHeader() const
+{
+    return { { fields::Sha256, sha256.toHex() }, { fields::Holding, holding } };
+}
+
+core::Result<HaveMessage> HaveMessage::fromHeader(const QJsonObject& header)
+{
+    JsonReader reader(header);
+    HaveMessage have;
+    have.sha256 = reader.digest(fields::Sha256);
+    have.holding = reader.boolean(fields::Holding);
+    if (!reader.ok())
+        return reader.status().error();
+    return have;
 }
 
 core::Result<TaskMessage> TaskMessage::fromHeader(const QJsonObject& header)
@@ -154,6 +211,15 @@ core::Result<TaskMessage> TaskMessage::fromHeader(const QJsonObject& header)
         return core::Error { fields::StartChangeBlob, QStringLiteral("comes with startChangeBase, or neither does") };
     if (!changeBlob.isNull())
         message.startChange = core::broker::WeightsChange { changeBlob, changeBase };
+    const auto offers = reader.objectList(fields::Swarm, SwarmOffer::MaxOffers, Presence::Optional);
+    for (qsizetype i = 0; i < offers.size(); ++i) {
+        auto offer = SwarmOffer::fromJson(header.value(fields::Swarm).toArray().at(i).toObject());
+        if (!offer)
+            return nested(QStringLiteral("swarm[%1]").arg(i), offer.error());
+        message.swarm.append(*offer);
+    }
+    if (!reader.ok())
+        return reader.status().error();
     auto object = objectField(header, fields::Task);
     if (!object)
         return object.error();

@@ -80,6 +80,12 @@ inline const QString Instruction = QStringLiteral("instruction");
 inline const QString State = QStringLiteral("state");
 inline const QString Detail = QStringLiteral("detail");
 inline const QString Request = QStringLiteral("request");
+inline const QString SwarmPort = QStringLiteral("swarmPort");
+inline const QString Swarm = QStringLiteral("swarm");
+inline const QString Torrent = QStringLiteral("torrent");
+inline const QString Certificate = QStringLiteral("certificate");
+inline const QString Peers = QStringLiteral("peers");
+inline const QString Holding = QStringLiteral("holding");
 } // namespace fields
 
 // --- node ----------------------------------------------------------------------------------------
@@ -97,6 +103,7 @@ struct Welcome {
     int heartbeatMs = 1000;
     QString brokerVersion = QStringLiteral("1");
     QStringList encodings = {}; // the range codings its PUT takes ("Encoded ranges"); an older broker names none
+    int swarmPort = 0; // where the broker seeds blobs (docs/SWARM.md), on the host the node reached it at; 0: none
     QJsonObject toHeader() const;
     static core::Result<Welcome> fromHeader(const QJsonObject& header);
 };
@@ -108,6 +115,22 @@ struct ReadyRequest {
     static core::Result<ReadyRequest> fromHeader(const QJsonObject& header);
 };
 
+// One blob of a TASK offered over the swarm (docs/SWARM.md, "Protocol"): its torrent (a blob of
+// its own, fetched by GET), the node's certificate for it, and peers that hold or fetch it.
+struct SwarmOffer {
+    core::Digest sha256; // the blob
+    core::Digest torrent; // the blob of its .torrent
+    QByteArray certificate; // PEM, signed by the broker's swarm authority for the node's swarm key
+    QStringList peers; // host:port, at most MaxPeers
+
+    static constexpr qsizetype MaxPeers = 50;
+    static constexpr qsizetype MaxCertificateBytes = 4096;
+    static constexpr qsizetype MaxOffers = 8;
+    QJsonObject toJson() const;
+    static core::Result<SwarmOffer> fromJson(const QJsonObject& json);
+    bool operator==(const SwarmOffer&) const = default;
+};
+
 struct TaskMessage {
     static constexpr Command command = Command::Task;
     QString assignment;
@@ -117,8 +140,18 @@ struct TaskMessage {
     // Where the round has one: its change from the previous round's weights (startChangeBase), for
     // a node that holds those (docs/PROTOCOL.md, "The round's change").
     std::optional<core::broker::WeightsChange> startChange;
+    QList<SwarmOffer> swarm; // for a node that declared `swarm`: blobs of the task it may fetch from peers
     QJsonObject toHeader() const;
     static core::Result<TaskMessage> fromHeader(const QJsonObject& header);
+};
+
+// A node starts (holding) or stops serving a blob over the swarm; no reply.
+struct HaveMessage {
+    static constexpr Command command = Command::Have;
+    core::Digest sha256;
+    bool holding = true;
+    QJsonObject toHeader() const;
+    static core::Result<HaveMessage> fromHeader(const QJsonObject& header);
 };
 
 struct ResultRequest {

@@ -6,9 +6,13 @@
 #include "protocol.h"
 #include "ratelimiter.h"
 
+#include <core/capabilities.h>
+
 #include <QDir>
 #include <QFile>
+#include <QFileInfo>
 #include <QLoggingCategory>
+#include <QRegularExpression>
 #include <QSet>
 #include <QThread>
 
@@ -152,6 +156,12 @@ struct NodeClient::Private {
     std::int64_t diskFullUntil = 0; // no READY before this: the last task's blobs did not fit
     bool stopping = false; // asks for no more work
 
+    // The blob swarm (options.swarm), the broker's seed as host:port (WELCOME's swarmPort on the
+    // broker's host), and the current task's blobs that the swarm did not bring (GET instead).
+    std::unique_ptr<NodeSwarm> swarm;
+    QString brokerSeed;
+    QSet<core::Digest> swarmFailed;
+
     // Readable when the executor has something for this client (ShardExecutor::notify): the loop
     // waits on it beside the socket.
     int wake = -1;
@@ -231,7 +241,13 @@ struct NodeClient::Private {
     void registerNode()
     {
         session = Session::Registering;
-        request(Command::Register, RegisterRequest { options.node }.toHeader(), {}, { Pending::Purpose::Register, {}, {} });
+        auto node = options.node;
+        if (swarm) {
+            if (!node.capabilities.contains(core::capability::Swarm))
+                node.capabilities.append(core::capability::Swarm);
+            node.swarm = swarm->endpoint();
+        }
+        request(Command::Register, RegisterRequest { node }.toHeader(), {}, { Pending::Purpose::Register, {}, {} });
     }
 
     void disconnect()
@@ -351,11 +367,106 @@ struct NodeClient::Private {
         auto needed = blobsOf(current->task, current->startWeightsBlob);
         if (viaChange())
             needed.replace(0, current->change->blob);
-        for (const auto& digest : needed) {
-            if (!cache.contains(digest) && !downloads.contains(digest))
-                startDownload(digest);
-        }
+        for (const auto& digest : needed)
+            obtain(digest);
         pumpDownloads();
+    }
+
+    // Starts fetching a blob the task needs: from the swarm where the TASK offered it (its torrent
+    // GOT first), else, or when the swarm did not bring it, by GET.
+    void obtain(const core::Digest& digest)
+    {
+        if (cache.contains(digest) || downloads.contains(digest) || (swarm && swarm->fetching(digest)))
+            return;
+        const auto offer = swarm && !swarmFailed.contains(digest) ? swarm->offerFor(digest) : std::nullopt;
+        if (!offer) {
+            startDownload(digest);
+            return;
+        }
+        if (!cache.contains(offer->torrent)) {
+            if (!downloads.contains(offer->torrent))
+                startDownload(offer->torrent);
+            return;
+        }
+        auto bytes = cache.read(offer->torrent);
+        auto fetched = bytes ? swarm->fetch(digest, *bytes, brokerSeed, now()) : core::Status(bytes.error());
+        if (fetched)
+            return;
+        qCWarning(lcNode).noquote() << "blob" << digest.toHex().left(12) << "cannot come over the swarm ("
+                                    << fetched.error().toString() << "): fetching it from the broker";
+        swarmGaveUp(digest);
+    }
+
+    void swarmGaveUp(const core::Digest& digest)
+    {
+        ++counters.swarmFallbacks;
+        swarmFailed.insert(digest);
+        startDownload(digest);
+    }
+
+    // What the swarm brought (checked here against the blob's SHA-256 before the cache takes it),
+    // what it gave up on (GET instead), and what it stopped serving.
+    void pollSwarm()
+    {
+        if (!swarm)
+            return;
+        bool changed = false;
+        for (const auto& outcome : swarm->poll(now())) {
+            changed = true;
+            if (!outcome.error.isEmpty()) {
+                qCWarning(lcNode).noquote() << "blob" << outcome.blob.toHex().left(12) << "did not come over the swarm ("
+                                            << outcome.error << "): fetching it from the broker";
+                swarmGaveUp(outcome.blob);
+                continue;
+            }
+            takeFromSwarm(outcome.blob, outcome.file);
+        }
+        for (const auto& blob : swarm->prune([this](const core::Digest& blob) { return cache.contains(blob); }))
+            tellHave(blob, false);
+        counters.swarmBytesUploaded = swarm->uploadedBytes();
+        if (changed) {
+            pumpDownloads();
+            maybeStartTask();
+        }
+    }
+
+    void takeFromSwarm(const core::Digest& blob, const QString& file)
+    {
+        const auto digest = core::Digest::ofFile(file);
+        const auto size = QFileInfo(file).size();
+        if (!digest || *digest != blob) {
+            QFile::remove(file);
+            qCWarning(lcNode).noquote() << "blob" << blob.toHex().left(12)
+                                        << "came over the swarm with other bytes: fetching it from the broker";
+            swarmGaveUp(blob);
+            return;
+        }
+        auto adopted = cache.adopt(file, blob);
+        if (!adopted) {
+            cannotKeep(adopted.error());
+            swarmGaveUp(blob);
+            return;
+        }
+        ++counters.blobsFetched;
+        ++counters.blobsFromSwarm;
+        counters.bytesFetched += size;
+        counters.bytesFromSwarm += size;
+        qCInfo(lcNode).noquote() << "fetched blob" << blob.toHex().left(12) << "(" << size << "bytes) from the swarm";
+        serveHeld(blob);
+    }
+
+    // Serves a blob the cache holds to the other nodes of its swarm, and tells the broker.
+    void serveHeld(const core::Digest& blob)
+    {
+        const auto path = swarm ? cache.path(blob) : std::nullopt;
+        if (path && swarm->serve(blob, *path))
+            tellHave(blob, true);
+    }
+
+    void tellHave(const core::Digest& blob, bool holding)
+    {
+        if (socket && session == Session::Registered)
+            send(Command::Have, HaveMessage { blob, holding }.toHeader());
     }
 
     // The round's weights from the previous round's and the change, off this thread.
@@ -443,9 +554,20 @@ struct NodeClient::Private {
                                     << "s";
     }
 
+    bool swarmFetching() const
+    {
+        if (!swarm || !current)
+            return false;
+        for (const auto& digest : blobsOf(current->task, current->startWeightsBlob)) {
+            if (swarm->fetching(digest))
+                return true;
+        }
+        return current->change && swarm->fetching(current->change->blob);
+    }
+
     void maybeStartTask()
     {
-        if (!current || current->started || current->rebuilding || !downloads.isEmpty())
+        if (!current || current->started || current->rebuilding || !downloads.isEmpty() || swarmFetching())
             return;
         if (viaChange()) {
             if (cache.contains(current->change->blob))
@@ -457,9 +579,8 @@ struct NodeClient::Private {
         QHash<core::Digest, QString> paths;
         for (const auto& digest : blobsOf(current->task, current->startWeightsBlob)) {
             auto path = cache.path(digest);
-            if (!path) { // evicted meanwhile: fetch again
-                startDownload(digest);
-                pumpDownloads();
+            if (!path) { // not here yet (its torrent came first), or evicted meanwhile
+                fetchMissing();
                 return;
             }
             paths.insert(digest, *path);
@@ -762,6 +883,17 @@ NodeClient::NodeClient(
 {
     if (QDir().mkpath(cache.stagingDirectory()))
         executor.stageIn(d->tag, cache.stagingDirectory());
+    if (d->options.swarm) {
+        // Each client its own folder: two brokers' clients share one cache.
+        auto swarm = NodeSwarm::start(*d->options.swarm,
+            QDir(cache.stagingDirectory())
+                .filePath(QStringLiteral("swarm-")
+                    + QString(d->tag).replace(QRegularExpression(QStringLiteral("[^A-Za-z0-9_-]")), QStringLiteral("_"))));
+        if (swarm)
+            d->swarm = std::move(*swarm);
+        else
+            qCWarning(lcNode).noquote() << "no blob swarm: every blob comes from the broker:" << swarm.error().toString();
+    }
     if (!d->options.resultLogPath.isEmpty()) {
         auto log = core::ResultLog::open(d->options.resultLogPath);
         if (log)
@@ -863,6 +995,14 @@ void NodeClient::Private::onWelcome(const Message& message)
     session = Session::Registered;
     const auto welcome = Welcome::fromHeader(message.header);
     brokerTakesZstd = welcome && welcome->encodings.contains(ZstdEncoding);
+    brokerSeed.clear();
+    if (welcome && welcome->swarmPort > 0) {
+        static const QRegularExpression tcp(QStringLiteral(R"(^tcp://(.+):\d+$)"));
+        const auto match = tcp.match(options.broker.endpoint);
+        brokerSeed = QStringLiteral("%1:%2")
+                         .arg(match.hasMatch() ? match.captured(1) : QStringLiteral("127.0.0.1"))
+                         .arg(welcome->swarmPort);
+    }
     readySent = false;
     backoff.reset();
     ++counters.registrations;
@@ -908,6 +1048,11 @@ void NodeClient::Private::onTask(const Message& message)
         return;
     }
     ++counters.tasks;
+    swarmFailed.clear();
+    if (swarm) {
+        for (const auto& offer : task->swarm)
+            swarm->offered(offer);
+    }
     current = CurrentTask { task->assignment, task->task, task->startWeightsBlob, false, task->startChange, false, false, {},
         task->deadlineMs > 0 ? clock.nowMs() + task->deadlineMs : 0 };
     fetchMissing();
@@ -965,6 +1110,7 @@ void NodeClient::Private::onChunk(const Message& message, const Pending& purpose
         ++counters.blobsFetched;
         counters.bytesFetched += download.size;
         downloads.remove(digest);
+        serveHeld(digest);
     }
     pumpDownloads();
     maybeStartTask();
@@ -1055,6 +1201,15 @@ void NodeClient::Private::onError(const Message& message, const Pending* purpose
         return resultAnswered(); // the broker will not count this result; the next one can go
     case Pending::Purpose::Get:
         qCWarning(lcNode).noquote() << "broker says" << code << text;
+        if (const auto blob = swarm ? swarm->blobOfTorrent(purpose->digest) : std::nullopt) {
+            // Only the swarm's way to the blob is gone: the blob itself comes by GET.
+            if (downloads.contains(purpose->digest)) {
+                downloads.remove(purpose->digest);
+                swarmGaveUp(*blob);
+                pumpDownloads();
+            }
+            return;
+        }
         return giveUp(QStringLiteral("a blob the shard needs is not on the broker"));
     case Pending::Purpose::Register:
         qCWarning(lcNode).noquote() << "the broker refused this node:" << code << text;
@@ -1110,6 +1265,10 @@ void NodeClient::step(int maxWaitMs)
     d->collectFinished();
     d->collectRecreated();
     d->collectRebuilt();
+    d->pollSwarm();
+    // The swarm's own thread wakes nobody here: while it fetches, this loop looks often.
+    if (d->swarmFetching())
+        maxWaitMs = std::min(maxWaitMs, 50);
     if (!d->socket) {
         if (d->now() < d->reconnectAt) {
             d->waitForWork(int(std::clamp<std::int64_t>(d->reconnectAt - d->now(), 0, maxWaitMs)));

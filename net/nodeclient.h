@@ -1,6 +1,7 @@
 #pragma once
 
 #include "curvekeys.h"
+#include "nodeswarm.h"
 
 #include <core/blobstore.h>
 #include <core/clock.h>
@@ -139,6 +140,8 @@ struct NodeClientOptions {
     int maxBackoffMs = 32000;
     // The ZeroMQ context to connect in; null: one of its own. Tests share theirs to use inproc://.
     zmq::context_t* context = nullptr;
+    // The blob swarm (docs/SWARM.md, Swarm/Enabled); none: every blob by GET.
+    std::optional<NodeSwarm::Options> swarm;
 };
 
 // One node's session with one broker (Paranoid Pirate): registers, heartbeats, asks for work,
@@ -183,6 +186,10 @@ public:
         int ignoredReplies = 0; // replies to no request of this session
         int weightsRebuilt = 0; // rounds' weights made from their int8 change instead of downloaded
         int rebuildsFailed = 0; // changes that did not give the round's weights (downloaded whole then)
+        int blobsFromSwarm = 0; // blobs fetched from peers over the swarm (in blobsFetched and bytesFetched too)
+        std::int64_t bytesFromSwarm = 0;
+        int swarmFallbacks = 0; // swarm fetches that failed or stalled: GET instead
+        std::int64_t swarmBytesUploaded = 0; // what this node served its peers
     };
     Counters counters() const;
 

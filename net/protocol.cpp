@@ -60,6 +60,8 @@ QString commandName(Command command)
         return QStringLiteral("STAKE");
     case Command::Verifications:
         return QStringLiteral("VERIFICATIONS");
+    case Command::Have:
+        return QStringLiteral("HAVE");
     }
     return QStringLiteral("0x%1").arg(int(command), 2, 16, QLatin1Char('0'));
 }
@@ -95,6 +97,7 @@ bool isKnown(std::uint8_t byte)
     case Command::Verdict:
     case Command::Stake:
     case Command::Verifications:
+    case Command::Have:
         return true;
     }
     return false;

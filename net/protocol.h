@@ -48,6 +48,7 @@ enum class Command : std::uint8_t {
     Verdict = 0x2B, // broker -> node: what became of a result
     Stake = 0x2C, // bond or unbond stake (a request signed with the node's key)
     Verifications = 0x2D, // the checks of a job, or of all jobs
+    Have = 0x2E, // node -> broker: it starts or stops serving a blob over the swarm (docs/SWARM.md)
 };
 
 QString commandName(Command command);

@@ -8,6 +8,7 @@
 #include <openssl/x509.h>
 #include <openssl/x509v3.h>
 
+#include <ctime>
 #include <memory>
 
 namespace tessera::swarm {
@@ -93,16 +94,45 @@ Owned<EVP_PKEY> privateKeyOf(const QByteArray& pem)
 
 } // namespace
 
-core::Result<KeyPair> KeyPair::generate()
+namespace {
+
+core::Result<KeyPair> pairOf(EVP_PKEY* key)
 {
-    Owned<EVP_PKEY> key(EVP_EC_gen("P-256"));
     Owned<BIO> privateOut(BIO_new(BIO_s_mem()));
     Owned<BIO> publicOut(BIO_new(BIO_s_mem()));
     if (!key || !privateOut || !publicOut
-        || PEM_write_bio_PrivateKey(privateOut.get(), key.get(), nullptr, nullptr, 0, nullptr, nullptr) != 1
-        || PEM_write_bio_PUBKEY(publicOut.get(), key.get()) != 1)
-        return failure(QStringLiteral("cannot make a P-256 key"));
+        || PEM_write_bio_PrivateKey(privateOut.get(), key, nullptr, nullptr, 0, nullptr, nullptr) != 1
+        || PEM_write_bio_PUBKEY(publicOut.get(), key) != 1)
+        return failure(QStringLiteral("cannot write a P-256 key"));
     return KeyPair { drain(privateOut.get()), drain(publicOut.get()) };
+}
+
+} // namespace
+
+core::Result<KeyPair> KeyPair::generate()
+{
+    Owned<EVP_PKEY> key(EVP_EC_gen("P-256"));
+    if (!key)
+        return failure(QStringLiteral("cannot make a P-256 key"));
+    return pairOf(key.get());
+}
+
+core::Result<KeyPair> KeyPair::fromPrivatePem(const QByteArray& privatePem)
+{
+    auto key = privateKeyOf(privatePem);
+    if (!key || !EVP_PKEY_is_a(key.get(), "EC"))
+        return core::Error { QStringLiteral("swarm"), QStringLiteral("not a P-256 private key in PEM") };
+    return pairOf(key.get());
+}
+
+core::Result<std::int64_t> certificateExpiry(const QByteArray& certificatePem)
+{
+    auto in = reading(certificatePem);
+    Owned<X509> certificate(in ? PEM_read_bio_X509(in.get(), nullptr, nullptr, nullptr) : nullptr);
+    std::tm expiry {};
+    if (!certificate || ASN1_TIME_to_tm(X509_get0_notAfter(certificate.get()), &expiry) != 1)
+        return failure(QStringLiteral("not a certificate"));
+    return std::int64_t(timegm(&expiry)) * 1000;
 }
 
 Authority::Authority(QByteArray certificate, QByteArray key)

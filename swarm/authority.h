@@ -15,7 +15,12 @@ struct KeyPair {
     QByteArray publicPem;
 
     static core::Result<KeyPair> generate();
+    // The pair of a stored private key (swarm.key).
+    static core::Result<KeyPair> fromPrivatePem(const QByteArray& privatePem);
 };
+
+// When a certificate stops being valid, in milliseconds since the epoch.
+core::Result<std::int64_t> certificateExpiry(const QByteArray& certificatePem);
 
 // A job's certificate authority (docs/SWARM.md, "Only who may read, reads"): a self-signed P-256
 // certificate that every torrent of the job carries in its info dictionary. A peer is let into a

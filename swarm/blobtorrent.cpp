@@ -36,6 +36,10 @@ core::Result<BlobTorrent> BlobTorrent::make(const QString& path, const QByteArra
     files.add_file(file.fileName().toStdString(), file.size());
     lt::create_torrent maker(files, PieceBytes, lt::create_torrent::v2_only);
     maker.set_priv(true);
+    // No date and no creator: the same blob and authority make the same bytes, so the torrent's
+    // own blob is the same after a broker restarts.
+    maker.set_creation_date(0);
+    maker.set_creator("");
     maker.set_root_cert(lt::string_view(authorityPem.constData(), std::size_t(authorityPem.size())));
     lt::error_code error;
     lt::set_piece_hashes(maker, file.absolutePath().toStdString(), error);

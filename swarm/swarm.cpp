@@ -31,7 +31,11 @@ lt::settings_pack settingsFor(const Swarm::Options& options)
     lt::settings_pack pack;
     const std::string address = options.address.toStdString();
     pack.set_str(lt::settings_pack::listen_interfaces, address + ':' + std::to_string(options.port) + 's');
-    pack.set_str(lt::settings_pack::outgoing_interfaces, address);
+    if (options.address != QStringLiteral("0.0.0.0"))
+        pack.set_str(lt::settings_pack::outgoing_interfaces, address);
+    // Peers are named by the broker and prove themselves by certificate: several nodes behind one
+    // address (a NAT, one test machine) are several peers.
+    pack.set_bool(lt::settings_pack::allow_multiple_connections_per_ip, true);
     for (const auto setting : { lt::settings_pack::enable_dht, lt::settings_pack::enable_lsd, lt::settings_pack::enable_upnp,
              lt::settings_pack::enable_natpmp, lt::settings_pack::enable_outgoing_utp, lt::settings_pack::enable_incoming_utp })
         pack.set_bool(setting, false);
@@ -75,6 +79,7 @@ struct Swarm::Private {
     { }
     lt::session session;
     QHash<QString, lt::torrent_handle> torrents; // by blob
+    std::int64_t uploadedByDropped = 0; // what torrents that left the session uploaded
 
     core::Status join(const BlobTorrent& torrent, const QString& directory, const QByteArray& certificatePem,
         const QByteArray& privateKeyPem, bool seeding)
@@ -197,9 +202,51 @@ QList<Swarm::Event> Swarm::events(int waitMs)
     return events;
 }
 
+bool Swarm::drop(const core::Digest& blob)
+{
+    const auto handle = d->torrents.take(blob.toHex());
+    if (!handle.is_valid())
+        return false;
+    (void)guarded([&] {
+        d->uploadedByDropped += handle.status().total_payload_upload;
+        d->session.remove_torrent(handle);
+        return core::Status {};
+    });
+    return true;
+}
+
+bool Swarm::has(const core::Digest& blob) const
+{
+    return d->torrents.contains(blob.toHex());
+}
+
+std::int64_t Swarm::fetchedBytes(const core::Digest& blob) const
+{
+    const auto it = d->torrents.constFind(blob.toHex());
+    if (it == d->torrents.constEnd() || !it->is_valid())
+        return -1;
+    std::int64_t done = -1;
+    (void)guarded([&] {
+        done = it->status().total_wanted_done;
+        return core::Status {};
+    });
+    return done;
+}
+
+core::Status Swarm::renew(const core::Digest& blob, const QByteArray& certificatePem, const QByteArray& privateKeyPem)
+{
+    const auto it = d->torrents.find(blob.toHex());
+    if (it == d->torrents.end())
+        return core::Error { QStringLiteral("swarm"), QStringLiteral("blob %1 is not in the swarm").arg(blob.toHex()) };
+    return guarded([&] {
+        it->set_ssl_certificate_buffer(certificatePem.toStdString(), privateKeyPem.toStdString(), DhParameters);
+        return core::Status {};
+    });
+}
+
 std::int64_t Swarm::uploadedBytes() const
 {
-    std::int64_t total = 0;
+    std::int64_t total = d->uploadedByDropped;
     for (const auto& handle : d->torrents) {
         if (handle.is_valid())
             total += handle.status().total_payload_upload;

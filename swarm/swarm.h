@@ -19,7 +19,8 @@ namespace tessera::swarm {
 class Swarm {
 public:
     struct Options {
-        QString address = QStringLiteral("127.0.0.1"); // where it listens and dials from
+        // Where it listens and dials from; 0.0.0.0: every interface, dialling from any.
+        QString address = QStringLiteral("127.0.0.1");
         int port = 0; // its TLS port; 0: any free one (port() says which)
         std::int64_t uploadBytesPerSecond = 0; // 0: no cap (Swarm/MaxUploadKiBps)
     };
@@ -50,6 +51,14 @@ public:
     // when it is whole. The caller still checks its SHA-256 before it trusts it.
     core::Status fetch(const BlobTorrent& torrent, const QString& directory, const QByteArray& certificatePem,
         const QByteArray& privateKeyPem, const QStringList& peers);
+    // Leaves the blob's swarm: its torrent goes, its file stays where it is (false: not in it).
+    bool drop(const core::Digest& blob);
+    // Whether the blob is in the swarm (seeded or being fetched).
+    bool has(const core::Digest& blob) const;
+    // The bytes of the blob fetched and checked so far (-1: not in the swarm).
+    std::int64_t fetchedBytes(const core::Digest& blob) const;
+    // A new certificate for a blob in the swarm (the broker issued it for a new assignment).
+    core::Status renew(const core::Digest& blob, const QByteArray& certificatePem, const QByteArray& privateKeyPem);
     // Events since the last call, waiting at most waitMs for the first.
     QList<Event> events(int waitMs);
     // The payload bytes this session uploaded to its peers, over all blobs.

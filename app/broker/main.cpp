@@ -112,6 +112,13 @@ core::Result<net::BrokerServerOptions> serverOptionsFrom(
     options.operatorKeys = settings.listValue(names::BrokerOperatorKeys);
     options.insecurePlaintext = parser.isSet(QStringLiteral("insecure-plaintext"));
     options.maxRequestsPerSecond = int(settings.intValue(names::BrokerMaxRequestsPerSecond));
+    if (settings.boolValue(names::BrokerSwarm)) {
+        net::BrokerSwarm::Options swarm;
+        swarm.address = settings.stringValue(names::BrokerSwarmAddress);
+        swarm.port = int(settings.intValue(names::BrokerSwarmPort));
+        swarm.uploadBytesPerSecond = settings.intValue(names::BrokerSwarmMaxUploadKiBps) * 1024;
+        options.swarm = swarm;
+    }
     const QString keyFile = parser.isSet(QStringLiteral("keys")) ? parser.value(QStringLiteral("keys"))
                                                                  : settings.stringValue(names::BrokerKeyFile);
     if (!keyFile.isEmpty()) {
@@ -196,7 +203,9 @@ int main(int argc, char* argv[])
     auto serverOptions = serverOptionsFrom(settings, parser);
     if (!serverOptions)
         return fail(serverOptions.error().toString());
-    const auto& options = *serverOptions;
+    auto options = *serverOptions;
+    if (options.swarm)
+        options.swarm->authorityFile = QDir(dataDirectory).filePath(QStringLiteral("swarm-authority.pem"));
 
     compute::ComputeEnvironment environment;
     environment.fashionMnistDirectory = settings.stringValue(names::DataFashionMnistDirectory);

@@ -138,4 +138,20 @@ void withRuntime(NodeIdentity& identity, const compute::sandbox::RuntimeInfo& ru
     compute::decideUsability(identity.info.devices, runtime.torch);
 }
 
+std::optional<net::NodeSwarm::Options> swarmOptionsFrom(const core::settings::Settings& settings, int index)
+{
+    namespace names = core::settings::names;
+    if (!settings.boolValue(names::SwarmEnabled))
+        return std::nullopt;
+    net::NodeSwarm::Options options;
+    options.address = settings.stringValue(names::SwarmAddress);
+    const auto port = settings.intValue(names::SwarmPort);
+    options.port = port == 0 ? 0 : int(std::min<std::int64_t>(port + index, 65535));
+    options.host = settings.stringValue(names::SwarmHost);
+    options.serve = settings.boolValue(names::SwarmServe);
+    options.uploadBytesPerSecond = settings.intValue(names::SwarmMaxUploadKiBps) * 1024;
+    options.keyFile = QDir(dataDirectory(settings)).filePath(QStringLiteral("swarm.key"));
+    return options;
+}
+
 } // namespace tessera::app

@@ -8,6 +8,7 @@
 #include <core/settings/settings.h>
 #include <core/signing.h>
 #include <net/curvekeys.h>
+#include <net/nodeswarm.h>
 
 #include <QString>
 #include <QStringList>
@@ -40,6 +41,11 @@ core::Result<compute::sandbox::RuntimeInfo> runtimeOf(const core::settings::Sett
 // thread. The callers check the setting.
 core::Result<std::optional<double>> benchmarkOnFirstStart(
     const QString& dataDirectory, int threads, const compute::sandbox::WorkerOptions& worker);
+
+// The blob swarm of the node's session with its `index`-th broker (Swarm/*; docs/SWARM.md): its
+// key is swarm.key in the data directory; a fixed Swarm/Port is the first session's, the next
+// sessions take the ports after it. None when Swarm/Enabled is false.
+std::optional<net::NodeSwarm::Options> swarmOptionsFrom(const core::settings::Settings& settings, int index);
 
 // The node's identity and description: its CURVE keypair (its id), its Ed25519 signing key, and
 // the NodeInfo it registers with (devices, benchmark, thread limit, and the runtime profile when

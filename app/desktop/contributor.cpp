@@ -18,7 +18,8 @@ Contributor::~Contributor()
 }
 
 core::Status Contributor::start(const QList<net::BrokerAddress>& brokers, const core::NodeInfo& node, const net::CurveKeys& keys,
-    const core::SigningKeys& signing, const QString& dataDirectory, int heartbeatMs, std::int64_t cacheBytes)
+    const core::SigningKeys& signing, const QString& dataDirectory, int heartbeatMs, std::int64_t cacheBytes,
+    const SwarmOptions& swarmFor)
 {
     // Two sessions of one node at one broker would push each other out: the old ones go first.
     stop(false);
@@ -40,6 +41,8 @@ core::Status Contributor::start(const QList<net::BrokerAddress>& brokers, const 
         options.resultLogPath = QDir(dataDirectory).filePath(QStringLiteral("node.sqlite"));
         options.node = node;
         options.heartbeatMs = heartbeatMs;
+        if (swarmFor)
+            options.swarm = swarmFor(int(m_sessions.size()));
         session->client = std::make_unique<net::NodeClient>(
             options, m_executor, *session->cache, QStringLiteral("%1#%2").arg(broker.endpoint, QString::number(m_generation)));
         m_sessions.push_back(std::move(session));

@@ -7,6 +7,7 @@
 #include <net/nodeclient.h>
 
 #include <atomic>
+#include <functional>
 #include <memory>
 #include <thread>
 #include <vector>
@@ -31,9 +32,12 @@ public:
 
     ComputeExecutor& executor() { return m_executor; }
 
-    // Connects to the brokers and takes work; results go to resultLogPath.
+    // Connects to the brokers and takes work; results go to resultLogPath. swarmFor: the blob
+    // swarm of the session with the index-th broker (none: blobs by GET).
+    using SwarmOptions = std::function<std::optional<net::NodeSwarm::Options>(int index)>;
     core::Status start(const QList<net::BrokerAddress>& brokers, const core::NodeInfo& node, const net::CurveKeys& keys,
-        const core::SigningKeys& signing, const QString& dataDirectory, int heartbeatMs, std::int64_t cacheBytes);
+        const core::SigningKeys& signing, const QString& dataDirectory, int heartbeatMs, std::int64_t cacheBytes,
+        const SwarmOptions& swarmFor = {});
     // Stops taking work. finishShard: the shard in training is finished and reported first (in the
     // background); otherwise it is dropped.
     void stop(bool finishShard);

@@ -455,7 +455,8 @@ void DesktopApp::restartSessions()
     for (const auto& broker : list)
         m_sessionBrokers.append(broker.toString());
     auto status = m_contributor->start(list, m_identity->info, m_identity->keys, m_identity->signing, m_dataDirectory,
-        int(m_settings->intValue(names::NetworkHeartbeatIntervalMs)), m_settings->intValue(names::CacheMaxSizeMiB) * 1024 * 1024);
+        int(m_settings->intValue(names::NetworkHeartbeatIntervalMs)), m_settings->intValue(names::CacheMaxSizeMiB) * 1024 * 1024,
+        [settings = m_settings.get()](int index) { return swarmOptionsFrom(*settings, index); });
     if (!status)
         m_contribution.setError(status.error().toString());
 }

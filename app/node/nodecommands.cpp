@@ -364,6 +364,28 @@ std::thread governHeat(ComputeExecutor& executor, const core::settings::Settings
     });
 }
 
+// What a stopping node says it did: shards reported, where its blobs came from, what it served.
+QString stopSummary(const std::vector<std::unique_ptr<net::NodeClient>>& clients)
+{
+    int results = 0;
+    net::NodeClient::Counters sum;
+    for (const auto& client : clients) {
+        const auto counters = client->counters();
+        results += counters.results;
+        sum.blobsFetched += counters.blobsFetched;
+        sum.blobsFromSwarm += counters.blobsFromSwarm;
+        sum.swarmFallbacks += counters.swarmFallbacks;
+        sum.swarmBytesUploaded += counters.swarmBytesUploaded;
+    }
+    return QStringLiteral("tessera-node: stopped after reporting %1 shard(s); blobs: %2 from the swarm, %3 from the broker (%4 "
+                          "after the swarm failed); served %5 bytes to peers")
+        .arg(results)
+        .arg(sum.blobsFromSwarm)
+        .arg(sum.blobsFetched - sum.blobsFromSwarm)
+        .arg(sum.swarmFallbacks)
+        .arg(sum.swarmBytesUploaded);
+}
+
 int runNode(const QStringList& args, const core::settings::Settings& settings, compute::ComputeEnvironment environment)
 {
     namespace names = core::settings::names;
@@ -423,6 +445,7 @@ int runNode(const QStringList& args, const core::settings::Settings& settings, c
         options.resultLogPath = QDir(directory).filePath(QStringLiteral("node.sqlite"));
         options.node = node;
         options.heartbeatMs = int(settings.intValue(names::NetworkHeartbeatIntervalMs));
+        options.swarm = swarmOptionsFrom(settings, int(i));
         caches.push_back(std::move(*cache));
         clients.push_back(std::make_unique<net::NodeClient>(options, executor, *caches.back(), QString::number(i)));
     }
@@ -434,10 +457,7 @@ int runNode(const QStringList& args, const core::settings::Settings& settings, c
     stopRequested = true;
     if (heat.joinable())
         heat.join();
-    int results = 0;
-    for (const auto& client : clients)
-        results += client->counters().results;
-    out() << "tessera-node: stopped after reporting " << results << " shard(s)" << Qt::endl;
+    out() << stopSummary(clients) << Qt::endl;
     return 0;
 }
 

@@ -39,6 +39,8 @@ Key choiceKey(const QString& name, const QString& fallback, const QStringList& c
 // An endpoint, optionally followed by '#' and the broker's Z85 public key (40 characters).
 constexpr const char* BrokerAddressPattern
     = R"((tcp://[^\s#]+:\d{1,5}|ipc:///[^\s#]+)(#[0-9A-Za-z.\-:+=^!/*?&<>()\[\]{}@%$#]{40})?)";
+constexpr const char* AddressPattern = R"((\d{1,3}(\.\d{1,3}){3})?)";
+constexpr const char* HostPattern = R"(([A-Za-z0-9]([A-Za-z0-9.\-]{0,251}[A-Za-z0-9])?)?)";
 constexpr const char* SchedulePattern
     = R"(((([01]\d|2[0-3]):[0-5]\d-([01]\d|2[0-3]):[0-5]\d)(,([01]\d|2[0-3]):[0-5]\d-([01]\d|2[0-3]):[0-5]\d)*)?)";
 
@@ -82,6 +84,21 @@ QList<Key> makeKeys()
             "Hours to contribute, as 22:00-07:00,12:00-13:00; empty: any time."),
         listKey(ComputeDisabledDevices, R"((cpu|cuda|opencl):\d+)", "kind:index", "Devices not to train on, as cuda:0."),
         intKey(CacheMaxSizeMiB, 2048, 64, 1048576, "Size limit of the node's blob cache (least recently used go first)."),
+        boolKey(SwarmEnabled, true,
+            "Fetch a task's blobs from other nodes over the blob swarm (docs/SWARM.md: BitTorrent over TLS, each peer with "
+            "the broker's certificate for the blob) and serve them while the cache keeps them; false: every blob from the "
+            "broker (GET)."),
+        stringKey(SwarmAddress, QStringLiteral("0.0.0.0"), AddressPattern, "an IPv4 address",
+            "Address the swarm listens on and dials from; 0.0.0.0: every interface."),
+        intKey(SwarmPort, 0, 0, 65535,
+            "TLS port other nodes reach this one at; 0: any free port (behind a NAT, forward a fixed one to serve)."),
+        stringKey(SwarmHost, QString(), HostPattern, "an IPv4 address or a host name",
+            "Address other nodes dial to reach this one; empty: the address the broker sees this node come from."),
+        boolKey(SwarmServe, true,
+            "Serve the blobs this node holds to the other nodes of their swarm; false: fetch only (a node behind a NAT that "
+            "lets nothing in)."),
+        intKey(SwarmMaxUploadKiBps, 0, 0, 10'000'000,
+            "Most KiB per second this node uploads to swarm peers, those on its own network too; 0: no cap."),
         pathKey(DataFashionMnistDirectory, "Folder with the Fashion-MNIST .gz files; empty: /usr/share/datasets/fashion-mnist."),
         pathKey(DataFortunesDirectory,
             "Folder with the fortunes text files (the built-in text corpus); empty: /usr/share/games/fortunes."),
@@ -154,6 +171,15 @@ QList<Key> makeKeys()
             "workers, "
             "each stopped after Broker/MaxDeadlineSeconds: a model that never returns fails its job, not the broker. false: "
             "in the broker's process."),
+        boolKey(BrokerSwarm, true,
+            "Seed the blobs of the tasks the broker hands out over the blob swarm (docs/SWARM.md), so that nodes fetch them "
+            "from each other; false: every node GETs every blob from the broker."),
+        stringKey(BrokerSwarmAddress, QString(), AddressPattern, "an IPv4 address",
+            "Address the broker's swarm seed listens on; empty: Broker/Bind's host (0.0.0.0 for *, 127.0.0.1 for ipc://). "
+            "Nodes dial it at the host they reach the broker at."),
+        intKey(
+            BrokerSwarmPort, 0, 0, 65535, "TLS port of the broker's swarm seed; 0: any free port (WELCOME tells nodes which)."),
+        intKey(BrokerSwarmMaxUploadKiBps, 0, 0, 10'000'000, "Most KiB per second the broker's seed uploads; 0: no cap."),
         boolKey(AppStartAtLogin, false, "Start the app when the desktop session starts (XDG autostart)."),
         boolKey(AppNotifications, true, "Show desktop notifications for verification, payments and disputes."),
         stringKey(AppElectricityPricePerKWh, QStringLiteral("0"), R"(\d{1,6}(\.\d{1,6})?)", "a decimal number, like 0.25",

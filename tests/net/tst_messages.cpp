@@ -6,6 +6,7 @@
 
 #include <zstd.h>
 
+#include <QJsonArray>
 #include <QJsonDocument>
 #include <QTest>
 
@@ -169,6 +170,78 @@ private Q_SLOTS:
         auto half = task.toHeader();
         half.remove(fields::StartChangeBase);
         QCOMPARE(TaskMessage::fromHeader(half).error().field, fields::StartChangeBlob);
+    }
+
+    // The swarm's additions (docs/SWARM.md, "Protocol"): WELCOME's swarmPort, TASK's offers, HAVE,
+    // and NodeInfo's swarm endpoint, golden and read back; what is wrong in them is named.
+    void swarmFields()
+    {
+        QCOMPARE(compact(Welcome { QStringLiteral("n1"), 1000, QStringLiteral("1"), {}, 6881 }.toHeader()),
+            QByteArray(R"({"brokerVersion":"1","heartbeatMs":1000,"nodeId":"n1","swarmPort":6881})"));
+        QCOMPARE(Welcome::fromHeader({ { fields::NodeId, QStringLiteral("n") } })->swarmPort, 0);
+        QCOMPARE(compact(HaveMessage { digest('a'), false }.toHeader()),
+            QByteArray(R"({"holding":false,"sha256":")") + QByteArray(64, 'a') + "\"}");
+        QVERIFY(HaveMessage::fromHeader(HaveMessage { digest('a'), true }.toHeader())->holding);
+        QCOMPARE(HaveMessage::fromHeader({ { fields::Sha256, digest('a').toHex() } }).error().field, fields::Holding);
+
+        const SwarmOffer offer { digest('a'), digest('b'), "-----BEGIN CERTIFICATE-----\nMII\n-----END CERTIFICATE-----\n",
+            { QStringLiteral("10.0.0.2:6881"), QStringLiteral("node.example:7000") } };
+        QCOMPARE(compact(offer.toJson()),
+            QByteArray(
+                R"({"certificate":"-----BEGIN CERTIFICATE-----\nMII\n-----END CERTIFICATE-----\n","peers":["10.0.0.2:6881",)"
+                R"("node.example:7000"],"sha256":")")
+                + QByteArray(64, 'a') + R"(","torrent":")" + QByteArray(64, 'b') + "\"}");
+        TaskMessage task;
+        task.assignment = QStringLiteral("0123456789abcdef");
+        task.task.jobId = QStringLiteral("j");
+        task.task.sampleEnd = 10;
+        task.task.localSteps = 1;
+        task.task.batchSize = 1;
+        task.task.threads = 1;
+        task.task.model.zoo = QStringLiteral("mlp");
+        task.task.dataset.builtin = QStringLiteral("fashion-mnist");
+        task.startWeightsBlob = digest('a');
+        QVERIFY(!task.toHeader().contains(fields::Swarm)); // none: no field (the Python node's TASKs)
+        task.swarm = { offer };
+        const auto read = TaskMessage::fromHeader(task.toHeader());
+        QVERIFY(read.ok());
+        QCOMPARE(read->swarm, task.swarm);
+
+        const auto refusedAt = [&](const QJsonObject& changed) {
+            auto header = task.toHeader();
+            header.insert(fields::Swarm, QJsonArray { changed });
+            const auto refused = TaskMessage::fromHeader(header);
+            return refused ? QString() : refused.error().field;
+        };
+        auto noPort = offer.toJson();
+        noPort.insert(fields::Peers, QJsonArray { QStringLiteral("10.0.0.2") });
+        QCOMPARE(refusedAt(noPort), QStringLiteral("swarm[0].peers"));
+        auto notPem = offer.toJson();
+        notPem.insert(fields::Certificate, QStringLiteral("hello"));
+        QCOMPARE(refusedAt(notPem), QStringLiteral("swarm[0].certificate"));
+        auto manyPeers = offer.toJson();
+        QJsonArray peers;
+        for (int i = 0; i <= SwarmOffer::MaxPeers; ++i)
+            peers.append(QStringLiteral("10.0.0.%1:6881").arg(i));
+        manyPeers.insert(fields::Peers, peers);
+        QCOMPARE(refusedAt(manyPeers), QStringLiteral("swarm[0].peers"));
+
+        core::NodeInfo node;
+        node.nodeId = QStringLiteral("n");
+        node.softwareVersion = QStringLiteral("0.1.0");
+        node.runtimeProfile = QStringLiteral("p");
+        node.swarm
+            = core::SwarmEndpoint { QStringLiteral("-----BEGIN PUBLIC KEY-----\nMF\n-----END PUBLIC KEY-----\n"), 6881, {} };
+        QCOMPARE(compact(node.toJson().value(QStringLiteral("swarm")).toObject()),
+            QByteArray(R"({"key":"-----BEGIN PUBLIC KEY-----\nMF\n-----END PUBLIC KEY-----\n","port":6881})"));
+        QCOMPARE(core::NodeInfo::fromJson(node.toJson())->swarm, node.swarm);
+        auto json = node.toJson();
+        json.insert(QStringLiteral("swarm"),
+            QJsonObject { { QStringLiteral("key"), QStringLiteral("x") }, { QStringLiteral("port"), 1 } });
+        QCOMPARE(core::NodeInfo::fromJson(json).error().field, QStringLiteral("swarm.key"));
+        json.insert(QStringLiteral("swarm"),
+            QJsonObject { { QStringLiteral("key"), node.swarm->key }, { QStringLiteral("port"), 70000 } });
+        QCOMPARE(core::NodeInfo::fromJson(json).error().field, QStringLiteral("swarm.port"));
     }
 
     // A coded range reads back; a range whose coding is unknown, or that claims more than a range

@@ -1,0 +1,232 @@
+#include "brokerswarm.h"
+
+#include <swarm/authority.h>
+#include <swarm/blobtorrent.h>
+#include <swarm/swarm.h>
+
+#include <QFile>
+#include <QFileInfo>
+#include <QLoggingCategory>
+#include <QRandomGenerator>
+#include <QSaveFile>
+
+#include <algorithm>
+
+Q_LOGGING_CATEGORY(lcBrokerSwarm, "tessera.broker.swarm")
+
+namespace tessera::net {
+
+namespace {
+
+// The authority signs for years: its certificate is in every torrent the broker made, and a new one
+// would make new torrents of every blob.
+constexpr std::int64_t AuthoritySeconds = 10LL * 365 * 24 * 3600;
+constexpr char CertificateMark[] = "-----BEGIN CERTIFICATE-----";
+
+core::Result<swarm::Authority> authorityIn(const QString& path)
+{
+    if (path.isEmpty())
+        return swarm::Authority::create(QStringLiteral("Tessera swarm authority"), AuthoritySeconds);
+    QFile file(path);
+    if (file.exists()) {
+        if (!file.open(QIODevice::ReadOnly))
+            return core::Error { path, QStringLiteral("cannot read the swarm authority") };
+        const QByteArray both = file.readAll();
+        const auto at = both.indexOf(CertificateMark);
+        if (at < 0)
+            return core::Error { path, QStringLiteral("holds no certificate: delete it to make a new authority") };
+        return swarm::Authority::fromPem(both.mid(at), both.left(at));
+    }
+    auto made = swarm::Authority::create(QStringLiteral("Tessera swarm authority"), AuthoritySeconds);
+    if (!made)
+        return made.error();
+    QSaveFile out(path);
+    if (!out.open(QIODevice::WriteOnly))
+        return core::Error { path, QStringLiteral("cannot write the swarm authority") };
+    out.setPermissions(QFileDevice::ReadOwner | QFileDevice::WriteOwner);
+    out.write(made->privateKeyPem() + made->certificatePem());
+    if (!out.commit())
+        return core::Error { path, QStringLiteral("cannot write the swarm authority") };
+    return made;
+}
+
+} // namespace
+
+struct BrokerSwarm::Private {
+    Options options;
+    core::BlobStore& blobs;
+    std::unique_ptr<swarm::Swarm> session;
+    swarm::Authority authority;
+    swarm::KeyPair own; // the seed's key: it holds a certificate for every blob it seeds
+    struct Seeded {
+        core::Digest torrent; // the blob of its .torrent
+    };
+    QHash<core::Digest, Seeded> seeded; // by blob
+    QHash<core::Digest, core::Digest> contentOf; // torrent blob -> blob
+    struct Member {
+        core::SwarmEndpoint endpoint;
+        QString host;
+        QString peer() const { return QStringLiteral("%1:%2").arg(host).arg(endpoint.port); }
+        bool dialable() const { return !host.isEmpty() && endpoint.port > 0; }
+    };
+    QHash<QString, Member> members; // by node id
+    // Nodes handed a blob (fetching or holding it), by blob; a HAVE false or a lost node leaves.
+    QHash<core::Digest, QSet<QString>> peersOf;
+
+    Private(Options o, core::BlobStore& b, std::unique_ptr<swarm::Swarm> s, swarm::Authority a, swarm::KeyPair k)
+        : options(std::move(o))
+        , blobs(b)
+        , session(std::move(s))
+        , authority(std::move(a))
+        , own(std::move(k))
+    { }
+
+    // Seeds the blob from the store, its torrent made and stored first; false: it goes by GET.
+    bool ensureSeeded(const core::Digest& blob)
+    {
+        if (seeded.contains(blob))
+            return true;
+        const auto file = blobs.path(blob);
+        if (!file || QFileInfo(*file).size() <= swarm::BlobTorrent::PieceBytes)
+            return false;
+        auto torrent = swarm::BlobTorrent::make(*file, authority.certificatePem());
+        auto certificate = torrent ? authority.issue(own.publicPem, blob.toHex(), AuthoritySeconds)
+                                   : core::Result<QByteArray>(torrent.error());
+        auto stored = certificate ? blobs.put(torrent->bytes) : core::Result<core::Digest>(certificate.error());
+        auto status = stored ? session->seed(*torrent, QFileInfo(*file).absolutePath(), *certificate, own.privatePem)
+                             : core::Status(stored.error());
+        if (!status) {
+            qCWarning(lcBrokerSwarm).noquote()
+                << "blob" << blob.toHex().left(12) << "goes by GET only:" << status.error().toString();
+            return false;
+        }
+        seeded.insert(blob, { *stored });
+        contentOf.insert(*stored, blob);
+        return true;
+    }
+
+    // Up to MaxPeers of the nodes handed the blob, the ones that said they hold it first.
+    QStringList peersFor(const core::Digest& blob, const QString& asker) const
+    {
+        QStringList peers;
+        for (const auto& nodeId : peersOf.value(blob)) {
+            const auto member = members.constFind(nodeId);
+            if (nodeId != asker && member != members.constEnd() && member->dialable())
+                peers.append(member->peer());
+        }
+        // A random few when there are more than a TASK names: no peer is everyone's first.
+        for (qsizetype i = peers.size() - 1; i > 0; --i)
+            peers.swapItemsAt(i, QRandomGenerator::global()->bounded(i + 1));
+        if (peers.size() > SwarmOffer::MaxPeers)
+            peers.resize(SwarmOffer::MaxPeers);
+        return peers;
+    }
+};
+
+BrokerSwarm::BrokerSwarm(std::unique_ptr<Private> d)
+    : d(std::move(d))
+{ }
+
+BrokerSwarm::~BrokerSwarm() = default;
+
+core::Result<std::unique_ptr<BrokerSwarm>> BrokerSwarm::start(const Options& options, core::BlobStore& blobs)
+{
+    auto authority = authorityIn(options.authorityFile);
+    if (!authority)
+        return authority.error();
+    auto own = swarm::KeyPair::generate();
+    if (!own)
+        return own.error();
+    auto session = swarm::Swarm::start({ options.address, options.port, options.uploadBytesPerSecond });
+    if (!session)
+        return session.error();
+    return std::unique_ptr<BrokerSwarm>(
+        new BrokerSwarm(std::make_unique<Private>(options, blobs, std::move(*session), std::move(*authority), std::move(*own))));
+}
+
+int BrokerSwarm::port() const
+{
+    return d->session->port();
+}
+
+void BrokerSwarm::joined(const QString& nodeId, const core::SwarmEndpoint& endpoint, const QString& host)
+{
+    d->members.insert(nodeId, { endpoint, endpoint.host.isEmpty() ? host : endpoint.host });
+}
+
+void BrokerSwarm::left(const QString& nodeId)
+{
+    d->members.remove(nodeId);
+    for (auto& holders : d->peersOf)
+        holders.remove(nodeId);
+}
+
+bool BrokerSwarm::member(const QString& nodeId) const
+{
+    return d->members.contains(nodeId);
+}
+
+QList<SwarmOffer> BrokerSwarm::offer(const QString& nodeId, const QList<core::Digest>& blobs, std::int64_t validMs)
+{
+    QList<SwarmOffer> offers;
+    const auto member = d->members.constFind(nodeId);
+    if (member == d->members.constEnd())
+        return offers;
+    const std::int64_t validSeconds = (std::max<std::int64_t>(validMs, 0) + d->options.seedingGraceMs) / 1000 + 1;
+    for (const auto& blob : blobs) {
+        if (offers.size() >= SwarmOffer::MaxOffers || !d->ensureSeeded(blob))
+            continue;
+        auto certificate = d->authority.issue(member->endpoint.key.toLatin1(), blob.toHex(), validSeconds);
+        if (!certificate) {
+            // A key the authority cannot sign (not P-256): this node GETs what it needs.
+            qCWarning(lcBrokerSwarm).noquote()
+                << "no certificate for node" << nodeId.left(8) << ":" << certificate.error().toString();
+            return {};
+        }
+        offers.append({ blob, d->seeded.value(blob).torrent, *certificate, d->peersFor(blob, nodeId) });
+        d->peersOf[blob].insert(nodeId);
+    }
+    return offers;
+}
+
+std::optional<core::Digest> BrokerSwarm::contentOf(const core::Digest& torrent) const
+{
+    const auto it = d->contentOf.constFind(torrent);
+    if (it == d->contentOf.constEnd())
+        return std::nullopt;
+    return *it;
+}
+
+void BrokerSwarm::have(const QString& nodeId, const core::Digest& blob, bool holding)
+{
+    // Only a node handed the blob is named for it: a HAVE is no way into a swarm.
+    if (!holding)
+        d->peersOf[blob].remove(nodeId);
+}
+
+void BrokerSwarm::tick()
+{
+    for (const auto& event : d->session->events(0)) {
+        using Kind = swarm::Swarm::Event::Kind;
+        if (event.kind == Kind::Banned || event.kind == Kind::Refused || event.kind == Kind::Failed)
+            qCInfo(lcBrokerSwarm).noquote() << "swarm:" << event.blob.left(12) << event.peer << event.detail;
+    }
+    for (auto it = d->seeded.begin(); it != d->seeded.end();) {
+        if (d->blobs.contains(it.key())) {
+            ++it;
+            continue;
+        }
+        d->session->drop(it.key());
+        d->contentOf.remove(it->torrent);
+        d->blobs.remove(it->torrent);
+        d->peersOf.remove(it.key());
+        it = d->seeded.erase(it);
+    }
+}
+
+std::int64_t BrokerSwarm::uploadedBytes() const
+{
+    return d->session->uploadedBytes();
+}
+
+} // namespace tessera::net

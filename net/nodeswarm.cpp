@@ -1,0 +1,279 @@
+#include "nodeswarm.h"
+
+#include <swarm/authority.h>
+#include <swarm/blobtorrent.h>
+#include <swarm/swarm.h>
+
+#include <QDateTime>
+#include <QDir>
+#include <QFile>
+#include <QFileInfo>
+#include <QLoggingCategory>
+#include <QSaveFile>
+
+Q_LOGGING_CATEGORY(lcNodeSwarm, "tessera.node.swarm")
+
+namespace tessera::net {
+
+namespace {
+
+core::Result<swarm::KeyPair> keyIn(const QString& path)
+{
+    if (path.isEmpty())
+        return swarm::KeyPair::generate();
+    QFile file(path);
+    if (file.exists()) {
+        if (!file.open(QIODevice::ReadOnly))
+            return core::Error { path, QStringLiteral("cannot read the swarm key") };
+        auto pair = swarm::KeyPair::fromPrivatePem(file.readAll());
+        if (!pair)
+            return core::Error { path, pair.error().message + QStringLiteral(": delete it to make a new swarm key") };
+        return pair;
+    }
+    auto made = swarm::KeyPair::generate();
+    if (!made)
+        return made.error();
+    QSaveFile out(path);
+    if (!out.open(QIODevice::WriteOnly))
+        return core::Error { path, QStringLiteral("cannot write the swarm key") };
+    out.setPermissions(QFileDevice::ReadOwner | QFileDevice::WriteOwner);
+    out.write(made->privatePem);
+    if (!out.commit())
+        return core::Error { path, QStringLiteral("cannot write the swarm key") };
+    return made;
+}
+
+std::int64_t realNow()
+{
+    return QDateTime::currentMSecsSinceEpoch();
+}
+
+} // namespace
+
+struct NodeSwarm::Private {
+    Options options;
+    QString folder;
+    swarm::KeyPair key;
+    std::unique_ptr<swarm::Swarm> session;
+    struct Known {
+        SwarmOffer offer;
+        std::optional<swarm::BlobTorrent> torrent; // once fetched
+        std::int64_t expires = 0; // the certificate's end, real time (ms since the epoch)
+    };
+    QHash<core::Digest, Known> known; // by blob
+    struct Fetch {
+        std::int64_t lastProgressAt = 0;
+        std::int64_t bytes = 0;
+    };
+    QHash<core::Digest, Fetch> fetches;
+    QSet<core::Digest> served;
+    int banned = 0;
+
+    QString partialFile(const core::Digest& blob) const { return QDir(folder).filePath(blob.toHex()); }
+
+    void abandon(const core::Digest& blob)
+    {
+        session->drop(blob);
+        fetches.remove(blob);
+        QFile::remove(partialFile(blob));
+    }
+};
+
+NodeSwarm::NodeSwarm(std::unique_ptr<Private> d)
+    : d(std::move(d))
+{ }
+
+NodeSwarm::~NodeSwarm() = default;
+
+core::Result<std::unique_ptr<NodeSwarm>> NodeSwarm::start(const Options& options, const QString& folder)
+{
+    auto key = keyIn(options.keyFile);
+    if (!key)
+        return key.error();
+    QDir dir(folder);
+    if (!dir.mkpath(QStringLiteral(".")))
+        return core::Error { folder, QStringLiteral("cannot make the swarm's folder") };
+    for (const auto& stale : dir.entryList(QDir::Files))
+        dir.remove(stale);
+    auto session = swarm::Swarm::start({ options.address, options.port, options.uploadBytesPerSecond });
+    if (!session)
+        return session.error();
+    auto d = std::make_unique<Private>();
+    d->options = options;
+    d->folder = dir.absolutePath();
+    d->key = std::move(*key);
+    d->session = std::move(*session);
+    return std::unique_ptr<NodeSwarm>(new NodeSwarm(std::move(d)));
+}
+
+core::SwarmEndpoint NodeSwarm::endpoint() const
+{
+    return { QString::fromLatin1(d->key.publicPem), d->options.serve ? d->session->port() : 0, d->options.host };
+}
+
+void NodeSwarm::offered(const SwarmOffer& offer)
+{
+    const auto expires = swarm::certificateExpiry(offer.certificate);
+    if (!expires) {
+        qCWarning(lcNodeSwarm).noquote() << "the broker's certificate for blob" << offer.sha256.toHex().left(12)
+                                         << "is unusable:" << expires.error().toString();
+        return;
+    }
+    auto& entry = d->known[offer.sha256];
+    if (entry.torrent && entry.offer.torrent != offer.torrent)
+        entry.torrent.reset(); // another torrent of the blob (the broker made a new authority)
+    entry.offer = offer;
+    entry.expires = *expires;
+    if (d->session->has(offer.sha256) && !d->fetches.contains(offer.sha256))
+        (void)d->session->renew(offer.sha256, offer.certificate, d->key.privatePem);
+}
+
+std::optional<SwarmOffer> NodeSwarm::offerFor(const core::Digest& blob) const
+{
+    const auto it = d->known.constFind(blob);
+    if (it == d->known.constEnd() || it->expires <= realNow())
+        return std::nullopt;
+    return it->offer;
+}
+
+std::optional<core::Digest> NodeSwarm::blobOfTorrent(const core::Digest& torrent) const
+{
+    for (auto it = d->known.constBegin(); it != d->known.constEnd(); ++it) {
+        if (it->offer.torrent == torrent)
+            return it.key();
+    }
+    return std::nullopt;
+}
+
+core::Status NodeSwarm::fetch(
+    const core::Digest& blob, const QByteArray& torrentBytes, const QString& brokerPeer, std::int64_t now)
+{
+    auto it = d->known.find(blob);
+    if (it == d->known.end())
+        return core::Error { QStringLiteral("swarm"), QStringLiteral("no offer for blob %1").arg(blob.toHex()) };
+    auto torrent = swarm::BlobTorrent::read(torrentBytes);
+    if (!torrent)
+        return torrent.error();
+    if (torrent->blob != blob)
+        return core::Error { QStringLiteral("torrent"), QStringLiteral("it is of blob %1").arg(torrent->blob.toHex()) };
+    if (d->session->has(blob))
+        d->session->drop(blob); // served from an older copy: fetched anew into the swarm's folder
+    d->served.remove(blob);
+    QStringList peers = it->offer.peers;
+    if (!brokerPeer.isEmpty())
+        peers.prepend(brokerPeer);
+    if (auto status = d->session->fetch(*torrent, d->folder, it->offer.certificate, d->key.privatePem, peers); !status) {
+        d->abandon(blob);
+        return status;
+    }
+    it->torrent = *torrent;
+    d->fetches.insert(blob, { now, 0 });
+    return {};
+}
+
+bool NodeSwarm::fetching(const core::Digest& blob) const
+{
+    return d->fetches.contains(blob);
+}
+
+QList<NodeSwarm::Outcome> NodeSwarm::poll(std::int64_t now)
+{
+    QList<Outcome> outcomes;
+    using Kind = swarm::Swarm::Event::Kind;
+    for (const auto& event : d->session->events(0)) {
+        const auto blob = core::Digest::fromHex(event.blob).value_or(core::Digest {});
+        if (event.kind == Kind::Banned) {
+            ++d->banned;
+            qCWarning(lcNodeSwarm).noquote() << "banned peer" << event.peer << "for a bad piece of blob" << event.blob.left(12);
+        } else if (event.kind == Kind::Refused) {
+            qCInfo(lcNodeSwarm).noquote() << "refused peer" << event.peer << ":" << event.detail;
+        } else if (event.kind == Kind::Fetched && d->fetches.contains(blob)) {
+            d->session->drop(blob);
+            d->fetches.remove(blob);
+            outcomes.append({ blob, d->partialFile(blob), {} });
+        } else if (event.kind == Kind::Failed && d->fetches.contains(blob)) {
+            d->abandon(blob);
+            outcomes.append({ blob, {}, event.detail });
+        } else if (event.kind == Kind::Failed && d->served.remove(blob)) {
+            d->session->drop(blob);
+        }
+    }
+    for (auto it = d->fetches.begin(); it != d->fetches.end();) {
+        const auto bytes = d->session->fetchedBytes(it.key());
+        if (bytes > it->bytes) {
+            it->bytes = bytes;
+            it->lastProgressAt = now;
+        }
+        if (now - it->lastProgressAt < d->options.stallMs) {
+            ++it;
+            continue;
+        }
+        const auto blob = it.key();
+        it = d->fetches.erase(it);
+        d->abandon(blob);
+        outcomes.append({ blob, {}, QStringLiteral("no peer sent any of it for %1 s").arg(d->options.stallMs / 1000) });
+    }
+    return outcomes;
+}
+
+bool NodeSwarm::serve(const core::Digest& blob, const QString& file)
+{
+    const auto it = d->known.constFind(blob);
+    if (!d->options.serve || it == d->known.constEnd() || !it->torrent || it->expires <= realNow() || d->session->has(blob))
+        return false;
+    const QFileInfo info(file);
+    if (info.fileName() != blob.toHex())
+        return false;
+    if (auto status = d->session->seed(*it->torrent, info.absolutePath(), it->offer.certificate, d->key.privatePem); !status) {
+        qCWarning(lcNodeSwarm).noquote() << "cannot serve blob" << blob.toHex().left(12) << ":" << status.error().toString();
+        return false;
+    }
+    d->served.insert(blob);
+    return true;
+}
+
+QList<core::Digest> NodeSwarm::prune(const std::function<bool(const core::Digest&)>& held)
+{
+    QList<core::Digest> stopped;
+    const auto t = realNow();
+    for (auto it = d->served.begin(); it != d->served.end();) {
+        const auto known = d->known.constFind(*it);
+        if (held(*it) && known != d->known.constEnd() && known->expires > t) {
+            ++it;
+            continue;
+        }
+        d->session->drop(*it);
+        stopped.append(*it);
+        it = d->served.erase(it);
+    }
+    for (auto it = d->known.begin(); it != d->known.end();)
+        it = it->expires <= t && !d->fetches.contains(it.key()) && !d->served.contains(it.key()) ? d->known.erase(it)
+                                                                                                 : std::next(it);
+    return stopped;
+}
+
+QList<core::Digest> NodeSwarm::serving() const
+{
+    return d->served.values();
+}
+
+void NodeSwarm::forgetAll()
+{
+    for (const auto& blob : d->fetches.keys())
+        d->abandon(blob);
+    for (const auto& blob : std::as_const(d->served))
+        d->session->drop(blob);
+    d->served.clear();
+}
+
+std::int64_t NodeSwarm::uploadedBytes() const
+{
+    return d->session->uploadedBytes();
+}
+
+int NodeSwarm::banned() const
+{
+    return d->banned;
+}
+
+} // namespace tessera::net
