@@ -93,7 +93,9 @@ struct BrokerSwarm::Private {
         auto certificate = torrent ? authority.issue(own.publicPem, blob.toHex(), AuthoritySeconds)
                                    : core::Result<QByteArray>(torrent.error());
         auto stored = certificate ? blobs.put(torrent->bytes) : core::Result<core::Digest>(certificate.error());
-        auto status = stored ? session->seed(*torrent, QFileInfo(*file).absolutePath(), *certificate, own.privatePem)
+        const bool super = options.superSeedBytes > 0 && torrent->size >= options.superSeedBytes;
+        auto status = stored ? session->seed(*torrent, QFileInfo(*file).absolutePath(), *certificate, own.privatePem,
+                          super ? swarm::Swarm::Seeding::Super : swarm::Swarm::Seeding::Plain)
                              : core::Status(stored.error());
         if (!status) {
             qCWarning(lcBrokerSwarm).noquote()
@@ -137,7 +139,7 @@ core::Result<std::unique_ptr<BrokerSwarm>> BrokerSwarm::start(const Options& opt
     auto own = swarm::KeyPair::generate();
     if (!own)
         return own.error();
-    auto session = swarm::Swarm::start({ options.address, options.port, options.uploadBytesPerSecond });
+    auto session = swarm::Swarm::start({ options.address, options.port, options.uploadBytesPerSecond, true });
     if (!session)
         return session.error();
     return std::unique_ptr<BrokerSwarm>(
@@ -151,7 +153,11 @@ int BrokerSwarm::port() const
 
 void BrokerSwarm::joined(const QString& nodeId, const core::SwarmEndpoint& endpoint, const QString& host)
 {
-    d->members.insert(nodeId, { endpoint, endpoint.host.isEmpty() ? host : endpoint.host });
+    // The address the node's connection came from, which it cannot forge; its own word only when
+    // that says nothing (the same machine, a test's inproc): otherwise a node could have every other
+    // node dial a host of its choosing.
+    const bool unknown = host.isEmpty() || host.startsWith(u"127.") || host == u"::1";
+    d->members.insert(nodeId, { endpoint, unknown ? endpoint.host : host });
 }
 
 void BrokerSwarm::left(const QString& nodeId)
@@ -199,9 +205,10 @@ std::optional<core::Digest> BrokerSwarm::contentOf(const core::Digest& torrent) 
 
 void BrokerSwarm::have(const QString& nodeId, const core::Digest& blob, bool holding)
 {
-    // Only a node handed the blob is named for it: a HAVE is no way into a swarm.
-    if (!holding)
-        d->peersOf[blob].remove(nodeId);
+    // Only a node handed the blob is named for it: a HAVE is no way into a swarm (and one for a
+    // blob the broker never offered changes nothing, nor takes memory).
+    if (auto it = d->peersOf.find(blob); !holding && it != d->peersOf.end())
+        it->remove(nodeId);
 }
 
 void BrokerSwarm::tick()

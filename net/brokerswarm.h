@@ -38,6 +38,9 @@ public:
         QString authorityFile;
         // How long a node's certificate outlives its assignment's deadline: it seeds that long.
         std::int64_t seedingGraceMs = 30 * 60 * 1000;
+        // Blobs of at least this many bytes are super-seeded (BEP 16: nodes take most pieces from
+        // each other, at some seconds' cost; docs/SWARM.md, "Seeding"); 0: none.
+        std::int64_t superSeedBytes = 4 << 20;
     };
 
     static core::Result<std::unique_ptr<BrokerSwarm>> start(const Options& options, core::BlobStore& blobs);
@@ -47,8 +50,9 @@ public:
 
     int port() const;
 
-    // A node that registered with a swarm endpoint, reachable at `host` (its own word, else the
-    // address its connection came from; empty: nobody can dial it).
+    // A node that registered with a swarm endpoint, its connection coming from `host`: peers dial
+    // it there, or at the endpoint's own host when `host` is loopback or unknown (empty both:
+    // nobody can dial it).
     void joined(const QString& nodeId, const core::SwarmEndpoint& endpoint, const QString& host);
     void left(const QString& nodeId);
     bool member(const QString& nodeId) const;

@@ -435,7 +435,7 @@ struct NodeClient::Private {
         const auto digest = core::Digest::ofFile(file);
         const auto size = QFileInfo(file).size();
         if (!digest || *digest != blob) {
-            QFile::remove(file);
+            swarm->discard(blob);
             qCWarning(lcNode).noquote() << "blob" << blob.toHex().left(12)
                                         << "came over the swarm with other bytes: fetching it from the broker";
             swarmGaveUp(blob);
@@ -443,6 +443,7 @@ struct NodeClient::Private {
         }
         auto adopted = cache.adopt(file, blob);
         if (!adopted) {
+            swarm->discard(blob);
             cannotKeep(adopted.error());
             swarmGaveUp(blob);
             return;
@@ -889,9 +890,13 @@ NodeClient::NodeClient(
             QDir(cache.stagingDirectory())
                 .filePath(QStringLiteral("swarm-")
                     + QString(d->tag).replace(QRegularExpression(QStringLiteral("[^A-Za-z0-9_-]")), QStringLiteral("_"))));
-        if (swarm)
+        if (swarm) {
             d->swarm = std::move(*swarm);
-        else
+            const auto endpoint = d->swarm->endpoint();
+            qCInfo(lcNode).noquote() << (endpoint.port > 0
+                    ? QStringLiteral("serving the blob swarm on port %1").arg(endpoint.port)
+                    : QStringLiteral("in the blob swarm, fetching only"));
+        } else
             qCWarning(lcNode).noquote() << "no blob swarm: every blob comes from the broker:" << swarm.error().toString();
     }
     if (!d->options.resultLogPath.isEmpty()) {

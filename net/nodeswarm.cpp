@@ -64,12 +64,16 @@ struct NodeSwarm::Private {
     struct Fetch {
         std::int64_t lastProgressAt = 0;
         std::int64_t bytes = 0;
+        QStringList peers; // whom it dials
+        QString brokerPeer;
     };
     QHash<core::Digest, Fetch> fetches;
     QSet<core::Digest> served;
     int banned = 0;
 
     QString partialFile(const core::Digest& blob) const { return QDir(folder).filePath(blob.toHex()); }
+
+    void rejoinWithout(const core::Digest& blob, const QString& banned);
 
     void abandon(const core::Digest& blob)
     {
@@ -167,8 +171,25 @@ core::Status NodeSwarm::fetch(
         return status;
     }
     it->torrent = *torrent;
-    d->fetches.insert(blob, { now, 0 });
+    d->fetches.insert(blob, { now, 0, peers, brokerPeer });
     return {};
+}
+
+void NodeSwarm::Private::rejoinWithout(const core::Digest& blob, const QString& banned)
+{
+    // libtorrent 2.0.8 leaves a v2 torrent's failed piece waiting a minute (its request timeout)
+    // before it asks another peer; the torrent joined again asks at once, and keeps the pieces
+    // already checked on disk.
+    auto fetch = fetches.value(blob);
+    fetch.peers.removeAll(banned);
+    const auto& entry = known[blob];
+    session->drop(blob);
+    if (!entry.torrent || !session->fetch(*entry.torrent, folder, entry.offer.certificate, key.privatePem, fetch.peers)) {
+        fetches.remove(blob);
+        QFile::remove(partialFile(blob));
+        return;
+    }
+    fetches.insert(blob, fetch);
 }
 
 bool NodeSwarm::fetching(const core::Digest& blob) const
@@ -185,10 +206,15 @@ QList<NodeSwarm::Outcome> NodeSwarm::poll(std::int64_t now)
         if (event.kind == Kind::Banned) {
             ++d->banned;
             qCWarning(lcNodeSwarm).noquote() << "banned peer" << event.peer << "for a bad piece of blob" << event.blob.left(12);
+            if (d->fetches.contains(blob))
+                d->rejoinWithout(blob, event.peer);
+            if (!d->fetches.contains(blob))
+                outcomes.append({ blob, {}, QStringLiteral("its only peers sent bad pieces") });
         } else if (event.kind == Kind::Refused) {
             qCInfo(lcNodeSwarm).noquote() << "refused peer" << event.peer << ":" << event.detail;
         } else if (event.kind == Kind::Fetched && d->fetches.contains(blob)) {
-            d->session->drop(blob);
+            // It stays in the swarm, serving its peers from here, until the caller serves it from
+            // its cache (serve()) or discards it.
             d->fetches.remove(blob);
             outcomes.append({ blob, d->partialFile(blob), {} });
         } else if (event.kind == Kind::Failed && d->fetches.contains(blob)) {
@@ -216,13 +242,32 @@ QList<NodeSwarm::Outcome> NodeSwarm::poll(std::int64_t now)
     return outcomes;
 }
 
+void NodeSwarm::discard(const core::Digest& blob)
+{
+    if (!d->served.contains(blob))
+        d->abandon(blob);
+}
+
 bool NodeSwarm::serve(const core::Digest& blob, const QString& file)
 {
     const auto it = d->known.constFind(blob);
-    if (!d->options.serve || it == d->known.constEnd() || !it->torrent || it->expires <= realNow() || d->session->has(blob))
-        return false;
     const QFileInfo info(file);
-    if (info.fileName() != blob.toHex())
+    if (!d->options.serve || it == d->known.constEnd() || !it->torrent || it->expires <= realNow()
+        || info.fileName() != blob.toHex() || d->served.contains(blob)) {
+        if (!d->served.contains(blob) && !d->fetches.contains(blob))
+            d->session->drop(blob);
+        return false;
+    }
+    if (d->session->has(blob) && !d->fetches.contains(blob)) {
+        // Fetched here and taken into the cache: served from the cache's file, its peers kept.
+        if (!d->session->relocate(blob, info.absolutePath())) {
+            d->session->drop(blob);
+            return false;
+        }
+        d->served.insert(blob);
+        return true;
+    }
+    if (d->session->has(blob))
         return false;
     if (auto status = d->session->seed(*it->torrent, info.absolutePath(), it->offer.certificate, d->key.privatePem); !status) {
         qCWarning(lcNodeSwarm).noquote() << "cannot serve blob" << blob.toHex().left(12) << ":" << status.error().toString();

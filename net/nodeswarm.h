@@ -64,8 +64,12 @@ public:
     };
     // Fetches that ended since the last call.
     QList<Outcome> poll(std::int64_t now);
-    // Serves a blob the cache holds at `file`; false: it cannot (no offer, no torrent, leech-only).
+    // Serves a blob the cache holds at `file` (one it fetched and the cache took in, or one it got
+    // by GET); false: it cannot (no offer, no torrent, leech-only), and a fetched one leaves the swarm.
     bool serve(const core::Digest& blob, const QString& file);
+    // A fetched blob the caller did not take (its SHA-256 was wrong, the cache could not keep it):
+    // it leaves the swarm and its file goes.
+    void discard(const core::Digest& blob);
     // Stops serving what `held` no longer holds and what its certificate no longer covers; the
     // blobs it stopped serving (each to be told to the broker: HAVE false).
     QList<core::Digest> prune(const std::function<bool(const core::Digest&)>& held);

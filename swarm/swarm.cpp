@@ -1,6 +1,7 @@
 #include "swarm.h"
 
 #include <libtorrent/alert_types.hpp>
+#include <libtorrent/ip_filter.hpp>
 #include <libtorrent/session.hpp>
 #include <libtorrent/session_params.hpp>
 #include <libtorrent/settings_pack.hpp>
@@ -41,6 +42,8 @@ lt::settings_pack settingsFor(const Swarm::Options& options)
         pack.set_bool(setting, false);
     pack.set_int(lt::settings_pack::in_enc_policy, lt::settings_pack::pe_disabled);
     pack.set_int(lt::settings_pack::out_enc_policy, lt::settings_pack::pe_disabled);
+    if (options.unchokeAll)
+        pack.set_int(lt::settings_pack::unchoke_slots_limit, -1);
     pack.set_int(lt::settings_pack::upload_rate_limit, int(std::min<std::int64_t>(options.uploadBytesPerSecond, INT32_MAX)));
     pack.set_int(
         lt::settings_pack::alert_mask, int(lt::alert_category::error | lt::alert_category::status | lt::alert_category::peer));
@@ -82,7 +85,7 @@ struct Swarm::Private {
     std::int64_t uploadedByDropped = 0; // what torrents that left the session uploaded
 
     core::Status join(const BlobTorrent& torrent, const QString& directory, const QByteArray& certificatePem,
-        const QByteArray& privateKeyPem, bool seeding)
+        const QByteArray& privateKeyPem, bool seeding, bool superSeed = false)
     {
         const QString blob = torrent.blob.toHex();
         if (torrents.contains(blob))
@@ -96,7 +99,8 @@ struct Swarm::Private {
         params.save_path = directory.toStdString();
         // Paused until its certificate is set: it must not dial a peer without one.
         params.flags = lt::torrent_flags::paused | lt::torrent_flags::disable_dht | lt::torrent_flags::disable_lsd
-            | lt::torrent_flags::disable_pex | (seeding ? lt::torrent_flags::seed_mode : lt::torrent_flags_t {});
+            | lt::torrent_flags::disable_pex | (seeding ? lt::torrent_flags::seed_mode : lt::torrent_flags_t {})
+            | (superSeed ? lt::torrent_flags::super_seeding : lt::torrent_flags_t {});
         auto handle = session.add_torrent(std::move(params), error);
         if (error)
             return core::Error { QStringLiteral("swarm"), QString::fromStdString(error.message()) };
@@ -108,6 +112,7 @@ struct Swarm::Private {
 
     core::Status dial(const BlobTorrent& torrent, const QString& directory, const QByteArray& certificatePem,
         const QByteArray& privateKeyPem, const QStringList& peers);
+    static core::Status connect(lt::torrent_handle& handle, const QStringList& peers);
 
     void translate(lt::alert* alert, QList<Event>& events)
     {
@@ -139,6 +144,13 @@ core::Result<std::unique_ptr<Swarm>> Swarm::start(const Options& options)
     lt::session_params params(settingsFor(options), {});
     try {
         auto swarm = std::unique_ptr<Swarm>(new Swarm(std::make_unique<Private>(std::move(params))));
+        // Every peer in the global class, its rate limit included: libtorrent's default puts peers
+        // on the local network (and loopback) in a class without limits.
+        lt::ip_filter classes;
+        const std::uint32_t global = 1u << static_cast<std::uint32_t>(lt::session::global_peer_class_id);
+        classes.add_rule(lt::make_address("0.0.0.0"), lt::make_address("255.255.255.255"), global);
+        classes.add_rule(lt::make_address("::"), lt::make_address("ffff:ffff:ffff:ffff:ffff:ffff:ffff:ffff"), global);
+        swarm->d->session.set_peer_class_filter(classes);
         // The listen socket is opened on the session's thread; its port is known once it is.
         for (int i = 0; i < 100 && swarm->port() == 0; ++i)
             swarm->d->session.wait_for_alert(lt::milliseconds(50));
@@ -156,10 +168,10 @@ int Swarm::port() const
     return d->session.ssl_listen_port();
 }
 
-core::Status Swarm::seed(
-    const BlobTorrent& torrent, const QString& directory, const QByteArray& certificatePem, const QByteArray& privateKeyPem)
+core::Status Swarm::seed(const BlobTorrent& torrent, const QString& directory, const QByteArray& certificatePem,
+    const QByteArray& privateKeyPem, Seeding seeding)
 {
-    return guarded([&] { return d->join(torrent, directory, certificatePem, privateKeyPem, true); });
+    return guarded([&] { return d->join(torrent, directory, certificatePem, privateKeyPem, true, seeding == Seeding::Super); });
 }
 
 core::Status Swarm::fetch(const BlobTorrent& torrent, const QString& directory, const QByteArray& certificatePem,
@@ -173,7 +185,11 @@ core::Status Swarm::Private::dial(const BlobTorrent& torrent, const QString& dir
 {
     if (auto joined = join(torrent, directory, certificatePem, privateKeyPem, false); !joined)
         return joined;
-    auto& handle = torrents[torrent.blob.toHex()];
+    return connect(torrents[torrent.blob.toHex()], peers);
+}
+
+core::Status Swarm::Private::connect(lt::torrent_handle& handle, const QStringList& peers)
+{
     for (const auto& peer : peers) {
         const auto colon = peer.lastIndexOf(u':');
         lt::error_code error;
@@ -184,6 +200,26 @@ core::Status Swarm::Private::dial(const BlobTorrent& torrent, const QString& dir
         handle.connect_peer(lt::tcp::endpoint(address, std::uint16_t(port)));
     }
     return {};
+}
+
+core::Status Swarm::relocate(const core::Digest& blob, const QString& directory)
+{
+    const auto it = d->torrents.find(blob.toHex());
+    if (it == d->torrents.end())
+        return core::Error { QStringLiteral("swarm"), QStringLiteral("blob %1 is not in the swarm").arg(blob.toHex()) };
+    // The file is at the new place already: nothing is moved, nothing is replaced.
+    return guarded([&] {
+        it->move_storage(directory.toStdString(), lt::move_flags_t::dont_replace);
+        return core::Status {};
+    });
+}
+
+core::Status Swarm::addPeers(const core::Digest& blob, const QStringList& peers)
+{
+    const auto it = d->torrents.find(blob.toHex());
+    if (it == d->torrents.end())
+        return core::Error { QStringLiteral("swarm"), QStringLiteral("blob %1 is not in the swarm").arg(blob.toHex()) };
+    return guarded([&] { return d->connect(*it, peers); });
 }
 
 QList<Swarm::Event> Swarm::events(int waitMs)

@@ -23,6 +23,9 @@ public:
         QString address = QStringLiteral("127.0.0.1");
         int port = 0; // its TLS port; 0: any free one (port() says which)
         std::int64_t uploadBytesPerSecond = 0; // 0: no cap (Swarm/MaxUploadKiBps)
+        // Every peer unchoked at once (libtorrent's default is 8): the broker's seed, whose peers
+        // are all nodes it handed the blob.
+        bool unchokeAll = false;
     };
     // What happened to a blob's swarm.
     struct Event {
@@ -44,13 +47,21 @@ public:
     Swarm& operator=(const Swarm&) = delete;
 
     int port() const;
-    // Serves the blob from `directory`/<64 hex digits>, which must hold it whole.
-    core::Status seed(
-        const BlobTorrent& torrent, const QString& directory, const QByteArray& certificatePem, const QByteArray& privateKeyPem);
+    // Serves the blob from `directory`/<64 hex digits>, which must hold it whole. A super-seed
+    // (BEP 16) reveals one piece at a time to each peer, and another once it saw the first passed
+    // on: peers then take most pieces from each other, at the cost of some seconds.
+    enum class Seeding { Plain, Super };
+    core::Status seed(const BlobTorrent& torrent, const QString& directory, const QByteArray& certificatePem,
+        const QByteArray& privateKeyPem, Seeding seeding = Seeding::Plain);
     // Fetches the blob into `directory`/<64 hex digits> from `peers` ("host:port"); Fetched says
     // when it is whole. The caller still checks its SHA-256 before it trusts it.
     core::Status fetch(const BlobTorrent& torrent, const QString& directory, const QByteArray& certificatePem,
         const QByteArray& privateKeyPem, const QStringList& peers);
+    // More peers for a blob being fetched ("host:port").
+    core::Status addPeers(const core::Digest& blob, const QStringList& peers);
+    // The blob's file moved to `directory` (the caller renamed it there): the swarm serves it from
+    // there on, without leaving the swarm (its peers stay connected).
+    core::Status relocate(const core::Digest& blob, const QString& directory);
     // Leaves the blob's swarm: its torrent goes, its file stays where it is (false: not in it).
     bool drop(const core::Digest& blob);
     // Whether the blob is in the swarm (seeded or being fetched).

@@ -93,7 +93,8 @@ QList<Key> makeKeys()
         intKey(SwarmPort, 0, 0, 65535,
             "TLS port other nodes reach this one at; 0: any free port (behind a NAT, forward a fixed one to serve)."),
         stringKey(SwarmHost, QString(), HostPattern, "an IPv4 address or a host name",
-            "Address other nodes dial to reach this one; empty: the address the broker sees this node come from."),
+            "Address other nodes dial to reach this one when the broker sees this node on the broker's own machine "
+            "(loopback); otherwise they dial the address the broker sees it come from, which a node cannot choose."),
         boolKey(SwarmServe, true,
             "Serve the blobs this node holds to the other nodes of their swarm; false: fetch only (a node behind a NAT that "
             "lets nothing in)."),
