@@ -52,6 +52,7 @@ Outcome measure(int nodes, qsizetype size, std::int64_t seedBytesPerSecond, std:
     for (int i = 0; i < nodes; ++i) {
         net::NodeSwarm::Options options;
         options.address = QStringLiteral("127.0.1.%1").arg(i + 1);
+        options.host = options.address; // all on loopback: each named by its own address
         options.stallMs = 60'000;
         auto swarm = net::NodeSwarm::start(options, dir.filePath(QStringLiteral("node%1").arg(i)));
         if (!swarm)

@@ -60,6 +60,8 @@ struct BrokerSwarm::Private {
     swarm::KeyPair own; // the seed's key: it holds a certificate for every blob it seeds
     struct Seeded {
         core::Digest torrent; // the blob of its .torrent
+        std::int64_t size = 0;
+        bool super = false; // super-seeded (Options::superSeedBytes, superSeedNodes)
     };
     QHash<core::Digest, Seeded> seeded; // by blob
     QHash<core::Digest, core::Digest> contentOf; // torrent blob -> blob
@@ -93,16 +95,14 @@ struct BrokerSwarm::Private {
         auto certificate = torrent ? authority.issue(own.publicPem, blob.toHex(), AuthoritySeconds)
                                    : core::Result<QByteArray>(torrent.error());
         auto stored = certificate ? blobs.put(torrent->bytes) : core::Result<core::Digest>(certificate.error());
-        const bool super = options.superSeedBytes > 0 && torrent->size >= options.superSeedBytes;
-        auto status = stored ? session->seed(*torrent, QFileInfo(*file).absolutePath(), *certificate, own.privatePem,
-                          super ? swarm::Swarm::Seeding::Super : swarm::Swarm::Seeding::Plain)
+        auto status = stored ? session->seed(*torrent, QFileInfo(*file).absolutePath(), *certificate, own.privatePem)
                              : core::Status(stored.error());
         if (!status) {
             qCWarning(lcBrokerSwarm).noquote()
                 << "blob" << blob.toHex().left(12) << "goes by GET only:" << status.error().toString();
             return false;
         }
-        seeded.insert(blob, { *stored });
+        seeded.insert(blob, { *stored, torrent->size });
         contentOf.insert(*stored, blob);
         return true;
     }
@@ -153,11 +153,13 @@ int BrokerSwarm::port() const
 
 void BrokerSwarm::joined(const QString& nodeId, const core::SwarmEndpoint& endpoint, const QString& host)
 {
-    // The address the node's connection came from, which it cannot forge; its own word only when
-    // that says nothing (the same machine, a test's inproc): otherwise a node could have every other
+    // The address the node's connection came from, which it cannot forge. Its own word only where
+    // that address says nothing (a test's inproc) or is this machine's loopback (a node on the
+    // broker's machine may name another address of it): otherwise a node could have every other
     // node dial a host of its choosing.
-    const bool unknown = host.isEmpty() || host.startsWith(u"127.") || host == u"::1";
-    d->members.insert(nodeId, { endpoint, unknown ? endpoint.host : host });
+    const bool loopback = host.startsWith(u"127.") || host == u"::1";
+    const bool ownWord = host.isEmpty() || (loopback && !endpoint.host.isEmpty());
+    d->members.insert(nodeId, { endpoint, ownWord ? endpoint.host : host });
 }
 
 void BrokerSwarm::left(const QString& nodeId)
@@ -189,8 +191,15 @@ QList<SwarmOffer> BrokerSwarm::offer(const QString& nodeId, const QList<core::Di
                 << "no certificate for node" << nodeId.left(8) << ":" << certificate.error().toString();
             return {};
         }
-        offers.append({ blob, d->seeded.value(blob).torrent, *certificate, d->peersFor(blob, nodeId) });
-        d->peersOf[blob].insert(nodeId);
+        auto& seeded = d->seeded[blob];
+        offers.append({ blob, seeded.torrent, *certificate, d->peersFor(blob, nodeId) });
+        auto& peers = d->peersOf[blob];
+        peers.insert(nodeId);
+        // Enough nodes to hand the pieces on to each other: the seed reveals them one at a time.
+        // With fewer, super-seeding costs more time than it saves bytes (docs/SWARM.md).
+        if (!seeded.super && d->options.superSeedBytes > 0 && seeded.size >= d->options.superSeedBytes
+            && peers.size() >= d->options.superSeedNodes)
+            seeded.super = bool(d->session->setSuperSeeding(blob, true));
     }
     return offers;
 }

@@ -39,8 +39,10 @@ public:
         // How long a node's certificate outlives its assignment's deadline: it seeds that long.
         std::int64_t seedingGraceMs = 30 * 60 * 1000;
         // Blobs of at least this many bytes are super-seeded (BEP 16: nodes take most pieces from
-        // each other, at some seconds' cost; docs/SWARM.md, "Seeding"); 0: none.
+        // each other, at some seconds' cost; docs/SWARM.md, "The broker's seed") once they were
+        // handed to superSeedNodes nodes; superSeedBytes 0: never.
         std::int64_t superSeedBytes = 4 << 20;
+        int superSeedNodes = 8;
     };
 
     static core::Result<std::unique_ptr<BrokerSwarm>> start(const Options& options, core::BlobStore& blobs);

@@ -57,6 +57,8 @@ public:
     // when it is whole. The caller still checks its SHA-256 before it trusts it.
     core::Status fetch(const BlobTorrent& torrent, const QString& directory, const QByteArray& certificatePem,
         const QByteArray& privateKeyPem, const QStringList& peers);
+    // Whether a seeded blob is super-seeded from now on (see seed()).
+    core::Status setSuperSeeding(const core::Digest& blob, bool on);
     // More peers for a blob being fetched ("host:port").
     core::Status addPeers(const core::Digest& blob, const QStringList& peers);
     // The blob's file moved to `directory` (the caller renamed it there): the swarm serves it from

@@ -1,0 +1,115 @@
+// The broker's part in the blob swarm (net/brokerswarm, docs/SWARM.md) as hostile nodes would try
+// it: who is named to whom, at which address, and what a HAVE or a bad key can change.
+
+#include <net/brokerswarm.h>
+#include <swarm/authority.h>
+#include <swarm/blobtorrent.h>
+
+#include <QRandomGenerator>
+#include <QTemporaryDir>
+#include <QTest>
+
+using namespace tessera;
+using net::BrokerSwarm;
+
+namespace {
+
+core::SwarmEndpoint endpointOf(int port, const QString& host = {})
+{
+    const auto keys = swarm::KeyPair::generate();
+    return { QString::fromLatin1(keys->publicPem), port, host };
+}
+
+} // namespace
+
+class BrokerSwarmTest : public QObject {
+    Q_OBJECT
+
+    QTemporaryDir m_dir;
+    std::unique_ptr<core::BlobStore> m_store;
+    std::unique_ptr<BrokerSwarm> m_swarm;
+    core::Digest m_blob;
+    core::Digest m_small;
+
+private Q_SLOTS:
+    void init()
+    {
+#ifdef __SANITIZE_ADDRESS__
+        QSKIP("libtorrent's own leak under LeakSanitizer; runs in the normal build");
+#endif
+        m_store = std::move(core::BlobStore::open(m_dir.filePath(QStringLiteral("blobs"))).value());
+        QByteArray bytes(200'000, Qt::Uninitialized);
+        QRandomGenerator::global()->fillRange(reinterpret_cast<quint32*>(bytes.data()), bytes.size() / 4);
+        m_blob = m_store->put(bytes).value();
+        m_small = m_store->put(QByteArray(1000, 'x')).value();
+        m_swarm = std::move(BrokerSwarm::start({}, *m_store).value());
+    }
+
+    void cleanup()
+    {
+        m_swarm.reset();
+        m_store.reset();
+    }
+
+    // A node is named to the nodes handed the blob after it, at the address its connection came
+    // from; what it says of itself counts only on loopback; never to itself; and only blobs of
+    // more than one piece go over the swarm.
+    void peersAreTheNodesHandedTheBlobAtTheirOwnAddresses()
+    {
+        m_swarm->joined(QStringLiteral("a"), endpointOf(7001, QStringLiteral("203.0.113.66")), QStringLiteral("10.0.0.1"));
+        m_swarm->joined(QStringLiteral("b"), endpointOf(7002, QStringLiteral("10.0.0.5")), QStringLiteral("127.0.0.1"));
+        m_swarm->joined(QStringLiteral("c"), endpointOf(7003), QStringLiteral("127.0.0.1"));
+        m_swarm->joined(QStringLiteral("d"), endpointOf(0), QStringLiteral("10.0.0.4")); // leech-only
+        const auto first = m_swarm->offer(QStringLiteral("a"), { m_blob, m_small }, 60'000);
+        QCOMPARE(first.size(), 1); // the small blob goes by GET
+        QCOMPARE(first[0].sha256, m_blob);
+        QVERIFY(first[0].peers.isEmpty());
+        QVERIFY(first[0].certificate.startsWith("-----BEGIN CERTIFICATE-----"));
+        QCOMPARE(m_swarm->contentOf(first[0].torrent), m_blob);
+        QVERIFY(!m_swarm->contentOf(m_blob));
+        auto torrent = swarm::BlobTorrent::read(m_store->read(first[0].torrent).value());
+        QVERIFY(torrent.ok());
+        QCOMPARE(torrent->blob, m_blob);
+
+        QCOMPARE(
+            m_swarm->offer(QStringLiteral("d"), { m_blob }, 60'000)[0].peers, QStringList { QStringLiteral("10.0.0.1:7001") });
+        m_swarm->offer(QStringLiteral("b"), { m_blob }, 60'000);
+        auto named = m_swarm->offer(QStringLiteral("c"), { m_blob }, 60'000)[0].peers;
+        named.sort();
+        // a at its connection's address (not the host it claimed), b at its own word (it came from
+        // loopback), d not at all (it serves nobody), c not to itself.
+        QCOMPARE(named, (QStringList { QStringLiteral("10.0.0.1:7001"), QStringLiteral("10.0.0.5:7002") }));
+    }
+
+    // A node that did not join gets no offer; a key the authority cannot sign gets none either.
+    void onlyMembersWithUsableKeysGetOffers()
+    {
+        QVERIFY(m_swarm->offer(QStringLiteral("stranger"), { m_blob }, 60'000).isEmpty());
+        core::SwarmEndpoint bogus { QStringLiteral("-----BEGIN PUBLIC KEY-----\nAAAA\n-----END PUBLIC KEY-----\n"), 7000, {} };
+        m_swarm->joined(QStringLiteral("bogus"), bogus, QStringLiteral("10.0.0.9"));
+        QVERIFY(m_swarm->offer(QStringLiteral("bogus"), { m_blob }, 60'000).isEmpty());
+        m_swarm->joined(QStringLiteral("gone"), endpointOf(7000), QStringLiteral("10.0.0.8"));
+        m_swarm->left(QStringLiteral("gone"));
+        QVERIFY(m_swarm->offer(QStringLiteral("gone"), { m_blob }, 60'000).isEmpty());
+    }
+
+    // HAVE cannot put a node into a blob's swarm; holding: false takes it off; one for a blob the
+    // broker never offered changes nothing.
+    void haveTakesOffButNeverPutsOn()
+    {
+        m_swarm->joined(QStringLiteral("a"), endpointOf(7001), QStringLiteral("10.0.0.1"));
+        m_swarm->joined(QStringLiteral("b"), endpointOf(7002), QStringLiteral("10.0.0.2"));
+        m_swarm->joined(QStringLiteral("c"), endpointOf(7003), QStringLiteral("10.0.0.3"));
+        m_swarm->have(QStringLiteral("a"), m_blob, true); // never handed it
+        QVERIFY(m_swarm->offer(QStringLiteral("b"), { m_blob }, 60'000)[0].peers.isEmpty());
+        m_swarm->have(QStringLiteral("b"), m_blob, false);
+        QVERIFY(m_swarm->offer(QStringLiteral("c"), { m_blob }, 60'000)[0].peers.isEmpty());
+        for (int i = 0; i < 1000; ++i)
+            m_swarm->have(QStringLiteral("a"), core::Digest::ofBytes(QByteArray::number(i)), false);
+        QCOMPARE(
+            m_swarm->offer(QStringLiteral("a"), { m_blob }, 60'000)[0].peers, QStringList { QStringLiteral("10.0.0.3:7003") });
+    }
+};
+
+QTEST_GUILESS_MAIN(BrokerSwarmTest)
+#include "tst_brokerswarm.moc"
