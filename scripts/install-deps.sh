@@ -11,8 +11,9 @@ packages=(
     libgl-dev
     # storage, networking, keys
     libsqlite3-dev sqlite3 libzmq3-dev cppzmq-dev libsodium-dev zlib1g-dev libssl-dev libzstd-dev
-    # the blob swarm (docs/SWARM.md): BitTorrent, and its Python binding for the tests' hostile peers
-    libtorrent-rasterbar-dev python3-libtorrent
+    # the blob swarm (docs/SWARM.md): BitTorrent, its Python binding for the tests' hostile peers, and
+    # the openssl tool (a stranger's own certificate, one the broker's authority signs)
+    libtorrent-rasterbar-dev python3-libtorrent openssl
     # LibTorch on OpenMP OpenBLAS (the pthread variant or the reference BLAS train ~9x slower)
     libtorch-dev libopenblas0-openmp
     # data and the independent PyTorch peer used by tests (Debian's /usr/bin/python3)
