@@ -157,6 +157,13 @@ core::Result<std::unique_ptr<Swarm>> Swarm::start(const Options& options)
         if (swarm->port() == 0)
             return core::Error { QStringLiteral("swarm"),
                 QStringLiteral("cannot listen on %1:%2").arg(options.address).arg(options.port) };
+        // On every interface (0.0.0.0), port 0 gives each interface's socket a port of its own, and
+        // peers are told one: all of them listen on the first's.
+        if (options.port == 0 && options.address == QStringLiteral("0.0.0.0")) {
+            lt::settings_pack same;
+            same.set_str(lt::settings_pack::listen_interfaces, "0.0.0.0:" + std::to_string(swarm->port()) + 's');
+            swarm->d->session.apply_settings(same);
+        }
         return swarm;
     } catch (const std::exception& caught) {
         return core::Error { QStringLiteral("swarm"), QString::fromUtf8(caught.what()) };
