@@ -162,6 +162,8 @@ def figures(results):
         f["net.verificationOverhead"] = f["net.verified.wall"] / f["net.unverified.wall"]
     if "net.unverified.wall" in f and "local.wall" in f:
         f["net.unverifiedVsLocal"] = f["net.unverified.wall"] / f["local.wall"]
+    if "swarm.uplink.seconds" in f and "swarm.uplink.getSeconds" in f:
+        f["swarm.uplink.faster"] = f["swarm.uplink.getSeconds"] / f["swarm.uplink.seconds"]
     f["date"] = date.today().isoformat()
     return f, curves
 

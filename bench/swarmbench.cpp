@@ -5,7 +5,7 @@
 // blob one after another, as TASKs go out, and each serves it once it has it, as a node does.
 // Not a whole round: no training, no ZeroMQ; the broker's egress for the blob is what is measured.
 //
-// Usage: tessera-bench-swarm [--quick] [--plain] [--seed-mbit N]
+// Usage: tessera-bench-swarm [--quick] [--plain] [--seed-mbit N] [--uplink] [--nodes N]
 
 #include "record.h"
 
@@ -110,12 +110,30 @@ int main(int argc, char** argv)
     const std::int64_t seedRate = at > 0 ? app.arguments().value(at + 1).toLongLong() * 1'000'000 / 8 : 0;
     // The example job's round change (int8, 0.257 x 942 KB) and a ~40 M-parameter job's (0.257 x 160 MB).
     const QList<std::pair<const char*, qsizetype>> blobs { { "example", 242'430 }, { "40m", quick ? 8 << 20 : 41 << 20 } };
+    // --uplink: the broker's seed capped at --seed-mbit (100 by default) and 8 nodes, beside the
+    // time GET alone would take through the same uplink.
+    const bool uplink = app.arguments().contains(QStringLiteral("--uplink"));
+    const auto nodesAt = app.arguments().indexOf(QStringLiteral("--nodes"));
+    const QList<int> counts = nodesAt > 0 ? QList<int> { app.arguments().value(nodesAt + 1).toInt() }
+        : uplink                          ? QList<int> { 8 }
+                                          : QList<int> { 4, 16, 32 };
+    const std::int64_t rate = uplink && seedRate == 0 ? 100'000'000 / 8 : seedRate;
     std::printf("%-8s %4s %10s %12s %12s %9s %9s\n", "blob", "N", "MB", "swarm", "GET only", "seconds", "fallbacks");
     for (const auto& [name, size] : blobs) {
-        for (const int nodes : { 4, 16, 32 }) {
-            const auto outcome = measure(nodes, size, seedRate, superSeedBytes);
+        if (uplink && QByteArray(name) != "40m")
+            continue;
+        for (const int nodes : counts) {
+            const auto outcome = measure(nodes, size, rate, superSeedBytes);
             std::printf("%-8s %4d %10.2f %11.2fx %11.0fx %9.2f %9d\n", name, nodes, double(size) / 1e6, outcome.brokerRatio,
                 double(nodes), outcome.seconds, outcome.fallbacks);
+            if (uplink) {
+                const double getSeconds = double(nodes) * double(size) / double(rate);
+                std::printf("uplink %.0f Mbit/s, %d nodes: the swarm took %.1f s, GET alone would take %.1f s: %.2fx faster\n",
+                    double(rate) * 8 / 1e6, nodes, outcome.seconds, getSeconds, getSeconds / outcome.seconds);
+                bench::record(superSeedBytes > 0 ? "swarm.uplink.seconds" : "swarm.plain.uplink.seconds", outcome.seconds);
+                bench::record("swarm.uplink.getSeconds", getSeconds);
+                continue;
+            }
             const QByteArray key
                 = QByteArray(superSeedBytes > 0 ? "swarm." : "swarm.plain.") + name + '.' + QByteArray::number(nodes);
             bench::record((key + ".ratio").constData(), outcome.brokerRatio);

@@ -197,8 +197,8 @@ QList<SwarmOffer> BrokerSwarm::offer(const QString& nodeId, const QList<core::Di
         peers.insert(nodeId);
         // Enough nodes to hand the pieces on to each other: the seed reveals them one at a time.
         // With fewer, super-seeding costs more time than it saves bytes (docs/SWARM.md).
-        if (!seeded.super && d->options.superSeedBytes > 0 && seeded.size >= d->options.superSeedBytes
-            && peers.size() >= d->options.superSeedNodes)
+        if (!seeded.super && d->options.superSeedBytes > 0 && d->options.superSeedNodes > 0
+            && seeded.size >= d->options.superSeedBytes && peers.size() >= d->options.superSeedNodes)
             seeded.super = bool(d->session->setSuperSeeding(blob, true));
     }
     return offers;

@@ -42,7 +42,7 @@ public:
         // each other, at some seconds' cost; docs/SWARM.md, "The broker's seed") once they were
         // handed to superSeedNodes nodes; superSeedBytes 0: never.
         std::int64_t superSeedBytes = 4 << 20;
-        int superSeedNodes = 8;
+        int superSeedNodes = 16; // Broker/SwarmSuperSeedNodes; 0: never
     };
 
     static core::Result<std::unique_ptr<BrokerSwarm>> start(const Options& options, core::BlobStore& blobs);

@@ -110,6 +110,7 @@ inline const QString BrokerSwarm = QStringLiteral("Broker/Swarm");
 inline const QString BrokerSwarmAddress = QStringLiteral("Broker/SwarmAddress");
 inline const QString BrokerSwarmPort = QStringLiteral("Broker/SwarmPort");
 inline const QString BrokerSwarmMaxUploadKiBps = QStringLiteral("Broker/SwarmMaxUploadKiBps");
+inline const QString BrokerSwarmSuperSeedNodes = QStringLiteral("Broker/SwarmSuperSeedNodes");
 inline const QString AppStartAtLogin = QStringLiteral("App/StartAtLogin");
 inline const QString AppNotifications = QStringLiteral("App/Notifications");
 inline const QString AppElectricityPricePerKWh = QStringLiteral("App/ElectricityPricePerKWh");
