@@ -53,6 +53,14 @@ records = {
 }
 
 
+# tessera-bench-swarm: the broker's bytes per blob, by blob and node count, seeded by default and plainly.
+for mode in ("swarm", "swarm.plain"):
+    for blob in ("example", "40m"):
+        for nodes in (4, 16, 32):
+            records["%s.%s.%d.ratio" % (mode, blob, nodes)] = 1.5
+            records["%s.%s.%d.seconds" % (mode, blob, nodes)] = 2.0
+records.update({"swarm.uplink.seconds": 11.0, "swarm.uplink.getSeconds": 27.5})
+
 # bench/scale.sh: per model size; state is a word, not a number.
 for name, params, ratio, node, broker, silent in (("1m", 1.07e6, 1.5, 268, 306, 0), ("10m", 10.0e6, 1.38, 531, 694, 0),
                                                   ("40m", 36.8e6, 1.2, 1143, 1586, 0), ("100m", 98.7e6, 1.27, 2555, 3742, 2),
