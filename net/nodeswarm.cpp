@@ -172,7 +172,7 @@ core::Status NodeSwarm::fetch(
     }
     it->torrent = *torrent;
     d->fetches.insert(blob, { now, 0, peers, brokerPeer });
-    qCDebug(lcNodeSwarm).noquote() << "fetching blob" << blob.toHex().left(12) << "from" << peers.join(QStringLiteral(", "));
+    qCInfo(lcNodeSwarm).noquote() << "fetching blob" << blob.toHex().left(12) << "from" << peers.join(QStringLiteral(", "));
     return {};
 }
 
