@@ -22,8 +22,8 @@ struct KeyPair {
 // When a certificate stops being valid, in milliseconds since the epoch.
 core::Result<std::int64_t> certificateExpiry(const QByteArray& certificatePem);
 
-// A job's certificate authority (docs/SWARM.md, "Only who may read, reads"): a self-signed P-256
-// certificate that every torrent of the job carries in its info dictionary. A peer is let into a
+// A broker's swarm authority (docs/SWARM.md, "Only who may read, reads"): a self-signed P-256
+// certificate that every torrent the broker makes carries in its info dictionary. A peer is let into a
 // torrent's swarm only with a certificate it signed directly, named by the blob's 64 hex digits.
 class Authority {
 public:

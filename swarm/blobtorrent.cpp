@@ -31,7 +31,7 @@ core::Result<BlobTorrent> BlobTorrent::make(const QString& path, const QByteArra
     if (!file.isFile() || file.size() <= PieceBytes)
         return refused(QStringLiteral("%1 is not a blob of more than one piece").arg(path));
     if (authorityPem.isEmpty())
-        return refused(QStringLiteral("a blob's torrent needs its job's authority"));
+        return refused(QStringLiteral("a blob's torrent needs an authority"));
     lt::file_storage files;
     files.add_file(file.fileName().toStdString(), file.size());
     lt::create_torrent maker(files, PieceBytes, lt::create_torrent::v2_only);

@@ -12,7 +12,7 @@ namespace tessera::swarm {
 
 // One blob as one BitTorrent torrent (docs/SWARM.md, "One blob, one torrent"): v2 only (BEP 52,
 // SHA-256 Merkle trees), one file named by the blob's 64 hex digits, 16 KiB pieces, private, and
-// the job's certificate authority in its info dictionary.
+// the broker's swarm authority in its info dictionary.
 struct BlobTorrent {
     static constexpr int PieceBytes = 16 * 1024;
 

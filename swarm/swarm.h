@@ -32,7 +32,7 @@ public:
         enum class Kind {
             Fetched, // the blob is whole in its folder, every piece checked against the torrent
             Banned, // a peer sent a piece that failed its hash and was banned
-            Refused, // a peer failed the TLS handshake (no certificate of the job's authority)
+            Refused, // a peer failed the TLS handshake (no certificate of the torrent's authority)
             Failed, // the torrent stopped: a disk error, a certificate it cannot use
         };
         Kind kind;

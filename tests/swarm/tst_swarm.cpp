@@ -1,4 +1,4 @@
-// The blob swarm's parts (docs/SWARM.md): a job's authority and the certificates it issues, a
+// The blob swarm's parts (docs/SWARM.md): an authority and the certificates it issues, a
 // blob's torrent (v2 only, 16 KiB pieces, private, the authority inside) and what a node refuses
 // to take for one, and two real libtorrent sessions on their own loopback addresses handing a blob
 // over TLS, while a stranger (no certificate, one of another authority, or one for another blob)
@@ -145,7 +145,7 @@ private Q_SLOTS:
     }
 
     // The seed and the member each on their own address; the stranger (no certificate) and the
-    // intruder (a certificate of another job's authority) dial the seed too, and get nothing.
+    // intruder (a certificate of another authority) dial the seed too, and get nothing.
     void aMemberFetchesABlobOverTlsAndStrangersGetNothing()
     {
 #ifdef __SANITIZE_ADDRESS__
