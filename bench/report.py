@@ -282,6 +282,52 @@ def scale_svg(f):
     return "\n".join(out) + "\n"
 
 
+SWARM_NODES = (4, 16, 32)
+
+
+def swarm_svg(f):
+    """The broker's bytes for a round's blob against the number of nodes (tessera-bench-swarm):
+    GET alone, the swarm by default and with a plain seed, for each blob."""
+    if not all("swarm.%s.%d.ratio" % (b, n) in f for b in ("example", "40m") for n in SWARM_NODES):
+        return None
+    width, height, left, right, top, bottom = 640, 360, 60, 20, 30, 50
+    high = max(SWARM_NODES)
+
+    def x(n):
+        return left + (width - left - right) * (n - SWARM_NODES[0]) / (high - SWARM_NODES[0])
+
+    def y(v):
+        return top + (height - top - bottom) * (1 - v / high)
+
+    out = ['<svg xmlns="http://www.w3.org/2000/svg" width="%d" height="%d" viewBox="0 0 %d %d" '
+           'font-family="sans-serif" font-size="12">' % (width, height, width, height),
+           '<rect width="100%" height="100%" fill="white"/>',
+           '<text x="%d" y="18" font-size="14">The broker\'s bytes per round\'s blob, in copies of it</text>' % left]
+    for v in range(0, high + 1, 4):
+        out.append('<line x1="%d" x2="%d" y1="%.1f" y2="%.1f" stroke="#ddd"/>' % (left, width - right, y(v), y(v)))
+        out.append('<text x="%d" y="%.1f" text-anchor="end">%dx</text>' % (left - 6, y(v) + 4, v))
+    for n in SWARM_NODES:
+        out.append('<text x="%.1f" y="%d" text-anchor="middle">%d</text>' % (x(n), height - bottom + 16, n))
+    out.append('<text x="%d" y="%d" text-anchor="middle">nodes fetching the blob</text>' % (
+        (left + width - right) / 2, height - 12))
+    lines = [("#7f7f7f", "6 4", "GET alone", [float(n) for n in SWARM_NODES])]
+    for key, color, label in (("40m", "#d62728", "swarm, 43 MB change"), ("example", "#1f77b4", "swarm, 242 KB change")):
+        lines.append((color, "", label, [f["swarm.%s.%d.ratio" % (key, n)] for n in SWARM_NODES]))
+        if all("swarm.plain.%s.%d.ratio" % (key, n) in f for n in SWARM_NODES):
+            lines.append((color, "2 3", label + ", plain seed", [f["swarm.plain.%s.%d.ratio" % (key, n)] for n in SWARM_NODES]))
+    legend_y = top + 14
+    for color, dash, label, values in lines:
+        points = " ".join("%.1f,%.1f" % (x(n), y(v)) for n, v in zip(SWARM_NODES, values))
+        dashing = 'stroke-dasharray="%s"' % dash if dash else ""
+        out.append('<polyline fill="none" stroke="%s" stroke-width="2" %s points="%s"/>' % (color, dashing, points))
+        out.append('<line x1="%d" x2="%d" y1="%d" y2="%d" stroke="%s" stroke-width="2" %s/>' % (
+            left + 10, left + 40, legend_y, legend_y, color, dashing))
+        out.append('<text x="%d" y="%d">%s</text>' % (left + 46, legend_y + 4, label))
+        legend_y += 18
+    out.append("</svg>")
+    return "\n".join(out) + "\n"
+
+
 def svg(curves):
     """Test accuracy per round as an SVG line chart, no dependencies."""
     width, height, left, right, top, bottom = 640, 360, 60, 20, 30, 50
@@ -344,6 +390,10 @@ def main():
     if scaled:
         with open(os.path.join(os.path.dirname(plot), "scale-curve.svg"), "w") as image:
             image.write(scaled)
+    swarmed = swarm_svg(f)
+    if swarmed:
+        with open(os.path.join(os.path.dirname(plot), "swarm-egress.svg"), "w") as image:
+            image.write(swarmed)
     print("report: wrote %s%s" % (output, " and " + plot if curves else ""))
 
 
