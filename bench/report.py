@@ -268,21 +268,28 @@ def scale_svg(f):
         "node": ("#1f77b4", "6 4", "node peak RSS (GB)"),
         "broker": ("#2ca02c", "2 3", "broker peak RSS (GB)"),
     }
-    legend_y = top + 14
-    for name, values in series.items():
-        color, dash, label = styles[name]
-        points = " ".join("%.1f,%.1f" % (x(p), y(v)) for p, v in zip(params, values))
-        dashing = 'stroke-dasharray="%s"' % dash if dash else ""
-        out.append('<polyline fill="none" stroke="%s" stroke-width="2" %s points="%s"/>' % (color, dashing, points))
-        out.append('<line x1="%d" x2="%d" y1="%d" y2="%d" stroke="%s" stroke-width="2" %s/>' % (
-            left + 10, left + 40, legend_y, legend_y, color, dashing))
-        out.append('<text x="%d" y="%d">%s</text>' % (left + 46, legend_y + 4, label))
-        legend_y += 18
+    lines = [styles[name] + ([(x(p), y(v)) for p, v in zip(params, values)],) for name, values in series.items()]
+    out += svg_lines(lines, left, top)
     out.append("</svg>")
     return "\n".join(out) + "\n"
 
 
 SWARM_NODES = (4, 16, 32)
+
+
+def svg_lines(lines, left, top):
+    """One polyline per (color, dash, label, points), with its legend entry in the top left."""
+    out = []
+    legend_y = top + 14
+    for color, dash, label, points in lines:
+        dashing = 'stroke-dasharray="%s"' % dash if dash else ""
+        out.append('<polyline fill="none" stroke="%s" stroke-width="2" %s points="%s"/>' % (
+            color, dashing, " ".join("%.1f,%.1f" % point for point in points)))
+        out.append('<line x1="%d" x2="%d" y1="%d" y2="%d" stroke="%s" stroke-width="2" %s/>' % (
+            left + 10, left + 40, legend_y, legend_y, color, dashing))
+        out.append('<text x="%d" y="%d">%s</text>' % (left + 46, legend_y + 4, label))
+        legend_y += 18
+    return out
 
 
 def swarm_svg(f):
@@ -315,15 +322,8 @@ def swarm_svg(f):
         lines.append((color, "", label, [f["swarm.%s.%d.ratio" % (key, n)] for n in SWARM_NODES]))
         if all("swarm.plain.%s.%d.ratio" % (key, n) in f for n in SWARM_NODES):
             lines.append((color, "2 3", label + ", plain seed", [f["swarm.plain.%s.%d.ratio" % (key, n)] for n in SWARM_NODES]))
-    legend_y = top + 14
-    for color, dash, label, values in lines:
-        points = " ".join("%.1f,%.1f" % (x(n), y(v)) for n, v in zip(SWARM_NODES, values))
-        dashing = 'stroke-dasharray="%s"' % dash if dash else ""
-        out.append('<polyline fill="none" stroke="%s" stroke-width="2" %s points="%s"/>' % (color, dashing, points))
-        out.append('<line x1="%d" x2="%d" y1="%d" y2="%d" stroke="%s" stroke-width="2" %s/>' % (
-            left + 10, left + 40, legend_y, legend_y, color, dashing))
-        out.append('<text x="%d" y="%d">%s</text>' % (left + 46, legend_y + 4, label))
-        legend_y += 18
+    out += svg_lines([(color, dash, label, [(x(n), y(v)) for n, v in zip(SWARM_NODES, values)])
+                      for color, dash, label, values in lines], left, top)
     out.append("</svg>")
     return "\n".join(out) + "\n"
 

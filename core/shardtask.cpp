@@ -18,6 +18,19 @@ std::int64_t ShardTask::keptStateCheckpoint() const
     return count >= 3 ? (count - 1) / 2 : 0;
 }
 
+QList<Digest> ShardTask::inputBlobs() const
+{
+    QList<Digest> blobs;
+    if (model.source == ModelSpec::Source::TorchScript)
+        blobs.append(model.scriptSha256);
+    if (dataset.source == DatasetSpec::Source::Tensors) {
+        blobs.append(dataset.trainSha256);
+        if (!dataset.testSha256.isNull())
+            blobs.append(dataset.testSha256);
+    }
+    return blobs;
+}
+
 Result<ShardTask> ShardTask::fromJson(const QJsonObject& json)
 {
     JsonReader reader(json);

@@ -5,6 +5,7 @@
 #include "jobspec.h"
 
 #include <QJsonObject>
+#include <QList>
 #include <QMetaType>
 #include <QString>
 
@@ -47,6 +48,8 @@ struct ShardTask {
     // so that any other is re-created by re-running at most half the shard), 0 when there is no
     // interior checkpoint. Memory and disk per result: one state, whatever the checkpoint count.
     std::int64_t keptStateCheckpoint() const;
+    // The blobs the task reads besides its start weights: a TorchScript model, tensor files.
+    QList<Digest> inputBlobs() const;
 
     bool operator==(const ShardTask&) const = default;
 };

@@ -1,8 +1,9 @@
 #include "signing.h"
 
+#include "privatefile.h"
+
 #include <QFile>
 #include <QJsonDocument>
-#include <QSaveFile>
 
 #include <sodium.h>
 
@@ -41,13 +42,11 @@ Result<SigningKeys> SigningKeys::loadOrCreate(const QString& path)
     QFile file(path);
     if (!file.exists()) {
         const auto keys = generate();
-        QSaveFile out(path);
-        if (!out.open(QIODevice::WriteOnly))
-            return Error { path, QStringLiteral("cannot write the signing key") };
-        out.setPermissions(QFileDevice::ReadOwner | QFileDevice::WriteOwner);
-        out.write("sign-public " + keys.publicKey.toBase64() + "\nsign-secret " + keys.secretKey.toBase64() + "\n");
-        if (!out.commit())
-            return Error { path, QStringLiteral("cannot write the signing key") };
+        const auto written = writePrivateFile(path,
+            "sign-public " + keys.publicKey.toBase64() + "\nsign-secret " + keys.secretKey.toBase64() + "\n",
+            QStringLiteral("the signing key"));
+        if (!written)
+            return written.error();
         return keys;
     }
     if (!file.open(QIODevice::ReadOnly))

@@ -37,8 +37,7 @@ QString shortId(const QString& id)
 
 bool isLoopback(const QString& endpoint)
 {
-    // tcp://HOST:PORT
-    const QString host = endpoint.mid(6).section(u':', 0, -2);
+    const QString host = endpointHost(endpoint);
     return host == u"localhost" || host.startsWith(u"127.") || host == u"[::1]" || host == u"::1";
 }
 
@@ -247,6 +246,8 @@ struct BrokerServer::Private {
     // The peer's IP address (ZeroMQ's Peer-Address): IPv4, or an IPv6 /64 ("2001:db8::/64"); empty
     // on loopback or where it is not known.
     static QString addressOf(const detail::Frames& received);
+    // The peer's IP address as it came, loopback too (an IPv4 address mapped into IPv6 is that
+    // IPv4 address).
     static QString hostOf(const QString& peerAddress)
     {
         return peerAddress.startsWith(u"::ffff:") && peerAddress.contains(u'.') ? peerAddress.mid(7) : peerAddress;
@@ -344,11 +345,10 @@ core::Status BrokerServer::Private::startSwarm()
         return {};
     auto seed = *options.swarm;
     if (seed.address.isEmpty()) {
-        static const QRegularExpression tcp(QStringLiteral(R"(^tcp://(.+):\d+$)"));
-        const auto match = tcp.match(endpoint);
-        seed.address = !match.hasMatch()                                   ? QStringLiteral("127.0.0.1")
-            : match.captured(1) == u"*" || match.captured(1) == u"0.0.0.0" ? QStringLiteral("0.0.0.0")
-                                                                           : match.captured(1);
+        const QString host = endpointHost(endpoint);
+        seed.address = host.isEmpty()            ? QStringLiteral("127.0.0.1")
+            : host == u"*" || host == u"0.0.0.0" ? QStringLiteral("0.0.0.0")
+                                                 : host;
     }
     auto started = BrokerSwarm::start(seed, broker.blobs());
     if (!started)
@@ -373,14 +373,7 @@ QList<SwarmOffer> BrokerServer::Private::swarmOffers(
     QList<core::Digest> blobs { a.startWeightsBlob };
     if (a.startChange)
         blobs.append(a.startChange->blob);
-    if (a.task.model.source == core::ModelSpec::Source::TorchScript)
-        blobs.append(a.task.model.scriptSha256);
-    if (a.task.dataset.source == core::DatasetSpec::Source::Tensors) {
-        blobs.append(a.task.dataset.trainSha256);
-        if (!a.task.dataset.testSha256.isNull())
-            blobs.append(a.task.dataset.testSha256);
-    }
-    return swarm->offer(nodeId, blobs, validMs);
+    return swarm->offer(nodeId, blobs + a.task.inputBlobs(), validMs);
 }
 
 void BrokerServer::Private::nodeGone(const QString& nodeId)
@@ -700,9 +693,7 @@ bool BrokerServer::Private::admit(const QByteArray& routingId, const QString& wh
 
 QString BrokerServer::Private::addressOf(const detail::Frames& received)
 {
-    QString address = received.peerAddress;
-    if (address.startsWith(u"::ffff:") && address.contains(u'.'))
-        address = address.mid(7); // an IPv4 address mapped into IPv6 is that IPv4 address
+    const QString address = hostOf(received.peerAddress);
     if (address.isEmpty() || address.startsWith(u"127.") || address == u"::1")
         return {};
     // One IPv6 host is given a whole /64: its first 64 bits are its address here.

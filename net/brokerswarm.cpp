@@ -1,5 +1,7 @@
 #include "brokerswarm.h"
 
+#include <core/privatefile.h>
+#include <core/readfile.h>
 #include <swarm/authority.h>
 #include <swarm/blobtorrent.h>
 #include <swarm/swarm.h>
@@ -8,7 +10,6 @@
 #include <QFileInfo>
 #include <QLoggingCategory>
 #include <QRandomGenerator>
-#include <QSaveFile>
 
 #include <algorithm>
 
@@ -27,26 +28,22 @@ core::Result<swarm::Authority> authorityIn(const QString& path)
 {
     if (path.isEmpty())
         return swarm::Authority::create(QStringLiteral("Tessera swarm authority"), AuthoritySeconds);
-    QFile file(path);
-    if (file.exists()) {
-        if (!file.open(QIODevice::ReadOnly))
+    if (QFile::exists(path)) {
+        const auto both = core::readFile(path);
+        if (!both)
             return core::Error { path, QStringLiteral("cannot read the swarm authority") };
-        const QByteArray both = file.readAll();
-        const auto at = both.indexOf(CertificateMark);
+        const auto at = both->indexOf(CertificateMark);
         if (at < 0)
             return core::Error { path, QStringLiteral("holds no certificate: delete it to make a new authority") };
-        return swarm::Authority::fromPem(both.mid(at), both.left(at));
+        return swarm::Authority::fromPem(both->mid(at), both->left(at));
     }
     auto made = swarm::Authority::create(QStringLiteral("Tessera swarm authority"), AuthoritySeconds);
     if (!made)
         return made.error();
-    QSaveFile out(path);
-    if (!out.open(QIODevice::WriteOnly))
-        return core::Error { path, QStringLiteral("cannot write the swarm authority") };
-    out.setPermissions(QFileDevice::ReadOwner | QFileDevice::WriteOwner);
-    out.write(made->privateKeyPem() + made->certificatePem());
-    if (!out.commit())
-        return core::Error { path, QStringLiteral("cannot write the swarm authority") };
+    if (auto written
+        = core::writePrivateFile(path, made->privateKeyPem() + made->certificatePem(), QStringLiteral("the swarm authority"));
+        !written)
+        return written.error();
     return made;
 }
 

@@ -1,9 +1,10 @@
 #include "curvekeys.h"
 
+#include <core/privatefile.h>
+
 #include <QFile>
 #include <QFileDevice>
 #include <QRegularExpression>
-#include <QSaveFile>
 
 #include <zmq.h>
 
@@ -59,14 +60,8 @@ core::Result<CurveKeys> CurveKeys::loadOrCreate(const QString& path)
 
 core::Status CurveKeys::save(const QString& path) const
 {
-    QSaveFile file(path);
-    if (!file.open(QIODevice::WriteOnly))
-        return core::Error { path, QStringLiteral("cannot write the key file") };
-    file.setPermissions(QFileDevice::ReadOwner | QFileDevice::WriteOwner);
-    file.write(QStringLiteral("public %1\nsecret %2\n").arg(publicKey, secretKey).toLatin1());
-    if (!file.commit())
-        return core::Error { path, QStringLiteral("cannot write the key file") };
-    return {};
+    return core::writePrivateFile(
+        path, QStringLiteral("public %1\nsecret %2\n").arg(publicKey, secretKey).toLatin1(), QStringLiteral("the key file"));
 }
 
 core::Result<BrokerAddress> BrokerAddress::parse(const QString& address)
@@ -81,6 +76,11 @@ core::Result<BrokerAddress> BrokerAddress::parse(const QString& address)
     if (!parsed.serverKey.isEmpty() && !isZ85Key(parsed.serverKey))
         return core::Error { QStringLiteral("broker"), QStringLiteral("the key after '#' must be 40 Z85 characters") };
     return parsed;
+}
+
+QString endpointHost(const QString& endpoint)
+{
+    return endpoint.startsWith(u"tcp://") ? endpoint.mid(6).section(u':', 0, -2) : QString();
 }
 
 QString BrokerAddress::toString() const

@@ -28,4 +28,7 @@ struct BrokerAddress {
     QString toString() const;
 };
 
+// The HOST of a tcp://HOST:PORT endpoint; empty for ipc:// and inproc:// ones.
+QString endpointHost(const QString& endpoint);
+
 } // namespace tessera::net

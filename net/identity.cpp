@@ -1,9 +1,10 @@
 #include "identity.h"
 
+#include <core/privatefile.h>
+
 #include <QDir>
 #include <QFile>
 #include <QFileInfo>
-#include <QSaveFile>
 #include <QStandardPaths>
 
 namespace tessera::net {
@@ -15,14 +16,7 @@ const char* const BackupHeader = "# Tessera identity backup: your account on eve
 
 core::Status writePrivate(const QString& path, const QByteArray& bytes)
 {
-    QSaveFile file(path);
-    if (!file.open(QIODevice::WriteOnly))
-        return core::Error { path, QStringLiteral("cannot write the file") };
-    file.setPermissions(QFileDevice::ReadOwner | QFileDevice::WriteOwner);
-    file.write(bytes);
-    if (!file.commit())
-        return core::Error { path, QStringLiteral("cannot write the file") };
-    return {};
+    return core::writePrivateFile(path, bytes, QStringLiteral("the file"));
 }
 
 } // namespace

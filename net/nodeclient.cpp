@@ -161,6 +161,7 @@ struct NodeClient::Private {
     std::unique_ptr<NodeSwarm> swarm;
     QString brokerSeed;
     QSet<core::Digest> swarmFailed;
+    std::int64_t swarmCheckedAt = 0; // when what it serves was last pruned and counted
 
     // Readable when the executor has something for this client (ShardExecutor::notify): the loop
     // waits on it beside the socket.
@@ -320,16 +321,9 @@ struct NodeClient::Private {
     QList<core::Digest> blobsOf(const core::ShardTask& task, const core::Digest& weights) const
     {
         QList<core::Digest> needed { weights };
-        const auto add = [&](const core::Digest& digest) {
+        for (const auto& digest : task.inputBlobs()) {
             if (!needed.contains(digest)) // each once: pins are counted
                 needed.append(digest);
-        };
-        if (task.model.source == core::ModelSpec::Source::TorchScript)
-            add(task.model.scriptSha256);
-        if (task.dataset.source == core::DatasetSpec::Source::Tensors) {
-            add(task.dataset.trainSha256);
-            if (!task.dataset.testSha256.isNull())
-                add(task.dataset.testSha256);
         }
         return needed;
     }
@@ -421,9 +415,14 @@ struct NodeClient::Private {
             }
             takeFromSwarm(outcome.blob, outcome.file);
         }
-        for (const auto& blob : swarm->prune([this](const core::Digest& blob) { return cache.contains(blob); }))
-            tellHave(blob, false);
-        counters.swarmBytesUploaded = swarm->uploadedBytes();
+        // What it serves is checked once a heartbeat, not every turn of the loop: each count asks
+        // libtorrent's thread about every torrent.
+        if (now() - swarmCheckedAt >= options.heartbeatMs) {
+            swarmCheckedAt = now();
+            for (const auto& blob : swarm->prune([this](const core::Digest& blob) { return cache.contains(blob); }))
+                tellHave(blob, false);
+            counters.swarmBytesUploaded = swarm->uploadedBytes();
+        }
         if (changed) {
             pumpDownloads();
             maybeStartTask();
@@ -1002,11 +1001,8 @@ void NodeClient::Private::onWelcome(const Message& message)
     brokerTakesZstd = welcome && welcome->encodings.contains(ZstdEncoding);
     brokerSeed.clear();
     if (welcome && welcome->swarmPort > 0) {
-        static const QRegularExpression tcp(QStringLiteral(R"(^tcp://(.+):\d+$)"));
-        const auto match = tcp.match(options.broker.endpoint);
-        brokerSeed = QStringLiteral("%1:%2")
-                         .arg(match.hasMatch() ? match.captured(1) : QStringLiteral("127.0.0.1"))
-                         .arg(welcome->swarmPort);
+        const QString host = endpointHost(options.broker.endpoint);
+        brokerSeed = QStringLiteral("%1:%2").arg(host.isEmpty() ? QStringLiteral("127.0.0.1") : host).arg(welcome->swarmPort);
     }
     readySent = false;
     backoff.reset();
@@ -1320,6 +1316,8 @@ void NodeClient::run(const std::atomic<bool>& stop, const std::atomic<bool>& aba
         if (stopping && (abandon.load() || (!shardOut && d->outbox.empty()) || reportTimedOut)) {
             if (d->socket && d->session == Session::Registered)
                 d->send(Command::Bye, {});
+            if (d->swarm) // the last count, for the stop's summary
+                d->counters.swarmBytesUploaded = d->swarm->uploadedBytes();
             return;
         }
         d->stopping = stopping;

@@ -1,5 +1,7 @@
 #include "nodeswarm.h"
 
+#include <core/privatefile.h>
+#include <core/readfile.h>
 #include <swarm/authority.h>
 #include <swarm/blobtorrent.h>
 #include <swarm/swarm.h>
@@ -9,7 +11,6 @@
 #include <QFile>
 #include <QFileInfo>
 #include <QLoggingCategory>
-#include <QSaveFile>
 
 Q_LOGGING_CATEGORY(lcNodeSwarm, "tessera.node.swarm")
 
@@ -21,11 +22,11 @@ core::Result<swarm::KeyPair> keyIn(const QString& path)
 {
     if (path.isEmpty())
         return swarm::KeyPair::generate();
-    QFile file(path);
-    if (file.exists()) {
-        if (!file.open(QIODevice::ReadOnly))
+    if (QFile::exists(path)) {
+        const auto pem = core::readFile(path);
+        if (!pem)
             return core::Error { path, QStringLiteral("cannot read the swarm key") };
-        auto pair = swarm::KeyPair::fromPrivatePem(file.readAll());
+        auto pair = swarm::KeyPair::fromPrivatePem(*pem);
         if (!pair)
             return core::Error { path, pair.error().message + QStringLiteral(": delete it to make a new swarm key") };
         return pair;
@@ -33,13 +34,8 @@ core::Result<swarm::KeyPair> keyIn(const QString& path)
     auto made = swarm::KeyPair::generate();
     if (!made)
         return made.error();
-    QSaveFile out(path);
-    if (!out.open(QIODevice::WriteOnly))
-        return core::Error { path, QStringLiteral("cannot write the swarm key") };
-    out.setPermissions(QFileDevice::ReadOwner | QFileDevice::WriteOwner);
-    out.write(made->privatePem);
-    if (!out.commit())
-        return core::Error { path, QStringLiteral("cannot write the swarm key") };
+    if (auto written = core::writePrivateFile(path, made->privatePem, QStringLiteral("the swarm key")); !written)
+        return written.error();
     return made;
 }
 
@@ -64,12 +60,10 @@ struct NodeSwarm::Private {
     struct Fetch {
         std::int64_t lastProgressAt = 0;
         std::int64_t bytes = 0;
-        QStringList peers; // whom it dials
-        QString brokerPeer;
+        QStringList peers; // whom it dials, the broker's seed first
     };
     QHash<core::Digest, Fetch> fetches;
     QSet<core::Digest> served;
-    int banned = 0;
 
     QString partialFile(const core::Digest& blob) const { return QDir(folder).filePath(blob.toHex()); }
 
@@ -171,7 +165,7 @@ core::Status NodeSwarm::fetch(
         return status;
     }
     it->torrent = *torrent;
-    d->fetches.insert(blob, { now, 0, peers, brokerPeer });
+    d->fetches.insert(blob, { now, 0, peers });
     qCInfo(lcNodeSwarm).noquote() << "fetching blob" << blob.toHex().left(12) << "from" << peers.join(QStringLiteral(", "));
     return {};
 }
@@ -205,7 +199,6 @@ QList<NodeSwarm::Outcome> NodeSwarm::poll(std::int64_t now)
     for (const auto& event : d->session->events(0)) {
         const auto blob = core::Digest::fromHex(event.blob).value_or(core::Digest {});
         if (event.kind == Kind::Banned) {
-            ++d->banned;
             qCWarning(lcNodeSwarm).noquote() << "banned peer" << event.peer << "for a bad piece of blob" << event.blob.left(12);
             if (d->fetches.contains(blob))
                 d->rejoinWithout(blob, event.peer);
@@ -298,28 +291,9 @@ QList<core::Digest> NodeSwarm::prune(const std::function<bool(const core::Digest
     return stopped;
 }
 
-QList<core::Digest> NodeSwarm::serving() const
-{
-    return d->served.values();
-}
-
-void NodeSwarm::forgetAll()
-{
-    for (const auto& blob : d->fetches.keys())
-        d->abandon(blob);
-    for (const auto& blob : std::as_const(d->served))
-        d->session->drop(blob);
-    d->served.clear();
-}
-
 std::int64_t NodeSwarm::uploadedBytes() const
 {
     return d->session->uploadedBytes();
-}
-
-int NodeSwarm::banned() const
-{
-    return d->banned;
 }
 
 } // namespace tessera::net

@@ -73,12 +73,8 @@ public:
     // Stops serving what `held` no longer holds and what its certificate no longer covers; the
     // blobs it stopped serving (each to be told to the broker: HAVE false).
     QList<core::Digest> prune(const std::function<bool(const core::Digest&)>& held);
-    QList<core::Digest> serving() const;
-    // Stops everything: fetches and serving (the broker lost this session).
-    void forgetAll();
 
     std::int64_t uploadedBytes() const;
-    int banned() const; // peers banned for bad pieces
 
 private:
     struct Private;

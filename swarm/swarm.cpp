@@ -85,7 +85,7 @@ struct Swarm::Private {
     std::int64_t uploadedByDropped = 0; // what torrents that left the session uploaded
 
     core::Status join(const BlobTorrent& torrent, const QString& directory, const QByteArray& certificatePem,
-        const QByteArray& privateKeyPem, bool seeding, bool superSeed = false)
+        const QByteArray& privateKeyPem, bool seeding)
     {
         const QString blob = torrent.blob.toHex();
         if (torrents.contains(blob))
@@ -99,8 +99,7 @@ struct Swarm::Private {
         params.save_path = directory.toStdString();
         // Paused until its certificate is set: it must not dial a peer without one.
         params.flags = lt::torrent_flags::paused | lt::torrent_flags::disable_dht | lt::torrent_flags::disable_lsd
-            | lt::torrent_flags::disable_pex | (seeding ? lt::torrent_flags::seed_mode : lt::torrent_flags_t {})
-            | (superSeed ? lt::torrent_flags::super_seeding : lt::torrent_flags_t {});
+            | lt::torrent_flags::disable_pex | (seeding ? lt::torrent_flags::seed_mode : lt::torrent_flags_t {});
         auto handle = session.add_torrent(std::move(params), error);
         if (error)
             return core::Error { QStringLiteral("swarm"), QString::fromStdString(error.message()) };
@@ -175,10 +174,10 @@ int Swarm::port() const
     return d->session.ssl_listen_port();
 }
 
-core::Status Swarm::seed(const BlobTorrent& torrent, const QString& directory, const QByteArray& certificatePem,
-    const QByteArray& privateKeyPem, Seeding seeding)
+core::Status Swarm::seed(
+    const BlobTorrent& torrent, const QString& directory, const QByteArray& certificatePem, const QByteArray& privateKeyPem)
 {
-    return guarded([&] { return d->join(torrent, directory, certificatePem, privateKeyPem, true, seeding == Seeding::Super); });
+    return guarded([&] { return d->join(torrent, directory, certificatePem, privateKeyPem, true); });
 }
 
 core::Status Swarm::fetch(const BlobTorrent& torrent, const QString& directory, const QByteArray& certificatePem,

@@ -47,17 +47,16 @@ public:
     Swarm& operator=(const Swarm&) = delete;
 
     int port() const;
-    // Serves the blob from `directory`/<64 hex digits>, which must hold it whole. A super-seed
-    // (BEP 16) reveals one piece at a time to each peer, and another once it saw the first passed
-    // on: peers then take most pieces from each other, at the cost of some seconds.
-    enum class Seeding { Plain, Super };
-    core::Status seed(const BlobTorrent& torrent, const QString& directory, const QByteArray& certificatePem,
-        const QByteArray& privateKeyPem, Seeding seeding = Seeding::Plain);
+    // Serves the blob from `directory`/<64 hex digits>, which must hold it whole.
+    core::Status seed(
+        const BlobTorrent& torrent, const QString& directory, const QByteArray& certificatePem, const QByteArray& privateKeyPem);
     // Fetches the blob into `directory`/<64 hex digits> from `peers` ("host:port"); Fetched says
     // when it is whole. The caller still checks its SHA-256 before it trusts it.
     core::Status fetch(const BlobTorrent& torrent, const QString& directory, const QByteArray& certificatePem,
         const QByteArray& privateKeyPem, const QStringList& peers);
-    // Whether a seeded blob is super-seeded from now on (see seed()).
+    // Whether a seeded blob is super-seeded from now on (BEP 16): the seed reveals one piece at a
+    // time to each peer, and another once it saw the first passed on, so peers take most pieces from
+    // each other, at the cost of some seconds.
     core::Status setSuperSeeding(const core::Digest& blob, bool on);
     // More peers for a blob being fetched ("host:port").
     core::Status addPeers(const core::Digest& blob, const QStringList& peers);

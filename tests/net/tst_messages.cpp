@@ -25,6 +25,22 @@ core::Digest digest(char c)
     return *core::Digest::fromHex(QString(64, QLatin1Char(c)));
 }
 
+// A TASK that reads: one shard of a zoo mlp on the built-in data.
+TaskMessage smallTask(const core::Digest& weights)
+{
+    TaskMessage task;
+    task.assignment = QStringLiteral("0123456789abcdef");
+    task.task.jobId = QStringLiteral("j");
+    task.task.sampleEnd = 10;
+    task.task.localSteps = 1;
+    task.task.batchSize = 1;
+    task.task.threads = 1;
+    task.task.model.zoo = QStringLiteral("mlp");
+    task.task.dataset.builtin = QStringLiteral("fashion-mnist");
+    task.startWeightsBlob = weights;
+    return task;
+}
+
 } // namespace
 
 class MessagesTest : public QObject {
@@ -151,16 +167,7 @@ private Q_SLOTS:
         QVERIFY(status->job.full);
         QVERIFY(!StatusReply::fromHeader({ { fields::Job, job.toPublicJson() } })->job.full);
         // A TASK's change comes with its base, or neither does.
-        TaskMessage task;
-        task.assignment = QStringLiteral("0123456789abcdef");
-        task.task.jobId = QStringLiteral("j");
-        task.task.sampleEnd = 10;
-        task.task.localSteps = 1;
-        task.task.batchSize = 1;
-        task.task.threads = 1;
-        task.task.model.zoo = QStringLiteral("mlp");
-        task.task.dataset.builtin = QStringLiteral("fashion-mnist");
-        task.startWeightsBlob = digest('f');
+        auto task = smallTask(digest('f'));
         auto plain = TaskMessage::fromHeader(task.toHeader());
         QVERIFY2(plain.ok(), qPrintable(plain.ok() ? QString() : plain.error().toString()));
         QVERIFY(!plain->startChange);
@@ -191,16 +198,7 @@ private Q_SLOTS:
                 R"({"certificate":"-----BEGIN CERTIFICATE-----\nMII\n-----END CERTIFICATE-----\n","peers":["10.0.0.2:6881",)"
                 R"("node.example:7000"],"sha256":")")
                 + QByteArray(64, 'a') + R"(","torrent":")" + QByteArray(64, 'b') + "\"}");
-        TaskMessage task;
-        task.assignment = QStringLiteral("0123456789abcdef");
-        task.task.jobId = QStringLiteral("j");
-        task.task.sampleEnd = 10;
-        task.task.localSteps = 1;
-        task.task.batchSize = 1;
-        task.task.threads = 1;
-        task.task.model.zoo = QStringLiteral("mlp");
-        task.task.dataset.builtin = QStringLiteral("fashion-mnist");
-        task.startWeightsBlob = digest('a');
+        auto task = smallTask(digest('a'));
         QVERIFY(!task.toHeader().contains(fields::Swarm)); // none: no field (the Python node's TASKs)
         task.swarm = { offer };
         const auto read = TaskMessage::fromHeader(task.toHeader());
