@@ -175,12 +175,32 @@ DatasetSpec readDatasetSpec(JsonReader reader)
                 u"trainFile", QStringLiteral("a tensor dataset needs a file to upload or the sha256 of one already uploaded"));
         return dataset;
     }
+    if (reader.has(u"chunks")) {
+        reader.allowOnly({ QStringLiteral("chunks") });
+        dataset.source = DatasetSpec::Source::Chunks;
+        auto chunks = reader.object(u"chunks");
+        chunks.allowOnly({ QStringLiteral("manifestFile"), QStringLiteral("manifestSha256"), QStringLiteral("testFile"),
+            QStringLiteral("testSha256"), QStringLiteral("trainSamples") });
+        dataset.manifestFile = chunks.string(u"manifestFile", Presence::Optional);
+        dataset.manifestSha256 = chunks.digest(u"manifestSha256", Presence::Optional);
+        dataset.testFile = chunks.string(u"testFile", Presence::Optional);
+        dataset.testSha256 = chunks.digest(u"testSha256", Presence::Optional);
+        dataset.trainSamples = chunks.integer(u"trainSamples", 1, std::int64_t(1) << 40);
+        if (chunks.ok() && dataset.manifestFile.isEmpty() && dataset.manifestSha256.isNull())
+            chunks.fail(u"manifestFile",
+                QStringLiteral("a chunked dataset needs its manifest (tessera-job chunk writes one) or the sha256 of one "
+                               "already uploaded"));
+        if (chunks.ok() && dataset.testFile.isEmpty() && dataset.testSha256.isNull())
+            chunks.fail(u"testFile",
+                QStringLiteral("a chunked dataset needs a test file: the broker evaluates each round on it, not on the corpus"));
+        return dataset;
+    }
     reader.allowOnly({ QStringLiteral("builtin") });
     dataset.source = DatasetSpec::Source::Builtin;
     dataset.builtin = reader.string(u"builtin");
     if (reader.ok() && !DatasetSpec::builtinNames().contains(dataset.builtin))
         reader.fail(u"builtin",
-            QStringLiteral("'%1' is not a built-in dataset (choose one of: %2), or give \"tensors\" instead")
+            QStringLiteral("'%1' is not a built-in dataset (choose one of: %2), or give \"tensors\" or \"chunks\" instead")
                 .arg(dataset.builtin, DatasetSpec::builtinNames().join(QStringLiteral(", "))));
     return dataset;
 }
@@ -193,6 +213,10 @@ QJsonObject datasetSpecToJson(const DatasetSpec& dataset)
         return json;
     }
     QJsonObject tensors;
+    if (!dataset.manifestFile.isEmpty())
+        tensors.insert(QStringLiteral("manifestFile"), dataset.manifestFile);
+    if (!dataset.manifestSha256.isNull())
+        tensors.insert(QStringLiteral("manifestSha256"), dataset.manifestSha256.toHex());
     if (!dataset.trainFile.isEmpty())
         tensors.insert(QStringLiteral("trainFile"), dataset.trainFile);
     if (!dataset.trainSha256.isNull())
@@ -202,7 +226,7 @@ QJsonObject datasetSpecToJson(const DatasetSpec& dataset)
     if (!dataset.testSha256.isNull())
         tensors.insert(QStringLiteral("testSha256"), dataset.testSha256.toHex());
     tensors.insert(QStringLiteral("trainSamples"), static_cast<qint64>(dataset.trainSamples));
-    json.insert(QStringLiteral("tensors"), tensors);
+    json.insert(dataset.source == DatasetSpec::Source::Chunks ? QStringLiteral("chunks") : QStringLiteral("tensors"), tensors);
     return json;
 }
 

@@ -46,14 +46,16 @@ struct ModelSpec {
 // or a tensor file saved by PyTorch (torch.save({"x": X, "y": Y}) of samples and class labels, or
 // torch.save({"tokens": T}) of token windows, docs/JOBS.md).
 struct DatasetSpec {
-    enum class Source { Builtin, Tensors };
+    enum class Source { Builtin, Tensors, Chunks };
 
     Source source = Source::Builtin;
     QString builtin; // "fashion-mnist" or "fortunes"
     Digest trainSha256; // Tensors: training file
     QString trainFile;
-    Digest testSha256; // Tensors: optional held-out file
+    Digest testSha256; // Tensors: optional held-out file; Chunks: the required one
     QString testFile;
+    Digest manifestSha256; // Chunks: the manifest (core/datasetchunks.h) of the training chunks
+    QString manifestFile;
     std::int64_t trainSamples = 0;
 
     static QStringList builtinNames();

@@ -38,6 +38,8 @@ enum class SeedPurpose : std::uint64_t {
     ShardPass = 2,
     Step = 3,
     Initialisation = 4,
+    ChunkOrder = 5, // a chunked dataset's order of chunks in a round
+    SegmentPass = 6, // and a shard's pass over one segment of its slice
 };
 
 } // namespace tessera::core

@@ -1,5 +1,7 @@
 #include "shardtask.h"
 
+#include <QJsonArray>
+
 #include "jsonreader.h"
 
 namespace tessera::core {
@@ -23,11 +25,13 @@ QList<Digest> ShardTask::inputBlobs() const
     QList<Digest> blobs;
     if (model.source == ModelSpec::Source::TorchScript)
         blobs.append(model.scriptSha256);
-    if (dataset.source == DatasetSpec::Source::Tensors) {
+    if (dataset.source == DatasetSpec::Source::Tensors)
         blobs.append(dataset.trainSha256);
-        if (!dataset.testSha256.isNull())
-            blobs.append(dataset.testSha256);
-    }
+    if (dataset.source == DatasetSpec::Source::Chunks)
+        blobs.append(dataset.manifestSha256);
+    if (dataset.source != DatasetSpec::Source::Builtin && !dataset.testSha256.isNull())
+        blobs.append(dataset.testSha256);
+    blobs.append(dataChunks);
     return blobs;
 }
 
@@ -38,7 +42,7 @@ Result<ShardTask> ShardTask::fromJson(const QJsonObject& json)
         QStringLiteral("sampleEnd"), QStringLiteral("localSteps"), QStringLiteral("batchSize"), QStringLiteral("seed"),
         QStringLiteral("threads"), QStringLiteral("checkpointInterval"), QStringLiteral("model"), QStringLiteral("dataset"),
         QStringLiteral("optimizer"), QStringLiteral("startWeights"), QStringLiteral("compression"),
-        QStringLiteral("optimizerState"), QStringLiteral("determinism") });
+        QStringLiteral("optimizerState"), QStringLiteral("determinism"), QStringLiteral("dataChunks") });
     constexpr std::int64_t MaxIndex = std::int64_t(1) << 40;
     ShardTask task;
     task.jobId = reader.string(u"jobId");
@@ -62,6 +66,9 @@ Result<ShardTask> ShardTask::fromJson(const QJsonObject& json)
     task.portable
         = reader.named(u"determinism", QStringLiteral("a determinism"), Presence::Optional, TrainingSpec::Determinism::Fast)
         == TrainingSpec::Determinism::Portable;
+    task.dataChunks = reader.digestList(u"dataChunks", JsonReader::MaxListLength, Presence::Optional);
+    if (reader.ok() && !task.dataChunks.isEmpty() && task.dataset.source != DatasetSpec::Source::Chunks)
+        reader.fail(u"dataChunks", QStringLiteral("only a chunked dataset has chunks"));
     if (!reader.ok())
         return reader.status().error();
     if (auto status = task.validate(); !status)
@@ -94,6 +101,12 @@ QJsonObject ShardTask::toJson() const
         json.insert(QStringLiteral("optimizerState"), nameOf(AggregationSpec::OptimizerState::Averaged));
     if (portable) // absent means fast, as before
         json.insert(QStringLiteral("determinism"), nameOf(TrainingSpec::Determinism::Portable));
+    if (!dataChunks.isEmpty()) {
+        QJsonArray chunks;
+        for (const auto& chunk : dataChunks)
+            chunks.append(chunk.toHex());
+        json.insert(QStringLiteral("dataChunks"), chunks);
+    }
     return json;
 }
 

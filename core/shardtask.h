@@ -38,6 +38,9 @@ struct ShardTask {
     // Trained with the portable kernels (training.determinism portable): the result's runtime
     // profile is PortableProfile, which every node can re-execute.
     bool portable = false;
+    // A chunked dataset: the chunks of its manifest that the task's steps read (core/datasetchunks.h),
+    // which is what a node fetches of the corpus.
+    QList<Digest> dataChunks;
 
     static Result<ShardTask> fromJson(const QJsonObject& json);
     QJsonObject toJson() const;
@@ -48,7 +51,8 @@ struct ShardTask {
     // so that any other is re-created by re-running at most half the shard), 0 when there is no
     // interior checkpoint. Memory and disk per result: one state, whatever the checkpoint count.
     std::int64_t keptStateCheckpoint() const;
-    // The blobs the task reads besides its start weights: a TorchScript model, tensor files.
+    // The blobs the task reads besides its start weights: a TorchScript model, tensor files, a
+    // chunked dataset's manifest, test file and the chunks the task reads.
     QList<Digest> inputBlobs() const;
 
     bool operator==(const ShardTask&) const = default;

@@ -5,9 +5,12 @@
 #include "messages.h"
 
 #include <core/blobstore.h>
+#include <core/datasetchunks.h>
+#include <core/readfile.h>
 
 #include <QDir>
 #include <QFile>
+#include <QFileInfo>
 #include <QUuid>
 
 #include <zmq.hpp>
@@ -256,7 +259,33 @@ core::Status BrokerClient::uploadJobFiles(core::JobSpec& spec, const QString& ba
         name.clear();
         return {};
     };
-    for (auto status : { uploadFile(spec.model.scriptFile, spec.model.scriptSha256),
+    // A chunked dataset: every chunk its manifest lists (beside the manifest), then the manifest.
+    if (!spec.dataset.manifestFile.isEmpty()) {
+        const QString manifestPath = base.absoluteFilePath(spec.dataset.manifestFile);
+        auto text = core::readFile(manifestPath);
+        if (!text)
+            return core::Error { spec.dataset.manifestFile, text.error().message };
+        auto manifest = core::DatasetManifest::fromJson(*text);
+        if (!manifest)
+            return core::Error { spec.dataset.manifestFile, manifest.error().toString() };
+        const QDir chunkBase = QFileInfo(manifestPath).dir();
+        for (const auto& chunk : manifest->chunks) {
+            QString file = chunk.file;
+            core::Digest uploaded;
+            if (file.isEmpty())
+                return core::Error { spec.dataset.manifestFile,
+                    QStringLiteral("chunk %1 names no file to upload").arg(chunk.sha256.toHex()) };
+            file = chunkBase.filePath(file);
+            if (auto status = uploadFile(file, uploaded); !status)
+                return status;
+            if (uploaded != chunk.sha256)
+                return core::Error { chunk.file,
+                    QStringLiteral("the file's SHA-256 is not the %1 the manifest says: build the manifest again")
+                        .arg(chunk.sha256.toHex()) };
+        }
+    }
+    for (auto status : { uploadFile(spec.dataset.manifestFile, spec.dataset.manifestSha256),
+             uploadFile(spec.model.scriptFile, spec.model.scriptSha256),
              uploadFile(spec.model.initialWeightsFile, spec.model.initialWeightsSha256),
              uploadFile(spec.dataset.trainFile, spec.dataset.trainSha256),
              uploadFile(spec.dataset.testFile, spec.dataset.testSha256) }) {

@@ -1,6 +1,8 @@
 // tessera-job: the job owner's command line. Wiring only: the protocol lives in net/BrokerClient.
 // One function per command, dispatched from one table (which also writes the help).
 
+#include "chunking.h"
+
 #include <app/common/cli.h>
 #include <core/jobspec.h>
 #include <core/settings/settings.h>
@@ -552,6 +554,60 @@ int identityCommand(Context& context)
     return 2;
 }
 
+int chunk(Context& context)
+{
+    const auto& parser = context.parser;
+    app::ChunkOptions options;
+    bool ok = true;
+    auto number = [&](const QString& name, std::int64_t fallback, std::int64_t low, std::int64_t high) {
+        if (!parser.isSet(name))
+            return fallback;
+        bool numeric = false;
+        const auto value = parser.value(name).toLongLong(&numeric);
+        if (!numeric || value < low || value > high) {
+            ok = false;
+            QTextStream(stderr) << "tessera-job: --" << name << " must be a whole number from " << low << " to " << high
+                                << Qt::endl;
+        }
+        return std::int64_t(value);
+    };
+    options.context = number(QStringLiteral("context"), options.context, 1, 65536);
+    if (parser.isSet(QStringLiteral("chunk-mib"))) { // a fraction is fine: 0.25 is 256 KiB
+        bool numeric = false;
+        const double mib = parser.value(QStringLiteral("chunk-mib")).toDouble(&numeric);
+        if (!numeric || !(mib >= 1.0 / 256 && mib <= 1024))
+            return fail(QStringLiteral("--chunk-mib must be a number from 1/256 (4 KiB) to 1024"));
+        options.chunkBytes = std::int64_t(mib * double(1 << 20));
+    }
+    options.testWindows = number(QStringLiteral("test-windows"), options.testWindows, 0, 1 << 24);
+    if (!ok)
+        return 2;
+    const QString input = context.positional().first(), output = parser.value(QStringLiteral("output"));
+    if (!QFileInfo::exists(input))
+        return fail(QStringLiteral("%1 does not exist").arg(input));
+    auto corpus
+        = QFileInfo(input).isDir() ? app::chunkTextFolder(input, output, options) : app::chunkTensorFile(input, output, options);
+    if (!corpus)
+        return fail(corpus.error().toString());
+    QJsonObject chunks { { QStringLiteral("manifestFile"), corpus->manifestFile },
+        { QStringLiteral("trainSamples"), qint64(corpus->manifest.sampleCount()) } };
+    chunks.insert(
+        QStringLiteral("testFile"), corpus->testFile.isEmpty() ? QStringLiteral("YOUR-TEST-FILE.pt") : corpus->testFile);
+    const QJsonObject dataset { { QStringLiteral("chunks"), chunks } };
+    if (context.json())
+        return printJson(QJsonDocument(QJsonObject { { QStringLiteral("dataset"), dataset },
+            { QStringLiteral("chunks"), qint64(corpus->manifest.chunks.size()) },
+            { QStringLiteral("inputBytes"), qint64(corpus->inputBytes) },
+            { QStringLiteral("testSamples"), qint64(corpus->testSamples) } }));
+    out() << corpus->manifest.chunks.size() << " chunks of " << corpus->manifest.sampleCount() << " samples from "
+          << corpus->inputBytes << " bytes";
+    if (!corpus->testFile.isEmpty())
+        out() << ", " << corpus->testSamples << " test windows in " << corpus->testFile;
+    out() << "\nthe job file's dataset:\n"
+          << QJsonDocument(QJsonObject { { QStringLiteral("dataset"), dataset } }).toJson(QJsonDocument::Indented) << Qt::flush;
+    return 0;
+}
+
 struct CommandInfo {
     QString name;
     QString synopsis; // what follows the name
@@ -572,6 +628,16 @@ const QList<CommandInfo>& commands()
                            "request id (new each time, or ID): asking again under the same one gives the job it "
                            "created, never a second one"),
             1, 1, { QStringLiteral("estimate"), QStringLiteral("request-id"), QStringLiteral("json") }, {}, submit },
+        { QStringLiteral("chunk"), QStringLiteral("INPUT -o FOLDER [--context L] [--chunk-mib N] [--test-windows T] [--json]"),
+            QStringLiteral("cut a large dataset into content-addressed chunks with a manifest (FOLDER/manifest.json), so "
+                           "that each shard fetches only the chunks it reads. INPUT is a folder of text files (byte "
+                           "tokens in windows of L+1 bytes, L 128; its first T windows, 1024, go to FOLDER/test.pt) or a "
+                           "torch.save file of \"x\"/\"y\" or \"tokens\"; chunks of at most N MiB (64). Prints the job "
+                           "file's \"dataset\""),
+            1, 1,
+            { QStringLiteral("output"), QStringLiteral("context"), QStringLiteral("chunk-mib"), QStringLiteral("test-windows"),
+                QStringLiteral("json") },
+            { QStringLiteral("output") }, chunk },
         { QStringLiteral("status"), QStringLiteral("[ID] [--json]"), QStringLiteral("one job's progress, or every job's"), 0, 1,
             { QStringLiteral("json") }, {}, status },
         { QStringLiteral("wait"), QStringLiteral("ID [--json]"),
@@ -688,6 +754,8 @@ QCommandLineOption optionNamed(const QString& name)
             QStringLiteral("ID") };
     if (name == u"all")
         return { QStringLiteral("all"), QStringLiteral("also what aged out of the listing") };
+    if (name == u"context" || name == u"chunk-mib" || name == u"test-windows")
+        return { name, QStringLiteral("chunking: ") + name, QStringLiteral("N") };
     if (name == u"prompt" || name == u"tokens" || name == u"temperature" || name == u"seed")
         return { name, QStringLiteral("sampling: ") + name, name.toUpper() };
     return { QStringLiteral("signer"), QStringLiteral("the broker's signing key (base64)"), QStringLiteral("KEY") };

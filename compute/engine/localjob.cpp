@@ -1,5 +1,6 @@
 #include "localjob.h"
 
+#include "detail/datasets.h"
 #include "shardrun.h"
 
 #include <core/decomposition.h>
@@ -18,6 +19,13 @@ core::Result<LocalJobOutput> runJobLocally(
     Weights global = *weights;
     QByteArray outerState;
     const QString jobId = QStringLiteral("local");
+    std::optional<core::DatasetManifest> manifest; // a chunked dataset's: which chunks each shard reads
+    if (spec.dataset.source == core::DatasetSpec::Source::Chunks) {
+        auto read = detail::readManifest(spec.dataset, environment);
+        if (!read)
+            return read.error();
+        manifest = std::move(*read);
+    }
 
     for (std::int64_t round = 0; round < spec.training.rounds; ++round) {
         QElapsedTimer timer;
@@ -25,7 +33,9 @@ core::Result<LocalJobOutput> runJobLocally(
         QList<ShardUpdate> updates;
         double lossSum = 0.0;
         std::int64_t lossCount = 0;
-        for (const auto& task : core::decomposeRound(jobId, spec, round, global.canonicalHash)) {
+        for (auto task : core::decomposeRound(jobId, spec, round, global.canonicalHash)) {
+            if (manifest)
+                task.dataChunks = core::chunksOfTask(task, *manifest);
             auto run = ShardRun::start(task, global.bytes, environment);
             if (!run)
                 return core::Error { run.error().field,

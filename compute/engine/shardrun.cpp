@@ -91,10 +91,10 @@ core::Result<std::unique_ptr<ShardRun::Private>> prepare(const core::ShardTask& 
     if (auto status = task.validate(); !status)
         return status.error();
     pinRuntime(task);
-    auto data = loadDataset(task.dataset, environment, task.model.context);
+    auto data = loadTaskData(task, environment);
     if (!data)
         return data.error();
-    const auto size = data->train->size();
+    const auto size = data->trainSampleCount();
     if (task.sampleEnd > size)
         return core::Error { QStringLiteral("sampleEnd"),
             QStringLiteral("the shard reads samples up to %1 but the dataset has %2").arg(task.sampleEnd).arg(size) };
@@ -121,7 +121,9 @@ core::Result<std::unique_ptr<ShardRun::Private>> prepare(const core::ShardTask& 
     if (task.portable)
         d->portable = std::make_unique<PortableStep>(d->task, *d->model, *d->optimizer, data->train->sampleShape(),
             data->train->classes, environment.portableThreads > 0 ? environment.portableThreads : int(task.threads));
-    d->plan = std::make_unique<BatchPlan>(task, size);
+    d->plan = std::make_unique<BatchPlan>(task, *data);
+    if (auto status = d->plan->check(); !status)
+        return status.error();
     return d;
 }
 
@@ -681,7 +683,7 @@ ProgramOf structuresOf(const core::ShardTask& task, const std::vector<std::int64
 
 core::Result<QString> portableListing(const core::ShardTask& task, std::int64_t step, const ComputeEnvironment& environment)
 {
-    auto data = loadDataset(task.dataset, environment, task.model.context);
+    auto data = loadTaskData(task, environment);
     if (!data)
         return data.error();
     auto program = portableProgram(task, step - 1, data->train->sampleShape(), data->train->classes);
@@ -742,7 +744,7 @@ core::Result<std::int64_t> traceBytesBound(
 {
     if (auto status = narrowable(task, checkpoint); !status)
         return status.error();
-    auto data = loadDataset(task.dataset, environment, task.model.context);
+    auto data = loadTaskData(task, environment);
     if (!data)
         return data.error();
     const auto programOf = structuresOf(task, data->train->sampleShape(), data->train->classes);
@@ -824,11 +826,14 @@ std::int64_t firstDifferingInstruction(
 }
 
 // Who hashed step `step`'s batch right: the referee reads the batch itself.
-core::Result<core::verification::Ruling> batchRuling(const core::ShardTask& task, const Dataset& train,
+core::Result<core::verification::Ruling> batchRuling(const core::ShardTask& task, const DatasetSplits& data,
     const portable::Program& program, const portable::Instruction& instruction, std::int64_t step, const QList<core::Digest>& a,
     const QList<core::Digest>& b)
 {
-    BatchPlan plan(task, train.size());
+    BatchPlan plan(task, data);
+    if (auto status = plan.check(); !status)
+        return status.error();
+    const auto& train = *data.train;
     const auto indices = plan.indicesOfStep(step - 1);
     const auto index
         = torch::from_blob(const_cast<std::int64_t*>(indices.data()), { std::int64_t(indices.size()) }, torch::kInt64);
@@ -853,7 +858,7 @@ core::Result<TraceComparison> compareTraces(const core::ShardTask& task, std::in
 {
     if (auto status = narrowable(task, checkpoint); !status)
         return status.error();
-    auto data = loadDataset(task.dataset, environment, task.model.context);
+    auto data = loadTaskData(task, environment);
     if (!data)
         return data.error();
     const auto programOf = structuresOf(task, data->train->sampleShape(), data->train->classes);
@@ -895,7 +900,7 @@ core::Result<TraceComparison> compareTraces(const core::ShardTask& task, std::in
     comparison.instructionName = QStringLiteral("%1 (%2)").arg(
         QString::fromLatin1(portable::opName(instruction.op)), QString::fromStdString(instruction.label));
     if (instruction.op == portable::Op::Batch) {
-        auto ruling = batchRuling(task, *data->train, program, instruction, comparison.step, a, b);
+        auto ruling = batchRuling(task, *data, program, instruction, comparison.step, a, b);
         if (!ruling)
             return ruling.error();
         comparison.ruling = *ruling;
@@ -954,7 +959,7 @@ core::Result<core::verification::Ruling> refereeInstruction(const core::ShardTas
 {
     if (auto status = narrowable(task, 1); !status)
         return status.error();
-    auto data = loadDataset(task.dataset, environment, task.model.context);
+    auto data = loadTaskData(task, environment);
     if (!data)
         return data.error();
     const auto programOf = structuresOf(task, data->train->sampleShape(), data->train->classes);

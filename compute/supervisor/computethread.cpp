@@ -74,10 +74,13 @@ constexpr std::int64_t ProgressIntervalMs = 100;
 // weights as received, the data as this node holds it.
 core::ShardMemory shardMemory(const core::ShardTask& task, std::int64_t weightBytes, const ComputeEnvironment& environment)
 {
-    const auto data = core::datasetBytes(task.dataset, [&](const core::Digest& digest) -> std::optional<std::int64_t> {
-        const auto path = environment.blobPath ? environment.blobPath(digest) : std::nullopt;
-        return path ? std::optional<std::int64_t>(QFileInfo(*path).size()) : std::nullopt;
-    });
+    const auto data = core::datasetBytes(
+        task.dataset,
+        [&](const core::Digest& digest) -> std::optional<std::int64_t> {
+            const auto path = environment.blobPath ? environment.blobPath(digest) : std::nullopt;
+            return path ? std::optional<std::int64_t>(QFileInfo(*path).size()) : std::nullopt;
+        },
+        task.dataChunks);
     return core::estimateShardMemory(task.model, task.optimizer, task.batchSize, weightBytes, data);
 }
 

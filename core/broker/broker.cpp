@@ -45,11 +45,12 @@ QList<Digest> blobsNamedBy(const JobSpec& spec)
         blobs.append(spec.model.scriptSha256);
     if (!spec.model.initialWeightsSha256.isNull())
         blobs.append(spec.model.initialWeightsSha256);
-    if (spec.dataset.source == DatasetSpec::Source::Tensors) {
+    if (spec.dataset.source == DatasetSpec::Source::Tensors)
         blobs.append(spec.dataset.trainSha256);
-        if (!spec.dataset.testSha256.isNull())
-            blobs.append(spec.dataset.testSha256);
-    }
+    if (spec.dataset.source == DatasetSpec::Source::Chunks)
+        blobs.append(spec.dataset.manifestSha256); // its chunks: a task's dataChunks
+    if (spec.dataset.source != DatasetSpec::Source::Builtin && !spec.dataset.testSha256.isNull())
+        blobs.append(spec.dataset.testSha256);
     return blobs;
 }
 
@@ -69,8 +70,8 @@ Broker::Broker(std::unique_ptr<storage::Database> database, BlobStore& blobs, Tr
     else
         m_random.seed(QRandomGenerator::system()->generate());
     m_stakes = std::make_unique<Stakes>(*m_store, *m_ledger, m_signing, m_clock, m_options);
-    m_verifier = std::make_unique<Verifier>(Verifier::Parts {
-        *m_store, *m_stakes, m_scheduler, m_notices, m_blobs, m_math, m_clock, m_options, m_nodes, m_addresses, m_random });
+    m_verifier = std::make_unique<Verifier>(Verifier::Parts { *m_store, *m_stakes, m_scheduler, m_notices, m_blobs, m_manifests,
+        m_math, m_clock, m_options, m_nodes, m_addresses, m_random });
 }
 
 Broker::~Broker() = default;
@@ -195,6 +196,25 @@ Result<Quote> Broker::quoteFor(const JobSpec& spec)
     return quote(spec, initial->parameters, m_options.pricePerUnit);
 }
 
+Status Broker::ownerReadsChunks(const DatasetSpec& dataset, const QString& owner)
+{
+    if (dataset.source != DatasetSpec::Source::Chunks)
+        return {};
+    auto manifest = m_manifests.of(dataset.manifestSha256);
+    if (!manifest)
+        return manifest.error();
+    for (const auto& chunk : (*manifest)->chunks) {
+        auto may = mayRead(owner, chunk.sha256);
+        if (!may)
+            return may.error();
+        if (!*may) // a file's hash is no key to it, in a manifest either
+            return Error { QStringLiteral("dataset.chunks.manifestSha256"),
+                QStringLiteral("the manifest lists chunk %1, which is not yours: upload the file yourself")
+                    .arg(chunk.sha256.toHex()) };
+    }
+    return {};
+}
+
 Status Broker::checkSubmittable(const JobSpec& spec, const QString& owner)
 {
     if (auto status = spec.validate(); !status)
@@ -213,6 +233,10 @@ Status Broker::checkSubmittable(const JobSpec& spec, const QString& owner)
             return Error { QStringLiteral("dataset.tensors.testSha256"),
                 QStringLiteral("upload the test tensors before submitting") };
     }
+    if (auto status = m_manifests.checkSubmittable(spec.dataset); !status)
+        return status;
+    if (auto status = ownerReadsChunks(spec.dataset, owner); !status)
+        return status;
     auto running = m_store->runningJobsOf(owner);
     if (!running)
         return running.error();
@@ -570,14 +594,16 @@ Result<std::optional<Assignment>> Broker::assign(const QString& nodeId)
     if (!pick)
         return std::optional<Assignment> {};
     const auto& round = *pick->round;
-    auto task = decomposeShard(round.jobId, round.spec, round.round, pick->shard, round.weightsHash);
-    Assignment assignment { newId(), std::move(task), round.weightsBlob, 0, round.change };
+    auto task = m_manifests.shardTask(round.jobId, round.spec, round.round, pick->shard, round.weightsHash);
+    if (!task)
+        return task.error();
+    Assignment assignment { newId(), std::move(*task), round.weightsBlob, 0, round.change };
     assignment.deadlineMs = m_scheduler.deadline(assignment.task, round.flopsPerSample, *node, m_options, now);
     const AssignmentRow row { assignment.id, round.jobId, round.round, pick->shard, nodeId, now, assignment.deadlineMs,
         AssignmentState::Active, AssignmentKind::Train, {} };
     if (auto status = m_store->insertAssignment(row); !status)
         return status.error();
-    auto needs = blobsNamedBy(round.spec) + QList<Digest> { round.weightsBlob };
+    auto needs = blobsNamedBy(round.spec) + QList<Digest> { round.weightsBlob } + assignment.task.dataChunks;
     if (round.change)
         needs.append(round.change->blob);
     for (const auto& needed : needs) {
@@ -790,7 +816,11 @@ Status Broker::confirmFailure(const AssignmentRow& assignment, const QList<QStri
     const auto* round = m_scheduler.find(assignment.jobId);
     if (!round || round->round != assignment.round)
         return {};
-    const auto task = decomposeShard(assignment.jobId, round->spec, assignment.round, assignment.shard, round->weightsHash);
+    const auto made
+        = m_manifests.shardTask(assignment.jobId, round->spec, assignment.round, assignment.shard, round->weightsHash);
+    if (!made)
+        return made.error();
+    const auto& task = *made;
     auto start = m_blobs.read(round->weightsBlob);
     if (!start)
         return start.error();

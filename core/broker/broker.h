@@ -243,9 +243,12 @@ private:
     // What is left of the job's escrow goes back to its owner; open checks are called off. Inside
     // the caller's transaction.
     Status refund(const QString& jobId);
+    // A chunked dataset's owner may read every chunk its manifest lists.
+    Status ownerReadsChunks(const DatasetSpec& dataset, const QString& owner);
 
     std::unique_ptr<BrokerStore> m_store;
     BlobStore& m_blobs;
+    DataManifests m_manifests { m_blobs };
     std::unique_ptr<ledger::Ledger> m_ledger;
     SigningKeys m_signing;
     TrainingMath& m_math;

@@ -134,8 +134,10 @@ Result<bool> Verifier::drawSample(const QString& nodeId, const JobSpec& spec)
 Result<Verifier::Admission> Verifier::admit(
     const AssignmentRow& assignment, const JobRow& job, const JobSpec& spec, const ShardResult& result)
 {
-    const auto task = decomposeShard(job.id, spec, assignment.round, assignment.shard, job.weightsHash);
-    auto norm = checkReveal(assignment.node, assignment.id, task, result, job.weightsBlob);
+    const auto task = m_.manifests.shardTask(job.id, spec, assignment.round, assignment.shard, job.weightsHash);
+    if (!task)
+        return task.error();
+    auto norm = checkReveal(assignment.node, assignment.id, *task, result, job.weightsBlob);
     if (!norm)
         return norm.error();
     auto sampled = drawSample(assignment.node, spec);
@@ -180,7 +182,7 @@ Result<ShardTask> Verifier::taskOf(const Check& check)
     auto spec = specOf(check.jobId);
     if (!spec)
         return spec.error();
-    return decomposeShard(check.jobId, *spec, check.round, check.shard, check.startHash);
+    return m_.manifests.shardTask(check.jobId, *spec, check.round, check.shard, check.startHash);
 }
 
 // --- handing checks out --------------------------------------------------------------------------
@@ -206,7 +208,8 @@ Result<std::optional<Assignment>> Verifier::handOut(Check& check, AssignmentKind
         return status.error();
     if (auto status = m_.store.saveCheck(check); !status)
         return status.error();
-    const auto needed = (round ? blobsNamedBy(round->spec) : QList<Digest> {}) + QList<Digest> { check.startBlob };
+    const auto needed
+        = (round ? blobsNamedBy(round->spec) : QList<Digest> {}) + QList<Digest> { check.startBlob } + task->dataChunks;
     for (const auto& blob : needed) {
         if (auto granted = m_.store.allowRead(blob, node.nodeId); !granted)
             return granted.error();

@@ -10,6 +10,7 @@
 #include "../shardtask.h"
 #include "assignment.h"
 #include "brokerstore.h"
+#include "datamanifests.h"
 #include "notices.h"
 #include "options.h"
 #include "scheduler.h"
@@ -38,6 +39,7 @@ public:
         Scheduler& scheduler;
         Notices& notices;
         BlobStore& blobs;
+        DataManifests& manifests;
         TrainingMath& math;
         const Clock& clock;
         const BrokerOptions& options;

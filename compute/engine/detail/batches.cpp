@@ -4,6 +4,16 @@ namespace tessera::compute::detail {
 
 using core::SeedPurpose;
 
+BatchPlan::BatchPlan(const core::ShardTask& task, const DatasetSplits& data)
+    : m_task(task)
+    , m_rows(data.chunked)
+{
+    if (m_rows)
+        m_chunked.emplace(task, m_rows->chunkSamples);
+    else
+        *this = BatchPlan(task, data.train->size());
+}
+
 BatchPlan::BatchPlan(const core::ShardTask& task, std::int64_t datasetSize)
     : m_task(task)
 {
@@ -24,10 +34,27 @@ const QList<std::int64_t>& BatchPlan::passOrder(std::int64_t pass)
     return m_passOrder;
 }
 
+core::Status BatchPlan::check() const
+{
+    if (!m_chunked)
+        return {};
+    for (const auto chunk : m_chunked->chunksRead(m_task.localSteps)) {
+        if (!m_rows->start.contains(chunk))
+            return core::Error { QStringLiteral("dataChunks"),
+                QStringLiteral("the task's steps read chunk %1 of the dataset, which the task does not name").arg(chunk) };
+    }
+    return {};
+}
+
 std::vector<std::int64_t> BatchPlan::indicesOfStep(std::int64_t step)
 {
     std::vector<std::int64_t> indices;
     indices.reserve(std::size_t(m_task.batchSize));
+    if (m_chunked) {
+        for (const auto& row : m_chunked->rowsOfStep(step))
+            indices.push_back(m_rows->start.value(row.chunk) + row.index);
+        return indices;
+    }
     const std::int64_t length = m_slice.size();
     for (std::int64_t position = step * m_task.batchSize; position < (step + 1) * m_task.batchSize; ++position) {
         const auto& order = passOrder(position / length);

@@ -4,6 +4,9 @@
 
 #include "tensors.h"
 
+#include <core/datasetchunks.h>
+#include <core/readfile.h>
+
 #include <torch/serialize.h>
 #include <torch/torch.h>
 
@@ -235,7 +238,7 @@ core::Result<DatasetSplits> loadFortunes(const QString& directory, std::int64_t 
     if (!streams)
         return streams.error();
     auto splits = guarded(QStringLiteral("cutting the fortunes text"), [&] {
-        return DatasetSplits { windowsOf(streams->first, context), windowsOf(streams->second, context) };
+        return DatasetSplits { windowsOf(streams->first, context), windowsOf(streams->second, context), nullptr };
     });
     if (!splits)
         return core::Error { QStringLiteral("dataset"), splits.error().message };
@@ -260,7 +263,7 @@ core::Result<DatasetSplits> loadFashionMnist(const QString& directory)
     auto test = loadIdxPair(directory, QStringLiteral("t10k"));
     if (!test)
         return core::Error { QStringLiteral("dataset"), test.error().message };
-    DatasetSplits splits { *train, *test };
+    DatasetSplits splits { *train, *test, nullptr };
     cache().insert(key, splits);
     return splits;
 }
@@ -331,9 +334,158 @@ core::Result<std::shared_ptr<const Dataset>> loadTensorFile(const QString& path,
     return *loaded;
 }
 
-core::Result<DatasetSplits> loadDataset(
-    const core::DatasetSpec& spec, const ComputeEnvironment& environment, std::int64_t context)
+std::int64_t ChunkRows::sampleCount() const
 {
+    std::int64_t total = 0;
+    for (const auto samples : chunkSamples)
+        total += samples;
+    return total;
+}
+
+namespace {
+
+// A chunk as the manifest says it is: its samples, their shape, labels below the classes.
+core::Status checkChunk(const Dataset& chunk, const core::DatasetManifest& manifest, qsizetype index)
+{
+    const auto& expected = manifest.chunks[index];
+    const auto shape = chunk.sampleShape();
+    const QList<std::int64_t> got(shape.begin(), shape.end());
+    QString wrong;
+    if (chunk.size() != expected.samples)
+        wrong = QStringLiteral("holds %1 samples, not the %2 the manifest says").arg(chunk.size()).arg(expected.samples);
+    else if (got != manifest.sampleShape)
+        wrong = QStringLiteral("has samples of another shape than the manifest's");
+    else if (chunk.classes > manifest.classes)
+        wrong = QStringLiteral("has labels of %1 or more, the manifest's classes").arg(manifest.classes);
+    else if ((manifest.kind == core::DatasetManifest::Kind::Tokens) != (chunk.x.scalar_type() == torch::kInt64))
+        wrong = QStringLiteral("is not of the manifest's kind");
+    if (wrong.isEmpty())
+        return {};
+    return core::Error { QStringLiteral("dataset.chunks"), QStringLiteral("chunk %1 %2").arg(index).arg(wrong) };
+}
+
+} // namespace
+
+core::Result<core::DatasetManifest> readManifest(const core::DatasetSpec& spec, const ComputeEnvironment& environment)
+{
+    const auto manifestPath = environment.locate(spec.manifestSha256, spec.manifestFile);
+    if (!manifestPath)
+        return core::Error { QStringLiteral("dataset.chunks.manifestFile"),
+            QStringLiteral("the manifest is not on this machine") };
+    auto text = core::readFile(*manifestPath);
+    if (!text)
+        return core::Error { QStringLiteral("dataset.chunks.manifestFile"), text.error().message };
+    auto manifest = core::DatasetManifest::fromJson(*text);
+    if (!manifest)
+        return core::Error { QStringLiteral("dataset.chunks.manifestFile"), manifest.error().toString() };
+    return manifest;
+}
+
+namespace {
+
+// The training set of a manifest's chosen chunks, one after the other in the manifest's order.
+core::Result<DatasetSplits> loadChunks(const core::DatasetManifest& manifest, const QString& manifestDirectory,
+    const QList<core::Digest>& chunks, const ComputeEnvironment& environment)
+{
+    auto rows = std::make_shared<ChunkRows>();
+    rows->chunkSamples = manifest.chunkSamples();
+    std::vector<at::Tensor> xs, ys;
+    std::int64_t next = 0;
+    for (qsizetype i = 0; i < manifest.chunks.size(); ++i) {
+        const auto& chunk = manifest.chunks[i];
+        if (!chunks.contains(chunk.sha256) || rows->start.contains(i))
+            continue;
+        const QString file
+            = manifestDirectory.isEmpty() || chunk.file.isEmpty() ? QString() : manifestDirectory + u'/' + chunk.file;
+        const auto path = environment.locate(chunk.sha256, file);
+        if (!path)
+            return core::Error { QStringLiteral("dataset.chunks"),
+                QStringLiteral("chunk %1 (%2) is not on this machine").arg(i).arg(chunk.sha256.toHex()) };
+        auto loaded = loadTensorFile(*path);
+        if (!loaded)
+            return core::Error { QStringLiteral("dataset.chunks"),
+                QStringLiteral("chunk %1: %2").arg(i).arg(loaded.error().message) };
+        if (auto status = checkChunk(**loaded, manifest, i); !status)
+            return status.error();
+        xs.push_back((*loaded)->x);
+        ys.push_back((*loaded)->y);
+        rows->start.insert(i, next);
+        next += chunk.samples;
+    }
+    auto train = std::make_shared<Dataset>();
+    const bool tokens = manifest.kind == core::DatasetManifest::Kind::Tokens;
+    std::vector<std::int64_t> empty { 0 };
+    empty.insert(empty.end(), manifest.sampleShape.begin(), manifest.sampleShape.end());
+    auto joined = guarded(QStringLiteral("joining the chunks"), [&] {
+        train->x = xs.empty() ? torch::empty(empty, tokens ? torch::kInt64 : torch::kFloat32) : torch::cat(xs);
+        train->y = ys.empty() ? torch::empty(tokens ? empty : std::vector<std::int64_t> { 0 }, torch::kInt64) : torch::cat(ys);
+        return true;
+    });
+    if (!joined)
+        return core::Error { QStringLiteral("dataset.chunks"), joined.error().message };
+    train->classes = manifest.classes;
+    return DatasetSplits { train, nullptr, rows };
+}
+
+core::Result<DatasetSplits> loadChunkedDataset(
+    const core::DatasetSpec& spec, const ComputeEnvironment& environment, const QList<core::Digest>& chunks)
+{
+    const auto manifestPath = environment.locate(spec.manifestSha256, spec.manifestFile);
+    auto manifest = readManifest(spec, environment);
+    if (!manifest)
+        return manifest.error();
+    if (manifest->sampleCount() != spec.trainSamples)
+        return core::Error { QStringLiteral("dataset.chunks.trainSamples"),
+            QStringLiteral("the job says %1 training samples but the manifest's chunks hold %2")
+                .arg(spec.trainSamples)
+                .arg(manifest->sampleCount()) };
+    // Chunks sit beside a manifest that was not uploaded yet (train-local); uploaded ones by hash.
+    const QString directory = spec.manifestFile.isEmpty() ? QString() : QFileInfo(*manifestPath).absolutePath();
+    auto splits = loadChunks(*manifest, directory, chunks, environment);
+    if (!splits)
+        return splits.error();
+    const auto testPath = environment.locate(spec.testSha256, spec.testFile);
+    if (!testPath)
+        return core::Error { QStringLiteral("dataset.chunks.testFile"),
+            QStringLiteral("the test tensors are not on this machine") };
+    auto test = loadTensorFile(*testPath, manifest->classes);
+    if (!test)
+        return test.error();
+    const auto shape = (*test)->sampleShape();
+    const QList<std::int64_t> testShape(shape.begin(), shape.end());
+    if (testShape != manifest->sampleShape)
+        return core::Error { QStringLiteral("dataset.chunks.testFile"),
+            QStringLiteral("test samples have another shape than the manifest's") };
+    if ((*test)->classes > manifest->classes)
+        return core::Error { QStringLiteral("dataset.chunks.testFile"),
+            QStringLiteral("the test labels name classes beyond the manifest's %1").arg(manifest->classes) };
+    splits->test = *test;
+    return splits;
+}
+
+} // namespace
+
+core::Result<DatasetSplits> loadDataset(
+    const core::DatasetSpec& spec, const ComputeEnvironment& environment, std::int64_t context, const QList<core::Digest>& chunks)
+{
+    if (spec.source == core::DatasetSpec::Source::Chunks) {
+        // Only the last one is kept: a node's chunks change from task to task.
+        static std::mutex chunkedMutex;
+        static QString lastKey;
+        static DatasetSplits last;
+        QString key = spec.manifestSha256.toHex() + spec.manifestFile + u'|' + spec.testSha256.toHex() + spec.testFile;
+        for (const auto& chunk : chunks)
+            key += u'|' + chunk.toHex();
+        const std::lock_guard lock(chunkedMutex);
+        if (key == lastKey)
+            return last;
+        auto loaded = loadChunkedDataset(spec, environment, chunks);
+        if (!loaded)
+            return loaded.error();
+        lastKey = key;
+        last = *loaded;
+        return last;
+    }
     if (spec.source == core::DatasetSpec::Source::Builtin) {
         if (spec.builtin == u"fortunes")
             return loadFortunes(environment.fortunesDirectoryOrDefault(), context);
@@ -364,7 +516,7 @@ core::Result<DatasetSplits> loadDataset(
     auto train = loadTensorFile(*trainPath);
     if (!train)
         return train.error();
-    DatasetSplits splits { *train, nullptr };
+    DatasetSplits splits { *train, nullptr, nullptr };
     if (!spec.testFile.isEmpty() || !spec.testSha256.isNull()) {
         const auto testPath = environment.locate(spec.testSha256, spec.testFile);
         if (!testPath)

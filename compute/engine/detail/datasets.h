@@ -4,10 +4,15 @@
 
 #include <compute/common/environment.h>
 
+#include <core/datasetchunks.h>
 #include <core/error.h>
 #include <core/jobspec.h>
+#include <core/shardtask.h>
 
 #include <ATen/core/Tensor.h>
+
+#include <QHash>
+#include <QList>
 
 #include <memory>
 #include <optional>
@@ -40,15 +45,37 @@ private:
     at::Tensor toFloat(const at::Tensor& raw) const;
 };
 
+// Where the chunks of a chunked dataset that were loaded sit in its training set: the set holds
+// only the chunks a task reads, one after the other in the manifest's order.
+struct ChunkRows {
+    QList<std::int64_t> chunkSamples; // of every chunk of the manifest
+    QHash<qsizetype, std::int64_t> start; // chunk index: its first row in the training set
+
+    std::int64_t sampleCount() const;
+};
+
 struct DatasetSplits {
     std::shared_ptr<const Dataset> train;
     std::shared_ptr<const Dataset> test; // may be null for a tensor dataset without a test file
+    std::shared_ptr<const ChunkRows> chunked; // a chunked dataset; null for the others
+
+    // N, the training samples the data order permutes: the whole corpus of a chunked dataset.
+    std::int64_t trainSampleCount() const { return chunked ? chunked->sampleCount() : train->size(); }
 };
 
 // Loads (once per process; later calls share the tensors) the data a job names. context: the
 // model's, which a text corpus is cut into windows of (0 for models that read no sequences).
-core::Result<DatasetSplits> loadDataset(
-    const core::DatasetSpec& spec, const ComputeEnvironment& environment, std::int64_t context = 0);
+// chunks: of a chunked dataset, the ones to load (a task's dataChunks); without them its
+// training set is empty but has the manifest's sample shape and classes.
+core::Result<DatasetSplits> loadDataset(const core::DatasetSpec& spec, const ComputeEnvironment& environment,
+    std::int64_t context = 0, const QList<core::Digest>& chunks = {});
+// A chunked dataset's manifest, from the blob store or (before upload) its file.
+core::Result<core::DatasetManifest> readManifest(const core::DatasetSpec& spec, const ComputeEnvironment& environment);
+// The data of a task: its dataset with the chunks it reads.
+inline core::Result<DatasetSplits> loadTaskData(const core::ShardTask& task, const ComputeEnvironment& environment)
+{
+    return loadDataset(task.dataset, environment, task.model.context, task.dataChunks);
+}
 
 // Fashion-MNIST from its four gzip IDX files, scaled to [0, 1] and normalised with the training
 // set's mean and standard deviation (0.2860, 0.3530), shape [N, 1, 28, 28].
