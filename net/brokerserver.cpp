@@ -281,6 +281,7 @@ struct BrokerServer::Private {
     void onList(Request& r);
     void onCancel(Request& r);
     void onQuote(Request& r);
+    bool namesOnlyReadableBlobs(Request& r, const core::JobSpec& job); // or answers forbidden
     void onBalance(Request& r);
     void onLedger(Request& r);
     void onNodes(Request& r);
@@ -1131,16 +1132,8 @@ void BrokerServer::Private::onSubmit(Request& r)
     auto request = decoded<SubmitRequest>(r);
     if (!request)
         return;
-    // A job may name only files its owner may read: a file's hash is no key to it.
-    if (!r.operatorCaller) {
-        for (const auto& named : core::broker::blobsNamedBy(request->job)) {
-            if (!broker.mayRead(r.caller, named).value_or(false)) {
-                forbidden(
-                    r, QStringLiteral("the job names blob %1, which is not yours: upload the file yourself").arg(named.toHex()));
-                return;
-            }
-        }
-    }
+    if (!namesOnlyReadableBlobs(r, request->job))
+        return;
     // A TorchScript model's weights are built in the background (its loading is the owner's code):
     // everyone else is served meanwhile, and the answer comes when they are built.
     const Asker asker { r.routingId, r.message.command, r.re(), r.id };
@@ -1248,10 +1241,39 @@ void BrokerServer::Private::onCancel(Request& r)
     ok(r);
 }
 
+bool BrokerServer::Private::namesOnlyReadableBlobs(Request& r, const core::JobSpec& job)
+{
+    // A job may name only files its owner may read: a file's hash is no key to it. Nor to a quote,
+    // whose answer (or error) would tell the shape and size of another's data.
+    if (r.operatorCaller)
+        return true;
+    for (const auto& named : core::broker::blobsNamedBy(job)) {
+        if (!broker.mayRead(r.caller, named).value_or(false)) {
+            forbidden(
+                r, QStringLiteral("the job names blob %1, which is not yours: upload the file yourself").arg(named.toHex()));
+            return false;
+        }
+    }
+    const auto chunks = broker.chunksNamedBy(job); // the manifest is readable: it was just checked
+    if (!chunks) {
+        refuse(r, chunks.error(), errors::Invalid, QStringLiteral("job."));
+        return false;
+    }
+    for (const auto& chunk : *chunks) {
+        if (!broker.mayRead(r.caller, chunk).value_or(false)) {
+            forbidden(r,
+                QStringLiteral("the job's manifest lists chunk %1, which is not yours: upload the file yourself")
+                    .arg(chunk.toHex()));
+            return false;
+        }
+    }
+    return true;
+}
+
 void BrokerServer::Private::onQuote(Request& r)
 {
     auto request = decoded<QuoteRequest>(r);
-    if (!request)
+    if (!request || !namesOnlyReadableBlobs(r, request->job))
         return;
     auto quote = broker.quoteFor(request->job);
     if (!quote) {

@@ -589,10 +589,10 @@ int chunk(Context& context)
         = QFileInfo(input).isDir() ? app::chunkTextFolder(input, output, options) : app::chunkTensorFile(input, output, options);
     if (!corpus)
         return fail(corpus.error().toString());
-    QJsonObject chunks { { QStringLiteral("manifestFile"), corpus->manifestFile },
+    QJsonObject chunks { { QStringLiteral("manifestFile"), QFileInfo(corpus->manifestFile).absoluteFilePath() },
         { QStringLiteral("trainSamples"), qint64(corpus->manifest.sampleCount()) } };
-    chunks.insert(
-        QStringLiteral("testFile"), corpus->testFile.isEmpty() ? QStringLiteral("YOUR-TEST-FILE.pt") : corpus->testFile);
+    chunks.insert(QStringLiteral("testFile"),
+        corpus->testFile.isEmpty() ? QStringLiteral("YOUR-TEST-FILE.pt") : QFileInfo(corpus->testFile).absoluteFilePath());
     const QJsonObject dataset { { QStringLiteral("chunks"), chunks } };
     if (context.json())
         return printJson(QJsonDocument(QJsonObject { { QStringLiteral("dataset"), dataset },

@@ -148,6 +148,7 @@ void resolvePaths(core::JobSpec& spec, const QDir& base)
     resolve(spec.model.initialWeightsFile);
     resolve(spec.dataset.trainFile);
     resolve(spec.dataset.testFile);
+    resolve(spec.dataset.manifestFile);
 }
 
 QString describeMemory(std::int64_t bytes)

@@ -196,23 +196,14 @@ Result<Quote> Broker::quoteFor(const JobSpec& spec)
     return quote(spec, initial->parameters, m_options.pricePerUnit);
 }
 
-Status Broker::ownerReadsChunks(const DatasetSpec& dataset, const QString& owner)
+Result<QList<Digest>> Broker::chunksNamedBy(const JobSpec& spec)
 {
-    if (dataset.source != DatasetSpec::Source::Chunks)
-        return {};
-    auto manifest = m_manifests.of(dataset.manifestSha256);
+    if (spec.dataset.source != DatasetSpec::Source::Chunks)
+        return QList<Digest> {};
+    auto manifest = m_manifests.of(spec.dataset.manifestSha256);
     if (!manifest)
         return manifest.error();
-    for (const auto& chunk : (*manifest)->chunks) {
-        auto may = mayRead(owner, chunk.sha256);
-        if (!may)
-            return may.error();
-        if (!*may) // a file's hash is no key to it, in a manifest either
-            return Error { QStringLiteral("dataset.chunks.manifestSha256"),
-                QStringLiteral("the manifest lists chunk %1, which is not yours: upload the file yourself")
-                    .arg(chunk.sha256.toHex()) };
-    }
-    return {};
+    return (*manifest)->digests();
 }
 
 Status Broker::checkSubmittable(const JobSpec& spec, const QString& owner)
@@ -234,8 +225,6 @@ Status Broker::checkSubmittable(const JobSpec& spec, const QString& owner)
                 QStringLiteral("upload the test tensors before submitting") };
     }
     if (auto status = m_manifests.checkSubmittable(spec.dataset); !status)
-        return status;
-    if (auto status = ownerReadsChunks(spec.dataset, owner); !status)
         return status;
     auto running = m_store->runningJobsOf(owner);
     if (!running)

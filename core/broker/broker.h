@@ -142,6 +142,9 @@ public:
     Status admitUpload(const QString& uploader, std::int64_t size);
     Status recordUpload(const Digest& blob, const QString& uploader, std::int64_t size);
     Result<bool> mayRead(const QString& principal, const Digest& blob) { return m_store->mayRead(principal, blob); }
+    // The chunks a chunked dataset's manifest lists (none for other data), which a job's owner
+    // must be able to read as they must its other files.
+    Result<QList<Digest>> chunksNamedBy(const JobSpec& spec);
     // Whether the transfer with this cause moved money of this principal's: its balance, stake or
     // unbonding stake, or the escrow of one of its jobs (a receipt is for the parties it names).
     Result<bool> isPartyTo(const QString& principal, const QString& cause) { return m_stakes->isPartyTo(principal, cause); }
@@ -243,8 +246,6 @@ private:
     // What is left of the job's escrow goes back to its owner; open checks are called off. Inside
     // the caller's transaction.
     Status refund(const QString& jobId);
-    // A chunked dataset's owner may read every chunk its manifest lists.
-    Status ownerReadsChunks(const DatasetSpec& dataset, const QString& owner);
 
     std::unique_ptr<BrokerStore> m_store;
     BlobStore& m_blobs;
