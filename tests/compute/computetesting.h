@@ -14,9 +14,11 @@
 #include <compute/engine/shardrun.h>
 #include <compute/engine/weights.h>
 #include <compute/pickle/tensorfile.h>
+#include <compute/pickle/tensorwriter.h>
 #include <compute/portable/matmul.h>
 #include <compute/supervisor/computethread.h>
 #include <compute/supervisor/sandbox/worker.h>
+#include <core/datasetchunks.h>
 #include <core/decomposition.h>
 #include <core/modelarchive.h>
 #include <core/nodeinfo.h>

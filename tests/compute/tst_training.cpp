@@ -202,6 +202,75 @@ private Q_SLOTS:
         QVERIFY(!std::equal(stream.begin(), stream.begin() + 100, stream.begin() + 100)); // passes are reshuffled
     }
 
+    // A chunked dataset (docs/JOBS.md, "Chunked datasets"): a shard loads the chunks its task
+    // names and trains; a task that names too few, or a chunk that is not what its manifest says,
+    // is refused by field.
+    void aChunkedTaskLoadsOnlyItsChunks()
+    {
+        QTemporaryDir dir;
+        core::DatasetManifest manifest;
+        manifest.kind = core::DatasetManifest::Kind::Samples;
+        manifest.sampleShape = { 4 };
+        manifest.classes = 3;
+        auto chunkOf = [](std::int64_t first, std::int64_t count) {
+            const auto x = torch::arange(first * 4, (first + count) * 4, torch::kFloat32).reshape({ count, 4 }) / 100.0;
+            const auto y = torch::arange(first, first + count, torch::kInt64).remainder(3);
+            auto bytesOf
+                = [](const at::Tensor& t) { return QByteArray(static_cast<const char*>(t.data_ptr()), qsizetype(t.nbytes())); };
+            return compute::pickle::writeTensorFile(
+                { { QStringLiteral("x"), compute::pickle::DType::Float32, { count, 4 }, bytesOf(x) },
+                    { QStringLiteral("y"), compute::pickle::DType::Int64, { count }, bytesOf(y) } });
+        };
+        for (int i = 0; i < 8; ++i) {
+            const QByteArray bytes = chunkOf(i * 50, 50);
+            const QString name = QStringLiteral("c%1.pt").arg(i);
+            QFile file(dir.filePath(name));
+            QVERIFY(file.open(QIODevice::WriteOnly) && file.write(bytes) == bytes.size());
+            manifest.chunks.append({ core::Digest::ofBytes(bytes), 50, bytes.size(), name });
+        }
+        QFile(dir.filePath(QStringLiteral("c0.pt"))).copy(dir.filePath(QStringLiteral("test.pt")));
+        QFile manifestFile(dir.filePath(QStringLiteral("manifest.json")));
+        QVERIFY(manifestFile.open(QIODevice::WriteOnly) && manifestFile.write(manifest.toJson()) > 0);
+        manifestFile.close();
+
+        auto spec = smallJob();
+        spec.model.hidden = { 8 };
+        spec.dataset = core::DatasetSpec {};
+        spec.dataset.source = core::DatasetSpec::Source::Chunks;
+        spec.dataset.manifestFile = manifestFile.fileName();
+        spec.dataset.testFile = dir.filePath(QStringLiteral("test.pt"));
+        spec.dataset.trainSamples = 400;
+        spec.training.batchSize = 8;
+        spec.training.localSteps = 4;
+        spec.training.checkpointInterval = 2;
+        const auto prepared = prepare(spec);
+        auto task = prepared.tasks[1];
+        task.dataChunks = core::chunksOfTask(task, manifest);
+        QVERIFY(task.dataChunks.size() >= 1 && task.dataChunks.size() <= 2); // 32 samples of a slice of 133
+        const auto trained = compute::runShard(task, prepared.start.bytes, {});
+        QVERIFY2(trained.result.outcome == core::ShardResult::Outcome::Completed, qPrintable(trained.result.failure));
+
+        // A task (from a broker that lied) naming a chunk its steps do not read instead of theirs.
+        auto unread = std::find_if(manifest.chunks.begin(), manifest.chunks.end(),
+            [&](const core::DatasetManifest::Chunk& chunk) { return !task.dataChunks.contains(chunk.sha256); });
+        auto wrong = task;
+        wrong.dataChunks = { unread->sha256 };
+        auto refused = compute::ShardRun::start(wrong, prepared.start.bytes, {});
+        QVERIFY(!refused.ok());
+        QCOMPARE(refused.error().field, QStringLiteral("dataChunks"));
+
+        // A chunk of 49 samples where the manifest says 50 (its file replaced, as a lying peer might).
+        const auto read = std::find_if(manifest.chunks.begin(), manifest.chunks.end(),
+            [&](const core::DatasetManifest::Chunk& chunk) { return chunk.sha256 == task.dataChunks.first(); });
+        QFile replaced(dir.filePath(read->file));
+        const QByteArray shorter = chunkOf(0, 49);
+        QVERIFY(replaced.open(QIODevice::WriteOnly) && replaced.write(shorter) == shorter.size());
+        replaced.close();
+        auto lied = compute::ShardRun::start(task, prepared.start.bytes, {});
+        QVERIFY(!lied.ok());
+        QVERIFY2(lied.error().message.contains(QStringLiteral("holds 49 samples, not the 50")), qPrintable(lied.error().message));
+    }
+
     void threadCountIsInTheProfile()
     {
         auto spec = smallJob();

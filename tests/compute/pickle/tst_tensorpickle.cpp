@@ -4,9 +4,15 @@
 
 #include <compute/pickle/tensorfile.h>
 #include <compute/pickle/tensorpickle.h>
+#include <compute/pickle/tensorwriter.h>
 
 #include <QFile>
+#include <QProcess>
+#include <QTemporaryDir>
 #include <QTest>
+
+#include <algorithm>
+#include <cstring>
 
 using namespace tessera::compute::pickle;
 
@@ -38,6 +44,49 @@ class TensorPickleTest : public QObject {
     Q_OBJECT
 
 private Q_SLOTS:
+    // What tessera-job chunk writes: read back here without LibTorch, and by torch.load.
+    void aWrittenFileReadsBackAndTorchLoadsIt()
+    {
+        QByteArray x(6 * 4, Qt::Uninitialized), y(3 * 8, Qt::Uninitialized);
+        for (int i = 0; i < 6; ++i) {
+            const float value = float(i) - 2.5f;
+            std::memcpy(x.data() + 4 * i, &value, 4);
+        }
+        for (int i = 0; i < 3; ++i) {
+            const std::int64_t value = 7 - i;
+            std::memcpy(y.data() + 8 * i, &value, 8);
+        }
+        const QByteArray tokens("\x01\x02\xff\x00", 4);
+        const QList<TensorData> tensors { { QStringLiteral("x"), DType::Float32, { 3, 2 }, x },
+            { QStringLiteral("y"), DType::Int64, { 3 }, y }, { QStringLiteral("tokens"), DType::UInt8, { 2, 2 }, tokens } };
+        const QByteArray file = writeTensorFile(tensors);
+        auto read = TensorFile::read(file);
+        QVERIFY2(read.ok(), qPrintable(read.ok() ? QString() : read.error().toString()));
+        QCOMPARE(read->tensors().size(), 3);
+        for (const auto& written : tensors) {
+            const auto found = std::find_if(read->tensors().begin(), read->tensors().end(),
+                [&](const TensorRef& tensor) { return tensor.name == written.name; });
+            QVERIFY(found != read->tensors().end());
+            QCOMPARE(found->dtype, written.dtype);
+            QCOMPARE(found->sizes, written.sizes);
+            QCOMPARE(read->contiguousBytes(*found), written.bytes);
+        }
+        QTemporaryDir dir;
+        QFile out(dir.filePath(QStringLiteral("t.pt")));
+        QVERIFY(out.open(QIODevice::WriteOnly) && out.write(file) == file.size());
+        out.close();
+        QProcess python;
+        python.start(QStringLiteral("/usr/bin/python3"),
+            { QStringLiteral("-c"),
+                QStringLiteral("import sys, torch; d = torch.load(sys.argv[1]); "
+                               "print(list(d), d['x'].tolist(), d['y'].tolist(), d['tokens'].dtype, d['tokens'].tolist())"),
+                out.fileName() });
+        QVERIFY(python.waitForFinished(120'000));
+        QCOMPARE(QString::fromUtf8(python.readAllStandardOutput()).trimmed(),
+            QStringLiteral(
+                "['x', 'y', 'tokens'] [[-2.5, -1.5], [-0.5, 0.5], [1.5, 2.5]] [7, 6, 5] torch.uint8 [[1, 2], [255, 0]]"));
+    }
+
     // Whole files of tensors, read without LibTorch (what a node's supervisor checks its worker's
     // weights with): the canonical hash of each is what PyTorch gives by docs/DETERMINISM.md's
     // recipe (computed with it when the files were made): plain tensors, a transposed and a row
