@@ -413,6 +413,15 @@ Result<QString> Broker::completeSubmit(const JobSpec& spec, const QString& owner
         if (auto granted = allowRead(named, owner); !granted)
             return granted.error();
     }
+    // A chunked dataset's chunks are named by the job now, as its other files are by its spec: no
+    // longer uploads that wait for a job (and count against their owner) or are collected.
+    auto chunks = chunksNamedBy(spec);
+    if (!chunks)
+        return chunks.error();
+    for (const auto& chunk : *chunks) {
+        if (auto forgotten = m_store->forgetUpload(chunk); !forgotten)
+            return forgotten.error();
+    }
     if (auto escrowed = m_stakes->escrowBudget(job.id, owner, spec.budget); !escrowed)
         return escrowed.error();
     if (auto committed = transaction->commit(); !committed)

@@ -2,6 +2,7 @@
 // real arithmetic is tested in tests/compute and end to end in tests/e2e).
 
 #include <core/broker/broker.h>
+#include <core/datasetchunks.h>
 #include <core/memoryestimate.h>
 #include <core/pricing.h>
 #include <core/signing.h>
@@ -688,6 +689,64 @@ private Q_SLOTS:
         QVERIFY(!broker->blobs().contains(junk));
         QVERIFY(broker->blobs().contains(weights));
         QVERIFY(broker->admitUpload(QStringLiteral("k"), 1000).ok());
+    }
+
+    // A chunked dataset (docs/JOBS.md, "Chunked datasets"): the broker checks the manifest against
+    // the job and its store, hands each node the chunks its shard reads (and only those may it
+    // read), and once the job names the chunks they are neither collected nor count as uploads.
+    void aChunkedDatasetIsCheckedAndItsChunksGoOnlyWhereTheyAreRead()
+    {
+        Broker::Options options;
+        options.faucet = true;
+        options.maxUnnamedUploadBytes = 10'000;
+        options.unnamedUploadMs = 60'000;
+        auto broker = open(QStringLiteral("chunks"), options);
+        DatasetManifest manifest;
+        manifest.kind = DatasetManifest::Kind::Samples;
+        manifest.sampleShape = { 4 };
+        manifest.classes = 3;
+        for (int i = 0; i < 10; ++i) {
+            const QByteArray bytes(500 + i, char('a' + i));
+            const auto chunk = *broker->blobs().put(bytes);
+            QVERIFY(broker->recordUpload(chunk, QStringLiteral("k"), bytes.size()).ok());
+            manifest.chunks.append({ chunk, 100, bytes.size(), {} });
+        }
+        auto spec = job(1, 2);
+        spec.training.batchSize = 8;
+        spec.training.localSteps = 5;
+        spec.training.checkpointInterval = 5;
+        spec.dataset = DatasetSpec {};
+        spec.dataset.source = DatasetSpec::Source::Chunks;
+        spec.dataset.manifestSha256 = *broker->blobs().put(manifest.toJson());
+        spec.dataset.testSha256 = *broker->blobs().put(QByteArray("test"));
+        spec.dataset.trainSamples = 999;
+        auto refused = broker->submit(spec, QStringLiteral("k"));
+        QVERIFY(!refused.ok());
+        QCOMPARE(refused.error().field, QStringLiteral("dataset.chunks.trainSamples"));
+        auto missing = manifest;
+        missing.chunks[4].sha256 = Digest::ofBytes("never uploaded");
+        auto lying = spec;
+        lying.dataset.manifestSha256 = *broker->blobs().put(missing.toJson());
+        lying.dataset.trainSamples = 1000;
+        refused = broker->submit(lying, QStringLiteral("k"));
+        QVERIFY(!refused.ok());
+        QVERIFY2(refused.error().message.contains(QStringLiteral("chunk 4")), qPrintable(refused.error().message));
+
+        spec.dataset.trainSamples = 1000;
+        QVERIFY(broker->submit(spec, QStringLiteral("k")).ok());
+        QVERIFY(broker->registerNode(node(QStringLiteral("a"))).ok());
+        const auto assigned = **broker->assign(QStringLiteral("a"));
+        // 40 samples of a slice of 500 (5 chunks): one chunk, or two where the slice starts inside one.
+        QVERIFY(assigned.task.dataChunks.size() >= 1 && assigned.task.dataChunks.size() <= 2);
+        QCOMPARE(assigned.task.dataChunks, chunksOfTask(assigned.task, manifest));
+        for (const auto& chunk : manifest.chunks)
+            QCOMPARE(*broker->mayRead(QStringLiteral("a"), chunk.sha256), assigned.task.dataChunks.contains(chunk.sha256));
+        QVERIFY(*broker->mayRead(QStringLiteral("a"), spec.dataset.manifestSha256));
+        m_clock.now += 66'000;
+        broker->tick();
+        for (const auto& chunk : manifest.chunks)
+            QVERIFY(broker->blobs().contains(chunk.sha256));
+        QVERIFY(broker->admitUpload(QStringLiteral("k"), 10'000).ok()); // the job's chunks no longer count
     }
 
     // A job whose shard fails on every node and on the broker fails, and says why.
