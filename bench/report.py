@@ -164,6 +164,12 @@ def figures(results):
         f["net.unverifiedVsLocal"] = f["net.unverified.wall"] / f["local.wall"]
     if "swarm.uplink.seconds" in f and "swarm.uplink.getSeconds" in f:
         f["swarm.uplink.faster"] = f["swarm.uplink.getSeconds"] / f["swarm.uplink.seconds"]
+    if "chunks.node.bytes" in f and "chunks.bytes" in f and f["chunks.node.bytes"] > 0:
+        f["chunks.ratio"] = f["chunks.bytes"] / f["chunks.node.bytes"]
+        f["chunks.corpusGiB"] = f["chunks.corpus.bytes"] / float(1 << 30)
+        f["chunks.nodeMiB"] = f["chunks.node.bytes"] / float(1 << 20)
+        f["chunks.cutMBs"] = f["chunks.corpus.bytes"] / 1e6 / f["chunks.cut.seconds"]
+        f["chunks.uploadMBs"] = f["chunks.bytes"] / 1e6 / f["chunks.upload.seconds"]
     f["date"] = date.today().isoformat()
     return f, curves
 

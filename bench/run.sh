@@ -45,6 +45,8 @@ step "compression: the example jobs with float32 weights and with int8 updates (
 "$src/bench/compression.sh" "$build" "$out/compression"
 step "language model: the Fortunes GPT by train-local and by PyTorch alone (same model, optimiser, schedule, tokens)"
 "$src/bench/lm.sh" "$build" "$out/lm"
+step "chunked datasets: a 4 GiB text corpus cut, uploaded and trained on by two nodes"
+"$src/bench/chunks.sh" "$build" "$out/chunks"
 step "desktop app at idle"
 "$src/bench/appbench.sh" "$build" | tee "$out/app.txt"
 

@@ -173,6 +173,20 @@ QList<qsizetype> ChunkedOrder::chunksRead(std::int64_t steps) const
     return chunks;
 }
 
+std::int64_t mostChunksRead(const DatasetManifest& manifest, std::int64_t positions)
+{
+    auto samples = manifest.chunkSamples();
+    std::sort(samples.begin(), samples.end());
+    std::int64_t chunks = 1, covered = 1;
+    for (const auto count : samples) {
+        if (covered >= positions || chunks >= samples.size())
+            break;
+        covered += count;
+        ++chunks;
+    }
+    return chunks;
+}
+
 QList<Digest> chunksOfTask(const ShardTask& task, const DatasetManifest& manifest)
 {
     QList<Digest> digests;

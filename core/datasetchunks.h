@@ -91,5 +91,10 @@ private:
 
 // The chunks of `manifest` that the task's steps read, as the task's dataChunks name them.
 QList<Digest> chunksOfTask(const ShardTask& task, const DatasetManifest& manifest);
+// The most chunks any shard can read that reads `positions` samples of its slice: the first segment
+// may hold one sample, the others whole chunks, the smallest first. A job whose tasks could name
+// more than MaxTaskChunks is refused (a TASK's header is bounded).
+std::int64_t mostChunksRead(const DatasetManifest& manifest, std::int64_t positions);
+inline constexpr std::int64_t MaxTaskChunks = 256;
 
 } // namespace tessera::core

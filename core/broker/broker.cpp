@@ -224,7 +224,7 @@ Status Broker::checkSubmittable(const JobSpec& spec, const QString& owner)
             return Error { QStringLiteral("dataset.tensors.testSha256"),
                 QStringLiteral("upload the test tensors before submitting") };
     }
-    if (auto status = m_manifests.checkSubmittable(spec.dataset); !status)
+    if (auto status = m_manifests.checkSubmittable(spec.dataset, spec.training.localSteps * spec.training.batchSize); !status)
         return status;
     auto running = m_store->runningJobsOf(owner);
     if (!running)

@@ -41,7 +41,7 @@ Result<ShardTask> DataManifests::shardTask(
     return task;
 }
 
-Status DataManifests::checkSubmittable(const DatasetSpec& dataset)
+Status DataManifests::checkSubmittable(const DatasetSpec& dataset, std::int64_t reads)
 {
     if (dataset.source != DatasetSpec::Source::Chunks)
         return {};
@@ -50,6 +50,11 @@ Status DataManifests::checkSubmittable(const DatasetSpec& dataset)
     auto manifest = of(dataset.manifestSha256);
     if (!manifest)
         return manifest.error();
+    if (const auto most = mostChunksRead(**manifest, reads); most > MaxTaskChunks)
+        return Error { QStringLiteral("dataset.chunks.manifestSha256"),
+            QStringLiteral("a shard could read %1 chunks, more than the %2 a task may name: make the chunks larger")
+                .arg(most)
+                .arg(MaxTaskChunks) };
     if ((*manifest)->sampleCount() != dataset.trainSamples)
         return Error { QStringLiteral("dataset.chunks.trainSamples"),
             QStringLiteral("the job says %1 training samples but the manifest's chunks hold %2")

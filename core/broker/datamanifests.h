@@ -26,8 +26,9 @@ public:
     Result<ShardTask> shardTask(
         const QString& jobId, const JobSpec& spec, std::int64_t round, std::int64_t shard, const Digest& startWeights);
     // Whether a job may train on its manifest: it is stored and says what the job says, and every
-    // chunk it lists is stored with the size it says. Errors name the job's field.
-    Status checkSubmittable(const DatasetSpec& dataset);
+    // chunk it lists is stored with the size it says, and no shard that reads `reads` samples
+    // could read more than MaxTaskChunks of them. Errors name the job's field.
+    Status checkSubmittable(const DatasetSpec& dataset, std::int64_t reads);
 
 private:
     BlobStore& m_blobs;

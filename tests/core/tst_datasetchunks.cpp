@@ -145,6 +145,27 @@ private Q_SLOTS:
         QVERIFY(ChunkedOrder(task, samples).chunksRead(10) != read);
     }
 
+    // The bound a broker checks a job against: no shard reads more chunks than it says.
+    void noShardReadsMoreChunksThanTheBound()
+    {
+        const QList<std::int64_t> samples { 40, 3, 27, 50, 8, 62, 5, 5, 90, 1, 30 };
+        const auto manifest = manifestOf(samples);
+        for (const std::int64_t steps : { 1, 2, 5, 9, 40 }) {
+            for (std::int64_t shard = 0; shard < 3; ++shard) {
+                for (std::int64_t round = 0; round < 20; ++round) {
+                    auto task = taskOf(shard * 107, (shard + 1) * 107, steps, 7);
+                    task.shard = shard;
+                    task.round = round;
+                    const auto read = ChunkedOrder(task, samples).chunksRead(steps);
+                    QVERIFY(read.size() <= mostChunksRead(manifest, steps * 7));
+                }
+            }
+        }
+        QCOMPARE(mostChunksRead(manifest, 1), 1);
+        QCOMPARE(mostChunksRead(manifest, 2), 2); // one sample at the end of a chunk, one of the next
+        QCOMPARE(mostChunksRead(manifest, 10'000), samples.size());
+    }
+
     void aThirdPartyReadsTheSameRowsFromTheDocs()
     {
         const QList<std::int64_t> samples { 40, 13, 27, 50, 8, 62 };

@@ -136,16 +136,16 @@ private Q_SLOTS:
         // A stranger names the owner's manifest by its hash: not theirs.
         const QString manifestHash
             = core::Digest::ofBytes(core::readFile(m_dir.filePath(QStringLiteral("chunks/manifest.json"))).value()).toHex();
-        const QString testHash
-            = core::Digest::ofBytes(core::readFile(m_dir.filePath(QStringLiteral("chunks/test.pt"))).value()).toHex();
         QString named = ChunkedJob.arg(m_manifest.sampleCount());
         named.replace(QStringLiteral(R"("manifestFile": "chunks/manifest.json", "testFile": "chunks/test.pt")"),
             QStringLiteral(R"("manifestSha256": "%1", "testFile": "chunks/test.pt")").arg(manifestHash));
         const QString byHash = m_dir.filePath(QStringLiteral("by-hash.json"));
         Cluster::writeFile(byHash, named);
         refused = as(QStringLiteral("stranger"), { QStringLiteral("submit"), byHash });
-        QVERIFY2(
-            refused.exitCode != 0 && refused.output.contains(QStringLiteral("which is not yours")), qPrintable(refused.output));
+        QVERIFY2(refused.exitCode != 0 && refused.output.contains(manifestHash), qPrintable(refused.output));
+        // Nor ask for a quote, whose answer would tell the shape and size of the owner's data.
+        refused = as(QStringLiteral("stranger"), { QStringLiteral("submit"), byHash, QStringLiteral("--estimate") });
+        QVERIFY2(refused.exitCode != 0 && refused.output.contains(manifestHash), qPrintable(refused.output));
 
         // A manifest of their own that lists the owner's chunks: uploaded (as a file of another
         // job), then named by its hash. The broker reads it and refuses the chunks.

@@ -61,6 +61,11 @@ for mode in ("swarm", "swarm.plain"):
             records["%s.%s.%d.seconds" % (mode, blob, nodes)] = 2.0
 records.update({"swarm.uplink.seconds": 11.0, "swarm.uplink.getSeconds": 27.5})
 
+# bench/chunks.sh: a 4 GiB corpus, what a node held of it.
+records.update({"chunks.corpus.bytes": 4 << 30, "chunks.generate.seconds": 40.0, "chunks.cut.seconds": 80.0,
+                "chunks.count": 65, "chunks.bytes": 4.33e9, "chunks.upload.seconds": 60.0, "chunks.train.seconds": 30.0,
+                "chunks.node.chunks": 4, "chunks.node.bytes": 2.7e8})
+
 # bench/scale.sh: per model size; state is a word, not a number.
 for name, params, ratio, node, broker, silent in (("1m", 1.07e6, 1.5, 268, 306, 0), ("10m", 10.0e6, 1.38, 531, 694, 0),
                                                   ("40m", 36.8e6, 1.2, 1143, 1586, 0), ("100m", 98.7e6, 1.27, 2555, 3742, 2),
