@@ -4,7 +4,7 @@ namespace tessera::core {
 
 QStringList ownCapabilities()
 {
-    return { capability::Int8, capability::Portable, capability::OptimizerState };
+    return { capability::Int8, capability::Portable, capability::OptimizerState, capability::Chunks };
 }
 
 QStringList capabilitiesNeededBy(const JobSpec& spec)
@@ -16,6 +16,8 @@ QStringList capabilitiesNeededBy(const JobSpec& spec)
         needed.append(capability::Portable);
     if (spec.aggregation.optimizerState == AggregationSpec::OptimizerState::Averaged)
         needed.append(capability::OptimizerState);
+    if (spec.dataset.source == DatasetSpec::Source::Chunks)
+        needed.append(capability::Chunks);
     return needed;
 }
 

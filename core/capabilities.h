@@ -16,6 +16,8 @@ namespace capability {
 inline const QString Int8 = QStringLiteral("int8"); // reveals int8 updates (aggregation.compression int8)
 inline const QString Portable = QStringLiteral("portable"); // Tessera's portable kernels (determinism portable)
 inline const QString OptimizerState = QStringLiteral("optimizer-state"); // carried optimizer state (averaged)
+// A chunked dataset (dataset.chunks): its manifest, its order and the task's dataChunks.
+inline const QString Chunks = QStringLiteral("chunks");
 // Fetches and serves blobs over the blob swarm (docs/SWARM.md); no job needs it, and a node
 // declares it only while its swarm runs (Swarm/Enabled).
 inline const QString Swarm = QStringLiteral("swarm");

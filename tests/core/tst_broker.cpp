@@ -2,6 +2,7 @@
 // real arithmetic is tested in tests/compute and end to end in tests/e2e).
 
 #include <core/broker/broker.h>
+#include <core/capabilities.h>
 #include <core/datasetchunks.h>
 #include <core/memoryestimate.h>
 #include <core/pricing.h>
@@ -734,6 +735,10 @@ private Q_SLOTS:
 
         spec.dataset.trainSamples = 1000;
         QVERIFY(broker->submit(spec, QStringLiteral("k")).ok());
+        auto older = node(QStringLiteral("older")); // a node from before chunked datasets gets none of it
+        older.capabilities.removeAll(capability::Chunks);
+        QVERIFY(broker->registerNode(older).ok());
+        QVERIFY(!broker->assign(QStringLiteral("older"))->has_value());
         QVERIFY(broker->registerNode(node(QStringLiteral("a"))).ok());
         const auto assigned = **broker->assign(QStringLiteral("a"));
         // 40 samples of a slice of 500 (5 chunks): one chunk, or two where the slice starts inside one.
