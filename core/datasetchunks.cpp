@@ -53,6 +53,9 @@ Result<DatasetManifest> DatasetManifest::fromJson(const QByteArray& bytes)
         chunk.samples = item.integer(u"samples", 1, std::int64_t(1) << 32);
         chunk.bytes = item.integer(u"bytes", 1, MaxChunkBytes);
         chunk.file = item.string(u"file", Presence::Optional);
+        // A name in the manifest's own folder: whoever uploads a manifest uploads no other file.
+        if (item.ok() && (chunk.file.contains(u'/') || chunk.file.contains(u'\\') || chunk.file == u"." || chunk.file == u".."))
+            item.fail(u"file", QStringLiteral("must be the name of a file beside the manifest, not a path"));
         total += chunk.samples;
         manifest.chunks.append(chunk);
     }

@@ -268,20 +268,24 @@ core::Status BrokerClient::uploadJobFiles(core::JobSpec& spec, const QString& ba
         auto manifest = core::DatasetManifest::fromJson(*text);
         if (!manifest)
             return core::Error { spec.dataset.manifestFile, manifest.error().toString() };
+        // Each chunk is a file in the manifest's folder (the manifest's parser allows no other
+        // name), hashed here before it goes: a manifest that names another file uploads nothing.
         const QDir chunkBase = QFileInfo(manifestPath).dir();
         for (const auto& chunk : manifest->chunks) {
-            QString file = chunk.file;
-            core::Digest uploaded;
-            if (file.isEmpty())
+            if (chunk.file.isEmpty())
                 return core::Error { spec.dataset.manifestFile,
                     QStringLiteral("chunk %1 names no file to upload").arg(chunk.sha256.toHex()) };
-            file = chunkBase.filePath(file);
-            if (auto status = uploadFile(file, uploaded); !status)
-                return status;
-            if (uploaded != chunk.sha256)
+            auto bytes = core::readFile(chunkBase.filePath(chunk.file));
+            if (!bytes)
+                return core::Error { chunk.file, bytes.error().message };
+            if (core::Digest::ofBytes(*bytes) != chunk.sha256)
                 return core::Error { chunk.file,
                     QStringLiteral("the file's SHA-256 is not the %1 the manifest says: build the manifest again")
                         .arg(chunk.sha256.toHex()) };
+            if (report)
+                report(chunkBase.filePath(chunk.file), bytes->size());
+            if (auto uploaded = upload(*bytes, progress); !uploaded)
+                return uploaded.error();
         }
     }
     for (auto status : { uploadFile(spec.dataset.manifestFile, spec.dataset.manifestSha256),

@@ -86,6 +86,11 @@ private Q_SLOTS:
                                             << QStringLiteral("manifest.chunks[0].bytes");
         QTest::newRow("a hash that is none") << manifest(samples, { 3 }, with(QStringLiteral("sha256"), QStringLiteral("xyz")))
                                              << QStringLiteral("manifest.chunks[0].sha256");
+        QTest::newRow("a path out of its folder")
+            << manifest(samples, { 3 }, with(QStringLiteral("file"), QStringLiteral("../../home/me/.ssh/id_ed25519")))
+            << QStringLiteral("manifest.chunks[0].file");
+        QTest::newRow("an absolute path") << manifest(samples, { 3 }, with(QStringLiteral("file"), QStringLiteral("/etc/shadow")))
+                                          << QStringLiteral("manifest.chunks[0].file");
         QTest::newRow("an unknown field") << manifest(samples, { 3 }, with(QStringLiteral("url"), QStringLiteral("http://x")))
                                           << QStringLiteral("manifest.chunks[0].url");
     }
