@@ -7,6 +7,7 @@
 #include <QJsonArray>
 #include <QJsonDocument>
 #include <QJsonObject>
+#include <QSet>
 
 #include <algorithm>
 
@@ -46,6 +47,7 @@ Result<DatasetManifest> DatasetManifest::fromJson(const QByteArray& bytes)
         reader.fail(u"sampleShape", QStringLiteral("a token window has one dimension, its length"));
     manifest.classes = reader.integer(u"classes", 1, std::int64_t(1) << 24);
     std::int64_t total = 0;
+    QSet<Digest> seen;
     for (auto& item : reader.objectList(u"chunks", MaxChunks)) {
         item.allowOnly({ QStringLiteral("sha256"), QStringLiteral("samples"), QStringLiteral("bytes"), QStringLiteral("file") });
         Chunk chunk;
@@ -56,6 +58,10 @@ Result<DatasetManifest> DatasetManifest::fromJson(const QByteArray& bytes)
         // A name in the manifest's own folder: whoever uploads a manifest uploads no other file.
         if (item.ok() && (chunk.file.contains(u'/') || chunk.file.contains(u'\\') || chunk.file == u"." || chunk.file == u".."))
             item.fail(u"file", QStringLiteral("must be the name of a file beside the manifest, not a path"));
+        // Once each: a chunk listed twice would be loaded twice by a task that names it once.
+        if (item.ok() && seen.contains(chunk.sha256))
+            item.fail(u"sha256", QStringLiteral("is listed before: each chunk once"));
+        seen.insert(chunk.sha256);
         total += chunk.samples;
         manifest.chunks.append(chunk);
     }
@@ -131,6 +137,8 @@ ChunkedOrder::ChunkedOrder(const ShardTask& task, const QList<std::int64_t>& chu
         if (start >= task.sampleEnd)
             break;
     }
+    // A slice past the corpus's end (a task no node runs: prepare() refuses it) reads what there is.
+    m_length = m_segments.isEmpty() ? 0 : m_segments.last().offset + m_segments.last().length;
 }
 
 const QList<std::int64_t>& ChunkedOrder::segmentOrder(std::int64_t pass, qsizetype segment)
@@ -149,7 +157,7 @@ const QList<std::int64_t>& ChunkedOrder::segmentOrder(std::int64_t pass, qsizety
 QList<ChunkedOrder::Row> ChunkedOrder::rowsOfStep(std::int64_t step)
 {
     QList<Row> rows;
-    if (m_segments.isEmpty())
+    if (m_segments.isEmpty() || step < 0)
         return rows;
     rows.reserve(m_batch);
     for (std::int64_t position = step * m_batch; position < (step + 1) * m_batch; ++position) {

@@ -379,6 +379,15 @@ QStringList DatasetSpec::builtinNames()
     return { QStringLiteral("fashion-mnist"), QStringLiteral("fortunes") };
 }
 
+void forgetLocalFiles(ModelSpec& model, DatasetSpec& dataset)
+{
+    model.scriptFile.clear();
+    model.initialWeightsFile.clear();
+    dataset.trainFile.clear();
+    dataset.testFile.clear();
+    dataset.manifestFile.clear();
+}
+
 std::int64_t DatasetSpec::trainSampleCount(std::int64_t context) const
 {
     if (source == Source::Builtin && builtin == u"fashion-mnist")

@@ -68,6 +68,11 @@ struct DatasetSpec {
     bool operator==(const DatasetSpec&) const = default;
 };
 
+// Forgets the local file names a job file may give (model.torchscript.file, model.initialWeights.file,
+// dataset.*.trainFile, testFile, manifestFile): what crosses the wire names files by their SHA-256
+// only, so no path a job owner (or a broker) writes is ever opened on another machine.
+void forgetLocalFiles(ModelSpec& model, DatasetSpec& dataset);
+
 // The learning rate across the whole job, by global step t = round x localSteps + step (step
 // 0-based within the shard): constant, or linear warmup then cosine decay to minLr at totalSteps.
 struct ScheduleSpec {

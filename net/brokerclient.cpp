@@ -262,6 +262,8 @@ core::Status BrokerClient::uploadJobFiles(core::JobSpec& spec, const QString& ba
     // A chunked dataset: every chunk its manifest lists (beside the manifest), then the manifest.
     if (!spec.dataset.manifestFile.isEmpty()) {
         const QString manifestPath = base.absoluteFilePath(spec.dataset.manifestFile);
+        if (const QFileInfo info(manifestPath); !info.isFile() || info.size() > core::DatasetManifest::MaxManifestBytes)
+            return core::Error { spec.dataset.manifestFile, QStringLiteral("is not a manifest file (of at most 16 MiB)") };
         auto text = core::readFile(manifestPath);
         if (!text)
             return core::Error { spec.dataset.manifestFile, text.error().message };
@@ -275,7 +277,13 @@ core::Status BrokerClient::uploadJobFiles(core::JobSpec& spec, const QString& ba
             if (chunk.file.isEmpty())
                 return core::Error { spec.dataset.manifestFile,
                     QStringLiteral("chunk %1 names no file to upload").arg(chunk.sha256.toHex()) };
-            auto bytes = core::readFile(chunkBase.filePath(chunk.file));
+            const QFileInfo info(chunkBase.filePath(chunk.file));
+            if (!info.isFile() || info.size() != chunk.bytes)
+                return core::Error {
+                    chunk.file,
+                    QStringLiteral("is not a file of the %1 bytes the manifest says: build the manifest again").arg(chunk.bytes)
+                };
+            auto bytes = core::readFile(info.filePath());
             if (!bytes)
                 return core::Error { chunk.file, bytes.error().message };
             if (core::Digest::ofBytes(*bytes) != chunk.sha256)
@@ -287,9 +295,16 @@ core::Status BrokerClient::uploadJobFiles(core::JobSpec& spec, const QString& ba
             if (auto uploaded = upload(*bytes, progress); !uploaded)
                 return uploaded.error();
         }
+        // The manifest as it was read and checked, not read again.
+        if (report)
+            report(spec.dataset.manifestFile, text->size());
+        auto uploaded = upload(*text, progress);
+        if (!uploaded)
+            return uploaded.error();
+        spec.dataset.manifestSha256 = *uploaded;
+        spec.dataset.manifestFile.clear();
     }
-    for (auto status : { uploadFile(spec.dataset.manifestFile, spec.dataset.manifestSha256),
-             uploadFile(spec.model.scriptFile, spec.model.scriptSha256),
+    for (auto status : { uploadFile(spec.model.scriptFile, spec.model.scriptSha256),
              uploadFile(spec.model.initialWeightsFile, spec.model.initialWeightsSha256),
              uploadFile(spec.dataset.trainFile, spec.dataset.trainSha256),
              uploadFile(spec.dataset.testFile, spec.dataset.testSha256) }) {

@@ -35,6 +35,7 @@ core::Result<core::JobSpec> jobField(const QJsonObject& header)
     auto spec = core::JobSpec::fromJson(*object);
     if (!spec)
         return nested(fields::Job, spec.error());
+    core::forgetLocalFiles(spec->model, spec->dataset); // a broker opens no path a client names
     return spec;
 }
 
@@ -227,6 +228,7 @@ core::Result<TaskMessage> TaskMessage::fromHeader(const QJsonObject& header)
     if (!task)
         return nested(fields::Task, task.error());
     message.task = *task;
+    core::forgetLocalFiles(message.task.model, message.task.dataset); // a node opens no path a broker names
     return message;
 }
 

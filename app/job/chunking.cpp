@@ -113,6 +113,8 @@ core::Result<ChunkedCorpus> chunkTextFolder(const QString& folder, const QString
     const std::int64_t L = options.context, width = L + 1;
     if (L < 1 || L > 65536)
         return core::Error { QStringLiteral("context"), QStringLiteral("must be 1 to 65536") };
+    if (options.testWindows * width > (std::int64_t(512) << 20)) // a job's file is at most 1 GiB
+        return core::Error { QStringLiteral("test-windows"), QStringLiteral("the test file would be larger than 512 MiB") };
     if (!QDir().mkpath(output))
         return core::Error { output, QStringLiteral("cannot create the folder") };
     ChunkedCorpus corpus;
@@ -204,6 +206,11 @@ core::Result<ChunkedCorpus> chunkTensorFile(const QString& path, const QString& 
     }
     if (tokens && rows[0].sizes.size() != 2)
         return core::Error { path, QStringLiteral("tokens must be [N, L+1]") };
+    const auto floating = [](DType type) {
+        return type == DType::Float32 || type == DType::Float64 || type == DType::Float16 || type == DType::BFloat16;
+    };
+    if (!tokens && (!floating(rows[0].dtype) || rows[0].sizes.size() < 2 || rows[1].sizes.size() != 1))
+        return core::Error { path, QStringLiteral("x must be floating point [N, ...] and y one label per sample, [N]") };
     if (!QDir().mkpath(output))
         return core::Error { output, QStringLiteral("cannot create the folder") };
     ChunkedCorpus corpus;

@@ -683,7 +683,7 @@ ProgramOf structuresOf(const core::ShardTask& task, const std::vector<std::int64
 
 core::Result<QString> portableListing(const core::ShardTask& task, std::int64_t step, const ComputeEnvironment& environment)
 {
-    auto data = loadTaskData(task, environment);
+    auto data = loadDataset(task.dataset, environment, task.model.context);
     if (!data)
         return data.error();
     auto program = portableProgram(task, step - 1, data->train->sampleShape(), data->train->classes);
@@ -744,7 +744,7 @@ core::Result<std::int64_t> traceBytesBound(
 {
     if (auto status = narrowable(task, checkpoint); !status)
         return status.error();
-    auto data = loadTaskData(task, environment);
+    auto data = loadDataset(task.dataset, environment, task.model.context);
     if (!data)
         return data.error();
     const auto programOf = structuresOf(task, data->train->sampleShape(), data->train->classes);

@@ -24,6 +24,8 @@ Result<std::shared_ptr<const DatasetManifest>> DataManifests::of(const Digest& m
         return Error { QStringLiteral("dataset.chunks.manifestSha256"), parsed.error().toString() };
     auto shared = std::make_shared<const DatasetManifest>(std::move(*parsed));
     const std::lock_guard lock(m_mutex);
+    if (m_read.size() >= MaxKept) // quotes of manifests no job names must not grow it for ever
+        m_read.clear();
     m_read.insert(manifest, shared);
     return shared;
 }

@@ -31,6 +31,7 @@ public:
     Status checkSubmittable(const DatasetSpec& dataset, std::int64_t reads);
 
 private:
+    static constexpr qsizetype MaxKept = 64;
     BlobStore& m_blobs;
     std::mutex m_mutex;
     QHash<Digest, std::shared_ptr<const DatasetManifest>> m_read;

@@ -259,16 +259,46 @@ private Q_SLOTS:
         QVERIFY(!refused.ok());
         QCOMPARE(refused.error().field, QStringLiteral("dataChunks"));
 
-        // A chunk of 49 samples where the manifest says 50 (its file replaced, as a lying peer might).
+        // No more than its steps read either: a broker that names more makes the node fetch for nothing.
+        auto extra = task;
+        extra.dataChunks.append(unread->sha256);
+        std::sort(extra.dataChunks.begin(), extra.dataChunks.end(), [&](const core::Digest& x, const core::Digest& y) {
+            return manifest.digests().indexOf(x) < manifest.digests().indexOf(y);
+        });
+        refused = compute::ShardRun::start(extra, prepared.start.bytes, {});
+        QVERIFY(!refused.ok());
+        QCOMPARE(refused.error().field, QStringLiteral("dataChunks"));
+
+        // A chunk file changed after the manifest was made (train-local reads files, not the blob
+        // store): its hash says so.
         const auto read = std::find_if(manifest.chunks.begin(), manifest.chunks.end(),
             [&](const core::DatasetManifest::Chunk& chunk) { return chunk.sha256 == task.dataChunks.first(); });
         QFile replaced(dir.filePath(read->file));
         const QByteArray shorter = chunkOf(0, 49);
+        QVERIFY(replaced.open(QIODevice::ReadOnly));
+        const QByteArray kept = replaced.readAll();
+        replaced.close();
         QVERIFY(replaced.open(QIODevice::WriteOnly) && replaced.write(shorter) == shorter.size());
         replaced.close();
-        auto lied = compute::ShardRun::start(task, prepared.start.bytes, {});
-        QVERIFY(!lied.ok());
-        QVERIFY2(lied.error().message.contains(QStringLiteral("holds 49 samples, not the 50")), qPrintable(lied.error().message));
+        auto changed = compute::ShardRun::start(task, prepared.start.bytes, {});
+        QVERIFY(!changed.ok());
+        QVERIFY2(changed.error().message.contains(QStringLiteral("SHA-256 differs")), qPrintable(changed.error().message));
+
+        // A manifest that lies about a chunk's samples (its owner wrote it so): refused when loaded.
+        QVERIFY(replaced.open(QIODevice::WriteOnly) && replaced.write(kept) == kept.size());
+        replaced.close();
+        auto lyingManifest = manifest;
+        const qsizetype lied = manifest.digests().indexOf(task.dataChunks.first());
+        lyingManifest.chunks[lied].samples = 51;
+        lyingManifest.chunks[(lied + 1) % lyingManifest.chunks.size()].samples = 49; // the same corpus size
+        QVERIFY(manifestFile.open(QIODevice::WriteOnly | QIODevice::Truncate) && manifestFile.write(lyingManifest.toJson()) > 0);
+        manifestFile.close();
+        auto lying = task;
+        lying.dataChunks = core::chunksOfTask(task, lyingManifest);
+        auto loaded = compute::ShardRun::start(lying, prepared.start.bytes, {});
+        QVERIFY(!loaded.ok());
+        QVERIFY2(
+            loaded.error().message.contains(QStringLiteral("holds 50 samples, not the")), qPrintable(loaded.error().message));
     }
 
     void threadCountIsInTheProfile()

@@ -86,6 +86,8 @@ private Q_SLOTS:
                                             << QStringLiteral("manifest.chunks[0].bytes");
         QTest::newRow("a hash that is none") << manifest(samples, { 3 }, with(QStringLiteral("sha256"), QStringLiteral("xyz")))
                                              << QStringLiteral("manifest.chunks[0].sha256");
+        QTest::newRow("a chunk listed twice")
+            << manifest(samples, { 3 }, QJsonArray { chunk, chunk }) << QStringLiteral("manifest.chunks[1].sha256");
         QTest::newRow("a path out of its folder")
             << manifest(samples, { 3 }, with(QStringLiteral("file"), QStringLiteral("../../home/me/.ssh/id_ed25519")))
             << QStringLiteral("manifest.chunks[0].file");

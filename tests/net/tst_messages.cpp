@@ -1,6 +1,7 @@
 // The typed messages of docs/PROTOCOL.md: each writes the header the table says (golden compact
 // JSON), reads back what it wrote, and names the field that is wrong in what it refuses.
 
+#include <core/smalljobs.h>
 #include <net/blobcoding.h>
 #include <net/messages.h>
 
@@ -325,6 +326,33 @@ private Q_SLOTS:
                     .field.startsWith(QStringLiteral("node.")));
         QCOMPARE(SubmitRequest::fromHeader({}).error().field, fields::Job);
         QCOMPARE(ListReply::fromHeader({}).error().field, fields::Jobs);
+    }
+
+    // A path in a job or a task is for its writer's machine: a broker reading a SUBMIT or QUOTE,
+    // and a node reading a TASK, forget it (a hostile owner's "/dev/zero" is never opened).
+    void localFileNamesDoNotCrossTheWire()
+    {
+        auto spec = core::smallMlpJob(QStringLiteral("paths"));
+        spec.dataset.source = core::DatasetSpec::Source::Chunks;
+        spec.dataset.manifestSha256 = digest('c');
+        spec.dataset.manifestFile = QStringLiteral("/dev/zero");
+        spec.dataset.testSha256 = digest('d');
+        spec.dataset.testFile = QStringLiteral("/etc/shadow");
+        spec.dataset.trainSamples = 100;
+        const auto submitted = SubmitRequest::fromHeader(SubmitRequest { spec, {} }.toHeader());
+        QVERIFY(submitted.ok());
+        QVERIFY(submitted->job.dataset.manifestFile.isEmpty() && submitted->job.dataset.testFile.isEmpty());
+        QCOMPARE(submitted->job.dataset.manifestSha256, digest('c'));
+        const auto quoted = QuoteRequest::fromHeader(QuoteRequest { spec }.toHeader());
+        QVERIFY(quoted.ok() && quoted->job.dataset.manifestFile.isEmpty());
+
+        auto task = smallTask(digest('a'));
+        task.task.dataset = spec.dataset;
+        task.task.dataChunks = { digest('e') };
+        const auto read = TaskMessage::fromHeader(task.toHeader());
+        QVERIFY2(read.ok(), qPrintable(read.ok() ? QString() : read.error().toString()));
+        QVERIFY(read->task.dataset.manifestFile.isEmpty() && read->task.dataset.testFile.isEmpty());
+        QCOMPARE(read->task.dataChunks, QList<core::Digest> { digest('e') });
     }
 };
 

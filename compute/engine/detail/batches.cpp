@@ -38,11 +38,20 @@ core::Status BatchPlan::check() const
 {
     if (!m_chunked)
         return {};
+    // Exactly the chunks the steps read: no fewer (a batch would read what is not here), no more
+    // (fetched and loaded for nothing).
+    QList<core::Digest> read;
     for (const auto chunk : m_chunked->chunksRead(m_task.localSteps)) {
         if (!m_rows->start.contains(chunk))
             return core::Error { QStringLiteral("dataChunks"),
                 QStringLiteral("the task's steps read chunk %1 of the dataset, which the task does not name").arg(chunk) };
+        read.append(m_rows->digests.value(chunk));
     }
+    if (read != m_task.dataChunks)
+        return core::Error {
+            QStringLiteral("dataChunks"),
+            QStringLiteral("the task names %1 chunks, not the %2 its steps read").arg(m_task.dataChunks.size()).arg(read.size())
+        };
     return {};
 }
 

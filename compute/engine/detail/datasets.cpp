@@ -389,6 +389,7 @@ core::Result<DatasetSplits> loadChunks(const core::DatasetManifest& manifest, co
 {
     auto rows = std::make_shared<ChunkRows>();
     rows->chunkSamples = manifest.chunkSamples();
+    rows->digests = manifest.digests();
     std::vector<at::Tensor> xs, ys;
     std::int64_t next = 0;
     for (qsizetype i = 0; i < manifest.chunks.size(); ++i) {
@@ -401,6 +402,14 @@ core::Result<DatasetSplits> loadChunks(const core::DatasetManifest& manifest, co
         if (!path)
             return core::Error { QStringLiteral("dataset.chunks"),
                 QStringLiteral("chunk %1 (%2) is not on this machine").arg(i).arg(chunk.sha256.toHex()) };
+        if (*path == file) { // beside a manifest not uploaded (train-local): the blob store checked the others
+            const auto digest = core::Digest::ofFile(*path);
+            if (!digest || *digest != chunk.sha256)
+                return core::Error { QStringLiteral("dataset.chunks"),
+                    QStringLiteral("chunk %1 (%2) is not what the manifest says (its SHA-256 differs): chunk the data again")
+                        .arg(i)
+                        .arg(chunk.file) };
+        }
         auto loaded = loadTensorFile(*path);
         if (!loaded)
             return core::Error { QStringLiteral("dataset.chunks"),
@@ -430,7 +439,6 @@ core::Result<DatasetSplits> loadChunks(const core::DatasetManifest& manifest, co
 core::Result<DatasetSplits> loadChunkedDataset(
     const core::DatasetSpec& spec, const ComputeEnvironment& environment, const QList<core::Digest>& chunks)
 {
-    const auto manifestPath = environment.locate(spec.manifestSha256, spec.manifestFile);
     auto manifest = readManifest(spec, environment);
     if (!manifest)
         return manifest.error();
@@ -440,7 +448,7 @@ core::Result<DatasetSplits> loadChunkedDataset(
                 .arg(spec.trainSamples)
                 .arg(manifest->sampleCount()) };
     // Chunks sit beside a manifest that was not uploaded yet (train-local); uploaded ones by hash.
-    const QString directory = spec.manifestFile.isEmpty() ? QString() : QFileInfo(*manifestPath).absolutePath();
+    const QString directory = spec.manifestFile.isEmpty() ? QString() : QFileInfo(spec.manifestFile).absolutePath();
     auto splits = loadChunks(*manifest, directory, chunks, environment);
     if (!splits)
         return splits.error();
@@ -456,6 +464,9 @@ core::Result<DatasetSplits> loadChunkedDataset(
     if (testShape != manifest->sampleShape)
         return core::Error { QStringLiteral("dataset.chunks.testFile"),
             QStringLiteral("test samples have another shape than the manifest's") };
+    if ((manifest->kind == core::DatasetManifest::Kind::Tokens) != ((*test)->x.scalar_type() == torch::kInt64))
+        return core::Error { QStringLiteral("dataset.chunks.testFile"),
+            QStringLiteral("the test file is not of the manifest's kind (tokens, or x and y)") };
     if ((*test)->classes > manifest->classes)
         return core::Error { QStringLiteral("dataset.chunks.testFile"),
             QStringLiteral("the test labels name classes beyond the manifest's %1").arg(manifest->classes) };
@@ -476,9 +487,13 @@ core::Result<DatasetSplits> loadDataset(
         QString key = spec.manifestSha256.toHex() + spec.manifestFile + u'|' + spec.testSha256.toHex() + spec.testFile;
         for (const auto& chunk : chunks)
             key += u'|' + chunk.toHex();
+        if (chunks.isEmpty()) // the manifest and test file alone (shapes, evaluation): cheap, not kept
+            return loadChunkedDataset(spec, environment, chunks);
         const std::lock_guard lock(chunkedMutex);
         if (key == lastKey)
             return last;
+        last = {}; // the previous task's chunks go before the next ones come
+        lastKey.clear();
         auto loaded = loadChunkedDataset(spec, environment, chunks);
         if (!loaded)
             return loaded.error();

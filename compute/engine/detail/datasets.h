@@ -49,6 +49,7 @@ private:
 // only the chunks a task reads, one after the other in the manifest's order.
 struct ChunkRows {
     QList<std::int64_t> chunkSamples; // of every chunk of the manifest
+    QList<core::Digest> digests; // of every chunk of the manifest
     QHash<qsizetype, std::int64_t> start; // chunk index: its first row in the training set
 
     std::int64_t sampleCount() const;

@@ -3,7 +3,6 @@
 #include "workerprotocol.h"
 
 #include <compute/pickle/tensorfile.h>
-#include <core/datasetchunks.h>
 #include <core/helperprogram.h>
 #include <core/readfile.h>
 
@@ -123,22 +122,6 @@ ShardOutput collectOutput(const core::ShardTask& task, const QDir& folder, const
     return output;
 }
 
-// Where a chunk the task reads sits beside a manifest that was not uploaded (train-local).
-QString chunkFileBesideManifest(const core::ShardTask& task, const core::Digest& chunk)
-{
-    if (task.dataset.manifestFile.isEmpty())
-        return {};
-    const auto text = core::readFile(task.dataset.manifestFile);
-    const auto manifest = text ? core::DatasetManifest::fromJson(*text) : core::Result<core::DatasetManifest>(text.error());
-    if (!manifest)
-        return {};
-    for (const auto& entry : manifest->chunks) {
-        if (entry.sha256 == chunk && !entry.file.isEmpty())
-            return QFileInfo(task.dataset.manifestFile).dir().filePath(entry.file);
-    }
-    return {};
-}
-
 // The files a task names, as the worker will find them: by content address, or (before upload,
 // train-local) at their own paths.
 void namedFiles(const core::ShardTask& task, const ComputeEnvironment& environment, QStringList& arguments)
@@ -147,7 +130,7 @@ void namedFiles(const core::ShardTask& task, const ComputeEnvironment& environme
         { task.model.initialWeightsSha256, task.model.initialWeightsFile }, { task.dataset.trainSha256, task.dataset.trainFile },
         { task.dataset.testSha256, task.dataset.testFile }, { task.dataset.manifestSha256, task.dataset.manifestFile } };
     for (const auto& chunk : task.dataChunks)
-        files.append({ chunk, chunkFileBesideManifest(task, chunk) });
+        files.append({ chunk, QString() });
     for (const auto& [digest, file] : files) {
         if (!digest.isNull() && environment.blobPath) {
             if (const auto path = environment.blobPath(digest))
