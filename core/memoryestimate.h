@@ -26,9 +26,8 @@ struct ShardMemory {
 std::int64_t builtinDatasetBytes(const QString& name);
 // A job's data as held: the built-in dataset's bytes, or the sizes of its tensor files
 // (fileSize: a file's bytes by its SHA-256, nothing when it is not at hand).
-// chunks: of a chunked dataset, the ones a shard reads (a task's dataChunks).
-std::int64_t datasetBytes(const DatasetSpec& dataset, const std::function<std::optional<std::int64_t>(const Digest&)>& fileSize,
-    const QList<Digest>& chunks = {});
+// A chunked dataset's chunks are not in it: what they take depends on their kind (the node adds them).
+std::int64_t datasetBytes(const DatasetSpec& dataset, const std::function<std::optional<std::int64_t>(const Digest&)>& fileSize);
 
 // modelBytes: the float32 weights (4 x parameters); datasetBytes: the data as held (tensor files:
 // their sizes). The model counts 4 + 2 s times its bytes, with s the optimizer's state per

@@ -2,6 +2,7 @@
 
 #include "sandbox/worker.h"
 
+#include <core/datasetchunks.h>
 #include <core/memoryestimate.h>
 #include <core/readfile.h>
 
@@ -70,17 +71,32 @@ constexpr std::int64_t StateRequestLimitMs = 10 * 60 * 1000;
 // Emitting progress for every step of a small model would flood the GUI's event queue.
 constexpr std::int64_t ProgressIntervalMs = 100;
 
+// The memory a chunk's stored byte takes once loaded (compute/engine's datasets.cpp): tokens become
+// int64 inputs and targets, cut from an int64 copy (24 bytes for a uint8 token, the form tessera-job
+// chunk writes); samples float32 with int64 labels, joined into one copy (about 2).
+std::int64_t chunkExpansion(const core::ShardTask& task, const ComputeEnvironment& environment)
+{
+    const auto path = environment.blobPath ? environment.blobPath(task.dataset.manifestSha256) : std::nullopt;
+    const auto text = path ? core::readFile(*path) : core::Result<QByteArray>(core::Error {});
+    const auto manifest = text ? core::DatasetManifest::fromJson(*text) : core::Result<core::DatasetManifest>(text.error());
+    return !manifest || manifest->kind == core::DatasetManifest::Kind::Tokens ? 24 : 2;
+}
+
 // What the shard would hold in memory here (core::estimateShardMemory): the model from the round's
 // weights as received, the data as this node holds it.
 core::ShardMemory shardMemory(const core::ShardTask& task, std::int64_t weightBytes, const ComputeEnvironment& environment)
 {
-    const auto data = core::datasetBytes(
-        task.dataset,
-        [&](const core::Digest& digest) -> std::optional<std::int64_t> {
-            const auto path = environment.blobPath ? environment.blobPath(digest) : std::nullopt;
-            return path ? std::optional<std::int64_t>(QFileInfo(*path).size()) : std::nullopt;
-        },
-        task.dataChunks);
+    auto fileSize = [&](const core::Digest& digest) -> std::optional<std::int64_t> {
+        const auto path = environment.blobPath ? environment.blobPath(digest) : std::nullopt;
+        return path ? std::optional<std::int64_t>(QFileInfo(*path).size()) : std::nullopt;
+    };
+    auto data = core::datasetBytes(task.dataset, fileSize);
+    if (!task.dataChunks.isEmpty()) {
+        std::int64_t chunks = 0;
+        for (const auto& chunk : task.dataChunks)
+            chunks += fileSize(chunk).value_or(0);
+        data += chunkExpansion(task, environment) * chunks;
+    }
     return core::estimateShardMemory(task.model, task.optimizer, task.batchSize, weightBytes, data);
 }
 

@@ -7,7 +7,9 @@
 
 #include <compute/engine/shardrun.h>
 #include <compute/engine/weights.h>
+#include <compute/pickle/tensorwriter.h>
 #include <compute/supervisor/computethread.h>
+#include <core/datasetchunks.h>
 #include <core/decomposition.h>
 #include <core/readfile.h>
 #include <core/smalljobs.h>
@@ -352,6 +354,75 @@ private Q_SLOTS:
 
     // Compute/MaxMemoryMiB: a shard estimated larger (core::estimateShardMemory: here the 55 MB of
     // Fashion-MNIST and the model) is given back before it trains, saying why; one that fits trains.
+    // A chunked dataset's tokens take about 24 bytes of memory for each stored byte once loaded
+    // (uint8 tokens widened to int64 inputs and targets): a 1 MiB chunk counts as 24 MiB of data.
+    void aChunkOfTokensCountsAsItIsHeldNotAsItIsStored()
+    {
+        QTemporaryDir dir;
+        QHash<core::Digest, QString> files;
+        auto store = [&](const QString& name, const QByteArray& bytes) {
+            QFile file(dir.filePath(name));
+            if (!file.open(QIODevice::WriteOnly) || file.write(bytes) != bytes.size())
+                qFatal("cannot write %s", qPrintable(name));
+            const auto digest = core::Digest::ofBytes(bytes);
+            files.insert(digest, file.fileName());
+            return digest;
+        };
+        auto tokens = [](std::int64_t rows) {
+            QByteArray bytes(rows * 129, Qt::Uninitialized);
+            for (qsizetype i = 0; i < bytes.size(); ++i)
+                bytes[i] = char('a' + i % 26);
+            return compute::pickle::writeTensorFile(
+                { { QStringLiteral("tokens"), compute::pickle::DType::UInt8, { rows, 129 }, bytes } });
+        };
+        core::DatasetManifest manifest;
+        manifest.kind = core::DatasetManifest::Kind::Tokens;
+        manifest.sampleShape = { 128 };
+        manifest.classes = 256;
+        const QByteArray chunk = tokens(8200); // 1.01 MiB
+        manifest.chunks.append({ store(QStringLiteral("chunk.pt"), chunk), 8200, chunk.size(), {} });
+        auto spec = core::smallMlpJob(QStringLiteral("chunked"));
+        spec.model = core::ModelSpec {};
+        spec.model.zoo = QStringLiteral("gpt");
+        spec.model.layers = 1;
+        spec.model.heads = 1;
+        spec.model.width = 8;
+        spec.model.context = 128;
+        spec.dataset = core::DatasetSpec {};
+        spec.dataset.source = core::DatasetSpec::Source::Chunks;
+        spec.dataset.manifestSha256 = store(QStringLiteral("manifest.json"), manifest.toJson());
+        spec.dataset.testSha256 = store(QStringLiteral("test.pt"), tokens(10));
+        spec.dataset.trainSamples = 8200;
+        spec.training.shardsPerRound = 1;
+        spec.training.localSteps = 2;
+        spec.training.batchSize = 4;
+        spec.training.checkpointInterval = 1;
+        compute::ComputeEnvironment environment;
+        environment.blobPath = [files](const core::Digest& digest) -> std::optional<QString> {
+            return files.contains(digest) ? std::optional<QString>(files.value(digest)) : std::nullopt;
+        };
+        const auto start = compute::initialWeights(spec, environment);
+        QVERIFY2(start.ok(), qPrintable(start.ok() ? QString() : start.error().toString()));
+        auto task = core::decomposeShard(QStringLiteral("job-c"), spec, 0, 0, start->canonicalHash);
+        task.dataChunks = core::chunksOfTask(task, manifest);
+        QCOMPARE(task.dataChunks.size(), 1);
+
+        ComputeThread thread(environment, compute::inThreadCompute());
+        configure(thread);
+        QSignalSpy finished(&thread, &ComputeThread::shardFinished);
+        thread.setMaxMemoryMiB(20); // the file (1 MiB) fits; what it becomes does not
+        thread.submit(task, start->bytes);
+        QVERIFY(QTest::qWaitFor([&] { return finished.count() == 1; }, 120'000));
+        const auto refused = outputOf(finished, 0).result;
+        QCOMPARE(refused.outcome, core::ShardResult::Outcome::Returned);
+        QVERIFY2(refused.failure.contains(QStringLiteral("data 24")), qPrintable(refused.failure));
+        thread.setMaxMemoryMiB(256);
+        thread.submit(task, start->bytes);
+        QVERIFY(QTest::qWaitFor([&] { return finished.count() == 2; }, 120'000));
+        QVERIFY2(outputOf(finished, 1).result.outcome == core::ShardResult::Outcome::Completed,
+            qPrintable(outputOf(finished, 1).result.failure));
+    }
+
     void aShardLargerThanTheMemoryLimitIsGivenBackWithTheReason()
     {
         const auto f = fixture(20);

@@ -426,8 +426,13 @@ core::Result<DatasetSplits> loadChunks(const core::DatasetManifest& manifest, co
     std::vector<std::int64_t> empty { 0 };
     empty.insert(empty.end(), manifest.sampleShape.begin(), manifest.sampleShape.end());
     auto joined = guarded(QStringLiteral("joining the chunks"), [&] {
-        train->x = xs.empty() ? torch::empty(empty, tokens ? torch::kInt64 : torch::kFloat32) : torch::cat(xs);
-        train->y = ys.empty() ? torch::empty(tokens ? empty : std::vector<std::int64_t> { 0 }, torch::kInt64) : torch::cat(ys);
+        // One chunk is used as it is (cat would copy it); several are joined.
+        train->x = xs.empty() ? torch::empty(empty, tokens ? torch::kInt64 : torch::kFloat32)
+            : xs.size() == 1  ? xs.front()
+                              : torch::cat(xs);
+        train->y = ys.empty() ? torch::empty(tokens ? empty : std::vector<std::int64_t> { 0 }, torch::kInt64)
+            : ys.size() == 1  ? ys.front()
+                              : torch::cat(ys);
         return true;
     });
     if (!joined)
