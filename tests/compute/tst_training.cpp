@@ -250,6 +250,24 @@ private Q_SLOTS:
         const auto trained = compute::runShard(task, prepared.start.bytes, {});
         QVERIFY2(trained.result.outcome == core::ShardResult::Outcome::Completed, qPrintable(trained.result.failure));
 
+        // A task that reads several chunks holds each where ChunkRows says, with its own rows.
+        auto wide = task;
+        wide.localSteps = 4;
+        wide.batchSize = 30;
+        wide.checkpointInterval = 2;
+        wide.dataChunks = core::chunksOfTask(wide, manifest);
+        QVERIFY(wide.dataChunks.size() >= 2);
+        const auto data = compute::detail::loadTaskData(wide, {});
+        QVERIFY2(data.ok(), qPrintable(data.ok() ? QString() : data.error().toString()));
+        QCOMPARE(data->train->size(), 50 * wide.dataChunks.size());
+        for (auto it = data->chunked->start.constBegin(); it != data->chunked->start.constEnd(); ++it) {
+            const std::int64_t chunk = it.key();
+            const auto expected = torch::arange(chunk * 200, (chunk + 1) * 200, torch::kFloat32).reshape({ 50, 4 }) / 100.0;
+            QVERIFY(torch::equal(data->train->x.slice(0, it.value(), it.value() + 50), expected));
+            QVERIFY(torch::equal(data->train->y.slice(0, it.value(), it.value() + 50),
+                torch::arange(chunk * 50, (chunk + 1) * 50, torch::kInt64).remainder(3)));
+        }
+
         // A task (from a broker that lied) naming a chunk its steps do not read instead of theirs.
         auto unread = std::find_if(manifest.chunks.begin(), manifest.chunks.end(),
             [&](const core::DatasetManifest::Chunk& chunk) { return !task.dataChunks.contains(chunk.sha256); });

@@ -383,61 +383,83 @@ core::Result<core::DatasetManifest> readManifest(const core::DatasetSpec& spec, 
 
 namespace {
 
-// The training set of a manifest's chosen chunks, one after the other in the manifest's order.
+// One chunk of the manifest, from the blob store or (train-local) beside the manifest, checked.
+core::Result<std::shared_ptr<const Dataset>> loadChunk(
+    const core::DatasetManifest& manifest, const QString& manifestDirectory, qsizetype i, const ComputeEnvironment& environment)
+{
+    const auto& chunk = manifest.chunks[i];
+    const QString file = manifestDirectory.isEmpty() || chunk.file.isEmpty() ? QString() : manifestDirectory + u'/' + chunk.file;
+    const auto path = environment.locate(chunk.sha256, file);
+    if (!path)
+        return core::Error { QStringLiteral("dataset.chunks"),
+            QStringLiteral("chunk %1 (%2) is not on this machine").arg(i).arg(chunk.sha256.toHex()) };
+    if (*path == file) { // beside a manifest not uploaded (train-local): the blob store checked the others
+        const auto digest = core::Digest::ofFile(*path);
+        if (!digest || *digest != chunk.sha256)
+            return core::Error { QStringLiteral("dataset.chunks"),
+                QStringLiteral("chunk %1 (%2) is not what the manifest says (its SHA-256 differs): chunk the data again")
+                    .arg(i)
+                    .arg(chunk.file) };
+    }
+    auto loaded = loadTensorFile(*path);
+    if (!loaded)
+        return core::Error { QStringLiteral("dataset.chunks"),
+            QStringLiteral("chunk %1: %2").arg(i).arg(loaded.error().message) };
+    if (auto status = checkChunk(**loaded, manifest, i); !status)
+        return status.error();
+    return *loaded;
+}
+
+// The training set of a manifest's chosen chunks, one after the other in the manifest's order. The
+// set is made once at its size and each chunk copied in as it loads (then freed): what it holds at
+// most is the set and one chunk, not every chunk twice.
 core::Result<DatasetSplits> loadChunks(const core::DatasetManifest& manifest, const QString& manifestDirectory,
     const QList<core::Digest>& chunks, const ComputeEnvironment& environment)
 {
     auto rows = std::make_shared<ChunkRows>();
     rows->chunkSamples = manifest.chunkSamples();
     rows->digests = manifest.digests();
-    std::vector<at::Tensor> xs, ys;
-    std::int64_t next = 0;
+    QList<qsizetype> chosen;
+    std::int64_t total = 0;
     for (qsizetype i = 0; i < manifest.chunks.size(); ++i) {
-        const auto& chunk = manifest.chunks[i];
-        if (!chunks.contains(chunk.sha256) || rows->start.contains(i))
-            continue;
-        const QString file
-            = manifestDirectory.isEmpty() || chunk.file.isEmpty() ? QString() : manifestDirectory + u'/' + chunk.file;
-        const auto path = environment.locate(chunk.sha256, file);
-        if (!path)
-            return core::Error { QStringLiteral("dataset.chunks"),
-                QStringLiteral("chunk %1 (%2) is not on this machine").arg(i).arg(chunk.sha256.toHex()) };
-        if (*path == file) { // beside a manifest not uploaded (train-local): the blob store checked the others
-            const auto digest = core::Digest::ofFile(*path);
-            if (!digest || *digest != chunk.sha256)
-                return core::Error { QStringLiteral("dataset.chunks"),
-                    QStringLiteral("chunk %1 (%2) is not what the manifest says (its SHA-256 differs): chunk the data again")
-                        .arg(i)
-                        .arg(chunk.file) };
+        if (chunks.contains(manifest.chunks[i].sha256)) {
+            chosen.append(i);
+            rows->start.insert(i, total);
+            total += manifest.chunks[i].samples;
         }
-        auto loaded = loadTensorFile(*path);
-        if (!loaded)
-            return core::Error { QStringLiteral("dataset.chunks"),
-                QStringLiteral("chunk %1: %2").arg(i).arg(loaded.error().message) };
-        if (auto status = checkChunk(**loaded, manifest, i); !status)
-            return status.error();
-        xs.push_back((*loaded)->x);
-        ys.push_back((*loaded)->y);
-        rows->start.insert(i, next);
-        next += chunk.samples;
     }
     auto train = std::make_shared<Dataset>();
-    const bool tokens = manifest.kind == core::DatasetManifest::Kind::Tokens;
-    std::vector<std::int64_t> empty { 0 };
-    empty.insert(empty.end(), manifest.sampleShape.begin(), manifest.sampleShape.end());
-    auto joined = guarded(QStringLiteral("joining the chunks"), [&] {
-        // One chunk is used as it is (cat would copy it); several are joined.
-        train->x = xs.empty() ? torch::empty(empty, tokens ? torch::kInt64 : torch::kFloat32)
-            : xs.size() == 1  ? xs.front()
-                              : torch::cat(xs);
-        train->y = ys.empty() ? torch::empty(tokens ? empty : std::vector<std::int64_t> { 0 }, torch::kInt64)
-            : ys.size() == 1  ? ys.front()
-                              : torch::cat(ys);
-        return true;
-    });
-    if (!joined)
-        return core::Error { QStringLiteral("dataset.chunks"), joined.error().message };
     train->classes = manifest.classes;
+    const bool tokens = manifest.kind == core::DatasetManifest::Kind::Tokens;
+    std::vector<std::int64_t> xShape { total };
+    xShape.insert(xShape.end(), manifest.sampleShape.begin(), manifest.sampleShape.end());
+    const std::vector<std::int64_t> yShape = tokens ? xShape : std::vector<std::int64_t> { total };
+    for (const auto i : chosen) {
+        auto chunk = loadChunk(manifest, manifestDirectory, i, environment);
+        if (!chunk)
+            return chunk.error();
+        auto placed = guarded(QStringLiteral("holding the chunks"), [&] {
+            if (chosen.size() == 1) { // one chunk is the set as it is
+                train->x = (*chunk)->x;
+                train->y = (*chunk)->y;
+                return true;
+            }
+            if (!train->x.defined()) {
+                train->x = torch::empty(xShape, (*chunk)->x.scalar_type());
+                train->y = torch::empty(yShape, torch::kInt64);
+            }
+            const auto begin = rows->start.value(i), end = begin + manifest.chunks[i].samples;
+            train->x.slice(0, begin, end).copy_((*chunk)->x);
+            train->y.slice(0, begin, end).copy_((*chunk)->y);
+            return true;
+        });
+        if (!placed)
+            return core::Error { QStringLiteral("dataset.chunks"), placed.error().message };
+    }
+    if (chosen.isEmpty()) {
+        train->x = torch::empty(xShape, tokens ? torch::kInt64 : torch::kFloat32);
+        train->y = torch::empty(yShape, torch::kInt64);
+    }
     return DatasetSplits { train, nullptr, rows };
 }
 
