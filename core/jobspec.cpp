@@ -156,6 +156,24 @@ QJsonObject modelSpecToJson(const ModelSpec& model)
     return json;
 }
 
+namespace {
+
+// The fields of a dataset of files ("tensors", "chunks"): its training file (`train`: "train" or
+// "manifest") and its test file, each a path to upload or the sha256 of an upload, and the
+// training samples.
+void readDatasetFiles(JsonReader& files, const QString& train, QString& trainFile, Digest& trainSha256, DatasetSpec& dataset)
+{
+    files.allowOnly({ train + QStringLiteral("File"), train + QStringLiteral("Sha256"), QStringLiteral("testFile"),
+        QStringLiteral("testSha256"), QStringLiteral("trainSamples") });
+    trainFile = files.string(QString(train + QStringLiteral("File")), Presence::Optional);
+    trainSha256 = files.digest(QString(train + QStringLiteral("Sha256")), Presence::Optional);
+    dataset.testFile = files.string(u"testFile", Presence::Optional);
+    dataset.testSha256 = files.digest(u"testSha256", Presence::Optional);
+    dataset.trainSamples = files.integer(u"trainSamples", 1, std::int64_t(1) << 40);
+}
+
+} // namespace
+
 DatasetSpec readDatasetSpec(JsonReader reader)
 {
     DatasetSpec dataset;
@@ -163,13 +181,7 @@ DatasetSpec readDatasetSpec(JsonReader reader)
         reader.allowOnly({ QStringLiteral("tensors") });
         dataset.source = DatasetSpec::Source::Tensors;
         auto tensors = reader.object(u"tensors");
-        tensors.allowOnly({ QStringLiteral("trainFile"), QStringLiteral("trainSha256"), QStringLiteral("testFile"),
-            QStringLiteral("testSha256"), QStringLiteral("trainSamples") });
-        dataset.trainFile = tensors.string(u"trainFile", Presence::Optional);
-        dataset.trainSha256 = tensors.digest(u"trainSha256", Presence::Optional);
-        dataset.testFile = tensors.string(u"testFile", Presence::Optional);
-        dataset.testSha256 = tensors.digest(u"testSha256", Presence::Optional);
-        dataset.trainSamples = tensors.integer(u"trainSamples", 1, std::int64_t(1) << 40);
+        readDatasetFiles(tensors, QStringLiteral("train"), dataset.trainFile, dataset.trainSha256, dataset);
         if (tensors.ok() && dataset.trainFile.isEmpty() && dataset.trainSha256.isNull())
             tensors.fail(
                 u"trainFile", QStringLiteral("a tensor dataset needs a file to upload or the sha256 of one already uploaded"));
@@ -179,13 +191,7 @@ DatasetSpec readDatasetSpec(JsonReader reader)
         reader.allowOnly({ QStringLiteral("chunks") });
         dataset.source = DatasetSpec::Source::Chunks;
         auto chunks = reader.object(u"chunks");
-        chunks.allowOnly({ QStringLiteral("manifestFile"), QStringLiteral("manifestSha256"), QStringLiteral("testFile"),
-            QStringLiteral("testSha256"), QStringLiteral("trainSamples") });
-        dataset.manifestFile = chunks.string(u"manifestFile", Presence::Optional);
-        dataset.manifestSha256 = chunks.digest(u"manifestSha256", Presence::Optional);
-        dataset.testFile = chunks.string(u"testFile", Presence::Optional);
-        dataset.testSha256 = chunks.digest(u"testSha256", Presence::Optional);
-        dataset.trainSamples = chunks.integer(u"trainSamples", 1, std::int64_t(1) << 40);
+        readDatasetFiles(chunks, QStringLiteral("manifest"), dataset.manifestFile, dataset.manifestSha256, dataset);
         if (chunks.ok() && dataset.manifestFile.isEmpty() && dataset.manifestSha256.isNull())
             chunks.fail(u"manifestFile",
                 QStringLiteral("a chunked dataset needs its manifest (tessera-job chunk writes one) or the sha256 of one "

@@ -31,6 +31,33 @@ int elementSize(DType type)
     return 1;
 }
 
+QString storageName(DType type)
+{
+    switch (type) {
+    case DType::Float32:
+        return QStringLiteral("FloatStorage");
+    case DType::Float64:
+        return QStringLiteral("DoubleStorage");
+    case DType::Float16:
+        return QStringLiteral("HalfStorage");
+    case DType::BFloat16:
+        return QStringLiteral("BFloat16Storage");
+    case DType::Int64:
+        return QStringLiteral("LongStorage");
+    case DType::Int32:
+        return QStringLiteral("IntStorage");
+    case DType::Int16:
+        return QStringLiteral("ShortStorage");
+    case DType::Int8:
+        return QStringLiteral("CharStorage");
+    case DType::UInt8:
+        return QStringLiteral("ByteStorage");
+    case DType::Bool:
+        return QStringLiteral("BoolStorage");
+    }
+    return {};
+}
+
 QString dtypeName(DType type)
 {
     switch (type) {
@@ -124,20 +151,12 @@ QString kindName(const Value& value)
 // The storages and dtypes PyTorch names in a file, and what each holds.
 std::optional<DType> storageType(const QString& global)
 {
-    static const QHash<QString, DType> types {
-        { QStringLiteral("torch.FloatStorage"), DType::Float32 },
-        { QStringLiteral("torch.DoubleStorage"), DType::Float64 },
-        { QStringLiteral("torch.HalfStorage"), DType::Float16 },
-        { QStringLiteral("torch.BFloat16Storage"), DType::BFloat16 },
-        { QStringLiteral("torch.LongStorage"), DType::Int64 },
-        { QStringLiteral("torch.IntStorage"), DType::Int32 },
-        { QStringLiteral("torch.ShortStorage"), DType::Int16 },
-        { QStringLiteral("torch.CharStorage"), DType::Int8 },
-        { QStringLiteral("torch.ByteStorage"), DType::UInt8 },
-        { QStringLiteral("torch.BoolStorage"), DType::Bool },
-    };
-    const auto found = types.constFind(global);
-    return found == types.cend() ? std::nullopt : std::optional<DType>(*found);
+    for (const auto type : { DType::Float32, DType::Float64, DType::Float16, DType::BFloat16, DType::Int64, DType::Int32,
+             DType::Int16, DType::Int8, DType::UInt8, DType::Bool }) {
+        if (global == QStringLiteral("torch.") + storageName(type))
+            return type;
+    }
+    return std::nullopt;
 }
 
 std::optional<DType> dtypeGlobal(const QString& global)

@@ -15,6 +15,9 @@ enum class DType { Float32, Float64, Float16, BFloat16, Int64, Int32, Int16, Int
 
 int elementSize(DType type);
 QString dtypeName(DType type);
+// The storage class torch.save names for it, in module torch ("FloatStorage"): what a file reads
+// and what writeTensorFile writes.
+QString storageName(DType type);
 
 // One tensor of a torch.save file: a view (sizes, strides, offset, in elements) into a storage that
 // the archive keeps as the record data/<storageKey> of storageNumel elements.

@@ -8,33 +8,6 @@ namespace tessera::compute::pickle {
 
 namespace {
 
-QString storageType(DType type)
-{
-    switch (type) {
-    case DType::Float32:
-        return QStringLiteral("FloatStorage");
-    case DType::Float64:
-        return QStringLiteral("DoubleStorage");
-    case DType::Float16:
-        return QStringLiteral("HalfStorage");
-    case DType::BFloat16:
-        return QStringLiteral("BFloat16Storage");
-    case DType::Int64:
-        return QStringLiteral("LongStorage");
-    case DType::Int32:
-        return QStringLiteral("IntStorage");
-    case DType::Int16:
-        return QStringLiteral("ShortStorage");
-    case DType::Int8:
-        return QStringLiteral("CharStorage");
-    case DType::UInt8:
-        return QStringLiteral("ByteStorage");
-    case DType::Bool:
-        return QStringLiteral("BoolStorage");
-    }
-    return {};
-}
-
 // The few pickle opcodes torch.save's tensors need.
 class Pickler {
 public:
@@ -104,7 +77,7 @@ QByteArray pickleOf(const QList<TensorData>& tensors)
         p.op('(');
         p.op('(');
         p.string(QStringLiteral("storage"));
-        p.global("torch", storageType(tensor.dtype));
+        p.global("torch", storageName(tensor.dtype));
         p.string(QString::number(i));
         p.string(QStringLiteral("cpu"));
         p.integer(stride);
