@@ -5,7 +5,7 @@
 // blob one after another, as TASKs go out, and each serves it once it has it, as a node does.
 // Not a whole round: no training, no ZeroMQ; the broker's egress for the blob is what is measured.
 //
-// Usage: tessera-bench-swarm [--quick] [--plain] [--seed-mbit N] [--uplink] [--nodes N]
+// Usage: tessera-bench-swarm [--quick] [--plain | --direct N] [--seed-mbit N] [--uplink] [--nodes N] [--blob example|40m]
 
 #include "record.h"
 
@@ -33,7 +33,7 @@ struct Outcome {
     int fallbacks = 0;
 };
 
-Outcome measure(int nodes, qsizetype size, std::int64_t seedBytesPerSecond, std::int64_t superSeedBytes)
+Outcome measure(int nodes, qsizetype size, std::int64_t seedBytesPerSecond, int directNodes)
 {
     QTemporaryDir dir;
     auto store = core::BlobStore::open(dir.filePath(QStringLiteral("broker")));
@@ -42,7 +42,7 @@ Outcome measure(int nodes, qsizetype size, std::int64_t seedBytesPerSecond, std:
     const auto blob = (*store)->put(bytes);
     net::BrokerSwarm::Options seedOptions;
     seedOptions.uploadBytesPerSecond = seedBytesPerSecond;
-    seedOptions.superSeedBytes = superSeedBytes;
+    seedOptions.directNodes = directNodes;
     auto broker = net::BrokerSwarm::start(seedOptions, **store);
     if (!store || !blob || !broker)
         qFatal("cannot start the broker's swarm");
@@ -87,7 +87,11 @@ Outcome measure(int nodes, qsizetype size, std::int64_t seedBytesPerSecond, std:
                 }
                 if (core::Digest::ofFile(ended.file).value_or(core::Digest {}) != *blob)
                     qFatal("a node got other bytes");
-                swarm->serve(*blob, ended.file);
+                // As a node's cache adopts it: renamed into the cache's folder, served from there.
+                const QString cached = dir.filePath(QStringLiteral("cache%1/").arg(&swarm - swarms.data())) + blob->toHex();
+                if (!QDir().mkpath(QFileInfo(cached).absolutePath()) || !QFile::rename(ended.file, cached))
+                    qFatal("cannot keep the blob");
+                swarm->serve(*blob, cached);
             }
         }
         QThread::msleep(20);
@@ -103,9 +107,13 @@ int main(int argc, char** argv)
 {
     QCoreApplication app(argc, argv);
     const bool quick = app.arguments().contains(QStringLiteral("--quick"));
-    // The broker's default (super-seeded from 4 MiB), or every blob seeded plainly.
-    const std::int64_t superSeedBytes
-        = app.arguments().contains(QStringLiteral("--plain")) ? 0 : net::BrokerSwarm::Options {}.superSeedBytes;
+    // The broker's default (Broker/SwarmDirectNodes: the first node dials the seed, the others take
+    // the blob from it and each other), --direct N, or --plain: every node dials the seed.
+    const bool plain = app.arguments().contains(QStringLiteral("--plain"));
+    const auto directAt = app.arguments().indexOf(QStringLiteral("--direct"));
+    const int directNodes = plain ? 0
+        : directAt > 0            ? app.arguments().value(directAt + 1).toInt()
+                                  : net::BrokerSwarm::Options {}.directNodes;
     const auto at = app.arguments().indexOf(QStringLiteral("--seed-mbit"));
     const std::int64_t seedRate = at > 0 ? app.arguments().value(at + 1).toLongLong() * 1'000'000 / 8 : 0;
     // The example job's round change (int8, 0.257 x 942 KB) and a ~40 M-parameter job's (0.257 x 160 MB).
@@ -117,25 +125,28 @@ int main(int argc, char** argv)
     const QList<int> counts = nodesAt > 0 ? QList<int> { app.arguments().value(nodesAt + 1).toInt() }
         : uplink                          ? QList<int> { 8 }
                                           : QList<int> { 4, 16, 32 };
+    const auto blobAt = app.arguments().indexOf(QStringLiteral("--blob"));
+    const QString only = blobAt > 0 ? app.arguments().value(blobAt + 1) : QString();
     const std::int64_t rate = uplink && seedRate == 0 ? 100'000'000 / 8 : seedRate;
     std::printf("%-8s %4s %10s %12s %12s %9s %9s\n", "blob", "N", "MB", "swarm", "GET only", "seconds", "fallbacks");
     for (const auto& [name, size] : blobs) {
-        if (uplink && QByteArray(name) != "40m")
+        if ((uplink && QByteArray(name) != "40m") || (!only.isEmpty() && only != QLatin1String(name)))
             continue;
         for (const int nodes : counts) {
-            const auto outcome = measure(nodes, size, rate, superSeedBytes);
+            const auto outcome = measure(nodes, size, rate, directNodes);
             std::printf("%-8s %4d %10.2f %11.2fx %11.0fx %9.2f %9d\n", name, nodes, double(size) / 1e6, outcome.brokerRatio,
                 double(nodes), outcome.seconds, outcome.fallbacks);
             if (uplink) {
                 const double getSeconds = double(nodes) * double(size) / double(rate);
                 std::printf("uplink %.0f Mbit/s, %d nodes: the swarm took %.1f s, GET alone would take %.1f s: %.2fx faster\n",
                     double(rate) * 8 / 1e6, nodes, outcome.seconds, getSeconds, getSeconds / outcome.seconds);
-                bench::record(superSeedBytes > 0 ? "swarm.uplink.seconds" : "swarm.plain.uplink.seconds", outcome.seconds);
+                bench::record(plain ? "swarm.plain.uplink.seconds" : "swarm.uplink.seconds", outcome.seconds);
+                bench::record(plain ? "swarm.plain.uplink.ratio" : "swarm.uplink.ratio", outcome.brokerRatio);
                 bench::record("swarm.uplink.getSeconds", getSeconds);
                 continue;
             }
             const QByteArray key
-                = QByteArray(superSeedBytes > 0 ? "swarm." : "swarm.plain.") + name + '.' + QByteArray::number(nodes);
+                = QByteArray(plain ? "swarm.plain." : "swarm.") + name + '.' + QByteArray::number(nodes);
             bench::record((key + ".ratio").constData(), outcome.brokerRatio);
             bench::record((key + ".seconds").constData(), outcome.seconds);
             std::fflush(stdout);

@@ -43,12 +43,15 @@ Result<std::unique_ptr<BlobStore>> BlobStore::open(const QString& directory, std
     // Rebuild the index from the files; the oldest modification time is the least recently used.
     QList<std::pair<QDateTime, Digest>> byAge;
     QDirIterator it(directory, QDir::Files, QDirIterator::Subdirectories);
+    const QDir root(directory);
     while (it.hasNext()) {
         const QFileInfo info(it.next());
         if (info.fileName().endsWith(u".part")) {
             QFile::remove(info.filePath()); // an upload a crash interrupted
             continue;
         }
+        if (root.relativeFilePath(info.filePath()).startsWith(QStringLiteral("staging/")))
+            continue; // not blobs of the store until taken in (a node's swarm keeps its names there)
         auto digest = Digest::fromHex(info.fileName());
         if (!digest)
             continue;

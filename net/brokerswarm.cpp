@@ -57,8 +57,6 @@ struct BrokerSwarm::Private {
     swarm::KeyPair own; // the seed's key: it holds a certificate for every blob it seeds
     struct Seeded {
         core::Digest torrent; // the blob of its .torrent
-        std::int64_t size = 0;
-        bool super = false; // super-seeded (Options::superSeedBytes, superSeedNodes)
     };
     QHash<core::Digest, Seeded> seeded; // by blob
     QHash<core::Digest, core::Digest> contentOf; // torrent blob -> blob
@@ -99,7 +97,7 @@ struct BrokerSwarm::Private {
                 << "blob" << blob.toHex().left(12) << "goes by GET only:" << status.error().toString();
             return false;
         }
-        seeded.insert(blob, { *stored, torrent->size });
+        seeded.insert(blob, { *stored });
         contentOf.insert(*stored, blob);
         return true;
     }
@@ -188,15 +186,12 @@ QList<SwarmOffer> BrokerSwarm::offer(const QString& nodeId, const QList<core::Di
                 << "no certificate for node" << nodeId.left(8) << ":" << certificate.error().toString();
             return {};
         }
-        auto& seeded = d->seeded[blob];
-        offers.append({ blob, seeded.torrent, *certificate, d->peersFor(blob, nodeId) });
-        auto& peers = d->peersOf[blob];
-        peers.insert(nodeId);
-        // Enough nodes to hand the pieces on to each other: the seed reveals them one at a time.
-        // With fewer, super-seeding costs more time than it saves bytes (docs/SWARM.md).
-        if (!seeded.super && d->options.superSeedBytes > 0 && d->options.superSeedNodes > 0
-            && seeded.size >= d->options.superSeedBytes && peers.size() >= d->options.superSeedNodes)
-            seeded.super = bool(d->session->setSuperSeeding(blob, true));
+        SwarmOffer offer { blob, d->seeded.value(blob).torrent, *certificate, d->peersFor(blob, nodeId) };
+        // The first few take the blob from the seed; the rest from them and each other, so that it
+        // leaves the broker about once however many nodes fetch it (docs/SWARM.md).
+        offer.seed = d->options.directNodes <= 0 || offer.peers.size() < d->options.directNodes;
+        offers.append(offer);
+        d->peersOf[blob].insert(nodeId);
     }
     return offers;
 }

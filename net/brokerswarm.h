@@ -38,11 +38,10 @@ public:
         QString authorityFile;
         // How long a node's certificate outlives its assignment's deadline: it seeds that long.
         std::int64_t seedingGraceMs = 30 * 60 * 1000;
-        // Blobs of at least this many bytes are super-seeded (BEP 16: nodes take most pieces from
-        // each other, at some seconds' cost; docs/SWARM.md, "The broker's seed") once they were
-        // handed to superSeedNodes nodes; superSeedBytes 0: never.
-        std::int64_t superSeedBytes = 4 << 20;
-        int superSeedNodes = 16; // Broker/SwarmSuperSeedNodes; 0: never
+        // How many of a blob's nodes dial the seed at once (Broker/SwarmDirectNodes): a node handed
+        // the blob when that many dialable nodes hold it or fetch it already gets `seed` false, and
+        // takes it from them (docs/SWARM.md, "The broker's seed"); 0: every node dials the seed.
+        int directNodes = 1;
     };
 
     static core::Result<std::unique_ptr<BrokerSwarm>> start(const Options& options, core::BlobStore& blobs);

@@ -151,8 +151,11 @@ QJsonObject TaskMessage::toHeader() const
 
 QJsonObject SwarmOffer::toJson() const
 {
-    return { { fields::Sha256, sha256.toHex() }, { fields::Torrent, torrent.toHex() },
+    QJsonObject json { { fields::Sha256, sha256.toHex() }, { fields::Torrent, torrent.toHex() },
         { fields::Certificate, QString::fromLatin1(certificate) }, { fields::Peers, QJsonArray::fromStringList(peers) } };
+    if (!seed)
+        json.insert(fields::Seed, false); // absent means true: what a broker before the field meant
+    return json;
 }
 
 core::Result<SwarmOffer> SwarmOffer::fromJson(const QJsonObject& json)
@@ -163,6 +166,7 @@ core::Result<SwarmOffer> SwarmOffer::fromJson(const QJsonObject& json)
     offer.torrent = reader.digest(fields::Torrent);
     offer.certificate = reader.text(fields::Certificate, MaxCertificateBytes).toLatin1();
     offer.peers = reader.stringList(fields::Peers, Presence::Optional);
+    offer.seed = reader.boolean(fields::Seed, Presence::Optional, true);
     if (reader.ok() && !offer.certificate.startsWith("-----BEGIN CERTIFICATE-----"))
         reader.fail(fields::Certificate, QStringLiteral("a PEM certificate"));
     if (offer.peers.size() > MaxPeers)

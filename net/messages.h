@@ -86,6 +86,7 @@ inline const QString Torrent = QStringLiteral("torrent");
 inline const QString Certificate = QStringLiteral("certificate");
 inline const QString Peers = QStringLiteral("peers");
 inline const QString Holding = QStringLiteral("holding");
+inline const QString Seed = QStringLiteral("seed");
 } // namespace fields
 
 // --- node ----------------------------------------------------------------------------------------
@@ -122,8 +123,14 @@ struct SwarmOffer {
     core::Digest torrent; // the blob of its .torrent
     QByteArray certificate; // PEM, signed by the broker's swarm authority for the node's swarm key
     QStringList peers; // host:port, at most MaxPeers
+    // Whether the node dials the broker's seed at once; false: its peers first, and the seed once
+    // they brought less than SeedBelowBytes in SeedAfterMs (docs/SWARM.md, "The broker's seed").
+    // Absent: true.
+    bool seed = true;
 
     static constexpr qsizetype MaxPeers = 50;
+    static constexpr std::int64_t SeedAfterMs = 5'000;
+    static constexpr std::int64_t SeedBelowBytes = 2 << 20;
     static constexpr qsizetype MaxCertificateBytes = 4096;
     static constexpr qsizetype MaxOffers = 8;
     QJsonObject toJson() const;

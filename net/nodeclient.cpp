@@ -458,8 +458,14 @@ struct NodeClient::Private {
     // Serves a blob the cache holds to the other nodes of its swarm, and tells the broker.
     void serveHeld(const core::Digest& blob)
     {
-        const auto path = swarm ? cache.path(blob) : std::nullopt;
-        if (path && swarm->serve(blob, *path))
+        if (!swarm)
+            return;
+        const auto path = cache.path(blob);
+        if (!path) {
+            swarm->discard(blob); // the cache let it go at once (over its size): nothing to serve it from
+            return;
+        }
+        if (swarm->serve(blob, *path))
             tellHave(blob, true);
     }
 

@@ -12,11 +12,25 @@
 #include <QFileInfo>
 #include <QLoggingCategory>
 
+#include <utility>
+
+#include <sys/stat.h>
+#include <unistd.h>
+
 Q_LOGGING_CATEGORY(lcNodeSwarm, "tessera.node.swarm")
 
 namespace tessera::net {
 
 namespace {
+
+// Whether two paths name one file (hard links of it): the same device and inode.
+bool sameFile(const QString& a, const QString& b)
+{
+    struct stat first { };
+    struct stat second { };
+    return ::stat(QFile::encodeName(a).constData(), &first) == 0 && ::stat(QFile::encodeName(b).constData(), &second) == 0
+        && first.st_dev == second.st_dev && first.st_ino == second.st_ino;
+}
 
 core::Result<swarm::KeyPair> keyIn(const QString& path)
 {
@@ -61,19 +75,42 @@ struct NodeSwarm::Private {
         std::int64_t lastProgressAt = 0;
         std::int64_t bytes = 0;
         QStringList peers; // whom it dials, the broker's seed first
+        // The broker's seed, for an offer that said to dial it only if the peers bring less than
+        // SwarmOffer::SeedBelowBytes in SwarmOffer::SeedAfterMs; empty once dialled (or none).
+        QString seedLater;
+        std::int64_t windowAt = 0; // when the current window of SeedAfterMs began
+        std::int64_t windowBytes = 0; // and the bytes fetched then
     };
     QHash<core::Digest, Fetch> fetches;
     QSet<core::Digest> served;
 
     QString partialFile(const core::Digest& blob) const { return QDir(folder).filePath(blob.toHex()); }
 
-    void rejoinWithout(const core::Digest& blob, const QString& banned);
+    void rejoinWithout(const core::Digest& blob, const QString& banned, std::int64_t now);
 
-    void abandon(const core::Digest& blob)
+    // A second name of a fetched file, handed to the caller (whose cache renames it): the swarm
+    // serves on from the first, unmoved and open, so its peers' downloads go on. A move of the
+    // torrent's file would stall them until they dialled again (libtorrent reopens it by name).
+    QString handedFile(const core::Digest& blob) const { return partialFile(blob) + QStringLiteral(".fetched"); }
+    QString handOver(const core::Digest& blob) const
+    {
+        QFile::remove(handedFile(blob));
+        const bool linked
+            = ::link(QFile::encodeName(partialFile(blob)).constData(), QFile::encodeName(handedFile(blob)).constData()) == 0;
+        return linked ? handedFile(blob) : partialFile(blob); // no hard links here: it moves later (relocate)
+    }
+
+    // Leaves the blob's swarm; what this folder held of it goes (a cache's name of it stays).
+    void leave(const core::Digest& blob)
     {
         session->drop(blob);
-        fetches.remove(blob);
         QFile::remove(partialFile(blob));
+        QFile::remove(handedFile(blob));
+    }
+    void abandon(const core::Digest& blob)
+    {
+        leave(blob);
+        fetches.remove(blob);
     }
 };
 
@@ -81,7 +118,14 @@ NodeSwarm::NodeSwarm(std::unique_ptr<Private> d)
     : d(std::move(d))
 { }
 
-NodeSwarm::~NodeSwarm() = default;
+NodeSwarm::~NodeSwarm()
+{
+    // What it served goes with it: the cache keeps its own names of those files.
+    const QDir folder(d->folder);
+    d.reset(); // the session first: libtorrent closes the files
+    for (const auto& name : folder.entryList(QDir::Files))
+        QFile::remove(folder.filePath(name));
+}
 
 core::Result<std::unique_ptr<NodeSwarm>> NodeSwarm::start(const Options& options, const QString& folder)
 {
@@ -155,28 +199,36 @@ core::Status NodeSwarm::fetch(
     if (torrent->blob != blob)
         return core::Error { QStringLiteral("torrent"), QStringLiteral("it is of blob %1").arg(torrent->blob.toHex()) };
     if (d->session->has(blob))
-        d->session->drop(blob); // served from an older copy: fetched anew into the swarm's folder
+        d->leave(blob); // served from an older copy: fetched anew into the swarm's folder
     d->served.remove(blob);
     QStringList peers = it->offer.peers;
-    if (!brokerPeer.isEmpty())
+    const bool seedNow = !brokerPeer.isEmpty() && (it->offer.seed || peers.isEmpty());
+    if (seedNow)
         peers.prepend(brokerPeer);
     if (auto status = d->session->fetch(*torrent, d->folder, it->offer.certificate, d->key.privatePem, peers); !status) {
         d->abandon(blob);
         return status;
     }
     it->torrent = *torrent;
-    d->fetches.insert(blob, { now, 0, peers });
+    d->fetches.insert(blob, { now, 0, peers, seedNow ? QString() : brokerPeer, now, 0 });
     qCInfo(lcNodeSwarm).noquote() << "fetching blob" << blob.toHex().left(12) << "from" << peers.join(QStringLiteral(", "));
     return {};
 }
 
-void NodeSwarm::Private::rejoinWithout(const core::Digest& blob, const QString& banned)
+void NodeSwarm::Private::rejoinWithout(const core::Digest& blob, const QString& banned, std::int64_t now)
 {
     // libtorrent 2.0.8 leaves a v2 torrent's failed piece waiting a minute (its request timeout)
     // before it asks another peer; the torrent joined again asks at once, and keeps the pieces
     // already checked on disk.
     auto fetch = fetches.value(blob);
     fetch.peers.removeAll(banned);
+    // Pieces in flight are lost with the torrent: progress counts again from what is on disk.
+    fetch.bytes = 0;
+    fetch.lastProgressAt = now;
+    fetch.windowAt = now;
+    fetch.windowBytes = 0;
+    if (fetch.peers.isEmpty() && !fetch.seedLater.isEmpty())
+        fetch.peers.append(std::exchange(fetch.seedLater, QString()));
     const auto& entry = known[blob];
     session->drop(blob);
     if (!entry.torrent || !session->fetch(*entry.torrent, folder, entry.offer.certificate, key.privatePem, fetch.peers)) {
@@ -201,21 +253,21 @@ QList<NodeSwarm::Outcome> NodeSwarm::poll(std::int64_t now)
         if (event.kind == Kind::Banned) {
             qCWarning(lcNodeSwarm).noquote() << "banned peer" << event.peer << "for a bad piece of blob" << event.blob.left(12);
             if (d->fetches.contains(blob))
-                d->rejoinWithout(blob, event.peer);
+                d->rejoinWithout(blob, event.peer, now);
             if (!d->fetches.contains(blob))
                 outcomes.append({ blob, {}, QStringLiteral("its only peers sent bad pieces") });
         } else if (event.kind == Kind::Refused) {
             qCInfo(lcNodeSwarm).noquote() << "refused peer" << event.peer << ":" << event.detail;
         } else if (event.kind == Kind::Fetched && d->fetches.contains(blob)) {
-            // It stays in the swarm, serving its peers from here, until the caller serves it from
-            // its cache (serve()) or discards it.
+            // It stays in the swarm, serving its peers from here, while the caller checks it and
+            // serves it from its cache (serve()) or discards it.
             d->fetches.remove(blob);
-            outcomes.append({ blob, d->partialFile(blob), {} });
+            outcomes.append({ blob, d->handOver(blob), {} });
         } else if (event.kind == Kind::Failed && d->fetches.contains(blob)) {
             d->abandon(blob);
             outcomes.append({ blob, {}, event.detail });
         } else if (event.kind == Kind::Failed && d->served.remove(blob)) {
-            d->session->drop(blob);
+            d->leave(blob);
         }
     }
     for (auto it = d->fetches.begin(); it != d->fetches.end();) {
@@ -223,6 +275,18 @@ QList<NodeSwarm::Outcome> NodeSwarm::poll(std::int64_t now)
         if (bytes > it->bytes) {
             it->bytes = bytes;
             it->lastProgressAt = now;
+        }
+        if (!it->seedLater.isEmpty() && now - it->windowAt >= SwarmOffer::SeedAfterMs) {
+            if (bytes - it->windowBytes < SwarmOffer::SeedBelowBytes) {
+                // Its peers bring too little (gone, slow, hostile): the broker's seed after all.
+                qCInfo(lcNodeSwarm).noquote() << "blob" << it.key().toHex().left(12) << "from the broker's seed too";
+                it->peers.prepend(it->seedLater);
+                if (d->session->addPeers(it.key(), { it->seedLater }))
+                    it->lastProgressAt = now;
+                it->seedLater.clear();
+            }
+            it->windowAt = now;
+            it->windowBytes = bytes;
         }
         if (now - it->lastProgressAt < d->options.stallMs) {
             ++it;
@@ -249,13 +313,15 @@ bool NodeSwarm::serve(const core::Digest& blob, const QString& file)
     if (!d->options.serve || it == d->known.constEnd() || !it->torrent || it->expires <= realNow()
         || info.fileName() != blob.toHex() || d->served.contains(blob)) {
         if (!d->served.contains(blob) && !d->fetches.contains(blob))
-            d->session->drop(blob);
+            d->leave(blob);
         return false;
     }
     if (d->session->has(blob) && !d->fetches.contains(blob)) {
-        // Fetched here and taken into the cache: served from the cache's file, its peers kept.
-        if (!d->session->relocate(blob, info.absolutePath())) {
-            d->session->drop(blob);
+        // Fetched here and taken into the cache: served on from the swarm's name of the cache's
+        // file (handOver), or, where the cache got the file itself, from the cache's file.
+        const bool same = sameFile(d->partialFile(blob), file);
+        if (!same && !d->session->relocate(blob, info.absolutePath())) {
+            d->leave(blob);
             return false;
         }
         d->served.insert(blob);
@@ -281,7 +347,7 @@ QList<core::Digest> NodeSwarm::prune(const std::function<bool(const core::Digest
             ++it;
             continue;
         }
-        d->session->drop(*it);
+        d->leave(*it);
         stopped.append(*it);
         it = d->served.erase(it);
     }

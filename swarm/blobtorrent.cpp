@@ -22,6 +22,14 @@ QString hexOf(const lt::sha256_hash& hash)
 
 } // namespace
 
+int BlobTorrent::pieceBytesFor(std::int64_t size)
+{
+    int piece = PieceBytes;
+    while (piece < MaxPieceBytes && size / (2 * std::int64_t(piece)) >= 128)
+        piece *= 2;
+    return piece;
+}
+
 core::Result<BlobTorrent> BlobTorrent::make(const QString& path, const QByteArray& authorityPem)
 {
     const QFileInfo file(path);
@@ -34,7 +42,7 @@ core::Result<BlobTorrent> BlobTorrent::make(const QString& path, const QByteArra
         return refused(QStringLiteral("a blob's torrent needs an authority"));
     lt::file_storage files;
     files.add_file(file.fileName().toStdString(), file.size());
-    lt::create_torrent maker(files, PieceBytes, lt::create_torrent::v2_only);
+    lt::create_torrent maker(files, pieceBytesFor(file.size()), lt::create_torrent::v2_only);
     maker.set_priv(true);
     // No date and no creator: the same blob and authority make the same bytes, so the torrent's
     // own blob is the same after a broker restarts.
@@ -62,8 +70,10 @@ core::Result<BlobTorrent> BlobTorrent::read(const QByteArray& bytes)
     bool oneFile = files.num_files() >= 1 && !files.pad_file_at(lt::file_index_t { 0 });
     for (int i = 1; i < files.num_files(); ++i)
         oneFile = oneFile && files.pad_file_at(lt::file_index_t { i });
-    if (!oneFile || files.num_files() > 2 || info.piece_length() != PieceBytes || !info.priv())
-        return refused(QStringLiteral("not one private file in pieces of 16 KiB"));
+    const int piece = info.piece_length();
+    const bool powerOfTwo = piece >= PieceBytes && piece <= MaxPieceBytes && (piece & (piece - 1)) == 0;
+    if (!oneFile || files.num_files() > 2 || !powerOfTwo || !info.priv())
+        return refused(QStringLiteral("not one private file in pieces of 16 KiB to 4 MiB"));
     const auto name = QString::fromStdString(std::string(files.file_name(lt::file_index_t { 0 })));
     const auto blob = core::Digest::fromHex(name);
     if (!blob || name != blob->toHex() || QString::fromStdString(info.name()) != name)
@@ -75,6 +85,7 @@ core::Result<BlobTorrent> BlobTorrent::read(const QByteArray& bytes)
     torrent.bytes = bytes;
     torrent.blob = *blob;
     torrent.size = files.file_size(lt::file_index_t { 0 });
+    torrent.pieceBytes = piece;
     torrent.infoHash = hexOf(info.info_hashes().v2);
     torrent.authorityPem = QByteArray(authority.data(), int(authority.size()));
     return torrent;

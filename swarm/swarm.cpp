@@ -220,20 +220,6 @@ core::Status Swarm::relocate(const core::Digest& blob, const QString& directory)
     });
 }
 
-core::Status Swarm::setSuperSeeding(const core::Digest& blob, bool on)
-{
-    const auto it = d->torrents.find(blob.toHex());
-    if (it == d->torrents.end())
-        return core::Error { QStringLiteral("swarm"), QStringLiteral("blob %1 is not in the swarm").arg(blob.toHex()) };
-    return guarded([&] {
-        if (on)
-            it->set_flags(lt::torrent_flags::super_seeding);
-        else
-            it->unset_flags(lt::torrent_flags::super_seeding);
-        return core::Status {};
-    });
-}
-
 core::Status Swarm::addPeers(const core::Digest& blob, const QStringList& peers)
 {
     const auto it = d->torrents.find(blob.toHex());

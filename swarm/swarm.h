@@ -54,10 +54,6 @@ public:
     // when it is whole. The caller still checks its SHA-256 before it trusts it.
     core::Status fetch(const BlobTorrent& torrent, const QString& directory, const QByteArray& certificatePem,
         const QByteArray& privateKeyPem, const QStringList& peers);
-    // Whether a seeded blob is super-seeded from now on (BEP 16): the seed reveals one piece at a
-    // time to each peer, and another once it saw the first passed on, so peers take most pieces from
-    // each other, at the cost of some seconds.
-    core::Status setSuperSeeding(const core::Digest& blob, bool on);
     // More peers for a blob being fetched ("host:port").
     core::Status addPeers(const core::Digest& blob, const QStringList& peers);
     // The blob's file moved to `directory` (the caller renamed it there): the swarm serves it from

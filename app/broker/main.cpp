@@ -117,7 +117,7 @@ core::Result<net::BrokerServerOptions> serverOptionsFrom(
         swarm.address = settings.stringValue(names::BrokerSwarmAddress);
         swarm.port = int(settings.intValue(names::BrokerSwarmPort));
         swarm.uploadBytesPerSecond = settings.intValue(names::BrokerSwarmMaxUploadKiBps) * 1024;
-        swarm.superSeedNodes = int(settings.intValue(names::BrokerSwarmSuperSeedNodes));
+        swarm.directNodes = int(settings.intValue(names::BrokerSwarmDirectNodes));
         options.swarm = swarm;
     }
     const QString keyFile = parser.isSet(QStringLiteral("keys")) ? parser.value(QStringLiteral("keys"))

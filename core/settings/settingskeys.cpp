@@ -181,9 +181,10 @@ QList<Key> makeKeys()
         intKey(
             BrokerSwarmPort, 0, 0, 65535, "TLS port of the broker's swarm seed; 0: any free port (WELCOME tells nodes which)."),
         intKey(BrokerSwarmMaxUploadKiBps, 0, 0, 10'000'000, "Most KiB per second the broker's seed uploads; 0: no cap."),
-        intKey(BrokerSwarmSuperSeedNodes, 16, 0, 1'000'000,
-            "Super-seed a blob of 4 MiB or more once this many nodes were handed it (BEP 16): the broker then sends little "
-            "more than one copy, but a round's blob arrives later (docs/SWARM.md, The broker's seed); 0: never."),
+        intKey(BrokerSwarmDirectNodes, 1, 0, 50,
+            "How many nodes of a blob's swarm dial the broker's seed at once; the others take the blob from them and from "
+            "each other, and dial the seed only when they brought less than 2 MiB in 5 s, so a blob leaves the broker about "
+            "once (docs/SWARM.md, The broker's seed); 0: every node dials the seed."),
         boolKey(AppStartAtLogin, false, "Start the app when the desktop session starts (XDG autostart)."),
         boolKey(AppNotifications, true, "Show desktop notifications for verification, payments and disputes."),
         stringKey(AppElectricityPricePerKWh, QStringLiteral("0"), R"(\d{1,6}(\.\d{1,6})?)", "a decimal number, like 0.25",

@@ -130,10 +130,17 @@ private Q_SLOTS:
         QVERIFY(!store->adopt(store->stagingDirectory() + QStringLiteral("/none.part"), Digest::ofBytes("x")).ok());
 
         const QString left = stage(QByteArray("crash"), QStringLiteral("kept-3.part"));
+        // A file named like a blob in a folder under staging (a node's swarm keeps a second name
+        // there of each blob it serves) is not a blob of the store: not counted twice, not found.
+        QVERIFY(QDir().mkpath(store->stagingDirectory() + QStringLiteral("/swarm-n")));
+        const QByteArray other = bytesOf('o', 700);
+        stage(state, QStringLiteral("swarm-n/") + digest->toHex());
+        stage(other, QStringLiteral("swarm-n/") + Digest::ofBytes(other).toHex());
         store.reset();
         store = *BlobStore::open(dir.path());
         QVERIFY(!QFile::exists(left));
         QVERIFY(store->contains(*digest));
+        QVERIFY(!store->contains(Digest::ofBytes(other)));
         QCOMPARE(store->totalSize(), 5000);
     }
 

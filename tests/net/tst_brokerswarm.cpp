@@ -2,12 +2,15 @@
 // it: who is named to whom, at which address, and what a HAVE or a bad key can change.
 
 #include <net/brokerswarm.h>
+#include <net/nodeswarm.h>
 #include <swarm/authority.h>
 #include <swarm/blobtorrent.h>
 
+#include <QElapsedTimer>
 #include <QRandomGenerator>
 #include <QTemporaryDir>
 #include <QTest>
+#include <QThread>
 
 using namespace tessera;
 using net::BrokerSwarm;
@@ -79,6 +82,79 @@ private Q_SLOTS:
         // a at its connection's address (not the host it claimed), b at its own word (it came from
         // loopback), d not at all (it serves nobody), c not to itself.
         QCOMPARE(named, (QStringList { QStringLiteral("10.0.0.1:7001"), QStringLiteral("10.0.0.5:7002") }));
+    }
+
+    // The first node handed a blob dials the seed; the next ones take it from the nodes before
+    // them (seed false), until none of those is left to dial; Broker/SwarmDirectNodes 0: everyone
+    // dials the seed, 2: the first two.
+    void onlyTheFirstNodesDialTheSeed()
+    {
+        for (const char* id : { "a", "b", "c", "n" })
+            m_swarm->joined(QString::fromLatin1(id), endpointOf(7000 + id[0]), QStringLiteral("10.0.0.%1").arg(int(id[0])));
+        m_swarm->joined(QStringLiteral("leech"), endpointOf(0), QStringLiteral("10.0.0.9"));
+        QVERIFY(m_swarm->offer(QStringLiteral("leech"), { m_blob }, 60'000)[0].seed); // nobody to take it from
+        QVERIFY(m_swarm->offer(QStringLiteral("a"), { m_blob }, 60'000)[0].seed); // a leech serves nobody
+        const auto second = m_swarm->offer(QStringLiteral("b"), { m_blob }, 60'000)[0];
+        QVERIFY(!second.seed);
+        QCOMPARE(second.peers, QStringList { QStringLiteral("10.0.0.97:7097") });
+        m_swarm->have(QStringLiteral("a"), m_blob, false);
+        m_swarm->left(QStringLiteral("b"));
+        QVERIFY(m_swarm->offer(QStringLiteral("c"), { m_blob }, 60'000)[0].seed); // a and b went
+
+        m_swarm.reset();
+        BrokerSwarm::Options everyone;
+        everyone.directNodes = 0;
+        m_swarm = std::move(BrokerSwarm::start(everyone, *m_store).value());
+        for (const char* id : { "a", "b" }) {
+            m_swarm->joined(QString::fromLatin1(id), endpointOf(7000 + id[0]), QStringLiteral("10.0.0.%1").arg(int(id[0])));
+            QVERIFY(m_swarm->offer(QString::fromLatin1(id), { m_blob }, 60'000)[0].seed);
+        }
+        m_swarm.reset();
+        BrokerSwarm::Options two;
+        two.directNodes = 2;
+        m_swarm = std::move(BrokerSwarm::start(two, *m_store).value());
+        QList<bool> seeds;
+        for (const char* id : { "a", "b", "c" }) {
+            m_swarm->joined(QString::fromLatin1(id), endpointOf(7000 + id[0]), QStringLiteral("10.0.0.%1").arg(int(id[0])));
+            seeds.append(m_swarm->offer(QString::fromLatin1(id), { m_blob }, 60'000)[0].seed);
+        }
+        QCOMPARE(seeds, (QList<bool> { true, true, false }));
+    }
+
+    // A node told to take the blob from its peers (seed false) whose peers send nothing (here: a
+    // peer that is not there) dials the seed once SwarmOffer::SeedAfterMs passed without a byte, and
+    // not before: the clock is the one the caller passes to poll.
+    void aNodeWhosePeersSendNothingDialsTheSeedAfterAWhile()
+    {
+        m_swarm->joined(QStringLiteral("gone"), endpointOf(9), QStringLiteral("127.0.0.1")); // nobody listens on 9
+        QVERIFY(m_swarm->offer(QStringLiteral("gone"), { m_blob }, 60'000)[0].seed);
+        net::NodeSwarm::Options options;
+        options.address = QStringLiteral("127.0.0.1");
+        auto node = net::NodeSwarm::start(options, m_dir.filePath(QStringLiteral("node")));
+        QVERIFY(node.ok());
+        m_swarm->joined(QStringLiteral("n"), (*node)->endpoint(), QStringLiteral("127.0.0.1"));
+        const auto offer = m_swarm->offer(QStringLiteral("n"), { m_blob }, 60'000).value(0);
+        QVERIFY(!offer.seed);
+        (*node)->offered(offer);
+        QVERIFY((*node)->fetch(m_blob, m_store->read(offer.torrent).value(), QStringLiteral("127.0.0.1:%1").arg(m_swarm->port()), 0));
+        const auto pollFor = [&](std::int64_t now, int ms) {
+            QList<net::NodeSwarm::Outcome> ended;
+            QElapsedTimer clock;
+            clock.start();
+            while (ended.isEmpty() && clock.elapsed() < ms) {
+                m_swarm->tick();
+                ended = (*node)->poll(now);
+                QThread::msleep(20);
+            }
+            return ended;
+        };
+        QVERIFY(pollFor(net::SwarmOffer::SeedAfterMs - 1, 1500).isEmpty());
+        QCOMPARE(m_swarm->uploadedBytes(), 0);
+        const auto ended = pollFor(net::SwarmOffer::SeedAfterMs, 60'000);
+        QCOMPARE(ended.size(), 1);
+        QVERIFY2(ended[0].error.isEmpty(), qPrintable(ended[0].error));
+        QCOMPARE(core::Digest::ofFile(ended[0].file).value_or(core::Digest {}), m_blob);
+        QVERIFY(m_swarm->uploadedBytes() >= 200'000);
     }
 
     // A node that did not join gets no offer; a key the authority cannot sign gets none either.

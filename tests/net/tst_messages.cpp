@@ -224,6 +224,16 @@ private Q_SLOTS:
             peers.append(QStringLiteral("10.0.0.%1:6881").arg(i));
         manyPeers.insert(fields::Peers, peers);
         QCOMPARE(refusedAt(manyPeers), QStringLiteral("swarm[0].peers"));
+        // "seed": false only when false; absent (a broker before the field) means dial the seed.
+        QVERIFY(offer.seed);
+        auto later = offer;
+        later.seed = false;
+        QCOMPARE(later.toJson().value(fields::Seed), QJsonValue(false));
+        QVERIFY(!SwarmOffer::fromJson(later.toJson())->seed);
+        QVERIFY(SwarmOffer::fromJson(offer.toJson())->seed);
+        auto notBool = offer.toJson();
+        notBool.insert(fields::Seed, QStringLiteral("no"));
+        QCOMPARE(refusedAt(notBool), QStringLiteral("swarm[0].seed"));
 
         core::NodeInfo node;
         node.nodeId = QStringLiteral("n");

@@ -59,7 +59,11 @@ for mode in ("swarm", "swarm.plain"):
         for nodes in (4, 16, 32):
             records["%s.%s.%d.ratio" % (mode, blob, nodes)] = 1.5
             records["%s.%s.%d.seconds" % (mode, blob, nodes)] = 2.0
-records.update({"swarm.uplink.seconds": 11.0, "swarm.uplink.getSeconds": 27.5})
+records.update({"swarm.uplink.seconds": 5.0, "swarm.uplink.ratio": 1.0, "swarm.uplink.getSeconds": 27.5,
+                "swarm.plain.uplink.seconds": 11.0, "swarm.plain.uplink.ratio": 2.4})
+# bench/uplink.sh: whole rounds behind tc tbf, with the swarm and by GET alone.
+records.update({"swarm.rounds.swarm.first": 30.0, "swarm.rounds.swarm.later": 10.0, "swarm.rounds.get.first": 110.0,
+                "swarm.rounds.get.later": 35.0, "swarm.rounds.faster": 3.5, "swarm.rounds.firstFaster": 3.7})
 
 # bench/chunks.sh: a 4 GiB corpus, what a node held of it.
 records.update({"chunks.corpus.bytes": 4 << 30, "chunks.generate.seconds": 40.0, "chunks.cut.seconds": 80.0,

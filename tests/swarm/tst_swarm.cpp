@@ -144,6 +144,29 @@ private Q_SLOTS:
         QVERIFY(!swarm::BlobTorrent::read(truncated).ok());
     }
 
+    // A blob's pieces grow with it, so that its torrent's piece layers (what every node GETs)
+    // stay a small part of it: at least 128 pieces, from 16 KiB to 4 MiB, a power of two.
+    void aBlobsPiecesGrowWithItsSize()
+    {
+        using swarm::BlobTorrent;
+        QCOMPARE(BlobTorrent::pieceBytesFor(242'430), 16 * 1024); // the example job's change
+        QCOMPARE(BlobTorrent::pieceBytesFor(4 << 20), 32 * 1024);
+        QCOMPARE(BlobTorrent::pieceBytesFor(42'990'000), 256 * 1024); // a 40 M job's change
+        QCOMPARE(BlobTorrent::pieceBytesFor(395'000'000), 2 << 20); // 100 M weights
+        QCOMPARE(BlobTorrent::pieceBytesFor(10'000'000'000), 4 << 20);
+        for (std::int64_t size : { 20'000LL, 1'000'000LL, 50'000'000LL, 900'000'000LL }) {
+            const auto piece = BlobTorrent::pieceBytesFor(size);
+            QVERIFY(size / piece >= 128 || piece == BlobTorrent::PieceBytes);
+            QCOMPARE(piece & (piece - 1), 0);
+        }
+        auto authority = swarm::Authority::create(QStringLiteral("job j"), 3600);
+        const QString root = m_dir.filePath(QStringLiteral("pieces"));
+        const auto blob = storeBlob(root, (8 << 20) + 77);
+        auto torrent = BlobTorrent::make(folderOf(root, blob) + u'/' + blob.toHex(), authority->certificatePem());
+        QVERIFY(torrent.ok());
+        QCOMPARE(torrent->pieceBytes, 64 * 1024);
+    }
+
     // The seed and the member each on their own address; the stranger (no certificate) and the
     // intruder (a certificate of another authority) dial the seed too, and get nothing.
     void aMemberFetchesABlobOverTlsAndStrangersGetNothing()
@@ -215,20 +238,28 @@ private Q_SLOTS:
     // with python3-libtorrent, its hash checks off) seeds a copy with every piece wrong. The
     // fetcher's piece checks (SHA-256 over 16 KiB) catch the first piece it sends, and it is banned;
     // the blob then comes whole from an honest seed, and nothing the hostile peer sent is in it.
+    void aCorruptingSeederIsBannedAndNothingItSentIsUsed_data()
+    {
+        QTest::addColumn<qsizetype>("size");
+        QTest::newRow("16 KiB pieces") << qsizetype(1024 * 1024 + 77);
+        QTest::newRow("64 KiB pieces") << qsizetype(8 * 1024 * 1024 + 77); // a failed piece of 4 blocks
+    }
+
     void aCorruptingSeederIsBannedAndNothingItSentIsUsed()
     {
 #ifdef __SANITIZE_ADDRESS__
         QSKIP("libtorrent's own leak under LeakSanitizer; runs in the normal build");
 #endif
+        QFETCH(qsizetype, size);
         auto authority = swarm::Authority::create(QStringLiteral("broker"), 3600);
-        const QString seedRoot = m_dir.filePath(QStringLiteral("honest"));
-        const auto blob = storeBlob(seedRoot, 1024 * 1024 + 77);
+        const QString seedRoot = m_dir.filePath(QStringLiteral("honest%1").arg(size));
+        const auto blob = storeBlob(seedRoot, size);
         const QString blobFile = folderOf(seedRoot, blob) + u'/' + blob.toHex();
         auto torrent = swarm::BlobTorrent::make(blobFile, authority->certificatePem());
         QVERIFY(torrent.ok());
 
         // The hostile copy: one byte of every piece flipped.
-        const QString hostileRoot = m_dir.filePath(QStringLiteral("hostile"));
+        const QString hostileRoot = m_dir.filePath(QStringLiteral("hostile%1").arg(size));
         QDir().mkpath(hostileRoot);
         QFile original(blobFile);
         QVERIFY(original.open(QIODevice::ReadOnly));
@@ -269,7 +300,7 @@ private Q_SLOTS:
             seed->seed(*torrent, folderOf(seedRoot, blob), seedCertificate.certificate, seedCertificate.keys.privatePem).ok());
         auto fetcher = startOn("127.0.0.8");
         const auto fetcherCertificate = memberOf(*authority, blob);
-        const QString fetchRoot = m_dir.filePath(QStringLiteral("fetcher"));
+        const QString fetchRoot = m_dir.filePath(QStringLiteral("fetcher%1").arg(size));
         QVERIFY(fetcher
                     ->fetch(*torrent, fetchRoot, fetcherCertificate.certificate, fetcherCertificate.keys.privatePem,
                         { QStringLiteral("127.0.0.7:%1").arg(hostilePort) })

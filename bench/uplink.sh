@@ -1,0 +1,137 @@
+#!/usr/bin/env bash
+# make bench, limited uplink (docs/SWARM.md; issue 37's goal): whole rounds of a ~40 M-parameter
+# job with the broker's uplink capped by the kernel (tc tbf, 100 Mbit/s, on the broker's link),
+# each process on its own host: the broker and 8 nodes, each in its own network namespace on one
+# bridge, as swarm-netns.sh makes them. The same job runs twice: with the blob swarm (as shipped)
+# and with every blob by GET from the broker (Broker/Swarm=false). It prints each round's time in
+# both and their ratio, and checks that both end on train-local's bits.
+# Records "swarm.rounds.MODE.first", "swarm.rounds.MODE.later" (mean of the rounds after the
+# first: nodes hold the previous round and fetch its change) and "swarm.rounds.faster".
+# Needs root (ip netns, tc); prints "skipped" and exits 0 where namespaces cannot be made.
+# Usage: bench/uplink.sh BUILD_DIR OUT_DIR [MBIT]
+set -euo pipefail
+build=$(cd "${1:-build}" && pwd)
+out=$2
+mbit=${3:-100}
+bin="$build/app"
+py=/usr/bin/python3
+nodes=8
+mkdir -p "$out"
+work=$(mktemp -d "${TMPDIR:-/tmp}/uplink.XXXXXX")
+tag=$(($$ % 10000))
+subnet="10.202.$((tag % 250))"
+bridge="tupb$tag"
+spaces=()
+pids=()
+record() { [ -n "${TESSERA_BENCH_RECORD:-}" ] && echo "$1 $2" >> "$TESSERA_BENCH_RECORD"; echo "  $1 $2"; }
+now() { date +%s.%N; }
+
+stop_all() {
+    for pid in "${pids[@]}"; do kill -TERM "$pid" 2>/dev/null || true; done
+    for pid in "${pids[@]}"; do wait "$pid" 2>/dev/null || true; done
+    pids=()
+}
+cleanup() {
+    for pid in "${pids[@]}"; do kill -9 "$pid" 2>/dev/null || true; done
+    for space in "${spaces[@]}"; do
+        ip netns pids "$space" 2>/dev/null | xargs -r kill -9 2>/dev/null || true
+        ip netns del "$space" 2>/dev/null || true
+    done
+    ip link del "$bridge" 2>/dev/null || true
+    if [ -z "${TESSERA_KEEP_TEST_DIRS:-}" ]; then rm -rf "$work"; else echo "kept $work"; fi
+}
+trap cleanup EXIT
+
+if ! ip link add "$bridge" type bridge 2>/dev/null; then
+    echo "uplink: cannot make a bridge (not root, or no netns here): skipped"
+    exit 0
+fi
+ip link set "$bridge" up
+for i in $(seq 0 "$nodes"); do
+    space="tup${tag}h$i"
+    ip netns add "$space"
+    spaces+=("$space")
+    ip link add "tup${tag}a$i" type veth peer name "tup${tag}b$i"
+    ip link set "tup${tag}b$i" netns "$space"
+    ip link set "tup${tag}a$i" master "$bridge" up
+    ip -n "$space" addr add "$subnet.$((i + 1))/24" dev "tup${tag}b$i"
+    ip -n "$space" link set "tup${tag}b$i" up
+    ip -n "$space" link set lo up
+done
+# The broker's uplink: everything it sends to any node leaves through this one shaped link.
+ip netns exec "tup${tag}h0" tc qdisc add dev "tup${tag}b0" root tbf rate "${mbit}mbit" burst 256kb latency 100ms
+in_host() { local i=$1; shift; ip netns exec "tup${tag}h$i" "$@"; }
+start_in_host() { local i=$1; shift; (exec ip netns exec "tup${tag}h$i" "$@") & }
+
+# About 37 M parameters (160 MB of float32 weights; a round's int8 change about 43 MB), one local
+# step of a small batch per shard: the transfers, not the 2 cores' compute, are what is timed.
+job="$work/job.json"
+cat > "$job" <<JOB
+{"version": 1, "name": "uplink", "model": {"zoo": "mlp", "hidden": [4096, 4096, 4096]},
+ "dataset": {"builtin": "fashion-mnist"}, "optimizer": {"kind": "sgd", "lr": 0.05},
+ "training": {"rounds": 4, "shardsPerRound": $nodes, "localSteps": 1, "batchSize": 8, "seed": 1, "threads": 1},
+ "budget": "100000"}
+JOB
+"$bin/tessera-node" --config /dev/null train-local "$job" --out "$work/local" > "$work/local.log" 2>&1
+expected=$($py -c 'import json,sys; print(json.load(open(sys.argv[1]))["finalWeightsHash"])' "$work/local/report.json")
+
+# One run: MODE swarm or get. Prints "ROUND SECONDS" lines into $work/MODE.rounds.
+run() {
+    local mode=$1 dir="$work/$1"
+    mkdir -p "$dir"
+    local port
+    port=$($py "$(dirname "$0")/../scripts/free_port.py")
+    local endpoint="tcp://$subnet.1:$port"
+    local swarm=true
+    [ "$mode" = get ] && swarm=false
+    # Every result re-executed while a node is new (the shipped warm-up) would double the 2 cores'
+    # compute per round: here no result is sampled, so a round is its shards and their blobs.
+    printf '[Broker]\nDataDirectory=%s/broker\nFaucet=true\nCanaryPercent=0\nSamplingWarmup=0\nSamplingFloorPercent=0\nAuditPercent=0\nSwarm=%s\n' \
+        "$dir" "$swarm" > "$dir/broker.ini"
+    start_in_host 0 "$bin/tessera-broker" --config "$dir/broker.ini" --bind "$endpoint" --insecure-plaintext >> "$dir/broker.log" 2>&1
+    pids+=($!)
+    owner() { in_host 0 "$bin/tessera-job" --config /dev/null --identity "$work/owner.key" --broker "$endpoint" "$@"; }
+    local deadline=$((SECONDS + 120))
+    until owner list > /dev/null 2>&1; do
+        [ $SECONDS -lt $deadline ] || { echo "the broker did not answer"; tail -20 "$dir/broker.log"; exit 1; }
+        sleep 0.5
+    done
+    for i in $(seq 1 "$nodes"); do
+        printf '[Node]\nDataDirectory=%s/node%d\nName=node-%d\n[Compute]\nBenchmarkOnFirstStart=false\n' "$dir" "$i" "$i" > "$dir/node$i.ini"
+        start_in_host "$i" "$bin/tessera-node" --config "$dir/node$i.ini" run --broker "$endpoint" >> "$dir/node$i.log" 2>&1
+        pids+=($!)
+    done
+    local id start
+    start=$(now)
+    id=$(owner submit "$job")
+    owner wait "$id" | while read -r line; do echo "$(now) $line"; done > "$dir/wait.log"
+    owner wait "$id" --json > "$dir/job.json"
+    stop_all
+    local got
+    got=$($py -c 'import json,sys; j=json.load(open(sys.argv[1])); print(j["state"], j["weightsHash"])' "$dir/job.json")
+    if [ "$got" != "finished $expected" ]; then
+        echo "FAIL: $mode ended as '$got', not finished on train-local's $expected"
+        exit 1
+    fi
+    awk -v start="$start" '$2 == "round" { print $3, $1 - start; start = $1 }' "$dir/wait.log" > "$work/$mode.rounds"
+    echo "$mode: $(tr '\n' ' ' < "$work/$mode.rounds")"
+    grep -h "stopped after reporting" "$dir"/node*.log | sed 's/^/  /' | head -3 || true
+}
+
+run swarm
+run get
+summary() { # MODE: first round, mean of the later ones
+    awk 'NR == 1 { first = $2 } NR > 1 { later += $2; n++ } END { printf "%.1f %.1f", first, later / n }' "$work/$1.rounds"
+}
+read -r swarm_first swarm_later <<< "$(summary swarm)"
+read -r get_first get_later <<< "$(summary get)"
+echo "broker uplink ${mbit} Mbit/s (tc tbf), $nodes nodes each on its own host, a 37 M-parameter MLP:"
+echo "  first round (160 MB weights to every node): swarm ${swarm_first} s, GET alone ${get_first} s"
+echo "  later rounds (a 43 MB change to every node): swarm ${swarm_later} s, GET alone ${get_later} s"
+record swarm.rounds.swarm.first "$swarm_first"
+record swarm.rounds.swarm.later "$swarm_later"
+record swarm.rounds.get.first "$get_first"
+record swarm.rounds.get.later "$get_later"
+record swarm.rounds.faster "$(awk -v a="$get_later" -v b="$swarm_later" 'BEGIN { printf "%.2f", a / b }')"
+record swarm.rounds.firstFaster "$(awk -v a="$get_first" -v b="$swarm_first" 'BEGIN { printf "%.2f", a / b }')"
+cp "$work"/*.rounds "$out/" 2>/dev/null || true
