@@ -145,8 +145,7 @@ int main(int argc, char** argv)
                 bench::record("swarm.uplink.getSeconds", getSeconds);
                 continue;
             }
-            const QByteArray key
-                = QByteArray(plain ? "swarm.plain." : "swarm.") + name + '.' + QByteArray::number(nodes);
+            const QByteArray key = QByteArray(plain ? "swarm.plain." : "swarm.") + name + '.' + QByteArray::number(nodes);
             bench::record((key + ".ratio").constData(), outcome.brokerRatio);
             bench::record((key + ".seconds").constData(), outcome.seconds);
             std::fflush(stdout);

@@ -5,8 +5,10 @@
 # bridge, as swarm-netns.sh makes them. The same job runs twice: with the blob swarm (as shipped)
 # and with every blob by GET from the broker (Broker/Swarm=false). It prints each round's time in
 # both and their ratio, and checks that both end on train-local's bits.
-# Records "swarm.rounds.MODE.first", "swarm.rounds.MODE.later" (mean of the rounds after the
-# first: nodes hold the previous round and fetch its change) and "swarm.rounds.faster".
+# Records, for rounds (a round's whole time) and delivery (until the last node had the round's
+# blob): "swarm.KIND.MODE.first", "swarm.KIND.MODE.later" (mean of the rounds between the first and
+# the last: nodes hold the previous round and fetch its change; the last also evaluates the test
+# set), "swarm.KIND.faster" and "firstFaster".
 # Needs root (ip netns, tc); prints "skipped" and exits 0 where namespaces cannot be made.
 # Usage: bench/uplink.sh BUILD_DIR OUT_DIR [MBIT]
 set -euo pipefail
@@ -24,7 +26,6 @@ bridge="tupb$tag"
 spaces=()
 pids=()
 record() { [ -n "${TESSERA_BENCH_RECORD:-}" ] && echo "$1 $2" >> "$TESSERA_BENCH_RECORD"; echo "  $1 $2"; }
-now() { date +%s.%N; }
 
 stop_all() {
     for pid in "${pids[@]}"; do kill -TERM "$pid" 2>/dev/null || true; done
@@ -60,16 +61,21 @@ for i in $(seq 0 "$nodes"); do
 done
 # The broker's uplink: everything it sends to any node leaves through this one shaped link.
 ip netns exec "tup${tag}h0" tc qdisc add dev "tup${tag}b0" root tbf rate "${mbit}mbit" burst 256kb latency 100ms
+# Every log line stamped with the time of day: rounds are timed from the broker's log.
+export QT_MESSAGE_PATTERN='%{time hh:mm:ss.zzz} %{if-category}%{category}: %{endif}%{message}'
 in_host() { local i=$1; shift; ip netns exec "tup${tag}h$i" "$@"; }
 start_in_host() { local i=$1; shift; (exec ip netns exec "tup${tag}h$i" "$@") & }
 
 # About 37 M parameters (160 MB of float32 weights; a round's int8 change about 43 MB), one local
-# step of a small batch per shard: the transfers, not the 2 cores' compute, are what is timed.
+# step of a small batch per shard, and the test set evaluated only after the last round (10,000
+# images through 37 M parameters take the broker's 2 cores seconds): the transfers, not the
+# compute, are what is timed.
 job="$work/job.json"
 cat > "$job" <<JOB
 {"version": 1, "name": "uplink", "model": {"zoo": "mlp", "hidden": [4096, 4096, 4096]},
  "dataset": {"builtin": "fashion-mnist"}, "optimizer": {"kind": "sgd", "lr": 0.05},
- "training": {"rounds": 4, "shardsPerRound": $nodes, "localSteps": 1, "batchSize": 8, "seed": 1, "threads": 1},
+ "training": {"rounds": 4, "shardsPerRound": $nodes, "localSteps": 1, "batchSize": 8, "seed": 1, "threads": 1,
+              "evaluateEvery": 100},
  "budget": "100000"}
 JOB
 "$bin/tessera-node" --config /dev/null train-local "$job" --out "$work/local" > "$work/local.log" 2>&1
@@ -101,10 +107,9 @@ run() {
         start_in_host "$i" "$bin/tessera-node" --config "$dir/node$i.ini" run --broker "$endpoint" >> "$dir/node$i.log" 2>&1
         pids+=($!)
     done
-    local id start
-    start=$(now)
+    local id
     id=$(owner submit "$job")
-    owner wait "$id" | while read -r line; do echo "$(now) $line"; done > "$dir/wait.log"
+    owner wait "$id" > "$dir/wait.log"
     owner wait "$id" --json > "$dir/job.json"
     stop_all
     local got
@@ -113,25 +118,42 @@ run() {
         echo "FAIL: $mode ended as '$got', not finished on train-local's $expected"
         exit 1
     fi
-    awk -v start="$start" '$2 == "round" { print $3, $1 - start; start = $1 }' "$dir/wait.log" > "$work/$mode.rounds"
+    # Each round, from the job's submission or the previous round's aggregation to its own (the
+    # broker's log), and its delivery: until the last node had the round's blob (the nodes' logs,
+    # "fetched blob"). Every line is stamped with the time of day.
+    $py - "$dir" > "$work/$mode.rounds" <<'PY'
+import glob, re, sys
+def stamp(line):
+    h, m, s = line.split(" ", 1)[0].split(":")
+    return int(h) * 3600 + int(m) * 60 + float(s)
+marks = [stamp(l) for l in open(sys.argv[1] + "/broker.log") if " submitted: " in l or " aggregated: " in l]
+fetched = [stamp(l) for f in glob.glob(sys.argv[1] + "/node*.log") for l in open(f) if re.search(r"fetched blob .* from the", l)]
+for r in range(len(marks) - 1):
+    inside = [t for t in fetched if marks[r] <= t < marks[r + 1]]
+    print(r, round(marks[r + 1] - marks[r], 2), round(max(inside) - marks[r], 2) if inside else 0)
+PY
     echo "$mode: $(tr '\n' ' ' < "$work/$mode.rounds")"
     grep -h "stopped after reporting" "$dir"/node*.log | sed 's/^/  /' | head -3 || true
 }
 
-run swarm
-run get
-summary() { # MODE: first round, mean of the later ones
-    awk 'NR == 1 { first = $2 } NR > 1 { later += $2; n++ } END { printf "%.1f %.1f", first, later / n }' "$work/$1.rounds"
+for mode in ${UPLINK_MODES:-swarm get}; do run "$mode"; done
+summary() { # MODE COLUMN: the first round's, and the mean of those between it and the last (which evaluates)
+    awk -v c="$2" '{ v[NR] = $c } END { for (i = 2; i < NR; i++) { later += v[i]; n++ } printf "%.1f %.1f", v[1], later / n }' \
+        "$work/$1.rounds"
 }
-read -r swarm_first swarm_later <<< "$(summary swarm)"
-read -r get_first get_later <<< "$(summary get)"
+ratio() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.2f", a / b }'; }
 echo "broker uplink ${mbit} Mbit/s (tc tbf), $nodes nodes each on its own host, a 37 M-parameter MLP:"
-echo "  first round (160 MB weights to every node): swarm ${swarm_first} s, GET alone ${get_first} s"
-echo "  later rounds (a 43 MB change to every node): swarm ${swarm_later} s, GET alone ${get_later} s"
-record swarm.rounds.swarm.first "$swarm_first"
-record swarm.rounds.swarm.later "$swarm_later"
-record swarm.rounds.get.first "$get_first"
-record swarm.rounds.get.later "$get_later"
-record swarm.rounds.faster "$(awk -v a="$get_later" -v b="$swarm_later" 'BEGIN { printf "%.2f", a / b }')"
-record swarm.rounds.firstFaster "$(awk -v a="$get_first" -v b="$swarm_first" 'BEGIN { printf "%.2f", a / b }')"
+for what in rounds:2 delivery:3; do
+    read -r swarm_first swarm_later <<< "$(summary swarm "${what#*:}")"
+    read -r get_first get_later <<< "$(summary get "${what#*:}")"
+    name=${what%:*}
+    echo "  $name, first round (147 MB weights to every node): swarm ${swarm_first} s, GET alone ${get_first} s"
+    echo "  $name, later rounds (a 37 MB change to every node): swarm ${swarm_later} s, GET alone ${get_later} s"
+    record "swarm.$name.swarm.first" "$swarm_first"
+    record "swarm.$name.swarm.later" "$swarm_later"
+    record "swarm.$name.get.first" "$get_first"
+    record "swarm.$name.get.later" "$get_later"
+    record "swarm.$name.faster" "$(ratio "$get_later" "$swarm_later")"
+    record "swarm.$name.firstFaster" "$(ratio "$get_first" "$swarm_first")"
+done
 cp "$work"/*.rounds "$out/" 2>/dev/null || true

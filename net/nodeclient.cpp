@@ -1116,6 +1116,7 @@ void NodeClient::Private::onChunk(const Message& message, const Pending& purpose
     } else if (*stored == core::BlobStore::UploadState::Complete) {
         ++counters.blobsFetched;
         counters.bytesFetched += download.size;
+        qCInfo(lcNode).noquote() << "fetched blob" << digest.toHex().left(12) << "(" << download.size << "bytes) from the broker";
         downloads.remove(digest);
         serveHeld(digest);
     }

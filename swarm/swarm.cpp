@@ -44,6 +44,11 @@ lt::settings_pack settingsFor(const Swarm::Options& options)
     pack.set_int(lt::settings_pack::out_enc_policy, lt::settings_pack::pe_disabled);
     if (options.unchokeAll)
         pack.set_int(lt::settings_pack::unchoke_slots_limit, -1);
+    // Nodes handed a blob at once dial each other at once, and a peer that has not joined the
+    // blob's torrent yet (it is still GETting the .torrent) refuses the handshake: dial it again
+    // within a second, and keep trying, instead of libtorrent's minute and three tries.
+    pack.set_int(lt::settings_pack::min_reconnect_time, 1);
+    pack.set_int(lt::settings_pack::max_failcount, 30);
     pack.set_int(lt::settings_pack::upload_rate_limit, int(std::min<std::int64_t>(options.uploadBytesPerSecond, INT32_MAX)));
     pack.set_int(
         lt::settings_pack::alert_mask, int(lt::alert_category::error | lt::alert_category::status | lt::alert_category::peer));

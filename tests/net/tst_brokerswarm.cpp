@@ -136,7 +136,8 @@ private Q_SLOTS:
         const auto offer = m_swarm->offer(QStringLiteral("n"), { m_blob }, 60'000).value(0);
         QVERIFY(!offer.seed);
         (*node)->offered(offer);
-        QVERIFY((*node)->fetch(m_blob, m_store->read(offer.torrent).value(), QStringLiteral("127.0.0.1:%1").arg(m_swarm->port()), 0));
+        QVERIFY(
+            (*node)->fetch(m_blob, m_store->read(offer.torrent).value(), QStringLiteral("127.0.0.1:%1").arg(m_swarm->port()), 0));
         const auto pollFor = [&](std::int64_t now, int ms) {
             QList<net::NodeSwarm::Outcome> ended;
             QElapsedTimer clock;

@@ -62,8 +62,10 @@ for mode in ("swarm", "swarm.plain"):
 records.update({"swarm.uplink.seconds": 5.0, "swarm.uplink.ratio": 1.0, "swarm.uplink.getSeconds": 27.5,
                 "swarm.plain.uplink.seconds": 11.0, "swarm.plain.uplink.ratio": 2.4})
 # bench/uplink.sh: whole rounds behind tc tbf, with the swarm and by GET alone.
-records.update({"swarm.rounds.swarm.first": 30.0, "swarm.rounds.swarm.later": 10.0, "swarm.rounds.get.first": 110.0,
-                "swarm.rounds.get.later": 35.0, "swarm.rounds.faster": 3.5, "swarm.rounds.firstFaster": 3.7})
+for kind in ("rounds", "delivery"):
+    records.update({"swarm.%s.swarm.first" % kind: 30.0, "swarm.%s.swarm.later" % kind: 10.0,
+                    "swarm.%s.get.first" % kind: 110.0, "swarm.%s.get.later" % kind: 35.0,
+                    "swarm.%s.faster" % kind: 3.5, "swarm.%s.firstFaster" % kind: 3.7})
 
 # bench/chunks.sh: a 4 GiB corpus, what a node held of it.
 records.update({"chunks.corpus.bytes": 4 << 30, "chunks.generate.seconds": 40.0, "chunks.cut.seconds": 80.0,

@@ -1,5 +1,5 @@
 // The blob swarm's parts (docs/SWARM.md): an authority and the certificates it issues, a
-// blob's torrent (v2 only, 16 KiB pieces, private, the authority inside) and what a node refuses
+// blob's torrent (v2 only, pieces growing with it, private, the authority inside) and what a node refuses
 // to take for one, and two real libtorrent sessions on their own loopback addresses handing a blob
 // over TLS, while a stranger (no certificate, one of another authority, or one for another blob)
 // gets nothing, and a corrupting seeder is banned.
