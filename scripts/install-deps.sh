@@ -11,6 +11,8 @@ packages=(
     libgl-dev
     # storage, networking, keys
     libsqlite3-dev sqlite3 libzmq3-dev cppzmq-dev libsodium-dev zlib1g-dev libssl-dev libzstd-dev
+    # the broker's store on PostgreSQL (docs/STORE.md): libpq, and a server the tests start themselves
+    libpq-dev postgresql-15
     # the blob swarm (docs/SWARM.md): BitTorrent, its Python binding for the tests' hostile peers, and
     # the openssl tool (a stranger's own certificate, one the broker's authority signs)
     libtorrent-rasterbar-dev python3-libtorrent openssl

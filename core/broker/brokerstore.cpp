@@ -770,13 +770,13 @@ Result<QList<CheckRecord>> BrokerStore::checkRecords(const QString& jobId, int l
 Status BrokerStore::allowRead(const Digest& blob, const QString& principal)
 {
     return execute(
-        *m_db, QStringLiteral("INSERT OR IGNORE INTO blob_readers (blob, principal) VALUES (?, ?)"), blob.toHex(), principal);
+        *m_db, QStringLiteral("INSERT INTO blob_readers (blob, principal) VALUES (?, ?) ON CONFLICT DO NOTHING"), blob.toHex(), principal);
 }
 
 Status BrokerStore::allowOwnerToRead(const Digest& blob, const QString& jobId)
 {
     return execute(*m_db,
-        QStringLiteral("INSERT OR IGNORE INTO blob_readers (blob, principal) SELECT ?, owner FROM jobs WHERE id = ?"),
+        QStringLiteral("INSERT INTO blob_readers (blob, principal) SELECT ?, owner FROM jobs WHERE id = ? ON CONFLICT DO NOTHING"),
         blob.toHex(), jobId);
 }
 
@@ -849,7 +849,8 @@ Result<std::optional<Digest>> BrokerStore::forgetRoundWeights(const QString& job
 
 Status BrokerStore::recordUpload(const UploadRow& upload)
 {
-    return execute(*m_db, QStringLiteral("INSERT OR REPLACE INTO uploads (blob, uploader, size, at) VALUES (?, ?, ?, ?)"),
+    return execute(*m_db, QStringLiteral("INSERT INTO uploads (blob, uploader, size, at) VALUES (?, ?, ?, ?) "
+                                         "ON CONFLICT (blob, uploader) DO UPDATE SET size = excluded.size, at = excluded.at"),
         upload.blob.toHex(), upload.uploader, upload.size, upload.at);
 }
 

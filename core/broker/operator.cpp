@@ -48,16 +48,14 @@ Result<Credited> creditAccount(
     auto transaction = db.begin();
     if (!transaction)
         return transaction.error().toError();
-    if (auto status = storage::execute(db, QStringLiteral("INSERT INTO credits (account, amount, memo, at) VALUES (?, ?, ?, ?)"),
-            account, amount.micro(), memo, atMs);
-        !status)
-        return status.error();
-    auto row = storage::query(db, QStringLiteral("SELECT last_insert_rowid()"));
+    auto row = storage::query(db, QStringLiteral("INSERT INTO credits (account, amount, memo, at) VALUES (?, ?, ?, ?) RETURNING id"),
+        account, amount.micro(), memo, atMs);
     if (!row)
         return row.error();
     if (auto found = storage::fetch(*row); !found || !*found)
         return Error { QStringLiteral("credits"), QStringLiteral("the credit was not recorded") };
     const QString cause = QStringLiteral("credit:%1").arg(row->columnInt(0));
+    row->reset(); // the INSERT ... RETURNING ends here, before the transaction does
     auto moved = books.transfer(ledger::accounts::Mint, ledger::accounts::balance(account), amount, cause,
         memo.isEmpty() ? QStringLiteral("credited by the operator") : memo, atMs);
     if (!moved)

@@ -1,40 +1,16 @@
 #include "database.h"
 
+#include "backend.h"
+
 #include <QDir>
 #include <QFile>
 #include <QRegularExpression>
-
-#include <sqlite3.h>
 
 #include <algorithm>
 
 namespace tessera::core::storage {
 
 namespace {
-
-ErrorKind kindOf(int code)
-{
-    switch (code & 0xff) {
-    case SQLITE_BUSY:
-    case SQLITE_LOCKED:
-        return ErrorKind::Busy;
-    case SQLITE_FULL:
-        return ErrorKind::Full;
-    case SQLITE_CORRUPT:
-    case SQLITE_NOTADB:
-        return ErrorKind::Corrupt;
-    case SQLITE_READONLY:
-        return ErrorKind::ReadOnly;
-    case SQLITE_CANTOPEN:
-        return ErrorKind::CannotOpen;
-    case SQLITE_CONSTRAINT:
-        return ErrorKind::Constraint;
-    case SQLITE_MISUSE:
-        return ErrorKind::Misuse;
-    default:
-        return ErrorKind::Other;
-    }
-}
 
 QString adviceFor(ErrorKind kind)
 {
@@ -55,6 +31,19 @@ QString adviceFor(ErrorKind kind)
 }
 
 } // namespace
+
+QString detail::describe(const QString& where, const QString& message, ErrorKind kind, const QString& context)
+{
+    QString text = QStringLiteral("%1: %2%3").arg(where, message.trimmed(), adviceFor(kind));
+    if (!context.isEmpty())
+        text += QStringLiteral(" [while running: %1]").arg(context.simplified().left(120));
+    return text;
+}
+
+bool isPostgresUri(const QString& location)
+{
+    return location.startsWith(u"postgresql://") || location.startsWith(u"postgres://");
+}
 
 DbResult<QList<Migration>> loadMigrations(const QString& directory)
 {
@@ -85,73 +74,49 @@ DbResult<QList<Migration>> loadMigrations(const QString& directory)
 
 // --- Statement ---------------------------------------------------------------------------------
 
-Statement::Statement(Database* database, sqlite3_stmt* statement)
+Statement::Statement(Database* database, std::unique_ptr<detail::StatementBackend> backend)
     : m_database(database)
-    , m_statement(statement)
+    , m_backend(std::move(backend))
 { }
 
-Statement::Statement(Statement&& other) noexcept
-    : m_database(std::exchange(other.m_database, nullptr))
-    , m_statement(std::exchange(other.m_statement, nullptr))
-{ }
-
-Statement& Statement::operator=(Statement&& other) noexcept
-{
-    if (this != &other) {
-        sqlite3_finalize(m_statement);
-        m_database = std::exchange(other.m_database, nullptr);
-        m_statement = std::exchange(other.m_statement, nullptr);
-    }
-    return *this;
-}
-
-Statement::~Statement()
-{
-    sqlite3_finalize(m_statement);
-}
+Statement::Statement(Statement&& other) noexcept = default;
+Statement& Statement::operator=(Statement&& other) noexcept = default;
+Statement::~Statement() = default;
 
 Statement& Statement::bind(int index, std::int64_t value)
 {
-    sqlite3_bind_int64(m_statement, index, value);
+    m_backend->bind(index, value);
     return *this;
 }
 
 Statement& Statement::bind(int index, double value)
 {
-    sqlite3_bind_double(m_statement, index, value);
+    m_backend->bind(index, value);
     return *this;
 }
 
 Statement& Statement::bind(int index, const QString& value)
 {
-    const QByteArray utf8 = value.toUtf8();
-    sqlite3_bind_text(m_statement, index, utf8.constData(), static_cast<int>(utf8.size()), SQLITE_TRANSIENT);
+    m_backend->bind(index, value);
     return *this;
 }
 
 Statement& Statement::bind(int index, const QByteArray& blob)
 {
-    sqlite3_bind_blob64(m_statement, index, blob.constData(), static_cast<sqlite3_uint64>(blob.size()), SQLITE_TRANSIENT);
+    m_backend->bind(index, blob);
     return *this;
 }
 
 Statement& Statement::bindNull(int index)
 {
-    sqlite3_bind_null(m_statement, index);
+    m_backend->bindNull(index);
     return *this;
 }
 
 DbResult<bool> Statement::step()
 {
     m_database->assertOwningThread();
-    const int code = sqlite3_step(m_statement);
-    if (code == SQLITE_ROW)
-        return true;
-    if (code == SQLITE_DONE)
-        return false;
-    auto error = m_database->lastError(code, QString::fromUtf8(sqlite3_sql(m_statement)));
-    sqlite3_reset(m_statement);
-    return error;
+    return m_backend->step();
 }
 
 DbStatus Statement::run()
@@ -169,35 +134,32 @@ DbStatus Statement::run()
 
 void Statement::reset()
 {
-    sqlite3_reset(m_statement);
-    sqlite3_clear_bindings(m_statement);
+    m_backend->reset();
 }
 
 std::int64_t Statement::columnInt(int index) const
 {
-    return sqlite3_column_int64(m_statement, index);
+    return m_backend->columnInt(index);
 }
 
 double Statement::columnDouble(int index) const
 {
-    return sqlite3_column_double(m_statement, index);
+    return m_backend->columnDouble(index);
 }
 
 QString Statement::columnText(int index) const
 {
-    const auto* text = reinterpret_cast<const char*>(sqlite3_column_text(m_statement, index));
-    return QString::fromUtf8(text, sqlite3_column_bytes(m_statement, index));
+    return m_backend->columnText(index);
 }
 
 QByteArray Statement::columnBlob(int index) const
 {
-    const auto* data = static_cast<const char*>(sqlite3_column_blob(m_statement, index));
-    return QByteArray(data, sqlite3_column_bytes(m_statement, index));
+    return m_backend->columnBlob(index);
 }
 
 bool Statement::columnIsNull(int index) const
 {
-    return sqlite3_column_type(m_statement, index) == SQLITE_NULL;
+    return m_backend->columnIsNull(index);
 }
 
 // --- Transaction -------------------------------------------------------------------------------
@@ -219,7 +181,7 @@ Transaction::~Transaction()
 DbStatus Transaction::commit()
 {
     if (!m_database)
-        return DatabaseError { ErrorKind::Misuse, SQLITE_MISUSE, QStringLiteral("the transaction has already ended") };
+        return DatabaseError { ErrorKind::Misuse, 0, QStringLiteral("the transaction has already ended") };
     auto status = m_database->execute(QStringLiteral("COMMIT"));
     if (status)
         m_database = nullptr; // on failure the destructor rolls back
@@ -228,100 +190,51 @@ DbStatus Transaction::commit()
 
 // --- Database ----------------------------------------------------------------------------------
 
-Database::Database(QString path, sqlite3* handle)
+Database::Database(QString path, std::unique_ptr<detail::Connection> connection)
     : m_path(std::move(path))
-    , m_handle(handle)
+    , m_connection(std::move(connection))
     , m_owner(std::this_thread::get_id())
 { }
 
-Database::~Database()
-{
-    sqlite3_close_v2(m_handle);
-}
+Database::~Database() = default;
 
 void Database::assertOwningThread() const
 {
     Q_ASSERT_X(std::this_thread::get_id() == m_owner, "Database",
-        "a SQLite connection is used only by the thread that opened it; open one per thread");
-}
-
-DatabaseError Database::lastError(int code, const QString& context) const
-{
-    const int extended = m_handle ? sqlite3_extended_errcode(m_handle) : code;
-    const auto kind = kindOf(extended ? extended : code);
-    QString message = m_handle ? QString::fromUtf8(sqlite3_errmsg(m_handle)) : QString::fromUtf8(sqlite3_errstr(code));
-    message = QStringLiteral("%1: %2%3").arg(m_path, message, adviceFor(kind));
-    if (!context.isEmpty())
-        message += QStringLiteral(" [while running: %1]").arg(context.simplified().left(120));
-    return DatabaseError { kind, extended ? extended : code, message };
+        "a database connection is used only by the thread that opened it; open one per thread");
 }
 
 DbResult<std::unique_ptr<Database>> Database::open(const QString& path, DatabaseOptions options)
 {
-    sqlite3* handle = nullptr;
-    const int flags = SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX;
-    const int code = sqlite3_open_v2(path.toUtf8().constData(), &handle, flags, nullptr);
-    std::unique_ptr<Database> database(new Database(path, handle));
-    if (code != SQLITE_OK)
-        return database->lastError(code, {});
-    sqlite3_extended_result_codes(handle, 1);
-    sqlite3_busy_timeout(handle, options.busyTimeoutMs);
+    auto connection = isPostgresUri(path) ? detail::openPostgres(path, options) : detail::openSqlite(path, options);
+    if (!connection)
+        return connection.error();
+    return std::unique_ptr<Database>(new Database(path, std::move(connection).value()));
+}
 
-    // The first statement reads the header: a damaged or foreign file fails here, not later.
-    auto mode = database->journalMode();
-    if (!mode)
-        return mode.error();
-    if (auto status = database->execute(QStringLiteral("PRAGMA journal_mode=WAL")); !status)
-        return status.error();
-    mode = database->journalMode();
-    if (!mode)
-        return mode.error();
-    if (*mode != u"wal")
-        return DatabaseError { ErrorKind::Other, 0,
-            QStringLiteral("%1: cannot switch to WAL mode (journal mode is %2; is the folder on a network file system?)")
-                .arg(path, *mode) };
-    const QString synchronous = options.synchronous == DatabaseOptions::Synchronous::Full
-        ? QStringLiteral("PRAGMA synchronous=FULL")
-        : QStringLiteral("PRAGMA synchronous=NORMAL");
-    for (const auto& pragma : { synchronous, QStringLiteral("PRAGMA foreign_keys=ON") }) {
-        if (auto status = database->execute(pragma); !status)
-            return status.error();
-    }
-    auto status = database->execute(
-        QStringLiteral("CREATE TABLE IF NOT EXISTS schema_version (version INTEGER NOT NULL, name TEXT NOT NULL, "
-                       "applied_at TEXT NOT NULL DEFAULT (strftime('%Y-%m-%dT%H:%M:%SZ','now')))"));
-    if (!status)
-        return status.error();
-    return database;
+Engine Database::engine() const
+{
+    return m_connection->engine();
 }
 
 DbStatus Database::execute(const QString& sql)
 {
     assertOwningThread();
-    char* errorText = nullptr;
-    const int code = sqlite3_exec(m_handle, sql.toUtf8().constData(), nullptr, nullptr, &errorText);
-    sqlite3_free(errorText);
-    if (code != SQLITE_OK)
-        return lastError(code, sql);
-    return {};
+    return m_connection->execute(sql);
 }
 
 DbResult<Statement> Database::prepare(const QString& sql)
 {
     assertOwningThread();
-    sqlite3_stmt* statement = nullptr;
-    const QByteArray utf8 = sql.toUtf8();
-    const int code = sqlite3_prepare_v3(
-        m_handle, utf8.constData(), static_cast<int>(utf8.size()), SQLITE_PREPARE_PERSISTENT, &statement, nullptr);
-    if (code != SQLITE_OK)
-        return lastError(code, sql);
-    return Statement(this, statement);
+    auto backend = m_connection->prepare(sql);
+    if (!backend)
+        return backend.error();
+    return Statement(this, std::move(backend).value());
 }
 
 DbResult<Transaction> Database::begin()
 {
-    // IMMEDIATE takes the write lock now, so a busy database fails here and not halfway through.
-    if (auto status = execute(QStringLiteral("BEGIN IMMEDIATE")); !status)
+    if (auto status = execute(m_connection->beginSql()); !status)
         return status.error();
     return Transaction(this);
 }
@@ -339,13 +252,8 @@ DbResult<int> Database::schemaVersion()
 
 DbResult<QString> Database::journalMode()
 {
-    auto statement = prepare(QStringLiteral("PRAGMA journal_mode"));
-    if (!statement)
-        return statement.error();
-    auto row = statement->step();
-    if (!row)
-        return row.error();
-    return statement->columnText(0).toLower();
+    assertOwningThread();
+    return m_connection->journalMode();
 }
 
 DbStatus Database::migrate(const QList<Migration>& migrations)
@@ -369,7 +277,7 @@ DbStatus Database::migrate(const QList<Migration>& migrations)
         auto transaction = begin();
         if (!transaction)
             return transaction.error();
-        if (auto status = execute(migration.sql); !status)
+        if (auto status = execute(m_connection->migrationSql(migration.sql)); !status)
             return DatabaseError {
                 status.error().kind, status.error().sqliteCode,
                 QStringLiteral("migration %1 (%2) failed: %3").arg(migration.version).arg(migration.name, status.error().message)
@@ -401,12 +309,12 @@ Result<std::unique_ptr<Database>> openMigrated(const QString& path, const QStrin
 
 std::int64_t Database::lastInsertRowId() const
 {
-    return sqlite3_last_insert_rowid(m_handle);
+    return m_connection->lastInsertRowId();
 }
 
 int Database::changes() const
 {
-    return sqlite3_changes(m_handle);
+    return m_connection->changes();
 }
 
 } // namespace tessera::core::storage

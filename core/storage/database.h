@@ -1,6 +1,7 @@
 #pragma once
 
 #include "../error.h"
+#include "databasetypes.h"
 
 #include <QByteArray>
 #include <QList>
@@ -12,27 +13,19 @@
 #include <thread>
 #include <type_traits>
 
-struct sqlite3;
-struct sqlite3_stmt;
-
 namespace tessera::core::storage {
+
+namespace detail {
+class Connection;
+class StatementBackend;
+} // namespace detail
 
 template<typename T> struct IsOptional : std::false_type { };
 template<typename T> struct IsOptional<std::optional<T>> : std::true_type { };
 
-// Why a database call failed, for callers that react differently (retry when busy, stop when full).
-enum class ErrorKind { Busy, Full, Corrupt, ReadOnly, CannotOpen, Constraint, Misuse, Other };
-
-struct DatabaseError {
-    ErrorKind kind = ErrorKind::Other;
-    int sqliteCode = 0;
-    QString message;
-
-    Error toError() const { return Error { QStringLiteral("database"), message, kind == ErrorKind::Full }; }
-};
-
-template<typename T> using DbResult = Result<T, DatabaseError>;
-using DbStatus = BasicStatus<DatabaseError>;
+// Whether a Broker/Database value names a PostgreSQL database (postgresql:// or postgres://)
+// rather than a SQLite file.
+bool isPostgresUri(const QString& location);
 
 // A numbered schema change, applied once, in order, in its own transaction.
 struct Migration {
@@ -73,10 +66,10 @@ public:
 
 private:
     friend class Database;
-    Statement(Database* database, sqlite3_stmt* statement);
+    Statement(Database* database, std::unique_ptr<detail::StatementBackend> backend);
 
     Database* m_database = nullptr;
-    sqlite3_stmt* m_statement = nullptr;
+    std::unique_ptr<detail::StatementBackend> m_backend;
 };
 
 // A transaction that rolls back unless commit() is called: leaving a scope early (an error, a
@@ -95,13 +88,9 @@ private:
     Database* m_database = nullptr;
 };
 
-struct DatabaseOptions {
-    int busyTimeoutMs = 5000;
-    // FULL by default: the ledger must survive a power cut, not just a crash.
-    enum class Synchronous { Normal, Full } synchronous = Synchronous::Full;
-};
-
-// One SQLite connection, in WAL mode, owned by one thread: open a Database per thread.
+// One connection, owned by one thread: open a Database per thread. `path` is a SQLite file (opened
+// in WAL mode) or a postgresql:// URI. SQL is SQLite's and PostgreSQL's common part, with `?` for
+// parameters (docs/STORE.md, "One SQL for both").
 class Database {
 public:
     static DbResult<std::unique_ptr<Database>> open(const QString& path, DatabaseOptions options = {});
@@ -110,6 +99,7 @@ public:
     Database& operator=(const Database&) = delete;
 
     QString path() const { return m_path; }
+    Engine engine() const;
 
     DbStatus execute(const QString& sql);
     DbResult<Statement> prepare(const QString& sql);
@@ -119,23 +109,21 @@ public:
     // a failing one leaves the schema at the version before it.
     DbStatus migrate(const QList<Migration>& migrations);
     DbResult<int> schemaVersion();
+    // SQLite's journal mode ("wal"); "postgresql" for a PostgreSQL connection.
     DbResult<QString> journalMode();
 
     std::int64_t lastInsertRowId() const;
     int changes() const;
 
-    // Builds a DatabaseError from the connection's last error.
-    DatabaseError lastError(int code, const QString& context) const;
-
 private:
-    Database(QString path, sqlite3* handle);
+    Database(QString path, std::unique_ptr<detail::Connection> connection);
     void assertOwningThread() const;
 
     friend class Statement;
     friend class Transaction;
 
     QString m_path;
-    sqlite3* m_handle = nullptr;
+    std::unique_ptr<detail::Connection> m_connection;
     std::thread::id m_owner;
 };
 
