@@ -769,14 +769,15 @@ Result<QList<CheckRecord>> BrokerStore::checkRecords(const QString& jobId, int l
 
 Status BrokerStore::allowRead(const Digest& blob, const QString& principal)
 {
-    return execute(
-        *m_db, QStringLiteral("INSERT INTO blob_readers (blob, principal) VALUES (?, ?) ON CONFLICT DO NOTHING"), blob.toHex(), principal);
+    return execute(*m_db, QStringLiteral("INSERT INTO blob_readers (blob, principal) VALUES (?, ?) ON CONFLICT DO NOTHING"),
+        blob.toHex(), principal);
 }
 
 Status BrokerStore::allowOwnerToRead(const Digest& blob, const QString& jobId)
 {
     return execute(*m_db,
-        QStringLiteral("INSERT INTO blob_readers (blob, principal) SELECT ?, owner FROM jobs WHERE id = ? ON CONFLICT DO NOTHING"),
+        QStringLiteral(
+            "INSERT INTO blob_readers (blob, principal) SELECT ?, owner FROM jobs WHERE id = ? ON CONFLICT DO NOTHING"),
         blob.toHex(), jobId);
 }
 
@@ -849,8 +850,9 @@ Result<std::optional<Digest>> BrokerStore::forgetRoundWeights(const QString& job
 
 Status BrokerStore::recordUpload(const UploadRow& upload)
 {
-    return execute(*m_db, QStringLiteral("INSERT INTO uploads (blob, uploader, size, at) VALUES (?, ?, ?, ?) "
-                                         "ON CONFLICT (blob, uploader) DO UPDATE SET size = excluded.size, at = excluded.at"),
+    return execute(*m_db,
+        QStringLiteral("INSERT INTO uploads (blob, uploader, size, at) VALUES (?, ?, ?, ?) "
+                       "ON CONFLICT (blob, uploader) DO UPDATE SET size = excluded.size, at = excluded.at"),
         upload.blob.toHex(), upload.uploader, upload.size, upload.at);
 }
 

@@ -48,8 +48,9 @@ Result<Credited> creditAccount(
     auto transaction = db.begin();
     if (!transaction)
         return transaction.error().toError();
-    auto row = storage::query(db, QStringLiteral("INSERT INTO credits (account, amount, memo, at) VALUES (?, ?, ?, ?) RETURNING id"),
-        account, amount.micro(), memo, atMs);
+    auto row
+        = storage::query(db, QStringLiteral("INSERT INTO credits (account, amount, memo, at) VALUES (?, ?, ?, ?) RETURNING id"),
+            account, amount.micro(), memo, atMs);
     if (!row)
         return row.error();
     if (auto found = storage::fetch(*row); !found || !*found)

@@ -100,7 +100,8 @@ Result<Applied> Ledger::transfer(
         return databaseError(error);
     };
     for (const auto& account : { debit, credit }) {
-        auto ensure = m_db.prepare(QStringLiteral("INSERT INTO ledger_accounts (name, balance) VALUES (?, 0) ON CONFLICT DO NOTHING"));
+        auto ensure
+            = m_db.prepare(QStringLiteral("INSERT INTO ledger_accounts (name, balance) VALUES (?, 0) ON CONFLICT DO NOTHING"));
         if (!ensure)
             return rollback(ensure.error());
         ensure->bind(1, account);

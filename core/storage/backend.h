@@ -47,6 +47,8 @@ public:
 
 DbResult<std::unique_ptr<Connection>> openSqlite(const QString& path, const DatabaseOptions& options);
 DbResult<std::unique_ptr<Connection>> openPostgres(const QString& uri, const DatabaseOptions& options);
+// A postgresql:// URI as messages show it: without its password.
+QString shownLocation(const QString& uri);
 
 // The message for a failure of `what`: the database's own words, the advice for its kind, and the
 // statement it ran.

@@ -209,7 +209,8 @@ DbResult<std::unique_ptr<Database>> Database::open(const QString& path, Database
     auto connection = isPostgresUri(path) ? detail::openPostgres(path, options) : detail::openSqlite(path, options);
     if (!connection)
         return connection.error();
-    return std::unique_ptr<Database>(new Database(path, std::move(connection).value()));
+    const QString shown = isPostgresUri(path) ? detail::shownLocation(path) : path; // never a password in a message
+    return std::unique_ptr<Database>(new Database(shown, std::move(connection).value()));
 }
 
 Engine Database::engine() const
@@ -278,10 +279,9 @@ DbStatus Database::migrate(const QList<Migration>& migrations)
         if (!transaction)
             return transaction.error();
         if (auto status = execute(m_connection->migrationSql(migration.sql)); !status)
-            return DatabaseError {
-                status.error().kind, status.error().sqliteCode,
-                QStringLiteral("migration %1 (%2) failed: %3").arg(migration.version).arg(migration.name, status.error().message)
-            };
+            return DatabaseError { status.error().kind, status.error().sqliteCode,
+                QStringLiteral("migration %1 (%2) failed: %3").arg(migration.version).arg(migration.name, status.error().message),
+                status.error().sqlState };
         auto record = prepare(QStringLiteral("INSERT INTO schema_version (version, name) VALUES (?, ?)"));
         if (!record)
             return record.error();

@@ -98,7 +98,7 @@ public:
     Database(const Database&) = delete;
     Database& operator=(const Database&) = delete;
 
-    QString path() const { return m_path; }
+    QString path() const { return m_path; } // a PostgreSQL URI without its password
     Engine engine() const;
 
     DbStatus execute(const QString& sql);

@@ -10,6 +10,7 @@
 
 #include <libpq-fe.h>
 
+#include <algorithm>
 #include <vector>
 
 namespace tessera::core::storage::detail {
@@ -28,40 +29,65 @@ ErrorKind kindOfState(const QString& state)
         return ErrorKind::Full; // disk full
     if (state == u"25006")
         return ErrorKind::ReadOnly; // a read-only transaction (a standby)
+    if (state == u"08P01")
+        return ErrorKind::Misuse; // protocol violation: parameters that do not fit the statement
     if (state.startsWith(u"08") || state == u"57P01" || state == u"57P02" || state == u"57P03")
         return ErrorKind::CannotOpen; // the connection, or the server going away
-    if (state.startsWith(u"XX"))
+    if (state == u"XX001" || state == u"XX002")
         return ErrorKind::Corrupt; // data corrupted, index corrupted
     return ErrorKind::Other;
 }
 
-// The URI without its password, for messages.
+// Where the connection goes, for messages: the URI's parts but its password, wherever it was given
+// (user:password@, ?password=).
 QString shown(const QString& uri)
 {
-    QUrl url(uri);
-    if (!url.password().isEmpty())
-        url.setPassword(QStringLiteral("*"));
-    return url.toString();
+    char* error = nullptr;
+    PQconninfoOption* options = PQconninfoParse(uri.toUtf8().constData(), &error);
+    PQfreemem(error);
+    if (!options)
+        return QStringLiteral("a PostgreSQL database (its address does not parse)");
+    QStringList parts;
+    for (const PQconninfoOption* option = options; option->keyword; ++option) {
+        const QString keyword = QString::fromLatin1(option->keyword);
+        if (option->val && *option->val && keyword != u"password")
+            parts.append(keyword + u'=' + QString::fromUtf8(option->val));
+    }
+    PQconninfoFree(options);
+    return QStringLiteral("PostgreSQL (%1)").arg(parts.join(u' '));
 }
 
-// `?` parameters numbered $1, $2, ... as PostgreSQL wants them; `?` inside quotes is left alone.
-QString numbered(const QString& sql)
+// SQLite's parameters as PostgreSQL's: `?NNN` is $NNN, a bare `?` is one more than the highest
+// number so far (SQLite's rule); a `?` in a quoted literal or identifier, or in a comment, is text.
+// `count` is the highest number used.
+QString numbered(const QString& sql, int& count)
 {
     QString out;
     out.reserve(sql.size() + 16);
-    int n = 0;
-    QChar quote;
-    for (const QChar c : sql) {
-        if (!quote.isNull()) {
-            if (c == quote)
-                quote = QChar();
-        } else if (c == u'\'' || c == u'"') {
-            quote = c;
+    count = 0;
+    for (qsizetype i = 0; i < sql.size(); ++i) {
+        const QChar c = sql[i];
+        qsizetype end = i; // the last character of what is copied as it stands
+        if (c == u'\'' || c == u'"') {
+            end = sql.indexOf(c, i + 1);
+        } else if (c == u'-' && sql.mid(i, 2) == u"--") {
+            end = sql.indexOf(u'\n', i);
+        } else if (c == u'/' && sql.mid(i, 2) == u"/*") {
+            end = sql.indexOf(u"*/", i + 2);
+            end = end < 0 ? end : end + 1;
         } else if (c == u'?') {
-            out += u'$' + QString::number(++n);
+            qsizetype digits = i + 1;
+            while (digits < sql.size() && sql[digits].isDigit())
+                ++digits;
+            const int number = digits > i + 1 ? sql.mid(i + 1, digits - i - 1).toInt() : count + 1;
+            count = std::max(count, number);
+            out += u'$' + QString::number(number);
+            i = digits - 1;
             continue;
         }
-        out += c;
+        end = end < 0 ? sql.size() - 1 : end;
+        out += sql.mid(i, end - i + 1);
+        i = end;
     }
     return out;
 }
@@ -87,10 +113,11 @@ class PostgresConnection;
 
 class PostgresStatement final : public StatementBackend {
 public:
-    PostgresStatement(PostgresConnection& connection, QString sql, QString original)
+    PostgresStatement(PostgresConnection& connection, QString sql, QString original, int parameters)
         : m_connection(connection)
         , m_sql(std::move(sql))
         , m_original(std::move(original))
+        , m_values(size_t(parameters))
     { }
 
     void bind(int index, std::int64_t value) override { set(index, QByteArray::number(qlonglong(value)), 0); }
@@ -104,21 +131,31 @@ public:
     {
         m_rows = PgResult();
         m_row = -1;
-        m_values.clear();
+        m_done = false;
+        for (auto& value : m_values)
+            value = {};
     }
 
     std::int64_t columnInt(int index) const override
     {
-        const char* text = value(index);
-        if (text[0] == 't' && text[1] == 0)
-            return 1; // a boolean
-        return QByteArray(text).toLongLong();
+        const QByteArray text(value(index));
+        if (text == "t" || text == "f")
+            return text == "t"; // a boolean
+        bool whole = false;
+        const auto number = text.toLongLong(&whole);
+        return whole ? number : std::int64_t(text.toDouble()); // a numeric (SUM, AVG) or a real
     }
-    double columnDouble(int index) const override { return QByteArray(value(index)).toDouble(); }
+    double columnDouble(int index) const override
+    {
+        const QByteArray text(value(index));
+        return text == "t" ? 1.0 : text.toDouble();
+    }
     QString columnText(int index) const override { return QString::fromUtf8(value(index)); }
     QByteArray columnBlob(int index) const override
     {
-        if (PQfformat(m_rows.result, index) == 1)
+        if (!m_rows.result || m_row < 0 || index >= PQnfields(m_rows.result))
+            return {};
+        if (PQfformat(m_rows.result, index) == 1 || PQftype(m_rows.result, index) != ByteaOid)
             return QByteArray(value(index), PQgetlength(m_rows.result, m_row, index));
         size_t length = 0;
         unsigned char* bytes = PQunescapeBytea(reinterpret_cast<const unsigned char*>(value(index)), &length);
@@ -139,8 +176,12 @@ private:
         bool null = true;
     };
 
+    // A binding changes what the next step() runs: as SQLite, it starts over.
     void set(int index, QByteArray bytes, Oid type, bool binary = false, bool null = false)
     {
+        m_rows = PgResult();
+        m_row = -1;
+        m_done = false;
         if (index < 1)
             return;
         if (m_values.size() < size_t(index))
@@ -160,6 +201,7 @@ private:
     std::vector<Value> m_values;
     PgResult m_rows; // the rows of the last run, read one at a time by step()
     int m_row = -1;
+    bool m_done = false; // the last step() said there were no more rows: the next one runs it again
 };
 
 class PostgresConnection final : public Connection {
@@ -174,13 +216,20 @@ public:
 
     DbStatus execute(const QString& sql) override
     {
+        // PostgreSQL only warns at a BEGIN inside a transaction, and the inner COMMIT would end the
+        // outer one: refused, as SQLite refuses it.
+        if (sql == beginSql() && PQtransactionStatus(m_handle) != PQTRANS_IDLE)
+            return DatabaseError { ErrorKind::Misuse, 0,
+                describe(m_uri, QStringLiteral("a transaction is already open on this connection"), ErrorKind::Misuse, sql) };
         PgResult result(PQexec(m_handle, sql.toUtf8().constData()));
         return check(result, sql);
     }
 
     DbResult<std::unique_ptr<StatementBackend>> prepare(const QString& sql) override
     {
-        return std::unique_ptr<StatementBackend>(std::make_unique<PostgresStatement>(*this, numbered(sql), sql));
+        int parameters = 0;
+        const QString withNumbers = numbered(sql, parameters);
+        return std::unique_ptr<StatementBackend>(std::make_unique<PostgresStatement>(*this, withNumbers, sql, parameters));
     }
 
     // PostgreSQL's default isolation (read committed) with row locks where the broker needs them;
@@ -196,28 +245,28 @@ public:
             PgResult(PQexec(m_handle, "SAVEPOINT tessera_lastval"));
         PgResult result(PQexec(m_handle, "SELECT lastval()"));
         const bool ok = PQresultStatus(result.result) == PGRES_TUPLES_OK && PQntuples(result.result) == 1;
+        if (inside && !ok)
+            PgResult(PQexec(m_handle, "ROLLBACK TO SAVEPOINT tessera_lastval"));
         if (inside)
-            PgResult(PQexec(m_handle, ok ? "RELEASE SAVEPOINT tessera_lastval" : "ROLLBACK TO SAVEPOINT tessera_lastval"));
+            PgResult(PQexec(m_handle, "RELEASE SAVEPOINT tessera_lastval"));
         return ok ? QByteArray(PQgetvalue(result.result, 0, 0)).toLongLong() : 0;
     }
     int changes() const override { return m_changes; }
     DbResult<QString> journalMode() override { return QStringLiteral("postgresql"); }
 
     // SQLite's types and the rowid as PostgreSQL has them: 64-bit integers, bytea, identity keys.
+    // SQLite's types and the rowid as PostgreSQL has them: 64-bit integers, bytea, identity keys.
+    // The migrations write types in capitals and names in small letters (a column may be called
+    // `blob`), so the rules match capitals only.
     QString migrationSql(const QString& sql) const override
     {
         static const QList<std::pair<QRegularExpression, QString>> rules {
-            { QRegularExpression(
-                  QStringLiteral("\\bINTEGER\\s+PRIMARY\\s+KEY(\\s+AUTOINCREMENT)?"), QRegularExpression::CaseInsensitiveOption),
+            { QRegularExpression(QStringLiteral("\\bINTEGER\\s+PRIMARY\\s+KEY(\\s+AUTOINCREMENT)?\\b")),
                 QStringLiteral("BIGINT GENERATED BY DEFAULT AS IDENTITY PRIMARY KEY") },
-            { QRegularExpression(QStringLiteral("\\bINTEGER\\b"), QRegularExpression::CaseInsensitiveOption),
-                QStringLiteral("BIGINT") },
-            { QRegularExpression(QStringLiteral("\\bREAL\\b"), QRegularExpression::CaseInsensitiveOption),
-                QStringLiteral("DOUBLE PRECISION") },
-            { QRegularExpression(QStringLiteral("\\bBLOB\\b"), QRegularExpression::CaseInsensitiveOption),
-                QStringLiteral("BYTEA") },
-            { QRegularExpression(QStringLiteral("\\)\\s*WITHOUT\\s+ROWID"), QRegularExpression::CaseInsensitiveOption),
-                QStringLiteral(")") },
+            { QRegularExpression(QStringLiteral("\\bINTEGER\\b")), QStringLiteral("BIGINT") },
+            { QRegularExpression(QStringLiteral("\\bREAL\\b")), QStringLiteral("DOUBLE PRECISION") },
+            { QRegularExpression(QStringLiteral("\\bBLOB\\b")), QStringLiteral("BYTEA") },
+            { QRegularExpression(QStringLiteral("\\)\\s*WITHOUT\\s+ROWID")), QStringLiteral(")") },
         };
         QString out = sql;
         for (const auto& [pattern, replacement] : rules)
@@ -240,8 +289,17 @@ public:
     DbStatus check(const PgResult& result, const QString& sql)
     {
         const auto status = PQresultStatus(result.result);
-        if (status == PGRES_COMMAND_OK || status == PGRES_TUPLES_OK) {
-            m_changes = QByteArray(PQcmdTuples(result.result)).toInt();
+        if (status == PGRES_COMMAND_OK || status == PGRES_TUPLES_OK || status == PGRES_EMPTY_QUERY) {
+            const QByteArray tag(PQcmdStatus(result.result));
+            // A COMMIT of a transaction that had failed is a ROLLBACK: nothing of it was kept.
+            if (tag == "ROLLBACK" && sql.trimmed().compare(u"COMMIT", Qt::CaseInsensitive) == 0)
+                return DatabaseError { ErrorKind::Other, 0,
+                    describe(
+                        m_uri, QStringLiteral("the transaction had failed, so nothing of it was kept"), ErrorKind::Other, sql) };
+            // As SQLite's changes(): the rows the last INSERT, UPDATE or DELETE touched.
+            for (const char* counted : { "INSERT", "UPDATE", "DELETE", "MERGE" })
+                if (tag.startsWith(counted))
+                    m_changes = QByteArray(PQcmdTuples(result.result)).toInt();
             return {};
         }
         const QString state = QString::fromLatin1(PQresultErrorField(result.result, PG_DIAG_SQLSTATE));
@@ -263,6 +321,10 @@ private:
 
 DbResult<bool> PostgresStatement::step()
 {
+    if (m_done) { // as SQLite: a step after the last row runs the statement again, its bindings kept
+        m_rows = PgResult();
+        m_done = false;
+    }
     if (!m_rows.result) {
         std::vector<const char*> values;
         std::vector<int> lengths;
@@ -284,10 +346,16 @@ DbResult<bool> PostgresStatement::step()
         ++m_row;
         return true;
     }
+    m_done = true;
     return false;
 }
 
 } // namespace
+
+QString shownLocation(const QString& uri)
+{
+    return shown(uri);
+}
 
 DbResult<std::unique_ptr<Connection>> openPostgres(const QString& uri, const DatabaseOptions& options)
 {
@@ -298,12 +366,13 @@ DbResult<std::unique_ptr<Connection>> openPostgres(const QString& uri, const Dat
         return DatabaseError { ErrorKind::CannotOpen, 0,
             describe(shown(uri), QStringLiteral("cannot connect: %1").arg(why), ErrorKind::Other, {}) };
     }
-    // Notices (a table that exists already) are not errors; a statement waits for a lock at most
-    // as long as SQLite's busy timeout would.
-    const QString setup = QStringLiteral("SET client_min_messages = warning; SET lock_timeout = %1; "
-                                         "SET synchronous_commit = %2")
-                              .arg(options.busyTimeoutMs)
-                              .arg(options.synchronous == DatabaseOptions::Synchronous::Full ? u"on" : u"off");
+    // Notices (a table that exists already) are not errors; text is UTF-8 and reals come back
+    // exactly; a statement waits for a lock at most as long as SQLite's busy timeout would (0 is
+    // "for ever" to PostgreSQL, so at least 1 ms). Durability is the server's (synchronous_commit
+    // on, its default): DatabaseOptions::synchronous is SQLite's alone.
+    const QString setup = QStringLiteral("SET client_min_messages = warning; SET client_encoding = 'UTF8'; "
+                                         "SET extra_float_digits = 3; SET lock_timeout = %1")
+                              .arg(std::max(1, options.busyTimeoutMs));
     if (auto status = connection->execute(setup); !status)
         return status.error();
     if (auto status = connection->execute(

@@ -271,6 +271,78 @@ private Q_SLOTS:
         QVERIFY(!*nothing->step());
     }
 
+    // The parameter forms the stores use: `?`, `?NNN` (used twice), a `?` in a literal or a
+    // comment (with an apostrophe in it) is text; one left unbound is NULL.
+    void parametersAreNumberedAsSqliteNumbersThem_data() { bothEngines(); }
+    void parametersAreNumberedAsSqliteNumbersThem()
+    {
+        QTemporaryDir dir;
+        OPEN_LOCATION(dir, location);
+        auto database = openOrFail(location);
+        QVERIFY(database->migrate(migrations).ok());
+        QVERIFY(
+            database->execute(QStringLiteral("INSERT INTO accounts (name, micro) VALUES ('a?', 1), ('b', 2), ('c', 3)")).ok());
+        auto numbered = database->prepare(QStringLiteral("SELECT COUNT(*) FROM accounts -- isn't it? \n"
+                                                         "WHERE (micro = ?1 OR micro = ?2 OR ?1 = 3) AND name <> '?' /* ? */"));
+        numbered->bind(1, std::int64_t(1)).bind(2, std::int64_t(2));
+        QVERIFY(*numbered->step());
+        QCOMPARE(numbered->columnInt(0), std::int64_t(2));
+        auto unbound = database->prepare(QStringLiteral("SELECT COUNT(*) FROM accounts WHERE name = ? OR micro = ?"));
+        unbound->bind(1, QStringLiteral("a?"));
+        QVERIFY(*unbound->step());
+        QCOMPARE(unbound->columnInt(0), std::int64_t(1));
+        // Stepped again after its last row, it runs again.
+        QVERIFY(!*unbound->step());
+        QVERIFY(*unbound->step());
+        QCOMPARE(unbound->columnInt(0), std::int64_t(1));
+    }
+
+    // A transaction in which a statement failed commits nothing, and says so; a second begin()
+    // on one connection is refused.
+    void aFailedTransactionCommitsNothing_data() { bothEngines(); }
+    void aFailedTransactionCommitsNothing()
+    {
+        QTemporaryDir dir;
+        OPEN_LOCATION(dir, location);
+        auto database = openOrFail(location);
+        QVERIFY(database->migrate(migrations).ok());
+        {
+            auto transaction = database->begin();
+            QVERIFY(transaction.ok());
+            QVERIFY(!database->begin().ok());
+            QVERIFY(database->execute(QStringLiteral("INSERT INTO accounts (name, micro) VALUES ('a', 1)")).ok());
+            QVERIFY(!database->execute(QStringLiteral("INSERT INTO accounts (name, micro) VALUES ('a', 2)")).ok());
+            const auto committed = transaction->commit();
+            // SQLite keeps the statements that succeeded; PostgreSQL fails the whole transaction.
+            if (database->engine() == Engine::PostgreSQL)
+                QVERIFY(!committed.ok());
+        }
+        QCOMPARE(countRows(*database, QStringLiteral("accounts")), database->engine() == Engine::PostgreSQL ? 0 : 1);
+    }
+
+    // The migrations' types on PostgreSQL: a column may be called `blob` (a name, not a type), an
+    // INTEGER holds 64 bits, a BLOB is bytes.
+    void migrationTypesAreTranslatedNotNames_data() { bothEngines(); }
+    void migrationTypesAreTranslatedNotNames()
+    {
+        QTemporaryDir dir;
+        OPEN_LOCATION(dir, location);
+        auto database = openOrFail(location);
+        const QList<Migration> named { { 1, QStringLiteral("named"),
+            QStringLiteral("CREATE TABLE uploads (blob TEXT NOT NULL, size INTEGER NOT NULL, body BLOB, score REAL, "
+                           "PRIMARY KEY (blob, size)) WITHOUT ROWID;") } };
+        QVERIFY(database->migrate(named).ok());
+        auto insert = database->prepare(QStringLiteral("INSERT INTO uploads (blob, size, body, score) VALUES (?, ?, ?, ?)"));
+        insert->bind(1, QStringLiteral("ab12")).bind(2, std::int64_t(1) << 40).bind(3, QByteArray("\0x", 2)).bind(4, 0.1);
+        QVERIFY(insert->run().ok());
+        auto select = database->prepare(QStringLiteral("SELECT blob, size, body, score FROM uploads"));
+        QVERIFY(*select->step());
+        QCOMPARE(select->columnText(0), QStringLiteral("ab12"));
+        QCOMPARE(select->columnInt(1), std::int64_t(1) << 40);
+        QCOMPARE(select->columnBlob(2), QByteArray("\0x", 2));
+        QCOMPARE(select->columnDouble(3), 0.1);
+    }
+
     // PostgreSQL: a row another transaction holds is busy once the lock wait (busyTimeoutMs) ends,
     // as a SQLite file another process writes is.
     void aRowAnotherTransactionHoldsIsBusy()
@@ -303,11 +375,14 @@ private Q_SLOTS:
         QVERIFY(isPostgresUri(QStringLiteral("postgresql://db.example/tessera")));
         QVERIFY(isPostgresUri(QStringLiteral("postgres://u@/tessera?host=/run/postgresql")));
         QVERIFY(!isPostgresUri(QStringLiteral("/var/lib/tessera/broker.sqlite")));
-        const auto database = Database::open(QStringLiteral("postgresql://tessera:secret@/nowhere?host=/nonexistent-folder"));
-        QVERIFY(!database.ok());
-        QCOMPARE(database.error().kind, ErrorKind::CannotOpen);
-        QVERIFY2(database.error().message.contains(QStringLiteral("cannot connect")), qPrintable(database.error().message));
-        QVERIFY2(!database.error().message.contains(QStringLiteral("secret")), qPrintable(database.error().message));
+        for (const auto& uri : { QStringLiteral("postgresql://tessera:secret@/nowhere?host=/nonexistent-folder"),
+                 QStringLiteral("postgresql:///nowhere?host=/nonexistent-folder&password=secret") }) {
+            const auto database = Database::open(uri);
+            QVERIFY(!database.ok());
+            QCOMPARE(database.error().kind, ErrorKind::CannotOpen);
+            QVERIFY2(database.error().message.contains(QStringLiteral("cannot connect")), qPrintable(database.error().message));
+            QVERIFY2(!database.error().message.contains(QStringLiteral("secret")), qPrintable(database.error().message));
+        }
     }
 
     void diskFullIsAnErrorAndLosesNothing()

@@ -14,7 +14,10 @@
 
 #include <memory>
 
+#include <cerrno>
+
 #include <pwd.h>
+#include <signal.h>
 #include <stdlib.h>
 #include <unistd.h>
 
@@ -31,11 +34,21 @@ public:
                                  "scripts/install-deps.sh installs postgresql-15)");
             return nullptr;
         }
+        // libpq in this process reads PG* variables (PGOPTIONS could set anything): none of the
+        // caller's environment reaches the test's server.
+        for (const auto& name : QProcessEnvironment::systemEnvironment().keys())
+            if (name.startsWith(QStringLiteral("PG")))
+                qunsetenv(name.toLocal8Bit().constData());
+        sweepStale(bin);
         QByteArray folder("/tmp/tessera-pg-XXXXXX");
         if (!mkdtemp(folder.data())) {
             why = QStringLiteral("cannot make a folder under /tmp");
             return nullptr;
         }
+        QFile owner(QString::fromLocal8Bit(folder) + QStringLiteral("/owner.pid"));
+        if (owner.open(QIODevice::WriteOnly))
+            owner.write(QByteArray::number(qint64(getpid())));
+        owner.close();
         std::unique_ptr<PostgresServer> server(new PostgresServer(bin, QString::fromLocal8Bit(folder)));
         if (!server->prepareOwner(why) || !server->initialise(why) || !server->launch(why))
             return nullptr;
@@ -68,6 +81,11 @@ public:
     {
         QProcess process;
         process.setProcessChannelMode(QProcess::MergedChannels);
+        QProcessEnvironment environment = QProcessEnvironment::systemEnvironment();
+        for (const auto& name : environment.keys())
+            if (name.startsWith(QStringLiteral("PG")))
+                environment.remove(name);
+        process.setProcessEnvironment(environment);
         if (m_asPostgres)
             process.start(QStringLiteral("runuser"),
                 QStringList { QStringLiteral("-u"), QStringLiteral("postgres"), QStringLiteral("--"), program } + arguments);
@@ -107,6 +125,23 @@ private:
     }
 
     QString dataFolder() const { return m_folder + QStringLiteral("/data"); }
+
+    // The servers of tests that died without stopping theirs (a crash, a ctest timeout): their
+    // folder's owner.pid names a process that is gone. Stopped, and their folders removed.
+    static void sweepStale(const QString& bin)
+    {
+        const QDir tmp(QStringLiteral("/tmp"));
+        for (const auto& name : tmp.entryList({ QStringLiteral("tessera-pg-*") }, QDir::Dirs | QDir::NoDotAndDotDot)) {
+            QFile owner(tmp.filePath(name + QStringLiteral("/owner.pid")));
+            if (!owner.open(QIODevice::ReadOnly))
+                continue;
+            const auto pid = owner.readAll().trimmed().toLongLong();
+            if (pid <= 0 || ::kill(pid_t(pid), 0) == 0 || errno != ESRCH)
+                continue; // its test still runs
+            PostgresServer stale(bin, tmp.filePath(name));
+            stale.m_started = QFile::exists(stale.dataFolder() + QStringLiteral("/postmaster.pid"));
+        } // ~PostgresServer stops it and removes the folder
+    }
 
     bool prepareOwner(QString& why) const
     {
