@@ -302,6 +302,20 @@ Result<std::unique_ptr<Database>> openMigrated(const QString& path, const QStrin
     auto migrations = loadMigrations(migrationsDirectory);
     if (!migrations)
         return migrations.error().toError();
+    // The few migrations SQLite's functions make engine-only have a PostgreSQL form beside them, in
+    // postgresql/ under the same name (docs/STORE.md, "One SQL for both").
+    if ((*database)->engine() == Engine::PostgreSQL) {
+        for (auto& migration : *migrations) {
+            QFile own(QStringLiteral("%1/postgresql/%2_%3.sql")
+                          .arg(migrationsDirectory)
+                          .arg(migration.version, 4, 10, QLatin1Char('0'))
+                          .arg(migration.name));
+            if (own.exists() && !own.open(QIODevice::ReadOnly))
+                return Error { own.fileName(), QStringLiteral("cannot read this migration") };
+            if (own.isOpen())
+                migration.sql = QString::fromUtf8(own.readAll());
+        }
+    }
     if (auto status = (*database)->migrate(*migrations); !status)
         return status.error().toError();
     return std::move(database).value();

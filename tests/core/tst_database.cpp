@@ -343,6 +343,18 @@ private Q_SLOTS:
         QCOMPARE(select->columnDouble(3), 0.1);
     }
 
+    // The broker's own migrations, as a broker applies them: every one, on both engines.
+    void theBrokerSchemaMigrates_data() { bothEngines(); }
+    void theBrokerSchemaMigrates()
+    {
+        QTemporaryDir dir;
+        OPEN_LOCATION(dir, location);
+        auto database = openMigrated(location, QStringLiteral(":/migrations/broker"));
+        QVERIFY2(database.ok(), qPrintable(database.ok() ? QString() : database.error().toString()));
+        const auto latest = loadMigrations(QStringLiteral(":/migrations/broker"));
+        QCOMPARE(*(*database)->schemaVersion(), int(latest->size()));
+    }
+
     // PostgreSQL: a row another transaction holds is busy once the lock wait (busyTimeoutMs) ends,
     // as a SQLite file another process writes is.
     void aRowAnotherTransactionHoldsIsBusy()
