@@ -2,7 +2,7 @@
 # make bench, limited uplink (docs/SWARM.md; issue 37's goal): whole rounds of a ~40 M-parameter
 # job with the broker's uplink capped by the kernel (tc tbf, 100 Mbit/s, on the broker's link),
 # each process on its own host: the broker and 8 nodes, each in its own network namespace on one
-# bridge, as swarm-netns.sh makes them. The same job runs twice: with the blob swarm (as shipped)
+# bridge (scripts/lib/netns.sh). The same job runs twice: with the blob swarm (as shipped)
 # and with every blob by GET from the broker (Broker/Swarm=false). It prints each round's time in
 # both and their ratio, and checks that both end on train-local's bits.
 # Records, for rounds (a round's whole time) and delivery (until the last node had the round's
@@ -22,10 +22,9 @@ mkdir -p "$out"
 work=$(mktemp -d "${TMPDIR:-/tmp}/uplink.XXXXXX")
 tag=$(($$ % 10000))
 subnet="10.202.$((tag % 250))"
-bridge="tupb$tag"
-spaces=()
 pids=()
 record() { [ -n "${TESSERA_BENCH_RECORD:-}" ] && echo "$1 $2" >> "$TESSERA_BENCH_RECORD"; echo "  $1 $2"; }
+. "$(dirname "$0")/../scripts/lib/netns.sh"
 
 stop_all() {
     for pid in "${pids[@]}"; do kill -TERM "$pid" 2>/dev/null || true; done
@@ -34,37 +33,23 @@ stop_all() {
 }
 cleanup() {
     for pid in "${pids[@]}"; do kill -9 "$pid" 2>/dev/null || true; done
-    for space in "${spaces[@]}"; do
-        ip netns pids "$space" 2>/dev/null | xargs -r kill -9 2>/dev/null || true
-        ip netns del "$space" 2>/dev/null || true
-    done
-    ip link del "$bridge" 2>/dev/null || true
+    netns_cleanup
     if [ -z "${TESSERA_KEEP_TEST_DIRS:-}" ]; then rm -rf "$work"; else echo "kept $work"; fi
 }
 trap cleanup EXIT
 
-if ! ip link add "$bridge" type bridge 2>/dev/null; then
+# Host 0 is the broker's, hosts 1 to 8 the nodes'.
+made=0
+netns_hosts "tup$tag" "$subnet" $((nodes + 1)) || made=$?
+if [ "$made" -eq 1 ]; then
     echo "uplink: cannot make a bridge (not root, or no netns here): skipped"
     exit 0
 fi
-ip link set "$bridge" up
-for i in $(seq 0 "$nodes"); do
-    space="tup${tag}h$i"
-    ip netns add "$space"
-    spaces+=("$space")
-    ip link add "tup${tag}a$i" type veth peer name "tup${tag}b$i"
-    ip link set "tup${tag}b$i" netns "$space"
-    ip link set "tup${tag}a$i" master "$bridge" up
-    ip -n "$space" addr add "$subnet.$((i + 1))/24" dev "tup${tag}b$i"
-    ip -n "$space" link set "tup${tag}b$i" up
-    ip -n "$space" link set lo up
-done
+[ "$made" -eq 0 ] || { echo "cannot make the hosts' namespaces"; exit 1; }
 # The broker's uplink: everything it sends to any node leaves through this one shaped link.
-ip netns exec "tup${tag}h0" tc qdisc add dev "tup${tag}b0" root tbf rate "${mbit}mbit" burst 256kb latency 100ms
+in_host 0 tc qdisc add dev "$(netns_link 0)" root tbf rate "${mbit}mbit" burst 256kb latency 100ms
 # Every log line stamped with the time of day: rounds are timed from the broker's log.
 export QT_MESSAGE_PATTERN='%{time hh:mm:ss.zzz} %{if-category}%{category}: %{endif}%{message}'
-in_host() { local i=$1; shift; ip netns exec "tup${tag}h$i" "$@"; }
-start_in_host() { local i=$1; shift; (exec ip netns exec "tup${tag}h$i" "$@") & }
 
 # About 37 M parameters (160 MB of float32 weights; a round's int8 change about 43 MB), one local
 # step of a small batch per shard, and the test set evaluated only after the last round (10,000

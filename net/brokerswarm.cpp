@@ -55,10 +55,7 @@ struct BrokerSwarm::Private {
     std::unique_ptr<swarm::Swarm> session;
     swarm::Authority authority;
     swarm::KeyPair own; // the seed's key: it holds a certificate for every blob it seeds
-    struct Seeded {
-        core::Digest torrent; // the blob of its .torrent
-    };
-    QHash<core::Digest, Seeded> seeded; // by blob
+    QHash<core::Digest, core::Digest> seeded; // blob -> the blob of its .torrent
     QHash<core::Digest, core::Digest> contentOf; // torrent blob -> blob
     struct Member {
         core::SwarmEndpoint endpoint;
@@ -97,7 +94,7 @@ struct BrokerSwarm::Private {
                 << "blob" << blob.toHex().left(12) << "goes by GET only:" << status.error().toString();
             return false;
         }
-        seeded.insert(blob, { *stored });
+        seeded.insert(blob, *stored);
         contentOf.insert(*stored, blob);
         return true;
     }
@@ -186,7 +183,7 @@ QList<SwarmOffer> BrokerSwarm::offer(const QString& nodeId, const QList<core::Di
                 << "no certificate for node" << nodeId.left(8) << ":" << certificate.error().toString();
             return {};
         }
-        SwarmOffer offer { blob, d->seeded.value(blob).torrent, *certificate, d->peersFor(blob, nodeId) };
+        SwarmOffer offer { blob, d->seeded.value(blob), *certificate, d->peersFor(blob, nodeId) };
         // The first few take the blob from the seed; the rest from them and each other, so that it
         // leaves the broker about once however many nodes fetch it (docs/SWARM.md).
         offer.seed = d->options.directNodes <= 0 || offer.peers.size() < d->options.directNodes;
@@ -225,8 +222,8 @@ void BrokerSwarm::tick()
             continue;
         }
         d->session->drop(it.key());
-        d->contentOf.remove(it->torrent);
-        d->blobs.remove(it->torrent);
+        d->contentOf.remove(it.value());
+        d->blobs.remove(it.value());
         d->peersOf.remove(it.key());
         it = d->seeded.erase(it);
     }

@@ -232,8 +232,7 @@ void NodeSwarm::Private::rejoinWithout(const core::Digest& blob, const QString& 
     const auto& entry = known[blob];
     session->drop(blob);
     if (!entry.torrent || !session->fetch(*entry.torrent, folder, entry.offer.certificate, key.privatePem, fetch.peers)) {
-        fetches.remove(blob);
-        QFile::remove(partialFile(blob));
+        abandon(blob);
         return;
     }
     fetches.insert(blob, fetch);

@@ -311,8 +311,6 @@ public:
         return DatabaseError { kind, 0, describe(m_uri, message, kind, sql), state };
     }
 
-    PGconn* handle() const { return m_handle; }
-
 private:
     QString m_uri;
     PGconn* m_handle;

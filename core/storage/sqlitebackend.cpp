@@ -149,8 +149,6 @@ public:
 
     QString migrationSql(const QString& sql) const override { return sql; }
 
-    sqlite3* handle() const { return m_handle; }
-
 private:
     QString m_path;
     sqlite3* m_handle;

@@ -11,42 +11,25 @@ job=$2
 work=$(mktemp -d "${TMPDIR:-/tmp}/swarm-netns.XXXXXX")
 tag=$(($$ % 10000))
 subnet="10.201.$((tag % 250))"
-bridge="tswb$tag"
-spaces=()
 pids=()
+. "$(dirname "$0")/../../scripts/lib/netns.sh"
 
 cleanup() {
     for pid in "${pids[@]}"; do kill -9 "$pid" 2>/dev/null || true; done
     for pid in "${pids[@]}"; do wait "$pid" 2>/dev/null || true; done
-    for space in "${spaces[@]}"; do
-        ip netns pids "$space" 2>/dev/null | xargs -r kill -9 2>/dev/null || true # nothing outlives its host
-        ip netns del "$space" 2>/dev/null || true
-    done
-    ip link del "$bridge" 2>/dev/null || true
+    netns_cleanup
     if [ -z "${TESSERA_KEEP_TEST_DIRS:-}" ]; then rm -rf "$work"; else echo "kept $work"; fi
 }
 trap cleanup EXIT
 
-if ! ip link add "$bridge" type bridge 2>/dev/null; then
+# Host i at SUBNET.(i+1); host 0 is the broker's.
+made=0
+netns_hosts "tsw$tag" "$subnet" 4 || made=$?
+if [ "$made" -eq 1 ]; then
     echo "swarm-netns: cannot make a bridge (not root, or no netns here): skipped"
     exit 77
 fi
-ip link set "$bridge" up
-# Host i: namespace tsw<tag>h<i>, address SUBNET.(i+1); host 0 is the broker's.
-for i in 0 1 2 3; do
-    space="tsw${tag}h$i"
-    ip netns add "$space"
-    spaces+=("$space")
-    ip link add "tsw${tag}a$i" type veth peer name "tsw${tag}b$i"
-    ip link set "tsw${tag}b$i" netns "$space"
-    ip link set "tsw${tag}a$i" master "$bridge" up
-    ip -n "$space" addr add "$subnet.$((i + 1))/24" dev "tsw${tag}b$i"
-    ip -n "$space" link set "tsw${tag}b$i" up
-    ip -n "$space" link set lo up
-done
-in_host() { local i=$1; shift; ip netns exec "tsw${tag}h$i" "$@"; }
-# In the background, as the program itself: $! is its pid, which the signals below reach.
-start_in_host() { local i=$1; shift; (exec ip netns exec "tsw${tag}h$i" "$@") & }
+[ "$made" -eq 0 ] || { echo "cannot make the hosts' namespaces"; exit 1; }
 
 port=$(/usr/bin/python3 "$(dirname "$0")/../../scripts/free_port.py")
 endpoint="tcp://$subnet.1:$port"
