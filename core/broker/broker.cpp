@@ -89,8 +89,13 @@ Result<std::unique_ptr<Broker>> Broker::open(
     // NORMAL in WAL mode survives any crash of the broker (kill -9 included) without loss; a power
     // cut may lose the last commits, which only re-runs shards. FULL would cost an fsync for every
     // assignment handed out.
-    auto database = storage::openMigrated(QDir(dataDirectory).filePath(QStringLiteral("broker.sqlite")),
-        QStringLiteral(":/migrations/broker"), storage::DatabaseOptions { 5000, storage::DatabaseOptions::Synchronous::Normal });
+    if (!options.database.isEmpty() && !storage::isPostgresUri(options.database))
+        return Error { QStringLiteral("Broker/Database"),
+            QStringLiteral("expected empty (SQLite in the data folder) or a postgresql:// URI") };
+    const QString location
+        = options.database.isEmpty() ? QDir(dataDirectory).filePath(QStringLiteral("broker.sqlite")) : options.database;
+    auto database = storage::openMigrated(location, QStringLiteral(":/migrations/broker"),
+        storage::DatabaseOptions { 5000, storage::DatabaseOptions::Synchronous::Normal });
     if (!database)
         return database.error();
     auto signing = SigningKeys::loadOrCreate(QDir(dataDirectory).filePath(QStringLiteral("broker.sign")));

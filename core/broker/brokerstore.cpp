@@ -605,8 +605,10 @@ Status BrokerStore::touchNode(const QString& node, std::int64_t now)
 Status BrokerStore::insertCheck(const Check& check, std::int64_t createdAt)
 {
     return execute(*m_db,
-        QStringLiteral("INSERT INTO checks (id, kind, job, round, shard, start_hash, start_blob, accused, accused_assignment, "
-                       "accused_result, state, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, NULLIF(?, ''), NULLIF(?, ''), ?, ?, ?)"),
+        QStringLiteral(
+            "INSERT INTO checks (id, kind, job, round, shard, start_hash, start_blob, accused, accused_assignment, "
+            "accused_result, state, created_at, seq) VALUES (?, ?, ?, ?, ?, ?, ?, NULLIF(?, ''), NULLIF(?, ''), ?, ?, ?, "
+            "(SELECT COALESCE(MAX(seq), 0) + 1 FROM checks))"),
         check.id, nameOf(check.kind), check.jobId, check.round, check.shard, check.startHash.toHex(), check.startBlob.toHex(),
         check.accused, check.accusedAssignment, jsonText(check.accusedResult.toJson()), nameOf(check.state), createdAt);
 }
@@ -633,9 +635,10 @@ Status BrokerStore::saveCheck(const Check& check)
     for (const auto& node : check.asked)
         asked.append(node);
     return execute(*m_db,
-        QStringLiteral("UPDATE checks SET verifier = NULLIF(?, ''), verifier_assignment = NULLIF(?, ''), "
-                       "verifier_result = NULLIF(?, ''), state = ?, checkpoint = NULLIF(?, -1), deadline = ?, asked = ?, "
-                       "narrowing = NULLIF(?, '') WHERE id = ?"),
+        QStringLiteral(
+            "UPDATE checks SET verifier = NULLIF(?, ''), verifier_assignment = NULLIF(?, ''), "
+            "verifier_result = NULLIF(?, ''), state = ?, checkpoint = NULLIF(CAST(? AS BIGINT), -1), deadline = ?, asked = ?, "
+            "narrowing = NULLIF(?, '') WHERE id = ?"),
         check.verifier, check.verifierAssignment, check.verifierResult ? jsonText(check.verifierResult->toJson()) : QString(),
         nameOf(check.state), check.checkpoint, check.deadline,
         QString::fromUtf8(QJsonDocument(asked).toJson(QJsonDocument::Compact)),
@@ -646,7 +649,7 @@ Status BrokerStore::decideCheck(const Check& check, CheckState decided, Loser lo
 {
     return execute(*m_db,
         QStringLiteral("UPDATE checks SET state = ?, outcome = ?, detail = ?, decided_at = ?, verifier_result = "
-                       "COALESCE(NULLIF(?, ''), verifier_result), checkpoint = NULLIF(?, -1) WHERE id = ?"),
+                       "COALESCE(NULLIF(?, ''), verifier_result), checkpoint = NULLIF(CAST(? AS BIGINT), -1) WHERE id = ?"),
         nameOf(decided), nameOf(loser), why, now, check.verifierResult ? jsonText(check.verifierResult->toJson()) : QString(),
         check.checkpoint, check.id);
 }
@@ -757,7 +760,7 @@ Status BrokerStore::cancelOpenChecks(const QString& jobId, std::int64_t now)
 Result<QList<CheckRecord>> BrokerStore::checkRecords(const QString& jobId, int limit)
 {
     auto rows = query(*m_db,
-        QStringLiteral("SELECT %1 FROM checks WHERE ? = '' OR job = ? ORDER BY created_at DESC, rowid DESC LIMIT ?")
+        QStringLiteral("SELECT %1 FROM checks WHERE ? = '' OR job = ? ORDER BY created_at DESC, seq DESC LIMIT ?")
             .arg(checks::Columns),
         jobId, jobId, std::int64_t(limit));
     if (!rows)
@@ -793,12 +796,14 @@ Result<bool> BrokerStore::mayRead(const QString& principal, const Digest& blob)
 
 Result<QList<Digest>> BrokerStore::uploadsOfRound(const QString& jobId, std::int64_t round)
 {
+    const QString weights = QStringLiteral("weightsSha256");
     auto rows = query(*m_db,
-        QStringLiteral("SELECT json_extract(result, '$.weightsSha256') FROM shard_results WHERE job = ?1 AND round = ?2 "
-                       "UNION SELECT json_extract(accused_result, '$.weightsSha256') FROM checks "
-                       "WHERE job = ?1 AND round = ?2 AND kind = 'sample' "
-                       "UNION SELECT json_extract(verifier_result, '$.weightsSha256') FROM checks "
-                       "WHERE job = ?1 AND round = ?2 AND kind = 'sample' AND verifier_result IS NOT NULL"),
+        QStringLiteral("SELECT %1 FROM shard_results WHERE job = ?1 AND round = ?2 "
+                       "UNION SELECT %2 FROM checks WHERE job = ?1 AND round = ?2 AND kind = 'sample' "
+                       "UNION SELECT %3 FROM checks "
+                       "WHERE job = ?1 AND round = ?2 AND kind = 'sample' AND verifier_result IS NOT NULL")
+            .arg(m_db->jsonText(QStringLiteral("result"), weights), m_db->jsonText(QStringLiteral("accused_result"), weights),
+                m_db->jsonText(QStringLiteral("verifier_result"), weights)),
         jobId, round);
     if (!rows)
         return rows.error();
@@ -811,18 +816,21 @@ Result<QList<Digest>> BrokerStore::uploadsOfRound(const QString& jobId, std::int
 Result<bool> BrokerStore::blobNamed(const Digest& blob)
 {
     const QString hex = blob.toHex();
+    const QString weights = QStringLiteral("weightsSha256");
     auto row = first<bool>(
         query(*m_db,
             QStringLiteral("SELECT 1 FROM rounds WHERE weights_blob = ?1 AND kept = 1 "
                            "UNION ALL SELECT 1 FROM jobs WHERE weights_blob = ?1 OR outer_state_blob = ?1 OR change_blob = ?1 "
-                           "OR instr(spec, ?1) > 0 "
+                           "OR spec LIKE '%' || ?1 || '%' " // a hex digest holds no LIKE wildcard
                            // the same bytes uploaded for a round not yet aggregated (another job's
                            // identical shard), or for a check still open
                            "UNION ALL SELECT 1 FROM shard_results s JOIN jobs j ON j.id = s.job "
-                           "WHERE s.round >= j.round AND json_extract(s.result, '$.weightsSha256') = ?1 "
+                           "WHERE s.round >= j.round AND %1 = ?1 "
                            "UNION ALL SELECT 1 FROM checks WHERE state IN ('waiting', 'running', 'disputed') "
-                           "AND (start_blob = ?1 OR json_extract(accused_result, '$.weightsSha256') = ?1 "
-                           "OR json_extract(verifier_result, '$.weightsSha256') = ?1) LIMIT 1"),
+                           "AND (start_blob = ?1 OR %2 = ?1 OR %3 = ?1) LIMIT 1")
+                .arg(m_db->jsonText(QStringLiteral("s.result"), weights),
+                    m_db->jsonText(QStringLiteral("accused_result"), weights),
+                    m_db->jsonText(QStringLiteral("verifier_result"), weights)),
             hex),
         [](Statement&) { return true; });
     if (!row)

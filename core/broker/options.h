@@ -3,6 +3,8 @@
 #include "../credits.h"
 #include "../verification/verification.h"
 
+#include <QString>
+
 #include <cstdint>
 
 namespace tessera::core::broker {
@@ -10,6 +12,10 @@ namespace tessera::core::broker {
 // How a broker runs: deadlines, prices, stake, sampling and disputes (docs/BROKER.md lists the
 // settings that set them). Broker::Options.
 struct BrokerOptions {
+    // Where the broker's records live (Broker/Database): empty, broker.sqlite in its data folder;
+    // or a PostgreSQL connection URI (postgresql://...), which several brokers may share
+    // (docs/STORE.md).
+    QString database;
     std::int64_t minDeadlineMs = 30'000; // a shard's deadline is at least this
     std::int64_t maxDeadlineMs = 3'600'000; // and at most this, whatever the node claims
     double deadlineSlack = 4.0; // times the node's expected time

@@ -65,7 +65,24 @@ Result<Applied> Ledger::transfer(
         return Error { QStringLiteral("credit"), QStringLiteral("a transfer needs two different accounts") };
     if (cause.isEmpty())
         return Error { QStringLiteral("cause"), QStringLiteral("every transfer names its cause") };
+    if (m_db.inTransaction())
+        return apply(debit, credit, amount, cause, memo, atMs);
+    // A transaction of its own: what it reads (an earlier transfer, a balance) stays true until it
+    // commits, whichever process shares the database.
+    auto transaction = m_db.begin();
+    if (!transaction)
+        return databaseError(transaction.error());
+    auto applied = apply(debit, credit, amount, cause, memo, atMs);
+    if (!applied)
+        return applied;
+    if (auto status = transaction->commit(); !status)
+        return databaseError(status.error());
+    return applied;
+}
 
+Result<Applied> Ledger::apply(
+    const QString& debit, const QString& credit, Credits amount, const QString& cause, const QString& memo, std::int64_t atMs)
+{
     // An earlier transfer with this cause: the same one again is a harmless retry.
     auto earlier = m_db.prepare(QStringLiteral("SELECT debit, credit, amount FROM ledger_transfers WHERE cause = ?"));
     if (!earlier)

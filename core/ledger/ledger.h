@@ -70,6 +70,10 @@ public:
     Status checkInvariants();
 
 private:
+    // transfer() inside a transaction: checks and writes, behind a savepoint.
+    Result<Applied> apply(const QString& debit, const QString& credit, Credits amount, const QString& cause, const QString& memo,
+        std::int64_t atMs);
+
     storage::Database& m_db;
 };
 

@@ -38,6 +38,8 @@ public:
     virtual DbResult<std::unique_ptr<StatementBackend>> prepare(const QString& sql) = 0;
     // What starts a transaction that writes (SQLite takes its write lock at once).
     virtual QString beginSql() const = 0;
+    // Whether a transaction is open on this connection.
+    virtual bool inTransaction() const = 0;
     virtual std::int64_t lastInsertRowId() = 0;
     virtual int changes() const = 0;
     virtual DbResult<QString> journalMode() = 0;

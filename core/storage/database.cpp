@@ -45,7 +45,7 @@ bool isPostgresUri(const QString& location)
     return location.startsWith(u"postgresql://") || location.startsWith(u"postgres://");
 }
 
-DbResult<QList<Migration>> loadMigrations(const QString& directory)
+DbResult<QList<Migration>> loadMigrations(const QString& directory, Engine engine)
 {
     static const QRegularExpression fileName(QStringLiteral("^(\\d{4})_([A-Za-z0-9_\\-]+)\\.sql$"));
     const QDir dir(directory);
@@ -68,6 +68,20 @@ DbResult<QList<Migration>> loadMigrations(const QString& directory)
             return DatabaseError { ErrorKind::Other, 0,
                 QStringLiteral("migrations in %1 must be numbered 1, 2, 3, ... without gaps; found %2 at position %3")
                     .arg(directory, QString::number(migrations[i].version), QString::number(i + 1)) };
+    }
+    // The few migrations SQLite's functions make engine-only have a PostgreSQL form beside them, in
+    // postgresql/ under the same name (docs/STORE.md, "One SQL for both").
+    if (engine == Engine::PostgreSQL) {
+        for (auto& migration : migrations) {
+            QFile own(QStringLiteral("%1/postgresql/%2_%3.sql")
+                          .arg(directory)
+                          .arg(migration.version, 4, 10, QLatin1Char('0'))
+                          .arg(migration.name));
+            if (own.exists() && !own.open(QIODevice::ReadOnly))
+                return DatabaseError { ErrorKind::CannotOpen, 0, QStringLiteral("cannot read %1").arg(own.fileName()) };
+            if (own.isOpen())
+                migration.sql = QString::fromUtf8(own.readAll());
+        }
     }
     return migrations;
 }
@@ -240,6 +254,18 @@ DbResult<Transaction> Database::begin()
     return Transaction(this);
 }
 
+bool Database::inTransaction() const
+{
+    return m_connection->inTransaction();
+}
+
+QString Database::jsonText(const QString& column, const QString& key) const
+{
+    if (engine() == Engine::PostgreSQL)
+        return QStringLiteral("(CAST(%1 AS JSONB) ->> '%2')").arg(column, key);
+    return QStringLiteral("json_extract(%1, '$.%2')").arg(column, key);
+}
+
 DbResult<int> Database::schemaVersion()
 {
     auto statement = prepare(QStringLiteral("SELECT COALESCE(MAX(version), 0) FROM schema_version"));
@@ -278,6 +304,13 @@ DbStatus Database::migrate(const QList<Migration>& migrations)
         auto transaction = begin();
         if (!transaction)
             return transaction.error();
+        // Read again inside the transaction: another process sharing the database (a second
+        // broker on PostgreSQL) may have applied it meanwhile.
+        current = schemaVersion();
+        if (!current)
+            return current.error();
+        if (migration.version <= *current)
+            continue;
         if (auto status = execute(m_connection->migrationSql(migration.sql)); !status)
             return DatabaseError { status.error().kind, status.error().sqliteCode,
                 QStringLiteral("migration %1 (%2) failed: %3").arg(migration.version).arg(migration.name, status.error().message),
@@ -299,23 +332,9 @@ Result<std::unique_ptr<Database>> openMigrated(const QString& path, const QStrin
     auto database = Database::open(path, options);
     if (!database)
         return database.error().toError();
-    auto migrations = loadMigrations(migrationsDirectory);
+    auto migrations = loadMigrations(migrationsDirectory, (*database)->engine());
     if (!migrations)
         return migrations.error().toError();
-    // The few migrations SQLite's functions make engine-only have a PostgreSQL form beside them, in
-    // postgresql/ under the same name (docs/STORE.md, "One SQL for both").
-    if ((*database)->engine() == Engine::PostgreSQL) {
-        for (auto& migration : *migrations) {
-            QFile own(QStringLiteral("%1/postgresql/%2_%3.sql")
-                          .arg(migrationsDirectory)
-                          .arg(migration.version, 4, 10, QLatin1Char('0'))
-                          .arg(migration.name));
-            if (own.exists() && !own.open(QIODevice::ReadOnly))
-                return Error { own.fileName(), QStringLiteral("cannot read this migration") };
-            if (own.isOpen())
-                migration.sql = QString::fromUtf8(own.readAll());
-        }
-    }
     if (auto status = (*database)->migrate(*migrations); !status)
         return status.error().toError();
     return std::move(database).value();

@@ -34,8 +34,9 @@ struct Migration {
     QString sql;
 };
 
-// Reads migrations from files named NNNN_name.sql in a folder (a Qt resource folder works too).
-DbResult<QList<Migration>> loadMigrations(const QString& directory);
+// Reads migrations from files named NNNN_name.sql in a folder (a Qt resource folder works too),
+// as `engine` runs them: on PostgreSQL, postgresql/NNNN_name.sql replaces the one it names.
+DbResult<QList<Migration>> loadMigrations(const QString& directory, Engine engine = Engine::SQLite);
 
 class Database;
 
@@ -104,6 +105,12 @@ public:
     DbStatus execute(const QString& sql);
     DbResult<Statement> prepare(const QString& sql);
     DbResult<Transaction> begin();
+    // Whether a transaction (begin(), or a BEGIN run by hand) is open.
+    bool inTransaction() const;
+    // The SQL that reads the text at `key` of a JSON object held in a TEXT column, where the two
+    // engines' SQL differ (docs/STORE.md, "One SQL for both"): json_extract on SQLite, ->> on a
+    // jsonb cast on PostgreSQL. `column` and `key` are the caller's constants, never input.
+    QString jsonText(const QString& column, const QString& key) const;
 
     // Applies the migrations above the current schema_version in order, each in a transaction;
     // a failing one leaves the schema at the version before it.

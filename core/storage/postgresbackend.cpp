@@ -222,7 +222,10 @@ public:
             return DatabaseError { ErrorKind::Misuse, 0,
                 describe(m_uri, QStringLiteral("a transaction is already open on this connection"), ErrorKind::Misuse, sql) };
         PgResult result(PQexec(m_handle, sql.toUtf8().constData()));
-        return check(result, sql);
+        auto status = check(result, sql);
+        if (status && sql == beginSql())
+            return takeWriterLock();
+        return status;
     }
 
     DbResult<std::unique_ptr<StatementBackend>> prepare(const QString& sql) override
@@ -232,9 +235,26 @@ public:
         return std::unique_ptr<StatementBackend>(std::make_unique<PostgresStatement>(*this, withNumbers, sql, parameters));
     }
 
-    // PostgreSQL's default isolation (read committed) with row locks where the broker needs them;
-    // a write that conflicts waits for the other transaction.
+    // PostgreSQL's default isolation (read committed), and every transaction holds the writer
+    // lock (below) until it ends.
     QString beginSql() const override { return QStringLiteral("BEGIN"); }
+    bool inTransaction() const override { return PQtransactionStatus(m_handle) != PQTRANS_IDLE; }
+
+    // The writer lock: one transaction-scoped advisory lock that every transaction of every
+    // connection to the database takes first, so transactions apply one at a time, as SQLite's
+    // BEGIN IMMEDIATE makes them. What a transaction read (a balance, a shard's state) cannot change
+    // under it before it commits, whichever broker runs it (docs/STORE.md, "Several brokers").
+    // Waiting longer than lock_timeout fails as Busy, and the transaction is rolled back.
+    DbStatus takeWriterLock()
+    {
+        const QString sql = QStringLiteral("SELECT pg_advisory_xact_lock(%1)").arg(WriterLockKey);
+        PgResult result(PQexec(m_handle, sql.toUtf8().constData()));
+        auto status = check(result, sql);
+        if (!status)
+            PgResult(PQexec(m_handle, "ROLLBACK"));
+        return status;
+    }
+    static constexpr std::int64_t WriterLockKey = 0x7465737365726101; // "tesser" 1 1
 
     // The identity the last INSERT took in this session; 0 when none did (as SQLite says). Inside a
     // transaction behind a savepoint: a failed lastval() must not fail the transaction.
@@ -373,11 +393,21 @@ DbResult<std::unique_ptr<Connection>> openPostgres(const QString& uri, const Dat
                               .arg(std::max(1, options.busyTimeoutMs));
     if (auto status = connection->execute(setup); !status)
         return status.error();
+    // Under the writer lock, where it is missing: brokers that start at once would race to create
+    // it.
+    PgResult exists(PQexec(handle, "SELECT to_regclass('schema_version') IS NOT NULL"));
+    if (PQresultStatus(exists.result) == PGRES_TUPLES_OK && PQntuples(exists.result) == 1
+        && QByteArray(PQgetvalue(exists.result, 0, 0)) == "t")
+        return std::unique_ptr<Connection>(std::move(connection));
+    if (auto begun = connection->execute(connection->beginSql()); !begun)
+        return begun.error();
     if (auto status = connection->execute(
             QStringLiteral("CREATE TABLE IF NOT EXISTS schema_version (version BIGINT NOT NULL, name TEXT NOT NULL, "
                            "applied_at TEXT NOT NULL DEFAULT to_char(now() AT TIME ZONE 'UTC', "
                            "'YYYY-MM-DD\"T\"HH24:MI:SS\"Z\"'))"));
         !status)
+        return status.error();
+    if (auto status = connection->execute(QStringLiteral("COMMIT")); !status)
         return status.error();
     return std::unique_ptr<Connection>(std::move(connection));
 }

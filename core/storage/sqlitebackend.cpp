@@ -133,6 +133,7 @@ public:
 
     // IMMEDIATE takes the write lock now, so a busy database fails here and not halfway through.
     QString beginSql() const override { return QStringLiteral("BEGIN IMMEDIATE"); }
+    bool inTransaction() const override { return sqlite3_get_autocommit(m_handle) == 0; }
     std::int64_t lastInsertRowId() override { return sqlite3_last_insert_rowid(m_handle); }
     int changes() const override { return sqlite3_changes(m_handle); }
 

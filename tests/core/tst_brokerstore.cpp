@@ -5,6 +5,7 @@
 #include <core/broker/brokerstore.h>
 #include <core/storage/database.h>
 #include <support/olderschema.h>
+#include <support/teststore.h>
 
 #include <QJsonDocument>
 #include <QTemporaryDir>
@@ -17,7 +18,8 @@ namespace {
 
 std::unique_ptr<storage::Database> openAt(const QString& path, int version)
 {
-    return tessera::tests::openAtVersion(path, QStringLiteral(":/migrations/broker"), version);
+    return tessera::tests::openAtVersion(
+        tessera::tests::TestStore::location(path), QStringLiteral(":/migrations/broker"), version);
 }
 
 JobRow job(const QString& id)
@@ -47,7 +49,10 @@ Check sample(const QString& id)
 
 bool refused(const Status& status)
 {
-    return !status.ok() && status.error().message.contains(QStringLiteral("CHECK constraint failed"));
+    // SQLite's words, or PostgreSQL's
+    return !status.ok()
+        && (status.error().message.contains(QStringLiteral("CHECK constraint failed"))
+            || status.error().message.contains(QStringLiteral("violates check constraint")));
 }
 
 } // namespace
@@ -58,6 +63,13 @@ class BrokerStoreTest : public QObject {
     QTemporaryDir m_dir;
 
 private Q_SLOTS:
+    void initTestCase()
+    {
+        if (QString why; !tessera::tests::TestStore::ready(why))
+            QSKIP(qPrintable(why));
+    }
+    void cleanupTestCase() { tessera::tests::TestStore::shutdown(); }
+
     void theSchemaAdmitsExactlyTheNamesOfEachState()
     {
         BrokerStore store(openAt(m_dir.filePath(QStringLiteral("states.sqlite")), 1000));
@@ -153,7 +165,7 @@ private Q_SLOTS:
                         .ok());
         }
         BrokerStore store(openAt(path, 1000));
-        QCOMPARE(*store.database().schemaVersion(), 13);
+        QCOMPARE(*store.database().schemaVersion(), 14);
         const auto carried = *store.job(QStringLiteral("j"));
         QVERIFY(carried);
         QVERIFY(!carried->change); // its round's weights come whole

@@ -7,6 +7,7 @@
 #include <QTemporaryDir>
 #include <QTest>
 
+#include <optional>
 #include <thread>
 
 using namespace tessera::core::storage;
@@ -369,12 +370,17 @@ private Q_SLOTS:
         auto holding = first->begin();
         QVERIFY(first->execute(QStringLiteral("UPDATE accounts SET micro = 2 WHERE name = 'a'")).ok());
         DbStatus secondStatus;
+        std::optional<ErrorKind> beginKind;
         std::thread other([&] {
             auto second = openOrFail(location, DatabaseOptions { 50, DatabaseOptions::Synchronous::Full });
-            auto transaction = second->begin();
+            // A transaction waits for the writer lock, as SQLite's BEGIN IMMEDIATE waits for the
+            // write lock; a statement outside one waits for the row.
+            if (auto transaction = second->begin(); !transaction)
+                beginKind = transaction.error().kind;
             secondStatus = second->execute(QStringLiteral("UPDATE accounts SET micro = 3 WHERE name = 'a'"));
         });
         other.join();
+        QCOMPARE(beginKind, std::optional<ErrorKind>(ErrorKind::Busy));
         QVERIFY(!secondStatus.ok());
         QCOMPARE(secondStatus.error().kind, ErrorKind::Busy);
         QVERIFY(holding->commit().ok());

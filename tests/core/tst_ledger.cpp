@@ -1,4 +1,5 @@
 #include <core/ledger/ledger.h>
+#include <support/teststore.h>
 
 #include <QTemporaryDir>
 #include <QTest>
@@ -13,8 +14,8 @@ namespace {
 
 std::unique_ptr<Database> openLedgerDatabase(const QString& path)
 {
-    auto database = std::move(Database::open(path)).value();
-    const auto migrations = storage::loadMigrations(QStringLiteral(":/migrations/broker"));
+    auto database = std::move(Database::open(tessera::tests::TestStore::location(path))).value();
+    const auto migrations = storage::loadMigrations(QStringLiteral(":/migrations/broker"), database->engine());
     if (!migrations || !database->migrate(*migrations))
         qFatal("cannot migrate");
     return database;
@@ -31,6 +32,13 @@ class LedgerTest : public QObject {
     Q_OBJECT
 
 private Q_SLOTS:
+    void initTestCase()
+    {
+        if (QString why; !tessera::tests::TestStore::ready(why))
+            QSKIP(qPrintable(why));
+    }
+    void cleanupTestCase() { tessera::tests::TestStore::shutdown(); }
+
     void movesMoneyAndKeepsTheSumAtZero()
     {
         QTemporaryDir dir;

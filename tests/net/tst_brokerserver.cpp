@@ -10,6 +10,7 @@
 #include <net/messages.h>
 
 #include <support/fakemath.h>
+#include <support/teststore.h>
 
 #include <QJsonArray>
 #include <QTemporaryDir>
@@ -72,6 +73,7 @@ class BrokerServerTest : public QObject {
         options.minDeadlineMs = 600'000; // only a lost node frees its shard here
         const QString data = m_dir.filePath(QStringLiteral("b%1").arg(++m_serial));
         m_blobs = std::move(core::broker::Broker::openBlobs(data)).value();
+        options.database = tests::TestStore::databaseFor(data);
         m_broker = std::move(core::broker::Broker::open(data, *m_blobs, m_math, m_clock, options)).value();
         const std::string endpoint = "inproc://broker-" + std::to_string(m_serial);
         net::BrokerServerOptions serverOptions;
@@ -108,6 +110,13 @@ class BrokerServerTest : public QObject {
     }
 
 private Q_SLOTS:
+    void initTestCase()
+    {
+        if (QString why; !tests::TestStore::ready(why))
+            QSKIP(qPrintable(why));
+    }
+    void cleanupTestCase() { tests::TestStore::shutdown(); }
+
     // While the broker computes (core::broker::OffThreadMath calls serveWhileBusy), reads are
     // answered at once, nodes hear heartbeats, and the rest waits, in order, for the broker.
     void whileTheBrokerComputesReadsAreAnsweredAndTheRestWaits()

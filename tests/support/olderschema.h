@@ -14,7 +14,7 @@ inline std::unique_ptr<core::storage::Database> openAtVersion(const QString& pat
     auto database = core::storage::Database::open(path);
     if (!database)
         qFatal("%s", qPrintable(database.error().message));
-    auto migrations = core::storage::loadMigrations(folder);
+    auto migrations = core::storage::loadMigrations(folder, (*database)->engine());
     if (!migrations)
         qFatal("%s", qPrintable(migrations.error().message));
     while (!migrations->isEmpty() && migrations->last().version > version)
