@@ -7,6 +7,7 @@
 #include <core/broker/offthreadmath.h>
 #include <core/broker/operator.h>
 #include <core/settings/settings.h>
+#include <core/storage/database.h>
 #include <net/brokerserver.h>
 #include <net/curvekeys.h>
 
@@ -35,7 +36,7 @@ using namespace tessera;
 namespace names = tessera::core::settings::names;
 
 // The operator's commands: they act on the broker's database, also while the broker runs.
-int operatorCommand(const QStringList& positional, const QString& dataDirectory, const QCommandLineParser& parser)
+int operatorCommand(const QStringList& positional, const QString& store, const QCommandLineParser& parser)
 {
     using namespace tessera;
     auto& out = app::cli::out();
@@ -46,7 +47,7 @@ int operatorCommand(const QStringList& positional, const QString& dataDirectory,
         if (!amount || amount->micro() <= 0)
             return fail(QStringLiteral("AMOUNT must be a positive number of credits, like 250 or 12.5"));
         auto credited = core::broker::creditAccount(
-            dataDirectory, positional[1], *amount, parser.value(QStringLiteral("memo")), QDateTime::currentMSecsSinceEpoch());
+            store, positional[1], *amount, parser.value(QStringLiteral("memo")), QDateTime::currentMSecsSinceEpoch());
         if (!credited)
             return fail(credited.error().toString());
         if (json)
@@ -59,7 +60,7 @@ int operatorCommand(const QStringList& positional, const QString& dataDirectory,
         return 0;
     }
     if (command == u"balance" && positional.size() == 2) {
-        auto account = core::broker::accountIn(dataDirectory, positional[1]);
+        auto account = core::broker::accountIn(store, positional[1]);
         if (!account)
             return fail(account.error().toString());
         if (json)
@@ -69,8 +70,8 @@ int operatorCommand(const QStringList& positional, const QString& dataDirectory,
             << account->value(QStringLiteral("unbonding")).toString() << " unbonding" << Qt::endl;
         return 0;
     }
-    app::cli::err() << "usage: tessera-broker [--config FILE] [--data DIR] credit [--memo TEXT] [--json] [--] ACCOUNT AMOUNT\n"
-                       "       tessera-broker [--config FILE] [--data DIR] balance [--json] [--] ACCOUNT\n"
+    app::cli::err() << "usage: tessera-broker [--config FILE] [--data DIR | --database URI] credit [--memo TEXT] [--json] [--] ACCOUNT AMOUNT\n"
+                       "       tessera-broker [--config FILE] [--data DIR | --database URI] balance [--json] [--] ACCOUNT\n"
                        "(an account may begin with '-': put it after --)"
                     << Qt::endl;
     return 2;
@@ -85,6 +86,9 @@ void describe(QCommandLineParser& parser)
     parser.addVersionOption();
     parser.addOption({ QStringLiteral("data"), QStringLiteral("folder for the database and blobs (Broker/DataDirectory)"),
         QStringLiteral("DIR") });
+    parser.addOption({ QStringLiteral("database"),
+        QStringLiteral("a postgresql:// URI to keep the records in, shared by the network's brokers (Broker/Database)"),
+        QStringLiteral("URI") });
     parser.addOption(
         { QStringLiteral("bind"), QStringLiteral("endpoint to listen on (Broker/Bind)"), QStringLiteral("ENDPOINT") });
     parser.addOption({ QStringLiteral("keys"),
@@ -198,8 +202,12 @@ int main(int argc, char* argv[])
     if (dataDirectory.isEmpty())
         dataDirectory = QStandardPaths::writableLocation(QStandardPaths::GenericDataLocation) + QStringLiteral("/Tessera/broker");
 
+    const QString database = parser.isSet(QStringLiteral("database")) ? parser.value(QStringLiteral("database"))
+                                                                       : settings.stringValue(names::BrokerDatabase);
+    if (!database.isEmpty() && !core::storage::isPostgresUri(database))
+        return fail(QStringLiteral("Broker/Database: expected empty or a postgresql:// URI"));
     if (!parser.positionalArguments().isEmpty())
-        return operatorCommand(parser.positionalArguments(), dataDirectory, parser);
+        return operatorCommand(parser.positionalArguments(), database.isEmpty() ? dataDirectory : database, parser);
 
     auto serverOptions = serverOptionsFrom(settings, parser);
     if (!serverOptions)
@@ -221,7 +229,8 @@ int main(int argc, char* argv[])
     // heartbeats and reads (docs/ARCHITECTURE.md, "Threads").
     core::broker::OffThreadMath offThread(math);
     core::SystemClock clock;
-    const auto brokerOptions = brokerOptionsFrom(settings);
+    auto brokerOptions = brokerOptionsFrom(settings);
+    brokerOptions.database = database;
     auto broker = core::broker::Broker::open(dataDirectory, **blobs, offThread, clock, brokerOptions);
     if (!broker)
         return fail(broker.error().toString());

@@ -10,10 +10,12 @@ namespace tessera::core::broker {
 
 namespace {
 
-Result<std::unique_ptr<storage::Database>> openBooks(const QString& dataDirectory)
+Result<std::unique_ptr<storage::Database>> openBooks(const QString& store)
 {
-    const QString path = QDir(dataDirectory).filePath(QStringLiteral("broker.sqlite"));
-    if (!QFile::exists(path))
+    const bool shared = storage::isPostgresUri(store);
+    const QString& dataDirectory = store;
+    const QString path = shared ? store : QDir(dataDirectory).filePath(QStringLiteral("broker.sqlite"));
+    if (!shared && !QFile::exists(path))
         return Error { QStringLiteral("data"),
             QStringLiteral("no broker database in %1 (--data or Broker/DataDirectory)").arg(dataDirectory) };
     auto database = storage::openMigrated(path, QStringLiteral(":/migrations/broker"),
@@ -34,13 +36,13 @@ Status checkAccount(const QString& account)
 } // namespace
 
 Result<Credited> creditAccount(
-    const QString& dataDirectory, const QString& account, Credits amount, const QString& memo, std::int64_t atMs)
+    const QString& store, const QString& account, Credits amount, const QString& memo, std::int64_t atMs)
 {
     if (auto status = checkAccount(account); !status)
         return status.error();
     if (amount.micro() <= 0)
         return Error { QStringLiteral("amount"), QStringLiteral("must be a positive number of credits") };
-    auto database = openBooks(dataDirectory);
+    auto database = openBooks(store);
     if (!database)
         return database.error();
     auto& db = **database;
@@ -69,11 +71,11 @@ Result<Credited> creditAccount(
     return Credited { cause, *balance };
 }
 
-Result<QJsonObject> accountIn(const QString& dataDirectory, const QString& account)
+Result<QJsonObject> accountIn(const QString& store, const QString& account)
 {
     if (auto status = checkAccount(account); !status)
         return status.error();
-    auto database = openBooks(dataDirectory);
+    auto database = openBooks(store);
     if (!database)
         return database.error();
     ledger::Ledger books(**database);

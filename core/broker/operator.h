@@ -18,12 +18,15 @@ struct Credited {
     Credits balance; // the account's balance after it
 };
 
+// `store` is the broker's data folder (its broker.sqlite), or the postgresql:// URI of
+// Broker/Database.
+//
 // New credits from the mint for an account (a client's or node's CURVE key, in Z85; or what a
 // plaintext client names), with a memo that says why.
 Result<Credited> creditAccount(
-    const QString& dataDirectory, const QString& account, Credits amount, const QString& memo, std::int64_t atMs);
+    const QString& store, const QString& account, Credits amount, const QString& memo, std::int64_t atMs);
 
 // An account's balance, stake and unbonding stake: {account, balance, stake, unbonding}.
-Result<QJsonObject> accountIn(const QString& dataDirectory, const QString& account);
+Result<QJsonObject> accountIn(const QString& store, const QString& account);
 
 } // namespace tessera::core::broker

@@ -109,6 +109,11 @@ QList<Key> makeKeys()
             "Endpoint the broker listens on; tcp://0.0.0.0:PORT accepts other machines (with Broker/KeyFile); ipc:///PATH "
             "only accounts that may enter PATH's folder (the app's practice broker: a 0700 folder of its own)."),
         pathKey(BrokerDataDirectory, "Database and blob store of the broker; empty: ~/.local/share/Tessera/broker."),
+        stringKey(BrokerDatabase, QString(), R"((postgresql|postgres)://\S*)", "empty or a postgresql:// URI",
+            "Where the broker keeps jobs, accounts and the ledger: empty, broker.sqlite in Broker/DataDirectory; or a "
+            "PostgreSQL connection URI (postgresql://user@host/db, or postgresql:///db?host=/run/postgresql), which several "
+            "brokers of one network share (docs/STORE.md). Keep a password out of it: use ~/.pgpass or the server's peer "
+            "authentication."),
         pathKey(BrokerKeyFile, "The broker's keypair; when set, every connection is encrypted with CURVE."),
         listKey(BrokerAllowList, R"([0-9A-Za-z.\-:+=^!/*?&<>()\[\]{}@%$#]{40})", "Z85 public keys (40 characters)",
             "Node public keys allowed to connect (Z85); empty: anyone who has the broker's key."),

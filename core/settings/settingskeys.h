@@ -79,6 +79,7 @@ inline const QString DataFortunesDirectory = QStringLiteral("Data/FortunesDirect
 inline const QString NetworkHeartbeatIntervalMs = QStringLiteral("Network/HeartbeatIntervalMs");
 inline const QString BrokerBind = QStringLiteral("Broker/Bind");
 inline const QString BrokerDataDirectory = QStringLiteral("Broker/DataDirectory");
+inline const QString BrokerDatabase = QStringLiteral("Broker/Database");
 inline const QString BrokerKeyFile = QStringLiteral("Broker/KeyFile");
 inline const QString BrokerAllowList = QStringLiteral("Broker/AllowList");
 inline const QString BrokerOperatorKeys = QStringLiteral("Broker/OperatorKeys");
