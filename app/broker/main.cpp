@@ -70,7 +70,8 @@ int operatorCommand(const QStringList& positional, const QString& store, const Q
             << account->value(QStringLiteral("unbonding")).toString() << " unbonding" << Qt::endl;
         return 0;
     }
-    app::cli::err() << "usage: tessera-broker [--config FILE] [--data DIR | --database URI] credit [--memo TEXT] [--json] [--] ACCOUNT AMOUNT\n"
+    app::cli::err() << "usage: tessera-broker [--config FILE] [--data DIR | --database URI] credit [--memo TEXT] [--json] [--] "
+                       "ACCOUNT AMOUNT\n"
                        "       tessera-broker [--config FILE] [--data DIR | --database URI] balance [--json] [--] ACCOUNT\n"
                        "(an account may begin with '-': put it after --)"
                     << Qt::endl;
@@ -203,7 +204,7 @@ int main(int argc, char* argv[])
         dataDirectory = QStandardPaths::writableLocation(QStandardPaths::GenericDataLocation) + QStringLiteral("/Tessera/broker");
 
     const QString database = parser.isSet(QStringLiteral("database")) ? parser.value(QStringLiteral("database"))
-                                                                       : settings.stringValue(names::BrokerDatabase);
+                                                                      : settings.stringValue(names::BrokerDatabase);
     if (!database.isEmpty() && !core::storage::isPostgresUri(database))
         return fail(QStringLiteral("Broker/Database: expected empty or a postgresql:// URI"));
     if (!parser.positionalArguments().isEmpty())

@@ -216,14 +216,8 @@ private Q_SLOTS:
     {
         auto broker = open(QStringLiteral("rounds"));
         const auto jobId = *broker->submit(job(2, 3));
-        {
-            auto r_ = broker->registerNode(node(QStringLiteral("a")));
-            QVERIFY2(r_.ok(), qPrintable(r_.ok() ? QString() : r_.error().toString()));
-        }
-        {
-            auto r_ = broker->registerNode(node(QStringLiteral("b")));
-            QVERIFY2(r_.ok(), qPrintable(r_.ok() ? QString() : r_.error().toString()));
-        }
+        QVERIFY(broker->registerNode(node(QStringLiteral("a"))).ok());
+        QVERIFY(broker->registerNode(node(QStringLiteral("b"))).ok());
 
         QList<Digest> uploads;
         for (int round = 0; round < 2; ++round) {
@@ -262,10 +256,7 @@ private Q_SLOTS:
         auto spec = job(5, 1);
         spec.training.evaluateEvery = 2;
         const auto jobId = *broker->submit(spec);
-        {
-            auto r_ = broker->registerNode(node(QStringLiteral("a")));
-            QVERIFY2(r_.ok(), qPrintable(r_.ok() ? QString() : r_.error().toString()));
-        }
+        QVERIFY(broker->registerNode(node(QStringLiteral("a"))).ok());
         const int before = m_math.evaluations;
         for (int round = 0; round < 5; ++round) {
             const auto out = **broker->assign(QStringLiteral("a"));
@@ -293,10 +284,7 @@ private Q_SLOTS:
     {
         auto broker = open(QStringLiteral("unwritable"));
         const auto jobId = *broker->submit(job(1, 1));
-        {
-            auto r_ = broker->registerNode(node(QStringLiteral("a")));
-            QVERIFY2(r_.ok(), qPrintable(r_.ok() ? QString() : r_.error().toString()));
-        }
+        QVERIFY(broker->registerNode(node(QStringLiteral("a"))).ok());
         const auto assignment = **broker->assign(QStringLiteral("a"));
         const QString staging = m_blobs.back()->stagingDirectory();
         QVERIFY(QDir(staging).removeRecursively());
@@ -329,10 +317,7 @@ private Q_SLOTS:
         spec.training.keepWeightsEvery = 3;
         const auto jobId = *broker->submit(spec);
         const auto initial = broker->status(jobId)->weightsBlob;
-        {
-            auto r_ = broker->registerNode(node(QStringLiteral("a")));
-            QVERIFY2(r_.ok(), qPrintable(r_.ok() ? QString() : r_.error().toString()));
-        }
+        QVERIFY(broker->registerNode(node(QStringLiteral("a"))).ok());
         for (int round = 0; round < 8; ++round) {
             const auto shard = **broker->assign(QStringLiteral("a"));
             QCOMPARE(shard.task.round, round);
@@ -363,7 +348,7 @@ private Q_SLOTS:
         (void)broker->ledger().mint(
             ledger::accounts::balance(QStringLiteral("bob")), *Credits::fromCredits(250), QStringLiteral("buy bob"), 1);
         const auto first = broker->submit(job(), QStringLiteral("alice"), QStringLiteral("try-1"));
-        QVERIFY2(first.ok(), qPrintable(first.ok() ? QString() : first.error().toString()));
+        QVERIFY(first.ok());
         const int built = m_math.initialBuilds;
         const auto again = broker->submit(job(), QStringLiteral("alice"), QStringLiteral("try-1"));
         QVERIFY(again.ok());
@@ -401,10 +386,7 @@ private Q_SLOTS:
         {
             auto broker = open(QStringLiteral("change"));
             const auto jobId = *broker->submit(job(3, 1));
-            {
-                auto r_ = broker->registerNode(node(QStringLiteral("a")));
-                QVERIFY2(r_.ok(), qPrintable(r_.ok() ? QString() : r_.error().toString()));
-            }
+            QVERIFY(broker->registerNode(node(QStringLiteral("a"))).ok());
             const auto first = **broker->assign(QStringLiteral("a"));
             QVERIFY(!first.startChange);
             const auto w0 = first.startWeightsBlob;
@@ -416,10 +398,7 @@ private Q_SLOTS:
             changes.append(second.startChange->blob);
         } // a restart between rounds
         auto broker = open(QStringLiteral("change"));
-        {
-            auto r_ = broker->registerNode(node(QStringLiteral("a")));
-            QVERIFY2(r_.ok(), qPrintable(r_.ok() ? QString() : r_.error().toString()));
-        }
+        QVERIFY(broker->registerNode(node(QStringLiteral("a"))).ok());
         const auto second = **broker->assign(QStringLiteral("a"));
         QCOMPARE(second.startChange->blob, changes[0]);
         QCOMPARE(*deliver(*broker, QStringLiteral("a"), second.id, answer(*broker, second, "r1")), Acceptance::Accepted);
@@ -443,10 +422,7 @@ private Q_SLOTS:
     {
         auto broker = open(QStringLiteral("named"));
         const auto jobId = *broker->submit(job(2, 1));
-        {
-            auto r_ = broker->registerNode(node(QStringLiteral("a")));
-            QVERIFY2(r_.ok(), qPrintable(r_.ok() ? QString() : r_.error().toString()));
-        }
+        QVERIFY(broker->registerNode(node(QStringLiteral("a"))).ok());
         const auto first = **broker->assign(QStringLiteral("a"));
         QCOMPARE(*deliver(*broker, QStringLiteral("a"), first.id, answer(*broker, first, "r0")), Acceptance::Accepted);
         const auto start = broker->status(jobId)->weightsBlob; // round 1 starts from it
@@ -462,14 +438,8 @@ private Q_SLOTS:
     {
         auto broker = open(QStringLiteral("stragglers"));
         (void)*broker->submit(job(1, 1));
-        {
-            auto r_ = broker->registerNode(node(QStringLiteral("slow")));
-            QVERIFY2(r_.ok(), qPrintable(r_.ok() ? QString() : r_.error().toString()));
-        }
-        {
-            auto r_ = broker->registerNode(node(QStringLiteral("fast")));
-            QVERIFY2(r_.ok(), qPrintable(r_.ok() ? QString() : r_.error().toString()));
-        }
+        QVERIFY(broker->registerNode(node(QStringLiteral("slow"))).ok());
+        QVERIFY(broker->registerNode(node(QStringLiteral("fast"))).ok());
         const auto first = **broker->assign(QStringLiteral("slow"));
         QVERIFY(!broker->assign(QStringLiteral("fast"))->has_value());
         m_clock.now = first.deadlineMs + 1; // the slow node misses its deadline
@@ -486,14 +456,8 @@ private Q_SLOTS:
     {
         auto broker = open(QStringLiteral("invalid"));
         (void)*broker->submit(job(1, 4));
-        {
-            auto r_ = broker->registerNode(node(QStringLiteral("a")));
-            QVERIFY2(r_.ok(), qPrintable(r_.ok() ? QString() : r_.error().toString()));
-        }
-        {
-            auto r_ = broker->registerNode(node(QStringLiteral("b")));
-            QVERIFY2(r_.ok(), qPrintable(r_.ok() ? QString() : r_.error().toString()));
-        }
+        QVERIFY(broker->registerNode(node(QStringLiteral("a"))).ok());
+        QVERIFY(broker->registerNode(node(QStringLiteral("b"))).ok());
         // A node's first commitment binds it, so each kind of bad result gets its own assignment.
         QList<Assignment> out;
         for (int i = 0; i < 4; ++i)
@@ -521,14 +485,8 @@ private Q_SLOTS:
     {
         auto broker = open(QStringLiteral("failures"));
         const auto jobId = *broker->submit(job(1, 1));
-        {
-            auto r_ = broker->registerNode(node(QStringLiteral("a")));
-            QVERIFY2(r_.ok(), qPrintable(r_.ok() ? QString() : r_.error().toString()));
-        }
-        {
-            auto r_ = broker->registerNode(node(QStringLiteral("b")));
-            QVERIFY2(r_.ok(), qPrintable(r_.ok() ? QString() : r_.error().toString()));
-        }
+        QVERIFY(broker->registerNode(node(QStringLiteral("a"))).ok());
+        QVERIFY(broker->registerNode(node(QStringLiteral("b"))).ok());
         const int replays = m_math.replays;
         for (const auto* id : { "a", "b" }) {
             const auto assignment = **broker->assign(QString::fromLatin1(id));
@@ -557,14 +515,8 @@ private Q_SLOTS:
     {
         auto broker = open(QStringLiteral("sandboxed"));
         const auto jobId = *broker->submit(job(1, 1));
-        {
-            auto r_ = broker->registerNode(node(QStringLiteral("a")));
-            QVERIFY2(r_.ok(), qPrintable(r_.ok() ? QString() : r_.error().toString()));
-        }
-        {
-            auto r_ = broker->registerNode(node(QStringLiteral("b")));
-            QVERIFY2(r_.ok(), qPrintable(r_.ok() ? QString() : r_.error().toString()));
-        }
+        QVERIFY(broker->registerNode(node(QStringLiteral("a"))).ok());
+        QVERIFY(broker->registerNode(node(QStringLiteral("b"))).ok());
         const double before = broker->schedulingScore(QStringLiteral("a"));
         for (const auto* id : { "a", "b" }) {
             const auto assignment = **broker->assign(QString::fromLatin1(id));
@@ -603,14 +555,8 @@ private Q_SLOTS:
         const auto jobId = *broker->submit(job(1, 4));
         auto greedy = node(QStringLiteral("greedy"));
         greedy.benchmarkSamplesPerSecond = 2.5e-8;
-        {
-            auto r_ = broker->registerNode(greedy);
-            QVERIFY2(r_.ok(), qPrintable(r_.ok() ? QString() : r_.error().toString()));
-        }
-        {
-            auto r_ = broker->registerNode(node(QStringLiteral("honest")));
-            QVERIFY2(r_.ok(), qPrintable(r_.ok() ? QString() : r_.error().toString()));
-        }
+        QVERIFY(broker->registerNode(greedy).ok());
+        QVERIFY(broker->registerNode(node(QStringLiteral("honest"))).ok());
         QList<Assignment> held;
         for (int i = 0; i < 10; ++i) {
             if (auto next = *broker->assign(QStringLiteral("greedy")))
@@ -648,10 +594,7 @@ private Q_SLOTS:
         options.sampling = { 0, 0.0 };
         auto broker = open(QStringLiteral("falsefailures"), options);
         const auto jobId = *broker->submit(job(1, 1));
-        {
-            auto r_ = broker->registerNode(node(QStringLiteral("liar")));
-            QVERIFY2(r_.ok(), qPrintable(r_.ok() ? QString() : r_.error().toString()));
-        }
+        QVERIFY(broker->registerNode(node(QStringLiteral("liar"))).ok());
         const auto staked = broker->account(QStringLiteral("liar"))->value(QStringLiteral("stake")).toString();
         const auto assignment = **broker->assign(QStringLiteral("liar"));
         const auto failed = failure(assignment, QStringLiteral("CUDA error (made up)"));
@@ -664,20 +607,14 @@ private Q_SLOTS:
         QVERIFY(!broker->assign(QStringLiteral("liar")).ok()); // too little stake left to take work
         QVERIFY(!*broker->ledger().hasCause(QStringLiteral("pay:%1/0/0").arg(jobId)));
         QVERIFY(broker->ledger().checkInvariants().ok());
-        {
-            auto r_ = broker->registerNode(node(QStringLiteral("honest")));
-            QVERIFY2(r_.ok(), qPrintable(r_.ok() ? QString() : r_.error().toString()));
-        }
+        QVERIFY(broker->registerNode(node(QStringLiteral("honest"))).ok());
 
         // On another runtime profile (another device), a failure the broker's run does not repeat
         // may be that machine's own: recorded, not slashed.
         const auto otherJob = *broker->submit(job(1, 1));
         auto gpu = node(QStringLiteral("gpu"));
         gpu.runtimeProfile = QStringLiteral("p;device=cuda");
-        {
-            auto r_ = broker->registerNode(gpu);
-            QVERIFY2(r_.ok(), qPrintable(r_.ok() ? QString() : r_.error().toString()));
-        }
+        QVERIFY(broker->registerNode(gpu).ok());
         broker->nodeLost(QStringLiteral("honest"));
         const auto gpuStake = broker->account(QStringLiteral("gpu"))->value(QStringLiteral("stake")).toString();
         const auto onGpu = **broker->assign(QStringLiteral("gpu"));
@@ -758,10 +695,7 @@ private Q_SLOTS:
         broker->tick();
         QVERIFY(broker->blobs().contains(junk));
         QVERIFY(!broker->admitUpload(QStringLiteral("k"), 401).ok()); // the named one no longer counts; the junk does
-        {
-            auto r_ = broker->admitUpload(QStringLiteral("k"), 400);
-            QVERIFY2(r_.ok(), qPrintable(r_.ok() ? QString() : r_.error().toString()));
-        }
+        QVERIFY(broker->admitUpload(QStringLiteral("k"), 400).ok());
         m_clock.now += 6'000; // collections run a tenth of the time apart
         broker->tick();
         QVERIFY(!broker->blobs().contains(junk));
@@ -814,15 +748,9 @@ private Q_SLOTS:
         QVERIFY(broker->submit(spec, QStringLiteral("k")).ok());
         auto older = node(QStringLiteral("older")); // a node from before chunked datasets gets none of it
         older.capabilities.removeAll(capability::Chunks);
-        {
-            auto r_ = broker->registerNode(older);
-            QVERIFY2(r_.ok(), qPrintable(r_.ok() ? QString() : r_.error().toString()));
-        }
+        QVERIFY(broker->registerNode(older).ok());
         QVERIFY(!broker->assign(QStringLiteral("older"))->has_value());
-        {
-            auto r_ = broker->registerNode(node(QStringLiteral("a")));
-            QVERIFY2(r_.ok(), qPrintable(r_.ok() ? QString() : r_.error().toString()));
-        }
+        QVERIFY(broker->registerNode(node(QStringLiteral("a"))).ok());
         const auto assigned = **broker->assign(QStringLiteral("a"));
         // 40 samples of a slice of 500 (5 chunks): one chunk, or two where the slice starts inside one.
         QVERIFY(assigned.task.dataChunks.size() >= 1 && assigned.task.dataChunks.size() <= 2);
@@ -842,10 +770,7 @@ private Q_SLOTS:
     {
         auto broker = open(QStringLiteral("failing"));
         const auto jobId = *broker->submit(job(1, 1));
-        {
-            auto r_ = broker->registerNode(node(QStringLiteral("a")));
-            QVERIFY2(r_.ok(), qPrintable(r_.ok() ? QString() : r_.error().toString()));
-        }
+        QVERIFY(broker->registerNode(node(QStringLiteral("a"))).ok());
         const auto assignment = **broker->assign(QStringLiteral("a"));
         const auto failed = failure(assignment, QStringLiteral("loss became NaN at step 3"));
         m_math.replayFails = true;
@@ -896,14 +821,8 @@ private Q_SLOTS:
     {
         auto broker = open(QStringLiteral("returned"));
         const auto jobId = *broker->submit(job(1, 1));
-        {
-            auto r_ = broker->registerNode(node(QStringLiteral("a")));
-            QVERIFY2(r_.ok(), qPrintable(r_.ok() ? QString() : r_.error().toString()));
-        }
-        {
-            auto r_ = broker->registerNode(node(QStringLiteral("b")));
-            QVERIFY2(r_.ok(), qPrintable(r_.ok() ? QString() : r_.error().toString()));
-        }
+        QVERIFY(broker->registerNode(node(QStringLiteral("a"))).ok());
+        QVERIFY(broker->registerNode(node(QStringLiteral("b"))).ok());
         for (int i = 0; i < 3; ++i) {
             const auto assignment = **broker->assign(QStringLiteral("a"));
             const auto returned = failure(assignment, QStringLiteral("the disk is full"), ShardResult::Outcome::Returned);
@@ -943,24 +862,15 @@ private Q_SLOTS:
         {
             auto broker = open(QStringLiteral("recovery"));
             (void)*broker->submit(job(1, 2));
-            {
-                auto r_ = broker->registerNode(node(QStringLiteral("a")));
-                QVERIFY2(r_.ok(), qPrintable(r_.ok() ? QString() : r_.error().toString()));
-            }
-            {
-                auto r_ = broker->registerNode(node(QStringLiteral("b")));
-                QVERIFY2(r_.ok(), qPrintable(r_.ok() ? QString() : r_.error().toString()));
-            }
+            QVERIFY(broker->registerNode(node(QStringLiteral("a"))).ok());
+            QVERIFY(broker->registerNode(node(QStringLiteral("b"))).ok());
             const auto lost = **broker->assign(QStringLiteral("a"));
             broker->nodeLost(QStringLiteral("a"));
             QCOMPARE((**broker->assign(QStringLiteral("b"))).task.shard, lost.task.shard); // at once, no deadline to wait for
             (void)**broker->assign(QStringLiteral("b"));
         } // the broker dies with both shards out
         auto broker = open(QStringLiteral("recovery"));
-        {
-            auto r_ = broker->registerNode(node(QStringLiteral("c")));
-            QVERIFY2(r_.ok(), qPrintable(r_.ok() ? QString() : r_.error().toString()));
-        }
+        QVERIFY(broker->registerNode(node(QStringLiteral("c"))).ok());
         QVERIFY(broker->assign(QStringLiteral("c"))->has_value());
         QVERIFY(broker->assign(QStringLiteral("c"))->has_value());
     }
@@ -971,10 +881,7 @@ private Q_SLOTS:
         auto spec = job(1, 1);
         spec.training.threads = 8;
         (void)*broker->submit(spec);
-        {
-            auto r_ = broker->registerNode(node(QStringLiteral("small"), 2));
-            QVERIFY2(r_.ok(), qPrintable(r_.ok() ? QString() : r_.error().toString()));
-        }
+        QVERIFY(broker->registerNode(node(QStringLiteral("small"), 2)).ok());
         QVERIFY(!broker->assign(QStringLiteral("small"))->has_value());
         QVERIFY(!broker->assign(QStringLiteral("unregistered")).ok());
     }
@@ -992,18 +899,9 @@ private Q_SLOTS:
             info.maxMemoryMiB = mebibytes;
             return info;
         };
-        {
-            auto r_ = broker->registerNode(limited(QStringLiteral("small"), 256));
-            QVERIFY2(r_.ok(), qPrintable(r_.ok() ? QString() : r_.error().toString()));
-        }
-        {
-            auto r_ = broker->registerNode(limited(QStringLiteral("large"), 1024));
-            QVERIFY2(r_.ok(), qPrintable(r_.ok() ? QString() : r_.error().toString()));
-        }
-        {
-            auto r_ = broker->registerNode(limited(QStringLiteral("unsaid"), 0));
-            QVERIFY2(r_.ok(), qPrintable(r_.ok() ? QString() : r_.error().toString()));
-        }
+        QVERIFY(broker->registerNode(limited(QStringLiteral("small"), 256)).ok());
+        QVERIFY(broker->registerNode(limited(QStringLiteral("large"), 1024)).ok());
+        QVERIFY(broker->registerNode(limited(QStringLiteral("unsaid"), 0)).ok());
         QVERIFY(!broker->assign(QStringLiteral("small"))->has_value());
         QVERIFY(broker->assign(QStringLiteral("large"))->has_value());
         QVERIFY(broker->assign(QStringLiteral("unsaid"))->has_value());
@@ -1027,10 +925,7 @@ private Q_SLOTS:
         auto status = *broker->status(jobId);
         QCOMPARE(status.escrow, *Credits::fromCredits(100));
         QCOMPARE(status.pricePerShard, Credits::fromMicro(100'000)); // 1 work unit at 0.1 credit
-        {
-            auto r_ = broker->registerNode(node(QStringLiteral("a")));
-            QVERIFY2(r_.ok(), qPrintable(r_.ok() ? QString() : r_.error().toString()));
-        }
+        QVERIFY(broker->registerNode(node(QStringLiteral("a"))).ok());
         QCOMPARE((*broker->account(QStringLiteral("a"))).value(QStringLiteral("stake")).toString(), QStringLiteral("10"));
         const auto first = **broker->assign(QStringLiteral("a"));
         const auto second = **broker->assign(QStringLiteral("a"));
@@ -1084,10 +979,7 @@ private Q_SLOTS:
             ledger::accounts::balance(QStringLiteral("payer")), *Credits::fromCredits(100), QStringLiteral("buy"), 1);
         const auto jobId = broker->submit(job(1, 1), QStringLiteral("payer"));
         QVERIFY(jobId.ok());
-        {
-            auto r_ = broker->registerNode(node(QStringLiteral("unstaked")));
-            QVERIFY2(r_.ok(), qPrintable(r_.ok() ? QString() : r_.error().toString()));
-        }
+        QVERIFY(broker->registerNode(node(QStringLiteral("unstaked"))).ok());
         const auto refused = broker->assign(QStringLiteral("unstaked"));
         QVERIFY(!refused.ok());
         QCOMPARE(refused.error().field, QStringLiteral("stake"));
@@ -1100,10 +992,7 @@ private Q_SLOTS:
     {
         auto broker = open(QStringLiteral("commitments"));
         (void)*broker->submit(job(1, 1));
-        {
-            auto r_ = broker->registerNode(node(QStringLiteral("a")));
-            QVERIFY2(r_.ok(), qPrintable(r_.ok() ? QString() : r_.error().toString()));
-        }
+        QVERIFY(broker->registerNode(node(QStringLiteral("a"))).ok());
         const auto assignment = **broker->assign(QStringLiteral("a"));
         const auto result = answer(*broker, assignment, "w");
         // No commitment: refused.
@@ -1140,10 +1029,8 @@ private Q_SLOTS:
     {
         auto broker = openVerifying(QStringLiteral("verify"));
         const auto jobId = *broker->submit(job(1, 2));
-        for (const auto* id : { "a", "b" }) {
-            auto r_ = broker->registerNode(node(QString::fromLatin1(id)));
-            QVERIFY2(r_.ok(), qPrintable(r_.ok() ? QString() : r_.error().toString()));
-        }
+        for (const auto* id : { "a", "b" })
+            QVERIFY(broker->registerNode(node(QString::fromLatin1(id))).ok());
         const auto a1 = **broker->assign(QStringLiteral("a"));
         // A new node's results are all sampled: counted, not paid yet.
         QCOMPARE(*deliver(*broker, QStringLiteral("a"), a1.id, honest(*broker, a1)), Acceptance::Held);
@@ -1186,10 +1073,8 @@ private Q_SLOTS:
     {
         auto broker = openVerifying(QStringLiteral("cheat1"));
         const auto jobId = *broker->submit(job(1, 1), QStringLiteral("owner"));
-        for (const auto* id : { "a", "b" }) {
-            auto r_ = broker->registerNode(node(QString::fromLatin1(id)));
-            QVERIFY2(r_.ok(), qPrintable(r_.ok() ? QString() : r_.error().toString()));
-        }
+        for (const auto* id : { "a", "b" })
+            QVERIFY(broker->registerNode(node(QString::fromLatin1(id))).ok());
         const auto a1 = **broker->assign(QStringLiteral("a"));
         QCOMPARE(*deliver(*broker, QStringLiteral("a"), a1.id, honest(*broker, a1, 1)), Acceptance::Held);
         const auto b1 = **broker->assign(QStringLiteral("b"));
@@ -1243,10 +1128,7 @@ private Q_SLOTS:
         asked.sort();
         QCOMPARE(asked, QStringList({ QStringLiteral("a"), QStringLiteral("b") }));
         // A state that does not hash to the agreed checkpoint does not count; a node not asked is refused.
-        {
-            auto r_ = broker->registerNode(node(QStringLiteral("c")));
-            QVERIFY2(r_.ok(), qPrintable(r_.ok() ? QString() : r_.error().toString()));
-        }
+        QVERIFY(broker->registerNode(node(QStringLiteral("c"))).ok());
         QVERIFY(!broker->checkpointDelivered(QStringLiteral("c"), checkId, *broker->blobs().put("x")).ok());
         const auto junk = broker->checkpointDelivered(QStringLiteral("a"), checkId, *broker->blobs().put("not the state"));
         QVERIFY(!junk.ok()); // answered with an ERROR that says why
@@ -1473,10 +1355,7 @@ private Q_SLOTS:
     {
         auto broker = open(QStringLiteral("unreadable"));
         const auto jobId = *broker->submit(job(1, 1));
-        {
-            auto r_ = broker->registerNode(node(QStringLiteral("a")));
-            QVERIFY2(r_.ok(), qPrintable(r_.ok() ? QString() : r_.error().toString()));
-        }
+        QVERIFY(broker->registerNode(node(QStringLiteral("a"))).ok());
         const auto assignment = **broker->assign(QStringLiteral("a"));
         auto result = answer(*broker, assignment, "w");
         const auto readable = result.weightsSha256;
@@ -1498,10 +1377,8 @@ private Q_SLOTS:
     {
         auto broker = openVerifying(QStringLiteral("liar"));
         const auto jobId = *broker->submit(job(1, 1));
-        for (const auto* id : { "a", "b", "c" }) {
-            auto r_ = broker->registerNode(node(QString::fromLatin1(id)));
-            QVERIFY2(r_.ok(), qPrintable(r_.ok() ? QString() : r_.error().toString()));
-        }
+        for (const auto* id : { "a", "b", "c" })
+            QVERIFY(broker->registerNode(node(QString::fromLatin1(id))).ok());
         const auto a1 = **broker->assign(QStringLiteral("a"));
         QCOMPARE(*deliver(*broker, QStringLiteral("a"), a1.id, honest(*broker, a1)), Acceptance::Held);
         const auto b1 = **broker->assign(QStringLiteral("b"));
@@ -1531,10 +1408,8 @@ private Q_SLOTS:
         auto spec = job(1, 1);
         spec.training.localSteps = 15;
         const auto jobId = *broker->submit(spec);
-        for (const auto* id : { "a", "b", "c" }) {
-            auto r_ = broker->registerNode(node(QString::fromLatin1(id)));
-            QVERIFY2(r_.ok(), qPrintable(r_.ok() ? QString() : r_.error().toString()));
-        }
+        for (const auto* id : { "a", "b", "c" })
+            QVERIFY(broker->registerNode(node(QString::fromLatin1(id))).ok());
         const auto a1 = **broker->assign(QStringLiteral("a"));
         QCOMPARE(*deliver(*broker, QStringLiteral("a"), a1.id, honest(*broker, a1, 2)), Acceptance::Held);
         const auto b1 = **broker->assign(QStringLiteral("b"));
@@ -1560,14 +1435,8 @@ private Q_SLOTS:
     {
         auto broker = openVerifying(QStringLiteral("lies"));
         (void)*broker->submit(job(1, 2));
-        {
-            auto r_ = broker->registerNode(node(QStringLiteral("a")));
-            QVERIFY2(r_.ok(), qPrintable(r_.ok() ? QString() : r_.error().toString()));
-        }
-        {
-            auto r_ = broker->registerNode(node(QStringLiteral("b")));
-            QVERIFY2(r_.ok(), qPrintable(r_.ok() ? QString() : r_.error().toString()));
-        }
+        QVERIFY(broker->registerNode(node(QStringLiteral("a"))).ok());
+        QVERIFY(broker->registerNode(node(QStringLiteral("b"))).ok());
         // A commitment that names another round than the assignment's (a stale result passed off as new).
         const auto a1 = **broker->assign(QStringLiteral("a"));
         auto stale = honest(*broker, a1);
@@ -1612,10 +1481,7 @@ private Q_SLOTS:
                 .mint(ledger::accounts::balance(QStringLiteral("local")), *Credits::fromCredits(100), QStringLiteral("buy"), 0)
                 .ok());
         QVERIFY(broker->submit(job(1, 1)).ok());
-        {
-            auto r_ = broker->registerNode(node(QStringLiteral("fresh")));
-            QVERIFY2(r_.ok(), qPrintable(r_.ok() ? QString() : r_.error().toString()));
-        }
+        QVERIFY(broker->registerNode(node(QStringLiteral("fresh"))).ok());
         const auto work = broker->assign(QStringLiteral("fresh"));
         QVERIFY2(work.ok() && work->has_value(), qPrintable(work.ok() ? QString() : work.error().toString()));
         QVERIFY(broker->ledger().checkInvariants().ok());
@@ -1629,10 +1495,7 @@ private Q_SLOTS:
         (void)*broker->submit(job(1, 1)); // int8, the default
         auto old = node(QStringLiteral("old"));
         old.capabilities.clear();
-        {
-            auto r_ = broker->registerNode(old);
-            QVERIFY2(r_.ok(), qPrintable(r_.ok() ? QString() : r_.error().toString()));
-        }
+        QVERIFY(broker->registerNode(old).ok());
         QVERIFY(!broker->assign(QStringLiteral("old"))->has_value());
         auto plain = job(1, 1);
         plain.aggregation.compression = Compression::None;
@@ -1645,10 +1508,7 @@ private Q_SLOTS:
         (void)*broker->submit(portable);
         auto someInt8 = node(QStringLiteral("int8-only"));
         someInt8.capabilities = { QStringLiteral("int8"), QStringLiteral("a-later-one") };
-        {
-            auto r_ = broker->registerNode(someInt8);
-            QVERIFY2(r_.ok(), qPrintable(r_.ok() ? QString() : r_.error().toString()));
-        }
+        QVERIFY(broker->registerNode(someInt8).ok());
         const auto first = **broker->assign(QStringLiteral("int8-only")); // the int8 job's shard
         QCOMPARE(first.task.compression, Compression::Int8);
         QVERIFY(!broker->assign(QStringLiteral("int8-only"))->has_value()); // never the portable one
@@ -1660,14 +1520,8 @@ private Q_SLOTS:
     {
         auto broker = open(QStringLiteral("wrong-form"));
         const auto jobId = *broker->submit(job(1, 1)); // int8, the default
-        {
-            auto r_ = broker->registerNode(node(QStringLiteral("a")));
-            QVERIFY2(r_.ok(), qPrintable(r_.ok() ? QString() : r_.error().toString()));
-        }
-        {
-            auto r_ = broker->registerNode(node(QStringLiteral("b")));
-            QVERIFY2(r_.ok(), qPrintable(r_.ok() ? QString() : r_.error().toString()));
-        }
+        QVERIFY(broker->registerNode(node(QStringLiteral("a"))).ok());
+        QVERIFY(broker->registerNode(node(QStringLiteral("b"))).ok());
         const auto assignment = **broker->assign(QStringLiteral("a"));
         QCOMPARE(assignment.task.compression, Compression::Int8);
         const auto refused = deliver(*broker, QStringLiteral("a"), assignment.id, answer(*broker, assignment, "whole:a"));
@@ -1691,10 +1545,7 @@ private Q_SLOTS:
         options.faucet = false;
         options.unbondingDelayMs = 60'000;
         auto broker = open(QStringLiteral("stake"), options);
-        {
-            auto r_ = broker->registerNode(node(QStringLiteral("a")));
-            QVERIFY2(r_.ok(), qPrintable(r_.ok() ? QString() : r_.error().toString()));
-        }
+        QVERIFY(broker->registerNode(node(QStringLiteral("a"))).ok());
         QVERIFY(broker->ledger().mint(QStringLiteral("balance:a"), *Credits::fromCredits(30), QStringLiteral("grant"), 0).ok());
         const QString brokerKey = QString::fromLatin1(broker->signingKey().toBase64());
         auto requestFor = [&](const QString& action, const QString& amount, const QString& nonce, const SigningKeys& keys,
@@ -1764,10 +1615,7 @@ private Q_SLOTS:
         options.selfVerifyAfterMs = 1000;
         auto broker = open(QStringLiteral("self"), options);
         const auto jobId = *broker->submit(job(1, 1));
-        {
-            auto r_ = broker->registerNode(node(QStringLiteral("a")));
-            QVERIFY2(r_.ok(), qPrintable(r_.ok() ? QString() : r_.error().toString()));
-        }
+        QVERIFY(broker->registerNode(node(QStringLiteral("a"))).ok());
         const auto a1 = **broker->assign(QStringLiteral("a"));
         QCOMPARE(*deliver(*broker, QStringLiteral("a"), a1.id, honest(*broker, a1)), Acceptance::Held);
         QVERIFY(!broker->assign(QStringLiteral("a"))->has_value()); // its own check is not for it
@@ -1789,18 +1637,9 @@ private Q_SLOTS:
         const auto jobId = *broker->submit(job(1, 2));
         auto other = node(QStringLiteral("b"));
         other.runtimeProfile = QStringLiteral("another profile");
-        {
-            auto r_ = broker->registerNode(node(QStringLiteral("a")));
-            QVERIFY2(r_.ok(), qPrintable(r_.ok() ? QString() : r_.error().toString()));
-        }
-        {
-            auto r_ = broker->registerNode(other);
-            QVERIFY2(r_.ok(), qPrintable(r_.ok() ? QString() : r_.error().toString()));
-        }
-        {
-            auto r_ = broker->registerNode(node(QStringLiteral("c")));
-            QVERIFY2(r_.ok(), qPrintable(r_.ok() ? QString() : r_.error().toString()));
-        }
+        QVERIFY(broker->registerNode(node(QStringLiteral("a"))).ok());
+        QVERIFY(broker->registerNode(other).ok());
+        QVERIFY(broker->registerNode(node(QStringLiteral("c"))).ok());
         const auto a1 = **broker->assign(QStringLiteral("a"));
         QCOMPARE(*deliver(*broker, QStringLiteral("a"), a1.id, honest(*broker, a1)), Acceptance::Held);
         m_clock.now += 60'000;
@@ -1824,10 +1663,7 @@ private Q_SLOTS:
         {
             auto broker = open(QStringLiteral("restarted"), options);
             jobId = *broker->submit(job(1, 1));
-            {
-                auto r_ = broker->registerNode(node(QStringLiteral("a")));
-                QVERIFY2(r_.ok(), qPrintable(r_.ok() ? QString() : r_.error().toString()));
-            }
+            QVERIFY(broker->registerNode(node(QStringLiteral("a"))).ok());
             const auto a1 = **broker->assign(QStringLiteral("a"));
             QCOMPARE(*deliver(*broker, QStringLiteral("a"), a1.id, honest(*broker, a1)), Acceptance::Held);
             m_clock.now += 1'000;
@@ -1836,10 +1672,7 @@ private Q_SLOTS:
         auto broker = open(QStringLiteral("restarted"), options);
         broker->tick(); // no node is back yet, but the broker has just started: it waits
         QCOMPARE(broker->status(jobId)->state, JobState::Running);
-        {
-            auto r_ = broker->registerNode(node(QStringLiteral("c")));
-            QVERIFY2(r_.ok(), qPrintable(r_.ok() ? QString() : r_.error().toString()));
-        }
+        QVERIFY(broker->registerNode(node(QStringLiteral("c"))).ok());
         m_clock.now += 5'000;
         broker->tick(); // c could check it
         QCOMPARE(broker->status(jobId)->state, JobState::Running);
@@ -1854,19 +1687,14 @@ private Q_SLOTS:
         options.canaryRate = 1.0;
         auto broker = open(QStringLiteral("canary"), options);
         const auto jobId = *broker->submit(job(1, 2));
-        for (const auto* id : { "a", "b" }) {
-            auto r_ = broker->registerNode(node(QString::fromLatin1(id)));
-            QVERIFY2(r_.ok(), qPrintable(r_.ok() ? QString() : r_.error().toString()));
-        }
+        for (const auto* id : { "a", "b" })
+            QVERIFY(broker->registerNode(node(QString::fromLatin1(id))).ok());
         const auto a1 = **broker->assign(QStringLiteral("a"));
         QCOMPARE(*deliver(*broker, QStringLiteral("a"), a1.id, honest(*broker, a1)), Acceptance::Held);
         const auto b1 = **broker->assign(QStringLiteral("b")); // the check of a's result: b is the only one to draw
         QCOMPARE(b1.task.shard, a1.task.shard);
         QCOMPARE(*deliver(*broker, QStringLiteral("b"), b1.id, honest(*broker, b1)), Acceptance::Held);
-        {
-            auto r_ = broker->registerNode(node(QStringLiteral("c")));
-            QVERIFY2(r_.ok(), qPrintable(r_.ok() ? QString() : r_.error().toString()));
-        }
+        QVERIFY(broker->registerNode(node(QStringLiteral("c"))).ok());
         // c is handed shard 0 again, as if it were new, and gets it wrong.
         const auto c1 = **broker->assign(QStringLiteral("c"));
         QCOMPARE(c1.task.shard, 0);
@@ -1886,18 +1714,9 @@ private Q_SLOTS:
         options.auditRate = 0.0;
         auto broker = open(QStringLiteral("who-checks"), options);
         (void)*broker->submit(job(1, 8));
-        {
-            auto r_ = broker->registerNode(node(QStringLiteral("a")), QStringLiteral("10.0.0.1"));
-            QVERIFY2(r_.ok(), qPrintable(r_.ok() ? QString() : r_.error().toString()));
-        }
-        {
-            auto r_ = broker->registerNode(node(QStringLiteral("b")), QStringLiteral("10.0.0.2"));
-            QVERIFY2(r_.ok(), qPrintable(r_.ok() ? QString() : r_.error().toString()));
-        }
-        {
-            auto r_ = broker->registerNode(node(QStringLiteral("twin")), QStringLiteral("10.0.0.1"));
-            QVERIFY2(r_.ok(), qPrintable(r_.ok() ? QString() : r_.error().toString()));
-        } // a's address
+        QVERIFY(broker->registerNode(node(QStringLiteral("a")), QStringLiteral("10.0.0.1")).ok());
+        QVERIFY(broker->registerNode(node(QStringLiteral("b")), QStringLiteral("10.0.0.2")).ok());
+        QVERIFY(broker->registerNode(node(QStringLiteral("twin")), QStringLiteral("10.0.0.1")).ok()); // a's address
         // b checks a's first three results: the only node that may (twin shares a's address).
         for (int i = 0; i < 3; ++i) {
             const auto trained = **broker->assign(QStringLiteral("a"));
@@ -1907,10 +1726,7 @@ private Q_SLOTS:
             QCOMPARE(*deliver(*broker, QStringLiteral("b"), check.id, honest(*broker, check)), Acceptance::Held);
         }
         // Now b is a's frequent partner: with h there, a's next result goes to h, whoever asks first.
-        {
-            auto r_ = broker->registerNode(node(QStringLiteral("h")), QStringLiteral("10.0.0.3"));
-            QVERIFY2(r_.ok(), qPrintable(r_.ok() ? QString() : r_.error().toString()));
-        }
+        QVERIFY(broker->registerNode(node(QStringLiteral("h")), QStringLiteral("10.0.0.3")).ok());
         const auto trained = **broker->assign(QStringLiteral("a"));
         QCOMPARE(*deliver(*broker, QStringLiteral("a"), trained.id, honest(*broker, trained)), Acceptance::Held);
         for (const auto* other : { "b", "twin" }) {
@@ -1928,10 +1744,7 @@ private Q_SLOTS:
     {
         auto broker = open(QStringLiteral("own-profile"), verifyingOptions());
         (void)*broker->submit(job(1, 2));
-        {
-            auto r_ = broker->registerNode(node(QStringLiteral("a")));
-            QVERIFY2(r_.ok(), qPrintable(r_.ok() ? QString() : r_.error().toString()));
-        }
+        QVERIFY(broker->registerNode(node(QStringLiteral("a"))).ok());
         const auto trained = **broker->assign(QStringLiteral("a"));
         auto result = honest(*broker, trained);
         result.runtimeProfile = QStringLiteral("cpu=only-my-partner");
@@ -1949,20 +1762,15 @@ private Q_SLOTS:
     {
         auto broker = open(QStringLiteral("declined"), verifyingOptions());
         (void)*broker->submit(job(1, 4));
-        for (const auto* id : { "a", "b" }) {
-            auto r_ = broker->registerNode(node(QString::fromLatin1(id)));
-            QVERIFY2(r_.ok(), qPrintable(r_.ok() ? QString() : r_.error().toString()));
-        }
+        for (const auto* id : { "a", "b" })
+            QVERIFY(broker->registerNode(node(QString::fromLatin1(id))).ok());
         const auto trained = **broker->assign(QStringLiteral("a"));
         QCOMPARE(*deliver(*broker, QStringLiteral("a"), trained.id, honest(*broker, trained)), Acceptance::Held);
         const auto check = **broker->assign(QStringLiteral("b"));
         QCOMPARE(check.task.shard, trained.task.shard);
         (void)deliver(*broker, QStringLiteral("b"), check.id,
             failure(check, QStringLiteral("the disk is full"), ShardResult::Outcome::Returned));
-        {
-            auto r_ = broker->registerNode(node(QStringLiteral("c")));
-            QVERIFY2(r_.ok(), qPrintable(r_.ok() ? QString() : r_.error().toString()));
-        }
+        QVERIFY(broker->registerNode(node(QStringLiteral("c"))).ok());
         const auto other = **broker->assign(QStringLiteral("b"));
         QVERIFY(other.task.shard != trained.task.shard); // work of its own, not the check again
         const auto again = **broker->assign(QStringLiteral("c"));
@@ -1978,10 +1786,8 @@ private Q_SLOTS:
         options.auditRate = 1.0;
         auto broker = open(QStringLiteral("audit"), options);
         const auto jobId = *broker->submit(job(1, 2));
-        for (const auto* id : { "a", "b" }) {
-            auto r_ = broker->registerNode(node(QString::fromLatin1(id)));
-            QVERIFY2(r_.ok(), qPrintable(r_.ok() ? QString() : r_.error().toString()));
-        }
+        for (const auto* id : { "a", "b" })
+            QVERIFY(broker->registerNode(node(QString::fromLatin1(id))).ok());
         const auto trained = **broker->assign(QStringLiteral("a"));
         QCOMPARE(*deliver(*broker, QStringLiteral("a"), trained.id, honest(*broker, trained, 1)), Acceptance::Held);
         const auto check = **broker->assign(QStringLiteral("b"));
@@ -1996,10 +1802,8 @@ private Q_SLOTS:
         // Honest results that agree pass the audit (a and b, slashed below the stake work needs, are gone).
         broker->nodeLost(QStringLiteral("a"));
         broker->nodeLost(QStringLiteral("b"));
-        for (const auto* id : { "c", "d" }) {
-            auto r_ = broker->registerNode(node(QString::fromLatin1(id)));
-            QVERIFY2(r_.ok(), qPrintable(r_.ok() ? QString() : r_.error().toString()));
-        }
+        for (const auto* id : { "c", "d" })
+            QVERIFY(broker->registerNode(node(QString::fromLatin1(id))).ok());
         const auto again = **broker->assign(QStringLiteral("c"));
         QCOMPARE(*deliver(*broker, QStringLiteral("c"), again.id, honest(*broker, again)), Acceptance::Held);
         const auto recheck = **broker->assign(QStringLiteral("d"));
@@ -2020,10 +1824,8 @@ private Q_SLOTS:
         {
             auto broker = openVerifying(QStringLiteral("restart"));
             jobId = *broker->submit(spec);
-            for (const auto* id : { "a", "b" }) {
-                auto r_ = broker->registerNode(node(QString::fromLatin1(id)));
-                QVERIFY2(r_.ok(), qPrintable(r_.ok() ? QString() : r_.error().toString()));
-            }
+            for (const auto* id : { "a", "b" })
+                QVERIFY(broker->registerNode(node(QString::fromLatin1(id))).ok());
             const auto a1 = **broker->assign(QStringLiteral("a"));
             QCOMPARE(*deliver(*broker, QStringLiteral("a"), a1.id, honest(*broker, a1, 2)), Acceptance::Held);
             const auto b1 = **broker->assign(QStringLiteral("b"));
@@ -2036,10 +1838,8 @@ private Q_SLOTS:
         for (const auto& notice : broker->takeNotices())
             requests += notice.kind == Notice::Kind::CheckpointRequest ? 1 : 0;
         QCOMPARE(requests, 2);
-        for (const auto* id : { "a", "b" }) {
-            auto r_ = broker->registerNode(node(QString::fromLatin1(id)));
-            QVERIFY2(r_.ok(), qPrintable(r_.ok() ? QString() : r_.error().toString()));
-        }
+        for (const auto* id : { "a", "b" })
+            QVERIFY(broker->registerNode(node(QString::fromLatin1(id))).ok());
         QVERIFY(broker->checkpointDelivered(QStringLiteral("b"), checkId, *broker->blobs().put(FakeMath::state(task, 1))).ok());
         QCOMPARE(broker->verifications(jobId)->first().value(QStringLiteral("outcome")).toString(), QStringLiteral("accused"));
         QVERIFY(!broker->checkpointDelivered(QStringLiteral("a"), checkId, *broker->blobs().put("late")).ok());
@@ -2052,7 +1852,7 @@ private Q_SLOTS:
         options.maxRunningJobsPerOwner = 2;
         auto broker = open(QStringLiteral("perowner"), options);
         const auto first = broker->submit(job(), QStringLiteral("alice"));
-        QVERIFY2(first.ok(), qPrintable(first.ok() ? QString() : first.error().toString()));
+        QVERIFY(first.ok());
         QVERIFY(broker->submit(job(), QStringLiteral("alice")).ok());
         const auto third = broker->submit(job(), QStringLiteral("alice"));
         QVERIFY(!third.ok());
@@ -2071,10 +1871,7 @@ private Q_SLOTS:
         QVERIFY(broker->cancel(jobId).ok());
         QVERIFY(!broker->cancel(jobId).ok());
         QVERIFY(!broker->cancel(QStringLiteral("nope")).ok());
-        {
-            auto r_ = broker->registerNode(node(QStringLiteral("a")));
-            QVERIFY2(r_.ok(), qPrintable(r_.ok() ? QString() : r_.error().toString()));
-        }
+        QVERIFY(broker->registerNode(node(QStringLiteral("a"))).ok());
         QVERIFY(!broker->assign(QStringLiteral("a"))->has_value());
         QCOMPARE(broker->list()->size(), 1);
     }
