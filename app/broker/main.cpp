@@ -232,6 +232,7 @@ int main(int argc, char* argv[])
     core::SystemClock clock;
     auto brokerOptions = brokerOptionsFrom(settings);
     brokerOptions.database = database;
+    brokerOptions.endpoint = options.bind; // named to clients by a standby broker of the network
     auto broker = core::broker::Broker::open(dataDirectory, **blobs, offThread, clock, brokerOptions);
     if (!broker)
         return fail(broker.error().toString());

@@ -55,8 +55,10 @@ QList<Digest> blobsNamedBy(const JobSpec& spec)
 }
 
 Broker::Broker(std::unique_ptr<storage::Database> database, BlobStore& blobs, TrainingMath& math, const Clock& clock,
-    Options options, SigningKeys signing)
+    Options options, SigningKeys signing, const QString& brokerId)
     : m_store(std::make_unique<BrokerStore>(std::move(database)))
+    , m_lease(std::make_unique<NetworkLease>(*m_store, clock, NetworkLease::Identity { brokerId, options.endpoint },
+          options.leaseMs, m_store->database().engine() == storage::Engine::PostgreSQL))
     , m_blobs(blobs)
     , m_signing(std::move(signing))
     , m_math(math)
@@ -101,10 +103,66 @@ Result<std::unique_ptr<Broker>> Broker::open(
     auto signing = SigningKeys::loadOrCreate(QDir(dataDirectory).filePath(QStringLiteral("broker.sign")));
     if (!signing)
         return signing.error();
-    std::unique_ptr<Broker> broker(new Broker(std::move(*database), blobs, math, clock, options, *signing));
+    auto id = NetworkLease::loadOrCreateId(QDir(dataDirectory).filePath(QStringLiteral("broker.id")));
+    if (!id)
+        return id.error();
+    std::unique_ptr<Broker> broker(new Broker(std::move(*database), blobs, math, clock, options, *signing, *id));
+    auto renewal = broker->m_lease->renew();
+    if (!renewal)
+        return renewal.error();
+    if (*renewal == NetworkLease::Renewal::Standby) {
+        qCInfo(lcBrokerCore).noquote() << "standing by: another broker holds the network" << broker->m_lease->holderEndpoint()
+                                       << "(taken over once its lease lapses)";
+        return broker;
+    }
     if (auto status = broker->recover(); !status)
         return status.error();
     return broker;
+}
+
+bool Broker::updateLease()
+{
+    const bool was = m_lease->held();
+    auto renewal = m_lease->renew();
+    if (!renewal) {
+        qCWarning(lcBrokerCore).noquote() << "cannot renew the network lease:" << renewal.error().toString();
+        if (was && !m_lease->held())
+            m_scheduler.clear();
+        return m_lease->held();
+    }
+    switch (*renewal) {
+    case NetworkLease::Renewal::Kept:
+        return true;
+    case NetworkLease::Renewal::Taken:
+        // The broker that held the network is gone (or this one lapsed, and another may have
+        // worked since): the work in flight is handed out again, as after a restart (recover()).
+        qCWarning(lcBrokerCore).noquote() << "holding the network now: broker" << m_lease->holder();
+        if (auto status = recover(); !status) {
+            qCWarning(lcBrokerCore).noquote() << "cannot take over yet:" << status.error().toString();
+            m_scheduler.clear();
+            m_lease->forget();
+            return false;
+        }
+        return true;
+    case NetworkLease::Renewal::Standby:
+        if (was) {
+            qCWarning(lcBrokerCore).noquote() << "lost the network lease to" << m_lease->holderEndpoint() << "; standing by";
+            m_scheduler.clear();
+        }
+        return false;
+    }
+    return false;
+}
+
+Status Broker::refuseUnlessActive(const QString& what)
+{
+    if (m_lease->held() || updateLease())
+        return {};
+    const QString holder = m_lease->holderEndpoint();
+    return Error { QStringLiteral("standby"),
+        QStringLiteral("this broker stands by (another broker of the network holds its work%1); %2 there, or again once "
+                       "this one has taken over")
+            .arg(holder.isEmpty() ? QString() : QStringLiteral(": ") + holder, what) };
 }
 
 Status Broker::recover()
@@ -271,6 +329,8 @@ Status paysForTraining(const JobSpec& spec, const Quote& price)
 
 Result<std::optional<std::int64_t>> Broker::prepareSubmit(const JobSpec& spec, const QString& owner)
 {
+    if (auto status = refuseUnlessActive(QStringLiteral("submit")); !status)
+        return status.error();
     if (auto status = checkSubmittable(spec, owner); !status)
         return status.error();
     auto counted = boundedParametersOf(spec); // before anything is built
@@ -494,6 +554,8 @@ Result<QList<JobStatus>> Broker::list(Listing listing)
 
 Status Broker::cancel(const QString& jobId)
 {
+    if (auto status = refuseUnlessActive(QStringLiteral("cancel")); !status)
+        return status;
     auto job = m_store->existingJob(jobId);
     if (!job)
         return job.error();
@@ -583,6 +645,8 @@ Result<std::optional<Assignment>> Broker::assign(const QString& nodeId)
     const auto node = m_nodes.constFind(nodeId);
     if (node == m_nodes.constEnd())
         return Error { QStringLiteral("node"), QStringLiteral("the node has not registered") };
+    if (!m_lease->held() && !updateLease())
+        return std::optional<Assignment> {}; // a standby hands out nothing
     if (auto staked = m_stakes->requireStake(nodeId); !staked)
         return staked.error();
     // Re-executions first: a round waits for the checks of its sampled shards.
@@ -619,6 +683,8 @@ Result<std::optional<Assignment>> Broker::assign(const QString& nodeId)
 
 Status Broker::commit(const QString& nodeId, const QJsonObject& signedCommitment)
 {
+    if (auto status = refuseUnlessActive(QStringLiteral("commit")); !status)
+        return status;
     const auto node = m_nodes.constFind(nodeId);
     if (node == m_nodes.constEnd())
         return Error { QStringLiteral("node"), QStringLiteral("the node has not registered") };
@@ -671,6 +737,8 @@ Status Broker::allowRead(const Digest& blob, const QString& principal)
 
 Result<Acceptance> Broker::acceptResult(const QString& nodeId, const QString& assignmentId, const ShardResult& result)
 {
+    if (auto status = refuseUnlessActive(QStringLiteral("deliver the result")); !status)
+        return status.error();
     auto found = m_store->assignment(assignmentId);
     if (!found)
         return found.error();
@@ -1259,6 +1327,8 @@ void Broker::collectOldWeights(const QString& jobId, const JobSpec& spec, std::i
 
 Status Broker::checkpointDelivered(const QString& nodeId, const QString& checkId, const Digest& blob)
 {
+    if (auto status = refuseUnlessActive(QStringLiteral("deliver the checkpoint")); !status)
+        return status;
     auto status = m_verifier->checkpointDelivered(nodeId, checkId, blob);
     applySettled();
     return status;
@@ -1266,6 +1336,8 @@ Status Broker::checkpointDelivered(const QString& nodeId, const QString& checkId
 
 Status Broker::admitUpload(const QString& uploader, std::int64_t size)
 {
+    if (auto status = refuseUnlessActive(QStringLiteral("upload")); !status)
+        return status;
     auto held = m_store->unnamedUploadBytes(uploader);
     if (!held)
         return held.error();
@@ -1316,6 +1388,8 @@ void Broker::collectUnnamedUploads()
 
 void Broker::tick()
 {
+    if (!updateLease())
+        return; // a standby: the active broker does the rest
     finishPendingRounds();
     collectUnnamedUploads();
     m_verifier->tick();

@@ -11,6 +11,7 @@
 #include "../signing.h"
 #include "assignment.h"
 #include "brokerstore.h"
+#include "networklease.h"
 #include "notices.h"
 #include "options.h"
 #include "records.h"
@@ -108,7 +109,7 @@ public:
     // An error means the result is invalid (wrong hashes, missing weights) and was not counted.
     Result<Acceptance> acceptResult(const QString& nodeId, const QString& assignmentId, const ShardResult& result);
     // Whether any running job has a shard waiting for a node (to wake waiting nodes).
-    bool hasWork() const { return m_scheduler.hasWork(); }
+    bool hasWork() const { return m_lease->held() && m_scheduler.hasWork(); }
 
     // Disputes. The node's training state at the checkpoint a dispute asked for has arrived as a
     // blob (a null digest: the node says it does not have it); the broker replays the one interval.
@@ -164,6 +165,13 @@ public:
     // or cheat lose work to nodes that deliver.
     double schedulingScore(const QString& nodeId);
 
+    // Several brokers on one PostgreSQL database (docs/STORE.md, "Several brokers"): whether this
+    // one holds the network lease (schedules, verifies, pays) or stands by (answers reads, refuses
+    // what would change a job, takes over once the lease lapses: tick()). On SQLite: always true.
+    bool active() const { return m_lease->held(); }
+    // This broker's id in broker_leases (DIR/broker.id).
+    const QString& brokerId() const { return m_lease->holder(); }
+
     // Samples per second this broker expects of a node, from its benchmark.
     static double expectedSamplesPerSecond(const NodeInfo& node) { return Scheduler::expectedSamplesPerSecond(node); }
 
@@ -200,8 +208,13 @@ private:
     };
 
     Broker(std::unique_ptr<storage::Database> database, BlobStore& blobs, TrainingMath& math, const Clock& clock, Options options,
-        SigningKeys signing);
+        SigningKeys signing, const QString& brokerId);
     Status recover();
+    // Renews the network lease: a standby that takes it recovers the network's work as a restart
+    // does; a holder that lost it stops scheduling. Whether this broker is active now.
+    bool updateLease();
+    // The refusal of what only the active broker does, naming it; none while active.
+    Status refuseUnlessActive(const QString& what);
     Status loadRunning();
     Status checkSubmittable(const JobSpec& spec, const QString& owner);
     // A model's parameters before anything is built: a zoo model's from its spec (for tensor
@@ -248,6 +261,7 @@ private:
     Status refund(const QString& jobId);
 
     std::unique_ptr<BrokerStore> m_store;
+    std::unique_ptr<NetworkLease> m_lease;
     BlobStore& m_blobs;
     DataManifests m_manifests { m_blobs };
     std::unique_ptr<ledger::Ledger> m_ledger;

@@ -768,6 +768,39 @@ Result<QList<CheckRecord>> BrokerStore::checkRecords(const QString& jobId, int l
     return collect(*rows, readCheckRecord);
 }
 
+// --- leases --------------------------------------------------------------------------------------
+
+Result<std::optional<std::int64_t>> BrokerStore::takeLease(const QString& scope, const LeaseRow& wanted, std::int64_t now)
+{
+    // One statement: two brokers that try at once are ordered by the row's lock, and the second
+    // sees the first's lease.
+    auto rows = query(*m_db,
+        QStringLiteral("INSERT INTO broker_leases (scope, holder, endpoint, expires_at) VALUES (?1, ?2, ?3, ?4) "
+                       "ON CONFLICT (scope) DO UPDATE SET holder = excluded.holder, endpoint = excluded.endpoint, "
+                       "expires_at = excluded.expires_at, generation = broker_leases.generation "
+                       "+ CASE WHEN broker_leases.holder = excluded.holder THEN 0 ELSE 1 END "
+                       "WHERE broker_leases.holder = excluded.holder OR broker_leases.expires_at < ?5 "
+                       "RETURNING generation"),
+        scope, wanted.holder, wanted.endpoint, wanted.expiresAt, now);
+    if (!rows)
+        return rows.error();
+    auto found = fetch(*rows);
+    if (!found)
+        return found.error();
+    const std::optional<std::int64_t> generation = *found ? std::optional<std::int64_t>(rows->columnInt(0)) : std::nullopt;
+    rows->reset(); // the statement ends here
+    return generation;
+}
+
+Result<std::optional<LeaseRow>> BrokerStore::lease(const QString& scope)
+{
+    return first<LeaseRow>(
+        query(*m_db, QStringLiteral("SELECT holder, endpoint, expires_at, generation FROM broker_leases WHERE scope = ?"), scope),
+        [](Statement& row) {
+            return LeaseRow { row.columnText(0), row.columnText(1), row.columnInt(2), row.columnInt(3) };
+        });
+}
+
 // --- blob readers --------------------------------------------------------------------------------
 
 Status BrokerStore::allowRead(const Digest& blob, const QString& principal)

@@ -134,12 +134,26 @@ struct UnbondingRow {
 // Every statement the broker runs on its database (broker.sqlite), with typed rows, each table's
 // columns named once (brokerstore.cpp). States go in and come out as enums; the schema's CHECK
 // constraints refuse any other name. One connection, owned by the broker's thread.
+// A lease of broker_leases: who holds it, where its clients reach it, and until when.
+struct LeaseRow {
+    QString holder;
+    QString endpoint;
+    std::int64_t expiresAt = 0;
+    std::int64_t generation = 0; // one more each time another holder takes it
+};
+
 class BrokerStore {
 public:
     explicit BrokerStore(std::unique_ptr<storage::Database> database);
 
     storage::Database& database() { return *m_db; }
     Result<storage::Transaction> begin();
+
+    // Leases between brokers sharing the database (NetworkLease). take: for wanted.holder until
+    // wanted.expiresAt where the lease is free, lapsed before `now`, or the holder's already, in
+    // one statement; the lease's generation then, none when another broker holds it.
+    Result<std::optional<std::int64_t>> takeLease(const QString& scope, const LeaseRow& wanted, std::int64_t now);
+    Result<std::optional<LeaseRow>> lease(const QString& scope);
 
     // Jobs and their rounds.
     Status insertJob(const JobRow& job);

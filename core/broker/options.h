@@ -16,6 +16,11 @@ struct BrokerOptions {
     // or a PostgreSQL connection URI (postgresql://...), which several brokers may share
     // (docs/STORE.md).
     QString database;
+    // Several brokers on one database (docs/STORE.md, "Several brokers"): where this broker's
+    // clients reach it (shown by a standby broker to those it refuses), and how long its network
+    // lease lasts unrenewed (a standby takes over that long after the holder died).
+    QString endpoint;
+    std::int64_t leaseMs = 6'000;
     std::int64_t minDeadlineMs = 30'000; // a shard's deadline is at least this
     std::int64_t maxDeadlineMs = 3'600'000; // and at most this, whatever the node claims
     double deadlineSlack = 4.0; // times the node's expected time

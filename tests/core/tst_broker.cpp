@@ -204,6 +204,16 @@ private:
         return std::move(broker).value();
     }
 
+    // A broker on a data folder of its own and the blob store `blobs` (brokers of one network that
+    // share their blobs).
+    std::unique_ptr<Broker> openOn(const QString& name, BlobStore& blobs, const Broker::Options& options)
+    {
+        auto broker = Broker::open(m_dir.filePath(name), blobs, m_math, m_clock, options);
+        if (!broker)
+            qFatal("%s", qPrintable(broker.error().toString()));
+        return std::move(broker).value();
+    }
+
 private Q_SLOTS:
     void initTestCase()
     {
@@ -873,6 +883,74 @@ private Q_SLOTS:
         QVERIFY(broker->registerNode(node(QStringLiteral("c"))).ok());
         QVERIFY(broker->assign(QStringLiteral("c"))->has_value());
         QVERIFY(broker->assign(QStringLiteral("c"))->has_value());
+    }
+
+    // Two brokers on one PostgreSQL database (docs/STORE.md, "Several brokers"): the first holds
+    // the network, the second stands by (hands out nothing, refuses a submit naming the first,
+    // answers balances). The first dies with a shard out; once its lease lapses the second takes
+    // the network over, hands that shard out again, and finishes the job: each shard paid once,
+    // the books balanced. The first, back on its data folder, stands by.
+    void aStandbyBrokerTakesTheNetworkOverWhenTheLeaseLapses()
+    {
+        if (!tessera::tests::TestStore::onPostgres())
+            QSKIP("several brokers share a PostgreSQL database only (tst_broker_postgresql)");
+        Broker::Options options;
+        options.sampling = { 0, 0.0 };
+        options.faucet = true;
+        options.maxAssignmentsPerNode = 4;
+        options.database = tessera::tests::TestStore::databaseFor(m_dir.filePath(QStringLiteral("network")));
+        auto blobs = Broker::openBlobs(m_dir.filePath(QStringLiteral("network-blobs")));
+        QVERIFY(blobs.ok());
+        m_blobs.push_back(std::move(*blobs));
+        BlobStore& shared = *m_blobs.back();
+        options.endpoint = QStringLiteral("tcp://first.example:5555");
+        auto first = openOn(QStringLiteral("first"), shared, options);
+        options.endpoint = QStringLiteral("tcp://second.example:5555");
+        auto second = openOn(QStringLiteral("second"), shared, options);
+        QVERIFY(first->active());
+        QVERIFY(!second->active());
+        QVERIFY(first->brokerId() != second->brokerId());
+
+        const auto jobId = *first->submit(job(1, 2), QStringLiteral("owner"));
+        const auto refused = second->submit(job(1, 2), QStringLiteral("owner"));
+        QVERIFY(!refused.ok());
+        QCOMPARE(refused.error().field, QStringLiteral("standby"));
+        QVERIFY2(
+            refused.error().message.contains(QStringLiteral("tcp://first.example:5555")), qPrintable(refused.error().message));
+        for (auto* broker : { first.get(), second.get() })
+            QVERIFY(broker->registerNode(node(QStringLiteral("a"))).ok());
+        QVERIFY(!second->assign(QStringLiteral("a"))->has_value());
+        const auto done = **first->assign(QStringLiteral("a"));
+        (void)**first->assign(QStringLiteral("a")); // in flight when the first broker dies
+        QCOMPARE(*deliver(*first, QStringLiteral("a"), done.id, answer(*first, done, "0")), Acceptance::Accepted);
+        QVERIFY(!deliver(*second, QStringLiteral("a"), done.id, answer(*second, done, "0")).ok()); // a standby takes no result
+        const auto paidBefore = second->account(QStringLiteral("a"));
+        QVERIFY(paidBefore.ok()); // read from the shared books
+        first.reset(); // killed: its lease stays until it lapses
+
+        m_clock.now += 1000;
+        second->tick();
+        QVERIFY(!second->active());
+        m_clock.now += NetworkLease::DefaultMs;
+        second->tick();
+        QVERIFY(second->active());
+        const auto again = **second->assign(QStringLiteral("a"));
+        QVERIFY(again.task.shard != done.task.shard);
+        QCOMPARE(*deliver(*second, QStringLiteral("a"), again.id, answer(*second, again, "1")), Acceptance::Accepted);
+        const auto status = *second->status(jobId);
+        QCOMPARE(status.state, JobState::Finished);
+        QCOMPARE(*second->blobs().read(status.weightsBlob), QByteArray("w0|01"));
+        QVERIFY(second->ledger().checkInvariants().ok());
+        int payments = 0;
+        const auto history = second->ledger().history(ledger::accounts::balance(QStringLiteral("a")));
+        QVERIFY(history.ok());
+        for (const auto& transfer : *history)
+            payments += transfer.cause.startsWith(QStringLiteral("pay:") + jobId) ? 1 : 0;
+        QCOMPARE(payments, 2);
+
+        auto back = openOn(QStringLiteral("first"), shared, options);
+        QVERIFY(!back->active()); // its own id, but the second broker holds the network now
+        QVERIFY(!back->assign(QStringLiteral("a")).ok() || !back->assign(QStringLiteral("a"))->has_value());
     }
 
     void nodesGetOnlyWhatTheyCanRun()

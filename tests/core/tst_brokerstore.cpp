@@ -135,6 +135,30 @@ private Q_SLOTS:
             refused(storage::execute(db, QStringLiteral("UPDATE assignments SET verification = NULL WHERE kind <> 'train'"))));
     }
 
+    // The network lease (NetworkLease): one holder at a time; another takes it only once it
+    // lapsed, and the generation says that it changed hands.
+    void aLeaseHasOneHolderUntilItLapses()
+    {
+        const QString path = m_dir.filePath(QStringLiteral("lease.sqlite"));
+        BrokerStore first(openAt(path, 1000));
+        BrokerStore second(openAt(path, 1000));
+        const QString scope = QStringLiteral("network");
+        QCOMPARE(*first.takeLease(scope, { QStringLiteral("one"), QStringLiteral("tcp://one:1"), 2000, 0 }, 1000),
+            std::optional<std::int64_t>(1));
+        QCOMPARE(*second.takeLease(scope, { QStringLiteral("two"), QStringLiteral("tcp://two:2"), 2500, 0 }, 1500),
+            std::optional<std::int64_t>());
+        QCOMPARE(*first.takeLease(scope, { QStringLiteral("one"), QStringLiteral("tcp://one:1"), 3000, 0 }, 2000),
+            std::optional<std::int64_t>(1)); // renewed: the same generation
+        QCOMPARE((*second.lease(scope))->endpoint, QStringLiteral("tcp://one:1"));
+        QCOMPARE(*second.takeLease(scope, { QStringLiteral("two"), QStringLiteral("tcp://two:2"), 4000, 0 }, 3001),
+            std::optional<std::int64_t>(2)); // lapsed: taken, a new generation
+        QCOMPARE(*first.takeLease(scope, { QStringLiteral("one"), QStringLiteral("tcp://one:1"), 4100, 0 }, 3100),
+            std::optional<std::int64_t>());
+        const auto held = *first.lease(scope);
+        QCOMPARE(held->holder, QStringLiteral("two"));
+        QCOMPARE(held->expiresAt, std::int64_t(4000));
+    }
+
     void anOlderBrokersDatabaseIsCarriedOverWithEveryRow()
     {
         const QString path = m_dir.filePath(QStringLiteral("old.sqlite"));
@@ -165,7 +189,7 @@ private Q_SLOTS:
                         .ok());
         }
         BrokerStore store(openAt(path, 1000));
-        QCOMPARE(*store.database().schemaVersion(), 14);
+        QCOMPARE(*store.database().schemaVersion(), int(storage::loadMigrations(QStringLiteral(":/migrations/broker"))->size()));
         const auto carried = *store.job(QStringLiteral("j"));
         QVERIFY(carried);
         QVERIFY(!carried->change); // its round's weights come whole

@@ -1,0 +1,61 @@
+#pragma once
+
+#include "../clock.h"
+#include "../error.h"
+
+#include <QString>
+
+#include <cstdint>
+
+namespace tessera::core::broker {
+
+class BrokerStore;
+
+// The network lease (docs/STORE.md, "Several brokers"). Of the brokers that share one PostgreSQL
+// database, the one that holds it schedules shards, verifies results, aggregates rounds and pays;
+// the others stand by: they answer reads (status, balances, receipts) and take the lease over once
+// it lapses, which a holder that died or lost the database lets happen after leaseMs. A broker on
+// SQLite holds it always, with no writes (one broker to a file).
+class NetworkLease {
+public:
+    struct Identity {
+        QString holder; // this broker's id (DIR/broker.id)
+        QString endpoint; // where its clients reach it (Broker/Bind)
+    };
+    NetworkLease(BrokerStore& store, const Clock& clock, Identity identity, std::int64_t leaseMs, bool shared);
+
+    // This broker's id from `path` (DIR/broker.id), made on first use: a broker restarted on its
+    // data folder takes its own lease back at once; one whose folder is gone waits for it to lapse.
+    static Result<QString> loadOrCreateId(const QString& path);
+
+    // Takes or renews the lease (a broker's tick, about once a second, and whoever finds it lapsed).
+    // A database that does not answer keeps what was held until it would have lapsed.
+    enum class Renewal {
+        Kept, // held before and since, by this broker alone
+        Taken, // held now, and another broker may have held it since this one last did: what it
+               // knew of the network's work is old
+        Standby, // another broker holds it
+    };
+    Result<Renewal> renew();
+    // What this broker knew of the lease is forgotten: the next renewal that takes it is Taken.
+    void forget();
+    // Whether this broker holds it: renewed within leaseMs (always, on SQLite).
+    bool held() const;
+    // Who holds the lease, as its clients reach it ("" when unknown), for a standby's refusals.
+    QString holderEndpoint();
+    const QString& holder() const { return m_identity.holder; }
+
+    static constexpr std::int64_t DefaultMs = 6'000;
+    static constexpr const char* Scope = "network";
+
+private:
+    BrokerStore& m_store;
+    const Clock& m_clock;
+    Identity m_identity;
+    std::int64_t m_leaseMs;
+    bool m_shared;
+    std::int64_t m_heldUntil = 0;
+    std::int64_t m_generation = 0; // of the lease this broker held last
+};
+
+} // namespace tessera::core::broker
