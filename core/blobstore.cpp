@@ -158,8 +158,23 @@ Result<Digest> BlobStore::put(const QByteArray& bytes, const Digest& computed)
         return writeFailed(target, file, bytes.size());
     m_entries.insert(digest, { bytes.size(), ++m_clock });
     m_total += bytes.size();
+    if (auto status = mirrorStored(digest, bytes.size()); !status)
+        return status.error();
     evict();
     return digest;
+}
+
+Status BlobStore::mirrorStored(const Digest& digest, std::int64_t size)
+{
+    if (!m_mirror)
+        return {};
+    auto status = m_mirror->stored(digest, fileOf(digest), size);
+    if (!status) {
+        QFile::remove(fileOf(digest));
+        m_entries.remove(digest);
+        m_total -= size;
+    }
+    return status;
 }
 
 QString BlobStore::stagingDirectory() const
@@ -186,6 +201,8 @@ Result<Digest> BlobStore::adopt(const QString& file, const Digest& computed)
     }
     m_entries.insert(computed, { size, ++m_clock });
     m_total += size;
+    if (auto status = mirrorStored(computed, size); !status)
+        return status.error();
     evict();
     return computed;
 }
@@ -336,6 +353,8 @@ Result<BlobStore::UploadState> BlobStore::completeUpload(const Digest& digest, c
     }
     m_entries.insert(digest, { upload.total, ++m_clock });
     m_total += upload.total;
+    if (auto status = mirrorStored(digest, upload.total); !status)
+        return status.error();
     evict();
     return UploadState::Complete;
 }
@@ -361,6 +380,8 @@ bool BlobStore::remove(const Digest& digest)
     QFile::remove(fileOf(digest));
     m_total -= it->size;
     m_entries.erase(it);
+    if (m_mirror)
+        m_mirror->removed(digest);
     return true;
 }
 

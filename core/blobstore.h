@@ -80,6 +80,20 @@ public:
 
     static constexpr std::int64_t MaxBlobBytes = std::int64_t(1) << 30;
 
+    // What this store holds.
+    QList<Digest> digests() const { return m_entries.keys(); }
+
+    // Told of every blob stored and removed: a broker on a shared database keeps a copy of its
+    // blobs there (broker::BlobMirror). A blob whose copy fails is not stored here either (the
+    // write fails as a full disk would), so what the store holds, the copy holds.
+    class Mirror {
+    public:
+        virtual ~Mirror() = default;
+        virtual Status stored(const Digest& digest, const QString& file, std::int64_t size) = 0;
+        virtual void removed(const Digest& digest) = 0;
+    };
+    void setMirror(Mirror* mirror) { m_mirror = mirror; }
+
 private:
     BlobStore(QString directory, std::int64_t limit);
     QString fileOf(const Digest& digest) const;
@@ -104,6 +118,9 @@ private:
     Status admitUpload(const QString& uploader, std::int64_t totalSize, std::int64_t now);
     void dropUpload(const QString& key);
     Result<UploadState> completeUpload(const Digest& digest, const Upload& upload);
+    // A blob just taken in is copied to the mirror, or taken out again when it cannot be.
+    Status mirrorStored(const Digest& digest, std::int64_t size);
+    Mirror* m_mirror = nullptr;
     QString m_directory;
     std::int64_t m_limit = 0;
     std::int64_t m_total = 0;

@@ -67,6 +67,8 @@ Broker::Broker(std::unique_ptr<storage::Database> database, BlobStore& blobs, Tr
     , m_scheduler(options.stragglerFactor)
 {
     m_ledger = std::make_unique<ledger::Ledger>(m_store->database());
+    if (m_store->database().engine() == storage::Engine::PostgreSQL)
+        m_mirror = std::make_unique<BlobMirror>(m_store->database(), m_blobs);
     if (m_options.randomSeed != 0)
         m_random.seed(quint32(m_options.randomSeed ^ (m_options.randomSeed >> 32)));
     else
@@ -115,9 +117,26 @@ Result<std::unique_ptr<Broker>> Broker::open(
                                        << "(taken over once its lease lapses)";
         return broker;
     }
-    if (auto status = broker->recover(); !status)
+    if (auto status = broker->takeOver(); !status)
         return status.error();
     return broker;
+}
+
+Status Broker::takeOver()
+{
+    if (m_mirror) {
+        // Blobs this broker stored before it ran on the database go there; what another broker
+        // stored comes here.
+        auto stored = m_mirror->storeMissing();
+        if (!stored)
+            return stored.error();
+        auto fetched = m_mirror->fetchMissing();
+        if (!fetched)
+            return fetched.error();
+        if (*stored > 0 || *fetched > 0)
+            qCInfo(lcBrokerCore).noquote() << "blobs: copied" << *stored << "to the database and" << *fetched << "from it";
+    }
+    return recover();
 }
 
 bool Broker::updateLease()
@@ -137,7 +156,7 @@ bool Broker::updateLease()
         // The broker that held the network is gone (or this one lapsed, and another may have
         // worked since): the work in flight is handed out again, as after a restart (recover()).
         qCWarning(lcBrokerCore).noquote() << "holding the network now: broker" << m_lease->holder();
-        if (auto status = recover(); !status) {
+        if (auto status = takeOver(); !status) {
             qCWarning(lcBrokerCore).noquote() << "cannot take over yet:" << status.error().toString();
             m_scheduler.clear();
             m_lease->forget();

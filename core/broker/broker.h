@@ -10,6 +10,7 @@
 #include "../shardresult.h"
 #include "../signing.h"
 #include "assignment.h"
+#include "blobmirror.h"
 #include "brokerstore.h"
 #include "networklease.h"
 #include "notices.h"
@@ -263,6 +264,10 @@ private:
     std::unique_ptr<BrokerStore> m_store;
     std::unique_ptr<NetworkLease> m_lease;
     BlobStore& m_blobs;
+    std::unique_ptr<BlobMirror> m_mirror; // on PostgreSQL: the blobs' copy in the database
+    // Takes the network's work over: the blobs this broker lacks from the database, then what was
+    // in flight handed out again (recover()).
+    Status takeOver();
     DataManifests m_manifests { m_blobs };
     std::unique_ptr<ledger::Ledger> m_ledger;
     SigningKeys m_signing;

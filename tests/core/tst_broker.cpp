@@ -887,9 +887,10 @@ private Q_SLOTS:
 
     // Two brokers on one PostgreSQL database (docs/STORE.md, "Several brokers"): the first holds
     // the network, the second stands by (hands out nothing, refuses a submit naming the first,
-    // answers balances). The first dies with a shard out; once its lease lapses the second takes
-    // the network over, hands that shard out again, and finishes the job: each shard paid once,
-    // the books balanced. The first, back on its data folder, stands by.
+    // answers balances). The first dies with a shard out and its data folder is lost; once its
+    // lease lapses the second takes the network over, with the job's blobs and the accepted
+    // upload from the database's copy, hands that shard out again, and finishes the job: each
+    // shard paid once, the books balanced. The first, started again on a new folder, stands by.
     void aStandbyBrokerTakesTheNetworkOverWhenTheLeaseLapses()
     {
         if (!tessera::tests::TestStore::onPostgres())
@@ -899,14 +900,15 @@ private Q_SLOTS:
         options.faucet = true;
         options.maxAssignmentsPerNode = 4;
         options.database = tessera::tests::TestStore::databaseFor(m_dir.filePath(QStringLiteral("network")));
-        auto blobs = Broker::openBlobs(m_dir.filePath(QStringLiteral("network-blobs")));
-        QVERIFY(blobs.ok());
-        m_blobs.push_back(std::move(*blobs));
-        BlobStore& shared = *m_blobs.back();
+        // Each broker its own blobs: the second finds the first's in the database.
+        auto blobsOf = [this](const QString& name) -> BlobStore& {
+            m_blobs.push_back(std::move(Broker::openBlobs(m_dir.filePath(name))).value());
+            return *m_blobs.back();
+        };
         options.endpoint = QStringLiteral("tcp://first.example:5555");
-        auto first = openOn(QStringLiteral("first"), shared, options);
+        auto first = openOn(QStringLiteral("first"), blobsOf(QStringLiteral("first")), options);
         options.endpoint = QStringLiteral("tcp://second.example:5555");
-        auto second = openOn(QStringLiteral("second"), shared, options);
+        auto second = openOn(QStringLiteral("second"), blobsOf(QStringLiteral("second")), options);
         QVERIFY(first->active());
         QVERIFY(!second->active());
         QVERIFY(first->brokerId() != second->brokerId());
@@ -927,6 +929,7 @@ private Q_SLOTS:
         const auto paidBefore = second->account(QStringLiteral("a"));
         QVERIFY(paidBefore.ok()); // read from the shared books
         first.reset(); // killed: its lease stays until it lapses
+        QVERIFY(QDir(m_dir.filePath(QStringLiteral("first"))).removeRecursively()); // and its data folder lost, id and all
 
         m_clock.now += 1000;
         second->tick();
@@ -948,8 +951,8 @@ private Q_SLOTS:
             payments += transfer.cause.startsWith(QStringLiteral("pay:") + jobId) ? 1 : 0;
         QCOMPARE(payments, 2);
 
-        auto back = openOn(QStringLiteral("first"), shared, options);
-        QVERIFY(!back->active()); // its own id, but the second broker holds the network now
+        auto back = openOn(QStringLiteral("first"), blobsOf(QStringLiteral("first")), options);
+        QVERIFY(!back->active()); // the second broker holds the network now
         QVERIFY(!back->assign(QStringLiteral("a")).ok() || !back->assign(QStringLiteral("a"))->has_value());
     }
 

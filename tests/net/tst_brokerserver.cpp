@@ -72,6 +72,7 @@ class BrokerServerTest : public QObject {
         options.sampling = { 0, 0.0 };
         options.minDeadlineMs = 600'000; // only a lost node frees its shard here
         const QString data = m_dir.filePath(QStringLiteral("b%1").arg(++m_serial));
+        m_broker.reset(); // before its blob store, which it uses to the end
         m_blobs = std::move(core::broker::Broker::openBlobs(data)).value();
         options.database = tests::TestStore::databaseFor(data);
         m_broker = std::move(core::broker::Broker::open(data, *m_blobs, m_math, m_clock, options)).value();
