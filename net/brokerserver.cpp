@@ -982,6 +982,11 @@ void BrokerServer::Private::onResult(Request& r)
         refuse(r, errors::Stale, QStringLiteral("the shard was already answered; this result is not counted"));
         return;
     }
+    qCDebug(lcBroker).noquote() << "result of job" << request->result.jobId << "round" << request->result.round << "shard"
+                                << request->result.shard << "from node" << shortId(nodeId) << ":"
+                                << (*verdict == core::broker::Acceptance::Accepted      ? "accepted"
+                                           : *verdict == core::broker::Acceptance::Held ? "sampled"
+                                                                                        : "failed");
     if (auto it = peers.find(r.routingId); it != peers.end())
         it->score = broker.schedulingScore(nodeId);
     ResultReply reply;

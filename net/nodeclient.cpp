@@ -265,6 +265,11 @@ struct NodeClient::Private {
 
     void send(Command command, const QJsonObject& header, const QByteArray& payload = {})
     {
+        // Between a broker gone silent and the reconnect there is no socket: what would go now
+        // goes again after the next REGISTER (fetchMissing, the outbox), not here. The swarm's
+        // fallback to GET is what comes in that gap (a broker killed mid-fetch).
+        if (!socket)
+            return;
         detail::sendMessage(*socket, { command, header, payload });
         lastSent = now();
     }
@@ -283,6 +288,8 @@ struct NodeClient::Private {
     // Asks for the next ranges of every download, as far as the credit allows.
     void pumpDownloads()
     {
+        if (!socket || session != Session::Registered)
+            return; // the downloads start again once registered (fetchMissing)
         for (auto& download : downloads) {
             while (download.inFlight < MaxCreditChunks
                 && (download.size < 0 ? download.inFlight == 0 : download.requested < download.size)) {

@@ -1,0 +1,133 @@
+#!/usr/bin/env bash
+# Failover between brokers on one PostgreSQL database (docs/STORE.md, "Several brokers"), each
+# process on a host of its own (ip netns): the database, two brokers and two nodes that know both.
+# While the example job trains on the first broker, it is killed (-9) and its data folder deleted;
+# the second takes the network over and the job ends on train-local's bits, the books balanced and
+# each shard of each round paid once. Prints the seconds from the kill to the takeover and to the
+# first result the second broker took in (accepted, or held for its check). Needs root; exits 77 (skipped) where namespaces cannot
+# be made or PostgreSQL is not installed.
+# Usage: brokers-netns.sh BIN_DIR JOB_FILE
+set -euo pipefail
+bin=$(cd "$1" && pwd)
+job=$2
+here=$(cd "$(dirname "$0")" && pwd)
+work=$(mktemp -d "${TMPDIR:-/tmp}/brokers-netns.XXXXXX")
+tag=$(($$ % 10000))
+subnet="10.202.$((tag % 250))"
+pids=()
+nodes=()
+. "$here/../../scripts/lib/netns.sh"
+. "$here/../../scripts/lib/postgres.sh"
+
+cleanup() {
+    for pid in "${pids[@]}"; do kill -9 "$pid" 2>/dev/null || true; done
+    for pid in "${pids[@]}"; do wait "$pid" 2>/dev/null || true; done
+    pg_stop
+    netns_cleanup
+    if [ -z "${TESSERA_KEEP_TEST_DIRS:-}" ]; then rm -rf "$work"; else echo "kept $work"; fi
+}
+trap cleanup EXIT
+
+# Host 0: the database (and the job owner's client); 1 and 2: the brokers; 3 and 4: the nodes.
+made=0
+netns_hosts "tbk$tag" "$subnet" 5 || made=$?
+if [ "$made" -eq 1 ]; then
+    echo "brokers-netns: cannot make a bridge (not root, or no netns here): skipped"
+    exit 77
+fi
+[ "$made" -eq 0 ] || { echo "cannot make the hosts' namespaces"; exit 1; }
+PG_RUN=(in_host 0)
+started=0
+pg_start "$(mktemp -d /tmp/tessera-pg-XXXXXX)" "$subnet.1" "$subnet.0/24" || started=$?
+if [ "$started" -eq 77 ]; then
+    echo "brokers-netns: PostgreSQL is not installed: skipped"
+    exit 77
+fi
+[ "$started" -eq 0 ] || { echo "PostgreSQL did not start"; cat "$PG_DIR"/*.log 2>/dev/null | tail -20; exit 1; }
+
+port=$(/usr/bin/python3 "$here/../../scripts/free_port.py")
+first="tcp://$subnet.2:$port"
+second="tcp://$subnet.3:$port"
+export QT_MESSAGE_PATTERN='%{time yyyy-MM-ddTHH:mm:ss.zzz} %{category} %{message}'
+start_broker() { # HOST NAME ENDPOINT
+    printf '[Broker]\nDataDirectory=%s/%s\nDatabase=%s\nFaucet=true\nCanaryPercent=0\n' "$work" "$2" "$PG_TCP_URI" > "$work/$2.ini"
+    QT_LOGGING_RULES='tessera.broker.debug=true' start_in_host "$1" "$bin/tessera-broker" --config "$work/$2.ini" \
+        --bind "$3" --insecure-plaintext >> "$work/$2.log" 2>&1
+    pids+=($!)
+}
+owner() { # BROKER ARGS...
+    local broker=$1
+    shift
+    in_host 0 "$bin/tessera-job" --config /dev/null --identity "$work/owner.key" --broker "$broker" "$@"
+}
+answers() { # BROKER
+    local deadline=$((SECONDS + 120))
+    until owner "$1" list > /dev/null 2>&1; do
+        [ $SECONDS -lt $deadline ] || { echo "broker $1 did not answer"; tail -20 "$work"/*.log; exit 1; }
+        sleep 0.5
+    done
+}
+start_broker 1 first "$first"
+firstPid=$!
+answers "$first"
+start_broker 2 second "$second"
+answers "$second"
+grep -q "standing by" "$work/second.log" || { echo "FAIL: the second broker does not stand by"; tail "$work/second.log"; exit 1; }
+for i in 3 4; do
+    printf '[Node]\nDataDirectory=%s/node%d\nName=node-%d\n[Compute]\nBenchmarkOnFirstStart=false\n' "$work" "$i" "$i" > "$work/node$i.ini"
+    start_in_host "$i" "$bin/tessera-node" --config "$work/node$i.ini" run --broker "$first" --broker "$second" >> "$work/node$i.log" 2>&1
+    pids+=($!)
+    nodes+=($!)
+done
+
+"$bin/tessera-node" --config /dev/null train-local "$job" --out "$work/local" > "$work/local.log" 2>&1
+expected=$(/usr/bin/python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["finalWeightsHash"])' "$work/local/report.json")
+id=$(owner "$first" submit "$job")
+round() { owner "$1" status "$id" --json 2>/dev/null | /usr/bin/python3 -c 'import json,sys; print(json.load(sys.stdin)["round"])' 2>/dev/null || echo -1; }
+deadline=$((SECONDS + 300))
+until [ "$(round "$first")" -ge 3 ]; do
+    [ $SECONDS -lt $deadline ] || { echo "FAIL: round 3 never came"; tail -20 "$work"/*.log; exit 1; }
+    sleep 0.2
+done
+killedAt=$(date +%s.%N)
+kill -9 "$firstPid"
+wait "$firstPid" 2>/dev/null || true
+rm -rf "$work/first"
+echo "killed the first broker at round $(round "$second") and deleted its data folder"
+owner "$second" wait "$id" --json > "$work/job.json"
+got=$(/usr/bin/python3 -c 'import json,sys; j=json.load(open(sys.argv[1])); print(j["state"], j["weightsHash"])' "$work/job.json")
+
+status=0
+if [ "$got" != "finished $expected" ]; then
+    echo "FAIL: the job ended as '$got', not finished on train-local's $expected"
+    status=1
+fi
+if ! owner "$second" ledger > "$work/ledger.txt" 2>&1; then
+    echo "FAIL: the books do not balance"; cat "$work/ledger.txt"
+    status=1
+fi
+# Each shard of each round paid once (a cause pays once: pay:JOB/ROUND/SHARD), read from the database.
+rounds=$(/usr/bin/python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["training"]["rounds"])' "$job")
+shards=$(/usr/bin/python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["training"]["shardsPerRound"])' "$job")
+paid=$("$PG_BIN/psql" -h "$PG_DIR" -U tessera -d tessera -At \
+    -c "SELECT count(*) FROM ledger_transfers WHERE cause LIKE 'pay:$id/%'" 2>&1 || true)
+if [ "$paid" != "$((rounds * shards))" ]; then
+    echo "FAIL: $paid shard payments, not $((rounds * shards))"
+    status=1
+fi
+seconds() { /usr/bin/python3 -c 'import sys, datetime as d
+t = d.datetime.fromisoformat(sys.argv[1]).replace(tzinfo=d.timezone.utc).timestamp()
+print(f"{t - float(sys.argv[2]):.1f}")' "$1" "$killedAt"; }
+took=$(awk '/holding the network now/ { print $1; exit }' "$work/second.log")
+accepted=$(awk -v t="$took" '$1 > t && /result of job .*: (accepted|sampled)$/ { print $1; exit }' "$work/second.log")
+[ -n "$took" ] || { echo "FAIL: the second broker never took the network over"; status=1; }
+[ -n "$accepted" ] || { echo "FAIL: the second broker took in no result after it took over"; status=1; }
+for pid in "${nodes[@]}"; do
+    kill -0 "$pid" 2>/dev/null || { echo "FAIL: a node died on the way (pid $pid)"; status=1; }
+done
+if [ "$status" -eq 0 ]; then
+    echo "brokers-netns: the job ended on train-local's bits on the second broker; books balanced; $paid shard payments; takeover $(seconds "$took") s and first result taken in $(seconds "$accepted") s after the kill"
+else
+    tail -n 15 "$work"/node*.log "$work"/*.log
+fi
+exit "$status"
