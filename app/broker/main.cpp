@@ -6,6 +6,7 @@
 #include <core/broker/broker.h>
 #include <core/broker/offthreadmath.h>
 #include <core/broker/operator.h>
+#include <core/broker/storemigration.h>
 #include <core/settings/settings.h>
 #include <core/storage/database.h>
 #include <net/brokerserver.h>
@@ -15,6 +16,7 @@
 #include <QCoreApplication>
 #include <QDateTime>
 #include <QDir>
+#include <QFile>
 #include <QJsonDocument>
 #include <QStandardPaths>
 #include <QTextStream>
@@ -78,6 +80,35 @@ int operatorCommand(const QStringList& positional, const QString& store, const Q
     return 2;
 }
 
+// tessera-broker migrate-store --to URI: the data folder's broker.sqlite and blobs into an empty
+// PostgreSQL database (docs/STORE.md, "Moving a network to PostgreSQL").
+int migrateStoreCommand(const QCommandLineParser& parser, const QString& dataDirectory)
+{
+    const QString to = parser.value(QStringLiteral("to"));
+    const QString sqlite = QDir(dataDirectory).filePath(QStringLiteral("broker.sqlite"));
+    if (parser.positionalArguments().size() != 1 || to.isEmpty()) {
+        app::cli::err() << "usage: tessera-broker [--data DIR] migrate-store --to postgresql://..." << Qt::endl;
+        return 2;
+    }
+    if (!QFile::exists(sqlite))
+        return fail(QStringLiteral("no broker database in %1 (--data or Broker/DataDirectory)").arg(dataDirectory));
+    auto blobs = core::broker::Broker::openBlobs(dataDirectory);
+    if (!blobs)
+        return fail(blobs.error().toString());
+    auto moved = core::broker::migrateStore(sqlite, to, blobs->get());
+    if (!moved)
+        return fail(moved.error().toString());
+    QTextStream out(stdout);
+    std::int64_t rows = 0;
+    for (const auto& table : moved->tables)
+        rows += table.rows;
+    out << "copied " << rows << " rows of " << moved->tables.size() << " tables and " << moved->blobs
+        << " blobs; the books balance. Start the broker with Broker/Database set to that URI (its data folder "
+           "stays its blobs' folder)"
+        << Qt::endl;
+    return 0;
+}
+
 // The command line: options, and the operator's commands.
 void describe(QCommandLineParser& parser)
 {
@@ -98,11 +129,14 @@ void describe(QCommandLineParser& parser)
     parser.addOption({ QStringLiteral("insecure-plaintext"),
         QStringLiteral("listen without CURVE on an address other than loopback (anyone who reaches it can claim any account)") });
     parser.addOption({ QStringLiteral("memo"), QStringLiteral("credit: why (kept in the ledger)"), QStringLiteral("TEXT") });
+    parser.addOption({ QStringLiteral("to"), QStringLiteral("migrate-store: the empty PostgreSQL database to move to"),
+        QStringLiteral("URI") });
     parser.addOption({ QStringLiteral("json"), QStringLiteral("credit, balance: print one JSON document") });
     parser.addPositionalArgument(QStringLiteral("command"),
         QStringLiteral("nothing: run the broker; credit ACCOUNT AMOUNT: new credits for an account (the operator funds "
-                       "job owners); balance ACCOUNT: an account's credits"),
-        QStringLiteral("[credit ACCOUNT AMOUNT | balance ACCOUNT]"));
+                       "job owners); balance ACCOUNT: an account's credits; migrate-store --to URI: this broker's "
+                       "SQLite database and blobs into an empty PostgreSQL database"),
+        QStringLiteral("[credit ACCOUNT AMOUNT | balance ACCOUNT | migrate-store --to URI]"));
 }
 
 // The server's options from the settings and the command line; an error when the key file cannot be read or made.
@@ -207,6 +241,8 @@ int main(int argc, char* argv[])
                                                                       : settings.stringValue(names::BrokerDatabase);
     if (!database.isEmpty() && !core::storage::isPostgresUri(database))
         return fail(QStringLiteral("Broker/Database: expected empty or a postgresql:// URI"));
+    if (parser.positionalArguments().value(0) == u"migrate-store")
+        return migrateStoreCommand(parser, dataDirectory);
     if (!parser.positionalArguments().isEmpty())
         return operatorCommand(parser.positionalArguments(), database.isEmpty() ? dataDirectory : database, parser);
 

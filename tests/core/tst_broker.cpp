@@ -2,6 +2,7 @@
 // real arithmetic is tested in tests/compute and end to end in tests/e2e).
 
 #include <core/broker/broker.h>
+#include <core/broker/storemigration.h>
 #include <core/capabilities.h>
 #include <core/datasetchunks.h>
 #include <core/memoryestimate.h>
@@ -954,6 +955,61 @@ private Q_SLOTS:
         auto back = openOn(QStringLiteral("first"), blobsOf(QStringLiteral("first")), options);
         QVERIFY(!back->active()); // the second broker holds the network now
         QVERIFY(!back->assign(QStringLiteral("a")).ok() || !back->assign(QStringLiteral("a"))->has_value());
+    }
+
+    // tessera-broker migrate-store (migrateStore): a broker's SQLite database with a job halfway
+    // moved into an empty PostgreSQL database with its blobs; a broker there finishes the job with
+    // the owner's account as it was, and a second move into the same database is refused.
+    void aSqliteNetworkMovesToPostgresqlAndGoesOn()
+    {
+        if (!tessera::tests::TestStore::onPostgres())
+            QSKIP("moves to a PostgreSQL database (tst_broker_postgresql)");
+        Broker::Options options;
+        options.sampling = { 0, 0.0 };
+        options.faucet = true;
+        options.maxAssignmentsPerNode = 4;
+        m_blobs.push_back(std::move(Broker::openBlobs(m_dir.filePath(QStringLiteral("moved")))).value());
+        BlobStore& blobs = *m_blobs.back();
+        QString jobId;
+        QJsonObject before;
+        {
+            auto broker = openOn(QStringLiteral("moved"), blobs, options); // SQLite: no Broker/Database
+            QCOMPARE(broker->brokerId().size(), 32);
+            jobId = *broker->submit(job(2, 2), QStringLiteral("owner"));
+            QVERIFY(broker->registerNode(node(QStringLiteral("a"))).ok());
+            for (int i = 0; i < 2; ++i) {
+                const auto out = **broker->assign(QStringLiteral("a"));
+                QCOMPARE(*deliver(*broker, QStringLiteral("a"), out.id, answer(*broker, out, QByteArray::number(i))),
+                    Acceptance::Accepted);
+            }
+            QCOMPARE(broker->status(jobId)->round, 1);
+            before = *broker->account(QStringLiteral("owner"));
+        }
+        const QString sqlite = m_dir.filePath(QStringLiteral("moved/broker.sqlite"));
+        const QString uri = tessera::tests::TestStore::databaseFor(m_dir.filePath(QStringLiteral("moved-to")));
+        const auto moved = migrateStore(sqlite, uri, &blobs);
+        QVERIFY2(moved.ok(), moved.ok() ? "" : qPrintable(moved.error().toString()));
+        QVERIFY(moved->blobs >= 3); // the initial weights, round 0's and its change
+        const auto transfers = std::find_if(moved->tables.cbegin(), moved->tables.cend(),
+            [](const auto& table) { return table.name == QStringLiteral("ledger_transfers"); });
+        QVERIFY(transfers != moved->tables.cend() && transfers->rows > 0);
+
+        options.database = uri;
+        auto broker = openOn(QStringLiteral("moved"), blobs, options);
+        QVERIFY(broker->active());
+        QCOMPARE(*broker->account(QStringLiteral("owner")), before);
+        QVERIFY(broker->registerNode(node(QStringLiteral("a"))).ok());
+        for (int i = 0; i < 2; ++i) {
+            const auto out = **broker->assign(QStringLiteral("a"));
+            QCOMPARE(out.task.round, 1);
+            QCOMPARE(*deliver(*broker, QStringLiteral("a"), out.id, answer(*broker, out, QByteArray::number(i))),
+                Acceptance::Accepted);
+        }
+        QCOMPARE(broker->status(jobId)->state, JobState::Finished);
+        QVERIFY(broker->ledger().checkInvariants().ok());
+        const auto again = migrateStore(sqlite, uri, nullptr);
+        QVERIFY(!again.ok());
+        QVERIFY2(again.error().message.contains(QStringLiteral("not empty")), qPrintable(again.error().message));
     }
 
     void nodesGetOnlyWhatTheyCanRun()
