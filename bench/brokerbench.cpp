@@ -1,5 +1,7 @@
 // make bench: how fast the broker hands out shards (goal: 5,000 assignments a second), against the
-// plain SQLite inserts the same database can do, measured in the same run.
+// plain SQLite inserts the same database can do, measured in the same run; and, where bench/run.sh
+// started a PostgreSQL server (TESSERA_BENCH_POSTGRES: its URI), the same on PostgreSQL against
+// SQLite (goal: at least 0.5 times SQLite's rate; docs/STORE.md).
 
 #include "record.h"
 
@@ -17,17 +19,20 @@
 
 using namespace tessera;
 
-int main(int argc, char* argv[])
+namespace {
+
+// Assignments a second of a broker on `database` (empty: SQLite in `folder`): 4,096 shards of one
+// job handed to 1,000 nodes.
+double assignmentsPerSecond(const QString& folder, const QString& database, int& assigned)
 {
-    QCoreApplication app(argc, argv);
-    QTemporaryDir dir;
-    auto blobs = std::move(core::broker::Broker::openBlobs(dir.filePath(QStringLiteral("broker")))).value();
+    auto blobs = std::move(core::broker::Broker::openBlobs(folder)).value();
     compute::BrokerMath math({}, *blobs);
     core::SystemClock clock;
     // A faucet funds the owner's escrow and bonds each node's stake, as on a local broker.
     core::broker::Broker::Options options;
     options.faucet = true;
-    auto broker = core::broker::Broker::open(dir.filePath(QStringLiteral("broker")), *blobs, math, clock, options);
+    options.database = database;
+    auto broker = core::broker::Broker::open(folder, *blobs, math, clock, options);
     if (!broker)
         qFatal("%s", qPrintable(broker.error().toString()));
 
@@ -53,7 +58,7 @@ int main(int argc, char* argv[])
 
     QElapsedTimer timer;
     timer.start();
-    int assigned = 0;
+    assigned = 0;
     for (int i = 0; i < spec.training.shardsPerRound; ++i) {
         auto assignment = (*broker)->assign(QStringLiteral("node-%1").arg(i % Nodes));
         if (!assignment.ok())
@@ -63,7 +68,17 @@ int main(int argc, char* argv[])
     }
     if (assigned == 0)
         qFatal("no shard was handed out");
-    const double assignRate = assigned / (double(timer.nsecsElapsed()) / 1e9);
+    return assigned / (double(timer.nsecsElapsed()) / 1e9);
+}
+
+} // namespace
+
+int main(int argc, char* argv[])
+{
+    QCoreApplication app(argc, argv);
+    QTemporaryDir dir;
+    int assigned = 0;
+    const double assignRate = assignmentsPerSecond(dir.filePath(QStringLiteral("broker")), {}, assigned);
 
     // Baseline: the same number of single-row inserts into a table like the assignments table, in
     // a database opened the same way.
@@ -73,18 +88,31 @@ int main(int argc, char* argv[])
         QStringLiteral("CREATE TABLE a (id TEXT PRIMARY KEY, job TEXT, round INTEGER, shard INTEGER, node TEXT, "
                        "issued_at INTEGER, deadline INTEGER, state TEXT)"));
     auto insert = *(*raw)->prepare(QStringLiteral("INSERT INTO a VALUES (?, 'job', 0, ?, 'node', 0, 0, 'active')"));
-    timer.restart();
+    QElapsedTimer timer;
+    timer.start();
     for (int i = 0; i < assigned; ++i) {
         insert.bind(1, QStringLiteral("%1").arg(i, 16, 16, QLatin1Char('0'))).bind(2, std::int64_t(i));
         (void)insert.run();
     }
     const double insertRate = assigned / (double(timer.nsecsElapsed()) / 1e9);
 
-    std::printf("Broker scheduling: %d shards handed to %d nodes\n", assigned, Nodes);
+    std::printf("Broker scheduling: %d shards handed to 1000 nodes\n", assigned);
     std::printf("  assignments %9.0f /s   plain SQLite inserts %9.0f /s   ratio %.3f   (goal: 5,000 assignments/s, %s)\n",
         assignRate, insertRate, assignRate / insertRate, assignRate >= 5000 ? "met" : "NOT met");
     bench::record("broker.assignmentsPerSecond", assignRate);
     bench::record("broker.insertsPerSecond", insertRate);
     bench::record("broker.ratio", assignRate / insertRate);
+
+    const QString postgres = qEnvironmentVariable("TESSERA_BENCH_POSTGRES");
+    if (postgres.isEmpty()) {
+        std::printf("  on PostgreSQL: not measured (bench/run.sh starts a server where postgresql-15 is installed)\n");
+        return 0;
+    }
+    int onPostgres = 0;
+    const double postgresRate = assignmentsPerSecond(dir.filePath(QStringLiteral("postgres")), postgres, onPostgres);
+    std::printf("  on PostgreSQL: assignments %9.0f /s   ratio to SQLite %.3f   (goal: at least 0.5, %s)\n", postgresRate,
+        postgresRate / assignRate, postgresRate >= 0.5 * assignRate ? "met" : "NOT met");
+    bench::record("broker.postgresAssignmentsPerSecond", postgresRate);
+    bench::record("broker.postgresRatio", postgresRate / assignRate);
     return 0;
 }

@@ -67,7 +67,17 @@ Status BlobMirror::stored(const Digest& digest, const QString& file, std::int64_
         if (size == 0)
             break;
     }
-    return storage::execute(m_db, QStringLiteral("UPDATE blob_copies SET complete = 1 WHERE blob = ?"), hex);
+    // Complete only with every byte there: a removal by another broker meanwhile, or chunks of an
+    // earlier try of another size, leave it incomplete (and this store fails).
+    auto completed = storage::execute(m_db,
+        QStringLiteral("UPDATE blob_copies SET complete = 1 WHERE blob = ?1 AND size = ?2 "
+                       "AND (SELECT COALESCE(SUM(length(bytes)), 0) FROM blob_chunks WHERE blob = ?1) = ?2"),
+        hex, size);
+    if (!completed)
+        return completed;
+    if (m_db.changes() != 1)
+        return Error { QStringLiteral("blob"), QStringLiteral("the database's copy of %1 is not whole").arg(hex) };
+    return {};
 }
 
 void BlobMirror::removed(const Digest& digest)
@@ -90,18 +100,23 @@ Status BlobMirror::fetch(const Digest& digest, std::int64_t size)
     QFile out(part);
     if (!out.open(QIODevice::WriteOnly | QIODevice::Truncate))
         return Error { QStringLiteral("blob"), QStringLiteral("cannot write %1").arg(part) };
-    auto rows = storage::query(m_db, QStringLiteral("SELECT bytes FROM blob_chunks WHERE blob = ? ORDER BY idx"), digest.toHex());
-    if (!rows)
-        return rows.error();
+    // Chunk by chunk: one chunk in memory at a time, however large the blob.
+    auto chunk = m_db.prepare(QStringLiteral("SELECT bytes FROM blob_chunks WHERE blob = ? AND idx = ?"));
+    if (!chunk)
+        return chunk.error().toError();
     Sha256 hasher;
     std::int64_t written = 0;
-    for (;;) {
-        auto row = storage::fetch(*rows);
+    for (std::int64_t index = 0; written < size; ++index) {
+        chunk->bind(1, digest.toHex()).bind(2, index);
+        auto row = chunk->step();
         if (!row)
-            return row.error();
+            return row.error().toError();
         if (!*row)
             break;
-        const QByteArray bytes = rows->columnBlob(0);
+        const QByteArray bytes = chunk->columnBlob(0);
+        chunk->reset();
+        if (bytes.isEmpty())
+            break;
         hasher.addData(bytes);
         written += bytes.size();
         if (out.write(bytes) != bytes.size())
@@ -141,10 +156,17 @@ Result<int> BlobMirror::fetchMissing()
             missing.append({ *digest, rows->columnInt(1) });
     }
     rows->reset();
-    for (const auto& [digest, size] : missing)
-        if (auto status = fetch(digest, size); !status)
-            return status.error();
-    return int(missing.size());
+    // A copy that is not its blob is skipped (and said): one bad copy must not keep the network
+    // from being taken over; a job that needs it fails on its own.
+    int fetched = 0;
+    for (const auto& [digest, size] : missing) {
+        if (auto status = fetch(digest, size); !status) {
+            qCWarning(lcMirror).noquote() << "blob" << digest.toHex() << "not fetched:" << status.error().toString();
+            continue;
+        }
+        ++fetched;
+    }
+    return fetched;
 }
 
 Result<int> BlobMirror::storeMissing()

@@ -9,6 +9,7 @@
 #include <QDateTime>
 #include <QDir>
 #include <QFile>
+#include <QLockFile>
 #include <QLoggingCategory>
 #include <QTimeZone>
 
@@ -105,10 +106,17 @@ Result<std::unique_ptr<Broker>> Broker::open(
     auto signing = SigningKeys::loadOrCreate(QDir(dataDirectory).filePath(QStringLiteral("broker.sign")));
     if (!signing)
         return signing.error();
+    // One broker to a data folder: two on one broker.id would both hold the network's lease.
+    auto lock = std::make_unique<QLockFile>(QDir(dataDirectory).filePath(QStringLiteral("broker.lock")));
+    lock->setStaleLockTime(0); // stale only when its process is gone
+    if (!lock->tryLock(0))
+        return Error { QStringLiteral("data"),
+            QStringLiteral("another tessera-broker uses %1 (broker.lock); one broker to a data folder").arg(dataDirectory) };
     auto id = NetworkLease::loadOrCreateId(QDir(dataDirectory).filePath(QStringLiteral("broker.id")));
     if (!id)
         return id.error();
     std::unique_ptr<Broker> broker(new Broker(std::move(*database), blobs, math, clock, options, *signing, *id));
+    broker->m_folderLock = std::move(lock);
     auto renewal = broker->m_lease->renew();
     if (!renewal)
         return renewal.error();
@@ -145,8 +153,10 @@ bool Broker::updateLease()
     auto renewal = m_lease->renew();
     if (!renewal) {
         qCWarning(lcBrokerCore).noquote() << "cannot renew the network lease:" << renewal.error().toString();
-        if (was && !m_lease->held())
+        if (was && !m_lease->held()) {
             m_scheduler.clear();
+            m_lease->forget(); // renewed later, it is Taken: what was cleared is loaded again
+        }
         return m_lease->held();
     }
     switch (*renewal) {
@@ -157,9 +167,11 @@ bool Broker::updateLease()
         // worked since): the work in flight is handed out again, as after a restart (recover()).
         qCWarning(lcBrokerCore).noquote() << "holding the network now: broker" << m_lease->holder();
         if (auto status = takeOver(); !status) {
-            qCWarning(lcBrokerCore).noquote() << "cannot take over yet:" << status.error().toString();
+            // Given back, so that another broker of the network may take it meanwhile.
+            qCWarning(lcBrokerCore).noquote()
+                << "cannot take the network over, giving the lease back:" << status.error().toString();
             m_scheduler.clear();
-            m_lease->forget();
+            m_lease->release();
             return false;
         }
         return true;
@@ -167,6 +179,7 @@ bool Broker::updateLease()
         if (was) {
             qCWarning(lcBrokerCore).noquote() << "lost the network lease to" << m_lease->holderEndpoint() << "; standing by";
             m_scheduler.clear();
+            m_lease->forget();
         }
         return false;
     }
@@ -213,6 +226,7 @@ Status Broker::loadRunning()
             answered.append(result.shard);
         const auto counted = parametersOf(*spec);
         m_scheduler.add(scheduledRound(job, *spec, counted ? counted->value_or(0) : 0), answered);
+        m_roundsToFinish.insert(job.id); // a round whose every shard was in when the broker stopped
     }
     return {};
 }
@@ -468,7 +482,10 @@ void Broker::pollSubmits()
 Result<QString> Broker::completeSubmit(const JobSpec& spec, const QString& owner, const QString& requestId,
     std::optional<std::int64_t> counted, const TrainingMath::Weights& initial)
 {
-    // Checked again: the owner's money or running jobs may have changed while its code ran.
+    // Checked again: the owner's money or running jobs may have changed while its code ran, or
+    // this broker lost the network meanwhile.
+    if (auto status = refuseUnlessActive(QStringLiteral("submit")); !status)
+        return status.error();
     if (auto status = checkSubmittable(spec, owner); !status)
         return status.error();
     auto price = quote(spec, counted.value_or(initial.parameters), m_options.pricePerUnit);
@@ -654,6 +671,8 @@ Status Broker::registerNode(const NodeInfo& node, const QString& address)
 void Broker::nodeLost(const QString& nodeId)
 {
     m_nodes.remove(nodeId); // its address stays: a node that went is still not checked by its neighbours
+    if (!m_lease->held())
+        return; // a standby's connection to the node: its work is the active broker's
     warnIfFailed(m_store->expireActiveAssignmentsOf(nodeId));
     m_verifier->nodeLost(nodeId);
     m_scheduler.nodeLost(nodeId);
@@ -692,10 +711,8 @@ Result<std::optional<Assignment>> Broker::assign(const QString& nodeId)
     auto needs = blobsNamedBy(round.spec) + QList<Digest> { round.weightsBlob } + assignment.task.dataChunks;
     if (round.change)
         needs.append(round.change->blob);
-    for (const auto& needed : needs) {
-        if (auto granted = allowRead(needed, nodeId); !granted)
-            return granted.error();
-    }
+    if (auto granted = m_store->allowRead(needs, nodeId); !granted)
+        return granted.error();
     m_scheduler.handedOut(round.jobId, assignment.id, pick->shard, nodeId, assignment.deadlineMs, now);
     return std::optional<Assignment>(assignment);
 }
@@ -1407,6 +1424,7 @@ void Broker::collectUnnamedUploads()
 
 void Broker::tick()
 {
+    m_store->forgetReads();
     if (!updateLease())
         return; // a standby: the active broker does the rest
     finishPendingRounds();

@@ -35,6 +35,8 @@
 #include <optional>
 #include <vector>
 
+class QLockFile;
+
 namespace tessera::core::broker {
 
 // The broker's brain: jobs, rounds, shards, assignments, results and nodes, kept in SQLite so that a
@@ -261,6 +263,7 @@ private:
     // the caller's transaction.
     Status refund(const QString& jobId);
 
+    std::unique_ptr<QLockFile> m_folderLock; // DIR/broker.lock, held while the broker runs
     std::unique_ptr<BrokerStore> m_store;
     std::unique_ptr<NetworkLease> m_lease;
     BlobStore& m_blobs;

@@ -604,6 +604,7 @@ Status BrokerStore::touchNode(const QString& node, std::int64_t now)
 
 Status BrokerStore::insertCheck(const Check& check, std::int64_t createdAt)
 {
+    m_noneWaiting = false;
     return execute(*m_db,
         QStringLiteral(
             "INSERT INTO checks (id, kind, job, round, shard, start_hash, start_blob, accused, accused_assignment, "
@@ -631,6 +632,7 @@ Result<std::optional<Check>> BrokerStore::check(const QString& id)
 
 Status BrokerStore::saveCheck(const Check& check)
 {
+    m_noneWaiting = false;
     QJsonArray asked;
     for (const auto& node : check.asked)
         asked.append(node);
@@ -647,6 +649,7 @@ Status BrokerStore::saveCheck(const Check& check)
 
 Status BrokerStore::decideCheck(const Check& check, CheckState decided, Loser loser, const QString& why, std::int64_t now)
 {
+    m_noneWaiting = false;
     return execute(*m_db,
         QStringLiteral("UPDATE checks SET state = ?, outcome = ?, detail = ?, decided_at = ?, verifier_result = "
                        "COALESCE(NULLIF(?, ''), verifier_result), checkpoint = NULLIF(CAST(? AS BIGINT), -1) WHERE id = ?"),
@@ -656,6 +659,7 @@ Status BrokerStore::decideCheck(const Check& check, CheckState decided, Loser lo
 
 Status BrokerStore::requeueRunningChecks(Requeue which, const QString& value)
 {
+    m_noneWaiting = false;
     static const QString Update = QStringLiteral(
         "UPDATE checks SET state = CASE kind WHEN ? THEN ? ELSE ? END, verifier = NULL, verifier_assignment = NULL "
         "WHERE state = ?");
@@ -675,6 +679,19 @@ Status BrokerStore::requeueRunningChecks(Requeue which, const QString& value)
         return execute(*m_db, Update + QStringLiteral(" AND id = ?"), canary, cancelled, waiting, running, value);
     }
     return {};
+}
+
+Result<bool> BrokerStore::anyWaitingChecks()
+{
+    if (m_noneWaiting)
+        return false;
+    auto row
+        = first<bool>(query(*m_db, QStringLiteral("SELECT 1 FROM checks WHERE state = ? LIMIT 1"), nameOf(CheckState::Waiting)),
+            [](Statement&) { return true; });
+    if (!row)
+        return row.error();
+    m_noneWaiting = !row->has_value();
+    return row->has_value();
 }
 
 Result<QList<Check>> BrokerStore::waitingChecks(const QString& node, int limit)
@@ -752,6 +769,7 @@ Result<QList<std::pair<QString, std::int64_t>>> BrokerStore::waitingSamples(std:
 
 Status BrokerStore::cancelOpenChecks(const QString& jobId, std::int64_t now)
 {
+    m_noneWaiting = false;
     return execute(*m_db, QStringLiteral("UPDATE checks SET state = ?, decided_at = ? WHERE job = ? AND state IN (?, ?, ?)"),
         nameOf(CheckState::Cancelled), now, jobId, nameOf(CheckState::Waiting), nameOf(CheckState::Running),
         nameOf(CheckState::Disputed));
@@ -792,6 +810,12 @@ Result<std::optional<std::int64_t>> BrokerStore::takeLease(const QString& scope,
     return generation;
 }
 
+Status BrokerStore::releaseLease(const QString& scope, const QString& holder)
+{
+    return execute(
+        *m_db, QStringLiteral("UPDATE broker_leases SET expires_at = 0 WHERE scope = ? AND holder = ?"), scope, holder);
+}
+
 Result<std::optional<LeaseRow>> BrokerStore::lease(const QString& scope)
 {
     return first<LeaseRow>(
@@ -807,6 +831,27 @@ Status BrokerStore::allowRead(const Digest& blob, const QString& principal)
 {
     return execute(*m_db, QStringLiteral("INSERT INTO blob_readers (blob, principal) VALUES (?, ?) ON CONFLICT DO NOTHING"),
         blob.toHex(), principal);
+}
+
+Status BrokerStore::allowRead(const QList<Digest>& blobs, const QString& principal)
+{
+    if (blobs.isEmpty())
+        return {};
+    QStringList rows;
+    for (qsizetype i = 0; i < blobs.size(); ++i)
+        rows.append(QStringLiteral("(?, ?)"));
+    auto statement = m_db->prepare(
+        QStringLiteral("INSERT INTO blob_readers (blob, principal) VALUES %1 ON CONFLICT DO NOTHING").arg(rows.join(u", ")));
+    if (!statement)
+        return statement.error().toError();
+    int index = 0;
+    for (const auto& blob : blobs) {
+        statement->bind(index + 1, blob.toHex()).bind(index + 2, principal);
+        index += 2;
+    }
+    if (auto status = statement->run(); !status)
+        return status.error().toError();
+    return {};
 }
 
 Status BrokerStore::allowOwnerToRead(const Digest& blob, const QString& jobId)

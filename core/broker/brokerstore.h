@@ -154,6 +154,8 @@ public:
     // one statement; the lease's generation then, none when another broker holds it.
     Result<std::optional<std::int64_t>> takeLease(const QString& scope, const LeaseRow& wanted, std::int64_t now);
     Result<std::optional<LeaseRow>> lease(const QString& scope);
+    // The holder's lease lapses now.
+    Status releaseLease(const QString& scope, const QString& holder);
 
     // Jobs and their rounds.
     Status insertJob(const JobRow& job);
@@ -220,6 +222,10 @@ public:
     Status requeueRunningChecks(Requeue which, const QString& value = {});
     // Checks waiting for a verifier other than `node`, oldest first.
     Result<QList<Check>> waitingChecks(const QString& node, int limit);
+    // Whether any check waits for a re-execution: remembered "no" while this store writes no
+    // check and forgetReads() is not called (the broker's tick: another broker may have written).
+    Result<bool> anyWaitingChecks();
+    void forgetReads() { m_noneWaiting = false; }
     // Who re-executed (or re-executes) the node's latest sampled results, newest first.
     Result<QStringList> latestVerifiersOf(const QString& accused, int limit);
     // Samples two nodes agreed on, neither of them `node`, newest first (canaries are made of them).
@@ -235,6 +241,8 @@ public:
 
     // Who may read a blob.
     Status allowRead(const Digest& blob, const QString& principal);
+    // The same for several blobs, in one statement (a shard handed out names 1 to 4).
+    Status allowRead(const QList<Digest>& blobs, const QString& principal);
     Status allowOwnerToRead(const Digest& blob, const QString& jobId);
     Result<bool> mayRead(const QString& principal, const Digest& blob);
     // What the shards of a round uploaded: the weights of its accepted results and of its sampled
@@ -269,6 +277,7 @@ public:
 
 private:
     std::unique_ptr<storage::Database> m_db;
+    bool m_noneWaiting = false; // no check waited when last asked, and none was written since
 };
 
 } // namespace tessera::core::broker

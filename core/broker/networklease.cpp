@@ -62,6 +62,13 @@ void NetworkLease::forget()
     m_heldUntil = 0;
 }
 
+void NetworkLease::release()
+{
+    forget();
+    if (m_shared)
+        (void)m_store.releaseLease(QString::fromLatin1(Scope), m_identity.holder);
+}
+
 bool NetworkLease::held() const
 {
     return !m_shared || m_clock.nowMs() < m_heldUntil;

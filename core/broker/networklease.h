@@ -39,6 +39,8 @@ public:
     Result<Renewal> renew();
     // What this broker knew of the lease is forgotten: the next renewal that takes it is Taken.
     void forget();
+    // Gives the lease up (a takeover that failed): another broker may take it at once.
+    void release();
     // Whether this broker holds it: renewed within leaseMs (always, on SQLite).
     bool held() const;
     // Who holds the lease, as its clients reach it ("" when unknown), for a standby's refusals.

@@ -4,6 +4,7 @@
 
 #include "backend.h"
 
+#include <QHash>
 #include <QList>
 #include <QRegularExpression>
 #include <QUrl>
@@ -216,6 +217,7 @@ public:
 
     DbStatus execute(const QString& sql) override
     {
+        reconnectIfLost();
         // PostgreSQL only warns at a BEGIN inside a transaction, and the inner COMMIT would end the
         // outer one: refused, as SQLite refuses it.
         if (sql == beginSql() && PQtransactionStatus(m_handle) != PQTRANS_IDLE)
@@ -296,14 +298,88 @@ public:
 
     // The rows of one run of a statement, or why it failed (the transaction, if any, then fails
     // as a whole: PostgreSQL refuses every statement after an error until ROLLBACK).
+    //
+    // Each statement is prepared once per connection (by its text and its parameters' types) and
+    // run as a prepared statement after: the server parses and plans it once, as SQLite's
+    // persistent statements are (docs/STORE.md, "Prepared statements"). A statement that cannot be
+    // prepared now (a failed transaction, an error in it) runs unprepared, which reports why.
     DbResult<PgResult> run(const QString& sql, const QString& original, const std::vector<const char*>& values,
         const std::vector<int>& lengths, const std::vector<int>& formats, const std::vector<Oid>& types)
     {
-        PgResult result(PQexecParams(m_handle, sql.toUtf8().constData(), int(values.size()), types.data(), values.data(),
-            lengths.data(), formats.data(), 0));
+        reconnectIfLost();
+        const QByteArray text = sql.toUtf8();
+        const QByteArray name = preparedName(text, types);
+        if (!name.isEmpty()) {
+            PgResult result(
+                PQexecPrepared(m_handle, name.constData(), int(values.size()), values.data(), lengths.data(), formats.data(), 0));
+            const bool replanned = PQresultStatus(result.result) == PGRES_FATAL_ERROR
+                && QByteArray(PQresultErrorField(result.result, PG_DIAG_SQLSTATE)) == "0A000"; // the table changed
+            if (!replanned) {
+                if (auto status = check(result, original); !status)
+                    return status.error();
+                return result;
+            }
+            forgetPrepared();
+        }
+        PgResult result(PQexecParams(
+            m_handle, text.constData(), int(values.size()), types.data(), values.data(), lengths.data(), formats.data(), 0));
         if (auto status = check(result, original); !status)
             return status.error();
         return result;
+    }
+
+    // The name of the statement prepared for this text and these types; empty when it cannot be
+    // prepared now.
+    QByteArray preparedName(const QByteArray& text, const std::vector<Oid>& types)
+    {
+        QByteArray key = text;
+        for (const Oid type : types)
+            key += ',' + QByteArray::number(type);
+        if (const auto found = m_prepared.constFind(key); found != m_prepared.cend())
+            return *found;
+        if (PQtransactionStatus(m_handle) == PQTRANS_INERROR)
+            return {};
+        if (m_prepared.size() >= MaxPrepared)
+            forgetPrepared();
+        const QByteArray name = "tessera_" + QByteArray::number(++m_preparedCount);
+        PgResult prepared(PQprepare(m_handle, name.constData(), text.constData(), int(types.size()), types.data()));
+        if (PQresultStatus(prepared.result) != PGRES_COMMAND_OK)
+            return {};
+        m_prepared.insert(key, name);
+        return name;
+    }
+
+    // Every prepared statement goes (too many, or a table changed under one); outside a failed
+    // transaction, where the server would refuse.
+    void forgetPrepared()
+    {
+        if (PQtransactionStatus(m_handle) == PQTRANS_INERROR)
+            return;
+        PgResult(PQexec(m_handle, "DEALLOCATE ALL"));
+        m_prepared.clear();
+    }
+    static constexpr qsizetype MaxPrepared = 500;
+
+    // The session's settings (openPostgres), run again after a reconnect.
+    DbStatus configure(const QString& setup)
+    {
+        m_setup = setup;
+        PgResult result(PQexec(m_handle, setup.toUtf8().constData()));
+        return check(result, setup);
+    }
+
+    // A connection the server or the network dropped (a restart of the server, a failover to its
+    // replica) is opened again before the next statement; what was in flight on it failed with
+    // the connection (CannotOpen), and a transaction it held is gone, rolled back by the server.
+    void reconnectIfLost()
+    {
+        if (PQstatus(m_handle) != CONNECTION_BAD)
+            return;
+        PQreset(m_handle);
+        if (PQstatus(m_handle) != CONNECTION_OK)
+            return; // the statement fails, saying why
+        m_prepared.clear();
+        PgResult(PQexec(m_handle, m_setup.toUtf8().constData()));
     }
 
     DbStatus check(const PgResult& result, const QString& sql)
@@ -335,6 +411,9 @@ private:
     QString m_uri;
     PGconn* m_handle;
     int m_changes = 0;
+    QString m_setup;
+    QHash<QByteArray, QByteArray> m_prepared; // statement text and parameter types: its name
+    std::int64_t m_preparedCount = 0;
 };
 
 DbResult<bool> PostgresStatement::step()
@@ -388,10 +467,15 @@ DbResult<std::unique_ptr<Connection>> openPostgres(const QString& uri, const Dat
     // exactly; a statement waits for a lock at most as long as SQLite's busy timeout would (0 is
     // "for ever" to PostgreSQL, so at least 1 ms). Durability is the server's (synchronous_commit
     // on, its default): DatabaseOptions::synchronous is SQLite's alone.
+    // A transaction left idle for 10 s (its process paused or cut off mid-transaction) is ended by
+    // the server, with the writer lock it held; so is a dead client's connection, found by TCP
+    // keepalives within about 25 s.
     const QString setup = QStringLiteral("SET client_min_messages = warning; SET client_encoding = 'UTF8'; "
-                                         "SET extra_float_digits = 3; SET lock_timeout = %1")
+                                         "SET extra_float_digits = 3; SET lock_timeout = %1; "
+                                         "SET idle_in_transaction_session_timeout = 10000; SET tcp_keepalives_idle = 10; "
+                                         "SET tcp_keepalives_interval = 5; SET tcp_keepalives_count = 3")
                               .arg(std::max(1, options.busyTimeoutMs));
-    if (auto status = connection->execute(setup); !status)
+    if (auto status = connection->configure(setup); !status)
         return status.error();
     // Under the writer lock, where it is missing: brokers that start at once would race to create
     // it.

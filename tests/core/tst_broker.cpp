@@ -1012,6 +1012,22 @@ private Q_SLOTS:
         QVERIFY2(again.error().message.contains(QStringLiteral("not empty")), qPrintable(again.error().message));
     }
 
+    // One broker to a data folder (broker.lock): a second one there would hold the network's
+    // lease under the same broker.id.
+    void aDataFolderHasOneBroker()
+    {
+        auto first = open(QStringLiteral("locked"));
+        auto blobs = Broker::openBlobs(m_dir.filePath(QStringLiteral("locked")));
+        QVERIFY(blobs.ok());
+        Broker::Options options;
+        options.database = tessera::tests::TestStore::databaseFor(m_dir.filePath(QStringLiteral("locked")));
+        const auto second = Broker::open(m_dir.filePath(QStringLiteral("locked")), **blobs, m_math, m_clock, options);
+        QVERIFY(!second.ok());
+        QVERIFY2(second.error().message.contains(QStringLiteral("another tessera-broker")), qPrintable(second.error().message));
+        first.reset();
+        QVERIFY(Broker::open(m_dir.filePath(QStringLiteral("locked")), **blobs, m_math, m_clock, options).ok());
+    }
+
     void nodesGetOnlyWhatTheyCanRun()
     {
         auto broker = open(QStringLiteral("threads"));

@@ -358,6 +358,31 @@ private Q_SLOTS:
 
     // PostgreSQL: a row another transaction holds is busy once the lock wait (busyTimeoutMs) ends,
     // as a SQLite file another process writes is.
+    // A connection the server dropped (a restart, a failover) is opened again: the statement that
+    // met the drop fails, the next one runs, prepared statements included.
+    void aDroppedConnectionIsOpenedAgain()
+    {
+        if (!m_postgres)
+            QSKIP(qPrintable(m_postgresWhy));
+        QTemporaryDir dir;
+        const QString location = locationOn(QStringLiteral("postgresql"), dir);
+        auto first = openOrFail(location);
+        QVERIFY(first->migrate(migrations).ok());
+        QVERIFY(execute(
+            *first, QStringLiteral("INSERT INTO accounts (name, micro) VALUES (?, ?)"), QStringLiteral("a"), std::int64_t(5))
+                    .ok());
+        auto other = openOrFail(location);
+        QVERIFY(other
+                    ->execute(QStringLiteral("SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                                             "WHERE pid <> pg_backend_pid() AND datname = current_database()"))
+                    .ok());
+        (void)first->execute(QStringLiteral("SELECT 1")); // may meet the drop
+        auto row = query(*first, QStringLiteral("SELECT micro FROM accounts WHERE name = ?"), QStringLiteral("a"));
+        QVERIFY2(row.ok(), row.ok() ? "" : qPrintable(row.error().toString()));
+        QVERIFY(*fetch(*row));
+        QCOMPARE(row->columnInt(0), std::int64_t(5));
+    }
+
     void aRowAnotherTransactionHoldsIsBusy()
     {
         if (!m_postgres)
