@@ -542,6 +542,7 @@ void BrokerServer::Private::serveBusy()
         while (zmq::poll(&item, 1, std::chrono::milliseconds(0)) > 0 && (item.revents & ZMQ_POLLIN))
             handleZap();
     }
+    broker.keepLease(); // an aggregation longer than the lease must not let a standby take over
     for (int i = 0; i < 200; ++i) {
         auto next = nextMessage();
         if (!next)

@@ -109,6 +109,17 @@ int migrateStoreCommand(const QCommandLineParser& parser, const QString& dataDir
     return 0;
 }
 
+// --data, else Broker/DataDirectory, else ~/.local/share/Tessera/broker.
+QString dataDirectoryFrom(const QCommandLineParser& parser, const tessera::core::settings::Settings& settings)
+{
+    QString dataDirectory = parser.value(QStringLiteral("data"));
+    if (dataDirectory.isEmpty())
+        dataDirectory = settings.stringValue(tessera::core::settings::names::BrokerDataDirectory);
+    if (dataDirectory.isEmpty())
+        dataDirectory = QStandardPaths::writableLocation(QStandardPaths::GenericDataLocation) + QStringLiteral("/Tessera/broker");
+    return dataDirectory;
+}
+
 // The command line: options, and the operator's commands.
 void describe(QCommandLineParser& parser)
 {
@@ -231,11 +242,7 @@ int main(int argc, char* argv[])
     for (const auto& problem : settings.load())
         QTextStream(stderr) << "tessera-broker: " << settings.filePath() << ": " << problem.toString() << Qt::endl;
 
-    QString dataDirectory = parser.value(QStringLiteral("data"));
-    if (dataDirectory.isEmpty())
-        dataDirectory = settings.stringValue(names::BrokerDataDirectory);
-    if (dataDirectory.isEmpty())
-        dataDirectory = QStandardPaths::writableLocation(QStandardPaths::GenericDataLocation) + QStringLiteral("/Tessera/broker");
+    const QString dataDirectory = dataDirectoryFrom(parser, settings);
 
     const QString database = parser.isSet(QStringLiteral("database")) ? parser.value(QStringLiteral("database"))
                                                                       : settings.stringValue(names::BrokerDatabase);

@@ -186,6 +186,17 @@ bool Broker::updateLease()
     return false;
 }
 
+void Broker::keepLease()
+{
+    if (!m_lease->due() || m_store->database().inTransaction())
+        return;
+    auto renewal = m_lease->renew();
+    if (!renewal)
+        qCWarning(lcBrokerCore).noquote() << "cannot renew the network lease:" << renewal.error().toString();
+    else if (*renewal != NetworkLease::Renewal::Kept)
+        qCWarning(lcBrokerCore).noquote() << "the network lease changed hands during long work; the next tick sorts it out";
+}
+
 Status Broker::refuseUnlessActive(const QString& what)
 {
     if (m_lease->held() || updateLease())

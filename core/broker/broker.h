@@ -172,6 +172,9 @@ public:
     // one holds the network lease (schedules, verifies, pays) or stands by (answers reads, refuses
     // what would change a job, takes over once the lease lapses: tick()). On SQLite: always true.
     bool active() const { return m_lease->held(); }
+    // Renews the network lease while the broker waits on long work (an aggregation, a replay):
+    // at most every third of the lease, outside a transaction; nothing else of tick().
+    void keepLease();
     // This broker's id in broker_leases (DIR/broker.id).
     const QString& brokerId() const { return m_lease->holder(); }
 

@@ -69,6 +69,11 @@ void NetworkLease::release()
         (void)m_store.releaseLease(QString::fromLatin1(Scope), m_identity.holder);
 }
 
+bool NetworkLease::due() const
+{
+    return m_shared && held() && m_heldUntil - m_clock.nowMs() < m_leaseMs * 2 / 3;
+}
+
 bool NetworkLease::held() const
 {
     return !m_shared || m_clock.nowMs() < m_heldUntil;

@@ -41,6 +41,8 @@ public:
     void forget();
     // Gives the lease up (a takeover that failed): another broker may take it at once.
     void release();
+    // Whether a renewal is due: held, and a third of the lease has passed since the last.
+    bool due() const;
     // Whether this broker holds it: renewed within leaseMs (always, on SQLite).
     bool held() const;
     // Who holds the lease, as its clients reach it ("" when unknown), for a standby's refusals.

@@ -1012,6 +1012,27 @@ private Q_SLOTS:
         QVERIFY2(again.error().message.contains(QStringLiteral("not empty")), qPrintable(again.error().message));
     }
 
+    // The lease is renewed while the active broker waits on long work (BrokerServer::serveBusy
+    // calls keepLease), so a standby does not take over in the middle of an aggregation.
+    void theLeaseIsKeptDuringLongWork()
+    {
+        if (!tessera::tests::TestStore::onPostgres())
+            QSKIP("several brokers share a PostgreSQL database only (tst_broker_postgresql)");
+        Broker::Options options;
+        options.database = tessera::tests::TestStore::databaseFor(m_dir.filePath(QStringLiteral("kept")));
+        m_blobs.push_back(std::move(Broker::openBlobs(m_dir.filePath(QStringLiteral("kept-first")))).value());
+        auto first = openOn(QStringLiteral("kept-first"), *m_blobs.back(), options);
+        m_blobs.push_back(std::move(Broker::openBlobs(m_dir.filePath(QStringLiteral("kept-second")))).value());
+        auto second = openOn(QStringLiteral("kept-second"), *m_blobs.back(), options);
+        QVERIFY(first->active());
+        m_clock.now += NetworkLease::DefaultMs / 2;
+        first->keepLease(); // in long work: no tick
+        m_clock.now += NetworkLease::DefaultMs * 2 / 3; // past the first renewal's lapse, not the second's
+        second->tick();
+        QVERIFY(!second->active());
+        QVERIFY(first->active());
+    }
+
     // One broker to a data folder (broker.lock): a second one there would hold the network's
     // lease under the same broker.id.
     void aDataFolderHasOneBroker()
