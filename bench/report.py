@@ -53,6 +53,18 @@ def figures(results):
             f["dispute.%s.verdict" % model] = met(f["dispute.%s.updateShare" % model], 100)
     if "broker.assignmentsPerSecond" in f:
         f["broker.verdict"] = met(f["broker.assignmentsPerSecond"], 5000)
+    # Measured only where PostgreSQL is installed, and the failover only as root (namespaces).
+    if "broker.postgresAssignmentsPerSecond" in f:
+        f["broker.postgresRow"] = "| %s /s | %.3f | %s |" % (
+            format(f["broker.postgresAssignmentsPerSecond"], ",.0f"), f["broker.postgresRatio"],
+            met(f["broker.postgresRatio"], 0.5))
+    else:
+        f["broker.postgresRow"] = "| not measured (no PostgreSQL here) | | |"
+    if "failover.firstResultS" in f:
+        f["failover.row"] = "| %.1f s | %.1f s | %s |" % (
+            f["failover.takeoverS"], f["failover.firstResultS"], met(f["failover.firstResultS"], 15, at_least=False))
+    else:
+        f["failover.row"] = "| not measured (needs root for network namespaces) | | |"
     for link in ("plain", "curve"):
         if "blob.%s.blob" % link in f:
             f["blob.%s.ratio" % link] = f["blob.%s.blob" % link] / f["blob.%s.raw" % link]

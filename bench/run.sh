@@ -23,8 +23,16 @@ trap cluster_stop EXIT INT TERM
 
 step "shard trainer vs a bare LibTorch loop"
 "$build/bench/tessera-bench-trainer" | tee "$out/trainer.txt"
-step "broker scheduling"
-"$build/bench/tessera-bench-broker" | tee "$out/broker.txt"
+step "broker scheduling (on SQLite, and on PostgreSQL where postgresql-15 is installed)"
+. "$src/scripts/lib/postgres.sh"
+if pg_start "$(mktemp -d /tmp/tessera-pg-XXXXXX)"; then
+    TESSERA_BENCH_POSTGRES="$PG_URI" "$build/bench/tessera-bench-broker" | tee "$out/broker.txt"
+else
+    "$build/bench/tessera-bench-broker" | tee "$out/broker.txt"
+fi
+pg_stop
+step "failover: two brokers on PostgreSQL, the active one killed with its data folder (root only)"
+"$src/tests/e2e/brokers-netns.sh" "$bin" "$src/examples/jobs/fashion-mnist-mlp.json" | tee "$out/failover.txt" || true
 step "network: blob transfer, bytes per round, broker load"
 "$build/bench/tessera-bench-network" | tee "$out/network.txt"
 step "blob swarm: the broker's bytes for a round's blob with 4, 16 and 32 nodes (the first dials the seed, and every node)"

@@ -31,6 +31,8 @@ records = {
     "dispute.mlp1024.replayFirstMs": 117.8, "dispute.mlp1024.replayMs": 115.4, "dispute.mlp1024.updateMs": 0.19,
     "dispute.mlp1024.updateRatio": 0.0016, "dispute.mlp1024.costlyMs": 3.35, "dispute.mlp1024.costlyRatio": 0.029,
     "broker.assignmentsPerSecond": 20576, "broker.insertsPerSecond": 42439, "broker.ratio": 0.485,
+    "broker.postgresAssignmentsPerSecond": 1788, "broker.postgresRatio": 0.19,
+    "failover.takeoverS": 5.5, "failover.firstResultS": 6.7,
     "blob.plain.blob": 643e6, "blob.plain.raw": 2718e6, "blob.curve.blob": 373e6, "blob.curve.raw": 319e6,
     "blob.sha256": 1200e6,
     "network.bytesPerRound": 1348219, "network.bytesPerRoundFloat": 5664219, "network.bytesPerStepExchange": 564350400,
