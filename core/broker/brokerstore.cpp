@@ -304,7 +304,22 @@ Result<storage::Transaction> BrokerStore::begin()
     auto transaction = m_db->begin();
     if (!transaction)
         return transaction.error().toError();
+    if (m_fence) {
+        // Under the writer lock: no other broker can take the lease between this check and the
+        // commit, and one that took it before is seen here.
+        auto lease = this->lease(m_fence->scope);
+        if (!lease)
+            return lease.error();
+        if (!*lease || (*lease)->holder != m_fence->holder || (*lease)->generation != m_fence->generation)
+            return Error { QStringLiteral("standby"),
+                QStringLiteral("this broker no longer holds the network (another broker took it over); nothing was written") };
+    }
     return std::move(*transaction);
+}
+
+void BrokerStore::fence(const QString& scope, const QString& holder, std::int64_t generation)
+{
+    m_fence = Fence { scope, holder, generation };
 }
 
 // --- jobs ----------------------------------------------------------------------------------------

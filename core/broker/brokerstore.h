@@ -147,7 +147,11 @@ public:
     explicit BrokerStore(std::unique_ptr<storage::Database> database);
 
     storage::Database& database() { return *m_db; }
+    // A transaction; once fenced, refused (field `standby`) unless the lease of `scope` is still
+    // the holder's, of that generation (NetworkLease sets it at every renewal).
     Result<storage::Transaction> begin();
+    void fence(const QString& scope, const QString& holder, std::int64_t generation);
+    void unfence() { m_fence.reset(); }
 
     // Leases between brokers sharing the database (NetworkLease). take: for wanted.holder until
     // wanted.expiresAt where the lease is free, lapsed before `now`, or the holder's already, in
@@ -278,6 +282,12 @@ public:
 private:
     std::unique_ptr<storage::Database> m_db;
     bool m_noneWaiting = false; // no check waited when last asked, and none was written since
+    struct Fence {
+        QString scope;
+        QString holder;
+        std::int64_t generation = 0;
+    };
+    std::optional<Fence> m_fence;
 };
 
 } // namespace tessera::core::broker

@@ -46,8 +46,11 @@ Result<NetworkLease::Renewal> NetworkLease::renew()
         return generation.error();
     if (!*generation) {
         m_heldUntil = 0;
+        m_store.unfence();
         return Renewal::Standby;
     }
+    // Every transaction of this broker's from now checks that the lease is still this one.
+    m_store.fence(QString::fromLatin1(Scope), m_identity.holder, **generation);
     // Kept only where this broker held it without a gap, or nobody took it in the gap (the same
     // generation: a lapse that nobody used).
     const bool kept = m_generation != 0 && m_generation == **generation;

@@ -1033,6 +1033,34 @@ private Q_SLOTS:
         QVERIFY(first->active());
     }
 
+    // The lease fences every write: a broker whose clock is behind still thinks it holds the
+    // network after another took it over, but its transactions are refused (field standby) and
+    // change nothing.
+    void aBrokerThatLostTheLeaseWritesNothing()
+    {
+        if (!tessera::tests::TestStore::onPostgres())
+            QSKIP("several brokers share a PostgreSQL database only (tst_broker_postgresql)");
+        Broker::Options options;
+        options.sampling = { 0, 0.0 };
+        options.faucet = true;
+        options.database = tessera::tests::TestStore::databaseFor(m_dir.filePath(QStringLiteral("fenced")));
+        m_blobs.push_back(std::move(Broker::openBlobs(m_dir.filePath(QStringLiteral("fenced-first")))).value());
+        auto first = openOn(QStringLiteral("fenced-first"), *m_blobs.back(), options);
+        const auto jobId = *first->submit(job(1, 2), QStringLiteral("owner"));
+        FakeClock ahead; // the second broker's clock, past the first's lease
+        ahead.now = m_clock.now + NetworkLease::DefaultMs + 1000;
+        m_blobs.push_back(std::move(Broker::openBlobs(m_dir.filePath(QStringLiteral("fenced-second")))).value());
+        auto second = Broker::open(m_dir.filePath(QStringLiteral("fenced-second")), *m_blobs.back(), m_math, ahead, options);
+        QVERIFY(second.ok());
+        QVERIFY((*second)->active()); // took it over at once, by its clock
+        QVERIFY(first->active()); // by its own clock, the first still holds it
+        const auto cancelled = first->cancel(jobId);
+        QVERIFY(!cancelled.ok());
+        QCOMPARE(cancelled.error().field, QStringLiteral("standby"));
+        QCOMPARE((*second)->status(jobId)->state, JobState::Running);
+        QVERIFY((*second)->cancel(jobId).ok());
+    }
+
     // One broker to a data folder (broker.lock): a second one there would hold the network's
     // lease under the same broker.id.
     void aDataFolderHasOneBroker()
