@@ -109,7 +109,7 @@ Result<std::unique_ptr<Broker>> Broker::open(
     // One broker to a data folder: two on one broker.id would both hold the network's lease.
     auto lock = std::make_unique<QLockFile>(QDir(dataDirectory).filePath(QStringLiteral("broker.lock")));
     lock->setStaleLockTime(0); // stale only when its process is gone
-    if (!lock->tryLock(0))
+    if (!lock->tryLock(3000)) // a broker on its way out (SIGTERM) may still hold it a moment
         return Error { QStringLiteral("data"),
             QStringLiteral("another tessera-broker uses %1 (broker.lock); one broker to a data folder").arg(dataDirectory) };
     auto id = NetworkLease::loadOrCreateId(QDir(dataDirectory).filePath(QStringLiteral("broker.id")));

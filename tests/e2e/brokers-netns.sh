@@ -89,6 +89,14 @@ until [ "$(round "$first")" -ge 3 ]; do
     [ $SECONDS -lt $deadline ] || { echo "FAIL: round 3 never came"; tail -20 "$work"/*.log; exit 1; }
     sleep 0.2
 done
+# One network, one ledger: a node's balance reads the same through either broker.
+account=$(head -1 "$work/node3/node.key" | cut -d' ' -f2)
+viaFirst=$(owner "$first" balance "$account")
+viaSecond=$(owner "$second" balance "$account")
+if [ "$viaFirst" != "$viaSecond" ] || [ -z "$viaFirst" ]; then
+    echo "FAIL: node 3's balance is '$viaFirst' through the first broker and '$viaSecond' through the second"
+    exit 1
+fi
 killedAt=$(date +%s.%N)
 kill -9 "$firstPid"
 wait "$firstPid" 2>/dev/null || true
@@ -125,6 +133,12 @@ accepted=$(awk -v t="$took" '$1 > t && /result of job .*: (accepted|sampled)$/ {
 for pid in "${nodes[@]}"; do
     kill -0 "$pid" 2>/dev/null || { echo "FAIL: a node died on the way (pid $pid)"; status=1; }
 done
+after=$(owner "$second" balance "$account")
+echo "node 3: $viaFirst before the kill (either broker), $after after the job"
+if [ "$after" = "$viaFirst" ]; then
+    echo "FAIL: node 3 earned nothing through the second broker"
+    status=1
+fi
 if [ "$status" -eq 0 ] && [ -n "${TESSERA_BENCH_RECORD:-}" ]; then # make bench: the failover's times
     echo "failover.takeoverS $(seconds "$took")" >> "$TESSERA_BENCH_RECORD"
     echo "failover.firstResultS $(seconds "$accepted")" >> "$TESSERA_BENCH_RECORD"
