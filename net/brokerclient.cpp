@@ -35,23 +35,64 @@ struct BrokerClient::Private {
     zmq::socket_t socket { context, zmq::socket_type::dealer };
     qint64 nextId = 1;
     QString plaintextAccount; // named as "owner" in every request to a plaintext broker
+    std::optional<CurveKeys> keys;
+    std::optional<CurveKeys> ownKeys; // under CURVE without keys: one new key for every broker
+    QList<BrokerAddress> others; // of the network, tried in order
 };
+
+namespace {
+
+// Whether a reply, or the lack of one, sends the client to the network's next broker.
+bool movesOn(const core::Error& error)
+{
+    return error.field == errors::Standby || error.field == u"broker";
+}
+
+} // namespace
 
 BrokerClient::BrokerClient(BrokerAddress broker, std::optional<CurveKeys> keys, int timeoutMs)
     : d(std::make_unique<Private>())
 {
-    d->broker = std::move(broker);
     d->timeoutMs = timeoutMs;
+    d->keys = std::move(keys);
+    connectTo(broker);
+}
+
+void BrokerClient::connectTo(const BrokerAddress& broker)
+{
+    d->broker = broker;
+    d->socket = zmq::socket_t(d->context, zmq::socket_type::dealer);
     d->socket.set(zmq::sockopt::linger, 0);
+    d->plaintextAccount.clear();
     if (!d->broker.serverKey.isEmpty()) {
-        const auto own = keys ? *keys : CurveKeys::generate();
+        if (!d->keys && !d->ownKeys)
+            d->ownKeys = CurveKeys::generate();
+        const auto own = d->keys ? *d->keys : *d->ownKeys;
         d->socket.set(zmq::sockopt::curve_serverkey, d->broker.serverKey.toStdString());
         d->socket.set(zmq::sockopt::curve_publickey, own.publicKey.toStdString());
         d->socket.set(zmq::sockopt::curve_secretkey, own.secretKey.toStdString());
-    } else if (keys) {
-        d->plaintextAccount = keys->publicKey;
+    } else if (d->keys) {
+        d->plaintextAccount = d->keys->publicKey;
     }
     d->socket.connect(d->broker.endpoint.toStdString());
+}
+
+void BrokerClient::setOtherBrokers(const QList<BrokerAddress>& others)
+{
+    d->others = others;
+}
+
+QString BrokerClient::endpoint() const
+{
+    return d->broker.endpoint;
+}
+
+bool BrokerClient::moveOn()
+{
+    if (d->others.isEmpty())
+        return false;
+    connectTo(d->others.takeFirst());
+    return true;
 }
 
 BrokerClient::~BrokerClient() = default;
@@ -110,8 +151,14 @@ core::Result<QString> BrokerClient::submit(const core::JobSpec& spec, QString re
             }
             if (!asked.contains(reply->header.value(fields::Id).toInteger(-1)))
                 continue; // a late answer to an earlier request
-            if (reply->command == Command::Error)
-                return refusal(*reply);
+            if (reply->command == Command::Error) {
+                const auto refused = refusal(*reply);
+                if (refused.field == errors::Standby && moveOn()) {
+                    asked.append(sendRequest(Command::Submit, header)); // the files are the same blobs
+                    continue;
+                }
+                return refused;
+            }
             auto submitted = SubmitReply::fromHeader(reply->header);
             if (!submitted)
                 return submitted.error();
@@ -128,16 +175,18 @@ core::Result<QString> BrokerClient::submit(const core::JobSpec& spec, QString re
 
 core::Result<QJsonObject> BrokerClient::request(Command command, QJsonObject header)
 {
-    const qint64 id = sendRequest(command, std::move(header));
     for (;;) {
+        const qint64 id = sendRequest(command, header);
         auto reply = receive();
-        if (!reply)
-            return reply.error();
-        if (reply->header.value(fields::Id).toInteger(-1) != id)
-            continue; // a late answer to an earlier request
-        if (reply->command == Command::Error)
-            return refusal(*reply);
-        return reply->header;
+        while (reply && reply->header.value(fields::Id).toInteger(-1) != id)
+            reply = receive(); // a late answer to an earlier request
+        const auto error = !reply              ? std::optional<core::Error>(reply.error())
+            : reply->command == Command::Error ? std::optional<core::Error>(refusal(*reply))
+                                               : std::nullopt;
+        if (!error)
+            return reply->header;
+        if (!movesOn(*error) || !moveOn())
+            return *error;
     }
 }
 
@@ -156,10 +205,16 @@ core::Result<core::Digest> BrokerClient::upload(
             ++inFlight;
         }
         auto reply = receive();
-        if (!reply)
-            return reply.error();
-        if (reply->command == Command::Error)
-            return refusal(*reply);
+        const auto error = !reply              ? std::optional<core::Error>(reply.error())
+            : reply->command == Command::Error ? std::optional<core::Error>(refusal(*reply))
+                                               : std::nullopt;
+        if (error) {
+            if (!movesOn(*error) || !moveOn())
+                return *error;
+            sent = 0; // the whole blob again, to the next broker
+            inFlight = 0;
+            continue;
+        }
         auto put = PutReply::fromHeader(reply->header);
         if (!put)
             return put.error();

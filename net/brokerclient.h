@@ -27,6 +27,13 @@ public:
     BrokerClient(const BrokerClient&) = delete;
     BrokerClient& operator=(const BrokerClient&) = delete;
 
+    // The network's other brokers (several brokers on one database, docs/STORE.md): where this
+    // one answers a request, an upload or a submit with ERROR standby, or does not answer in
+    // time, the client connects to the next of them and asks again there.
+    void setOtherBrokers(const QList<BrokerAddress>& others);
+    // The broker it talks to now.
+    QString endpoint() const;
+
     // Sends a request and waits for its OK; an ERROR reply or a timeout comes back as an Error.
     core::Result<QJsonObject> request(Command command, QJsonObject header);
 
@@ -51,6 +58,9 @@ public:
         const std::function<void(std::int64_t, std::int64_t)>& progress = {});
 
 private:
+    // Connects to the next of the other brokers; false when none is left.
+    bool moveOn();
+    void connectTo(const BrokerAddress& broker);
     core::Result<Message> receive();
     qint64 sendRequest(Command command, QJsonObject header); // returns its id
     void send(const Message& message);

@@ -207,6 +207,10 @@ struct BrokerServer::Private {
                 asker.re, asker.id);
             return;
         }
+        if (error.field == u"standby") { // a standby broker of a network: ask the active one
+            sendError(asker.routingId, errors::Standby, error.message, asker.re, asker.id);
+            return;
+        }
         sendError(asker.routingId, code, prefix + error.toString(), asker.re, asker.id);
     }
     bool requireNode(const Request& r)

@@ -78,6 +78,7 @@ inline const QString Internal = QStringLiteral("internal");
 inline const QString TooManyRequests = QStringLiteral("too-many-requests");
 inline const QString DiskFull = QStringLiteral("disk-full");
 inline const QString Forbidden = QStringLiteral("forbidden");
+inline const QString Standby = QStringLiteral("standby"); // another broker of the network holds its work
 } // namespace errors
 
 struct Message {

@@ -41,6 +41,7 @@ using app::cli::printJson;
 struct Context {
     QCommandLineParser& parser;
     QString brokerAddress;
+    QStringList otherBrokers; // of the same network (--broker again), tried in order
     QString identityFile;
     std::unique_ptr<net::BrokerClient> client;
     std::optional<net::Identity> me;
@@ -76,6 +77,14 @@ struct Context {
             if (!mine)
                 return mine.error();
             client = std::make_unique<net::BrokerClient>(*address, (*mine)->keys);
+            QList<net::BrokerAddress> others;
+            for (const auto& other : otherBrokers) {
+                auto parsed = net::BrokerAddress::parse(other);
+                if (!parsed)
+                    return parsed.error();
+                others.append(*parsed);
+            }
+            client->setOtherBrokers(others);
         }
         return client.get();
     }
@@ -703,7 +712,8 @@ QString usage()
     text += QStringLiteral(
         "\nGlobal options (before the command):\n"
         "  --broker ADDRESS  the broker: tcp://host:port, with #KEY for CURVE (default: the first of Node/Brokers in the\n"
-        "                    settings, else tcp://127.0.0.1:5555)\n"
+        "                    settings, else tcp://127.0.0.1:5555); again for each other broker of the same network,\n"
+        "                    asked in turn when one stands by (ERROR standby) or does not answer\n"
         "  --config FILE     settings file (default ~/.config/Tessera/tessera.ini)\n"
         "  --identity FILE   your identity's key file (default: Node/KeyFile, else node.key in the data folder,\n"
         "                    ~/.local/share/Tessera; created on first use)\n"
@@ -768,7 +778,7 @@ int main(int argc, char* argv[])
     QCoreApplication app(argc, argv);
     QCoreApplication::setApplicationName(QStringLiteral("tessera-job"));
     QStringList args = app.arguments();
-    QString brokerAddress;
+    QStringList brokerAddresses;
     QString identityFile;
     QString configPath = core::settings::Settings::defaultFilePath();
     // Global options come before the command.
@@ -782,8 +792,12 @@ int main(int argc, char* argv[])
             out() << usage() << Qt::flush;
             return 0;
         }
-        if ((option == u"--broker" || option == u"--config" || option == u"--identity") && args.size() > 1) {
-            (option == u"--broker" ? brokerAddress : option == u"--config" ? configPath : identityFile) = args.takeAt(1);
+        if (option == u"--broker" && args.size() > 1) { // again: the network's next broker
+            brokerAddresses.append(args.takeAt(1));
+            continue;
+        }
+        if ((option == u"--config" || option == u"--identity") && args.size() > 1) {
+            (option == u"--config" ? configPath : identityFile) = args.takeAt(1);
             continue;
         }
         return fail(QStringLiteral("unknown option %1 (global options go before the command; see --help)").arg(option));
@@ -831,12 +845,14 @@ int main(int argc, char* argv[])
 
     core::settings::Settings settings(configPath);
     settings.load();
-    if (brokerAddress.isEmpty()) {
+    // Node/Brokers may name brokers of several networks (a node serves them all): only its first
+    // is this client's; the brokers of one network are given as --broker, repeated.
+    if (brokerAddresses.isEmpty()) {
         const auto brokers = settings.listValue(core::settings::names::NodeBrokers);
-        brokerAddress = brokers.isEmpty() ? QStringLiteral("tcp://127.0.0.1:5555") : brokers.first();
+        brokerAddresses.append(brokers.isEmpty() ? QStringLiteral("tcp://127.0.0.1:5555") : brokers.first());
     }
     if (identityFile.isEmpty())
         identityFile = net::Identity::defaultKeyFile(settings);
-    Context context { parser, brokerAddress, identityFile, {}, {} };
+    Context context { parser, brokerAddresses.first(), brokerAddresses.mid(1), identityFile, {}, {} };
     return command.run(context);
 }

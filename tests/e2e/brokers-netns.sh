@@ -60,6 +60,11 @@ owner() { # BROKER ARGS...
     shift
     in_host 0 "$bin/tessera-job" --config /dev/null --identity "$work/owner.key" --broker "$broker" "$@"
 }
+network() { # BROKER BROKER ARGS...: a client that knows both brokers of the network, in that order
+    local one=$1 two=$2
+    shift 2
+    in_host 0 "$bin/tessera-job" --config /dev/null --identity "$work/owner.key" --broker "$one" --broker "$two" "$@"
+}
 answers() { # BROKER
     local deadline=$((SECONDS + 120))
     until owner "$1" list > /dev/null 2>&1; do
@@ -82,7 +87,9 @@ done
 
 "$bin/tessera-node" --config /dev/null train-local "$job" --out "$work/local" > "$work/local.log" 2>&1
 expected=$(/usr/bin/python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["finalWeightsHash"])' "$work/local/report.json")
-id=$(owner "$first" submit "$job")
+# Submitted to the standby first: it refers the client (ERROR standby), which uploads and submits
+# to the active broker instead.
+id=$(network "$second" "$first" submit "$job")
 round() { owner "$1" status "$id" --json 2>/dev/null | /usr/bin/python3 -c 'import json,sys; print(json.load(sys.stdin)["round"])' 2>/dev/null || echo -1; }
 deadline=$((SECONDS + 300))
 until [ "$(round "$first")" -ge 3 ]; do
@@ -102,7 +109,8 @@ kill -9 "$firstPid"
 wait "$firstPid" 2>/dev/null || true
 rm -rf "$work/first"
 echo "killed the first broker at round $(round "$second") and deleted its data folder"
-owner "$second" wait "$id" --json > "$work/job.json"
+# Waited for through the dead broker first: the client finds it silent and asks the other.
+network "$first" "$second" wait "$id" --json > "$work/job.json"
 got=$(/usr/bin/python3 -c 'import json,sys; j=json.load(open(sys.argv[1])); print(j["state"], j["weightsHash"])' "$work/job.json")
 
 status=0
