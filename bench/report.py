@@ -116,6 +116,13 @@ def figures(results):
     if "load.share" in f:
         f["load.percent"] = f["load.share"] * 100
         f["load.verdict"] = met(f["load.share"], 0.30, at_least=False)
+    if "load.postgres.share" in f:
+        f["load.postgresRows"] = "\n".join(
+            "| %s | %.1f%% (%s messages in) | %s |" % (name, f["%s.share" % key] * 100, format(f["%s.messages" % key], ",.0f"),
+                                                      met(f["%s.share" % key], 0.30, at_least=False))
+            for name, key in (("active", "load.postgres"), ("standing by", "load.standby")) if "%s.share" % key in f)
+    else:
+        f["load.postgresRows"] = "| not measured (no PostgreSQL here) | | |"
     if "verification.steadyOverhead" in f:
         f["verification.steadyVerdict"] = met(f["verification.steadyOverhead"], 0.10, at_least=False)
         f["verification.caughtNewVerdict"] = met(f["verification.caughtNew"], 0.99)

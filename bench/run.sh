@@ -23,18 +23,20 @@ trap cluster_stop EXIT INT TERM
 
 step "shard trainer vs a bare LibTorch loop"
 "$build/bench/tessera-bench-trainer" | tee "$out/trainer.txt"
-step "broker scheduling (on SQLite, and on PostgreSQL where postgresql-15 is installed)"
+# A PostgreSQL server for the broker and network benches (their PostgreSQL figures), where
+# postgresql-15 is installed.
 . "$src/scripts/lib/postgres.sh"
 if pg_start "$(mktemp -d /tmp/tessera-pg-XXXXXX)"; then
-    TESSERA_BENCH_POSTGRES="$PG_URI" "$build/bench/tessera-bench-broker" | tee "$out/broker.txt"
-else
-    "$build/bench/tessera-bench-broker" | tee "$out/broker.txt"
+    export TESSERA_BENCH_POSTGRES="$PG_URI"
 fi
-pg_stop
+step "broker scheduling (on SQLite, and on PostgreSQL where postgresql-15 is installed)"
+"$build/bench/tessera-bench-broker" | tee "$out/broker.txt"
 step "failover: two brokers on PostgreSQL, the active one killed with its data folder (root only)"
 "$src/tests/e2e/brokers-netns.sh" "$bin" "$src/examples/jobs/fashion-mnist-mlp.json" | tee "$out/failover.txt" || true
-step "network: blob transfer, bytes per round, broker load"
+step "network: blob transfer, bytes per round, broker load (on SQLite, and on PostgreSQL: active and standing by)"
 "$build/bench/tessera-bench-network" | tee "$out/network.txt"
+pg_stop
+unset TESSERA_BENCH_POSTGRES
 step "blob swarm: the broker's bytes for a round's blob with 4, 16 and 32 nodes (the first dials the seed, and every node)"
 "$build/bench/tessera-bench-swarm" | tee "$out/swarm.txt"
 "$build/bench/tessera-bench-swarm" --plain | tee "$out/swarm-plain.txt"

@@ -46,6 +46,8 @@ records = {
     "compression.mlp.none.0": 86.5, "compression.mlp.int8.0": 86.9, "compression.mlp.none.1": 86.9,
     "compression.mlp.int8.1": 86.8, "compression.cnn.none.0": 86.1, "compression.cnn.int8.0": 85.6,
     "load.nodes": 10000, "load.messages": 110269, "load.cpuSeconds": 1.3, "load.share": 0.13,
+    "load.postgres.share": 0.24, "load.postgres.messages": 114829, "load.standby.share": 0.275,
+    "load.standby.messages": 114605,
     "verification.honestShards": 100000, "verification.honestSlashed": 0, "verification.steadyOverhead": 0.05,
     "verification.lifetimeOverhead": 0.087, "verification.caughtNew": 0.9995,
     "verification.caughtAfter100": 0.8875, "verification.caughtAfter1000": 0.389,
