@@ -773,15 +773,18 @@ QCommandLineOption optionNamed(const QString& name)
 
 } // namespace
 
-int main(int argc, char* argv[])
-{
-    QCoreApplication app(argc, argv);
-    QCoreApplication::setApplicationName(QStringLiteral("tessera-job"));
-    QStringList args = app.arguments();
+namespace {
+
+// The options before the command: --broker (again for each other broker of the network),
+// --config, --identity; an exit status where they end the run (--help, --version, a bad option).
+struct GlobalOptions {
     QStringList brokerAddresses;
     QString identityFile;
     QString configPath = core::settings::Settings::defaultFilePath();
-    // Global options come before the command.
+};
+
+std::optional<int> readGlobalOptions(QStringList& args, GlobalOptions& options)
+{
     while (args.size() > 1 && args[1].startsWith(u'-')) {
         const QString option = args.takeAt(1);
         if (option == u"--version" || option == u"-v") {
@@ -793,15 +796,31 @@ int main(int argc, char* argv[])
             return 0;
         }
         if (option == u"--broker" && args.size() > 1) { // again: the network's next broker
-            brokerAddresses.append(args.takeAt(1));
+            options.brokerAddresses.append(args.takeAt(1));
             continue;
         }
         if ((option == u"--config" || option == u"--identity") && args.size() > 1) {
-            (option == u"--config" ? configPath : identityFile) = args.takeAt(1);
+            (option == u"--config" ? options.configPath : options.identityFile) = args.takeAt(1);
             continue;
         }
         return fail(QStringLiteral("unknown option %1 (global options go before the command; see --help)").arg(option));
     }
+    return std::nullopt;
+}
+
+} // namespace
+
+int main(int argc, char* argv[])
+{
+    QCoreApplication app(argc, argv);
+    QCoreApplication::setApplicationName(QStringLiteral("tessera-job"));
+    QStringList args = app.arguments();
+    GlobalOptions global;
+    if (const auto done = readGlobalOptions(args, global))
+        return *done;
+    QStringList& brokerAddresses = global.brokerAddresses;
+    QString& identityFile = global.identityFile;
+    const QString& configPath = global.configPath;
     if (args.size() < 2) {
         QTextStream(stderr) << usage() << Qt::flush;
         return 2;
