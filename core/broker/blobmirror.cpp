@@ -4,8 +4,8 @@
 
 #include <QDir>
 #include <QFile>
+#include <QHash>
 #include <QLoggingCategory>
-#include <QSet>
 
 namespace tessera::core::broker {
 
@@ -139,29 +139,36 @@ Status BlobMirror::fetch(const Digest& digest, std::int64_t size)
     return {};
 }
 
-Result<int> BlobMirror::fetchMissing()
+Result<QHash<Digest, std::int64_t>> BlobMirror::copies()
 {
-    auto rows = storage::query(m_db, QStringLiteral("SELECT blob, size FROM blob_copies WHERE complete = 1 ORDER BY blob"));
+    auto rows = storage::query(m_db, QStringLiteral("SELECT blob, size FROM blob_copies WHERE complete = 1"));
     if (!rows)
         return rows.error();
-    QList<std::pair<Digest, std::int64_t>> missing;
-    for (;;) {
-        auto row = storage::fetch(*rows);
-        if (!row)
-            return row.error();
-        if (!*row)
-            break;
-        const auto digest = Digest::fromHex(rows->columnText(0));
-        if (digest && !m_blobs.contains(*digest))
-            missing.append({ *digest, rows->columnInt(1) });
-    }
-    rows->reset();
+    auto listed = storage::collect(*rows, [](storage::Statement& row) -> std::optional<std::pair<Digest, std::int64_t>> {
+        const auto digest = Digest::fromHex(row.columnText(0));
+        return digest ? std::optional(std::pair { *digest, row.columnInt(1) }) : std::nullopt;
+    });
+    if (!listed)
+        return listed.error();
+    QHash<Digest, std::int64_t> sizes;
+    for (const auto& [digest, size] : *listed)
+        sizes.insert(digest, size);
+    return sizes;
+}
+
+Result<int> BlobMirror::fetchMissing()
+{
+    auto copied = copies();
+    if (!copied)
+        return copied.error();
     // A copy that is not its blob is skipped (and said): one bad copy must not keep the network
     // from being taken over; a job that needs it fails on its own.
     int fetched = 0;
-    for (const auto& [digest, size] : missing) {
-        if (auto status = fetch(digest, size); !status) {
-            qCWarning(lcMirror).noquote() << "blob" << digest.toHex() << "not fetched:" << status.error().toString();
+    for (auto it = copied->cbegin(); it != copied->cend(); ++it) {
+        if (m_blobs.contains(it.key()))
+            continue;
+        if (auto status = fetch(it.key(), it.value()); !status) {
+            qCWarning(lcMirror).noquote() << "blob" << it.key().toHex() << "not fetched:" << status.error().toString();
             continue;
         }
         ++fetched;
@@ -171,22 +178,12 @@ Result<int> BlobMirror::fetchMissing()
 
 Result<int> BlobMirror::storeMissing()
 {
-    auto rows = storage::query(m_db, QStringLiteral("SELECT blob FROM blob_copies WHERE complete = 1"));
-    if (!rows)
-        return rows.error();
-    QSet<QString> copied;
-    for (;;) {
-        auto row = storage::fetch(*rows);
-        if (!row)
-            return row.error();
-        if (!*row)
-            break;
-        copied.insert(rows->columnText(0));
-    }
-    rows->reset();
+    auto copied = copies();
+    if (!copied)
+        return copied.error();
     int count = 0;
     for (const auto& digest : m_blobs.digests()) {
-        if (copied.contains(digest.toHex()))
+        if (copied->contains(digest))
             continue;
         const auto file = m_blobs.storedFile(digest);
         const auto size = m_blobs.sizeOf(digest);

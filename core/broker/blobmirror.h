@@ -3,6 +3,8 @@
 #include "../blobstore.h"
 #include "../error.h"
 
+#include <QHash>
+
 #include <cstdint>
 
 namespace tessera::core::storage {
@@ -33,6 +35,8 @@ public:
 
 private:
     Result<bool> has(const Digest& digest);
+    // The database's whole copies: each blob's size.
+    Result<QHash<Digest, std::int64_t>> copies();
     Status fetch(const Digest& digest, std::int64_t size);
 
     storage::Database& m_db;

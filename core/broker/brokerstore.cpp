@@ -844,8 +844,7 @@ Result<std::optional<LeaseRow>> BrokerStore::lease(const QString& scope)
 
 Status BrokerStore::allowRead(const Digest& blob, const QString& principal)
 {
-    return execute(*m_db, QStringLiteral("INSERT INTO blob_readers (blob, principal) VALUES (?, ?) ON CONFLICT DO NOTHING"),
-        blob.toHex(), principal);
+    return allowRead(QList<Digest> { blob }, principal);
 }
 
 Status BrokerStore::allowRead(const QList<Digest>& blobs, const QString& principal)

@@ -13,11 +13,10 @@ namespace {
 Result<std::unique_ptr<storage::Database>> openBooks(const QString& store)
 {
     const bool shared = storage::isPostgresUri(store);
-    const QString& dataDirectory = store;
-    const QString path = shared ? store : QDir(dataDirectory).filePath(QStringLiteral("broker.sqlite"));
+    const QString path = shared ? store : QDir(store).filePath(QStringLiteral("broker.sqlite"));
     if (!shared && !QFile::exists(path))
         return Error { QStringLiteral("data"),
-            QStringLiteral("no broker database in %1 (--data or Broker/DataDirectory)").arg(dataDirectory) };
+            QStringLiteral("no broker database in %1 (--data or Broker/DataDirectory)").arg(store) };
     auto database = storage::openMigrated(path, QStringLiteral(":/migrations/broker"),
         storage::DatabaseOptions { 10'000, storage::DatabaseOptions::Synchronous::Full });
     if (!database)

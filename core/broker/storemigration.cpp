@@ -17,6 +17,7 @@ using storage::Statement;
 struct Column {
     QString name;
     QString type; // PostgreSQL's data_type
+    bool identity = false; // its values come from a sequence, which must move past the copied rows
 };
 
 Result<QStringList> sourceTables(Database& source)
@@ -33,12 +34,14 @@ Result<QStringList> sourceTables(Database& source)
 Result<QList<Column>> targetColumns(Database& target, const QString& table)
 {
     auto rows = storage::query(target,
-        QStringLiteral("SELECT column_name, data_type FROM information_schema.columns WHERE table_schema = current_schema() "
-                       "AND table_name = ? ORDER BY ordinal_position"),
+        QStringLiteral("SELECT column_name, data_type, is_identity FROM information_schema.columns "
+                       "WHERE table_schema = current_schema() AND table_name = ? ORDER BY ordinal_position"),
         table);
     if (!rows)
         return rows.error();
-    return storage::collect(*rows, [](Statement& row) { return Column { row.columnText(0), row.columnText(1) }; });
+    return storage::collect(*rows, [](Statement& row) {
+        return Column { row.columnText(0), row.columnText(1), row.columnText(2) == u"YES" };
+    });
 }
 
 // The tables in an order where each comes after those its foreign keys name.
@@ -131,21 +134,13 @@ Result<std::int64_t> copyTable(Database& source, Database& target, const QString
         insert->reset();
         ++copied;
     }
-    auto identity = storage::query(target,
-        QStringLiteral("SELECT column_name FROM information_schema.columns WHERE table_schema = current_schema() "
-                       "AND table_name = ? AND is_identity = 'YES'"),
-        table);
-    if (!identity)
-        return identity.error();
-    auto identityColumns = storage::collect(*identity, [](Statement& row) { return row.columnText(0); });
-    if (!identityColumns)
-        return identityColumns.error();
-    for (const auto& column : *identityColumns)
-        if (auto status = storage::execute(target,
-                QStringLiteral("SELECT setval(pg_get_serial_sequence('%1', '%2'), COALESCE(MAX(%2), 0) + 1, false) FROM %1")
-                    .arg(table, column));
-            !status)
-            return status.error();
+    for (const auto& column : *columns)
+        if (column.identity)
+            if (auto status = storage::execute(target,
+                    QStringLiteral("SELECT setval(pg_get_serial_sequence('%1', '%2'), COALESCE(MAX(%2), 0) + 1, false) FROM %1")
+                        .arg(table, column.name));
+                !status)
+                return status.error();
     return copied;
 }
 

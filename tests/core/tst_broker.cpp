@@ -205,6 +205,25 @@ private:
         return std::move(broker).value();
     }
 
+    // A new blob store in the data folder `name`, outliving the brokers that use it.
+    BlobStore& blobsAt(const QString& name)
+    {
+        m_blobs.push_back(std::move(Broker::openBlobs(m_dir.filePath(name))).value());
+        return *m_blobs.back();
+    }
+
+    // Options of a broker of the network `network` (several brokers on one PostgreSQL database):
+    // a faucet, no sampling, 4 shards a node.
+    Broker::Options networkOptions(const QString& network)
+    {
+        Broker::Options options;
+        options.sampling = { 0, 0.0 };
+        options.faucet = true;
+        options.maxAssignmentsPerNode = 4;
+        options.database = tessera::tests::TestStore::databaseFor(m_dir.filePath(network));
+        return options;
+    }
+
     // A broker on a data folder of its own and the blob store `blobs` (brokers of one network that
     // share their blobs).
     std::unique_ptr<Broker> openOn(const QString& name, BlobStore& blobs, const Broker::Options& options)
@@ -896,20 +915,12 @@ private Q_SLOTS:
     {
         if (!tessera::tests::TestStore::onPostgres())
             QSKIP("several brokers share a PostgreSQL database only (tst_broker_postgresql)");
-        Broker::Options options;
-        options.sampling = { 0, 0.0 };
-        options.faucet = true;
-        options.maxAssignmentsPerNode = 4;
-        options.database = tessera::tests::TestStore::databaseFor(m_dir.filePath(QStringLiteral("network")));
+        auto options = networkOptions(QStringLiteral("network"));
         // Each broker its own blobs: the second finds the first's in the database.
-        auto blobsOf = [this](const QString& name) -> BlobStore& {
-            m_blobs.push_back(std::move(Broker::openBlobs(m_dir.filePath(name))).value());
-            return *m_blobs.back();
-        };
         options.endpoint = QStringLiteral("tcp://first.example:5555");
-        auto first = openOn(QStringLiteral("first"), blobsOf(QStringLiteral("first")), options);
+        auto first = openOn(QStringLiteral("first"), blobsAt(QStringLiteral("first")), options);
         options.endpoint = QStringLiteral("tcp://second.example:5555");
-        auto second = openOn(QStringLiteral("second"), blobsOf(QStringLiteral("second")), options);
+        auto second = openOn(QStringLiteral("second"), blobsAt(QStringLiteral("second")), options);
         QVERIFY(first->active());
         QVERIFY(!second->active());
         QVERIFY(first->brokerId() != second->brokerId());
@@ -952,7 +963,7 @@ private Q_SLOTS:
             payments += transfer.cause.startsWith(QStringLiteral("pay:") + jobId) ? 1 : 0;
         QCOMPARE(payments, 2);
 
-        auto back = openOn(QStringLiteral("first"), blobsOf(QStringLiteral("first")), options);
+        auto back = openOn(QStringLiteral("first"), blobsAt(QStringLiteral("first")), options);
         QVERIFY(!back->active()); // the second broker holds the network now
         QVERIFY(!back->assign(QStringLiteral("a")).ok() || !back->assign(QStringLiteral("a"))->has_value());
     }
@@ -964,12 +975,9 @@ private Q_SLOTS:
     {
         if (!tessera::tests::TestStore::onPostgres())
             QSKIP("moves to a PostgreSQL database (tst_broker_postgresql)");
-        Broker::Options options;
-        options.sampling = { 0, 0.0 };
-        options.faucet = true;
-        options.maxAssignmentsPerNode = 4;
-        m_blobs.push_back(std::move(Broker::openBlobs(m_dir.filePath(QStringLiteral("moved")))).value());
-        BlobStore& blobs = *m_blobs.back();
+        auto options = networkOptions(QStringLiteral("moved-to"));
+        options.database.clear(); // SQLite first
+        BlobStore& blobs = blobsAt(QStringLiteral("moved"));
         QString jobId;
         QJsonObject before;
         {
@@ -1018,12 +1026,9 @@ private Q_SLOTS:
     {
         if (!tessera::tests::TestStore::onPostgres())
             QSKIP("several brokers share a PostgreSQL database only (tst_broker_postgresql)");
-        Broker::Options options;
-        options.database = tessera::tests::TestStore::databaseFor(m_dir.filePath(QStringLiteral("kept")));
-        m_blobs.push_back(std::move(Broker::openBlobs(m_dir.filePath(QStringLiteral("kept-first")))).value());
-        auto first = openOn(QStringLiteral("kept-first"), *m_blobs.back(), options);
-        m_blobs.push_back(std::move(Broker::openBlobs(m_dir.filePath(QStringLiteral("kept-second")))).value());
-        auto second = openOn(QStringLiteral("kept-second"), *m_blobs.back(), options);
+        const auto options = networkOptions(QStringLiteral("kept"));
+        auto first = openOn(QStringLiteral("kept-first"), blobsAt(QStringLiteral("kept-first")), options);
+        auto second = openOn(QStringLiteral("kept-second"), blobsAt(QStringLiteral("kept-second")), options);
         QVERIFY(first->active());
         m_clock.now += NetworkLease::DefaultMs / 2;
         first->keepLease(); // in long work: no tick
@@ -1040,17 +1045,13 @@ private Q_SLOTS:
     {
         if (!tessera::tests::TestStore::onPostgres())
             QSKIP("several brokers share a PostgreSQL database only (tst_broker_postgresql)");
-        Broker::Options options;
-        options.sampling = { 0, 0.0 };
-        options.faucet = true;
-        options.database = tessera::tests::TestStore::databaseFor(m_dir.filePath(QStringLiteral("fenced")));
-        m_blobs.push_back(std::move(Broker::openBlobs(m_dir.filePath(QStringLiteral("fenced-first")))).value());
-        auto first = openOn(QStringLiteral("fenced-first"), *m_blobs.back(), options);
+        const auto options = networkOptions(QStringLiteral("fenced"));
+        auto first = openOn(QStringLiteral("fenced-first"), blobsAt(QStringLiteral("fenced-first")), options);
         const auto jobId = *first->submit(job(1, 2), QStringLiteral("owner"));
         FakeClock ahead; // the second broker's clock, past the first's lease
         ahead.now = m_clock.now + NetworkLease::DefaultMs + 1000;
-        m_blobs.push_back(std::move(Broker::openBlobs(m_dir.filePath(QStringLiteral("fenced-second")))).value());
-        auto second = Broker::open(m_dir.filePath(QStringLiteral("fenced-second")), *m_blobs.back(), m_math, ahead, options);
+        auto second = Broker::open(
+            m_dir.filePath(QStringLiteral("fenced-second")), blobsAt(QStringLiteral("fenced-second")), m_math, ahead, options);
         QVERIFY(second.ok());
         QVERIFY((*second)->active()); // took it over at once, by its clock
         QVERIFY(first->active()); // by its own clock, the first still holds it

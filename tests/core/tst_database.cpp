@@ -356,8 +356,6 @@ private Q_SLOTS:
         QCOMPARE(*(*database)->schemaVersion(), int(latest->size()));
     }
 
-    // PostgreSQL: a row another transaction holds is busy once the lock wait (busyTimeoutMs) ends,
-    // as a SQLite file another process writes is.
     // A connection the server dropped (a restart, a failover) is opened again: the statement that
     // met the drop fails, the next one runs, prepared statements included.
     void aDroppedConnectionIsOpenedAgain()
@@ -383,6 +381,8 @@ private Q_SLOTS:
         QCOMPARE(row->columnInt(0), std::int64_t(5));
     }
 
+    // PostgreSQL: a row another transaction holds is busy once the lock wait (busyTimeoutMs) ends,
+    // as a SQLite file another process writes is.
     void aRowAnotherTransactionHoldsIsBusy()
     {
         if (!m_postgres)
