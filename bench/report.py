@@ -120,7 +120,7 @@ def figures(results):
         f["load.postgresRows"] = "\n".join(
             "| %s | %.1f%% (%s messages in) | %s |" % (name, f["%s.share" % key] * 100, format(f["%s.messages" % key], ",.0f"),
                                                       met(f["%s.share" % key], 0.30, at_least=False))
-            for name, key in (("active", "load.postgres"), ("standing by", "load.standby")) if "%s.share" % key in f)
+            for name, key in (("the first broker", "load.postgres"), ("a second broker beside it", "load.second")) if "%s.share" % key in f)
     else:
         f["load.postgresRows"] = "| not measured (no PostgreSQL here) | | |"
     if "verification.steadyOverhead" in f:

@@ -33,7 +33,7 @@ step "broker scheduling (on SQLite, and on PostgreSQL where postgresql-15 is ins
 "$build/bench/tessera-bench-broker" | tee "$out/broker.txt"
 step "failover: two brokers on PostgreSQL, the active one killed with its data folder (root only)"
 "$src/tests/e2e/brokers-netns.sh" "$bin" "$src/examples/jobs/fashion-mnist-mlp.json" | tee "$out/failover.txt" || true
-step "network: blob transfer, bytes per round, broker load (on SQLite, and on PostgreSQL: active and standing by)"
+step "network: blob transfer, bytes per round, broker load (on SQLite, and on PostgreSQL: two brokers)"
 "$build/bench/tessera-bench-network" | tee "$out/network.txt"
 pg_stop
 unset TESSERA_BENCH_POSTGRES

@@ -60,6 +60,8 @@ Broker::Broker(std::unique_ptr<storage::Database> database, BlobStore& blobs, Tr
     : m_store(std::make_unique<BrokerStore>(std::move(database)))
     , m_lease(std::make_unique<NetworkLease>(*m_store, clock, NetworkLease::Identity { brokerId, options.endpoint },
           options.leaseMs, m_store->database().engine() == storage::Engine::PostgreSQL))
+    , m_jobLeases(std::make_unique<JobLeases>(*m_store, clock, NetworkLease::Identity { brokerId, options.endpoint },
+          options.leaseMs, m_store->database().engine() == storage::Engine::PostgreSQL))
     , m_blobs(blobs)
     , m_signing(std::move(signing))
     , m_math(math)
@@ -117,95 +119,137 @@ Result<std::unique_ptr<Broker>> Broker::open(
         return id.error();
     std::unique_ptr<Broker> broker(new Broker(std::move(*database), blobs, math, clock, options, *signing, *id));
     broker->m_folderLock = std::move(lock);
-    auto renewal = broker->m_lease->renew();
-    if (!renewal)
-        return renewal.error();
-    if (*renewal == NetworkLease::Renewal::Standby) {
-        qCInfo(lcBrokerCore).noquote() << "standing by: another broker holds the network" << broker->m_lease->holderEndpoint()
-                                       << "(taken over once its lease lapses)";
+    if (!broker->m_jobLeases->shared()) {
+        // One broker to the file: every job is this one's, and what was in flight is handed out again.
+        if (auto status = broker->recover(); !status)
+            return status.error();
         return broker;
     }
-    if (auto status = broker->takeOver(); !status)
+    if (auto status = broker->m_store->holdLeasesAs(*id); !status)
+        return status.error();
+    // Blobs this broker stored before it ran on the database go there.
+    auto stored = broker->m_mirror->storeMissing();
+    if (!stored)
+        return stored.error();
+    if (*stored > 0)
+        qCInfo(lcBrokerCore).noquote() << "blobs: copied" << *stored << "to the database";
+    if (auto status = broker->updateLeases(); !status)
         return status.error();
     return broker;
 }
 
-Status Broker::takeOver()
+Status Broker::fetchMissingBlobs()
 {
-    if (m_mirror) {
-        // Blobs this broker stored before it ran on the database go there; what another broker
-        // stored comes here.
-        auto stored = m_mirror->storeMissing();
-        if (!stored)
-            return stored.error();
-        auto fetched = m_mirror->fetchMissing();
-        if (!fetched)
-            return fetched.error();
-        if (*stored > 0 || *fetched > 0)
-            qCInfo(lcBrokerCore).noquote() << "blobs: copied" << *stored << "to the database and" << *fetched << "from it";
-    }
-    return recover();
+    auto fetched = m_mirror->fetchMissing();
+    if (!fetched)
+        return fetched.error();
+    if (*fetched > 0)
+        qCInfo(lcBrokerCore).noquote() << "blobs: copied" << *fetched << "from the database";
+    return {};
 }
 
-bool Broker::updateLease()
+Status Broker::adoptJob(const QString& jobId)
 {
+    // The job's work in flight under its last broker is handed out again, as after a restart; a
+    // node that still answers one of those assignments is heard (the first valid result wins).
+    auto job = m_store->existingJob(jobId);
+    if (!job)
+        return job.error();
+    if (auto status = m_store->expireActiveAssignments(jobId); !status)
+        return status;
+    if (auto status = m_verifier->recover(jobId); !status)
+        return status;
+    return loadJob(*job);
+}
+
+void Broker::forgetJob(const QString& jobId)
+{
+    m_scheduler.remove(jobId);
+    m_roundsToFinish.remove(jobId);
+}
+
+Status Broker::updateLeases()
+{
+    // The network's own chores (unbondings, old uploads) go to one broker at a time.
     const bool was = m_lease->held();
-    auto renewal = m_lease->renew();
-    if (!renewal) {
+    if (auto renewal = m_lease->renew(); !renewal)
         qCWarning(lcBrokerCore).noquote() << "cannot renew the network lease:" << renewal.error().toString();
-        if (was && !m_lease->held()) {
-            m_scheduler.clear();
-            m_lease->forget(); // renewed later, it is Taken: what was cleared is loaded again
-        }
-        return m_lease->held();
+    else if (was != m_lease->held())
+        qCInfo(lcBrokerCore).noquote() << (was ? "the network's chores went to another broker" : "doing the network's chores");
+    auto renewal = m_jobLeases->renew();
+    if (!renewal)
+        return renewal.error();
+    for (const auto& jobId : renewal->lost) {
+        qCWarning(lcBrokerCore).noquote() << "job" << jobId << "was taken over by another broker of the network";
+        forgetJob(jobId);
     }
-    switch (*renewal) {
-    case NetworkLease::Renewal::Kept:
-        return true;
-    case NetworkLease::Renewal::Taken:
-        // The broker that held the network is gone (or this one lapsed, and another may have
-        // worked since): the work in flight is handed out again, as after a restart (recover()).
-        qCWarning(lcBrokerCore).noquote() << "holding the network now: broker" << m_lease->holder();
-        if (auto status = takeOver(); !status) {
+    // Jobs whose broker is gone (their leases lapsed): a few a tick, so that a tick stays short.
+    auto unheld = m_jobLeases->unheld(MaxJobsTakenPerTick);
+    if (!unheld)
+        return unheld.error();
+    for (const auto& jobId : renewal->found)
+        qCInfo(lcBrokerCore).noquote() << "job" << jobId << "is this broker's still (held before a restart)";
+    QStringList adopted = renewal->found;
+    for (const auto& jobId : *unheld) {
+        if (m_jobLeases->holds(jobId))
+            continue; // renewed above: its lease lapsed only on a clock that jumped
+        auto taken = m_jobLeases->take(jobId);
+        if (!taken)
+            return taken.error();
+        if (*taken) {
+            qCWarning(lcBrokerCore).noquote() << "taking job" << jobId << "over: no broker of the network held it";
+            adopted.append(jobId);
+        }
+    }
+    if (adopted.isEmpty())
+        return {};
+    if (auto status = fetchMissingBlobs(); !status) {
+        for (const auto& jobId : adopted)
+            m_jobLeases->release(jobId);
+        return status;
+    }
+    for (const auto& jobId : adopted) {
+        if (auto status = adoptJob(jobId); !status) {
             // Given back, so that another broker of the network may take it meanwhile.
             qCWarning(lcBrokerCore).noquote()
-                << "cannot take the network over, giving the lease back:" << status.error().toString();
-            m_scheduler.clear();
-            m_lease->release();
-            return false;
+                << "cannot take job" << jobId << "over, giving it back:" << status.error().toString();
+            forgetJob(jobId);
+            m_jobLeases->release(jobId);
         }
-        return true;
-    case NetworkLease::Renewal::Standby:
-        if (was) {
-            qCWarning(lcBrokerCore).noquote() << "lost the network lease to" << m_lease->holderEndpoint() << "; standing by";
-            m_scheduler.clear();
-            m_lease->forget();
-        }
-        return false;
     }
-    return false;
+    return {};
 }
 
 void Broker::keepLease()
 {
-    if (!m_lease->due() || m_store->database().inTransaction())
+    // Renewed only: what changed hands is sorted out by the next tick, and a transaction of a job
+    // taken meanwhile is refused (its fence).
+    if (m_store->database().inTransaction())
         return;
-    auto renewal = m_lease->renew();
-    if (!renewal)
-        qCWarning(lcBrokerCore).noquote() << "cannot renew the network lease:" << renewal.error().toString();
-    else if (*renewal != NetworkLease::Renewal::Kept)
-        qCWarning(lcBrokerCore).noquote() << "the network lease changed hands during long work; the next tick sorts it out";
+    if (m_lease->due()) {
+        if (auto renewal = m_lease->renew(); !renewal)
+            qCWarning(lcBrokerCore).noquote() << "cannot renew the network lease:" << renewal.error().toString();
+    }
+    if (m_jobLeases->due()) {
+        if (auto renewal = m_jobLeases->extend(); !renewal)
+            qCWarning(lcBrokerCore).noquote() << "cannot renew the jobs' leases:" << renewal.error().toString();
+    }
 }
 
-Status Broker::refuseUnlessActive(const QString& what)
+Status Broker::refuseUnlessHeld(const QString& jobId, const QString& what)
 {
-    if (m_lease->held() || updateLease())
+    if (m_jobLeases->holds(jobId))
         return {};
-    const QString holder = m_lease->holderEndpoint();
+    // An ended job is nobody's to fight over: any broker answers for it (a late result is stale).
+    auto job = m_store->existingJob(jobId);
+    if (!job)
+        return job.error();
+    if (job->state != JobState::Running)
+        return {};
+    const QString holder = m_jobLeases->holderEndpoint(jobId);
     return Error { QStringLiteral("standby"),
-        QStringLiteral("this broker stands by (another broker of the network holds its work%1); %2 there, or again once "
-                       "this one has taken over")
-            .arg(holder.isEmpty() ? QString() : QStringLiteral(": ") + holder, what) };
+        QStringLiteral("another broker of the network holds job %1%2; %3 there")
+            .arg(jobId, holder.isEmpty() ? QString() : QStringLiteral(" (") + holder + QLatin1Char(')'), what) };
 }
 
 Status Broker::recover()
@@ -216,29 +260,32 @@ Status Broker::recover()
         return status;
     if (auto status = m_verifier->recover(); !status)
         return status;
-    return loadRunning();
-}
-
-Status Broker::loadRunning()
-{
     m_scheduler.clear();
     auto running = m_store->runningJobs();
     if (!running)
         return running.error();
     for (const auto& job : *running) {
-        auto spec = job.spec();
-        if (!spec)
-            continue;
-        auto results = m_store->shardResults(job.id, job.round);
-        if (!results)
-            return results.error();
-        QList<std::int64_t> answered;
-        for (const auto& result : *results)
-            answered.append(result.shard);
-        const auto counted = parametersOf(*spec);
-        m_scheduler.add(scheduledRound(job, *spec, counted ? counted->value_or(0) : 0), answered);
-        m_roundsToFinish.insert(job.id); // a round whose every shard was in when the broker stopped
+        if (auto status = loadJob(job); !status)
+            return status;
     }
+    return {};
+}
+
+Status Broker::loadJob(const JobRow& job)
+{
+    auto spec = job.spec();
+    if (!spec)
+        return {};
+    auto results = m_store->shardResults(job.id, job.round);
+    if (!results)
+        return results.error();
+    QList<std::int64_t> answered;
+    for (const auto& result : *results)
+        answered.append(result.shard);
+    const auto counted = parametersOf(*spec);
+    m_scheduler.remove(job.id);
+    m_scheduler.add(scheduledRound(job, *spec, counted ? counted->value_or(0) : 0), answered);
+    m_roundsToFinish.insert(job.id); // a round whose every shard was in when the broker stopped
     return {};
 }
 
@@ -373,8 +420,6 @@ Status paysForTraining(const JobSpec& spec, const Quote& price)
 
 Result<std::optional<std::int64_t>> Broker::prepareSubmit(const JobSpec& spec, const QString& owner)
 {
-    if (auto status = refuseUnlessActive(QStringLiteral("submit")); !status)
-        return status.error();
     if (auto status = checkSubmittable(spec, owner); !status)
         return status.error();
     auto counted = boundedParametersOf(spec); // before anything is built
@@ -493,10 +538,7 @@ void Broker::pollSubmits()
 Result<QString> Broker::completeSubmit(const JobSpec& spec, const QString& owner, const QString& requestId,
     std::optional<std::int64_t> counted, const TrainingMath::Weights& initial)
 {
-    // Checked again: the owner's money or running jobs may have changed while its code ran, or
-    // this broker lost the network meanwhile.
-    if (auto status = refuseUnlessActive(QStringLiteral("submit")); !status)
-        return status.error();
+    // Checked again: the owner's money or running jobs may have changed while its code ran.
     if (auto status = checkSubmittable(spec, owner); !status)
         return status.error();
     auto price = quote(spec, counted.value_or(initial.parameters), m_options.pricePerUnit);
@@ -536,8 +578,16 @@ Result<QString> Broker::completeSubmit(const JobSpec& spec, const QString& owner
     }
     if (auto escrowed = m_stakes->escrowBudget(job.id, owner, spec.budget); !escrowed)
         return escrowed.error();
-    if (auto committed = transaction->commit(); !committed)
+    // The job is this broker's (a lease of its own where brokers share the database).
+    auto leased = m_jobLeases->take(job.id);
+    if (!leased)
+        return leased.error();
+    if (!*leased)
+        return Error { QStringLiteral("job"), QStringLiteral("another broker holds the new job's lease") };
+    if (auto committed = transaction->commit(); !committed) {
+        m_jobLeases->release(job.id);
         return committed.error().toError();
+    }
     // Counted above: the model's archive is not read again.
     m_scheduler.add(scheduledRound(job, spec, counted.value_or(0)));
     return job.id;
@@ -601,7 +651,7 @@ Result<QList<JobStatus>> Broker::list(Listing listing)
 
 Status Broker::cancel(const QString& jobId)
 {
-    if (auto status = refuseUnlessActive(QStringLiteral("cancel")); !status)
+    if (auto status = refuseUnlessHeld(jobId, QStringLiteral("cancel it")); !status)
         return status;
     auto job = m_store->existingJob(jobId);
     if (!job)
@@ -628,6 +678,8 @@ Status Broker::refund(const QString& jobId)
         return job.error();
     if (auto closed = m_verifier->closeChecksOf(jobId); !closed)
         return closed;
+    if (auto ended = m_jobLeases->end(jobId); !ended) // ended: no broker takes it over
+        return ended;
     return m_stakes->refund(jobId, job->owner);
 }
 
@@ -682,8 +734,6 @@ Status Broker::registerNode(const NodeInfo& node, const QString& address)
 void Broker::nodeLost(const QString& nodeId)
 {
     m_nodes.remove(nodeId); // its address stays: a node that went is still not checked by its neighbours
-    if (!m_lease->held())
-        return; // a standby's connection to the node: its work is the active broker's
     warnIfFailed(m_store->expireActiveAssignmentsOf(nodeId));
     m_verifier->nodeLost(nodeId);
     m_scheduler.nodeLost(nodeId);
@@ -694,8 +744,6 @@ Result<std::optional<Assignment>> Broker::assign(const QString& nodeId)
     const auto node = m_nodes.constFind(nodeId);
     if (node == m_nodes.constEnd())
         return Error { QStringLiteral("node"), QStringLiteral("the node has not registered") };
-    if (!m_lease->held() && !updateLease())
-        return std::optional<Assignment> {}; // a standby hands out nothing
     if (auto staked = m_stakes->requireStake(nodeId); !staked)
         return staked.error();
     // Re-executions first: a round waits for the checks of its sampled shards.
@@ -730,8 +778,6 @@ Result<std::optional<Assignment>> Broker::assign(const QString& nodeId)
 
 Status Broker::commit(const QString& nodeId, const QJsonObject& signedCommitment)
 {
-    if (auto status = refuseUnlessActive(QStringLiteral("commit")); !status)
-        return status;
     const auto node = m_nodes.constFind(nodeId);
     if (node == m_nodes.constEnd())
         return Error { QStringLiteral("node"), QStringLiteral("the node has not registered") };
@@ -758,6 +804,8 @@ Status Broker::commit(const QString& nodeId, const QJsonObject& signedCommitment
     if (!*assignment || (*assignment)->node != nodeId)
         return Error { QStringLiteral("commitment.assignment"), QStringLiteral("no such assignment for this node") };
     const auto& given = **assignment;
+    if (auto status = refuseUnlessHeld(given.jobId, QStringLiteral("commit")); !status)
+        return status;
     // A signed commitment to another job, round or shard than the one handed out (a stale round's
     // result passed off as new) is a lie the node put its name to.
     if (signedCommitment.value(QStringLiteral("jobId")).toString() != given.jobId || round != given.round
@@ -784,8 +832,6 @@ Status Broker::allowRead(const Digest& blob, const QString& principal)
 
 Result<Acceptance> Broker::acceptResult(const QString& nodeId, const QString& assignmentId, const ShardResult& result)
 {
-    if (auto status = refuseUnlessActive(QStringLiteral("deliver the result")); !status)
-        return status.error();
     auto found = m_store->assignment(assignmentId);
     if (!found)
         return found.error();
@@ -794,6 +840,8 @@ Result<Acceptance> Broker::acceptResult(const QString& nodeId, const QString& as
     const auto& assignment = **found;
     if (assignment.node != nodeId)
         return Error { QStringLiteral("assignment"), QStringLiteral("the assignment belongs to another node") };
+    if (auto status = refuseUnlessHeld(assignment.jobId, QStringLiteral("deliver the result")); !status)
+        return status.error();
     if (result.jobId != assignment.jobId || result.round != assignment.round || result.shard != assignment.shard)
         return Error { QStringLiteral("result"), QStringLiteral("the result is for another shard than its assignment") };
     if (assignment.state == AssignmentState::Answered || assignment.state == AssignmentState::Failed
@@ -1374,8 +1422,13 @@ void Broker::collectOldWeights(const QString& jobId, const JobSpec& spec, std::i
 
 Status Broker::checkpointDelivered(const QString& nodeId, const QString& checkId, const Digest& blob)
 {
-    if (auto status = refuseUnlessActive(QStringLiteral("deliver the checkpoint")); !status)
-        return status;
+    auto check = m_store->check(checkId);
+    if (!check)
+        return check.error();
+    if (*check) {
+        if (auto status = refuseUnlessHeld((*check)->jobId, QStringLiteral("deliver the checkpoint")); !status)
+            return status;
+    }
     auto status = m_verifier->checkpointDelivered(nodeId, checkId, blob);
     applySettled();
     return status;
@@ -1383,8 +1436,6 @@ Status Broker::checkpointDelivered(const QString& nodeId, const QString& checkId
 
 Status Broker::admitUpload(const QString& uploader, std::int64_t size)
 {
-    if (auto status = refuseUnlessActive(QStringLiteral("upload")); !status)
-        return status;
     auto held = m_store->unnamedUploadBytes(uploader);
     if (!held)
         return held.error();
@@ -1420,10 +1471,16 @@ void Broker::collectUnnamedUploads()
         const auto named = m_store->blobNamed(upload.blob);
         if (!named)
             return; // the database's trouble: tried again at the next collection
+        const bool local = m_blobs.contains(upload.blob);
         const bool stale = !*named && now - upload.at >= m_options.unnamedUploadMs;
-        if (*named || !m_blobs.contains(upload.blob) || stale) {
-            if (stale && m_blobs.remove(upload.blob))
+        // Where brokers share the database, an upload another broker took in is that one's to
+        // collect; one whose broker never did (it is gone) goes after twice the time, copy and all.
+        const bool orphaned = m_mirror && !local && !*named && now - upload.at >= 2 * m_options.unnamedUploadMs;
+        if (*named || (local && stale) || (!m_mirror && !local) || orphaned) {
+            if (stale && local && m_blobs.remove(upload.blob))
                 ++removed;
+            if (orphaned)
+                m_mirror->removed(upload.blob);
             if (auto forgotten = m_store->forgetUpload(upload.blob); !forgotten)
                 return;
         }
@@ -1436,13 +1493,16 @@ void Broker::collectUnnamedUploads()
 void Broker::tick()
 {
     m_store->forgetReads();
-    if (!updateLease())
-        return; // a standby: the active broker does the rest
+    if (m_jobLeases->shared()) {
+        if (auto status = updateLeases(); !status)
+            qCWarning(lcBrokerCore).noquote() << "cannot renew the leases:" << status.error().toString();
+    }
     finishPendingRounds();
     collectUnnamedUploads();
-    m_verifier->tick();
+    m_verifier->tick(); // of the jobs this broker holds
     applySettled();
-    m_stakes->releaseDueUnbondings();
+    if (m_lease->held()) // one broker of the network at a time
+        m_stakes->releaseDueUnbondings();
 }
 
 Result<QList<QJsonObject>> Broker::verifications(const QString& jobId, int limit)

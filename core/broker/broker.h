@@ -12,6 +12,7 @@
 #include "assignment.h"
 #include "blobmirror.h"
 #include "brokerstore.h"
+#include "jobleases.h"
 #include "networklease.h"
 #include "notices.h"
 #include "options.h"
@@ -112,7 +113,7 @@ public:
     // An error means the result is invalid (wrong hashes, missing weights) and was not counted.
     Result<Acceptance> acceptResult(const QString& nodeId, const QString& assignmentId, const ShardResult& result);
     // Whether any running job has a shard waiting for a node (to wake waiting nodes).
-    bool hasWork() const { return m_lease->held() && m_scheduler.hasWork(); }
+    bool hasWork() const { return m_scheduler.hasWork(); }
 
     // Disputes. The node's training state at the checkpoint a dispute asked for has arrived as a
     // blob (a null digest: the node says it does not have it); the broker replays the one interval.
@@ -169,11 +170,14 @@ public:
     double schedulingScore(const QString& nodeId);
 
     // Several brokers on one PostgreSQL database (docs/STORE.md, "Several brokers"): whether this
-    // one holds the network lease (schedules, verifies, pays) or stands by (answers reads, refuses
-    // what would change a job, takes over once the lease lapses: tick()). On SQLite: always true.
-    bool active() const { return m_lease->held(); }
-    // Renews the network lease while the broker waits on long work (an aggregation, a replay):
-    // at most every third of the lease, outside a transaction; nothing else of tick().
+    // one holds the job's lease (hands out its shards and checks, takes their results, aggregates
+    // and pays; on SQLite: every job). Every broker answers reads and takes submits, uploads and
+    // stake; a job whose broker is gone is taken over by another once its lease lapses (tick()).
+    bool holds(const QString& jobId) const { return m_jobLeases->holds(jobId); }
+    // Whether this broker does the network's chores now (due unbondings): one at a time.
+    bool doesChores() const { return m_lease->held(); }
+    // Renews the leases while the broker waits on long work (an aggregation, a replay): at most
+    // every third of the lease, outside a transaction; nothing else of tick().
     void keepLease();
     // This broker's id in broker_leases (DIR/broker.id).
     const QString& brokerId() const { return m_lease->holder(); }
@@ -216,12 +220,19 @@ private:
     Broker(std::unique_ptr<storage::Database> database, BlobStore& blobs, TrainingMath& math, const Clock& clock, Options options,
         SigningKeys signing, const QString& brokerId);
     Status recover();
-    // Renews the network lease: a standby that takes it recovers the network's work as a restart
-    // does; a holder that lost it stops scheduling. Whether this broker is active now.
-    bool updateLease();
-    // The refusal of what only the active broker does, naming it; none while active.
-    Status refuseUnlessActive(const QString& what);
-    Status loadRunning();
+    // Renews the leases (tick()): forgets the jobs another broker took, takes over those whose
+    // broker is gone (MaxJobsTakenPerTick a tick), and those this broker held before a restart.
+    Status updateLeases();
+    static constexpr int MaxJobsTakenPerTick = 8;
+    // A job taken over: its blobs fetched before (fetchMissingBlobs), its work in flight handed out
+    // again as after a restart (recover()).
+    Status adoptJob(const QString& jobId);
+    Status fetchMissingBlobs();
+    void forgetJob(const QString& jobId);
+    // The refusal of what only the job's broker does, naming it; none where this one holds it.
+    Status refuseUnlessHeld(const QString& jobId, const QString& what);
+    // A running job into the scheduler, with the shards answered so far.
+    Status loadJob(const JobRow& job);
     Status checkSubmittable(const JobSpec& spec, const QString& owner);
     // A model's parameters before anything is built: a zoo model's from its spec (for tensor
     // files a lower bound), a TorchScript model's from its archive (ModelArchive).
@@ -268,12 +279,10 @@ private:
 
     std::unique_ptr<QLockFile> m_folderLock; // DIR/broker.lock, held while the broker runs
     std::unique_ptr<BrokerStore> m_store;
-    std::unique_ptr<NetworkLease> m_lease;
+    std::unique_ptr<NetworkLease> m_lease; // the network's chores
+    std::unique_ptr<JobLeases> m_jobLeases;
     BlobStore& m_blobs;
     std::unique_ptr<BlobMirror> m_mirror; // on PostgreSQL: the blobs' copy in the database
-    // Takes the network's work over: the blobs this broker lacks from the database, then what was
-    // in flight handed out again (recover()).
-    Status takeOver();
     DataManifests m_manifests { m_blobs };
     std::unique_ptr<ledger::Ledger> m_ledger;
     SigningKeys m_signing;

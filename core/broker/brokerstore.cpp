@@ -304,22 +304,45 @@ Result<storage::Transaction> BrokerStore::begin()
     auto transaction = m_db->begin();
     if (!transaction)
         return transaction.error().toError();
-    if (m_fence) {
-        // Under the writer lock: no other broker can take the lease between this check and the
-        // commit, and one that took it before is seen here.
-        auto lease = this->lease(m_fence->scope);
-        if (!lease)
-            return lease.error();
-        if (!*lease || (*lease)->holder != m_fence->holder || (*lease)->generation != m_fence->generation)
+    if (!m_holder.isEmpty()) {
+        // Under the writer lock, which takeLease holds too: no other broker takes a lease of this
+        // one's between this check and the commit, and one that took it before is seen here. A
+        // lease taken by another broker changes this holder's count, or (taken back since) its
+        // generations' sum; one that lapsed unused changes neither (nobody worked on it).
+        auto held = first<std::pair<std::int64_t, std::int64_t>>(
+            query(*m_db, QStringLiteral("SELECT COUNT(*), COALESCE(SUM(generation), 0) FROM broker_leases WHERE holder = ?"),
+                m_holder),
+            [](Statement& row) {
+                return std::pair { row.columnInt(0), row.columnInt(1) };
+            });
+        if (!held)
+            return held.error();
+        std::int64_t sum = 0;
+        for (const auto generation : std::as_const(m_held))
+            sum += generation;
+        if (!*held || **held != std::pair<std::int64_t, std::int64_t> { m_held.size(), sum })
             return Error { QStringLiteral("standby"),
-                QStringLiteral("this broker no longer holds the network (another broker took it over); nothing was written") };
+                QStringLiteral("another broker of the network took over work this broker held; nothing was written") };
     }
     return std::move(*transaction);
 }
 
-void BrokerStore::fence(const QString& scope, const QString& holder, std::int64_t generation)
+Status BrokerStore::holdLeasesAs(const QString& holder)
 {
-    m_fence = Fence { scope, holder, generation };
+    if (holder.size() != 32 || QByteArray::fromHex(holder.toLatin1()).toHex() != holder.toLatin1())
+        return Error { QStringLiteral("broker.id"), QStringLiteral("not a broker id (32 hex digits)") };
+    m_holder = holder;
+    m_held.clear();
+    return {};
+}
+
+QString BrokerStore::heldJobs(const char* jobColumn) const
+{
+    // The holder is 32 hex digits (holdLeasesAs): written into the text, one statement a broker.
+    if (m_holder.isEmpty())
+        return {};
+    return QStringLiteral(" AND EXISTS (SELECT 1 FROM broker_leases l WHERE l.scope = 'job:' || %1 AND l.holder = '%2')")
+        .arg(QLatin1String(jobColumn), m_holder);
 }
 
 // --- jobs ----------------------------------------------------------------------------------------
@@ -498,10 +521,10 @@ Status BrokerStore::setAssignmentState(const QString& id, AssignmentState to, st
     return execute(*m_db, QStringLiteral("UPDATE assignments SET state = ? WHERE id = ?"), nameOf(to), id);
 }
 
-Status BrokerStore::expireActiveAssignments()
+Status BrokerStore::expireActiveAssignments(const QString& jobId)
 {
-    return execute(*m_db, QStringLiteral("UPDATE assignments SET state = ? WHERE state = ?"), nameOf(AssignmentState::Expired),
-        nameOf(AssignmentState::Active));
+    return execute(*m_db, QStringLiteral("UPDATE assignments SET state = ? WHERE state = ? AND (? = '' OR job = ?)"),
+        nameOf(AssignmentState::Expired), nameOf(AssignmentState::Active), jobId, jobId);
 }
 
 Status BrokerStore::expireActiveAssignmentsOf(const QString& node)
@@ -529,9 +552,10 @@ Result<std::int64_t> BrokerStore::failedAssignments(const QString& jobId, std::i
 
 Result<QList<std::pair<QString, QString>>> BrokerStore::overdueCheckAssignments(std::int64_t now)
 {
-    auto rows
-        = query(*m_db, QStringLiteral("SELECT id, verification FROM assignments WHERE kind <> ? AND state = ? AND deadline < ?"),
-            nameOf(AssignmentKind::Train), nameOf(AssignmentState::Active), now);
+    auto rows = query(*m_db,
+        QStringLiteral("SELECT id, verification FROM assignments WHERE kind <> ? AND state = ? AND deadline < ?")
+            + heldJobs("assignments.job"),
+        nameOf(AssignmentKind::Train), nameOf(AssignmentState::Active), now);
     if (!rows)
         return rows.error();
     return collect(*rows, [](Statement& row) { return std::pair { row.columnText(0), row.columnText(1) }; });
@@ -692,6 +716,8 @@ Status BrokerStore::requeueRunningChecks(Requeue which, const QString& value)
             *m_db, Update + QStringLiteral(" AND verifier_assignment = ?"), canary, cancelled, waiting, running, value);
     case Requeue::OfCheck:
         return execute(*m_db, Update + QStringLiteral(" AND id = ?"), canary, cancelled, waiting, running, value);
+    case Requeue::OfJob:
+        return execute(*m_db, Update + QStringLiteral(" AND job = ?"), canary, cancelled, waiting, running, value);
     }
     return {};
 }
@@ -701,7 +727,8 @@ Result<bool> BrokerStore::anyWaitingChecks()
     if (m_noneWaiting)
         return false;
     auto row
-        = first<bool>(query(*m_db, QStringLiteral("SELECT 1 FROM checks WHERE state = ? LIMIT 1"), nameOf(CheckState::Waiting)),
+        = first<bool>(query(*m_db, QStringLiteral("SELECT 1 FROM checks WHERE state = ?%1 LIMIT 1").arg(heldJobs("checks.job")),
+                          nameOf(CheckState::Waiting)),
             [](Statement&) { return true; });
     if (!row)
         return row.error();
@@ -712,9 +739,9 @@ Result<bool> BrokerStore::anyWaitingChecks()
 Result<QList<Check>> BrokerStore::waitingChecks(const QString& node, int limit)
 {
     return collectChecks(query(*m_db,
-        QStringLiteral("SELECT %1 FROM checks WHERE state = ? AND COALESCE(accused, '') <> ? AND ? <> '' "
+        QStringLiteral("SELECT %1 FROM checks WHERE state = ? AND COALESCE(accused, '') <> ? AND ? <> ''%2 "
                        "ORDER BY created_at LIMIT ?")
-            .arg(checks::Columns),
+            .arg(checks::Columns, heldJobs("checks.job")),
         nameOf(CheckState::Waiting), node, node, std::int64_t(limit)));
 }
 
@@ -741,16 +768,17 @@ Result<QList<Check>> BrokerStore::verifiedSamples(const QString& node, int limit
         nameOf(CheckKind::Sample), nameOf(CheckState::Verified), node, node, std::int64_t(limit)));
 }
 
-Result<QList<Check>> BrokerStore::checksIn(CheckState state)
+Result<QList<Check>> BrokerStore::checksIn(CheckState state, const QString& jobId)
 {
-    return collectChecks(query(
-        *m_db, QStringLiteral("SELECT %1 FROM checks WHERE state = ? ORDER BY created_at").arg(checks::Columns), nameOf(state)));
+    return collectChecks(query(*m_db,
+        QStringLiteral("SELECT %1 FROM checks WHERE state = ? AND (? = '' OR job = ?) ORDER BY created_at").arg(checks::Columns),
+        nameOf(state), jobId, jobId));
 }
 
 Result<QStringList> BrokerStore::lateDisputes(std::int64_t now)
 {
-    auto rows = query(
-        *m_db, QStringLiteral("SELECT id FROM checks WHERE state = ? AND deadline < ?"), nameOf(CheckState::Disputed), now);
+    auto rows = query(*m_db, QStringLiteral("SELECT id FROM checks WHERE state = ? AND deadline < ?") + heldJobs("checks.job"),
+        nameOf(CheckState::Disputed), now);
     if (!rows)
         return rows.error();
     auto ids = collect(*rows, [](Statement& row) { return row.columnText(0); });
@@ -775,7 +803,9 @@ Result<QStringList> BrokerStore::nodesInChecksBlamingJob(const QString& jobId)
 
 Result<QList<std::pair<QString, std::int64_t>>> BrokerStore::waitingSamples(std::int64_t createdBefore)
 {
-    auto rows = query(*m_db, QStringLiteral("SELECT id, created_at FROM checks WHERE state = ? AND kind = ? AND created_at <= ?"),
+    auto rows = query(*m_db,
+        QStringLiteral("SELECT id, created_at FROM checks WHERE state = ? AND kind = ? AND created_at <= ?")
+            + heldJobs("checks.job"),
         nameOf(CheckState::Waiting), nameOf(CheckKind::Sample), createdBefore);
     if (!rows)
         return rows.error();
@@ -805,8 +835,16 @@ Result<QList<CheckRecord>> BrokerStore::checkRecords(const QString& jobId, int l
 
 Result<std::optional<std::int64_t>> BrokerStore::takeLease(const QString& scope, const LeaseRow& wanted, std::int64_t now)
 {
-    // One statement: two brokers that try at once are ordered by the row's lock, and the second
-    // sees the first's lease.
+    // Under the writer lock (a transaction of its own unless the caller's): a broker's fence check
+    // and its commit see the same leases. One statement: two brokers that try at once are
+    // ordered by the row's lock, and the second sees the first's lease.
+    std::optional<storage::Transaction> own;
+    if (!m_db->inTransaction()) {
+        auto transaction = m_db->begin();
+        if (!transaction)
+            return transaction.error().toError();
+        own.emplace(std::move(*transaction));
+    }
     auto rows = query(*m_db,
         QStringLiteral("INSERT INTO broker_leases (scope, holder, endpoint, expires_at) VALUES (?1, ?2, ?3, ?4) "
                        "ON CONFLICT (scope) DO UPDATE SET holder = excluded.holder, endpoint = excluded.endpoint, "
@@ -822,13 +860,68 @@ Result<std::optional<std::int64_t>> BrokerStore::takeLease(const QString& scope,
         return found.error();
     const std::optional<std::int64_t> generation = *found ? std::optional<std::int64_t>(rows->columnInt(0)) : std::nullopt;
     rows->reset(); // the statement ends here
+    if (own) {
+        if (auto committed = own->commit(); !committed)
+            return committed.error().toError();
+    }
+    if (wanted.holder == m_holder) {
+        if (generation)
+            m_held.insert(scope, *generation);
+        else
+            m_held.remove(scope);
+    }
     return generation;
 }
 
 Status BrokerStore::releaseLease(const QString& scope, const QString& holder)
 {
+    if (holder == m_holder)
+        m_held.remove(scope);
     return execute(
         *m_db, QStringLiteral("UPDATE broker_leases SET expires_at = 0 WHERE scope = ? AND holder = ?"), scope, holder);
+}
+
+Status BrokerStore::dropLease(const QString& scope, const QString& holder)
+{
+    if (holder == m_holder)
+        m_held.remove(scope);
+    return execute(*m_db, QStringLiteral("DELETE FROM broker_leases WHERE scope = ? AND holder = ?"), scope, holder);
+}
+
+Result<QHash<QString, std::int64_t>> BrokerStore::renewLeases(
+    const QString& prefix, const QString& holder, std::int64_t expiresAt, Learn learn)
+{
+    auto rows = query(*m_db,
+        QStringLiteral("UPDATE broker_leases SET expires_at = ? WHERE holder = ? AND scope LIKE ? RETURNING scope, generation"),
+        expiresAt, holder, prefix + QLatin1Char('%')); // prefixes hold no wildcard
+    if (!rows)
+        return rows.error();
+    auto renewed = collect(*rows, [](Statement& row) { return std::pair { row.columnText(0), row.columnInt(1) }; });
+    if (!renewed)
+        return renewed.error();
+    QHash<QString, std::int64_t> held;
+    for (const auto& [scope, generation] : *renewed)
+        held.insert(scope, generation);
+    if (holder == m_holder && learn == Learn::Yes) {
+        for (auto it = m_held.begin(); it != m_held.end();)
+            it = it.key().startsWith(prefix) && !held.contains(it.key()) ? m_held.erase(it) : std::next(it);
+        m_held.insert(held);
+    }
+    return held;
+}
+
+Result<QStringList> BrokerStore::unleasedJobs(const QString& prefix, std::int64_t now, int limit)
+{
+    auto rows = query(*m_db,
+        QStringLiteral("SELECT id FROM jobs WHERE state = ? AND NOT EXISTS (SELECT 1 FROM broker_leases l "
+                       "WHERE l.scope = ? || jobs.id AND l.expires_at >= ?) ORDER BY created_at, id LIMIT ?"),
+        nameOf(JobState::Running), prefix, now, std::int64_t(limit));
+    if (!rows)
+        return rows.error();
+    auto ids = collect(*rows, [](Statement& row) { return row.columnText(0); });
+    if (!ids)
+        return ids.error();
+    return QStringList(*ids);
 }
 
 Result<std::optional<LeaseRow>> BrokerStore::lease(const QString& scope)

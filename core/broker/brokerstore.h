@@ -10,6 +10,7 @@
 #include "records.h"
 #include "states.h"
 
+#include <QHash>
 #include <QJsonObject>
 #include <QList>
 #include <QString>
@@ -147,19 +148,38 @@ public:
     explicit BrokerStore(std::unique_ptr<storage::Database> database);
 
     storage::Database& database() { return *m_db; }
-    // A transaction; once fenced, refused (field `standby`) unless the lease of `scope` is still
-    // the holder's, of that generation (NetworkLease sets it at every renewal).
+    // A transaction. Where brokers share the database (holdLeasesAs), refused (field `standby`)
+    // unless every lease this store took is still its own, of the generation it took: a broker
+    // that another one took a job (or the network) from writes nothing until it knows.
     Result<storage::Transaction> begin();
-    void fence(const QString& scope, const QString& holder, std::int64_t generation);
-    void unfence() { m_fence.reset(); }
 
-    // Leases between brokers sharing the database (NetworkLease). take: for wanted.holder until
-    // wanted.expiresAt where the lease is free, lapsed before `now`, or the holder's already, in
-    // one statement; the lease's generation then, none when another broker holds it.
+    // Leases between brokers sharing the database (docs/STORE.md, "Several brokers"): this store
+    // takes, renews and gives back leases for `holder` (32 hex digits: DIR/broker.id) and keeps
+    // what it holds, which fences every transaction (begin) and scopes the verifier's queries of
+    // checks to the jobs it holds (waitingChecks, lateDisputes, overdueCheckAssignments,
+    // waitingSamples, anyWaitingChecks). Without it (SQLite: one broker to a file), neither.
+    Status holdLeasesAs(const QString& holder);
+    bool sharesLeases() const { return !m_holder.isEmpty(); }
+    // take: for wanted.holder until wanted.expiresAt where the lease is free, lapsed before `now`,
+    // or the holder's already, in one statement, under the writer lock (so that no transaction of
+    // the broker it is taken from runs between its fence check and its commit); the lease's
+    // generation then, none when another broker holds it.
     Result<std::optional<std::int64_t>> takeLease(const QString& scope, const LeaseRow& wanted, std::int64_t now);
     Result<std::optional<LeaseRow>> lease(const QString& scope);
     // The holder's lease lapses now.
     Status releaseLease(const QString& scope, const QString& holder);
+    // The holder's lease is gone (a job that ended): inside the caller's transaction.
+    Status dropLease(const QString& scope, const QString& holder);
+    // Renews every lease of the holder whose scope starts with `prefix` until expiresAt, in one
+    // statement: the scopes it holds still, with their generations (what another broker took is
+    // not among them). learn: this store's own holder learns that (its fence lets its
+    // transactions through again); without, what another broker took still fences them.
+    enum class Learn { Yes, No };
+    Result<QHash<QString, std::int64_t>> renewLeases(
+        const QString& prefix, const QString& holder, std::int64_t expiresAt, Learn learn = Learn::Yes);
+    // Running jobs whose lease lapsed before `now` or that have none (a network moved from
+    // SQLite), oldest first.
+    Result<QStringList> unleasedJobs(const QString& prefix, std::int64_t now, int limit);
 
     // Jobs and their rounds.
     Status insertJob(const JobRow& job);
@@ -191,7 +211,8 @@ public:
     Result<std::optional<AssignmentRow>> assignment(const QString& id);
     // onlyFrom: change it only if it is in that state now.
     Status setAssignmentState(const QString& id, AssignmentState to, std::optional<AssignmentState> onlyFrom = std::nullopt);
-    Status expireActiveAssignments();
+    // Every active assignment (of one job, where jobId is given) expires.
+    Status expireActiveAssignments(const QString& jobId = {});
     Status expireActiveAssignmentsOf(const QString& node);
     Status expireActiveAssignmentsIn(const QString& jobId, std::int64_t round);
     Result<std::int64_t> failedAssignments(const QString& jobId, std::int64_t round, std::int64_t shard);
@@ -222,7 +243,7 @@ public:
     Status decideCheck(const Check& check, CheckState decided, Loser loser, const QString& why, std::int64_t now);
     // Re-executions whose node went, lied or ran out of time go back to the queue; a canary is
     // dropped (another will come).
-    enum class Requeue { All, OfVerifier, OfVerifierAssignment, OfCheck };
+    enum class Requeue { All, OfVerifier, OfVerifierAssignment, OfCheck, OfJob };
     Status requeueRunningChecks(Requeue which, const QString& value = {});
     // Checks waiting for a verifier other than `node`, oldest first.
     Result<QList<Check>> waitingChecks(const QString& node, int limit);
@@ -234,7 +255,8 @@ public:
     Result<QStringList> latestVerifiersOf(const QString& accused, int limit);
     // Samples two nodes agreed on, neither of them `node`, newest first (canaries are made of them).
     Result<QList<Check>> verifiedSamples(const QString& node, int limit);
-    Result<QList<Check>> checksIn(CheckState state);
+    // A job's checks in a state (all jobs' when jobId is empty), oldest first.
+    Result<QList<Check>> checksIn(CheckState state, const QString& jobId = {});
     Result<QStringList> lateDisputes(std::int64_t now);
     // The nodes of a job's checks whose outcome blamed the job's code (Loser::Job), each once.
     Result<QStringList> nodesInChecksBlamingJob(const QString& jobId);
@@ -282,12 +304,12 @@ public:
 private:
     std::unique_ptr<storage::Database> m_db;
     bool m_noneWaiting = false; // no check waited when last asked, and none was written since
-    struct Fence {
-        QString scope;
-        QString holder;
-        std::int64_t generation = 0;
-    };
-    std::optional<Fence> m_fence;
+    // Where brokers share the database: this broker's id, and the leases it holds (scope:
+    // generation), which begin() compares with the table.
+    QString m_holder;
+    QHash<QString, std::int64_t> m_held;
+    // " AND <the job column's job is held by this broker>", or "" without shared leases.
+    QString heldJobs(const char* jobColumn) const;
 };
 
 } // namespace tessera::core::broker

@@ -46,30 +46,14 @@ Result<NetworkLease::Renewal> NetworkLease::renew()
         return generation.error();
     if (!*generation) {
         m_heldUntil = 0;
-        m_store.unfence();
-        return Renewal::Standby;
+        return Renewal::Elsewhere;
     }
-    // Every transaction of this broker's from now checks that the lease is still this one.
-    m_store.fence(QString::fromLatin1(Scope), m_identity.holder, **generation);
     // Kept only where this broker held it without a gap, or nobody took it in the gap (the same
     // generation: a lapse that nobody used).
     const bool kept = m_generation != 0 && m_generation == **generation;
     m_generation = **generation;
     m_heldUntil = now + m_leaseMs;
     return kept ? Renewal::Kept : Renewal::Taken;
-}
-
-void NetworkLease::forget()
-{
-    m_generation = 0;
-    m_heldUntil = 0;
-}
-
-void NetworkLease::release()
-{
-    forget();
-    if (m_shared)
-        (void)m_store.releaseLease(QString::fromLatin1(Scope), m_identity.holder);
 }
 
 bool NetworkLease::due() const
@@ -80,14 +64,6 @@ bool NetworkLease::due() const
 bool NetworkLease::held() const
 {
     return !m_shared || m_clock.nowMs() < m_heldUntil;
-}
-
-QString NetworkLease::holderEndpoint()
-{
-    if (held())
-        return m_identity.endpoint;
-    auto row = m_store.lease(QString::fromLatin1(Scope));
-    return row && *row ? (*row)->endpoint : QString();
 }
 
 } // namespace tessera::core::broker

@@ -12,10 +12,10 @@ namespace tessera::core::broker {
 class BrokerStore;
 
 // The network lease (docs/STORE.md, "Several brokers"). Of the brokers that share one PostgreSQL
-// database, the one that holds it schedules shards, verifies results, aggregates rounds and pays;
-// the others stand by: they answer reads (status, balances, receipts) and take the lease over once
-// it lapses, which a holder that died or lost the database lets happen after leaseMs. A broker on
-// SQLite holds it always, with no writes (one broker to a file).
+// database, the one that holds it does the network's chores (unbondings that are due); jobs have
+// leases of their own (JobLeases). A broker that died or lost the database lets it lapse after
+// leaseMs, and another takes it. A broker on SQLite holds it always, with no writes (one broker to
+// a file).
 class NetworkLease {
 public:
     struct Identity {
@@ -32,21 +32,14 @@ public:
     // A database that does not answer keeps what was held until it would have lapsed.
     enum class Renewal {
         Kept, // held before and since, by this broker alone
-        Taken, // held now, and another broker may have held it since this one last did: what it
-               // knew of the network's work is old
-        Standby, // another broker holds it
+        Taken, // held now, and another broker may have held it since this one last did
+        Elsewhere, // another broker holds it
     };
     Result<Renewal> renew();
-    // What this broker knew of the lease is forgotten: the next renewal that takes it is Taken.
-    void forget();
-    // Gives the lease up (a takeover that failed): another broker may take it at once.
-    void release();
     // Whether a renewal is due: held, and a third of the lease has passed since the last.
     bool due() const;
     // Whether this broker holds it: renewed within leaseMs (always, on SQLite).
     bool held() const;
-    // Who holds the lease, as its clients reach it ("" when unknown), for a standby's refusals.
-    QString holderEndpoint();
     const QString& holder() const { return m_identity.holder; }
 
     static constexpr std::int64_t DefaultMs = 6'000;

@@ -74,11 +74,13 @@ void Verifier::tell(
     m_.notices.add(Notice::Kind::Verdict, node, body);
 }
 
-Status Verifier::recover()
+Status Verifier::recover(const QString& jobId)
 {
-    if (auto status = m_.store.requeueRunningChecks(BrokerStore::Requeue::All); !status)
+    if (auto status = jobId.isEmpty() ? m_.store.requeueRunningChecks(BrokerStore::Requeue::All)
+                                      : m_.store.requeueRunningChecks(BrokerStore::Requeue::OfJob, jobId);
+        !status)
         return status;
-    auto disputed = m_.store.checksIn(CheckState::Disputed);
+    auto disputed = m_.store.checksIn(CheckState::Disputed, jobId);
     if (!disputed)
         return disputed.error();
     for (const auto& check : *disputed)

@@ -51,7 +51,9 @@ public:
 
     // After a restart: re-executions in flight start over; disputes ask for their checkpoint
     // again, with a new deadline.
-    Status recover();
+    // After a restart, or a job taken over from another broker (jobId): re-executions in flight
+    // go back to the queue, disputes ask again.
+    Status recover(const QString& jobId = {});
     // A node's completed training result, before it is counted: its reveal checked (checkReveal,
     // below) and whether it is sampled for re-execution. The one call a result makes.
     struct Admission {

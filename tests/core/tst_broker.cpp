@@ -905,13 +905,15 @@ private Q_SLOTS:
         QVERIFY(broker->assign(QStringLiteral("c"))->has_value());
     }
 
-    // Two brokers on one PostgreSQL database (docs/STORE.md, "Several brokers"): the first holds
-    // the network, the second stands by (hands out nothing, refuses a submit naming the first,
-    // answers balances). The first dies with a shard out and its data folder is lost; once its
-    // lease lapses the second takes the network over, with the job's blobs and the accepted
+    // Two brokers on one PostgreSQL database (docs/STORE.md, "Several brokers") serve the network
+    // at once: each holds the jobs submitted through it, hands out only their shards, takes only
+    // their results (another's are refused naming the broker that holds them), and a node earns
+    // on both into one balance. The first dies with a shard out and its data folder is lost; once
+    // its job's lease lapses the second takes the job over, with the job's blobs and the accepted
     // upload from the database's copy, hands that shard out again, and finishes the job: each
-    // shard paid once, the books balanced. The first, started again on a new folder, stands by.
-    void aStandbyBrokerTakesTheNetworkOverWhenTheLeaseLapses()
+    // shard paid once, the books balanced. The first, started again on a new folder, holds
+    // nothing of what the second took.
+    void twoBrokersServeTheNetworkAtOnceAndTakeOverEachOthersJobs()
     {
         if (!tessera::tests::TestStore::onPostgres())
             QSKIP("several brokers share a PostgreSQL database only (tst_broker_postgresql)");
@@ -921,34 +923,43 @@ private Q_SLOTS:
         auto first = openOn(QStringLiteral("first"), blobsAt(QStringLiteral("first")), options);
         options.endpoint = QStringLiteral("tcp://second.example:5555");
         auto second = openOn(QStringLiteral("second"), blobsAt(QStringLiteral("second")), options);
-        QVERIFY(first->active());
-        QVERIFY(!second->active());
         QVERIFY(first->brokerId() != second->brokerId());
+        QVERIFY(first->doesChores() != second->doesChores()); // one broker at a time
 
         const auto jobId = *first->submit(job(1, 2), QStringLiteral("owner"));
-        const auto refused = second->submit(job(1, 2), QStringLiteral("owner"));
-        QVERIFY(!refused.ok());
-        QCOMPARE(refused.error().field, QStringLiteral("standby"));
-        QVERIFY2(
-            refused.error().message.contains(QStringLiteral("tcp://first.example:5555")), qPrintable(refused.error().message));
+        const auto otherId = *second->submit(job(1, 1), QStringLiteral("owner"));
+        QVERIFY(first->holds(jobId) && !first->holds(otherId));
+        QVERIFY(second->holds(otherId) && !second->holds(jobId));
         for (auto* broker : { first.get(), second.get() })
             QVERIFY(broker->registerNode(node(QStringLiteral("a"))).ok());
-        QVERIFY(!second->assign(QStringLiteral("a"))->has_value());
+        const auto other = **second->assign(QStringLiteral("a"));
+        QCOMPARE(other.task.jobId, otherId);
+        QVERIFY(!second->assign(QStringLiteral("a"))->has_value()); // the first's job is not the second's to hand out
         const auto done = **first->assign(QStringLiteral("a"));
+        QCOMPARE(done.task.jobId, jobId);
         (void)**first->assign(QStringLiteral("a")); // in flight when the first broker dies
+        const auto elsewhere = deliver(*second, QStringLiteral("a"), done.id, answer(*second, done, "0"));
+        QVERIFY(!elsewhere.ok()); // the first holds the job
+        QCOMPARE(elsewhere.error().field, QStringLiteral("standby"));
+        QVERIFY2(elsewhere.error().message.contains(QStringLiteral("tcp://first.example:5555")),
+            qPrintable(elsewhere.error().message));
+        const auto cancel = second->cancel(jobId);
+        QVERIFY(!cancel.ok() && cancel.error().field == QStringLiteral("standby"));
         QCOMPARE(*deliver(*first, QStringLiteral("a"), done.id, answer(*first, done, "0")), Acceptance::Accepted);
-        QVERIFY(!deliver(*second, QStringLiteral("a"), done.id, answer(*second, done, "0")).ok()); // a standby takes no result
-        const auto paidBefore = second->account(QStringLiteral("a"));
-        QVERIFY(paidBefore.ok()); // read from the shared books
-        first.reset(); // killed: its lease stays until it lapses
+        QCOMPARE(*deliver(*second, QStringLiteral("a"), other.id, answer(*second, other, "0")), Acceptance::Accepted);
+        QCOMPARE(second->status(otherId)->state, JobState::Finished);
+        // One balance, earned on both brokers, the same through either.
+        QCOMPARE(*first->account(QStringLiteral("a")), *second->account(QStringLiteral("a")));
+        first.reset(); // killed: its leases stay until they lapse
         QVERIFY(QDir(m_dir.filePath(QStringLiteral("first"))).removeRecursively()); // and its data folder lost, id and all
 
         m_clock.now += 1000;
         second->tick();
-        QVERIFY(!second->active());
+        QVERIFY(!second->holds(jobId));
         m_clock.now += NetworkLease::DefaultMs;
         second->tick();
-        QVERIFY(second->active());
+        QVERIFY(second->holds(jobId));
+        QVERIFY(second->doesChores());
         const auto again = **second->assign(QStringLiteral("a"));
         QVERIFY(again.task.shard != done.task.shard);
         QCOMPARE(*deliver(*second, QStringLiteral("a"), again.id, answer(*second, again, "1")), Acceptance::Accepted);
@@ -964,8 +975,37 @@ private Q_SLOTS:
         QCOMPARE(payments, 2);
 
         auto back = openOn(QStringLiteral("first"), blobsAt(QStringLiteral("first")), options);
-        QVERIFY(!back->active()); // the second broker holds the network now
-        QVERIFY(!back->assign(QStringLiteral("a")).ok() || !back->assign(QStringLiteral("a"))->has_value());
+        QVERIFY(!back->holds(jobId));
+        QVERIFY(back->registerNode(node(QStringLiteral("a"))).ok());
+        QVERIFY(!back->assign(QStringLiteral("a"))->has_value());
+    }
+
+    // A broker restarted on its data folder (its broker.id) before its jobs' leases lapse holds
+    // them again at once: another broker of the network does not take them over.
+    void aBrokerRestartedOnItsFolderKeepsItsJobs()
+    {
+        if (!tessera::tests::TestStore::onPostgres())
+            QSKIP("several brokers share a PostgreSQL database only (tst_broker_postgresql)");
+        const auto options = networkOptions(QStringLiteral("restarted-network"));
+        BlobStore& blobs = blobsAt(QStringLiteral("restarted-first"));
+        auto first = openOn(QStringLiteral("restarted-first"), blobs, options);
+        auto second = openOn(QStringLiteral("restarted-second"), blobsAt(QStringLiteral("restarted-second")), options);
+        const auto jobId = *first->submit(job(1, 2), QStringLiteral("owner"));
+        QVERIFY(first->registerNode(node(QStringLiteral("a"))).ok());
+        const auto out = **first->assign(QStringLiteral("a"));
+        first.reset();
+        m_clock.now += 1000;
+        first = openOn(QStringLiteral("restarted-first"), blobs, options);
+        QVERIFY(first->holds(jobId));
+        m_clock.now += NetworkLease::DefaultMs;
+        second->tick();
+        first->tick();
+        QVERIFY(!second->holds(jobId));
+        QVERIFY(first->holds(jobId));
+        // What was in flight is handed out again, as after any restart.
+        QVERIFY(first->registerNode(node(QStringLiteral("a"))).ok());
+        QCOMPARE((**first->assign(QStringLiteral("a"))).task.jobId, jobId);
+        QVERIFY(out.id.size() > 0);
     }
 
     // tessera-broker migrate-store (migrateStore): a broker's SQLite database with a job halfway
@@ -1004,7 +1044,7 @@ private Q_SLOTS:
 
         options.database = uri;
         auto broker = openOn(QStringLiteral("moved"), blobs, options);
-        QVERIFY(broker->active());
+        QVERIFY(broker->holds(jobId)); // moved without a lease: taken at once
         QCOMPARE(*broker->account(QStringLiteral("owner")), before);
         QVERIFY(broker->registerNode(node(QStringLiteral("a"))).ok());
         for (int i = 0; i < 2; ++i) {
@@ -1020,27 +1060,29 @@ private Q_SLOTS:
         QVERIFY2(again.error().message.contains(QStringLiteral("not empty")), qPrintable(again.error().message));
     }
 
-    // The lease is renewed while the active broker waits on long work (BrokerServer::serveBusy
-    // calls keepLease), so a standby does not take over in the middle of an aggregation.
-    void theLeaseIsKeptDuringLongWork()
+    // The leases are renewed while a broker waits on long work (BrokerServer::serveBusy calls
+    // keepLease), so another broker does not take a job over in the middle of its aggregation.
+    void theLeasesAreKeptDuringLongWork()
     {
         if (!tessera::tests::TestStore::onPostgres())
             QSKIP("several brokers share a PostgreSQL database only (tst_broker_postgresql)");
         const auto options = networkOptions(QStringLiteral("kept"));
         auto first = openOn(QStringLiteral("kept-first"), blobsAt(QStringLiteral("kept-first")), options);
         auto second = openOn(QStringLiteral("kept-second"), blobsAt(QStringLiteral("kept-second")), options);
-        QVERIFY(first->active());
+        const auto jobId = *first->submit(job(1, 2), QStringLiteral("owner"));
+        QVERIFY(first->doesChores());
         m_clock.now += NetworkLease::DefaultMs / 2;
         first->keepLease(); // in long work: no tick
         m_clock.now += NetworkLease::DefaultMs * 2 / 3; // past the first renewal's lapse, not the second's
         second->tick();
-        QVERIFY(!second->active());
-        QVERIFY(first->active());
+        QVERIFY(!second->holds(jobId));
+        QVERIFY(!second->doesChores());
+        QVERIFY(first->holds(jobId));
     }
 
-    // The lease fences every write: a broker whose clock is behind still thinks it holds the
-    // network after another took it over, but its transactions are refused (field standby) and
-    // change nothing.
+    // The leases fence every write: a broker whose clock is behind still thinks it holds a job
+    // after another took it over, but its transactions are refused (field standby) and change
+    // nothing.
     void aBrokerThatLostTheLeaseWritesNothing()
     {
         if (!tessera::tests::TestStore::onPostgres())
@@ -1053,8 +1095,8 @@ private Q_SLOTS:
         auto second = Broker::open(
             m_dir.filePath(QStringLiteral("fenced-second")), blobsAt(QStringLiteral("fenced-second")), m_math, ahead, options);
         QVERIFY(second.ok());
-        QVERIFY((*second)->active()); // took it over at once, by its clock
-        QVERIFY(first->active()); // by its own clock, the first still holds it
+        QVERIFY((*second)->holds(jobId)); // took it over at once, by its clock
+        QVERIFY(first->holds(jobId)); // by its own clock, the first still holds it
         const auto cancelled = first->cancel(jobId);
         QVERIFY(!cancelled.ok());
         QCOMPARE(cancelled.error().field, QStringLiteral("standby"));

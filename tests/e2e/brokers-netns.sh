@@ -1,11 +1,14 @@
 #!/usr/bin/env bash
 # Failover between brokers on one PostgreSQL database (docs/STORE.md, "Several brokers"), each
-# process on a host of its own (ip netns): the database, two brokers and two nodes that know both.
-# While the example job trains on the first broker, it is killed (-9) and its data folder deleted;
-# the second takes the network over and the job ends on train-local's bits, the books balanced and
-# each shard of each round paid once. Prints the seconds from the kill to the takeover and to the
-# first result the second broker took in (accepted, or held for its check). Needs root; exits 77 (skipped) where namespaces cannot
-# be made or PostgreSQL is not installed.
+# process on a host of its own (ip netns): the database, two brokers and two nodes that serve both.
+# The example job is submitted through the first broker and a short one through the second: both
+# brokers serve the network at once, each its own job, and a node's balance reads the same through
+# either. While the example job trains, its broker is killed (-9) and its data folder deleted; the
+# second takes the job over once its lease lapses, and the job ends on train-local's bits, the books
+# balanced and each shard of each round of both jobs paid once. Prints the seconds from the kill to
+# the takeover and to the first result the second broker took in for that job (accepted, or held
+# for its check). Needs root; exits 77 (skipped) where namespaces cannot be made or PostgreSQL is
+# not installed.
 # Usage: brokers-netns.sh BIN_DIR JOB_FILE
 set -euo pipefail
 bin=$(cd "$1" && pwd)
@@ -80,7 +83,6 @@ firstPid=$!
 answers "$first"
 start_broker 2 second "$second"
 answers "$second"
-grep -q "standing by" "$work/second.log" || { echo "FAIL: the second broker does not stand by"; tail "$work/second.log"; exit 1; }
 for i in 3 4; do
     printf '[Node]\nDataDirectory=%s/node%d\nName=node-%d\n[Compute]\nBenchmarkOnFirstStart=false\n' "$work" "$i" "$i" > "$work/node$i.ini"
     start_in_host "$i" "$bin/tessera-node" --config "$work/node$i.ini" run --broker "$first" --broker "$second" >> "$work/node$i.log" 2>&1
@@ -90,9 +92,12 @@ done
 
 "$bin/tessera-node" --config /dev/null train-local "$job" --out "$work/local" > "$work/local.log" 2>&1
 expected=$(/usr/bin/python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["finalWeightsHash"])' "$work/local/report.json")
-# Submitted to the standby first: it refers the client (ERROR standby), which uploads and submits
-# to the active broker instead.
-id=$(network "$second" "$first" submit "$job")
+# The example job through the first broker, a short one (2 rounds of 2 shards) through the second.
+id=$(network "$first" "$second" submit "$job")
+/usr/bin/python3 -c 'import json,sys
+j = json.load(open(sys.argv[1])); j["name"] = "short"; j["training"].update(rounds=2, shardsPerRound=2)
+json.dump(j, open(sys.argv[2], "w"))' "$job" "$work/short.json"
+short=$(network "$second" "$first" submit "$work/short.json")
 round() { owner "$1" status "$id" --json 2>/dev/null | /usr/bin/python3 -c 'import json,sys; print(json.load(sys.stdin)["round"])' 2>/dev/null || echo -1; }
 deadline=$((SECONDS + 300))
 until [ "$(round "$first")" -ge 3 ]; do
@@ -107,6 +112,10 @@ if [ "$viaFirst" != "$viaSecond" ] || [ -z "$viaFirst" ]; then
     echo "FAIL: node 3's balance is '$viaFirst' through the first broker and '$viaSecond' through the second"
     exit 1
 fi
+shortState=$(owner "$second" wait "$short" --json | /usr/bin/python3 -c 'import json,sys; print(json.load(sys.stdin)["state"])')
+[ "$shortState" = finished ] || { echo "FAIL: the short job ended $shortState on the second broker"; exit 1; }
+grep -q "result of job $short" "$work/second.log" || { echo "FAIL: the second broker did not run its own job"; exit 1; }
+if grep -q "result of job $short" "$work/first.log"; then echo "FAIL: the first broker took the second's job's results"; exit 1; fi
 killedAt=$(date +%s.%N)
 kill -9 "$firstPid"
 wait "$firstPid" 2>/dev/null || true
@@ -128,18 +137,20 @@ fi
 # Each shard of each round paid once (a cause pays once: pay:JOB/ROUND/SHARD), read from the database.
 rounds=$(/usr/bin/python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["training"]["rounds"])' "$job")
 shards=$(/usr/bin/python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["training"]["shardsPerRound"])' "$job")
-paid=$("$PG_BIN/psql" -h "$PG_DIR" -U tessera -d tessera -At \
-    -c "SELECT count(*) FROM ledger_transfers WHERE cause LIKE 'pay:$id/%'" 2>&1 || true)
+payments() { "$PG_BIN/psql" -h "$PG_DIR" -U tessera -d tessera -At -c "SELECT count(*) FROM ledger_transfers WHERE cause LIKE 'pay:$1/%'" 2>&1 || true; }
+paid=$(payments "$id")
 if [ "$paid" != "$((rounds * shards))" ]; then
     echo "FAIL: $paid shard payments, not $((rounds * shards))"
     status=1
 fi
+shortPaid=$(payments "$short")
+[ "$shortPaid" = 4 ] || { echo "FAIL: $shortPaid payments for the short job's 4 shards"; status=1; }
 seconds() { /usr/bin/python3 -c 'import sys, datetime as d
 t = d.datetime.fromisoformat(sys.argv[1]).replace(tzinfo=d.timezone.utc).timestamp()
 print(f"{t - float(sys.argv[2]):.1f}")' "$1" "$killedAt"; }
-took=$(awk '/holding the network now/ { print $1; exit }' "$work/second.log")
-accepted=$(awk -v t="$took" '$1 > t && /result of job .*: (accepted|sampled)$/ { print $1; exit }' "$work/second.log")
-[ -n "$took" ] || { echo "FAIL: the second broker never took the network over"; status=1; }
+took=$(awk -v job="$id" '$0 ~ "taking job " job " over" { print $1; exit }' "$work/second.log")
+accepted=$(awk -v t="$took" -v job="$id" '$1 > t && $0 ~ "result of job " job ".*: (accepted|sampled)$" { print $1; exit }' "$work/second.log")
+[ -n "$took" ] || { echo "FAIL: the second broker never took the job over"; status=1; }
 [ -n "$accepted" ] || { echo "FAIL: the second broker took in no result after it took over"; status=1; }
 for pid in "${nodes[@]}"; do
     kill -0 "$pid" 2>/dev/null || { echo "FAIL: a node died on the way (pid $pid)"; status=1; }
