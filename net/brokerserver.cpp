@@ -946,9 +946,9 @@ void BrokerServer::Private::onRegister(Request& r)
         swarm->joined(node.nodeId, *node.swarm, r.host);
     else if (swarm)
         swarm->left(node.nodeId);
-    QJsonObject welcome
-        = Welcome { node.nodeId, options.heartbeatMs, QStringLiteral("1"), { ZstdEncoding }, swarm ? swarm->port() : 0 }
-              .toHeader();
+    QJsonObject welcome = Welcome { node.nodeId, options.heartbeatMs, QStringLiteral("1"), { ZstdEncoding },
+        swarm ? swarm->port() : 0, broker.networkId() }
+                              .toHeader();
     if (!r.id.isUndefined())
         welcome.insert(fields::Id, r.id);
     send(r.routingId, { Command::Welcome, welcome, {} });

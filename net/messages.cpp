@@ -100,6 +100,8 @@ QJsonObject Welcome::toHeader() const
         header.insert(fields::Encodings, QJsonArray::fromStringList(encodings));
     if (swarmPort > 0)
         header.insert(fields::SwarmPort, swarmPort);
+    if (!network.isEmpty())
+        header.insert(fields::Network, network);
     return header;
 }
 
@@ -112,6 +114,9 @@ core::Result<Welcome> Welcome::fromHeader(const QJsonObject& header)
     welcome.brokerVersion = reader.string(fields::BrokerVersion, Presence::Optional);
     welcome.encodings = reader.stringList(fields::Encodings, Presence::Optional);
     welcome.swarmPort = int(reader.integer(fields::SwarmPort, 0, 65535, Presence::Optional));
+    welcome.network = reader.string(fields::Network, Presence::Optional);
+    if (welcome.network.size() > 64)
+        return core::Error { fields::Network, QStringLiteral("at most 64 characters") };
     if (!reader.ok())
         return reader.status().error();
     return welcome;

@@ -81,6 +81,7 @@ inline const QString State = QStringLiteral("state");
 inline const QString Detail = QStringLiteral("detail");
 inline const QString Request = QStringLiteral("request");
 inline const QString SwarmPort = QStringLiteral("swarmPort");
+inline const QString Network = QStringLiteral("network");
 inline const QString Swarm = QStringLiteral("swarm");
 inline const QString Torrent = QStringLiteral("torrent");
 inline const QString Certificate = QStringLiteral("certificate");
@@ -105,6 +106,9 @@ struct Welcome {
     QString brokerVersion = QStringLiteral("1");
     QStringList encodings = {}; // the range codings its PUT takes ("Encoded ranges"); an older broker names none
     int swarmPort = 0; // where the broker seeds blobs (docs/SWARM.md), on the host the node reached it at; 0: none
+    // The network's id: brokers that share one database name the same (docs/STORE.md, "Several
+    // brokers"); "" from an older broker.
+    QString network = {};
     QJsonObject toHeader() const;
     static core::Result<Welcome> fromHeader(const QJsonObject& header);
 };

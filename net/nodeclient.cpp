@@ -5,6 +5,7 @@
 #include "messages.h"
 #include "protocol.h"
 #include "ratelimiter.h"
+#include "resultrelay.h"
 
 #include <core/capabilities.h>
 
@@ -132,7 +133,10 @@ struct NodeClient::Private {
     bool readySent = false;
     bool brokerTakesZstd = false; // its WELCOME listed zstd: PUTs go coded ("Encoded ranges")
     std::int64_t lastReceived = 0;
+    std::int64_t lastHeard = 0; // the broker's last message (lastReceived restarts at each reconnect)
     std::int64_t lastSent = 0;
+    QString network; // WELCOME's: the sessions of one network hand each other results (options.relay)
+    QHash<QString, int> handedAttempts; // results from the relay in the outbox: refusals so far
     std::int64_t reconnectAt = 0;
     Backoff backoff;
     std::map<qint64, Pending> pending;
@@ -178,6 +182,7 @@ struct NodeClient::Private {
         , backoff(options.initialBackoffMs, options.maxBackoffMs)
         , wake(::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC))
     {
+        lastHeard = clock.nowMs();
         if (wake < 0)
             qCWarning(lcNode).noquote() << "no eventfd: finished shards are picked up at the next message or tick";
         else
@@ -665,11 +670,89 @@ struct NodeClient::Private {
     void resultAnswered()
     {
         if (!outbox.empty()) {
+            handedAttempts.remove(outbox.front().assignment);
             outbox.pop_front();
             ++counters.results;
         }
         report = Report::Idle;
         upload.reset();
+    }
+
+    // --- results handed between the sessions of one network -------------------------------------
+
+    // A finished shard onto the relay, for another session of the network: with its weights and
+    // copies of what the node keeps for a dispute over it (this cache lets them go).
+    void relayOut(ShardExecutor::Finished finished, int attempts, const QString& refusedBy = {})
+    {
+        if (finished.weights.isEmpty() && !finished.result.weightsSha256.isNull()) {
+            if (auto kept = cache.read(finished.result.weightsSha256))
+                finished.weights = std::move(*kept);
+        }
+        ResultRelay::Handed handed { network, options.broker.endpoint, std::move(finished), {}, attempts,
+            attempts > 0 ? now() + ResultRelay::RetryMs : 0, refusedBy };
+        const QString assignment = handed.finished.assignment;
+        const auto blobs = log ? log->checkpoints(assignment) : core::Result<QList<core::Digest>>(QList<core::Digest> {});
+        for (const auto& digest : blobs.value_or(QList<core::Digest> {})) {
+            const auto file = cache.storedFile(digest);
+            const QString staged = QDir(options.relay->staging())
+                                       .filePath(digest.toHex() + QLatin1Char('-') + tag + QLatin1Char('-') + assignment);
+            if (file && (QFile::exists(staged) || QFile::copy(*file, staged)))
+                handed.blobs.append({ digest, staged });
+            cache.unpin(digest);
+        }
+        options.relay->hand(std::move(handed));
+    }
+
+    // Unreported results of a broker silent for longer than a job's lease go to the relay.
+    void handOff()
+    {
+        if (!options.relay || network.isEmpty() || outbox.empty() || session == Session::Registered
+            || now() - lastHeard < options.handOffAfterMs)
+            return;
+        for (auto& finished : outbox) {
+            qCWarning(lcNode).noquote() << "the broker at" << options.broker.endpoint << "is silent with the result of"
+                                        << finished.assignment << "unreported: handed to another broker of its network";
+            const int attempts = handedAttempts.take(finished.assignment);
+            relayOut(std::move(finished), attempts);
+        }
+        outbox.clear();
+        report = Report::Idle;
+        upload.reset();
+    }
+
+    // The front result was refused because another broker of the network holds its job now (ERROR
+    // standby): handed to the relay for another session, while it has tries left. Whether it was.
+    bool handOnRefused()
+    {
+        if (!options.relay || network.isEmpty() || outbox.empty())
+            return false;
+        const int attempts = handedAttempts.value(outbox.front().assignment) + 1;
+        if (attempts >= ResultRelay::MaxAttempts)
+            return false;
+        handedAttempts.remove(outbox.front().assignment);
+        relayOut(std::move(outbox.front()), attempts, options.broker.endpoint);
+        outbox.pop_front();
+        report = Report::Idle;
+        upload.reset();
+        return true;
+    }
+
+    // A result another session of the network handed on, delivered through this one's broker.
+    void takeHanded()
+    {
+        if (!options.relay || network.isEmpty() || session != Session::Registered || !outbox.empty() || stopping)
+            return;
+        auto handed = options.relay->take(network, options.broker.endpoint, now());
+        if (!handed)
+            return;
+        for (const auto& [digest, file] : handed->blobs) {
+            if (cache.adopt(file, digest))
+                cache.pin(digest); // until the result is settled, as its own session did
+        }
+        qCInfo(lcNode).noquote() << "delivering the result of" << handed->finished.assignment << "(from the broker at"
+                                 << handed->from << ") to" << options.broker.endpoint;
+        handedAttempts.insert(handed->finished.assignment, handed->attempts);
+        outbox.push_back(std::move(handed->finished));
     }
 
     // Answers disputes' requests for checkpoint states, one upload at a time, between results: the
@@ -1012,6 +1095,7 @@ void NodeClient::Private::onWelcome(const Message& message)
     session = Session::Registered;
     const auto welcome = Welcome::fromHeader(message.header);
     brokerTakesZstd = welcome && welcome->encodings.contains(ZstdEncoding);
+    network = welcome ? welcome->network : QString();
     brokerSeed.clear();
     if (welcome && welcome->swarmPort > 0) {
         const QString host = endpointHost(options.broker.endpoint);
@@ -1212,6 +1296,8 @@ void NodeClient::Private::onError(const Message& message, const Pending* purpose
         qCWarning(lcNode).noquote() << "broker says" << code << text;
         if (report == Report::Idle)
             return;
+        if (code == errors::Standby && handOnRefused()) // another broker of the network holds the job now
+            return;
         logFront(code == errors::Stale ? core::NodeResultState::Stale : core::NodeResultState::Refused, {}, text);
         return resultAnswered(); // the broker will not count this result; the next one can go
     case Pending::Purpose::Get:
@@ -1255,6 +1341,7 @@ void NodeClient::Private::receive()
         if (!received)
             break;
         lastReceived = now();
+        lastHeard = lastReceived;
         auto message = decode(received->frames);
         if (message)
             handle(*message);
@@ -1278,6 +1365,8 @@ void NodeClient::Private::keepSession()
 void NodeClient::step(int maxWaitMs)
 {
     d->collectFinished();
+    d->handOff();
+    d->takeHanded();
     d->collectRecreated();
     d->collectRebuilt();
     d->pollSwarm();

@@ -1,5 +1,7 @@
 #include "contributor.h"
 
+#include <net/resultrelay.h>
+
 #include <QDir>
 
 namespace tessera::app {
@@ -24,6 +26,9 @@ core::Status Contributor::start(const QList<net::BrokerAddress>& brokers, const 
     // Two sessions of one node at one broker would push each other out: the old ones go first.
     stop(false);
     ++m_generation;
+    // Results a silent broker's session cannot report go to another broker of the same network.
+    auto relay = std::make_shared<net::ResultRelay>(
+        QDir(dataDirectory).filePath(QStringLiteral("relay/") + QString::number(m_generation)));
     for (const auto& broker : brokers) {
         auto session = std::make_unique<Session>();
         session->broker = broker;
@@ -41,6 +46,7 @@ core::Status Contributor::start(const QList<net::BrokerAddress>& brokers, const 
         options.resultLogPath = QDir(dataDirectory).filePath(QStringLiteral("node.sqlite"));
         options.node = node;
         options.heartbeatMs = heartbeatMs;
+        options.relay = relay;
         if (swarmFor)
             options.swarm = swarmFor(int(m_sessions.size()));
         session->client = std::make_unique<net::NodeClient>(

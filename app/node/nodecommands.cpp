@@ -26,6 +26,7 @@
 #include <net/identity.h>
 #include <net/messages.h>
 #include <net/nodeclient.h>
+#include <net/resultrelay.h>
 
 #include <QCommandLineParser>
 #include <QDateTime>
@@ -433,6 +434,8 @@ int runNode(const QStringList& args, const core::settings::Settings& settings, c
     std::vector<std::unique_ptr<net::NodeClient>> clients;
     std::vector<std::thread> threads;
     const auto cacheLimit = settings.intValue(names::CacheMaxSizeMiB) * 1024 * 1024 / std::max<qsizetype>(1, brokers.size());
+    // Results a silent broker's session cannot report go to another broker of the same network.
+    auto relay = std::make_shared<net::ResultRelay>(QDir(directory).filePath(QStringLiteral("relay")));
     for (qsizetype i = 0; i < brokers.size(); ++i) {
         const QString cacheDir = QDir(directory).filePath(
             QStringLiteral("cache/") + core::Digest::ofBytes(brokers[i].endpoint.toUtf8()).toHex().left(16));
@@ -447,6 +450,7 @@ int runNode(const QStringList& args, const core::settings::Settings& settings, c
         options.node = node;
         options.heartbeatMs = int(settings.intValue(names::NetworkHeartbeatIntervalMs));
         options.swarm = swarmOptionsFrom(settings, int(i));
+        options.relay = relay;
         caches.push_back(std::move(*cache));
         clients.push_back(std::make_unique<net::NodeClient>(options, executor, *caches.back(), QString::number(i)));
     }

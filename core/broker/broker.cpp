@@ -119,6 +119,12 @@ Result<std::unique_ptr<Broker>> Broker::open(
         return id.error();
     std::unique_ptr<Broker> broker(new Broker(std::move(*database), blobs, math, clock, options, *signing, *id));
     broker->m_folderLock = std::move(lock);
+    QByteArray candidate(16, '\0');
+    QRandomGenerator::system()->generate(candidate.begin(), candidate.end());
+    auto network = broker->m_store->networkId(QString::fromLatin1(candidate.toHex()));
+    if (!network)
+        return network.error();
+    broker->m_networkId = *network;
     if (!broker->m_jobLeases->shared()) {
         // One broker to the file: every job is this one's, and what was in flight is handed out again.
         if (auto status = broker->recover(); !status)
@@ -155,6 +161,10 @@ Status Broker::adoptJob(const QString& jobId)
     auto job = m_store->existingJob(jobId);
     if (!job)
         return job.error();
+    if (job->state != JobState::Running) { // it ended between the look for it and the take
+        forgetJob(jobId);
+        return m_jobLeases->drop(jobId);
+    }
     if (auto status = m_store->expireActiveAssignments(jobId); !status)
         return status;
     if (auto status = m_verifier->recover(jobId); !status)
@@ -183,26 +193,30 @@ Status Broker::updateLeases()
         qCWarning(lcBrokerCore).noquote() << "job" << jobId << "was taken over by another broker of the network";
         forgetJob(jobId);
     }
-    // Jobs whose broker is gone (their leases lapsed): a few a tick, so that a tick stays short.
-    auto unheld = m_jobLeases->unheld(MaxJobsTakenPerTick);
-    if (!unheld)
-        return unheld.error();
     for (const auto& jobId : renewal->found)
         qCInfo(lcBrokerCore).noquote() << "job" << jobId << "is this broker's still (held before a restart)";
     QStringList adopted = renewal->found;
-    for (const auto& jobId : *unheld) {
+    // Jobs whose broker is gone (their leases lapsed): a few a tick, so that a tick stays short.
+    // An error stops the takes, not the adoption of what was taken (or found) before it.
+    Status trouble;
+    auto unheld = m_jobLeases->unheld(MaxJobsTakenPerTick);
+    if (!unheld)
+        trouble = unheld.error();
+    for (const auto& jobId : unheld.value_or(QStringList {})) {
         if (m_jobLeases->holds(jobId))
             continue; // renewed above: its lease lapsed only on a clock that jumped
         auto taken = m_jobLeases->take(jobId);
-        if (!taken)
-            return taken.error();
+        if (!taken) {
+            trouble = taken.error();
+            break;
+        }
         if (*taken) {
             qCWarning(lcBrokerCore).noquote() << "taking job" << jobId << "over: no broker of the network held it";
             adopted.append(jobId);
         }
     }
     if (adopted.isEmpty())
-        return {};
+        return trouble;
     if (auto status = fetchMissingBlobs(); !status) {
         for (const auto& jobId : adopted)
             m_jobLeases->release(jobId);
@@ -217,7 +231,7 @@ Status Broker::updateLeases()
             m_jobLeases->release(jobId);
         }
     }
-    return {};
+    return trouble;
 }
 
 void Broker::keepLease()

@@ -179,6 +179,8 @@ public:
     // Renews the leases while the broker waits on long work (an aggregation, a replay): at most
     // every third of the lease, outside a transaction; nothing else of tick().
     void keepLease();
+    // The network's id (table network): the same for every broker of a database; in WELCOME.
+    const QString& networkId() const { return m_networkId; }
     // This broker's id in broker_leases (DIR/broker.id).
     const QString& brokerId() const { return m_lease->holder(); }
 
@@ -281,6 +283,7 @@ private:
     std::unique_ptr<BrokerStore> m_store;
     std::unique_ptr<NetworkLease> m_lease; // the network's chores
     std::unique_ptr<JobLeases> m_jobLeases;
+    QString m_networkId;
     BlobStore& m_blobs;
     std::unique_ptr<BlobMirror> m_mirror; // on PostgreSQL: the blobs' copy in the database
     DataManifests m_manifests { m_blobs };

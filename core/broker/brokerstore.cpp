@@ -1,5 +1,6 @@
 #include "brokerstore.h"
 
+#include <QCryptographicHash>
 #include <QJsonArray>
 #include <QJsonDocument>
 
@@ -305,26 +306,44 @@ Result<storage::Transaction> BrokerStore::begin()
     if (!transaction)
         return transaction.error().toError();
     if (!m_holder.isEmpty()) {
+        // Leases deleted in a transaction since: gone if it committed, still this broker's if not.
+        for (const auto& scope : std::exchange(m_dropping, {})) {
+            auto row = lease(scope);
+            if (!row)
+                return row.error();
+            if (!*row || (*row)->holder != m_holder)
+                m_held.remove(scope);
+        }
         // Under the writer lock, which takeLease holds too: no other broker takes a lease of this
-        // one's between this check and the commit, and one that took it before is seen here. A
-        // lease taken by another broker changes this holder's count, or (taken back since) its
-        // generations' sum; one that lapsed unused changes neither (nobody worked on it).
-        auto held = first<std::pair<std::int64_t, std::int64_t>>(
-            query(*m_db, QStringLiteral("SELECT COUNT(*), COALESCE(SUM(generation), 0) FROM broker_leases WHERE holder = ?"),
-                m_holder),
-            [](Statement& row) {
-                return std::pair { row.columnInt(0), row.columnInt(1) };
-            });
+        // one's between this check and the commit, and one that took it before is seen here. The
+        // (scope, generation) pairs naming this broker must be what it knows it holds: a lease
+        // taken by another broker leaves them, one taken back since comes with a new generation,
+        // and one that lapsed unused changes nothing (nobody worked on it). PostgreSQL only (no
+        // broker on SQLite shares its file).
+        auto held
+            = first<QByteArray>(query(*m_db,
+                                    QStringLiteral("SELECT md5(COALESCE(string_agg(scope || ' ' || generation, ',' "
+                                                   "ORDER BY scope COLLATE \"C\"), '')) FROM broker_leases WHERE holder = ?"),
+                                    m_holder),
+                [](Statement& row) { return row.columnText(0).toLatin1(); });
         if (!held)
             return held.error();
-        std::int64_t sum = 0;
-        for (const auto generation : std::as_const(m_held))
-            sum += generation;
-        if (!*held || **held != std::pair<std::int64_t, std::int64_t> { m_held.size(), sum })
+        if (!*held || **held != heldDigest())
             return Error { QStringLiteral("standby"),
                 QStringLiteral("another broker of the network took over work this broker held; nothing was written") };
     }
     return std::move(*transaction);
+}
+
+QByteArray BrokerStore::heldDigest() const
+{
+    // The query's text: the scopes in byte order (COLLATE "C" there), each with its generation.
+    QStringList scopes = m_held.keys();
+    std::sort(scopes.begin(), scopes.end());
+    QStringList pairs;
+    for (const auto& scope : scopes)
+        pairs.append(scope + QLatin1Char(' ') + QString::number(m_held.value(scope)));
+    return QCryptographicHash::hash(pairs.join(QLatin1Char(',')).toUtf8(), QCryptographicHash::Md5).toHex();
 }
 
 Status BrokerStore::holdLeasesAs(const QString& holder)
@@ -529,7 +548,8 @@ Status BrokerStore::expireActiveAssignments(const QString& jobId)
 
 Status BrokerStore::expireActiveAssignmentsOf(const QString& node)
 {
-    return execute(*m_db, QStringLiteral("UPDATE assignments SET state = ? WHERE node = ? AND state = ?"),
+    return execute(*m_db,
+        QStringLiteral("UPDATE assignments SET state = ? WHERE node = ? AND state = ?") + heldJobs("assignments.job"),
         nameOf(AssignmentState::Expired), node, nameOf(AssignmentState::Active));
 }
 
@@ -709,8 +729,9 @@ Status BrokerStore::requeueRunningChecks(Requeue which, const QString& value)
     switch (which) {
     case Requeue::All:
         return execute(*m_db, Update, canary, cancelled, waiting, running);
-    case Requeue::OfVerifier:
-        return execute(*m_db, Update + QStringLiteral(" AND verifier = ?"), canary, cancelled, waiting, running, value);
+    case Requeue::OfVerifier: // of the jobs this broker holds: the node may work for another broker too
+        return execute(*m_db, Update + QStringLiteral(" AND verifier = ?") + heldJobs("checks.job"), canary, cancelled, waiting,
+            running, value);
     case Requeue::OfVerifierAssignment:
         return execute(
             *m_db, Update + QStringLiteral(" AND verifier_assignment = ?"), canary, cancelled, waiting, running, value);
@@ -875,17 +896,23 @@ Result<std::optional<std::int64_t>> BrokerStore::takeLease(const QString& scope,
 
 Status BrokerStore::releaseLease(const QString& scope, const QString& holder)
 {
-    if (holder == m_holder)
+    auto status = execute(*m_db,
+        QStringLiteral("UPDATE broker_leases SET holder = '', expires_at = 0 WHERE scope = ? AND holder = ?"), scope, holder);
+    if (status && holder == m_holder)
         m_held.remove(scope);
-    return execute(
-        *m_db, QStringLiteral("UPDATE broker_leases SET expires_at = 0 WHERE scope = ? AND holder = ?"), scope, holder);
+    return status;
 }
 
-Status BrokerStore::dropLease(const QString& scope, const QString& holder)
+Status BrokerStore::dropLease(const QString& scope, const QString& holder, Now now)
 {
-    if (holder == m_holder)
-        m_held.remove(scope);
-    return execute(*m_db, QStringLiteral("DELETE FROM broker_leases WHERE scope = ? AND holder = ?"), scope, holder);
+    auto status = execute(*m_db, QStringLiteral("DELETE FROM broker_leases WHERE scope = ? AND holder = ?"), scope, holder);
+    if (status && holder == m_holder) {
+        if (now == Now::Yes && !m_db->inTransaction())
+            m_held.remove(scope);
+        else
+            m_dropping.insert(scope);
+    }
+    return status;
 }
 
 Result<QHash<QString, std::int64_t>> BrokerStore::renewLeases(
@@ -910,12 +937,40 @@ Result<QHash<QString, std::int64_t>> BrokerStore::renewLeases(
     return held;
 }
 
+Result<QString> BrokerStore::networkId(const QString& candidate)
+{
+    auto read = [this] {
+        return first<QString>(query(*m_db, QStringLiteral("SELECT id FROM network ORDER BY id LIMIT 1")),
+            [](Statement& row) { return row.columnText(0); });
+    };
+    auto known = read();
+    if (!known)
+        return known.error();
+    if (*known)
+        return **known;
+    auto transaction = m_db->begin();
+    if (!transaction)
+        return transaction.error().toError();
+    if (auto status
+        = execute(*m_db, QStringLiteral("INSERT INTO network (id) SELECT ? WHERE NOT EXISTS (SELECT 1 FROM network)"), candidate);
+        !status)
+        return status.error();
+    if (auto committed = transaction->commit(); !committed)
+        return committed.error().toError();
+    known = read();
+    if (!known)
+        return known.error();
+    if (!*known)
+        return Error { QStringLiteral("network"), QStringLiteral("the network's id was not written") };
+    return **known;
+}
+
 Result<QStringList> BrokerStore::unleasedJobs(const QString& prefix, std::int64_t now, int limit)
 {
     auto rows = query(*m_db,
         QStringLiteral("SELECT id FROM jobs WHERE state = ? AND NOT EXISTS (SELECT 1 FROM broker_leases l "
-                       "WHERE l.scope = ? || jobs.id AND l.expires_at >= ?) ORDER BY created_at, id LIMIT ?"),
-        nameOf(JobState::Running), prefix, now, std::int64_t(limit));
+                       "WHERE l.scope = ? || jobs.id AND l.expires_at >= ?) ORDER BY md5(jobs.id || ?) LIMIT ?"),
+        nameOf(JobState::Running), prefix, now, m_holder, std::int64_t(limit));
     if (!rows)
         return rows.error();
     auto ids = collect(*rows, [](Statement& row) { return row.columnText(0); });

@@ -13,6 +13,7 @@
 #include <QHash>
 #include <QJsonObject>
 #include <QList>
+#include <QSet>
 #include <QString>
 #include <QStringList>
 
@@ -166,10 +167,12 @@ public:
     // generation then, none when another broker holds it.
     Result<std::optional<std::int64_t>> takeLease(const QString& scope, const LeaseRow& wanted, std::int64_t now);
     Result<std::optional<LeaseRow>> lease(const QString& scope);
-    // The holder's lease lapses now.
+    // The holder gives the lease up: it lapses now and names nobody (the holder's renewals leave it).
     Status releaseLease(const QString& scope, const QString& holder);
-    // The holder's lease is gone (a job that ended): inside the caller's transaction.
-    Status dropLease(const QString& scope, const QString& holder);
+    // The holder's lease is gone (a job that ended): inside the caller's transaction, which may
+    // still roll back (the next begin() reads whether it did), or now.
+    enum class Now { No, Yes };
+    Status dropLease(const QString& scope, const QString& holder, Now now = Now::No);
     // Renews every lease of the holder whose scope starts with `prefix` until expiresAt, in one
     // statement: the scopes it holds still, with their generations (what another broker took is
     // not among them). learn: this store's own holder learns that (its fence lets its
@@ -177,8 +180,11 @@ public:
     enum class Learn { Yes, No };
     Result<QHash<QString, std::int64_t>> renewLeases(
         const QString& prefix, const QString& holder, std::int64_t expiresAt, Learn learn = Learn::Yes);
+    // The network's id (table network), made (`candidate`) by the first broker that asks, under
+    // the writer lock: every broker of the database gets the same.
+    Result<QString> networkId(const QString& candidate);
     // Running jobs whose lease lapsed before `now` or that have none (a network moved from
-    // SQLite), oldest first.
+    // SQLite), in an order of this holder's own (brokers that look at once take different ones).
     Result<QStringList> unleasedJobs(const QString& prefix, std::int64_t now, int limit);
 
     // Jobs and their rounds.
@@ -308,6 +314,9 @@ private:
     // generation), which begin() compares with the table.
     QString m_holder;
     QHash<QString, std::int64_t> m_held;
+    QSet<QString> m_dropping; // leases deleted inside a transaction that may have rolled back
+    // What m_held should be in the table: a digest of its (scope, generation) pairs in order.
+    QByteArray heldDigest() const;
     // " AND <the job column's job is held by this broker>", or "" without shared leases.
     QString heldJobs(const char* jobColumn) const;
 };

@@ -37,8 +37,17 @@ Status JobLeases::end(const QString& jobId)
 {
     if (!m_shared)
         return {};
-    m_jobs.remove(jobId);
+    m_ending.insert(jobId);
     return m_store.dropLease(scopeOf(jobId), m_identity.holder);
+}
+
+Status JobLeases::drop(const QString& jobId)
+{
+    if (!m_shared)
+        return {};
+    m_jobs.remove(jobId);
+    m_ending.remove(jobId);
+    return m_store.dropLease(scopeOf(jobId), m_identity.holder, BrokerStore::Now::Yes);
 }
 
 void JobLeases::release(const QString& jobId)
@@ -64,9 +73,11 @@ Result<JobLeases::Renewal> JobLeases::renew()
             ++it;
             continue;
         }
-        renewal.lost.append(*it);
+        if (!m_ending.remove(*it)) // an ended job's lease went with it; any other was taken
+            renewal.lost.append(*it);
         it = m_jobs.erase(it);
     }
+    m_ending.clear(); // what is left of it rolled back: the job runs, and is still this broker's
     for (auto it = held->cbegin(); it != held->cend(); ++it) {
         const QString jobId = it.key().mid(Prefix.size());
         if (!m_jobs.contains(jobId)) {

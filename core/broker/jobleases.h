@@ -31,8 +31,11 @@ public:
     // Takes a job's lease where it is free (a new job: inside the submit's transaction) or lapsed
     // (its broker is gone): whether this broker holds it now.
     Result<bool> take(const QString& jobId);
-    // The job ended: its lease goes, inside the caller's transaction.
+    // The job ended: its lease goes, inside the caller's transaction (this broker holds it until
+    // renew() sees the row gone: a transaction that rolled back leaves the job as it was).
     Status end(const QString& jobId);
+    // A job that is not running: its lease goes now (no transaction).
+    Status drop(const QString& jobId);
     // Gives a job back (a takeover that failed): another broker may take it at once.
     void release(const QString& jobId);
 
@@ -61,6 +64,7 @@ private:
     bool m_shared;
     std::int64_t m_renewedAt = 0;
     QSet<QString> m_jobs; // the jobs this broker holds
+    QSet<QString> m_ending; // of those, the ones whose lease end() deleted, until renew() sees it
 };
 
 } // namespace tessera::core::broker

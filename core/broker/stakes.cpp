@@ -85,6 +85,11 @@ Status Stakes::faucetStake(const QString& nodeId)
 {
     if (!m_options.faucet || m_options.minStake.micro() <= 0)
         return {};
+    // Read and minted under the writer lock: brokers of one network that a node registers with at
+    // once fund it once.
+    auto transaction = m_store.begin();
+    if (!transaction)
+        return transaction.error();
     auto staked = m_ledger.balance(accounts::stake(nodeId));
     if (!staked)
         return staked.error();
@@ -95,6 +100,8 @@ Status Stakes::faucetStake(const QString& nodeId)
         QStringLiteral("faucet:stake:%1:%2").arg(nodeId, QString::number(now)), now);
     if (!minted)
         return minted.error();
+    if (auto committed = transaction->commit(); !committed)
+        return committed.error().toError();
     return {};
 }
 

@@ -165,6 +165,11 @@ if [ "$status" -eq 0 ] && [ -n "${TESSERA_BENCH_RECORD:-}" ]; then # make bench:
     echo "failover.takeoverS $(seconds "$took")" >> "$TESSERA_BENCH_RECORD"
     echo "failover.firstResultS $(seconds "$accepted")" >> "$TESSERA_BENCH_RECORD"
 fi
+# Results a node had not reported when the first broker died go through its session with the
+# second (docs/PROTOCOL.md, "Several brokers of one network"): how many, where one was in flight
+# (shards this small are mostly reported before the kill; tst_nodeclient tests the handing on).
+handed=$(cat "$work"/node*.log | grep -c "delivering the result of" || true)
+echo "results handed from the first broker's sessions to the second's: $handed"
 if [ "$status" -eq 0 ]; then
     echo "brokers-netns: the job ended on train-local's bits on the second broker; books balanced; $paid shard payments; takeover $(seconds "$took") s and first result taken in $(seconds "$accepted") s after the kill"
 else

@@ -10,6 +10,7 @@
 #include <net/blobcoding.h>
 #include <net/messages.h>
 #include <net/nodeclient.h>
+#include <net/resultrelay.h>
 #include <swarm/authority.h>
 
 #include <QTemporaryDir>
@@ -179,7 +180,8 @@ class NodeClientTest : public QObject {
         }
     };
 
-    Session start(net::ShardExecutor* executor = nullptr, std::optional<net::NodeSwarm::Options> swarm = std::nullopt)
+    Session start(net::ShardExecutor* executor = nullptr, std::optional<net::NodeSwarm::Options> swarm = std::nullopt,
+        std::shared_ptr<net::ResultRelay> relay = {}, const QString& tag = QStringLiteral("t"))
     {
         if (!m_cache)
             m_cache = std::move(core::BlobStore::open(m_dir.filePath(QStringLiteral("cache")), 1 << 20)).value();
@@ -195,8 +197,8 @@ class NodeClientTest : public QObject {
         options.node.maxThreads = 1;
         options.context = &m_context;
         options.swarm = swarm;
-        session.node
-            = std::make_unique<net::NodeClient>(options, executor ? *executor : m_idle, *m_cache, QStringLiteral("t"), m_clock);
+        options.relay = std::move(relay);
+        session.node = std::make_unique<net::NodeClient>(options, executor ? *executor : m_idle, *m_cache, tag, m_clock);
         return session;
     }
 
@@ -210,21 +212,22 @@ class NodeClientTest : public QObject {
     }
 
     // The node registers, is welcomed and asks for work: its REGISTER, once its READY has come.
-    static std::optional<tests::Received> registeredAndReady(Session& session)
+    static std::optional<tests::Received> registeredAndReady(Session& session, const QString& network = {})
     {
         auto registration = nextRegister(session);
         if (!registration)
             return std::nullopt;
-        welcome(session, *registration);
+        welcome(session, *registration, {}, network);
         auto ready = session.broker->nextSkippingHeartbeats(session.pump());
         if (!ready || ready->message.command != Command::Ready)
             return std::nullopt;
         return registration;
     }
 
-    static void welcome(Session& session, const tests::Received& registration, const QStringList& encodings = {})
+    static void welcome(
+        Session& session, const tests::Received& registration, const QStringList& encodings = {}, const QString& network = {})
     {
-        QJsonObject header = net::Welcome { QStringLiteral("node"), 1000, QStringLiteral("1"), encodings }.toHeader();
+        QJsonObject header = net::Welcome { QStringLiteral("node"), 1000, QStringLiteral("1"), encodings, 0, network }.toHeader();
         header.insert(net::fields::Id, registration.message.header.value(net::fields::Id));
         session.broker->send(Command::Welcome, header, {}, registration.routingId);
         for (int i = 0; i < 50 && session.node->session() != net::NodeClient::Session::Registered; ++i)
@@ -354,6 +357,88 @@ private Q_SLOTS:
         auto result = session.broker->nextSkippingHeartbeats(session.pump());
         QVERIFY(result && result->message.command == Command::Result);
         QCOMPARE(result->message.header.value(net::fields::Assignment).toString(), QStringLiteral("w1"));
+    }
+
+    // Two sessions of one node with two brokers of one network (WELCOME's network). The first
+    // broker's shard finishes after that broker went silent (killed); once it has been silent for
+    // longer than a job's lease the result goes to the relay and out through the second broker.
+    // That one refuses it (ERROR standby: another broker holds the job still), so it goes back to
+    // the relay and, 2 s on, out through the first broker, back by then. Each time exactly one
+    // session sends it (docs/PROTOCOL.md, "Several brokers of one network").
+    void aResultWhoseBrokerWentSilentGoesThroughAnotherBrokerOfItsNetwork()
+    {
+        LaterExecutor executor;
+        auto relay = std::make_shared<net::ResultRelay>(m_dir.filePath(QStringLiteral("relay")));
+        auto first = start(&executor, std::nullopt, relay, QStringLiteral("first"));
+        auto second = start(&executor, std::nullopt, relay, QStringLiteral("second"));
+        const QString network = QStringLiteral("n1");
+        const auto toFirst = registeredAndReady(first, network);
+        const auto toSecond = registeredAndReady(second, network);
+        QVERIFY(toFirst && toSecond);
+        const auto weights = m_cache->put("start weights");
+        QVERIFY(weights);
+        first.broker->send(Command::Task, taskOf(QStringLiteral("h1"), *weights).toHeader(), {}, toFirst->routingId);
+        for (int i = 0; i < 500 && !executor.started(); ++i)
+            first.node->step(10);
+        QVERIFY(executor.started());
+        // Time passes; the second broker keeps talking, the first is silent.
+        auto passes = [&](std::int64_t ms) {
+            for (std::int64_t at = 0; at < ms; at += 500) {
+                m_clock.advance(500);
+                second.broker->send(Command::Heartbeat, {}, {}, toSecond->routingId);
+                second.node->step(0);
+                first.node->step(0);
+            }
+        };
+        passes(3'500);
+        QCOMPARE(first.node->session(), net::NodeClient::Session::Disconnected);
+        executor.finish();
+        passes(3'000); // 6.5 s of silence: the broker may be back within a job's lease
+        QCOMPARE(relay->size(), 0);
+        std::optional<tests::Received> delivered;
+        for (int i = 0; i < 20 && !delivered; ++i) {
+            passes(500);
+            delivered = second.broker->next(second.pump(), 0);
+            if (delivered && delivered->message.command != Command::Result)
+                delivered.reset();
+        }
+        QVERIFY(delivered); // after 10 s of silence
+        QCOMPARE(delivered->message.header.value(net::fields::Assignment).toString(), QStringLiteral("h1"));
+        QCOMPARE(relay->size(), 0); // taken: one session holds it
+
+        // The second broker does not hold the job: back to the relay, for 2 s.
+        QJsonObject standby { { net::fields::Code, net::errors::Standby },
+            { net::fields::Message, QStringLiteral("another broker of the network holds the job") },
+            { net::fields::Id, delivered->message.header.value(net::fields::Id) } };
+        second.broker->send(Command::Error, standby, {}, toSecond->routingId);
+        second.node->step(50);
+        QCOMPARE(relay->size(), 1);
+        // The first broker is back: the first session registers again and takes it once due.
+        std::optional<tests::Received> again; // its latest REGISTER (each reconnect sends one, on a new socket)
+        for (int i = 0; i < 4; ++i) {
+            passes(500);
+            while (auto message = first.broker->next(first.pump(), 0)) {
+                if (message->message.command == Command::Register)
+                    again = message;
+            }
+        }
+        QVERIFY(again);
+        QCOMPARE(first.node->session(), net::NodeClient::Session::Registering);
+        welcome(first, *again, {}, network);
+        std::optional<tests::Received> resent;
+        for (int i = 0; i < 10 && !resent; ++i) {
+            passes(500);
+            resent = first.broker->next(first.pump(), 0);
+            if (resent && resent->message.command != Command::Result)
+                resent.reset();
+        }
+        QVERIFY(resent);
+        QCOMPARE(resent->message.header.value(net::fields::Assignment).toString(), QStringLiteral("h1"));
+        QCOMPARE(relay->size(), 0);
+        for (int i = 0; i < 10; ++i) {
+            auto more = second.broker->next(second.pump(), 0);
+            QVERIFY(!more || more->message.command != Command::Result); // not twice
+        }
     }
 
     // A task with a field of a later protocol: the node gives it back (outcome returned, saying
