@@ -779,13 +779,11 @@ Result<std::optional<Assignment>> Broker::assign(const QString& nodeId)
     assignment.deadlineMs = m_scheduler.deadline(assignment.task, round.flopsPerSample, *node, m_options, now);
     const AssignmentRow row { assignment.id, round.jobId, round.round, pick->shard, nodeId, now, assignment.deadlineMs,
         AssignmentState::Active, AssignmentKind::Train, {} };
-    if (auto status = m_store->insertAssignment(row); !status)
-        return status.error();
     auto needs = blobsNamedBy(round.spec) + QList<Digest> { round.weightsBlob } + assignment.task.dataChunks;
     if (round.change)
         needs.append(round.change->blob);
-    if (auto granted = m_store->allowRead(needs, nodeId); !granted)
-        return granted.error();
+    if (auto status = m_store->insertAssignment(row, needs); !status)
+        return status.error();
     m_scheduler.handedOut(round.jobId, assignment.id, pick->shard, nodeId, assignment.deadlineMs, now);
     return std::optional<Assignment>(assignment);
 }
@@ -1507,6 +1505,7 @@ void Broker::collectUnnamedUploads()
 void Broker::tick()
 {
     m_store->forgetReads();
+    m_stakes->forgetStakes();
     if (m_jobLeases->shared()) {
         if (auto status = updateLeases(); !status)
             qCWarning(lcBrokerCore).noquote() << "cannot renew the leases:" << status.error().toString();

@@ -518,12 +518,37 @@ Status BrokerStore::dropSampledResult(const QString& jobId, std::int64_t round, 
 
 // --- assignments ---------------------------------------------------------------------------------
 
-Status BrokerStore::insertAssignment(const AssignmentRow& a)
+Status BrokerStore::insertAssignment(const AssignmentRow& a, const QList<Digest>& readers)
 {
-    return execute(*m_db,
-        QStringLiteral("INSERT INTO assignments (id, job, round, shard, node, issued_at, deadline, state, kind, verification) "
-                       "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, NULLIF(?, ''))"),
-        a.id, a.jobId, a.round, a.shard, a.node, a.issuedAt, a.deadline, nameOf(a.state), nameOf(a.kind), a.check);
+    const QString insert
+        = QStringLiteral("INSERT INTO assignments (id, job, round, shard, node, issued_at, deadline, state, kind, verification) "
+                         "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, NULLIF(?, ''))");
+    if (readers.isEmpty() || m_db->engine() != storage::Engine::PostgreSQL) {
+        if (auto status = execute(*m_db, insert, a.id, a.jobId, a.round, a.shard, a.node, a.issuedAt, a.deadline, nameOf(a.state),
+                nameOf(a.kind), a.check);
+            !status)
+            return status;
+        return allowRead(readers, a.node);
+    }
+    // PostgreSQL: a data-modifying WITH runs to completion whatever the main statement reads.
+    QStringList rows;
+    for (qsizetype i = 0; i < readers.size(); ++i)
+        rows.append(QStringLiteral("(?, ?)"));
+    auto statement = m_db->prepare(
+        QStringLiteral("WITH handed AS (%1) INSERT INTO blob_readers (blob, principal) VALUES %2 ON CONFLICT DO NOTHING")
+            .arg(insert, rows.join(u", ")));
+    if (!statement)
+        return statement.error().toError();
+    statement->bind(1, a.id).bind(2, a.jobId).bind(3, a.round).bind(4, a.shard).bind(5, a.node).bind(6, a.issuedAt);
+    statement->bind(7, a.deadline).bind(8, nameOf(a.state)).bind(9, nameOf(a.kind)).bind(10, a.check);
+    int index = 11;
+    for (const auto& blob : readers) {
+        statement->bind(index, blob.toHex()).bind(index + 1, a.node);
+        index += 2;
+    }
+    if (auto status = statement->run(); !status)
+        return status.error().toError();
+    return {};
 }
 
 Result<std::optional<AssignmentRow>> BrokerStore::assignment(const QString& id)

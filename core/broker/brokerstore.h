@@ -213,7 +213,9 @@ public:
     Status dropSampledResult(const QString& jobId, std::int64_t round, std::int64_t shard);
 
     // Assignments.
-    Status insertAssignment(const AssignmentRow& assignment);
+    // readers: who may read which blobs once it is handed out (allowRead), in the same statement
+    // on PostgreSQL (one round trip).
+    Status insertAssignment(const AssignmentRow& assignment, const QList<Digest>& readers = {});
     Result<std::optional<AssignmentRow>> assignment(const QString& id);
     // onlyFrom: change it only if it is in that state now.
     Status setAssignmentState(const QString& id, AssignmentState to, std::optional<AssignmentState> onlyFrom = std::nullopt);

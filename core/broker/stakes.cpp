@@ -107,7 +107,7 @@ Status Stakes::faucetStake(const QString& nodeId)
 
 Status Stakes::requireStake(const QString& nodeId)
 {
-    if (m_options.minStake.micro() <= 0)
+    if (m_options.minStake.micro() <= 0 || m_staked.contains(nodeId))
         return {};
     auto staked = m_ledger.balance(accounts::stake(nodeId));
     if (!staked)
@@ -116,6 +116,7 @@ Status Stakes::requireStake(const QString& nodeId)
         return Error { QStringLiteral("stake"),
             QStringLiteral("the node has %1 credits bonded; taking work needs %2")
                 .arg(staked->toString(), m_options.minStake.toString()) };
+    m_staked.insert(nodeId);
     return {};
 }
 
@@ -175,6 +176,7 @@ Result<QJsonObject> Stakes::stake(const QJsonObject& signedRequest, const QStrin
 
 Result<QJsonObject> Stakes::bond(const QString& nodeId, const QString& action, Credits amount, const QString& cause)
 {
+    m_staked.remove(nodeId);
     const auto now = m_clock.nowMs();
     auto transaction = m_store.begin();
     if (!transaction)
@@ -211,6 +213,7 @@ Status Stakes::slash(const QString& nodeId, const QString& honest, const QString
     // Half to the honest side of a dispute, the rest (all of it when nobody won) burned: a job's
     // owner never receives stake slashed over its job, so no owner can profit from a slash its
     // own code might cause (docs/VERIFICATION.md, "Money").
+    m_staked.remove(nodeId);
     const auto now = m_clock.nowMs();
     Credits total;
     for (const auto& account : { accounts::stake(nodeId), accounts::unbonding(nodeId) }) {

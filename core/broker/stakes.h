@@ -9,6 +9,7 @@
 #include "options.h"
 
 #include <QJsonObject>
+#include <QSet>
 #include <QString>
 
 namespace tessera::core::broker {
@@ -35,7 +36,10 @@ public:
     // Stake. A faucet broker bonds the minimum for a new node.
     Status faucetStake(const QString& nodeId);
     // An error that says how much the node lacks to take work.
+    // A node's stake read as enough is taken as enough until forgetStakes() (each tick) or until
+    // this broker moves it (bond, unbond, slash): another broker's slash shows within a tick.
     Status requireStake(const QString& nodeId);
+    void forgetStakes() { m_staked.clear(); }
     bool hasStake(const QString& nodeId);
     // A request signed with the node's registered key to bond or unbond (docs/PROTOCOL.md, STAKE),
     // naming this broker's signing key and when it expires (at most MaxRequestLifeMs ahead).
@@ -60,6 +64,7 @@ public:
 
 private:
     Result<QJsonObject> bond(const QString& nodeId, const QString& action, Credits amount, const QString& cause);
+    QSet<QString> m_staked; // nodes whose stake was enough when last read (requireStake)
 
     BrokerStore& m_store;
     ledger::Ledger& m_ledger;

@@ -223,11 +223,10 @@ public:
         if (sql == beginSql() && PQtransactionStatus(m_handle) != PQTRANS_IDLE)
             return DatabaseError { ErrorKind::Misuse, 0,
                 describe(m_uri, QStringLiteral("a transaction is already open on this connection"), ErrorKind::Misuse, sql) };
+        if (sql == beginSql())
+            return beginWithWriterLock();
         PgResult result(PQexec(m_handle, sql.toUtf8().constData()));
-        auto status = check(result, sql);
-        if (status && sql == beginSql())
-            return takeWriterLock();
-        return status;
+        return check(result, sql);
     }
 
     DbResult<std::unique_ptr<StatementBackend>> prepare(const QString& sql) override
@@ -246,13 +245,16 @@ public:
     // connection to the database takes first, so transactions apply one at a time, as SQLite's
     // BEGIN IMMEDIATE makes them. What a transaction read (a balance, a shard's state) cannot change
     // under it before it commits, whichever broker runs it (docs/STORE.md, "Several brokers").
-    // Waiting longer than lock_timeout fails as Busy, and the transaction is rolled back.
-    DbStatus takeWriterLock()
+    // Waiting longer than lock_timeout fails as Busy, and the transaction is rolled back. Every
+    // transaction commits durably (synchronous_commit on), whatever the session says for single
+    // statements (openPostgres). One round trip: the three statements go as one query string.
+    DbStatus beginWithWriterLock()
     {
-        const QString sql = QStringLiteral("SELECT pg_advisory_xact_lock(%1)").arg(WriterLockKey);
+        const QString sql
+            = QStringLiteral("BEGIN; SET LOCAL synchronous_commit = on; SELECT pg_advisory_xact_lock(%1)").arg(WriterLockKey);
         PgResult result(PQexec(m_handle, sql.toUtf8().constData()));
         auto status = check(result, sql);
-        if (!status)
+        if (!status && PQtransactionStatus(m_handle) != PQTRANS_IDLE)
             PgResult(PQexec(m_handle, "ROLLBACK"));
         return status;
     }
@@ -465,16 +467,21 @@ DbResult<std::unique_ptr<Connection>> openPostgres(const QString& uri, const Dat
     }
     // Notices (a table that exists already) are not errors; text is UTF-8 and reals come back
     // exactly; a statement waits for a lock at most as long as SQLite's busy timeout would (0 is
-    // "for ever" to PostgreSQL, so at least 1 ms). Durability is the server's (synchronous_commit
-    // on, its default): DatabaseOptions::synchronous is SQLite's alone.
+    // "for ever" to PostgreSQL, so at least 1 ms). Durability: every transaction commits
+    // synchronously; with DatabaseOptions::Synchronous::Normal, single statements outside a
+    // transaction commit asynchronously (a crash of the server, not of this process, may lose the
+    // last fraction of a second of them: as SQLite's NORMAL may at a power cut; docs/STORE.md).
     // A transaction left idle for 10 s (its process paused or cut off mid-transaction) is ended by
     // the server, with the writer lock it held; so is a dead client's connection, found by TCP
     // keepalives within about 25 s.
-    const QString setup = QStringLiteral("SET client_min_messages = warning; SET client_encoding = 'UTF8'; "
-                                         "SET extra_float_digits = 3; SET lock_timeout = %1; "
-                                         "SET idle_in_transaction_session_timeout = 10000; SET tcp_keepalives_idle = 10; "
-                                         "SET tcp_keepalives_interval = 5; SET tcp_keepalives_count = 3")
-                              .arg(std::max(1, options.busyTimeoutMs));
+    const QString setup
+        = QStringLiteral("SET client_min_messages = warning; SET client_encoding = 'UTF8'; "
+                         "SET extra_float_digits = 3; SET lock_timeout = %1; "
+                         "SET idle_in_transaction_session_timeout = 10000; SET tcp_keepalives_idle = 10; "
+                         "SET tcp_keepalives_interval = 5; SET tcp_keepalives_count = 3; "
+                         "SET synchronous_commit = %2")
+              .arg(std::max(1, options.busyTimeoutMs))
+              .arg(options.synchronous == DatabaseOptions::Synchronous::Normal ? QStringLiteral("off") : QStringLiteral("on"));
     if (auto status = connection->configure(setup); !status)
         return status.error();
     // Under the writer lock, where it is missing: brokers that start at once would race to create
