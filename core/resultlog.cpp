@@ -160,6 +160,11 @@ Result<QList<Digest>> ResultLog::checkpoints(const QString& assignment)
     return lists->isEmpty() ? QList<Digest> {} : lists->first();
 }
 
+Status ResultLog::moved(const QString& assignment, const QString& broker)
+{
+    return storage::execute(*m_db, QStringLiteral("UPDATE results SET broker = ? WHERE assignment = ?"), broker, assignment);
+}
+
 Result<QList<Digest>> ResultLog::unsettledCheckpoints(const QString& broker)
 {
     auto rows = storage::query(*m_db,

@@ -49,6 +49,9 @@ public:
         QList<Digest> inputs;
     };
     Status computed(const QString& assignment, const QString& broker, const ShardResult& result, const Kept& kept = {});
+    // The result went to another broker of its network (handed on by the node's session with it):
+    // its kept states are that session's now (unsettledCheckpoints).
+    Status moved(const QString& assignment, const QString& broker);
     // The blob of the state at checkpoint k (1..n-2) of a result, if the node kept it.
     Result<std::optional<Digest>> checkpoint(const QString& assignment, std::int64_t k);
     // A result's state now; nullopt for an unknown result.

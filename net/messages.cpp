@@ -3,6 +3,7 @@
 #include <core/jsonreader.h>
 
 #include <QJsonArray>
+#include <QRegularExpression>
 
 namespace tessera::net {
 
@@ -115,8 +116,9 @@ core::Result<Welcome> Welcome::fromHeader(const QJsonObject& header)
     welcome.encodings = reader.stringList(fields::Encodings, Presence::Optional);
     welcome.swarmPort = int(reader.integer(fields::SwarmPort, 0, 65535, Presence::Optional));
     welcome.network = reader.string(fields::Network, Presence::Optional);
-    if (welcome.network.size() > 64)
-        return core::Error { fields::Network, QStringLiteral("at most 64 characters") };
+    static const QRegularExpression NetworkId(QStringLiteral("^[0-9a-f]{32}$"));
+    if (!welcome.network.isEmpty() && !NetworkId.match(welcome.network).hasMatch())
+        return core::Error { fields::Network, QStringLiteral("expected 32 hex digits") };
     if (!reader.ok())
         return reader.status().error();
     return welcome;

@@ -681,56 +681,73 @@ struct NodeClient::Private {
     // --- results handed between the sessions of one network -------------------------------------
 
     // A finished shard onto the relay, for another session of the network: with its weights and
-    // copies of what the node keeps for a dispute over it (this cache lets them go).
-    void relayOut(ShardExecutor::Finished finished, int attempts, const QString& refusedBy = {})
+    // what the node keeps for a dispute over it (staged: this cache lets them go). Whether it went
+    // (otherwise `finished` is as it was, and stays here with its pins).
+    bool relayOut(ShardExecutor::Finished& finished, int attempts, const QString& refusedBy = {})
     {
-        if (finished.weights.isEmpty() && !finished.result.weightsSha256.isNull()) {
-            if (auto kept = cache.read(finished.result.weightsSha256))
-                finished.weights = std::move(*kept);
-        }
-        ResultRelay::Handed handed { network, options.broker.endpoint, std::move(finished), {}, attempts,
-            attempts > 0 ? now() + ResultRelay::RetryMs : 0, refusedBy };
-        const QString assignment = handed.finished.assignment;
-        const auto blobs = log ? log->checkpoints(assignment) : core::Result<QList<core::Digest>>(QList<core::Digest> {});
-        for (const auto& digest : blobs.value_or(QList<core::Digest> {})) {
+        QList<std::pair<core::Digest, QString>> blobs;
+        const auto kept = log ? log->checkpoints(finished.assignment) : core::Result<QList<core::Digest>>(QList<core::Digest> {});
+        bool staged = kept.ok();
+        for (const auto& digest : kept.value_or(QList<core::Digest> {})) {
             const auto file = cache.storedFile(digest);
-            const QString staged = QDir(options.relay->staging())
-                                       .filePath(digest.toHex() + QLatin1Char('-') + tag + QLatin1Char('-') + assignment);
-            if (file && (QFile::exists(staged) || QFile::copy(*file, staged)))
-                handed.blobs.append({ digest, staged });
-            cache.unpin(digest);
+            const auto copy = file ? options.relay->stage(*file) : std::nullopt;
+            if (!copy) {
+                staged = false;
+                break;
+            }
+            blobs.append({ digest, *copy });
         }
-        options.relay->hand(std::move(handed));
+        if (!staged) {
+            for (const auto& blob : blobs)
+                QFile::remove(blob.second);
+            qCWarning(lcNode).noquote() << "cannot stage what the node keeps for" << finished.assignment
+                                        << "to hand it on: it waits for its own broker";
+            return false;
+        }
+        if (finished.weights.isEmpty() && !finished.result.weightsSha256.isNull()) {
+            if (auto weights = cache.read(finished.result.weightsSha256))
+                finished.weights = std::move(*weights);
+        }
+        for (const auto& blob : blobs)
+            cache.unpin(blob.first);
+        options.relay->hand({ network, options.broker.endpoint, std::move(finished), std::move(blobs), attempts,
+            attempts > 0 ? now() + ResultRelay::RetryMs : 0, refusedBy });
+        return true;
     }
 
     // Unreported results of a broker silent for longer than a job's lease go to the relay.
     void handOff()
     {
-        if (!options.relay || network.isEmpty() || outbox.empty() || session == Session::Registered
+        if (!options.relay || network.isEmpty() || outbox.empty() || session == Session::Registered || stopping
             || now() - lastHeard < options.handOffAfterMs)
             return;
+        std::deque<ShardExecutor::Finished> kept;
         for (auto& finished : outbox) {
+            const QString assignment = finished.assignment;
+            if (!relayOut(finished, handedAttempts.value(assignment))) {
+                kept.push_back(std::move(finished));
+                continue;
+            }
+            handedAttempts.remove(assignment);
             qCWarning(lcNode).noquote() << "the broker at" << options.broker.endpoint << "is silent with the result of"
-                                        << finished.assignment << "unreported: handed to another broker of its network";
-            const int attempts = handedAttempts.take(finished.assignment);
-            relayOut(std::move(finished), attempts);
+                                        << assignment << "unreported: handed to another broker of its network";
         }
-        outbox.clear();
+        outbox = std::move(kept);
         report = Report::Idle;
         upload.reset();
     }
 
     // The front result was refused because another broker of the network holds its job now (ERROR
-    // standby): handed to the relay for another session, while it has tries left. Whether it was.
+    // standby): handed to the relay for another session (after MaxAttempts, only for the session it
+    // came from). Whether it was.
     bool handOnRefused()
     {
         if (!options.relay || network.isEmpty() || outbox.empty())
             return false;
-        const int attempts = handedAttempts.value(outbox.front().assignment) + 1;
-        if (attempts >= ResultRelay::MaxAttempts)
+        const QString assignment = outbox.front().assignment;
+        if (!relayOut(outbox.front(), handedAttempts.value(assignment) + 1, options.broker.endpoint))
             return false;
-        handedAttempts.remove(outbox.front().assignment);
-        relayOut(std::move(outbox.front()), attempts, options.broker.endpoint);
+        handedAttempts.remove(assignment);
         outbox.pop_front();
         report = Report::Idle;
         upload.reset();
@@ -745,10 +762,16 @@ struct NodeClient::Private {
         auto handed = options.relay->take(network, options.broker.endpoint, now());
         if (!handed)
             return;
+        // Pinned until the result is settled, as its own session did: every one, so that the unpins
+        // when it settles balance (record()).
         for (const auto& [digest, file] : handed->blobs) {
-            if (cache.adopt(file, digest))
-                cache.pin(digest); // until the result is settled, as its own session did
+            if (auto adopted = cache.adopt(file, digest); !adopted)
+                qCWarning(lcNode).noquote() << "cannot keep a state of" << handed->finished.assignment << ":"
+                                            << adopted.error().toString();
+            cache.pin(digest);
         }
+        if (log) // its kept states are this session's now (pinned here again after a restart)
+            (void)log->moved(handed->finished.assignment, options.broker.endpoint);
         qCInfo(lcNode).noquote() << "delivering the result of" << handed->finished.assignment << "(from the broker at"
                                  << handed->from << ") to" << options.broker.endpoint;
         handedAttempts.insert(handed->finished.assignment, handed->attempts);

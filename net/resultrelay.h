@@ -39,6 +39,12 @@ public:
         std::int64_t notBefore = 0; // not taken before (ms, the sessions' clock)
         QString refusedBy; // the broker that refused it last: tried again there only after the others
     };
+    // Stages one blob file for a result about to be handed on: a hard link where the filesystem
+    // allows (no copy of large inputs), a copy otherwise. The staged path, or none when neither
+    // worked (the result is then not handed on: its session keeps it, with what it pinned).
+    std::optional<QString> stage(const QString& file);
+    // Onto the relay. One refused MaxAttempts times is kept for the session it came from (`from`),
+    // which delivers it once its broker is back.
     void hand(Handed handed);
     // The oldest result of the network that the session with `broker` may take at `now`, if any:
     // one its broker refused last waits another RetryMs for the other sessions to take it.
@@ -46,13 +52,14 @@ public:
     QString staging() const { return m_staging; }
     int size() const;
 
-    static constexpr int MaxAttempts = 30; // then the result is dropped (the shard is handed out again)
+    static constexpr int MaxAttempts = 30; // then only its own session takes it
     static constexpr std::int64_t RetryMs = 2'000; // after a refusal, before another session tries
 
 private:
     QString m_staging;
     mutable std::mutex m_mutex;
     std::deque<Handed> m_items;
+    std::uint64_t m_staged = 0; // staged files' serial numbers
 };
 
 } // namespace tessera::net

@@ -1,7 +1,5 @@
 #include "contributor.h"
 
-#include <net/resultrelay.h>
-
 #include <QDir>
 
 namespace tessera::app {
@@ -26,9 +24,10 @@ core::Status Contributor::start(const QList<net::BrokerAddress>& brokers, const 
     // Two sessions of one node at one broker would push each other out: the old ones go first.
     stop(false);
     ++m_generation;
-    // Results a silent broker's session cannot report go to another broker of the same network.
-    auto relay = std::make_shared<net::ResultRelay>(
-        QDir(dataDirectory).filePath(QStringLiteral("relay/") + QString::number(m_generation)));
+    // Results a silent broker's session cannot report go to another broker of the same network:
+    // one relay for every generation of sessions (those still finishing a shard share it).
+    if (!m_relay)
+        m_relay = std::make_shared<net::ResultRelay>(QDir(dataDirectory).filePath(QStringLiteral("relay")));
     for (const auto& broker : brokers) {
         auto session = std::make_unique<Session>();
         session->broker = broker;
@@ -46,7 +45,7 @@ core::Status Contributor::start(const QList<net::BrokerAddress>& brokers, const 
         options.resultLogPath = QDir(dataDirectory).filePath(QStringLiteral("node.sqlite"));
         options.node = node;
         options.heartbeatMs = heartbeatMs;
-        options.relay = relay;
+        options.relay = m_relay;
         if (swarmFor)
             options.swarm = swarmFor(int(m_sessions.size()));
         session->client = std::make_unique<net::NodeClient>(

@@ -5,6 +5,7 @@
 #include <core/blobstore.h>
 #include <net/curvekeys.h>
 #include <net/nodeclient.h>
+#include <net/resultrelay.h>
 
 #include <atomic>
 #include <functional>
@@ -51,6 +52,7 @@ private:
     std::vector<std::thread> m_stopping; // sessions finishing their shard after stop()
     std::vector<std::unique_ptr<Session>> m_finishing;
     int m_generation = 0;
+    std::shared_ptr<net::ResultRelay> m_relay; // made at the first start (it empties its folder)
 };
 
 } // namespace tessera::app

@@ -371,7 +371,7 @@ private Q_SLOTS:
         auto relay = std::make_shared<net::ResultRelay>(m_dir.filePath(QStringLiteral("relay")));
         auto first = start(&executor, std::nullopt, relay, QStringLiteral("first"));
         auto second = start(&executor, std::nullopt, relay, QStringLiteral("second"));
-        const QString network = QStringLiteral("n1");
+        const QString network = QStringLiteral("0123456789abcdef0123456789abcdef");
         const auto toFirst = registeredAndReady(first, network);
         const auto toSecond = registeredAndReady(second, network);
         QVERIFY(toFirst && toSecond);
