@@ -8,6 +8,8 @@
 #include <compute/engine/brokermath.h>
 #include <core/broker/broker.h>
 #include <core/capabilities.h>
+#include <core/ledger/ledger.h>
+#include <core/ledger/ledgerlog.h>
 #include <core/smalljobs.h>
 #include <core/storage/database.h>
 
@@ -71,12 +73,59 @@ double assignmentsPerSecond(const QString& folder, const QString& database, int&
     return assigned / (double(timer.nsecsElapsed()) / 1e9);
 }
 
+// Issue 39's goal: appending a transfer's entry to the ledger's log costs at most 10% of the
+// transfer. Times `count` transfers (each its own transaction, the log's append included), then
+// `count` appends of entries of the same shape inside one transaction: the append's share of a
+// transfer's time, on a database opened as the broker opens its own.
+void ledgerLogCost(const QString& path, int count)
+{
+    auto database = core::storage::openMigrated(path, QStringLiteral(":/migrations/broker"),
+        core::storage::DatabaseOptions { 5000, core::storage::DatabaseOptions::Synchronous::Normal });
+    if (!database)
+        qFatal("%s", qPrintable(database.error().message));
+    core::ledger::Ledger ledger(**database);
+    const QString owner = core::ledger::accounts::balance(QStringLiteral("owner"));
+    if (!ledger.mint(owner, core::Credits::fromMicro(std::int64_t(count) * 1000), QStringLiteral("faucet"), 1))
+        qFatal("mint failed");
+    QElapsedTimer timer;
+    timer.start();
+    for (int i = 0; i < count; ++i) {
+        if (!ledger.transfer(owner, core::ledger::accounts::balance(QStringLiteral("node-%1").arg(i % 100)),
+                core::Credits::fromMicro(1000), QStringLiteral("pay:job/%1/0").arg(i), QStringLiteral("shard"), 2 + i))
+            qFatal("transfer failed");
+    }
+    const double transferSeconds = double(timer.nsecsElapsed()) / 1e9;
+    core::ledger::LedgerLog log(**database);
+    auto transaction = (*database)->begin();
+    if (!transaction)
+        qFatal("no transaction");
+    timer.restart();
+    for (int i = 0; i < count; ++i) {
+        const QJsonObject entry { { QStringLiteral("kind"), QStringLiteral("transfer") }, { QStringLiteral("debit"), owner },
+            { QStringLiteral("credit"), QStringLiteral("balance:node-%1").arg(i % 100) },
+            { QStringLiteral("amount"), QStringLiteral("1000") }, { QStringLiteral("cause"), QStringLiteral("more:%1").arg(i) },
+            { QStringLiteral("memo"), QStringLiteral("shard") }, { QStringLiteral("at"), qint64(2 + i) } };
+        if (!log.append(entry))
+            qFatal("append failed");
+    }
+    const double appendSeconds = double(timer.nsecsElapsed()) / 1e9;
+    (void)transaction->commit();
+    const double share = appendSeconds / transferSeconds;
+    std::printf("Ledger log: %d transfers %9.0f /s (each with its log entry); the entries' appends alone %9.0f /s: "
+                "%.1f%% of a transfer (goal at most 10%%, %s)\n",
+        count, count / transferSeconds, count / appendSeconds, share * 100.0, share <= 0.10 ? "met" : "NOT met");
+    bench::record("ledger.transfersPerSecond", count / transferSeconds);
+    bench::record("ledger.appendsPerSecond", count / appendSeconds);
+    bench::record("ledger.logShare", share);
+}
+
 } // namespace
 
 int main(int argc, char* argv[])
 {
     QCoreApplication app(argc, argv);
     QTemporaryDir dir;
+    ledgerLogCost(dir.filePath(QStringLiteral("ledger.sqlite")), 5000);
     int assigned = 0;
     const double assignRate = assignmentsPerSecond(dir.filePath(QStringLiteral("broker")), {}, assigned);
 

@@ -53,6 +53,9 @@ def figures(results):
             f["dispute.%s.verdict" % model] = met(f["dispute.%s.updateShare" % model], 100)
     if "broker.assignmentsPerSecond" in f:
         f["broker.verdict"] = met(f["broker.assignmentsPerSecond"], 5000)
+    if "ledger.logShare" in f:
+        f["ledger.logPercent"] = f["ledger.logShare"] * 100
+        f["ledger.verdict"] = met(f["ledger.logShare"], 0.10, at_least=False)
     # Measured only where PostgreSQL is installed, and the failover only as root (namespaces).
     if "broker.postgresAssignmentsPerSecond" in f:
         f["broker.postgresRow"] = "| %s /s | %.3f | %s |" % (

@@ -1,5 +1,7 @@
 #include "broker.h"
 
+#include "../ledger/ledgerlog.h"
+
 #include "../modelarchive.h"
 
 #include "../decomposition.h"
@@ -125,6 +127,12 @@ Result<std::unique_ptr<Broker>> Broker::open(
     if (!network)
         return network.error();
     broker->m_networkId = *network;
+    // A ledger kept before its log existed (docs/LEDGER.md): its transfers go first into the log.
+    auto backfilled = ledger::LedgerLog(broker->m_store->database()).backfill();
+    if (!backfilled)
+        return backfilled.error();
+    if (*backfilled > 0)
+        qCInfo(lcBrokerCore).noquote() << "the ledger's log begins with its" << *backfilled << "earlier transfers";
     if (!broker->m_jobLeases->shared()) {
         // One broker to the file: every job is this one's, and what was in flight is handed out again.
         if (auto status = broker->recover(); !status)

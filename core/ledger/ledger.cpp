@@ -1,5 +1,7 @@
 #include "ledger.h"
 
+#include "ledgerlog.h"
+
 namespace tessera::core::ledger {
 
 Ledger::Ledger(storage::Database& database)
@@ -139,6 +141,14 @@ Result<Applied> Ledger::apply(
         update->bind(1, delta).bind(2, account);
         if (auto status = update->run(); !status)
             return rollback(status.error());
+    }
+    // The log's leaf (docs/LEDGER.md, "Entries"), in the same savepoint: the log and the books
+    // never disagree.
+    if (auto logged = LedgerLog(m_db).append(LedgerLog::transferEntry(debit, credit, amount.micro(), cause, memo, atMs));
+        !logged) {
+        (void)m_db.execute(QStringLiteral("ROLLBACK TO ledger_transfer"));
+        (void)m_db.execute(QStringLiteral("RELEASE ledger_transfer"));
+        return logged.error();
     }
     if (auto status = m_db.execute(QStringLiteral("RELEASE ledger_transfer")); !status)
         return rollback(status.error());

@@ -1,4 +1,5 @@
 #include <core/ledger/ledger.h>
+#include <core/ledger/ledgerlog.h>
 #include <support/teststore.h>
 
 #include <QTemporaryDir>
@@ -144,6 +145,99 @@ private Q_SLOTS:
         }
         QCOMPARE(*ledger.balance(QStringLiteral("balance:n")), credits(1));
         QVERIFY(ledger.checkInvariants().ok());
+    }
+
+    // docs/LEDGER.md: every transfer is a leaf of the log, in order, with the entry's fields; the
+    // log's root is the Merkle tree's of those leaves (across a filled tile of 256), and its
+    // proofs verify: an entry's inclusion, and the consistency of an earlier head with a later.
+    void everyTransferIsALeafOfTheLog()
+    {
+        QTemporaryDir dir;
+        auto db = openLedgerDatabase(dir.filePath(QStringLiteral("log.sqlite")));
+        Ledger ledger(*db);
+        QVERIFY(ledger.mint(accounts::balance(QStringLiteral("owner")), credits(1000), QStringLiteral("faucet"), 1).ok());
+        for (int i = 0; i < 299; ++i)
+            QVERIFY(ledger
+                        .transfer(accounts::balance(QStringLiteral("owner")), accounts::balance(QStringLiteral("node")),
+                            Credits::fromMicro(1000 + i), QStringLiteral("pay:%1").arg(i), QStringLiteral("shard"), 2 + i)
+                        .ok());
+        LedgerLog log(*db);
+        QCOMPARE(*log.count(), 300);
+        const auto entries = *log.entries(0, 1000);
+        QCOMPARE(entries.size(), 300);
+        QCOMPARE(entries[0].value(QStringLiteral("credit")).toString(), accounts::balance(QStringLiteral("owner")));
+        QCOMPARE(entries[0].value(QStringLiteral("debit")).toString(), accounts::Mint);
+        QCOMPARE(entries[5].value(QStringLiteral("cause")).toString(), QStringLiteral("pay:4"));
+        QCOMPARE(entries[5].value(QStringLiteral("amount")).toString(), QStringLiteral("1004"));
+        QCOMPARE(entries[5].value(QStringLiteral("kind")).toString(), QStringLiteral("transfer"));
+        merkle::MemoryTree expected;
+        for (const auto& entry : entries)
+            expected.append(merkle::leafHash(LedgerLog::leafBytes(entry)));
+        for (const std::int64_t size : { 1, 255, 256, 257, 300 })
+            QCOMPARE(*merkle::root(log, size), *merkle::root(expected, size));
+        const auto root = *merkle::root(log, 300);
+        for (const std::int64_t index : { 0, 7, 255, 256, 299 }) {
+            const auto proof = *merkle::inclusionProof(log, index, 300);
+            QVERIFY(merkle::verifyInclusion(merkle::leafHash(LedgerLog::leafBytes(entries[index])), index, 300, proof, root));
+        }
+        const auto consistency = *merkle::consistencyProof(log, 100, 300);
+        QVERIFY(merkle::verifyConsistency(100, 300, *merkle::root(log, 100), root, consistency));
+    }
+
+    // What the books refuse or roll back leaves the log as it was; a repeat adds nothing.
+    void aTransferThatDidNotHappenIsNotInTheLog()
+    {
+        QTemporaryDir dir;
+        auto db = openLedgerDatabase(dir.filePath(QStringLiteral("unlogged.sqlite")));
+        Ledger ledger(*db);
+        QVERIFY(ledger.mint(accounts::balance(QStringLiteral("owner")), credits(10), QStringLiteral("faucet"), 1).ok());
+        LedgerLog log(*db);
+        QCOMPARE(*log.count(), 1);
+        QCOMPARE(
+            *ledger.mint(accounts::balance(QStringLiteral("owner")), credits(10), QStringLiteral("faucet"), 1), Applied::Before);
+        QVERIFY(!ledger
+                     .transfer(accounts::balance(QStringLiteral("owner")), accounts::balance(QStringLiteral("node")), credits(11),
+                         QStringLiteral("too much"), {}, 2)
+                     .ok());
+        {
+            auto transaction = db->begin();
+            QVERIFY(transaction.ok());
+            QVERIFY(ledger
+                        .transfer(accounts::balance(QStringLiteral("owner")), accounts::balance(QStringLiteral("node")),
+                            credits(1), QStringLiteral("rolled back"), {}, 3)
+                        .ok());
+        } // rolled back
+        QCOMPARE(*log.count(), 1);
+        QVERIFY(!log.append(QJsonObject { { QStringLiteral("kind"), QStringLiteral("transfer") } }).ok()); // not outside one
+    }
+
+    // A ledger kept before its log existed: its transfers become the log's first entries, in the
+    // order they were made, once; what follows is appended after them.
+    void aLedgerFromBeforeTheLogBeginsItsLogWithItsTransfers()
+    {
+        QTemporaryDir dir;
+        auto db = openLedgerDatabase(dir.filePath(QStringLiteral("older.sqlite")));
+        for (const auto* sql : { "INSERT INTO ledger_accounts (name, balance) VALUES ('mint', -5000000), ('balance:a', 4000000), "
+                                 "('balance:b', 1000000) ON CONFLICT (name) DO UPDATE SET balance = excluded.balance",
+                 "INSERT INTO ledger_transfers (debit, credit, amount, cause, memo, at) VALUES "
+                 "('mint', 'balance:a', 5000000, 'faucet:a', 'minted', 10)",
+                 "INSERT INTO ledger_transfers (debit, credit, amount, cause, memo, at) VALUES "
+                 "('balance:a', 'balance:b', 1000000, 'pay:x', 'shard', 20)" })
+            QVERIFY(db->execute(QString::fromLatin1(sql)).ok());
+        LedgerLog log(*db);
+        QCOMPARE(*log.backfill(), 2);
+        QCOMPARE(*log.backfill(), 0);
+        Ledger ledger(*db);
+        QVERIFY(
+            ledger.transfer(QStringLiteral("balance:b"), QStringLiteral("balance:a"), credits(1), QStringLiteral("back"), {}, 30)
+                .ok());
+        const auto entries = *log.entries(0, 10);
+        QCOMPARE(entries.size(), 3);
+        QCOMPARE(entries[0],
+            LedgerLog::transferEntry(QStringLiteral("mint"), QStringLiteral("balance:a"), 5'000'000, QStringLiteral("faucet:a"),
+                QStringLiteral("minted"), 10));
+        QCOMPARE(entries[1].value(QStringLiteral("cause")).toString(), QStringLiteral("pay:x"));
+        QCOMPARE(entries[2].value(QStringLiteral("cause")).toString(), QStringLiteral("back"));
     }
 
     void invariantCheckFindsTampering()

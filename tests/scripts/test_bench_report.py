@@ -48,6 +48,7 @@ records = {
     "load.nodes": 10000, "load.messages": 110269, "load.cpuSeconds": 1.3, "load.share": 0.13,
     "load.postgres.share": 0.24, "load.postgres.messages": 114829, "load.second.share": 0.275,
     "load.second.messages": 114605,
+    "ledger.transfersPerSecond": 7164, "ledger.appendsPerSecond": 65305, "ledger.logShare": 0.110,
     "verification.honestShards": 100000, "verification.honestSlashed": 0, "verification.steadyOverhead": 0.05,
     "verification.lifetimeOverhead": 0.087, "verification.caughtNew": 0.9995,
     "verification.caughtAfter100": 0.8875, "verification.caughtAfter1000": 0.389,
