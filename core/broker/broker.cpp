@@ -1526,6 +1526,11 @@ void Broker::tick()
         m_stakes->releaseDueUnbondings();
 }
 
+Result<QList<QJsonObject>> Broker::logEntries(std::int64_t from, int limit)
+{
+    return ledger::LedgerLog(m_store->database()).entries(from, limit);
+}
+
 Result<QList<QJsonObject>> Broker::verifications(const QString& jobId, int limit)
 {
     auto records = m_store->checkRecords(jobId, limit);

@@ -155,6 +155,8 @@ public:
     Result<bool> isPartyTo(const QString& principal, const QString& cause) { return m_stakes->isPartyTo(principal, cause); }
 
     ledger::Ledger& ledger() { return *m_ledger; }
+    // The ledger's log (docs/LEDGER.md): entries [from, from + limit), in order.
+    Result<QList<QJsonObject>> logEntries(std::int64_t from, int limit);
     // The broker's signed receipt for the transfer with this cause (verifyDocument checks it).
     Result<QJsonObject> receipt(const QString& cause) { return m_stakes->receipt(cause); }
     QByteArray signingKey() const { return m_signing.publicKey; }

@@ -1,5 +1,7 @@
 #include "brokerstore.h"
 
+#include "../ledger/ledgerlog.h"
+
 #include <QCryptographicHash>
 #include <QJsonArray>
 #include <QJsonDocument>
@@ -734,11 +736,35 @@ Status BrokerStore::saveCheck(const Check& check)
 Status BrokerStore::decideCheck(const Check& check, CheckState decided, Loser loser, const QString& why, std::int64_t now)
 {
     m_noneWaiting = false;
-    return execute(*m_db,
-        QStringLiteral("UPDATE checks SET state = ?, outcome = ?, detail = ?, decided_at = ?, verifier_result = "
-                       "COALESCE(NULLIF(?, ''), verifier_result), checkpoint = NULLIF(CAST(? AS BIGINT), -1) WHERE id = ?"),
-        nameOf(decided), nameOf(loser), why, now, check.verifierResult ? jsonText(check.verifierResult->toJson()) : QString(),
-        check.checkpoint, check.id);
+    // The ruling and its entry in the log together: the caller's transaction (the settlement's), or one of its own.
+    std::optional<storage::Transaction> own;
+    if (!m_db->inTransaction()) {
+        auto transaction = begin();
+        if (!transaction)
+            return transaction.error();
+        own.emplace(std::move(*transaction));
+    }
+    if (auto status = execute(*m_db,
+            QStringLiteral("UPDATE checks SET state = ?, outcome = ?, detail = ?, decided_at = ?, verifier_result = "
+                           "COALESCE(NULLIF(?, ''), verifier_result), checkpoint = NULLIF(CAST(? AS BIGINT), -1) WHERE id = ?"),
+            nameOf(decided), nameOf(loser), why, now, check.verifierResult ? jsonText(check.verifierResult->toJson()) : QString(),
+            check.checkpoint, check.id);
+        !status)
+        return status;
+    // The ruling goes to the ledger's log beside the transfers it caused (docs/LEDGER.md, "Entries").
+    const QJsonObject entry { { QStringLiteral("kind"), QStringLiteral("verdict") }, { QStringLiteral("check"), check.id },
+        { QStringLiteral("checkKind"), nameOf(check.kind) }, { QStringLiteral("job"), check.jobId },
+        { QStringLiteral("round"), qint64(check.round) }, { QStringLiteral("shard"), qint64(check.shard) },
+        { QStringLiteral("accused"), check.accused }, { QStringLiteral("verifier"), check.verifier },
+        { QStringLiteral("state"), nameOf(decided) }, { QStringLiteral("loser"), nameOf(loser) }, { QStringLiteral("why"), why },
+        { QStringLiteral("at"), qint64(now) } };
+    if (auto logged = ledger::LedgerLog(*m_db).append(entry); !logged)
+        return logged.error();
+    if (own) {
+        if (auto committed = own->commit(); !committed)
+            return committed.error().toError();
+    }
+    return {};
 }
 
 Status BrokerStore::requeueRunningChecks(Requeue which, const QString& value)

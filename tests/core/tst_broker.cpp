@@ -1574,6 +1574,18 @@ private Q_SLOTS:
         QCOMPARE(broker->account(QStringLiteral("a"))->value(QStringLiteral("stake")).toString(), QStringLiteral("5"));
         QCOMPARE(broker->account(QStringLiteral("b"))->value(QStringLiteral("stake")).toString(), QStringLiteral("5"));
         QVERIFY(broker->ledger().checkInvariants().ok());
+        // The ruling is in the ledger's log after the slashes it caused (docs/LEDGER.md, "Entries").
+        const auto entries = *broker->logEntries(0, 1000);
+        QVERIFY(!entries.isEmpty());
+        const auto ruling = entries.last();
+        QCOMPARE(ruling.value(QStringLiteral("kind")).toString(), QStringLiteral("verdict"));
+        QCOMPARE(ruling.value(QStringLiteral("check")).toString(), check.value(QStringLiteral("id")).toString());
+        QCOMPARE(ruling.value(QStringLiteral("loser")).toString(), QStringLiteral("both"));
+        QCOMPARE(ruling.value(QStringLiteral("job")).toString(), jobId);
+        int slashes = 0;
+        for (const auto& entry : entries)
+            slashes += entry.value(QStringLiteral("cause")).toString().startsWith(QStringLiteral("slash")) ? 1 : 0;
+        QVERIFY(slashes >= 2);
     }
 
     // The documented rule: the referee needs one usable state; without one by the deadline, every
