@@ -121,9 +121,7 @@ Result<std::unique_ptr<Broker>> Broker::open(
         return id.error();
     std::unique_ptr<Broker> broker(new Broker(std::move(*database), blobs, math, clock, options, *signing, *id));
     broker->m_folderLock = std::move(lock);
-    QByteArray candidate(16, '\0');
-    QRandomGenerator::system()->generate(candidate.begin(), candidate.end());
-    auto network = broker->m_store->networkId(QString::fromLatin1(candidate.toHex()));
+    auto network = broker->m_store->networkId(NetworkLease::newId());
     if (!network)
         return network.error();
     broker->m_networkId = *network;

@@ -16,6 +16,17 @@ using storage::Statement;
 
 namespace {
 
+// The first column of every row, as text.
+Result<QStringList> texts(Result<Statement> rows)
+{
+    if (!rows)
+        return rows.error();
+    auto values = collect(*rows, [](Statement& row) { return row.columnText(0); });
+    if (!values)
+        return values.error();
+    return QStringList(*values);
+}
+
 QString jsonText(const QJsonObject& object)
 {
     return QString::fromUtf8(QJsonDocument(object).toJson(QJsonDocument::Compact));
@@ -348,6 +359,22 @@ QByteArray BrokerStore::heldDigest() const
     return QCryptographicHash::hash(pairs.join(QLatin1Char(',')).toUtf8(), QCryptographicHash::Md5).toHex();
 }
 
+Result<std::optional<storage::Transaction>> BrokerStore::unlessInTransaction(Fenced fenced)
+{
+    if (m_db->inTransaction())
+        return std::optional<storage::Transaction> {};
+    if (fenced == Fenced::Yes) {
+        auto transaction = begin();
+        if (!transaction)
+            return transaction.error();
+        return std::optional<storage::Transaction>(std::move(*transaction));
+    }
+    auto transaction = m_db->begin();
+    if (!transaction)
+        return transaction.error().toError();
+    return std::optional<storage::Transaction>(std::move(*transaction));
+}
+
 Status BrokerStore::holdLeasesAs(const QString& holder)
 {
     if (holder.size() != 32 || QByteArray::fromHex(holder.toLatin1()).toHex() != holder.toLatin1())
@@ -362,8 +389,8 @@ QString BrokerStore::heldJobs(const char* jobColumn) const
     // The holder is 32 hex digits (holdLeasesAs): written into the text, one statement a broker.
     if (m_holder.isEmpty())
         return {};
-    return QStringLiteral(" AND EXISTS (SELECT 1 FROM broker_leases l WHERE l.scope = 'job:' || %1 AND l.holder = '%2')")
-        .arg(QLatin1String(jobColumn), m_holder);
+    return QStringLiteral(" AND EXISTS (SELECT 1 FROM broker_leases l WHERE l.scope = '%1' || %2 AND l.holder = '%3')")
+        .arg(JobScopePrefix, QLatin1String(jobColumn), m_holder);
 }
 
 // --- jobs ----------------------------------------------------------------------------------------
@@ -737,13 +764,9 @@ Status BrokerStore::decideCheck(const Check& check, CheckState decided, Loser lo
 {
     m_noneWaiting = false;
     // The ruling and its entry in the log together: the caller's transaction (the settlement's), or one of its own.
-    std::optional<storage::Transaction> own;
-    if (!m_db->inTransaction()) {
-        auto transaction = begin();
-        if (!transaction)
-            return transaction.error();
-        own.emplace(std::move(*transaction));
-    }
+    auto own = unlessInTransaction(Fenced::Yes);
+    if (!own)
+        return own.error();
     if (auto status = execute(*m_db,
             QStringLiteral("UPDATE checks SET state = ?, outcome = ?, detail = ?, decided_at = ?, verifier_result = "
                            "COALESCE(NULLIF(?, ''), verifier_result), checkpoint = NULLIF(CAST(? AS BIGINT), -1) WHERE id = ?"),
@@ -760,8 +783,8 @@ Status BrokerStore::decideCheck(const Check& check, CheckState decided, Loser lo
         { QStringLiteral("at"), qint64(now) } };
     if (auto logged = ledger::LedgerLog(*m_db).append(entry); !logged)
         return logged.error();
-    if (own) {
-        if (auto committed = own->commit(); !committed)
+    if (*own) {
+        if (auto committed = (*own)->commit(); !committed)
             return committed.error().toError();
     }
     return {};
@@ -819,16 +842,10 @@ Result<QList<Check>> BrokerStore::waitingChecks(const QString& node, int limit)
 
 Result<QStringList> BrokerStore::latestVerifiersOf(const QString& accused, int limit)
 {
-    auto rows = query(*m_db,
+    return texts(query(*m_db,
         QStringLiteral("SELECT verifier FROM checks WHERE accused = ? AND kind = ? AND verifier IS NOT NULL "
                        "ORDER BY created_at DESC LIMIT ?"),
-        accused, nameOf(CheckKind::Sample), std::int64_t(limit));
-    if (!rows)
-        return rows.error();
-    auto verifiers = collect(*rows, [](Statement& row) { return row.columnText(0); });
-    if (!verifiers)
-        return verifiers.error();
-    return QStringList(*verifiers);
+        accused, nameOf(CheckKind::Sample), std::int64_t(limit)));
 }
 
 Result<QList<Check>> BrokerStore::verifiedSamples(const QString& node, int limit)
@@ -849,28 +866,16 @@ Result<QList<Check>> BrokerStore::checksIn(CheckState state, const QString& jobI
 
 Result<QStringList> BrokerStore::lateDisputes(std::int64_t now)
 {
-    auto rows = query(*m_db, QStringLiteral("SELECT id FROM checks WHERE state = ? AND deadline < ?") + heldJobs("checks.job"),
-        nameOf(CheckState::Disputed), now);
-    if (!rows)
-        return rows.error();
-    auto ids = collect(*rows, [](Statement& row) { return row.columnText(0); });
-    if (!ids)
-        return ids.error();
-    return QStringList(*ids);
+    return texts(query(*m_db, QStringLiteral("SELECT id FROM checks WHERE state = ? AND deadline < ?") + heldJobs("checks.job"),
+        nameOf(CheckState::Disputed), now));
 }
 
 Result<QStringList> BrokerStore::nodesInChecksBlamingJob(const QString& jobId)
 {
-    auto rows = query(*m_db,
+    return texts(query(*m_db,
         QStringLiteral("SELECT accused FROM checks WHERE job = ? AND outcome = ? AND accused IS NOT NULL "
                        "UNION SELECT verifier FROM checks WHERE job = ? AND outcome = ? AND verifier IS NOT NULL"),
-        jobId, nameOf(Loser::Job), jobId, nameOf(Loser::Job));
-    if (!rows)
-        return rows.error();
-    auto nodes = collect(*rows, [](Statement& row) { return row.columnText(0); });
-    if (!nodes)
-        return nodes.error();
-    return QStringList(*nodes);
+        jobId, nameOf(Loser::Job), jobId, nameOf(Loser::Job)));
 }
 
 Result<QList<std::pair<QString, std::int64_t>>> BrokerStore::waitingSamples(std::int64_t createdBefore)
@@ -907,16 +912,13 @@ Result<QList<CheckRecord>> BrokerStore::checkRecords(const QString& jobId, int l
 
 Result<std::optional<std::int64_t>> BrokerStore::takeLease(const QString& scope, const LeaseRow& wanted, std::int64_t now)
 {
-    // Under the writer lock (a transaction of its own unless the caller's): a broker's fence check
-    // and its commit see the same leases. One statement: two brokers that try at once are
-    // ordered by the row's lock, and the second sees the first's lease.
-    std::optional<storage::Transaction> own;
-    if (!m_db->inTransaction()) {
-        auto transaction = m_db->begin();
-        if (!transaction)
-            return transaction.error().toError();
-        own.emplace(std::move(*transaction));
-    }
+    // Under the writer lock (a transaction of its own unless the caller's; not fenced: a take is
+    // how this broker learns its leases): a broker's fence check and its commit see the same
+    // leases. One statement: two brokers that try at once are ordered by the row's lock, and the
+    // second sees the first's lease.
+    auto own = unlessInTransaction(Fenced::No);
+    if (!own)
+        return own.error();
     auto rows = query(*m_db,
         QStringLiteral("INSERT INTO broker_leases (scope, holder, endpoint, expires_at) VALUES (?1, ?2, ?3, ?4) "
                        "ON CONFLICT (scope) DO UPDATE SET holder = excluded.holder, endpoint = excluded.endpoint, "
@@ -932,8 +934,8 @@ Result<std::optional<std::int64_t>> BrokerStore::takeLease(const QString& scope,
         return found.error();
     const std::optional<std::int64_t> generation = *found ? std::optional<std::int64_t>(rows->columnInt(0)) : std::nullopt;
     rows->reset(); // the statement ends here
-    if (own) {
-        if (auto committed = own->commit(); !committed)
+    if (*own) {
+        if (auto committed = (*own)->commit(); !committed)
             return committed.error().toError();
     }
     if (wanted.holder == m_holder) {
@@ -1016,18 +1018,12 @@ Result<QString> BrokerStore::networkId(const QString& candidate)
     return **known;
 }
 
-Result<QStringList> BrokerStore::unleasedJobs(const QString& prefix, std::int64_t now, int limit)
+Result<QStringList> BrokerStore::unleasedJobs(std::int64_t now, int limit)
 {
-    auto rows = query(*m_db,
+    return texts(query(*m_db,
         QStringLiteral("SELECT id FROM jobs WHERE state = ? AND NOT EXISTS (SELECT 1 FROM broker_leases l "
                        "WHERE l.scope = ? || jobs.id AND l.expires_at >= ?) ORDER BY md5(jobs.id || ?) LIMIT ?"),
-        nameOf(JobState::Running), prefix, now, m_holder, std::int64_t(limit));
-    if (!rows)
-        return rows.error();
-    auto ids = collect(*rows, [](Statement& row) { return row.columnText(0); });
-    if (!ids)
-        return ids.error();
-    return QStringList(*ids);
+        nameOf(JobState::Running), JobScopePrefix, now, m_holder, std::int64_t(limit)));
 }
 
 Result<std::optional<LeaseRow>> BrokerStore::lease(const QString& scope)

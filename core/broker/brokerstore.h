@@ -185,7 +185,9 @@ public:
     Result<QString> networkId(const QString& candidate);
     // Running jobs whose lease lapsed before `now` or that have none (a network moved from
     // SQLite), in an order of this holder's own (brokers that look at once take different ones).
-    Result<QStringList> unleasedJobs(const QString& prefix, std::int64_t now, int limit);
+    Result<QStringList> unleasedJobs(std::int64_t now, int limit);
+    // A job's lease is the scope JobScopePrefix + its id.
+    static inline const QString JobScopePrefix = QStringLiteral("job:");
 
     // Jobs and their rounds.
     Status insertJob(const JobRow& job);
@@ -319,6 +321,9 @@ private:
     QSet<QString> m_dropping; // leases deleted inside a transaction that may have rolled back
     // What m_held should be in the table: a digest of its (scope, generation) pairs in order.
     QByteArray heldDigest() const;
+    // A transaction of this store's own where the caller has none (then none: it joins the caller's).
+    enum class Fenced { No, Yes };
+    Result<std::optional<storage::Transaction>> unlessInTransaction(Fenced fenced);
     // " AND <the job column's job is held by this broker>", or "" without shared leases.
     QString heldJobs(const char* jobColumn) const;
 };

@@ -4,10 +4,6 @@
 
 namespace tessera::core::broker {
 
-namespace {
-const QString Prefix = QStringLiteral("job:");
-} // namespace
-
 JobLeases::JobLeases(BrokerStore& store, const Clock& clock, NetworkLease::Identity identity, std::int64_t leaseMs, bool shared)
     : m_store(store)
     , m_clock(clock)
@@ -15,6 +11,11 @@ JobLeases::JobLeases(BrokerStore& store, const Clock& clock, NetworkLease::Ident
     , m_leaseMs(leaseMs)
     , m_shared(shared)
 { }
+
+QString JobLeases::scopeOf(const QString& jobId)
+{
+    return BrokerStore::JobScopePrefix + jobId;
+}
 
 Result<bool> JobLeases::take(const QString& jobId)
 {
@@ -64,7 +65,7 @@ Result<JobLeases::Renewal> JobLeases::renew()
     if (!m_shared)
         return renewal;
     const std::int64_t now = m_clock.nowMs();
-    auto held = m_store.renewLeases(Prefix, m_identity.holder, now + m_leaseMs);
+    auto held = m_store.renewLeases(BrokerStore::JobScopePrefix, m_identity.holder, now + m_leaseMs);
     if (!held)
         return held.error();
     m_renewedAt = now;
@@ -79,7 +80,7 @@ Result<JobLeases::Renewal> JobLeases::renew()
     }
     m_ending.clear(); // what is left of it rolled back: the job runs, and is still this broker's
     for (auto it = held->cbegin(); it != held->cend(); ++it) {
-        const QString jobId = it.key().mid(Prefix.size());
+        const QString jobId = it.key().mid(BrokerStore::JobScopePrefix.size());
         if (!m_jobs.contains(jobId)) {
             renewal.found.append(jobId);
             m_jobs.insert(jobId);
@@ -93,7 +94,7 @@ Status JobLeases::extend()
     if (!m_shared)
         return {};
     const std::int64_t now = m_clock.nowMs();
-    auto held = m_store.renewLeases(Prefix, m_identity.holder, now + m_leaseMs, BrokerStore::Learn::No);
+    auto held = m_store.renewLeases(BrokerStore::JobScopePrefix, m_identity.holder, now + m_leaseMs, BrokerStore::Learn::No);
     if (!held)
         return held.error();
     m_renewedAt = now;
@@ -104,7 +105,7 @@ Result<QStringList> JobLeases::unheld(int limit)
 {
     if (!m_shared)
         return QStringList {};
-    return m_store.unleasedJobs(Prefix, m_clock.nowMs(), limit);
+    return m_store.unleasedJobs(m_clock.nowMs(), limit);
 }
 
 QString JobLeases::holderEndpoint(const QString& jobId)

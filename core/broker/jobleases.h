@@ -24,7 +24,7 @@ class JobLeases {
 public:
     JobLeases(BrokerStore& store, const Clock& clock, NetworkLease::Identity identity, std::int64_t leaseMs, bool shared);
 
-    static QString scopeOf(const QString& jobId) { return QStringLiteral("job:") + jobId; }
+    static QString scopeOf(const QString& jobId);
     bool shared() const { return m_shared; }
     // Whether this broker holds the job (always on SQLite).
     bool holds(const QString& jobId) const { return !m_shared || m_jobs.contains(jobId); }

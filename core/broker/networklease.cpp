@@ -25,12 +25,17 @@ Result<QString> NetworkLease::loadOrCreateId(const QString& path)
             return id;
         return Error { path, QStringLiteral("not a broker id (32 hex digits); remove it to make a new one") };
     }
-    QByteArray bytes(16, '\0');
-    QRandomGenerator::system()->generate(bytes.begin(), bytes.end());
-    const QString id = QString::fromLatin1(bytes.toHex());
+    const QString id = newId();
     if (auto status = writePrivateFile(path, id.toLatin1() + '\n', QStringLiteral("broker id")); !status)
         return status.error();
     return id;
+}
+
+QString NetworkLease::newId()
+{
+    QByteArray bytes(16, '\0');
+    QRandomGenerator::system()->generate(bytes.begin(), bytes.end());
+    return QString::fromLatin1(bytes.toHex());
 }
 
 Result<NetworkLease::Renewal> NetworkLease::renew()

@@ -27,6 +27,8 @@ public:
     // This broker's id from `path` (DIR/broker.id), made on first use: a broker restarted on its
     // data folder takes its own lease back at once; one whose folder is gone waits for it to lapse.
     static Result<QString> loadOrCreateId(const QString& path);
+    // 32 random hex digits: a broker's id, a network's (BrokerStore::networkId).
+    static QString newId();
 
     // Takes or renews the lease (a broker's tick, about once a second, and whoever finds it lapsed).
     // A database that does not answer keeps what was held until it would have lapsed.

@@ -43,6 +43,12 @@ QJsonObject LedgerLog::transferEntry(
 
 Result<std::int64_t> LedgerLog::backfill()
 {
+    // Asked first without the writer lock: at every start but the first, the log has begun.
+    auto begun = count();
+    if (!begun)
+        return begun.error();
+    if (*begun > 0)
+        return std::int64_t(0);
     auto transaction = m_db.begin();
     if (!transaction)
         return transaction.error().toError();

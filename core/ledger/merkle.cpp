@@ -82,6 +82,15 @@ Status subproof(const Subtrees& subtrees, std::int64_t m, std::int64_t begin, st
     return {};
 }
 
+// RFC 9162's "right-shift both fn and sn equally until either LSB(fn) is set or fn is 0".
+void shiftWhileEven(std::int64_t& fn, std::int64_t& sn)
+{
+    while ((fn & 1) == 0 && fn != 0) {
+        fn >>= 1;
+        sn >>= 1;
+    }
+}
+
 Digest hashOf(char prefix, QByteArrayView first, QByteArrayView second = {})
 {
     Sha256 hash;
@@ -154,10 +163,7 @@ bool verifyInclusion(const Digest& leaf, std::int64_t index, std::int64_t size, 
             return false;
         if ((fn & 1) != 0 || fn == sn) {
             r = nodeHash(p, r);
-            while ((fn & 1) == 0 && fn != 0) {
-                fn >>= 1;
-                sn >>= 1;
-            }
+            shiftWhileEven(fn, sn);
         } else {
             r = nodeHash(r, p);
         }
@@ -196,10 +202,7 @@ bool verifyConsistency(
         if ((fn & 1) != 0 || fn == sn) {
             fr = nodeHash(c, fr);
             sr = nodeHash(c, sr);
-            while ((fn & 1) == 0 && fn != 0) {
-                fn >>= 1;
-                sn >>= 1;
-            }
+            shiftWhileEven(fn, sn);
         } else {
             sr = nodeHash(sr, c);
         }

@@ -390,18 +390,23 @@ private Q_SLOTS:
                 first.node->step(0);
             }
         };
+        // The first `command` a session's broker hears while time passes, half a second at a time.
+        auto awaited = [&](Session& session, Command command, int steps) -> std::optional<tests::Received> {
+            for (int i = 0; i < steps; ++i) {
+                passes(500);
+                while (auto message = session.broker->next(session.pump(), 0)) {
+                    if (message->message.command == command)
+                        return message;
+                }
+            }
+            return std::nullopt;
+        };
         passes(3'500);
         QCOMPARE(first.node->session(), net::NodeClient::Session::Disconnected);
         executor.finish();
         passes(3'000); // 6.5 s of silence: the broker may be back within a job's lease
         QCOMPARE(relay->size(), 0);
-        std::optional<tests::Received> delivered;
-        for (int i = 0; i < 20 && !delivered; ++i) {
-            passes(500);
-            delivered = second.broker->next(second.pump(), 0);
-            if (delivered && delivered->message.command != Command::Result)
-                delivered.reset();
-        }
+        const auto delivered = awaited(second, Command::Result, 20);
         QVERIFY(delivered); // after 10 s of silence
         QCOMPARE(delivered->message.header.value(net::fields::Assignment).toString(), QStringLiteral("h1"));
         QCOMPARE(relay->size(), 0); // taken: one session holds it
@@ -414,8 +419,11 @@ private Q_SLOTS:
         second.node->step(50);
         QCOMPARE(relay->size(), 1);
         // The first broker is back: the first session registers again and takes it once due.
-        std::optional<tests::Received> again; // its latest REGISTER (each reconnect sends one, on a new socket)
-        for (int i = 0; i < 4; ++i) {
+        // Its latest REGISTER (each reconnect sends one, on a new socket), while it waits for WELCOME.
+        std::optional<tests::Received> again;
+        for (int i = 0; i < 40 && !(again && first.node->session() == net::NodeClient::Session::Registering); ++i) {
+            if (first.node->session() != net::NodeClient::Session::Registering)
+                again.reset();
             passes(500);
             while (auto message = first.broker->next(first.pump(), 0)) {
                 if (message->message.command == Command::Register)
@@ -425,13 +433,7 @@ private Q_SLOTS:
         QVERIFY(again);
         QCOMPARE(first.node->session(), net::NodeClient::Session::Registering);
         welcome(first, *again, {}, network);
-        std::optional<tests::Received> resent;
-        for (int i = 0; i < 10 && !resent; ++i) {
-            passes(500);
-            resent = first.broker->next(first.pump(), 0);
-            if (resent && resent->message.command != Command::Result)
-                resent.reset();
-        }
+        const auto resent = awaited(first, Command::Result, 10);
         QVERIFY(resent);
         QCOMPARE(resent->message.header.value(net::fields::Assignment).toString(), QStringLiteral("h1"));
         QCOMPARE(relay->size(), 0);
