@@ -290,6 +290,12 @@ struct BrokerServer::Private {
     void onLedger(Request& r);
     void onNodes(Request& r);
     void onReceipt(Request& r);
+    void onLogHead(Request& r);
+    void onLogProof(Request& r);
+    void onLogConsistency(Request& r);
+    void onLogEntries(Request& r);
+    // A log request's reply, or its error (a database's as internal).
+    void answer(Request& r, const core::Result<QJsonObject>& reply);
     void onStake(Request& r);
     void onVerifications(Request& r);
 };
@@ -524,6 +530,10 @@ bool servedWhileBusy(const QList<QByteArray>& frames)
     case Command::Receipt:
     case Command::Verifications:
     case Command::Get:
+    case Command::LogHead:
+    case Command::LogProof:
+    case Command::LogConsistency:
+    case Command::LogEntries:
         return true;
     default:
         return false;
@@ -804,6 +814,14 @@ void BrokerServer::Private::dispatch(Request& r)
         return onVerifications(r);
     case Command::Have:
         return onHave(r);
+    case Command::LogHead:
+        return onLogHead(r);
+    case Command::LogProof:
+        return onLogProof(r);
+    case Command::LogConsistency:
+        return onLogConsistency(r);
+    case Command::LogEntries:
+        return onLogEntries(r);
     case Command::Welcome:
     case Command::Task:
     case Command::Ok:
@@ -947,7 +965,7 @@ void BrokerServer::Private::onRegister(Request& r)
     else if (swarm)
         swarm->left(node.nodeId);
     QJsonObject welcome = Welcome { node.nodeId, options.heartbeatMs, QStringLiteral("1"), { ZstdEncoding },
-        swarm ? swarm->port() : 0, broker.networkId() }
+        swarm ? swarm->port() : 0, broker.networkId(), int(broker.log().intervalMs()) }
                               .toHeader();
     if (!r.id.isUndefined())
         welcome.insert(fields::Id, r.id);
@@ -1357,7 +1375,47 @@ void BrokerServer::Private::onReceipt(Request& r)
         refuse(r, receipt.error());
         return;
     }
-    ok(r, { { fields::Receipt, *receipt } });
+    QJsonObject reply { { fields::Receipt, *receipt } };
+    // Its transfer's leaf in the ledger's log, with the proof and a head (docs/LEDGER.md, "Receipts").
+    if (auto log = broker.log().receiptLog(request->cause))
+        reply.insert(fields::Log, *log);
+    else
+        qCWarning(lcBroker).noquote() << "a receipt without its log's proof:" << log.error().toString();
+    ok(r, reply);
+}
+
+void BrokerServer::Private::answer(Request& r, const core::Result<QJsonObject>& reply)
+{
+    if (!reply) {
+        const bool database = reply.error().field.isEmpty() || reply.error().field == u"database";
+        refuse(r, reply.error(), database ? errors::Internal : errors::Invalid);
+        return;
+    }
+    ok(r, *reply);
+}
+
+void BrokerServer::Private::onLogHead(Request& r)
+{
+    if (auto request = decoded<LogHeadRequest>(r))
+        answer(r, broker.log().headReply(request->from));
+}
+
+void BrokerServer::Private::onLogProof(Request& r)
+{
+    if (auto request = decoded<LogProofRequest>(r))
+        answer(r, broker.log().proofReply(request->index, request->size));
+}
+
+void BrokerServer::Private::onLogConsistency(Request& r)
+{
+    if (auto request = decoded<LogConsistencyRequest>(r))
+        answer(r, broker.log().consistencyReply(request->from, request->to));
+}
+
+void BrokerServer::Private::onLogEntries(Request& r)
+{
+    if (auto request = decoded<LogEntriesRequest>(r))
+        answer(r, broker.log().entriesReply(request->from, request->limit));
 }
 
 void BrokerServer::Private::onStake(Request& r)

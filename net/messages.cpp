@@ -103,6 +103,8 @@ QJsonObject Welcome::toHeader() const
         header.insert(fields::SwarmPort, swarmPort);
     if (!network.isEmpty())
         header.insert(fields::Network, network);
+    if (logHeadMs > 0)
+        header.insert(fields::LogHeadMs, logHeadMs);
     return header;
 }
 
@@ -116,6 +118,7 @@ core::Result<Welcome> Welcome::fromHeader(const QJsonObject& header)
     welcome.encodings = reader.stringList(fields::Encodings, Presence::Optional);
     welcome.swarmPort = int(reader.integer(fields::SwarmPort, 0, 65535, Presence::Optional));
     welcome.network = reader.string(fields::Network, Presence::Optional);
+    welcome.logHeadMs = int(reader.integer(fields::LogHeadMs, 0, 3'600'000, Presence::Optional));
     static const QRegularExpression NetworkId(QStringLiteral("^[0-9a-f]{32}$"));
     if (!welcome.network.isEmpty() && !NetworkId.match(welcome.network).hasMatch())
         return core::Error { fields::Network, QStringLiteral("expected 32 hex digits") };
@@ -631,6 +634,81 @@ core::Result<ReceiptRequest> ReceiptRequest::fromHeader(const QJsonObject& heade
 {
     JsonReader reader(header);
     ReceiptRequest request { reader.string(fields::Cause) };
+    if (!reader.ok())
+        return reader.status().error();
+    return request;
+}
+
+namespace {
+
+// A log's size or index: a JSON integer, 0 to 2^53.
+constexpr std::int64_t MaxLogIndex = std::int64_t(1) << 53;
+
+} // namespace
+
+QJsonObject LogHeadRequest::toHeader() const
+{
+    QJsonObject header;
+    if (from)
+        header.insert(fields::From, qint64(*from));
+    return header;
+}
+
+core::Result<LogHeadRequest> LogHeadRequest::fromHeader(const QJsonObject& header)
+{
+    JsonReader reader(header);
+    LogHeadRequest request;
+    if (reader.has(fields::From))
+        request.from = reader.integer(fields::From, 0, MaxLogIndex);
+    if (!reader.ok())
+        return reader.status().error();
+    return request;
+}
+
+QJsonObject LogProofRequest::toHeader() const
+{
+    QJsonObject header { { fields::Index, qint64(index) } };
+    if (size)
+        header.insert(fields::Size, qint64(*size));
+    return header;
+}
+
+core::Result<LogProofRequest> LogProofRequest::fromHeader(const QJsonObject& header)
+{
+    JsonReader reader(header);
+    LogProofRequest request;
+    request.index = reader.integer(fields::Index, 0, MaxLogIndex);
+    if (reader.has(fields::Size))
+        request.size = reader.integer(fields::Size, 1, MaxLogIndex);
+    if (!reader.ok())
+        return reader.status().error();
+    return request;
+}
+
+QJsonObject LogConsistencyRequest::toHeader() const
+{
+    return { { fields::From, qint64(from) }, { fields::To, qint64(to) } };
+}
+
+core::Result<LogConsistencyRequest> LogConsistencyRequest::fromHeader(const QJsonObject& header)
+{
+    JsonReader reader(header);
+    LogConsistencyRequest request { reader.integer(fields::From, 0, MaxLogIndex), reader.integer(fields::To, 0, MaxLogIndex) };
+    if (!reader.ok())
+        return reader.status().error();
+    return request;
+}
+
+QJsonObject LogEntriesRequest::toHeader() const
+{
+    return { { fields::From, qint64(from) }, { fields::Limit, limit } };
+}
+
+core::Result<LogEntriesRequest> LogEntriesRequest::fromHeader(const QJsonObject& header)
+{
+    JsonReader reader(header);
+    LogEntriesRequest request { reader.integer(fields::From, 0, MaxLogIndex),
+        int(reader.integer(fields::Limit, 1, 256, Presence::Optional, 256)) };
     if (!reader.ok())
         return reader.status().error();
     return request;

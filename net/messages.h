@@ -88,6 +88,16 @@ inline const QString Certificate = QStringLiteral("certificate");
 inline const QString Peers = QStringLiteral("peers");
 inline const QString Holding = QStringLiteral("holding");
 inline const QString Seed = QStringLiteral("seed");
+inline const QString LogHeadMs = QStringLiteral("logHeadMs");
+inline const QString From = QStringLiteral("from");
+inline const QString To = QStringLiteral("to");
+inline const QString Index = QStringLiteral("index");
+inline const QString Head = QStringLiteral("head");
+inline const QString Consistency = QStringLiteral("consistency");
+inline const QString Proof = QStringLiteral("proof");
+inline const QString Entry = QStringLiteral("entry");
+inline const QString Entries = QStringLiteral("entries");
+inline const QString Log = QStringLiteral("log");
 } // namespace fields
 
 // --- node ----------------------------------------------------------------------------------------
@@ -109,6 +119,9 @@ struct Welcome {
     // The network's id: brokers that share one database name the same (docs/STORE.md, "Several
     // brokers"); "" from an older broker.
     QString network = {};
+    // How often the broker signs a head of its ledger's log, and the node asks for it (docs/LEDGER.md);
+    // 0 from an older broker: no log.
+    int logHeadMs = 0;
     QJsonObject toHeader() const;
     static core::Result<Welcome> fromHeader(const QJsonObject& header);
 };
@@ -360,6 +373,38 @@ struct ReceiptRequest {
     QString cause;
     QJsonObject toHeader() const;
     static core::Result<ReceiptRequest> fromHeader(const QJsonObject& header);
+};
+
+// The ledger's log (docs/LEDGER.md, "Asking for the log").
+struct LogHeadRequest {
+    static constexpr Command command = Command::LogHead;
+    std::optional<std::int64_t> from; // the size of the head the asker keeps
+    QJsonObject toHeader() const;
+    static core::Result<LogHeadRequest> fromHeader(const QJsonObject& header);
+};
+
+struct LogProofRequest {
+    static constexpr Command command = Command::LogProof;
+    std::int64_t index = 0;
+    std::optional<std::int64_t> size; // none: in the newest head's tree
+    QJsonObject toHeader() const;
+    static core::Result<LogProofRequest> fromHeader(const QJsonObject& header);
+};
+
+struct LogConsistencyRequest {
+    static constexpr Command command = Command::LogConsistency;
+    std::int64_t from = 0;
+    std::int64_t to = 0;
+    QJsonObject toHeader() const;
+    static core::Result<LogConsistencyRequest> fromHeader(const QJsonObject& header);
+};
+
+struct LogEntriesRequest {
+    static constexpr Command command = Command::LogEntries;
+    std::int64_t from = 0;
+    int limit = 256;
+    QJsonObject toHeader() const;
+    static core::Result<LogEntriesRequest> fromHeader(const QJsonObject& header);
 };
 
 struct StakeRequest {

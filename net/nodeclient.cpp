@@ -8,6 +8,7 @@
 #include "resultrelay.h"
 
 #include <core/capabilities.h>
+#include <core/ledger/logwatch.h>
 
 #include <QDir>
 #include <QFile>
@@ -105,11 +106,11 @@ struct CurrentTask {
 
 // What a request that waits for its reply was for; the reply is matched by the request's id.
 struct Pending {
-    enum class Purpose { Register, Commit, Weights, CheckpointState, Result, CheckpointAnswer, Get };
+    enum class Purpose { Register, Commit, Weights, CheckpointState, Result, CheckpointAnswer, Get, LogHead };
     Purpose purpose = Purpose::Register;
     core::Digest digest; // Get, Weights, CheckpointState
     QString verification; // CheckpointAnswer
-    std::int64_t generation = 0; // Get: the download's try
+    std::int64_t generation = 0; // Get: the download's try; LogHead: the size it asked from
 };
 
 } // namespace
@@ -136,6 +137,9 @@ struct NodeClient::Private {
     std::int64_t lastHeard = 0; // the broker's last message (lastReceived restarts at each reconnect)
     std::int64_t lastSent = 0;
     QString network; // WELCOME's: the sessions of one network hand each other results (options.relay)
+    int logHeadMs = 0; // WELCOME's: how often to ask for the ledger log's head (0: an older broker)
+    std::int64_t nextLogHeadAt = 0;
+    bool logHeadAsked = false;
     QHash<QString, int> handedAttempts; // results from the relay in the outbox: refusals so far
     std::int64_t reconnectAt = 0;
     Backoff backoff;
@@ -971,6 +975,11 @@ struct NodeClient::Private {
     void handle(const Message& message);
     void handleReply(const Message& message, const Pending& purpose);
     void onWelcome(const Message& message);
+    // The ledger's log (docs/LEDGER.md, "Watching the log"): its head asked for every logHeadMs,
+    // and checked against the one the node's sessions keep for the network.
+    void watchLog();
+    void logHeadSeen(const QJsonObject& reply, std::int64_t from);
+    bool logBroken() const { return options.logWatch && options.logWatch->broken(network); }
     void onTask(const Message& message);
     void onChunk(const Message& message, const Pending& purpose);
     void onOk(const Message& message, const Pending& purpose);
@@ -1119,6 +1128,9 @@ void NodeClient::Private::onWelcome(const Message& message)
     const auto welcome = Welcome::fromHeader(message.header);
     brokerTakesZstd = welcome && welcome->encodings.contains(ZstdEncoding);
     network = welcome ? welcome->network : QString();
+    logHeadMs = welcome ? welcome->logHeadMs : 0;
+    nextLogHeadAt = now(); // the head at once, then every logHeadMs
+    logHeadAsked = false;
     brokerSeed.clear();
     if (welcome && welcome->swarmPort > 0) {
         const QString host = endpointHost(options.broker.endpoint);
@@ -1281,6 +1293,8 @@ void NodeClient::Private::onOk(const Message& message, const Pending& purpose)
     }
     case Pending::Purpose::CheckpointAnswer:
         return; // the referee has it (or knows there is none)
+    case Pending::Purpose::LogHead:
+        return logHeadSeen(message.header, purpose.generation);
     case Pending::Purpose::Register:
     case Pending::Purpose::Get:
         ++counters.ignoredReplies;
@@ -1338,7 +1352,39 @@ void NodeClient::Private::onError(const Message& message, const Pending* purpose
     case Pending::Purpose::Register:
         qCWarning(lcNode).noquote() << "the broker refused this node:" << code << text;
         return;
+    case Pending::Purpose::LogHead:
+        logHeadAsked = false;
+        // A log shorter than a head the network signed was rolled back (or forked).
+        if (code == errors::Invalid && text.startsWith(fields::From + u':') && options.logWatch)
+            counters.logBroken = !options.logWatch->shorter(network, options.broker.endpoint, text) || logBroken();
+        else
+            qCWarning(lcNode).noquote() << "the broker did not give its ledger log's head:" << code << text;
+        return;
     }
+}
+
+void NodeClient::Private::watchLog()
+{
+    if (!options.logWatch || session != Session::Registered || logHeadMs <= 0 || network.isEmpty() || logHeadAsked
+        || now() < nextLogHeadAt)
+        return;
+    const std::int64_t from = options.logWatch->keptSize(network);
+    LogHeadRequest request;
+    request.from = from;
+    this->request(Command::LogHead, request.toHeader(), {}, { Pending::Purpose::LogHead, {}, {}, from });
+    logHeadAsked = true;
+    nextLogHeadAt = now() + logHeadMs;
+}
+
+void NodeClient::Private::logHeadSeen(const QJsonObject& reply, std::int64_t from)
+{
+    logHeadAsked = false;
+    auto seen = options.logWatch->observe(network, options.broker.endpoint, reply, from);
+    if (!seen)
+        qCWarning(lcNode).noquote() << "cannot keep the ledger log's evidence:" << seen.error().toString();
+    ++counters.logHeadsChecked;
+    if (options.logWatch->broken(network))
+        counters.logBroken = true;
 }
 
 void NodeClient::Private::onVerdict(const Message& message)
@@ -1405,10 +1451,11 @@ void NodeClient::step(int maxWaitMs)
     }
     d->reportNext();
     if (d->session == Session::Registered && !d->stopping && !d->current && !d->readySent && d->outbox.empty()
-        && d->executor.idle() && d->now() >= d->diskFullUntil) {
+        && d->executor.idle() && d->now() >= d->diskFullUntil && !d->logBroken()) {
         d->send(Command::Ready, ReadyRequest {}.toHeader());
         d->readySent = true;
     }
+    d->watchLog();
     d->keepSession();
     if (!d->socket)
         return;

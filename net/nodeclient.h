@@ -27,6 +27,10 @@ namespace zmq {
 class context_t;
 }
 
+namespace tessera::core::ledger {
+class LogWatch;
+}
+
 namespace tessera::net {
 
 class ResultRelay;
@@ -49,6 +53,9 @@ struct NodeClientOptions {
     // the same network (WELCOME's network), and this one delivers theirs (ResultRelay). None: a
     // result waits for its own broker.
     std::shared_ptr<ResultRelay> relay;
+    // Shared by the node's sessions: the newest head of each network's ledger log, which every
+    // session's broker must extend (docs/LEDGER.md, "Watching the log"). None: heads unchecked.
+    std::shared_ptr<core::ledger::LogWatch> logWatch;
     // How long the broker must have been silent before its unreported results are handed on:
     // longer than a job's lease between brokers (6 s), so that another broker holds the job by then.
     int handOffAfterMs = 10'000;
@@ -100,6 +107,8 @@ public:
         std::int64_t bytesFromSwarm = 0;
         int swarmFallbacks = 0; // swarm fetches that failed or stalled: GET instead
         std::int64_t swarmBytesUploaded = 0; // what this node served its peers
+        int logHeadsChecked = 0; // heads of the ledger's log checked against the kept one
+        bool logBroken = false; // this session's network's log broke (no more work from it)
     };
     Counters counters() const;
 

@@ -62,6 +62,14 @@ QString commandName(Command command)
         return QStringLiteral("VERIFICATIONS");
     case Command::Have:
         return QStringLiteral("HAVE");
+    case Command::LogHead:
+        return QStringLiteral("LOG-HEAD");
+    case Command::LogProof:
+        return QStringLiteral("LOG-PROOF");
+    case Command::LogConsistency:
+        return QStringLiteral("LOG-CONSISTENCY");
+    case Command::LogEntries:
+        return QStringLiteral("LOG-ENTRIES");
     }
     return QStringLiteral("0x%1").arg(int(command), 2, 16, QLatin1Char('0'));
 }
@@ -98,6 +106,10 @@ bool isKnown(std::uint8_t byte)
     case Command::Stake:
     case Command::Verifications:
     case Command::Have:
+    case Command::LogHead:
+    case Command::LogProof:
+    case Command::LogConsistency:
+    case Command::LogEntries:
         return true;
     }
     return false;

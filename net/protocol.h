@@ -49,6 +49,10 @@ enum class Command : std::uint8_t {
     Stake = 0x2C, // bond or unbond stake (a request signed with the node's key)
     Verifications = 0x2D, // the checks of a job, or of all jobs
     Have = 0x2E, // node -> broker: it starts or stops serving a blob over the swarm (docs/SWARM.md)
+    LogHead = 0x2F, // the ledger's log (docs/LEDGER.md): the newest signed head, and a consistency proof
+    LogProof = 0x30, // an entry and its inclusion proof
+    LogConsistency = 0x31, // a consistency proof between two sizes
+    LogEntries = 0x32, // a page of entries
 };
 
 QString commandName(Command command);

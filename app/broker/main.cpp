@@ -211,6 +211,7 @@ core::broker::Broker::Options brokerOptionsFrom(const core::settings::Settings& 
     brokerOptions.updateNormFactor = double(settings.intValue(names::BrokerUpdateNormFactor));
     brokerOptions.disputeTimeoutMs = settings.intValue(names::BrokerDisputeTimeoutSeconds) * 1000;
     brokerOptions.selfVerifyAfterMs = settings.intValue(names::BrokerSelfVerifyAfterSeconds) * 1000;
+    brokerOptions.logHeadMs = settings.intValue(names::BrokerLogHeadMs);
     brokerOptions.unbondingDelayMs = settings.intValue(names::BrokerUnbondingDelaySeconds) * 1000;
     brokerOptions.maxRunningJobsPerOwner = settings.intValue(names::BrokerMaxJobsPerOwner);
     brokerOptions.maxUnnamedUploadBytes = std::int64_t(settings.intValue(names::BrokerMaxUnnamedUploadMiB)) << 20;

@@ -28,6 +28,8 @@ core::Status Contributor::start(const QList<net::BrokerAddress>& brokers, const 
     // one relay for every generation of sessions (those still finishing a shard share it).
     if (!m_relay)
         m_relay = std::make_shared<net::ResultRelay>(QDir(dataDirectory).filePath(QStringLiteral("relay")));
+    if (!m_logWatch)
+        m_logWatch = std::make_shared<core::ledger::LogWatch>(dataDirectory);
     for (const auto& broker : brokers) {
         auto session = std::make_unique<Session>();
         session->broker = broker;
@@ -46,6 +48,7 @@ core::Status Contributor::start(const QList<net::BrokerAddress>& brokers, const 
         options.node = node;
         options.heartbeatMs = heartbeatMs;
         options.relay = m_relay;
+        options.logWatch = m_logWatch;
         if (swarmFor)
             options.swarm = swarmFor(int(m_sessions.size()));
         session->client = std::make_unique<net::NodeClient>(
@@ -105,6 +108,13 @@ int Contributor::registrations() const
     for (const auto& session : m_sessions)
         total += session->client->counters().registrations;
     return total;
+}
+
+QString Contributor::logBroken() const
+{
+    if (!m_logWatch)
+        return {};
+    return m_logWatch->whyBroken();
 }
 
 } // namespace tessera::app

@@ -3,6 +3,7 @@
 #include "../common/computeexecutor.h"
 
 #include <core/blobstore.h>
+#include <core/ledger/logwatch.h>
 #include <net/curvekeys.h>
 #include <net/nodeclient.h>
 #include <net/resultrelay.h>
@@ -45,6 +46,8 @@ public:
     bool running() const { return !m_sessions.empty(); }
     int results() const;
     int registrations() const;
+    // Why a network's ledger log broke (docs/LEDGER.md, "Watching the log"); empty while none did.
+    QString logBroken() const;
 
 private:
     ComputeExecutor m_executor;
@@ -53,6 +56,7 @@ private:
     std::vector<std::unique_ptr<Session>> m_finishing;
     int m_generation = 0;
     std::shared_ptr<net::ResultRelay> m_relay; // made at the first start (it empties its folder)
+    std::shared_ptr<core::ledger::LogWatch> m_logWatch; // the ledger logs' heads, kept across sessions
 };
 
 } // namespace tessera::app

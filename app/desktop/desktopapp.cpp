@@ -743,6 +743,7 @@ void DesktopApp::flushDigest(bool force)
 void DesktopApp::refresh()
 {
     ++m_ticks;
+    warnOfBrokenLog();
     // In the tray only (or on the welcome page), the state is what matters: the tables and charts
     // refresh every 5 s.
     if ((!m_dashboard->isVisible() || m_dashboard->firstRunShown()) && m_ticks % 5 != 0) {
@@ -758,6 +759,21 @@ void DesktopApp::refresh()
     const Earned earned = showResults();
     updateState();
     m_dashboard->setOverview(overviewOf(list, earned));
+}
+
+void DesktopApp::warnOfBrokenLog()
+{
+    // Loud, once: a broker showed a ledger log that does not extend one its network signed
+    // (docs/LEDGER.md, "Watching the log"); its sessions take no more work.
+    if (m_logBrokenShown || !m_contributor)
+        return;
+    const QString why = m_contributor->logBroken();
+    if (why.isEmpty())
+        return;
+    m_logBrokenShown = true;
+    m_tray->notify(tr("The broker's ledger was rewritten"),
+        tr("%1. This node takes no more work from that network; the evidence is in log-evidence/ in the data folder.").arg(why));
+    note(QStringLiteral("warning"), QStringLiteral("ledger"), QStringLiteral("LEDGER LOG BROKEN: ") + why);
 }
 
 void DesktopApp::askBroker(const QList<net::BrokerAddress>& list)

@@ -122,6 +122,7 @@ private:
     void learnRuntime();
     // A line in the dashboard's log, stamped now.
     void note(const QString& level, const QString& area, const QString& text);
+    void warnOfBrokenLog();
     std::optional<net::CurveKeys> identityKeys() const;
     // The link points at the first broker.
     void aimLink();
@@ -187,6 +188,7 @@ private:
     bool m_toldFirstPayment = false;
     bool m_statesPrimed = false; // the result log's states were read once (transitions count after)
     int m_ticks = 0;
+    bool m_logBrokenShown = false; // the broken ledger log was notified
     QString m_sampled; // "job/rounds" of the text shown or being written
 };
 

@@ -2,9 +2,11 @@
 // One function per command, dispatched from one table (which also writes the help).
 
 #include "chunking.h"
+#include "ledgeraudit.h"
 
 #include <app/common/cli.h>
 #include <core/jobspec.h>
+#include <core/ledger/loghead.h>
 #include <core/settings/settings.h>
 #include <core/signing.h>
 #include <net/brokerclient.h>
@@ -475,7 +477,11 @@ int receipt(Context& context)
     QSaveFile file(context.parser.value(QStringLiteral("output")));
     if (!file.open(QIODevice::WriteOnly))
         return fail(QStringLiteral("cannot write %1").arg(file.fileName()));
-    file.write(QJsonDocument(reply->value(QStringLiteral("receipt")).toObject()).toJson());
+    // The receipt with its transfer's place in the ledger's log, outside its signature (docs/LEDGER.md, "Receipts").
+    QJsonObject saved = reply->value(QStringLiteral("receipt")).toObject();
+    if (reply->value(net::fields::Log).isObject())
+        saved.insert(net::fields::Log, reply->value(net::fields::Log));
+    file.write(QJsonDocument(saved).toJson());
     if (!file.commit())
         return fail(QStringLiteral("cannot write %1").arg(file.fileName()));
     if (context.json())
@@ -490,21 +496,55 @@ int verifyReceipt(Context& context)
     QFile file(context.positional().at(0));
     if (!file.open(QIODevice::ReadOnly))
         return fail(QStringLiteral("cannot read %1").arg(file.fileName()));
-    const auto receipt = QJsonDocument::fromJson(file.readAll()).object();
+    QJsonObject receipt = QJsonDocument::fromJson(file.readAll()).object();
     if (text(receipt, "kind") != u"tessera-receipt")
         return fail(QStringLiteral("%1 is not a Tessera receipt").arg(file.fileName()));
+    // Its place in the ledger's log is outside its signature and checked on its own.
+    const QJsonValue log = receipt.take(net::fields::Log);
     if (auto status = core::verifyDocument(receipt); !status)
         return fail(QStringLiteral("INVALID receipt: %1").arg(status.error().message));
     const QString signer = text(receipt, "signer");
     if (context.parser.isSet(QStringLiteral("signer")) && context.parser.value(QStringLiteral("signer")) != signer)
         return fail(QStringLiteral("INVALID receipt: signed by %1, not by the broker you named").arg(signer));
-    if (context.json())
-        return printJson(
-            QJsonDocument(QJsonObject { { QStringLiteral("valid"), true }, { QStringLiteral("receipt"), receipt } }));
+    std::optional<core::ledger::LogHead> head;
+    if (!log.isUndefined()) {
+        auto logged = core::ledger::checkReceiptLog(receipt, log.toObject());
+        if (!logged)
+            return fail(QStringLiteral("INVALID receipt: its place in the ledger's log does not hold: %1")
+                            .arg(logged.error().toString()));
+        head = *logged;
+    }
+    if (context.json()) {
+        QJsonObject result { { QStringLiteral("valid"), true }, { QStringLiteral("receipt"), receipt } };
+        if (head)
+            result.insert(QStringLiteral("logged"), log);
+        return printJson(QJsonDocument(result));
+    }
     out() << "valid receipt: " << text(receipt, "amount") << " credits from " << text(receipt, "debit") << " to "
           << text(receipt, "credit") << " for " << text(receipt, "cause") << " at " << text(receipt, "at")
           << ", signed by broker " << signer << Qt::endl;
+    if (head)
+        out() << "in the ledger's log: entry " << log.toObject().value(net::fields::Index).toInteger() << " of the " << head->size
+              << " under the signed head with root " << head->root.toHex() << " (network " << head->network << ")" << Qt::endl;
+    else
+        out() << "no proof of its place in the ledger's log (a receipt from an older broker)" << Qt::endl;
     return 0;
+}
+
+app::job::Ask askerOf(Context& context)
+{
+    return
+        [&context](net::Command command, const QJsonObject& header, int& status) { return context.ask(command, header, status); };
+}
+
+int auditCommand(Context& context)
+{
+    return app::job::audit(askerOf(context), context.json());
+}
+
+int checkHeadCommand(Context& context)
+{
+    return app::job::checkHead(askerOf(context), context.positional().at(0), context.json());
 }
 
 int whoami(Context& context)
@@ -686,6 +726,14 @@ const QList<CommandInfo>& commands()
             QStringLiteral("the broker's signed receipt for a payment (causes: escrow:JOB, pay:JOB/ROUND/SHARD, "
                            "verify:CHECK, slash:CHECK:NODE:honest|owner, refund:JOB)"),
             1, 1, { QStringLiteral("output"), QStringLiteral("json") }, { QStringLiteral("output") }, receipt },
+        { QStringLiteral("audit"), QStringLiteral("[--json]"),
+            QStringLiteral("fetch the broker's whole ledger log, check it against a signed head, replay every account and "
+                           "compare with what the broker reports; exits 1 when anything differs (docs/LEDGER.md)"),
+            0, 0, { QStringLiteral("json") }, {}, auditCommand },
+        { QStringLiteral("check-head"), QStringLiteral("FILE [--json]"),
+            QStringLiteral("check that the broker's ledger log extends a signed head kept or published elsewhere; exits 1 "
+                           "when it does not"),
+            1, 1, { QStringLiteral("json") }, {}, checkHeadCommand },
         { QStringLiteral("whoami"), QStringLiteral("[--json]"),
             QStringLiteral("your identity: the account you submit and pay with (created on first use, shared with the app "
                            "and tessera-node on this machine)"),

@@ -18,6 +18,7 @@
 #include <core/broker/records.h>
 #include <core/decomposition.h>
 #include <core/jobspec.h>
+#include <core/ledger/logwatch.h>
 #include <core/settings/settings.h>
 #include <core/signing.h>
 #include <core/thermal.h>
@@ -388,6 +389,26 @@ QString stopSummary(const std::vector<std::unique_ptr<net::NodeClient>>& clients
         .arg(sum.swarmBytesUploaded);
 }
 
+// What every session of tessera-node run shares; each gets its broker and swarm.
+net::NodeClientOptions sharedSessionOptions(
+    const NodeIdentity& identity, const QString& directory, const core::settings::Settings& settings)
+{
+    net::NodeClientOptions shared;
+    shared.keys = identity.keys;
+    shared.signing = identity.signing;
+    shared.resultLogPath = QDir(directory).filePath(QStringLiteral("node.sqlite"));
+    shared.node = identity.info;
+    shared.heartbeatMs = int(settings.intValue(core::settings::names::NetworkHeartbeatIntervalMs));
+    // Results a silent broker's session cannot report go to another broker of the same network.
+    shared.relay = std::make_shared<net::ResultRelay>(QDir(directory).filePath(QStringLiteral("relay")));
+    // Every broker's ledger log must extend the heads this node saw (docs/LEDGER.md, "Watching the log").
+    shared.logWatch = std::make_shared<core::ledger::LogWatch>(directory);
+    return shared;
+}
+
+// tessera-node run's status when a network's ledger log broke (docs/NODE.md).
+constexpr int LogBrokenExit = 3;
+
 int runNode(const QStringList& args, const core::settings::Settings& settings, compute::ComputeEnvironment environment)
 {
     namespace names = core::settings::names;
@@ -414,8 +435,6 @@ int runNode(const QStringList& args, const core::settings::Settings& settings, c
     for (const auto& warning : identity->warnings)
         err() << "tessera-node: " << warning << Qt::endl;
     const auto& node = identity->info;
-    const auto& keys = identity->keys;
-    const auto& signing = identity->signing;
 
     ComputeExecutor executor(environment, compute::inThreadCompute());
     executor.setToolOptions(toolOptionsFrom(settings));
@@ -434,23 +453,16 @@ int runNode(const QStringList& args, const core::settings::Settings& settings, c
     std::vector<std::unique_ptr<net::NodeClient>> clients;
     std::vector<std::thread> threads;
     const auto cacheLimit = settings.intValue(names::CacheMaxSizeMiB) * 1024 * 1024 / std::max<qsizetype>(1, brokers.size());
-    // Results a silent broker's session cannot report go to another broker of the same network.
-    auto relay = std::make_shared<net::ResultRelay>(QDir(directory).filePath(QStringLiteral("relay")));
+    const net::NodeClientOptions shared = sharedSessionOptions(*identity, directory, settings);
     for (qsizetype i = 0; i < brokers.size(); ++i) {
         const QString cacheDir = QDir(directory).filePath(
             QStringLiteral("cache/") + core::Digest::ofBytes(brokers[i].endpoint.toUtf8()).toHex().left(16));
         auto cache = core::BlobStore::open(cacheDir, cacheLimit);
         if (!cache)
             return fail(cache.error().toString());
-        net::NodeClientOptions options;
+        net::NodeClientOptions options = shared;
         options.broker = brokers[i];
-        options.keys = keys;
-        options.signing = signing;
-        options.resultLogPath = QDir(directory).filePath(QStringLiteral("node.sqlite"));
-        options.node = node;
-        options.heartbeatMs = int(settings.intValue(names::NetworkHeartbeatIntervalMs));
         options.swarm = swarmOptionsFrom(settings, int(i));
-        options.relay = relay;
         caches.push_back(std::move(*cache));
         clients.push_back(std::make_unique<net::NodeClient>(options, executor, *caches.back(), QString::number(i)));
     }
@@ -463,7 +475,8 @@ int runNode(const QStringList& args, const core::settings::Settings& settings, c
     if (heat.joinable())
         heat.join();
     out() << stopSummary(clients) << Qt::endl;
-    return 0;
+    // For scripts: a broker showed a ledger log that does not extend what its network signed.
+    return shared.logWatch->anyBroken() ? LogBrokenExit : 0;
 }
 
 int sample(const QStringList& args, const compute::ComputeEnvironment& environment)

@@ -125,6 +125,8 @@ Result<std::unique_ptr<Broker>> Broker::open(
     if (!network)
         return network.error();
     broker->m_networkId = *network;
+    broker->m_log = std::make_unique<LogPublisher>(
+        broker->m_store->database(), broker->m_signing, broker->m_networkId, clock, options.logHeadMs);
     // A ledger kept before its log existed (docs/LEDGER.md): its transfers go first into the log.
     auto backfilled = ledger::LedgerLog(broker->m_store->database()).backfill();
     if (!backfilled)
@@ -1522,6 +1524,7 @@ void Broker::tick()
     applySettled();
     if (m_lease->held()) // one broker of the network at a time
         m_stakes->releaseDueUnbondings();
+    m_log->tick();
 }
 
 Result<QList<QJsonObject>> Broker::logEntries(std::int64_t from, int limit)

@@ -13,6 +13,7 @@
 #include "blobmirror.h"
 #include "brokerstore.h"
 #include "jobleases.h"
+#include "logpublisher.h"
 #include "networklease.h"
 #include "notices.h"
 #include "options.h"
@@ -159,6 +160,8 @@ public:
     Result<QList<QJsonObject>> logEntries(std::int64_t from, int limit);
     // The broker's signed receipt for the transfer with this cause (verifyDocument checks it).
     Result<QJsonObject> receipt(const QString& cause) { return m_stakes->receipt(cause); }
+    // The log's signed heads and proofs (docs/LEDGER.md, "Asking for the log").
+    LogPublisher& log() { return *m_log; }
     QByteArray signingKey() const { return m_signing.publicKey; }
     // An owner's or node's money: balance and stake.
     Result<QJsonObject> account(const QString& id) { return m_stakes->account(id); }
@@ -304,6 +307,7 @@ private:
     QRandomGenerator m_random;
     std::unique_ptr<Stakes> m_stakes;
     std::unique_ptr<Verifier> m_verifier;
+    std::unique_ptr<LogPublisher> m_log;
 };
 
 } // namespace tessera::core::broker

@@ -21,6 +21,9 @@ struct BrokerOptions {
     // lease lasts unrenewed (a standby takes over that long after the holder died).
     QString endpoint;
     std::int64_t leaseMs = 6'000;
+    // How often the broker signs a new head of the ledger's log while entries arrive, and how often
+    // nodes ask for it (docs/LEDGER.md, "Asking for the log"; WELCOME's logHeadMs).
+    std::int64_t logHeadMs = 5'000;
     std::int64_t minDeadlineMs = 30'000; // a shard's deadline is at least this
     std::int64_t maxDeadlineMs = 3'600'000; // and at most this, whatever the node claims
     double deadlineSlack = 4.0; // times the node's expected time

@@ -127,11 +127,19 @@ Result<Applied> Ledger::apply(
         if (auto status = ensure->run(); !status)
             return rollback(status.error());
     }
-    auto insert = m_db.prepare(
-        QStringLiteral("INSERT INTO ledger_transfers (debit, credit, amount, cause, memo, at) VALUES (?, ?, ?, ?, ?, ?)"));
+    // The log's leaf (docs/LEDGER.md, "Entries"), in the same savepoint: the log and the books
+    // never disagree.
+    auto logged = LedgerLog(m_db).append(LedgerLog::transferEntry(debit, credit, amount.micro(), cause, memo, atMs));
+    if (!logged) {
+        (void)m_db.execute(QStringLiteral("ROLLBACK TO ledger_transfer"));
+        (void)m_db.execute(QStringLiteral("RELEASE ledger_transfer"));
+        return logged.error();
+    }
+    auto insert = m_db.prepare(QStringLiteral(
+        "INSERT INTO ledger_transfers (debit, credit, amount, cause, memo, at, log_idx) VALUES (?, ?, ?, ?, ?, ?, ?)"));
     if (!insert)
         return rollback(insert.error());
-    insert->bind(1, debit).bind(2, credit).bind(3, amount.micro()).bind(4, cause).bind(5, memo).bind(6, atMs);
+    insert->bind(1, debit).bind(2, credit).bind(3, amount.micro()).bind(4, cause).bind(5, memo).bind(6, atMs).bind(7, *logged);
     if (auto status = insert->run(); !status)
         return rollback(status.error());
     for (const auto& [account, delta] : { std::pair { debit, -amount.micro() }, std::pair { credit, amount.micro() } }) {
@@ -141,14 +149,6 @@ Result<Applied> Ledger::apply(
         update->bind(1, delta).bind(2, account);
         if (auto status = update->run(); !status)
             return rollback(status.error());
-    }
-    // The log's leaf (docs/LEDGER.md, "Entries"), in the same savepoint: the log and the books
-    // never disagree.
-    if (auto logged = LedgerLog(m_db).append(LedgerLog::transferEntry(debit, credit, amount.micro(), cause, memo, atMs));
-        !logged) {
-        (void)m_db.execute(QStringLiteral("ROLLBACK TO ledger_transfer"));
-        (void)m_db.execute(QStringLiteral("RELEASE ledger_transfer"));
-        return logged.error();
     }
     if (auto status = m_db.execute(QStringLiteral("RELEASE ledger_transfer")); !status)
         return rollback(status.error());

@@ -47,8 +47,11 @@ Result<std::int64_t> LedgerLog::backfill()
     auto begun = count();
     if (!begun)
         return begun.error();
-    if (*begun > 0)
+    if (*begun > 0) {
+        if (auto linked = linkTransfers(); !linked)
+            return linked.error();
         return std::int64_t(0);
+    }
     auto transaction = m_db.begin();
     if (!transaction)
         return transaction.error().toError();
@@ -57,23 +60,92 @@ Result<std::int64_t> LedgerLog::backfill()
         return logged.error();
     if (*logged > 0)
         return std::int64_t(0);
-    auto rows
-        = storage::query(m_db, QStringLiteral("SELECT debit, credit, amount, cause, memo, at FROM ledger_transfers ORDER BY id"));
+    auto rows = storage::query(
+        m_db, QStringLiteral("SELECT debit, credit, amount, cause, memo, at, id FROM ledger_transfers ORDER BY id"));
     if (!rows)
         return rows.error();
     auto transfers = storage::collect(*rows, [](Statement& row) {
-        return transferEntry(
-            row.columnText(0), row.columnText(1), row.columnInt(2), row.columnText(3), row.columnText(4), row.columnInt(5));
+        return std::pair { transferEntry(row.columnText(0), row.columnText(1), row.columnInt(2), row.columnText(3),
+                               row.columnText(4), row.columnInt(5)),
+            row.columnInt(6) };
     });
     if (!transfers)
         return transfers.error();
-    for (const auto& entry : *transfers) {
-        if (auto appended = append(entry); !appended)
+    for (const auto& [entry, id] : *transfers) {
+        auto appended = append(entry);
+        if (!appended)
             return appended.error();
+        if (auto linked
+            = storage::execute(m_db, QStringLiteral("UPDATE ledger_transfers SET log_idx = ? WHERE id = ?"), *appended, id);
+            !linked)
+            return linked.error();
     }
     if (auto committed = transaction->commit(); !committed)
         return committed.error().toError();
     return std::int64_t(transfers->size());
+}
+
+Status LedgerLog::linkTransfers()
+{
+    // Transfers logged before ledger_transfers.log_idx existed (migration 19): found by their
+    // cause in the log's entries, once.
+    auto unlinked = storage::query(m_db, QStringLiteral("SELECT COUNT(*) FROM ledger_transfers WHERE log_idx IS NULL"));
+    if (!unlinked)
+        return unlinked.error();
+    auto found = storage::fetch(*unlinked);
+    if (!found)
+        return found.error();
+    const bool none = !*found || unlinked->columnInt(0) == 0;
+    unlinked->reset();
+    if (none)
+        return {};
+    auto transaction = m_db.begin();
+    if (!transaction)
+        return transaction.error().toError();
+    auto rows = storage::query(m_db, QStringLiteral("SELECT idx, entry FROM ledger_log ORDER BY idx"));
+    if (!rows)
+        return rows.error();
+    auto logged = storage::collect(*rows, [](Statement& row) {
+        return std::pair { row.columnInt(0), QJsonDocument::fromJson(row.columnText(1).toUtf8()).object() };
+    });
+    if (!logged)
+        return logged.error();
+    for (const auto& [index, entry] : *logged) {
+        if (entry.value(QStringLiteral("kind")).toString() != u"transfer")
+            continue;
+        if (auto status = storage::execute(m_db,
+                QStringLiteral("UPDATE ledger_transfers SET log_idx = ? WHERE cause = ? AND log_idx IS NULL"), index,
+                entry.value(QStringLiteral("cause")).toString());
+            !status)
+            return status;
+    }
+    if (auto committed = transaction->commit(); !committed)
+        return committed.error().toError();
+    return {};
+}
+
+Result<std::optional<std::int64_t>> LedgerLog::indexOf(const QString& cause) const
+{
+    auto rows = storage::query(m_db, QStringLiteral("SELECT log_idx FROM ledger_transfers WHERE cause = ?"), cause);
+    if (!rows)
+        return rows.error();
+    auto found = storage::fetch(*rows);
+    if (!found)
+        return found.error();
+    std::optional<std::int64_t> index;
+    if (*found && !rows->columnIsNull(0))
+        index = rows->columnInt(0);
+    rows->reset();
+    return index;
+}
+
+Result<QStringList> LedgerLog::leaves(std::int64_t from, int limit) const
+{
+    auto rows = storage::query(
+        m_db, QStringLiteral("SELECT entry FROM ledger_log WHERE idx >= ? ORDER BY idx LIMIT ?"), from, std::int64_t(limit));
+    if (!rows)
+        return rows.error();
+    return storage::collect(*rows, [](Statement& row) { return row.columnText(0); });
 }
 
 Result<std::int64_t> LedgerLog::append(const QJsonObject& entry)

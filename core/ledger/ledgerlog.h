@@ -6,6 +6,9 @@
 
 #include <QJsonObject>
 #include <QList>
+#include <QStringList>
+
+#include <optional>
 
 #include <cstdint>
 
@@ -41,10 +44,16 @@ public:
     Result<Digest> subtree(int level, std::int64_t index) const override;
     // Entries [from, from + limit), in order.
     Result<QList<QJsonObject>> entries(std::int64_t from, int limit) const;
+    // Their leaves' exact bytes (UTF-8), as the log's messages carry them.
+    Result<QStringList> leaves(std::int64_t from, int limit) const;
+    // The leaf of the transfer with this cause; none where no transfer has it.
+    Result<std::optional<std::int64_t>> indexOf(const QString& cause) const;
 
     static constexpr int TileLevels = 8; // a stored level every 8 (a tile of 256 hashes)
 
 private:
+    // Transfers logged before they kept their leaf's index learn it (once, at the broker's start).
+    Status linkTransfers();
     // The stored hashes of `level` (0: leaves; else a multiple of TileLevels), [from, to).
     Result<QList<Digest>> stored(int level, std::int64_t from, std::int64_t to) const;
     // After leaf `index`: the tiles it completed.

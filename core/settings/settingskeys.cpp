@@ -140,6 +140,9 @@ QList<Key> makeKeys()
         intKey(BrokerDisputeTimeoutSeconds, 60, 1, 86'400,
             "Seconds a node has to send a checkpoint state in a dispute (at least twice the job's usual shard time: the node "
             "may re-create the state); a timeout counts as a loss."),
+        intKey(BrokerLogHeadMs, 5'000, 100, 600'000,
+            "How often, in milliseconds, the broker signs a new head of its ledger's log while entries arrive, and how often "
+            "nodes ask for it (docs/LEDGER.md)."),
         intKey(BrokerSelfVerifyAfterSeconds, 120, 0, 604'800,
             "Seconds a sampled result waits for a node to re-execute it before the broker does it itself (at once "
             "when no connected node could)."),

@@ -93,6 +93,7 @@ inline const QString BrokerAuditPercent = QStringLiteral("Broker/AuditPercent");
 inline const QString BrokerSlashPercent = QStringLiteral("Broker/SlashPercent");
 inline const QString BrokerUpdateNormFactor = QStringLiteral("Broker/UpdateNormFactor");
 inline const QString BrokerDisputeTimeoutSeconds = QStringLiteral("Broker/DisputeTimeoutSeconds");
+inline const QString BrokerLogHeadMs = QStringLiteral("Broker/LogHeadMs");
 inline const QString BrokerSelfVerifyAfterSeconds = QStringLiteral("Broker/SelfVerifyAfterSeconds");
 inline const QString BrokerUnbondingDelaySeconds = QStringLiteral("Broker/UnbondingDelaySeconds");
 inline const QString BrokerMaxJobsPerOwner = QStringLiteral("Broker/MaxJobsPerOwner");

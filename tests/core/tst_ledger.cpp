@@ -1,7 +1,12 @@
+#include <core/broker/logpublisher.h>
+#include <core/clock.h>
 #include <core/ledger/ledger.h>
 #include <core/ledger/ledgerlog.h>
+#include <core/ledger/loghead.h>
+#include <core/ledger/merkle.h>
 #include <support/teststore.h>
 
+#include <QJsonArray>
 #include <QTemporaryDir>
 #include <QTest>
 
@@ -238,6 +243,86 @@ private Q_SLOTS:
                 QStringLiteral("minted"), 10));
         QCOMPARE(entries[1].value(QStringLiteral("cause")).toString(), QStringLiteral("pay:x"));
         QCOMPARE(entries[2].value(QStringLiteral("cause")).toString(), QStringLiteral("back"));
+        // Each transfer knows its leaf (a receipt's proof starts there).
+        QCOMPARE(*log.indexOf(QStringLiteral("faucet:a")), std::optional<std::int64_t>(0));
+        QCOMPARE(*log.indexOf(QStringLiteral("pay:x")), std::optional<std::int64_t>(1));
+        QCOMPARE(*log.indexOf(QStringLiteral("back")), std::optional<std::int64_t>(2));
+        QCOMPARE(*log.indexOf(QStringLiteral("never")), std::nullopt);
+        // Transfers logged before they kept their leaf's index (migration 19) find it at the next start.
+        QVERIFY(db->execute(QStringLiteral("UPDATE ledger_transfers SET log_idx = NULL")).ok());
+        QCOMPARE(*log.indexOf(QStringLiteral("pay:x")), std::nullopt);
+        QCOMPARE(*log.backfill(), 0);
+        QCOMPARE(*log.indexOf(QStringLiteral("pay:x")), std::optional<std::int64_t>(1));
+        QCOMPARE(*log.indexOf(QStringLiteral("back")), std::optional<std::int64_t>(2));
+    }
+
+    // What the LOG-* messages answer (docs/LEDGER.md, "Asking for the log"): signed heads, a new one
+    // only when the log grew and the last is old enough (or a caller holds a larger one), proofs
+    // that verify against them, pages of entries, and a receipt's place.
+    void thePublisherSignsHeadsAndProvesEntries()
+    {
+        QTemporaryDir dir;
+        auto db = openLedgerDatabase(dir.filePath(QStringLiteral("published.sqlite")));
+        Ledger ledger(*db);
+        const auto keys = SigningKeys::generate();
+        ManualClock clock(1'000'000);
+        const QString network = QStringLiteral("00112233445566778899aabbccddeeff");
+        broker::LogPublisher publisher(*db, keys, network, clock, 5'000);
+        auto empty = publisher.head();
+        QVERIFY(empty.ok());
+        QCOMPARE(empty->size, 0);
+        QCOMPARE(empty->root, merkle::emptyRoot());
+        QVERIFY(ledger.mint(accounts::balance(QStringLiteral("a")), credits(1000), QStringLiteral("faucet"), 1).ok());
+        for (int i = 0; i < 40; ++i)
+            QVERIFY(ledger
+                        .transfer(accounts::balance(QStringLiteral("a")), accounts::balance(QStringLiteral("b")),
+                            Credits::fromMicro(10 + i), QStringLiteral("pay:%1").arg(i), QStringLiteral("shard"), 2 + i)
+                        .ok());
+        publisher.tick(); // the last head is not 5 s old: no new one
+        QCOMPARE(publisher.head()->size, 0);
+        clock.advance(5'000);
+        publisher.tick();
+        const auto head = *publisher.head();
+        QCOMPARE(head.size, 41);
+        QVERIFY(LogHead::read(head.document).ok());
+        QCOMPARE(head.network, network);
+        QVERIFY(ledger
+                    .transfer(accounts::balance(QStringLiteral("a")), accounts::balance(QStringLiteral("b")), credits(1),
+                        QStringLiteral("later"), {}, 50)
+                    .ok());
+        // A caller holding a head of 42 (another broker's) gets one at least as large, at once.
+        auto reply = *publisher.headReply(42);
+        auto newer = *LogHead::read(reply.value(QStringLiteral("head")).toObject());
+        QCOMPARE(newer.size, 42);
+        QVERIFY(checkExtends(head, newer, *proofFromJson(publisher.headReply(41)->value(QStringLiteral("consistency")))).ok());
+        QCOMPARE(publisher.headReply(43).error().field, QStringLiteral("from"));
+
+        auto proof = *publisher.proofReply(7, std::nullopt);
+        const QByteArray entry = proof.value(QStringLiteral("entry")).toString().toUtf8();
+        QVERIFY(entry.contains("\"cause\":\"pay:6\""));
+        QVERIFY(merkle::verifyInclusion(
+            merkle::leafHash(entry), 7, newer.size, *proofFromJson(proof.value(QStringLiteral("proof"))), newer.root));
+        auto inOlder = *publisher.proofReply(7, 41);
+        QVERIFY(merkle::verifyInclusion(
+            merkle::leafHash(entry), 7, 41, *proofFromJson(inOlder.value(QStringLiteral("proof"))), head.root));
+        QVERIFY(!publisher.proofReply(41, 41).ok());
+        QVERIFY(!publisher.proofReply(42, std::nullopt).ok());
+        QVERIFY(!publisher.consistencyReply(5, 43).ok());
+        QVERIFY(!publisher.consistencyReply(6, 5).ok());
+        auto consistency = *publisher.consistencyReply(41, 42);
+        QVERIFY(
+            merkle::verifyConsistency(41, 42, head.root, newer.root, *proofFromJson(consistency.value(QStringLiteral("proof")))));
+
+        auto page = *publisher.entriesReply(40, 256);
+        QCOMPARE(page.value(QStringLiteral("entries")).toArray().size(), 2);
+        QVERIFY(!page.contains(QStringLiteral("next")));
+        page = *publisher.entriesReply(0, 10);
+        QCOMPARE(page.value(QStringLiteral("next")).toInteger(), 10);
+        QVERIFY(!publisher.entriesReply(0, 257).ok());
+
+        auto logged = *publisher.receiptLog(QStringLiteral("pay:6"));
+        QCOMPARE(logged.value(QStringLiteral("index")).toInteger(), 7);
+        QVERIFY(!publisher.receiptLog(QStringLiteral("never")).ok());
     }
 
     void invariantCheckFindsTampering()
