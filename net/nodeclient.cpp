@@ -140,6 +140,7 @@ struct NodeClient::Private {
     int logHeadMs = 0; // WELCOME's: how often to ask for the ledger log's head (0: an older broker)
     std::int64_t nextLogHeadAt = 0;
     bool logHeadAsked = false;
+    std::int64_t logHeadAskedAt = 0; // an ask whose reply never came (a broker killed and back at once) is made again
     QHash<QString, int> handedAttempts; // results from the relay in the outbox: refusals so far
     std::int64_t reconnectAt = 0;
     Backoff backoff;
@@ -1365,14 +1366,15 @@ void NodeClient::Private::onError(const Message& message, const Pending* purpose
 
 void NodeClient::Private::watchLog()
 {
-    if (!options.logWatch || session != Session::Registered || logHeadMs <= 0 || network.isEmpty() || logHeadAsked
-        || now() < nextLogHeadAt)
+    if (!options.logWatch || session != Session::Registered || logHeadMs <= 0 || network.isEmpty() || now() < nextLogHeadAt
+        || (logHeadAsked && now() - logHeadAskedAt < 3 * std::int64_t(logHeadMs)))
         return;
     const std::int64_t from = options.logWatch->keptSize(network);
     LogHeadRequest request;
     request.from = from;
     this->request(Command::LogHead, request.toHeader(), {}, { Pending::Purpose::LogHead, {}, {}, from });
     logHeadAsked = true;
+    logHeadAskedAt = now();
     nextLogHeadAt = now() + logHeadMs;
 }
 

@@ -266,6 +266,23 @@ public:
     // Micro-credits held by an account, from tessera-job balance.
     // An account's balance in micro-credits, or -1. A read: asked again (up to 3 times) when the
     // answer is not a balance, and what came back instead is logged.
+    // The size of the ledger's log now (tessera-job audit --json: the entries it read); -1 when unknown.
+    std::int64_t logSize()
+    {
+        const auto audit = job({ QStringLiteral("audit"), QStringLiteral("--json") });
+        const auto entries = QJsonDocument::fromJson(audit.standardOutput.toUtf8()).object().value(QStringLiteral("entries"));
+        return entries.isDouble() ? entries.toInteger() : -1;
+    }
+    // The size of the newest head of the ledger's log that node INDEX checked (log-heads.json); 0: none.
+    std::int64_t keptLogSize(int index) const
+    {
+        QFile file(path(QStringLiteral("node%1/log-heads.json").arg(index)));
+        if (!file.open(QIODevice::ReadOnly))
+            return 0;
+        const auto heads = QJsonDocument::fromJson(file.readAll()).object();
+        return heads.isEmpty() ? 0 : heads.begin().value().toObject().value(QStringLiteral("size")).toInteger();
+    }
+
     std::int64_t balanceOf(const QString& account)
     {
         for (int attempt = 0; attempt < 3; ++attempt) {

@@ -4,6 +4,7 @@
 
 #include "cluster.h"
 
+#include <QElapsedTimer>
 #include <QSet>
 
 using namespace tessera::tests::e2e;
@@ -77,9 +78,11 @@ private Q_SLOTS:
     void threeNodesTrainToTheSameBitsAsOneMachine()
     {
         Cluster cluster;
-        cluster.startBroker();
+        // A head of the ledger's log every half second, so that the tampering below is seen soon.
+        cluster.startBroker({}, QStringLiteral("LogHeadMs=500\n"));
+        QList<QProcess*> processes;
         for (int i = 1; i <= 3; ++i)
-            cluster.startNode(i, {}, Cluster::FirstStart::Benchmark);
+            processes << cluster.startNode(i, {}, Cluster::FirstStart::Benchmark);
         const QString jobId = cluster.submit();
         QVERIFY(!jobId.isEmpty());
         const auto job = cluster.waitForEnd(jobId);
@@ -139,11 +142,14 @@ private Q_SLOTS:
             cluster.job({ QStringLiteral("receipt"), QStringLiteral("escrow:") + jobId, QStringLiteral("-o"), receipt }).exitCode,
             0);
         const auto verified = run(Bin + QStringLiteral("/tessera-job"), { QStringLiteral("verify-receipt"), receipt });
-        QVERIFY2(verified.exitCode == 0 && verified.output.contains(QStringLiteral("valid receipt: 100 credits")),
+        QVERIFY2(verified.exitCode == 0 && verified.output.contains(QStringLiteral("valid receipt: 100 credits"))
+                && verified.output.contains(QStringLiteral("in the ledger's log: entry")),
             qPrintable(verified.output));
+        // The same from the docs alone, in Python: the signature, and the receipt's place in the log.
         const auto independent
             = run(Python, { QStringLiteral(TESSERA_SOURCE_DIR "/tests/e2e/python/verify_receipt.py"), receipt });
-        QVERIFY2(independent.exitCode == 0, qPrintable(independent.output));
+        QVERIFY2(independent.exitCode == 0 && independent.output.contains(QStringLiteral("hashlib: entry")),
+            qPrintable(independent.output));
         QFile receiptFile(receipt);
         QVERIFY(receiptFile.open(QIODevice::ReadOnly));
         const QByteArray doctored = receiptFile.readAll().replace("\"100\"", "\"10\"");
@@ -164,6 +170,61 @@ private Q_SLOTS:
                 QStringLiteral("import torch; w = torch.load('%1'); print(sorted(w)); assert w['fc0.weight'].shape == (256, 784)")
                     .arg(model) });
         QVERIFY2(loaded.exitCode == 0, qPrintable(loaded.output));
+
+        ledgerLogHoldsAndARewriteIsCaught(cluster, processes);
+    }
+
+    // docs/LEDGER.md: the broker's log, checked from outside (tessera-job audit, and a checker in
+    // Python from the docs), agrees with every figure the broker reports; then the operator halves
+    // a shard's payment while the broker is stopped and leaves the books consistent. Every node
+    // catches it at the first head after the restart, tessera-job check-head catches it against a
+    // head kept from before, and tessera-node run exits 3.
+    static void ledgerLogHoldsAndARewriteIsCaught(Cluster& cluster, const QList<QProcess*>& nodes)
+    {
+        const auto audited = cluster.job({ QStringLiteral("audit") });
+        QVERIFY2(audited.exitCode == 0 && audited.output.contains(QStringLiteral("all agree")), qPrintable(audited.output));
+        qInfo("%s", qPrintable(audited.output.trimmed()));
+        const auto checked
+            = run(Python, { QStringLiteral(TESSERA_SOURCE_DIR "/tests/e2e/python/check_log.py"), cluster.endpoint() });
+        QVERIFY2(checked.exitCode == 0, qPrintable(checked.output));
+        qInfo("%s", qPrintable(checked.output.trimmed()));
+        // Every node keeps the newest head it checked: one of the whole log, soon.
+        const std::int64_t logged = cluster.logSize();
+        for (int i = 1; i <= 3; ++i)
+            QVERIFY(QTest::qWaitFor([&] { return cluster.keptLogSize(i) >= logged; }, 120'000));
+        const auto auditJson = cluster.job({ QStringLiteral("audit"), QStringLiteral("--json") });
+        const QString keptHead = cluster.path(QStringLiteral("kept-head.json"));
+        Cluster::writeFile(keptHead,
+            QString::fromUtf8(QJsonDocument(
+                QJsonDocument::fromJson(auditJson.standardOutput.toUtf8()).object().value(QStringLiteral("head")).toObject())
+                                  .toJson()));
+        QVERIFY(cluster.job({ QStringLiteral("check-head"), keptHead }).exitCode == 0);
+
+        ::kill(pid_t(cluster.broker()->processId()), SIGKILL);
+        cluster.broker()->waitForFinished();
+        const auto tampered = run(Python,
+            { QStringLiteral(TESSERA_SOURCE_DIR "/tests/e2e/python/tamper_ledger.py"),
+                cluster.path(QStringLiteral("broker/broker.sqlite")), QStringLiteral("change-amount") });
+        QVERIFY2(tampered.exitCode == 0, qPrintable(tampered.output));
+        qInfo("tampered: %s", qPrintable(tampered.output.trimmed()));
+        QElapsedTimer sinceRestart;
+        sinceRestart.start();
+        cluster.startBroker({}, QStringLiteral("LogHeadMs=500\n"));
+        for (int i = 1; i <= 3; ++i)
+            QVERIFY2(
+                QTest::qWaitFor(
+                    [&] { return cluster.log(QStringLiteral("node%1").arg(i)).contains(QStringLiteral("LEDGER LOG BROKEN")); },
+                    120'000),
+                qPrintable(cluster.log(QStringLiteral("node%1").arg(i)).right(3000)));
+        qInfo("every node flagged the rewritten log %lld ms after the broker was started again", sinceRestart.elapsed());
+        QVERIFY(!QDir(cluster.path(QStringLiteral("node1/log-evidence"))).entryList(QDir::Files).isEmpty());
+        // The rewrite is consistent in itself: only a head from before shows it.
+        const auto rechecked = cluster.job({ QStringLiteral("check-head"), keptHead });
+        QVERIFY2(
+            rechecked.exitCode != 0 && rechecked.output.contains(QStringLiteral("LOG BROKEN")), qPrintable(rechecked.output));
+        nodes[0]->terminate();
+        QVERIFY(nodes[0]->waitForFinished(60'000));
+        QCOMPARE(nodes[0]->exitCode(), 3);
     }
 
     // Five nodes that cheat, each in its own way, and two honest ones on one job: every cheat is
@@ -246,6 +307,42 @@ private Q_SLOTS:
         QCOMPARE(after.size(), before.size());
         for (qsizetype i = 0; i < after.size(); ++i)
             QCOMPARE(after[i].toObject().value(QStringLiteral("balance")), before[i].toObject().value(QStringLiteral("balance")));
+
+        // The ledger's log holds every slash with the ruling that caused it, and its replay agrees
+        // with every stake the broker reports (docs/LEDGER.md, "Audit").
+        const auto audited = cluster.job({ QStringLiteral("audit") });
+        QVERIFY2(audited.exitCode == 0 && audited.output.contains(QStringLiteral("all agree")), qPrintable(audited.output));
+        qInfo("%s", qPrintable(audited.output.trimmed()));
+        aDeletedSlashIsCaughtByEveryHonestNode(cluster);
+    }
+
+    // The operator takes a slash out of history while the broker is stopped (its stake given back,
+    // the entries after it renumbered, the books consistent): the honest nodes, which kept a head
+    // that holds the slash, flag the broker as soon as it serves again.
+    static void aDeletedSlashIsCaughtByEveryHonestNode(Cluster& cluster)
+    {
+        // The honest nodes have checked a head that holds the whole log, slashes included.
+        const std::int64_t logged = cluster.logSize();
+        for (int i = 1; i <= 2; ++i)
+            QVERIFY(QTest::qWaitFor([&] { return cluster.keptLogSize(i) >= logged; }, 120'000));
+        ::kill(pid_t(cluster.broker()->processId()), SIGKILL);
+        cluster.broker()->waitForFinished();
+        const auto tampered = run(Python,
+            { QStringLiteral(TESSERA_SOURCE_DIR "/tests/e2e/python/tamper_ledger.py"),
+                cluster.path(QStringLiteral("broker/broker.sqlite")), QStringLiteral("delete-slash") });
+        QVERIFY2(tampered.exitCode == 0, qPrintable(tampered.output));
+        qInfo("tampered: %s", qPrintable(tampered.output.trimmed()));
+        QElapsedTimer sinceRestart;
+        sinceRestart.start();
+        cluster.startBroker({}, QStringLiteral("DisputeTimeoutSeconds=20\nSelfVerifyAfterSeconds=600\nLogHeadMs=500\n"));
+        QVERIFY(cluster.ledgerConsistent()); // the books alone show nothing
+        for (int i = 1; i <= 2; ++i)
+            QVERIFY2(
+                QTest::qWaitFor(
+                    [&] { return cluster.log(QStringLiteral("node%1").arg(i)).contains(QStringLiteral("LEDGER LOG BROKEN")); },
+                    120'000),
+                qPrintable(cluster.log(QStringLiteral("node%1").arg(i)).right(3000)));
+        qInfo("both honest nodes flagged the deleted slash %lld ms after the broker was started again", sinceRestart.elapsed());
     }
 
     // training.determinism portable across machines that differ (docs/VERIFICATION.md, "Disputes
