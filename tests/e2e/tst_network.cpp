@@ -1014,6 +1014,49 @@ private Q_SLOTS:
         QVERIFY2(insecure.readAll().contains("every caller acts as the operator"), "no warning");
     }
 
+    // docs/LEDGER.md, "Watching the log": an operator forks its broker's books (a copy of its data
+    // folder, served by a second broker of the same network and key) and shows each fork to other
+    // nodes. A node that reaches both brokers sees two histories that no proof joins and flags the
+    // network; a head published from one fork fails tessera-job check-head against the other.
+    void aHistoryForkedForSomeNodesIsASplitView()
+    {
+        Cluster first;
+        Cluster second;
+        first.startBroker({}, QStringLiteral("LogHeadMs=300\n"));
+        first.startNode(2); // shared history: node 2's stake
+        QVERIFY(QTest::qWaitFor([&] { return first.logSize() >= 1; }, 120'000));
+        ::kill(pid_t(first.broker()->processId()), SIGKILL);
+        first.broker()->waitForFinished();
+        QCOMPARE(run(QStringLiteral("cp"),
+                     { QStringLiteral("-a"), first.path(QStringLiteral("broker")), second.path(QStringLiteral("broker")) })
+                     .exitCode,
+            0);
+        QFile::remove(second.path(QStringLiteral("broker/broker.lock")));
+        first.startBroker({}, QStringLiteral("LogHeadMs=300\n"));
+        second.startBroker({}, QStringLiteral("LogHeadMs=300\n"));
+        // Each fork grows on its own: a node that only one of them knows.
+        first.startNode(3);
+        second.startNode(4);
+        QVERIFY(QTest::qWaitFor([&] { return first.logSize() >= 2 && second.logSize() >= 2; }, 120'000));
+        first.startNode(1, { first.endpoint(), second.endpoint() });
+        QVERIFY2(QTest::qWaitFor(
+                     [&] { return first.log(QStringLiteral("node1")).contains(QStringLiteral("LEDGER LOG BROKEN")); }, 120'000),
+            qPrintable(first.log(QStringLiteral("node1")).right(3000)));
+        qInfo("%s",
+            qPrintable(first.log(QStringLiteral("node1")).section(QStringLiteral("LEDGER LOG BROKEN"), 1).section(u'\n', 0, 0)));
+        const auto evidence = QDir(first.path(QStringLiteral("node1/log-evidence"))).entryList(QDir::Files);
+        QCOMPARE(evidence.size(), 1);
+        // A head one fork published does not extend to the other's.
+        const auto auditJson = second.job({ QStringLiteral("audit"), QStringLiteral("--json") });
+        const QString published = first.path(QStringLiteral("published-head.json"));
+        Cluster::writeFile(published,
+            QString::fromUtf8(QJsonDocument(
+                QJsonDocument::fromJson(auditJson.standardOutput.toUtf8()).object().value(QStringLiteral("head")).toObject())
+                                  .toJson()));
+        const auto checked = first.job({ QStringLiteral("check-head"), published });
+        QVERIFY2(checked.exitCode != 0 && checked.output.contains(QStringLiteral("LOG BROKEN")), qPrintable(checked.output));
+    }
+
     void oneNodeServesTwoBrokers()
     {
         const QString small = m_dir.filePath(QStringLiteral("small.json"));
