@@ -56,6 +56,10 @@ def figures(results):
     if "ledger.logShare" in f:
         f["ledger.logPercent"] = f["ledger.logShare"] * 100
         f["ledger.verdict"] = met(f["ledger.logShare"], 0.10, at_least=False)
+    if "ledger.inclusionProofBytes" in f:
+        f["ledger.proofVerdict"] = met(
+            max(f["ledger.inclusionProofBytes"], f["ledger.consistencyProofBytes"]) <= 1024
+            and max(f["ledger.inclusionVerifyMicros"], f["ledger.consistencyVerifyMicros"]) <= 1000, True)
     # Measured only where PostgreSQL is installed, and the failover only as root (namespaces).
     if "broker.postgresAssignmentsPerSecond" in f:
         f["broker.postgresRow"] = "| %s /s | %.3f | %s |" % (

@@ -129,7 +129,7 @@ Result<Applied> Ledger::apply(
     }
     // The log's leaf (docs/LEDGER.md, "Entries"), in the same savepoint: the log and the books
     // never disagree.
-    auto logged = LedgerLog(m_db).append(LedgerLog::transferEntry(debit, credit, amount.micro(), cause, memo, atMs));
+    auto logged = LedgerLog(m_db).appendLeaf(LedgerLog::transferLeaf(debit, credit, amount.micro(), cause, memo, atMs));
     if (!logged) {
         (void)m_db.execute(QStringLiteral("ROLLBACK TO ledger_transfer"));
         (void)m_db.execute(QStringLiteral("RELEASE ledger_transfer"));

@@ -29,8 +29,13 @@ public:
     // Appends an entry (its compact JSON is the leaf); inside the caller's transaction, whose
     // writer lock orders the entries of every broker of the database. Its index.
     Result<std::int64_t> append(const QJsonObject& entry);
+    // The same for an entry's leaf bytes (compact JSON, keys sorted).
+    Result<std::int64_t> appendLeaf(const QByteArray& bytes);
     // The leaf's bytes for an entry (compact JSON, keys sorted).
     static QByteArray leafBytes(const QJsonObject& entry);
+    // leafBytes(transferEntry(...)), made faster.
+    static QByteArray transferLeaf(const QString& debit, const QString& credit, std::int64_t amount, const QString& cause,
+        const QString& memo, std::int64_t at);
     // A transfer's entry (docs/LEDGER.md, "Entries"); amount in micro-credits.
     static QJsonObject transferEntry(const QString& debit, const QString& credit, std::int64_t amount, const QString& cause,
         const QString& memo, std::int64_t at);

@@ -4,6 +4,11 @@
 
 #include <sqlite3.h>
 
+#include <memory>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
 namespace tessera::core::storage::detail {
 
 namespace {
@@ -41,14 +46,60 @@ DatabaseError errorOf(sqlite3* handle, const QString& path, int code, const QStr
     return DatabaseError { kind, extended ? extended : code, describe(path, message, kind, context) };
 }
 
+// Prepared statements kept for their SQL's next use: a broker runs the same few dozen statements
+// all day, and preparing one costs as much as running it (docs/PERFORMANCE.md, "The ledger's log").
+// Shared by the connection and its statements, so a statement that outlives the connection
+// finalizes itself.
+struct StatementCache {
+    static constexpr int MaxTexts = 512;
+    static constexpr std::size_t MaxIdlePerText = 4;
+    bool open = true;
+    std::unordered_map<std::string, std::vector<sqlite3_stmt*>> idle;
+
+    sqlite3_stmt* take(const std::string& sql)
+    {
+        auto found = idle.find(sql);
+        if (found == idle.end() || found->second.empty())
+            return nullptr;
+        sqlite3_stmt* statement = found->second.back();
+        found->second.pop_back();
+        return statement;
+    }
+    void giveBack(const std::string& sql, sqlite3_stmt* statement)
+    {
+        if (!statement) // SQL of no statement (only a comment) prepares to none
+            return;
+        sqlite3_reset(statement);
+        sqlite3_clear_bindings(statement);
+        auto& kept = idle[sql];
+        if (!open || kept.size() >= MaxIdlePerText || idle.size() > MaxTexts) {
+            sqlite3_finalize(statement);
+            return;
+        }
+        kept.push_back(statement);
+    }
+    void close()
+    {
+        open = false;
+        for (auto& [sql, statements] : idle) {
+            for (auto* statement : statements)
+                sqlite3_finalize(statement);
+        }
+        idle.clear();
+    }
+};
+
 class SqliteStatement final : public StatementBackend {
 public:
-    SqliteStatement(sqlite3* handle, QString path, sqlite3_stmt* statement)
+    SqliteStatement(
+        sqlite3* handle, QString path, sqlite3_stmt* statement, std::shared_ptr<StatementCache> cache, std::string sql)
         : m_handle(handle)
         , m_path(std::move(path))
         , m_statement(statement)
+        , m_cache(std::move(cache))
+        , m_sql(std::move(sql))
     { }
-    ~SqliteStatement() override { sqlite3_finalize(m_statement); }
+    ~SqliteStatement() override { m_cache->giveBack(m_sql, m_statement); }
 
     void bind(int index, std::int64_t value) override { sqlite3_bind_int64(m_statement, index, value); }
     void bind(int index, double value) override { sqlite3_bind_double(m_statement, index, value); }
@@ -98,6 +149,8 @@ private:
     sqlite3* m_handle;
     QString m_path;
     sqlite3_stmt* m_statement;
+    std::shared_ptr<StatementCache> m_cache;
+    std::string m_sql;
 };
 
 class SqliteConnection final : public Connection {
@@ -106,7 +159,11 @@ public:
         : m_path(std::move(path))
         , m_handle(handle)
     { }
-    ~SqliteConnection() override { sqlite3_close_v2(m_handle); }
+    ~SqliteConnection() override
+    {
+        m_statements->close();
+        sqlite3_close_v2(m_handle); // statements still out close it when they go
+    }
 
     Engine engine() const override { return Engine::SQLite; }
 
@@ -122,13 +179,16 @@ public:
 
     DbResult<std::unique_ptr<StatementBackend>> prepare(const QString& sql) override
     {
-        sqlite3_stmt* statement = nullptr;
-        const QByteArray utf8 = sql.toUtf8();
-        const int code = sqlite3_prepare_v3(
-            m_handle, utf8.constData(), static_cast<int>(utf8.size()), SQLITE_PREPARE_PERSISTENT, &statement, nullptr);
-        if (code != SQLITE_OK)
-            return errorOf(m_handle, m_path, code, sql);
-        return std::unique_ptr<StatementBackend>(std::make_unique<SqliteStatement>(m_handle, m_path, statement));
+        std::string utf8 = sql.toStdString();
+        sqlite3_stmt* statement = m_statements->take(utf8);
+        if (!statement) {
+            const int code = sqlite3_prepare_v3(
+                m_handle, utf8.c_str(), static_cast<int>(utf8.size()), SQLITE_PREPARE_PERSISTENT, &statement, nullptr);
+            if (code != SQLITE_OK)
+                return errorOf(m_handle, m_path, code, sql);
+        }
+        return std::unique_ptr<StatementBackend>(
+            std::make_unique<SqliteStatement>(m_handle, m_path, statement, m_statements, std::move(utf8)));
     }
 
     // IMMEDIATE takes the write lock now, so a busy database fails here and not halfway through.
@@ -153,6 +213,7 @@ public:
 private:
     QString m_path;
     sqlite3* m_handle;
+    std::shared_ptr<StatementCache> m_statements = std::make_shared<StatementCache>();
 };
 
 DbStatus configure(SqliteConnection& connection, const QString& path, const DatabaseOptions& options)

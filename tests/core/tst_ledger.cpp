@@ -189,6 +189,27 @@ private Q_SLOTS:
         QVERIFY(merkle::verifyConsistency(100, 300, *merkle::root(log, 100), root, consistency));
     }
 
+    // A transfer's leaf, written directly, is byte for byte what Qt writes for its entry, whatever
+    // its strings hold (quotes, backslashes, control characters, non-ASCII: through Qt then).
+    void aTransfersLeafIsItsEntrysCompactJson()
+    {
+        QStringList texts { QString(), QStringLiteral("balance:Q-%1TY+i6}4kVzlNVqU/u3K/i<]qGqdw+!IwayZ?"),
+            QStringLiteral("shard 3 of round 2, verified"), QStringLiteral("quote\"back\\slash"),
+            QStringLiteral("tab\tnew\nline"), QStringLiteral("caf\u00e9 \u4e2d"), QString(QChar(0x7f)), QString(QChar(0x1f)) };
+        QString printable;
+        for (char c = 0x20; c < 0x7f; ++c)
+            printable += QLatin1Char(c);
+        texts << printable;
+        for (const auto& text : texts) {
+            for (const std::int64_t amount :
+                { std::int64_t(1), std::int64_t(1'500'000), std::numeric_limits<std::int64_t>::max() }) {
+                QCOMPARE(LedgerLog::transferLeaf(text, QStringLiteral("credit"), amount, text, text, 1'764'900'000'123),
+                    LedgerLog::leafBytes(
+                        LedgerLog::transferEntry(text, QStringLiteral("credit"), amount, text, text, 1'764'900'000'123)));
+            }
+        }
+    }
+
     // What the books refuse or roll back leaves the log as it was; a repeat adds nothing.
     void aTransferThatDidNotHappenIsNotInTheLog()
     {
