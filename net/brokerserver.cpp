@@ -664,11 +664,14 @@ bool BrokerServer::Private::admit(const QByteArray& routingId, const QString& wh
     // the link carries them (about 600 a second on loopback here), not a flood.
     const bool range = frames.size() > 1 && frames[1].size() == 1
         && (quint8(frames[1][0]) == quint8(Command::Get) || quint8(frames[1][0]) == quint8(Command::Put));
+    // A proof of the ledger's log reads up to a few thousand hashes: it counts 4.
+    const bool logRead = frames.size() > 1 && frames[1].size() == 1
+        && (quint8(frames[1][0]) == quint8(Command::LogProof) || quint8(frames[1][0]) == quint8(Command::LogConsistency));
     auto& principal = principals[who];
     if (principal.lastSeen == 0)
         principal.limiter = RateLimiter(options.maxRequestsPerSecond);
     principal.lastSeen = now();
-    switch (principal.limiter.admit(range ? 0.25 : 1.0, now())) {
+    switch (principal.limiter.admit(range ? 0.25 : logRead ? 4.0 : 1.0, now())) {
     case RateLimiter::Decision::Pass:
         return true;
     case RateLimiter::Decision::Refuse:

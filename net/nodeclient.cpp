@@ -141,6 +141,7 @@ struct NodeClient::Private {
     std::int64_t nextLogHeadAt = 0;
     bool logHeadAsked = false;
     std::int64_t logHeadAskedAt = 0; // an ask whose reply never came (a broker killed and back at once) is made again
+    int logHeadMisses = 0; // asks in a row that got no head
     QHash<QString, int> handedAttempts; // results from the relay in the outbox: refusals so far
     std::int64_t reconnectAt = 0;
     Backoff backoff;
@@ -980,7 +981,15 @@ struct NodeClient::Private {
     // and checked against the one the node's sessions keep for the network.
     void watchLog();
     void logHeadSeen(const QJsonObject& reply, std::int64_t from);
-    bool logBroken() const { return options.logWatch && options.logWatch->broken(network); }
+    void missedLogHead(const QString& why);
+    bool logBroken() const
+    {
+        return options.logWatch && (options.logWatch->broken(network) || options.logWatch->brokerBroken(options.broker.endpoint));
+    }
+    // Until its log checks out again, a broker that did not show its head this many times in a row
+    // gets no READY (a broker cannot escape the watch by not answering).
+    static constexpr int MaxLogHeadMisses = 3;
+    bool logUnseen() const { return logHeadMisses >= MaxLogHeadMisses; }
     void onTask(const Message& message);
     void onChunk(const Message& message, const Pending& purpose);
     void onOk(const Message& message, const Pending& purpose);
@@ -1132,6 +1141,12 @@ void NodeClient::Private::onWelcome(const Message& message)
     logHeadMs = welcome ? welcome->logHeadMs : 0;
     nextLogHeadAt = now(); // the head at once, then every logHeadMs
     logHeadAsked = false;
+    if (options.logWatch) {
+        // A broker keeps the network it named first, and keeps publishing its log.
+        if (auto pinned = options.logWatch->announced(options.broker.endpoint, network, logHeadMs > 0); !pinned)
+            qCWarning(lcNode).noquote() << "cannot keep the ledger log's evidence:" << pinned.error().toString();
+        counters.logBroken = logBroken();
+    }
     brokerSeed.clear();
     if (welcome && welcome->swarmPort > 0) {
         const QString host = endpointHost(options.broker.endpoint);
@@ -1359,7 +1374,7 @@ void NodeClient::Private::onError(const Message& message, const Pending* purpose
         if (code == errors::Invalid && text.startsWith(fields::From + u':') && options.logWatch)
             counters.logBroken = !options.logWatch->shorter(network, options.broker.endpoint, text) || logBroken();
         else
-            qCWarning(lcNode).noquote() << "the broker did not give its ledger log's head:" << code << text;
+            missedLogHead(code + u' ' + text);
         return;
     }
 }
@@ -1369,6 +1384,8 @@ void NodeClient::Private::watchLog()
     if (!options.logWatch || session != Session::Registered || logHeadMs <= 0 || network.isEmpty() || now() < nextLogHeadAt
         || (logHeadAsked && now() - logHeadAskedAt < 3 * std::int64_t(logHeadMs)))
         return;
+    if (logHeadAsked) // the last ask went unanswered
+        missedLogHead(QStringLiteral("no answer"));
     const std::int64_t from = options.logWatch->keptSize(network);
     LogHeadRequest request;
     request.from = from;
@@ -1378,9 +1395,19 @@ void NodeClient::Private::watchLog()
     nextLogHeadAt = now() + logHeadMs;
 }
 
+void NodeClient::Private::missedLogHead(const QString& why)
+{
+    if (++logHeadMisses == MaxLogHeadMisses)
+        qCWarning(lcNode).noquote() << "the broker at" << options.broker.endpoint << "did not show its ledger log's head"
+                                    << MaxLogHeadMisses << "times in a row (" << why << "): no more work from it until it does";
+}
+
 void NodeClient::Private::logHeadSeen(const QJsonObject& reply, std::int64_t from)
 {
     logHeadAsked = false;
+    if (logUnseen())
+        qCInfo(lcNode).noquote() << "the broker at" << options.broker.endpoint << "shows its ledger log's head again";
+    logHeadMisses = 0;
     auto seen = options.logWatch->observe(network, options.broker.endpoint, reply, from);
     if (!seen)
         qCWarning(lcNode).noquote() << "cannot keep the ledger log's evidence:" << seen.error().toString();
@@ -1453,7 +1480,7 @@ void NodeClient::step(int maxWaitMs)
     }
     d->reportNext();
     if (d->session == Session::Registered && !d->stopping && !d->current && !d->readySent && d->outbox.empty()
-        && d->executor.idle() && d->now() >= d->diskFullUntil && !d->logBroken()) {
+        && d->executor.idle() && d->now() >= d->diskFullUntil && !d->logBroken() && !d->logUnseen()) {
         d->send(Command::Ready, ReadyRequest {}.toHeader());
         d->readySent = true;
     }

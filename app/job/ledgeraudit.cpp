@@ -52,6 +52,43 @@ std::optional<core::ledger::LogHead> newestHead(const Ask& ask, const std::optio
     return *head;
 }
 
+// A head of the whole log as it is now: the broker signs one at once when asked `from` its size
+// (its newest may be up to Broker/LogHeadMs old). Holding an earlier one, the new one must extend it.
+std::optional<core::ledger::LogHead> currentHead(
+    const Ask& ask, const std::optional<core::ledger::LogHead>& previous, int& status)
+{
+    net::LogEntriesRequest probe;
+    probe.from = 0;
+    probe.limit = 1;
+    auto entries = ask(net::Command::LogEntries, probe.toHeader(), status);
+    if (!entries)
+        return std::nullopt;
+    net::LogHeadRequest request;
+    request.from = std::max<std::int64_t>(entries->value(net::fields::Size).toInteger(), previous ? previous->size : 0);
+    auto reply = ask(net::Command::LogHead, request.toHeader(), status);
+    if (!reply)
+        return std::nullopt;
+    auto head = core::ledger::LogHead::read(reply->value(net::fields::Head).toObject());
+    if (!head || head->size < *request.from) {
+        status = fail(QStringLiteral("LOG BROKEN: the broker's head does not hold: %1")
+                          .arg(head ? QStringLiteral("it is older than the log") : head.error().toString()));
+        return std::nullopt;
+    }
+    if (previous) {
+        auto consistency
+            = ask(net::Command::LogConsistency, net::LogConsistencyRequest { previous->size, head->size }.toHeader(), status);
+        if (!consistency)
+            return std::nullopt;
+        auto proof = core::ledger::proofFromJson(consistency->value(net::fields::Proof));
+        auto extends = proof ? core::ledger::checkExtends(*previous, *head, *proof) : core::Status(proof.error());
+        if (!extends) {
+            status = fail(QStringLiteral("LOG BROKEN: %1").arg(extends.error().toString()));
+            return std::nullopt;
+        }
+    }
+    return *head;
+}
+
 // Entries up to the head's size, into the replay; then the replay's root must be the head's.
 bool readUpTo(const Ask& ask, const core::ledger::LogHead& head, core::ledger::LogReplay& replay, int& status)
 {
@@ -170,7 +207,7 @@ int audit(const Ask& ask, bool json)
     QStringList differ;
     // Entries arrive while it reads: a figure that moved meanwhile is asked for again, up to 3 times.
     for (int attempt = 0; attempt < 3; ++attempt) {
-        head = newestHead(ask, head, status);
+        head = currentHead(ask, head, status);
         if (!head || !readUpTo(ask, *head, replay, status))
             return status;
         auto reported = reportedFigures(ask, replay, status);
@@ -180,10 +217,13 @@ int audit(const Ask& ask, bool json)
         differ = differences(figures);
         if (differ.isEmpty())
             break;
-        auto later = newestHead(ask, head, status);
+        net::LogEntriesRequest probe;
+        probe.from = head->size;
+        probe.limit = 1;
+        auto later = ask(net::Command::LogEntries, probe.toHeader(), status);
         if (!later)
             return status;
-        if (later->size == head->size)
+        if (later->value(net::fields::Size).toInteger() <= head->size)
             break; // nothing moved: the differences stand
     }
     const QStringList problems = replay.problems();

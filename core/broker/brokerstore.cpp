@@ -779,8 +779,8 @@ Status BrokerStore::decideCheck(const Check& check, CheckState decided, Loser lo
         { QStringLiteral("checkKind"), nameOf(check.kind) }, { QStringLiteral("job"), check.jobId },
         { QStringLiteral("round"), qint64(check.round) }, { QStringLiteral("shard"), qint64(check.shard) },
         { QStringLiteral("accused"), check.accused }, { QStringLiteral("verifier"), check.verifier },
-        { QStringLiteral("state"), nameOf(decided) }, { QStringLiteral("loser"), nameOf(loser) }, { QStringLiteral("why"), why },
-        { QStringLiteral("at"), qint64(now) } };
+        { QStringLiteral("state"), nameOf(decided) }, { QStringLiteral("loser"), nameOf(loser) },
+        { QStringLiteral("why"), why.left(500) }, { QStringLiteral("at"), qint64(now) } };
     if (auto logged = ledger::LedgerLog(*m_db).append(entry); !logged)
         return logged.error();
     if (*own) {

@@ -5,6 +5,7 @@
 #include "../storage/database.h"
 
 #include <QJsonArray>
+#include <QJsonDocument>
 #include <QLoggingCategory>
 
 namespace tessera::core::broker {
@@ -180,7 +181,7 @@ Result<QJsonObject> LogPublisher::entriesReply(std::int64_t from, int limit)
     QJsonArray entries;
     qsizetype bytes = 0;
     for (const auto& leaf : *leaves) {
-        bytes += leaf.toUtf8().size() + leaf.count(QLatin1Char('"')) + 8; // its quotes are escaped in the header
+        bytes += QJsonDocument(QJsonArray { leaf }).toJson(QJsonDocument::Compact).size(); // as the header writes it
         if (!entries.isEmpty() && bytes > MaxEntryBytesPerPage)
             break;
         entries.append(leaf);

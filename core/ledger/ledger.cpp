@@ -67,6 +67,8 @@ Result<Applied> Ledger::transfer(
         return Error { QStringLiteral("credit"), QStringLiteral("a transfer needs two different accounts") };
     if (cause.isEmpty())
         return Error { QStringLiteral("cause"), QStringLiteral("every transfer names its cause") };
+    if (memo.size() > MaxMemoLength) // its log entry travels in one message's header (docs/LEDGER.md)
+        return transfer(debit, credit, amount, cause, memo.left(MaxMemoLength - 3) + QStringLiteral("..."), atMs);
     if (m_db.inTransaction())
         return apply(debit, credit, amount, cause, memo, atMs);
     // A transaction of its own: what it reads (an earlier transfer, a balance) stays true until it

@@ -57,6 +57,8 @@ public:
     // leave any account but the mint negative.
     Result<Applied> transfer(const QString& debit, const QString& credit, Credits amount, const QString& cause,
         const QString& memo, std::int64_t atMs);
+    // A memo (a slash's reason may quote a job owner's words) is cut to this many characters.
+    static constexpr qsizetype MaxMemoLength = 500;
     // New credits, from the mint (faucets, local and demo brokers).
     Result<Applied> mint(const QString& credit, Credits amount, const QString& cause, std::int64_t atMs);
 

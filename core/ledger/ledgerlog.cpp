@@ -89,7 +89,8 @@ Status LedgerLog::linkTransfers()
 {
     // Transfers logged before ledger_transfers.log_idx existed (migration 19): found by their
     // cause in the log's entries, once.
-    auto unlinked = storage::query(m_db, QStringLiteral("SELECT COUNT(*) FROM ledger_transfers WHERE log_idx IS NULL"));
+    auto unlinked = storage::query(
+        m_db, QStringLiteral("SELECT COUNT(*) FROM (SELECT id FROM ledger_transfers WHERE log_idx IS NULL LIMIT 1) AS unlogged"));
     if (!unlinked)
         return unlinked.error();
     auto found = storage::fetch(*unlinked);

@@ -73,21 +73,37 @@ void LogReplay::addTransfer(std::int64_t index, const QJsonObject& entry)
         return;
     }
     m_causes.insert(cause);
-    std::int64_t& from = m_balances[debit];
-    std::int64_t& to = m_balances[credit];
+    // Read, then written one at a time: a reference into the hash would dangle once it grows.
+    const std::int64_t from = m_balances.value(debit, 0);
+    const std::int64_t to = m_balances.value(credit, 0);
     if (debit != accounts::Mint && from < amount)
         m_problems << QStringLiteral("entry %1 takes %2 below zero").arg(index).arg(debit);
     if (from < std::numeric_limits<std::int64_t>::min() + amount || to > std::numeric_limits<std::int64_t>::max() - amount) {
         m_problems << QStringLiteral("entry %1 overflows an account").arg(index);
         return;
     }
-    from -= amount;
-    to += amount;
-    // A slash for a check (slash:CHECK:NODE...) waits for that check's ruling against the node
-    // (node ids may hold colons: the ruling's names are matched as prefixes).
-    static const QRegularExpression CheckSlash(QStringLiteral("^slash:(v[0-9a-f]{16}):"));
-    if (const auto match = CheckSlash.match(cause); match.hasMatch())
-        m_unruledSlashes[match.captured(1)].insert(cause, index);
+    m_balances[debit] = from - amount;
+    m_balances[credit] = to + amount;
+    checkSlash(index, debit, cause);
+}
+
+void LogReplay::checkSlash(std::int64_t index, const QString& debit, const QString& cause)
+{
+    // A slash for a check (Stakes::slash: slash:CHECK:NODE[:unbonding]:honest|burned) takes from
+    // that node's stake (or unbonding stake), and waits for the check's ruling against the node.
+    static const QRegularExpression CheckSlash(QStringLiteral("^slash:(v[0-9a-f]{16}):(.+?)(:unbonding)?:(honest|burned)$"));
+    if (!cause.startsWith(u"slash:v"))
+        return;
+    const auto match = CheckSlash.match(cause);
+    if (!match.hasMatch()) {
+        m_problems << QStringLiteral("entry %1 (%2) is a slash for a check in no form the broker writes").arg(index).arg(cause);
+        return;
+    }
+    const QString node = match.captured(2);
+    const QString account = match.captured(3).isEmpty() ? accounts::stake(node) : accounts::unbonding(node);
+    if (debit != account)
+        m_problems << QStringLiteral("entry %1 (%2) takes from %3, not from %4").arg(index).arg(cause, debit, account);
+    m_unruledSlashes[match.captured(1)].insert(cause, { node, index });
 }
 
 void LogReplay::addVerdict(const QJsonObject& entry)
@@ -103,10 +119,7 @@ void LogReplay::addVerdict(const QJsonObject& entry)
         losers << entry.value(QStringLiteral("accused")).toString();
     if (loser == u"verifier" || loser == u"both")
         losers << entry.value(QStringLiteral("verifier")).toString();
-    for (const auto& node : losers) {
-        const QString cause = QStringLiteral("slash:%1:%2").arg(check, node);
-        slashes->removeIf([&](const auto& slash) { return slash.key() == cause || slash.key().startsWith(cause + u':'); });
-    }
+    slashes->removeIf([&](const auto& slash) { return losers.contains(slash.value().first); });
     if (slashes->isEmpty())
         m_unruledSlashes.erase(slashes);
 }
@@ -117,7 +130,7 @@ QStringList LogReplay::problems() const
     for (const auto& slashes : m_unruledSlashes) {
         for (auto it = slashes.cbegin(); it != slashes.cend(); ++it)
             all << QStringLiteral("entry %1 (%2) slashes for a check whose ruling does not name the node")
-                       .arg(it.value())
+                       .arg(it.value().second)
                        .arg(it.key());
     }
     return all;

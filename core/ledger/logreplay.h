@@ -50,12 +50,13 @@ public:
 private:
     void addTransfer(std::int64_t index, const QJsonObject& entry);
     void addVerdict(const QJsonObject& entry);
+    void checkSlash(std::int64_t index, const QString& debit, const QString& cause);
 
     Frontier m_frontier;
     QHash<QString, std::int64_t> m_balances;
     QSet<QString> m_causes;
-    // Slashes for a check with no ruling against their node yet: check -> cause -> the slash's index.
-    QHash<QString, QHash<QString, std::int64_t>> m_unruledSlashes;
+    // Slashes for a check with no ruling against their node yet: check -> cause -> (node, index).
+    QHash<QString, QHash<QString, std::pair<QString, std::int64_t>>> m_unruledSlashes;
     QStringList m_problems;
     int m_transfers = 0;
     int m_verdicts = 0;

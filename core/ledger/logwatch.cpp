@@ -4,6 +4,7 @@
 #include <QDir>
 #include <QFile>
 #include <QJsonDocument>
+#include <QLockFile>
 #include <QLoggingCategory>
 #include <QSaveFile>
 
@@ -28,30 +29,91 @@ void LogWatch::load()
     if (m_directory.isEmpty())
         return;
     QFile file(QDir(m_directory).filePath(QStringLiteral("log-heads.json")));
-    if (!file.open(QIODevice::ReadOnly))
-        return;
-    const QJsonObject heads = QJsonDocument::fromJson(file.readAll()).object();
+    if (file.open(QIODevice::ReadOnly))
+        merge(QJsonDocument::fromJson(file.readAll()).object());
+}
+
+void LogWatch::merge(const QJsonObject& kept)
+{
+    // log-heads.json: {"heads": {NETWORK: head}, "brokers": {ENDPOINT: {"network", "signer"}}}; what
+    // this run knows wins over the file, a larger head over a smaller.
+    const QJsonObject heads = kept.value(QStringLiteral("heads")).toObject();
     for (auto it = heads.begin(); it != heads.end(); ++it) {
         auto head = LogHead::read(it.value().toObject());
-        if (head && head->network == it.key())
-            m_heads[head->network].insert(head->size, *head);
-        else
+        if (!head || head->network != it.key()) {
             qCWarning(lcLogWatch).noquote() << "log-heads.json: the head kept for" << it.key() << "does not hold; ignored";
+            continue;
+        }
+        auto& known = m_heads[head->network];
+        if (known.isEmpty() || head->size > known.lastKey())
+            known.insert(head->size, *head);
+    }
+    const QJsonObject brokers = kept.value(QStringLiteral("brokers")).toObject();
+    for (auto it = brokers.begin(); it != brokers.end(); ++it) {
+        if (!m_pins.contains(it.key()))
+            m_pins.insert(it.key(),
+                { it->toObject().value(QStringLiteral("network")).toString(),
+                    it->toObject().value(QStringLiteral("signer")).toString() });
     }
 }
 
-void LogWatch::save() const
+void LogWatch::save()
 {
     if (m_directory.isEmpty())
         return;
+    // Another process of this data folder (the app beside tessera-node) may keep heads too: its
+    // file is read again and merged under a lock, so that neither drops what the other kept.
+    const QString path = QDir(m_directory).filePath(QStringLiteral("log-heads.json"));
+    QLockFile lock(path + QStringLiteral(".lock"));
+    if (!lock.tryLock(2'000)) {
+        qCWarning(lcLogWatch).noquote() << "cannot lock" << lock.error() << path;
+        return;
+    }
+    load();
     QJsonObject heads;
     for (auto it = m_heads.cbegin(); it != m_heads.cend(); ++it) {
         if (!it->isEmpty())
             heads.insert(it.key(), it->last().document);
     }
-    QSaveFile file(QDir(m_directory).filePath(QStringLiteral("log-heads.json")));
-    if (!file.open(QIODevice::WriteOnly) || file.write(QJsonDocument(heads).toJson()) < 0 || !file.commit())
+    QJsonObject brokers;
+    for (auto it = m_pins.cbegin(); it != m_pins.cend(); ++it)
+        brokers.insert(
+            it.key(), QJsonObject { { QStringLiteral("network"), it->network }, { QStringLiteral("signer"), it->signer } });
+    QSaveFile file(path);
+    if (!file.open(QIODevice::WriteOnly)
+        || file.write(
+               QJsonDocument(QJsonObject { { QStringLiteral("heads"), heads }, { QStringLiteral("brokers"), brokers } }).toJson())
+            < 0
+        || !file.commit())
         qCWarning(lcLogWatch).noquote() << "cannot write" << file.fileName();
+}
+
+Status LogWatch::announced(const QString& broker, const QString& network, bool logs)
+{
+    const std::lock_guard lock(m_mutex);
+    const auto pin = m_pins.constFind(broker);
+    if (pin == m_pins.cend()) {
+        if (!network.isEmpty() && logs) {
+            m_pins.insert(broker, { network, {} });
+            save();
+        }
+        return {};
+    }
+    if (network != pin->network)
+        return breakNetwork(pin->network, broker,
+            QStringLiteral("it now names another network (%1) than the one whose log it signed (a fresh start hides a "
+                           "rewritten history)")
+                .arg(network.isEmpty() ? QStringLiteral("none") : network),
+            {});
+    if (!logs)
+        return breakNetwork(pin->network, broker, QStringLiteral("it no longer publishes its ledger's log"), {});
+    return {};
+}
+
+bool LogWatch::brokerBroken(const QString& broker) const
+{
+    const std::lock_guard lock(m_mutex);
+    return m_brokenBrokers.contains(broker);
 }
 
 std::int64_t LogWatch::keptSize(const QString& network) const
@@ -84,8 +146,22 @@ Result<LogWatch::Seen> LogWatch::observe(
             return status.error();
         return Seen::Broken;
     }
+    // A broker signs its heads with one key: another key's head is no word of its own.
+    if (auto pin = m_pins.find(broker); pin != m_pins.end()) {
+        if (pin->signer.isEmpty())
+            pin->signer = head->signer;
+        else if (pin->signer != head->signer) {
+            if (auto status = breakNetwork(network, broker,
+                    QStringLiteral("its head is signed by %1, not by its key %2").arg(head->signer, pin->signer), reply);
+                !status)
+                return status.error();
+            return Seen::Broken;
+        }
+    }
     auto& heads = m_heads[network];
     const LogHead* base = nullptr;
+    if (from == 0 && !heads.isEmpty())
+        return Seen::Unchecked; // asked before a head was kept: nothing to check it against
     if (from > 0) {
         const auto asked = heads.constFind(from);
         if (asked == heads.cend())
@@ -134,6 +210,7 @@ Status LogWatch::shorter(const QString& network, const QString& broker, const QS
 Status LogWatch::breakNetwork(const QString& network, const QString& broker, const QString& why, const QJsonObject& evidence)
 {
     m_broken.insert(network, QStringLiteral("%1: %2").arg(broker, why));
+    m_brokenBrokers.insert(broker);
     qCCritical(lcLogWatch).noquote() << "LEDGER LOG BROKEN: network" << network << "broker" << broker << why
                                      << "- no more work for this network; evidence in log-evidence/";
     if (m_directory.isEmpty())

@@ -36,7 +36,14 @@ public:
     // A broker that says its log is shorter than the kept head (LOG-HEAD refused `from`).
     Status shorter(const QString& network, const QString& broker, const QString& why);
 
+    // What a broker said at WELCOME: its network, and whether it publishes a log (logHeadMs). The
+    // first is kept (with the key its heads are signed by); a broker that later names another
+    // network, or stops publishing, breaks the network it named first.
+    Status announced(const QString& broker, const QString& network, bool logs);
+
     bool broken(const QString& network) const;
+    // Whether this broker showed a broken log (of whichever network).
+    bool brokerBroken(const QString& broker) const;
     bool anyBroken() const;
     // Why a network's log broke, the first that did (empty while none did).
     QString whyBroken() const;
@@ -44,13 +51,20 @@ public:
 private:
     Status breakNetwork(const QString& network, const QString& broker, const QString& why, const QJsonObject& evidence);
     void load();
-    void save() const;
+    void merge(const QJsonObject& kept);
+    void save();
 
     QString m_directory;
     mutable std::mutex m_mutex;
     // Per network: the heads checked lately, by size (a session's request may name an older one).
     QHash<QString, QMap<std::int64_t, LogHead>> m_heads;
     QHash<QString, QString> m_broken;
+    QSet<QString> m_brokenBrokers;
+    struct Pin {
+        QString network;
+        QString signer; // empty until its first head
+    };
+    QHash<QString, Pin> m_pins; // by broker endpoint
 };
 
 } // namespace tessera::core::ledger

@@ -207,17 +207,41 @@ private Q_SLOTS:
         repeated.add(log.entries.last());
         QVERIFY(repeated.problems().join(u' ').contains(QStringLiteral("repeats the cause")));
 
-        // A slash with no ruling, or with a ruling against someone else.
+        // A slash with no ruling, or with a ruling against someone else (node ids may hold colons).
         LogReplay unruled;
         unruled.add(transfer(QStringLiteral("mint"), QStringLiteral("stake:n:x"), 10, QStringLiteral("bond")));
         unruled.add(transfer(
-            QStringLiteral("stake:n:x"), QStringLiteral("burned"), 5, QStringLiteral("slash:v0123456789abcdef:n:x:honest")));
+            QStringLiteral("stake:n:x"), QStringLiteral("burned"), 5, QStringLiteral("slash:v0123456789abcdef:n:x:burned")));
+        unruled.add(
+            verdict(QStringLiteral("v0123456789abcdef"), QStringLiteral("n"), QStringLiteral("n:x:y"), QStringLiteral("both")));
         unruled.add(
             verdict(QStringLiteral("v0123456789abcdef"), QStringLiteral("n:x"), QStringLiteral("w"), QStringLiteral("verifier")));
         QCOMPARE(unruled.problems().size(), 1);
         unruled.add(
             verdict(QStringLiteral("v0123456789abcdef"), QStringLiteral("n:x"), QStringLiteral("w"), QStringLiteral("both")));
         QCOMPARE(unruled.problems(), QStringList {});
+
+        // A slash for a check that takes from someone else's stake, or in a form the broker never writes.
+        LogReplay misdirected;
+        misdirected.add(transfer(QStringLiteral("mint"), QStringLiteral("stake:innocent"), 10, QStringLiteral("bond")));
+        misdirected.add(transfer(
+            QStringLiteral("stake:innocent"), QStringLiteral("burned"), 5, QStringLiteral("slash:v0123456789abcdef:n:burned")));
+        misdirected.add(transfer(QStringLiteral("stake:innocent"), QStringLiteral("burned"), 1,
+            QStringLiteral("slash:v0123456789abcdef:innocent:owner")));
+        misdirected.add(
+            verdict(QStringLiteral("v0123456789abcdef"), QStringLiteral("n"), QStringLiteral("w"), QStringLiteral("accused")));
+        QCOMPARE(misdirected.problems().size(), 2);
+        QVERIFY(misdirected.problems().join(u' ').contains(QStringLiteral("takes from stake:innocent, not from stake:n")));
+
+        // Many accounts: the replay's sums hold however large its table grows.
+        LogReplay wide;
+        wide.add(transfer(QStringLiteral("mint"), QStringLiteral("balance:payer"), 1'000'000, QStringLiteral("mint")));
+        for (int i = 0; i < 5000; ++i)
+            wide.add(transfer(
+                QStringLiteral("balance:payer"), QStringLiteral("balance:n%1").arg(i), 7, QStringLiteral("pay:%1").arg(i)));
+        QCOMPARE(wide.balanceOf(QStringLiteral("balance:payer")), 1'000'000 - 5000 * 7);
+        QCOMPARE(wide.balanceOf(QStringLiteral("balance:n4999")), 7);
+        QCOMPARE(wide.problems(), QStringList {});
 
         LogReplay garbled;
         garbled.add(QStringLiteral("{\"kind\": \"transfer\"}"));
@@ -269,9 +293,57 @@ private Q_SLOTS:
         const Log shown = logOf(6);
         const Log hidden = logOf(6, QStringLiteral("fork"));
         QCOMPARE(*watch.observe(Network, QStringLiteral("a"), shown.reply(keys, 0), 0), LogWatch::Seen::Newer);
-        // The second broker answers a request made before the first head was kept (from 0).
-        QCOMPARE(*watch.observe(Network, QStringLiteral("b"), hidden.reply(otherKeys, 0), 0), LogWatch::Seen::Broken);
+        // A reply to a request made before the first head was kept (from 0) is not judged: it is
+        // asked again from the kept size.
+        QCOMPARE(*watch.observe(Network, QStringLiteral("b"), hidden.reply(otherKeys, 0), 0), LogWatch::Seen::Unchecked);
+        QCOMPARE(*watch.observe(Network, QStringLiteral("b"), hidden.reply(otherKeys, 6), 6), LogWatch::Seen::Broken);
         QVERIFY(watch.whyBroken().contains(QStringLiteral("split view")));
+        QVERIFY(watch.brokerBroken(QStringLiteral("b")));
+    }
+
+    // A broker keeps the network it named first and the key its heads are signed by: naming a new
+    // network (a fresh start that hides a rewritten history), no longer publishing, or signing with
+    // another key breaks it. What is kept survives a restart and a second process on the folder.
+    void aBrokerKeepsItsNetworkAndItsKey()
+    {
+        QTemporaryDir dir;
+        const auto keys = SigningKeys::generate();
+        const Log log = logOf(3);
+        {
+            LogWatch watch(dir.path());
+            QVERIFY(watch.announced(QStringLiteral("a"), Network, true).ok());
+            QCOMPARE(*watch.observe(Network, QStringLiteral("a"), log.reply(keys, 0), 0), LogWatch::Seen::Newer);
+            LogWatch other(dir.path()); // the app beside tessera-node: it keeps another network's head
+            const QString second = QStringLiteral("ffffffffffffffffffffffffffffffff");
+            QVERIFY(other.announced(QStringLiteral("z"), second, true).ok());
+            QJsonObject reply = log.reply(keys, 0);
+            const auto head = LogHead::sign(second, 3, *merkle::root(log.tree, 3), 5, keys);
+            reply.insert(QStringLiteral("head"), head.document);
+            QCOMPARE(*other.observe(second, QStringLiteral("z"), reply, 0), LogWatch::Seen::Newer);
+            QVERIFY(watch.announced(QStringLiteral("b"), Network, true).ok());
+            QCOMPARE(*watch.observe(Network, QStringLiteral("b"), log.reply(keys, 3), 3), LogWatch::Seen::Known); // saves again
+            LogWatch reread(dir.path());
+            QCOMPARE(reread.keptSize(Network), 3);
+            QCOMPARE(reread.keptSize(second), 3);
+        }
+        {
+            LogWatch watch(dir.path());
+            QVERIFY(watch.announced(QStringLiteral("a"), QStringLiteral("00000000000000000000000000000000"), true).ok());
+            QVERIFY(watch.broken(Network));
+            QVERIFY(watch.brokerBroken(QStringLiteral("a")));
+            QVERIFY(!watch.brokerBroken(QStringLiteral("b")));
+        }
+        {
+            LogWatch watch(dir.path());
+            QVERIFY(watch.announced(QStringLiteral("a"), Network, false).ok());
+            QVERIFY(watch.whyBroken().contains(QStringLiteral("no longer publishes")));
+        }
+        {
+            LogWatch watch(dir.path());
+            QCOMPARE(
+                *watch.observe(Network, QStringLiteral("a"), log.reply(SigningKeys::generate(), 3), 3), LogWatch::Seen::Broken);
+            QVERIFY(watch.whyBroken().contains(QStringLiteral("not by its key")));
+        }
     }
 
     void aLogShorterThanAKeptHeadBreaksIt()

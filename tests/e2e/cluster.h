@@ -279,7 +279,7 @@ public:
         QFile file(path(QStringLiteral("node%1/log-heads.json").arg(index)));
         if (!file.open(QIODevice::ReadOnly))
             return 0;
-        const auto heads = QJsonDocument::fromJson(file.readAll()).object();
+        const auto heads = QJsonDocument::fromJson(file.readAll()).object().value(QStringLiteral("heads")).toObject();
         return heads.isEmpty() ? 0 : heads.begin().value().toObject().value(QStringLiteral("size")).toInteger();
     }
 

@@ -9,6 +9,8 @@
 
 #include "cluster.h"
 
+#include <QElapsedTimer>
+
 #include <QDirIterator>
 #include <QFileInfo>
 
@@ -109,6 +111,13 @@ private Q_SLOTS:
             const auto answered = cluster.job(command, 60'000);
             QVERIFY2(answered.exitCode == 0, qPrintable(command.join(u' ') + QStringLiteral(": ") + answered.output));
         }
+        // The ledger's log of the whole job, replayed by tessera-job audit, agrees with every balance,
+        // stake and escrow the broker reports (docs/LEDGER.md, "Audit").
+        QElapsedTimer audit;
+        audit.start();
+        const auto audited = cluster.job({ QStringLiteral("audit") }, 300'000);
+        QVERIFY2(audited.exitCode == 0 && audited.output.contains(QStringLiteral("all agree")), qPrintable(audited.output));
+        qInfo("%s (%lld ms)", qPrintable(audited.output.trimmed()), audit.elapsed());
 
         // The newest 3 rounds' weights (Broker/KeepRounds) and the initial ones stay, not the 247
         // older rounds'; the 1,000 shard uploads and the re-executions' do not (one round's worth

@@ -47,6 +47,8 @@ size, root = check_head(head)
 entries = []
 while len(entries) < size:
     page = ask(LOG_ENTRIES, {"from": len(entries), "limit": 256})
+    if not page["entries"]:
+        fail("LOG-ENTRIES ends at %d, before the head's %d entries" % (len(entries), size))
     entries += page["entries"][: size - len(entries)]
 leaves = [leaf_hash(entry.encode("utf-8")) for entry in entries]
 if root_of(leaves) != root:

@@ -56,7 +56,7 @@ def check_head(head):
 
 def verify_inclusion(leaf, index, size, proof, root):
     """RFC 9162, section 2.1.3.2."""
-    if index >= size:
+    if index < 0 or index >= size:
         return False
     fn, sn, r = index, size - 1, leaf
     for p in proof:
