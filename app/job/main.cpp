@@ -7,6 +7,7 @@
 #include <app/common/cli.h>
 #include <core/jobspec.h>
 #include <core/ledger/loghead.h>
+#include <core/ledger/logrecord.h>
 #include <core/settings/settings.h>
 #include <core/signing.h>
 #include <net/brokerclient.h>
@@ -547,6 +548,32 @@ int checkHeadCommand(Context& context)
     return app::job::checkHead(askerOf(context), context.positional().at(0), context.json());
 }
 
+// Offline: a node's portable record (docs/LEDGER.md, "Portable records").
+int verifyRecord(Context& context)
+{
+    QFile file(context.positional().at(0));
+    if (!file.open(QIODevice::ReadOnly))
+        return fail(QStringLiteral("cannot read %1").arg(file.fileName()));
+    const auto record = QJsonDocument::fromJson(file.readAll()).object();
+    auto summary = core::ledger::verifyRecord(record, context.parser.value(QStringLiteral("signer")));
+    if (!summary)
+        return fail(QStringLiteral("INVALID record: %1").arg(summary.error().toString()));
+    const auto head = record.value(QStringLiteral("head")).toObject();
+    if (context.json())
+        return printJson(QJsonDocument(
+            QJsonObject { { QStringLiteral("valid"), true }, { QStringLiteral("node"), record.value(QStringLiteral("node")) },
+                { QStringLiteral("network"), head.value(QStringLiteral("network")) },
+                { QStringLiteral("signer"), head.value(QStringLiteral("signer")) },
+                { QStringLiteral("summary"), summary->toJson() } }));
+    out() << "valid record of node " << text(record, "node") << " on network " << text(head, "network") << " (head of "
+          << head.value(QStringLiteral("size")).toInteger() << " entries signed by " << text(head, "signer")
+          << "): " << summary->entries << " entries, " << summary->verified << " results verified, " << summary->agreed
+          << " checks agreed, " << summary->disputesLost << " disputes lost, " << summary->slashes << " slashes ("
+          << core::Credits::fromMicro(summary->slashedMicro).toString() << " credits), " << summary->earned() << " credits earned"
+          << Qt::endl;
+    return 0;
+}
+
 int whoami(Context& context)
 {
     auto mine = context.identity();
@@ -734,6 +761,10 @@ const QList<CommandInfo>& commands()
             QStringLiteral("check that the broker's ledger log extends a signed head kept or published elsewhere; exits 1 "
                            "when it does not"),
             1, 1, { QStringLiteral("json") }, {}, checkHeadCommand },
+        { QStringLiteral("verify-record"), QStringLiteral("FILE [--signer KEY] [--json]"),
+            QStringLiteral("check a node's record (tessera-node record) offline: every entry in the signed head's tree "
+                           "and naming the node, and (with --signer) the head signed by the network's key you know"),
+            1, 1, { QStringLiteral("signer"), QStringLiteral("json") }, {}, verifyRecord },
         { QStringLiteral("whoami"), QStringLiteral("[--json]"),
             QStringLiteral("your identity: the account you submit and pay with (created on first use, shared with the app "
                            "and tessera-node on this machine)"),

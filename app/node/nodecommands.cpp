@@ -18,6 +18,7 @@
 #include <core/broker/records.h>
 #include <core/decomposition.h>
 #include <core/jobspec.h>
+#include <core/ledger/logrecord.h>
 #include <core/ledger/logwatch.h>
 #include <core/settings/settings.h>
 #include <core/signing.h>
@@ -69,6 +70,10 @@ Commands:
                                        (computed, committed, sampled, accepted, verified,
                                        disputed, slashed, rejected, paid, failed, stale, refused)
   balance [--broker ADDRESS] [--json]  what this node holds on a broker: credits earned, and stake
+  record -o FILE [--broker ADDRESS] [--json]
+                                       this node's record on the broker's network: the ledger log's
+                                       entries that name it, with proofs under a signed head, for
+                                       another network to check (tessera-job verify-record)
   stake bond|unbond AMOUNT [--broker ADDRESS]
                                        bond credits from this node's balance as stake (a broker
                                        gives work only to nodes with enough bonded), or unbond
@@ -756,6 +761,57 @@ int stake(const QStringList& args, core::settings::Settings& settings)
 
 // What this node holds on a broker: its balance (what it earned), stake and unbonding stake. The
 // request goes with the node's identity, so under CURVE the broker answers for its account.
+// The node's record on a broker's network (docs/LEDGER.md, "Portable records"): the whole log read
+// and checked against a signed head, and the entries that name this node, each with its proof.
+int record(const QStringList& args, const core::settings::Settings& settings)
+{
+    QCommandLineParser parser;
+    parser.addOption({ QStringLiteral("broker"), QStringLiteral("broker address"), QStringLiteral("ADDRESS") });
+    parser.addOption(
+        { { QStringLiteral("o"), QStringLiteral("output") }, QStringLiteral("the record's file"), QStringLiteral("FILE") });
+    parser.addOption({ QStringLiteral("json"), QStringLiteral("print JSON") });
+    if (!parser.parse(args) || !parser.positionalArguments().isEmpty() || !parser.isSet(QStringLiteral("output")))
+        return fail(QStringLiteral("usage: tessera-node record -o FILE [--broker ADDRESS] [--json]"));
+    auto session = brokerSession(parser.value(QStringLiteral("broker")), settings);
+    if (!session)
+        return fail(session.error().toString());
+    auto& [broker, me] = *session;
+    net::BrokerClient client(broker, me.keys);
+    auto reply = client.request(net::Command::LogHead, {});
+    if (!reply)
+        return fail(reply.error().message);
+    auto head = core::ledger::LogHead::read(reply->value(net::fields::Head).toObject());
+    if (!head)
+        return fail(QStringLiteral("the broker's head does not hold: %1").arg(head.error().toString()));
+    QStringList leaves;
+    while (leaves.size() < head->size) {
+        net::LogEntriesRequest request;
+        request.from = leaves.size();
+        auto page = client.request(net::Command::LogEntries, request.toHeader());
+        if (!page)
+            return fail(page.error().message);
+        const auto entries = page->value(net::fields::Entries).toArray();
+        if (entries.isEmpty())
+            return fail(QStringLiteral("the broker's log ends before its head's %1 entries").arg(head->size));
+        for (qsizetype i = 0; i < entries.size() && leaves.size() < head->size; ++i)
+            leaves.append(entries[i].toString());
+    }
+    auto made = core::ledger::makeRecord(me.account(), *head, leaves);
+    if (!made)
+        return fail(made.error().toString());
+    QSaveFile file(parser.value(QStringLiteral("output")));
+    if (!file.open(QIODevice::WriteOnly) || file.write(QJsonDocument(*made).toJson()) < 0 || !file.commit())
+        return fail(QStringLiteral("cannot write %1").arg(file.fileName()));
+    const auto summary = *core::ledger::verifyRecord(*made, head->signer);
+    if (parser.isSet(QStringLiteral("json")))
+        return printJson(QJsonDocument(summary.toJson()));
+    out() << "wrote " << file.fileName() << ": " << summary.entries << " entries of network " << head->network
+          << " under its head of " << head->size << " (" << summary.verified << " results verified, " << summary.agreed
+          << " checks agreed, " << summary.disputesLost << " disputes lost, " << summary.earned() << " credits earned)"
+          << Qt::endl;
+    return 0;
+}
+
 int balance(const QStringList& args, const core::settings::Settings& settings)
 {
     QCommandLineParser parser;
@@ -842,6 +898,8 @@ int runNodeCommand(const QStringList& arguments)
         return stake(rest, settings);
     if (command == u"balance")
         return balance(rest, settings);
+    if (command == u"record")
+        return record(rest, settings);
     return fail(QStringLiteral("unknown command '%1'\n%2").arg(command, QString::fromUtf8(Usage)));
 }
 

@@ -5,6 +5,7 @@
 
 #include <core/ledger/ledgerlog.h>
 #include <core/ledger/loghead.h>
+#include <core/ledger/logrecord.h>
 #include <core/ledger/logreplay.h>
 #include <core/ledger/logwatch.h>
 #include <core/ledger/merkle.h>
@@ -16,6 +17,8 @@
 #include <QTemporaryDir>
 #include <QTest>
 #include <QTimeZone>
+
+#include <functional>
 
 using namespace tessera::core;
 using namespace tessera::core::ledger;
@@ -164,6 +167,59 @@ private Q_SLOTS:
         QJsonObject otherReceipt = receipt;
         otherReceipt.insert(QStringLiteral("amount"), QStringLiteral("2"));
         QVERIFY(!checkReceiptLog(otherReceipt, logged).ok());
+    }
+
+    // docs/LEDGER.md, "Portable records": a node's record holds every entry that names it, each
+    // proved under one head; it checks offline against the network's key, and any entry changed,
+    // added from another node's history or proved wrongly makes it invalid.
+    void aRecordShowsWhatTheLogSaysOfANode()
+    {
+        const auto keys = SigningKeys::generate();
+        Log log = logOf(3);
+        log.add(transfer(QStringLiteral("mint"), QStringLiteral("stake:n"), 10'000'000, QStringLiteral("bond:n")));
+        log.add(transfer(QStringLiteral("escrow:j"), QStringLiteral("balance:n"), 900'000, QStringLiteral("pay:j/0/0")));
+        log.add(verdict(QStringLiteral("v0000000000000001"), QStringLiteral("n"), QStringLiteral("w"), QStringLiteral("none"))
+                    .replace(QStringLiteral("\"loser\""), QStringLiteral("\"state\":\"verified\",\"loser\"")));
+        log.add(verdict(QStringLiteral("v0000000000000002"), QStringLiteral("w"), QStringLiteral("n"), QStringLiteral("none")));
+        log.add(transfer(
+            QStringLiteral("stake:n"), QStringLiteral("burned"), 5'000'000, QStringLiteral("slash:v0000000000000003:n:burned")));
+        log.add(
+            verdict(QStringLiteral("v0000000000000003"), QStringLiteral("n"), QStringLiteral("w"), QStringLiteral("accused")));
+        log.add(transfer(QStringLiteral("escrow:j"), QStringLiteral("balance:w"), 900'000, QStringLiteral("pay:j/0/1")));
+        const auto head = log.head(keys);
+        auto record = makeRecord(QStringLiteral("n"), head, log.entries);
+        QVERIFY(record.ok());
+        QCOMPARE(record->value(QStringLiteral("entries")).toArray().size(), 6);
+        auto summary = verifyRecord(*record, QString::fromLatin1(keys.publicKey.toBase64()));
+        QVERIFY2(summary.ok(), summary.ok() ? "" : qPrintable(summary.error().toString()));
+        QCOMPARE(summary->verified, 1);
+        QCOMPARE(summary->agreed, 1);
+        QCOMPARE(summary->disputesLost, 1);
+        QCOMPARE(summary->slashes, 1);
+        QCOMPARE(summary->earnedMicro, 900'000);
+        QCOMPARE(summary->slashedMicro, 5'000'000);
+
+        QVERIFY(!verifyRecord(*record, QString::fromLatin1(SigningKeys::generate().publicKey.toBase64())).ok());
+        auto tamper = [&](const std::function<void(QJsonArray&)>& change) {
+            QJsonObject copy = *record;
+            QJsonArray entries = copy.value(QStringLiteral("entries")).toArray();
+            change(entries);
+            copy.insert(QStringLiteral("entries"), entries);
+            return verifyRecord(copy, {}).ok();
+        };
+        QVERIFY(!tamper([](QJsonArray& entries) { // a changed amount
+            auto item = entries[1].toObject();
+            item.insert(QStringLiteral("entry"),
+                item.value(QStringLiteral("entry")).toString().replace(QStringLiteral("900000"), QStringLiteral("9000000")));
+            entries[1] = item;
+        }));
+        QVERIFY(!tamper([&](QJsonArray& entries) { // another node's payment, proved where it is
+            entries.append(QJsonObject { { QStringLiteral("index"), 9 }, { QStringLiteral("entry"), log.entries[9] },
+                { QStringLiteral("proof"), proofToJson(*merkle::inclusionProof(log.tree, 9, 10)) } });
+        }));
+        QVERIFY(!tamper([](QJsonArray& entries) { entries.append(entries[0]); })); // counted twice
+        QVERIFY(tamper([](QJsonArray& entries) { entries.removeAt(4); })); // what a record leaves out it does not show
+        QVERIFY(!makeRecord(QStringLiteral("n"), head, log.entries.mid(1)).ok());
     }
 
     void theFrontiersRootIsTheTreesForEverySize()

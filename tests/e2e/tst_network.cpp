@@ -313,6 +313,34 @@ private Q_SLOTS:
         const auto audited = cluster.job({ QStringLiteral("audit") });
         QVERIFY2(audited.exitCode == 0 && audited.output.contains(QStringLiteral("all agree")), qPrintable(audited.output));
         qInfo("%s", qPrintable(audited.output.trimmed()));
+
+        // An honest node's record (docs/LEDGER.md, "Portable records") checks offline against the
+        // broker's key, and shows its verified results and no lost dispute; a cheater's shows its losses.
+        const auto key
+            = QJsonDocument::fromJson(cluster.job({ QStringLiteral("ledger"), QStringLiteral("--json") }).standardOutput.toUtf8())
+                  .object()
+                  .value(QStringLiteral("signingKey"))
+                  .toString();
+        Cluster::writeFile(cluster.path(QStringLiteral("cheater-random.ini")),
+            QStringLiteral("[Node]\nDataDirectory=%1\n").arg(cluster.path(QStringLiteral("cheater-random"))));
+        for (const auto& [name, lost] :
+            { std::pair { QStringLiteral("node1"), false }, std::pair { QStringLiteral("cheater-random"), true } }) {
+            const QString file = cluster.path(name + QStringLiteral(".record"));
+            const auto exported = run(Bin + QStringLiteral("/tessera-node"),
+                { QStringLiteral("--config"), cluster.path(name + QStringLiteral(".ini")), QStringLiteral("record"),
+                    QStringLiteral("-o"), file, QStringLiteral("--broker"), cluster.endpoint() });
+            QVERIFY2(exported.exitCode == 0, qPrintable(exported.output));
+            const auto verified = run(Bin + QStringLiteral("/tessera-job"),
+                { QStringLiteral("verify-record"), file, QStringLiteral("--signer"), key, QStringLiteral("--json") });
+            QVERIFY2(verified.exitCode == 0, qPrintable(verified.output));
+            const auto summary
+                = QJsonDocument::fromJson(verified.standardOutput.toUtf8()).object().value(QStringLiteral("summary")).toObject();
+            qInfo("record of %s: %s", qPrintable(name),
+                qPrintable(QString::fromUtf8(QJsonDocument(summary).toJson(QJsonDocument::Compact))));
+            QCOMPARE(summary.value(QStringLiteral("disputesLost")).toInt() > 0, lost);
+            if (!lost)
+                QVERIFY(summary.value(QStringLiteral("verified")).toInt() + summary.value(QStringLiteral("agreed")).toInt() > 0);
+        }
         aDeletedSlashIsCaughtByEveryHonestNode(cluster);
     }
 
