@@ -294,6 +294,7 @@ struct BrokerServer::Private {
     void onLogProof(Request& r);
     void onLogConsistency(Request& r);
     void onLogEntries(Request& r);
+    void onRecord(Request& r);
     // A log request's reply, or its error (a database's as internal).
     void answer(Request& r, const core::Result<QJsonObject>& reply);
     void onStake(Request& r);
@@ -825,6 +826,8 @@ void BrokerServer::Private::dispatch(Request& r)
         return onLogConsistency(r);
     case Command::LogEntries:
         return onLogEntries(r);
+    case Command::Record:
+        return onRecord(r);
     case Command::Welcome:
     case Command::Task:
     case Command::Ok:
@@ -1419,6 +1422,29 @@ void BrokerServer::Private::onLogEntries(Request& r)
 {
     if (auto request = decoded<LogEntriesRequest>(r))
         answer(r, broker.log().entriesReply(request->from, request->limit));
+}
+
+void BrokerServer::Private::onRecord(Request& r)
+{
+    // From the node the record names: the caller (its CURVE key, which is its node id).
+    auto request = decoded<RecordRequest>(r);
+    if (!request)
+        return;
+    if (!r.operatorCaller && !broker.mayRead(r.caller, request->sha256).value_or(false)) {
+        forbidden(r, QStringLiteral("upload the record (PUT) first"));
+        return;
+    }
+    constexpr qint64 MaxRecordBytes = 16 << 20;
+    if (broker.blobs().sizeOf(request->sha256).value_or(0) > MaxRecordBytes) {
+        refuse(r, errors::Invalid, QStringLiteral("record: more than 16 MiB"));
+        return;
+    }
+    auto bytes = broker.blobs().read(request->sha256);
+    if (!bytes) {
+        refuse(r, bytes.error());
+        return;
+    }
+    answer(r, broker.creditRecord(r.caller, QJsonDocument::fromJson(*bytes).object()));
 }
 
 void BrokerServer::Private::onStake(Request& r)

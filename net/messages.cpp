@@ -714,6 +714,20 @@ core::Result<LogEntriesRequest> LogEntriesRequest::fromHeader(const QJsonObject&
     return request;
 }
 
+QJsonObject RecordRequest::toHeader() const
+{
+    return { { fields::Sha256, sha256.toHex() } };
+}
+
+core::Result<RecordRequest> RecordRequest::fromHeader(const QJsonObject& header)
+{
+    JsonReader reader(header);
+    RecordRequest request { reader.digest(fields::Sha256) };
+    if (!reader.ok())
+        return reader.status().error();
+    return request;
+}
+
 QJsonObject StakeRequest::toHeader() const
 {
     return { { fields::Request, request } };

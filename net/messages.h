@@ -407,6 +407,14 @@ struct LogEntriesRequest {
     static core::Result<LogEntriesRequest> fromHeader(const QJsonObject& header);
 };
 
+// A node's portable record of another network, uploaded first (docs/LEDGER.md, "Portable records").
+struct RecordRequest {
+    static constexpr Command command = Command::Record;
+    core::Digest sha256;
+    QJsonObject toHeader() const;
+    static core::Result<RecordRequest> fromHeader(const QJsonObject& header);
+};
+
 struct StakeRequest {
     static constexpr Command command = Command::Stake;
     QJsonObject request; // signed with the node's key: kind tessera-stake, node, action, amount, nonce, broker, expires

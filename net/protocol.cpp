@@ -70,6 +70,8 @@ QString commandName(Command command)
         return QStringLiteral("LOG-CONSISTENCY");
     case Command::LogEntries:
         return QStringLiteral("LOG-ENTRIES");
+    case Command::Record:
+        return QStringLiteral("RECORD");
     }
     return QStringLiteral("0x%1").arg(int(command), 2, 16, QLatin1Char('0'));
 }
@@ -110,6 +112,7 @@ bool isKnown(std::uint8_t byte)
     case Command::LogProof:
     case Command::LogConsistency:
     case Command::LogEntries:
+    case Command::Record:
         return true;
     }
     return false;

@@ -53,6 +53,7 @@ enum class Command : std::uint8_t {
     LogProof = 0x30, // an entry and its inclusion proof
     LogConsistency = 0x31, // a consistency proof between two sizes
     LogEntries = 0x32, // a page of entries
+    Record = 0x33, // node -> broker: its portable record of another network (docs/LEDGER.md)
 };
 
 QString commandName(Command command);

@@ -212,6 +212,8 @@ core::broker::Broker::Options brokerOptionsFrom(const core::settings::Settings& 
     brokerOptions.disputeTimeoutMs = settings.intValue(names::BrokerDisputeTimeoutSeconds) * 1000;
     brokerOptions.selfVerifyAfterMs = settings.intValue(names::BrokerSelfVerifyAfterSeconds) * 1000;
     brokerOptions.logHeadMs = settings.intValue(names::BrokerLogHeadMs);
+    brokerOptions.trustedNetworks = settings.listValue(names::BrokerTrustedNetworks);
+    brokerOptions.recordCreditMax = settings.intValue(names::BrokerRecordCreditMax);
     brokerOptions.unbondingDelayMs = settings.intValue(names::BrokerUnbondingDelaySeconds) * 1000;
     brokerOptions.maxRunningJobsPerOwner = settings.intValue(names::BrokerMaxJobsPerOwner);
     brokerOptions.maxUnnamedUploadBytes = std::int64_t(settings.intValue(names::BrokerMaxUnnamedUploadMiB)) << 20;

@@ -74,6 +74,10 @@ Commands:
                                        this node's record on the broker's network: the ledger log's
                                        entries that name it, with proofs under a signed head, for
                                        another network to check (tessera-job verify-record)
+  present-record FILE [--broker ADDRESS] [--json]
+                                       give a broker of another network that trusts this one
+                                       (Broker/TrustedNetworks) this node's record: it starts the
+                                       node's sampling streak there, at most Broker/RecordCreditMax
   stake bond|unbond AMOUNT [--broker ADDRESS]
                                        bond credits from this node's balance as stake (a broker
                                        gives work only to nodes with enough bonded), or unbond
@@ -812,6 +816,36 @@ int record(const QStringList& args, const core::settings::Settings& settings)
     return 0;
 }
 
+// Presents the node's record of another network to a broker that trusts that network: it starts
+// the node's sampling streak there (docs/LEDGER.md, "Portable records").
+int presentRecord(const QStringList& args, const core::settings::Settings& settings)
+{
+    QCommandLineParser parser;
+    parser.addOption({ QStringLiteral("broker"), QStringLiteral("broker address"), QStringLiteral("ADDRESS") });
+    parser.addOption({ QStringLiteral("json"), QStringLiteral("print JSON") });
+    if (!parser.parse(args) || parser.positionalArguments().size() != 1)
+        return fail(QStringLiteral("usage: tessera-node present-record FILE [--broker ADDRESS] [--json]"));
+    QFile file(parser.positionalArguments().first());
+    if (!file.open(QIODevice::ReadOnly))
+        return fail(QStringLiteral("cannot read %1").arg(file.fileName()));
+    auto session = brokerSession(parser.value(QStringLiteral("broker")), settings);
+    if (!session)
+        return fail(session.error().toString());
+    auto& [broker, me] = *session;
+    net::BrokerClient client(broker, me.keys);
+    auto uploaded = client.upload(file.readAll());
+    if (!uploaded)
+        return fail(uploaded.error().message);
+    auto reply = client.request(net::Command::Record, net::RecordRequest { *uploaded }.toHeader());
+    if (!reply)
+        return fail(reply.error().message);
+    if (parser.isSet(QStringLiteral("json")))
+        return printJson(QJsonDocument(*reply));
+    out() << "the broker starts this node's sampling streak from " << reply->value(QStringLiteral("credited")).toInteger()
+          << " results" << Qt::endl;
+    return 0;
+}
+
 int balance(const QStringList& args, const core::settings::Settings& settings)
 {
     QCommandLineParser parser;
@@ -900,6 +934,8 @@ int runNodeCommand(const QStringList& arguments)
         return balance(rest, settings);
     if (command == u"record")
         return record(rest, settings);
+    if (command == u"present-record")
+        return presentRecord(rest, settings);
     return fail(QStringLiteral("unknown command '%1'\n%2").arg(command, QString::fromUtf8(Usage)));
 }
 

@@ -1,6 +1,7 @@
 #include "broker.h"
 
 #include "../ledger/ledgerlog.h"
+#include "../ledger/logrecord.h"
 
 #include "../modelarchive.h"
 
@@ -1525,6 +1526,43 @@ void Broker::tick()
     if (m_lease->held()) // one broker of the network at a time
         m_stakes->releaseDueUnbondings();
     m_log->tick();
+}
+
+Result<QJsonObject> Broker::creditRecord(const QString& nodeId, const QJsonObject& record)
+{
+    auto fail = [](const QString& why) { return Error { QStringLiteral("record"), why }; };
+    const QJsonObject head = record.value(QStringLiteral("head")).toObject();
+    const QString network = head.value(QStringLiteral("network")).toString();
+    if (record.value(QStringLiteral("node")).toString() != nodeId)
+        return fail(QStringLiteral("it is another node's record; a node presents its own"));
+    if (network == m_networkId)
+        return fail(QStringLiteral("it is of this network, whose log this broker keeps"));
+    QString trustedKey;
+    for (const auto& entry : m_options.trustedNetworks) {
+        if (entry.section(u':', 0, 0) == network)
+            trustedKey = entry.section(u':', 1);
+    }
+    if (trustedKey.isEmpty())
+        return fail(QStringLiteral("network %1 is not one this broker trusts (Broker/TrustedNetworks)").arg(network));
+    auto summary = ledger::verifyRecord(record, trustedKey);
+    if (!summary)
+        return fail(summary.error().message);
+    // A record proves what it holds, not what it leaves out: the credit is bounded, and none for a
+    // record that shows a loss.
+    const std::int64_t credit = summary->disputesLost > 0 || summary->slashes > 0
+        ? 0
+        : std::min<std::int64_t>(summary->verified + summary->agreed, m_options.recordCreditMax);
+    std::int64_t granted = 0;
+    if (credit > 0) {
+        auto fresh = m_store->creditRecord(nodeId, network, credit, m_clock.nowMs());
+        if (!fresh)
+            return fresh.error();
+        granted = *fresh ? credit : 0;
+    }
+    if (granted > 0)
+        qCInfo(lcBrokerCore).noquote() << "node" << nodeId.left(12) << "starts from a streak of" << granted
+                                       << "by its record of network" << network;
+    return QJsonObject { { QStringLiteral("credited"), qint64(granted) }, { QStringLiteral("summary"), summary->toJson() } };
 }
 
 Result<QList<QJsonObject>> Broker::logEntries(std::int64_t from, int limit)

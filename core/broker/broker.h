@@ -160,6 +160,10 @@ public:
     Result<QList<QJsonObject>> logEntries(std::int64_t from, int limit);
     // The broker's signed receipt for the transfer with this cause (verifyDocument checks it).
     Result<QJsonObject> receipt(const QString& cause) { return m_stakes->receipt(cause); }
+    // A node presents its portable record of another network (docs/LEDGER.md, "Portable records"):
+    // checked against Broker/TrustedNetworks, it starts the node's sampling streak (bounded by
+    // Broker/RecordCreditMax, once per network). `credited` and the record's `summary`.
+    Result<QJsonObject> creditRecord(const QString& nodeId, const QJsonObject& record);
     // The log's signed heads and proofs (docs/LEDGER.md, "Asking for the log").
     LogPublisher& log() { return *m_log; }
     QByteArray signingKey() const { return m_signing.publicKey; }

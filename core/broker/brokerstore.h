@@ -242,6 +242,10 @@ public:
     Status countShardDone(const QString& node, std::int64_t now, Streak streak);
     Status countShardFailed(const QString& node);
     Status countVerified(const QString& node);
+    // A portable record of another network starts the node's streak from `credit` (never lowers
+    // it), once per node and network: whether it did now (false: that network's record was
+    // credited before).
+    Result<bool> creditRecord(const QString& node, const QString& network, std::int64_t credit, std::int64_t now);
     Status countTimeout(const QString& node);
     Status countSlash(const QString& node, Credits amount); // a lost dispute: the streak starts over
     Status touchNode(const QString& node, std::int64_t now);

@@ -24,6 +24,10 @@ struct BrokerOptions {
     // How often the broker signs a new head of the ledger's log while entries arrive, and how often
     // nodes ask for it (docs/LEDGER.md, "Asking for the log"; WELCOME's logHeadMs).
     std::int64_t logHeadMs = 5'000;
+    // Portable records (docs/LEDGER.md): the networks whose records it credits ("NETWORK:KEY"), and
+    // the most results a record starts a node's sampling streak from.
+    QStringList trustedNetworks;
+    std::int64_t recordCreditMax = 12;
     std::int64_t minDeadlineMs = 30'000; // a shard's deadline is at least this
     std::int64_t maxDeadlineMs = 3'600'000; // and at most this, whatever the node claims
     double deadlineSlack = 4.0; // times the node's expected time

@@ -140,6 +140,13 @@ QList<Key> makeKeys()
         intKey(BrokerDisputeTimeoutSeconds, 60, 1, 86'400,
             "Seconds a node has to send a checkpoint state in a dispute (at least twice the job's usual shard time: the node "
             "may re-create the state); a timeout counts as a loss."),
+        listKey(BrokerTrustedNetworks, R"([0-9a-f]{32}:[A-Za-z0-9+/]{43}=)",
+            "NETWORK:KEY (32 hex digits, a colon, a base64 Ed25519 key)",
+            "Networks whose nodes' portable records this broker credits (docs/LEDGER.md, \"Portable records\"): each "
+            "network's id and the key its heads are signed by."),
+        intKey(BrokerRecordCreditMax, 12, 0, 1000,
+            "The most results a portable record of another network starts a node's sampling streak from (0: records earn "
+            "nothing)."),
         intKey(BrokerLogHeadMs, 5'000, 100, 600'000,
             "How often, in milliseconds, the broker signs a new head of its ledger's log while entries arrive, and how often "
             "nodes ask for it (docs/LEDGER.md)."),

@@ -5,6 +5,7 @@
 #include <core/broker/storemigration.h>
 #include <core/capabilities.h>
 #include <core/datasetchunks.h>
+#include <core/ledger/logrecord.h>
 #include <core/memoryestimate.h>
 #include <core/pricing.h>
 #include <core/signing.h>
@@ -16,6 +17,7 @@
 #include <QFile>
 #include <QHash>
 
+#include <QJsonArray>
 #include <QTemporaryDir>
 #include <QTest>
 
@@ -1586,6 +1588,25 @@ private Q_SLOTS:
         for (const auto& entry : entries)
             slashes += entry.value(QStringLiteral("cause")).toString().startsWith(QStringLiteral("slash")) ? 1 : 0;
         QVERIFY(slashes >= 2);
+
+        // Node a's portable record shows the lost dispute: a broker that trusts this network
+        // credits it nothing; one that does not, or a caller it does not name, is refused.
+        const auto head = *broker->log().head(std::int64_t(entries.size()));
+        QStringList leaves;
+        for (const auto& leaf : broker->log().entriesReply(0, 256)->value(QStringLiteral("entries")).toArray())
+            leaves << leaf.toString();
+        const auto record = *tessera::core::ledger::makeRecord(QStringLiteral("a"), head, leaves);
+        Broker::Options trusting;
+        trusting.trustedNetworks = { broker->networkId() + u':' + QString::fromLatin1(broker->signingKey().toBase64()) };
+        auto elsewhere = openAsIs(QStringLiteral("elsewhere"), trusting);
+        auto credited = elsewhere->creditRecord(QStringLiteral("a"), record);
+        QVERIFY2(credited.ok(), credited.ok() ? "" : qPrintable(credited.error().toString()));
+        QCOMPARE(credited->value(QStringLiteral("credited")).toInteger(), 0);
+        QCOMPARE(credited->value(QStringLiteral("summary")).toObject().value(QStringLiteral("disputesLost")).toInt(), 1);
+        QVERIFY(!elsewhere->creditRecord(QStringLiteral("b"), record).ok());
+        QVERIFY(!broker->creditRecord(QStringLiteral("a"), record).ok()); // its own network
+        auto untrusting = openAsIs(QStringLiteral("untrusting"), Broker::Options {});
+        QVERIFY(untrusting->creditRecord(QStringLiteral("a"), record).error().message.contains(QStringLiteral("trusts")));
     }
 
     // The documented rule: the referee needs one usable state; without one by the deadline, every

@@ -1095,12 +1095,66 @@ private Q_SLOTS:
         Cluster second;
         // With one node nobody else can re-execute its sampled results: the brokers do, after a second.
         first.startBroker({}, QStringLiteral("SelfVerifyAfterSeconds=1\n"));
-        second.startBroker({}, QStringLiteral("SelfVerifyAfterSeconds=1\n"));
+        // The second network trusts the first's records (docs/LEDGER.md, "Portable records").
+        const QString network
+            = QJsonDocument::fromJson(first.job({ QStringLiteral("audit"), QStringLiteral("--json") }).standardOutput.toUtf8())
+                  .object()
+                  .value(QStringLiteral("head"))
+                  .toObject()
+                  .value(QStringLiteral("network"))
+                  .toString();
+        const QString key
+            = QJsonDocument::fromJson(first.job({ QStringLiteral("ledger"), QStringLiteral("--json") }).standardOutput.toUtf8())
+                  .object()
+                  .value(QStringLiteral("signingKey"))
+                  .toString();
+        second.startBroker({}, QStringLiteral("SelfVerifyAfterSeconds=1\nTrustedNetworks=%1:%2\n").arg(network, key));
         first.startNode(1, { first.endpoint(), second.endpoint() });
         const QString a = first.submit(small);
-        const QString b = second.submit(small);
         QCOMPARE(first.waitForEnd(a).value(QStringLiteral("state")).toString(), QStringLiteral("finished"));
+
+        // The node's record of the first network starts its streak on the second, once.
+        const QString record = first.path(QStringLiteral("node1.record"));
+        const QString ini = first.path(QStringLiteral("node1.ini"));
+        const auto exported = run(Bin + QStringLiteral("/tessera-node"),
+            { QStringLiteral("--config"), ini, QStringLiteral("record"), QStringLiteral("-o"), record, QStringLiteral("--broker"),
+                first.endpoint() });
+        QVERIFY2(exported.exitCode == 0, qPrintable(exported.output));
+        qInfo("%s", qPrintable(exported.output.trimmed()));
+        const QString nodeId = first.nodes().first().toObject().value(QStringLiteral("nodeId")).toString();
+        const auto streakOnSecond = [&]() -> std::int64_t {
+            for (const auto& node : second.nodes()) {
+                if (node.toObject().value(QStringLiteral("nodeId")).toString() == nodeId)
+                    return node.toObject().value(QStringLiteral("streak")).toInteger();
+            }
+            return -1;
+        };
+        QVERIFY(QTest::qWaitFor([&] { return streakOnSecond() >= 0; }, 120'000)); // registered there
+        const std::int64_t before = streakOnSecond();
+        const auto present = [&] {
+            return run(Bin + QStringLiteral("/tessera-node"),
+                { QStringLiteral("--config"), ini, QStringLiteral("present-record"), record, QStringLiteral("--broker"),
+                    second.endpoint(), QStringLiteral("--json") });
+        };
+        const auto presented = present();
+        QVERIFY2(presented.exitCode == 0, qPrintable(presented.output));
+        const std::int64_t credited
+            = QJsonDocument::fromJson(presented.standardOutput.toUtf8()).object().value(QStringLiteral("credited")).toInteger();
+        qInfo("streak on the second network: %lld before, %lld credited by the record, %lld after",
+            static_cast<long long>(before), static_cast<long long>(credited), static_cast<long long>(streakOnSecond()));
+        QVERIFY(credited > 0 && credited <= 12);
+        QCOMPARE(before, 0);
+        QCOMPARE(streakOnSecond(), credited);
+        const QString b = second.submit(small);
         QCOMPARE(second.waitForEnd(b).value(QStringLiteral("state")).toString(), QStringLiteral("finished"));
+        const auto again = present();
+        QCOMPARE(
+            QJsonDocument::fromJson(again.standardOutput.toUtf8()).object().value(QStringLiteral("credited")).toInteger(), 0);
+        // The first network does not take its own log's record, and a doctored record is refused.
+        const auto own = run(Bin + QStringLiteral("/tessera-node"),
+            { QStringLiteral("--config"), ini, QStringLiteral("present-record"), record, QStringLiteral("--broker"),
+                first.endpoint() });
+        QVERIFY2(own.exitCode != 0 && own.output.contains(QStringLiteral("this network")), qPrintable(own.output));
     }
 
     // A job that brings its own files: a TorchScript model and tensor files made by PyTorch, uploaded
