@@ -6,7 +6,10 @@
 // artifact. And the window never waits on a broker that is silent or late.
 
 #include <app/desktop/desktopapp.h>
+#include <core/ledger/loghead.h>
+#include <core/signing.h>
 #include <net/protocol.h>
+#include <ui/models/tablemodels.h>
 #include <ui/widgets/submitpanel.h>
 
 #include <zmq.hpp>
@@ -19,6 +22,7 @@
 #include <QElapsedTimer>
 #include <QFile>
 #include <QFileInfo>
+#include <QJsonArray>
 #include <QLineEdit>
 #include <QProcess>
 #include <QPushButton>
@@ -99,6 +103,92 @@ private:
     std::atomic<bool> m_stop { false };
     std::atomic<int> m_requests { 0 };
     std::atomic<int> m_balances { 0 };
+    std::thread m_thread;
+};
+
+// A broker that shows a split view (docs/LEDGER.md, "Watching the log"): it welcomes the node into
+// a network whose ledger log it publishes, answers its first LOG-HEAD with one head and every later
+// one with another head of the same size and another root, both signed with its key.
+class ForkingBroker {
+public:
+    ForkingBroker()
+        : m_socket(m_context, zmq::socket_type::router)
+    {
+        m_socket.set(zmq::sockopt::linger, 0);
+        m_socket.bind("tcp://127.0.0.1:*");
+        m_endpoint = QString::fromStdString(m_socket.get(zmq::sockopt::last_endpoint));
+        m_thread = std::thread([this] { serve(); });
+    }
+    ~ForkingBroker()
+    {
+        m_stop = true;
+        m_thread.join();
+    }
+    QString endpoint() const { return m_endpoint; }
+    int heads() const { return m_heads; }
+    int requests() const { return m_requests; }
+
+private:
+    void reply(const zmq::message_t& peer, const net::Message& message)
+    {
+        const auto frames = net::encode(message);
+        m_socket.send(zmq::buffer(peer.data(), peer.size()), zmq::send_flags::sndmore);
+        for (qsizetype i = 0; i < frames.size(); ++i)
+            m_socket.send(zmq::buffer(frames[i].constData(), std::size_t(frames[i].size())),
+                i + 1 < frames.size() ? zmq::send_flags::sndmore : zmq::send_flags::none);
+    }
+    void serve()
+    {
+        const QString network = QStringLiteral("0123456789abcdef0123456789abcdef");
+        const auto keys = core::SigningKeys::generate();
+        const auto shown = core::ledger::LogHead::sign(network, 2, core::Digest::ofBytes("one history"), 1000, keys);
+        const auto forked = core::ledger::LogHead::sign(network, 2, core::Digest::ofBytes("another"), 2000, keys);
+        while (!m_stop) {
+            zmq::pollitem_t item { m_socket.handle(), 0, ZMQ_POLLIN, 0 };
+            zmq::poll(&item, 1, std::chrono::milliseconds(50));
+            if (!(item.revents & ZMQ_POLLIN))
+                continue;
+            std::vector<zmq::message_t> parts;
+            if (!zmq::recv_multipart(m_socket, std::back_inserter(parts)) || parts.size() < 2)
+                continue;
+            QList<QByteArray> frames;
+            for (std::size_t i = 1; i < parts.size(); ++i)
+                frames.append(QByteArray(static_cast<const char*>(parts[i].data()), qsizetype(parts[i].size())));
+            const auto message = net::decode(frames);
+            if (!message)
+                continue;
+            ++m_requests;
+            const QJsonValue id = message->header.value(QStringLiteral("id"));
+            switch (message->command) {
+            case net::Command::Register: {
+                QJsonObject welcome { { QStringLiteral("nodeId"), QStringLiteral("n") }, { QStringLiteral("heartbeatMs"), 1000 },
+                    { QStringLiteral("brokerVersion"), QStringLiteral("1") }, { QStringLiteral("network"), network },
+                    { QStringLiteral("logHeadMs"), 200 }, { QStringLiteral("id"), id } };
+                reply(parts[0], { net::Command::Welcome, welcome, {} });
+                break;
+            }
+            case net::Command::Heartbeat:
+                reply(parts[0], { net::Command::Heartbeat, {}, {} });
+                break;
+            case net::Command::LogHead:
+                reply(parts[0],
+                    net::okMessage(id,
+                        { { QStringLiteral("head"), (m_heads++ == 0 ? shown : forked).document },
+                            { QStringLiteral("consistency"), QJsonArray {} } }));
+                break;
+            default:
+                reply(parts[0],
+                    net::errorMessage(QStringLiteral("invalid"), QStringLiteral("not here"), int(message->command), id));
+            }
+        }
+    }
+
+    zmq::context_t m_context;
+    zmq::socket_t m_socket;
+    QString m_endpoint;
+    std::atomic<bool> m_stop { false };
+    std::atomic<int> m_heads { 0 };
+    std::atomic<int> m_requests { 0 };
     std::thread m_thread;
 };
 
@@ -206,6 +296,45 @@ private Q_SLOTS:
         Q_EMIT desktop.dashboard().limitsChanged(2, 100);
         QTRY_VERIFY_WITH_TIMEOUT(desktop.dashboard().overviewText().contains(QStringLiteral("CPU: 2 thread(s)")), 30'000);
         QTRY_VERIFY_WITH_TIMEOUT(broker.balances() >= asked + 2, 30'000);
+    }
+
+    // A broker that shows the node a ledger log that does not extend the one it showed before (a
+    // split view): the app says so loudly, in its log and a tray notification, keeps the evidence,
+    // and its session takes no more work from that network (docs/LEDGER.md, "Watching the log").
+    void aBrokerThatForksItsLedgerIsFlagged()
+    {
+        ForkingBroker broker;
+        const QString name = QStringLiteral("forked");
+        const QString config = m_dir.filePath(name + QStringLiteral(".ini"));
+        QFile ini(config);
+        QVERIFY(ini.open(QIODevice::WriteOnly));
+        ini.write(QStringLiteral("[Node]\nDataDirectory=%1\nName=%2\nBrokers=%3\n[Compute]\nBenchmarkOnFirstStart=false\n"
+                                 "Contribute=true\nMaxThreads=1\n")
+                      .arg(m_dir.filePath(name), name, broker.endpoint())
+                      .toUtf8());
+        ini.close();
+        app::DesktopApp desktop({ config, true });
+        QVERIFY(desktop.start().ok());
+        desktop.startContributing();
+        const auto logged = [&] {
+            auto& log = desktop.dashboard().log();
+            for (int row = 0; row < log.rowCount(); ++row) {
+                if (log.data(log.index(row, int(ui::LogModel::Column::Message)))
+                        .toString()
+                        .contains(QStringLiteral("LEDGER LOG BROKEN")))
+                    return true;
+            }
+            return false;
+        };
+        QTRY_VERIFY2_WITH_TIMEOUT(logged(),
+            qPrintable(QStringLiteral("heads asked: %1, requests: %2, contributing %3: %4")
+                           .arg(broker.heads())
+                           .arg(broker.requests())
+                           .arg(desktop.contribution().contributing())
+                           .arg(desktop.dashboard().overviewText())),
+            60'000);
+        QVERIFY(broker.heads() >= 2);
+        QVERIFY(!QDir(QDir(m_dir.filePath(name)).filePath(QStringLiteral("log-evidence"))).entryList(QDir::Files).isEmpty());
     }
 
     // A fresh install as a person meets it: no broker configured, the welcome page, "Start

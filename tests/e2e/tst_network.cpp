@@ -171,7 +171,7 @@ private Q_SLOTS:
                     .arg(model) });
         QVERIFY2(loaded.exitCode == 0, qPrintable(loaded.output));
 
-        ledgerLogHoldsAndARewriteIsCaught(cluster, processes);
+        theLogHoldsAndAChangedAmountIsCaughtByEveryNode(cluster, processes);
     }
 
     // docs/LEDGER.md: the broker's log, checked from outside (tessera-job audit, and a checker in
@@ -179,7 +179,7 @@ private Q_SLOTS:
     // a shard's payment while the broker is stopped and leaves the books consistent. Every node
     // catches it at the first head after the restart, tessera-job check-head catches it against a
     // head kept from before, and tessera-node run exits 3.
-    static void ledgerLogHoldsAndARewriteIsCaught(Cluster& cluster, const QList<QProcess*>& nodes)
+    static void theLogHoldsAndAChangedAmountIsCaughtByEveryNode(Cluster& cluster, const QList<QProcess*>& nodes)
     {
         const auto audited = cluster.job({ QStringLiteral("audit") });
         QVERIFY2(audited.exitCode == 0 && audited.output.contains(QStringLiteral("all agree")), qPrintable(audited.output));
