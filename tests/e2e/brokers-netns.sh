@@ -170,6 +170,19 @@ if [ "$status" -eq 0 ] && [ -n "${TESSERA_BENCH_RECORD:-}" ]; then # make bench:
     echo "failover.takeoverS $(seconds "$took")" >> "$TESSERA_BENCH_RECORD"
     echo "failover.firstResultS $(seconds "$accepted")" >> "$TESSERA_BENCH_RECORD"
 fi
+# The ledger's log across hosts (docs/LEDGER.md): both brokers sign heads of the one log in the
+# database; the nodes ask both, keep one head and never flag the honest network; the audit through
+# the broker that is left agrees with every figure.
+for i in 3 4; do
+    if grep -q "LEDGER LOG BROKEN" "$work/node$i.log"; then echo "FAIL: node $i flagged an honest network's log"; status=1; fi
+    [ -s "$work/node$i/log-heads.json" ] || { echo "FAIL: node $i kept no head of the ledger's log"; status=1; }
+done
+if audit=$(owner "$second" audit 2>&1); then
+    echo "$audit" | tail -n 1
+else
+    echo "FAIL: the audit through the second broker: $audit"
+    status=1
+fi
 # Results a node had not reported when the first broker died go through its session with the
 # second (docs/PROTOCOL.md, "Several brokers of one network"): how many, where one was in flight
 # (shards this small are mostly reported before the kill; tst_nodeclient tests the handing on).
