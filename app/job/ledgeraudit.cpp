@@ -27,6 +27,40 @@ struct Figure {
     core::Credits replayed;
 };
 
+// A head of the broker's LOG-HEAD reply, its signature checked, of at least `atLeast` entries.
+std::optional<core::ledger::LogHead> headOf(const QJsonObject& reply, std::int64_t atLeast, int& status)
+{
+    auto head = core::ledger::LogHead::read(reply.value(net::fields::Head).toObject());
+    if (!head || head->size < atLeast) {
+        status = fail(QStringLiteral("LOG BROKEN: the broker's head does not hold: %1")
+                          .arg(head ? QStringLiteral("it is older than the log") : head.error().toString()));
+        return std::nullopt;
+    }
+    return *head;
+}
+
+// Whether `head` extends `kept` by the proof (hex hashes); a failure is printed as the status.
+bool extends(const core::ledger::LogHead& kept, const core::ledger::LogHead& head, const QJsonValue& proof, int& status)
+{
+    auto hashes = core::ledger::proofFromJson(proof);
+    auto extended = hashes ? core::ledger::checkExtends(kept, head, *hashes) : core::Status(hashes.error());
+    if (!extended)
+        status = fail(QStringLiteral("LOG BROKEN: %1").arg(extended.error().toString()));
+    return extended.ok();
+}
+
+// The log's size now (LOG-ENTRIES says it with any page).
+std::optional<std::int64_t> logSizeNow(const Ask& ask, std::int64_t from, int& status)
+{
+    net::LogEntriesRequest probe;
+    probe.from = from;
+    probe.limit = 1;
+    auto reply = ask(net::Command::LogEntries, probe.toHeader(), status);
+    if (!reply)
+        return std::nullopt;
+    return reply->value(net::fields::Size).toInteger();
+}
+
 // The broker's newest head, checked: its signature, and (holding an older one) that it extends it.
 std::optional<core::ledger::LogHead> newestHead(const Ask& ask, const std::optional<core::ledger::LogHead>& kept, int& status)
 {
@@ -36,20 +70,10 @@ std::optional<core::ledger::LogHead> newestHead(const Ask& ask, const std::optio
     auto reply = ask(net::Command::LogHead, request.toHeader(), status);
     if (!reply)
         return std::nullopt;
-    auto head = core::ledger::LogHead::read(reply->value(net::fields::Head).toObject());
-    if (!head) {
-        status = fail(QStringLiteral("LOG BROKEN: the broker's head does not hold: %1").arg(head.error().toString()));
+    auto head = headOf(*reply, 0, status);
+    if (!head || (kept && !extends(*kept, *head, reply->value(net::fields::Consistency), status)))
         return std::nullopt;
-    }
-    if (kept) {
-        auto proof = core::ledger::proofFromJson(reply->value(net::fields::Consistency));
-        auto extends = proof ? core::ledger::checkExtends(*kept, *head, *proof) : core::Status(proof.error());
-        if (!extends) {
-            status = fail(QStringLiteral("LOG BROKEN: %1").arg(extends.error().toString()));
-            return std::nullopt;
-        }
-    }
-    return *head;
+    return head;
 }
 
 // A head of the whole log as it is now: the broker signs one at once when asked `from` its size
@@ -57,36 +81,22 @@ std::optional<core::ledger::LogHead> newestHead(const Ask& ask, const std::optio
 std::optional<core::ledger::LogHead> currentHead(
     const Ask& ask, const std::optional<core::ledger::LogHead>& previous, int& status)
 {
-    net::LogEntriesRequest probe;
-    probe.from = 0;
-    probe.limit = 1;
-    auto entries = ask(net::Command::LogEntries, probe.toHeader(), status);
-    if (!entries)
+    const auto size = logSizeNow(ask, 0, status);
+    if (!size)
         return std::nullopt;
     net::LogHeadRequest request;
-    request.from = std::max<std::int64_t>(entries->value(net::fields::Size).toInteger(), previous ? previous->size : 0);
+    request.from = std::max<std::int64_t>(*size, previous ? previous->size : 0);
     auto reply = ask(net::Command::LogHead, request.toHeader(), status);
     if (!reply)
         return std::nullopt;
-    auto head = core::ledger::LogHead::read(reply->value(net::fields::Head).toObject());
-    if (!head || head->size < *request.from) {
-        status = fail(QStringLiteral("LOG BROKEN: the broker's head does not hold: %1")
-                          .arg(head ? QStringLiteral("it is older than the log") : head.error().toString()));
+    auto head = headOf(*reply, *request.from, status);
+    if (!head || !previous)
+        return head;
+    auto consistency
+        = ask(net::Command::LogConsistency, net::LogConsistencyRequest { previous->size, head->size }.toHeader(), status);
+    if (!consistency || !extends(*previous, *head, consistency->value(net::fields::Proof), status))
         return std::nullopt;
-    }
-    if (previous) {
-        auto consistency
-            = ask(net::Command::LogConsistency, net::LogConsistencyRequest { previous->size, head->size }.toHeader(), status);
-        if (!consistency)
-            return std::nullopt;
-        auto proof = core::ledger::proofFromJson(consistency->value(net::fields::Proof));
-        auto extends = proof ? core::ledger::checkExtends(*previous, *head, *proof) : core::Status(proof.error());
-        if (!extends) {
-            status = fail(QStringLiteral("LOG BROKEN: %1").arg(extends.error().toString()));
-            return std::nullopt;
-        }
-    }
-    return *head;
+    return head;
 }
 
 // Entries up to the head's size, into the replay; then the replay's root must be the head's.
@@ -217,13 +227,10 @@ int audit(const Ask& ask, bool json)
         differ = differences(figures);
         if (differ.isEmpty())
             break;
-        net::LogEntriesRequest probe;
-        probe.from = head->size;
-        probe.limit = 1;
-        auto later = ask(net::Command::LogEntries, probe.toHeader(), status);
+        const auto later = logSizeNow(ask, head->size, status);
         if (!later)
             return status;
-        if (later->value(net::fields::Size).toInteger() <= head->size)
+        if (*later <= head->size)
             break; // nothing moved: the differences stand
     }
     const QStringList problems = replay.problems();

@@ -266,12 +266,27 @@ public:
     // Micro-credits held by an account, from tessera-job balance.
     // An account's balance in micro-credits, or -1. A read: asked again (up to 3 times) when the
     // answer is not a balance, and what came back instead is logged.
-    // The size of the ledger's log now (tessera-job audit --json: the entries it read); -1 when unknown.
+    // What tessera-job audit --json says of the ledger's log: the entries it read, the head it checked.
+    QJsonObject audit()
+    {
+        return QJsonDocument::fromJson(job({ QStringLiteral("audit"), QStringLiteral("--json") }).standardOutput.toUtf8())
+            .object();
+    }
+    // The size of the ledger's log now; -1 when unknown.
     std::int64_t logSize()
     {
-        const auto audit = job({ QStringLiteral("audit"), QStringLiteral("--json") });
-        const auto entries = QJsonDocument::fromJson(audit.standardOutput.toUtf8()).object().value(QStringLiteral("entries"));
+        const auto entries = audit().value(QStringLiteral("entries"));
         return entries.isDouble() ? entries.toInteger() : -1;
+    }
+    // A signed head of the whole ledger's log, as a head file (tessera-job check-head) holds it.
+    QJsonObject logHead() { return audit().value(QStringLiteral("head")).toObject(); }
+    // The broker's signing key (base64; tessera-job ledger --json), which signs its receipts and heads.
+    QString signingKey()
+    {
+        return QJsonDocument::fromJson(job({ QStringLiteral("ledger"), QStringLiteral("--json") }).standardOutput.toUtf8())
+            .object()
+            .value(QStringLiteral("signingKey"))
+            .toString();
     }
     // The size of the newest head of the ledger's log that node INDEX checked (log-heads.json); 0: none.
     std::int64_t keptLogSize(int index) const
