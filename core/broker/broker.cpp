@@ -1554,10 +1554,10 @@ Result<QJsonObject> Broker::creditRecord(const QString& nodeId, const QJsonObjec
         : std::min<std::int64_t>(summary->verified + summary->agreed, m_options.recordCreditMax);
     std::int64_t granted = 0;
     if (credit > 0) {
-        auto fresh = m_store->creditRecord(nodeId, network, credit, m_clock.nowMs());
-        if (!fresh)
-            return fresh.error();
-        granted = *fresh ? credit : 0;
+        auto given = m_store->creditRecord(nodeId, network, credit, m_clock.nowMs());
+        if (!given)
+            return given.error();
+        granted = *given;
     }
     if (granted > 0)
         qCInfo(lcBrokerCore).noquote() << "node" << nodeId.left(12) << "starts from a streak of" << granted

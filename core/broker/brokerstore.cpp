@@ -691,36 +691,37 @@ Status BrokerStore::countShardFailed(const QString& node)
     return execute(*m_db, QStringLiteral("UPDATE nodes SET shards_failed = shards_failed + 1 WHERE id = ?"), node);
 }
 
-Result<bool> BrokerStore::creditRecord(const QString& node, const QString& network, std::int64_t credit, std::int64_t now)
+Result<std::int64_t> BrokerStore::creditRecord(const QString& node, const QString& network, std::int64_t credit, std::int64_t now)
 {
     auto own = unlessInTransaction(Fenced::No);
     if (!own)
         return own.error();
-    auto inserted = query(*m_db,
-        QStringLiteral("INSERT INTO node_records (node, network, credited, at) VALUES (?, ?, ?, ?) ON CONFLICT DO NOTHING "
-                       "RETURNING node"),
-        node, network, credit, now);
-    if (!inserted)
-        return inserted.error();
-    auto fresh = fetch(*inserted);
-    if (!fresh)
-        return fresh.error();
-    const bool credited = *fresh;
-    inserted->reset();
-    if (credited) {
-        if (auto status
-            = execute(*m_db, QStringLiteral("UPDATE nodes SET streak = CASE WHEN streak < ? THEN ? ELSE streak END WHERE id = ?"),
-                credit, credit, node);
-            !status)
-            return status.error();
-        if (m_db->changes() != 1) // its own transaction rolls back: the record stays unused
-            return Error { QStringLiteral("record"), QStringLiteral("the node has not registered with this broker yet") };
-    }
+    auto earlier
+        = query(*m_db, QStringLiteral("SELECT credited FROM node_records WHERE node = ? AND network = ?"), node, network);
+    if (!earlier)
+        return earlier.error();
+    auto found = fetch(*earlier);
+    if (!found)
+        return found.error();
+    if (*found) // presented before: the same answer, nothing moves
+        return earlier->columnInt(0);
+    earlier->reset();
+    if (auto status = execute(*m_db, QStringLiteral("INSERT INTO node_records (node, network, credited, at) VALUES (?, ?, ?, ?)"),
+            node, network, credit, now);
+        !status)
+        return status.error();
+    if (auto status
+        = execute(*m_db, QStringLiteral("UPDATE nodes SET streak = CASE WHEN streak < ? THEN ? ELSE streak END WHERE id = ?"),
+            credit, credit, node);
+        !status)
+        return status.error();
+    if (m_db->changes() != 1) // its own transaction rolls back: the record stays unused
+        return Error { QStringLiteral("record"), QStringLiteral("the node has not registered with this broker yet") };
     if (*own) {
         if (auto committed = (*own)->commit(); !committed)
             return committed.error().toError();
     }
-    return credited;
+    return credit;
 }
 
 Status BrokerStore::countVerified(const QString& node)

@@ -243,9 +243,9 @@ public:
     Status countShardFailed(const QString& node);
     Status countVerified(const QString& node);
     // A portable record of another network starts the node's streak from `credit` (never lowers
-    // it), once per node and network: whether it did now (false: that network's record was
-    // credited before).
-    Result<bool> creditRecord(const QString& node, const QString& network, std::int64_t credit, std::int64_t now);
+    // it), once per node and network: the credit that network's record was given (now, or the
+    // first time: a record presented again gets the same answer and moves nothing).
+    Result<std::int64_t> creditRecord(const QString& node, const QString& network, std::int64_t credit, std::int64_t now);
     Status countTimeout(const QString& node);
     Status countSlash(const QString& node, Credits amount); // a lost dispute: the streak starts over
     Status touchNode(const QString& node, std::int64_t now);
