@@ -4,7 +4,7 @@ namespace tessera::core {
 
 QStringList ownCapabilities()
 {
-    return { capability::Int8, capability::Portable, capability::OptimizerState, capability::Chunks };
+    return { capability::Int8, capability::Portable, capability::OptimizerState, capability::Chunks, capability::Inference };
 }
 
 QStringList capabilitiesNeededBy(const JobSpec& spec)
@@ -18,6 +18,8 @@ QStringList capabilitiesNeededBy(const JobSpec& spec)
         needed.append(capability::OptimizerState);
     if (spec.dataset.source == DatasetSpec::Source::Chunks)
         needed.append(capability::Chunks);
+    if (spec.isInference())
+        needed.append(capability::Inference);
     return needed;
 }
 

@@ -18,6 +18,8 @@ inline const QString Portable = QStringLiteral("portable"); // Tessera's portabl
 inline const QString OptimizerState = QStringLiteral("optimizer-state"); // carried optimizer state (averaged)
 // A chunked dataset (dataset.chunks): its manifest, its order and the task's dataChunks.
 inline const QString Chunks = QStringLiteral("chunks");
+// Inference shards (a job of kind inference, docs/DETERMINISM.md, "Inference").
+inline const QString Inference = QStringLiteral("inference");
 // Fetches and serves blobs over the blob swarm (docs/SWARM.md); no job needs it, and a node
 // declares it only while its swarm runs (Swarm/Enabled).
 inline const QString Swarm = QStringLiteral("swarm");

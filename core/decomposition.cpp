@@ -2,9 +2,38 @@
 
 namespace tessera::core {
 
+namespace {
+
+// An inference shard: its range of inputs, in batches (docs/DETERMINISM.md, "Inference").
+ShardTask inferenceShard(const QString& jobId, const JobSpec& spec, std::int64_t shard, const Digest& startWeights)
+{
+    const auto& inference = spec.inference;
+    ShardTask task;
+    task.jobId = jobId;
+    task.shard = shard;
+    task.sampleBegin = shard * inference.samplesPerShard;
+    task.sampleEnd = std::min(spec.inferenceInputs(), task.sampleBegin + inference.samplesPerShard);
+    task.batchSize = inference.batchSize;
+    task.localSteps = (task.sampleEnd - task.sampleBegin + task.batchSize - 1) / task.batchSize;
+    task.seed = inference.seed;
+    task.threads = inference.threads;
+    task.checkpointInterval = 1;
+    task.model = spec.model;
+    task.dataset = spec.dataset;
+    task.optimizer = spec.optimizer;
+    task.startWeights = startWeights;
+    task.compression = Compression::None;
+    task.inference = inference;
+    return task;
+}
+
+} // namespace
+
 ShardTask decomposeShard(
     const QString& jobId, const JobSpec& spec, std::int64_t round, std::int64_t shard, const Digest& startWeights)
 {
+    if (spec.isInference())
+        return inferenceShard(jobId, spec, shard, startWeights);
     const std::int64_t samples = spec.trainSamples();
     const std::int64_t shards = spec.training.shardsPerRound;
     ShardTask task;

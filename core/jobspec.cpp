@@ -15,6 +15,8 @@ namespace {
 constexpr std::int64_t FashionMnistTrainSamples = 60000;
 // The fortunes corpus's training stream, in bytes (tokens): docs/DETERMINISM.md, "Text".
 constexpr std::int64_t FortunesTrainTokens = 2'445'380;
+constexpr std::int64_t FashionMnistTestSamples = 10000;
+constexpr std::int64_t FortunesTestTokens = 131'296;
 constexpr std::int64_t MaxContext = 4096;
 constexpr std::int64_t MaxVocabulary = 1 << 20;
 constexpr std::int64_t MaxLayerWidth = 65536;
@@ -394,6 +396,16 @@ void forgetLocalFiles(ModelSpec& model, DatasetSpec& dataset)
     dataset.manifestFile.clear();
 }
 
+Status forgetLocalFiles(JobSpec& spec)
+{
+    forgetLocalFiles(spec.model, spec.dataset);
+    auto& inference = spec.inference;
+    if (!inference.promptsFile.isEmpty() && inference.promptsSha256.isNull())
+        return Error { QStringLiteral("inference.prompts.sha256"), QStringLiteral("upload the prompts file before submitting") };
+    inference.promptsFile.clear();
+    return {};
+}
+
 std::int64_t DatasetSpec::trainSampleCount(std::int64_t context) const
 {
     if (source == Source::Builtin && builtin == u"fashion-mnist")
@@ -428,6 +440,71 @@ double OptimizerSpec::learningRateAt(std::int64_t t) const
     return schedule.minLr + (lr - schedule.minLr) * 0.5 * (1.0 + std::cos(M_PI * progress));
 }
 
+std::int64_t JobSpec::inferenceInputs() const
+{
+    if (inference.task == InferenceSpec::Task::Generate)
+        return inference.promptCount;
+    if (inference.split == InferenceSpec::Split::Train)
+        return dataset.trainSampleCount(model.context);
+    if (dataset.source == DatasetSpec::Source::Builtin && dataset.builtin == u"fashion-mnist")
+        return FashionMnistTestSamples;
+    if (dataset.source == DatasetSpec::Source::Builtin && dataset.builtin == u"fortunes")
+        return model.context > 0 ? (FortunesTestTokens - 1) / model.context : 0;
+    return 0;
+}
+
+Status JobSpec::validateInference() const
+{
+    auto fail = [](const char* field, const QString& message) { return Error { QString::fromLatin1(field), message }; };
+    const bool zoo = model.source == ModelSpec::Source::Zoo;
+    if (zoo && !ModelSpec::zooNames().contains(model.zoo))
+        return fail("model.zoo", QStringLiteral("'%1' is not a zoo model").arg(model.zoo));
+    if (zoo && model.initialWeightsSha256.isNull() && model.initialWeightsFile.isEmpty())
+        return fail("model.initialWeights",
+            QStringLiteral("an inference job runs trained weights: give them (initialWeights) or a finished job (fromJob)"));
+    const bool languageModel = model.context > 0;
+    if (zoo && model.zoo == u"gpt" && model.width % std::max<std::int64_t>(model.heads, 1) != 0)
+        return fail("model.width", QStringLiteral("the width must be a multiple of heads"));
+    if (dataset.source == DatasetSpec::Source::Chunks)
+        return fail("dataset.chunks", QStringLiteral("inference reads a built-in dataset or a tensor file, not chunks (yet)"));
+    switch (inference.task) {
+    case InferenceSpec::Task::Classify:
+        if (languageModel || dataset.isText())
+            return fail(
+                "inference.task", QStringLiteral("a language model scores or generates text; classify is for classifiers"));
+        break;
+    case InferenceSpec::Task::Score:
+        if (!languageModel)
+            return fail("inference.task", QStringLiteral("score runs a language model (a gpt, or TorchScript with a context)"));
+        break;
+    case InferenceSpec::Task::Generate: {
+        if (!languageModel)
+            return fail(
+                "inference.task", QStringLiteral("generate runs a language model (a gpt, or TorchScript with a context)"));
+        const bool bytes = model.vocabulary > 0 ? model.vocabulary <= 256 : dataset.isText();
+        if (!bytes)
+            return fail("model.vocabulary",
+                QStringLiteral("prompts are bytes: generate needs a vocabulary of at most 256 (the fortunes text, or say "
+                               "model.vocabulary)"));
+        break;
+    }
+    }
+    if (inference.task != InferenceSpec::Task::Generate && inference.split == InferenceSpec::Split::Test
+        && dataset.source == DatasetSpec::Source::Tensors)
+        return fail("inference.split", QStringLiteral("a tensor file's inputs are its trainFile: choose \"train\""));
+    const auto inputs = inferenceInputs();
+    if (inputs < 1)
+        return fail("inference", QStringLiteral("there are no inputs"));
+    if (training.shardsPerRound > 65536)
+        return fail("inference.samplesPerShard",
+            QStringLiteral("%1 inputs in shards of %2 are more than 65536 shards").arg(inputs).arg(inference.samplesPerShard));
+    if (!(budget.micro() > 0))
+        return fail("budget", QStringLiteral("the budget must be above 0 credits, not %1").arg(budget.toString()));
+    if (!(verificationRate >= 0.0 && verificationRate <= 1.0))
+        return fail("verification.rate", QStringLiteral("must be between 0 and 1"));
+    return {};
+}
+
 std::int64_t JobSpec::samplesPerShard() const
 {
     return training.shardsPerRound > 0 ? trainSamples() / training.shardsPerRound : 0;
@@ -441,19 +518,44 @@ Result<JobSpec> JobSpec::fromJsonText(const QByteArray& text)
     return fromJson(*json);
 }
 
-Result<JobSpec> JobSpec::fromJson(const QJsonObject& json)
-{
-    JsonReader reader(json);
-    reader.allowOnly({ QStringLiteral("version"), QStringLiteral("name"), QStringLiteral("model"), QStringLiteral("dataset"),
-        QStringLiteral("optimizer"), QStringLiteral("training"), QStringLiteral("aggregation"), QStringLiteral("budget"),
-        QStringLiteral("verification") });
-    const auto version = reader.integer(u"version", 1, std::numeric_limits<int>::max(), Presence::Optional, FormatVersion);
-    if (reader.ok() && version > FormatVersion)
-        reader.fail(u"version",
-            QStringLiteral("this job file is format %1; this Tessera reads up to format %2").arg(version).arg(FormatVersion));
+namespace {
 
-    JobSpec spec;
-    spec.name = reader.string(u"name");
+// An inference job's training fields, from its inference section: one round of shards of
+// samplesPerShard inputs (the last takes the rest), each step a batch.
+void fillInTraining(JobSpec& spec)
+{
+    const auto& inference = spec.inference;
+    const auto inputs = std::max<std::int64_t>(spec.inferenceInputs(), 1);
+    spec.training = TrainingSpec {};
+    spec.training.rounds = 1;
+    spec.training.shardsPerRound = (inputs + inference.samplesPerShard - 1) / inference.samplesPerShard;
+    spec.training.batchSize = inference.batchSize;
+    spec.training.localSteps = std::min(inference.samplesPerShard, inputs) / inference.batchSize;
+    spec.training.localSteps = std::max<std::int64_t>(spec.training.localSteps, 1);
+    spec.training.seed = inference.seed;
+    spec.training.threads = inference.threads;
+    spec.training.checkpointInterval = 1;
+    spec.aggregation = AggregationSpec {};
+    spec.aggregation.compression = Compression::None;
+    spec.optimizer = OptimizerSpec {};
+}
+
+void readInferenceParts(JsonReader& reader, JobSpec& spec)
+{
+    reader.allowOnly({ QStringLiteral("version"), QStringLiteral("name"), QStringLiteral("kind"), QStringLiteral("model"),
+        QStringLiteral("dataset"), QStringLiteral("inference"), QStringLiteral("budget"), QStringLiteral("verification") });
+    spec.model = readModelSpec(reader.object(u"model"));
+    spec.dataset = readDatasetSpec(reader.object(u"dataset"));
+    spec.inference = readInferenceSpec(reader.object(u"inference"));
+    if (reader.ok())
+        fillInTraining(spec);
+}
+
+void readTrainingParts(JsonReader& reader, JobSpec& spec)
+{
+    reader.allowOnly({ QStringLiteral("version"), QStringLiteral("name"), QStringLiteral("kind"), QStringLiteral("model"),
+        QStringLiteral("dataset"), QStringLiteral("optimizer"), QStringLiteral("training"), QStringLiteral("aggregation"),
+        QStringLiteral("budget"), QStringLiteral("verification") });
     spec.model = readModelSpec(reader.object(u"model"));
     spec.dataset = readDatasetSpec(reader.object(u"dataset"));
     spec.optimizer = readOptimizerSpec(reader.object(u"optimizer"));
@@ -461,6 +563,25 @@ Result<JobSpec> JobSpec::fromJson(const QJsonObject& json)
     spec.aggregation = readAggregationSpec(reader.object(u"aggregation", Presence::Optional));
     if (spec.optimizer.schedule.kind != ScheduleSpec::Kind::Constant && spec.optimizer.schedule.totalSteps == 0)
         spec.optimizer.schedule.totalSteps = spec.training.rounds * spec.training.localSteps;
+}
+
+} // namespace
+
+Result<JobSpec> JobSpec::fromJson(const QJsonObject& json)
+{
+    JsonReader reader(json);
+    const auto version = reader.integer(u"version", 1, std::numeric_limits<int>::max(), Presence::Optional, FormatVersion);
+    if (reader.ok() && version > FormatVersion)
+        reader.fail(u"version",
+            QStringLiteral("this job file is format %1; this Tessera reads up to format %2").arg(version).arg(FormatVersion));
+
+    JobSpec spec;
+    spec.kind = reader.named(u"kind", QStringLiteral("a job kind"), Presence::Optional, Kind::Training);
+    spec.name = reader.string(u"name");
+    if (spec.isInference())
+        readInferenceParts(reader, spec);
+    else
+        readTrainingParts(reader, spec);
 
     const QString budget = reader.string(u"budget");
     if (reader.ok()) {
@@ -483,6 +604,17 @@ Result<JobSpec> JobSpec::fromJson(const QJsonObject& json)
 
 QJsonObject JobSpec::toJson() const
 {
+    if (isInference())
+        return QJsonObject {
+            { QStringLiteral("version"), FormatVersion },
+            { QStringLiteral("name"), name },
+            { QStringLiteral("kind"), nameOf(kind) },
+            { QStringLiteral("model"), modelSpecToJson(model) },
+            { QStringLiteral("dataset"), datasetSpecToJson(dataset) },
+            { QStringLiteral("inference"), inferenceSpecToJson(inference) },
+            { QStringLiteral("budget"), budget.toString() },
+            { QStringLiteral("verification"), QJsonObject { { QStringLiteral("rate"), verificationRate } } },
+        };
     return QJsonObject {
         { QStringLiteral("version"), FormatVersion },
         { QStringLiteral("name"), name },
@@ -504,6 +636,8 @@ Status JobSpec::validate() const
         return fail("name", QStringLiteral("give the job a name"));
     if (name.size() > 200)
         return fail("name", QStringLiteral("at most 200 characters"));
+    if (isInference())
+        return validateInference();
     if (model.source == ModelSpec::Source::Zoo && !ModelSpec::zooNames().contains(model.zoo))
         return fail("model.zoo", QStringLiteral("'%1' is not a zoo model").arg(model.zoo));
     if (training.rounds < 1)

@@ -3,6 +3,7 @@
 #include "credits.h"
 #include "error.h"
 #include "hash.h"
+#include "inference/inferencespec.h"
 #include "jsonreader.h"
 
 #include <QJsonObject>
@@ -72,6 +73,9 @@ struct DatasetSpec {
 // dataset.*.trainFile, testFile, manifestFile): what crosses the wire names files by their SHA-256
 // only, so no path a job owner (or a broker) writes is ever opened on another machine.
 void forgetLocalFiles(ModelSpec& model, DatasetSpec& dataset);
+// The same for a whole job, an inference job's prompts file (inference.prompts.file) too: an error
+// when the prompts were named only by a file, which must be uploaded first (sha256).
+Status forgetLocalFiles(struct JobSpec& spec);
 
 // The learning rate across the whole job, by global step t = round x localSteps + step (step
 // 0-based within the shard): constant, or linear warmup then cosine decay to minLr at totalSteps.
@@ -154,7 +158,13 @@ struct AggregationSpec {
 // What a job owner submits. Documented in docs/JOBS.md.
 struct JobSpec {
     static constexpr int FormatVersion = 1;
+    // Training (the default) or inference (docs/JOBS.md, "Inference jobs"): an inference job has
+    // `inference` instead of optimizer, training and aggregation, which are filled in from it
+    // (one round of ceil(inputs / samplesPerShard) shards, batches of its batchSize, no
+    // compression) so that the broker schedules, prices and pays it as it does training.
+    enum class Kind { Training, Inference };
 
+    Kind kind = Kind::Training;
     QString name;
     ModelSpec model;
     DatasetSpec dataset;
@@ -163,6 +173,11 @@ struct JobSpec {
     AggregationSpec aggregation;
     Credits budget;
     double verificationRate = 0.1; // the least share of shards re-executed by another node
+    InferenceSpec inference; // kind inference only
+
+    bool isInference() const { return kind == Kind::Inference; }
+    // An inference job's inputs: the samples of its split, or its prompts.
+    std::int64_t inferenceInputs() const;
 
     // Reads and validates; the error names the field ("training.batchSize") and says why.
     static Result<JobSpec> fromJson(const QJsonObject& json);
@@ -171,6 +186,7 @@ struct JobSpec {
 
     // Rules that span fields (batch size against the shard size, and so on).
     Status validate() const;
+    Status validateInference() const;
 
     // Samples in each shard's slice of a round's permutation (the last shard may have more).
     std::int64_t samplesPerShard() const;
@@ -196,6 +212,9 @@ AggregationSpec readAggregationSpec(JsonReader reader);
 QJsonObject aggregationSpecToJson(const AggregationSpec& aggregation);
 
 // The names job files and tasks use.
+template<> struct EnumNames<JobSpec::Kind> {
+    static constexpr std::array names { "training", "inference" };
+};
 template<> struct EnumNames<Compression> {
     static constexpr std::array names { "none", "int8" };
 };

@@ -80,8 +80,35 @@ double benchmarkFlopsPerSample()
     return trainingFlopsPerSample(spec, 0);
 }
 
+namespace {
+
+// An inference job's FLOPs per input: a forward pass, 2 x parameters per position read (a third
+// of a training step's). generate reads up to `context` positions for each token it writes (no
+// KV cache yet), so it is priced at maxTokens x context positions a prompt.
+double inferenceFlopsPerInput(const JobSpec& spec, std::int64_t parameterCount)
+{
+    const double parameters = double(parameterCount > 0 ? parameterCount : zooParameterCount(spec).value_or(0));
+    const double context = double(std::max<std::int64_t>(spec.model.context, 1));
+    const double attention = 4.0 * context * double(spec.model.width) * double(spec.model.layers);
+    switch (spec.inference.task) {
+    case InferenceSpec::Task::Classify:
+        break;
+    case InferenceSpec::Task::Score:
+        return context * (2.0 * parameters + attention);
+    case InferenceSpec::Task::Generate:
+        return double(spec.inference.maxTokens) * context * (2.0 * parameters + attention);
+    }
+    JobSpec training = spec;
+    training.kind = JobSpec::Kind::Training;
+    return trainingFlopsPerSample(training, parameterCount) / 3.0;
+}
+
+} // namespace
+
 double trainingFlopsPerSample(const JobSpec& spec, std::int64_t parameterCount)
 {
+    if (spec.isInference())
+        return inferenceFlopsPerInput(spec, parameterCount);
     if (spec.model.source == ModelSpec::Source::Zoo && spec.model.zoo == u"gpt") {
         // Per window of `context` tokens: 6 x parameters per token, and the attention scores and
         // their use (2 x 2 x L x width per token and layer, forward; x 3 with backward).

@@ -8,6 +8,8 @@ namespace tessera::core {
 
 std::int64_t ShardTask::checkpointCount() const
 {
+    if (inference)
+        return 1 + (sampleEnd - sampleBegin); // the model's weights, then one per input
     if (checkpointInterval < 1)
         return 0;
     // step 0, every multiple of c below H, and H itself
@@ -16,6 +18,8 @@ std::int64_t ShardTask::checkpointCount() const
 
 std::int64_t ShardTask::keptStateCheckpoint() const
 {
+    if (inference)
+        return 0; // an input is computed from the weights alone: no state to keep
     const auto count = checkpointCount();
     return count >= 3 ? (count - 1) / 2 : 0;
 }
@@ -32,6 +36,8 @@ QList<Digest> ShardTask::inputBlobs() const
     if (dataset.source != DatasetSpec::Source::Builtin && !dataset.testSha256.isNull())
         blobs.append(dataset.testSha256);
     blobs.append(dataChunks);
+    if (inference && !inference->promptsSha256.isNull())
+        blobs.append(inference->promptsSha256);
     return blobs;
 }
 
@@ -42,7 +48,8 @@ Result<ShardTask> ShardTask::fromJson(const QJsonObject& json)
         QStringLiteral("sampleEnd"), QStringLiteral("localSteps"), QStringLiteral("batchSize"), QStringLiteral("seed"),
         QStringLiteral("threads"), QStringLiteral("checkpointInterval"), QStringLiteral("model"), QStringLiteral("dataset"),
         QStringLiteral("optimizer"), QStringLiteral("startWeights"), QStringLiteral("compression"),
-        QStringLiteral("optimizerState"), QStringLiteral("determinism"), QStringLiteral("dataChunks") });
+        QStringLiteral("optimizerState"), QStringLiteral("determinism"), QStringLiteral("dataChunks"),
+        QStringLiteral("inference") });
     constexpr std::int64_t MaxIndex = std::int64_t(1) << 40;
     ShardTask task;
     task.jobId = reader.string(u"jobId");
@@ -69,6 +76,8 @@ Result<ShardTask> ShardTask::fromJson(const QJsonObject& json)
     task.dataChunks = reader.digestList(u"dataChunks", JsonReader::MaxListLength, Presence::Optional);
     if (reader.ok() && !task.dataChunks.isEmpty() && task.dataset.source != DatasetSpec::Source::Chunks)
         reader.fail(u"dataChunks", QStringLiteral("only a chunked dataset has chunks"));
+    if (reader.has(u"inference"))
+        task.inference = readInferenceSpec(reader.object(u"inference"));
     if (!reader.ok())
         return reader.status().error();
     if (auto status = task.validate(); !status)
@@ -107,6 +116,8 @@ QJsonObject ShardTask::toJson() const
             chunks.append(chunk.toHex());
         json.insert(QStringLiteral("dataChunks"), chunks);
     }
+    if (inference)
+        json.insert(QStringLiteral("inference"), inferenceSpecToJson(*inference));
     return json;
 }
 
@@ -117,12 +128,33 @@ Status ShardTask::validate() const
     if (sampleEnd <= sampleBegin)
         return Error { QStringLiteral("sampleEnd"),
             QStringLiteral("the sample range [%1, %2) is empty").arg(sampleBegin).arg(sampleEnd) };
+    if (inference)
+        return validateInference();
     if (batchSize > sampleEnd - sampleBegin)
         return Error { QStringLiteral("batchSize"),
             QStringLiteral("a batch of %1 is larger than the shard's %2 samples").arg(batchSize).arg(sampleEnd - sampleBegin) };
     if (checkpointInterval > localSteps)
         return Error { QStringLiteral("checkpointInterval"),
             QStringLiteral("must be at most localSteps (%1), not %2").arg(localSteps).arg(checkpointInterval) };
+    return {};
+}
+
+Status ShardTask::validateInference() const
+{
+    const auto inputs = sampleEnd - sampleBegin;
+    if (inputs > InferenceSpec::MaxSamplesPerShard)
+        return Error { QStringLiteral("sampleEnd"),
+            QStringLiteral("%1 inputs, more than a shard has (%2)").arg(inputs).arg(InferenceSpec::MaxSamplesPerShard) };
+    if (batchSize != inference->batchSize || threads != inference->threads)
+        return Error { QStringLiteral("batchSize"), QStringLiteral("the task's batch size and threads are its inference's") };
+    if (sampleBegin % batchSize != 0)
+        return Error { QStringLiteral("sampleBegin"),
+            QStringLiteral("an inference shard starts on a batch's first input (a multiple of %1)").arg(batchSize) };
+    if (localSteps != (inputs + batchSize - 1) / batchSize || checkpointInterval != 1)
+        return Error { QStringLiteral("localSteps"), QStringLiteral("an inference shard's steps are its batches") };
+    if (inference->task == InferenceSpec::Task::Generate && sampleEnd > inference->promptCount)
+        return Error { QStringLiteral("sampleEnd"),
+            QStringLiteral("the shard reads prompts up to %1 of %2").arg(sampleEnd).arg(inference->promptCount) };
     return {};
 }
 

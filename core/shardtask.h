@@ -10,6 +10,7 @@
 #include <QString>
 
 #include <cstdint>
+#include <optional>
 
 namespace tessera::core {
 
@@ -41,10 +42,15 @@ struct ShardTask {
     // A chunked dataset: the chunks of its manifest that the task's steps read (core/datasetchunks.h),
     // which is what a node fetches of the corpus.
     QList<Digest> dataChunks;
+    // An inference task (docs/PROTOCOL.md, "ShardTask"): [sampleBegin, sampleEnd) are inputs,
+    // localSteps the batches (generate: the prompts), and the chain one hash per input.
+    std::optional<InferenceSpec> inference;
 
+    bool isInference() const { return inference.has_value(); }
     static Result<ShardTask> fromJson(const QJsonObject& json);
     QJsonObject toJson() const;
     Status validate() const;
+    Status validateInference() const;
     // Checkpoints at step 0, c, 2c, ..., H: the length of a valid hash chain.
     std::int64_t checkpointCount() const;
     // The one interior checkpoint whose training state a node keeps for disputes (the middle one,

@@ -362,7 +362,8 @@ core::Status BrokerClient::uploadJobFiles(core::JobSpec& spec, const QString& ba
     for (auto status : { uploadFile(spec.model.scriptFile, spec.model.scriptSha256),
              uploadFile(spec.model.initialWeightsFile, spec.model.initialWeightsSha256),
              uploadFile(spec.dataset.trainFile, spec.dataset.trainSha256),
-             uploadFile(spec.dataset.testFile, spec.dataset.testSha256) }) {
+             uploadFile(spec.dataset.testFile, spec.dataset.testSha256),
+             uploadFile(spec.inference.promptsFile, spec.inference.promptsSha256) }) {
         if (!status)
             return status;
     }

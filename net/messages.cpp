@@ -36,7 +36,9 @@ core::Result<core::JobSpec> jobField(const QJsonObject& header)
     auto spec = core::JobSpec::fromJson(*object);
     if (!spec)
         return nested(fields::Job, spec.error());
-    core::forgetLocalFiles(spec->model, spec->dataset); // a broker opens no path a client names
+    // A broker opens no path a client names.
+    if (auto status = core::forgetLocalFiles(*spec); !status)
+        return nested(fields::Job, status.error());
     return spec;
 }
 
@@ -243,6 +245,8 @@ core::Result<TaskMessage> TaskMessage::fromHeader(const QJsonObject& header)
         return nested(fields::Task, task.error());
     message.task = *task;
     core::forgetLocalFiles(message.task.model, message.task.dataset); // a node opens no path a broker names
+    if (message.task.inference)
+        message.task.inference->promptsFile.clear();
     return message;
 }
 

@@ -2,9 +2,12 @@
 // One function per command, dispatched from one table (which also writes the help).
 
 #include "chunking.h"
+
 #include "ledgeraudit.h"
+#include <core/inference/outputs.h>
 
 #include <app/common/cli.h>
+#include <app/common/inferencejob.h>
 #include <core/jobspec.h>
 #include <core/ledger/loghead.h>
 #include <core/ledger/logrecord.h>
@@ -166,6 +169,8 @@ QString describe(const core::broker::JobStatus& job)
     QString line
         = QStringLiteral("%1  %2  %3  round %4/%5")
               .arg(job.id, core::broker::nameOf(job.state), job.name, QString::number(job.round), QString::number(job.rounds));
+    if (job.state == core::broker::JobState::Running && job.shards > 0)
+        line += QStringLiteral("  shards %1/%2").arg(job.shardsDone).arg(job.shards);
     if (!job.history.isEmpty())
         line += QStringLiteral("  test accuracy %1%").arg(percent(job.history.last().testAccuracy));
     if (!job.failure.isEmpty())
@@ -192,13 +197,32 @@ int estimate(Context& context, const core::JobSpec& spec)
     return 0;
 }
 
+// A job file as the broker reads it: an inference job's fromJob and prompts file resolved first.
+core::Result<core::JobSpec> readJobFile(Context& context, const QString& path, const QByteArray& text)
+{
+    auto json = core::parseJsonObject(text);
+    if (!json)
+        return json.error();
+    auto statusOf = [&](const QString& jobId) -> core::Result<core::broker::JobStatus> {
+        int exit = 0;
+        const auto reply = context.call<net::StatusReply>(net::Command::Status, net::JobRequest { jobId }.toHeader(), exit);
+        if (!reply)
+            return core::Error { {}, QStringLiteral("the broker did not say what job %1 is").arg(jobId) };
+        return reply->job;
+    };
+    auto resolved = app::resolveInferenceJob(*json, QFileInfo(path).absoluteDir().absolutePath(), statusOf);
+    if (!resolved)
+        return resolved.error();
+    return core::JobSpec::fromJson(*resolved);
+}
+
 int submit(Context& context)
 {
     const QString path = context.positional().at(0);
     QFile file(path);
     if (!file.open(QIODevice::ReadOnly))
         return fail(QStringLiteral("cannot read %1").arg(path));
-    auto spec = core::JobSpec::fromJsonText(file.readAll());
+    auto spec = readJobFile(context, path, file.readAll());
     if (!spec)
         return fail(QStringLiteral("%1: %2").arg(path, spec.error().toString()));
     const bool onlyEstimate = context.parser.isSet(QStringLiteral("estimate"));
@@ -305,19 +329,33 @@ int wait(Context& context)
 int fetch(Context& context)
 {
     const QString path = context.parser.value(QStringLiteral("output"));
+    const QString jobId = context.positional().at(0);
+    int exit = 0;
+    const auto reply = context.call<net::StatusReply>(net::Command::Status, net::JobRequest { jobId }.toHeader(), exit);
+    if (!reply)
+        return exit;
+    const auto spec = core::JobSpec::fromJson(reply->job.spec);
+    const bool inference = spec && spec->isInference();
+    if (inference && reply->job.state != core::broker::JobState::Finished)
+        return fail(QStringLiteral("job %1 is %2 (%3 of %4 shards done): its result comes when it has finished")
+                        .arg(jobId, core::broker::nameOf(reply->job.state), QString::number(reply->job.shardsDone),
+                            QString::number(reply->job.shards)));
     auto connection = context.broker();
     if (!connection)
         return fail(connection.error().toString());
-    auto bytes = (*connection)->jobWeights(context.positional().at(0));
+    auto bytes = (*connection)->jobWeights(jobId);
     if (!bytes)
         return fail(bytes.error().toString());
+    if (inference && spec->inference.task == core::InferenceSpec::Task::Generate)
+        *bytes = core::inference::withText(*bytes);
     QSaveFile file(path);
     if (!file.open(QIODevice::WriteOnly) || file.write(*bytes) != bytes->size() || !file.commit())
         return fail(QStringLiteral("cannot write %1").arg(path));
     if (context.json())
         return printJson(
             QJsonDocument(QJsonObject { { QStringLiteral("file"), path }, { QStringLiteral("bytes"), bytes->size() } }));
-    out() << "wrote " << path << " (" << bytes->size() << " bytes; torch.load reads them)" << Qt::endl;
+    out() << "wrote " << path << " (" << bytes->size()
+          << (inference ? " bytes: one JSON line per input)" : " bytes; torch.load reads them)") << Qt::endl;
     return 0;
 }
 
@@ -721,8 +759,9 @@ const QList<CommandInfo>& commands()
                            "exits 0 when it finished, 1 otherwise"),
             1, 1, { QStringLiteral("json") }, {}, wait },
         { QStringLiteral("fetch"), QStringLiteral("ID -o FILE [--json]"),
-            QStringLiteral("save the newest global weights (torch.load reads them)"), 1, 1,
-            { QStringLiteral("output"), QStringLiteral("json") }, { QStringLiteral("output") }, fetch },
+            QStringLiteral("save the newest global weights (torch.load reads them), or a finished inference job's "
+                           "result (one JSON line per input)"),
+            1, 1, { QStringLiteral("output"), QStringLiteral("json") }, { QStringLiteral("output") }, fetch },
         { QStringLiteral("sample"), QStringLiteral("ID [--prompt TEXT] [--tokens N] [--temperature T] [--seed S]"),
             QStringLiteral("text written by a language model job's newest weights: N tokens (200) after TEXT, at "
                            "temperature T (0.8; 0: the likeliest), the same text for the same seed S (0); runs "

@@ -6,6 +6,7 @@
 #include "../common/nodesetup.h"
 
 #include <app/common/cli.h>
+#include <app/common/inferencejob.h>
 #include <compute/common/environment.h>
 #include <compute/devices/devices.h>
 #include <compute/devices/sensors.h>
@@ -17,6 +18,7 @@
 #include <core/benchmark.h>
 #include <core/broker/records.h>
 #include <core/decomposition.h>
+#include <core/inference/outputs.h>
 #include <core/jobspec.h>
 #include <core/ledger/logrecord.h>
 #include <core/ledger/logwatch.h>
@@ -92,6 +94,9 @@ Commands:
                                        aggregated as a broker would); writes DIR/model.pt
                                        (torch.load), DIR/model.torchscript.pt (torch.jit.load,
                                        zoo models) and DIR/report.json
+  infer-local JOB.json -o OUT.jsonl    run a whole inference job on this machine (every shard, as a
+                                       broker cuts them) and write its result as tessera-job fetch
+                                       does
   sample WEIGHTS --job JOB.json [--prompt TEXT] [--tokens N] [--temperature T] [--seed S]
                                        text from a language model's weights (a gpt job's
                                        model.pt): N tokens (200) after TEXT, drawn at temperature
@@ -160,6 +165,7 @@ void resolvePaths(core::JobSpec& spec, const QDir& base)
     resolve(spec.dataset.trainFile);
     resolve(spec.dataset.testFile);
     resolve(spec.dataset.manifestFile);
+    resolve(spec.inference.promptsFile);
 }
 
 QString describeMemory(std::int64_t bytes)
@@ -532,7 +538,17 @@ core::Result<core::JobSpec> readJobFile(const QString& jobPath)
     const auto text = readFile(jobPath);
     if (!text)
         return core::Error { {}, QStringLiteral("cannot read %1").arg(jobPath) };
-    auto spec = core::JobSpec::fromJsonText(*text);
+    auto json = core::parseJsonObject(*text);
+    if (!json)
+        return core::Error { {}, QStringLiteral("%1: %2").arg(jobPath, json.error().toString()) };
+    // An inference job's prompts file is counted; its model is a file here (fromJob needs a broker).
+    auto resolved = resolveInferenceJob(*json, QFileInfo(jobPath).absoluteDir().absolutePath(), [](const QString& jobId) {
+        return core::Result<core::broker::JobStatus>(core::Error { QStringLiteral("model.fromJob"),
+            QStringLiteral("job %1 is on a broker: on this machine give the weights (model.initialWeights.file)").arg(jobId) });
+    });
+    if (!resolved)
+        return core::Error { {}, QStringLiteral("%1: %2").arg(jobPath, resolved.error().toString()) };
+    auto spec = core::JobSpec::fromJson(*resolved);
     if (!spec)
         return core::Error { {}, QStringLiteral("%1: %2").arg(jobPath, spec.error().toString()) };
     resolvePaths(*spec, QFileInfo(jobPath).absoluteDir());
@@ -665,6 +681,51 @@ int trainLocal(const QStringList& args, const compute::ComputeEnvironment& envir
     if (!scriptPath.isEmpty())
         out() << ", " << scriptPath;
     out() << " and " << QDir(outDir).filePath(QStringLiteral("report.json")) << Qt::endl;
+    return 0;
+}
+
+// An inference job on this machine (docs/JOBS.md, "Inference jobs"): every shard in order, as the
+// broker cuts them, assembled as the broker assembles them: the bytes `tessera-job fetch` writes.
+int inferLocal(const QStringList& args, const compute::ComputeEnvironment& environment)
+{
+    QCommandLineParser parser;
+    parser.addPositionalArgument(QStringLiteral("job"), QStringLiteral("job file"));
+    parser.addOption({ { QStringLiteral("o"), QStringLiteral("out") }, QStringLiteral("result file"), QStringLiteral("FILE") });
+    if (!parser.parse(args) || parser.positionalArguments().size() != 1 || !parser.isSet(QStringLiteral("out")))
+        return fail(QStringLiteral("usage: tessera-node infer-local JOB.json -o OUT.jsonl"));
+    auto spec = readJobFile(parser.positionalArguments().first());
+    if (!spec)
+        return fail(spec.error().message);
+    if (!spec->isInference())
+        return fail(
+            QStringLiteral("%1 is a training job: tessera-node train-local runs it").arg(parser.positionalArguments().first()));
+    auto weights = compute::initialWeights(*spec, environment);
+    if (!weights)
+        return fail(weights.error().toString());
+    const auto tasks = core::decomposeRound(QStringLiteral("0000000000000000"), *spec, 0, weights->canonicalHash);
+    out() << "Running \"" << spec->name << "\" on this machine: " << spec->inferenceInputs() << " inputs in " << tasks.size()
+          << " shards" << Qt::endl;
+    QByteArray lines;
+    for (const auto& task : tasks) {
+        const auto output = compute::runShard(task, weights->bytes, environment);
+        if (output.result.outcome != core::ShardResult::Outcome::Completed)
+            return fail(QStringLiteral("shard %1: %2").arg(task.shard).arg(output.result.failure));
+        lines += output.weights;
+    }
+    auto summary = core::inference::summarize(spec->inference.task, lines);
+    if (spec->inference.task == core::InferenceSpec::Task::Generate)
+        lines = core::inference::withText(lines);
+    const QString path = parser.value(QStringLiteral("out"));
+    if (!writeFile(path, lines))
+        return fail(QStringLiteral("cannot write %1").arg(path));
+    out() << "wrote " << path << " (" << lines.size() << " bytes, SHA-256 " << core::Digest::ofBytes(lines).toHex() << ")";
+    if (summary && summary->labelled > 0)
+        out() << "; accuracy " << QString::number(summary->accuracy() * 100.0, 'f', 2) << "% of " << summary->labelled;
+    if (summary && spec->inference.task == core::InferenceSpec::Task::Score)
+        out() << "; mean loss " << summary->meanLoss << " (perplexity " << std::exp(summary->meanLoss) << ")";
+    if (summary && spec->inference.task == core::InferenceSpec::Task::Generate)
+        out() << "; " << summary->tokens << " tokens";
+    out() << Qt::endl;
     return 0;
 }
 
@@ -924,6 +985,8 @@ int runNodeCommand(const QStringList& arguments)
         return trainLocal(rest, environment);
     if (command == u"train-shard")
         return trainShard(rest, environment);
+    if (command == u"infer-local")
+        return inferLocal(rest, environment);
     if (command == u"program")
         return program(rest, environment);
     if (command == u"sample")

@@ -1,5 +1,8 @@
 #include "shardrun.h"
 
+#include "detail/inferencerun.h"
+#include <core/inference/outputs.h>
+
 #include "detail/batches.h"
 #include "detail/datasets.h"
 #include "detail/models.h"
@@ -40,6 +43,8 @@ struct ShardRun::Private {
     std::unique_ptr<PortableStep> portable; // training.determinism portable: each step a program
     PortableStep::Observer observer; // a dispute's trace, while one is recorded
     std::unique_ptr<BatchPlan> plan;
+    std::unique_ptr<InferenceRun> inference; // an inference task: its lines instead of training
+    QList<QByteArray> lines; // and the lines so far
     c10::Device device { c10::kCPU };
     std::int64_t step = 0;
     QList<double> losses;
@@ -244,9 +249,136 @@ core::Result<NamedTensors> startTensors(const core::ShardTask& task, const QByte
 
 } // namespace
 
+// --- inference tasks (docs/DETERMINISM.md, "Inference") -------------------------------------
+
+core::Result<std::unique_ptr<ShardRun>> ShardRun::startInference(
+    const core::ShardTask& task, const QByteArray& startWeights, const ComputeEnvironment& environment)
+{
+    auto inference = InferenceRun::start(task, startWeights, environment);
+    if (!inference)
+        return inference.error();
+    auto d = std::make_unique<Private>();
+    d->task = task;
+    d->environment = environment;
+    d->inference = std::move(*inference);
+    d->startWeights = startWeights;
+    d->timer.start();
+    return std::unique_ptr<ShardRun>(new ShardRun(std::move(d)));
+}
+
+core::Result<std::unique_ptr<ShardRun>> ShardRun::resumeInference(const core::ShardTask& task, const QByteArray& suspended,
+    const ComputeEnvironment& environment, const QByteArray& startWeights)
+{
+    auto bad = [](const QString& what) { return core::Error { QStringLiteral("state"), what }; };
+    auto saved = unpickleTensors(suspended, QStringLiteral("the saved shard state is damaged"));
+    if (!saved)
+        return saved.error();
+    std::map<std::string, at::Tensor> meta;
+    for (const auto& [name, tensor] : stripPrefix("meta/", *saved))
+        meta[name] = tensor;
+    const auto expected = taskDigest(task).toRaw();
+    const auto savedTask = meta["task"], step = meta["step"], lines = meta["lines"], elapsed = meta["elapsed_ms"];
+    if (!savedTask.defined() || savedTask.scalar_type() != at::kByte || savedTask.numel() != expected.size()
+        || QByteArray(static_cast<const char*>(savedTask.contiguous().data_ptr()), expected.size()) != expected)
+        return bad(QStringLiteral("the saved state belongs to another shard (meta/task)"));
+    if (!step.defined() || step.scalar_type() != at::kLong || step.numel() != 1 || !lines.defined()
+        || lines.scalar_type() != at::kByte)
+        return bad(QStringLiteral("the saved state needs meta/step (int64) and meta/lines (uint8)"));
+    auto run = startInference(task, startWeights, environment);
+    if (!run)
+        return run.error();
+    auto& d = *(*run)->d;
+    const auto bytes = lines.contiguous();
+    auto read = core::inference::linesOf(QByteArray(static_cast<const char*>(bytes.data_ptr()), bytes.numel()));
+    d.step = step.item<std::int64_t>();
+    const auto covered = std::min(task.sampleEnd - task.sampleBegin, d.step * task.batchSize);
+    if (!read || d.step < 0 || d.step > task.localSteps || read->size() != covered)
+        return bad(QStringLiteral("meta/lines are not the lines of meta/step's steps"));
+    d.lines = *read;
+    d.previousElapsedMs = elapsed.defined() && elapsed.numel() == 1 ? elapsed.item<std::int64_t>() : 0;
+    return run;
+}
+
+core::Status ShardRun::stepInference()
+{
+    auto lines = d->inference->stepLines(d->step);
+    if (!lines) {
+        d->broken = true;
+        return lines.error();
+    }
+    d->lines.append(*lines);
+    ++d->step;
+    return {};
+}
+
+QByteArray ShardRun::suspendInference() const
+{
+    const auto task = taskDigest(d->task).toRaw();
+    const auto lines = core::inference::blobOf(d->lines);
+    NamedTensors state;
+    state.emplace_back(
+        "meta/elapsed_ms", torch::tensor(static_cast<std::int64_t>(d->previousElapsedMs + d->timer.elapsed()), torch::kInt64));
+    state.emplace_back(
+        "meta/lines", torch::from_blob(const_cast<char*>(lines.constData()), { lines.size() }, torch::kUInt8).clone());
+    state.emplace_back("meta/step", torch::tensor(d->step, torch::kInt64));
+    state.emplace_back(
+        "meta/task", torch::from_blob(const_cast<char*>(task.constData()), { task.size() }, torch::kUInt8).clone());
+    return pickleTensors(state);
+}
+
+ShardOutput ShardRun::finishInference()
+{
+    ShardOutput output;
+    auto& result = output.result;
+    result.jobId = d->task.jobId;
+    result.round = d->task.round;
+    result.shard = d->task.shard;
+    result.runtimeProfile = profileOf(d->task, c10::Device(c10::kCPU));
+    result.wallTimeMs = d->previousElapsedMs + d->timer.elapsed();
+    if (!finished()) {
+        result.outcome = core::ShardResult::Outcome::Failed;
+        result.failure = QStringLiteral("the shard stopped after %1 of %2 steps").arg(d->step).arg(d->task.localSteps);
+        return output;
+    }
+    output.weights = core::inference::blobOf(d->lines);
+    result.finalHash = core::Digest::ofBytes(output.weights);
+    result.weightsSha256 = result.finalHash;
+    result.checkpointHashes = core::inference::chainOf(d->task.startWeights, d->lines);
+    result.samplesProcessed = d->task.sampleEnd - d->task.sampleBegin;
+    return output;
+}
+
+core::Result<Replay> ShardRun::replayInference(const core::ShardTask& task, std::int64_t from, const QByteArray& weights,
+    std::int64_t to, const ComputeEnvironment& environment)
+{
+    // Inputs from .. to-1 of the shard (chain entries from+1 .. to), from the model's weights alone.
+    if (from < 0 || to <= from || to >= task.checkpointCount())
+        return core::Error { QStringLiteral("checkpoint"),
+            QStringLiteral("cannot compute inputs %1 to %2 of a shard of %3")
+                .arg(from)
+                .arg(to - 1)
+                .arg(task.checkpointCount() - 1) };
+    auto inference = InferenceRun::start(task, weights, environment);
+    if (!inference)
+        return core::Error { QStringLiteral("state"), inference.error().message };
+    auto lines = (*inference)->linesOf(task.sampleBegin + from, task.sampleBegin + to);
+    if (!lines)
+        return lines.error();
+    Replay replay;
+    replay.checkpoints = core::inference::chainOf({}, *lines).mid(1);
+    if (from == 0 && to == task.checkpointCount() - 1) {
+        replay.weights = core::inference::blobOf(*lines);
+        replay.weightsHash = core::Digest::ofBytes(replay.weights);
+    }
+    replay.runtimeProfile = profileOf(task, c10::Device(c10::kCPU));
+    return replay;
+}
+
 core::Result<std::unique_ptr<ShardRun>> ShardRun::start(
     const core::ShardTask& task, const QByteArray& startWeights, const ComputeEnvironment& environment)
 {
+    if (task.inference)
+        return startInference(task, startWeights, environment);
     auto prepared = prepare(task, environment);
     if (!prepared)
         return prepared.error();
@@ -265,6 +397,8 @@ core::Result<std::unique_ptr<ShardRun>> ShardRun::start(
 core::Result<std::unique_ptr<ShardRun>> ShardRun::resume(const core::ShardTask& task, const QByteArray& suspended,
     const ComputeEnvironment& environment, StateOrigin origin, const QByteArray& startWeights)
 {
+    if (task.inference)
+        return resumeInference(task, suspended, environment, startWeights);
     auto prepared = prepare(task, environment);
     if (!prepared)
         return prepared.error();
@@ -362,6 +496,8 @@ core::Status ShardRun::step()
         return core::Error { {}, QStringLiteral("the shard already failed") };
     if (finished())
         return core::Error { {}, QStringLiteral("the shard has no steps left") };
+    if (d->inference)
+        return stepInference();
     pinRuntime(d->task);
     const auto& task = d->task;
     auto outcome = guarded(QStringLiteral("step %1").arg(d->step + 1), [&]() -> double {
@@ -465,6 +601,8 @@ void ShardRun::keepState()
 
 QByteArray ShardRun::suspend() const
 {
+    if (d->inference)
+        return suspendInference();
     return pickleTensors(suspendedStateOf(*d));
 }
 
@@ -502,6 +640,8 @@ core::Result<NamedTensors> reveal(const core::ShardTask& task, NamedTensors fina
 
 ShardOutput ShardRun::finish()
 {
+    if (d->inference)
+        return finishInference();
     ShardOutput output;
     auto& result = output.result;
     result.jobId = d->task.jobId;
@@ -566,6 +706,8 @@ ShardOutput runShard(const core::ShardTask& task, const QByteArray& startWeights
 core::Result<Replay> replayShard(const core::ShardTask& task, std::int64_t from, const QByteArray& state,
     const core::Digest& expected, std::int64_t to, const QByteArray& roundWeights, const ComputeEnvironment& environment)
 {
+    if (task.inference)
+        return ShardRun::replayInference(task, from, state, to, environment);
     const auto count = task.checkpointCount();
     const bool revealOnly = from == to && to == count - 1 && from > 0;
     if (from < 0 || (to <= from && !revealOnly) || to >= count)
@@ -607,6 +749,8 @@ core::Result<Replay> replayShard(const core::ShardTask& task, std::int64_t from,
 core::Result<std::unique_ptr<ShardRun>> ShardRun::trainedTo(const core::ShardTask& task, const QByteArray& startWeights,
     const QByteArray& keptState, std::int64_t step, const ComputeEnvironment& environment)
 {
+    if (task.inference) // each input comes from the weights alone: no dispute asks for a state
+        return core::Error { QStringLiteral("state"), QStringLiteral("an inference task has no training state") };
     const auto kept = task.keptStateCheckpoint();
     const bool fromKept = !keptState.isEmpty() && kept > 0 && std::min(kept * task.checkpointInterval, task.localSteps) <= step;
     auto run = fromKept ? ShardRun::resume(task, keptState, environment) : ShardRun::start(task, startWeights, environment);

@@ -131,6 +131,16 @@ public:
 
 private:
     explicit ShardRun(std::unique_ptr<Private> d);
+    // An inference task's run: its lines a step (a batch, or a prompt) at a time.
+    static core::Result<std::unique_ptr<ShardRun>> startInference(
+        const core::ShardTask& task, const QByteArray& startWeights, const ComputeEnvironment& environment);
+    static core::Result<std::unique_ptr<ShardRun>> resumeInference(const core::ShardTask& task, const QByteArray& suspended,
+        const ComputeEnvironment& environment, const QByteArray& startWeights);
+    static core::Result<Replay> replayInference(const core::ShardTask& task, std::int64_t from, const QByteArray& weights,
+        std::int64_t to, const ComputeEnvironment& environment);
+    core::Status stepInference();
+    QByteArray suspendInference() const;
+    ShardOutput finishInference();
     void keepState(); // the training state at the kept checkpoint: into keptStateFile (spillTo), or memory
     // A run of this node's own shard brought to shard step `step` (not keeping checkpoint states):
     // resumed from keptState where its checkpoint comes no later, else from the round's weights.

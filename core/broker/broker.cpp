@@ -1,5 +1,7 @@
 #include "broker.h"
 
+#include "../inference/outputs.h"
+
 #include "../ledger/ledgerlog.h"
 #include "../ledger/logrecord.h"
 
@@ -9,6 +11,7 @@
 #include "../jsonreader.h"
 #include "../memoryestimate.h"
 
+#include <QCryptographicHash>
 #include <QDateTime>
 #include <QDir>
 #include <QFile>
@@ -635,6 +638,15 @@ Result<JobStatus> Broker::status(const QString& jobId)
     status.pricePerShard = job->pricePerShard;
     status.spec = job->specJson;
     status.languageModel = spec && spec->model.context > 0;
+    if (spec && job->state == JobState::Running) {
+        status.shards = spec->training.shardsPerRound;
+        auto answered = m_store->shardResults(jobId, job->round);
+        if (!answered)
+            return answered.error();
+        status.shardsDone = answered->size();
+    } else if (spec) {
+        status.shards = status.shardsDone = job->state == JobState::Finished ? spec->training.shardsPerRound : 0;
+    }
     if (auto escrow = m_stakes->escrow(jobId))
         status.escrow = *escrow;
     auto rounds = m_store->rounds(jobId);
@@ -1160,7 +1172,8 @@ Status Broker::finishRound(const QString& jobId, const JobSpec& spec, std::int64
         return held.error();
     if (*held)
         return {}; // aggregated once the re-executions confirm them
-    auto aggregated = aggregateRound(*job, spec, round, **results);
+    auto aggregated
+        = spec.isInference() ? assembleInference(*job, spec, **results) : aggregateRound(*job, spec, round, **results);
     if (!aggregated)
         return aggregated.error();
     if (!*aggregated)
@@ -1383,6 +1396,55 @@ Result<std::optional<Broker::AggregatedRound>> Broker::aggregateRound(
         next.outerStateBlob = *stored;
     }
     return std::optional<AggregatedRound>(next);
+}
+
+Result<std::optional<Broker::AggregatedRound>> Broker::assembleInference(
+    const JobRow& job, const JobSpec& spec, QList<ShardResult> results)
+{
+    // The shards' lines one after the other, in input order, written into the store's staging
+    // folder a shard at a time (docs/JOBS.md, "Inference jobs"); their summary is the record's.
+    std::sort(results.begin(), results.end(), [](const auto& a, const auto& b) { return a.shard < b.shard; });
+    const QDir staging(m_blobs.stagingDirectory());
+    staging.mkpath(QStringLiteral("."));
+    const QString path = staging.filePath(QStringLiteral("result-%1.part").arg(job.id));
+    QFile file(path);
+    if (!file.open(QIODevice::WriteOnly | QIODevice::Truncate))
+        return Error { QStringLiteral("blob"), QStringLiteral("cannot write %1").arg(path) };
+    QCryptographicHash hash(QCryptographicHash::Sha256);
+    inference::Summary total;
+    double lossSum = 0.0;
+    for (const auto& result : results) {
+        auto lines = m_blobs.read(result.weightsSha256);
+        if (!lines) {
+            file.remove();
+            return Error { QStringLiteral("blob"), QStringLiteral("the lines of shard %1 are gone").arg(result.shard) };
+        }
+        auto summary = inference::summarize(spec.inference.task, *lines);
+        if (summary) {
+            total.inputs += summary->inputs;
+            total.labelled += summary->labelled;
+            total.correct += summary->correct;
+            total.tokens += summary->tokens;
+            lossSum += summary->meanLoss * double(summary->inputs);
+        }
+        hash.addData(*lines);
+        if (file.write(*lines) != lines->size()) {
+            file.remove();
+            return Error { QStringLiteral("blob"), QStringLiteral("cannot write %1").arg(path) };
+        }
+    }
+    file.close();
+    const auto digest = Digest::fromRaw(hash.result()).value_or(Digest {});
+    auto blob = m_blobs.adopt(path, digest);
+    if (!blob)
+        return blob.error();
+    const bool figures = total.labelled > 0 || spec.inference.task == InferenceSpec::Task::Score;
+    const double meanLoss = total.inputs > 0 ? lossSum / double(total.inputs) : 0.0;
+    AggregatedRound assembled { { 0, meanLoss, total.accuracy(), 0.0, digest, *blob, m_clock.nowMs(), figures }, std::nullopt,
+        std::nullopt };
+    qCInfo(lcBrokerCore).noquote() << "inference job" << job.id << "assembled:" << total.inputs << "inputs from" << results.size()
+                                   << "shards";
+    return std::optional<AggregatedRound>(assembled);
 }
 
 Status Broker::advanceRound(const JobRow& job, const JobSpec& spec, const AggregatedRound& aggregated)

@@ -282,6 +282,8 @@ private:
         const JobRow& job, const JobSpec& spec, std::int64_t round, const QList<ShardResult>& results);
     Result<QList<TrainingMath::Update>> updatesOf(
         const QString& jobId, const JobSpec& spec, std::int64_t round, const QList<ShardResult>& results, double& meanTrainLoss);
+    // An inference job's one round: the shards' lines assembled into its result.
+    Result<std::optional<AggregatedRound>> assembleInference(const JobRow& job, const JobSpec& spec, QList<ShardResult> results);
     Status advanceRound(const JobRow& job, const JobSpec& spec, const AggregatedRound& aggregated);
     Status failJob(const QString& jobId, const QString& why);
     // What is left of the job's escrow goes back to its owner; open checks are called off. Inside

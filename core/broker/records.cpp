@@ -56,6 +56,8 @@ QJsonObject JobStatus::toJson() const
         { QStringLiteral("owner"), owner },
         { QStringLiteral("escrow"), escrow.toString() },
         { QStringLiteral("pricePerShard"), pricePerShard.toString() },
+        { QStringLiteral("shards"), static_cast<qint64>(shards) },
+        { QStringLiteral("shardsDone"), static_cast<qint64>(shardsDone) },
     };
     if (!failure.isEmpty())
         json.insert(QStringLiteral("failure"), failure);
@@ -73,6 +75,8 @@ QJsonObject JobStatus::toPublicJson() const
         { QStringLiteral("state"), nameOf(state) },
         { QStringLiteral("round"), static_cast<qint64>(round) },
         { QStringLiteral("rounds"), static_cast<qint64>(rounds) },
+        { QStringLiteral("shards"), static_cast<qint64>(shards) },
+        { QStringLiteral("shardsDone"), static_cast<qint64>(shardsDone) },
     };
 }
 
@@ -84,6 +88,8 @@ JobStatus JobStatus::fromJson(const QJsonObject& json)
     job.state = fromName<JobState>(text(json, "state")).value_or(JobState::Running);
     job.round = integer(json, "round");
     job.rounds = integer(json, "rounds");
+    job.shards = integer(json, "shards");
+    job.shardsDone = integer(json, "shardsDone");
     for (const auto& value : json.value(QStringLiteral("history")).toArray()) {
         const auto r = value.toObject();
         job.history.append({ integer(r, "round"), r.value(QStringLiteral("testLoss")).toDouble(),

@@ -45,6 +45,10 @@ struct JobStatus {
     Credits pricePerShard;
     QJsonObject spec; // the job as submitted (files by sha256); in STATUS only, not in LIST
     bool languageModel = false; // its figures are per token (loss, perplexity)
+    // The current round's shards and how many of them are answered (accepted, checked or
+    // verified): an inference job's progress.
+    std::int64_t shards = 0;
+    std::int64_t shardsDone = 0;
     bool full = true; // false: what another identity sees (id, state and progress only)
 
     QJsonObject toJson() const;

@@ -4,6 +4,7 @@
 #include "verifier.h"
 
 #include "../decomposition.h"
+#include "../inference/outputs.h"
 #include "../verification/verification.h"
 
 #include <QLoggingCategory>
@@ -390,6 +391,8 @@ Result<double> Verifier::checkReveal(
     if (result.checkpointHashes.first() != task.startWeights)
         return lie(
             Error { QStringLiteral("checkpointHashes"), QStringLiteral("the chain does not start at the round's weights") });
+    if (task.inference)
+        return checkInferenceReveal(task, result, lie);
     // By file: the arithmetic reads the weights (hundreds of MB for a large model) off this thread.
     const auto weights = m_.blobs.path(result.weightsSha256);
     if (!weights)
@@ -424,6 +427,40 @@ Result<double> Verifier::checkReveal(
         return lie(Error { QStringLiteral("weightsSha256"),
             QStringLiteral("the revealed result is not a finite update of the model: %1").arg(inspected->unfit) });
     return inspected->updateNorm;
+}
+
+Result<double> Verifier::checkInferenceReveal(
+    const ShardTask& task, const ShardResult& result, const std::function<Error(Error)>& lie)
+{
+    // The lines themselves (a shard's lines are small: at most 100,000 inputs): each input's line
+    // in order, hashing to the chain the node signed, so that a dispute is always over one input.
+    auto blob = m_.blobs.read(result.weightsSha256);
+    if (!blob)
+        return Error { QStringLiteral("weightsSha256"), QStringLiteral("upload the lines (PUT) before the result") };
+    if (Digest::ofBytes(*blob) != result.finalHash)
+        return lie(
+            Error { QStringLiteral("finalHash"), QStringLiteral("the uploaded lines do not hash to the result's finalHash") });
+    if (auto status = inference::checkRevealed(task, *blob, result.checkpointHashes); !status)
+        return lie(status.error());
+    return -1.0; // no update to measure
+}
+
+Result<QString> Verifier::inferenceDisagreement(const ShardTask& task, const Digest& first, const QByteArray& second)
+{
+    // Lines of two runtime profiles, compared with the tolerance (docs/DETERMINISM.md, "Inference").
+    auto a = m_.blobs.read(first);
+    if (!a)
+        return a.error();
+    auto x = inference::linesOf(*a);
+    auto y = inference::linesOf(second);
+    if (!x || !y || x->size() != y->size())
+        return QStringLiteral("the lines do not match up");
+    for (qsizetype k = 0; k < x->size(); ++k) {
+        QString why;
+        if (!inference::agreeWithin(task.inference->task, (*x)[k], (*y)[k], &why))
+            return QStringLiteral("input %1: %2").arg(task.sampleBegin + k).arg(why);
+    }
+    return QString();
 }
 
 Status Verifier::punishSignedLie(const QString& nodeId, const QString& assignmentId, const Error& lie)
@@ -461,6 +498,18 @@ Status Verifier::compare(Check& check)
     const auto& b = *check.verifierResult;
     if (a.runtimeProfile != b.runtimeProfile) {
         // Different arithmetic: compare the weights with a tolerance; nobody is slashed for a mismatch.
+        auto task = taskOf(check);
+        if (task && task->inference) {
+            auto second = m_.blobs.read(b.weightsSha256);
+            auto differs = second ? inferenceDisagreement(*task, a.weightsSha256, *second) : Result<QString>(second.error());
+            if (differs && differs->isEmpty())
+                return settle(
+                    check, Loser::None, QStringLiteral("equal within the tolerance across runtime profiles"), Penalty::None);
+            return settle(check, Loser::Accused,
+                QStringLiteral("results of different runtime profiles disagree (%1); the shard is computed again")
+                    .arg(differs ? *differs : differs.error().message),
+                Penalty::None);
+        }
         auto first = m_.blobs.read(a.weightsSha256);
         auto second = m_.blobs.read(b.weightsSha256);
         auto round = m_.blobs.read(check.startBlob);
@@ -504,15 +553,20 @@ Status Verifier::dispute(Check& check, qsizetype j)
         tell(node, assignment, CheckVerdict::Disputed,
             j == check.accusedResult.checkpointHashes.size() ? QStringLiteral("the revealed result differs")
                                                              : QStringLiteral("checkpoint %1 differs").arg(j));
+    // An inference shard's input j is computed from the model's weights alone: refereed at once.
+    auto task = taskOf(check);
+    if (!task)
+        return task.error();
+    if (task->inference) {
+        auto start = m_.blobs.read(check.startBlob);
+        if (!start)
+            return start.error();
+        return refereeInterval(check, *start);
+    }
     // A portable job's interval between two nodes: narrowed to one instruction by their traces.
     const bool interval = j < check.accusedResult.checkpointHashes.size();
-    if (interval && !check.accused.isEmpty() && !check.verifier.isEmpty()) {
-        auto task = taskOf(check);
-        if (!task)
-            return task.error();
-        if (task->portable)
-            return narrow(check);
-    }
+    if (interval && !check.accused.isEmpty() && !check.verifier.isEmpty() && task->portable)
+        return narrow(check);
     if (j == 1) {
         auto start = m_.blobs.read(check.startBlob);
         if (!start)
@@ -663,7 +717,11 @@ Status Verifier::refereeInterval(Check& check, const QByteArray& state)
             return read.error();
         round = std::move(*read);
     }
-    auto run = [&] { return m_.math.replay(*task, j - 1, state, a[j - 1], to, round); };
+    // An inference shard: input j alone, from the model's weights (the whole shard, for the
+    // revealed lines, which the broker's check at RESULT leaves no room for).
+    const auto from = task->inference && revealed ? 0 : j - 1;
+    const auto until = task->inference && revealed ? a.size() - 1 : to;
+    auto run = [&] { return m_.math.replay(*task, from, state, a[from], until, round); };
     auto replay = run();
     if (!replay) {
         // From the round's weights nobody's state is involved: the job's own code failed on the
@@ -673,9 +731,27 @@ Status Verifier::refereeInterval(Check& check, const QByteArray& state)
                 QStringLiteral("the referee could not re-execute checkpoint 1: %1").arg(replay.error().message), Proof::Proven);
         return replay.error();
     }
-    const QString at = revealed ? QStringLiteral("the referee revealed the update from the last checkpoint")
-                                : QStringLiteral("the referee re-executed checkpoint %1").arg(j);
+    const QString at = task->inference ? inferenceAt(check, *task)
+        : revealed                     ? QStringLiteral("the referee revealed the update from the last checkpoint")
+                                       : QStringLiteral("the referee re-executed checkpoint %1").arg(j);
     return ruleOnReplay(check, *task, *replay, at, run);
+}
+
+QString Verifier::inferenceAt(const Check& check, const ShardTask& task)
+{
+    const auto j = check.checkpoint;
+    const auto input = task.sampleBegin + j - 1;
+    if (task.inference->task != InferenceSpec::Task::Generate || !check.verifierResult)
+        return QStringLiteral("the referee computed input %1").arg(input);
+    // Where the two completions part, for the verdict (both sides' lines are in the store).
+    auto line = [&](const Digest& blob) -> QByteArray {
+        auto bytes = m_.blobs.read(blob);
+        auto lines = bytes ? inference::linesOf(*bytes) : Result<QList<QByteArray>>(Error {});
+        return lines && j - 1 < lines->size() ? (*lines)[j - 1] : QByteArray();
+    };
+    const auto token
+        = inference::firstDifferingToken(line(check.accusedResult.weightsSha256), line(check.verifierResult->weightsSha256));
+    return QStringLiteral("the referee computed prompt %1 (the completions part at token %2)").arg(input).arg(token);
 }
 
 Status Verifier::refereeFromStart(Check& check)
@@ -1019,6 +1095,17 @@ Status Verifier::selfVerify(Check& check)
                                      "result twice")
                 : why + QStringLiteral("; the job's code is blamed (it may not compute the same result twice on every machine)"),
             differs ? Proof::Proven : Proof::Unproven);
+    }
+    if (task->inference) {
+        auto differs = inferenceDisagreement(*task, a.weightsSha256, replay->weights);
+        if (differs && differs->isEmpty())
+            return settle(check, Loser::None,
+                QStringLiteral("the broker re-executed it on another runtime profile: equal within the tolerance"),
+                Penalty::None);
+        return settle(check, Loser::Accused,
+            QStringLiteral("the broker re-executed it on another runtime profile and disagrees (%1); computed again")
+                .arg(differs ? *differs : differs.error().message),
+            Penalty::None);
     }
     auto weights = m_.blobs.read(a.weightsSha256);
     if (!weights)

@@ -72,6 +72,12 @@ public:
     // an error naming WrongFormField, not slashed: the caller gives the shard to another node.
     static inline const QString WrongFormField = QStringLiteral("compression");
     // A node signed something that contradicts the shard it was given: slashed like a lost dispute.
+    // An inference shard's revealed lines against its task and chain (docs/VERIFICATION.md, "Inference").
+    Result<double> checkInferenceReveal(const ShardTask& task, const ShardResult& result, const std::function<Error(Error)>& lie);
+    // Where two inference results of different runtime profiles part beyond the tolerance (empty: they agree).
+    Result<QString> inferenceDisagreement(const ShardTask& task, const Digest& first, const QByteArray& second);
+    // What the referee of an inference dispute computed, for the verdict.
+    QString inferenceAt(const Check& check, const ShardTask& task);
     Status punishSignedLie(const QString& nodeId, const QString& assignmentId, const Error& lie);
     // A disputed checkpoint state came (a null digest: the node says it does not have it).
     Status checkpointDelivered(const QString& nodeId, const QString& checkId, const Digest& blob);

@@ -116,7 +116,9 @@ ShardOutput collectOutput(const core::ShardTask& task, const QDir& folder, const
         output.keptStateFile = keptDestination;
     else
         output.keptState = core::readFile(kept).value_or(QByteArray());
-    const auto hash = pickle::canonicalHash(output.weights);
+    // An inference task's lines are hashed as bytes (docs/DETERMINISM.md, "Inference").
+    const auto hash = task.inference ? core::Result<core::Digest>(core::Digest::ofBytes(output.weights))
+                                     : pickle::canonicalHash(output.weights);
     if (!hash || *hash != output.result.finalHash)
         return failed(task, QStringLiteral("the compute worker's weights do not have the hash its result names"));
     return output;
@@ -131,6 +133,8 @@ void namedFiles(const core::ShardTask& task, const ComputeEnvironment& environme
         { task.dataset.testSha256, task.dataset.testFile }, { task.dataset.manifestSha256, task.dataset.manifestFile } };
     for (const auto& chunk : task.dataChunks)
         files.append({ chunk, QString() });
+    if (task.inference)
+        files.append({ task.inference->promptsSha256, task.inference->promptsFile });
     for (const auto& [digest, file] : files) {
         if (!digest.isNull() && environment.blobPath) {
             if (const auto path = environment.blobPath(digest))

@@ -1,0 +1,78 @@
+#include "inferencejob.h"
+
+#include <core/readfile.h>
+
+#include <QDir>
+#include <QFileInfo>
+
+namespace tessera::app {
+
+std::int64_t promptCountOf(const QByteArray& bytes)
+{
+    if (bytes.isEmpty())
+        return 0;
+    return bytes.count('\n') + (bytes.endsWith('\n') ? 0 : 1);
+}
+
+namespace {
+
+core::Status fromJob(QJsonObject& job, const StatusOf& statusOf)
+{
+    auto model = job.value(QStringLiteral("model")).toObject();
+    const QString source = model.value(QStringLiteral("fromJob")).toString();
+    if (model.size() != 1)
+        return core::Error { QStringLiteral("model.fromJob"), QStringLiteral("fromJob stands alone: the model is that job's") };
+    auto status = statusOf(source);
+    if (!status)
+        return core::Error { QStringLiteral("model.fromJob"), status.error().message };
+    if (status->state != core::broker::JobState::Finished || status->spec.isEmpty())
+        return core::Error { QStringLiteral("model.fromJob"),
+            QStringLiteral("job %1 is %2: an inference job runs a finished job of yours")
+                .arg(source, core::broker::nameOf(status->state)) };
+    if (status->spec.value(QStringLiteral("kind")).toString() == u"inference")
+        return core::Error { QStringLiteral("model.fromJob"),
+            QStringLiteral("job %1 ran inference; it trained nothing").arg(source) };
+    auto trained = status->spec.value(QStringLiteral("model")).toObject();
+    trained.insert(QStringLiteral("initialWeights"), QJsonObject { { QStringLiteral("sha256"), status->weightsBlob.toHex() } });
+    job.insert(QStringLiteral("model"), trained);
+    if (!job.contains(QStringLiteral("dataset")))
+        job.insert(QStringLiteral("dataset"), status->spec.value(QStringLiteral("dataset")));
+    return {};
+}
+
+core::Status countPrompts(QJsonObject& job, const QString& baseDirectory)
+{
+    auto inference = job.value(QStringLiteral("inference")).toObject();
+    auto prompts = inference.value(QStringLiteral("prompts")).toObject();
+    const QString file = prompts.value(QStringLiteral("file")).toString();
+    if (file.isEmpty() || prompts.contains(QStringLiteral("count")))
+        return {};
+    const QString path = QDir(baseDirectory).absoluteFilePath(file);
+    if (QFileInfo(path).size() > (qint64(1) << 30))
+        return core::Error { QStringLiteral("inference.prompts.file"),
+            QStringLiteral("files of more than 1 GiB are not accepted") };
+    auto bytes = core::readFile(path);
+    if (!bytes)
+        return core::Error { QStringLiteral("inference.prompts.file"), bytes.error().message };
+    prompts.insert(QStringLiteral("count"), qint64(promptCountOf(*bytes)));
+    inference.insert(QStringLiteral("prompts"), prompts);
+    job.insert(QStringLiteral("inference"), inference);
+    return {};
+}
+
+} // namespace
+
+core::Result<QJsonObject> resolveInferenceJob(QJsonObject job, const QString& baseDirectory, const StatusOf& statusOf)
+{
+    if (job.value(QStringLiteral("kind")).toString() != u"inference")
+        return job;
+    if (job.value(QStringLiteral("model")).toObject().contains(QStringLiteral("fromJob"))) {
+        if (auto status = fromJob(job, statusOf); !status)
+            return status.error();
+    }
+    if (auto status = countPrompts(job, baseDirectory); !status)
+        return status.error();
+    return job;
+}
+
+} // namespace tessera::app

@@ -1,0 +1,262 @@
+#include "inferencerun.h"
+
+#include <core/inference/outputs.h>
+#include <core/readfile.h>
+#include <core/seeds.h>
+
+#include <torch/torch.h>
+
+#include <QFileInfo>
+
+#include <algorithm>
+#include <cmath>
+
+namespace tessera::compute::detail {
+
+namespace {
+
+constexpr std::uint64_t InferencePurpose = 7; // docs/DETERMINISM.md, "Seeds"
+constexpr qint64 MaxPromptsFileBytes = qint64(1) << 30;
+
+core::Result<NamedTensors> modelWeights(const core::ShardTask& task, const QByteArray& weights)
+{
+    auto tensors = unpickleTensors(weights, QStringLiteral("the model's weights are not a dict of tensors"));
+    if (!tensors)
+        return core::Error { QStringLiteral("startWeights"), tensors.error().message };
+    if (!task.startWeights.isNull() && canonicalHash(*tensors) != task.startWeights)
+        return core::Error { QStringLiteral("startWeights"),
+            QStringLiteral("the weights do not hash to the task's startWeights") };
+    auto model = modelPart(std::move(*tensors));
+    sortByName(model);
+    return model;
+}
+
+std::int64_t vocabularyOf(const core::ModelSpec& spec, const NamedTensors& weights)
+{
+    if (spec.vocabulary > 0)
+        return spec.vocabulary;
+    for (const auto& [name, tensor] : weights) {
+        if (name == "transformer.wte.weight" && tensor.dim() == 2)
+            return tensor.size(0);
+    }
+    return ByteVocabulary;
+}
+
+// The first index of the largest value (ties: the first), as the lines' rule says.
+std::int64_t firstMax(const float* values, std::int64_t n)
+{
+    return std::max_element(values, values + n) - values;
+}
+
+} // namespace
+
+core::Result<std::unique_ptr<InferenceRun>> InferenceRun::start(
+    const core::ShardTask& task, const QByteArray& weights, const ComputeEnvironment& environment)
+{
+    if (!task.inference)
+        return core::Error { QStringLiteral("inference"), QStringLiteral("not an inference task") };
+    if (auto status = task.validate(); !status)
+        return status.error();
+    if (at::get_num_threads() != task.threads)
+        at::set_num_threads(int(task.threads));
+    auto tensors = modelWeights(task, weights);
+    if (!tensors)
+        return tensors.error();
+    std::unique_ptr<InferenceRun> run(new InferenceRun);
+    run->m_task = task;
+    run->m_environment = environment;
+    const auto& spec = *task.inference;
+    std::vector<std::int64_t> shape;
+    std::int64_t classes = 0;
+    if (spec.task == core::InferenceSpec::Task::Generate) {
+        run->m_vocabulary = vocabularyOf(task.model, *tensors);
+        if (run->m_vocabulary > ByteVocabulary)
+            return core::Error { QStringLiteral("model.vocabulary"), QStringLiteral("prompts are bytes: at most 256 tokens") };
+        shape = { task.model.context };
+        classes = run->m_vocabulary;
+        if (auto status = run->loadPrompts(); !status)
+            return status.error();
+    } else {
+        auto data = loadDataset(task.dataset, environment, task.model.context);
+        if (!data)
+            return data.error();
+        run->m_inputs = spec.split == core::InferenceSpec::Split::Train ? data->train : data->test;
+        if (!run->m_inputs)
+            return core::Error { QStringLiteral("inference.split"), QStringLiteral("the dataset has no test split") };
+        if (task.sampleEnd > run->m_inputs->size())
+            return core::Error { QStringLiteral("sampleEnd"),
+                QStringLiteral("the shard reads inputs up to %1 but the split has %2")
+                    .arg(task.sampleEnd)
+                    .arg(run->m_inputs->size()) };
+        shape = run->m_inputs->sampleShape();
+        classes = run->m_inputs->classes;
+    }
+    auto model = buildModel(task.model, shape, classes, 0, environment);
+    if (!model)
+        return model.error();
+    if (auto status = (*model)->loadState(*tensors); !status)
+        return status.error();
+    (*model)->setTraining(false);
+    run->m_model = std::move(*model);
+    return run;
+}
+
+core::Status InferenceRun::loadPrompts()
+{
+    const auto& spec = *m_task.inference;
+    if (!spec.promptsInFile())
+        return {};
+    const auto path = m_environment.locate(spec.promptsSha256, spec.promptsFile);
+    if (!path)
+        return core::Error { QStringLiteral("inference.prompts"), QStringLiteral("the prompts file is not on this machine") };
+    if (QFileInfo(*path).size() > MaxPromptsFileBytes)
+        return core::Error { QStringLiteral("inference.prompts"), QStringLiteral("the prompts file is larger than 1 GiB") };
+    auto bytes = core::readFile(*path);
+    if (!bytes)
+        return core::Error { QStringLiteral("inference.prompts"), bytes.error().message };
+    m_prompts = bytes->split('\n');
+    if (bytes->endsWith('\n') || bytes->isEmpty())
+        m_prompts.removeLast(); // a final empty line is not a prompt
+    if (m_prompts.size() != spec.promptCount)
+        return core::Error { QStringLiteral("inference.prompts.count"),
+            QStringLiteral("the prompts file has %1 prompts, the job says %2").arg(m_prompts.size()).arg(spec.promptCount) };
+    return {};
+}
+
+core::Result<QList<QByteArray>> InferenceRun::stepLines(std::int64_t step)
+{
+    if (m_task.inference->task == core::InferenceSpec::Task::Generate) {
+        auto line = generate(m_task.sampleBegin + step);
+        if (!line)
+            return line.error();
+        return QList<QByteArray> { *line };
+    }
+    return batchLines(m_task.sampleBegin / m_task.batchSize + step);
+}
+
+core::Result<QList<QByteArray>> InferenceRun::linesOf(std::int64_t first, std::int64_t last)
+{
+    if (first < m_task.sampleBegin || last > m_task.sampleEnd || first >= last)
+        return core::Error { QStringLiteral("inputs"),
+            QStringLiteral("inputs [%1, %2) are not in the shard's [%3, %4)")
+                .arg(first)
+                .arg(last)
+                .arg(m_task.sampleBegin)
+                .arg(m_task.sampleEnd) };
+    const auto batch = m_task.batchSize;
+    QList<QByteArray> lines;
+    for (std::int64_t step = (first - m_task.sampleBegin) / batch; step * batch + m_task.sampleBegin < last; ++step) {
+        auto computed = stepLines(step);
+        if (!computed)
+            return computed.error();
+        const auto stepFirst = m_task.sampleBegin + step * batch;
+        for (qsizetype k = 0; k < computed->size(); ++k) {
+            if (stepFirst + k >= first && stepFirst + k < last)
+                lines.append((*computed)[k]);
+        }
+    }
+    return lines;
+}
+
+core::Result<QList<QByteArray>> InferenceRun::batchLines(std::int64_t batch)
+{
+    const auto& spec = *m_task.inference;
+    const auto begin = batch * m_task.batchSize;
+    const auto end = std::min(begin + m_task.batchSize, m_task.sampleEnd);
+    if (at::get_num_threads() != m_task.threads)
+        at::set_num_threads(int(m_task.threads));
+    return guarded(QStringLiteral("inputs %1 to %2").arg(begin).arg(end - 1), [&] {
+        torch::NoGradGuard noGrad;
+        const auto x = m_inputs->slice(begin, end);
+        const auto y = m_inputs->y.slice(0, begin, end);
+        const auto logits = m_model->forward(x).to(torch::kFloat32);
+        QList<QByteArray> lines;
+        if (spec.task == core::InferenceSpec::Task::Score) {
+            for (std::int64_t i = 0; i < end - begin; ++i) {
+                const float loss = torch::nn::functional::cross_entropy(logits[i], y[i]).item<float>();
+                if (!std::isfinite(loss))
+                    throw std::runtime_error(QStringLiteral("input %1's loss is not finite").arg(begin + i).toStdString());
+                lines.append(core::inference::scoreLine(begin + i, loss, y[i].numel()));
+            }
+            return lines;
+        }
+        if (logits.dim() != 2)
+            throw std::runtime_error("the model does not give one score per class");
+        const auto p = torch::softmax(logits, 1).contiguous();
+        const auto classes = p.size(1);
+        const float* values = p.data_ptr<float>();
+        const bool labelled = y.defined() && y.numel() == end - begin;
+        for (std::int64_t i = 0; i < end - begin; ++i) {
+            const float* row = values + i * classes;
+            for (std::int64_t c = 0; c < classes; ++c) {
+                if (!std::isfinite(row[c]))
+                    throw std::runtime_error(
+                        QStringLiteral("input %1's probabilities are not finite").arg(begin + i).toStdString());
+            }
+            const std::optional<std::int64_t> label = labelled ? std::optional(y[i].item<std::int64_t>()) : std::nullopt;
+            lines.append(core::inference::classifyLine(begin + i, firstMax(row, classes), row, classes, label));
+        }
+        return lines;
+    });
+}
+
+core::Result<QByteArray> InferenceRun::generate(std::int64_t index)
+{
+    const auto& spec = *m_task.inference;
+    const QByteArray prompt = m_prompts.isEmpty() ? spec.promptText : m_prompts.value(index);
+    std::vector<std::int64_t> sequence;
+    for (const char byte : prompt)
+        sequence.push_back(std::int64_t(static_cast<unsigned char>(byte)));
+    if (sequence.empty())
+        sequence.push_back('\n');
+    const auto context = m_task.model.context;
+    const auto seed = core::deriveSeed(std::uint64_t(spec.seed), { InferencePurpose, std::uint64_t(index) });
+    if (at::get_num_threads() != m_task.threads)
+        at::set_num_threads(int(m_task.threads));
+    return guarded(QStringLiteral("prompt %1").arg(index), [&] {
+        torch::NoGradGuard noGrad;
+        QList<std::int64_t> written;
+        QByteArray bytes;
+        bool stopped = false;
+        for (std::int64_t t = 0; t < spec.maxTokens && !stopped; ++t) {
+            const auto length = std::min<std::int64_t>(std::int64_t(sequence.size()), context);
+            const auto input
+                = torch::tensor(std::vector<std::int64_t>(sequence.end() - length, sequence.end()), torch::kInt64).unsqueeze(0);
+            const auto logits = m_model->forward(input)[0][length - 1].to(torch::kFloat64).contiguous();
+            const double* scores = logits.data_ptr<double>();
+            const auto n = std::min<std::int64_t>(logits.numel(), m_vocabulary);
+            std::int64_t next = std::max_element(scores, scores + n) - scores;
+            if (!std::isfinite(scores[next]))
+                throw std::runtime_error("the model's logits are not finite");
+            if (spec.temperature > 0.0) {
+                // w_j = exp((l_j - max) / T), summed in index order; the first j whose running sum exceeds u.
+                std::vector<double> weight(static_cast<std::size_t>(n));
+                double total = 0.0;
+                for (std::int64_t j = 0; j < n; ++j)
+                    total += weight[std::size_t(j)] = std::exp((scores[j] - scores[next]) / spec.temperature);
+                const double u = double(core::deriveSeed(seed, { std::uint64_t(t) }) >> 11) * 0x1.0p-53 * total;
+                double cumulative = 0.0;
+                for (std::int64_t j = 0; j < n; ++j) {
+                    cumulative += weight[std::size_t(j)];
+                    if (u < cumulative) {
+                        next = j;
+                        break;
+                    }
+                }
+            }
+            sequence.push_back(next);
+            written.append(next);
+            bytes.append(char(next));
+            for (const auto& stop : spec.stop) {
+                if (bytes.endsWith(stop)) {
+                    written.resize(written.size() - stop.size());
+                    stopped = true;
+                    break;
+                }
+            }
+        }
+        return core::inference::generateLine(index, written, stopped);
+    });
+}
+
+} // namespace tessera::compute::detail

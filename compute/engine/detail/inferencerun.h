@@ -1,0 +1,47 @@
+#pragma once
+
+// Private to compute/: includes torch. An inference shard's arithmetic (docs/DETERMINISM.md,
+// "Inference"): one output line per input, each from the model's weights and that input alone.
+
+#include "datasets.h"
+#include "models.h"
+
+#include <compute/common/environment.h>
+
+#include <core/error.h>
+#include <core/shardtask.h>
+
+#include <QByteArray>
+#include <QList>
+
+#include <memory>
+
+namespace tessera::compute::detail {
+
+class InferenceRun {
+public:
+    // weights: the model's (a pickled dict of tensors) whose canonical hash is task.startWeights.
+    static core::Result<std::unique_ptr<InferenceRun>> start(
+        const core::ShardTask& task, const QByteArray& weights, const ComputeEnvironment& environment);
+
+    // The lines of inputs [first, last) (absolute indices within the task's range), each batch
+    // computed whole (the referee's one input is computed in its batch).
+    core::Result<QList<QByteArray>> linesOf(std::int64_t first, std::int64_t last);
+    // Step `step` of the shard (0-based): its batch, or its prompt.
+    core::Result<QList<QByteArray>> stepLines(std::int64_t step);
+
+private:
+    InferenceRun() = default;
+    core::Result<QList<QByteArray>> batchLines(std::int64_t batch);
+    core::Result<QByteArray> generate(std::int64_t index);
+    core::Status loadPrompts();
+
+    core::ShardTask m_task;
+    ComputeEnvironment m_environment;
+    std::unique_ptr<Model> m_model;
+    std::shared_ptr<const Dataset> m_inputs; // classify, score
+    QList<QByteArray> m_prompts; // generate: the file's lines (empty: the task's text)
+    std::int64_t m_vocabulary = 0;
+};
+
+} // namespace tessera::compute::detail

@@ -1,0 +1,60 @@
+#pragma once
+
+#include "../enumnames.h"
+#include "../hash.h"
+#include "../jsonreader.h"
+
+#include <QByteArray>
+#include <QJsonObject>
+#include <QList>
+#include <QString>
+
+#include <cstdint>
+
+namespace tessera::core {
+
+// What an inference job asks of each input (docs/JOBS.md, "Inference jobs"): the part of a job
+// file, and of each of its shard tasks, under "inference".
+struct InferenceSpec {
+    enum class Task { Classify, Generate, Score };
+    enum class Split { Test, Train };
+
+    static constexpr std::int64_t MaxBatch = 4096;
+    static constexpr std::int64_t MaxSamplesPerShard = 100000;
+    static constexpr std::int64_t MaxTokens = 4096;
+    static constexpr std::int64_t MaxPrompts = 10'000'000;
+    static constexpr qsizetype MaxStops = 4;
+    static constexpr qsizetype MaxStopBytes = 32;
+    static constexpr qsizetype MaxPromptBytes = 65536; // of the one `text` prompt
+
+    Task task = Task::Classify;
+    Split split = Split::Test; // classify, score: which part of the dataset is the inputs
+    std::int64_t batchSize = 0; // inputs per forward pass (generate: 1)
+    std::int64_t samplesPerShard = 0; // a multiple of batchSize
+    std::int64_t threads = 1;
+    // generate: `promptCount` copies of promptText, or the lines of a file (by sha256 once uploaded)
+    QByteArray promptText;
+    Digest promptsSha256;
+    QString promptsFile; // local path, only until tessera-job uploads it
+    std::int64_t promptCount = 0;
+    std::int64_t maxTokens = 100;
+    double temperature = 0.8;
+    std::int64_t seed = 0;
+    QList<QByteArray> stop;
+
+    bool promptsInFile() const { return !promptsSha256.isNull() || !promptsFile.isEmpty(); }
+    bool operator==(const InferenceSpec&) const = default;
+};
+
+// Reads "inference" of a job file (defaults filled in: docs/JOBS.md) or of a task.
+InferenceSpec readInferenceSpec(JsonReader reader);
+QJsonObject inferenceSpecToJson(const InferenceSpec& spec);
+
+template<> struct EnumNames<InferenceSpec::Task> {
+    static constexpr std::array names { "classify", "generate", "score" };
+};
+template<> struct EnumNames<InferenceSpec::Split> {
+    static constexpr std::array names { "test", "train" };
+};
+
+} // namespace tessera::core
