@@ -29,6 +29,7 @@
 #include <compute/engine/weights.h>
 #include <core/blobstore.h>
 #include <core/capabilities.h>
+#include <core/inference/outputs.h>
 #include <core/readfile.h>
 #include <core/signing.h>
 #include <net/curvekeys.h>
@@ -42,6 +43,7 @@
 
 #include <atomic>
 #include <csignal>
+#include <cstring>
 
 using namespace tessera;
 
@@ -159,9 +161,40 @@ private:
         return std::nullopt;
     }
 
+    // An inference shard with one input's line changed (its class, first token or loss), and a
+    // chain and commitment made to match: a wrong answer, not a signed contradiction.
+    static compute::ShardOutput oneLineWrong(compute::ShardOutput output, const core::ShardTask& task)
+    {
+        auto lines = core::inference::linesOf(output.weights);
+        if (output.result.outcome != core::ShardResult::Outcome::Completed || !lines || lines->isEmpty())
+            return output;
+        auto& line = (*lines)[lines->size() / 2];
+        for (const auto* field : { "\"class\":", "\"tokens\":[", "\"loss\":" }) {
+            const auto at = line.indexOf(field);
+            if (at < 0)
+                continue;
+            const auto digit = at + qsizetype(std::strlen(field));
+            if (digit < line.size() && line[digit] >= '0' && line[digit] <= '8')
+                line[digit] = char(line[digit] + 1);
+            else if (digit < line.size() && line[digit] == '9')
+                line[digit] = '1';
+            else
+                line.insert(digit, QByteArray(line[digit] == ']' ? "1" : "1,"));
+            break;
+        }
+        output.weights = core::inference::blobOf(*lines);
+        output.result.finalHash = output.result.weightsSha256 = core::Digest::ofBytes(output.weights);
+        output.result.checkpointHashes = core::inference::chainOf(task.startWeights, *lines);
+        qInfo("cheat: input %lld's line of shard %lld changed", qlonglong(task.sampleBegin + lines->size() / 2),
+            qlonglong(task.shard));
+        return output;
+    }
+
     compute::ShardOutput cheat(
         const core::ShardTask& task, const QByteArray& start, const compute::ComputeEnvironment& environment)
     {
+        if (m_mode == u"one-line")
+            return oneLineWrong(compute::runShard(task, start, environment), task);
         if (m_mode == u"random") {
             // Weights (or an int8 update) of the right form and shape that no honest run gives: another
             // seed's data at three times the learning rate, and a chain of made-up hashes.
@@ -267,7 +300,7 @@ int main(int argc, char* argv[])
     const QString mode = parser.value(QStringLiteral("mode"));
     const QStringList modes { QStringLiteral("random"), QStringLiteral("fewer-steps"), QStringLiteral("copy"),
         QStringLiteral("stale"), QStringLiteral("wrong-data"), QStringLiteral("late"), QStringLiteral("poisoned"),
-        QStringLiteral("wrong-lr"), QStringLiteral("collude") };
+        QStringLiteral("wrong-lr"), QStringLiteral("collude"), QStringLiteral("one-line") };
     auto broker = net::BrokerAddress::parse(parser.value(QStringLiteral("broker")));
     const QString data = parser.value(QStringLiteral("data"));
     if (!modes.contains(mode) || !broker || data.isEmpty() || !QDir().mkpath(data)) {

@@ -1,0 +1,195 @@
+// Inference jobs end to end (docs/JOBS.md, "Inference jobs"): a broker, two honest nodes and a
+// cheater that changes one input's output, as real processes on 127.0.0.1. The network's result
+// must equal tessera-node infer-local byte for byte, the cheater must be slashed and the job owner
+// charged only for accepted shards and their checks.
+
+#include "cluster.h"
+
+using namespace tessera::tests::e2e;
+
+class InferenceTest : public QObject {
+    Q_OBJECT
+
+private:
+    QTemporaryDir m_dir;
+
+    Run node(const QStringList& arguments)
+    {
+        return run(Bin + QStringLiteral("/tessera-node"),
+            QStringList { QStringLiteral("--config"), QStringLiteral("/dev/null") } + arguments);
+    }
+
+    // The job's result as infer-local writes it (empty when it failed).
+    QByteArray inferLocally(const QString& jobFile, const QString& name)
+    {
+        const QString out = m_dir.filePath(name + QStringLiteral(".jsonl"));
+        const auto local = node({ QStringLiteral("infer-local"), jobFile, QStringLiteral("-o"), out });
+        if (local.exitCode != 0)
+            qWarning("%s", qPrintable(local.output));
+        QFile file(out);
+        return local.exitCode == 0 && file.open(QIODevice::ReadOnly) ? file.readAll() : QByteArray();
+    }
+
+    static QByteArray fetched(Cluster& cluster, const QString& jobId, const QString& file)
+    {
+        const auto fetch = cluster.job({ QStringLiteral("fetch"), jobId, QStringLiteral("-o"), file });
+        if (fetch.exitCode != 0)
+            qWarning("%s", qPrintable(fetch.output));
+        QFile result(file);
+        return result.open(QIODevice::ReadOnly) ? result.readAll() : QByteArray();
+    }
+
+    // The cheater lost at least one dispute and was slashed; no honest node was.
+    static void onlyTheCheaterLost(Cluster& cluster)
+    {
+        for (const auto& value : cluster.nodes()) {
+            const auto record = value.toObject();
+            const auto name = record.value(QStringLiteral("name")).toString();
+            qInfo("%s: done %lld, verified %lld, disputes lost %lld, slashed %s", qPrintable(name),
+                record.value(QStringLiteral("shardsDone")).toInteger(), record.value(QStringLiteral("verified")).toInteger(),
+                record.value(QStringLiteral("disputesLost")).toInteger(),
+                qPrintable(record.value(QStringLiteral("slashed")).toString()));
+            const bool cheater = name.startsWith(QStringLiteral("cheater"));
+            QCOMPARE(record.value(QStringLiteral("disputesLost")).toInteger() >= 1, cheater);
+            QCOMPARE(record.value(QStringLiteral("slashed")).toString() != u"0", cheater);
+        }
+    }
+
+    // A cluster of a broker, the cheater and two honest nodes, all registered.
+    static void startNetwork(Cluster& cluster)
+    {
+        cluster.startBroker({}, QStringLiteral("DisputeTimeoutSeconds=20\nSelfVerifyAfterSeconds=600\n"));
+        cluster.startCheater(QStringLiteral("one-line"));
+        cluster.startNode(1);
+        cluster.startNode(2);
+        QVERIFY(QTest::qWaitFor([&] { return cluster.nodes().size() == 3; }, 120'000));
+    }
+
+private Q_SLOTS:
+    void initTestCase()
+    {
+        // A small classifier to label with: 200 steps of the zoo mlp (about 80% on the test set).
+        Cluster::writeFile(m_dir.filePath(QStringLiteral("mlp-train.json")), QStringLiteral(R"({
+    "name": "small mlp", "model": { "zoo": "mlp", "hidden": [64] }, "dataset": { "builtin": "fashion-mnist" },
+    "optimizer": { "kind": "sgd", "lr": 0.05 },
+    "training": { "rounds": 1, "shardsPerRound": 1, "localSteps": 200, "batchSize": 64, "seed": 3 }, "budget": "10"
+})"));
+        const auto trained = node({ QStringLiteral("train-local"), m_dir.filePath(QStringLiteral("mlp-train.json")),
+            QStringLiteral("--out"), m_dir.filePath(QStringLiteral("mlp")) });
+        QVERIFY2(trained.exitCode == 0, qPrintable(trained.output));
+    }
+
+    // The Fashion-MNIST test set labelled in 20 shards of 500: the result is infer-local's, the
+    // accuracy the broker reports is the lines', the cheater (one line changed per shard) is
+    // slashed at its first checked shard, and the budget paid exactly the accepted shards and their
+    // re-executions, the rest back to the owner (the honest nodes' balances hold the slashed stake too).
+    void aClassificationJobIsShardedCheckedAndPaidOnlyForAcceptedShards()
+    {
+        const QString jobFile = m_dir.filePath(QStringLiteral("classify.json"));
+        Cluster::writeFile(jobFile, QStringLiteral(R"({
+    "name": "label the test set", "kind": "inference",
+    "model": { "zoo": "mlp", "hidden": [64], "initialWeights": { "file": "mlp/model.pt" } },
+    "dataset": { "builtin": "fashion-mnist" },
+    "inference": { "task": "classify", "split": "test", "batchSize": 100, "samplesPerShard": 500 },
+    "budget": "100", "verification": { "rate": 1.0 }
+})"));
+        const auto local = inferLocally(jobFile, QStringLiteral("classify-local"));
+        QCOMPARE(local.count('\n'), 10000);
+
+        Cluster cluster;
+        startNetwork(cluster);
+        const QString jobId = cluster.submit(jobFile);
+        QVERIFY(!jobId.isEmpty());
+        const auto job = cluster.waitForEnd(jobId);
+        QCOMPARE(job.value(QStringLiteral("state")).toString(), QStringLiteral("finished"));
+        QCOMPARE(job.value(QStringLiteral("shardsDone")).toInteger(), 20);
+        const auto result = fetched(cluster, jobId, cluster.path(QStringLiteral("labels.jsonl")));
+        QCOMPARE(result.size(), local.size());
+        QVERIFY(result == local);
+        // The accuracy the broker reports is the share of lines whose class is their label.
+        std::int64_t correct = 0;
+        for (const auto& line : local.split('\n')) {
+            const auto object = QJsonDocument::fromJson(line).object();
+            correct += !object.isEmpty() && object.value(QStringLiteral("class")) == object.value(QStringLiteral("label"));
+        }
+        const auto history = job.value(QStringLiteral("history")).toArray();
+        QCOMPARE(history.size(), 1);
+        QCOMPARE(history.first().toObject().value(QStringLiteral("testAccuracy")).toDouble(), double(correct) / 10000.0);
+        QVERIFY(correct > 7000);
+
+        onlyTheCheaterLost(cluster);
+        QVERIFY(cluster.ledgerConsistent());
+        // Paid: each of the 20 shards once (the cheater's never: they were computed again), and each
+        // node's re-execution that did not lose (the ones that caught the cheater too); nothing else.
+        std::int64_t verified = 0;
+        for (const auto& value : cluster.checks(jobId)) {
+            const auto check = value.toObject();
+            const auto outcome = check.value(QStringLiteral("outcome")).toString();
+            verified
+                += !check.value(QStringLiteral("verifier")).toString().isEmpty() && (outcome == u"none" || outcome == u"accused");
+        }
+        const auto price = std::llround(job.value(QStringLiteral("pricePerShard")).toString().toDouble() * 1e6);
+        const auto spent = 100'000'000 - cluster.balanceOf(cluster.account());
+        qInfo("20 shards at %lld micro-credits, %lld re-executions paid; the owner spent %lld", qlonglong(price),
+            qlonglong(verified), qlonglong(spent));
+        QVERIFY(price > 0);
+        QCOMPARE(spent, (20 + verified) * price);
+    }
+
+    // A gpt trained on the network, then a generate job that names it (model.fromJob): 24 prompts
+    // in shards of 4, completions that end at "%\n" or 40 tokens, drawn with each prompt's seed.
+    // The result equals infer-local's on the fetched weights, with the text added; the cheater
+    // (one token changed per shard) is slashed.
+    void aGenerationJobOnAFinishedJobsWeightsEqualsTheLocalRun()
+    {
+        const QString trainFile = m_dir.filePath(QStringLiteral("lm-train.json"));
+        Cluster::writeFile(trainFile, QStringLiteral(R"({
+    "name": "small gpt", "model": { "zoo": "gpt", "layers": 1, "heads": 2, "width": 32, "context": 32 },
+    "dataset": { "builtin": "fortunes" }, "optimizer": { "kind": "adamw", "lr": 0.003 },
+    "training": { "rounds": 1, "shardsPerRound": 1, "localSteps": 100, "batchSize": 32, "seed": 3 },
+    "aggregation": { "compression": "none" }, "budget": "100"
+})"));
+        Cluster cluster;
+        startNetwork(cluster);
+        const QString trainId = cluster.submit(trainFile);
+        QVERIFY(!trainId.isEmpty());
+        QCOMPARE(cluster.waitForEnd(trainId).value(QStringLiteral("state")).toString(), QStringLiteral("finished"));
+        const QString weights = m_dir.filePath(QStringLiteral("lm.pt"));
+        QVERIFY(!fetched(cluster, trainId, weights).isEmpty());
+
+        const QString inference = QStringLiteral(R"(
+    "kind": "inference", "name": "fortunes",
+    "inference": { "task": "generate", "prompts": { "text": "%\n", "count": 24 }, "maxTokens": 40, "temperature": 0.8,
+                   "seed": 11, "stop": [ "%\n" ], "samplesPerShard": 4 },
+    "budget": "100", "verification": { "rate": 1.0 }
+})");
+        const QString networkFile = m_dir.filePath(QStringLiteral("generate.json"));
+        Cluster::writeFile(networkFile, QStringLiteral(R"({ "model": { "fromJob": "%1" },)").arg(trainId) + inference);
+        const QString localFile = m_dir.filePath(QStringLiteral("generate-local.json"));
+        Cluster::writeFile(localFile,
+            QStringLiteral(R"({ "model": { "zoo": "gpt", "layers": 1, "heads": 2, "width": 32, "context": 32,
+                 "initialWeights": { "file": "lm.pt" } }, "dataset": { "builtin": "fortunes" },)")
+                + inference);
+        const auto local = inferLocally(localFile, QStringLiteral("generate-local"));
+        QCOMPARE(local.count('\n'), 24);
+        QVERIFY(local.contains("\"text\":"));
+
+        const QString jobId = cluster.submit(networkFile);
+        QVERIFY(!jobId.isEmpty());
+        const auto job = cluster.waitForEnd(jobId);
+        QCOMPARE(job.value(QStringLiteral("state")).toString(), QStringLiteral("finished"));
+        const auto result = fetched(cluster, jobId, cluster.path(QStringLiteral("fortunes.jsonl")));
+        QCOMPARE(QString::fromUtf8(result), QString::fromUtf8(local));
+        onlyTheCheaterLost(cluster);
+        QVERIFY(cluster.ledgerConsistent());
+        // The verdict names the token where the cheater's completion parted from the referee's.
+        bool named = false;
+        for (const auto& value : cluster.checks(jobId))
+            named
+                = named || value.toObject().value(QStringLiteral("detail")).toString().contains(QStringLiteral("part at token"));
+        QVERIFY(named);
+    }
+};
+
+QTEST_GUILESS_MAIN(InferenceTest)
+#include "tst_inference.moc"
