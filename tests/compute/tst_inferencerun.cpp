@@ -1,0 +1,179 @@
+// An inference shard's arithmetic (docs/DETERMINISM.md, "Inference"): each input's line depends
+// on the model's weights and that input alone, so shards of any size, a resumed run and the
+// referee's one input all give the same bytes, and one changed line is found where it is.
+
+#include "computetesting.h"
+
+#include <core/inference/outputs.h>
+
+using namespace tessera;
+using namespace tessera::computetests;
+
+namespace {
+
+// An inference job over `trained`'s first weights, written to `directory`.
+core::JobSpec inferenceOf(const core::JobSpec& trained, const QString& weightsFile, core::InferenceSpec inference)
+{
+    auto json = trained.toJson();
+    json.insert(QStringLiteral("kind"), QStringLiteral("inference"));
+    json.remove(QStringLiteral("optimizer"));
+    json.remove(QStringLiteral("training"));
+    json.remove(QStringLiteral("aggregation"));
+    auto model = json.value(QStringLiteral("model")).toObject();
+    model.insert(QStringLiteral("initialWeights"), QJsonObject { { QStringLiteral("file"), weightsFile } });
+    json.insert(QStringLiteral("model"), model);
+    json.insert(QStringLiteral("inference"), core::inferenceSpecToJson(inference));
+    auto spec = core::JobSpec::fromJson(json);
+    if (!spec)
+        qFatal("%s", qPrintable(spec.error().toString()));
+    return *spec;
+}
+
+struct Lines {
+    QByteArray blob;
+    QList<core::Digest> chain;
+};
+
+Lines runAll(const core::JobSpec& spec, const compute::Weights& weights)
+{
+    Lines all;
+    for (const auto& task : core::decomposeRound(QStringLiteral("0123456789abcdef"), spec, 0, weights.canonicalHash)) {
+        const auto output = compute::runShard(task, weights.bytes, {});
+        if (output.result.outcome != core::ShardResult::Outcome::Completed)
+            qFatal("%s", qPrintable(output.result.failure));
+        all.blob += output.weights;
+        all.chain += output.result.checkpointHashes.mid(1);
+        if (output.result.finalHash != core::Digest::ofBytes(output.weights)
+            || output.result.checkpointHashes.first() != weights.canonicalHash)
+            qFatal("the result does not name its lines");
+    }
+    return all;
+}
+
+} // namespace
+
+class InferenceRunTest : public QObject {
+    Q_OBJECT
+
+private:
+    QTemporaryDir m_dir;
+
+    std::pair<core::JobSpec, compute::Weights> prepared(const core::JobSpec& trained, const core::InferenceSpec& inference)
+    {
+        auto initial = compute::initialWeights(trained, {});
+        if (!initial)
+            qFatal("%s", qPrintable(initial.error().toString()));
+        const QString file = m_dir.filePath(trained.name + QStringLiteral(".pt"));
+        QFile out(file);
+        out.open(QIODevice::WriteOnly);
+        out.write(initial->bytes);
+        out.close();
+        auto spec = inferenceOf(trained, file, inference);
+        auto weights = compute::initialWeights(spec, {});
+        if (!weights || weights->canonicalHash != initial->canonicalHash)
+            qFatal("the inference job does not load its weights");
+        return { spec, *weights };
+    }
+
+private Q_SLOTS:
+    void shardsOfAnySizeGiveTheSameLinesAndTheRefereeFindsAChangedOne()
+    {
+        core::InferenceSpec inference;
+        inference.task = core::InferenceSpec::Task::Classify;
+        inference.batchSize = 50;
+        inference.samplesPerShard = 1000;
+        auto [big, weights] = prepared(smallJob(), inference);
+        inference.samplesPerShard = 150;
+        const auto small = inferenceOf(smallJob(), big.model.initialWeightsFile, inference);
+        const auto whole = runAll(big, weights), cut = runAll(small, weights);
+        QCOMPARE(cut.blob.count('\n'), 10000);
+        QVERIFY(cut.blob == whole.blob);
+        QCOMPARE(cut.chain, whole.chain);
+
+        // The referee's one input (its batch computed whole) is the shard's line.
+        const auto task = core::decomposeShard(QStringLiteral("0123456789abcdef"), small, 0, 3, weights.canonicalHash);
+        const auto output = compute::runShard(task, weights.bytes, {});
+        for (const std::int64_t j : { 1, 37, 150 }) {
+            auto replay = compute::replayShard(task, j - 1, weights.bytes, {}, j, {}, {});
+            QVERIFY2(replay, qPrintable(replay ? QString() : replay.error().toString()));
+            QCOMPARE(replay->checkpoints, QList<core::Digest> { output.result.checkpointHashes[j] });
+        }
+        auto full = compute::replayShard(task, 0, weights.bytes, {}, task.checkpointCount() - 1, {}, {});
+        QVERIFY(full);
+        QCOMPARE(full->weightsHash, output.result.finalHash);
+        // Weights that are not the task's are refused, by field.
+        auto other = compute::initialWeights(smallGpt(), {});
+        QVERIFY(!compute::replayShard(task, 0, other->bytes, {}, 1, {}, {}));
+
+        // One changed line: the chains part exactly there.
+        auto lines = *core::inference::linesOf(output.weights);
+        lines[41].replace("\"class\":", "\"class\":1");
+        const auto cheat = core::inference::chainOf(task.startWeights, lines);
+        QCOMPARE(core::verification::firstDivergence(output.result.checkpointHashes, cheat), std::optional<qsizetype>(42));
+    }
+
+    void aSuspendedShardResumesToTheSameLines()
+    {
+        core::InferenceSpec inference;
+        inference.task = core::InferenceSpec::Task::Generate;
+        inference.batchSize = 1;
+        inference.samplesPerShard = 5;
+        inference.promptText = "%\n";
+        inference.promptCount = 5;
+        inference.maxTokens = 12;
+        inference.temperature = 0.8;
+        inference.seed = 4;
+        inference.stop = { "\n" };
+        auto [spec, weights] = prepared(smallGpt(), inference);
+        const auto task = core::decomposeShard(QStringLiteral("0123456789abcdef"), spec, 0, 0, weights.canonicalHash);
+        const auto straight = compute::runShard(task, weights.bytes, {});
+        QCOMPARE(straight.result.outcome, core::ShardResult::Outcome::Completed);
+        QCOMPARE(straight.weights.count('\n'), 5);
+
+        auto run = compute::ShardRun::start(task, weights.bytes, {});
+        QVERIFY(run);
+        QVERIFY((*run)->step());
+        QVERIFY((*run)->step());
+        const auto suspended = (*run)->suspend();
+        run->reset();
+        auto resumed = compute::ShardRun::resume(task, suspended, {}, compute::ShardRun::StateOrigin::Own, weights.bytes);
+        QVERIFY2(resumed, qPrintable(resumed ? QString() : resumed.error().toString()));
+        QCOMPARE((*resumed)->completedSteps(), 2);
+        while (!(*resumed)->finished())
+            QVERIFY((*resumed)->step());
+        const auto output = (*resumed)->finish();
+        QVERIFY(output.weights == straight.weights);
+        QCOMPARE(output.result.checkpointHashes, straight.result.checkpointHashes);
+
+        // Each prompt draws from its own seed: the referee's prompt 3 alone is the shard's line.
+        auto replay = compute::replayShard(task, 3, weights.bytes, {}, 4, {}, {});
+        QVERIFY(replay);
+        QCOMPARE(replay->checkpoints.first(), straight.result.checkpointHashes[4]);
+        // A state that is not of this task is refused.
+        auto otherTask = task;
+        otherTask.inference->seed = 5;
+        QVERIFY(!compute::ShardRun::resume(otherTask, suspended, {}, compute::ShardRun::StateOrigin::Own, weights.bytes));
+        // No dispute asks an inference node for a state.
+        QVERIFY(!compute::recreateState(task, weights.bytes, {}, 1, {}));
+    }
+
+    void scoringGivesEachWindowsMeanLoss()
+    {
+        core::InferenceSpec inference;
+        inference.task = core::InferenceSpec::Task::Score;
+        inference.batchSize = 10;
+        inference.samplesPerShard = 20;
+        auto [spec, weights] = prepared(smallGpt(), inference);
+        const auto task = core::decomposeShard(QStringLiteral("0123456789abcdef"), spec, 0, 1, weights.canonicalHash);
+        const auto output = compute::runShard(task, weights.bytes, {});
+        QCOMPARE(output.result.outcome, core::ShardResult::Outcome::Completed);
+        QVERIFY(core::inference::checkRevealed(task, output.weights, output.result.checkpointHashes));
+        auto summary = core::inference::summarize(core::InferenceSpec::Task::Score, output.weights);
+        QVERIFY(summary);
+        // An untrained byte model: about ln(256) per token.
+        QVERIFY2(std::abs(summary->meanLoss - std::log(256.0)) < 0.5, qPrintable(QString::number(summary->meanLoss)));
+    }
+};
+
+QTEST_GUILESS_MAIN(InferenceRunTest)
+#include "tst_inferencerun.moc"
