@@ -8,6 +8,7 @@
 #include <core/pricing.h>
 #include <core/shardtask.h>
 
+#include <QFile>
 #include <QJsonArray>
 #include <QJsonDocument>
 #include <QTest>
@@ -98,6 +99,25 @@ private Q_SLOTS:
         QVERIFY(!json.contains(QStringLiteral("training")) && !json.contains(QStringLiteral("optimizer")));
         QCOMPARE(*JobSpec::fromJson(json), *spec);
         QVERIFY(capabilitiesNeededBy(*spec).contains(capability::Inference));
+    }
+
+    void theExamplesAreValid_data()
+    {
+        QTest::addColumn<QString>("file");
+        QTest::addColumn<qint64>("shards");
+        QTest::newRow("classify") << QStringLiteral("fashion-mnist-classify.json") << qint64(10);
+        QTest::newRow("generate") << QStringLiteral("fortunes-generate.json") << qint64(20);
+    }
+    void theExamplesAreValid()
+    {
+        QFETCH(QString, file);
+        QFETCH(qint64, shards);
+        QFile json(QStringLiteral(TESSERA_SOURCE_DIR "/examples/jobs/") + file);
+        QVERIFY(json.open(QIODevice::ReadOnly));
+        const auto spec = JobSpec::fromJsonText(json.readAll());
+        QVERIFY2(spec, qPrintable(spec ? QString() : spec.error().toString()));
+        QVERIFY(spec->isInference());
+        QCOMPARE(spec->training.shardsPerRound, shards);
     }
 
     void aBadInferenceJobIsRefusedByField_data()
