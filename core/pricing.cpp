@@ -1,5 +1,6 @@
 #include "pricing.h"
 
+#include <algorithm>
 #include <cmath>
 
 namespace tessera::core {
@@ -83,8 +84,9 @@ double benchmarkFlopsPerSample()
 namespace {
 
 // An inference job's FLOPs per input: a forward pass, 2 x parameters per position read (a third
-// of a training step's). generate reads up to `context` positions for each token it writes (no
-// KV cache yet), so it is priced at maxTokens x context positions a prompt.
+// of a training step's). generate reads a prompt of up to `context` positions, then one position a
+// token with its KV cache while the sequence fits the context, and `context` positions a token
+// past it (docs/DETERMINISM.md, "Inference").
 double inferenceFlopsPerInput(const JobSpec& spec, std::int64_t parameterCount)
 {
     const double parameters = double(parameterCount > 0 ? parameterCount : zooParameterCount(spec).value_or(0));
@@ -95,8 +97,11 @@ double inferenceFlopsPerInput(const JobSpec& spec, std::int64_t parameterCount)
         break;
     case InferenceSpec::Task::Score:
         return context * (2.0 * parameters + attention);
-    case InferenceSpec::Task::Generate:
-        return double(spec.inference.maxTokens) * context * (2.0 * parameters + attention);
+    case InferenceSpec::Task::Generate: {
+        const double tokens = double(spec.inference.maxTokens);
+        const double positions = context + std::min(tokens, context) + std::max(0.0, tokens - context) * context;
+        return positions * (2.0 * parameters + attention);
+    }
     }
     JobSpec training = spec;
     training.kind = JobSpec::Kind::Training;
@@ -145,7 +150,9 @@ Result<Quote> quote(const JobSpec& spec, std::int64_t parameterCount, Credits pr
 {
     Quote q;
     q.flopsPerSample = trainingFlopsPerSample(spec, parameterCount);
-    const double samples = double(spec.training.localSteps) * double(spec.training.batchSize);
+    // An inference shard holds at most samplesPerShard inputs, however large its batch.
+    const double samples = spec.isInference() ? double(std::min(spec.inference.samplesPerShard, spec.inferenceInputs()))
+                                              : double(spec.training.localSteps) * double(spec.training.batchSize);
     q.unitsPerShard = std::max<std::int64_t>(1, std::llround(q.flopsPerSample * samples / 1e9));
     q.shards = spec.training.rounds * spec.training.shardsPerRound;
     q.pricePerUnit = pricePerUnit;

@@ -157,6 +157,30 @@ private Q_SLOTS:
         QVERIFY(!compute::recreateState(task, weights.bytes, {}, 1, {}));
     }
 
+    // The gpt's KV cache (the prompt in one pass, then a position at a time) gives the full
+    // forward's logits, to rounding.
+    void theKvCacheGivesTheFullForwardsLogits()
+    {
+        auto spec = smallGpt();
+        auto model = compute::detail::buildModel(spec.model, { 32 }, 256, 7, {});
+        QVERIFY(model);
+        (*model)->setTraining(false);
+        torch::NoGradGuard noGrad;
+        torch::manual_seed(3);
+        const auto tokens = torch::randint(0, 256, { 1, 32 }, torch::kLong);
+        const auto full = (*model)->forward(tokens)[0];
+        compute::detail::Model::KvCache cache;
+        auto last = (*model)->decode(tokens.slice(1, 0, 12), 0, cache);
+        QVERIFY(last.defined());
+        QVERIFY(torch::allclose(last, full[11], 1e-4, 1e-5));
+        for (std::int64_t position = 12; position < 32; ++position) {
+            last = (*model)->decode(tokens.slice(1, position, position + 1), position, cache);
+            QVERIFY2(torch::allclose(last, full[position], 1e-4, 1e-5), qPrintable(QString::number(position)));
+        }
+        // Past the context it refuses rather than read positions the model has no embedding for.
+        QVERIFY_THROWS_EXCEPTION(std::exception, (*model)->decode(tokens.slice(1, 0, 1), 32, cache));
+    }
+
     void scoringGivesEachWindowsMeanLoss()
     {
         core::InferenceSpec inference;

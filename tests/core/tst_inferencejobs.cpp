@@ -207,13 +207,18 @@ private Q_SLOTS:
         QVERIFY(task.inputBlobs().contains(Digest::ofBytes("p")));
     }
 
-    void generateIsPricedPerPositionRead()
+    void generateIsPricedPerPositionItReads()
     {
         auto spec = JobSpec::fromJson(generateJob());
         const auto parameters = zooParameterCount(*spec).value_or(0);
         QVERIFY(parameters > 0);
-        // maxTokens x context positions, 2 x parameters each, and the attention.
-        QVERIFY(trainingFlopsPerSample(*spec, parameters) >= 5.0 * 32.0 * 2.0 * double(parameters));
+        // A prefill of the context and one position a token (5 tokens fit the context of 32), 2 x
+        // parameters each and the attention; past the context, the context a token.
+        QVERIFY(trainingFlopsPerSample(*spec, parameters) >= (32.0 + 5.0) * 2.0 * double(parameters));
+        QVERIFY(trainingFlopsPerSample(*spec, parameters) < (32.0 + 6.0) * 2.0 * double(parameters) * 1.5);
+        auto longer = *spec;
+        longer.inference.maxTokens = 40;
+        QVERIFY(trainingFlopsPerSample(longer, parameters) >= (32.0 + 32.0 + 8.0 * 32.0) * 2.0 * double(parameters));
         auto price = quote(*spec, parameters, Credits::fromMicro(1));
         QVERIFY(price);
         QCOMPARE(price->shards, 3);

@@ -218,11 +218,29 @@ core::Result<QByteArray> InferenceRun::generate(std::int64_t index)
         QList<std::int64_t> written;
         QByteArray bytes;
         bool stopped = false;
+        // Positions within the context are decoded with a KV cache (the prompt in one pass, then one
+        // position a token); past it, each token is a full forward over the last `context` tokens.
+        Model::KvCache cache;
+        std::int64_t cached = 0;
+        bool caches = true;
         for (std::int64_t t = 0; t < spec.maxTokens && !stopped; ++t) {
-            const auto length = std::min<std::int64_t>(std::int64_t(sequence.size()), context);
-            const auto input
-                = torch::tensor(std::vector<std::int64_t>(sequence.end() - length, sequence.end()), torch::kInt64).unsqueeze(0);
-            const auto logits = m_model->forward(input)[0][length - 1].to(torch::kFloat64).contiguous();
+            const auto size = std::int64_t(sequence.size());
+            at::Tensor last;
+            if (caches && size <= context) {
+                const auto fresh
+                    = torch::tensor(std::vector<std::int64_t>(sequence.begin() + cached, sequence.end()), torch::kInt64);
+                last = m_model->decode(fresh.unsqueeze(0), cached, cache);
+                caches = last.defined(); // a TorchScript model has no cache
+                cached = size;
+            }
+            if (!last.defined()) {
+                const auto length = std::min<std::int64_t>(size, context);
+                const auto input
+                    = torch::tensor(std::vector<std::int64_t>(sequence.end() - length, sequence.end()), torch::kInt64)
+                          .unsqueeze(0);
+                last = m_model->forward(input)[0][length - 1];
+            }
+            const auto logits = last.to(torch::kFloat64).contiguous();
             const double* scores = logits.data_ptr<double>();
             const auto n = std::min<std::int64_t>(logits.numel(), m_vocabulary);
             std::int64_t next = std::max_element(scores, scores + n) - scores;

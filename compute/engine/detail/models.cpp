@@ -144,6 +144,30 @@ at::Tensor CausalSelfAttentionImpl::forward(const at::Tensor& x)
     return resid_dropout->options.p() > 0.0 ? resid_dropout(y) : y;
 }
 
+at::Tensor CausalSelfAttentionImpl::decode(const at::Tensor& x, std::int64_t start, std::pair<at::Tensor, at::Tensor>& cache)
+{
+    const auto length = x.size(1), width = x.size(2);
+    const auto headWidth = width / heads;
+    const auto qkv = c_attn(x).split(width, 2);
+    auto shape = [&](const at::Tensor& t) { return t.view({ 1, length, heads, headWidth }).transpose(1, 2); };
+    const auto q = shape(qkv[0]);
+    auto k = shape(qkv[1]), v = shape(qkv[2]);
+    if (cache.first.defined()) {
+        k = torch::cat({ cache.first, k }, 2);
+        v = torch::cat({ cache.second, v }, 2);
+    }
+    cache = { k, v };
+    // Query r (position start + r) attends to keys 0 .. start + r.
+    auto scores = torch::matmul(q, k.transpose(-2, -1)) * (1.0 / std::sqrt(double(headWidth)));
+    if (length > 1) {
+        const auto future = torch::ones({ length, start + length }, torch::TensorOptions().dtype(torch::kBool).device(x.device()))
+                                .triu(start + 1);
+        scores = scores.masked_fill(future, -std::numeric_limits<float>::infinity());
+    }
+    const auto weights = torch::softmax(scores, -1);
+    return c_proj(torch::matmul(weights, v).transpose(1, 2).contiguous().view({ 1, length, width }));
+}
+
 FeedForwardImpl::FeedForwardImpl(std::int64_t width, double rate)
 {
     c_fc = register_module("c_fc", torch::nn::Linear(width, 4 * width));
@@ -231,6 +255,24 @@ at::Tensor GptImpl::forward(const at::Tensor& tokens)
     return lm_head ? lm_head(x) : torch::linear(x, transformer->wte->weight);
 }
 
+at::Tensor GptImpl::decode(const at::Tensor& tokens, std::int64_t start, Model::KvCache& cache)
+{
+    const auto length = tokens.size(1);
+    if (tokens.dim() != 2 || tokens.size(0) != 1 || start + length > context)
+        throw std::runtime_error("a cached decode reads one sequence within the model's context");
+    cache.layers.resize(transformer->h.size());
+    const auto positions
+        = torch::arange(start, start + length, torch::TensorOptions().dtype(torch::kLong).device(tokens.device()));
+    auto x = transformer->wte(tokens) + transformer->wpe(positions);
+    for (std::size_t i = 0; i < transformer->h.size(); ++i) {
+        auto& block = transformer->h[i];
+        x = x + block->attn->decode(block->ln_1(x), start, cache.layers[i]);
+        x = x + block->mlp(block->ln_2(x));
+    }
+    x = transformer->ln_f(x.select(1, length - 1));
+    return (lm_head ? lm_head(x) : torch::linear(x, transformer->wte->weight))[0];
+}
+
 namespace {
 
 NamedTensors namedOf(const torch::OrderedDict<std::string, at::Tensor>& dict)
@@ -252,6 +294,12 @@ public:
     NamedTensors buffers() override { return namedOf(m_net->named_buffers()); }
     void setTraining(bool training) override { m_net->train(training); }
     void to(const c10::Device& device) override { m_net->to(device); }
+    at::Tensor decode(const at::Tensor& tokens, std::int64_t start, KvCache& cache) override
+    {
+        if constexpr (std::is_same_v<Net, Gpt>)
+            return m_net->decode(tokens, start, cache);
+        return Model::decode(tokens, start, cache);
+    }
 
 private:
     Net m_net;

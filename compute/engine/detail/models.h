@@ -40,6 +40,21 @@ public:
     // the values come from ("the weights").
     core::Status loadState(
         const NamedTensors& values, const QString& what = QStringLiteral("the weights"), bool sameDtype = false);
+
+    // Incremental decoding with a KV cache (the zoo gpt; docs/DETERMINISM.md, "Inference"): the
+    // logits [vocabulary] of the last of `tokens` (int64 [1, n]) at positions start .. start+n-1,
+    // attending to the keys and values of positions 0 .. start-1 kept in `cache` from earlier
+    // calls, which this call extends. A model without one returns an undefined tensor.
+    struct KvCache {
+        std::vector<std::pair<at::Tensor, at::Tensor>> layers; // keys, values [1, heads, positions, head width]
+    };
+    virtual at::Tensor decode(const at::Tensor& tokens, std::int64_t start, KvCache& cache)
+    {
+        (void)tokens;
+        (void)start;
+        (void)cache;
+        return {};
+    }
 };
 
 struct MlpImpl : torch::nn::Module {
@@ -71,6 +86,8 @@ TORCH_MODULE(Cnn);
 struct CausalSelfAttentionImpl : torch::nn::Module {
     CausalSelfAttentionImpl(std::int64_t width, std::int64_t heads, double dropout);
     at::Tensor forward(const at::Tensor& x);
+    // x: the new positions [1, n, width], from position `start`; keys and values extend `cache`.
+    at::Tensor decode(const at::Tensor& x, std::int64_t start, std::pair<at::Tensor, at::Tensor>& cache);
     torch::nn::Linear c_attn { nullptr };
     torch::nn::Linear c_proj { nullptr };
     torch::nn::Dropout attn_dropout { nullptr };
@@ -111,6 +128,7 @@ TORCH_MODULE(GptBody);
 struct GptImpl : torch::nn::Module {
     GptImpl(const core::ModelSpec& spec, std::int64_t vocabulary);
     at::Tensor forward(const at::Tensor& tokens);
+    at::Tensor decode(const at::Tensor& tokens, std::int64_t start, Model::KvCache& cache);
     GptBody transformer { nullptr };
     torch::nn::Linear lm_head { nullptr }; // null when tied to transformer.wte
     std::int64_t context = 0;
