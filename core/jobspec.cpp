@@ -495,6 +495,13 @@ Status JobSpec::validateInference() const
     const auto inputs = inferenceInputs();
     if (inputs < 1)
         return fail("inference", QStringLiteral("there are no inputs"));
+    // A generate line holds at most maxTokens tokens of 4 characters: the result must be fetchable.
+    const double lineBytes = double(inference.maxTokens) * 4.0 + 64.0;
+    if (inference.task == InferenceSpec::Task::Generate && double(inputs) * lineBytes > double(InferenceSpec::MaxResultBytes))
+        return fail("inference.prompts.count",
+            QStringLiteral("%1 completions of up to %2 tokens could be more than the 1 GiB a result may have")
+                .arg(inputs)
+                .arg(inference.maxTokens));
     if (training.shardsPerRound > 65536)
         return fail("inference.samplesPerShard",
             QStringLiteral("%1 inputs in shards of %2 are more than 65536 shards").arg(inputs).arg(inference.samplesPerShard));

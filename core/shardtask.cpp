@@ -8,8 +8,6 @@ namespace tessera::core {
 
 std::int64_t ShardTask::checkpointCount() const
 {
-    if (inference)
-        return 1 + (sampleEnd - sampleBegin); // the model's weights, then one per input
     if (checkpointInterval < 1)
         return 0;
     // step 0, every multiple of c below H, and H itself
@@ -19,7 +17,7 @@ std::int64_t ShardTask::checkpointCount() const
 std::int64_t ShardTask::keptStateCheckpoint() const
 {
     if (inference)
-        return 0; // an input is computed from the weights alone: no state to keep
+        return 0; // a batch is computed from the weights alone: no state to keep
     const auto count = checkpointCount();
     return count >= 3 ? (count - 1) / 2 : 0;
 }
@@ -150,8 +148,10 @@ Status ShardTask::validateInference() const
     if (sampleBegin % batchSize != 0)
         return Error { QStringLiteral("sampleBegin"),
             QStringLiteral("an inference shard starts on a batch's first input (a multiple of %1)").arg(batchSize) };
-    if (localSteps != (inputs + batchSize - 1) / batchSize || checkpointInterval != 1)
-        return Error { QStringLiteral("localSteps"), QStringLiteral("an inference shard's steps are its batches") };
+    if (localSteps != (inputs + batchSize - 1) / batchSize || checkpointInterval != 1
+        || localSteps > InferenceSpec::MaxStepsPerShard)
+        return Error { QStringLiteral("localSteps"),
+            QStringLiteral("an inference shard's steps are its batches, at most %1").arg(InferenceSpec::MaxStepsPerShard) };
     if (inference->task == InferenceSpec::Task::Generate && sampleEnd > inference->promptCount)
         return Error { QStringLiteral("sampleEnd"),
             QStringLiteral("the shard reads prompts up to %1 of %2").arg(sampleEnd).arg(inference->promptCount) };

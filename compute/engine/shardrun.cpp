@@ -340,10 +340,17 @@ ShardOutput ShardRun::finishInference()
         result.failure = QStringLiteral("the shard stopped after %1 of %2 steps").arg(d->step).arg(d->task.localSteps);
         return output;
     }
+    // The node's own check of its lines, as the broker checks them: a job's model whose outputs
+    // make no such line fails the shard here, before anything is committed.
+    if (auto status = core::inference::checkLines(d->task, d->lines); !status) {
+        result.outcome = core::ShardResult::Outcome::Failed;
+        result.failure = QStringLiteral("the model's outputs make no valid line: %1").arg(status.error().message);
+        return output;
+    }
     output.weights = core::inference::blobOf(d->lines);
     result.finalHash = core::Digest::ofBytes(output.weights);
     result.weightsSha256 = result.finalHash;
-    result.checkpointHashes = core::inference::chainOf(d->task.startWeights, d->lines);
+    result.checkpointHashes = core::inference::chainOf(d->task.startWeights, d->lines, d->task.batchSize);
     result.samplesProcessed = d->task.sampleEnd - d->task.sampleBegin;
     return output;
 }
@@ -351,25 +358,27 @@ ShardOutput ShardRun::finishInference()
 core::Result<Replay> ShardRun::replayInference(const core::ShardTask& task, std::int64_t from, const QByteArray& weights,
     std::int64_t to, const ComputeEnvironment& environment)
 {
-    // Inputs from .. to-1 of the shard (chain entries from+1 .. to), from the model's weights alone.
+    // Steps (batches) from .. to-1 of the shard, chain entries from+1 .. to, from the model's
+    // weights alone; the lines they give are in `weights`.
     if (from < 0 || to <= from || to >= task.checkpointCount())
         return core::Error { QStringLiteral("checkpoint"),
-            QStringLiteral("cannot compute inputs %1 to %2 of a shard of %3")
+            QStringLiteral("cannot compute batches %1 to %2 of a shard of %3")
                 .arg(from)
                 .arg(to - 1)
                 .arg(task.checkpointCount() - 1) };
     auto inference = InferenceRun::start(task, weights, environment);
     if (!inference)
         return core::Error { QStringLiteral("state"), inference.error().message };
-    auto lines = (*inference)->linesOf(task.sampleBegin + from, task.sampleBegin + to);
+    auto lines = (*inference)
+                     ->linesOf(task.sampleBegin + from * task.batchSize,
+                         std::min(task.sampleEnd, task.sampleBegin + to * task.batchSize));
     if (!lines)
         return lines.error();
     Replay replay;
-    replay.checkpoints = core::inference::chainOf({}, *lines).mid(1);
-    if (from == 0 && to == task.checkpointCount() - 1) {
-        replay.weights = core::inference::blobOf(*lines);
+    replay.checkpoints = core::inference::chainOf({}, *lines, task.batchSize).mid(1);
+    replay.weights = core::inference::blobOf(*lines);
+    if (from == 0 && to == task.checkpointCount() - 1)
         replay.weightsHash = core::Digest::ofBytes(replay.weights);
-    }
     replay.runtimeProfile = profileOf(task, c10::Device(c10::kCPU));
     return replay;
 }

@@ -50,6 +50,8 @@ QList<Digest> blobsNamedBy(const JobSpec& spec)
     QList<Digest> blobs;
     if (spec.model.source == ModelSpec::Source::TorchScript)
         blobs.append(spec.model.scriptSha256);
+    if (!spec.inference.promptsSha256.isNull())
+        blobs.append(spec.inference.promptsSha256);
     if (!spec.model.initialWeightsSha256.isNull())
         blobs.append(spec.model.initialWeightsSha256);
     if (spec.dataset.source == DatasetSpec::Source::Tensors)
@@ -386,6 +388,27 @@ Result<QList<Digest>> Broker::chunksNamedBy(const JobSpec& spec)
     return (*manifest)->digests();
 }
 
+Status Broker::checkPrompts(const JobSpec& spec)
+{
+    // A prompts file is counted here, once, so that no node is handed a job whose count is wrong.
+    const auto& inference = spec.inference;
+    if (!spec.isInference() || inference.promptsSha256.isNull())
+        return {};
+    const auto size = m_blobs.sizeOf(inference.promptsSha256);
+    if (!size)
+        return Error { QStringLiteral("inference.prompts.sha256"), QStringLiteral("upload the prompts file before submitting") };
+    if (*size > InferenceSpec::MaxPromptsFileBytes)
+        return Error { QStringLiteral("inference.prompts"), QStringLiteral("the prompts file is larger than 64 MiB") };
+    auto bytes = m_blobs.read(inference.promptsSha256);
+    if (!bytes)
+        return bytes.error();
+    const auto lines = bytes->count('\n') + (bytes->isEmpty() || bytes->endsWith('\n') ? 0 : 1);
+    if (lines != inference.promptCount)
+        return Error { QStringLiteral("inference.prompts.count"),
+            QStringLiteral("the prompts file has %1 prompts, the job says %2").arg(lines).arg(inference.promptCount) };
+    return {};
+}
+
 Status Broker::checkSubmittable(const JobSpec& spec, const QString& owner)
 {
     if (auto status = spec.validate(); !status)
@@ -405,6 +428,8 @@ Status Broker::checkSubmittable(const JobSpec& spec, const QString& owner)
                 QStringLiteral("upload the test tensors before submitting") };
     }
     if (auto status = m_manifests.checkSubmittable(spec.dataset, spec.training.localSteps * spec.training.batchSize); !status)
+        return status;
+    if (auto status = checkPrompts(spec); !status)
         return status;
     auto running = m_store->runningJobsOf(owner);
     if (!running)
@@ -640,10 +665,10 @@ Result<JobStatus> Broker::status(const QString& jobId)
     status.languageModel = spec && spec->model.context > 0;
     if (spec && job->state == JobState::Running) {
         status.shards = spec->training.shardsPerRound;
-        auto answered = m_store->shardResults(jobId, job->round);
+        auto answered = m_store->shardResultCount(jobId, job->round);
         if (!answered)
             return answered.error();
-        status.shardsDone = answered->size();
+        status.shardsDone = *answered;
     } else if (spec) {
         status.shards = status.shardsDone = job->state == JobState::Finished ? spec->training.shardsPerRound : 0;
     }
@@ -1083,7 +1108,7 @@ Result<Acceptance> Broker::acceptCompleted(
 {
     auto admitted = m_verifier->admit(assignment, job, spec, result);
     if (!admitted) {
-        if (admitted.error().field == Verifier::WrongFormField) {
+        if (admitted.error().field == Verifier::WrongFormField || admitted.error().field == inference::FormField) {
             // Given back, in effect, and not slashed (a node that misread a task is not a liar), but
             // a node that declared it can run this form and hands in another gets no more of this
             // job: otherwise it could take and spoil every shard of it, one refusal at a time.

@@ -244,6 +244,7 @@ private:
     Status refuseUnlessHeld(const QString& jobId, const QString& what);
     // A running job into the scheduler, with the shards answered so far.
     Status loadJob(const JobRow& job);
+    Status checkPrompts(const JobSpec& spec);
     Status checkSubmittable(const JobSpec& spec, const QString& owner);
     // A model's parameters before anything is built: a zoo model's from its spec (for tensor
     // files a lower bound), a TorchScript model's from its archive (ModelArchive).

@@ -517,6 +517,16 @@ Result<QList<ShardResultRow>> BrokerStore::shardResults(const QString& jobId, st
     return collect(*rows, readResult);
 }
 
+Result<std::int64_t> BrokerStore::shardResultCount(const QString& jobId, std::int64_t round)
+{
+    auto count = first<std::int64_t>(
+        query(*m_db, QStringLiteral("SELECT COUNT(*) FROM shard_results WHERE job = ? AND round = ?"), jobId, round),
+        [](Statement& row) { return row.columnInt(0); });
+    if (!count)
+        return count.error();
+    return count->value_or(0);
+}
+
 Result<QList<ShardResultRow>> BrokerStore::shardResultsIn(const QString& jobId, ResultState state)
 {
     auto rows = query(*m_db,

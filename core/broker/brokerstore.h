@@ -209,6 +209,7 @@ public:
     Status insertShardResult(const QString& jobId, const ShardResultRow& row);
     Result<bool> isAnswered(const QString& jobId, std::int64_t round, std::int64_t shard);
     Result<QList<ShardResultRow>> shardResults(const QString& jobId, std::int64_t round); // by shard
+    Result<std::int64_t> shardResultCount(const QString& jobId, std::int64_t round); // answered shards, without reading them
     Result<QList<ShardResultRow>> shardResultsIn(const QString& jobId, ResultState state);
     Status setResultState(const QString& jobId, std::int64_t round, std::int64_t shard, ResultState state);
     Status setResultStates(const QString& jobId, ResultState from, ResultState to);

@@ -304,8 +304,17 @@ Result<Acceptance> Verifier::acceptCheck(const QString& nodeId, const Assignment
     auto task = taskOf(check);
     if (!task)
         return task.error();
-    if (auto revealed = checkReveal(nodeId, assignment.id, *task, result, check.startBlob); !revealed)
+    if (auto revealed = checkReveal(nodeId, assignment.id, *task, result, check.startBlob); !revealed) {
+        // A re-execution in a form the task does not ask for (lines that are not the task's): the
+        // verifier has given the check back, and another is drawn; it is not slashed.
+        if (revealed.error().field == WrongFormField || revealed.error().field == inference::FormField) {
+            auto given = result;
+            given.outcome = ShardResult::Outcome::Returned;
+            if (auto back = checkNotDone(check, assignment, given); !back)
+                return back.error();
+        }
         return revealed.error();
+    }
     check.verifierResult = result;
     auto transaction = m_.store.begin();
     if (!transaction)
@@ -432,8 +441,12 @@ Result<double> Verifier::checkReveal(
 Result<double> Verifier::checkInferenceReveal(
     const ShardTask& task, const ShardResult& result, const std::function<Error(Error)>& lie)
 {
-    // The lines themselves (a shard's lines are small: at most 100,000 inputs): each input's line
-    // in order, hashing to the chain the node signed, so that a dispute is always over one input.
+    // The lines themselves (at most inference::MaxShardBytes, measured before they are read): each
+    // input's line in order, hashing batch by batch to the chain the node signed, so that a dispute
+    // is always over one batch. Lines of the wrong form are refused without a slash (an error of
+    // field inference::FormField): Tessera's node checks its own before it commits.
+    if (m_.blobs.sizeOf(result.weightsSha256).value_or(0) > inference::MaxShardBytes)
+        return lie(Error { QStringLiteral("weightsSha256"), QStringLiteral("more bytes of lines than a shard may have") });
     auto blob = m_.blobs.read(result.weightsSha256);
     if (!blob)
         return Error { QStringLiteral("weightsSha256"), QStringLiteral("upload the lines (PUT) before the result") };
@@ -441,7 +454,7 @@ Result<double> Verifier::checkInferenceReveal(
         return lie(
             Error { QStringLiteral("finalHash"), QStringLiteral("the uploaded lines do not hash to the result's finalHash") });
     if (auto status = inference::checkRevealed(task, *blob, result.checkpointHashes); !status)
-        return lie(status.error());
+        return status.error().field == inference::FormField ? status.error() : lie(status.error());
     return -1.0; // no update to measure
 }
 
@@ -726,9 +739,11 @@ Status Verifier::refereeInterval(Check& check, const QByteArray& state)
     if (!replay) {
         // From the round's weights nobody's state is involved: the job's own code failed on the
         // referee. From a node's state the state may be at fault, or the code: the caller decides.
-        if (j == 1 && runsOwnerCode(*task))
+        // An inference batch is computed from the model's weights alone, whatever j.
+        if ((j == 1 || task->inference) && runsOwnerCode(*task))
             return blameJob(check,
-                QStringLiteral("the referee could not re-execute checkpoint 1: %1").arg(replay.error().message), Proof::Proven);
+                QStringLiteral("the referee could not re-execute checkpoint %1: %2").arg(j).arg(replay.error().message),
+                Proof::Proven);
         return replay.error();
     }
     const QString at = task->inference ? inferenceAt(check, *task)
@@ -739,19 +754,31 @@ Status Verifier::refereeInterval(Check& check, const QByteArray& state)
 
 QString Verifier::inferenceAt(const Check& check, const ShardTask& task)
 {
+    // The batch the referee computed, and where in it the two sides' lines part (both are in the
+    // store): the input, and for generate the first token position where the completions part.
     const auto j = check.checkpoint;
-    const auto input = task.sampleBegin + j - 1;
-    if (task.inference->task != InferenceSpec::Task::Generate || !check.verifierResult)
-        return QStringLiteral("the referee computed input %1").arg(input);
-    // Where the two completions part, for the verdict (both sides' lines are in the store).
-    auto line = [&](const Digest& blob) -> QByteArray {
+    const auto first = (j - 1) * task.batchSize; // within the shard
+    QString at = task.batchSize == 1 ? QStringLiteral("the referee computed input %1").arg(task.sampleBegin + first)
+                                     : QStringLiteral("the referee computed the batch of inputs %1 to %2")
+                                           .arg(task.sampleBegin + first)
+                                           .arg(std::min(task.sampleEnd, task.sampleBegin + first + task.batchSize) - 1);
+    if (!check.verifierResult)
+        return at;
+    auto linesOf = [&](const Digest& blob) {
         auto bytes = m_.blobs.read(blob);
         auto lines = bytes ? inference::linesOf(*bytes) : Result<QList<QByteArray>>(Error {});
-        return lines && j - 1 < lines->size() ? (*lines)[j - 1] : QByteArray();
+        return lines ? lines->mid(first, task.batchSize) : QList<QByteArray>();
     };
-    const auto token
-        = inference::firstDifferingToken(line(check.accusedResult.weightsSha256), line(check.verifierResult->weightsSha256));
-    return QStringLiteral("the referee computed prompt %1 (the completions part at token %2)").arg(input).arg(token);
+    const auto a = linesOf(check.accusedResult.weightsSha256), b = linesOf(check.verifierResult->weightsSha256);
+    for (qsizetype k = 0; k < std::min(a.size(), b.size()); ++k) {
+        if (a[k] == b[k])
+            continue;
+        at += QStringLiteral(" (the sides part at input %1").arg(task.sampleBegin + first + k);
+        if (task.inference->task == InferenceSpec::Task::Generate)
+            at += QStringLiteral(", where the completions part at token %1").arg(inference::firstDifferingToken(a[k], b[k]));
+        return at + u')';
+    }
+    return at;
 }
 
 Status Verifier::refereeFromStart(Check& check)

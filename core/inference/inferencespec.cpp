@@ -80,6 +80,13 @@ InferenceSpec readInferenceSpec(JsonReader reader)
     if (reader.ok() && spec.samplesPerShard % spec.batchSize != 0)
         reader.fail(u"samplesPerShard",
             QStringLiteral("%1 is not a multiple of the batch size %2").arg(spec.samplesPerShard).arg(spec.batchSize));
+    if (reader.ok() && spec.samplesPerShard / spec.batchSize > InferenceSpec::MaxStepsPerShard)
+        reader.fail(u"samplesPerShard",
+            QStringLiteral("%1 inputs are %2 batches of %3, more than a shard's %4")
+                .arg(spec.samplesPerShard)
+                .arg(spec.samplesPerShard / spec.batchSize)
+                .arg(spec.batchSize)
+                .arg(InferenceSpec::MaxStepsPerShard));
     spec.threads = reader.integer(u"threads", 1, 256, Presence::Optional, 1);
     readPrompts(reader, spec);
     return spec;

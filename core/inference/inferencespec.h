@@ -25,7 +25,11 @@ struct InferenceSpec {
     static constexpr std::int64_t MaxPrompts = 10'000'000;
     static constexpr qsizetype MaxStops = 4;
     static constexpr qsizetype MaxStopBytes = 32;
-    static constexpr qsizetype MaxPromptBytes = 65536; // of the one `text` prompt
+    static constexpr qsizetype MaxPromptBytes = 4096; // of the one `text` prompt (it travels in every task)
+    // Batches (generate: prompts) a shard: its chain travels in RESULT's header.
+    static constexpr std::int64_t MaxStepsPerShard = 500;
+    static constexpr qint64 MaxPromptsFileBytes = qint64(64) << 20;
+    static constexpr qint64 MaxResultBytes = qint64(1) << 30; // a job's assembled lines, as fetched
 
     Task task = Task::Classify;
     Split split = Split::Test; // classify, score: which part of the dataset is the inputs

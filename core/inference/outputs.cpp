@@ -63,12 +63,20 @@ QByteArray blobOf(const QList<QByteArray>& lines)
     return blob;
 }
 
-QList<Digest> chainOf(const Digest& startWeights, const QList<QByteArray>& lines)
+Digest batchHash(const QList<QByteArray>& lines)
+{
+    QByteArray digests;
+    digests.reserve(lines.size() * Digest::Size);
+    for (const auto& line : lines)
+        digests += Digest::ofBytes(line).toRaw();
+    return Digest::ofBytes(digests);
+}
+
+QList<Digest> chainOf(const Digest& startWeights, const QList<QByteArray>& lines, std::int64_t batchSize)
 {
     QList<Digest> chain { startWeights };
-    chain.reserve(lines.size() + 1);
-    for (const auto& line : lines)
-        chain.append(Digest::ofBytes(line));
+    for (qsizetype first = 0; first < lines.size(); first += batchSize)
+        chain.append(batchHash(lines.mid(first, batchSize)));
     return chain;
 }
 
@@ -136,6 +144,11 @@ QString lineFault(const ShardTask& task, const QJsonObject& line, std::int64_t i
         }
         if (!isInteger(line.value(u"class"), 0, double(classes - 1)))
             return QStringLiteral("its class is not one of the %1").arg(classes);
+        qsizetype largest = 0;
+        for (qsizetype c = 1; c < p.size(); ++c)
+            largest = p[c].toDouble() > p[largest].toDouble() ? c : largest;
+        if (line.value(u"class").toInteger() != largest)
+            return QStringLiteral("its class is not the first of the largest probability");
         if (line.contains(u"label") && !isInteger(line.value(u"label"), 0, 1e15))
             return QStringLiteral("its label is not a class");
         return {};
@@ -154,7 +167,7 @@ QString lineFault(const ShardTask& task, const QJsonObject& line, std::int64_t i
     const auto finish = line.value(u"finish").toString();
     if (finish != u"stop" && finish != u"length")
         return QStringLiteral("its finish is neither stop nor length");
-    if (finish == u"length" ? tokens.size() != spec.maxTokens : tokens.size() >= spec.maxTokens)
+    if (finish == u"length" ? tokens.size() != spec.maxTokens : tokens.size() > spec.maxTokens - 1)
         return QStringLiteral("%1 tokens do not end with %2 at maxTokens %3").arg(tokens.size()).arg(finish).arg(spec.maxTokens);
     for (const auto& token : tokens) {
         if (!isInteger(token, 0, 255))
@@ -165,32 +178,43 @@ QString lineFault(const ShardTask& task, const QJsonObject& line, std::int64_t i
 
 } // namespace
 
+Status checkLines(const ShardTask& task, const QList<QByteArray>& lines)
+{
+    qsizetype classes = 0;
+    for (qsizetype k = 0; k < lines.size(); ++k) {
+        const auto index = task.sampleBegin + k;
+        const auto object = parsed(lines[k]);
+        if (!object)
+            return Error { FormField, QStringLiteral("the line of input %1 is not a JSON object").arg(index) };
+        if (const auto fault = lineFault(task, *object, index, classes); !fault.isEmpty())
+            return Error { FormField, QStringLiteral("the line of input %1: %2").arg(index).arg(fault) };
+    }
+    return {};
+}
+
 Status checkRevealed(const ShardTask& task, const QByteArray& blob, const QList<Digest>& chain)
 {
     auto fail = [](const QString& why) { return Error { QStringLiteral("weightsSha256"), why }; };
     if (!task.inference)
         return fail(QStringLiteral("the task is not an inference task"));
+    if (blob.size() > MaxShardBytes)
+        return fail(QStringLiteral("%1 bytes of lines, more than a shard's %2").arg(blob.size()).arg(MaxShardBytes));
     auto lines = linesOf(blob);
     if (!lines)
         return fail(lines.error().message);
     const auto inputs = task.sampleEnd - task.sampleBegin;
     if (lines->size() != inputs)
         return fail(QStringLiteral("%1 lines for the task's %2 inputs").arg(lines->size()).arg(inputs));
-    if (chain.size() != inputs + 1)
-        return fail(QStringLiteral("a chain of %1 hashes for %2 inputs").arg(chain.size()).arg(inputs));
-    qsizetype classes = 0;
-    for (qsizetype k = 0; k < lines->size(); ++k) {
-        const auto& line = (*lines)[k];
-        const auto index = task.sampleBegin + k;
-        if (Digest::ofBytes(line) != chain[k + 1])
-            return fail(QStringLiteral("the line of input %1 does not hash to the chain's entry").arg(index));
-        const auto object = parsed(line);
-        if (!object)
-            return fail(QStringLiteral("the line of input %1 is not a JSON object").arg(index));
-        if (const auto fault = lineFault(task, *object, index, classes); !fault.isEmpty())
-            return fail(QStringLiteral("the line of input %1: %2").arg(index).arg(fault));
+    const auto made = chainOf(task.startWeights, *lines, task.batchSize);
+    if (chain.size() != made.size())
+        return fail(QStringLiteral("a chain of %1 hashes for %2 batches").arg(chain.size()).arg(made.size() - 1));
+    for (qsizetype j = 1; j < made.size(); ++j) {
+        if (made[j] != chain[j])
+            return fail(QStringLiteral("the lines of batch %1 (inputs from %2) do not hash to the chain's entry")
+                            .arg(j - 1)
+                            .arg(task.sampleBegin + (j - 1) * task.batchSize));
     }
-    return {};
+    return checkLines(task, *lines);
 }
 
 Result<Summary> summarize(InferenceSpec::Task task, const QByteArray& blob)
@@ -230,7 +254,11 @@ bool agreeWithin(InferenceSpec::Task task, const QByteArray& a, const QByteArray
         return say(QStringLiteral("a line is not JSON"));
     if (task == InferenceSpec::Task::Generate)
         return x->value(u"tokens") == y->value(u"tokens") || say(QStringLiteral("the completions differ"));
+    if (x->value(u"label") != y->value(u"label") || x->value(u"index") != y->value(u"index"))
+        return say(QStringLiteral("the lines are not of one input"));
     if (task == InferenceSpec::Task::Score) {
+        if (x->value(u"tokens") != y->value(u"tokens"))
+            return say(QStringLiteral("the windows differ"));
         const double l = x->value(u"loss").toDouble(), m = y->value(u"loss").toDouble();
         return std::abs(l - m) <= 1e-3 * std::max(std::abs(l), std::abs(m)) || say(QStringLiteral("the losses differ"));
     }

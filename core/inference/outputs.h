@@ -26,16 +26,29 @@ QByteArray classifyLine(
 QByteArray scoreLine(std::int64_t index, float loss, std::int64_t tokens);
 QByteArray generateLine(std::int64_t index, const QList<std::int64_t>& tokens, bool stopped);
 
-// The blob of lines, and the chain of a shard: the model's weights' hash, then each line's.
+// The blob of lines, and the chain of a shard: the model's weights' hash, then one hash per batch
+// of `batchSize` lines (a step; generate: a prompt), the SHA-256 of its lines' SHA-256s one after
+// the other, so that the chain is as long as the shard has steps and a batch's entry pins each
+// of its lines.
 QByteArray blobOf(const QList<QByteArray>& lines);
-QList<Digest> chainOf(const Digest& startWeights, const QList<QByteArray>& lines);
+Digest batchHash(const QList<QByteArray>& lines);
+QList<Digest> chainOf(const Digest& startWeights, const QList<QByteArray>& lines, std::int64_t batchSize);
 // A blob's lines (each without its '\n'); an error when it does not end with one.
 Result<QList<QByteArray>> linesOf(const QByteArray& blob);
 
+// The most bytes of lines a shard may reveal.
+inline constexpr qsizetype MaxShardBytes = qsizetype(256) << 20;
+// The field of an error about a line's form (not its hash): what a node's own check finds before
+// it commits (a job's model whose outputs make no such line), and what the broker refuses
+// without a slash (docs/VERIFICATION.md, "Inference").
+inline const QString FormField = QStringLiteral("lines");
+
 // A revealed shard against its task and the chain its node signed: one line per input of
-// [sampleBegin, sampleEnd) in order, each hashing to its chain entry, each a line of the task's
-// kind with values in range. The error says what is wrong (the node lied: it signed the chain).
+// [sampleBegin, sampleEnd) in order, hashing batch by batch to the chain, then (checkLines) each
+// a line of the task's kind with values in range and of its input. An error of field
+// weightsSha256 is a contradiction of what the node signed; of field FormField, a line's form.
 Status checkRevealed(const ShardTask& task, const QByteArray& blob, const QList<Digest>& chain);
+Status checkLines(const ShardTask& task, const QList<QByteArray>& lines);
 
 // What a finished job's lines add up to (tessera-job status): inputs; classify: labelled inputs
 // and how many got their label; score: the mean loss; generate: tokens written.

@@ -93,7 +93,8 @@ private Q_SLOTS:
         // The referee's one input (its batch computed whole) is the shard's line.
         const auto task = core::decomposeShard(QStringLiteral("0123456789abcdef"), small, 0, 3, weights.canonicalHash);
         const auto output = compute::runShard(task, weights.bytes, {});
-        for (const std::int64_t j : { 1, 37, 150 }) {
+        QCOMPARE(task.checkpointCount(), 4); // 150 inputs in batches of 50
+        for (const std::int64_t j : { 1, 2, 3 }) {
             auto replay = compute::replayShard(task, j - 1, weights.bytes, {}, j, {}, {});
             QVERIFY2(replay, qPrintable(replay ? QString() : replay.error().toString()));
             QCOMPARE(replay->checkpoints, QList<core::Digest> { output.result.checkpointHashes[j] });
@@ -105,11 +106,11 @@ private Q_SLOTS:
         auto other = compute::initialWeights(smallGpt(), {});
         QVERIFY(!compute::replayShard(task, 0, other->bytes, {}, 1, {}, {}));
 
-        // One changed line: the chains part exactly there.
+        // One changed line: the chains part at its batch.
         auto lines = *core::inference::linesOf(output.weights);
-        lines[41].replace("\"class\":", "\"class\":1");
-        const auto cheat = core::inference::chainOf(task.startWeights, lines);
-        QCOMPARE(core::verification::firstDivergence(output.result.checkpointHashes, cheat), std::optional<qsizetype>(42));
+        lines[91].replace("\"class\":", "\"class\":1");
+        const auto cheat = core::inference::chainOf(task.startWeights, lines, task.batchSize);
+        QCOMPARE(core::verification::firstDivergence(output.result.checkpointHashes, cheat), std::optional<qsizetype>(2));
     }
 
     void aSuspendedShardResumesToTheSameLines()

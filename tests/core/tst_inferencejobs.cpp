@@ -242,7 +242,7 @@ private Q_SLOTS:
     {
         const auto task = classifyTask(100, 250);
         const auto lines = classifyLines(100, 250);
-        const auto chain = inference::chainOf(task.startWeights, lines);
+        const auto chain = inference::chainOf(task.startWeights, lines, task.batchSize);
         QVERIFY(inference::checkRevealed(task, inference::blobOf(lines), chain));
 
         auto refused = [&](const QByteArray& blob, const QList<Digest>& signedChain, const QString& why) {
@@ -252,24 +252,30 @@ private Q_SLOTS:
         };
         auto changed = lines;
         changed[7].replace("\"class\":1", "\"class\":2");
-        refused(inference::blobOf(changed), chain, QStringLiteral("does not hash to the chain"));
-        refused(
-            inference::blobOf(lines.mid(1)), inference::chainOf(task.startWeights, lines.mid(1)), QStringLiteral("lines for"));
+        refused(inference::blobOf(changed), chain, QStringLiteral("batch 0 (inputs from 100) do not hash to the chain"));
+        QCOMPARE(
+            inference::checkRevealed(task, inference::blobOf(changed), chain).error().field, QStringLiteral("weightsSha256"));
+        refused(inference::blobOf(lines.mid(1)), inference::chainOf(task.startWeights, lines.mid(1), task.batchSize),
+            QStringLiteral("lines for"));
         refused(inference::blobOf(lines).chopped(1), chain, QStringLiteral("newline"));
         auto swapped = lines;
         swapped.swapItemsAt(0, 1);
-        refused(inference::blobOf(swapped), inference::chainOf(task.startWeights, swapped), QStringLiteral("not input 100"));
+        refused(inference::blobOf(swapped), inference::chainOf(task.startWeights, swapped, task.batchSize),
+            QStringLiteral("not input 100"));
         // Lines that hash to a chain made for them, but are not lines of the task's kind.
         for (const auto& bad : { QByteArray(R"({"index":100,"class":3,"probabilities":[0.2,0.3,0.5]})"),
                  QByteArray(R"({"index":100,"class":0,"probabilities":[1.5,0.3,0.5]})"),
                  QByteArray(R"({"index":100,"class":0,"probabilities":[0.2,0.3]})"),
                  QByteArray(R"({"index":100,"tokens":[1],"finish":"stop"})"), QByteArray("not json"),
-                 QByteArray(R"({"index":100,"class":0,"probabilities":[0.2,0.3,0.5],"extra":1})") }) {
+                 QByteArray(R"({"index":100,"class":0,"probabilities":[0.2,0.3,0.5],"extra":1})"),
+                 QByteArray(R"({"index":100,"class":0,"probabilities":[0.2,0.3,0.5],"label":1})") }) {
             auto made = lines;
             made[0] = bad;
-            const auto status
-                = inference::checkRevealed(task, inference::blobOf(made), inference::chainOf(task.startWeights, made));
+            const auto status = inference::checkRevealed(
+                task, inference::blobOf(made), inference::chainOf(task.startWeights, made, task.batchSize));
             QVERIFY2(!status, bad.constData());
+            // Refused as a line's form, which no honest node sends and which costs no stake.
+            QCOMPARE(status.error().field, inference::FormField);
         }
     }
 
@@ -278,7 +284,7 @@ private Q_SLOTS:
         auto spec = JobSpec::fromJson(generateJob());
         const auto task = decomposeShard(QStringLiteral("0123456789abcdef"), *spec, 0, 2, Digest::ofBytes(Weights));
         auto check = [&](const QByteArray& line) {
-            return bool(inference::checkRevealed(task, line + '\n', inference::chainOf(task.startWeights, { line })));
+            return bool(inference::checkRevealed(task, line + '\n', inference::chainOf(task.startWeights, { line }, 1)));
         };
         QVERIFY(check(inference::generateLine(6, { 1, 2, 3, 4, 5 }, false)));
         QVERIFY(check(inference::generateLine(6, { 1, 2 }, true)));

@@ -38,12 +38,16 @@
 #include <QCommandLineParser>
 #include <QCoreApplication>
 #include <QDir>
+#include <QJsonArray>
+#include <QJsonDocument>
+#include <QJsonObject>
 #include <QMutex>
 #include <QRandomGenerator>
 
 #include <atomic>
 #include <csignal>
 #include <cstring>
+#include <numeric>
 
 using namespace tessera;
 
@@ -161,30 +165,53 @@ private:
         return std::nullopt;
     }
 
-    // An inference shard with one input's line changed (its class, first token or loss), and a
-    // chain and commitment made to match: a wrong answer, not a signed contradiction.
+    // One line made wrong but well-formed: a classify line with its two likeliest classes'
+    // probabilities swapped (so its class is the runner-up), a score line's loss raised by 0.5, a
+    // generate line's first token changed.
+    static QByteArray wrongLine(const QByteArray& line)
+    {
+        const auto object = QJsonDocument::fromJson(line).object();
+        const auto index = object.value(QStringLiteral("index")).toInteger();
+        if (object.contains(QStringLiteral("probabilities"))) {
+            std::vector<float> p;
+            for (const auto& value : object.value(QStringLiteral("probabilities")).toArray())
+                p.push_back(std::strtof(value.toVariant().toString().toLatin1().constData(), nullptr));
+            if (p.size() < 2)
+                return line;
+            std::vector<std::size_t> order(p.size());
+            std::iota(order.begin(), order.end(), std::size_t(0));
+            std::stable_sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) { return p[a] > p[b]; });
+            std::swap(p[order[0]], p[order[1]]);
+            const auto label = object.contains(QStringLiteral("label"))
+                ? std::optional<std::int64_t>(object.value(QStringLiteral("label")).toInteger())
+                : std::nullopt;
+            return core::inference::classifyLine(index, std::int64_t(order[1]), p.data(), std::int64_t(p.size()), label);
+        }
+        if (object.contains(QStringLiteral("loss")))
+            return core::inference::scoreLine(index, float(object.value(QStringLiteral("loss")).toDouble() + 0.5),
+                object.value(QStringLiteral("tokens")).toInteger());
+        QList<std::int64_t> tokens;
+        for (const auto& value : object.value(QStringLiteral("tokens")).toArray())
+            tokens.append(value.toInteger());
+        if (tokens.isEmpty())
+            tokens.append(65);
+        else
+            tokens[0] = tokens[0] == 65 ? 66 : 65;
+        return core::inference::generateLine(index, tokens, object.value(QStringLiteral("finish")).toString() == u"stop");
+    }
+
+    // An inference shard with one input's line made wrong, and a chain and commitment made to
+    // match: a wrong answer, not a signed contradiction, and well-formed.
     static compute::ShardOutput oneLineWrong(compute::ShardOutput output, const core::ShardTask& task)
     {
         auto lines = core::inference::linesOf(output.weights);
         if (output.result.outcome != core::ShardResult::Outcome::Completed || !lines || lines->isEmpty())
             return output;
         auto& line = (*lines)[lines->size() / 2];
-        for (const auto* field : { "\"class\":", "\"tokens\":[", "\"loss\":" }) {
-            const auto at = line.indexOf(field);
-            if (at < 0)
-                continue;
-            const auto digit = at + qsizetype(std::strlen(field));
-            if (digit < line.size() && line[digit] >= '0' && line[digit] <= '8')
-                line[digit] = char(line[digit] + 1);
-            else if (digit < line.size() && line[digit] == '9')
-                line[digit] = '1';
-            else
-                line.insert(digit, QByteArray(line[digit] == ']' ? "1" : "1,"));
-            break;
-        }
+        line = wrongLine(line);
         output.weights = core::inference::blobOf(*lines);
         output.result.finalHash = output.result.weightsSha256 = core::Digest::ofBytes(output.weights);
-        output.result.checkpointHashes = core::inference::chainOf(task.startWeights, *lines);
+        output.result.checkpointHashes = core::inference::chainOf(task.startWeights, *lines, task.batchSize);
         qInfo("cheat: input %lld's line of shard %lld changed", qlonglong(task.sampleBegin + lines->size() / 2),
             qlonglong(task.shard));
         return output;

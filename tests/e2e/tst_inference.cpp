@@ -90,7 +90,7 @@ private Q_SLOTS:
     "name": "label the test set", "kind": "inference",
     "model": { "zoo": "mlp", "hidden": [64], "initialWeights": { "file": "mlp/model.pt" } },
     "dataset": { "builtin": "fashion-mnist" },
-    "inference": { "task": "classify", "split": "test", "batchSize": 100, "samplesPerShard": 500 },
+    "inference": { "task": "classify", "split": "test", "batchSize": 50, "samplesPerShard": 500 },
     "budget": "100", "verification": { "rate": 1.0 }
 })"));
         const auto local = inferLocally(jobFile, QStringLiteral("classify-local"));
@@ -137,7 +137,8 @@ private Q_SLOTS:
     }
 
     // A gpt trained on the network, then a generate job that names it (model.fromJob): 24 prompts
-    // in shards of 4, completions that end at "%\n" or 40 tokens, drawn with each prompt's seed.
+    // of a prompts file (uploaded, counted, read by each node) in shards of 4, completions that end
+    // at "%\n" or 40 tokens, drawn with each prompt's seed.
     // The result equals infer-local's on the fetched weights, with the text added; the cheater
     // (one token changed per shard) is slashed.
     void aGenerationJobOnAFinishedJobsWeightsEqualsTheLocalRun()
@@ -159,10 +160,16 @@ private Q_SLOTS:
 
         const QString inference = QStringLiteral(R"(
     "kind": "inference", "name": "fortunes",
-    "inference": { "task": "generate", "prompts": { "text": "%\n", "count": 24 }, "maxTokens": 40, "temperature": 0.8,
+    "inference": { "task": "generate", "prompts": { "file": "prompts.txt" }, "maxTokens": 40, "temperature": 0.8,
                    "seed": 11, "stop": [ "%\n" ], "samplesPerShard": 4 },
     "budget": "100", "verification": { "rate": 1.0 }
 })");
+        // Every third prompt is an empty line (a prompt too: it starts from "\n").
+        QFile promptsFile(m_dir.filePath(QStringLiteral("prompts.txt")));
+        QVERIFY(promptsFile.open(QIODevice::WriteOnly));
+        for (int i = 0; i < 24; ++i)
+            promptsFile.write(i % 3 == 0 ? QByteArray("\n") : QStringLiteral("Fortune %1: \n").arg(i).toUtf8());
+        promptsFile.close();
         const QString networkFile = m_dir.filePath(QStringLiteral("generate.json"));
         Cluster::writeFile(networkFile, QStringLiteral(R"({ "model": { "fromJob": "%1" },)").arg(trainId) + inference);
         const QString localFile = m_dir.filePath(QStringLiteral("generate-local.json"));

@@ -16,7 +16,6 @@ namespace tessera::compute::detail {
 namespace {
 
 constexpr std::uint64_t InferencePurpose = 7; // docs/DETERMINISM.md, "Seeds"
-constexpr qint64 MaxPromptsFileBytes = qint64(1) << 30;
 
 core::Result<NamedTensors> modelWeights(const core::ShardTask& task, const QByteArray& weights)
 {
@@ -109,8 +108,8 @@ core::Status InferenceRun::loadPrompts()
     const auto path = m_environment.locate(spec.promptsSha256, spec.promptsFile);
     if (!path)
         return core::Error { QStringLiteral("inference.prompts"), QStringLiteral("the prompts file is not on this machine") };
-    if (QFileInfo(*path).size() > MaxPromptsFileBytes)
-        return core::Error { QStringLiteral("inference.prompts"), QStringLiteral("the prompts file is larger than 1 GiB") };
+    if (QFileInfo(*path).size() > core::InferenceSpec::MaxPromptsFileBytes)
+        return core::Error { QStringLiteral("inference.prompts"), QStringLiteral("the prompts file is larger than 64 MiB") };
     auto bytes = core::readFile(*path);
     if (!bytes)
         return core::Error { QStringLiteral("inference.prompts"), bytes.error().message };
@@ -172,6 +171,8 @@ core::Result<QList<QByteArray>> InferenceRun::batchLines(std::int64_t batch)
         const auto logits = m_model->forward(x).to(torch::kFloat32);
         QList<QByteArray> lines;
         if (spec.task == core::InferenceSpec::Task::Score) {
+            if (logits.dim() != 3 || logits.size(0) != end - begin)
+                throw std::runtime_error("the model does not give token logits [batch, length, vocabulary]");
             for (std::int64_t i = 0; i < end - begin; ++i) {
                 const float loss = torch::nn::functional::cross_entropy(logits[i], y[i]).item<float>();
                 if (!std::isfinite(loss))
@@ -180,8 +181,8 @@ core::Result<QList<QByteArray>> InferenceRun::batchLines(std::int64_t batch)
             }
             return lines;
         }
-        if (logits.dim() != 2)
-            throw std::runtime_error("the model does not give one score per class");
+        if (logits.dim() != 2 || logits.size(0) != end - begin || logits.size(1) < 1)
+            throw std::runtime_error("the model does not give one row of class scores per input");
         const auto p = torch::softmax(logits, 1).contiguous();
         const auto classes = p.size(1);
         const float* values = p.data_ptr<float>();
@@ -243,6 +244,8 @@ core::Result<QByteArray> InferenceRun::generate(std::int64_t index)
             const auto logits = last.to(torch::kFloat64).contiguous();
             const double* scores = logits.data_ptr<double>();
             const auto n = std::min<std::int64_t>(logits.numel(), m_vocabulary);
+            if (n < 1)
+                throw std::runtime_error("the model gives no logits");
             std::int64_t next = std::max_element(scores, scores + n) - scores;
             if (!std::isfinite(scores[next]))
                 throw std::runtime_error("the model's logits are not finite");
