@@ -23,6 +23,8 @@ trap cluster_stop EXIT INT TERM
 
 step "shard trainer vs a bare LibTorch loop"
 "$build/bench/tessera-bench-trainer" | tee "$out/trainer.txt"
+step "inference shards vs a bare LibTorch inference loop"
+"$build/bench/tessera-bench-inference" | tee "$out/inference.txt"
 # A PostgreSQL server for the broker and network benches (their PostgreSQL figures), where
 # postgresql-15 is installed.
 . "$src/scripts/lib/postgres.sh"

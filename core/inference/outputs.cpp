@@ -6,32 +6,39 @@
 #include <QJsonDocument>
 #include <QJsonParseError>
 
+#include <charconv>
 #include <cmath>
-#include <cstdio>
 
 namespace tessera::core::inference {
 
 QByteArray formatFloat(float value)
 {
+    // std::to_chars with a precision writes what printf("%.9g") writes, several times faster.
     char buffer[32];
-    const int n = std::snprintf(buffer, sizeof buffer, "%.9g", double(value));
-    return QByteArray(buffer, n);
+    const auto written = std::to_chars(buffer, buffer + sizeof buffer, double(value), std::chars_format::general, 9);
+    return QByteArray(buffer, written.ptr - buffer);
 }
 
 QByteArray classifyLine(
     std::int64_t index, std::int64_t chosen, const float* probabilities, std::int64_t classes, std::optional<std::int64_t> label)
 {
-    QByteArray line = "{\"index\":" + QByteArray::number(qint64(index)) + ",\"class\":" + QByteArray::number(qint64(chosen))
-        + ",\"probabilities\":[";
+    // Written into one buffer (this runs once per input of a shard).
+    QByteArray line;
+    line.reserve(48 + 16 * classes);
+    line.append("{\"index\":").append(QByteArray::number(qint64(index)));
+    line.append(",\"class\":").append(QByteArray::number(qint64(chosen))).append(",\"probabilities\":[");
+    char buffer[32];
     for (std::int64_t c = 0; c < classes; ++c) {
         if (c > 0)
-            line += ',';
-        line += formatFloat(probabilities[c]);
+            line.append(',');
+        const auto written
+            = std::to_chars(buffer, buffer + sizeof buffer, double(probabilities[c]), std::chars_format::general, 9);
+        line.append(buffer, written.ptr - buffer);
     }
-    line += ']';
+    line.append(']');
     if (label)
-        line += ",\"label\":" + QByteArray::number(qint64(*label));
-    return line + '}';
+        line.append(",\"label\":").append(QByteArray::number(qint64(*label)));
+    return line.append('}');
 }
 
 QByteArray scoreLine(std::int64_t index, float loss, std::int64_t tokens)

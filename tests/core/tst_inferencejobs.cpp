@@ -13,6 +13,7 @@
 #include <QJsonDocument>
 #include <QTest>
 
+#include <cstdio>
 #include <cstdlib>
 
 using namespace tessera::core;
@@ -231,9 +232,12 @@ private Q_SLOTS:
             QByteArray(R"({"index":3,"class":1,"probabilities":[0.100000001,0.899999976],"label":1})"));
         QCOMPARE(inference::generateLine(0, { 72, 105 }, true), QByteArray(R"({"index":0,"tokens":[72,105],"finish":"stop"})"));
         QCOMPARE(inference::scoreLine(9, 2.5f, 32), QByteArray(R"({"index":9,"loss":2.5,"tokens":32})"));
-        // %.9g gives every float32 back exactly.
-        for (const float value : { 1e-45f, 3.14159274f, 0.1f, 1.0f / 3.0f, 123456789.0f, 1e-7f }) {
+        // It is printf("%.9g") exactly, which gives every float32 back.
+        for (const float value : { 1e-45f, 3.14159274f, 0.1f, 1.0f / 3.0f, 123456789.0f, 1e-7f, 0.0f, 1.0f, 2.5e-5f, 1e30f }) {
             const auto text = inference::formatFloat(value);
+            char printed[32];
+            std::snprintf(printed, sizeof printed, "%.9g", double(value));
+            QCOMPARE(text, QByteArray(printed));
             QCOMPARE(std::strtof(text.constData(), nullptr), value);
         }
     }

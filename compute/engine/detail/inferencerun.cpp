@@ -170,9 +170,14 @@ core::Result<QList<QByteArray>> InferenceRun::batchLines(std::int64_t batch)
         const auto y = m_inputs->y.slice(0, begin, end);
         const auto logits = m_model->forward(x).to(torch::kFloat32);
         QList<QByteArray> lines;
+        // What the broker checks of each line (core/inference/outputs.cpp) is checked here, on the
+        // values, so that a job's model whose outputs make no valid line fails the shard before
+        // anything is committed (docs/VERIFICATION.md, "Inference").
         if (spec.task == core::InferenceSpec::Task::Score) {
             if (logits.dim() != 3 || logits.size(0) != end - begin)
                 throw std::runtime_error("the model does not give token logits [batch, length, vocabulary]");
+            if (y.size(1) > std::max<std::int64_t>(m_task.model.context, 1))
+                throw std::runtime_error("the windows are longer than the model's context");
             for (std::int64_t i = 0; i < end - begin; ++i) {
                 const float loss = torch::nn::functional::cross_entropy(logits[i], y[i]).item<float>();
                 if (!std::isfinite(loss))
@@ -185,8 +190,13 @@ core::Result<QList<QByteArray>> InferenceRun::batchLines(std::int64_t batch)
             throw std::runtime_error("the model does not give one row of class scores per input");
         const auto p = torch::softmax(logits, 1).contiguous();
         const auto classes = p.size(1);
+        if (m_classes == 0)
+            m_classes = classes;
+        if (classes != m_classes && begin > m_task.sampleBegin)
+            throw std::runtime_error("the model gives another number of classes for another batch");
         const float* values = p.data_ptr<float>();
         const bool labelled = y.defined() && y.numel() == end - begin;
+        const auto labels = labelled ? y.to(torch::kInt64).contiguous() : at::Tensor();
         for (std::int64_t i = 0; i < end - begin; ++i) {
             const float* row = values + i * classes;
             for (std::int64_t c = 0; c < classes; ++c) {
@@ -194,7 +204,9 @@ core::Result<QList<QByteArray>> InferenceRun::batchLines(std::int64_t batch)
                     throw std::runtime_error(
                         QStringLiteral("input %1's probabilities are not finite").arg(begin + i).toStdString());
             }
-            const std::optional<std::int64_t> label = labelled ? std::optional(y[i].item<std::int64_t>()) : std::nullopt;
+            const std::optional<std::int64_t> label = labelled ? std::optional(labels.data_ptr<std::int64_t>()[i]) : std::nullopt;
+            if (label && (*label < 0 || *label > std::int64_t(1e15)))
+                throw std::runtime_error(QStringLiteral("input %1's label is not a class").arg(begin + i).toStdString());
             lines.append(core::inference::classifyLine(begin + i, firstMax(row, classes), row, classes, label));
         }
         return lines;

@@ -42,6 +42,7 @@ private:
     std::shared_ptr<const Dataset> m_inputs; // classify, score
     QList<QByteArray> m_prompts; // generate: the file's lines (empty: the task's text)
     std::int64_t m_vocabulary = 0;
+    std::int64_t m_classes = 0; // classify: the first batch's, which every batch must have
 };
 
 } // namespace tessera::compute::detail

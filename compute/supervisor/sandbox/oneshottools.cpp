@@ -198,8 +198,11 @@ core::Result<Replay> replayInWorker(const core::ShardTask& task, std::int64_t fr
     auto weightsHash = core::Digest::fromHex(json.value(QStringLiteral("weightsHash")).toString());
     if (!weightsHash)
         return core::Error { QStringLiteral("worker"), QStringLiteral("the compute worker's replay is unreadable") };
-    // As for a shard: the weights' hash is the supervisor's own, not the worker's word.
-    auto hashed = pickle::canonicalHash(*weights);
+    // As for a shard: the weights' hash is the supervisor's own, not the worker's word. An inference
+    // task's are lines, hashed as bytes, and a replay of some of its batches names none.
+    auto hashed = task.inference
+        ? core::Result<core::Digest>(weightsHash->isNull() ? core::Digest {} : core::Digest::ofBytes(*weights))
+        : pickle::canonicalHash(*weights);
     if (!hashed || *hashed != *weightsHash)
         return core::Error { QStringLiteral("worker"),
             QStringLiteral("the compute worker's replayed weights do not have the hash it names") };
