@@ -136,6 +136,42 @@ private Q_SLOTS:
         QCOMPARE(spent, (20 + verified) * price);
     }
 
+    // A node written in Python from the docs alone (tests/e2e/python/python_node.py) classifies
+    // shards beside a native node, each checking the other's (the broker re-executes nothing
+    // itself): the same bytes as infer-local, nobody loses.
+    void aNodeBuiltFromTheDocsAnswersClassifyShards()
+    {
+        const QString jobFile = m_dir.filePath(QStringLiteral("classify-docs.json"));
+        Cluster::writeFile(jobFile, QStringLiteral(R"({
+    "name": "label from the docs", "kind": "inference",
+    "model": { "zoo": "mlp", "hidden": [64], "initialWeights": { "file": "mlp/model.pt" } },
+    "dataset": { "builtin": "fashion-mnist" },
+    "inference": { "task": "classify", "split": "test", "batchSize": 100, "samplesPerShard": 1000 },
+    "budget": "100", "verification": { "rate": 1.0 }
+})"));
+        const auto local = inferLocally(jobFile, QStringLiteral("classify-docs-local"));
+        QCOMPARE(local.count('\n'), 10000);
+        Cluster cluster;
+        cluster.startBroker({}, QStringLiteral("SelfVerifyAfterSeconds=600\n"));
+        cluster.startPythonNode(QStringLiteral("python"), { QStringLiteral("--capabilities"), QStringLiteral("int8,inference") });
+        QVERIFY(QTest::qWaitFor(
+            [&] { return cluster.log(QStringLiteral("python")).contains(QStringLiteral("registered as")); }, 120'000));
+        cluster.startNode(1);
+        QVERIFY(QTest::qWaitFor([&] { return cluster.nodes().size() == 2; }, 120'000));
+        const QString jobId = cluster.submit(jobFile);
+        const auto job = cluster.waitForEnd(jobId);
+        QVERIFY2(job.value(QStringLiteral("state")).toString() == u"finished", qPrintable(cluster.log(QStringLiteral("python"))));
+        QVERIFY(fetched(cluster, jobId, cluster.path(QStringLiteral("docs.jsonl"))) == local);
+        for (const auto& value : cluster.nodes()) {
+            const auto record = value.toObject();
+            qInfo("%s: done %lld, verified %lld", qPrintable(record.value(QStringLiteral("name")).toString()),
+                record.value(QStringLiteral("shardsDone")).toInteger(), record.value(QStringLiteral("verified")).toInteger());
+            QVERIFY2(record.value(QStringLiteral("verified")).toInteger() > 0, qPrintable(cluster.log(QStringLiteral("python"))));
+            QCOMPARE(record.value(QStringLiteral("disputesLost")).toInteger(), 0);
+            QCOMPARE(record.value(QStringLiteral("slashed")).toString(), QStringLiteral("0"));
+        }
+    }
+
     // A gpt trained on the network, then a generate job that names it (model.fromJob): 24 prompts
     // of a prompts file (uploaded, counted, read by each node) in shards of 4, completions that end
     // at "%\n" or 40 tokens, drawn with each prompt's seed.

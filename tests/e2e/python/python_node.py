@@ -1,7 +1,9 @@
 """A Tessera compute node written from docs/PROTOCOL.md, docs/DETERMINISM.md and docs/JOBS.md alone,
 with pyzmq, PyTorch and PyNaCl: it registers, trains the shards it is given bit for bit as the docs
 say, commits, uploads its weights or their int8 update (as a dict PyTorch saved), reports them, keeps
-its training states and answers disputes. It is the proof that the docs are enough to build a node.
+its training states and answers disputes. It also answers inference shards that classify
+Fashion-MNIST (docs/DETERMINISM.md, "Inference"; --capabilities int8,inference) and gives other
+inference tasks back. It is the proof that the docs are enough to build a node.
 
 Usage: python_node.py ENDPOINT --name NAME [--threads N] [--seconds S] [--shards K]
                       [--poison nan|huge] [--fail-with REASON]
@@ -139,18 +141,18 @@ def read_idx(path, magic):
     return np.frombuffer(raw, np.uint8, offset=4 + 4 * dims).reshape(sizes).copy()
 
 
-_fashion = None
+_fashion = {}
 
 
-def fashion_mnist():
-    global _fashion
-    if _fashion is None:
+def fashion_mnist(split="train"):
+    if split not in _fashion:
         folder = "/usr/share/datasets/fashion-mnist"
-        images = read_idx(folder + "/train-images-idx3-ubyte.gz", 0x803)
-        labels = read_idx(folder + "/train-labels-idx1-ubyte.gz", 0x801)
+        prefix = "train" if split == "train" else "t10k"
+        images = read_idx(folder + "/%s-images-idx3-ubyte.gz" % prefix, 0x803)
+        labels = read_idx(folder + "/%s-labels-idx1-ubyte.gz" % prefix, 0x801)
         x = ((torch.from_numpy(images).to(torch.float32) / 255.0 - 0.2860) / 0.3530).unsqueeze(1).contiguous()
-        _fashion = (x, torch.from_numpy(labels).to(torch.int64))
-    return _fashion
+        _fashion[split] = (x, torch.from_numpy(labels).to(torch.int64))
+    return _fashion[split]
 
 
 class Mlp(torch.nn.Module):
@@ -369,6 +371,51 @@ def train(task, start_bytes):
     return weights.getvalue(), result, states, chain
 
 
+# --- DETERMINISM.md, "Inference" -----------------------------------------------------------------
+
+class CannotRun(Exception):
+    """A task this node does not implement: given back (outcome "returned"), held against nobody."""
+
+
+def infer(task, start_bytes):
+    """A classify shard: (lines blob, ShardResult, chain). One line per input of [sampleBegin,
+    sampleEnd) of the split, in batches of batchSize counted from input 0; a chain entry per batch,
+    the SHA-256 of its lines' SHA-256s."""
+    inference = task["inference"]
+    if inference["task"] != "classify" or task["dataset"].get("builtin") != "fashion-mnist":
+        raise CannotRun("this node classifies Fashion-MNIST only")
+    torch.set_num_threads(task["threads"])
+    x_all, y_all = fashion_mnist(inference.get("split", "test"))
+    model = build_model(task["model"])
+    start = torch.load(io.BytesIO(start_bytes))
+    if canonical_hash(start).hex() != task["startWeights"]:
+        raise ValueError("the model's weights do not hash to the task's startWeights")
+    model.load_state_dict(start)
+    model.eval()
+    batch, lines, chain = task["batchSize"], [], [canonical_hash(start)]
+    with torch.no_grad():
+        for begin in range(task["sampleBegin"], task["sampleEnd"], batch):
+            end = min(begin + batch, task["sampleEnd"])
+            p = torch.softmax(model(x_all[begin:end]), 1)
+            written = []
+            for i in range(end - begin):
+                row = [float(v) for v in p[i]]
+                chosen = row.index(max(row))  # the first of the largest
+                written.append('{"index":%d,"class":%d,"probabilities":[%s],"label":%d}' % (
+                    begin + i, chosen, ",".join("%.9g" % v for v in row), int(y_all[begin + i])))
+            lines += written
+            chain.append(hashlib.sha256(b"".join(hashlib.sha256(w.encode()).digest() for w in written)).digest())
+    blob = "".join(line + "\n" for line in lines).encode()
+    result = {
+        "jobId": task["jobId"], "round": task["round"], "shard": task["shard"], "outcome": "completed",
+        "finalHash": hashlib.sha256(blob).hexdigest(), "checkpointHashes": [h.hex() for h in chain],
+        "weightsSha256": hashlib.sha256(blob).hexdigest(), "losses": [],
+        "samplesProcessed": task["sampleEnd"] - task["sampleBegin"], "wallTimeMs": 0,
+        "runtimeProfile": runtime_profile(task["threads"]),
+    }
+    return blob, result, chain
+
+
 POISON = None  # --poison
 CAPABILITIES = ["int8"]  # --capabilities
 IGNORE_COMPRESSION = False  # --ignore-compression: reveals whole weights whatever the task says
@@ -549,7 +596,11 @@ class Node:
 
     def work(self, assignment, task, start):
         log("training", assignment, "(job %s round %d shard %d)" % (task["jobId"], task["round"], task["shard"]))
-        weights, result, states, chain = train(task, start)
+        if "inference" in task:
+            weights, result, chain = infer(task, start)
+            states = {}  # no dispute asks an inference node for a state
+        else:
+            weights, result, states, chain = train(task, start)
         self.kept[assignment] = states
         root = hashlib.sha256(b"".join(chain)).hexdigest()
         commitment = self.sign({"kind": "tessera-commitment", "assignment": assignment, "jobId": task["jobId"],
@@ -605,6 +656,11 @@ class Node:
                     continue
                 try:
                     self.work(header["assignment"], header["task"], self.start_weights(header))
+                except CannotRun as error:
+                    log("gives back", header["assignment"], ":", error)
+                    self.send(RESULT, {"assignment": header["assignment"], "id": "result", "result": {
+                        "jobId": header["task"]["jobId"], "round": header["task"]["round"],
+                        "shard": header["task"]["shard"], "outcome": "returned", "failure": str(error)}})
                 except (ValueError, RuntimeError) as error:
                     log("cannot train", header["assignment"], ":", error)
                     self.send(RESULT, {"assignment": header["assignment"], "id": "result", "result": {
