@@ -909,6 +909,23 @@ void DesktopApp::describeShard(ui::Overview& overview) const
         return;
     }
     overview.progressPercent = m_progress->steps > 0 ? int(m_progress->step * 100 / m_progress->steps) : 0;
+    if (!m_progress->inference.isEmpty()) {
+        // An inference shard: what it does for whom, in batches (or prompts) and inputs.
+        const bool generating = m_progress->inference == u"generate";
+        overview.shard
+            = tr("%1 for job %2, shard %3: %4 %5 of %6")
+                  .arg(generating                             ? tr("generating")
+                          : m_progress->inference == u"score" ? tr("scoring")
+                                                              : tr("labelling"),
+                      m_progress->jobId, QString::number(m_progress->shard + 1), generating ? tr("prompt") : tr("batch"),
+                      QString::number(m_progress->step), QString::number(m_progress->steps));
+        overview.speed = tr("%1 %2/s, %3 s left")
+                             .arg(m_progress->samplesPerSecond, 0, 'f', generating ? 2 : 0)
+                             .arg(generating ? tr("prompts") : tr("inputs"))
+                             .arg(double(m_progress->etaMs) / 1000.0, 0, 'f', 1);
+        overview.pauseCost = tr("Pausing now costs nothing: the shard stops after this step and resumes there");
+        return;
+    }
     overview.shard = tr("job %1, round %2, shard %3: step %4 of %5")
                          .arg(m_progress->jobId, QString::number(m_progress->round + 1), QString::number(m_progress->shard + 1),
                              QString::number(m_progress->step), QString::number(m_progress->steps));

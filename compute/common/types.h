@@ -29,6 +29,9 @@ struct ShardProgress {
     std::int64_t etaMs = 0;
     std::int64_t busyMs = 0; // time spent computing this shard so far
     std::int64_t throttledMs = 0; // time spent idle to honour the CPU limit
+    // An inference shard's task ("classify", "generate", "score"; its steps are batches or
+    // prompts, its samples inputs); empty for training.
+    QString inference = {};
 
     // samplesPerSecond and etaMs at `stepsPerSecond`, for batches of `batchSize`.
     void setPace(double stepsPerSecond, std::int64_t batchSize)

@@ -557,6 +557,8 @@ void ComputeThread::Private::reportProgress(const core::ShardTask& task, const S
     ShardProgress progress { task.jobId, task.round, task.shard, done, task.localSteps, run.lastLoss(), 0.0, 0,
         pace.busyNs / 1'000'000, pace.throttledNs / 1'000'000 };
     progress.setPace(double(done - pace.firstStep) / seconds, task.batchSize);
+    if (task.inference)
+        progress.inference = core::nameOf(task.inference->task);
     Q_EMIT q->progress(progress);
 }
 

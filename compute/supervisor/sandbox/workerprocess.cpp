@@ -248,6 +248,8 @@ ShardProgress progressOf(const core::ShardTask& task, const protocol::lines::Pro
     progress.busyMs = said.busyMs;
     const double seconds = std::max(1e-6, double(progress.busyMs) / 1000.0);
     progress.setPace(double(progress.step) / seconds, task.batchSize);
+    if (task.inference)
+        progress.inference = core::nameOf(task.inference->task);
     return progress;
 }
 
