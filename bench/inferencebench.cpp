@@ -23,6 +23,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <string>
 #include <vector>
 
 using namespace tessera;
@@ -119,11 +120,13 @@ double bareGenerateWithoutCache(compute::detail::Model& model, std::int64_t prom
     return double(prompts * tokens) / (double(timer.nsecsElapsed()) / 1e9);
 }
 
-void classify(const QTemporaryDir& dir)
+// One classifier over the Fashion-MNIST test set in batches of 100: the shard against the bare loop.
+void classify(const QTemporaryDir& dir, const core::JobSpec& trained, const char* key, const char* label)
 {
-    auto trained = core::smallMlpJob(QStringLiteral("bench mlp"), { 256, 128 });
     auto initial = compute::initialWeights(trained, {});
-    const QString file = dir.filePath(QStringLiteral("mlp.pt"));
+    if (!initial)
+        qFatal("%s", qPrintable(initial.error().toString()));
+    const QString file = dir.filePath(trained.name + QStringLiteral(".pt"));
     QFile out(file);
     out.open(QIODevice::WriteOnly);
     out.write(initial->bytes);
@@ -141,16 +144,17 @@ void classify(const QTemporaryDir& dir)
     (*model)->setTraining(false);
     at::set_num_threads(1);
     std::vector<double> ours, bare;
-    for (int i = 0; i < 7; ++i) {
+    for (int i = 0; i < 5; ++i) {
         ours.push_back(node(task, initial->bytes));
         bare.push_back(bareClassify(**model, *data->test, 100));
     }
     const double ratio = best(ours) / best(bare);
-    std::printf("classify: mlp 784-256-128-10 over 10,000 test images, batch 100: node %.0f samples/s, bare %.0f, ratio %.3f\n",
+    std::printf("classify: %s over 10,000 test images, batch 100: node %.0f samples/s, bare %.0f, ratio %.3f\n", label,
         best(ours), best(bare), ratio);
-    bench::record("inference.classify.node", best(ours));
-    bench::record("inference.classify.bare", best(bare));
-    bench::record("inference.classify.ratio", ratio);
+    const std::string prefix = std::string("inference.") + key;
+    bench::record((prefix + ".node").c_str(), best(ours));
+    bench::record((prefix + ".bare").c_str(), best(bare));
+    bench::record((prefix + ".ratio").c_str(), ratio);
 }
 
 void generate(const QTemporaryDir& dir)
@@ -212,7 +216,11 @@ int main(int argc, char* argv[])
 {
     QCoreApplication app(argc, argv);
     QTemporaryDir dir;
-    classify(dir);
+    classify(dir, core::smallMlpJob(QStringLiteral("bench-mlp"), { 256, 128 }), "classify", "mlp 784-256-128-10");
+    auto cnn = core::smallMlpJob(QStringLiteral("bench-cnn"), { 128 });
+    cnn.model.zoo = QStringLiteral("cnn");
+    cnn.model.channels = { 16, 32 };
+    classify(dir, cnn, "classifyCnn", "cnn 16/32 channels");
     generate(dir);
     return 0;
 }

@@ -46,7 +46,7 @@ def figures(results):
             f["trainer.%s.workerVerdict" % model] = met(f["trainer.%s.workerRatio" % model], 0.98)
         if "trainer.%s.portableRatio" % model in f:
             f["trainer.%s.portableVerdict" % model] = met(f["trainer.%s.portableRatio" % model], 0.7)
-    for task in ("classify", "generate"):
+    for task in ("classify", "classifyCnn", "generate"):
         if "inference.%s.ratio" % task in f:
             f["inference.%s.verdict" % task] = met(f["inference.%s.ratio" % task], 0.9)
     for model in ("mlp", "mlp1024"):
