@@ -1,5 +1,6 @@
 #include "brokerlink.h"
 
+#include <core/inference/outputs.h>
 #include <net/brokerclient.h>
 #include <net/messages.h>
 
@@ -175,9 +176,17 @@ QFuture<core::Result<QString>> BrokerLink::saveModel(const QString& jobId, const
             if (status->job.weightsBlob.isNull())
                 return core::Error { QStringLiteral("jobId"),
                     QStringLiteral("the broker named no weights for job %1").arg(jobId) };
+            if (!status->job.inference.isEmpty() && status->job.state != core::broker::JobState::Finished)
+                return core::Error { QStringLiteral("jobId"),
+                    QStringLiteral("job %1 has %2 of %3 shards done: its results come when it has finished")
+                        .arg(jobId)
+                        .arg(status->job.shardsDone)
+                        .arg(status->job.shards) };
             auto weights = client.download(status->job.weightsBlob, checked(progress, cancel));
             if (!weights)
                 return weights.error();
+            if (status->job.inference == u"generate") // with each completion's text, as tessera-job fetch writes it
+                *weights = core::inference::withText(*weights);
             QSaveFile file(path); // whole or not at all
             if (!file.open(QIODevice::WriteOnly) || file.write(*weights) != weights->size() || !file.commit())
                 return core::Error { QStringLiteral("file"), QStringLiteral("cannot write %1").arg(path) };

@@ -6,6 +6,7 @@
 #include <compute/devices/devices.h>
 #include <compute/supervisor/sandbox/worker.h>
 #include <core/benchmark.h>
+#include <core/inference/outputs.h>
 #include <core/smalljobs.h>
 #include <net/brokerclient.h>
 #include <net/messages.h>
@@ -182,8 +183,12 @@ void DesktopApp::connectDashboard()
             });
     });
     connect(&dashboard, &ui::Dashboard::saveModel, this, [this](const QString& jobId) {
-        const auto path = QFileDialog::getSaveFileName(m_dashboard.get(), tr("Save the trained model"),
-            QDir::home().filePath(jobId + QStringLiteral(".pt")), tr("PyTorch weights (*.pt)"));
+        // An inference job's result is its lines (JOBS.md, "Inference jobs"), not weights.
+        const bool lines = m_inferenceJobs.contains(jobId);
+        const auto path = lines ? QFileDialog::getSaveFileName(m_dashboard.get(), tr("Save the results"),
+                                      QDir::home().filePath(jobId + QStringLiteral(".jsonl")), tr("JSON lines (*.jsonl)"))
+                                : QFileDialog::getSaveFileName(m_dashboard.get(), tr("Save the trained model"),
+                                      QDir::home().filePath(jobId + QStringLiteral(".pt")), tr("PyTorch weights (*.pt)"));
         if (path.isEmpty())
             return;
         saveModel(jobId, path);
@@ -980,13 +985,21 @@ void DesktopApp::jobsAnswered(const core::Result<QJsonObject>& reply)
     m_dashboard->jobs().setJobs(jobs->jobs);
     const QString selected = m_dashboard->selectedJob();
     for (const auto& job : jobs->jobs) {
+        if (!job.inference.isEmpty())
+            m_inferenceJobs.insert(job.id, job.inference);
         if (job.id != selected)
             continue;
         QList<ui::RoundPoint> points;
         for (const auto& round : job.history)
             points.append({ int(round.round), round.testAccuracy, round.testLoss });
         m_dashboard->setJobRounds(selected, points, job.languageModel);
-        if (job.languageModel && !job.history.isEmpty())
+        if (!job.inference.isEmpty() && job.state == core::broker::JobState::Finished)
+            showOutputs(selected, job.inference);
+        else if (!job.inference.isEmpty())
+            m_dashboard->setJobSample(tr("%1 of %2 shards done; the outputs come when every shard is in")
+                                          .arg(job.shardsDone)
+                                          .arg(job.shards));
+        else if (job.languageModel && !job.history.isEmpty())
             showSample(selected, int(job.history.size()));
     }
 }
@@ -1080,6 +1093,39 @@ void DesktopApp::showSample(const QString& jobId, int rounds)
         options.seed = 1;
         auto text = compute::sandbox::sampleInWorker(*spec, *weights, options, {}, worker);
         return text ? QString::fromUtf8(*text) : text.error().message;
+    }));
+}
+
+void DesktopApp::showOutputs(const QString& jobId, const QString& task)
+{
+    const QString key = QStringLiteral("outputs/%1").arg(jobId);
+    const auto list = brokers();
+    if (key == m_sampled || list.isEmpty())
+        return;
+    m_sampled = key;
+    m_dashboard->setJobSample(tr("Fetching the outputs…"));
+    auto* watcher = new QFutureWatcher<QString>(this);
+    connect(watcher, &QFutureWatcher<QString>::finished, this, [this, watcher, jobId] {
+        watcher->deleteLater();
+        if (m_dashboard->selectedJob() == jobId)
+            m_dashboard->setJobSample(watcher->result());
+    });
+    const auto address = list.first();
+    const auto keys = identityKeys();
+    watcher->setFuture(QtConcurrent::run([address, keys, jobId, task]() -> QString {
+        net::BrokerClient client(address, keys, 30'000);
+        auto bytes = client.jobWeights(jobId);
+        if (!bytes)
+            return bytes.error().message;
+        auto lines = core::inference::linesOf(task == u"generate" ? core::inference::withText(*bytes) : *bytes);
+        if (!lines)
+            return lines.error().message;
+        QStringList shown;
+        for (const auto& line : lines->mid(0, 5))
+            shown.append(QString::fromUtf8(line.left(400)));
+        return tr("The first of %1 outputs (Save… writes them all, one JSON line per input):\n%2")
+            .arg(lines->size())
+            .arg(shown.join(u'\n'));
     }));
 }
 

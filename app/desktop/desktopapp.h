@@ -116,6 +116,8 @@ private:
     // Text from a language model job's newest weights, written on a worker thread and shown under
     // the Jobs tab's chart; once per job and round.
     void showSample(const QString& jobId, int rounds);
+    // A finished inference job's first lines (generate: with their text), under its chart.
+    void showOutputs(const QString& jobId, const QString& task);
     // Compute/BenchmarkOnFirstStart, on a worker thread; then `then` on the GUI thread.
     void benchmarkOnFirstStartThen(std::function<void()> then);
     // Asks a compute worker for this node's runtime profile (off the GUI thread) and fills it in.
@@ -190,6 +192,7 @@ private:
     int m_ticks = 0;
     bool m_logBrokenShown = false; // the broken ledger log was notified
     QString m_sampled; // "job/rounds" of the text shown or being written
+    QHash<QString, QString> m_inferenceJobs; // job: its inference task, for the save dialog
 };
 
 } // namespace tessera::app

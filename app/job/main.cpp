@@ -171,7 +171,13 @@ QString describe(const core::broker::JobStatus& job)
               .arg(job.id, core::broker::nameOf(job.state), job.name, QString::number(job.round), QString::number(job.rounds));
     if (job.state == core::broker::JobState::Running && job.shards > 0)
         line += QStringLiteral("  shards %1/%2").arg(job.shardsDone).arg(job.shards);
-    if (!job.history.isEmpty())
+    if (!job.history.isEmpty() && job.inference == u"score")
+        line += QStringLiteral("  mean loss %1 (perplexity %2)")
+                    .arg(job.history.last().testLoss, 0, 'f', 4)
+                    .arg(std::exp(job.history.last().testLoss), 0, 'f', 2);
+    else if (!job.history.isEmpty() && job.inference == u"classify")
+        line += QStringLiteral("  accuracy %1%").arg(percent(job.history.last().testAccuracy));
+    else if (!job.history.isEmpty() && job.inference.isEmpty())
         line += QStringLiteral("  test accuracy %1%").arg(percent(job.history.last().testAccuracy));
     if (!job.failure.isEmpty())
         line += QStringLiteral("  (%1)").arg(job.failure);

@@ -663,6 +663,8 @@ Result<JobStatus> Broker::status(const QString& jobId)
     status.pricePerShard = job->pricePerShard;
     status.spec = job->specJson;
     status.languageModel = spec && spec->model.context > 0;
+    if (spec && spec->isInference())
+        status.inference = nameOf(spec->inference.task);
     if (spec && job->state == JobState::Running) {
         status.shards = spec->training.shardsPerRound;
         auto answered = m_store->shardResultCount(jobId, job->round);

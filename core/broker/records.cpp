@@ -59,6 +59,8 @@ QJsonObject JobStatus::toJson() const
         { QStringLiteral("shards"), static_cast<qint64>(shards) },
         { QStringLiteral("shardsDone"), static_cast<qint64>(shardsDone) },
     };
+    if (!inference.isEmpty())
+        json.insert(QStringLiteral("inference"), inference);
     if (!failure.isEmpty())
         json.insert(QStringLiteral("failure"), failure);
     if (!spec.isEmpty())
@@ -90,6 +92,7 @@ JobStatus JobStatus::fromJson(const QJsonObject& json)
     job.rounds = integer(json, "rounds");
     job.shards = integer(json, "shards");
     job.shardsDone = integer(json, "shardsDone");
+    job.inference = text(json, "inference");
     for (const auto& value : json.value(QStringLiteral("history")).toArray()) {
         const auto r = value.toObject();
         job.history.append({ integer(r, "round"), r.value(QStringLiteral("testLoss")).toDouble(),

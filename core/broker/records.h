@@ -49,6 +49,7 @@ struct JobStatus {
     // verified): an inference job's progress.
     std::int64_t shards = 0;
     std::int64_t shardsDone = 0;
+    QString inference; // an inference job's task ("classify", "generate", "score"); empty for training
     bool full = true; // false: what another identity sees (id, state and progress only)
 
     QJsonObject toJson() const;

@@ -169,9 +169,14 @@ void JobsModel::setJobs(const QList<core::broker::JobStatus>& jobs)
     for (const auto& job : jobs) {
         Row row;
         row.key = job.id;
+        // An inference job's progress is its shards, and it has a figure once finished (classify:
+        // the accuracy against the labels; score: the perplexity); generate has none.
+        const bool inference = !job.inference.isEmpty();
+        const bool figure = !job.history.isEmpty() && job.inference != u"generate";
         row.cells = { job.name, core::broker::nameOf(job.state),
-            QStringLiteral("%1 / %2 rounds").arg(QString::number(job.round), QString::number(job.rounds)),
-            job.history.isEmpty()   ? QString()
+            inference ? QStringLiteral("%1 / %2 shards").arg(QString::number(job.shardsDone), QString::number(job.shards))
+                      : QStringLiteral("%1 / %2 rounds").arg(QString::number(job.round), QString::number(job.rounds)),
+            !figure                 ? QString()
                 : job.languageModel ? QStringLiteral("perplexity %1").arg(std::exp(job.history.last().testLoss), 0, 'f', 2)
                                     : QStringLiteral("%1%").arg(job.history.last().testAccuracy * 100.0, 0, 'f', 2),
             job.escrow.toString(), row.key };
