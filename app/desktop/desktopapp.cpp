@@ -186,9 +186,9 @@ void DesktopApp::connectDashboard()
         // An inference job's result is its lines (JOBS.md, "Inference jobs"), not weights.
         const bool lines = m_inferenceJobs.contains(jobId);
         const auto path = lines ? QFileDialog::getSaveFileName(m_dashboard.get(), tr("Save the results"),
-                                      QDir::home().filePath(jobId + QStringLiteral(".jsonl")), tr("JSON lines (*.jsonl)"))
+                              QDir::home().filePath(jobId + QStringLiteral(".jsonl")), tr("JSON lines (*.jsonl)"))
                                 : QFileDialog::getSaveFileName(m_dashboard.get(), tr("Save the trained model"),
-                                      QDir::home().filePath(jobId + QStringLiteral(".pt")), tr("PyTorch weights (*.pt)"));
+                                    QDir::home().filePath(jobId + QStringLiteral(".pt")), tr("PyTorch weights (*.pt)"));
         if (path.isEmpty())
             return;
         saveModel(jobId, path);
@@ -996,9 +996,8 @@ void DesktopApp::jobsAnswered(const core::Result<QJsonObject>& reply)
         if (!job.inference.isEmpty() && job.state == core::broker::JobState::Finished)
             showOutputs(selected, job.inference);
         else if (!job.inference.isEmpty())
-            m_dashboard->setJobSample(tr("%1 of %2 shards done; the outputs come when every shard is in")
-                                          .arg(job.shardsDone)
-                                          .arg(job.shards));
+            m_dashboard->setJobSample(
+                tr("%1 of %2 shards done; the outputs come when every shard is in").arg(job.shardsDone).arg(job.shards));
         else if (job.languageModel && !job.history.isEmpty())
             showSample(selected, int(job.history.size()));
     }

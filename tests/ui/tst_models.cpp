@@ -160,6 +160,23 @@ private Q_SLOTS:
         later.insert(QStringLiteral("round"), 3);
         model.setJobs({ core::broker::JobStatus::fromJson(later) });
         QCOMPARE(model.lastChangedCells(), 1);
+
+        // An inference job: its shards are its progress; its figure once finished (none for generate).
+        QJsonObject labelling { { QStringLiteral("jobId"), QStringLiteral("j2") },
+            { QStringLiteral("name"), QStringLiteral("labels") }, { QStringLiteral("state"), QStringLiteral("running") },
+            { QStringLiteral("inference"), QStringLiteral("classify") }, { QStringLiteral("shards"), 10 },
+            { QStringLiteral("shardsDone"), 4 } };
+        model.setJobs({ core::broker::JobStatus::fromJson(labelling) });
+        QCOMPARE(model.data(model.index(0, int(JobsModel::Column::Progress))).toString(), QStringLiteral("4 / 10 shards"));
+        QVERIFY(model.data(model.index(0, int(JobsModel::Column::Accuracy))).toString().isEmpty());
+        labelling.insert(QStringLiteral("state"), QStringLiteral("finished"));
+        labelling.insert(QStringLiteral("shardsDone"), 10);
+        labelling.insert(QStringLiteral("history"), QJsonArray { QJsonObject { { QStringLiteral("testAccuracy"), 0.8684 } } });
+        model.setJobs({ core::broker::JobStatus::fromJson(labelling) });
+        QCOMPARE(model.data(model.index(0, int(JobsModel::Column::Accuracy))).toString(), QStringLiteral("86.84%"));
+        labelling.insert(QStringLiteral("inference"), QStringLiteral("generate"));
+        model.setJobs({ core::broker::JobStatus::fromJson(labelling) });
+        QVERIFY(model.data(model.index(0, int(JobsModel::Column::Accuracy))).toString().isEmpty());
     }
 
     void logKeepsItsNewestEntries()
