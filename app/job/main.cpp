@@ -232,8 +232,11 @@ int submit(Context& context)
     if (!spec)
         return fail(QStringLiteral("%1: %2").arg(path, spec.error().toString()));
     const bool onlyEstimate = context.parser.isSet(QStringLiteral("estimate"));
+    // Priced without uploading anything where the job names no file of its own (an inference job's
+    // weights or prompts file is uploaded first: the broker reads a job's files by their hash).
     if (onlyEstimate && spec->model.source == core::ModelSpec::Source::Zoo
-        && spec->dataset.source == core::DatasetSpec::Source::Builtin)
+        && spec->dataset.source == core::DatasetSpec::Source::Builtin && spec->model.initialWeightsFile.isEmpty()
+        && spec->inference.promptsFile.isEmpty())
         return estimate(context, *spec);
     auto connection = context.broker();
     if (!connection)
