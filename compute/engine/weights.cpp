@@ -1,5 +1,7 @@
 #include "weights.h"
 
+#include "detail/sampling.h"
+
 #include "detail/datasets.h"
 #include "detail/models.h"
 #include "detail/optimizer.h"
@@ -338,23 +340,7 @@ core::Result<QByteArray> sampleText(
             const auto logits = (*model)->forward(input)[0][length - 1].to(torch::kFloat64).contiguous();
             const double* scores = logits.data_ptr<double>();
             const auto n = logits.numel();
-            std::int64_t next = std::max_element(scores, scores + n) - scores;
-            if (options.temperature > 0.0) {
-                // p_j = exp((s_j - max) / T) / sum, in double, summed in index order.
-                std::vector<double> weight(static_cast<std::size_t>(n));
-                double total = 0.0;
-                for (std::int64_t j = 0; j < n; ++j)
-                    total += weight[std::size_t(j)] = std::exp((scores[j] - scores[next]) / options.temperature);
-                const double u = double(core::deriveSeed(options.seed, { std::uint64_t(i) }) >> 11) * 0x1.0p-53 * total;
-                double cumulative = 0.0;
-                for (std::int64_t j = 0; j < n; ++j) {
-                    cumulative += weight[std::size_t(j)];
-                    if (u < cumulative) {
-                        next = j;
-                        break;
-                    }
-                }
-            }
+            const auto next = drawToken(scores, n, options.temperature, options.seed, std::uint64_t(i));
             sequence.push_back(next);
             if (vocabulary <= 256)
                 text.append(char(next));

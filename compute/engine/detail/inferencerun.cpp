@@ -1,4 +1,5 @@
 #include "inferencerun.h"
+#include "sampling.h"
 
 #include <core/inference/outputs.h>
 #include <core/readfile.h>
@@ -258,25 +259,9 @@ core::Result<QByteArray> InferenceRun::generate(std::int64_t index)
             const auto n = std::min<std::int64_t>(logits.numel(), m_vocabulary);
             if (n < 1)
                 throw std::runtime_error("the model gives no logits");
-            std::int64_t next = std::max_element(scores, scores + n) - scores;
-            if (!std::isfinite(scores[next]))
+            if (!std::isfinite(*std::max_element(scores, scores + n)))
                 throw std::runtime_error("the model's logits are not finite");
-            if (spec.temperature > 0.0) {
-                // w_j = exp((l_j - max) / T), summed in index order; the first j whose running sum exceeds u.
-                std::vector<double> weight(static_cast<std::size_t>(n));
-                double total = 0.0;
-                for (std::int64_t j = 0; j < n; ++j)
-                    total += weight[std::size_t(j)] = std::exp((scores[j] - scores[next]) / spec.temperature);
-                const double u = double(core::deriveSeed(seed, { std::uint64_t(t) }) >> 11) * 0x1.0p-53 * total;
-                double cumulative = 0.0;
-                for (std::int64_t j = 0; j < n; ++j) {
-                    cumulative += weight[std::size_t(j)];
-                    if (u < cumulative) {
-                        next = j;
-                        break;
-                    }
-                }
-            }
+            const auto next = drawToken(scores, n, spec.temperature, seed, std::uint64_t(t));
             sequence.push_back(next);
             written.append(next);
             bytes.append(char(next));

@@ -1,0 +1,37 @@
+#pragma once
+
+// Private to compute/: the seeded rule by which a language model's next token is chosen from its
+// logits (docs/DETERMINISM.md, "Inference"; tessera-job sample and generate jobs alike).
+
+#include <core/seeds.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <vector>
+
+namespace tessera::compute::detail {
+
+// The token of the largest of `n` scores (the first, on ties) at temperature 0; else token j is
+// drawn with weights w_j = exp((s_j - max) / T), summed in index order, at
+// u = (derive(seed, [t]) >> 11) x 2^-53 x sum(w): the first j whose running sum exceeds u.
+inline std::int64_t drawToken(const double* scores, std::int64_t n, double temperature, std::uint64_t seed, std::uint64_t t)
+{
+    std::int64_t next = std::max_element(scores, scores + n) - scores;
+    if (!(temperature > 0.0))
+        return next;
+    std::vector<double> weight(static_cast<std::size_t>(n));
+    double total = 0.0;
+    for (std::int64_t j = 0; j < n; ++j)
+        total += weight[std::size_t(j)] = std::exp((scores[j] - scores[next]) / temperature);
+    const double u = double(core::deriveSeed(seed, { t }) >> 11) * 0x1.0p-53 * total;
+    double cumulative = 0.0;
+    for (std::int64_t j = 0; j < n; ++j) {
+        cumulative += weight[std::size_t(j)];
+        if (u < cumulative)
+            return j;
+    }
+    return next;
+}
+
+} // namespace tessera::compute::detail
