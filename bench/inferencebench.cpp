@@ -37,18 +37,9 @@ double best(const std::vector<double>& rates)
 
 core::JobSpec inferenceJob(const core::JobSpec& trained, const QString& weightsFile, const core::InferenceSpec& inference)
 {
-    auto json = trained.toJson();
-    json.insert(QStringLiteral("kind"), QStringLiteral("inference"));
-    json.remove(QStringLiteral("optimizer"));
-    json.remove(QStringLiteral("training"));
-    json.remove(QStringLiteral("aggregation"));
-    auto model = json.value(QStringLiteral("model")).toObject();
-    model.insert(QStringLiteral("initialWeights"), QJsonObject { { QStringLiteral("file"), weightsFile } });
-    json.insert(QStringLiteral("model"), model);
-    json.insert(QStringLiteral("inference"), core::inferenceSpecToJson(inference));
-    auto spec = core::JobSpec::fromJson(json);
+    auto spec = core::inferenceJobOf(trained, weightsFile, inference);
     if (!spec)
-        qFatal("%s", qPrintable(spec.error().toString()));
+        qFatal("not a valid inference job");
     return *spec;
 }
 

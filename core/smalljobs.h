@@ -2,10 +2,12 @@
 
 #include "jobspec.h"
 
+#include <QJsonObject>
 #include <QList>
 #include <QString>
 
 #include <cstdint>
+#include <optional>
 
 namespace tessera::core {
 
@@ -31,6 +33,24 @@ inline JobSpec smallMlpJob(const QString& name, const QList<std::int64_t>& hidde
     spec.training.checkpointInterval = 5;
     spec.budget = Credits::fromMicro(1);
     return spec;
+}
+
+// An inference job that runs `trained`'s model and data with the weights in `weightsFile`
+// (docs/JOBS.md, "Inference jobs"), for the tests and benches; read as a job file is, so that its
+// training fields are filled in from `inference`. nullopt when it is not a valid job.
+inline std::optional<JobSpec> inferenceJobOf(const JobSpec& trained, const QString& weightsFile, const InferenceSpec& inference)
+{
+    auto json = trained.toJson();
+    json.insert(QStringLiteral("kind"), QStringLiteral("inference"));
+    json.remove(QStringLiteral("optimizer"));
+    json.remove(QStringLiteral("training"));
+    json.remove(QStringLiteral("aggregation"));
+    auto model = json.value(QStringLiteral("model")).toObject();
+    model.insert(QStringLiteral("initialWeights"), QJsonObject { { QStringLiteral("file"), weightsFile } });
+    json.insert(QStringLiteral("model"), model);
+    json.insert(QStringLiteral("inference"), inferenceSpecToJson(inference));
+    auto spec = JobSpec::fromJson(json);
+    return spec ? std::optional<JobSpec>(*spec) : std::nullopt;
 }
 
 } // namespace tessera::core
