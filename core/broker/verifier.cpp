@@ -447,12 +447,15 @@ Result<double> Verifier::checkInferenceReveal(
     // field inference::FormField): Tessera's node checks its own before it commits.
     if (m_.blobs.sizeOf(result.weightsSha256).value_or(0) > inference::MaxShardBytes)
         return lie(Error { QStringLiteral("weightsSha256"), QStringLiteral("more bytes of lines than a shard may have") });
+    if (!m_.blobs.contains(result.weightsSha256))
+        return Error { QStringLiteral("weightsSha256"), QStringLiteral("upload the lines (PUT) before the result") };
+    // The store names a blob by the SHA-256 it checked on upload: the lines are not hashed again.
+    if (result.weightsSha256 != result.finalHash)
+        return lie(
+            Error { QStringLiteral("finalHash"), QStringLiteral("the uploaded lines do not hash to the result's finalHash") });
     auto blob = m_.blobs.read(result.weightsSha256);
     if (!blob)
         return Error { QStringLiteral("weightsSha256"), QStringLiteral("upload the lines (PUT) before the result") };
-    if (Digest::ofBytes(*blob) != result.finalHash)
-        return lie(
-            Error { QStringLiteral("finalHash"), QStringLiteral("the uploaded lines do not hash to the result's finalHash") });
     if (auto status = inference::checkRevealed(task, *blob, result.checkpointHashes); !status)
         return status.error().field == inference::FormField ? status.error() : lie(status.error());
     return -1.0; // no update to measure

@@ -38,9 +38,9 @@ Result<QList<QByteArray>> linesOf(const QByteArray& blob);
 
 // The most bytes of lines a shard may reveal.
 inline constexpr qsizetype MaxShardBytes = qsizetype(256) << 20;
-// The field of an error about a line's form (not its hash): what a node's own check finds before
-// it commits (a job's model whose outputs make no such line), and what the broker refuses
-// without a slash (docs/VERIFICATION.md, "Inference").
+// The field of an error about a line's form (not its hash): what the broker refuses without a
+// slash (docs/VERIFICATION.md, "Inference"). Tessera's node checks the same rules on the values as
+// it makes the lines (compute/engine/detail/inferencerun.cpp), so it never sends such a line.
 inline const QString FormField = QStringLiteral("lines");
 
 // A revealed shard against its task and the chain its node signed: one line per input of
