@@ -20,6 +20,8 @@ QStringList capabilitiesNeededBy(const JobSpec& spec)
         needed.append(capability::Chunks);
     if (spec.isInference())
         needed.append(capability::Inference);
+    if (spec.isInference() && spec.inference.serves())
+        needed.append(capability::Serve);
     return needed;
 }
 

@@ -11,7 +11,8 @@ ShardTask inferenceShard(const QString& jobId, const JobSpec& spec, std::int64_t
     ShardTask task;
     task.jobId = jobId;
     task.shard = shard;
-    task.sampleBegin = shard * inference.samplesPerShard;
+    // A served job's replica (shard: its number) answers requests: one "input" each time.
+    task.sampleBegin = inference.serves() ? 0 : shard * inference.samplesPerShard;
     task.sampleEnd = std::min(spec.inferenceInputs(), task.sampleBegin + inference.samplesPerShard);
     task.batchSize = inference.batchSize;
     task.localSteps = (task.sampleEnd - task.sampleBegin + task.batchSize - 1) / task.batchSize;

@@ -444,6 +444,8 @@ std::int64_t JobSpec::inferenceInputs() const
 {
     if (inference.task == InferenceSpec::Task::Generate)
         return inference.promptCount;
+    if (inference.serves())
+        return 1; // one replica: requests come as the job serves
     if (inference.split == InferenceSpec::Split::Train)
         return dataset.trainSampleCount(model.context);
     if (dataset.source == DatasetSpec::Source::Builtin && dataset.builtin == u"fashion-mnist")
@@ -477,6 +479,12 @@ Status JobSpec::validateInference() const
         if (!languageModel)
             return fail("inference.task", QStringLiteral("score runs a language model (a gpt, or TorchScript with a context)"));
         break;
+    case InferenceSpec::Task::Serve:
+        // A served model runs outside the sandbox on its nodes (docs/SECURITY.md): Tessera's own
+        // code only.
+        if (!zoo || model.zoo != u"gpt")
+            return fail("model", QStringLiteral("a served model is a zoo gpt (with initialWeights, or fromJob)"));
+        [[fallthrough]];
     case InferenceSpec::Task::Generate: {
         if (!languageModel)
             return fail(
@@ -489,7 +497,7 @@ Status JobSpec::validateInference() const
         break;
     }
     }
-    if (inference.task != InferenceSpec::Task::Generate && inference.split == InferenceSpec::Split::Test
+    if (inference.task != InferenceSpec::Task::Generate && !inference.serves() && inference.split == InferenceSpec::Split::Test
         && dataset.source == DatasetSpec::Source::Tensors)
         return fail("inference.split", QStringLiteral("a tensor file's inputs are its trainFile: choose \"train\""));
     const auto inputs = inferenceInputs();
@@ -535,7 +543,9 @@ void fillInTraining(JobSpec& spec)
     const auto inputs = std::max<std::int64_t>(spec.inferenceInputs(), 1);
     spec.training = TrainingSpec {};
     spec.training.rounds = 1;
-    spec.training.shardsPerRound = (inputs + inference.samplesPerShard - 1) / inference.samplesPerShard;
+    // A served job's "shards" are its replicas (docs/JOBS.md, "Served models").
+    spec.training.shardsPerRound
+        = inference.serves() ? inference.replicas : (inputs + inference.samplesPerShard - 1) / inference.samplesPerShard;
     spec.training.batchSize = inference.batchSize;
     spec.training.localSteps = std::min(inference.samplesPerShard, inputs) / inference.batchSize;
     spec.training.localSteps = std::max<std::int64_t>(spec.training.localSteps, 1);

@@ -17,6 +17,7 @@ QJsonObject Quote::toJson() const
         { QStringLiteral("verification"), verification.toString() },
         { QStringLiteral("total"), total.toString() },
         { QStringLiteral("worstCase"), worstCase.toString() },
+        { QStringLiteral("pricePerToken"), pricePerToken.toString() },
     };
 }
 
@@ -26,9 +27,10 @@ Quote Quote::fromJson(const QJsonObject& json)
     q.flopsPerSample = json.value(QStringLiteral("flopsPerSample")).toDouble();
     q.unitsPerShard = json.value(QStringLiteral("unitsPerShard")).toInteger();
     q.shards = json.value(QStringLiteral("shards")).toInteger();
-    for (auto [field, target] : { std::pair { "pricePerUnit", &q.pricePerUnit }, std::pair { "pricePerShard", &q.pricePerShard },
-             std::pair { "training", &q.training }, std::pair { "verification", &q.verification },
-             std::pair { "total", &q.total }, std::pair { "worstCase", &q.worstCase } }) {
+    for (auto [field, target] :
+        { std::pair { "pricePerUnit", &q.pricePerUnit }, std::pair { "pricePerShard", &q.pricePerShard },
+            std::pair { "training", &q.training }, std::pair { "verification", &q.verification }, std::pair { "total", &q.total },
+            std::pair { "worstCase", &q.worstCase }, std::pair { "pricePerToken", &q.pricePerToken } }) {
         if (auto value = Credits::parse(json.value(QString::fromLatin1(field)).toString()))
             *target = *value;
     }
@@ -97,6 +99,8 @@ double inferenceFlopsPerInput(const JobSpec& spec, std::int64_t parameterCount)
         break;
     case InferenceSpec::Task::Score:
         return context * (2.0 * parameters + attention);
+    case InferenceSpec::Task::Serve: // one position with the KV cache
+        return 2.0 * parameters + attention;
     case InferenceSpec::Task::Generate: {
         const double tokens = double(spec.inference.maxTokens);
         const double positions = context + std::min(tokens, context) + std::max(0.0, tokens - context) * context;
@@ -150,6 +154,16 @@ Result<Quote> quote(const JobSpec& spec, std::int64_t parameterCount, Credits pr
 {
     Quote q;
     q.flopsPerSample = trainingFlopsPerSample(spec, parameterCount);
+    if (spec.isInference() && spec.inference.serves()) {
+        // At least a millionth of a credit a token; rounded up, so that no answer is free.
+        const double micro = std::ceil(double(pricePerUnit.micro()) * q.flopsPerSample / 1e9);
+        if (!(micro < 1e15))
+            return Error { QStringLiteral("budget"), QStringLiteral("the job is too large to price") };
+        q.pricePerToken = Credits::fromMicro(std::max<std::int64_t>(1, std::int64_t(micro)));
+        q.shards = spec.inference.replicas;
+        q.pricePerUnit = pricePerUnit;
+        return q;
+    }
     // An inference shard holds at most samplesPerShard inputs, however large its batch.
     const double samples = spec.isInference() ? double(std::min(spec.inference.samplesPerShard, spec.inferenceInputs()))
                                               : double(spec.training.localSteps) * double(spec.training.batchSize);

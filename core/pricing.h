@@ -21,6 +21,9 @@ struct Quote {
     Credits verification; // the expected re-executions (at least the job's verification rate)
     Credits total;
     Credits worstCase; // every shard re-executed once, as while the nodes are new
+    // A served job (docs/JOBS.md, "Served models"): what one token an answer reads or writes costs
+    // (flopsPerSample is then one position's FLOPs); the other prices are 0: it pays as it answers.
+    Credits pricePerToken;
 
     QJsonObject toJson() const;
     // What toJson wrote (a broker's QUOTE); a field that is missing or unreadable stays zero.

@@ -190,6 +190,25 @@ core::Result<QJsonObject> BrokerClient::request(Command command, QJsonObject hea
     }
 }
 
+core::Result<QJsonObject> BrokerClient::streamingRequest(
+    Command command, QJsonObject header, const std::function<void(const Message&)>& onPart)
+{
+    const qint64 id = sendRequest(command, header);
+    for (;;) {
+        auto reply = receive();
+        if (!reply)
+            return reply.error();
+        if (reply->header.value(fields::Id).toInteger(-1) != id)
+            continue; // a late answer to an earlier request, or a heartbeat
+        if (reply->command == Command::Error)
+            return refusal(*reply);
+        if (reply->command == Command::Ok)
+            return reply->header;
+        if (onPart)
+            onPart(*reply);
+    }
+}
+
 core::Result<core::Digest> BrokerClient::upload(
     const QByteArray& bytes, const std::function<void(std::int64_t, std::int64_t)>& progress)
 {

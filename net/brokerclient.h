@@ -36,6 +36,11 @@ public:
 
     // Sends a request and waits for its OK; an ERROR reply or a timeout comes back as an Error.
     core::Result<QJsonObject> request(Command command, QJsonObject header);
+    // A request whose answer comes in parts before its OK (ASK: TOKENS): each message that carries
+    // the request's id and is neither OK nor ERROR goes to onPart, and the timeout counts from the
+    // last message. Not asked again elsewhere: a repeat is the caller's (ASK's requestId).
+    core::Result<QJsonObject> streamingRequest(
+        Command command, QJsonObject header, const std::function<void(const Message&)>& onPart);
 
     // SUBMIT (docs/PROTOCOL.md, "Submitting twice"): named by requestId (a new one when empty), and
     // asked again under the same name when no answer comes within the timeout, up to `attempts`

@@ -274,6 +274,24 @@ struct BrokerServer::Private {
     void onResult(Request& r);
     void onCommit(Request& r);
     void onCheckpoint(Request& r);
+    // Serving (docs/PROTOCOL.md, "Serving").
+    void onAsk(Request& r);
+    void onTokens(Request& r);
+    void onAnswer(Request& r);
+    void onHosting(Request& r);
+    void sendServeNotices();
+    // The ASKs waiting for their answers, by the handle the broker's serving knows them by.
+    QHash<std::int64_t, Asker> askers;
+    std::int64_t nextAsker = 1;
+    // The routing id of a registered node's connection (empty: not connected).
+    QByteArray routingOfNode(const QString& nodeId) const
+    {
+        for (auto it = peers.constBegin(); it != peers.constEnd(); ++it) {
+            if (it->nodeId == nodeId)
+                return it.key();
+        }
+        return {};
+    }
 
     // --- blob commands ---------------------------------------------------------------------------
     void onGet(Request& r);
@@ -663,8 +681,11 @@ bool BrokerServer::Private::admit(const QByteArray& routingId, const QString& wh
 {
     // A blob range (GET, PUT) counts a quarter: a download on a fast link is 1 MiB ranges as fast as
     // the link carries them (about 600 a second on loopback here), not a flood.
+    // So do a served answer's parts (TOKENS, ANSWER): a replica of a small model answers hundreds of
+    // requests a second.
     const bool range = frames.size() > 1 && frames[1].size() == 1
-        && (quint8(frames[1][0]) == quint8(Command::Get) || quint8(frames[1][0]) == quint8(Command::Put));
+        && (quint8(frames[1][0]) == quint8(Command::Get) || quint8(frames[1][0]) == quint8(Command::Put)
+            || quint8(frames[1][0]) == quint8(Command::Tokens) || quint8(frames[1][0]) == quint8(Command::Answer));
     // A proof of the ledger's log reads up to a few thousand hashes: it counts 4.
     const bool logRead = frames.size() > 1 && frames[1].size() == 1
         && (quint8(frames[1][0]) == quint8(Command::LogProof) || quint8(frames[1][0]) == quint8(Command::LogConsistency));
@@ -828,6 +849,15 @@ void BrokerServer::Private::dispatch(Request& r)
         return onLogEntries(r);
     case Command::Record:
         return onRecord(r);
+    case Command::Ask:
+        return onAsk(r);
+    case Command::Tokens:
+        return onTokens(r);
+    case Command::Answer:
+        return onAnswer(r);
+    case Command::Hosting:
+        return onHosting(r);
+    case Command::Request:
     case Command::Welcome:
     case Command::Task:
     case Command::Ok:
@@ -900,17 +930,64 @@ void BrokerServer::Private::dispatchWork()
         const auto& a = **assignment;
         peer.waiting = false;
         ++counters.tasksSent;
+        // A served job's replica has no deadline (0): it hosts until the job ends.
+        const auto deadlineMs = a.deadlineMs > 0 ? a.deadlineMs - t : 0;
         send(id,
             { Command::Task,
-                TaskMessage { a.id, a.deadlineMs - t, a.task, a.startWeightsBlob, a.startChange,
-                    swarmOffers(peer.nodeId, a, a.deadlineMs - t) }
+                TaskMessage { a.id, deadlineMs, a.task, a.startWeightsBlob, a.startChange,
+                    swarmOffers(peer.nodeId, a, deadlineMs > 0 ? deadlineMs : 3'600'000) }
                     .toHeader(),
                 {} });
     }
 }
 
+void BrokerServer::Private::sendServeNotices()
+{
+    using Kind = core::broker::ServeNotice::Kind;
+    for (auto& notice : broker.takeServeNotices()) {
+        switch (notice.kind) {
+        case Kind::Request:
+        case Kind::Unhost: {
+            const auto node = routingOfNode(notice.node);
+            if (node.isEmpty())
+                break; // gone: the broker hears of it (nodeLost) and sends the request elsewhere
+            if (notice.kind == Kind::Request)
+                send(node,
+                    { Command::Request, ServeRequest { notice.assignment, notice.ticket, notice.question }.toHeader(), {} });
+            else
+                send(node, { Command::Hosting, HostingMessage { notice.assignment, false, {} }.toHeader(), {} });
+            break;
+        }
+        case Kind::Tokens: {
+            const auto asker = askers.constFind(notice.asker);
+            if (asker == askers.constEnd())
+                break;
+            auto header = TokensMessage { {}, notice.from, notice.tokens }.toHeader();
+            header.insert(QStringLiteral("text"), core::inference::textOf(notice.tokens));
+            if (!asker->id.isUndefined())
+                header.insert(fields::Id, asker->id);
+            send(asker->routingId, { Command::Tokens, header, {} });
+            break;
+        }
+        case Kind::Answer:
+        case Kind::Refuse: {
+            const auto asker = askers.constFind(notice.asker);
+            if (asker == askers.constEnd())
+                break;
+            if (notice.kind == Kind::Answer)
+                send(asker->routingId, okMessage(asker->id, { { QStringLiteral("answer"), notice.answer } }));
+            else
+                refuseLater(*asker, notice.error);
+            askers.erase(asker);
+            break;
+        }
+        }
+    }
+}
+
 void BrokerServer::Private::sendNotices()
 {
+    sendServeNotices();
     for (auto& notice : broker.takeNotices()) {
         for (auto it = peers.constBegin(); it != peers.constEnd(); ++it) {
             if (it->nodeId != notice.nodeId)
@@ -1042,6 +1119,61 @@ void BrokerServer::Private::onCommit(Request& r)
         return;
     }
     ok(r, CommitReply {}.toHeader());
+}
+
+void BrokerServer::Private::onAsk(Request& r)
+{
+    auto request = decoded<AskRequest>(r);
+    if (!request)
+        return;
+    const auto asker = nextAsker++;
+    askers.insert(asker, { r.routingId, r.message.command, r.re(), r.id });
+    if (auto status = broker.ask(request->jobId, r.caller, r.operatorCaller, request->question, request->requestId, asker);
+        !status) {
+        askers.remove(asker);
+        if (status.error().field == u"forbidden")
+            forbidden(r, status.error().message);
+        else
+            refuse(r, status.error());
+        return;
+    }
+    sendServeNotices();
+}
+
+void BrokerServer::Private::onTokens(Request& r)
+{
+    if (!requireNode(r))
+        return;
+    if (auto tokens = decoded<TokensMessage>(r)) {
+        broker.tokens(r.peer.nodeId, tokens->ticket, tokens->from, tokens->tokens);
+        sendServeNotices();
+    }
+}
+
+void BrokerServer::Private::onAnswer(Request& r)
+{
+    if (!requireNode(r))
+        return;
+    auto answer = decoded<AnswerRequest>(r);
+    if (!answer)
+        return;
+    if (auto status = broker.answered(r.peer.nodeId, answer->ticket, answer->line, answer->answer, answer->failure); !status)
+        refuse(r, status.error().field == u"ticket" ? errors::Stale : errors::Invalid, status.error().toString());
+    else
+        ok(r);
+    sendServeNotices();
+}
+
+void BrokerServer::Private::onHosting(Request& r)
+{
+    if (!requireNode(r))
+        return;
+    auto hosting = decoded<HostingMessage>(r);
+    if (!hosting)
+        return;
+    if (auto status = broker.hosting(r.peer.nodeId, hosting->assignment, hosting->ready, hosting->failure); !status)
+        qCWarning(lcBroker).noquote() << "HOSTING from node" << shortId(r.peer.nodeId) << ":" << status.error().toString();
+    sendServeNotices();
 }
 
 void BrokerServer::Private::onCheckpoint(Request& r)

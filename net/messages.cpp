@@ -213,6 +213,128 @@ core::Result<HaveMessage> HaveMessage::fromHeader(const QJsonObject& header)
     return have;
 }
 
+QJsonObject AskRequest::toHeader() const
+{
+    QJsonObject header { { fields::JobId, jobId }, { QStringLiteral("question"), question.toJson() } };
+    if (!requestId.isEmpty())
+        header.insert(fields::RequestId, requestId);
+    return header;
+}
+
+core::Result<AskRequest> AskRequest::fromHeader(const QJsonObject& header)
+{
+    JsonReader reader(header);
+    AskRequest ask;
+    ask.jobId = reader.string(fields::JobId);
+    ask.requestId = reader.string(fields::RequestId, Presence::Optional);
+    reader.object(u"question");
+    if (!reader.ok())
+        return reader.status().error();
+    if (!ask.requestId.isEmpty() && !SubmitRequest::isRequestId(ask.requestId))
+        return core::Error { fields::RequestId, QStringLiteral("1 to 64 of A-Z a-z 0-9 . _ : -") };
+    // Checked against the job's maxTokens by the broker; here only the protocol's bound.
+    auto read = core::inference::Question::read(header.value(u"question").toObject(), core::InferenceSpec::MaxTokens);
+    if (!read)
+        return read.error();
+    ask.question = std::move(*read);
+    return ask;
+}
+
+QJsonObject ServeRequest::toHeader() const
+{
+    return { { fields::Assignment, assignment }, { QStringLiteral("ticket"), ticket },
+        { QStringLiteral("question"), question.toJson() } };
+}
+
+core::Result<ServeRequest> ServeRequest::fromHeader(const QJsonObject& header)
+{
+    JsonReader reader(header);
+    ServeRequest request;
+    request.assignment = reader.string(fields::Assignment);
+    request.ticket = reader.text(u"ticket", 64);
+    reader.object(u"question");
+    if (!reader.ok())
+        return reader.status().error();
+    auto read = core::inference::Question::read(header.value(u"question").toObject(), core::InferenceSpec::MaxTokens);
+    if (!read)
+        return read.error();
+    request.question = std::move(*read);
+    return request;
+}
+
+QJsonObject TokensMessage::toHeader() const
+{
+    QJsonArray list;
+    for (const auto token : tokens)
+        list.append(qint64(token));
+    QJsonObject header { { QStringLiteral("from"), qint64(from) }, { QStringLiteral("tokens"), list } };
+    if (!ticket.isEmpty())
+        header.insert(QStringLiteral("ticket"), ticket);
+    return header;
+}
+
+core::Result<TokensMessage> TokensMessage::fromHeader(const QJsonObject& header)
+{
+    JsonReader reader(header);
+    TokensMessage message;
+    message.ticket = reader.text(u"ticket", 64, Presence::Optional);
+    message.from = reader.integer(u"from", 0, core::InferenceSpec::MaxTokens);
+    message.tokens = reader.integerList(u"tokens", 0, 255, MaxTokens);
+    if (reader.ok() && message.tokens.isEmpty())
+        reader.fail(u"tokens", QStringLiteral("at least one token"));
+    if (!reader.ok())
+        return reader.status().error();
+    return message;
+}
+
+QJsonObject AnswerRequest::toHeader() const
+{
+    QJsonObject header { { QStringLiteral("ticket"), ticket } };
+    if (!failure.isEmpty()) {
+        header.insert(QStringLiteral("failure"), failure);
+        return header;
+    }
+    header.insert(QStringLiteral("line"), QString::fromUtf8(line));
+    header.insert(QStringLiteral("answer"), answer);
+    return header;
+}
+
+core::Result<AnswerRequest> AnswerRequest::fromHeader(const QJsonObject& header)
+{
+    JsonReader reader(header);
+    AnswerRequest answer;
+    answer.ticket = reader.text(u"ticket", 64);
+    answer.failure = reader.text(u"failure", 2000, Presence::Optional);
+    if (answer.failure.isEmpty()) {
+        answer.line = reader.text(u"line", 4 * core::InferenceSpec::MaxTokens + 64).toUtf8();
+        reader.object(u"answer");
+        answer.answer = header.value(u"answer").toObject();
+    }
+    if (!reader.ok())
+        return reader.status().error();
+    return answer;
+}
+
+QJsonObject HostingMessage::toHeader() const
+{
+    QJsonObject header { { fields::Assignment, assignment }, { QStringLiteral("ready"), ready } };
+    if (!failure.isEmpty())
+        header.insert(QStringLiteral("failure"), failure);
+    return header;
+}
+
+core::Result<HostingMessage> HostingMessage::fromHeader(const QJsonObject& header)
+{
+    JsonReader reader(header);
+    HostingMessage hosting;
+    hosting.assignment = reader.string(fields::Assignment);
+    hosting.ready = reader.boolean(u"ready");
+    hosting.failure = reader.text(u"failure", 2000, Presence::Optional);
+    if (!reader.ok())
+        return reader.status().error();
+    return hosting;
+}
+
 core::Result<TaskMessage> TaskMessage::fromHeader(const QJsonObject& header)
 {
     JsonReader reader(header);

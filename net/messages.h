@@ -7,6 +7,7 @@
 #include <core/disputequestion.h>
 #include <core/error.h>
 #include <core/hash.h>
+#include <core/inference/question.h>
 #include <core/jobspec.h>
 #include <core/nodeinfo.h>
 #include <core/pricing.h>
@@ -176,6 +177,57 @@ struct HaveMessage {
     bool holding = true;
     QJsonObject toHeader() const;
     static core::Result<HaveMessage> fromHeader(const QJsonObject& header);
+};
+
+// Serving (docs/PROTOCOL.md, "Serving").
+// ASK: a client's request to a served job's model; requestId as for SUBMIT.
+struct AskRequest {
+    static constexpr Command command = Command::Ask;
+    QString jobId;
+    core::inference::Question question; // maxTokens checked against the job's by the broker
+    QString requestId;
+    QJsonObject toHeader() const;
+    static core::Result<AskRequest> fromHeader(const QJsonObject& header);
+};
+// REQUEST: the broker hands a question to a replica's node.
+struct ServeRequest {
+    static constexpr Command command = Command::Request;
+    QString assignment;
+    QString ticket;
+    core::inference::Question question;
+    QJsonObject toHeader() const;
+    static core::Result<ServeRequest> fromHeader(const QJsonObject& header);
+};
+// TOKENS: tokens [from, from + size) of a ticket's answer (node to broker), or of an ASK's (broker
+// to client: `ticket` empty, the ASK's id beside it, and the text).
+struct TokensMessage {
+    static constexpr Command command = Command::Tokens;
+    static constexpr qsizetype MaxTokens = 4096;
+    QString ticket;
+    std::int64_t from = 0;
+    QList<std::int64_t> tokens;
+    QJsonObject toHeader() const;
+    static core::Result<TokensMessage> fromHeader(const QJsonObject& header);
+};
+// ANSWER: a ticket's line and the node's signed answer document, or why it has none (failure).
+struct AnswerRequest {
+    static constexpr Command command = Command::Answer;
+    QString ticket;
+    QByteArray line;
+    QJsonObject answer; // signed (core::inference::answerDocument)
+    QString failure;
+    QJsonObject toHeader() const;
+    static core::Result<AnswerRequest> fromHeader(const QJsonObject& header);
+};
+// HOSTING: node to broker, a replica loaded (ready) or not (failure); broker to node, ready false:
+// stop hosting it.
+struct HostingMessage {
+    static constexpr Command command = Command::Hosting;
+    QString assignment;
+    bool ready = false;
+    QString failure;
+    QJsonObject toHeader() const;
+    static core::Result<HostingMessage> fromHeader(const QJsonObject& header);
 };
 
 struct ResultRequest {

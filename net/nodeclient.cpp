@@ -106,7 +106,7 @@ struct CurrentTask {
 
 // What a request that waits for its reply was for; the reply is matched by the request's id.
 struct Pending {
-    enum class Purpose { Register, Commit, Weights, CheckpointState, Result, CheckpointAnswer, Get, LogHead };
+    enum class Purpose { Register, Commit, Weights, CheckpointState, Result, CheckpointAnswer, Get, LogHead, Answer };
     Purpose purpose = Purpose::Register;
     core::Digest digest; // Get, Weights, CheckpointState
     QString verification; // CheckpointAnswer
@@ -151,6 +151,12 @@ struct NodeClient::Private {
     std::unique_ptr<core::ResultLog> log;
     std::optional<CurrentTask> current;
     QHash<core::Digest, Download> downloads;
+    // The served models' replicas this session hosts, by assignment: the job, and the blobs pinned.
+    struct HostedReplica {
+        QString jobId;
+        QList<core::Digest> pinned;
+    };
+    QHash<QString, HostedReplica> hosted;
     std::deque<ShardExecutor::Finished> outbox; // finished shards not yet reported
     std::optional<Upload> upload;
     std::deque<CheckpointAsk> asks;
@@ -254,6 +260,9 @@ struct NodeClient::Private {
     {
         session = Session::Registering;
         auto node = options.node;
+        // Serving needs an executor that hosts replicas (LibTorch in this process).
+        if (executor.canHost() && !node.capabilities.contains(core::capability::Serve))
+            node.capabilities.append(core::capability::Serve);
         if (swarm) {
             if (!node.capabilities.contains(core::capability::Swarm))
                 node.capabilities.append(core::capability::Swarm);
@@ -619,12 +628,103 @@ struct NodeClient::Private {
         for (const auto& digest : paths.keys())
             cache.pin(digest);
         current->started = true;
+        if (current->task.inference && current->task.inference->serves())
+            return hostReplica(paths);
         const auto& task = current->task;
         qCInfo(lcNode).noquote() << "training" << current->assignment << "(job" << task.jobId << "round" << task.round << "shard"
                                  << task.shard << ")";
         const std::int64_t deadlineMs
             = current->deadlineAt > 0 ? std::max<std::int64_t>(1, current->deadlineAt - clock.nowMs()) : 0;
         executor.start(tag, current->assignment, current->task, *weights, paths, deadlineMs);
+    }
+
+    // --- serving (docs/PROTOCOL.md, "Serving") ----------------------------------------------------
+
+    // A served model's replica: loaded by the executor, which says when it is ready (collectServed);
+    // it holds no shard slot, so the node asks for work again at once.
+    void hostReplica(const QHash<core::Digest, QString>& paths)
+    {
+        qCInfo(lcNode).noquote() << "hosting" << current->assignment << "(job" << current->task.jobId << "replica"
+                                 << current->task.shard << ")";
+        hosted.insert(current->assignment, { current->task.jobId, paths.keys() });
+        executor.host(tag, current->assignment, current->task, paths.value(current->startWeightsBlob));
+        current.reset();
+        readySent = false;
+    }
+
+    void unhost(const QString& assignment)
+    {
+        for (const auto& digest : hosted.value(assignment).pinned)
+            cache.unpin(digest);
+        hosted.remove(assignment);
+        executor.unhost(tag, assignment);
+    }
+
+    // Every replica goes with the session that was given it: a broker that registers this node again
+    // gives it replicas anew.
+    void unhostAll()
+    {
+        for (const auto& assignment : hosted.keys())
+            unhost(assignment);
+    }
+
+    void onServeRequest(const Message& message)
+    {
+        auto request = ServeRequest::fromHeader(message.header);
+        if (!request) {
+            qCWarning(lcNode).noquote() << "ignored a request:" << request.error().toString();
+            return;
+        }
+        if (!hosted.contains(request->assignment)) {
+            AnswerRequest refusal;
+            refusal.ticket = request->ticket;
+            refusal.failure = QStringLiteral("this node does not host %1").arg(request->assignment);
+            send(Command::Answer, refusal.toHeader());
+            return;
+        }
+        executor.ask(tag, request->assignment, request->ticket, request->question);
+    }
+
+    void onHosting(const Message& message)
+    {
+        auto hosting = HostingMessage::fromHeader(message.header);
+        if (hosting && !hosting->ready && hosted.contains(hosting->assignment)) {
+            qCInfo(lcNode).noquote() << "stopped hosting" << hosting->assignment;
+            unhost(hosting->assignment);
+        }
+    }
+
+    void collectServed()
+    {
+        for (auto& served : executor.takeServed(tag)) {
+            if (!hosted.contains(served.assignment) || session != Session::Registered)
+                continue; // a replica this session no longer hosts
+            switch (served.kind) {
+            case ShardExecutor::Served::Kind::Hosted:
+                send(Command::Hosting,
+                    HostingMessage { served.assignment, served.error.isEmpty(), served.error.left(1000) }.toHeader());
+                if (!served.error.isEmpty())
+                    unhost(served.assignment);
+                break;
+            case ShardExecutor::Served::Kind::Tokens:
+                send(Command::Tokens, TokensMessage { served.ticket, served.from, served.tokens }.toHeader());
+                break;
+            case ShardExecutor::Served::Kind::Answered: {
+                AnswerRequest answer;
+                answer.ticket = served.ticket;
+                if (served.error.isEmpty()) {
+                    answer.line = served.line;
+                    answer.answer = core::signDocument(core::inference::answerDocument(served.assignment,
+                                                           hosted.value(served.assignment).jobId, served.ticket, served.line),
+                        options.signing);
+                } else {
+                    answer.failure = served.error.left(1000);
+                }
+                request(Command::Answer, answer.toHeader(), {}, { Pending::Purpose::Answer, {}, {} });
+                break;
+            }
+            }
+        }
     }
 
     // --- results ---------------------------------------------------------------------------------
@@ -1106,6 +1206,10 @@ void NodeClient::Private::handle(const Message& message)
         return;
     case Command::Verdict:
         return onVerdict(message);
+    case Command::Request:
+        return onServeRequest(message);
+    case Command::Hosting:
+        return onHosting(message);
     case Command::Bye:
         session = Session::Disconnected;
         reconnectAt = now() + backoff.next();
@@ -1134,6 +1238,7 @@ void NodeClient::Private::handleReply(const Message& message, const Pending& pur
 
 void NodeClient::Private::onWelcome(const Message& message)
 {
+    unhostAll();
     session = Session::Registered;
     const auto welcome = Welcome::fromHeader(message.header);
     brokerTakesZstd = welcome && welcome->encodings.contains(ZstdEncoding);
@@ -1308,7 +1413,8 @@ void NodeClient::Private::onOk(const Message& message, const Pending& purpose)
         return resultAnswered();
     }
     case Pending::Purpose::CheckpointAnswer:
-        return; // the referee has it (or knows there is none)
+    case Pending::Purpose::Answer:
+        return; // the referee has it (or knows there is none); the broker has the answer
     case Pending::Purpose::LogHead:
         return logHeadSeen(message.header, purpose.generation);
     case Pending::Purpose::Register:
@@ -1367,6 +1473,9 @@ void NodeClient::Private::onError(const Message& message, const Pending* purpose
         return giveUp(QStringLiteral("a blob the shard needs is not on the broker"));
     case Pending::Purpose::Register:
         qCWarning(lcNode).noquote() << "the broker refused this node:" << code << text;
+        return;
+    case Pending::Purpose::Answer:
+        qCWarning(lcNode).noquote() << "the broker refused an answer:" << code << text;
         return;
     case Pending::Purpose::LogHead:
         logHeadAsked = false;
@@ -1467,6 +1576,7 @@ void NodeClient::step(int maxWaitMs)
     d->takeHanded();
     d->collectRecreated();
     d->collectRebuilt();
+    d->collectServed();
     d->pollSwarm();
     // The swarm's own thread wakes nobody here: while it fetches, this loop looks often.
     if (d->swarmFetching())

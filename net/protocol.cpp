@@ -72,6 +72,16 @@ QString commandName(Command command)
         return QStringLiteral("LOG-ENTRIES");
     case Command::Record:
         return QStringLiteral("RECORD");
+    case Command::Ask:
+        return QStringLiteral("ASK");
+    case Command::Request:
+        return QStringLiteral("REQUEST");
+    case Command::Tokens:
+        return QStringLiteral("TOKENS");
+    case Command::Answer:
+        return QStringLiteral("ANSWER");
+    case Command::Hosting:
+        return QStringLiteral("HOSTING");
     }
     return QStringLiteral("0x%1").arg(int(command), 2, 16, QLatin1Char('0'));
 }
@@ -113,6 +123,11 @@ bool isKnown(std::uint8_t byte)
     case Command::LogConsistency:
     case Command::LogEntries:
     case Command::Record:
+    case Command::Ask:
+    case Command::Request:
+    case Command::Tokens:
+    case Command::Answer:
+    case Command::Hosting:
         return true;
     }
     return false;

@@ -54,6 +54,11 @@ enum class Command : std::uint8_t {
     LogConsistency = 0x31, // a consistency proof between two sizes
     LogEntries = 0x32, // a page of entries
     Record = 0x33, // node -> broker: its portable record of another network (docs/LEDGER.md)
+    Ask = 0x34, // client -> broker: a request to a served model (docs/PROTOCOL.md, "Serving")
+    Request = 0x35, // broker -> node: a request for a replica it hosts
+    Tokens = 0x36, // node -> broker -> client: an answer's tokens as they are made
+    Answer = 0x37, // node -> broker: a request's whole, signed answer
+    Hosting = 0x38, // node -> broker: a replica is loaded (or cannot be); broker -> node: stop hosting it
 };
 
 QString commandName(Command command);

@@ -2,6 +2,7 @@
 
 #include <core/disputequestion.h>
 #include <core/hash.h>
+#include <core/inference/question.h>
 #include <core/shardresult.h>
 #include <core/shardtask.h>
 
@@ -89,6 +90,40 @@ public:
         (void)tag, (void)key, (void)previousPath, (void)changePath;
     }
     virtual QList<Rebuilt> takeRebuilt(const QString& tag) // thread-safe
+    {
+        (void)tag;
+        return {};
+    }
+    // Serving (docs/PROTOCOL.md, "Serving"): a served model's replica, loaded once and asked
+    // questions one at a time, off the caller's thread. What comes of it (the replica loaded or
+    // not, an answer's tokens as they are made, its line or why none) is collected with
+    // takeServed(). canHost(): whether this executor can (the node declares capability "serve").
+    struct Served {
+        enum class Kind { Hosted, Tokens, Answered };
+        Kind kind = Kind::Hosted;
+        QString tag;
+        QString assignment;
+        QString ticket; // Tokens, Answered
+        std::int64_t from = 0; // Tokens: the index of the first
+        QList<std::int64_t> tokens;
+        QByteArray line; // Answered
+        QString error; // Hosted, Answered: why not (empty: loaded, answered)
+    };
+    virtual bool canHost() const { return false; }
+    // weightsPath: the model's weights blob (canonical hash replica.startWeights).
+    virtual void host(const QString& tag, const QString& assignment, const core::ShardTask& replica, const QString& weightsPath)
+    {
+        (void)tag, (void)assignment, (void)replica, (void)weightsPath;
+    }
+    virtual void ask(
+        const QString& tag, const QString& assignment, const QString& ticket, const core::inference::Question& question)
+    {
+        (void)tag, (void)assignment, (void)ticket, (void)question;
+    }
+    // Stops hosting (a question being answered is finished first, off the caller's thread);
+    // `assignment` empty: every replica of the tag.
+    virtual void unhost(const QString& tag, const QString& assignment) { (void)tag, (void)assignment; }
+    virtual QList<Served> takeServed(const QString& tag) // thread-safe
     {
         (void)tag;
         return {};

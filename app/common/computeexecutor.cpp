@@ -18,6 +18,9 @@ ComputeExecutor::ComputeExecutor(compute::ComputeEnvironment environment, std::s
         const auto it = m_blobPaths.constFind(digest);
         return it == m_blobPaths.constEnd() ? std::nullopt : std::optional<QString>(*it);
     };
+    if (m_inThread)
+        m_replicas = std::make_unique<ReplicaHost>(
+            m_inThread, environment, [this](Served served) { handOver(m_served, std::move(served)); });
     m_thread = std::make_unique<compute::ComputeThread>(std::move(environment), m_inThread);
     QObject::connect(
         m_thread.get(), &compute::ComputeThread::shardFinished, m_thread.get(),
@@ -82,6 +85,7 @@ ComputeExecutor::ComputeExecutor(compute::ComputeEnvironment environment, std::s
 
 ComputeExecutor::~ComputeExecutor()
 {
+    m_replicas.reset();
     for (auto& rebuild : m_rebuilds)
         rebuild.wait();
 }
@@ -219,6 +223,35 @@ bool ComputeExecutor::idle() const
 {
     QMutexLocker lock(&m_mutex);
     return m_pending.isEmpty();
+}
+
+void ComputeExecutor::host(
+    const QString& tag, const QString& assignment, const core::ShardTask& replica, const QString& weightsPath)
+{
+    if (m_replicas)
+        m_replicas->host(tag, assignment, replica, weightsPath);
+    else
+        handOver(m_served,
+            Served { Served::Kind::Hosted, tag, assignment, {}, 0, {}, {}, QStringLiteral("this node does not serve") });
+}
+
+void ComputeExecutor::ask(
+    const QString& tag, const QString& assignment, const QString& ticket, const core::inference::Question& question)
+{
+    if (m_replicas)
+        m_replicas->ask(tag, assignment, ticket, question);
+}
+
+void ComputeExecutor::unhost(const QString& tag, const QString& assignment)
+{
+    if (m_replicas)
+        m_replicas->unhost(tag, assignment);
+}
+
+QList<ComputeExecutor::Served> ComputeExecutor::takeServed(const QString& tag)
+{
+    QMutexLocker lock(&m_mutex);
+    return takeTagged(m_served, tag);
 }
 
 } // namespace tessera::app

@@ -1,5 +1,7 @@
 #pragma once
 
+#include "replicahost.h"
+
 #include <compute/supervisor/computethread.h>
 #include <compute/supervisor/sandbox/worker.h>
 #include <net/nodeclient.h>
@@ -36,6 +38,13 @@ public:
     // On a helper thread of its own, not the compute thread: a shard in training does not hold it up.
     void rebuild(const QString& tag, const QString& key, const QString& previousPath, const QString& changePath) override;
     QList<Rebuilt> takeRebuilt(const QString& tag) override;
+    // Serving: replicas hosted in this process (ReplicaHost), with the in-thread backend only.
+    bool canHost() const override { return m_replicas != nullptr; }
+    void host(const QString& tag, const QString& assignment, const core::ShardTask& replica, const QString& weightsPath) override;
+    void ask(
+        const QString& tag, const QString& assignment, const QString& ticket, const core::inference::Question& question) override;
+    void unhost(const QString& tag, const QString& assignment) override;
+    QList<Served> takeServed(const QString& tag) override;
     bool idle() const override;
     // Drops every shard handed to the compute thread and forgets them (contributing switched off).
     void cancelAll();
@@ -73,6 +82,8 @@ private:
     std::shared_ptr<compute::InThreadCompute> m_inThread;
     compute::sandbox::WorkerOptions m_toolOptions;
     std::unique_ptr<compute::ComputeThread> m_thread;
+    QList<Served> m_served;
+    std::unique_ptr<ReplicaHost> m_replicas; // last: stopped first
 };
 
 } // namespace tessera::app

@@ -30,6 +30,7 @@
 #include <QTemporaryDir>
 #include <QTextStream>
 #include <QThread>
+#include <QUuid>
 
 #include <cmath>
 #include <functional>
@@ -169,8 +170,19 @@ QString describe(const core::broker::JobStatus& job)
     QString line
         = QStringLiteral("%1  %2  %3  round %4/%5")
               .arg(job.id, core::broker::nameOf(job.state), job.name, QString::number(job.round), QString::number(job.rounds));
-    if (job.state == core::broker::JobState::Running && job.shards > 0)
+    if (!job.serving.isEmpty()) { // a served job: its replicas and requests
+        const auto& serving = job.serving;
+        line += QStringLiteral("  serving on %1 of %2 replicas, %3 answered (%4 checked), %5 tokens, %6 waiting")
+                    .arg(serving.value(QStringLiteral("replicas")).toInteger())
+                    .arg(job.shards)
+                    .arg(serving.value(QStringLiteral("answered")).toInteger())
+                    .arg(serving.value(QStringLiteral("checked")).toInteger())
+                    .arg(serving.value(QStringLiteral("tokens")).toInteger())
+                    .arg(serving.value(QStringLiteral("queued")).toInteger()
+                        + serving.value(QStringLiteral("answering")).toInteger());
+    } else if (job.state == core::broker::JobState::Running && job.shards > 0) {
         line += QStringLiteral("  shards %1/%2").arg(job.shardsDone).arg(job.shards);
+    }
     if (!job.history.isEmpty() && job.inference == u"score")
         line += QStringLiteral("  mean loss %1 (perplexity %2)")
                     .arg(job.history.last().testLoss, 0, 'f', 4)
@@ -193,6 +205,13 @@ int estimate(Context& context, const core::JobSpec& spec)
     const auto& quote = reply->quote;
     if (context.json())
         return printJson(QJsonDocument(quote.toJson()));
+    if (!quote.pricePerToken.isZero()) {
+        out() << QStringLiteral("served on %1 replicas: %2 credits a token an answer reads or writes (a checked answer "
+                                "twice); the job's budget is %3\n")
+                     .arg(QString::number(quote.shards), quote.pricePerToken.toString(), spec.budget.toString())
+              << Qt::flush;
+        return 0;
+    }
     out() << QStringLiteral("%1 shards of %2 work units (1 GFLOP of training each) at %3 credits a unit\n")
                  .arg(QString::number(quote.shards), QString::number(quote.unitsPerShard), quote.pricePerUnit.toString());
     out() << "  training      " << quote.training.toString() << " credits (" << quote.pricePerShard.toString() << " a shard)\n";
@@ -417,6 +436,62 @@ int sample(Context& context)
     if (!process.waitForStarted() || !process.waitForFinished(-1))
         return fail(QStringLiteral("tessera-node did not run: %1").arg(process.errorString()));
     return process.exitStatus() == QProcess::NormalExit ? process.exitCode() : 1;
+}
+
+// A served job's model answers a prompt (docs/PROTOCOL.md, "Serving"): its text printed as the
+// tokens come, or the answer as JSON.
+int ask(Context& context)
+{
+    net::AskRequest request;
+    request.jobId = context.positional().at(0);
+    request.requestId = context.parser.isSet(QStringLiteral("request-id")) ? context.parser.value(QStringLiteral("request-id"))
+                                                                           : QUuid::createUuid().toString(QUuid::WithoutBraces);
+    QJsonObject question { { QStringLiteral("prompt"), context.parser.value(QStringLiteral("prompt")) } };
+    if (context.parser.isSet(QStringLiteral("tokens")))
+        question.insert(QStringLiteral("maxTokens"), context.parser.value(QStringLiteral("tokens")).toLongLong());
+    if (context.parser.isSet(QStringLiteral("temperature")))
+        question.insert(QStringLiteral("temperature"), context.parser.value(QStringLiteral("temperature")).toDouble());
+    if (context.parser.isSet(QStringLiteral("seed")))
+        question.insert(QStringLiteral("seed"), context.parser.value(QStringLiteral("seed")).toLongLong());
+    if (context.parser.isSet(QStringLiteral("stop")))
+        question.insert(QStringLiteral("stop"), QJsonArray::fromStringList(context.parser.values(QStringLiteral("stop"))));
+    auto read = core::inference::Question::read(question, core::InferenceSpec::MaxTokens);
+    if (!read)
+        return fail(read.error().toString());
+    request.question = *read;
+    auto connection = context.broker();
+    if (!connection)
+        return fail(connection.error().toString());
+    QString streamed;
+    auto reply = (*connection)->streamingRequest(net::Command::Ask, request.toHeader(), [&](const net::Message& part) {
+        auto tokens = net::TokensMessage::fromHeader(part.header);
+        if (!tokens || context.json())
+            return;
+        // A stream that starts again lower (another node took the request and the two differed):
+        // the text from there is replaced.
+        const QString text = part.header.value(QStringLiteral("text")).toString();
+        if (tokens->from < streamed.size())
+            out() << "\n[from token " << tokens->from << "] ";
+        streamed = streamed.left(tokens->from) + text;
+        out() << text << Qt::flush;
+    });
+    if (!reply)
+        return fail(reply.error().toString());
+    const auto answer = reply->value(QStringLiteral("answer")).toObject();
+    if (context.json())
+        return printJson(QJsonDocument(answer));
+    const QString text = answer.value(QStringLiteral("text")).toString();
+    if (!text.startsWith(streamed))
+        out() << "\n[answer] " << text;
+    out() << "\n" << Qt::flush;
+    QTextStream(stderr) << QStringLiteral("%1 tokens (%2), %3 credits%4\n")
+                               .arg(answer.value(QStringLiteral("tokens")).toArray().size())
+                               .arg(answer.value(QStringLiteral("finish")).toString(),
+                                   answer.value(QStringLiteral("cost")).toString(),
+                                   answer.value(QStringLiteral("checked")).toBool() ? QStringLiteral(", checked by a second node")
+                                                                                    : QString())
+                        << Qt::flush;
+    return 0;
 }
 
 int cancel(Context& context)
@@ -777,6 +852,15 @@ const QList<CommandInfo>& commands()
                            "tessera-node"),
             1, 1, { QStringLiteral("prompt"), QStringLiteral("tokens"), QStringLiteral("temperature"), QStringLiteral("seed") },
             {}, sample },
+        { QStringLiteral("ask"),
+            QStringLiteral("ID --prompt TEXT [--tokens N] [--temperature T] [--seed S] [--stop TEXT]... [--request-id ID] "
+                           "[--json]"),
+            QStringLiteral("ask a served job's model (yours) to complete TEXT: its tokens are printed as they come (N at "
+                           "most, the job's maxTokens; temperature 0.8, seed 0); the same request id is answered once"),
+            1, 1,
+            { QStringLiteral("prompt"), QStringLiteral("tokens"), QStringLiteral("temperature"), QStringLiteral("seed"),
+                QStringLiteral("stop"), QStringLiteral("request-id"), QStringLiteral("json") },
+            { QStringLiteral("prompt") }, ask },
         { QStringLiteral("list"), QStringLiteral("[--all] [--json]"),
             QStringLiteral("the broker's running jobs and its latest 50 ended ones (--all: every job)"), 0, 0,
             { QStringLiteral("all"), QStringLiteral("json") }, {}, status },
@@ -893,6 +977,8 @@ QCommandLineOption optionNamed(const QString& name)
         return { QStringLiteral("all"), QStringLiteral("also what aged out of the listing") };
     if (name == u"context" || name == u"chunk-mib" || name == u"test-windows")
         return { name, QStringLiteral("chunking: ") + name, QStringLiteral("N") };
+    if (name == u"stop")
+        return { name, QStringLiteral("a stop sequence (again for more)"), QStringLiteral("TEXT") };
     if (name == u"prompt" || name == u"tokens" || name == u"temperature" || name == u"seed")
         return { name, QStringLiteral("sampling: ") + name, name.toUpper() };
     return { QStringLiteral("signer"), QStringLiteral("the broker's signing key (base64)"), QStringLiteral("KEY") };

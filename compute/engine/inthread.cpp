@@ -2,6 +2,8 @@
 
 #include <compute/engine/shardrun.h>
 
+#include "detail/inferencerun.h"
+
 #include "weights.h"
 
 namespace tessera::compute {
@@ -31,6 +33,20 @@ private:
     std::unique_ptr<ShardRun> m_run;
 };
 
+class LocalHosted final : public HostedModel {
+public:
+    explicit LocalHosted(std::unique_ptr<detail::InferenceRun> run)
+        : m_run(std::move(run))
+    { }
+    core::Result<QByteArray> answer(const core::inference::Question& question, const OnTokens& onTokens) override
+    {
+        return m_run->answer(question, onTokens);
+    }
+
+private:
+    std::unique_ptr<detail::InferenceRun> m_run;
+};
+
 class LibTorchInThread final : public InThreadCompute {
 public:
     core::Result<std::unique_ptr<ShardSteps>> open(const core::ShardTask& task, const QByteArray& startWeights,
@@ -57,6 +73,20 @@ public:
     core::Result<QByteArray> roundWeights(const QByteArray& previous, const QByteArray& change) override
     {
         return roundWeightsFromChange(previous, change);
+    }
+
+    core::Result<std::unique_ptr<HostedModel>> host(
+        const core::ShardTask& replica, const QByteArray& weights, const ComputeEnvironment& environment) override
+    {
+        if (!replica.inference || !replica.inference->serves() || replica.model.source != core::ModelSpec::Source::Zoo)
+            return core::Error { QStringLiteral("task"), QStringLiteral("not a served zoo model's replica") };
+        // Loaded (and its weights checked against startWeights) as a one-prompt generate task.
+        core::inference::Question first;
+        first.prompt = QByteArrayLiteral("\n");
+        auto run = detail::InferenceRun::start(core::inference::answerTask(replica, first), weights, environment);
+        if (!run)
+            return run.error();
+        return std::unique_ptr<HostedModel>(std::make_unique<LocalHosted>(std::move(*run)));
     }
 };
 

@@ -5,11 +5,13 @@
 
 #include <core/disputequestion.h>
 #include <core/error.h>
+#include <core/inference/question.h>
 #include <core/shardtask.h>
 
 #include <QByteArray>
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 
 namespace tessera::compute {
@@ -30,6 +32,16 @@ public:
     virtual std::int64_t stepsPerCall(std::int64_t lastCallNs, std::int64_t lastCallSteps, std::int64_t targetNs) const = 0;
 };
 
+// A served model's replica, loaded once (docs/PROTOCOL.md, "Serving"): answers one question at a
+// time with the line of its generate task, calling onTokens(from, tokens) with the tokens it may
+// stream as it draws them. Used from one thread at a time.
+class HostedModel {
+public:
+    using OnTokens = std::function<void(std::int64_t from, const QList<std::int64_t>& tokens)>;
+    virtual ~HostedModel() = default;
+    virtual core::Result<QByteArray> answer(const core::inference::Question& question, const OnTokens& onTokens) = 0;
+};
+
 // Training on the compute thread itself, for Compute/Sandbox = false in a program that links
 // LibTorch (tessera-node, the tests). The compute thread is LibTorch-free without it: a program
 // that does not pass one (the desktop app) trains in a worker even then, one that is not confined.
@@ -46,6 +58,11 @@ public:
         = 0;
     // The round's weights from the previous round's and its int8 change (roundWeightsFromChange).
     virtual core::Result<QByteArray> roundWeights(const QByteArray& previous, const QByteArray& change) = 0;
+    // A served model's replica from its serve task and the model's weights (canonical hash:
+    // replica.startWeights); a zoo gpt only, which runs no code of the job owner's.
+    virtual core::Result<std::unique_ptr<HostedModel>> host(
+        const core::ShardTask& replica, const QByteArray& weights, const ComputeEnvironment& environment)
+        = 0;
 };
 
 // LibTorch's, on the calling thread (ShardRun); defined in the compute library.

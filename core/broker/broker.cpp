@@ -87,6 +87,7 @@ Broker::Broker(std::unique_ptr<storage::Database> database, BlobStore& blobs, Tr
     m_stakes = std::make_unique<Stakes>(*m_store, *m_ledger, m_signing, m_clock, m_options);
     m_verifier = std::make_unique<Verifier>(Verifier::Parts { *m_store, *m_stakes, m_scheduler, m_notices, m_blobs, m_manifests,
         m_math, m_clock, m_options, m_nodes, m_addresses, m_random });
+    m_serving = std::make_unique<Serving>(Serving::Parts { *m_store, *m_stakes, m_math, m_blobs, m_clock, m_random });
 }
 
 Broker::~Broker() = default;
@@ -188,6 +189,7 @@ Status Broker::adoptJob(const QString& jobId)
 
 void Broker::forgetJob(const QString& jobId)
 {
+    m_serving->remove(jobId, QStringLiteral("another broker of the network holds the job now"));
     m_scheduler.remove(jobId);
     m_roundsToFinish.remove(jobId);
 }
@@ -310,6 +312,11 @@ Status Broker::loadJob(const JobRow& job)
     QList<std::int64_t> answered;
     for (const auto& result : *results)
         answered.append(result.shard);
+    if (spec->isInference() && spec->inference.serves()) {
+        m_serving->remove(job.id, QStringLiteral("the job was reloaded"));
+        m_serving->add(job, *spec);
+        return {};
+    }
     const auto counted = parametersOf(*spec);
     m_scheduler.remove(job.id);
     m_scheduler.add(scheduledRound(job, *spec, counted ? counted->value_or(0) : 0), answered);
@@ -606,7 +613,9 @@ Result<QString> Broker::completeSubmit(const JobSpec& spec, const QString& owner
     job.weightsHash = initial.canonicalHash;
     job.weightsBlob = *blob;
     job.owner = owner;
-    job.pricePerShard = price->pricePerShard;
+    // A served job has no shards: its row keeps its price per token.
+    const bool serves = spec.isInference() && spec.inference.serves();
+    job.pricePerShard = serves ? price->pricePerToken : price->pricePerShard;
     job.createdAt = m_clock.nowMs();
     job.requestId = requestId;
     auto transaction = m_store->begin();
@@ -638,6 +647,10 @@ Result<QString> Broker::completeSubmit(const JobSpec& spec, const QString& owner
     if (auto committed = transaction->commit(); !committed) {
         m_jobLeases->release(job.id);
         return committed.error().toError();
+    }
+    if (serves) {
+        m_serving->add(job, spec);
+        return job.id;
     }
     // Counted above: the model's archive is not read again.
     m_scheduler.add(scheduledRound(job, spec, counted.value_or(0)));
@@ -676,6 +689,7 @@ Result<JobStatus> Broker::status(const QString& jobId)
     }
     if (auto escrow = m_stakes->escrow(jobId))
         status.escrow = *escrow;
+    status.serving = m_serving->statusOf(jobId);
     auto rounds = m_store->rounds(jobId);
     if (!rounds)
         return rounds.error();
@@ -730,7 +744,45 @@ Status Broker::cancel(const QString& jobId)
     if (auto committed = transaction->commit(); !committed)
         return committed.error().toError();
     m_scheduler.remove(jobId);
+    m_serving->remove(jobId, QStringLiteral("the job was cancelled"));
     return {};
+}
+
+Status Broker::finishServed(const QString& jobId)
+{
+    auto job = m_store->existingJob(jobId);
+    if (!job)
+        return job.error();
+    auto transaction = m_store->begin();
+    if (!transaction)
+        return transaction.error();
+    if (job->state == JobState::Running) {
+        if (auto finished = m_store->endJob(jobId, JobState::Finished); !finished)
+            return finished;
+        if (auto refunded = refund(jobId); !refunded)
+            return refunded;
+    }
+    if (auto committed = transaction->commit(); !committed)
+        return committed.error().toError();
+    m_serving->remove(jobId, QStringLiteral("the job's time is up"));
+    return {};
+}
+
+Status Broker::ask(const QString& jobId, const QString& caller, bool operatorCaller, const inference::Question& question,
+    const QString& requestId, std::int64_t asker)
+{
+    if (auto status = refuseUnlessHeld(jobId, QStringLiteral("ask it")); !status)
+        return status;
+    return m_serving->ask(jobId, caller, operatorCaller, question, requestId, asker);
+}
+
+Status Broker::answered(
+    const QString& nodeId, const QString& ticket, const QByteArray& line, const QJsonObject& signedAnswer, const QString& failure)
+{
+    const auto node = m_nodes.constFind(nodeId);
+    if (node == m_nodes.constEnd())
+        return Error { QStringLiteral("node"), QStringLiteral("the node has not registered") };
+    return m_serving->answered(nodeId, *node, ticket, line, signedAnswer, failure);
 }
 
 Status Broker::refund(const QString& jobId)
@@ -799,6 +851,7 @@ void Broker::nodeLost(const QString& nodeId)
     warnIfFailed(m_store->expireActiveAssignmentsOf(nodeId));
     m_verifier->nodeLost(nodeId);
     m_scheduler.nodeLost(nodeId);
+    m_serving->nodeLost(nodeId);
 }
 
 Result<std::optional<Assignment>> Broker::assign(const QString& nodeId)
@@ -812,6 +865,10 @@ Result<std::optional<Assignment>> Broker::assign(const QString& nodeId)
     auto check = m_verifier->assignCheck(*node);
     if (!check || check->has_value())
         return check;
+    // Then a served job's replica, which holds none of the node's shard slots.
+    auto replica = m_serving->place(nodeId, *node);
+    if (!replica || replica->has_value())
+        return replica;
     // However often a node asks, it holds at most this many shards: no claim captures a round.
     if (m_scheduler.heldBy(nodeId) >= m_options.maxAssignmentsPerNode)
         return std::optional<Assignment> {};
@@ -1612,6 +1669,8 @@ void Broker::tick()
     collectUnnamedUploads();
     m_verifier->tick(); // of the jobs this broker holds
     applySettled();
+    for (const auto& jobId : m_serving->due())
+        warnIfFailed(finishServed(jobId));
     if (m_lease->held()) // one broker of the network at a time
         m_stakes->releaseDueUnbondings();
     m_log->tick();

@@ -19,6 +19,7 @@
 #include "options.h"
 #include "records.h"
 #include "scheduler.h"
+#include "serving.h"
 #include "stakes.h"
 #include "trainingmath.h"
 #include "verifier.h"
@@ -114,7 +115,23 @@ public:
     // An error means the result is invalid (wrong hashes, missing weights) and was not counted.
     Result<Acceptance> acceptResult(const QString& nodeId, const QString& assignmentId, const ShardResult& result);
     // Whether any running job has a shard waiting for a node (to wake waiting nodes).
-    bool hasWork() const { return m_scheduler.hasWork(); }
+    bool hasWork() const { return m_scheduler.hasWork() || m_serving->wantsReplicas(); }
+
+    // Served jobs (docs/PROTOCOL.md, "Serving"): a replica is handed out by assign(); net/ hands in
+    // ASK, TOKENS, ANSWER and HOSTING and sends what takeServeNotices() says.
+    Status ask(const QString& jobId, const QString& caller, bool operatorCaller, const inference::Question& question,
+        const QString& requestId, std::int64_t asker);
+    void tokens(const QString& nodeId, const QString& ticket, std::int64_t from, const QList<std::int64_t>& tokens)
+    {
+        m_serving->tokens(nodeId, ticket, from, tokens);
+    }
+    Status answered(const QString& nodeId, const QString& ticket, const QByteArray& line, const QJsonObject& signedAnswer,
+        const QString& failure);
+    Status hosting(const QString& nodeId, const QString& assignment, bool ready, const QString& failure)
+    {
+        return m_serving->hosting(nodeId, assignment, ready, failure);
+    }
+    std::vector<ServeNotice> takeServeNotices() { return m_serving->takeNotices(); }
 
     // Disputes. The node's training state at the checkpoint a dispute asked for has arrived as a
     // blob (a null digest: the node says it does not have it); the broker replays the one interval.
@@ -287,6 +304,8 @@ private:
     Result<std::optional<AggregatedRound>> assembleInference(const JobRow& job, const JobSpec& spec, QList<ShardResult> results);
     Status advanceRound(const JobRow& job, const JobSpec& spec, const AggregatedRound& aggregated);
     Status failJob(const QString& jobId, const QString& why);
+    // A served job whose time is up: finished, what is left of its budget back to its owner.
+    Status finishServed(const QString& jobId);
     // What is left of the job's escrow goes back to its owner; open checks are called off. Inside
     // the caller's transaction.
     Status refund(const QString& jobId);
@@ -314,6 +333,7 @@ private:
     QRandomGenerator m_random;
     std::unique_ptr<Stakes> m_stakes;
     std::unique_ptr<Verifier> m_verifier;
+    std::unique_ptr<Serving> m_serving;
     std::unique_ptr<LogPublisher> m_log;
 };
 

@@ -61,6 +61,8 @@ QJsonObject JobStatus::toJson() const
     };
     if (!inference.isEmpty())
         json.insert(QStringLiteral("inference"), inference);
+    if (!serving.isEmpty())
+        json.insert(QStringLiteral("serving"), serving);
     if (!failure.isEmpty())
         json.insert(QStringLiteral("failure"), failure);
     if (!spec.isEmpty())
@@ -93,6 +95,7 @@ JobStatus JobStatus::fromJson(const QJsonObject& json)
     job.shards = integer(json, "shards");
     job.shardsDone = integer(json, "shardsDone");
     job.inference = text(json, "inference");
+    job.serving = json.value(QStringLiteral("serving")).toObject();
     for (const auto& value : json.value(QStringLiteral("history")).toArray()) {
         const auto r = value.toObject();
         job.history.append({ integer(r, "round"), r.value(QStringLiteral("testLoss")).toDouble(),

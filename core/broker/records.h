@@ -49,7 +49,8 @@ struct JobStatus {
     // verified): an inference job's progress.
     std::int64_t shards = 0;
     std::int64_t shardsDone = 0;
-    QString inference; // an inference job's task ("classify", "generate", "score"); empty for training
+    QString inference; // an inference job's task ("classify", "generate", "score", "serve"); empty for training
+    QJsonObject serving; // a running served job: replicas, answered, checked, tokens, answering, queued, endsAt
     bool full = true; // false: what another identity sees (id, state and progress only)
 
     QJsonObject toJson() const;

@@ -16,6 +16,7 @@ std::int64_t defaultBatch(InferenceSpec::Task task)
     case InferenceSpec::Task::Score:
         return 10;
     case InferenceSpec::Task::Generate:
+    case InferenceSpec::Task::Serve:
         break;
     }
     return 1;
@@ -60,10 +61,28 @@ void readPrompts(JsonReader& reader, InferenceSpec& spec)
         reader.fail(u"stop", QStringLiteral("at most %1 stop sequences").arg(InferenceSpec::MaxStops));
 }
 
+InferenceSpec readServeSpec(JsonReader& reader)
+{
+    reader.allowOnly({ QStringLiteral("task"), QStringLiteral("replicas"), QStringLiteral("seconds"), QStringLiteral("maxTokens"),
+        QStringLiteral("threads"), QStringLiteral("checkShare") });
+    InferenceSpec spec;
+    spec.task = InferenceSpec::Task::Serve;
+    spec.batchSize = 1;
+    spec.samplesPerShard = 1;
+    spec.replicas = reader.integer(u"replicas", 1, InferenceSpec::MaxReplicas, Presence::Optional, 2);
+    spec.seconds = reader.integer(u"seconds", 10, InferenceSpec::MaxServeSeconds, Presence::Optional, 3600);
+    spec.maxTokens = reader.integer(u"maxTokens", 1, InferenceSpec::MaxTokens, Presence::Optional, 100);
+    spec.threads = reader.integer(u"threads", 1, 256, Presence::Optional, 1);
+    spec.checkShare = reader.number(u"checkShare", 0.0, 1.0, Presence::Optional, 0.05);
+    return spec;
+}
+
 } // namespace
 
 InferenceSpec readInferenceSpec(JsonReader reader)
 {
+    if (reader.string(u"task", Presence::Optional) == u"serve")
+        return readServeSpec(reader);
     reader.allowOnly({ QStringLiteral("task"), QStringLiteral("split"), QStringLiteral("batchSize"),
         QStringLiteral("samplesPerShard"), QStringLiteral("threads"), QStringLiteral("prompts"), QStringLiteral("maxTokens"),
         QStringLiteral("temperature"), QStringLiteral("seed"), QStringLiteral("stop") });
@@ -94,6 +113,10 @@ InferenceSpec readInferenceSpec(JsonReader reader)
 
 QJsonObject inferenceSpecToJson(const InferenceSpec& spec)
 {
+    if (spec.serves())
+        return { { QStringLiteral("task"), nameOf(spec.task) }, { QStringLiteral("replicas"), qint64(spec.replicas) },
+            { QStringLiteral("seconds"), qint64(spec.seconds) }, { QStringLiteral("maxTokens"), qint64(spec.maxTokens) },
+            { QStringLiteral("threads"), qint64(spec.threads) }, { QStringLiteral("checkShare"), spec.checkShare } };
     QJsonObject json {
         { QStringLiteral("task"), nameOf(spec.task) },
         { QStringLiteral("batchSize"), qint64(spec.batchSize) },

@@ -16,7 +16,7 @@ namespace tessera::core {
 // What an inference job asks of each input (docs/JOBS.md, "Inference jobs"): the part of a job
 // file, and of each of its shard tasks, under "inference".
 struct InferenceSpec {
-    enum class Task { Classify, Generate, Score };
+    enum class Task { Classify, Generate, Score, Serve };
     enum class Split { Test, Train };
 
     static constexpr std::int64_t MaxBatch = 4096;
@@ -45,7 +45,15 @@ struct InferenceSpec {
     double temperature = 0.8;
     std::int64_t seed = 0;
     QList<QByteArray> stop;
+    // serve (docs/JOBS.md, "Served models"): nodes that hold the model, for how long, and the share
+    // of answers re-executed by a second replica
+    static constexpr std::int64_t MaxReplicas = 16;
+    static constexpr std::int64_t MaxServeSeconds = 7 * 24 * 3600;
+    std::int64_t replicas = 0;
+    std::int64_t seconds = 0;
+    double checkShare = 0.0;
 
+    bool serves() const { return task == Task::Serve; }
     bool promptsInFile() const { return !promptsSha256.isNull() || !promptsFile.isEmpty(); }
     bool operator==(const InferenceSpec&) const = default;
 };
@@ -55,7 +63,7 @@ InferenceSpec readInferenceSpec(JsonReader reader);
 QJsonObject inferenceSpecToJson(const InferenceSpec& spec);
 
 template<> struct EnumNames<InferenceSpec::Task> {
-    static constexpr std::array names { "classify", "generate", "score" };
+    static constexpr std::array names { "classify", "generate", "score", "serve" };
 };
 template<> struct EnumNames<InferenceSpec::Split> {
     static constexpr std::array names { "test", "train" };

@@ -123,6 +123,7 @@ QStringList keysOf(InferenceSpec::Task task)
     case InferenceSpec::Task::Score:
         return { QStringLiteral("index"), QStringLiteral("loss"), QStringLiteral("tokens") };
     case InferenceSpec::Task::Generate:
+    case InferenceSpec::Task::Serve:
         break;
     }
     return { QStringLiteral("finish"), QStringLiteral("index"), QStringLiteral("tokens") };
@@ -168,6 +169,7 @@ QString lineFault(const ShardTask& task, const QJsonObject& line, std::int64_t i
             return QStringLiteral("its token count is not a window's");
         return {};
     case InferenceSpec::Task::Generate:
+    case InferenceSpec::Task::Serve: // an answer is a generate line
         break;
     }
     const auto tokens = line.value(u"tokens").toArray();

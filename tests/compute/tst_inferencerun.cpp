@@ -4,7 +4,9 @@
 
 #include "computetesting.h"
 
+#include <compute/supervisor/inthread.h>
 #include <core/inference/outputs.h>
+#include <core/inference/question.h>
 #include <core/smalljobs.h>
 
 using namespace tessera;
@@ -171,6 +173,63 @@ private Q_SLOTS:
         }
         // Past the context it refuses rather than read positions the model has no embedding for.
         QVERIFY_THROWS_EXCEPTION(std::exception, (*model)->decode(tokens.slice(1, 0, 1), 32, cache));
+    }
+
+    // A served model's answer (docs/PROTOCOL.md, "Serving") is the line of a generate shard of its
+    // one prompt at index 0, and what it streams on the way is that line's tokens, each once: none
+    // is taken back by a stop sequence.
+    void aServedAnswerIsItsOnePromptsGenerateLineStreamedOnce()
+    {
+        core::InferenceSpec serve;
+        serve.task = core::InferenceSpec::Task::Serve;
+        serve.batchSize = serve.samplesPerShard = serve.threads = serve.replicas = 1;
+        serve.seconds = 60;
+        serve.maxTokens = 40;
+        auto [served, weights] = prepared(smallGpt(), serve);
+        const auto replica = core::decomposeShard(QStringLiteral("0123456789abcdef"), served, 0, 0, weights.canonicalHash);
+        auto hosted = compute::inThreadCompute()->host(replica, weights.bytes, {});
+        QVERIFY2(hosted, qPrintable(hosted ? QString() : hosted.error().toString()));
+        auto answer = [&](const core::inference::Question& question, QList<std::int64_t>& streamed) {
+            streamed.clear();
+            auto line = (*hosted)->answer(question, [&](std::int64_t from, const QList<std::int64_t>& tokens) {
+                QCOMPARE(from, streamed.size()); // in order, each once
+                streamed += tokens;
+            });
+            return line ? *line : QByteArray();
+        };
+        core::inference::Question question;
+        question.prompt = QByteArrayLiteral("Tell me ");
+        question.maxTokens = 40;
+        QList<std::int64_t> streamed;
+        const auto free = answer(question, streamed);
+        auto completion = core::inference::completionOf(free);
+        QVERIFY(completion && completion->tokens.size() == 40);
+        QCOMPARE(streamed, completion->tokens);
+        // A stop sequence made of two of its tokens ends it there, and nothing streamed is taken back.
+        for (const auto temperature : { 0.0, 0.8 }) {
+            question.temperature = temperature;
+            question.seed = 9;
+            question.stop.clear();
+            const auto unstopped = core::inference::completionOf(answer(question, streamed));
+            QVERIFY(unstopped);
+            question.stop
+                = { QByteArray(1, char(unstopped->tokens[20])) + char(unstopped->tokens[21]), QByteArrayLiteral("\x01") };
+            const auto line = answer(question, streamed);
+            const auto stopped = core::inference::completionOf(line);
+            QVERIFY(stopped && stopped->stopped && stopped->tokens.size() <= 20);
+            QCOMPARE(streamed, stopped->tokens);
+            // The generate shard of that one prompt writes the same line.
+            core::InferenceSpec generate;
+            generate.task = core::InferenceSpec::Task::Generate;
+            generate.batchSize = generate.samplesPerShard = generate.promptCount = 1;
+            generate.promptText = question.prompt;
+            generate.maxTokens = question.maxTokens;
+            generate.temperature = question.temperature;
+            generate.seed = question.seed;
+            generate.stop = question.stop;
+            auto [job, same] = prepared(smallGpt(), generate);
+            QCOMPARE(runAll(job, same).blob, line + '\n');
+        }
     }
 
     void scoringGivesEachWindowsMeanLoss()

@@ -16,6 +16,8 @@
 //                update differs)
 //   collude      trains with 1.5 times the learning rate: two colluders (--name tells them apart)
 //                compute the same wrong result, so each vouches for the other's when drawn to check it
+//   wrong-answer hosts served models (docs/PROTOCOL.md, "Serving") and signs answers whose last
+//                token is changed (its streamed tokens are honest); its shards are honest
 //
 // The wrong-data and wrong-lr cheaters believe their lie: asked in a dispute, they answer from the
 // run that gave their result (a state, or a portable job's trace and operands), so a portable
@@ -24,6 +26,7 @@
 //
 // Usage: tessera-test-cheater --broker ADDRESS --data DIR --mode MODE [--name NAME]
 
+#include <app/common/replicahost.h>
 #include <compute/engine/runtimeprofile.h>
 #include <compute/engine/shardrun.h>
 #include <compute/engine/weights.h>
@@ -59,7 +62,65 @@ class CheatingExecutor final : public net::ShardExecutor {
 public:
     explicit CheatingExecutor(QString mode)
         : m_mode(std::move(mode))
-    { }
+    {
+        if (m_mode == u"wrong-answer")
+            m_replicas = std::make_unique<app::ReplicaHost>(
+                compute::inThreadCompute(), compute::ComputeEnvironment {}, [this](Served served) {
+                    if (served.kind == Served::Kind::Answered && served.error.isEmpty())
+                        served.line = wrongAnswer(served.line);
+                    const QString tag = served.tag;
+                    {
+                        QMutexLocker lock(&m_mutex);
+                        m_served.append(std::move(served));
+                    }
+                    notify(tag);
+                });
+    }
+    ~CheatingExecutor() override { m_replicas.reset(); }
+
+    bool canHost() const override { return m_replicas != nullptr; }
+    void host(const QString& tag, const QString& assignment, const core::ShardTask& replica, const QString& weightsPath) override
+    {
+        m_replicas->host(tag, assignment, replica, weightsPath);
+    }
+    void ask(
+        const QString& tag, const QString& assignment, const QString& ticket, const core::inference::Question& question) override
+    {
+        m_replicas->ask(tag, assignment, ticket, question);
+    }
+    void unhost(const QString& tag, const QString& assignment) override
+    {
+        if (m_replicas)
+            m_replicas->unhost(tag, assignment);
+    }
+    QList<Served> takeServed(const QString& tag) override
+    {
+        QMutexLocker lock(&m_mutex);
+        QList<Served> mine;
+        for (auto it = m_served.begin(); it != m_served.end();) {
+            if (it->tag == tag) {
+                mine.append(*it);
+                it = m_served.erase(it);
+            } else {
+                ++it;
+            }
+        }
+        return mine;
+    }
+
+    // A served answer with its last token changed (one added to an empty one): well-formed, wrong.
+    static QByteArray wrongAnswer(const QByteArray& line)
+    {
+        auto completion = core::inference::completionOf(line);
+        if (!completion)
+            return line;
+        if (completion->tokens.isEmpty())
+            completion->tokens.append('A');
+        else
+            completion->tokens.last() = (completion->tokens.last() + 1) % 128;
+        qInfo("cheat: a served answer's last token changed");
+        return core::inference::generateLine(0, completion->tokens, completion->stopped);
+    }
 
     void start(const QString& tag, const QString& assignment, const core::ShardTask& task, const QByteArray& startWeights,
         const QHash<core::Digest, QString>& blobPaths, std::int64_t) override
@@ -309,6 +370,8 @@ private:
 
     QString m_mode;
     mutable QMutex m_mutex;
+    QList<Served> m_served;
+    std::unique_ptr<app::ReplicaHost> m_replicas;
     QList<Finished> m_finished;
     QList<Recreated> m_recreated;
 };
@@ -327,7 +390,7 @@ int main(int argc, char* argv[])
     const QString mode = parser.value(QStringLiteral("mode"));
     const QStringList modes { QStringLiteral("random"), QStringLiteral("fewer-steps"), QStringLiteral("copy"),
         QStringLiteral("stale"), QStringLiteral("wrong-data"), QStringLiteral("late"), QStringLiteral("poisoned"),
-        QStringLiteral("wrong-lr"), QStringLiteral("collude"), QStringLiteral("one-line") };
+        QStringLiteral("wrong-lr"), QStringLiteral("collude"), QStringLiteral("one-line"), QStringLiteral("wrong-answer") };
     auto broker = net::BrokerAddress::parse(parser.value(QStringLiteral("broker")));
     const QString data = parser.value(QStringLiteral("data"));
     if (!modes.contains(mode) || !broker || data.isEmpty() || !QDir().mkpath(data)) {

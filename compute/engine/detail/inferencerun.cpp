@@ -62,6 +62,8 @@ core::Result<std::unique_ptr<InferenceRun>> InferenceRun::start(
     auto tensors = modelWeights(task, weights);
     if (!tensors)
         return tensors.error();
+    if (task.inference->serves())
+        return core::Error { QStringLiteral("inference.task"), QStringLiteral("a serve task is hosted, not run as a shard") };
     std::unique_ptr<InferenceRun> run(new InferenceRun);
     run->m_task = task;
     run->m_environment = environment;
@@ -214,7 +216,14 @@ core::Result<QList<QByteArray>> InferenceRun::batchLines(std::int64_t batch)
     });
 }
 
-core::Result<QByteArray> InferenceRun::generate(std::int64_t index)
+core::Result<QByteArray> InferenceRun::answer(const core::inference::Question& question, const OnTokens& onTokens)
+{
+    m_task = core::inference::answerTask(m_task, question);
+    m_prompts.clear();
+    return generate(0, onTokens, question.holdBack());
+}
+
+core::Result<QByteArray> InferenceRun::generate(std::int64_t index, const OnTokens& onTokens, qsizetype holdBack)
 {
     const auto& spec = *m_task.inference;
     const QByteArray prompt = m_prompts.isEmpty() ? spec.promptText : m_prompts.value(index);
@@ -232,6 +241,13 @@ core::Result<QByteArray> InferenceRun::generate(std::int64_t index)
         QList<std::int64_t> written;
         QByteArray bytes;
         bool stopped = false;
+        qsizetype streamed = 0;
+        auto stream = [&](qsizetype until) {
+            if (onTokens && until > streamed) {
+                onTokens(streamed, written.mid(streamed, until - streamed));
+                streamed = until;
+            }
+        };
         // Positions within the context are decoded with a KV cache (the prompt in one pass, then one
         // position a token); past it, each token is a full forward over the last `context` tokens.
         Model::KvCache cache;
@@ -272,7 +288,9 @@ core::Result<QByteArray> InferenceRun::generate(std::int64_t index)
                     break;
                 }
             }
+            stream(written.size() - (stopped ? 0 : holdBack));
         }
+        stream(written.size());
         return core::inference::generateLine(index, written, stopped);
     });
 }

@@ -9,11 +9,13 @@
 #include <compute/common/environment.h>
 
 #include <core/error.h>
+#include <core/inference/question.h>
 #include <core/shardtask.h>
 
 #include <QByteArray>
 #include <QList>
 
+#include <functional>
 #include <memory>
 
 namespace tessera::compute::detail {
@@ -29,11 +31,16 @@ public:
     core::Result<QList<QByteArray>> linesOf(std::int64_t first, std::int64_t last);
     // Step `step` of the shard (0-based): its batch, or its prompt.
     core::Result<QList<QByteArray>> stepLines(std::int64_t step);
+    // A served model's answer to one question (task: a serve replica's, docs/PROTOCOL.md,
+    // "Serving"): the line of answerTask(task, question), calling onTokens(from, tokens) with the
+    // tokens as they may be streamed (none a stop takes back).
+    using OnTokens = std::function<void(std::int64_t from, const QList<std::int64_t>& tokens)>;
+    core::Result<QByteArray> answer(const core::inference::Question& question, const OnTokens& onTokens);
 
 private:
     InferenceRun() = default;
     core::Result<QList<QByteArray>> batchLines(std::int64_t batch);
-    core::Result<QByteArray> generate(std::int64_t index);
+    core::Result<QByteArray> generate(std::int64_t index, const OnTokens& onTokens = {}, qsizetype holdBack = 0);
     core::Status loadPrompts();
 
     core::ShardTask m_task;

@@ -1,0 +1,161 @@
+#include "replicahost.h"
+
+#include <core/readfile.h>
+
+#include <QLoggingCategory>
+
+#include <chrono>
+#include <condition_variable>
+#include <deque>
+#include <mutex>
+#include <thread>
+
+Q_LOGGING_CATEGORY(lcServe, "tessera.serve")
+
+namespace tessera::app {
+
+struct ReplicaHost::Replica {
+    QString tag;
+    QString assignment;
+    std::mutex mutex;
+    std::condition_variable wake;
+    std::deque<std::pair<QString, core::inference::Question>> questions;
+    bool stop = false;
+    std::thread thread;
+};
+
+ReplicaHost::ReplicaHost(std::shared_ptr<compute::InThreadCompute> compute, compute::ComputeEnvironment environment,
+    std::function<void(Served)> deliver)
+    : m_compute(std::move(compute))
+    , m_environment(std::move(environment))
+    , m_deliver(std::move(deliver))
+{ }
+
+ReplicaHost::~ReplicaHost()
+{
+    unhost({}, {});
+}
+
+void ReplicaHost::host(const QString& tag, const QString& assignment, const core::ShardTask& replica, const QString& weightsPath)
+{
+    auto hosted = std::make_shared<Replica>();
+    hosted->tag = tag;
+    hosted->assignment = assignment;
+    {
+        QMutexLocker lock(&m_mutex);
+        if (m_replicas.contains(keyOf(tag, assignment)))
+            return;
+        m_replicas.insert(keyOf(tag, assignment), hosted);
+    }
+    hosted->thread = std::thread([this, hosted, replica, weightsPath] { serve(hosted, replica, weightsPath); });
+}
+
+void ReplicaHost::ask(
+    const QString& tag, const QString& assignment, const QString& ticket, const core::inference::Question& question)
+{
+    std::shared_ptr<Replica> hosted;
+    {
+        QMutexLocker lock(&m_mutex);
+        hosted = m_replicas.value(keyOf(tag, assignment));
+    }
+    if (!hosted) {
+        m_deliver({ Served::Kind::Answered, tag, assignment, ticket, 0, {}, {},
+            QStringLiteral("this node does not host replica %1").arg(assignment) });
+        return;
+    }
+    {
+        std::lock_guard lock(hosted->mutex);
+        hosted->questions.emplace_back(ticket, question);
+    }
+    hosted->wake.notify_one();
+}
+
+void ReplicaHost::unhost(const QString& tag, const QString& assignment)
+{
+    QList<std::shared_ptr<Replica>> stopping;
+    {
+        QMutexLocker lock(&m_mutex);
+        for (auto it = m_replicas.begin(); it != m_replicas.end();) {
+            const bool match = (tag.isEmpty() || (*it)->tag == tag) && (assignment.isEmpty() || (*it)->assignment == assignment);
+            if (match) {
+                stopping.append(*it);
+                it = m_replicas.erase(it);
+            } else {
+                ++it;
+            }
+        }
+    }
+    for (const auto& hosted : stopping) {
+        {
+            std::lock_guard lock(hosted->mutex);
+            hosted->stop = true;
+        }
+        hosted->wake.notify_one();
+        if (hosted->thread.joinable())
+            hosted->thread.join();
+    }
+}
+
+void ReplicaHost::serve(const std::shared_ptr<Replica>& replica, const core::ShardTask& task, const QString& weightsPath)
+{
+    const QString tag = replica->tag, assignment = replica->assignment;
+    std::unique_ptr<compute::HostedModel> model;
+    QString failure;
+    try {
+        auto weights = core::readFile(weightsPath);
+        auto loaded = !weights ? core::Result<std::unique_ptr<compute::HostedModel>>(weights.error())
+                               : m_compute->host(task, *weights, m_environment);
+        if (loaded)
+            model = std::move(*loaded);
+        else
+            failure = loaded.error().toString();
+    } catch (const std::exception& caught) {
+        failure = QStringLiteral("internal error: %1").arg(QString::fromUtf8(caught.what()));
+    }
+    if (!failure.isEmpty())
+        qCWarning(lcServe).noquote() << "cannot host" << assignment << ":" << failure;
+    m_deliver({ Served::Kind::Hosted, tag, assignment, {}, 0, {}, {}, failure });
+    while (model) {
+        std::pair<QString, core::inference::Question> next;
+        {
+            std::unique_lock lock(replica->mutex);
+            replica->wake.wait(lock, [&] { return replica->stop || !replica->questions.empty(); });
+            if (replica->stop)
+                return;
+            next = std::move(replica->questions.front());
+            replica->questions.pop_front();
+        }
+        const QString ticket = next.first;
+        Served answered { Served::Kind::Answered, tag, assignment, ticket, 0, {}, {}, {} };
+        // The first tokens go at once (the time to the first token is what a user waits for), the
+        // rest at most every StreamEveryMs: one TOKENS message a token would flood the broker.
+        Served pending { Served::Kind::Tokens, tag, assignment, ticket, 0, {}, {}, {} };
+        auto lastSent = std::chrono::steady_clock::time_point {};
+        auto flush = [&] {
+            if (!pending.tokens.isEmpty())
+                m_deliver(pending);
+            pending.from += pending.tokens.size();
+            pending.tokens.clear();
+            lastSent = std::chrono::steady_clock::now();
+        };
+        try {
+            auto line = model->answer(next.second, [&](std::int64_t from, const QList<std::int64_t>& tokens) {
+                if (pending.tokens.isEmpty())
+                    pending.from = from;
+                pending.tokens.append(tokens);
+                if (std::chrono::steady_clock::now() - lastSent >= std::chrono::milliseconds(StreamEveryMs))
+                    flush();
+            });
+            flush();
+            if (line)
+                answered.line = std::move(*line);
+            else
+                answered.error = line.error().toString();
+        } catch (const std::exception& caught) {
+            answered.error = QStringLiteral("internal error: %1").arg(QString::fromUtf8(caught.what()));
+        }
+        m_deliver(std::move(answered));
+    }
+}
+
+} // namespace tessera::app

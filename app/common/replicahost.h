@@ -1,0 +1,43 @@
+#pragma once
+
+#include <compute/common/environment.h>
+#include <compute/supervisor/inthread.h>
+#include <net/shardexecutor.h>
+
+#include <QHash>
+#include <QMutex>
+
+#include <functional>
+#include <memory>
+
+namespace tessera::app {
+
+// The served models' replicas a node hosts (docs/PROTOCOL.md, "Serving"), each on a thread of its
+// own with its model loaded once (compute::HostedModel, LibTorch in this process: a zoo gpt, no
+// code of the job owner's), answering its questions one at a time in the order they came. What
+// comes of them is handed to `deliver` from those threads.
+class ReplicaHost {
+public:
+    static constexpr int StreamEveryMs = 20; // tokens after the first are streamed in batches this far apart
+    using Served = net::ShardExecutor::Served;
+    ReplicaHost(std::shared_ptr<compute::InThreadCompute> compute, compute::ComputeEnvironment environment,
+        std::function<void(Served)> deliver);
+    ~ReplicaHost(); // stops every replica (each finishes the question it is answering)
+
+    void host(const QString& tag, const QString& assignment, const core::ShardTask& replica, const QString& weightsPath);
+    void ask(const QString& tag, const QString& assignment, const QString& ticket, const core::inference::Question& question);
+    void unhost(const QString& tag, const QString& assignment); // empty assignment: all of the tag's
+
+private:
+    struct Replica;
+    static QString keyOf(const QString& tag, const QString& assignment) { return tag + u'/' + assignment; }
+    void serve(const std::shared_ptr<Replica>& replica, const core::ShardTask& task, const QString& weightsPath);
+
+    std::shared_ptr<compute::InThreadCompute> m_compute;
+    compute::ComputeEnvironment m_environment;
+    std::function<void(Served)> m_deliver;
+    QMutex m_mutex;
+    QHash<QString, std::shared_ptr<Replica>> m_replicas;
+};
+
+} // namespace tessera::app
