@@ -873,6 +873,12 @@ void BrokerServer::Private::keepAlive()
 {
     for (auto it = building.cbegin(); it != building.cend(); ++it)
         send(it.key(), { Command::Heartbeat, {}, {} });
+    // So does a client whose ASK waits (queued, or checked by a second replica).
+    QSet<QByteArray> asking;
+    for (const auto& asker : std::as_const(askers))
+        asking.insert(asker.routingId);
+    for (const auto& routingId : std::as_const(asking))
+        send(routingId, { Command::Heartbeat, {}, {} });
     const auto t = now();
     QList<QByteArray> gone;
     for (auto it = peers.begin(); it != peers.end(); ++it) {

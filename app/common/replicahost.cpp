@@ -4,6 +4,7 @@
 
 #include <QLoggingCategory>
 
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <deque>
@@ -21,6 +22,7 @@ struct ReplicaHost::Replica {
     std::condition_variable wake;
     std::deque<std::pair<QString, core::inference::Question>> questions;
     bool stop = false;
+    std::atomic<bool> done { false }; // its thread has returned: joined at once
     std::thread thread;
 };
 
@@ -34,6 +36,22 @@ ReplicaHost::ReplicaHost(std::shared_ptr<compute::InThreadCompute> compute, comp
 ReplicaHost::~ReplicaHost()
 {
     unhost({}, {});
+    for (auto& stopping : m_stopping)
+        stopping->thread.join();
+}
+
+void ReplicaHost::reap()
+{
+    // Threads of replicas stopped earlier that have returned (never one still answering: the
+    // caller's loop does not wait for a long answer to end).
+    for (auto it = m_stopping.begin(); it != m_stopping.end();) {
+        if ((*it)->done) {
+            (*it)->thread.join();
+            it = m_stopping.erase(it);
+        } else {
+            ++it;
+        }
+    }
 }
 
 void ReplicaHost::host(const QString& tag, const QString& assignment, const core::ShardTask& replica, const QString& weightsPath)
@@ -43,6 +61,7 @@ void ReplicaHost::host(const QString& tag, const QString& assignment, const core
     hosted->assignment = assignment;
     {
         QMutexLocker lock(&m_mutex);
+        reap();
         if (m_replicas.contains(keyOf(tag, assignment)))
             return;
         m_replicas.insert(keyOf(tag, assignment), hosted);
@@ -85,15 +104,17 @@ void ReplicaHost::unhost(const QString& tag, const QString& assignment)
             }
         }
     }
+    // Told to stop (an answer in progress ends at its next token), not waited for here.
     for (const auto& hosted : stopping) {
         {
             std::lock_guard lock(hosted->mutex);
             hosted->stop = true;
         }
         hosted->wake.notify_one();
-        if (hosted->thread.joinable())
-            hosted->thread.join();
     }
+    QMutexLocker lock(&m_mutex);
+    m_stopping += stopping;
+    reap();
 }
 
 void ReplicaHost::serve(const std::shared_ptr<Replica>& replica, const core::ShardTask& task, const QString& weightsPath)
@@ -115,6 +136,10 @@ void ReplicaHost::serve(const std::shared_ptr<Replica>& replica, const core::Sha
     if (!failure.isEmpty())
         qCWarning(lcServe).noquote() << "cannot host" << assignment << ":" << failure;
     m_deliver({ Served::Kind::Hosted, tag, assignment, {}, 0, {}, {}, failure });
+    struct Done {
+        std::atomic<bool>& flag;
+        ~Done() { flag = true; }
+    } done { replica->done };
     while (model) {
         std::pair<QString, core::inference::Question> next;
         {
@@ -140,13 +165,18 @@ void ReplicaHost::serve(const std::shared_ptr<Replica>& replica, const core::Sha
         };
         try {
             auto line = model->answer(next.second, [&](std::int64_t from, const QList<std::int64_t>& tokens) {
+                {
+                    std::lock_guard lock(replica->mutex);
+                    if (replica->stop)
+                        throw std::runtime_error("the replica was stopped");
+                }
                 if (pending.tokens.isEmpty())
                     pending.from = from;
                 pending.tokens.append(tokens);
                 if (std::chrono::steady_clock::now() - lastSent >= std::chrono::milliseconds(StreamEveryMs))
                     flush();
             });
-            flush();
+            // What is left goes with the answer: its line has every token, and the broker streams them.
             if (line)
                 answered.line = std::move(*line);
             else

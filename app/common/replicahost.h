@@ -22,11 +22,13 @@ public:
     using Served = net::ShardExecutor::Served;
     ReplicaHost(std::shared_ptr<compute::InThreadCompute> compute, compute::ComputeEnvironment environment,
         std::function<void(Served)> deliver);
-    ~ReplicaHost(); // stops every replica (each finishes the question it is answering)
+    ~ReplicaHost(); // stops every replica and waits for their threads
 
     void host(const QString& tag, const QString& assignment, const core::ShardTask& replica, const QString& weightsPath);
     void ask(const QString& tag, const QString& assignment, const QString& ticket, const core::inference::Question& question);
-    void unhost(const QString& tag, const QString& assignment); // empty assignment: all of the tag's
+    // Stops hosting (empty assignment: all of the tag's) without waiting: an answer in progress ends
+    // at its next token, and its thread is joined later.
+    void unhost(const QString& tag, const QString& assignment);
 
 private:
     struct Replica;
@@ -38,6 +40,8 @@ private:
     std::function<void(Served)> m_deliver;
     QMutex m_mutex;
     QHash<QString, std::shared_ptr<Replica>> m_replicas;
+    QList<std::shared_ptr<Replica>> m_stopping; // told to stop; joined once their thread returns
+    void reap(); // under m_mutex
 };
 
 } // namespace tessera::app

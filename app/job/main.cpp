@@ -476,7 +476,8 @@ int ask(Context& context)
         out() << text << Qt::flush;
     });
     if (!reply)
-        return fail(reply.error().toString());
+        return fail(QStringLiteral("%1 (ask again with --request-id %2: a request the broker answered is not charged twice)")
+                        .arg(reply.error().toString(), request.requestId));
     const auto answer = reply->value(QStringLiteral("answer")).toObject();
     if (context.json())
         return printJson(QJsonDocument(answer));

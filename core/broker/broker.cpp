@@ -739,6 +739,9 @@ Status Broker::cancel(const QString& jobId)
         return transaction.error();
     if (auto cancelled = m_store->endJob(jobId, JobState::Cancelled); !cancelled)
         return cancelled;
+    m_serving->closeAccounts(jobId);
+    if (auto paid = m_serving->flushPayments(jobId); !paid)
+        return paid;
     if (auto refunded = refund(jobId); !refunded)
         return refunded;
     if (auto committed = transaction->commit(); !committed)
@@ -759,6 +762,9 @@ Status Broker::finishServed(const QString& jobId)
     if (job->state == JobState::Running) {
         if (auto finished = m_store->endJob(jobId, JobState::Finished); !finished)
             return finished;
+        m_serving->closeAccounts(jobId);
+        if (auto paid = m_serving->flushPayments(jobId); !paid)
+            return paid;
         if (auto refunded = refund(jobId); !refunded)
             return refunded;
     }
@@ -766,6 +772,17 @@ Status Broker::finishServed(const QString& jobId)
         return committed.error().toError();
     m_serving->remove(jobId, QStringLiteral("the job's time is up"));
     return {};
+}
+
+void Broker::payServed()
+{
+    auto transaction = m_store->begin();
+    if (!transaction)
+        return warnIfFailed(transaction.error());
+    if (auto paid = m_serving->flushPayments(); !paid)
+        return warnIfFailed(paid);
+    if (auto committed = transaction->commit(); !committed)
+        warnIfFailed(committed.error().toError());
 }
 
 Status Broker::ask(const QString& jobId, const QString& caller, bool operatorCaller, const inference::Question& question,
@@ -1669,6 +1686,8 @@ void Broker::tick()
     collectUnnamedUploads();
     m_verifier->tick(); // of the jobs this broker holds
     applySettled();
+    m_serving->tick();
+    payServed();
     for (const auto& jobId : m_serving->due())
         warnIfFailed(finishServed(jobId));
     if (m_lease->held()) // one broker of the network at a time

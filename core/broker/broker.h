@@ -306,6 +306,8 @@ private:
     Status failJob(const QString& jobId, const QString& why);
     // A served job whose time is up: finished, what is left of its budget back to its owner.
     Status finishServed(const QString& jobId);
+    // What served answers earned since the last tick, paid in one transaction.
+    void payServed();
     // What is left of the job's escrow goes back to its owner; open checks are called off. Inside
     // the caller's transaction.
     Status refund(const QString& jobId);

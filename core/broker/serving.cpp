@@ -88,6 +88,34 @@ bool Serving::wantsReplicas() const
     return false;
 }
 
+void Serving::tick()
+{
+    // A replica that never says it is loaded, or a node that holds a request and never answers it,
+    // loses it: the replica or request goes to another node, and that node hosts the job no more.
+    const auto now = m_.clock.nowMs();
+    QStringList stuck;
+    for (const auto& replica : std::as_const(m_replicas)) {
+        if (!replica.ready && now - replica.placedAt > LoadTimeoutMs)
+            stuck.append(replica.assignment);
+    }
+    for (const auto& ticket : std::as_const(m_tickets)) {
+        const auto job = m_jobs.constFind(ticket.jobId);
+        if (!ticket.node.isEmpty() && job != m_jobs.constEnd()
+            && now - ticket.sentAt > AnswerTimeoutMs + job->spec.inference.maxTokens * 1000 && !stuck.contains(ticket.assignment))
+            stuck.append(ticket.assignment);
+    }
+    for (const auto& assignment : stuck) {
+        const auto replica = m_replicas.constFind(assignment);
+        if (replica == m_replicas.constEnd())
+            continue;
+        qCWarning(lcServing).noquote() << "replica" << assignment << "of node" << replica->node.left(12)
+                                       << "did not load or answer in time: it goes to another node";
+        if (auto job = m_jobs.find(replica->jobId); job != m_jobs.end())
+            job->excluded.insert(replica->node);
+        drop(assignment, true);
+    }
+}
+
 QList<QString> Serving::due() const
 {
     QList<QString> due;
@@ -125,6 +153,11 @@ Result<std::optional<Assignment>> Serving::place(const QString& nodeId, const No
 {
     if (!node.capabilities.contains(QStringLiteral("serve")) || node.signingKey.isEmpty())
         return std::optional<Assignment> {};
+    int hosted = 0; // each replica is a model loaded on the node: a few at most
+    for (const auto& replica : std::as_const(m_replicas))
+        hosted += replica.node == nodeId ? 1 : 0;
+    if (hosted >= MaxReplicasPerNode)
+        return std::optional<Assignment> {};
     for (auto& job : m_jobs) {
         int held = 0;
         bool hosts = false;
@@ -137,10 +170,11 @@ Result<std::optional<Assignment>> Serving::place(const QString& nodeId, const No
         if (hosts || held >= job.spec.inference.replicas || job.excluded.contains(nodeId)
             || node.maxThreads < job.spec.inference.threads || !missingCapabilities(node.capabilities, job.spec).isEmpty())
             continue;
-        // One runtime profile a job, so that every replica gives every answer's bytes.
-        if (!job.profile.isEmpty() && !reproduces(node.runtimeProfile, job.profile))
+        // One runtime profile a job (its replicas'), so that every replica gives every answer's
+        // bytes; a job without replicas takes the next node's.
+        if (held > 0 && !reproduces(node.runtimeProfile, job.profile))
             continue;
-        if (job.profile.isEmpty())
+        if (held == 0)
             job.profile = node.runtimeProfile;
         Assignment assignment { newAssignmentId(), job.replicaTask, job.weightsBlob, 0, std::nullopt };
         assignment.task.shard = job.replicasPlaced++ % std::max<std::int64_t>(job.spec.inference.replicas, 1);
@@ -243,21 +277,29 @@ Status Serving::ask(const QString& jobId, const QString& caller, bool operatorCa
             auto& ticket = m_tickets[*live];
             if (ticket.question != question)
                 return Error { QStringLiteral("requestId"), QStringLiteral("names another question of yours") };
+            if (ticket.askers.size() >= MaxAskersPerTicket)
+                return Error { QStringLiteral("requestId"), QStringLiteral("is asked %1 times already").arg(MaxAskersPerTicket) };
             ticket.askers.append(asker);
             if (!ticket.forwarded.isEmpty())
                 m_notices.push_back({ ServeNotice::Kind::Tokens, {}, {}, ticket.id, {}, asker, 0, ticket.forwarded, {}, {} });
             return {};
         }
     }
-    // Twice the most it could cost (a checked answer is paid to two nodes).
-    const auto most = job->pricePerToken.checkedMultiply(2 * (question.prompt.size() + question.maxTokens));
+    if (qsizetype(job->queue.size()) >= MaxQueued)
+        return Error { QStringLiteral("jobId"),
+            QStringLiteral("%1 requests wait for this job's replicas already; ask again later").arg(MaxQueued) };
+    // Twice the most it could cost (a checked answer is paid to two nodes), set aside until it is
+    // answered: what is owed and set aside for the requests before it is not there to spend.
+    const auto most = costOf(*job, question, question.maxTokens).checkedMultiply(2);
     auto escrow = m_.stakes.escrow(jobId);
     if (!escrow)
         return escrow.error();
-    if (!most || *escrow < *most)
+    const auto free
+        = escrow->checkedSubtract(job->owedTotal).value_or(Credits {}).checkedSubtract(job->reserved).value_or(Credits {});
+    if (!most || free < *most)
         return Error { QStringLiteral("budget"),
             QStringLiteral("the job's budget holds %1 credits, less than this request may cost (%2)")
-                .arg(escrow->toString(), most ? most->toString() : QStringLiteral("?")) };
+                .arg(free.toString(), most ? most->toString() : QStringLiteral("?")) };
     Ticket ticket;
     ticket.id = newTicketId();
     ticket.jobId = jobId;
@@ -265,6 +307,8 @@ Status Serving::ask(const QString& jobId, const QString& caller, bool operatorCa
     ticket.askers = { asker };
     ticket.rememberAs = key;
     ticket.sampled = m_.random.generateDouble() < job->spec.inference.checkShare;
+    ticket.reserved = *most;
+    job->reserved = job->reserved.checkedAdd(*most).value_or(job->reserved);
     if (!key.isEmpty())
         job->live.insert(key, ticket.id);
     job->queue.push_back(ticket.id);
@@ -310,6 +354,7 @@ void Serving::pump(Job& job)
 
 void Serving::sendTo(Ticket& ticket, Replica& replica)
 {
+    ticket.sentAt = m_.clock.nowMs();
     ticket.node = replica.node;
     ticket.assignment = replica.assignment;
     ticket.received.clear();
@@ -354,6 +399,8 @@ void Serving::forward(Ticket& ticket, std::int64_t from)
 {
     const auto more = ticket.received.mid(from);
     ticket.forwarded = ticket.received.mid(0, from) + more;
+    if (more.isEmpty())
+        return; // the answer is shorter than what was streamed: its OK says so
     for (const auto asker : std::as_const(ticket.askers))
         m_notices.push_back({ ServeNotice::Kind::Tokens, {}, {}, ticket.id, {}, asker, from, more, {}, {} });
 }
@@ -391,8 +438,9 @@ Status Serving::answered(const QString& nodeId, const NodeInfo& node, const QStr
         const QString assignment = ticket->assignment;
         release(*ticket);
         job.excluded.insert(nodeId);
-        drop(assignment, true);
-        requeue(job, *ticket, true);
+        drop(assignment, true); // may settle other tickets (a check with nobody left to make it)
+        if (auto again = m_tickets.find(ticketId); again != m_tickets.end())
+            requeue(job, *again, true);
         return failure.isEmpty() ? checked : Status {};
     }
     release(*ticket);
@@ -427,18 +475,9 @@ void Serving::firstAnswer(Job& job, Ticket& ticket, const QString& nodeId, const
     }
     ticket.firstNode = nodeId;
     ticket.firstLine = line;
-    if (ticket.contradicted) { // two nodes streamed different tokens: the referee decides now
-        auto right = referee(job, ticket);
-        if (!right) {
-            qCWarning(lcServing).noquote() << "the referee failed on" << ticket.id << ":" << right.error().toString();
-            settle(job, ticket, line, false, { { nodeId, true } });
-            return;
-        }
-        const bool agrees = line == *right || inference::agreeWithin(InferenceSpec::Task::Generate, line, *right);
-        settle(job, ticket, agrees ? line : *right, true, { { nodeId, agrees } });
-        return;
-    }
-    if (!ticket.sampled) {
+    // Streamed tokens are signed by nobody: a node that went away after streaming others proves
+    // nothing, and its stream was corrected above. Such an answer is checked as a sampled one is.
+    if (!ticket.sampled && !ticket.contradicted) {
         settle(job, ticket, line, false, { { nodeId, true } });
         return;
     }
@@ -454,14 +493,14 @@ void Serving::secondAnswer(Job& job, Ticket& ticket, const QString& nodeId, cons
     }
     auto right = referee(job, ticket);
     if (!right) {
-        // Nobody can be told wrong without the referee: the first answer goes out unchecked.
-        qCWarning(lcServing).noquote() << "the referee failed on" << ticket.id << ":" << right.error().toString();
+        // Nobody can be told wrong without the referee (it failed, or it computes on another runtime
+        // profile, whose tokens may part from an honest node's): the first answer goes out
+        // unchecked, and both are paid.
+        qCWarning(lcServing).noquote() << "no ruling on" << ticket.id << ":" << right.error().toString();
         settle(job, ticket, ticket.firstLine, false, { { ticket.firstNode, true }, { nodeId, true } });
         return;
     }
-    auto agrees = [&](const QByteArray& claim) {
-        return claim == *right || inference::agreeWithin(InferenceSpec::Task::Generate, claim, *right);
-    };
+    auto agrees = [&](const QByteArray& claim) { return claim == *right; };
     const bool first = agrees(ticket.firstLine), second = agrees(line);
     settle(job, ticket,
         first        ? ticket.firstLine
@@ -479,43 +518,118 @@ Result<QByteArray> Serving::referee(const Job& job, const Ticket& ticket)
     auto replay = m_.math.replay(task, 0, *weights, task.startWeights, 1, {});
     if (!replay)
         return replay.error();
+    if (!reproduces(replay->runtimeProfile, job.profile))
+        return Error {
+            QStringLiteral("referee"),
+            QStringLiteral("the broker's runtime profile (%1) is not the replicas' (%2)").arg(replay->runtimeProfile, job.profile)
+        };
     auto lines = inference::linesOf(replay->weights);
     if (!lines || lines->size() != 1)
         return Error { QStringLiteral("referee"), QStringLiteral("the re-execution gave no answer") };
     return lines->front();
 }
 
+Status Serving::flushPayments(const QString& jobId)
+{
+    // Every payment, then (all made, inside the caller's transaction) the debts are cleared; a
+    // payment that fails leaves every debt for the next call. The sequence keeps causes unique.
+    const auto at = QStringLiteral("%1-%2").arg(m_.clock.nowMs()).arg(++m_flushes);
+    for (auto& job : m_jobs) {
+        if ((!jobId.isEmpty() && job.id != jobId) || job.owed.isEmpty())
+            continue;
+        for (auto it = job.owed.begin(); it != job.owed.end(); ++it) {
+            for (const bool check : { false, true }) {
+                const auto amount = check ? it->forChecks : it->forAnswers;
+                const auto count = check ? it->checks : it->answers;
+                if (count == 0)
+                    continue;
+                auto paid = m_.stakes.payFromEscrow(job.id, it.key(), amount,
+                    QStringLiteral("%1:%2/served/%3/%4")
+                        .arg(check ? QStringLiteral("verify") : QStringLiteral("pay"), job.id, at, it.key()),
+                    QStringLiteral("%1 served %2").arg(count).arg(check ? QStringLiteral("checks") : QStringLiteral("answers")));
+                if (!paid)
+                    return paid.error();
+            }
+        }
+    }
+    for (auto& job : m_jobs) {
+        if (jobId.isEmpty() || job.id == jobId) {
+            job.owed.clear();
+            job.owedTotal = {};
+        }
+    }
+    return {};
+}
+
+void Serving::closeAccounts(const QString& jobId)
+{
+    // A first answer that waited for its check was streamed whole: its node is paid for it.
+    auto job = m_jobs.find(jobId);
+    if (job == m_jobs.end())
+        return;
+    for (auto& ticket : m_tickets) {
+        if (ticket.jobId == jobId && ticket.checking)
+            owe(*job, ticket.firstNode, false, costOf(*job, ticket.question, ticket.firstLine));
+    }
+}
+
+void Serving::owe(Job& job, const QString& node, bool check, Credits amount)
+{
+    auto& owed = job.owed[node];
+    (check ? owed.checks : owed.answers) += 1;
+    auto& sum = check ? owed.forChecks : owed.forAnswers;
+    sum = sum.checkedAdd(amount).value_or(sum);
+    job.owedTotal = job.owedTotal.checkedAdd(amount).value_or(job.owedTotal);
+}
+
 Credits Serving::costOf(const Job& job, const inference::Question& question, const QByteArray& line) const
 {
     const auto completion = inference::completionOf(line);
-    const auto tokens = question.prompt.size() + (completion ? completion->tokens.size() : 0);
-    return job.pricePerToken.checkedMultiply(tokens).value_or(Credits {});
+    return costOf(job, question, completion ? completion->tokens.size() : 0);
+}
+
+Credits Serving::costOf(const Job& job, const inference::Question& question, std::int64_t written) const
+{
+    // The positions the answer read (docs/JOBS.md, "Served models"): the prompt (at most the
+    // context), then one a token while the sequence fits the context, `context` a token past it.
+    const auto context = std::max<std::int64_t>(job.spec.model.context, 1);
+    const auto prompt = std::int64_t(question.prompt.size());
+    std::int64_t positions = std::min(prompt, context);
+    const auto cached = std::clamp<std::int64_t>(context - prompt, 0, written);
+    positions += cached + (written - cached) * context;
+    return job.pricePerToken.checkedMultiply(positions).value_or(Credits {});
 }
 
 void Serving::settle(Job& job, Ticket& ticket, const QByteArray& line, bool checked, const QHash<QString, bool>& rightByNode)
 {
-    // Paid (or slashed) in one transaction: the answerer by `pay:`, the checker by `verify:`.
+    // What each right node earned is owed until the next flushPayments() (once a second): a ledger
+    // transaction an answer would hold the broker's loop on the disk for each. A wrong node is
+    // slashed at once.
     const auto price = costOf(job, ticket.question, line);
     Credits cost;
     QStringList wrong; // replicas of nodes that answered wrongly, dropped once the ticket is settled
-    auto transaction = m_.store.begin();
-    Status moved = transaction ? Status {} : Status(transaction.error());
     QString honest;
+    job.reserved = job.reserved.checkedSubtract(ticket.reserved).value_or(Credits {});
+    ticket.reserved = {};
     for (auto it = rightByNode.begin(); it != rightByNode.end(); ++it) {
-        if (it.value())
-            honest = it.key();
-    }
-    for (auto it = rightByNode.begin(); moved && it != rightByNode.end(); ++it) {
-        const bool first = it.key() == ticket.firstNode;
         if (it.value()) {
-            auto paid = m_.stakes.payFromEscrow(job.id, it.key(), price,
-                first ? QStringLiteral("pay:%1/%2").arg(job.id, ticket.id) : QStringLiteral("verify:%1").arg(ticket.id),
-                first ? QStringLiteral("served answer") : QStringLiteral("re-executed a served answer"));
-            if (paid)
-                cost = cost.checkedAdd(*paid).value_or(cost);
-            else
-                moved = paid.error();
-        } else {
+            honest = it.key();
+            owe(job, it.key(), it.key() != ticket.firstNode, price);
+            cost = cost.checkedAdd(price).value_or(cost);
+        }
+    }
+    const bool slashes = std::any_of(rightByNode.begin(), rightByNode.end(), [](bool right) { return !right; });
+    std::optional<storage::Transaction> transaction;
+    Status moved;
+    if (slashes) {
+        auto begun = m_.store.begin();
+        if (begun)
+            transaction.emplace(std::move(*begun));
+        else
+            moved = begun.error();
+    }
+    for (auto it = rightByNode.begin(); transaction && moved && it != rightByNode.end(); ++it) {
+        if (!it.value()) {
             // Slashed, and it hosts the job no more.
             qCWarning(lcServing).noquote() << "node" << it.key().left(12) << "answered" << ticket.id << "wrongly: slashed";
             job.excluded.insert(it.key());
@@ -530,7 +644,7 @@ void Serving::settle(Job& job, Ticket& ticket, const QByteArray& line, bool chec
     if (moved && transaction)
         moved = transaction->commit() ? Status {} : Status(Error { QStringLiteral("database"), QStringLiteral("commit failed") });
     if (!moved)
-        qCWarning(lcServing).noquote() << "could not pay for" << ticket.id << ":" << moved.error().toString();
+        qCWarning(lcServing).noquote() << "could not slash for" << ticket.id << ":" << moved.error().toString();
     auto completion = inference::completionOf(line);
     QJsonArray tokens;
     for (const auto token : completion ? completion->tokens : QList<std::int64_t> {})
@@ -560,6 +674,9 @@ void Serving::settle(Job& job, Ticket& ticket, const QByteArray& line, bool chec
 
 void Serving::refuseAll(Ticket& ticket, const Error& error)
 {
+    if (auto job = m_jobs.find(ticket.jobId); job != m_jobs.end())
+        job->reserved = job->reserved.checkedSubtract(ticket.reserved).value_or(Credits {});
+    ticket.reserved = {};
     for (const auto asker : std::as_const(ticket.askers))
         m_notices.push_back({ ServeNotice::Kind::Refuse, {}, {}, ticket.id, {}, asker, 0, {}, {}, error });
     release(ticket);

@@ -58,6 +58,11 @@ class Serving {
 public:
     static constexpr int MaxAtReplica = 2;
     static constexpr qsizetype MaxRemembered = 10000; // answers kept per job for repeated request ids
+    static constexpr qsizetype MaxQueued = 1000; // requests waiting for a job's replicas
+    static constexpr qsizetype MaxAskersPerTicket = 16; // repeats of one live request id
+    static constexpr int MaxReplicasPerNode = 2; // served models one node holds
+    static constexpr std::int64_t LoadTimeoutMs = 300'000; // for a replica to say it is loaded
+    static constexpr std::int64_t AnswerTimeoutMs = 60'000; // for an answer, plus a second a token
 
     struct Parts {
         BrokerStore& store;
@@ -78,6 +83,8 @@ public:
     bool wantsReplicas() const;
     // Served jobs whose time is up.
     QList<QString> due() const;
+    // Replicas that never load and requests never answered go to other nodes (each tick).
+    void tick();
     // What STATUS says of a served job: replicas ready, requests answered and waiting, tokens, end.
     QJsonObject statusOf(const QString& jobId) const;
 
@@ -99,6 +106,13 @@ public:
         const QJsonObject& signedAnswer, const QString& failure);
 
     std::vector<ServeNotice> takeNotices() { return std::exchange(m_notices, {}); }
+    // Pays what the answers since the last call earned (of one job, or of all): one transfer a node
+    // and kind (cause pay:JOB/served/MS/NODE, verify:JOB/served/MS/NODE). Inside the caller's
+    // transaction; the broker calls it each tick, and before a served job's refund.
+    Status flushPayments(const QString& jobId = {});
+    // A job ends: first answers that waited for a check are owed to their nodes (before the last
+    // flushPayments and the refund).
+    void closeAccounts(const QString& jobId);
 
 private:
     struct Replica {
@@ -124,6 +138,8 @@ private:
         bool checking = false; // the first answer is in; a second replica answers it again
         QString firstNode;
         QByteArray firstLine;
+        Credits reserved; // of the job's escrow, until it is answered
+        std::int64_t sentAt = 0; // to its node
     };
     struct Job {
         QString id;
@@ -142,6 +158,15 @@ private:
         std::int64_t checked = 0;
         std::int64_t tokens = 0;
         std::int64_t replicasPlaced = 0;
+        struct Owed {
+            std::int64_t answers = 0;
+            std::int64_t checks = 0;
+            Credits forAnswers;
+            Credits forChecks;
+        };
+        QHash<QString, Owed> owed; // by node, until flushPayments()
+        Credits owedTotal;
+        Credits reserved; // for the tickets not answered yet
     };
 
     void pump(Job& job);
@@ -162,6 +187,8 @@ private:
     // Pays (and slashes) for a settled ticket, and answers its askers with `line`.
     void settle(Job& job, Ticket& ticket, const QByteArray& line, bool checked, const QHash<QString, bool>& rightByNode);
     Credits costOf(const Job& job, const inference::Question& question, const QByteArray& line) const;
+    Credits costOf(const Job& job, const inference::Question& question, std::int64_t written) const;
+    void owe(Job& job, const QString& node, bool check, Credits amount);
     void refuseAll(Ticket& ticket, const Error& error);
 
     Parts m_;
@@ -169,6 +196,7 @@ private:
     QHash<QString, Replica> m_replicas; // by assignment
     QHash<QString, Ticket> m_tickets; // by id
     std::vector<ServeNotice> m_notices;
+    std::int64_t m_flushes = 0;
 };
 
 } // namespace tessera::core::broker
