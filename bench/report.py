@@ -49,6 +49,9 @@ def figures(results):
     for task in ("classify", "classifyCnn", "generate"):
         if "inference.%s.ratio" % task in f:
             f["inference.%s.verdict" % task] = met(f["inference.%s.ratio" % task], 0.9)
+    if "serve.scaling" in f:
+        f["serve.scalingVerdict"] = met(f["serve.scaling"], 1.7)
+        f["serve.latencyVerdict"] = met(f["serve.firstTokenExtraMs"], 20.0, at_least=False)
     for model in ("mlp", "mlp1024"):
         if "dispute.%s.updateRatio" % model in f:
             f["dispute.%s.updateShare" % model] = 1.0 / f["dispute.%s.updateRatio" % model]

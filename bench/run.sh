@@ -25,6 +25,8 @@ step "shard trainer vs a bare LibTorch loop"
 "$build/bench/tessera-bench-trainer" | tee "$out/trainer.txt"
 step "inference shards vs a bare LibTorch inference loop"
 "$build/bench/tessera-bench-inference" | tee "$out/inference.txt"
+step "serving: a gpt on a broker and 1 or 2 nodes against the same model in one process"
+"$build/bench/tessera-bench-serve" "$bin" | tee "$out/serve.txt"
 # A PostgreSQL server for the broker and network benches (their PostgreSQL figures), where
 # postgresql-15 is installed.
 . "$src/scripts/lib/postgres.sh"

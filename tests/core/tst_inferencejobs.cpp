@@ -4,6 +4,7 @@
 #include <core/capabilities.h>
 #include <core/decomposition.h>
 #include <core/inference/outputs.h>
+#include <core/inference/question.h>
 #include <core/jobspec.h>
 #include <core/pricing.h>
 #include <core/shardtask.h>
@@ -46,6 +47,15 @@ QJsonObject generateJob()
         "budget": "10"
     })")
         .object();
+}
+
+QJsonObject serveJob()
+{
+    auto job = generateJob();
+    job.insert(QStringLiteral("inference"),
+        QJsonObject { { QStringLiteral("task"), QStringLiteral("serve") }, { QStringLiteral("replicas"), 3 },
+            { QStringLiteral("maxTokens"), 50 } });
+    return job;
 }
 
 QJsonObject with(QJsonObject job, const QString& section, const QString& key, const QJsonValue& value)
@@ -108,6 +118,7 @@ private Q_SLOTS:
         QTest::addColumn<qint64>("shards");
         QTest::newRow("classify") << QStringLiteral("fashion-mnist-classify.json") << qint64(10);
         QTest::newRow("generate") << QStringLiteral("fortunes-generate.json") << qint64(20);
+        QTest::newRow("serve") << QStringLiteral("fortunes-serve.json") << qint64(2); // its replicas
     }
     void theExamplesAreValid()
     {
@@ -153,6 +164,22 @@ private Q_SLOTS:
         QTest::newRow("classify with a gpt") << classifyGpt << QStringLiteral("inference.task");
         auto scoreMlp = with(classifyJob(), QStringLiteral("inference"), QStringLiteral("task"), QStringLiteral("score"));
         QTest::newRow("score with a classifier") << scoreMlp << QStringLiteral("inference.task");
+        QTest::newRow("prompts for serve") << with(serveJob(), QStringLiteral("inference"), QStringLiteral("prompts"),
+            QJsonObject { { QStringLiteral("text"), QStringLiteral("a") } })
+                                           << QStringLiteral("inference");
+        QTest::newRow("no replicas") << with(serveJob(), QStringLiteral("inference"), QStringLiteral("replicas"), 0)
+                                     << QStringLiteral("inference.replicas");
+        QTest::newRow("a blink of serving") << with(serveJob(), QStringLiteral("inference"), QStringLiteral("seconds"), 5)
+                                            << QStringLiteral("inference.seconds");
+        QTest::newRow("a check share above 1") << with(serveJob(), QStringLiteral("inference"), QStringLiteral("checkShare"), 1.5)
+                                               << QStringLiteral("inference.checkShare");
+        QTest::newRow("a served classifier") << with(classifyJob(), QStringLiteral("inference"), QStringLiteral("task"),
+            QStringLiteral("serve")) << QStringLiteral("model");
+        auto servedScript = serveJob();
+        servedScript.insert(QStringLiteral("model"),
+            QJsonObject { { QStringLiteral("torchscript"), QJsonObject { { QStringLiteral("sha256"), QString(64, u'a') } } },
+                { QStringLiteral("context"), 32 } });
+        QTest::newRow("a served TorchScript model") << servedScript << QStringLiteral("model");
         QTest::newRow("no prompts") << with(generateJob(), QStringLiteral("inference"), QStringLiteral("prompts"),
             QJsonObject { { QStringLiteral("text"), QStringLiteral("a") }, { QStringLiteral("count"), 0 } })
                                     << QStringLiteral("inference.prompts.count");
@@ -223,6 +250,51 @@ private Q_SLOTS:
         auto price = quote(*spec, parameters, Credits::fromMicro(1));
         QVERIFY(price);
         QCOMPARE(price->shards, 3);
+    }
+
+    // A served job (docs/JOBS.md, "Served models"): its replicas are its shards, each a task of
+    // one input that a node hosts, and its price is per token, from one position's FLOPs.
+    void aServedJobHasReplicasAndAPricePerToken()
+    {
+        auto spec = JobSpec::fromJson(serveJob());
+        QVERIFY2(spec, qPrintable(spec ? QString() : spec.error().toString()));
+        QVERIFY(spec->inference.serves());
+        QCOMPARE(spec->inference.replicas, 3);
+        QCOMPARE(spec->inference.seconds, 3600);
+        QCOMPARE(spec->inference.checkShare, 0.05);
+        QCOMPARE(spec->training.shardsPerRound, 3);
+        QCOMPARE(*JobSpec::fromJson(spec->toJson()), *spec);
+        QVERIFY(capabilitiesNeededBy(*spec).contains(capability::Serve));
+        const auto parameters = zooParameterCount(*spec).value_or(0);
+        const auto price = quote(*spec, parameters, Credits::fromMicro(10'000));
+        QVERIFY(price);
+        QVERIFY(price->pricePerToken.micro() >= 1);
+        QCOMPARE(price->total, Credits {}); // it pays as it answers
+        for (std::int64_t shard = 0; shard < 3; ++shard) {
+            const auto task = decomposeShard(QStringLiteral("0123456789abcdef"), *spec, 0, shard, Digest::ofBytes(Weights));
+            QVERIFY2(task.validate(), qPrintable(task.validate() ? QString() : task.validate().error().toString()));
+            QCOMPARE(task.sampleBegin, 0);
+            QCOMPARE(task.sampleEnd, 1);
+            // An answer is the generate line of its one prompt.
+            inference::Question question;
+            question.prompt = "Tell me";
+            question.maxTokens = 7;
+            const auto answer = inference::answerTask(task, question);
+            QVERIFY(answer.validate());
+            QCOMPARE(answer.inference->task, InferenceSpec::Task::Generate);
+            QCOMPARE(answer.inference->promptText, QByteArray("Tell me"));
+            QVERIFY(inference::checkLines(answer, { inference::generateLine(0, { 1, 2, 3, 4, 5, 6, 7 }, false) }));
+            QVERIFY(!inference::checkLines(answer, { inference::generateLine(0, { 1, 2 }, false) }));
+        }
+        // A question is read with the job's maxTokens as its bound, and its fields by name.
+        QVERIFY(!inference::Question::read(
+            { { QStringLiteral("prompt"), QStringLiteral("a") }, { QStringLiteral("maxTokens"), 51 } }, 50));
+        QVERIFY(!inference::Question::read({ { QStringLiteral("prompt"), QString() } }, 50));
+        QVERIFY(!inference::Question::read(
+            { { QStringLiteral("prompt"), QStringLiteral("a") }, { QStringLiteral("tokens"), 5 } }, 50));
+        const auto question = inference::Question::read({ { QStringLiteral("prompt"), QStringLiteral("a") } }, 50);
+        QVERIFY(question);
+        QCOMPARE(*inference::Question::read(question->toJson(), 50), *question);
     }
 
     void linesAreWrittenExactly()

@@ -338,6 +338,54 @@ private Q_SLOTS:
         QCOMPARE(ListReply::fromHeader({}).error().field, fields::Jobs);
     }
 
+    // Serving's messages (docs/PROTOCOL.md, "Serving"): the table's headers, read back, and refused
+    // by field.
+    void servingMessages()
+    {
+        core::inference::Question question;
+        question.prompt = "Hi";
+        question.maxTokens = 3;
+        question.temperature = 0.0;
+        question.stop = { "%" };
+        QCOMPARE(compact(AskRequest { QStringLiteral("j"), question, QStringLiteral("r1") }.toHeader()),
+            QByteArray(
+                R"({"jobId":"j","question":{"maxTokens":3,"prompt":"Hi","seed":0,"stop":["%"],"temperature":0},"requestId":"r1"})"));
+        QCOMPARE(AskRequest::fromHeader(AskRequest { QStringLiteral("j"), question, {} }.toHeader())->question, question);
+        QCOMPARE(compact(ServeRequest { QStringLiteral("a"), QStringLiteral("t1"), question }.toHeader()),
+            QByteArray(
+                R"({"assignment":"a","question":{"maxTokens":3,"prompt":"Hi","seed":0,"stop":["%"],"temperature":0},"ticket":"t1"})"));
+        QCOMPARE(compact(TokensMessage { QStringLiteral("t1"), 2, { 72, 105 } }.toHeader()),
+            QByteArray(R"({"from":2,"ticket":"t1","tokens":[72,105]})"));
+        QCOMPARE(compact(HostingMessage { QStringLiteral("a"), false, QStringLiteral("no") }.toHeader()),
+            QByteArray(R"({"assignment":"a","failure":"no","ready":false})"));
+        const auto answer = AnswerRequest::fromHeader(
+            { { QStringLiteral("ticket"), QStringLiteral("t1") }, { QStringLiteral("line"), QStringLiteral("{}") },
+                { QStringLiteral("answer"), QJsonObject { { QStringLiteral("kind"), QStringLiteral("tessera-answer") } } } });
+        QVERIFY(answer);
+        QCOMPARE(answer->line, QByteArray("{}"));
+        QVERIFY(AnswerRequest::fromHeader(
+            { { QStringLiteral("ticket"), QStringLiteral("t1") }, { QStringLiteral("failure"), QStringLiteral("x") } }));
+        QCOMPARE(AnswerRequest::fromHeader({ { QStringLiteral("ticket"), QStringLiteral("t1") } }).error().field,
+            QStringLiteral("line"));
+        // A question with a field it does not know, a token beyond a byte, no tokens, a bad request id.
+        auto header = AskRequest { QStringLiteral("j"), question, {} }.toHeader();
+        auto bad = header.value(QStringLiteral("question")).toObject();
+        bad.insert(QStringLiteral("tokens"), 5);
+        header.insert(QStringLiteral("question"), bad);
+        QVERIFY(AskRequest::fromHeader(header).error().field.startsWith(QStringLiteral("question")));
+        QCOMPARE(TokensMessage::fromHeader({ { QStringLiteral("from"), 0 }, { QStringLiteral("tokens"), QJsonArray { 256 } } })
+                     .error()
+                     .field,
+            QStringLiteral("tokens[0]"));
+        QCOMPARE(TokensMessage::fromHeader({ { QStringLiteral("from"), 0 }, { QStringLiteral("tokens"), QJsonArray {} } })
+                     .error()
+                     .field,
+            QStringLiteral("tokens"));
+        QCOMPARE(
+            AskRequest::fromHeader(AskRequest { QStringLiteral("j"), question, QStringLiteral("a b") }.toHeader()).error().field,
+            fields::RequestId);
+    }
+
     // A path in a job or a task is for its writer's machine: a broker reading a SUBMIT or QUOTE,
     // and a node reading a TASK, forget it (a hostile owner's "/dev/zero" is never opened).
     void localFileNamesDoNotCrossTheWire()
