@@ -25,18 +25,13 @@ core::Status fromJob(QJsonObject& job, const StatusOf& statusOf)
     auto status = statusOf(source);
     if (!status)
         return core::Error { QStringLiteral("model.fromJob"), status.error().message };
-    if (status->state != core::broker::JobState::Finished || status->spec.isEmpty())
-        return core::Error { QStringLiteral("model.fromJob"),
-            QStringLiteral("job %1 is %2: an inference job runs a finished job of yours")
-                .arg(source, core::broker::nameOf(status->state)) };
-    if (status->spec.value(QStringLiteral("kind")).toString() == u"inference")
-        return core::Error { QStringLiteral("model.fromJob"),
-            QStringLiteral("job %1 ran inference; it trained nothing").arg(source) };
-    auto trained = status->spec.value(QStringLiteral("model")).toObject();
-    trained.insert(QStringLiteral("initialWeights"), QJsonObject { { QStringLiteral("sha256"), status->weightsBlob.toHex() } });
-    job.insert(QStringLiteral("model"), trained);
+    status->id = source;
+    auto trained = core::broker::trainedModelOf(*status);
+    if (!trained)
+        return trained.error();
+    job.insert(QStringLiteral("model"), trained->model);
     if (!job.contains(QStringLiteral("dataset")))
-        job.insert(QStringLiteral("dataset"), status->spec.value(QStringLiteral("dataset")));
+        job.insert(QStringLiteral("dataset"), trained->dataset);
     return {};
 }
 

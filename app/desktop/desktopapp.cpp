@@ -983,6 +983,21 @@ void DesktopApp::jobsAnswered(const core::Result<QJsonObject>& reply)
     if (!jobs)
         return;
     m_dashboard->jobs().setJobs(jobs->jobs);
+    for (const auto& job : jobs->jobs) {
+        if (job.state != core::broker::JobState::Finished || !job.inference.isEmpty() || !job.full
+            || m_trainedAsked.contains(job.id))
+            continue;
+        m_trainedAsked.insert(job.id);
+        m_link.request(net::Command::Status, net::JobRequest { job.id }.toHeader())
+            .then(this, [this](const core::Result<QJsonObject>& answer) {
+                const auto status
+                    = answer ? net::StatusReply::fromHeader(*answer) : core::Result<net::StatusReply>(answer.error());
+                if (!status || !core::broker::trainedModelOf(status->job))
+                    return;
+                m_trainedJobs.insert(status->job.id, status->job);
+                m_dashboard->submitPanel().setTrainedJobs(m_trainedJobs.values());
+            });
+    }
     const QString selected = m_dashboard->selectedJob();
     for (const auto& job : jobs->jobs) {
         if (!job.inference.isEmpty())

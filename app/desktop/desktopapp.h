@@ -193,6 +193,10 @@ private:
     bool m_logBrokenShown = false; // the broken ledger log was notified
     QString m_sampled; // "job/rounds" of the text shown or being written
     QHash<QString, QString> m_inferenceJobs; // job: its inference task, for the save dialog
+    // The owner's finished training jobs with their spec (STATUS, asked once each): the models an
+    // inference job in the submit panel may run.
+    QHash<QString, core::broker::JobStatus> m_trainedJobs;
+    QSet<QString> m_trainedAsked;
 };
 
 } // namespace tessera::app

@@ -214,4 +214,19 @@ AccountRecord AccountRecord::fromJson(const QJsonObject& json)
     return record;
 }
 
+Result<TrainedModel> trainedModelOf(const JobStatus& status)
+{
+    const Error fail { QStringLiteral("model.fromJob"), {} };
+    if (status.state != JobState::Finished || status.spec.isEmpty())
+        return Error { fail.field,
+            QStringLiteral("job %1 is %2: an inference job runs a finished job of yours").arg(status.id, nameOf(status.state)) };
+    if (status.spec.value(QStringLiteral("kind")).toString() == u"inference")
+        return Error { fail.field, QStringLiteral("job %1 ran inference; it trained nothing").arg(status.id) };
+    TrainedModel trained { status.spec.value(QStringLiteral("model")).toObject(),
+        status.spec.value(QStringLiteral("dataset")).toObject() };
+    trained.model.insert(
+        QStringLiteral("initialWeights"), QJsonObject { { QStringLiteral("sha256"), status.weightsBlob.toHex() } });
+    return trained;
+}
+
 } // namespace tessera::core::broker

@@ -59,6 +59,16 @@ struct JobStatus {
     static JobStatus fromJson(const QJsonObject& json);
 };
 
+// What an inference job names for `"model": { "fromJob": ID }` (docs/JOBS.md, "Inference jobs"):
+// a finished training job's model with its final weights (initialWeights.sha256), and its
+// dataset; an error (field model.fromJob) for a job that is not finished, not the caller's (no
+// spec) or ran inference.
+struct TrainedModel {
+    QJsonObject model;
+    QJsonObject dataset;
+};
+Result<TrainedModel> trainedModelOf(const JobStatus& status);
+
 // A node as the broker knows it: its record, stake and (for itself or the operator) balance.
 struct NodeRecord {
     QString nodeId;

@@ -4,6 +4,7 @@
 
 #include <QComboBox>
 #include <QCoreApplication>
+#include <QJsonDocument>
 #include <QLineEdit>
 #include <QPromise>
 #include <QPushButton>
@@ -124,6 +125,65 @@ private Q_SLOTS:
         QVERIFY2(panel.errorText().contains(QStringLiteral("torchscript")), qPrintable(panel.errorText()));
         QTest::mouseClick(panel.submitButton(), Qt::LeftButton);
         QCOMPARE(submitted.count(), 0);
+    }
+
+    // An inference job runs one of the owner's finished training jobs (its model and final weights,
+    // as `"fromJob"` does for tessera-job): without one it names the field; with one it is a valid
+    // job of the chosen task, and a served one shows its price per token.
+    void anInferenceJobRunsAFinishedTrainingJob()
+    {
+        SubmitPanel panel;
+        panel.setEstimator([](const core::JobSpec& spec) {
+            auto q = quoteOf(spec);
+            if (spec.isInference() && spec.inference.serves())
+                q->pricePerToken = core::Credits::fromMicro(3);
+            return QtFuture::makeReadyFuture(q);
+        });
+        auto* kind = qobject_cast<QComboBox*>(panel.field(QStringLiteral("kind")));
+        kind->setCurrentIndex(kind->findData(QStringLiteral("inference")));
+        QVERIFY(!panel.spec());
+        QCOMPARE(panel.spec().error().field, QStringLiteral("model.fromJob"));
+        QVERIFY(!panel.submitButton()->isEnabled());
+        QVERIFY(!panel.field(QStringLiteral("optimizer"))->isEnabled());
+
+        core::broker::JobStatus trained;
+        trained.id = QStringLiteral("00000000000000aa");
+        trained.name = QStringLiteral("small gpt");
+        trained.state = core::broker::JobState::Finished;
+        trained.weightsBlob = core::Digest::ofBytes("weights");
+        trained.spec = QJsonDocument::fromJson(R"({ "name": "small gpt",
+            "model": { "zoo": "gpt", "layers": 1, "heads": 2, "width": 32, "context": 32 },
+            "dataset": { "builtin": "fortunes" }, "optimizer": { "kind": "adamw", "lr": 0.003 },
+            "training": { "rounds": 1, "shardsPerRound": 1, "localSteps": 10, "batchSize": 8 }, "budget": "1" })")
+                           .object();
+        auto running = trained;
+        running.id = QStringLiteral("00000000000000bb");
+        running.state = core::broker::JobState::Running; // not offered: it has no final weights
+        panel.setTrainedJobs({ trained, running });
+        auto* fromJob = qobject_cast<QComboBox*>(panel.field(QStringLiteral("fromJob")));
+        QCOMPARE(fromJob->count(), 1);
+        auto* task = qobject_cast<QComboBox*>(panel.field(QStringLiteral("task")));
+        task->setCurrentIndex(task->findData(QStringLiteral("generate")));
+        qobject_cast<QSpinBox*>(panel.field(QStringLiteral("promptCount")))->setValue(7);
+        auto spec = panel.spec();
+        QVERIFY2(spec, qPrintable(spec ? QString() : spec.error().toString()));
+        QCOMPARE(spec->inference.task, core::InferenceSpec::Task::Generate);
+        QCOMPARE(spec->inference.promptCount, 7);
+        QCOMPARE(spec->inference.promptText, QByteArray("%\n")); // "\n" written in the field is a new line
+        QCOMPARE(spec->model.initialWeightsSha256, trained.weightsBlob);
+        QCOMPARE(spec->model.width, 32);
+        QVERIFY(panel.field(QStringLiteral("prompt"))->isEnabled());
+
+        task->setCurrentIndex(task->findData(QStringLiteral("serve")));
+        QVERIFY(!panel.field(QStringLiteral("prompt"))->isEnabled());
+        spec = panel.spec();
+        QVERIFY2(spec, qPrintable(spec ? QString() : spec.error().toString()));
+        QVERIFY(spec->inference.serves());
+        QCOMPARE(spec->inference.seconds, 3600);
+        QVERIFY(QTest::qWaitFor([&] { return panel.estimateText().contains(QStringLiteral("0.000003")); }, 5000));
+        QSignalSpy submitted(&panel, &SubmitPanel::submitRequested);
+        panel.submitButton()->click();
+        QCOMPARE(submitted.size(), 1);
     }
 
     void theEstimateFollowsTheForm()

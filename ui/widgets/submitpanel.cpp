@@ -64,6 +64,15 @@ SubmitPanel::SubmitPanel(QWidget* parent)
     , m_seed(spin(0, 2'000'000'000, 42))
     , m_aggregation(new QComboBox)
     , m_determinism(new QComboBox)
+    , m_kind(new QComboBox)
+    , m_fromJob(new QComboBox)
+    , m_task(new QComboBox)
+    , m_prompt(new QLineEdit(QStringLiteral("%\\n")))
+    , m_promptCount(spin(1, 10'000'000, 100))
+    , m_maxTokens(spin(1, 4096, 100))
+    , m_temperature(number(0.0, 100.0, 0.8, 2))
+    , m_replicas(spin(1, 16, 2))
+    , m_serveMinutes(spin(1, 7 * 24 * 60, 60))
     , m_budget(new QLineEdit(QStringLiteral("100")))
     , m_verification(number(0.0, 1.0, 0.1, 2))
     , m_estimate(new QLabel)
@@ -88,6 +97,12 @@ SubmitPanel::SubmitPanel(QWidget* parent)
     m_determinism->addItem(tr("Fast: LibTorch's kernels (nodes of one CPU kind check each other)"), QStringLiteral("fast"));
     m_determinism->setToolTip(tr("Portable: Tessera's own kernels; any node verifies any other and a dispute is narrowed "
                                  "to one instruction. Fast: LibTorch's kernels; needed for TorchScript models and GPUs."));
+    m_kind->addItem(tr("Train a model"), QStringLiteral("training"));
+    m_kind->addItem(tr("Run a trained model (inference)"), QStringLiteral("inference"));
+    m_task->addItem(tr("Classify the test set"), QStringLiteral("classify"));
+    m_task->addItem(tr("Generate completions of a prompt"), QStringLiteral("generate"));
+    m_task->addItem(tr("Score the test text (perplexity)"), QStringLiteral("score"));
+    m_task->addItem(tr("Serve it: answer requests (tessera-job ask)"), QStringLiteral("serve"));
     m_error->setWordWrap(true);
     m_error->setStyleSheet(QStringLiteral("color: #b00020"));
     m_estimate->setWordWrap(true);
@@ -108,7 +123,16 @@ SubmitPanel::SubmitPanel(QWidget* parent)
     };
 
     auto* form = new QFormLayout;
+    form->addRow(tr("Job"), m_kind);
     form->addRow(tr("Name"), m_name);
+    form->addRow(tr("Trained job"), m_fromJob);
+    form->addRow(tr("Task"), m_task);
+    form->addRow(tr("Prompt (\\n: a new line)"), m_prompt);
+    form->addRow(tr("Completions"), m_promptCount);
+    form->addRow(tr("Tokens at most"), m_maxTokens);
+    form->addRow(tr("Temperature"), m_temperature);
+    form->addRow(tr("Replicas (nodes)"), m_replicas);
+    form->addRow(tr("Serve for (minutes)"), m_serveMinutes);
     form->addRow(tr("Model"), m_model);
     form->addRow(tr("Hidden layers"), m_hidden);
     auto* transformer = new QWidget;
@@ -171,14 +195,23 @@ SubmitPanel::SubmitPanel(QWidget* parent)
         { QStringLiteral("shards"), m_shards }, { QStringLiteral("steps"), m_steps }, { QStringLiteral("batch"), m_batch },
         { QStringLiteral("seed"), m_seed }, { QStringLiteral("aggregation"), m_aggregation },
         { QStringLiteral("determinism"), m_determinism }, { QStringLiteral("budget"), m_budget },
-        { QStringLiteral("verification"), m_verification } };
-    for (auto* edit : { m_name, m_hidden, m_scriptFile, m_trainFile, m_budget })
+        { QStringLiteral("verification"), m_verification }, { QStringLiteral("kind"), m_kind },
+        { QStringLiteral("fromJob"), m_fromJob }, { QStringLiteral("task"), m_task }, { QStringLiteral("prompt"), m_prompt },
+        { QStringLiteral("promptCount"), m_promptCount }, { QStringLiteral("maxTokens"), m_maxTokens },
+        { QStringLiteral("temperature"), m_temperature }, { QStringLiteral("replicas"), m_replicas },
+        { QStringLiteral("serveMinutes"), m_serveMinutes } };
+    m_trainingFields
+        = { m_model, m_hidden, transformer, m_scriptFile->parentWidget(), m_dataset, m_trainFile->parentWidget(), m_trainSamples,
+              m_optimizer, m_lr, m_momentum, m_rounds, m_shards, m_steps, m_batch, m_seed, m_aggregation, m_determinism };
+    m_inferenceFields = { m_fromJob, m_task, m_prompt, m_promptCount, m_maxTokens, m_temperature, m_replicas, m_serveMinutes };
+    for (auto* edit : { m_name, m_hidden, m_scriptFile, m_trainFile, m_budget, m_prompt })
         connect(edit, &QLineEdit::textChanged, this, &SubmitPanel::refresh);
-    for (auto* box : { m_model, m_dataset, m_optimizer, m_aggregation, m_determinism })
+    for (auto* box : { m_model, m_dataset, m_optimizer, m_aggregation, m_determinism, m_kind, m_fromJob, m_task })
         connect(box, &QComboBox::currentIndexChanged, this, &SubmitPanel::refresh);
-    for (auto* box : { m_trainSamples, m_rounds, m_shards, m_steps, m_batch, m_seed, m_layers, m_heads, m_width, m_context })
+    for (auto* box : { m_trainSamples, m_rounds, m_shards, m_steps, m_batch, m_seed, m_layers, m_heads, m_width, m_context,
+             m_promptCount, m_maxTokens, m_replicas, m_serveMinutes })
         connect(box, &QSpinBox::valueChanged, this, &SubmitPanel::refresh);
-    for (auto* box : { m_lr, m_momentum, m_verification })
+    for (auto* box : { m_lr, m_momentum, m_verification, m_temperature })
         connect(box, &QDoubleSpinBox::valueChanged, this, &SubmitPanel::refresh);
     connect(m_submit, &QPushButton::clicked, this, [this] {
         auto job = spec();
@@ -196,6 +229,60 @@ void SubmitPanel::setEstimator(Estimator estimator)
     refresh();
 }
 
+void SubmitPanel::setTrainedJobs(const QList<core::broker::JobStatus>& jobs)
+{
+    const QString chosen = m_fromJob->currentData().toString();
+    const QSignalBlocker blocker(m_fromJob);
+    m_fromJob->clear();
+    m_trained.clear();
+    for (const auto& job : jobs) {
+        if (!core::broker::trainedModelOf(job))
+            continue;
+        m_trained.insert(job.id, job);
+        m_fromJob->addItem(QStringLiteral("%1 (%2)").arg(job.name, job.id), job.id);
+    }
+    if (const int index = m_fromJob->findData(chosen); index >= 0)
+        m_fromJob->setCurrentIndex(index);
+    refresh();
+}
+
+core::Result<core::JobSpec> SubmitPanel::inferenceSpec() const
+{
+    const auto trained = m_trained.constFind(m_fromJob->currentData().toString());
+    if (trained == m_trained.constEnd())
+        return core::Error { QStringLiteral("model.fromJob"),
+            tr("pick a finished training job of yours (none has finished on this broker yet)") };
+    auto model = core::broker::trainedModelOf(*trained);
+    if (!model)
+        return model.error();
+    const QString task = m_task->currentData().toString();
+    QJsonObject inference { { QStringLiteral("task"), task } };
+    if (task == u"generate") {
+        inference.insert(QStringLiteral("prompts"),
+            QJsonObject { { QStringLiteral("text"), m_prompt->text().replace(QStringLiteral("\\n"), QStringLiteral("\n")) },
+                { QStringLiteral("count"), m_promptCount->value() } });
+        inference.insert(QStringLiteral("temperature"), m_temperature->value());
+    }
+    if (task == u"generate" || task == u"serve")
+        inference.insert(QStringLiteral("maxTokens"), m_maxTokens->value());
+    if (task == u"serve") {
+        inference.insert(QStringLiteral("replicas"), m_replicas->value());
+        inference.insert(QStringLiteral("seconds"), m_serveMinutes->value() * 60);
+    }
+    QJsonObject job { { QStringLiteral("version"), 1 }, { QStringLiteral("name"), m_name->text().trimmed() },
+        { QStringLiteral("kind"), QStringLiteral("inference") }, { QStringLiteral("model"), model->model },
+        { QStringLiteral("dataset"), model->dataset }, { QStringLiteral("inference"), inference },
+        { QStringLiteral("budget"), m_budget->text().trimmed() } };
+    if (task != u"serve") // a served answer's checks are its checkShare's (by default 5%)
+        job.insert(QStringLiteral("verification"), QJsonObject { { QStringLiteral("rate"), m_verification->value() } });
+    auto spec = core::JobSpec::fromJson(job);
+    if (!spec)
+        return spec.error();
+    if (auto valid = spec->validate(); !valid)
+        return valid.error();
+    return spec;
+}
+
 QWidget* SubmitPanel::field(const QString& name) const
 {
     return m_fields.value(name);
@@ -203,6 +290,8 @@ QWidget* SubmitPanel::field(const QString& name) const
 
 core::Result<core::JobSpec> SubmitPanel::spec() const
 {
+    if (m_kind->currentData().toString() == u"inference")
+        return inferenceSpec();
     const QString model = m_model->currentData().toString();
     QJsonObject modelJson;
     if (model == u"torchscript") {
@@ -314,17 +403,33 @@ void SubmitPanel::applyModelPreset()
 void SubmitPanel::refresh()
 {
     applyModelPreset();
+    const bool inference = m_kind->currentData().toString() == u"inference";
+    for (auto* widget : m_trainingFields)
+        widget->setEnabled(!inference);
+    for (auto* widget : m_inferenceFields)
+        widget->setEnabled(inference);
+    if (inference) {
+        const QString task = m_task->currentData().toString();
+        for (auto* widget : std::initializer_list<QWidget*> { m_prompt, m_promptCount, m_temperature })
+            widget->setEnabled(task == u"generate");
+        m_maxTokens->setEnabled(task == u"generate" || task == u"serve");
+        m_replicas->setEnabled(task == u"serve");
+        m_serveMinutes->setEnabled(task == u"serve");
+        m_verification->setEnabled(task != u"serve");
+    } else {
+        m_verification->setEnabled(true);
+    }
     const bool zoo = m_model->currentData().toString() != u"torchscript";
     const bool gpt = m_model->currentData().toString() == u"gpt";
     const bool tensors = m_dataset->currentData().toString() == u"tensors";
     for (auto* box : { m_layers, m_heads, m_width, m_context })
-        box->setEnabled(gpt);
-    m_hidden->setEnabled(zoo && !gpt);
-    m_scriptFile->parentWidget()->setEnabled(!zoo);
-    m_determinism->setEnabled(zoo); // a TorchScript model trains in fast mode
-    m_trainFile->parentWidget()->setEnabled(tensors);
-    m_trainSamples->setEnabled(tensors);
-    m_momentum->setEnabled(m_optimizer->currentData().toString() == u"sgd");
+        box->setEnabled(gpt && !inference);
+    m_hidden->setEnabled(zoo && !gpt && !inference);
+    m_scriptFile->parentWidget()->setEnabled(!zoo && !inference);
+    m_determinism->setEnabled(zoo && !inference); // a TorchScript model trains in fast mode
+    m_trainFile->parentWidget()->setEnabled(tensors && !inference);
+    m_trainSamples->setEnabled(tensors && !inference);
+    m_momentum->setEnabled(m_optimizer->currentData().toString() == u"sgd" && !inference);
 
     auto job = spec();
     if (!job) {
@@ -373,6 +478,13 @@ void SubmitPanel::showQuote(const core::JobSpec& job, const core::Result<core::Q
     }
     if (!quote) {
         m_estimate->setText(tr("Cannot price the job: %1").arg(quote.error().toString()));
+        return;
+    }
+    if (!quote->pricePerToken.isZero()) { // a served job pays as it answers
+        m_estimate->setText(tr("%1 replicas; each answer costs %2 credits a token it reads or writes (a checked answer "
+                               "twice), paid from the budget as the requests come.")
+                                .arg(quote->shards)
+                                .arg(quote->pricePerToken.toString()));
         return;
     }
     QString text = tr("%1 shards at %2 credits: training %3, verification %4 (expected), total %5, worst case %6 credits.")

@@ -1,5 +1,6 @@
 #pragma once
 
+#include <core/broker/records.h>
 #include <core/error.h>
 #include <core/jobspec.h>
 #include <core/pricing.h>
@@ -21,8 +22,10 @@ class QSpinBox;
 
 namespace tessera::ui {
 
-// The job submit panel: a zoo model or a TorchScript file, the built-in dataset or tensor files,
-// hyper-parameters, rounds / shards / steps, budget with the cost estimate, verification level.
+// The job submit panel: a training job (a zoo model or a TorchScript file, the built-in dataset or
+// tensor files, hyper-parameters, rounds / shards / steps) or an inference job that runs one of the
+// owner's finished training jobs (classify, generate, score, or serve it: docs/JOBS.md,
+// "Inference jobs"), with its budget and the cost estimate, and the verification level.
 // It builds a core::JobSpec and validates it as the broker will (errors name the field); what it
 // costs comes from the estimator the app hands in (the broker's quote), asked once the form has
 // been still for a moment and answered whenever the broker answers: an answer for a form that
@@ -42,6 +45,8 @@ public:
 
     explicit SubmitPanel(QWidget* parent = nullptr);
     void setEstimator(Estimator estimator);
+    // The owner's finished training jobs (STATUS, with their spec): what an inference job may run.
+    void setTrainedJobs(const QList<core::broker::JobStatus>& jobs);
 
     // The job the form describes, or the first thing wrong with it.
     core::Result<core::JobSpec> spec() const;
@@ -69,6 +74,7 @@ Q_SIGNALS:
 
 private:
     void price();
+    core::Result<core::JobSpec> inferenceSpec() const;
     void showQuote(const core::JobSpec& job, const core::Result<core::Quote>& quote);
 
     Estimator m_estimator;
@@ -99,6 +105,18 @@ private:
     QSpinBox* m_seed;
     QComboBox* m_aggregation;
     QComboBox* m_determinism; // portable (the default for zoo models) or fast
+    QComboBox* m_kind; // training or inference
+    QComboBox* m_fromJob; // inference: a finished training job of the owner's
+    QComboBox* m_task;
+    QLineEdit* m_prompt; // generate
+    QSpinBox* m_promptCount;
+    QSpinBox* m_maxTokens; // generate, serve
+    QDoubleSpinBox* m_temperature; // generate
+    QSpinBox* m_replicas; // serve
+    QSpinBox* m_serveMinutes;
+    QHash<QString, core::broker::JobStatus> m_trained;
+    QList<QWidget*> m_trainingFields; // off for an inference job
+    QList<QWidget*> m_inferenceFields; // off for a training job
     QLineEdit* m_budget;
     QDoubleSpinBox* m_verification;
     QLabel* m_estimate;
