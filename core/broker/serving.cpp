@@ -181,7 +181,7 @@ Result<std::optional<Assignment>> Serving::place(const QString& nodeId, const No
         auto named = blobsNamedBy(job.spec) + QList<Digest> { job.weightsBlob };
         if (auto granted = m_.store.allowRead(named, nodeId); !granted)
             return granted.error();
-        m_replicas.insert(assignment.id, { assignment.id, job.id, nodeId, false, 0, m_.clock.nowMs() });
+        m_replicas.insert(assignment.id, { assignment.id, job.id, nodeId, false, 0, m_.clock.nowMs(), ++m_placed });
         qCInfo(lcServing).noquote() << "replica" << assignment.id << "of job" << job.id << "placed on" << nodeId.left(12);
         return std::optional<Assignment>(std::move(assignment));
     }
@@ -323,7 +323,7 @@ Serving::Replica* Serving::leastLoaded(const Job& job, const QString& except)
     for (auto& replica : m_replicas) {
         if (replica.jobId != job.id || !replica.ready || replica.node == except || replica.load >= MaxAtReplica)
             continue;
-        if (!best || replica.load < best->load || (replica.load == best->load && replica.placedAt < best->placedAt))
+        if (!best || replica.load < best->load || (replica.load == best->load && replica.placed < best->placed))
             best = &replica;
     }
     return best;

@@ -122,6 +122,7 @@ private:
         bool ready = false;
         int load = 0; // tickets at it
         std::int64_t placedAt = 0;
+        std::int64_t placed = 0; // the order replicas were placed in (ties of load go to the first)
     };
     struct Ticket {
         QString id;
@@ -197,6 +198,7 @@ private:
     QHash<QString, Ticket> m_tickets; // by id
     std::vector<ServeNotice> m_notices;
     std::int64_t m_flushes = 0;
+    std::int64_t m_placed = 0;
 };
 
 } // namespace tessera::core::broker

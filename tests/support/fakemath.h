@@ -83,12 +83,20 @@ public:
     }
     int replays = 0;
     bool replayFails = false; // the job's own fault: every run of it fails
+    QByteArray refereeLine; // what the referee computes for an inference task ("": as for training)
+    QString refereeProfile = QStringLiteral("p");
     Result<Replay> replay(const ShardTask& task, std::int64_t from, const QByteArray& start, const Digest& expected,
         std::int64_t to, const QByteArray&) override
     {
         ++replays;
         if (replayFails)
             return Error { QStringLiteral("training"), QStringLiteral("loss became NaN at step 3") };
+        if (task.inference && !refereeLine.isEmpty()) { // a served answer's referee (tests/core/tst_serving)
+            Replay answer;
+            answer.weights = refereeLine + '\n';
+            answer.runtimeProfile = refereeProfile;
+            return answer;
+        }
         if (Digest::ofBytes(start) != expected || (from > 0 && start != state(task, from)))
             return Error { QStringLiteral("state"), QStringLiteral("the state does not hash to the agreed checkpoint") };
         Replay replay;
