@@ -18,9 +18,8 @@ ComputeExecutor::ComputeExecutor(compute::ComputeEnvironment environment, std::s
         const auto it = m_blobPaths.constFind(digest);
         return it == m_blobPaths.constEnd() ? std::nullopt : std::optional<QString>(*it);
     };
-    if (m_inThread)
-        m_replicas = std::make_unique<ReplicaHost>(
-            m_inThread, environment, [this](Served served) { handOver(m_served, std::move(served)); });
+    m_replicas = std::make_unique<ReplicaHost>(
+        replicaLoader(environment), [this](Served served) { handOver(m_served, std::move(served)); });
     m_thread = std::make_unique<compute::ComputeThread>(std::move(environment), m_inThread);
     QObject::connect(
         m_thread.get(), &compute::ComputeThread::shardFinished, m_thread.get(),
@@ -81,6 +80,22 @@ ComputeExecutor::ComputeExecutor(compute::ComputeEnvironment environment, std::s
             handOver(m_recreated, Recreated { key.section(u'\n', 0, 0), key.section(u'\n', 1), state, digest, error });
         },
         Qt::DirectConnection);
+}
+
+ReplicaHost::Load ComputeExecutor::replicaLoader(const compute::ComputeEnvironment& environment)
+{
+    // A replica's model loads in this process where LibTorch is (tessera-node), else in a confined
+    // worker of its own (the desktop app), started and used on the replica's thread.
+    return [this, environment](const core::ShardTask& task, const QByteArray& weights) {
+        if (m_inThread)
+            return m_inThread->host(task, weights, environment);
+        compute::sandbox::WorkerOptions options;
+        {
+            QMutexLocker lock(&m_mutex);
+            options = m_toolOptions;
+        }
+        return compute::sandbox::hostInWorker(task, weights, environment, options);
+    };
 }
 
 ComputeExecutor::~ComputeExecutor()
@@ -228,11 +243,7 @@ bool ComputeExecutor::idle() const
 void ComputeExecutor::host(
     const QString& tag, const QString& assignment, const core::ShardTask& replica, const QString& weightsPath)
 {
-    if (m_replicas)
-        m_replicas->host(tag, assignment, replica, weightsPath);
-    else
-        handOver(m_served,
-            Served { Served::Kind::Hosted, tag, assignment, {}, 0, {}, {}, QStringLiteral("this node does not serve") });
+    m_replicas->host(tag, assignment, replica, weightsPath);
 }
 
 void ComputeExecutor::ask(

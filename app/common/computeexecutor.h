@@ -38,8 +38,9 @@ public:
     // On a helper thread of its own, not the compute thread: a shard in training does not hold it up.
     void rebuild(const QString& tag, const QString& key, const QString& previousPath, const QString& changePath) override;
     QList<Rebuilt> takeRebuilt(const QString& tag) override;
-    // Serving: replicas hosted in this process (ReplicaHost), with the in-thread backend only.
-    bool canHost() const override { return m_replicas != nullptr; }
+    // Serving: replicas hosted by a ReplicaHost, in this process with the in-thread backend, else
+    // each in a confined worker.
+    bool canHost() const override { return true; }
     void host(const QString& tag, const QString& assignment, const core::ShardTask& replica, const QString& weightsPath) override;
     void ask(
         const QString& tag, const QString& assignment, const QString& ticket, const core::inference::Question& question) override;
@@ -59,6 +60,7 @@ private:
         QString assignment;
     };
     static QString keyOf(const QString& jobId, std::int64_t round, std::int64_t shard);
+    ReplicaHost::Load replicaLoader(const compute::ComputeEnvironment& environment);
     // Leaves what was made for a client (a finished shard, a recreated state, a rebuilt round) in
     // `list` and wakes the client's loop (ShardExecutor::notify).
     template<typename Output> void handOver(QList<Output>& list, Output output)

@@ -26,10 +26,8 @@ struct ReplicaHost::Replica {
     std::thread thread;
 };
 
-ReplicaHost::ReplicaHost(std::shared_ptr<compute::InThreadCompute> compute, compute::ComputeEnvironment environment,
-    std::function<void(Served)> deliver)
-    : m_compute(std::move(compute))
-    , m_environment(std::move(environment))
+ReplicaHost::ReplicaHost(Load load, std::function<void(Served)> deliver)
+    : m_load(std::move(load))
     , m_deliver(std::move(deliver))
 { }
 
@@ -124,8 +122,7 @@ void ReplicaHost::serve(const std::shared_ptr<Replica>& replica, const core::Sha
     QString failure;
     try {
         auto weights = core::readFile(weightsPath);
-        auto loaded = !weights ? core::Result<std::unique_ptr<compute::HostedModel>>(weights.error())
-                               : m_compute->host(task, *weights, m_environment);
+        auto loaded = !weights ? core::Result<std::unique_ptr<compute::HostedModel>>(weights.error()) : m_load(task, *weights);
         if (loaded)
             model = std::move(*loaded);
         else

@@ -13,15 +13,16 @@
 namespace tessera::app {
 
 // The served models' replicas a node hosts (docs/PROTOCOL.md, "Serving"), each on a thread of its
-// own with its model loaded once (compute::HostedModel, LibTorch in this process: a zoo gpt, no
-// code of the job owner's), answering its questions one at a time in the order they came. What
-// comes of them is handed to `deliver` from those threads.
+// own with its model loaded once (compute::HostedModel: LibTorch in this process, or in a confined
+// worker of the replica's own for a program without LibTorch), answering its questions one at a
+// time in the order they came. What comes of them is handed to `deliver` from those threads.
 class ReplicaHost {
 public:
     static constexpr int StreamEveryMs = 20; // tokens after the first are streamed in batches this far apart
     using Served = net::ShardExecutor::Served;
-    ReplicaHost(std::shared_ptr<compute::InThreadCompute> compute, compute::ComputeEnvironment environment,
-        std::function<void(Served)> deliver);
+    // Loads a replica's model from its serve task and the weights' bytes, on the replica's thread.
+    using Load = std::function<core::Result<std::unique_ptr<compute::HostedModel>>(const core::ShardTask&, const QByteArray&)>;
+    ReplicaHost(Load load, std::function<void(Served)> deliver);
     ~ReplicaHost(); // stops every replica and waits for their threads
 
     void host(const QString& tag, const QString& assignment, const core::ShardTask& replica, const QString& weightsPath);
@@ -35,8 +36,7 @@ private:
     static QString keyOf(const QString& tag, const QString& assignment) { return tag + u'/' + assignment; }
     void serve(const std::shared_ptr<Replica>& replica, const core::ShardTask& task, const QString& weightsPath);
 
-    std::shared_ptr<compute::InThreadCompute> m_compute;
-    compute::ComputeEnvironment m_environment;
+    Load m_load;
     std::function<void(Served)> m_deliver;
     QMutex m_mutex;
     QHash<QString, std::shared_ptr<Replica>> m_replicas;

@@ -37,6 +37,7 @@
 //     write outside DIR, start a process) and prints one line each: "NAME: allowed" or
 //     "NAME: refused (REASON)". The sandbox's own test (tst_sandbox) reads it.
 
+#include <compute/supervisor/inthread.h>
 #include <compute/supervisor/sandbox/confinement.h>
 #include <compute/supervisor/sandbox/workerprotocol.h>
 
@@ -45,6 +46,7 @@
 #include <compute/engine/shardrun.h>
 #include <compute/engine/weights.h>
 #include <core/disputequestion.h>
+#include <core/inference/question.h>
 #include <core/jobspec.h>
 #include <core/readfile.h>
 
@@ -362,6 +364,33 @@ void answer(const QString& line)
 //   finish                  result.json, weights.out, kept.out: "finished"
 //   quit (or the pipe's end)
 // Every failure answers "error MESSAGE" (on one line), and the run is over.
+// "host" and "ask" of a served model's replica: its model loaded once, then each question
+// answered with its tokens as they may be streamed.
+void serveReplica(const QString& line, const QDir& scratch, const compute::ComputeEnvironment& environment,
+    std::unique_ptr<compute::HostedModel>& hosted, const std::function<void(const QString&)>& error)
+{
+    if (line == protocol::requests::Host) {
+        hosted.reset();
+        auto task = loadTask(scratch);
+        auto weights = core::readFile(scratch.filePath(protocol::files::WeightsIn));
+        auto loaded = !task ? core::Result<std::unique_ptr<compute::HostedModel>>(task.error())
+            : !weights      ? core::Result<std::unique_ptr<compute::HostedModel>>(weights.error())
+                            : compute::inThreadCompute()->host(*task, *weights, environment);
+        if (!loaded)
+            return error(loaded.error().toString());
+        hosted = std::move(*loaded);
+        return answer(protocol::answers::Hosted);
+    }
+    auto question = core::inference::Question::read(*protocol::requests::questionOf(line), core::InferenceSpec::MaxTokens);
+    if (!hosted || !question)
+        return error(hosted ? question.error().toString() : QStringLiteral("no model is hosted"));
+    auto answered = hosted->answer(
+        *question, [](std::int64_t from, const QList<std::int64_t>& tokens) { answer(protocol::answers::tokens(from, tokens)); });
+    if (!answered)
+        return error(answered.error().toString());
+    answer(protocol::answers::answered(*answered));
+}
+
 int serve(const Arguments& arguments)
 {
     const QDir scratch(arguments.scratch);
@@ -370,11 +399,16 @@ int serve(const Arguments& arguments)
     auto error = [&](const QString& why) { answer(protocol::answers::error(reasonOf(why, arguments.memoryMiB))); };
 
     std::unique_ptr<compute::ShardRun> run;
+    std::unique_ptr<compute::HostedModel> hosted; // a served model's replica
     try {
         while (const auto command = readCommand()) {
             const QString line = QString::fromStdString(*command);
             if (line == protocol::requests::Quit)
                 return 0;
+            if (line == protocol::requests::Host || protocol::requests::questionOf(line)) {
+                serveReplica(line, scratch, environment, hosted, error);
+                continue;
+            }
             if (line == protocol::requests::Start || line == protocol::requests::Resume) {
                 run.reset();
                 // The supervisor writes each shard's task and inputs before it says start.

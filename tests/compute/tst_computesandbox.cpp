@@ -4,6 +4,11 @@
 
 #include "computetesting.h"
 
+#include <compute/supervisor/inthread.h>
+#include <core/inference/outputs.h>
+#include <core/inference/question.h>
+#include <core/smalljobs.h>
+
 using namespace tessera;
 using namespace tessera::computetests;
 
@@ -80,6 +85,57 @@ private Q_SLOTS:
         QCOMPARE(there.keptState.size(), here.keptState.size()); // it also holds the time it took
         QVERIFY(progressed >= 1);
         QVERIFY(QDir(m_scratch.path()).entryList(QDir::Dirs | QDir::NoDotAndDotDot).isEmpty()); // scratch removed
+    }
+
+    // A served model's replica in a confined worker (the desktop app's, which has no LibTorch):
+    // each answer's line and streamed tokens are those of the model in this process, and a
+    // question after the worker is gone is an error, not a hang.
+    void aReplicaHostedInAWorkerAnswersAsInProcess()
+    {
+        const auto trained = smallGpt();
+        const auto start = compute::initialWeights(trained, {});
+        QVERIFY(start);
+        QTemporaryDir dir;
+        const QString file = dir.filePath(QStringLiteral("gpt.pt"));
+        QFile out(file);
+        QVERIFY(out.open(QIODevice::WriteOnly));
+        out.write(start->bytes);
+        out.close();
+        core::InferenceSpec serve;
+        serve.task = core::InferenceSpec::Task::Serve;
+        serve.batchSize = serve.samplesPerShard = serve.threads = serve.replicas = 1;
+        serve.seconds = 60;
+        serve.maxTokens = 30;
+        const auto served = core::inferenceJobOf(trained, file, serve);
+        QVERIFY(served);
+        const auto replica = core::decomposeShard(QStringLiteral("0123456789abcdef"), *served, 0, 0, start->canonicalHash);
+        auto here = compute::inThreadCompute()->host(replica, start->bytes, {});
+        auto there = compute::sandbox::hostInWorker(replica, start->bytes, {}, workerOptions(m_scratch));
+        QVERIFY2(here && there, qPrintable(there ? QString() : there.error().toString()));
+        for (const auto temperature : { 0.0, 0.8 }) {
+            core::inference::Question question;
+            question.prompt = QByteArrayLiteral("Tell me ");
+            question.maxTokens = 30;
+            question.temperature = temperature;
+            question.seed = 4;
+            QList<std::int64_t> streamed;
+            const auto line = (*there)->answer(question, [&](std::int64_t from, const QList<std::int64_t>& tokens) {
+                QCOMPARE(from, streamed.size());
+                streamed += tokens;
+            });
+            QVERIFY2(line, qPrintable(line ? QString() : line.error().toString()));
+            QCOMPARE(*line, *(*here)->answer(question, {}));
+            QCOMPARE(streamed, core::inference::completionOf(*line)->tokens);
+        }
+        // A question it cannot read comes back as an error, and the replica answers the next.
+        core::inference::Question wrong;
+        wrong.prompt = QByteArrayLiteral("x");
+        wrong.maxTokens = 5000;
+        QVERIFY(!(*there)->answer(wrong, {}));
+        core::inference::Question fine;
+        fine.prompt = QByteArrayLiteral("x");
+        fine.maxTokens = 3;
+        QVERIFY((*there)->answer(fine, {}));
     }
 
     // What a hostile job's code would try first, tried by the worker itself once confined: each is

@@ -5,6 +5,7 @@
 
 #include <compute/supervisor/sandbox/workerprotocol.h>
 
+#include <QJsonObject>
 #include <QTest>
 
 namespace protocol = tessera::compute::sandbox::protocol;
@@ -39,6 +40,26 @@ private Q_SLOTS:
         QCOMPARE(answers::Suspended, QStringLiteral("suspended"));
         QCOMPARE(answers::Finished, QStringLiteral("finished"));
         QCOMPARE(lines::Done, QByteArray("done"));
+    }
+
+    // A served replica's requests and answers (docs/PROTOCOL.md, "Serving").
+    void aReplicasLinesReadBack()
+    {
+        using namespace protocol;
+        QCOMPARE(requests::Host, QStringLiteral("host"));
+        QCOMPARE(answers::Hosted, QStringLiteral("hosted"));
+        const QJsonObject question { { QStringLiteral("prompt"), QStringLiteral("Hi\n") } };
+        QCOMPARE(requests::ask(question), QStringLiteral(R"(ask {"prompt":"Hi\n"})"));
+        QCOMPARE(requests::questionOf(requests::ask(question)), question);
+        QVERIFY(!requests::questionOf(QStringLiteral("ask [1]")));
+        QVERIFY(!requests::questionOf(QStringLiteral("step 3")));
+        QCOMPARE(answers::tokens(4, { 72, 105 }), QStringLiteral("tokens 4 72,105"));
+        QCOMPARE(answers::tokensOf(QStringLiteral("tokens 4 72,105"))->second, QList<std::int64_t>({ 72, 105 }));
+        QVERIFY(!answers::tokensOf(QStringLiteral("tokens 4 72,x")));
+        QVERIFY(!answers::tokensOf(QStringLiteral("tokens four 1")));
+        QCOMPARE(answers::answered(R"({"index":0})"), QStringLiteral(R"(answered {"index":0})"));
+        QCOMPARE(*answers::answeredOf(QStringLiteral(R"(answered {"index":0})")), QByteArray(R"({"index":0})"));
+        QVERIFY(!answers::answeredOf(QStringLiteral("finished")));
     }
 
     void linesReadBackAndMalformedOnesAreRefused()

@@ -65,7 +65,10 @@ public:
     {
         if (m_mode == u"wrong-answer")
             m_replicas = std::make_unique<app::ReplicaHost>(
-                compute::inThreadCompute(), compute::ComputeEnvironment {}, [this](Served served) {
+                [](const core::ShardTask& task, const QByteArray& weights) {
+                    return compute::inThreadCompute()->host(task, weights, {});
+                },
+                [this](Served served) {
                     if (served.kind == Served::Kind::Answered && served.error.isEmpty())
                         served.line = wrongAnswer(served.line);
                     const QString tag = served.tag;

@@ -220,9 +220,11 @@ core::Result<std::unique_ptr<RemoteShardRun>> RemoteShardRun::open(const core::S
     return run;
 }
 
-core::Result<QString> RemoteShardRun::ask(const QString& command)
+namespace {
+
+// Writes one request line to the worker; a worker that died is an error with its reason.
+core::Status tell(Worker::Process& process, const QString& command)
 {
-    auto& process = m_worker->process();
     const QByteArray line = command.toUtf8() + '\n';
     // A worker that died closes the pipe: the write fails with EPIPE, and its SIGPIPE, which would
     // end this process, is held back and taken here instead.
@@ -241,6 +243,68 @@ core::Result<QString> RemoteShardRun::ask(const QString& command)
         process.end({});
         return core::Error { {}, process.endedWhy };
     }
+    return {};
+}
+
+// A replica's model in a worker: one question at a time, its tokens read back line by line.
+class WorkerHosted final : public HostedModel {
+public:
+    explicit WorkerHosted(std::shared_ptr<Worker> worker)
+        : m_worker(std::move(worker))
+    { }
+    core::Result<QByteArray> answer(const core::inference::Question& question, const OnTokens& onTokens) override
+    {
+        auto& process = m_worker->process();
+        if (auto told = tell(process, protocol::requests::ask(question.toJson())); !told)
+            return told.error();
+        for (;;) {
+            auto line = process.readLine();
+            if (!line)
+                return line.error();
+            if (const auto error = protocol::answers::errorOf(*line))
+                return core::Error { {}, *error };
+            if (const auto answered = protocol::answers::answeredOf(*line))
+                return *answered;
+            if (const auto tokens = protocol::answers::tokensOf(*line); tokens && onTokens)
+                onTokens(tokens->first, tokens->second);
+        }
+    }
+
+private:
+    std::shared_ptr<Worker> m_worker;
+};
+
+} // namespace
+
+core::Result<std::unique_ptr<HostedModel>> hostInWorker(const core::ShardTask& replica, const QByteArray& weights,
+    const ComputeEnvironment& environment, const WorkerOptions& options)
+{
+    auto worker = Worker::spawn(replica, environment, options);
+    if (!worker)
+        return worker.error();
+    auto& process = (*worker)->process();
+    if (!writeInputs(QDir(process.scratch->path()), replica, weights, {}))
+        return core::Error { QStringLiteral("worker"),
+            QStringLiteral("cannot write the model into the worker's scratch folder") };
+    process.budgetMs = 0; // a replica serves for as long as its job does
+    process.spentMs = 0;
+    if (auto told = tell(process, protocol::requests::Host); !told)
+        return told.error();
+    auto hosted = process.readLine();
+    if (!hosted)
+        return hosted.error();
+    if (const auto error = protocol::answers::errorOf(*hosted))
+        return core::Error { QStringLiteral("model"), *error };
+    if (*hosted != protocol::answers::Hosted)
+        return core::Error { QStringLiteral("worker"), QStringLiteral("the compute worker said %1").arg(hosted->left(200)) };
+    return std::unique_ptr<HostedModel>(std::make_unique<WorkerHosted>(std::move(*worker)));
+}
+
+core::Result<QString> RemoteShardRun::ask(const QString& command)
+{
+    auto& process = m_worker->process();
+    if (auto told = tell(process, command); !told)
+        return told.error();
     auto answer = process.readLine();
     if (!answer)
         return answer.error();

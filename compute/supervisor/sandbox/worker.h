@@ -3,6 +3,7 @@
 #include <compute/common/environment.h>
 #include <compute/common/types.h>
 #include <compute/devices/devices.h>
+#include <compute/supervisor/inthread.h>
 #include <core/benchmark.h>
 #include <core/disputequestion.h>
 #include <core/error.h>
@@ -75,6 +76,12 @@ core::Result<core::BenchmarkRecord> benchmarkInWorker(const BenchmarkOptions& be
 // compute::roundWeightsFromChange.
 core::Result<QByteArray> roundWeightsInWorker(const QByteArray& previous, const QByteArray& change, const WorkerOptions& options);
 // compute::sampleText with spec's model (a job owner's code: confined as its training is).
+// A served model's replica (docs/PROTOCOL.md, "Serving") in a confined worker of its own, for a
+// program that does not load LibTorch (the desktop app): the model is loaded there once, and each
+// answer's tokens come back over the pipe as the worker draws them. Use it from the thread that
+// made it (the worker dies with that thread); an error with field "worker" when it did not start.
+core::Result<std::unique_ptr<HostedModel>> hostInWorker(const core::ShardTask& replica, const QByteArray& weights,
+    const ComputeEnvironment& environment, const WorkerOptions& options);
 core::Result<QByteArray> sampleInWorker(const core::JobSpec& spec, const QByteArray& weights, const SampleOptions& sample,
     const ComputeEnvironment& environment, const WorkerOptions& options);
 

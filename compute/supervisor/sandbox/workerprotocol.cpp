@@ -1,5 +1,8 @@
 #include "workerprotocol.h"
 
+#include <QJsonDocument>
+#include <QStringList>
+
 #include <QList>
 
 namespace tessera::compute::sandbox::protocol {
@@ -99,5 +102,64 @@ std::optional<lines::BenchmarkProgress> lines::benchmarkOf(const QByteArray& lin
         return std::nullopt;
     return BenchmarkProgress { QString::fromUtf8(fields[1]), int(*repetition) };
 }
+
+namespace requests {
+
+QString ask(const QJsonObject& question)
+{
+    return QStringLiteral("ask ") + QString::fromUtf8(QJsonDocument(question).toJson(QJsonDocument::Compact));
+}
+
+std::optional<QJsonObject> questionOf(const QString& request)
+{
+    if (!request.startsWith(u"ask "))
+        return std::nullopt;
+    const auto document = QJsonDocument::fromJson(request.mid(4).toUtf8());
+    return document.isObject() ? std::optional<QJsonObject>(document.object()) : std::nullopt;
+}
+
+} // namespace requests
+
+namespace answers {
+
+QString tokens(std::int64_t from, const QList<std::int64_t>& tokens)
+{
+    QStringList list;
+    for (const auto token : tokens)
+        list.append(QString::number(token));
+    return QStringLiteral("tokens %1 %2").arg(from).arg(list.join(u','));
+}
+
+std::optional<std::pair<std::int64_t, QList<std::int64_t>>> tokensOf(const QString& answer)
+{
+    const auto parts = answer.split(u' ');
+    if (parts.size() != 3 || parts[0] != u"tokens")
+        return std::nullopt;
+    bool ok = false;
+    const auto from = parts[1].toLongLong(&ok);
+    if (!ok)
+        return std::nullopt;
+    QList<std::int64_t> list;
+    for (const auto& token : parts[2].split(u',')) {
+        list.append(token.toLongLong(&ok));
+        if (!ok)
+            return std::nullopt;
+    }
+    return std::pair { from, list };
+}
+
+QString answered(const QByteArray& line)
+{
+    return QStringLiteral("answered ") + QString::fromUtf8(line);
+}
+
+std::optional<QByteArray> answeredOf(const QString& answer)
+{
+    if (!answer.startsWith(u"answered "))
+        return std::nullopt;
+    return answer.mid(9).toUtf8();
+}
+
+} // namespace answers
 
 } // namespace tessera::compute::sandbox::protocol

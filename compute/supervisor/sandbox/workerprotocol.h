@@ -1,6 +1,8 @@
 #pragma once
 
 #include <QByteArray>
+#include <QJsonObject>
+#include <QList>
 #include <QString>
 
 #include <cstdint>
@@ -58,6 +60,12 @@ inline const QString Resume = QStringLiteral("resume");
 inline const QString Suspend = QStringLiteral("suspend");
 inline const QString Finish = QStringLiteral("finish");
 inline const QString Quit = QStringLiteral("quit");
+// A served model's replica (docs/PROTOCOL.md, "Serving"): "host" loads the task's model from its
+// weights ("hosted"), then "ask QUESTION" (its compact JSON) answers with "tokens FROM T1,T2,..."
+// lines as the tokens may be streamed and "answered LINE" (or "error MESSAGE").
+inline const QString Host = QStringLiteral("host");
+QString ask(const QJsonObject& question); // "ask {...}"
+std::optional<QJsonObject> questionOf(const QString& request);
 QString step(std::int64_t steps); // "step N"
 std::optional<std::int64_t> stepsOf(const QString& request); // N of "step N"
 } // namespace requests
@@ -65,6 +73,11 @@ std::optional<std::int64_t> stepsOf(const QString& request); // N of "step N"
 namespace answers {
 inline const QString Suspended = QStringLiteral("suspended");
 inline const QString Finished = QStringLiteral("finished");
+inline const QString Hosted = QStringLiteral("hosted");
+QString tokens(std::int64_t from, const QList<std::int64_t>& tokens); // "tokens FROM T1,T2,..."
+std::optional<std::pair<std::int64_t, QList<std::int64_t>>> tokensOf(const QString& answer);
+QString answered(const QByteArray& line); // "answered LINE"
+std::optional<QByteArray> answeredOf(const QString& answer);
 QString ok(std::int64_t completed);
 QString error(const QString& message); // on one line
 std::optional<QString> errorOf(const QString& answer); // MESSAGE of "error MESSAGE"
