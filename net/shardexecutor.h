@@ -120,7 +120,7 @@ public:
     {
         (void)tag, (void)assignment, (void)ticket, (void)question;
     }
-    // Stops hosting (a question being answered is finished first, off the caller's thread);
+    // Stops hosting without waiting (a question being answered ends at its next token);
     // `assignment` empty: every replica of the tag.
     virtual void unhost(const QString& tag, const QString& assignment) { (void)tag, (void)assignment; }
     virtual QList<Served> takeServed(const QString& tag) // thread-safe

@@ -86,7 +86,7 @@ ReplicaHost::Load ComputeExecutor::replicaLoader(const compute::ComputeEnvironme
 {
     // A replica's model loads in this process where LibTorch is (tessera-node), else in a confined
     // worker of its own (the desktop app), started and used on the replica's thread.
-    return [this, environment](const core::ShardTask& task, const QByteArray& weights) {
+    return [this, environment](const core::ShardTask& task, const QByteArray& weights, const std::function<bool()>& stopped) {
         if (m_inThread)
             return m_inThread->host(task, weights, environment);
         compute::sandbox::WorkerOptions options;
@@ -94,6 +94,7 @@ ReplicaHost::Load ComputeExecutor::replicaLoader(const compute::ComputeEnvironme
             QMutexLocker lock(&m_mutex);
             options = m_toolOptions;
         }
+        options.cancelled = stopped;
         return compute::sandbox::hostInWorker(task, weights, environment, options);
     };
 }

@@ -117,12 +117,22 @@ void ReplicaHost::unhost(const QString& tag, const QString& assignment)
 
 void ReplicaHost::serve(const std::shared_ptr<Replica>& replica, const core::ShardTask& task, const QString& weightsPath)
 {
+    // Said last, once the model (a worker, perhaps) is gone too: reap() then joins at once.
+    struct Done {
+        std::atomic<bool>& flag;
+        ~Done() { flag = true; }
+    } done { replica->done };
     const QString tag = replica->tag, assignment = replica->assignment;
+    auto stopped = [replica] {
+        std::lock_guard lock(replica->mutex);
+        return replica->stop;
+    };
     std::unique_ptr<compute::HostedModel> model;
     QString failure;
     try {
         auto weights = core::readFile(weightsPath);
-        auto loaded = !weights ? core::Result<std::unique_ptr<compute::HostedModel>>(weights.error()) : m_load(task, *weights);
+        auto loaded
+            = !weights ? core::Result<std::unique_ptr<compute::HostedModel>>(weights.error()) : m_load(task, *weights, stopped);
         if (loaded)
             model = std::move(*loaded);
         else
@@ -133,10 +143,6 @@ void ReplicaHost::serve(const std::shared_ptr<Replica>& replica, const core::Sha
     if (!failure.isEmpty())
         qCWarning(lcServe).noquote() << "cannot host" << assignment << ":" << failure;
     m_deliver({ Served::Kind::Hosted, tag, assignment, {}, 0, {}, {}, failure });
-    struct Done {
-        std::atomic<bool>& flag;
-        ~Done() { flag = true; }
-    } done { replica->done };
     while (model) {
         std::pair<QString, core::inference::Question> next;
         {
@@ -162,11 +168,8 @@ void ReplicaHost::serve(const std::shared_ptr<Replica>& replica, const core::Sha
         };
         try {
             auto line = model->answer(next.second, [&](std::int64_t from, const QList<std::int64_t>& tokens) {
-                {
-                    std::lock_guard lock(replica->mutex);
-                    if (replica->stop)
-                        throw std::runtime_error("the replica was stopped");
-                }
+                if (stopped())
+                    throw std::runtime_error("the replica was stopped");
                 if (pending.tokens.isEmpty())
                     pending.from = from;
                 pending.tokens.append(tokens);

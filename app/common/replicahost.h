@@ -20,8 +20,11 @@ class ReplicaHost {
 public:
     static constexpr int StreamEveryMs = 20; // tokens after the first are streamed in batches this far apart
     using Served = net::ShardExecutor::Served;
-    // Loads a replica's model from its serve task and the weights' bytes, on the replica's thread.
-    using Load = std::function<core::Result<std::unique_ptr<compute::HostedModel>>(const core::ShardTask&, const QByteArray&)>;
+    // Loads a replica's model from its serve task and the weights' bytes, on the replica's thread;
+    // `stopped` says when the replica was told to stop (a model in a worker is then killed, in
+    // its load or an answer, rather than waited for).
+    using Load = std::function<core::Result<std::unique_ptr<compute::HostedModel>>(
+        const core::ShardTask&, const QByteArray&, const std::function<bool()>& stopped)>;
     ReplicaHost(Load load, std::function<void(Served)> deliver);
     ~ReplicaHost(); // stops every replica and waits for their threads
 

@@ -746,6 +746,7 @@ Status Broker::cancel(const QString& jobId)
         return refunded;
     if (auto committed = transaction->commit(); !committed)
         return committed.error().toError();
+    m_serving->paid(jobId);
     m_scheduler.remove(jobId);
     m_serving->remove(jobId, QStringLiteral("the job was cancelled"));
     return {};
@@ -770,6 +771,7 @@ Status Broker::finishServed(const QString& jobId)
     }
     if (auto committed = transaction->commit(); !committed)
         return committed.error().toError();
+    m_serving->paid(jobId);
     m_serving->remove(jobId, QStringLiteral("the job's time is up"));
     return {};
 }
@@ -782,7 +784,8 @@ void Broker::payServed()
     if (auto paid = m_serving->flushPayments(); !paid)
         return warnIfFailed(paid);
     if (auto committed = transaction->commit(); !committed)
-        warnIfFailed(committed.error().toError());
+        return warnIfFailed(committed.error().toError());
+    m_serving->paid();
 }
 
 Status Broker::ask(const QString& jobId, const QString& caller, bool operatorCaller, const inference::Question& question,

@@ -100,8 +100,10 @@ void Serving::tick()
     }
     for (const auto& ticket : std::as_const(m_tickets)) {
         const auto job = m_jobs.constFind(ticket.jobId);
-        if (!ticket.node.isEmpty() && job != m_jobs.constEnd()
-            && now - ticket.sentAt > AnswerTimeoutMs + job->spec.inference.maxTokens * 1000 && !stuck.contains(ticket.assignment))
+        // A replica answers one request at a time: the one behind waits for the one before it.
+        const auto limit = MaxAtReplica * (AnswerTimeoutMs + ticket.question.maxTokens * 1000);
+        if (!ticket.node.isEmpty() && job != m_jobs.constEnd() && now - ticket.sentAt > limit
+            && !stuck.contains(ticket.assignment))
             stuck.append(ticket.assignment);
     }
     for (const auto& assignment : stuck) {
@@ -471,6 +473,8 @@ void Serving::firstAnswer(Job& job, Ticket& ticket, const QString& nodeId, const
             = std::mismatch(ticket.forwarded.begin(), ticket.forwarded.end(), ticket.received.begin(), ticket.received.end())
                   .first
             - ticket.forwarded.begin();
+        // An answer that parts from what another node streamed before it went is checked.
+        ticket.contradicted = ticket.contradicted || common < ticket.forwarded.size();
         forward(ticket, common);
     }
     ticket.firstNode = nodeId;
@@ -552,24 +556,40 @@ Status Serving::flushPayments(const QString& jobId)
             }
         }
     }
+    return {};
+}
+
+void Serving::paid(const QString& jobId)
+{
     for (auto& job : m_jobs) {
         if (jobId.isEmpty() || job.id == jobId) {
             job.owed.clear();
             job.owedTotal = {};
         }
     }
-    return {};
 }
 
 void Serving::closeAccounts(const QString& jobId)
 {
-    // A first answer that waited for its check was streamed whole: its node is paid for it.
+    // A first answer that waited for its check was streamed whole: its askers get it (unchecked),
+    // and its node is owed for it, once (the ticket is settled and gone).
     auto job = m_jobs.find(jobId);
     if (job == m_jobs.end())
         return;
-    for (auto& ticket : m_tickets) {
+    QStringList checking;
+    for (const auto& ticket : std::as_const(m_tickets)) {
         if (ticket.jobId == jobId && ticket.checking)
-            owe(*job, ticket.firstNode, false, costOf(*job, ticket.question, ticket.firstLine));
+            checking.append(ticket.id);
+    }
+    for (const auto& id : checking) {
+        auto ticket = m_tickets.find(id);
+        if (ticket == m_tickets.end())
+            continue;
+        job->queue.erase(std::remove(job->queue.begin(), job->queue.end(), id), job->queue.end());
+        release(*ticket);
+        const QByteArray line = ticket->firstLine;
+        const QString first = ticket->firstNode;
+        settle(*job, *ticket, line, false, { { first, true } });
     }
 }
 
@@ -661,11 +681,14 @@ void Serving::settle(Job& job, Ticket& ticket, const QByteArray& line, bool chec
     job.tokens += completion ? completion->tokens.size() : 0;
     if (!ticket.rememberAs.isEmpty()) {
         job.live.remove(ticket.rememberAs);
-        if (job.remembered.size() < MaxRemembered) {
-            auto kept = answer;
-            kept.insert(QStringLiteral("question"), ticket.question.toJson());
-            job.remembered.insert(ticket.rememberAs, kept);
+        while (job.remembered.size() >= MaxRemembered && !job.rememberedOrder.empty()) {
+            job.remembered.remove(job.rememberedOrder.front());
+            job.rememberedOrder.pop_front();
         }
+        auto kept = answer;
+        kept.insert(QStringLiteral("question"), ticket.question.toJson());
+        job.remembered.insert(ticket.rememberAs, kept);
+        job.rememberedOrder.push_back(ticket.rememberAs);
     }
     m_tickets.remove(ticket.id);
     for (const auto& assignment : wrong)

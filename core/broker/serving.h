@@ -106,12 +106,15 @@ public:
         const QJsonObject& signedAnswer, const QString& failure);
 
     std::vector<ServeNotice> takeNotices() { return std::exchange(m_notices, {}); }
-    // Pays what the answers since the last call earned (of one job, or of all): one transfer a node
-    // and kind (cause pay:JOB/served/MS/NODE, verify:JOB/served/MS/NODE). Inside the caller's
-    // transaction; the broker calls it each tick, and before a served job's refund.
+    // Pays what the answers since the last paid() earned (of one job, or of all): one transfer a
+    // node and kind (cause pay:JOB/served/MS-N/NODE, verify:JOB/served/MS-N/NODE). Inside the
+    // caller's transaction; the broker calls it each tick, and before a served job's refund. The
+    // debts stay until the caller says the transaction committed (paid()): a rolled-back one
+    // leaves them for the next flush.
     Status flushPayments(const QString& jobId = {});
-    // A job ends: first answers that waited for a check are owed to their nodes (before the last
-    // flushPayments and the refund).
+    void paid(const QString& jobId = {});
+    // A job ends: the requests whose first answer waits for its check are answered with it,
+    // unchecked, and it is owed to its node (before the last flushPayments and the refund).
     void closeAccounts(const QString& jobId);
 
 private:
@@ -154,6 +157,7 @@ private:
         QSet<QString> excluded; // nodes that could not host or answer it
         std::deque<QString> queue; // tickets waiting for a replica
         QHash<QString, QJsonObject> remembered; // owner/requestId -> answer
+        std::deque<QString> rememberedOrder; // the oldest is forgotten first
         QHash<QString, QString> live; // owner/requestId -> ticket
         std::int64_t answered = 0;
         std::int64_t checked = 0;

@@ -261,8 +261,8 @@ private Q_SLOTS:
         auto notices = s.broker->takeServeNotices();
         const auto sent = requests(notices).first();
         QCOMPARE(sent.first, QStringLiteral("a"));
-        // a never answers: after 60 s and a second a token, its replica goes, the request to b.
-        m_clock.now += 60'000 + 8'000 + 1;
+        // a never answers: after twice 60 s and a second a token, its replica goes, the request to b.
+        m_clock.now += 2 * (60'000 + 4'000) + 1;
         s.broker->tick();
         notices = s.broker->takeServeNotices();
         bool unhosted = false;
@@ -282,6 +282,42 @@ private Q_SLOTS:
         for (const auto& notice : s.broker->takeServeNotices())
             unhosted = unhosted || (notice.kind == ServeNotice::Kind::Unhost && notice.node == u"c");
         QVERIFY(unhosted);
+    }
+
+    // A job that ends while an answer waits for its check: its client gets the answer (unchecked),
+    // its node is paid once for it, the checker's late answer is stale, the rest of the escrow
+    // goes back, and the books balance.
+    void aJobThatEndsMidCheckAnswersAndPaysOnce()
+    {
+        auto s = served(1.0);
+        QVERIFY(s.broker->ask(s.jobId, QStringLiteral("local"), true, question(QStringLiteral("q")), {}, 1));
+        auto notices = s.broker->takeServeNotices();
+        const auto first = requests(notices).first();
+        QVERIFY(answer(*s.broker, first.first, s.replicaOf[first.first], s.jobId, first.second, lineOf({ 1, 2, 3, 4 })));
+        notices = s.broker->takeServeNotices();
+        const auto check = requests(notices).first();
+        QVERIFY(check.first != first.first);
+        QVERIFY(s.broker->cancel(s.jobId));
+        int answers = 0;
+        for (const auto& notice : s.broker->takeServeNotices()) {
+            if (notice.kind == ServeNotice::Kind::Answer) {
+                ++answers;
+                QVERIFY(!notice.answer.value(QStringLiteral("checked")).toBool());
+            }
+            QVERIFY(notice.kind != ServeNotice::Kind::Refuse);
+        }
+        QCOMPARE(answers, 1);
+        QCOMPARE(
+            answer(*s.broker, check.first, s.replicaOf[check.first], s.jobId, check.second, lineOf({ 1, 2, 3, 4 })).error().field,
+            QStringLiteral("ticket"));
+        auto paid = s.broker->ledger().history(QStringLiteral("balance:") + first.first);
+        QVERIFY(paid);
+        int payments = 0;
+        for (const auto& transfer : *paid)
+            payments += transfer.cause.startsWith(QStringLiteral("pay:")) ? 1 : 0;
+        QCOMPARE(payments, 1);
+        QCOMPARE(s.broker->status(s.jobId)->escrow, Credits {});
+        QVERIFY(s.broker->ledger().checkInvariants());
     }
 
     void aCheckedAnswerThatDiffersIsRefereedAndTheLiarSlashed()

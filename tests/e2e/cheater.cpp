@@ -65,7 +65,7 @@ public:
     {
         if (m_mode == u"wrong-answer")
             m_replicas = std::make_unique<app::ReplicaHost>(
-                [](const core::ShardTask& task, const QByteArray& weights) {
+                [](const core::ShardTask& task, const QByteArray& weights, const std::function<bool()>&) {
                     return compute::inThreadCompute()->host(task, weights, {});
                 },
                 [this](Served served) {

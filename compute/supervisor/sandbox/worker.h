@@ -80,6 +80,8 @@ core::Result<QByteArray> roundWeightsInWorker(const QByteArray& previous, const 
 // program that does not load LibTorch (the desktop app): the model is loaded there once, and each
 // answer's tokens come back over the pipe as the worker draws them. Use it from the thread that
 // made it (the worker dies with that thread); an error with field "worker" when it did not start.
+// options.cancelled is asked every 100 ms while it loads or answers: true kills the worker (the
+// call and every later one fail).
 core::Result<std::unique_ptr<HostedModel>> hostInWorker(const core::ShardTask& replica, const QByteArray& weights,
     const ComputeEnvironment& environment, const WorkerOptions& options);
 core::Result<QByteArray> sampleInWorker(const core::JobSpec& spec, const QByteArray& weights, const SampleOptions& sample,
