@@ -1,6 +1,8 @@
 // libFuzzer target: the wire protocol's decoder (net::decode) on arbitrary frames. The input is
-// split into frames at each 0xFF 0x00 pair; whatever comes, decode returns a message or an error.
+// split into frames at each 0xFF 0x00 pair; whatever comes, decode returns a message or an error,
+// and a serving message's header is read as its typed request (docs/PROTOCOL.md, "Serving").
 
+#include <net/messages.h>
 #include <net/protocol.h>
 
 #include <QByteArray>
@@ -27,6 +29,26 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     if (message) {
         // What decodes must encode again.
         (void)tessera::net::encode(*message);
+        using tessera::net::Command;
+        switch (message->command) {
+        case Command::Ask:
+            (void)tessera::net::AskRequest::fromHeader(message->header);
+            break;
+        case Command::Request:
+            (void)tessera::net::ServeRequest::fromHeader(message->header);
+            break;
+        case Command::Tokens:
+            (void)tessera::net::TokensMessage::fromHeader(message->header);
+            break;
+        case Command::Answer:
+            (void)tessera::net::AnswerRequest::fromHeader(message->header);
+            break;
+        case Command::Hosting:
+            (void)tessera::net::HostingMessage::fromHeader(message->header);
+            break;
+        default:
+            break;
+        }
     }
     return 0;
 }
