@@ -958,6 +958,15 @@ std::optional<net::CurveKeys> DesktopApp::identityKeys() const
 void DesktopApp::aimLink()
 {
     const auto list = brokers();
+    // Another broker (or none): the finished jobs the submit panel offers were the last one's.
+    const QString endpoint = list.isEmpty() ? QString() : list.first().endpoint;
+    if (endpoint != m_trainedFrom) {
+        m_trainedFrom = endpoint;
+        m_trainedJobs.clear();
+        m_trainedAsked.clear();
+        if (m_dashboard) // (not made yet when the app first aims its link)
+            m_dashboard->submitPanel().setTrainedJobs({});
+    }
     m_link.setBroker(list.isEmpty() ? std::nullopt : std::optional<net::BrokerAddress>(list.first()), identityKeys());
 }
 

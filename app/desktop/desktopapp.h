@@ -197,6 +197,7 @@ private:
     // inference job in the submit panel may run.
     QHash<QString, core::broker::JobStatus> m_trainedJobs;
     QSet<QString> m_trainedAsked;
+    QString m_trainedFrom; // the broker they are of
 };
 
 } // namespace tessera::app

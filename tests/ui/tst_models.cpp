@@ -177,6 +177,15 @@ private Q_SLOTS:
         labelling.insert(QStringLiteral("inference"), QStringLiteral("generate"));
         model.setJobs({ core::broker::JobStatus::fromJson(labelling) });
         QVERIFY(model.data(model.index(0, int(JobsModel::Column::Accuracy))).toString().isEmpty());
+        // A served job: its replicas up and its answers.
+        QJsonObject serving { { QStringLiteral("jobId"), QStringLiteral("j3") },
+            { QStringLiteral("name"), QStringLiteral("ask") }, { QStringLiteral("state"), QStringLiteral("running") },
+            { QStringLiteral("inference"), QStringLiteral("serve") }, { QStringLiteral("shards"), 2 },
+            { QStringLiteral("serving"),
+                QJsonObject { { QStringLiteral("replicas"), 1 }, { QStringLiteral("answered"), 12 } } } };
+        model.setJobs({ core::broker::JobStatus::fromJson(serving) });
+        QCOMPARE(model.data(model.index(0, int(JobsModel::Column::Progress))).toString(),
+            QStringLiteral("1 / 2 replicas, 12 answered"));
     }
 
     void logKeepsItsNewestEntries()

@@ -171,11 +171,17 @@ void JobsModel::setJobs(const QList<core::broker::JobStatus>& jobs)
         row.key = job.id;
         // An inference job's progress is its shards, and it has a figure once finished (classify:
         // the accuracy against the labels; score: the perplexity); generate has none.
+        // A served job's is its replicas up and the requests it answered.
         const bool inference = !job.inference.isEmpty();
         const bool figure = !job.history.isEmpty() && job.inference != u"generate";
-        row.cells = { job.name, core::broker::nameOf(job.state),
-            inference ? QStringLiteral("%1 / %2 shards").arg(QString::number(job.shardsDone), QString::number(job.shards))
-                      : QStringLiteral("%1 / %2 rounds").arg(QString::number(job.round), QString::number(job.rounds)),
+        const auto& serving = job.serving;
+        const QString progress = job.inference == u"serve" ? QStringLiteral("%1 / %2 replicas, %3 answered")
+                                                                 .arg(serving.value(QStringLiteral("replicas")).toInteger())
+                                                                 .arg(job.shards)
+                                                                 .arg(serving.value(QStringLiteral("answered")).toInteger())
+            : inference ? QStringLiteral("%1 / %2 shards").arg(QString::number(job.shardsDone), QString::number(job.shards))
+                        : QStringLiteral("%1 / %2 rounds").arg(QString::number(job.round), QString::number(job.rounds));
+        row.cells = { job.name, core::broker::nameOf(job.state), progress,
             !figure                 ? QString()
                 : job.languageModel ? QStringLiteral("perplexity %1").arg(std::exp(job.history.last().testLoss), 0, 'f', 2)
                                     : QStringLiteral("%1%").arg(job.history.last().testAccuracy * 100.0, 0, 'f', 2),
