@@ -183,7 +183,13 @@ void DesktopApp::connectDashboard()
             });
     });
     connect(&dashboard, &ui::Dashboard::saveModel, this, [this](const QString& jobId) {
-        // An inference job's result is its lines (JOBS.md, "Inference jobs"), not weights.
+        // An inference job's result is its lines (JOBS.md, "Inference jobs"), not weights; a served
+        // job has none (its answers went to those who asked).
+        if (m_inferenceJobs.value(jobId) == u"serve") {
+            note(QStringLiteral("info"), QStringLiteral("jobs"),
+                QStringLiteral("job %1 is a served job: it has no results to save").arg(jobId));
+            return;
+        }
         const bool lines = m_inferenceJobs.contains(jobId);
         const auto path = lines ? QFileDialog::getSaveFileName(m_dashboard.get(), tr("Save the results"),
                               QDir::home().filePath(jobId + QStringLiteral(".jsonl")), tr("JSON lines (*.jsonl)"))
@@ -1017,7 +1023,11 @@ void DesktopApp::jobsAnswered(const core::Result<QJsonObject>& reply)
         for (const auto& round : job.history)
             points.append({ int(round.round), round.testAccuracy, round.testLoss });
         m_dashboard->setJobRounds(selected, points, job.languageModel);
-        if (!job.inference.isEmpty() && job.state == core::broker::JobState::Finished)
+        if (job.inference == u"serve")
+            m_dashboard->setJobSample(tr("A served model: it answers requests as they come (tessera-job ask %1); nothing "
+                                         "to save")
+                                          .arg(job.id));
+        else if (!job.inference.isEmpty() && job.state == core::broker::JobState::Finished)
             showOutputs(selected, job.inference);
         else if (!job.inference.isEmpty())
             m_dashboard->setJobSample(

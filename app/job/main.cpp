@@ -364,6 +364,10 @@ int fetch(Context& context)
         return exit;
     const auto spec = core::JobSpec::fromJson(reply->job.spec);
     const bool inference = spec && spec->isInference();
+    if (inference && spec->inference.serves())
+        return fail(QStringLiteral("job %1 is a served job: its answers went to those who asked (tessera-job ask); it has no "
+                                   "result to fetch")
+                        .arg(jobId));
     if (inference && reply->job.state != core::broker::JobState::Finished)
         return fail(QStringLiteral("job %1 is %2 (%3 of %4 shards done): its result comes when it has finished")
                         .arg(jobId, core::broker::nameOf(reply->job.state), QString::number(reply->job.shardsDone),

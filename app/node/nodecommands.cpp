@@ -699,6 +699,10 @@ int inferLocal(const QStringList& args, const compute::ComputeEnvironment& envir
     if (!spec->isInference())
         return fail(
             QStringLiteral("%1 is a training job: tessera-node train-local runs it").arg(parser.positionalArguments().first()));
+    if (spec->inference.serves())
+        return fail(QStringLiteral("%1 is a served job: it answers requests (tessera-job ask), one at a time; infer-local runs a "
+                                   "generate job of one prompt to give a served answer's tokens")
+                        .arg(parser.positionalArguments().first()));
     auto weights = compute::initialWeights(*spec, environment);
     if (!weights)
         return fail(weights.error().toString());

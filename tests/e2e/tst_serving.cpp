@@ -260,6 +260,16 @@ private Q_SLOTS:
         QTest::qWait(1500); // a payment for it would be made within a second
         QVERIFY(std::abs(escrow() - (budget.toDouble() - paid)) < 1e-6);
         QVERIFY(m_cluster->ledgerConsistent());
+        // tessera-job ask gives the same answer, streamed, and a served job has no result to fetch.
+        const auto asked = m_cluster->job({ QStringLiteral("ask"), jobId, QStringLiteral("--prompt"),
+            QStringLiteral("Fortune 7: "), QStringLiteral("--tokens"), QStringLiteral("24"), QStringLiteral("--temperature"),
+            QStringLiteral("0"), QStringLiteral("--stop"), QStringLiteral("%\n"), QStringLiteral("--json") });
+        QVERIFY2(asked.exitCode == 0, qPrintable(asked.output));
+        QCOMPARE(tokensOf(QJsonDocument::fromJson(asked.standardOutput.toUtf8()).object()), tokensOf(local[7]));
+        const auto fetch
+            = m_cluster->job({ QStringLiteral("fetch"), jobId, QStringLiteral("-o"), m_dir.filePath(QStringLiteral("x")) });
+        QVERIFY(fetch.exitCode != 0);
+        QVERIFY2(fetch.output.contains(QStringLiteral("served job")), qPrintable(fetch.output));
         QCOMPARE(m_cluster->job({ QStringLiteral("cancel"), jobId }).exitCode, 0);
     }
 
