@@ -46,6 +46,7 @@ public:
         const QString& tag, const QString& assignment, const QString& ticket, const core::inference::Question& question) override;
     void unhost(const QString& tag, const QString& assignment) override;
     QList<Served> takeServed(const QString& tag) override;
+    QList<ReplicaHost::Summary> hosted() { return m_replicas->summaries(); }
     bool idle() const override;
     // Drops every shard handed to the compute thread and forgets them (contributing switched off).
     void cancelAll();

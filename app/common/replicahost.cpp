@@ -23,6 +23,9 @@ struct ReplicaHost::Replica {
     std::deque<std::pair<QString, core::inference::Question>> questions;
     bool stop = false;
     std::atomic<bool> done { false }; // its thread has returned: joined at once
+    QString jobId;
+    std::atomic<std::int64_t> answered { 0 };
+    std::atomic<std::int64_t> tokens { 0 };
     std::thread thread;
 };
 
@@ -57,6 +60,7 @@ void ReplicaHost::host(const QString& tag, const QString& assignment, const core
     auto hosted = std::make_shared<Replica>();
     hosted->tag = tag;
     hosted->assignment = assignment;
+    hosted->jobId = replica.jobId;
     {
         QMutexLocker lock(&m_mutex);
         reap();
@@ -65,6 +69,15 @@ void ReplicaHost::host(const QString& tag, const QString& assignment, const core
         m_replicas.insert(keyOf(tag, assignment), hosted);
     }
     hosted->thread = std::thread([this, hosted, replica, weightsPath] { serve(hosted, replica, weightsPath); });
+}
+
+QList<ReplicaHost::Summary> ReplicaHost::summaries()
+{
+    QMutexLocker lock(&m_mutex);
+    QList<Summary> all;
+    for (const auto& replica : std::as_const(m_replicas))
+        all.append({ replica->jobId, replica->answered, replica->tokens });
+    return all;
 }
 
 void ReplicaHost::ask(
@@ -177,9 +190,11 @@ void ReplicaHost::serve(const std::shared_ptr<Replica>& replica, const core::Sha
                     flush();
             });
             // What is left goes with the answer: its line has every token, and the broker streams them.
-            if (line)
+            if (line) {
                 answered.line = std::move(*line);
-            else
+                ++replica->answered;
+                replica->tokens += pending.from + pending.tokens.size();
+            } else
                 answered.error = line.error().toString();
         } catch (const std::exception& caught) {
             answered.error = QStringLiteral("internal error: %1").arg(QString::fromUtf8(caught.what()));

@@ -34,6 +34,14 @@ public:
     // at its next token, and its thread is joined later.
     void unhost(const QString& tag, const QString& assignment);
 
+    // What each hosted replica did so far (the app's Overview): its job, answers and tokens.
+    struct Summary {
+        QString jobId;
+        std::int64_t answered = 0;
+        std::int64_t tokens = 0;
+    };
+    QList<Summary> summaries();
+
 private:
     struct Replica;
     static QString keyOf(const QString& tag, const QString& assignment) { return tag + u'/' + assignment; }

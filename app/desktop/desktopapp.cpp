@@ -879,6 +879,8 @@ ui::Overview DesktopApp::overviewOf(const QList<net::BrokerAddress>& list, const
                  "starts by itself. Meanwhile you may join another network, or submit a job from Jobs.");
     }
     describeShard(overview);
+    if (const auto serving = servingLine(); m_progress && !serving.isEmpty())
+        overview.shard += QStringLiteral("; ") + serving; // a replica serves beside the shard
     return overview;
 }
 
@@ -912,10 +914,23 @@ QStringList DesktopApp::deviceLines() const
     return lines;
 }
 
+QString DesktopApp::servingLine() const
+{
+    // Served models this node hosts (docs/JOBS.md, "Served models").
+    QStringList serving;
+    if (m_contributor) {
+        for (const auto& replica : m_contributor->executor().hosted())
+            serving.append(tr("serving job %1's model: %2 answered, %3 tokens")
+                               .arg(replica.jobId, QString::number(replica.answered), QString::number(replica.tokens)));
+    }
+    return serving.join(QStringLiteral("; "));
+}
+
 void DesktopApp::describeShard(ui::Overview& overview) const
 {
+    const QString serving = servingLine();
     if (!m_progress) {
-        overview.shard = tr("none");
+        overview.shard = serving.isEmpty() ? tr("none") : serving;
         overview.pauseCost.clear();
         return;
     }

@@ -110,6 +110,7 @@ private:
     ui::Overview overviewOf(const QList<net::BrokerAddress>& list, const Earned& earned) const;
     QStringList deviceLines() const;
     void describeShard(ui::Overview& overview) const;
+    QString servingLine() const; // the served models this node hosts, for the Overview
     QList<net::BrokerAddress> brokers() const;
     void writeAutostart(bool on);
     void runBenchmark();
