@@ -320,6 +320,72 @@ private Q_SLOTS:
         QVERIFY(s.broker->ledger().checkInvariants());
     }
 
+    // A referee of another runtime profile than the replicas' may part from an honest node's
+    // tokens: it rules on nothing, nobody is slashed, and the first answer goes out unchecked.
+    void aRefereeOfAnotherProfileSlashesNobody()
+    {
+        auto s = served(1.0);
+        m_math.refereeLine = lineOf({ 1, 2, 3, 4 });
+        m_math.refereeProfile = QStringLiteral("another");
+        QVERIFY(s.broker->ask(s.jobId, QStringLiteral("local"), true, question(QStringLiteral("q")), {}, 1));
+        auto notices = s.broker->takeServeNotices();
+        const auto first = requests(notices).first();
+        QVERIFY(answer(*s.broker, first.first, s.replicaOf[first.first], s.jobId, first.second, lineOf({ 1, 2, 3, 5 })));
+        notices = s.broker->takeServeNotices();
+        const auto check = requests(notices).first();
+        QVERIFY(answer(*s.broker, check.first, s.replicaOf[check.first], s.jobId, check.second, lineOf({ 1, 2, 3, 4 })));
+        bool told = false;
+        for (const auto& notice : s.broker->takeServeNotices()) {
+            if (notice.kind == ServeNotice::Kind::Answer) {
+                told = true;
+                QVERIFY(!notice.answer.value(QStringLiteral("checked")).toBool());
+            }
+        }
+        QVERIFY(told);
+        for (const auto* id : { "a", "b" }) {
+            const auto account = s.broker->account(QString::fromLatin1(id));
+            QVERIFY(account);
+            QCOMPARE(account->value(QStringLiteral("stake")).toString(),
+                s.broker->account(QStringLiteral("a"))->value(QStringLiteral("stake")).toString());
+        }
+        QVERIFY(s.broker->assign(QStringLiteral("a"))); // neither lost its stake
+        m_math.refereeLine.clear();
+        m_math.refereeProfile = QStringLiteral("p");
+    }
+
+    // What one owner or node can hold of a broker's memory is bounded: requests waiting for a job,
+    // repeats of one live request id, replicas on one node.
+    void theBrokersServingStateIsBounded()
+    {
+        auto s = served(0.0, QStringLiteral("1000"));
+        int accepted = 0;
+        for (int i = 0; i < Serving::MaxQueued + 2 * Serving::MaxAtReplica + 5; ++i)
+            accepted += s.broker->ask(s.jobId, QStringLiteral("local"), true, question(QStringLiteral("q")), {}, i + 1) ? 1 : 0;
+        QCOMPARE(accepted, int(Serving::MaxQueued) + 2 * Serving::MaxAtReplica);
+        QCOMPARE(s.broker->ask(s.jobId, QStringLiteral("local"), true, question(QStringLiteral("q")), {}, 99'999).error().field,
+            QStringLiteral("jobId"));
+
+        auto t = served();
+        int joined = 0;
+        for (int i = 0; i < Serving::MaxAskersPerTicket + 3; ++i)
+            joined += t.broker->ask(
+                          t.jobId, QStringLiteral("local"), true, question(QStringLiteral("q")), QStringLiteral("r"), i + 1)
+                ? 1
+                : 0;
+        QCOMPARE(joined, int(Serving::MaxAskersPerTicket));
+
+        // a hosts a replica of t's job; of two more jobs it takes one, and no third.
+        for (int k = 0; k < 2; ++k)
+            QVERIFY(t.broker->submit(servedJob(0.0)));
+        int placed = 0;
+        for (int k = 0; k < 3; ++k) {
+            auto replica = t.broker->assign(QStringLiteral("a"));
+            placed
+                += replica && replica->has_value() && (*replica)->task.inference && (*replica)->task.inference->serves() ? 1 : 0;
+        }
+        QCOMPARE(placed, Serving::MaxReplicasPerNode - 1);
+    }
+
     void aCheckedAnswerThatDiffersIsRefereedAndTheLiarSlashed()
     {
         auto s = served(1.0);
