@@ -5,6 +5,7 @@
 // loop does not: it writes and hashes a line per input, draws each token with its prompt's seed,
 // checks its own lines, and keeps everything for its commitment.
 
+#include "benchgpt.h"
 #include "record.h"
 
 #include <compute/engine/detail/datasets.h>
@@ -150,22 +151,10 @@ void classify(const QTemporaryDir& dir, const core::JobSpec& trained, const char
 
 void generate(const QTemporaryDir& dir)
 {
-    auto trained = core::smallMlpJob(QStringLiteral("bench gpt"));
-    trained.model = core::ModelSpec {};
-    trained.model.zoo = QStringLiteral("gpt");
-    trained.model.layers = 4;
-    trained.model.heads = 4;
-    trained.model.width = 160;
-    trained.model.context = 128;
-    trained.dataset.builtin = QStringLiteral("fortunes");
-    auto initial = compute::initialWeights(trained, {});
-    if (!initial)
-        qFatal("%s", qPrintable(initial.error().toString()));
-    const QString file = dir.filePath(QStringLiteral("gpt.pt"));
-    QFile out(file);
-    out.open(QIODevice::WriteOnly);
-    out.write(initial->bytes);
-    out.close();
+    const auto gpt = bench::fortunesSizedGpt(dir);
+    const auto& trained = gpt.trained;
+    const auto& initial = gpt.initial;
+    const QString& file = gpt.file;
     constexpr std::int64_t Prompts = 8, Tokens = 120;
     core::InferenceSpec inference;
     inference.task = core::InferenceSpec::Task::Generate;
@@ -176,15 +165,15 @@ void generate(const QTemporaryDir& dir)
     inference.maxTokens = Tokens;
     inference.temperature = 0.0; // greedy, as the bare loop: no stop sequence, every completion full length
     const auto spec = inferenceJob(trained, file, inference);
-    const auto task = core::decomposeShard(QStringLiteral("0123456789abcdef"), spec, 0, 0, initial->canonicalHash);
+    const auto task = core::decomposeShard(QStringLiteral("0123456789abcdef"), spec, 0, 0, initial.canonicalHash);
     auto model = compute::detail::buildModel(spec.model, { 128 }, 256, 1, {});
-    auto tensors = compute::detail::unpickleTensors(initial->bytes, QStringLiteral("weights"));
+    auto tensors = compute::detail::unpickleTensors(initial.bytes, QStringLiteral("weights"));
     (void)(*model)->loadState(compute::detail::modelPart(*tensors));
     (*model)->setTraining(false);
     at::set_num_threads(1);
     std::vector<double> ours, bare, uncached;
     for (int i = 0; i < 5; ++i) {
-        ours.push_back(node(task, initial->bytes, Tokens));
+        ours.push_back(node(task, initial.bytes, Tokens));
         bare.push_back(bareGenerate(**model, Prompts, Tokens));
         uncached.push_back(bareGenerateWithoutCache(**model, Prompts, Tokens));
     }

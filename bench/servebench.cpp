@@ -10,6 +10,7 @@
 //
 // Usage: tessera-bench-serve BIN_DIR (where tessera-broker and tessera-node are)
 
+#include "benchgpt.h"
 #include "record.h"
 
 #include <compute/engine/weights.h>
@@ -326,22 +327,10 @@ int main(int argc, char* argv[])
     }
     const QString bin = QString::fromLocal8Bit(argv[1]);
     QTemporaryDir dir;
-    auto trained = core::smallMlpJob(QStringLiteral("bench gpt"));
-    trained.model = core::ModelSpec {};
-    trained.model.zoo = QStringLiteral("gpt");
-    trained.model.layers = 4;
-    trained.model.heads = 4;
-    trained.model.width = 160;
-    trained.model.context = 128;
-    trained.dataset.builtin = QStringLiteral("fortunes");
-    auto initial = compute::initialWeights(trained, {});
-    if (!initial)
-        qFatal("%s", qPrintable(initial.error().toString()));
-    const QString file = dir.filePath(QStringLiteral("gpt.pt"));
-    QFile out(file);
-    out.open(QIODevice::WriteOnly);
-    out.write(initial->bytes);
-    out.close();
+    const auto gpt = bench::fortunesSizedGpt(dir);
+    const auto& trained = gpt.trained;
+    const auto& initial = gpt.initial;
+    const QString& file = gpt.file;
     core::InferenceSpec serve;
     serve.task = core::InferenceSpec::Task::Serve;
     serve.batchSize = serve.samplesPerShard = serve.threads = serve.replicas = 1;
@@ -352,11 +341,11 @@ int main(int argc, char* argv[])
     if (!served)
         qFatal("not a valid served job");
     served->budget = *core::Credits::fromCredits(1000);
-    const auto replica = core::decomposeShard(QStringLiteral("0123456789abcdef"), *served, 0, 0, initial->canonicalHash);
+    const auto replica = core::decomposeShard(QStringLiteral("0123456789abcdef"), *served, 0, 0, initial.canonicalHash);
 
-    const auto mine = local(replica, initial->bytes);
-    const auto one = network(bin, 1, *served, initial->bytes);
-    const auto two = network(bin, 2, *served, initial->bytes);
+    const auto mine = local(replica, initial.bytes);
+    const auto one = network(bin, 1, *served, initial.bytes);
+    const auto two = network(bin, 2, *served, initial.bytes);
     const double scaling = two.requestsPerSecond / one.requestsPerSecond;
     const double extraMs = one.firstTokenMs - mine.firstTokenMs;
     std::printf(

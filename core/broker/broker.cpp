@@ -737,13 +737,8 @@ Status Broker::cancel(const QString& jobId)
     auto transaction = m_store->begin();
     if (!transaction)
         return transaction.error();
-    if (auto cancelled = m_store->endJob(jobId, JobState::Cancelled); !cancelled)
-        return cancelled;
-    m_serving->closeAccounts(jobId);
-    if (auto paid = m_serving->flushPayments(jobId); !paid)
-        return paid;
-    if (auto refunded = refund(jobId); !refunded)
-        return refunded;
+    if (auto ended = endAndRefund(jobId, JobState::Cancelled); !ended)
+        return ended;
     if (auto committed = transaction->commit(); !committed)
         return committed.error().toError();
     m_serving->paid(jobId);
@@ -761,13 +756,8 @@ Status Broker::finishServed(const QString& jobId)
     if (!transaction)
         return transaction.error();
     if (job->state == JobState::Running) {
-        if (auto finished = m_store->endJob(jobId, JobState::Finished); !finished)
-            return finished;
-        m_serving->closeAccounts(jobId);
-        if (auto paid = m_serving->flushPayments(jobId); !paid)
-            return paid;
-        if (auto refunded = refund(jobId); !refunded)
-            return refunded;
+        if (auto ended = endAndRefund(jobId, JobState::Finished); !ended)
+            return ended;
     }
     if (auto committed = transaction->commit(); !committed)
         return committed.error().toError();
@@ -776,8 +766,21 @@ Status Broker::finishServed(const QString& jobId)
     return {};
 }
 
+Status Broker::endAndRefund(const QString& jobId, JobState state)
+{
+    if (auto ended = m_store->endJob(jobId, state); !ended)
+        return ended;
+    // A served job's answers are paid before what is left goes back (no-ops for other jobs).
+    m_serving->closeAccounts(jobId);
+    if (auto paid = m_serving->flushPayments(jobId); !paid)
+        return paid;
+    return refund(jobId);
+}
+
 void Broker::payServed()
 {
+    if (!m_serving->owes())
+        return; // no transaction a second for nothing
     auto transaction = m_store->begin();
     if (!transaction)
         return warnIfFailed(transaction.error());

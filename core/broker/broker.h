@@ -308,6 +308,9 @@ private:
     Status finishServed(const QString& jobId);
     // What served answers earned since the last tick, paid in one transaction.
     void payServed();
+    // Ends a running job in `state` (cancelled, or a served job's time up): its served answers paid,
+    // the rest of its escrow back to its owner. Inside the caller's transaction.
+    Status endAndRefund(const QString& jobId, JobState state);
     // What is left of the job's escrow goes back to its owner; open checks are called off. Inside
     // the caller's transaction.
     Status refund(const QString& jobId);

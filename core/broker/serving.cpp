@@ -559,6 +559,11 @@ Status Serving::flushPayments(const QString& jobId)
     return {};
 }
 
+bool Serving::owes() const
+{
+    return std::any_of(m_jobs.begin(), m_jobs.end(), [](const Job& job) { return !job.owed.isEmpty(); });
+}
+
 void Serving::paid(const QString& jobId)
 {
     for (auto& job : m_jobs) {

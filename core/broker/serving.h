@@ -113,6 +113,7 @@ public:
     // leaves them for the next flush.
     Status flushPayments(const QString& jobId = {});
     void paid(const QString& jobId = {});
+    bool owes() const; // whether any job owes its nodes for answers
     // A job ends: the requests whose first answer waits for its check are answered with it,
     // unchecked, and it is owed to its node (before the last flushPayments and the refund).
     void closeAccounts(const QString& jobId);

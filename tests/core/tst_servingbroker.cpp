@@ -23,12 +23,6 @@ using tessera::tests::FakeMath;
 
 namespace {
 
-class FakeClock final : public Clock {
-public:
-    std::int64_t now = 1'000'000;
-    std::int64_t nowMs() const override { return now; }
-};
-
 SigningKeys& keysOf(const QString& nodeId)
 {
     static QHash<QString, SigningKeys> keys;
@@ -89,7 +83,7 @@ class ServingBrokerTest : public QObject {
 
     QTemporaryDir m_dir;
     FakeMath m_math;
-    FakeClock m_clock;
+    ManualClock m_clock;
     std::vector<std::unique_ptr<BlobStore>> m_blobs;
     int m_opened = 0;
 
@@ -262,7 +256,7 @@ private Q_SLOTS:
         const auto sent = requests(notices).first();
         QCOMPARE(sent.first, QStringLiteral("a"));
         // a never answers: after twice 60 s and a second a token, its replica goes, the request to b.
-        m_clock.now += 2 * (60'000 + 4'000) + 1;
+        m_clock.advance(2 * (60'000 + 4'000) + 1);
         s.broker->tick();
         notices = s.broker->takeServeNotices();
         bool unhosted = false;
@@ -276,7 +270,7 @@ private Q_SLOTS:
         QVERIFY(s.broker->registerNode(node(QStringLiteral("c"))));
         auto replica = s.broker->assign(QStringLiteral("c"));
         QVERIFY(replica && replica->has_value());
-        m_clock.now += 300'001;
+        m_clock.advance(300'001);
         s.broker->tick();
         unhosted = false;
         for (const auto& notice : s.broker->takeServeNotices())
