@@ -4,7 +4,8 @@ namespace tessera::core {
 
 QStringList ownCapabilities()
 {
-    return { capability::Int8, capability::Portable, capability::OptimizerState, capability::Chunks, capability::Inference };
+    return { capability::Int8, capability::Portable, capability::OptimizerState, capability::Chunks, capability::Inference,
+        capability::PortableInference };
 }
 
 QStringList capabilitiesNeededBy(const JobSpec& spec)
@@ -20,6 +21,8 @@ QStringList capabilitiesNeededBy(const JobSpec& spec)
         needed.append(capability::Chunks);
     if (spec.isInference())
         needed.append(capability::Inference);
+    if (spec.isInference() && spec.inference.portable())
+        needed.append(capability::PortableInference);
     if (spec.isInference() && spec.inference.serves())
         needed.append(capability::Serve);
     return needed;

@@ -20,6 +20,8 @@ inline const QString OptimizerState = QStringLiteral("optimizer-state"); // carr
 inline const QString Chunks = QStringLiteral("chunks");
 // Inference shards (a job of kind inference, docs/DETERMINISM.md, "Inference").
 inline const QString Inference = QStringLiteral("inference");
+// Inference shards and served answers in portable mode (inference.determinism portable).
+inline const QString PortableInference = QStringLiteral("portable-inference");
 inline const QString Serve = QStringLiteral("serve"); // hosts a served model's replica (docs/PROTOCOL.md, "Serving")
 // Fetches and serves blobs over the blob swarm (docs/SWARM.md); no job needs it, and a node
 // declares it only while its swarm runs (Swarm/Enabled).

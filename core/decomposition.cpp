@@ -25,6 +25,7 @@ ShardTask inferenceShard(const QString& jobId, const JobSpec& spec, std::int64_t
     task.startWeights = startWeights;
     task.compression = Compression::None;
     task.inference = inference;
+    task.portable = inference.portable();
     return task;
 }
 

@@ -464,6 +464,9 @@ Status JobSpec::validateInference() const
     if (zoo && model.initialWeightsSha256.isNull() && model.initialWeightsFile.isEmpty())
         return fail("model.initialWeights",
             QStringLiteral("an inference job runs trained weights: give them (initialWeights) or a finished job (fromJob)"));
+    if (inference.portable() && !zoo)
+        return fail("inference.determinism",
+            QStringLiteral("the portable kernels cover the zoo mlp, cnn and gpt, not TorchScript models"));
     const bool languageModel = model.context > 0;
     if (zoo && model.zoo == u"gpt" && model.width % std::max<std::int64_t>(model.heads, 1) != 0)
         return fail("model.width", QStringLiteral("the width must be a multiple of heads"));

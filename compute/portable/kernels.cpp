@@ -631,6 +631,24 @@ float crossEntropy(const float* logits, const std::int64_t* targets, float* dlog
     return total / float(n);
 }
 
+void softmax(const float* logits, float* p, std::int64_t n, std::int64_t classes)
+{
+    for (std::int64_t i = 0; i < n; ++i) {
+        const float* z = logits + i * classes;
+        float* out = p + i * classes;
+        float m = z[0];
+        for (std::int64_t c = 1; c < classes; ++c)
+            m = std::max(m, z[c]);
+        for (std::int64_t c = 0; c < classes; ++c)
+            out[c] = detail::expInline(z[c] - m);
+        float s = 0.0f;
+        for (std::int64_t c = 0; c < classes; ++c)
+            s = s + out[c];
+        for (std::int64_t c = 0; c < classes; ++c)
+            out[c] = out[c] / s;
+    }
+}
+
 void sgdStep(float* p, const float* grad, float* buffer, std::int64_t count, float lr, float momentum, float weightDecay,
     bool nesterov, bool firstStep)
 {

@@ -143,6 +143,10 @@ void reluBackward(const float* y, const float* dy, float* dx, std::int64_t count
 // over n. dlogits (may be null) = (exp(z - m) / s - onehot) / n.
 float crossEntropy(const float* logits, const std::int64_t* targets, float* dlogits, std::int64_t n, std::int64_t classes);
 
+// Softmax per row of logits[n, classes], as crossEntropy's: m = the largest, e = exp(z - m),
+// s = the sum of e in class order, p = e / s.
+void softmax(const float* logits, float* p, std::int64_t n, std::int64_t classes);
+
 // exp and log in float32 from range reduction and fixed polynomials (no libm), within 2 ulp of
 // the correctly rounded result over the range training meets; the same bits everywhere.
 float exp(float x);

@@ -128,6 +128,24 @@ std::int64_t dropoutSeed(const StepSettings& step, std::uint64_t layer)
 
 } // namespace
 
+Forward forwardOf(const Program& step)
+{
+    Forward forward;
+    forward.program.values = step.values;
+    for (const auto& instruction : step.instructions) {
+        if (instruction.op == Op::CrossEntropy) {
+            forward.logits = instruction.inputs.at(0);
+            break;
+        }
+        forward.program.instructions.push_back(instruction);
+    }
+    for (int v : step.stateBefore) {
+        if (step.values[std::size_t(v)].name.starts_with("model/"))
+            forward.program.stateBefore.push_back(v);
+    }
+    return forward;
+}
+
 Program mlpStep(std::int64_t batch, std::int64_t inputs, const std::vector<std::int64_t>& hidden, std::int64_t classes,
     double dropout, const OptimizerSettings& optimizer, const StepSettings& step)
 {
@@ -170,7 +188,7 @@ Program mlpStep(std::int64_t batch, std::int64_t inputs, const std::vector<std::
     for (std::int64_t i = count - 1; i >= 0; --i) {
         const auto& layer = layers[std::size_t(i)];
         const std::string name = "fc" + std::to_string(i);
-        const auto& weight = program.values[std::size_t(layer.weight)];
+        const auto weight = program.values[std::size_t(layer.weight)]; // a copy: temporary() grows the values
         const int dw = b.temporary(name + ".weight.grad", weight.shape);
         b.add(Op::LinearGradWeight, { gradient, layer.input }, { dw }, name + ": gradient of the weight");
         const int db = b.temporary(name + ".bias.grad", { weight.shape[0] });
@@ -341,7 +359,7 @@ Program gptStep(std::int64_t batch, std::int64_t length, std::int64_t vocabulary
     // A linear layer's gradients from dy: its weight's and bias's (declared), and its input's.
     auto backLinear
         = [&](const Linear& layer, int dy, int input, const std::string& name, std::int64_t in, const std::string& label) {
-              const auto& weight = program.values[std::size_t(layer.weight)];
+              const auto weight = program.values[std::size_t(layer.weight)]; // a copy: temporary() grows the values
               const int dw = b.temporary(name + ".weight.grad", weight.shape);
               b.add(Op::LinearGradWeight, { dy, input }, { dw }, label + ": gradient of the weight");
               b.gradient(layer.weight, dw);

@@ -53,6 +53,16 @@ Program cnnStep(std::int64_t batch, std::int64_t channels, std::int64_t height, 
 Program gptStep(std::int64_t batch, std::int64_t length, std::int64_t vocabulary, std::int64_t layers, std::int64_t heads,
     std::int64_t width, std::int64_t context, bool tied, const OptimizerSettings& optimizer, const StepSettings& step);
 
+// A model's forward pass alone (inference: docs/DETERMINISM.md, "Inference in portable mode"): the
+// instructions of its training step (built without dropout) before the step's CrossEntropy, which
+// read the batch and the model's parameters and write the logits. stateBefore keeps the
+// parameters, stateAfter is empty; `logits` is the value the CrossEntropy would have read.
+struct Forward {
+    Program program;
+    int logits = -1;
+};
+Forward forwardOf(const Program& step);
+
 // The optimizer's part of every program (shared by the models): given the model's parameters and
 // their gradients, the clipping and the updates, and the state before and after in name order.
 class StepBuilder {

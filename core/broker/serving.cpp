@@ -169,15 +169,18 @@ Result<std::optional<Assignment>> Serving::place(const QString& nodeId, const No
                 hosts = hosts || replica.node == nodeId;
             }
         }
+        // A portable replica computes with the threads it has (any count gives the same bits).
+        const bool portable = job.replicaTask.portable;
         if (hosts || held >= job.spec.inference.replicas || job.excluded.contains(nodeId)
-            || node.maxThreads < job.spec.inference.threads || !missingCapabilities(node.capabilities, job.spec).isEmpty())
+            || (node.maxThreads < job.spec.inference.threads && !portable)
+            || !missingCapabilities(node.capabilities, job.spec).isEmpty())
             continue;
         // One runtime profile a job (its replicas'), so that every replica gives every answer's
-        // bytes; a job without replicas takes the next node's.
+        // bytes; a job without replicas takes the next node's, a portable job is of every profile.
         if (held > 0 && !reproduces(node.runtimeProfile, job.profile))
             continue;
         if (held == 0)
-            job.profile = node.runtimeProfile;
+            job.profile = portable ? PortableProfile : node.runtimeProfile;
         Assignment assignment { newAssignmentId(), job.replicaTask, job.weightsBlob, 0, std::nullopt };
         assignment.task.shard = job.replicasPlaced++ % std::max<std::int64_t>(job.spec.inference.replicas, 1);
         auto named = blobsNamedBy(job.spec) + QList<Digest> { job.weightsBlob };

@@ -61,10 +61,15 @@ void readPrompts(JsonReader& reader, InferenceSpec& spec)
         reader.fail(u"stop", QStringLiteral("at most %1 stop sequences").arg(InferenceSpec::MaxStops));
 }
 
+InferenceSpec::Determinism readDeterminism(JsonReader& reader)
+{
+    return reader.named(u"determinism", QStringLiteral("a determinism"), Presence::Optional, InferenceSpec::Determinism::Fast);
+}
+
 InferenceSpec readServeSpec(JsonReader& reader)
 {
     reader.allowOnly({ QStringLiteral("task"), QStringLiteral("replicas"), QStringLiteral("seconds"), QStringLiteral("maxTokens"),
-        QStringLiteral("threads"), QStringLiteral("checkShare") });
+        QStringLiteral("threads"), QStringLiteral("checkShare"), QStringLiteral("determinism") });
     InferenceSpec spec;
     spec.task = InferenceSpec::Task::Serve;
     spec.batchSize = 1;
@@ -74,6 +79,7 @@ InferenceSpec readServeSpec(JsonReader& reader)
     spec.maxTokens = reader.integer(u"maxTokens", 1, InferenceSpec::MaxTokens, Presence::Optional, 100);
     spec.threads = reader.integer(u"threads", 1, 256, Presence::Optional, 1);
     spec.checkShare = reader.number(u"checkShare", 0.0, 1.0, Presence::Optional, 0.05);
+    spec.determinism = readDeterminism(reader);
     return spec;
 }
 
@@ -85,7 +91,7 @@ InferenceSpec readInferenceSpec(JsonReader reader)
         return readServeSpec(reader);
     reader.allowOnly({ QStringLiteral("task"), QStringLiteral("split"), QStringLiteral("batchSize"),
         QStringLiteral("samplesPerShard"), QStringLiteral("threads"), QStringLiteral("prompts"), QStringLiteral("maxTokens"),
-        QStringLiteral("temperature"), QStringLiteral("seed"), QStringLiteral("stop") });
+        QStringLiteral("temperature"), QStringLiteral("seed"), QStringLiteral("stop"), QStringLiteral("determinism") });
     InferenceSpec spec;
     spec.task = reader.named(u"task", QStringLiteral("an inference task"), Presence::Required, InferenceSpec::Task::Classify);
     const bool generate = spec.task == InferenceSpec::Task::Generate;
@@ -107,22 +113,29 @@ InferenceSpec readInferenceSpec(JsonReader reader)
                 .arg(spec.batchSize)
                 .arg(InferenceSpec::MaxStepsPerShard));
     spec.threads = reader.integer(u"threads", 1, 256, Presence::Optional, 1);
+    spec.determinism = readDeterminism(reader);
     readPrompts(reader, spec);
     return spec;
 }
 
 QJsonObject inferenceSpecToJson(const InferenceSpec& spec)
 {
-    if (spec.serves())
-        return { { QStringLiteral("task"), nameOf(spec.task) }, { QStringLiteral("replicas"), qint64(spec.replicas) },
-            { QStringLiteral("seconds"), qint64(spec.seconds) }, { QStringLiteral("maxTokens"), qint64(spec.maxTokens) },
-            { QStringLiteral("threads"), qint64(spec.threads) }, { QStringLiteral("checkShare"), spec.checkShare } };
-    QJsonObject json {
-        { QStringLiteral("task"), nameOf(spec.task) },
-        { QStringLiteral("batchSize"), qint64(spec.batchSize) },
-        { QStringLiteral("samplesPerShard"), qint64(spec.samplesPerShard) },
-        { QStringLiteral("threads"), qint64(spec.threads) },
-    };
+    QJsonObject json;
+    if (spec.portable()) // absent means fast: what nodes from before portable inference read
+        json.insert(QStringLiteral("determinism"), nameOf(spec.determinism));
+    if (spec.serves()) {
+        json.insert(QStringLiteral("task"), nameOf(spec.task));
+        json.insert(QStringLiteral("replicas"), qint64(spec.replicas));
+        json.insert(QStringLiteral("seconds"), qint64(spec.seconds));
+        json.insert(QStringLiteral("maxTokens"), qint64(spec.maxTokens));
+        json.insert(QStringLiteral("threads"), qint64(spec.threads));
+        json.insert(QStringLiteral("checkShare"), spec.checkShare);
+        return json;
+    }
+    json.insert(QStringLiteral("task"), nameOf(spec.task));
+    json.insert(QStringLiteral("batchSize"), qint64(spec.batchSize));
+    json.insert(QStringLiteral("samplesPerShard"), qint64(spec.samplesPerShard));
+    json.insert(QStringLiteral("threads"), qint64(spec.threads));
     if (spec.task != InferenceSpec::Task::Generate) {
         json.insert(QStringLiteral("split"), nameOf(spec.split));
         return json;

@@ -18,6 +18,9 @@ namespace tessera::core {
 struct InferenceSpec {
     enum class Task { Classify, Generate, Score, Serve };
     enum class Split { Test, Train };
+    // fast: LibTorch, lines equal between nodes of one runtime profile; portable: Tessera's own
+    // kernels, the same lines on every CPU (docs/DETERMINISM.md, "Inference in portable mode").
+    enum class Determinism { Fast, Portable };
 
     static constexpr std::int64_t MaxBatch = 4096;
     static constexpr std::int64_t MaxSamplesPerShard = 100000;
@@ -52,8 +55,10 @@ struct InferenceSpec {
     std::int64_t replicas = 0;
     std::int64_t seconds = 0;
     double checkShare = 0.0;
+    Determinism determinism = Determinism::Fast;
 
     bool serves() const { return task == Task::Serve; }
+    bool portable() const { return determinism == Determinism::Portable; }
     bool promptsInFile() const { return !promptsSha256.isNull() || !promptsFile.isEmpty(); }
     bool operator==(const InferenceSpec&) const = default;
 };
@@ -64,6 +69,9 @@ QJsonObject inferenceSpecToJson(const InferenceSpec& spec);
 
 template<> struct EnumNames<InferenceSpec::Task> {
     static constexpr std::array names { "classify", "generate", "score", "serve" };
+};
+template<> struct EnumNames<InferenceSpec::Determinism> {
+    static constexpr std::array names { "fast", "portable" };
 };
 template<> struct EnumNames<InferenceSpec::Split> {
     static constexpr std::array names { "test", "train" };

@@ -232,6 +232,75 @@ private Q_SLOTS:
         }
     }
 
+    // Portable mode (docs/DETERMINISM.md, "Inference in portable mode"): the portable kernels give
+    // the same lines on any thread count, and lines that agree with fast mode's within the
+    // tolerance across runtime profiles; a model they do not cover is refused by field.
+    void portableModeGivesTheSameLinesOnAnyThreadCountAndAgreesWithFastMode()
+    {
+        auto cnn = smallJob();
+        cnn.name = QStringLiteral("small cnn");
+        cnn.model = core::ModelSpec {};
+        cnn.model.zoo = QStringLiteral("cnn");
+        cnn.model.channels = { 4, 8 };
+        cnn.model.hidden = { 16 };
+        core::InferenceSpec classify;
+        classify.task = core::InferenceSpec::Task::Classify;
+        classify.batchSize = 25;
+        classify.samplesPerShard = 100;
+        core::InferenceSpec score;
+        score.task = core::InferenceSpec::Task::Score;
+        score.batchSize = 5;
+        score.samplesPerShard = 10;
+        core::InferenceSpec generate;
+        generate.task = core::InferenceSpec::Task::Generate;
+        generate.batchSize = 1;
+        generate.samplesPerShard = 3;
+        generate.promptText = "Fortune favours ";
+        generate.promptCount = 6;
+        generate.maxTokens = 40; // past the context of 32: the window slides
+        generate.temperature = 0.8;
+        generate.seed = 9;
+        const std::vector<std::pair<core::JobSpec, core::InferenceSpec>> cases { { smallJob(), classify }, { cnn, classify },
+            { smallGpt(), score }, { smallGpt(), generate } };
+        for (const auto& [trained, inference] : cases) {
+            auto [fast, weights] = prepared(trained, inference);
+            auto portable = fast;
+            portable.inference.determinism = core::InferenceSpec::Determinism::Portable;
+            auto task = core::decomposeShard(QStringLiteral("0123456789abcdef"), portable, 0, 1, weights.canonicalHash);
+            QVERIFY(task.portable);
+            const auto one = compute::runShard(task, weights.bytes, {});
+            QVERIFY2(one.result.outcome == core::ShardResult::Outcome::Completed, qPrintable(one.result.failure));
+            QCOMPARE(one.result.runtimeProfile, core::PortableProfile);
+            task.threads = 2;
+            task.inference->threads = 2;
+            const auto two = compute::runShard(task, weights.bytes, {});
+            QVERIFY2(two.result.outcome == core::ShardResult::Outcome::Completed, qPrintable(two.result.failure));
+            QVERIFY(two.weights == one.weights);
+            QCOMPARE(two.result.checkpointHashes, one.result.checkpointHashes);
+            const auto fastTask = core::decomposeShard(QStringLiteral("0123456789abcdef"), fast, 0, 1, weights.canonicalHash);
+            const auto reference = compute::runShard(fastTask, weights.bytes, {});
+            const auto a = *core::inference::linesOf(one.weights), b = *core::inference::linesOf(reference.weights);
+            QCOMPARE(a.size(), b.size());
+            for (qsizetype k = 0; k < a.size(); ++k) {
+                QString why;
+                QVERIFY2(core::inference::agreeWithin(inference.task, a[k], b[k], &why),
+                    qPrintable(trained.name + QStringLiteral(": ") + why));
+            }
+            // The referee's one batch in portable mode is the shard's.
+            auto replay = compute::replayShard(task, 1, weights.bytes, {}, 2, {}, {});
+            QVERIFY(replay);
+            QCOMPARE(replay->checkpoints.first(), one.result.checkpointHashes[2]);
+        }
+        // A model the portable kernels do not cover fails the shard, naming the field.
+        auto [dropped, weights] = prepared(smallGpt(), generate);
+        dropped.model.dropout = 0.1; // off in inference: still covered
+        dropped.inference.determinism = core::InferenceSpec::Determinism::Portable;
+        auto task = core::decomposeShard(QStringLiteral("0123456789abcdef"), dropped, 0, 0, weights.canonicalHash);
+        QCOMPARE(compute::runShard(task, weights.bytes, {}).result.outcome, core::ShardResult::Outcome::Completed);
+        task.model.heads = 3; // not what the weights are
+        QVERIFY(compute::runShard(task, weights.bytes, {}).result.outcome != core::ShardResult::Outcome::Completed);
+    }
+
     void scoringGivesEachWindowsMeanLoss()
     {
         core::InferenceSpec inference;

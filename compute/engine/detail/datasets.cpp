@@ -44,8 +44,10 @@ at::Tensor Dataset::samples(const at::Tensor& index, bool portable) const
     return out;
 }
 
-at::Tensor Dataset::slice(std::int64_t begin, std::int64_t end) const
+at::Tensor Dataset::slice(std::int64_t begin, std::int64_t end, bool portable) const
 {
+    if (portable)
+        return samples(torch::arange(begin, end, torch::kInt64), true);
     return toFloat(x.slice(0, begin, end));
 }
 

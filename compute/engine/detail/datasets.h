@@ -39,7 +39,7 @@ struct Dataset {
     // The samples at `index` (int64 [B]), or in [begin, end), as float32. portable: pixels are
     // normalised by compute/portable (the same bits on every CPU) instead of LibTorch.
     at::Tensor samples(const at::Tensor& index, bool portable = false) const;
-    at::Tensor slice(std::int64_t begin, std::int64_t end) const;
+    at::Tensor slice(std::int64_t begin, std::int64_t end, bool portable = false) const;
 
 private:
     at::Tensor toFloat(const at::Tensor& raw) const;

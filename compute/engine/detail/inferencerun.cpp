@@ -100,6 +100,12 @@ core::Result<std::unique_ptr<InferenceRun>> InferenceRun::start(
         return status.error();
     (*model)->setTraining(false);
     run->m_model = std::move(*model);
+    if (task.portable) { // a model the portable kernels do not cover is refused here, by field
+        if (auto forward = portableForward(task.model, 1, shape, classes); !forward)
+            return forward.error();
+        const int threads = environment.portableThreads > 0 ? environment.portableThreads : int(task.threads);
+        run->m_portable = std::make_unique<PortableForward>(task.model, *run->m_model, classes, threads);
+    }
     return run;
 }
 
@@ -169,9 +175,9 @@ core::Result<QList<QByteArray>> InferenceRun::batchLines(std::int64_t batch)
         at::set_num_threads(int(m_task.threads));
     return guarded(QStringLiteral("inputs %1 to %2").arg(begin).arg(end - 1), [&] {
         torch::NoGradGuard noGrad;
-        const auto x = m_inputs->slice(begin, end);
+        const auto x = m_inputs->slice(begin, end, m_task.portable);
         const auto y = m_inputs->y.slice(0, begin, end);
-        const auto logits = m_model->forward(x).to(torch::kFloat32);
+        const auto logits = logitsOf(x);
         QList<QByteArray> lines;
         // What the broker checks of each line (core/inference/outputs.cpp) is checked here, on the
         // values, so that a job's model whose outputs make no valid line fails the shard before
@@ -182,7 +188,7 @@ core::Result<QList<QByteArray>> InferenceRun::batchLines(std::int64_t batch)
             if (y.size(1) > std::max<std::int64_t>(m_task.model.context, 1))
                 throw std::runtime_error("the windows are longer than the model's context");
             for (std::int64_t i = 0; i < end - begin; ++i) {
-                const float loss = torch::nn::functional::cross_entropy(logits[i], y[i]).item<float>();
+                const float loss = lossOf(logits[i], y[i]);
                 if (!std::isfinite(loss))
                     throw std::runtime_error(QStringLiteral("input %1's loss is not finite").arg(begin + i).toStdString());
                 lines.append(core::inference::scoreLine(begin + i, loss, y[i].numel()));
@@ -191,7 +197,7 @@ core::Result<QList<QByteArray>> InferenceRun::batchLines(std::int64_t batch)
         }
         if (logits.dim() != 2 || logits.size(0) != end - begin || logits.size(1) < 1)
             throw std::runtime_error("the model does not give one row of class scores per input");
-        const auto p = torch::softmax(logits, 1).contiguous();
+        const auto p = probabilitiesOf(logits);
         const auto classes = p.size(1);
         if (m_classes == 0)
             m_classes = classes;
@@ -216,6 +222,80 @@ core::Result<QList<QByteArray>> InferenceRun::batchLines(std::int64_t batch)
     });
 }
 
+at::Tensor InferenceRun::logitsOf(const at::Tensor& x)
+{
+    if (!m_portable)
+        return m_model->forward(x).to(torch::kFloat32);
+    auto logits = m_portable->logits(x);
+    if (!logits)
+        throw std::runtime_error(logits.error().message.toStdString());
+    return *logits;
+}
+
+float InferenceRun::lossOf(const at::Tensor& logits, const at::Tensor& targets) const
+{
+    if (!m_portable)
+        return torch::nn::functional::cross_entropy(logits, targets).item<float>();
+    const auto z = logits.contiguous();
+    const auto t = targets.to(torch::kInt64).contiguous();
+    if (z.dim() != 2 || t.dim() != 1 || t.size(0) != z.size(0) || z.size(0) < 1)
+        throw std::runtime_error("the window's logits and targets do not match");
+    if (t.min().item<std::int64_t>() < 0 || t.max().item<std::int64_t>() >= z.size(1))
+        throw std::runtime_error("a target is not a token of the model's vocabulary");
+    return portable::crossEntropy(z.data_ptr<float>(), t.data_ptr<std::int64_t>(), nullptr, z.size(0), z.size(1));
+}
+
+at::Tensor InferenceRun::probabilitiesOf(const at::Tensor& logits) const
+{
+    if (!m_portable)
+        return torch::softmax(logits, 1).contiguous();
+    const auto z = logits.contiguous();
+    auto p = torch::empty_like(z);
+    portable::softmax(z.data_ptr<float>(), p.data_ptr<float>(), z.size(0), z.size(1));
+    return p;
+}
+
+std::int64_t InferenceRun::nextToken(const std::vector<std::int64_t>& sequence, Model::KvCache& cache, std::int64_t& cached,
+    bool& caches, std::uint64_t seed, std::int64_t t)
+{
+    const auto& spec = *m_task.inference;
+    const auto size = std::int64_t(sequence.size());
+    const auto context = m_task.model.context;
+    const auto length = std::min<std::int64_t>(size, context);
+    auto window = [&] {
+        return torch::tensor(std::vector<std::int64_t>(sequence.end() - length, sequence.end()), torch::kInt64).unsqueeze(0);
+    };
+    if (m_portable) { // a full forward over the window each token: no cache
+        const auto logits = logitsOf(window())[0][length - 1].contiguous();
+        const auto n = std::min<std::int64_t>(logits.numel(), m_vocabulary);
+        const float* scores = logits.data_ptr<float>();
+        if (n < 1)
+            throw std::runtime_error("the model gives no logits");
+        if (!std::isfinite(*std::max_element(scores, scores + n)))
+            throw std::runtime_error("the model's logits are not finite");
+        return drawTokenPortable(scores, n, spec.temperature, seed, std::uint64_t(t));
+    }
+    // Positions within the context are decoded with a KV cache (the prompt in one pass, then one
+    // position a token); past it, each token is a full forward over the last `context` tokens.
+    at::Tensor last;
+    if (caches && size <= context) {
+        const auto fresh = torch::tensor(std::vector<std::int64_t>(sequence.begin() + cached, sequence.end()), torch::kInt64);
+        last = m_model->decode(fresh.unsqueeze(0), cached, cache);
+        caches = last.defined(); // a TorchScript model has no cache
+        cached = size;
+    }
+    if (!last.defined())
+        last = m_model->forward(window())[0][length - 1];
+    const auto logits = last.to(torch::kFloat64).contiguous();
+    const double* scores = logits.data_ptr<double>();
+    const auto n = std::min<std::int64_t>(logits.numel(), m_vocabulary);
+    if (n < 1)
+        throw std::runtime_error("the model gives no logits");
+    if (!std::isfinite(*std::max_element(scores, scores + n)))
+        throw std::runtime_error("the model's logits are not finite");
+    return drawToken(scores, n, spec.temperature, seed, std::uint64_t(t));
+}
+
 core::Result<QByteArray> InferenceRun::answer(const core::inference::Question& question, const OnTokens& onTokens)
 {
     m_task = core::inference::answerTask(m_task, question);
@@ -232,7 +312,6 @@ core::Result<QByteArray> InferenceRun::generate(std::int64_t index, const OnToke
         sequence.push_back(std::int64_t(static_cast<unsigned char>(byte)));
     if (sequence.empty())
         sequence.push_back('\n');
-    const auto context = m_task.model.context;
     const auto seed = core::deriveSeed(std::uint64_t(spec.seed), { InferencePurpose, std::uint64_t(index) });
     if (at::get_num_threads() != m_task.threads)
         at::set_num_threads(int(m_task.threads));
@@ -248,36 +327,11 @@ core::Result<QByteArray> InferenceRun::generate(std::int64_t index, const OnToke
                 streamed = until;
             }
         };
-        // Positions within the context are decoded with a KV cache (the prompt in one pass, then one
-        // position a token); past it, each token is a full forward over the last `context` tokens.
         Model::KvCache cache;
         std::int64_t cached = 0;
         bool caches = true;
         for (std::int64_t t = 0; t < spec.maxTokens && !stopped; ++t) {
-            const auto size = std::int64_t(sequence.size());
-            at::Tensor last;
-            if (caches && size <= context) {
-                const auto fresh
-                    = torch::tensor(std::vector<std::int64_t>(sequence.begin() + cached, sequence.end()), torch::kInt64);
-                last = m_model->decode(fresh.unsqueeze(0), cached, cache);
-                caches = last.defined(); // a TorchScript model has no cache
-                cached = size;
-            }
-            if (!last.defined()) {
-                const auto length = std::min<std::int64_t>(size, context);
-                const auto input
-                    = torch::tensor(std::vector<std::int64_t>(sequence.end() - length, sequence.end()), torch::kInt64)
-                          .unsqueeze(0);
-                last = m_model->forward(input)[0][length - 1];
-            }
-            const auto logits = last.to(torch::kFloat64).contiguous();
-            const double* scores = logits.data_ptr<double>();
-            const auto n = std::min<std::int64_t>(logits.numel(), m_vocabulary);
-            if (n < 1)
-                throw std::runtime_error("the model gives no logits");
-            if (!std::isfinite(*std::max_element(scores, scores + n)))
-                throw std::runtime_error("the model's logits are not finite");
-            const auto next = drawToken(scores, n, spec.temperature, seed, std::uint64_t(t));
+            const auto next = nextToken(sequence, cache, cached, caches, seed, t);
             sequence.push_back(next);
             written.append(next);
             bytes.append(char(next));

@@ -5,6 +5,7 @@
 
 #include "datasets.h"
 #include "models.h"
+#include "portablestep.h"
 
 #include <compute/common/environment.h>
 
@@ -42,10 +43,19 @@ private:
     core::Result<QList<QByteArray>> batchLines(std::int64_t batch);
     core::Result<QByteArray> generate(std::int64_t index, const OnTokens& onTokens = {}, qsizetype holdBack = 0);
     core::Status loadPrompts();
+    // The logits of a batch (portable mode: by the portable kernels, float32).
+    at::Tensor logitsOf(const at::Tensor& x);
+    // A window's mean cross-entropy, and a batch's softmax, by the task's arithmetic.
+    float lossOf(const at::Tensor& logits, const at::Tensor& targets) const;
+    at::Tensor probabilitiesOf(const at::Tensor& logits) const;
+    // The next token after `sequence`, drawn by the job's rule from the last position's logits.
+    std::int64_t nextToken(const std::vector<std::int64_t>& sequence, Model::KvCache& cache, std::int64_t& cached, bool& caches,
+        std::uint64_t seed, std::int64_t t);
 
     core::ShardTask m_task;
     ComputeEnvironment m_environment;
     std::unique_ptr<Model> m_model;
+    std::unique_ptr<PortableForward> m_portable; // portable mode's forward pass
     std::shared_ptr<const Dataset> m_inputs; // classify, score
     QList<QByteArray> m_prompts; // generate: the file's lines (empty: the task's text)
     std::int64_t m_vocabulary = 0;

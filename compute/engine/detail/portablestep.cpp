@@ -5,6 +5,8 @@
 
 #include <torch/torch.h>
 
+#include <algorithm>
+
 namespace tessera::compute::detail {
 
 namespace {
@@ -38,14 +40,45 @@ core::Error uncovered(const QString& what)
     return { QStringLiteral("training.determinism"), QStringLiteral("the portable kernels do not cover %1").arg(what) };
 }
 
+// The step program of a zoo model for a batch of `batch` samples of this shape.
+core::Result<portable::Program> stepProgram(const core::ModelSpec& model, std::int64_t batch,
+    const std::vector<std::int64_t>& sampleShape, std::int64_t classes, const portable::OptimizerSettings& optimizer,
+    const portable::StepSettings& settings)
+{
+    if (model.source != core::ModelSpec::Source::Zoo)
+        return uncovered(QStringLiteral("TorchScript models"));
+    const std::vector<std::int64_t> hidden(model.hidden.begin(), model.hidden.end());
+    if (model.zoo == QLatin1String("mlp")) {
+        std::int64_t inputs = 1;
+        for (auto size : sampleShape)
+            inputs *= size;
+        return portable::mlpStep(batch, inputs, hidden, classes, model.dropout, optimizer, settings);
+    }
+    if (model.zoo == QLatin1String("gpt")) {
+        if (model.dropout > 0.0)
+            return uncovered(QStringLiteral("the gpt with dropout yet"));
+        if (model.heads < 1 || model.width % model.heads != 0)
+            return uncovered(QStringLiteral("a gpt whose width is no multiple of its heads"));
+        if (sampleShape.size() != 1 || sampleShape[0] < 1 || sampleShape[0] > model.context)
+            return uncovered(QStringLiteral("a gpt on other than token windows within its context"));
+        return portable::gptStep(batch, sampleShape[0], model.vocabulary > 0 ? model.vocabulary : classes, model.layers,
+            model.heads, model.width, model.context, model.tied, optimizer, settings);
+    }
+    if (model.zoo == QLatin1String("cnn")) {
+        if (sampleShape.size() != 3 || model.channels.size() != 2 || hidden.size() != 1)
+            return uncovered(QStringLiteral("a cnn of other than images [channels, height, width]"));
+        return portable::cnnStep(batch, sampleShape[0], sampleShape[1], sampleShape[2],
+            std::vector<std::int64_t>(model.channels.begin(), model.channels.end()), hidden[0], classes, model.dropout, optimizer,
+            settings);
+    }
+    return uncovered(QStringLiteral("the zoo %1 yet").arg(model.zoo));
+}
+
 } // namespace
 
 core::Result<portable::Program> portableProgram(
     const core::ShardTask& task, std::int64_t step, const std::vector<std::int64_t>& sampleShape, std::int64_t classes)
 {
-    const auto& model = task.model;
-    if (model.source != core::ModelSpec::Source::Zoo)
-        return uncovered(QStringLiteral("TorchScript models"));
     if (step < 0 || step >= task.localSteps)
         return core::Error { QStringLiteral("step"), QStringLiteral("the shard has no step %1").arg(step + 1) };
     portable::StepSettings settings;
@@ -53,29 +86,74 @@ core::Result<portable::Program> portableProgram(
     settings.buffersBefore = step > 0 || task.carriesOptimizer;
     settings.seed = core::deriveSeed(std::uint64_t(task.seed),
         { std::uint64_t(core::SeedPurpose::Step), std::uint64_t(task.round), std::uint64_t(task.shard), std::uint64_t(step) });
-    const std::vector<std::int64_t> hidden(model.hidden.begin(), model.hidden.end());
-    if (model.zoo == QLatin1String("mlp")) {
-        std::int64_t inputs = 1;
-        for (auto size : sampleShape)
-            inputs *= size;
-        return portable::mlpStep(task.batchSize, inputs, hidden, classes, model.dropout, settingsOf(task.optimizer), settings);
+    return stepProgram(task.model, task.batchSize, sampleShape, classes, settingsOf(task.optimizer), settings);
+}
+
+core::Result<portable::Forward> portableForward(
+    const core::ModelSpec& model, std::int64_t batch, const std::vector<std::int64_t>& sampleShape, std::int64_t classes)
+{
+    auto withoutDropout = model;
+    withoutDropout.dropout = 0.0; // off in inference
+    auto step = stepProgram(withoutDropout, batch, sampleShape, classes, {}, {});
+    if (!step)
+        return core::Error { QStringLiteral("inference.determinism"), step.error().message };
+    auto forward = portable::forwardOf(*step);
+    if (forward.logits < 0)
+        return uncovered(QStringLiteral("this model's forward pass"));
+    return forward;
+}
+
+PortableForward::PortableForward(core::ModelSpec spec, Model& model, std::int64_t classes, int threads)
+    : m_spec(std::move(spec))
+    , m_model(model)
+    , m_classes(classes)
+    , m_executor(threads)
+{ }
+
+core::Result<at::Tensor> PortableForward::logits(const at::Tensor& x)
+{
+    const auto sizes = x.sizes().vec();
+    if (sizes.empty())
+        return core::Error { QStringLiteral("inputs"), QStringLiteral("no batch") };
+    const std::vector<std::int64_t> sampleShape(sizes.begin() + 1, sizes.end());
+    if (m_shape != sizes) { // a program a batch shape (a generate prompt's grows a token at a time)
+        auto forward = portableForward(m_spec, sizes[0], sampleShape, m_classes);
+        if (!forward)
+            return forward.error();
+        m_forward = std::move(*forward);
+        m_shape = sizes;
     }
-    if (model.zoo == QLatin1String("gpt")) {
-        if (model.dropout > 0.0)
-            return uncovered(QStringLiteral("the gpt with dropout yet"));
-        if (sampleShape.size() != 1)
-            return uncovered(QStringLiteral("a gpt on other than token windows"));
-        return portable::gptStep(task.batchSize, sampleShape[0], model.vocabulary > 0 ? model.vocabulary : classes, model.layers,
-            model.heads, model.width, model.context, model.tied, settingsOf(task.optimizer), settings);
+    const auto& program = m_forward.program;
+    m_executor.prepare(program);
+    const auto parameters = m_model.parameters();
+    for (int v : program.stateBefore) {
+        const auto& value = program.values[std::size_t(v)];
+        const auto found = std::find_if(parameters.begin(), parameters.end(),
+            [&](const auto& parameter) { return value.name == "model/" + parameter.first; });
+        if (found == parameters.end() || !found->second.device().is_cpu() || found->second.scalar_type() != at::kFloat
+            || !found->second.is_contiguous() || !found->second.sizes().equals(value.shape))
+            return core::Error { QStringLiteral("state"),
+                QStringLiteral("'%1' is not what the portable program reads").arg(QString::fromStdString(value.name)) };
+        m_executor.bind(v, found->second.data_ptr());
     }
-    if (model.zoo == QLatin1String("cnn")) {
-        if (sampleShape.size() != 3 || model.channels.size() != 2 || hidden.size() != 1)
-            return uncovered(QStringLiteral("a cnn of other than images [channels, height, width]"));
-        return portable::cnnStep(task.batchSize, sampleShape[0], sampleShape[1], sampleShape[2],
-            std::vector<std::int64_t>(model.channels.begin(), model.channels.end()), hidden[0], classes, model.dropout,
-            settingsOf(task.optimizer), settings);
+    const auto& batch = program.instructions.front();
+    const auto& xValue = program.values[std::size_t(batch.outputs[0])];
+    const auto input = x.to(xValue.dtype == portable::DType::Int64 ? at::kLong : at::kFloat).contiguous();
+    if (input.numel() != xValue.count())
+        return core::Error { QStringLiteral("inputs"), QStringLiteral("the batch does not have the program's shape") };
+    for (const auto& instruction : program.instructions) { // tokens index the embedding's rows
+        if (instruction.op != portable::Op::Embed)
+            continue;
+        const auto rows = program.values[std::size_t(instruction.inputs.at(1))].shape.at(0);
+        if (input.numel() > 0 && (input.min().item<std::int64_t>() < 0 || input.max().item<std::int64_t>() >= rows))
+            return core::Error { QStringLiteral("inputs"),
+                QStringLiteral("a token is not in the model's vocabulary of %1").arg(rows) };
     }
-    return uncovered(QStringLiteral("the zoo %1 yet").arg(model.zoo));
+    m_executor.bind(batch.outputs[0], input.data_ptr());
+    for (std::size_t i = 1; i < program.instructions.size(); ++i)
+        m_executor.run(program, i);
+    const auto& logits = program.values[std::size_t(m_forward.logits)];
+    return torch::from_blob(m_executor.memory(m_forward.logits), logits.shape, at::kFloat).clone();
 }
 
 PortableStep::PortableStep(const core::ShardTask& task, Model& model, Optimizer& optimizer, std::vector<std::int64_t> sampleShape,

@@ -8,6 +8,7 @@
 #include "optimizer.h"
 
 #include <compute/portable/program.h>
+#include <compute/portable/zoo.h>
 #include <core/error.h>
 #include <core/shardtask.h>
 
@@ -22,6 +23,27 @@ namespace tessera::compute::detail {
 // names the field for a model the portable kernels do not cover.
 core::Result<portable::Program> portableProgram(
     const core::ShardTask& task, std::int64_t step, const std::vector<std::int64_t>& sampleShape, std::int64_t classes);
+
+// The forward program of a batch of `batch` samples of this shape (inference, docs/DETERMINISM.md,
+// "Inference in portable mode"); an error names inference.determinism.
+core::Result<portable::Forward> portableForward(
+    const core::ModelSpec& model, std::int64_t batch, const std::vector<std::int64_t>& sampleShape, std::int64_t classes);
+
+// A zoo model's logits by the portable kernels, over the model's own parameters.
+class PortableForward {
+public:
+    PortableForward(core::ModelSpec spec, Model& model, std::int64_t classes, int threads);
+    // x: a batch ([batch, sample...], float32 samples or int64 tokens); the logits, float32.
+    core::Result<at::Tensor> logits(const at::Tensor& x);
+
+private:
+    core::ModelSpec m_spec;
+    Model& m_model;
+    std::int64_t m_classes;
+    portable::Executor m_executor;
+    std::vector<std::int64_t> m_shape; // of the batch m_forward was built for
+    portable::Forward m_forward;
+};
 
 class PortableStep {
 public:
