@@ -87,15 +87,18 @@ ReplicaHost::Load ComputeExecutor::replicaLoader(const compute::ComputeEnvironme
     // A replica's model loads in this process where LibTorch is (tessera-node), else in a confined
     // worker of its own (the desktop app), started and used on the replica's thread.
     return [this, environment](const core::ShardTask& task, const QByteArray& weights, const std::function<bool()>& stopped) {
+        auto here = environment;
+        if (task.portable) // computes with the threads this node allows (any count gives the same bits)
+            here.portableThreads = int(std::min<std::int64_t>(task.threads, m_thread->maxThreads()));
         if (m_inThread)
-            return m_inThread->host(task, weights, environment);
+            return m_inThread->host(task, weights, here);
         compute::sandbox::WorkerOptions options;
         {
             QMutexLocker lock(&m_mutex);
             options = m_toolOptions;
         }
         options.cancelled = stopped;
-        return compute::sandbox::hostInWorker(task, weights, environment, options);
+        return compute::sandbox::hostInWorker(task, weights, here, options);
     };
 }
 

@@ -540,6 +540,40 @@ void attentionForward(
     }
 }
 
+void attentionLastRow(const float* qkv, float* y, std::int64_t length, std::int64_t heads, std::int64_t width)
+{
+    const std::int64_t d = width / heads, stride = 3 * width;
+    const float scale = float(1.0 / std::sqrt(double(d)));
+    const float* q = qkv + (length - 1) * stride;
+    std::vector<float> p(static_cast<std::size_t>(length));
+    for (std::int64_t head = 0; head < heads; ++head) {
+        for (std::int64_t j = 0; j < length; ++j) {
+            const float* k = qkv + j * stride + width + head * d;
+            float s = 0.0f;
+            for (std::int64_t c = 0; c < d; ++c)
+                s = s + q[head * d + c] * k[c];
+            p[std::size_t(j)] = s * scale;
+        }
+        float m = p[0];
+        for (std::int64_t j = 1; j < length; ++j)
+            m = p[std::size_t(j)] > m ? p[std::size_t(j)] : m;
+        for (std::int64_t j = 0; j < length; ++j)
+            p[std::size_t(j)] = detail::expInline(p[std::size_t(j)] - m);
+        float z = 0.0f;
+        for (std::int64_t j = 0; j < length; ++j)
+            z = z + p[std::size_t(j)];
+        for (std::int64_t j = 0; j < length; ++j)
+            p[std::size_t(j)] = p[std::size_t(j)] / z;
+        float* out = y + head * d;
+        for (std::int64_t c = 0; c < d; ++c) {
+            float sum = 0.0f;
+            for (std::int64_t j = 0; j < length; ++j)
+                sum = sum + p[std::size_t(j)] * qkv[j * stride + 2 * width + head * d + c];
+            out[c] = sum;
+        }
+    }
+}
+
 void attentionBackward(const float* qkv, const float* dy, float* dqkv, std::int64_t n, std::int64_t length, std::int64_t heads,
     std::int64_t width, int threads)
 {

@@ -127,6 +127,12 @@ void attentionForward(
 void attentionBackward(const float* qkv, const float* dy, float* dqkv, std::int64_t n, std::int64_t length, std::int64_t heads,
     std::int64_t width, int threads = 1);
 
+// attentionForward's last row alone, for one sequence (n = 1): y [width] from qkv [length, 3 width]
+// (every position's, as kept by an incremental decoder). Per head: s_j = (the sum over c in order
+// of q[c] * k_j[c]) * scale for j < length, then m, e, z and p as above, and y[c] = the sum over j
+// in order of p_j * v_j[c]: the bits of attentionForward's row length - 1.
+void attentionLastRow(const float* qkv, float* y, std::int64_t length, std::int64_t heads, std::int64_t width);
+
 // A layer's first weights: values[i] = (2u - 1) * bound with u = the top 24 bits of the i-th
 // number of a SplitMix64 stream from `seed`, over 2^24 (exact): uniform in [-bound, bound).
 void uniformFill(float* values, std::int64_t count, float bound, std::uint64_t seed);

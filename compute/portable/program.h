@@ -109,6 +109,7 @@ struct Program {
 class Executor {
 public:
     explicit Executor(int threads = 1);
+    int threads() const { return m_threads; }
 
     // Forgets the bindings; the executor's own memory for a value is allocated when first used.
     void prepare(const Program& program);

@@ -297,6 +297,12 @@ void ComputeThread::setMaxThreads(int threads)
     d->maxThreads = std::max(1, threads);
 }
 
+int ComputeThread::maxThreads() const
+{
+    QMutexLocker lock(&d->mutex);
+    return d->maxThreads;
+}
+
 void ComputeThread::setSandbox(const Sandbox& sandbox)
 {
     QMutexLocker lock(&d->mutex);

@@ -70,6 +70,7 @@ public:
     // Most threads a shard may use here; a shard that needs more is given back (its thread count is
     // fixed by its job, for reproducibility, so it cannot be lowered).
     void setMaxThreads(int threads);
+    int maxThreads() const;
     // Compute/MaxMemoryMiB: a shard whose estimated memory (core::estimateShardMemory) is larger is
     // given back (outcome returned) with the reason, before it trains. 0: no limit.
     void setMaxMemoryMiB(std::int64_t mebibytes);

@@ -4,6 +4,7 @@
 
 #include "computetesting.h"
 
+#include <compute/engine/detail/portablestep.h>
 #include <compute/supervisor/inthread.h>
 #include <core/inference/outputs.h>
 #include <core/inference/question.h>
@@ -173,6 +174,46 @@ private Q_SLOTS:
         }
         // Past the context it refuses rather than read positions the model has no embedding for.
         QVERIFY_THROWS_EXCEPTION(std::exception, (*model)->decode(tokens.slice(1, 0, 1), 32, cache));
+    }
+
+    // The portable decoder's logits are the bits of the portable forward program's last row over the
+    // whole sequence at every length (docs/DETERMINISM.md, "Inference in portable mode"), with the
+    // head tied or not, on one thread or two; it refuses a token beyond the vocabulary and a position
+    // beyond the context.
+    void thePortableDecoderGivesTheForwardProgramsLastRowBitForBit()
+    {
+        for (const bool tied : { true, false }) {
+            auto spec = smallGpt();
+            spec.model.tied = tied;
+            auto model = compute::detail::buildModel(spec.model, { 32 }, 256, 7, {});
+            QVERIFY(model);
+            (*model)->setTraining(false);
+            torch::NoGradGuard noGrad;
+            torch::manual_seed(3);
+            const auto tokens = torch::randint(0, 256, { 1, 32 }, torch::kLong);
+            compute::detail::PortableForward forward(spec.model, **model, 256, 1);
+            auto decoder = forward.decoder();
+            QVERIFY2(decoder, qPrintable(decoder ? QString() : decoder.error().toString()));
+            compute::detail::PortableForward twoThreads(spec.model, **model, 256, 2);
+            auto other = twoThreads.decoder();
+            QVERIFY(other);
+            for (std::int64_t length = 1; length <= 32; ++length) {
+                const auto* pushed = (*decoder)->push(tokens[0][length - 1].item<std::int64_t>());
+                const auto* again = (*other)->push(tokens[0][length - 1].item<std::int64_t>());
+                QVERIFY(pushed && again);
+                auto logits = forward.logits(tokens.slice(1, 0, length));
+                QVERIFY(logits);
+                const auto row = (*logits)[0][length - 1].contiguous();
+                QVERIFY2(std::memcmp(row.data_ptr<float>(), pushed->data(), 256 * sizeof(float)) == 0,
+                    qPrintable(QStringLiteral("length %1").arg(length)));
+                QVERIFY(*again == *pushed);
+            }
+            QVERIFY(!(*decoder)->push(1)); // past the context
+            (*decoder)->reset();
+            QVERIFY(!(*decoder)->push(256));
+            QVERIFY(!(*decoder)->push(-1));
+            QVERIFY((*decoder)->push(255));
+        }
     }
 
     // A served model's answer (docs/PROTOCOL.md, "Serving") is the line of a generate shard of its

@@ -112,6 +112,31 @@ private Q_SLOTS:
         QVERIFY(capabilitiesNeededBy(*spec).contains(capability::Inference));
     }
 
+    // inference.determinism portable: its tasks say so, a node needs portable-inference for them
+    // (one from before it never gets them), and it reads back as written.
+    void aPortableJobNeedsPortableInferenceAndItsTasksSaySo()
+    {
+        for (const auto& job : { classifyJob(), generateJob(), serveJob() }) {
+            auto spec = JobSpec::fromJson(
+                with(job, QStringLiteral("inference"), QStringLiteral("determinism"), QStringLiteral("portable")));
+            QVERIFY2(spec, qPrintable(spec ? QString() : spec.error().toString()));
+            QVERIFY(spec->inference.portable());
+            QCOMPARE(*JobSpec::fromJson(spec->toJson()), *spec);
+            QVERIFY(capabilitiesNeededBy(*spec).contains(capability::PortableInference));
+            QVERIFY(!capabilitiesNeededBy(*spec).contains(capability::Portable)); // that is portable training's
+            const QStringList older { capability::Inference, capability::Portable, capability::Serve };
+            QCOMPARE(missingCapabilities(older, *spec), QStringList { capability::PortableInference });
+            const auto task = decomposeShard(QStringLiteral("0123456789abcdef"), *spec, 0, 0, Digest::ofBytes(Weights));
+            QVERIFY(task.portable);
+            const auto read = ShardTask::fromJson(task.toJson());
+            QVERIFY(read && read->portable && read->inference->portable());
+            // Fast, the default, is written as before: no field.
+            auto fast = JobSpec::fromJson(job);
+            QVERIFY(!fast->toJson().value(QStringLiteral("inference")).toObject().contains(QStringLiteral("determinism")));
+            QVERIFY(!decomposeShard(QStringLiteral("0123456789abcdef"), *fast, 0, 0, Digest::ofBytes(Weights)).portable);
+        }
+    }
+
     void theExamplesAreValid_data()
     {
         QTest::addColumn<QString>("file");
@@ -180,6 +205,15 @@ private Q_SLOTS:
             QJsonObject { { QStringLiteral("torchscript"), QJsonObject { { QStringLiteral("sha256"), QString(64, u'a') } } },
                 { QStringLiteral("context"), 32 } });
         QTest::newRow("a served TorchScript model") << servedScript << QStringLiteral("model");
+        QTest::newRow("an unknown determinism") << with(classifyJob(), QStringLiteral("inference"), QStringLiteral("determinism"),
+            QStringLiteral("exact")) << QStringLiteral("inference.determinism");
+        auto portableScript = generateJob();
+        portableScript.insert(QStringLiteral("model"),
+            QJsonObject { { QStringLiteral("torchscript"), QJsonObject { { QStringLiteral("sha256"), QString(64, u'a') } } },
+                { QStringLiteral("context"), 32 } });
+        portableScript
+            = with(portableScript, QStringLiteral("inference"), QStringLiteral("determinism"), QStringLiteral("portable"));
+        QTest::newRow("a portable TorchScript model") << portableScript << QStringLiteral("inference.determinism");
         QTest::newRow("no prompts") << with(generateJob(), QStringLiteral("inference"), QStringLiteral("prompts"),
             QJsonObject { { QStringLiteral("text"), QStringLiteral("a") }, { QStringLiteral("count"), 0 } })
                                     << QStringLiteral("inference.prompts.count");

@@ -44,20 +44,22 @@ NodeInfo node(const QString& id)
     return info;
 }
 
-JobSpec servedJob(double checkShare, const QString& budget = QStringLiteral("100"))
+JobSpec servedJob(double checkShare, const QString& budget = QStringLiteral("100"), bool portable = false)
 {
-    auto spec = JobSpec::fromJson(QJsonDocument::fromJson(QStringLiteral(R"({
+    auto spec = JobSpec::fromJson(
+        QJsonDocument::fromJson(QStringLiteral(R"({
         "name": "served", "kind": "inference",
         "model": { "zoo": "gpt", "layers": 1, "heads": 2, "width": 32, "context": 32,
                    "initialWeights": { "sha256": "%1" } },
         "dataset": { "builtin": "fortunes" },
-        "inference": { "task": "serve", "replicas": 2, "seconds": 600, "maxTokens": 8, "checkShare": %2 },
+        "inference": { "task": "serve", "replicas": 2, "seconds": 600, "maxTokens": 8, "checkShare": %2,
+                       "determinism": "%4" },
         "budget": "%3" })")
-                                                              .arg(Digest::ofBytes("w0").toHex())
-                                                              .arg(checkShare)
-                                                              .arg(budget)
-                                                              .toUtf8())
-                                      .object());
+                                    .arg(Digest::ofBytes("w0").toHex())
+                                    .arg(checkShare)
+                                    .arg(budget, portable ? QStringLiteral("portable") : QStringLiteral("fast"))
+                                    .toUtf8())
+            .object());
     if (!spec)
         qFatal("%s", qPrintable(spec.error().toString()));
     return *spec;
@@ -93,8 +95,9 @@ class ServingBrokerTest : public QObject {
         QHash<QString, QString> replicaOf; // node -> its replica's assignment
     };
 
-    // A faucet broker with a served job whose two replicas are loaded on a and b.
-    Served served(double checkShare = 0.0, const QString& budget = QStringLiteral("100"))
+    // A faucet broker with a served job whose two replicas are loaded on a and b (portable: b is of
+    // another runtime profile than a).
+    Served served(double checkShare = 0.0, const QString& budget = QStringLiteral("100"), bool portable = false)
     {
         const QString name = QStringLiteral("b%1").arg(++m_opened);
         auto blobs = Broker::openBlobs(m_dir.filePath(name));
@@ -109,13 +112,16 @@ class ServingBrokerTest : public QObject {
         Served setup { std::move(*broker), {}, {} };
         if (!setup.broker->blobs().put(QByteArrayLiteral("w0"))) // the model's weights, uploaded
             qFatal("cannot store the weights");
-        auto job = setup.broker->submit(servedJob(checkShare, budget));
+        auto job = setup.broker->submit(servedJob(checkShare, budget, portable));
         if (!job)
             qFatal("%s", qPrintable(job.error().toString()));
         setup.jobId = *job;
         for (const auto* id : { "a", "b" }) {
             const QString nodeId = QString::fromLatin1(id);
-            if (!setup.broker->registerNode(node(nodeId)))
+            auto info = node(nodeId);
+            if (portable && nodeId == u"b")
+                info.runtimeProfile = QStringLiteral("q");
+            if (!setup.broker->registerNode(info))
                 qFatal("cannot register");
             auto replica = setup.broker->assign(nodeId);
             if (!replica || !replica->has_value() || !(*replica)->task.inference->serves())
@@ -413,6 +419,39 @@ private Q_SLOTS:
         const auto again = s.broker->assign(QStringLiteral("a")); // its stake is short now, and the job is not for it
         QVERIFY(!again || !again->has_value());
         m_math.refereeLine.clear();
+        QVERIFY(s.broker->ledger().checkInvariants());
+    }
+
+    // inference.determinism portable: replicas on nodes of different runtime profiles, and a
+    // referee of any profile (the portable one) rules between them.
+    void aPortableServedJobTakesEveryProfileAndItsRefereeRules()
+    {
+        auto s = served(1.0, QStringLiteral("100"), true); // b ("q") got a replica beside a ("p")
+        const auto right = lineOf({ 1, 2, 3, 4 });
+        m_math.refereeLine = right;
+        m_math.refereeProfile = PortableProfile;
+        QVERIFY(s.broker->ask(s.jobId, QStringLiteral("local"), true, question(QStringLiteral("q")), {}, 1));
+        auto notices = s.broker->takeServeNotices();
+        const auto first = requests(notices).first();
+        const QString liar = first.first, honest = liar == u"a" ? QStringLiteral("b") : QStringLiteral("a");
+        QVERIFY(answer(*s.broker, liar, s.replicaOf[liar], s.jobId, first.second, lineOf({ 1, 2, 3, 5 })));
+        notices = s.broker->takeServeNotices();
+        QCOMPARE(requests(notices).first().first, honest);
+        QVERIFY(answer(*s.broker, honest, s.replicaOf[honest], s.jobId, first.second, right));
+        bool told = false;
+        for (const auto& notice : s.broker->takeServeNotices()) {
+            if (notice.kind == ServeNotice::Kind::Answer) {
+                told = true;
+                QCOMPARE(notice.answer.value(QStringLiteral("line")).toString().toUtf8(), right);
+                QVERIFY(notice.answer.value(QStringLiteral("checked")).toBool());
+            }
+        }
+        QVERIFY(told);
+        const auto stakeLiar = Credits::parse(s.broker->account(liar)->value(QStringLiteral("stake")).toString()).value();
+        const auto stakeHonest = Credits::parse(s.broker->account(honest)->value(QStringLiteral("stake")).toString()).value();
+        QVERIFY(stakeLiar < stakeHonest);
+        m_math.refereeLine.clear();
+        m_math.refereeProfile = QStringLiteral("p");
         QVERIFY(s.broker->ledger().checkInvariants());
     }
 };

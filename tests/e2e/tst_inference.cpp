@@ -234,6 +234,73 @@ private Q_SLOTS:
                 = named || value.toObject().value(QStringLiteral("detail")).toString().contains(QStringLiteral("part at token"));
         QVERIFY(named);
     }
+
+    // inference.determinism portable (docs/DETERMINISM.md, "Inference in portable mode"): nodes
+    // that make other kernel choices (ATen capability, OpenBLAS core type, the portable matmul's
+    // SIMD width) and allow fewer threads than the job names check each other's lines byte for
+    // byte, with no tolerance; a labelling job and a generation job end on infer-local's bytes,
+    // and the cheater (one line changed per shard) is slashed.
+    void aPortableJobGivesTheSameLinesOnEveryCpu()
+    {
+        Cluster::writeFile(m_dir.filePath(QStringLiteral("lm-portable.json")), QStringLiteral(R"({
+    "name": "small gpt", "model": { "zoo": "gpt", "layers": 1, "heads": 2, "width": 32, "context": 32 },
+    "dataset": { "builtin": "fortunes" }, "optimizer": { "kind": "adamw", "lr": 0.003 },
+    "training": { "rounds": 1, "shardsPerRound": 1, "localSteps": 60, "batchSize": 32, "seed": 4 }, "budget": "10"
+})"));
+        const auto trained = node({ QStringLiteral("train-local"), m_dir.filePath(QStringLiteral("lm-portable.json")),
+            QStringLiteral("--out"), m_dir.filePath(QStringLiteral("lmp")) });
+        QVERIFY2(trained.exitCode == 0, qPrintable(trained.output));
+        const QString classifyFile = m_dir.filePath(QStringLiteral("classify-portable.json"));
+        Cluster::writeFile(classifyFile, QStringLiteral(R"({
+    "name": "label portably", "kind": "inference",
+    "model": { "zoo": "mlp", "hidden": [64], "initialWeights": { "file": "mlp/model.pt" } },
+    "dataset": { "builtin": "fashion-mnist" },
+    "inference": { "task": "classify", "batchSize": 100, "samplesPerShard": 2500, "threads": 2, "determinism": "portable" },
+    "budget": "100", "verification": { "rate": 1.0 }
+})"));
+        const QString generateFile = m_dir.filePath(QStringLiteral("generate-portable.json"));
+        Cluster::writeFile(generateFile, QStringLiteral(R"({
+    "name": "fortunes portably", "kind": "inference",
+    "model": { "zoo": "gpt", "layers": 1, "heads": 2, "width": 32, "context": 32, "initialWeights": { "file": "lmp/model.pt" } },
+    "dataset": { "builtin": "fortunes" },
+    "inference": { "task": "generate", "prompts": { "text": "Fortune ", "count": 12 }, "maxTokens": 40, "temperature": 0.8,
+                   "seed": 5, "stop": [ "%\n" ], "samplesPerShard": 3, "determinism": "portable" },
+    "budget": "100", "verification": { "rate": 1.0 }
+})"));
+        const auto labels = inferLocally(classifyFile, QStringLiteral("classify-portable-local"));
+        const auto completions = inferLocally(generateFile, QStringLiteral("generate-portable-local"));
+        QCOMPARE(labels.count('\n'), 10000);
+        QCOMPARE(completions.count('\n'), 12);
+
+        Cluster cluster;
+        cluster.startBroker({}, QStringLiteral("MinDeadlineSeconds=900\nSelfVerifyAfterSeconds=900\n"));
+        cluster.startCheater(QStringLiteral("one-line"), { QStringLiteral("ATEN_CPU_CAPABILITY=avx2") });
+        cluster.startNode(1, {}, Cluster::FirstStart::SkipBenchmark, QStringLiteral("MaxThreads=1\n"),
+            { QStringLiteral("ATEN_CPU_CAPABILITY=default"), QStringLiteral("OPENBLAS_CORETYPE=Prescott"),
+                QStringLiteral("TESSERA_PORTABLE_ISA=generic") });
+        cluster.startNode(2, {}, Cluster::FirstStart::SkipBenchmark, QStringLiteral("MaxThreads=2\n"),
+            { QStringLiteral("ATEN_CPU_CAPABILITY=avx2"), QStringLiteral("OPENBLAS_CORETYPE=Haswell"),
+                QStringLiteral("TESSERA_PORTABLE_ISA=avx2") });
+        QVERIFY(QTest::qWaitFor([&] { return cluster.nodes().size() == 3; }, 120'000));
+        const QString classifyId = cluster.submit(classifyFile), generateId = cluster.submit(generateFile);
+        QVERIFY(!classifyId.isEmpty() && !generateId.isEmpty());
+        for (const auto& [jobId, local, name] : { std::tuple { classifyId, labels, QStringLiteral("labels-portable.jsonl") },
+                 std::tuple { generateId, completions, QStringLiteral("completions-portable.jsonl") } }) {
+            QCOMPARE(cluster.waitForEnd(jobId).value(QStringLiteral("state")).toString(), QStringLiteral("finished"));
+            QCOMPARE(QString::fromUtf8(fetched(cluster, jobId, cluster.path(name))), QString::fromUtf8(local));
+            // Every check compared bytes: none with the tolerance across runtime profiles.
+            for (const auto& value : cluster.checks(jobId)) {
+                const auto detail = value.toObject().value(QStringLiteral("detail")).toString();
+                QVERIFY2(!detail.contains(QStringLiteral("runtime profile")), qPrintable(detail));
+            }
+        }
+        QSet<QString> profiles;
+        for (const auto& value : cluster.nodes())
+            profiles.insert(value.toObject().value(QStringLiteral("runtimeProfile")).toString());
+        QVERIFY2(profiles.size() >= 2, "the nodes registered one runtime profile: nothing differed");
+        onlyTheCheaterLost(cluster);
+        QVERIFY(cluster.ledgerConsistent());
+    }
 };
 
 QTEST_GUILESS_MAIN(InferenceTest)

@@ -105,6 +105,12 @@ core::Result<std::unique_ptr<InferenceRun>> InferenceRun::start(
             return forward.error();
         const int threads = environment.portableThreads > 0 ? environment.portableThreads : int(task.threads);
         run->m_portable = std::make_unique<PortableForward>(task.model, *run->m_model, classes, threads);
+        if (spec.task == core::InferenceSpec::Task::Generate || spec.serves()) {
+            auto decoder = run->m_portable->decoder();
+            if (!decoder)
+                return decoder.error();
+            run->m_decoder = std::move(*decoder);
+        }
     }
     return run;
 }
@@ -265,10 +271,29 @@ std::int64_t InferenceRun::nextToken(const std::vector<std::int64_t>& sequence, 
     auto window = [&] {
         return torch::tensor(std::vector<std::int64_t>(sequence.end() - length, sequence.end()), torch::kInt64).unsqueeze(0);
     };
-    if (m_portable) { // a full forward over the window each token: no cache
-        const auto logits = logitsOf(window())[0][length - 1].contiguous();
-        const auto n = std::min<std::int64_t>(logits.numel(), m_vocabulary);
-        const float* scores = logits.data_ptr<float>();
+    if (m_portable) {
+        // Within the context, the decoder computes each position once (the same bits as the last row
+        // of a full forward); past it, a full forward over the window each token.
+        at::Tensor full;
+        const float* scores = nullptr;
+        std::int64_t n = 0;
+        if (m_decoder && size <= context) {
+            if (cached == 0)
+                m_decoder->reset();
+            const std::vector<float>* logits = nullptr;
+            for (; cached < size; ++cached) {
+                if (!(logits = m_decoder->push(sequence[std::size_t(cached)])))
+                    throw std::runtime_error("a token is not in the model's vocabulary");
+            }
+            if (!logits)
+                throw std::runtime_error("the decoder has no position to compute");
+            scores = logits->data();
+            n = std::min<std::int64_t>(std::int64_t(logits->size()), m_vocabulary);
+        } else {
+            full = logitsOf(window())[0][length - 1].contiguous();
+            scores = full.data_ptr<float>();
+            n = std::min<std::int64_t>(full.numel(), m_vocabulary);
+        }
         if (n < 1)
             throw std::runtime_error("the model gives no logits");
         if (!std::isfinite(*std::max_element(scores, scores + n)))

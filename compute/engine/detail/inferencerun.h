@@ -56,6 +56,7 @@ private:
     ComputeEnvironment m_environment;
     std::unique_ptr<Model> m_model;
     std::unique_ptr<PortableForward> m_portable; // portable mode's forward pass
+    std::unique_ptr<portable::GptDecoder> m_decoder; // and its cache, for generation
     std::shared_ptr<const Dataset> m_inputs; // classify, score
     QList<QByteArray> m_prompts; // generate: the file's lines (empty: the task's text)
     std::int64_t m_vocabulary = 0;

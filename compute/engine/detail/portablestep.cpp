@@ -103,6 +103,39 @@ core::Result<portable::Forward> portableForward(
     return forward;
 }
 
+core::Result<std::unique_ptr<portable::GptDecoder>> PortableForward::decoder()
+{
+    if (m_spec.source != core::ModelSpec::Source::Zoo || m_spec.zoo != QLatin1String("gpt"))
+        return core::Error { QStringLiteral("model"), QStringLiteral("only the zoo gpt decodes incrementally") };
+    // The forward program of one position names the parameters and their shapes.
+    auto forward = portableForward(m_spec, 1, { 1 }, m_classes);
+    if (!forward)
+        return forward.error();
+    const auto& program = forward->program;
+    const auto parameters = m_model.parameters();
+    auto lookup = [&](const std::string& name) -> const float* {
+        for (int v : program.stateBefore) {
+            const auto& value = program.values[std::size_t(v)];
+            if (value.name != "model/" + name)
+                continue;
+            for (const auto& [parameter, tensor] : parameters) {
+                if (parameter == name && tensor.device().is_cpu() && tensor.scalar_type() == at::kFloat && tensor.is_contiguous()
+                    && tensor.sizes().equals(value.shape))
+                    return tensor.data_ptr<float>();
+            }
+        }
+        return nullptr;
+    };
+    const auto& model = m_spec;
+    portable::GptDecoder::Sizes sizes { model.vocabulary > 0 ? model.vocabulary : m_classes, model.layers, model.heads,
+        model.width, model.context, model.tied };
+    auto decoder = std::make_unique<portable::GptDecoder>(sizes, lookup, m_executor.threads());
+    if (!decoder->missing().empty())
+        return core::Error { QStringLiteral("state"),
+            QStringLiteral("'%1' is not what the portable decoder reads").arg(QString::fromStdString(decoder->missing())) };
+    return decoder;
+}
+
 PortableForward::PortableForward(core::ModelSpec spec, Model& model, std::int64_t classes, int threads)
     : m_spec(std::move(spec))
     , m_model(model)

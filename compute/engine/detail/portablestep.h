@@ -7,6 +7,7 @@
 #include "models.h"
 #include "optimizer.h"
 
+#include <compute/portable/gptdecoder.h>
 #include <compute/portable/program.h>
 #include <compute/portable/zoo.h>
 #include <core/error.h>
@@ -15,6 +16,7 @@
 #include <ATen/core/Tensor.h>
 
 #include <functional>
+#include <memory>
 #include <vector>
 
 namespace tessera::compute::detail {
@@ -35,6 +37,9 @@ public:
     PortableForward(core::ModelSpec spec, Model& model, std::int64_t classes, int threads);
     // x: a batch ([batch, sample...], float32 samples or int64 tokens); the logits, float32.
     core::Result<at::Tensor> logits(const at::Tensor& x);
+    // The zoo gpt's incremental decoder over the model's parameters (the same bits as logits() of
+    // the whole sequence's last position).
+    core::Result<std::unique_ptr<portable::GptDecoder>> decoder();
 
 private:
     core::ModelSpec m_spec;
