@@ -154,6 +154,7 @@ private Q_SLOTS:
         const auto spec = JobSpec::fromJsonText(json.readAll());
         QVERIFY2(spec, qPrintable(spec ? QString() : spec.error().toString()));
         QVERIFY(spec->isInference());
+        QVERIFY(spec->inference.portable()); // zoo models: portable, as the training examples
         QCOMPARE(spec->training.shardsPerRound, shards);
     }
 

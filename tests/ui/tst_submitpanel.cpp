@@ -168,6 +168,7 @@ private Q_SLOTS:
         auto spec = panel.spec();
         QVERIFY2(spec, qPrintable(spec ? QString() : spec.error().toString()));
         QCOMPARE(spec->inference.task, core::InferenceSpec::Task::Generate);
+        QVERIFY(spec->inference.portable()); // a zoo model: any node checks any other
         QCOMPARE(spec->inference.promptCount, 7);
         QCOMPARE(spec->inference.promptText, QByteArray("%\n")); // "\n" written in the field is a new line
         QCOMPARE(spec->model.initialWeightsSha256, trained.weightsBlob);

@@ -257,6 +257,9 @@ core::Result<core::JobSpec> SubmitPanel::inferenceSpec() const
         return model.error();
     const QString task = m_task->currentData().toString();
     QJsonObject inference { { QStringLiteral("task"), task } };
+    // As for training: a zoo model runs portable, so that any node checks any other.
+    if (model->model.contains(QStringLiteral("zoo")))
+        inference.insert(QStringLiteral("determinism"), QStringLiteral("portable"));
     if (task == u"generate") {
         inference.insert(QStringLiteral("prompts"),
             QJsonObject { { QStringLiteral("text"), m_prompt->text().replace(QStringLiteral("\\n"), QStringLiteral("\n")) },
