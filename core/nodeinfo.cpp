@@ -32,6 +32,9 @@ Result<NodeInfo> NodeInfo::fromJson(const QJsonObject& json)
     node.name = reader.text(u"name", 100, Presence::Optional);
     node.softwareVersion = reader.text(u"softwareVersion", MaxVersionLength);
     node.runtimeProfile = reader.text(u"runtimeProfile", MaxProfileLength);
+    // The portable profile is a result's: a node that claimed it would pass for every CPU.
+    if (reader.ok() && runtimeProfileFamily(node.runtimeProfile) == PortableProfile)
+        reader.fail(u"runtimeProfile", QStringLiteral("%1 is a portable result's profile, not a node's").arg(PortableProfile));
     node.benchmarkSamplesPerSecond = reader.number(u"benchmarkSamplesPerSecond", 0.0, 1e12, Presence::Optional);
     node.maxThreads = static_cast<int>(reader.integer(u"maxThreads", 1, 4096));
     node.maxMemoryMiB = reader.integer(u"maxMemoryMiB", 0, std::int64_t(1) << 40, Presence::Optional);

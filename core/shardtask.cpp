@@ -145,6 +145,8 @@ Status ShardTask::validateInference() const
             QStringLiteral("%1 inputs, more than a shard has (%2)").arg(inputs).arg(InferenceSpec::MaxSamplesPerShard) };
     if (batchSize != inference->batchSize || threads != inference->threads)
         return Error { QStringLiteral("batchSize"), QStringLiteral("the task's batch size and threads are its inference's") };
+    if (portable != inference->portable())
+        return Error { QStringLiteral("determinism"), QStringLiteral("the task's determinism is its inference's") };
     if (sampleBegin % batchSize != 0)
         return Error { QStringLiteral("sampleBegin"),
             QStringLiteral("an inference shard starts on a batch's first input (a multiple of %1)").arg(batchSize) };

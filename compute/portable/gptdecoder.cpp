@@ -22,7 +22,6 @@ GptDecoder::GptDecoder(Sizes sizes, const Parameter& parameter, int threads)
             take(n + ".attn.c_attn.bias"), take(n + ".attn.c_proj.weight"), take(n + ".attn.c_proj.bias"),
             take(n + ".ln_2.weight"), take(n + ".ln_2.bias"), take(n + ".mlp.c_fc.weight"), take(n + ".mlp.c_fc.bias"),
             take(n + ".mlp.c_proj.weight"), take(n + ".mlp.c_proj.bias"), {} };
-        layer.qkv.resize(std::size_t(sizes.context * 3 * sizes.width));
         m_layers.push_back(std::move(layer));
     }
     m_lnfWeight = take("transformer.ln_f.weight");
@@ -46,6 +45,7 @@ const std::vector<float>* GptDecoder::push(std::int64_t token)
     embedForward(&token, m_wte, m_wpe + t * C, m_x.data(), 1, 1, C);
     for (auto& layer : m_layers) {
         layerNormForward(m_x.data(), layer.ln1Weight, layer.ln1Bias, m_normed.data(), 1, C);
+        layer.qkv.resize(std::size_t((t + 1) * 3 * C)); // grows with the positions computed
         float* qkv = layer.qkv.data() + t * 3 * C;
         linearForward(m_normed.data(), layer.attnWeight, layer.attnBias, qkv, 1, C, 3 * C, m_threads);
         attentionLastRow(layer.qkv.data(), m_attended.data(), t + 1, m_sizes.heads, C);

@@ -39,7 +39,7 @@ private:
     struct Layer {
         const float *ln1Weight, *ln1Bias, *attnWeight, *attnBias, *projWeight, *projBias, *ln2Weight, *ln2Bias, *fcWeight,
             *fcBias, *mlpProjWeight, *mlpProjBias;
-        std::vector<float> qkv; // [context, 3 width]: every position's
+        std::vector<float> qkv; // [positions, 3 width]: every position's so far
     };
     Sizes m_sizes;
     int m_threads;

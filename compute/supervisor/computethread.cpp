@@ -387,6 +387,9 @@ void ComputeThread::Private::loop()
         const core::ShardTask task = item.task;
         try {
             runShard(std::move(item));
+        } catch (const std::bad_alloc&) {
+            Q_EMIT q->shardFinished(
+                { core::ShardResult::failedOf(task, QStringLiteral("out of memory: the shard's allocation failed")), {}, {} });
         } catch (const std::exception& error) {
             // ShardRun reports errors as values; this is the last line of defence for the thread.
             Q_EMIT q->shardFinished(

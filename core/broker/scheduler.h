@@ -48,8 +48,9 @@ public:
         // (Compute/MaxMemoryMiB).
         bool runsOn(int maxThreads, std::int64_t maxMemoryMiB, const QStringList& capabilities) const
         {
-            const bool threads
-                = spec.training.threads <= maxThreads || spec.training.determinism == TrainingSpec::Determinism::Portable;
+            const bool threads = spec.training.threads <= maxThreads
+                || spec.training.determinism == TrainingSpec::Determinism::Portable
+                || (spec.isInference() && spec.inference.portable());
             return threads && (maxMemoryMiB <= 0 || memoryMiB <= maxMemoryMiB)
                 && missingCapabilities(capabilities, spec).isEmpty();
         }

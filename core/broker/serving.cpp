@@ -177,7 +177,7 @@ Result<std::optional<Assignment>> Serving::place(const QString& nodeId, const No
             continue;
         // One runtime profile a job (its replicas'), so that every replica gives every answer's
         // bytes; a job without replicas takes the next node's, a portable job is of every profile.
-        if (held > 0 && !reproduces(node.runtimeProfile, job.profile))
+        if (held > 0 && !portable && runtimeProfileFamily(node.runtimeProfile) != runtimeProfileFamily(job.profile))
             continue;
         if (held == 0)
             job.profile = portable ? PortableProfile : node.runtimeProfile;
@@ -525,7 +525,10 @@ Result<QByteArray> Serving::referee(const Job& job, const Ticket& ticket)
     auto replay = m_.math.replay(task, 0, *weights, task.startWeights, 1, {});
     if (!replay)
         return replay.error();
-    if (!reproduces(replay->runtimeProfile, job.profile))
+    const bool same = job.replicaTask.portable
+        ? replay->runtimeProfile == PortableProfile
+        : runtimeProfileFamily(replay->runtimeProfile) == runtimeProfileFamily(job.profile);
+    if (!same)
         return Error {
             QStringLiteral("referee"),
             QStringLiteral("the broker's runtime profile (%1) is not the replicas' (%2)").arg(replay->runtimeProfile, job.profile)

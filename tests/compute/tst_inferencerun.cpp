@@ -342,6 +342,16 @@ private Q_SLOTS:
         QVERIFY(compute::runShard(task, weights.bytes, {}).result.outcome != core::ShardResult::Outcome::Completed);
     }
 
+    // Memory the node lacks is said as its resources' ("out of memory"), which the broker never
+    // holds against a node, whatever the profile.
+    void runningOutOfMemoryIsSaidSo()
+    {
+        const auto failed = compute::detail::guarded(QStringLiteral("prompt 3"), []() -> int { throw std::bad_alloc(); });
+        QVERIFY(!failed);
+        QVERIFY2(failed.error().message.startsWith(QStringLiteral("out of memory")), qPrintable(failed.error().message));
+        QVERIFY(core::ShardResult::isSandboxFailure(failed.error().message));
+    }
+
     void scoringGivesEachWindowsMeanLoss()
     {
         core::InferenceSpec inference;

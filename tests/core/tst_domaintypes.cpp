@@ -107,6 +107,19 @@ private Q_SLOTS:
         QVERIFY(!reproduces(plain, avx2));
         QVERIFY(reproduces(plain, PortableProfile));
         QVERIFY(reproduces(avx2, PortableProfile));
+        // No node registers as the portable profile (it would pass for every CPU's).
+        NodeInfo node;
+        node.nodeId = QStringLiteral("n");
+        node.softwareVersion = QStringLiteral("1");
+        node.maxThreads = 1;
+        node.runtimeProfile = avx2;
+        QVERIFY(NodeInfo::fromJson(node.toJson()));
+        for (const auto& claimed : { PortableProfile, PortableProfile + QStringLiteral(";threads=2") }) {
+            node.runtimeProfile = claimed;
+            const auto read = NodeInfo::fromJson(node.toJson());
+            QVERIFY(!read);
+            QCOMPARE(read.error().field, QStringLiteral("runtimeProfile"));
+        }
     }
 
     void shardTaskValidation()

@@ -130,6 +130,13 @@ private Q_SLOTS:
             QVERIFY(task.portable);
             const auto read = ShardTask::fromJson(task.toJson());
             QVERIFY(read && read->portable && read->inference->portable());
+            // A task whose two determinism fields disagree is refused (its lines would be labelled
+            // other than they were computed).
+            auto split = task;
+            split.portable = false;
+            const auto refused = ShardTask::fromJson(split.toJson());
+            QVERIFY(!refused);
+            QCOMPARE(refused.error().field, QStringLiteral("determinism"));
             // Fast, the default, is written as before: no field.
             auto fast = JobSpec::fromJson(job);
             QVERIFY(!fast->toJson().value(QStringLiteral("inference")).toObject().contains(QStringLiteral("determinism")));

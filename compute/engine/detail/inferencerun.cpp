@@ -42,6 +42,15 @@ std::int64_t vocabularyOf(const core::ModelSpec& spec, const NamedTensors& weigh
     return ByteVocabulary;
 }
 
+// LibTorch's threads for a task: the job's, or for a portable one those the node allows (its
+// kernels compute with them; LibTorch only loads and slices).
+void useThreads(const core::ShardTask& task, const ComputeEnvironment& environment)
+{
+    const int threads = task.portable && environment.portableThreads > 0 ? environment.portableThreads : int(task.threads);
+    if (at::get_num_threads() != threads)
+        at::set_num_threads(threads);
+}
+
 // The first index of the largest value (ties: the first), as the lines' rule says.
 std::int64_t firstMax(const float* values, std::int64_t n)
 {
@@ -57,8 +66,7 @@ core::Result<std::unique_ptr<InferenceRun>> InferenceRun::start(
         return core::Error { QStringLiteral("inference"), QStringLiteral("not an inference task") };
     if (auto status = task.validate(); !status)
         return status.error();
-    if (at::get_num_threads() != task.threads)
-        at::set_num_threads(int(task.threads));
+    useThreads(task, environment);
     auto tensors = modelWeights(task, weights);
     if (!tensors)
         return tensors.error();
@@ -177,8 +185,7 @@ core::Result<QList<QByteArray>> InferenceRun::batchLines(std::int64_t batch)
     const auto& spec = *m_task.inference;
     const auto begin = batch * m_task.batchSize;
     const auto end = std::min(begin + m_task.batchSize, m_task.sampleEnd);
-    if (at::get_num_threads() != m_task.threads)
-        at::set_num_threads(int(m_task.threads));
+    useThreads(m_task, m_environment);
     return guarded(QStringLiteral("inputs %1 to %2").arg(begin).arg(end - 1), [&] {
         torch::NoGradGuard noGrad;
         const auto x = m_inputs->slice(begin, end, m_task.portable);
@@ -296,7 +303,7 @@ std::int64_t InferenceRun::nextToken(const std::vector<std::int64_t>& sequence, 
         }
         if (n < 1)
             throw std::runtime_error("the model gives no logits");
-        if (!std::isfinite(*std::max_element(scores, scores + n)))
+        if (!std::all_of(scores, scores + n, [](float l) { return std::isfinite(l); }))
             throw std::runtime_error("the model's logits are not finite");
         return drawTokenPortable(scores, n, spec.temperature, seed, std::uint64_t(t));
     }
@@ -338,8 +345,7 @@ core::Result<QByteArray> InferenceRun::generate(std::int64_t index, const OnToke
     if (sequence.empty())
         sequence.push_back('\n');
     const auto seed = core::deriveSeed(std::uint64_t(spec.seed), { InferencePurpose, std::uint64_t(index) });
-    if (at::get_num_threads() != m_task.threads)
-        at::set_num_threads(int(m_task.threads));
+    useThreads(m_task, m_environment);
     return guarded(QStringLiteral("prompt %1").arg(index), [&] {
         torch::NoGradGuard noGrad;
         QList<std::int64_t> written;

@@ -153,22 +153,26 @@ core::Result<at::Tensor> PortableForward::logits(const at::Tensor& x)
         auto forward = portableForward(m_spec, sizes[0], sampleShape, m_classes);
         if (!forward)
             return forward.error();
+        m_shape.clear();
+        m_bindings.clear();
+        const auto parameters = m_model.parameters();
+        for (int v : forward->program.stateBefore) { // the parameters' memory, found once a program
+            const auto& value = forward->program.values[std::size_t(v)];
+            const auto found = std::find_if(parameters.begin(), parameters.end(),
+                [&](const auto& parameter) { return value.name == "model/" + parameter.first; });
+            if (found == parameters.end() || !found->second.device().is_cpu() || found->second.scalar_type() != at::kFloat
+                || !found->second.is_contiguous() || !found->second.sizes().equals(value.shape))
+                return core::Error { QStringLiteral("state"),
+                    QStringLiteral("'%1' is not what the portable program reads").arg(QString::fromStdString(value.name)) };
+            m_bindings.emplace_back(v, found->second.data_ptr());
+        }
         m_forward = std::move(*forward);
         m_shape = sizes;
     }
     const auto& program = m_forward.program;
     m_executor.prepare(program);
-    const auto parameters = m_model.parameters();
-    for (int v : program.stateBefore) {
-        const auto& value = program.values[std::size_t(v)];
-        const auto found = std::find_if(parameters.begin(), parameters.end(),
-            [&](const auto& parameter) { return value.name == "model/" + parameter.first; });
-        if (found == parameters.end() || !found->second.device().is_cpu() || found->second.scalar_type() != at::kFloat
-            || !found->second.is_contiguous() || !found->second.sizes().equals(value.shape))
-            return core::Error { QStringLiteral("state"),
-                QStringLiteral("'%1' is not what the portable program reads").arg(QString::fromStdString(value.name)) };
-        m_executor.bind(v, found->second.data_ptr());
-    }
+    for (const auto& [value, memory] : m_bindings)
+        m_executor.bind(value, memory);
     const auto& batch = program.instructions.front();
     const auto& xValue = program.values[std::size_t(batch.outputs[0])];
     const auto input = x.to(xValue.dtype == portable::DType::Int64 ? at::kLong : at::kFloat).contiguous();

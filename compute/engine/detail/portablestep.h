@@ -48,6 +48,7 @@ private:
     portable::Executor m_executor;
     std::vector<std::int64_t> m_shape; // of the batch m_forward was built for
     portable::Forward m_forward;
+    std::vector<std::pair<int, void*>> m_bindings; // its parameters' values and their memory
 };
 
 class PortableStep {

@@ -9,6 +9,7 @@
 
 #include <QByteArray>
 
+#include <new>
 #include <string>
 #include <utility>
 #include <vector>
@@ -77,10 +78,17 @@ namespace tessera::compute::detail {
 
 template<typename F> auto guarded(const QString& context, F&& f) -> core::Result<decltype(f())>
 {
+    // Memory a node does not have is its resources', not a wrong answer: said as "out of memory",
+    // which the broker never holds against the node (docs/VERIFICATION.md).
     try {
         return f();
+    } catch (const std::bad_alloc&) {
+        return core::Error { {}, QStringLiteral("out of memory: ") + context };
     } catch (const std::exception& error) {
-        return core::Error { {}, context + QStringLiteral(": ") + describeException(error) };
+        const QString why = describeException(error);
+        if (why.contains(QLatin1String("can't allocate memory")))
+            return core::Error { {}, QStringLiteral("out of memory: ") + context + QStringLiteral(": ") + why };
+        return core::Error { {}, context + QStringLiteral(": ") + why };
     }
 }
 
