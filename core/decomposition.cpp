@@ -56,6 +56,7 @@ ShardTask decomposeShard(
     task.compression = spec.aggregation.compression;
     task.carriesOptimizer = spec.aggregation.optimizerState == AggregationSpec::OptimizerState::Averaged;
     task.portable = spec.training.determinism == TrainingSpec::Determinism::Portable;
+    task.microBatches = spec.training.pipeline.microBatches;
     return task;
 }
 

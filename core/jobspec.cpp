@@ -311,7 +311,8 @@ TrainingSpec readTrainingSpec(JsonReader reader)
 {
     reader.allowOnly({ QStringLiteral("rounds"), QStringLiteral("shardsPerRound"), QStringLiteral("localSteps"),
         QStringLiteral("batchSize"), QStringLiteral("seed"), QStringLiteral("threads"), QStringLiteral("checkpointInterval"),
-        QStringLiteral("determinism"), QStringLiteral("keepWeightsEvery"), QStringLiteral("evaluateEvery") });
+        QStringLiteral("determinism"), QStringLiteral("keepWeightsEvery"), QStringLiteral("evaluateEvery"),
+        QStringLiteral("pipeline") });
     TrainingSpec training;
     training.rounds = reader.integer(u"rounds", 1, 100000);
     training.shardsPerRound = reader.integer(u"shardsPerRound", 1, 4096);
@@ -325,6 +326,12 @@ TrainingSpec readTrainingSpec(JsonReader reader)
         = reader.named(u"determinism", QStringLiteral("a determinism"), Presence::Optional, TrainingSpec::Determinism::Fast);
     training.keepWeightsEvery = reader.integer(u"keepWeightsEvery", 0, 100000, Presence::Optional, 0);
     training.evaluateEvery = reader.integer(u"evaluateEvery", 1, 100000, Presence::Optional, 1);
+    if (reader.has(u"pipeline")) {
+        auto pipeline = reader.object(u"pipeline");
+        pipeline.allowOnly({ QStringLiteral("stages"), QStringLiteral("microBatches") });
+        training.pipeline.stages = pipeline.integer(u"stages", 1, TrainingSpec::Pipeline::MaxStages);
+        training.pipeline.microBatches = pipeline.integer(u"microBatches", 1, 65536, Presence::Optional, 1);
+    }
     return training;
 }
 
@@ -345,6 +352,10 @@ QJsonObject trainingSpecToJson(const TrainingSpec& training)
         json.insert(QStringLiteral("keepWeightsEvery"), static_cast<qint64>(training.keepWeightsEvery));
     if (training.evaluateEvery > 1) // absent means every round, as before
         json.insert(QStringLiteral("evaluateEvery"), static_cast<qint64>(training.evaluateEvery));
+    if (training.pipelined()) // absent means none
+        json.insert(QStringLiteral("pipeline"),
+            QJsonObject { { QStringLiteral("stages"), static_cast<qint64>(training.pipeline.stages) },
+                { QStringLiteral("microBatches"), static_cast<qint64>(training.pipeline.microBatches) } });
     return json;
 }
 
@@ -453,6 +464,30 @@ std::int64_t JobSpec::inferenceInputs() const
     if (dataset.source == DatasetSpec::Source::Builtin && dataset.builtin == u"fortunes")
         return model.context > 0 ? (FortunesTestTokens - 1) / model.context : 0;
     return 0;
+}
+
+Status JobSpec::validatePipeline() const
+{
+    if (!training.pipelined())
+        return {};
+    const auto& pipeline = training.pipeline;
+    if (model.source != ModelSpec::Source::Zoo || model.zoo != u"gpt")
+        return Error { QStringLiteral("training.pipeline"), QStringLiteral("stages cut the zoo gpt's blocks: a gpt only") };
+    if (training.determinism != TrainingSpec::Determinism::Portable)
+        return Error { QStringLiteral("training.determinism"),
+            QStringLiteral("a pipeline job is portable: stages on different CPUs must compute the same bits") };
+    if (pipeline.stages > model.layers)
+        return Error { QStringLiteral("training.pipeline.stages"),
+            QStringLiteral("each stage holds at least one of the %1 blocks").arg(model.layers) };
+    if (pipeline.stages > 1 && model.tied)
+        return Error { QStringLiteral("model.tied"),
+            QStringLiteral("a head tied to the token embedding would span the first and the last stage: say \"tied\": false") };
+    if (pipeline.microBatches > training.batchSize || training.batchSize % pipeline.microBatches != 0)
+        return Error { QStringLiteral("training.pipeline.microBatches"),
+            QStringLiteral("the batch of %1 does not split into %2 equal micro-batches")
+                .arg(training.batchSize)
+                .arg(pipeline.microBatches) };
+    return {};
 }
 
 Status JobSpec::validateInference() const
@@ -689,12 +724,16 @@ Status JobSpec::validate() const
         return fail("model.context",
             QStringLiteral("a TorchScript language model on the %1 text needs the context its windows are cut to")
                 .arg(dataset.builtin));
+    if (gpt && (model.heads < 1 || model.layers < 1 || model.context < 1))
+        return fail("model", QStringLiteral("a gpt has at least one head, one layer and a context"));
     if (gpt && model.width % model.heads != 0)
         return fail("model.width", QStringLiteral("the width must be a multiple of heads"));
     if (training.determinism == TrainingSpec::Determinism::Portable
         && (model.source != ModelSpec::Source::Zoo || (gpt && model.dropout > 0.0)))
         return fail("training.determinism",
             QStringLiteral("the portable kernels cover the zoo mlp, cnn and gpt (without dropout) so far"));
+    if (auto pipeline = validatePipeline(); !pipeline)
+        return pipeline;
     if (aggregation.optimizerState == AggregationSpec::OptimizerState::Averaged && !optimizer.isAdam()
         && optimizer.momentum == 0.0)
         return fail("aggregation.optimizerState", QStringLiteral("sgd without momentum keeps no optimizer state to average"));

@@ -129,6 +129,17 @@ struct TrainingSpec {
     // e: the broker evaluates every e-th round's weights on the test set (rounds e-1, 2e-1, ...) and
     // always the last round's, like nanoGPT's eval_interval; 1 (absent): every round.
     std::int64_t evaluateEvery = 1;
+    // Layers on different nodes (docs/JOBS.md, "Pipeline stages"): the zoo gpt cut into `stages`
+    // of consecutive blocks, each step's batch run as `microBatches` equal micro-batches whose
+    // gradients are averaged. 1 and 1 (absent): a shard is the whole model on one node.
+    struct Pipeline {
+        static constexpr std::int64_t MaxStages = 16;
+        std::int64_t stages = 1;
+        std::int64_t microBatches = 1;
+        bool operator==(const Pipeline&) const = default;
+    };
+    Pipeline pipeline;
+    bool pipelined() const { return pipeline.stages > 1 || pipeline.microBatches > 1; }
     bool evaluates(std::int64_t round) const { return round + 1 >= rounds || (round + 1) % evaluateEvery == 0; }
 
     bool operator==(const TrainingSpec&) const = default;
@@ -187,6 +198,7 @@ struct JobSpec {
     // Rules that span fields (batch size against the shard size, and so on).
     Status validate() const;
     Status validateInference() const;
+    Status validatePipeline() const;
 
     // Samples in each shard's slice of a round's permutation (the last shard may have more).
     std::int64_t samplesPerShard() const;

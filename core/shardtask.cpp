@@ -47,7 +47,7 @@ Result<ShardTask> ShardTask::fromJson(const QJsonObject& json)
         QStringLiteral("threads"), QStringLiteral("checkpointInterval"), QStringLiteral("model"), QStringLiteral("dataset"),
         QStringLiteral("optimizer"), QStringLiteral("startWeights"), QStringLiteral("compression"),
         QStringLiteral("optimizerState"), QStringLiteral("determinism"), QStringLiteral("dataChunks"),
-        QStringLiteral("inference") });
+        QStringLiteral("microBatches"), QStringLiteral("inference") });
     constexpr std::int64_t MaxIndex = std::int64_t(1) << 40;
     ShardTask task;
     task.jobId = reader.string(u"jobId");
@@ -71,6 +71,7 @@ Result<ShardTask> ShardTask::fromJson(const QJsonObject& json)
     task.portable
         = reader.named(u"determinism", QStringLiteral("a determinism"), Presence::Optional, TrainingSpec::Determinism::Fast)
         == TrainingSpec::Determinism::Portable;
+    task.microBatches = reader.integer(u"microBatches", 1, 65536, Presence::Optional, 1);
     task.dataChunks = reader.digestList(u"dataChunks", JsonReader::MaxListLength, Presence::Optional);
     if (reader.ok() && !task.dataChunks.isEmpty() && task.dataset.source != DatasetSpec::Source::Chunks)
         reader.fail(u"dataChunks", QStringLiteral("only a chunked dataset has chunks"));
@@ -108,6 +109,8 @@ QJsonObject ShardTask::toJson() const
         json.insert(QStringLiteral("optimizerState"), nameOf(AggregationSpec::OptimizerState::Averaged));
     if (portable) // absent means fast, as before
         json.insert(QStringLiteral("determinism"), nameOf(TrainingSpec::Determinism::Portable));
+    if (microBatches > 1) // absent means one, as before
+        json.insert(QStringLiteral("microBatches"), static_cast<qint64>(microBatches));
     if (!dataChunks.isEmpty()) {
         QJsonArray chunks;
         for (const auto& chunk : dataChunks)
@@ -128,6 +131,9 @@ Status ShardTask::validate() const
             QStringLiteral("the sample range [%1, %2) is empty").arg(sampleBegin).arg(sampleEnd) };
     if (inference)
         return validateInference();
+    if (microBatches > 1 && (!portable || batchSize % microBatches != 0))
+        return Error { QStringLiteral("microBatches"),
+            QStringLiteral("micro-batches split a portable task's batch into equal parts") };
     if (batchSize > sampleEnd - sampleBegin)
         return Error { QStringLiteral("batchSize"),
             QStringLiteral("a batch of %1 is larger than the shard's %2 samples").arg(batchSize).arg(sampleEnd - sampleBegin) };
@@ -139,6 +145,8 @@ Status ShardTask::validate() const
 
 Status ShardTask::validateInference() const
 {
+    if (microBatches != 1)
+        return Error { QStringLiteral("microBatches"), QStringLiteral("an inference task has none") };
     const auto inputs = sampleEnd - sampleBegin;
     if (inputs > InferenceSpec::MaxSamplesPerShard)
         return Error { QStringLiteral("sampleEnd"),

@@ -39,6 +39,9 @@ struct ShardTask {
     // Trained with the portable kernels (training.determinism portable): the result's runtime
     // profile is PortableProfile, which every node can re-execute.
     bool portable = false;
+    // Each step's batch as this many equal micro-batches whose gradients are averaged
+    // (training.pipeline.microBatches; docs/DETERMINISM.md, "Micro-batches"); portable only.
+    std::int64_t microBatches = 1;
     // A chunked dataset: the chunks of its manifest that the task's steps read (core/datasetchunks.h),
     // which is what a node fetches of the corpus.
     QList<Digest> dataChunks;

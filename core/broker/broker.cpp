@@ -420,6 +420,11 @@ Status Broker::checkSubmittable(const JobSpec& spec, const QString& owner)
 {
     if (auto status = spec.validate(); !status)
         return status;
+    // The stages' tasks and the tensors they exchange are not in the protocol yet: such a job
+    // trains on one machine (tessera-node train-local) so far.
+    if (spec.training.pipelined())
+        return Error { QStringLiteral("training.pipeline"),
+            QStringLiteral("a broker does not run pipeline jobs yet: train it with tessera-node train-local") };
     if (spec.model.source == ModelSpec::Source::TorchScript && !m_blobs.contains(spec.model.scriptSha256))
         return Error { QStringLiteral("model.torchscript.sha256"),
             QStringLiteral("upload the TorchScript file before submitting") };

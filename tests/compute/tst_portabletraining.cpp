@@ -58,6 +58,56 @@ private Q_SLOTS:
         QVERIFY2(refused.result.failure.contains(QStringLiteral("training.determinism")), qPrintable(refused.result.failure));
     }
 
+    // training.pipeline (docs/DETERMINISM.md, "Micro-batches"): a step of M micro-batches averages
+    // their gradients; the stages do not change a bit (they cut the same program: tst_pipelinestages),
+    // so 2 and 4 stages end on the same weights, one micro-batch is the unpipelined step, and the
+    // micro-batched shard still has the same bits on every kernel and thread count.
+    void aMicroBatchedShardAveragesItsMicroBatchesGradients()
+    {
+        auto spec = smallGpt();
+        spec.model.tied = false;
+        spec.model.layers = 4;
+        spec.training.determinism = core::TrainingSpec::Determinism::Portable;
+        spec.training.localSteps = 6;
+        spec.training.batchSize = 8;
+        spec.training.checkpointInterval = 3;
+        const auto plain = prepare(spec);
+        const auto whole = compute::runShard(plain.tasks[0], plain.start.bytes, {});
+        QCOMPARE(whole.result.outcome, core::ShardResult::Outcome::Completed);
+        auto outputOf = [&](std::int64_t stages, std::int64_t microBatches) {
+            auto pipelined = spec;
+            pipelined.training.pipeline = { stages, microBatches };
+            const auto valid = pipelined.validate();
+            if (!valid)
+                qFatal("%s", qPrintable(valid.error().toString()));
+            const auto prepared = prepare(pipelined);
+            if (prepared.tasks[0].microBatches != microBatches)
+                qFatal("the task does not carry its micro-batches");
+            return compute::runShard(prepared.tasks[0], prepared.start.bytes, {});
+        };
+        const auto one = outputOf(2, 1);
+        QCOMPARE(one.result.finalHash, whole.result.finalHash);
+        const auto two = outputOf(2, 4), four = outputOf(4, 4);
+        QVERIFY2(two.result.outcome == core::ShardResult::Outcome::Completed, qPrintable(two.result.failure));
+        QCOMPARE(four.result.finalHash, two.result.finalHash);
+        QCOMPARE(four.result.checkpointHashes, two.result.checkpointHashes);
+        QVERIFY(two.result.finalHash != whole.result.finalHash); // four averages of two, not one mean of eight
+        // The same gradient to rounding: the losses agree closely step by step.
+        for (qsizetype i = 0; i < whole.result.losses.size(); ++i)
+            QVERIFY2(std::abs(two.result.losses[i] - whole.result.losses[i]) < 1e-3,
+                qPrintable(QStringLiteral("step %1: %2 and %3").arg(i).arg(two.result.losses[i]).arg(whole.result.losses[i])));
+        auto pipelined = spec;
+        pipelined.training.pipeline = { 2, 4 };
+        auto task = prepare(pipelined).tasks[0];
+        task.threads = 3;
+        for (const auto isa : { compute::portable::Isa::Generic, compute::portable::Isa::Avx2 }) {
+            if (!compute::portable::forceIsa(isa))
+                continue;
+            QCOMPARE(compute::runShard(task, plain.start.bytes, {}).result.finalHash, two.result.finalHash);
+        }
+        compute::portable::forceIsa(compute::portable::Isa::Auto);
+    }
+
     // The portable cnn and mlp with dropout, and the gpt (AdamW, clipping, a cosine schedule,
     // carried moments): the same bits with every SIMD kernel and thread count.
     void aPortableCnnWithDropoutHasTheSameBitsEverywhere()

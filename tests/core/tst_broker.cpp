@@ -282,6 +282,33 @@ private Q_SLOTS:
 
     // training.evaluateEvery: the broker evaluates every e-th round and the last, nothing else; the
     // history lists the rounds it evaluated.
+    // A pipeline job trains on one machine so far: a broker refuses it, by field, and builds nothing.
+    void aPipelineJobIsRefusedUntilStagesAreInTheProtocol()
+    {
+        auto broker = open(QStringLiteral("pipeline"));
+        auto spec = job();
+        // A spec built in code, not read: validate() checks what a reader would have filled in.
+        spec.dataset = DatasetSpec {};
+        spec.dataset.builtin = QStringLiteral("fortunes");
+        spec.model = ModelSpec {};
+        spec.model.zoo = QStringLiteral("gpt");
+        QCOMPARE(spec.validate().error().field, QStringLiteral("model"));
+        spec.model.layers = 2;
+        spec.model.heads = 2;
+        spec.model.width = 16;
+        spec.model.context = 16;
+        spec.model.tied = false;
+        spec.training.determinism = TrainingSpec::Determinism::Portable;
+        spec.training.batchSize = 8;
+        spec.training.pipeline = { 2, 4 };
+        QVERIFY2(spec.validate(), qPrintable(spec.validate() ? QString() : spec.validate().error().toString()));
+        const int built = m_math.initialBuilds;
+        const auto refused = broker->submit(spec, QStringLiteral("k"));
+        QVERIFY(!refused.ok());
+        QCOMPARE(refused.error().field, QStringLiteral("training.pipeline"));
+        QCOMPARE(m_math.initialBuilds, built);
+    }
+
     void onlyTheRoundsAJobAsksForAreEvaluated()
     {
         auto broker = open(QStringLiteral("evaluate-every"));

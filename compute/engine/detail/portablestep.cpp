@@ -277,6 +277,11 @@ core::Result<portable::Program> PortableStep::prepare(std::int64_t step, const a
 
 core::Result<double> PortableStep::run(std::int64_t step, const at::Tensor& x, const at::Tensor& y, const Observer& observer)
 {
+    if (m_task.microBatches > 1) {
+        if (observer)
+            return core::Error { QStringLiteral("microBatches"), QStringLiteral("a micro-batched step has no trace yet") };
+        return runMicroBatched(step, x, y);
+    }
     auto program = prepare(step, x, y);
     if (!program)
         return program.error();
@@ -296,9 +301,90 @@ core::Result<double> PortableStep::run(std::int64_t step, const at::Tensor& x, c
     return loss < 0 ? 0.0 : double(*m_executor.floats(loss));
 }
 
+// docs/DETERMINISM.md, "Micro-batches": micro-batch m is rows [m b, (m + 1) b) of the step's batch
+// (b = batchSize / M), run through the program of a batch of b up to its update; each gradient is
+// the sum of the micro-batches' in their order (from the first's, one float32 add at a time)
+// divided by float(M); then the update runs on those, and the loss is the micro-batches' losses
+// summed in order over float(M).
+core::Result<double> PortableStep::runMicroBatched(std::int64_t step, const at::Tensor& x, const at::Tensor& y)
+{
+    const auto count = m_task.microBatches;
+    auto micro = m_task;
+    micro.batchSize = m_task.batchSize / count;
+    auto program = portableProgram(micro, step, m_sampleShape, m_classes);
+    if (!program)
+        return program.error();
+    const auto& instructions = program->instructions;
+    std::size_t updateStart = instructions.size();
+    int loss = -1;
+    for (std::size_t i = 0; i < instructions.size() && updateStart == instructions.size(); ++i) {
+        const auto op = instructions[i].op;
+        if (op == portable::Op::ClipFactor || op == portable::Op::Count || op == portable::Op::Sgd || op == portable::Op::Adam)
+            updateStart = i;
+        if (op == portable::Op::CrossEntropy)
+            loss = instructions[i].outputs.at(0);
+    }
+    // The gradients: what the update reads of what the forward and backward wrote.
+    std::vector<char> written(program->values.size(), 0);
+    for (std::size_t i = 0; i < updateStart; ++i) {
+        for (int v : instructions[i].outputs)
+            written[std::size_t(v)] = 1;
+    }
+    std::vector<int> gradients;
+    for (std::size_t i = updateStart; i < instructions.size(); ++i) {
+        for (int v : instructions[i].inputs) {
+            if (written[std::size_t(v)] && std::find(gradients.begin(), gradients.end(), v) == gradients.end())
+                gradients.push_back(v);
+        }
+    }
+    const auto& batch = instructions.front();
+    const auto xType = program->values[std::size_t(batch.outputs[0])].dtype == portable::DType::Int64 ? at::kLong : at::kFloat;
+    std::vector<std::vector<float>> sums(gradients.size());
+    float losses = 0.0f;
+    for (std::int64_t m = 0; m < count; ++m) {
+        m_executor.prepare(*program);
+        if (auto status = bindState(*program, step); !status)
+            return status.error();
+        m_x = x.slice(0, m * micro.batchSize, (m + 1) * micro.batchSize).to(xType).contiguous();
+        m_y = y.slice(0, m * micro.batchSize, (m + 1) * micro.batchSize).to(at::kLong).contiguous();
+        if (m_x.numel() != program->values[std::size_t(batch.outputs[0])].count()
+            || m_y.numel() != program->values[std::size_t(batch.outputs[1])].count())
+            return core::Error { QStringLiteral("batch"), QStringLiteral("the batch does not have the program's shape") };
+        m_executor.bind(batch.outputs[0], m_x.data_ptr());
+        m_executor.bind(batch.outputs[1], m_y.data_ptr());
+        for (std::size_t i = 0; i < updateStart; ++i)
+            m_executor.run(*program, i);
+        losses = losses + (loss >= 0 ? *m_executor.floats(loss) : 0.0f);
+        for (std::size_t k = 0; k < gradients.size(); ++k) {
+            const float* g = m_executor.floats(gradients[k]);
+            const auto n = std::size_t(program->values[std::size_t(gradients[k])].count());
+            if (m == 0) {
+                sums[k].assign(g, g + n);
+                continue;
+            }
+            for (std::size_t e = 0; e < n; ++e)
+                sums[k][e] = sums[k][e] + g[e];
+        }
+    }
+    const float divisor = float(count);
+    for (std::size_t k = 0; k < gradients.size(); ++k) {
+        float* g = m_executor.floats(gradients[k]);
+        for (std::size_t e = 0; e < sums[k].size(); ++e)
+            g[e] = sums[k][e] / divisor;
+    }
+    for (std::size_t i = updateStart; i < instructions.size(); ++i)
+        m_executor.run(*program, i);
+    m_optimizer.m_steps = m_adamStep.item<std::int64_t>();
+    if (!m_task.optimizer.isAdam())
+        ++m_optimizer.m_steps;
+    return double(losses / divisor);
+}
+
 core::Result<std::vector<at::Tensor>> PortableStep::operandsOf(
     std::int64_t step, const at::Tensor& x, const at::Tensor& y, std::size_t stop)
 {
+    if (m_task.microBatches > 1)
+        return core::Error { QStringLiteral("microBatches"), QStringLiteral("a micro-batched step has no operands yet") };
     auto program = prepare(step, x, y);
     if (!program)
         return program.error();

@@ -72,6 +72,7 @@ public:
 
 private:
     core::Status bindState(const portable::Program& program, std::int64_t step);
+    core::Result<double> runMicroBatched(std::int64_t step, const at::Tensor& x, const at::Tensor& y);
     core::Result<portable::Program> prepare(std::int64_t step, const at::Tensor& x, const at::Tensor& y);
 
     const core::ShardTask& m_task;
