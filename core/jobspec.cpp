@@ -466,6 +466,30 @@ std::int64_t JobSpec::inferenceInputs() const
     return 0;
 }
 
+// The model against its data and the job's determinism.
+Status JobSpec::validateModel() const
+{
+    auto fail = [](const char* field, const QString& message) { return Error { QString::fromLatin1(field), message }; };
+    const bool gpt = model.source == ModelSpec::Source::Zoo && model.zoo == u"gpt";
+    if (gpt && dataset.source == DatasetSpec::Source::Builtin && !dataset.isText())
+        return fail("dataset.builtin", QStringLiteral("a gpt trains on text: choose \"fortunes\" or a tokens file"));
+    if (dataset.isText() && !gpt && model.source == ModelSpec::Source::Zoo)
+        return fail("model.zoo", QStringLiteral("the %1 text is for a language model: choose \"gpt\"").arg(dataset.builtin));
+    if (dataset.isText() && model.source == ModelSpec::Source::TorchScript && model.context < 1)
+        return fail("model.context",
+            QStringLiteral("a TorchScript language model on the %1 text needs the context its windows are cut to")
+                .arg(dataset.builtin));
+    if (gpt && (model.heads < 1 || model.layers < 1 || model.context < 1))
+        return fail("model", QStringLiteral("a gpt has at least one head, one layer and a context"));
+    if (gpt && model.width % model.heads != 0)
+        return fail("model.width", QStringLiteral("the width must be a multiple of heads"));
+    if (training.determinism == TrainingSpec::Determinism::Portable
+        && (model.source != ModelSpec::Source::Zoo || (gpt && model.dropout > 0.0)))
+        return fail("training.determinism",
+            QStringLiteral("the portable kernels cover the zoo mlp, cnn and gpt (without dropout) so far"));
+    return {};
+}
+
 Status JobSpec::validatePipeline() const
 {
     if (!training.pipelined())
@@ -715,23 +739,8 @@ Status JobSpec::validate() const
                 .arg(training.localSteps)
                 .arg(training.checkpointInterval));
 
-    const bool gpt = model.source == ModelSpec::Source::Zoo && model.zoo == u"gpt";
-    if (gpt && dataset.source == DatasetSpec::Source::Builtin && !dataset.isText())
-        return fail("dataset.builtin", QStringLiteral("a gpt trains on text: choose \"fortunes\" or a tokens file"));
-    if (dataset.isText() && !gpt && model.source == ModelSpec::Source::Zoo)
-        return fail("model.zoo", QStringLiteral("the %1 text is for a language model: choose \"gpt\"").arg(dataset.builtin));
-    if (dataset.isText() && model.source == ModelSpec::Source::TorchScript && model.context < 1)
-        return fail("model.context",
-            QStringLiteral("a TorchScript language model on the %1 text needs the context its windows are cut to")
-                .arg(dataset.builtin));
-    if (gpt && (model.heads < 1 || model.layers < 1 || model.context < 1))
-        return fail("model", QStringLiteral("a gpt has at least one head, one layer and a context"));
-    if (gpt && model.width % model.heads != 0)
-        return fail("model.width", QStringLiteral("the width must be a multiple of heads"));
-    if (training.determinism == TrainingSpec::Determinism::Portable
-        && (model.source != ModelSpec::Source::Zoo || (gpt && model.dropout > 0.0)))
-        return fail("training.determinism",
-            QStringLiteral("the portable kernels cover the zoo mlp, cnn and gpt (without dropout) so far"));
+    if (auto status = validateModel(); !status)
+        return status;
     if (auto pipeline = validatePipeline(); !pipeline)
         return pipeline;
     if (aggregation.optimizerState == AggregationSpec::OptimizerState::Averaged && !optimizer.isAdam()

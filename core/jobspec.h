@@ -199,6 +199,7 @@ struct JobSpec {
     Status validate() const;
     Status validateInference() const;
     Status validatePipeline() const;
+    Status validateModel() const;
 
     // Samples in each shard's slice of a round's permutation (the last shard may have more).
     std::int64_t samplesPerShard() const;
