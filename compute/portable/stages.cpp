@@ -117,10 +117,58 @@ std::string assemble(Stage& stage, std::int64_t s, std::int64_t stages, const Pr
     return {};
 }
 
+bool isUpdate(Op op)
+{
+    return op == Op::ClipFactor || op == Op::Scale || op == Op::Count || op == Op::Sgd || op == Op::Adam;
+}
+
+// The stage's part of the whole program's update: Scale, Sgd and Adam of its parameters (named in
+// their first input: the gradient "X.grad", the parameter "model/X"), Adam's Count, and the state.
+void cutUpdate(Stage& stage, const Program& whole)
+{
+    std::set<std::string> own; // "X" of the stage's parameters model/X
+    for (const auto& [parameter, gradient] : stage.gradients)
+        own.insert(whole.values[std::size_t(parameter)].name.substr(6));
+    auto owned = [&](const std::string& name) { // a state value or a gradient of the stage's
+        if (name == "optimizer/adam_step")
+            return true;
+        for (const auto* prefix : { "model/", "optimizer/momentum/", "optimizer/exp_avg/", "optimizer/exp_avg_sq/" }) {
+            const std::string p = prefix;
+            if (name.rfind(p, 0) == 0 && own.count(name.substr(p.size())))
+                return true;
+        }
+        const auto dot = name.rfind(".grad");
+        return dot != std::string::npos && own.count(name.substr(0, dot));
+    };
+    auto& update = stage.update;
+    update.values = whole.values;
+    for (const auto& instruction : whole.instructions) {
+        if (!isUpdate(instruction.op))
+            continue;
+        if (instruction.op == Op::ClipFactor) {
+            stage.clipFactor = instruction.outputs.at(0);
+            update.addInstruction(
+                { Op::Batch, {}, { stage.clipFactor }, {}, {}, "the clipping factor, from every stage's sums" });
+            continue;
+        }
+        if (instruction.op == Op::Count || owned(whole.values[std::size_t(instruction.inputs.at(0))].name))
+            update.addInstruction(instruction);
+    }
+    for (int v : whole.stateBefore) {
+        if (owned(whole.values[std::size_t(v)].name))
+            update.stateBefore.push_back(v);
+    }
+    for (int v : whole.stateAfter) {
+        if (owned(whole.values[std::size_t(v)].name))
+            update.stateAfter.push_back(v);
+    }
+}
+
 } // namespace
 
 std::vector<Stage> gptStages(std::int64_t microBatch, std::int64_t length, std::int64_t vocabulary, std::int64_t layers,
-    std::int64_t heads, std::int64_t width, std::int64_t context, bool tied, std::int64_t stages, std::string* why)
+    std::int64_t heads, std::int64_t width, std::int64_t context, bool tied, std::int64_t stages, std::string* why,
+    const OptimizerSettings& optimizer, const StepSettings& step)
 {
     auto refuse = [&](const std::string& reason) {
         if (why)
@@ -131,14 +179,14 @@ std::vector<Stage> gptStages(std::int64_t microBatch, std::int64_t length, std::
         return refuse("a stage holds at least one block: 1 to " + std::to_string(layers) + " stages");
     if (tied && stages > 1)
         return refuse("a head tied to the token embedding spans the first and the last stage");
-    const Program whole = gptStep(microBatch, length, vocabulary, layers, heads, width, context, tied, {}, {});
+    const Program whole = gptStep(microBatch, length, vocabulary, layers, heads, width, context, tied, optimizer, step);
     const auto first = stageBlocks(layers, stages);
     std::vector<Cut> cuts(static_cast<std::size_t>(stages));
     std::vector<std::int64_t> writer(whole.values.size(), -1); // the stage that writes a value
     bool backward = false;
     for (std::size_t i = 1; i < whole.instructions.size(); ++i) { // 0 is the Batch
         const auto& instruction = whole.instructions[i];
-        if (instruction.op == Op::Sgd || instruction.op == Op::Adam || instruction.op == Op::ClipFactor)
+        if (isUpdate(instruction.op))
             break; // the update: not a stage's
         const auto s = stageOf(whole.values[std::size_t(instruction.outputs.at(0))].name, first, stages);
         (backward ? cuts[std::size_t(s)].backward : cuts[std::size_t(s)].forward).push_back(i);
@@ -159,6 +207,8 @@ std::vector<Stage> gptStages(std::int64_t microBatch, std::int64_t length, std::
         if (!reason.empty())
             return refuse(reason);
     }
+    for (auto& stage : result)
+        cutUpdate(stage, whole);
     // What each stage sends: what the next (forward) or the one before (backward) receives.
     for (std::int64_t s = 0; s < stages; ++s) {
         auto& stage = result[std::size_t(s)];

@@ -10,6 +10,7 @@
 // [batch, length, width] forward, its gradient backward. No torch, no Qt.
 
 #include "program.h"
+#include "zoo.h"
 
 #include <cstdint>
 #include <string>
@@ -36,12 +37,22 @@ struct Stage {
     int loss = -1; // the last stage's micro-batch loss
     // The stage's parameters (stateBefore's values) and each one's gradient, in name order.
     std::vector<std::pair<int, int>> gradients;
+    // The step's update of the stage's parameters, once their gradients are averaged over the
+    // micro-batches: the whole program's update instructions for them (over the same values), its
+    // stateBefore and stateAfter the stage's part of the training state. With clipping it starts
+    // with a Batch of `clipFactor`, which every stage computes alike: the global norm's square is the
+    // sum, over all the model's gradients in name order, of each one's float64 sum of squares
+    // (sumOfSquares: what the stages exchange), and the factor clipFactor(that, clipNorm). Every
+    // stage keeps Adam's step count (optimizer/adam_step) and counts it itself.
+    Program update;
+    int clipFactor = -1;
 };
 
 // The stages of a gpt without dropout, its head not tied to the token embedding when stages > 1
 // (a tied head's gradient would cross from the last stage to the first): empty, with `why` set,
 // for what the cut does not cover.
 std::vector<Stage> gptStages(std::int64_t microBatch, std::int64_t length, std::int64_t vocabulary, std::int64_t layers,
-    std::int64_t heads, std::int64_t width, std::int64_t context, bool tied, std::int64_t stages, std::string* why = nullptr);
+    std::int64_t heads, std::int64_t width, std::int64_t context, bool tied, std::int64_t stages, std::string* why = nullptr,
+    const OptimizerSettings& optimizer = {}, const StepSettings& step = {});
 
 } // namespace tessera::compute::portable

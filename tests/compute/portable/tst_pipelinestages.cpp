@@ -51,6 +51,78 @@ std::vector<float> copyOf(Executor& executor, const Program& program, int value)
     return std::vector<float>(memory, memory + program.values[std::size_t(value)].count());
 }
 
+// The training state by name: a state value and its update's output share memory.
+struct State {
+    std::map<std::string, std::vector<float>> floats;
+    std::int64_t adamStep = 0;
+
+    void bind(Executor& executor, const Program& program)
+    {
+        for (const auto* list : { &program.stateBefore, &program.stateAfter }) {
+            for (int v : *list) {
+                const auto& value = program.values[std::size_t(v)];
+                if (value.dtype == DType::Int64) {
+                    executor.bind(v, &adamStep);
+                    continue;
+                }
+                auto& memory = floats[value.name];
+                memory.resize(std::size_t(value.count()));
+                executor.bind(v, memory.data());
+            }
+        }
+    }
+};
+
+constexpr std::int64_t MicroBatches = 3, Micro = 2; // a step's batch of 6
+const OptimizerSettings AdamW { OptimizerSettings::Kind::AdamW, 0.0, 0.1, false, 0.9, 0.95, 1e-8, 0.5 };
+
+// The tokens and targets of micro-batch m.
+std::vector<std::int64_t> slice(const std::vector<std::int64_t>& all, std::int64_t m)
+{
+    const auto begin = all.begin() + m * Micro * Context;
+    return std::vector<std::int64_t>(begin, begin + Micro * Context);
+}
+
+// One step as train-local takes it (docs/DETERMINISM.md, "Micro-batches"): the whole program of a
+// micro-batch M times up to its update, the gradients summed in order and divided by M, the update.
+State referenceStep(
+    const Program& whole, const State& start, const std::vector<std::int64_t>& tokens, const std::vector<std::int64_t>& targets)
+{
+    State state = start;
+    Executor executor;
+    std::size_t updateStart = 0;
+    while (whole.instructions[updateStart].op != Op::ClipFactor)
+        ++updateStart;
+    const auto& gradients = whole.instructions[updateStart].inputs; // every gradient, in name order
+    std::vector<std::vector<float>> sums(gradients.size());
+    for (std::int64_t m = 0; m < MicroBatches; ++m) {
+        executor.prepare(whole);
+        state.bind(executor, whole);
+        auto x = slice(tokens, m), y = slice(targets, m);
+        executor.bind(whole.instructions[0].outputs[0], x.data());
+        executor.bind(whole.instructions[0].outputs[1], y.data());
+        for (std::size_t i = 0; i < updateStart; ++i)
+            executor.run(whole, i);
+        for (std::size_t k = 0; k < gradients.size(); ++k) {
+            const float* g = executor.floats(gradients[k]);
+            const auto n = std::size_t(whole.values[std::size_t(gradients[k])].count());
+            if (m == 0)
+                sums[k].assign(g, g + n);
+            else
+                for (std::size_t e = 0; e < n; ++e)
+                    sums[k][e] = sums[k][e] + g[e];
+        }
+    }
+    for (std::size_t k = 0; k < gradients.size(); ++k) {
+        float* g = executor.floats(gradients[k]);
+        for (std::size_t e = 0; e < sums[k].size(); ++e)
+            g[e] = sums[k][e] / float(MicroBatches);
+    }
+    for (std::size_t i = updateStart; i < whole.instructions.size(); ++i)
+        executor.run(whole, i);
+    return state;
+}
+
 } // namespace
 
 class PipelineStagesTest : public QObject {
@@ -135,6 +207,144 @@ private Q_SLOTS:
             for (const auto& stage : stages)
                 parameters += stage.gradients.size();
             QCOMPARE(parameters, whole.stateBefore.size());
+        }
+    }
+
+    // A whole step across stages, each micro-batch's forward and backward in the 1F1B order a
+    // pipeline runs them (stage s: S - s forwards first, then a backward and a forward in turn), each
+    // stage averaging its gradients and updating its own parameters with AdamW and the clipping
+    // factor from every stage's per-tensor sums: the same training state, bit for bit, as the step
+    // train-local takes, for 1 to 4 stages.
+    void aStepAcrossStagesIsTrainLocalsStep()
+    {
+        StepSettings step;
+        step.learningRate = 0.01;
+        const Program whole = gptStep(Micro, Context, Vocabulary, Layers, Heads, Width, Context, false, AdamW, step);
+        auto model = modelFor(whole);
+        State start;
+        for (const auto& [name, memory] : model.parameters)
+            start.floats[name] = memory;
+        std::vector<std::int64_t> tokens, targets;
+        for (std::int64_t i = 0; i < MicroBatches * Micro * Context; ++i) {
+            tokens.push_back(std::int64_t(splitMix(7, std::uint64_t(i)) % Vocabulary));
+            targets.push_back(std::int64_t(splitMix(8, std::uint64_t(i)) % Vocabulary));
+        }
+        const State reference = referenceStep(whole, start, tokens, targets);
+        QCOMPARE(reference.adamStep, 1);
+
+        for (const std::int64_t count : { 1, 2, 4 }) {
+            std::string why;
+            auto stages = gptStages(Micro, Context, Vocabulary, Layers, Heads, Width, Context, false, count, &why, AdamW, step);
+            QVERIFY2(std::int64_t(stages.size()) == count, why.c_str());
+            State state = start;
+            // Each stage keeps a micro-batch's activations from its forward to its backward: an
+            // executor a micro-batch in flight.
+            std::vector<std::vector<Executor>> executors(stages.size(), std::vector<Executor>(std::size_t(MicroBatches)));
+            std::vector<std::vector<std::vector<float>>> activations(
+                stages.size() + 1, std::vector<std::vector<float>>(MicroBatches));
+            std::vector<std::vector<std::vector<float>>> gradients(
+                stages.size() + 1, std::vector<std::vector<float>>(MicroBatches));
+            std::vector<std::vector<std::vector<float>>> sums(stages.size());
+            std::vector<std::vector<std::int64_t>> x(MicroBatches), y(MicroBatches);
+            for (std::int64_t m = 0; m < MicroBatches; ++m) {
+                x[std::size_t(m)] = slice(tokens, m);
+                y[std::size_t(m)] = slice(targets, m);
+            }
+            auto forward = [&](std::size_t s, std::int64_t m) {
+                const auto& stage = stages[s];
+                auto& executor = executors[s][std::size_t(m)];
+                executor.prepare(stage.program);
+                state.bind(executor, stage.program);
+                for (int v : stage.program.instructions[0].outputs) {
+                    const auto& name = stage.program.values[std::size_t(v)].name;
+                    if (name == "batch.x")
+                        executor.bind(v, x[std::size_t(m)].data());
+                    else if (name == "batch.y")
+                        executor.bind(v, y[std::size_t(m)].data());
+                    else
+                        executor.bind(v, activations[s][std::size_t(m)].data()); // from stage s - 1
+                }
+                for (std::size_t i = 1; i < stage.backwardStart; ++i)
+                    executor.run(stage.program, i);
+                if (stage.sent >= 0)
+                    activations[s + 1][std::size_t(m)] = copyOf(executor, stage.program, stage.sent);
+            };
+            auto backward = [&](std::size_t s, std::int64_t m) {
+                const auto& stage = stages[s];
+                auto& executor = executors[s][std::size_t(m)];
+                if (stage.gradientReceived >= 0)
+                    executor.bind(stage.gradientReceived, gradients[s + 1][std::size_t(m)].data());
+                for (std::size_t i = stage.backwardStart + 1; i < stage.program.instructions.size(); ++i)
+                    executor.run(stage.program, i);
+                if (stage.gradientSent >= 0)
+                    gradients[s][std::size_t(m)] = copyOf(executor, stage.program, stage.gradientSent);
+                auto& stageSums = sums[s];
+                stageSums.resize(stage.gradients.size());
+                for (std::size_t k = 0; k < stage.gradients.size(); ++k) {
+                    const auto g = copyOf(executor, stage.program, stage.gradients[k].second);
+                    if (m == 0)
+                        stageSums[k] = g;
+                    else
+                        for (std::size_t e = 0; e < g.size(); ++e)
+                            stageSums[k][e] = stageSums[k][e] + g[e];
+                }
+            };
+            // 1F1B, simulated in lock step: each stage runs its next operation once its input is there.
+            const auto S = stages.size();
+            std::vector<std::int64_t> forwards(S, 0), backwards(S, 0);
+            for (bool progress = true; progress;) {
+                progress = false;
+                for (std::size_t s = 0; s < S; ++s) {
+                    const bool warm = forwards[s] < std::min<std::int64_t>(MicroBatches, std::int64_t(S - s));
+                    const bool canForward = forwards[s] < MicroBatches && (s == 0 || forwards[s - 1] > forwards[s]);
+                    const bool canBackward = backwards[s] < forwards[s] && (s + 1 == S || backwards[s + 1] > backwards[s]);
+                    if (canForward && (warm || !canBackward || forwards[s] - backwards[s] < std::int64_t(S - s))) {
+                        forward(s, forwards[s]++);
+                        progress = true;
+                    } else if (canBackward) {
+                        backward(s, backwards[s]++);
+                        progress = true;
+                    }
+                }
+            }
+            for (std::size_t s = 0; s < S; ++s)
+                QCOMPARE(backwards[s], MicroBatches);
+            // The clipping factor: every gradient's sum of squares, in name order across the stages.
+            std::map<std::string, double> squares;
+            for (std::size_t s = 0; s < S; ++s) {
+                for (std::size_t k = 0; k < stages[s].gradients.size(); ++k) {
+                    auto& g = sums[s][k];
+                    for (auto& e : g)
+                        e = e / float(MicroBatches);
+                    squares[stages[s].program.values[std::size_t(stages[s].gradients[k].first)].name]
+                        = sumOfSquares(g.data(), std::int64_t(g.size()));
+                }
+            }
+            double total = 0.0;
+            for (const auto& [name, sum] : squares) // std::map: name order
+                total += sum;
+            float factor = clipFactor(total, AdamW.clipNorm);
+            for (std::size_t s = 0; s < S; ++s) {
+                const auto& stage = stages[s];
+                state.adamStep = start.adamStep; // each stage counts Adam's steps itself
+                Executor executor;
+                executor.prepare(stage.update);
+                state.bind(executor, stage.update);
+                if (stage.clipFactor >= 0)
+                    executor.bind(stage.clipFactor, &factor);
+                for (std::size_t k = 0; k < stage.gradients.size(); ++k)
+                    executor.bind(stage.gradients[k].second, sums[s][k].data());
+                for (std::size_t i = 0; i < stage.update.instructions.size(); ++i)
+                    executor.run(stage.update, i);
+                QCOMPARE(state.adamStep, reference.adamStep);
+            }
+            QCOMPARE(state.floats.size(), reference.floats.size());
+            for (const auto& [name, memory] : reference.floats) {
+                const auto& ours = state.floats.at(name);
+                QVERIFY2(
+                    ours.size() == memory.size() && std::memcmp(ours.data(), memory.data(), ours.size() * sizeof(float)) == 0,
+                    (name + " with " + std::to_string(count) + " stages").c_str());
+            }
         }
     }
 
