@@ -330,7 +330,8 @@ TrainingSpec readTrainingSpec(JsonReader reader)
         auto pipeline = reader.object(u"pipeline");
         pipeline.allowOnly({ QStringLiteral("stages"), QStringLiteral("microBatches") });
         training.pipeline.stages = pipeline.integer(u"stages", 1, TrainingSpec::Pipeline::MaxStages);
-        training.pipeline.microBatches = pipeline.integer(u"microBatches", 1, 65536, Presence::Optional, 1);
+        training.pipeline.microBatches
+            = pipeline.integer(u"microBatches", 1, TrainingSpec::Pipeline::MaxMicroBatches, Presence::Optional, 1);
     }
     return training;
 }

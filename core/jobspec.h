@@ -134,6 +134,7 @@ struct TrainingSpec {
     // gradients are averaged. 1 and 1 (absent): a shard is the whole model on one node.
     struct Pipeline {
         static constexpr std::int64_t MaxStages = 16;
+        static constexpr std::int64_t MaxMicroBatches = 1024;
         std::int64_t stages = 1;
         std::int64_t microBatches = 1;
         bool operator==(const Pipeline&) const = default;

@@ -71,7 +71,7 @@ Result<ShardTask> ShardTask::fromJson(const QJsonObject& json)
     task.portable
         = reader.named(u"determinism", QStringLiteral("a determinism"), Presence::Optional, TrainingSpec::Determinism::Fast)
         == TrainingSpec::Determinism::Portable;
-    task.microBatches = reader.integer(u"microBatches", 1, 65536, Presence::Optional, 1);
+    task.microBatches = reader.integer(u"microBatches", 1, TrainingSpec::Pipeline::MaxMicroBatches, Presence::Optional, 1);
     task.dataChunks = reader.digestList(u"dataChunks", JsonReader::MaxListLength, Presence::Optional);
     if (reader.ok() && !task.dataChunks.isEmpty() && task.dataset.source != DatasetSpec::Source::Chunks)
         reader.fail(u"dataChunks", QStringLiteral("only a chunked dataset has chunks"));
@@ -131,9 +131,13 @@ Status ShardTask::validate() const
             QStringLiteral("the sample range [%1, %2) is empty").arg(sampleBegin).arg(sampleEnd) };
     if (inference)
         return validateInference();
-    if (microBatches > 1 && (!portable || batchSize % microBatches != 0))
+    // Micro-batches are the pipeline's: a portable zoo gpt without dropout (dropout's streams are a
+    // step's, and would repeat in every micro-batch).
+    if (microBatches > 1
+        && (!portable || batchSize % microBatches != 0 || model.source != ModelSpec::Source::Zoo || model.zoo != u"gpt"
+            || model.dropout > 0.0))
         return Error { QStringLiteral("microBatches"),
-            QStringLiteral("micro-batches split a portable task's batch into equal parts") };
+            QStringLiteral("micro-batches split a portable gpt's batch (without dropout) into equal parts") };
     if (batchSize > sampleEnd - sampleBegin)
         return Error { QStringLiteral("batchSize"),
             QStringLiteral("a batch of %1 is larger than the shard's %2 samples").arg(batchSize).arg(sampleEnd - sampleBegin) };

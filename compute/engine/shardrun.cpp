@@ -797,6 +797,8 @@ core::Status narrowable(const core::ShardTask& task, std::int64_t checkpoint)
     if (!task.portable)
         return core::Error { QStringLiteral("training.determinism"),
             QStringLiteral("only a portable job's disputes are narrowed to one instruction") };
+    if (task.microBatches > 1)
+        return core::Error { QStringLiteral("microBatches"), QStringLiteral("a micro-batched step is not traced yet") };
     if (checkpoint < 1 || checkpoint > task.checkpointCount() - 1)
         return core::Error { QStringLiteral("checkpoint"),
             QStringLiteral("a shard with %1 checkpoints has no interval ending at checkpoint %2")
@@ -832,7 +834,10 @@ core::Result<QString> portableListing(const core::ShardTask& task, std::int64_t 
     auto data = loadDataset(task.dataset, environment, task.model.context);
     if (!data)
         return data.error();
-    auto program = portableProgram(task, step - 1, data->train->sampleShape(), data->train->classes);
+    // A micro-batched step runs the program of one micro-batch, M times, before its update.
+    auto micro = task;
+    micro.batchSize = task.batchSize / std::max<std::int64_t>(task.microBatches, 1);
+    auto program = portableProgram(micro, step - 1, data->train->sampleShape(), data->train->classes);
     if (!program)
         return program.error();
     return QString::fromStdString(program->listing());

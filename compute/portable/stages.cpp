@@ -11,6 +11,8 @@ namespace tessera::compute::portable {
 std::vector<std::int64_t> stageBlocks(std::int64_t layers, std::int64_t stages)
 {
     std::vector<std::int64_t> first;
+    if (stages < 1)
+        return first;
     for (std::int64_t s = 0; s <= stages; ++s)
         first.push_back(layers - ((stages - s) * layers) / stages);
     return first;

@@ -371,6 +371,9 @@ Result<Quote> Broker::quoteFor(const JobSpec& spec)
 {
     if (auto status = spec.validate(); !status)
         return status.error();
+    if (spec.training.pipelined()) // as submit: not on a broker yet
+        return Error { QStringLiteral("training.pipeline"),
+            QStringLiteral("a broker does not run pipeline jobs yet: train it with tessera-node train-local") };
     auto parameters = boundedParametersOf(spec);
     if (!parameters)
         return parameters.error();

@@ -225,6 +225,9 @@ private Q_SLOTS:
         auto fast = task;
         fast.portable = false;
         QCOMPARE(fast.validate().error().field, QStringLiteral("microBatches"));
+        auto dropped = task; // dropout's streams are a step's: they would repeat in each micro-batch
+        dropped.model.dropout = 0.1;
+        QCOMPARE(dropped.validate().error().field, QStringLiteral("microBatches"));
         // An unpipelined job writes no field, as before.
         auto plain = json;
         auto training = plain.value(QStringLiteral("training")).toObject();

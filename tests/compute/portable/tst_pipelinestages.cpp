@@ -91,8 +91,10 @@ State referenceStep(
     State state = start;
     Executor executor;
     std::size_t updateStart = 0;
-    while (whole.instructions[updateStart].op != Op::ClipFactor)
+    while (updateStart < whole.instructions.size() && whole.instructions[updateStart].op != Op::ClipFactor)
         ++updateStart;
+    if (updateStart == whole.instructions.size())
+        qFatal("the reference step clips: its ClipFactor names every gradient");
     const auto& gradients = whole.instructions[updateStart].inputs; // every gradient, in name order
     std::vector<std::vector<float>> sums(gradients.size());
     for (std::int64_t m = 0; m < MicroBatches; ++m) {
@@ -358,6 +360,7 @@ private Q_SLOTS:
         const std::vector<std::int64_t> even { 0, 2, 4 }, uneven { 0, 2, 3, 4 };
         QCOMPARE(stageBlocks(4, 2), even);
         QCOMPARE(stageBlocks(4, 3), uneven);
+        QVERIFY(stageBlocks(4, 0).empty());
     }
 };
 
