@@ -217,26 +217,50 @@ private Q_SLOTS:
     // stage averaging its gradients and updating its own parameters with AdamW and the clipping
     // factor from every stage's per-tensor sums: the same training state, bit for bit, as the step
     // train-local takes, for 1 to 4 stages.
+    void aStepAcrossStagesIsTrainLocalsStep_data()
+    {
+        QTest::addColumn<int>("kind");
+        QTest::addColumn<double>("momentum");
+        QTest::addColumn<bool>("carried"); // the optimizer's buffers exist before the step
+        QTest::newRow("adamw, fresh moments") << int(OptimizerSettings::Kind::AdamW) << 0.0 << false;
+        QTest::newRow("adam, carried moments") << int(OptimizerSettings::Kind::Adam) << 0.0 << true;
+        QTest::newRow("sgd, momentum born") << int(OptimizerSettings::Kind::Sgd) << 0.9 << false;
+        QTest::newRow("sgd, nesterov, carried momentum") << int(OptimizerSettings::Kind::Sgd) << 0.9 << true;
+    }
     void aStepAcrossStagesIsTrainLocalsStep()
     {
+        QFETCH(int, kind);
+        QFETCH(double, momentum);
+        QFETCH(bool, carried);
+        OptimizerSettings optimizer = AdamW;
+        optimizer.kind = OptimizerSettings::Kind(kind);
+        optimizer.momentum = momentum;
+        optimizer.nesterov = carried && momentum > 0.0;
         StepSettings step;
         step.learningRate = 0.01;
-        const Program whole = gptStep(Micro, Context, Vocabulary, Layers, Heads, Width, Context, false, AdamW, step);
+        step.buffersBefore = carried;
+        const Program whole = gptStep(Micro, Context, Vocabulary, Layers, Heads, Width, Context, false, optimizer, step);
         auto model = modelFor(whole);
         State start;
-        for (const auto& [name, memory] : model.parameters)
+        for (auto& [name, memory] : model.parameters) {
+            if (name.rfind("optimizer/exp_avg_sq/", 0) == 0) // a second moment is not negative
+                for (auto& e : memory)
+                    e = e < 0.0f ? -e : e;
             start.floats[name] = memory;
+        }
+        start.adamStep = carried ? 4 : 0;
         std::vector<std::int64_t> tokens, targets;
         for (std::int64_t i = 0; i < MicroBatches * Micro * Context; ++i) {
             tokens.push_back(std::int64_t(splitMix(7, std::uint64_t(i)) % Vocabulary));
             targets.push_back(std::int64_t(splitMix(8, std::uint64_t(i)) % Vocabulary));
         }
         const State reference = referenceStep(whole, start, tokens, targets);
-        QCOMPARE(reference.adamStep, 1);
+        QCOMPARE(reference.adamStep, start.adamStep + (optimizer.kind == OptimizerSettings::Kind::Sgd ? 0 : 1));
 
         for (const std::int64_t count : { 1, 2, 4 }) {
             std::string why;
-            auto stages = gptStages(Micro, Context, Vocabulary, Layers, Heads, Width, Context, false, count, &why, AdamW, step);
+            auto stages
+                = gptStages(Micro, Context, Vocabulary, Layers, Heads, Width, Context, false, count, &why, optimizer, step);
             QVERIFY2(std::int64_t(stages.size()) == count, why.c_str());
             State state = start;
             // Each stage keeps a micro-batch's activations from its forward to its backward: an
@@ -325,7 +349,7 @@ private Q_SLOTS:
             double total = 0.0;
             for (const auto& [name, sum] : squares) // std::map: name order
                 total += sum;
-            float factor = clipFactor(total, AdamW.clipNorm);
+            float factor = clipFactor(total, optimizer.clipNorm);
             for (std::size_t s = 0; s < S; ++s) {
                 const auto& stage = stages[s];
                 state.adamStep = start.adamStep; // each stage counts Adam's steps itself
