@@ -23,6 +23,11 @@ std::int64_t Value::bytes() const
     return count() * (dtype == DType::Int64 ? 8 : 4);
 }
 
+bool updates(Op op)
+{
+    return op == Op::ClipFactor || op == Op::Scale || op == Op::Count || op == Op::Sgd || op == Op::Adam;
+}
+
 const char* opName(Op op)
 {
     switch (op) {

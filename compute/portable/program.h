@@ -72,6 +72,9 @@ enum class Op : std::uint8_t {
     AttentionGrad, // qkv, dy -> dqkv
 };
 const char* opName(Op op);
+// Whether an instruction is the optimizer's part of a step (ClipFactor, Scale, Count, Sgd, Adam):
+// a step's update starts at its first such instruction.
+bool updates(Op op);
 
 struct Instruction {
     Op op = Op::Batch;

@@ -119,11 +119,6 @@ std::string assemble(Stage& stage, std::int64_t s, std::int64_t stages, const Pr
     return {};
 }
 
-bool isUpdate(Op op)
-{
-    return op == Op::ClipFactor || op == Op::Scale || op == Op::Count || op == Op::Sgd || op == Op::Adam;
-}
-
 // The stage's part of the whole program's update: Scale, Sgd and Adam of its parameters (named in
 // their first input: the gradient "X.grad", the parameter "model/X"), Adam's Count, and the state.
 void cutUpdate(Stage& stage, const Program& whole)
@@ -145,7 +140,7 @@ void cutUpdate(Stage& stage, const Program& whole)
     auto& update = stage.update;
     update.values = whole.values;
     for (const auto& instruction : whole.instructions) {
-        if (!isUpdate(instruction.op))
+        if (!updates(instruction.op))
             continue;
         if (instruction.op == Op::ClipFactor) {
             stage.clipFactor = instruction.outputs.at(0);
@@ -188,7 +183,7 @@ std::vector<Stage> gptStages(std::int64_t microBatch, std::int64_t length, std::
     bool backward = false;
     for (std::size_t i = 1; i < whole.instructions.size(); ++i) { // 0 is the Batch
         const auto& instruction = whole.instructions[i];
-        if (isUpdate(instruction.op))
+        if (updates(instruction.op))
             break; // the update: not a stage's
         const auto s = stageOf(whole.values[std::size_t(instruction.outputs.at(0))].name, first, stages);
         (backward ? cuts[std::size_t(s)].backward : cuts[std::size_t(s)].forward).push_back(i);

@@ -52,6 +52,21 @@ class InferenceRunTest : public QObject {
 private:
     QTemporaryDir m_dir;
 
+    // A byte gpt of context 32, seeded, in evaluation mode; and 32 tokens of a seeded draw.
+    static std::unique_ptr<compute::detail::Model> evaluated(const core::ModelSpec& spec)
+    {
+        auto model = compute::detail::buildModel(spec, { 32 }, 256, 7, {});
+        if (!model)
+            qFatal("%s", qPrintable(model.error().toString()));
+        (*model)->setTraining(false);
+        return std::move(*model);
+    }
+    static at::Tensor someTokens()
+    {
+        torch::manual_seed(3);
+        return torch::randint(0, 256, { 1, 32 }, torch::kLong);
+    }
+
     std::pair<core::JobSpec, compute::Weights> prepared(const core::JobSpec& trained, const core::InferenceSpec& inference)
     {
         auto initial = compute::initialWeights(trained, {});
@@ -157,23 +172,20 @@ private Q_SLOTS:
     void theKvCacheGivesTheFullForwardsLogits()
     {
         auto spec = smallGpt();
-        auto model = compute::detail::buildModel(spec.model, { 32 }, 256, 7, {});
-        QVERIFY(model);
-        (*model)->setTraining(false);
+        auto model = evaluated(spec.model);
         torch::NoGradGuard noGrad;
-        torch::manual_seed(3);
-        const auto tokens = torch::randint(0, 256, { 1, 32 }, torch::kLong);
-        const auto full = (*model)->forward(tokens)[0];
+        const auto tokens = someTokens();
+        const auto full = model->forward(tokens)[0];
         compute::detail::Model::KvCache cache;
-        auto last = (*model)->decode(tokens.slice(1, 0, 12), 0, cache);
+        auto last = model->decode(tokens.slice(1, 0, 12), 0, cache);
         QVERIFY(last.defined());
         QVERIFY(torch::allclose(last, full[11], 1e-4, 1e-5));
         for (std::int64_t position = 12; position < 32; ++position) {
-            last = (*model)->decode(tokens.slice(1, position, position + 1), position, cache);
+            last = model->decode(tokens.slice(1, position, position + 1), position, cache);
             QVERIFY2(torch::allclose(last, full[position], 1e-4, 1e-5), qPrintable(QString::number(position)));
         }
         // Past the context it refuses rather than read positions the model has no embedding for.
-        QVERIFY_THROWS_EXCEPTION(std::exception, (*model)->decode(tokens.slice(1, 0, 1), 32, cache));
+        QVERIFY_THROWS_EXCEPTION(std::exception, model->decode(tokens.slice(1, 0, 1), 32, cache));
     }
 
     // The portable decoder's logits are the bits of the portable forward program's last row over the
@@ -185,16 +197,13 @@ private Q_SLOTS:
         for (const bool tied : { true, false }) {
             auto spec = smallGpt();
             spec.model.tied = tied;
-            auto model = compute::detail::buildModel(spec.model, { 32 }, 256, 7, {});
-            QVERIFY(model);
-            (*model)->setTraining(false);
+            auto model = evaluated(spec.model);
             torch::NoGradGuard noGrad;
-            torch::manual_seed(3);
-            const auto tokens = torch::randint(0, 256, { 1, 32 }, torch::kLong);
-            compute::detail::PortableForward forward(spec.model, **model, 256, 1);
+            const auto tokens = someTokens();
+            compute::detail::PortableForward forward(spec.model, *model, 256, 1);
             auto decoder = forward.decoder();
             QVERIFY2(decoder, qPrintable(decoder ? QString() : decoder.error().toString()));
-            compute::detail::PortableForward twoThreads(spec.model, **model, 256, 2);
+            compute::detail::PortableForward twoThreads(spec.model, *model, 256, 2);
             auto other = twoThreads.decoder();
             QVERIFY(other);
             for (std::int64_t length = 1; length <= 32; ++length) {

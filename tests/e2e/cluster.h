@@ -114,6 +114,19 @@ public:
     enum class FirstStart { SkipBenchmark, Benchmark };
     // compute: more [Compute] settings ("MaxThreads=1\n"); environment: "NAME=value" entries the
     // node's process gets besides the test's own (another CPU's kernel choices, for instance).
+    // The kernel choices an older CPU makes (no AVX, an old OpenBLAS core, the portable matrix
+    // product's generic kernel) and a newer one's (AVX2 everywhere): two "machines" on this one.
+    static QStringList olderCpu()
+    {
+        return { QStringLiteral("ATEN_CPU_CAPABILITY=default"), QStringLiteral("OPENBLAS_CORETYPE=Prescott"),
+            QStringLiteral("TESSERA_PORTABLE_ISA=generic") };
+    }
+    static QStringList newerCpu()
+    {
+        return { QStringLiteral("ATEN_CPU_CAPABILITY=avx2"), QStringLiteral("OPENBLAS_CORETYPE=Haswell"),
+            QStringLiteral("TESSERA_PORTABLE_ISA=avx2") };
+    }
+
     QProcess* startNode(int index, const QStringList& brokers = {}, FirstStart first = FirstStart::SkipBenchmark,
         const QString& compute = {}, const QStringList& environment = {})
     {

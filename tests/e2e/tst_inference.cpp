@@ -275,12 +275,8 @@ private Q_SLOTS:
         Cluster cluster;
         cluster.startBroker({}, QStringLiteral("MinDeadlineSeconds=900\nSelfVerifyAfterSeconds=900\n"));
         cluster.startCheater(QStringLiteral("one-line"), { QStringLiteral("ATEN_CPU_CAPABILITY=avx2") });
-        cluster.startNode(1, {}, Cluster::FirstStart::SkipBenchmark, QStringLiteral("MaxThreads=1\n"),
-            { QStringLiteral("ATEN_CPU_CAPABILITY=default"), QStringLiteral("OPENBLAS_CORETYPE=Prescott"),
-                QStringLiteral("TESSERA_PORTABLE_ISA=generic") });
-        cluster.startNode(2, {}, Cluster::FirstStart::SkipBenchmark, QStringLiteral("MaxThreads=2\n"),
-            { QStringLiteral("ATEN_CPU_CAPABILITY=avx2"), QStringLiteral("OPENBLAS_CORETYPE=Haswell"),
-                QStringLiteral("TESSERA_PORTABLE_ISA=avx2") });
+        cluster.startNode(1, {}, Cluster::FirstStart::SkipBenchmark, QStringLiteral("MaxThreads=1\n"), Cluster::olderCpu());
+        cluster.startNode(2, {}, Cluster::FirstStart::SkipBenchmark, QStringLiteral("MaxThreads=2\n"), Cluster::newerCpu());
         QVERIFY(QTest::qWaitFor([&] { return cluster.nodes().size() == 3; }, 120'000));
         const QString classifyId = cluster.submit(classifyFile), generateId = cluster.submit(generateFile);
         QVERIFY(!classifyId.isEmpty() && !generateId.isEmpty());

@@ -393,12 +393,8 @@ private Q_SLOTS:
         cluster.startBroker({}, QStringLiteral("DisputeTimeoutSeconds=60\nSelfVerifyAfterSeconds=600\n"));
         cluster.startCheater(QStringLiteral("wrong-lr"), { QStringLiteral("ATEN_CPU_CAPABILITY=avx2") });
         cluster.startCheater(QStringLiteral("wrong-data"), { QStringLiteral("TESSERA_PORTABLE_ISA=generic") });
-        cluster.startNode(1, {}, Cluster::FirstStart::SkipBenchmark, QStringLiteral("MaxThreads=1\n"),
-            { QStringLiteral("ATEN_CPU_CAPABILITY=default"), QStringLiteral("OPENBLAS_CORETYPE=Prescott"),
-                QStringLiteral("TESSERA_PORTABLE_ISA=generic") });
-        cluster.startNode(2, {}, Cluster::FirstStart::SkipBenchmark, QStringLiteral("MaxThreads=2\n"),
-            { QStringLiteral("ATEN_CPU_CAPABILITY=avx2"), QStringLiteral("OPENBLAS_CORETYPE=Haswell"),
-                QStringLiteral("TESSERA_PORTABLE_ISA=avx2") });
+        cluster.startNode(1, {}, Cluster::FirstStart::SkipBenchmark, QStringLiteral("MaxThreads=1\n"), Cluster::olderCpu());
+        cluster.startNode(2, {}, Cluster::FirstStart::SkipBenchmark, QStringLiteral("MaxThreads=2\n"), Cluster::newerCpu());
         cluster.startNode(3, {}, Cluster::FirstStart::SkipBenchmark, QStringLiteral("MaxThreads=2\n"));
         QVERIFY(QTest::qWaitFor([&] { return cluster.nodes().size() == 5; }, 120'000));
         const QString jobId = cluster.submit(jobFile);

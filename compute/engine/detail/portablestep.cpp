@@ -6,6 +6,7 @@
 #include <torch/torch.h>
 
 #include <algorithm>
+#include <map>
 
 namespace tessera::compute::detail {
 
@@ -103,6 +104,29 @@ core::Result<portable::Forward> portableForward(
     return forward;
 }
 
+namespace {
+
+// The memory of each parameter a program reads (its stateBefore), in the model's own tensors,
+// which must be what the program names: CPU, float32, contiguous, of its shape.
+core::Result<std::vector<std::pair<int, void*>>> parameterMemory(const portable::Program& program, Model& model)
+{
+    std::vector<std::pair<int, void*>> memory;
+    const auto parameters = model.parameters();
+    for (int v : program.stateBefore) {
+        const auto& value = program.values[std::size_t(v)];
+        const auto found = std::find_if(parameters.begin(), parameters.end(),
+            [&](const auto& parameter) { return value.name == "model/" + parameter.first; });
+        if (found == parameters.end() || !found->second.device().is_cpu() || found->second.scalar_type() != at::kFloat
+            || !found->second.is_contiguous() || !found->second.sizes().equals(value.shape))
+            return core::Error { QStringLiteral("state"),
+                QStringLiteral("'%1' is not what the portable program reads").arg(QString::fromStdString(value.name)) };
+        memory.emplace_back(v, found->second.data_ptr());
+    }
+    return memory;
+}
+
+} // namespace
+
 core::Result<std::unique_ptr<portable::GptDecoder>> PortableForward::decoder()
 {
     if (m_spec.source != core::ModelSpec::Source::Zoo || m_spec.zoo != QLatin1String("gpt"))
@@ -111,20 +135,15 @@ core::Result<std::unique_ptr<portable::GptDecoder>> PortableForward::decoder()
     auto forward = portableForward(m_spec, 1, { 1 }, m_classes);
     if (!forward)
         return forward.error();
-    const auto& program = forward->program;
-    const auto parameters = m_model.parameters();
+    auto memory = parameterMemory(forward->program, m_model);
+    if (!memory)
+        return memory.error();
+    std::map<std::string, const float*> byName;
+    for (const auto& [value, pointer] : *memory)
+        byName.emplace(forward->program.values[std::size_t(value)].name.substr(6), static_cast<const float*>(pointer));
     auto lookup = [&](const std::string& name) -> const float* {
-        for (int v : program.stateBefore) {
-            const auto& value = program.values[std::size_t(v)];
-            if (value.name != "model/" + name)
-                continue;
-            for (const auto& [parameter, tensor] : parameters) {
-                if (parameter == name && tensor.device().is_cpu() && tensor.scalar_type() == at::kFloat && tensor.is_contiguous()
-                    && tensor.sizes().equals(value.shape))
-                    return tensor.data_ptr<float>();
-            }
-        }
-        return nullptr;
+        const auto found = byName.find(name);
+        return found == byName.end() ? nullptr : found->second;
     };
     const auto& model = m_spec;
     portable::GptDecoder::Sizes sizes { model.vocabulary > 0 ? model.vocabulary : m_classes, model.layers, model.heads,
@@ -153,19 +172,10 @@ core::Result<at::Tensor> PortableForward::logits(const at::Tensor& x)
         auto forward = portableForward(m_spec, sizes[0], sampleShape, m_classes);
         if (!forward)
             return forward.error();
-        m_shape.clear();
-        m_bindings.clear();
-        const auto parameters = m_model.parameters();
-        for (int v : forward->program.stateBefore) { // the parameters' memory, found once a program
-            const auto& value = forward->program.values[std::size_t(v)];
-            const auto found = std::find_if(parameters.begin(), parameters.end(),
-                [&](const auto& parameter) { return value.name == "model/" + parameter.first; });
-            if (found == parameters.end() || !found->second.device().is_cpu() || found->second.scalar_type() != at::kFloat
-                || !found->second.is_contiguous() || !found->second.sizes().equals(value.shape))
-                return core::Error { QStringLiteral("state"),
-                    QStringLiteral("'%1' is not what the portable program reads").arg(QString::fromStdString(value.name)) };
-            m_bindings.emplace_back(v, found->second.data_ptr());
-        }
+        auto memory = parameterMemory(forward->program, m_model); // found once a program
+        if (!memory)
+            return memory.error();
+        m_bindings = std::move(*memory);
         m_forward = std::move(*forward);
         m_shape = sizes;
     }
@@ -258,21 +268,27 @@ core::Result<portable::Program> PortableStep::prepare(std::int64_t step, const a
     auto program = portableProgram(m_task, step, m_sampleShape, m_classes);
     if (!program)
         return program.error();
-    m_executor.prepare(*program);
-    if (auto status = bindState(*program, step); !status)
+    if (auto status = bindBatch(*program, step, x, y); !status)
         return status.error();
-    const auto& batch = program->instructions.front();
-    const auto xType = program->values[std::size_t(batch.outputs[0])].dtype == portable::DType::Int64 ? at::kLong : at::kFloat;
-    m_x = x.to(xType).contiguous();
+    return program;
+}
+
+core::Status PortableStep::bindBatch(
+    const portable::Program& program, std::int64_t step, const at::Tensor& x, const at::Tensor& y)
+{
+    m_executor.prepare(program);
+    if (auto status = bindState(program, step); !status)
+        return status;
+    const auto& batch = program.instructions.front();
+    const auto& xValue = program.values[std::size_t(batch.outputs[0])];
+    const auto& yValue = program.values[std::size_t(batch.outputs[1])];
+    m_x = x.to(xValue.dtype == portable::DType::Int64 ? at::kLong : at::kFloat).contiguous();
     m_y = y.to(at::kLong).contiguous();
-    const auto& xValue = program->values[std::size_t(batch.outputs[0])];
-    const auto& yValue = program->values[std::size_t(batch.outputs[1])];
     if (m_x.numel() != xValue.count() || m_y.numel() != yValue.count())
         return core::Error { QStringLiteral("batch"), QStringLiteral("the batch does not have the program's shape") };
-
     m_executor.bind(batch.outputs[0], m_x.data_ptr());
     m_executor.bind(batch.outputs[1], m_y.data_ptr());
-    return program;
+    return {};
 }
 
 core::Result<double> PortableStep::run(std::int64_t step, const at::Tensor& x, const at::Tensor& y, const Observer& observer)
@@ -319,7 +335,7 @@ core::Result<double> PortableStep::runMicroBatched(std::int64_t step, const at::
     int loss = -1;
     for (std::size_t i = 0; i < instructions.size() && updateStart == instructions.size(); ++i) {
         const auto op = instructions[i].op;
-        if (op == portable::Op::ClipFactor || op == portable::Op::Count || op == portable::Op::Sgd || op == portable::Op::Adam)
+        if (portable::updates(op))
             updateStart = i;
         if (op == portable::Op::CrossEntropy)
             loss = instructions[i].outputs.at(0);
@@ -337,21 +353,12 @@ core::Result<double> PortableStep::runMicroBatched(std::int64_t step, const at::
                 gradients.push_back(v);
         }
     }
-    const auto& batch = instructions.front();
-    const auto xType = program->values[std::size_t(batch.outputs[0])].dtype == portable::DType::Int64 ? at::kLong : at::kFloat;
     std::vector<std::vector<float>> sums(gradients.size());
     float losses = 0.0f;
     for (std::int64_t m = 0; m < count; ++m) {
-        m_executor.prepare(*program);
-        if (auto status = bindState(*program, step); !status)
+        const auto rows = [&](const at::Tensor& t) { return t.slice(0, m * micro.batchSize, (m + 1) * micro.batchSize); };
+        if (auto status = bindBatch(*program, step, rows(x), rows(y)); !status)
             return status.error();
-        m_x = x.slice(0, m * micro.batchSize, (m + 1) * micro.batchSize).to(xType).contiguous();
-        m_y = y.slice(0, m * micro.batchSize, (m + 1) * micro.batchSize).to(at::kLong).contiguous();
-        if (m_x.numel() != program->values[std::size_t(batch.outputs[0])].count()
-            || m_y.numel() != program->values[std::size_t(batch.outputs[1])].count())
-            return core::Error { QStringLiteral("batch"), QStringLiteral("the batch does not have the program's shape") };
-        m_executor.bind(batch.outputs[0], m_x.data_ptr());
-        m_executor.bind(batch.outputs[1], m_y.data_ptr());
         for (std::size_t i = 0; i < updateStart; ++i)
             m_executor.run(*program, i);
         losses = losses + (loss >= 0 ? *m_executor.floats(loss) : 0.0f);

@@ -74,6 +74,8 @@ private:
     core::Status bindState(const portable::Program& program, std::int64_t step);
     core::Result<double> runMicroBatched(std::int64_t step, const at::Tensor& x, const at::Tensor& y);
     core::Result<portable::Program> prepare(std::int64_t step, const at::Tensor& x, const at::Tensor& y);
+    // A fresh run of `program`: the state bound, the batch converted to its values and bound.
+    core::Status bindBatch(const portable::Program& program, std::int64_t step, const at::Tensor& x, const at::Tensor& y);
 
     const core::ShardTask& m_task;
     Model& m_model;

@@ -13,6 +13,21 @@
 
 namespace tessera::compute::detail {
 
+// The draw both rules share: u = (derive(seed, [t]) >> 11) x 2^-53 x (the weights' float64 sum in
+// index order), and the first j whose running sum exceeds u (`fallback` if none does).
+inline std::int64_t drawFromWeights(
+    const std::vector<double>& weight, double total, std::uint64_t seed, std::uint64_t t, std::int64_t fallback)
+{
+    const double u = double(core::deriveSeed(seed, { t }) >> 11) * 0x1.0p-53 * total;
+    double cumulative = 0.0;
+    for (std::size_t j = 0; j < weight.size(); ++j) {
+        cumulative += weight[j];
+        if (u < cumulative)
+            return std::int64_t(j);
+    }
+    return fallback;
+}
+
 // The token of the largest of `n` scores (the first, on ties) at temperature 0; else token j is
 // drawn with weights w_j = exp((s_j - max) / T), summed in index order, at
 // u = (derive(seed, [t]) >> 11) x 2^-53 x sum(w): the first j whose running sum exceeds u.
@@ -25,14 +40,7 @@ inline std::int64_t drawToken(const double* scores, std::int64_t n, double tempe
     double total = 0.0;
     for (std::int64_t j = 0; j < n; ++j)
         total += weight[std::size_t(j)] = std::exp((scores[j] - scores[next]) / temperature);
-    const double u = double(core::deriveSeed(seed, { t }) >> 11) * 0x1.0p-53 * total;
-    double cumulative = 0.0;
-    for (std::int64_t j = 0; j < n; ++j) {
-        cumulative += weight[std::size_t(j)];
-        if (u < cumulative)
-            return j;
-    }
-    return next;
+    return drawFromWeights(weight, total, seed, t, next);
 }
 
 // Portable mode's rule (docs/DETERMINISM.md, "Inference in portable mode"), from float32 logits l:
@@ -52,14 +60,7 @@ inline std::int64_t drawTokenPortable(
     double total = 0.0;
     for (std::int64_t j = 0; j < n; ++j)
         total += weight[std::size_t(j)] = double(portable::exp((logits[j] - logits[next]) / scale));
-    const double u = double(core::deriveSeed(seed, { t }) >> 11) * 0x1.0p-53 * total;
-    double cumulative = 0.0;
-    for (std::int64_t j = 0; j < n; ++j) {
-        cumulative += weight[std::size_t(j)];
-        if (u < cumulative)
-            return j;
-    }
-    return next;
+    return drawFromWeights(weight, total, seed, t, next);
 }
 
 } // namespace tessera::compute::detail
