@@ -2,6 +2,7 @@
 // stage, each boundary tensor handed on, gives the loss and every parameter's gradient the bits of
 // the whole step program, for any number of stages; one tensor crosses each boundary each way.
 #include <compute/portable/kernels.h>
+#include <compute/portable/pipeline.h>
 #include <compute/portable/stages.h>
 #include <compute/portable/zoo.h>
 
@@ -123,6 +124,102 @@ State referenceStep(
     for (std::size_t i = updateStart; i < whole.instructions.size(); ++i)
         executor.run(whole, i);
     return state;
+}
+
+// One step across the stages, each with its own share of the state, run in lock step: each stage
+// runs its schedule's next half once the tensor it reads has been sent (1F1B, or every forward
+// first with gpipe). The stages' states merged.
+State stepAcrossStages(const std::vector<Stage>& stages, const State& start, const std::vector<std::int64_t>& tokens,
+    const std::vector<std::int64_t>& targets, const OptimizerSettings& optimizer, bool gpipe)
+{
+    const auto S = std::int64_t(stages.size());
+    std::vector<StageState> states(stages.size());
+    std::vector<StageStep> steps;
+    std::vector<std::vector<Slot>> schedules;
+    for (std::int64_t s = 0; s < S; ++s) {
+        const auto& stage = stages[std::size_t(s)];
+        auto& state = states[std::size_t(s)];
+        state.adamStep = start.adamStep;
+        for (const auto* list : { &stage.program.stateBefore, &stage.update.stateBefore }) {
+            for (int v : *list) {
+                const auto& value = stage.program.values[std::size_t(v)];
+                const auto& name = value.name;
+                if (value.dtype == DType::Float32 && start.floats.count(name))
+                    state.floats[name] = start.floats.at(name);
+            }
+        }
+        steps.emplace_back(stage, MicroBatches, gpipe ? MicroBatches : S - s);
+        steps.back().begin(state);
+        if (gpipe) {
+            std::vector<Slot> slots;
+            for (const auto pass : { Pass::Forward, Pass::Backward }) {
+                for (std::int64_t m = 0; m < MicroBatches; ++m)
+                    slots.push_back({ pass, m });
+            }
+            schedules.push_back(slots);
+        } else {
+            schedules.push_back(oneForwardOneBackward(S, MicroBatches, s));
+        }
+    }
+    // activations[s][m]: what stage s receives for micro-batch m; gradients[s][m]: what stage s sends back.
+    std::vector<std::map<std::int64_t, std::vector<float>>> activations(stages.size() + 1), gradients(stages.size() + 1);
+    std::vector<std::size_t> next(stages.size(), 0);
+    for (bool progress = true; progress;) {
+        progress = false;
+        for (std::int64_t s = 0; s < S; ++s) {
+            const auto u = std::size_t(s);
+            if (next[u] == schedules[u].size())
+                continue;
+            const auto slot = schedules[u][next[u]];
+            const auto m = slot.micro;
+            std::vector<float> sent;
+            std::string error;
+            if (slot.pass == Pass::Forward) {
+                if (s > 0 && !activations[u].count(m))
+                    continue;
+                const auto x = slice(tokens, m), y = slice(targets, m);
+                error = steps[u].forward(s == 0 ? std::span<const std::int64_t>(x) : std::span<const std::int64_t> {},
+                    s > 0 ? std::span<const float>(activations[u].at(m)) : std::span<const float> {},
+                    s == S - 1 ? std::span<const std::int64_t>(y) : std::span<const std::int64_t> {}, sent);
+                if (s + 1 < S)
+                    activations[u + 1][m] = sent;
+            } else {
+                if (s + 1 < S && !gradients[u + 1].count(m))
+                    continue;
+                error = steps[u].backward(
+                    s + 1 < S ? std::span<const float>(gradients[u + 1].at(m)) : std::span<const float> {}, sent);
+                gradients[u][m] = sent;
+            }
+            if (!error.empty())
+                qFatal("stage %lld: %s", static_cast<long long>(s), error.c_str());
+            ++next[u];
+            progress = true;
+        }
+    }
+    std::vector<std::vector<std::pair<std::string, double>>> squares;
+    for (std::int64_t s = 0; s < S; ++s) {
+        if (next[std::size_t(s)] != schedules[std::size_t(s)].size())
+            qFatal("stage %lld waits for a tensor nobody sends", static_cast<long long>(s));
+        squares.push_back(steps[std::size_t(s)].squares());
+    }
+    const float factor = globalClipFactor(squares, optimizer.clipNorm);
+    State merged;
+    merged.adamStep = -1;
+    if (start.floats.count("optimizer/adam_step")) // the test's model has floats for it too, never read
+        merged.floats["optimizer/adam_step"] = start.floats.at("optimizer/adam_step");
+    for (std::int64_t s = 0; s < S; ++s) {
+        if (auto error = steps[std::size_t(s)].update(factor); !error.empty())
+            qFatal("stage %lld: %s", static_cast<long long>(s), error.c_str());
+        const auto& state = states[std::size_t(s)];
+        if (merged.adamStep >= 0 && merged.adamStep != state.adamStep)
+            qFatal("the stages count Adam's steps differently");
+        merged.adamStep = state.adamStep;
+        for (const auto& [name, memory] : state.floats) {
+            if (!merged.floats.emplace(name, memory).second)
+                qFatal("two stages hold %s", name.c_str());
+        }
+    }
+    return merged;
 }
 
 } // namespace
@@ -262,116 +359,84 @@ private Q_SLOTS:
             auto stages
                 = gptStages(Micro, Context, Vocabulary, Layers, Heads, Width, Context, false, count, &why, optimizer, step);
             QVERIFY2(std::int64_t(stages.size()) == count, why.c_str());
-            State state = start;
-            // Each stage keeps a micro-batch's activations from its forward to its backward: an
-            // executor a micro-batch in flight.
-            std::vector<std::vector<Executor>> executors(stages.size(), std::vector<Executor>(std::size_t(MicroBatches)));
-            std::vector<std::vector<std::vector<float>>> activations(
-                stages.size() + 1, std::vector<std::vector<float>>(MicroBatches));
-            std::vector<std::vector<std::vector<float>>> gradients(
-                stages.size() + 1, std::vector<std::vector<float>>(MicroBatches));
-            std::vector<std::vector<std::vector<float>>> sums(stages.size());
-            std::vector<std::vector<std::int64_t>> x(MicroBatches), y(MicroBatches);
-            for (std::int64_t m = 0; m < MicroBatches; ++m) {
-                x[std::size_t(m)] = slice(tokens, m);
-                y[std::size_t(m)] = slice(targets, m);
-            }
-            auto forward = [&](std::size_t s, std::int64_t m) {
-                const auto& stage = stages[s];
-                auto& executor = executors[s][std::size_t(m)];
-                executor.prepare(stage.program);
-                state.bind(executor, stage.program);
-                for (int v : stage.program.instructions[0].outputs) {
-                    const auto& name = stage.program.values[std::size_t(v)].name;
-                    if (name == "batch.x")
-                        executor.bind(v, x[std::size_t(m)].data());
-                    else if (name == "batch.y")
-                        executor.bind(v, y[std::size_t(m)].data());
-                    else
-                        executor.bind(v, activations[s][std::size_t(m)].data()); // from stage s - 1
-                }
-                for (std::size_t i = 1; i < stage.backwardStart; ++i)
-                    executor.run(stage.program, i);
-                if (stage.sent >= 0)
-                    activations[s + 1][std::size_t(m)] = copyOf(executor, stage.program, stage.sent);
-            };
-            auto backward = [&](std::size_t s, std::int64_t m) {
-                const auto& stage = stages[s];
-                auto& executor = executors[s][std::size_t(m)];
-                if (stage.gradientReceived >= 0)
-                    executor.bind(stage.gradientReceived, gradients[s + 1][std::size_t(m)].data());
-                for (std::size_t i = stage.backwardStart + 1; i < stage.program.instructions.size(); ++i)
-                    executor.run(stage.program, i);
-                if (stage.gradientSent >= 0)
-                    gradients[s][std::size_t(m)] = copyOf(executor, stage.program, stage.gradientSent);
-                auto& stageSums = sums[s];
-                stageSums.resize(stage.gradients.size());
-                for (std::size_t k = 0; k < stage.gradients.size(); ++k) {
-                    const auto g = copyOf(executor, stage.program, stage.gradients[k].second);
-                    if (m == 0)
-                        stageSums[k] = g;
-                    else
-                        for (std::size_t e = 0; e < g.size(); ++e)
-                            stageSums[k][e] = stageSums[k][e] + g[e];
-                }
-            };
-            // 1F1B, simulated in lock step: each stage runs its next operation once its input is there.
-            const auto S = stages.size();
-            std::vector<std::int64_t> forwards(S, 0), backwards(S, 0);
-            for (bool progress = true; progress;) {
-                progress = false;
-                for (std::size_t s = 0; s < S; ++s) {
-                    const bool warm = forwards[s] < std::min<std::int64_t>(MicroBatches, std::int64_t(S - s));
-                    const bool canForward = forwards[s] < MicroBatches && (s == 0 || forwards[s - 1] > forwards[s]);
-                    const bool canBackward = backwards[s] < forwards[s] && (s + 1 == S || backwards[s + 1] > backwards[s]);
-                    if (canForward && (warm || !canBackward || forwards[s] - backwards[s] < std::int64_t(S - s))) {
-                        forward(s, forwards[s]++);
-                        progress = true;
-                    } else if (canBackward) {
-                        backward(s, backwards[s]++);
-                        progress = true;
-                    }
-                }
-            }
-            for (std::size_t s = 0; s < S; ++s)
-                QCOMPARE(backwards[s], MicroBatches);
-            // The clipping factor: every gradient's sum of squares, in name order across the stages.
-            std::map<std::string, double> squares;
-            for (std::size_t s = 0; s < S; ++s) {
-                for (std::size_t k = 0; k < stages[s].gradients.size(); ++k) {
-                    auto& g = sums[s][k];
-                    for (auto& e : g)
-                        e = e / float(MicroBatches);
-                    squares[stages[s].program.values[std::size_t(stages[s].gradients[k].first)].name]
-                        = sumOfSquares(g.data(), std::int64_t(g.size()));
-                }
-            }
-            double total = 0.0;
-            for (const auto& [name, sum] : squares) // std::map: name order
-                total += sum;
-            float factor = clipFactor(total, optimizer.clipNorm);
-            for (std::size_t s = 0; s < S; ++s) {
-                const auto& stage = stages[s];
-                state.adamStep = start.adamStep; // each stage counts Adam's steps itself
-                Executor executor;
-                executor.prepare(stage.update);
-                state.bind(executor, stage.update);
-                if (stage.clipFactor >= 0)
-                    executor.bind(stage.clipFactor, &factor);
-                for (std::size_t k = 0; k < stage.gradients.size(); ++k)
-                    executor.bind(stage.gradients[k].second, sums[s][k].data());
-                for (std::size_t i = 0; i < stage.update.instructions.size(); ++i)
-                    executor.run(stage.update, i);
+            for (const bool gpipe : { false, true }) {
+                const auto state = stepAcrossStages(stages, start, tokens, targets, optimizer, gpipe);
                 QCOMPARE(state.adamStep, reference.adamStep);
-            }
-            QCOMPARE(state.floats.size(), reference.floats.size());
-            for (const auto& [name, memory] : reference.floats) {
-                const auto& ours = state.floats.at(name);
-                QVERIFY2(
-                    ours.size() == memory.size() && std::memcmp(ours.data(), memory.data(), ours.size() * sizeof(float)) == 0,
-                    (name + " with " + std::to_string(count) + " stages").c_str());
+                QCOMPARE(state.floats.size(), reference.floats.size());
+                for (const auto& [name, memory] : reference.floats) {
+                    const auto& ours = state.floats.at(name);
+                    QVERIFY2(
+                        ours.size() == memory.size() && std::memcmp(ours.data(), memory.data(), ours.size() * sizeof(float)) == 0,
+                        (name + " with " + std::to_string(count) + " stages" + (gpipe ? ", gpipe" : "")).c_str());
+                }
             }
         }
+    }
+
+    // 1F1B: each stage runs each micro-batch's forward and backward once, each pass in micro-batch
+    // order, never more than S - s forwards ahead of its backwards, and the first stage begins
+    // with min(S, M) forwards.
+    void theScheduleRunsEveryHalfOnceInOrder()
+    {
+        for (std::int64_t S = 1; S <= 6; ++S) {
+            for (std::int64_t M = 1; M <= 9; ++M) {
+                for (std::int64_t s = 0; s < S; ++s) {
+                    const auto slots = oneForwardOneBackward(S, M, s);
+                    QCOMPARE(std::int64_t(slots.size()), 2 * M);
+                    std::int64_t forwards = 0, backwards = 0;
+                    for (const auto& slot : slots) {
+                        if (slot.pass == Pass::Forward) {
+                            QCOMPARE(slot.micro, forwards++);
+                        } else {
+                            QCOMPARE(slot.micro, backwards++);
+                            QVERIFY(backwards <= forwards);
+                        }
+                        QVERIFY(forwards - backwards <= S - s);
+                    }
+                    QCOMPARE(slots.front(), (Slot { Pass::Forward, 0 }));
+                    QCOMPARE(slots.back(), (Slot { Pass::Backward, M - 1 }));
+                }
+                QCOMPARE(oneForwardOneBackward(S, M, 0)[std::size_t(std::min(S, M))].pass, Pass::Backward);
+            }
+        }
+        QVERIFY(oneForwardOneBackward(2, 4, 2).empty());
+        QVERIFY(oneForwardOneBackward(0, 4, 0).empty());
+    }
+
+    // A stage refuses what would change its bits: a tensor of the wrong size, a backward before its
+    // forward, a forward too many ahead, an update before every backward.
+    void aStageRefusesWhatIsOutOfTurn()
+    {
+        std::string why;
+        auto stages = gptStages(Micro, Context, Vocabulary, Layers, Heads, Width, Context, false, 2, &why);
+        QVERIFY2(stages.size() == 2, why.c_str());
+        const Program whole = gptStep(Micro, Context, Vocabulary, Layers, Heads, Width, Context, false, {}, {});
+        const auto model = modelFor(whole);
+        StageState state;
+        for (const auto& [name, memory] : model.parameters)
+            state.floats[name] = memory;
+        StageStep last(stages[1], 2, 1);
+        std::vector<float> sent;
+        QVERIFY(last.forward({}, {}, {}, sent) == "no step begun");
+        last.begin(state);
+        QCOMPARE(last.boundaryElements(), Micro * Context * Width);
+        const std::vector<float> activation(std::size_t(Micro * Context * Width), 0.5f), short_(3, 0.5f);
+        const auto y = slice(model.targets, 0);
+        QVERIFY(last.forward({}, short_, y, sent).find("activation received has 3 values") != std::string::npos);
+        QVERIFY(!last.backward({}, sent).empty());
+        QVERIFY(!last.update().empty());
+        QVERIFY(last.forward({}, activation, y, sent).empty());
+        QVERIFY(sent.empty()); // the last stage sends its loss nowhere
+        QVERIFY(last.forward({}, activation, y, sent).find("more forwards ahead") != std::string::npos);
+        QVERIFY(last.backward({}, sent).empty());
+        QCOMPARE(std::int64_t(sent.size()), Micro * Context * Width);
+        QVERIFY(last.squares().empty()); // one micro-batch of two is not the step's gradient
+        QVERIFY(last.forward({}, activation, y, sent).empty());
+        QVERIFY(last.backward({}, sent).empty());
+        QVERIFY(last.forward({}, activation, y, sent).find("every micro-batch") != std::string::npos);
+        QVERIFY(!last.squares().empty());
+        QVERIFY(std::isfinite(last.loss()));
+        QVERIFY(last.update().empty());
     }
 
     void whatTheCutDoesNotCoverIsRefused()

@@ -1,0 +1,222 @@
+#include "pipeline.h"
+
+#include "kernels.h"
+
+#include <algorithm>
+
+namespace tessera::compute::portable {
+
+std::vector<Slot> oneForwardOneBackward(std::int64_t stages, std::int64_t microBatches, std::int64_t stage)
+{
+    std::vector<Slot> slots;
+    if (stages < 1 || stage < 0 || stage >= stages || microBatches < 1)
+        return slots;
+    const auto warm = std::min(stages - stage, microBatches);
+    std::int64_t forwards = 0, backwards = 0;
+    for (; forwards < warm; ++forwards)
+        slots.push_back({ Pass::Forward, forwards });
+    while (backwards < microBatches) {
+        slots.push_back({ Pass::Backward, backwards++ });
+        if (forwards < microBatches)
+            slots.push_back({ Pass::Forward, forwards++ });
+    }
+    return slots;
+}
+
+StageStep::StageStep(const Stage& stage, std::int64_t microBatches, std::int64_t inFlight, int threads)
+    : m_stage(stage)
+    , m_microBatches(std::max<std::int64_t>(microBatches, 1))
+    , m_threads(threads)
+{
+    const auto flights = std::clamp<std::int64_t>(inFlight, 1, m_microBatches);
+    m_flights.reserve(std::size_t(flights));
+    for (std::int64_t f = 0; f < flights; ++f)
+        m_flights.push_back(Flight { Executor(threads), {}, {}, {}, {}, false });
+    const auto& values = stage.program.values;
+    for (int v : stage.program.instructions.front().outputs) {
+        const auto& value = values[std::size_t(v)];
+        if (v == stage.received)
+            m_boundary = value.count();
+        else
+            m_tokens = value.count();
+    }
+    if (stage.gradientReceived >= 0)
+        m_boundary = values[std::size_t(stage.gradientReceived)].count();
+    if (stage.sent >= 0)
+        m_boundary = values[std::size_t(stage.sent)].count();
+}
+
+void StageStep::bindState(Executor& executor, const Program& program)
+{
+    for (const auto* list : { &program.stateBefore, &program.stateAfter }) {
+        for (int v : *list) {
+            const auto& value = program.values[std::size_t(v)];
+            if (value.dtype == DType::Int64) {
+                executor.bind(v, &m_state->adamStep);
+                continue;
+            }
+            auto& memory = m_state->floats[value.name];
+            memory.resize(std::size_t(value.count()));
+            executor.bind(v, memory.data());
+        }
+    }
+}
+
+void StageStep::begin(StageState& state)
+{
+    m_state = &state;
+    m_forwards = m_backwards = 0;
+    m_losses = 0.0f;
+    m_averaged = false;
+    m_sums.assign(m_stage.gradients.size(), {});
+    for (auto& flight : m_flights)
+        flight.busy = false;
+}
+
+std::string StageStep::forward(std::span<const std::int64_t> tokens, std::span<const float> activation,
+    std::span<const std::int64_t> targets, std::vector<float>& sent)
+{
+    if (!m_state)
+        return "no step begun";
+    if (m_forwards >= m_microBatches)
+        return "every micro-batch's forward has run";
+    auto& flight = m_flights[std::size_t(m_forwards % std::int64_t(m_flights.size()))];
+    if (flight.busy)
+        return "micro-batch " + std::to_string(m_forwards) + ": more forwards ahead of their backwards than "
+            + std::to_string(m_flights.size());
+    const auto& program = m_stage.program;
+    auto& executor = flight.executor;
+    executor.prepare(program);
+    bindState(executor, program);
+    for (int v : program.instructions.front().outputs) {
+        const auto& value = program.values[std::size_t(v)];
+        if (v == m_stage.received) {
+            if (std::int64_t(activation.size()) != value.count())
+                return "the activation received has " + std::to_string(activation.size()) + " values, not "
+                    + std::to_string(value.count());
+            flight.activation.assign(activation.begin(), activation.end());
+            executor.bind(v, flight.activation.data());
+            continue;
+        }
+        const bool isTargets = value.name == "batch.y";
+        const auto given = isTargets ? targets : tokens;
+        if (std::int64_t(given.size()) != value.count())
+            return std::string(isTargets ? "the targets have " : "the tokens have ") + std::to_string(given.size())
+                + " values, not " + std::to_string(value.count());
+        auto& memory = isTargets ? flight.targets : flight.tokens;
+        memory.assign(given.begin(), given.end());
+        executor.bind(v, memory.data());
+    }
+    for (std::size_t i = 1; i < m_stage.backwardStart; ++i)
+        executor.run(program, i);
+    if (m_stage.loss >= 0)
+        m_losses = m_losses + *executor.floats(m_stage.loss);
+    sent.clear();
+    if (m_stage.sent >= 0) {
+        const float* out = executor.floats(m_stage.sent);
+        sent.assign(out, out + program.values[std::size_t(m_stage.sent)].count());
+    }
+    flight.busy = true;
+    ++m_forwards;
+    return {};
+}
+
+std::string StageStep::backward(std::span<const float> gradient, std::vector<float>& sent)
+{
+    if (!m_state)
+        return "no step begun";
+    if (m_backwards >= m_forwards)
+        return "micro-batch " + std::to_string(m_backwards) + "'s backward before its forward";
+    auto& flight = m_flights[std::size_t(m_backwards % std::int64_t(m_flights.size()))];
+    const auto& program = m_stage.program;
+    auto& executor = flight.executor;
+    if (m_stage.gradientReceived >= 0) {
+        const auto count = program.values[std::size_t(m_stage.gradientReceived)].count();
+        if (std::int64_t(gradient.size()) != count)
+            return "the gradient received has " + std::to_string(gradient.size()) + " values, not " + std::to_string(count);
+        flight.gradient.assign(gradient.begin(), gradient.end());
+        executor.bind(m_stage.gradientReceived, flight.gradient.data());
+    }
+    for (std::size_t i = m_stage.backwardStart + 1; i < program.instructions.size(); ++i)
+        executor.run(program, i);
+    sent.clear();
+    if (m_stage.gradientSent >= 0) {
+        const float* out = executor.floats(m_stage.gradientSent);
+        sent.assign(out, out + program.values[std::size_t(m_stage.gradientSent)].count());
+    }
+    for (std::size_t k = 0; k < m_stage.gradients.size(); ++k) {
+        const int value = m_stage.gradients[k].second;
+        const float* g = executor.floats(value);
+        const auto n = std::size_t(program.values[std::size_t(value)].count());
+        auto& sum = m_sums[k];
+        if (m_backwards == 0) {
+            sum.assign(g, g + n);
+            continue;
+        }
+        for (std::size_t e = 0; e < n; ++e)
+            sum[e] = sum[e] + g[e];
+    }
+    flight.busy = false;
+    ++m_backwards;
+    return {};
+}
+
+void StageStep::average()
+{
+    if (m_averaged)
+        return;
+    const float divisor = float(m_microBatches);
+    for (auto& sum : m_sums) {
+        for (auto& e : sum)
+            e = e / divisor;
+    }
+    m_averaged = true;
+}
+
+std::vector<std::pair<std::string, double>> StageStep::squares()
+{
+    std::vector<std::pair<std::string, double>> result;
+    if (m_backwards < m_microBatches)
+        return result;
+    average();
+    for (std::size_t k = 0; k < m_stage.gradients.size(); ++k)
+        result.emplace_back(m_stage.program.values[std::size_t(m_stage.gradients[k].first)].name,
+            sumOfSquares(m_sums[k].data(), std::int64_t(m_sums[k].size())));
+    return result;
+}
+
+std::string StageStep::update(float clipFactor)
+{
+    if (!m_state)
+        return "no step begun";
+    if (m_backwards < m_microBatches)
+        return "the update before micro-batch " + std::to_string(m_backwards) + "'s backward";
+    average();
+    const auto& update = m_stage.update;
+    Executor executor(m_threads);
+    executor.prepare(update);
+    bindState(executor, update);
+    if (m_stage.clipFactor >= 0)
+        executor.bind(m_stage.clipFactor, &clipFactor);
+    for (std::size_t k = 0; k < m_stage.gradients.size(); ++k)
+        executor.bind(m_stage.gradients[k].second, m_sums[k].data());
+    for (std::size_t i = 0; i < update.instructions.size(); ++i)
+        executor.run(update, i);
+    m_state = nullptr;
+    return {};
+}
+
+float globalClipFactor(const std::vector<std::vector<std::pair<std::string, double>>>& perStage, double maxNorm)
+{
+    std::map<std::string, double> byName; // name order
+    for (const auto& stage : perStage) {
+        for (const auto& [name, sum] : stage)
+            byName[name] = sum;
+    }
+    double total = 0.0;
+    for (const auto& [name, sum] : byName)
+        total += sum;
+    return clipFactor(total, maxNorm);
+}
+
+} // namespace tessera::compute::portable
