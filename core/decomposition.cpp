@@ -68,4 +68,12 @@ QList<ShardTask> decomposeRound(const QString& jobId, const JobSpec& spec, std::
     return tasks;
 }
 
+ShardTask stageTaskOf(const ShardTask& shard, std::int64_t stage, std::int64_t stages)
+{
+    ShardTask task = shard;
+    task.stage = stage;
+    task.stages = stages;
+    return task;
+}
+
 } // namespace tessera::core

@@ -17,5 +17,8 @@ QList<ShardTask> decomposeRound(const QString& jobId, const JobSpec& spec, std::
 // One shard of decomposeRound(), without building the others.
 ShardTask decomposeShard(
     const QString& jobId, const JobSpec& spec, std::int64_t round, std::int64_t shard, const Digest& startWeights);
+// Stage `stage` of a pipeline job's shard (training.pipeline.stages of them): the shard's task,
+// which names the stage.
+ShardTask stageTaskOf(const ShardTask& shard, std::int64_t stage, std::int64_t stages);
 
 } // namespace tessera::core

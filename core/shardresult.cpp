@@ -24,7 +24,7 @@ Commitment ShardResult::commitment() const
 QJsonObject ShardResult::commitmentDocument(const QString& assignment) const
 {
     const auto hashes = commitment();
-    return {
+    QJsonObject document {
         { QStringLiteral("kind"), QLatin1String(CommitmentKind) },
         { QStringLiteral("assignment"), assignment },
         { QStringLiteral("jobId"), jobId },
@@ -33,6 +33,9 @@ QJsonObject ShardResult::commitmentDocument(const QString& assignment) const
         { QStringLiteral("finalHash"), hashes.finalHash.toHex() },
         { QStringLiteral("chainRoot"), hashes.chainRoot.toHex() },
     };
+    if (!tensorsRoot.isNull()) // a stage task's; absent for every other, as before
+        document.insert(QStringLiteral("tensorsRoot"), tensorsRoot.toHex());
+    return document;
 }
 
 Result<ShardResult> ShardResult::fromJson(const QJsonObject& json)
@@ -41,7 +44,7 @@ Result<ShardResult> ShardResult::fromJson(const QJsonObject& json)
     reader.allowOnly({ QStringLiteral("jobId"), QStringLiteral("round"), QStringLiteral("shard"), QStringLiteral("outcome"),
         QStringLiteral("failure"), QStringLiteral("finalHash"), QStringLiteral("checkpointHashes"),
         QStringLiteral("weightsSha256"), QStringLiteral("losses"), QStringLiteral("samplesProcessed"),
-        QStringLiteral("wallTimeMs"), QStringLiteral("runtimeProfile") });
+        QStringLiteral("wallTimeMs"), QStringLiteral("runtimeProfile"), QStringLiteral("tensorsRoot") });
     constexpr std::int64_t MaxIndex = std::int64_t(1) << 40;
     ShardResult result;
     result.jobId = reader.string(u"jobId");
@@ -57,6 +60,7 @@ Result<ShardResult> ShardResult::fromJson(const QJsonObject& json)
         result.finalHash = reader.digest(u"finalHash");
         result.checkpointHashes = reader.digestList(u"checkpointHashes", MaxCheckpoints);
         result.weightsSha256 = reader.digest(u"weightsSha256");
+        result.tensorsRoot = reader.digest(u"tensorsRoot", Presence::Optional);
         if (reader.ok() && result.checkpointHashes.isEmpty())
             reader.fail(u"checkpointHashes", QStringLiteral("needs at least the hash at step 0"));
     }
@@ -89,6 +93,8 @@ QJsonObject ShardResult::toJson() const
             chain.append(digest.toHex());
         json.insert(QStringLiteral("checkpointHashes"), chain);
         json.insert(QStringLiteral("weightsSha256"), weightsSha256.toHex());
+        if (!tensorsRoot.isNull())
+            json.insert(QStringLiteral("tensorsRoot"), tensorsRoot.toHex());
     }
     QJsonArray lossArray;
     for (double loss : losses)

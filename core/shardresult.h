@@ -45,6 +45,9 @@ struct ShardResult {
     std::int64_t samplesProcessed = 0;
     std::int64_t wallTimeMs = 0;
     QString runtimeProfile; // hashes are comparable only between equal profiles
+    // A stage task's: the root of the tensors it sent and received (compute::stageTensorsRoot;
+    // docs/PROTOCOL.md, "Stage tasks"), which its commitment covers too. Null for other tasks.
+    Digest tensorsRoot;
 
     static constexpr qsizetype MaxCheckpoints = 100001;
     static constexpr qsizetype MaxLosses = 1000000;

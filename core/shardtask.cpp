@@ -72,6 +72,8 @@ Result<ShardTask> ShardTask::fromJson(const QJsonObject& json)
         = reader.named(u"determinism", QStringLiteral("a determinism"), Presence::Optional, TrainingSpec::Determinism::Fast)
         == TrainingSpec::Determinism::Portable;
     task.microBatches = reader.integer(u"microBatches", 1, TrainingSpec::Pipeline::MaxMicroBatches, Presence::Optional, 1);
+    task.stages = reader.integer(u"stages", 1, TrainingSpec::Pipeline::MaxStages, Presence::Optional, 1);
+    task.stage = reader.integer(u"stage", 0, TrainingSpec::Pipeline::MaxStages - 1, Presence::Optional, 0);
     task.dataChunks = reader.digestList(u"dataChunks", JsonReader::MaxListLength, Presence::Optional);
     if (reader.ok() && !task.dataChunks.isEmpty() && task.dataset.source != DatasetSpec::Source::Chunks)
         reader.fail(u"dataChunks", QStringLiteral("only a chunked dataset has chunks"));
@@ -111,6 +113,10 @@ QJsonObject ShardTask::toJson() const
         json.insert(QStringLiteral("determinism"), nameOf(TrainingSpec::Determinism::Portable));
     if (microBatches > 1) // absent means one, as before
         json.insert(QStringLiteral("microBatches"), static_cast<qint64>(microBatches));
+    if (isStage()) { // absent means the whole model, as before
+        json.insert(QStringLiteral("stage"), static_cast<qint64>(stage));
+        json.insert(QStringLiteral("stages"), static_cast<qint64>(stages));
+    }
     if (!dataChunks.isEmpty()) {
         QJsonArray chunks;
         for (const auto& chunk : dataChunks)
@@ -138,6 +144,13 @@ Status ShardTask::validate() const
             || model.dropout > 0.0))
         return Error { QStringLiteral("microBatches"),
             QStringLiteral("micro-batches split a portable gpt's batch (without dropout) into equal parts") };
+    if (stage >= stages)
+        return Error { QStringLiteral("stage"), QStringLiteral("stage %1 of %2 (they count from 0)").arg(stage).arg(stages) };
+    if (isStage()
+        && (!portable || model.source != ModelSpec::Source::Zoo || model.zoo != u"gpt" || model.dropout > 0.0 || model.tied
+            || stages > model.layers))
+        return Error { QStringLiteral("stages"),
+            QStringLiteral("stages cut a portable gpt's blocks (untied, without dropout, a block a stage at least)") };
     if (batchSize > sampleEnd - sampleBegin)
         return Error { QStringLiteral("batchSize"),
             QStringLiteral("a batch of %1 is larger than the shard's %2 samples").arg(batchSize).arg(sampleEnd - sampleBegin) };
@@ -149,8 +162,8 @@ Status ShardTask::validate() const
 
 Status ShardTask::validateInference() const
 {
-    if (microBatches != 1)
-        return Error { QStringLiteral("microBatches"), QStringLiteral("an inference task has none") };
+    if (microBatches != 1 || isStage())
+        return Error { QStringLiteral("microBatches"), QStringLiteral("an inference task has no micro-batches or stages") };
     const auto inputs = sampleEnd - sampleBegin;
     if (inputs > InferenceSpec::MaxSamplesPerShard)
         return Error { QStringLiteral("sampleEnd"),

@@ -42,6 +42,13 @@ struct ShardTask {
     // Each step's batch as this many equal micro-batches whose gradients are averaged
     // (training.pipeline.microBatches; docs/DETERMINISM.md, "Micro-batches"); portable only.
     std::int64_t microBatches = 1;
+    // A stage task (docs/PROTOCOL.md, "Stage tasks"): stage `stage` of the `stages` that train this
+    // shard together, each its own blocks of the zoo gpt (training.pipeline.stages; 1: the whole
+    // model, an ordinary shard). It trades tensors with stages stage - 1 and stage + 1 every step and
+    // reveals its own part of the training state.
+    std::int64_t stage = 0;
+    std::int64_t stages = 1;
+    bool isStage() const { return stages > 1; }
     // A chunked dataset: the chunks of its manifest that the task's steps read (core/datasetchunks.h),
     // which is what a node fetches of the corpus.
     QList<Digest> dataChunks;

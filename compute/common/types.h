@@ -1,5 +1,7 @@
 #pragma once
 
+#include "stagelink.h"
+
 #include <core/hash.h>
 #include <core/shardresult.h>
 
@@ -57,6 +59,9 @@ struct ShardOutput {
     // worker's): whoever receives the output takes the file (renames it) or reads it, and the
     // compute thread removes what is left of it once shardFinished has been delivered.
     QString keptStateFile = {};
+    // A stage task's tensors, traded in order (result.tensorsRoot is their root), which the node
+    // keeps for its verification.
+    QList<StageTensor> stageTensors = {};
 };
 
 // A referee's re-execution of a shard (replayShard): the hashes of the checkpoints it reached and

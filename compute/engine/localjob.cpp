@@ -1,6 +1,7 @@
 #include "localjob.h"
 
 #include "detail/datasets.h"
+#include "pipelinerun.h"
 #include "shardrun.h"
 
 #include <core/decomposition.h>
@@ -36,6 +37,21 @@ core::Result<LocalJobOutput> runJobLocally(
         for (auto task : core::decomposeRound(jobId, spec, round, global.canonicalHash)) {
             if (manifest)
                 task.dataChunks = core::chunksOfTask(task, *manifest);
+            if (spec.training.pipeline.stages > 1) { // each stage on a thread, as stage tasks on nodes
+                auto shard = runPipelineShard(task, spec.training.pipeline.stages, global.bytes, environment);
+                if (shard.result.outcome != core::ShardResult::Outcome::Completed)
+                    return core::Error { {},
+                        QStringLiteral("round %1, shard %2: %3").arg(round).arg(task.shard).arg(shard.result.failure) };
+                for (double loss : shard.result.losses)
+                    lossSum += loss;
+                lossCount += shard.result.losses.size();
+                if (observer.stepFinished)
+                    observer.stepFinished(task, task.localSteps);
+                if (observer.shardFinished)
+                    observer.shardFinished(shard.result);
+                updates.append({ task.shard, task.sampleEnd - task.sampleBegin, shard.weights, {} });
+                continue;
+            }
             auto run = ShardRun::start(task, global.bytes, environment);
             if (!run)
                 return core::Error { run.error().field,

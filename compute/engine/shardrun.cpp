@@ -20,6 +20,7 @@
 #include <algorithm>
 #include <future>
 #include <map>
+#include <set>
 #include <utility>
 
 #include <torch/torch.h>
@@ -59,6 +60,11 @@ struct ShardRun::Private {
     std::int64_t previousElapsedMs = 0; // before a suspend
     QElapsedTimer timer;
     bool broken = false;
+    // A stage task's: its share of the model (the model's parameter names), the link to the other
+    // stages, and every tensor it traded.
+    std::set<std::string> stageParameters;
+    StageLink* link = nullptr;
+    QList<StageTensor> tensors;
 
     // The chain with every checkpoint hashed: waits for the one in flight.
     const QList<core::Digest>& settledChain()
@@ -129,7 +135,42 @@ core::Result<std::unique_ptr<ShardRun::Private>> prepare(const core::ShardTask& 
     d->plan = std::make_unique<BatchPlan>(task, *data);
     if (auto status = d->plan->check(); !status)
         return status.error();
+    if (task.isStage()) {
+        auto parameters
+            = d->portable ? d->portable->stageParameters() : core::Result<std::set<std::string>>(std::set<std::string> {});
+        if (!parameters || parameters->empty())
+            return core::Error { QStringLiteral("stages"),
+                parameters ? QStringLiteral("the stage holds no parameters") : parameters.error().message };
+        d->stageParameters = std::move(*parameters);
+    }
     return d;
+}
+
+// Whether a tensor of a training state or of the round's weights is a stage task's own: one of its
+// parameters ("model/X", "X"), their optimizer buffers ("optimizer/exp_avg/X", …), or Adam's step
+// count, which every stage keeps. Every tensor for other tasks.
+bool ownedBy(const ShardRun::Private& d, std::string name)
+{
+    if (!d.task.isStage())
+        return true;
+    for (const std::string prefix : { "model/", "optimizer/" }) {
+        if (name.rfind(prefix, 0) == 0)
+            name = name.substr(prefix.size());
+    }
+    for (const std::string prefix : { "exp_avg/", "exp_avg_sq/", "momentum/" }) {
+        if (name.rfind(prefix, 0) == 0) {
+            name = name.substr(prefix.size());
+            break;
+        }
+    }
+    return name == "adam_step" || d.stageParameters.count(name);
+}
+
+NamedTensors ownShare(const ShardRun::Private& d, NamedTensors state)
+{
+    if (d.task.isStage())
+        std::erase_if(state, [&](const auto& entry) { return !ownedBy(d, entry.first); });
+    return state;
 }
 
 // What a checkpoint of the chain hashes: at step 0 the round's weights (so that the chain starts at
@@ -141,7 +182,7 @@ NamedTensors trainingState(const ShardRun::Private& d)
     for (auto& entry : withPrefix("optimizer/", d.optimizer->state()))
         state.push_back(std::move(entry));
     sortByName(state);
-    return state;
+    return ownShare(d, std::move(state));
 }
 
 // What a round's weights hold and a shard reveals: the model's tensors, and with a carried
@@ -154,7 +195,7 @@ NamedTensors roundState(const ShardRun::Private& d)
             state.push_back(std::move(entry));
         sortByName(state);
     }
-    return state;
+    return ownShare(d, std::move(state));
 }
 
 // A training state's checkpoint hash: its canonical hash, or for a portable job the root of its
@@ -401,6 +442,8 @@ core::Result<std::unique_ptr<ShardRun>> ShardRun::resume(const core::ShardTask& 
 {
     if (task.inference)
         return resumeInference(task, suspended, environment, startWeights);
+    if (task.isStage()) // its tensors so far are not in the state: the stage starts again
+        return core::Error { QStringLiteral("stage"), QStringLiteral("a stage task is not resumed: it starts again") };
     auto prepared = prepare(task, environment);
     if (!prepared)
         return prepared.error();
@@ -505,7 +548,10 @@ core::Status ShardRun::step()
     auto outcome = guarded(QStringLiteral("step %1").arg(d->step + 1), [&]() -> double {
         const auto [x, y] = batchOf(*d, d->step);
         if (d->portable) {
-            auto loss = d->portable->run(d->step, x, y, d->observer);
+            if (task.isStage() && !d->link)
+                throw std::runtime_error("a stage task needs its link to the other stages");
+            auto loss = task.isStage() ? d->portable->runStage(d->step, x, y, *d->link, d->tensors)
+                                       : d->portable->run(d->step, x, y, d->observer);
             if (!loss)
                 throw std::runtime_error(loss.error().message.toStdString());
             if (!std::isfinite(*loss))
@@ -585,6 +631,11 @@ void ShardRun::spillTo(const QString& startWeightsFile, const QString& keptState
         QFile::remove(keptStateFile); // an earlier shard's
 }
 
+void ShardRun::setStageLink(StageLink* link)
+{
+    d->link = link;
+}
+
 void ShardRun::setKeepsCheckpointState(bool keeps)
 {
     d->keepCheckpointStates = keeps;
@@ -633,6 +684,12 @@ core::Result<NamedTensors> reveal(const core::ShardTask& task, NamedTensors fina
     auto start = unpickleTensors(roundWeights, QStringLiteral("the round's weights are not a dict of tensors"));
     if (!start)
         return start.error();
+    if (task.isStage()) { // the stage's update is of its own part of the round's weights
+        std::set<std::string> own;
+        for (const auto& entry : final)
+            own.insert(entry.first);
+        std::erase_if(*start, [&](const auto& entry) { return !own.count(entry.first); });
+    }
     sortByName(*start);
     sortByName(final);
     return revealedUpdate(task.compression, *start, final);
@@ -681,6 +738,9 @@ ShardOutput ShardRun::finish()
     if (d->keptInFile)
         output.keptStateFile = d->keptStateFile;
     result.weightsSha256 = core::Digest::ofBytes(output.weights);
+    if (d->task.isStage())
+        result.tensorsRoot = stageTensorsRoot(d->tensors);
+    output.stageTensors = d->tensors;
     result.losses = d->losses;
     result.samplesProcessed = d->task.localSteps * d->task.batchSize;
     return output;

@@ -1,6 +1,7 @@
 #pragma once
 
 #include <compute/common/environment.h>
+#include <compute/common/stagelink.h>
 #include <compute/common/types.h>
 
 #include <core/error.h>
@@ -115,6 +116,9 @@ public:
     // Whether the run keeps the training state at task.keptStateCheckpoint() (the default): a run
     // no dispute can ask about (train-local) does without it.
     void setKeepsCheckpointState(bool keeps);
+    // A stage task's link to the other stages of its shard (it must outlive the run); each step()
+    // waits on it for what the neighbours send.
+    void setStageLink(StageLink* link);
 
     struct Private; // opaque: holds the torch objects
     friend core::Result<Replay> replayShard(const core::ShardTask&, std::int64_t, const QByteArray&, const core::Digest&,

@@ -46,25 +46,33 @@ StageStep::StageStep(const Stage& stage, std::int64_t microBatches, std::int64_t
         m_boundary = values[std::size_t(stage.sent)].count();
 }
 
-void StageStep::bindState(Executor& executor, const Program& program)
+std::string StageStep::bindState(Executor& executor, const Program& program)
 {
     for (const auto* list : { &program.stateBefore, &program.stateAfter }) {
         for (int v : *list) {
-            const auto& value = program.values[std::size_t(v)];
-            if (value.dtype == DType::Int64) {
-                executor.bind(v, &m_state->adamStep);
-                continue;
-            }
-            auto& memory = m_state->floats[value.name];
-            memory.resize(std::size_t(value.count()));
-            executor.bind(v, memory.data());
+            void* memory = m_memoryOf(program.values[std::size_t(v)]);
+            if (!memory)
+                return "the stage's state has no " + program.values[std::size_t(v)].name;
+            executor.bind(v, memory);
         }
     }
+    return {};
 }
 
 void StageStep::begin(StageState& state)
 {
-    m_state = &state;
+    begin([&state](const Value& value) -> void* {
+        if (value.dtype == DType::Int64)
+            return &state.adamStep;
+        auto& memory = state.floats[value.name];
+        memory.resize(std::size_t(value.count()));
+        return memory.data();
+    });
+}
+
+void StageStep::begin(MemoryOf memoryOf)
+{
+    m_memoryOf = std::move(memoryOf);
     m_forwards = m_backwards = 0;
     m_losses = 0.0f;
     m_averaged = false;
@@ -76,7 +84,7 @@ void StageStep::begin(StageState& state)
 std::string StageStep::forward(std::span<const std::int64_t> tokens, std::span<const float> activation,
     std::span<const std::int64_t> targets, std::vector<float>& sent)
 {
-    if (!m_state)
+    if (!m_memoryOf)
         return "no step begun";
     if (m_forwards >= m_microBatches)
         return "every micro-batch's forward has run";
@@ -87,7 +95,8 @@ std::string StageStep::forward(std::span<const std::int64_t> tokens, std::span<c
     const auto& program = m_stage.program;
     auto& executor = flight.executor;
     executor.prepare(program);
-    bindState(executor, program);
+    if (auto error = bindState(executor, program); !error.empty())
+        return error;
     for (int v : program.instructions.front().outputs) {
         const auto& value = program.values[std::size_t(v)];
         if (v == m_stage.received) {
@@ -123,7 +132,7 @@ std::string StageStep::forward(std::span<const std::int64_t> tokens, std::span<c
 
 std::string StageStep::backward(std::span<const float> gradient, std::vector<float>& sent)
 {
-    if (!m_state)
+    if (!m_memoryOf)
         return "no step begun";
     if (m_backwards >= m_forwards)
         return "micro-batch " + std::to_string(m_backwards) + "'s backward before its forward";
@@ -187,7 +196,7 @@ std::vector<std::pair<std::string, double>> StageStep::squares()
 
 std::string StageStep::update(float clipFactor)
 {
-    if (!m_state)
+    if (!m_memoryOf)
         return "no step begun";
     if (m_backwards < m_microBatches)
         return "the update before micro-batch " + std::to_string(m_backwards) + "'s backward";
@@ -195,14 +204,15 @@ std::string StageStep::update(float clipFactor)
     const auto& update = m_stage.update;
     Executor executor(m_threads);
     executor.prepare(update);
-    bindState(executor, update);
+    if (auto error = bindState(executor, update); !error.empty())
+        return error;
     if (m_stage.clipFactor >= 0)
         executor.bind(m_stage.clipFactor, &clipFactor);
     for (std::size_t k = 0; k < m_stage.gradients.size(); ++k)
         executor.bind(m_stage.gradients[k].second, m_sums[k].data());
     for (std::size_t i = 0; i < update.instructions.size(); ++i)
         executor.run(update, i);
-    m_state = nullptr;
+    m_memoryOf = {};
     return {};
 }
 

@@ -10,6 +10,7 @@
 #include "stages.h"
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <span>
 #include <string>
@@ -53,6 +54,10 @@ public:
 
     // Starts a step over `state`, which the update changes in place (it must outlive the step).
     void begin(StageState& state);
+    // The same over memory the caller holds: memoryOf gives each state value's (float32, or Adam's
+    // int64 step count), of the value's shape, the same for a name before and after the step.
+    using MemoryOf = std::function<void*(const Value& value)>;
+    void begin(MemoryOf memoryOf);
     // The forward half of the next micro-batch (they come in order): stage 0 reads its tokens
     // [b, length], the others the activation their predecessor sent [b, length, width]; the last
     // stage also its targets. Returns the activation to send on (empty at the last stage). An
@@ -79,13 +84,13 @@ public:
     std::int64_t tokensPerMicroBatch() const { return m_tokens; }
 
 private:
-    void bindState(Executor& executor, const Program& program);
+    std::string bindState(Executor& executor, const Program& program); // empty, or what is missing
     void average(); // the sums over float(M), once a step
 
     const Stage& m_stage;
     std::int64_t m_microBatches;
     int m_threads;
-    StageState* m_state = nullptr;
+    MemoryOf m_memoryOf; // empty: no step begun
     struct Flight {
         Executor executor;
         std::vector<std::int64_t> tokens, targets;

@@ -10,6 +10,7 @@
 #include <compute/engine/detail/models.h>
 #include <compute/engine/detail/tensors.h>
 #include <compute/engine/localjob.h>
+#include <compute/engine/pipelinerun.h>
 #include <compute/engine/runtimeprofile.h>
 #include <compute/engine/shardrun.h>
 #include <compute/engine/weights.h>

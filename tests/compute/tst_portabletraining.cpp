@@ -106,6 +106,41 @@ private Q_SLOTS:
         compute::portable::forceIsa(compute::portable::Isa::Auto);
     }
 
+    // Stage tasks (docs/DETERMINISM.md, "Pipeline stages"): a pipeline shard run as S stage tasks on
+    // threads, trading tensors, each stepping its own parameters and optimizer state, ends on the
+    // micro-batched shard's weights bit for bit, for 2 and 4 stages, AdamW with clipping (the
+    // stages trade their sums) and SGD with momentum; each stage reveals only its own part, and
+    // commits to the tensors it traded.
+    void aPipelineShardAcrossStagesEndsOnTheWholeShardsBits()
+    {
+        for (const auto kind : { core::OptimizerSpec::Kind::AdamW, core::OptimizerSpec::Kind::Sgd }) {
+            auto spec = smallGpt();
+            spec.model.tied = false;
+            spec.model.layers = 4;
+            spec.optimizer.kind = kind;
+            spec.optimizer.momentum = kind == core::OptimizerSpec::Kind::Sgd ? 0.9 : 0.0;
+            spec.optimizer.clipNorm = kind == core::OptimizerSpec::Kind::AdamW ? 0.5 : 0.0;
+            spec.training.determinism = core::TrainingSpec::Determinism::Portable;
+            spec.training.localSteps = 4;
+            spec.training.batchSize = 8;
+            spec.training.checkpointInterval = 2;
+            spec.training.pipeline = { 2, 4 };
+            QVERIFY(spec.validate().ok());
+            const auto prepared = prepare(spec);
+            const auto& task = prepared.tasks[0];
+            const auto whole = compute::runShard(task, prepared.start.bytes, {});
+            QVERIFY2(whole.result.outcome == core::ShardResult::Outcome::Completed, qPrintable(whole.result.failure));
+            for (const std::int64_t stages : { 2, 4 }) {
+                const auto piped = compute::runPipelineShard(task, stages, prepared.start.bytes, {});
+                QVERIFY2(piped.result.outcome == core::ShardResult::Outcome::Completed, qPrintable(piped.result.failure));
+                QCOMPARE(piped.result.finalHash, whole.result.finalHash);
+                QCOMPARE(piped.result.losses.size(), whole.result.losses.size());
+                for (qsizetype i = 0; i < whole.result.losses.size(); ++i)
+                    QCOMPARE(float(piped.result.losses[i]), float(whole.result.losses[i]));
+            }
+        }
+    }
+
     // The portable cnn and mlp with dropout, and the gpt (AdamW, clipping, a cosine schedule,
     // carried moments): the same bits with every SIMD kernel and thread count.
     void aPortableCnnWithDropoutHasTheSameBitsEverywhere()

@@ -1,12 +1,16 @@
 #include "portablestep.h"
 
+#include <compute/portable/pipeline.h>
 #include <compute/portable/zoo.h>
 #include <core/seeds.h>
 
 #include <torch/torch.h>
 
 #include <algorithm>
+#include <cmath>
+#include <cstring>
 #include <map>
+#include <span>
 
 namespace tessera::compute::detail {
 
@@ -77,17 +81,26 @@ core::Result<portable::Program> stepProgram(const core::ModelSpec& model, std::i
 
 } // namespace
 
-core::Result<portable::Program> portableProgram(
-    const core::ShardTask& task, std::int64_t step, const std::vector<std::int64_t>& sampleShape, std::int64_t classes)
+namespace {
+
+portable::StepSettings stepSettingsOf(const core::ShardTask& task, std::int64_t step)
 {
-    if (step < 0 || step >= task.localSteps)
-        return core::Error { QStringLiteral("step"), QStringLiteral("the shard has no step %1").arg(step + 1) };
     portable::StepSettings settings;
     settings.learningRate = task.optimizer.learningRateAt(task.round * task.localSteps + step);
     settings.buffersBefore = step > 0 || task.carriesOptimizer;
     settings.seed = core::deriveSeed(std::uint64_t(task.seed),
         { std::uint64_t(core::SeedPurpose::Step), std::uint64_t(task.round), std::uint64_t(task.shard), std::uint64_t(step) });
-    return stepProgram(task.model, task.batchSize, sampleShape, classes, settingsOf(task.optimizer), settings);
+    return settings;
+}
+
+} // namespace
+
+core::Result<portable::Program> portableProgram(
+    const core::ShardTask& task, std::int64_t step, const std::vector<std::int64_t>& sampleShape, std::int64_t classes)
+{
+    if (step < 0 || step >= task.localSteps)
+        return core::Error { QStringLiteral("step"), QStringLiteral("the shard has no step %1").arg(step + 1) };
+    return stepProgram(task.model, task.batchSize, sampleShape, classes, settingsOf(task.optimizer), stepSettingsOf(task, step));
 }
 
 core::Result<portable::Forward> portableForward(
@@ -216,12 +229,28 @@ PortableStep::PortableStep(const core::ShardTask& task, Model& model, Optimizer&
 
 core::Status PortableStep::bindState(const portable::Program& program, std::int64_t step)
 {
-    auto& optimizer = m_optimizer;
-    const auto parameters = m_model.parameters();
-    auto unfit = [](const QString& why) { return core::Error { QStringLiteral("state"), why }; };
     const bool created = !(step > 0 || m_task.carriesOptimizer); // the buffers are born in this step
+    m_adamStep.fill_(m_optimizer.m_steps);
+    for (const bool before : { true, false }) {
+        for (int v : before ? program.stateBefore : program.stateAfter) {
+            auto memory = stateMemory(program.values[std::size_t(v)], before, created);
+            if (!memory)
+                return memory.error();
+            m_executor.bind(v, *memory);
+        }
+    }
+    return {};
+}
+
+core::Result<void*> PortableStep::stateMemory(const portable::Value& value, bool before, bool created)
+{
+    auto& optimizer = m_optimizer;
+    if (m_parameters.empty())
+        m_parameters = m_model.parameters();
+    const auto& parameters = m_parameters;
+    auto unfit = [](const QString& why) { return core::Error { QStringLiteral("state"), why }; };
     // The optimizer's buffers of parameter i: created where the step writes them first.
-    auto buffer = [&](std::vector<at::Tensor>& buffers, std::size_t i, bool before) -> core::Result<at::Tensor> {
+    auto buffer = [&](std::vector<at::Tensor>& buffers, std::size_t i) -> core::Result<at::Tensor> {
         if (!buffers[i].defined()) {
             if (before || !created)
                 return unfit(QStringLiteral("the optimizer state lacks a buffer of '%1'")
@@ -230,7 +259,7 @@ core::Status PortableStep::bindState(const portable::Program& program, std::int6
         }
         return buffers[i];
     };
-    auto tensorOf = [&](const portable::Value& value, bool before) -> core::Result<at::Tensor> {
+    auto tensorOf = [&]() -> core::Result<at::Tensor> {
         const auto& name = value.name;
         if (name == "optimizer/adam_step")
             return m_adamStep;
@@ -239,28 +268,20 @@ core::Status PortableStep::bindState(const portable::Program& program, std::int6
             if (name == "model/" + parameter)
                 return parameters[i].second;
             if (name == "optimizer/momentum/" + parameter || name == "optimizer/exp_avg/" + parameter)
-                return buffer(optimizer.m_first, i, before);
+                return buffer(optimizer.m_first, i);
             if (name == "optimizer/exp_avg_sq/" + parameter)
-                return buffer(optimizer.m_second, i, before);
+                return buffer(optimizer.m_second, i);
         }
         return unfit(QStringLiteral("the model has no tensor for '%1'").arg(QString::fromStdString(name)));
     };
-    m_adamStep.fill_(optimizer.m_steps);
-    for (const bool before : { true, false }) {
-        for (int v : before ? program.stateBefore : program.stateAfter) {
-            const auto& value = program.values[std::size_t(v)];
-            auto tensor = tensorOf(value, before);
-            if (!tensor)
-                return tensor.error();
-            const auto type = value.dtype == portable::DType::Int64 ? at::kLong : at::kFloat;
-            if (!tensor->device().is_cpu() || tensor->scalar_type() != type || !tensor->is_contiguous()
-                || !tensor->sizes().equals(value.shape))
-                return unfit(
-                    QStringLiteral("'%1' is not what the portable program reads").arg(QString::fromStdString(value.name)));
-            m_executor.bind(v, tensor->data_ptr());
-        }
-    }
-    return {};
+    auto tensor = tensorOf();
+    if (!tensor)
+        return tensor.error();
+    const auto type = value.dtype == portable::DType::Int64 ? at::kLong : at::kFloat;
+    if (!tensor->device().is_cpu() || tensor->scalar_type() != type || !tensor->is_contiguous()
+        || !tensor->sizes().equals(value.shape))
+        return unfit(QStringLiteral("'%1' is not what the portable program reads").arg(QString::fromStdString(value.name)));
+    return tensor->data_ptr();
 }
 
 core::Result<portable::Program> PortableStep::prepare(std::int64_t step, const at::Tensor& x, const at::Tensor& y)
@@ -385,6 +406,218 @@ core::Result<double> PortableStep::runMicroBatched(std::int64_t step, const at::
     if (!m_task.optimizer.isAdam())
         ++m_optimizer.m_steps;
     return double(losses / divisor);
+}
+
+core::Result<const std::vector<portable::Stage>*> PortableStep::stagesOf(std::int64_t step)
+{
+    const auto& task = m_task;
+    const auto& model = task.model;
+    if (!task.isStage() || model.zoo != QLatin1String("gpt") || m_sampleShape.size() != 1)
+        return core::Error { QStringLiteral("stages"), QStringLiteral("stages cut a portable gpt's blocks") };
+    std::string why;
+    m_stages = portable::gptStages(task.batchSize / std::max<std::int64_t>(task.microBatches, 1), m_sampleShape[0],
+        model.vocabulary > 0 ? model.vocabulary : m_classes, model.layers, model.heads, model.width, model.context, model.tied,
+        task.stages, &why, settingsOf(task.optimizer), stepSettingsOf(task, step));
+    if (std::int64_t(m_stages.size()) != task.stages)
+        return core::Error { QStringLiteral("stages"), QString::fromStdString(why) };
+    return &m_stages;
+}
+
+core::Result<std::set<std::string>> PortableStep::stageParameters()
+{
+    std::set<std::string> names;
+    if (!m_task.isStage())
+        return names;
+    auto stages = stagesOf(0);
+    if (!stages)
+        return stages.error();
+    const auto& stage = (**stages)[std::size_t(m_task.stage)];
+    for (const auto& [parameter, gradient] : stage.gradients)
+        names.insert(stage.program.values[std::size_t(parameter)].name.substr(6)); // "model/X"
+    return names;
+}
+
+namespace {
+
+// A stage's sums of squares on the wire: each tensor's name, NUL, its float64 sum (8 bytes,
+// little-endian), in name order.
+QByteArray squaresBytes(const std::vector<std::pair<std::string, double>>& squares)
+{
+    QByteArray bytes;
+    for (const auto& [name, sum] : squares) {
+        bytes.append(name.data(), qsizetype(name.size()));
+        bytes.append('\0');
+        bytes.append(reinterpret_cast<const char*>(&sum), sizeof sum);
+    }
+    return bytes;
+}
+
+// Another stage's sums: exactly its parameters' names, in order, each sum finite and not negative.
+core::Result<std::vector<std::pair<std::string, double>>> squaresOf(const QByteArray& bytes, const portable::Stage& stage)
+{
+    std::vector<std::pair<std::string, double>> squares;
+    qsizetype at = 0;
+    for (const auto& [parameter, gradient] : stage.gradients) {
+        const auto& name = stage.program.values[std::size_t(parameter)].name;
+        const auto end = bytes.indexOf('\0', at);
+        double sum = 0.0;
+        if (end < 0 || bytes.mid(at, end - at) != QByteArray::fromStdString(name)
+            || end + 1 + qsizetype(sizeof sum) > bytes.size())
+            return core::Error { QStringLiteral("squares"), QStringLiteral("not the sums of the stage's tensors") };
+        std::memcpy(&sum, bytes.constData() + end + 1, sizeof sum);
+        if (!std::isfinite(sum) || sum < 0.0)
+            return core::Error { QStringLiteral("squares"), QStringLiteral("a sum of squares that is not finite") };
+        squares.emplace_back(name, sum);
+        at = end + 1 + qsizetype(sizeof sum);
+    }
+    if (at != bytes.size())
+        return core::Error { QStringLiteral("squares"), QStringLiteral("more than the sums of the stage's tensors") };
+    return squares;
+}
+
+} // namespace
+
+namespace {
+
+// A stage's side of one step's trades: each tensor through the link, its hash logged in order.
+struct Trades {
+    StageLink& link;
+    std::int64_t step;
+    QList<StageTensor>& tensors;
+
+    core::Status send(std::int64_t peer, StageLink::Kind kind, std::int64_t m, const QByteArray& bytes)
+    {
+        if (auto status = link.send(peer, kind, step, m, bytes); !status)
+            return status;
+        tensors.append({ true, peer, kind, step, m, core::Digest::ofBytes(bytes) });
+        return {};
+    }
+    // expected: the tensor's size in bytes (-1: any, the sums).
+    core::Result<QByteArray> receive(std::int64_t peer, StageLink::Kind kind, std::int64_t m, qsizetype expected = -1)
+    {
+        auto bytes = link.receive(peer, kind, step, m);
+        if (!bytes)
+            return bytes.error();
+        tensors.append({ false, peer, kind, step, m, core::Digest::ofBytes(*bytes) });
+        if (expected >= 0 && bytes->size() != expected)
+            return core::Error { QStringLiteral("stage"),
+                QStringLiteral("stage %1 sent %2 bytes of %3 for micro-batch %4, not %5")
+                    .arg(peer)
+                    .arg(bytes->size())
+                    .arg(QLatin1String(kindName(kind)))
+                    .arg(m)
+                    .arg(expected) };
+        return bytes;
+    }
+};
+
+std::span<const float> floatsOf(const QByteArray& bytes)
+{
+    return { reinterpret_cast<const float*>(bytes.constData()), std::size_t(bytes.size()) / sizeof(float) };
+}
+
+// The clipping factor of a step (docs/DETERMINISM.md, "Pipeline stages"): this stage's sums sent to
+// every other stage, theirs received in stage order, and the factor of them all.
+core::Result<float> tradeClipFactor(
+    Trades& trades, const std::vector<portable::Stage>& stages, std::int64_t s, portable::StageStep& run, double clipNorm)
+{
+    const auto S = std::int64_t(stages.size());
+    std::vector<std::vector<std::pair<std::string, double>>> all(static_cast<std::size_t>(S));
+    all[std::size_t(s)] = run.squares();
+    const auto own = squaresBytes(all[std::size_t(s)]);
+    for (std::int64_t other = 0; other < S; ++other) {
+        if (other == s)
+            continue;
+        if (auto status = trades.send(other, StageLink::Kind::Squares, 0, own); !status)
+            return status.error();
+    }
+    for (std::int64_t other = 0; other < S; ++other) {
+        if (other == s)
+            continue;
+        auto bytes = trades.receive(other, StageLink::Kind::Squares, 0);
+        if (!bytes)
+            return bytes.error();
+        auto squares = squaresOf(*bytes, stages[std::size_t(other)]);
+        if (!squares)
+            return core::Error { QStringLiteral("stage"),
+                QStringLiteral("stage %1's sums: %2").arg(other).arg(squares.error().message) };
+        all[std::size_t(other)] = std::move(*squares);
+    }
+    return portable::globalClipFactor(all, clipNorm);
+}
+
+} // namespace
+
+// docs/DETERMINISM.md, "Pipeline stages": the stage's halves in oneForwardOneBackward's order, each
+// forward reading its micro-batch's rows (stage 0 the tokens, the last stage the targets) or the
+// activation stage - 1 sent, each backward the gradient stage + 1 sent; then, with clipping, the
+// stages' sums traded, and the stage's update.
+core::Result<double> PortableStep::runStage(
+    std::int64_t step, const at::Tensor& x, const at::Tensor& y, StageLink& link, QList<StageTensor>& tensors)
+{
+    auto stages = stagesOf(step);
+    if (!stages)
+        return stages.error();
+    const auto& task = m_task;
+    const auto S = task.stages, s = task.stage, M = std::max<std::int64_t>(task.microBatches, 1);
+    const auto& stage = (**stages)[std::size_t(s)];
+    const auto tokens = x.to(at::kLong).contiguous(), targets = y.to(at::kLong).contiguous();
+    const auto rows = tokens.numel() / M;
+    auto rowsOf = [&](const at::Tensor& t, std::int64_t m) {
+        return std::span<const std::int64_t>(t.data_ptr<std::int64_t>() + m * rows, std::size_t(rows));
+    };
+    const bool created = !(step > 0 || task.carriesOptimizer);
+    m_adamStep.fill_(m_optimizer.m_steps);
+    QString missing;
+    portable::StageStep run(stage, M, S - s, m_executor.threads());
+    run.begin([&](const portable::Value& value) -> void* {
+        auto memory = stateMemory(value, false, created);
+        if (!memory)
+            missing = memory.error().message;
+        return memory ? *memory : nullptr;
+    });
+    auto fail = [&](const std::string& why) {
+        return core::Error { QStringLiteral("stage"), missing.isEmpty() ? QString::fromStdString(why) : missing };
+    };
+    Trades trades { link, step, tensors };
+    const auto boundaryBytes = run.boundaryElements() * qsizetype(sizeof(float));
+    std::vector<float> sent;
+    for (const auto& slot : portable::oneForwardOneBackward(S, M, s)) {
+        const auto m = slot.micro;
+        const bool forward = slot.pass == portable::Pass::Forward;
+        const auto kind = forward ? StageLink::Kind::Activation : StageLink::Kind::Gradient;
+        const auto from = forward ? s - 1 : s + 1, to = forward ? s + 1 : s - 1;
+        QByteArray received;
+        if (from >= 0 && from < S) {
+            auto bytes = trades.receive(from, kind, m, boundaryBytes);
+            if (!bytes)
+                return bytes.error();
+            received = std::move(*bytes);
+        }
+        const auto error = forward ? run.forward(s == 0 ? rowsOf(tokens, m) : std::span<const std::int64_t> {},
+                               floatsOf(received), s == S - 1 ? rowsOf(targets, m) : std::span<const std::int64_t> {}, sent)
+                                   : run.backward(floatsOf(received), sent);
+        if (!error.empty())
+            return fail(error);
+        if (to >= 0 && to < S) {
+            const QByteArray bytes(reinterpret_cast<const char*>(sent.data()), qsizetype(sent.size() * sizeof(float)));
+            if (auto status = trades.send(to, kind, m, bytes); !status)
+                return status.error();
+        }
+    }
+    float factor = 1.0f;
+    if (stage.clipFactor >= 0) {
+        auto traded = tradeClipFactor(trades, **stages, s, run, task.optimizer.clipNorm);
+        if (!traded)
+            return traded.error();
+        factor = *traded;
+    }
+    if (auto error = run.update(factor); !error.empty())
+        return fail(error);
+    m_optimizer.m_steps = m_adamStep.item<std::int64_t>();
+    if (!task.optimizer.isAdam())
+        ++m_optimizer.m_steps;
+    return s == S - 1 ? run.loss() : 0.0;
 }
 
 core::Result<std::vector<at::Tensor>> PortableStep::operandsOf(

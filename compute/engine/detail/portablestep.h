@@ -7,8 +7,10 @@
 #include "models.h"
 #include "optimizer.h"
 
+#include <compute/common/stagelink.h>
 #include <compute/portable/gptdecoder.h>
 #include <compute/portable/program.h>
+#include <compute/portable/stages.h>
 #include <compute/portable/zoo.h>
 #include <core/error.h>
 #include <core/shardtask.h>
@@ -17,6 +19,8 @@
 
 #include <functional>
 #include <memory>
+#include <set>
+#include <string>
 #include <vector>
 
 namespace tessera::compute::detail {
@@ -70,8 +74,24 @@ public:
 
     static constexpr std::size_t Start = std::size_t(-1);
 
+    // A stage task's step (task.isStage(); docs/DETERMINISM.md, "Pipeline stages"): the stage's
+    // micro-batches' halves in 1F1B order, the tensors traded over `link` (each one's hash appended
+    // to `tensors`), then the stage's update. The loss: the last stage's, 0 at the others.
+    core::Result<double> runStage(
+        std::int64_t step, const at::Tensor& x, const at::Tensor& y, StageLink& link, QList<StageTensor>& tensors);
+    // A stage task's parameters (the model's names), which its state and result hold; empty for
+    // other tasks.
+    core::Result<std::set<std::string>> stageParameters();
+
 private:
     core::Status bindState(const portable::Program& program, std::int64_t step);
+    // The model's or the optimizer's memory for a state value of a program (a buffer born in this
+    // step, created, is made here), checked against the value's type and shape.
+    core::Result<void*> stateMemory(const portable::Value& value, bool before, bool created);
+    // The task's stages for shard step `step` (kept while the step's run holds them).
+    core::Result<const std::vector<portable::Stage>*> stagesOf(std::int64_t step);
+    std::vector<portable::Stage> m_stages;
+    NamedTensors m_parameters; // the model's, found once
     core::Result<double> runMicroBatched(std::int64_t step, const at::Tensor& x, const at::Tensor& y);
     core::Result<portable::Program> prepare(std::int64_t step, const at::Tensor& x, const at::Tensor& y);
     // A fresh run of `program`: the state bound, the batch converted to its values and bound.
