@@ -25,6 +25,8 @@ QStringList capabilitiesNeededBy(const JobSpec& spec)
         needed.append(capability::PortableInference);
     if (spec.isInference() && spec.inference.serves())
         needed.append(capability::Serve);
+    if (!spec.isInference() && spec.training.pipelined())
+        needed.append(capability::Pipeline);
     return needed;
 }
 

@@ -23,6 +23,9 @@ inline const QString Inference = QStringLiteral("inference");
 // Inference shards and served answers in portable mode (inference.determinism portable).
 inline const QString PortableInference = QStringLiteral("portable-inference");
 inline const QString Serve = QStringLiteral("serve"); // hosts a served model's replica (docs/PROTOCOL.md, "Serving")
+// Micro-batches and stage tasks of a pipeline job (docs/PROTOCOL.md, "Stage tasks"): TENSOR, STOP.
+// A node declares it when its executor runs stage tasks (ShardExecutor::runsStages).
+inline const QString Pipeline = QStringLiteral("pipeline");
 // Fetches and serves blobs over the blob swarm (docs/SWARM.md); no job needs it, and a node
 // declares it only while its swarm runs (Swarm/Enabled).
 inline const QString Swarm = QStringLiteral("swarm");

@@ -188,6 +188,11 @@ struct JobSpec {
     InferenceSpec inference; // kind inference only
 
     bool isInference() const { return kind == Kind::Inference; }
+    // A pipeline job's shard is this many stage tasks (docs/PROTOCOL.md, "Stage tasks"); 1 for any
+    // other job. The broker counts, hands out, pays and checks stage tasks as units: unit u of a
+    // round is stage u % S of shard u / S.
+    std::int64_t stagesPerShard() const { return !isInference() && training.pipeline.stages > 1 ? training.pipeline.stages : 1; }
+    std::int64_t unitsPerRound() const { return training.shardsPerRound * stagesPerShard(); }
     // An inference job's inputs: the samples of its split, or its prompts.
     std::int64_t inferenceInputs() const;
 

@@ -167,8 +167,10 @@ Result<Quote> quote(const JobSpec& spec, std::int64_t parameterCount, Credits pr
     // An inference shard holds at most samplesPerShard inputs, however large its batch.
     const double samples = spec.isInference() ? double(std::min(spec.inference.samplesPerShard, spec.inferenceInputs()))
                                               : double(spec.training.localSteps) * double(spec.training.batchSize);
-    q.unitsPerShard = std::max<std::int64_t>(1, std::llround(q.flopsPerSample * samples / 1e9));
-    q.shards = spec.training.rounds * spec.training.shardsPerRound;
+    // A pipeline job's "shards" are its stage tasks, each an even share of its shard's work.
+    const auto stages = spec.stagesPerShard();
+    q.unitsPerShard = std::max<std::int64_t>(1, std::llround(q.flopsPerSample * samples / 1e9 / double(stages)));
+    q.shards = spec.training.rounds * spec.unitsPerRound();
     q.pricePerUnit = pricePerUnit;
     const auto perShard = pricePerUnit.checkedMultiply(q.unitsPerShard);
     const auto training = perShard ? perShard->checkedMultiply(q.shards) : std::nullopt;

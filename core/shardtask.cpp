@@ -47,7 +47,7 @@ Result<ShardTask> ShardTask::fromJson(const QJsonObject& json)
         QStringLiteral("threads"), QStringLiteral("checkpointInterval"), QStringLiteral("model"), QStringLiteral("dataset"),
         QStringLiteral("optimizer"), QStringLiteral("startWeights"), QStringLiteral("compression"),
         QStringLiteral("optimizerState"), QStringLiteral("determinism"), QStringLiteral("dataChunks"),
-        QStringLiteral("microBatches"), QStringLiteral("inference") });
+        QStringLiteral("microBatches"), QStringLiteral("stage"), QStringLiteral("stages"), QStringLiteral("inference") });
     constexpr std::int64_t MaxIndex = std::int64_t(1) << 40;
     ShardTask task;
     task.jobId = reader.string(u"jobId");

@@ -279,6 +279,10 @@ struct BrokerServer::Private {
     void onTokens(Request& r);
     void onAnswer(Request& r);
     void onHosting(Request& r);
+    // A stage task's tensor (docs/PROTOCOL.md, "Stage tasks"): checked by the broker and forwarded.
+    void onTensor(Request& r);
+    // Pipeline shards to the waiting nodes, S at a time.
+    void dispatchPipelines(QList<QByteArray>& waiting);
     void sendServeNotices();
     // The ASKs waiting for their answers, by the handle the broker's serving knows them by.
     QHash<std::int64_t, Asker> askers;
@@ -682,10 +686,11 @@ bool BrokerServer::Private::admit(const QByteArray& routingId, const QString& wh
     // A blob range (GET, PUT) counts a quarter: a download on a fast link is 1 MiB ranges as fast as
     // the link carries them (about 600 a second on loopback here), not a flood.
     // So do a served answer's parts (TOKENS, ANSWER): a replica of a small model answers hundreds of
-    // requests a second.
+    // requests a second; and a pipeline's tensors (TENSOR), a few a micro-batch.
     const bool range = frames.size() > 1 && frames[1].size() == 1
         && (quint8(frames[1][0]) == quint8(Command::Get) || quint8(frames[1][0]) == quint8(Command::Put)
-            || quint8(frames[1][0]) == quint8(Command::Tokens) || quint8(frames[1][0]) == quint8(Command::Answer));
+            || quint8(frames[1][0]) == quint8(Command::Tokens) || quint8(frames[1][0]) == quint8(Command::Answer)
+            || quint8(frames[1][0]) == quint8(Command::Tensor));
     // A proof of the ledger's log reads up to a few thousand hashes: it counts 4.
     const bool logRead = frames.size() > 1 && frames[1].size() == 1
         && (quint8(frames[1][0]) == quint8(Command::LogProof) || quint8(frames[1][0]) == quint8(Command::LogConsistency));
@@ -857,6 +862,9 @@ void BrokerServer::Private::dispatch(Request& r)
         return onAnswer(r);
     case Command::Hosting:
         return onHosting(r);
+    case Command::Tensor:
+        return onTensor(r);
+    case Command::Stop:
     case Command::Request:
     case Command::Welcome:
     case Command::Task:
@@ -916,6 +924,7 @@ void BrokerServer::Private::dispatchWork()
     // The fastest nodes first: the last shards of a round should not wait on the slowest.
     std::sort(waiting.begin(), waiting.end(),
         [&](const QByteArray& a, const QByteArray& b) { return peers[a].score > peers[b].score; });
+    dispatchPipelines(waiting);
     const auto t = now();
     for (const auto& id : waiting) {
         auto& peer = peers[id];
@@ -998,9 +1007,10 @@ void BrokerServer::Private::sendNotices()
         for (auto it = peers.constBegin(); it != peers.constEnd(); ++it) {
             if (it->nodeId != notice.nodeId)
                 continue;
-            send(it.key(),
-                { notice.kind == core::broker::Notice::Kind::CheckpointRequest ? Command::Checkpoint : Command::Verdict,
-                    scrubbed(notice.body), {} });
+            const auto command = notice.kind == core::broker::Notice::Kind::CheckpointRequest ? Command::Checkpoint
+                : notice.kind == core::broker::Notice::Kind::Stop                             ? Command::Stop
+                                                                                              : Command::Verdict;
+            send(it.key(), { command, scrubbed(notice.body), {} });
             break;
         }
     }
@@ -1180,6 +1190,69 @@ void BrokerServer::Private::onHosting(Request& r)
     if (auto status = broker.hosting(r.peer.nodeId, hosting->assignment, hosting->ready, hosting->failure); !status)
         qCWarning(lcBroker).noquote() << "HOSTING from node" << shortId(r.peer.nodeId) << ":" << status.error().toString();
     sendServeNotices();
+}
+
+void BrokerServer::Private::dispatchPipelines(QList<QByteArray>& waiting)
+{
+    const auto t = now();
+    for (;;) {
+        QList<QString> nodes;
+        for (const auto& id : waiting) {
+            if (t >= peers[id].refusedUntil)
+                nodes.append(peers[id].nodeId);
+        }
+        auto handed = broker.assignPipeline(nodes);
+        if (!handed) {
+            qCWarning(lcBroker).noquote() << "cannot hand out a pipeline:" << handed.error().toString();
+            return;
+        }
+        if (handed->isEmpty())
+            return;
+        for (const auto& [nodeId, a] : *handed) {
+            const auto id = routingOfNode(nodeId);
+            waiting.removeAll(id);
+            auto& peer = peers[id];
+            peer.waiting = false;
+            ++counters.tasksSent;
+            const auto deadlineMs = a.deadlineMs - t;
+            send(id,
+                { Command::Task,
+                    TaskMessage {
+                        a.id, deadlineMs, a.task, a.startWeightsBlob, a.startChange, swarmOffers(peer.nodeId, a, deadlineMs) }
+                        .toHeader(),
+                    {} });
+        }
+    }
+}
+
+void BrokerServer::Private::onTensor(Request& r)
+{
+    if (!requireNode(r))
+        return;
+    auto tensor = decoded<TensorMessage>(r);
+    if (!tensor)
+        return;
+    if (!tensor->outbound) {
+        refuse(r, errors::Invalid, QStringLiteral("from: a node sends a tensor to a stage (to)"));
+        return;
+    }
+    const core::broker::Pipelines::Part part { tensor->stage, tensor->kind, tensor->step, tensor->micro, tensor->offset,
+        tensor->size };
+    auto forward = broker.relayTensor(r.peer.nodeId, tensor->assignment, part, r.message.payload);
+    if (!forward) {
+        // A stage of a pipeline that ended is told so (it drops the task); anything else is refused.
+        const bool ended = forward.error().field == QLatin1String("assignment");
+        refuse(r, ended ? errors::Stale : errors::Invalid, forward.error().toString());
+        return;
+    }
+    const auto to = routingOfNode(forward->node);
+    if (to.isEmpty())
+        return; // gone: the broker hears of it (nodeLost) and stops the pipeline
+    auto relayed = *tensor;
+    relayed.outbound = false;
+    relayed.assignment = forward->assignment;
+    relayed.stage = forward->from;
+    send(to, { Command::Tensor, relayed.toHeader(), r.message.payload });
 }
 
 void BrokerServer::Private::onCheckpoint(Request& r)

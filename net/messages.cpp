@@ -335,6 +335,56 @@ core::Result<HostingMessage> HostingMessage::fromHeader(const QJsonObject& heade
     return hosting;
 }
 
+QJsonObject TensorMessage::toHeader() const
+{
+    return { { fields::Assignment, assignment }, { outbound ? QStringLiteral("to") : QStringLiteral("from"), qint64(stage) },
+        { QStringLiteral("kind"), core::nameOf(kind) }, { QStringLiteral("step"), qint64(step) },
+        { QStringLiteral("micro"), qint64(micro) }, { QStringLiteral("offset"), qint64(offset) },
+        { QStringLiteral("size"), qint64(size) } };
+}
+
+core::Result<TensorMessage> TensorMessage::fromHeader(const QJsonObject& header)
+{
+    JsonReader reader(header);
+    TensorMessage message;
+    message.assignment = reader.text(fields::Assignment, 64);
+    message.outbound = header.contains(QStringLiteral("to"));
+    if (message.outbound == header.contains(QStringLiteral("from")))
+        return core::Error { QStringLiteral("to"),
+            QStringLiteral("a tensor goes to a stage or comes from one: one of to and from") };
+    const auto maxStage = core::TrainingSpec::Pipeline::MaxStages - 1;
+    message.stage = reader.integer(message.outbound ? u"to" : u"from", 0, maxStage);
+    const auto kind = core::tensorKindNamed(reader.string(u"kind"));
+    message.step = reader.integer(u"step", 0, core::ShardResult::MaxSteps);
+    message.micro = reader.integer(u"micro", 0, core::TrainingSpec::Pipeline::MaxMicroBatches - 1);
+    message.size = reader.integer(u"size", 1, MaxBytes);
+    message.offset = reader.integer(u"offset", 0, MaxBytes);
+    if (reader.ok() && !kind)
+        reader.fail(u"kind", QStringLiteral("activation, gradient or squares"));
+    if (reader.ok() && message.offset >= message.size)
+        reader.fail(u"offset", QStringLiteral("past the tensor's %1 bytes").arg(message.size));
+    if (!reader.ok())
+        return reader.status().error();
+    message.kind = *kind;
+    return message;
+}
+
+QJsonObject StopMessage::toHeader() const
+{
+    return { { fields::Assignment, assignment }, { QStringLiteral("reason"), reason } };
+}
+
+core::Result<StopMessage> StopMessage::fromHeader(const QJsonObject& header)
+{
+    JsonReader reader(header);
+    StopMessage message;
+    message.assignment = reader.text(fields::Assignment, 64);
+    message.reason = reader.text(u"reason", 2000, Presence::Optional);
+    if (!reader.ok())
+        return reader.status().error();
+    return message;
+}
+
 core::Result<TaskMessage> TaskMessage::fromHeader(const QJsonObject& header)
 {
     JsonReader reader(header);

@@ -14,6 +14,7 @@
 #include <core/resultstates.h>
 #include <core/shardresult.h>
 #include <core/shardtask.h>
+#include <core/stagetensors.h>
 
 #include <QJsonObject>
 #include <QList>
@@ -228,6 +229,36 @@ struct HostingMessage {
     QString failure;
     QJsonObject toHeader() const;
     static core::Result<HostingMessage> fromHeader(const QJsonObject& header);
+};
+
+// TENSOR (docs/PROTOCOL.md, "Stage tasks"): part of a tensor one stage task sends another of its
+// shard, from byte `offset` of its `size`, the bytes in the payload. Node to broker (outbound):
+// `assignment` the sender's, `stage` the stage it goes to ("to"); broker to node: `assignment` the
+// receiver's, `stage` the stage it comes from ("from").
+struct TensorMessage {
+    static constexpr Command command = Command::Tensor;
+    static constexpr std::int64_t MaxBytes = std::int64_t(1) << 30; // a tensor's
+    QString assignment;
+    bool outbound = true;
+    std::int64_t stage = 0;
+    core::TensorKind kind = core::TensorKind::Activation;
+    std::int64_t step = 0;
+    std::int64_t micro = 0;
+    std::int64_t offset = 0;
+    std::int64_t size = 0;
+    QJsonObject toHeader() const;
+    // Checks the fields alone; the payload's place in [0, size) is the receiver's to check.
+    static core::Result<TensorMessage> fromHeader(const QJsonObject& header);
+};
+
+// STOP (docs/PROTOCOL.md, "Stage tasks"): broker to node, a stage task whose pipeline ended (a
+// partner failed or went, or ran past its deadline): the node drops it and sends no result.
+struct StopMessage {
+    static constexpr Command command = Command::Stop;
+    QString assignment;
+    QString reason;
+    QJsonObject toHeader() const;
+    static core::Result<StopMessage> fromHeader(const QJsonObject& header);
 };
 
 struct ResultRequest {

@@ -263,6 +263,8 @@ struct NodeClient::Private {
         // Serving needs an executor that hosts replicas (LibTorch in this process).
         if (executor.canHost() && !node.capabilities.contains(core::capability::Serve))
             node.capabilities.append(core::capability::Serve);
+        if (executor.runsStages() && !node.capabilities.contains(core::capability::Pipeline))
+            node.capabilities.append(core::capability::Pipeline);
         if (swarm) {
             if (!node.capabilities.contains(core::capability::Swarm))
                 node.capabilities.append(core::capability::Swarm);
@@ -636,6 +638,8 @@ struct NodeClient::Private {
         const std::int64_t deadlineMs
             = current->deadlineAt > 0 ? std::max<std::int64_t>(1, current->deadlineAt - clock.nowMs()) : 0;
         executor.start(tag, current->assignment, current->task, *weights, paths, deadlineMs);
+        for (const auto& tensor : std::exchange(earlyTensors, {})) // a stage's that came while it fetched
+            executor.deliverTensor(tensor);
     }
 
     // --- serving (docs/PROTOCOL.md, "Serving") ----------------------------------------------------
@@ -692,6 +696,69 @@ struct NodeClient::Private {
             qCInfo(lcNode).noquote() << "stopped hosting" << hosting->assignment;
             unhost(hosting->assignment);
         }
+    }
+
+    // A running stage task's tensors for the other stages (docs/PROTOCOL.md, "Stage tasks"): each
+    // as TENSOR messages of at most a chunk's bytes, in order. Without a session they are dropped:
+    // the broker stops a pipeline whose stage went.
+    void relayTensors()
+    {
+        for (const auto& tensor : executor.takeTensors(tag)) {
+            if (session != Session::Registered || !current || current->assignment != tensor.assignment)
+                continue;
+            const auto size = std::int64_t(tensor.bytes.size());
+            for (std::int64_t offset = 0; offset < size; offset += MaxChunkBytes) {
+                const TensorMessage header { tensor.assignment, true, tensor.peer, tensor.kind, tensor.step, tensor.micro, offset,
+                    size };
+                send(Command::Tensor, header.toHeader(), tensor.bytes.mid(offset, MaxChunkBytes));
+            }
+        }
+    }
+
+    // A tensor for the running stage task, a part at a time: handed to the stage once whole. Parts
+    // of another assignment's, out of order or past their size are dropped (the stage then fails
+    // for want of them, or is stopped).
+    void onTensor(const Message& message)
+    {
+        auto tensor = TensorMessage::fromHeader(message.header);
+        if (!tensor || tensor->outbound || !current || current->assignment != tensor->assignment)
+            return;
+        const auto key
+            = QStringLiteral("%1/%2/%3/%4").arg(tensor->stage).arg(int(tensor->kind)).arg(tensor->step).arg(tensor->micro);
+        auto& arriving = arrivingTensors[key];
+        if (tensor->offset != arriving.size() || tensor->offset + message.payload.size() > tensor->size
+            || arrivingTensors.size() > MaxArrivingTensors) {
+            arrivingTensors.remove(key);
+            return;
+        }
+        arriving += message.payload;
+        if (arriving.size() < tensor->size)
+            return;
+        const ShardExecutor::Tensor whole { tag, tensor->assignment, tensor->stage, tensor->kind, tensor->step, tensor->micro,
+            arriving };
+        arrivingTensors.remove(key);
+        if (current->started)
+            executor.deliverTensor(whole);
+        else if (earlyTensors.size() < std::size_t(MaxArrivingTensors)) // the stage starts once its blobs are in
+            earlyTensors.push_back(whole);
+    }
+    static constexpr qsizetype MaxArrivingTensors = 64;
+    QHash<QString, QByteArray> arrivingTensors; // the running stage's, part by part
+    std::vector<ShardExecutor::Tensor> earlyTensors; // whole, before the stage started
+
+    // STOP: the running stage's pipeline ended; the stage ends (given back) and sends no more.
+    void onStop(const Message& message)
+    {
+        auto stop = StopMessage::fromHeader(message.header);
+        if (!stop || !current || current->assignment != stop->assignment)
+            return;
+        qCInfo(lcNode).noquote() << "stage task" << stop->assignment << "stopped:" << stop->reason;
+        arrivingTensors.clear();
+        earlyTensors.clear();
+        const QString why = QStringLiteral("the broker stopped the pipeline: ") + stop->reason;
+        if (!current->started) // still fetching: given back at once
+            return giveUp(why, core::ShardResult::Outcome::Returned);
+        executor.stopStage(stop->assignment, why);
     }
 
     void collectServed()
@@ -1210,6 +1277,10 @@ void NodeClient::Private::handle(const Message& message)
         return onServeRequest(message);
     case Command::Hosting:
         return onHosting(message);
+    case Command::Tensor:
+        return onTensor(message);
+    case Command::Stop:
+        return onStop(message);
     case Command::Bye:
         session = Session::Disconnected;
         reconnectAt = now() + backoff.next();
@@ -1307,6 +1378,8 @@ void NodeClient::Private::onTask(const Message& message)
         for (const auto& offer : task->swarm)
             swarm->offered(offer);
     }
+    arrivingTensors.clear(); // of a stage task before this one
+    earlyTensors.clear();
     current = CurrentTask { task->assignment, task->task, task->startWeightsBlob, false, task->startChange, false, false, {},
         task->deadlineMs > 0 ? clock.nowMs() + task->deadlineMs : 0 };
     fetchMissing();
@@ -1437,6 +1510,9 @@ void NodeClient::Private::onError(const Message& message, const Pending* purpose
     }
     if (!purpose) {
         qCWarning(lcNode).noquote() << "broker says" << code << text;
+        // A stage's TENSOR the broker no longer relays: its pipeline ended.
+        if (message.header.value(fields::Re).toInt() == int(Command::Tensor) && current && current->task.isStage())
+            executor.stopStage(current->assignment, QStringLiteral("the broker relays no more: ") + text);
         return;
     }
     switch (purpose->purpose) {
@@ -1577,6 +1653,7 @@ void NodeClient::step(int maxWaitMs)
     d->collectRecreated();
     d->collectRebuilt();
     d->collectServed();
+    d->relayTensors();
     d->pollSwarm();
     // The swarm's own thread wakes nobody here: while it fetches, this loop looks often.
     if (d->swarmFetching())

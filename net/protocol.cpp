@@ -82,6 +82,10 @@ QString commandName(Command command)
         return QStringLiteral("ANSWER");
     case Command::Hosting:
         return QStringLiteral("HOSTING");
+    case Command::Tensor:
+        return QStringLiteral("TENSOR");
+    case Command::Stop:
+        return QStringLiteral("STOP");
     }
     return QStringLiteral("0x%1").arg(int(command), 2, 16, QLatin1Char('0'));
 }
@@ -128,6 +132,8 @@ bool isKnown(std::uint8_t byte)
     case Command::Tokens:
     case Command::Answer:
     case Command::Hosting:
+    case Command::Tensor:
+    case Command::Stop:
         return true;
     }
     return false;
@@ -135,7 +141,7 @@ bool isKnown(std::uint8_t byte)
 
 bool carriesPayload(Command command)
 {
-    return command == Command::Chunk || command == Command::Put;
+    return command == Command::Chunk || command == Command::Put || command == Command::Tensor;
 }
 
 } // namespace

@@ -59,6 +59,8 @@ enum class Command : std::uint8_t {
     Tokens = 0x36, // node -> broker -> client: an answer's tokens as they are made
     Answer = 0x37, // node -> broker: a request's whole, signed answer
     Hosting = 0x38, // node -> broker: a replica is loaded (or cannot be); broker -> node: stop hosting it
+    Tensor = 0x39, // node -> broker -> node: a stage task's tensor for another stage of its shard
+    Stop = 0x3A, // broker -> node: a stage task's pipeline ended; the node drops the task
 };
 
 QString commandName(Command command);

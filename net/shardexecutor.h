@@ -5,6 +5,7 @@
 #include <core/inference/question.h>
 #include <core/shardresult.h>
 #include <core/shardtask.h>
+#include <core/stagetensors.h>
 
 #include <QHash>
 #include <QList>
@@ -129,6 +130,29 @@ public:
         return {};
     }
     virtual bool idle() const = 0; // thread-safe
+
+    // Stage tasks of pipeline jobs (docs/PROTOCOL.md, "Stage tasks"). runsStages(): start() runs
+    // them (the node declares capability "pipeline"). A running stage's tensors for the others
+    // are collected with takeTensors() (its client relays them as TENSOR; notify() says there are
+    // some); what arrives for it is handed in whole with deliverTensor(); stopStage() ends a stage
+    // whose pipeline ended (it finishes as a returned result, which the client need not send).
+    struct Tensor {
+        QString tag;
+        QString assignment;
+        std::int64_t peer = 0; // the stage it goes to (takeTensors) or comes from (deliverTensor)
+        core::TensorKind kind = core::TensorKind::Activation;
+        std::int64_t step = 0;
+        std::int64_t micro = 0;
+        QByteArray bytes;
+    };
+    virtual bool runsStages() const { return false; }
+    virtual QList<Tensor> takeTensors(const QString& tag) // thread-safe
+    {
+        (void)tag;
+        return {};
+    }
+    virtual void deliverTensor(const Tensor& tensor) { (void)tensor; }
+    virtual void stopStage(const QString& assignment, const QString& reason) { (void)assignment, (void)reason; }
 
     // The client `tag` (`owner`) sets what wakes it, and clears it as it goes (an empty
     // function; only its own: a second client of the tag keeps its own); thread-safe. Once it

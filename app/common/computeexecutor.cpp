@@ -6,8 +6,76 @@
 #include <QSet>
 
 #include <chrono>
+#include <condition_variable>
+#include <map>
+#include <mutex>
+#include <tuple>
 
 namespace tessera::app {
+
+// A stage task's link (compute::StageLink) through its client: what it sends waits in the
+// executor's outbox for the client to relay; what the client delivers waits here until the stage
+// takes it, at most 2 M + 2 S tensors (a hostile or broken peer cannot fill the node's memory).
+class ComputeExecutor::NetLink final : public compute::StageLink {
+public:
+    NetLink(ComputeExecutor& executor, QString tag, QString assignment, std::int64_t bound)
+        : m_executor(executor)
+        , m_tag(std::move(tag))
+        , m_assignment(std::move(assignment))
+        , m_bound(bound)
+    { }
+    core::Status send(std::int64_t to, Kind kind, std::int64_t step, std::int64_t micro, const QByteArray& bytes) override
+    {
+        {
+            std::lock_guard lock(m_mutex);
+            if (!m_closed.isEmpty())
+                return core::Error { QStringLiteral("stage"), m_closed };
+        }
+        m_executor.handOver(m_executor.m_outbox, Tensor { m_tag, m_assignment, to, kind, step, micro, bytes });
+        return {};
+    }
+    core::Result<QByteArray> receive(std::int64_t from, Kind kind, std::int64_t step, std::int64_t micro) override
+    {
+        std::unique_lock lock(m_mutex);
+        const Key key { from, int(kind), step, micro };
+        m_arrived.wait(lock, [&] { return !m_closed.isEmpty() || m_mail.count(key); });
+        const auto found = m_mail.find(key);
+        if (found == m_mail.end())
+            return core::Error { QStringLiteral("stage"), m_closed };
+        auto bytes = std::move(found->second);
+        m_mail.erase(found);
+        return bytes;
+    }
+    void deliver(const Tensor& tensor)
+    {
+        std::lock_guard lock(m_mutex);
+        if (!m_closed.isEmpty())
+            return;
+        if (std::int64_t(m_mail.size()) >= m_bound) {
+            m_closed = QStringLiteral("more tensors came ahead than the schedule sends");
+        } else {
+            m_mail[{ tensor.peer, int(tensor.kind), tensor.step, tensor.micro }] = tensor.bytes;
+        }
+        m_arrived.notify_all();
+    }
+    void close(const QString& why)
+    {
+        std::lock_guard lock(m_mutex);
+        if (m_closed.isEmpty())
+            m_closed = why.isEmpty() ? QStringLiteral("the stage was stopped") : why;
+        m_arrived.notify_all();
+    }
+
+private:
+    using Key = std::tuple<std::int64_t, int, std::int64_t, std::int64_t>; // from, kind, step, micro
+    ComputeExecutor& m_executor;
+    const QString m_tag, m_assignment;
+    const std::int64_t m_bound;
+    std::mutex m_mutex;
+    std::condition_variable m_arrived;
+    std::map<Key, QByteArray> m_mail;
+    QString m_closed;
+};
 
 ComputeExecutor::ComputeExecutor(compute::ComputeEnvironment environment, std::shared_ptr<compute::InThreadCompute> inThread)
     : m_inThread(std::move(inThread))
@@ -32,6 +100,7 @@ ComputeExecutor::ComputeExecutor(compute::ComputeEnvironment environment, std::s
             {
                 QMutexLocker lock(&m_mutex);
                 staging = m_staging.value(m_pending.value(key).tag);
+                m_links.remove(m_pending.value(key).assignment); // a stage's: over
             }
             QByteArray kept = output.keptState;
             QString keptFile;
@@ -104,6 +173,7 @@ ReplicaHost::Load ComputeExecutor::replicaLoader(const compute::ComputeEnvironme
 
 ComputeExecutor::~ComputeExecutor()
 {
+    closeLinks(QStringLiteral("the node is stopping")); // a stage waiting for a tensor lets the thread end
     m_replicas.reset();
     for (auto& rebuild : m_rebuilds)
         rebuild.wait();
@@ -122,12 +192,65 @@ std::int64_t ComputeExecutor::timeLimitFor(std::int64_t deadlineMs)
 void ComputeExecutor::start(const QString& tag, const QString& assignment, const core::ShardTask& task,
     const QByteArray& startWeights, const QHash<core::Digest, QString>& blobPaths, std::int64_t deadlineMs)
 {
+    std::shared_ptr<NetLink> link;
     {
         QMutexLocker lock(&m_mutex);
         m_pending.insert(keyOf(task.jobId, task.round, task.shard), { tag, assignment });
         m_blobPaths.insert(blobPaths);
+        if (task.isStage()) {
+            link = std::make_shared<NetLink>(*this, tag, assignment, 2 * task.microBatches + 2 * task.stages);
+            m_links.insert(assignment, link);
+        }
     }
-    m_thread->submit(task, startWeights, timeLimitFor(deadlineMs));
+    m_thread->submit(task, startWeights, timeLimitFor(deadlineMs), link);
+}
+
+QList<net::ShardExecutor::Tensor> ComputeExecutor::takeTensors(const QString& tag)
+{
+    QMutexLocker lock(&m_mutex);
+    QList<Tensor> mine;
+    for (auto it = m_outbox.begin(); it != m_outbox.end();) {
+        if (it->tag == tag) {
+            mine.append(std::move(*it));
+            it = m_outbox.erase(it);
+        } else {
+            ++it;
+        }
+    }
+    return mine;
+}
+
+void ComputeExecutor::deliverTensor(const Tensor& tensor)
+{
+    std::shared_ptr<NetLink> link;
+    {
+        QMutexLocker lock(&m_mutex);
+        link = m_links.value(tensor.assignment);
+    }
+    if (link)
+        link->deliver(tensor);
+}
+
+void ComputeExecutor::stopStage(const QString& assignment, const QString& reason)
+{
+    std::shared_ptr<NetLink> link;
+    {
+        QMutexLocker lock(&m_mutex);
+        link = m_links.take(assignment);
+    }
+    if (link)
+        link->close(reason);
+}
+
+void ComputeExecutor::closeLinks(const QString& why)
+{
+    QHash<QString, std::shared_ptr<NetLink>> links;
+    {
+        QMutexLocker lock(&m_mutex);
+        links.swap(m_links);
+    }
+    for (const auto& link : links)
+        link->close(why);
 }
 
 namespace {
@@ -225,6 +348,7 @@ QList<net::ShardExecutor::Rebuilt> ComputeExecutor::takeRebuilt(const QString& t
 
 void ComputeExecutor::cancelAll()
 {
+    closeLinks(QStringLiteral("contributing was switched off"));
     QSet<QString> jobs;
     {
         QMutexLocker lock(&m_mutex);

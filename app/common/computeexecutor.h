@@ -48,6 +48,12 @@ public:
     QList<Served> takeServed(const QString& tag) override;
     QList<ReplicaHost::Summary> hosted() { return m_replicas->summaries(); }
     bool idle() const override;
+    // Stage tasks run on the compute thread with LibTorch in this process (an executor without an
+    // in-thread backend, the desktop app's, runs none), each over a link whose tensors wait here.
+    bool runsStages() const override { return m_inThread != nullptr; }
+    QList<Tensor> takeTensors(const QString& tag) override;
+    void deliverTensor(const Tensor& tensor) override;
+    void stopStage(const QString& assignment, const QString& reason) override;
     // Drops every shard handed to the compute thread and forgets them (contributing switched off).
     void cancelAll();
 
@@ -74,6 +80,10 @@ private:
         notify(tag);
     }
 
+    class NetLink;
+    void closeLinks(const QString& why);
+    QHash<QString, std::shared_ptr<NetLink>> m_links; // a running stage task's, by assignment
+    QList<Tensor> m_outbox;
     mutable QMutex m_mutex;
     QHash<QString, Pending> m_pending; // by job/round/shard
     QList<Finished> m_finished;

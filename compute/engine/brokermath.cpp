@@ -94,15 +94,21 @@ core::Result<core::Digest> BrokerMath::canonicalHash(const QByteArray& weights)
     return shielded("weights", [&]() -> core::Result<core::Digest> { return canonicalHashOf(weights); });
 }
 
-core::Result<BrokerMath::Inspection> BrokerMath::inspectResult(const QString& revealedPath, const QString& roundWeightsPath)
+core::Result<BrokerMath::Inspection> BrokerMath::inspectResult(
+    const QString& revealedPath, const QString& roundWeightsPath, bool stagePart)
 {
     return shielded("weights", [&]() -> core::Result<Inspection> {
         // From the files: neither file's bytes are held beside its tensors.
-        auto form = inspectRevealed(revealedPath, roundWeightsPath);
+        auto form = inspectRevealed(revealedPath, roundWeightsPath, stagePart);
         if (!form)
             return form.error();
         return Inspection { form->canonicalHash, form->unfit, form->updateNorm, form->compression };
     });
+}
+
+core::Result<core::Digest> BrokerMath::mergeStages(const QStringList& parts, const QString& out)
+{
+    return shielded("aggregation", [&] { return mergeStageFiles(parts, out); });
 }
 
 core::Result<BrokerMath::Aggregated> BrokerMath::aggregate(const core::AggregationSpec& spec, const QString& globalFile,

@@ -50,13 +50,14 @@ private:
 class LibTorchInThread final : public InThreadCompute {
 public:
     core::Result<std::unique_ptr<ShardSteps>> open(const core::ShardTask& task, const QByteArray& startWeights,
-        const QByteArray& suspended, const ComputeEnvironment& environment) override
+        const QByteArray& suspended, const ComputeEnvironment& environment, StageLink* link) override
     {
         auto started = suspended.isEmpty()
             ? ShardRun::start(task, startWeights, environment)
             : ShardRun::resume(task, suspended, environment, ShardRun::StateOrigin::Own, startWeights);
         if (!started)
             return started.error();
+        (*started)->setStageLink(link);
         return std::unique_ptr<ShardSteps>(std::make_unique<LocalSteps>(std::move(*started)));
     }
 

@@ -77,30 +77,23 @@ std::int64_t LocalStageLinks::tensorBytes() const
     return m_bytes;
 }
 
+// weights.cpp's: the stages' tensors merged.
+core::Result<detail::NamedTensors> mergeStageTensors(std::vector<detail::NamedTensors> parts);
+
 core::Result<Weights> mergeStageWeights(const QList<QByteArray>& stageWeights)
 {
-    detail::NamedTensors merged;
-    std::map<std::string, at::Tensor> seen;
+    std::vector<detail::NamedTensors> parts;
     for (qsizetype s = 0; s < stageWeights.size(); ++s) {
         auto tensors
             = detail::unpickleTensors(stageWeights[s], QStringLiteral("stage %1's weights are not a dict of tensors").arg(s));
         if (!tensors)
             return tensors.error();
-        for (auto& [name, tensor] : *tensors) {
-            const auto found = seen.find(name);
-            if (found == seen.end()) {
-                seen.emplace(name, tensor);
-                merged.emplace_back(name, tensor);
-                continue;
-            }
-            if (!found->second.sizes().equals(tensor.sizes()) || found->second.scalar_type() != tensor.scalar_type()
-                || !torch::equal(found->second, tensor))
-                return core::Error { QStringLiteral("weights"),
-                    QStringLiteral("two stages hold %1, unlike").arg(QString::fromStdString(name)) };
-        }
+        parts.push_back(std::move(*tensors));
     }
-    detail::sortByName(merged);
-    return Weights { detail::pickleTensors(merged), detail::canonicalHash(merged) };
+    auto merged = mergeStageTensors(std::move(parts));
+    if (!merged)
+        return merged.error();
+    return Weights { detail::pickleTensors(*merged), detail::canonicalHash(*merged) };
 }
 
 ShardOutput runPipelineShard(

@@ -187,7 +187,8 @@ NamedTensors trainingState(const ShardRun::Private& d)
 
 // What a round's weights hold and a shard reveals: the model's tensors, and with a carried
 // optimizer state (task.carriesOptimizer) the optimizer's under "optimizer/".
-NamedTensors roundState(const ShardRun::Private& d)
+// A stage task's: its own share of them, unless `whole` (its chain starts at the round's weights).
+NamedTensors roundState(const ShardRun::Private& d, bool whole = false)
 {
     NamedTensors state = d.model->state();
     if (d.task.carriesOptimizer) {
@@ -195,7 +196,7 @@ NamedTensors roundState(const ShardRun::Private& d)
             state.push_back(std::move(entry));
         sortByName(state);
     }
-    return ownShare(d, std::move(state));
+    return whole ? state : ownShare(d, std::move(state));
 }
 
 // A training state's checkpoint hash: its canonical hash, or for a portable job the root of its
@@ -209,7 +210,7 @@ core::Digest stateHash(const core::ShardTask& task, const NamedTensors& state)
 core::Digest checkpointHash(const ShardRun::Private& d)
 {
     if (d.step == 0)
-        return canonicalHash(roundState(d));
+        return canonicalHash(roundState(d, true));
     return stateHash(d.task, trainingState(d));
 }
 

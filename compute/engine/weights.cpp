@@ -22,6 +22,7 @@
 #include <cmath>
 #include <limits>
 #include <map>
+#include <set>
 
 namespace tessera::compute {
 
@@ -196,7 +197,29 @@ core::Result<core::Digest> canonicalHashOf(const QByteArray& weights)
     return canonicalHash(*tensors);
 }
 
-core::Result<RevealedForm> inspectRevealed(const QString& revealedPath, const QString& roundWeightsPath)
+namespace {
+
+// The tensors of the round's weights a stage's reveal stands for: N of whole weights, of an int8
+// update N of update/N and keep/N.
+void keepStagePart(NamedTensors& base, const NamedTensors& revealed)
+{
+    std::set<std::string> named;
+    for (const auto& [name, tensor] : revealed) {
+        std::string n = name;
+        for (const std::string prefix : { "update/", "scale/", "keep/" }) {
+            if (n.rfind(prefix, 0) == 0) {
+                n = n.substr(prefix.size());
+                break;
+            }
+        }
+        named.insert(n);
+    }
+    std::erase_if(base, [&](const auto& entry) { return !named.count(entry.first); });
+}
+
+} // namespace
+
+core::Result<RevealedForm> inspectRevealed(const QString& revealedPath, const QString& roundWeightsPath, bool stagePart)
 {
     auto tensors = unpickleTensorsFromFile(revealedPath, QStringLiteral("not a dict of tensors"));
     if (!tensors)
@@ -204,6 +227,8 @@ core::Result<RevealedForm> inspectRevealed(const QString& revealedPath, const QS
     auto base = unpickleTensorsFromFile(roundWeightsPath, QStringLiteral("the round's weights are not a dict of tensors"));
     if (!base)
         return base.error();
+    if (stagePart)
+        keepStagePart(*base, *tensors);
     RevealedForm form;
     form.canonicalHash = canonicalHash(*tensors);
     form.compression = detail::isUpdateForm(*tensors) ? core::Compression::Int8 : core::Compression::None;
@@ -662,6 +687,52 @@ core::Result<QByteArray> roundWeightsFromChange(const QByteArray& previous, cons
     if (!weights)
         return weights.error();
     return guarded(QStringLiteral("rebuilding the round's weights"), [&] { return pickleTensors(*weights); });
+}
+
+core::Result<NamedTensors> mergeStageTensors(std::vector<NamedTensors> parts)
+{
+    NamedTensors merged;
+    std::map<std::string, at::Tensor> seen;
+    for (std::size_t s = 0; s < parts.size(); ++s) {
+        for (auto& [name, tensor] : parts[s]) {
+            const auto found = seen.find(name);
+            if (found == seen.end()) {
+                seen.emplace(name, tensor);
+                merged.emplace_back(name, tensor);
+                continue;
+            }
+            if (!found->second.sizes().equals(tensor.sizes()) || found->second.scalar_type() != tensor.scalar_type()
+                || !torch::equal(found->second, tensor))
+                return core::Error {
+                    QStringLiteral("weights"),
+                    QStringLiteral("stages %1 and an earlier one both hold %2, unlike").arg(s).arg(QString::fromStdString(name))
+                };
+        }
+    }
+    sortByName(merged);
+    return merged;
+}
+
+core::Result<core::Digest> mergeStageFiles(const QStringList& parts, const QString& out)
+{
+    auto written = guarded(QStringLiteral("merging the stages"), [&]() -> core::Result<core::Digest> {
+        std::vector<NamedTensors> tensors;
+        for (qsizetype s = 0; s < parts.size(); ++s) {
+            auto part = unpickleTensorsFromFile(parts[s], QStringLiteral("stage %1's weights are not a dict of tensors").arg(s));
+            if (!part)
+                return part.error();
+            tensors.push_back(std::move(*part));
+        }
+        auto merged = mergeStageTensors(std::move(tensors));
+        if (!merged)
+            return merged.error();
+        if (auto status = pickleTensorsToFile(*merged, out); !status)
+            return status.error();
+        return canonicalHash(*merged);
+    });
+    if (!written)
+        return written.error();
+    return *written;
 }
 
 } // namespace tessera::compute

@@ -10,6 +10,7 @@
 #include <QByteArray>
 #include <QList>
 #include <QString>
+#include <QStringList>
 
 namespace tessera::compute {
 
@@ -41,7 +42,12 @@ struct RevealedForm {
     QString unfit; // empty: it fits
     double updateNorm = 0.0;
 };
-core::Result<RevealedForm> inspectRevealed(const QString& revealedPath, const QString& roundWeightsPath);
+// stagePart: a stage task's reveal (docs/PROTOCOL.md, "Stage tasks"), of the round's tensors it names.
+core::Result<RevealedForm> inspectRevealed(const QString& revealedPath, const QString& roundWeightsPath, bool stagePart = false);
+// A pipeline shard's stage reveals (files, in stage order) merged into the shard's, written to
+// `out`: every tensor of each, and the ones two stages both hold (Adam's step count, the int8
+// form's meta) only when they are equal. Its canonical hash.
+core::Result<core::Digest> mergeStageFiles(const QStringList& parts, const QString& out);
 
 // Loss and accuracy of the weights on the dataset's test split (or its training split when it has
 // none), on `threads` threads.

@@ -26,6 +26,7 @@ struct QueuedShard {
     QByteArray weights; // start weights (also kept with a paused shard: a compressed update needs them)
     QByteArray suspended; // the state of a paused shard
     std::int64_t timeLimitMs = 0; // what is left of it when paused
+    std::shared_ptr<StageLink> link = {}; // a stage task's (docs/PROTOCOL.md, "Stage tasks")
 };
 
 // A shard in a worker, driven in calls of as many steps as fill about CallNs (a progress report's
@@ -215,10 +216,11 @@ ComputeThread::~ComputeThread()
     d->thread->wait();
 }
 
-void ComputeThread::submit(const core::ShardTask& task, const QByteArray& startWeights, std::int64_t timeLimitMs)
+void ComputeThread::submit(
+    const core::ShardTask& task, const QByteArray& startWeights, std::int64_t timeLimitMs, std::shared_ptr<StageLink> link)
 {
     QMutexLocker lock(&d->mutex);
-    d->queue.push_back({ task, startWeights, {}, std::max<std::int64_t>(0, timeLimitMs) });
+    d->queue.push_back({ task, startWeights, {}, std::max<std::int64_t>(0, timeLimitMs), std::move(link) });
     d->wake.wakeAll();
 }
 
@@ -500,6 +502,13 @@ bool ComputeThread::Private::atBoundary(const QueuedShard& item, ShardSteps& run
     QMutexLocker lock(&mutex);
     steps = run.stepsPerCall(pace.lastCallNs, pace.lastCallSteps, cpuPercent < 100 ? ThrottledCallNs : CallNs);
     waitIfHeld(lock, task, run.completedSteps());
+    if ((stopRequested || pauseRequested) && task.isStage()) {
+        lock.unlock();
+        auto given = core::ShardResult::failedOf(task, QStringLiteral("the node paused: a stage task is given back"));
+        given.outcome = core::ShardResult::Outcome::Returned;
+        Q_EMIT q->shardFinished({ given, {}, {} });
+        return false;
+    }
     if (stopRequested || pauseRequested) {
         const bool stopping = stopRequested;
         lock.unlock();
@@ -589,6 +598,14 @@ core::Result<std::unique_ptr<ShardSteps>> ComputeThread::Private::open(const Que
 {
     const auto& task = item.task;
     auto [enabled, options] = workerOptions(item.timeLimitMs);
+    // A stage task runs Tessera's own gpt (no job code) and trades tensors as it steps: on this
+    // thread, in a program that links LibTorch (one that does not declares no capability pipeline).
+    if (task.isStage()) {
+        if (!inThread || !item.link)
+            return core::Error { QStringLiteral("sandbox"), QStringLiteral("this node runs no stage tasks") };
+        worker.reset();
+        return inThread->open(task, item.weights, item.suspended, here, item.link.get());
+    }
     if (!enabled && inThread) {
         worker.reset();
         return inThread->open(task, item.weights, item.suspended, here);

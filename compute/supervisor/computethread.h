@@ -1,6 +1,7 @@
 #pragma once
 
 #include <compute/common/environment.h>
+#include <compute/common/stagelink.h>
 #include <compute/common/types.h>
 #include <compute/supervisor/inthread.h>
 
@@ -36,7 +37,10 @@ public:
 
     // timeLimitMs: how long the shard may compute before a sandboxed worker is stopped (the
     // assignment's deadline and a grace; time paused or throttled does not count); 0: no limit.
-    void submit(const core::ShardTask& task, const QByteArray& startWeights, std::int64_t timeLimitMs = 0);
+    // A stage task (task.isStage()) trades its tensors over `link`; pausing gives it back (its
+    // partners cannot wait): it finishes as a returned result.
+    void submit(const core::ShardTask& task, const QByteArray& startWeights, std::int64_t timeLimitMs = 0,
+        std::shared_ptr<StageLink> link = {});
     // A shard paused earlier (perhaps by another run of the app), from the state paused() gave, and
     // the round's weights (needed at the end for a compressed update, task.compression).
     void submitSuspended(const core::ShardTask& task, const QByteArray& suspendedState, const QByteArray& startWeights = {});

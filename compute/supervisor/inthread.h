@@ -1,6 +1,7 @@
 #pragma once
 
 #include <compute/common/environment.h>
+#include <compute/common/stagelink.h>
 #include <compute/common/types.h>
 
 #include <core/disputequestion.h>
@@ -48,9 +49,10 @@ public:
 class InThreadCompute {
 public:
     virtual ~InThreadCompute() = default;
-    // From the round's weights, or resumed from a paused shard's state (suspended non-empty).
+    // From the round's weights, or resumed from a paused shard's state (suspended non-empty). A
+    // stage task trades its tensors over `link` (which outlives the run).
     virtual core::Result<std::unique_ptr<ShardSteps>> open(const core::ShardTask& task, const QByteArray& startWeights,
-        const QByteArray& suspended, const ComputeEnvironment& environment)
+        const QByteArray& suspended, const ComputeEnvironment& environment, StageLink* link = nullptr)
         = 0;
     // A dispute's question about a shard this node trained (recreateState, traceInterval, operandsOf).
     virtual core::Result<QByteArray> answer(const core::ShardTask& task, const core::DisputeQuestion& question,

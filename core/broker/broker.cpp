@@ -351,7 +351,9 @@ std::int64_t Broker::shardMemoryMiBOf(const JobSpec& spec, std::int64_t paramete
     if (parameters <= 0)
         return 0;
     const auto data = datasetBytes(spec.dataset, [this](const Digest& digest) { return m_blobs.sizeOf(digest); });
-    return estimateShardMemory(spec.model, spec.optimizer, spec.training.batchSize, 4 * parameters, data).totalMiB();
+    // A stage holds its share of the model (the blocks split evenly; the head's a block's worth).
+    const auto stages = spec.stagesPerShard();
+    return estimateShardMemory(spec.model, spec.optimizer, spec.training.batchSize, 4 * parameters / stages, data).totalMiB();
 }
 
 Result<std::optional<std::int64_t>> Broker::boundedParametersOf(const JobSpec& spec)
@@ -371,9 +373,9 @@ Result<Quote> Broker::quoteFor(const JobSpec& spec)
 {
     if (auto status = spec.validate(); !status)
         return status.error();
-    if (spec.training.pipelined()) // as submit: not on a broker yet
+    if (spec.training.pipelined() && !m_options.pipelineJobs) // as submit
         return Error { QStringLiteral("training.pipeline"),
-            QStringLiteral("a broker does not run pipeline jobs yet: train it with tessera-node train-local") };
+            QStringLiteral("this broker takes no pipeline jobs (Broker/PipelineJobs): train it with tessera-node train-local") };
     auto parameters = boundedParametersOf(spec);
     if (!parameters)
         return parameters.error();
@@ -423,11 +425,11 @@ Status Broker::checkSubmittable(const JobSpec& spec, const QString& owner)
 {
     if (auto status = spec.validate(); !status)
         return status;
-    // The stages' tasks and the tensors they exchange are not in the protocol yet: such a job
-    // trains on one machine (tessera-node train-local) so far.
-    if (spec.training.pipelined())
+    // Stage results are not re-executed yet: an operator takes pipeline jobs on purpose
+    // (Broker/PipelineJobs, docs/PROTOCOL.md, "Stage tasks").
+    if (spec.training.pipelined() && !m_options.pipelineJobs)
         return Error { QStringLiteral("training.pipeline"),
-            QStringLiteral("a broker does not run pipeline jobs yet: train it with tessera-node train-local") };
+            QStringLiteral("this broker takes no pipeline jobs (Broker/PipelineJobs): train it with tessera-node train-local") };
     if (spec.model.source == ModelSpec::Source::TorchScript && !m_blobs.contains(spec.model.scriptSha256))
         return Error { QStringLiteral("model.torchscript.sha256"),
             QStringLiteral("upload the TorchScript file before submitting") };
@@ -880,6 +882,8 @@ void Broker::nodeLost(const QString& nodeId)
 {
     m_nodes.remove(nodeId); // its address stays: a node that went is still not checked by its neighbours
     warnIfFailed(m_store->expireActiveAssignmentsOf(nodeId));
+    for (const auto& assignment : m_pipelines.assignmentsOf(nodeId))
+        stopPipelineOf(assignment, QStringLiteral("a stage's node went"));
     m_verifier->nodeLost(nodeId);
     m_scheduler.nodeLost(nodeId);
     m_serving->nodeLost(nodeId);
@@ -924,6 +928,119 @@ Result<std::optional<Assignment>> Broker::assign(const QString& nodeId)
     return std::optional<Assignment>(assignment);
 }
 
+Result<QList<std::pair<QString, Assignment>>> Broker::assignPipeline(const QList<QString>& waitingNodes)
+{
+    QList<Scheduler::Candidate> candidates;
+    for (const auto& id : waitingNodes) {
+        const auto node = m_nodes.constFind(id);
+        if (node == m_nodes.constEnd() || m_scheduler.heldBy(id) > 0 || !m_stakes->requireStake(id))
+            continue;
+        candidates.append({ id, node->maxThreads, node->maxMemoryMiB, node->capabilities });
+    }
+    QList<std::pair<QString, Assignment>> handed;
+    const auto pick = m_scheduler.pickPipeline(candidates, m_clock.nowMs());
+    if (!pick)
+        return handed;
+    const auto& round = *pick->round;
+    const auto S = round.spec.stagesPerShard();
+    const auto now = m_clock.nowMs();
+    std::int64_t deadline = 0; // a stage waits on the slowest of its pipeline: each gets the latest
+    for (std::int64_t s = 0; s < S; ++s) {
+        const auto unit = pick->shard * S + s;
+        auto task = m_manifests.shardTask(round.jobId, round.spec, round.round, unit, round.weightsHash);
+        if (!task)
+            return task.error();
+        handed.append({ pick->nodes[s], Assignment { newId(), std::move(*task), round.weightsBlob, 0, round.change } });
+        deadline = std::max(deadline,
+            m_scheduler.deadline(handed.back().second.task, round.flopsPerSample, m_nodes.value(pick->nodes[s]), m_options, now));
+    }
+    auto transaction = m_store->begin();
+    if (!transaction)
+        return transaction.error();
+    auto needs = blobsNamedBy(round.spec) + QList<Digest> { round.weightsBlob } + handed.front().second.task.dataChunks;
+    if (round.change)
+        needs.append(round.change->blob);
+    std::vector<Pipelines::Stage> stages;
+    for (std::int64_t s = 0; s < S; ++s) {
+        auto& [nodeId, assignment] = handed[s];
+        assignment.deadlineMs = deadline;
+        const AssignmentRow row { assignment.id, round.jobId, round.round, pick->shard * S + s, nodeId, now, deadline,
+            AssignmentState::Active, AssignmentKind::Train, {} };
+        if (auto status = m_store->insertAssignment(row, needs); !status)
+            return status.error();
+        stages.push_back({ assignment.id, nodeId, deadline });
+    }
+    if (auto committed = transaction->commit(); !committed)
+        return committed.error().toError();
+    for (std::int64_t s = 0; s < S; ++s)
+        m_scheduler.handedOut(round.jobId, handed[s].second.id, pick->shard * S + s, handed[s].first, deadline, now);
+    m_pipelines.add(handed.front().second.task, std::move(stages));
+    qCInfo(lcBrokerCore).noquote() << "round" << round.round << "shard" << pick->shard << "of job" << round.jobId << "out as" << S
+                                   << "stages";
+    return handed;
+}
+
+std::int64_t Broker::shardOf(const AssignmentRow& assignment)
+{
+    if (const auto* round = m_scheduler.find(assignment.jobId))
+        return assignment.shard / round->spec.stagesPerShard();
+    auto job = m_store->job(assignment.jobId); // one that ended: its spec as stored
+    if (job && *job) {
+        if (auto spec = (**job).spec())
+            return assignment.shard / spec->stagesPerShard();
+    }
+    return assignment.shard;
+}
+
+Result<Pipelines::Forward> Broker::relayTensor(
+    const QString& nodeId, const QString& assignment, const Pipelines::Part& part, const QByteArray& payload)
+{
+    auto forward = m_pipelines.relay(nodeId, assignment, part, payload.size());
+    if (!forward)
+        return forward.error();
+    m_pipelines.hash(assignment, part, payload);
+    return forward;
+}
+
+void Broker::stopPipelineOf(const QString& assignmentId, const QString& why)
+{
+    const auto stages = m_pipelines.stagesOf(assignmentId);
+    if (stages.empty())
+        return;
+    m_pipelines.remove(assignmentId);
+    for (const auto& stage : stages) {
+        if (stage.assignment == assignmentId)
+            continue;
+        auto row = m_store->assignment(stage.assignment);
+        if (!row || !*row || (**row).state != AssignmentState::Active)
+            continue; // answered (its result stands), or already over
+        warnIfFailed(m_store->setAssignmentState(stage.assignment, AssignmentState::Returned));
+        m_scheduler.release((**row).jobId, stage.assignment);
+        m_notices.add(Notice::Kind::Stop, stage.node,
+            { { QStringLiteral("assignment"), stage.assignment }, { QStringLiteral("reason"), why } });
+    }
+    qCInfo(lcBrokerCore).noquote() << "pipeline of assignment" << assignmentId << "stopped:" << why;
+}
+
+void Broker::stopLatePipelines()
+{
+    const auto now = m_clock.nowMs();
+    for (const auto& assignment : m_pipelines.lateAssignments(now))
+        stopPipelineOf(assignment, QStringLiteral("a stage ran past its deadline"));
+}
+
+Status Broker::checkStageResult(const AssignmentRow& assignment, const ShardResult& result)
+{
+    const auto relayed = m_pipelines.rootOf(assignment.id);
+    if (!relayed)
+        return Error { QStringLiteral("assignment"), QStringLiteral("the stage's pipeline was stopped") };
+    if (result.tensorsRoot != *relayed)
+        return Error { QStringLiteral("tensorsRoot"), QStringLiteral("not the root of the tensors the broker relayed") };
+    if (m_pipelines.answered(assignment.id))
+        m_pipelines.remove(assignment.id);
+    return {};
+}
+
 Status Broker::commit(const QString& nodeId, const QJsonObject& signedCommitment)
 {
     const auto node = m_nodes.constFind(nodeId);
@@ -957,7 +1074,7 @@ Status Broker::commit(const QString& nodeId, const QJsonObject& signedCommitment
     // A signed commitment to another job, round or shard than the one handed out (a stale round's
     // result passed off as new) is a lie the node put its name to.
     if (signedCommitment.value(QStringLiteral("jobId")).toString() != given.jobId || round != given.round
-        || shard != given.shard) {
+        || shard != shardOf(given)) {
         const Error lie { QStringLiteral("commitment"),
             QStringLiteral("the commitment is for round %1, shard %2, but the assignment is round %3, shard %4")
                 .arg(
@@ -990,7 +1107,7 @@ Result<Acceptance> Broker::acceptResult(const QString& nodeId, const QString& as
         return Error { QStringLiteral("assignment"), QStringLiteral("the assignment belongs to another node") };
     if (auto status = refuseUnlessHeld(assignment.jobId, QStringLiteral("deliver the result")); !status)
         return status.error();
-    if (result.jobId != assignment.jobId || result.round != assignment.round || result.shard != assignment.shard)
+    if (result.jobId != assignment.jobId || result.round != assignment.round || result.shard != shardOf(assignment))
         return Error { QStringLiteral("result"), QStringLiteral("the result is for another shard than its assignment") };
     if (assignment.state == AssignmentState::Answered || assignment.state == AssignmentState::Failed
         || assignment.state == AssignmentState::Returned) // a give-back (or a refused form) is final
@@ -1024,6 +1141,8 @@ Result<Acceptance> Broker::acceptTraining(const AssignmentRow& assignment, const
     const auto spec = scheduled ? Result<JobSpec>(scheduled->spec) : (*job)->spec();
     if (!spec)
         return spec.error();
+    if (result.outcome != ShardResult::Outcome::Completed) // its partners cannot go on without it
+        stopPipelineOf(assignment.id, QStringLiteral("a stage failed or was given back: %1").arg(result.failure));
     if (result.outcome == ShardResult::Outcome::Returned) {
         // Given back (the node's disk is full, say): the shard goes to another node, and neither
         // the shard's failure count nor the node's record changes.
@@ -1209,6 +1328,14 @@ Result<Acceptance> Broker::acceptCompleted(
             m_scheduler.exclude(assignment.jobId, assignment.node);
         }
         return admitted.error();
+    }
+    if (spec.stagesPerShard() > 1) {
+        if (auto status = checkStageResult(assignment, result); !status) {
+            stopPipelineOf(assignment.id, status.error().toString());
+            warnIfFailed(m_store->setAssignmentState(assignment.id, AssignmentState::Returned));
+            m_scheduler.release(assignment.jobId, assignment.id);
+            return status.error();
+        }
     }
     const bool sampled = admitted->sample.has_value();
     auto escrow = m_stakes->escrow(job.id);
@@ -1413,7 +1540,7 @@ Result<std::optional<QList<ShardResult>>> Broker::collectRound(const QString& jo
             return result.error();
         results.append(*result);
     }
-    if (results.size() < spec.training.shardsPerRound)
+    if (results.size() < spec.unitsPerRound())
         return std::optional<QList<ShardResult>> {};
     return std::optional<QList<ShardResult>>(results);
 }
@@ -1427,12 +1554,29 @@ Result<QList<TrainingMath::Update>> Broker::updatesOf(
     QList<TrainingMath::Update> updates;
     double lossSum = 0.0;
     std::int64_t lossCount = 0;
-    for (const auto& result : results) {
-        const auto file = m_blobs.storedFile(result.weightsSha256);
-        if (!file)
-            return Error { QStringLiteral("blob"), QStringLiteral("the weights of shard %1 are gone").arg(result.shard) };
+    // A pipeline job's results are its stages', in unit order: each shard's S parts merged into
+    // the shard's weights first (a file in the store's staging folder, gone with the round), and
+    // its losses are its last stage's.
+    const auto S = spec.stagesPerShard();
+    for (qsizetype i = 0; i + S <= results.size(); i += S) {
+        const auto& result = results[i + S - 1];
+        QStringList parts;
+        for (qsizetype s = 0; s < S; ++s) {
+            const auto file = m_blobs.storedFile(results[i + s].weightsSha256);
+            if (!file || results[i + s].shard != result.shard)
+                return Error { QStringLiteral("blob"), QStringLiteral("the weights of shard %1 are gone").arg(result.shard) };
+            parts.append(*file);
+        }
+        if (S > 1) {
+            const QDir staging(m_blobs.stagingDirectory());
+            staging.mkpath(QStringLiteral("."));
+            const auto merged = staging.filePath(QStringLiteral("stages-%1-%2-%3.part").arg(jobId).arg(round).arg(result.shard));
+            if (auto hash = m_math.mergeStages(parts, merged); !hash)
+                return hash.error();
+            parts = { merged };
+        }
         const auto& task = tasks[result.shard];
-        updates.append({ result.shard, task.sampleEnd - task.sampleBegin, {}, *file });
+        updates.append({ result.shard, task.sampleEnd - task.sampleBegin, {}, parts.front() });
         for (double loss : result.losses)
             lossSum += loss;
         lossCount += result.losses.size();
@@ -1469,6 +1613,10 @@ Result<std::optional<Broker::AggregatedRound>> Broker::aggregateRound(
     staging.mkpath(QStringLiteral("."));
     const QString weightsOut = staging.filePath(QStringLiteral("round-%1-%2.part").arg(job.id).arg(round));
     auto aggregated = m_math.aggregate(spec.aggregationOfRound(round), *global, *updates, outerState, weightsOut);
+    if (spec.stagesPerShard() > 1) { // the merged stages' files: read
+        for (const auto& update : *updates)
+            QFile::remove(update.weightsFile);
+    }
     if (!aggregated) {
         QFile::remove(weightsOut);
         if (aggregated.error().field == QLatin1String("blob"))
@@ -1700,6 +1848,7 @@ void Broker::tick()
     collectUnnamedUploads();
     m_verifier->tick(); // of the jobs this broker holds
     applySettled();
+    stopLatePipelines();
     m_serving->tick();
     payServed();
     for (const auto& jobId : m_serving->due())

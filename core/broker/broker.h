@@ -17,6 +17,7 @@
 #include "networklease.h"
 #include "notices.h"
 #include "options.h"
+#include "pipelines.h"
 #include "records.h"
 #include "scheduler.h"
 #include "serving.h"
@@ -114,6 +115,13 @@ public:
     // Stale: the shard was already answered; Failed: recorded, the shard goes to another node.
     // An error means the result is invalid (wrong hashes, missing weights) and was not counted.
     Result<Acceptance> acceptResult(const QString& nodeId, const QString& assignmentId, const ShardResult& result);
+    // Pipeline jobs (docs/PROTOCOL.md, "Stage tasks"): a shard's S stage tasks handed to S of these
+    // waiting nodes at once (node and assignment, stage by stage), or none when no pipeline shard
+    // and S of them fit. net/ calls it before assign() with the nodes that sent READY.
+    Result<QList<std::pair<QString, Assignment>>> assignPipeline(const QList<QString>& waitingNodes);
+    // A stage's TENSOR part (the bytes `payload`): where to forward it, or why not (not sent).
+    Result<Pipelines::Forward> relayTensor(
+        const QString& nodeId, const QString& assignment, const Pipelines::Part& part, const QByteArray& payload);
     // Whether any running job has a shard waiting for a node (to wake waiting nodes).
     bool hasWork() const { return m_scheduler.hasWork() || m_serving->wantsReplicas(); }
 
@@ -304,6 +312,17 @@ private:
     Result<std::optional<AggregatedRound>> assembleInference(const JobRow& job, const JobSpec& spec, QList<ShardResult> results);
     Status advanceRound(const JobRow& job, const JobSpec& spec, const AggregatedRound& aggregated);
     Status failJob(const QString& jobId, const QString& why);
+    // A stage of a pipeline failed, went or was given back: the shard's other stages still out are
+    // stopped (given back, a Stop notice to their nodes) and the pipeline is forgotten; the S
+    // stages go out together again.
+    void stopPipelineOf(const QString& assignmentId, const QString& why);
+    // Pipelines past a stage's deadline: stopped (tick()).
+    void stopLatePipelines();
+    // A stage's result checked against what the broker relayed (its tensorsRoot); its pipeline
+    // forgotten once every stage answered.
+    Status checkStageResult(const AssignmentRow& assignment, const ShardResult& result);
+    // The shard an assignment's task is of (a pipeline job's assignments are of stage units).
+    std::int64_t shardOf(const AssignmentRow& assignment);
     // A served job whose time is up: finished, what is left of its budget back to its owner.
     Status finishServed(const QString& jobId);
     // What served answers earned since the last tick, paid in one transaction.
@@ -340,6 +359,7 @@ private:
     std::unique_ptr<Verifier> m_verifier;
     std::unique_ptr<Serving> m_serving;
     std::unique_ptr<LogPublisher> m_log;
+    Pipelines m_pipelines;
 };
 
 } // namespace tessera::core::broker

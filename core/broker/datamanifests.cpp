@@ -31,9 +31,12 @@ Result<std::shared_ptr<const DatasetManifest>> DataManifests::of(const Digest& m
 }
 
 Result<ShardTask> DataManifests::shardTask(
-    const QString& jobId, const JobSpec& spec, std::int64_t round, std::int64_t shard, const Digest& startWeights)
+    const QString& jobId, const JobSpec& spec, std::int64_t round, std::int64_t unit, const Digest& startWeights)
 {
-    auto task = decomposeShard(jobId, spec, round, shard, startWeights);
+    const auto stages = spec.stagesPerShard();
+    auto task = decomposeShard(jobId, spec, round, unit / stages, startWeights);
+    if (stages > 1)
+        task = stageTaskOf(task, unit % stages, stages);
     if (spec.dataset.source != DatasetSpec::Source::Chunks)
         return task;
     auto manifest = of(spec.dataset.manifestSha256);

@@ -22,9 +22,10 @@ public:
     { }
 
     Result<std::shared_ptr<const DatasetManifest>> of(const Digest& manifest);
-    // decomposeShard(), with the dataChunks of a chunked dataset.
+    // decomposeShard(), with the dataChunks of a chunked dataset. `unit` is the shard, or of a
+    // pipeline job (JobSpec::stagesPerShard) the stage task: stage unit % S of shard unit / S.
     Result<ShardTask> shardTask(
-        const QString& jobId, const JobSpec& spec, std::int64_t round, std::int64_t shard, const Digest& startWeights);
+        const QString& jobId, const JobSpec& spec, std::int64_t round, std::int64_t unit, const Digest& startWeights);
     // Whether a job may train on its manifest: it is stored and says what the job says, and every
     // chunk it lists is stored with the size it says, and no shard that reads `reads` samples
     // could read more than MaxTaskChunks of them. Errors name the job's field.

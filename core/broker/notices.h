@@ -11,7 +11,8 @@ namespace tessera::core::broker {
 // Something the broker has to tell a node that did not ask: a dispute needs the training state at a
 // checkpoint (CHECKPOINT), or the verdict on a result (VERDICT). docs/PROTOCOL.md.
 struct Notice {
-    enum class Kind { CheckpointRequest, Verdict };
+    // Stop: a stage task whose pipeline ended (docs/PROTOCOL.md, "Stage tasks"), sent as STOP.
+    enum class Kind { CheckpointRequest, Verdict, Stop };
     Kind kind = Kind::Verdict;
     QString nodeId;
     QJsonObject body;

@@ -39,9 +39,15 @@ Result<Digest> OffThreadMath::canonicalHashOfFile(const QString& path)
     return offThread([&] { return m_inner.canonicalHashOfFile(path); });
 }
 
-Result<TrainingMath::Inspection> OffThreadMath::inspectResult(const QString& revealedPath, const QString& roundWeightsPath)
+Result<TrainingMath::Inspection> OffThreadMath::inspectResult(
+    const QString& revealedPath, const QString& roundWeightsPath, bool stagePart)
 {
-    return offThread([&] { return m_inner.inspectResult(revealedPath, roundWeightsPath); });
+    return offThread([&] { return m_inner.inspectResult(revealedPath, roundWeightsPath, stagePart); });
+}
+
+Result<Digest> OffThreadMath::mergeStages(const QStringList& parts, const QString& out)
+{
+    return offThread([&] { return m_inner.mergeStages(parts, out); });
 }
 
 Result<TrainingMath::Aggregated> OffThreadMath::aggregate(const AggregationSpec& spec, const QString& globalFile,

@@ -10,7 +10,7 @@ namespace tessera::core::broker {
 void Scheduler::add(Round round, const QList<std::int64_t>& answered)
 {
     Job job;
-    job.answered.assign(std::size_t(std::max<std::int64_t>(round.spec.training.shardsPerRound, 0)), false);
+    job.answered.assign(std::size_t(std::max<std::int64_t>(round.spec.unitsPerRound(), 0)), false);
     for (const auto shard : answered) {
         if (shard >= 0 && shard < std::int64_t(job.answered.size()))
             job.answered[std::size_t(shard)] = true;
@@ -156,10 +156,46 @@ std::optional<Scheduler::Pick> Scheduler::pick(const QString& nodeId, int maxThr
 {
     const QStringList declared = capabilities.value_or(ownCapabilities());
     for (auto& job : m_jobs) {
-        if (!job.round.runsOn(maxThreads, maxMemoryMiB, declared))
-            continue;
+        if (job.round.spec.stagesPerShard() > 1 || !job.round.runsOn(maxThreads, maxMemoryMiB, declared))
+            continue; // a pipeline's stages go out together (pickPipeline)
         if (auto shard = choose(job, nodeId, now))
             return Pick { &job.round, *shard };
+    }
+    return std::nullopt;
+}
+
+std::optional<Scheduler::PipelinePick> Scheduler::pickPipeline(const QList<Candidate>& candidates, std::int64_t now) const
+{
+    for (const auto& job : m_jobs) {
+        const auto S = job.round.spec.stagesPerShard();
+        if (S < 2 || std::int64_t(candidates.size()) < S)
+            continue;
+        const auto shards = std::int64_t(job.answered.size()) / S;
+        for (std::int64_t shard = 0; shard < shards; ++shard) {
+            bool out = false, open = false;
+            for (auto unit = shard * S; unit < shard * S + S; ++unit) {
+                out = out || heldByAnyone(job, unit);
+                open = open || !job.answered[std::size_t(unit)];
+            }
+            if (out || !open)
+                continue;
+            PipelinePick pick { &job.round, shard, {} };
+            for (const auto& candidate : candidates) {
+                bool failed = false;
+                for (auto unit = shard * S; unit < shard * S + S; ++unit) {
+                    const auto returned = job.returnedAt.constFind(unit);
+                    failed = failed || failedBy(job, unit, candidate.nodeId)
+                        || (returned != job.returnedAt.constEnd() && returned->contains(candidate.nodeId)
+                            && now - returned->value(candidate.nodeId) < ReturnedWaitMs);
+                }
+                if (failed || job.excluded.contains(candidate.nodeId) || pick.nodes.contains(candidate.nodeId)
+                    || !job.round.runsOn(candidate.maxThreads, candidate.maxMemoryMiB, candidate.capabilities))
+                    continue;
+                pick.nodes.append(candidate.nodeId);
+                if (std::int64_t(pick.nodes.size()) == S)
+                    return pick;
+            }
+        }
     }
     return std::nullopt;
 }

@@ -60,7 +60,7 @@ public:
     };
     struct Pick {
         const Round* round = nullptr;
-        std::int64_t shard = 0;
+        std::int64_t shard = 0; // the unit: a pipeline job's stage task (JobSpec::stagesPerShard)
     };
 
     // A running job, in submission order, with the shards of its round already answered.
@@ -82,6 +82,24 @@ public:
     // every one a job may need when not given, as in the scheduler's own tests).
     std::optional<Pick> pick(const QString& nodeId, int maxThreads, std::int64_t now, std::int64_t maxMemoryMiB = 0,
         const std::optional<QStringList>& capabilities = std::nullopt);
+    // A pipeline job's next shard for a gang of waiting nodes (docs/PROTOCOL.md, "Stage tasks"): in
+    // submission order, the first job with a shard none of whose S stage units is out and one of
+    // which is unanswered, and S of `candidates` (in the order given) that can run its stages,
+    // are not excluded from the job and failed no unit of that shard this round. pick() never
+    // hands out a pipeline job's units: they go out S at a time, from here.
+    struct Candidate {
+        QString nodeId;
+        int maxThreads = 1;
+        std::int64_t maxMemoryMiB = 0;
+        QStringList capabilities;
+    };
+    struct PipelinePick {
+        const Round* round = nullptr;
+        std::int64_t shard = 0; // units [shard S, shard S + S)
+        QList<QString> nodes; // stage s's at s
+    };
+    // A node that gave a unit of a shard back does not get that shard again for ReturnedWaitMs.
+    std::optional<PipelinePick> pickPipeline(const QList<Candidate>& candidates, std::int64_t now) const;
     // The picked shard went out as this assignment at `issued`.
     void handedOut(const QString& jobId, const QString& assignmentId, std::int64_t shard, const QString& nodeId,
         std::int64_t deadline, std::int64_t issued);

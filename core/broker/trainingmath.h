@@ -11,6 +11,7 @@
 
 #include <QByteArray>
 #include <QList>
+#include <QStringList>
 
 namespace tessera::core::broker {
 
@@ -74,13 +75,24 @@ public:
         double updateNorm = -1.0;
         std::optional<Compression> form; // an int8 update or whole weights; none: not told
     };
-    virtual Result<Inspection> inspectResult(const QString& revealedPath, const QString& roundWeightsPath)
+    // stagePart: a stage task's reveal, its share of the model (docs/PROTOCOL.md, "Stage tasks"):
+    // checked against the tensors of the round's weights it names.
+    virtual Result<Inspection> inspectResult(const QString& revealedPath, const QString& roundWeightsPath, bool stagePart = false)
     {
         Q_UNUSED(roundWeightsPath);
+        Q_UNUSED(stagePart);
         auto hash = canonicalHashOfFile(revealedPath);
         if (!hash)
             return hash.error();
         return Inspection { *hash, {}, -1.0, std::nullopt };
+    }
+    // A pipeline shard's stage reveals (files, in stage order) merged into the shard's, written to
+    // `out` (a file in the blob store's staging folder): its canonical hash.
+    virtual Result<Digest> mergeStages(const QStringList& parts, const QString& out)
+    {
+        Q_UNUSED(parts);
+        Q_UNUSED(out);
+        return Error { QStringLiteral("training.pipeline"), QStringLiteral("this broker's arithmetic does not merge stages") };
     }
     // globalFile: the round's weights (a blob's file), read record by record, never whole in memory.
     // W_{r+1} is written to weightsOut (a file in the blob store's staging folder), not returned:

@@ -338,6 +338,44 @@ private Q_SLOTS:
         QCOMPARE(ListReply::fromHeader({}).error().field, fields::Jobs);
     }
 
+    // TENSOR (docs/PROTOCOL.md, "Stage tasks"): "to" from a node, "from" from the broker, read back,
+    // and refused by field: both or neither direction, a kind it does not know, an offset past the
+    // tensor, a stage past the most a pipeline has.
+    void tensorMessages()
+    {
+        TensorMessage out { QStringLiteral("a1"), true, 1, core::TensorKind::Gradient, 3, 2, 0, 4096 };
+        QCOMPARE(compact(out.toHeader()),
+            QByteArray(R"({"assignment":"a1","kind":"gradient","micro":2,"offset":0,"size":4096,"step":3,"to":1})"));
+        auto back = TensorMessage::fromHeader(out.toHeader());
+        QVERIFY(back);
+        QVERIFY(back->outbound);
+        QCOMPARE(back->kind, core::TensorKind::Gradient);
+        QCOMPARE(back->stage, 1);
+        auto in = out;
+        in.outbound = false;
+        in.kind = core::TensorKind::Squares;
+        QCOMPARE(compact(in.toHeader()),
+            QByteArray(R"({"assignment":"a1","from":1,"kind":"squares","micro":2,"offset":0,"size":4096,"step":3})"));
+        QVERIFY(!TensorMessage::fromHeader(in.toHeader())->outbound);
+        const Message message { Command::Tensor, out.toHeader(), QByteArray(4096, 'x') }; // the bytes in a fourth frame
+        QCOMPARE(encode(message).size(), 4);
+        QCOMPARE(decode(encode(message)).value(), message);
+        QCOMPARE(commandName(Command::Tensor), QStringLiteral("TENSOR"));
+        auto with = [&](const QString& key, const QJsonValue& value) {
+            auto header = out.toHeader();
+            header.insert(key, value);
+            return TensorMessage::fromHeader(header);
+        };
+        QCOMPARE(with(QStringLiteral("from"), 0).error().field, QStringLiteral("to"));
+        QCOMPARE(with(QStringLiteral("kind"), QStringLiteral("weights")).error().field, QStringLiteral("kind"));
+        QCOMPARE(with(QStringLiteral("offset"), 4096).error().field, QStringLiteral("offset"));
+        QCOMPARE(with(QStringLiteral("to"), 16).error().field, QStringLiteral("to"));
+        QCOMPARE(with(QStringLiteral("size"), 0).error().field, QStringLiteral("size"));
+        auto neither = out.toHeader();
+        neither.remove(QStringLiteral("to"));
+        QCOMPARE(TensorMessage::fromHeader(neither).error().field, QStringLiteral("to"));
+    }
+
     // Serving's messages (docs/PROTOCOL.md, "Serving"): the table's headers, read back, and refused
     // by field.
     void servingMessages()

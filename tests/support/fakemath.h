@@ -35,15 +35,30 @@ public:
     }
     // Weights that start with "whole:" are whole weights in the form the broker can tell; other
     // bytes are of no form it can tell.
-    Result<Inspection> inspectResult(const QString& revealedPath, const QString& roundWeightsPath) override
+    Result<Inspection> inspectResult(const QString& revealedPath, const QString& roundWeightsPath, bool stagePart) override
     {
-        auto inspected = TrainingMath::inspectResult(revealedPath, roundWeightsPath);
+        auto inspected = TrainingMath::inspectResult(revealedPath, roundWeightsPath, stagePart);
         if (!inspected)
             return inspected;
         QFile file(revealedPath);
         if (file.open(QIODevice::ReadOnly) && file.read(6) == "whole:")
             inspected->form = Compression::None;
         return inspected;
+    }
+    // A pipeline shard's stages merged: their bytes joined by "+", in stage order.
+    Result<Digest> mergeStages(const QStringList& parts, const QString& out) override
+    {
+        QByteArray merged;
+        for (const auto& part : parts) {
+            QFile file(part);
+            if (!file.open(QIODevice::ReadOnly))
+                return Error { QStringLiteral("blob"), QStringLiteral("cannot read %1").arg(part) };
+            merged += (merged.isEmpty() ? "" : "+") + file.readAll();
+        }
+        QFile file(out);
+        if (!file.open(QIODevice::WriteOnly) || file.write(merged) != merged.size())
+            return Error { QStringLiteral("blob"), QStringLiteral("cannot write %1").arg(out) };
+        return Digest::ofBytes(merged);
     }
     // With int8 compression the round's change is "change:" + the new weights.
     Result<Aggregated> aggregate(const AggregationSpec& spec, const QString& globalFile, const QList<Update>& updates,

@@ -504,7 +504,7 @@ struct Trades {
                 QStringLiteral("stage %1 sent %2 bytes of %3 for micro-batch %4, not %5")
                     .arg(peer)
                     .arg(bytes->size())
-                    .arg(QLatin1String(kindName(kind)))
+                    .arg(core::nameOf(kind))
                     .arg(m)
                     .arg(expected) };
         return bytes;

@@ -1,0 +1,147 @@
+#include "pipelines.h"
+
+#include <algorithm>
+
+namespace tessera::core::broker {
+
+void Pipelines::add(const ShardTask& task, std::vector<Stage> stages)
+{
+    auto pipeline = std::make_shared<Pipeline>();
+    pipeline->task = task;
+    pipeline->logs.resize(stages.size());
+    pipeline->answered.assign(stages.size(), false);
+    pipeline->stages = std::move(stages);
+    m_pipelines.push_back(std::move(pipeline));
+}
+
+std::optional<Pipelines::Place> Pipelines::placeOf(const QString& assignment) const
+{
+    for (const auto& pipeline : m_pipelines) {
+        for (std::size_t s = 0; s < pipeline->stages.size(); ++s) {
+            if (pipeline->stages[s].assignment == assignment)
+                return Place { pipeline, std::int64_t(s) };
+        }
+    }
+    return std::nullopt;
+}
+
+std::int64_t Pipelines::boundOf(const ShardTask& task, TensorKind kind)
+{
+    if (kind == TensorKind::Squares) // a name and 8 bytes for each of a stage's tensors
+        return 64 * 1024;
+    const auto micro = task.batchSize / std::max<std::int64_t>(task.microBatches, 1);
+    return micro * task.model.context * task.model.width * std::int64_t(sizeof(float));
+}
+
+Result<Pipelines::Forward> Pipelines::relay(const QString& node, const QString& assignment, const Part& part, qsizetype payload)
+{
+    auto refuse = [](const QString& field, const QString& why) { return Error { field, why }; };
+    const auto place = placeOf(assignment);
+    if (!place || place->pipeline->stages[std::size_t(place->stage)].node != node)
+        return refuse(QStringLiteral("assignment"), QStringLiteral("no stage task of this node's has that assignment"));
+    const auto& pipeline = *place->pipeline;
+    const auto& task = pipeline.task;
+    const auto S = std::int64_t(pipeline.stages.size()), s = place->stage;
+    const bool neighbour = (part.kind == TensorKind::Activation && part.to == s + 1)
+        || (part.kind == TensorKind::Gradient && part.to == s - 1)
+        || (part.kind == TensorKind::Squares && part.to != s && task.optimizer.clipNorm > 0.0 && part.micro == 0);
+    if (part.to < 0 || part.to >= S || !neighbour)
+        return refuse(
+            QStringLiteral("to"), QStringLiteral("stage %1 sends no %2 to stage %3").arg(s).arg(nameOf(part.kind)).arg(part.to));
+    if (part.step >= task.localSteps || part.micro >= std::max<std::int64_t>(task.microBatches, 1))
+        return refuse(
+            QStringLiteral("step"), QStringLiteral("the shard has no step %1, micro-batch %2").arg(part.step).arg(part.micro));
+    if (part.size > boundOf(task, part.kind))
+        return refuse(QStringLiteral("size"), QStringLiteral("more bytes than a %1 of this model has").arg(nameOf(part.kind)));
+    const Key key { s, part.to, int(part.kind), part.step, part.micro };
+    auto& arriving = place->pipeline->arriving[key];
+    if (arriving.size == 0) {
+        arriving.size = part.size;
+        arriving.hash = std::make_shared<QCryptographicHash>(QCryptographicHash::Sha256);
+    }
+    if (part.size != arriving.size || part.offset != arriving.received || arriving.received >= arriving.size
+        || part.offset + payload > part.size || payload <= 0)
+        return refuse(QStringLiteral("offset"), QStringLiteral("the tensor's bytes come once, in order"));
+    const auto& to = pipeline.stages[std::size_t(part.to)];
+    return Forward { to.node, to.assignment, s };
+}
+
+void Pipelines::hash(const QString& assignment, const Part& part, const QByteArray& payload)
+{
+    const auto place = placeOf(assignment);
+    if (!place)
+        return;
+    auto& pipeline = *place->pipeline;
+    const auto s = place->stage;
+    auto found = pipeline.arriving.find({ s, part.to, int(part.kind), part.step, part.micro });
+    if (found == pipeline.arriving.end())
+        return;
+    auto& arriving = found->second;
+    arriving.hash->addData(payload);
+    arriving.received += payload.size();
+    if (arriving.received < arriving.size)
+        return;
+    const auto digest = *Digest::fromRaw(arriving.hash->result());
+    arriving.hash.reset(); // complete: received == size refuses any more of it
+    pipeline.logs[std::size_t(s)].append({ true, part.to, part.kind, part.step, part.micro, digest });
+    pipeline.logs[std::size_t(part.to)].append({ false, s, part.kind, part.step, part.micro, digest });
+}
+
+std::optional<Digest> Pipelines::rootOf(const QString& assignment) const
+{
+    const auto place = placeOf(assignment);
+    if (!place)
+        return std::nullopt;
+    return stageTensorsRoot(place->pipeline->logs[std::size_t(place->stage)]);
+}
+
+std::vector<Pipelines::Stage> Pipelines::stagesOf(const QString& assignment) const
+{
+    const auto place = placeOf(assignment);
+    return place ? place->pipeline->stages : std::vector<Stage> {};
+}
+
+void Pipelines::remove(const QString& assignment)
+{
+    const auto place = placeOf(assignment);
+    if (place)
+        std::erase(m_pipelines, place->pipeline);
+}
+
+bool Pipelines::answered(const QString& assignment)
+{
+    const auto place = placeOf(assignment);
+    if (!place)
+        return false;
+    auto& answered = place->pipeline->answered;
+    answered[std::size_t(place->stage)] = true;
+    return std::all_of(answered.begin(), answered.end(), [](bool done) { return done; });
+}
+
+QList<QString> Pipelines::lateAssignments(std::int64_t now) const
+{
+    QList<QString> late;
+    for (const auto& pipeline : m_pipelines) {
+        for (std::size_t s = 0; s < pipeline->stages.size(); ++s) {
+            if (!pipeline->answered[s] && pipeline->stages[s].deadline < now) {
+                late.append(pipeline->stages[s].assignment);
+                break;
+            }
+        }
+    }
+    return late;
+}
+
+QList<QString> Pipelines::assignmentsOf(const QString& node) const
+{
+    QList<QString> found;
+    for (const auto& pipeline : m_pipelines) {
+        for (const auto& stage : pipeline->stages) {
+            if (stage.node == node)
+                found.append(stage.assignment);
+        }
+    }
+    return found;
+}
+
+} // namespace tessera::core::broker

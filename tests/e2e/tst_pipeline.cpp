@@ -1,0 +1,78 @@
+// Layers on different nodes (docs/PROTOCOL.md, "Stage tasks"): a pipeline gpt job through a broker
+// whose nodes each hold one stage of a shard, trading activations and gradients through the
+// broker's relay, ends on tessera-node train-local's bits.
+
+#include "cluster.h"
+
+using namespace tessera::tests::e2e;
+
+class PipelineTest : public QObject {
+    Q_OBJECT
+
+private:
+    QTemporaryDir m_dir;
+
+    struct Local {
+        QString hash;
+        QString output;
+    };
+    static Local trainLocally(const QString& jobFile, const QString& directory)
+    {
+        const auto local = run(Bin + QStringLiteral("/tessera-node"),
+            { QStringLiteral("--config"), QStringLiteral("/dev/null"), QStringLiteral("train-local"), jobFile,
+                QStringLiteral("--out"), directory });
+        QFile report(QDir(directory).filePath(QStringLiteral("report.json")));
+        if (local.exitCode != 0 || !report.open(QIODevice::ReadOnly))
+            return { {}, local.output };
+        return { QJsonDocument::fromJson(report.readAll()).object().value(QStringLiteral("finalWeightsHash")).toString(),
+            local.output };
+    }
+    QString writeJob(std::int64_t stages)
+    {
+        const QString file = m_dir.filePath(QStringLiteral("pipeline-%1.json").arg(stages));
+        Cluster::writeFile(file,
+            QStringLiteral(R"({
+    "name": "pipelined gpt", "model": { "zoo": "gpt", "layers": 4, "heads": 2, "width": 32, "context": 32, "tied": false },
+    "dataset": { "builtin": "fortunes" }, "optimizer": { "kind": "adamw", "lr": 0.003, "clipNorm": 1.0 },
+    "training": { "rounds": 2, "shardsPerRound": 2, "localSteps": 8, "batchSize": 8, "seed": 4, "checkpointInterval": 4,
+                  "determinism": "portable", "pipeline": { "stages": %1, "microBatches": 4 } },
+    "budget": "100"
+})")
+                .arg(stages));
+        return file;
+    }
+
+private Q_SLOTS:
+    // Two pipelines of S stages each a round, on 2 S nodes of different kernel choices and thread
+    // limits: every stage's tensors go through the broker, and the job's weights are train-local's
+    // (the same for S = 2 and S = 4: the stages are placement, not arithmetic).
+    void aPipelineJobOnNodesEndsOnTrainLocalsBits_data()
+    {
+        QTest::addColumn<int>("stages");
+        QTest::newRow("2 stages") << 2;
+        QTest::newRow("4 stages") << 4;
+    }
+    void aPipelineJobOnNodesEndsOnTrainLocalsBits()
+    {
+        QFETCH(int, stages);
+        const auto jobFile = writeJob(stages);
+        const auto local = trainLocally(jobFile, m_dir.filePath(QStringLiteral("local-%1").arg(stages)));
+        QVERIFY2(!local.hash.isEmpty(), qPrintable(local.output));
+
+        Cluster cluster;
+        cluster.startBroker({}, QStringLiteral("PipelineJobs=true\nMinDeadlineSeconds=900\nSelfVerifyAfterSeconds=900\n"));
+        for (int i = 1; i <= 2 * stages; ++i)
+            cluster.startNode(i, {}, Cluster::FirstStart::SkipBenchmark, QStringLiteral("MaxThreads=%1\n").arg(1 + i % 2),
+                i % 2 ? Cluster::olderCpu() : Cluster::newerCpu());
+        QVERIFY(QTest::qWaitFor([&] { return cluster.nodes().size() == 2 * stages; }, 120'000));
+        const QString jobId = cluster.submit(jobFile);
+        QVERIFY(!jobId.isEmpty());
+        const auto job = cluster.waitForEnd(jobId);
+        QCOMPARE(job.value(QStringLiteral("state")).toString(), QStringLiteral("finished"));
+        QCOMPARE(job.value(QStringLiteral("weightsHash")).toString(), local.hash);
+        QVERIFY(cluster.ledgerConsistent());
+    }
+};
+
+QTEST_GUILESS_MAIN(PipelineTest)
+#include "tst_pipeline.moc"
