@@ -72,6 +72,41 @@ private Q_SLOTS:
         QCOMPARE(job.value(QStringLiteral("weightsHash")).toString(), local.hash);
         QVERIFY(cluster.ledgerConsistent());
     }
+
+    // A stage's node killed while its shard trains: the broker stops the pipeline (its partner
+    // gives its stage back), hands the shard's stages out together again, and the job ends on the
+    // same bits, every credit accounted for.
+    void aStageNodeKilledMidShardChangesNoBit()
+    {
+        const auto jobFile = writeJob(2);
+        const auto local = trainLocally(jobFile, m_dir.filePath(QStringLiteral("local-killed")));
+        QVERIFY2(!local.hash.isEmpty(), qPrintable(local.output));
+        Cluster cluster;
+        cluster.startBroker({}, QStringLiteral("PipelineJobs=true\nMinDeadlineSeconds=900\nSelfVerifyAfterSeconds=900\n"));
+        QList<QProcess*> nodes;
+        for (int i = 1; i <= 3; ++i)
+            nodes.append(cluster.startNode(i, {}, Cluster::FirstStart::SkipBenchmark, QStringLiteral("MaxThreads=1\n")));
+        QVERIFY(QTest::qWaitFor([&] { return cluster.nodes().size() == 3; }, 120'000));
+        const QString jobId = cluster.submit(jobFile);
+        QVERIFY(!jobId.isEmpty());
+        int victim = -1;
+        QVERIFY(QTest::qWaitFor(
+            [&] {
+                for (int i = 0; i < 3 && victim < 0; ++i) {
+                    if (cluster.log(QStringLiteral("node%1").arg(i + 1)).contains(QStringLiteral("training ")))
+                        victim = i;
+                }
+                return victim >= 0;
+            },
+            120'000));
+        nodes[victim]->kill();
+        const auto job = cluster.waitForEnd(jobId);
+        QCOMPARE(job.value(QStringLiteral("state")).toString(), QStringLiteral("finished"));
+        QCOMPARE(job.value(QStringLiteral("weightsHash")).toString(), local.hash);
+        QVERIFY2(cluster.log(QStringLiteral("broker")).contains(QStringLiteral("stopped: a stage's node went")),
+            "the killed stage's pipeline was not stopped");
+        QVERIFY(cluster.ledgerConsistent());
+    }
 };
 
 QTEST_GUILESS_MAIN(PipelineTest)
