@@ -414,10 +414,17 @@ core::Result<const std::vector<portable::Stage>*> PortableStep::stagesOf(std::in
     const auto& model = task.model;
     if (!task.isStage() || model.zoo != QLatin1String("gpt") || m_sampleShape.size() != 1)
         return core::Error { QStringLiteral("stages"), QStringLiteral("stages cut a portable gpt's blocks") };
+    // The programs differ from step to step only by the learning rate and whether the optimizer's
+    // buffers exist (the gpt draws no dropout): built again only when one of them changes.
+    const auto settings = stepSettingsOf(task, step);
+    if (!m_stages.empty() && m_stagesLearningRate == settings.learningRate && m_stagesBuffersBefore == settings.buffersBefore)
+        return &m_stages;
     std::string why;
     m_stages = portable::gptStages(task.batchSize / std::max<std::int64_t>(task.microBatches, 1), m_sampleShape[0],
         model.vocabulary > 0 ? model.vocabulary : m_classes, model.layers, model.heads, model.width, model.context, model.tied,
-        task.stages, &why, settingsOf(task.optimizer), stepSettingsOf(task, step));
+        task.stages, &why, settingsOf(task.optimizer), settings);
+    m_stagesLearningRate = settings.learningRate;
+    m_stagesBuffersBefore = settings.buffersBefore;
     if (std::int64_t(m_stages.size()) != task.stages)
         return core::Error { QStringLiteral("stages"), QString::fromStdString(why) };
     return &m_stages;

@@ -91,6 +91,8 @@ private:
     // The task's stages for shard step `step` (kept while the step's run holds them).
     core::Result<const std::vector<portable::Stage>*> stagesOf(std::int64_t step);
     std::vector<portable::Stage> m_stages;
+    double m_stagesLearningRate = 0.0; // what m_stages were built for
+    bool m_stagesBuffersBefore = false;
     NamedTensors m_parameters; // the model's, found once
     core::Result<double> runMicroBatched(std::int64_t step, const at::Tensor& x, const at::Tensor& y);
     core::Result<portable::Program> prepare(std::int64_t step, const at::Tensor& x, const at::Tensor& y);
