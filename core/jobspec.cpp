@@ -512,6 +512,20 @@ Status JobSpec::validatePipeline() const
             QStringLiteral("the batch of %1 does not split into %2 equal micro-batches")
                 .arg(training.batchSize)
                 .arg(pipeline.microBatches) };
+    // What crosses a boundary a micro-batch (at most [b, context, width] float32) travels in TENSOR
+    // messages of at most 1 GiB, and a shard's tensors are counted one by one by the broker.
+    const auto boundaryBytes = training.batchSize / pipeline.microBatches * model.context * model.width * 4;
+    if (pipeline.stages > 1 && boundaryBytes > (std::int64_t(1) << 30))
+        return Error { QStringLiteral("training.pipeline.microBatches"),
+            QStringLiteral("a micro-batch's activation would be %1 bytes, more than the 1 GiB a stage sends at once: more "
+                           "micro-batches")
+                .arg(boundaryBytes) };
+    if (pipeline.stages > 1 && training.localSteps * pipeline.microBatches > TrainingSpec::Pipeline::MaxStageTensors)
+        return Error { QStringLiteral("training.pipeline.microBatches"),
+            QStringLiteral("%1 steps of %2 micro-batches are more than the %3 tensors a stage trades in a shard")
+                .arg(training.localSteps)
+                .arg(pipeline.microBatches)
+                .arg(TrainingSpec::Pipeline::MaxStageTensors) };
     return {};
 }
 

@@ -135,6 +135,8 @@ struct TrainingSpec {
     struct Pipeline {
         static constexpr std::int64_t MaxStages = 16;
         static constexpr std::int64_t MaxMicroBatches = 1024;
+        // localSteps x microBatches of a job with stages: the tensors one boundary carries each way a shard.
+        static constexpr std::int64_t MaxStageTensors = 100'000;
         std::int64_t stages = 1;
         std::int64_t microBatches = 1;
         bool operator==(const Pipeline&) const = default;

@@ -703,8 +703,9 @@ struct NodeClient::Private {
     // the broker stops a pipeline whose stage went.
     void relayTensors()
     {
+        // Not tied to `current`: a stage's last tensors may come out after its task finished.
         for (const auto& tensor : executor.takeTensors(tag)) {
-            if (session != Session::Registered || !current || current->assignment != tensor.assignment)
+            if (session != Session::Registered)
                 continue;
             const auto size = std::int64_t(tensor.bytes.size());
             for (std::int64_t offset = 0; offset < size; offset += MaxChunkBytes) {
@@ -1083,7 +1084,10 @@ struct NodeClient::Private {
     // re-create any other state); without them it would lose its stake, so it gives the shard back.
     void collectFinished()
     {
-        for (auto& finished : executor.takeFinished(tag)) {
+        auto done = executor.takeFinished(tag);
+        if (!done.isEmpty()) // a stage's tensors went out before it finished: they go before its result
+            relayTensors();
+        for (auto& finished : done) {
             std::optional<CurrentTask> task;
             if (current && finished.assignment == current->assignment) {
                 task = std::move(*current);
@@ -1647,13 +1651,13 @@ void NodeClient::Private::keepSession()
 
 void NodeClient::step(int maxWaitMs)
 {
+    d->relayTensors(); // before a finished stage's result: its partners wait for its last tensors
     d->collectFinished();
     d->handOff();
     d->takeHanded();
     d->collectRecreated();
     d->collectRebuilt();
     d->collectServed();
-    d->relayTensors();
     d->pollSwarm();
     // The swarm's own thread wakes nobody here: while it fetches, this loop looks often.
     if (d->swarmFetching())
@@ -1698,6 +1702,7 @@ void NodeClient::run(const std::atomic<bool>& stop, const std::atomic<bool>& aba
                     ? "finishing the shard in training before stopping"
                     : "stopping");
         }
+        d->relayTensors();
         d->collectFinished();
         const bool shardOut = d->current && d->current->started;
         // Stopping waits for the shard in training, then up to 10 s to report what finished.

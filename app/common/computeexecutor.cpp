@@ -18,11 +18,15 @@ namespace tessera::app {
 // takes it, at most 2 M + 2 S tensors (a hostile or broken peer cannot fill the node's memory).
 class ComputeExecutor::NetLink final : public compute::StageLink {
 public:
-    NetLink(ComputeExecutor& executor, QString tag, QString assignment, std::int64_t bound)
+    // limitMs: how long the stage may wait for its partners in all (its deadline and a grace; 0: no
+    // limit): past it, a receive fails and the stage gives its task back.
+    NetLink(ComputeExecutor& executor, QString tag, QString assignment, std::int64_t bound, std::int64_t limitMs)
         : m_executor(executor)
         , m_tag(std::move(tag))
         , m_assignment(std::move(assignment))
         , m_bound(bound)
+        , m_until(limitMs > 0 ? std::chrono::steady_clock::now() + std::chrono::milliseconds(limitMs)
+                              : std::chrono::steady_clock::time_point::max())
     { }
     core::Status send(std::int64_t to, Kind kind, std::int64_t step, std::int64_t micro, const QByteArray& bytes) override
     {
@@ -38,10 +42,15 @@ public:
     {
         std::unique_lock lock(m_mutex);
         const Key key { from, int(kind), step, micro };
-        m_arrived.wait(lock, [&] { return !m_closed.isEmpty() || m_mail.count(key); });
+        const bool came = m_arrived.wait_until(lock, m_until, [&] { return !m_closed.isEmpty() || m_mail.count(key); });
         const auto found = m_mail.find(key);
         if (found == m_mail.end())
-            return core::Error { QStringLiteral("stage"), m_closed };
+            return core::Error { QStringLiteral("stage"),
+                came ? m_closed
+                     : QStringLiteral("stage %1's %2 for step %3 did not come before the deadline")
+                           .arg(from)
+                           .arg(core::nameOf(kind))
+                           .arg(step + 1) };
         auto bytes = std::move(found->second);
         m_mail.erase(found);
         return bytes;
@@ -71,6 +80,7 @@ private:
     ComputeExecutor& m_executor;
     const QString m_tag, m_assignment;
     const std::int64_t m_bound;
+    const std::chrono::steady_clock::time_point m_until;
     std::mutex m_mutex;
     std::condition_variable m_arrived;
     std::map<Key, QByteArray> m_mail;
@@ -198,7 +208,8 @@ void ComputeExecutor::start(const QString& tag, const QString& assignment, const
         m_pending.insert(keyOf(task.jobId, task.round, task.shard), { tag, assignment });
         m_blobPaths.insert(blobPaths);
         if (task.isStage()) {
-            link = std::make_shared<NetLink>(*this, tag, assignment, 2 * task.microBatches + 2 * task.stages);
+            link = std::make_shared<NetLink>(
+                *this, tag, assignment, 2 * task.microBatches + 2 * task.stages, deadlineMs > 0 ? timeLimitFor(deadlineMs) : 0);
             m_links.insert(assignment, link);
         }
     }

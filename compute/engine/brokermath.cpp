@@ -95,11 +95,12 @@ core::Result<core::Digest> BrokerMath::canonicalHash(const QByteArray& weights)
 }
 
 core::Result<BrokerMath::Inspection> BrokerMath::inspectResult(
-    const QString& revealedPath, const QString& roundWeightsPath, bool stagePart)
+    const QString& revealedPath, const QString& roundWeightsPath, const std::optional<StagePart>& part)
 {
     return shielded("weights", [&]() -> core::Result<Inspection> {
         // From the files: neither file's bytes are held beside its tensors.
-        auto form = inspectRevealed(revealedPath, roundWeightsPath, stagePart);
+        auto form = inspectRevealed(revealedPath, roundWeightsPath,
+            part ? std::optional<RevealedStage>(RevealedStage { part->stage, part->stages, part->layers }) : std::nullopt);
         if (!form)
             return form.error();
         return Inspection { form->canonicalHash, form->unfit, form->updateNorm, form->compression };

@@ -37,7 +37,8 @@ public:
 
     core::Result<Weights> initialWeights(const core::JobSpec& spec) override;
     core::Result<core::Digest> canonicalHash(const QByteArray& weights) override;
-    core::Result<Inspection> inspectResult(const QString& revealedPath, const QString& roundWeightsPath, bool stagePart) override;
+    core::Result<Inspection> inspectResult(
+        const QString& revealedPath, const QString& roundWeightsPath, const std::optional<StagePart>& part) override;
     core::Result<core::Digest> mergeStages(const QStringList& parts, const QString& out) override;
     core::Result<Aggregated> aggregate(const core::AggregationSpec& spec, const QString& globalFile, const QList<Update>& updates,
         const QByteArray& outerState, const QString& weightsOut) override;

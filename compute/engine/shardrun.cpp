@@ -65,6 +65,7 @@ struct ShardRun::Private {
     std::set<std::string> stageParameters;
     StageLink* link = nullptr;
     QList<StageTensor> tensors;
+    bool linkBroken = false;
 
     // The chain with every checkpoint hashed: waits for the one in flight.
     const QList<core::Digest>& settledChain()
@@ -553,6 +554,10 @@ core::Status ShardRun::step()
                 throw std::runtime_error("a stage task needs its link to the other stages");
             auto loss = task.isStage() ? d->portable->runStage(d->step, x, y, *d->link, d->tensors)
                                        : d->portable->run(d->step, x, y, d->observer);
+            if (!loss && loss.error().field == u"link") {
+                d->linkBroken = true; // the other stages', or the network's: the task goes back
+                throw std::runtime_error(loss.error().message.toStdString());
+            }
             if (!loss)
                 throw std::runtime_error(loss.error().message.toStdString());
             if (!std::isfinite(*loss))
@@ -575,6 +580,8 @@ core::Status ShardRun::step()
     });
     if (!outcome) {
         d->broken = true;
+        if (d->linkBroken)
+            return core::Error { QStringLiteral("link"), outcome.error().message };
         return outcome.error();
     }
     d->losses.append(*outcome);

@@ -9,6 +9,7 @@
 #include "detail/update.h"
 
 #include <compute/portable/kernels.h>
+#include <compute/portable/stages.h>
 #include <core/readfile.h>
 #include <core/seeds.h>
 
@@ -219,7 +220,31 @@ void keepStagePart(NamedTensors& base, const NamedTensors& revealed)
 
 } // namespace
 
-core::Result<RevealedForm> inspectRevealed(const QString& revealedPath, const QString& roundWeightsPath, bool stagePart)
+// Whether a tensor of the round's weights (a parameter or its carried optimizer state) is stage
+// s's: its blocks' (transformer.h.i.*), stage 0's also the embeddings, the last's the rest.
+bool ofStage(std::string name, const RevealedStage& stage)
+{
+    for (const std::string prefix : { "optimizer/exp_avg_sq/", "optimizer/exp_avg/", "optimizer/momentum/" }) {
+        if (name.rfind(prefix, 0) == 0) {
+            name = name.substr(prefix.size());
+            break;
+        }
+    }
+    if (name == "optimizer/adam_step")
+        return true; // every stage keeps the count
+    const auto first = portable::stageBlocks(stage.layers, stage.stages);
+    const std::string block = "transformer.h.";
+    if (name.rfind(block, 0) == 0) {
+        const auto index = std::strtoll(name.c_str() + block.size(), nullptr, 10);
+        return index >= first[std::size_t(stage.stage)] && index < first[std::size_t(stage.stage + 1)];
+    }
+    if (name.rfind("transformer.wte.", 0) == 0 || name.rfind("transformer.wpe.", 0) == 0)
+        return stage.stage == 0;
+    return stage.stage == stage.stages - 1;
+}
+
+core::Result<RevealedForm> inspectRevealed(
+    const QString& revealedPath, const QString& roundWeightsPath, const std::optional<RevealedStage>& stage)
 {
     auto tensors = unpickleTensorsFromFile(revealedPath, QStringLiteral("not a dict of tensors"));
     if (!tensors)
@@ -227,9 +252,20 @@ core::Result<RevealedForm> inspectRevealed(const QString& revealedPath, const QS
     auto base = unpickleTensorsFromFile(roundWeightsPath, QStringLiteral("the round's weights are not a dict of tensors"));
     if (!base)
         return base.error();
-    if (stagePart)
-        keepStagePart(*base, *tensors);
     RevealedForm form;
+    if (stage) {
+        auto expected = *base;
+        std::erase_if(expected, [&](const auto& entry) { return !ofStage(entry.first, *stage); });
+        keepStagePart(*base, *tensors);
+        auto namesOf = [](const NamedTensors& list) {
+            std::set<std::string> names;
+            for (const auto& entry : list)
+                names.insert(entry.first);
+            return names;
+        };
+        if (stage->stage < 0 || stage->stage >= stage->stages || namesOf(expected) != namesOf(*base))
+            form.unfit = QStringLiteral("the revealed tensors are not stage %1's share of the model").arg(stage->stage);
+    }
     form.canonicalHash = canonicalHash(*tensors);
     form.compression = detail::isUpdateForm(*tensors) ? core::Compression::Int8 : core::Compression::None;
     sortByName(*tensors);

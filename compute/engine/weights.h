@@ -12,6 +12,8 @@
 #include <QString>
 #include <QStringList>
 
+#include <optional>
+
 namespace tessera::compute {
 
 // W_0 of a job: a zoo model initialised from the job's seed, or the weights in a TorchScript file.
@@ -42,8 +44,15 @@ struct RevealedForm {
     QString unfit; // empty: it fits
     double updateNorm = 0.0;
 };
-// stagePart: a stage task's reveal (docs/PROTOCOL.md, "Stage tasks"), of the round's tensors it names.
-core::Result<RevealedForm> inspectRevealed(const QString& revealedPath, const QString& roundWeightsPath, bool stagePart = false);
+// stage: a stage task's reveal (docs/PROTOCOL.md, "Stage tasks"), which must be exactly its stage's
+// share of the round's tensors (unfit says when it is not).
+struct RevealedStage {
+    std::int64_t stage = 0;
+    std::int64_t stages = 1;
+    std::int64_t layers = 0;
+};
+core::Result<RevealedForm> inspectRevealed(
+    const QString& revealedPath, const QString& roundWeightsPath, const std::optional<RevealedStage>& stage = std::nullopt);
 // A pipeline shard's stage reveals (files, in stage order) merged into the shard's, written to
 // `out`: every tensor of each, and the ones two stages both hold (Adam's step count, the int8
 // form's meta) only when they are equal. Its canonical hash.

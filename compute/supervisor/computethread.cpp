@@ -553,6 +553,10 @@ bool ComputeThread::Private::stepOrReport(const core::ShardTask& task, ShardStep
             return false;
         }
         auto failed = core::ShardResult::failedOf(task, status.error().toString());
+        // A stage whose link broke (a partner sent what the schedule does not, went, or the broker
+        // stopped the pipeline) gives its task back: the failure is not its own.
+        if (task.isStage() && status.error().field == u"link")
+            failed.outcome = core::ShardResult::Outcome::Returned;
         if (stoppedWhileStuck(status.error().message)) {
             failed.outcome = core::ShardResult::Outcome::Returned;
             failed.failure = QStringLiteral("a step ran on for %1 s after the node was asked to pause; its worker was "

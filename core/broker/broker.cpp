@@ -310,8 +310,16 @@ Status Broker::loadJob(const JobRow& job)
     if (!results)
         return results.error();
     QList<std::int64_t> answered;
-    for (const auto& result : *results)
+    for (const auto& result : *results) {
+        // A pipeline's stage results wait for every stage of their shard (held); the pipeline is
+        // gone with the broker's last run, so its stages go out together again.
+        if (spec->stagesPerShard() > 1 && result.state == ResultState::Sampled) {
+            if (auto status = m_store->dropSampledResult(job.id, job.round, result.shard); !status)
+                return status;
+            continue;
+        }
         answered.append(result.shard);
+    }
     if (spec->isInference() && spec->inference.serves()) {
         m_serving->remove(job.id, QStringLiteral("the job was reloaded"));
         m_serving->add(job, *spec);
@@ -820,6 +828,8 @@ Status Broker::answered(
 
 Status Broker::refund(const QString& jobId)
 {
+    for (const auto& assignment : m_pipelines.assignmentsOfJob(jobId))
+        stopPipelineOf(assignment, QStringLiteral("the job ended"), true);
     auto job = m_store->existingJob(jobId);
     if (!job)
         return job.error();
@@ -883,7 +893,7 @@ void Broker::nodeLost(const QString& nodeId)
     m_nodes.remove(nodeId); // its address stays: a node that went is still not checked by its neighbours
     warnIfFailed(m_store->expireActiveAssignmentsOf(nodeId));
     for (const auto& assignment : m_pipelines.assignmentsOf(nodeId))
-        stopPipelineOf(assignment, QStringLiteral("a stage's node went"));
+        stopPipelineOf(assignment, QStringLiteral("a stage's node went"), true);
     m_verifier->nodeLost(nodeId);
     m_scheduler.nodeLost(nodeId);
     m_serving->nodeLost(nodeId);
@@ -1002,20 +1012,29 @@ Result<Pipelines::Forward> Broker::relayTensor(
     return forward;
 }
 
-void Broker::stopPipelineOf(const QString& assignmentId, const QString& why)
+void Broker::stopPipelineOf(const QString& assignmentId, const QString& why, bool named)
 {
     const auto stages = m_pipelines.stagesOf(assignmentId);
     if (stages.empty())
         return;
     m_pipelines.remove(assignmentId);
     for (const auto& stage : stages) {
-        if (stage.assignment == assignmentId)
-            continue;
+        if (stage.assignment == assignmentId && !named)
+            continue; // its own result says what became of it
         auto row = m_store->assignment(stage.assignment);
-        if (!row || !*row || (**row).state != AssignmentState::Active)
-            continue; // answered (its result stands), or already over
+        if (!row || !*row)
+            continue;
+        const auto& given = **row;
+        if (given.state == AssignmentState::Answered) {
+            // A stage's result held for its partners': dropped, and the stage goes out again with them.
+            warnIfFailed(m_store->dropSampledResult(given.jobId, given.round, given.shard));
+            m_scheduler.reopen(given.jobId, given.round, given.shard);
+            continue;
+        }
+        if (given.state != AssignmentState::Active)
+            continue; // already over
         warnIfFailed(m_store->setAssignmentState(stage.assignment, AssignmentState::Returned));
-        m_scheduler.release((**row).jobId, stage.assignment);
+        m_scheduler.release(given.jobId, stage.assignment);
         m_notices.add(Notice::Kind::Stop, stage.node,
             { { QStringLiteral("assignment"), stage.assignment }, { QStringLiteral("reason"), why } });
     }
@@ -1026,7 +1045,7 @@ void Broker::stopLatePipelines()
 {
     const auto now = m_clock.nowMs();
     for (const auto& assignment : m_pipelines.lateAssignments(now))
-        stopPipelineOf(assignment, QStringLiteral("a stage ran past its deadline"));
+        stopPipelineOf(assignment, QStringLiteral("a stage ran past its deadline"), true);
 }
 
 Status Broker::checkStageResult(const AssignmentRow& assignment, const ShardResult& result)
@@ -1036,9 +1055,54 @@ Status Broker::checkStageResult(const AssignmentRow& assignment, const ShardResu
         return Error { QStringLiteral("assignment"), QStringLiteral("the stage's pipeline was stopped") };
     if (result.tensorsRoot != *relayed)
         return Error { QStringLiteral("tensorsRoot"), QStringLiteral("not the root of the tensors the broker relayed") };
-    if (m_pipelines.answered(assignment.id))
-        m_pipelines.remove(assignment.id);
     return {};
+}
+
+Status Broker::completePipeline(const AssignmentRow& assignment, const JobRow& job, const JobSpec& spec)
+{
+    if (!m_pipelines.answered(assignment.id))
+        return {};
+    const auto stages = m_pipelines.stagesOf(assignment.id);
+    m_pipelines.remove(assignment.id);
+    auto escrow = m_stakes->escrow(job.id);
+    if (!escrow)
+        return escrow.error();
+    const auto owed = job.pricePerShard.checkedMultiply(std::int64_t(stages.size()));
+    if (!owed || *escrow < *owed)
+        return failJob(job.id,
+            QStringLiteral("the budget is spent (%1 credits left, a pipeline's stages pay %2)")
+                .arg(escrow->toString(), owed ? owed->toString() : QStringLiteral("more")));
+    auto transaction = m_store->begin();
+    if (!transaction)
+        return transaction.error();
+    QList<std::pair<QString, QString>> paid; // node, assignment
+    for (const auto& stage : stages) {
+        auto row = m_store->assignment(stage.assignment);
+        if (!row)
+            return row.error();
+        if (!*row)
+            continue;
+        const auto unit = (**row).shard;
+        const auto S = std::int64_t(stages.size());
+        if (auto status = m_store->setResultState(job.id, assignment.round, unit, ResultState::Accepted); !status)
+            return status;
+        auto pay = m_stakes->payFromEscrow(job.id, stage.node, job.pricePerShard,
+            QStringLiteral("pay:%1/%2/%3").arg(job.id).arg(assignment.round).arg(unit),
+            QStringLiteral("stage %1 of shard %2 of round %3").arg(unit % S).arg(unit / S).arg(assignment.round));
+        if (!pay)
+            return pay.error();
+        if (auto status = m_store->countShardDone(stage.node, m_clock.nowMs(), BrokerStore::Streak::Grows); !status)
+            return status;
+        paid.append({ stage.node, stage.assignment });
+    }
+    if (auto committed = transaction->commit(); !committed)
+        return committed.error().toError();
+    for (const auto& [node, given] : paid)
+        m_notices.add(Notice::Kind::Verdict, node,
+            { { QStringLiteral("assignment"), given }, { QStringLiteral("state"), QStringLiteral("paid") },
+                { QStringLiteral("paid"), job.pricePerShard.toString() },
+                { QStringLiteral("detail"), QStringLiteral("every stage of the pipeline answered") } });
+    return finishRoundIfComplete(job.id, spec, assignment.round);
 }
 
 Status Broker::commit(const QString& nodeId, const QJsonObject& signedCommitment)
@@ -1152,6 +1216,8 @@ Result<Acceptance> Broker::acceptTraining(const AssignmentRow& assignment, const
         m_scheduler.returnedBy(assignment.jobId, assignment.shard, assignment.node, m_clock.nowMs());
         return Acceptance::Failed;
     }
+    if (result.outcome == ShardResult::Outcome::Failed && spec->stagesPerShard() > 1)
+        return acceptStageFailure(assignment, result);
     if (result.outcome == ShardResult::Outcome::Failed)
         return acceptFailure(assignment, result);
     return acceptCompleted(assignment, **job, *spec, result);
@@ -1179,6 +1245,28 @@ Result<Acceptance> Broker::acceptFailure(const AssignmentRow& assignment, const 
     const auto failedBy = m_scheduler.failedBy(assignment.jobId, assignment.shard);
     if (failedBy.size() >= m_options.maxShardFailures || !anotherNodeCouldRun(assignment.jobId, failedBy)) {
         if (auto status = confirmFailure(assignment, failedBy, result.failure); !status)
+            return status.error();
+    }
+    return Acceptance::Failed;
+}
+
+Result<Acceptance> Broker::acceptStageFailure(const AssignmentRow& assignment, const ShardResult& result)
+{
+    // A stage's own computation failed (a stage whose partner broke it gives it back instead). The
+    // broker cannot run one stage alone to confirm it yet: the unit goes out again (not to this
+    // node), and once distinct nodes agree the job fails; no node's record counts it.
+    if (auto status = m_store->setAssignmentState(assignment.id, AssignmentState::Failed); !status)
+        return status.error();
+    m_scheduler.release(assignment.jobId, assignment.id, Scheduler::Release::Failed);
+    const auto failedBy = m_scheduler.failedBy(assignment.jobId, assignment.shard);
+    if (failedBy.size() >= m_options.maxShardFailures) {
+        if (auto status = failJob(assignment.jobId,
+                QStringLiteral("round %1, stage task %2 failed on %3 different nodes (last: %4)")
+                    .arg(assignment.round)
+                    .arg(assignment.shard)
+                    .arg(failedBy.size())
+                    .arg(result.failure));
+            !status)
             return status.error();
     }
     return Acceptance::Failed;
@@ -1329,15 +1417,19 @@ Result<Acceptance> Broker::acceptCompleted(
         }
         return admitted.error();
     }
-    if (spec.stagesPerShard() > 1) {
+    const bool stage = spec.stagesPerShard() > 1;
+    if (stage) {
         if (auto status = checkStageResult(assignment, result); !status) {
             stopPipelineOf(assignment.id, status.error().toString());
             warnIfFailed(m_store->setAssignmentState(assignment.id, AssignmentState::Returned));
             m_scheduler.release(assignment.jobId, assignment.id);
+            m_scheduler.returnedBy(assignment.jobId, assignment.shard, assignment.node, m_clock.nowMs());
             return status.error();
         }
     }
-    const bool sampled = admitted->sample.has_value();
+    // A stage's result is held, unpaid, until every stage of its pipeline has answered
+    // (completePipeline), and dropped if the pipeline stops first.
+    const bool sampled = admitted->sample.has_value() || stage;
     auto escrow = m_stakes->escrow(job.id);
     if (!escrow)
         return escrow.error();
@@ -1357,15 +1449,17 @@ Result<Acceptance> Broker::acceptCompleted(
         if (!paid)
             return paid.error();
     }
+    // A stage's update norm is of its share of the model: not comparable with its partners'.
     const ShardResultRow row { assignment.round, assignment.shard, assignment.node, result.toJson(),
-        sampled ? ResultState::Sampled : ResultState::Accepted, assignment.id, admitted->updateNorm };
+        sampled ? ResultState::Sampled : ResultState::Accepted, assignment.id, stage ? -1.0 : admitted->updateNorm };
     // A sampled result waits for another node to re-execute it (or the broker, in time).
     for (const auto& status : {
              m_store->insertShardResult(job.id, row),
              m_store->setAssignmentState(assignment.id, AssignmentState::Answered),
-             m_store->countShardDone(
-                 assignment.node, m_clock.nowMs(), sampled ? BrokerStore::Streak::Holds : BrokerStore::Streak::Grows),
-             sampled ? m_store->insertCheck(*admitted->sample, m_clock.nowMs()) : Status {},
+             stage ? Status {}
+                   : m_store->countShardDone(
+                       assignment.node, m_clock.nowMs(), sampled ? BrokerStore::Streak::Holds : BrokerStore::Streak::Grows),
+             admitted->sample ? m_store->insertCheck(*admitted->sample, m_clock.nowMs()) : Status {},
          }) {
         if (!status)
             return status.error();
@@ -1373,6 +1467,11 @@ Result<Acceptance> Broker::acceptCompleted(
     if (auto status = transaction->commit(); !status)
         return status.error().toError();
     m_scheduler.answered(job.id, assignment.id, assignment.shard, m_clock.nowMs());
+    if (stage) {
+        if (auto status = completePipeline(assignment, job, spec); !status)
+            return status.error();
+        return Acceptance::Held;
+    }
     if (sampled)
         return Acceptance::Held;
     if (auto status = finishRoundIfComplete(job.id, spec, assignment.round); !status)

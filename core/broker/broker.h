@@ -315,7 +315,11 @@ private:
     // A stage of a pipeline failed, went or was given back: the shard's other stages still out are
     // stopped (given back, a Stop notice to their nodes) and the pipeline is forgotten; the S
     // stages go out together again.
-    void stopPipelineOf(const QString& assignmentId, const QString& why);
+    // named: the assignment's own stage too (it ran late, its node went, the job ended).
+    void stopPipelineOf(const QString& assignmentId, const QString& why, bool named = false);
+    // Every stage of the assignment's pipeline has answered: their held results accepted and paid.
+    Status completePipeline(const AssignmentRow& assignment, const JobRow& job, const JobSpec& spec);
+    Result<Acceptance> acceptStageFailure(const AssignmentRow& assignment, const ShardResult& result);
     // Pipelines past a stage's deadline: stopped (tick()).
     void stopLatePipelines();
     // A stage's result checked against what the broker relayed (its tensorsRoot); its pipeline

@@ -40,9 +40,9 @@ Result<Digest> OffThreadMath::canonicalHashOfFile(const QString& path)
 }
 
 Result<TrainingMath::Inspection> OffThreadMath::inspectResult(
-    const QString& revealedPath, const QString& roundWeightsPath, bool stagePart)
+    const QString& revealedPath, const QString& roundWeightsPath, const std::optional<StagePart>& part)
 {
-    return offThread([&] { return m_inner.inspectResult(revealedPath, roundWeightsPath, stagePart); });
+    return offThread([&] { return m_inner.inspectResult(revealedPath, roundWeightsPath, part); });
 }
 
 Result<Digest> OffThreadMath::mergeStages(const QStringList& parts, const QString& out)

@@ -22,7 +22,8 @@ public:
     Result<Weights> initialWeights(const JobSpec& spec) override;
     Result<Digest> canonicalHash(const QByteArray& weights) override;
     Result<Digest> canonicalHashOfFile(const QString& path) override;
-    Result<Inspection> inspectResult(const QString& revealedPath, const QString& roundWeightsPath, bool stagePart) override;
+    Result<Inspection> inspectResult(
+        const QString& revealedPath, const QString& roundWeightsPath, const std::optional<StagePart>& part) override;
     Result<Digest> mergeStages(const QStringList& parts, const QString& out) override;
     Result<Aggregated> aggregate(const AggregationSpec& spec, const QString& globalFile, const QList<Update>& updates,
         const QByteArray& outerState, const QString& weightsOut) override;

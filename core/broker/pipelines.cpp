@@ -53,8 +53,18 @@ Result<Pipelines::Forward> Pipelines::relay(const QString& node, const QString& 
             QStringLiteral("step"), QStringLiteral("the shard has no step %1, micro-batch %2").arg(part.step).arg(part.micro));
     if (part.size > boundOf(task, part.kind))
         return refuse(QStringLiteral("size"), QStringLiteral("more bytes than a %1 of this model has").arg(nameOf(part.kind)));
+    auto& shared = *place->pipeline;
+    if (part.kind != TensorKind::Squares) { // one shape crosses every boundary: [b, length, width]
+        if (shared.boundary == 0)
+            shared.boundary = part.size;
+        if (part.size != shared.boundary)
+            return refuse(QStringLiteral("size"),
+                QStringLiteral("every activation and gradient of the pipeline has %1 bytes").arg(shared.boundary));
+    }
     const Key key { s, part.to, int(part.kind), part.step, part.micro };
-    auto& arriving = place->pipeline->arriving[key];
+    if (shared.relayed.count(key))
+        return refuse(QStringLiteral("offset"), QStringLiteral("the tensor's bytes come once, in order"));
+    auto& arriving = shared.arriving[key];
     if (arriving.size == 0) {
         arriving.size = part.size;
         arriving.hash = std::make_shared<QCryptographicHash>(QCryptographicHash::Sha256);
@@ -82,7 +92,8 @@ void Pipelines::hash(const QString& assignment, const Part& part, const QByteArr
     if (arriving.received < arriving.size)
         return;
     const auto digest = *Digest::fromRaw(arriving.hash->result());
-    arriving.hash.reset(); // complete: received == size refuses any more of it
+    pipeline.arriving.erase(found);
+    pipeline.relayed.insert({ s, part.to, int(part.kind), part.step, part.micro });
     pipeline.logs[std::size_t(s)].append({ true, part.to, part.kind, part.step, part.micro, digest });
     pipeline.logs[std::size_t(part.to)].append({ false, s, part.kind, part.step, part.micro, digest });
 }
@@ -136,10 +147,20 @@ QList<QString> Pipelines::assignmentsOf(const QString& node) const
 {
     QList<QString> found;
     for (const auto& pipeline : m_pipelines) {
-        for (const auto& stage : pipeline->stages) {
-            if (stage.node == node)
-                found.append(stage.assignment);
+        for (std::size_t s = 0; s < pipeline->stages.size(); ++s) {
+            if (pipeline->stages[s].node == node && !pipeline->answered[s])
+                found.append(pipeline->stages[s].assignment);
         }
+    }
+    return found;
+}
+
+QList<QString> Pipelines::assignmentsOfJob(const QString& jobId) const
+{
+    QList<QString> found;
+    for (const auto& pipeline : m_pipelines) {
+        if (pipeline->task.jobId == jobId)
+            found.append(pipeline->stages.front().assignment);
     }
     return found;
 }

@@ -15,6 +15,7 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <set>
 #include <tuple>
 #include <vector>
 
@@ -67,8 +68,10 @@ public:
     bool answered(const QString& assignment);
     // One stage of each pipeline with a stage out past its deadline at `now`.
     QList<QString> lateAssignments(std::int64_t now) const;
-    // The pipelines a node holds a stage of.
+    // The stages a node holds and has not answered.
     QList<QString> assignmentsOf(const QString& node) const;
+    // One stage of each pipeline of a job.
+    QList<QString> assignmentsOfJob(const QString& jobId) const;
     bool empty() const { return m_pipelines.empty(); }
 
 private:
@@ -81,7 +84,9 @@ private:
     struct Pipeline {
         ShardTask task;
         std::vector<Stage> stages;
-        std::map<Key, Arriving> arriving;
+        std::map<Key, Arriving> arriving; // tensors on their way
+        std::set<Key> relayed; // and those that came whole: each comes once
+        std::int64_t boundary = 0; // every activation's and gradient's bytes: the first one's
         std::vector<QList<StageTensor>> logs; // each stage's, as the broker saw it
         std::vector<bool> answered;
     };

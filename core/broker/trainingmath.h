@@ -75,12 +75,19 @@ public:
         double updateNorm = -1.0;
         std::optional<Compression> form; // an int8 update or whole weights; none: not told
     };
-    // stagePart: a stage task's reveal, its share of the model (docs/PROTOCOL.md, "Stage tasks"):
-    // checked against the tensors of the round's weights it names.
-    virtual Result<Inspection> inspectResult(const QString& revealedPath, const QString& roundWeightsPath, bool stagePart = false)
+    // part: a stage task's reveal (docs/PROTOCOL.md, "Stage tasks"), which must be exactly its
+    // stage's share of the model: its blocks' tensors (stage 0 also the embeddings, the last the
+    // final LayerNorm and the head) and their carried optimizer state; `unfit` says when not.
+    struct StagePart {
+        std::int64_t stage = 0;
+        std::int64_t stages = 1;
+        std::int64_t layers = 0;
+    };
+    virtual Result<Inspection> inspectResult(
+        const QString& revealedPath, const QString& roundWeightsPath, const std::optional<StagePart>& part = std::nullopt)
     {
         Q_UNUSED(roundWeightsPath);
-        Q_UNUSED(stagePart);
+        Q_UNUSED(part);
         auto hash = canonicalHashOfFile(revealedPath);
         if (!hash)
             return hash.error();

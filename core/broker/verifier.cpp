@@ -414,7 +414,8 @@ Result<double> Verifier::checkReveal(
     const auto round = m_.blobs.storedFile(roundBlob);
     if (!round)
         return Error { QStringLiteral("assignment"), QStringLiteral("the round's weights are gone from the broker") };
-    auto inspected = m_.math.inspectResult(*weights, *round, task.isStage());
+    auto inspected = m_.math.inspectResult(*weights, *round,
+        task.isStage() ? std::optional<TrainingMath::StagePart>({ task.stage, task.stages, task.model.layers }) : std::nullopt);
     if (!inspected)
         return Error { QStringLiteral("weightsSha256"),
             QStringLiteral("the broker cannot read the uploaded weights (%1); upload a dict of tensors and send the "

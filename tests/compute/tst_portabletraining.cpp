@@ -138,6 +138,25 @@ private Q_SLOTS:
                 for (qsizetype i = 0; i < whole.result.losses.size(); ++i)
                     QCOMPARE(float(piped.result.losses[i]), float(whole.result.losses[i]));
             }
+            // What the broker takes of a stage: exactly its share of the model. Stage 0's part of
+            // the merged weights is fit for stage 0 and for no other; the whole shard is no stage's.
+            QTemporaryDir dir;
+            const QString round = dir.filePath(QStringLiteral("round.pt")), part = dir.filePath(QStringLiteral("part.pt")),
+                          all = dir.filePath(QStringLiteral("all.pt"));
+            QVERIFY(
+                compute::detail::pickleTensorsToFile(*compute::detail::unpickleTensors(prepared.start.bytes, {}), round).ok());
+            auto tensors = *compute::detail::unpickleTensors(whole.weights, {});
+            QVERIFY(compute::detail::pickleTensorsToFile(tensors, all).ok());
+            std::erase_if(tensors, [](const auto& entry) {
+                return entry.first.rfind("transformer.wte.", 0) != 0 && entry.first.rfind("transformer.wpe.", 0) != 0
+                    && entry.first.rfind("transformer.h.0.", 0) != 0 && entry.first.rfind("transformer.h.1.", 0) != 0;
+            });
+            QVERIFY(compute::detail::pickleTensorsToFile(tensors, part).ok());
+            const compute::RevealedStage first { 0, 2, 4 }, second { 1, 2, 4 };
+            QVERIFY(compute::inspectRevealed(part, round, first)->unfit.isEmpty());
+            QVERIFY(!compute::inspectRevealed(part, round, second)->unfit.isEmpty());
+            QVERIFY(!compute::inspectRevealed(all, round, first)->unfit.isEmpty());
+            QVERIFY(compute::inspectRevealed(all, round)->unfit.isEmpty());
         }
     }
 

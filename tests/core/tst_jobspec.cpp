@@ -222,6 +222,16 @@ private Q_SLOTS:
         const auto again = ShardTask::fromJson(task.toJson());
         QVERIFY2(again, qPrintable(again ? QString() : again.error().toString()));
         QCOMPARE(again->microBatches, 4);
+        // Its stage tasks: the shard's task naming the stage, read back; a stage past the stages,
+        // or stages of a task that is not a portable gpt's, refused.
+        const auto stage = stageTaskOf(task, 1, 2);
+        QCOMPARE(ShardTask::fromJson(stage.toJson()).value(), stage);
+        QCOMPARE(spec->stagesPerShard(), 2);
+        QCOMPARE(spec->unitsPerRound(), 4);
+        QCOMPARE(ShardTask::fromJson(stageTaskOf(task, 2, 2).toJson()).error().field, QStringLiteral("stage"));
+        auto tiedStage = stage; // a tied head would span the first and the last stage
+        tiedStage.model.tied = true;
+        QCOMPARE(tiedStage.validate().error().field, QStringLiteral("stages"));
         auto fast = task;
         fast.portable = false;
         QCOMPARE(fast.validate().error().field, QStringLiteral("microBatches"));
@@ -248,6 +258,8 @@ private Q_SLOTS:
             { QStringLiteral("training.determinism"), QStringLiteral("fast"), QStringLiteral("training.determinism") },
             { QStringLiteral("model.tied"), true, QStringLiteral("model.tied") },
             { QStringLiteral("model.zoo"), QStringLiteral("mlp"), QStringLiteral("training.pipeline") },
+            // More tensors a shard than the broker counts (20 steps of 16 micro-batches is fine; 10^5 steps are not).
+            { QStringLiteral("training.localSteps"), 100000, QStringLiteral("training.pipeline.microBatches") },
         };
         for (const auto& [path, value, field] : refused) {
             auto bad = json;

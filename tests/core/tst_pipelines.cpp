@@ -84,6 +84,11 @@ private Q_SLOTS:
         QCOMPARE(stageTensorsRoot({ x, y }), stageTensorsRoot({ y, x }));
         QVERIFY(stageTensorsRoot({ x }) != stageTensorsRoot({ y }));
         QVERIFY(m_pipelines.relay(QStringLiteral("n2"), QStringLiteral("a2"), { 0, TensorKind::Squares, 2, 0, 0, 100 }, 100));
+        // Every activation and gradient of a pipeline has the first one's size.
+        const auto other = m_pipelines.relay(
+            QStringLiteral("n2"), QStringLiteral("a2"), { 1, TensorKind::Gradient, 0, 0, 0, ActivationBytes - 4 }, 8);
+        QVERIFY(!other);
+        QCOMPARE(other.error().field, QStringLiteral("size"));
     }
 
     // What a hostile stage may try, each refused before a byte is forwarded.
@@ -173,8 +178,11 @@ private Q_SLOTS:
         QVERIFY(!m_pipelines.answered(QStringLiteral("a0")));
         QVERIFY(!m_pipelines.answered(QStringLiteral("a2")));
         QCOMPARE(m_pipelines.lateAssignments(101), QList<QString> { QStringLiteral("a1") });
-        QVERIFY(m_pipelines.answered(QStringLiteral("a1")));
+        // A node that answered its stage holds nothing of the pipeline any more (it may go).
         QCOMPARE(m_pipelines.assignmentsOf(QStringLiteral("n1")), QList<QString> { QStringLiteral("a1") });
+        QVERIFY(m_pipelines.assignmentsOf(QStringLiteral("n0")).isEmpty());
+        QCOMPARE(m_pipelines.assignmentsOfJob(QStringLiteral("j")), QList<QString> { QStringLiteral("a0") });
+        QVERIFY(m_pipelines.answered(QStringLiteral("a1")));
         m_pipelines.remove(QStringLiteral("a1"));
         QVERIFY(m_pipelines.empty());
         QVERIFY(!m_pipelines.rootOf(QStringLiteral("a0")));

@@ -35,9 +35,10 @@ public:
     }
     // Weights that start with "whole:" are whole weights in the form the broker can tell; other
     // bytes are of no form it can tell.
-    Result<Inspection> inspectResult(const QString& revealedPath, const QString& roundWeightsPath, bool stagePart) override
+    Result<Inspection> inspectResult(
+        const QString& revealedPath, const QString& roundWeightsPath, const std::optional<StagePart>& part) override
     {
-        auto inspected = TrainingMath::inspectResult(revealedPath, roundWeightsPath, stagePart);
+        auto inspected = TrainingMath::inspectResult(revealedPath, roundWeightsPath, part);
         if (!inspected)
             return inspected;
         QFile file(revealedPath);

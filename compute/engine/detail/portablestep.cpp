@@ -492,10 +492,11 @@ struct Trades {
     std::int64_t step;
     QList<StageTensor>& tensors;
 
+    // Errors of the link, and what another stage sent that the schedule does not: field "link".
     core::Status send(std::int64_t peer, StageLink::Kind kind, std::int64_t m, const QByteArray& bytes)
     {
         if (auto status = link.send(peer, kind, step, m, bytes); !status)
-            return status;
+            return core::Error { QStringLiteral("link"), status.error().message };
         tensors.append({ true, peer, kind, step, m, core::Digest::ofBytes(bytes) });
         return {};
     }
@@ -504,10 +505,10 @@ struct Trades {
     {
         auto bytes = link.receive(peer, kind, step, m);
         if (!bytes)
-            return bytes.error();
+            return core::Error { QStringLiteral("link"), bytes.error().message };
         tensors.append({ false, peer, kind, step, m, core::Digest::ofBytes(*bytes) });
         if (expected >= 0 && bytes->size() != expected)
-            return core::Error { QStringLiteral("stage"),
+            return core::Error { QStringLiteral("link"),
                 QStringLiteral("stage %1 sent %2 bytes of %3 for micro-batch %4, not %5")
                     .arg(peer)
                     .arg(bytes->size())
@@ -546,7 +547,7 @@ core::Result<float> tradeClipFactor(
             return bytes.error();
         auto squares = squaresOf(*bytes, stages[std::size_t(other)]);
         if (!squares)
-            return core::Error { QStringLiteral("stage"),
+            return core::Error { QStringLiteral("link"),
                 QStringLiteral("stage %1's sums: %2").arg(other).arg(squares.error().message) };
         all[std::size_t(other)] = std::move(*squares);
     }
