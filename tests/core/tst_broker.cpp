@@ -48,6 +48,25 @@ JobSpec job(std::int64_t rounds = 2, std::int64_t shards = 3)
     return spec;
 }
 
+// A portable, untied gpt of two blocks whose one shard is two stages of four micro-batches.
+JobSpec pipelineJob()
+{
+    auto spec = job(1, 1);
+    spec.dataset = DatasetSpec {};
+    spec.dataset.builtin = QStringLiteral("fortunes");
+    spec.model = ModelSpec {};
+    spec.model.zoo = QStringLiteral("gpt");
+    spec.model.layers = 2;
+    spec.model.heads = 2;
+    spec.model.width = 16;
+    spec.model.context = 16;
+    spec.model.tied = false;
+    spec.training.determinism = TrainingSpec::Determinism::Portable;
+    spec.training.batchSize = 8;
+    spec.training.pipeline = { 2, 4 };
+    return spec;
+}
+
 SigningKeys& keysOf(const QString& nodeId)
 {
     static QHash<QString, SigningKeys> keys;
@@ -282,31 +301,106 @@ private Q_SLOTS:
 
     // training.evaluateEvery: the broker evaluates every e-th round and the last, nothing else; the
     // history lists the rounds it evaluated.
-    // A pipeline job trains on one machine so far: a broker refuses it, by field, and builds nothing.
-    void aPipelineJobIsRefusedUntilStagesAreInTheProtocol()
+    // A pipeline job (docs/PROTOCOL.md, "Stage tasks") is refused, by field and before anything is
+    // built, by a broker without Broker/PipelineJobs.
+    void aPipelineJobIsRefusedWithoutPipelineJobs()
     {
         auto broker = open(QStringLiteral("pipeline"));
-        auto spec = job();
-        // A spec built in code, not read: validate() checks what a reader would have filled in.
-        spec.dataset = DatasetSpec {};
-        spec.dataset.builtin = QStringLiteral("fortunes");
-        spec.model = ModelSpec {};
-        spec.model.zoo = QStringLiteral("gpt");
-        QCOMPARE(spec.validate().error().field, QStringLiteral("model"));
-        spec.model.layers = 2;
-        spec.model.heads = 2;
-        spec.model.width = 16;
-        spec.model.context = 16;
-        spec.model.tied = false;
-        spec.training.determinism = TrainingSpec::Determinism::Portable;
-        spec.training.batchSize = 8;
-        spec.training.pipeline = { 2, 4 };
-        QVERIFY2(spec.validate(), qPrintable(spec.validate() ? QString() : spec.validate().error().toString()));
         const int built = m_math.initialBuilds;
-        const auto refused = broker->submit(spec, QStringLiteral("k"));
+        const auto refused = broker->submit(pipelineJob(), QStringLiteral("k"));
         QVERIFY(!refused.ok());
         QCOMPARE(refused.error().field, QStringLiteral("training.pipeline"));
         QCOMPARE(m_math.initialBuilds, built);
+        QCOMPARE(broker->quoteFor(pipelineJob()).error().field, QStringLiteral("training.pipeline"));
+    }
+
+    // A shard's stages go out together to waiting nodes; the broker relays their tensors and takes
+    // a stage's result only with the root of what it relayed; a stage's result is held, unpaid,
+    // until every stage of its shard has answered, then each is paid and the round aggregates the
+    // stages merged. A stage given back drops its partner's held result, and the shard's stages go
+    // out together again.
+    void aPipelinesStagesArePaidWhenEveryStageAnswered()
+    {
+        Broker::Options options;
+        options.sampling = { 0, 0.0 };
+        options.faucet = true;
+        options.pipelineJobs = true;
+        auto broker = open(QStringLiteral("pipeline-on"), options);
+        const auto quote = broker->quoteFor(pipelineJob());
+        QVERIFY(quote.ok());
+        QCOMPARE(quote->shards, 2); // one shard of two stage tasks
+        const auto jobId = *broker->submit(pipelineJob(), QStringLiteral("k"));
+        for (const auto* id : { "a", "b", "c", "d" }) {
+            auto info = node(QString::fromLatin1(id));
+            info.capabilities.append(capability::Pipeline);
+            QVERIFY(broker->registerNode(info).ok());
+        }
+        QVERIFY(!broker->assign(QStringLiteral("a"))->has_value()); // never one stage alone
+        QVERIFY(broker->assignPipeline({ QStringLiteral("a") })->isEmpty()); // one node of two
+        auto out = *broker->assignPipeline({ QStringLiteral("a"), QStringLiteral("b") });
+        QCOMPARE(out.size(), 2);
+        QCOMPARE(out[0].first, QStringLiteral("a"));
+        QCOMPARE(out[1].second.task.stage, 1);
+        QCOMPARE(out[1].second.task.shard, 0);
+        QVERIFY(broker->assignPipeline({ QStringLiteral("c") })->isEmpty());
+        // Stage 1 gives its task back: stage 0 is stopped, and the shard goes out again (not to b
+        // for a while).
+        QCOMPARE(*broker->acceptResult(QStringLiteral("b"), out[1].second.id,
+                     failure(out[1].second, QStringLiteral("disk full"), ShardResult::Outcome::Returned)),
+            Acceptance::Failed);
+        QVERIFY(broker
+                    ->relayTensor(QStringLiteral("a"), out[0].second.id, { 1, TensorKind::Activation, 0, 0, 0, 2048 },
+                        QByteArray(2048, 'x'))
+                    .error()
+                    .field
+            == QStringLiteral("assignment"));
+        out = *broker->assignPipeline({ QStringLiteral("b"), QStringLiteral("a"), QStringLiteral("c") });
+        QCOMPARE(out.size(), 2);
+        QCOMPARE(out[0].first, QStringLiteral("a"));
+        QCOMPARE(out[1].first, QStringLiteral("c"));
+        const QByteArray activation(2048, 'x');
+        auto forward = broker->relayTensor(
+            QStringLiteral("a"), out[0].second.id, { 1, TensorKind::Activation, 0, 0, 0, 2048 }, activation);
+        QVERIFY(forward.ok());
+        QCOMPARE(forward->node, QStringLiteral("c"));
+        const auto digest = Digest::ofBytes(activation);
+        auto first = answer(*broker, out[0].second, "stage0");
+        auto second = answer(*broker, out[1].second, "stage1");
+        first.tensorsRoot = stageTensorsRoot({ { true, 1, TensorKind::Activation, 0, 0, digest } });
+        second.tensorsRoot = stageTensorsRoot({ { false, 0, TensorKind::Activation, 0, 0, digest } });
+        // A root that is not what the broker relayed: refused, the pipeline stopped, and out again.
+        auto lying = second;
+        lying.tensorsRoot = stageTensorsRoot({});
+        QCOMPARE(deliver(*broker, QStringLiteral("c"), out[1].second.id, lying).error().field, QStringLiteral("tensorsRoot"));
+        out = *broker->assignPipeline({ QStringLiteral("c"), QStringLiteral("a"), QStringLiteral("d") });
+        QCOMPARE(out.size(), 2);
+        QCOMPARE(out[1].first, QStringLiteral("d"));
+        QVERIFY(
+            broker->relayTensor(QStringLiteral("a"), out[0].second.id, { 1, TensorKind::Activation, 0, 0, 0, 2048 }, activation)
+                .ok());
+        // Every activation and gradient of the pipeline has the first one's size.
+        QCOMPARE(broker
+                     ->relayTensor(
+                         QStringLiteral("d"), out[1].second.id, { 0, TensorKind::Gradient, 0, 0, 0, 1024 }, QByteArray(1024, 'g'))
+                     .error()
+                     .field,
+            QStringLiteral("size"));
+        first = answer(*broker, out[0].second, "stage0");
+        second = answer(*broker, out[1].second, "stage1");
+        first.tensorsRoot = stageTensorsRoot({ { true, 1, TensorKind::Activation, 0, 0, digest } });
+        second.tensorsRoot = stageTensorsRoot({ { false, 0, TensorKind::Activation, 0, 0, digest } });
+        const auto balance = [&](const char* id) {
+            return broker->account(QString::fromLatin1(id))->value(QStringLiteral("balance")).toString();
+        };
+        const auto before = balance("a");
+        QCOMPARE(*deliver(*broker, QStringLiteral("a"), out[0].second.id, first), Acceptance::Held);
+        QCOMPARE(balance("a"), before); // held: its partner has not answered
+        QCOMPARE(broker->status(jobId)->state, JobState::Running);
+        QCOMPARE(*deliver(*broker, QStringLiteral("d"), out[1].second.id, second), Acceptance::Held);
+        QVERIFY(balance("a") != before);
+        const auto status = *broker->status(jobId);
+        QCOMPARE(status.state, JobState::Finished);
+        QCOMPARE(*broker->blobs().read(status.weightsBlob), QByteArray("w0|stage0+stage1")); // merged in stage order
     }
 
     void onlyTheRoundsAJobAsksForAreEvaluated()
