@@ -634,7 +634,9 @@ struct NodeClient::Private {
             return hostReplica(paths);
         const auto& task = current->task;
         qCInfo(lcNode).noquote() << "training" << current->assignment << "(job" << task.jobId << "round" << task.round << "shard"
-                                 << task.shard << ")";
+                                 << task.shard
+                                 << (task.isStage() ? QStringLiteral("stage %1 of %2)").arg(task.stage + 1).arg(task.stages)
+                                                    : QStringLiteral(")"));
         const std::int64_t deadlineMs
             = current->deadlineAt > 0 ? std::max<std::int64_t>(1, current->deadlineAt - clock.nowMs()) : 0;
         executor.start(tag, current->assignment, current->task, *weights, paths, deadlineMs);
