@@ -181,7 +181,27 @@ QString describe(const core::broker::JobStatus& job)
                     .arg(serving.value(QStringLiteral("queued")).toInteger()
                         + serving.value(QStringLiteral("answering")).toInteger());
     } else if (job.state == core::broker::JobState::Running && job.shards > 0) {
-        line += QStringLiteral("  shards %1/%2").arg(job.shardsDone).arg(job.shards);
+        line += QStringLiteral("  %1 %2/%3")
+                    .arg(job.pipelines.isEmpty()
+                                && !job.spec.value(QStringLiteral("training")).toObject().contains(QStringLiteral("pipeline"))
+                            ? QStringLiteral("shards")
+                            : QStringLiteral("stage tasks"))
+                    .arg(job.shardsDone)
+                    .arg(job.shards);
+    }
+    for (const auto& value : job.pipelines) { // a pipeline job's shards in training: who holds each stage
+        const auto pipeline = value.toObject();
+        QStringList stages;
+        for (const auto& stage : pipeline.value(QStringLiteral("stages")).toArray()) {
+            const auto entry = stage.toObject();
+            stages.append(QStringLiteral("%1 on %2%3")
+                              .arg(entry.value(QStringLiteral("stage")).toInteger() + 1)
+                              .arg(entry.value(QStringLiteral("node")).toString().left(12))
+                              .arg(entry.value(QStringLiteral("answered")).toBool() ? QStringLiteral(" (done)") : QString()));
+        }
+        line += QStringLiteral("\n    shard %1: stage %2")
+                    .arg(pipeline.value(QStringLiteral("shard")).toInteger())
+                    .arg(stages.join(QStringLiteral(", stage ")));
     }
     if (!job.history.isEmpty() && job.inference == u"score")
         line += QStringLiteral("  mean loss %1 (perplexity %2)")

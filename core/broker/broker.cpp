@@ -697,13 +697,14 @@ Result<JobStatus> Broker::status(const QString& jobId)
     if (spec && spec->isInference())
         status.inference = nameOf(spec->inference.task);
     if (spec && job->state == JobState::Running) {
-        status.shards = spec->training.shardsPerRound;
+        status.shards = spec->unitsPerRound(); // a pipeline job's stage tasks
+        status.pipelines = m_pipelines.describe(jobId);
         auto answered = m_store->shardResultCount(jobId, job->round);
         if (!answered)
             return answered.error();
         status.shardsDone = *answered;
     } else if (spec) {
-        status.shards = status.shardsDone = job->state == JobState::Finished ? spec->training.shardsPerRound : 0;
+        status.shards = status.shardsDone = job->state == JobState::Finished ? spec->unitsPerRound() : 0;
     }
     if (auto escrow = m_stakes->escrow(jobId))
         status.escrow = *escrow;

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include <QJsonObject>
+
 namespace tessera::core::broker {
 
 void Pipelines::add(const ShardTask& task, std::vector<Stage> stages)
@@ -153,6 +155,26 @@ QList<QString> Pipelines::assignmentsOf(const QString& node) const
         }
     }
     return found;
+}
+
+QJsonArray Pipelines::describe(const QString& jobId) const
+{
+    std::map<std::int64_t, QJsonObject> byShard;
+    for (const auto& pipeline : m_pipelines) {
+        if (pipeline->task.jobId != jobId)
+            continue;
+        QJsonArray stages;
+        for (std::size_t s = 0; s < pipeline->stages.size(); ++s)
+            stages.append(
+                QJsonObject { { QStringLiteral("stage"), qint64(s) }, { QStringLiteral("node"), pipeline->stages[s].node },
+                    { QStringLiteral("answered"), bool(pipeline->answered[s]) } });
+        byShard[pipeline->task.shard]
+            = QJsonObject { { QStringLiteral("shard"), qint64(pipeline->task.shard) }, { QStringLiteral("stages"), stages } };
+    }
+    QJsonArray list;
+    for (const auto& [shard, entry] : byShard)
+        list.append(entry);
+    return list;
 }
 
 QList<QString> Pipelines::assignmentsOfJob(const QString& jobId) const

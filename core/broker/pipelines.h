@@ -8,6 +8,7 @@
 #include <QByteArray>
 #include <QCryptographicHash>
 #include <QHash>
+#include <QJsonArray>
 #include <QList>
 #include <QString>
 
@@ -72,6 +73,8 @@ public:
     QList<QString> assignmentsOf(const QString& node) const;
     // One stage of each pipeline of a job.
     QList<QString> assignmentsOfJob(const QString& jobId) const;
+    // A job's pipelines for its status: [{shard, stages: [{stage, node, answered}]}], by shard.
+    QJsonArray describe(const QString& jobId) const;
     bool empty() const { return m_pipelines.empty(); }
 
 private:

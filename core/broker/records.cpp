@@ -63,6 +63,8 @@ QJsonObject JobStatus::toJson() const
         json.insert(QStringLiteral("inference"), inference);
     if (!serving.isEmpty())
         json.insert(QStringLiteral("serving"), serving);
+    if (!pipelines.isEmpty())
+        json.insert(QStringLiteral("pipelines"), pipelines);
     if (!failure.isEmpty())
         json.insert(QStringLiteral("failure"), failure);
     if (!spec.isEmpty())
@@ -96,6 +98,7 @@ JobStatus JobStatus::fromJson(const QJsonObject& json)
     job.shardsDone = integer(json, "shardsDone");
     job.inference = text(json, "inference");
     job.serving = json.value(QStringLiteral("serving")).toObject();
+    job.pipelines = json.value(QStringLiteral("pipelines")).toArray();
     for (const auto& value : json.value(QStringLiteral("history")).toArray()) {
         const auto r = value.toObject();
         job.history.append({ integer(r, "round"), r.value(QStringLiteral("testLoss")).toDouble(),

@@ -5,6 +5,7 @@
 #include "../hash.h"
 #include "states.h"
 
+#include <QJsonArray>
 #include <QJsonObject>
 #include <QList>
 #include <QString>
@@ -51,6 +52,9 @@ struct JobStatus {
     std::int64_t shardsDone = 0;
     QString inference; // an inference job's task ("classify", "generate", "score", "serve"); empty for training
     QJsonObject serving; // a running served job: replicas, answered, checked, tokens, answering, queued, endsAt
+    // A pipeline job's shards in training (docs/PROTOCOL.md, "Stage tasks"): [{shard, stages:
+    // [{stage, node, answered}]}], each stage's node and whether it answered.
+    QJsonArray pipelines;
     bool full = true; // false: what another identity sees (id, state and progress only)
 
     QJsonObject toJson() const;

@@ -395,6 +395,16 @@ private Q_SLOTS:
         const auto before = balance("a");
         QCOMPARE(*deliver(*broker, QStringLiteral("a"), out[0].second.id, first), Acceptance::Held);
         QCOMPARE(balance("a"), before); // held: its partner has not answered
+        // The job's status lists who holds each stage, and which answered; it counts stage tasks.
+        const auto running = *broker->status(jobId);
+        QCOMPARE(running.shards, 2);
+        QCOMPARE(running.pipelines.size(), 1);
+        const auto stages = running.pipelines[0].toObject().value(QStringLiteral("stages")).toArray();
+        QCOMPARE(stages.size(), 2);
+        QCOMPARE(stages[1].toObject().value(QStringLiteral("node")).toString(), QStringLiteral("d"));
+        QVERIFY(stages[0].toObject().value(QStringLiteral("answered")).toBool());
+        QVERIFY(!stages[1].toObject().value(QStringLiteral("answered")).toBool());
+        QCOMPARE(JobStatus::fromJson(running.toJson()).pipelines, running.pipelines);
         QCOMPARE(broker->status(jobId)->state, JobState::Running);
         QCOMPARE(*deliver(*broker, QStringLiteral("d"), out[1].second.id, second), Acceptance::Held);
         QVERIFY(balance("a") != before);
