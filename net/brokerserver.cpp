@@ -539,12 +539,14 @@ void BrokerServer::serveWhileBusy()
 
 namespace {
 
-// What a peer may be answered while the broker computes: reads that change nothing.
+// What a peer may be answered while the broker computes: reads that change nothing, and a
+// pipeline's tensors (the relay's memory only, never the database), which its stages wait on.
 bool servedWhileBusy(const QList<QByteArray>& frames)
 {
     if (frames.size() < 2 || frames[1].size() != 1)
         return false;
     switch (Command(quint8(frames[1][0]))) {
+    case Command::Tensor:
     case Command::Status:
     case Command::List:
     case Command::Nodes:

@@ -189,6 +189,14 @@ Status Broker::adoptJob(const QString& jobId)
 
 void Broker::forgetJob(const QString& jobId)
 {
+    // Its pipelines are the new holder's to hand out again: forgotten here, their stages told to stop.
+    for (const auto& assignment : m_pipelines.assignmentsOfJob(jobId)) {
+        for (const auto& stage : m_pipelines.stagesOf(assignment))
+            m_notices.add(Notice::Kind::Stop, stage.node,
+                { { QStringLiteral("assignment"), stage.assignment },
+                    { QStringLiteral("reason"), QStringLiteral("another broker of the network holds the job now") } });
+        m_pipelines.remove(assignment);
+    }
     m_serving->remove(jobId, QStringLiteral("another broker of the network holds the job now"));
     m_scheduler.remove(jobId);
     m_roundsToFinish.remove(jobId);
@@ -1020,6 +1028,10 @@ void Broker::stopPipelineOf(const QString& assignmentId, const QString& why, boo
         return;
     m_pipelines.remove(assignmentId);
     for (const auto& stage : stages) {
+        // Only the job's broker changes its rows (forgetJob forgets the pipelines of a job it lost).
+        auto owned = m_store->assignment(stage.assignment);
+        if (owned && *owned && !holds((**owned).jobId))
+            return;
         if (stage.assignment == assignmentId && !named)
             continue; // its own result says what became of it
         auto row = m_store->assignment(stage.assignment);
@@ -1027,9 +1039,14 @@ void Broker::stopPipelineOf(const QString& assignmentId, const QString& why, boo
             continue;
         const auto& given = **row;
         if (given.state == AssignmentState::Answered) {
-            // A stage's result held for its partners': dropped, and the stage goes out again with them.
+            // A stage's result held for its partners': dropped (its node told so, to let go of what
+            // it kept for it), and the stage goes out again with them.
             warnIfFailed(m_store->dropSampledResult(given.jobId, given.round, given.shard));
             m_scheduler.reopen(given.jobId, given.round, given.shard);
+            m_notices.add(Notice::Kind::Verdict, stage.node,
+                { { QStringLiteral("assignment"), stage.assignment }, { QStringLiteral("state"), QStringLiteral("rejected") },
+                    { QStringLiteral("detail"),
+                        QStringLiteral("its pipeline stopped (%1): the shard is trained again").arg(why) } });
             continue;
         }
         if (given.state != AssignmentState::Active)
@@ -1064,44 +1081,51 @@ Status Broker::completePipeline(const AssignmentRow& assignment, const JobRow& j
     if (!m_pipelines.answered(assignment.id))
         return {};
     const auto stages = m_pipelines.stagesOf(assignment.id);
-    m_pipelines.remove(assignment.id);
+    // Whatever stops the payment below drops the held results and hands the shard out again.
+    auto undo = [&](const Error& error) -> Status {
+        stopPipelineOf(assignment.id, error.message, true);
+        return error;
+    };
     auto escrow = m_stakes->escrow(job.id);
     if (!escrow)
-        return escrow.error();
+        return undo(escrow.error());
     const auto owed = job.pricePerShard.checkedMultiply(std::int64_t(stages.size()));
-    if (!owed || *escrow < *owed)
-        return failJob(job.id,
-            QStringLiteral("the budget is spent (%1 credits left, a pipeline's stages pay %2)")
-                .arg(escrow->toString(), owed ? owed->toString() : QStringLiteral("more")));
+    if (!owed || *escrow < *owed) {
+        const QString why = QStringLiteral("the budget is spent (%1 credits left, a pipeline's stages pay %2)")
+                                .arg(escrow->toString(), owed ? owed->toString() : QStringLiteral("more"));
+        stopPipelineOf(assignment.id, why, true);
+        return failJob(job.id, why);
+    }
     auto transaction = m_store->begin();
     if (!transaction)
-        return transaction.error();
-    QList<std::pair<QString, QString>> paid; // node, assignment
+        return undo(transaction.error());
+    QList<std::tuple<QString, QString, QString>> paid; // node, assignment, the payment's cause
     for (const auto& stage : stages) {
         auto row = m_store->assignment(stage.assignment);
         if (!row)
-            return row.error();
+            return undo(row.error());
         if (!*row)
             continue;
         const auto unit = (**row).shard;
         const auto S = std::int64_t(stages.size());
         if (auto status = m_store->setResultState(job.id, assignment.round, unit, ResultState::Accepted); !status)
-            return status;
-        auto pay = m_stakes->payFromEscrow(job.id, stage.node, job.pricePerShard,
-            QStringLiteral("pay:%1/%2/%3").arg(job.id).arg(assignment.round).arg(unit),
+            return undo(status.error());
+        const QString cause = QStringLiteral("pay:%1/%2/%3").arg(job.id).arg(assignment.round).arg(unit);
+        auto pay = m_stakes->payFromEscrow(job.id, stage.node, job.pricePerShard, cause,
             QStringLiteral("stage %1 of shard %2 of round %3").arg(unit % S).arg(unit / S).arg(assignment.round));
         if (!pay)
-            return pay.error();
+            return undo(pay.error());
         if (auto status = m_store->countShardDone(stage.node, m_clock.nowMs(), BrokerStore::Streak::Grows); !status)
-            return status;
-        paid.append({ stage.node, stage.assignment });
+            return undo(status.error());
+        paid.append({ stage.node, stage.assignment, cause });
     }
     if (auto committed = transaction->commit(); !committed)
-        return committed.error().toError();
-    for (const auto& [node, given] : paid)
+        return undo(committed.error().toError());
+    m_pipelines.remove(assignment.id);
+    for (const auto& [node, given, cause] : paid)
         m_notices.add(Notice::Kind::Verdict, node,
             { { QStringLiteral("assignment"), given }, { QStringLiteral("state"), QStringLiteral("paid") },
-                { QStringLiteral("paid"), job.pricePerShard.toString() },
+                { QStringLiteral("paid"), job.pricePerShard.toString() }, { QStringLiteral("cause"), cause },
                 { QStringLiteral("detail"), QStringLiteral("every stage of the pipeline answered") } });
     return finishRoundIfComplete(job.id, spec, assignment.round);
 }
@@ -1415,6 +1439,11 @@ Result<Acceptance> Broker::acceptCompleted(
             m_scheduler.release(assignment.jobId, assignment.id);
             m_scheduler.returnedBy(assignment.jobId, assignment.shard, assignment.node, m_clock.nowMs());
             m_scheduler.exclude(assignment.jobId, assignment.node);
+        }
+        if (spec.stagesPerShard() > 1) { // refused as a lie or of the wrong form: its partners cannot go on
+            auto row = m_store->assignment(assignment.id);
+            if (row && *row && (**row).state != AssignmentState::Active)
+                stopPipelineOf(assignment.id, admitted.error().toString());
         }
         return admitted.error();
     }

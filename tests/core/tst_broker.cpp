@@ -368,10 +368,17 @@ private Q_SLOTS:
         auto second = answer(*broker, out[1].second, "stage1");
         first.tensorsRoot = stageTensorsRoot({ { true, 1, TensorKind::Activation, 0, 0, digest } });
         second.tensorsRoot = stageTensorsRoot({ { false, 0, TensorKind::Activation, 0, 0, digest } });
-        // A root that is not what the broker relayed: refused, the pipeline stopped, and out again.
+        // Stage 0 answers (held); stage 1's root is not what the broker relayed: refused, the
+        // pipeline stopped, stage 0's held result dropped (its node told so), and out again.
+        (void)broker->takeNotices();
+        QCOMPARE(*deliver(*broker, QStringLiteral("a"), out[0].second.id, first), Acceptance::Held);
         auto lying = second;
         lying.tensorsRoot = stageTensorsRoot({});
         QCOMPARE(deliver(*broker, QStringLiteral("c"), out[1].second.id, lying).error().field, QStringLiteral("tensorsRoot"));
+        const auto notices = broker->takeNotices();
+        QVERIFY(std::any_of(notices.begin(), notices.end(), [&](const Notice& notice) {
+            return notice.nodeId == QStringLiteral("a") && notice.body.value(QStringLiteral("state")).toString() == u"rejected";
+        }));
         out = *broker->assignPipeline({ QStringLiteral("c"), QStringLiteral("a"), QStringLiteral("d") });
         QCOMPARE(out.size(), 2);
         QCOMPARE(out[1].first, QStringLiteral("d"));
