@@ -1069,11 +1069,26 @@ void Broker::stopLatePipelines()
 Status Broker::checkStageResult(const AssignmentRow& assignment, const ShardResult& result)
 {
     const auto relayed = m_pipelines.rootOf(assignment.id);
+    Status checked;
     if (!relayed)
-        return Error { QStringLiteral("assignment"), QStringLiteral("the stage's pipeline was stopped") };
-    if (result.tensorsRoot != *relayed)
-        return Error { QStringLiteral("tensorsRoot"), QStringLiteral("not the root of the tensors the broker relayed") };
-    return {};
+        checked = Error { QStringLiteral("assignment"), QStringLiteral("the stage's pipeline was stopped") };
+    else if (result.tensorsRoot != *relayed)
+        checked = Error { QStringLiteral("tensorsRoot"), QStringLiteral("not the root of the tensors the broker relayed") };
+    if (!checked) { // refused: the pipeline stops, and this node does not get the shard again for a while
+        stopPipelineOf(assignment.id, checked.error().toString());
+        warnIfFailed(m_store->setAssignmentState(assignment.id, AssignmentState::Returned));
+        m_scheduler.release(assignment.jobId, assignment.id);
+        m_scheduler.returnedBy(assignment.jobId, assignment.shard, assignment.node, m_clock.nowMs());
+    }
+    return checked;
+}
+
+void Broker::refusedStage(const AssignmentRow& assignment, const Error& why)
+{
+    // Refused as a lie or of the wrong form (no longer active): its partners cannot go on.
+    auto row = m_store->assignment(assignment.id);
+    if (row && *row && (**row).state != AssignmentState::Active)
+        stopPipelineOf(assignment.id, why.toString());
 }
 
 Status Broker::completePipeline(const AssignmentRow& assignment, const JobRow& job, const JobSpec& spec)
@@ -1440,22 +1455,14 @@ Result<Acceptance> Broker::acceptCompleted(
             m_scheduler.returnedBy(assignment.jobId, assignment.shard, assignment.node, m_clock.nowMs());
             m_scheduler.exclude(assignment.jobId, assignment.node);
         }
-        if (spec.stagesPerShard() > 1) { // refused as a lie or of the wrong form: its partners cannot go on
-            auto row = m_store->assignment(assignment.id);
-            if (row && *row && (**row).state != AssignmentState::Active)
-                stopPipelineOf(assignment.id, admitted.error().toString());
-        }
+        if (spec.stagesPerShard() > 1)
+            refusedStage(assignment, admitted.error());
         return admitted.error();
     }
     const bool stage = spec.stagesPerShard() > 1;
     if (stage) {
-        if (auto status = checkStageResult(assignment, result); !status) {
-            stopPipelineOf(assignment.id, status.error().toString());
-            warnIfFailed(m_store->setAssignmentState(assignment.id, AssignmentState::Returned));
-            m_scheduler.release(assignment.jobId, assignment.id);
-            m_scheduler.returnedBy(assignment.jobId, assignment.shard, assignment.node, m_clock.nowMs());
+        if (auto status = checkStageResult(assignment, result); !status)
             return status.error();
-        }
     }
     // A stage's result is held, unpaid, until every stage of its pipeline has answered
     // (completePipeline), and dropped if the pipeline stops first.

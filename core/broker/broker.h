@@ -324,7 +324,10 @@ private:
     void stopLatePipelines();
     // A stage's result checked against what the broker relayed (its tensorsRoot); its pipeline
     // forgotten once every stage answered.
+    // An error refuses the result (not counted); the pipeline is stopped and handed out again.
     Status checkStageResult(const AssignmentRow& assignment, const ShardResult& result);
+    // A stage's result the verifier refused: its pipeline stopped where the stage is over.
+    void refusedStage(const AssignmentRow& assignment, const Error& why);
     // The shard an assignment's task is of (a pipeline job's assignments are of stage units).
     std::int64_t shardOf(const AssignmentRow& assignment);
     // A served job whose time is up: finished, what is left of its budget back to its owner.
