@@ -211,20 +211,29 @@ Status LogWatch::breakNetwork(const QString& network, const QString& broker, con
 {
     m_broken.insert(network, QStringLiteral("%1: %2").arg(broker, why));
     m_brokenBrokers.insert(broker);
-    qCCritical(lcLogWatch).noquote() << "LEDGER LOG BROKEN: network" << network << "broker" << broker << why
-                                     << "- no more work for this network; evidence in log-evidence/";
-    if (m_directory.isEmpty())
+    // Said once the evidence is on disk: whoever reads the line finds the file.
+    auto say = [&] {
+        qCCritical(lcLogWatch).noquote() << "LEDGER LOG BROKEN: network" << network << "broker" << broker << why
+                                         << "- no more work for this network; evidence in log-evidence/";
+    };
+    if (m_directory.isEmpty()) {
+        say();
         return {};
+    }
     QDir folder(QDir(m_directory).filePath(QStringLiteral("log-evidence")));
-    if (!folder.mkpath(QStringLiteral(".")))
+    if (!folder.mkpath(QStringLiteral("."))) {
+        say();
         return Error { folder.path(), QStringLiteral("cannot make the evidence folder") };
+    }
     QJsonObject document = evidence;
     document.insert(QStringLiteral("network"), network);
     document.insert(QStringLiteral("broker"), broker);
     document.insert(QStringLiteral("why"), why);
     document.insert(QStringLiteral("at"), QDateTime::currentDateTimeUtc().toString(Qt::ISODateWithMs));
     QSaveFile file(folder.filePath(QStringLiteral("%1-%2.json").arg(network).arg(QDateTime::currentMSecsSinceEpoch())));
-    if (!file.open(QIODevice::WriteOnly) || file.write(QJsonDocument(document).toJson()) < 0 || !file.commit())
+    const bool written = file.open(QIODevice::WriteOnly) && file.write(QJsonDocument(document).toJson()) >= 0 && file.commit();
+    say();
+    if (!written)
         return Error { file.fileName(), QStringLiteral("cannot write the evidence") };
     return {};
 }
