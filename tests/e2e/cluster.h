@@ -64,6 +64,24 @@ inline int freePort()
     qFatal("no free port between 20000 and the kernel's ephemeral range");
 }
 
+// A job trained by tessera-node train-local into `directory`: the canonical hash of its final
+// weights (empty when it failed) and what it printed.
+struct Local {
+    QString hash;
+    QString output;
+};
+inline Local trainLocally(const QString& jobFile, const QString& directory)
+{
+    const auto local = run(Bin + QStringLiteral("/tessera-node"),
+        { QStringLiteral("--config"), QStringLiteral("/dev/null"), QStringLiteral("train-local"), jobFile,
+            QStringLiteral("--out"), directory });
+    QFile report(QDir(directory).filePath(QStringLiteral("report.json")));
+    if (local.exitCode != 0 || !report.open(QIODevice::ReadOnly))
+        return { {}, local.output };
+    return { QJsonDocument::fromJson(report.readAll()).object().value(QStringLiteral("finalWeightsHash")).toString(),
+        local.output };
+}
+
 // A broker and nodes in a scratch folder, stopped (SIGKILL) when the cluster goes out of scope, on
 // the rules of scripts/lib/cluster.sh: a free port below the ephemeral range, `[Broker]
 // DataDirectory, Faucet` plus the test's settings (CanaryPercent=0 unless a test says otherwise: the

@@ -16,24 +16,6 @@ private:
     QString m_baseline; // canonical hash of train-local's final weights
     QTemporaryDir m_dir;
 
-    // A job trained by train-local into DIR: the canonical hash of its final weights (empty when it
-    // failed) and what it printed.
-    struct Local {
-        QString hash;
-        QString output;
-    };
-    static Local trainLocally(const QString& jobFile, const QString& directory)
-    {
-        const auto local = run(Bin + QStringLiteral("/tessera-node"),
-            { QStringLiteral("--config"), QStringLiteral("/dev/null"), QStringLiteral("train-local"), jobFile,
-                QStringLiteral("--out"), directory });
-        QFile report(QDir(directory).filePath(QStringLiteral("report.json")));
-        if (local.exitCode != 0 || !report.open(QIODevice::ReadOnly))
-            return { {}, local.output };
-        return { QJsonDocument::fromJson(report.readAll()).object().value(QStringLiteral("finalWeightsHash")).toString(),
-            local.output };
-    }
-
 private Q_SLOTS:
     void initTestCase()
     {

@@ -12,21 +12,6 @@ class PipelineTest : public QObject {
 private:
     QTemporaryDir m_dir;
 
-    struct Local {
-        QString hash;
-        QString output;
-    };
-    static Local trainLocally(const QString& jobFile, const QString& directory)
-    {
-        const auto local = run(Bin + QStringLiteral("/tessera-node"),
-            { QStringLiteral("--config"), QStringLiteral("/dev/null"), QStringLiteral("train-local"), jobFile,
-                QStringLiteral("--out"), directory });
-        QFile report(QDir(directory).filePath(QStringLiteral("report.json")));
-        if (local.exitCode != 0 || !report.open(QIODevice::ReadOnly))
-            return { {}, local.output };
-        return { QJsonDocument::fromJson(report.readAll()).object().value(QStringLiteral("finalWeightsHash")).toString(),
-            local.output };
-    }
     QString writeJob(std::int64_t stages)
     {
         const QString file = m_dir.filePath(QStringLiteral("pipeline-%1.json").arg(stages));
