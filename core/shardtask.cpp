@@ -34,6 +34,8 @@ QList<Digest> ShardTask::inputBlobs() const
     if (dataset.source != DatasetSpec::Source::Builtin && !dataset.testSha256.isNull())
         blobs.append(dataset.testSha256);
     blobs.append(dataChunks);
+    if (!stageInputs.isNull())
+        blobs.append(stageInputs);
     if (inference && !inference->promptsSha256.isNull())
         blobs.append(inference->promptsSha256);
     return blobs;
@@ -47,7 +49,8 @@ Result<ShardTask> ShardTask::fromJson(const QJsonObject& json)
         QStringLiteral("threads"), QStringLiteral("checkpointInterval"), QStringLiteral("model"), QStringLiteral("dataset"),
         QStringLiteral("optimizer"), QStringLiteral("startWeights"), QStringLiteral("compression"),
         QStringLiteral("optimizerState"), QStringLiteral("determinism"), QStringLiteral("dataChunks"),
-        QStringLiteral("microBatches"), QStringLiteral("stage"), QStringLiteral("stages"), QStringLiteral("inference") });
+        QStringLiteral("microBatches"), QStringLiteral("stage"), QStringLiteral("stages"), QStringLiteral("stageInputs"),
+        QStringLiteral("inference") });
     constexpr std::int64_t MaxIndex = std::int64_t(1) << 40;
     ShardTask task;
     task.jobId = reader.string(u"jobId");
@@ -74,6 +77,7 @@ Result<ShardTask> ShardTask::fromJson(const QJsonObject& json)
     task.microBatches = reader.integer(u"microBatches", 1, TrainingSpec::Pipeline::MaxMicroBatches, Presence::Optional, 1);
     task.stages = reader.integer(u"stages", 1, TrainingSpec::Pipeline::MaxStages, Presence::Optional, 1);
     task.stage = reader.integer(u"stage", 0, TrainingSpec::Pipeline::MaxStages - 1, Presence::Optional, 0);
+    task.stageInputs = reader.digest(u"stageInputs", Presence::Optional);
     task.dataChunks = reader.digestList(u"dataChunks", JsonReader::MaxListLength, Presence::Optional);
     if (reader.ok() && !task.dataChunks.isEmpty() && task.dataset.source != DatasetSpec::Source::Chunks)
         reader.fail(u"dataChunks", QStringLiteral("only a chunked dataset has chunks"));
@@ -117,6 +121,8 @@ QJsonObject ShardTask::toJson() const
         json.insert(QStringLiteral("stage"), static_cast<qint64>(stage));
         json.insert(QStringLiteral("stages"), static_cast<qint64>(stages));
     }
+    if (!stageInputs.isNull())
+        json.insert(QStringLiteral("stageInputs"), stageInputs.toHex());
     if (!dataChunks.isEmpty()) {
         QJsonArray chunks;
         for (const auto& chunk : dataChunks)
@@ -135,6 +141,8 @@ Status ShardTask::validate() const
     if (sampleEnd <= sampleBegin)
         return Error { QStringLiteral("sampleEnd"),
             QStringLiteral("the sample range [%1, %2) is empty").arg(sampleBegin).arg(sampleEnd) };
+    if (!stageInputs.isNull() && !isStage())
+        return Error { QStringLiteral("stageInputs"), QStringLiteral("only a stage task has inputs") };
     if (inference)
         return validateInference();
     // Micro-batches are the pipeline's: a portable zoo gpt without dropout (dropout's streams are a

@@ -49,6 +49,11 @@ struct ShardTask {
     std::int64_t stage = 0;
     std::int64_t stages = 1;
     bool isStage() const { return stages > 1; }
+    // A stage task re-executed (a check, docs/VERIFICATION.md, "Pipeline stages"): the blob of what
+    // the stage received (core::StageInputs), which it reads instead of trading with live stages.
+    // Null: a stage that trains with its partners.
+    Digest stageInputs;
+    bool isLiveStage() const { return isStage() && stageInputs.isNull(); }
     // A chunked dataset: the chunks of its manifest that the task's steps read (core/datasetchunks.h),
     // which is what a node fetches of the corpus.
     QList<Digest> dataChunks;

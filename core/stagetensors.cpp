@@ -38,4 +38,52 @@ Digest stageTensorsRoot(const QList<StageTensor>& tensors)
     return Digest::ofBytes(lines.join());
 }
 
+QByteArray StageInputs::record(std::int64_t from, TensorKind kind, std::int64_t step, std::int64_t micro, const QByteArray& bytes)
+{
+    return QByteArray::number(static_cast<qint64>(from)) + ' ' + nameOf(kind).toLatin1() + ' '
+        + QByteArray::number(static_cast<qint64>(step)) + ' ' + QByteArray::number(static_cast<qint64>(micro)) + ' '
+        + QByteArray::number(bytes.size()) + '\n' + bytes;
+}
+
+Result<StageInputs> StageInputs::parse(const QByteArray& file)
+{
+    auto bad = [](const QString& why) { return Error { QStringLiteral("stageInputs"), why }; };
+    const QByteArray magic(Magic);
+    if (!file.startsWith(magic))
+        return bad(QStringLiteral("not a stage's inputs (no \"tessera-stage-inputs 1\" line)"));
+    StageInputs inputs;
+    qsizetype at = magic.size();
+    while (at < file.size()) {
+        const auto end = file.indexOf('\n', at);
+        if (end < 0 || end - at > 200)
+            return bad(QStringLiteral("a damaged line at byte %1").arg(at));
+        const auto fields = file.mid(at, end - at).split(' ');
+        bool ok[4] = {};
+        std::int64_t numbers[4] = {};
+        const std::size_t positions[4] = { 0, 2, 3, 4 };
+        for (std::size_t i = 0; i < 4 && fields.size() == 5; ++i)
+            numbers[i] = fields[qsizetype(positions[i])].toLongLong(&ok[i]);
+        const auto kind = fields.size() == 5 ? tensorKindNamed(QString::fromLatin1(fields[1])) : std::nullopt;
+        if (!kind || !ok[0] || !ok[1] || !ok[2] || !ok[3] || numbers[0] < 0 || numbers[1] < 0 || numbers[2] < 0 || numbers[3] < 0)
+            return bad(QStringLiteral("a damaged line at byte %1").arg(at));
+        const auto size = numbers[3];
+        if (size > file.size() - (end + 1))
+            return bad(QStringLiteral("the tensor at byte %1 is cut short").arg(at));
+        const Key key { numbers[0], int(*kind), numbers[1], numbers[2] };
+        if (inputs.m_tensors.contains(key))
+            return bad(QStringLiteral("a tensor twice, at byte %1").arg(at));
+        inputs.m_tensors.emplace(key, file.mid(end + 1, qsizetype(size)));
+        at = end + 1 + qsizetype(size);
+    }
+    return inputs;
+}
+
+std::optional<QByteArray> StageInputs::find(std::int64_t from, TensorKind kind, std::int64_t step, std::int64_t micro) const
+{
+    const auto it = m_tensors.find({ from, int(kind), step, micro });
+    if (it == m_tensors.end())
+        return std::nullopt;
+    return it->second;
+}
+
 } // namespace tessera::core

@@ -3,11 +3,14 @@
 #include "error.h"
 #include "hash.h"
 
+#include <QByteArray>
 #include <QList>
 #include <QString>
 
 #include <cstdint>
+#include <map>
 #include <optional>
+#include <tuple>
 
 namespace tessera::core {
 
@@ -32,5 +35,25 @@ struct StageTensor {
 // "sent|received PEER KIND STEP MICRO SHA256HEX\n", the lines sorted bytewise (a stage and the
 // broker that relays its tensors see them in different orders).
 Digest stageTensorsRoot(const QList<StageTensor>& tensors);
+
+// What a stage received in one shard, as the broker relayed it (docs/PROTOCOL.md, "Stage inputs"):
+// the blob a re-execution of the stage reads its neighbours' tensors from (ShardTask::stageInputs).
+// The file: the line "tessera-stage-inputs 1\n", then for each tensor, in the order it came whole,
+// the line "FROM KIND STEP MICRO BYTES\n" and its BYTES bytes.
+class StageInputs {
+public:
+    static constexpr const char* Magic = "tessera-stage-inputs 1\n";
+    // The record of one tensor: its line and its bytes, to append to the file.
+    static QByteArray record(std::int64_t from, TensorKind kind, std::int64_t step, std::int64_t micro, const QByteArray& bytes);
+    // A file read back; an error names what is wrong (a damaged line, a tensor twice, bytes missing).
+    static Result<StageInputs> parse(const QByteArray& file);
+    // The tensor stage `from` sent of this kind for (step, micro-batch), if it was received.
+    std::optional<QByteArray> find(std::int64_t from, TensorKind kind, std::int64_t step, std::int64_t micro) const;
+    qsizetype size() const { return qsizetype(m_tensors.size()); }
+
+private:
+    using Key = std::tuple<std::int64_t, int, std::int64_t, std::int64_t>; // from, kind, step, micro
+    std::map<Key, QByteArray> m_tensors;
+};
 
 } // namespace tessera::core

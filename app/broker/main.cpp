@@ -201,7 +201,6 @@ core::broker::Broker::Options brokerOptionsFrom(const core::settings::Settings& 
 {
     core::broker::Broker::Options brokerOptions;
     brokerOptions.faucet = settings.boolValue(names::BrokerFaucet);
-    brokerOptions.pipelineJobs = settings.boolValue(names::BrokerPipelineJobs);
     brokerOptions.pricePerUnit = core::Credits::fromMicro(settings.intValue(names::BrokerPricePerUnitMicro));
     brokerOptions.minStake = core::Credits::fromMicro(settings.intValue(names::BrokerMinStakeMicro));
     brokerOptions.sampling.warmup = settings.intValue(names::BrokerSamplingWarmup);

@@ -207,7 +207,7 @@ void ComputeExecutor::start(const QString& tag, const QString& assignment, const
         QMutexLocker lock(&m_mutex);
         m_pending.insert(keyOf(task.jobId, task.round, task.shard), { tag, assignment });
         m_blobPaths.insert(blobPaths);
-        if (task.isStage()) {
+        if (task.isLiveStage()) { // a re-executed stage reads its recorded inputs instead
             link = std::make_shared<NetLink>(
                 *this, tag, assignment, 2 * task.microBatches + 2 * task.stages, deadlineMs > 0 ? timeLimitFor(deadlineMs) : 0);
             m_links.insert(assignment, link);

@@ -29,4 +29,29 @@ public:
     virtual core::Result<QByteArray> receive(std::int64_t from, Kind kind, std::int64_t step, std::int64_t micro) = 0;
 };
 
+// A stage re-executed from what it received (core::ShardTask::stageInputs, docs/VERIFICATION.md,
+// "Pipeline stages"): each receive is served from the broker's record, each send goes nowhere (the
+// run still logs its hash for tensorsRoot). A tensor the record lacks fails the stage.
+class RecordedStageLink final : public StageLink {
+public:
+    explicit RecordedStageLink(core::StageInputs inputs)
+        : m_inputs(std::move(inputs))
+    { }
+    core::Status send(std::int64_t, Kind, std::int64_t, std::int64_t, const QByteArray&) override { return {}; }
+    core::Result<QByteArray> receive(std::int64_t from, Kind kind, std::int64_t step, std::int64_t micro) override
+    {
+        if (auto bytes = m_inputs.find(from, kind, step, micro))
+            return *bytes;
+        return core::Error { QStringLiteral("stageInputs"),
+            QStringLiteral("the stage's recorded inputs have no %1 from stage %2 for step %3, micro-batch %4")
+                .arg(core::nameOf(kind))
+                .arg(from)
+                .arg(step + 1)
+                .arg(micro) };
+    }
+
+private:
+    core::StageInputs m_inputs;
+};
+
 } // namespace tessera::compute

@@ -71,6 +71,7 @@ struct Replay {
     QByteArray weights;
     core::Digest weightsHash;
     QString runtimeProfile;
+    core::Digest tensorsRoot; // a stage task replayed whole: the root of what it sent and received
 };
 
 // Model weights as they travel: a dict of tensors in PyTorch's pickle format (torch.load reads it),

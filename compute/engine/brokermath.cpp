@@ -152,7 +152,8 @@ core::Result<BrokerMath::Replay> BrokerMath::replay(const core::ShardTask& task,
                                : replayShard(task, from, state, expected, to, roundWeights, m_environment);
         if (!replayed)
             return replayed.error();
-        return Replay { replayed->checkpoints, replayed->weightsHash, replayed->weights, replayed->runtimeProfile };
+        return Replay { replayed->checkpoints, replayed->weightsHash, replayed->weights, replayed->runtimeProfile,
+            replayed->tensorsRoot };
     });
 }
 

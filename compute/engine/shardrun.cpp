@@ -64,6 +64,7 @@ struct ShardRun::Private {
     // stages, and every tensor it traded.
     std::set<std::string> stageParameters;
     StageLink* link = nullptr;
+    std::unique_ptr<StageLink> recorded; // a re-executed stage's (task.stageInputs), which link points to
     QList<StageTensor> tensors;
     bool linkBroken = false;
 
@@ -143,6 +144,21 @@ core::Result<std::unique_ptr<ShardRun::Private>> prepare(const core::ShardTask& 
             return core::Error { QStringLiteral("stages"),
                 parameters ? QStringLiteral("the stage holds no parameters") : parameters.error().message };
         d->stageParameters = std::move(*parameters);
+    }
+    if (!task.stageInputs.isNull()) {
+        const auto file = environment.blobPath ? environment.blobPath(task.stageInputs) : std::nullopt;
+        auto bytes = file ? core::readFile(*file)
+                          : core::Result<QByteArray>(core::Error { QStringLiteral("stageInputs"),
+                              QStringLiteral("the stage's recorded inputs %1 are not here").arg(task.stageInputs.toHex()) });
+        if (!bytes)
+            return bytes.error();
+        if (core::Digest::ofBytes(*bytes) != task.stageInputs)
+            return core::Error { QStringLiteral("stageInputs"), QStringLiteral("the stage's recorded inputs are damaged") };
+        auto inputs = core::StageInputs::parse(*bytes);
+        if (!inputs)
+            return inputs.error();
+        d->recorded = std::make_unique<RecordedStageLink>(std::move(*inputs));
+        d->link = d->recorded.get();
     }
     return d;
 }
@@ -641,7 +657,7 @@ void ShardRun::spillTo(const QString& startWeightsFile, const QString& keptState
 
 void ShardRun::setStageLink(StageLink* link)
 {
-    d->link = link;
+    d->link = link ? link : d->recorded.get(); // none: a re-executed stage keeps its recorded inputs
 }
 
 void ShardRun::setKeepsCheckpointState(bool keeps)
@@ -813,6 +829,8 @@ core::Result<Replay> replayShard(const core::ShardTask& task, std::int64_t from,
         replay.weightsHash = canonicalHash(d.model->state());
     }
     replay.runtimeProfile = profileOf(task, d.device);
+    if (task.isStage() && from == 0 && to == count - 1)
+        replay.tensorsRoot = stageTensorsRoot(d.tensors);
     return replay;
 }
 

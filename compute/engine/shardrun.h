@@ -117,7 +117,8 @@ public:
     // no dispute can ask about (train-local) does without it.
     void setKeepsCheckpointState(bool keeps);
     // A stage task's link to the other stages of its shard (it must outlive the run); each step()
-    // waits on it for what the neighbours send.
+    // waits on it for what the neighbours send. A task with stageInputs (a re-execution) has its
+    // own link to its recorded inputs from start().
     void setStageLink(StageLink* link);
 
     struct Private; // opaque: holds the torch objects

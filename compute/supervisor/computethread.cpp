@@ -604,8 +604,8 @@ core::Result<std::unique_ptr<ShardSteps>> ComputeThread::Private::open(const Que
     auto [enabled, options] = workerOptions(item.timeLimitMs);
     // A stage task runs Tessera's own gpt (no job code) and trades tensors as it steps: on this
     // thread, in a program that links LibTorch (one that does not declares no capability pipeline).
-    if (task.isStage()) {
-        if (!inThread || !item.link)
+    if (task.isStage()) { // a live stage over its link, a re-executed one from its recorded inputs
+        if (!inThread || (task.isLiveStage() && !item.link))
             return core::Error { QStringLiteral("sandbox"), QStringLiteral("this node runs no stage tasks") };
         worker.reset();
         return inThread->open(task, item.weights, item.suspended, here, item.link.get());

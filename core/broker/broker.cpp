@@ -14,10 +14,12 @@
 #include <QCryptographicHash>
 #include <QDateTime>
 #include <QDir>
+
 #include <QFile>
 #include <QLockFile>
 #include <QLoggingCategory>
 #include <QTimeZone>
+#include <map>
 
 #include <cmath>
 
@@ -88,6 +90,8 @@ Broker::Broker(std::unique_ptr<storage::Database> database, BlobStore& blobs, Tr
     m_verifier = std::make_unique<Verifier>(Verifier::Parts { *m_store, *m_stakes, m_scheduler, m_notices, m_blobs, m_manifests,
         m_math, m_clock, m_options, m_nodes, m_addresses, m_random });
     m_serving = std::make_unique<Serving>(Serving::Parts { *m_store, *m_stakes, m_math, m_blobs, m_clock, m_random });
+    QDir().mkpath(m_blobs.stagingDirectory());
+    m_pipelines.setRecordingDirectory(m_blobs.stagingDirectory());
 }
 
 Broker::~Broker() = default;
@@ -318,10 +322,21 @@ Status Broker::loadJob(const JobRow& job)
     if (!results)
         return results.error();
     QList<std::int64_t> answered;
+    // A stage result drawn for re-execution has its check once its pipeline completed.
+    QSet<std::int64_t> checked;
+    for (const auto state : { CheckState::Waiting, CheckState::Running, CheckState::Disputed }) {
+        auto checks = spec->stagesPerShard() > 1 ? m_store->checksIn(state, job.id) : Result<QList<Check>>(QList<Check> {});
+        if (!checks)
+            return checks.error();
+        for (const auto& check : *checks) {
+            if (check.round == job.round && check.kind == CheckKind::Sample)
+                checked.insert(check.shard);
+        }
+    }
     for (const auto& result : *results) {
         // A pipeline's stage results wait for every stage of their shard (held); the pipeline is
         // gone with the broker's last run, so its stages go out together again.
-        if (spec->stagesPerShard() > 1 && result.state == ResultState::Sampled) {
+        if (spec->stagesPerShard() > 1 && result.state == ResultState::Sampled && !checked.contains(result.shard)) {
             if (auto status = m_store->dropSampledResult(job.id, job.round, result.shard); !status)
                 return status;
             continue;
@@ -389,9 +404,6 @@ Result<Quote> Broker::quoteFor(const JobSpec& spec)
 {
     if (auto status = spec.validate(); !status)
         return status.error();
-    if (spec.training.pipelined() && !m_options.pipelineJobs) // as submit
-        return Error { QStringLiteral("training.pipeline"),
-            QStringLiteral("this broker takes no pipeline jobs (Broker/PipelineJobs): train it with tessera-node train-local") };
     auto parameters = boundedParametersOf(spec);
     if (!parameters)
         return parameters.error();
@@ -441,11 +453,6 @@ Status Broker::checkSubmittable(const JobSpec& spec, const QString& owner)
 {
     if (auto status = spec.validate(); !status)
         return status;
-    // Stage results are not re-executed yet: an operator takes pipeline jobs on purpose
-    // (Broker/PipelineJobs, docs/PROTOCOL.md, "Stage tasks").
-    if (spec.training.pipelined() && !m_options.pipelineJobs)
-        return Error { QStringLiteral("training.pipeline"),
-            QStringLiteral("this broker takes no pipeline jobs (Broker/PipelineJobs): train it with tessera-node train-local") };
     if (spec.model.source == ModelSpec::Source::TorchScript && !m_blobs.contains(spec.model.scriptSha256))
         return Error { QStringLiteral("model.torchscript.sha256"),
             QStringLiteral("upload the TorchScript file before submitting") };
@@ -1079,8 +1086,31 @@ Status Broker::checkStageResult(const AssignmentRow& assignment, const ShardResu
         warnIfFailed(m_store->setAssignmentState(assignment.id, AssignmentState::Returned));
         m_scheduler.release(assignment.jobId, assignment.id);
         m_scheduler.returnedBy(assignment.jobId, assignment.shard, assignment.node, m_clock.nowMs());
+        return checked.error();
     }
-    return checked;
+    // A stage cannot have computed its result before it received all its schedule sends it: a
+    // signed result that says so is a lie (the pipeline goes out again without the node).
+    if (!m_pipelines.receivedAll(assignment.id)) {
+        const Error lie { QStringLiteral("tensorsRoot"),
+            QStringLiteral("the stage answered before it received every tensor its schedule sends it") };
+        warnIfFailed(m_verifier->punishSignedLie(assignment.node, assignment.id, lie));
+        stopPipelineOf(assignment.id, lie.toString());
+        return lie;
+    }
+    return {};
+}
+
+Digest Broker::keepStageInputs(const QString& assignment)
+{
+    // What the stage received, kept for its re-execution (docs/VERIFICATION.md, "Pipeline stages").
+    const auto recorded = m_pipelines.takeInputs(assignment);
+    auto stored = recorded ? m_blobs.adopt(recorded->file, recorded->digest)
+                           : Result<Digest>(Error { QStringLiteral("blob"), QStringLiteral("they could not be written") });
+    if (stored)
+        return *stored;
+    qCWarning(lcBrokerCore).noquote() << "the inputs of stage" << assignment
+                                      << "are not kept, so it is not re-executed:" << stored.error().toString();
+    return {};
 }
 
 void Broker::refusedStage(const AssignmentRow& assignment, const Error& why)
@@ -1111,31 +1141,56 @@ Status Broker::completePipeline(const AssignmentRow& assignment, const JobRow& j
         stopPipelineOf(assignment.id, why, true);
         return failJob(job.id, why);
     }
-    auto transaction = m_store->begin();
-    if (!transaction)
-        return undo(transaction.error());
-    QList<std::tuple<QString, QString, QString>> paid; // node, assignment, the payment's cause
+    // A drawn stage's check reads what it received: kept now (and the stage paid instead where it
+    // cannot be).
+    std::map<QString, Check> samples;
     for (const auto& stage : stages) {
-        auto row = m_store->assignment(stage.assignment);
-        if (!row)
-            return undo(row.error());
-        if (!*row)
-            continue;
-        const auto unit = (**row).shard;
-        const auto S = std::int64_t(stages.size());
-        if (auto status = m_store->setResultState(job.id, assignment.round, unit, ResultState::Accepted); !status)
-            return undo(status.error());
-        const QString cause = QStringLiteral("pay:%1/%2/%3").arg(job.id).arg(assignment.round).arg(unit);
-        auto pay = m_stakes->payFromEscrow(job.id, stage.node, job.pricePerShard, cause,
-            QStringLiteral("stage %1 of shard %2 of round %3").arg(unit % S).arg(unit / S).arg(assignment.round));
-        if (!pay)
-            return undo(pay.error());
-        if (auto status = m_store->countShardDone(stage.node, m_clock.nowMs(), BrokerStore::Streak::Grows); !status)
-            return undo(status.error());
-        paid.append({ stage.node, stage.assignment, cause });
+        auto sample = m_pipelines.sampleOf(stage.assignment);
+        if (sample && !(sample->inputs = keepStageInputs(stage.assignment)).isNull())
+            samples.emplace(stage.assignment, *sample);
     }
-    if (auto committed = transaction->commit(); !committed)
-        return undo(committed.error().toError());
+    QList<std::tuple<QString, QString, QString>> paid; // node, assignment, the payment's cause
+    // In a transaction of its own, rolled back before anything is undone.
+    const Status written = [&]() -> Status {
+        auto transaction = m_store->begin();
+        if (!transaction)
+            return transaction.error();
+        for (const auto& stage : stages) {
+            auto row = m_store->assignment(stage.assignment);
+            if (!row)
+                return row.error();
+            if (!*row)
+                continue;
+            const auto unit = (**row).shard;
+            const auto S = std::int64_t(stages.size());
+            if (const auto sample = samples.find(stage.assignment); sample != samples.end()) { // paid once checked
+                for (const auto& status : { m_store->insertCheck(sample->second, m_clock.nowMs()),
+                         m_store->countShardDone(stage.node, m_clock.nowMs(), BrokerStore::Streak::Holds) }) {
+                    if (!status)
+                        return status;
+                }
+                continue;
+            }
+            if (auto status = m_store->setResultState(job.id, assignment.round, unit, ResultState::Accepted); !status)
+                return status;
+            const QString cause = Verifier::payCause(job.id, assignment.round, unit, stage.assignment);
+            auto pay = m_stakes->payFromEscrow(job.id, stage.node, job.pricePerShard, cause,
+                QStringLiteral("stage %1 of shard %2 of round %3").arg(unit % S).arg(unit / S).arg(assignment.round));
+            if (!pay)
+                return pay.error();
+            if (auto status = m_store->countShardDone(stage.node, m_clock.nowMs(), BrokerStore::Streak::Grows); !status)
+                return status;
+            paid.append({ stage.node, stage.assignment, cause });
+        }
+        if (auto committed = transaction->commit(); !committed)
+            return committed.error().toError();
+        return {};
+    }();
+    if (!written) {
+        for (const auto& [stage, sample] : samples)
+            m_blobs.remove(sample.inputs);
+        return undo(written.error());
+    }
     m_pipelines.remove(assignment.id);
     for (const auto& [node, given, cause] : paid)
         m_notices.add(Notice::Kind::Verdict, node,
@@ -1460,7 +1515,7 @@ Result<Acceptance> Broker::acceptCompleted(
         return admitted.error();
     }
     const bool stage = spec.stagesPerShard() > 1;
-    if (stage) {
+    if (stage) { // a stage drawn for re-execution: its check waits for its partners (completePipeline)
         if (auto status = checkStageResult(assignment, result); !status)
             return status.error();
     }
@@ -1496,7 +1551,7 @@ Result<Acceptance> Broker::acceptCompleted(
              stage ? Status {}
                    : m_store->countShardDone(
                        assignment.node, m_clock.nowMs(), sampled ? BrokerStore::Streak::Holds : BrokerStore::Streak::Grows),
-             admitted->sample ? m_store->insertCheck(*admitted->sample, m_clock.nowMs()) : Status {},
+             admitted->sample && !stage ? m_store->insertCheck(*admitted->sample, m_clock.nowMs()) : Status {},
          }) {
         if (!status)
             return status.error();
@@ -1505,6 +1560,8 @@ Result<Acceptance> Broker::acceptCompleted(
         return status.error().toError();
     m_scheduler.answered(job.id, assignment.id, assignment.shard, m_clock.nowMs());
     if (stage) {
+        if (admitted->sample)
+            m_pipelines.holdSample(assignment.id, *admitted->sample);
         if (auto status = completePipeline(assignment, job, spec); !status)
             return status.error();
         return Acceptance::Held;

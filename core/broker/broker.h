@@ -322,10 +322,12 @@ private:
     Result<Acceptance> acceptStageFailure(const AssignmentRow& assignment, const ShardResult& result);
     // Pipelines past a stage's deadline: stopped (tick()).
     void stopLatePipelines();
-    // A stage's result checked against what the broker relayed (its tensorsRoot); its pipeline
-    // forgotten once every stage answered.
-    // An error refuses the result (not counted); the pipeline is stopped and handed out again.
+    // A stage's result checked against what the broker relayed (its tensorsRoot) and its schedule
+    // (it received everything). An error refuses the result (not counted; an answer before the
+    // stage's inputs came is slashed); the pipeline is stopped and handed out again.
     Status checkStageResult(const AssignmentRow& assignment, const ShardResult& result);
+    // What a drawn stage received, stored as a blob for its re-execution (null: it could not be).
+    Digest keepStageInputs(const QString& assignment);
     // A stage's result the verifier refused: its pipeline stopped where the stage is over.
     void refusedStage(const AssignmentRow& assignment, const Error& why);
     // The shard an assignment's task is of (a pipeline job's assignments are of stage units).

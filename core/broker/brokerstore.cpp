@@ -92,7 +92,7 @@ namespace checks {
 const QString Columns = QStringLiteral(
     "id, kind, job, round, shard, start_hash, start_blob, COALESCE(accused, ''), COALESCE(accused_assignment, ''), "
     "accused_result, COALESCE(verifier, ''), COALESCE(verifier_assignment, ''), COALESCE(verifier_result, ''), state, "
-    "COALESCE(checkpoint, -1), COALESCE(deadline, 0), asked, outcome, detail, COALESCE(narrowing, '')");
+    "COALESCE(checkpoint, -1), COALESCE(deadline, 0), asked, outcome, detail, COALESCE(narrowing, ''), COALESCE(inputs, '')");
 enum Column {
     Id,
     Kind,
@@ -113,7 +113,8 @@ enum Column {
     Asked,
     Outcome,
     Detail,
-    NarrowingColumn
+    NarrowingColumn,
+    Inputs
 };
 } // namespace checks
 
@@ -264,6 +265,7 @@ Result<Check> readCheck(Statement& row)
     for (const auto& value : QJsonDocument::fromJson(row.columnText(checks::Asked).toUtf8()).array())
         check.asked.append(value.toString());
     check.narrowing = Narrowing::fromJson(jsonObject(row.columnText(checks::NarrowingColumn)));
+    check.inputs = digestOr(row.columnText(checks::Inputs));
     return check;
 }
 
@@ -549,6 +551,12 @@ Status BrokerStore::setResultStates(const QString& jobId, ResultState from, Resu
         *m_db, QStringLiteral("UPDATE shard_results SET state = ? WHERE job = ? AND state = ?"), nameOf(to), jobId, nameOf(from));
 }
 
+Status BrokerStore::dropResult(const QString& jobId, std::int64_t round, std::int64_t shard)
+{
+    return execute(
+        *m_db, QStringLiteral("DELETE FROM shard_results WHERE job = ? AND round = ? AND shard = ?"), jobId, round, shard);
+}
+
 Status BrokerStore::dropSampledResult(const QString& jobId, std::int64_t round, std::int64_t shard)
 {
     return execute(*m_db, QStringLiteral("DELETE FROM shard_results WHERE job = ? AND round = ? AND shard = ? AND state = ?"),
@@ -764,10 +772,11 @@ Status BrokerStore::insertCheck(const Check& check, std::int64_t createdAt)
     return execute(*m_db,
         QStringLiteral(
             "INSERT INTO checks (id, kind, job, round, shard, start_hash, start_blob, accused, accused_assignment, "
-            "accused_result, state, created_at, seq) VALUES (?, ?, ?, ?, ?, ?, ?, NULLIF(?, ''), NULLIF(?, ''), ?, ?, ?, "
-            "(SELECT COALESCE(MAX(seq), 0) + 1 FROM checks))"),
+            "accused_result, state, created_at, seq, inputs) VALUES (?, ?, ?, ?, ?, ?, ?, NULLIF(?, ''), NULLIF(?, ''), ?, ?, "
+            "?, (SELECT COALESCE(MAX(seq), 0) + 1 FROM checks), NULLIF(?, ''))"),
         check.id, nameOf(check.kind), check.jobId, check.round, check.shard, check.startHash.toHex(), check.startBlob.toHex(),
-        check.accused, check.accusedAssignment, jsonText(check.accusedResult.toJson()), nameOf(check.state), createdAt);
+        check.accused, check.accusedAssignment, jsonText(check.accusedResult.toJson()), nameOf(check.state), createdAt,
+        check.inputs.isNull() ? QString() : check.inputs.toHex());
 }
 
 Result<std::optional<Check>> BrokerStore::check(const QString& id)

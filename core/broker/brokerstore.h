@@ -125,6 +125,7 @@ struct Check {
     std::int64_t deadline = 0; // in a dispute: for the checkpoint state
     QStringList asked; // in a dispute: the nodes asked for the state
     Narrowing narrowing; // in a dispute over a portable job
+    Digest inputs; // a stage's check: what the stage received (ShardTask::stageInputs); null for any other
 };
 
 struct UnbondingRow {
@@ -214,6 +215,8 @@ public:
     Status setResultState(const QString& jobId, std::int64_t round, std::int64_t shard, ResultState state);
     Status setResultStates(const QString& jobId, ResultState from, ResultState to);
     Status dropSampledResult(const QString& jobId, std::int64_t round, std::int64_t shard);
+    // Whatever its state (a pipeline's stage whose partner was proven wrong).
+    Status dropResult(const QString& jobId, std::int64_t round, std::int64_t shard);
 
     // Assignments.
     // readers: who may read which blobs once it is handed out (allowRead), in the same statement

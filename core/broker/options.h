@@ -45,9 +45,6 @@ struct BrokerOptions {
     Credits pricePerUnit = Credits::fromMicro(100'000); // per GFLOP of training
     Credits minStake = Credits::fromMicro(10'000'000); // a node bonds this much to take work
     bool faucet = false; // mint what owners and nodes lack (local and demo brokers only)
-    // Broker/PipelineJobs: take pipeline jobs (docs/PROTOCOL.md, "Stage tasks"), whose stage
-    // results are checked for form and against the tensors the broker relayed, not re-executed yet.
-    bool pipelineJobs = false;
     verification::SamplingPolicy sampling; // how often a node's results are re-executed
     double canaryRate = 0.0; // share of handed-out work that re-checks an already verified shard
     double slashFraction = 0.5; // of its stake, a node loses per lost dispute or proven lie

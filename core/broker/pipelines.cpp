@@ -2,7 +2,10 @@
 
 #include <algorithm>
 
+#include <QDir>
+#include <QFile>
 #include <QJsonObject>
+#include <QTemporaryFile>
 
 namespace tessera::core::broker {
 
@@ -12,6 +15,18 @@ void Pipelines::add(const ShardTask& task, std::vector<Stage> stages)
     pipeline->task = task;
     pipeline->logs.resize(stages.size());
     pipeline->answered.assign(stages.size(), false);
+    pipeline->inputs.resize(stages.size());
+    pipeline->samples.resize(stages.size());
+    const QString directory = m_recordingDirectory.isEmpty() ? QDir::tempPath() : m_recordingDirectory;
+    for (auto& recording : pipeline->inputs) {
+        QTemporaryFile file(QDir(directory).filePath(QStringLiteral("stage-inputs-XXXXXX.part")));
+        recording.hash = std::make_unique<QCryptographicHash>(QCryptographicHash::Sha256);
+        if (file.open()) {
+            file.setAutoRemove(false);
+            recording.file = file.fileName();
+        }
+        recording.write(StageInputs::Magic);
+    }
     pipeline->stages = std::move(stages);
     m_pipelines.push_back(std::move(pipeline));
 }
@@ -66,6 +81,12 @@ Result<Pipelines::Forward> Pipelines::relay(const QString& node, const QString& 
     const Key key { s, part.to, int(part.kind), part.step, part.micro };
     if (shared.relayed.count(key))
         return refuse(QStringLiteral("offset"), QStringLiteral("the tensor's bytes come once, in order"));
+    // A stage sends a tensor's parts one after the other: the broker keeps at most two of a
+    // stage's tensors part-way (their bytes wait for the receiver's record).
+    if (!shared.arriving.count(key) && std::count_if(shared.arriving.begin(), shared.arriving.end(), [&](const auto& entry) {
+            return std::get<0>(entry.first) == s;
+        }) >= MaxArrivingPerStage)
+        return refuse(QStringLiteral("offset"), QStringLiteral("a stage sends its tensors one at a time"));
     auto& arriving = shared.arriving[key];
     if (arriving.size == 0) {
         arriving.size = part.size;
@@ -90,10 +111,12 @@ void Pipelines::hash(const QString& assignment, const Part& part, const QByteArr
         return;
     auto& arriving = found->second;
     arriving.hash->addData(payload);
+    arriving.bytes += payload;
     arriving.received += payload.size();
     if (arriving.received < arriving.size)
         return;
     const auto digest = *Digest::fromRaw(arriving.hash->result());
+    pipeline.inputs[std::size_t(part.to)].write(StageInputs::record(s, part.kind, part.step, part.micro, arriving.bytes));
     pipeline.arriving.erase(found);
     pipeline.relayed.insert({ s, part.to, int(part.kind), part.step, part.micro });
     pipeline.logs[std::size_t(s)].append({ true, part.to, part.kind, part.step, part.micro, digest });
@@ -106,6 +129,67 @@ std::optional<Digest> Pipelines::rootOf(const QString& assignment) const
     if (!place)
         return std::nullopt;
     return stageTensorsRoot(place->pipeline->logs[std::size_t(place->stage)]);
+}
+
+Pipelines::Pipeline::~Pipeline()
+{
+    for (const auto& recording : inputs) {
+        if (!recording.file.isEmpty())
+            QFile::remove(recording.file);
+    }
+}
+
+void Pipelines::Recording::write(const QByteArray& bytes)
+{
+    if (file.isEmpty())
+        return;
+    QFile out(file);
+    if (!out.open(QIODevice::WriteOnly | QIODevice::Append) || out.write(bytes) != bytes.size() || !out.flush()) {
+        out.close();
+        QFile::remove(file); // the disk is full: this stage cannot be re-executed
+        file.clear();
+        return;
+    }
+    hash->addData(bytes);
+}
+
+std::optional<Pipelines::Recorded> Pipelines::takeInputs(const QString& assignment)
+{
+    const auto place = placeOf(assignment);
+    if (!place)
+        return std::nullopt;
+    auto& recording = place->pipeline->inputs[std::size_t(place->stage)];
+    if (recording.file.isEmpty())
+        return std::nullopt;
+    Recorded recorded { std::exchange(recording.file, {}), *Digest::fromRaw(recording.hash->result()) };
+    return recorded;
+}
+
+bool Pipelines::receivedAll(const QString& assignment) const
+{
+    const auto place = placeOf(assignment);
+    if (!place)
+        return false;
+    const auto& pipeline = *place->pipeline;
+    const auto& task = pipeline.task;
+    const auto S = std::int64_t(pipeline.stages.size()), s = place->stage;
+    const auto passes = task.localSteps * std::max<std::int64_t>(task.microBatches, 1);
+    const auto owed
+        = (s > 0 ? passes : 0) + (s < S - 1 ? passes : 0) + (task.optimizer.clipNorm > 0.0 ? (S - 1) * task.localSteps : 0);
+    const auto& log = pipeline.logs[std::size_t(s)];
+    return std::count_if(log.begin(), log.end(), [](const StageTensor& tensor) { return !tensor.sent; }) == owed;
+}
+
+void Pipelines::holdSample(const QString& assignment, Check check)
+{
+    if (const auto place = placeOf(assignment))
+        place->pipeline->samples[std::size_t(place->stage)] = std::move(check);
+}
+
+std::optional<Check> Pipelines::sampleOf(const QString& assignment) const
+{
+    const auto place = placeOf(assignment);
+    return place ? place->pipeline->samples[std::size_t(place->stage)] : std::nullopt;
 }
 
 std::vector<Pipelines::Stage> Pipelines::stagesOf(const QString& assignment) const

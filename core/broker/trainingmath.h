@@ -49,6 +49,7 @@ public:
         Digest weightsHash; // of the weights at `to`: at the last checkpoint, of what a node reveals
         QByteArray weights; // (the final weights, or their compressed update: ShardTask::compression)
         QString runtimeProfile;
+        Digest tensorsRoot; // a stage task replayed from the start to its end (ShardResult::tensorsRoot)
     };
 
     virtual ~TrainingMath() = default;

@@ -143,9 +143,8 @@ Result<Verifier::Admission> Verifier::admit(
     auto norm = checkReveal(assignment.node, assignment.id, *task, result, job.weightsBlob);
     if (!norm)
         return norm.error();
-    // A stage's result is not re-executed yet (Broker/PipelineJobs): it is checked against the
-    // tensors the broker relayed (Broker::checkStageResult) and for form.
-    auto sampled = task->isStage() ? Result<bool>(false) : drawSample(assignment.node, spec);
+    // A stage's sample is re-executed from what it received (the broker adds its inputs).
+    auto sampled = drawSample(assignment.node, spec);
     if (!sampled)
         return sampled.error();
     Admission admission { *norm, std::nullopt };
@@ -187,7 +186,10 @@ Result<ShardTask> Verifier::taskOf(const Check& check)
     auto spec = specOf(check.jobId);
     if (!spec)
         return spec.error();
-    return m_.manifests.shardTask(check.jobId, *spec, check.round, check.shard, check.startHash);
+    auto task = m_.manifests.shardTask(check.jobId, *spec, check.round, check.shard, check.startHash);
+    if (task && task->isStage())
+        task->stageInputs = check.inputs;
+    return task;
 }
 
 // --- handing checks out --------------------------------------------------------------------------
@@ -213,8 +215,9 @@ Result<std::optional<Assignment>> Verifier::handOut(Check& check, AssignmentKind
         return status.error();
     if (auto status = m_.store.saveCheck(check); !status)
         return status.error();
-    const auto needed
-        = (round ? blobsNamedBy(round->spec) : QList<Digest> {}) + QList<Digest> { check.startBlob } + task->dataChunks;
+    auto needed = (round ? blobsNamedBy(round->spec) : QList<Digest> {}) + QList<Digest> { check.startBlob } + task->dataChunks;
+    if (!check.inputs.isNull())
+        needed.append(check.inputs);
     if (auto granted = m_.store.allowRead(needed, node.nodeId); !granted)
         return granted.error();
     if (auto committed = transaction->commit(); !committed)
@@ -268,8 +271,8 @@ Result<std::optional<Assignment>> Verifier::canaryFor(const NodeInfo& node)
         if (reference.verifier.isEmpty() || !round || !round->runsOn(node)
             || !reproduces(node.runtimeProfile, reference.accusedResult.runtimeProfile))
             continue;
-        if (!m_.blobs.contains(reference.startBlob))
-            continue; // its round's weights were collected (docs/BROKER.md, "Disk")
+        if (!m_.blobs.contains(reference.startBlob) || !reference.inputs.isNull())
+            continue; // its round's weights were collected (docs/BROKER.md, "Disk"); a stage's inputs go once it is checked
         Check canary = reference;
         canary.id = newCheckId();
         canary.kind = CheckKind::Canary;
@@ -546,6 +549,10 @@ Status Verifier::compare(Check& check)
                 .arg(distance ? QString::number(*distance) : distance.error().message),
             Penalty::None);
     }
+    if (!check.inputs.isNull()) // a stage: its tensors count too, and the referee replays it whole
+        return a.finalHash == b.finalHash && a.checkpointHashes == b.checkpointHashes && a.tensorsRoot == b.tensorsRoot
+            ? settle(check, Loser::None, QStringLiteral("re-execution from what the stage received gave the same bits"))
+            : refereeStage(check);
     if (a.finalHash == b.finalHash && a.checkpointHashes == b.checkpointHashes) {
         if (m_.options.auditRate > 0.0) { // the task is read only where an audit may follow
             auto task = taskOf(check);
@@ -862,6 +869,84 @@ Status Verifier::ruleOnReplay(Check& check, const ShardTask& task, const Trainin
         Proof::Unproven);
 }
 
+bool Verifier::sameAsReplay(const Check& check, const ShardResult& result, const TrainingMath::Replay& replay)
+{
+    QList<Digest> chain { check.startHash };
+    chain.append(replay.checkpoints);
+    return chain == result.checkpointHashes && replay.weightsHash == result.finalHash
+        && (check.inputs.isNull() || replay.tensorsRoot == result.tensorsRoot);
+}
+
+Status Verifier::refereeStage(Check& check)
+{
+    // A stage's check (docs/VERIFICATION.md, "Pipeline stages"): the referee re-executes the stage
+    // whole from the round's weights and what the broker relayed to it, and rules on its chain, its
+    // revealed part and the root of what it sent and received. No side's state is asked for: a
+    // stage's state alone does not re-create the tensors it traded before it.
+    auto task = taskOf(check);
+    if (!task)
+        return task.error();
+    auto start = m_.blobs.read(check.startBlob);
+    if (!start)
+        return start.error();
+    auto replay = m_.math.replay(*task, 0, *start, check.startHash, task->checkpointCount() - 1, *start);
+    if (!replay)
+        return settle(check, Loser::Both,
+            QStringLiteral("the referee could not re-execute the stage (%1); nobody is slashed and the shard is trained again")
+                .arg(replay.error().message),
+            Penalty::None);
+    const auto& a = check.accusedResult;
+    const bool accused = sameAsReplay(check, a, *replay), verifier = sameAsReplay(check, *check.verifierResult, *replay);
+    QList<Digest> chain { check.startHash };
+    chain.append(replay->checkpoints);
+    const auto parted = verification::firstDivergence(a.checkpointHashes, chain);
+    check.checkpoint = parted ? *parted : a.checkpointHashes.size();
+    QString at = QStringLiteral("the referee re-executed the stage from what it received");
+    if (!accused)
+        at += parted ? QStringLiteral(" (the checked result parts from it at checkpoint %1)").arg(*parted)
+            : a.finalHash != replay->weightsHash ? QStringLiteral(" (the checked result reveals another part)")
+                                                 : QStringLiteral(" (the checked result sent other tensors)");
+    if (accused && verifier)
+        return settle(check, Loser::None, at + QStringLiteral(" and agrees with both"));
+    if (accused != verifier)
+        return rule(check, accused ? verification::Ruling::FirstHonest : verification::Ruling::SecondHonest, at);
+    return settle(check, Loser::Both, at + QStringLiteral(" and agrees with neither"));
+}
+
+Status Verifier::dropPartners(const Check& check)
+{
+    auto spec = specOf(check.jobId);
+    if (!spec)
+        return spec.error();
+    auto job = m_.store.existingJob(check.jobId);
+    if (!job)
+        return job.error();
+    auto results = m_.store.shardResults(check.jobId, check.round);
+    if (!results)
+        return results.error();
+    const auto S = spec->stagesPerShard(), first = check.shard / S * S;
+    const QString why = QStringLiteral("another stage of its pipeline was proven wrong: the shard is trained again");
+    for (const auto& result : *results) {
+        if (result.shard < first || result.shard >= first + S || result.shard == check.shard)
+            continue;
+        // Paid now; its own check goes on (detachedStage), and slashes it if it lied too.
+        if (result.state == ResultState::Sampled) {
+            auto paid = m_.stakes.payFromEscrow(check.jobId, result.node, job->pricePerShard,
+                payCause(check.jobId, check.round, result.shard, result.assignment),
+                QStringLiteral("stage %1 of shard %2 of round %3 (its check was called off)")
+                    .arg(result.shard % S)
+                    .arg(result.shard / S)
+                    .arg(check.round));
+            if (!paid)
+                return paid.error();
+            tell(result.node, result.assignment, CheckVerdict::Paid, why, *paid);
+        }
+        if (auto status = m_.store.dropResult(check.jobId, check.round, result.shard); !status)
+            return status;
+    }
+    return {};
+}
+
 bool Verifier::runsOwnerCode(const ShardTask& task)
 {
     return task.model.source == ModelSpec::Source::TorchScript;
@@ -977,12 +1062,20 @@ Status Verifier::settle(Check& check, Loser loser, const QString& why, Penalty p
     Check again = check;
     again.id = newCheckId();
     again.state = CheckState::Waiting;
+    auto detached = detachedStage(check);
+    if (!detached)
+        return detached.error();
     const Status accused = recheck ? m_.store.insertCheck(again, now)
-        : retrain                  ? rejectAccused(check, loser, why, penalty)
-        : sample                   ? payAccused(check, why)
+        : retrain                  ? rejectAccused(check, loser, why, penalty, *detached)
+        : sample                   ? payAccused(check, why, *detached)
                                    : Status {};
     if (!accused)
         return accused;
+    const bool stage = !check.inputs.isNull();
+    if (retrain && stage && !*detached) {
+        if (auto status = dropPartners(check); !status)
+            return status;
+    }
     if (auto status = settleVerifier(check, loser, why, penalty); !status)
         return status;
     const auto decided = recheck ? CheckState::Closed : retrain ? CheckState::Rejected : CheckState::Verified;
@@ -993,21 +1086,51 @@ Status Verifier::settle(Check& check, Loser loser, const QString& why, Penalty p
     check.state = decided;
     qCInfo(lcVerification).noquote() << "check" << check.id << "of" << check.jobId << "round" << check.round << "shard"
                                      << check.shard << ":" << nameOf(decided) << "(" << nameOf(loser) << "lost )" << why;
-    if (retrain)
-        m_.scheduler.reopen(check.jobId, check.round, check.shard);
+    if (retrain && !*detached)
+        reopenShardOf(check);
+    if (stage && !recheck) // what the stage received is needed no more
+        m_.blobs.remove(check.inputs);
     const auto* round = m_.scheduler.find(check.jobId);
     if (sample && !recheck && !retrain && round && round->round == check.round)
         m_settled.roundsToFinish.insert(check.jobId);
     return {};
 }
 
-Status Verifier::payAccused(const Check& check, const QString& why)
+void Verifier::reopenShardOf(const Check& check)
 {
+    if (check.inputs.isNull())
+        return m_.scheduler.reopen(check.jobId, check.round, check.shard);
+    const auto* round = m_.scheduler.find(check.jobId); // a stage: the shard's S stages go out together again
+    const auto S = round ? round->spec.stagesPerShard() : 1;
+    for (auto unit = check.shard / S * S; unit < (check.shard / S + 1) * S; ++unit)
+        m_.scheduler.reopen(check.jobId, check.round, unit);
+}
+
+Result<bool> Verifier::detachedStage(const Check& check)
+{
+    if (check.inputs.isNull() || check.kind != CheckKind::Sample)
+        return false;
+    auto results = m_.store.shardResults(check.jobId, check.round);
+    if (!results)
+        return results.error();
+    for (const auto& result : *results) {
+        if (result.shard == check.shard)
+            return result.assignment != check.accusedAssignment;
+    }
+    return true;
+}
+
+Status Verifier::payAccused(const Check& check, const QString& why, bool detached)
+{
+    if (detached) { // paid when its partner's lie dropped it
+        tell(check.accused, check.accusedAssignment, CheckVerdict::Verified, why);
+        return m_.store.countVerified(check.accused);
+    }
     auto job = m_.store.existingJob(check.jobId);
     if (!job)
         return job.error();
     auto paid = m_.stakes.payFromEscrow(check.jobId, check.accused, job->pricePerShard,
-        QStringLiteral("pay:%1/%2/%3").arg(check.jobId).arg(check.round).arg(check.shard),
+        payCause(check.jobId, check.round, check.shard, check.inputs.isNull() ? QString() : check.accusedAssignment),
         QStringLiteral("shard %1 of round %2, verified").arg(check.shard).arg(check.round));
     if (!paid)
         return paid.error();
@@ -1023,9 +1146,9 @@ Status Verifier::payAccused(const Check& check, const QString& why)
     return {};
 }
 
-Status Verifier::rejectAccused(const Check& check, Loser loser, const QString& why, Penalty penalty)
+Status Verifier::rejectAccused(const Check& check, Loser loser, const QString& why, Penalty penalty, bool detached)
 {
-    if (auto status = m_.store.dropSampledResult(check.jobId, check.round, check.shard); !status)
+    if (auto status = detached ? Status {} : m_.store.dropSampledResult(check.jobId, check.round, check.shard); !status)
         return status;
     if (penalty == Penalty::Slash) {
         const QString honest = loser == Loser::Accused ? check.verifier : QString();
@@ -1077,15 +1200,23 @@ Status Verifier::closeChecksOf(const QString& jobId)
     auto unpaid = m_.store.shardResultsIn(jobId, ResultState::Sampled);
     if (!unpaid)
         return unpaid.error();
+    const auto spec = job->spec();
+    const bool stages = spec && spec->stagesPerShard() > 1;
     for (const auto& result : *unpaid) {
         auto paid = m_.stakes.payFromEscrow(jobId, result.node, job->pricePerShard,
-            QStringLiteral("pay:%1/%2/%3").arg(jobId).arg(result.round).arg(result.shard),
+            payCause(jobId, result.round, result.shard, stages ? result.assignment : QString()),
             QStringLiteral("shard %1 of round %2 (its check was called off)").arg(result.shard).arg(result.round));
         if (!paid)
             return paid.error();
     }
     if (auto status = m_.store.setResultStates(jobId, ResultState::Sampled, ResultState::Accepted); !status)
         return status;
+    if (stages) { // what their stages received goes with the checks
+        for (const auto state : { CheckState::Waiting, CheckState::Running, CheckState::Disputed }) {
+            for (const auto& open : m_.store.checksIn(state, jobId).value_or(QList<Check> {}))
+                m_.blobs.remove(open.inputs);
+        }
+    }
     return m_.store.cancelOpenChecks(jobId, m_.clock.nowMs());
 }
 
@@ -1111,9 +1242,7 @@ Status Verifier::selfVerify(Check& check)
     }
     const auto& a = check.accusedResult;
     if (replay->runtimeProfile == a.runtimeProfile) {
-        QList<Digest> chain { check.startHash };
-        chain.append(replay->checkpoints);
-        if (chain == a.checkpointHashes && replay->weightsHash == a.finalHash)
+        if (sameAsReplay(check, a, *replay))
             return settle(check, Loser::None, QStringLiteral("the broker re-executed it and got the same bits"));
         const QString why = QStringLiteral("the broker re-executed it and got other bits");
         if (!runsOwnerCode(*task))
@@ -1338,7 +1467,8 @@ void Verifier::selfVerifyStuck(std::int64_t now)
     auto stuck = m_.store.waitingSamples(now - (early ? 0 : m_.options.selfVerifyAfterMs));
     for (const auto& [id, createdAt] : stuck.value_or(QList<std::pair<QString, std::int64_t>> {})) {
         auto check = m_.store.check(id);
-        if (!check || !*check || !m_.scheduler.find((*check)->jobId) || failing((*check)->jobId))
+        if (!check || !*check || (*check)->state != CheckState::Waiting || !m_.scheduler.find((*check)->jobId)
+            || failing((*check)->jobId))
             continue;
         const bool due = createdAt <= now - m_.options.selfVerifyAfterMs;
         if (!due && anyVerifierOnline(**check))

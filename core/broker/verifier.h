@@ -139,6 +139,25 @@ private:
     Status ruleOnReplay(Check& check, const ShardTask& task, const TrainingMath::Replay& replay, const QString& at,
         const std::function<Result<TrainingMath::Replay>()>& again, Agreement agreement = Agreement::AsHashed);
     static bool runsOwnerCode(const ShardTask& task);
+
+public:
+    // The cause of a result's payment (docs/PROTOCOL.md, "RECEIPT"): pay:JOB/ROUND/SHARD, and for a
+    // pipeline's stage pay:JOB/ROUND/UNIT/ASSIGNMENT (a unit is paid again when its shard is
+    // trained again after a partner's lie).
+    static QString payCause(const QString& jobId, std::int64_t round, std::int64_t unit, const QString& stageAssignment = {})
+    {
+        const QString cause = QStringLiteral("pay:%1/%2/%3").arg(jobId).arg(round).arg(unit);
+        return stageAssignment.isEmpty() ? cause : cause + u'/' + stageAssignment;
+    }
+
+private:
+    // Whether a replay of the whole shard gives the result's bits (a stage's: its tensors too).
+    static bool sameAsReplay(const Check& check, const ShardResult& result, const TrainingMath::Replay& replay);
+    // A stage's check whose sides differ: the referee replays the stage from its inputs.
+    Status refereeStage(Check& check);
+    // A stage's result proven wrong: its partners' results go too (they computed on what it sent),
+    // paid (their own checks go on), and the shard's S stages are trained again.
+    Status dropPartners(const Check& check);
     // Proven: the referee's own two runs differ (or one fails); Unproven: they agree, but a job's
     // code may differ between processes or machines.
     enum class Proof { Proven, Unproven };
@@ -154,8 +173,13 @@ private:
     // Sends the dispute's current question to every node it still waits for.
     void ask(const Check& check);
     Status settle(Check& check, Loser loser, const QString& why, Penalty penalty = Penalty::Slash);
-    Status payAccused(const Check& check, const QString& why);
-    Status rejectAccused(const Check& check, Loser loser, const QString& why, Penalty penalty);
+    // detached: a stage's result dropped since (detachedStage): nothing of the round changes.
+    Status payAccused(const Check& check, const QString& why, bool detached);
+    Status rejectAccused(const Check& check, Loser loser, const QString& why, Penalty penalty, bool detached);
+    // A stage's check whose result is no longer the round's (its partner lied; it was paid then).
+    Result<bool> detachedStage(const Check& check);
+    // A rejected result's shard goes out again (a stage's: its S stages together).
+    void reopenShardOf(const Check& check);
     Status settleVerifier(const Check& check, Loser loser, const QString& why, Penalty penalty);
     Status selfVerify(Check& check);
     bool anyVerifierOnline(const Check& check);

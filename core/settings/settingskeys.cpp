@@ -120,8 +120,6 @@ QList<Key> makeKeys()
         listKey(BrokerOperatorKeys, R"([0-9A-Za-z.\-:+=^!/*?&<>()\[\]{}@%$#]{40})", "Z85 public keys (40 characters)",
             "Client keys that act as the operator under CURVE: every job, account, receipt and blob; empty: none."),
         boolKey(BrokerFaucet, false, "Mint credits for new accounts (local and demo brokers only)."),
-        boolKey(BrokerPipelineJobs, false,
-            "Take pipeline jobs (layers on different nodes), whose stage results are not re-executed yet."),
         intKey(BrokerPricePerUnitMicro, 100000, 0, 1'000'000'000'000LL,
             "Micro-credits a job pays per work unit (1 GFLOP of training) of each accepted shard."),
         intKey(BrokerMinStakeMicro, 10000000, 0, 1'000'000'000'000'000LL,

@@ -84,7 +84,6 @@ inline const QString BrokerKeyFile = QStringLiteral("Broker/KeyFile");
 inline const QString BrokerAllowList = QStringLiteral("Broker/AllowList");
 inline const QString BrokerOperatorKeys = QStringLiteral("Broker/OperatorKeys");
 inline const QString BrokerFaucet = QStringLiteral("Broker/Faucet");
-inline const QString BrokerPipelineJobs = QStringLiteral("Broker/PipelineJobs");
 inline const QString BrokerPricePerUnitMicro = QStringLiteral("Broker/PricePerUnitMicro");
 inline const QString BrokerMinStakeMicro = QStringLiteral("Broker/MinStakeMicro");
 inline const QString BrokerSamplingWarmup = QStringLiteral("Broker/SamplingWarmup");

@@ -160,6 +160,111 @@ private Q_SLOTS:
         }
     }
 
+    // docs/VERIFICATION.md, "Pipeline stages": a stage re-executed from what it received (the
+    // broker's record, core::StageInputs) gives its bits again: its chain, its revealed part and the
+    // root of what it sent and received. Stage 0 here sends one wrong activation. Its partner, which
+    // computed honestly on it, is re-executed to its own bits. The liar's re-execution sends the
+    // right activation, so its root differs, though its own chain does not.
+    void aStageReExecutedFromWhatItReceivedGivesItsBitsUnlessItLied()
+    {
+        auto spec = smallGpt();
+        spec.model.tied = false;
+        spec.model.layers = 2;
+        spec.optimizer.clipNorm = 0.5; // the stages' sums travel too
+        spec.training.determinism = core::TrainingSpec::Determinism::Portable;
+        spec.training.localSteps = 3;
+        spec.training.checkpointInterval = 2;
+        spec.training.batchSize = 4;
+        spec.training.pipeline = { 2, 2 };
+        QVERIFY(spec.validate().ok());
+        const auto prepared = prepare(spec);
+        // Each stage's link to the other, with what it received recorded as the broker records it,
+        // and what really crossed it, whose root is the only one the broker takes from a stage.
+        struct Tap final : compute::StageLink {
+            compute::StageLink& inner;
+            QByteArray record = core::StageInputs::Magic;
+            QList<core::StageTensor> crossed;
+            bool lies = false;
+            explicit Tap(compute::StageLink& link)
+                : inner(link)
+            { }
+            core::Status send(std::int64_t to, Kind kind, std::int64_t step, std::int64_t micro, const QByteArray& bytes) override
+            {
+                auto sent = bytes;
+                if (lies && kind == Kind::Activation && step == 1 && micro == 0)
+                    sent[0] = char(sent[0] ^ 0x40);
+                crossed.append({ true, to, kind, step, micro, core::Digest::ofBytes(sent) });
+                return inner.send(to, kind, step, micro, sent);
+            }
+            core::Result<QByteArray> receive(std::int64_t from, Kind kind, std::int64_t step, std::int64_t micro) override
+            {
+                auto bytes = inner.receive(from, kind, step, micro);
+                if (bytes) {
+                    record += core::StageInputs::record(from, kind, step, micro, *bytes);
+                    crossed.append({ false, from, kind, step, micro, core::Digest::ofBytes(*bytes) });
+                }
+                return bytes;
+            }
+        };
+        compute::LocalStageLinks links(2);
+        std::vector<std::unique_ptr<Tap>> taps;
+        for (std::int64_t s = 0; s < 2; ++s)
+            taps.push_back(std::make_unique<Tap>(links.of(s)));
+        taps[0]->lies = true;
+        std::vector<compute::ShardOutput> outputs(2);
+        std::vector<std::thread> threads;
+        for (std::int64_t s = 0; s < 2; ++s) {
+            threads.emplace_back([&, s] {
+                auto run = compute::ShardRun::start(core::stageTaskOf(prepared.tasks[0], s, 2), prepared.start.bytes, {});
+                if (!run)
+                    return links.close(run.error().message);
+                (*run)->setStageLink(taps[std::size_t(s)].get());
+                while (!(*run)->finished()) {
+                    if (!(*run)->step())
+                        return links.close(QStringLiteral("stage failed"));
+                }
+                outputs[std::size_t(s)] = (*run)->finish();
+            });
+        }
+        for (auto& thread : threads)
+            thread.join();
+        QTemporaryDir dir;
+        QHash<core::Digest, QString> files;
+        for (std::int64_t s = 0; s < 2; ++s) {
+            const auto& live = outputs[std::size_t(s)].result;
+            QVERIFY2(live.outcome == core::ShardResult::Outcome::Completed, qPrintable(live.failure));
+            const auto& record = taps[std::size_t(s)]->record;
+            QVERIFY(core::StageInputs::parse(record)->size() > 0);
+            const QString file = dir.filePath(QString::number(s));
+            QFile out(file);
+            QVERIFY(out.open(QIODevice::WriteOnly) && out.write(record) == record.size());
+            out.close();
+            files.insert(core::Digest::ofBytes(record), file);
+            auto task = core::stageTaskOf(prepared.tasks[0], s, 2);
+            task.stageInputs = core::Digest::ofBytes(record);
+            QVERIFY(core::ShardTask::fromJson(task.toJson()).value() == task);
+            compute::ComputeEnvironment environment;
+            environment.blobPath = [&](const core::Digest& digest) -> std::optional<QString> {
+                return files.contains(digest) ? std::optional<QString>(files.value(digest)) : std::nullopt;
+            };
+            auto replay = compute::replayShard(task, 0, prepared.start.bytes, live.checkpointHashes.first(),
+                task.checkpointCount() - 1, prepared.start.bytes, environment);
+            QVERIFY2(replay, qPrintable(replay ? QString() : replay.error().toString()));
+            QCOMPARE(replay->checkpoints, live.checkpointHashes.mid(1));
+            QCOMPARE(replay->weightsHash, live.finalHash);
+            const auto relayed = core::stageTensorsRoot(taps[std::size_t(s)]->crossed);
+            QCOMPARE(live.tensorsRoot == relayed, s == 1); // the liar's own log is not what it sent
+            QCOMPARE(replay->tensorsRoot == relayed, s == 1);
+            // A record that lacks a tensor the stage needs fails it; a damaged one is refused.
+            auto cut = record;
+            cut.chop(5);
+            QVERIFY(!core::StageInputs::parse(cut));
+            const auto twice = core::StageInputs::record(
+                1 - s, s == 0 ? core::TensorKind::Gradient : core::TensorKind::Activation, 0, 0, QByteArray(4, 'x'));
+            QVERIFY(!core::StageInputs::parse(record + twice)); // a tensor it already received
+        }
+    }
+
     // The portable cnn and mlp with dropout, and the gpt (AdamW, clipping, a cosine schedule,
     // carried moments): the same bits with every SIMD kernel and thread count.
     void aPortableCnnWithDropoutHasTheSameBitsEverywhere()

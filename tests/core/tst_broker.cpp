@@ -67,6 +67,29 @@ JobSpec pipelineJob()
     return spec;
 }
 
+// Every tensor of pipelineJob()'s two-stage schedule relayed (10 steps of 4 micro-batches each way,
+// activation and gradient bytes as given) for the stages `out` handed to `first` and `second`: the
+// roots the two stages' results name.
+std::pair<Digest, Digest> relayShard(Broker& broker, const QList<std::pair<QString, Assignment>>& out,
+    const QByteArray& activation, const QByteArray& gradient = QByteArray(2048, 'g'))
+{
+    QList<StageTensor> zero, one;
+    const auto a = Digest::ofBytes(activation), g = Digest::ofBytes(gradient);
+    for (std::int64_t step = 0; step < 10; ++step) {
+        for (std::int64_t micro = 0; micro < 4; ++micro) {
+            const auto size = activation.size();
+            if (!broker.relayTensor(
+                    out[0].first, out[0].second.id, { 1, TensorKind::Activation, step, micro, 0, size }, activation)
+                || !broker.relayTensor(
+                    out[1].first, out[1].second.id, { 0, TensorKind::Gradient, step, micro, 0, size }, gradient))
+                return {};
+            zero += { { true, 1, TensorKind::Activation, step, micro, a }, { false, 1, TensorKind::Gradient, step, micro, g } };
+            one += { { false, 0, TensorKind::Activation, step, micro, a }, { true, 0, TensorKind::Gradient, step, micro, g } };
+        }
+    }
+    return { stageTensorsRoot(zero), stageTensorsRoot(one) };
+}
+
 SigningKeys& keysOf(const QString& nodeId)
 {
     static QHash<QString, SigningKeys> keys;
@@ -301,19 +324,6 @@ private Q_SLOTS:
 
     // training.evaluateEvery: the broker evaluates every e-th round and the last, nothing else; the
     // history lists the rounds it evaluated.
-    // A pipeline job (docs/PROTOCOL.md, "Stage tasks") is refused, by field and before anything is
-    // built, by a broker without Broker/PipelineJobs.
-    void aPipelineJobIsRefusedWithoutPipelineJobs()
-    {
-        auto broker = open(QStringLiteral("pipeline"));
-        const int built = m_math.initialBuilds;
-        const auto refused = broker->submit(pipelineJob(), QStringLiteral("k"));
-        QVERIFY(!refused.ok());
-        QCOMPARE(refused.error().field, QStringLiteral("training.pipeline"));
-        QCOMPARE(m_math.initialBuilds, built);
-        QCOMPARE(broker->quoteFor(pipelineJob()).error().field, QStringLiteral("training.pipeline"));
-    }
-
     // A shard's stages go out together to waiting nodes; the broker relays their tensors and takes
     // a stage's result only with the root of what it relayed; a stage's result is held, unpaid,
     // until every stage of its shard has answered, then each is paid and the round aggregates the
@@ -324,13 +334,12 @@ private Q_SLOTS:
         Broker::Options options;
         options.sampling = { 0, 0.0 };
         options.faucet = true;
-        options.pipelineJobs = true;
         auto broker = open(QStringLiteral("pipeline-on"), options);
         const auto quote = broker->quoteFor(pipelineJob());
         QVERIFY(quote.ok());
         QCOMPARE(quote->shards, 2); // one shard of two stage tasks
         const auto jobId = *broker->submit(pipelineJob(), QStringLiteral("k"));
-        for (const auto* id : { "a", "b", "c", "d" }) {
+        for (const auto* id : { "a", "b", "c", "d", "e" }) {
             auto info = node(QString::fromLatin1(id));
             info.capabilities.append(capability::Pipeline);
             QVERIFY(broker->registerNode(info).ok());
@@ -363,39 +372,49 @@ private Q_SLOTS:
             QStringLiteral("a"), out[0].second.id, { 1, TensorKind::Activation, 0, 0, 0, 2048 }, activation);
         QVERIFY(forward.ok());
         QCOMPARE(forward->node, QStringLiteral("c"));
+        // A stage that answers before it received what its schedule sends it signed a lie.
         const auto digest = Digest::ofBytes(activation);
+        auto early = answer(*broker, out[1].second, "stage1");
+        early.tensorsRoot = stageTensorsRoot({ { false, 0, TensorKind::Activation, 0, 0, digest } });
+        QCOMPARE(deliver(*broker, QStringLiteral("c"), out[1].second.id, early).error().field, QStringLiteral("tensorsRoot"));
+        QCOMPARE(broker->account(QStringLiteral("c"))->value(QStringLiteral("stake")).toString(), QStringLiteral("5"));
+        out = *broker->assignPipeline({ QStringLiteral("a"), QStringLiteral("b"), QStringLiteral("c"), QStringLiteral("d") });
+        QCOMPARE(out.size(), 2);
+        QCOMPARE(out[0].first, QStringLiteral("a"));
+        QCOMPARE(out[1].first, QStringLiteral("d")); // b gave it back a moment ago; c lost its stake
+        const auto [firstRoot, secondRoot] = relayShard(*broker, out, activation);
+        QVERIFY(!firstRoot.isNull());
         auto first = answer(*broker, out[0].second, "stage0");
         auto second = answer(*broker, out[1].second, "stage1");
-        first.tensorsRoot = stageTensorsRoot({ { true, 1, TensorKind::Activation, 0, 0, digest } });
-        second.tensorsRoot = stageTensorsRoot({ { false, 0, TensorKind::Activation, 0, 0, digest } });
+        first.tensorsRoot = firstRoot;
+        second.tensorsRoot = secondRoot;
         // Stage 0 answers (held); stage 1's root is not what the broker relayed: refused, the
         // pipeline stopped, stage 0's held result dropped (its node told so), and out again.
         (void)broker->takeNotices();
         QCOMPARE(*deliver(*broker, QStringLiteral("a"), out[0].second.id, first), Acceptance::Held);
         auto lying = second;
         lying.tensorsRoot = stageTensorsRoot({});
-        QCOMPARE(deliver(*broker, QStringLiteral("c"), out[1].second.id, lying).error().field, QStringLiteral("tensorsRoot"));
+        QCOMPARE(deliver(*broker, QStringLiteral("d"), out[1].second.id, lying).error().field, QStringLiteral("tensorsRoot"));
         const auto notices = broker->takeNotices();
         QVERIFY(std::any_of(notices.begin(), notices.end(), [&](const Notice& notice) {
             return notice.nodeId == QStringLiteral("a") && notice.body.value(QStringLiteral("state")).toString() == u"rejected";
         }));
-        out = *broker->assignPipeline({ QStringLiteral("c"), QStringLiteral("a"), QStringLiteral("d") });
+        out = *broker->assignPipeline({ QStringLiteral("c"), QStringLiteral("a"), QStringLiteral("d"), QStringLiteral("e") });
         QCOMPARE(out.size(), 2);
-        QCOMPARE(out[1].first, QStringLiteral("d"));
-        QVERIFY(
-            broker->relayTensor(QStringLiteral("a"), out[0].second.id, { 1, TensorKind::Activation, 0, 0, 0, 2048 }, activation)
-                .ok());
+        QCOMPARE(out[1].first, QStringLiteral("e"));
+        const auto [zeroRoot, oneRoot] = relayShard(*broker, out, activation);
+        QVERIFY(!zeroRoot.isNull());
         // Every activation and gradient of the pipeline has the first one's size.
         QCOMPARE(broker
                      ->relayTensor(
-                         QStringLiteral("d"), out[1].second.id, { 0, TensorKind::Gradient, 0, 0, 0, 1024 }, QByteArray(1024, 'g'))
+                         QStringLiteral("e"), out[1].second.id, { 0, TensorKind::Gradient, 0, 0, 0, 1024 }, QByteArray(1024, 'g'))
                      .error()
                      .field,
             QStringLiteral("size"));
         first = answer(*broker, out[0].second, "stage0");
         second = answer(*broker, out[1].second, "stage1");
-        first.tensorsRoot = stageTensorsRoot({ { true, 1, TensorKind::Activation, 0, 0, digest } });
-        second.tensorsRoot = stageTensorsRoot({ { false, 0, TensorKind::Activation, 0, 0, digest } });
+        first.tensorsRoot = zeroRoot;
+        second.tensorsRoot = oneRoot;
         const auto balance = [&](const char* id) {
             return broker->account(QString::fromLatin1(id))->value(QStringLiteral("balance")).toString();
         };
@@ -408,12 +427,12 @@ private Q_SLOTS:
         QCOMPARE(running.pipelines.size(), 1);
         const auto stages = running.pipelines[0].toObject().value(QStringLiteral("stages")).toArray();
         QCOMPARE(stages.size(), 2);
-        QCOMPARE(stages[1].toObject().value(QStringLiteral("node")).toString(), QStringLiteral("d"));
+        QCOMPARE(stages[1].toObject().value(QStringLiteral("node")).toString(), QStringLiteral("e"));
         QVERIFY(stages[0].toObject().value(QStringLiteral("answered")).toBool());
         QVERIFY(!stages[1].toObject().value(QStringLiteral("answered")).toBool());
         QCOMPARE(JobStatus::fromJson(running.toJson()).pipelines, running.pipelines);
         QCOMPARE(broker->status(jobId)->state, JobState::Running);
-        QCOMPARE(*deliver(*broker, QStringLiteral("d"), out[1].second.id, second), Acceptance::Held);
+        QCOMPARE(*deliver(*broker, QStringLiteral("e"), out[1].second.id, second), Acceptance::Held);
         QVERIFY(balance("a") != before);
         const auto status = *broker->status(jobId);
         QCOMPARE(status.state, JobState::Finished);
@@ -1462,6 +1481,119 @@ private Q_SLOTS:
             told = told || (notice.nodeId == u"a" && notice.body.value(QStringLiteral("state")).toString() == u"paid");
         QVERIFY(told);
         QVERIFY(broker->ledger().checkInvariants().ok());
+    }
+
+    // docs/VERIFICATION.md, "Pipeline stages": a sampled stage waits for its partners, then is
+    // re-executed from what the broker relayed to it (the check's task names the recorded inputs).
+    // Stage 0 sent an activation its honest run would not send: its check's sides differ in the
+    // tensors' root, the referee replays the stage and agrees with the re-execution, stage 0's
+    // node is slashed, and its partner, which computed honestly on what it received, is paid
+    // (its own check called off), never slashed. The shard's two stages go out again.
+    void aStageThatSentWrongTensorsIsSlashedAndItsPartnerPaid()
+    {
+        auto broker = openVerifying(QStringLiteral("stage-cheat"));
+        auto spec = pipelineJob();
+        spec.verificationRate = 1.0;
+        const auto jobId = *broker->submit(spec, QStringLiteral("owner"));
+        for (const auto* id : { "a", "b", "c" }) {
+            auto info = node(QString::fromLatin1(id));
+            info.capabilities.append(capability::Pipeline);
+            QVERIFY(broker->registerNode(info).ok());
+        }
+        const auto out = *broker->assignPipeline({ QStringLiteral("a"), QStringLiteral("b") });
+        QCOMPARE(out.size(), 2);
+        // Stage 0 sends `sent` where an honest stage would send honestSent; stage 1 sends `gradient`.
+        const QByteArray sent(2048, 'x'), honestSent(2048, 'y'), gradient(2048, 'g');
+        const auto [lyingRoot, partnerRoot] = relayShard(*broker, out, sent, gradient);
+        QVERIFY(!lyingRoot.isNull());
+        auto first = honest(*broker, out[0].second), second = honest(*broker, out[1].second);
+        first.tensorsRoot = lyingRoot;
+        second.tensorsRoot = partnerRoot;
+        // An honest stage's root from what it received (its recorded inputs).
+        m_math.stageRoot = [&](const ShardTask& task) {
+            const auto inputs = *StageInputs::parse(*broker->blobs().read(task.stageInputs));
+            QList<StageTensor> log;
+            for (std::int64_t step = 0; step < 10; ++step) {
+                for (std::int64_t micro = 0; micro < 4; ++micro) {
+                    const auto activation
+                        = task.stage == 0 ? honestSent : inputs.find(0, TensorKind::Activation, step, micro).value();
+                    const auto back = task.stage == 0 ? inputs.find(1, TensorKind::Gradient, step, micro).value() : gradient;
+                    log += { { task.stage == 0, 1 - task.stage, TensorKind::Activation, step, micro,
+                                 Digest::ofBytes(activation) },
+                        { task.stage == 1, 1 - task.stage, TensorKind::Gradient, step, micro, Digest::ofBytes(back) } };
+                }
+            }
+            return stageTensorsRoot(log);
+        };
+        QCOMPARE(*deliver(*broker, QStringLiteral("a"), out[0].second.id, first), Acceptance::Held);
+        QVERIFY(broker->verifications(jobId)->isEmpty()); // its partner has not answered
+        QCOMPARE(*deliver(*broker, QStringLiteral("b"), out[1].second.id, second), Acceptance::Held);
+        QCOMPARE(broker->verifications(jobId)->size(), 2);
+        const auto paidFor = [&](std::int64_t unit, const QString& assignment) {
+            return *broker->ledger().hasCause(Verifier::payCause(jobId, 0, unit, assignment));
+        };
+        QVERIFY(!paidFor(1, out[1].second.id)); // sampled: paid once checked
+        // Each check goes to a node drawn for it, which re-executes the stage honestly from its
+        // recorded inputs: stage 0 the 40 gradients stage 1 sent, stage 1 the 40 activations stage 0
+        // sent.
+        const int replays = m_math.replays;
+        bool stage0Checked = false;
+        for (int ask = 0; ask < 6 && !stage0Checked; ++ask) {
+            const QString id = QStringList { QStringLiteral("b"), QStringLiteral("c"), QStringLiteral("a") }[ask % 3];
+            auto check = broker->assign(id);
+            if (!check.ok() || !check->has_value())
+                continue;
+            const auto& task = (**check).task;
+            QVERIFY(!task.stageInputs.isNull());
+            const auto inputs = StageInputs::parse(*broker->blobs().read(task.stageInputs));
+            QCOMPARE(inputs->size(), 40);
+            QCOMPARE(*inputs->find(1 - task.stage, task.stage == 0 ? TensorKind::Gradient : TensorKind::Activation, 9, 3),
+                task.stage == 0 ? gradient : sent);
+            auto reexecuted = honest(*broker, **check);
+            reexecuted.tensorsRoot = m_math.stageRoot(task);
+            QCOMPARE(*deliver(*broker, id, (**check).id, reexecuted), Acceptance::Held);
+            stage0Checked = task.stage == 0;
+        }
+        QVERIFY(stage0Checked);
+        QCOMPARE(m_math.replays, replays + 1); // the referee replayed stage 0
+        QCOMPARE(broker->account(QStringLiteral("a"))->value(QStringLiteral("stake")).toString(), QStringLiteral("5"));
+        QCOMPARE(broker->account(QStringLiteral("b"))->value(QStringLiteral("stake")).toString(), QStringLiteral("10"));
+        QVERIFY(paidFor(1, out[1].second.id)); // the partner is paid
+        QVERIFY(!paidFor(0, out[0].second.id));
+        const auto records = *broker->verifications(jobId);
+        for (const auto& record : records) {
+            if (record.value(QStringLiteral("shard")).toInteger() == 1) // b's stage
+                QVERIFY(record.value(QStringLiteral("state")).toString() != u"rejected");
+            else
+                QCOMPARE(record.value(QStringLiteral("outcome")).toString(), QStringLiteral("accused"));
+        }
+        // The shard's stages go out together again, to nodes that still hold a stake; trained
+        // honestly and checked, each unit is paid once more (a payment of its own) and the job ends.
+        QCOMPARE(broker->status(jobId)->state, JobState::Running);
+        const auto again = *broker->assignPipeline({ QStringLiteral("b"), QStringLiteral("c") });
+        QCOMPARE(again.size(), 2);
+        const auto [zeroRoot, oneRoot] = relayShard(*broker, again, honestSent, gradient);
+        first = honest(*broker, again[0].second);
+        second = honest(*broker, again[1].second);
+        first.tensorsRoot = zeroRoot;
+        second.tensorsRoot = oneRoot;
+        QCOMPARE(*deliver(*broker, QStringLiteral("b"), again[0].second.id, first), Acceptance::Held);
+        QCOMPARE(*deliver(*broker, QStringLiteral("c"), again[1].second.id, second), Acceptance::Held);
+        for (int ask = 0; ask < 12 && broker->status(jobId)->state == JobState::Running; ++ask) {
+            const QString id = ask % 2 ? QStringLiteral("c") : QStringLiteral("b");
+            auto check = broker->assign(id);
+            if (!check.ok() || !check->has_value())
+                continue;
+            auto reexecuted = honest(*broker, **check);
+            reexecuted.tensorsRoot = m_math.stageRoot((**check).task);
+            QCOMPARE(*deliver(*broker, id, (**check).id, reexecuted), Acceptance::Held);
+        }
+        QCOMPARE(broker->status(jobId)->state, JobState::Finished);
+        QVERIFY(paidFor(1, again[1].second.id) && paidFor(0, again[0].second.id));
+        for (const auto* id : { "b", "c" })
+            QCOMPARE(broker->account(QString::fromLatin1(id))->value(QStringLiteral("stake")).toString(), QStringLiteral("10"));
+        QVERIFY(broker->ledger().checkInvariants().ok());
+        m_math.stageRoot = {};
     }
 
     void aCheatCaughtAtTheFirstCheckpointIsSlashed()

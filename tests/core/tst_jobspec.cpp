@@ -229,6 +229,16 @@ private Q_SLOTS:
         QCOMPARE(spec->stagesPerShard(), 2);
         QCOMPARE(spec->unitsPerRound(), 4);
         QCOMPARE(ShardTask::fromJson(stageTaskOf(task, 2, 2).toJson()).error().field, QStringLiteral("stage"));
+        // A stage re-executed from its recorded inputs names their blob, which it fetches; a task
+        // that is no stage has no inputs.
+        auto recorded = stage;
+        recorded.stageInputs = Digest::ofBytes("inputs");
+        QCOMPARE(ShardTask::fromJson(recorded.toJson()).value(), recorded);
+        QVERIFY(recorded.inputBlobs().contains(recorded.stageInputs));
+        QVERIFY(stage.isLiveStage() && !recorded.isLiveStage());
+        auto whole = task;
+        whole.stageInputs = recorded.stageInputs;
+        QCOMPARE(ShardTask::fromJson(whole.toJson()).error().field, QStringLiteral("stageInputs"));
         auto tiedStage = stage; // a tied head would span the first and the last stage
         tiedStage.model.tied = true;
         QCOMPARE(tiedStage.validate().error().field, QStringLiteral("stages"));

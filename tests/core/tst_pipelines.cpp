@@ -5,6 +5,10 @@
 #include <core/broker/scheduler.h>
 #include <core/decomposition.h>
 
+#include <QDir>
+#include <QFile>
+#include <QFileInfo>
+#include <QTemporaryDir>
 #include <QTest>
 
 using namespace tessera::core;
@@ -170,6 +174,77 @@ private Q_SLOTS:
         QCOMPARE(*m_pipelines.rootOf(QStringLiteral("a1")),
             stageTensorsRoot({ StageTensor {
                 false, 0, TensorKind::Activation, 0, 0, Digest::ofBytes(QByteArray(half, 'x') + QByteArray(half, 'y')) } }));
+    }
+
+    // docs/VERIFICATION.md, "Pipeline stages": what a stage received is recorded, in a file that
+    // becomes the caller's (a blob) once the stage has received all its schedule sends it; a stage
+    // sends its tensors one at a time; a record nobody took goes with its pipeline.
+    void whatAStageReceivedIsRecordedForItsReExecution()
+    {
+        QTemporaryDir dir;
+        Pipelines pipelines;
+        pipelines.setRecordingDirectory(dir.path());
+        pipelines.add(m_task,
+            { { QStringLiteral("a0"), QStringLiteral("n0"), 100 }, { QStringLiteral("a1"), QStringLiteral("n1"), 100 },
+                { QStringLiteral("a2"), QStringLiteral("n2"), 100 } });
+        QCOMPARE(QDir(dir.path()).entryList({ QStringLiteral("stage-inputs-*.part") }, QDir::Files).size(), 3);
+        auto send = [&](const QString& node, const QString& assignment, const Pipelines::Part& part, const QByteArray& bytes) {
+            if (!pipelines.relay(node, assignment, part, bytes.size()))
+                return false;
+            pipelines.hash(assignment, part, bytes);
+            return true;
+        };
+        // Stage 1 is owed 3 steps x 4 micro-batches of activations (from 0) and gradients (from 2),
+        // and each step both others' sums.
+        for (std::int64_t step = 0; step < 3; ++step) {
+            for (std::int64_t micro = 0; micro < 4; ++micro) {
+                const QByteArray activation(ActivationBytes, char('a' + micro)), gradient(ActivationBytes, char('A' + micro));
+                QVERIFY(send(QStringLiteral("n0"), QStringLiteral("a0"),
+                    { 1, TensorKind::Activation, step, micro, 0, ActivationBytes }, activation));
+                QVERIFY(send(QStringLiteral("n2"), QStringLiteral("a2"),
+                    { 1, TensorKind::Gradient, step, micro, 0, ActivationBytes }, gradient));
+            }
+            QVERIFY(send(
+                QStringLiteral("n0"), QStringLiteral("a0"), { 1, TensorKind::Squares, step, 0, 0, 16 }, QByteArray(16, 's')));
+            QVERIFY(!pipelines.receivedAll(QStringLiteral("a1")));
+            QVERIFY(send(
+                QStringLiteral("n2"), QStringLiteral("a2"), { 1, TensorKind::Squares, step, 0, 0, 16 }, QByteArray(16, 't')));
+        }
+        QVERIFY(pipelines.receivedAll(QStringLiteral("a1")));
+        QVERIFY(!pipelines.receivedAll(QStringLiteral("a0")));
+        // A stage starts at most two tensors part-way.
+        const auto half = ActivationBytes / 2;
+        QVERIFY(
+            pipelines.relay(QStringLiteral("n2"), QStringLiteral("a2"), { 1, TensorKind::Squares, 9, 0, 0, 16 }, 8).error().field
+            == QStringLiteral("step"));
+        QVERIFY(send(QStringLiteral("n1"), QStringLiteral("a1"), { 2, TensorKind::Activation, 0, 0, 0, ActivationBytes },
+            QByteArray(half, 'x')));
+        QVERIFY(send(QStringLiteral("n1"), QStringLiteral("a1"), { 2, TensorKind::Activation, 0, 1, 0, ActivationBytes },
+            QByteArray(half, 'x')));
+        QCOMPARE(
+            pipelines
+                .relay(QStringLiteral("n1"), QStringLiteral("a1"), { 2, TensorKind::Activation, 0, 2, 0, ActivationBytes }, half)
+                .error()
+                .field,
+            QStringLiteral("offset"));
+        // The record: its digest, every tensor as it came.
+        const auto recorded = pipelines.takeInputs(QStringLiteral("a1"));
+        QVERIFY(recorded);
+        QFile file(recorded->file);
+        QVERIFY(file.open(QIODevice::ReadOnly));
+        const auto bytes = file.readAll();
+        QCOMPARE(Digest::ofBytes(bytes), recorded->digest);
+        const auto inputs = StageInputs::parse(bytes);
+        QVERIFY2(inputs, qPrintable(inputs ? QString() : inputs.error().toString()));
+        QCOMPARE(inputs->size(), 30);
+        QCOMPARE(*inputs->find(0, TensorKind::Activation, 2, 3), QByteArray(ActivationBytes, 'd'));
+        QCOMPARE(*inputs->find(2, TensorKind::Squares, 1, 0), QByteArray(16, 't'));
+        QVERIFY(!inputs->find(2, TensorKind::Activation, 0, 0));
+        QVERIFY(!pipelines.takeInputs(QStringLiteral("a1"))); // once
+        // The records nobody took go with the pipeline; the one taken is the caller's.
+        pipelines.remove(QStringLiteral("a0"));
+        QCOMPARE(QDir(dir.path()).entryList({ QStringLiteral("stage-inputs-*.part") }, QDir::Files),
+            QStringList { QFileInfo(recorded->file).fileName() });
     }
 
     // A pipeline is forgotten once every stage answered (or one failed); a late stage is found.

@@ -18,6 +18,9 @@
 //                compute the same wrong result, so each vouches for the other's when drawn to check it
 //   wrong-answer hosts served models (docs/PROTOCOL.md, "Serving") and signs answers whose last
 //                token is changed (its streamed tokens are honest); its shards are honest
+//   stage-lr     takes stage tasks of pipeline jobs (docs/PROTOCOL.md, "Stage tasks") and trains
+//                its stage with twice the learning rate, trading real tensors with its partners
+//                (which compute honestly on what it sends); its re-executions are honest
 //
 // The wrong-data and wrong-lr cheaters believe their lie: asked in a dispute, they answer from the
 // run that gave their result (a state, or a portable job's trace and operands), so a portable
@@ -46,11 +49,16 @@
 #include <QJsonObject>
 #include <QMutex>
 #include <QRandomGenerator>
+#include <QSet>
 
 #include <atomic>
+#include <condition_variable>
 #include <csignal>
 #include <cstring>
+#include <map>
+#include <mutex>
 #include <numeric>
+#include <thread>
 
 using namespace tessera;
 
@@ -79,7 +87,119 @@ public:
                     notify(tag);
                 });
     }
-    ~CheatingExecutor() override { m_replicas.reset(); }
+    ~CheatingExecutor() override
+    {
+        {
+            std::lock_guard lock(m_stageMutex);
+            m_closing = true;
+        }
+        m_arrived.notify_all();
+        for (auto& thread : m_stageThreads)
+            thread.join();
+        m_replicas.reset();
+    }
+
+    // --- stage-lr: a live stage trained with twice the learning rate ------------------------------
+    bool runsStages() const override { return m_mode == u"stage-lr"; }
+    QList<Tensor> takeTensors(const QString& tag) override
+    {
+        std::lock_guard lock(m_stageMutex);
+        QList<Tensor> mine;
+        for (auto it = m_outbox.begin(); it != m_outbox.end();) {
+            if (it->tag == tag) {
+                mine.append(std::move(*it));
+                it = m_outbox.erase(it);
+            } else {
+                ++it;
+            }
+        }
+        return mine;
+    }
+    void deliverTensor(const Tensor& tensor) override
+    {
+        {
+            std::lock_guard lock(m_stageMutex);
+            m_inbox[{ tensor.assignment, tensor.peer, int(tensor.kind), tensor.step, tensor.micro }] = tensor.bytes;
+        }
+        m_arrived.notify_all();
+    }
+    void stopStage(const QString& assignment, const QString&) override
+    {
+        {
+            std::lock_guard lock(m_stageMutex);
+            m_stopped.insert(assignment);
+        }
+        m_arrived.notify_all();
+    }
+
+    class QueueLink final : public compute::StageLink {
+    public:
+        QueueLink(CheatingExecutor& executor, QString tag, QString assignment)
+            : m_executor(executor)
+            , m_tag(std::move(tag))
+            , m_assignment(std::move(assignment))
+        { }
+        core::Status send(std::int64_t to, Kind kind, std::int64_t step, std::int64_t micro, const QByteArray& bytes) override
+        {
+            {
+                std::lock_guard lock(m_executor.m_stageMutex);
+                m_executor.m_outbox.append({ m_tag, m_assignment, to, kind, step, micro, bytes });
+            }
+            m_executor.notify(m_tag);
+            return {};
+        }
+        core::Result<QByteArray> receive(std::int64_t from, Kind kind, std::int64_t step, std::int64_t micro) override
+        {
+            std::unique_lock lock(m_executor.m_stageMutex);
+            const Key key { m_assignment, from, int(kind), step, micro };
+            const bool came = m_executor.m_arrived.wait_for(lock, std::chrono::minutes(10), [&] {
+                return m_executor.m_closing || m_executor.m_stopped.contains(m_assignment) || m_executor.m_inbox.count(key);
+            });
+            const auto found = m_executor.m_inbox.find(key);
+            if (!came || found == m_executor.m_inbox.end())
+                return core::Error { QStringLiteral("link"), QStringLiteral("the pipeline stopped") };
+            auto bytes = std::move(found->second);
+            m_executor.m_inbox.erase(found);
+            return bytes;
+        }
+
+    private:
+        CheatingExecutor& m_executor;
+        QString m_tag;
+        QString m_assignment;
+    };
+
+    void startStage(const QString& tag, const QString& assignment, const core::ShardTask& task, const QByteArray& startWeights,
+        const compute::ComputeEnvironment& environment)
+    {
+        std::lock_guard lock(m_stageMutex);
+        m_stageThreads.emplace_back([this, tag, assignment, task, startWeights, environment] {
+            auto believed = task;
+            believed.optimizer.lr = task.optimizer.lr * 2.0;
+            QueueLink link(*this, tag, assignment);
+            compute::ShardOutput output;
+            auto run = compute::ShardRun::start(believed, startWeights, environment);
+            core::Status status = run ? core::Status {} : core::Status(run.error());
+            if (run) {
+                (*run)->setStageLink(&link);
+                while (status && !(*run)->finished())
+                    status = (*run)->step();
+            }
+            if (status) {
+                output = (*run)->finish();
+                qInfo("cheat: stage %lld of round %lld shard %lld trained with twice the learning rate", qlonglong(task.stage),
+                    qlonglong(task.round), qlonglong(task.shard));
+            } else {
+                output.result = core::ShardResult::failedOf(task, status.error().toString());
+                output.result.outcome = core::ShardResult::Outcome::Returned;
+            }
+            {
+                QMutexLocker finished(&m_mutex);
+                m_finished.append({ tag, assignment, output.result, output.weights, output.keptState, {}, {} });
+            }
+            notify(tag);
+        });
+    }
 
     bool canHost() const override { return m_replicas != nullptr; }
     void host(const QString& tag, const QString& assignment, const core::ShardTask& replica, const QString& weightsPath) override
@@ -128,6 +248,8 @@ public:
     void start(const QString& tag, const QString& assignment, const core::ShardTask& task, const QByteArray& startWeights,
         const QHash<core::Digest, QString>& blobPaths, std::int64_t) override
     {
+        if (task.isLiveStage())
+            return startStage(tag, assignment, task, startWeights, environmentOf(blobPaths));
         auto output = cheat(task, startWeights, environmentOf(blobPaths));
         QMutexLocker lock(&m_mutex);
         m_finished.append({ tag, assignment, output.result, output.weights, output.keptState, {}, {} });
@@ -372,6 +494,14 @@ private:
     }
 
     QString m_mode;
+    using Key = std::tuple<QString, std::int64_t, int, std::int64_t, std::int64_t>; // assignment, from, kind, step, micro
+    std::mutex m_stageMutex;
+    std::condition_variable m_arrived;
+    std::map<Key, QByteArray> m_inbox;
+    QList<Tensor> m_outbox;
+    QSet<QString> m_stopped;
+    bool m_closing = false;
+    std::vector<std::thread> m_stageThreads;
     mutable QMutex m_mutex;
     QList<Served> m_served;
     std::unique_ptr<app::ReplicaHost> m_replicas;
@@ -393,7 +523,8 @@ int main(int argc, char* argv[])
     const QString mode = parser.value(QStringLiteral("mode"));
     const QStringList modes { QStringLiteral("random"), QStringLiteral("fewer-steps"), QStringLiteral("copy"),
         QStringLiteral("stale"), QStringLiteral("wrong-data"), QStringLiteral("late"), QStringLiteral("poisoned"),
-        QStringLiteral("wrong-lr"), QStringLiteral("collude"), QStringLiteral("one-line"), QStringLiteral("wrong-answer") };
+        QStringLiteral("wrong-lr"), QStringLiteral("collude"), QStringLiteral("one-line"), QStringLiteral("wrong-answer"),
+        QStringLiteral("stage-lr") };
     auto broker = net::BrokerAddress::parse(parser.value(QStringLiteral("broker")));
     const QString data = parser.value(QStringLiteral("data"));
     if (!modes.contains(mode) || !broker || data.isEmpty() || !QDir().mkpath(data)) {

@@ -40,7 +40,7 @@ JOB
 port=$(/usr/bin/python3 "$here/../../scripts/free_port.py")
 broker="tcp://$subnet.1:$port"
 # Deadlines far beyond any shard's time: the test is about hosts, not the machine's speed.
-printf '[Broker]\nDataDirectory=%s/broker\nFaucet=true\nCanaryPercent=0\nPipelineJobs=true\nMinDeadlineSeconds=1200\n' \
+printf '[Broker]\nDataDirectory=%s/broker\nFaucet=true\nCanaryPercent=0\nMinDeadlineSeconds=1200\n' \
     "$work" > "$work/broker.ini"
 start_in_host 0 "$bin/tessera-broker" --config "$work/broker.ini" --bind "$broker" --insecure-plaintext >> "$work/broker.log" 2>&1
 pids+=($!)

@@ -12,18 +12,21 @@ class PipelineTest : public QObject {
 private:
     QTemporaryDir m_dir;
 
-    QString writeJob(std::int64_t stages)
+    // verify: every stage result is re-executed (verification.rate 1).
+    QString writeJob(std::int64_t stages, bool verify = false)
     {
-        const QString file = m_dir.filePath(QStringLiteral("pipeline-%1.json").arg(stages));
+        const QString file = m_dir.filePath(
+            QStringLiteral("pipeline-%1%2.json").arg(stages).arg(verify ? QStringLiteral("-verified") : QString()));
         Cluster::writeFile(file,
             QStringLiteral(R"({
     "name": "pipelined gpt", "model": { "zoo": "gpt", "layers": 4, "heads": 2, "width": 32, "context": 32, "tied": false },
     "dataset": { "builtin": "fortunes" }, "optimizer": { "kind": "adamw", "lr": 0.003, "clipNorm": 1.0 },
     "training": { "rounds": 2, "shardsPerRound": 2, "localSteps": 8, "batchSize": 8, "seed": 4, "checkpointInterval": 4,
                   "determinism": "portable", "pipeline": { "stages": %1, "microBatches": 4 } },
-    "budget": "100"
+    "budget": "100"%2
 })")
-                .arg(stages));
+                .arg(stages)
+                .arg(verify ? QStringLiteral(R"(, "verification": { "rate": 1.0 })") : QString()));
         return file;
     }
 
@@ -45,7 +48,7 @@ private Q_SLOTS:
         QVERIFY2(!local.hash.isEmpty(), qPrintable(local.output));
 
         Cluster cluster;
-        cluster.startBroker({}, QStringLiteral("PipelineJobs=true\nMinDeadlineSeconds=900\nSelfVerifyAfterSeconds=900\n"));
+        cluster.startBroker({}, QStringLiteral("MinDeadlineSeconds=900\nSelfVerifyAfterSeconds=900\n"));
         for (int i = 1; i <= 2 * stages; ++i)
             cluster.startNode(i, {}, Cluster::FirstStart::SkipBenchmark, QStringLiteral("MaxThreads=%1\n").arg(1 + i % 2),
                 i % 2 ? Cluster::olderCpu() : Cluster::newerCpu());
@@ -67,7 +70,7 @@ private Q_SLOTS:
         const auto local = trainLocally(jobFile, m_dir.filePath(QStringLiteral("local-killed")));
         QVERIFY2(!local.hash.isEmpty(), qPrintable(local.output));
         Cluster cluster;
-        cluster.startBroker({}, QStringLiteral("PipelineJobs=true\nMinDeadlineSeconds=900\nSelfVerifyAfterSeconds=900\n"));
+        cluster.startBroker({}, QStringLiteral("MinDeadlineSeconds=900\nSelfVerifyAfterSeconds=900\n"));
         QList<QProcess*> nodes;
         for (int i = 1; i <= 3; ++i)
             nodes.append(cluster.startNode(i, {}, Cluster::FirstStart::SkipBenchmark, QStringLiteral("MaxThreads=1\n")));
@@ -90,6 +93,65 @@ private Q_SLOTS:
         QCOMPARE(job.value(QStringLiteral("weightsHash")).toString(), local.hash);
         QVERIFY2(cluster.log(QStringLiteral("broker")).contains(QStringLiteral("stopped: a stage's node went")),
             "the killed stage's pipeline was not stopped");
+        QVERIFY(cluster.ledgerConsistent());
+    }
+
+    // docs/VERIFICATION.md, "Pipeline stages": a node trains its stage with twice the learning rate
+    // while its partner computes honestly on what it sends. Every stage result is re-executed
+    // (verification.rate 1) from what it received: the cheater is slashed; its partner and the
+    // other honest nodes are paid and never slashed; the cheated shard is trained again; the job
+    // ends on train-local's bits. The honest nodes beside the cheater's first partner start once
+    // the cheater holds a stage, so that it always gets one.
+    void aCheatingStageIsSlashedAndItsHonestPartnersAreNot()
+    {
+        const auto jobFile = writeJob(2, true);
+        const auto local = trainLocally(jobFile, m_dir.filePath(QStringLiteral("local-cheat")));
+        QVERIFY2(!local.hash.isEmpty(), qPrintable(local.output));
+        Cluster cluster;
+        cluster.startBroker({}, QStringLiteral("MinDeadlineSeconds=900\nSelfVerifyAfterSeconds=900\n"));
+        cluster.startCheater(QStringLiteral("stage-lr"));
+        cluster.startNode(1, {}, Cluster::FirstStart::SkipBenchmark, QStringLiteral("MaxThreads=1\n"), Cluster::olderCpu());
+        QVERIFY(QTest::qWaitFor([&] { return cluster.nodes().size() == 2; }, 120'000));
+        const QString jobId = cluster.submit(jobFile);
+        QVERIFY(!jobId.isEmpty());
+        QVERIFY(QTest::qWaitFor(
+            [&] { return cluster.log(QStringLiteral("cheater-stage-lr")).contains(QStringLiteral("cheat: stage")); }, 120'000));
+        cluster.startNode(2, {}, Cluster::FirstStart::SkipBenchmark, QStringLiteral("MaxThreads=2\n"), Cluster::newerCpu());
+        cluster.startNode(3, {}, Cluster::FirstStart::SkipBenchmark, QStringLiteral("MaxThreads=1\n"));
+        const auto job = cluster.waitForEnd(jobId);
+        QCOMPARE(job.value(QStringLiteral("state")).toString(), QStringLiteral("finished"));
+        QCOMPARE(job.value(QStringLiteral("weightsHash")).toString(), local.hash);
+        int honest = 0;
+        for (const auto& value : cluster.nodes()) {
+            const auto node = value.toObject();
+            const auto name = node.value(QStringLiteral("name")).toString();
+            qInfo("%s: done %lld, verified %lld, disputes lost %lld, slashed %s", qPrintable(name),
+                node.value(QStringLiteral("shardsDone")).toInteger(), node.value(QStringLiteral("verified")).toInteger(),
+                node.value(QStringLiteral("disputesLost")).toInteger(),
+                qPrintable(node.value(QStringLiteral("slashed")).toString()));
+            if (name.startsWith(QStringLiteral("cheater-"))) {
+                QVERIFY2(node.value(QStringLiteral("disputesLost")).toInteger() >= 1, qPrintable(name));
+                QVERIFY2(node.value(QStringLiteral("slashed")).toString() != u"0", qPrintable(name));
+                continue;
+            }
+            ++honest;
+            QCOMPARE(node.value(QStringLiteral("disputesLost")).toInteger(), 0);
+            QCOMPARE(node.value(QStringLiteral("slashed")).toString(), QStringLiteral("0"));
+            QVERIFY(node.value(QStringLiteral("balance")).toString().toDouble() > 0.0);
+        }
+        QCOMPARE(honest, 3);
+        // Its checks: the cheater's stage lost to the referee's replay; its partners' were verified or
+        // called off with pay.
+        bool caught = false;
+        for (const auto& value : cluster.checks(jobId)) {
+            const auto check = value.toObject();
+            caught = caught
+                || (check.value(QStringLiteral("outcome")).toString() == u"accused"
+                    && check.value(QStringLiteral("detail"))
+                           .toString()
+                           .contains(QStringLiteral("the referee re-executed the stage")));
+        }
+        QVERIFY(caught);
         QVERIFY(cluster.ledgerConsistent());
     }
 };

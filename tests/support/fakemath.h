@@ -1,5 +1,7 @@
 #pragma once
 
+#include <functional>
+
 // Stand-in arithmetic for the broker's state machine (a fake is fine in a unit test: the real
 // arithmetic is tested in tests/compute and end to end in tests/e2e).
 
@@ -98,6 +100,7 @@ public:
         return QStringLiteral("w:%1:%2").arg(task.round).arg(task.shard).toUtf8();
     }
     int replays = 0;
+    std::function<Digest(const ShardTask&)> stageRoot; // what a stage's replay sent and received
     bool replayFails = false; // the job's own fault: every run of it fails
     QByteArray refereeLine; // what the referee computes for an inference task ("": as for training)
     QString refereeProfile = QStringLiteral("p");
@@ -121,6 +124,8 @@ public:
         replay.weights = weights(task);
         replay.weightsHash = Digest::ofBytes(replay.weights);
         replay.runtimeProfile = QStringLiteral("p");
+        if (task.isStage() && stageRoot)
+            replay.tensorsRoot = stageRoot(task);
         return replay;
     }
     Result<double> distance(const QByteArray& a, const QByteArray& b, const QByteArray&) override { return a == b ? 0.0 : 1.0; }
