@@ -100,24 +100,33 @@ private Q_SLOTS:
     // while its partner computes honestly on what it sends. Every stage result is re-executed
     // (verification.rate 1) from what it received: the cheater is slashed; its partner and the
     // other honest nodes are paid and never slashed; the cheated shard is trained again; the job
-    // ends on train-local's bits. The honest nodes beside the cheater's first partner start once
-    // the cheater holds a stage, so that it always gets one.
+    // ends on train-local's bits. The cheater and S - 1 honest nodes come first, so that the
+    // cheater holds a stage; two more honest nodes join once it does.
+    void aCheatingStageIsSlashedAndItsHonestPartnersAreNot_data()
+    {
+        QTest::addColumn<int>("stages");
+        QTest::newRow("2 stages") << 2;
+        QTest::newRow("4 stages") << 4;
+    }
     void aCheatingStageIsSlashedAndItsHonestPartnersAreNot()
     {
-        const auto jobFile = writeJob(2, true);
-        const auto local = trainLocally(jobFile, m_dir.filePath(QStringLiteral("local-cheat")));
+        QFETCH(int, stages);
+        const auto jobFile = writeJob(stages, true);
+        const auto local = trainLocally(jobFile, m_dir.filePath(QStringLiteral("local-cheat-%1").arg(stages)));
         QVERIFY2(!local.hash.isEmpty(), qPrintable(local.output));
         Cluster cluster;
         cluster.startBroker({}, QStringLiteral("MinDeadlineSeconds=900\nSelfVerifyAfterSeconds=900\n"));
         cluster.startCheater(QStringLiteral("stage-lr"));
-        cluster.startNode(1, {}, Cluster::FirstStart::SkipBenchmark, QStringLiteral("MaxThreads=1\n"), Cluster::olderCpu());
-        QVERIFY(QTest::qWaitFor([&] { return cluster.nodes().size() == 2; }, 120'000));
+        for (int i = 1; i < stages; ++i)
+            cluster.startNode(i, {}, Cluster::FirstStart::SkipBenchmark, QStringLiteral("MaxThreads=1\n"),
+                i % 2 ? Cluster::olderCpu() : Cluster::newerCpu());
+        QVERIFY(QTest::qWaitFor([&] { return cluster.nodes().size() == stages; }, 120'000));
         const QString jobId = cluster.submit(jobFile);
         QVERIFY(!jobId.isEmpty());
         QVERIFY(QTest::qWaitFor(
             [&] { return cluster.log(QStringLiteral("cheater-stage-lr")).contains(QStringLiteral("cheat: stage")); }, 120'000));
-        cluster.startNode(2, {}, Cluster::FirstStart::SkipBenchmark, QStringLiteral("MaxThreads=2\n"), Cluster::newerCpu());
-        cluster.startNode(3, {}, Cluster::FirstStart::SkipBenchmark, QStringLiteral("MaxThreads=1\n"));
+        cluster.startNode(stages, {}, Cluster::FirstStart::SkipBenchmark, QStringLiteral("MaxThreads=2\n"), Cluster::newerCpu());
+        cluster.startNode(stages + 1, {}, Cluster::FirstStart::SkipBenchmark, QStringLiteral("MaxThreads=1\n"));
         const auto job = cluster.waitForEnd(jobId);
         QCOMPARE(job.value(QStringLiteral("state")).toString(), QStringLiteral("finished"));
         QCOMPARE(job.value(QStringLiteral("weightsHash")).toString(), local.hash);
@@ -139,7 +148,7 @@ private Q_SLOTS:
             QCOMPARE(node.value(QStringLiteral("slashed")).toString(), QStringLiteral("0"));
             QVERIFY(node.value(QStringLiteral("balance")).toString().toDouble() > 0.0);
         }
-        QCOMPARE(honest, 3);
+        QCOMPARE(honest, stages + 1);
         // Its checks: the cheater's stage lost to the referee's replay; its partners' were verified or
         // called off with pay.
         bool caught = false;
