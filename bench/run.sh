@@ -48,6 +48,8 @@ step "blob swarm: the broker's bytes for a round's blob with 4, 16 and 32 nodes 
 "$build/bench/tessera-bench-swarm" --uplink --plain | tee "$out/swarm-uplink-plain.txt"
 step "limited uplink: whole rounds of a 37 M job, 8 nodes, the broker behind tc tbf 100 Mbit/s (root only)"
 "$src/bench/uplink.sh" "$build" "$out/uplink"
+step "pipeline stages: 2 stages against the whole shard (tokens/s), and each stage's peak memory alone"
+"$build/bench/tessera-bench-pipeline" | tee "$out/pipeline.txt"
 step "verification policy (simulation)"
 "$build/bench/tessera-bench-verification" | tee "$out/verification.txt"
 step "device benchmark (tessera-node benchmark)"

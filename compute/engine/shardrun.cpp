@@ -451,6 +451,9 @@ core::Result<std::unique_ptr<ShardRun>> ShardRun::start(
         return status.error();
     d->startWeights = startWeights;
     d->chain.append(checkpointHash(*d));
+    // A stage's chain starts at the round's weights, hashed whole; then it keeps only its share.
+    if (task.isStage())
+        d->optimizer->releaseAllBut([&](const std::string& name) { return ownedBy(*d, name); });
     d->timer.start();
     return std::unique_ptr<ShardRun>(new ShardRun(std::move(d)));
 }
@@ -809,7 +812,8 @@ core::Result<Replay> replayShard(const core::ShardTask& task, std::int64_t from,
     if (d.step != stepOf(from))
         return core::Error { QStringLiteral("state"),
             QStringLiteral("the state is at step %1, not at checkpoint %2 (step %3)").arg(d.step).arg(from).arg(stepOf(from)) };
-    if (checkpointHash(d) != expected)
+    // From the round's weights: start() hashed them (before a stage let go of the others' share).
+    if ((from == 0 ? d.settledChain().first() : checkpointHash(d)) != expected)
         return core::Error { QStringLiteral("state"), QStringLiteral("the state does not hash to the agreed checkpoint") };
     d.chain = { expected };
     while (d.step < stepOf(to)) {

@@ -29,6 +29,18 @@ void Optimizer::releaseGradients()
         parameter.mutable_grad().reset();
 }
 
+void Optimizer::releaseAllBut(const std::function<bool(const std::string&)>& keeps)
+{
+    for (std::size_t i = 0; i < m_parameters.size(); ++i) {
+        auto& [name, parameter] = m_parameters[i];
+        if (keeps(name))
+            continue;
+        parameter.set_data(at::empty({ 0 }, parameter.options()));
+        m_first[i].reset();
+        m_second[i].reset();
+    }
+}
+
 void Optimizer::clipGradients()
 {
     // clip_grad_norm_: the norm of the per-tensor L2 norms, in float32, and each gradient scaled by

@@ -7,6 +7,8 @@
 #include <core/error.h>
 #include <core/jobspec.h>
 
+#include <functional>
+
 namespace tessera::compute::detail {
 
 // SGD (momentum, Nesterov, weight decay), Adam and AdamW (decoupled weight decay) with the update
@@ -24,6 +26,9 @@ public:
     void step() { step(m_spec.lr); }
     // After the last step: the gradients' memory is freed (a model's worth), since no step follows.
     void releaseGradients();
+    // A stage task's (docs/PERFORMANCE.md, "Pipeline stages"): the parameters it does not train, and
+    // their buffers, let go of (each parameter left empty), so that it holds only its share.
+    void releaseAllBut(const std::function<bool(const std::string&)>& keeps);
 
     // "momentum/<param>" (sgd); "exp_avg/<param>", "exp_avg_sq/<param>" and "adam_step" (adam, adamw).
     NamedTensors state() const;

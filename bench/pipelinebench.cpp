@@ -1,0 +1,254 @@
+// make bench: pipeline stages (docs/PERFORMANCE.md, "Pipeline stages"), each figure against a
+// baseline measured in the same run.
+//
+// Throughput: a gpt's shard as S = 2 stage tasks of 1 thread each, run as train-local runs them
+// (threads that trade their tensors as nodes do), against the same shard whole and micro-batched
+// at 2 threads: the ratio of tokens/s (the goal is 0.75), with the 1F1B bubble and the bytes that
+// cross each boundary a step.
+//
+// Memory: each stage of a larger gpt run alone in a process of its own, from what it received in
+// a recorded run (core::StageInputs, as a verifier re-executes a stage), against the whole shard in
+// a process of its own: the peak resident memory above that of a process that only loaded the
+// engine, and the ratio.
+//
+// Usage: tessera-bench-pipeline (a child: --child idle|whole|STAGE DIR)
+
+#include "record.h"
+
+#include <compute/engine/localjob.h>
+#include <compute/engine/pipelinerun.h>
+#include <compute/engine/shardrun.h>
+#include <compute/engine/weights.h>
+#include <core/decomposition.h>
+#include <core/readfile.h>
+#include <core/smalljobs.h>
+#include <core/stagetensors.h>
+
+#include <QCoreApplication>
+#include <QDir>
+#include <QElapsedTimer>
+#include <QFile>
+#include <QJsonDocument>
+#include <QProcess>
+#include <QTemporaryDir>
+
+#include <algorithm>
+#include <cstdio>
+#include <thread>
+
+using namespace tessera;
+
+namespace {
+
+core::JobSpec pipelinedGpt(
+    std::int64_t layers, std::int64_t width, std::int64_t context, std::int64_t batch, std::int64_t micro, std::int64_t steps)
+{
+    auto spec = core::smallMlpJob(QStringLiteral("pipeline bench"));
+    spec.model = core::ModelSpec {};
+    spec.model.zoo = QStringLiteral("gpt");
+    spec.model.layers = layers;
+    spec.model.heads = 4;
+    spec.model.width = width;
+    spec.model.context = context;
+    spec.model.tied = false;
+    spec.dataset.builtin = QStringLiteral("fortunes");
+    spec.optimizer = core::OptimizerSpec {};
+    spec.optimizer.kind = core::OptimizerSpec::Kind::AdamW;
+    spec.optimizer.lr = 0.001;
+    spec.optimizer.clipNorm = 1.0;
+    spec.aggregation.compression = core::Compression::None;
+    spec.training.determinism = core::TrainingSpec::Determinism::Portable;
+    spec.training.localSteps = steps;
+    spec.training.checkpointInterval = steps;
+    spec.training.batchSize = batch;
+    spec.training.shardsPerRound = 1;
+    spec.training.pipeline = { 2, micro };
+    if (auto status = spec.validate(); !status)
+        qFatal("%s", qPrintable(status.error().toString()));
+    return spec;
+}
+
+// The peak resident memory of this process so far, in bytes (VmHWM).
+std::int64_t peakRss()
+{
+    QFile status(QStringLiteral("/proc/self/status"));
+    if (!status.open(QIODevice::ReadOnly))
+        return -1;
+    for (const auto& line : status.readAll().split('\n')) {
+        if (line.startsWith("VmHWM:"))
+            return line.mid(6).trimmed().split(' ').first().toLongLong() * 1024;
+    }
+    return -1;
+}
+
+// A stage's link that records what it receives, as the broker records it.
+class RecordingLink final : public compute::StageLink {
+public:
+    explicit RecordingLink(compute::StageLink& inner)
+        : m_inner(inner)
+    { }
+    core::Status send(std::int64_t to, Kind kind, std::int64_t step, std::int64_t micro, const QByteArray& bytes) override
+    {
+        return m_inner.send(to, kind, step, micro, bytes);
+    }
+    core::Result<QByteArray> receive(std::int64_t from, Kind kind, std::int64_t step, std::int64_t micro) override
+    {
+        auto bytes = m_inner.receive(from, kind, step, micro);
+        if (bytes)
+            record += core::StageInputs::record(from, kind, step, micro, *bytes);
+        return bytes;
+    }
+    QByteArray record = core::StageInputs::Magic;
+
+private:
+    compute::StageLink& m_inner;
+};
+
+void writeFile(const QString& path, const QByteArray& bytes)
+{
+    QFile file(path);
+    if (!file.open(QIODevice::WriteOnly) || file.write(bytes) != bytes.size())
+        qFatal("cannot write %s", qPrintable(path));
+}
+
+// What a child runs: nothing (the engine's own footprint), the whole shard, or one stage from its
+// recorded inputs; it prints its peak resident memory.
+int child(const QString& what, const QString& directory)
+{
+    const QDir dir(directory);
+    if (what != u"idle") {
+        auto json
+            = core::readFile(dir.filePath(what == u"whole" ? QStringLiteral("whole.json") : what + QStringLiteral(".json")));
+        auto start = core::readFile(dir.filePath(QStringLiteral("start.pt")));
+        auto task = json ? core::ShardTask::fromJson(QJsonDocument::fromJson(*json).object())
+                         : core::Result<core::ShardTask>(json.error());
+        if (!task || !start)
+            qFatal("the child has no task");
+        compute::ComputeEnvironment environment;
+        environment.blobPath = [dir](const core::Digest& digest) -> std::optional<QString> {
+            const QString path = dir.filePath(digest.toHex());
+            return QFile::exists(path) ? std::optional<QString>(path) : std::nullopt;
+        };
+        const auto output = compute::runShard(*task, *start, environment);
+        if (output.result.outcome != core::ShardResult::Outcome::Completed)
+            qFatal("%s", qPrintable(output.result.failure));
+    }
+    std::printf("%lld\n", static_cast<long long>(peakRss()));
+    return 0;
+}
+
+std::int64_t peakOf(const QString& what, const QString& directory)
+{
+    QProcess process;
+    process.start(QCoreApplication::applicationFilePath(), { QStringLiteral("--child"), what, directory });
+    if (!process.waitForFinished(-1) || process.exitCode() != 0)
+        qFatal("the %s child failed: %s", qPrintable(what), process.readAllStandardError().constData());
+    return process.readAllStandardOutput().trimmed().toLongLong();
+}
+
+void throughput()
+{
+    // The job of docs/PERFORMANCE.md's first pipeline figure: 8 blocks of width 128, 64 positions,
+    // batch 16 in 8 micro-batches, AdamW with clipping, 10 steps.
+    const auto spec = pipelinedGpt(8, 128, 64, 16, 8, 10);
+    const auto start = compute::initialWeights(spec, {});
+    if (!start)
+        qFatal("%s", qPrintable(start.error().toString()));
+    const auto task = core::decomposeRound(QStringLiteral("bench"), spec, 0, start->canonicalHash).first();
+    auto whole = task;
+    whole.threads = 2;
+    auto staged = task;
+    staged.threads = 1;
+    // Each twice, in turn (the first run also pays for loading the data): the faster of each.
+    compute::ShardOutput alone, piped;
+    double wholeSeconds = 1e9, stagedSeconds = 1e9;
+    for (int run = 0; run < 2; ++run) {
+        QElapsedTimer timer;
+        timer.start();
+        alone = compute::runShard(whole, start->bytes, {});
+        wholeSeconds = std::min(wholeSeconds, double(timer.nsecsElapsed()) / 1e9);
+        timer.restart();
+        piped = compute::runPipelineShard(staged, 2, start->bytes, {});
+        stagedSeconds = std::min(stagedSeconds, double(timer.nsecsElapsed()) / 1e9);
+    }
+    if (alone.result.outcome != core::ShardResult::Outcome::Completed
+        || piped.result.outcome != core::ShardResult::Outcome::Completed || alone.result.finalHash != piped.result.finalHash)
+        qFatal("the staged shard does not end on the whole shard's bits");
+    const double tokens = double(task.localSteps * task.batchSize * spec.model.context);
+    const double ratio = wholeSeconds / stagedSeconds;
+    const auto M = spec.training.pipeline.microBatches;
+    const std::int64_t boundaryBytes = 2 * task.batchSize * spec.model.context * spec.model.width * 4;
+    std::printf("throughput: whole at 2 threads %.0f tokens/s (%.2f s), 2 stages x 1 thread %.0f tokens/s (%.2f s): %.2f "
+                "(goal 0.75); 1F1B bubble 1/%lld of a step; %lld bytes a step cross the boundary\n",
+        tokens / wholeSeconds, wholeSeconds, tokens / stagedSeconds, stagedSeconds, ratio, static_cast<long long>(M + 1),
+        static_cast<long long>(boundaryBytes));
+    bench::record("pipeline.throughput.ratio", ratio);
+    bench::record("pipeline.throughput.wholeTokensPerSecond", tokens / wholeSeconds);
+    bench::record("pipeline.throughput.stagedTokensPerSecond", tokens / stagedSeconds);
+    bench::record("pipeline.bytesPerStepAndBoundary", double(boundaryBytes));
+}
+
+void memory()
+{
+    // 8 blocks of width 384 (about 15 M parameters), 64 positions, batch 8 in 4 micro-batches.
+    const auto spec = pipelinedGpt(8, 384, 64, 8, 4, 2);
+    const auto start = compute::initialWeights(spec, {});
+    if (!start)
+        qFatal("%s", qPrintable(start.error().toString()));
+    const auto task = core::decomposeRound(QStringLiteral("bench"), spec, 0, start->canonicalHash).first();
+    QTemporaryDir dir;
+    writeFile(dir.filePath(QStringLiteral("start.pt")), start->bytes);
+    writeFile(dir.filePath(QStringLiteral("whole.json")), QJsonDocument(task.toJson()).toJson());
+    // A recorded run: what each stage received.
+    compute::LocalStageLinks links(2);
+    RecordingLink first(links.of(0)), second(links.of(1));
+    std::vector<RecordingLink*> taps { &first, &second };
+    std::vector<std::thread> threads;
+    for (std::int64_t s = 0; s < 2; ++s) {
+        threads.emplace_back([&, s] {
+            auto run = compute::ShardRun::start(core::stageTaskOf(task, s, 2), start->bytes, {});
+            if (!run)
+                return links.close(run.error().message);
+            (*run)->setKeepsCheckpointState(false);
+            (*run)->setStageLink(taps[std::size_t(s)]);
+            while (!(*run)->finished()) {
+                if (!(*run)->step())
+                    return links.close(QStringLiteral("a stage failed"));
+            }
+        });
+    }
+    for (auto& thread : threads)
+        thread.join();
+    for (std::int64_t s = 0; s < 2; ++s) {
+        auto stage = core::stageTaskOf(task, s, 2);
+        stage.stageInputs = core::Digest::ofBytes(taps[std::size_t(s)]->record);
+        writeFile(dir.filePath(stage.stageInputs.toHex()), taps[std::size_t(s)]->record);
+        writeFile(dir.filePath(QString::number(s) + QStringLiteral(".json")), QJsonDocument(stage.toJson()).toJson());
+    }
+    const auto idle = peakOf(QStringLiteral("idle"), dir.path());
+    const auto whole = peakOf(QStringLiteral("whole"), dir.path()) - idle;
+    const double mib = 1024.0 * 1024.0;
+    std::printf("memory: %.1f M parameters (%.1f MiB of float32 weights); an idle engine's peak %.0f MiB; above it, the whole "
+                "shard %.0f MiB\n",
+        double(start->bytes.size()) / 4e6, double(start->bytes.size()) / mib, double(idle) / mib, double(whole) / mib);
+    bench::record("pipeline.memory.wholeMiB", double(whole) / mib);
+    for (std::int64_t s = 0; s < 2; ++s) {
+        const auto stage = peakOf(QString::number(s), dir.path()) - idle;
+        std::printf("memory: stage %lld of 2 alone %.0f MiB: %.2f of the whole shard's\n", static_cast<long long>(s + 1),
+            double(stage) / mib, double(stage) / double(whole));
+        bench::record(s == 0 ? "pipeline.memory.stage1Ratio" : "pipeline.memory.stage2Ratio", double(stage) / double(whole));
+    }
+}
+
+} // namespace
+
+int main(int argc, char* argv[])
+{
+    QCoreApplication app(argc, argv);
+    const auto arguments = app.arguments();
+    if (arguments.size() == 4 && arguments[1] == u"--child")
+        return child(arguments[2], arguments[3]);
+    throughput();
+    memory();
+    return 0;
+}
