@@ -101,6 +101,36 @@ private Q_SLOTS:
         QCOMPARE(spec->optimizer.kind, core::OptimizerSpec::Kind::Sgd);
     }
 
+    // Layers on different nodes (docs/JOBS.md, "Pipeline stages"): a portable gpt's stages and
+    // micro-batches, untied; more stages than blocks named as the mistake; not in fast mode.
+    void aGptJobMayBeAPipeline()
+    {
+        SubmitPanel panel;
+        auto* model = qobject_cast<QComboBox*>(panel.field(QStringLiteral("model")));
+        auto* stages = qobject_cast<QSpinBox*>(panel.field(QStringLiteral("stages")));
+        auto* micro = qobject_cast<QSpinBox*>(panel.field(QStringLiteral("microBatches")));
+        QVERIFY(!stages->isEnabled()); // the MLP has no blocks to cut
+        model->setCurrentIndex(model->findData(QStringLiteral("gpt")));
+        QVERIFY(stages->isEnabled() && micro->isEnabled());
+        QVERIFY(!panel.spec()->training.pipelined());
+        stages->setValue(2);
+        micro->setValue(4);
+        auto spec = panel.spec();
+        QVERIFY2(spec.ok(), qPrintable(spec.ok() ? QString() : spec.error().toString()));
+        QCOMPARE(spec->stagesPerShard(), 2);
+        QCOMPARE(spec->training.pipeline.microBatches, 4);
+        QVERIFY(!spec->model.tied);
+        QCOMPARE(spec->unitsPerRound(), 2 * spec->training.shardsPerRound);
+        stages->setValue(qobject_cast<QSpinBox*>(panel.field(QStringLiteral("layers")))->value() + 1);
+        QVERIFY(!panel.spec().ok());
+        QVERIFY(!panel.errorText().isEmpty());
+        stages->setValue(2);
+        auto* determinism = qobject_cast<QComboBox*>(panel.field(QStringLiteral("determinism")));
+        determinism->setCurrentIndex(determinism->findData(QStringLiteral("fast")));
+        QVERIFY(!stages->isEnabled());
+        QVERIFY(!panel.spec()->training.pipelined());
+    }
+
     void mistakesAreNamedAndNotSubmitted()
     {
         SubmitPanel panel;

@@ -50,6 +50,8 @@ SubmitPanel::SubmitPanel(QWidget* parent)
     , m_heads(spin(1, 64, 4))
     , m_width(spin(8, 4096, 160))
     , m_context(spin(2, 4096, 128))
+    , m_stages(spin(1, 16, 1))
+    , m_microBatches(spin(1, 1024, 1))
     , m_scriptFile(new QLineEdit)
     , m_dataset(new QComboBox)
     , m_trainFile(new QLineEdit)
@@ -146,6 +148,19 @@ SubmitPanel::SubmitPanel(QWidget* parent)
         }
     }
     form->addRow(tr("Transformer"), transformer);
+    auto* pipeline = new QWidget;
+    {
+        auto* row = new QHBoxLayout(pipeline);
+        row->setContentsMargins(0, 0, 0, 0);
+        for (const auto& [label, box] :
+            { std::pair { tr("stages (nodes a shard)"), m_stages }, std::pair { tr("micro-batches"), m_microBatches } }) {
+            row->addWidget(new QLabel(label));
+            row->addWidget(box);
+        }
+        pipeline->setToolTip(tr("Layers on different nodes: each shard's blocks cut into stages that train together on "
+                                "that many nodes, each step's batch in micro-batches (portable mode)"));
+    }
+    form->addRow(tr("Pipeline"), pipeline);
     form->addRow(tr("TorchScript file"), fileRow(m_scriptFile, tr("TorchScript (*.pt *.pth)")));
     form->addRow(tr("Dataset"), m_dataset);
     form->addRow(tr("Training tensors"), fileRow(m_trainFile, tr("Tensors (*.pt)")));
@@ -188,7 +203,8 @@ SubmitPanel::SubmitPanel(QWidget* parent)
 
     m_fields = { { QStringLiteral("name"), m_name }, { QStringLiteral("model"), m_model }, { QStringLiteral("hidden"), m_hidden },
         { QStringLiteral("layers"), m_layers }, { QStringLiteral("heads"), m_heads }, { QStringLiteral("width"), m_width },
-        { QStringLiteral("context"), m_context }, { QStringLiteral("scriptFile"), m_scriptFile },
+        { QStringLiteral("context"), m_context }, { QStringLiteral("stages"), m_stages },
+        { QStringLiteral("microBatches"), m_microBatches }, { QStringLiteral("scriptFile"), m_scriptFile },
         { QStringLiteral("dataset"), m_dataset }, { QStringLiteral("trainFile"), m_trainFile },
         { QStringLiteral("trainSamples"), m_trainSamples }, { QStringLiteral("optimizer"), m_optimizer },
         { QStringLiteral("lr"), m_lr }, { QStringLiteral("momentum"), m_momentum }, { QStringLiteral("rounds"), m_rounds },
@@ -201,7 +217,7 @@ SubmitPanel::SubmitPanel(QWidget* parent)
         { QStringLiteral("temperature"), m_temperature }, { QStringLiteral("replicas"), m_replicas },
         { QStringLiteral("serveMinutes"), m_serveMinutes } };
     m_trainingFields
-        = { m_model, m_hidden, transformer, m_scriptFile->parentWidget(), m_dataset, m_trainFile->parentWidget(), m_trainSamples,
+        = { m_model, m_hidden, transformer, pipeline, m_scriptFile->parentWidget(), m_dataset, m_trainFile->parentWidget(), m_trainSamples,
               m_optimizer, m_lr, m_momentum, m_rounds, m_shards, m_steps, m_batch, m_seed, m_aggregation, m_determinism };
     m_inferenceFields = { m_fromJob, m_task, m_prompt, m_promptCount, m_maxTokens, m_temperature, m_replicas, m_serveMinutes };
     for (auto* edit : { m_name, m_hidden, m_scriptFile, m_trainFile, m_budget, m_prompt })
@@ -209,7 +225,7 @@ SubmitPanel::SubmitPanel(QWidget* parent)
     for (auto* box : { m_model, m_dataset, m_optimizer, m_aggregation, m_determinism, m_kind, m_fromJob, m_task })
         connect(box, &QComboBox::currentIndexChanged, this, &SubmitPanel::refresh);
     for (auto* box : { m_trainSamples, m_rounds, m_shards, m_steps, m_batch, m_seed, m_layers, m_heads, m_width, m_context,
-             m_promptCount, m_maxTokens, m_replicas, m_serveMinutes })
+             m_stages, m_microBatches, m_promptCount, m_maxTokens, m_replicas, m_serveMinutes })
         connect(box, &QSpinBox::valueChanged, this, &SubmitPanel::refresh);
     for (auto* box : { m_lr, m_momentum, m_verification, m_temperature })
         connect(box, &QDoubleSpinBox::valueChanged, this, &SubmitPanel::refresh);
@@ -314,6 +330,9 @@ core::Result<core::JobSpec> SubmitPanel::spec() const
             modelJson = { { QStringLiteral("zoo"), model }, { QStringLiteral("layers"), m_layers->value() },
                 { QStringLiteral("heads"), m_heads->value() }, { QStringLiteral("width"), m_width->value() },
                 { QStringLiteral("context"), m_context->value() } };
+        if (model == u"gpt" && m_stages->value() > 1
+            && m_determinism->currentData().toString() == u"portable") // a tied head would span the first and the last stage
+            modelJson.insert(QStringLiteral("tied"), false);
     }
     QJsonObject datasetJson;
     if (m_dataset->currentData().toString() == u"tensors")
@@ -344,18 +363,22 @@ core::Result<core::JobSpec> SubmitPanel::spec() const
     }
     if (model == u"gpt" && m_optimizer->currentData().toString() != u"sgd") // AdamW's moments carried across rounds
         aggregation.insert(QStringLiteral("optimizerState"), QStringLiteral("averaged"));
+    QJsonObject training { { QStringLiteral("rounds"), m_rounds->value() }, { QStringLiteral("shardsPerRound"), m_shards->value() },
+        { QStringLiteral("localSteps"), m_steps->value() }, { QStringLiteral("batchSize"), m_batch->value() },
+        { QStringLiteral("seed"), m_seed->value() },
+        { QStringLiteral("determinism"),
+            model == u"torchscript" ? QStringLiteral("fast") : m_determinism->currentData().toString() } };
+    const bool portable = m_determinism->currentData().toString() == u"portable";
+    if (model == u"gpt" && portable && (m_stages->value() > 1 || m_microBatches->value() > 1))
+        training.insert(QStringLiteral("pipeline"),
+            QJsonObject { { QStringLiteral("stages"), m_stages->value() }, { QStringLiteral("microBatches"), m_microBatches->value() } });
     const QJsonObject job {
         { QStringLiteral("version"), 1 },
         { QStringLiteral("name"), m_name->text().trimmed() },
         { QStringLiteral("model"), modelJson },
         { QStringLiteral("dataset"), datasetJson },
         { QStringLiteral("optimizer"), optimizer },
-        { QStringLiteral("training"),
-            QJsonObject { { QStringLiteral("rounds"), m_rounds->value() },
-                { QStringLiteral("shardsPerRound"), m_shards->value() }, { QStringLiteral("localSteps"), m_steps->value() },
-                { QStringLiteral("batchSize"), m_batch->value() }, { QStringLiteral("seed"), m_seed->value() },
-                { QStringLiteral("determinism"),
-                    model == u"torchscript" ? QStringLiteral("fast") : m_determinism->currentData().toString() } } },
+        { QStringLiteral("training"), training },
         { QStringLiteral("aggregation"), aggregation },
         { QStringLiteral("budget"), m_budget->text().trimmed() },
         { QStringLiteral("verification"), QJsonObject { { QStringLiteral("rate"), m_verification->value() } } },
@@ -427,6 +450,9 @@ void SubmitPanel::refresh()
     const bool tensors = m_dataset->currentData().toString() == u"tensors";
     for (auto* box : { m_layers, m_heads, m_width, m_context })
         box->setEnabled(gpt && !inference);
+    const bool portable = m_determinism->currentData().toString() == u"portable";
+    for (auto* box : { m_stages, m_microBatches }) // a pipeline is a portable gpt's
+        box->setEnabled(gpt && portable && !inference);
     m_hidden->setEnabled(zoo && !gpt && !inference);
     m_scriptFile->parentWidget()->setEnabled(!zoo && !inference);
     m_determinism->setEnabled(zoo && !inference); // a TorchScript model trains in fast mode

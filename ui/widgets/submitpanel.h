@@ -91,6 +91,8 @@ private:
     QSpinBox* m_heads;
     QSpinBox* m_width;
     QSpinBox* m_context;
+    QSpinBox* m_stages; // gpt, portable: a pipeline (docs/JOBS.md, "Pipeline stages")
+    QSpinBox* m_microBatches;
     QLineEdit* m_scriptFile;
     QComboBox* m_dataset;
     QLineEdit* m_trainFile;
