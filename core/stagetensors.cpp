@@ -52,6 +52,7 @@ Result<StageInputs> StageInputs::parse(const QByteArray& file)
     if (!file.startsWith(magic))
         return bad(QStringLiteral("not a stage's inputs (no \"tessera-stage-inputs 1\" line)"));
     StageInputs inputs;
+    inputs.m_file = file;
     qsizetype at = magic.size();
     while (at < file.size()) {
         const auto end = file.indexOf('\n', at);
@@ -72,7 +73,7 @@ Result<StageInputs> StageInputs::parse(const QByteArray& file)
         const Key key { numbers[0], int(*kind), numbers[1], numbers[2] };
         if (inputs.m_tensors.contains(key))
             return bad(QStringLiteral("a tensor twice, at byte %1").arg(at));
-        inputs.m_tensors.emplace(key, file.mid(end + 1, qsizetype(size)));
+        inputs.m_tensors.emplace(key, std::pair { end + 1, qsizetype(size) });
         at = end + 1 + qsizetype(size);
     }
     return inputs;
@@ -83,7 +84,7 @@ std::optional<QByteArray> StageInputs::find(std::int64_t from, TensorKind kind, 
     const auto it = m_tensors.find({ from, int(kind), step, micro });
     if (it == m_tensors.end())
         return std::nullopt;
-    return it->second;
+    return m_file.mid(it->second.first, it->second.second);
 }
 
 } // namespace tessera::core

@@ -53,7 +53,8 @@ public:
 
 private:
     using Key = std::tuple<std::int64_t, int, std::int64_t, std::int64_t>; // from, kind, step, micro
-    std::map<Key, QByteArray> m_tensors;
+    QByteArray m_file; // the file as read: each tensor is copied out when it is asked for
+    std::map<Key, std::pair<qsizetype, qsizetype>> m_tensors; // offset, size
 };
 
 } // namespace tessera::core

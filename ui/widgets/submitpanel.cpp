@@ -216,9 +216,9 @@ SubmitPanel::SubmitPanel(QWidget* parent)
         { QStringLiteral("promptCount"), m_promptCount }, { QStringLiteral("maxTokens"), m_maxTokens },
         { QStringLiteral("temperature"), m_temperature }, { QStringLiteral("replicas"), m_replicas },
         { QStringLiteral("serveMinutes"), m_serveMinutes } };
-    m_trainingFields
-        = { m_model, m_hidden, transformer, pipeline, m_scriptFile->parentWidget(), m_dataset, m_trainFile->parentWidget(), m_trainSamples,
-              m_optimizer, m_lr, m_momentum, m_rounds, m_shards, m_steps, m_batch, m_seed, m_aggregation, m_determinism };
+    m_trainingFields = { m_model, m_hidden, transformer, pipeline, m_scriptFile->parentWidget(), m_dataset,
+        m_trainFile->parentWidget(), m_trainSamples, m_optimizer, m_lr, m_momentum, m_rounds, m_shards, m_steps, m_batch, m_seed,
+        m_aggregation, m_determinism };
     m_inferenceFields = { m_fromJob, m_task, m_prompt, m_promptCount, m_maxTokens, m_temperature, m_replicas, m_serveMinutes };
     for (auto* edit : { m_name, m_hidden, m_scriptFile, m_trainFile, m_budget, m_prompt })
         connect(edit, &QLineEdit::textChanged, this, &SubmitPanel::refresh);
@@ -363,15 +363,16 @@ core::Result<core::JobSpec> SubmitPanel::spec() const
     }
     if (model == u"gpt" && m_optimizer->currentData().toString() != u"sgd") // AdamW's moments carried across rounds
         aggregation.insert(QStringLiteral("optimizerState"), QStringLiteral("averaged"));
-    QJsonObject training { { QStringLiteral("rounds"), m_rounds->value() }, { QStringLiteral("shardsPerRound"), m_shards->value() },
-        { QStringLiteral("localSteps"), m_steps->value() }, { QStringLiteral("batchSize"), m_batch->value() },
-        { QStringLiteral("seed"), m_seed->value() },
+    QJsonObject training { { QStringLiteral("rounds"), m_rounds->value() },
+        { QStringLiteral("shardsPerRound"), m_shards->value() }, { QStringLiteral("localSteps"), m_steps->value() },
+        { QStringLiteral("batchSize"), m_batch->value() }, { QStringLiteral("seed"), m_seed->value() },
         { QStringLiteral("determinism"),
             model == u"torchscript" ? QStringLiteral("fast") : m_determinism->currentData().toString() } };
     const bool portable = m_determinism->currentData().toString() == u"portable";
     if (model == u"gpt" && portable && (m_stages->value() > 1 || m_microBatches->value() > 1))
         training.insert(QStringLiteral("pipeline"),
-            QJsonObject { { QStringLiteral("stages"), m_stages->value() }, { QStringLiteral("microBatches"), m_microBatches->value() } });
+            QJsonObject {
+                { QStringLiteral("stages"), m_stages->value() }, { QStringLiteral("microBatches"), m_microBatches->value() } });
     const QJsonObject job {
         { QStringLiteral("version"), 1 },
         { QStringLiteral("name"), m_name->text().trimmed() },
