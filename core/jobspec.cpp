@@ -526,6 +526,17 @@ Status JobSpec::validatePipeline() const
                 .arg(training.localSteps)
                 .arg(pipeline.microBatches)
                 .arg(TrainingSpec::Pipeline::MaxStageTensors) };
+    // What a middle stage receives in a shard (an activation and a gradient a step and sample) is
+    // the record its re-execution reads, a blob of at most 1 GiB (docs/VERIFICATION.md, "Pipeline
+    // stages"); the sums of squares take at most 64 KiB a step from each other stage.
+    const auto recordBytes
+        = double(training.localSteps) * double(training.batchSize) * double(model.context) * double(model.width) * 8.0
+        + double(training.localSteps) * double(pipeline.stages) * 65536.0;
+    if (pipeline.stages > 1 && recordBytes > double(std::int64_t(1) << 30))
+        return Error { QStringLiteral("training.localSteps"),
+            QStringLiteral("a stage would receive about %1 MiB in a shard, more than the 1 GiB record its re-execution "
+                           "reads: fewer local steps, a smaller batch or more shards")
+                .arg(std::int64_t(recordBytes) >> 20) };
     return {};
 }
 

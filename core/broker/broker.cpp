@@ -323,20 +323,20 @@ Status Broker::loadJob(const JobRow& job)
         return results.error();
     QList<std::int64_t> answered;
     // A stage result drawn for re-execution has its check once its pipeline completed.
-    QSet<std::int64_t> checked;
+    QSet<QString> checked; // the assignments whose results are checked
     for (const auto state : { CheckState::Waiting, CheckState::Running, CheckState::Disputed }) {
         auto checks = spec->stagesPerShard() > 1 ? m_store->checksIn(state, job.id) : Result<QList<Check>>(QList<Check> {});
         if (!checks)
             return checks.error();
         for (const auto& check : *checks) {
             if (check.round == job.round && check.kind == CheckKind::Sample)
-                checked.insert(check.shard);
+                checked.insert(check.accusedAssignment);
         }
     }
     for (const auto& result : *results) {
         // A pipeline's stage results wait for every stage of their shard (held); the pipeline is
         // gone with the broker's last run, so its stages go out together again.
-        if (spec->stagesPerShard() > 1 && result.state == ResultState::Sampled && !checked.contains(result.shard)) {
+        if (spec->stagesPerShard() > 1 && result.state == ResultState::Sampled && !checked.contains(result.assignment)) {
             if (auto status = m_store->dropSampledResult(job.id, job.round, result.shard); !status)
                 return status;
             continue;
@@ -1089,12 +1089,13 @@ Status Broker::checkStageResult(const AssignmentRow& assignment, const ShardResu
         return checked.error();
     }
     // A stage cannot have computed its result before it received all its schedule sends it: a
-    // signed result that says so is a lie (the pipeline goes out again without the node).
+    // signed result that says so is a lie (the pipeline goes out again, never to the node).
     if (!m_pipelines.receivedAll(assignment.id)) {
         const Error lie { QStringLiteral("tensorsRoot"),
             QStringLiteral("the stage answered before it received every tensor its schedule sends it") };
         warnIfFailed(m_verifier->punishSignedLie(assignment.node, assignment.id, lie));
         stopPipelineOf(assignment.id, lie.toString());
+        m_scheduler.exclude(assignment.jobId, assignment.node);
         return lie;
     }
     return {};
@@ -1188,7 +1189,7 @@ Status Broker::completePipeline(const AssignmentRow& assignment, const JobRow& j
     }();
     if (!written) {
         for (const auto& [stage, sample] : samples)
-            m_blobs.remove(sample.inputs);
+            m_verifier->forgetInputs(sample.inputs);
         return undo(written.error());
     }
     m_pipelines.remove(assignment.id);
@@ -1735,6 +1736,19 @@ Result<std::optional<QList<ShardResult>>> Broker::collectRound(const QString& jo
     }
     if (results.size() < spec.unitsPerRound())
         return std::optional<QList<ShardResult>> {};
+    // A pipeline's stage checks whose results were dropped (a partner lied) still judge their
+    // node: the round, whose weights they start from, waits for them.
+    if (spec.stagesPerShard() > 1) {
+        for (const auto state : { CheckState::Waiting, CheckState::Running, CheckState::Disputed }) {
+            auto open = m_store->checksIn(state, jobId);
+            if (!open)
+                return open.error();
+            for (const auto& check : *open) {
+                if (check.round == round && check.kind == CheckKind::Sample)
+                    return std::optional<QList<ShardResult>> {};
+            }
+        }
+    }
     return std::optional<QList<ShardResult>>(results);
 }
 

@@ -949,6 +949,18 @@ Status BrokerStore::cancelOpenChecks(const QString& jobId, std::int64_t now)
         nameOf(CheckState::Disputed));
 }
 
+Result<bool> BrokerStore::inputsInUse(const Digest& inputs)
+{
+    auto rows = query(*m_db, QStringLiteral("SELECT 1 FROM checks WHERE inputs = ? AND state IN (?, ?, ?) LIMIT 1"),
+        inputs.toHex(), nameOf(CheckState::Waiting), nameOf(CheckState::Running), nameOf(CheckState::Disputed));
+    if (!rows)
+        return rows.error();
+    auto found = fetch(*rows);
+    if (!found)
+        return found.error();
+    return *found;
+}
+
 Result<QList<CheckRecord>> BrokerStore::checkRecords(const QString& jobId, int limit)
 {
     auto rows = query(*m_db,

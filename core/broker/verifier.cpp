@@ -1089,11 +1089,19 @@ Status Verifier::settle(Check& check, Loser loser, const QString& why, Penalty p
     if (retrain && !*detached)
         reopenShardOf(check);
     if (stage && !recheck) // what the stage received is needed no more
-        m_.blobs.remove(check.inputs);
+        forgetInputs(check.inputs);
     const auto* round = m_.scheduler.find(check.jobId);
-    if (sample && !recheck && !retrain && round && round->round == check.round)
+    if (sample && !recheck && (!retrain || *detached) && round && round->round == check.round)
         m_settled.roundsToFinish.insert(check.jobId);
     return {};
+}
+
+void Verifier::forgetInputs(const Digest& inputs)
+{
+    if (inputs.isNull())
+        return;
+    if (auto used = m_.store.inputsInUse(inputs); used && !*used)
+        m_.blobs.remove(inputs);
 }
 
 void Verifier::reopenShardOf(const Check& check)
@@ -1211,13 +1219,16 @@ Status Verifier::closeChecksOf(const QString& jobId)
     }
     if (auto status = m_.store.setResultStates(jobId, ResultState::Sampled, ResultState::Accepted); !status)
         return status;
-    if (stages) { // what their stages received goes with the checks
-        for (const auto state : { CheckState::Waiting, CheckState::Running, CheckState::Disputed }) {
-            for (const auto& open : m_.store.checksIn(state, jobId).value_or(QList<Check> {}))
-                m_.blobs.remove(open.inputs);
-        }
+    QList<Digest> inputs; // what their stages received goes with the checks
+    for (const auto state : { CheckState::Waiting, CheckState::Running, CheckState::Disputed }) {
+        for (const auto& open : stages ? m_.store.checksIn(state, jobId).value_or(QList<Check> {}) : QList<Check> {})
+            inputs.append(open.inputs);
     }
-    return m_.store.cancelOpenChecks(jobId, m_.clock.nowMs());
+    if (auto status = m_.store.cancelOpenChecks(jobId, m_.clock.nowMs()); !status)
+        return status;
+    for (const auto& digest : inputs)
+        forgetInputs(digest);
+    return {};
 }
 
 // --- the broker's own re-executions and deadlines ------------------------------------------------

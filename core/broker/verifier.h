@@ -83,6 +83,9 @@ public:
     Status checkpointDelivered(const QString& nodeId, const QString& checkId, const Digest& blob);
     // Late disputes and re-executions, samples nobody can check.
     void tick();
+    // A stage's recorded inputs (Check::inputs) that no open check reads any more: removed. Two
+    // pipelines whose stage received the same bytes share one blob.
+    void forgetInputs(const Digest& inputs);
     // The job ended: open checks are called off, a sampled result nobody proved wrong is paid.
     // Inside the caller's transaction.
     Status closeChecksOf(const QString& jobId);

@@ -1538,6 +1538,7 @@ private Q_SLOTS:
         // sent.
         const int replays = m_math.replays;
         bool stage0Checked = false;
+        Digest stage0Inputs;
         for (int ask = 0; ask < 6 && !stage0Checked; ++ask) {
             const QString id = QStringList { QStringLiteral("b"), QStringLiteral("c"), QStringLiteral("a") }[ask % 3];
             auto check = broker->assign(id);
@@ -1553,8 +1554,11 @@ private Q_SLOTS:
             reexecuted.tensorsRoot = m_math.stageRoot(task);
             QCOMPARE(*deliver(*broker, id, (**check).id, reexecuted), Acceptance::Held);
             stage0Checked = task.stage == 0;
+            if (stage0Checked)
+                stage0Inputs = task.stageInputs;
         }
         QVERIFY(stage0Checked);
+        QVERIFY(!broker->blobs().contains(stage0Inputs)); // decided: what the stage received goes
         QCOMPARE(m_math.replays, replays + 1); // the referee replayed stage 0
         QCOMPARE(broker->account(QStringLiteral("a"))->value(QStringLiteral("stake")).toString(), QStringLiteral("5"));
         QCOMPARE(broker->account(QStringLiteral("b"))->value(QStringLiteral("stake")).toString(), QStringLiteral("10"));

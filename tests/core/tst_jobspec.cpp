@@ -217,6 +217,14 @@ private Q_SLOTS:
         QVERIFY(spec->training.pipelined());
         QCOMPARE(spec->training.pipeline.stages, 2);
         QCOMPARE(*JobSpec::fromJson(spec->toJson()), *spec);
+        // What a stage receives in a shard is the record a re-execution reads: at most 1 GiB.
+        auto huge = *spec;
+        huge.model.context = 1024;
+        huge.model.width = 1024;
+        huge.training.batchSize = 32;
+        QCOMPARE(huge.validate().error().field, QStringLiteral("training.localSteps"));
+        huge.training.pipeline.stages = 1; // one node: nothing is recorded
+        QVERIFY(huge.validate().ok() || huge.validate().error().field != QStringLiteral("training.localSteps"));
         const auto task = decomposeShard(QStringLiteral("0123456789abcdef"), *spec, 0, 0, Digest::ofBytes("w"));
         QCOMPARE(task.microBatches, 4);
         const auto again = ShardTask::fromJson(task.toJson());

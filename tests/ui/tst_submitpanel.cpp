@@ -111,9 +111,11 @@ private Q_SLOTS:
         auto* micro = qobject_cast<QSpinBox*>(panel.field(QStringLiteral("microBatches")));
         QVERIFY(!stages->isEnabled()); // the MLP has no blocks to cut
         model->setCurrentIndex(model->findData(QStringLiteral("gpt")));
-        QVERIFY(stages->isEnabled() && micro->isEnabled());
+        QVERIFY(stages->isEnabled() && !micro->isEnabled()); // micro-batches are a pipeline's
+        micro->setValue(4);
         QVERIFY(!panel.spec()->training.pipelined());
         stages->setValue(2);
+        QVERIFY(micro->isEnabled());
         micro->setValue(4);
         auto spec = panel.spec();
         QVERIFY2(spec.ok(), qPrintable(spec.ok() ? QString() : spec.error().toString()));

@@ -369,7 +369,7 @@ core::Result<core::JobSpec> SubmitPanel::spec() const
         { QStringLiteral("determinism"),
             model == u"torchscript" ? QStringLiteral("fast") : m_determinism->currentData().toString() } };
     const bool portable = m_determinism->currentData().toString() == u"portable";
-    if (model == u"gpt" && portable && (m_stages->value() > 1 || m_microBatches->value() > 1))
+    if (model == u"gpt" && portable && m_stages->value() > 1) // micro-batches are a pipeline's
         training.insert(QStringLiteral("pipeline"),
             QJsonObject {
                 { QStringLiteral("stages"), m_stages->value() }, { QStringLiteral("microBatches"), m_microBatches->value() } });
@@ -452,8 +452,8 @@ void SubmitPanel::refresh()
     for (auto* box : { m_layers, m_heads, m_width, m_context })
         box->setEnabled(gpt && !inference);
     const bool portable = m_determinism->currentData().toString() == u"portable";
-    for (auto* box : { m_stages, m_microBatches }) // a pipeline is a portable gpt's
-        box->setEnabled(gpt && portable && !inference);
+    m_stages->setEnabled(gpt && portable && !inference); // a pipeline is a portable gpt's
+    m_microBatches->setEnabled(m_stages->isEnabled() && m_stages->value() > 1);
     m_hidden->setEnabled(zoo && !gpt && !inference);
     m_scriptFile->parentWidget()->setEnabled(!zoo && !inference);
     m_determinism->setEnabled(zoo && !inference); // a TorchScript model trains in fast mode
