@@ -30,6 +30,9 @@ namespace tessera::net {
 
 namespace {
 
+// What a blob range, a served answer's part and a stage's tensor cost against the rate limit.
+constexpr double RangeCost = 0.25;
+
 QString shortId(const QString& id)
 {
     return id.left(12);
@@ -700,7 +703,7 @@ bool BrokerServer::Private::admit(const QByteArray& routingId, const QString& wh
     if (principal.lastSeen == 0)
         principal.limiter = RateLimiter(options.maxRequestsPerSecond);
     principal.lastSeen = now();
-    switch (principal.limiter.admit(range ? 0.25 : logRead ? 4.0 : 1.0, now())) {
+    switch (principal.limiter.admit(range ? RangeCost : logRead ? 4.0 : 1.0, now())) {
     case RateLimiter::Decision::Pass:
         return true;
     case RateLimiter::Decision::Refuse:
@@ -1247,6 +1250,10 @@ void BrokerServer::Private::onTensor(Request& r)
         refuse(r, ended ? errors::Stale : errors::Invalid, forward.error().toString());
         return;
     }
+    // A part the schedule sends is bounded by it (each once, at most the shard's tensors), not by
+    // the rate: a small model's stages trade many a second. A refused one counted.
+    if (auto principal = principals.find(r.principal); principal != principals.end())
+        principal->limiter.refund(RangeCost);
     const auto to = routingOfNode(forward->node);
     if (to.isEmpty())
         return; // gone: the broker hears of it (nodeLost) and stops the pipeline

@@ -30,4 +30,10 @@ RateLimiter::Decision RateLimiter::admit(double cost, std::int64_t nowMs)
     return nowMs - m_floodingSince > m_floodMs ? Decision::Drop : Decision::Refuse;
 }
 
+void RateLimiter::refund(double cost)
+{
+    if (m_perSecond > 0 && m_tokens >= 0)
+        m_tokens = std::min(2.0 * m_perSecond, m_tokens + cost);
+}
+
 } // namespace tessera::net

@@ -16,6 +16,9 @@ public:
 
     // A message of this cost (1; a blob range a quarter) arrives now.
     Decision admit(double cost, std::int64_t nowMs);
+    // A message admitted that turned out to be one the broker bounds otherwise (a TENSOR the
+    // pipeline's schedule sends): its cost back, up to the burst.
+    void refund(double cost);
 
 private:
     int m_perSecond;

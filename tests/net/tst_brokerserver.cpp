@@ -8,6 +8,7 @@
 #include <net/blobcoding.h>
 #include <net/brokerserver.h>
 #include <net/messages.h>
+#include <net/ratelimiter.h>
 
 #include <support/fakemath.h>
 #include <support/teststore.h>
@@ -224,6 +225,25 @@ private Q_SLOTS:
         QCOMPARE(uploadsRefused, 40 - 31); // 31 of a little over 1 MiB each fill 32 MiB
         auto welcome = newcomer.nextSkippingHeartbeats(pump());
         QVERIFY(welcome && welcome->message.command == Command::Welcome);
+    }
+
+    // The rate limit's refund (net/ratelimiter.h): a TENSOR the broker relays gives its cost back,
+    // so that a small model's stages trading many tensors a second are never refused; a refused
+    // message, and any other, still counts.
+    void aRefundedMessageCostsNothingAgainstTheRate()
+    {
+        net::RateLimiter limiter(10);
+        for (int i = 0; i < 80; ++i) { // 4 x the burst of 20, each given back
+            QCOMPARE(limiter.admit(0.25, 1'000), net::RateLimiter::Decision::Pass);
+            limiter.refund(0.25);
+        }
+        for (int i = 0; i < 20; ++i)
+            QCOMPARE(limiter.admit(1.0, 1'000), net::RateLimiter::Decision::Pass);
+        QCOMPARE(limiter.admit(0.25, 1'000), net::RateLimiter::Decision::Refuse);
+        limiter.refund(100.0); // never past the burst
+        for (int i = 0; i < 20; ++i)
+            QCOMPARE(limiter.admit(1.0, 1'000), net::RateLimiter::Decision::Pass);
+        QCOMPARE(limiter.admit(1.0, 1'000), net::RateLimiter::Decision::Refuse);
     }
 
     void aNodeSilentForThreeHeartbeatsIsDroppedAndItsShardReissued()
