@@ -68,6 +68,20 @@ core::JobSpec pipelinedGpt(
     return spec;
 }
 
+// A job's round-0 weights and its first shard's task.
+struct FirstShard {
+    compute::Weights start;
+    core::ShardTask task;
+};
+FirstShard firstShard(const core::JobSpec& spec)
+{
+    auto start = compute::initialWeights(spec, {});
+    if (!start)
+        qFatal("%s", qPrintable(start.error().toString()));
+    auto task = core::decomposeRound(QStringLiteral("bench"), spec, 0, start->canonicalHash).first();
+    return { std::move(*start), std::move(task) };
+}
+
 // The peak resident memory of this process so far, in bytes (VmHWM).
 std::int64_t peakRss()
 {
@@ -151,10 +165,8 @@ void throughput()
     // The job of docs/PERFORMANCE.md's first pipeline figure: 8 blocks of width 128, 64 positions,
     // batch 16 in 8 micro-batches, AdamW with clipping, 10 steps.
     const auto spec = pipelinedGpt(8, 128, 64, 16, 8, 10);
-    const auto start = compute::initialWeights(spec, {});
-    if (!start)
-        qFatal("%s", qPrintable(start.error().toString()));
-    const auto task = core::decomposeRound(QStringLiteral("bench"), spec, 0, start->canonicalHash).first();
+    const auto [weights, task] = firstShard(spec);
+    const auto* start = &weights;
     auto whole = task;
     whole.threads = 2;
     auto staged = task;
@@ -192,10 +204,8 @@ void memory()
 {
     // 8 blocks of width 384 (about 15 M parameters), 64 positions, batch 8 in 4 micro-batches.
     const auto spec = pipelinedGpt(8, 384, 64, 8, 4, 2);
-    const auto start = compute::initialWeights(spec, {});
-    if (!start)
-        qFatal("%s", qPrintable(start.error().toString()));
-    const auto task = core::decomposeRound(QStringLiteral("bench"), spec, 0, start->canonicalHash).first();
+    const auto [weights, task] = firstShard(spec);
+    const auto* start = &weights;
     QTemporaryDir dir;
     writeFile(dir.filePath(QStringLiteral("start.pt")), start->bytes);
     writeFile(dir.filePath(QStringLiteral("whole.json")), QJsonDocument(task.toJson()).toJson());

@@ -164,6 +164,21 @@ protected:
     // Something for client `tag` is ready to take: a finished shard, a recreated state, a rebuilt
     // round. From any thread.
     void notify(const QString& tag) const;
+    // Moves the entries of one client (by tag) out of a list (of Finished, Tensor, ...); the
+    // caller holds the list's lock.
+    template<typename T> static QList<T> takeTagged(QList<T>& list, const QString& tag)
+    {
+        QList<T> mine;
+        for (auto it = list.begin(); it != list.end();) {
+            if (it->tag == tag) {
+                mine.append(std::move(*it));
+                it = list.erase(it);
+            } else {
+                ++it;
+            }
+        }
+        return mine;
+    }
 
 private:
     mutable std::mutex m_notifierMutex;

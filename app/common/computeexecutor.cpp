@@ -219,16 +219,7 @@ void ComputeExecutor::start(const QString& tag, const QString& assignment, const
 QList<net::ShardExecutor::Tensor> ComputeExecutor::takeTensors(const QString& tag)
 {
     QMutexLocker lock(&m_mutex);
-    QList<Tensor> mine;
-    for (auto it = m_outbox.begin(); it != m_outbox.end();) {
-        if (it->tag == tag) {
-            mine.append(std::move(*it));
-            it = m_outbox.erase(it);
-        } else {
-            ++it;
-        }
-    }
-    return mine;
+    return takeTagged(m_outbox, tag);
 }
 
 void ComputeExecutor::deliverTensor(const Tensor& tensor)
@@ -263,25 +254,6 @@ void ComputeExecutor::closeLinks(const QString& why)
     for (const auto& link : links)
         link->close(why);
 }
-
-namespace {
-
-// Moves the entries of one client (by tag) out of a list.
-template<typename T> QList<T> takeTagged(QList<T>& list, const QString& tag)
-{
-    QList<T> mine;
-    for (auto it = list.begin(); it != list.end();) {
-        if (it->tag == tag) {
-            mine.append(std::move(*it));
-            it = list.erase(it);
-        } else {
-            ++it;
-        }
-    }
-    return mine;
-}
-
-} // namespace
 
 void ComputeExecutor::stageIn(const QString& tag, const QString& directory)
 {

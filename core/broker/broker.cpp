@@ -14,14 +14,13 @@
 #include <QCryptographicHash>
 #include <QDateTime>
 #include <QDir>
-
 #include <QFile>
 #include <QLockFile>
 #include <QLoggingCategory>
 #include <QTimeZone>
-#include <map>
 
 #include <cmath>
+#include <map>
 
 Q_LOGGING_CATEGORY(lcBrokerCore, "tessera.broker.core")
 
@@ -324,14 +323,12 @@ Status Broker::loadJob(const JobRow& job)
     QList<std::int64_t> answered;
     // A stage result drawn for re-execution has its check once its pipeline completed.
     QSet<QString> checked; // the assignments whose results are checked
-    for (const auto state : { CheckState::Waiting, CheckState::Running, CheckState::Disputed }) {
-        auto checks = spec->stagesPerShard() > 1 ? m_store->checksIn(state, job.id) : Result<QList<Check>>(QList<Check> {});
-        if (!checks)
-            return checks.error();
-        for (const auto& check : *checks) {
-            if (check.round == job.round && check.kind == CheckKind::Sample)
-                checked.insert(check.accusedAssignment);
-        }
+    auto open = spec->stagesPerShard() > 1 ? m_store->openChecks(job.id) : Result<QList<Check>>(QList<Check> {});
+    if (!open)
+        return open.error();
+    for (const auto& check : *open) {
+        if (check.round == job.round && check.kind == CheckKind::Sample)
+            checked.insert(check.accusedAssignment);
     }
     for (const auto& result : *results) {
         // A pipeline's stage results wait for every stage of their shard (held); the pipeline is
@@ -1035,13 +1032,12 @@ void Broker::stopPipelineOf(const QString& assignmentId, const QString& why, boo
         return;
     m_pipelines.remove(assignmentId);
     for (const auto& stage : stages) {
+        auto row = m_store->assignment(stage.assignment);
         // Only the job's broker changes its rows (forgetJob forgets the pipelines of a job it lost).
-        auto owned = m_store->assignment(stage.assignment);
-        if (owned && *owned && !holds((**owned).jobId))
+        if (row && *row && !holds((**row).jobId))
             return;
         if (stage.assignment == assignmentId && !named)
             continue; // its own result says what became of it
-        auto row = m_store->assignment(stage.assignment);
         if (!row || !*row)
             continue;
         const auto& given = **row;
@@ -1739,14 +1735,12 @@ Result<std::optional<QList<ShardResult>>> Broker::collectRound(const QString& jo
     // A pipeline's stage checks whose results were dropped (a partner lied) still judge their
     // node: the round, whose weights they start from, waits for them.
     if (spec.stagesPerShard() > 1) {
-        for (const auto state : { CheckState::Waiting, CheckState::Running, CheckState::Disputed }) {
-            auto open = m_store->checksIn(state, jobId);
-            if (!open)
-                return open.error();
-            for (const auto& check : *open) {
-                if (check.round == round && check.kind == CheckKind::Sample)
-                    return std::optional<QList<ShardResult>> {};
-            }
+        auto open = m_store->openChecks(jobId);
+        if (!open)
+            return open.error();
+        for (const auto& check : *open) {
+            if (check.round == round && check.kind == CheckKind::Sample)
+                return std::optional<QList<ShardResult>> {};
         }
     }
     return std::optional<QList<ShardResult>>(results);

@@ -916,6 +916,13 @@ Result<QList<Check>> BrokerStore::checksIn(CheckState state, const QString& jobI
         nameOf(state), jobId, jobId));
 }
 
+Result<QList<Check>> BrokerStore::openChecks(const QString& jobId)
+{
+    return collectChecks(query(*m_db,
+        QStringLiteral("SELECT %1 FROM checks WHERE job = ? AND state IN (?, ?, ?) ORDER BY created_at").arg(checks::Columns),
+        jobId, nameOf(CheckState::Waiting), nameOf(CheckState::Running), nameOf(CheckState::Disputed)));
+}
+
 Result<QStringList> BrokerStore::lateDisputes(std::int64_t now)
 {
     return texts(query(*m_db, QStringLiteral("SELECT id FROM checks WHERE state = ? AND deadline < ?") + heldJobs("checks.job"),

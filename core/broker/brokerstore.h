@@ -281,6 +281,8 @@ public:
     // Samples waiting since createdBefore or longer: (check, created at).
     Result<QList<std::pair<QString, std::int64_t>>> waitingSamples(std::int64_t createdBefore);
     Status cancelOpenChecks(const QString& jobId, std::int64_t now);
+    // A job's open checks (waiting, running, disputed), oldest first.
+    Result<QList<Check>> openChecks(const QString& jobId);
     // Whether an open check (waiting, running, disputed) reads these stage inputs.
     Result<bool> inputsInUse(const Digest& inputs);
     Result<QList<CheckRecord>> checkRecords(const QString& jobId, int limit); // newest first; all jobs when empty

@@ -1220,10 +1220,8 @@ Status Verifier::closeChecksOf(const QString& jobId)
     if (auto status = m_.store.setResultStates(jobId, ResultState::Sampled, ResultState::Accepted); !status)
         return status;
     QList<Digest> inputs; // what their stages received goes with the checks
-    for (const auto state : { CheckState::Waiting, CheckState::Running, CheckState::Disputed }) {
-        for (const auto& open : stages ? m_.store.checksIn(state, jobId).value_or(QList<Check> {}) : QList<Check> {})
-            inputs.append(open.inputs);
-    }
+    for (const auto& open : stages ? m_.store.openChecks(jobId).value_or(QList<Check> {}) : QList<Check> {})
+        inputs.append(open.inputs);
     if (auto status = m_.store.cancelOpenChecks(jobId, m_.clock.nowMs()); !status)
         return status;
     for (const auto& digest : inputs)
@@ -1324,9 +1322,7 @@ Status Verifier::audit(Check& check, const ShardTask& task)
     const auto& a = check.accusedResult;
     if (!replay || (!task.portable && replay->runtimeProfile != a.runtimeProfile)) // it cannot tell
         return settle(check, Loser::None, QStringLiteral("re-execution gave the same bits"));
-    QList<Digest> chain { check.startHash };
-    chain.append(replay->checkpoints);
-    if (chain == a.checkpointHashes && replay->weightsHash == a.finalHash)
+    if (sameAsReplay(check, a, *replay))
         return settle(check, Loser::None, QStringLiteral("re-execution gave the same bits, and so did the broker's audit"));
     qCWarning(lcVerification).noquote() << "audit of check" << check.id << ":" << check.accused.left(12) << "and"
                                         << check.verifier.left(12) << "agreed on bits the broker does not get";

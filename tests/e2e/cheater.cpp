@@ -104,16 +104,7 @@ public:
     QList<Tensor> takeTensors(const QString& tag) override
     {
         std::lock_guard lock(m_stageMutex);
-        QList<Tensor> mine;
-        for (auto it = m_outbox.begin(); it != m_outbox.end();) {
-            if (it->tag == tag) {
-                mine.append(std::move(*it));
-                it = m_outbox.erase(it);
-            } else {
-                ++it;
-            }
-        }
-        return mine;
+        return takeTagged(m_outbox, tag);
     }
     void deliverTensor(const Tensor& tensor) override
     {
@@ -219,16 +210,7 @@ public:
     QList<Served> takeServed(const QString& tag) override
     {
         QMutexLocker lock(&m_mutex);
-        QList<Served> mine;
-        for (auto it = m_served.begin(); it != m_served.end();) {
-            if (it->tag == tag) {
-                mine.append(*it);
-                it = m_served.erase(it);
-            } else {
-                ++it;
-            }
-        }
-        return mine;
+        return takeTagged(m_served, tag);
     }
 
     // A served answer with its last token changed (one added to an empty one): well-formed, wrong.
@@ -258,16 +240,7 @@ public:
     QList<Finished> takeFinished(const QString& tag) override
     {
         QMutexLocker lock(&m_mutex);
-        QList<Finished> mine;
-        for (auto it = m_finished.begin(); it != m_finished.end();) {
-            if (it->tag == tag) {
-                mine.append(*it);
-                it = m_finished.erase(it);
-            } else {
-                ++it;
-            }
-        }
-        return mine;
+        return takeTagged(m_finished, tag);
     }
 
     bool idle() const override
@@ -312,16 +285,7 @@ public:
     QList<Recreated> takeRecreated(const QString& tag) override
     {
         QMutexLocker lock(&m_mutex);
-        QList<Recreated> mine;
-        for (auto it = m_recreated.begin(); it != m_recreated.end();) {
-            if (it->tag == tag) {
-                mine.append(*it);
-                it = m_recreated.erase(it);
-            } else {
-                ++it;
-            }
-        }
-        return mine;
+        return takeTagged(m_recreated, tag);
     }
 
 private:
