@@ -11,7 +11,7 @@
 // a process of its own: the peak resident memory above that of a process that only loaded the
 // engine, and the ratio.
 //
-// Usage: tessera-bench-pipeline (a child: --child idle|whole|STAGE DIR)
+// Usage: tessera-bench-pipeline (a child: --child idle|whole|S-STAGE DIR)
 
 #include "record.h"
 
@@ -20,6 +20,7 @@
 #include <compute/engine/shardrun.h>
 #include <compute/engine/weights.h>
 #include <core/decomposition.h>
+#include <core/memoryestimate.h>
 #include <core/readfile.h>
 #include <core/smalljobs.h>
 #include <core/stagetensors.h>
@@ -125,25 +126,33 @@ void writeFile(const QString& path, const QByteArray& bytes)
         qFatal("cannot write %s", qPrintable(path));
 }
 
-// What a child runs: nothing (the engine's own footprint), the whole shard, or one stage from its
-// recorded inputs; it prints its peak resident memory.
+// What a child runs: nothing (the engine's own footprint), the whole shard from the weights in
+// memory (as a worker does), or one stage from its recorded inputs and the weights' file (as a
+// node starts a stage: its share alone); it prints its peak resident memory.
 int child(const QString& what, const QString& directory)
 {
     const QDir dir(directory);
     if (what != u"idle") {
-        auto json
-            = core::readFile(dir.filePath(what == u"whole" ? QStringLiteral("whole.json") : what + QStringLiteral(".json")));
-        auto start = core::readFile(dir.filePath(QStringLiteral("start.pt")));
+        auto json = core::readFile(dir.filePath(what + QStringLiteral(".json")));
         auto task = json ? core::ShardTask::fromJson(QJsonDocument::fromJson(*json).object())
                          : core::Result<core::ShardTask>(json.error());
-        if (!task || !start)
+        if (!task)
             qFatal("the child has no task");
         compute::ComputeEnvironment environment;
         environment.blobPath = [dir](const core::Digest& digest) -> std::optional<QString> {
             const QString path = dir.filePath(digest.toHex());
             return QFile::exists(path) ? std::optional<QString>(path) : std::nullopt;
         };
-        const auto output = compute::runShard(*task, *start, environment);
+        const QString start = dir.filePath(QStringLiteral("start.pt"));
+        auto run = what == u"whole" ? compute::ShardRun::start(*task, core::readFile(start).value_or(QByteArray()), environment)
+                                    : compute::ShardRun::startFromFile(*task, start, environment);
+        if (!run)
+            qFatal("%s", qPrintable(run.error().toString()));
+        while (!(*run)->finished()) {
+            if (auto status = (*run)->step(); !status)
+                qFatal("%s", qPrintable(status.error().toString()));
+        }
+        const auto output = (*run)->finish();
         if (output.result.outcome != core::ShardResult::Outcome::Completed)
             qFatal("%s", qPrintable(output.result.failure));
     }
@@ -200,27 +209,22 @@ void throughput()
     bench::record("pipeline.bytesPerStepAndBoundary", double(boundaryBytes));
 }
 
-void memory()
+// A recorded run of the shard as S stages in this process (as train-local runs them): what each
+// stage received, written beside its task ("S-s.json") for a child to re-execute it from.
+void recordStages(const core::ShardTask& task, const QByteArray& start, std::int64_t stages, const QDir& dir)
 {
-    // 8 blocks of width 384 (about 15 M parameters), 64 positions, batch 8 in 4 micro-batches.
-    const auto spec = pipelinedGpt(8, 384, 64, 8, 4, 2);
-    const auto [weights, task] = firstShard(spec);
-    const auto* start = &weights;
-    QTemporaryDir dir;
-    writeFile(dir.filePath(QStringLiteral("start.pt")), start->bytes);
-    writeFile(dir.filePath(QStringLiteral("whole.json")), QJsonDocument(task.toJson()).toJson());
-    // A recorded run: what each stage received.
-    compute::LocalStageLinks links(2);
-    RecordingLink first(links.of(0)), second(links.of(1));
-    std::vector<RecordingLink*> taps { &first, &second };
+    compute::LocalStageLinks links(stages);
+    std::vector<std::unique_ptr<RecordingLink>> taps;
+    for (std::int64_t s = 0; s < stages; ++s)
+        taps.push_back(std::make_unique<RecordingLink>(links.of(s)));
     std::vector<std::thread> threads;
-    for (std::int64_t s = 0; s < 2; ++s) {
+    for (std::int64_t s = 0; s < stages; ++s) {
         threads.emplace_back([&, s] {
-            auto run = compute::ShardRun::start(core::stageTaskOf(task, s, 2), start->bytes, {});
+            auto run = compute::ShardRun::start(core::stageTaskOf(task, s, stages), start, {});
             if (!run)
                 return links.close(run.error().message);
             (*run)->setKeepsCheckpointState(false);
-            (*run)->setStageLink(taps[std::size_t(s)]);
+            (*run)->setStageLink(taps[std::size_t(s)].get());
             while (!(*run)->finished()) {
                 if (!(*run)->step())
                     return links.close(QStringLiteral("a stage failed"));
@@ -229,24 +233,60 @@ void memory()
     }
     for (auto& thread : threads)
         thread.join();
-    for (std::int64_t s = 0; s < 2; ++s) {
-        auto stage = core::stageTaskOf(task, s, 2);
+    for (std::int64_t s = 0; s < stages; ++s) {
+        auto stage = core::stageTaskOf(task, s, stages);
         stage.stageInputs = core::Digest::ofBytes(taps[std::size_t(s)]->record);
         writeFile(dir.filePath(stage.stageInputs.toHex()), taps[std::size_t(s)]->record);
-        writeFile(dir.filePath(QString::number(s) + QStringLiteral(".json")), QJsonDocument(stage.toJson()).toJson());
+        writeFile(dir.filePath(QStringLiteral("%1-%2.json").arg(stages).arg(s)), QJsonDocument(stage.toJson()).toJson());
     }
+}
+
+void memory()
+{
+    // 8 blocks of width 384 (about 15 M parameters), 64 positions, batch 8 in 4 micro-batches.
+    const auto spec = pipelinedGpt(8, 384, 64, 8, 4, 2);
+    const auto [weights, task] = firstShard(spec);
+    const auto* start = &weights;
+    QTemporaryDir temporary;
+    const QDir dir(temporary.path());
+    writeFile(dir.filePath(QStringLiteral("start.pt")), start->bytes);
+    writeFile(dir.filePath(QStringLiteral("whole.json")), QJsonDocument(task.toJson()).toJson());
+    const double mib = 1024.0 * 1024.0;
     const auto idle = peakOf(QStringLiteral("idle"), dir.path());
     const auto whole = peakOf(QStringLiteral("whole"), dir.path()) - idle;
-    const double mib = 1024.0 * 1024.0;
+    // What a node estimates before it accepts a task (core::estimateShardMemory, stageShareOf),
+    // which it compares with Compute/MaxMemoryMiB.
+    const auto estimate = core::estimateShardMemory(spec.model, spec.optimizer, spec.training.batchSize, start->bytes.size(),
+        core::builtinDatasetBytes(spec.dataset.builtin));
     std::printf("memory: %.1f M parameters (%.1f MiB of float32 weights); an idle engine's peak %.0f MiB; above it, the whole "
-                "shard %.0f MiB\n",
-        double(start->bytes.size()) / 4e6, double(start->bytes.size()) / mib, double(idle) / mib, double(whole) / mib);
+                "shard %.0f MiB (estimated %lld MiB: model %lld, activations %lld, data %lld)\n",
+        double(start->bytes.size()) / 4e6, double(start->bytes.size()) / mib, double(idle) / mib, double(whole) / mib,
+        static_cast<long long>(estimate.totalMiB()), static_cast<long long>(estimate.model >> 20),
+        static_cast<long long>(estimate.activations >> 20), static_cast<long long>(estimate.dataset >> 20));
     bench::record("pipeline.memory.wholeMiB", double(whole) / mib);
-    for (std::int64_t s = 0; s < 2; ++s) {
-        const auto stage = peakOf(QString::number(s), dir.path()) - idle;
-        std::printf("memory: stage %lld of 2 alone %.0f MiB: %.2f of the whole shard's\n", static_cast<long long>(s + 1),
-            double(stage) / mib, double(stage) / double(whole));
-        bench::record(s == 0 ? "pipeline.memory.stage1Ratio" : "pipeline.memory.stage2Ratio", double(stage) / double(whole));
+    for (const std::int64_t stages : { 2, 4 }) {
+        recordStages(task, start->bytes, stages, dir);
+        // A node whose Compute/MaxMemoryMiB is a stage's estimate: the whole shard is refused there.
+        const auto share = core::stageShareOf(estimate, stages);
+        const auto limit = share.totalMiB();
+        const double modelPart = double(estimate.model + estimate.activations) / double(share.model + share.activations);
+        std::printf("memory: S = %lld: Compute/MaxMemoryMiB %lld (a stage's estimate) is %.2f x below the whole shard's "
+                    "estimate (%.2f x without the data, which each stage holds whole)\n",
+            static_cast<long long>(stages), static_cast<long long>(limit), double(estimate.totalMiB()) / double(limit),
+            modelPart);
+        double largest = 0;
+        for (std::int64_t s = 0; s < stages; ++s) {
+            const auto peak = peakOf(QStringLiteral("%1-%2").arg(stages).arg(s), dir.path()) - idle;
+            const double ratio = double(peak) / mib / double(limit);
+            largest = std::max(largest, ratio);
+            std::printf("memory: S = %lld, stage %lld alone %.0f MiB: %.2f of the whole shard's, %.2f of Compute/MaxMemoryMiB\n",
+                static_cast<long long>(stages), static_cast<long long>(s + 1), double(peak) / mib, double(peak) / double(whole),
+                ratio);
+            if (stages == 2)
+                bench::record(
+                    s == 0 ? "pipeline.memory.stage1Ratio" : "pipeline.memory.stage2Ratio", double(peak) / double(whole));
+        }
+        bench::record(stages == 2 ? "pipeline.memory.s2.largestStageOfLimit" : "pipeline.memory.s4.largestStageOfLimit", largest);
     }
 }
 

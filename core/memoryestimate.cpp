@@ -67,4 +67,14 @@ ShardMemory estimateShardMemory(const ModelSpec& model, const OptimizerSpec& opt
     return memory;
 }
 
+ShardMemory stageShareOf(const ShardMemory& whole, std::int64_t stages)
+{
+    if (stages <= 1)
+        return whole;
+    ShardMemory share = whole;
+    share.model = whole.model / stages;
+    share.activations = whole.activations / stages;
+    return share;
+}
+
 } // namespace tessera::core

@@ -37,4 +37,10 @@ std::int64_t datasetBytes(const DatasetSpec& dataset, const std::function<std::o
 ShardMemory estimateShardMemory(const ModelSpec& model, const OptimizerSpec& optimizer, std::int64_t batchSize,
     std::int64_t modelBytes, std::int64_t datasetBytes);
 
+// A pipeline stage task's share of a shard's memory (task.stages > 1): the model's and the
+// activations' part split evenly over the stages (the blocks are; the embedding and the head are
+// about a block's worth each), the data whole (each stage loads it). The activations are an upper
+// bound: under 1F1B a stage holds its layers' activations of at most S of the M micro-batches.
+ShardMemory stageShareOf(const ShardMemory& whole, std::int64_t stages);
+
 } // namespace tessera::core

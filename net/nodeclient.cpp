@@ -620,8 +620,12 @@ struct NodeClient::Private {
             }
             paths.insert(digest, *path);
         }
-        auto weights = current->rebuilt.isEmpty() ? cache.read(current->startWeightsBlob)
-                                                  : core::Result<QByteArray>(std::move(current->rebuilt));
+        // A stage task reads its share of the round's weights from the cache's file (pinned below
+        // until its result is settled) rather than hold the whole model in this process.
+        const bool fromFile = current->rebuilt.isEmpty() && current->task.isStage();
+        auto weights = fromFile          ? core::Result<QByteArray>(QByteArray())
+            : current->rebuilt.isEmpty() ? cache.read(current->startWeightsBlob)
+                                         : core::Result<QByteArray>(std::move(current->rebuilt));
         current->rebuilt.clear();
         if (!weights) {
             qCWarning(lcNode).noquote() << weights.error().toString();
@@ -639,7 +643,8 @@ struct NodeClient::Private {
                                                     : QStringLiteral(")"));
         const std::int64_t deadlineMs
             = current->deadlineAt > 0 ? std::max<std::int64_t>(1, current->deadlineAt - clock.nowMs()) : 0;
-        executor.start(tag, current->assignment, current->task, *weights, paths, deadlineMs);
+        executor.start(tag, current->assignment, current->task, *weights,
+            fromFile ? paths.value(current->startWeightsBlob) : QString(), paths, deadlineMs);
         for (const auto& tensor : std::exchange(earlyTensors, {})) // a stage's that came while it fetched
             executor.deliverTensor(tensor);
     }

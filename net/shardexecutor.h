@@ -45,11 +45,13 @@ public:
     };
 
     virtual ~ShardExecutor() = default;
+    // startWeights: the round's weights; or, when it is empty, startWeightsFile holds them (a stage
+    // task reads only its share of them, and the client keeps the file until the result is sent).
     // blobPaths: where the task's model and data blobs are on disk, by sha256. deadlineMs: the
     // assignment's deadline from now (TASK's deadlineMs; 0: none), which bounds how long the job
     // owner's code may compute (a sandboxed worker is stopped some time after it).
     virtual void start(const QString& tag, const QString& assignment, const core::ShardTask& task, const QByteArray& startWeights,
-        const QHash<core::Digest, QString>& blobPaths, std::int64_t deadlineMs)
+        const QString& startWeightsFile, const QHash<core::Digest, QString>& blobPaths, std::int64_t deadlineMs)
         = 0;
     virtual QList<Finished> takeFinished(const QString& tag) = 0; // thread-safe
     // Where the shards a client `tag` starts may leave their kept training state as a file, written

@@ -200,7 +200,8 @@ std::int64_t ComputeExecutor::timeLimitFor(std::int64_t deadlineMs)
 }
 
 void ComputeExecutor::start(const QString& tag, const QString& assignment, const core::ShardTask& task,
-    const QByteArray& startWeights, const QHash<core::Digest, QString>& blobPaths, std::int64_t deadlineMs)
+    const QByteArray& startWeights, const QString& startWeightsFile, const QHash<core::Digest, QString>& blobPaths,
+    std::int64_t deadlineMs)
 {
     std::shared_ptr<NetLink> link;
     {
@@ -213,7 +214,7 @@ void ComputeExecutor::start(const QString& tag, const QString& assignment, const
             m_links.insert(assignment, link);
         }
     }
-    m_thread->submit(task, startWeights, timeLimitFor(deadlineMs), link);
+    m_thread->submit(task, startWeights, timeLimitFor(deadlineMs), link, startWeightsFile);
 }
 
 QList<net::ShardExecutor::Tensor> ComputeExecutor::takeTensors(const QString& tag)

@@ -25,7 +25,7 @@ public:
     ~ComputeExecutor() override;
 
     void start(const QString& tag, const QString& assignment, const core::ShardTask& task, const QByteArray& startWeights,
-        const QHash<core::Digest, QString>& blobPaths, std::int64_t deadlineMs) override;
+        const QString& startWeightsFile, const QHash<core::Digest, QString>& blobPaths, std::int64_t deadlineMs) override;
     // How long a shard with this deadline may compute in a sandboxed worker: the deadline and a
     // grace (a quarter of it, at least 10 s), for the time it waited for its data and a slow step.
     static std::int64_t timeLimitFor(std::int64_t deadlineMs);

@@ -50,11 +50,13 @@ private:
 class LibTorchInThread final : public InThreadCompute {
 public:
     core::Result<std::unique_ptr<ShardSteps>> open(const core::ShardTask& task, const QByteArray& startWeights,
-        const QByteArray& suspended, const ComputeEnvironment& environment, StageLink* link) override
+        const QByteArray& suspended, const ComputeEnvironment& environment, StageLink* link,
+        const QString& startWeightsFile) override
     {
-        auto started = suspended.isEmpty()
-            ? ShardRun::start(task, startWeights, environment)
-            : ShardRun::resume(task, suspended, environment, ShardRun::StateOrigin::Own, startWeights);
+        auto started = !suspended.isEmpty()
+            ? ShardRun::resume(task, suspended, environment, ShardRun::StateOrigin::Own, startWeights)
+            : startWeights.isEmpty() && !startWeightsFile.isEmpty() ? ShardRun::startFromFile(task, startWeightsFile, environment)
+                                                                    : ShardRun::start(task, startWeights, environment);
         if (!started)
             return started.error();
         (*started)->setStageLink(link);

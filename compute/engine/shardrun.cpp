@@ -31,6 +31,10 @@
 
 #include <cmath>
 
+#ifdef __GLIBC__
+#include <malloc.h>
+#endif
+
 namespace tessera::compute {
 
 using namespace detail;
@@ -54,6 +58,7 @@ struct ShardRun::Private {
     QByteArray keptState; // suspend() at task.keptStateCheckpoint(), for disputes
     QByteArray startWeights; // the round's weights (shared, not copied), for a compressed update
     QString startWeightsFile; // or (spillTo) the file that holds them
+    core::Digest startHash; // a stage started from a file (startFromFile): the round's weights' hash
     QString keptStateFile; // spillTo: where the kept state goes as soon as it is made
     bool keptInFile = false; // it went there
     bool keepCheckpointStates = true;
@@ -226,8 +231,8 @@ core::Digest stateHash(const core::ShardTask& task, const NamedTensors& state)
 
 core::Digest checkpointHash(const ShardRun::Private& d)
 {
-    if (d.step == 0)
-        return canonicalHash(roundState(d, true));
+    if (d.step == 0) // a stage started from a file holds only its share: the hash of the whole was taken as it read
+        return d.startHash.isNull() ? canonicalHash(roundState(d, true)) : d.startHash;
     return stateHash(d.task, trainingState(d));
 }
 
@@ -293,6 +298,75 @@ ShardRun::ShardRun(std::unique_ptr<Private> d)
 ShardRun::~ShardRun() = default;
 
 namespace {
+
+QString sizesOf(const std::vector<std::int64_t>& sizes)
+{
+    QStringList each;
+    for (const auto size : sizes)
+        each.append(QString::number(size));
+    return QStringLiteral("[%1]").arg(each.join(QStringLiteral(", ")));
+}
+
+// A stage task's share of the round's weights, read from their file one tensor at a time
+// (ShardRun::startFromFile): every tensor goes into the hash of the whole and is checked against
+// the model's (name, shape, dtype); the stage's own parameters and the model's buffers are copied
+// into it, and the other stages' tensors are let go as they are read. The other stages'
+// parameters are let go first, so that the stage never holds the whole model.
+core::Status loadStageShare(ShardRun::Private& d, const QString& weightsFile)
+{
+    auto unfit = [](const QString& why) { return core::Error { QStringLiteral("startWeights"), why }; };
+    std::map<std::string, std::pair<std::vector<std::int64_t>, at::ScalarType>> expected;
+    for (const auto& [name, tensor] : d.model->state())
+        expected.emplace(name, std::make_pair(tensor.sizes().vec(), tensor.scalar_type()));
+    d.optimizer->releaseAllBut([&](const std::string& name) { return ownedBy(d, name); });
+    std::set<std::string> released;
+    for (const auto& [name, parameter] : d.model->parameters()) {
+        if (!ownedBy(d, name))
+            released.insert(name);
+    }
+    std::map<std::string, at::Tensor> targets;
+    for (auto& [name, tensor] : d.model->state()) {
+        if (!released.count(name))
+            targets.emplace(name, tensor);
+    }
+    core::Sha256 hasher;
+    std::size_t seen = 0;
+    torch::NoGradGuard noGrad;
+    auto read = visitTensorsInFile(weightsFile, QStringLiteral("the start weights are not a dict of tensors"),
+        [&](const std::string& name, const at::Tensor& tensor) -> core::Status {
+            const QString tensorName = QString::fromStdString(name);
+            const auto shape = expected.find(name);
+            if (shape == expected.end())
+                return unfit(QStringLiteral("the start weights have '%1', which the model does not").arg(tensorName));
+            if (tensor.sizes().vec() != shape->second.first)
+                return unfit(QStringLiteral("'%1' is %2 in the start weights but %3 in the model")
+                                 .arg(tensorName, sizesOf(tensor.sizes().vec()), sizesOf(shape->second.first)));
+            // A broker's round weights are the model's own state: a stage refuses another dtype
+            // rather than hash one thing and train on another.
+            if (tensor.scalar_type() != shape->second.second)
+                return unfit(QStringLiteral("'%1' has another dtype in the start weights than in the model").arg(tensorName));
+            ++seen;
+            addCanonicalRecord(hasher, name, tensor);
+            if (const auto target = targets.find(name); target != targets.end())
+                target->second.copy_(tensor);
+            return {};
+        });
+    if (!read)
+        return core::Error { QStringLiteral("startWeights"), read.error().message };
+    if (seen != expected.size())
+        return unfit(QStringLiteral("the start weights lack %1 of the model's %2 tensors")
+                         .arg(expected.size() - seen)
+                         .arg(expected.size()));
+    d.startHash = hasher.result();
+    if (!d.task.startWeights.isNull() && d.startHash != d.task.startWeights)
+        return unfit(QStringLiteral("the start weights do not hash to the task's startWeights"));
+#ifdef __GLIBC__
+    // The other stages' parameters, built with the model and let go above, sit in the heap's free
+    // lists (glibc raises its mmap threshold as large blocks come and go): given back to the system.
+    malloc_trim(0);
+#endif
+    return {};
+}
 
 // The round's weights, read and checked against the task once, where they come in.
 core::Result<NamedTensors> startTensors(const core::ShardTask& task, const QByteArray& startWeights)
@@ -454,6 +528,27 @@ core::Result<std::unique_ptr<ShardRun>> ShardRun::start(
     // A stage's chain starts at the round's weights, hashed whole; then it keeps only its share.
     if (task.isStage())
         d->optimizer->releaseAllBut([&](const std::string& name) { return ownedBy(*d, name); });
+    d->timer.start();
+    return std::unique_ptr<ShardRun>(new ShardRun(std::move(d)));
+}
+
+core::Result<std::unique_ptr<ShardRun>> ShardRun::startFromFile(
+    const core::ShardTask& task, const QString& startWeightsFile, const ComputeEnvironment& environment)
+{
+    if (!task.isStage() || task.carriesOptimizer) {
+        auto bytes = core::readFile(startWeightsFile);
+        if (!bytes)
+            return core::Error { QStringLiteral("startWeights"), bytes.error().message };
+        return start(task, *bytes, environment);
+    }
+    auto prepared = prepare(task, environment);
+    if (!prepared)
+        return prepared.error();
+    auto d = std::move(*prepared);
+    if (auto status = loadStageShare(*d, startWeightsFile); !status)
+        return status.error();
+    d->startWeightsFile = startWeightsFile;
+    d->chain.append(d->startHash);
     d->timer.start();
     return std::unique_ptr<ShardRun>(new ShardRun(std::move(d)));
 }
@@ -690,7 +785,9 @@ namespace {
 
 // What a node reveals at the end of a shard (detail::revealedUpdate): the final weights, or their
 // compressed update from the round's weights.
-core::Result<NamedTensors> reveal(const core::ShardTask& task, NamedTensors final, const QByteArray& roundWeights)
+// roundTensors: the round's weights (all, or at least the stage's share), read only when needed.
+using RoundTensors = std::function<core::Result<NamedTensors>()>;
+core::Result<NamedTensors> reveal(const core::ShardTask& task, NamedTensors final, const RoundTensors& roundTensors)
 {
     if (task.compression == core::Compression::None) {
         // The broker refuses a result that is not finite as a signed lie: an honest node fails the
@@ -704,11 +801,8 @@ core::Result<NamedTensors> reveal(const core::ShardTask& task, NamedTensors fina
         }
         return final;
     }
-    if (roundWeights.isEmpty())
-        return core::Error { QStringLiteral("startWeights"),
-            QStringLiteral("the round's weights are needed to compress the update") };
     // Checked against the task where they came in (start(), resume()), or the broker's own blob.
-    auto start = unpickleTensors(roundWeights, QStringLiteral("the round's weights are not a dict of tensors"));
+    auto start = roundTensors();
     if (!start)
         return start.error();
     if (task.isStage()) { // the stage's update is of its own part of the round's weights
@@ -720,6 +814,38 @@ core::Result<NamedTensors> reveal(const core::ShardTask& task, NamedTensors fina
     sortByName(*start);
     sortByName(final);
     return revealedUpdate(task.compression, *start, final);
+}
+
+const QString RoundDamaged = QStringLiteral("the round's weights are not a dict of tensors");
+
+RoundTensors fromBytes(const QByteArray& roundWeights)
+{
+    return [roundWeights]() -> core::Result<NamedTensors> {
+        if (roundWeights.isEmpty())
+            return core::Error { QStringLiteral("startWeights"),
+                QStringLiteral("the round's weights are needed to compress the update") };
+        return unpickleTensors(roundWeights, RoundDamaged);
+    };
+}
+
+// A run's round weights: in memory, or read again from the file that holds them (spillTo,
+// startFromFile), a stage's share alone.
+RoundTensors roundTensorsOf(const ShardRun::Private& d)
+{
+    if (!d.startWeights.isEmpty() || d.startWeightsFile.isEmpty())
+        return fromBytes(d.startWeights);
+    return [&d]() -> core::Result<NamedTensors> {
+        NamedTensors share;
+        auto read = visitTensorsInFile(d.startWeightsFile, RoundDamaged, [&](const std::string& name, at::Tensor tensor) {
+            if (ownedBy(d, name)) // every tensor but a stage's others
+                share.emplace_back(name, std::move(tensor));
+            return core::Status {};
+        });
+        if (!read)
+            return core::Error { QStringLiteral("startWeights"),
+                QStringLiteral("the round's weights cannot be read again: ") + read.error().message };
+        return share;
+    };
 }
 
 } // namespace
@@ -741,18 +867,7 @@ ShardOutput ShardRun::finish()
         return output;
     }
     d->optimizer->releaseGradients(); // before the round's weights are read again to reveal the update
-    QByteArray roundWeights = d->startWeights;
-    if (roundWeights.isEmpty() && !d->startWeightsFile.isEmpty() && d->task.compression != core::Compression::None) {
-        auto read = core::readFile(d->startWeightsFile);
-        if (!read) {
-            result.outcome = core::ShardResult::Outcome::Failed;
-            result.failure = QStringLiteral("the round's weights cannot be read again: ") + read.error().message;
-            return output;
-        }
-        roundWeights = std::move(*read);
-    }
-    auto revealed = reveal(d->task, roundState(*d), roundWeights);
-    roundWeights = QByteArray();
+    auto revealed = reveal(d->task, roundState(*d), roundTensorsOf(*d));
     if (!revealed) {
         result.outcome = core::ShardResult::Outcome::Failed;
         result.failure = revealed.error().toString();
@@ -823,7 +938,7 @@ core::Result<Replay> replayShard(const core::ShardTask& task, std::int64_t from,
     Replay replay;
     replay.checkpoints = d.settledChain().mid(1);
     if (to == count - 1) {
-        auto revealed = reveal(task, roundState(d), from == 0 ? state : roundWeights);
+        auto revealed = reveal(task, roundState(d), fromBytes(from == 0 ? state : roundWeights));
         if (!revealed)
             return revealed.error();
         replay.weights = pickleTensors(*revealed);

@@ -83,6 +83,12 @@ public:
     // must equal task.startWeights.
     static core::Result<std::unique_ptr<ShardRun>> start(
         const core::ShardTask& task, const QByteArray& startWeights, const ComputeEnvironment& environment);
+    // The same from the file that holds the round's weights (which must stay there until finish()).
+    // A stage task reads only its share of them, a tensor at a time (hashing the whole as it goes),
+    // and never builds the other stages' parameters beyond their shapes: its memory is its share
+    // of the model (docs/PERFORMANCE.md, "Pipeline stages"). Any other task reads the file whole.
+    static core::Result<std::unique_ptr<ShardRun>> startFromFile(
+        const core::ShardTask& task, const QString& startWeightsFile, const ComputeEnvironment& environment);
     // Whose training state resume() is given: this node's own suspend() (meta/task must name the
     // task; the losses, chain and time so far continue), or another node's checkpoint state in a
     // dispute, of which only the model, the optimizer and meta/step count (docs/DETERMINISM.md,

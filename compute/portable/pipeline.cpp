@@ -3,6 +3,7 @@
 #include "kernels.h"
 
 #include <algorithm>
+#include <set>
 
 namespace tessera::compute::portable {
 
@@ -44,6 +45,18 @@ StageStep::StageStep(const Stage& stage, std::int64_t microBatches, std::int64_t
         m_boundary = values[std::size_t(stage.gradientReceived)].count();
     if (stage.sent >= 0)
         m_boundary = values[std::size_t(stage.sent)].count();
+    if (m_flights.size() < 2)
+        return; // the flight's own memory serves
+    std::set<int> state(stage.program.stateBefore.begin(), stage.program.stateBefore.end());
+    state.insert(stage.program.stateAfter.begin(), stage.program.stateAfter.end());
+    std::set<int> shared;
+    for (std::size_t i = stage.backwardStart + 1; i < stage.program.instructions.size(); ++i) {
+        for (int v : stage.program.instructions[i].outputs) {
+            if (!state.count(v) && v != stage.gradientReceived && shared.insert(v).second)
+                m_backwardMemory.emplace_back(
+                    v, std::vector<std::uint64_t>(std::size_t((values[std::size_t(v)].bytes() + 7) / 8)));
+        }
+    }
 }
 
 std::string StageStep::bindState(Executor& executor, const Program& program)
@@ -97,6 +110,8 @@ std::string StageStep::forward(std::span<const std::int64_t> tokens, std::span<c
     executor.prepare(program);
     if (auto error = bindState(executor, program); !error.empty())
         return error;
+    for (auto& [v, memory] : m_backwardMemory)
+        executor.bind(v, memory.data());
     for (int v : program.instructions.front().outputs) {
         const auto& value = program.values[std::size_t(v)];
         if (v == m_stage.received) {

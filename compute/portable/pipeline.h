@@ -98,6 +98,12 @@ private:
         bool busy = false;
     };
     std::vector<Flight> m_flights; // micro-batch m runs in m_flights[m % size]
+    // What the backward half makes (every gradient, the parameters' included) lives only within one
+    // micro-batch's backward: the gradient sent is copied out and the parameters' gradients are
+    // summed at its end. So every flight computes it in this one memory, and a stage holds its
+    // in-flight micro-batches' forward values and a single backward's (docs/PERFORMANCE.md,
+    // "Pipeline stages"). By value; words of 8 bytes, as the executor's own.
+    std::vector<std::pair<int, std::vector<std::uint64_t>>> m_backwardMemory;
     std::vector<std::vector<float>> m_sums; // per stage.gradients
     std::int64_t m_forwards = 0, m_backwards = 0;
     float m_losses = 0.0f;

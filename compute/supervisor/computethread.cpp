@@ -27,6 +27,7 @@ struct QueuedShard {
     QByteArray suspended; // the state of a paused shard
     std::int64_t timeLimitMs = 0; // what is left of it when paused
     std::shared_ptr<StageLink> link = {}; // a stage task's (docs/PROTOCOL.md, "Stage tasks")
+    QString weightsFile = {}; // where the start weights are when `weights` is empty (a stage task)
 };
 
 // A shard in a worker, driven in calls of as many steps as fill about CallNs (a progress report's
@@ -84,7 +85,7 @@ std::int64_t chunkExpansion(const core::ShardTask& task, const ComputeEnvironmen
 }
 
 // What the shard would hold in memory here (core::estimateShardMemory): the model from the round's
-// weights as received, the data as this node holds it.
+// weights as received, the data as this node holds it; a stage task's share of them (core::stageShareOf).
 core::ShardMemory shardMemory(const core::ShardTask& task, std::int64_t weightBytes, const ComputeEnvironment& environment)
 {
     auto fileSize = [&](const core::Digest& digest) -> std::optional<std::int64_t> {
@@ -98,7 +99,8 @@ core::ShardMemory shardMemory(const core::ShardTask& task, std::int64_t weightBy
             chunks += fileSize(chunk).value_or(0);
         data += chunkExpansion(task, environment) * chunks;
     }
-    return core::estimateShardMemory(task.model, task.optimizer, task.batchSize, weightBytes, data);
+    const auto whole = core::estimateShardMemory(task.model, task.optimizer, task.batchSize, weightBytes, data);
+    return task.isStage() ? core::stageShareOf(whole, task.stages) : whole;
 }
 
 } // namespace
@@ -216,11 +218,11 @@ ComputeThread::~ComputeThread()
     d->thread->wait();
 }
 
-void ComputeThread::submit(
-    const core::ShardTask& task, const QByteArray& startWeights, std::int64_t timeLimitMs, std::shared_ptr<StageLink> link)
+void ComputeThread::submit(const core::ShardTask& task, const QByteArray& startWeights, std::int64_t timeLimitMs,
+    std::shared_ptr<StageLink> link, const QString& startWeightsFile)
 {
     QMutexLocker lock(&d->mutex);
-    d->queue.push_back({ task, startWeights, {}, std::max<std::int64_t>(0, timeLimitMs), std::move(link) });
+    d->queue.push_back({ task, startWeights, {}, std::max<std::int64_t>(0, timeLimitMs), std::move(link), startWeightsFile });
     d->wake.wakeAll();
 }
 
@@ -452,7 +454,9 @@ QString ComputeThread::Private::refusalOf(const QueuedShard& item) const
             .arg(task.threads)
             .arg(maxThreads);
     if (maxMemoryMiB > 0) {
-        const auto needed = shardMemory(task, item.weights.size(), environment);
+        const auto weightBytes
+            = item.weights.isEmpty() && !item.weightsFile.isEmpty() ? QFileInfo(item.weightsFile).size() : item.weights.size();
+        const auto needed = shardMemory(task, weightBytes, environment);
         if (needed.totalMiB() > maxMemoryMiB)
             return QStringLiteral("the shard needs about %1 MiB (data %2, model %3, activations %4) but this node "
                                   "allows %5 MiB (Compute/MaxMemoryMiB)")
@@ -608,7 +612,7 @@ core::Result<std::unique_ptr<ShardSteps>> ComputeThread::Private::open(const Que
         if (!inThread || (task.isLiveStage() && !item.link))
             return core::Error { QStringLiteral("sandbox"), QStringLiteral("this node runs no stage tasks") };
         worker.reset();
-        return inThread->open(task, item.weights, item.suspended, here, item.link.get());
+        return inThread->open(task, item.weights, item.suspended, here, item.link.get(), item.weightsFile);
     }
     if (!enabled && inThread) {
         worker.reset();

@@ -39,8 +39,9 @@ public:
     // assignment's deadline and a grace; time paused or throttled does not count); 0: no limit.
     // A stage task (task.isStage()) trades its tensors over `link`; pausing gives it back (its
     // partners cannot wait): it finishes as a returned result.
+    // startWeights empty: startWeightsFile holds them (a stage task reads its share alone).
     void submit(const core::ShardTask& task, const QByteArray& startWeights, std::int64_t timeLimitMs = 0,
-        std::shared_ptr<StageLink> link = {});
+        std::shared_ptr<StageLink> link = {}, const QString& startWeightsFile = {});
     // A shard paused earlier (perhaps by another run of the app), from the state paused() gave, and
     // the round's weights (needed at the end for a compressed update, task.compression).
     void submitSuspended(const core::ShardTask& task, const QByteArray& suspendedState, const QByteArray& startWeights = {});

@@ -49,10 +49,12 @@ public:
 class InThreadCompute {
 public:
     virtual ~InThreadCompute() = default;
-    // From the round's weights, or resumed from a paused shard's state (suspended non-empty). A
+    // From the round's weights (or, startWeights empty, the file `startWeightsFile`: a stage task
+    // reads its share alone), or resumed from a paused shard's state (suspended non-empty). A
     // stage task trades its tensors over `link` (which outlives the run).
     virtual core::Result<std::unique_ptr<ShardSteps>> open(const core::ShardTask& task, const QByteArray& startWeights,
-        const QByteArray& suspended, const ComputeEnvironment& environment, StageLink* link = nullptr)
+        const QByteArray& suspended, const ComputeEnvironment& environment, StageLink* link = nullptr,
+        const QString& startWeightsFile = {})
         = 0;
     // A dispute's question about a shard this node trained (recreateState, traceInterval, operandsOf).
     virtual core::Result<QByteArray> answer(const core::ShardTask& task, const core::DisputeQuestion& question,

@@ -379,9 +379,10 @@ std::int64_t Broker::shardMemoryMiBOf(const JobSpec& spec, std::int64_t paramete
     if (parameters <= 0)
         return 0;
     const auto data = datasetBytes(spec.dataset, [this](const Digest& digest) { return m_blobs.sizeOf(digest); });
-    // A stage holds its share of the model (the blocks split evenly; the head's a block's worth).
-    const auto stages = spec.stagesPerShard();
-    return estimateShardMemory(spec.model, spec.optimizer, spec.training.batchSize, 4 * parameters / stages, data).totalMiB();
+    // A stage holds its share of the model and of the activations (core::stageShareOf).
+    return stageShareOf(
+        estimateShardMemory(spec.model, spec.optimizer, spec.training.batchSize, 4 * parameters, data), spec.stagesPerShard())
+        .totalMiB();
 }
 
 Result<std::optional<std::int64_t>> Broker::boundedParametersOf(const JobSpec& spec)

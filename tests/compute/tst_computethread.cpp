@@ -5,12 +5,14 @@
 // TESSERA_TEST_SANDBOX=1 in sandboxed tessera-compute workers (Compute/Sandbox), where each must
 // behave the same.
 
+#include <compute/engine/pipelinerun.h>
 #include <compute/engine/shardrun.h>
 #include <compute/engine/weights.h>
 #include <compute/pickle/tensorwriter.h>
 #include <compute/supervisor/computethread.h>
 #include <core/datasetchunks.h>
 #include <core/decomposition.h>
+#include <core/memoryestimate.h>
 #include <core/readfile.h>
 #include <core/smalljobs.h>
 
@@ -24,6 +26,7 @@
 #include <sys/time.h>
 
 #include <ctime>
+#include <thread>
 
 using namespace tessera;
 using compute::ComputeThread;
@@ -421,6 +424,84 @@ private Q_SLOTS:
         QVERIFY(QTest::qWaitFor([&] { return finished.count() == 2; }, 120'000));
         QVERIFY2(outputOf(finished, 1).result.outcome == core::ShardResult::Outcome::Completed,
             qPrintable(outputOf(finished, 1).result.failure));
+    }
+
+    // A pipeline stage is measured by its share (core::stageShareOf): a node whose
+    // Compute/MaxMemoryMiB gives back the whole shard takes a stage of it, started from the file
+    // of the round's weights as a node starts one (docs/PERFORMANCE.md, "Pipeline stages"), and
+    // trains it with its partner to the pipeline's bits.
+    void aStageIsMeasuredByItsShareOfTheModel()
+    {
+        auto spec = core::smallMlpJob(QStringLiteral("stages"));
+        spec.model = core::ModelSpec {};
+        spec.model.zoo = QStringLiteral("gpt");
+        spec.model.layers = 4;
+        spec.model.heads = 2;
+        spec.model.width = 256;
+        spec.model.context = 16;
+        spec.model.tied = false;
+        spec.dataset.builtin = QStringLiteral("fortunes");
+        spec.optimizer = core::OptimizerSpec {};
+        spec.optimizer.kind = core::OptimizerSpec::Kind::AdamW;
+        spec.training.determinism = core::TrainingSpec::Determinism::Portable;
+        spec.training.shardsPerRound = 1;
+        spec.training.localSteps = 2;
+        spec.training.checkpointInterval = 1;
+        spec.training.batchSize = 2;
+        spec.training.pipeline = { 2, 2 };
+        QVERIFY(spec.validate().ok());
+        const auto start = compute::initialWeights(spec, {});
+        QVERIFY(start.ok());
+        const auto shard = core::decomposeShard(QStringLiteral("job-s"), spec, 0, 0, start->canonicalHash);
+        QTemporaryDir dir;
+        const QString file = dir.filePath(QStringLiteral("round.pt"));
+        QFile out(file);
+        QVERIFY(out.open(QIODevice::WriteOnly) && out.write(start->bytes) == start->bytes.size());
+        out.close();
+        const auto whole = core::estimateShardMemory(spec.model, spec.optimizer, spec.training.batchSize, start->bytes.size(),
+            core::builtinDatasetBytes(spec.dataset.builtin));
+        const auto share = core::stageShareOf(whole, 2);
+        QVERIFY(share.totalMiB() + 8 < whole.totalMiB());
+        const auto limit = (share.totalMiB() + whole.totalMiB()) / 2;
+
+        ComputeThread thread({}, compute::inThreadCompute());
+        configure(thread);
+        QSignalSpy finished(&thread, &ComputeThread::shardFinished);
+        thread.setMaxMemoryMiB(limit);
+        thread.submit(shard, start->bytes);
+        QVERIFY(QTest::qWaitFor([&] { return finished.count() == 1; }, 120'000));
+        QCOMPARE(outputOf(finished, 0).result.outcome, core::ShardResult::Outcome::Returned);
+        QVERIFY2(outputOf(finished, 0).result.failure.contains(QStringLiteral("Compute/MaxMemoryMiB")),
+            qPrintable(outputOf(finished, 0).result.failure));
+
+        // Its share, as the file says: a stage is given back below it.
+        compute::LocalStageLinks links(2);
+        const auto asFile = [&] { return std::shared_ptr<compute::StageLink>(&links.of(0), [](compute::StageLink*) {}); };
+        thread.setMaxMemoryMiB(share.totalMiB() - 1);
+        thread.submit(core::stageTaskOf(shard, 0, 2), {}, 0, asFile(), file);
+        QVERIFY(QTest::qWaitFor([&] { return finished.count() == 2; }, 120'000));
+        QCOMPARE(outputOf(finished, 1).result.outcome, core::ShardResult::Outcome::Returned);
+        QVERIFY2(outputOf(finished, 1).result.failure.contains(QStringLiteral("needs about %1 MiB").arg(share.totalMiB())),
+            qPrintable(outputOf(finished, 1).result.failure));
+        thread.setMaxMemoryMiB(limit);
+        std::thread partner([&] {
+            auto run = compute::ShardRun::start(core::stageTaskOf(shard, 1, 2), start->bytes, {});
+            if (!run)
+                return links.close(run.error().message);
+            (*run)->setStageLink(&links.of(1));
+            while (!(*run)->finished()) {
+                if (!(*run)->step())
+                    return links.close(QStringLiteral("the partner failed"));
+            }
+        });
+        thread.submit(core::stageTaskOf(shard, 0, 2), {}, 0, asFile(), file);
+        const bool ended = QTest::qWaitFor([&] { return finished.count() == 3; }, 120'000);
+        links.close(QStringLiteral("the test ended"));
+        partner.join();
+        QVERIFY(ended);
+        const auto stage = outputOf(finished, 2);
+        QVERIFY2(stage.result.outcome == core::ShardResult::Outcome::Completed, qPrintable(stage.result.failure));
+        QCOMPARE(stage.result.checkpointHashes.first(), start->canonicalHash); // the whole, hashed as it was read
     }
 
     void aShardLargerThanTheMemoryLimitIsGivenBackWithTheReason()

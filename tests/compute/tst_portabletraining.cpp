@@ -6,6 +6,67 @@
 using namespace tessera;
 using namespace tessera::computetests;
 
+namespace {
+
+// A stage's link to the other, with what it received recorded as the broker records it, and what
+// really crossed it, whose root is the only one the broker takes from a stage.
+struct Tap final : compute::StageLink {
+    compute::StageLink& inner;
+    QByteArray record = core::StageInputs::Magic;
+    QList<core::StageTensor> crossed;
+    bool lies = false;
+    explicit Tap(compute::StageLink& link)
+        : inner(link)
+    { }
+    core::Status send(std::int64_t to, Kind kind, std::int64_t step, std::int64_t micro, const QByteArray& bytes) override
+    {
+        auto sent = bytes;
+        if (lies && kind == Kind::Activation && step == 1 && micro == 0)
+            sent[0] = char(sent[0] ^ 0x40);
+        crossed.append({ true, to, kind, step, micro, core::Digest::ofBytes(sent) });
+        return inner.send(to, kind, step, micro, sent);
+    }
+    core::Result<QByteArray> receive(std::int64_t from, Kind kind, std::int64_t step, std::int64_t micro) override
+    {
+        auto bytes = inner.receive(from, kind, step, micro);
+        if (bytes) {
+            record += core::StageInputs::record(from, kind, step, micro, *bytes);
+            crossed.append({ false, from, kind, step, micro, core::Digest::ofBytes(*bytes) });
+        }
+        return bytes;
+    }
+};
+
+// Both stages of a shard trained live over recording links (stage 0 lies when `lies`).
+std::vector<compute::ShardOutput> trainStages(
+    const core::ShardTask& shard, const QByteArray& start, std::vector<std::unique_ptr<Tap>>& taps, bool lies)
+{
+    compute::LocalStageLinks links(2);
+    for (std::int64_t s = 0; s < 2; ++s)
+        taps.push_back(std::make_unique<Tap>(links.of(s)));
+    taps[0]->lies = lies;
+    std::vector<compute::ShardOutput> outputs(2);
+    std::vector<std::thread> threads;
+    for (std::int64_t s = 0; s < 2; ++s) {
+        threads.emplace_back([&, s] {
+            auto run = compute::ShardRun::start(core::stageTaskOf(shard, s, 2), start, {});
+            if (!run)
+                return links.close(run.error().message);
+            (*run)->setStageLink(taps[std::size_t(s)].get());
+            while (!(*run)->finished()) {
+                if (!(*run)->step())
+                    return links.close(QStringLiteral("stage failed"));
+            }
+            outputs[std::size_t(s)] = (*run)->finish();
+        });
+    }
+    for (auto& thread : threads)
+        thread.join();
+    return outputs;
+}
+
+} // namespace
+
 class PortableTrainingTest : public QObject {
     Q_OBJECT
 
@@ -180,54 +241,8 @@ private Q_SLOTS:
         const auto prepared = prepare(spec);
         // Each stage's link to the other, with what it received recorded as the broker records it,
         // and what really crossed it, whose root is the only one the broker takes from a stage.
-        struct Tap final : compute::StageLink {
-            compute::StageLink& inner;
-            QByteArray record = core::StageInputs::Magic;
-            QList<core::StageTensor> crossed;
-            bool lies = false;
-            explicit Tap(compute::StageLink& link)
-                : inner(link)
-            { }
-            core::Status send(std::int64_t to, Kind kind, std::int64_t step, std::int64_t micro, const QByteArray& bytes) override
-            {
-                auto sent = bytes;
-                if (lies && kind == Kind::Activation && step == 1 && micro == 0)
-                    sent[0] = char(sent[0] ^ 0x40);
-                crossed.append({ true, to, kind, step, micro, core::Digest::ofBytes(sent) });
-                return inner.send(to, kind, step, micro, sent);
-            }
-            core::Result<QByteArray> receive(std::int64_t from, Kind kind, std::int64_t step, std::int64_t micro) override
-            {
-                auto bytes = inner.receive(from, kind, step, micro);
-                if (bytes) {
-                    record += core::StageInputs::record(from, kind, step, micro, *bytes);
-                    crossed.append({ false, from, kind, step, micro, core::Digest::ofBytes(*bytes) });
-                }
-                return bytes;
-            }
-        };
-        compute::LocalStageLinks links(2);
         std::vector<std::unique_ptr<Tap>> taps;
-        for (std::int64_t s = 0; s < 2; ++s)
-            taps.push_back(std::make_unique<Tap>(links.of(s)));
-        taps[0]->lies = true;
-        std::vector<compute::ShardOutput> outputs(2);
-        std::vector<std::thread> threads;
-        for (std::int64_t s = 0; s < 2; ++s) {
-            threads.emplace_back([&, s] {
-                auto run = compute::ShardRun::start(core::stageTaskOf(prepared.tasks[0], s, 2), prepared.start.bytes, {});
-                if (!run)
-                    return links.close(run.error().message);
-                (*run)->setStageLink(taps[std::size_t(s)].get());
-                while (!(*run)->finished()) {
-                    if (!(*run)->step())
-                        return links.close(QStringLiteral("stage failed"));
-                }
-                outputs[std::size_t(s)] = (*run)->finish();
-            });
-        }
-        for (auto& thread : threads)
-            thread.join();
+        const auto outputs = trainStages(prepared.tasks[0], prepared.start.bytes, taps, true);
         QTemporaryDir dir;
         QHash<core::Digest, QString> files;
         for (std::int64_t s = 0; s < 2; ++s) {
@@ -262,6 +277,91 @@ private Q_SLOTS:
             const auto twice = core::StageInputs::record(
                 1 - s, s == 0 ? core::TensorKind::Gradient : core::TensorKind::Activation, 0, 0, QByteArray(4, 'x'));
             QVERIFY(!core::StageInputs::parse(record + twice)); // a tensor it already received
+        }
+    }
+
+    // A stage started from the file of the round's weights (ShardRun::startFromFile, as a node
+    // starts one: docs/PERFORMANCE.md, "Pipeline stages") reads its share alone, one tensor at a
+    // time, and ends on the bits of a stage started from the weights in memory, with the update
+    // compressed or not. A file that is not the round's weights, or not whole, is refused by name.
+    void aStageStartedFromTheWeightsFileGivesTheSameBits()
+    {
+        for (const auto compression : { core::Compression::Int8, core::Compression::None }) {
+            auto spec = smallGpt();
+            spec.model.tied = false;
+            spec.model.layers = 2;
+            spec.training.determinism = core::TrainingSpec::Determinism::Portable;
+            spec.training.localSteps = 2;
+            spec.training.checkpointInterval = 1;
+            spec.training.batchSize = 4;
+            spec.training.pipeline = { 2, 2 };
+            spec.aggregation.compression = compression;
+            QVERIFY(spec.validate().ok());
+            const auto prepared = prepare(spec);
+            std::vector<std::unique_ptr<Tap>> taps;
+            const auto outputs = trainStages(prepared.tasks[0], prepared.start.bytes, taps, false);
+            QTemporaryDir dir;
+            const QString round = dir.filePath(QStringLiteral("round.pt"));
+            auto write = [](const QString& path, const QByteArray& bytes) {
+                QFile file(path);
+                return file.open(QIODevice::WriteOnly) && file.write(bytes) == bytes.size();
+            };
+            QVERIFY(write(round, prepared.start.bytes));
+            QHash<core::Digest, QString> files;
+            compute::ComputeEnvironment environment;
+            environment.blobPath = [&](const core::Digest& digest) -> std::optional<QString> {
+                return files.contains(digest) ? std::optional<QString>(files.value(digest)) : std::nullopt;
+            };
+            for (std::int64_t s = 0; s < 2; ++s) {
+                const auto& live = outputs[std::size_t(s)];
+                QVERIFY2(live.result.outcome == core::ShardResult::Outcome::Completed, qPrintable(live.result.failure));
+                const auto& record = taps[std::size_t(s)]->record;
+                files.insert(core::Digest::ofBytes(record), dir.filePath(QString::number(s)));
+                QVERIFY(write(files.value(core::Digest::ofBytes(record)), record));
+                auto task = core::stageTaskOf(prepared.tasks[0], s, 2);
+                task.stageInputs = core::Digest::ofBytes(record);
+                auto run = compute::ShardRun::startFromFile(task, round, environment);
+                QVERIFY2(run, qPrintable(run ? QString() : run.error().toString()));
+                while (!(*run)->finished())
+                    QVERIFY((*run)->step().ok());
+                const auto again = (*run)->finish();
+                QVERIFY2(again.result.outcome == core::ShardResult::Outcome::Completed, qPrintable(again.result.failure));
+                QCOMPARE(again.result.checkpointHashes, live.result.checkpointHashes);
+                QCOMPARE(again.result.finalHash, live.result.finalHash);
+                QCOMPARE(again.result.tensorsRoot, live.result.tensorsRoot);
+                QCOMPARE(again.weights, live.weights);
+            }
+            if (compression == core::Compression::None)
+                continue;
+            // Not the round's weights: one more tensor, one fewer, other values, a damaged file.
+            auto task = core::stageTaskOf(prepared.tasks[0], 1, 2);
+            task.stageInputs = files.keys().first();
+            auto tensors = *compute::detail::unpickleTensors(prepared.start.bytes, {});
+            auto refusal = [&](const compute::detail::NamedTensors& given) {
+                const QString path = dir.filePath(QStringLiteral("other.pt"));
+                if (auto written = compute::detail::pickleTensorsToFile(given, path); !written)
+                    return QStringLiteral("not written: ") + written.error().toString();
+                auto run = compute::ShardRun::startFromFile(task, path, environment);
+                return run ? QStringLiteral("started") : run.error().toString();
+            };
+            auto more = tensors;
+            more.emplace_back("zz.extra", torch::zeros({ 2 }));
+            QVERIFY2(refusal(more).contains(QStringLiteral("'zz.extra', which the model does not")), qPrintable(refusal(more)));
+            auto fewer = tensors;
+            fewer.pop_back();
+            QVERIFY2(refusal(fewer).contains(QStringLiteral("lack 1 of the model's")), qPrintable(refusal(fewer)));
+            auto other = tensors;
+            other.back().second = other.back().second + 1.0;
+            QVERIFY2(
+                refusal(other).contains(QStringLiteral("do not hash to the task's startWeights")), qPrintable(refusal(other)));
+            auto bent = tensors;
+            bent.front().second = bent.front().second.reshape({ -1 });
+            QVERIFY2(refusal(bent).contains(QStringLiteral("in the start weights but")), qPrintable(refusal(bent)));
+            QVERIFY(write(dir.filePath(QStringLiteral("cut.pt")), prepared.start.bytes.left(prepared.start.bytes.size() / 2)));
+            auto cut = compute::ShardRun::startFromFile(task, dir.filePath(QStringLiteral("cut.pt")), environment);
+            QVERIFY(!cut && cut.error().field == u"startWeights");
+            auto missing = compute::ShardRun::startFromFile(task, dir.filePath(QStringLiteral("nowhere.pt")), environment);
+            QVERIFY(!missing && missing.error().field == u"startWeights");
         }
     }
 

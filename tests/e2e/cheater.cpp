@@ -227,9 +227,12 @@ public:
         return core::inference::generateLine(0, completion->tokens, completion->stopped);
     }
 
-    void start(const QString& tag, const QString& assignment, const core::ShardTask& task, const QByteArray& startWeights,
-        const QHash<core::Digest, QString>& blobPaths, std::int64_t) override
+    void start(const QString& tag, const QString& assignment, const core::ShardTask& task, const QByteArray& givenWeights,
+        const QString& startWeightsFile, const QHash<core::Digest, QString>& blobPaths, std::int64_t) override
     {
+        const QByteArray startWeights = givenWeights.isEmpty() && !startWeightsFile.isEmpty()
+            ? core::readFile(startWeightsFile).value_or(QByteArray())
+            : givenWeights;
         if (task.isLiveStage())
             return startStage(tag, assignment, task, startWeights, environmentOf(blobPaths));
         auto output = cheat(task, startWeights, environmentOf(blobPaths));

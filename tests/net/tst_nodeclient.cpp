@@ -40,8 +40,8 @@ core::ShardResult failedResult(const core::ShardTask& task)
 // Trains nothing; these tests are about the session.
 class IdleExecutor final : public net::ShardExecutor {
 public:
-    void start(const QString&, const QString&, const core::ShardTask&, const QByteArray&, const QHash<core::Digest, QString>&,
-        std::int64_t) override
+    void start(const QString&, const QString&, const core::ShardTask&, const QByteArray&, const QString&,
+        const QHash<core::Digest, QString>&, std::int64_t) override
     { }
     QList<Finished> takeFinished(const QString&) override { return {}; }
     bool idle() const override { return true; }
@@ -50,7 +50,7 @@ public:
 // Ends every shard at once, as failed: a result to report without any training.
 class FailingExecutor final : public net::ShardExecutor {
 public:
-    void start(const QString& tag, const QString& assignment, const core::ShardTask& task, const QByteArray&,
+    void start(const QString& tag, const QString& assignment, const core::ShardTask& task, const QByteArray&, const QString&,
         const QHash<core::Digest, QString>&, std::int64_t) override
     {
         m_finished.append({ tag, assignment, failedResult(task), {}, {}, {}, {} });
@@ -78,11 +78,11 @@ public:
     }
     QList<Rebuilt> takeRebuilt(const QString&) override { return std::exchange(m_rebuilt, {}); }
     void start(const QString& tag, const QString& assignment, const core::ShardTask& task, const QByteArray& startWeights,
-        const QHash<core::Digest, QString>& paths, std::int64_t deadlineMs) override
+        const QString&, const QHash<core::Digest, QString>& paths, std::int64_t deadlineMs) override
     {
         startedWith.append(startWeights);
         deadlines.append(deadlineMs);
-        m_failing.start(tag, assignment, task, startWeights, paths, deadlineMs);
+        m_failing.start(tag, assignment, task, startWeights, {}, paths, deadlineMs);
     }
     QList<Finished> takeFinished(const QString& tag) override { return m_failing.takeFinished(tag); }
     bool idle() const override { return m_failing.idle(); }
@@ -98,7 +98,7 @@ public:
     QByteArray weights;
     QList<QByteArray> startedWith;
     void start(const QString& tag, const QString& assignment, const core::ShardTask& task, const QByteArray& startWeights,
-        const QHash<core::Digest, QString>&, std::int64_t) override
+        const QString&, const QHash<core::Digest, QString>&, std::int64_t) override
     {
         startedWith.append(startWeights);
         core::ShardResult result;
@@ -120,7 +120,7 @@ private:
 // through notify() (the executor's signal that wakes the client's loop).
 class LaterExecutor final : public net::ShardExecutor {
 public:
-    void start(const QString& tag, const QString& assignment, const core::ShardTask& task, const QByteArray&,
+    void start(const QString& tag, const QString& assignment, const core::ShardTask& task, const QByteArray&, const QString&,
         const QHash<core::Digest, QString>&, std::int64_t) override
     {
         const std::lock_guard lock(m_mutex);

@@ -77,13 +77,17 @@ void addRecord(core::Sha256& hasher, const std::string& name, std::uint8_t code,
 
 } // namespace
 
+void addCanonicalRecord(core::Sha256& hasher, const std::string& name, const at::Tensor& tensor)
+{
+    const auto data = tensor.detach().contiguous().cpu();
+    addRecord(hasher, name, dtypeCode(data.scalar_type()), data.sizes(), data.data_ptr(), std::int64_t(data.nbytes()));
+}
+
 core::Digest canonicalHash(const NamedTensors& tensors)
 {
     core::Sha256 hasher;
-    for (const auto& [name, tensor] : tensors) {
-        const auto data = tensor.detach().contiguous().cpu();
-        addRecord(hasher, name, dtypeCode(data.scalar_type()), data.sizes(), data.data_ptr(), std::int64_t(data.nbytes()));
-    }
+    for (const auto& [name, tensor] : tensors)
+        addCanonicalRecord(hasher, name, tensor);
     return hasher.result();
 }
 
@@ -250,19 +254,23 @@ core::Result<std::shared_ptr<caffe2::serialize::ReadAdapterInterface>> fileRecor
 // Not torch::pickle_load: LibTorch's unpickler turns an OrderedDict (what state_dict() returns)
 // into None, and knows more callables than a file of tensors needs. pickle::readTensorMap reads
 // exactly a mapping of names to tensors; the archive's records are read here, from memory or
-// straight from a file (each record into the tensor's own buffer).
-core::Result<NamedTensors> unpickleFrom(std::shared_ptr<caffe2::serialize::ReadAdapterInterface> records, const QString& what)
+// straight from a file (each record into the tensor's own buffer), one tensor at a time in name
+// order: a storage is let go once the last tensor that views it has been visited.
+core::Status visitFrom(std::shared_ptr<caffe2::serialize::ReadAdapterInterface> records, const QString& what,
+    const std::function<core::Status(const std::string&, at::Tensor)>& visit)
 {
-    auto read = guarded(what, [&]() -> core::Result<NamedTensors> {
+    auto read = guarded(what, [&]() -> core::Result<bool> {
         caffe2::serialize::PyTorchStreamReader reader(records);
-        const auto refs = tensorRefsIn(reader, what);
+        auto refs = tensorRefsIn(reader, what);
         if (!refs)
             return refs.error();
+        std::stable_sort(
+            refs->begin(), refs->end(), [](const auto& a, const auto& b) { return a.name.toStdString() < b.name.toStdString(); });
         std::map<QString, at::Tensor> storages;
         std::map<QString, int> users; // how many tensors view each storage
         for (const auto& ref : *refs)
             ++users[ref.storageKey];
-        NamedTensors tensors;
+        std::map<QString, int> left = users; // how many are still to be visited
         for (const auto& ref : *refs) {
             const auto type = scalarType(ref.dtype);
             auto found = storages.find(ref.storageKey);
@@ -297,14 +305,31 @@ core::Result<NamedTensors> unpickleFrom(std::shared_ptr<caffe2::serialize::ReadA
             // are copied, so that every tensor owns its memory alone (tied weights come apart).
             const bool whole
                 = users[ref.storageKey] == 1 && ref.offset == 0 && view.is_contiguous() && view.numel() == ref.storageNumel;
-            tensors.emplace_back(ref.name.toStdString(), whole ? view : view.clone());
+            if (--left[ref.storageKey] == 0)
+                storages.erase(found);
+            if (auto status = visit(ref.name.toStdString(), whole ? std::move(view) : view.clone()); !status)
+                return status.error();
         }
-        sortByName(tensors);
-        return tensors;
+        return true;
+    });
+    if (!read) // an exception
+        return read.error();
+    if (!*read) // what the file holds
+        return read->error();
+    return {};
+}
+
+core::Result<NamedTensors> unpickleFrom(std::shared_ptr<caffe2::serialize::ReadAdapterInterface> records, const QString& what)
+{
+    NamedTensors tensors;
+    auto read = visitFrom(std::move(records), what, [&](const std::string& name, at::Tensor tensor) -> core::Status {
+        tensors.emplace_back(name, std::move(tensor));
+        return {};
     });
     if (!read)
         return read.error();
-    return *read;
+    sortByName(tensors);
+    return tensors;
 }
 
 } // namespace
@@ -344,6 +369,15 @@ core::Result<NamedTensors> unpickleTensorsFromFile(const QString& path, const QS
     if (!records)
         return records.error();
     return unpickleFrom(*records, what);
+}
+
+core::Status visitTensorsInFile(
+    const QString& path, const QString& what, const std::function<core::Status(const std::string&, at::Tensor)>& visit)
+{
+    const auto records = fileRecords(path);
+    if (!records)
+        return records.error();
+    return visitFrom(*records, what, visit);
 }
 
 NamedTensors withPrefix(const std::string& prefix, const NamedTensors& tensors)

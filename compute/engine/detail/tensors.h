@@ -9,6 +9,7 @@
 
 #include <QByteArray>
 
+#include <functional>
 #include <new>
 #include <string>
 #include <utility>
@@ -25,6 +26,8 @@ void sortByName(NamedTensors& tensors);
 // order, its UTF-8 name, a NUL, a dtype byte, the dimension count and sizes as little-endian int64,
 // then its elements as little-endian bytes, contiguous.
 core::Digest canonicalHash(const NamedTensors& tensors);
+// One tensor's part of those bytes: canonicalHash is these records of each tensor in name order.
+void addCanonicalRecord(core::Sha256& hasher, const std::string& name, const at::Tensor& tensor);
 
 // One tensor's record of the canonical bytes, hashed alone (a leaf); from a tensor or from raw memory.
 core::Digest recordHash(const std::string& name, const at::Tensor& tensor);
@@ -47,6 +50,11 @@ core::Result<NamedTensors> unpickleTensors(const QByteArray& bytes, const QStrin
 core::Result<NamedTensors> unpickleTensorsFromFile(const QString& path, const QString& what);
 // The names, shapes and types of a file's tensors, without their values: tensors on LibTorch's
 // meta device, read from the archive's data.pkl alone.
+// Each of a file's tensors in name order, read and handed to `visit` one at a time: the file is
+// never held whole, and a tensor `visit` does not keep is let go before the next is read (a stage
+// task keeps its share of a round's weights). An error from `visit` stops the reading.
+core::Status visitTensorsInFile(
+    const QString& path, const QString& what, const std::function<core::Status(const std::string&, at::Tensor)>& visit);
 core::Result<NamedTensors> tensorShapesInFile(const QString& path, const QString& what);
 
 // The names of a training state's parts: "model/<name>", "optimizer/<name>"; prefix added, or
