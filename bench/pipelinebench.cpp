@@ -209,6 +209,47 @@ void throughput()
     bench::record("pipeline.bytesPerStepAndBoundary", double(boundaryBytes));
 }
 
+// int8 tensors (training.pipeline.tensors): the same job's stages trading int8 rows against float32,
+// trained longer: the bytes a boundary carries a step, and what they cost in loss (the mean of the
+// last 10 steps' training losses, the same batches for both) and in time.
+void int8Tensors()
+{
+    auto spec = pipelinedGpt(8, 128, 64, 16, 8, 60);
+    const auto [weights, task] = firstShard(spec);
+    spec.training.pipeline.int8Tensors = true;
+    const auto narrow = core::decomposeRound(QStringLiteral("bench"), spec, 0, weights.canonicalHash).first();
+    auto staged = task;
+    staged.threads = 1;
+    auto narrowStaged = narrow;
+    narrowStaged.threads = 1;
+    QElapsedTimer timer;
+    timer.start();
+    const auto full = compute::runPipelineShard(staged, 2, weights.bytes, {});
+    const double fullSeconds = double(timer.nsecsElapsed()) / 1e9;
+    timer.restart();
+    const auto small = compute::runPipelineShard(narrowStaged, 2, weights.bytes, {});
+    const double smallSeconds = double(timer.nsecsElapsed()) / 1e9;
+    if (full.result.outcome != core::ShardResult::Outcome::Completed
+        || small.result.outcome != core::ShardResult::Outcome::Completed)
+        qFatal("a pipeline shard failed: %s %s", qPrintable(full.result.failure), qPrintable(small.result.failure));
+    auto tail = [](const QList<double>& losses) {
+        double sum = 0;
+        for (qsizetype i = losses.size() - 10; i < losses.size(); ++i)
+            sum += losses[i];
+        return sum / 10.0;
+    };
+    const double fullLoss = tail(full.result.losses), smallLoss = tail(small.result.losses);
+    const std::int64_t elements = task.batchSize * spec.model.context * spec.model.width;
+    const std::int64_t fullBytes = 2 * elements * 4, smallBytes = 2 * (elements + elements / spec.model.width * 4);
+    std::printf("int8 tensors: %lld bytes a step cross the boundary (float32: %lld, %.3f); 60 steps' last 10 losses %.4f "
+                "(float32 %.4f, %+.2f%%); %.2f s (float32 %.2f s, %.2f)\n",
+        static_cast<long long>(smallBytes), static_cast<long long>(fullBytes), double(smallBytes) / double(fullBytes), smallLoss,
+        fullLoss, 100.0 * (smallLoss - fullLoss) / fullLoss, smallSeconds, fullSeconds, fullSeconds / smallSeconds);
+    bench::record("pipeline.int8.bytesRatio", double(smallBytes) / double(fullBytes));
+    bench::record("pipeline.int8.lossChange", (smallLoss - fullLoss) / fullLoss);
+    bench::record("pipeline.int8.speed", fullSeconds / smallSeconds);
+}
+
 // A recorded run of the shard as S stages in this process (as train-local runs them): what each
 // stage received, written beside its task ("S-s.json") for a child to re-execute it from.
 void recordStages(const core::ShardTask& task, const QByteArray& start, std::int64_t stages, const QDir& dir)
@@ -254,8 +295,8 @@ void memory()
     const double mib = 1024.0 * 1024.0;
     const auto idle = peakOf(QStringLiteral("idle"), dir.path());
     const auto whole = peakOf(QStringLiteral("whole"), dir.path()) - idle;
-    // What a node estimates before it accepts a task (core::estimateShardMemory, stageShareOf),
-    // which it compares with Compute/MaxMemoryMiB.
+    // What a node estimates before it accepts a task (core::estimateShardMemory,
+    // estimateStageMemory), which it compares with Compute/MaxMemoryMiB.
     const auto estimate = core::estimateShardMemory(spec.model, spec.optimizer, spec.training.batchSize, start->bytes.size(),
         core::builtinDatasetBytes(spec.dataset.builtin));
     std::printf("memory: %.1f M parameters (%.1f MiB of float32 weights); an idle engine's peak %.0f MiB; above it, the whole "
@@ -266,22 +307,28 @@ void memory()
     bench::record("pipeline.memory.wholeMiB", double(whole) / mib);
     for (const std::int64_t stages : { 2, 4 }) {
         recordStages(task, start->bytes, stages, dir);
-        // A node whose Compute/MaxMemoryMiB is a stage's estimate: the whole shard is refused there.
-        const auto share = core::stageShareOf(estimate, stages);
-        const auto limit = share.totalMiB();
-        const double modelPart = double(estimate.model + estimate.activations) / double(share.model + share.activations);
-        std::printf("memory: S = %lld: Compute/MaxMemoryMiB %lld (a stage's estimate) is %.2f x below the whole shard's "
-                    "estimate (%.2f x without the data, which each stage holds whole)\n",
+        // A node whose Compute/MaxMemoryMiB is the largest stage's estimate (what a broker offers
+        // it): the whole shard is refused there, every stage taken.
+        const auto largestStage = core::estimateLargestStage(spec.model, spec.optimizer, spec.training.batchSize,
+            spec.training.pipeline.microBatches, stages, false, core::builtinDatasetBytes(spec.dataset.builtin));
+        const auto limit = largestStage.totalMiB();
+        const double modelPart
+            = double(estimate.model + estimate.activations) / double(largestStage.model + largestStage.activations);
+        std::printf("memory: S = %lld: Compute/MaxMemoryMiB %lld (the largest stage's estimate) is %.2f x below the whole "
+                    "shard's estimate (%.2f x without the data, which each stage holds whole)\n",
             static_cast<long long>(stages), static_cast<long long>(limit), double(estimate.totalMiB()) / double(limit),
             modelPart);
         double largest = 0;
         for (std::int64_t s = 0; s < stages; ++s) {
             const auto peak = peakOf(QStringLiteral("%1-%2").arg(stages).arg(s), dir.path()) - idle;
             const double ratio = double(peak) / mib / double(limit);
+            const auto own = core::estimateStageMemory(spec.model, spec.optimizer, spec.training.batchSize,
+                spec.training.pipeline.microBatches, s, stages, false, core::builtinDatasetBytes(spec.dataset.builtin));
             largest = std::max(largest, ratio);
-            std::printf("memory: S = %lld, stage %lld alone %.0f MiB: %.2f of the whole shard's, %.2f of Compute/MaxMemoryMiB\n",
-                static_cast<long long>(stages), static_cast<long long>(s + 1), double(peak) / mib, double(peak) / double(whole),
-                ratio);
+            std::printf("memory: S = %lld, stage %lld alone %.0f MiB: %.2f of its estimate (%lld MiB), %.2f of "
+                        "Compute/MaxMemoryMiB, %.2f of the whole shard's\n",
+                static_cast<long long>(stages), static_cast<long long>(s + 1), double(peak) / mib,
+                double(peak) / double(own.total()), static_cast<long long>(own.totalMiB()), ratio, double(peak) / double(whole));
             if (stages == 2)
                 bench::record(
                     s == 0 ? "pipeline.memory.stage1Ratio" : "pipeline.memory.stage2Ratio", double(peak) / double(whole));
@@ -299,6 +346,7 @@ int main(int argc, char* argv[])
     if (arguments.size() == 4 && arguments[1] == u"--child")
         return child(arguments[2], arguments[3]);
     throughput();
+    int8Tensors();
     memory();
     return 0;
 }

@@ -57,6 +57,7 @@ ShardTask decomposeShard(
     task.carriesOptimizer = spec.aggregation.optimizerState == AggregationSpec::OptimizerState::Averaged;
     task.portable = spec.training.determinism == TrainingSpec::Determinism::Portable;
     task.microBatches = spec.training.pipeline.microBatches;
+    task.int8StageTensors = spec.training.pipeline.int8Tensors; // its stage tasks' (stageTaskOf)
     return task;
 }
 

@@ -328,10 +328,14 @@ TrainingSpec readTrainingSpec(JsonReader reader)
     training.evaluateEvery = reader.integer(u"evaluateEvery", 1, 100000, Presence::Optional, 1);
     if (reader.has(u"pipeline")) {
         auto pipeline = reader.object(u"pipeline");
-        pipeline.allowOnly({ QStringLiteral("stages"), QStringLiteral("microBatches") });
+        pipeline.allowOnly({ QStringLiteral("stages"), QStringLiteral("microBatches"), QStringLiteral("tensors") });
         training.pipeline.stages = pipeline.integer(u"stages", 1, TrainingSpec::Pipeline::MaxStages);
         training.pipeline.microBatches
             = pipeline.integer(u"microBatches", 1, TrainingSpec::Pipeline::MaxMicroBatches, Presence::Optional, 1);
+        const QString tensors = pipeline.string(u"tensors", Presence::Optional, QStringLiteral("float32"));
+        if (tensors != u"float32" && tensors != u"int8")
+            pipeline.fail(u"tensors", QStringLiteral("must be \"float32\" or \"int8\", not \"%1\"").arg(tensors));
+        training.pipeline.int8Tensors = tensors == u"int8";
     }
     return training;
 }
@@ -353,10 +357,13 @@ QJsonObject trainingSpecToJson(const TrainingSpec& training)
         json.insert(QStringLiteral("keepWeightsEvery"), static_cast<qint64>(training.keepWeightsEvery));
     if (training.evaluateEvery > 1) // absent means every round, as before
         json.insert(QStringLiteral("evaluateEvery"), static_cast<qint64>(training.evaluateEvery));
-    if (training.pipelined()) // absent means none
-        json.insert(QStringLiteral("pipeline"),
-            QJsonObject { { QStringLiteral("stages"), static_cast<qint64>(training.pipeline.stages) },
-                { QStringLiteral("microBatches"), static_cast<qint64>(training.pipeline.microBatches) } });
+    if (training.pipelined()) { // absent means none
+        QJsonObject pipeline { { QStringLiteral("stages"), static_cast<qint64>(training.pipeline.stages) },
+            { QStringLiteral("microBatches"), static_cast<qint64>(training.pipeline.microBatches) } };
+        if (training.pipeline.int8Tensors) // absent means float32, as before
+            pipeline.insert(QStringLiteral("tensors"), QStringLiteral("int8"));
+        json.insert(QStringLiteral("pipeline"), pipeline);
+    }
     return json;
 }
 
@@ -504,6 +511,9 @@ Status JobSpec::validatePipeline() const
     if (pipeline.stages > model.layers)
         return Error { QStringLiteral("training.pipeline.stages"),
             QStringLiteral("each stage holds at least one of the %1 blocks").arg(model.layers) };
+    if (pipeline.int8Tensors && pipeline.stages < 2)
+        return Error { QStringLiteral("training.pipeline.tensors"),
+            QStringLiteral("int8 tensors are what stages trade: give stages") };
     if (pipeline.stages > 1 && model.tied)
         return Error { QStringLiteral("model.tied"),
             QStringLiteral("a head tied to the token embedding would span the first and the last stage: say \"tied\": false") };

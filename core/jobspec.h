@@ -139,6 +139,10 @@ struct TrainingSpec {
         static constexpr std::int64_t MaxStageTensors = 100'000;
         std::int64_t stages = 1;
         std::int64_t microBatches = 1;
+        // "tensors": "int8": what crosses a boundary (activations and their gradients) travels as
+        // int8 with a float32 scale per position (docs/DETERMINISM.md, "Pipeline stages"); absent
+        // or "float32": as computed.
+        bool int8Tensors = false;
         bool operator==(const Pipeline&) const = default;
     };
     Pipeline pipeline;

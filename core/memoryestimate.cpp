@@ -67,14 +67,68 @@ ShardMemory estimateShardMemory(const ModelSpec& model, const OptimizerSpec& opt
     return memory;
 }
 
-ShardMemory stageShareOf(const ShardMemory& whole, std::int64_t stages)
+std::pair<std::int64_t, std::int64_t> stageBlocksOf(std::int64_t layers, std::int64_t stage, std::int64_t stages)
 {
-    if (stages <= 1)
+    if (stages < 1 || stage < 0 || stage >= stages)
+        return { 0, 0 };
+    return { layers - ((stages - stage) * layers) / stages, layers - ((stages - stage - 1) * layers) / stages };
+}
+
+namespace {
+
+// A gpt's parameters by part: a block (two layer norms, attention's qkv and projection, the MLP's
+// two linear layers, with biases), the embeddings, the last layer norm and the untied head.
+struct GptParameters {
+    double block = 0, embeddings = 0, head = 0;
+};
+GptParameters gptParameters(const ModelSpec& model)
+{
+    const double width = double(model.width), vocabulary = model.vocabulary > 0 ? double(model.vocabulary) : 256.0;
+    return { 12.0 * width * width + 13.0 * width, (vocabulary + double(model.context)) * width,
+        2.0 * width + (model.tied ? 0.0 : vocabulary * width) };
+}
+
+} // namespace
+
+ShardMemory estimateStageMemory(const ModelSpec& model, const OptimizerSpec& optimizer, std::int64_t batchSize,
+    std::int64_t microBatches, std::int64_t stage, std::int64_t stages, bool carriesOptimizer, std::int64_t datasetBytes)
+{
+    constexpr double Largest = 9.0e18;
+    const auto parts = gptParameters(model);
+    const double all = double(model.layers) * parts.block + parts.embeddings + parts.head;
+    const auto whole = estimateShardMemory(model, optimizer, batchSize, std::int64_t(std::min(Largest, 4.0 * all)), datasetBytes);
+    if (stages <= 1 || model.source != ModelSpec::Source::Zoo || model.zoo != u"gpt")
         return whole;
-    ShardMemory share = whole;
-    share.model = whole.model / stages;
-    share.activations = whole.activations / stages;
-    return share;
+    const auto [first, end] = stageBlocksOf(model.layers, stage, stages);
+    const bool last = stage == stages - 1;
+    const double own = double(end - first) * parts.block + (stage == 0 ? parts.embeddings : 0.0) + (last ? parts.head : 0.0);
+    const int stateSlots = optimizer.isAdam() ? 2 : optimizer.momentum > 0.0 ? 1 : 0;
+    ShardMemory memory;
+    memory.dataset = whole.dataset;
+    memory.model = carriesOptimizer ? whole.model
+                                    : std::int64_t(std::min(Largest, std::max(4.0 * own * (4.0 + 2.0 * stateSlots), 4.0 * all)));
+    const double length = double(model.context), c = double(model.width);
+    const double vocabulary = model.vocabulary > 0 ? double(model.vocabulary) : 256.0;
+    const double perToken
+        = double(end - first) * (16.0 * c + 2.0 * double(model.heads) * length) + (last ? 2.0 * vocabulary : 0.0);
+    const auto m = std::max<std::int64_t>(1, microBatches);
+    const double inFlight = double(std::min(stages - stage, m));
+    memory.activations = std::int64_t(
+        std::min(Largest, 2.0 * 4.0 * double(std::max<std::int64_t>(1, batchSize)) / double(m) * inFlight * length * perToken));
+    return memory;
+}
+
+ShardMemory estimateLargestStage(const ModelSpec& model, const OptimizerSpec& optimizer, std::int64_t batchSize,
+    std::int64_t microBatches, std::int64_t stages, bool carriesOptimizer, std::int64_t datasetBytes)
+{
+    ShardMemory largest;
+    for (std::int64_t s = 0; s < std::max<std::int64_t>(stages, 1); ++s) {
+        const auto memory
+            = estimateStageMemory(model, optimizer, batchSize, microBatches, s, stages, carriesOptimizer, datasetBytes);
+        if (memory.total() > largest.total())
+            largest = memory;
+    }
+    return largest;
 }
 
 } // namespace tessera::core

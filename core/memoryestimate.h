@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <functional>
 #include <optional>
+#include <utility>
 
 namespace tessera::core {
 
@@ -37,10 +38,22 @@ std::int64_t datasetBytes(const DatasetSpec& dataset, const std::function<std::o
 ShardMemory estimateShardMemory(const ModelSpec& model, const OptimizerSpec& optimizer, std::int64_t batchSize,
     std::int64_t modelBytes, std::int64_t datasetBytes);
 
-// A pipeline stage task's share of a shard's memory (task.stages > 1): the model's and the
-// activations' part split evenly over the stages (the blocks are; the embedding and the head are
-// about a block's worth each), the data whole (each stage loads it). The activations are an upper
-// bound: under 1F1B a stage holds its layers' activations of at most S of the M micro-batches.
-ShardMemory stageShareOf(const ShardMemory& whole, std::int64_t stages);
+// The zoo gpt's blocks of stage `stage` of `stages` (docs/DETERMINISM.md, "Pipeline stages"):
+// [first, end), the earlier stages taking one block more when the blocks do not divide evenly
+// (compute/portable/stages.h, stageBlocks, cuts the program the same way).
+std::pair<std::int64_t, std::int64_t> stageBlocksOf(std::int64_t layers, std::int64_t stage, std::int64_t stages);
+
+// What pipeline stage `stage` of a zoo gpt's shard holds (a stage task): the model term of its own
+// parameters (its blocks; the token and position embeddings on the first stage, the last layer
+// norm and the head on the last), but at least the whole model's weights, which the stage builds
+// before it lets the others' go; with a carried optimizer state (carriesOptimizer) the whole
+// shard's model term, since such a stage reads the round's weights whole. Its activations: its
+// blocks' (and the last stage's logits) for the micro-batches it has in flight under 1F1B,
+// min(S - s, M) of M. The data whole (each stage loads it).
+ShardMemory estimateStageMemory(const ModelSpec& model, const OptimizerSpec& optimizer, std::int64_t batchSize,
+    std::int64_t microBatches, std::int64_t stage, std::int64_t stages, bool carriesOptimizer, std::int64_t datasetBytes);
+// The largest of a job's stages (what a broker offers a node that may be given any stage).
+ShardMemory estimateLargestStage(const ModelSpec& model, const OptimizerSpec& optimizer, std::int64_t batchSize,
+    std::int64_t microBatches, std::int64_t stages, bool carriesOptimizer, std::int64_t datasetBytes);
 
 } // namespace tessera::core

@@ -50,7 +50,7 @@ Result<ShardTask> ShardTask::fromJson(const QJsonObject& json)
         QStringLiteral("optimizer"), QStringLiteral("startWeights"), QStringLiteral("compression"),
         QStringLiteral("optimizerState"), QStringLiteral("determinism"), QStringLiteral("dataChunks"),
         QStringLiteral("microBatches"), QStringLiteral("stage"), QStringLiteral("stages"), QStringLiteral("stageInputs"),
-        QStringLiteral("inference") });
+        QStringLiteral("stageTensors"), QStringLiteral("inference") });
     constexpr std::int64_t MaxIndex = std::int64_t(1) << 40;
     ShardTask task;
     task.jobId = reader.string(u"jobId");
@@ -78,6 +78,10 @@ Result<ShardTask> ShardTask::fromJson(const QJsonObject& json)
     task.stages = reader.integer(u"stages", 1, TrainingSpec::Pipeline::MaxStages, Presence::Optional, 1);
     task.stage = reader.integer(u"stage", 0, TrainingSpec::Pipeline::MaxStages - 1, Presence::Optional, 0);
     task.stageInputs = reader.digest(u"stageInputs", Presence::Optional);
+    const QString stageTensors = reader.string(u"stageTensors", Presence::Optional, QStringLiteral("float32"));
+    if (stageTensors != u"float32" && stageTensors != u"int8")
+        reader.fail(u"stageTensors", QStringLiteral("must be \"float32\" or \"int8\""));
+    task.int8StageTensors = stageTensors == u"int8"; // read by stage tasks alone
     task.dataChunks = reader.digestList(u"dataChunks", JsonReader::MaxListLength, Presence::Optional);
     if (reader.ok() && !task.dataChunks.isEmpty() && task.dataset.source != DatasetSpec::Source::Chunks)
         reader.fail(u"dataChunks", QStringLiteral("only a chunked dataset has chunks"));
@@ -123,6 +127,8 @@ QJsonObject ShardTask::toJson() const
     }
     if (!stageInputs.isNull())
         json.insert(QStringLiteral("stageInputs"), stageInputs.toHex());
+    if (int8StageTensors) // absent means float32, as before
+        json.insert(QStringLiteral("stageTensors"), QStringLiteral("int8"));
     if (!dataChunks.isEmpty()) {
         QJsonArray chunks;
         for (const auto& chunk : dataChunks)

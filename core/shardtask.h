@@ -54,6 +54,10 @@ struct ShardTask {
     // Null: a stage that trains with its partners.
     Digest stageInputs;
     bool isLiveStage() const { return isStage() && stageInputs.isNull(); }
+    // What the stages trade is int8 (training.pipeline.tensors; docs/DETERMINISM.md, "Pipeline
+    // stages"): JSON "stageTensors": "int8" in a stage task, absent for float32. A shard task of
+    // such a job carries it for its stage tasks (core::stageTaskOf); a whole-model task ignores it.
+    bool int8StageTensors = false;
     // A chunked dataset: the chunks of its manifest that the task's steps read (core/datasetchunks.h),
     // which is what a node fetches of the corpus.
     QList<Digest> dataChunks;

@@ -621,12 +621,13 @@ struct NodeClient::Private {
             paths.insert(digest, *path);
         }
         // A stage task reads its share of the round's weights from the cache's file (pinned below
-        // until its result is settled) rather than hold the whole model in this process.
-        const bool fromFile = current->rebuilt.isEmpty() && current->task.isStage();
+        // until its result is settled; rebuilt weights were put there too) rather than hold the
+        // whole model in this process.
+        const bool fromFile = current->task.isStage();
         auto weights = fromFile          ? core::Result<QByteArray>(QByteArray())
             : current->rebuilt.isEmpty() ? cache.read(current->startWeightsBlob)
                                          : core::Result<QByteArray>(std::move(current->rebuilt));
-        current->rebuilt.clear();
+        current->rebuilt = QByteArray();
         if (!weights) {
             qCWarning(lcNode).noquote() << weights.error().toString();
             return;

@@ -541,6 +541,10 @@ core::Result<std::unique_ptr<ShardRun>> ShardRun::startFromFile(
             return core::Error { QStringLiteral("startWeights"), bytes.error().message };
         return start(task, *bytes, environment);
     }
+    // A file this node cannot read is its own trouble, not the job's (given back, not failed).
+    if (QFile file(startWeightsFile); !file.open(QIODevice::ReadOnly))
+        return core::Error { QStringLiteral("sandbox"),
+            QStringLiteral("the round's weights cannot be read here: ") + file.errorString() };
     auto prepared = prepare(task, environment);
     if (!prepared)
         return prepared.error();
@@ -836,7 +840,9 @@ RoundTensors roundTensorsOf(const ShardRun::Private& d)
         return fromBytes(d.startWeights);
     return [&d]() -> core::Result<NamedTensors> {
         NamedTensors share;
+        core::Sha256 hasher; // a stage's file is hashed again: the update is of what it started from
         auto read = visitTensorsInFile(d.startWeightsFile, RoundDamaged, [&](const std::string& name, at::Tensor tensor) {
+            addCanonicalRecord(hasher, name, tensor);
             if (ownedBy(d, name)) // every tensor but a stage's others
                 share.emplace_back(name, std::move(tensor));
             return core::Status {};
@@ -844,6 +850,8 @@ RoundTensors roundTensorsOf(const ShardRun::Private& d)
         if (!read)
             return core::Error { QStringLiteral("startWeights"),
                 QStringLiteral("the round's weights cannot be read again: ") + read.error().message };
+        if (!d.startHash.isNull() && hasher.result() != d.startHash)
+            return core::Error { QStringLiteral("startWeights"), QStringLiteral("the round's weights changed on disk") };
         return share;
     };
 }

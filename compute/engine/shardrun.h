@@ -84,9 +84,11 @@ public:
     static core::Result<std::unique_ptr<ShardRun>> start(
         const core::ShardTask& task, const QByteArray& startWeights, const ComputeEnvironment& environment);
     // The same from the file that holds the round's weights (which must stay there until finish()).
-    // A stage task reads only its share of them, a tensor at a time (hashing the whole as it goes),
-    // and never builds the other stages' parameters beyond their shapes: its memory is its share
-    // of the model (docs/PERFORMANCE.md, "Pipeline stages"). Any other task reads the file whole.
+    // A stage task builds the model, gives the other stages' parameters back, then reads only its
+    // share of the file, a tensor at a time, hashing the whole as it goes (and again when it
+    // reveals a compressed update): it holds its share of the model (docs/PERFORMANCE.md, "Pipeline
+    // stages"). Any other task reads the file whole. A file this node cannot open is an error of
+    // field "sandbox" (the node's trouble, not the job's).
     static core::Result<std::unique_ptr<ShardRun>> startFromFile(
         const core::ShardTask& task, const QString& startWeightsFile, const ComputeEnvironment& environment);
     // Whose training state resume() is given: this node's own suspend() (meta/task must name the

@@ -3,6 +3,8 @@
 #include "kernels.h"
 
 #include <algorithm>
+#include <cmath>
+#include <cstring>
 #include <set>
 
 namespace tessera::compute::portable {
@@ -242,6 +244,57 @@ float globalClipFactor(const std::vector<std::vector<std::pair<std::string, doub
     for (const auto& [name, sum] : byName)
         total += sum;
     return clipFactor(total, maxNorm);
+}
+
+std::int64_t int8Bytes(std::int64_t elements, std::int64_t width)
+{
+    return width > 0 && elements % width == 0 ? elements / width * std::int64_t(sizeof(float)) + elements : -1;
+}
+
+std::string quantiseRows(std::span<const float> values, std::int64_t width, std::vector<char>& out)
+{
+    out.clear();
+    const auto elements = std::int64_t(values.size());
+    if (int8Bytes(elements, width) < 0)
+        return std::to_string(elements) + " values are not whole rows of " + std::to_string(width);
+    const auto rows = elements / width;
+    std::vector<char> bytes(std::size_t(int8Bytes(elements, width)));
+    for (std::int64_t r = 0; r < rows; ++r) {
+        const float* row = values.data() + r * width;
+        float largest = 0.0f;
+        for (std::int64_t k = 0; k < width; ++k) {
+            if (!std::isfinite(row[k]))
+                return "a value to send is not finite (is the learning rate too high?)";
+            largest = std::max(largest, std::fabs(row[k]));
+        }
+        const float scale = largest / 127.0f;
+        std::memcpy(bytes.data() + r * std::int64_t(sizeof(float)), &scale, sizeof(float)); // little-endian hosts
+        auto* codes = bytes.data() + rows * std::int64_t(sizeof(float)) + r * width;
+        for (std::int64_t k = 0; k < width; ++k) {
+            const float level = scale == 0.0f ? 0.0f : std::nearbyint(row[k] / scale);
+            codes[k] = static_cast<char>(static_cast<std::int8_t>(std::clamp(level, -127.0f, 127.0f)));
+        }
+    }
+    out = std::move(bytes);
+    return {};
+}
+
+std::string dequantiseRows(std::span<const char> bytes, std::int64_t width, std::vector<float>& out)
+{
+    out.clear();
+    const auto size = std::int64_t(bytes.size());
+    if (width <= 0 || size % (width + std::int64_t(sizeof(float))) != 0)
+        return std::to_string(size) + " bytes are not whole int8 rows of " + std::to_string(width);
+    const auto rows = size / (width + std::int64_t(sizeof(float)));
+    out.resize(std::size_t(rows * width));
+    for (std::int64_t r = 0; r < rows; ++r) {
+        float scale = 0.0f;
+        std::memcpy(&scale, bytes.data() + r * std::int64_t(sizeof(float)), sizeof(float));
+        const auto* codes = bytes.data() + rows * std::int64_t(sizeof(float)) + r * width;
+        for (std::int64_t k = 0; k < width; ++k)
+            out[std::size_t(r * width + k)] = float(static_cast<std::int8_t>(codes[k])) * scale;
+    }
+    return {};
 }
 
 } // namespace tessera::compute::portable

@@ -116,4 +116,15 @@ private:
 // the factor kernels.h's clipFactor(that, maxNorm).
 float globalClipFactor(const std::vector<std::vector<std::pair<std::string, double>>>& perStage, double maxNorm);
 
+// A boundary tensor in int8 (training.pipeline.tensors "int8"; docs/DETERMINISM.md, "Pipeline
+// stages"): each row of `width` floats (one position's vector) as a float32 scale, the row's
+// largest magnitude over 127, and each value over the scale rounded to the nearest integer, ties
+// to even, clamped to [-127, 127] (0 for a row of zeros). The bytes: every row's scale
+// (little-endian), then every row's codes. An error (and nothing in `out`) for a value that is not
+// finite, or a size that is not whole rows.
+std::int64_t int8Bytes(std::int64_t elements, std::int64_t width);
+std::string quantiseRows(std::span<const float> values, std::int64_t width, std::vector<char>& out);
+// The values back: each code times its row's scale.
+std::string dequantiseRows(std::span<const char> bytes, std::int64_t width, std::vector<float>& out);
+
 } // namespace tessera::compute::portable

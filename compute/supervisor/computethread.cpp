@@ -85,7 +85,7 @@ std::int64_t chunkExpansion(const core::ShardTask& task, const ComputeEnvironmen
 }
 
 // What the shard would hold in memory here (core::estimateShardMemory): the model from the round's
-// weights as received, the data as this node holds it; a stage task's share of them (core::stageShareOf).
+// weights as received, the data as this node holds it; a stage task's part (core::estimateStageMemory).
 core::ShardMemory shardMemory(const core::ShardTask& task, std::int64_t weightBytes, const ComputeEnvironment& environment)
 {
     auto fileSize = [&](const core::Digest& digest) -> std::optional<std::int64_t> {
@@ -99,8 +99,10 @@ core::ShardMemory shardMemory(const core::ShardTask& task, std::int64_t weightBy
             chunks += fileSize(chunk).value_or(0);
         data += chunkExpansion(task, environment) * chunks;
     }
-    const auto whole = core::estimateShardMemory(task.model, task.optimizer, task.batchSize, weightBytes, data);
-    return task.isStage() ? core::stageShareOf(whole, task.stages) : whole;
+    if (task.isStage()) // by the model's parts, not by the file's size (which the file's layout decides)
+        return core::estimateStageMemory(
+            task.model, task.optimizer, task.batchSize, task.microBatches, task.stage, task.stages, task.carriesOptimizer, data);
+    return core::estimateShardMemory(task.model, task.optimizer, task.batchSize, weightBytes, data);
 }
 
 } // namespace

@@ -379,10 +379,11 @@ std::int64_t Broker::shardMemoryMiBOf(const JobSpec& spec, std::int64_t paramete
     if (parameters <= 0)
         return 0;
     const auto data = datasetBytes(spec.dataset, [this](const Digest& digest) { return m_blobs.sizeOf(digest); });
-    // A stage holds its share of the model and of the activations (core::stageShareOf).
-    return stageShareOf(
-        estimateShardMemory(spec.model, spec.optimizer, spec.training.batchSize, 4 * parameters, data), spec.stagesPerShard())
-        .totalMiB();
+    if (spec.stagesPerShard() > 1) // any stage may go to the node: the largest
+        return estimateLargestStage(spec.model, spec.optimizer, spec.training.batchSize, spec.training.pipeline.microBatches,
+            spec.stagesPerShard(), spec.aggregation.optimizerState == AggregationSpec::OptimizerState::Averaged, data)
+            .totalMiB();
+    return estimateShardMemory(spec.model, spec.optimizer, spec.training.batchSize, 4 * parameters, data).totalMiB();
 }
 
 Result<std::optional<std::int64_t>> Broker::boundedParametersOf(const JobSpec& spec)

@@ -426,7 +426,7 @@ private Q_SLOTS:
             qPrintable(outputOf(finished, 1).result.failure));
     }
 
-    // A pipeline stage is measured by its share (core::stageShareOf): a node whose
+    // A pipeline stage is measured by its part (core::estimateStageMemory): a node whose
     // Compute/MaxMemoryMiB gives back the whole shard takes a stage of it, started from the file
     // of the round's weights as a node starts one (docs/PERFORMANCE.md, "Pipeline stages"), and
     // trains it with its partner to the pipeline's bits.
@@ -460,7 +460,8 @@ private Q_SLOTS:
         out.close();
         const auto whole = core::estimateShardMemory(spec.model, spec.optimizer, spec.training.batchSize, start->bytes.size(),
             core::builtinDatasetBytes(spec.dataset.builtin));
-        const auto share = core::stageShareOf(whole, 2);
+        const auto share = core::estimateStageMemory(spec.model, spec.optimizer, spec.training.batchSize,
+            spec.training.pipeline.microBatches, 0, 2, false, core::builtinDatasetBytes(spec.dataset.builtin));
         QVERIFY(share.totalMiB() + 8 < whole.totalMiB());
         const auto limit = (share.totalMiB() + whole.totalMiB()) / 2;
 
@@ -502,6 +503,28 @@ private Q_SLOTS:
         const auto stage = outputOf(finished, 2);
         QVERIFY2(stage.result.outcome == core::ShardResult::Outcome::Completed, qPrintable(stage.result.failure));
         QCOMPARE(stage.result.checkpointHashes.first(), start->canonicalHash); // the whole, hashed as it was read
+        // The same stage started from the weights in memory, with its partner: the same bits.
+        compute::LocalStageLinks again(2);
+        compute::ShardOutput reference;
+        std::vector<std::thread> both;
+        for (std::int64_t s = 0; s < 2; ++s) {
+            both.emplace_back([&, s] {
+                auto run = compute::ShardRun::start(core::stageTaskOf(shard, s, 2), start->bytes, {});
+                if (!run)
+                    return again.close(run.error().message);
+                (*run)->setStageLink(&again.of(s));
+                while (!(*run)->finished()) {
+                    if (!(*run)->step())
+                        return again.close(QStringLiteral("a stage failed"));
+                }
+                if (s == 0)
+                    reference = (*run)->finish();
+            });
+        }
+        for (auto& running : both)
+            running.join();
+        QCOMPARE(stage.result.checkpointHashes, reference.result.checkpointHashes);
+        QCOMPARE(stage.result.finalHash, reference.result.finalHash);
     }
 
     void aShardLargerThanTheMemoryLimitIsGivenBackWithTheReason()

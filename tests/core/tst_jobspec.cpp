@@ -1,5 +1,6 @@
 #include <core/decomposition.h>
 #include <core/jobspec.h>
+#include <core/memoryestimate.h>
 
 #include <QFile>
 #include <QJsonDocument>
@@ -247,6 +248,35 @@ private Q_SLOTS:
         auto whole = task;
         whole.stageInputs = recorded.stageInputs;
         QCOMPARE(ShardTask::fromJson(whole.toJson()).error().field, QStringLiteral("stageInputs"));
+        // int8 tensors: the job says "tensors": "int8", its stage tasks "stageTensors": "int8"; absent
+        // for float32, as before; a job without stages has none to trade.
+        auto narrow = *spec;
+        narrow.training.pipeline.int8Tensors = true;
+        QCOMPARE(narrow.toJson()
+                     .value(QStringLiteral("training"))
+                     .toObject()
+                     .value(QStringLiteral("pipeline"))
+                     .toObject()
+                     .value(QStringLiteral("tensors")),
+            QJsonValue(QStringLiteral("int8")));
+        QVERIFY(!spec->toJson()
+                     .value(QStringLiteral("training"))
+                     .toObject()
+                     .value(QStringLiteral("pipeline"))
+                     .toObject()
+                     .contains(QStringLiteral("tensors")));
+        QCOMPARE(*JobSpec::fromJson(narrow.toJson()), narrow);
+        const auto narrowStage
+            = stageTaskOf(decomposeShard(QStringLiteral("0123456789abcdef"), narrow, 0, 0, Digest::ofBytes("w")), 0, 2);
+        QVERIFY(narrowStage.int8StageTensors && !stage.int8StageTensors);
+        QCOMPARE(narrowStage.toJson().value(QStringLiteral("stageTensors")), QJsonValue(QStringLiteral("int8")));
+        QVERIFY(!stage.toJson().contains(QStringLiteral("stageTensors")));
+        QCOMPARE(ShardTask::fromJson(narrowStage.toJson()).value(), narrowStage);
+        auto oddTask = narrowStage.toJson();
+        oddTask.insert(QStringLiteral("stageTensors"), QStringLiteral("int4"));
+        QCOMPARE(ShardTask::fromJson(oddTask).error().field, QStringLiteral("stageTensors"));
+        narrow.training.pipeline.stages = 1;
+        QCOMPARE(narrow.validate().error().field, QStringLiteral("training.pipeline.tensors"));
         auto tiedStage = stage; // a tied head would span the first and the last stage
         tiedStage.model.tied = true;
         QCOMPARE(tiedStage.validate().error().field, QStringLiteral("stages"));
@@ -273,6 +303,8 @@ private Q_SLOTS:
             { QStringLiteral("training.pipeline.microBatches"), 3, QStringLiteral("training.pipeline.microBatches") },
             { QStringLiteral("training.pipeline.microBatches"), 32, QStringLiteral("training.pipeline.microBatches") },
             { QStringLiteral("training.pipeline.depth"), 2, QStringLiteral("training.pipeline.depth") },
+            { QStringLiteral("training.pipeline.tensors"), QStringLiteral("int4"), QStringLiteral("training.pipeline.tensors") },
+            { QStringLiteral("training.pipeline.tensors"), 8, QStringLiteral("training.pipeline.tensors") },
             { QStringLiteral("training.determinism"), QStringLiteral("fast"), QStringLiteral("training.determinism") },
             { QStringLiteral("model.tied"), true, QStringLiteral("model.tied") },
             { QStringLiteral("model.zoo"), QStringLiteral("mlp"), QStringLiteral("training.pipeline") },
@@ -290,6 +322,53 @@ private Q_SLOTS:
             QVERIFY2(!read, qPrintable(path));
             QVERIFY2(read.error().field == field, qPrintable(read.error().toString()));
         }
+    }
+
+    // A stage task's memory (core::estimateStageMemory) is its own parts': a large vocabulary puts
+    // the embeddings on the first stage and the head on the last, which hold far more than 1/S of
+    // the model; the blocks split as the program is cut; the first stage has the most micro-batches
+    // in flight; a carried optimizer state counts the whole model; and no stage counts less than
+    // the whole model's weights, which it builds before it lets the others' go.
+    void aStageIsEstimatedByItsOwnParts()
+    {
+        ModelSpec model;
+        model.zoo = QStringLiteral("gpt");
+        model.vocabulary = 1 << 20;
+        model.width = 256;
+        model.layers = 16;
+        model.context = 64;
+        model.heads = 4;
+        model.tied = false;
+        OptimizerSpec adamw;
+        adamw.kind = OptimizerSpec::Kind::AdamW;
+        const double width = 256, vocabulary = 1 << 20, block = 12.0 * width * width + 13.0 * width;
+        const double all = 16 * block + (vocabulary + 64) * width + 2 * width + vocabulary * width;
+        auto stage = [&](std::int64_t s, std::int64_t stages, bool carried = false) {
+            return estimateStageMemory(model, adamw, 8, 4, s, stages, carried, 1000);
+        };
+        const auto whole = estimateShardMemory(model, adamw, 8, std::int64_t(4 * all), 1000);
+        QCOMPARE(stage(0, 1).total(), whole.total());
+        const auto first = stage(0, 16), middle = stage(7, 16), last = stage(15, 16);
+        QVERIFY(first.model >= std::int64_t(32 * (vocabulary + 64) * width)); // the embeddings, AdamW's 8 x 4 bytes
+        QVERIFY(last.model >= std::int64_t(32 * vocabulary * width)); // the head
+        QCOMPARE(middle.model, std::int64_t(4 * all)); // one block's share is less than the model built whole
+        QVERIFY(first.model > 5 * whole.model / 16);
+        QCOMPARE(first.dataset, 1000);
+        QVERIFY(last.activations > middle.activations); // the logits, 2 x 2^20 floats a position
+        QCOMPARE(stage(3, 16, true).model, whole.model);
+        const auto largest = estimateLargestStage(model, adamw, 8, 4, 16, false, 1000);
+        QCOMPARE(largest.total(), std::max(first.total(), last.total()));
+        // Blocks: the earlier stages take one more where they do not divide, as the program is cut.
+        QCOMPARE(stageBlocksOf(3, 0, 2), std::make_pair(std::int64_t(0), std::int64_t(2)));
+        QCOMPARE(stageBlocksOf(3, 1, 2), std::make_pair(std::int64_t(2), std::int64_t(3)));
+        QCOMPARE(stageBlocksOf(16, 15, 16), std::make_pair(std::int64_t(15), std::int64_t(16)));
+        // A small vocabulary: two stages' model terms add up to the whole's, and the first stage
+        // holds its micro-batches' activations for two in flight, the last for one.
+        model.vocabulary = 256;
+        const double small = 16 * block + (256 + 64) * width + 2 * width + 256 * width;
+        const auto two = estimateShardMemory(model, adamw, 8, std::int64_t(4 * small), 0);
+        QVERIFY(std::abs(stage(0, 2).model + stage(1, 2).model - two.model) < 64);
+        QVERIFY(stage(0, 2).activations > stage(1, 2).activations);
     }
 
     // A gpt on the built-in text: defaults, the sample count from the context, the schedule's

@@ -524,6 +524,38 @@ std::span<const float> floatsOf(const QByteArray& bytes)
     return { reinterpret_cast<const float*>(bytes.constData()), std::size_t(bytes.size()) / sizeof(float) };
 }
 
+// What crosses a stage's boundary, as bytes: float32 as computed, or int8 rows of the model's width
+// (task.int8StageTensors; portable::quantiseRows).
+struct Boundary {
+    bool int8 = false;
+    std::int64_t width = 0;
+    std::vector<float> decoded;
+    std::vector<char> encoded;
+
+    qsizetype bytesOf(std::int64_t elements) const
+    {
+        return int8 ? qsizetype(portable::int8Bytes(elements, width)) : qsizetype(elements) * qsizetype(sizeof(float));
+    }
+    // The floats a received tensor holds (its size was checked against bytesOf).
+    core::Result<std::span<const float>> decode(const QByteArray& bytes)
+    {
+        if (!int8)
+            return floatsOf(bytes);
+        if (auto error = portable::dequantiseRows({ bytes.constData(), std::size_t(bytes.size()) }, width, decoded);
+            !error.empty())
+            return core::Error { QStringLiteral("link"), QString::fromStdString(error) };
+        return std::span<const float>(decoded);
+    }
+    core::Result<QByteArray> encode(const std::vector<float>& values)
+    {
+        if (!int8)
+            return QByteArray(reinterpret_cast<const char*>(values.data()), qsizetype(values.size() * sizeof(float)));
+        if (auto error = portable::quantiseRows(values, width, encoded); !error.empty())
+            return core::Error { QStringLiteral("stage"), QString::fromStdString(error) };
+        return QByteArray(encoded.data(), qsizetype(encoded.size()));
+    }
+};
+
 // The clipping factor of a step (docs/DETERMINISM.md, "Pipeline stages"): this stage's sums sent to
 // every other stage, theirs received in stage order, and the factor of them all.
 core::Result<float> tradeClipFactor(
@@ -588,7 +620,8 @@ core::Result<double> PortableStep::runStage(
         return core::Error { QStringLiteral("stage"), missing.isEmpty() ? QString::fromStdString(why) : missing };
     };
     Trades trades { link, step, tensors };
-    const auto boundaryBytes = run.boundaryElements() * qsizetype(sizeof(float));
+    Boundary boundary { task.int8StageTensors, task.model.width, {}, {} };
+    const auto boundaryBytes = boundary.bytesOf(run.boundaryElements());
     std::vector<float> sent;
     for (const auto& slot : portable::oneForwardOneBackward(S, M, s)) {
         const auto m = slot.micro;
@@ -596,20 +629,27 @@ core::Result<double> PortableStep::runStage(
         const auto kind = forward ? StageLink::Kind::Activation : StageLink::Kind::Gradient;
         const auto from = forward ? s - 1 : s + 1, to = forward ? s + 1 : s - 1;
         QByteArray received;
+        std::span<const float> values;
         if (from >= 0 && from < S) {
             auto bytes = trades.receive(from, kind, m, boundaryBytes);
             if (!bytes)
                 return bytes.error();
             received = std::move(*bytes);
+            auto decoded = boundary.decode(received);
+            if (!decoded)
+                return decoded.error();
+            values = *decoded;
         }
-        const auto error = forward ? run.forward(s == 0 ? rowsOf(tokens, m) : std::span<const std::int64_t> {},
-                               floatsOf(received), s == S - 1 ? rowsOf(targets, m) : std::span<const std::int64_t> {}, sent)
-                                   : run.backward(floatsOf(received), sent);
+        const auto error = forward ? run.forward(s == 0 ? rowsOf(tokens, m) : std::span<const std::int64_t> {}, values,
+                               s == S - 1 ? rowsOf(targets, m) : std::span<const std::int64_t> {}, sent)
+                                   : run.backward(values, sent);
         if (!error.empty())
             return fail(error);
         if (to >= 0 && to < S) {
-            const QByteArray bytes(reinterpret_cast<const char*>(sent.data()), qsizetype(sent.size() * sizeof(float)));
-            if (auto status = trades.send(to, kind, m, bytes); !status)
+            auto bytes = boundary.encode(sent);
+            if (!bytes)
+                return bytes.error();
+            if (auto status = trades.send(to, kind, m, *bytes); !status)
                 return status.error();
         }
     }

@@ -256,8 +256,11 @@ core::Result<std::shared_ptr<caffe2::serialize::ReadAdapterInterface>> fileRecor
 // exactly a mapping of names to tensors; the archive's records are read here, from memory or
 // straight from a file (each record into the tensor's own buffer), one tensor at a time in name
 // order: a storage is let go once the last tensor that views it has been visited.
+// ownStorages: each tensor must be the whole of a storage of its own (contiguous, offset 0): a
+// file where one storage serves many tensors, or a view repeats its elements, is refused before
+// any record is read (a file a stage reads a share of could otherwise make it hold far more).
 core::Status visitFrom(std::shared_ptr<caffe2::serialize::ReadAdapterInterface> records, const QString& what,
-    const std::function<core::Status(const std::string&, at::Tensor)>& visit)
+    const std::function<core::Status(const std::string&, at::Tensor)>& visit, bool ownStorages = false)
 {
     auto read = guarded(what, [&]() -> core::Result<bool> {
         caffe2::serialize::PyTorchStreamReader reader(records);
@@ -271,6 +274,20 @@ core::Status visitFrom(std::shared_ptr<caffe2::serialize::ReadAdapterInterface> 
         for (const auto& ref : *refs)
             ++users[ref.storageKey];
         std::map<QString, int> left = users; // how many are still to be visited
+        for (const auto& ref : *refs) {
+            if (!ownStorages)
+                break;
+            std::int64_t numel = 1, expected = 1;
+            bool contiguous = true;
+            for (qsizetype d = ref.sizes.size() - 1; d >= 0; --d) {
+                contiguous = contiguous && (ref.sizes[d] == 1 || ref.strides.value(d, -1) == expected);
+                expected *= ref.sizes[d];
+                numel *= ref.sizes[d];
+            }
+            if (users[ref.storageKey] != 1 || ref.offset != 0 || !contiguous || numel != ref.storageNumel)
+                return core::Error { {},
+                    QStringLiteral("%1: '%2' is not the whole of a storage of its own").arg(what, ref.name) };
+        }
         for (const auto& ref : *refs) {
             const auto type = scalarType(ref.dtype);
             auto found = storages.find(ref.storageKey);
@@ -377,7 +394,7 @@ core::Status visitTensorsInFile(
     const auto records = fileRecords(path);
     if (!records)
         return records.error();
-    return visitFrom(*records, what, visit);
+    return visitFrom(*records, what, visit, true);
 }
 
 NamedTensors withPrefix(const std::string& prefix, const NamedTensors& tensors)

@@ -52,7 +52,9 @@ core::Result<NamedTensors> unpickleTensorsFromFile(const QString& path, const QS
 // meta device, read from the archive's data.pkl alone.
 // Each of a file's tensors in name order, read and handed to `visit` one at a time: the file is
 // never held whole, and a tensor `visit` does not keep is let go before the next is read (a stage
-// task keeps its share of a round's weights). An error from `visit` stops the reading.
+// task keeps its share of a round's weights). An error from `visit` stops the reading. Each tensor
+// must be the whole of a storage of its own, contiguous (as torch.save writes a state dict):
+// otherwise the file is refused before a record is read.
 core::Status visitTensorsInFile(
     const QString& path, const QString& what, const std::function<core::Status(const std::string&, at::Tensor)>& visit);
 core::Result<NamedTensors> tensorShapesInFile(const QString& path, const QString& what);

@@ -8,7 +8,9 @@
 
 #include <QTest>
 
+#include <cmath>
 #include <cstring>
+#include <limits>
 #include <map>
 #include <vector>
 
@@ -437,6 +439,45 @@ private Q_SLOTS:
         QVERIFY(!last.squares().empty());
         QVERIFY(std::isfinite(last.loss()));
         QVERIFY(last.update().empty());
+    }
+
+    // training.pipeline.tensors "int8": each row as a float32 scale and 8-bit codes, ties to even,
+    // every value within half a scale of what was sent; a row of zeros stays zeros; what is not
+    // finite, or not whole rows, is refused; a quarter of the bytes and a row's scale more.
+    void boundaryTensorsInInt8AreRowsOfCodesAndAScale()
+    {
+        const std::vector<float> values { 1.0f, -0.5f, 0.25f, 0.0f, /* row 2 */ 0.0f, 0.0f, 0.0f, 0.0f,
+            /* row 3 */ 254.0f, 1.0f, -3.0f, 0.5f };
+        std::vector<char> bytes;
+        QVERIFY(quantiseRows(values, 4, bytes).empty());
+        QCOMPARE(std::int64_t(bytes.size()), int8Bytes(12, 4));
+        QCOMPARE(bytes.size(), std::size_t(3 * 4 + 12));
+        float scale = 0.0f;
+        std::memcpy(&scale, bytes.data(), 4);
+        QCOMPARE(scale, 1.0f / 127.0f);
+        QCOMPARE(int(std::int8_t(bytes[12])), 127);
+        QCOMPARE(int(std::int8_t(bytes[13])), -64); // -63.5: ties to even
+        QCOMPARE(int(std::int8_t(bytes[14])), 32); // 31.75
+        std::memcpy(&scale, bytes.data() + 8, 4);
+        QCOMPARE(scale, 2.0f);
+        QCOMPARE(int(std::int8_t(bytes[21])), 0); // 1 / 2 = 0.5: ties to even
+        std::vector<float> back;
+        QVERIFY(dequantiseRows(bytes, 4, back).empty());
+        QCOMPARE(back.size(), values.size());
+        for (std::size_t k = 0; k < values.size(); ++k) {
+            const float rowScale = k < 4 ? 1.0f / 127.0f : k < 8 ? 0.0f : 2.0f;
+            QVERIFY2(std::fabs(back[k] - values[k]) <= rowScale / 2, qPrintable(QString::number(k)));
+        }
+        QCOMPARE(back[4], 0.0f);
+        auto broken = values;
+        broken[6] = std::numeric_limits<float>::infinity();
+        QVERIFY(!quantiseRows(broken, 4, bytes).empty() && bytes.empty());
+        broken[6] = std::numeric_limits<float>::quiet_NaN();
+        QVERIFY(!quantiseRows(broken, 4, bytes).empty());
+        QVERIFY(!quantiseRows(values, 5, bytes).empty()); // not whole rows
+        QVERIFY(!dequantiseRows(std::vector<char>(23), 4, back).empty() && back.empty());
+        QVERIFY(!dequantiseRows(std::vector<char>(8), 0, back).empty());
+        QCOMPARE(int8Bytes(10, 4), std::int64_t(-1));
     }
 
     void whatTheCutDoesNotCoverIsRefused()
