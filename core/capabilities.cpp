@@ -27,6 +27,8 @@ QStringList capabilitiesNeededBy(const JobSpec& spec)
         needed.append(capability::Serve);
     if (!spec.isInference() && spec.training.pipelined())
         needed.append(capability::Pipeline);
+    if (!spec.isInference() && spec.training.pipeline.int8Tensors)
+        needed.append(capability::PipelineInt8);
     return needed;
 }
 

@@ -26,6 +26,8 @@ inline const QString Serve = QStringLiteral("serve"); // hosts a served model's 
 // Micro-batches and stage tasks of a pipeline job (docs/PROTOCOL.md, "Stage tasks"): TENSOR, STOP.
 // A node declares it when its executor runs stage tasks (ShardExecutor::runsStages).
 inline const QString Pipeline = QStringLiteral("pipeline");
+// Stage tasks whose tensors travel as int8 rows (training.pipeline.tensors "int8", ShardTask stageTensors).
+inline const QString PipelineInt8 = QStringLiteral("pipeline-int8");
 // Fetches and serves blobs over the blob swarm (docs/SWARM.md); no job needs it, and a node
 // declares it only while its swarm runs (Swarm/Enabled).
 inline const QString Swarm = QStringLiteral("swarm");

@@ -500,6 +500,9 @@ Status JobSpec::validateModel() const
 
 Status JobSpec::validatePipeline() const
 {
+    if (training.pipeline.int8Tensors && training.pipeline.stages < 2)
+        return Error { QStringLiteral("training.pipeline.tensors"),
+            QStringLiteral("int8 tensors are what stages trade: give stages") };
     if (!training.pipelined())
         return {};
     const auto& pipeline = training.pipeline;
@@ -511,9 +514,14 @@ Status JobSpec::validatePipeline() const
     if (pipeline.stages > model.layers)
         return Error { QStringLiteral("training.pipeline.stages"),
             QStringLiteral("each stage holds at least one of the %1 blocks").arg(model.layers) };
-    if (pipeline.int8Tensors && pipeline.stages < 2)
+    if (pipeline.int8Tensors && model.width < 8)
         return Error { QStringLiteral("training.pipeline.tensors"),
-            QStringLiteral("int8 tensors are what stages trade: give stages") };
+            QStringLiteral("int8 tensors take 1 byte a value and 4 a position: they pay from a width of 8") };
+    // A node estimates a stage's memory from the spec (core::estimateStageMemory): the embeddings
+    // and the head are the vocabulary's, which a tokens file would otherwise decide.
+    if (pipeline.stages > 1 && model.vocabulary <= 0 && dataset.source != DatasetSpec::Source::Builtin)
+        return Error { QStringLiteral("model.vocabulary"),
+            QStringLiteral("a pipeline job names its vocabulary: each node estimates its stage's memory from it") };
     if (pipeline.stages > 1 && model.tied)
         return Error { QStringLiteral("model.tied"),
             QStringLiteral("a head tied to the token embedding would span the first and the last stage: say \"tied\": false") };

@@ -12,6 +12,7 @@
 #include <QJsonArray>
 #include <QJsonDocument>
 #include <QLoggingCategory>
+#include <QRandomGenerator>
 #include <QRegularExpression>
 
 #include <zmq.hpp>
@@ -84,6 +85,8 @@ struct BrokerServer::Private {
         std::int64_t lastSent = 0;
         QString principal; // whose limits and bans apply (principalOf)
         QJsonValue readyId = {}; // of its latest READY: an ERROR refusing it names it
+        QString probe; // of the latest HEARTBEAT sent to it (docs/PROTOCOL.md, "Round trips")
+        std::int64_t probeSentAt = 0;
     };
     // Limits and bans are per identity, not per connection: a new socket does not start afresh.
     struct Principal {
@@ -265,6 +268,11 @@ struct BrokerServer::Private {
     void onHave(Request& r);
     void dispatch(Request& r);
     void keepAlive();
+    // A HEARTBEAT to a node, with a new probe; its echo gives the node's round trip
+    // (docs/PROTOCOL.md, "Round trips").
+    void sendHeartbeat(const QByteArray& routingId, Peer& peer);
+    void noteEcho(Peer& peer, const detail::Frames& received); // while the broker computes
+    void noteEcho(Peer& peer, const QJsonObject& header);
     void dispatchWork();
     // Sends what the broker has to tell nodes (dispute checkpoint requests, verdicts) to those
     // connected; a node that is away misses its verdicts (its dispute then times out).
@@ -601,8 +609,10 @@ void BrokerServer::Private::serveBusy()
         }
         if (found != peers.end()) {
             found->lastSeen = now();
-            if (heartbeat)
-                continue; // its arrival is all a heartbeat says
+            if (heartbeat) { // its arrival is all a heartbeat says, but for the echo of a probe
+                noteEcho(*found, received);
+                continue;
+            }
             if (!deferredOf.contains(routingId) && servedWhileBusy(received.frames)) {
                 handle(routingId, received);
                 continue;
@@ -635,9 +645,9 @@ void BrokerServer::Private::serveBusy()
     // Nodes hear from the broker as usual, so that none takes it for gone, and so does a client
     // whose SUBMIT is being answered (a zoo model's weights are built on the arithmetic thread).
     const auto t = now();
-    for (auto it = peers.cbegin(); it != peers.cend(); ++it) {
+    for (auto it = peers.begin(); it != peers.end(); ++it) {
         if (!it->nodeId.isEmpty() && t - it->lastSent >= options.heartbeatMs)
-            send(it.key(), { Command::Heartbeat, {}, {} });
+            sendHeartbeat(it.key(), *it);
     }
     if (!building.isEmpty() && t - buildingHeardAt >= options.heartbeatMs) {
         buildingHeardAt = t;
@@ -783,7 +793,7 @@ void BrokerServer::Private::handle(const QByteArray& routingId, const detail::Fr
     }
     auto found = peers.find(routingId);
     if (found == peers.end())
-        found = peers.insert(routingId, Peer { {}, false, 0, 0.0, 0, 0, principal });
+        found = peers.insert(routingId, Peer { {}, false, 0, 0.0, 0, 0, principal, {}, {}, 0 });
     auto& peer = *found;
     peer.lastSeen = now();
     if (!admitted && !admit(routingId, peer.principal, frames))
@@ -810,7 +820,7 @@ void BrokerServer::Private::dispatch(Request& r)
     case Command::Register:
         return onRegister(r);
     case Command::Heartbeat:
-        return;
+        return noteEcho(r.peer, r.message.header);
     case Command::Bye:
         return onBye(r);
     case Command::Ready:
@@ -882,6 +892,29 @@ void BrokerServer::Private::dispatch(Request& r)
     }
 }
 
+void BrokerServer::Private::sendHeartbeat(const QByteArray& routingId, Peer& peer)
+{
+    peer.probe = QString::number(QRandomGenerator::system()->generate64() | (quint64(1) << 63), 16);
+    peer.probeSentAt = now();
+    send(routingId, { Command::Heartbeat, QJsonObject { { QStringLiteral("probe"), peer.probe } }, {} });
+}
+
+void BrokerServer::Private::noteEcho(Peer& peer, const detail::Frames& received)
+{
+    if (received.frames.size() >= 3 && received.frames[2].size() <= 256)
+        noteEcho(peer, QJsonDocument::fromJson(received.frames[2]).object());
+}
+
+void BrokerServer::Private::noteEcho(Peer& peer, const QJsonObject& header)
+{
+    if (peer.nodeId.isEmpty() || peer.probe.isEmpty())
+        return;
+    if (header.value(QStringLiteral("echo")).toString() != peer.probe)
+        return; // an older probe's, or a guess: no shorter trip than the node has
+    broker.noteRoundTrip(peer.nodeId, now() - peer.probeSentAt);
+    peer.probe.clear();
+}
+
 void BrokerServer::Private::keepAlive()
 {
     for (auto it = building.cbegin(); it != building.cend(); ++it)
@@ -904,7 +937,7 @@ void BrokerServer::Private::keepAlive()
         } else if (!node && silence > ForgetClientMs) {
             gone.append(it.key()); // a client that went away
         } else if (node && t - it->lastSent >= options.heartbeatMs) {
-            send(it.key(), { Command::Heartbeat, {}, {} });
+            sendHeartbeat(it.key(), *it);
         }
     }
     for (const auto& id : gone)

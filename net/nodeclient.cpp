@@ -265,6 +265,8 @@ struct NodeClient::Private {
             node.capabilities.append(core::capability::Serve);
         if (executor.runsStages() && !node.capabilities.contains(core::capability::Pipeline))
             node.capabilities.append(core::capability::Pipeline);
+        if (executor.runsStages() && !node.capabilities.contains(core::capability::PipelineInt8))
+            node.capabilities.append(core::capability::PipelineInt8);
         if (swarm) {
             if (!node.capabilities.contains(core::capability::Swarm))
                 node.capabilities.append(core::capability::Swarm);
@@ -1273,7 +1275,9 @@ void NodeClient::Private::handle(const Message& message)
         return;
     }
     switch (message.command) {
-    case Command::Heartbeat:
+    case Command::Heartbeat: // a probe is echoed at once: the broker measures the round trip
+        if (const auto probe = message.header.value(QStringLiteral("probe")).toString(); !probe.isEmpty() && probe.size() <= 64)
+            send(Command::Heartbeat, QJsonObject { { QStringLiteral("echo"), probe } });
         return;
     case Command::Task:
         return onTask(message);

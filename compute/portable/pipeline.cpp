@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <limits>
 #include <set>
 
 namespace tessera::compute::portable {
@@ -286,14 +287,23 @@ std::string dequantiseRows(std::span<const char> bytes, std::int64_t width, std:
     if (width <= 0 || size % (width + std::int64_t(sizeof(float))) != 0)
         return std::to_string(size) + " bytes are not whole int8 rows of " + std::to_string(width);
     const auto rows = size / (width + std::int64_t(sizeof(float)));
-    out.resize(std::size_t(rows * width));
+    std::vector<float> values(std::size_t(rows * width));
     for (std::int64_t r = 0; r < rows; ++r) {
         float scale = 0.0f;
         std::memcpy(&scale, bytes.data() + r * std::int64_t(sizeof(float)), sizeof(float));
+        // What quantiseRows can make, and nothing else: a scale that is +0 or a positive finite
+        // float of at most FLT_MAX / 127, codes in [-127, 127], all 0 under a zero scale.
+        if (!std::isfinite(scale) || std::signbit(scale) || scale > std::numeric_limits<float>::max() / 127.0f)
+            return "row " + std::to_string(r) + "'s scale is not one a sender makes";
         const auto* codes = bytes.data() + rows * std::int64_t(sizeof(float)) + r * width;
-        for (std::int64_t k = 0; k < width; ++k)
-            out[std::size_t(r * width + k)] = float(static_cast<std::int8_t>(codes[k])) * scale;
+        for (std::int64_t k = 0; k < width; ++k) {
+            const auto code = static_cast<std::int8_t>(codes[k]);
+            if (code == -128 || (scale == 0.0f && code != 0))
+                return "row " + std::to_string(r) + " has a code a sender does not make";
+            values[std::size_t(r * width + k)] = float(code) * scale;
+        }
     }
+    out = std::move(values);
     return {};
 }
 

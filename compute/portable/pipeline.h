@@ -124,7 +124,9 @@ float globalClipFactor(const std::vector<std::vector<std::pair<std::string, doub
 // finite, or a size that is not whole rows.
 std::int64_t int8Bytes(std::int64_t elements, std::int64_t width);
 std::string quantiseRows(std::span<const float> values, std::int64_t width, std::vector<char>& out);
-// The values back: each code times its row's scale.
+// The values back: each code times its row's scale. A row quantiseRows cannot make (a scale not
+// +0 or positive, finite and at most FLT_MAX / 127; the code -128; a code under a zero scale) is
+// an error, which the receiver takes as its link's (the sender's fault, not its own).
 std::string dequantiseRows(std::span<const char> bytes, std::int64_t width, std::vector<float>& out);
 
 } // namespace tessera::compute::portable

@@ -953,6 +953,20 @@ Result<std::optional<Assignment>> Broker::assign(const QString& nodeId)
     return std::optional<Assignment>(assignment);
 }
 
+void Broker::noteRoundTrip(const QString& nodeId, std::int64_t milliseconds)
+{
+    if (milliseconds < 0)
+        return;
+    const auto before = m_roundTrips.constFind(nodeId);
+    m_roundTrips.insert(nodeId, before == m_roundTrips.constEnd() ? milliseconds : (3 * *before + milliseconds) / 4);
+}
+
+std::optional<std::int64_t> Broker::roundTripOf(const QString& nodeId) const
+{
+    const auto found = m_roundTrips.constFind(nodeId);
+    return found == m_roundTrips.constEnd() ? std::nullopt : std::optional<std::int64_t>(*found);
+}
+
 Result<QList<std::pair<QString, Assignment>>> Broker::assignPipeline(const QList<QString>& waitingNodes)
 {
     QList<Scheduler::Candidate> candidates;
@@ -960,7 +974,7 @@ Result<QList<std::pair<QString, Assignment>>> Broker::assignPipeline(const QList
         const auto node = m_nodes.constFind(id);
         if (node == m_nodes.constEnd() || m_scheduler.heldBy(id) > 0 || !m_stakes->requireStake(id))
             continue;
-        candidates.append({ id, node->maxThreads, node->maxMemoryMiB, node->capabilities });
+        candidates.append({ id, node->maxThreads, node->maxMemoryMiB, node->capabilities, m_roundTrips.value(id, -1) });
     }
     QList<std::pair<QString, Assignment>> handed;
     const auto pick = m_scheduler.pickPipeline(candidates, m_clock.nowMs());

@@ -119,6 +119,11 @@ public:
     // waiting nodes at once (node and assignment, stage by stage), or none when no pipeline shard
     // and S of them fit. net/ calls it before assign() with the nodes that sent READY.
     Result<QList<std::pair<QString, Assignment>>> assignPipeline(const QList<QString>& waitingNodes);
+    // A node's round trip to the broker, measured by its echo of a HEARTBEAT's probe
+    // (docs/PROTOCOL.md, "Round trips"): smoothed, each new one weighing a quarter. A pipeline's
+    // stages go to the nodes of the shortest (Scheduler::pickPipeline).
+    void noteRoundTrip(const QString& nodeId, std::int64_t milliseconds);
+    std::optional<std::int64_t> roundTripOf(const QString& nodeId) const;
     // A stage's TENSOR part (the bytes `payload`): where to forward it, or why not (not sent).
     Result<Pipelines::Forward> relayTensor(
         const QString& nodeId, const QString& assignment, const Pipelines::Part& part, const QByteArray& payload);
@@ -357,6 +362,7 @@ private:
     const Clock& m_clock;
     Options m_options;
     QHash<QString, NodeInfo> m_nodes; // registered in this run
+    QHash<QString, std::int64_t> m_roundTrips; // smoothed, by node (noteRoundTrip)
     QHash<QString, QString> m_addresses; // of the nodes registered in this run, where they can be told
     // Why each node reported a shard failed (by failureKey, then node), until the broker confirms it.
     QHash<QString, QHash<QString, QString>> m_failureReasons;

@@ -164,8 +164,14 @@ std::optional<Scheduler::Pick> Scheduler::pick(const QString& nodeId, int maxThr
     return std::nullopt;
 }
 
-std::optional<Scheduler::PipelinePick> Scheduler::pickPipeline(const QList<Candidate>& candidates, std::int64_t now) const
+std::optional<Scheduler::PipelinePick> Scheduler::pickPipeline(const QList<Candidate>& given, std::int64_t now) const
 {
+    auto candidates = given;
+    std::stable_sort(candidates.begin(), candidates.end(), [](const Candidate& a, const Candidate& b) {
+        if ((a.roundTripMs < 0) != (b.roundTripMs < 0))
+            return a.roundTripMs >= 0;
+        return a.roundTripMs < b.roundTripMs;
+    });
     for (const auto& job : m_jobs) {
         const auto S = job.round.spec.stagesPerShard();
         if (S < 2 || std::int64_t(candidates.size()) < S)

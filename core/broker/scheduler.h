@@ -92,6 +92,7 @@ public:
         int maxThreads = 1;
         std::int64_t maxMemoryMiB = 0;
         QStringList capabilities;
+        std::int64_t roundTripMs = -1; // to the broker (docs/PROTOCOL.md, "Round trips"); -1: not measured
     };
     struct PipelinePick {
         const Round* round = nullptr;
@@ -99,6 +100,8 @@ public:
         QList<QString> nodes; // stage s's at s
     };
     // A node that gave a unit of a shard back does not get that shard again for ReturnedWaitMs.
+    // The stages go to the eligible candidates of the shortest round trips (stage 0 the shortest;
+    // the tensors cross the broker), then, unmeasured, in the candidates' order.
     std::optional<PipelinePick> pickPipeline(const QList<Candidate>& candidates, std::int64_t now) const;
     // The picked shard went out as this assignment at `issued`.
     void handedOut(const QString& jobId, const QString& assignmentId, std::int64_t shard, const QString& nodeId,

@@ -376,8 +376,8 @@ private Q_SLOTS:
     }
 
     // training.pipeline.tensors "int8": the stages trade int8 rows with a scale each (about a
-    // quarter of the bytes at this width), end on one hash on every kernel, and train about as the
-    // float32 tensors do.
+    // quarter of the bytes at this width), train-local quantises as the nodes do, the job ends on one
+    // hash on every kernel (the matrix products' choice), and trains about as the float32 job does.
     void aPipelineOfInt8TensorsTradesAQuarterOfTheBytes()
     {
         auto spec = smallGpt();
@@ -396,7 +396,10 @@ private Q_SLOTS:
         std::vector<std::unique_ptr<Tap>> wide, narrow;
         const auto full = trainStages(prepared.tasks[0], prepared.start.bytes, wide, false);
         const auto small = trainStages(int8.tasks[0], int8.start.bytes, narrow, false);
-        QVERIFY2(small[1].result.outcome == core::ShardResult::Outcome::Completed, qPrintable(small[1].result.failure));
+        for (const auto* outputs : { &full, &small }) {
+            for (const auto& output : *outputs)
+                QVERIFY2(output.result.outcome == core::ShardResult::Outcome::Completed, qPrintable(output.result.failure));
+        }
         const double ratio = double(narrow[0]->record.size() + narrow[1]->record.size())
             / double(wide[0]->record.size() + wide[1]->record.size());
         const double rows = double(4 + spec.model.width) / double(4 * spec.model.width); // 36 of 128 bytes a row
@@ -405,8 +408,14 @@ private Q_SLOTS:
         const double first = full[1].result.losses.last(), second = small[1].result.losses.last();
         QVERIFY2(std::fabs(first - second) < 0.02 * first, qPrintable(QStringLiteral("%1 %2").arg(first).arg(second)));
         QVERIFY(full[1].result.finalHash != small[1].result.finalHash);
+        // train-local's stages (runPipelineShard) quantise as the nodes' do: the last stage's losses
+        // are the live int8 stages', not the float32 ones'.
         const auto reference = compute::runPipelineShard(int8.tasks[0], 2, int8.start.bytes, {});
         QVERIFY2(reference.result.outcome == core::ShardResult::Outcome::Completed, qPrintable(reference.result.failure));
+        QCOMPARE(reference.result.losses, small[1].result.losses);
+        QVERIFY(reference.result.losses != full[1].result.losses);
+        QVERIFY(reference.result.finalHash
+            != compute::runPipelineShard(prepared.tasks[0], 2, prepared.start.bytes, {}).result.finalHash);
         for (const auto isa : { compute::portable::Isa::Generic, compute::portable::Isa::Avx2, compute::portable::Isa::Avx512 }) {
             if (!compute::portable::forceIsa(isa))
                 continue;

@@ -1,3 +1,4 @@
+#include <core/capabilities.h>
 #include <core/decomposition.h>
 #include <core/jobspec.h>
 #include <core/memoryestimate.h>
@@ -275,8 +276,29 @@ private Q_SLOTS:
         auto oddTask = narrowStage.toJson();
         oddTask.insert(QStringLiteral("stageTensors"), QStringLiteral("int4"));
         QCOMPARE(ShardTask::fromJson(oddTask).error().field, QStringLiteral("stageTensors"));
+        auto thin = narrow; // 4 bytes a position would not pay
+        thin.model.width = 4;
+        thin.model.heads = 1;
+        QCOMPARE(thin.validate().error().field, QStringLiteral("training.pipeline.tensors"));
         narrow.training.pipeline.stages = 1;
         QCOMPARE(narrow.validate().error().field, QStringLiteral("training.pipeline.tensors"));
+        narrow.training.pipeline.microBatches = 1; // not pipelined at all: still refused
+        QCOMPARE(narrow.validate().error().field, QStringLiteral("training.pipeline.tensors"));
+        // Capability pipeline-int8: a node from before int8 tensors is never given such a stage.
+        QVERIFY(capabilitiesNeededBy(*spec).contains(capability::Pipeline));
+        QVERIFY(!capabilitiesNeededBy(*spec).contains(capability::PipelineInt8));
+        auto needsInt8 = *spec;
+        needsInt8.training.pipeline.int8Tensors = true;
+        QVERIFY(capabilitiesNeededBy(needsInt8).contains(capability::PipelineInt8));
+        // A tokens file's vocabulary would decide the embeddings' and the head's memory: named.
+        auto tokens = *spec;
+        tokens.dataset = DatasetSpec {};
+        tokens.dataset.source = DatasetSpec::Source::Tensors;
+        tokens.dataset.trainSha256 = Digest::ofBytes("train");
+        tokens.dataset.testSha256 = Digest::ofBytes("test");
+        QCOMPARE(tokens.validate().error().field, QStringLiteral("model.vocabulary"));
+        tokens.model.vocabulary = 512;
+        QVERIFY(tokens.validate().ok() || tokens.validate().error().field != QStringLiteral("model.vocabulary"));
         auto tiedStage = stage; // a tied head would span the first and the last stage
         tiedStage.model.tied = true;
         QCOMPARE(tiedStage.validate().error().field, QStringLiteral("stages"));

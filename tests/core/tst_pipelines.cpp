@@ -298,6 +298,20 @@ private Q_SLOTS:
         QVERIFY(pick);
         QCOMPARE(pick->shard, 0);
         QCOMPARE(pick->nodes, (QList<QString> { QStringLiteral("n1"), QStringLiteral("n2") }));
+        // docs/PROTOCOL.md, "Round trips": the stages go to the shortest measured round trips
+        // (stage 0 the shortest), then to nodes not measured, in their order.
+        scheduler.release(QStringLiteral("j"), QStringLiteral("a0"));
+        Scheduler fresh;
+        fresh.add(round);
+        pick = fresh.pickPipeline({ { QStringLiteral("far"), 4, 0, all, 80 }, { QStringLiteral("unmeasured"), 4, 0, all },
+                                      { QStringLiteral("near"), 4, 0, all, 5 }, { QStringLiteral("middle"), 4, 0, all, 20 } },
+            0);
+        QVERIFY(pick);
+        QCOMPARE(pick->nodes, (QList<QString> { QStringLiteral("near"), QStringLiteral("middle") }));
+        pick = fresh.pickPipeline({ { QStringLiteral("unmeasured"), 4, 0, all }, { QStringLiteral("other"), 4, 0, all },
+                                      { QStringLiteral("far"), 4, 0, all, 80 } },
+            0);
+        QCOMPARE(pick->nodes, (QList<QString> { QStringLiteral("far"), QStringLiteral("unmeasured") }));
     }
 };
 

@@ -246,6 +246,42 @@ private Q_SLOTS:
         QCOMPARE(limiter.admit(1.0, 1'000), net::RateLimiter::Decision::Refuse);
     }
 
+    // docs/PROTOCOL.md, "Round trips": each HEARTBEAT the broker sends a node carries a new probe;
+    // the node's echo of the latest gives its round trip, by the broker's clock. An echo of any
+    // other value, or the same echo again, changes nothing.
+    void aNodesEchoOfTheLatestProbeGivesItsRoundTrip()
+    {
+        const auto endpoint = start();
+        SessionPeer node(m_context, zmq::socket_type::dealer, endpoint, false);
+        QVERIFY(registerNode(node, QStringLiteral("n")));
+        std::optional<tests::Received> beat;
+        for (int i = 0; i < 10 && !(beat && beat->message.command == Command::Heartbeat); ++i) {
+            m_clock.advance(1'000);
+            beat = node.next(pump(), 2'000);
+        }
+        QVERIFY(beat && beat->message.command == Command::Heartbeat);
+        const QString probe = beat->message.header.value(QStringLiteral("probe")).toString();
+        QCOMPARE(probe.size(), 16);
+        QVERIFY(!m_broker->roundTripOf(QStringLiteral("n")));
+        auto handled = [&](int id) { // a LIST's answer: everything the node sent before it was handled
+            node.send(Command::List, { { QStringLiteral("id"), id } });
+            auto answer = node.nextSkippingHeartbeats(pump());
+            return answer && answer->message.command == Command::Ok;
+        };
+        m_clock.advance(40);
+        node.send(Command::Heartbeat, { { QStringLiteral("echo"), QStringLiteral("0123456789abcdef") } });
+        QVERIFY(handled(1));
+        QVERIFY(!m_broker->roundTripOf(QStringLiteral("n")));
+        m_clock.advance(60);
+        node.send(Command::Heartbeat, { { QStringLiteral("echo"), probe } });
+        QVERIFY(handled(2));
+        QCOMPARE(m_broker->roundTripOf(QStringLiteral("n")), std::optional<std::int64_t>(100));
+        m_clock.advance(300);
+        node.send(Command::Heartbeat, { { QStringLiteral("echo"), probe } }); // answered already
+        QVERIFY(handled(3));
+        QCOMPARE(m_broker->roundTripOf(QStringLiteral("n")), std::optional<std::int64_t>(100));
+    }
+
     void aNodeSilentForThreeHeartbeatsIsDroppedAndItsShardReissued()
     {
         const auto endpoint = start();

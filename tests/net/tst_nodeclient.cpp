@@ -275,6 +275,33 @@ private Q_SLOTS:
         QVERIFY(ready && ready->message.command == Command::Ready);
     }
 
+    // docs/PROTOCOL.md, "Round trips": a HEARTBEAT with a probe is echoed at once (the broker
+    // measures the node's round trip by it); one without, or with an oversized probe, is not.
+    void aProbeIsEchoedAtOnce()
+    {
+        auto session = start();
+        auto registration = nextRegister(session);
+        QVERIFY(registration);
+        welcome(session, *registration);
+        session.broker->drain(session.pump());
+        const QString huge(65, u'f');
+        session.broker->send(Command::Heartbeat, { { QStringLiteral("probe"), huge } }, {}, registration->routingId);
+        session.broker->send(Command::Heartbeat, {}, {}, registration->routingId);
+        session.broker->send(
+            Command::Heartbeat, { { QStringLiteral("probe"), QStringLiteral("8badf00d8badf00d") } }, {}, registration->routingId);
+        std::optional<tests::Received> echo;
+        QVERIFY(QTest::qWaitFor(
+            [&] {
+                session.node->step(5);
+                echo = session.broker->next([] {}, 5);
+                return echo.has_value();
+            },
+            10'000));
+        QCOMPARE(echo->message.command, Command::Heartbeat);
+        QCOMPARE(echo->message.header.value(QStringLiteral("echo")).toString(), QStringLiteral("8badf00d8badf00d"));
+        QVERIFY(!session.broker->next(session.pump(), 50)); // the others had none
+    }
+
     void anyMessageFromTheBrokerKeepsTheSessionAndSilenceEndsIt()
     {
         auto session = start();

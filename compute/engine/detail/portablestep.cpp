@@ -532,9 +532,11 @@ struct Boundary {
     std::vector<float> decoded;
     std::vector<char> encoded;
 
+    // -1 never: a boundary is whole rows of the model's width (checked where the stage starts).
     qsizetype bytesOf(std::int64_t elements) const
     {
-        return int8 ? qsizetype(portable::int8Bytes(elements, width)) : qsizetype(elements) * qsizetype(sizeof(float));
+        return int8 ? qsizetype(std::max<std::int64_t>(0, portable::int8Bytes(elements, width)))
+                    : qsizetype(elements) * qsizetype(sizeof(float));
     }
     // The floats a received tensor holds (its size was checked against bytesOf).
     core::Result<std::span<const float>> decode(const QByteArray& bytes)

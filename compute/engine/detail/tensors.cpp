@@ -277,12 +277,11 @@ core::Status visitFrom(std::shared_ptr<caffe2::serialize::ReadAdapterInterface> 
         for (const auto& ref : *refs) {
             if (!ownStorages)
                 break;
-            std::int64_t numel = 1, expected = 1;
+            std::int64_t numel = 1;
             bool contiguous = true;
-            for (qsizetype d = ref.sizes.size() - 1; d >= 0; --d) {
-                contiguous = contiguous && (ref.sizes[d] == 1 || ref.strides.value(d, -1) == expected);
-                expected *= ref.sizes[d];
-                numel *= ref.sizes[d];
+            for (qsizetype d = ref.sizes.size() - 1; d >= 0 && contiguous; --d) {
+                contiguous = ref.sizes[d] == 1 || ref.strides.value(d, -1) == numel;
+                contiguous = contiguous && !__builtin_mul_overflow(numel, ref.sizes[d], &numel);
             }
             if (users[ref.storageKey] != 1 || ref.offset != 0 || !contiguous || numel != ref.storageNumel)
                 return core::Error { {},

@@ -478,6 +478,34 @@ private Q_SLOTS:
         QVERIFY(!dequantiseRows(std::vector<char>(23), 4, back).empty() && back.empty());
         QVERIFY(!dequantiseRows(std::vector<char>(8), 0, back).empty());
         QCOMPARE(int8Bytes(10, 4), std::int64_t(-1));
+        // Ties to even, not away from zero: a row whose largest is 127 has the scale 1.
+        QVERIFY(quantiseRows(std::vector<float> { 127.0f, 2.5f, -2.5f, 3.5f }, 4, bytes).empty());
+        QCOMPARE(int(std::int8_t(bytes[5])), 2);
+        QCOMPARE(int(std::int8_t(bytes[6])), -2);
+        QCOMPARE(int(std::int8_t(bytes[7])), 4);
+        // A subnormal row: the scale is subnormal too, and nothing passes 127.
+        const float tiny = std::numeric_limits<float>::denorm_min() * 300.0f;
+        QVERIFY(quantiseRows(std::vector<float> { tiny, -tiny, tiny / 2, 0.0f }, 4, bytes).empty());
+        for (int k = 4; k < 8; ++k)
+            QVERIFY(std::abs(int(std::int8_t(bytes[std::size_t(k)]))) <= 127);
+        // A row no sender makes is refused: a scale that is negative, not finite or too large, the
+        // code -128, a code under a zero scale.
+        auto forged = [&](float given, char code) {
+            std::vector<char> row(8, 0);
+            std::memcpy(row.data(), &given, 4);
+            row[5] = code;
+            return dequantiseRows(row, 4, back);
+        };
+        QVERIFY(forged(0.5f, 3).empty());
+        QCOMPARE(back[1], 1.5f);
+        QVERIFY(!forged(-0.5f, 3).empty() && back.empty());
+        QVERIFY(!forged(-0.0f, 0).empty());
+        QVERIFY(!forged(std::numeric_limits<float>::quiet_NaN(), 3).empty());
+        QVERIFY(!forged(std::numeric_limits<float>::infinity(), 3).empty());
+        QVERIFY(!forged(std::numeric_limits<float>::max(), 3).empty());
+        QVERIFY(!forged(0.5f, char(-128)).empty());
+        QVERIFY(!forged(0.0f, 1).empty());
+        QVERIFY(forged(0.0f, 0).empty());
     }
 
     void whatTheCutDoesNotCoverIsRefused()
