@@ -13,20 +13,24 @@ private:
     QTemporaryDir m_dir;
 
     // verify: every stage result is re-executed (verification.rate 1).
-    QString writeJob(std::int64_t stages, bool verify = false)
+    // int8: the stages trade int8 tensors (training.pipeline.tensors).
+    QString writeJob(std::int64_t stages, bool verify = false, bool int8 = false)
     {
-        const QString file = m_dir.filePath(
-            QStringLiteral("pipeline-%1%2.json").arg(stages).arg(verify ? QStringLiteral("-verified") : QString()));
+        const QString file = m_dir.filePath(QStringLiteral("pipeline-%1%2%3.json")
+                                                .arg(stages)
+                                                .arg(verify ? QStringLiteral("-verified") : QString())
+                                                .arg(int8 ? QStringLiteral("-int8") : QString()));
         Cluster::writeFile(file,
             QStringLiteral(R"({
     "name": "pipelined gpt", "model": { "zoo": "gpt", "layers": 4, "heads": 2, "width": 32, "context": 32, "tied": false },
     "dataset": { "builtin": "fortunes" }, "optimizer": { "kind": "adamw", "lr": 0.003, "clipNorm": 1.0 },
     "training": { "rounds": 2, "shardsPerRound": 2, "localSteps": 8, "batchSize": 8, "seed": 4, "checkpointInterval": 4,
-                  "determinism": "portable", "pipeline": { "stages": %1, "microBatches": 4 } },
+                  "determinism": "portable", "pipeline": { "stages": %1, "microBatches": 4%3 } },
     "budget": "100"%2
 })")
                 .arg(stages)
-                .arg(verify ? QStringLiteral(R"(, "verification": { "rate": 1.0 })") : QString()));
+                .arg(verify ? QStringLiteral(R"(, "verification": { "rate": 1.0 })") : QString())
+                .arg(int8 ? QStringLiteral(R"(, "tensors": "int8")") : QString()));
         return file;
     }
 
@@ -34,17 +38,23 @@ private Q_SLOTS:
     // Two pipelines of S stages each a round, on 2 S nodes of different kernel choices and thread
     // limits: every stage's tensors go through the broker, and the job's weights are train-local's
     // (the same for S = 2 and S = 4: the stages are placement, not arithmetic).
+    // With int8 tensors (a quarter of the bytes through the broker), train-local quantises as the
+    // nodes do: the same bits again.
     void aPipelineJobOnNodesEndsOnTrainLocalsBits_data()
     {
         QTest::addColumn<int>("stages");
-        QTest::newRow("2 stages") << 2;
-        QTest::newRow("4 stages") << 4;
+        QTest::addColumn<bool>("int8");
+        QTest::newRow("2 stages") << 2 << false;
+        QTest::newRow("4 stages") << 4 << false;
+        QTest::newRow("2 stages, int8 tensors") << 2 << true;
     }
     void aPipelineJobOnNodesEndsOnTrainLocalsBits()
     {
         QFETCH(int, stages);
-        const auto jobFile = writeJob(stages);
-        const auto local = trainLocally(jobFile, m_dir.filePath(QStringLiteral("local-%1").arg(stages)));
+        QFETCH(bool, int8);
+        const auto jobFile = writeJob(stages, false, int8);
+        const auto local = trainLocally(
+            jobFile, m_dir.filePath(QStringLiteral("local-%1%2").arg(stages).arg(int8 ? QStringLiteral("-int8") : QString())));
         QVERIFY2(!local.hash.isEmpty(), qPrintable(local.output));
 
         Cluster cluster;
