@@ -2,6 +2,7 @@
 
 #include <ui/widgets/submitpanel.h>
 
+#include <QCheckBox>
 #include <QComboBox>
 #include <QCoreApplication>
 #include <QJsonDocument>
@@ -123,6 +124,14 @@ private Q_SLOTS:
         QCOMPARE(spec->training.pipeline.microBatches, 4);
         QVERIFY(!spec->model.tied);
         QCOMPARE(spec->unitsPerRound(), 2 * spec->training.shardsPerRound);
+        // int8 tensors, a pipeline's only.
+        auto* int8 = qobject_cast<QCheckBox*>(panel.field(QStringLiteral("int8Tensors")));
+        QVERIFY(int8 && int8->isEnabled() && !spec->training.pipeline.int8Tensors);
+        int8->setChecked(true);
+        QVERIFY(panel.spec()->training.pipeline.int8Tensors);
+        stages->setValue(1);
+        QVERIFY(!int8->isEnabled() && !panel.spec()->training.pipelined());
+        stages->setValue(2);
         stages->setValue(qobject_cast<QSpinBox*>(panel.field(QStringLiteral("layers")))->value() + 1);
         QVERIFY(!panel.spec().ok());
         QVERIFY(!panel.errorText().isEmpty());

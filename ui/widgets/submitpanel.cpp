@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include <QCheckBox>
 #include <QComboBox>
 #include <QDoubleSpinBox>
 #include <QFileDialog>
@@ -52,6 +53,7 @@ SubmitPanel::SubmitPanel(QWidget* parent)
     , m_context(spin(2, 4096, 128))
     , m_stages(spin(1, 16, 1))
     , m_microBatches(spin(1, 1024, 1))
+    , m_int8Tensors(new QCheckBox(tr("int8 tensors")))
     , m_scriptFile(new QLineEdit)
     , m_dataset(new QComboBox)
     , m_trainFile(new QLineEdit)
@@ -157,8 +159,11 @@ SubmitPanel::SubmitPanel(QWidget* parent)
             row->addWidget(new QLabel(label));
             row->addWidget(box);
         }
+        row->addWidget(m_int8Tensors);
         pipeline->setToolTip(tr("Layers on different nodes: each shard's blocks cut into stages that train together on "
                                 "that many nodes, each step's batch in micro-batches (portable mode)"));
+        m_int8Tensors->setToolTip(tr("The stages trade their activations and gradients as int8, about a quarter of the "
+                                     "bytes (docs/JOBS.md, \"Pipeline stages\")"));
     }
     form->addRow(tr("Pipeline"), pipeline);
     form->addRow(tr("TorchScript file"), fileRow(m_scriptFile, tr("TorchScript (*.pt *.pth)")));
@@ -204,18 +209,18 @@ SubmitPanel::SubmitPanel(QWidget* parent)
     m_fields = { { QStringLiteral("name"), m_name }, { QStringLiteral("model"), m_model }, { QStringLiteral("hidden"), m_hidden },
         { QStringLiteral("layers"), m_layers }, { QStringLiteral("heads"), m_heads }, { QStringLiteral("width"), m_width },
         { QStringLiteral("context"), m_context }, { QStringLiteral("stages"), m_stages },
-        { QStringLiteral("microBatches"), m_microBatches }, { QStringLiteral("scriptFile"), m_scriptFile },
-        { QStringLiteral("dataset"), m_dataset }, { QStringLiteral("trainFile"), m_trainFile },
-        { QStringLiteral("trainSamples"), m_trainSamples }, { QStringLiteral("optimizer"), m_optimizer },
-        { QStringLiteral("lr"), m_lr }, { QStringLiteral("momentum"), m_momentum }, { QStringLiteral("rounds"), m_rounds },
-        { QStringLiteral("shards"), m_shards }, { QStringLiteral("steps"), m_steps }, { QStringLiteral("batch"), m_batch },
-        { QStringLiteral("seed"), m_seed }, { QStringLiteral("aggregation"), m_aggregation },
-        { QStringLiteral("determinism"), m_determinism }, { QStringLiteral("budget"), m_budget },
-        { QStringLiteral("verification"), m_verification }, { QStringLiteral("kind"), m_kind },
-        { QStringLiteral("fromJob"), m_fromJob }, { QStringLiteral("task"), m_task }, { QStringLiteral("prompt"), m_prompt },
-        { QStringLiteral("promptCount"), m_promptCount }, { QStringLiteral("maxTokens"), m_maxTokens },
-        { QStringLiteral("temperature"), m_temperature }, { QStringLiteral("replicas"), m_replicas },
-        { QStringLiteral("serveMinutes"), m_serveMinutes } };
+        { QStringLiteral("microBatches"), m_microBatches }, { QStringLiteral("int8Tensors"), m_int8Tensors },
+        { QStringLiteral("scriptFile"), m_scriptFile }, { QStringLiteral("dataset"), m_dataset },
+        { QStringLiteral("trainFile"), m_trainFile }, { QStringLiteral("trainSamples"), m_trainSamples },
+        { QStringLiteral("optimizer"), m_optimizer }, { QStringLiteral("lr"), m_lr }, { QStringLiteral("momentum"), m_momentum },
+        { QStringLiteral("rounds"), m_rounds }, { QStringLiteral("shards"), m_shards }, { QStringLiteral("steps"), m_steps },
+        { QStringLiteral("batch"), m_batch }, { QStringLiteral("seed"), m_seed },
+        { QStringLiteral("aggregation"), m_aggregation }, { QStringLiteral("determinism"), m_determinism },
+        { QStringLiteral("budget"), m_budget }, { QStringLiteral("verification"), m_verification },
+        { QStringLiteral("kind"), m_kind }, { QStringLiteral("fromJob"), m_fromJob }, { QStringLiteral("task"), m_task },
+        { QStringLiteral("prompt"), m_prompt }, { QStringLiteral("promptCount"), m_promptCount },
+        { QStringLiteral("maxTokens"), m_maxTokens }, { QStringLiteral("temperature"), m_temperature },
+        { QStringLiteral("replicas"), m_replicas }, { QStringLiteral("serveMinutes"), m_serveMinutes } };
     m_trainingFields = { m_model, m_hidden, transformer, pipeline, m_scriptFile->parentWidget(), m_dataset,
         m_trainFile->parentWidget(), m_trainSamples, m_optimizer, m_lr, m_momentum, m_rounds, m_shards, m_steps, m_batch, m_seed,
         m_aggregation, m_determinism };
@@ -229,6 +234,7 @@ SubmitPanel::SubmitPanel(QWidget* parent)
         connect(box, &QSpinBox::valueChanged, this, &SubmitPanel::refresh);
     for (auto* box : { m_lr, m_momentum, m_verification, m_temperature })
         connect(box, &QDoubleSpinBox::valueChanged, this, &SubmitPanel::refresh);
+    connect(m_int8Tensors, &QCheckBox::toggled, this, &SubmitPanel::refresh);
     connect(m_submit, &QPushButton::clicked, this, [this] {
         auto job = spec();
         if (job && !m_submitting)
@@ -369,10 +375,13 @@ core::Result<core::JobSpec> SubmitPanel::spec() const
         { QStringLiteral("determinism"),
             model == u"torchscript" ? QStringLiteral("fast") : m_determinism->currentData().toString() } };
     const bool portable = m_determinism->currentData().toString() == u"portable";
-    if (model == u"gpt" && portable && m_stages->value() > 1) // micro-batches are a pipeline's
-        training.insert(QStringLiteral("pipeline"),
-            QJsonObject {
-                { QStringLiteral("stages"), m_stages->value() }, { QStringLiteral("microBatches"), m_microBatches->value() } });
+    if (model == u"gpt" && portable && m_stages->value() > 1) { // micro-batches are a pipeline's
+        QJsonObject pipeline { { QStringLiteral("stages"), m_stages->value() },
+            { QStringLiteral("microBatches"), m_microBatches->value() } };
+        if (m_int8Tensors->isChecked())
+            pipeline.insert(QStringLiteral("tensors"), QStringLiteral("int8"));
+        training.insert(QStringLiteral("pipeline"), pipeline);
+    }
     const QJsonObject job {
         { QStringLiteral("version"), 1 },
         { QStringLiteral("name"), m_name->text().trimmed() },
@@ -454,6 +463,7 @@ void SubmitPanel::refresh()
     const bool portable = m_determinism->currentData().toString() == u"portable";
     m_stages->setEnabled(gpt && portable && !inference); // a pipeline is a portable gpt's
     m_microBatches->setEnabled(m_stages->isEnabled() && m_stages->value() > 1);
+    m_int8Tensors->setEnabled(m_microBatches->isEnabled());
     m_hidden->setEnabled(zoo && !gpt && !inference);
     m_scriptFile->parentWidget()->setEnabled(!zoo && !inference);
     m_determinism->setEnabled(zoo && !inference); // a TorchScript model trains in fast mode

@@ -93,6 +93,7 @@ private:
     QSpinBox* m_context;
     QSpinBox* m_stages; // gpt, portable: a pipeline (docs/JOBS.md, "Pipeline stages")
     QSpinBox* m_microBatches;
+    QCheckBox* m_int8Tensors; // what the stages trade: int8 rows (training.pipeline.tensors)
     QLineEdit* m_scriptFile;
     QComboBox* m_dataset;
     QLineEdit* m_trainFile;
