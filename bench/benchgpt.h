@@ -20,14 +20,7 @@ struct BenchGpt {
 
 inline BenchGpt fortunesSizedGpt(const QTemporaryDir& dir)
 {
-    auto trained = core::smallMlpJob(QStringLiteral("bench gpt"));
-    trained.model = core::ModelSpec {};
-    trained.model.zoo = QStringLiteral("gpt");
-    trained.model.layers = 4;
-    trained.model.heads = 4;
-    trained.model.width = 160;
-    trained.model.context = 128;
-    trained.dataset.builtin = QStringLiteral("fortunes");
+    const auto trained = core::smallGptJob(QStringLiteral("bench gpt"), 4, 4, 160, 128);
     auto initial = compute::initialWeights(trained, {});
     if (!initial)
         qFatal("%s", qPrintable(initial.error().toString()));

@@ -44,15 +44,8 @@ namespace {
 core::JobSpec pipelinedGpt(
     std::int64_t layers, std::int64_t width, std::int64_t context, std::int64_t batch, std::int64_t micro, std::int64_t steps)
 {
-    auto spec = core::smallMlpJob(QStringLiteral("pipeline bench"));
-    spec.model = core::ModelSpec {};
-    spec.model.zoo = QStringLiteral("gpt");
-    spec.model.layers = layers;
-    spec.model.heads = 4;
-    spec.model.width = width;
-    spec.model.context = context;
+    auto spec = core::smallGptJob(QStringLiteral("pipeline bench"), layers, 4, width, context);
     spec.model.tied = false;
-    spec.dataset.builtin = QStringLiteral("fortunes");
     spec.optimizer = core::OptimizerSpec {};
     spec.optimizer.kind = core::OptimizerSpec::Kind::AdamW;
     spec.optimizer.lr = 0.001;

@@ -78,14 +78,15 @@ namespace {
 
 // A gpt's parameters by part: a block (two layer norms, attention's qkv and projection, the MLP's
 // two linear layers, with biases), the embeddings, the last layer norm and the untied head.
+// With the vocabulary they are of (the built-in text's 256 when the model names none).
 struct GptParameters {
-    double block = 0, embeddings = 0, head = 0;
+    double block = 0, embeddings = 0, head = 0, vocabulary = 0;
 };
 GptParameters gptParameters(const ModelSpec& model)
 {
     const double width = double(model.width), vocabulary = model.vocabulary > 0 ? double(model.vocabulary) : 256.0;
     return { 12.0 * width * width + 13.0 * width, (vocabulary + double(model.context)) * width,
-        2.0 * width + (model.tied ? 0.0 : vocabulary * width) };
+        2.0 * width + (model.tied ? 0.0 : vocabulary * width), vocabulary };
 }
 
 } // namespace
@@ -108,9 +109,8 @@ ShardMemory estimateStageMemory(const ModelSpec& model, const OptimizerSpec& opt
     memory.model = carriesOptimizer ? whole.model
                                     : std::int64_t(std::min(Largest, std::max(4.0 * own * (4.0 + 2.0 * stateSlots), 4.0 * all)));
     const double length = double(model.context), c = double(model.width);
-    const double vocabulary = model.vocabulary > 0 ? double(model.vocabulary) : 256.0;
     const double perToken
-        = double(end - first) * (16.0 * c + 2.0 * double(model.heads) * length) + (last ? 2.0 * vocabulary : 0.0);
+        = double(end - first) * (16.0 * c + 2.0 * double(model.heads) * length) + (last ? 2.0 * parts.vocabulary : 0.0);
     const auto m = std::max<std::int64_t>(1, microBatches);
     const double inFlight = double(std::min(stages - stage, m));
     memory.activations = std::int64_t(

@@ -35,6 +35,21 @@ inline JobSpec smallMlpJob(const QString& name, const QList<std::int64_t>& hidde
     return spec;
 }
 
+// The small MLP job (above) with a zoo gpt of `layers` blocks of `heads` heads, `width` and
+// `context` on the built-in text instead: the gpt the tests and benches start from.
+inline JobSpec smallGptJob(const QString& name, std::int64_t layers, std::int64_t heads, std::int64_t width, std::int64_t context)
+{
+    auto spec = smallMlpJob(name);
+    spec.model = ModelSpec {};
+    spec.model.zoo = QStringLiteral("gpt");
+    spec.model.layers = layers;
+    spec.model.heads = heads;
+    spec.model.width = width;
+    spec.model.context = context;
+    spec.dataset.builtin = QStringLiteral("fortunes");
+    return spec;
+}
+
 // An inference job that runs `trained`'s model and data with the weights in `weightsFile`
 // (docs/JOBS.md, "Inference jobs"), for the tests and benches; read as a job file is, so that its
 // training fields are filled in from `inference`. nullopt when it is not a valid job.

@@ -299,14 +299,6 @@ ShardRun::~ShardRun() = default;
 
 namespace {
 
-QString sizesOf(const std::vector<std::int64_t>& sizes)
-{
-    QStringList each;
-    for (const auto size : sizes)
-        each.append(QString::number(size));
-    return QStringLiteral("[%1]").arg(each.join(QStringLiteral(", ")));
-}
-
 // A stage task's share of the round's weights, read from their file one tensor at a time
 // (ShardRun::startFromFile): every tensor goes into the hash of the whole and is checked against
 // the model's (name, shape, dtype); the stage's own parameters and the model's buffers are copied
@@ -315,9 +307,9 @@ QString sizesOf(const std::vector<std::int64_t>& sizes)
 core::Status loadStageShare(ShardRun::Private& d, const QString& weightsFile)
 {
     auto unfit = [](const QString& why) { return core::Error { QStringLiteral("startWeights"), why }; };
-    std::map<std::string, std::pair<std::vector<std::int64_t>, at::ScalarType>> expected;
+    std::map<std::string, at::Tensor> expected; // the model's tensors' shapes and dtypes, on the meta device
     for (const auto& [name, tensor] : d.model->state())
-        expected.emplace(name, std::make_pair(tensor.sizes().vec(), tensor.scalar_type()));
+        expected.emplace(name, at::empty(tensor.sizes(), tensor.options().device(at::kMeta)));
     d.optimizer->releaseAllBut([&](const std::string& name) { return ownedBy(d, name); });
     std::set<std::string> released;
     for (const auto& [name, parameter] : d.model->parameters()) {
@@ -338,12 +330,12 @@ core::Status loadStageShare(ShardRun::Private& d, const QString& weightsFile)
             const auto shape = expected.find(name);
             if (shape == expected.end())
                 return unfit(QStringLiteral("the start weights have '%1', which the model does not").arg(tensorName));
-            if (tensor.sizes().vec() != shape->second.first)
+            if (tensor.sizes() != shape->second.sizes())
                 return unfit(QStringLiteral("'%1' is %2 in the start weights but %3 in the model")
-                                 .arg(tensorName, sizesOf(tensor.sizes().vec()), sizesOf(shape->second.first)));
+                                 .arg(tensorName, shapeOf(tensor), shapeOf(shape->second)));
             // A broker's round weights are the model's own state: a stage refuses another dtype
             // rather than hash one thing and train on another.
-            if (tensor.scalar_type() != shape->second.second)
+            if (tensor.scalar_type() != shape->second.scalar_type())
                 return unfit(QStringLiteral("'%1' has another dtype in the start weights than in the model").arg(tensorName));
             ++seen;
             addCanonicalRecord(hasher, name, tensor);

@@ -259,24 +259,25 @@ std::string quantiseRows(std::span<const float> values, std::int64_t width, std:
     if (int8Bytes(elements, width) < 0)
         return std::to_string(elements) + " values are not whole rows of " + std::to_string(width);
     const auto rows = elements / width;
-    std::vector<char> bytes(std::size_t(int8Bytes(elements, width)));
+    out.resize(std::size_t(int8Bytes(elements, width))); // the caller's buffer, kept from call to call
     for (std::int64_t r = 0; r < rows; ++r) {
         const float* row = values.data() + r * width;
         float largest = 0.0f;
         for (std::int64_t k = 0; k < width; ++k) {
-            if (!std::isfinite(row[k]))
+            if (!std::isfinite(row[k])) {
+                out.clear();
                 return "a value to send is not finite (is the learning rate too high?)";
+            }
             largest = std::max(largest, std::fabs(row[k]));
         }
         const float scale = largest / 127.0f;
-        std::memcpy(bytes.data() + r * std::int64_t(sizeof(float)), &scale, sizeof(float)); // little-endian hosts
-        auto* codes = bytes.data() + rows * std::int64_t(sizeof(float)) + r * width;
+        std::memcpy(out.data() + r * std::int64_t(sizeof(float)), &scale, sizeof(float)); // little-endian hosts
+        auto* codes = out.data() + rows * std::int64_t(sizeof(float)) + r * width;
         for (std::int64_t k = 0; k < width; ++k) {
             const float level = scale == 0.0f ? 0.0f : std::nearbyint(row[k] / scale);
             codes[k] = static_cast<char>(static_cast<std::int8_t>(std::clamp(level, -127.0f, 127.0f)));
         }
     }
-    out = std::move(bytes);
     return {};
 }
 
@@ -287,23 +288,27 @@ std::string dequantiseRows(std::span<const char> bytes, std::int64_t width, std:
     if (width <= 0 || size % (width + std::int64_t(sizeof(float))) != 0)
         return std::to_string(size) + " bytes are not whole int8 rows of " + std::to_string(width);
     const auto rows = size / (width + std::int64_t(sizeof(float)));
-    std::vector<float> values(std::size_t(rows * width));
+    out.resize(std::size_t(rows * width)); // the caller's buffer, kept from call to call
     for (std::int64_t r = 0; r < rows; ++r) {
         float scale = 0.0f;
         std::memcpy(&scale, bytes.data() + r * std::int64_t(sizeof(float)), sizeof(float));
         // What quantiseRows can make, and nothing else: a scale that is +0 or a positive finite
         // float of at most FLT_MAX / 127, codes in [-127, 127], all 0 under a zero scale.
+        std::string wrong;
         if (!std::isfinite(scale) || std::signbit(scale) || scale > std::numeric_limits<float>::max() / 127.0f)
-            return "row " + std::to_string(r) + "'s scale is not one a sender makes";
+            wrong = "row " + std::to_string(r) + "'s scale is not one a sender makes";
         const auto* codes = bytes.data() + rows * std::int64_t(sizeof(float)) + r * width;
-        for (std::int64_t k = 0; k < width; ++k) {
+        for (std::int64_t k = 0; k < width && wrong.empty(); ++k) {
             const auto code = static_cast<std::int8_t>(codes[k]);
             if (code == -128 || (scale == 0.0f && code != 0))
-                return "row " + std::to_string(r) + " has a code a sender does not make";
-            values[std::size_t(r * width + k)] = float(code) * scale;
+                wrong = "row " + std::to_string(r) + " has a code a sender does not make";
+            out[std::size_t(r * width + k)] = float(code) * scale;
+        }
+        if (!wrong.empty()) {
+            out.clear();
+            return wrong;
         }
     }
-    out = std::move(values);
     return {};
 }
 

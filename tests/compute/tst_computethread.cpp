@@ -432,15 +432,8 @@ private Q_SLOTS:
     // trains it with its partner to the pipeline's bits.
     void aStageIsMeasuredByItsShareOfTheModel()
     {
-        auto spec = core::smallMlpJob(QStringLiteral("stages"));
-        spec.model = core::ModelSpec {};
-        spec.model.zoo = QStringLiteral("gpt");
-        spec.model.layers = 4;
-        spec.model.heads = 2;
-        spec.model.width = 256;
-        spec.model.context = 16;
+        auto spec = core::smallGptJob(QStringLiteral("stages"), 4, 2, 256, 16);
         spec.model.tied = false;
-        spec.dataset.builtin = QStringLiteral("fortunes");
         spec.optimizer = core::OptimizerSpec {};
         spec.optimizer.kind = core::OptimizerSpec::Kind::AdamW;
         spec.training.determinism = core::TrainingSpec::Determinism::Portable;

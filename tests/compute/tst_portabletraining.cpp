@@ -37,6 +37,22 @@ struct Tap final : compute::StageLink {
     }
 };
 
+// The small gpt, untied and portable: `layers` blocks, `steps` steps of `batch` samples with a
+// checkpoint every `interval`, and `pipeline`'s stages and micro-batches.
+core::JobSpec portableGpt(std::int64_t layers, std::int64_t steps, std::int64_t interval, std::int64_t batch,
+    core::TrainingSpec::Pipeline pipeline = {})
+{
+    auto spec = smallGpt();
+    spec.model.tied = false;
+    spec.model.layers = layers;
+    spec.training.determinism = core::TrainingSpec::Determinism::Portable;
+    spec.training.localSteps = steps;
+    spec.training.checkpointInterval = interval;
+    spec.training.batchSize = batch;
+    spec.training.pipeline = pipeline;
+    return spec;
+}
+
 // Both stages of a shard trained live over recording links (stage 0 lies when `lies`).
 std::vector<compute::ShardOutput> trainStages(
     const core::ShardTask& shard, const QByteArray& start, std::vector<std::unique_ptr<Tap>>& taps, bool lies)
@@ -126,13 +142,7 @@ private Q_SLOTS:
     // same bits on every kernel and thread count.
     void aMicroBatchedShardAveragesItsMicroBatchesGradients()
     {
-        auto spec = smallGpt();
-        spec.model.tied = false;
-        spec.model.layers = 4;
-        spec.training.determinism = core::TrainingSpec::Determinism::Portable;
-        spec.training.localSteps = 6;
-        spec.training.batchSize = 8;
-        spec.training.checkpointInterval = 3;
+        const auto spec = portableGpt(4, 6, 3, 8);
         const auto plain = prepare(spec);
         const auto whole = compute::runShard(plain.tasks[0], plain.start.bytes, {});
         QCOMPARE(whole.result.outcome, core::ShardResult::Outcome::Completed);
@@ -175,17 +185,10 @@ private Q_SLOTS:
     void aPipelineShardAcrossStagesEndsOnTheWholeShardsBits()
     {
         for (const auto kind : { core::OptimizerSpec::Kind::AdamW, core::OptimizerSpec::Kind::Sgd }) {
-            auto spec = smallGpt();
-            spec.model.tied = false;
-            spec.model.layers = 4;
+            auto spec = portableGpt(4, 4, 2, 8, { 2, 4 });
             spec.optimizer.kind = kind;
             spec.optimizer.momentum = kind == core::OptimizerSpec::Kind::Sgd ? 0.9 : 0.0;
             spec.optimizer.clipNorm = kind == core::OptimizerSpec::Kind::AdamW ? 0.5 : 0.0;
-            spec.training.determinism = core::TrainingSpec::Determinism::Portable;
-            spec.training.localSteps = 4;
-            spec.training.batchSize = 8;
-            spec.training.checkpointInterval = 2;
-            spec.training.pipeline = { 2, 4 };
             QVERIFY(spec.validate().ok());
             const auto prepared = prepare(spec);
             const auto& task = prepared.tasks[0];
@@ -228,15 +231,8 @@ private Q_SLOTS:
     // right activation, so its root differs, though its own chain does not.
     void aStageReExecutedFromWhatItReceivedGivesItsBitsUnlessItLied()
     {
-        auto spec = smallGpt();
-        spec.model.tied = false;
-        spec.model.layers = 2;
+        auto spec = portableGpt(2, 3, 2, 4, { 2, 2 });
         spec.optimizer.clipNorm = 0.5; // the stages' sums travel too
-        spec.training.determinism = core::TrainingSpec::Determinism::Portable;
-        spec.training.localSteps = 3;
-        spec.training.checkpointInterval = 2;
-        spec.training.batchSize = 4;
-        spec.training.pipeline = { 2, 2 };
         QVERIFY(spec.validate().ok());
         const auto prepared = prepare(spec);
         // Each stage's link to the other, with what it received recorded as the broker records it,
@@ -289,14 +285,7 @@ private Q_SLOTS:
         using Variant = std::pair<core::Compression, bool>; // the update's compression, int8 stage tensors
         for (const auto& [compression, int8Tensors] : { Variant { core::Compression::Int8, false },
                  Variant { core::Compression::None, false }, Variant { core::Compression::None, true } }) {
-            auto spec = smallGpt();
-            spec.model.tied = false;
-            spec.model.layers = 2;
-            spec.training.determinism = core::TrainingSpec::Determinism::Portable;
-            spec.training.localSteps = 2;
-            spec.training.checkpointInterval = 1;
-            spec.training.batchSize = 4;
-            spec.training.pipeline = { 2, 2 };
+            auto spec = portableGpt(2, 2, 1, 4, { 2, 2 });
             spec.aggregation.compression = compression;
             spec.training.pipeline.int8Tensors = int8Tensors;
             QVERIFY(spec.validate().ok());
@@ -380,14 +369,7 @@ private Q_SLOTS:
     // hash on every kernel (the matrix products' choice), and trains about as the float32 job does.
     void aPipelineOfInt8TensorsTradesAQuarterOfTheBytes()
     {
-        auto spec = smallGpt();
-        spec.model.tied = false;
-        spec.model.layers = 2;
-        spec.training.determinism = core::TrainingSpec::Determinism::Portable;
-        spec.training.localSteps = 20;
-        spec.training.checkpointInterval = 10;
-        spec.training.batchSize = 8;
-        spec.training.pipeline = { 2, 4 };
+        auto spec = portableGpt(2, 20, 10, 8, { 2, 4 });
         const auto prepared = prepare(spec);
         spec.training.pipeline.int8Tensors = true;
         QVERIFY(spec.validate().ok());

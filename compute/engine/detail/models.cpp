@@ -30,8 +30,6 @@ NamedTensors Model::state()
     return all;
 }
 
-namespace {
-
 QString shapeOf(const at::Tensor& tensor)
 {
     QStringList sizes;
@@ -39,8 +37,6 @@ QString shapeOf(const at::Tensor& tensor)
         sizes.append(QString::number(size));
     return QStringLiteral("[%1]").arg(sizes.join(QStringLiteral(", ")));
 }
-
-} // namespace
 
 core::Status Model::loadState(const NamedTensors& values, const QString& what, bool sameDtype)
 {

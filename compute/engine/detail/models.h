@@ -150,6 +150,8 @@ core::Result<std::unique_ptr<Model>> buildModel(const core::ModelSpec& spec, con
 // (inference only), for job owners who want to run the trained model without Tessera.
 // The device a ComputeEnvironment names ("", "cpu", "cuda", "cuda:N"), checked against this LibTorch.
 core::Result<c10::Device> resolveDevice(const QString& name);
+// A tensor's sizes as an error names them: "[4, 32]".
+QString shapeOf(const at::Tensor& tensor);
 // How the runtime profile names a device: "cpu", or "cuda:sm" and its compute capability.
 QString deviceProfileName(const c10::Device& device);
 

@@ -274,9 +274,7 @@ core::Status visitFrom(std::shared_ptr<caffe2::serialize::ReadAdapterInterface> 
         for (const auto& ref : *refs)
             ++users[ref.storageKey];
         std::map<QString, int> left = users; // how many are still to be visited
-        for (const auto& ref : *refs) {
-            if (!ownStorages)
-                break;
+        for (const auto& ref : ownStorages ? *refs : QList<pickle::TensorRef> {}) {
             std::int64_t numel = 1;
             bool contiguous = true;
             for (qsizetype d = ref.sizes.size() - 1; d >= 0 && contiguous; --d) {
