@@ -2,10 +2,13 @@
 # A pipeline job (docs/PROTOCOL.md, "Stage tasks") with each process on a host of its own (ip
 # netns, addresses of their own): a broker and four nodes, two pipelines of two stages a round, the
 # stages' tensors relayed by the broker between hosts. The job must end on train-local's bits with
-# the books balanced. Needs root; exits 77 (skipped) where namespaces cannot be made.
-# Usage: pipeline-netns.sh BIN_DIR
+# the books balanced. Needs root; exits 77 (skipped) where namespaces cannot be made. TENSORS:
+# what the stages trade (training.pipeline.tensors), float32 (the default) or int8.
+# Usage: pipeline-netns.sh BIN_DIR [TENSORS]
 set -euo pipefail
 bin=$(cd "$1" && pwd)
+tensors=${2:-float32}
+case "$tensors" in float32|int8) ;; *) echo "tensors: float32 or int8, not $tensors"; exit 2 ;; esac
 here=$(cd "$(dirname "$0")" && pwd)
 work=$(mktemp -d "${TMPDIR:-/tmp}/pipeline-netns.XXXXXX")
 tag=$(($$ % 10000))
@@ -30,11 +33,11 @@ if [ "$made" -eq 1 ]; then
 fi
 [ "$made" -eq 0 ] || { echo "cannot make the hosts' namespaces"; exit 1; }
 
-cat > "$work/job.json" <<'JOB'
+cat > "$work/job.json" <<JOB
 { "name": "pipelined gpt", "model": { "zoo": "gpt", "layers": 4, "heads": 2, "width": 32, "context": 32, "tied": false },
   "dataset": { "builtin": "fortunes" }, "optimizer": { "kind": "adamw", "lr": 0.003, "clipNorm": 1.0 },
   "training": { "rounds": 2, "shardsPerRound": 2, "localSteps": 8, "batchSize": 8, "seed": 4, "checkpointInterval": 4,
-                "determinism": "portable", "pipeline": { "stages": 2, "microBatches": 4 } },
+                "determinism": "portable", "pipeline": { "stages": 2, "microBatches": 4, "tensors": "$tensors" } },
   "budget": "100" }
 JOB
 port=$(/usr/bin/python3 "$here/../../scripts/free_port.py")
@@ -73,5 +76,5 @@ hosts=$(grep -c "registered: node-" "$work/broker.log" || true)
 if ! owner ledger > "$work/ledger.txt" 2>&1; then
     echo "FAIL: the books do not balance"; cat "$work/ledger.txt"; status=1
 fi
-[ $status -eq 0 ] && echo "pipeline-netns: 2 pipelines of 2 stages on 4 hosts ended on train-local's $expected"
+[ $status -eq 0 ] && echo "pipeline-netns: 2 pipelines of 2 stages ($tensors tensors) on 4 hosts ended on train-local's $expected"
 exit $status
