@@ -48,9 +48,9 @@ public:
     QList<Served> takeServed(const QString& tag) override;
     QList<ReplicaHost::Summary> hosted() { return m_replicas->summaries(); }
     bool idle() const override;
-    // Stage tasks run on the compute thread with LibTorch in this process (an executor without an
-    // in-thread backend, the desktop app's, runs none), each over a link whose tensors wait here.
-    bool runsStages() const override { return m_inThread != nullptr; }
+    // Stage tasks run on the compute thread with LibTorch in this process, or in its compute worker
+    // (the desktop app's executor has no in-thread backend), each over a link whose tensors wait here.
+    bool runsStages() const override { return true; }
     QList<Tensor> takeTensors(const QString& tag) override;
     void deliverTensor(const Tensor& tensor) override;
     void stopStage(const QString& assignment, const QString& reason) override;

@@ -336,16 +336,18 @@ int train(const Arguments& arguments)
     }
 }
 
-// One line from the supervisor (without its newline); nullopt at the end of the pipe.
+// One line from the supervisor (without its newline); nullopt at the end of the pipe. getline, not
+// a character at a time: a stage's tensor comes as one line of base64 (megabytes for a large model).
 std::optional<std::string> readCommand()
 {
-    std::string line;
-    for (int c; (c = std::fgetc(stdin)) != EOF;) {
-        if (c == '\n')
-            return line;
-        line.push_back(char(c));
-    }
-    return line.empty() ? std::nullopt : std::optional<std::string>(line);
+    char* buffer = nullptr;
+    std::size_t capacity = 0;
+    const ssize_t got = ::getline(&buffer, &capacity, stdin);
+    std::optional<std::string> line;
+    if (got > 0)
+        line = std::string(buffer, std::size_t(buffer[got - 1] == '\n' ? got - 1 : got));
+    std::free(buffer);
+    return line;
 }
 
 void answer(const QString& line)
@@ -353,6 +355,49 @@ void answer(const QString& line)
     std::fprintf(answers, "%s\n", line.toUtf8().constData());
     std::fflush(answers);
 }
+
+// A live stage task's link (compute::StageLink) through the supervisor, which holds the real one
+// (protocol::links): each tensor is a request line on the answers' pipe and a reply on stdin.
+class PipeStageLink final : public compute::StageLink {
+public:
+    core::Status send(std::int64_t to, Kind kind, std::int64_t step, std::int64_t micro, const QByteArray& bytes) override
+    {
+        answer(protocol::links::send({ to, kind, step, micro }, bytes));
+        auto reply = replied();
+        if (!reply)
+            return reply.error();
+        if (*reply != protocol::links::Sent)
+            return unexpected(*reply);
+        return {};
+    }
+    core::Result<QByteArray> receive(std::int64_t from, Kind kind, std::int64_t step, std::int64_t micro) override
+    {
+        answer(protocol::links::receive({ from, kind, step, micro }));
+        auto reply = replied();
+        if (!reply)
+            return reply.error();
+        if (auto bytes = protocol::links::tensorOf(*reply))
+            return *bytes;
+        return unexpected(*reply);
+    }
+
+private:
+    // The supervisor's reply; its "error MESSAGE" (the link failed) as the error.
+    static core::Result<QString> replied()
+    {
+        const auto line = readCommand();
+        if (!line)
+            return core::Error { QStringLiteral("stage"), QStringLiteral("the supervisor closed the pipe") };
+        QString reply = QString::fromStdString(*line);
+        if (const auto why = protocol::answers::errorOf(reply))
+            return core::Error { QStringLiteral("stage"), *why };
+        return reply;
+    }
+    static core::Error unexpected(const QString& reply)
+    {
+        return core::Error { QStringLiteral("stage"), QStringLiteral("the supervisor answered %1").arg(reply.left(80)) };
+    }
+};
 
 // Shards driven a few steps at a time by the supervisor's compute thread, which keeps pausing,
 // cancelling and the duty cycle on its side (RemoteShardRun in worker.h), one after another: each
@@ -391,14 +436,33 @@ void serveReplica(const QString& line, const QDir& scratch, const compute::Compu
     answer(protocol::answers::answered(*answered));
 }
 
+// The shard of the task the supervisor left in the scratch folder with its inputs, started (or
+// resumed from suspended.in); a live stage trades its tensors over `link`.
+core::Result<std::unique_ptr<compute::ShardRun>> startShard(
+    bool resume, const QDir& scratch, const compute::ComputeEnvironment& environment, compute::StageLink& link)
+{
+    auto read = [&](const QString& name) { return core::readFile(scratch.filePath(name)).value_or(QByteArray()); };
+    auto task = loadTask(scratch);
+    if (!task)
+        return task.error();
+    // A stage reads its share of the round's weights from the file, never the whole.
+    auto started = resume ? compute::ShardRun::resume(*task, read(protocol::files::SuspendedIn), environment,
+                       compute::ShardRun::StateOrigin::Own, read(protocol::files::WeightsIn))
+        : task->isStage() ? compute::ShardRun::startFromFile(*task, scratch.filePath(protocol::files::WeightsIn), environment)
+                          : compute::ShardRun::start(*task, read(protocol::files::WeightsIn), environment);
+    if (started && task->isLiveStage())
+        (*started)->setStageLink(&link);
+    return started;
+}
+
 int serve(const Arguments& arguments)
 {
     const QDir scratch(arguments.scratch);
     const auto environment = environmentOf(arguments);
-    auto read = [&](const QString& name) { return core::readFile(scratch.filePath(name)).value_or(QByteArray()); };
     auto error = [&](const QString& why) { answer(protocol::answers::error(reasonOf(why, arguments.memoryMiB))); };
 
     std::unique_ptr<compute::ShardRun> run;
+    PipeStageLink link; // a live stage task's
     std::unique_ptr<compute::HostedModel> hosted; // a served model's replica
     try {
         while (const auto command = readCommand()) {
@@ -411,16 +475,7 @@ int serve(const Arguments& arguments)
             }
             if (line == protocol::requests::Start || line == protocol::requests::Resume) {
                 run.reset();
-                // The supervisor writes each shard's task and inputs before it says start.
-                auto task = loadTask(scratch);
-                if (!task) {
-                    error(task.error().toString());
-                    continue;
-                }
-                auto started = line == protocol::requests::Start
-                    ? compute::ShardRun::start(*task, read(protocol::files::WeightsIn), environment)
-                    : compute::ShardRun::resume(*task, read(protocol::files::SuspendedIn), environment,
-                        compute::ShardRun::StateOrigin::Own, read(protocol::files::WeightsIn));
+                auto started = startShard(line == protocol::requests::Resume, scratch, environment, link);
                 if (!started) {
                     error(started.error().toString());
                     continue;
@@ -439,7 +494,9 @@ int serve(const Arguments& arguments)
                 core::Status status;
                 for (std::int64_t i = 0; i < steps && status && !run->finished(); ++i)
                     status = run->step();
-                if (!status)
+                if (!status && status.error().field == u"link") // its partners' fault, or the link's: given back
+                    answer(protocol::links::failed(status.error().message));
+                else if (!status)
                     error(status.error().toString());
                 else
                     answer(protocol::answers::stepped({ run->completedSteps(), run->lastLoss(), timer.nsecsElapsed() }));

@@ -952,16 +952,29 @@ void DesktopApp::describeShard(ui::Overview& overview) const
         overview.pauseCost = tr("Pausing now costs nothing: the shard stops after this step and resumes there");
         return;
     }
-    overview.shard = tr("job %1, round %2, shard %3: step %4 of %5")
-                         .arg(m_progress->jobId, QString::number(m_progress->round + 1), QString::number(m_progress->shard + 1),
-                             QString::number(m_progress->step), QString::number(m_progress->steps));
+    describeTraining(*m_progress, overview);
+}
+
+void DesktopApp::describeTraining(const compute::ShardProgress& progress, ui::Overview& overview)
+{
+    const QString where = progress.stages > 0 // a pipeline's stage: its place, and so its share of the model
+        ? tr("stage %1 of %2 of job %3, round %4, shard %5")
+              .arg(QString::number(progress.stage + 1), QString::number(progress.stages), progress.jobId,
+                  QString::number(progress.round + 1), QString::number(progress.shard + 1))
+        : tr("job %1, round %2, shard %3")
+              .arg(progress.jobId, QString::number(progress.round + 1), QString::number(progress.shard + 1));
+    overview.shard = tr("%1: step %2 of %3").arg(where, QString::number(progress.step), QString::number(progress.steps));
     overview.speed = tr("%1 samples/s, %2 s left, loss %3")
-                         .arg(m_progress->samplesPerSecond, 0, 'f', 0)
-                         .arg(double(m_progress->etaMs) / 1000.0, 0, 'f', 1)
-                         .arg(m_progress->loss, 0, 'f', 3);
-    overview.pauseCost = tr("Pausing now costs nothing: the shard stops after step %1 and resumes there (if its deadline passes "
-                            "first, another node gets it and these %1 steps are not paid)")
-                             .arg(m_progress->step);
+                         .arg(progress.samplesPerSecond, 0, 'f', 0)
+                         .arg(double(progress.etaMs) / 1000.0, 0, 'f', 1)
+                         .arg(progress.loss, 0, 'f', 3);
+    overview.pauseCost = progress.stages > 0
+        ? tr("Pausing now gives this stage back after step %1: its partners cannot wait, so the broker gives it to "
+             "another node and these %1 steps are not paid")
+              .arg(progress.step)
+        : tr("Pausing now costs nothing: the shard stops after step %1 and resumes there (if its deadline passes "
+             "first, another node gets it and these %1 steps are not paid)")
+              .arg(progress.step);
 }
 
 void DesktopApp::note(const QString& level, const QString& area, const QString& text)

@@ -56,6 +56,8 @@ public:
     // The practice job the local broker gets at the first "Start contributing" (none with a
     // network configured): small, clearly named, paid by the local faucet.
     static core::JobSpec demoJob();
+    // The Overview's lines for a training shard in progress (a pipeline's stage says its place).
+    static void describeTraining(const compute::ShardProgress& progress, ui::Overview& overview);
     void snoozeFor(std::int64_t seconds);
     void snoozeUntilIdle();
     // Submits a job to the first broker (the embedded one when there is one): its id, when the

@@ -34,6 +34,9 @@ struct ShardProgress {
     // An inference shard's task ("classify", "generate", "score"; its steps are batches or
     // prompts, its samples inputs); empty for training.
     QString inference = {};
+    // A stage task's place in its pipeline (0-based stage of `stages`); stages 0: not a stage.
+    std::int64_t stage = 0;
+    std::int64_t stages = 0;
 
     // samplesPerSecond and etaMs at `stepsPerSecond`, for batches of `batchSize`.
     void setPace(double stepsPerSecond, std::int64_t batchSize)

@@ -587,6 +587,10 @@ void ComputeThread::Private::reportProgress(const core::ShardTask& task, const S
     progress.setPace(double(done - pace.firstStep) / seconds, task.batchSize);
     if (task.inference)
         progress.inference = core::nameOf(task.inference->task);
+    if (task.isStage()) {
+        progress.stage = task.stage;
+        progress.stages = task.stages;
+    }
     Q_EMIT q->progress(progress);
 }
 
@@ -609,10 +613,11 @@ core::Result<std::unique_ptr<ShardSteps>> ComputeThread::Private::open(const Que
     const auto& task = item.task;
     auto [enabled, options] = workerOptions(item.timeLimitMs);
     // A stage task runs Tessera's own gpt (no job code) and trades tensors as it steps: on this
-    // thread, in a program that links LibTorch (one that does not declares no capability pipeline).
-    if (task.isStage()) { // a live stage over its link, a re-executed one from its recorded inputs
-        if (!inThread || (task.isLiveStage() && !item.link))
-            return core::Error { QStringLiteral("sandbox"), QStringLiteral("this node runs no stage tasks") };
+    // thread in a program that links LibTorch, else in a worker that asks for its tensors over its
+    // pipes (the desktop app). A live stage over its link, a re-executed one from its recorded inputs.
+    if (task.isLiveStage() && !item.link)
+        return core::Error { QStringLiteral("sandbox"), QStringLiteral("this node runs no stage tasks") };
+    if (task.isStage() && inThread) {
         worker.reset();
         return inThread->open(task, item.weights, item.suspended, here, item.link.get(), item.weightsFile);
     }
@@ -641,7 +646,8 @@ core::Result<std::unique_ptr<ShardSteps>> ComputeThread::Private::open(const Que
         }
         worker = std::move(*spawned);
     }
-    auto opened = sandbox::RemoteShardRun::open(task, item.weights, item.suspended, worker, options);
+    auto opened
+        = sandbox::RemoteShardRun::open(task, item.weights, item.suspended, worker, options, item.link.get(), item.weightsFile);
     if (!opened || worker->ended())
         worker.reset();
     if (!opened)

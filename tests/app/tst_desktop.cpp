@@ -207,6 +207,28 @@ private Q_SLOTS:
         qputenv("XDG_DATA_HOME", m_dir.filePath(QStringLiteral("data")).toUtf8());
     }
 
+    // A pipeline's stage says where it is in its pipeline, and that pausing gives it back (its
+    // partners cannot wait for it); a whole shard says neither.
+    void theOverviewSaysWhichStageThisMachineTrains()
+    {
+        compute::ShardProgress progress;
+        progress.jobId = QStringLiteral("job-7");
+        progress.round = 2;
+        progress.shard = 1;
+        progress.step = 3;
+        progress.steps = 10;
+        ui::Overview overview;
+        app::DesktopApp::describeTraining(progress, overview);
+        QCOMPARE(overview.shard, QStringLiteral("job job-7, round 3, shard 2: step 3 of 10"));
+        QVERIFY2(overview.pauseCost.contains(QStringLiteral("resumes there")), qPrintable(overview.pauseCost));
+        progress.stage = 1;
+        progress.stages = 4;
+        app::DesktopApp::describeTraining(progress, overview);
+        QCOMPARE(overview.shard, QStringLiteral("stage 2 of 4 of job job-7, round 3, shard 2: step 3 of 10"));
+        QVERIFY2(
+            overview.pauseCost.contains(QStringLiteral("gives this stage back after step 3")), qPrintable(overview.pauseCost));
+    }
+
     // The window never waits on the network: with a broker that never answers, and with one that
     // answers 3 s late, the event loop keeps turning while the app refreshes every second, the
     // submit panel is priced on every edit and a job is cancelled. Its lateness is measured with a

@@ -97,6 +97,68 @@ void configure(ComputeThread& thread)
     thread.setSandbox(sandbox);
 }
 
+// A pipeline shard of 2 stages of a small gpt, and the file of its round's weights (as a node's
+// cache keeps it).
+struct StageFixture {
+    core::JobSpec spec;
+    compute::Weights start;
+    core::ShardTask shard;
+    std::unique_ptr<QTemporaryDir> dir = std::make_unique<QTemporaryDir>();
+    QString file;
+    core::ShardTask stage(std::int64_t s) const { return core::stageTaskOf(shard, s, 2); }
+};
+
+StageFixture stageFixture()
+{
+    StageFixture f;
+    f.spec = core::smallGptJob(QStringLiteral("stages"), 4, 2, 256, 16);
+    f.spec.model.tied = false;
+    f.spec.optimizer = core::OptimizerSpec {};
+    f.spec.optimizer.kind = core::OptimizerSpec::Kind::AdamW;
+    f.spec.training.determinism = core::TrainingSpec::Determinism::Portable;
+    f.spec.training.shardsPerRound = 1;
+    f.spec.training.localSteps = 2;
+    f.spec.training.checkpointInterval = 1;
+    f.spec.training.batchSize = 2;
+    f.spec.training.pipeline = { 2, 2 };
+    if (!f.spec.validate())
+        qFatal("the stage fixture's spec is invalid");
+    auto start = compute::initialWeights(f.spec, {});
+    if (!start)
+        qFatal("%s", qPrintable(start.error().toString()));
+    f.start = *start;
+    f.shard = core::decomposeShard(QStringLiteral("job-s"), f.spec, 0, 0, f.start.canonicalHash);
+    f.file = f.dir->filePath(QStringLiteral("round.pt"));
+    QFile out(f.file);
+    if (!out.open(QIODevice::WriteOnly) || out.write(f.start.bytes) != f.start.bytes.size())
+        qFatal("cannot write the round's weights");
+    return f;
+}
+
+// Stage s of the fixture run in this process over `links`, to its end; nullopt when it failed (the
+// links are closed then, so that its partner stops too).
+std::optional<compute::ShardOutput> runStageHere(const StageFixture& f, compute::LocalStageLinks& links, std::int64_t s)
+{
+    auto run = compute::ShardRun::start(f.stage(s), f.start.bytes, {});
+    if (!run) {
+        links.close(run.error().message);
+        return std::nullopt;
+    }
+    (*run)->setStageLink(&links.of(s));
+    while (!(*run)->finished()) {
+        if (!(*run)->step()) {
+            links.close(QStringLiteral("stage %1 failed").arg(s));
+            return std::nullopt;
+        }
+    }
+    return (*run)->finish();
+}
+
+std::shared_ptr<compute::StageLink> borrowed(compute::StageLink& link)
+{
+    return std::shared_ptr<compute::StageLink>(&link, [](compute::StageLink*) {});
+}
+
 bool waitForState(ComputeThread& thread, ComputeThread::State state)
 {
     return QTest::qWaitFor([&] { return thread.state() == state; }, 120'000);
@@ -432,29 +494,11 @@ private Q_SLOTS:
     // trains it with its partner to the pipeline's bits.
     void aStageIsMeasuredByItsShareOfTheModel()
     {
-        auto spec = core::smallGptJob(QStringLiteral("stages"), 4, 2, 256, 16);
-        spec.model.tied = false;
-        spec.optimizer = core::OptimizerSpec {};
-        spec.optimizer.kind = core::OptimizerSpec::Kind::AdamW;
-        spec.training.determinism = core::TrainingSpec::Determinism::Portable;
-        spec.training.shardsPerRound = 1;
-        spec.training.localSteps = 2;
-        spec.training.checkpointInterval = 1;
-        spec.training.batchSize = 2;
-        spec.training.pipeline = { 2, 2 };
-        QVERIFY(spec.validate().ok());
-        const auto start = compute::initialWeights(spec, {});
-        QVERIFY(start.ok());
-        const auto shard = core::decomposeShard(QStringLiteral("job-s"), spec, 0, 0, start->canonicalHash);
-        QTemporaryDir dir;
-        const QString file = dir.filePath(QStringLiteral("round.pt"));
-        QFile out(file);
-        QVERIFY(out.open(QIODevice::WriteOnly) && out.write(start->bytes) == start->bytes.size());
-        out.close();
-        const auto whole = core::estimateShardMemory(spec.model, spec.optimizer, spec.training.batchSize, start->bytes.size(),
-            core::builtinDatasetBytes(spec.dataset.builtin));
-        const auto share = core::estimateStageMemory(spec.model, spec.optimizer, spec.training.batchSize,
-            spec.training.pipeline.microBatches, 0, 2, false, core::builtinDatasetBytes(spec.dataset.builtin));
+        const auto f = stageFixture();
+        const auto whole = core::estimateShardMemory(f.spec.model, f.spec.optimizer, f.spec.training.batchSize,
+            f.start.bytes.size(), core::builtinDatasetBytes(f.spec.dataset.builtin));
+        const auto share = core::estimateStageMemory(f.spec.model, f.spec.optimizer, f.spec.training.batchSize,
+            f.spec.training.pipeline.microBatches, 0, 2, false, core::builtinDatasetBytes(f.spec.dataset.builtin));
         QVERIFY(share.totalMiB() + 8 < whole.totalMiB());
         const auto limit = (share.totalMiB() + whole.totalMiB()) / 2;
 
@@ -462,7 +506,7 @@ private Q_SLOTS:
         configure(thread);
         QSignalSpy finished(&thread, &ComputeThread::shardFinished);
         thread.setMaxMemoryMiB(limit);
-        thread.submit(shard, start->bytes);
+        thread.submit(f.shard, f.start.bytes);
         QVERIFY(QTest::qWaitFor([&] { return finished.count() == 1; }, 120'000));
         QCOMPARE(outputOf(finished, 0).result.outcome, core::ShardResult::Outcome::Returned);
         QVERIFY2(outputOf(finished, 0).result.failure.contains(QStringLiteral("Compute/MaxMemoryMiB")),
@@ -470,54 +514,130 @@ private Q_SLOTS:
 
         // Its share, as the file says: a stage is given back below it.
         compute::LocalStageLinks links(2);
-        const auto asFile = [&] { return std::shared_ptr<compute::StageLink>(&links.of(0), [](compute::StageLink*) {}); };
         thread.setMaxMemoryMiB(share.totalMiB() - 1);
-        thread.submit(core::stageTaskOf(shard, 0, 2), {}, 0, asFile(), file);
+        thread.submit(f.stage(0), {}, 0, borrowed(links.of(0)), f.file);
         QVERIFY(QTest::qWaitFor([&] { return finished.count() == 2; }, 120'000));
         QCOMPARE(outputOf(finished, 1).result.outcome, core::ShardResult::Outcome::Returned);
         QVERIFY2(outputOf(finished, 1).result.failure.contains(QStringLiteral("needs about %1 MiB").arg(share.totalMiB())),
             qPrintable(outputOf(finished, 1).result.failure));
         thread.setMaxMemoryMiB(limit);
-        std::thread partner([&] {
-            auto run = compute::ShardRun::start(core::stageTaskOf(shard, 1, 2), start->bytes, {});
-            if (!run)
-                return links.close(run.error().message);
-            (*run)->setStageLink(&links.of(1));
-            while (!(*run)->finished()) {
-                if (!(*run)->step())
-                    return links.close(QStringLiteral("the partner failed"));
-            }
-        });
-        thread.submit(core::stageTaskOf(shard, 0, 2), {}, 0, asFile(), file);
+        std::thread partner([&] { runStageHere(f, links, 1); });
+        thread.submit(f.stage(0), {}, 0, borrowed(links.of(0)), f.file);
         const bool ended = QTest::qWaitFor([&] { return finished.count() == 3; }, 120'000);
         links.close(QStringLiteral("the test ended"));
         partner.join();
         QVERIFY(ended);
         const auto stage = outputOf(finished, 2);
         QVERIFY2(stage.result.outcome == core::ShardResult::Outcome::Completed, qPrintable(stage.result.failure));
-        QCOMPARE(stage.result.checkpointHashes.first(), start->canonicalHash); // the whole, hashed as it was read
+        QCOMPARE(stage.result.checkpointHashes.first(), f.start.canonicalHash); // the whole, hashed as it was read
         // The same stage started from the weights in memory, with its partner: the same bits.
         compute::LocalStageLinks again(2);
-        compute::ShardOutput reference;
-        std::vector<std::thread> both;
-        for (std::int64_t s = 0; s < 2; ++s) {
-            both.emplace_back([&, s] {
-                auto run = compute::ShardRun::start(core::stageTaskOf(shard, s, 2), start->bytes, {});
-                if (!run)
-                    return again.close(run.error().message);
-                (*run)->setStageLink(&again.of(s));
-                while (!(*run)->finished()) {
-                    if (!(*run)->step())
-                        return again.close(QStringLiteral("a stage failed"));
-                }
-                if (s == 0)
-                    reference = (*run)->finish();
-            });
+        std::optional<compute::ShardOutput> reference;
+        std::thread other([&] { runStageHere(f, again, 1); });
+        reference = runStageHere(f, again, 0);
+        other.join();
+        QVERIFY(reference);
+        QCOMPARE(stage.result.checkpointHashes, reference->result.checkpointHashes);
+        QCOMPARE(stage.result.finalHash, reference->result.finalHash);
+    }
+
+    // The desktop app runs no LibTorch of its own: its stages run in the compute worker, which asks
+    // for each tensor over its pipes (protocol::links). Both stages of a shard so, each in a
+    // worker of its own: the bits of the two run here; a broken link gives the stage back.
+    void aStageRunsInTheComputeWorkerToTheSameBits()
+    {
+        if (!sandboxed())
+            QSKIP("only with Compute/Sandbox (tst_computethread_sandbox)");
+        const auto f = stageFixture();
+        compute::LocalStageLinks here(2);
+        std::optional<compute::ShardOutput> reference[2];
+        std::thread other([&] { reference[1] = runStageHere(f, here, 1); });
+        reference[0] = runStageHere(f, here, 0);
+        other.join();
+        QVERIFY(reference[0] && reference[1]);
+
+        std::vector<std::unique_ptr<ComputeThread>> threads;
+        std::vector<std::unique_ptr<QSignalSpy>> finished;
+        for (int s = 0; s < 2; ++s) {
+            threads.push_back(std::make_unique<ComputeThread>(compute::ComputeEnvironment {}, nullptr));
+            configure(*threads.back());
+            finished.push_back(std::make_unique<QSignalSpy>(threads.back().get(), &ComputeThread::shardFinished));
         }
-        for (auto& running : both)
-            running.join();
-        QCOMPARE(stage.result.checkpointHashes, reference.result.checkpointHashes);
-        QCOMPARE(stage.result.finalHash, reference.result.finalHash);
+        QSignalSpy progress(threads[1].get(), &ComputeThread::progress);
+        // Twice, so that the second start in the same worker replaces the first one's link to the
+        // file rather than writing through it.
+        for (int round = 0; round < 2; ++round) {
+            compute::LocalStageLinks links(2);
+            for (int s = 0; s < 2; ++s)
+                threads[s]->submit(f.stage(s), {}, 0, borrowed(links.of(s)), f.file);
+            const bool ended = QTest::qWaitFor(
+                [&] { return finished[0]->count() == round + 1 && finished[1]->count() == round + 1; }, 120'000);
+            links.close(QStringLiteral("the test ended"));
+            QVERIFY(ended);
+            for (int s = 0; s < 2; ++s) {
+                const auto output = outputOf(*finished[s], round);
+                QVERIFY2(output.result.outcome == core::ShardResult::Outcome::Completed, qPrintable(output.result.failure));
+                QCOMPARE(output.result.checkpointHashes, reference[s]->result.checkpointHashes);
+                QCOMPARE(output.result.finalHash, reference[s]->result.finalHash);
+                QCOMPARE(output.result.tensorsRoot, reference[s]->result.tensorsRoot);
+                QCOMPARE(output.weights, reference[s]->weights);
+            }
+        }
+        QCOMPARE(core::readFile(f.file).value_or(QByteArray()), f.start.bytes);
+        QVERIFY(!progress.isEmpty());
+        const auto last = progress.last().at(0).value<compute::ShardProgress>();
+        QCOMPARE(last.stage, 1);
+        QCOMPARE(last.stages, 2);
+
+        // A partner that went: the stage in the worker gives its task back, with the link's reason.
+        compute::LocalStageLinks broken(2);
+        broken.close(QStringLiteral("stage 2 went away"));
+        threads[0]->submit(f.stage(0), {}, 0, borrowed(broken.of(0)), f.file);
+        QVERIFY(QTest::qWaitFor([&] { return finished[0]->count() == 3; }, 120'000));
+        const auto returned = outputOf(*finished[0], 2).result;
+        QCOMPARE(returned.outcome, core::ShardResult::Outcome::Returned);
+        QVERIFY2(returned.failure.contains(QStringLiteral("stage 2 went away")), qPrintable(returned.failure));
+    }
+
+    // A worker is not trusted with the link: one that names a tensor outside its stage's schedule
+    // (a step past the shard, its own stage, a micro-batch past the last) is refused each time, and
+    // nothing reaches the partners.
+    void aWorkerThatNamesTensorsOutsideItsScheduleIsRefused()
+    {
+        if (!sandboxed())
+            QSKIP("only with Compute/Sandbox (tst_computethread_sandbox)");
+        QTemporaryDir dir;
+        const QString program = dir.filePath(QStringLiteral("forger"));
+        QFile script(program);
+        QVERIFY(script.open(QIODevice::WriteOnly));
+        script.write("#!/bin/sh\n"
+                     "echo 'confined landlock=0 memory=0'\n"
+                     "while read -r line; do case \"$line\" in\n"
+                     "  start) echo 'ok 0' ;;\n"
+                     "  step*) echo 'send 1 activation 99 0 AAAA'; read -r a\n"
+                     "         echo 'send 0 activation 0 0 AAAA'; read -r b\n"
+                     "         echo 'receive 1 gradient 0 7'; read -r c\n"
+                     "         echo \"error [$a] [$b] [$c]\" ;;\n"
+                     "  quit) exit 0 ;;\n"
+                     "esac; done\n");
+        script.close();
+        QVERIFY(script.setPermissions(script.permissions() | QFileDevice::ExeOwner));
+        const auto f = stageFixture();
+        ComputeThread thread({}, nullptr);
+        ComputeThread::Sandbox sandbox;
+        sandbox.enabled = true;
+        sandbox.program = program;
+        sandbox.scratchRoot = scratchRoot();
+        thread.setSandbox(sandbox);
+        QSignalSpy finished(&thread, &ComputeThread::shardFinished);
+        compute::LocalStageLinks links(2);
+        thread.submit(f.stage(0), {}, 0, borrowed(links.of(0)), f.file);
+        QVERIFY(QTest::qWaitFor([&] { return finished.count() == 1; }, 120'000));
+        const auto result = outputOf(finished, 0).result;
+        QCOMPARE(result.outcome, core::ShardResult::Outcome::Failed);
+        const QString refused = QStringLiteral("[error the compute worker named a tensor outside the stage's schedule]");
+        QVERIFY2(result.failure.count(refused) == 3, qPrintable(result.failure));
+        QCOMPARE(links.tensorBytes(), 0);
     }
 
     void aShardLargerThanTheMemoryLimitIsGivenBackWithTheReason()

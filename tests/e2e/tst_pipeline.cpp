@@ -71,6 +71,44 @@ private Q_SLOTS:
         QVERIFY(cluster.ledgerConsistent());
     }
 
+    // The desktop app runs no LibTorch of its own: its stage trains in its compute worker, which
+    // asks for each tensor over its pipes. With the app and one tessera-node as the only nodes, every
+    // shard has a stage in the app, and the job ends on train-local's bits.
+    void aStageTrainsInTheDesktopApp()
+    {
+        const auto jobFile = writeJob(2);
+        const auto local = trainLocally(jobFile, m_dir.filePath(QStringLiteral("local-app")));
+        QVERIFY2(!local.hash.isEmpty(), qPrintable(local.output));
+        Cluster cluster;
+        cluster.startBroker({}, QStringLiteral("MinDeadlineSeconds=900\nSelfVerifyAfterSeconds=900\n"));
+        cluster.startNode(1, {}, Cluster::FirstStart::SkipBenchmark, QStringLiteral("MaxThreads=1\n"));
+        const QString home = cluster.path(QStringLiteral("app"));
+        QVERIFY(QDir().mkpath(home + QStringLiteral("/runtime")));
+        QFile(home + QStringLiteral("/runtime"))
+            .setPermissions(QFileDevice::ReadOwner | QFileDevice::WriteOwner | QFileDevice::ExeOwner);
+        const QString ini = home + QStringLiteral("/tessera.ini");
+        Cluster::writeFile(ini,
+            QStringLiteral("[Node]\nDataDirectory=%1/data\nName=app\nBrokers=%2\n[Compute]\nBenchmarkOnFirstStart=false\n"
+                           "Contribute=true\nMaxThreads=1\n")
+                .arg(home, cluster.endpoint()));
+        cluster.start(QStringLiteral(TESSERA_BIN_DIR) + QStringLiteral("/tessera"), { QStringLiteral("--config"), ini },
+            QStringLiteral("app"),
+            { QStringLiteral("XDG_RUNTIME_DIR=") + home + QStringLiteral("/runtime"),
+                QStringLiteral("XDG_CONFIG_HOME=") + home + QStringLiteral("/config"),
+                QStringLiteral("XDG_DATA_HOME=") + home + QStringLiteral("/share"),
+                QStringLiteral("QT_QPA_PLATFORM=offscreen") });
+        QVERIFY2(QTest::qWaitFor([&] { return cluster.nodes().size() == 2; }, 120'000),
+            qPrintable(cluster.log(QStringLiteral("app"))));
+        const QString jobId = cluster.submit(jobFile);
+        QVERIFY(!jobId.isEmpty());
+        const auto job = cluster.waitForEnd(jobId);
+        QCOMPARE(job.value(QStringLiteral("state")).toString(), QStringLiteral("finished"));
+        QCOMPARE(job.value(QStringLiteral("weightsHash")).toString(), local.hash);
+        QVERIFY2(cluster.log(QStringLiteral("app")).contains(QStringLiteral(" of 2)")),
+            qPrintable(cluster.log(QStringLiteral("app"))));
+        QVERIFY(cluster.ledgerConsistent());
+    }
+
     // A stage's node killed while its shard trains: the broker stops the pipeline (its partner
     // gives its stage back), hands the shard's stages out together again, and the job ends on the
     // same bits, every credit accounted for.

@@ -33,6 +33,7 @@ struct Worker::Process {
     int output = -1;
     int error = -1;
     QByteArray pending; // stdout read but not yet a whole line
+    qsizetype scanned = 0; // of pending, the bytes known to hold no newline (a stage's tensor is a long line)
     QByteArray said; // the end of stderr
     bool ended = false;
     QString endedWhy;
@@ -76,11 +77,13 @@ struct Worker::Process {
         const std::int64_t spentBefore = spentMs;
         for (;;) {
             spentMs = spentBefore + waited.elapsed();
-            if (const qsizetype newline = pending.indexOf('\n'); newline >= 0) {
+            if (const qsizetype newline = pending.indexOf('\n', scanned); newline >= 0) {
                 const QString line = QString::fromUtf8(pending.left(newline));
                 pending.remove(0, newline + 1);
+                scanned = 0;
                 return line;
             }
+            scanned = pending.size();
             if (ended)
                 return core::Error { {}, endedWhy };
             pollfd fds[2] = { { output, POLLIN, 0 }, { error, POLLIN, 0 } };
@@ -89,7 +92,7 @@ struct Worker::Process {
             for (auto& fd : fds) {
                 if (fd.fd < 0 || !(fd.revents & (POLLIN | POLLHUP | POLLERR)))
                     continue;
-                char chunk[4096];
+                char chunk[65536];
                 const ssize_t got = ::read(fd.fd, chunk, sizeof chunk);
                 if (got > 0 && fd.fd == output) {
                     pending.append(chunk, got);
@@ -103,7 +106,7 @@ struct Worker::Process {
                     error = -1;
                 }
             }
-            if (ended || pending.contains('\n'))
+            if (ended || pending.indexOf('\n', scanned) >= 0)
                 continue;
             if (budgetMs > 0 && spentBefore + waited.elapsed() > budgetMs)
                 end(pastTimeLimit(budgetMs));
@@ -164,9 +167,10 @@ core::Result<std::shared_ptr<Worker>> Worker::spawn(
     return worker;
 }
 
-RemoteShardRun::RemoteShardRun(core::ShardTask task, std::shared_ptr<Worker> worker)
+RemoteShardRun::RemoteShardRun(core::ShardTask task, std::shared_ptr<Worker> worker, StageLink* link)
     : m_task(std::move(task))
     , m_worker(std::move(worker))
+    , m_link(link)
 { }
 
 RemoteShardRun::~RemoteShardRun()
@@ -196,7 +200,8 @@ core::Result<std::unique_ptr<RemoteShardRun>> RemoteShardRun::resume(const core:
 }
 
 core::Result<std::unique_ptr<RemoteShardRun>> RemoteShardRun::open(const core::ShardTask& task, const QByteArray& startWeights,
-    const QByteArray& suspended, std::shared_ptr<Worker> worker, const WorkerOptions& options)
+    const QByteArray& suspended, std::shared_ptr<Worker> worker, const WorkerOptions& options, StageLink* link,
+    const QString& startWeightsFile)
 {
     auto& process = worker->process();
     if (process.ended)
@@ -204,10 +209,13 @@ core::Result<std::unique_ptr<RemoteShardRun>> RemoteShardRun::open(const core::S
     if (!writeInputs(QDir(process.scratch->path()), task, startWeights, suspended))
         return core::Error { QStringLiteral("worker"),
             QStringLiteral("cannot write the compute worker's task into %1").arg(process.scratch->path()) };
+    if (startWeights.isEmpty() && !startWeightsFile.isEmpty() && !placeWeights(QDir(process.scratch->path()), startWeightsFile))
+        return core::Error { QStringLiteral("sandbox"), // the node's own file: given back, not the job's fault
+            QStringLiteral("cannot place the round's weights %1 in the compute worker's scratch folder").arg(startWeightsFile) };
     process.spentMs = 0;
     process.budgetMs = options.timeLimitMs;
     process.cancelled = options.cancelled;
-    std::unique_ptr<RemoteShardRun> run(new RemoteShardRun(task, std::move(worker)));
+    std::unique_ptr<RemoteShardRun> run(new RemoteShardRun(task, std::move(worker), link));
     auto opened = run->ask(suspended.isEmpty() ? protocol::requests::Start : protocol::requests::Resume);
     if (!opened)
         return opened.error();
@@ -305,12 +313,44 @@ core::Result<QString> RemoteShardRun::ask(const QString& command)
     auto& process = m_worker->process();
     if (auto told = tell(process, command); !told)
         return told.error();
-    auto answer = process.readLine();
-    if (!answer)
-        return answer.error();
-    if (const auto error = protocol::answers::errorOf(*answer))
-        return core::Error { {}, *error };
-    return *answer;
+    for (;;) {
+        auto answer = process.readLine();
+        if (!answer)
+            return answer.error();
+        if (m_link && carry(*answer))
+            continue; // a stage's tensor, mid-step
+        if (const auto error = protocol::answers::errorOf(*answer))
+            return core::Error { {}, *error };
+        if (const auto why = protocol::links::failedOf(*answer); why && m_link)
+            return core::Error { QStringLiteral("link"), *why }; // the stage gives its task back
+        return *answer;
+    }
+}
+
+bool RemoteShardRun::carry(const QString& line)
+{
+    namespace links = protocol::links;
+    const auto sent = links::sendOf(line);
+    const auto asked = sent ? std::nullopt : links::receiveOf(line);
+    if (!sent && !asked)
+        return false;
+    // The worker's word is checked as a partner's would be: a stage of this shard other than its
+    // own, a step and micro-batch of the schedule.
+    const auto& address = sent ? sent->first : *asked;
+    const bool inSchedule = address.peer < m_task.stages && address.peer != m_task.stage && address.step < m_task.localSteps
+        && address.micro < m_task.microBatches;
+    QString reply;
+    if (!inSchedule) {
+        reply = protocol::answers::error(QStringLiteral("the compute worker named a tensor outside the stage's schedule"));
+    } else if (sent) {
+        const auto status = m_link->send(address.peer, address.kind, address.step, address.micro, sent->second);
+        reply = status ? links::Sent : protocol::answers::error(status.error().message);
+    } else {
+        const auto bytes = m_link->receive(address.peer, address.kind, address.step, address.micro);
+        reply = bytes ? links::tensor(*bytes) : protocol::answers::error(bytes.error().message);
+    }
+    static_cast<void>(tell(m_worker->process(), reply)); // a worker that died: the next line read says so
+    return true;
 }
 
 core::Status RemoteShardRun::step(std::int64_t steps)

@@ -143,9 +143,13 @@ public:
         const ComputeEnvironment& environment, const WorkerOptions& options);
     static core::Result<std::unique_ptr<RemoteShardRun>> resume(const core::ShardTask& task, const QByteArray& suspended,
         const ComputeEnvironment& environment, const WorkerOptions& options, const QByteArray& startWeights = {});
-    // In `worker` (which must serve the task), kept for the next shard after this one.
+    // In `worker` (which must serve the task), kept for the next shard after this one. A stage task
+    // trades its tensors over `link` (which must outlive the run; protocol::links) and, with
+    // startWeights empty, reads its share of the round's weights from startWeightsFile, which is
+    // linked (or copied) into the scratch folder, never read here.
     static core::Result<std::unique_ptr<RemoteShardRun>> open(const core::ShardTask& task, const QByteArray& startWeights,
-        const QByteArray& suspended, std::shared_ptr<Worker> worker, const WorkerOptions& options);
+        const QByteArray& suspended, std::shared_ptr<Worker> worker, const WorkerOptions& options, StageLink* link = nullptr,
+        const QString& startWeightsFile = {});
     ~RemoteShardRun();
     RemoteShardRun(const RemoteShardRun&) = delete;
     RemoteShardRun& operator=(const RemoteShardRun&) = delete;
@@ -159,11 +163,14 @@ public:
     ShardOutput finish();
 
 private:
-    RemoteShardRun(core::ShardTask task, std::shared_ptr<Worker> worker);
+    RemoteShardRun(core::ShardTask task, std::shared_ptr<Worker> worker, StageLink* link);
     core::Result<QString> ask(const QString& command);
+    // A line of protocol::links from the worker, carried over m_link and answered; false: not one.
+    bool carry(const QString& line);
 
     core::ShardTask m_task;
     std::shared_ptr<Worker> m_worker;
+    StageLink* m_link = nullptr;
     std::int64_t m_completed = 0;
     double m_loss = 0.0;
 };

@@ -63,12 +63,20 @@ ShardOutput failed(const core::ShardTask& task, const QString& why)
 // nothing of the shard before it.
 bool writeInputs(const QDir& folder, const core::ShardTask& task, const QByteArray& startWeights, const QByteArray& suspended)
 {
+    // weights.in too: it may be a link to the node's cache (placeWeights), which a write would change.
     for (const QString& stale : { protocol::files::Result, protocol::files::WeightsOut, protocol::files::KeptOut,
-             protocol::files::SuspendedOut, protocol::files::SuspendedIn })
+             protocol::files::SuspendedOut, protocol::files::SuspendedIn, protocol::files::WeightsIn })
         QFile::remove(folder.filePath(stale));
     return writeFile(folder.filePath(protocol::files::Task), QJsonDocument(task.toJson()).toJson(QJsonDocument::Compact))
         && writeFile(folder.filePath(protocol::files::WeightsIn), startWeights)
         && (suspended.isEmpty() || writeFile(folder.filePath(protocol::files::SuspendedIn), suspended));
+}
+
+bool placeWeights(const QDir& folder, const QString& file)
+{
+    const QString placed = folder.filePath(protocol::files::WeightsIn);
+    QFile::remove(placed);
+    return ::link(QFile::encodeName(file).constData(), QFile::encodeName(placed).constData()) == 0 || QFile::copy(file, placed);
 }
 
 QString scratchRootOf(const WorkerOptions& options)

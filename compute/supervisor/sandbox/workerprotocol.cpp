@@ -163,3 +163,88 @@ std::optional<QByteArray> answeredOf(const QString& answer)
 } // namespace answers
 
 } // namespace tessera::compute::sandbox::protocol
+
+namespace tessera::compute::sandbox::protocol {
+
+namespace {
+
+QString addressOf(const links::Address& address)
+{
+    return QStringLiteral("%1 %2 %3 %4").arg(address.peer).arg(core::nameOf(address.kind)).arg(address.step).arg(address.micro);
+}
+
+// PEER KIND STEP MICRO from fields[1..4]: whole numbers, none negative, and a kind by its name.
+std::optional<links::Address> addressOf(const QStringList& fields)
+{
+    const auto peer = wholeOf(fields[1]), step = wholeOf(fields[3]), micro = wholeOf(fields[4]);
+    const auto kind = core::tensorKindNamed(fields[2]);
+    if (!peer || !step || !micro || !kind || *peer < 0 || *step < 0 || *micro < 0)
+        return std::nullopt;
+    return links::Address { *peer, *kind, *step, *micro };
+}
+
+std::optional<QByteArray> base64Of(const QString& text)
+{
+    auto decoded = QByteArray::fromBase64Encoding(text.toLatin1(), QByteArray::AbortOnBase64DecodingErrors);
+    if (!decoded)
+        return std::nullopt;
+    return *decoded;
+}
+
+} // namespace
+
+QString links::send(const Address& to, const QByteArray& bytes)
+{
+    return QStringLiteral("send ") + addressOf(to) + u' ' + QString::fromLatin1(bytes.toBase64());
+}
+
+std::optional<std::pair<links::Address, QByteArray>> links::sendOf(const QString& line)
+{
+    const auto fields = line.split(u' ');
+    if (fields.size() != 6 || fields[0] != u"send")
+        return std::nullopt;
+    const auto address = addressOf(fields);
+    const auto bytes = base64Of(fields[5]);
+    if (!address || !bytes)
+        return std::nullopt;
+    return std::pair { *address, *bytes };
+}
+
+QString links::receive(const Address& from)
+{
+    return QStringLiteral("receive ") + addressOf(from);
+}
+
+std::optional<links::Address> links::receiveOf(const QString& line)
+{
+    const auto fields = line.split(u' ');
+    if (fields.size() != 5 || fields[0] != u"receive")
+        return std::nullopt;
+    return addressOf(fields);
+}
+
+QString links::tensor(const QByteArray& bytes)
+{
+    return QStringLiteral("tensor ") + QString::fromLatin1(bytes.toBase64());
+}
+
+std::optional<QByteArray> links::tensorOf(const QString& line)
+{
+    if (line != u"tensor" && !line.startsWith(QStringLiteral("tensor ")))
+        return std::nullopt;
+    return base64Of(line.mid(7));
+}
+
+QString links::failed(const QString& message)
+{
+    return QStringLiteral("link-error ") + message.simplified();
+}
+
+std::optional<QString> links::failedOf(const QString& line)
+{
+    if (!line.startsWith(QStringLiteral("link-error ")))
+        return std::nullopt;
+    return line.mid(11);
+}
+
+} // namespace tessera::compute::sandbox::protocol

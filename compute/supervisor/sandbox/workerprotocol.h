@@ -1,5 +1,7 @@
 #pragma once
 
+#include <core/stagetensors.h>
+
 #include <QByteArray>
 #include <QJsonObject>
 #include <QList>
@@ -89,6 +91,32 @@ struct Stepped {
 QString stepped(const Stepped& stepped);
 std::optional<Stepped> steppedOf(const QString& answer);
 } // namespace answers
+
+// A stage task's tensors (compute::StageLink, docs/PROTOCOL.md "Stage tasks") while it steps in a
+// served worker: the worker asks, a line each, and its supervisor, which holds the link, answers.
+//   send TO KIND STEP MICRO BASE64   a tensor for stage TO: "sent"
+//   receive FROM KIND STEP MICRO     the tensor stage FROM sent: "tensor BASE64"
+// Either is answered "error MESSAGE" when the link fails; the step then ends "link-error MESSAGE"
+// (the stage gives its task back, as one in the supervisor's own thread does). KIND is
+// core::nameOf(TensorKind); STEP is 0-based; BASE64 is the tensor's bytes in standard base64.
+namespace links {
+struct Address {
+    std::int64_t peer = 0; // TO or FROM
+    core::TensorKind kind = core::TensorKind::Activation;
+    std::int64_t step = 0;
+    std::int64_t micro = 0;
+    bool operator==(const Address&) const = default;
+};
+QString send(const Address& to, const QByteArray& bytes);
+std::optional<std::pair<Address, QByteArray>> sendOf(const QString& line);
+QString receive(const Address& from);
+std::optional<Address> receiveOf(const QString& line);
+inline const QString Sent = QStringLiteral("sent");
+QString tensor(const QByteArray& bytes);
+std::optional<QByteArray> tensorOf(const QString& line);
+QString failed(const QString& message); // "link-error MESSAGE"
+std::optional<QString> failedOf(const QString& line);
+} // namespace links
 
 // What a one-shot command prints: progress of `train`, progress of `benchmark`, and "done" last.
 namespace lines {
