@@ -275,10 +275,14 @@ void recordStages(const core::ShardTask& task, const QByteArray& start, std::int
     }
 }
 
-void memory()
+// Each stage of one shard alone against the whole shard, on a node whose Compute/MaxMemoryMiB is
+// the largest stage's estimate (what a broker offers it): the whole shard is refused there, every
+// stage taken. A stage holds min(S - s, M) micro-batches in flight (1F1B), so with more
+// micro-batches than stages its activations shrink faster than its share of the blocks; the data
+// it holds whole.
+void memoryAt(std::int64_t stages, std::int64_t batch, std::int64_t micro, std::int64_t idle)
 {
-    // 8 blocks of width 384 (about 15 M parameters), 64 positions, batch 8 in 4 micro-batches.
-    const auto spec = pipelinedGpt(8, 384, 64, 8, 4, 2);
+    const auto spec = pipelinedGpt(8, 384, 64, batch, micro, 2);
     const auto [weights, task] = firstShard(spec);
     const auto* start = &weights;
     QTemporaryDir temporary;
@@ -286,48 +290,58 @@ void memory()
     writeFile(dir.filePath(QStringLiteral("start.pt")), start->bytes);
     writeFile(dir.filePath(QStringLiteral("whole.json")), QJsonDocument(task.toJson()).toJson());
     const double mib = 1024.0 * 1024.0;
-    const auto idle = peakOf(QStringLiteral("idle"), dir.path());
     const auto whole = peakOf(QStringLiteral("whole"), dir.path()) - idle;
+    const auto data = core::builtinDatasetBytes(spec.dataset.builtin);
     // What a node estimates before it accepts a task (core::estimateShardMemory,
     // estimateStageMemory), which it compares with Compute/MaxMemoryMiB.
-    const auto estimate = core::estimateShardMemory(spec.model, spec.optimizer, spec.training.batchSize, start->bytes.size(),
-        core::builtinDatasetBytes(spec.dataset.builtin));
-    std::printf("memory: %.1f M parameters (%.1f MiB of float32 weights); an idle engine's peak %.0f MiB; above it, the whole "
-                "shard %.0f MiB (estimated %lld MiB: model %lld, activations %lld, data %lld)\n",
-        double(start->bytes.size()) / 4e6, double(start->bytes.size()) / mib, double(idle) / mib, double(whole) / mib,
-        static_cast<long long>(estimate.totalMiB()), static_cast<long long>(estimate.model >> 20),
-        static_cast<long long>(estimate.activations >> 20), static_cast<long long>(estimate.dataset >> 20));
-    bench::record("pipeline.memory.wholeMiB", double(whole) / mib);
-    for (const std::int64_t stages : { 2, 4 }) {
-        recordStages(task, start->bytes, stages, dir);
-        // A node whose Compute/MaxMemoryMiB is the largest stage's estimate (what a broker offers
-        // it): the whole shard is refused there, every stage taken.
-        const auto largestStage = core::estimateLargestStage(spec.model, spec.optimizer, spec.training.batchSize,
-            spec.training.pipeline.microBatches, stages, false, core::builtinDatasetBytes(spec.dataset.builtin));
-        const auto limit = largestStage.totalMiB();
-        const double modelPart
-            = double(estimate.model + estimate.activations) / double(largestStage.model + largestStage.activations);
-        std::printf("memory: S = %lld: Compute/MaxMemoryMiB %lld (the largest stage's estimate) is %.2f x below the whole "
-                    "shard's estimate (%.2f x without the data, which each stage holds whole)\n",
-            static_cast<long long>(stages), static_cast<long long>(limit), double(estimate.totalMiB()) / double(limit),
-            modelPart);
-        double largest = 0;
-        for (std::int64_t s = 0; s < stages; ++s) {
-            const auto peak = peakOf(QStringLiteral("%1-%2").arg(stages).arg(s), dir.path()) - idle;
-            const double ratio = double(peak) / mib / double(limit);
-            const auto own = core::estimateStageMemory(spec.model, spec.optimizer, spec.training.batchSize,
-                spec.training.pipeline.microBatches, s, stages, false, core::builtinDatasetBytes(spec.dataset.builtin));
-            largest = std::max(largest, ratio);
-            std::printf("memory: S = %lld, stage %lld alone %.0f MiB: %.2f of its estimate (%lld MiB), %.2f of "
-                        "Compute/MaxMemoryMiB, %.2f of the whole shard's\n",
-                static_cast<long long>(stages), static_cast<long long>(s + 1), double(peak) / mib,
-                double(peak) / double(own.total()), static_cast<long long>(own.totalMiB()), ratio, double(peak) / double(whole));
-            if (stages == 2)
-                bench::record(
-                    s == 0 ? "pipeline.memory.stage1Ratio" : "pipeline.memory.stage2Ratio", double(peak) / double(whole));
-        }
-        bench::record(stages == 2 ? "pipeline.memory.s2.largestStageOfLimit" : "pipeline.memory.s4.largestStageOfLimit", largest);
+    const auto estimate
+        = core::estimateShardMemory(spec.model, spec.optimizer, spec.training.batchSize, start->bytes.size(), data);
+    std::printf("memory: S = %lld, batch %lld in %lld micro-batches: %.1f M parameters; the whole shard %.0f MiB above an "
+                "idle engine (estimated %lld MiB: model %lld, activations %lld, data %lld)\n",
+        static_cast<long long>(stages), static_cast<long long>(batch), static_cast<long long>(micro),
+        double(start->bytes.size()) / 4e6, double(whole) / mib, static_cast<long long>(estimate.totalMiB()),
+        static_cast<long long>(estimate.model >> 20), static_cast<long long>(estimate.activations >> 20),
+        static_cast<long long>(estimate.dataset >> 20));
+    const QByteArray key = stages == 2 ? "pipeline.memory.s2." : "pipeline.memory.s4.";
+    if (stages == 2)
+        bench::record("pipeline.memory.wholeMiB", double(whole) / mib);
+    recordStages(task, start->bytes, stages, dir);
+    const auto largestStage
+        = core::estimateLargestStage(spec.model, spec.optimizer, spec.training.batchSize, micro, stages, false, data);
+    const auto limit = largestStage.totalMiB();
+    const double modelPart
+        = double(estimate.model + estimate.activations) / double(largestStage.model + largestStage.activations);
+    std::printf("memory: S = %lld: Compute/MaxMemoryMiB %lld (the largest stage's estimate) is %.2f x below the whole "
+                "shard's estimate (%.2f x without the data, which each stage holds whole)\n",
+        static_cast<long long>(stages), static_cast<long long>(limit), double(estimate.totalMiB()) / double(limit), modelPart);
+    bench::record((key + "wholeOverLimit").constData(), double(estimate.totalMiB()) / double(limit));
+    double largest = 0;
+    for (std::int64_t s = 0; s < stages; ++s) {
+        const auto peak = peakOf(QStringLiteral("%1-%2").arg(stages).arg(s), dir.path()) - idle;
+        const double ratio = double(peak) / mib / double(limit);
+        const auto own
+            = core::estimateStageMemory(spec.model, spec.optimizer, spec.training.batchSize, micro, s, stages, false, data);
+        largest = std::max(largest, ratio);
+        std::printf("memory: S = %lld, stage %lld alone %.0f MiB: %.2f of its estimate (%lld MiB), %.2f of "
+                    "Compute/MaxMemoryMiB, %.2f of the whole shard's\n",
+            static_cast<long long>(stages), static_cast<long long>(s + 1), double(peak) / mib, double(peak) / double(own.total()),
+            static_cast<long long>(own.totalMiB()), ratio, double(peak) / double(whole));
+        if (stages == 2)
+            bench::record(s == 0 ? "pipeline.memory.stage1Ratio" : "pipeline.memory.stage2Ratio", double(peak) / double(whole));
     }
+    bench::record((key + "largestStageOfLimit").constData(), largest);
+}
+
+void memory()
+{
+    // 8 blocks of width 384 (about 15 M parameters), 64 positions: S = 2 with batch 8 in 4
+    // micro-batches; S = 4 with batch 16 in 8 (twice as many micro-batches as stages, as 1F1B
+    // wants for its bubble too).
+    QTemporaryDir temporary;
+    const auto idle = peakOf(QStringLiteral("idle"), temporary.path());
+    std::printf("memory: an idle engine's peak %.0f MiB\n", double(idle) / (1024.0 * 1024.0));
+    memoryAt(2, 8, 4, idle);
+    memoryAt(4, 16, 8, idle);
 }
 
 } // namespace

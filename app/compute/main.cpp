@@ -338,22 +338,34 @@ int train(const Arguments& arguments)
 
 // One line from the supervisor (without its newline); nullopt at the end of the pipe. getline, not
 // a character at a time: a stage's tensor comes as one line of base64 (megabytes for a large model).
-std::optional<std::string> readCommand()
+std::optional<QByteArray> readLineBytes()
 {
     char* buffer = nullptr;
     std::size_t capacity = 0;
     const ssize_t got = ::getline(&buffer, &capacity, stdin);
-    std::optional<std::string> line;
+    std::optional<QByteArray> line;
     if (got > 0)
-        line = std::string(buffer, std::size_t(buffer[got - 1] == '\n' ? got - 1 : got));
+        line = QByteArray(buffer, qsizetype(buffer[got - 1] == '\n' ? got - 1 : got));
     std::free(buffer);
     return line;
 }
 
+std::optional<std::string> readCommand()
+{
+    const auto line = readLineBytes();
+    return line ? std::optional<std::string>(line->toStdString()) : std::nullopt;
+}
+
+void answerBytes(const QByteArray& line)
+{
+    std::fwrite(line.constData(), 1, std::size_t(line.size()), answers);
+    std::fputc('\n', answers);
+    std::fflush(answers);
+}
+
 void answer(const QString& line)
 {
-    std::fprintf(answers, "%s\n", line.toUtf8().constData());
-    std::fflush(answers);
+    answerBytes(line.toUtf8());
 }
 
 // A live stage task's link (compute::StageLink) through the supervisor, which holds the real one
@@ -362,7 +374,7 @@ class PipeStageLink final : public compute::StageLink {
 public:
     core::Status send(std::int64_t to, Kind kind, std::int64_t step, std::int64_t micro, const QByteArray& bytes) override
     {
-        answer(protocol::links::send({ to, kind, step, micro }, bytes));
+        answerBytes(protocol::links::send({ to, kind, step, micro }, bytes));
         auto reply = replied();
         if (!reply)
             return reply.error();
@@ -372,7 +384,7 @@ public:
     }
     core::Result<QByteArray> receive(std::int64_t from, Kind kind, std::int64_t step, std::int64_t micro) override
     {
-        answer(protocol::links::receive({ from, kind, step, micro }));
+        answerBytes(protocol::links::receive({ from, kind, step, micro }));
         auto reply = replied();
         if (!reply)
             return reply.error();
@@ -383,19 +395,21 @@ public:
 
 private:
     // The supervisor's reply; its "error MESSAGE" (the link failed) as the error.
-    static core::Result<QString> replied()
+    static core::Result<QByteArray> replied()
     {
-        const auto line = readCommand();
+        auto line = readLineBytes();
         if (!line)
             return core::Error { QStringLiteral("stage"), QStringLiteral("the supervisor closed the pipe") };
-        QString reply = QString::fromStdString(*line);
-        if (const auto why = protocol::answers::errorOf(reply))
-            return core::Error { QStringLiteral("stage"), *why };
-        return reply;
+        if (line->startsWith("error ")) {
+            if (const auto why = protocol::answers::errorOf(QString::fromUtf8(*line)))
+                return core::Error { QStringLiteral("stage"), *why };
+        }
+        return std::move(*line);
     }
-    static core::Error unexpected(const QString& reply)
+    static core::Error unexpected(const QByteArray& reply)
     {
-        return core::Error { QStringLiteral("stage"), QStringLiteral("the supervisor answered %1").arg(reply.left(80)) };
+        return core::Error { QStringLiteral("stage"),
+            QStringLiteral("the supervisor answered %1").arg(QString::fromUtf8(reply.left(80))) };
     }
 };
 

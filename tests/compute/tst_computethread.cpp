@@ -137,14 +137,16 @@ StageFixture stageFixture()
 
 // Stage s of the fixture run in this process over `links`, to its end; nullopt when it failed (the
 // links are closed then, so that its partner stops too).
-std::optional<compute::ShardOutput> runStageHere(const StageFixture& f, compute::LocalStageLinks& links, std::int64_t s)
+// link: instead of the stage's own link of `links` (one that wraps it).
+std::optional<compute::ShardOutput> runStageHere(
+    const StageFixture& f, compute::LocalStageLinks& links, std::int64_t s, compute::StageLink* link = nullptr)
 {
     auto run = compute::ShardRun::start(f.stage(s), f.start.bytes, {});
     if (!run) {
         links.close(run.error().message);
         return std::nullopt;
     }
-    (*run)->setStageLink(&links.of(s));
+    (*run)->setStageLink(link ? link : &links.of(s));
     while (!(*run)->finished()) {
         if (!(*run)->step()) {
             links.close(QStringLiteral("stage %1 failed").arg(s));
@@ -153,6 +155,29 @@ std::optional<compute::ShardOutput> runStageHere(const StageFixture& f, compute:
     }
     return (*run)->finish();
 }
+
+// A stage's link that keeps what it received, as the broker records it (core::StageInputs).
+class RecordingLink final : public compute::StageLink {
+public:
+    explicit RecordingLink(compute::StageLink& inner)
+        : m_inner(inner)
+    { }
+    core::Status send(std::int64_t to, Kind kind, std::int64_t step, std::int64_t micro, const QByteArray& bytes) override
+    {
+        return m_inner.send(to, kind, step, micro, bytes);
+    }
+    core::Result<QByteArray> receive(std::int64_t from, Kind kind, std::int64_t step, std::int64_t micro) override
+    {
+        auto bytes = m_inner.receive(from, kind, step, micro);
+        if (bytes)
+            record += core::StageInputs::record(from, kind, step, micro, *bytes);
+        return bytes;
+    }
+    QByteArray record = core::StageInputs::Magic;
+
+private:
+    compute::StageLink& m_inner;
+};
 
 std::shared_ptr<compute::StageLink> borrowed(compute::StageLink& link)
 {
@@ -550,16 +575,26 @@ private Q_SLOTS:
             QSKIP("only with Compute/Sandbox (tst_computethread_sandbox)");
         const auto f = stageFixture();
         compute::LocalStageLinks here(2);
+        RecordingLink recording(here.of(1));
         std::optional<compute::ShardOutput> reference[2];
-        std::thread other([&] { reference[1] = runStageHere(f, here, 1); });
+        std::thread other([&] { reference[1] = runStageHere(f, here, 1, &recording); });
         reference[0] = runStageHere(f, here, 0);
         other.join();
         QVERIFY(reference[0] && reference[1]);
+        const auto inputs = core::Digest::ofBytes(recording.record);
+        QFile record(f.dir->filePath(inputs.toHex()));
+        QVERIFY(record.open(QIODevice::WriteOnly) && record.write(recording.record) == recording.record.size());
+        record.close();
+        compute::ComputeEnvironment environment;
+        environment.blobPath = [folder = f.dir->path()](const core::Digest& digest) -> std::optional<QString> {
+            const QString path = QDir(folder).filePath(digest.toHex());
+            return QFile::exists(path) ? std::optional<QString>(path) : std::nullopt;
+        };
 
         std::vector<std::unique_ptr<ComputeThread>> threads;
         std::vector<std::unique_ptr<QSignalSpy>> finished;
         for (int s = 0; s < 2; ++s) {
-            threads.push_back(std::make_unique<ComputeThread>(compute::ComputeEnvironment {}, nullptr));
+            threads.push_back(std::make_unique<ComputeThread>(environment, nullptr));
             configure(*threads.back());
             finished.push_back(std::make_unique<QSignalSpy>(threads.back().get(), &ComputeThread::shardFinished));
         }
@@ -589,6 +624,17 @@ private Q_SLOTS:
         QCOMPARE(last.stage, 1);
         QCOMPARE(last.stages, 2);
 
+        // Stage 2 re-executed in a worker from what it received (a check of another node's stage):
+        // the same bits, with no link.
+        auto replayed = f.stage(1);
+        replayed.stageInputs = inputs;
+        threads[1]->submit(replayed, {}, 0, {}, f.file);
+        QVERIFY(QTest::qWaitFor([&] { return finished[1]->count() == 3; }, 120'000));
+        const auto again = outputOf(*finished[1], 2);
+        QVERIFY2(again.result.outcome == core::ShardResult::Outcome::Completed, qPrintable(again.result.failure));
+        QCOMPARE(again.result.finalHash, reference[1]->result.finalHash);
+        QCOMPARE(again.result.tensorsRoot, reference[1]->result.tensorsRoot);
+
         // A partner that went: the stage in the worker gives its task back, with the link's reason.
         compute::LocalStageLinks broken(2);
         broken.close(QStringLiteral("stage 2 went away"));
@@ -599,9 +645,10 @@ private Q_SLOTS:
         QVERIFY2(returned.failure.contains(QStringLiteral("stage 2 went away")), qPrintable(returned.failure));
     }
 
-    // A worker is not trusted with the link: one that names a tensor outside its stage's schedule
-    // (a step past the shard, its own stage, a micro-batch past the last) is refused each time, and
-    // nothing reaches the partners.
+    // A worker is not trusted with the link: each request it makes for a tensor outside its stage's
+    // schedule (a step past the shard, its own stage, a micro-batch past the last, a gradient
+    // forward, the same tensor twice, a tensor larger than a micro-batch holds) is refused, and
+    // reaches no partner. A worker that then blames the link fails the stage: it is not given back.
     void aWorkerThatNamesTensorsOutsideItsScheduleIsRefused()
     {
         if (!sandboxed())
@@ -610,16 +657,26 @@ private Q_SLOTS:
         const QString program = dir.filePath(QStringLiteral("forger"));
         QFile script(program);
         QVERIFY(script.open(QIODevice::WriteOnly));
+        const QByteArray large((16 * 256 * 4 / 3 + 1) * 4, 'A'); // base64 of more than a micro-batch's floats (1 x 16 x 256)
         script.write("#!/bin/sh\n"
                      "echo 'confined landlock=0 memory=0'\n"
+                     "n=0\n"
                      "while read -r line; do case \"$line\" in\n"
                      "  start) echo 'ok 0' ;;\n"
-                     "  step*) echo 'send 1 activation 99 0 AAAA'; read -r a\n"
-                     "         echo 'send 0 activation 0 0 AAAA'; read -r b\n"
+                     "  step*) n=$((n+1))\n"
+                     "         echo 'send 1 activation 0 0 AAAA'; read -r ok\n"
+                     "         echo 'send 1 activation 0 0 AAAA'; read -r twice\n"
+                     "         echo 'send 1 activation 99 0 AAAA'; read -r a\n"
+                     "         echo 'send 0 activation 0 1 AAAA'; read -r b\n"
                      "         echo 'receive 1 gradient 0 7'; read -r c\n"
-                     "         echo \"error [$a] [$b] [$c]\" ;;\n"
-                     "  quit) exit 0 ;;\n"
-                     "esac; done\n");
+                     "         echo 'send 1 gradient 0 1 AAAA'; read -r d\n"
+                     "         echo 'send 1 activation 0 1 "
+            + large
+            + "'; read -r e\n"
+              "         if [ $n = 1 ]; then echo \"error [$ok] [$twice] [$a] [$b] [$c] [$d] [$e]\"; else echo 'link-error stage "
+              "2 went'; fi ;;\n"
+              "  quit) exit 0 ;;\n"
+              "esac; done\n");
         script.close();
         QVERIFY(script.setPermissions(script.permissions() | QFileDevice::ExeOwner));
         const auto f = stageFixture();
@@ -635,9 +692,19 @@ private Q_SLOTS:
         QVERIFY(QTest::qWaitFor([&] { return finished.count() == 1; }, 120'000));
         const auto result = outputOf(finished, 0).result;
         QCOMPARE(result.outcome, core::ShardResult::Outcome::Failed);
-        const QString refused = QStringLiteral("[error the compute worker named a tensor outside the stage's schedule]");
-        QVERIFY2(result.failure.count(refused) == 3, qPrintable(result.failure));
-        QCOMPARE(links.tensorBytes(), 0);
+        const QString schedule = QStringLiteral("[error the compute worker named a tensor outside the stage's schedule]");
+        QVERIFY2(result.failure.contains(QStringLiteral("[sent] [error the compute worker named the same tensor twice]")),
+            qPrintable(result.failure));
+        QVERIFY2(result.failure.count(schedule) == 4, qPrintable(result.failure));
+        QVERIFY2(result.failure.contains(QStringLiteral("more than its stage's micro-batch holds")), qPrintable(result.failure));
+        QCOMPARE(links.tensorBytes(), 3); // the one tensor in its schedule
+        // It blames the link after its own requests were refused: the stage fails, by its fault.
+        compute::LocalStageLinks again(2);
+        thread.submit(f.stage(0), {}, 0, borrowed(again.of(0)), f.file);
+        QVERIFY(QTest::qWaitFor([&] { return finished.count() == 2; }, 120'000));
+        const auto blamed = outputOf(finished, 1).result;
+        QCOMPARE(blamed.outcome, core::ShardResult::Outcome::Failed);
+        QVERIFY2(blamed.failure.contains(QStringLiteral("the same tensor twice")), qPrintable(blamed.failure));
     }
 
     void aShardLargerThanTheMemoryLimitIsGivenBackWithTheReason()

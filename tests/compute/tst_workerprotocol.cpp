@@ -99,27 +99,28 @@ private Q_SLOTS:
     {
         using namespace protocol;
         const links::Address to { 1, tessera::core::TensorKind::Gradient, 3, 2 };
-        QCOMPARE(links::send(to, QByteArray("\x00\x01\xff", 3)), QStringLiteral("send 1 gradient 3 2 AAH/"));
-        const auto sent = links::sendOf(QStringLiteral("send 1 gradient 3 2 AAH/"));
+        QCOMPARE(links::send(to, QByteArray("\x00\x01\xff", 3)), QByteArray("send 1 gradient 3 2 AAH/"));
+        const auto sent = links::sendOf("send 1 gradient 3 2 AAH/");
         QVERIFY(sent && sent->first == to && sent->second == QByteArray("\x00\x01\xff", 3));
-        QCOMPARE(links::receive({ 0, tessera::core::TensorKind::Squares, 0, 0 }), QStringLiteral("receive 0 squares 0 0"));
-        QCOMPARE(links::receiveOf(QStringLiteral("receive 2 activation 7 1")),
-            links::Address({ 2, tessera::core::TensorKind::Activation, 7, 1 }));
-        QCOMPARE(links::tensor("abc"), QStringLiteral("tensor YWJj"));
-        QCOMPARE(*links::tensorOf(QStringLiteral("tensor YWJj")), QByteArray("abc"));
-        QCOMPARE(*links::tensorOf(QStringLiteral("tensor ")), QByteArray()); // an empty tensor is a tensor
-        QCOMPARE(links::Sent, QStringLiteral("sent"));
+        QCOMPARE(links::receive({ 0, tessera::core::TensorKind::Squares, 0, 0 }), QByteArray("receive 0 squares 0 0"));
+        QCOMPARE(
+            links::receiveOf("receive 2 activation 7 1"), links::Address({ 2, tessera::core::TensorKind::Activation, 7, 1 }));
+        QVERIFY(links::isLinkRequest("receive x") && links::isLinkRequest("send 1") && !links::isLinkRequest("stepped 1 2 3"));
+        QCOMPARE(links::tensor("abc"), QByteArray("tensor YWJj"));
+        QCOMPARE(*links::tensorOf("tensor YWJj"), QByteArray("abc"));
+        QCOMPARE(*links::tensorOf("tensor "), QByteArray()); // an empty tensor is a tensor
+        QCOMPARE(links::Sent, QByteArray("sent"));
         QCOMPARE(links::failed(QStringLiteral("stage 2\nwent")), QStringLiteral("link-error stage 2 went"));
         QCOMPARE(*links::failedOf(QStringLiteral("link-error stage 2 went")), QStringLiteral("stage 2 went"));
         for (const char* bad :
             { "send 1 gradient 3 2", "send -1 gradient 3 2 AAAA", "send 1 weights 3 2 AAAA", "send 1 gradient 3 2 AA?A",
                 "send 1 gradient x 2 AAAA", "send 1 gradient 3 2 AAAA extra", "receive 1 gradient 3 2" })
-            QVERIFY2(!links::sendOf(QString::fromLatin1(bad)), bad);
+            QVERIFY2(!links::sendOf(bad), bad);
         for (const char* bad : { "receive 1 gradient 3", "receive 1 gradient 3 -2", "receive one gradient 3 2",
                  "receive 1 Gradient 3 2", "send 1 gradient 3 2 AAAA" })
-            QVERIFY2(!links::receiveOf(QString::fromLatin1(bad)), bad);
-        for (const char* bad : { "tensor !!", "tensors YWJj", "sent" })
-            QVERIFY2(!links::tensorOf(QString::fromLatin1(bad)), bad);
+            QVERIFY2(!links::receiveOf(bad), bad);
+        for (const char* bad : { "tensor !!", "tensors YWJj", "sent", "tensor" })
+            QVERIFY2(!links::tensorOf(bad), bad);
         QVERIFY(!links::failedOf(QStringLiteral("error stage 2 went")));
     }
 };

@@ -10,6 +10,7 @@
 #include <QJsonDocument>
 #include <QJsonObject>
 
+#include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
 #include <sys/wait.h>
@@ -25,6 +26,12 @@ using namespace detail;
 
 // How long a worker may take to start and confine itself (no job code runs before that).
 constexpr std::int64_t StartLimitMs = 60'000;
+// The longest line a worker may write (a stage task's tensors set their own bound, lineBoundOf),
+// and how long it may leave a request unread.
+constexpr qsizetype DefaultMaxLine = qsizetype(16) << 20;
+constexpr std::int64_t WriteStallMs = 30'000;
+constexpr qsizetype MaxSquaresBytes = qsizetype(1) << 20; // a stage's sums of squares, one per tensor
+constexpr qsizetype MaxReason = 2000; // of a worker's error, passed on as a failure's reason
 
 struct Worker::Process {
     std::unique_ptr<QTemporaryDir> scratch;
@@ -34,6 +41,7 @@ struct Worker::Process {
     int error = -1;
     QByteArray pending; // stdout read but not yet a whole line
     qsizetype scanned = 0; // of pending, the bytes known to hold no newline (a stage's tensor is a long line)
+    qsizetype maxLine = DefaultMaxLine; // past it without a newline, the worker is stopped
     QByteArray said; // the end of stderr
     bool ended = false;
     QString endedWhy;
@@ -72,18 +80,29 @@ struct Worker::Process {
     // The worker's next line on stdout; its death, the time limit or a cancel as an error.
     core::Result<QString> readLine()
     {
+        auto line = readBytes();
+        if (!line)
+            return line.error();
+        return QString::fromUtf8(*line);
+    }
+
+    // The same line as bytes (a stage's tensor is never widened to UTF-16).
+    core::Result<QByteArray> readBytes()
+    {
         QElapsedTimer waited;
         waited.start();
         const std::int64_t spentBefore = spentMs;
         for (;;) {
             spentMs = spentBefore + waited.elapsed();
             if (const qsizetype newline = pending.indexOf('\n', scanned); newline >= 0) {
-                const QString line = QString::fromUtf8(pending.left(newline));
+                QByteArray line = pending.left(newline);
                 pending.remove(0, newline + 1);
                 scanned = 0;
                 return line;
             }
             scanned = pending.size();
+            if (pending.size() > maxLine && !ended)
+                end(QStringLiteral("the compute worker wrote a line of more than %1 bytes").arg(maxLine));
             if (ended)
                 return core::Error { {}, endedWhy };
             pollfd fds[2] = { { output, POLLIN, 0 }, { error, POLLIN, 0 } };
@@ -149,6 +168,9 @@ core::Result<std::shared_ptr<Worker>> Worker::spawn(
             true, process->pid, process->input, process->output, process->error);
         spawned != 0)
         return core::Error { QStringLiteral("worker"), cannotStart(program, spawned) };
+    // Requests are written without blocking (tell): a worker that stops reading cannot hold the
+    // compute thread.
+    ::fcntl(process->input, F_SETFL, ::fcntl(process->input, F_GETFL) | O_NONBLOCK);
     QStringList arguments = workerArguments(protocol::commands::Serve, {}, task, environment, options);
     arguments.prepend(program);
     std::shared_ptr<Worker> worker(new Worker(std::move(process), std::move(arguments)));
@@ -171,7 +193,15 @@ RemoteShardRun::RemoteShardRun(core::ShardTask task, std::shared_ptr<Worker> wor
     : m_task(std::move(task))
     , m_worker(std::move(worker))
     , m_link(link)
-{ }
+{
+    // A stage's largest tensor: a micro-batch's positions of float32 rows of the model's width (int8
+    // rows are smaller). Its line is base64 of it.
+    const std::int64_t rows = (m_task.batchSize + std::max<std::int64_t>(1, m_task.microBatches) - 1)
+        / std::max<std::int64_t>(1, m_task.microBatches) * std::max<std::int64_t>(1, m_task.model.context);
+    m_tensorBound
+        = qsizetype(std::min<std::int64_t>(rows * std::max<std::int64_t>(1, m_task.model.width) * 4, qsizetype(1) << 40));
+    m_worker->process().maxLine = m_task.isStage() ? std::max(DefaultMaxLine, m_tensorBound / 3 * 4 + 4096) : DefaultMaxLine;
+}
 
 RemoteShardRun::~RemoteShardRun()
 {
@@ -230,10 +260,38 @@ core::Result<std::unique_ptr<RemoteShardRun>> RemoteShardRun::open(const core::S
 
 namespace {
 
-// Writes one request line to the worker; a worker that died is an error with its reason.
-core::Status tell(Worker::Process& process, const QString& command)
+// Writes all of `bytes` to the worker's input, which does not block: a worker that stops reading
+// is stopped after WriteStallMs without progress, or at once when the shard is cancelled.
+bool writeAll(Worker::Process& process, const char* data, qsizetype size)
 {
-    const QByteArray line = command.toUtf8() + '\n';
+    QElapsedTimer stalled;
+    stalled.start();
+    while (size > 0 && !process.ended) {
+        const ssize_t written = ::write(process.input, data, std::size_t(size));
+        if (written > 0) {
+            data += written;
+            size -= written;
+            stalled.restart();
+            continue;
+        }
+        if (written < 0 && errno == EINTR)
+            continue;
+        if (written < 0 && errno != EAGAIN)
+            return false;
+        if (stalled.elapsed() > WriteStallMs)
+            process.end(QStringLiteral("the compute worker stopped reading its requests"));
+        else if (process.cancelled && process.cancelled())
+            process.end(QStringLiteral("cancelled"));
+        pollfd fd { process.input, POLLOUT, 0 };
+        ::poll(&fd, 1, 100);
+    }
+    return size == 0;
+}
+
+// Writes one request line to the worker (`line` without its newline); a worker that died is an
+// error with its reason.
+core::Status tell(Worker::Process& process, const QByteArray& line)
+{
     // A worker that died closes the pipe: the write fails with EPIPE, and its SIGPIPE, which would
     // end this process, is held back and taken here instead.
     sigset_t pipe;
@@ -241,17 +299,24 @@ core::Status tell(Worker::Process& process, const QString& command)
     sigemptyset(&pipe);
     sigaddset(&pipe, SIGPIPE);
     pthread_sigmask(SIG_BLOCK, &pipe, &before);
-    const bool written = !process.ended && ::write(process.input, line.constData(), size_t(line.size())) == line.size();
-    if (!written && errno == EPIPE) {
+    const bool written = !process.ended && writeAll(process, line.constData(), line.size()) && writeAll(process, "\n", 1);
+    const bool broken = !written && errno == EPIPE;
+    if (broken) {
         const timespec now { 0, 0 };
         sigtimedwait(&pipe, nullptr, &now);
     }
     pthread_sigmask(SIG_SETMASK, &before, nullptr);
     if (!written) {
-        process.end({});
+        // A closed pipe: the worker is gone, and its end says why. Anything else: it is stopped.
+        process.end(broken || process.ended ? QString() : QStringLiteral("cannot write to the compute worker"));
         return core::Error { {}, process.endedWhy };
     }
     return {};
+}
+
+core::Status tell(Worker::Process& process, const QString& command)
+{
+    return tell(process, command.toUtf8());
 }
 
 // A replica's model in a worker: one question at a time, its tokens read back line by line.
@@ -314,43 +379,68 @@ core::Result<QString> RemoteShardRun::ask(const QString& command)
     if (auto told = tell(process, command); !told)
         return told.error();
     for (;;) {
-        auto answer = process.readLine();
-        if (!answer)
-            return answer.error();
-        if (m_link && carry(*answer))
-            continue; // a stage's tensor, mid-step
-        if (const auto error = protocol::answers::errorOf(*answer))
-            return core::Error { {}, *error };
-        if (const auto why = protocol::links::failedOf(*answer); why && m_link)
-            return core::Error { QStringLiteral("link"), *why }; // the stage gives its task back
-        return *answer;
+        auto line = process.readBytes();
+        if (!line)
+            return line.error();
+        if (m_task.isStage() && protocol::links::isLinkRequest(*line)) {
+            carry(*line); // a stage's tensor, mid-step
+            continue;
+        }
+        const QString answer = QString::fromUtf8(*line);
+        if (const auto error = protocol::answers::errorOf(answer))
+            return core::Error { {}, error->left(MaxReason) };
+        // A link that failed gives the stage back, unless what failed was a request of the
+        // worker's own that its supervisor refused: then the worker is at fault.
+        if (const auto why = protocol::links::failedOf(answer); why && m_task.isStage())
+            return m_refused.isEmpty() ? core::Error { QStringLiteral("link"), why->left(MaxReason) }
+                                       : core::Error { {}, m_refused };
+        return answer;
     }
 }
 
-bool RemoteShardRun::carry(const QString& line)
+QString RemoteShardRun::refusalOf(bool sent, const protocol::links::Address& address, qsizetype bytes)
+{
+    using Kind = core::TensorKind;
+    const auto s = m_task.stage;
+    // Activations go forward, gradients back, the sums (of micro-batch 0) to and from every other stage.
+    const bool direction = address.kind == Kind::Activation ? address.peer == (sent ? s + 1 : s - 1)
+        : address.kind == Kind::Gradient                    ? address.peer == (sent ? s - 1 : s + 1)
+                                                            : address.micro == 0;
+    if (!m_link)
+        return QStringLiteral("the compute worker asked for a tensor in a stage that has no link");
+    if (address.peer >= m_task.stages || address.peer == s || address.step >= m_task.localSteps
+        || address.micro >= m_task.microBatches || !direction)
+        return QStringLiteral("the compute worker named a tensor outside the stage's schedule");
+    if (bytes > (address.kind == Kind::Squares ? MaxSquaresBytes : m_tensorBound))
+        return QStringLiteral("the compute worker sent a tensor of %1 bytes, more than its stage's micro-batch holds").arg(bytes);
+    if (!m_carried.insert({ sent, address.peer, int(address.kind), address.step, address.micro }).second)
+        return QStringLiteral("the compute worker named the same tensor twice");
+    return {};
+}
+
+void RemoteShardRun::carry(const QByteArray& line)
 {
     namespace links = protocol::links;
     const auto sent = links::sendOf(line);
     const auto asked = sent ? std::nullopt : links::receiveOf(line);
-    if (!sent && !asked)
-        return false;
-    // The worker's word is checked as a partner's would be: a stage of this shard other than its
-    // own, a step and micro-batch of the schedule.
-    const auto& address = sent ? sent->first : *asked;
-    const bool inSchedule = address.peer < m_task.stages && address.peer != m_task.stage && address.step < m_task.localSteps
-        && address.micro < m_task.microBatches;
-    QString reply;
-    if (!inSchedule) {
-        reply = protocol::answers::error(QStringLiteral("the compute worker named a tensor outside the stage's schedule"));
+    // The worker's word is checked as a partner's would be (refusalOf), and any refusal is its fault.
+    QString refused = !sent && !asked ? QStringLiteral("the compute worker's request for a tensor is malformed")
+        : sent                        ? refusalOf(true, sent->first, sent->second.size())
+                                      : refusalOf(false, *asked, 0);
+    QByteArray reply;
+    if (!refused.isEmpty()) {
+        if (m_refused.isEmpty())
+            m_refused = refused;
+        reply = protocol::answers::error(refused).toUtf8();
     } else if (sent) {
-        const auto status = m_link->send(address.peer, address.kind, address.step, address.micro, sent->second);
-        reply = status ? links::Sent : protocol::answers::error(status.error().message);
+        const auto& [to, bytes] = *sent;
+        const auto status = m_link->send(to.peer, to.kind, to.step, to.micro, bytes);
+        reply = status ? links::Sent : protocol::answers::error(status.error().message).toUtf8();
     } else {
-        const auto bytes = m_link->receive(address.peer, address.kind, address.step, address.micro);
-        reply = bytes ? links::tensor(*bytes) : protocol::answers::error(bytes.error().message);
+        const auto bytes = m_link->receive(asked->peer, asked->kind, asked->step, asked->micro);
+        reply = bytes ? links::tensor(*bytes) : protocol::answers::error(bytes.error().message).toUtf8();
     }
     static_cast<void>(tell(m_worker->process(), reply)); // a worker that died: the next line read says so
-    return true;
 }
 
 core::Status RemoteShardRun::step(std::int64_t steps)
@@ -360,7 +450,7 @@ core::Status RemoteShardRun::step(std::int64_t steps)
         return answer.error();
     const auto stepped = protocol::answers::steppedOf(*answer);
     if (!stepped)
-        return core::Error { QStringLiteral("worker"), QStringLiteral("the compute worker answered %1").arg(*answer) };
+        return core::Error { QStringLiteral("worker"), QStringLiteral("the compute worker answered %1").arg(answer->left(200)) };
     m_completed = stepped->completed;
     m_loss = stepped->loss;
     return {};

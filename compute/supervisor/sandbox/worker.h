@@ -10,11 +10,15 @@
 #include <core/jobspec.h>
 #include <core/shardtask.h>
 
+#include <compute/supervisor/sandbox/workerprotocol.h>
+
 #include <QString>
 
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <set>
+#include <tuple>
 
 namespace tessera::compute::sandbox {
 
@@ -146,7 +150,7 @@ public:
     // In `worker` (which must serve the task), kept for the next shard after this one. A stage task
     // trades its tensors over `link` (which must outlive the run; protocol::links) and, with
     // startWeights empty, reads its share of the round's weights from startWeightsFile, which is
-    // linked (or copied) into the scratch folder, never read here.
+    // copied into the scratch folder (placeWeights), never read here.
     static core::Result<std::unique_ptr<RemoteShardRun>> open(const core::ShardTask& task, const QByteArray& startWeights,
         const QByteArray& suspended, std::shared_ptr<Worker> worker, const WorkerOptions& options, StageLink* link = nullptr,
         const QString& startWeightsFile = {});
@@ -165,12 +169,19 @@ public:
 private:
     RemoteShardRun(core::ShardTask task, std::shared_ptr<Worker> worker, StageLink* link);
     core::Result<QString> ask(const QString& command);
-    // A line of protocol::links from the worker, carried over m_link and answered; false: not one.
-    bool carry(const QString& line);
+    // A stage worker's request for a tensor (protocol::links), carried over m_link and answered.
+    void carry(const QByteArray& line);
+    // Why the request is not the stage's to make (empty: it is, and it is counted as made); bytes:
+    // a sent tensor's size.
+    QString refusalOf(bool sent, const protocol::links::Address& address, qsizetype bytes);
 
     core::ShardTask m_task;
     std::shared_ptr<Worker> m_worker;
     StageLink* m_link = nullptr;
+    qsizetype m_tensorBound = 0; // a stage's largest tensor, in bytes
+    // The tensors carried so far (sent, peer, kind, step, micro): each at most once.
+    std::set<std::tuple<bool, std::int64_t, int, std::int64_t, std::int64_t>> m_carried;
+    QString m_refused; // the first request refused: the stage's failure is the worker's
     std::int64_t m_completed = 0;
     double m_loss = 0.0;
 };

@@ -15,9 +15,11 @@
 #include <QJsonObject>
 
 #include <fcntl.h>
+#include <linux/fs.h>
 #include <poll.h>
 #include <signal.h>
 #include <spawn.h>
+#include <sys/ioctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -30,12 +32,43 @@ namespace tessera::compute::sandbox {
 
 namespace detail {
 
+namespace {
+
+// A new file at `path` (whatever was there removed first), never through a link: the worker, which
+// may run a hostile job's code, can write its scratch folder, and could leave a symbolic link where
+// the supervisor is about to write. -1 when it cannot be made.
+int createFresh(const QString& path)
+{
+    const QByteArray name = QFile::encodeName(path);
+    ::unlink(name.constData());
+    return ::open(name.constData(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+}
+
+bool writeAll(int fd, const char* data, qsizetype size)
+{
+    while (size > 0) {
+        const ssize_t written = ::write(fd, data, std::size_t(size));
+        if (written < 0 && errno == EINTR)
+            continue;
+        if (written <= 0)
+            return false;
+        data += written;
+        size -= written;
+    }
+    return true;
+}
+
+} // namespace
+
 bool writeFile(const QString& path, const QByteArray& bytes)
 {
     // Not QSaveFile: a scratch file is read once by the other side after a handshake and is worth
     // nothing after a crash, so it needs no fsync (which cost tens of ms a shard here).
-    QFile file(path);
-    return file.open(QIODevice::WriteOnly | QIODevice::Truncate) && file.write(bytes) == bytes.size() && file.flush();
+    const int fd = createFresh(path);
+    if (fd < 0)
+        return false;
+    const bool written = writeAll(fd, bytes.constData(), bytes.size());
+    return ::close(fd) == 0 && written;
 }
 
 QString programOf(const WorkerOptions& options)
@@ -63,7 +96,6 @@ ShardOutput failed(const core::ShardTask& task, const QString& why)
 // nothing of the shard before it.
 bool writeInputs(const QDir& folder, const core::ShardTask& task, const QByteArray& startWeights, const QByteArray& suspended)
 {
-    // weights.in too: it may be a link to the node's cache (placeWeights), which a write would change.
     for (const QString& stale : { protocol::files::Result, protocol::files::WeightsOut, protocol::files::KeptOut,
              protocol::files::SuspendedOut, protocol::files::SuspendedIn, protocol::files::WeightsIn })
         QFile::remove(folder.filePath(stale));
@@ -74,9 +106,32 @@ bool writeInputs(const QDir& folder, const core::ShardTask& task, const QByteArr
 
 bool placeWeights(const QDir& folder, const QString& file)
 {
-    const QString placed = folder.filePath(protocol::files::WeightsIn);
-    QFile::remove(placed);
-    return ::link(QFile::encodeName(file).constData(), QFile::encodeName(placed).constData()) == 0 || QFile::copy(file, placed);
+    // A copy, never a hard link: the worker may write its scratch folder, and a write through a link
+    // would change the node's cache. A copy-on-write clone where the file system has them (btrfs,
+    // XFS), else the kernel's own copy, else read and write.
+    const int from = ::open(QFile::encodeName(file).constData(), O_RDONLY | O_CLOEXEC);
+    if (from < 0)
+        return false;
+    const int to = createFresh(folder.filePath(protocol::files::WeightsIn));
+    bool copied = to >= 0 && ::ioctl(to, FICLONE, from) == 0;
+    if (to >= 0 && !copied) {
+        for (;;) {
+            const ssize_t moved = ::copy_file_range(from, nullptr, to, nullptr, std::size_t(1) << 30, 0);
+            if (moved < 0 && errno == EINTR)
+                continue;
+            copied = moved == 0;
+            if (moved <= 0)
+                break;
+        }
+    }
+    if (to >= 0 && !copied && ::lseek(from, 0, SEEK_SET) == 0 && ::ftruncate(to, 0) == 0 && ::lseek(to, 0, SEEK_SET) == 0) {
+        char chunk[65536];
+        ssize_t got = 0;
+        while ((got = ::read(from, chunk, sizeof chunk)) > 0 && writeAll(to, chunk, got)) { }
+        copied = got == 0;
+    }
+    ::close(from);
+    return to >= 0 && ::close(to) == 0 && copied;
 }
 
 QString scratchRootOf(const WorkerOptions& options)
@@ -141,6 +196,8 @@ void namedFiles(const core::ShardTask& task, const ComputeEnvironment& environme
         { task.dataset.testSha256, task.dataset.testFile }, { task.dataset.manifestSha256, task.dataset.manifestFile } };
     for (const auto& chunk : task.dataChunks)
         files.append({ chunk, QString() });
+    if (!task.stageInputs.isNull()) // a re-executed stage's record of what it received
+        files.append({ task.stageInputs, QString() });
     if (task.inference)
         files.append({ task.inference->promptsSha256, task.inference->promptsFile });
     for (const auto& [digest, file] : files) {

@@ -26,8 +26,8 @@ ShardOutput failed(const core::ShardTask& task, const QString& why);
 // The task and inputs of one shard in a worker's scratch folder (suspended: only to resume), and
 // nothing of the shard before it.
 bool writeInputs(const QDir& folder, const core::ShardTask& task, const QByteArray& startWeights, const QByteArray& suspended);
-// The round's weights at `file` as the folder's weights.in: a hard link where the file system allows
-// (the node's cache keeps the file until the result is settled), else a copy.
+// The round's weights at `file` copied into the folder's weights.in (a copy-on-write clone where the
+// file system has them); never a link, which the worker could write through.
 bool placeWeights(const QDir& folder, const QString& file);
 QString scratchRootOf(const WorkerOptions& options);
 // A fresh, empty scratch folder for one worker (removed with the object; check isValid()).

@@ -168,71 +168,94 @@ namespace tessera::compute::sandbox::protocol {
 
 namespace {
 
-QString addressOf(const links::Address& address)
+QByteArray addressOf(const links::Address& address)
 {
-    return QStringLiteral("%1 %2 %3 %4").arg(address.peer).arg(core::nameOf(address.kind)).arg(address.step).arg(address.micro);
+    return QByteArray::number(address.peer) + ' ' + core::nameOf(address.kind).toLatin1() + ' ' + QByteArray::number(address.step)
+        + ' ' + QByteArray::number(address.micro);
 }
 
 // PEER KIND STEP MICRO from fields[1..4]: whole numbers, none negative, and a kind by its name.
-std::optional<links::Address> addressOf(const QStringList& fields)
+std::optional<links::Address> addressOf(const QList<QByteArray>& fields)
 {
     const auto peer = wholeOf(fields[1]), step = wholeOf(fields[3]), micro = wholeOf(fields[4]);
-    const auto kind = core::tensorKindNamed(fields[2]);
+    const auto kind = core::tensorKindNamed(QString::fromLatin1(fields[2]));
     if (!peer || !step || !micro || !kind || *peer < 0 || *step < 0 || *micro < 0)
         return std::nullopt;
     return links::Address { *peer, *kind, *step, *micro };
 }
 
-std::optional<QByteArray> base64Of(const QString& text)
+// The first `count` space-separated fields of `line` and where the rest starts (-1: fewer fields).
+std::pair<QList<QByteArray>, qsizetype> leadingFields(const QByteArray& line, int count)
 {
-    auto decoded = QByteArray::fromBase64Encoding(text.toLatin1(), QByteArray::AbortOnBase64DecodingErrors);
+    QList<QByteArray> fields;
+    qsizetype at = 0;
+    while (int(fields.size()) < count) {
+        const qsizetype space = line.indexOf(' ', at);
+        if (space < 0)
+            return { fields, -1 };
+        fields.append(line.mid(at, space - at));
+        at = space + 1;
+    }
+    return { fields, at };
+}
+
+// Standard base64 of line[from..], read in place.
+std::optional<QByteArray> base64Of(const QByteArray& line, qsizetype from)
+{
+    const auto tail = QByteArray::fromRawData(line.constData() + from, line.size() - from);
+    auto decoded = QByteArray::fromBase64Encoding(tail, QByteArray::AbortOnBase64DecodingErrors);
     if (!decoded)
         return std::nullopt;
-    return *decoded;
+    return QByteArray(*decoded); // detached from `line`
 }
 
 } // namespace
 
-QString links::send(const Address& to, const QByteArray& bytes)
+QByteArray links::send(const Address& to, const QByteArray& bytes)
 {
-    return QStringLiteral("send ") + addressOf(to) + u' ' + QString::fromLatin1(bytes.toBase64());
+    return QByteArrayLiteral("send ") + addressOf(to) + ' ' + bytes.toBase64();
 }
 
-std::optional<std::pair<links::Address, QByteArray>> links::sendOf(const QString& line)
+std::optional<std::pair<links::Address, QByteArray>> links::sendOf(const QByteArray& line)
 {
-    const auto fields = line.split(u' ');
-    if (fields.size() != 6 || fields[0] != u"send")
+    const auto [fields, rest] = leadingFields(line, 5);
+    if (rest < 0 || fields[0] != "send" || line.indexOf(' ', rest) >= 0)
         return std::nullopt;
     const auto address = addressOf(fields);
-    const auto bytes = base64Of(fields[5]);
-    if (!address || !bytes)
+    auto bytes = address ? base64Of(line, rest) : std::nullopt;
+    if (!bytes)
         return std::nullopt;
-    return std::pair { *address, *bytes };
+    return std::pair { *address, std::move(*bytes) };
 }
 
-QString links::receive(const Address& from)
+QByteArray links::receive(const Address& from)
 {
-    return QStringLiteral("receive ") + addressOf(from);
+    return QByteArrayLiteral("receive ") + addressOf(from);
 }
 
-std::optional<links::Address> links::receiveOf(const QString& line)
+std::optional<links::Address> links::receiveOf(const QByteArray& line)
 {
-    const auto fields = line.split(u' ');
-    if (fields.size() != 5 || fields[0] != u"receive")
+    const auto fields = line.split(' ');
+    if (fields.size() != 5 || fields[0] != "receive")
         return std::nullopt;
     return addressOf(fields);
 }
 
-QString links::tensor(const QByteArray& bytes)
+bool links::isLinkRequest(const QByteArray& line)
 {
-    return QStringLiteral("tensor ") + QString::fromLatin1(bytes.toBase64());
+    return line.startsWith("send ") || line.startsWith("receive ");
 }
 
-std::optional<QByteArray> links::tensorOf(const QString& line)
+QByteArray links::tensor(const QByteArray& bytes)
 {
-    if (line != u"tensor" && !line.startsWith(QStringLiteral("tensor ")))
+    return QByteArrayLiteral("tensor ") + bytes.toBase64();
+}
+
+std::optional<QByteArray> links::tensorOf(const QByteArray& line)
+{
+    if (!line.startsWith("tensor "))
         return std::nullopt;
-    return base64Of(line.mid(7));
+    return base64Of(line, 7);
 }
 
 QString links::failed(const QString& message)

@@ -107,14 +107,17 @@ struct Address {
     std::int64_t micro = 0;
     bool operator==(const Address&) const = default;
 };
-QString send(const Address& to, const QByteArray& bytes);
-std::optional<std::pair<Address, QByteArray>> sendOf(const QString& line);
-QString receive(const Address& from);
-std::optional<Address> receiveOf(const QString& line);
-inline const QString Sent = QStringLiteral("sent");
-QString tensor(const QByteArray& bytes);
-std::optional<QByteArray> tensorOf(const QString& line);
-QString failed(const QString& message); // "link-error MESSAGE"
+// The lines as bytes (without the newline): a tensor's line is as long as 4/3 of the tensor, and
+// is never widened to UTF-16.
+QByteArray send(const Address& to, const QByteArray& bytes);
+std::optional<std::pair<Address, QByteArray>> sendOf(const QByteArray& line);
+QByteArray receive(const Address& from);
+std::optional<Address> receiveOf(const QByteArray& line);
+bool isLinkRequest(const QByteArray& line); // a send or a receive (well formed or not)
+inline const QByteArray Sent = QByteArrayLiteral("sent");
+QByteArray tensor(const QByteArray& bytes);
+std::optional<QByteArray> tensorOf(const QByteArray& line);
+QString failed(const QString& message); // "link-error MESSAGE", the step's answer
 std::optional<QString> failedOf(const QString& line);
 } // namespace links
 
