@@ -19,6 +19,7 @@
 #include <compute/engine/pipelinerun.h>
 #include <compute/engine/shardrun.h>
 #include <compute/engine/weights.h>
+#include <compute/supervisor/computethread.h>
 #include <core/decomposition.h>
 #include <core/memoryestimate.h>
 #include <core/readfile.h>
@@ -28,6 +29,7 @@
 #include <QCoreApplication>
 #include <QDir>
 #include <QElapsedTimer>
+#include <QEventLoop>
 #include <QFile>
 #include <QJsonDocument>
 #include <QProcess>
@@ -202,6 +204,81 @@ void throughput()
     bench::record("pipeline.bytesPerStepAndBoundary", double(boundaryBytes));
 }
 
+// A stage in the desktop app runs in its compute worker, which asks its supervisor for every tensor
+// over its pipes (base64 lines, docs/SECURITY.md): the throughput job's 2 stages, each on a compute
+// thread of its own, in the thread itself (tessera-node) and in a worker (the app). Each 4 times: the
+// first pays the worker's start; the best of the others, which keep it, as a node's next shard of
+// the job does.
+struct StageTimes {
+    double first = 0.0;
+    double kept = 0.0;
+    core::Digest finalHash;
+};
+StageTimes stagesOnComputeThreads(const core::ShardTask& task, const QString& weightsFile, bool inWorker)
+{
+    std::vector<std::unique_ptr<compute::ComputeThread>> threads;
+    for (int s = 0; s < 2; ++s) {
+        threads.push_back(std::make_unique<compute::ComputeThread>(
+            compute::ComputeEnvironment {}, inWorker ? nullptr : compute::inThreadCompute()));
+        compute::ComputeThread::Sandbox sandbox;
+        sandbox.enabled = inWorker;
+        sandbox.program = QStringLiteral(TESSERA_COMPUTE_WORKER);
+        sandbox.nice = 0;
+        threads.back()->setSandbox(sandbox);
+    }
+    StageTimes times { 0.0, 1e9, {} };
+    for (int run = 0; run < 4; ++run) {
+        compute::LocalStageLinks links(2);
+        QEventLoop loop;
+        int done = 0;
+        std::vector<QMetaObject::Connection> connections;
+        for (int s = 0; s < 2; ++s) {
+            connections.push_back(QObject::connect(threads[std::size_t(s)].get(), &compute::ComputeThread::shardFinished, &loop,
+                [&, s](const compute::ShardOutput& output) {
+                    if (output.result.outcome != core::ShardResult::Outcome::Completed)
+                        qFatal("stage %d failed: %s", s + 1, qPrintable(output.result.failure));
+                    if (s == 1)
+                        times.finalHash = output.result.finalHash;
+                    if (++done == 2)
+                        loop.quit();
+                }));
+        }
+        QElapsedTimer timer;
+        timer.start();
+        for (int s = 0; s < 2; ++s)
+            threads[std::size_t(s)]->submit(core::stageTaskOf(task, s, 2), {}, 0,
+                std::shared_ptr<compute::StageLink>(&links.of(s), [](compute::StageLink*) {}), weightsFile);
+        loop.exec();
+        const double seconds = double(timer.nsecsElapsed()) / 1e9;
+        if (run == 0)
+            times.first = seconds;
+        else
+            times.kept = std::min(times.kept, seconds);
+        for (const auto& connection : connections)
+            QObject::disconnect(connection);
+    }
+    return times;
+}
+
+void stagesInWorkers()
+{
+    const auto spec = pipelinedGpt(8, 128, 64, 16, 8, 10);
+    const auto [weights, task] = firstShard(spec);
+    auto staged = task;
+    staged.threads = 1;
+    QTemporaryDir temporary;
+    const QString file = QDir(temporary.path()).filePath(QStringLiteral("round.pt"));
+    writeFile(file, weights.bytes);
+    const auto inThread = stagesOnComputeThreads(staged, file, false);
+    const auto inWorker = stagesOnComputeThreads(staged, file, true);
+    if (inThread.finalHash != inWorker.finalHash)
+        qFatal("the stages in workers do not end on the stages' bits in the thread");
+    std::printf("stages in workers (the desktop app): the throughput job's 2 stages %.2f s in the compute threads, %.2f s "
+                "in workers (%.2f s with their start): %.2f of the threads' speed\n",
+        inThread.kept, inWorker.kept, inWorker.first, inThread.kept / inWorker.kept);
+    bench::record("pipeline.worker.speed", inThread.kept / inWorker.kept);
+}
+
 // int8 tensors (training.pipeline.tensors): the same job's stages trading int8 rows against float32,
 // trained longer: the bytes a boundary carries a step, and what they cost in loss (the mean of the
 // last 10 steps' training losses, the same batches for both) and in time.
@@ -353,6 +430,7 @@ int main(int argc, char* argv[])
     if (arguments.size() == 4 && arguments[1] == u"--child")
         return child(arguments[2], arguments[3]);
     throughput();
+    stagesInWorkers();
     int8Tensors();
     memory();
     return 0;

@@ -109,7 +109,6 @@ private Q_SLOTS:
         QCOMPARE(links::tensor("abc"), QByteArray("tensor YWJj"));
         QCOMPARE(*links::tensorOf("tensor YWJj"), QByteArray("abc"));
         QCOMPARE(*links::tensorOf("tensor "), QByteArray()); // an empty tensor is a tensor
-        QCOMPARE(links::Sent, QByteArray("sent"));
         QCOMPARE(links::failed(QStringLiteral("stage 2\nwent")), QStringLiteral("link-error stage 2 went"));
         QCOMPARE(*links::failedOf(QStringLiteral("link-error stage 2 went")), QStringLiteral("stage 2 went"));
         for (const char* bad :
@@ -119,7 +118,7 @@ private Q_SLOTS:
         for (const char* bad : { "receive 1 gradient 3", "receive 1 gradient 3 -2", "receive one gradient 3 2",
                  "receive 1 Gradient 3 2", "send 1 gradient 3 2 AAAA" })
             QVERIFY2(!links::receiveOf(bad), bad);
-        for (const char* bad : { "tensor !!", "tensors YWJj", "sent", "tensor" })
+        for (const char* bad : { "tensor !!", "tensors YWJj", "sent YWJj", "tensor" })
             QVERIFY2(!links::tensorOf(bad), bad);
         QVERIFY(!links::failedOf(QStringLiteral("error stage 2 went")));
     }

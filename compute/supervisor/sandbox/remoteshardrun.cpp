@@ -387,13 +387,16 @@ core::Result<QString> RemoteShardRun::ask(const QString& command)
             continue;
         }
         const QString answer = QString::fromUtf8(*line);
+        // A request of the worker's own that its supervisor refused: the worker is at fault,
+        // whatever it answers. Else a link that failed gives the stage back.
+        if (!m_refused.isEmpty())
+            return core::Error { {}, m_refused };
         if (const auto error = protocol::answers::errorOf(answer))
             return core::Error { {}, error->left(MaxReason) };
-        // A link that failed gives the stage back, unless what failed was a request of the
-        // worker's own that its supervisor refused: then the worker is at fault.
         if (const auto why = protocol::links::failedOf(answer); why && m_task.isStage())
-            return m_refused.isEmpty() ? core::Error { QStringLiteral("link"), why->left(MaxReason) }
-                                       : core::Error { {}, m_refused };
+            return core::Error { QStringLiteral("link"), why->left(MaxReason) };
+        if (!m_linkFailed.isEmpty())
+            return core::Error { QStringLiteral("link"), m_linkFailed };
         return answer;
     }
 }
@@ -427,15 +430,20 @@ void RemoteShardRun::carry(const QByteArray& line)
     QString refused = !sent && !asked ? QStringLiteral("the compute worker's request for a tensor is malformed")
         : sent                        ? refusalOf(true, sent->first, sent->second.size())
                                       : refusalOf(false, *asked, 0);
-    QByteArray reply;
-    if (!refused.isEmpty()) {
-        if (m_refused.isEmpty())
-            m_refused = refused;
-        reply = protocol::answers::error(refused).toUtf8();
-    } else if (sent) {
+    if (!refused.isEmpty() && m_refused.isEmpty())
+        m_refused = refused;
+    if (sent) { // not answered: a failure fails the next receive, or the step
         const auto& [to, bytes] = *sent;
-        const auto status = m_link->send(to.peer, to.kind, to.step, to.micro, bytes);
-        reply = status ? links::Sent : protocol::answers::error(status.error().message).toUtf8();
+        if (const auto status = refused.isEmpty() && m_linkFailed.isEmpty()
+                ? m_link->send(to.peer, to.kind, to.step, to.micro, bytes)
+                : core::Status();
+            !status)
+            m_linkFailed = status.error().message;
+        return;
+    }
+    QByteArray reply;
+    if (!m_refused.isEmpty() || !m_linkFailed.isEmpty()) {
+        reply = protocol::answers::error(m_refused.isEmpty() ? m_linkFailed : m_refused).toUtf8();
     } else {
         const auto bytes = m_link->receive(asked->peer, asked->kind, asked->step, asked->micro);
         reply = bytes ? links::tensor(*bytes) : protocol::answers::error(bytes.error().message).toUtf8();

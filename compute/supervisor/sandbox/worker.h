@@ -182,6 +182,7 @@ private:
     // The tensors carried so far (sent, peer, kind, step, micro): each at most once.
     std::set<std::tuple<bool, std::int64_t, int, std::int64_t, std::int64_t>> m_carried;
     QString m_refused; // the first request refused: the stage's failure is the worker's
+    QString m_linkFailed; // why a send failed: the stage gives its task back
     std::int64_t m_completed = 0;
     double m_loss = 0.0;
 };

@@ -94,11 +94,12 @@ std::optional<Stepped> steppedOf(const QString& answer);
 
 // A stage task's tensors (compute::StageLink, docs/PROTOCOL.md "Stage tasks") while it steps in a
 // served worker: the worker asks, a line each, and its supervisor, which holds the link, answers.
-//   send TO KIND STEP MICRO BASE64   a tensor for stage TO: "sent"
+//   send TO KIND STEP MICRO BASE64   a tensor for stage TO; not answered
 //   receive FROM KIND STEP MICRO     the tensor stage FROM sent: "tensor BASE64"
-// Either is answered "error MESSAGE" when the link fails; the step then ends "link-error MESSAGE"
-// (the stage gives its task back, as one in the supervisor's own thread does). KIND is
-// core::nameOf(TensorKind); STEP is 0-based; BASE64 is the tensor's bytes in standard base64.
+// A receive is answered "error MESSAGE" when the link (or an earlier send) failed; the step then
+// ends "link-error MESSAGE" (the stage gives its task back, as one in the supervisor's own thread
+// does). KIND is core::nameOf(TensorKind); STEP is 0-based; BASE64 is the tensor's bytes in
+// standard base64.
 namespace links {
 struct Address {
     std::int64_t peer = 0; // TO or FROM
@@ -114,7 +115,6 @@ std::optional<std::pair<Address, QByteArray>> sendOf(const QByteArray& line);
 QByteArray receive(const Address& from);
 std::optional<Address> receiveOf(const QByteArray& line);
 bool isLinkRequest(const QByteArray& line); // a send or a receive (well formed or not)
-inline const QByteArray Sent = QByteArrayLiteral("sent");
 QByteArray tensor(const QByteArray& bytes);
 std::optional<QByteArray> tensorOf(const QByteArray& line);
 QString failed(const QString& message); // "link-error MESSAGE", the step's answer
