@@ -53,7 +53,7 @@ test: $(DEPS_STAMP)
 fuzz: $(DEPS_STAMP)
 	CC=clang CXX=clang++ cmake -S . -B $(FUZZ_BUILD_DIR) -G Ninja -DCMAKE_BUILD_TYPE=Release $(LAUNCHER) \
 	    -DTESSERA_FUZZ=ON -DTESSERA_WITH_TORCH=OFF -DTESSERA_WITH_GUI=OFF -DTESSERA_BUILD_TESTS=OFF
-	cmake --build $(FUZZ_BUILD_DIR) -j $(JOBS) --target fuzz_decoder fuzz_jobspec fuzz_settings fuzz_blobchunks fuzz_modelarchive fuzz_codedrange fuzz_manifest fuzz_inferencelines fuzz_stageinputs fuzz_tensorpickle fuzz_tensorfile fuzz_blobtorrent
+	cmake --build $(FUZZ_BUILD_DIR) -j $(JOBS) --target fuzz_decoder fuzz_jobspec fuzz_settings fuzz_blobchunks fuzz_modelarchive fuzz_codedrange fuzz_manifest fuzz_inferencelines fuzz_stageinputs fuzz_httprequest fuzz_tensorpickle fuzz_tensorfile fuzz_blobtorrent
 	./scripts/fuzz.sh $(FUZZ_BUILD_DIR) $(FUZZ_SECONDS)
 
 # A job on a broker and three nodes through 20 random kill -9s (scripts/chaos.sh); a short run

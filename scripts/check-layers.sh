@@ -42,16 +42,17 @@ widgets='^\s*#\s*include\s*[<"](QtWidgets|QtCharts|QWidget|QMainWindow|QDialog|Q
 ours='^\s*#\s*include\s*[<"](compute|net|ui|app|swarm)/'
 libtorrent='^\s*#\s*include\s*[<"]libtorrent/'
 
-torchfree="core net swarm ui app compute/common compute/supervisor compute/devices compute/pickle compute/portable"
+torchfree="core net control swarm ui app compute/common compute/supervisor compute/devices compute/pickle compute/portable"
 check "torch may be included only in compute/engine/" "$torch" $torchfree
 check "only compute/engine/ and the programs may include compute/engine/" \
     '^\s*#\s*include\s*[<"](compute/|(\.\./)*)engine/' compute/common compute/supervisor compute/devices compute/pickle compute/portable
 check "the desktop app and what it shares with the node (app/desktop, app/common) never load LibTorch" \
     '^\s*#\s*include\s*[<"]compute/engine/' app/desktop app/common
-check "ZeroMQ may be included only in net/" "$zmq" core compute swarm ui app
+check "ZeroMQ may be included only in net/" "$zmq" core compute control swarm ui app
 check "libtorrent may be included only in swarm/" "$libtorrent" core net compute ui app
 check "swarm/ may include nothing of Tessera's but core/" '^\s*#\s*include\s*[<"](compute|net|ui|app)/' swarm
-check "Qt Widgets and Charts may be included only in ui/ and app/" "$widgets" core compute net
+check "control/ may include nothing of Tessera's but core/" '^\s*#\s*include\s*[<"](compute|net|swarm|ui|app)/' control
+check "Qt Widgets and Charts may be included only in ui/ and app/" "$widgets" core compute net control
 check "core/ depends on nothing of Tessera's" "$ours" core
 check "compute/ may not include net/ or ui/" '^\s*#\s*include\s*[<"](net|ui|app)/' compute
 check "net/ may not include compute/ or ui/" '^\s*#\s*include\s*[<"](compute|ui|app)/' net
@@ -59,7 +60,7 @@ check "ui/ may not include compute/ or net/" '^\s*#\s*include\s*[<"](compute|net
 
 # No include loops inside a folder (a header and its source count as one): what two files need of
 # each other belongs in a third, or in one of them.
-if ! loops=$(/usr/bin/python3 "$(dirname "$0")/include-loops.py" . core net swarm compute ui app); then
+if ! loops=$(/usr/bin/python3 "$(dirname "$0")/include-loops.py" . core net control swarm compute ui app); then
     echo "check-layers: a folder's files include each other"
     echo "$loops" | sed 's/^/  /'
     failures=$((failures + 1))

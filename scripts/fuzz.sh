@@ -8,7 +8,7 @@ set -euo pipefail
 build=$1
 seconds=${2:-60}
 src=$(cd "$(dirname "$0")/.." && pwd)
-for target in decoder jobspec settings blobchunks modelarchive codedrange manifest inferencelines stageinputs tensorpickle tensorfile blobtorrent; do
+for target in decoder jobspec settings blobchunks modelarchive codedrange manifest inferencelines stageinputs httprequest tensorpickle tensorfile blobtorrent; do
     corpus="$build/corpus/$target"
     mkdir -p "$corpus"
     log="$build/fuzz_$target.log"

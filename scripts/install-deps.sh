@@ -8,6 +8,8 @@ packages=(
     build-essential cmake ninja-build ccache pkg-config clang clang-format clang-tidy universal-ctags
     # Qt 6 (Core, Gui, Widgets, Sql, Network, Test, Concurrent; Charts needs the OpenGL dev files)
     qt6-base-dev qt6-base-dev-tools libqt6sql6-sqlite qt6-charts-dev libqt6opengl6-dev qt6-svg-dev
+    # the control API and its web dashboard (docs/CONTROL.md)
+    qt6-httpserver-dev qt6-websockets-dev
     libgl-dev
     # storage, networking, keys
     libsqlite3-dev sqlite3 libzmq3-dev cppzmq-dev libsodium-dev zlib1g-dev libssl-dev libzstd-dev

@@ -3,6 +3,7 @@
 #include <cmath>
 
 #include "../common/computeexecutor.h"
+#include "../common/nodecontrol.h"
 #include "../common/nodesetup.h"
 
 #include <app/common/cli.h>
@@ -15,6 +16,7 @@
 #include <compute/engine/runtimeprofile.h>
 #include <compute/engine/shardrun.h>
 #include <compute/engine/weights.h>
+#include <control/controlclient.h>
 #include <core/benchmark.h>
 #include <core/broker/records.h>
 #include <core/decomposition.h>
@@ -38,6 +40,7 @@
 #include <QElapsedTimer>
 #include <QFile>
 #include <QFileInfo>
+#include <QHostAddress>
 #include <QJsonArray>
 #include <QJsonDocument>
 #include <QSaveFile>
@@ -84,6 +87,10 @@ Commands:
                                        bond credits from this node's balance as stake (a broker
                                        gives work only to nodes with enough bonded), or unbond
                                        them: they stay slashable for the broker's unbonding delay
+  ctl state|pause|resume [--json]      drive a running tessera-node (tessera-node run) on this
+                                       machine through its control API (docs/CONTROL.md; the
+                                       token is control.token in the data directory): its state,
+                                       or pause it (the shard in training is kept) and resume it
   devices [--json]                     list this machine's devices and whether Tessera can train
                                        on each (and if not, why)
   benchmark [--json] [--threads N] [--max-repetitions N] [--last]
@@ -462,6 +469,14 @@ int runNode(const QStringList& args, const core::settings::Settings& settings, c
     std::signal(SIGTERM, onSignal);
     out() << "tessera-node " << TESSERA_VERSION << " contributing to " << addresses.join(QStringLiteral(", ")) << " as "
           << node.nodeId << Qt::endl;
+    // docs/CONTROL.md: the node runs on without it when it cannot be served.
+    auto control = NodeControl::start(settings, directory, executor.thread(), { node.nodeId, node.name });
+    if (!control)
+        err() << "tessera-node: the control API is off: " << control.error().toString() << Qt::endl;
+    else if (*control)
+        out() << "control API at http://" << QHostAddress(settings.stringValue(names::ControlBind)).toString() << ':'
+              << (*control)->port() << "/api/v1/ (its token is " << QDir(directory).filePath(QStringLiteral("control.token"))
+              << ")" << Qt::endl;
 
     // One session, cache and thread per broker: a node can serve several brokers at once.
     std::vector<std::unique_ptr<core::BlobStore>> caches;
@@ -492,6 +507,46 @@ int runNode(const QStringList& args, const core::settings::Settings& settings, c
     out() << stopSummary(clients) << Qt::endl;
     // For scripts: a broker showed a ledger log that does not extend what its network signed.
     return shared.logWatch->anyBroken() ? LogBrokenExit : 0;
+}
+
+// tessera-node ctl: one request to this machine's node's control API, and what it answered.
+int ctl(const QStringList& args, const core::settings::Settings& settings)
+{
+    namespace names = core::settings::names;
+    QCommandLineParser parser;
+    parser.addPositionalArgument(QStringLiteral("action"), QStringLiteral("state, pause or resume"));
+    parser.addOption({ QStringLiteral("json"), QStringLiteral("the state as JSON") });
+    const QStringList actions { QStringLiteral("state"), QStringLiteral("pause"), QStringLiteral("resume") };
+    if (!parser.parse(args) || parser.positionalArguments().size() != 1 || !actions.contains(parser.positionalArguments()[0]))
+        return fail(QStringLiteral("usage: tessera-node ctl state|pause|resume [--json]"));
+    const QString action = parser.positionalArguments()[0];
+    const QString tokenFile = QDir(dataDirectory(settings)).filePath(QStringLiteral("control.token"));
+    const auto token = readFile(tokenFile);
+    if (!token)
+        return fail(QStringLiteral("cannot read the control token %1 (has tessera-node run started here with this "
+                                   "settings file?)")
+                        .arg(tokenFile));
+    auto state = control::callControl(QHostAddress(settings.stringValue(names::ControlBind)),
+        quint16(settings.intValue(names::ControlPort)), token->trimmed(), action == u"state" ? "GET" : "POST",
+        "/api/v1/" + action.toUtf8());
+    if (!state)
+        return fail(state.error().message);
+    if (parser.isSet(QStringLiteral("json")))
+        return printJson(QJsonDocument(*state));
+    const auto shard = state->value(QStringLiteral("shard")).toObject();
+    out() << state->value(QStringLiteral("state")).toString() << ": " << state->value(QStringLiteral("reason")).toString();
+    if (!shard.isEmpty()) {
+        out() << "; job " << shard.value(QStringLiteral("job")).toString() << ", round "
+              << shard.value(QStringLiteral("round")).toInteger() + 1 << ", shard "
+              << shard.value(QStringLiteral("shard")).toInteger() + 1;
+        if (shard.contains(QStringLiteral("stages")))
+            out() << ", stage " << shard.value(QStringLiteral("stage")).toInteger() + 1 << " of "
+                  << shard.value(QStringLiteral("stages")).toInteger();
+        out() << ": step " << shard.value(QStringLiteral("step")).toInteger() << " of "
+              << shard.value(QStringLiteral("steps")).toInteger();
+    }
+    out() << Qt::endl;
+    return 0;
 }
 
 int sample(const QStringList& args, const compute::ComputeEnvironment& environment)
@@ -981,6 +1036,8 @@ int runNodeCommand(const QStringList& arguments)
         return runNode(rest, settings, environment);
     if (command == u"devices")
         return devices(rest);
+    if (command == u"ctl")
+        return ctl(rest, settings);
     if (command == u"results")
         return results(rest, settings);
     if (command == u"benchmark")

@@ -1,0 +1,42 @@
+#include "controlclient.h"
+
+#include <QElapsedTimer>
+#include <QJsonDocument>
+#include <QTcpSocket>
+
+namespace tessera::control {
+
+core::Result<QJsonObject> callControl(const QHostAddress& address, quint16 port, const QByteArray& token,
+    const QByteArray& method, const QByteArray& path, int timeoutMs)
+{
+    const QString where = QStringLiteral("%1 port %2").arg(address.toString()).arg(port);
+    QTcpSocket socket;
+    socket.connectToHost(address, port);
+    if (!socket.waitForConnected(timeoutMs))
+        return core::Error { QStringLiteral("control"),
+            QStringLiteral("no control API at %1 (is tessera-node run going, with Control/Enabled?): %2")
+                .arg(where, socket.errorString()) };
+    const QByteArray host = address.protocol() == QAbstractSocket::IPv6Protocol ? '[' + address.toString().toUtf8() + ']'
+                                                                                : address.toString().toUtf8();
+    socket.write(method + ' ' + path + " HTTP/1.1\r\nHost: " + host + ':' + QByteArray::number(port)
+        + "\r\nAuthorization: Bearer " + token + "\r\nContent-Length: 0\r\nConnection: close\r\n\r\n");
+    QByteArray reply;
+    QElapsedTimer waited;
+    waited.start();
+    while (socket.state() == QAbstractSocket::ConnectedState && waited.elapsed() < timeoutMs) {
+        if (socket.waitForReadyRead(int(std::max<qint64>(1, timeoutMs - waited.elapsed()))))
+            reply += socket.readAll();
+    }
+    reply += socket.readAll();
+    const qsizetype end = reply.indexOf("\r\n\r\n");
+    if (!reply.startsWith("HTTP/1.1 ") || end < 0)
+        return core::Error { QStringLiteral("control"), QStringLiteral("%1 gave no HTTP answer").arg(where) };
+    const int status = reply.mid(9, 3).toInt();
+    const auto body = QJsonDocument::fromJson(reply.mid(end + 4)).object();
+    if (status != 200)
+        return core::Error { QStringLiteral("control"),
+            QStringLiteral("%1 answered %2: %3").arg(where).arg(status).arg(body.value(QStringLiteral("error")).toString()) };
+    return body;
+}
+
+} // namespace tessera::control

@@ -1,0 +1,301 @@
+#include "controlserver.h"
+
+#include <core/privatefile.h>
+#include <core/readfile.h>
+
+#include <QDir>
+#include <QFile>
+#include <QJsonDocument>
+#include <QRandomGenerator>
+#include <QTcpServer>
+#include <QTcpSocket>
+#include <QWebSocket>
+#include <QWebSocketServer>
+
+#include <algorithm>
+#include <array>
+
+namespace tessera::control {
+
+namespace {
+
+const char* const Upgraded = "tesseraUpgraded"; // a socket handed to the WebSocket server
+const char* const Counted = "tesseraCounted"; // a socket whose request the rate has counted
+
+QByteArray reasonOf(int status)
+{
+    switch (status) {
+    case 200:
+        return "OK";
+    case 400:
+        return "Bad Request";
+    case 401:
+        return "Unauthorized";
+    case 403:
+        return "Forbidden";
+    case 404:
+        return "Not Found";
+    case 405:
+        return "Method Not Allowed";
+    case 413:
+        return "Content Too Large";
+    case 429:
+        return "Too Many Requests";
+    default:
+        return "Service Unavailable";
+    }
+}
+
+// Equal tokens, in time that does not depend on where they differ.
+bool sameSecret(const QByteArray& a, const QByteArray& b)
+{
+    if (a.size() != b.size() || a.isEmpty())
+        return false;
+    unsigned char differ = 0;
+    for (qsizetype i = 0; i < a.size(); ++i)
+        differ |= static_cast<unsigned char>(a[i] ^ b[i]);
+    return differ == 0;
+}
+
+bool isToken(const QByteArray& text)
+{
+    if (text.size() != 64)
+        return false;
+    return std::all_of(text.begin(), text.end(), [](char c) { return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'); });
+}
+
+} // namespace
+
+ControlServer::ControlServer(Options options, State state, Action action, QObject* parent)
+    : QObject(parent)
+    , m_options(std::move(options))
+    , m_state(std::move(state))
+    , m_action(std::move(action))
+    , m_pushTimer(this) // a child: it moves with this object to its thread
+{
+    m_pushTimer.setSingleShot(true);
+    connect(&m_pushTimer, &QTimer::timeout, this, &ControlServer::push);
+    m_clock.start();
+    m_sincePush.start();
+}
+
+ControlServer::~ControlServer()
+{
+    for (auto* socket : std::as_const(m_open))
+        socket->abort();
+    qDeleteAll(m_open);
+}
+
+core::Status ControlServer::listen()
+{
+    if (!m_options.address.isLoopback())
+        return core::Error { QStringLiteral("Control/Bind"),
+            QStringLiteral("%1 is not a loopback address: the control API listens beyond this machine only over TLS, which is "
+                           "not built yet (docs/CONTROL.md)")
+                .arg(m_options.address.toString()) };
+    m_server = std::make_unique<QTcpServer>();
+    connect(m_server.get(), &QTcpServer::newConnection, this, &ControlServer::accept);
+    if (!m_server->listen(m_options.address, m_options.port))
+        return core::Error { QStringLiteral("Control/Port"),
+            QStringLiteral("cannot listen on %1 port %2: %3")
+                .arg(m_options.address.toString())
+                .arg(m_options.port)
+                .arg(m_server->errorString()) };
+    m_webSockets = std::make_unique<QWebSocketServer>(QStringLiteral("tessera"), QWebSocketServer::NonSecureMode);
+    connect(m_webSockets.get(), &QWebSocketServer::newConnection, this, [this] {
+        while (m_webSockets->hasPendingConnections()) {
+            QWebSocket* socket = m_webSockets->nextPendingConnection();
+            m_open.append(socket);
+            connect(socket, &QWebSocket::disconnected, this, [this, socket] {
+                m_open.removeAll(socket);
+                socket->deleteLater();
+            });
+            socket->sendTextMessage(QString::fromUtf8(QJsonDocument(m_state()).toJson(QJsonDocument::Compact)));
+        }
+    });
+    return {};
+}
+
+quint16 ControlServer::port() const
+{
+    return m_server ? m_server->serverPort() : 0;
+}
+
+void ControlServer::stateChanged()
+{
+    QMetaObject::invokeMethod(
+        this,
+        [this] {
+            if (m_open.isEmpty() || m_pushTimer.isActive())
+                return;
+            const qint64 wait = m_options.pushIntervalMs - m_sincePush.elapsed();
+            m_pushTimer.start(int(std::max<qint64>(0, wait)));
+        },
+        Qt::QueuedConnection);
+}
+
+void ControlServer::push()
+{
+    m_sincePush.restart();
+    const QString state = QString::fromUtf8(QJsonDocument(m_state()).toJson(QJsonDocument::Compact));
+    for (auto* socket : std::as_const(m_open))
+        socket->sendTextMessage(state);
+}
+
+void ControlServer::accept()
+{
+    while (QTcpSocket* socket = m_server->nextPendingConnection()) {
+        connect(socket, &QTcpSocket::disconnected, socket, [socket] {
+            if (!socket->property(Upgraded).toBool())
+                socket->deleteLater();
+        });
+        connect(socket, &QTcpSocket::readyRead, this, [this, socket] { readFrom(socket); });
+        // A connection that sends no whole request in time is closed.
+        QTimer::singleShot(m_options.idleMs, socket, [socket] {
+            if (!socket->property(Upgraded).toBool())
+                socket->abort();
+        });
+    }
+}
+
+bool ControlServer::allowedAddress(QTcpSocket* socket)
+{
+    if (socket->property(Counted).toBool())
+        return true;
+    socket->setProperty(Counted, true);
+    const qint64 now = m_clock.elapsed();
+    auto found = m_buckets.find(socket->peerAddress().toString());
+    if (found == m_buckets.end())
+        found = m_buckets.insert(socket->peerAddress().toString(), Bucket { m_options.burst, now });
+    auto& bucket = *found;
+    bucket.tokens = std::min(m_options.burst, bucket.tokens + double(now - bucket.atMs) / 1000.0 * m_options.requestsPerSecond);
+    bucket.atMs = now;
+    if (bucket.tokens < 1.0)
+        return false;
+    bucket.tokens -= 1.0;
+    return true;
+}
+
+void ControlServer::readFrom(QTcpSocket* socket)
+{
+    if (socket->property(Upgraded).toBool())
+        return;
+    const QByteArray bytes = socket->peek(socket->bytesAvailable());
+    const auto parse = parseHead(bytes, m_options.limits);
+    if (parse.outcome == HeadParse::Outcome::Incomplete)
+        return;
+    if (parse.outcome == HeadParse::Outcome::Refused)
+        return refuse(socket, parse.status, parse.why);
+    const auto& head = parse.head;
+    if (!allowedAddress(socket))
+        return refuse(socket, 429, QStringLiteral("more than %1 requests a second").arg(m_options.requestsPerSecond));
+    const bool events = head.path == "/api/v1/events";
+    const QByteArray token = events                          ? head.query.queryItemValue(QStringLiteral("token")).toUtf8()
+        : head.header("authorization").startsWith("Bearer ") ? head.header("authorization").mid(7).trimmed()
+                                                             : QByteArray();
+    if (const auto [status, why] = checkCaller(head, token); status != 0)
+        return refuse(socket, status, why);
+    if (events)
+        return upgrade(socket, head);
+    if (bytes.size() < head.length + head.contentLength)
+        return; // the body is still coming
+    const QByteArray request = socket->read(head.length + head.contentLength);
+    handle(socket, head, request.mid(head.length));
+}
+
+std::pair<int, QString> ControlServer::checkCaller(const HttpHead& head, const QByteArray& token) const
+{
+    const QString port = QString::number(this->port());
+    QStringList hosts { QStringLiteral("127.0.0.1:") + port, QStringLiteral("localhost:") + port,
+        QStringLiteral("[::1]:") + port };
+    const QString bound = m_options.address.protocol() == QAbstractSocket::IPv6Protocol
+        ? QStringLiteral("[%1]:%2").arg(m_options.address.toString(), port)
+        : QStringLiteral("%1:%2").arg(m_options.address.toString(), port);
+    if (!hosts.contains(bound))
+        hosts.append(bound);
+    const QString host = QString::fromUtf8(head.header("host")).toLower();
+    if (!hosts.contains(host))
+        return { 403, QStringLiteral("the Host %1 is not this API's address").arg(host.left(100)) };
+    if (head.has("origin")) {
+        const QString origin = QString::fromUtf8(head.header("origin")).toLower();
+        if (!origin.startsWith(QStringLiteral("http://")) || !hosts.contains(origin.mid(7)))
+            return { 403, QStringLiteral("the Origin %1 is not this API's own").arg(origin.left(100)) };
+    }
+    if (!sameSecret(token, m_options.token))
+        return { 401, token.isEmpty() ? QStringLiteral("no token") : QStringLiteral("a wrong token") };
+    return { 0, {} };
+}
+
+void ControlServer::handle(QTcpSocket* socket, const HttpHead& head, const QByteArray& body)
+{
+    const bool action = head.path == "/api/v1/pause" || head.path == "/api/v1/resume";
+    if (head.path != "/api/v1/state" && !action)
+        return refuse(socket, 404, QStringLiteral("no such path"));
+    if (head.method != (action ? "POST" : "GET"))
+        return refuse(socket, 405,
+            QStringLiteral("%1 takes %2")
+                .arg(QString::fromUtf8(head.path), action ? QStringLiteral("POST") : QStringLiteral("GET")));
+    if (action) {
+        QJsonObject arguments;
+        if (!body.trimmed().isEmpty()) {
+            const auto document = QJsonDocument::fromJson(body);
+            if (!document.isObject())
+                return refuse(socket, 400, QStringLiteral("the body is not a JSON object"));
+            arguments = document.object();
+        }
+        if (auto done = m_action(QString::fromUtf8(head.path.mid(8)), arguments); !done)
+            return refuse(socket, 400, done.error().toString());
+        stateChanged();
+    }
+    answer(socket, 200, m_state());
+}
+
+void ControlServer::upgrade(QTcpSocket* socket, const HttpHead& head)
+{
+    if (head.method != "GET" || head.header("upgrade").toLower() != "websocket")
+        return refuse(socket, 400, QStringLiteral("/api/v1/events is a WebSocket"));
+    if (m_open.size() >= m_options.maxWebSockets)
+        return refuse(socket, 503, QStringLiteral("%1 WebSockets are open already").arg(m_options.maxWebSockets));
+    socket->setProperty(Upgraded, true);
+    disconnect(socket, nullptr, this, nullptr);
+    m_webSockets->handleConnection(socket); // reads the handshake we only peeked at
+}
+
+void ControlServer::answer(QTcpSocket* socket, int status, const QJsonObject& body)
+{
+    const QByteArray json = QJsonDocument(body).toJson(QJsonDocument::Compact);
+    socket->write("HTTP/1.1 " + QByteArray::number(status) + ' ' + reasonOf(status)
+        + "\r\nContent-Type: application/json\r\nCache-Control: no-store\r\nConnection: close\r\nContent-Length: "
+        + QByteArray::number(json.size()) + "\r\n\r\n" + json);
+    disconnect(socket, &QTcpSocket::readyRead, this, nullptr);
+    socket->disconnectFromHost(); // once what was written is sent
+}
+
+void ControlServer::refuse(QTcpSocket* socket, int status, const QString& why)
+{
+    answer(socket, status, QJsonObject { { QStringLiteral("error"), why } });
+}
+
+core::Result<QByteArray> loadOrCreateToken(const QString& directory)
+{
+    const QString path = QDir(directory).filePath(QStringLiteral("control.token"));
+    if (QFile::exists(path)) {
+        auto text = core::readFile(path);
+        if (!text)
+            return text.error();
+        const QByteArray token = text->trimmed();
+        if (!isToken(token))
+            return core::Error { path,
+                QStringLiteral("is not a control token (64 hexadecimal digits); delete it and a new one is made") };
+        return token;
+    }
+    std::array<quint32, 8> words {};
+    QRandomGenerator::system()->generate(words.begin(), words.end()); // the system's random source
+    const QByteArray token = QByteArray(reinterpret_cast<const char*>(words.data()), qsizetype(sizeof words)).toHex();
+    QDir().mkpath(directory);
+    if (auto written = core::writePrivateFile(path, token + '\n', QStringLiteral("the control token")); !written)
+        return written.error();
+    return token;
+}
+
+} // namespace tessera::control

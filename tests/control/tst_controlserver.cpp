@@ -1,0 +1,238 @@
+// The control API (docs/CONTROL.md) over real TCP: each refusal of "What is refused" with its
+// status, the requests with the token, and the pushed state over a WebSocket.
+
+#include <control/controlserver.h>
+
+#include <QJsonDocument>
+#include <QSignalSpy>
+#include <QTcpSocket>
+#include <QTemporaryDir>
+#include <QTest>
+#include <QWebSocket>
+
+using namespace tessera;
+using control::ControlServer;
+
+namespace {
+
+const QByteArray Token = QByteArray(64, 'a');
+
+// One raw HTTP exchange: the answer's status and JSON body (status 0: no answer).
+struct Answer {
+    int status = 0;
+    QJsonObject body;
+};
+Answer exchange(quint16 port, const QByteArray& request)
+{
+    // The server runs on this thread's event loop: the client waits by turning it.
+    QTcpSocket socket;
+    QByteArray reply;
+    QObject::connect(&socket, &QTcpSocket::readyRead, [&] { reply += socket.readAll(); });
+    socket.connectToHost(QHostAddress::LocalHost, port);
+    if (!QTest::qWaitFor([&] { return socket.state() == QAbstractSocket::ConnectedState; }, 10'000))
+        return {};
+    socket.write(request);
+    if (!QTest::qWaitFor([&] { return socket.state() == QAbstractSocket::UnconnectedState; }, 10'000))
+        return {};
+    reply += socket.readAll();
+    const qsizetype end = reply.indexOf("\r\n\r\n");
+    if (!reply.startsWith("HTTP/1.1 ") || end < 0)
+        return {};
+    return { reply.mid(9, 3).toInt(), QJsonDocument::fromJson(reply.mid(end + 4)).object() };
+}
+
+QByteArray request(quint16 port, const QByteArray& method, const QByteArray& path, const QByteArray& extra = {},
+    const QByteArray& body = {}, const QByteArray& token = Token)
+{
+    QByteArray text = method + ' ' + path + " HTTP/1.1\r\nHost: 127.0.0.1:" + QByteArray::number(port) + "\r\n";
+    if (!token.isEmpty())
+        text += "Authorization: Bearer " + token + "\r\n";
+    text += extra;
+    if (!body.isEmpty() || method == "POST")
+        text += "Content-Length: " + QByteArray::number(body.size()) + "\r\n";
+    return text + "\r\n" + body;
+}
+
+// A node's state as the test keeps it, and the actions it was asked for.
+struct FakeNode {
+    bool paused = false;
+    QStringList actions;
+    QJsonObject state() const
+    {
+        return { { QStringLiteral("version"), 1 },
+            { QStringLiteral("state"), paused ? QStringLiteral("paused") : QStringLiteral("working") },
+            { QStringLiteral("paused"), paused } };
+    }
+    core::Status act(const QString& action, const QJsonObject&)
+    {
+        actions.append(action);
+        paused = action == u"pause";
+        return {};
+    }
+};
+
+std::unique_ptr<ControlServer> serve(FakeNode& node, ControlServer::Options options = {})
+{
+    options.port = 0;
+    options.token = Token;
+    auto server = std::make_unique<ControlServer>(
+        options, [&node] { return node.state(); }, [&node](const QString& a, const QJsonObject& b) { return node.act(a, b); });
+    if (auto listening = server->listen(); !listening)
+        qFatal("%s", qPrintable(listening.error().toString()));
+    return server;
+}
+
+} // namespace
+
+class ControlServerTest : public QObject {
+    Q_OBJECT
+
+private Q_SLOTS:
+    void theStateAndActionsNeedTheToken()
+    {
+        FakeNode node;
+        auto server = serve(node);
+        const auto port = server->port();
+        auto state = exchange(port, request(port, "GET", "/api/v1/state"));
+        QCOMPARE(state.status, 200);
+        QCOMPARE(state.body.value(QStringLiteral("state")).toString(), QStringLiteral("working"));
+        const auto paused = exchange(port, request(port, "POST", "/api/v1/pause", {}, "{}"));
+        QCOMPARE(paused.status, 200);
+        QCOMPARE(paused.body.value(QStringLiteral("paused")).toBool(), true);
+        QCOMPARE(exchange(port, request(port, "POST", "/api/v1/resume")).status, 200);
+        QCOMPARE(node.actions, QStringList({ QStringLiteral("pause"), QStringLiteral("resume") }));
+
+        // No token, a wrong one, one of another length: 401, and nothing done.
+        QCOMPARE(exchange(port, request(port, "POST", "/api/v1/pause", {}, {}, {})).status, 401);
+        QCOMPARE(exchange(port, request(port, "POST", "/api/v1/pause", {}, {}, QByteArray(64, 'b'))).status, 401);
+        QCOMPARE(exchange(port, request(port, "GET", "/api/v1/state", {}, {}, "aaaa")).status, 401);
+        QCOMPARE(node.actions.size(), 2);
+        // Wrong paths and methods.
+        QCOMPARE(exchange(port, request(port, "GET", "/api/v1/nothing")).status, 404);
+        QCOMPARE(exchange(port, request(port, "GET", "/api/v1/pause")).status, 405);
+        QCOMPARE(exchange(port, request(port, "POST", "/api/v1/state")).status, 405);
+        QCOMPARE(exchange(port, request(port, "POST", "/api/v1/pause", {}, "[1]")).status, 400);
+        QCOMPARE(node.actions.size(), 2);
+    }
+
+    // A web page in the user's browser (CSRF), or one that rebinds its name to this machine.
+    void aForeignOriginOrHostIsRefused()
+    {
+        FakeNode node;
+        auto server = serve(node);
+        const auto port = server->port();
+        const QByteArray own = "http://127.0.0.1:" + QByteArray::number(port);
+        QCOMPARE(exchange(port, request(port, "POST", "/api/v1/pause", "Origin: " + own + "\r\n")).status, 200);
+        QCOMPARE(exchange(port, request(port, "POST", "/api/v1/pause", "Origin: http://evil.example\r\n")).status, 403);
+        QCOMPARE(exchange(port, request(port, "POST", "/api/v1/pause", "Origin: null\r\n")).status, 403);
+        QCOMPARE(exchange(port, request(port, "POST", "/api/v1/pause", "Origin: https://127.0.0.1:1\r\n")).status, 403);
+        QByteArray rebound = request(port, "GET", "/api/v1/state");
+        rebound.replace("Host: 127.0.0.1", "Host: evil.example");
+        QCOMPARE(exchange(port, rebound).status, 403);
+        QCOMPARE(node.actions.size(), 1);
+    }
+
+    // An oversized body is refused from its Content-Length, before it is sent; an oversized head
+    // and malformed requests too.
+    void oversizedAndMalformedRequestsAreRefused()
+    {
+        FakeNode node;
+        auto server = serve(node);
+        const auto port = server->port();
+        QByteArray huge = request(port, "POST", "/api/v1/pause", {}, "{}");
+        huge.replace("Content-Length: 2", "Content-Length: 100000000");
+        QCOMPARE(exchange(port, huge.left(huge.size() - 2)).status, 413);
+        QCOMPARE(
+            exchange(port, request(port, "GET", "/api/v1/state", "X-Filler: " + QByteArray(20'000, 'x') + "\r\n")).status, 413);
+        QCOMPARE(exchange(port, "GET /api/v1/state HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n").status, 400);
+        QCOMPARE(exchange(port, request(port, "POST", "/api/v1/pause", "Transfer-Encoding: chunked\r\n")).status, 400);
+        QCOMPARE(exchange(port, request(port, "GET", "/api/v1/state", "Bad Header\r\n")).status, 400);
+        QCOMPARE(exchange(port, request(port, "GET", "/api/v1/state", "Content-Length: -1\r\n")).status, 400);
+        QCOMPARE(exchange(port, "GET /api/v1/state HTTP/1.1\r\n\r\n").status, 400); // no Host
+        QCOMPARE(
+            exchange(port, request(port, "GET", "//evil.example/api/v1/state")).status, 400); // an authority (fuzz_httprequest)
+        QCOMPARE(node.actions.size(), 0);
+    }
+
+    void tooManyRequestsAreRefused()
+    {
+        FakeNode node;
+        ControlServer::Options options;
+        options.requestsPerSecond = 0.001; // no refill within the test: the burst alone
+        options.burst = 3;
+        auto server = serve(node, options);
+        const auto port = server->port();
+        for (int i = 0; i < 3; ++i)
+            QCOMPARE(exchange(port, request(port, "GET", "/api/v1/state")).status, 200);
+        QCOMPARE(exchange(port, request(port, "GET", "/api/v1/state")).status, 429);
+    }
+
+    // The state at once, then each change pushed; a WebSocket without the token or of a foreign
+    // origin is refused.
+    void aWebSocketGetsTheStateAndEachChange()
+    {
+        FakeNode node;
+        auto server = serve(node);
+        const auto port = server->port();
+        const QString url = QStringLiteral("ws://127.0.0.1:%1/api/v1/events?token=%2").arg(port).arg(QString::fromLatin1(Token));
+        QWebSocket socket;
+        QSignalSpy messages(&socket, &QWebSocket::textMessageReceived);
+        socket.open(QUrl(url));
+        QVERIFY(QTest::qWaitFor([&] { return messages.count() == 1; }, 10'000));
+        QCOMPARE(QJsonDocument::fromJson(messages.at(0).at(0).toString().toUtf8()).object().value(QStringLiteral("state")),
+            QJsonValue(QStringLiteral("working")));
+        QCOMPARE(exchange(port, request(port, "POST", "/api/v1/pause")).status, 200);
+        QVERIFY(QTest::qWaitFor([&] { return messages.count() == 2; }, 10'000));
+        QCOMPARE(QJsonDocument::fromJson(messages.at(1).at(0).toString().toUtf8()).object().value(QStringLiteral("state")),
+            QJsonValue(QStringLiteral("paused")));
+
+        QWebSocket noToken;
+        QSignalSpy closed(&noToken, &QWebSocket::disconnected);
+        QSignalSpy none(&noToken, &QWebSocket::textMessageReceived);
+        noToken.open(QUrl(QStringLiteral("ws://127.0.0.1:%1/api/v1/events").arg(port)));
+        QVERIFY(QTest::qWaitFor([&] { return closed.count() == 1; }, 10'000));
+        QCOMPARE(none.count(), 0);
+
+        QWebSocket foreign;
+        QSignalSpy foreignClosed(&foreign, &QWebSocket::disconnected);
+        QSignalSpy foreignMessages(&foreign, &QWebSocket::textMessageReceived);
+        QNetworkRequest fromPage { QUrl(url) };
+        fromPage.setRawHeader("Origin", "http://evil.example");
+        foreign.open(fromPage);
+        QVERIFY(QTest::qWaitFor([&] { return foreignClosed.count() == 1; }, 10'000));
+        QCOMPARE(foreignMessages.count(), 0);
+    }
+
+    void aBindBeyondLoopbackIsRefusedWithoutTls()
+    {
+        FakeNode node;
+        ControlServer::Options options;
+        options.address = QHostAddress(QStringLiteral("0.0.0.0"));
+        options.token = Token;
+        ControlServer server(
+            options, [&node] { return node.state(); }, [](const QString&, const QJsonObject&) { return core::Status(); });
+        const auto listening = server.listen();
+        QVERIFY(!listening);
+        QCOMPARE(listening.error().field, QStringLiteral("Control/Bind"));
+        QVERIFY2(listening.error().message.contains(QStringLiteral("TLS")), qPrintable(listening.error().message));
+    }
+
+    void theTokenIsMadeOnceAndPrivate()
+    {
+        QTemporaryDir dir;
+        const auto made = control::loadOrCreateToken(dir.path());
+        QVERIFY(made);
+        QCOMPARE(made->size(), 64);
+        QCOMPARE(control::loadOrCreateToken(dir.path()).value(), *made);
+        const QFileInfo file(dir.filePath(QStringLiteral("control.token")));
+        QCOMPARE(file.permissions() & (QFileDevice::ReadGroup | QFileDevice::ReadOther), QFileDevice::Permissions());
+        QFile damaged(file.filePath());
+        QVERIFY(damaged.open(QIODevice::WriteOnly));
+        damaged.write("not a token\n");
+        damaged.close();
+        QVERIFY(!control::loadOrCreateToken(dir.path()));
+    }
+};
+
+QTEST_GUILESS_MAIN(ControlServerTest)
+#include "tst_controlserver.moc"
