@@ -1,10 +1,10 @@
 #include "controlserver.h"
 
-#include <core/privatefile.h>
 #include <core/readfile.h>
 
 #include <QDir>
 #include <QFile>
+#include <QFileInfo>
 #include <QJsonDocument>
 #include <QRandomGenerator>
 #include <QTcpServer>
@@ -21,6 +21,7 @@ namespace {
 
 const char* const Upgraded = "tesseraUpgraded"; // a socket handed to the WebSocket server
 const char* const Counted = "tesseraCounted"; // a socket whose request the rate has counted
+constexpr qint64 MaxUnsent = qint64(1) << 20; // of pushed states a WebSocket has not taken yet
 
 QByteArray reasonOf(int status)
 {
@@ -81,9 +82,16 @@ ControlServer::ControlServer(Options options, State state, Action action, QObjec
 
 ControlServer::~ControlServer()
 {
-    for (auto* socket : std::as_const(m_open))
+    if (m_server) { // its sockets go with it, and must not count down a server being destroyed
+        for (auto* socket : m_server->findChildren<QTcpSocket*>())
+            disconnect(socket, nullptr, this, nullptr);
+    }
+    const auto open = std::exchange(m_open, {});
+    for (auto* socket : open) {
+        disconnect(socket, nullptr, this, nullptr);
         socket->abort();
-    qDeleteAll(m_open);
+    }
+    qDeleteAll(open);
 }
 
 core::Status ControlServer::listen()
@@ -105,6 +113,10 @@ core::Status ControlServer::listen()
     connect(m_webSockets.get(), &QWebSocketServer::newConnection, this, [this] {
         while (m_webSockets->hasPendingConnections()) {
             QWebSocket* socket = m_webSockets->nextPendingConnection();
+            // It only listens: what a client sends is dropped, and a client that does not read
+            // what it is sent is closed before its buffer grows.
+            socket->setMaxAllowedIncomingFrameSize(4096);
+            socket->setMaxAllowedIncomingMessageSize(4096);
             m_open.append(socket);
             connect(socket, &QWebSocket::disconnected, this, [this, socket] {
                 m_open.removeAll(socket);
@@ -138,13 +150,30 @@ void ControlServer::push()
 {
     m_sincePush.restart();
     const QString state = QString::fromUtf8(QJsonDocument(m_state()).toJson(QJsonDocument::Compact));
-    for (auto* socket : std::as_const(m_open))
-        socket->sendTextMessage(state);
+    if (state == m_pushed)
+        return; // nothing changed that the state says
+    m_pushed = state;
+    for (auto* socket : std::as_const(m_open)) {
+        if (socket->bytesToWrite() > MaxUnsent)
+            socket->abort(); // a client that stopped reading
+        else
+            socket->sendTextMessage(state);
+    }
 }
 
 void ControlServer::accept()
 {
     while (QTcpSocket* socket = m_server->nextPendingConnection()) {
+        // At most maxConnections waiting for their request: the node's file descriptors are also its
+        // sessions', its swarm's and its database's.
+        if (m_waiting >= m_options.maxConnections) {
+            socket->abort();
+            socket->deleteLater();
+            continue;
+        }
+        ++m_waiting;
+        connect(socket, &QObject::destroyed, this, [this] { --m_waiting; });
+        socket->setReadBufferSize(m_options.limits.maxHead + m_options.limits.maxBody + 1);
         connect(socket, &QTcpSocket::disconnected, socket, [socket] {
             if (!socket->property(Upgraded).toBool())
                 socket->deleteLater();
@@ -164,9 +193,13 @@ bool ControlServer::allowedAddress(QTcpSocket* socket)
         return true;
     socket->setProperty(Counted, true);
     const qint64 now = m_clock.elapsed();
-    auto found = m_buckets.find(socket->peerAddress().toString());
+    // All of 127.0.0.0/8 and ::1 is one caller: a local process may bind any of them.
+    const QString key = socket->peerAddress().isLoopback() ? QStringLiteral("loopback") : socket->peerAddress().toString();
+    if (m_buckets.size() > 1024)
+        m_buckets.clear(); // only beyond loopback (TLS), and then full buckets are lost, never taken
+    auto found = m_buckets.find(key);
     if (found == m_buckets.end())
-        found = m_buckets.insert(socket->peerAddress().toString(), Bucket { m_options.burst, now });
+        found = m_buckets.insert(key, Bucket { m_options.burst, now });
     auto& bucket = *found;
     bucket.tokens = std::min(m_options.burst, bucket.tokens + double(now - bucket.atMs) / 1000.0 * m_options.requestsPerSecond);
     bucket.atMs = now;
@@ -187,14 +220,16 @@ void ControlServer::readFrom(QTcpSocket* socket)
     if (parse.outcome == HeadParse::Outcome::Refused)
         return refuse(socket, parse.status, parse.why);
     const auto& head = parse.head;
-    if (!allowedAddress(socket))
-        return refuse(socket, 429, QStringLiteral("more than %1 requests a second").arg(m_options.requestsPerSecond));
     const bool events = head.path == "/api/v1/events";
     const QByteArray token = events                          ? head.query.queryItemValue(QStringLiteral("token")).toUtf8()
         : head.header("authorization").startsWith("Bearer ") ? head.header("authorization").mid(7).trimmed()
                                                              : QByteArray();
+    // The caller first, then the rate: a page or process without the token must not spend the
+    // requests of those that hold it (every local caller comes from one address).
     if (const auto [status, why] = checkCaller(head, token); status != 0)
         return refuse(socket, status, why);
+    if (!allowedAddress(socket))
+        return refuse(socket, 429, QStringLiteral("more than %1 requests a second").arg(m_options.requestsPerSecond));
     if (events)
         return upgrade(socket, head);
     if (bytes.size() < head.length + head.contentLength)
@@ -257,7 +292,8 @@ void ControlServer::upgrade(QTcpSocket* socket, const HttpHead& head)
     if (m_open.size() >= m_options.maxWebSockets)
         return refuse(socket, 503, QStringLiteral("%1 WebSockets are open already").arg(m_options.maxWebSockets));
     socket->setProperty(Upgraded, true);
-    disconnect(socket, nullptr, this, nullptr);
+    disconnect(socket, nullptr, this, nullptr); // the destroyed() that counts it waiting too
+    --m_waiting;
     m_webSockets->handleConnection(socket); // reads the handshake we only peeked at
 }
 
@@ -268,6 +304,7 @@ void ControlServer::answer(QTcpSocket* socket, int status, const QJsonObject& bo
         + "\r\nContent-Type: application/json\r\nCache-Control: no-store\r\nConnection: close\r\nContent-Length: "
         + QByteArray::number(json.size()) + "\r\n\r\n" + json);
     disconnect(socket, &QTcpSocket::readyRead, this, nullptr);
+    socket->readAll(); // what came unread (a refused body's start) would make the close a reset
     socket->disconnectFromHost(); // once what was written is sent
 }
 
@@ -279,7 +316,12 @@ void ControlServer::refuse(QTcpSocket* socket, int status, const QString& why)
 core::Result<QByteArray> loadOrCreateToken(const QString& directory)
 {
     const QString path = QDir(directory).filePath(QStringLiteral("control.token"));
+    constexpr auto Others = QFileDevice::ReadGroup | QFileDevice::WriteGroup | QFileDevice::ReadOther | QFileDevice::WriteOther;
     if (QFile::exists(path)) {
+        if (QFileInfo(path).permissions() & Others)
+            return core::Error { path,
+                QStringLiteral("other users may read the control token: make it private (chmod 600) or delete it and a new "
+                               "one is made") };
         auto text = core::readFile(path);
         if (!text)
             return text.error();
@@ -293,8 +335,16 @@ core::Result<QByteArray> loadOrCreateToken(const QString& directory)
     QRandomGenerator::system()->generate(words.begin(), words.end()); // the system's random source
     const QByteArray token = QByteArray(reinterpret_cast<const char*>(words.data()), qsizetype(sizeof words)).toHex();
     QDir().mkpath(directory);
-    if (auto written = core::writePrivateFile(path, token + '\n', QStringLiteral("the control token")); !written)
-        return written.error();
+    // Made private as it is created (never readable by others for a moment), and only if no other
+    // node made it meanwhile: then that one's is read.
+    QFile file(path);
+    if (!file.open(QIODevice::WriteOnly | QIODevice::NewOnly, QFileDevice::ReadOwner | QFileDevice::WriteOwner)) {
+        if (QFile::exists(path))
+            return loadOrCreateToken(directory);
+        return core::Error { path, QStringLiteral("cannot write the control token: %1").arg(file.errorString()) };
+    }
+    if (file.write(token + '\n') != token.size() + 1 || !file.flush())
+        return core::Error { path, QStringLiteral("cannot write the control token: %1").arg(file.errorString()) };
     return token;
 }
 

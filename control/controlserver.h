@@ -37,6 +37,7 @@ public:
         double requestsPerSecond = 20.0;
         double burst = 40.0;
         int maxWebSockets = 16;
+        int maxConnections = 64; // open at once, waiting for or sending a request
         int idleMs = 10'000; // a connection without a whole request is closed after it
         int pushIntervalMs = 250; // at most 4 pushed states a second
     };
@@ -73,6 +74,8 @@ private:
     std::unique_ptr<QTcpServer> m_server;
     std::unique_ptr<QWebSocketServer> m_webSockets;
     QList<QWebSocket*> m_open;
+    int m_waiting = 0; // connections not (yet) WebSockets
+    QString m_pushed; // the last state pushed
     QTimer m_pushTimer; // a child of this object (it moves to its thread with it)
     QElapsedTimer m_sincePush;
     QElapsedTimer m_clock;

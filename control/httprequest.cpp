@@ -110,12 +110,15 @@ HeadParse parseHead(const QByteArray& bytes, const HttpLimits& limits)
     }
     if (head.has("transfer-encoding"))
         return refused(400, QStringLiteral("Transfer-Encoding is not taken: send a Content-Length"));
-    int lengths = 0;
-    for (const auto& [name, value] : head.headers)
-        lengths += name == "content-length";
-    if (lengths > 1)
-        return refused(400, QStringLiteral("more than one Content-Length"));
-    if (lengths == 1) {
+    // Headers a check reads once: two of one would let the check and the caller read different ones.
+    for (const QByteArray once : { "content-length", "host", "origin", "authorization", "upgrade" }) {
+        int count = 0;
+        for (const auto& entry : head.headers)
+            count += entry.first == once;
+        if (count > 1)
+            return refused(400, QStringLiteral("more than one %1 header").arg(QString::fromLatin1(once)));
+    }
+    if (head.has("content-length")) {
         const QByteArray text = head.header("content-length");
         bool digits = !text.isEmpty() && text.size() <= 18;
         for (const char c : text)

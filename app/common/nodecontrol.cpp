@@ -5,6 +5,10 @@
 #include <core/settings/settings.h>
 #include <core/settings/settingskeys.h>
 
+#include <core/privatefile.h>
+
+#include <QDir>
+#include <QFile>
 #include <QJsonObject>
 #include <QMutex>
 #include <QThread>
@@ -59,9 +63,12 @@ struct NodeControl::Private {
     Status status;
     std::unique_ptr<control::ControlServer> server;
     quint16 port = 0;
+    QString portFile; // removed when the API stops
 
     ~Private()
     {
+        if (!portFile.isEmpty())
+            QFile::remove(portFile);
         if (server)
             QMetaObject::invokeMethod(
                 server.get(), [this] { server.reset(); }, Qt::BlockingQueuedConnection);
@@ -133,9 +140,17 @@ core::Result<std::unique_ptr<NodeControl>> NodeControl::start(const core::settin
     core::Status listening;
     QMetaObject::invokeMethod(
         server, [&] { listening = server->listen(); }, Qt::BlockingQueuedConnection);
+    // Where this node listens, beside its token: `tessera-node ctl` sends the token only there, never
+    // to whatever holds Control/Port when this node could not take it.
+    const QString portFile = QDir(dataDirectory).filePath(QStringLiteral("control.port"));
+    QFile::remove(portFile);
     if (!listening)
         return listening.error();
     d->port = server->port();
+    d->portFile = portFile;
+    if (auto written = core::writePrivateFile(portFile, QByteArray::number(d->port) + '\n', QStringLiteral("the control port"));
+        !written)
+        return written.error();
     return std::unique_ptr<NodeControl>(new NodeControl(std::move(d)));
 }
 

@@ -520,15 +520,17 @@ int ctl(const QStringList& args, const core::settings::Settings& settings)
     if (!parser.parse(args) || parser.positionalArguments().size() != 1 || !actions.contains(parser.positionalArguments()[0]))
         return fail(QStringLiteral("usage: tessera-node ctl state|pause|resume [--json]"));
     const QString action = parser.positionalArguments()[0];
-    const QString tokenFile = QDir(dataDirectory(settings)).filePath(QStringLiteral("control.token"));
-    const auto token = readFile(tokenFile);
-    if (!token)
-        return fail(QStringLiteral("cannot read the control token %1 (has tessera-node run started here with this "
-                                   "settings file?)")
-                        .arg(tokenFile));
-    auto state = control::callControl(QHostAddress(settings.stringValue(names::ControlBind)),
-        quint16(settings.intValue(names::ControlPort)), token->trimmed(), action == u"state" ? "GET" : "POST",
-        "/api/v1/" + action.toUtf8());
+    const QDir data(dataDirectory(settings));
+    const auto token = readFile(data.filePath(QStringLiteral("control.token")));
+    // The port the node took, which it writes while it serves (never Control/Port blindly: another
+    // program may hold that one, and would be sent the token).
+    const auto port = readFile(data.filePath(QStringLiteral("control.port")));
+    if (!token || !port)
+        return fail(QStringLiteral("no tessera-node serves a control API with the data folder %1 (is tessera-node run going "
+                                   "with this settings file? its log says why when it cannot serve one)")
+                        .arg(data.path()));
+    auto state = control::callControl(QHostAddress(settings.stringValue(names::ControlBind)), quint16(port->trimmed().toUInt()),
+        token->trimmed(), action == u"state" ? "GET" : "POST", "/api/v1/" + action.toUtf8());
     if (!state)
         return fail(state.error().message);
     if (parser.isSet(QStringLiteral("json")))

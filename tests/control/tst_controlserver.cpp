@@ -149,11 +149,14 @@ private Q_SLOTS:
         QCOMPARE(exchange(port, request(port, "GET", "/api/v1/state", "Bad Header\r\n")).status, 400);
         QCOMPARE(exchange(port, request(port, "GET", "/api/v1/state", "Content-Length: -1\r\n")).status, 400);
         QCOMPARE(exchange(port, "GET /api/v1/state HTTP/1.1\r\n\r\n").status, 400); // no Host
+        QCOMPARE(exchange(port, request(port, "GET", "/api/v1/state", "Host: evil.example\r\n")).status, 400); // two
         QCOMPARE(
             exchange(port, request(port, "GET", "//evil.example/api/v1/state")).status, 400); // an authority (fuzz_httprequest)
         QCOMPARE(node.actions.size(), 0);
     }
 
+    // Past the rate, 429; but requests without the token (a web page's, a stranger's) never spend
+    // the rate of those that hold it.
     void tooManyRequestsAreRefused()
     {
         FakeNode node;
@@ -162,9 +165,41 @@ private Q_SLOTS:
         options.burst = 3;
         auto server = serve(node, options);
         const auto port = server->port();
+        for (int i = 0; i < 10; ++i)
+            QCOMPARE(exchange(port, request(port, "GET", "/api/v1/state", {}, {}, {})).status, 401);
         for (int i = 0; i < 3; ++i)
             QCOMPARE(exchange(port, request(port, "GET", "/api/v1/state")).status, 200);
         QCOMPARE(exchange(port, request(port, "GET", "/api/v1/state")).status, 429);
+    }
+
+    // A body that comes after its head, in another packet; and at most maxConnections waiting at
+    // once (the node's file descriptors are its sessions' too).
+    void aBodyMayComeLaterButConnectionsAreCapped()
+    {
+        FakeNode node;
+        ControlServer::Options options;
+        options.maxConnections = 2;
+        auto server = serve(node, options);
+        const auto port = server->port();
+        QTcpSocket slow;
+        QByteArray reply;
+        QObject::connect(&slow, &QTcpSocket::readyRead, [&] { reply += slow.readAll(); });
+        slow.connectToHost(QHostAddress::LocalHost, port);
+        QVERIFY(QTest::qWaitFor([&] { return slow.state() == QAbstractSocket::ConnectedState; }, 10'000));
+        const QByteArray whole = request(port, "POST", "/api/v1/pause", {}, "{}");
+        slow.write(whole.left(whole.size() - 2));
+        QTest::qWait(100);
+        // Meanwhile a second connection waits, and a third is turned away.
+        QTcpSocket idle;
+        idle.connectToHost(QHostAddress::LocalHost, port);
+        QVERIFY(QTest::qWaitFor([&] { return idle.state() == QAbstractSocket::ConnectedState; }, 10'000));
+        QTest::qWait(100);
+        QCOMPARE(exchange(port, request(port, "GET", "/api/v1/state")).status, 0);
+        QVERIFY(node.actions.isEmpty());
+        slow.write("{}");
+        QVERIFY(QTest::qWaitFor([&] { return slow.state() == QAbstractSocket::UnconnectedState; }, 10'000));
+        QVERIFY2(reply.startsWith("HTTP/1.1 200 "), reply.constData());
+        QCOMPARE(node.actions, QStringList({ QStringLiteral("pause") }));
     }
 
     // The state at once, then each change pushed; a WebSocket without the token or of a foreign
@@ -203,6 +238,25 @@ private Q_SLOTS:
         QCOMPARE(foreignMessages.count(), 0);
     }
 
+    void oneWebSocketTooManyIsRefused()
+    {
+        FakeNode node;
+        ControlServer::Options options;
+        options.maxWebSockets = 1;
+        auto server = serve(node, options);
+        const QString url
+            = QStringLiteral("ws://127.0.0.1:%1/api/v1/events?token=%2").arg(server->port()).arg(QString::fromLatin1(Token));
+        QWebSocket first, second;
+        QSignalSpy firstMessages(&first, &QWebSocket::textMessageReceived);
+        QSignalSpy secondMessages(&second, &QWebSocket::textMessageReceived);
+        QSignalSpy secondClosed(&second, &QWebSocket::disconnected);
+        first.open(QUrl(url));
+        QVERIFY(QTest::qWaitFor([&] { return firstMessages.count() == 1; }, 10'000));
+        second.open(QUrl(url));
+        QVERIFY(QTest::qWaitFor([&] { return secondClosed.count() == 1; }, 10'000));
+        QCOMPARE(secondMessages.count(), 0);
+    }
+
     void aBindBeyondLoopbackIsRefusedWithoutTls()
     {
         FakeNode node;
@@ -226,6 +280,11 @@ private Q_SLOTS:
         QCOMPARE(control::loadOrCreateToken(dir.path()).value(), *made);
         const QFileInfo file(dir.filePath(QStringLiteral("control.token")));
         QCOMPARE(file.permissions() & (QFileDevice::ReadGroup | QFileDevice::ReadOther), QFileDevice::Permissions());
+        QVERIFY(QFile::setPermissions(file.filePath(), file.permissions() | QFileDevice::ReadOther));
+        const auto shared = control::loadOrCreateToken(dir.path());
+        QVERIFY(!shared);
+        QVERIFY2(shared.error().message.contains(QStringLiteral("chmod 600")), qPrintable(shared.error().message));
+        QVERIFY(QFile::setPermissions(file.filePath(), QFileDevice::ReadOwner | QFileDevice::WriteOwner));
         QFile damaged(file.filePath());
         QVERIFY(damaged.open(QIODevice::WriteOnly));
         damaged.write("not a token\n");
