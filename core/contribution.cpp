@@ -5,6 +5,7 @@ namespace tessera::core {
 void Contribution::setContributing(bool on)
 {
     m_contributing = on;
+    m_held = false; // the user's own switch, in the app, ends a pause from elsewhere
     if (!on)
         endSnooze();
 }
@@ -51,7 +52,7 @@ Contribution::State Contribution::state() const
         return State::Off;
     if (m_snoozeUntil || m_snoozedUntilIdle)
         return State::Snoozed;
-    if (!m_pausedBecause.isEmpty())
+    if (m_held || !m_pausedBecause.isEmpty())
         return State::Paused;
     if (!m_connected)
         return State::Offline;
@@ -70,7 +71,7 @@ QString Contribution::reason() const
     case State::Error:
         return m_error;
     case State::Paused:
-        return m_pausedBecause;
+        return m_held ? QStringLiteral("paused through the control API") : m_pausedBecause;
     case State::Snoozed:
         return m_snoozeUntil ? QStringLiteral("snoozed until %1").arg(m_snoozeUntil->toString(QStringLiteral("HH:mm")))
                              : QStringLiteral("snoozed until the computer is idle");

@@ -45,6 +45,10 @@ public:
     void snoozeUntil(const QDateTime& until);
     void snoozeUntilIdle();
     void endSnooze();
+    // Paused until resumed, from another program (the control API, docs/CONTROL.md): the state is
+    // paused, and the shard in training is kept.
+    void setHeld(bool held) { m_held = held; }
+    bool held() const { return m_held; }
     std::optional<QDateTime> snoozedUntil() const { return m_snoozeUntil; }
 
     void setConnected(bool connected) { m_connected = connected; }
@@ -70,6 +74,7 @@ private:
     bool m_connected = false;
     bool m_training = false;
     bool m_snoozedUntilIdle = false;
+    bool m_held = false;
     std::optional<QDateTime> m_snoozeUntil;
     QString m_error;
     QString m_pausedBecause;

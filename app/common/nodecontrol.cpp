@@ -2,57 +2,68 @@
 
 #include <compute/supervisor/computethread.h>
 #include <control/controlserver.h>
+#include <core/privatefile.h>
 #include <core/settings/settings.h>
 #include <core/settings/settingskeys.h>
-
-#include <core/privatefile.h>
 
 #include <QDir>
 #include <QFile>
 #include <QJsonObject>
-#include <QMutex>
 #include <QThread>
-
-#include <optional>
 
 namespace tessera::app {
 
 namespace {
 
-// What the API says of the node (docs/CONTROL.md, "The state"), kept from the compute thread's
-// signals and read by the server: both on the control thread.
+QJsonValue shardJson(const std::optional<compute::ShardProgress>& shard)
+{
+    if (!shard)
+        return QJsonValue::Null;
+    QJsonObject object { { QStringLiteral("job"), shard->jobId }, { QStringLiteral("round"), qint64(shard->round) },
+        { QStringLiteral("shard"), qint64(shard->shard) }, { QStringLiteral("step"), qint64(shard->step) },
+        { QStringLiteral("steps"), qint64(shard->steps) }, { QStringLiteral("loss"), shard->loss },
+        { QStringLiteral("etaMs"), qint64(shard->etaMs) } };
+    if (shard->stages > 0) {
+        object.insert(QStringLiteral("stage"), qint64(shard->stage));
+        object.insert(QStringLiteral("stages"), qint64(shard->stages));
+    }
+    return object;
+}
+
+// What the API says of the node (docs/CONTROL.md, "The state"): from the compute thread's signals
+// (tessera-node), or as its owner publishes it (the desktop app). On the control thread.
 struct Status {
     NodeControl::Identity identity;
-    bool paused = false; // by the API
+    bool paused = false; // by the API, until its owner or the thread says otherwise
     compute::ComputeThread::State state = compute::ComputeThread::State::Idle;
     std::optional<compute::ShardProgress> shard;
+    std::optional<NodeControl::Published> published;
 
     QJsonObject toJson() const
     {
         using State = compute::ComputeThread::State;
-        const bool pausedNow = paused || state == State::Paused;
-        const QString name = pausedNow ? QStringLiteral("paused")
-            : state == State::Working  ? QStringLiteral("working")
-                                       : QStringLiteral("idle");
-        const QString reason = paused ? QStringLiteral("paused through the control API")
-            : state == State::Paused  ? QStringLiteral("paused")
-            : state == State::Working ? QStringLiteral("training a shard")
-                                      : QStringLiteral("waiting for work");
-        QJsonValue shardJson = QJsonValue::Null;
-        if (shard) {
-            QJsonObject object { { QStringLiteral("job"), shard->jobId }, { QStringLiteral("round"), qint64(shard->round) },
-                { QStringLiteral("shard"), qint64(shard->shard) }, { QStringLiteral("step"), qint64(shard->step) },
-                { QStringLiteral("steps"), qint64(shard->steps) }, { QStringLiteral("loss"), shard->loss },
-                { QStringLiteral("etaMs"), qint64(shard->etaMs) } };
-            if (shard->stages > 0) {
-                object.insert(QStringLiteral("stage"), qint64(shard->stage));
-                object.insert(QStringLiteral("stages"), qint64(shard->stages));
-            }
-            shardJson = object;
+        QString name, reason;
+        bool pausedNow = paused;
+        if (published) {
+            name = published->state;
+            reason = published->reason;
+            pausedNow = paused || published->paused;
+        } else {
+            pausedNow = paused || state == State::Paused;
+            name = state == State::Working ? QStringLiteral("working") : QStringLiteral("idle");
+            reason = state == State::Working ? QStringLiteral("training a shard") : QStringLiteral("waiting for work");
+        }
+        if (paused && !(published && published->paused)) {
+            name = QStringLiteral("paused");
+            reason = QStringLiteral("paused through the control API");
+        } else if (!published && pausedNow) {
+            name = QStringLiteral("paused");
+            reason = QStringLiteral("paused");
         }
         return { { QStringLiteral("version"), 1 }, { QStringLiteral("node"), identity.nodeId },
             { QStringLiteral("name"), identity.name }, { QStringLiteral("state"), name }, { QStringLiteral("reason"), reason },
-            { QStringLiteral("paused"), pausedNow }, { QStringLiteral("shard"), shardJson } };
+            { QStringLiteral("paused"), pausedNow },
+            { QStringLiteral("shard"), shardJson(published ? published->shard : shard) } };
     }
 };
 
@@ -88,8 +99,62 @@ quint16 NodeControl::port() const
     return d->port;
 }
 
+void NodeControl::publish(const Published& published)
+{
+    auto* p = d.get();
+    QMetaObject::invokeMethod(
+        p->server.get(),
+        [p, published] {
+            // The owner's word replaces the API's own pause once it says the same.
+            if (published.paused == p->status.paused)
+                p->status.paused = false;
+            p->status.published = published;
+            p->server->stateChanged();
+        },
+        Qt::QueuedConnection);
+}
+
 core::Result<std::unique_ptr<NodeControl>> NodeControl::start(const core::settings::Settings& settings,
     const QString& dataDirectory, compute::ComputeThread& thread, const Identity& identity)
+{
+    auto control = serve(settings, dataDirectory, identity, [&thread](const QString& action) {
+        if (action == u"pause")
+            thread.pause();
+        else
+            thread.resume();
+    });
+    if (!control || !*control)
+        return control;
+    auto* p = (*control)->d.get();
+    auto* server = p->server.get();
+    // The compute thread's signals, queued to the control thread, where the status lives.
+    QObject::connect(&thread, &compute::ComputeThread::stateChanged, server, [p, server](compute::ComputeThread::State state) {
+        p->status.state = state;
+        if (state != compute::ComputeThread::State::Paused)
+            p->status.paused = false; // resumed
+        server->stateChanged();
+    });
+    QObject::connect(&thread, &compute::ComputeThread::progress, server, [p, server](const compute::ShardProgress& progress) {
+        p->status.shard = progress;
+        server->stateChanged();
+    });
+    const auto ended = [p, server] {
+        p->status.shard.reset();
+        server->stateChanged();
+    };
+    QObject::connect(&thread, &compute::ComputeThread::shardCancelled, server, ended);
+    QObject::connect(&thread, &compute::ComputeThread::shardFinished, server, ended);
+    return control;
+}
+
+core::Result<std::unique_ptr<NodeControl>> NodeControl::start(
+    const core::settings::Settings& settings, const QString& dataDirectory, const Identity& identity, const Act& act)
+{
+    return serve(settings, dataDirectory, identity, act);
+}
+
+core::Result<std::unique_ptr<NodeControl>> NodeControl::serve(
+    const core::settings::Settings& settings, const QString& dataDirectory, const Identity& identity, const Act& act)
 {
     namespace names = core::settings::names;
     if (!settings.boolValue(names::ControlEnabled))
@@ -106,34 +171,17 @@ core::Result<std::unique_ptr<NodeControl>> NodeControl::start(const core::settin
     auto* p = d.get();
     d->server = std::make_unique<control::ControlServer>(
         options, [p] { return p->status.toJson(); },
-        [p, &thread](const QString& action, const QJsonObject&) -> core::Status {
+        [p, act](const QString& action, const QJsonObject&) -> core::Status {
+            // Said at once (the answer carries it), until the thread or the owner confirms it.
             p->status.paused = action == u"pause";
-            if (p->status.paused) {
-                thread.pause();
-            } else {
-                thread.resume();
-                if (p->status.state == compute::ComputeThread::State::Paused) // until the thread says what it does now
-                    p->status.state
-                        = p->status.shard ? compute::ComputeThread::State::Working : compute::ComputeThread::State::Idle;
-            }
+            if (!p->status.paused && p->status.state == compute::ComputeThread::State::Paused)
+                p->status.state = p->status.shard ? compute::ComputeThread::State::Working : compute::ComputeThread::State::Idle;
+            if (!p->status.paused && p->status.published)
+                p->status.published->paused = false;
+            act(action);
             return {};
         });
     auto* server = d->server.get();
-    // The compute thread's signals, queued to the control thread, where the status lives.
-    QObject::connect(&thread, &compute::ComputeThread::stateChanged, server, [p, server](compute::ComputeThread::State state) {
-        p->status.state = state;
-        server->stateChanged();
-    });
-    QObject::connect(&thread, &compute::ComputeThread::progress, server, [p, server](const compute::ShardProgress& progress) {
-        p->status.shard = progress;
-        server->stateChanged();
-    });
-    const auto ended = [p, server] {
-        p->status.shard.reset();
-        server->stateChanged();
-    };
-    QObject::connect(&thread, &compute::ComputeThread::shardCancelled, server, ended);
-    QObject::connect(&thread, &compute::ComputeThread::shardFinished, server, ended);
     server->moveToThread(&d->thread);
     d->thread.setObjectName(QStringLiteral("control"));
     d->thread.start();

@@ -18,6 +18,8 @@
 #include <QFile>
 #include <QFileDialog>
 #include <QFutureWatcher>
+#include <QHash>
+#include <QHostAddress>
 #include <QJsonArray>
 #include <QLoggingCategory>
 #include <QPointer>
@@ -70,6 +72,7 @@ void DesktopApp::joinNetwork(const QString& address)
 
 DesktopApp::~DesktopApp()
 {
+    m_control.reset(); // no action arrives for a machine that is going
     m_tick.stop();
     if (m_contributor)
         m_contributor->stop(false);
@@ -101,6 +104,7 @@ core::Status DesktopApp::start()
         return opened;
     if (auto started = startPracticeBroker(); !started)
         return started;
+    startControl();
     connectDashboard();
     connectSubmitPanel();
     connectTray();
@@ -602,6 +606,54 @@ void DesktopApp::updateState()
     if (allPaused && state != core::Contribution::State::Off)
         tooltip += QStringLiteral(" (all devices paused)");
     m_tray->setState(allPaused && state != core::Contribution::State::Off ? core::Contribution::State::Paused : state, tooltip);
+    publishState();
+}
+
+// What the control API says of this machine (docs/CONTROL.md): the tray's state, in its own words.
+void DesktopApp::publishState()
+{
+    if (!m_control)
+        return;
+    using State = core::Contribution::State;
+    const auto state = m_contribution.state();
+    static const QHash<State, QString> names { { State::Off, QStringLiteral("off") },
+        { State::Working, QStringLiteral("working") }, { State::Waiting, QStringLiteral("waiting") },
+        { State::Paused, QStringLiteral("paused") }, { State::Snoozed, QStringLiteral("snoozed") },
+        { State::Offline, QStringLiteral("offline") }, { State::Error, QStringLiteral("error") } };
+    QString reason = m_contribution.reason();
+    if (reason.isEmpty())
+        reason = state == State::Working ? QStringLiteral("training a shard")
+            : state == State::Waiting    ? QStringLiteral("waiting for work")
+                                         : QStringLiteral("contributing is switched off");
+    m_control->publish({ names.value(state), reason, state == State::Paused || state == State::Snoozed, m_progress });
+}
+
+void DesktopApp::startControl()
+{
+    // Actions come on the control thread, and are carried out here, where the tray lives.
+    auto control = NodeControl::start(
+        *m_settings, m_dataDirectory, { m_identity->info.nodeId, m_identity->info.name }, [this](const QString& action) {
+            QMetaObject::invokeMethod(
+                this,
+                [this, action] {
+                    m_contribution.setHeld(action == u"pause");
+                    note(QStringLiteral("info"), QStringLiteral("control"),
+                        action == u"pause" ? QStringLiteral("paused through the control API")
+                                           : QStringLiteral("resumed through the control API"));
+                    updateState();
+                },
+                Qt::QueuedConnection);
+        });
+    if (!control)
+        return note(QStringLiteral("warning"), QStringLiteral("control"),
+            QStringLiteral("the control API is off: %1").arg(control.error().toString()));
+    m_control = std::move(*control);
+    if (m_control)
+        note(QStringLiteral("info"), QStringLiteral("control"),
+            QStringLiteral("control API at http://%1:%2/api/v1/ (its token is %3)")
+                .arg(QHostAddress(m_settings->stringValue(names::ControlBind)).toString())
+                .arg(m_control->port())
+                .arg(QDir(m_dataDirectory).filePath(QStringLiteral("control.token"))));
 }
 
 void DesktopApp::governDuty()

@@ -5,6 +5,7 @@
 #include "embeddedbroker.h"
 #include "energymeter.h"
 
+#include "../common/nodecontrol.h"
 #include "../common/nodesetup.h"
 
 #include <compute/devices/sensors.h>
@@ -112,6 +113,8 @@ private:
     ui::Overview overviewOf(const QList<net::BrokerAddress>& list, const Earned& earned) const;
     QStringList deviceLines() const;
     void describeShard(ui::Overview& overview) const;
+    void startControl();
+    void publishState();
     QString servingLine() const; // the served models this node hosts, for the Overview
     QList<net::BrokerAddress> brokers() const;
     void writeAutostart(bool on);
@@ -155,6 +158,7 @@ private:
     std::optional<NodeIdentity> m_identity;
     EmbeddedBroker m_embedded;
     std::unique_ptr<Contributor> m_contributor;
+    std::unique_ptr<NodeControl> m_control; // the control API (docs/CONTROL.md)
     std::unique_ptr<core::ResultLog> m_results;
     core::Contribution m_contribution;
     std::unique_ptr<ui::Dashboard> m_dashboard;

@@ -6,7 +6,9 @@
 // artifact. And the window never waits on a broker that is silent or late.
 
 #include <app/desktop/desktopapp.h>
+#include <control/controlclient.h>
 #include <core/ledger/loghead.h>
+#include <core/readfile.h>
 #include <core/signing.h>
 #include <net/protocol.h>
 #include <ui/models/tablemodels.h>
@@ -31,6 +33,7 @@
 #include <QSqlDatabase>
 #include <QSqlQuery>
 #include <QSystemTrayIcon>
+#include <QTcpServer>
 #include <QTemporaryDir>
 #include <QTest>
 #include <QTimer>
@@ -205,6 +208,55 @@ private Q_SLOTS:
         // Everything the app keeps goes to a scratch folder.
         qputenv("XDG_CONFIG_HOME", m_dir.filePath(QStringLiteral("config")).toUtf8());
         qputenv("XDG_DATA_HOME", m_dir.filePath(QStringLiteral("data")).toUtf8());
+    }
+
+    // The app serves the control API too (docs/CONTROL.md), in its tray's words: a pause from
+    // another program is the tray's "paused", with its reason, and a resume ends it; the port file
+    // goes with the app.
+    void theControlApiPausesTheAppAsItsTrayWould()
+    {
+        LateBroker broker(0);
+        QTcpServer probe; // a free port for this app's API
+        QVERIFY(probe.listen(QHostAddress::LocalHost));
+        const quint16 port = probe.serverPort();
+        probe.close();
+        const QString name = QStringLiteral("controlled");
+        const QString config = m_dir.filePath(name + QStringLiteral(".ini"));
+        QFile ini(config);
+        QVERIFY(ini.open(QIODevice::WriteOnly));
+        ini.write(QStringLiteral("[Node]\nDataDirectory=%1\nName=%2\nBrokers=%3\n[Compute]\nBenchmarkOnFirstStart=false\n"
+                                 "MaxThreads=1\n[Control]\nPort=%4\n")
+                      .arg(m_dir.filePath(name), name, broker.endpoint())
+                      .arg(port)
+                      .toUtf8());
+        ini.close();
+        const QString portFile = QDir(m_dir.filePath(name)).filePath(QStringLiteral("control.port"));
+        {
+            app::DesktopApp desktop({ config, true });
+            QVERIFY(desktop.start().ok());
+            desktop.startContributing();
+            QCOMPARE(core::readFile(portFile).value_or(QByteArray()).trimmed().toInt(), int(port));
+            const auto token = core::readFile(QDir(m_dir.filePath(name)).filePath(QStringLiteral("control.token")));
+            QVERIFY(token);
+            const auto call = [&](const QByteArray& method, const QByteArray& path) {
+                return control::callControl(QHostAddress::LocalHost, port, token->trimmed(), method, path);
+            };
+            QTRY_VERIFY_WITH_TIMEOUT(
+                call("GET", "/api/v1/state").value_or(QJsonObject()).value(QStringLiteral("name")) == QJsonValue(name), 30'000);
+            QVERIFY(call("POST", "/api/v1/pause"));
+            QTRY_VERIFY2_WITH_TIMEOUT(desktop.contribution().state() == core::Contribution::State::Paused,
+                qPrintable(desktop.contribution().reason()), 30'000);
+            QCOMPARE(desktop.contribution().reason(), QStringLiteral("paused through the control API"));
+            QTRY_VERIFY_WITH_TIMEOUT(
+                call("GET", "/api/v1/state").value_or(QJsonObject()).value(QStringLiteral("reason")).toString()
+                    == QStringLiteral("paused through the control API"),
+                30'000);
+            QVERIFY(call("POST", "/api/v1/resume"));
+            QTRY_VERIFY_WITH_TIMEOUT(desktop.contribution().state() != core::Contribution::State::Paused, 30'000);
+            QTRY_VERIFY_WITH_TIMEOUT(
+                !call("GET", "/api/v1/state").value_or(QJsonObject()).value(QStringLiteral("paused")).toBool(), 30'000);
+        }
+        QVERIFY(!QFile::exists(portFile));
     }
 
     // A pipeline's stage says where it is in its pipeline, and that pausing gives it back (its

@@ -32,6 +32,26 @@ private Q_SLOTS:
         QVERIFY(!c.mayCompute());
     }
 
+    // A pause from another program (the control API) holds until resumed, through any update, and
+    // the user's own Contribute switch ends it.
+    void aPauseFromTheControlApiHoldsUntilResumed()
+    {
+        Contribution c;
+        c.setContributing(true);
+        c.setConnected(true);
+        c.setHeld(true);
+        c.update({}, m_now.addSecs(86400));
+        QCOMPARE(c.state(), State::Paused);
+        QVERIFY(!c.mayCompute());
+        QCOMPARE(c.reason(), QStringLiteral("paused through the control API"));
+        c.setHeld(false);
+        QCOMPARE(c.state(), State::Waiting);
+        c.setHeld(true);
+        c.setContributing(false);
+        c.setContributing(true);
+        QCOMPARE(c.state(), State::Waiting);
+    }
+
     void snoozeEndsOnTime()
     {
         Contribution c;
