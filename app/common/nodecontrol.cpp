@@ -80,9 +80,10 @@ struct NodeControl::Private {
     {
         if (!portFile.isEmpty())
             QFile::remove(portFile);
+        // Deleted on its own thread as that thread ends (Qt deletes there what deleteLater() left),
+        // never from inside one of its own events, which Qt would return into.
         if (server)
-            QMetaObject::invokeMethod(
-                server.get(), [this] { server.reset(); }, Qt::BlockingQueuedConnection);
+            server.release()->deleteLater();
         thread.quit();
         thread.wait();
     }
