@@ -91,29 +91,6 @@ std::int64_t peakRss()
     return -1;
 }
 
-// A stage's link that records what it receives, as the broker records it.
-class RecordingLink final : public compute::StageLink {
-public:
-    explicit RecordingLink(compute::StageLink& inner)
-        : m_inner(inner)
-    { }
-    core::Status send(std::int64_t to, Kind kind, std::int64_t step, std::int64_t micro, const QByteArray& bytes) override
-    {
-        return m_inner.send(to, kind, step, micro, bytes);
-    }
-    core::Result<QByteArray> receive(std::int64_t from, Kind kind, std::int64_t step, std::int64_t micro) override
-    {
-        auto bytes = m_inner.receive(from, kind, step, micro);
-        if (bytes)
-            record += core::StageInputs::record(from, kind, step, micro, *bytes);
-        return bytes;
-    }
-    QByteArray record = core::StageInputs::Magic;
-
-private:
-    compute::StageLink& m_inner;
-};
-
 void writeFile(const QString& path, const QByteArray& bytes)
 {
     QFile file(path);
@@ -325,9 +302,9 @@ void int8Tensors()
 void recordStages(const core::ShardTask& task, const QByteArray& start, std::int64_t stages, const QDir& dir)
 {
     compute::LocalStageLinks links(stages);
-    std::vector<std::unique_ptr<RecordingLink>> taps;
+    std::vector<std::unique_ptr<compute::RecordingStageLink>> taps;
     for (std::int64_t s = 0; s < stages; ++s)
-        taps.push_back(std::make_unique<RecordingLink>(links.of(s)));
+        taps.push_back(std::make_unique<compute::RecordingStageLink>(links.of(s)));
     std::vector<std::thread> threads;
     for (std::int64_t s = 0; s < stages; ++s) {
         threads.emplace_back([&, s] {

@@ -1,5 +1,7 @@
 #include "stagetensors.h"
 
+#include "shardtask.h"
+
 #include <algorithm>
 
 namespace tessera::core {
@@ -15,6 +17,14 @@ QString nameOf(TensorKind kind)
         return QStringLiteral("squares");
     }
     return {};
+}
+
+std::int64_t maxTensorBytes(const ShardTask& task, TensorKind kind)
+{
+    if (kind == TensorKind::Squares)
+        return 64 * 1024;
+    const auto micro = task.batchSize / std::max<std::int64_t>(task.microBatches, 1);
+    return micro * task.model.context * task.model.width * std::int64_t(sizeof(float));
 }
 
 std::optional<TensorKind> tensorKindNamed(const QString& name)

@@ -20,6 +20,13 @@ enum class TensorKind : std::uint8_t { Activation, Gradient, Squares };
 QString nameOf(TensorKind kind); // "activation", "gradient", "squares"
 std::optional<TensorKind> tensorKindNamed(const QString& name);
 
+struct ShardTask;
+// The most bytes a stage task's tensor of this kind may have: a micro-batch's positions of float32
+// rows of the model's width (int8 rows are smaller), or 64 KiB of sums (a name and 8 bytes for
+// each of a stage's tensors). What the broker relays, and a node's supervisor carries for its
+// worker, is refused past it.
+std::int64_t maxTensorBytes(const ShardTask& task, TensorKind kind);
+
 // One tensor a stage sent or received, as its result commits to it: the SHA-256 of its bytes.
 struct StageTensor {
     bool sent = false; // else received

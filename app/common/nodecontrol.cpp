@@ -42,23 +42,19 @@ struct Status {
     QJsonObject toJson() const
     {
         using State = compute::ComputeThread::State;
+        const bool pausedNow = paused || (published ? published->paused : state == State::Paused);
         QString name, reason;
-        bool pausedNow = paused;
-        if (published) {
-            name = published->state;
-            reason = published->reason;
-            pausedNow = paused || published->paused;
-        } else {
-            pausedNow = paused || state == State::Paused;
-            name = state == State::Working ? QStringLiteral("working") : QStringLiteral("idle");
-            reason = state == State::Working ? QStringLiteral("training a shard") : QStringLiteral("waiting for work");
-        }
-        if (paused && !(published && published->paused)) {
+        if (paused && !(published && published->paused)) { // not yet confirmed
             name = QStringLiteral("paused");
             reason = QStringLiteral("paused through the control API");
-        } else if (!published && pausedNow) {
-            name = QStringLiteral("paused");
-            reason = QStringLiteral("paused");
+        } else if (published) {
+            name = published->state;
+            reason = published->reason;
+        } else if (pausedNow) {
+            name = reason = QStringLiteral("paused");
+        } else {
+            name = state == State::Working ? QStringLiteral("working") : QStringLiteral("idle");
+            reason = state == State::Working ? QStringLiteral("training a shard") : QStringLiteral("waiting for work");
         }
         return { { QStringLiteral("version"), 1 }, { QStringLiteral("node"), identity.nodeId },
             { QStringLiteral("name"), identity.name }, { QStringLiteral("state"), name }, { QStringLiteral("reason"), reason },

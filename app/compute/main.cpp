@@ -350,12 +350,6 @@ std::optional<QByteArray> readLineBytes()
     return line;
 }
 
-std::optional<std::string> readCommand()
-{
-    const auto line = readLineBytes();
-    return line ? std::optional<std::string>(line->toStdString()) : std::nullopt;
-}
-
 void answerBytes(const QByteArray& line)
 {
     std::fwrite(line.constData(), 1, std::size_t(line.size()), answers);
@@ -476,8 +470,8 @@ int serve(const Arguments& arguments)
     PipeStageLink link; // a live stage task's
     std::unique_ptr<compute::HostedModel> hosted; // a served model's replica
     try {
-        while (const auto command = readCommand()) {
-            const QString line = QString::fromStdString(*command);
+        while (const auto command = readLineBytes()) {
+            const QString line = QString::fromUtf8(*command);
             if (line == protocol::requests::Quit)
                 return 0;
             if (line == protocol::requests::Host || protocol::requests::questionOf(line)) {

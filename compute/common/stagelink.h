@@ -54,4 +54,29 @@ private:
     core::StageInputs m_inputs;
 };
 
+// A stage's link that passes every tensor through to `inner` and keeps what it received as the
+// broker records it (core::StageInputs::record): the record a re-execution reads (train-local's
+// stages for a bench, a test's reference run).
+class RecordingStageLink final : public StageLink {
+public:
+    explicit RecordingStageLink(StageLink& inner)
+        : m_inner(inner)
+    { }
+    core::Status send(std::int64_t to, Kind kind, std::int64_t step, std::int64_t micro, const QByteArray& bytes) override
+    {
+        return m_inner.send(to, kind, step, micro, bytes);
+    }
+    core::Result<QByteArray> receive(std::int64_t from, Kind kind, std::int64_t step, std::int64_t micro) override
+    {
+        auto bytes = m_inner.receive(from, kind, step, micro);
+        if (bytes)
+            record += core::StageInputs::record(from, kind, step, micro, *bytes);
+        return bytes;
+    }
+    QByteArray record = core::StageInputs::Magic;
+
+private:
+    StageLink& m_inner;
+};
+
 } // namespace tessera::compute

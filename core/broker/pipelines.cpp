@@ -42,14 +42,6 @@ std::optional<Pipelines::Place> Pipelines::placeOf(const QString& assignment) co
     return std::nullopt;
 }
 
-std::int64_t Pipelines::boundOf(const ShardTask& task, TensorKind kind)
-{
-    if (kind == TensorKind::Squares) // a name and 8 bytes for each of a stage's tensors
-        return 64 * 1024;
-    const auto micro = task.batchSize / std::max<std::int64_t>(task.microBatches, 1);
-    return micro * task.model.context * task.model.width * std::int64_t(sizeof(float));
-}
-
 Result<Pipelines::Forward> Pipelines::relay(const QString& node, const QString& assignment, const Part& part, qsizetype payload)
 {
     auto refuse = [](const QString& field, const QString& why) { return Error { field, why }; };
@@ -68,7 +60,7 @@ Result<Pipelines::Forward> Pipelines::relay(const QString& node, const QString& 
     if (part.step >= task.localSteps || part.micro >= std::max<std::int64_t>(task.microBatches, 1))
         return refuse(
             QStringLiteral("step"), QStringLiteral("the shard has no step %1, micro-batch %2").arg(part.step).arg(part.micro));
-    if (part.size > boundOf(task, part.kind))
+    if (part.size > maxTensorBytes(task, part.kind))
         return refuse(QStringLiteral("size"), QStringLiteral("more bytes than a %1 of this model has").arg(nameOf(part.kind)));
     auto& shared = *place->pipeline;
     if (part.kind != TensorKind::Squares) { // one shape crosses every boundary: [b, length, width]

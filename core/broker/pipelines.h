@@ -131,8 +131,6 @@ private:
         std::int64_t stage = 0;
     };
     std::optional<Place> placeOf(const QString& assignment) const;
-    // The most bytes a tensor of this kind may have.
-    static std::int64_t boundOf(const ShardTask& task, TensorKind kind);
 
     std::vector<std::shared_ptr<Pipeline>> m_pipelines;
     QString m_recordingDirectory;

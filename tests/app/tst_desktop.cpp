@@ -195,6 +195,20 @@ private:
     std::thread m_thread;
 };
 
+// A settings file for an app named `name` (its data folder beside it) that contributes to
+// `broker`, skips the first benchmark, and has `more` besides ([Compute] keys first).
+QString writeConfig(const QTemporaryDir& dir, const QString& name, const QString& broker, const QString& more = {})
+{
+    const QString config = dir.filePath(name + QStringLiteral(".ini"));
+    QFile ini(config);
+    if (!ini.open(QIODevice::WriteOnly))
+        qFatal("cannot write %s", qPrintable(config));
+    ini.write(QStringLiteral("[Node]\nDataDirectory=%1\nName=%2\nBrokers=%3\n[Compute]\nBenchmarkOnFirstStart=false\n%4")
+                  .arg(dir.filePath(name), name, broker, more)
+                  .toUtf8());
+    return config;
+}
+
 } // namespace
 
 class DesktopTest : public QObject {
@@ -221,15 +235,8 @@ private Q_SLOTS:
         const quint16 port = probe.serverPort();
         probe.close();
         const QString name = QStringLiteral("controlled");
-        const QString config = m_dir.filePath(name + QStringLiteral(".ini"));
-        QFile ini(config);
-        QVERIFY(ini.open(QIODevice::WriteOnly));
-        ini.write(QStringLiteral("[Node]\nDataDirectory=%1\nName=%2\nBrokers=%3\n[Compute]\nBenchmarkOnFirstStart=false\n"
-                                 "MaxThreads=1\n[Control]\nPort=%4\n")
-                      .arg(m_dir.filePath(name), name, broker.endpoint())
-                      .arg(port)
-                      .toUtf8());
-        ini.close();
+        const QString config
+            = writeConfig(m_dir, name, broker.endpoint(), QStringLiteral("MaxThreads=1\n[Control]\nPort=%1\n").arg(port));
         const QString portFile = QDir(m_dir.filePath(name)).filePath(QStringLiteral("control.port"));
         {
             app::DesktopApp desktop({ config, true });
@@ -297,13 +304,7 @@ private Q_SLOTS:
         QFETCH(int, delayMs);
         LateBroker broker(delayMs);
         const QString name = QStringLiteral("late-%1").arg(delayMs < 0 ? 0 : delayMs);
-        const QString config = m_dir.filePath(name + QStringLiteral(".ini"));
-        QFile ini(config);
-        QVERIFY(ini.open(QIODevice::WriteOnly));
-        ini.write(QStringLiteral("[Node]\nDataDirectory=%1\nName=%2\nBrokers=%3\n[Compute]\nBenchmarkOnFirstStart=false\n")
-                      .arg(m_dir.filePath(name), name, broker.endpoint())
-                      .toUtf8());
-        ini.close();
+        const QString config = writeConfig(m_dir, name, broker.endpoint());
         app::DesktopApp desktop({ config, true });
         QVERIFY(desktop.start().ok());
         QCOMPARE(desktop.brokerAddress(), broker.endpoint()); // no local broker: the configured one
@@ -346,14 +347,7 @@ private Q_SLOTS:
     {
         LateBroker broker(0);
         const QString name = QStringLiteral("unreadable");
-        const QString config = m_dir.filePath(name + QStringLiteral(".ini"));
-        QFile ini(config);
-        QVERIFY(ini.open(QIODevice::WriteOnly));
-        ini.write(QStringLiteral("[Node]\nDataDirectory=%1\nName=%2\nBrokers=%3\n[Compute]\nBenchmarkOnFirstStart=false\n"
-                                 "MaxThreads=1\n")
-                      .arg(m_dir.filePath(name), name, broker.endpoint())
-                      .toUtf8());
-        ini.close();
+        const QString config = writeConfig(m_dir, name, broker.endpoint(), QStringLiteral("MaxThreads=1\n"));
         app::DesktopApp desktop({ config, true });
         QVERIFY(desktop.start().ok());
         desktop.dashboard().show();
@@ -379,14 +373,7 @@ private Q_SLOTS:
     {
         ForkingBroker broker;
         const QString name = QStringLiteral("forked");
-        const QString config = m_dir.filePath(name + QStringLiteral(".ini"));
-        QFile ini(config);
-        QVERIFY(ini.open(QIODevice::WriteOnly));
-        ini.write(QStringLiteral("[Node]\nDataDirectory=%1\nName=%2\nBrokers=%3\n[Compute]\nBenchmarkOnFirstStart=false\n"
-                                 "Contribute=true\nMaxThreads=1\n")
-                      .arg(m_dir.filePath(name), name, broker.endpoint())
-                      .toUtf8());
-        ini.close();
+        const QString config = writeConfig(m_dir, name, broker.endpoint(), QStringLiteral("Contribute=true\nMaxThreads=1\n"));
         app::DesktopApp desktop({ config, true });
         QVERIFY(desktop.start().ok());
         desktop.startContributing();

@@ -156,29 +156,6 @@ std::optional<compute::ShardOutput> runStageHere(
     return (*run)->finish();
 }
 
-// A stage's link that keeps what it received, as the broker records it (core::StageInputs).
-class RecordingLink final : public compute::StageLink {
-public:
-    explicit RecordingLink(compute::StageLink& inner)
-        : m_inner(inner)
-    { }
-    core::Status send(std::int64_t to, Kind kind, std::int64_t step, std::int64_t micro, const QByteArray& bytes) override
-    {
-        return m_inner.send(to, kind, step, micro, bytes);
-    }
-    core::Result<QByteArray> receive(std::int64_t from, Kind kind, std::int64_t step, std::int64_t micro) override
-    {
-        auto bytes = m_inner.receive(from, kind, step, micro);
-        if (bytes)
-            record += core::StageInputs::record(from, kind, step, micro, *bytes);
-        return bytes;
-    }
-    QByteArray record = core::StageInputs::Magic;
-
-private:
-    compute::StageLink& m_inner;
-};
-
 std::shared_ptr<compute::StageLink> borrowed(compute::StageLink& link)
 {
     return std::shared_ptr<compute::StageLink>(&link, [](compute::StageLink*) {});
@@ -575,7 +552,7 @@ private Q_SLOTS:
             QSKIP("only with Compute/Sandbox (tst_computethread_sandbox)");
         const auto f = stageFixture();
         compute::LocalStageLinks here(2);
-        RecordingLink recording(here.of(1));
+        compute::RecordingStageLink recording(here.of(1));
         std::optional<compute::ShardOutput> reference[2];
         std::thread other([&] { reference[1] = runStageHere(f, here, 1, &recording); });
         reference[0] = runStageHere(f, here, 0);

@@ -13,7 +13,7 @@ private Q_SLOTS:
     void aRunningNodeIsPausedAndResumedFromTheCommandLine()
     {
         Cluster cluster;
-        cluster.startBroker();
+        cluster.startBroker({}, QStringLiteral("MinDeadlineSeconds=900\n")); // a paused shard keeps its deadline
         const int port = freePort();
         cluster.startNode(
             1, {}, Cluster::FirstStart::SkipBenchmark, QStringLiteral("MaxThreads=1\n[Control]\nPort=%1\n").arg(port));
@@ -33,7 +33,16 @@ private Q_SLOTS:
         const auto paused = ctl({ QStringLiteral("pause") });
         QCOMPARE(paused.exitCode, 0);
         QVERIFY2(paused.standardOutput.startsWith(QStringLiteral("paused: ")), qPrintable(paused.standardOutput));
-        const QString jobId = cluster.submit();
+        // A small job (2 rounds of one shard), so that one node finishes it on a loaded machine too.
+        const QString jobFile = cluster.path(QStringLiteral("small.json"));
+        Cluster::writeFile(jobFile, QStringLiteral(R"({
+    "version": 1, "name": "controlled", "model": { "zoo": "mlp", "hidden": [32] },
+    "dataset": { "builtin": "fashion-mnist" }, "optimizer": { "kind": "sgd", "lr": 0.05 },
+    "training": { "rounds": 2, "shardsPerRound": 1, "localSteps": 10, "batchSize": 32, "seed": 3, "threads": 1,
+                  "determinism": "portable", "checkpointInterval": 5 },
+    "budget": "10"
+})"));
+        const QString jobId = cluster.submit(jobFile);
         QVERIFY(!jobId.isEmpty());
         // Its shard comes and waits: the node says paused all along, whatever it holds.
         QCOMPARE(stateOf().value(QStringLiteral("paused")).toBool(), true);

@@ -26,11 +26,10 @@ using namespace detail;
 
 // How long a worker may take to start and confine itself (no job code runs before that).
 constexpr std::int64_t StartLimitMs = 60'000;
-// The longest line a worker may write (a stage task's tensors set their own bound, lineBoundOf),
+// The longest line a worker may write (a stage task's is base64 of its largest tensor, if longer),
 // and how long it may leave a request unread.
 constexpr qsizetype DefaultMaxLine = qsizetype(16) << 20;
 constexpr std::int64_t WriteStallMs = 30'000;
-constexpr qsizetype MaxSquaresBytes = qsizetype(1) << 20; // a stage's sums of squares, one per tensor
 constexpr qsizetype MaxReason = 2000; // of a worker's error, passed on as a failure's reason
 
 struct Worker::Process {
@@ -194,13 +193,10 @@ RemoteShardRun::RemoteShardRun(core::ShardTask task, std::shared_ptr<Worker> wor
     , m_worker(std::move(worker))
     , m_link(link)
 {
-    // A stage's largest tensor: a micro-batch's positions of float32 rows of the model's width (int8
-    // rows are smaller). Its line is base64 of it.
-    const std::int64_t rows = (m_task.batchSize + std::max<std::int64_t>(1, m_task.microBatches) - 1)
-        / std::max<std::int64_t>(1, m_task.microBatches) * std::max<std::int64_t>(1, m_task.model.context);
-    m_tensorBound
-        = qsizetype(std::min<std::int64_t>(rows * std::max<std::int64_t>(1, m_task.model.width) * 4, qsizetype(1) << 40));
-    m_worker->process().maxLine = m_task.isStage() ? std::max(DefaultMaxLine, m_tensorBound / 3 * 4 + 4096) : DefaultMaxLine;
+    const auto largest = core::maxTensorBytes(m_task, core::TensorKind::Activation);
+    m_worker->process().maxLine = m_task.isStage()
+        ? std::max(DefaultMaxLine, qsizetype(std::min<std::int64_t>(largest, qsizetype(1) << 40) / 3 * 4 + 4096))
+        : DefaultMaxLine;
 }
 
 RemoteShardRun::~RemoteShardRun()
@@ -414,7 +410,7 @@ QString RemoteShardRun::refusalOf(bool sent, const protocol::links::Address& add
     if (address.peer >= m_task.stages || address.peer == s || address.step >= m_task.localSteps
         || address.micro >= m_task.microBatches || !direction)
         return QStringLiteral("the compute worker named a tensor outside the stage's schedule");
-    if (bytes > (address.kind == Kind::Squares ? MaxSquaresBytes : m_tensorBound))
+    if (bytes > core::maxTensorBytes(m_task, address.kind))
         return QStringLiteral("the compute worker sent a tensor of %1 bytes, more than its stage's micro-batch holds").arg(bytes);
     if (!m_carried.insert({ sent, address.peer, int(address.kind), address.step, address.micro }).second)
         return QStringLiteral("the compute worker named the same tensor twice");

@@ -178,7 +178,6 @@ private:
     core::ShardTask m_task;
     std::shared_ptr<Worker> m_worker;
     StageLink* m_link = nullptr;
-    qsizetype m_tensorBound = 0; // a stage's largest tensor, in bytes
     // The tensors carried so far (sent, peer, kind, step, micro): each at most once.
     std::set<std::tuple<bool, std::int64_t, int, std::int64_t, std::int64_t>> m_carried;
     QString m_refused; // the first request refused: the stage's failure is the worker's

@@ -97,7 +97,7 @@ ShardOutput failed(const core::ShardTask& task, const QString& why)
 bool writeInputs(const QDir& folder, const core::ShardTask& task, const QByteArray& startWeights, const QByteArray& suspended)
 {
     for (const QString& stale : { protocol::files::Result, protocol::files::WeightsOut, protocol::files::KeptOut,
-             protocol::files::SuspendedOut, protocol::files::SuspendedIn, protocol::files::WeightsIn })
+             protocol::files::SuspendedOut, protocol::files::SuspendedIn })
         QFile::remove(folder.filePath(stale));
     return writeFile(folder.filePath(protocol::files::Task), QJsonDocument(task.toJson()).toJson(QJsonDocument::Compact))
         && writeFile(folder.filePath(protocol::files::WeightsIn), startWeights)
