@@ -25,7 +25,7 @@ DEPS_STAMP  := $(BUILD_DIR)/.deps-installed
 all: build
 
 # Runs the idempotent installer once per build folder (and again when it changes).
-$(DEPS_STAMP): scripts/install-deps.sh
+$(DEPS_STAMP): scripts/install-deps.sh tests/browser/package-lock.json
 	./scripts/install-deps.sh
 	@mkdir -p $(BUILD_DIR) && touch $@
 

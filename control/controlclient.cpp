@@ -7,7 +7,7 @@
 namespace tessera::control {
 
 core::Result<QJsonObject> callControl(const QHostAddress& address, quint16 port, const QByteArray& token,
-    const QByteArray& method, const QByteArray& path, int timeoutMs)
+    const QByteArray& method, const QByteArray& path, const QByteArray& body, int timeoutMs)
 {
     const QString where = QStringLiteral("%1 port %2").arg(address.toString()).arg(port);
     QTcpSocket socket;
@@ -19,7 +19,8 @@ core::Result<QJsonObject> callControl(const QHostAddress& address, quint16 port,
     const QByteArray host = address.protocol() == QAbstractSocket::IPv6Protocol ? '[' + address.toString().toUtf8() + ']'
                                                                                 : address.toString().toUtf8();
     socket.write(method + ' ' + path + " HTTP/1.1\r\nHost: " + host + ':' + QByteArray::number(port)
-        + "\r\nAuthorization: Bearer " + token + "\r\nContent-Length: 0\r\nConnection: close\r\n\r\n");
+        + "\r\nAuthorization: Bearer " + token + "\r\nContent-Type: application/json\r\nContent-Length: "
+        + QByteArray::number(body.size()) + "\r\nConnection: close\r\n\r\n" + body);
     QByteArray reply;
     QElapsedTimer waited;
     waited.start();
@@ -32,11 +33,11 @@ core::Result<QJsonObject> callControl(const QHostAddress& address, quint16 port,
     if (!reply.startsWith("HTTP/1.1 ") || end < 0)
         return core::Error { QStringLiteral("control"), QStringLiteral("%1 gave no HTTP answer").arg(where) };
     const int status = reply.mid(9, 3).toInt();
-    const auto body = QJsonDocument::fromJson(reply.mid(end + 4)).object();
+    const auto answer = QJsonDocument::fromJson(reply.mid(end + 4)).object();
     if (status != 200)
         return core::Error { QStringLiteral("control"),
-            QStringLiteral("%1 answered %2: %3").arg(where).arg(status).arg(body.value(QStringLiteral("error")).toString()) };
-    return body;
+            QStringLiteral("%1 answered %2: %3").arg(where).arg(status).arg(answer.value(QStringLiteral("error")).toString()) };
+    return answer;
 }
 
 } // namespace tessera::control

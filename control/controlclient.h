@@ -12,6 +12,6 @@ namespace tessera::control {
 // timeoutMs): the JSON answer of a 200, else an error with the API's own reason. For command-line
 // clients, which have no event loop.
 core::Result<QJsonObject> callControl(const QHostAddress& address, quint16 port, const QByteArray& token,
-    const QByteArray& method, const QByteArray& path, int timeoutMs = 10'000);
+    const QByteArray& method, const QByteArray& path, const QByteArray& body = {}, int timeoutMs = 10'000);
 
 } // namespace tessera::control

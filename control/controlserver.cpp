@@ -220,6 +220,8 @@ void ControlServer::readFrom(QTcpSocket* socket)
     if (parse.outcome == HeadParse::Outcome::Refused)
         return refuse(socket, parse.status, parse.why);
     const auto& head = parse.head;
+    if (serveFile(socket, head))
+        return;
     const bool events = head.path == "/api/v1/events";
     const QByteArray token = events                          ? head.query.queryItemValue(QStringLiteral("token")).toUtf8()
         : head.header("authorization").startsWith("Bearer ") ? head.header("authorization").mid(7).trimmed()
@@ -240,6 +242,15 @@ void ControlServer::readFrom(QTcpSocket* socket)
 
 std::pair<int, QString> ControlServer::checkCaller(const HttpHead& head, const QByteArray& token) const
 {
+    if (auto refused = checkHost(head); refused.first != 0)
+        return refused;
+    if (!sameSecret(token, m_options.token))
+        return { 401, token.isEmpty() ? QStringLiteral("no token") : QStringLiteral("a wrong token") };
+    return { 0, {} };
+}
+
+std::pair<int, QString> ControlServer::checkHost(const HttpHead& head) const
+{
     const QString port = QString::number(this->port());
     QStringList hosts { QStringLiteral("127.0.0.1:") + port, QStringLiteral("localhost:") + port,
         QStringLiteral("[::1]:") + port };
@@ -256,14 +267,19 @@ std::pair<int, QString> ControlServer::checkCaller(const HttpHead& head, const Q
         if (!origin.startsWith(QStringLiteral("http://")) || !hosts.contains(origin.mid(7)))
             return { 403, QStringLiteral("the Origin %1 is not this API's own").arg(origin.left(100)) };
     }
-    if (!sameSecret(token, m_options.token))
-        return { 401, token.isEmpty() ? QStringLiteral("no token") : QStringLiteral("a wrong token") };
     return { 0, {} };
+}
+
+const QStringList& ControlServer::actions()
+{
+    static const QStringList names { QStringLiteral("pause"), QStringLiteral("resume"), QStringLiteral("snooze"),
+        QStringLiteral("finish"), QStringLiteral("device"), QStringLiteral("limits") };
+    return names;
 }
 
 void ControlServer::handle(QTcpSocket* socket, const HttpHead& head, const QByteArray& body)
 {
-    const bool action = head.path == "/api/v1/pause" || head.path == "/api/v1/resume";
+    const bool action = head.path.startsWith("/api/v1/") && actions().contains(QString::fromUtf8(head.path.mid(8)));
     if (head.path != "/api/v1/state" && !action)
         return refuse(socket, 404, QStringLiteral("no such path"));
     if (head.method != (action ? "POST" : "GET"))
@@ -283,6 +299,46 @@ void ControlServer::handle(QTcpSocket* socket, const HttpHead& head, const QByte
         stateChanged();
     }
     answer(socket, 200, m_state());
+}
+
+bool ControlServer::serveFile(QTcpSocket* socket, const HttpHead& head)
+{
+    // The page holds no secret: it asks its user for the token, so it is served without one, to the
+    // API's own Host only (a rebinding page must not read it either).
+    static const QHash<QByteArray, std::pair<QString, QByteArray>> files {
+        { "/", { QStringLiteral("index.html"), "text/html; charset=utf-8" } },
+        { "/app.js", { QStringLiteral("app.js"), "text/javascript; charset=utf-8" } },
+        { "/style.css", { QStringLiteral("style.css"), "text/css; charset=utf-8" } },
+        { "/icon.svg", { QStringLiteral("icon.svg"), "image/svg+xml" } },
+    };
+    const auto found = files.find(head.path);
+    if (found == files.end())
+        return false;
+    if (const auto [status, why] = checkHost(head); status != 0) {
+        refuse(socket, status, why);
+        return true;
+    }
+    if (head.method != "GET") {
+        refuse(socket, 405, QStringLiteral("%1 takes GET").arg(QString::fromUtf8(head.path)));
+        return true;
+    }
+    QFile file(QStringLiteral(":/tessera/dashboard/") + found->first);
+    const QByteArray content = file.open(QIODevice::ReadOnly) ? file.readAll() : QByteArray();
+    // Its scripts and styles are its own files only, it talks to this API only, and no other page
+    // may frame it (clickjacking) or learn its address (the token may be in it).
+    const QByteArray host = head.header("host");
+    socket->write("HTTP/1.1 200 OK\r\nContent-Type: " + found->second
+        + "\r\nContent-Length: " + QByteArray::number(content.size())
+        + "\r\nContent-Security-Policy: default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; "
+          "connect-src 'self' ws://"
+        + host + "; frame-ancestors 'none'; base-uri 'none'; form-action 'none'"
+        + "\r\nX-Frame-Options: DENY\r\nX-Content-Type-Options: nosniff\r\nReferrer-Policy: no-referrer"
+          "\r\nCache-Control: no-cache\r\nConnection: close\r\n\r\n"
+        + content);
+    disconnect(socket, &QTcpSocket::readyRead, this, nullptr);
+    socket->readAll();
+    socket->disconnectFromHost();
+    return true;
 }
 
 void ControlServer::upgrade(QTcpSocket* socket, const HttpHead& head)

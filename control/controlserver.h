@@ -54,6 +54,10 @@ public:
     quint16 port() const;
     // The state changed: every open WebSocket gets it, at most every pushIntervalMs. Thread-safe.
     void stateChanged();
+    // WebSockets open now (on this object's thread).
+    int webSockets() const { return int(m_open.size()); }
+    // The actions it takes: POST /api/v1/ACTION.
+    static const QStringList& actions();
 
 private:
     struct Connection;
@@ -63,8 +67,11 @@ private:
     void refuse(QTcpSocket* socket, int status, const QString& why);
     // Why a request's token, Origin or Host is refused (0: it is not).
     std::pair<int, QString> checkCaller(const HttpHead& head, const QByteArray& token) const;
+    std::pair<int, QString> checkHost(const HttpHead& head) const;
     bool allowedAddress(QTcpSocket* socket);
     void handle(QTcpSocket* socket, const HttpHead& head, const QByteArray& body);
+    // GET of the dashboard's files (docs/CONTROL.md, "The dashboard"): true when the path is one.
+    bool serveFile(QTcpSocket* socket, const HttpHead& head);
     void upgrade(QTcpSocket* socket, const HttpHead& head);
     void push();
 

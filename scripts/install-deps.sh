@@ -24,10 +24,27 @@ packages=(
     dataset-fashion-mnist fortunes python3-torch python3-zmq python3-numpy python3-nacl
     # GUI tests and screenshots
     xvfb xauth trayer imagemagick
+    # the web dashboard's browser test (tests/browser: playwright-core from npm drives Debian's Chromium)
+    chromium fonts-dejavu-core
     # packaging (make package) and its test: icons, man pages, lintian
     librsvg2-bin help2man lintian desktop-file-utils appstream
     g++-aarch64-linux-gnu qemu-user file
 )
+
+# Node.js and npm for the browser test: the machine's own where it has them (Debian's nodejs would
+# conflict with another vendor's), else Debian's.
+if ! command -v node >/dev/null || ! command -v npm >/dev/null; then
+    packages+=(nodejs npm)
+fi
+
+root=$(cd "$(dirname "$0")/.." && pwd)
+# playwright-core, pinned by tests/browser/package-lock.json; it downloads no browser of its own.
+install_browser_driver() {
+    if [ ! -f "$root/tests/browser/node_modules/playwright-core/package.json" ]; then
+        echo "install-deps: npm ci in tests/browser (playwright-core)"
+        (cd "$root/tests/browser" && npm ci --no-audit --no-fund --loglevel=error)
+    fi
+}
 
 missing=()
 for p in "${packages[@]}"; do
@@ -44,6 +61,7 @@ fi
 
 if [ ${#missing[@]} -eq 0 ] && [ ${#conflicting[@]} -eq 0 ]; then
     echo "install-deps: all ${#packages[@]} packages present"
+    install_browser_driver
     exit 0
 fi
 
@@ -67,4 +85,5 @@ for lib in libblas.so.3 liblapack.so.3; do
         "${sudo[@]}" update-alternatives --set "$lib-$arch" "$target" >/dev/null
     fi
 done
+install_browser_driver
 echo "install-deps: done"

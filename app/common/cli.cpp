@@ -1,18 +1,65 @@
 #include "cli.h"
 
+#include <core/logtail.h>
+
 #include <QCoreApplication>
+#include <QIODevice>
+
+#include <cstdio>
 
 namespace tessera::app::cli {
 
+namespace {
+
+// Writes to a C stream, and keeps each whole line in the process's log tail (docs/CONTROL.md,
+// "log"): what a node printed is what its control API shows.
+class TeeDevice : public QIODevice {
+public:
+    TeeDevice(FILE* file, QString level)
+        : m_file(file)
+        , m_level(std::move(level))
+    {
+        core::LogTail::process(); // made first, so that it outlives this device and its stream's last flush
+        open(QIODevice::WriteOnly | QIODevice::Unbuffered);
+    }
+
+protected:
+    qint64 readData(char*, qint64) override { return -1; }
+    qint64 writeData(const char* data, qint64 size) override
+    {
+        std::fwrite(data, 1, std::size_t(size), m_file);
+        std::fflush(m_file);
+        m_partial.append(data, size);
+        for (qsizetype end = m_partial.indexOf('\n'); end >= 0; end = m_partial.indexOf('\n')) {
+            const QString line = QString::fromUtf8(m_partial.left(end)).trimmed();
+            if (!line.isEmpty())
+                core::LogTail::process().append(m_level, line);
+            m_partial.remove(0, end + 1);
+        }
+        if (m_partial.size() > core::LogTail::MaxLineChars * 4) // a line without an end (JSON, progress)
+            m_partial.clear();
+        return size;
+    }
+
+private:
+    FILE* m_file;
+    QString m_level;
+    QByteArray m_partial;
+};
+
+} // namespace
+
 QTextStream& out()
 {
-    static QTextStream stream(stdout);
+    static TeeDevice device(stdout, QStringLiteral("info"));
+    static QTextStream stream(&device);
     return stream;
 }
 
 QTextStream& err()
 {
-    static QTextStream stream(stderr);
+    static TeeDevice device(stderr, QStringLiteral("warning"));
+    static QTextStream stream(&device);
     return stream;
 }
 

@@ -7,6 +7,7 @@
 #include <compute/supervisor/sandbox/worker.h>
 #include <core/benchmark.h>
 #include <core/inference/outputs.h>
+#include <core/logtail.h>
 #include <core/smalljobs.h>
 #include <net/brokerclient.h>
 #include <net/messages.h>
@@ -285,14 +286,19 @@ void DesktopApp::watchSettings()
 }
 
 // The tray, the window a new user sees, contributing where it was left, and the refresh tick.
-void DesktopApp::showAtStart()
+QList<std::pair<QString, QString>> DesktopApp::trayDevices() const
 {
     QList<std::pair<QString, QString>> devices;
     for (const auto& device : m_identity->info.devices) {
         if (device.usable)
             devices.append({ ui::DevicesModel::deviceId(device), device.name });
     }
-    m_tray->setDevices(devices, {});
+    return devices;
+}
+
+void DesktopApp::showAtStart()
+{
+    m_tray->setDevices(trayDevices(), {});
     applySettings();
     const bool wasContributing = m_settings->boolValue(names::ComputeContribute);
     m_dashboard->showFirstRun(!wasContributing);
@@ -408,6 +414,10 @@ void DesktopApp::ensureContributor()
             const double busySeconds = begun ? double(m_progress->busyMs) / 1000.0 : 0.0;
             m_progress.reset();
             m_contribution.setTraining(false);
+            if (std::exchange(m_finishThenPause, false)) { // "finish, then pause" (the control API)
+                m_contribution.setHeld(true);
+                updateState();
+            }
             // What the shard cost in energy, from the app's first sight of it.
             QString energy;
             if (begun) {
@@ -625,24 +635,67 @@ void DesktopApp::publishState()
         reason = state == State::Working ? QStringLiteral("training a shard")
             : state == State::Waiting    ? QStringLiteral("waiting for work")
                                          : QStringLiteral("contributing is switched off");
-    m_control->publish({ names.value(state), reason, state == State::Paused || state == State::Snoozed, m_progress });
+    NodeControl::Published published;
+    published.state = names.value(state);
+    published.reason = reason;
+    published.paused = state == State::Paused || state == State::Snoozed;
+    published.shard = m_progress;
+    if (state == State::Snoozed)
+        published.snoozedUntil = m_contribution.snoozedUntil();
+    published.finishThenPause = m_finishThenPause;
+    published.pausedDevices = QStringList(m_pausedDevices.begin(), m_pausedDevices.end());
+    for (const auto& key : NodeControl::limitKeys(true))
+        published.limits.insert(key, QJsonValue::fromVariant(m_settings->value(key)));
+    published.stake = m_account ? QJsonValue(QJsonObject { { QStringLiteral("broker"), m_accountBroker },
+                          { QStringLiteral("balance"), m_account->balance.toString() },
+                          { QStringLiteral("stake"), m_account->stake.toString() } })
+                                : QJsonValue(QJsonValue::Null);
+    published.actionsTaken = m_controlActions;
+    m_control->publish(published);
+}
+
+// One action of the control API, checked by it (docs/CONTROL.md, "Actions"), carried out as the
+// tray and the settings dialog would.
+void DesktopApp::takeControlAction(const NodeControl::Action& action)
+{
+    if (action.name == u"pause" || action.name == u"resume") {
+        m_contribution.setHeld(action.name == u"pause");
+        if (action.name == u"resume") {
+            m_contribution.endSnooze();
+            m_finishThenPause = false;
+        }
+    } else if (action.name == u"snooze") {
+        m_contribution.snoozeUntil(action.until);
+    } else if (action.name == u"finish") {
+        // With no shard in training there is nothing to finish: it pauses now.
+        if (m_progress)
+            m_finishThenPause = true;
+        else
+            m_contribution.setHeld(true);
+    } else if (action.name == u"device") {
+        if (action.paused)
+            m_pausedDevices.insert(action.device);
+        else
+            m_pausedDevices.remove(action.device);
+        m_tray->setDevices(trayDevices(), m_pausedDevices);
+    } else if (action.name == u"limits") {
+        for (const auto& [key, value] : action.limits)
+            (void)m_settings->set(key, value); // checked by the API as set() checks it
+        if (auto saved = m_settings->save(); !saved)
+            note(QStringLiteral("error"), QStringLiteral("control"), saved.error().toString());
+        applySettings();
+    }
+    m_controlActions = action.sequence;
+    updateState();
 }
 
 void DesktopApp::startControl()
 {
     // Actions come on the control thread, and are carried out here, where the tray lives.
-    auto control = NodeControl::start(
-        *m_settings, m_dataDirectory, { m_identity->info.nodeId, m_identity->info.name }, [this](const QString& action) {
+    auto control = NodeControl::start(*m_settings, m_dataDirectory,
+        { m_identity->info.nodeId, m_identity->info.name, m_identity->info.devices }, [this](const NodeControl::Action& action) {
             QMetaObject::invokeMethod(
-                this,
-                [this, action] {
-                    m_contribution.setHeld(action == u"pause");
-                    note(QStringLiteral("info"), QStringLiteral("control"),
-                        action == u"pause" ? QStringLiteral("paused through the control API")
-                                           : QStringLiteral("resumed through the control API"));
-                    updateState();
-                },
-                Qt::QueuedConnection);
+                this, [this, action] { takeControlAction(action); }, Qt::QueuedConnection);
         });
     if (!control)
         return note(QStringLiteral("warning"), QStringLiteral("control"),
@@ -1031,6 +1084,7 @@ void DesktopApp::describeTraining(const compute::ShardProgress& progress, ui::Ov
 
 void DesktopApp::note(const QString& level, const QString& area, const QString& text)
 {
+    core::LogTail::process().append(level, QStringLiteral("%1: %2").arg(area, text)); // the control API's log
     m_dashboard->log().append(QDateTime::currentDateTime(), level, area, text);
 }
 
@@ -1065,8 +1119,10 @@ void DesktopApp::accountAnswered(const core::Result<QJsonObject>& account, const
             reachable ? QStringLiteral("broker back") : QStringLiteral("broker lost"));
     }
     m_brokerReachable = reachable;
-    if (account)
+    if (account) {
         m_account = core::broker::AccountRecord::fromJson(*account);
+        m_accountBroker = endpoint;
+    }
 }
 
 void DesktopApp::jobsAnswered(const core::Result<QJsonObject>& reply)

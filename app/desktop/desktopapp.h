@@ -128,6 +128,8 @@ private:
     void benchmarkOnFirstStartThen(std::function<void()> then);
     // Asks a compute worker for this node's runtime profile (off the GUI thread) and fills it in.
     void learnRuntime();
+    void takeControlAction(const NodeControl::Action& action);
+    QList<std::pair<QString, QString>> trayDevices() const;
     // A line in the dashboard's log, stamped now.
     void note(const QString& level, const QString& area, const QString& text);
     void warnOfBrokenLog();
@@ -159,6 +161,9 @@ private:
     EmbeddedBroker m_embedded;
     std::unique_ptr<Contributor> m_contributor;
     std::unique_ptr<NodeControl> m_control; // the control API (docs/CONTROL.md)
+    std::uint64_t m_controlActions = 0; // the last of its actions carried out
+    bool m_finishThenPause = false; // its "finish, then pause": held when the shard in training ends
+    QString m_accountBroker; // where m_account was asked
     std::unique_ptr<core::ResultLog> m_results;
     core::Contribution m_contribution;
     std::unique_ptr<ui::Dashboard> m_dashboard;

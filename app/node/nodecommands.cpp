@@ -87,10 +87,14 @@ Commands:
                                        bond credits from this node's balance as stake (a broker
                                        gives work only to nodes with enough bonded), or unbond
                                        them: they stay slashable for the broker's unbonding delay
-  ctl state|pause|resume [--json]      drive a running tessera-node (tessera-node run) on this
+  ctl state|pause|resume|finish [--json]
+  ctl snooze MINUTES | device ID pause|resume | set KEY=VALUE... | url
+                                       drive a running tessera-node (tessera-node run) on this
                                        machine through its control API (docs/CONTROL.md; the
-                                       token is control.token in the data directory): its state,
-                                       or pause it (the shard in training is kept) and resume it
+                                       token is control.token in the data directory): its state;
+                                       pause it (the shard in training is kept), resume it, finish
+                                       the shard then pause, snooze it, pause a device, set its
+                                       limits; url: its web dashboard's address, with the token
   devices [--json]                     list this machine's devices and whether Tessera can train
                                        on each (and if not, why)
   benchmark [--json] [--threads N] [--max-repetitions N] [--last]
@@ -360,24 +364,32 @@ void benchmarkIfFirstStart(const core::settings::Settings& settings, const QStri
 // Compute/MaxTemperatureC: the CPU held under a temperature by the compute thread's duty cycle
 // (docs/APP.md, "Heat and energy"; a headless node reads the CPU's sensors only), on a thread of
 // its own until the node stops; none without a limit.
-std::thread governHeat(ComputeExecutor& executor, const core::settings::Settings& settings)
+// Both limits may change while it runs (the control API's limits): it reads them each second.
+struct HeatLimits {
+    std::atomic<int> maxTemperatureC { 0 };
+    std::atomic<int> cpuPercent { 100 };
+};
+
+std::thread governHeat(ComputeExecutor& executor, HeatLimits& limits)
 {
-    namespace names = core::settings::names;
-    const auto limit = settings.intValue(names::ComputeMaxTemperatureC);
-    if (limit <= 0)
-        return {};
-    const int cpuPercent = int(settings.intValue(names::ComputeCpuPercent));
-    return std::thread([&executor, limit, cpuPercent] {
+    return std::thread([&executor, &limits] {
         compute::Sensors sensors;
-        core::ThermalGovernor governor { static_cast<double>(limit) };
+        std::optional<core::ThermalGovernor> governor;
         QElapsedTimer clock;
         clock.start();
-        int applied = cpuPercent;
+        int applied = limits.cpuPercent.load();
         std::int64_t last = 0;
         while (!stopRequested.load()) {
             const std::int64_t now = clock.elapsed();
-            const auto reading = sensors.read(now);
-            const int percent = std::min(cpuPercent, governor.update(reading.cpuTemperatureC, double(now - last) / 1000.0));
+            const int limit = limits.maxTemperatureC.load();
+            const int cpuPercent = limits.cpuPercent.load();
+            if (limit <= 0)
+                governor.reset();
+            else if (!governor || governor->target() != double(limit))
+                governor.emplace(core::ThermalGovernor { static_cast<double>(limit) });
+            int percent = cpuPercent;
+            if (governor) // the sensors are read only under a limit
+                percent = std::min(cpuPercent, governor->update(sensors.read(now).cpuTemperatureC, double(now - last) / 1000.0));
             last = now;
             if (percent != applied) {
                 executor.thread().setCpuPercent(percent);
@@ -428,6 +440,34 @@ net::NodeClientOptions sharedSessionOptions(
     return shared;
 }
 
+// docs/CONTROL.md: the control API and its dashboard; the node runs on without it when it cannot be
+// served (null). Its limits are applied as they come, on the control thread.
+std::unique_ptr<NodeControl> serveControl(const core::settings::Settings& settings, const QString& directory,
+    ComputeExecutor& executor, const core::NodeInfo& node, HeatLimits& heatLimits)
+{
+    namespace names = core::settings::names;
+    auto control = NodeControl::start(settings, directory, executor.thread(), { node.nodeId, node.name, node.devices },
+        [&executor, &heatLimits](const QString& key, const QVariant& value) { // on the control thread
+            const int number = value.toInt();
+            if (key == names::ComputeMaxThreads) {
+                executor.thread().setMaxThreads(number > 0 ? number : QThread::idealThreadCount());
+            } else if (key == names::ComputeCpuPercent) {
+                heatLimits.cpuPercent = number; // governHeat keeps it under the temperature limit
+                executor.thread().setCpuPercent(number); // at once: the governor lowers it when hot
+            } else if (key == names::ComputeMaxTemperatureC) {
+                heatLimits.maxTemperatureC = number;
+            }
+        });
+    if (!control)
+        err() << "tessera-node: the control API is off: " << control.error().toString() << Qt::endl;
+    else if (*control)
+        out() << "control API at http://" << QHostAddress(settings.stringValue(names::ControlBind)).toString() << ':'
+              << (*control)->port() << "/api/v1/ and its dashboard at / (its token is "
+              << QDir(directory).filePath(QStringLiteral("control.token"))
+              << "; tessera-node ctl url prints the dashboard's address with it)" << Qt::endl;
+    return control ? std::move(*control) : nullptr;
+}
+
 // tessera-node run's status when a network's ledger log broke (docs/NODE.md).
 constexpr int LogBrokenExit = 3;
 
@@ -464,19 +504,15 @@ int runNode(const QStringList& args, const core::settings::Settings& settings, c
     executor.thread().setMaxMemoryMiB(node.maxMemoryMiB);
     executor.thread().setSandbox(sandboxFrom(settings));
     executor.thread().setCpuPercent(int(settings.intValue(names::ComputeCpuPercent)));
+    HeatLimits heatLimits;
+    heatLimits.maxTemperatureC = int(settings.intValue(names::ComputeMaxTemperatureC));
+    heatLimits.cpuPercent = int(settings.intValue(names::ComputeCpuPercent));
 
     std::signal(SIGINT, onSignal);
     std::signal(SIGTERM, onSignal);
     out() << "tessera-node " << TESSERA_VERSION << " contributing to " << addresses.join(QStringLiteral(", ")) << " as "
           << node.nodeId << Qt::endl;
-    // docs/CONTROL.md: the node runs on without it when it cannot be served.
-    auto control = NodeControl::start(settings, directory, executor.thread(), { node.nodeId, node.name });
-    if (!control)
-        err() << "tessera-node: the control API is off: " << control.error().toString() << Qt::endl;
-    else if (*control)
-        out() << "control API at http://" << QHostAddress(settings.stringValue(names::ControlBind)).toString() << ':'
-              << (*control)->port() << "/api/v1/ (its token is " << QDir(directory).filePath(QStringLiteral("control.token"))
-              << ")" << Qt::endl;
+    const auto control = serveControl(settings, directory, executor, node, heatLimits);
 
     // One session, cache and thread per broker: a node can serve several brokers at once.
     std::vector<std::unique_ptr<core::BlobStore>> caches;
@@ -498,7 +534,7 @@ int runNode(const QStringList& args, const core::settings::Settings& settings, c
     }
     for (auto& client : clients)
         threads.emplace_back([&client] { client->run(stopRequested, abandonRequested); });
-    std::thread heat = governHeat(executor, settings);
+    std::thread heat = governHeat(executor, heatLimits);
     for (auto& thread : threads)
         thread.join();
     stopRequested = true;
@@ -509,34 +545,55 @@ int runNode(const QStringList& args, const core::settings::Settings& settings, c
     return shared.logWatch->anyBroken() ? LogBrokenExit : 0;
 }
 
-// tessera-node ctl: one request to this machine's node's control API, and what it answered.
-int ctl(const QStringList& args, const core::settings::Settings& settings)
+// tessera-node ctl's request: the action, its path and JSON body, from the command line
+// (docs/CONTROL.md, "Actions"); an error names the usage.
+struct CtlRequest {
+    QByteArray method = "POST";
+    QByteArray path;
+    QJsonObject body;
+};
+
+core::Result<CtlRequest> ctlRequest(const QStringList& words)
 {
-    namespace names = core::settings::names;
-    QCommandLineParser parser;
-    parser.addPositionalArgument(QStringLiteral("action"), QStringLiteral("state, pause or resume"));
-    parser.addOption({ QStringLiteral("json"), QStringLiteral("the state as JSON") });
-    const QStringList actions { QStringLiteral("state"), QStringLiteral("pause"), QStringLiteral("resume") };
-    if (!parser.parse(args) || parser.positionalArguments().size() != 1 || !actions.contains(parser.positionalArguments()[0]))
-        return fail(QStringLiteral("usage: tessera-node ctl state|pause|resume [--json]"));
-    const QString action = parser.positionalArguments()[0];
-    const QDir data(dataDirectory(settings));
-    const auto token = readFile(data.filePath(QStringLiteral("control.token")));
-    // The port the node took, which it writes while it serves (never Control/Port blindly: another
-    // program may hold that one, and would be sent the token).
-    const auto port = readFile(data.filePath(QStringLiteral("control.port")));
-    if (!token || !port)
-        return fail(QStringLiteral("no tessera-node serves a control API with the data folder %1 (is tessera-node run going "
-                                   "with this settings file? its log says why when it cannot serve one)")
-                        .arg(data.path()));
-    auto state = control::callControl(QHostAddress(settings.stringValue(names::ControlBind)), quint16(port->trimmed().toUInt()),
-        token->trimmed(), action == u"state" ? "GET" : "POST", "/api/v1/" + action.toUtf8());
-    if (!state)
-        return fail(state.error().message);
-    if (parser.isSet(QStringLiteral("json")))
-        return printJson(QJsonDocument(*state));
-    const auto shard = state->value(QStringLiteral("shard")).toObject();
-    out() << state->value(QStringLiteral("state")).toString() << ": " << state->value(QStringLiteral("reason")).toString();
+    const core::Error usage { {},
+        QStringLiteral("usage: tessera-node ctl state|pause|resume|finish|url [--json], ctl snooze MINUTES, ctl device "
+                       "ID pause|resume, ctl set KEY=VALUE...") };
+    if (words.isEmpty())
+        return usage;
+    const QString& action = words[0];
+    CtlRequest request { "POST", "/api/v1/" + action.toUtf8(), {} };
+    if ((action == u"state" || action == u"url" || action == u"pause" || action == u"resume" || action == u"finish")
+        && words.size() == 1) {
+        if (action == u"state" || action == u"url")
+            request = { "GET", "/api/v1/state", {} };
+        return request;
+    }
+    if (action == u"snooze" && words.size() == 2) {
+        bool number = false;
+        request.body.insert(QStringLiteral("minutes"), words[1].toInt(&number));
+        return number ? core::Result<CtlRequest>(request) : usage;
+    }
+    if (action == u"device" && words.size() == 3 && (words[2] == u"pause" || words[2] == u"resume")) {
+        request.body = { { QStringLiteral("device"), words[1] }, { QStringLiteral("paused"), words[2] == u"pause" } };
+        return request;
+    }
+    if (action == u"set" && words.size() >= 2) {
+        request.path = "/api/v1/limits";
+        for (const auto& word : words.mid(1)) { // the API checks the keys and values, as the settings file does
+            const qsizetype equals = word.indexOf(u'=');
+            if (equals <= 0)
+                return usage;
+            request.body.insert(word.left(equals), word.mid(equals + 1));
+        }
+        return request;
+    }
+    return usage;
+}
+
+void printControlState(const QJsonObject& state)
+{
+    const auto shard = state.value(QStringLiteral("shard")).toObject();
+    out() << state.value(QStringLiteral("state")).toString() << ": " << state.value(QStringLiteral("reason")).toString();
     if (!shard.isEmpty()) {
         out() << "; job " << shard.value(QStringLiteral("job")).toString() << ", round "
               << shard.value(QStringLiteral("round")).toInteger() + 1 << ", shard "
@@ -548,6 +605,43 @@ int ctl(const QStringList& args, const core::settings::Settings& settings)
               << shard.value(QStringLiteral("steps")).toInteger();
     }
     out() << Qt::endl;
+}
+
+// tessera-node ctl: one request to this machine's node's control API, and what it answered.
+int ctl(const QStringList& args, const core::settings::Settings& settings)
+{
+    namespace names = core::settings::names;
+    QCommandLineParser parser;
+    parser.addPositionalArgument(QStringLiteral("action"), QStringLiteral("state, pause, resume, ..."));
+    parser.addOption({ QStringLiteral("json"), QStringLiteral("the state as JSON") });
+    if (!parser.parse(args))
+        return fail(parser.errorText());
+    auto request = ctlRequest(parser.positionalArguments());
+    if (!request)
+        return fail(request.error().message);
+    const QDir data(dataDirectory(settings));
+    const auto token = readFile(data.filePath(QStringLiteral("control.token")));
+    // The port the node took, which it writes while it serves (never Control/Port blindly: another
+    // program may hold that one, and would be sent the token).
+    const auto port = readFile(data.filePath(QStringLiteral("control.port")));
+    if (!token || !port)
+        return fail(QStringLiteral("no tessera-node serves a control API with the data folder %1 (is tessera-node run going "
+                                   "with this settings file? its log says why when it cannot serve one)")
+                        .arg(data.path()));
+    const QHostAddress address(settings.stringValue(names::ControlBind));
+    auto state = control::callControl(address, quint16(port->trimmed().toUInt()), token->trimmed(), request->method,
+        request->path, request->body.isEmpty() ? QByteArray() : QJsonDocument(request->body).toJson(QJsonDocument::Compact));
+    if (!state)
+        return fail(state.error().message);
+    if (parser.positionalArguments()[0] == u"url") { // the token in the fragment: never sent to a server, nor kept in its logs
+        const QString host
+            = address.protocol() == QAbstractSocket::IPv6Protocol ? u'[' + address.toString() + u']' : address.toString();
+        out() << "http://" << host << ':' << port->trimmed() << "/#token=" << token->trimmed() << Qt::endl;
+        return 0;
+    }
+    if (parser.isSet(QStringLiteral("json")))
+        return printJson(QJsonDocument(*state));
+    printControlState(*state);
     return 0;
 }
 

@@ -22,6 +22,21 @@ struct Answer {
     int status = 0;
     QJsonObject body;
 };
+// The whole reply, head and body (empty: none).
+QByteArray rawExchange(quint16 port, const QByteArray& request)
+{
+    QTcpSocket socket;
+    QByteArray reply;
+    QObject::connect(&socket, &QTcpSocket::readyRead, [&] { reply += socket.readAll(); });
+    socket.connectToHost(QHostAddress::LocalHost, port);
+    if (!QTest::qWaitFor([&] { return socket.state() == QAbstractSocket::ConnectedState; }, 10'000))
+        return {};
+    socket.write(request);
+    if (!QTest::qWaitFor([&] { return socket.state() == QAbstractSocket::UnconnectedState; }, 10'000))
+        return {};
+    return reply + socket.readAll();
+}
+
 Answer exchange(quint16 port, const QByteArray& request)
 {
     // The server runs on this thread's event loop: the client waits by turning it.
@@ -113,6 +128,35 @@ private Q_SLOTS:
         QCOMPARE(exchange(port, request(port, "POST", "/api/v1/state")).status, 405);
         QCOMPARE(exchange(port, request(port, "POST", "/api/v1/pause", {}, "[1]")).status, 400);
         QCOMPARE(node.actions.size(), 2);
+    }
+
+    // docs/CONTROL.md, "The dashboard": its files need no token (they hold no secret), come from
+    // the API's own Host only, and tell the browser to run nothing else and frame nothing.
+    void theDashboardIsServedWithoutTheTokenToItsOwnHostOnly()
+    {
+        FakeNode node;
+        auto server = serve(node);
+        const auto port = server->port();
+        const QByteArray page = rawExchange(port, request(port, "GET", "/", {}, {}, {}));
+        QVERIFY2(page.startsWith("HTTP/1.1 200 OK\r\n"), page.left(200).constData());
+        QVERIFY(page.contains("Content-Type: text/html"));
+        QVERIFY(page.contains("Content-Security-Policy: default-src 'none'; script-src 'self';"));
+        QVERIFY(page.contains("frame-ancestors 'none'"));
+        QVERIFY(page.contains("X-Frame-Options: DENY"));
+        QVERIFY(page.contains("Referrer-Policy: no-referrer"));
+        QVERIFY(page.contains("<script src=\"/app.js\""));
+        QVERIFY(!page.contains(Token));
+        for (const QByteArray path : { "/app.js", "/style.css", "/icon.svg" }) {
+            const QByteArray file = rawExchange(port, request(port, "GET", path, {}, {}, {}));
+            QVERIFY2(file.startsWith("HTTP/1.1 200 OK\r\n") && file.size() > 300, path.constData());
+        }
+        QCOMPARE(exchange(port, request(port, "POST", "/", {}, "{}")).status, 405);
+        QByteArray rebound = request(port, "GET", "/", {}, {}, {});
+        rebound.replace("Host: 127.0.0.1", "Host: evil.example");
+        QCOMPARE(exchange(port, rebound).status, 403);
+        // Anything else still needs the token.
+        QCOMPARE(exchange(port, request(port, "GET", "/index.html", {}, {}, {})).status, 401);
+        QCOMPARE(exchange(port, request(port, "GET", "/api/v1/state", {}, {}, {})).status, 401);
     }
 
     // A web page in the user's browser (CSRF), or one that rebinds its name to this machine.
