@@ -95,6 +95,9 @@ screenshots: build
 	printf '[Node]\nDataDirectory=%s\n' "$(abspath $(BUILD_DIR))/screenshots/data" > $(BUILD_DIR)/screenshots/tessera.ini
 	$(BUILD_DIR)/app/tessera --screenshot docs/screenshots --screenshot-after 6 \
 		--config $(BUILD_DIR)/screenshots/tessera.ini
+	# The web dashboard (docs/CONTROL.md) of a node paused mid-shard, in Chromium, wide and phone-sized.
+	QT_QPA_PLATFORM=offscreen TESSERA_SCREENSHOT_DIR=$(abspath docs/screenshots) \
+		$(BUILD_DIR)/tests/e2e/tst_control aDashboardInChromiumShowsAndDrivesTheNode
 
 # A broker and two nodes on this machine train the example job over ZeroMQ, then stop.
 demo: build

@@ -141,6 +141,8 @@ def figures(results):
         f["verification.caughtNewVerdict"] = met(f["verification.caughtNew"], 0.99)
         for key in ("caughtNew", "caughtAfter100", "caughtAfter1000"):
             f["verification.%sPercent" % key] = f["verification." + key] * 100
+    if "control.apiCpuPercent5" in f:
+        f["control.cpuVerdict"] = met(f["control.apiCpuPercent5"], 1, at_least=False)
     if "app.start" in f:
         f["app.startRatio"] = f["app.start"] / f["app.versionStart"]
         f["app.startVerdict"] = met(f["app.start"], 0.3, at_least=False)

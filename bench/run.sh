@@ -68,6 +68,8 @@ step "chunked datasets: a 4 GiB text corpus cut, uploaded and trained on by two 
 "$src/bench/chunks.sh" "$build" "$out/chunks"
 step "desktop app at idle"
 "$src/bench/appbench.sh" "$build" | tee "$out/app.txt"
+step "the control API: its thread's CPU on a training node with 5 web dashboards open in Chromium"
+"$src/bench/controlbench.sh" "$build" | tee "$out/control.txt"
 
 job="$src/examples/jobs/fashion-mnist-mlp.json"
 step "the example job on this machine alone (train-local)"

@@ -5,7 +5,8 @@
 #   . scripts/lib/cluster.sh
 #   cluster_init BIN_DIR WORK_DIR     # the folder of tessera-broker/-node/-job, and where data and logs go
 #   cluster_broker [SETTINGS]         # start the broker and wait until it answers
-#   cluster_node NAME [ARGS...]       # start a node called NAME (extra `tessera-node run` arguments)
+#   cluster_node NAME [ARGS...]       # start a node called NAME (extra `tessera-node run` arguments;
+#                                     # CLUSTER_NODE_SETTINGS: more lines for its settings file)
 #   cluster_job ARGS...               # tessera-job as the cluster's job owner, on this broker
 #   cluster_kill NAME                 # SIGKILL one process and wait until it is gone
 #   cluster_start NAME                # start it again: same data folder, same port, same log
@@ -89,8 +90,8 @@ cluster_broker() {
 cluster_node() {
     local name=$1
     shift
-    printf '[Node]\nDataDirectory=%s/%s\nName=%s\n[Compute]\nBenchmarkOnFirstStart=false\n' "$CLUSTER_DIR" "$name" "$name" \
-        >"$CLUSTER_DIR/$name.ini"
+    printf '[Node]\nDataDirectory=%s/%s\nName=%s\n[Compute]\nBenchmarkOnFirstStart=false\n%b\n' "$CLUSTER_DIR" "$name" "$name" \
+        "${CLUSTER_NODE_SETTINGS:-}" >"$CLUSTER_DIR/$name.ini"
     CLUSTER_ARGS[$name]="$*"
     cluster_start "$name"
 }
