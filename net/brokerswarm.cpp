@@ -1,8 +1,8 @@
 #include "brokerswarm.h"
 
+#include <core/certificates.h>
 #include <core/privatefile.h>
 #include <core/readfile.h>
-#include <swarm/authority.h>
 #include <swarm/blobtorrent.h>
 #include <swarm/swarm.h>
 
@@ -24,10 +24,10 @@ namespace {
 constexpr std::int64_t AuthoritySeconds = 10LL * 365 * 24 * 3600;
 constexpr char CertificateMark[] = "-----BEGIN CERTIFICATE-----";
 
-core::Result<swarm::Authority> authorityIn(const QString& path)
+core::Result<core::Authority> authorityIn(const QString& path)
 {
     if (path.isEmpty())
-        return swarm::Authority::create(QStringLiteral("Tessera swarm authority"), AuthoritySeconds);
+        return core::Authority::create(QStringLiteral("Tessera swarm authority"), AuthoritySeconds);
     if (QFile::exists(path)) {
         const auto both = core::readFile(path);
         if (!both)
@@ -35,9 +35,9 @@ core::Result<swarm::Authority> authorityIn(const QString& path)
         const auto at = both->indexOf(CertificateMark);
         if (at < 0)
             return core::Error { path, QStringLiteral("holds no certificate: delete it to make a new authority") };
-        return swarm::Authority::fromPem(both->mid(at), both->left(at));
+        return core::Authority::fromPem(both->mid(at), both->left(at));
     }
-    auto made = swarm::Authority::create(QStringLiteral("Tessera swarm authority"), AuthoritySeconds);
+    auto made = core::Authority::create(QStringLiteral("Tessera swarm authority"), AuthoritySeconds);
     if (!made)
         return made.error();
     if (auto written
@@ -53,8 +53,8 @@ struct BrokerSwarm::Private {
     Options options;
     core::BlobStore& blobs;
     std::unique_ptr<swarm::Swarm> session;
-    swarm::Authority authority;
-    swarm::KeyPair own; // the seed's key: it holds a certificate for every blob it seeds
+    core::Authority authority;
+    core::KeyPair own; // the seed's key: it holds a certificate for every blob it seeds
     QHash<core::Digest, core::Digest> seeded; // blob -> the blob of its .torrent
     QHash<core::Digest, core::Digest> contentOf; // torrent blob -> blob
     struct Member {
@@ -67,7 +67,7 @@ struct BrokerSwarm::Private {
     // Nodes handed a blob (fetching or holding it), by blob; a HAVE false or a lost node leaves.
     QHash<core::Digest, QSet<QString>> peersOf;
 
-    Private(Options o, core::BlobStore& b, std::unique_ptr<swarm::Swarm> s, swarm::Authority a, swarm::KeyPair k)
+    Private(Options o, core::BlobStore& b, std::unique_ptr<swarm::Swarm> s, core::Authority a, core::KeyPair k)
         : options(std::move(o))
         , blobs(b)
         , session(std::move(s))
@@ -128,7 +128,7 @@ core::Result<std::unique_ptr<BrokerSwarm>> BrokerSwarm::start(const Options& opt
     auto authority = authorityIn(options.authorityFile);
     if (!authority)
         return authority.error();
-    auto own = swarm::KeyPair::generate();
+    auto own = core::KeyPair::generate();
     if (!own)
         return own.error();
     auto session = swarm::Swarm::start({ options.address, options.port, options.uploadBytesPerSecond, true });

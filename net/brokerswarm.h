@@ -15,8 +15,10 @@
 #include <memory>
 #include <optional>
 
-namespace tessera::swarm {
+namespace tessera::core {
 class Authority;
+} // namespace tessera::core
+namespace tessera::swarm {
 class Swarm;
 struct BlobTorrent;
 } // namespace tessera::swarm

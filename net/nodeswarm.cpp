@@ -1,8 +1,8 @@
 #include "nodeswarm.h"
 
+#include <core/certificates.h>
 #include <core/privatefile.h>
 #include <core/readfile.h>
-#include <swarm/authority.h>
 #include <swarm/blobtorrent.h>
 #include <swarm/swarm.h>
 
@@ -32,20 +32,20 @@ bool sameFile(const QString& a, const QString& b)
         && first.st_dev == second.st_dev && first.st_ino == second.st_ino;
 }
 
-core::Result<swarm::KeyPair> keyIn(const QString& path)
+core::Result<core::KeyPair> keyIn(const QString& path)
 {
     if (path.isEmpty())
-        return swarm::KeyPair::generate();
+        return core::KeyPair::generate();
     if (QFile::exists(path)) {
         const auto pem = core::readFile(path);
         if (!pem)
             return core::Error { path, QStringLiteral("cannot read the swarm key") };
-        auto pair = swarm::KeyPair::fromPrivatePem(*pem);
+        auto pair = core::KeyPair::fromPrivatePem(*pem);
         if (!pair)
             return core::Error { path, pair.error().message + QStringLiteral(": delete it to make a new swarm key") };
         return pair;
     }
-    auto made = swarm::KeyPair::generate();
+    auto made = core::KeyPair::generate();
     if (!made)
         return made.error();
     if (auto written = core::writePrivateFile(path, made->privatePem, QStringLiteral("the swarm key")); !written)
@@ -63,7 +63,7 @@ std::int64_t realNow()
 struct NodeSwarm::Private {
     Options options;
     QString folder;
-    swarm::KeyPair key;
+    core::KeyPair key;
     std::unique_ptr<swarm::Swarm> session;
     struct Known {
         SwarmOffer offer;
@@ -155,7 +155,7 @@ core::SwarmEndpoint NodeSwarm::endpoint() const
 
 void NodeSwarm::offered(const SwarmOffer& offer)
 {
-    const auto expires = swarm::certificateExpiry(offer.certificate);
+    const auto expires = core::certificateExpiry(offer.certificate);
     if (!expires) {
         qCWarning(lcNodeSwarm).noquote() << "the broker's certificate for blob" << offer.sha256.toHex().left(12)
                                          << "is unusable:" << expires.error().toString();

@@ -63,6 +63,21 @@ QTextStream& err()
     return stream;
 }
 
+void keepMessagesInLogTail()
+{
+    // Qt's messages (qCInfo, qCWarning: most of what a node says) as Qt prints them, then on to
+    // where they went before.
+    static const QtMessageHandler previous
+        = qInstallMessageHandler([](QtMsgType type, const QMessageLogContext& context, const QString& message) {
+              const QString level = type == QtInfoMsg || type == QtDebugMsg ? QStringLiteral("info")
+                  : type == QtWarningMsg                                    ? QStringLiteral("warning")
+                                                                            : QStringLiteral("error");
+              core::LogTail::process().append(level, qFormatLogMessage(type, context, message));
+              if (previous)
+                  previous(type, context, message);
+          });
+}
+
 int fail(const QString& message)
 {
     err() << QCoreApplication::applicationName() << ": " << message << Qt::endl;

@@ -12,6 +12,8 @@ namespace tessera::app::cli {
 
 QTextStream& out();
 QTextStream& err();
+// Qt's log messages kept in the process's log tail too (core::LogTail, the control API's "log").
+void keepMessagesInLogTail();
 // "PROGRAM: message" on stderr (PROGRAM: the application name); returns 1, the exit status.
 int fail(const QString& message);
 // Exactly one JSON document on stdout; returns 0.

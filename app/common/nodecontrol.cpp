@@ -14,6 +14,7 @@
 #include <QFile>
 #include <QJsonArray>
 #include <QJsonObject>
+#include <QSettings>
 #include <QThread>
 #include <QTimer>
 
@@ -68,10 +69,10 @@ core::Result<QDateTime> snoozeUntil(const QJsonObject& body, const QDateTime& no
         return now.addSecs(qint64(minutes) * 60);
     }
     const double at = body.value(QStringLiteral("until")).toDouble(-1);
-    const QDateTime until = QDateTime::fromMSecsSinceEpoch(qint64(at));
-    if (at != std::floor(at) || until <= now || until > now.addSecs(MaxSnoozeMinutes * 60))
-        return why;
-    return until;
+    const double nowMs = double(now.toMSecsSinceEpoch());
+    if (at != std::floor(at) || at <= nowMs || at > nowMs + double(MaxSnoozeMinutes) * 60'000.0)
+        return why; // checked as a double first: a huge one must not reach qint64
+    return QDateTime::fromMSecsSinceEpoch(qint64(at));
 }
 
 core::Status checkLimits(const QJsonObject& body, bool desktop, NodeControl::Action& action)
@@ -339,26 +340,47 @@ QString describe(const NodeControl::Action& action)
     return QStringLiteral("control API: %1").arg(action.name == u"pause" ? u"paused" : u"resumed");
 }
 
-// tessera-node: the compute thread held while the API's word says so, and let go once it no longer does.
+// tessera-node: the compute thread held while the API's word says so, and let go once it no longer
+// does; a pending finish-then-pause is the thread's own (it pauses before the next shard).
 void holdOrRun(Status& status, compute::ComputeThread& thread, bool resumeAnyway)
 {
     const bool hold = status.holds(QDateTime::currentDateTime());
     if (hold)
         thread.pause();
+    else if (status.finishThenPause)
+        thread.finishCurrentThenPause();
     else if (resumeAnyway || status.thread == ThreadState::Paused)
         thread.resume();
 }
 
-// tessera-node: Compute/* limits written to its settings file, as its own dialog would.
+// tessera-node: the snooze ends when due. A timer may fire early (Qt rounds long ones to the
+// second), so it looks at the clock and waits again for what is left.
+void endSnoozeWhenDue(Status& status, compute::ComputeThread& thread, control::ControlServer* server)
+{
+    if (!status.snoozedUntil)
+        return; // resumed meanwhile
+    if (const qint64 left = QDateTime::currentDateTime().msecsTo(*status.snoozedUntil); left > 0) {
+        QTimer::singleShot(std::chrono::milliseconds(left + 20), Qt::PreciseTimer, server,
+            [&status, &thread, server] { endSnoozeWhenDue(status, thread, server); });
+        return;
+    }
+    status.snoozedUntil.reset();
+    holdOrRun(status, thread, true);
+    server->stateChanged();
+}
+
+// tessera-node: the limits written to its settings file, and only they: whatever else the file
+// says stays as written.
 core::Status saveLimits(const QString& settingsFile, const NodeControl::Action& action)
 {
-    core::settings::Settings file(settingsFile);
-    (void)file.load(); // its problems are the node's to report at its start, as they were
-    for (const auto& [key, value] : action.limits) {
-        if (auto set = file.set(key, value); !set)
-            return set;
-    }
-    return file.save();
+    QSettings file(settingsFile, QSettings::IniFormat);
+    for (const auto& [key, value] : action.limits)
+        file.setValue(key, value);
+    file.sync();
+    if (file.status() != QSettings::NoError)
+        return core::Error { settingsFile,
+            QStringLiteral("could not write the settings file (is the disk full or the file read-only?)") };
+    return {};
 }
 
 } // namespace
@@ -384,11 +406,7 @@ core::Result<std::unique_ptr<NodeControl>> NodeControl::start(const core::settin
             status.finishThenPause = false;
         } else if (action.name == u"snooze") {
             status.snoozedUntil = action.until;
-            auto* server = p.server.get();
-            QTimer::singleShot(QDateTime::currentDateTime().msecsTo(action.until) + 50, server, [&p, &thread, server] {
-                holdOrRun(p.status, thread, false);
-                server->stateChanged();
-            });
+            endSnoozeWhenDue(status, thread, p.server.get());
         } else if (action.name == u"finish") {
             // With no shard in training there is nothing to finish: it pauses now.
             (status.thread == ThreadState::Working ? status.finishThenPause : status.paused) = true;
@@ -404,24 +422,20 @@ core::Result<std::unique_ptr<NodeControl>> NodeControl::start(const core::settin
     if (!control || !*control)
         return control;
     auto* p = (*control)->d.get();
-    for (const auto& key : limitKeys(false))
-        p->status.limits.insert(key, QJsonValue::fromVariant(settings.value(key)));
     auto* server = p->server.get();
     // The compute thread's signals, queued to the control thread, where the status lives.
     QObject::connect(&thread, &compute::ComputeThread::stateChanged, server, [p, server](ThreadState state) {
         p->status.thread = state;
+        if (state == ThreadState::Paused && std::exchange(p->status.finishThenPause, false))
+            p->status.paused = true; // the shard finished, and the thread paused before the next
         server->stateChanged();
     });
     QObject::connect(&thread, &compute::ComputeThread::progress, server, [p, server](const compute::ShardProgress& progress) {
         p->status.shard = progress;
         server->stateChanged();
     });
-    const auto ended = [p, server, &thread] {
+    const auto ended = [p, server] {
         p->status.shard.reset();
-        if (std::exchange(p->status.finishThenPause, false)) {
-            p->status.paused = true;
-            holdOrRun(p->status, thread, false);
-        }
         server->stateChanged();
     };
     QObject::connect(&thread, &compute::ComputeThread::shardCancelled, server, ended);
@@ -456,6 +470,8 @@ core::Result<std::unique_ptr<NodeControl>> NodeControl::serve(const core::settin
     auto d = std::make_unique<Private>();
     d->status.identity = identity;
     d->status.desktop = desktop;
+    for (const auto& key : limitKeys(desktop)) // before its thread starts
+        d->status.limits.insert(key, QJsonValue::fromVariant(settings.value(key)));
     d->report = std::make_unique<NodeReport>(dataDirectory, identity.devices);
     d->sinceStart.start();
     auto* p = d.get();

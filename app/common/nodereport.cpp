@@ -8,9 +8,36 @@
 #include <QMap>
 #include <QTimeZone>
 
+#include <algorithm>
+#include <limits>
+
 namespace tessera::app {
 
 namespace {
+
+// A broker's words, cut: a hostile one must not make the state (pushed 4 times a second) large.
+QString cut(const QString& text, qsizetype most)
+{
+    return text.size() > most ? text.left(most) + QChar(0x2026) : text;
+}
+
+// A result as the state lists it: its broker's strings cut, and its newest steps only.
+QJsonObject resultJson(const core::ResultEntry& entry)
+{
+    auto shown = entry;
+    shown.jobId = cut(entry.jobId, NodeReport::MaxText / 4);
+    shown.detail = cut(entry.detail, NodeReport::MaxText);
+    shown.paid = cut(entry.paid, 32);
+    shown.history = entry.history.mid(std::max<qsizetype>(0, entry.history.size() - NodeReport::MaxSteps));
+    return shown.toJson();
+}
+
+// Adds micro-credits, saturating: a broker's "paid" is its own claim, and must not overflow a sum.
+void add(std::int64_t& sum, std::int64_t micro)
+{
+    const auto added = core::Credits::fromMicro(sum).checkedAdd(core::Credits::fromMicro(micro));
+    sum = added ? added->micro() : std::numeric_limits<std::int64_t>::max();
+}
 
 QJsonValue orNull(const std::optional<double>& value)
 {
@@ -83,7 +110,7 @@ void NodeReport::readResults(const QDateTime& now)
     m_earnings = earningsOf(*list, now);
     QJsonArray results;
     for (const auto& entry : list->mid(0, Results))
-        results.append(entry.toJson());
+        results.append(resultJson(entry));
     m_results = results;
 }
 
@@ -99,10 +126,10 @@ QJsonObject NodeReport::earningsOf(const QList<core::ResultEntry>& results, cons
         for (const auto& step : result.history) {
             if (step.state != core::NodeResultState::Paid)
                 continue;
-            byJob[result.jobId] += paid->micro();
+            add(byJob[result.jobId], paid->micro());
             const QDate day = QDateTime::fromMSecsSinceEpoch(step.at, now.timeZone()).date();
             if (day > today.addDays(-7) && day <= today)
-                byDay[day] += paid->micro();
+                add(byDay[day], paid->micro());
             break; // paid once
         }
     }
@@ -111,13 +138,19 @@ QJsonObject NodeReport::earningsOf(const QList<core::ResultEntry>& results, cons
     std::int64_t week = 0;
     for (int back = 6; back >= 0; --back) {
         const QDate day = today.addDays(-back);
-        week += byDay.value(day);
+        add(week, byDay.value(day));
         days.append(QJsonObject {
             { QStringLiteral("day"), day.toString(Qt::ISODate) }, { QStringLiteral("credits"), credits(byDay.value(day)) } });
     }
-    QJsonArray jobs;
+    // The jobs that paid most, most first.
+    QList<std::pair<std::int64_t, QString>> ranked;
     for (auto it = byJob.cbegin(); it != byJob.cend(); ++it)
-        jobs.append(QJsonObject { { QStringLiteral("job"), it.key() }, { QStringLiteral("credits"), credits(it.value()) } });
+        ranked.append({ it.value(), it.key() });
+    std::sort(ranked.begin(), ranked.end(), [](const auto& a, const auto& b) { return a.first > b.first; });
+    QJsonArray jobs;
+    for (const auto& [micro, job] : ranked.mid(0, Jobs))
+        jobs.append(
+            QJsonObject { { QStringLiteral("job"), cut(job, MaxText / 4) }, { QStringLiteral("credits"), credits(micro) } });
     return { { QStringLiteral("today"), credits(byDay.value(today)) }, { QStringLiteral("week"), credits(week) },
         { QStringLiteral("days"), days }, { QStringLiteral("jobs"), jobs } };
 }

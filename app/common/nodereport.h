@@ -23,6 +23,9 @@ public:
     static constexpr int RefreshMs = 2000;
     static constexpr int Results = 20; // the newest results the state lists
     static constexpr int LogLines = 50;
+    static constexpr int Jobs = 20; // earnings by job: the jobs that paid most
+    static constexpr int MaxSteps = 8; // of a result's history: the newest
+    static constexpr int MaxText = 400; // characters of a broker's words (a job's id: a quarter)
 
     // `root`: where /proc and /sys are ("/", or a fake tree in a test).
     NodeReport(QString dataDirectory, QList<core::DeviceInfo> devices, QString root = QStringLiteral("/"));

@@ -407,6 +407,16 @@ void DesktopApp::ensureContributor()
             m_contribution.setTraining(true);
         },
         Qt::QueuedConnection);
+    // A cancelled shard ends a "finish, then pause" too: there is nothing left to finish.
+    connect(
+        &thread, &compute::ComputeThread::shardCancelled, this,
+        [this] {
+            if (std::exchange(m_finishThenPause, false)) {
+                m_contribution.setHeld(true);
+                updateState();
+            }
+        },
+        Qt::QueuedConnection);
     connect(
         &thread, &compute::ComputeThread::shardFinished, this,
         [this](const compute::ShardOutput& output) {
@@ -601,6 +611,7 @@ void DesktopApp::updateState()
         }
         allPaused = usable > 0 && paused == usable;
     }
+    m_allDevicesPaused = allPaused;
     const bool compute = m_contribution.mayCompute() && !allPaused;
     if (m_contributor && compute == m_computePaused) {
         if (compute)
@@ -639,6 +650,11 @@ void DesktopApp::publishState()
     published.state = names.value(state);
     published.reason = reason;
     published.paused = state == State::Paused || state == State::Snoozed;
+    if (m_allDevicesPaused && state != State::Off && !published.paused) { // as the tray says it
+        published.state = QStringLiteral("paused");
+        published.reason = QStringLiteral("every device is paused");
+        published.paused = true;
+    }
     published.shard = m_progress;
     if (state == State::Snoozed)
         published.snoozedUntil = m_contribution.snoozedUntil();
@@ -668,10 +684,14 @@ void DesktopApp::takeControlAction(const NodeControl::Action& action)
         m_contribution.snoozeUntil(action.until);
     } else if (action.name == u"finish") {
         // With no shard in training there is nothing to finish: it pauses now.
-        if (m_progress)
+        // The thread pauses before its next shard itself: no next shard starts while this
+        // app hears of the end. With no shard in training there is nothing to finish: it pauses now.
+        if (m_progress && m_contributor) {
             m_finishThenPause = true;
-        else
+            m_contributor->executor().thread().finishCurrentThenPause();
+        } else {
             m_contribution.setHeld(true);
+        }
     } else if (action.name == u"device") {
         if (action.paused)
             m_pausedDevices.insert(action.device);

@@ -163,6 +163,7 @@ private:
     std::unique_ptr<NodeControl> m_control; // the control API (docs/CONTROL.md)
     std::uint64_t m_controlActions = 0; // the last of its actions carried out
     bool m_finishThenPause = false; // its "finish, then pause": held when the shard in training ends
+    bool m_allDevicesPaused = false; // every usable device paused (the tray's, or the API's)
     QString m_accountBroker; // where m_account was asked
     std::unique_ptr<core::ResultLog> m_results;
     core::Contribution m_contribution;

@@ -368,6 +368,7 @@ void benchmarkIfFirstStart(const core::settings::Settings& settings, const QStri
 struct HeatLimits {
     std::atomic<int> maxTemperatureC { 0 };
     std::atomic<int> cpuPercent { 100 };
+    std::atomic<bool> changed { false }; // wakes governHeat at once
 };
 
 std::thread governHeat(ComputeExecutor& executor, HeatLimits& limits)
@@ -378,6 +379,7 @@ std::thread governHeat(ComputeExecutor& executor, HeatLimits& limits)
         QElapsedTimer clock;
         clock.start();
         int applied = limits.cpuPercent.load();
+        int asked = applied; // Compute/CpuPercent as last read: a new one is applied even if equal to `applied`
         std::int64_t last = 0;
         while (!stopRequested.load()) {
             const std::int64_t now = clock.elapsed();
@@ -391,11 +393,12 @@ std::thread governHeat(ComputeExecutor& executor, HeatLimits& limits)
             if (governor) // the sensors are read only under a limit
                 percent = std::min(cpuPercent, governor->update(sensors.read(now).cpuTemperatureC, double(now - last) / 1000.0));
             last = now;
-            if (percent != applied) {
+            if (percent != applied || cpuPercent != asked) {
                 executor.thread().setCpuPercent(percent);
                 applied = percent;
+                asked = cpuPercent;
             }
-            for (int slept = 0; slept < 10 && !stopRequested.load(); ++slept)
+            for (int slept = 0; slept < 10 && !stopRequested.load() && !limits.changed.exchange(false); ++slept)
                 std::this_thread::sleep_for(std::chrono::milliseconds(100));
         }
     });
@@ -452,11 +455,11 @@ std::unique_ptr<NodeControl> serveControl(const core::settings::Settings& settin
             if (key == names::ComputeMaxThreads) {
                 executor.thread().setMaxThreads(number > 0 ? number : QThread::idealThreadCount());
             } else if (key == names::ComputeCpuPercent) {
-                heatLimits.cpuPercent = number; // governHeat keeps it under the temperature limit
-                executor.thread().setCpuPercent(number); // at once: the governor lowers it when hot
+                heatLimits.cpuPercent = number; // governHeat applies it at once, under the temperature limit
             } else if (key == names::ComputeMaxTemperatureC) {
                 heatLimits.maxTemperatureC = number;
             }
+            heatLimits.changed = true;
         });
     if (!control)
         err() << "tessera-node: the control API is off: " << control.error().toString() << Qt::endl;
@@ -481,6 +484,7 @@ int runNode(const QStringList& args, const core::settings::Settings& settings, c
     auto found = brokersFrom(parser.values(QStringLiteral("broker")), settings);
     if (!found)
         return fail(found.error().message);
+    cli::keepMessagesInLogTail();
     const auto& brokers = *found;
     QStringList addresses;
     for (const auto& broker : brokers)

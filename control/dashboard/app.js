@@ -8,6 +8,8 @@ const $ = (id) => document.getElementById(id);
 let token = '';
 let socket = null;
 let retryMs = 500;
+let retries = 0; // since the node last answered: the page gives up after MaxRetries
+const MaxRetries = 12; // about a minute: then it waits for a reload (which asks the node again)
 let last = null;
 // What the browser test reads: when each pushed state came (ms since the epoch), and how many came.
 // And each shard's steps as the page showed them.
@@ -51,7 +53,7 @@ async function act(action, body, errorId = 'action-error') {
 
 function connect() {
   socket = new WebSocket(`ws://${location.host}${api}events?token=${encodeURIComponent(token)}`);
-  socket.onopen = () => { retryMs = 500; $('link').textContent = 'live'; $('link').classList.add('live'); };
+  socket.onopen = () => { retryMs = 500; retries = 0; $('link').textContent = 'live'; $('link').classList.add('live'); };
   socket.onmessage = (event) => {
     window.tessera.pushes += 1;
     window.tessera.lastPushAt = Date.now();
@@ -60,9 +62,19 @@ function connect() {
   socket.onclose = () => {
     $('link').textContent = 'offline';
     $('link').classList.remove('live');
-    setTimeout(start, retryMs);
-    retryMs = Math.min(retryMs * 2, 10000);
+    retry();
   };
+}
+
+// Asks again a while later. Not forever: whatever holds the port after the node stopped would be
+// sent the token each time.
+function retry() {
+  if (++retries > MaxRetries) {
+    $('link').textContent = 'offline: reload the page once the node runs';
+    return;
+  }
+  setTimeout(start, retryMs);
+  retryMs = Math.min(retryMs * 2, 10000);
 }
 
 // Checks the token with one request (a WebSocket cannot say 401), then listens.
@@ -75,7 +87,7 @@ async function start() {
       return showLogin('The node refused that token: ' + error.message + '.');
     }
     $('link').textContent = 'offline';
-    return setTimeout(start, retryMs = Math.min(retryMs * 2, 10000));
+    return retry();
   }
   $('login').hidden = true;
   $('main').hidden = false;
@@ -234,7 +246,7 @@ function render(state) {
   $('state').dataset.state = state.state;
   $('reason').textContent = state.reason + (state.finishThenPause && !/then pausing/.test(state.reason) ? ' (then pausing)' : '');
   $('pause').disabled = state.paused;
-  $('resume').disabled = !state.paused && !state.finishThenPause;
+  $('resume').disabled = !state.paused && !state.finishThenPause && !['paused', 'snoozed'].includes(state.state);
   $('finish').disabled = state.paused || state.finishThenPause;
   renderShard(state.shard);
   renderDevices(state.devices);
@@ -249,9 +261,11 @@ function showTab(name) {
   for (const tab of document.querySelectorAll('.tab')) tab.hidden = tab.id !== 'tab-' + name;
 }
 
+// The changed limits; an error for a number left empty (it would read as 0, which often means "none").
 function limitsFrom(form) {
   const limits = {};
   for (const input of form.querySelectorAll('input')) {
+    if (input.type === 'number' && input.value.trim() === '') throw new Error(`${input.name} needs a number`);
     const was = last && last.limits ? last.limits[input.name] : undefined;
     const value = input.type === 'checkbox' ? input.checked : input.type === 'number' ? Number(input.value) : input.value;
     if (value !== was) limits[input.name] = value;
@@ -269,7 +283,12 @@ document.addEventListener('DOMContentLoaded', () => {
   $('snooze').onclick = () => act('snooze', { minutes: Number($('snooze-minutes').value) });
   $('limits').addEventListener('submit', (event) => {
     event.preventDefault();
-    const limits = limitsFrom(event.target);
+    let limits;
+    try {
+      limits = limitsFrom(event.target);
+    } catch (error) {
+      return ($('limits-error').textContent = error.message);
+    }
     if (Object.keys(limits).length === 0) return ($('limits-error').textContent = 'Nothing changed.');
     act('limits', limits, 'limits-error');
   });

@@ -4,17 +4,22 @@
 
 #include <app/common/nodecontrol.h>
 #include <app/common/nodereport.h>
+#include <compute/supervisor/computethread.h>
 #include <control/controlclient.h>
 #include <core/logtail.h>
 #include <core/readfile.h>
 #include <core/resultlog.h>
 #include <core/settings/settings.h>
 
+#include <QFile>
 #include <QJsonArray>
+#include <QJsonDocument>
 #include <QMutex>
+#include <QSettings>
 #include <QTcpServer>
 #include <QTemporaryDir>
 #include <QTest>
+#include <QThread>
 
 using namespace tessera;
 using app::NodeControl;
@@ -92,6 +97,11 @@ private Q_SLOTS:
         QVERIFY((*log)->computed(QStringLiteral("as-1"), QStringLiteral("tcp://b:1"), result));
         QVERIFY((*log)->advance(QStringLiteral("as-1"), core::NodeResultState::Committed));
         QVERIFY((*log)->advance(QStringLiteral("as-1"), core::NodeResultState::Paid, QStringLiteral("1.25")));
+        // A hostile broker's: a long job id, and many long verdicts.
+        result.jobId = QString(5000, u'j');
+        QVERIFY((*log)->computed(QStringLiteral("as-2"), QStringLiteral("tcp://b:1"), result));
+        for (int i = 0; i < 30; ++i)
+            QVERIFY((*log)->advance(QStringLiteral("as-2"), core::NodeResultState::Disputed, {}, QString(10000, u'x')));
 
         m_settings = std::make_unique<core::settings::Settings>(m_dir.filePath(QStringLiteral("node.ini")));
         QVERIFY(m_settings->set(QStringLiteral("Control/Port"), freePort()));
@@ -174,8 +184,13 @@ private Q_SLOTS:
         QCOMPARE(earnings.value(QStringLiteral("week")).toString(), QStringLiteral("1.25"));
         QCOMPARE(earnings.value(QStringLiteral("days")).toArray().size(), 7);
         const auto results = state->value(QStringLiteral("results")).toArray();
-        QCOMPARE(results.size(), 1);
-        QCOMPARE(results[0][QStringLiteral("state")].toString(), QStringLiteral("paid"));
+        QCOMPARE(results.size(), 2);
+        QCOMPARE(results[1][QStringLiteral("state")].toString(), QStringLiteral("paid"));
+        // A broker's words are cut, and only a result's newest steps are said.
+        QVERIFY(results[0][QStringLiteral("jobId")].toString().size() <= app::NodeReport::MaxText / 4 + 1);
+        QVERIFY(results[0][QStringLiteral("detail")].toString().size() <= app::NodeReport::MaxText + 1);
+        QCOMPARE(results[0][QStringLiteral("history")].toArray().size(), app::NodeReport::MaxSteps);
+        QVERIFY(QJsonDocument(*state).toJson().size() < 64 * 1024);
         const auto log = state->value(QStringLiteral("log")).toArray();
         QVERIFY(!log.isEmpty());
         QCOMPARE(log.last()[QStringLiteral("text")].toString(), QStringLiteral("a line for the tail"));
@@ -212,7 +227,87 @@ private Q_SLOTS:
         QCOMPARE(days.last()[QStringLiteral("credits")].toString(), QStringLiteral("1.5"));
         const auto jobs = earnings.value(QStringLiteral("jobs")).toArray();
         QCOMPARE(jobs.size(), 2);
-        QCOMPARE(jobs[1][QStringLiteral("credits")].toString(), QStringLiteral("11"));
+        QCOMPARE(jobs[0][QStringLiteral("job")].toString(), QStringLiteral("b")); // most first
+        QCOMPARE(jobs[0][QStringLiteral("credits")].toString(), QStringLiteral("11"));
+    }
+
+    // tessera-node's own actions on a real (idle) compute thread: a snooze that ends by itself, a
+    // finish with nothing to finish, every device paused, and limits written to the settings file
+    // with nothing else in it touched.
+    void tessera_nodeHoldsAndLetsGoOfItsComputeThread()
+    {
+        const QString data = m_dir.filePath(QStringLiteral("node"));
+        const QString ini = m_dir.filePath(QStringLiteral("node-only.ini"));
+        {
+            QFile file(ini);
+            QVERIFY(file.open(QIODevice::WriteOnly));
+            file.write("[Node]\nName=kept\n[Compute]\nCpuPercent=banana\n");
+        }
+        core::settings::Settings settings(ini);
+        (void)settings.load();
+        QVERIFY(settings.set(QStringLiteral("Control/Port"), freePort()));
+        compute::ComputeThread thread(compute::ComputeEnvironment {});
+        QList<std::pair<QString, QVariant>> applied;
+        QMutex mutex;
+        auto control = NodeControl::start(settings, data, thread, { QStringLiteral("n"), QStringLiteral("n"), { cpu() } },
+            [&](const QString& key, const QVariant& value) {
+                const QMutexLocker lock(&mutex);
+                applied.append({ key, value });
+            });
+        QVERIFY(control && *control);
+        const auto token = core::readFile(QDir(data).filePath(QStringLiteral("control.token")));
+        QVERIFY(token);
+        const auto call = [&](const QByteArray& method, const QByteArray& path, const QByteArray& body = {}) {
+            return control::callControl(QHostAddress::LocalHost, (*control)->port(), token->trimmed(), method, path, body);
+        };
+        const auto stateIs = [&](const QString& name) {
+            QThread::msleep(100); // within the API's rate, which a refusal would say
+            const auto state = call("GET", "/api/v1/state");
+            return state && state->value(QStringLiteral("state")).toString() == name;
+        };
+        const auto threadIs = [&](compute::ComputeThread::State state) { return thread.state() == state; };
+
+        // A snooze of 1.5 s: held, then let go by itself (a timer that fires early waits again).
+        const qint64 until = QDateTime::currentMSecsSinceEpoch() + 1500;
+        const auto snoozed = call("POST", "/api/v1/snooze", "{\"until\": " + QByteArray::number(until) + '}');
+        QVERIFY(snoozed);
+        QCOMPARE(snoozed->value(QStringLiteral("state")).toString(), QStringLiteral("snoozed"));
+        QCOMPARE(snoozed->value(QStringLiteral("snoozedUntil")).toInteger(), until);
+        QVERIFY(QTest::qWaitFor([&] { return threadIs(compute::ComputeThread::State::Paused); }, 30'000));
+        QVERIFY(QTest::qWaitFor([&] { return stateIs(QStringLiteral("idle")); }, 30'000));
+        QVERIFY(QTest::qWaitFor([&] { return threadIs(compute::ComputeThread::State::Idle); }, 30'000));
+        QVERIFY(QDateTime::currentMSecsSinceEpoch() >= until);
+
+        // Nothing to finish: paused at once, until resumed.
+        const auto finished = call("POST", "/api/v1/finish");
+        QVERIFY(finished);
+        QCOMPARE(finished->value(QStringLiteral("state")).toString(), QStringLiteral("paused"));
+        QVERIFY(QTest::qWaitFor([&] { return threadIs(compute::ComputeThread::State::Paused); }, 30'000));
+        QVERIFY(call("POST", "/api/v1/resume"));
+        QVERIFY(QTest::qWaitFor([&] { return threadIs(compute::ComputeThread::State::Idle); }, 30'000));
+
+        // Its only device paused: the node is.
+        const auto device = call("POST", "/api/v1/device", json("{'device': 'cpu:0', 'paused': true}"));
+        QVERIFY(device);
+        QCOMPARE(device->value(QStringLiteral("reason")).toString(), QStringLiteral("every device is paused"));
+        QVERIFY(QTest::qWaitFor([&] { return threadIs(compute::ComputeThread::State::Paused); }, 30'000));
+        QVERIFY(call("POST", "/api/v1/device", json("{'device': 'cpu:0', 'paused': false}")));
+        QVERIFY(QTest::qWaitFor([&] { return threadIs(compute::ComputeThread::State::Idle); }, 30'000));
+
+        // A limit: written, applied, and nothing else in the file rewritten; one it does not take
+        // here (the desktop app's) refused.
+        QVERIFY(call("POST", "/api/v1/limits", json("{'Compute/CpuPercent': 40}")));
+        QVERIFY(!call("POST", "/api/v1/limits", json("{'Compute/Schedule': '22:00-07:00'}")));
+        {
+            const QMutexLocker lock(&mutex);
+            QCOMPARE(applied.size(), 1);
+            QCOMPARE(applied[0].first, QStringLiteral("Compute/CpuPercent"));
+        }
+        QSettings file(ini, QSettings::IniFormat);
+        QCOMPARE(file.value(QStringLiteral("Compute/CpuPercent")).toInt(), 40);
+        QCOMPARE(file.value(QStringLiteral("Node/Name")).toString(), QStringLiteral("kept"));
+        QVERIFY(!file.contains(QStringLiteral("Compute/Schedule")));
+        control->reset();
     }
 
     void cleanupTestCase() { m_control.reset(); }

@@ -1,9 +1,9 @@
 // The broker's part in the blob swarm (net/brokerswarm, docs/SWARM.md) as hostile nodes would try
 // it: who is named to whom, at which address, and what a HAVE or a bad key can change.
 
+#include <core/certificates.h>
 #include <net/brokerswarm.h>
 #include <net/nodeswarm.h>
-#include <swarm/authority.h>
 #include <swarm/blobtorrent.h>
 
 #include <QElapsedTimer>
@@ -19,7 +19,7 @@ namespace {
 
 core::SwarmEndpoint endpointOf(int port, const QString& host = {})
 {
-    const auto keys = swarm::KeyPair::generate();
+    const auto keys = core::KeyPair::generate();
     return { QString::fromLatin1(keys->publicPem), port, host };
 }
 

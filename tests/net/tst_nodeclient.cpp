@@ -6,12 +6,12 @@
 #include "sessionpeer.h"
 
 #include <core/blobstore.h>
+#include <core/certificates.h>
 #include <core/readfile.h>
 #include <net/blobcoding.h>
 #include <net/messages.h>
 #include <net/nodeclient.h>
 #include <net/resultrelay.h>
-#include <swarm/authority.h>
 
 #include <QTemporaryDir>
 #include <QTest>
@@ -657,7 +657,7 @@ private Q_SLOTS:
         const QByteArray weights = "weights the swarm cannot bring";
         const auto digest = core::Digest::ofBytes(weights);
         const auto torrent = core::Digest::ofBytes("its torrent");
-        auto authority = swarm::Authority::create(QStringLiteral("broker"), 3600);
+        auto authority = core::Authority::create(QStringLiteral("broker"), 3600);
         auto task = taskOf(QStringLiteral("s1"), digest);
         task.swarm = { { digest, torrent, authority->issue(node->node.swarm->key.toLatin1(), digest.toHex(), 600).value(),
             { QStringLiteral("127.0.0.1:9") } } };

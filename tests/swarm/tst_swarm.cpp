@@ -4,7 +4,7 @@
 // over TLS, while a stranger (no certificate, one of another authority, or one for another blob)
 // gets nothing, and a corrupting seeder is banned.
 
-#include <swarm/authority.h>
+#include <core/certificates.h>
 #include <swarm/blobtorrent.h>
 #include <swarm/swarm.h>
 
@@ -44,13 +44,13 @@ QString folderOf(const QString& root, const core::Digest& blob)
 }
 
 struct Member {
-    swarm::KeyPair keys;
+    core::KeyPair keys;
     QByteArray certificate;
 };
 
-Member memberOf(const swarm::Authority& authority, const core::Digest& blob)
+Member memberOf(const core::Authority& authority, const core::Digest& blob)
 {
-    auto keys = swarm::KeyPair::generate();
+    auto keys = core::KeyPair::generate();
     if (!keys)
         qFatal("%s", qPrintable(keys.error().toString()));
     auto certificate = authority.issue(keys->publicPem, blob.toHex(), 3600);
@@ -96,14 +96,14 @@ class SwarmTest : public QObject {
 private Q_SLOTS:
     void anAuthorityIssuesCertificatesForItsKey()
     {
-        auto authority = swarm::Authority::create(QStringLiteral("job j"), 3600);
+        auto authority = core::Authority::create(QStringLiteral("job j"), 3600);
         QVERIFY(authority.ok());
         QVERIFY(authority->certificatePem().startsWith("-----BEGIN CERTIFICATE-----"));
-        auto again = swarm::Authority::fromPem(authority->certificatePem(), authority->privateKeyPem());
+        auto again = core::Authority::fromPem(authority->certificatePem(), authority->privateKeyPem());
         QVERIFY(again.ok());
-        auto other = swarm::Authority::create(QStringLiteral("job k"), 3600);
-        QVERIFY(!swarm::Authority::fromPem(authority->certificatePem(), other->privateKeyPem()).ok());
-        auto keys = swarm::KeyPair::generate();
+        auto other = core::Authority::create(QStringLiteral("job k"), 3600);
+        QVERIFY(!core::Authority::fromPem(authority->certificatePem(), other->privateKeyPem()).ok());
+        auto keys = core::KeyPair::generate();
         QVERIFY(keys.ok());
         const auto certificate = authority->issue(keys->publicPem, QString(64, u'a'), 60);
         QVERIFY(certificate.ok());
@@ -113,7 +113,7 @@ private Q_SLOTS:
 
     void aBlobsTorrentIsV2OnlyPrivateAndCarriesItsAuthority()
     {
-        auto authority = swarm::Authority::create(QStringLiteral("job j"), 3600);
+        auto authority = core::Authority::create(QStringLiteral("job j"), 3600);
         const QString root = m_dir.filePath(QStringLiteral("made"));
         const auto blob = storeBlob(root, 100'000);
         const QString path = folderOf(root, blob) + u'/' + blob.toHex();
@@ -159,7 +159,7 @@ private Q_SLOTS:
             QVERIFY(size / piece >= 128 || piece == BlobTorrent::PieceBytes);
             QCOMPARE(piece & (piece - 1), 0);
         }
-        auto authority = swarm::Authority::create(QStringLiteral("job j"), 3600);
+        auto authority = core::Authority::create(QStringLiteral("job j"), 3600);
         const QString root = m_dir.filePath(QStringLiteral("pieces"));
         const auto blob = storeBlob(root, (8 << 20) + 77);
         auto torrent = BlobTorrent::make(folderOf(root, blob) + u'/' + blob.toHex(), authority->certificatePem());
@@ -177,8 +177,8 @@ private Q_SLOTS:
         // torrents' own OpenSSL code above is checked here, the session in the normal build.
         QSKIP("libtorrent's own leak under LeakSanitizer; runs in the normal build");
 #endif
-        auto authority = swarm::Authority::create(QStringLiteral("job j"), 3600);
-        auto otherJob = swarm::Authority::create(QStringLiteral("job k"), 3600);
+        auto authority = core::Authority::create(QStringLiteral("job j"), 3600);
+        auto otherJob = core::Authority::create(QStringLiteral("job k"), 3600);
         const QString seedRoot = m_dir.filePath(QStringLiteral("seed"));
         const auto blob = storeBlob(seedRoot, 3 * 1024 * 1024 + 123);
         auto torrent = swarm::BlobTorrent::make(folderOf(seedRoot, blob) + u'/' + blob.toHex(), authority->certificatePem());
@@ -199,7 +199,7 @@ private Q_SLOTS:
         const auto otherBlob = memberOf(*authority, core::Digest::ofBytes("another blob"));
         const QString neighbourRoot = m_dir.filePath(QStringLiteral("neighbour"));
         QVERIFY(neighbour->fetch(*torrent, neighbourRoot, otherBlob.certificate, otherBlob.keys.privatePem, peers).ok());
-        const auto bare = swarm::KeyPair::generate();
+        const auto bare = core::KeyPair::generate();
         const QString strangerRoot = m_dir.filePath(QStringLiteral("stranger"));
         QVERIFY(stranger->fetch(*torrent, strangerRoot, {}, bare->privatePem, peers).ok());
         const auto memberCertificate = memberOf(*authority, blob);
@@ -251,7 +251,7 @@ private Q_SLOTS:
         QSKIP("libtorrent's own leak under LeakSanitizer; runs in the normal build");
 #endif
         QFETCH(qsizetype, size);
-        auto authority = swarm::Authority::create(QStringLiteral("broker"), 3600);
+        auto authority = core::Authority::create(QStringLiteral("broker"), 3600);
         const QString seedRoot = m_dir.filePath(QStringLiteral("honest%1").arg(size));
         const auto blob = storeBlob(seedRoot, size);
         const QString blobFile = folderOf(seedRoot, blob) + u'/' + blob.toHex();

@@ -1,4 +1,4 @@
-#include "authority.h"
+#include "certificates.h"
 
 #include <openssl/bio.h>
 #include <openssl/err.h>
@@ -11,7 +11,7 @@
 #include <ctime>
 #include <memory>
 
-namespace tessera::swarm {
+namespace tessera::core {
 
 namespace {
 
@@ -24,12 +24,12 @@ struct Free {
 };
 template<typename T> using Owned = std::unique_ptr<T, Free>;
 
-core::Error failure(const QString& what)
+Error failure(const QString& what)
 {
     char text[256] = {};
     ERR_error_string_n(ERR_get_error(), text, sizeof text);
     ERR_clear_error();
-    return core::Error { QStringLiteral("swarm"), QStringLiteral("%1: %2").arg(what, QString::fromLatin1(text)) };
+    return Error { QStringLiteral("certificate"), QStringLiteral("%1: %2").arg(what, QString::fromLatin1(text)) };
 }
 
 QByteArray drain(BIO* bio)
@@ -76,7 +76,7 @@ Owned<X509> certificateFor(EVP_PKEY* key, const QString& commonName, std::int64_
     return certificate;
 }
 
-core::Result<QByteArray> signedPem(X509* certificate, EVP_PKEY* signer)
+Result<QByteArray> signedPem(X509* certificate, EVP_PKEY* signer)
 {
     if (X509_sign(certificate, signer, EVP_sha256()) <= 0)
         return failure(QStringLiteral("cannot sign the certificate"));
@@ -96,7 +96,7 @@ Owned<EVP_PKEY> privateKeyOf(const QByteArray& pem)
 
 namespace {
 
-core::Result<KeyPair> pairOf(EVP_PKEY* key)
+Result<KeyPair> pairOf(EVP_PKEY* key)
 {
     Owned<BIO> privateOut(BIO_new(BIO_s_mem()));
     Owned<BIO> publicOut(BIO_new(BIO_s_mem()));
@@ -109,7 +109,7 @@ core::Result<KeyPair> pairOf(EVP_PKEY* key)
 
 } // namespace
 
-core::Result<KeyPair> KeyPair::generate()
+Result<KeyPair> KeyPair::generate()
 {
     Owned<EVP_PKEY> key(EVP_EC_gen("P-256"));
     if (!key)
@@ -117,15 +117,15 @@ core::Result<KeyPair> KeyPair::generate()
     return pairOf(key.get());
 }
 
-core::Result<KeyPair> KeyPair::fromPrivatePem(const QByteArray& privatePem)
+Result<KeyPair> KeyPair::fromPrivatePem(const QByteArray& privatePem)
 {
     auto key = privateKeyOf(privatePem);
     if (!key || !EVP_PKEY_is_a(key.get(), "EC"))
-        return core::Error { QStringLiteral("swarm"), QStringLiteral("not a P-256 private key in PEM") };
+        return Error { QStringLiteral("key"), QStringLiteral("not a P-256 private key in PEM") };
     return pairOf(key.get());
 }
 
-core::Result<std::int64_t> certificateExpiry(const QByteArray& certificatePem)
+Result<std::int64_t> certificateExpiry(const QByteArray& certificatePem)
 {
     auto in = reading(certificatePem);
     Owned<X509> certificate(in ? PEM_read_bio_X509(in.get(), nullptr, nullptr, nullptr) : nullptr);
@@ -140,7 +140,7 @@ Authority::Authority(QByteArray certificate, QByteArray key)
     , m_key(std::move(key))
 { }
 
-core::Result<Authority> Authority::create(const QString& commonName, std::int64_t validSeconds)
+Result<Authority> Authority::create(const QString& commonName, std::int64_t validSeconds)
 {
     auto keys = KeyPair::generate();
     if (!keys)
@@ -160,7 +160,7 @@ core::Result<Authority> Authority::create(const QString& commonName, std::int64_
     return Authority(*pem, keys->privatePem);
 }
 
-core::Result<Authority> Authority::fromPem(const QByteArray& certificatePem, const QByteArray& privateKeyPem)
+Result<Authority> Authority::fromPem(const QByteArray& certificatePem, const QByteArray& privateKeyPem)
 {
     auto in = reading(certificatePem);
     Owned<X509> certificate(in ? PEM_read_bio_X509(in.get(), nullptr, nullptr, nullptr) : nullptr);
@@ -168,11 +168,11 @@ core::Result<Authority> Authority::fromPem(const QByteArray& certificatePem, con
     if (!certificate || !key)
         return failure(QStringLiteral("not an authority's certificate and key"));
     if (X509_check_private_key(certificate.get(), key.get()) != 1)
-        return core::Error { QStringLiteral("swarm"), QStringLiteral("the key is not the certificate's") };
+        return Error { QStringLiteral("certificate"), QStringLiteral("the key is not the certificate's") };
     return Authority(certificatePem, privateKeyPem);
 }
 
-core::Result<QByteArray> Authority::issue(const QByteArray& publicKeyPem, const QString& name, std::int64_t validSeconds) const
+Result<QByteArray> Authority::issue(const QByteArray& publicKeyPem, const QString& name, std::int64_t validSeconds) const
 {
     auto in = reading(publicKeyPem);
     Owned<EVP_PKEY> subjectKey(in ? PEM_read_bio_PUBKEY(in.get(), nullptr, nullptr, nullptr) : nullptr);
@@ -193,4 +193,32 @@ core::Result<QByteArray> Authority::issue(const QByteArray& publicKeyPem, const 
     return signedPem(certificate.get(), signer.get());
 }
 
-} // namespace tessera::swarm
+} // namespace tessera::core
+
+namespace tessera::core {
+
+Result<ServerCertificate> makeServerCertificate(const QString& commonName, const QStringList& altNames, std::int64_t validSeconds)
+{
+    auto keys = KeyPair::generate();
+    if (!keys)
+        return keys.error();
+    auto key = privateKeyOf(keys->privatePem);
+    auto certificate = key ? certificateFor(key.get(), commonName, validSeconds) : nullptr;
+    if (!certificate)
+        return failure(QStringLiteral("cannot make the server's certificate"));
+    X509_set_issuer_name(certificate.get(), X509_get_subject_name(certificate.get()));
+    // What browsers ask of a server's certificate: a leaf (not an authority), for signatures in
+    // TLS handshakes, for server authentication, naming its hosts.
+    const QByteArray names = altNames.join(u',').toUtf8();
+    if (!extend(certificate.get(), certificate.get(), NID_basic_constraints, "critical,CA:FALSE")
+        || !extend(certificate.get(), certificate.get(), NID_key_usage, "critical,digitalSignature")
+        || !extend(certificate.get(), certificate.get(), NID_ext_key_usage, "serverAuth")
+        || (!names.isEmpty() && !extend(certificate.get(), certificate.get(), NID_subject_alt_name, names.constData())))
+        return failure(QStringLiteral("cannot extend the server's certificate"));
+    auto pem = signedPem(certificate.get(), key.get());
+    if (!pem)
+        return pem.error();
+    return ServerCertificate { *pem, keys->privatePem };
+}
+
+} // namespace tessera::core
