@@ -2,20 +2,35 @@
 
 #include <QElapsedTimer>
 #include <QJsonDocument>
-#include <QTcpSocket>
+#include <QSslSocket>
 
 namespace tessera::control {
 
-core::Result<QJsonObject> callControl(const QHostAddress& address, quint16 port, const QByteArray& token,
-    const QByteArray& method, const QByteArray& path, const QByteArray& body, int timeoutMs)
+core::Result<QJsonObject> callControl(
+    const ControlEndpoint& endpoint, const QByteArray& method, const QByteArray& path, const QByteArray& body, int timeoutMs)
 {
+    const auto& [address, port, token, fingerprint] = endpoint;
     const QString where = QStringLiteral("%1 port %2").arg(address.toString()).arg(port);
-    QTcpSocket socket;
-    socket.connectToHost(address, port);
-    if (!socket.waitForConnected(timeoutMs))
+    QSslSocket socket;
+    bool pinned = true;
+    if (fingerprint.isEmpty()) {
+        socket.connectToHost(address, port);
+    } else {
+        // Self-signed: trusted for being exactly the certificate the user pinned, nothing else.
+        QObject::connect(&socket, &QSslSocket::sslErrors, [&](const QList<QSslError>&) {
+            pinned = socket.peerCertificate().digest(QCryptographicHash::Sha256).toHex() == fingerprint.toLower();
+            if (pinned)
+                socket.ignoreSslErrors();
+        });
+        socket.connectToHostEncrypted(address.toString(), port);
+    }
+    if (!(fingerprint.isEmpty() ? socket.waitForConnected(timeoutMs) : socket.waitForEncrypted(timeoutMs)))
         return core::Error { QStringLiteral("control"),
-            QStringLiteral("no control API at %1 (is tessera-node run going, with Control/Enabled?): %2")
-                .arg(where, socket.errorString()) };
+            !pinned ? QStringLiteral("%1 showed a certificate other than the one pinned (its fingerprint changed: a new "
+                                     "certificate, or another program)")
+                          .arg(where)
+                    : QStringLiteral("no control API at %1 (is tessera-node run going, with Control/Enabled?): %2")
+                          .arg(where, socket.errorString()) };
     const QByteArray host = address.protocol() == QAbstractSocket::IPv6Protocol ? '[' + address.toString().toUtf8() + ']'
                                                                                 : address.toString().toUtf8();
     socket.write(method + ' ' + path + " HTTP/1.1\r\nHost: " + host + ':' + QByteArray::number(port)

@@ -8,10 +8,19 @@
 
 namespace tessera::control {
 
-// One request to a node's control API (docs/CONTROL.md), waiting for its answer (at most
-// timeoutMs): the JSON answer of a 200, else an error with the API's own reason. For command-line
-// clients, which have no event loop.
-core::Result<QJsonObject> callControl(const QHostAddress& address, quint16 port, const QByteArray& token,
-    const QByteArray& method, const QByteArray& path, const QByteArray& body = {}, int timeoutMs = 10'000);
+// Where a node's control API is, and what a client proves and pins (docs/CONTROL.md).
+struct ControlEndpoint {
+    QHostAddress address;
+    quint16 port = 0;
+    QByteArray token;
+    // TLS: the SHA-256 of the node's certificate (fingerprintOf); the connection is refused unless
+    // the node shows exactly that certificate. Empty: plain HTTP (loopback only).
+    QByteArray fingerprint;
+};
+
+// One request to a node's control API, waiting for its answer (a blocking client: tessera-node
+// ctl, tests). The answer's JSON, or an error with the status and the API's reason.
+core::Result<QJsonObject> callControl(const ControlEndpoint& endpoint, const QByteArray& method, const QByteArray& path,
+    const QByteArray& body = {}, int timeoutMs = 10'000);
 
 } // namespace tessera::control

@@ -1,12 +1,20 @@
 #include "controlserver.h"
 
+#include <core/certificates.h>
+#include <core/privatefile.h>
 #include <core/readfile.h>
 
 #include <QDir>
 #include <QFile>
 #include <QFileInfo>
+#include <QHostInfo>
 #include <QJsonDocument>
+#include <QNetworkInterface>
 #include <QRandomGenerator>
+#include <QSslConfiguration>
+#include <QSslKey>
+#include <QSslServer>
+#include <QSslSocket>
 #include <QTcpServer>
 #include <QTcpSocket>
 #include <QWebSocket>
@@ -94,21 +102,62 @@ ControlServer::~ControlServer()
     qDeleteAll(open);
 }
 
+// A plain server on loopback, a TLS one wherever it has a certificate (and beyond loopback it must).
+core::Status ControlServer::startServer()
+{
+    if (!m_options.address.isLoopback() && !m_options.tls)
+        return core::Error { QStringLiteral("Control/Bind"),
+            QStringLiteral("%1 is not a loopback address: the control API listens beyond this machine only over TLS, "
+                           "and has no certificate (docs/CONTROL.md)")
+                .arg(m_options.address.toString()) };
+    if (!m_options.tls) {
+        m_server = std::make_unique<QTcpServer>();
+        return {};
+    }
+    QSslConfiguration configuration = QSslConfiguration::defaultConfiguration();
+    configuration.setLocalCertificate(QSslCertificate(m_options.tls->certificatePem, QSsl::Pem));
+    configuration.setPrivateKey(QSslKey(m_options.tls->privateKeyPem, QSsl::Ec, QSsl::Pem));
+    configuration.setProtocol(QSsl::TlsV1_2OrLater);
+    configuration.setPeerVerifyMode(QSslSocket::VerifyNone); // callers prove themselves with the token
+    if (configuration.localCertificate().isNull() || configuration.privateKey().isNull())
+        return core::Error { QStringLiteral("Control/Bind"),
+            QStringLiteral("the control API's certificate or key is unreadable") };
+    auto server = std::make_unique<QSslServer>();
+    server->setSslConfiguration(configuration);
+    server->setHandshakeTimeout(m_options.idleMs);
+    // Handshakes count against the connection cap: a stranger must not hold many half-open.
+    connect(server.get(), &QSslServer::startedEncryptionHandshake, this, [this](QSslSocket* socket) {
+        if (m_waiting + m_handshaking >= m_options.maxConnections)
+            return socket->abort();
+        ++m_handshaking;
+        const auto done = std::make_shared<bool>(false);
+        const auto countDown = [this, done] {
+            if (!std::exchange(*done, true))
+                --m_handshaking;
+        };
+        connect(socket, &QSslSocket::encrypted, this, countDown);
+        connect(socket, &QObject::destroyed, this, countDown);
+    });
+    m_server = std::move(server);
+    return {};
+}
+
 core::Status ControlServer::listen()
 {
-    if (!m_options.address.isLoopback())
-        return core::Error { QStringLiteral("Control/Bind"),
-            QStringLiteral("%1 is not a loopback address: the control API listens beyond this machine only over TLS, which is "
-                           "not built yet (docs/CONTROL.md)")
-                .arg(m_options.address.toString()) };
-    m_server = std::make_unique<QTcpServer>();
-    connect(m_server.get(), &QTcpServer::newConnection, this, &ControlServer::accept);
+    if (auto started = startServer(); !started)
+        return started;
+    // A TLS socket is pending once its handshake is done, which newConnection() does not wait for.
+    if (m_options.tls)
+        connect(m_server.get(), &QTcpServer::pendingConnectionAvailable, this, &ControlServer::accept);
+    else
+        connect(m_server.get(), &QTcpServer::newConnection, this, &ControlServer::accept);
     if (!m_server->listen(m_options.address, m_options.port))
         return core::Error { QStringLiteral("Control/Port"),
             QStringLiteral("cannot listen on %1 port %2: %3")
                 .arg(m_options.address.toString())
                 .arg(m_options.port)
                 .arg(m_server->errorString()) };
+    m_hosts = ownHosts();
     m_webSockets = std::make_unique<QWebSocketServer>(QStringLiteral("tessera"), QWebSocketServer::NonSecureMode);
     connect(m_webSockets.get(), &QWebSocketServer::newConnection, this, [this] {
         while (m_webSockets->hasPendingConnections()) {
@@ -179,6 +228,9 @@ void ControlServer::accept()
                 socket->deleteLater();
         });
         connect(socket, &QTcpSocket::readyRead, this, [this, socket] { readFrom(socket); });
+        if (socket->bytesAvailable() > 0) // a TLS socket comes once its handshake is done, maybe with its request
+            QMetaObject::invokeMethod(
+                socket, [this, socket] { readFrom(socket); }, Qt::QueuedConnection);
         // A connection that sends no whole request in time is closed.
         QTimer::singleShot(m_options.idleMs, socket, [socket] {
             if (!socket->property(Upgraded).toBool())
@@ -249,22 +301,41 @@ std::pair<int, QString> ControlServer::checkCaller(const HttpHead& head, const Q
     return { 0, {} };
 }
 
-std::pair<int, QString> ControlServer::checkHost(const HttpHead& head) const
+QStringList ControlServer::ownHosts() const
 {
     const QString port = QString::number(this->port());
+    const auto hostOf = [&](const QHostAddress& address) {
+        return address.protocol() == QAbstractSocket::IPv6Protocol
+            ? QStringLiteral("[%1]:%2").arg(address.toString().toLower(), port)
+            : QStringLiteral("%1:%2").arg(address.toString(), port);
+    };
     QStringList hosts { QStringLiteral("127.0.0.1:") + port, QStringLiteral("localhost:") + port,
         QStringLiteral("[::1]:") + port };
-    const QString bound = m_options.address.protocol() == QAbstractSocket::IPv6Protocol
-        ? QStringLiteral("[%1]:%2").arg(m_options.address.toString(), port)
-        : QStringLiteral("%1:%2").arg(m_options.address.toString(), port);
-    if (!hosts.contains(bound))
-        hosts.append(bound);
+    QList<QHostAddress> addresses { m_options.address };
+    const bool any = m_options.address == QHostAddress::Any || m_options.address == QHostAddress::AnyIPv4
+        || m_options.address == QHostAddress::AnyIPv6;
+    if (any) { // reached by any of this machine's addresses, or by its name
+        addresses = QNetworkInterface::allAddresses();
+        const QString name = QHostInfo::localHostName().toLower();
+        if (!name.isEmpty())
+            hosts << name + u':' + port << name + QStringLiteral(".local:") + port;
+    }
+    for (const auto& address : addresses) {
+        if (!address.isNull() && address.scopeId().isEmpty() && !hosts.contains(hostOf(address)))
+            hosts.append(hostOf(address));
+    }
+    return hosts;
+}
+
+std::pair<int, QString> ControlServer::checkHost(const HttpHead& head) const
+{
     const QString host = QString::fromUtf8(head.header("host")).toLower();
-    if (!hosts.contains(host))
+    if (!m_hosts.contains(host))
         return { 403, QStringLiteral("the Host %1 is not this API's address").arg(host.left(100)) };
     if (head.has("origin")) {
         const QString origin = QString::fromUtf8(head.header("origin")).toLower();
-        if (!origin.startsWith(QStringLiteral("http://")) || !hosts.contains(origin.mid(7)))
+        const QString scheme = m_options.tls ? QStringLiteral("https://") : QStringLiteral("http://");
+        if (!origin.startsWith(scheme) || !m_hosts.contains(origin.mid(scheme.size())))
             return { 403, QStringLiteral("the Origin %1 is not this API's own").arg(origin.left(100)) };
     }
     return { 0, {} };
@@ -330,8 +401,8 @@ bool ControlServer::serveFile(QTcpSocket* socket, const HttpHead& head)
     socket->write("HTTP/1.1 200 OK\r\nContent-Type: " + found->second
         + "\r\nContent-Length: " + QByteArray::number(content.size())
         + "\r\nContent-Security-Policy: default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; "
-          "connect-src 'self' ws://"
-        + host + "; frame-ancestors 'none'; base-uri 'none'; form-action 'none'"
+          "connect-src 'self' "
+        + (m_options.tls ? "wss://" : "ws://") + host + "; frame-ancestors 'none'; base-uri 'none'; form-action 'none'"
         + "\r\nX-Frame-Options: DENY\r\nX-Content-Type-Options: nosniff\r\nReferrer-Policy: no-referrer"
           "\r\nCache-Control: no-cache\r\nConnection: close\r\n\r\n"
         + content);
@@ -367,6 +438,49 @@ void ControlServer::answer(QTcpSocket* socket, int status, const QJsonObject& bo
 void ControlServer::refuse(QTcpSocket* socket, int status, const QString& why)
 {
     answer(socket, status, QJsonObject { { QStringLiteral("error"), why } });
+}
+
+QByteArray fingerprintOf(const QByteArray& certificatePem)
+{
+    const QSslCertificate certificate(certificatePem, QSsl::Pem);
+    return certificate.isNull() ? QByteArray() : certificate.digest(QCryptographicHash::Sha256).toHex();
+}
+
+core::Result<ControlServer::Options::Tls> loadOrCreateCertificate(const QString& directory, const QStringList& altNames)
+{
+    const QDir dir(directory);
+    const QString certificatePath = dir.filePath(QStringLiteral("control.crt"));
+    const QString keyPath = dir.filePath(QStringLiteral("control.key"));
+    if (QFile::exists(certificatePath) || QFile::exists(keyPath)) {
+        auto certificate = core::readFile(certificatePath);
+        auto key = core::readFile(keyPath);
+        if (!certificate || !key)
+            return core::Error { keyPath,
+                QStringLiteral("the control API's certificate or key is missing or unreadable; delete "
+                               "control.crt and control.key and a new pair is made") };
+        if (QFileInfo(keyPath).permissions() & (QFileDevice::ReadGroup | QFileDevice::ReadOther))
+            return core::Error { keyPath,
+                QStringLiteral("other users may read the control API's key: make it private (chmod 600)") };
+        const QSslCertificate parsed(*certificate, QSsl::Pem);
+        if (parsed.isNull() || QSslKey(*key, QSsl::Ec, QSsl::Pem).isNull())
+            return core::Error { keyPath,
+                QStringLiteral("is not the control API's certificate and key; delete control.crt and "
+                               "control.key and a new pair is made") };
+        if (parsed.expiryDate() > QDateTime::currentDateTimeUtc().addDays(30))
+            return ControlServer::Options::Tls { *certificate, *key };
+    }
+    constexpr std::int64_t TenYears = 10LL * 365 * 24 * 3600;
+    auto made = core::makeServerCertificate(QStringLiteral("Tessera control API"), altNames, TenYears);
+    if (!made)
+        return made.error();
+    QDir().mkpath(directory);
+    if (auto written = core::writePrivateFile(keyPath, made->privateKeyPem, QStringLiteral("the control API's key")); !written)
+        return written.error();
+    if (auto written
+        = core::writePrivateFile(certificatePath, made->certificatePem, QStringLiteral("the control API's certificate"));
+        !written)
+        return written.error();
+    return ControlServer::Options::Tls { made->certificatePem, made->privateKeyPem };
 }
 
 core::Result<QByteArray> loadOrCreateToken(const QString& directory)

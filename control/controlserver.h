@@ -14,6 +14,7 @@
 
 #include <functional>
 #include <memory>
+#include <optional>
 
 class QTcpServer;
 class QTcpSocket;
@@ -33,6 +34,12 @@ public:
         QHostAddress address = QHostAddress::LocalHost;
         quint16 port = 7780; // 0: any free port (tests)
         QByteArray token; // 64 hexadecimal digits (loadOrCreateToken)
+        // HTTPS and WSS with this certificate (loadOrCreateCertificate); required beyond loopback.
+        struct Tls {
+            QByteArray certificatePem;
+            QByteArray privateKeyPem;
+        };
+        std::optional<Tls> tls;
         HttpLimits limits = {};
         double requestsPerSecond = 20.0;
         double burst = 40.0;
@@ -68,6 +75,10 @@ private:
     // Why a request's token, Origin or Host is refused (0: it is not).
     std::pair<int, QString> checkCaller(const HttpHead& head, const QByteArray& token) const;
     std::pair<int, QString> checkHost(const HttpHead& head) const;
+    // The Host values the API answers to ("127.0.0.1:7780"; with a bind to every address, this
+    // machine's addresses and names too), worked out once it listens.
+    QStringList ownHosts() const;
+    core::Status startServer();
     bool allowedAddress(QTcpSocket* socket);
     void handle(QTcpSocket* socket, const HttpHead& head, const QByteArray& body);
     // GET of the dashboard's files (docs/CONTROL.md, "The dashboard"): true when the path is one.
@@ -82,6 +93,8 @@ private:
     std::unique_ptr<QWebSocketServer> m_webSockets;
     QList<QWebSocket*> m_open;
     int m_waiting = 0; // connections not (yet) WebSockets
+    int m_handshaking = 0; // TLS handshakes under way (they count against maxConnections too)
+    QStringList m_hosts; // ownHosts()
     QString m_pushed; // the last state pushed
     QTimer m_pushTimer; // a child of this object (it moves to its thread with it)
     QElapsedTimer m_sincePush;
@@ -96,5 +109,13 @@ private:
 // The token in `directory`/control.token, made (32 random bytes, in hexadecimal, mode 0600) when
 // there is none; an error when the file is not a token.
 core::Result<QByteArray> loadOrCreateToken(const QString& directory);
+
+// The API's TLS certificate and key in `directory`/control.crt and control.key (mode 0600): a
+// self-signed P-256 certificate for `altNames` ("IP:192.0.2.7", "DNS:garage"), made when there is
+// none, or when the one there expires within 30 days. Delete both to make a new one.
+core::Result<ControlServer::Options::Tls> loadOrCreateCertificate(const QString& directory, const QStringList& altNames);
+// A certificate's fingerprint: the SHA-256 of its DER, in lowercase hexadecimal (64 digits). A
+// client pins it (docs/CONTROL.md, "TLS").
+QByteArray fingerprintOf(const QByteArray& certificatePem);
 
 } // namespace tessera::control

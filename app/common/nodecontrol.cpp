@@ -12,6 +12,7 @@
 #include <QDir>
 #include <QElapsedTimer>
 #include <QFile>
+#include <QHostInfo>
 #include <QJsonArray>
 #include <QJsonObject>
 #include <QSettings>
@@ -271,6 +272,8 @@ struct NodeControl::Private {
     qint64 refreshedAt = -1;
     std::unique_ptr<control::ControlServer> server;
     quint16 port = 0;
+    QHostAddress bind;
+    QByteArray fingerprint; // of its TLS certificate; empty without TLS
     QString portFile; // removed when the API stops
 
     // The report, read again when it is older than NodeReport::RefreshMs.
@@ -308,6 +311,23 @@ quint16 NodeControl::port() const
     return d->port;
 }
 
+QString NodeControl::address() const
+{
+    const QString host
+        = d->bind.protocol() == QAbstractSocket::IPv6Protocol ? u'[' + d->bind.toString() + u']' : d->bind.toString();
+    if (d->fingerprint.isEmpty())
+        return QStringLiteral("http://%1:%2/").arg(host).arg(d->port);
+    return QStringLiteral("https://%1:%2/ (certificate SHA-256 %3)")
+        .arg(host)
+        .arg(d->port)
+        .arg(QString::fromLatin1(d->fingerprint));
+}
+
+QByteArray NodeControl::fingerprint() const
+{
+    return d->fingerprint;
+}
+
 void NodeControl::publish(const Published& published)
 {
     auto* p = d.get();
@@ -321,6 +341,17 @@ void NodeControl::publish(const Published& published)
 }
 
 namespace {
+
+// The names a node's certificate is for: this machine, and the address it listens on.
+QStringList certificateNames(const QHostAddress& bind)
+{
+    QStringList names { QStringLiteral("DNS:localhost"), QStringLiteral("IP:127.0.0.1") };
+    if (const QString host = QHostInfo::localHostName(); !host.isEmpty() && !host.contains(u','))
+        names << QStringLiteral("DNS:") + host;
+    if (!bind.isNull() && bind != QHostAddress::Any && bind != QHostAddress::AnyIPv4 && bind != QHostAddress::AnyIPv6)
+        names << QStringLiteral("IP:") + bind.toString();
+    return names;
+}
 
 // What an action did, for the log's tail.
 QString describe(const NodeControl::Action& action)
@@ -468,6 +499,14 @@ core::Result<std::unique_ptr<NodeControl>> NodeControl::serve(const core::settin
     options.port = quint16(settings.intValue(names::ControlPort));
     options.token = *token;
     auto d = std::make_unique<Private>();
+    d->bind = options.address;
+    if (!options.address.isLoopback()) { // beyond this machine: over TLS only
+        auto tls = control::loadOrCreateCertificate(dataDirectory, certificateNames(options.address));
+        if (!tls)
+            return tls.error();
+        options.tls = *tls;
+        d->fingerprint = control::fingerprintOf(tls->certificatePem);
+    }
     d->status.identity = identity;
     d->status.desktop = desktop;
     for (const auto& key : limitKeys(desktop)) // before its thread starts

@@ -74,6 +74,10 @@ public:
     NodeControl& operator=(const NodeControl&) = delete;
 
     quint16 port() const;
+    // "http://127.0.0.1:7780/", or over TLS (beyond loopback) "https://ADDRESS:PORT/ (certificate
+    // SHA-256 FINGERPRINT)": what the node says in its log.
+    QString address() const;
+    QByteArray fingerprint() const; // empty without TLS
 
 private:
     struct Private;

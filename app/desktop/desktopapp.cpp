@@ -723,10 +723,8 @@ void DesktopApp::startControl()
     m_control = std::move(*control);
     if (m_control)
         note(QStringLiteral("info"), QStringLiteral("control"),
-            QStringLiteral("control API at http://%1:%2/api/v1/ (its token is %3)")
-                .arg(QHostAddress(m_settings->stringValue(names::ControlBind)).toString())
-                .arg(m_control->port())
-                .arg(QDir(m_dataDirectory).filePath(QStringLiteral("control.token"))));
+            QStringLiteral("control API and its web dashboard at %1 (its token is %2)")
+                .arg(m_control->address(), QDir(m_dataDirectory).filePath(QStringLiteral("control.token"))));
 }
 
 void DesktopApp::governDuty()

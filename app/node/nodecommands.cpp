@@ -17,6 +17,7 @@
 #include <compute/engine/shardrun.h>
 #include <compute/engine/weights.h>
 #include <control/controlclient.h>
+#include <control/controlserver.h>
 #include <core/benchmark.h>
 #include <core/broker/records.h>
 #include <core/decomposition.h>
@@ -41,6 +42,7 @@
 #include <QFile>
 #include <QFileInfo>
 #include <QHostAddress>
+#include <QHostInfo>
 #include <QJsonArray>
 #include <QJsonDocument>
 #include <QSaveFile>
@@ -464,8 +466,7 @@ std::unique_ptr<NodeControl> serveControl(const core::settings::Settings& settin
     if (!control)
         err() << "tessera-node: the control API is off: " << control.error().toString() << Qt::endl;
     else if (*control)
-        out() << "control API at http://" << QHostAddress(settings.stringValue(names::ControlBind)).toString() << ':'
-              << (*control)->port() << "/api/v1/ and its dashboard at / (its token is "
+        out() << "control API at " << (*control)->address() << "api/v1/ and its dashboard at / (its token is "
               << QDir(directory).filePath(QStringLiteral("control.token"))
               << "; tessera-node ctl url prints the dashboard's address with it)" << Qt::endl;
     return control ? std::move(*control) : nullptr;
@@ -611,10 +612,53 @@ void printControlState(const QJsonObject& state)
     out() << Qt::endl;
 }
 
+// Where this machine's node serves its API, for ctl: its bind (127.0.0.1 for a bind to every
+// address), and over TLS beyond loopback, pinned to the certificate in its data folder.
+core::Result<control::ControlEndpoint> controlEndpoint(
+    const core::settings::Settings& settings, const QDir& data, const QByteArray& token, quint16 port)
+{
+    namespace names = core::settings::names;
+    QHostAddress address(settings.stringValue(names::ControlBind));
+    const bool tls = !address.isLoopback();
+    if (address == QHostAddress::AnyIPv4 || address == QHostAddress::Any)
+        address = QHostAddress::LocalHost;
+    else if (address == QHostAddress::AnyIPv6)
+        address = QHostAddress::LocalHostIPv6;
+    QByteArray fingerprint;
+    if (tls) {
+        const auto certificate = readFile(data.filePath(QStringLiteral("control.crt")));
+        fingerprint = certificate ? control::fingerprintOf(*certificate) : QByteArray();
+        if (fingerprint.isEmpty())
+            return core::Error { {},
+                QStringLiteral("no control.crt in %1: the node serves its API over TLS beyond loopback, "
+                               "and ctl pins its certificate")
+                    .arg(data.path()) };
+    }
+    return control::ControlEndpoint { address, port, token, fingerprint };
+}
+
+// The dashboard's address with the token (and, over TLS, the certificate's fingerprint, which the
+// desktop app's Machines view pins) in its fragment: the address to give a browser or another app.
+QString dashboardUrl(const core::settings::Settings& settings, const control::ControlEndpoint& endpoint)
+{
+    namespace names = core::settings::names;
+    const QHostAddress bind(settings.stringValue(names::ControlBind));
+    const bool any = bind == QHostAddress::Any || bind == QHostAddress::AnyIPv4 || bind == QHostAddress::AnyIPv6;
+    const QString host = any                               ? QHostInfo::localHostName()
+        : bind.protocol() == QAbstractSocket::IPv6Protocol ? u'[' + bind.toString() + u']'
+                                                           : bind.toString();
+    QString url = QStringLiteral("%1://%2:%3/#token=%4")
+                      .arg(endpoint.fingerprint.isEmpty() ? QStringLiteral("http") : QStringLiteral("https"), host)
+                      .arg(endpoint.port)
+                      .arg(QString::fromLatin1(endpoint.token));
+    if (!endpoint.fingerprint.isEmpty())
+        url += QStringLiteral("&fp=") + QString::fromLatin1(endpoint.fingerprint);
+    return url;
+}
+
 // tessera-node ctl: one request to this machine's node's control API, and what it answered.
 int ctl(const QStringList& args, const core::settings::Settings& settings)
 {
-    namespace names = core::settings::names;
     QCommandLineParser parser;
     parser.addPositionalArgument(QStringLiteral("action"), QStringLiteral("state, pause, resume, ..."));
     parser.addOption({ QStringLiteral("json"), QStringLiteral("the state as JSON") });
@@ -632,15 +676,15 @@ int ctl(const QStringList& args, const core::settings::Settings& settings)
         return fail(QStringLiteral("no tessera-node serves a control API with the data folder %1 (is tessera-node run going "
                                    "with this settings file? its log says why when it cannot serve one)")
                         .arg(data.path()));
-    const QHostAddress address(settings.stringValue(names::ControlBind));
-    auto state = control::callControl(address, quint16(port->trimmed().toUInt()), token->trimmed(), request->method,
-        request->path, request->body.isEmpty() ? QByteArray() : QJsonDocument(request->body).toJson(QJsonDocument::Compact));
+    auto endpoint = controlEndpoint(settings, data, token->trimmed(), quint16(port->trimmed().toUInt()));
+    if (!endpoint)
+        return fail(endpoint.error().message);
+    auto state = control::callControl(*endpoint, request->method, request->path,
+        request->body.isEmpty() ? QByteArray() : QJsonDocument(request->body).toJson(QJsonDocument::Compact));
     if (!state)
         return fail(state.error().message);
     if (parser.positionalArguments()[0] == u"url") { // the token in the fragment: never sent to a server, nor kept in its logs
-        const QString host
-            = address.protocol() == QAbstractSocket::IPv6Protocol ? u'[' + address.toString() + u']' : address.toString();
-        out() << "http://" << host << ':' << port->trimmed() << "/#token=" << token->trimmed() << Qt::endl;
+        out() << dashboardUrl(settings, *endpoint) << Qt::endl;
         return 0;
     }
     if (parser.isSet(QStringLiteral("json")))

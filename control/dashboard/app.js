@@ -52,7 +52,7 @@ async function act(action, body, errorId = 'action-error') {
 }
 
 function connect() {
-  socket = new WebSocket(`ws://${location.host}${api}events?token=${encodeURIComponent(token)}`);
+  socket = new WebSocket(`${location.protocol === 'https:' ? 'wss' : 'ws'}://${location.host}${api}events?token=${encodeURIComponent(token)}`);
   socket.onopen = () => { retryMs = 500; retries = 0; $('link').textContent = 'live'; $('link').classList.add('live'); };
   socket.onmessage = (event) => {
     window.tessera.pushes += 1;

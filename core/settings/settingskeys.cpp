@@ -105,11 +105,12 @@ QList<Key> makeKeys()
             "Folder with the fortunes text files (the built-in text corpus); empty: /usr/share/games/fortunes."),
         intKey(NetworkHeartbeatIntervalMs, 1000, 250, 10000, "Interval between heartbeats to and from brokers."),
         boolKey(ControlEnabled, true,
-            "Serve the control API (docs/CONTROL.md): the node's state, pause and resume, for tessera-node ctl and other "
-            "programs that hold its token (control.token in the data directory)."),
-        stringKey(ControlBind, QStringLiteral("127.0.0.1"), R"((\d{1,3}(\.\d{1,3}){3}|::1))", "an IPv4 address, or ::1",
-            "Address the control API listens on. Only a loopback address (127.x.x.x, ::1) is served until TLS is built: "
-            "another is refused, and the node says why."),
+            "Serve the control API and its web dashboard (docs/CONTROL.md): the node's state and actions, for tessera-node "
+            "ctl, a browser and other programs that hold its token (control.token in the data directory)."),
+        stringKey(ControlBind, QStringLiteral("127.0.0.1"), R"((\d{1,3}(\.\d{1,3}){3}|::1|::))", "an IPv4 address, ::1 or ::",
+            "Address the control API listens on: a loopback address (127.x.x.x, ::1) serves this machine only, over HTTP; any "
+            "other (0.0.0.0: every address) serves other machines too, over TLS only, with a self-signed certificate made in "
+            "the data directory (control.crt) whose fingerprint the node prints."),
         intKey(ControlPort, 7780, 1, 65535, "TCP port of the control API; a second node on one machine needs another."),
         stringKey(BrokerBind, QStringLiteral("tcp://127.0.0.1:5555"), R"(tcp://[^\s]+:\d{1,5}|ipc:///[^\s]+)",
             "tcp://address:port or ipc:///path",

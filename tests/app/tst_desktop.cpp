@@ -246,7 +246,7 @@ private Q_SLOTS:
             const auto token = core::readFile(QDir(m_dir.filePath(name)).filePath(QStringLiteral("control.token")));
             QVERIFY(token);
             const auto call = [&](const QByteArray& method, const QByteArray& path) {
-                return control::callControl(QHostAddress::LocalHost, port, token->trimmed(), method, path);
+                return control::callControl({ QHostAddress::LocalHost, quint16(port), token->trimmed(), {} }, method, path);
             };
             QTRY_VERIFY_WITH_TIMEOUT(
                 call("GET", "/api/v1/state").value_or(QJsonObject()).value(QStringLiteral("name")) == QJsonValue(name), 30'000);

@@ -78,7 +78,7 @@ class NodeControlTest : public QObject {
 
     core::Result<QJsonObject> call(const QByteArray& method, const QByteArray& path, const QByteArray& body = {})
     {
-        return control::callControl(QHostAddress::LocalHost, m_control->port(), m_token, method, path, body);
+        return control::callControl({ QHostAddress::LocalHost, m_control->port(), m_token, {} }, method, path, body);
     }
 
 private Q_SLOTS:
@@ -258,7 +258,8 @@ private Q_SLOTS:
         const auto token = core::readFile(QDir(data).filePath(QStringLiteral("control.token")));
         QVERIFY(token);
         const auto call = [&](const QByteArray& method, const QByteArray& path, const QByteArray& body = {}) {
-            return control::callControl(QHostAddress::LocalHost, (*control)->port(), token->trimmed(), method, path, body);
+            return control::callControl(
+                { QHostAddress::LocalHost, (*control)->port(), token->trimmed(), {} }, method, path, body);
         };
         const auto stateIs = [&](const QString& name) {
             QThread::msleep(100); // within the API's rate, which a refusal would say

@@ -3,8 +3,10 @@
 
 #include <control/controlserver.h>
 
+#include <QFileInfo>
 #include <QJsonDocument>
 #include <QSignalSpy>
+#include <QSslSocket>
 #include <QTcpSocket>
 #include <QTemporaryDir>
 #include <QTest>
@@ -22,15 +24,28 @@ struct Answer {
     int status = 0;
     QJsonObject body;
 };
-// The whole reply, head and body (empty: none).
-QByteArray rawExchange(quint16 port, const QByteArray& request)
+// The whole reply, head and body (empty: none). With a fingerprint, over TLS, trusting exactly the
+// certificate of that fingerprint.
+QByteArray rawExchange(quint16 port, const QByteArray& request, const QByteArray& fingerprint = {})
 {
-    QTcpSocket socket;
+    QSslSocket socket;
     QByteArray reply;
     QObject::connect(&socket, &QTcpSocket::readyRead, [&] { reply += socket.readAll(); });
-    socket.connectToHost(QHostAddress::LocalHost, port);
-    if (!QTest::qWaitFor([&] { return socket.state() == QAbstractSocket::ConnectedState; }, 10'000))
+    if (fingerprint.isEmpty()) {
+        socket.connectToHost(QHostAddress::LocalHost, port);
+    } else {
+        QObject::connect(&socket, &QSslSocket::sslErrors, [&] {
+            if (socket.peerCertificate().digest(QCryptographicHash::Sha256).toHex() == fingerprint)
+                socket.ignoreSslErrors();
+        });
+        socket.connectToHostEncrypted(QStringLiteral("127.0.0.1"), port);
+    }
+    if (!QTest::qWaitFor(
+            [&] { return fingerprint.isEmpty() ? socket.state() == QAbstractSocket::ConnectedState : socket.isEncrypted(); },
+            10'000)) {
+        qWarning("no connection: %s %d", qPrintable(socket.errorString()), int(socket.isEncrypted()));
         return {};
+    }
     socket.write(request);
     if (!QTest::qWaitFor([&] { return socket.state() == QAbstractSocket::UnconnectedState; }, 10'000))
         return {};
@@ -313,6 +328,58 @@ private Q_SLOTS:
         QVERIFY(!listening);
         QCOMPARE(listening.error().field, QStringLiteral("Control/Bind"));
         QVERIFY2(listening.error().message.contains(QStringLiteral("TLS")), qPrintable(listening.error().message));
+    }
+
+    // docs/CONTROL.md, "TLS": beyond loopback the API speaks TLS only, with a self-signed
+    // certificate that clients pin; its origins are https ones.
+    void overTlsOnlyAPinnedClientIsAnswered()
+    {
+        QTemporaryDir dir;
+        auto tls = control::loadOrCreateCertificate(dir.path(), { QStringLiteral("IP:127.0.0.1") });
+        QVERIFY2(tls, tls ? "" : qPrintable(tls.error().toString()));
+        const QByteArray fingerprint = control::fingerprintOf(tls->certificatePem);
+        QCOMPARE(fingerprint.size(), 64);
+        QCOMPARE(control::fingerprintOf(control::loadOrCreateCertificate(dir.path(), {})->certificatePem), fingerprint); // kept
+        QCOMPARE(QFileInfo(dir.filePath(QStringLiteral("control.key"))).permissions()
+                & (QFileDevice::ReadGroup | QFileDevice::ReadOther),
+            QFileDevice::Permissions());
+        FakeNode node;
+        ControlServer::Options options;
+        options.tls = *tls;
+        options.maxConnections = 2;
+        options.idleMs = 1000;
+        auto server = serve(node, options);
+        const auto port = server->port();
+        const QByteArray state = rawExchange(port, request(port, "GET", "/api/v1/state"), fingerprint);
+        QVERIFY2(state.startsWith("HTTP/1.1 200 OK\r\n"), state.left(100).constData());
+        QVERIFY(rawExchange(port, request(port, "GET", "/", {}, {}, {}), fingerprint)
+                    .contains("connect-src 'self' wss://127.0.0.1:"));
+        // Another certificate (a program in its place), or plain HTTP: nothing is said.
+        QVERIFY(rawExchange(port, request(port, "GET", "/api/v1/state"), QByteArray(64, '0')).isEmpty());
+        QVERIFY(!rawExchange(port, request(port, "GET", "/api/v1/state")).startsWith("HTTP/1.1 200"));
+        // An http origin is not this API's: it is https now.
+        const QByteArray own = "127.0.0.1:" + QByteArray::number(port);
+        QVERIFY(rawExchange(port, request(port, "POST", "/api/v1/pause", "Origin: http://" + own + "\r\n"), fingerprint)
+                    .startsWith("HTTP/1.1 403"));
+        QVERIFY(rawExchange(port, request(port, "POST", "/api/v1/pause", "Origin: https://" + own + "\r\n"), fingerprint)
+                    .startsWith("HTTP/1.1 200"));
+        // The pushed state over wss.
+        QWebSocket socket;
+        QObject::connect(&socket, &QWebSocket::sslErrors, [&] {
+            if (socket.sslConfiguration().peerCertificate().digest(QCryptographicHash::Sha256).toHex() == fingerprint)
+                socket.ignoreSslErrors();
+        });
+        QSignalSpy messages(&socket, &QWebSocket::textMessageReceived);
+        socket.open(QUrl(QStringLiteral("wss://127.0.0.1:%1/api/v1/events?token=%2").arg(port).arg(QString::fromLatin1(Token))));
+        QVERIFY(QTest::qWaitFor([&] { return messages.count() == 1; }, 10'000));
+        socket.close();
+        // Handshakes count against the connection cap, and end at the idle limit.
+        QTcpSocket silent[3];
+        for (auto& one : silent)
+            one.connectToHost(QHostAddress::LocalHost, port);
+        QVERIFY(QTest::qWaitFor([&] { return silent[2].state() == QAbstractSocket::UnconnectedState; }, 10'000));
+        QVERIFY(QTest::qWaitFor([&] { return silent[0].state() == QAbstractSocket::UnconnectedState; }, 10'000));
+        QVERIFY(rawExchange(port, request(port, "GET", "/api/v1/state"), fingerprint).startsWith("HTTP/1.1 200"));
     }
 
     void theTokenIsMadeOnceAndPrivate()

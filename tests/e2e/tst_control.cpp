@@ -115,6 +115,47 @@ private Q_SLOTS:
         QVERIFY(refused.exitCode != 0);
     }
 
+    // docs/CONTROL.md, "TLS": a node that listens beyond loopback does so over TLS only, says its
+    // certificate's fingerprint, and ctl pins it.
+    void beyondLoopbackTheApiIsServedOverTls()
+    {
+        Cluster cluster;
+        cluster.startBroker();
+        const int port = freePort();
+        cluster.startNode(1, {}, Cluster::FirstStart::SkipBenchmark,
+            QStringLiteral("MaxThreads=1\n[Control]\nBind=0.0.0.0\nPort=%1\n").arg(port));
+        QVERIFY(QTest::qWaitFor([&] { return cluster.nodes().size() == 1; }, 120'000));
+        const QString ini = cluster.path(QStringLiteral("node1.ini"));
+        const auto ctl = [&](const QStringList& arguments) {
+            return run(Bin + QStringLiteral("/tessera-node"),
+                QStringList { QStringLiteral("--config"), ini, QStringLiteral("ctl") } + arguments, 60'000);
+        };
+        const auto state = ctl({ QStringLiteral("state") });
+        QVERIFY2(state.exitCode == 0 && state.standardOutput.startsWith(QStringLiteral("idle: ")), qPrintable(state.output));
+        const auto url = ctl({ QStringLiteral("url") });
+        QVERIFY2(url.standardOutput.startsWith(QStringLiteral("https://")), qPrintable(url.output));
+        const QString fingerprint = url.standardOutput.trimmed().section(QStringLiteral("&fp="), 1);
+        QCOMPARE(fingerprint.size(), 64);
+        QVERIFY2(cluster.log(QStringLiteral("node1"))
+                     .contains(QStringLiteral("https://0.0.0.0:%1/ (certificate SHA-256 %2)").arg(port).arg(fingerprint)),
+            qPrintable(cluster.log(QStringLiteral("node1"))));
+        // Another certificate pinned than the one the node shows (as if another program held the
+        // port): ctl sends nothing.
+        const QString data = cluster.path(QStringLiteral("node1"));
+        QFile::remove(data + QStringLiteral("/control.crt"));
+        const auto other = run(QStringLiteral("openssl"),
+            { QStringLiteral("req"), QStringLiteral("-x509"), QStringLiteral("-newkey"), QStringLiteral("ec"),
+                QStringLiteral("-pkeyopt"), QStringLiteral("ec_paramgen_curve:P-256"), QStringLiteral("-nodes"),
+                QStringLiteral("-subj"), QStringLiteral("/CN=other"), QStringLiteral("-days"), QStringLiteral("1"),
+                QStringLiteral("-keyout"), cluster.path(QStringLiteral("other.key")), QStringLiteral("-out"),
+                data + QStringLiteral("/control.crt") },
+            60'000);
+        QCOMPARE(other.exitCode, 0);
+        const auto refused = ctl({ QStringLiteral("pause") });
+        QVERIFY(refused.exitCode != 0);
+        QVERIFY2(refused.output.contains(QStringLiteral("other than the one pinned")), qPrintable(refused.output));
+    }
+
     // docs/CONTROL.md, "The dashboard": the page a node serves, in a real browser.
     void aDashboardInChromiumShowsAndDrivesTheNode()
     {
