@@ -98,6 +98,10 @@ screenshots: build
 	# The web dashboard (docs/CONTROL.md) of a node paused mid-shard, in Chromium, wide and phone-sized.
 	QT_QPA_PLATFORM=offscreen TESSERA_SCREENSHOT_DIR=$(abspath docs/screenshots) \
 		$(BUILD_DIR)/tests/e2e/tst_control aDashboardInChromiumShowsAndDrivesTheNode
+	# The app's Machines tab with three nodes (under Xvfb, as tst_desktop runs).
+	TESSERA_SCREENSHOT_DIR=$(abspath docs/screenshots) TESSERA_COMPUTE_WORKER=$(abspath $(BUILD_DIR))/app/tessera-compute \
+		TESSERA_BROKER_PROGRAM=$(abspath $(BUILD_DIR))/app/tessera-broker \
+		tests/app/under-x.sh $(BUILD_DIR)/tests/app/tst_desktop theMachinesTabWatchesAndDrivesOtherNodes
 
 # A broker and two nodes on this machine train the example job over ZeroMQ, then stop.
 demo: build

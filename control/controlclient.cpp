@@ -1,20 +1,26 @@
 #include "controlclient.h"
 
 #include <QElapsedTimer>
+#include <QHostAddress>
 #include <QJsonDocument>
 #include <QSslSocket>
+#include <QUrl>
+#include <QUrlQuery>
+
+#include <algorithm>
+#include <cctype>
 
 namespace tessera::control {
 
 core::Result<QJsonObject> callControl(
     const ControlEndpoint& endpoint, const QByteArray& method, const QByteArray& path, const QByteArray& body, int timeoutMs)
 {
-    const auto& [address, port, token, fingerprint] = endpoint;
-    const QString where = QStringLiteral("%1 port %2").arg(address.toString()).arg(port);
+    const auto& [host, port, token, fingerprint] = endpoint;
+    const QString where = QStringLiteral("%1 port %2").arg(host).arg(port);
     QSslSocket socket;
     bool pinned = true;
     if (fingerprint.isEmpty()) {
-        socket.connectToHost(address, port);
+        socket.connectToHost(host, port);
     } else {
         // Self-signed: trusted for being exactly the certificate the user pinned, nothing else.
         QObject::connect(&socket, &QSslSocket::sslErrors, [&](const QList<QSslError>&) {
@@ -22,7 +28,7 @@ core::Result<QJsonObject> callControl(
             if (pinned)
                 socket.ignoreSslErrors();
         });
-        socket.connectToHostEncrypted(address.toString(), port);
+        socket.connectToHostEncrypted(host, port);
     }
     if (!(fingerprint.isEmpty() ? socket.waitForConnected(timeoutMs) : socket.waitForEncrypted(timeoutMs)))
         return core::Error { QStringLiteral("control"),
@@ -31,11 +37,9 @@ core::Result<QJsonObject> callControl(
                           .arg(where)
                     : QStringLiteral("no control API at %1 (is tessera-node run going, with Control/Enabled?): %2")
                           .arg(where, socket.errorString()) };
-    const QByteArray host = address.protocol() == QAbstractSocket::IPv6Protocol ? '[' + address.toString().toUtf8() + ']'
-                                                                                : address.toString().toUtf8();
-    socket.write(method + ' ' + path + " HTTP/1.1\r\nHost: " + host + ':' + QByteArray::number(port)
-        + "\r\nAuthorization: Bearer " + token + "\r\nContent-Type: application/json\r\nContent-Length: "
-        + QByteArray::number(body.size()) + "\r\nConnection: close\r\n\r\n" + body);
+    socket.write(method + ' ' + path + " HTTP/1.1\r\nHost: " + hostPort(endpoint).toUtf8() + "\r\nAuthorization: Bearer " + token
+        + "\r\nContent-Type: application/json\r\nContent-Length: " + QByteArray::number(body.size())
+        + "\r\nConnection: close\r\n\r\n" + body);
     QByteArray reply;
     QElapsedTimer waited;
     waited.start();
@@ -53,6 +57,38 @@ core::Result<QJsonObject> callControl(
         return core::Error { QStringLiteral("control"),
             QStringLiteral("%1 answered %2: %3").arg(where).arg(status).arg(answer.value(QStringLiteral("error")).toString()) };
     return answer;
+}
+
+QString hostPort(const ControlEndpoint& endpoint)
+{
+    return (endpoint.host.contains(u':') ? u'[' + endpoint.host + u']' : endpoint.host) + u':' + QString::number(endpoint.port);
+}
+
+core::Result<ControlEndpoint> parsePairing(const QString& text)
+{
+    const QUrl url(text.trimmed(), QUrl::StrictMode);
+    const QUrlQuery fragment(url.fragment());
+    const auto refuse = [](const QString& why) {
+        return core::Error { QStringLiteral("machine"),
+            why + QStringLiteral(": paste what `tessera-node ctl url` prints on that machine (http(s)://HOST:PORT/#token=...)") };
+    };
+    const bool https = url.scheme() == u"https";
+    if (!url.isValid() || (!https && url.scheme() != u"http") || url.host().isEmpty() || url.port() <= 0)
+        return refuse(QStringLiteral("not a node's address"));
+    ControlEndpoint endpoint { url.host(), quint16(url.port()), fragment.queryItemValue(QStringLiteral("token")).toLatin1(),
+        fragment.queryItemValue(QStringLiteral("fp")).toLatin1().toLower() };
+    const auto hex = [](const QByteArray& bytes) {
+        return bytes.size() == 64 && std::all_of(bytes.begin(), bytes.end(), [](char c) { return std::isxdigit(uchar(c)); });
+    };
+    if (!hex(endpoint.token))
+        return refuse(QStringLiteral("no token in it"));
+    if (https && !hex(endpoint.fingerprint))
+        return refuse(QStringLiteral("an https address needs its certificate's fingerprint (&fp=)"));
+    if (!https && !QHostAddress(endpoint.host).isLoopback() && endpoint.host != u"localhost")
+        return refuse(QStringLiteral("a node serves other machines over https only"));
+    if (!https)
+        endpoint.fingerprint.clear();
+    return endpoint;
 }
 
 } // namespace tessera::control

@@ -3,14 +3,14 @@
 #include <core/error.h>
 
 #include <QByteArray>
-#include <QHostAddress>
 #include <QJsonObject>
+#include <QString>
 
 namespace tessera::control {
 
 // Where a node's control API is, and what a client proves and pins (docs/CONTROL.md).
 struct ControlEndpoint {
-    QHostAddress address;
+    QString host; // an address or a name
     quint16 port = 0;
     QByteArray token;
     // TLS: the SHA-256 of the node's certificate (fingerprintOf); the connection is refused unless
@@ -22,5 +22,13 @@ struct ControlEndpoint {
 // ctl, tests). The answer's JSON, or an error with the status and the API's reason.
 core::Result<QJsonObject> callControl(const ControlEndpoint& endpoint, const QByteArray& method, const QByteArray& path,
     const QByteArray& body = {}, int timeoutMs = 10'000);
+
+// Reads what `tessera-node ctl url` prints, the dashboard's address with its token (and over TLS the
+// certificate's fingerprint): http(s)://HOST:PORT/#token=TOKEN[&fp=FINGERPRINT]. https without a
+// fingerprint is refused (a self-signed certificate cannot be trusted otherwise), and so is http
+// beyond loopback (the node would not serve it).
+core::Result<ControlEndpoint> parsePairing(const QString& text);
+// "host:port" as a Host header and a URL write it ("[::1]:7780").
+QString hostPort(const ControlEndpoint& endpoint);
 
 } // namespace tessera::control

@@ -380,8 +380,11 @@ void holdOrRun(Status& status, compute::ComputeThread& thread, bool resumeAnyway
         thread.pause();
     else if (status.finishThenPause)
         thread.finishCurrentThenPause();
-    else if (resumeAnyway || status.thread == ThreadState::Paused)
+    else if (resumeAnyway || status.thread == ThreadState::Paused) {
         thread.resume();
+        if (status.thread == ThreadState::Paused) // said at once; the thread's own word follows
+            status.thread = status.shard ? ThreadState::Working : ThreadState::Idle;
+    }
 }
 
 // tessera-node: the snooze ends when due. A timer may fire early (Qt rounds long ones to the

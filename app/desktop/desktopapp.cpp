@@ -8,6 +8,7 @@
 #include <core/benchmark.h>
 #include <core/inference/outputs.h>
 #include <core/logtail.h>
+#include <core/readfile.h>
 #include <core/smalljobs.h>
 #include <net/brokerclient.h>
 #include <net/messages.h>
@@ -106,6 +107,7 @@ core::Status DesktopApp::start()
     if (auto started = startPracticeBroker(); !started)
         return started;
     startControl();
+    startMachines();
     connectDashboard();
     connectSubmitPanel();
     connectTray();
@@ -727,6 +729,45 @@ void DesktopApp::startControl()
                 .arg(m_control->address(), QDir(m_dataDirectory).filePath(QStringLiteral("control.token"))));
 }
 
+// The Machines tab (docs/APP.md, "Machines"): this computer through its own control API, and the
+// nodes the user added. Their pushed states are shown at most 4 times a second.
+void DesktopApp::startMachines()
+{
+    m_machines = std::make_unique<Machines>(QDir(m_dataDirectory).filePath(QStringLiteral("machines.json")));
+    if (m_control) {
+        const QHostAddress bind(m_settings->stringValue(names::ControlBind));
+        const auto token = core::readFile(QDir(m_dataDirectory).filePath(QStringLiteral("control.token")));
+        const bool everywhere = bind == QHostAddress::Any || bind == QHostAddress::AnyIPv4 || bind == QHostAddress::AnyIPv6;
+        if (token)
+            m_machines->setLocal({ everywhere ? QStringLiteral("127.0.0.1") : bind.toString(), m_control->port(),
+                token->trimmed(), m_control->fingerprint() });
+    }
+    if (auto loaded = m_machines->load(); !loaded)
+        note(QStringLiteral("warning"), QStringLiteral("machines"), loaded.error().toString());
+    m_machinesShown.setSingleShot(true);
+    connect(&m_machinesShown, &QTimer::timeout, this, [this] {
+        m_dashboard->machines().setRows(m_machines->rows());
+        m_dashboard->machines().setTotals(m_machines->totals());
+    });
+    connect(m_machines.get(), &Machines::changed, this, [this] {
+        if (!m_machinesShown.isActive())
+            m_machinesShown.start(250);
+    });
+    auto& view = m_dashboard->machines();
+    connect(&view, &ui::MachinesView::addMachine, this, [this](const QString& address) {
+        const auto added = m_machines->add(address);
+        m_dashboard->machines().setAddError(added ? QString() : added.error().message);
+        if (added)
+            note(QStringLiteral("info"), QStringLiteral("machines"), QStringLiteral("added %1").arg(address.section(u'#', 0, 0)));
+    });
+    connect(&view, &ui::MachinesView::removeMachine, this, [this](int row) {
+        if (auto removed = m_machines->remove(row); !removed)
+            m_dashboard->machines().setAddError(removed.error().message);
+    });
+    connect(&view, &ui::MachinesView::pauseMachine, this, [this](int row) { m_machines->act(row, QStringLiteral("pause")); });
+    connect(&view, &ui::MachinesView::resumeMachine, this, [this](int row) { m_machines->act(row, QStringLiteral("resume")); });
+}
+
 void DesktopApp::governDuty()
 {
     const qint64 now = m_since.elapsed();
@@ -977,6 +1018,7 @@ ui::Overview DesktopApp::overviewOf(const QList<net::BrokerAddress>& list, const
                 ? QStringLiteral("%1 (local, on this computer)").arg(broker.endpoint)
                 : broker.endpoint);
     overview.brokers = names.join(QStringLiteral(", "));
+    overview.machines = m_machines && m_machines->count() > 1 ? m_machines->totals() : QString();
     const bool practiceOnly = m_embedded.running() && !list.isEmpty()
         && std::all_of(list.begin(), list.end(), [this](const auto& broker) { return broker.endpoint == m_embedded.address(); });
     if (m_account) {

@@ -4,6 +4,7 @@
 #include "contributor.h"
 #include "embeddedbroker.h"
 #include "energymeter.h"
+#include "machines.h"
 
 #include "../common/nodecontrol.h"
 #include "../common/nodesetup.h"
@@ -129,6 +130,7 @@ private:
     // Asks a compute worker for this node's runtime profile (off the GUI thread) and fills it in.
     void learnRuntime();
     void takeControlAction(const NodeControl::Action& action);
+    void startMachines();
     QList<std::pair<QString, QString>> trayDevices() const;
     // A line in the dashboard's log, stamped now.
     void note(const QString& level, const QString& area, const QString& text);
@@ -165,6 +167,8 @@ private:
     bool m_finishThenPause = false; // its "finish, then pause": held when the shard in training ends
     bool m_allDevicesPaused = false; // every usable device paused (the tray's, or the API's)
     QString m_accountBroker; // where m_account was asked
+    std::unique_ptr<Machines> m_machines; // the Machines tab
+    QTimer m_machinesShown; // coalesces their pushed states
     std::unique_ptr<core::ResultLog> m_results;
     core::Contribution m_contribution;
     std::unique_ptr<ui::Dashboard> m_dashboard;

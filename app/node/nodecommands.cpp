@@ -634,7 +634,7 @@ core::Result<control::ControlEndpoint> controlEndpoint(
                                "and ctl pins its certificate")
                     .arg(data.path()) };
     }
-    return control::ControlEndpoint { address, port, token, fingerprint };
+    return control::ControlEndpoint { address.toString(), port, token, fingerprint };
 }
 
 // The dashboard's address with the token (and, over TLS, the certificate's fingerprint, which the

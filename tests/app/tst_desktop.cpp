@@ -12,6 +12,7 @@
 #include <core/signing.h>
 #include <net/protocol.h>
 #include <ui/models/tablemodels.h>
+#include <ui/widgets/machinesview.h>
 #include <ui/widgets/submitpanel.h>
 
 #include <zmq.hpp>
@@ -25,14 +26,18 @@
 #include <QFile>
 #include <QFileInfo>
 #include <QJsonArray>
+#include <QJsonDocument>
+#include <QLabel>
 #include <QLineEdit>
 #include <QProcess>
 #include <QPushButton>
 #include <QRegularExpression>
+#include <QScopeGuard>
 #include <QSpinBox>
 #include <QSqlDatabase>
 #include <QSqlQuery>
 #include <QSystemTrayIcon>
+#include <QTableWidget>
 #include <QTcpServer>
 #include <QTemporaryDir>
 #include <QTest>
@@ -197,6 +202,13 @@ private:
 
 // A settings file for an app named `name` (its data folder beside it) that contributes to
 // `broker`, skips the first benchmark, and has `more` besides ([Compute] keys first).
+quint16 freePort()
+{
+    QTcpServer probe;
+    probe.listen(QHostAddress::LocalHost);
+    return probe.serverPort();
+}
+
 QString writeConfig(const QTemporaryDir& dir, const QString& name, const QString& broker, const QString& more = {})
 {
     const QString config = dir.filePath(name + QStringLiteral(".ini"));
@@ -246,7 +258,7 @@ private Q_SLOTS:
             const auto token = core::readFile(QDir(m_dir.filePath(name)).filePath(QStringLiteral("control.token")));
             QVERIFY(token);
             const auto call = [&](const QByteArray& method, const QByteArray& path) {
-                return control::callControl({ QHostAddress::LocalHost, quint16(port), token->trimmed(), {} }, method, path);
+                return control::callControl({ QStringLiteral("127.0.0.1"), quint16(port), token->trimmed(), {} }, method, path);
             };
             QTRY_VERIFY_WITH_TIMEOUT(
                 call("GET", "/api/v1/state").value_or(QJsonObject()).value(QStringLiteral("name")) == QJsonValue(name), 30'000);
@@ -264,6 +276,92 @@ private Q_SLOTS:
                 !call("GET", "/api/v1/state").value_or(QJsonObject()).value(QStringLiteral("paused")).toBool(), 30'000);
         }
         QVERIFY(!QFile::exists(portFile));
+    }
+
+    // docs/APP.md, "Machines": three headless nodes added by the addresses `tessera-node ctl url`
+    // prints, each shown with its state, one paused from the table (as its own API then says),
+    // one stopped (unreachable), the list kept for the next start; a wrong address refused.
+    void theMachinesTabWatchesAndDrivesOtherNodes()
+    {
+        const QString node = QStringLiteral(TESSERA_BINARY_DIR "/app/tessera-node");
+        std::vector<std::unique_ptr<QProcess>> nodes;
+        const auto stopAll = qScopeGuard([&] {
+            for (auto& process : nodes) {
+                process->terminate();
+                process->waitForFinished(60'000);
+            }
+        });
+        QStringList urls, inis;
+        for (int i = 1; i <= 3; ++i) {
+            const QString name = QStringLiteral("machine-%1").arg(i);
+            inis << writeConfig(m_dir, name, QStringLiteral("tcp://127.0.0.1:1"),
+                QStringLiteral("MaxThreads=1\n[Control]\nPort=%1\n").arg(freePort()));
+            nodes.push_back(std::make_unique<QProcess>());
+            nodes.back()->setProcessChannelMode(QProcess::ForwardedErrorChannel);
+            nodes.back()->start(node, { QStringLiteral("--config"), inis.last(), QStringLiteral("run") });
+            const QString portFile = QDir(m_dir.filePath(name)).filePath(QStringLiteral("control.port"));
+            QTRY_VERIFY_WITH_TIMEOUT(QFile::exists(portFile), 120'000);
+        }
+        const auto ctl = [&](int i, const QStringList& arguments) {
+            QProcess process;
+            process.start(node, QStringList { QStringLiteral("--config"), inis[i], QStringLiteral("ctl") } + arguments);
+            process.waitForFinished(60'000);
+            return QString::fromUtf8(process.readAllStandardOutput()).trimmed();
+        };
+        for (int i = 0; i < 3; ++i)
+            urls << ctl(i, { QStringLiteral("url") });
+
+        LateBroker broker(0);
+        const QString config = writeConfig(m_dir, QStringLiteral("overseer"), broker.endpoint(),
+            QStringLiteral("MaxThreads=1\n[Control]\nPort=%1\n").arg(freePort()));
+        const auto rowState = [](ui::MachinesView& view, int row) {
+            const auto* item = view.table()->item(row, 2);
+            return item ? item->text() : QString();
+        };
+        {
+            app::DesktopApp desktop({ config, true });
+            QVERIFY(desktop.start().ok());
+            auto& view = desktop.dashboard().machines();
+            view.addField()->setText(QStringLiteral("http://192.0.2.1:7780/#token=abc"));
+            view.addButton()->click();
+            QVERIFY2(view.addError().contains(QStringLiteral("no token")), qPrintable(view.addError()));
+            for (const auto& url : urls) {
+                view.addField()->setText(url);
+                view.addButton()->click();
+            }
+            view.addField()->setText(urls[0]); // twice: refused
+            view.addButton()->click();
+            QVERIFY2(view.addError().contains(QStringLiteral("in the list already")), qPrintable(view.addError()));
+            QTRY_VERIFY_WITH_TIMEOUT(view.table()->rowCount() == 4 && rowState(view, 1) == u"idle" && rowState(view, 2) == u"idle"
+                    && rowState(view, 3) == u"idle",
+                60'000);
+            QCOMPARE(view.table()->item(2, 0)->text(), QStringLiteral("machine-2"));
+            view.table()->selectRow(2);
+            view.pauseButton()->click();
+            QTRY_VERIFY_WITH_TIMEOUT(ctl(1, { QStringLiteral("state") }).startsWith(QStringLiteral("paused: ")), 30'000);
+            QTRY_COMPARE_WITH_TIMEOUT(rowState(view, 2), QStringLiteral("paused"), 30'000);
+            QTRY_VERIFY2_WITH_TIMEOUT(
+                view.totals().startsWith(QStringLiteral("4 machines: ")) && view.totals().contains(QStringLiteral("1 paused")),
+                qPrintable(view.totals()), 30'000);
+            if (const QString shots = qEnvironmentVariable("TESSERA_SCREENSHOT_DIR"); !shots.isEmpty()) {
+                view.setAddError({}); // and the field, which held a token
+                desktop.dashboard().showTab(QStringLiteral("Machines"));
+                desktop.dashboard().show();
+                QTest::qWait(500);
+                QVERIFY(desktop.dashboard().grab().save(QDir(shots).filePath(QStringLiteral("machines.png"))));
+            }
+            // A node that stops is said to be unreachable.
+            nodes[2]->terminate();
+            QVERIFY(nodes[2]->waitForFinished(60'000));
+            QTRY_COMPARE_WITH_TIMEOUT(rowState(view, 3), QStringLiteral("unreachable"), 30'000);
+            QVERIFY(ctl(1, { QStringLiteral("resume") }).startsWith(QStringLiteral("idle")));
+        }
+        // Kept for the next start, privately (it holds their tokens); the wrong and the twice-added
+        // addresses are not in it.
+        const QString kept = QDir(m_dir.filePath(QStringLiteral("overseer"))).filePath(QStringLiteral("machines.json"));
+        const auto list = QJsonDocument::fromJson(core::readFile(kept).value_or(QByteArray())).array();
+        QCOMPARE(list.size(), 3);
+        QCOMPARE(QFileInfo(kept).permissions() & (QFileDevice::ReadGroup | QFileDevice::ReadOther), QFileDevice::Permissions());
     }
 
     // A pipeline's stage says where it is in its pipeline, and that pausing gives it back (its

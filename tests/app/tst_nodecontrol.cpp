@@ -78,7 +78,7 @@ class NodeControlTest : public QObject {
 
     core::Result<QJsonObject> call(const QByteArray& method, const QByteArray& path, const QByteArray& body = {})
     {
-        return control::callControl({ QHostAddress::LocalHost, m_control->port(), m_token, {} }, method, path, body);
+        return control::callControl({ QStringLiteral("127.0.0.1"), m_control->port(), m_token, {} }, method, path, body);
     }
 
 private Q_SLOTS:
@@ -259,7 +259,7 @@ private Q_SLOTS:
         QVERIFY(token);
         const auto call = [&](const QByteArray& method, const QByteArray& path, const QByteArray& body = {}) {
             return control::callControl(
-                { QHostAddress::LocalHost, (*control)->port(), token->trimmed(), {} }, method, path, body);
+                { QStringLiteral("127.0.0.1"), (*control)->port(), token->trimmed(), {} }, method, path, body);
         };
         const auto stateIs = [&](const QString& name) {
             QThread::msleep(100); // within the API's rate, which a refusal would say

@@ -1,5 +1,6 @@
 #include "dashboard.h"
 
+#include "machinesview.h"
 #include "submitpanel.h"
 
 #include <core/settings/settings.h>
@@ -67,6 +68,7 @@ constexpr OverviewRow OverviewRows[] = {
     { "stake", &Overview::stake },
     { "atRisk", &Overview::atRisk },
     { "brokers", &Overview::brokers },
+    { "machines", &Overview::machines },
     { "next", &Overview::next },
 };
 
@@ -103,6 +105,8 @@ Dashboard::Dashboard(QWidget* parent)
     m_tabs->addTab(buildEarnings(), tr("Earnings"));
     m_tabs->addTab(buildVerification(), tr("Verification"));
     m_tabs->addTab(buildJobs(), tr("Jobs"));
+    m_machines = new MachinesView;
+    m_tabs->addTab(m_machines, tr("Machines"));
     m_tabs->addTab(buildLog(), tr("Log"));
     m_stack = new QStackedWidget;
     m_stack->addWidget(buildFirstRun());
@@ -245,6 +249,7 @@ QWidget* Dashboard::buildOverview()
     money->addWidget(label("earnedWeek"));
     money->addWidget(label("balance"));
     money->addWidget(label("energy"));
+    money->addWidget(label("machines"));
     auto* days = chartView(QString());
     days->setMinimumHeight(120);
     days->setMaximumHeight(160);

@@ -24,6 +24,7 @@ class QTableView;
 
 namespace tessera::ui {
 
+class MachinesView;
 class SubmitPanel;
 
 // What the Overview tab shows; the app fills it on each tick. Read in two seconds: a large state
@@ -44,6 +45,7 @@ struct Overview {
     QString stake; // bonded
     QString atRisk; // stake that a lost dispute could take now
     QString brokers; // "local broker (embedded)", or the addresses
+    QString machines; // with other machines added: "3 machines: 2 working, 1 paused; 4.5 credits today"
     // What the user can do now, when the computer waits for work: shown in "What next" with its
     // actions (join a network; on the practice network, another practice job; submit a job).
     QString next;
@@ -64,7 +66,7 @@ struct RoundPoint {
 };
 
 // The dashboard: one window, tabs for Overview, Devices, Earnings, Verification, Jobs (the submit
-// panel) and Log. It shows what the app hands it and says what the user asked for through
+// panel), Machines and Log. It shows what the app hands it and says what the user asked for through
 // signals; it decides nothing.
 class Dashboard final : public QMainWindow {
     Q_OBJECT
@@ -78,6 +80,7 @@ public:
     LogModel& log() { return *m_log; }
     StakeEventsModel& stakeEvents() { return *m_stakeEvents; }
     SubmitPanel& submitPanel() { return *m_submit; }
+    MachinesView& machines() { return *m_machines; }
 
     void setOverview(const Overview& overview);
     void setEarnings(const QList<Earning>& earnings, const QDateTime& now);
@@ -142,6 +145,7 @@ private:
     StakeEventsModel* m_stakeEvents;
     QSortFilterProxyModel* m_logFilter;
     SubmitPanel* m_submit = nullptr;
+    MachinesView* m_machines = nullptr;
     QStackedWidget* m_stack = nullptr;
     QTabWidget* m_tabs = nullptr;
     QPushButton* m_start = nullptr;
