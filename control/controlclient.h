@@ -4,6 +4,7 @@
 
 #include <QByteArray>
 #include <QJsonObject>
+#include <QSslConfiguration>
 #include <QString>
 
 namespace tessera::control {
@@ -28,6 +29,9 @@ core::Result<QJsonObject> callControl(const ControlEndpoint& endpoint, const QBy
 // fingerprint is refused (a self-signed certificate cannot be trusted otherwise), and so is http
 // beyond loopback (the node would not serve it).
 core::Result<ControlEndpoint> parsePairing(const QString& text);
+// A TLS configuration that trusts no authority: every certificate then comes to the client's pin
+// check (sslErrors), before anything is sent.
+QSslConfiguration pinnedConfiguration(QSslConfiguration configuration);
 // "host:port" as a Host header and a URL write it ("[::1]:7780").
 QString hostPort(const ControlEndpoint& endpoint);
 

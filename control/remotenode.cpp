@@ -47,6 +47,8 @@ void RemoteNode::open()
     }
     m_socket = new QWebSocket(QString(), QWebSocketProtocol::VersionLatest, this);
     m_socket->setMaxAllowedIncomingMessageSize(MaxStateBytes);
+    if (!m_endpoint.fingerprint.isEmpty()) // the pin is checked before the handshake's request (with the token) goes
+        m_socket->setSslConfiguration(pinnedConfiguration(m_socket->sslConfiguration()));
     auto* socket = m_socket;
     connect(socket, &QWebSocket::sslErrors, this, [this, socket](const QList<QSslError>&) {
         if (pinned(socket->sslConfiguration().peerCertificate().digest(QCryptographicHash::Sha256)))
@@ -91,6 +93,8 @@ void RemoteNode::act(const QString& action, const QJsonObject& body)
     request.setRawHeader("Authorization", "Bearer " + m_endpoint.token);
     request.setHeader(QNetworkRequest::ContentTypeHeader, QStringLiteral("application/json"));
     request.setTransferTimeout(10'000);
+    if (!m_endpoint.fingerprint.isEmpty())
+        request.setSslConfiguration(pinnedConfiguration(request.sslConfiguration()));
     QNetworkReply* reply = m_network->post(request, QJsonDocument(body).toJson(QJsonDocument::Compact));
     connect(reply, &QNetworkReply::sslErrors, this, [this, reply](const QList<QSslError>&) {
         if (pinned(reply->sslConfiguration().peerCertificate().digest(QCryptographicHash::Sha256)))
