@@ -92,7 +92,8 @@ core::Result<ControlEndpoint> parsePairing(const QString& text)
     const bool https = url.scheme() == u"https";
     if (!url.isValid() || (!https && url.scheme() != u"http") || url.host().isEmpty() || url.port() <= 0)
         return refuse(QStringLiteral("not a node's address"));
-    ControlEndpoint endpoint { url.host(), quint16(url.port()), fragment.queryItemValue(QStringLiteral("token")).toLatin1(),
+    ControlEndpoint endpoint { url.host(), quint16(url.port()),
+        fragment.queryItemValue(QStringLiteral("token")).toLatin1().toLower(),
         fragment.queryItemValue(QStringLiteral("fp")).toLatin1().toLower() };
     const auto hex = [](const QByteArray& bytes) {
         return bytes.size() == 64 && std::all_of(bytes.begin(), bytes.end(), [](char c) { return std::isxdigit(uchar(c)); });

@@ -23,6 +23,9 @@
 #include <algorithm>
 #include <array>
 
+#include <sys/socket.h>
+#include <unistd.h>
+
 namespace tessera::control {
 
 namespace {
@@ -73,6 +76,53 @@ bool isToken(const QByteArray& text)
     return std::all_of(text.begin(), text.end(), [](char c) { return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'); });
 }
 
+constexpr int HandshakeMs = 5000; // a TLS client that has not finished its handshake by then is dropped
+constexpr int PerAddress = 8; // connections at once from one address beyond this machine
+
+// A TLS server that counts every connection from its TCP accept to its end, by address, and
+// refuses more than PerAddress from one address beyond loopback, and more than `most` in all:
+// a stranger cannot hold the API with connections that never finish a handshake, nor shut out
+// other addresses (docs/CONTROL.md, "TLS").
+class GuardedSslServer final : public QSslServer {
+public:
+    explicit GuardedSslServer(int most)
+        : m_most(most)
+    { }
+
+protected:
+    void incomingConnection(qintptr descriptor) override
+    {
+        sockaddr_storage storage {};
+        socklen_t length = sizeof storage;
+        QHostAddress peer;
+        if (::getpeername(int(descriptor), reinterpret_cast<sockaddr*>(&storage), &length) == 0)
+            peer.setAddress(reinterpret_cast<sockaddr*>(&storage));
+        const QString key = peer.isLoopback() ? QString() : peer.toString();
+        if (m_total >= m_most || (!key.isEmpty() && m_byAddress.value(key) >= PerAddress)) {
+            ::close(int(descriptor));
+            return;
+        }
+        QSslServer::incomingConnection(descriptor);
+        for (auto* socket : findChildren<QSslSocket*>(Qt::FindDirectChildrenOnly)) {
+            if (socket->socketDescriptor() != descriptor || socket->property("tesseraCounted").toBool())
+                continue;
+            socket->setProperty("tesseraCounted", true);
+            ++m_total;
+            ++m_byAddress[key];
+            connect(socket, &QObject::destroyed, this, [this, key] {
+                --m_total;
+                if (--m_byAddress[key] <= 0)
+                    m_byAddress.remove(key);
+            });
+        }
+    }
+
+private:
+    int m_most;
+    int m_total = 0;
+    QHash<QString, int> m_byAddress; // "" for loopback, which is not limited by address
+};
+
 } // namespace
 
 ControlServer::ControlServer(Options options, State state, Action action, QObject* parent)
@@ -105,6 +155,8 @@ ControlServer::~ControlServer()
 // A plain server on loopback, a TLS one wherever it has a certificate (and beyond loopback it must).
 core::Status ControlServer::startServer()
 {
+    if (m_options.address.isNull())
+        return core::Error { QStringLiteral("Control/Bind"), QStringLiteral("not an address") };
     if (!m_options.address.isLoopback() && !m_options.tls)
         return core::Error { QStringLiteral("Control/Bind"),
             QStringLiteral("%1 is not a loopback address: the control API listens beyond this machine only over TLS, "
@@ -122,9 +174,12 @@ core::Status ControlServer::startServer()
     if (configuration.localCertificate().isNull() || configuration.privateKey().isNull())
         return core::Error { QStringLiteral("Control/Bind"),
             QStringLiteral("the control API's certificate or key is unreadable") };
-    auto server = std::make_unique<QSslServer>();
+    auto server = std::make_unique<GuardedSslServer>(m_options.maxConnections + m_options.maxWebSockets);
     server->setSslConfiguration(configuration);
-    server->setHandshakeTimeout(m_options.idleMs);
+    server->setHandshakeTimeout(std::min(m_options.idleMs, HandshakeMs));
+    // Qt stops accepting at this many in handshake or not yet taken: above the server's own cap, so
+    // that its cap, which closes at once, comes first.
+    server->setMaxPendingConnections(m_options.maxConnections + m_options.maxWebSockets + 1);
     // Handshakes count against the connection cap: a stranger must not hold many half-open.
     connect(server.get(), &QSslServer::startedEncryptionHandshake, this, [this](QSslSocket* socket) {
         if (m_waiting + m_handshaking >= m_options.maxConnections)
@@ -462,12 +517,14 @@ core::Result<ControlServer::Options::Tls> loadOrCreateCertificate(const QString&
             return core::Error { keyPath,
                 QStringLiteral("other users may read the control API's key: make it private (chmod 600)") };
         const QSslCertificate parsed(*certificate, QSsl::Pem);
-        if (parsed.isNull() || QSslKey(*key, QSsl::Ec, QSsl::Pem).isNull())
+        if (parsed.isNull() || QSslKey(*key, QSsl::Ec, QSsl::Pem).isNull() || !core::certificateMatchesKey(*certificate, *key))
             return core::Error { keyPath,
                 QStringLiteral("is not the control API's certificate and key; delete control.crt and "
                                "control.key and a new pair is made") };
         if (parsed.expiryDate() > QDateTime::currentDateTimeUtc().addDays(30))
             return ControlServer::Options::Tls { *certificate, *key };
+        qWarning("tessera: the control API's certificate expires within 30 days: a new one is made, and clients that "
+                 "pinned the old one (ctl url's &fp=) must be given the new address");
     }
     constexpr std::int64_t TenYears = 10LL * 365 * 24 * 3600;
     auto made = core::makeServerCertificate(QStringLiteral("Tessera control API"), altNames, TenYears);

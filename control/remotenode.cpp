@@ -13,6 +13,8 @@ namespace tessera::control {
 namespace {
 
 constexpr int MaxRetryMs = 30'000;
+constexpr int ConnectMs = 15'000; // an upgrade unanswered by then is dropped
+constexpr int PingMs = 15'000; // a link that answers no ping within this is dropped (a machine asleep)
 constexpr qint64 MaxStateBytes = 1 << 20; // a node's state is tens of KiB; a larger one is refused
 
 } // namespace
@@ -25,6 +27,17 @@ RemoteNode::RemoteNode(ControlEndpoint endpoint, QObject* parent)
 {
     m_retry.setSingleShot(true);
     connect(&m_retry, &QTimer::timeout, this, &RemoteNode::open);
+    // While connected: a ping each PingMs, and a drop when the last one went unanswered; while
+    // connecting: a drop once ConnectMs passed (Qt's WebSocket client has no such limit).
+    m_watch.setInterval(PingMs);
+    connect(&m_watch, &QTimer::timeout, this, [this] {
+        if (!m_socket)
+            return;
+        if (!m_connected || m_awaitingPong)
+            return m_socket->abort(); // disconnected() follows: dropped, and tried again
+        m_awaitingPong = true;
+        m_socket->ping();
+    });
     open();
 }
 
@@ -47,6 +60,7 @@ void RemoteNode::open()
     }
     m_socket = new QWebSocket(QString(), QWebSocketProtocol::VersionLatest, this);
     m_socket->setMaxAllowedIncomingMessageSize(MaxStateBytes);
+    m_socket->setMaxAllowedIncomingFrameSize(MaxStateBytes); // refused before it is buffered
     if (!m_endpoint.fingerprint.isEmpty()) // the pin is checked before the handshake's request (with the token) goes
         m_socket->setSslConfiguration(pinnedConfiguration(m_socket->sslConfiguration()));
     auto* socket = m_socket;
@@ -56,8 +70,11 @@ void RemoteNode::open()
         else
             m_problem = tr("its certificate is not the one pinned (a new certificate, or another program at its address)");
     });
+    connect(socket, &QWebSocket::pong, this, [this] { m_awaitingPong = false; });
     connect(socket, &QWebSocket::connected, this, [this] {
         m_connected = true;
+        m_awaitingPong = false;
+        m_watch.start(PingMs);
         m_retryMs = 1000;
         m_problem.clear();
         Q_EMIT changed();
@@ -73,12 +90,14 @@ void RemoteNode::open()
     const QString scheme = m_endpoint.fingerprint.isEmpty() ? QStringLiteral("ws") : QStringLiteral("wss");
     socket->open(QUrl(QStringLiteral("%1://%2/api/v1/events?token=%3")
                           .arg(scheme, hostPort(m_endpoint), QString::fromLatin1(m_endpoint.token))));
+    m_watch.start(ConnectMs);
 }
 
 void RemoteNode::dropped(const QString& why)
 {
     const bool was = m_connected;
     m_connected = false;
+    m_watch.stop();
     if (m_problem.isEmpty() || was)
         m_problem = why.isEmpty() ? tr("not reachable") : why;
     Q_EMIT changed();
@@ -95,10 +114,20 @@ void RemoteNode::act(const QString& action, const QJsonObject& body)
     request.setTransferTimeout(10'000);
     if (!m_endpoint.fingerprint.isEmpty())
         request.setSslConfiguration(pinnedConfiguration(request.sslConfiguration()));
+    request.setAttribute(QNetworkRequest::RedirectPolicyAttribute, QNetworkRequest::ManualRedirectPolicy);
     QNetworkReply* reply = m_network->post(request, QJsonDocument(body).toJson(QJsonDocument::Compact));
     connect(reply, &QNetworkReply::sslErrors, this, [this, reply](const QList<QSslError>&) {
         if (pinned(reply->sslConfiguration().peerCertificate().digest(QCryptographicHash::Sha256)))
             reply->ignoreSslErrors();
+    });
+    // Once more when encrypted, before the request goes: nothing unpinned is ever sent the token.
+    connect(reply, &QNetworkReply::encrypted, this, [this, reply] {
+        if (!pinned(reply->sslConfiguration().peerCertificate().digest(QCryptographicHash::Sha256)))
+            reply->abort();
+    });
+    connect(reply, &QNetworkReply::downloadProgress, this, [reply](qint64 received, qint64) {
+        if (received > MaxStateBytes)
+            reply->abort();
     });
     connect(reply, &QNetworkReply::finished, this, [this, reply, action] {
         reply->deleteLater();

@@ -13,7 +13,8 @@ class QWebSocket;
 namespace tessera::control {
 
 // Another node's control API, watched and driven (the desktop app's Machines view, docs/APP.md):
-// its state pushed over a WebSocket, opened again after a drop (1 s, doubling to 30 s), and its
+// its state pushed over a WebSocket, opened again after a drop (1 s, doubling to 30 s; a link that
+// does not open within 15 s, or answers no ping within 15 s, is dropped), and its
 // actions sent as POSTs; over TLS to its pinned certificate only, or plain on loopback.
 class RemoteNode : public QObject {
     Q_OBJECT
@@ -44,6 +45,8 @@ private:
     QWebSocket* m_socket = nullptr;
     QNetworkAccessManager* m_network = nullptr;
     QTimer m_retry;
+    QTimer m_watch; // the connect limit, then the pings
+    bool m_awaitingPong = false;
     int m_retryMs = 1000;
     QJsonObject m_state;
     bool m_connected = false;

@@ -197,6 +197,16 @@ Result<QByteArray> Authority::issue(const QByteArray& publicKeyPem, const QStrin
 
 namespace tessera::core {
 
+bool certificateMatchesKey(const QByteArray& certificatePem, const QByteArray& privateKeyPem)
+{
+    auto in = reading(certificatePem);
+    Owned<X509> certificate(in ? PEM_read_bio_X509(in.get(), nullptr, nullptr, nullptr) : nullptr);
+    auto key = privateKeyOf(privateKeyPem);
+    const bool matches = certificate && key && X509_check_private_key(certificate.get(), key.get()) == 1;
+    ERR_clear_error();
+    return matches;
+}
+
 Result<ServerCertificate> makeServerCertificate(const QString& commonName, const QStringList& altNames, std::int64_t validSeconds)
 {
     auto keys = KeyPair::generate();

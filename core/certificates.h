@@ -30,6 +30,9 @@ struct ServerCertificate {
 Result<ServerCertificate> makeServerCertificate(
     const QString& commonName, const QStringList& altNames, std::int64_t validSeconds);
 
+// Whether `privateKeyPem` is the key of `certificatePem`.
+bool certificateMatchesKey(const QByteArray& certificatePem, const QByteArray& privateKeyPem);
+
 // When a certificate stops being valid, in milliseconds since the epoch.
 Result<std::int64_t> certificateExpiry(const QByteArray& certificatePem);
 

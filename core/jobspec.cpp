@@ -816,6 +816,26 @@ Status JobSpec::validate() const
         return fail("budget", QStringLiteral("the budget must be above 0 credits, not %1").arg(budget.toString()));
     if (!(verificationRate >= 0.0 && verificationRate <= 1.0))
         return fail("verification.rate", QStringLiteral("must be between 0 and 1"));
+    return validateResultSize();
+}
+
+Status JobSpec::validateResultSize() const
+{
+    // A shard's RESULT carries a loss a step and a hash a checkpoint in its header, which brokers
+    // take up to 64 KiB (docs/PROTOCOL.md, "Limits"): a job whose results could not fit would never
+    // finish, its budget held in escrow. At worst 24 bytes a loss, 67 a checkpoint's hash, and the
+    // rest of the result within 4 KiB.
+    auto fail = [](const char* field, const QString& message) { return Error { QString::fromLatin1(field), message }; };
+    const std::int64_t resultBytes = training.localSteps * 24 + (training.localSteps / training.checkpointInterval + 2) * 67;
+    if (kind == Kind::Training && resultBytes > MaxResultLossesAndHashesBytes)
+        return fail("training.localSteps",
+            QStringLiteral("%1 local steps with a checkpoint every %2 make a result too large for a broker's message (about "
+                           "%3 KiB of losses and checkpoint hashes, at most %4 KiB): use fewer local steps a round (about "
+                           "2,400 at most) and more rounds")
+                .arg(training.localSteps)
+                .arg(training.checkpointInterval)
+                .arg(resultBytes / 1024)
+                .arg(MaxResultLossesAndHashesBytes / 1024));
     return {};
 }
 

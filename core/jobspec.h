@@ -176,6 +176,8 @@ struct AggregationSpec {
 // What a job owner submits. Documented in docs/JOBS.md.
 struct JobSpec {
     static constexpr int FormatVersion = 1;
+    // What a shard's losses and checkpoint hashes may take of its RESULT header (64 KiB at a broker).
+    static constexpr std::int64_t MaxResultLossesAndHashesBytes = 60 * 1024;
     // Training (the default) or inference (docs/JOBS.md, "Inference jobs"): an inference job has
     // `inference` instead of optimizer, training and aggregation, which are filled in from it
     // (one round of ceil(inputs / samplesPerShard) shards, batches of its batchSize, no
@@ -211,6 +213,7 @@ struct JobSpec {
     Status validate() const;
     Status validateInference() const;
     Status validatePipeline() const;
+    Status validateResultSize() const; // a shard's losses and checkpoint hashes fit in its RESULT
     Status validateModel() const;
 
     // Samples in each shard's slice of a round's permutation (the last shard may have more).

@@ -501,6 +501,9 @@ core::Result<std::unique_ptr<NodeControl>> NodeControl::serve(const core::settin
     options.address = QHostAddress(settings.stringValue(names::ControlBind));
     options.port = quint16(settings.intValue(names::ControlPort));
     options.token = *token;
+    if (options.address.isNull()) // would listen everywhere
+        return core::Error { names::ControlBind,
+            QStringLiteral("%1 is not an address").arg(settings.stringValue(names::ControlBind)) };
     auto d = std::make_unique<Private>();
     d->bind = options.address;
     if (!options.address.isLoopback()) { // beyond this machine: over TLS only

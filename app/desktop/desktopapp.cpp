@@ -739,8 +739,10 @@ void DesktopApp::startMachines()
         const auto token = core::readFile(QDir(m_dataDirectory).filePath(QStringLiteral("control.token")));
         const bool everywhere = bind == QHostAddress::Any || bind == QHostAddress::AnyIPv4 || bind == QHostAddress::AnyIPv6;
         if (token)
-            m_machines->setLocal({ everywhere ? QStringLiteral("127.0.0.1") : bind.toString(), m_control->port(),
-                token->trimmed(), m_control->fingerprint() });
+            m_machines->setLocal({ !everywhere      ? bind.toString()
+                    : bind == QHostAddress::AnyIPv6 ? QStringLiteral("::1") // Qt's "::" is IPv6 alone
+                                                    : QStringLiteral("127.0.0.1"),
+                m_control->port(), token->trimmed(), m_control->fingerprint() });
     }
     if (auto loaded = m_machines->load(); !loaded)
         note(QStringLiteral("warning"), QStringLiteral("machines"), loaded.error().toString());
@@ -754,15 +756,23 @@ void DesktopApp::startMachines()
             m_machinesShown.start(250);
     });
     auto& view = m_dashboard->machines();
-    connect(&view, &ui::MachinesView::addMachine, this, [this](const QString& address) {
+    // The rows are shown again at once after an add or a remove: the next click's row is the one seen.
+    const auto showNow = [this] {
+        m_machinesShown.stop();
+        m_dashboard->machines().setRows(m_machines->rows());
+        m_dashboard->machines().setTotals(m_machines->totals());
+    };
+    connect(&view, &ui::MachinesView::addMachine, this, [this, showNow](const QString& address) {
         const auto added = m_machines->add(address);
+        showNow();
         m_dashboard->machines().setAddError(added ? QString() : added.error().message);
         if (added)
             note(QStringLiteral("info"), QStringLiteral("machines"), QStringLiteral("added %1").arg(address.section(u'#', 0, 0)));
     });
-    connect(&view, &ui::MachinesView::removeMachine, this, [this](int row) {
+    connect(&view, &ui::MachinesView::removeMachine, this, [this, showNow](int row) {
         if (auto removed = m_machines->remove(row); !removed)
             m_dashboard->machines().setAddError(removed.error().message);
+        showNow();
     });
     connect(&view, &ui::MachinesView::pauseMachine, this, [this](int row) { m_machines->act(row, QStringLiteral("pause")); });
     connect(&view, &ui::MachinesView::resumeMachine, this, [this](int row) { m_machines->act(row, QStringLiteral("resume")); });

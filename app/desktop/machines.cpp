@@ -8,11 +8,28 @@
 #include <QJsonArray>
 #include <QJsonDocument>
 
+#include <limits>
+
 namespace tessera::app {
 
 namespace {
 
 constexpr int MaxMachines = 64;
+
+// A node's word for its state, as a word: letters only, short (it is shown and counted).
+QString stateWord(const QJsonObject& state)
+{
+    QString word = state.value(QStringLiteral("state")).toString().left(32);
+    word.removeIf([](QChar c) { return !c.isLetter(); });
+    return word;
+}
+
+// n + 1 for a 0-based round, shard or stage, whatever a node sends.
+qint64 ordinal(const QJsonValue& value)
+{
+    const qint64 n = value.toInteger();
+    return n >= 0 && n < std::numeric_limits<qint64>::max() ? n + 1 : 0;
+}
 
 QString shardOf(const QJsonObject& state)
 {
@@ -21,11 +38,11 @@ QString shardOf(const QJsonObject& state)
         return {};
     QString text = QStringLiteral("job %1, round %2, shard %3")
                        .arg(shard.value(QStringLiteral("job")).toString().left(24))
-                       .arg(shard.value(QStringLiteral("round")).toInteger() + 1)
-                       .arg(shard.value(QStringLiteral("shard")).toInteger() + 1);
+                       .arg(ordinal(shard.value(QStringLiteral("round"))))
+                       .arg(ordinal(shard.value(QStringLiteral("shard"))));
     if (shard.contains(QStringLiteral("stages")))
         text += QStringLiteral(", stage %1 of %2")
-                    .arg(shard.value(QStringLiteral("stage")).toInteger() + 1)
+                    .arg(ordinal(shard.value(QStringLiteral("stage"))))
                     .arg(shard.value(QStringLiteral("stages")).toInteger());
     return text
         + QStringLiteral(": step %1 of %2")
@@ -148,7 +165,7 @@ QList<ui::MachineRow> Machines::rows() const
         row.name = state.value(QStringLiteral("name")).toString().left(64);
         if (row.name.isEmpty())
             row.name = row.address;
-        row.state = node.remote->connected() ? state.value(QStringLiteral("state")).toString().left(32) : tr("unreachable");
+        row.state = node.remote->connected() ? stateWord(state) : tr("unreachable");
         row.detail = node.remote->problem().isEmpty() ? state.value(QStringLiteral("reason")).toString().left(300)
                                                       : node.remote->problem().left(300);
         row.shard = node.remote->connected() ? shardOf(state) : QString();
@@ -167,7 +184,7 @@ QString Machines::totals() const
     core::Credits today, week;
     for (const auto& node : m_nodes) {
         const auto& state = node.remote->state();
-        states[node.remote->connected() ? state.value(QStringLiteral("state")).toString() : tr("unreachable")] += 1;
+        states[node.remote->connected() ? stateWord(state) : tr("unreachable")] += 1;
         today = today.checkedAdd(creditsOf(state, QStringLiteral("today"))).value_or(today);
         week = week.checkedAdd(creditsOf(state, QStringLiteral("week"))).value_or(week);
     }

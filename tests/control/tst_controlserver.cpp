@@ -328,6 +328,11 @@ private Q_SLOTS:
         QVERIFY(!listening);
         QCOMPARE(listening.error().field, QStringLiteral("Control/Bind"));
         QVERIFY2(listening.error().message.contains(QStringLiteral("TLS")), qPrintable(listening.error().message));
+        // Nor an address that is none (a mistyped one would listen on every address).
+        options.address = QHostAddress();
+        ControlServer nowhere(
+            options, [&node] { return node.state(); }, [](const QString&, const QJsonObject&) { return core::Status(); });
+        QVERIFY(!nowhere.listen());
     }
 
     // docs/CONTROL.md, "TLS": beyond loopback the API speaks TLS only, with a self-signed
@@ -346,8 +351,6 @@ private Q_SLOTS:
         FakeNode node;
         ControlServer::Options options;
         options.tls = *tls;
-        options.maxConnections = 2;
-        options.idleMs = 1000;
         auto server = serve(node, options);
         const auto port = server->port();
         const QByteArray state = rawExchange(port, request(port, "GET", "/api/v1/state"), fingerprint);
@@ -373,13 +376,21 @@ private Q_SLOTS:
         socket.open(QUrl(QStringLiteral("wss://127.0.0.1:%1/api/v1/events?token=%2").arg(port).arg(QString::fromLatin1(Token))));
         QVERIFY(QTest::qWaitFor([&] { return messages.count() == 1; }, 10'000));
         socket.close();
-        // Handshakes count against the connection cap, and end at the idle limit.
-        QTcpSocket silent[3];
-        for (auto& one : silent)
-            one.connectToHost(QHostAddress::LocalHost, port);
-        QVERIFY(QTest::qWaitFor([&] { return silent[2].state() == QAbstractSocket::UnconnectedState; }, 10'000));
-        QVERIFY(QTest::qWaitFor([&] { return silent[0].state() == QAbstractSocket::UnconnectedState; }, 10'000));
-        QVERIFY(rawExchange(port, request(port, "GET", "/api/v1/state"), fingerprint).startsWith("HTTP/1.1 200"));
+        // Connections count from their TCP accept, handshake or not: a fourth silent one is closed
+        // at once, while the first three wait for the handshake's limit (5 s).
+        options.maxConnections = 2;
+        options.maxWebSockets = 1; // 3 connections at once in all
+        auto capped = serve(node, options);
+        const auto cappedPort = capped->port();
+        QTcpSocket silent[4];
+        for (auto& one : silent) {
+            one.connectToHost(QHostAddress::LocalHost, cappedPort);
+            QVERIFY(QTest::qWaitFor([&] { return one.state() == QAbstractSocket::ConnectedState; }, 10'000));
+        }
+        QVERIFY(QTest::qWaitFor([&] { return silent[3].state() == QAbstractSocket::UnconnectedState; }, 10'000));
+        QCOMPARE(silent[0].state(), QAbstractSocket::ConnectedState);
+        QVERIFY(QTest::qWaitFor([&] { return silent[0].state() == QAbstractSocket::UnconnectedState; }, 20'000));
+        QVERIFY(rawExchange(cappedPort, request(cappedPort, "GET", "/api/v1/state"), fingerprint).startsWith("HTTP/1.1 200"));
     }
 
     void theTokenIsMadeOnceAndPrivate()

@@ -157,6 +157,9 @@ private Q_SLOTS:
         QTest::newRow("checkpoint beyond steps")
             << "training.checkpointInterval" << QJsonValue(21) << "training.checkpointInterval"
             << "between 1 and localSteps";
+        // A result whose losses and checkpoint hashes could not fit in a broker's message header.
+        QTest::newRow("result too large") << "training.localSteps" << QJsonValue(5000) << "training.localSteps"
+                                          << "too large for a broker's message";
         QTest::newRow("budget float") << "budget" << QJsonValue(10.5) << "budget"
                                       << "must be a string";
         QTest::newRow("budget zero") << "budget" << QJsonValue(QStringLiteral("0")) << "budget"

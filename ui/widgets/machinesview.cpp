@@ -28,6 +28,9 @@ MachinesView::MachinesView(QWidget* parent)
     , m_remove(new QPushButton(tr("Remove")))
 {
     auto* layout = new QVBoxLayout(this);
+    // What other nodes say is shown as text, never as markup.
+    m_totals->setTextFormat(Qt::PlainText);
+    m_addError->setTextFormat(Qt::PlainText);
     m_totals->setStyleSheet(QStringLiteral("font-size: 14pt; font-weight: 600;"));
     layout->addWidget(m_totals);
 
@@ -86,7 +89,8 @@ void MachinesView::setRows(const QList<MachineRow>& rows)
                 m_table->setItem(i, column, item);
             }
             item->setText(cells[column]);
-            item->setToolTip(column == State ? row.detail : cells[column]);
+            const QString tip = column == State ? row.detail : cells[column];
+            item->setToolTip(tip.isEmpty() ? QString() : QStringLiteral("<p>%1</p>").arg(tip.toHtmlEscaped())); // as text
             item->setForeground(column == State && (row.state == u"unreachable" || row.state == u"error")
                     ? QBrush(QColor(0xc5, 0x30, 0x30))
                     : QBrush());
