@@ -24,8 +24,9 @@ packages=(
     dataset-fashion-mnist fortunes python3-torch python3-zmq python3-numpy python3-nacl
     # GUI tests and screenshots
     xvfb xauth trayer imagemagick
-    # the web dashboard's browser test (tests/browser: playwright-core from npm drives Debian's Chromium)
-    chromium fonts-dejavu-core
+    # the web dashboard's browser tests (tests/browser: playwright-core from npm drives Debian's
+    # Chromium, puppeteer-core its Firefox ESR over WebDriver BiDi)
+    chromium firefox-esr fonts-dejavu-core
     # packaging (make package) and its test: icons, man pages, lintian
     librsvg2-bin help2man lintian desktop-file-utils appstream
     g++-aarch64-linux-gnu qemu-user file
@@ -38,10 +39,12 @@ if ! command -v node >/dev/null || ! command -v npm >/dev/null; then
 fi
 
 root=$(cd "$(dirname "$0")/.." && pwd)
-# playwright-core, pinned by tests/browser/package-lock.json; it downloads no browser of its own.
+# playwright-core and puppeteer-core, pinned by tests/browser/package-lock.json; neither downloads a
+# browser of its own.
 install_browser_driver() {
-    if [ ! -f "$root/tests/browser/node_modules/playwright-core/package.json" ]; then
-        echo "install-deps: npm ci in tests/browser (playwright-core)"
+    if [ ! -f "$root/tests/browser/node_modules/playwright-core/package.json" ] \
+        || [ ! -f "$root/tests/browser/node_modules/puppeteer-core/package.json" ]; then
+        echo "install-deps: npm ci in tests/browser (playwright-core, puppeteer-core)"
         (cd "$root/tests/browser" && npm ci --no-audit --no-fund --loglevel=error)
     fi
 }

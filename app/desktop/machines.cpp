@@ -8,6 +8,7 @@
 #include <QJsonArray>
 #include <QJsonDocument>
 
+#include <algorithm>
 #include <limits>
 
 namespace tessera::app {
@@ -100,7 +101,7 @@ core::Status Machines::load()
         }
         m_nodes.push_back({ pairing, std::unique_ptr<control::RemoteNode>(watch(*endpoint)) });
     }
-    Q_EMIT changed();
+    watchLocal();
     if (!refused.isEmpty())
         return core::Error { m_file, QStringLiteral("left out: %1").arg(refused.join(QStringLiteral(", "))) };
     return {};
@@ -108,7 +109,20 @@ core::Status Machines::load()
 
 void Machines::setLocal(const control::ControlEndpoint& endpoint)
 {
-    m_nodes.insert(m_nodes.begin(), Node { QString(), std::unique_ptr<control::RemoteNode>(watch(endpoint)) });
+    m_local = endpoint;
+    watchLocal();
+}
+
+void Machines::watchLocal()
+{
+    const bool others = std::any_of(m_nodes.begin(), m_nodes.end(), [](const Node& node) { return !node.pairing.isEmpty(); });
+    const bool shown = !m_nodes.empty() && m_nodes.front().pairing.isEmpty();
+    // This computer's row only beside others: alone it would keep a WebSocket to itself open, and
+    // its API reading results every 2 s, in an app that should cost nothing at idle.
+    if (others && !shown && m_local)
+        m_nodes.insert(m_nodes.begin(), Node { QString(), std::unique_ptr<control::RemoteNode>(watch(*m_local)) });
+    else if (!others && shown)
+        m_nodes.erase(m_nodes.begin());
     Q_EMIT changed();
 }
 
@@ -126,7 +140,7 @@ core::Status Machines::add(const QString& pairing)
     if (int(m_nodes.size()) >= MaxMachines)
         return core::Error { QStringLiteral("machine"), QStringLiteral("at most %1 machines").arg(MaxMachines) };
     m_nodes.push_back({ pairing.trimmed(), std::unique_ptr<control::RemoteNode>(watch(*endpoint)) });
-    Q_EMIT changed();
+    watchLocal();
     return save();
 }
 
@@ -135,7 +149,7 @@ core::Status Machines::remove(int row)
     if (row < 0 || row >= count() || m_nodes[std::size_t(row)].pairing.isEmpty())
         return core::Error { QStringLiteral("machine"), QStringLiteral("this computer stays in the list") };
     m_nodes.erase(m_nodes.begin() + row);
-    Q_EMIT changed();
+    watchLocal();
     return save();
 }
 

@@ -8,6 +8,7 @@
 #include <QString>
 
 #include <memory>
+#include <optional>
 #include <vector>
 
 namespace tessera::app {
@@ -23,7 +24,7 @@ public:
 
     // The nodes kept in the file; an error says why one or all could not be read (the rest stay).
     core::Status load();
-    // This computer's own API, shown first and never kept in the file.
+    // This computer's own API, shown first while other machines are listed, and never kept in the file.
     void setLocal(const control::ControlEndpoint& endpoint);
     // A node by its address: checked (control::parsePairing), refused when it is there already.
     core::Status add(const QString& pairing);
@@ -46,6 +47,9 @@ private:
     };
     control::RemoteNode* watch(const control::ControlEndpoint& endpoint);
     core::Status save() const;
+    void watchLocal(); // this computer's row, while there are others
+
+    std::optional<control::ControlEndpoint> m_local;
 
     QString m_file;
     std::vector<Node> m_nodes; // this computer first, where it serves its API

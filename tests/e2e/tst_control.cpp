@@ -30,6 +30,19 @@ QString writeJob(Cluster& cluster, int rounds, int localSteps)
     return jobFile;
 }
 
+// Why the Firefox test cannot run here; empty when it can.
+QString firefoxMissing()
+{
+    const QString firefox = qEnvironmentVariable("TESSERA_FIREFOX", QStringLiteral("/usr/bin/firefox-esr"));
+    if (QStandardPaths::findExecutable(QStringLiteral("node")).isEmpty())
+        return QStringLiteral("no node (Node.js) on PATH: ./scripts/install-deps.sh installs it");
+    if (!QFileInfo(firefox).isExecutable())
+        return QStringLiteral("no Firefox at %1: ./scripts/install-deps.sh installs Debian's firefox-esr").arg(firefox);
+    if (!QFileInfo::exists(QStringLiteral(TESSERA_BROWSER_DIR "/node_modules/puppeteer-core/package.json")))
+        return QStringLiteral("no puppeteer-core in " TESSERA_BROWSER_DIR "/node_modules: ./scripts/install-deps.sh installs it");
+    return {};
+}
+
 // Why the browser test cannot run here; empty when it can.
 QString browserMissing()
 {
@@ -154,6 +167,33 @@ private Q_SLOTS:
         const auto refused = ctl({ QStringLiteral("pause") });
         QVERIFY(refused.exitCode != 0);
         QVERIFY2(refused.output.contains(QStringLiteral("other than the one pinned")), qPrintable(refused.output));
+    }
+
+    // docs/CONTROL.md, "The dashboard": the same page in Firefox, whose engine is not Chromium's.
+    void aDashboardInFirefoxToo()
+    {
+        if (const QString missing = firefoxMissing(); !missing.isEmpty())
+            QSKIP(qPrintable(missing));
+        Cluster cluster;
+        cluster.startBroker();
+        const int port = freePort();
+        cluster.startNode(
+            1, {}, Cluster::FirstStart::SkipBenchmark, QStringLiteral("MaxThreads=1\n[Control]\nPort=%1\n").arg(port));
+        QVERIFY(QTest::qWaitFor([&] { return cluster.nodes().size() == 1; }, 120'000));
+        const auto url = run(Bin + QStringLiteral("/tessera-node"),
+            { QStringLiteral("--config"), cluster.path(QStringLiteral("node1.ini")), QStringLiteral("ctl"),
+                QStringLiteral("url") },
+            60'000);
+        const QString token = url.standardOutput.trimmed().section(QStringLiteral("#token="), 1);
+        QCOMPARE(token.size(), 64);
+        const QString shots = qEnvironmentVariable("TESSERA_SCREENSHOT_DIR", cluster.path(QStringLiteral("screenshots")));
+        QDir().mkpath(shots);
+        const auto browser = run(QStandardPaths::findExecutable(QStringLiteral("node")),
+            { QStringLiteral(TESSERA_BROWSER_DIR "/firefox.mjs"), QStringLiteral("http://127.0.0.1:%1").arg(port), token,
+                QDir(shots).filePath(QStringLiteral("web-dashboard-firefox.png")) },
+            560'000);
+        QVERIFY2(browser.exitCode == 0, qPrintable(browser.output));
+        qInfo("%s", qPrintable(browser.standardOutput.trimmed()));
     }
 
     // docs/CONTROL.md, "The dashboard": the page a node serves, in a real browser.

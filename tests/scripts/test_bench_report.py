@@ -66,7 +66,7 @@ records = {
     "verification.lifetimeOverhead": 0.087, "verification.caughtNew": 0.9995,
     "verification.caughtAfter100": 0.8875, "verification.caughtAfter1000": 0.389,
     "app.start": 0.27, "app.versionStart": 0.05, "app.torchStart": 0.72, "app.rssMB": 45, "app.brokerRssMB": 160,
-    "app.cpuPercent": 0.3,
+    "app.cpuPercent": 0.3, "control.apiCpuPercent5": 0.2, "control.apiCpuPercent0": 0.0,
     "local.wall": 25.0, "net.verified.wall": 160.0, "net.unverified.wall": 70.0,
 }
 
