@@ -15,7 +15,11 @@ namespace tessera::control {
 core::Result<QJsonObject> callControl(
     const ControlEndpoint& endpoint, const QByteArray& method, const QByteArray& path, const QByteArray& body, int timeoutMs)
 {
-    const auto& [host, port, token, fingerprint] = endpoint;
+    // Named, not a structured binding: clang 14 (the fuzz build) captures no binding in a lambda.
+    const QString& host = endpoint.host;
+    const quint16 port = endpoint.port;
+    const QByteArray& token = endpoint.token;
+    const QByteArray& fingerprint = endpoint.fingerprint;
     const QString where = QStringLiteral("%1 port %2").arg(host).arg(port);
     QSslSocket socket;
     bool pinned = true;
