@@ -80,6 +80,18 @@ QSslConfiguration pinnedConfiguration(QSslConfiguration configuration)
     return configuration;
 }
 
+bool isEveryAddress(const QHostAddress& bind)
+{
+    return bind == QHostAddress::Any || bind == QHostAddress::AnyIPv4 || bind == QHostAddress::AnyIPv6;
+}
+
+QString localHostFor(const QHostAddress& bind)
+{
+    if (bind == QHostAddress::AnyIPv6)
+        return QStringLiteral("::1");
+    return isEveryAddress(bind) ? QStringLiteral("127.0.0.1") : bind.toString();
+}
+
 QString hostPort(const ControlEndpoint& endpoint)
 {
     return (endpoint.host.contains(u':') ? u'[' + endpoint.host + u']' : endpoint.host) + u':' + QString::number(endpoint.port);

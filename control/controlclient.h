@@ -3,6 +3,7 @@
 #include <core/error.h>
 
 #include <QByteArray>
+#include <QHostAddress>
 #include <QJsonObject>
 #include <QSslConfiguration>
 #include <QString>
@@ -32,6 +33,11 @@ core::Result<ControlEndpoint> parsePairing(const QString& text);
 // A TLS configuration that trusts no authority: every certificate then comes to the client's pin
 // check (sslErrors), before anything is sent.
 QSslConfiguration pinnedConfiguration(QSslConfiguration configuration);
+// Whether `bind` is every address of this machine (0.0.0.0, or Qt's Any, or "::").
+bool isEveryAddress(const QHostAddress& bind);
+// Where a client on this machine dials an API bound to `bind`: loopback for every address ("::":
+// ::1, for Qt's "::" is IPv6 alone), else the address itself.
+QString localHostFor(const QHostAddress& bind);
 // "host:port" as a Host header and a URL write it ("[::1]:7780").
 QString hostPort(const ControlEndpoint& endpoint);
 

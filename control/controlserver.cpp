@@ -1,5 +1,7 @@
 #include "controlserver.h"
 
+#include "controlclient.h"
+
 #include <core/certificates.h>
 #include <core/privatefile.h>
 #include <core/readfile.h>
@@ -367,9 +369,7 @@ QStringList ControlServer::ownHosts() const
     QStringList hosts { QStringLiteral("127.0.0.1:") + port, QStringLiteral("localhost:") + port,
         QStringLiteral("[::1]:") + port };
     QList<QHostAddress> addresses { m_options.address };
-    const bool any = m_options.address == QHostAddress::Any || m_options.address == QHostAddress::AnyIPv4
-        || m_options.address == QHostAddress::AnyIPv6;
-    if (any) { // reached by any of this machine's addresses, or by its name
+    if (isEveryAddress(m_options.address)) { // reached by any of this machine's addresses, or by its name
         addresses = QNetworkInterface::allAddresses();
         const QString name = QHostInfo::localHostName().toLower();
         if (!name.isEmpty())
@@ -453,17 +453,14 @@ bool ControlServer::serveFile(QTcpSocket* socket, const HttpHead& head)
     // Its scripts and styles are its own files only, it talks to this API only, and no other page
     // may frame it (clickjacking) or learn its address (the token may be in it).
     const QByteArray host = head.header("host");
-    socket->write("HTTP/1.1 200 OK\r\nContent-Type: " + found->second
-        + "\r\nContent-Length: " + QByteArray::number(content.size())
-        + "\r\nContent-Security-Policy: default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; "
-          "connect-src 'self' "
-        + (m_options.tls ? "wss://" : "ws://") + host + "; frame-ancestors 'none'; base-uri 'none'; form-action 'none'"
-        + "\r\nX-Frame-Options: DENY\r\nX-Content-Type-Options: nosniff\r\nReferrer-Policy: no-referrer"
-          "\r\nCache-Control: no-cache\r\nConnection: close\r\n\r\n"
-        + content);
-    disconnect(socket, &QTcpSocket::readyRead, this, nullptr);
-    socket->readAll();
-    socket->disconnectFromHost();
+    send(socket, 200,
+        "Content-Type: " + found->second
+            + "\r\nContent-Security-Policy: default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; "
+              "connect-src 'self' "
+            + (m_options.tls ? "wss://" : "ws://") + host + "; frame-ancestors 'none'; base-uri 'none'; form-action 'none'"
+            + "\r\nX-Frame-Options: DENY\r\nX-Content-Type-Options: nosniff\r\nReferrer-Policy: no-referrer"
+              "\r\nCache-Control: no-cache",
+        content);
     return true;
 }
 
@@ -481,10 +478,14 @@ void ControlServer::upgrade(QTcpSocket* socket, const HttpHead& head)
 
 void ControlServer::answer(QTcpSocket* socket, int status, const QJsonObject& body)
 {
-    const QByteArray json = QJsonDocument(body).toJson(QJsonDocument::Compact);
-    socket->write("HTTP/1.1 " + QByteArray::number(status) + ' ' + reasonOf(status)
-        + "\r\nContent-Type: application/json\r\nCache-Control: no-store\r\nConnection: close\r\nContent-Length: "
-        + QByteArray::number(json.size()) + "\r\n\r\n" + json);
+    send(socket, status, "Content-Type: application/json\r\nCache-Control: no-store",
+        QJsonDocument(body).toJson(QJsonDocument::Compact));
+}
+
+void ControlServer::send(QTcpSocket* socket, int status, const QByteArray& headers, const QByteArray& body)
+{
+    socket->write("HTTP/1.1 " + QByteArray::number(status) + ' ' + reasonOf(status) + "\r\n" + headers
+        + "\r\nConnection: close\r\nContent-Length: " + QByteArray::number(body.size()) + "\r\n\r\n" + body);
     disconnect(socket, &QTcpSocket::readyRead, this, nullptr);
     socket->readAll(); // what came unread (a refused body's start) would make the close a reset
     socket->disconnectFromHost(); // once what was written is sent

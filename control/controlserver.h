@@ -71,6 +71,9 @@ private:
     void accept();
     void readFrom(QTcpSocket* socket);
     void answer(QTcpSocket* socket, int status, const QJsonObject& body);
+    // One answer and the end of the connection: the status line, `headers` (lines without their
+    // last CRLF), Connection and Content-Length, then `body`.
+    void send(QTcpSocket* socket, int status, const QByteArray& headers, const QByteArray& body);
     void refuse(QTcpSocket* socket, int status, const QString& why);
     // Why a request's token, Origin or Host is refused (0: it is not).
     std::pair<int, QString> checkCaller(const HttpHead& head, const QByteArray& token) const;

@@ -140,7 +140,12 @@ Authority::Authority(QByteArray certificate, QByteArray key)
     , m_key(std::move(key))
 { }
 
-Result<Authority> Authority::create(const QString& commonName, std::int64_t validSeconds)
+namespace {
+
+// A new P-256 key and a certificate for it that it signs itself, with `extensions` (nid, value);
+// `what` names it in errors ("the authority's certificate").
+Result<ServerCertificate> selfSigned(const QString& commonName, std::int64_t validSeconds,
+    const QList<std::pair<int, QByteArray>>& extensions, const QString& what)
 {
     auto keys = KeyPair::generate();
     if (!keys)
@@ -148,16 +153,29 @@ Result<Authority> Authority::create(const QString& commonName, std::int64_t vali
     auto key = privateKeyOf(keys->privatePem);
     auto certificate = key ? certificateFor(key.get(), commonName, validSeconds) : nullptr;
     if (!certificate)
-        return failure(QStringLiteral("cannot make the authority's certificate"));
+        return failure(QStringLiteral("cannot make %1").arg(what));
     X509_set_issuer_name(certificate.get(), X509_get_subject_name(certificate.get()));
-    if (!extend(certificate.get(), certificate.get(), NID_basic_constraints, "critical,CA:TRUE")
-        || !extend(certificate.get(), certificate.get(), NID_key_usage, "critical,keyCertSign,cRLSign")
-        || !extend(certificate.get(), certificate.get(), NID_subject_key_identifier, "hash"))
-        return failure(QStringLiteral("cannot extend the authority's certificate"));
+    for (const auto& [nid, value] : extensions) {
+        if (!extend(certificate.get(), certificate.get(), nid, value.constData()))
+            return failure(QStringLiteral("cannot extend %1").arg(what));
+    }
     auto pem = signedPem(certificate.get(), key.get());
     if (!pem)
         return pem.error();
-    return Authority(*pem, keys->privatePem);
+    return ServerCertificate { *pem, keys->privatePem };
+}
+
+} // namespace
+
+Result<Authority> Authority::create(const QString& commonName, std::int64_t validSeconds)
+{
+    auto made = selfSigned(commonName, validSeconds,
+        { { NID_basic_constraints, "critical,CA:TRUE" }, { NID_key_usage, "critical,keyCertSign,cRLSign" },
+            { NID_subject_key_identifier, "hash" } },
+        QStringLiteral("the authority's certificate"));
+    if (!made)
+        return made.error();
+    return Authority(made->certificatePem, made->privateKeyPem);
 }
 
 Result<Authority> Authority::fromPem(const QByteArray& certificatePem, const QByteArray& privateKeyPem)
@@ -193,10 +211,6 @@ Result<QByteArray> Authority::issue(const QByteArray& publicKeyPem, const QStrin
     return signedPem(certificate.get(), signer.get());
 }
 
-} // namespace tessera::core
-
-namespace tessera::core {
-
 bool certificateMatchesKey(const QByteArray& certificatePem, const QByteArray& privateKeyPem)
 {
     auto in = reading(certificatePem);
@@ -209,26 +223,13 @@ bool certificateMatchesKey(const QByteArray& certificatePem, const QByteArray& p
 
 Result<ServerCertificate> makeServerCertificate(const QString& commonName, const QStringList& altNames, std::int64_t validSeconds)
 {
-    auto keys = KeyPair::generate();
-    if (!keys)
-        return keys.error();
-    auto key = privateKeyOf(keys->privatePem);
-    auto certificate = key ? certificateFor(key.get(), commonName, validSeconds) : nullptr;
-    if (!certificate)
-        return failure(QStringLiteral("cannot make the server's certificate"));
-    X509_set_issuer_name(certificate.get(), X509_get_subject_name(certificate.get()));
     // What browsers ask of a server's certificate: a leaf (not an authority), for signatures in
     // TLS handshakes, for server authentication, naming its hosts.
-    const QByteArray names = altNames.join(u',').toUtf8();
-    if (!extend(certificate.get(), certificate.get(), NID_basic_constraints, "critical,CA:FALSE")
-        || !extend(certificate.get(), certificate.get(), NID_key_usage, "critical,digitalSignature")
-        || !extend(certificate.get(), certificate.get(), NID_ext_key_usage, "serverAuth")
-        || (!names.isEmpty() && !extend(certificate.get(), certificate.get(), NID_subject_alt_name, names.constData())))
-        return failure(QStringLiteral("cannot extend the server's certificate"));
-    auto pem = signedPem(certificate.get(), key.get());
-    if (!pem)
-        return pem.error();
-    return ServerCertificate { *pem, keys->privatePem };
+    QList<std::pair<int, QByteArray>> extensions { { NID_basic_constraints, "critical,CA:FALSE" },
+        { NID_key_usage, "critical,digitalSignature" }, { NID_ext_key_usage, "serverAuth" } };
+    if (!altNames.isEmpty())
+        extensions.append({ NID_subject_alt_name, altNames.join(u',').toUtf8() });
+    return selfSigned(commonName, validSeconds, extensions, QStringLiteral("the server's certificate"));
 }
 
 } // namespace tessera::core

@@ -62,4 +62,9 @@ QJsonObject DeviceInfo::toJson() const
     return json;
 }
 
+QString deviceIdOf(const DeviceInfo& device)
+{
+    return QStringLiteral("%1:%2").arg(nameOf(device.kind)).arg(device.index);
+}
+
 } // namespace tessera::core

@@ -36,6 +36,10 @@ struct DeviceInfo {
     bool operator==(const DeviceInfo&) const = default;
 };
 
+// A device's id among this machine's, as settings, the tray and the control API name it: "cpu:0",
+// "cuda:1".
+QString deviceIdOf(const DeviceInfo& device);
+
 template<> struct EnumNames<DeviceInfo::Kind> {
     static constexpr std::array names { "cpu", "cuda", "opencl" };
 };

@@ -3,6 +3,7 @@
 #include "nodereport.h"
 
 #include <compute/supervisor/computethread.h>
+#include <control/controlclient.h>
 #include <control/controlserver.h>
 #include <core/logtail.h>
 #include <core/privatefile.h>
@@ -50,11 +51,6 @@ QJsonValue whenJson(const std::optional<QDateTime>& at)
 QString snoozedReason(const QDateTime& until)
 {
     return QStringLiteral("snoozed until %1").arg(until.toString(QStringLiteral("yyyy-MM-dd HH:mm")));
-}
-
-QString deviceIdOf(const core::DeviceInfo& device)
-{
-    return QStringLiteral("%1:%2").arg(core::nameOf(device.kind)).arg(device.index);
 }
 
 core::Result<QDateTime> snoozeUntil(const QJsonObject& body, const QDateTime& now)
@@ -110,7 +106,7 @@ core::Result<NodeControl::Action> parseAction(
     } else if (name == u"device") {
         action.device = body.value(QStringLiteral("device")).toString();
         const bool known = std::any_of(identity.devices.begin(), identity.devices.end(),
-            [&](const core::DeviceInfo& device) { return device.usable && deviceIdOf(device) == action.device; });
+            [&](const core::DeviceInfo& device) { return device.usable && core::deviceIdOf(device) == action.device; });
         if (!known || !body.value(QStringLiteral("paused")).isBool())
             return core::Error { QStringLiteral("device"),
                 QStringLiteral("give {\"device\": one of this node's usable devices (as cpu:0), \"paused\": true or false}") };
@@ -149,7 +145,7 @@ struct Status {
         int usable = 0, paused = 0;
         for (const auto& device : identity.devices) {
             usable += device.usable ? 1 : 0;
-            paused += device.usable && pausedDevices.contains(deviceIdOf(device)) ? 1 : 0;
+            paused += device.usable && pausedDevices.contains(core::deviceIdOf(device)) ? 1 : 0;
         }
         return usable > 0 && paused == usable;
     }
@@ -281,7 +277,6 @@ struct NodeControl::Private {
     {
         if (refreshedAt < 0 || sinceStart.elapsed() - refreshedAt >= NodeReport::RefreshMs / 2) {
             refreshedAt = sinceStart.elapsed();
-            report->setDisabledDevices(status.pausedDevices);
             report->refresh(QDateTime::currentDateTime(), refreshedAt);
         }
         return *report;
@@ -348,7 +343,7 @@ QStringList certificateNames(const QHostAddress& bind)
     QStringList names { QStringLiteral("DNS:localhost"), QStringLiteral("IP:127.0.0.1") };
     if (const QString host = QHostInfo::localHostName(); !host.isEmpty() && !host.contains(u','))
         names << QStringLiteral("DNS:") + host;
-    if (!bind.isNull() && bind != QHostAddress::Any && bind != QHostAddress::AnyIPv4 && bind != QHostAddress::AnyIPv6)
+    if (!bind.isNull() && !control::isEveryAddress(bind))
         names << QStringLiteral("IP:") + bind.toString();
     return names;
 }

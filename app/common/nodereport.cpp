@@ -159,10 +159,9 @@ QJsonArray NodeReport::devices() const
 {
     QJsonArray devices;
     for (const auto& device : m_devices) {
-        const QString id = QStringLiteral("%1:%2").arg(core::nameOf(device.kind)).arg(device.index);
-        QJsonObject object { { QStringLiteral("id"), id }, { QStringLiteral("kind"), core::nameOf(device.kind) },
-            { QStringLiteral("name"), device.name }, { QStringLiteral("usable"), device.usable },
-            { QStringLiteral("paused"), m_disabled.contains(id) } };
+        QJsonObject object { { QStringLiteral("id"), core::deviceIdOf(device) },
+            { QStringLiteral("kind"), core::nameOf(device.kind) }, { QStringLiteral("name"), device.name },
+            { QStringLiteral("usable"), device.usable } };
         if (!device.usable)
             object.insert(QStringLiteral("why"), device.unusableReason);
         const bool cpu = device.kind == core::DeviceInfo::Kind::Cpu;

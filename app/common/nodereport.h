@@ -33,9 +33,8 @@ public:
     // Reads the sensors, the result log and the log's tail again. `now`: the wall clock (days of
     // earnings); `monotonicMs`: a steady clock (power and load between two reads).
     void refresh(const QDateTime& now, std::int64_t monotonicMs);
-    void setDisabledDevices(const QStringList& disabled) { m_disabled = disabled; }
 
-    QJsonArray devices() const;
+    QJsonArray devices() const; // without "paused", which is the control API's word
     QJsonObject earnings() const { return m_earnings; }
     QJsonArray results() const { return m_results; }
     QJsonArray log() const;
@@ -53,7 +52,6 @@ private:
     QString m_dataDirectory;
     QList<core::DeviceInfo> m_devices;
     QString m_root;
-    QStringList m_disabled;
     compute::Sensors m_sensors;
     compute::Sensors::Readings m_readings;
     std::optional<double> m_load; // the machine's CPUs, busy fraction since the last read

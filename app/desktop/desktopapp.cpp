@@ -737,12 +737,8 @@ void DesktopApp::startMachines()
     if (m_control) {
         const QHostAddress bind(m_settings->stringValue(names::ControlBind));
         const auto token = core::readFile(QDir(m_dataDirectory).filePath(QStringLiteral("control.token")));
-        const bool everywhere = bind == QHostAddress::Any || bind == QHostAddress::AnyIPv4 || bind == QHostAddress::AnyIPv6;
         if (token)
-            m_machines->setLocal({ !everywhere      ? bind.toString()
-                    : bind == QHostAddress::AnyIPv6 ? QStringLiteral("::1") // Qt's "::" is IPv6 alone
-                                                    : QStringLiteral("127.0.0.1"),
-                m_control->port(), token->trimmed(), m_control->fingerprint() });
+            m_machines->setLocal({ control::localHostFor(bind), m_control->port(), token->trimmed(), m_control->fingerprint() });
     }
     if (auto loaded = m_machines->load(); !loaded)
         note(QStringLiteral("warning"), QStringLiteral("machines"), loaded.error().toString());

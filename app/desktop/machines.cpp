@@ -76,11 +76,11 @@ Machines::Machines(QString file, QObject* parent)
     , m_file(std::move(file))
 { }
 
-control::RemoteNode* Machines::watch(const control::ControlEndpoint& endpoint)
+std::unique_ptr<control::RemoteNode> Machines::watch(const control::ControlEndpoint& endpoint)
 {
     auto remote = std::make_unique<control::RemoteNode>(endpoint);
     connect(remote.get(), &control::RemoteNode::changed, this, &Machines::changed);
-    return remote.release();
+    return remote;
 }
 
 core::Status Machines::load()
@@ -99,7 +99,7 @@ core::Status Machines::load()
             refused << pairing.section(u'#', 0, 0);
             continue;
         }
-        m_nodes.push_back({ pairing, std::unique_ptr<control::RemoteNode>(watch(*endpoint)) });
+        m_nodes.push_back({ pairing, watch(*endpoint) });
     }
     watchLocal();
     if (!refused.isEmpty())
@@ -120,7 +120,7 @@ void Machines::watchLocal()
     // This computer's row only beside others: alone it would keep a WebSocket to itself open, and
     // its API reading results every 2 s, in an app that should cost nothing at idle.
     if (others && !shown && m_local)
-        m_nodes.insert(m_nodes.begin(), Node { QString(), std::unique_ptr<control::RemoteNode>(watch(*m_local)) });
+        m_nodes.insert(m_nodes.begin(), Node { QString(), watch(*m_local) });
     else if (!others && shown)
         m_nodes.erase(m_nodes.begin());
     Q_EMIT changed();
@@ -139,7 +139,7 @@ core::Status Machines::add(const QString& pairing)
     }
     if (int(m_nodes.size()) >= MaxMachines)
         return core::Error { QStringLiteral("machine"), QStringLiteral("at most %1 machines").arg(MaxMachines) };
-    m_nodes.push_back({ pairing.trimmed(), std::unique_ptr<control::RemoteNode>(watch(*endpoint)) });
+    m_nodes.push_back({ pairing.trimmed(), watch(*endpoint) });
     watchLocal();
     return save();
 }

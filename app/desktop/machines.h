@@ -45,7 +45,7 @@ private:
         QString pairing; // as added (empty for this computer)
         std::unique_ptr<control::RemoteNode> remote;
     };
-    control::RemoteNode* watch(const control::ControlEndpoint& endpoint);
+    std::unique_ptr<control::RemoteNode> watch(const control::ControlEndpoint& endpoint);
     core::Status save() const;
     void watchLocal(); // this computer's row, while there are others
 

@@ -618,12 +618,8 @@ core::Result<control::ControlEndpoint> controlEndpoint(
     const core::settings::Settings& settings, const QDir& data, const QByteArray& token, quint16 port)
 {
     namespace names = core::settings::names;
-    QHostAddress address(settings.stringValue(names::ControlBind));
-    const bool tls = !address.isLoopback();
-    if (address == QHostAddress::AnyIPv4 || address == QHostAddress::Any)
-        address = QHostAddress::LocalHost;
-    else if (address == QHostAddress::AnyIPv6)
-        address = QHostAddress::LocalHostIPv6;
+    const QHostAddress bind(settings.stringValue(names::ControlBind));
+    const bool tls = !bind.isLoopback();
     QByteArray fingerprint;
     if (tls) {
         const auto certificate = readFile(data.filePath(QStringLiteral("control.crt")));
@@ -634,7 +630,7 @@ core::Result<control::ControlEndpoint> controlEndpoint(
                                "and ctl pins its certificate")
                     .arg(data.path()) };
     }
-    return control::ControlEndpoint { address.toString(), port, token, fingerprint };
+    return control::ControlEndpoint { control::localHostFor(bind), port, token, fingerprint };
 }
 
 // The dashboard's address with the token (and, over TLS, the certificate's fingerprint, which the
@@ -643,8 +639,7 @@ QString dashboardUrl(const core::settings::Settings& settings, const control::Co
 {
     namespace names = core::settings::names;
     const QHostAddress bind(settings.stringValue(names::ControlBind));
-    const bool any = bind == QHostAddress::Any || bind == QHostAddress::AnyIPv4 || bind == QHostAddress::AnyIPv6;
-    const QString host = any                               ? QHostInfo::localHostName()
+    const QString host = control::isEveryAddress(bind)     ? QHostInfo::localHostName()
         : bind.protocol() == QAbstractSocket::IPv6Protocol ? u'[' + bind.toString() + u']'
                                                            : bind.toString();
     QString url = QStringLiteral("%1://%2:%3/#token=%4")

@@ -6,10 +6,9 @@
 //   node dashboard.mjs BASE_URL TOKEN SCREENSHOT.png
 //
 // Prints one line of JSON with what it measured; exits 1 with the reason when a check fails.
-import { chromium } from 'playwright-core';
+import { launchChromium } from './chromium.mjs';
 
 const [base, token, screenshot] = process.argv.slice(2);
-const browserPath = process.env.TESSERA_CHROMIUM || '/usr/bin/chromium';
 const waitMs = Number(process.env.TESSERA_BROWSER_WAIT_MS || 300000); // a bound on each wait, never a goal
 
 async function api(method, action, body) {
@@ -27,13 +26,7 @@ function check(condition, why) {
   if (!condition) throw new Error(why);
 }
 
-const browser = await chromium.launch({
-  executablePath: browserPath,
-  headless: true,
-  // As root Chromium runs only without its sandbox; the rest keeps it off a network it cannot reach.
-  args: ['--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run', '--disable-background-networking',
-    '--disable-component-update', '--disable-sync'],
-});
+const browser = await launchChromium();
 const measured = {};
 const problems = [];
 let page = null;

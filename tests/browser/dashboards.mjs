@@ -3,15 +3,10 @@
 // page took.
 //
 //   node dashboards.mjs BASE_URL TOKEN N SECONDS
-import { chromium } from 'playwright-core';
+import { launchChromium } from './chromium.mjs';
 
 const [base, token, count, seconds] = process.argv.slice(2);
-const browser = await chromium.launch({
-  executablePath: process.env.TESSERA_CHROMIUM || '/usr/bin/chromium',
-  headless: true,
-  args: ['--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run', '--disable-background-networking',
-    '--disable-component-update', '--disable-sync'],
-});
+const browser = await launchChromium();
 try {
   const pages = [];
   for (let i = 0; i < Number(count); i++) {

@@ -25,7 +25,8 @@ struct Answer {
     QJsonObject body;
 };
 // The whole reply, head and body (empty: none). With a fingerprint, over TLS, trusting exactly the
-// certificate of that fingerprint.
+// certificate of that fingerprint. The server runs on this thread's event loop: the client waits by
+// turning it.
 QByteArray rawExchange(quint16 port, const QByteArray& request, const QByteArray& fingerprint = {})
 {
     QSslSocket socket;
@@ -54,17 +55,7 @@ QByteArray rawExchange(quint16 port, const QByteArray& request, const QByteArray
 
 Answer exchange(quint16 port, const QByteArray& request)
 {
-    // The server runs on this thread's event loop: the client waits by turning it.
-    QTcpSocket socket;
-    QByteArray reply;
-    QObject::connect(&socket, &QTcpSocket::readyRead, [&] { reply += socket.readAll(); });
-    socket.connectToHost(QHostAddress::LocalHost, port);
-    if (!QTest::qWaitFor([&] { return socket.state() == QAbstractSocket::ConnectedState; }, 10'000))
-        return {};
-    socket.write(request);
-    if (!QTest::qWaitFor([&] { return socket.state() == QAbstractSocket::UnconnectedState; }, 10'000))
-        return {};
-    reply += socket.readAll();
+    const QByteArray reply = rawExchange(port, request);
     const qsizetype end = reply.indexOf("\r\n\r\n");
     if (!reply.startsWith("HTTP/1.1 ") || end < 0)
         return {};

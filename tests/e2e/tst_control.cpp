@@ -58,6 +58,28 @@ QString browserMissing()
     return {};
 }
 
+// A broker, and one node serving its control API on a free port (`control`: more [Control] lines),
+// driven by `tessera-node ctl` with that node's settings file.
+struct ControlledNode {
+    int port = 0;
+    QString ini;
+
+    Run ctl(const QStringList& arguments) const
+    {
+        return run(Bin + QStringLiteral("/tessera-node"),
+            QStringList { QStringLiteral("--config"), ini, QStringLiteral("ctl") } + arguments, 60'000);
+    }
+};
+
+ControlledNode startControlledNode(Cluster& cluster, const QString& brokerSettings = {}, const QString& control = {})
+{
+    cluster.startBroker({}, brokerSettings);
+    const ControlledNode node { freePort(), cluster.path(QStringLiteral("node1.ini")) };
+    cluster.startNode(1, {}, Cluster::FirstStart::SkipBenchmark,
+        QStringLiteral("MaxThreads=1\n[Control]\nPort=%1\n%2").arg(node.port).arg(control));
+    return node;
+}
+
 } // namespace
 
 class ControlTest : public QObject {
@@ -67,16 +89,12 @@ private Q_SLOTS:
     void aRunningNodeIsPausedAndResumedFromTheCommandLine()
     {
         Cluster cluster;
-        cluster.startBroker({}, QStringLiteral("MinDeadlineSeconds=900\n")); // a paused shard keeps its deadline
-        const int port = freePort();
-        cluster.startNode(
-            1, {}, Cluster::FirstStart::SkipBenchmark, QStringLiteral("MaxThreads=1\n[Control]\nPort=%1\n").arg(port));
+        const auto node
+            = startControlledNode(cluster, QStringLiteral("MinDeadlineSeconds=900\n")); // a paused shard keeps its deadline
         QVERIFY(QTest::qWaitFor([&] { return cluster.nodes().size() == 1; }, 120'000));
-        const QString ini = cluster.path(QStringLiteral("node1.ini"));
-        const auto ctl = [&](const QStringList& arguments) {
-            return run(Bin + QStringLiteral("/tessera-node"),
-                QStringList { QStringLiteral("--config"), ini, QStringLiteral("ctl") } + arguments, 60'000);
-        };
+        const auto ctl = [&](const QStringList& arguments) { return node.ctl(arguments); };
+        const QString& ini = node.ini;
+        const int port = node.port;
         const auto stateOf = [&] {
             const auto asked = ctl({ QStringLiteral("state"), QStringLiteral("--json") });
             return QJsonDocument::fromJson(asked.standardOutput.toUtf8()).object();
@@ -133,16 +151,10 @@ private Q_SLOTS:
     void beyondLoopbackTheApiIsServedOverTls()
     {
         Cluster cluster;
-        cluster.startBroker();
-        const int port = freePort();
-        cluster.startNode(1, {}, Cluster::FirstStart::SkipBenchmark,
-            QStringLiteral("MaxThreads=1\n[Control]\nBind=0.0.0.0\nPort=%1\n").arg(port));
+        const auto node = startControlledNode(cluster, {}, QStringLiteral("Bind=0.0.0.0\n"));
         QVERIFY(QTest::qWaitFor([&] { return cluster.nodes().size() == 1; }, 120'000));
-        const QString ini = cluster.path(QStringLiteral("node1.ini"));
-        const auto ctl = [&](const QStringList& arguments) {
-            return run(Bin + QStringLiteral("/tessera-node"),
-                QStringList { QStringLiteral("--config"), ini, QStringLiteral("ctl") } + arguments, 60'000);
-        };
+        const auto ctl = [&](const QStringList& arguments) { return node.ctl(arguments); };
+        const int port = node.port;
         const auto state = ctl({ QStringLiteral("state") });
         QVERIFY2(state.exitCode == 0 && state.standardOutput.startsWith(QStringLiteral("idle: ")), qPrintable(state.output));
         const auto url = ctl({ QStringLiteral("url") });
@@ -175,15 +187,10 @@ private Q_SLOTS:
         if (const QString missing = firefoxMissing(); !missing.isEmpty())
             QSKIP(qPrintable(missing));
         Cluster cluster;
-        cluster.startBroker();
-        const int port = freePort();
-        cluster.startNode(
-            1, {}, Cluster::FirstStart::SkipBenchmark, QStringLiteral("MaxThreads=1\n[Control]\nPort=%1\n").arg(port));
+        const auto node = startControlledNode(cluster);
         QVERIFY(QTest::qWaitFor([&] { return cluster.nodes().size() == 1; }, 120'000));
-        const auto url = run(Bin + QStringLiteral("/tessera-node"),
-            { QStringLiteral("--config"), cluster.path(QStringLiteral("node1.ini")), QStringLiteral("ctl"),
-                QStringLiteral("url") },
-            60'000);
+        const int port = node.port;
+        const auto url = node.ctl({ QStringLiteral("url") });
         const QString token = url.standardOutput.trimmed().section(QStringLiteral("#token="), 1);
         QCOMPARE(token.size(), 64);
         const QString shots = qEnvironmentVariable("TESSERA_SCREENSHOT_DIR", cluster.path(QStringLiteral("screenshots")));
@@ -202,16 +209,10 @@ private Q_SLOTS:
         if (const QString missing = browserMissing(); !missing.isEmpty())
             QSKIP(qPrintable(missing));
         Cluster cluster;
-        cluster.startBroker({}, QStringLiteral("MinDeadlineSeconds=900\n"));
-        const int port = freePort();
-        cluster.startNode(
-            1, {}, Cluster::FirstStart::SkipBenchmark, QStringLiteral("MaxThreads=1\n[Control]\nPort=%1\n").arg(port));
+        const auto node = startControlledNode(cluster, QStringLiteral("MinDeadlineSeconds=900\n"));
         QVERIFY(QTest::qWaitFor([&] { return cluster.nodes().size() == 1; }, 120'000));
-        const QString ini = cluster.path(QStringLiteral("node1.ini"));
-        const auto ctl = [&](const QStringList& arguments) {
-            return run(Bin + QStringLiteral("/tessera-node"),
-                QStringList { QStringLiteral("--config"), ini, QStringLiteral("ctl") } + arguments, 60'000);
-        };
+        const auto ctl = [&](const QStringList& arguments) { return node.ctl(arguments); };
+        const int port = node.port;
         // Paused before the job comes: the page sees its shard move only once it resumes it.
         QCOMPARE(ctl({ QStringLiteral("pause") }).exitCode, 0);
         const QString jobId = cluster.submit(writeJob(cluster, 2, 2500));

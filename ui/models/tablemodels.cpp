@@ -56,7 +56,7 @@ DevicesModel::DevicesModel(QObject* parent)
 
 QString DevicesModel::deviceId(const core::DeviceInfo& device)
 {
-    return QStringLiteral("%1:%2").arg(core::nameOf(device.kind)).arg(device.index);
+    return core::deviceIdOf(device);
 }
 
 void DevicesModel::setDevices(
